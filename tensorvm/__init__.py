@@ -1,0 +1,47 @@
+"""tensorvm: a compiler and virtual machine for dynamic machine-learning programs.
+
+    import tensorvm as tv
+    mod = tv.parse('def @main(%x: Tensor[(?, 2), float32]) { add(%x, %x) }')
+    tv.create_executor("debug", mod).evaluate()(np.ones((3, 2), "float32"))
+"""
+
+from __future__ import annotations
+
+import importlib
+
+from . import ir, op  # noqa: F401
+from .errors import (  # noqa: F401
+    AttrError, ExecutionError, FormatError, ParseError, ShapeError, TensorVMError, TypeInferenceError,
+    UnsupportedError,
+)
+from .ir import Any, IRModule, SymDim, TensorType, TupleType  # noqa: F401
+
+__version__ = "0.1.0"
+
+# Optional layers, loaded when present (the package grows issue by issue).
+_LAZY = {
+    "parse": ("tensorvm.parser", "parse"),
+    "transform": ("tensorvm.transform", None),
+    "interpreter": ("tensorvm.interpreter", None),
+    "create_executor": ("tensorvm.executor", "create_executor"),
+    "runtime": ("tensorvm.runtime", None),
+    "NDArray": ("tensorvm.runtime.ndarray", "NDArray"),
+    "nd": ("tensorvm.runtime.ndarray", None),
+    "ADT": ("tensorvm.runtime.object", "ADT"),
+    "Closure": ("tensorvm.runtime.object", "Closure"),
+    "vm": ("tensorvm.vm", None),
+    "prelude": ("tensorvm.prelude", None),
+    "structural_equal": ("tensorvm.ir.structural", "structural_equal"),
+    "structural_hash": ("tensorvm.ir.structural", "structural_hash"),
+    "assert_structural_equal": ("tensorvm.ir.structural", "assert_structural_equal"),
+}
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        module_name, attr = _LAZY[name]
+        module = importlib.import_module(module_name)
+        value = module if attr is None else getattr(module, attr)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'tensorvm' has no attribute {name!r}")

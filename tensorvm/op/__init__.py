@@ -1,0 +1,45 @@
+"""The operator registry and the builder API for calls.
+
+``tensorvm.op.add(x, y)`` and ``tensorvm.op.nn.conv2d(x, w, padding=[1, 1])`` build calls of
+registered ops (attributes are checked); ``get_op(name)`` returns an op's definition.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+from .registry import (  # noqa: F401
+    REQUIRED, AttrDef, OpDef, OpPattern, get_op, is_registered, make_call, op_names, register_op,
+)
+
+# Importing these modules registers their ops.
+_OP_MODULES = ["tensor", "reduce", "transform", "nn", "algorithm", "creation", "memory"]
+for _name in _OP_MODULES:
+    try:
+        importlib.import_module(f"{__name__}.{_name}")
+    except ModuleNotFoundError as _err:  # a module not written yet
+        if _err.name != f"{__name__}.{_name}":
+            raise
+
+
+class _Namespace:
+    """``tensorvm.op.nn`` etc.: attribute access builds calls of ``<prefix>.<name>``."""
+
+    def __init__(self, prefix: str):
+        self._prefix = prefix
+
+    def __getattr__(self, name: str):
+        full = f"{self._prefix}.{name}"
+        if is_registered(full):
+            return lambda *args, **attrs: make_call(full, *args, **attrs)
+        if any(op.startswith(full + ".") for op in op_names()):
+            return _Namespace(full)
+        raise AttributeError(f"no operator {full}")
+
+
+def __getattr__(name: str):
+    if is_registered(name):
+        return lambda *args, **attrs: make_call(name, *args, **attrs)
+    if any(op.startswith(name + ".") for op in op_names()):
+        return _Namespace(name)
+    raise AttributeError(f"module tensorvm.op has no operator or attribute {name!r}")

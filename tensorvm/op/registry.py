@@ -1,0 +1,166 @@
+"""The operator registry: one ``OpDef`` per operator, holding everything about it in one place.
+
+An op definition states:
+
+* ``attrs``: its attributes, with defaults and converters (``AttrDef``); a call's attributes are
+  checked and completed by ``OpDef.normalize_attrs``;
+* ``type_rel(arg_types, attrs, consts) -> Type``: the type relation, called once every argument type
+  is known (dims may be ``Any``/``SymDim``); ``consts[i]`` is the argument's value when it is a
+  ``Constant`` (else ``None``) so that e.g. ``arange`` of constants gets a static type;
+* ``shape_func(attrs, args) -> list[tuple[int, ...]]``: the output shapes (one per output, tuples
+  flattened) at run time. ``shape_func_data_dependent`` says, per input or for all, whether the
+  function receives the input's *shape* (a tuple; a tuple-typed input gives a list of tuples) or the
+  input's *data* (a NumPy array). It validates (a broadcast mismatch raises ``ShapeError``);
+* ``pattern``: the fusion pattern;
+* ``kernel(attrs, *arrays)``: the NumPy reference kernel, returning an array or a tuple of arrays;
+* ``compute`` and ``strategy``: the tensor-expression compute and implementation strategy (filled in
+  by the code generator's issue).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from enum import IntEnum
+
+from ..errors import AttrError, UnsupportedError
+from ..ir.attrs import Attrs
+from ..ir.expr import Call, Expr, Op
+
+__all__ = [
+    "OpPattern", "AttrDef", "REQUIRED", "OpDef", "register_op", "get_op", "op_names", "is_registered",
+    "make_call",
+]
+
+
+class OpPattern(IntEnum):
+    """Fusion patterns, ordered from most to least fusable (TVM's numbering)."""
+
+    ELEMWISE = 0
+    BROADCAST = 1
+    INJECTIVE = 2
+    COMM_REDUCE = 3
+    OUT_ELEMWISE_FUSABLE = 4
+    TUPLE = 7
+    OPAQUE = 8
+
+
+class _Required:
+    def __repr__(self):
+        return "REQUIRED"
+
+
+REQUIRED = _Required()
+
+
+@dataclass(frozen=True)
+class AttrDef:
+    """An attribute: its default (``REQUIRED`` if it has none) and a converter that validates it."""
+
+    name: str
+    default: object = None
+    convert: Callable | None = None
+    doc: str = ""
+
+
+@dataclass(eq=False)
+class OpDef:
+    name: str
+    num_inputs: int  # -1: any number of arguments
+    type_rel: Callable
+    kernel: Callable
+    pattern: OpPattern = OpPattern.OPAQUE
+    attrs: tuple = ()
+    shape_func: Callable | None = None
+    shape_func_data_dependent: bool | tuple = False
+    compute: Callable | None = None
+    strategy: object = None
+    doc: str = ""
+    _attr_cache: dict = field(default_factory=dict, repr=False)
+
+    def __post_init__(self):
+        self.attrs = tuple(self.attrs)
+        self._attr_defs = {a.name: a for a in self.attrs}
+
+    @property
+    def op(self) -> Op:
+        return Op(self.name)
+
+    def input_needs_data(self, index: int) -> bool:
+        """Whether the shape function reads input ``index``'s data rather than its shape."""
+        dd = self.shape_func_data_dependent
+        if isinstance(dd, tuple):
+            return bool(dd[index]) if index < len(dd) else bool(dd[-1])
+        return bool(dd)
+
+    @property
+    def is_data_dependent(self) -> bool:
+        dd = self.shape_func_data_dependent
+        return any(dd) if isinstance(dd, tuple) else bool(dd)
+
+    def normalize_attrs(self, attrs: Attrs | dict | None) -> Attrs:
+        """Check the given attributes against the definition and fill in defaults (cached)."""
+        attrs = attrs if isinstance(attrs, Attrs) else Attrs(attrs or {})
+        try:
+            return self._attr_cache[attrs]
+        except (KeyError, TypeError):
+            pass
+        unknown = [k for k in attrs if k not in self._attr_defs]
+        if unknown:
+            expected = ", ".join(self._attr_defs) or "none"
+            raise AttrError(f"{self.name}: unknown attribute(s) {', '.join(unknown)}; expected: {expected}")
+        full = {}
+        for adef in self.attrs:
+            if adef.name in attrs:
+                value = attrs[adef.name]
+            elif adef.default is REQUIRED:
+                raise AttrError(f"{self.name}: missing required attribute {adef.name!r}")
+            else:
+                value = adef.default
+            if adef.convert is not None and value is not None:
+                try:
+                    value = adef.convert(value)
+                except (TypeError, ValueError) as err:
+                    raise AttrError(f"{self.name}: attribute {adef.name}={value!r} is invalid: {err}") from None
+            full[adef.name] = value
+        result = Attrs(full)
+        try:
+            self._attr_cache[attrs] = result
+        except TypeError:
+            pass
+        return result
+
+
+_REGISTRY: dict[str, OpDef] = {}
+
+
+def register_op(opdef: OpDef) -> OpDef:
+    if opdef.name in _REGISTRY:
+        raise ValueError(f"op {opdef.name} is already registered")
+    _REGISTRY[opdef.name] = opdef
+    return opdef
+
+
+def get_op(name: str | Op) -> OpDef:
+    key = name.name if isinstance(name, Op) else name
+    try:
+        return _REGISTRY[key]
+    except KeyError:
+        raise UnsupportedError(f"unknown operator {key!r}") from None
+
+
+def is_registered(name: str) -> bool:
+    return name in _REGISTRY
+
+
+def op_names() -> list[str]:
+    return sorted(_REGISTRY)
+
+
+def make_call(name: str, *args: Expr, **attrs) -> Call:
+    """Build ``name(args, attrs)`` after checking the attributes against the op's definition."""
+    opdef = get_op(name)
+    if opdef.num_inputs >= 0 and len(args) != opdef.num_inputs:
+        raise TypeError(f"{name} takes {opdef.num_inputs} argument(s), got {len(args)}")
+    opdef.normalize_attrs(Attrs(attrs))
+    return Call(Op(name), tuple(args), Attrs(attrs))
