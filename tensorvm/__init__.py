@@ -11,7 +11,13 @@ import importlib
 
 from . import ir, op  # noqa: F401
 from .errors import (  # noqa: F401
-    AttrError, ExecutionError, FormatError, ParseError, ShapeError, TensorVMError, TypeInferenceError,
+    AttrError,
+    ExecutionError,
+    FormatError,
+    ParseError,
+    ShapeError,
+    TensorVMError,
+    TypeInferenceError,
     UnsupportedError,
 )
 from .ir import Any, IRModule, SymDim, TensorType, TupleType  # noqa: F401

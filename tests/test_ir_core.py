@@ -5,8 +5,23 @@ import pytest
 
 import tensorvm as tv
 from tensorvm.ir import (
-    Any, Attrs, Call, Constant, Function, GlobalVar, IRModule, Let, Op, SymDim, TensorType, Tuple,
-    TupleGetItem, TupleType, Var, const, free_vars, post_order,
+    Any,
+    Attrs,
+    Call,
+    Function,
+    GlobalVar,
+    IRModule,
+    Let,
+    Op,
+    SymDim,
+    TensorType,
+    Tuple,
+    TupleGetItem,
+    TupleType,
+    Var,
+    const,
+    free_vars,
+    post_order,
 )
 from tensorvm.ir.functor import ExprMutator, ExprVisitor
 
@@ -132,3 +147,13 @@ def test_visitors_handle_long_let_chains():
     Count().visit(body)
     assert len(seen) == 30000
     assert ExprMutator().visit(body) is body
+
+
+def test_visitors_handle_deep_graph_form_chains():
+    x = Var("x")
+    expr = x
+    for i in range(40000):
+        expr = tv.op.exp(expr) if i % 2 else tv.op.negative(expr)
+    assert free_vars(expr) == [x]
+    assert len([n for n in post_order(expr) if isinstance(n, Call)]) == 40000
+    assert ExprMutator().visit(expr) is expr

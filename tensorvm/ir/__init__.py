@@ -3,15 +3,50 @@
 from .analysis import all_vars, bound_vars, called_globals, free_vars, post_order  # noqa: F401
 from .attrs import Attrs  # noqa: F401
 from .expr import (  # noqa: F401
-    Call, Clause, Constant, Constructor, Expr, Function, GlobalVar, If, Let, Match, Op, Pattern,
-    PatternConstructor, PatternTuple, PatternVar, PatternWildcard, RefCreate, RefRead, RefWrite, Span, Tuple,
-    TupleGetItem, Var, const,
+    Call,
+    Clause,
+    Constant,
+    Constructor,
+    Expr,
+    Function,
+    GlobalVar,
+    If,
+    Let,
+    Match,
+    Op,
+    Pattern,
+    PatternConstructor,
+    PatternTuple,
+    PatternVar,
+    PatternWildcard,
+    RefCreate,
+    RefRead,
+    RefWrite,
+    Span,
+    Tuple,
+    TupleGetItem,
+    Var,
+    const,
 )
 from .functor import ExprFunctor, ExprMutator, ExprVisitor  # noqa: F401
 from .module import IRModule  # noqa: F401
 from .types import (  # noqa: F401
-    Any, Dim, FuncType, GlobalTypeVar, IncompleteType, RefType, SymDim, TensorType, TupleType, Type, TypeCall,
-    TypeData, TypeVar, is_static_shape, normalize_dtype, scalar_type,
+    Any,
+    Dim,
+    FuncType,
+    GlobalTypeVar,
+    IncompleteType,
+    RefType,
+    SymDim,
+    TensorType,
+    TupleType,
+    Type,
+    TypeCall,
+    TypeData,
+    TypeVar,
+    is_static_shape,
+    normalize_dtype,
+    scalar_type,
 )
 
 

@@ -9,6 +9,7 @@ not part of a node's structure.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+
 import numpy as np
 
 from .attrs import Attrs
@@ -31,7 +32,7 @@ class Span:
         return f"{self.source_name}:{self.line}:{self.column}"
 
 
-_NODE = dict(frozen=True, eq=False, slots=True)
+_NODE = dict(frozen=True, eq=False, slots=True, repr=False)
 
 
 class Expr:
@@ -52,9 +53,12 @@ class Expr:
         return self
 
     def __repr__(self) -> str:
-        from .printer import expr_to_str
+        try:
+            from .printer import expr_to_str
 
-        return expr_to_str(self)
+            return expr_to_str(self)
+        except Exception:  # noqa: BLE001 - a repr must never fail
+            return f"<{type(self).__name__} at {id(self):#x}>"
 
     # Building a call with Python syntax: ``f(x, y)`` for any callable expression.
     def __call__(self, *args, **attrs) -> Call:

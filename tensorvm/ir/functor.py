@@ -8,18 +8,66 @@ not exhaust Python's stack.
 from __future__ import annotations
 
 import sys
+import threading
 
 from .expr import (
-    Call, Clause, Constant, Constructor, Expr, Function, GlobalVar, If, Let, Match, Op, Pattern,
-    PatternConstructor, PatternTuple, PatternVar, PatternWildcard, RefCreate, RefRead, RefWrite, Tuple,
-    TupleGetItem, Var,
+    Call,
+    Clause,
+    Constant,
+    Constructor,
+    Expr,
+    Function,
+    GlobalVar,
+    If,
+    Let,
+    Match,
+    Op,
+    Pattern,
+    PatternConstructor,
+    PatternTuple,
+    PatternVar,
+    PatternWildcard,
+    RefCreate,
+    RefRead,
+    RefWrite,
+    Tuple,
+    TupleGetItem,
+    Var,
 )
 
-__all__ = ["ExprVisitor", "ExprMutator", "ExprFunctor"]
+__all__ = ["ExprVisitor", "ExprMutator", "ExprFunctor", "call_with_fresh_stack"]
 
-# Deep graph-form programs (thousands of chained calls) recurse once per node.
+# Deep graph-form programs (thousands of chained calls) recurse once per node. Rather than one huge
+# stack, a visit continues in a fresh thread every ``_SEGMENT`` nested visits, so each thread's
+# depth stays bounded whatever the depth of the program.
 if sys.getrecursionlimit() < 20000:
     sys.setrecursionlimit(20000)
+_SEGMENT = 2000
+_SEGMENT_STACK_BYTES = 256 << 20
+_depth = threading.local()
+
+
+def call_with_fresh_stack(fn, *args):
+    """Run ``fn(*args)`` in a new thread with a large stack and return its result (or raise its error)."""
+    result: list = []
+    error: list = []
+
+    def run():
+        try:
+            result.append(fn(*args))
+        except BaseException as err:  # noqa: BLE001 - re-raised in the caller's thread
+            error.append(err)
+
+    old = threading.stack_size(_SEGMENT_STACK_BYTES)
+    try:
+        thread = threading.Thread(target=run, name="tensorvm-deep-visit")
+        thread.start()
+    finally:
+        threading.stack_size(old)
+    thread.join()
+    if error:
+        raise error[0]
+    return result[0]
 
 
 class ExprFunctor:
@@ -33,9 +81,21 @@ class ExprFunctor:
             return self.memo[expr]
         except KeyError:
             pass
-        result = self._dispatch[type(expr)](self, expr)
+        depth = getattr(_depth, "value", 0)
+        if depth >= _SEGMENT:
+            return call_with_fresh_stack(self._visit_in_new_segment, expr)
+        _depth.value = depth + 1
+        try:
+            result = self._dispatch[type(expr)](self, expr)
+        finally:
+            _depth.value = depth
         self.memo[expr] = result
         return result
+
+    def _visit_in_new_segment(self, expr: Expr):
+        _depth.value = 0
+        # The base visit, not an override: a subclass's wrapper around visit already ran for this node.
+        return ExprFunctor.visit(self, expr)
 
     _dispatch: dict = {}
 
@@ -129,7 +189,10 @@ class ExprVisitor(ExprFunctor):
 
 
 class ExprMutator(ExprFunctor):
-    """Rebuilds an expression bottom-up; returns the same node when nothing below it changed."""
+    """Rebuilds an expression bottom-up; returns the same node when nothing below it changed.
+
+    "Unchanged" is ``==``: identity for every node except the name-equal ``Op``/``GlobalVar``/``Constructor``.
+    """
 
     def visit_var(self, v: Var):
         return v
@@ -149,19 +212,19 @@ class ExprMutator(ExprFunctor):
     def visit_call(self, call: Call):
         op = self.visit(call.op)
         args = tuple(self.visit(a) for a in call.args)
-        if op is call.op and all(a is b for a, b in zip(args, call.args)):
+        if op == call.op and all(a == b for a, b in zip(args, call.args)):
             return call
         return Call(op, args, call.attrs, call.type_args, span=call.span)
 
     def visit_tuple(self, t: Tuple):
         fields = tuple(self.visit(f) for f in t.fields)
-        if all(a is b for a, b in zip(fields, t.fields)):
+        if all(a == b for a, b in zip(fields, t.fields)):
             return t
         return Tuple(fields, span=t.span)
 
     def visit_tuple_getitem(self, t: TupleGetItem):
         value = self.visit(t.tuple_value)
-        return t if value is t.tuple_value else TupleGetItem(value, t.index, span=t.span)
+        return t if value == t.tuple_value else TupleGetItem(value, t.index, span=t.span)
 
     def visit_let(self, let: Let):
         chain = []
@@ -171,7 +234,7 @@ class ExprMutator(ExprFunctor):
             expr = expr.body
         result = self.visit(expr)
         for node, var, value in reversed(chain):
-            if var is node.var and value is node.value and result is node.body:
+            if var == node.var and value == node.value and result == node.body:
                 result = node
             else:
                 result = Let(var, value, result, span=node.span)
@@ -180,45 +243,45 @@ class ExprMutator(ExprFunctor):
 
     def visit_if(self, e: If):
         cond, t, f = self.visit(e.cond), self.visit(e.true_branch), self.visit(e.false_branch)
-        if cond is e.cond and t is e.true_branch and f is e.false_branch:
+        if cond == e.cond and t == e.true_branch and f == e.false_branch:
             return e
         return If(cond, t, f, span=e.span)
 
     def visit_function(self, fn: Function):
         params = tuple(self.visit(p) for p in fn.params)
         body = self.visit(fn.body)
-        if body is fn.body and all(a is b for a, b in zip(params, fn.params)):
+        if body == fn.body and all(a == b for a, b in zip(params, fn.params)):
             return fn
         return Function(params, body, fn.ret_type, fn.type_params, fn.attrs, span=fn.span)
 
     def visit_match(self, m: Match):
         data = self.visit(m.data)
         clauses = tuple(Clause(self.visit_pattern(c.lhs), self.visit(c.rhs)) for c in m.clauses)
-        if data is m.data and all(a.lhs is b.lhs and a.rhs is b.rhs for a, b in zip(clauses, m.clauses)):
+        if data == m.data and all(a.lhs == b.lhs and a.rhs == b.rhs for a, b in zip(clauses, m.clauses)):
             return m
         return Match(data, clauses, m.complete, span=m.span)
 
     def visit_pattern(self, p: Pattern) -> Pattern:
         if isinstance(p, PatternVar):
             var = self.visit(p.var)
-            return p if var is p.var else PatternVar(var)
+            return p if var == p.var else PatternVar(var)
         if isinstance(p, PatternConstructor):
             subs = tuple(self.visit_pattern(s) for s in p.patterns)
-            return p if all(a is b for a, b in zip(subs, p.patterns)) else PatternConstructor(p.constructor, subs)
+            return p if all(a == b for a, b in zip(subs, p.patterns)) else PatternConstructor(p.constructor, subs)
         if isinstance(p, PatternTuple):
             subs = tuple(self.visit_pattern(s) for s in p.patterns)
-            return p if all(a is b for a, b in zip(subs, p.patterns)) else PatternTuple(subs)
+            return p if all(a == b for a, b in zip(subs, p.patterns)) else PatternTuple(subs)
         assert isinstance(p, PatternWildcard)
         return p
 
     def visit_ref_create(self, r: RefCreate):
         v = self.visit(r.value)
-        return r if v is r.value else RefCreate(v, span=r.span)
+        return r if v == r.value else RefCreate(v, span=r.span)
 
     def visit_ref_read(self, r: RefRead):
         v = self.visit(r.ref)
-        return r if v is r.ref else RefRead(v, span=r.span)
+        return r if v == r.ref else RefRead(v, span=r.span)
 
     def visit_ref_write(self, r: RefWrite):
         ref, v = self.visit(r.ref), self.visit(r.value)
-        return r if ref is r.ref and v is r.value else RefWrite(ref, v, span=r.span)
+        return r if ref == r.ref and v == r.value else RefWrite(ref, v, span=r.span)

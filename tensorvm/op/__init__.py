@@ -9,7 +9,15 @@ from __future__ import annotations
 import importlib
 
 from .registry import (  # noqa: F401
-    REQUIRED, AttrDef, OpDef, OpPattern, get_op, is_registered, make_call, op_names, register_op,
+    REQUIRED,
+    AttrDef,
+    OpDef,
+    OpPattern,
+    get_op,
+    is_registered,
+    make_call,
+    op_names,
+    register_op,
 )
 
 # Importing these modules registers their ops.
@@ -35,6 +43,15 @@ class _Namespace:
         if any(op.startswith(full + ".") for op in op_names()):
             return _Namespace(full)
         raise AttributeError(f"no operator {full}")
+
+
+def _install_namespaces() -> None:
+    """Make ``tensorvm.op.nn`` etc. build calls even where a submodule of that name defines the ops."""
+    for prefix in {name.split(".")[0] for name in op_names() if "." in name}:
+        globals()[prefix] = _Namespace(prefix)
+
+
+_install_namespaces()
 
 
 def __getattr__(name: str):
