@@ -1,0 +1,947 @@
+"""Neural-network operators (``nn.*``): dense/matmul, activations, softmax, normalizations,
+convolutions, pooling, padding and a few layout shuffles.
+
+As in ``transform.py``, each op's output shape is computed by one function over dims that may be
+``Any``/``SymDim``, shared by the type relation (``TypeInferenceError``) and the shape function and kernel
+(``ShapeError``). Kernels are vectorized NumPy: convolution is im2col (a strided window view) followed by
+one batched matmul, pooling reduces a strided window view. They are the reference for bigger models.
+
+Layouts are strings such as ``NCHW``/``NHWC`` (data) and ``OIHW``/``HWIO`` (kernel); any ordering of the
+letters is accepted and the kernels transpose to the canonical order.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..errors import AttrError, ShapeError, TypeInferenceError
+from ..ir.types import Any, TensorType, TupleType
+from ._common import expect_tensor
+from .registry import REQUIRED, AttrDef, OpPattern
+from .transform import (
+    add_dims,
+    concrete,
+    define,
+    define_shaped,
+    fmt_shape,
+    int_pair,
+    int_tuple,
+    is_float_dtype,
+    layout_of,
+    mul_dims,
+    norm_axis,
+    one_of,
+    optional_layout,
+    padding4,
+    prod_dims,
+    to_bool,
+    to_float,
+    to_int,
+    to_out_dtype,
+    unify_dim,
+)
+
+__all__: list[str] = []
+
+
+def _positive_int(value) -> int:
+    value = to_int(value)
+    if value < 1:
+        raise ValueError(f"expected a positive integer, got {value}")
+    return value
+
+
+def _check_same_dtype(op: str, *names: str):
+    """A ``check_types`` hook: the listed arguments share the first argument's dtype."""
+
+    def check(types, attrs):
+        for name, t in zip(names, types[1:], strict=False):
+            if t.dtype != types[0].dtype:
+                raise TypeInferenceError(f"{op}: {name} must have the data's dtype {types[0].dtype}, got {t.dtype}")
+
+    return check
+
+
+def _check_float(op: str, *names: str):
+    same = _check_same_dtype(op, *names)
+
+    def check(types, attrs):
+        if not is_float_dtype(types[0].dtype):
+            raise TypeInferenceError(f"{op}: expected a floating-point tensor, got {types[0].dtype}")
+        same(types, attrs)
+
+    return check
+
+
+def _out_dtype(types, attrs):
+    return attrs.out_dtype or types[0].dtype
+
+
+def _acc_dtype(dtype) -> np.dtype:
+    """The dtype to compute a float reduction in: at least float32 (float16 sums lose too much)."""
+    return np.promote_types(dtype, np.float32)
+
+
+def _broadcast_batch(op: str, a, b, err):
+    if a == 1:
+        return b
+    if b == 1:
+        return a
+    return unify_dim(op, a, b, "batch dims", err)
+
+
+def _div_dim(op: str, dim, k: int, err, what: str):
+    if isinstance(dim, int):
+        if dim % k:
+            raise err(f"{op}: {what} ({dim}) must be divisible by {k}")
+        return dim // k
+    return dim if k == 1 else Any()
+
+
+def _expect_rank(op: str, shape, rank: int, what: str, err):
+    if len(shape) != rank:
+        raise err(f"{op}: {what} must have rank {rank}, got shape {fmt_shape(shape)}")
+
+
+# Layout helpers: ``canonical`` is e.g. "NCHW"; ``layout`` a permutation of its letters.
+
+def _to_canonical(shape, layout: str, canonical: str) -> tuple:
+    return tuple(shape[layout.index(c)] for c in canonical)
+
+
+def _from_canonical(shape, canonical: str, layout: str) -> tuple:
+    return tuple(shape[canonical.index(c)] for c in layout)
+
+
+def _array_to_canonical(x: np.ndarray, layout: str, canonical: str) -> np.ndarray:
+    return x if layout == canonical else x.transpose([layout.index(c) for c in canonical])
+
+
+def _array_from_canonical(x: np.ndarray, canonical: str, layout: str) -> np.ndarray:
+    return x if layout == canonical else np.ascontiguousarray(x.transpose([canonical.index(c) for c in layout]))
+
+
+# ---------------------------------------------------------------------------------------------------
+# dense, matmul, batch_matmul
+
+
+def _dense_logic(op, attrs, shapes, err):
+    data, weight = shapes
+    if len(data) < 1:
+        raise err(f"{op}: data must have rank >= 1, got a scalar")
+    _expect_rank(op, weight, 2, "weight (units, in_dim)", err)
+    units = weight[0]
+    if attrs.units is not None:
+        units = unify_dim(op, units, attrs.units, "the units attribute and weight dim 0", err)
+    unify_dim(op, data[-1], weight[1], "the data's last dim and the weight's dim 1", err)
+    return tuple(data[:-1]) + (units,)
+
+
+def _matmul_kernel(a: np.ndarray, b: np.ndarray, out_dtype: str) -> np.ndarray:
+    acc = np.dtype(out_dtype)
+    return np.matmul(a.astype(acc, copy=False), b.astype(acc, copy=False))
+
+
+_OUT_DTYPE = AttrDef("out_dtype", "", to_out_dtype, "output dtype; empty: the input's")
+_UNITS = AttrDef("units", None, _positive_int, "the number of output units (checked against the weight)")
+
+define_shaped(
+    "nn.dense", 2, _dense_logic,
+    lambda attrs, shape, x, w: _matmul_kernel(x, w.T, attrs.out_dtype or x.dtype.name),
+    OpPattern.OUT_ELEMWISE_FUSABLE, attrs=(_UNITS, _OUT_DTYPE), dtype_rule=_out_dtype,
+    check_types=_check_same_dtype("nn.dense", "weight"),
+    doc="y = x W^T with x of shape (..., in_dim) and W of shape (units, in_dim).",
+)
+
+
+def _matmul_logic(op, attrs, shapes, err):
+    a, b = shapes
+    if len(a) < (2 if attrs.transpose_a else 1):
+        raise err(f"{op}: tensor_a has too few dims: {fmt_shape(a)}")
+    _expect_rank(op, b, 2, "tensor_b", err)
+    if attrs.transpose_a:
+        k, prefix = a[-2], tuple(a[:-2]) + (a[-1],)
+    else:
+        k, prefix = a[-1], tuple(a[:-1])
+    k2, n = (b[1], b[0]) if attrs.transpose_b else (b[0], b[1])
+    unify_dim(op, k, k2, "the reduction dims of tensor_a and tensor_b", err)
+    if attrs.units is not None:
+        n = unify_dim(op, n, attrs.units, "the units attribute and tensor_b's output dim", err)
+    return prefix + (n,)
+
+
+def _nn_matmul_kernel(attrs, shape, a, b):
+    a = np.swapaxes(a, -1, -2) if attrs.transpose_a else a
+    b = b.T if attrs.transpose_b else b
+    return _matmul_kernel(a, b, attrs.out_dtype or a.dtype.name)
+
+
+define_shaped(
+    "nn.matmul", 2, _matmul_logic, _nn_matmul_kernel, OpPattern.OUT_ELEMWISE_FUSABLE,
+    attrs=(_UNITS, _OUT_DTYPE, AttrDef("transpose_a", False, to_bool), AttrDef("transpose_b", False, to_bool)),
+    dtype_rule=_out_dtype, check_types=_check_same_dtype("nn.matmul", "tensor_b"),
+    doc="y = A B with A of shape (..., K) (or (..., K, M) transposed) and a 2-D B of shape (K, N) "
+        "(or (N, K) transposed).",
+)
+
+
+def _batch_matmul_logic(op, attrs, shapes, err):
+    x, y = shapes
+    _expect_rank(op, x, 3, "x", err)
+    _expect_rank(op, y, 3, "y", err)
+    bx, m, k1 = (x[0], x[2], x[1]) if attrs.transpose_a else tuple(x)
+    by, n, k2 = tuple(y) if attrs.transpose_b else (y[0], y[2], y[1])
+    unify_dim(op, k1, k2, "the reduction dims of x and y", err)
+    return (_broadcast_batch(op, bx, by, err), m, n)
+
+
+def _batch_matmul_kernel(attrs, shape, x, y):
+    x = np.swapaxes(x, 1, 2) if attrs.transpose_a else x
+    y = np.swapaxes(y, 1, 2) if attrs.transpose_b else y
+    return _matmul_kernel(x, y, attrs.out_dtype or x.dtype.name)
+
+
+define_shaped(
+    "nn.batch_matmul", 2, _batch_matmul_logic, _batch_matmul_kernel, OpPattern.OUT_ELEMWISE_FUSABLE,
+    attrs=(_OUT_DTYPE, AttrDef("transpose_a", False, to_bool), AttrDef("transpose_b", True, to_bool)),
+    dtype_rule=_out_dtype, check_types=_check_same_dtype("nn.batch_matmul", "y"),
+    doc="Batched x y (y transposed by default, like Relay): (B, M, K) x (B, N, K) -> (B, M, N); a batch "
+        "of 1 broadcasts.",
+)
+
+
+# ---------------------------------------------------------------------------------------------------
+# bias_add, activations
+
+
+def _channel_vectors(op, data, vectors, axis, err, names):
+    """Check that each of ``vectors`` is 1-D of length ``data[axis]``. Returns the normalized axis and
+    the data's shape with that dim refined by the vectors' lengths (``?`` and ``(8,)`` give 8)."""
+    axis = norm_axis(op, axis, len(data), err)
+    channels = data[axis]
+    for name, vec in zip(names, vectors, strict=True):
+        _expect_rank(op, vec, 1, name, err)
+        channels = unify_dim(op, channels, vec[0], f"data dim {axis} and the length of {name}", err)
+    return axis, tuple(data[:axis]) + (channels,) + tuple(data[axis + 1:])
+
+
+def _along(vec: np.ndarray, axis: int, ndim: int) -> np.ndarray:
+    """Reshape a 1-D vector to broadcast along ``axis`` of a rank-``ndim`` tensor."""
+    return vec.reshape((-1,) + (1,) * (ndim - axis - 1))
+
+
+def _bias_logic(name):
+    def logic(op, attrs, shapes, err):
+        return _channel_vectors(op, shapes[0], shapes[1:], attrs.axis, err, (name,))[1]
+
+    return logic
+
+
+define_shaped(
+    "nn.bias_add", 2, _bias_logic("bias"),
+    lambda attrs, shape, x, b: x + _along(b, attrs.axis % x.ndim, x.ndim), OpPattern.BROADCAST,
+    attrs=(AttrDef("axis", 1, to_int),), check_types=_check_same_dtype("nn.bias_add", "bias"),
+    doc="Add a 1-D bias along ``axis``.",
+)
+
+
+def _unary(name, kernel, attrs=(), floats_only=False, doc=""):
+    define_shaped(
+        name, 1, lambda op, attrs, shapes, err: tuple(shapes[0]), lambda attrs, shape, x: kernel(attrs, x),
+        OpPattern.ELEMWISE, attrs=attrs, check_types=_check_float(name) if floats_only else None, doc=doc,
+    )
+
+
+_unary("nn.relu", lambda attrs, x: np.maximum(x, x.dtype.type(0)), doc="max(x, 0).")
+_unary(
+    "nn.leaky_relu", lambda attrs, x: np.where(x > 0, x, x * x.dtype.type(attrs.alpha)),
+    attrs=(AttrDef("alpha", 0.01, to_float),), floats_only=True, doc="x if x > 0 else alpha * x.",
+)
+
+_erf = np.vectorize(math.erf, otypes=[np.float64])
+
+
+def _gelu(attrs, x):
+    acc = x.astype(np.float64)
+    if attrs.approximate == "tanh":
+        inner = math.sqrt(2 / math.pi) * (acc + 0.044715 * acc**3)
+        return (0.5 * acc * (1 + np.tanh(inner))).astype(x.dtype)
+    return (0.5 * acc * (1 + _erf(acc / math.sqrt(2)))).astype(x.dtype)
+
+
+_unary(
+    "nn.gelu", _gelu, attrs=(AttrDef("approximate", "none", one_of("none", "tanh")),), floats_only=True,
+    doc="x * Phi(x) (exact, with erf) or its tanh approximation.",
+)
+
+define_shaped(
+    "nn.prelu", 2, _bias_logic("alpha"),
+    lambda attrs, shape, x, a: np.where(x > 0, x, x * _along(a, attrs.axis % x.ndim, x.ndim)).astype(x.dtype),
+    OpPattern.BROADCAST, attrs=(AttrDef("axis", 1, to_int),), check_types=_check_float("nn.prelu", "alpha"),
+    doc="x if x > 0 else alpha[c] * x, with the 1-D alpha along ``axis``.",
+)
+
+
+def _axis_logic(op, attrs, shapes, err):
+    norm_axis(op, attrs.axis, len(shapes[0]), err)
+    return tuple(shapes[0])
+
+
+def _softmax(attrs, shape, x, log=False):
+    if x.size == 0:
+        return x.copy()
+    acc = x.astype(_acc_dtype(x.dtype))
+    shifted = acc - acc.max(axis=attrs.axis, keepdims=True)
+    exp = np.exp(shifted)
+    total = exp.sum(axis=attrs.axis, keepdims=True)
+    out = shifted - np.log(total) if log else exp / total
+    return out.astype(x.dtype)
+
+
+define_shaped(
+    "nn.softmax", 1, _axis_logic, _softmax, OpPattern.OPAQUE, attrs=(AttrDef("axis", -1, to_int),),
+    check_types=_check_float("nn.softmax"), doc="exp(x) / sum(exp(x)) along ``axis``.",
+)
+define_shaped(
+    "nn.log_softmax", 1, _axis_logic, lambda attrs, shape, x: _softmax(attrs, shape, x, log=True),
+    OpPattern.OPAQUE, attrs=(AttrDef("axis", -1, to_int),), check_types=_check_float("nn.log_softmax"),
+    doc="x - log(sum(exp(x))) along ``axis``.",
+)
+
+
+# ---------------------------------------------------------------------------------------------------
+# normalizations (inference)
+
+_EPSILON = AttrDef("epsilon", 1e-5, to_float)
+_CENTER = AttrDef("center", True, to_bool)
+_SCALE = AttrDef("scale", True, to_bool)
+
+
+def _normalize(x: np.ndarray, axes: tuple, epsilon: float) -> np.ndarray:
+    mean = x.mean(axis=axes, keepdims=True)
+    var = ((x - mean) ** 2).mean(axis=axes, keepdims=True)
+    return (x - mean) / np.sqrt(var + epsilon)
+
+
+def _scale_shift(attrs, y, axis, gamma, beta):
+    if attrs.scale:
+        y = y * _along(gamma.astype(y.dtype), axis, y.ndim)
+    if attrs.center and beta is not None:
+        y = y + _along(beta.astype(y.dtype), axis, y.ndim)
+    return y
+
+
+def _norm_logic(names):
+    def logic(op, attrs, shapes, err):
+        return _channel_vectors(op, shapes[0], shapes[1:], attrs.axis, err, names)[1]
+
+    return logic
+
+
+def _layer_norm(attrs, shape, x, gamma, beta):
+    if x.size == 0:
+        return x.copy()
+    axis = attrs.axis % x.ndim
+    y = _normalize(x.astype(_acc_dtype(x.dtype)), (axis,), attrs.epsilon)
+    return _scale_shift(attrs, y, axis, gamma, beta).astype(x.dtype)
+
+
+define_shaped(
+    "nn.layer_norm", 3, _norm_logic(("gamma", "beta")), _layer_norm, OpPattern.OPAQUE,
+    attrs=(AttrDef("axis", -1, to_int), _EPSILON, _CENTER, _SCALE),
+    check_types=_check_float("nn.layer_norm", "gamma", "beta"),
+    doc="(x - mean) / sqrt(var + epsilon) * gamma + beta over ``axis``.",
+)
+
+
+def _rms_norm(attrs, shape, x, gamma):
+    if x.size == 0:
+        return x.copy()
+    axis = attrs.axis % x.ndim
+    acc = x.astype(_acc_dtype(x.dtype))
+    y = acc / np.sqrt((acc * acc).mean(axis=axis, keepdims=True) + attrs.epsilon)
+    return (y * _along(gamma.astype(y.dtype), axis, x.ndim)).astype(x.dtype)
+
+
+define_shaped(
+    "nn.rms_norm", 2, _norm_logic(("gamma",)), _rms_norm, OpPattern.OPAQUE,
+    attrs=(AttrDef("axis", -1, to_int), _EPSILON), check_types=_check_float("nn.rms_norm", "gamma"),
+    doc="x / sqrt(mean(x^2) + epsilon) * gamma over ``axis``.",
+)
+
+
+def _instance_norm(attrs, shape, x, gamma, beta):
+    if x.size == 0:
+        return x.copy()
+    axis = attrs.axis % x.ndim
+    axes = tuple(i for i in range(1, x.ndim) if i != axis)
+    y = _normalize(x.astype(_acc_dtype(x.dtype)), axes, attrs.epsilon)
+    return _scale_shift(attrs, y, axis, gamma, beta).astype(x.dtype)
+
+
+def _instance_norm_logic(op, attrs, shapes, err):
+    if len(shapes[0]) < 2:
+        raise err(f"{op}: data must have rank >= 2, got {fmt_shape(shapes[0])}")
+    if norm_axis(op, attrs.axis, len(shapes[0]), err) == 0:
+        raise err(f"{op}: the channel axis cannot be the batch axis 0")
+    return _norm_logic(("gamma", "beta"))(op, attrs, shapes, err)
+
+
+define_shaped(
+    "nn.instance_norm", 3, _instance_norm_logic, _instance_norm, OpPattern.OPAQUE,
+    attrs=(AttrDef("axis", 1, to_int), _EPSILON, _CENTER, _SCALE),
+    check_types=_check_float("nn.instance_norm", "gamma", "beta"),
+    doc="Normalize each (sample, channel) over the remaining dims, then scale and shift per channel.",
+)
+
+
+def _group_norm_logic(op, attrs, shapes, err):
+    shape = _instance_norm_logic(op, attrs, shapes, err)
+    channels = shape[attrs.axis % len(shape)]
+    _div_dim(op, channels, attrs.num_groups, err, "the number of channels")
+    return shape
+
+
+def _group_norm(attrs, shape, x, gamma, beta):
+    if x.size == 0:
+        return x.copy()
+    axis = attrs.axis % x.ndim
+    moved = np.moveaxis(x.astype(_acc_dtype(x.dtype)), axis, 1)
+    n, c = moved.shape[:2]
+    grouped = moved.reshape((n, attrs.num_groups, c // attrs.num_groups) + moved.shape[2:])
+    y = _normalize(grouped, tuple(range(2, grouped.ndim)), attrs.epsilon).reshape(moved.shape)
+    y = np.moveaxis(y, 1, axis)
+    return _scale_shift(attrs, y, axis, gamma, beta).astype(x.dtype)
+
+
+define_shaped(
+    "nn.group_norm", 3, _group_norm_logic, _group_norm, OpPattern.OPAQUE,
+    attrs=(AttrDef("num_groups", REQUIRED, _positive_int), AttrDef("axis", 1, to_int), _EPSILON, _CENTER, _SCALE),
+    check_types=_check_float("nn.group_norm", "gamma", "beta"),
+    doc="Normalize each sample over groups of ``num_groups`` channels (and all spatial dims).",
+)
+
+
+_BN_NAMES = ("gamma", "beta", "moving_mean", "moving_var")
+
+
+def _batch_norm_shapes(op, attrs, shapes, err):
+    axis, data = _channel_vectors(op, shapes[0], shapes[1:], attrs.axis, err, _BN_NAMES)
+    return [data, (data[axis],), (data[axis],)]
+
+
+def _batch_norm_rel(types, attrs, consts=None):
+    op = "nn.batch_norm"
+    tensors = [expect_tensor(op, t, name) for t, name in zip(types, ("data",) + _BN_NAMES, strict=True)]
+    _check_float(op, *_BN_NAMES)(tensors, attrs)
+    data, vec, _ = _batch_norm_shapes(op, attrs, [t.shape for t in tensors], TypeInferenceError)
+    dtype = tensors[0].dtype
+    return TupleType((TensorType(data, dtype), TensorType(vec, dtype), TensorType(vec, dtype)))
+
+
+def _batch_norm(attrs, x, gamma, beta, mean, var):
+    arrays = [np.asarray(a) for a in (x, gamma, beta, mean, var)]
+    _batch_norm_shapes("nn.batch_norm", attrs, [a.shape for a in arrays], ShapeError)
+    x, gamma, beta, mean, var = arrays
+    axis = attrs.axis % x.ndim
+    acc = _acc_dtype(x.dtype)
+    y = (x.astype(acc) - _along(mean.astype(acc), axis, x.ndim)) / np.sqrt(_along(var.astype(acc), axis, x.ndim)
+                                                                           + attrs.epsilon)
+    y = _scale_shift(attrs, y, axis, gamma, beta).astype(x.dtype)
+    return y, mean.copy(), var.copy()
+
+
+define(
+    "nn.batch_norm", 5, _batch_norm_rel, _batch_norm, OpPattern.OPAQUE,
+    attrs=(AttrDef("axis", 1, to_int), _EPSILON, _CENTER, _SCALE),
+    shape_func=lambda attrs, args: _batch_norm_shapes("nn.batch_norm", attrs, [concrete(s) for s in args],
+                                                      ShapeError),
+    doc="Inference batch norm: (x - moving_mean) / sqrt(moving_var + epsilon) * gamma + beta along ``axis``; "
+        "returns (out, moving_mean, moving_var) like Relay.",
+)
+
+
+# ---------------------------------------------------------------------------------------------------
+# windows: shared by convolution and pooling
+
+
+def _window_out(op, dim, kernel, pad_total, stride, dilation, ceil_mode, err, what):
+    """The number of window positions along one spatial dim (Relay's formula, with ceil_mode)."""
+    if isinstance(dim, int) and isinstance(kernel, int):
+        extent = dilation * (kernel - 1) + 1
+        room = dim + pad_total - extent
+        if room < 0:
+            raise err(f"{op}: the {what} window ({extent} with dilation) is larger than the padded input "
+                      f"({dim} + {pad_total} padding)")
+        return (room + (stride - 1 if ceil_mode else 0)) // stride + 1
+    if kernel == 1 and pad_total == 0 and stride == 1:
+        return dim
+    return Any()
+
+
+def _windows(x: np.ndarray, kernel, strides, dilation, out_hw) -> np.ndarray:
+    """A read-only view (..., OH, OW, KH, KW) of the windows over the last two axes of ``x``."""
+    sh, sw = x.strides[-2:]
+    return np.lib.stride_tricks.as_strided(
+        x, shape=x.shape[:-2] + tuple(out_hw) + tuple(kernel),
+        strides=x.strides[:-2] + (sh * strides[0], sw * strides[1], sh * dilation[0], sw * dilation[1]),
+        writeable=False,
+    )
+
+
+def _conv2d_nchw(x, w, strides, padding, dilation, groups, out_dtype) -> np.ndarray:
+    """Grouped 2-D convolution, NCHW data and OIHW weight, as im2col + one batched matmul."""
+    n, c, h, wd = x.shape
+    o, cg, kh, kw = w.shape
+    pt, pl, pb, pr = padding
+    oh = (h + pt + pb - dilation[0] * (kh - 1) - 1) // strides[0] + 1
+    ow = (wd + pl + pr - dilation[1] * (kw - 1) - 1) // strides[1] + 1
+    acc = np.dtype(out_dtype)
+    xp = np.pad(x.astype(acc, copy=False), ((0, 0), (0, 0), (pt, pb), (pl, pr)))
+    cols = _windows(xp, (kh, kw), strides, dilation, (oh, ow))  # (N, C, OH, OW, KH, KW)
+    cols = cols.reshape(n, groups, cg, oh, ow, kh, kw).transpose(1, 0, 3, 4, 2, 5, 6)
+    cols = cols.reshape(groups, n * oh * ow, cg * kh * kw)
+    weights = w.astype(acc, copy=False).reshape(groups, o // groups, cg * kh * kw).transpose(0, 2, 1)
+    out = np.matmul(cols, weights)  # (G, N*OH*OW, O/G)
+    return out.reshape(groups, n, oh, ow, o // groups).transpose(1, 0, 4, 2, 3).reshape(n, o, oh, ow)
+
+
+_CONV_ATTRS = (
+    AttrDef("strides", (1, 1), int_pair(1)),
+    AttrDef("padding", (0, 0, 0, 0), padding4, "(top, left, bottom, right); 1 or 2 values are expanded"),
+    AttrDef("dilation", (1, 1), int_pair(1)),
+    AttrDef("groups", 1, _positive_int),
+    AttrDef("channels", None, _positive_int),
+    AttrDef("kernel_size", None, int_pair(1)),
+)
+
+
+def _conv_common(op, attrs, shapes, err, kernel_canonical):
+    data, weight = shapes
+    _expect_rank(op, data, 4, "data", err)
+    _expect_rank(op, weight, 4, "weight", err)
+    n, c, h, w = _to_canonical(data, attrs.data_layout, "NCHW")
+    kernel = dict(zip(kernel_canonical, _to_canonical(weight, attrs.kernel_layout, kernel_canonical), strict=True))
+    kh, kw = kernel["H"], kernel["W"]
+    if attrs.kernel_size is not None:
+        kh = unify_dim(op, kh, attrs.kernel_size[0], "kernel_size[0] and the weight's height", err)
+        kw = unify_dim(op, kw, attrs.kernel_size[1], "kernel_size[1] and the weight's width", err)
+    return n, c, h, w, kernel["O"], kernel["I"], kh, kw
+
+
+def _conv2d_logic(op, attrs, shapes, err):
+    n, c, h, w, o, i, kh, kw = _conv_common(op, attrs, shapes, err, "OIHW")
+    g = attrs.groups
+    unify_dim(op, c, mul_dims(i, g), f"the data's channels and weight in-channels x groups ({g})", err)
+    if attrs.channels is not None:
+        o = unify_dim(op, o, attrs.channels, "the channels attribute and the weight's out-channels", err)
+    _div_dim(op, o, g, err, "the number of output channels")
+    pt, pl, pb, pr = attrs.padding
+    oh = _window_out(op, h, kh, pt + pb, attrs.strides[0], attrs.dilation[0], False, err, "kernel height")
+    ow = _window_out(op, w, kw, pl + pr, attrs.strides[1], attrs.dilation[1], False, err, "kernel width")
+    return _from_canonical((n, o, oh, ow), "NCHW", attrs.out_layout or attrs.data_layout)
+
+
+def _conv2d_kernel(attrs, shape, x, w):
+    x = _array_to_canonical(x, attrs.data_layout, "NCHW")
+    w = _array_to_canonical(w, attrs.kernel_layout, "OIHW")
+    out = _conv2d_nchw(x, w, attrs.strides, attrs.padding, attrs.dilation, attrs.groups,
+                       attrs.out_dtype or x.dtype.name)
+    return _array_from_canonical(out, "NCHW", attrs.out_layout or attrs.data_layout)
+
+
+define_shaped(
+    "nn.conv2d", 2, _conv2d_logic, _conv2d_kernel, OpPattern.OUT_ELEMWISE_FUSABLE,
+    attrs=_CONV_ATTRS + (
+        AttrDef("data_layout", "NCHW", layout_of("NCHW")), AttrDef("kernel_layout", "OIHW", layout_of("OIHW")),
+        AttrDef("out_layout", "", optional_layout("NCHW")), _OUT_DTYPE,
+    ),
+    dtype_rule=_out_dtype, check_types=_check_same_dtype("nn.conv2d", "weight"),
+    doc="2-D convolution (grouped/depthwise with ``groups``); weight (O, I/groups, KH, KW) in OIHW.",
+)
+
+
+def _conv2d_transpose_logic(op, attrs, shapes, err):
+    n, c, h, w, og, i, kh, kw = _conv_common(op, attrs, shapes, err, "IOHW")
+    g = attrs.groups
+    unify_dim(op, c, i, "the data's channels and the weight's in-channels", err)
+    _div_dim(op, c, g, err, "the number of input channels")
+    o = mul_dims(og, g)
+    if attrs.channels is not None:
+        o = unify_dim(op, o, attrs.channels, "the channels attribute and weight out-channels x groups", err)
+    out_hw = []
+    for axis, (dim, k) in enumerate(((h, kh), (w, kw))):
+        stride, dil, extra = attrs.strides[axis], attrs.dilation[axis], attrs.output_padding[axis]
+        pad = attrs.padding[axis] + attrs.padding[axis + 2]
+        if extra >= max(stride, dil):
+            raise AttrError(f"{op}: output_padding {attrs.output_padding} must be smaller than the stride "
+                            f"or the dilation")
+        if isinstance(dim, int) and isinstance(k, int):
+            if dim < 1:
+                raise err(f"{op}: spatial dims must be positive, got {dim}")
+            size = (dim - 1) * stride - pad + dil * (k - 1) + extra + 1
+            if size < 0:
+                raise err(f"{op}: padding {attrs.padding} leaves a negative output size")
+            out_hw.append(size)
+        else:
+            out_hw.append(dim if (stride, k, pad, extra) == (1, 1, 0, 0) else Any())
+    return _from_canonical((n, o) + tuple(out_hw), "NCHW", attrs.out_layout or attrs.data_layout)
+
+
+def _conv2d_transpose_kernel(attrs, shape, x, w):
+    """The definition, vectorized: one batched matmul gives every input pixel's kernel-weighted
+    contribution, then one strided add per kernel tap scatters them; the padding is cropped off."""
+    x = _array_to_canonical(x, attrs.data_layout, "NCHW")
+    w = _array_to_canonical(w, attrs.kernel_layout, "IOHW")
+    n, c, h, wd = x.shape
+    _, og, kh, kw = w.shape
+    g = attrs.groups
+    (sh, sw), (dh, dw) = attrs.strides, attrs.dilation
+    pt, pl = attrs.padding[:2]  # the bottom/right padding is implied by the output size
+    acc = np.dtype(attrs.out_dtype or x.dtype.name)
+    xg = x.astype(acc, copy=False).reshape(n, g, c // g, h * wd).transpose(1, 0, 3, 2).reshape(g, n * h * wd, c // g)
+    wg = w.astype(acc, copy=False).reshape(g, c // g, og * kh * kw)
+    taps = np.matmul(xg, wg).reshape(g, n, h, wd, og, kh, kw).transpose(1, 0, 4, 5, 6, 2, 3)
+    taps = taps.reshape(n, g * og, kh, kw, h, wd)
+    out_h, out_w = _to_canonical(shape, attrs.out_layout or attrs.data_layout, "NCHW")[2:]
+    full = np.zeros((n, g * og, max((h - 1) * sh + dh * (kh - 1) + 1, pt + out_h),
+                     max((wd - 1) * sw + dw * (kw - 1) + 1, pl + out_w)), dtype=acc)
+    for a in range(kh):
+        for e in range(kw):
+            full[:, :, a * dh:a * dh + (h - 1) * sh + 1:sh, e * dw:e * dw + (wd - 1) * sw + 1:sw] += taps[:, :, a, e]
+    out = full[:, :, pt:pt + out_h, pl:pl + out_w]
+    return _array_from_canonical(out, "NCHW", attrs.out_layout or attrs.data_layout)
+
+
+define_shaped(
+    "nn.conv2d_transpose", 2, _conv2d_transpose_logic, _conv2d_transpose_kernel, OpPattern.OUT_ELEMWISE_FUSABLE,
+    attrs=_CONV_ATTRS + (
+        AttrDef("output_padding", (0, 0), int_pair(0)),
+        AttrDef("data_layout", "NCHW", layout_of("NCHW")), AttrDef("kernel_layout", "IOHW", layout_of("IOHW")),
+        AttrDef("out_layout", "", optional_layout("NCHW")), _OUT_DTYPE,
+    ),
+    dtype_rule=_out_dtype, check_types=_check_same_dtype("nn.conv2d_transpose", "weight"),
+    doc="2-D transposed convolution; weight (I, O/groups, KH, KW) in IOHW (Relay's default).",
+)
+
+
+# ---------------------------------------------------------------------------------------------------
+# pooling
+
+_LAYOUT = AttrDef("layout", "NCHW", layout_of("NCHW"))
+_OUT_LAYOUT = AttrDef("out_layout", "", optional_layout("NCHW"))
+_POOL_ATTRS = (
+    AttrDef("pool_size", (1, 1), int_pair(1)),
+    AttrDef("strides", (1, 1), int_pair(1)),
+    AttrDef("dilation", (1, 1), int_pair(1)),
+    AttrDef("padding", (0, 0, 0, 0), padding4, "(top, left, bottom, right); 1 or 2 values are expanded"),
+    _LAYOUT, _OUT_LAYOUT,
+    AttrDef("ceil_mode", False, to_bool),
+)
+
+
+def _pool_logic(op, attrs, shapes, err):
+    (shape,) = shapes
+    _expect_rank(op, shape, 4, "data", err)
+    n, c, h, w = _to_canonical(shape, attrs.layout, "NCHW")
+    pt, pl, pb, pr = attrs.padding
+    (kh, kw), (sh, sw), (dh, dw) = attrs.pool_size, attrs.strides, attrs.dilation
+    oh = _window_out(op, h, kh, pt + pb, sh, dh, attrs.ceil_mode, err, "pool height")
+    ow = _window_out(op, w, kw, pl + pr, sw, dw, attrs.ceil_mode, err, "pool width")
+    return _from_canonical((n, c, oh, ow), "NCHW", attrs.out_layout or attrs.layout)
+
+
+def _min_value(dtype: np.dtype):
+    return -np.inf if np.issubdtype(dtype, np.floating) else np.iinfo(dtype).min
+
+
+def _tap_slices(padded: np.ndarray, kernel, strides, dilation, out_hw):
+    """For each window tap, the strided view of ``padded`` (over its last two axes) it reads."""
+    (kh, kw), (sh, sw), (dh, dw), (oh, ow) = kernel, strides, dilation, out_hw
+    for a in range(kh):
+        for e in range(kw):
+            yield padded[..., a * dh:a * dh + (oh - 1) * sh + 1:sh, e * dw:e * dw + (ow - 1) * sw + 1:sw]
+
+
+def _pool2d(attrs, out_shape, x, kind):
+    x = _array_to_canonical(x, attrs.layout, "NCHW")
+    _, _, oh, ow = _to_canonical(out_shape, attrs.out_layout or attrs.layout, "NCHW")
+    h, w = x.shape[2:]
+    pt, pl, pb, pr = attrs.padding
+    (kh, kw), strides, dilation = attrs.pool_size, attrs.strides, attrs.dilation
+    # ceil_mode may need room beyond the explicit padding for the last window
+    extra_b = max(0, (oh - 1) * strides[0] + dilation[0] * (kh - 1) + 1 - (h + pt + pb))
+    extra_r = max(0, (ow - 1) * strides[1] + dilation[1] * (kw - 1) + 1 - (w + pl + pr))
+    widths = ((0, 0), (0, 0), (pt, pb + extra_b), (pl, pr + extra_r))
+    window = ((kh, kw), strides, dilation, (oh, ow))
+    if kind == "max":
+        padded = np.pad(x, widths, constant_values=_min_value(x.dtype))
+        out = np.full(x.shape[:2] + (oh, ow), _min_value(x.dtype), dtype=x.dtype)
+        for tap in _tap_slices(padded, *window):
+            np.maximum(out, tap, out=out)
+    else:
+        acc = np.float64 if not np.issubdtype(x.dtype, np.floating) else _acc_dtype(x.dtype)
+        total = np.zeros(x.shape[:2] + (oh, ow), dtype=acc)
+        for tap in _tap_slices(np.pad(x.astype(acc), widths), *window):
+            total += tap
+        # counted positions: the data, plus the explicit padding when count_include_pad
+        if attrs.count_include_pad:
+            mask = np.pad(np.ones((h + pt + pb, w + pl + pr)), ((0, extra_b), (0, extra_r)))
+        else:
+            mask = np.pad(np.ones((h, w)), widths[2:])
+        count = sum(_tap_slices(mask, *window))
+        out = (total / np.maximum(count, 1)).astype(x.dtype)
+    return _array_from_canonical(out, "NCHW", attrs.out_layout or attrs.layout)
+
+
+define_shaped(
+    "nn.max_pool2d", 1, _pool_logic, lambda attrs, shape, x: _pool2d(attrs, shape, x, "max"),
+    OpPattern.OUT_ELEMWISE_FUSABLE, attrs=_POOL_ATTRS, doc="2-D max pooling.",
+)
+define_shaped(
+    "nn.avg_pool2d", 1, _pool_logic, lambda attrs, shape, x: _pool2d(attrs, shape, x, "avg"),
+    OpPattern.OUT_ELEMWISE_FUSABLE, attrs=_POOL_ATTRS + (AttrDef("count_include_pad", False, to_bool),),
+    doc="2-D average pooling; the divisor counts the explicit padding only with ``count_include_pad``.",
+)
+
+
+def _global_pool_logic(op, attrs, shapes, err):
+    (shape,) = shapes
+    _expect_rank(op, shape, 4, "data", err)
+    n, c, _, _ = _to_canonical(shape, attrs.layout, "NCHW")
+    return _from_canonical((n, c, 1, 1), "NCHW", attrs.out_layout or attrs.layout)
+
+
+def _global_pool(attrs, x, kind):
+    x = _array_to_canonical(x, attrs.layout, "NCHW")
+    if kind == "max":
+        out = x.max(axis=(2, 3), keepdims=True, initial=_min_value(x.dtype))
+    else:
+        out = x.astype(np.float64 if not np.issubdtype(x.dtype, np.floating) else _acc_dtype(x.dtype))
+        out = out.mean(axis=(2, 3), keepdims=True) if x.shape[2] * x.shape[3] else out.sum((2, 3), keepdims=True)
+        out = out.astype(x.dtype)
+    return _array_from_canonical(out, "NCHW", attrs.out_layout or attrs.layout)
+
+
+for _kind in ("avg", "max"):
+    define_shaped(
+        f"nn.global_{_kind}_pool2d", 1, _global_pool_logic,
+        (lambda kind: lambda attrs, shape, x: _global_pool(attrs, x, kind))(_kind),
+        OpPattern.OUT_ELEMWISE_FUSABLE, attrs=(_LAYOUT, _OUT_LAYOUT),
+        doc=f"2-D global {_kind} pooling over the whole height and width.",
+    )
+
+
+def _adaptive_pool_logic(op, attrs, shapes, err):
+    (shape,) = shapes
+    _expect_rank(op, shape, 4, "data", err)
+    n, c, h, w = _to_canonical(shape, attrs.layout, "NCHW")
+    oh, ow = (h, w) if attrs.output_size is None else attrs.output_size
+    for dim, out in ((h, oh), (w, ow)):
+        if dim == 0 and isinstance(out, int) and out > 0:
+            raise err(f"{op}: cannot pool an empty spatial dim to size {out}")
+    return _from_canonical((n, c, oh, ow), "NCHW", attrs.out_layout or attrs.layout)
+
+
+def _adaptive_bounds(size: int, out: int):
+    """Window i covers [floor(i * size / out), ceil((i + 1) * size / out))."""
+    starts = (np.arange(out) * size) // out
+    ends = -((-(np.arange(out) + 1) * size) // out)
+    return starts, ends
+
+
+def _adaptive_matrix(size: int, out: int) -> np.ndarray:
+    starts, ends = _adaptive_bounds(size, out)
+    positions = np.arange(size)
+    inside = (positions >= starts[:, None]) & (positions < ends[:, None])
+    return inside / np.maximum(ends - starts, 1)[:, None]
+
+
+def _adaptive_pool(attrs, out_shape, x, kind):
+    x = _array_to_canonical(x, attrs.layout, "NCHW")
+    _, _, oh, ow = _to_canonical(out_shape, attrs.out_layout or attrs.layout, "NCHW")
+    h, w = x.shape[2:]
+    if kind == "avg":
+        acc = np.float64 if not np.issubdtype(x.dtype, np.floating) else _acc_dtype(x.dtype)
+        out = _adaptive_matrix(h, oh).astype(acc) @ x.astype(acc) @ _adaptive_matrix(w, ow).T.astype(acc)
+    else:
+        (hs, he), (ws, we) = _adaptive_bounds(h, oh), _adaptive_bounds(w, ow)
+        out = np.empty(x.shape[:2] + (oh, ow), dtype=x.dtype)
+        for i in range(oh):  # one vectorized max per output position
+            for j in range(ow):
+                out[:, :, i, j] = x[:, :, hs[i]:he[i], ws[j]:we[j]].max(axis=(2, 3), initial=_min_value(x.dtype))
+    return _array_from_canonical(out.astype(x.dtype), "NCHW", attrs.out_layout or attrs.layout)
+
+
+for _kind in ("avg", "max"):
+    define_shaped(
+        f"nn.adaptive_{_kind}_pool2d", 1, _adaptive_pool_logic,
+        (lambda kind: lambda attrs, shape, x: _adaptive_pool(attrs, shape, x, kind))(_kind),
+        OpPattern.OUT_ELEMWISE_FUSABLE,
+        attrs=(AttrDef("output_size", None, int_pair(0)), _LAYOUT, _OUT_LAYOUT),
+        doc=f"2-D adaptive {_kind} pooling to ``output_size`` (None: the input's size); window i spans "
+            f"[floor(i*H/OH), ceil((i+1)*H/OH)).",
+    )
+
+
+# ---------------------------------------------------------------------------------------------------
+# pad, batch_flatten, dropout, lrn, depth_to_space, space_to_depth
+
+
+def _pad_width(value):
+    if not isinstance(value, (tuple, list)):
+        raise TypeError(f"expected ((before, after), ...) per dim, got {value!r}")
+    pairs = []
+    for item in value:
+        pair = int_tuple(0)(item)
+        if len(pair) != 2:
+            raise ValueError(f"expected a (before, after) pair per dim, got {item!r}")
+        pairs.append(pair)
+    return tuple(pairs)
+
+
+def _pad_logic(op, attrs, shapes, err):
+    if len(shapes) not in (1, 2):
+        raise err(f"{op}: expected data and an optional scalar pad_value, got {len(shapes)} arguments")
+    data = shapes[0]
+    if len(shapes) == 2 and len(shapes[1]) != 0:
+        raise err(f"{op}: pad_value must be a scalar, got shape {fmt_shape(shapes[1])}")
+    if len(attrs.pad_width) != len(data):
+        raise err(f"{op}: pad_width has {len(attrs.pad_width)} pairs for data of rank {len(data)}")
+    out = []
+    for axis, (dim, (before, after)) in enumerate(zip(data, attrs.pad_width, strict=True)):
+        if isinstance(dim, int) and (before or after):
+            if attrs.pad_mode == "reflect" and max(before, after) >= dim:
+                raise err(f"{op}: reflect padding ({before}, {after}) must be smaller than dim {axis} ({dim})")
+            if attrs.pad_mode == "edge" and dim == 0:
+                raise err(f"{op}: edge padding of the empty dim {axis}")
+        out.append(add_dims(dim, before + after))
+    return tuple(out)
+
+
+def _pad_rel(types, attrs, consts=None):
+    tensors = [expect_tensor("nn.pad", t, "argument") for t in types]
+    return TensorType(_pad_logic("nn.pad", attrs, [t.shape for t in tensors], TypeInferenceError),
+                      tensors[0].dtype)
+
+
+def _pad_kernel(attrs, data, pad_value=None):
+    data = np.asarray(data)
+    shapes = [data.shape] + ([np.shape(pad_value)] if pad_value is not None else [])
+    _pad_logic("nn.pad", attrs, shapes, ShapeError)
+    if data.ndim == 0:  # nothing to pad (np.pad rejects an empty pad_width)
+        return data.copy()
+    if attrs.pad_mode != "constant":
+        return np.pad(data, attrs.pad_width, mode=attrs.pad_mode)
+    value = np.asarray(0 if pad_value is None else pad_value).astype(data.dtype)
+    return np.pad(data, attrs.pad_width, constant_values=value)
+
+
+define(
+    "nn.pad", -1, _pad_rel, _pad_kernel, OpPattern.INJECTIVE,
+    attrs=(AttrDef("pad_width", REQUIRED, _pad_width), AttrDef("pad_mode", "constant",
+                                                                one_of("constant", "edge", "reflect"))),
+    shape_func=lambda attrs, args: [_pad_logic("nn.pad", attrs, [concrete(s) for s in args], ShapeError)],
+    doc="Pad by pad_width ((before, after) per dim) with the scalar pad_value (2nd argument, default 0), "
+        "or by repeating the edge or reflecting.",
+)
+
+
+def _batch_flatten_logic(op, attrs, shapes, err):
+    (shape,) = shapes
+    if len(shape) < 1:
+        raise err(f"{op}: data must have rank >= 1, got a scalar")
+    return (shape[0], prod_dims(shape[1:]))
+
+
+define_shaped(
+    "nn.batch_flatten", 1, _batch_flatten_logic, lambda attrs, shape, x: x.reshape(shape), OpPattern.INJECTIVE,
+    doc="Flatten all dims but the first.",
+)
+
+
+def _dropout_rel(types, attrs, consts=None):
+    data = expect_tensor("nn.dropout", types[0], "data")
+    return TupleType((data, data))
+
+
+define(
+    "nn.dropout", 1, _dropout_rel, lambda attrs, x: (np.array(x, copy=True), np.ones_like(x)), OpPattern.OPAQUE,
+    attrs=(AttrDef("rate", 0.5, to_float),),
+    shape_func=lambda attrs, args: [concrete(args[0]), concrete(args[0])],
+    doc="Inference dropout: (data, mask of ones), a tuple like Relay's.",
+)
+
+
+def _lrn(attrs, shape, x):
+    axis = attrs.axis % x.ndim
+    acc = x.astype(_acc_dtype(x.dtype))
+    widths = [(0, 0)] * x.ndim
+    widths[axis] = (attrs.size // 2, attrs.size // 2)  # Relay's window: [c - size//2, c - size//2 + size)
+    squares = np.pad(acc * acc, widths)
+    window = np.lib.stride_tricks.sliding_window_view(squares, attrs.size, axis=axis)
+    total = window.sum(axis=-1)
+    total = total[(slice(None),) * axis + (slice(0, x.shape[axis]),)]
+    return (acc / (attrs.bias + attrs.alpha / attrs.size * total) ** attrs.beta).astype(x.dtype)
+
+
+define_shaped(
+    "nn.lrn", 1, _axis_logic, _lrn, OpPattern.OPAQUE,
+    attrs=(AttrDef("size", 5, _positive_int), AttrDef("axis", 1, to_int), AttrDef("bias", 2.0, to_float),
+           AttrDef("alpha", 1e-5, to_float), AttrDef("beta", 0.75, to_float)),
+    check_types=_check_float("nn.lrn"),
+    doc="Local response normalization across ``axis``: x / (bias + alpha/size * sum(x^2))^beta.",
+)
+
+
+def _depth_to_space_logic(op, attrs, shapes, err):
+    (shape,) = shapes
+    _expect_rank(op, shape, 4, "data", err)
+    n, c, h, w = _to_canonical(shape, attrs.layout, "NCHW")
+    b = attrs.block_size
+    out = (n, _div_dim(op, c, b * b, err, "the number of channels"), mul_dims(h, b), mul_dims(w, b))
+    return _from_canonical(out, "NCHW", attrs.layout)
+
+
+def _depth_to_space(attrs, out_shape, x):
+    x = _array_to_canonical(x, attrs.layout, "NCHW")
+    n, c, h, w = x.shape
+    b = attrs.block_size
+    if attrs.mode == "DCR":
+        out = x.reshape(n, b, b, c // (b * b), h, w).transpose(0, 3, 4, 1, 5, 2)
+    else:
+        out = x.reshape(n, c // (b * b), b, b, h, w).transpose(0, 1, 4, 2, 5, 3)
+    return _array_from_canonical(out.reshape(n, c // (b * b), h * b, w * b), "NCHW", attrs.layout)
+
+
+define_shaped(
+    "nn.depth_to_space", 1, _depth_to_space_logic, _depth_to_space, OpPattern.INJECTIVE,
+    attrs=(AttrDef("block_size", REQUIRED, _positive_int), _LAYOUT, AttrDef("mode", "DCR", one_of("DCR", "CRD"))),
+    doc="Move channel blocks into block_size x block_size spatial tiles (DCR or CRD order).",
+)
+
+
+def _space_to_depth_logic(op, attrs, shapes, err):
+    (shape,) = shapes
+    _expect_rank(op, shape, 4, "data", err)
+    n, c, h, w = _to_canonical(shape, attrs.layout, "NCHW")
+    b = attrs.block_size
+    out = (n, mul_dims(c, b * b), _div_dim(op, h, b, err, "the height"), _div_dim(op, w, b, err, "the width"))
+    return _from_canonical(out, "NCHW", attrs.layout)
+
+
+def _space_to_depth(attrs, out_shape, x):
+    x = _array_to_canonical(x, attrs.layout, "NCHW")
+    n, c, h, w = x.shape
+    b = attrs.block_size
+    out = x.reshape(n, c, h // b, b, w // b, b).transpose(0, 3, 5, 1, 2, 4).reshape(n, c * b * b, h // b, w // b)
+    return _array_from_canonical(out, "NCHW", attrs.layout)
+
+
+define_shaped(
+    "nn.space_to_depth", 1, _space_to_depth_logic, _space_to_depth, OpPattern.INJECTIVE,
+    attrs=(AttrDef("block_size", REQUIRED, _positive_int), _LAYOUT),
+    doc="Move block_size x block_size spatial tiles into channels (the inverse of DCR depth_to_space).",
+)

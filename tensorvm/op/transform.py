@@ -1,0 +1,1270 @@
+"""Data-movement operators: the reshape family, transpose, concatenate/split/stack, slicing, gathers and
+scatters, broadcasting, tiling and shape queries.
+
+Each op's output-shape logic is written once, over dims that may be ``Any``/``SymDim``. The type relation
+calls it with ``TypeInferenceError`` as the error for a static conflict; the shape function (and the
+kernel, to validate its inputs) calls it with concrete ints and ``ShapeError``. Compile-time and run-time
+shapes therefore cannot drift apart.
+
+The first part of the module holds the attribute converters and dim arithmetic that ``nn.py`` shares.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import numpy as np
+
+from ..errors import AttrError, ExecutionError, ShapeError, TypeInferenceError
+from ..ir.types import Any, SymDim, TensorType, TupleType, normalize_dtype
+from ._common import expect_tensor
+from .registry import REQUIRED, AttrDef, OpDef, OpPattern, register_op
+
+__all__ = ["RESHAPE_ONLY_OPS"]
+
+# Ops that only reinterpret the shape of their input (zero-copy); a fused group made only of these
+# can become a VM ``reshape_tensor`` instead of a kernel call (TVM's ``relay.reshape_only``).
+RESHAPE_ONLY_OPS = frozenset({
+    "reshape", "dyn.reshape", "squeeze", "expand_dims", "nn.batch_flatten", "reshape_like",
+})
+
+INT32_MAX = 2**31 - 1
+
+
+# ---------------------------------------------------------------------------------------------------
+# Attribute converters (raise TypeError/ValueError; ``OpDef.normalize_attrs`` turns that into AttrError).
+# Every converter is idempotent: normalizing already-normalized attributes changes nothing.
+
+
+def to_int(value) -> int:
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"expected an integer, got {value!r}")
+    return int(value)
+
+
+def to_bool(value) -> bool:
+    if isinstance(value, (bool, np.bool_)):
+        return bool(value)
+    if isinstance(value, (int, np.integer)) and value in (0, 1):
+        return bool(value)
+    raise TypeError(f"expected a boolean, got {value!r}")
+
+
+def to_float(value) -> float:
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise TypeError(f"expected a number, got {value!r}")
+    return float(value)
+
+
+def to_dtype(value) -> str:
+    return normalize_dtype(value)
+
+
+def to_int_dtype(value) -> str:
+    dtype = normalize_dtype(value)
+    if not np.issubdtype(np.dtype(dtype), np.integer):
+        raise ValueError(f"expected an integer dtype, got {dtype}")
+    return dtype
+
+
+def to_out_dtype(value) -> str:
+    """An output dtype where ``""`` means "the same as the input"."""
+    return "" if value == "" else normalize_dtype(value)
+
+
+def one_of(*choices):
+    def convert(value):
+        if value not in choices:
+            raise ValueError(f"expected one of {', '.join(map(repr, choices))}, got {value!r}")
+        return value
+
+    return convert
+
+
+def int_tuple(minimum: int | None = None, nonempty: bool = False):
+    """A tuple of ints; a single int ``v`` becomes ``(v,)``."""
+
+    def convert(value):
+        if isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_)):
+            value = (value,)
+        if not isinstance(value, (tuple, list)):
+            raise TypeError(f"expected a tuple of integers, got {value!r}")
+        items = tuple(to_int(v) for v in value)
+        if nonempty and not items:
+            raise ValueError("expected at least one value")
+        if minimum is not None and any(v < minimum for v in items):
+            raise ValueError(f"every value must be >= {minimum}, got {items}")
+        return items
+
+    return convert
+
+
+def int_pair(minimum: int = 1):
+    """A 2-tuple of ints for (height, width); one value ``v`` means ``(v, v)``."""
+    as_tuple = int_tuple(minimum)
+
+    def convert(value):
+        items = as_tuple(value)
+        if len(items) == 1:
+            items = items * 2
+        if len(items) != 2:
+            raise ValueError(f"expected 1 or 2 values, got {len(items)}")
+        return items
+
+    return convert
+
+
+def padding4(value) -> tuple:
+    """2-D padding as (top, left, bottom, right): 1 value pads all sides, 2 mean (vertical, horizontal)."""
+    items = int_tuple(0)(value)
+    if len(items) == 1:
+        return items * 4
+    if len(items) == 2:
+        return items * 2
+    if len(items) == 4:
+        return items
+    raise ValueError(f"expected 1, 2 or 4 padding values, got {len(items)}")
+
+
+def layout_of(canonical: str):
+    """A data layout: any ordering of the letters of ``canonical`` (e.g. NHWC for NCHW)."""
+
+    def convert(value):
+        if not isinstance(value, str) or sorted(value) != sorted(canonical):
+            raise ValueError(f"expected a layout made of the letters {canonical} (e.g. {canonical}), got {value!r}")
+        return value
+
+    return convert
+
+
+def optional_layout(canonical: str):
+    """An output layout where ``""`` means "the same as the input layout"."""
+    convert = layout_of(canonical)
+    return lambda value: "" if value == "" else convert(value)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Dim arithmetic over int | Any | SymDim.
+
+
+def unify_dim(op: str, a, b, what: str, err=TypeInferenceError):
+    """Two dims that must be equal: a static conflict raises ``err``; returns the most precise of them."""
+    if isinstance(a, int) and isinstance(b, int):
+        if a != b:
+            raise err(f"{op}: {what} must match, got {a} and {b}")
+        return a
+    if isinstance(a, int):
+        return a
+    if isinstance(b, int):
+        return b
+    return a if isinstance(a, SymDim) else b
+
+
+def mul_dims(a, b):
+    if isinstance(a, int) and isinstance(b, int):
+        return a * b
+    if a == 1 or b == 0:
+        return b
+    if b == 1 or a == 0:
+        return a
+    return Any()
+
+
+def add_dims(a, b):
+    if isinstance(a, int) and isinstance(b, int):
+        return a + b
+    if a == 0:
+        return b
+    if b == 0:
+        return a
+    return Any()
+
+
+class _Product:
+    """A product of dims: an int coefficient times named symbols; ``unknown`` if an ``Any`` is involved."""
+
+    def __init__(self, dims):
+        self.coef, self.symbols, self.unknown = 1, Counter(), False
+        for d in dims:
+            if isinstance(d, int):
+                self.coef *= d
+            elif isinstance(d, SymDim):
+                self.symbols[d.name] += 1
+            else:
+                self.unknown = True
+
+    @property
+    def static(self) -> bool:
+        return not self.unknown and not self.symbols
+
+    def as_dim(self):
+        if self.coef == 0:
+            return 0
+        if self.static:
+            return self.coef
+        if not self.unknown and self.coef == 1 and sum(self.symbols.values()) == 1:
+            return SymDim(next(iter(self.symbols)))
+        return Any()
+
+    def __str__(self):
+        return " * ".join([str(self.coef)] + [f"{k}^{v}" if v > 1 else k for k, v in self.symbols.items()])
+
+
+def prod_dims(dims):
+    return _Product(dims).as_dim()
+
+
+def _divide_products(op: str, num: _Product, den: _Product, err, what: str):
+    """``num / den`` as a dim, e.g. to infer a reshape's -1; a static non-divisible case raises ``err``."""
+    if num.coef == 0 and not num.unknown:
+        if den.coef == 0 and den.static:
+            raise err(f"{op}: cannot infer {what}: the other dimensions have zero elements")
+        return 0
+    if num.unknown or den.unknown or any(num.symbols[k] < v for k, v in den.symbols.items()):
+        return Any()
+    if den.coef == 0:
+        raise err(f"{op}: cannot infer {what}: the other dimensions have zero elements")
+    remaining = num.symbols - den.symbols
+    if num.coef % den.coef:
+        if not remaining:
+            raise err(f"{op}: cannot infer {what}: {num} elements are not divisible by {den}")
+        return Any()
+    quotient = num.coef // den.coef
+    if not remaining:
+        return quotient
+    if quotient == 1 and sum(remaining.values()) == 1:
+        return SymDim(next(iter(remaining)))
+    return Any()
+
+
+def same_size(op: str, in_shape, out_shape, err):
+    """Check that a reshape keeps the number of elements whenever that can be decided statically."""
+    a, b = _Product(in_shape), _Product(out_shape)
+    # Only a fully static pair is a certain conflict (a symbolic dim might be 0 at run time).
+    if a.static and b.static and a.coef != b.coef:
+        raise err(f"{op}: cannot reshape {fmt_shape(in_shape)} ({a} elements) to {fmt_shape(out_shape)} ({b} elements)")
+
+
+def norm_axis(op: str, axis: int, ndim: int, err=TypeInferenceError, what: str = "axis") -> int:
+    if not -ndim <= axis < ndim:
+        raise err(f"{op}: {what} {axis} is out of range for a tensor of rank {ndim}")
+    return axis % ndim
+
+
+def fmt_shape(shape) -> str:
+    return "(" + ", ".join(map(str, shape)) + ("," if len(shape) == 1 else "") + ")"
+
+
+def concrete(shape) -> tuple:
+    """A run-time shape (a tuple, list or int64 array) as a tuple of Python ints."""
+    return tuple(int(d) for d in shape)
+
+
+def is_int_dtype(dtype: str) -> bool:
+    return dtype.startswith(("int", "uint"))
+
+
+def is_float_dtype(dtype: str) -> bool:
+    return dtype.startswith("float")
+
+
+def expect_int_tensor(op: str, ty, what: str) -> TensorType:
+    t = expect_tensor(op, ty, what)
+    if not is_int_dtype(t.dtype):
+        raise TypeInferenceError(f"{op}: {what} must have an integer dtype, got {t.dtype}")
+    return t
+
+
+def expect_same_dtype(op: str, a: TensorType, b: TensorType, what: str):
+    if a.dtype != b.dtype:
+        raise TypeInferenceError(f"{op}: {what} must have the data's dtype {a.dtype}, got {b.dtype}")
+
+
+def define(name: str, num_inputs: int, type_rel, kernel, pattern: OpPattern, attrs=(), shape_func=None,
+           data_dependent=False, doc: str = "") -> OpDef:
+    """Register an op whose type relation, shape function and kernel always see normalized attributes."""
+    opdef = OpDef(name=name, num_inputs=num_inputs, type_rel=type_rel, kernel=kernel, pattern=pattern,
+                  attrs=attrs, shape_func=shape_func, shape_func_data_dependent=data_dependent, doc=doc)
+    required = [a.name for a in opdef.attrs if a.default is REQUIRED]
+
+    def norm(attrs):
+        attrs = opdef.normalize_attrs(attrs)
+        for key in required:  # the registry does not convert None, so reject it here
+            if attrs[key] is None:
+                raise AttrError(f"{name}: attribute {key!r} is required, got None")
+        return attrs
+
+    def arity(args, error):
+        if num_inputs >= 0 and len(args) != num_inputs:
+            raise error(f"{name}: expected {num_inputs} argument(s), got {len(args)}")
+
+    def checked_type_rel(types, attrs, consts=None):
+        arity(types, TypeInferenceError)
+        return type_rel(types, norm(attrs), consts)
+
+    def checked_kernel(attrs, *args):
+        arity(args, ExecutionError)
+        return kernel(norm(attrs), *args)
+
+    opdef.type_rel, opdef.kernel = checked_type_rel, checked_kernel
+    if shape_func is not None:
+        opdef.shape_func = lambda attrs, args: shape_func(norm(attrs), args)
+    return register_op(opdef)
+
+
+def define_shaped(name: str, num_inputs: int, logic, kernel, pattern: OpPattern, attrs=(), dtype_rule=None,
+                  check_types=None, doc: str = "") -> OpDef:
+    """Register a one-output op from its shape logic ``logic(op, attrs, shapes, err) -> shape``.
+
+    ``dtype_rule(types, attrs)`` gives the output dtype (default: the first input's);
+    ``check_types(types, attrs)`` checks dtypes; the kernel is called with validated inputs.
+    """
+
+    def type_rel(types, attrs, consts=None):
+        tensors = [expect_tensor(name, t, f"argument {i}") for i, t in enumerate(types)]
+        if check_types is not None:
+            check_types(tensors, attrs)
+        shape = logic(name, attrs, [t.shape for t in tensors], TypeInferenceError)
+        dtype = dtype_rule(tensors, attrs) if dtype_rule else tensors[0].dtype
+        return TensorType(tuple(shape), dtype)
+
+    def shape_func(attrs, shapes):
+        return [tuple(int(d) for d in logic(name, attrs, [concrete(s) for s in shapes], ShapeError))]
+
+    def checked_kernel(attrs, *arrays):
+        arrays = [np.asarray(a) for a in arrays]
+        out_shape = tuple(logic(name, attrs, [a.shape for a in arrays], ShapeError))
+        out = np.asarray(kernel(attrs, out_shape, *arrays))
+        return out
+
+    return define(name, num_inputs, type_rel, checked_kernel, pattern, attrs, shape_func, doc=doc)
+
+
+# ---------------------------------------------------------------------------------------------------
+# reshape family
+
+
+def reshape_dims(op: str, in_shape, newshape, allowzero: bool, err):
+    """Relay's ``reshape`` with special values: 0 copies a dim, -1 infers one, -2 copies all remaining,
+    -3 merges two consecutive dims, -4 splits one dim into the next two values (one may be -1)."""
+    ndim = len(in_shape)
+    out, infer_at, src, i = [], None, 0, 0
+
+    def source(count: int = 1):
+        if src + count > ndim:
+            raise err(f"{op}: newshape {fmt_shape(newshape)} refers to more dimensions than the input's "
+                      f"{fmt_shape(in_shape)} has")
+        return in_shape[src:src + count]
+
+    while i < len(newshape):
+        value = newshape[i]
+        if value > 0 or (value == 0 and allowzero):
+            out.append(value)
+            src += 1
+        elif value == 0:
+            out.append(source()[0])
+            src += 1
+        elif value == -1:
+            if infer_at is not None:
+                raise err(f"{op}: newshape {fmt_shape(newshape)} has more than one -1")
+            infer_at = len(out)
+            out.append(1)
+            src += 1
+        elif value == -2:
+            out.extend(in_shape[src:])
+            src = ndim
+        elif value == -3:
+            first, second = source(2)
+            out.append(mul_dims(first, second))
+            src += 2
+        elif value == -4:
+            if i + 2 >= len(newshape):
+                raise err(f"{op}: -4 in newshape {fmt_shape(newshape)} must be followed by two values")
+            (dim,) = source()
+            d0, d1 = newshape[i + 1], newshape[i + 2]
+            if d0 == -1 and d1 == -1 or min(d0, d1) < -1 or 0 in (d0, d1):
+                raise err(f"{op}: -4 must be followed by two positive values (at most one -1), got {d0}, {d1}")
+            if d0 == -1:
+                d0 = _divide_products(op, _Product([dim]), _Product([d1]), err, "the -1 after -4")
+            elif d1 == -1:
+                d1 = _divide_products(op, _Product([dim]), _Product([d0]), err, "the -1 after -4")
+            elif isinstance(dim, int) and dim != d0 * d1:
+                raise err(f"{op}: -4 splits dimension {dim} into {d0} x {d1}, which does not multiply to it")
+            out.extend([d0, d1])
+            src += 1
+            i += 2
+        else:
+            raise err(f"{op}: invalid value {value} in newshape {fmt_shape(newshape)}")
+        i += 1
+    if infer_at is not None:
+        rest = _Product(out[:infer_at] + out[infer_at + 1:])
+        out[infer_at] = _divide_products(op, _Product(in_shape), rest, err, "the -1 dimension")
+    same_size(op, in_shape, out, err)
+    return tuple(out)
+
+
+def _reshape_logic(op, attrs, shapes, err):
+    return reshape_dims(op, shapes[0], attrs.newshape, attrs.allowzero, err)
+
+
+define_shaped(
+    "reshape", 1, _reshape_logic, lambda attrs, shape, x: x.reshape(shape), OpPattern.INJECTIVE,
+    attrs=(AttrDef("newshape", REQUIRED, int_tuple(-4)), AttrDef("allowzero", False, to_bool)),
+    doc="Reshape to ``newshape`` (with Relay's special values 0, -1, -2, -3, -4).",
+)
+
+
+def _dyn_newshape_values(op: str, values, err) -> tuple:
+    values = np.asarray(values)
+    if values.ndim != 1 or not np.issubdtype(values.dtype, np.integer):
+        raise err(f"{op}: newshape must be a 1-D integer tensor, got shape {values.shape} of {values.dtype}")
+    items = tuple(int(v) for v in values)
+    if any(v < -1 for v in items):
+        raise err(f"{op}: newshape supports only the special values 0 and -1, got {fmt_shape(items)}")
+    return items
+
+
+def _dyn_reshape_rel(types, attrs, consts=None):
+    op = "dyn.reshape"
+    data = expect_tensor(op, types[0], "data")
+    newshape = expect_int_tensor(op, types[1], "newshape")
+    if newshape.ndim != 1:
+        raise TypeInferenceError(f"{op}: newshape must be 1-D, got rank {newshape.ndim}")
+    if consts and consts[1] is not None:
+        values = _dyn_newshape_values(op, consts[1], TypeInferenceError)
+        return TensorType(reshape_dims(op, data.shape, values, attrs.allowzero, TypeInferenceError), data.dtype)
+    (length,) = newshape.shape
+    if not isinstance(length, int):
+        raise TypeInferenceError(f"{op}: the length of newshape must be static to know the output rank, got {length}")
+    return TensorType((Any(),) * length, data.dtype)
+
+
+def _dyn_reshape_shape(attrs, args):
+    values = _dyn_newshape_values("dyn.reshape", args[1], ShapeError)
+    return [reshape_dims("dyn.reshape", concrete(args[0]), values, attrs.allowzero, ShapeError)]
+
+
+def _dyn_reshape_kernel(attrs, data, newshape):
+    (shape,) = _dyn_reshape_shape(attrs, [data.shape, newshape])
+    return np.asarray(data).reshape(shape)
+
+
+define(
+    "dyn.reshape", 2, _dyn_reshape_rel, _dyn_reshape_kernel, OpPattern.INJECTIVE,
+    attrs=(AttrDef("allowzero", False, to_bool),), shape_func=_dyn_reshape_shape, data_dependent=(False, True),
+    doc="Reshape to a shape given as a run-time 1-D integer tensor (special values 0 and -1).",
+)
+
+
+def _reshape_like_logic(op, attrs, shapes, err):
+    data, like = shapes
+    lhs_end = len(data) if attrs.lhs_end is None else attrs.lhs_end
+    rhs_end = len(like) if attrs.rhs_end is None else attrs.rhs_end
+    lb, le = _slice_bounds(op, attrs.lhs_begin, lhs_end, len(data), err, "lhs")
+    rb, re = _slice_bounds(op, attrs.rhs_begin, rhs_end, len(like), err, "rhs")
+    out = tuple(data[:lb]) + tuple(like[rb:re]) + tuple(data[le:])
+    same_size(op, data, out, err)
+    return out
+
+
+def _slice_bounds(op, begin, end, ndim, err, side):
+    b = begin + ndim if begin < 0 else begin
+    e = end + ndim if end < 0 else end
+    if not 0 <= b <= e <= ndim:
+        raise err(f"{op}: {side}_begin={begin}, {side}_end={end} is not a valid range of dims for rank {ndim}")
+    return b, e
+
+
+define_shaped(
+    "reshape_like", 2, _reshape_like_logic, lambda attrs, shape, x, like: x.reshape(shape), OpPattern.INJECTIVE,
+    attrs=(AttrDef("lhs_begin", 0, to_int), AttrDef("lhs_end", None, to_int),
+           AttrDef("rhs_begin", 0, to_int), AttrDef("rhs_end", None, to_int)),
+    doc="Reshape ``data`` to (part of) the shape of ``shape_like``.",
+)
+
+
+# ---------------------------------------------------------------------------------------------------
+# transpose, expand_dims, squeeze
+
+
+def _transpose_axes(op, attrs, ndim, err):
+    if attrs.axes is None:
+        return tuple(range(ndim - 1, -1, -1))
+    axes = tuple(norm_axis(op, a, ndim, err) for a in attrs.axes)
+    if sorted(axes) != list(range(ndim)):
+        raise err(f"{op}: axes {attrs.axes} are not a permutation of the {ndim} dims")
+    return axes
+
+
+def _transpose_logic(op, attrs, shapes, err):
+    (shape,) = shapes
+    return tuple(shape[a] for a in _transpose_axes(op, attrs, len(shape), err))
+
+
+define_shaped(
+    "transpose", 1, _transpose_logic,
+    lambda attrs, shape, x: np.transpose(x, _transpose_axes("transpose", attrs, x.ndim, ShapeError)),
+    OpPattern.INJECTIVE, attrs=(AttrDef("axes", None, int_tuple()),),
+    doc="Permute the dims (reverse them when ``axes`` is None).",
+)
+
+
+def _expand_dims_logic(op, attrs, shapes, err):
+    (shape,) = shapes
+    ndim = len(shape)
+    if not -ndim - 1 <= attrs.axis <= ndim:
+        raise err(f"{op}: axis {attrs.axis} is out of range [{-ndim - 1}, {ndim}] for rank {ndim}")
+    axis = attrs.axis % (ndim + 1)
+    return tuple(shape[:axis]) + (1,) * attrs.num_newaxis + tuple(shape[axis:])
+
+
+define_shaped(
+    "expand_dims", 1, _expand_dims_logic, lambda attrs, shape, x: x.reshape(shape), OpPattern.BROADCAST,
+    attrs=(AttrDef("axis", REQUIRED, to_int), AttrDef("num_newaxis", 1, lambda v: _nonneg(to_int(v)))),
+    doc="Insert ``num_newaxis`` dims of size 1 at ``axis``.",
+)
+
+
+def _nonneg(value: int) -> int:
+    if value < 0:
+        raise ValueError(f"expected a value >= 0, got {value}")
+    return value
+
+
+def _positive(value: int) -> int:
+    if value < 1:
+        raise ValueError(f"expected a value >= 1, got {value}")
+    return value
+
+
+def _squeeze_logic(op, attrs, shapes, err):
+    (shape,) = shapes
+    if attrs.axis is None:
+        if not all(isinstance(d, int) for d in shape):
+            raise err(f"{op}: with axis=None every dim must be static to know which are 1, got "
+                      f"{fmt_shape(shape)}; give the axes explicitly")
+        return tuple(d for d in shape if d != 1)
+    axes = {norm_axis(op, a, len(shape), err) for a in attrs.axis}
+    for a in sorted(axes):
+        unify_dim(op, shape[a], 1, f"squeezed dim {a}", err)
+    return tuple(d for i, d in enumerate(shape) if i not in axes)
+
+
+define_shaped(
+    "squeeze", 1, _squeeze_logic, lambda attrs, shape, x: x.reshape(shape), OpPattern.INJECTIVE,
+    attrs=(AttrDef("axis", None, int_tuple()),),
+    doc="Remove dims of size 1 (the listed ``axis``, or all of them when None).",
+)
+
+
+# ---------------------------------------------------------------------------------------------------
+# concatenate, stack, split
+
+
+def _tuple_fields(op: str, ty, what: str = "data") -> list[TensorType]:
+    if not isinstance(ty, TupleType):
+        raise TypeInferenceError(f"{op}: expected a tuple of tensors as {what}, got {ty}")
+    if not ty.fields:
+        raise TypeInferenceError(f"{op}: expected a non-empty tuple of tensors")
+    fields = [expect_tensor(op, f, f"{what} field {i}") for i, f in enumerate(ty.fields)]
+    for i, f in enumerate(fields[1:], 1):
+        if f.dtype != fields[0].dtype:
+            raise TypeInferenceError(f"{op}: all tensors must have one dtype, field 0 is {fields[0].dtype} "
+                                     f"but field {i} is {f.dtype}")
+    return fields
+
+
+def _concat_logic(op, axis, shapes, err):
+    if not shapes:
+        raise err(f"{op}: expected at least one tensor")
+    ndim = len(shapes[0])
+    for i, s in enumerate(shapes):
+        if len(s) != ndim:
+            raise err(f"{op}: all tensors must have rank {ndim}, field {i} has shape {fmt_shape(s)}")
+    if ndim == 0:
+        raise err(f"{op}: cannot concatenate scalars")
+    axis = norm_axis(op, axis, ndim, err)
+    out = list(shapes[0])
+    for i, s in enumerate(shapes[1:], 1):
+        for d in range(ndim):
+            if d == axis:
+                out[d] = add_dims(out[d], s[d])
+            else:
+                out[d] = unify_dim(op, out[d], s[d], f"dim {d} of field 0 and field {i}", err)
+    return tuple(out)
+
+
+def _concat_rel(types, attrs, consts=None):
+    fields = _tuple_fields("concatenate", types[0])
+    shape = _concat_logic("concatenate", attrs.axis, [f.shape for f in fields], TypeInferenceError)
+    return TensorType(shape, fields[0].dtype)
+
+
+def _concat_kernel(attrs, arrays):
+    arrays = [np.asarray(a) for a in arrays]
+    _concat_logic("concatenate", attrs.axis, [a.shape for a in arrays], ShapeError)
+    return np.concatenate(arrays, axis=attrs.axis)
+
+
+define(
+    "concatenate", 1, _concat_rel, _concat_kernel, OpPattern.INJECTIVE, attrs=(AttrDef("axis", 0, to_int),),
+    shape_func=lambda attrs, args: [_concat_logic("concatenate", attrs.axis, [concrete(s) for s in args[0]],
+                                                  ShapeError)],
+    doc="Join a tuple of tensors along ``axis``.",
+)
+
+
+def _stack_logic(op, axis, shapes, err):
+    if not shapes:
+        raise err(f"{op}: expected at least one tensor")
+    ndim = len(shapes[0])
+    out = list(shapes[0])
+    for i, s in enumerate(shapes[1:], 1):
+        if len(s) != ndim:
+            raise err(f"{op}: all tensors must have rank {ndim}, field {i} has shape {fmt_shape(s)}")
+        out = [unify_dim(op, a, b, f"dim {d} of field 0 and field {i}", err) for d, (a, b) in enumerate(zip(out, s, strict=False))]
+    if not -ndim - 1 <= axis <= ndim:
+        raise err(f"{op}: axis {axis} is out of range [{-ndim - 1}, {ndim}] for rank {ndim}")
+    axis %= ndim + 1
+    return tuple(out[:axis]) + (len(shapes),) + tuple(out[axis:])
+
+
+def _stack_rel(types, attrs, consts=None):
+    fields = _tuple_fields("stack", types[0])
+    return TensorType(_stack_logic("stack", attrs.axis, [f.shape for f in fields], TypeInferenceError),
+                      fields[0].dtype)
+
+
+def _stack_kernel(attrs, arrays):
+    arrays = [np.asarray(a) for a in arrays]
+    _stack_logic("stack", attrs.axis, [a.shape for a in arrays], ShapeError)
+    return np.stack(arrays, axis=attrs.axis)
+
+
+define(
+    "stack", 1, _stack_rel, _stack_kernel, OpPattern.INJECTIVE, attrs=(AttrDef("axis", 0, to_int),),
+    shape_func=lambda attrs, args: [_stack_logic("stack", attrs.axis, [concrete(s) for s in args[0]], ShapeError)],
+    doc="Stack a tuple of equally shaped tensors along a new ``axis``.",
+)
+
+
+def _sections_or_indices(value):
+    if isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_)):
+        return _positive(int(value))
+    items = int_tuple(0)(value)
+    if any(b < a for a, b in zip(items, items[1:], strict=False)):
+        raise ValueError(f"split indices must be non-decreasing, got {items}")
+    return items
+
+
+def _split_logic(op, attrs, shape, err) -> list[tuple]:
+    ndim = len(shape)
+    if ndim == 0:
+        raise err(f"{op}: cannot split a scalar")
+    axis = norm_axis(op, attrs.axis, ndim, err)
+    dim = shape[axis]
+    spec = attrs.indices_or_sections
+    if isinstance(spec, int):
+        if isinstance(dim, int):
+            if dim % spec:
+                raise err(f"{op}: dimension {axis} of size {dim} is not divisible into {spec} sections")
+            sizes = [dim // spec] * spec
+        else:
+            sizes = [Any()] * spec
+    else:
+        if isinstance(dim, int) and spec and spec[-1] > dim:
+            raise err(f"{op}: split index {spec[-1]} is beyond dimension {axis} of size {dim}")
+        bounds = (0,) + spec
+        sizes = [b - a for a, b in zip(bounds, bounds[1:], strict=False)]
+        sizes.append(dim - bounds[-1] if isinstance(dim, int) else (dim if bounds[-1] == 0 else Any()))
+    return [tuple(shape[:axis]) + (s,) + tuple(shape[axis + 1:]) for s in sizes]
+
+
+def _split_rel(types, attrs, consts=None):
+    data = expect_tensor("split", types[0], "data")
+    return TupleType(tuple(TensorType(s, data.dtype) for s in _split_logic("split", attrs, data.shape,
+                                                                           TypeInferenceError)))
+
+
+def _split_kernel(attrs, data):
+    data = np.asarray(data)
+    shapes = _split_logic("split", attrs, data.shape, ShapeError)
+    axis = attrs.axis % data.ndim
+    starts = np.cumsum([0] + [s[axis] for s in shapes])
+    return tuple(data[(slice(None),) * axis + (slice(a, b),)] for a, b in zip(starts, starts[1:], strict=False))
+
+
+define(
+    "split", 1, _split_rel, _split_kernel, OpPattern.INJECTIVE,
+    attrs=(AttrDef("indices_or_sections", REQUIRED, _sections_or_indices), AttrDef("axis", 0, to_int)),
+    shape_func=lambda attrs, args: _split_logic("split", attrs, concrete(args[0]), ShapeError),
+    doc="Split into a tuple: ``indices_or_sections`` is a number of equal sections or the split indices.",
+)
+
+
+# ---------------------------------------------------------------------------------------------------
+# take, gather, gather_nd, scatter_elements, scatter_nd
+
+
+def _take_logic(op, attrs, shapes, err):
+    data, indices = shapes
+    if attrs.axis is None:
+        return tuple(indices)
+    axis = norm_axis(op, attrs.axis, len(data), err)
+    batch_dims = attrs.batch_dims + len(indices) if attrs.batch_dims < 0 else attrs.batch_dims
+    if not 0 <= batch_dims <= min(axis, len(indices)):
+        raise err(f"{op}: batch_dims={attrs.batch_dims} must be in [0, min(axis={axis}, "
+                  f"indices rank={len(indices)})]")
+    batch = [unify_dim(op, data[i], indices[i], f"batch dim {i} of data and indices", err)
+             for i in range(batch_dims)]
+    return tuple(batch) + tuple(data[batch_dims:axis]) + tuple(indices[batch_dims:]) + tuple(data[axis + 1:])
+
+
+def _normalize_indices(op: str, indices: np.ndarray, size: int, mode: str) -> np.ndarray:
+    """Map indices into [0, size) by ``mode``: clip, wrap (modulo) or fast (must be in [-size, size))."""
+    indices = np.asarray(indices).astype(np.int64)
+    if indices.size and size == 0:
+        raise ExecutionError(f"{op}: cannot take from a dimension of size 0")
+    if mode == "clip":
+        return np.clip(indices, 0, size - 1)
+    if mode == "wrap":
+        return np.mod(indices, size)
+    bad = (indices < -size) | (indices >= size)
+    if bad.any():
+        raise ExecutionError(f"{op}: index {indices[bad].flat[0]} is out of range for a dimension of size {size}")
+    return np.where(indices < 0, indices + size, indices)
+
+
+def _take_kernel(attrs, out_shape, data, indices):
+    if attrs.axis is None:
+        flat = data.reshape(-1)
+        return flat[_normalize_indices("take", indices, flat.size, attrs.mode)]
+    axis = attrs.axis % data.ndim
+    idx = _normalize_indices("take", indices, data.shape[axis], attrs.mode)
+    batch_dims = attrs.batch_dims + indices.ndim if attrs.batch_dims < 0 else attrs.batch_dims
+    if batch_dims == 0:
+        return np.take(data, idx, axis=axis)
+    out = np.empty(out_shape, dtype=data.dtype)
+    batch = int(np.prod(data.shape[:batch_dims]))
+    data_b = data.reshape((batch,) + data.shape[batch_dims:])
+    idx_b = idx.reshape((batch,) + idx.shape[batch_dims:])
+    out_b = out.reshape((batch,) + out_shape[batch_dims:])
+    for b in range(batch):  # one vectorized take per batch element
+        out_b[b] = np.take(data_b[b], idx_b[b], axis=axis - batch_dims)
+    return out
+
+
+def _check_indices_dtype(op: str, position: int):
+    def check(types, attrs):
+        expect_int_tensor(op, types[position], "indices")
+
+    return check
+
+
+define_shaped(
+    "take", 2, _take_logic, _take_kernel, OpPattern.INJECTIVE,
+    attrs=(AttrDef("axis", None, to_int), AttrDef("batch_dims", 0, to_int),
+           AttrDef("mode", "clip", one_of("clip", "wrap", "fast"))),
+    check_types=_check_indices_dtype("take", 1),
+    doc="Take elements along ``axis`` (the flattened data when None) at ``indices``.",
+)
+
+
+def _gather_logic(op, attrs, shapes, err):
+    data, indices = shapes
+    if len(data) != len(indices):
+        raise err(f"{op}: indices must have the data's rank {len(data)}, got shape {fmt_shape(indices)}")
+    axis = norm_axis(op, attrs.axis, len(data), err)
+    for d, (a, b) in enumerate(zip(data, indices, strict=False)):
+        if d != axis and isinstance(a, int) and isinstance(b, int) and b > a:
+            raise err(f"{op}: indices dim {d} ({b}) exceeds the data's ({a})")
+    return tuple(indices)
+
+
+def _gather_kernel(attrs, out_shape, data, indices):
+    axis = attrs.axis % data.ndim
+    grid = list(np.ogrid[tuple(slice(0, n) for n in indices.shape)]) if indices.ndim else []
+    grid[axis] = _normalize_indices("gather", indices, data.shape[axis], "fast")
+    return data[tuple(grid)]
+
+
+define_shaped(
+    "gather", 2, _gather_logic, _gather_kernel, OpPattern.INJECTIVE, attrs=(AttrDef("axis", REQUIRED, to_int),),
+    check_types=_check_indices_dtype("gather", 1),
+    doc="out[i][j] = data[indices[i][j]][j] along ``axis`` (indices in [-n, n)).",
+)
+
+
+def _index_depth(op, attrs, indices, err):
+    if attrs.index_rank is not None:
+        if indices and isinstance(indices[0], int) and indices[0] != attrs.index_rank:
+            raise err(f"{op}: index_rank={attrs.index_rank} but indices have {indices[0]} rows")
+        return attrs.index_rank
+    if not indices or not isinstance(indices[0], int):
+        raise err(f"{op}: the first dim of indices (the index depth) must be static, got shape {fmt_shape(indices)}; "
+                  f"set index_rank")
+    return indices[0]
+
+
+def _gather_nd_logic(op, attrs, shapes, err):
+    data, indices = shapes
+    depth = _index_depth(op, attrs, indices, err)
+    if depth < 1:
+        raise err(f"{op}: the index depth (first dim of indices) must be >= 1, got {depth}")
+    b = attrs.batch_dims
+    if depth + b > len(data) or b + 1 > len(indices):
+        raise err(f"{op}: index depth {depth} with batch_dims={b} does not fit data of rank {len(data)} "
+                  f"and indices of rank {len(indices)}")
+    batch = [unify_dim(op, data[i], indices[i + 1], f"batch dim {i} of data and indices", err) for i in range(b)]
+    return tuple(batch) + tuple(indices[1 + b:]) + tuple(data[b + depth:])
+
+
+def _gather_nd_kernel(attrs, out_shape, data, indices):
+    b = attrs.batch_dims
+    depth = indices.shape[0]
+    rest = indices.shape[1:]
+    grid = [np.arange(n).reshape((1,) * i + (n,) + (1,) * (len(rest) - i - 1)) for i, n in enumerate(rest[:b])]
+    idx = [_normalize_indices("gather_nd", indices[k], data.shape[b + k], "fast") for k in range(depth)]
+    return data[tuple(grid + idx)]
+
+
+define_shaped(
+    "gather_nd", 2, _gather_nd_logic, _gather_nd_kernel, OpPattern.INJECTIVE,
+    attrs=(AttrDef("batch_dims", 0, lambda v: _nonneg(to_int(v))), AttrDef("index_rank", None, to_int)),
+    check_types=_check_indices_dtype("gather_nd", 1),
+    doc="Gather slices: indices has shape (M, Y...), the output (Y..., data.shape[batch_dims + M:]).",
+)
+
+
+def _scatter_elements_logic(op, attrs, shapes, err):
+    data, indices, updates = shapes
+    if not len(data) == len(indices) == len(updates):
+        raise err(f"{op}: data, indices and updates must have one rank, got {fmt_shape(data)}, {fmt_shape(indices)}, "
+                  f"{fmt_shape(updates)}")
+    axis = norm_axis(op, attrs.axis, len(data), err)
+    for d, (i, u) in enumerate(zip(indices, updates, strict=False)):
+        unify_dim(op, i, u, f"dim {d} of indices and updates", err)
+        if d != axis and isinstance(i, int) and isinstance(data[d], int) and i > data[d]:
+            raise err(f"{op}: indices dim {d} ({i}) exceeds the data's ({data[d]})")
+    return tuple(data)
+
+
+_UFUNC_AT = {"add": np.add, "mul": np.multiply, "min": np.minimum, "max": np.maximum}
+
+
+def _scatter(op: str, out: np.ndarray, index: tuple, updates: np.ndarray, reduction: str) -> np.ndarray:
+    """Scatter ``updates`` into ``out[index]`` (unbuffered, so repeated indices all apply)."""
+    if reduction == "update":
+        out[index] = updates
+    elif reduction == "mean":
+        total = out.astype(np.float64)
+        count = np.ones(out.shape)
+        np.add.at(total, index, updates)
+        np.add.at(count, index, 1)
+        out[...] = (total / count).astype(out.dtype)
+    else:
+        _UFUNC_AT[reduction].at(out, index, updates)
+    return out
+
+
+def _scatter_elements_kernel(attrs, out_shape, data, indices, updates):
+    axis = attrs.axis % data.ndim
+    grid = list(np.ogrid[tuple(slice(0, n) for n in indices.shape)])
+    grid[axis] = _normalize_indices("scatter_elements", indices, data.shape[axis], "fast")
+    return _scatter("scatter_elements", data.copy(), tuple(grid), updates.astype(data.dtype), attrs.reduction)
+
+
+def _check_scatter_types(op: str):
+    def check(types, attrs):
+        expect_int_tensor(op, types[1], "indices")
+        expect_same_dtype(op, types[0], types[2], "updates")
+
+    return check
+
+
+define_shaped(
+    "scatter_elements", 3, _scatter_elements_logic, _scatter_elements_kernel, OpPattern.OPAQUE,
+    attrs=(AttrDef("axis", 0, to_int),
+           AttrDef("reduction", "update", one_of("update", "add", "mul", "mean", "min", "max"))),
+    check_types=_check_scatter_types("scatter_elements"),
+    doc="A copy of data with updates[p] written (or reduced) at p with its ``axis`` entry replaced by "
+        "indices[p]. ``mean`` averages the data value with every update that lands on it.",
+)
+
+
+def _scatter_nd_logic(op, attrs, shapes, err):
+    data, indices, updates = shapes
+    if not indices or not isinstance(indices[0], int):
+        raise err(f"{op}: the first dim of indices (the index depth) must be static, got {fmt_shape(indices)}")
+    depth = indices[0]
+    if depth > len(data):
+        raise err(f"{op}: index depth {depth} exceeds the data's rank {len(data)}")
+    expected = tuple(indices[1:]) + tuple(data[depth:])
+    if len(updates) != len(expected):
+        raise err(f"{op}: updates must have shape {fmt_shape(expected)} (indices.shape[1:] + data.shape[M:]), "
+                  f"got {fmt_shape(updates)}")
+    for d, (a, b) in enumerate(zip(updates, expected, strict=False)):
+        unify_dim(op, a, b, f"updates dim {d} and the expected {fmt_shape(expected)}", err)
+    return tuple(data)
+
+
+def _scatter_nd_kernel(attrs, out_shape, data, indices, updates):
+    index = tuple(_normalize_indices("scatter_nd", indices[k], data.shape[k], "fast")
+                  for k in range(indices.shape[0]))
+    return _scatter("scatter_nd", data.copy(), index, updates.astype(data.dtype), attrs.mode)
+
+
+define_shaped(
+    "scatter_nd", 3, _scatter_nd_logic, _scatter_nd_kernel, OpPattern.OPAQUE,
+    attrs=(AttrDef("mode", "update", one_of("update", "add", "mul", "min", "max")),),
+    check_types=_check_scatter_types("scatter_nd"),
+    doc="A copy of data with updates scattered at indices of shape (M, Y...) (``mode`` update or reduce).",
+)
+
+
+# ---------------------------------------------------------------------------------------------------
+# strided_slice
+
+
+_UNKNOWN = "unknown"  # an end that depends on an unknown dim
+
+
+def _slice_spec(op, attrs_begin, attrs_end, attrs_strides, attrs_axes, slice_mode, shape, err):
+    """Per sliced axis: (axis, begin, end, stride) as Python slice values (end None = to the end)."""
+    ndim = len(shape)
+    strides = attrs_strides if attrs_strides is not None else ()
+    if attrs_axes is None:
+        count = max(len(attrs_begin), len(attrs_end), len(strides))
+        if count > ndim:
+            raise err(f"{op}: {count} sliced axes for a tensor of rank {ndim}")
+        axes = tuple(range(count))
+    else:
+        axes = tuple(norm_axis(op, a, ndim, err) for a in attrs_axes)
+        if len(set(axes)) != len(axes):
+            raise err(f"{op}: repeated axes {attrs_axes}")
+        if max(len(attrs_begin), len(attrs_end), len(strides)) > len(axes):
+            raise err(f"{op}: begin/end/strides have more values than the {len(axes)} axes {attrs_axes}")
+    spec = []
+    for i, axis in enumerate(axes):
+        stride = strides[i] if i < len(strides) else 1
+        begin = attrs_begin[i] if i < len(attrs_begin) else None
+        end = attrs_end[i] if i < len(attrs_end) else None
+        if slice_mode == "size":
+            stride, size = 1, end  # strides are ignored in size mode, like Relay
+            begin = 0 if begin is None else begin
+            if size is None or size < 0:
+                end = None
+            elif begin >= 0:
+                end = begin + size
+            elif isinstance(shape[axis], int):
+                begin = max(begin + shape[axis], 0)
+                end = begin + size
+            else:
+                end = _UNKNOWN
+        if stride == 0:
+            raise err(f"{op}: stride 0 on axis {axis}")
+        spec.append((axis, begin, end, stride))
+    return spec
+
+
+def _slice_dims(shape, spec):
+    out = list(shape)
+    for axis, begin, end, stride in spec:
+        dim = shape[axis]
+        if isinstance(dim, int) and end is not _UNKNOWN:
+            out[axis] = len(range(*slice(begin, end, stride).indices(dim)))
+        elif stride == 1 and begin in (0, None) and (end is None or (end is not _UNKNOWN and end >= INT32_MAX)):
+            out[axis] = dim  # the whole axis: a symbolic dim flows through
+        else:
+            out[axis] = Any()
+    return tuple(out)
+
+
+def _slice_index(spec, ndim):
+    index = [slice(None)] * ndim
+    for axis, begin, end, stride in spec:
+        index[axis] = slice(begin, end, stride)
+    return tuple(index)
+
+
+def _strided_slice_logic(op, attrs, shapes, err):
+    (shape,) = shapes
+    spec = _slice_spec(op, attrs.begin, attrs.end, attrs.strides, attrs.axes, attrs.slice_mode, shape, err)
+    return _slice_dims(shape, spec)
+
+
+def _strided_slice_kernel(attrs, out_shape, data):
+    spec = _slice_spec("strided_slice", attrs.begin, attrs.end, attrs.strides, attrs.axes, attrs.slice_mode,
+                       data.shape, ShapeError)
+    return data[_slice_index(spec, data.ndim)]
+
+
+def _nonzero_strides(value):
+    items = int_tuple()(value)
+    if 0 in items:
+        raise ValueError(f"strides must be nonzero, got {items}")
+    return items
+
+
+_SLICE_MODE = AttrDef("slice_mode", "end", one_of("end", "size"))
+
+define_shaped(
+    "strided_slice", 1, _strided_slice_logic, _strided_slice_kernel, OpPattern.INJECTIVE,
+    attrs=(AttrDef("begin", REQUIRED, int_tuple()), AttrDef("end", REQUIRED, int_tuple()),
+           AttrDef("strides", None, _nonzero_strides), AttrDef("axes", None, int_tuple()), _SLICE_MODE),
+    doc="Slice with begin/end/strides (negative values count from the end, out-of-range ones are clamped); "
+        "in ``size`` mode ``end`` holds sizes (-1: to the end) and strides are ignored.",
+)
+
+
+def _dyn_slice_values(op, arrays, err):
+    values = []
+    for name, arr in zip(("begin", "end", "strides"), arrays, strict=False):
+        arr = np.asarray(arr)
+        if arr.ndim != 1 or not np.issubdtype(arr.dtype, np.integer):
+            raise err(f"{op}: {name} must be a 1-D integer tensor, got shape {arr.shape} of {arr.dtype}")
+        values.append(tuple(int(v) for v in arr))
+    if 0 in values[2]:
+        raise err(f"{op}: strides must be nonzero, got {values[2]}")
+    return values
+
+
+def _dyn_strided_slice_rel(types, attrs, consts=None):
+    op = "dyn.strided_slice"
+    data = expect_tensor(op, types[0], "data")
+    lengths = []
+    for name, ty in zip(("begin", "end", "strides"), types[1:], strict=False):
+        t = expect_int_tensor(op, ty, name)
+        if t.ndim != 1:
+            raise TypeInferenceError(f"{op}: {name} must be 1-D, got rank {t.ndim}")
+        lengths.append(t.shape[0])
+    consts = consts or [None] * 4
+    if all(c is not None for c in consts[1:4]):
+        begin, end, strides = _dyn_slice_values(op, consts[1:4], TypeInferenceError)
+        spec = _slice_spec(op, begin, end, strides, None, attrs.slice_mode, data.shape, TypeInferenceError)
+        return TensorType(_slice_dims(data.shape, spec), data.dtype)
+    if not all(isinstance(n, int) for n in lengths):
+        return TensorType((Any(),) * data.ndim, data.dtype)
+    count = max(lengths)
+    if count > data.ndim:
+        raise TypeInferenceError(f"{op}: {count} sliced axes for a tensor of rank {data.ndim}")
+    return TensorType((Any(),) * count + data.shape[count:], data.dtype)
+
+
+def _dyn_strided_slice_spec(attrs, shape, arrays):
+    op = "dyn.strided_slice"
+    begin, end, strides = _dyn_slice_values(op, arrays, ShapeError)
+    return _slice_spec(op, begin, end, strides, None, attrs.slice_mode, shape, ShapeError)
+
+
+def _dyn_strided_slice_kernel(attrs, data, begin, end, strides):
+    data = np.asarray(data)
+    return data[_slice_index(_dyn_strided_slice_spec(attrs, data.shape, (begin, end, strides)), data.ndim)]
+
+
+define(
+    "dyn.strided_slice", 4, _dyn_strided_slice_rel, _dyn_strided_slice_kernel, OpPattern.INJECTIVE,
+    attrs=(_SLICE_MODE,),
+    shape_func=lambda attrs, args: [_slice_dims(concrete(args[0]), _dyn_strided_slice_spec(attrs, concrete(args[0]),
+                                                                                         args[1:4]))],
+    data_dependent=(False, True, True, True),
+    doc="strided_slice with begin/end/strides given as run-time 1-D integer tensors.",
+)
+
+
+# ---------------------------------------------------------------------------------------------------
+# broadcast_to, broadcast_to_like, tile, repeat, reverse
+
+
+def broadcast_into(op: str, shape, target, err):
+    """Check that ``shape`` broadcasts to exactly ``target`` (NumPy's ``broadcast_to`` rule)."""
+    if len(shape) > len(target):
+        raise err(f"{op}: cannot broadcast {fmt_shape(shape)} to the lower-rank {fmt_shape(target)}")
+    out = list(target)
+    for i in range(1, len(shape) + 1):
+        d, t = shape[-i], target[-i]
+        if d == 1:
+            continue
+        if isinstance(d, int) and isinstance(t, int):
+            if d != t:
+                raise err(f"{op}: cannot broadcast {fmt_shape(shape)} to {fmt_shape(target)} (dim {-i}: {d} vs {t})")
+        elif not isinstance(t, int) and isinstance(d, int):
+            out[-i] = d  # the target dim must then equal d
+    return tuple(out)
+
+
+define_shaped(
+    "broadcast_to", 1, lambda op, attrs, shapes, err: broadcast_into(op, shapes[0], attrs.shape, err),
+    lambda attrs, shape, x: np.broadcast_to(x, shape).copy(), OpPattern.BROADCAST,
+    attrs=(AttrDef("shape", REQUIRED, int_tuple(0)),), doc="Broadcast to ``shape``.",
+)
+
+define_shaped(
+    "broadcast_to_like", 2, lambda op, attrs, shapes, err: broadcast_into(op, shapes[0], shapes[1], err),
+    lambda attrs, shape, x, like: np.broadcast_to(x, shape).copy(), OpPattern.BROADCAST,
+    doc="Broadcast ``data`` to the shape of ``broadcast_type``.",
+)
+
+
+def _dyn_shape_values(op, arr, err):
+    arr = np.asarray(arr)
+    if arr.ndim != 1 or not np.issubdtype(arr.dtype, np.integer) or (arr < 0).any():
+        raise err(f"{op}: shape must be a 1-D tensor of non-negative integers, got {arr!r}")
+    return tuple(int(v) for v in arr)
+
+
+def _dyn_broadcast_to_rel(types, attrs, consts=None):
+    op = "dyn.broadcast_to"
+    data = expect_tensor(op, types[0], "data")
+    shape_t = expect_int_tensor(op, types[1], "shape")
+    if consts and consts[1] is not None:
+        target = _dyn_shape_values(op, consts[1], TypeInferenceError)
+        return TensorType(broadcast_into(op, data.shape, target, TypeInferenceError), data.dtype)
+    if shape_t.ndim != 1 or not isinstance(shape_t.shape[0], int):
+        raise TypeInferenceError(f"{op}: shape must be a 1-D tensor of static length, got {fmt_shape(shape_t.shape)}")
+    return TensorType(broadcast_into(op, data.shape, (Any(),) * shape_t.shape[0], TypeInferenceError),
+                      data.dtype)
+
+
+def _dyn_broadcast_to_shape(attrs, args):
+    target = _dyn_shape_values("dyn.broadcast_to", args[1], ShapeError)
+    return [broadcast_into("dyn.broadcast_to", concrete(args[0]), target, ShapeError)]
+
+
+define(
+    "dyn.broadcast_to", 2, _dyn_broadcast_to_rel,
+    lambda attrs, x, shape: np.broadcast_to(x, _dyn_broadcast_to_shape(attrs, [np.shape(x), shape])[0]).copy(),
+    OpPattern.BROADCAST, shape_func=_dyn_broadcast_to_shape, data_dependent=(False, True),
+    doc="Broadcast to a shape given as a run-time 1-D integer tensor.",
+)
+
+
+def _tile_logic(op, attrs, shapes, err):
+    (shape,) = shapes
+    reps = attrs.reps
+    ndim = max(len(shape), len(reps))
+    shape = (1,) * (ndim - len(shape)) + tuple(shape)
+    reps = (1,) * (ndim - len(reps)) + reps
+    return tuple(mul_dims(d, r) for d, r in zip(shape, reps, strict=False))
+
+
+define_shaped(
+    "tile", 1, _tile_logic, lambda attrs, shape, x: np.tile(x, attrs.reps), OpPattern.INJECTIVE,
+    attrs=(AttrDef("reps", REQUIRED, int_tuple(0)),), doc="Repeat the whole tensor ``reps`` times per dim.",
+)
+
+
+def _repeat_logic(op, attrs, shapes, err):
+    (shape,) = shapes
+    axis = norm_axis(op, attrs.axis, len(shape), err)
+    return tuple(shape[:axis]) + (mul_dims(shape[axis], attrs.repeats),) + tuple(shape[axis + 1:])
+
+
+define_shaped(
+    "repeat", 1, _repeat_logic, lambda attrs, shape, x: np.repeat(x, attrs.repeats, axis=attrs.axis),
+    OpPattern.BROADCAST,
+    attrs=(AttrDef("repeats", REQUIRED, lambda v: _positive(to_int(v))), AttrDef("axis", REQUIRED, to_int)),
+    doc="Repeat each element ``repeats`` times along ``axis``.",
+)
+
+
+def _reverse_logic(op, attrs, shapes, err):
+    norm_axis(op, attrs.axis, len(shapes[0]), err)
+    return tuple(shapes[0])
+
+
+define_shaped(
+    "reverse", 1, _reverse_logic, lambda attrs, shape, x: np.flip(x, axis=attrs.axis), OpPattern.INJECTIVE,
+    attrs=(AttrDef("axis", REQUIRED, to_int),), doc="Reverse the order of elements along ``axis``.",
+)
+
+
+# ---------------------------------------------------------------------------------------------------
+# shape queries, copy
+
+
+define_shaped(
+    "shape_of", 1, lambda op, attrs, shapes, err: (len(shapes[0]),),
+    lambda attrs, shape, x: np.array(x.shape, dtype=attrs.dtype), OpPattern.OPAQUE,
+    attrs=(AttrDef("dtype", "int32", to_int_dtype),), dtype_rule=lambda types, attrs: attrs.dtype,
+    doc="The shape of a tensor as a 1-D tensor (only the input's shape is read).",
+)
+
+define_shaped(
+    "ndarray_size", 1, lambda op, attrs, shapes, err: (),
+    lambda attrs, shape, x: np.array(x.size, dtype=attrs.dtype), OpPattern.OPAQUE,
+    attrs=(AttrDef("dtype", "int32", to_int_dtype),), dtype_rule=lambda types, attrs: attrs.dtype,
+    doc="The number of elements of a tensor as a scalar.",
+)
+
+define_shaped(
+    "copy", 1, lambda op, attrs, shapes, err: tuple(shapes[0]), lambda attrs, shape, x: x.copy(),
+    OpPattern.ELEMWISE, doc="A copy of the tensor.",
+)
+
+
+# ---------------------------------------------------------------------------------------------------
+# one_hot, sequence_mask
+
+
+def _one_hot_logic(op, attrs, shapes, err):
+    indices, on_value, off_value = shapes
+    if len(on_value) or len(off_value):
+        raise err(f"{op}: on_value and off_value must be scalars, got shapes {fmt_shape(on_value)} and "
+                  f"{fmt_shape(off_value)}")
+    ndim = len(indices)
+    if not -ndim - 1 <= attrs.axis <= ndim:
+        raise err(f"{op}: axis {attrs.axis} is out of range [{-ndim - 1}, {ndim}] for indices of rank {ndim}")
+    axis = attrs.axis % (ndim + 1)
+    return tuple(indices[:axis]) + (attrs.depth,) + tuple(indices[axis:])
+
+
+def _one_hot_kernel(attrs, out_shape, indices, on_value, off_value):
+    dtype = attrs.dtype or on_value.dtype
+    axis = attrs.axis % (indices.ndim + 1)
+    positions = np.arange(attrs.depth).reshape((-1,) + (1,) * (indices.ndim - axis))
+    hot = np.expand_dims(indices, axis) == positions
+    return np.where(hot, on_value.astype(dtype), off_value.astype(dtype))
+
+
+def _check_one_hot(types, attrs):
+    expect_int_tensor("one_hot", types[0], "indices")
+    if types[1].dtype != types[2].dtype:
+        raise TypeInferenceError(f"one_hot: on_value and off_value must have one dtype, got {types[1].dtype} "
+                                 f"and {types[2].dtype}")
+
+
+define_shaped(
+    "one_hot", 3, _one_hot_logic, _one_hot_kernel, OpPattern.OUT_ELEMWISE_FUSABLE,
+    attrs=(AttrDef("depth", REQUIRED, lambda v: _nonneg(to_int(v))), AttrDef("axis", -1, to_int),
+           AttrDef("dtype", "", to_out_dtype)),
+    dtype_rule=lambda types, attrs: attrs.dtype or types[1].dtype, check_types=_check_one_hot,
+    doc="on_value where indices == position along the new ``axis`` (of size ``depth``), else off_value; "
+        "``dtype`` defaults to on_value's.",
+)
+
+
+def _sequence_mask_logic(op, attrs, shapes, err):
+    data, valid_length = shapes
+    if len(data) < 2:
+        raise err(f"{op}: data must have rank >= 2, got {fmt_shape(data)}")
+    if len(valid_length) != 1:
+        raise err(f"{op}: valid_length must be 1-D, got {fmt_shape(valid_length)}")
+    unify_dim(op, data[1 - attrs.axis], valid_length[0], "the batch dim of data and valid_length", err)
+    return tuple(data)
+
+
+def _sequence_mask_kernel(attrs, out_shape, data, valid_length):
+    steps = np.arange(data.shape[attrs.axis])
+    lengths = valid_length.astype(np.int64)
+    mask = steps[:, None] < lengths[None, :] if attrs.axis == 0 else lengths[:, None] > steps[None, :]
+    mask = mask.reshape(mask.shape + (1,) * (data.ndim - 2))
+    return np.where(mask, data, np.asarray(attrs.mask_value).astype(data.dtype))
+
+
+define_shaped(
+    "sequence_mask", 2, _sequence_mask_logic, _sequence_mask_kernel, OpPattern.INJECTIVE,
+    attrs=(AttrDef("mask_value", 0.0, to_float), AttrDef("axis", 0, one_of(0, 1))),
+    check_types=_check_indices_dtype("sequence_mask", 1),
+    doc="Set data[t, b, ...] (axis=0) or data[b, t, ...] (axis=1) to mask_value where t >= valid_length[b].",
+)
