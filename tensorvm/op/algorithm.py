@@ -1,0 +1,369 @@
+"""Sorting and searching: argwhere, topk, sort, argsort, cumsum, cumprod, unique, searchsorted.
+
+Sorting is stable: equal elements keep their order, in ascending and descending order alike, and
+NaN counts as larger than every number. ``argwhere`` and ``unique`` have data-dependent output
+shapes (their shape functions read the data); so does ``topk`` when ``k`` comes as a second,
+run-time argument. ``unique`` returns exact-size outputs (not Relay's upper-bound buffers plus a
+count): ``(values, indices, inverse_indices[, counts])``, where ``indices`` are the first
+occurrences and ``values[inverse_indices]`` rebuilds the input.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..errors import AttrError, ShapeError, TypeInferenceError
+from ..ir.types import Any, TensorType, TupleType
+from ._common import (
+    ALL_DTYPES,
+    INT_DTYPES,
+    check_kernel_dtype,
+    expect_dtype,
+    expect_scalar,
+    expect_tensor,
+    normalize_axis,
+    one_of,
+    register_checked,
+    to_bool,
+    to_dtype,
+    to_int,
+    to_int_dtype,
+)
+from .registry import AttrDef, OpDef, OpPattern
+
+# ---- argwhere -------------------------------------------------------------------------------------
+
+
+def _argwhere_rel(types, attrs, consts=None):
+    condition = expect_tensor("argwhere", types[0], "condition")
+    return TensorType((Any(), condition.ndim), "int32")
+
+
+register_checked(OpDef(
+    name="argwhere", num_inputs=1, type_rel=_argwhere_rel,
+    kernel=lambda attrs, condition: np.argwhere(condition).astype("int32"), pattern=OpPattern.OPAQUE,
+    shape_func=lambda attrs, args: [(int(np.count_nonzero(args[0])), np.ndim(args[0]))],
+    shape_func_data_dependent=True,
+    doc="The coordinates (int32, one row each, row-major order) of the nonzero elements.",
+))
+
+# ---- stable sorting -------------------------------------------------------------------------------
+
+
+def sorted_indices(data: np.ndarray, axis: int, ascending: bool) -> np.ndarray:
+    """Indices that sort ``data`` along ``axis``, stably in either direction."""
+    if ascending:
+        return np.argsort(data, axis=axis, kind="stable")
+    # Sort the reversed data ascending (stable), then reverse: equal elements keep their order.
+    reversed_order = np.argsort(np.flip(data, axis), axis=axis, kind="stable")
+    return data.shape[axis] - 1 - np.flip(reversed_order, axis)
+
+
+def _sort_type(name: str, types) -> TensorType:
+    data = expect_tensor(name, types[0], "data")
+    if data.ndim == 0:
+        raise TypeInferenceError(f"{name}: data must have rank >= 1, got a scalar")
+    return data
+
+
+def _kernel_axis(name: str, data: np.ndarray, axis: int) -> int:
+    if data.ndim == 0:
+        raise ShapeError(f"{name}: data must have rank >= 1, got a scalar")
+    return normalize_axis(name, axis, data.ndim, ShapeError)
+
+
+def _sort_rel(types, attrs, consts=None):
+    data = _sort_type("sort", types)
+    normalize_axis("sort", attrs.axis, data.ndim)
+    return data
+
+
+def _argsort_rel(types, attrs, consts=None):
+    data = _sort_type("argsort", types)
+    normalize_axis("argsort", attrs.axis, data.ndim)
+    return TensorType(data.shape, attrs.dtype)
+
+
+def _sort_kernel(attrs, data):
+    axis = _kernel_axis("sort", data, attrs.axis)
+    return np.take_along_axis(data, sorted_indices(data, axis, attrs.is_ascend), axis)
+
+
+def _argsort_kernel(attrs, data):
+    axis = _kernel_axis("argsort", data, attrs.axis)
+    return sorted_indices(data, axis, attrs.is_ascend).astype(attrs.dtype)
+
+
+def _checked_identity_shape(name: str):
+    def shape_func(attrs, args):
+        shape = tuple(args[0])
+        if not shape:
+            raise ShapeError(f"{name}: data must have rank >= 1, got a scalar")
+        normalize_axis(name, attrs.axis, len(shape), ShapeError)
+        return [shape]
+
+    return shape_func
+
+
+SORT_ATTRS = (AttrDef("axis", -1, to_int), AttrDef("is_ascend", True, to_bool))
+register_checked(OpDef(
+    name="sort", num_inputs=1, type_rel=_sort_rel, kernel=_sort_kernel, pattern=OpPattern.OPAQUE,
+    attrs=SORT_ATTRS, shape_func=_checked_identity_shape("sort"), doc="Stable sort along an axis.",
+))
+register_checked(OpDef(
+    name="argsort", num_inputs=1, type_rel=_argsort_rel, kernel=_argsort_kernel, pattern=OpPattern.OPAQUE,
+    attrs=SORT_ATTRS + (AttrDef("dtype", "int32", to_int_dtype),), shape_func=_checked_identity_shape("argsort"),
+    doc="The indices of a stable sort along an axis.",
+))
+
+# ---- topk -----------------------------------------------------------------------------------------
+
+
+def _topk_k(attrs, args_count: int, k_value, error: type):
+    """k from the attribute or from the run-time argument; k < 1 means the whole axis (Relay)."""
+    if args_count == 2:
+        if attrs.k is not None:
+            raise AttrError("topk: k is given both as an attribute and as an argument")
+        if k_value is None:
+            return None
+        k_value = np.asarray(k_value)
+        if k_value.ndim != 0 or k_value.dtype.kind not in "iu":
+            raise error(f"topk: the k argument must be an integer scalar, got {k_value.dtype} {k_value.shape}")
+        return int(k_value)
+    return 1 if attrs.k is None else attrs.k
+
+
+def _topk_types(data: TensorType, axis: int, k, attrs):
+    dim = data.shape[axis]
+    if k is None:
+        dim = Any()
+    elif k >= 1:
+        if isinstance(dim, int) and k > dim:
+            raise TypeInferenceError(f"topk: k={k} exceeds the size {dim} of axis {axis}")
+        dim = k
+    shape = data.shape[:axis] + (dim,) + data.shape[axis + 1:]
+    values, indices = TensorType(shape, data.dtype), TensorType(shape, attrs.dtype)
+    return {"both": TupleType((values, indices)), "values": values, "indices": indices}[attrs.ret_type]
+
+
+def _topk_rel(types, attrs, consts=None):
+    if len(types) not in (1, 2):
+        raise TypeInferenceError(f"topk: expected 1 or 2 arguments (data[, k]), got {len(types)}")
+    data = _sort_type("topk", types)
+    axis = normalize_axis("topk", attrs.axis, data.ndim)
+    if len(types) == 2:
+        k_type = expect_scalar("topk", types[1], "k")
+        expect_dtype("topk", k_type, INT_DTYPES, "k")
+    k_const = consts[1] if consts is not None and len(types) == 2 and len(consts) > 1 else None
+    k = _topk_k(attrs, len(types), k_const, TypeInferenceError)
+    return _topk_types(data, axis, k, attrs)
+
+
+def _topk_extent(shape: tuple, axis: int, k: int) -> int:
+    if k < 1:
+        return shape[axis]
+    if k > shape[axis]:
+        raise ShapeError(f"topk: k={k} exceeds the size {shape[axis]} of axis {axis} in shape {shape}")
+    return k
+
+
+def _topk_shape_func(attrs, args):
+    if len(args) not in (1, 2):
+        raise ShapeError(f"topk: expected 1 or 2 arguments (data[, k]), got {len(args)}")
+    shape = tuple(args[0])
+    if not shape:
+        raise ShapeError("topk: data must have rank >= 1, got a scalar")
+    axis = normalize_axis("topk", attrs.axis, len(shape), ShapeError)
+    k = _topk_k(attrs, len(args), args[1] if len(args) == 2 else None, ShapeError)
+    out = shape[:axis] + (_topk_extent(shape, axis, k),) + shape[axis + 1:]
+    return [out, out] if attrs.ret_type == "both" else [out]
+
+
+def _topk_kernel(attrs, data, k=None):
+    axis = _kernel_axis("topk", data, attrs.axis)
+    k = _topk_k(attrs, 1 if k is None else 2, k, ShapeError)
+    extent = _topk_extent(data.shape, axis, k)
+    indices = np.take(sorted_indices(data, axis, attrs.is_ascend), np.arange(extent), axis=axis)
+    values = np.take_along_axis(data, indices, axis)
+    indices = indices.astype(attrs.dtype)
+    return {"both": (values, indices), "values": values, "indices": indices}[attrs.ret_type]
+
+
+register_checked(OpDef(
+    name="topk", num_inputs=-1, type_rel=_topk_rel, kernel=_topk_kernel, pattern=OpPattern.OPAQUE,
+    attrs=(
+        AttrDef("k", None, to_int, "how many (k < 1: all); or pass k as a second, scalar argument"),
+        AttrDef("axis", -1, to_int),
+        AttrDef("ret_type", "both", one_of("both", "values", "indices")),
+        AttrDef("is_ascend", False, to_bool),
+        AttrDef("dtype", "int32", to_int_dtype),
+    ),
+    shape_func=_topk_shape_func, shape_func_data_dependent=(False, True),
+    doc="topk(data[, k]): the k largest (or smallest) elements along an axis and/or their indices.",
+))
+
+# ---- cumsum, cumprod ------------------------------------------------------------------------------
+
+
+def _scan(name: str, ufunc, identity):
+    def out_dtype(attrs, data_dtype: str) -> str:
+        dtype = attrs.dtype or data_dtype
+        if dtype == "bool":
+            raise AttrError(f"{name}: cannot accumulate in bool; pass dtype=\"int32\" or another numeric dtype")
+        return dtype
+
+    def out_shape(shape: tuple, axis, error):
+        if axis is None:  # Relay flattens the input first
+            return (math.prod(shape) if all(isinstance(d, (int, np.integer)) for d in shape) else Any(),)
+        normalize_axes_scan(name, axis, len(shape), error)
+        return tuple(shape)
+
+    def rel(types, attrs, consts=None):
+        data = expect_tensor(name, types[0], "data")
+        return TensorType(out_shape(data.shape, attrs.axis, TypeInferenceError), out_dtype(attrs, data.dtype))
+
+    def kernel(attrs, data):
+        dtype = out_dtype(attrs, data.dtype.name)
+        out_shape(data.shape, attrs.axis, ShapeError)
+        if attrs.axis is None:
+            data, axis = data.reshape(-1), 0
+        else:
+            axis = attrs.axis % data.ndim
+        with np.errstate(all="ignore"):
+            result = ufunc.accumulate(data.astype(dtype, copy=False), axis=axis, dtype=dtype)
+        if attrs.exclusive and result.shape[axis]:
+            # Shift by one along the axis; the first element becomes the identity.
+            shifted = np.empty_like(result)
+            head = [slice(None)] * result.ndim
+            head[axis] = slice(0, 1)
+            shifted[tuple(head)] = identity
+            head[axis] = slice(1, None)
+            tail = [slice(None)] * result.ndim
+            tail[axis] = slice(0, -1)
+            shifted[tuple(head)] = result[tuple(tail)]
+            result = shifted
+        return result
+
+    register_checked(OpDef(
+        name=name, num_inputs=1, type_rel=rel, kernel=kernel, pattern=OpPattern.OPAQUE,
+        attrs=(
+            AttrDef("axis", None, to_int, "None: over the flattened input"),
+            AttrDef("dtype", None, to_dtype, "default: the input's dtype"),
+            AttrDef("exclusive", False, to_bool, "leave out each element itself"),
+        ),
+        shape_func=lambda attrs, args: [out_shape(tuple(args[0]), attrs.axis, ShapeError)],
+        doc=f"Running {name[3:]} along an axis (inclusive unless exclusive).",
+    ))
+
+
+def normalize_axes_scan(name: str, axis: int, ndim: int, error: type):
+    if ndim == 0 or not -ndim <= axis < ndim:
+        raise error(f"{name}: axis {axis} is out of range for rank {ndim}")
+
+
+_scan("cumsum", np.add, 0)
+_scan("cumprod", np.multiply, 1)
+
+# ---- unique ---------------------------------------------------------------------------------------
+
+
+def _unique_rel(types, attrs, consts=None):
+    data = expect_tensor("unique", types[0], "data")
+    if data.ndim != 1:
+        raise TypeInferenceError(f"unique: data must be 1-D, got rank {data.ndim}")
+    count = TensorType((Any(),), "int32")
+    fields = [TensorType((Any(),), data.dtype), count, TensorType(data.shape, "int32")]
+    return TupleType(fields + [count] if attrs.return_counts else fields)
+
+
+def _unique_shape_func(attrs, args):
+    data = np.asarray(args[0])
+    if data.ndim != 1:
+        raise ShapeError(f"unique: data must be 1-D, got shape {data.shape}")
+    n = len(np.unique(data))
+    return [(n,), (n,), data.shape] + ([(n,)] if attrs.return_counts else [])
+
+
+def _unique_kernel(attrs, data):
+    if data.ndim != 1:
+        raise ShapeError(f"unique: data must be 1-D, got shape {data.shape}")
+    values, first, inverse, counts = np.unique(data, return_index=True, return_inverse=True, return_counts=True)
+    inverse = inverse.reshape(-1)
+    if not attrs.is_sorted:
+        # Order of first appearance: renumber the unique values by where they first occur.
+        order = np.argsort(first, kind="stable")
+        rank = np.empty_like(order)
+        rank[order] = np.arange(len(order))
+        values, first, counts, inverse = values[order], first[order], counts[order], rank[inverse]
+    outputs = (values, first.astype("int32"), inverse.astype("int32"))
+    return outputs + (counts.astype("int32"),) if attrs.return_counts else outputs
+
+
+register_checked(OpDef(
+    name="unique", num_inputs=1, type_rel=_unique_rel, kernel=_unique_kernel, pattern=OpPattern.OPAQUE,
+    attrs=(AttrDef("is_sorted", True, to_bool, "ascending values; else in order of first appearance"),
+           AttrDef("return_counts", False, to_bool)),
+    shape_func=_unique_shape_func, shape_func_data_dependent=True,
+    doc="unique(data): (values, first indices, inverse indices[, counts]) of a 1-D tensor.",
+))
+
+# ---- searchsorted ---------------------------------------------------------------------------------
+
+
+def _searchsorted_check(seq_shape: tuple, values_shape: tuple, error: type):
+    if len(seq_shape) == 0:
+        raise error("searchsorted: sorted_sequence must have rank >= 1, got a scalar")
+    if len(seq_shape) == 1:
+        return
+    leading_ok = len(values_shape) == len(seq_shape) and all(
+        not (isinstance(s, int) and isinstance(v, int)) or s == v
+        for s, v in zip(seq_shape[:-1], values_shape[:-1], strict=True)
+    )
+    if not leading_ok:
+        raise error(
+            f"searchsorted: a {len(seq_shape)}-D sorted_sequence {tuple(seq_shape)} needs values with the same "
+            f"leading dimensions, got {tuple(values_shape)}"
+        )
+
+
+def _searchsorted_rel(types, attrs, consts=None):
+    seq = expect_tensor("searchsorted", types[0], "sorted_sequence")
+    values = expect_tensor("searchsorted", types[1], "values")
+    expect_dtype("searchsorted", seq, ALL_DTYPES, "sorted_sequence")
+    if seq.dtype != values.dtype:
+        raise TypeInferenceError(
+            f"searchsorted: sorted_sequence and values must have one dtype, got {seq.dtype} and {values.dtype}")
+    _searchsorted_check(seq.shape, values.shape, TypeInferenceError)
+    return TensorType(values.shape, attrs.dtype)
+
+
+def _searchsorted_kernel(attrs, seq, values):
+    check_kernel_dtype("searchsorted", (seq, values))
+    _searchsorted_check(seq.shape, values.shape, ShapeError)
+    side = "right" if attrs.right else "left"
+    if seq.ndim == 1:
+        return np.searchsorted(seq, values, side=side).astype(attrs.dtype)
+    rows = math.prod(seq.shape[:-1])
+    rows_seq = seq.reshape(rows, seq.shape[-1])
+    rows_values = values.reshape(rows, values.shape[-1])
+    out = np.empty(rows_values.shape, dtype=attrs.dtype)
+    for i in range(rows_seq.shape[0]):
+        out[i] = np.searchsorted(rows_seq[i], rows_values[i], side=side)
+    return out.reshape(values.shape)
+
+
+def _searchsorted_shape_func(attrs, args):
+    _searchsorted_check(tuple(args[0]), tuple(args[1]), ShapeError)
+    return [tuple(args[1])]
+
+
+register_checked(OpDef(
+    name="searchsorted", num_inputs=2, type_rel=_searchsorted_rel, kernel=_searchsorted_kernel,
+    pattern=OpPattern.OPAQUE,
+    attrs=(AttrDef("right", False, to_bool, "return the last suitable index instead of the first"),
+           AttrDef("dtype", "int32", to_int_dtype)),
+    shape_func=_searchsorted_shape_func,
+    doc="searchsorted(sorted_sequence, values): insertion indices keeping each innermost row sorted.",
+))

@@ -1,0 +1,168 @@
+"""Tensor creation: zeros, ones, full (static ``shape`` attribute), the ``*_like`` family, and arange.
+
+``arange(start, stop, step, dtype)`` takes three scalar tensors, so its length
+``max(0, ceil((stop - start) / step))`` is known only from their values: its shape function is
+data-dependent, and its type is static only when all three arguments are constants. The length
+is computed exactly for integer arguments and in double precision otherwise, by one helper that
+the relation, the shape function and the kernel share, so the three always agree.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..errors import ShapeError, TypeInferenceError
+from ..ir.types import Any, TensorType
+from ._common import (
+    NUMERIC_DTYPES,
+    check_kernel_dtype,
+    expect_dtype,
+    expect_scalar,
+    expect_tensor,
+    identity_shape_func,
+    register_checked,
+    to_dtype,
+    to_shape,
+)
+from .registry import REQUIRED, AttrDef, OpDef, OpPattern
+
+# ---- zeros, ones, full ----------------------------------------------------------------------------
+
+
+def _constant_fill(name: str, value):
+    def rel(types, attrs, consts=None):
+        return TensorType(attrs.shape, attrs.dtype)
+
+    def kernel(attrs):
+        return np.full(attrs.shape, value, dtype=attrs.dtype)
+
+    register_checked(OpDef(
+        name=name, num_inputs=0, type_rel=rel, kernel=kernel, pattern=OpPattern.ELEMWISE,
+        attrs=(AttrDef("shape", REQUIRED, to_shape), AttrDef("dtype", "float32", to_dtype)),
+        shape_func=lambda attrs, args: [attrs.shape], doc=f"A tensor of the given shape filled with {value}.",
+    ))
+
+
+_constant_fill("zeros", 0)
+_constant_fill("ones", 1)
+
+
+def _full_rel(types, attrs, consts=None):
+    fill = expect_scalar("full", types[0], "fill_value")
+    return TensorType(attrs.shape, attrs.dtype or fill.dtype)
+
+
+def _full_kernel(attrs, fill_value):
+    _expect_scalar_value("full", fill_value, "fill_value")
+    with np.errstate(all="ignore"):
+        return np.full(attrs.shape, fill_value, dtype=attrs.dtype or fill_value.dtype)
+
+
+register_checked(OpDef(
+    name="full", num_inputs=1, type_rel=_full_rel, kernel=_full_kernel, pattern=OpPattern.ELEMWISE,
+    attrs=(AttrDef("shape", REQUIRED, to_shape), AttrDef("dtype", None, to_dtype, "default: fill_value's")),
+    shape_func=lambda attrs, args: [attrs.shape],
+    doc="full(fill_value, shape, dtype): a tensor filled with the scalar fill_value (cast to dtype).",
+))
+
+# ---- zeros_like, ones_like, full_like -------------------------------------------------------------
+
+
+def _like(name: str, value):
+    register_checked(OpDef(
+        name=name, num_inputs=1, type_rel=lambda types, attrs, consts=None: expect_tensor(name, types[0], "data"),
+        kernel=lambda attrs, data: np.full(data.shape, value, dtype=data.dtype), pattern=OpPattern.ELEMWISE,
+        shape_func=identity_shape_func, doc=f"A tensor like data filled with {value}.",
+    ))
+
+
+_like("zeros_like", 0)
+_like("ones_like", 1)
+
+
+def _full_like_rel(types, attrs, consts=None):
+    data = expect_tensor("full_like", types[0], "data")
+    expect_scalar("full_like", types[1], "fill_value")
+    return data
+
+
+def _full_like_kernel(attrs, data, fill_value):
+    _expect_scalar_value("full_like", fill_value, "fill_value")
+    with np.errstate(all="ignore"):
+        return np.full(data.shape, fill_value, dtype=data.dtype)
+
+
+register_checked(OpDef(
+    name="full_like", num_inputs=2, type_rel=_full_like_rel, kernel=_full_like_kernel,
+    pattern=OpPattern.ELEMWISE, shape_func=identity_shape_func,
+    doc="full_like(data, fill_value): data's shape and dtype, filled with the scalar fill_value.",
+))
+
+
+def _expect_scalar_value(op: str, value: np.ndarray, what: str):
+    if value.ndim != 0:
+        raise ShapeError(f"{op}: {what} must be a scalar, got an array of shape {value.shape}")
+
+
+# ---- arange ---------------------------------------------------------------------------------------
+
+ARANGE_ARGS = ("start", "stop", "step")
+
+
+def arange_length(start, stop, step, error: type = ShapeError) -> int:
+    """``max(0, ceil((stop - start) / step))``; exact for integers. ``error`` reports a zero or
+    non-finite step and non-finite bounds."""
+    values = [np.asarray(v) for v in (start, stop, step)]
+    for name, value in zip(ARANGE_ARGS, values, strict=True):
+        if value.ndim != 0:
+            raise error(f"arange: {name} must be a scalar, got an array of shape {value.shape}")
+    if all(v.dtype.kind in "iu" for v in values):
+        start, stop, step = (int(v) for v in values)
+        if step == 0:
+            raise error("arange: step must not be zero")
+        return max(0, -((start - stop) // step))  # ceil((stop - start) / step) without rounding
+    start, stop, step = (float(v) for v in values)
+    if step == 0:
+        raise error("arange: step must not be zero")
+    if not all(math.isfinite(v) for v in (start, stop, step)):
+        raise error(f"arange: start, stop and step must be finite, got {start}, {stop}, {step}")
+    return max(0, math.ceil((stop - start) / step))
+
+
+def to_numeric_dtype(value) -> str:
+    dtype = to_dtype(value)
+    if dtype not in NUMERIC_DTYPES:
+        raise ValueError(f"expected a numeric dtype, got {dtype}")
+    return dtype
+
+
+def _arange_rel(types, attrs, consts=None):
+    for ty, name in zip(types, ARANGE_ARGS, strict=True):
+        expect_dtype("arange", expect_scalar("arange", ty, name), NUMERIC_DTYPES, name)
+    if consts is not None and all(c is not None for c in consts[:3]):
+        return TensorType((arange_length(*consts[:3], error=TypeInferenceError),), attrs.dtype)
+    return TensorType((Any(),), attrs.dtype)
+
+
+def _arange_kernel(attrs, start, stop, step):
+    check_kernel_dtype("arange", (start, stop, step), NUMERIC_DTYPES, same=False)
+    length = arange_length(start, stop, step)
+    if all(v.dtype.kind in "iu" for v in (start, stop, step)):
+        # Every value lies between start and stop, so int64 holds it exactly unless they do not.
+        int64 = np.iinfo(np.int64)
+        exact = np.int64 if all(int64.min <= int(v) <= int64.max for v in (start, stop)) else object
+        values = int(start) + np.arange(length, dtype=exact) * int(step)
+        return np.asarray(values.astype(np.float64) if exact is object and attrs.dtype.startswith("float")
+                          else values).astype(attrs.dtype)
+    with np.errstate(all="ignore"):
+        return (float(start) + np.arange(length, dtype=np.float64) * float(step)).astype(attrs.dtype)
+
+
+register_checked(OpDef(
+    name="arange", num_inputs=3, type_rel=_arange_rel, kernel=_arange_kernel, pattern=OpPattern.OPAQUE,
+    attrs=(AttrDef("dtype", "float32", to_numeric_dtype),),
+    shape_func=lambda attrs, args: [(arange_length(*args),)], shape_func_data_dependent=True,
+    doc="arange(start, stop, step): start + i * step for i < ceil((stop - start) / step), in dtype.",
+))
