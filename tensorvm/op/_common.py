@@ -360,3 +360,40 @@ def register_checked(opdef: OpDef) -> OpDef:
     opdef.shape_func = checked_shape_func if shape_func is not None else None
     opdef.kernel = checked_kernel
     return register_op(opdef)
+
+
+# ---- special functions --------------------------------------------------------------------------
+
+# Eight Taylor terms reach 1e-9 relative accuracy for |x| < 0.5.
+_ERF_TAYLOR = [2 / math.sqrt(math.pi) * (-1) ** n / (math.factorial(n) * (2 * n + 1)) for n in range(8)]
+# Chebyshev fit of erfc (Numerical Recipes' erfcc): fractional error below 1.2e-7 for every x >= 0.
+_ERFC_POLY = [-1.26551223, 1.00002368, 0.37409196, 0.09678418, -0.18628806, 0.27886807, -1.13520398,
+              1.48851587, -0.82215223, 0.17087277]
+_erf_exact = np.frompyfunc(math.erf, 1, 1)
+
+
+def erf(x: np.ndarray) -> np.ndarray:
+    """Vectorized erf in ``x``'s dtype: exact (``math.erf``) for float64, within ~1e-7 relative otherwise.
+
+    Near 0 a Taylor series keeps the relative error small; elsewhere ``1 - erfc`` with a Chebyshev erfc.
+    """
+    x = np.asarray(x)
+    if x.dtype == np.float64:
+        return np.asarray(_erf_exact(x), dtype=np.float64)
+    z = x.astype(np.float64)
+    a = np.abs(z)
+    z2 = z * z
+    series = np.full_like(z, _ERF_TAYLOR[-1])
+    for coef in reversed(_ERF_TAYLOR[:-1]):
+        series *= z2
+        series += coef
+    series *= z
+    t = 1.0 / (1.0 + 0.5 * a)
+    poly = np.full_like(z, _ERFC_POLY[-1])
+    for coef in reversed(_ERFC_POLY[:-1]):
+        poly *= t
+        poly += coef
+    with np.errstate(over="ignore", under="ignore", invalid="ignore"):
+        poly -= z2
+        tail = np.sign(z) * (1.0 - t * np.exp(poly))
+    return np.asarray(np.where(a < 0.5, series, tail), dtype=x.dtype)

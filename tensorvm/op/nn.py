@@ -18,7 +18,7 @@ import numpy as np
 
 from ..errors import AttrError, ShapeError, TypeInferenceError
 from ..ir.types import Any, TensorType, TupleType
-from ._common import expect_tensor
+from ._common import erf, expect_tensor
 from .registry import REQUIRED, AttrDef, OpPattern
 from .transform import (
     add_dims,
@@ -260,7 +260,6 @@ _unary(
     attrs=(AttrDef("alpha", 0.01, to_float),), floats_only=True, doc="x if x > 0 else alpha * x.",
 )
 
-_erf = np.vectorize(math.erf, otypes=[np.float64])
 
 
 def _gelu(attrs, x):
@@ -268,7 +267,9 @@ def _gelu(attrs, x):
     if attrs.approximate == "tanh":
         inner = math.sqrt(2 / math.pi) * (acc + 0.044715 * acc**3)
         return (0.5 * acc * (1 + np.tanh(inner))).astype(x.dtype)
-    return (0.5 * acc * (1 + _erf(acc / math.sqrt(2)))).astype(x.dtype)
+    # erf in x's own precision: exact for float64, the fast vectorized form for float32/float16.
+    phi = erf((acc / math.sqrt(2)).astype(x.dtype)).astype(np.float64)
+    return (0.5 * acc * (1 + phi)).astype(x.dtype)
 
 
 _unary(

@@ -27,6 +27,7 @@ from ._common import (
     broadcast_type_shapes,
     check_kernel_dtype,
     elemwise_rel,
+    erf,
     expect_same_dtype,
     expect_tensor,
     identity_shape_func,
@@ -158,9 +159,6 @@ def _sigmoid(x):
     return np.where(x >= 0, 1 / (1 + e), e / (1 + e))
 
 
-_erf_elementwise = np.frompyfunc(math.erf, 1, 1)  # exact to double precision; scipy is not a dependency
-
-
 def _integer_identity(fn):
     """Rounding functions leave integers alone (NumPy would turn them into float64)."""
     return lambda x: x.copy() if x.dtype.kind in "iub" else fn(x)
@@ -175,7 +173,7 @@ _unary("round", _integer_identity(np.round), doc="Round half to even (like NumPy
 _unary("trunc", _integer_identity(np.trunc))
 for _name, _fn in [("exp", np.exp), ("log", np.log), ("log2", np.log2), ("log10", np.log10),
                    ("sqrt", np.sqrt), ("rsqrt", lambda x: 1 / np.sqrt(x)), ("tanh", np.tanh),
-                   ("sigmoid", _sigmoid), ("erf", lambda x: _erf_elementwise(x.astype("float64"))),
+                   ("sigmoid", _sigmoid), ("erf", erf),
                    ("sin", np.sin), ("cos", np.cos), ("tan", np.tan)]:
     _unary(_name, _fn, FLOAT_DTYPES)
 _unary("isnan", np.isnan, NUMERIC_DTYPES, "bool")
