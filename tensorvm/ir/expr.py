@@ -239,15 +239,21 @@ class Constructor(Expr):
         return hash(("Constructor", self.name, self.belong_to.name, self.tag))
 
     def __call__(self, *args, **attrs):
-        """With expression arguments, build a ``Call``; with run-time values, build an ``ADT`` value."""
-        if all(isinstance(a, Expr) for a in args):
+        """With expression arguments, build a ``Call``; with run-time values (or none: ``Nil()``), an ``ADT``.
+
+        To build the IR call of a nullary constructor, write ``Call(ctor, ())``.
+        """
+        if args and all(isinstance(a, Expr) for a in args):
             return Call(self, tuple(args), Attrs(attrs))
-        # Run-time values (NumPy arrays, NDArrays, ADTs): a value usable as an argument to an executor.
+        return self.value(*args)
+
+    def value(self, *fields):
+        """The run-time ADT value ``Ctor(fields...)``, usable as an argument to any executor."""
         from ..runtime.object import ADT  # lazy: ADT values belong to the runtime
 
-        if len(args) != len(self.inputs):
-            raise TypeError(f"constructor {self.name} takes {len(self.inputs)} fields, got {len(args)}")
-        return ADT(self.tag, tuple(args), constructor=self.name)
+        if len(fields) != len(self.inputs):
+            raise TypeError(f"constructor {self.name} takes {len(self.inputs)} fields, got {len(fields)}")
+        return ADT(self.tag, tuple(fields), constructor=self.name)
 
 
 class Pattern:

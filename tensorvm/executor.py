@@ -1,0 +1,153 @@
+"""``create_executor``: one front door to every way of running a module.
+
+    ex = tv.create_executor("debug", mod, params={"w": w})
+    f = ex.evaluate()            # @main as a Python callable
+    out = f(x, y=y)              # positional or by parameter name
+
+Kinds: ``"debug"`` (the reference interpreter), ``"vm"`` (``tensorvm.vm``); ``"graph"`` and
+``"aot"`` are not built yet. Results are converted for users: tensors become ``NDArray``, tuples
+Python tuples (recursively), ADT values ``ADT`` with converted fields; closures stay opaque.
+``params`` binds parameters of ``@main`` by name as constants (they disappear from its signature;
+``tensorvm.transform.bind_params`` checks them, so every kind reports a bad param the same way).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .errors import ExecutionError, UnsupportedError
+from .interpreter import Interpreter, bind_arguments, deep_recursion
+from .ir.expr import Constant, Expr, Function, GlobalVar
+from .ir.module import IRModule
+from .runtime.ndarray import NDArray
+from .runtime.object import ADT
+from .transform.bind_params import bind_params
+
+__all__ = ["create_executor", "Executor", "DebugExecutor", "VMExecutor", "to_user_value"]
+
+EXECUTOR_KINDS = ("debug", "vm", "graph", "aot")
+
+
+def create_executor(kind: str = "debug", mod: IRModule | None = None, device=None, target: str = "python",
+                    params: dict | None = None) -> Executor:
+    """An executor of ``kind`` for ``mod``. ``device`` is accepted for API compatibility (CPU only)."""
+    mod = mod if mod is not None else IRModule()
+    if not isinstance(mod, IRModule):
+        raise TypeError(f"create_executor expects an IRModule, got {type(mod).__name__}")
+    if kind == "debug":
+        return DebugExecutor(mod, params)
+    if kind == "vm":
+        return VMExecutor(mod, target, params)
+    if kind in ("graph", "aot"):
+        raise UnsupportedError(f"the {kind!r} executor is not built yet; use 'debug' or 'vm'")
+    raise UnsupportedError(f"unknown executor kind {kind!r}; expected one of {', '.join(EXECUTOR_KINDS)}")
+
+
+class Executor:
+    """Base class: ``evaluate(expr=None)`` gives ``@main`` (or a function) as a callable, or a value."""
+
+    def __init__(self, mod: IRModule, params: dict | None):
+        self.mod = mod
+        self.params = dict(params or {})
+        if self.params:
+            if "main" not in mod:
+                raise ExecutionError("params were given but the module has no @main to bind them to")
+            self.mod = mod.copy()
+            self.mod.add("main", bind_params(mod["main"], self.params))
+
+    def evaluate(self, expr: Expr | str | None = None):
+        """``None`` or a global (name or ``GlobalVar``): a callable; a ``Function``: a callable;
+        any other expression: its value."""
+        if expr is None:
+            expr = "main"
+        if isinstance(expr, GlobalVar):
+            expr = expr.name
+        if isinstance(expr, str):
+            return self._make_callable(expr, self.mod[expr] if expr in self.mod else None)
+        if isinstance(expr, Function):
+            return self._make_callable(None, expr)
+        if isinstance(expr, Constant):
+            return to_user_value(expr.data)
+        if isinstance(expr, Expr):
+            return self._make_callable(None, Function((), expr))()
+        raise TypeError(f"evaluate expects an expression, a global name or None, got {type(expr).__name__}")
+
+    def _make_callable(self, name: str | None, func: Function | None):  # pragma: no cover - abstract
+        raise NotImplementedError
+
+
+class DebugExecutor(Executor):
+    """Runs on the reference interpreter."""
+
+    def __init__(self, mod: IRModule, params: dict | None = None):
+        super().__init__(mod, params)
+        self.interpreter = Interpreter(self.mod)
+
+    def _make_callable(self, name, func):
+        if name is not None:
+            function = self.interpreter.evaluate(name)
+        else:
+            function = self.interpreter.evaluate(func)
+
+        def run(*args, **kwargs):
+            return to_user_value(function(*args, **kwargs))
+
+        run.__name__ = name or "function"
+        return run
+
+
+class VMExecutor(Executor):
+    """Compiles with ``tensorvm.vm.compile`` and runs on the ``VirtualMachine``."""
+
+    def __init__(self, mod: IRModule, target: str = "python", params: dict | None = None):
+        # The VM compiler binds params itself (it may fold them into constants).
+        super().__init__(mod, None)
+        self.target, self.vm_params = target, dict(params or {})
+        self._cache: dict = {}
+
+    def _make_callable(self, name, func):
+        from . import vm as tvm_vm  # lazy: the VM layer depends on everything else
+
+        if name is not None and name != "main":
+            raise UnsupportedError(f"the VM executor runs @main only, not @{name}")
+        if name is None:  # run an expression as the entry of a copy of the module
+            mod = self.mod.copy()
+            mod.add("main", func)
+        else:
+            if "main" not in self.mod:
+                raise ExecutionError("the module has no @main")
+            mod, func = self.mod, self.mod["main"]
+        key = id(func)
+        if key not in self._cache:
+            exe = tvm_vm.compile(mod, target=self.target, params=self.vm_params or None)
+            self._cache[key] = (func, tvm_vm.VirtualMachine(exe))
+        _, machine = self._cache[key]
+        remaining = [p for p in func.params if p.name_hint not in self.vm_params]
+        signature = Function(tuple(remaining), func.body)
+
+        def run(*args, **kwargs):
+            values = bind_arguments(signature, args, kwargs, "@main")
+            return to_user_value(machine["main"](*values))
+
+        run.__name__ = "main"
+        return run
+
+
+def to_user_value(value):
+    """Convert a run-time value for users: arrays to ``NDArray``, tuples and ADT fields recursively."""
+    with deep_recursion():
+        return _to_user(value)
+
+
+def _to_user(value):
+    if isinstance(value, NDArray):
+        return value
+    if isinstance(value, (np.ndarray, np.generic)):
+        array = np.asarray(value)
+        # Constants are read-only and kernels may return views of them: hand out writable arrays.
+        return NDArray(array if array.flags.writeable else array.copy())
+    if isinstance(value, tuple):
+        return tuple([_to_user(v) for v in value])
+    if isinstance(value, ADT):
+        return ADT(value.tag, tuple([_to_user(v) for v in value.fields]), constructor=value.constructor)
+    return value  # closures and references stay opaque
