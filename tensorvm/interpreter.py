@@ -469,6 +469,8 @@ def convert_argument(value, ty, where: str, mod: IRModule | None = None, symbols
     the message names ``where``, what was expected and what came.
     """
     symbols = {} if symbols is None else symbols
+    if isinstance(value, Call) and isinstance(value.op, Constructor) and not value.args:
+        value = value.op.value()  # ``Nil()`` built in Python is the value Nil
     if ty is None or isinstance(ty, (TypeVar, IncompleteType)):
         return _convert_untyped(value, where)
     if isinstance(ty, TensorType):

@@ -613,3 +613,11 @@ def test_vm_and_debug_executors_agree_through_the_front_door():
     results = [create_executor(kind, mod, params=params).evaluate()(x=data) for kind in ("debug", "vm")]
     for result in results:
         check_result(result, (data + params["w"], data * params["w"]))
+
+
+def test_nullary_constructor_built_in_python_is_a_value():
+    mod = tv.parse("def @main(%l: List[int32]) -> int32 { @length(%l) }")
+    cons, nil = mod.constructor("Cons"), mod.constructor("Nil")
+    run = tv.create_executor("debug", mod).evaluate()
+    assert int(run(nil()).numpy()) == 0
+    assert int(run(cons(np.int32(1), cons(np.int32(2), nil.value()))).numpy()) == 2

@@ -239,11 +239,12 @@ class Constructor(Expr):
         return hash(("Constructor", self.name, self.belong_to.name, self.tag))
 
     def __call__(self, *args, **attrs):
-        """With expression arguments, build a ``Call``; with run-time values (or none: ``Nil()``), an ``ADT``.
+        """With expression arguments (or none), build a ``Call``; with run-time values, an ``ADT`` value.
 
-        To build the IR call of a nullary constructor, write ``Call(ctor, ())``.
+        ``Nil()`` is therefore an IR call; executors accept it as the value ``Nil`` too, and
+        ``ctor.value()`` builds the value explicitly.
         """
-        if args and all(isinstance(a, Expr) for a in args):
+        if all(isinstance(a, Expr) for a in args):
             return Call(self, tuple(args), Attrs(attrs))
         return self.value(*args)
 
