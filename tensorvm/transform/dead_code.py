@@ -1,0 +1,95 @@
+"""DeadCodeElimination: drop ``let`` bindings whose variable is never used and whose value is pure.
+
+Requires: nothing. Primitive functions are left alone.
+
+After it, every remaining ``let %x = v;`` either has ``%x`` used later or a value that may have an
+effect: a call of a global, a closure or an expression (it may run forever, fail, or touch a
+reference), a reference operation, or a ``match`` (which may fail). Op calls, constructor calls,
+tuples, projections, functions, ``if``s of pure parts and atoms are pure (an op that would fail at
+run time on a dead value is not run, as in Relay). Removal is iterated backwards through each let
+chain, so a chain of dead bindings disappears in one pass.
+"""
+
+from __future__ import annotations
+
+from ..ir.expr import (
+    Call,
+    Clause,
+    Constructor,
+    Expr,
+    Function,
+    Let,
+    Match,
+    Op,
+    RefCreate,
+    RefRead,
+    RefWrite,
+)
+from ..ir.module import IRModule
+from .memory_plan import vars_used
+from .pass_infra import Pass
+from .to_anf import TypedMutator, copy_type, expr_children, post_order_iter, rebuild_function
+
+__all__ = ["DeadCodeElimination"]
+
+
+def is_pure(expr: Expr) -> bool:
+    """Whether evaluating ``expr`` can have no effect but its value (function bodies not entered)."""
+    def children(node):
+        return expr_children(node, enter_functions=False)
+
+    for node in post_order_iter(expr, children):
+        if isinstance(node, (RefCreate, RefRead, RefWrite, Match)):
+            return False
+        if isinstance(node, Call) and not isinstance(node.op, (Op, Constructor)):
+            return False
+        if isinstance(node, Call) and isinstance(node.op, Op) and node.op.name.startswith(("memory.", "vm.")):
+            return False
+    return True
+
+
+class _Eliminator(TypedMutator):
+    def visit_function(self, fn: Function):
+        return fn if fn.is_primitive else super().visit_function(fn)
+
+    def visit_let(self, let: Let):
+        chain = []
+        expr = let
+        while isinstance(expr, Let) and expr not in self.memo:
+            chain.append(expr)
+            expr = expr.body
+        result = self.visit(expr)
+        live = vars_used(result)
+        for node in reversed(chain):
+            value = self.visit(node.value)
+            if node.var not in live and is_pure(value):
+                self.memo[node] = result
+                continue
+            live |= vars_used(value)
+            if value is node.value and result is node.body:
+                result = node
+            else:
+                result = copy_type(Let(node.var, value, result, span=node.span), node)
+            self.memo[node] = result
+        return result
+
+    def visit_match(self, m: Match):
+        data = self.visit(m.data)
+        clauses = tuple(Clause(c.lhs, self.visit(c.rhs)) for c in m.clauses)
+        if data is m.data and all(a.rhs is b.rhs for a, b in zip(clauses, m.clauses)):
+            return m
+        return Match(data, clauses, m.complete, span=m.span)
+
+
+class DeadCodeElimination(Pass):
+    name = "DeadCodeElimination"
+
+    def transform_module(self, mod: IRModule) -> IRModule:
+        functions = {}
+        for gv, fn in mod.functions.items():
+            if fn.is_primitive:
+                functions[gv] = fn
+                continue
+            body = _Eliminator().visit(fn.body)
+            functions[gv] = fn if body is fn.body else rebuild_function(fn, body)
+        return mod.with_functions(functions)
