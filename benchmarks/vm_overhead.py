@@ -1,0 +1,243 @@
+"""VM overhead: dispatch cost per instruction and per kernel call, bytecode vs compiled exec mode, the
+dispatch-loop design, and peak memory with and without memory planning.
+
+    .venv/bin/python benchmarks/vm_overhead.py [--quick]
+
+Sections:
+
+1. A tail-recursive loop of tiny scalar ops (Relay text, compiled by ``tv.vm.compile``): time per
+   iteration and per executed instruction, against the kernels called directly from Python.
+2. Kernel-call overhead: 1000 ``InvokePacked`` of a kernel that does nothing, against a Python loop
+   calling it (TVM's C++ VM: ~1.4 us per kernel call; a NumPy ufunc call: ~0.5 us).
+3. Dispatch-loop design: the VM's ``if`` chain over decoded tuples against a loop of per-instruction
+   bound handler functions, on the same program.
+4. Memory planning: peak live bytes and allocations per call of a static MLP and a dynamic-batch MLP,
+   with and without ``MemoryPlan`` (naive allocator, so freed memory really leaves).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import tensorvm as tv  # noqa: E402
+from tensorvm.vm import VirtualMachine  # noqa: E402
+from tensorvm.vm import bytecode as bc  # noqa: E402
+from tensorvm.vm.executable import Executable, PrimitiveInfo  # noqa: E402
+
+LOOP = """
+def @main(%n: int64) -> float32 { @loop(%n, 0f) }
+def @loop(%i: int64, %acc: float32) -> float32 {
+  %0 = equal(%i, 0i64);
+  if (%0) { %acc } else { @loop(subtract(%i, 1i64), add(%acc, 1f)) }
+}
+"""
+
+
+def best_of(fn, repeat: int) -> float:
+    """Minimum wall time of ``fn()`` over ``repeat`` runs (seconds)."""
+    times = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return min(times)
+
+
+def loop_path_length(fn: bc.VMFunction) -> int:
+    """Instructions executed by one iteration of ``@loop``: follow the false (recursive) branch."""
+    pc, count = 0, 0
+    tails = bc.tail_call_pcs(fn)
+    while True:
+        ins = fn.instructions[pc]
+        count += 1
+        if pc in tails:
+            return count
+        if isinstance(ins, bc.If):
+            pc += ins.false_offset
+        elif isinstance(ins, bc.Goto):
+            pc += ins.pc_offset
+        else:
+            pc += 1
+
+
+def section_loop(n: int, repeat: int) -> dict:
+    mod = tv.parse(LOOP)
+    results = {}
+    exe = tv.vm.compile(mod)
+    loop = exe.function("loop")
+    per_iter_instructions = loop_path_length(loop)
+    kernels = exe.kernels
+    # the kernels of one iteration, called directly (the floor any executor pays)
+    i, acc = np.array(5, "int64"), np.array(0, "float32")
+    flag, i2, acc2 = np.empty((), "bool"), np.empty((), "int64"), np.empty((), "float32")
+    names = [p.name for p in exe.primitives]
+    k_eq, k_sub, k_add = (kernels[names.index(n_)] for n_ in ("fused_equal", "fused_subtract", "fused_add"))
+
+    def kernels_only():
+        for _ in range(n):
+            k_eq(i, flag)
+            k_sub(i, i2)
+            k_add(acc, acc2)
+    floor = best_of(kernels_only, repeat) / n
+    for mode in ("bytecode", "compiled"):
+        vm = VirtualMachine(exe.with_exec_mode(mode))
+        assert vm.invoke("main", n).numpy() == n
+        t = best_of(lambda vm=vm: vm.invoke("main", n), repeat) / n
+        results[mode] = t
+    print(f"\n1. tail-recursive loop of tiny ops ({n} iterations, {per_iter_instructions} bytecode instructions and 3 kernel "
+          f"calls per iteration)")
+    print(f"   kernels alone (direct calls)       {floor * 1e6:7.2f} us / iteration")
+    for mode, t in results.items():
+        overhead = (t - floor) / per_iter_instructions
+        print(f"   VM {mode:<9}                      {t * 1e6:7.2f} us / iteration -> "
+              f"{overhead * 1e9:6.0f} ns / instruction of VM overhead")
+    return {"floor": floor, **results, "instructions": per_iter_instructions}
+
+
+def _noop(a, out):
+    pass
+
+
+def section_kernel_calls(calls: int, repeat: int) -> dict:
+    instrs = [bc.InvokePacked(0, 2, 1, (0, 1)) for _ in range(calls)] + [bc.Ret(1)]
+    fn = bc.VMFunction("main", ("a", "b"), tuple(instrs), 2)
+    exe = Executable([fn], [], [PrimitiveInfo("noop", num_inputs=1, num_outputs=1)], kernel_overrides=[_noop])
+    a, b = np.zeros(4, "float32"), np.zeros(4, "float32")
+
+    def direct():
+        for _ in range(calls):
+            _noop(a, b)
+    base = best_of(direct, repeat) / calls
+    x, y = np.ones(4, "float32"), np.ones(4, "float32")
+    ufunc = best_of(lambda: [np.add(x, y, out=b) for _ in range(calls)], repeat) / calls
+    out = {}
+    print(f"\n2. kernel-call overhead ({calls} invoke_packed of a no-op kernel; a NumPy add(out=) call is "
+          f"{ufunc * 1e6:.2f} us)")
+    for mode in ("bytecode", "compiled"):
+        vm = VirtualMachine(exe.with_exec_mode(mode))
+        t = best_of(lambda vm=vm: vm.invoke("main", a, b), repeat) / calls
+        out[mode] = t - base
+        print(f"   {mode:<9} {(t - base) * 1e9:6.0f} ns per kernel call on top of the call itself "
+              f"({t * 1e9:.0f} ns in all)")
+    return out
+
+
+def section_dispatch_design(length: int, repeat: int) -> dict:
+    """The VM's if-chain against per-instruction bound handlers, on one long straight-line function of
+    Move/GetField/LoadConst (cheap instructions, so dispatch dominates)."""
+    body = [bc.AllocADT(0, (0, 0), 1)]
+    for i in range(length):
+        body.append((bc.Move(0, 2), bc.GetField(1, 1, 3), bc.LoadConst(0, 4))[i % 3])
+    fn = bc.VMFunction("main", ("x",), tuple(body + [bc.Ret(2)]), 5)
+    exe = Executable([fn], [np.zeros(2, "float32")], [], kernel_overrides=[])
+    vm = VirtualMachine(exe)
+    info = vm._funcs[0]
+    x = np.zeros(1, "float32")
+    t_chain = best_of(lambda: vm._run(info, [x]), repeat) / len(body)
+
+    # The alternative design: each decoded instruction becomes a closure returning the next pc.
+    from tensorvm.runtime.object import ADT
+    from tensorvm.vm import vm as vm_module
+
+    def make(ins, pc):
+        op = ins[0]
+        if op == vm_module._MOVE:
+            d, s_ = ins[1], ins[2]
+
+            def h(regs):
+                regs[d] = regs[s_]
+                return pc + 1
+        elif op == vm_module._GET_FIELD:
+            d, o, k = ins[1], ins[2], ins[3]
+
+            def h(regs):
+                regs[d] = regs[o].fields[k]
+                return pc + 1
+        elif op == vm_module._LOAD:
+            d, v = ins[1], ins[2]
+
+            def h(regs):
+                regs[d] = v
+                return pc + 1
+        elif op == vm_module._ALLOC_ADT:
+            d, tag, get = ins[1], ins[2], ins[3]
+
+            def h(regs):
+                regs[d] = ADT(tag, get(regs))
+                return pc + 1
+        else:  # _RET
+            r = ins[1]
+
+            def h(regs):
+                regs[0] = regs[r]
+                return -1
+        return h
+    handlers = [make(ins, pc) for pc, ins in enumerate(info.code)]
+
+    def handler_loop():
+        regs = [x, None, None, None, None]
+        pc = 0
+        while pc >= 0:
+            pc = handlers[pc](regs)
+        return regs[0]
+    t_handlers = best_of(handler_loop, repeat) / len(body)
+    print(f"\n3. dispatch design ({len(body)} straight-line Move/GetField/LoadConst instructions)")
+    print(f"   if-chain over decoded tuples (the VM's loop)   {t_chain * 1e9:5.0f} ns / instruction")
+    print(f"   a bound handler function per instruction       {t_handlers * 1e9:5.0f} ns / instruction")
+    return {"if_chain": t_chain, "handlers": t_handlers}
+
+
+MLP = """
+def @main(%x: Tensor[({batch}, 256), float32], %w1: Tensor[(512, 256), float32], %w2: Tensor[(512, 512), float32],
+          %w3: Tensor[(512, 512), float32], %w4: Tensor[(10, 512), float32]) {{
+  %0 = nn.relu(nn.dense(%x, %w1));
+  %1 = nn.relu(nn.dense(%0, %w2));
+  %2 = nn.relu(nn.dense(%1, %w3));
+  nn.dense(%2, %w4)
+}}
+"""
+
+
+def section_memory(batch: int, repeat: int) -> dict:
+    rng = np.random.default_rng(0)
+    weights = [rng.standard_normal(s).astype("float32") * 0.05 for s in [(512, 256), (512, 512), (512, 512), (10, 512)]]
+    x = rng.standard_normal((batch, 256)).astype("float32")
+    rows = {}
+    print(f"\n4. memory planning (4-layer MLP, batch {batch}, naive allocator; peak live bytes of one call)")
+    for label, dim in (("static MLP", str(batch)), ("dynamic-batch MLP", "?")):
+        mod = tv.parse(MLP.format(batch=dim))
+        for plan in (True, False):
+            vm = VirtualMachine(tv.vm.compile(mod, memory_plan=plan), allocator="naive")
+            vm.invoke("main", x, *weights)
+            vm.reset_memory_stats()
+            vm.invoke("main", x, *weights)
+            stats = vm.memory_stats()
+            t = best_of(lambda vm=vm: vm.invoke("main", x, *weights), repeat)
+            rows[(label, plan)] = stats
+            print(f"   {label:<18} memory plan {'on ' if plan else 'off'}  peak {stats['peak_bytes'] / 1024:8.1f} KiB"
+                  f"  allocations/call {stats['num_allocations']:2d}  time {t * 1e6:8.1f} us")
+    return rows
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="fewer iterations")
+    args = parser.parse_args(argv)
+    n = 2000 if args.quick else 20000
+    repeat = 3 if args.quick else 5
+    print(f"tensorvm VM overhead (python {sys.version.split()[0]}, numpy {np.__version__})")
+    section_loop(n, repeat)
+    section_kernel_calls(1000, repeat)
+    section_dispatch_design(3000, repeat * 4)
+    section_memory(64, repeat)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,261 @@
+"""Storage blocks and allocators for the VM.
+
+A ``Storage`` is a 1-D uint8 NumPy array of exactly the requested size, carved from an allocator's
+block. Tensors are zero-copy views into it (``alloc_tensor``): NumPy records the storage as the base of
+every view, so the storage stays alive while any view (or register) refers to it, and when the last
+reference drops, ``Storage.__del__`` hands the block back to its allocator. (That finalizer costs about
+0.1 µs; ``weakref.finalize`` costs ~2 µs per object, hence ``__del__``.)
+
+Why the block is a ``_Block`` subclass: NumPy collapses chains of views to the first array of the same
+type that owns memory; keeping the block and the storage of distinct subclasses makes NumPy stop at the
+``Storage``, which is what keeps a storage alive exactly as long as its tensors.
+
+Allocators:
+
+* ``NaiveAllocator``: a fresh block per allocation, released to NumPy on free.
+* ``PooledAllocator``: blocks are rounded up to size classes (8 classes per power of two above 64 bytes,
+  so at most 12.5% waste) and kept on a free list per class when freed; an allocation that fails
+  releases the cached blocks and retries once. ``limit_bytes`` caps the bytes held (live + cached).
+
+Both keep statistics (``stats()``): bytes live, peak bytes live, allocations, frees, reuse hits and the
+bytes reserved from the system.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..errors import ExecutionError, ShapeError
+
+__all__ = ["Storage", "Allocator", "NaiveAllocator", "PooledAllocator", "make_allocator", "alloc_tensor",
+           "size_class", "DEFAULT_ALIGNMENT"]
+
+DEFAULT_ALIGNMENT = 64
+_UINT8 = np.dtype("uint8")
+
+
+class _Block(np.ndarray):
+    """An allocator's aligned memory block (a distinct type so NumPy's base collapsing stops at Storage)."""
+
+
+class Storage(np.ndarray):
+    """A storage block: uint8 bytes that tensors view; returns its block to the allocator when it dies.
+
+    (A slice of a storage is a ``Storage`` too, without an allocator: its ``__del__`` does nothing.)
+    """
+
+    __slots__ = ("allocator", "block")
+
+    def __del__(self):
+        try:
+            release = self.allocator._release
+        except AttributeError:
+            return
+        release(self.block, self.size)
+
+    def __repr__(self) -> str:
+        return f"Storage({self.size} bytes)"
+
+
+def alloc_tensor(storage: Storage, offset: int, shape: tuple, dtype) -> np.ndarray:
+    """A tensor of ``shape``/``dtype`` viewing ``storage`` at byte ``offset`` (bounds-checked, zero-copy)."""
+    if offset < 0:  # NumPy accepts a negative offset and reads before the buffer
+        raise ShapeError(f"alloc_tensor: negative byte offset {offset}")
+    try:
+        return np.ndarray(shape, dtype, buffer=storage, offset=offset)
+    except (TypeError, ValueError) as err:
+        raise _bad_view(storage, offset, shape, dtype, err) from None
+
+
+def _bad_view(storage, offset, shape, dtype, err) -> Exception:
+    if not isinstance(storage, np.ndarray):
+        return ExecutionError(f"alloc_tensor expected a storage block, got {type(storage).__name__}")
+    try:
+        need = int(offset) + math.prod(int(d) for d in shape) * np.dtype(dtype).itemsize
+    except (TypeError, ValueError):
+        return ShapeError(f"alloc_tensor: invalid shape {shape!r} or dtype {dtype!r} ({err})")
+    return ShapeError(f"alloc_tensor: a {dtype} tensor of shape {tuple(shape)} at byte offset {offset} needs "
+                      f"{need} bytes, but the storage has {storage.size} ({err})")
+
+
+def size_class(nbytes: int) -> int:
+    """The pooled size class of a request: a multiple of 64, with 8 classes per power of two."""
+    if nbytes <= 64:
+        return 64
+    step = 1 << max((nbytes - 1).bit_length() - 4, 6)
+    return (nbytes + step - 1) & -step
+
+
+class Allocator:
+    """Base class: hands out ``Storage`` blocks and keeps statistics."""
+
+    kind = "base"
+
+    def __init__(self, limit_bytes: int | None = None):
+        self.limit_bytes = limit_bytes
+        self.reset_stats()
+
+    def reset_stats(self) -> None:
+        """Zero the counters (the live and reserved byte counts stay, since blocks are still out)."""
+        live = getattr(self, "bytes_live", 0)
+        self.bytes_live = live
+        self.peak_bytes = live
+        self.num_allocations = 0
+        self.num_frees = 0
+        self.reuse_hits = 0
+        if not hasattr(self, "bytes_reserved"):
+            self.bytes_reserved = 0
+
+    def stats(self) -> dict:
+        return {
+            "allocator": self.kind,
+            "bytes_live": self.bytes_live,
+            "peak_bytes": self.peak_bytes,
+            "bytes_reserved": self.bytes_reserved,
+            "num_allocations": self.num_allocations,
+            "num_frees": self.num_frees,
+            "reuse_hits": self.reuse_hits,
+        }
+
+    def alloc(self, nbytes: int, alignment: int = DEFAULT_ALIGNMENT, dtype_hint: str = "uint8") -> Storage:
+        raise NotImplementedError
+
+    def _release(self, block, nbytes: int) -> None:
+        raise NotImplementedError
+
+    # --- shared helpers ---------------------------------------------------------------------------
+    def _storage(self, block, nbytes: int) -> Storage:
+        """A ``Storage`` of ``nbytes`` over ``block``, counted as live."""
+        storage = block[:nbytes].view(Storage)
+        storage.allocator = self
+        storage.block = block
+        self.num_allocations += 1
+        self.bytes_live += nbytes
+        self.peak_bytes = max(self.peak_bytes, self.bytes_live)
+        return storage
+
+    def _fresh_block(self, size: int, alignment: int) -> _Block:
+        """A new block of ``size`` bytes whose first byte is ``alignment``-aligned."""
+        if self.limit_bytes is not None and self.bytes_reserved + size > self.limit_bytes:
+            raise MemoryError(f"limit of {self.limit_bytes} bytes reached")
+        raw = np.empty(size + alignment, _UINT8)
+        start = -raw.ctypes.data % alignment
+        block = raw[start:start + size].view(_Block)
+        self.bytes_reserved += size
+        return block
+
+    def _check_request(self, nbytes, alignment) -> int:
+        try:
+            nbytes = int(nbytes)
+        except (TypeError, ValueError):
+            raise ExecutionError(f"alloc_storage: the size must be an integer byte count, got {nbytes!r}") from None
+        if nbytes < 0:
+            raise ExecutionError(f"alloc_storage: negative size {nbytes}")
+        if alignment <= 0 or alignment & (alignment - 1):
+            raise ExecutionError(f"alloc_storage: alignment must be a power of two, got {alignment}")
+        return nbytes
+
+    def _out_of_memory(self, nbytes: int, err: Exception) -> ExecutionError:
+        limit = "no limit" if self.limit_bytes is None else f"limit {self.limit_bytes}"
+        return ExecutionError(
+            f"{self.kind} allocator could not allocate {nbytes} bytes ({err}); live {self.bytes_live} bytes, "
+            f"reserved {self.bytes_reserved} bytes, {limit}")
+
+
+class NaiveAllocator(Allocator):
+    """A fresh block per allocation; freeing returns the memory to NumPy at once."""
+
+    kind = "naive"
+
+    def alloc(self, nbytes, alignment=DEFAULT_ALIGNMENT, dtype_hint="uint8") -> Storage:
+        nbytes = self._check_request(nbytes, alignment)
+        try:
+            block = self._fresh_block(max(nbytes, 1), alignment)
+        except MemoryError as err:
+            raise self._out_of_memory(nbytes, err) from None
+        return self._storage(block, nbytes)
+
+    def _release(self, block, nbytes):
+        self.num_frees += 1
+        self.bytes_live -= nbytes
+        self.bytes_reserved -= block.size
+
+
+class PooledAllocator(Allocator):
+    """Size-class free lists: a freed block is kept and handed out again for a request of its class."""
+
+    kind = "pooled"
+
+    def __init__(self, limit_bytes: int | None = None):
+        super().__init__(limit_bytes)
+        self._free: dict[int, list] = {}
+
+    def alloc(self, nbytes, alignment=DEFAULT_ALIGNMENT, dtype_hint="uint8") -> Storage:
+        if nbytes.__class__ is not int or nbytes < 0 or alignment > DEFAULT_ALIGNMENT:
+            nbytes = self._check_request(nbytes, alignment)
+            if alignment > DEFAULT_ALIGNMENT:  # rare: a fresh block, aligned as asked, not from the pool
+                return self._storage(self._new_block(size_class(nbytes), alignment, nbytes), nbytes)
+        # (the hot path: inline size class of small requests, one dict lookup, no helper calls)
+        free = self._free.get(64 if nbytes <= 64 else size_class(nbytes))
+        if free:
+            block = free.pop()
+            self.reuse_hits += 1
+        else:
+            block = self._new_block(size_class(nbytes), DEFAULT_ALIGNMENT, nbytes)
+        storage = block[:nbytes].view(Storage)
+        storage.allocator = self
+        storage.block = block
+        self.num_allocations += 1
+        live = self.bytes_live = self.bytes_live + nbytes
+        if live > self.peak_bytes:
+            self.peak_bytes = live
+        return storage
+
+    def _new_block(self, size: int, alignment: int, nbytes: int) -> _Block:
+        try:
+            return self._fresh_block(size, alignment)
+        except MemoryError:
+            self.release_cached()  # like TVM: drop the cache and retry once
+            try:
+                return self._fresh_block(size, alignment)
+            except MemoryError as err:
+                raise self._out_of_memory(nbytes, err) from None
+
+    def _release(self, block, nbytes):
+        self.num_frees += 1
+        self.bytes_live -= nbytes
+        try:
+            self._free[block.size].append(block)
+        except KeyError:
+            self._free[block.size] = [block]
+
+    def release_cached(self) -> int:
+        """Give every cached (free) block back to NumPy; returns the bytes released."""
+        released = sum(block.size for blocks in self._free.values() for block in blocks)
+        self._free.clear()
+        self.bytes_reserved -= released
+        return released
+
+    @property
+    def bytes_cached(self) -> int:
+        return sum(block.size for blocks in self._free.values() for block in blocks)
+
+    def stats(self) -> dict:
+        stats = super().stats()
+        stats["bytes_cached"] = self.bytes_cached
+        return stats
+
+
+_ALLOCATORS = {"naive": NaiveAllocator, "pooled": PooledAllocator}
+
+
+def make_allocator(kind: str | Allocator = "pooled", limit_bytes: int | None = None) -> Allocator:
+    """An allocator by name (``"pooled"`` or ``"naive"``), or ``kind`` itself if it is one."""
+    if isinstance(kind, Allocator):
+        return kind
+    try:
+        return _ALLOCATORS[kind](limit_bytes)
+    except KeyError:
+        raise ValueError(f"unknown allocator {kind!r}; expected one of {sorted(_ALLOCATORS)}") from None

@@ -1,0 +1,33 @@
+"""``tensorvm.vm.compile``: a module to an ``Executable`` (lowering passes, then bytecode emission)."""
+
+from __future__ import annotations
+
+from ..errors import UnsupportedError
+from .executable import EXEC_MODES, Executable
+
+__all__ = ["compile"]
+
+TARGETS = ("python", "c")
+
+
+def compile(mod, target: str = "python", params: dict | None = None, opt_level: int = 3,  # noqa: A001
+            exec_mode: str = "bytecode", memory_plan: bool = True) -> Executable:
+    """Compile ``mod`` for the VM.
+
+    ``params`` binds parameters of ``main`` by name as constants. ``target="python"`` builds NumPy
+    kernels. ``exec_mode="compiled"`` runs each VM function as generated Python instead of through the
+    dispatch loop (same results and API). ``memory_plan=False`` skips storage coalescing (to measure it).
+    """
+    if target not in TARGETS:
+        raise UnsupportedError(f"unknown target {target!r}; expected one of {TARGETS}")
+    if target == "c":
+        raise UnsupportedError("target 'c' (generated C kernels) is not built yet; use target='python'")
+    if exec_mode not in EXEC_MODES:
+        raise ValueError(f"exec_mode must be one of {EXEC_MODES}, got {exec_mode!r}")
+    from ..transform.vm_pipeline import lower_for_vm
+    from .codegen import generate
+
+    lowered = lower_for_vm(mod, params=params, opt_level=opt_level, memory_plan=memory_plan)
+    exe = generate(lowered, exec_mode=exec_mode, target=target)
+    exe.kernels  # noqa: B018 - build the kernels now so a compile error surfaces here
+    return exe

@@ -1,0 +1,273 @@
+"""``Executable``: what the VM runs — bytecode functions, constants, kernels and ADT constructors.
+
+An executable is data: VM functions (bytecode plus parameter names and types), a constant pool of NumPy
+arrays, a kernel table in packed-index order (each kernel names the primitive function it is built from,
+whose Relay text is kept so that a loaded executable can rebuild it), and the ADT constructor table that
+gives bytecode tags their names. Kernels are built when first needed (``kernels``). ``save``/``save_bytes``
+write the binary format of docs/executable-format.md; ``tensorvm.vm.load_executable`` reads it back.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..errors import FormatError, UnsupportedError
+from . import bytecode as bc
+
+__all__ = ["Executable", "PrimitiveInfo", "AdtInfo", "ExecutableStats", "EXEC_MODES"]
+
+EXEC_MODES = ("bytecode", "compiled")
+
+
+@dataclass(frozen=True)
+class PrimitiveInfo:
+    """One entry of the kernel table.
+
+    ``name`` is the kernel's name (``fused_add`` or ``shape_func_fused_add``); ``kind`` is ``"kernel"`` or
+    ``"shape_func"``; ``source`` names the primitive function it is built from; ``is_input`` says, for a
+    shape function, which inputs arrive as data (True) rather than as shapes. ``num_inputs`` and
+    ``num_outputs`` count flattened tensors (``None`` when unknown).
+    """
+
+    name: str
+    kind: str = "kernel"
+    source: str = ""
+    is_input: tuple = ()
+    num_inputs: int | None = None
+    num_outputs: int | None = None
+
+    def __post_init__(self):
+        if self.kind not in ("kernel", "shape_func"):
+            raise ValueError(f"primitive kind must be 'kernel' or 'shape_func', got {self.kind!r}")
+        object.__setattr__(self, "is_input", tuple(bool(b) for b in self.is_input))
+
+
+@dataclass(frozen=True)
+class AdtInfo:
+    """An ADT of the program: its name and ``(constructor name, arity)`` pairs in tag order."""
+
+    name: str
+    constructors: tuple = ()
+
+    def __post_init__(self):
+        object.__setattr__(self, "constructors", tuple((str(n), int(a)) for n, a in self.constructors))
+
+
+class ExecutableStats(dict):
+    """``exe.stats()``: a dict that prints as a short report."""
+
+    def __str__(self) -> str:
+        lines = [f"functions: {self['num_functions']}"]
+        for name, count in self["instructions_per_function"].items():
+            lines.append(f"  {name}: {count} instructions")
+        lines.append(f"instructions: {self['num_instructions']}")
+        for op, count in self["instructions_by_opcode"].items():
+            lines.append(f"  {op}: {count}")
+        lines.append(f"constants: {self['num_constants']} ({self['constant_bytes']} bytes)")
+        lines.append(f"kernels: {self['num_kernels']}")
+        for name in self["kernels"]:
+            lines.append(f"  {name}")
+        return "\n".join(lines)
+
+
+@dataclass(eq=False)
+class Executable:
+    functions: list
+    constants: list = field(default_factory=list)
+    primitives: list = field(default_factory=list)
+    prim_texts: dict = field(default_factory=dict)
+    adts: list = field(default_factory=list)
+    exec_mode: str = "bytecode"
+    target: str = "python"
+    prim_functions: dict = field(default_factory=dict, repr=False)
+    kernel_overrides: list | None = field(default=None, repr=False)
+
+    def __post_init__(self):
+        if self.exec_mode not in EXEC_MODES:
+            raise ValueError(f"exec_mode must be one of {EXEC_MODES}, got {self.exec_mode!r}")
+        self.functions = list(self.functions)
+        self.constants = [_frozen_array(c) for c in self.constants]
+        self.primitives = list(self.primitives)
+        self.adts = list(self.adts)
+        self.global_map = {fn.name: i for i, fn in enumerate(self.functions)}
+        if len(self.global_map) != len(self.functions):
+            raise ValueError("two VM functions have the same name")
+        self._kernels = list(self.kernel_overrides) if self.kernel_overrides is not None else None
+        self._python_source = None
+
+    # --- lookup -----------------------------------------------------------------------------------
+    @property
+    def globals(self) -> list[str]:
+        return [fn.name for fn in self.functions]
+
+    def function(self, name: str) -> bc.VMFunction:
+        try:
+            return self.functions[self.global_map[name]]
+        except KeyError:
+            raise KeyError(f"no VM function {name!r}; have {', '.join(self.global_map)}") from None
+
+    def get_function_params(self, name: str) -> tuple:
+        return self.function(name).params
+
+    def adt_tag_table(self) -> dict:
+        """Bytecode tag -> ``(constructor index, constructor name)`` for every constructor."""
+        return {bc.adt_tag(t, c): (c, name) for t, adt in enumerate(self.adts)
+                for c, (name, _) in enumerate(adt.constructors)}
+
+    def with_exec_mode(self, exec_mode: str) -> Executable:
+        """The same program to run in another exec mode (kernels are shared)."""
+        exe = Executable(self.functions, self.constants, self.primitives, dict(self.prim_texts), self.adts,
+                         exec_mode, self.target, dict(self.prim_functions), self._kernels)
+        return exe
+
+    # --- kernels ----------------------------------------------------------------------------------
+    @property
+    def kernels(self) -> list:
+        """The kernel callables in packed-index order (built on first use)."""
+        if self._kernels is None:
+            self._kernels = self._build_kernels()
+        return self._kernels
+
+    def primitive_function(self, name: str):
+        """The primitive ``Function`` named ``name`` (parsed from its saved text when needed)."""
+        fn = self.prim_functions.get(name)
+        if fn is None:
+            text = self.prim_texts.get(name)
+            if text is None:
+                raise FormatError(f"the executable has no primitive function {name!r}")
+            from ..ir.parser import parse_module
+
+            try:
+                mod = parse_module(text)
+                fn = mod[name]
+            except Exception as err:  # any failure to read saved text is a format problem
+                raise FormatError(f"cannot rebuild primitive {name!r} from its saved text: {err}") from err
+            self.prim_functions[name] = fn
+        return fn
+
+    def primitive_text(self, name: str) -> str:
+        """The Relay text of primitive function ``name`` (printed on first use)."""
+        text = self.prim_texts.get(name)
+        if text is None:
+            fn = self.prim_functions.get(name)
+            if fn is None:
+                raise UnsupportedError(f"primitive {name!r} has neither a function nor text; it cannot be saved")
+            from ..ir.expr import GlobalVar
+            from ..ir.module import IRModule
+            from ..ir.printer import module_to_str
+
+            text = module_to_str(IRModule({GlobalVar(name): fn}))
+            self.prim_texts[name] = text
+        return text
+
+    def _build_kernels(self) -> list:
+        if self.target != "python":
+            raise UnsupportedError(f"kernels for target {self.target!r} cannot be built yet; use target='python'")
+        from .kernel_python import build_kernel, build_shape_func
+
+        kernels = []
+        for info in self.primitives:
+            fn = self.primitive_function(info.source)
+            try:
+                if info.kind == "kernel":
+                    kernels.append(build_kernel(fn))
+                else:
+                    kernels.append(build_shape_func(fn, tuple(info.is_input)))
+            except FormatError:
+                raise
+            except Exception as err:
+                raise FormatError(f"cannot build kernel {info.name!r} from primitive {info.source!r}: {err}") from err
+        return kernels
+
+    # --- checking ---------------------------------------------------------------------------------
+    def verify(self) -> None:
+        """Check every function's bytecode refers only to things that exist (``FormatError`` if not)."""
+        nfuncs, nconsts, nkernels = len(self.functions), len(self.constants), len(self.primitives)
+        for fn in self.functions:
+            bc.verify_function(fn, nfuncs, nconsts, nkernels)
+            for pc, ins in enumerate(fn.instructions):
+                if isinstance(ins, bc.Invoke) and len(ins.args) != len(self.functions[ins.func_index].params):
+                    callee = self.functions[ins.func_index]
+                    raise FormatError(f"function {fn.name!r}, pc {pc}: {ins} passes {len(ins.args)} arguments to "
+                                      f"{callee.name}, which takes {len(callee.params)}")
+        for info in self.primitives:
+            if info.source not in self.prim_texts and info.source not in self.prim_functions \
+                    and self._kernels is None:
+                raise FormatError(f"kernel {info.name!r} names primitive {info.source!r}, which is missing")
+
+    # --- views ------------------------------------------------------------------------------------
+    def as_text(self) -> str:
+        """A listing of every function's bytecode, then the constant pool and the kernel table."""
+        parts = [str(fn) for fn in self.functions]
+        if self.constants:
+            parts.append("constants:\n" + "\n".join(
+                f"  Const[{i}]: {_const_summary(c)}" for i, c in enumerate(self.constants)))
+        if self.primitives:
+            parts.append("kernels:\n" + "\n".join(
+                f"  PackedFunc[{i}]: {p.name}" + (f" (shape function of {p.source}, is_input="
+                                                  f"{[int(b) for b in p.is_input]})" if p.kind == "shape_func" else "")
+                for i, p in enumerate(self.primitives)))
+        return "\n\n".join(parts) + "\n"
+
+    @property
+    def bytecode(self) -> str:
+        return self.as_text()
+
+    def as_python(self) -> str:
+        """The Python source the compiled exec mode runs (generated from the bytecode)."""
+        if self._python_source is None:
+            from .compiled import generate_source
+
+            self._python_source = generate_source(self)
+        return self._python_source.text
+
+    def compiled_source(self):
+        if self._python_source is None:
+            from .compiled import generate_source
+
+            self._python_source = generate_source(self)
+        return self._python_source
+
+    def stats(self) -> ExecutableStats:
+        by_opcode = Counter(ins.opcode.name for fn in self.functions for ins in fn.instructions)
+        return ExecutableStats(
+            num_functions=len(self.functions),
+            instructions_per_function={fn.name: len(fn.instructions) for fn in self.functions},
+            num_instructions=sum(by_opcode.values()),
+            instructions_by_opcode=dict(by_opcode.most_common()),
+            num_constants=len(self.constants),
+            constant_bytes=int(sum(c.nbytes for c in self.constants)),
+            num_kernels=len(self.primitives),
+            kernels=[p.name for p in self.primitives],
+        )
+
+    # --- files ------------------------------------------------------------------------------------
+    def save_bytes(self) -> bytes:
+        from .serialize import executable_to_bytes
+
+        return executable_to_bytes(self)
+
+    def save(self, path) -> None:
+        data = self.save_bytes()
+        with open(path, "wb") as f:
+            f.write(data)
+
+
+def _frozen_array(value) -> np.ndarray:
+    arr = np.asarray(value)
+    if not arr.flags.c_contiguous:
+        arr = arr.copy(order="C")
+    if arr.flags.writeable:  # never freeze the caller's array: keep a private read-only copy
+        arr = arr.copy()
+        arr.setflags(write=False)
+    return arr
+
+
+def _const_summary(c: np.ndarray) -> str:
+    text = f"{c.dtype.name}[{', '.join(map(str, c.shape))}]"
+    if c.size <= 8:
+        text += " = " + np.array2string(c, separator=", ").replace("\n", "")
+    return text

@@ -1,0 +1,507 @@
+"""The executable's binary format (docs/executable-format.md): writing, and reading with full checks.
+
+Reading never unpickles or executes anything from the file: every field is read with bounds checks,
+every count is checked against the bytes that remain, the bytecode is verified (registers, jumps,
+function/constant/kernel indexes), and primitive functions are rebuilt by *parsing* their Relay text.
+Anything wrong raises ``FormatError``.
+
+Types (parameter and result types) are stored as short text in a Relay-like syntax written and read by
+this module (``type_to_text``/``text_to_type``), so the format does not depend on the full parser.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import re
+import struct
+
+import numpy as np
+
+from ..errors import FormatError
+from ..ir.types import (
+    DTYPES,
+    Any,
+    FuncType,
+    GlobalTypeVar,
+    RefType,
+    SymDim,
+    TensorType,
+    TupleType,
+    TypeCall,
+    TypeVar,
+)
+from . import bytecode as bc
+from .executable import EXEC_MODES, AdtInfo, Executable, PrimitiveInfo
+
+__all__ = ["MAGIC", "FORMAT_VERSION", "executable_to_bytes", "load_executable", "type_to_text", "text_to_type"]
+
+MAGIC = b"\x89TVMEXE\n"
+FORMAT_VERSION = 1
+SECTIONS = (b"GLOB", b"ADTS", b"CNST", b"PRIM", b"CODE")
+_CHECKSUM_SIZE = 32  # SHA-256
+_KIND_CODES = {"kernel": 0, "shape_func": 1}
+TARGETS = ("python", "c")
+
+
+# --- types as text --------------------------------------------------------------------------------
+def type_to_text(ty) -> str:
+    """A type in Relay-like text (``""`` for an unknown type)."""
+    if ty is None:
+        return ""
+    if isinstance(ty, TensorType):
+        if not ty.shape:
+            return ty.dtype
+        dims = ", ".join("?" if isinstance(d, Any) else str(d.name if isinstance(d, SymDim) else d)
+                         for d in ty.shape)
+        return f"Tensor[({dims}{',' if len(ty.shape) == 1 else ''}), {ty.dtype}]"
+    if isinstance(ty, TupleType):
+        inner = ", ".join(type_to_text(f) for f in ty.fields)
+        return f"({inner}{',' if len(ty.fields) == 1 else ''})"
+    if isinstance(ty, TypeCall):
+        return f"{ty.func.name}[{', '.join(type_to_text(a) for a in ty.args)}]"
+    if isinstance(ty, (GlobalTypeVar, TypeVar)):
+        return ty.name
+    if isinstance(ty, FuncType):
+        return f"fn ({', '.join(type_to_text(a) for a in ty.arg_types)}) -> {type_to_text(ty.ret_type)}"
+    if isinstance(ty, RefType):
+        return f"ref({type_to_text(ty.value)})"
+    return ""  # incomplete or unknown: the VM does not check it
+
+
+_TOKEN = re.compile(r"\s*(->|[A-Za-z_][A-Za-z0-9_.]*|\d+|[\[\](),?])")
+
+
+def text_to_type(text: str, adt_names=()):
+    """Read ``type_to_text``'s output; names in ``adt_names`` are ADTs, other names type variables."""
+    if not text:
+        return None
+    tokens, pos = [], 0
+    while pos < len(text):
+        m = _TOKEN.match(text, pos)
+        if m is None:
+            if text[pos:].strip() == "":
+                break
+            raise FormatError(f"bad type text {text!r} at {pos}")
+        tokens.append(m.group(1))
+        pos = m.end()
+    adts = set(adt_names)
+    type_vars: dict[str, TypeVar] = {}
+    index = 0
+
+    def peek():
+        return tokens[index] if index < len(tokens) else None
+
+    def take(expected=None):
+        nonlocal index
+        tok = peek()
+        if tok is None or (expected is not None and tok != expected):
+            raise FormatError(f"bad type text {text!r}: expected {expected or 'more'}, got {tok!r}")
+        index += 1
+        return tok
+
+    def parse():
+        tok = take()
+        if tok == "Tensor":
+            take("[")
+            take("(")
+            dims = []
+            while peek() != ")":
+                d = take()
+                dims.append(Any() if d == "?" else int(d) if d.isdigit() else SymDim(d))
+                if peek() == ",":
+                    take(",")
+            take(")")
+            take(",")
+            dtype = take()
+            take("]")
+            if dtype not in DTYPES:
+                raise FormatError(f"bad type text {text!r}: unknown dtype {dtype!r}")
+            return TensorType(tuple(dims), dtype)
+        if tok in DTYPES:
+            return TensorType((), tok)
+        if tok == "(":
+            fields = []
+            while peek() != ")":
+                fields.append(parse())
+                if peek() == ",":
+                    take(",")
+            take(")")
+            return TupleType(tuple(fields))
+        if tok == "fn":
+            take("(")
+            args = []
+            while peek() != ")":
+                args.append(parse())
+                if peek() == ",":
+                    take(",")
+            take(")")
+            take("->")
+            return FuncType(tuple(args), parse())
+        if tok == "ref":
+            take("(")
+            inner = parse()
+            take(")")
+            return RefType(inner)
+        if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_.]*", tok):
+            if tok in adts:
+                if peek() == "[":
+                    take("[")
+                    args = []
+                    while peek() != "]":
+                        args.append(parse())
+                        if peek() == ",":
+                            take(",")
+                    take("]")
+                    return TypeCall(GlobalTypeVar(tok), tuple(args))
+                return GlobalTypeVar(tok)
+            return type_vars.setdefault(tok, TypeVar(tok))
+        raise FormatError(f"bad type text {text!r}: unexpected {tok!r}")
+
+    try:
+        result = parse()
+    except (ValueError, TypeError) as err:
+        raise FormatError(f"bad type text {text!r}: {err}") from None
+    if index != len(tokens):
+        raise FormatError(f"bad type text {text!r}: trailing {tokens[index:]}")
+    return result
+
+
+# --- writing --------------------------------------------------------------------------------------
+class _Writer:
+    def __init__(self):
+        self.buf = bytearray()
+
+    def u8(self, v):
+        self.buf += struct.pack("<B", v)
+
+    def u32(self, v):
+        self.buf += struct.pack("<I", v)
+
+    def i32(self, v):
+        self.buf += struct.pack("<i", v)
+
+    def u64(self, v):
+        self.buf += struct.pack("<Q", v)
+
+    def i64s(self, values):
+        self.buf += np.asarray(values, dtype="<i8").tobytes()
+
+    def str(self, s: str):
+        data = s.encode("utf-8")
+        self.u32(len(data))
+        self.buf += data
+
+    def raw(self, data: bytes):
+        self.buf += data
+
+
+def executable_to_bytes(exe: Executable) -> bytes:
+    """The executable in the binary format (magic, version, sections, SHA-256 checksum)."""
+    sections = {
+        b"GLOB": _write_globals(exe), b"ADTS": _write_adts(exe), b"CNST": _write_constants(exe),
+        b"PRIM": _write_primitives(exe), b"CODE": _write_code(exe),
+    }
+    w = _Writer()
+    w.raw(MAGIC)
+    w.u32(FORMAT_VERSION)
+    w.u32(0)  # flags, reserved
+    w.str(exe.exec_mode)
+    w.str(exe.target)
+    for tag in SECTIONS:
+        payload = sections[tag]
+        w.raw(tag)
+        w.u64(len(payload))
+        w.raw(payload)
+    w.raw(hashlib.sha256(w.buf).digest())
+    return bytes(w.buf)
+
+
+def _write_globals(exe) -> bytes:
+    w = _Writer()
+    w.u32(len(exe.functions))
+    for fn in exe.functions:
+        w.str(fn.name)
+        w.u32(len(fn.params))
+        types = fn.param_types or (None,) * len(fn.params)
+        for name, ty in zip(fn.params, types):
+            w.str(name)
+            w.str(type_to_text(ty))
+        w.str(type_to_text(fn.ret_type))
+    return bytes(w.buf)
+
+
+def _write_adts(exe) -> bytes:
+    w = _Writer()
+    w.u32(len(exe.adts))
+    for adt in exe.adts:
+        w.str(adt.name)
+        w.u32(len(adt.constructors))
+        for name, arity in adt.constructors:
+            w.str(name)
+            w.u32(arity)
+    return bytes(w.buf)
+
+
+def _write_constants(exe) -> bytes:
+    w = _Writer()
+    w.u32(len(exe.constants))
+    for c in exe.constants:
+        w.str(c.dtype.name)
+        w.u32(c.ndim)
+        w.i64s(c.shape)
+        data = c.astype(c.dtype.newbyteorder("<"), copy=False).tobytes(order="C")
+        w.u64(len(data))
+        w.raw(data)
+    return bytes(w.buf)
+
+
+def _write_primitives(exe) -> bytes:
+    w = _Writer()
+    sources = list(dict.fromkeys(p.source for p in exe.primitives))
+    w.u32(len(sources))
+    for name in sources:
+        w.str(name)
+        w.str(exe.primitive_text(name))
+    w.u32(len(exe.primitives))
+    for p in exe.primitives:
+        w.str(p.name)
+        w.u8(_KIND_CODES[p.kind])
+        w.str(p.source)
+        w.u32(len(p.is_input))
+        for flag in p.is_input:
+            w.u8(int(flag))
+        w.i32(-1 if p.num_inputs is None else p.num_inputs)
+        w.i32(-1 if p.num_outputs is None else p.num_outputs)
+    return bytes(w.buf)
+
+
+def _write_code(exe) -> bytes:
+    w = _Writer()
+    w.u32(len(exe.functions))
+    for fn in exe.functions:
+        w.str(fn.name)
+        w.u32(fn.register_file_size)
+        w.u32(len(fn.instructions))
+        for ins in fn.instructions:
+            words = ins.to_words()
+            w.u32(len(words))
+            w.i64s(words)
+    return bytes(w.buf)
+
+
+# --- reading --------------------------------------------------------------------------------------
+class _Reader:
+    """Bounds-checked little-endian reads over bytes; every failure is a ``FormatError``."""
+
+    def __init__(self, data: bytes, what: str):
+        self.data, self.pos, self.what = memoryview(data), 0, what
+
+    def remaining(self) -> int:
+        return len(self.data) - self.pos
+
+    def take(self, n: int) -> memoryview:
+        if n < 0 or n > self.remaining():
+            raise FormatError(f"{self.what}: truncated (needed {n} bytes at offset {self.pos}, "
+                              f"{self.remaining()} left)")
+        chunk = self.data[self.pos:self.pos + n]
+        self.pos += n
+        return chunk
+
+    def u8(self) -> int:
+        return self.take(1)[0]
+
+    def u32(self) -> int:
+        return struct.unpack("<I", self.take(4))[0]
+
+    def i32(self) -> int:
+        return struct.unpack("<i", self.take(4))[0]
+
+    def u64(self) -> int:
+        return struct.unpack("<Q", self.take(8))[0]
+
+    def count(self, min_item_bytes: int, what: str) -> int:
+        """A u32 element count that the remaining bytes can actually hold."""
+        n = self.u32()
+        if n * min_item_bytes > self.remaining():
+            raise FormatError(f"{self.what}: {what} count {n} does not fit in the {self.remaining()} bytes left")
+        return n
+
+    def i64s(self, n: int) -> list[int]:
+        return np.frombuffer(self.take(8 * n), dtype="<i8").tolist()
+
+    def str(self) -> str:
+        n = self.u32()
+        try:
+            return bytes(self.take(n)).decode("utf-8")
+        except UnicodeDecodeError as err:
+            raise FormatError(f"{self.what}: invalid UTF-8 in a string ({err})") from None
+
+    def done(self) -> None:
+        if self.remaining():
+            raise FormatError(f"{self.what}: {self.remaining()} unexpected trailing bytes")
+
+
+def load_executable(path_or_bytes) -> Executable:
+    """Read an executable saved by ``Executable.save``/``save_bytes`` (a path, bytes or a file object)."""
+    if isinstance(path_or_bytes, (bytes, bytearray, memoryview)):
+        data = bytes(path_or_bytes)
+    elif hasattr(path_or_bytes, "read"):
+        data = path_or_bytes.read()
+    else:
+        try:
+            with open(path_or_bytes, "rb") as f:
+                data = f.read()
+        except OSError as err:
+            raise FormatError(f"cannot read executable {path_or_bytes!r}: {err}") from None
+    return _parse(data)
+
+
+def _parse(data: bytes) -> Executable:
+    if len(data) < len(MAGIC) + 8 + _CHECKSUM_SIZE:
+        raise FormatError(f"not a tensorvm executable: only {len(data)} bytes")
+    if data[:len(MAGIC)] != MAGIC:
+        raise FormatError(f"not a tensorvm executable: bad magic number {data[:len(MAGIC)]!r}")
+    version = struct.unpack_from("<I", data, len(MAGIC))[0]
+    if version != FORMAT_VERSION:
+        raise FormatError(f"unsupported executable format version {version}; this tensorvm reads version "
+                          f"{FORMAT_VERSION}")
+    body, checksum = data[:-_CHECKSUM_SIZE], data[-_CHECKSUM_SIZE:]
+    if hashlib.sha256(body).digest() != checksum:
+        raise FormatError("executable checksum mismatch: the file is corrupted or truncated")
+    r = _Reader(body, "executable header")
+    r.take(len(MAGIC) + 4)
+    flags = r.u32()
+    if flags != 0:
+        raise FormatError(f"unknown header flags {flags:#x}")
+    exec_mode, target = r.str(), r.str()
+    if exec_mode not in EXEC_MODES:
+        raise FormatError(f"unknown exec mode {exec_mode!r}; expected one of {EXEC_MODES}")
+    if target not in TARGETS:
+        raise FormatError(f"unknown target {target!r}; expected one of {TARGETS}")
+    sections = {}
+    for tag in SECTIONS:
+        got = bytes(r.take(4))
+        if got != tag:
+            raise FormatError(f"expected section {tag.decode()} at offset {r.pos - 4}, found {got!r}")
+        sections[tag] = bytes(r.take(r.u64()))
+    r.done()
+
+    adts = _read_adts(_Reader(sections[b"ADTS"], "ADTS section"))
+    adt_names = {a.name for a in adts}
+    globals_ = _read_globals(_Reader(sections[b"GLOB"], "GLOB section"), adt_names)
+    constants = _read_constants(_Reader(sections[b"CNST"], "CNST section"))
+    prim_texts, primitives = _read_primitives(_Reader(sections[b"PRIM"], "PRIM section"))
+    functions = _read_code(_Reader(sections[b"CODE"], "CODE section"), globals_)
+    try:
+        exe = Executable(functions, constants, primitives, prim_texts, adts, exec_mode, target)
+    except ValueError as err:
+        raise FormatError(f"inconsistent executable: {err}") from None
+    exe.verify()
+    exe.kernels  # noqa: B018 - rebuild the kernels now, so a bad primitive fails at load time
+    return exe
+
+
+def _read_globals(r: _Reader, adt_names) -> list:
+    out = []
+    for _ in range(r.count(12, "function")):
+        name = r.str()
+        params, types = [], []
+        for _ in range(r.count(8, "parameter")):
+            params.append(r.str())
+            types.append(text_to_type(r.str(), adt_names))
+        ret = text_to_type(r.str(), adt_names)
+        out.append((name, tuple(params), tuple(types), ret))
+    r.done()
+    return out
+
+
+def _read_adts(r: _Reader) -> list:
+    adts = []
+    for _ in range(r.count(8, "ADT")):
+        name = r.str()
+        ctors = []
+        for _ in range(r.count(8, "constructor")):
+            ctors.append((r.str(), r.u32()))
+        adts.append(AdtInfo(name, tuple(ctors)))
+    r.done()
+    names = [c for a in adts for c, _ in a.constructors]
+    if len(set(names)) != len(names):
+        raise FormatError("ADTS section: a constructor name appears twice")
+    return adts
+
+
+def _read_constants(r: _Reader) -> list:
+    out = []
+    for i in range(r.count(16, "constant")):
+        dtype = r.str()
+        if dtype not in DTYPES:
+            raise FormatError(f"constant {i}: unknown dtype {dtype!r}")
+        ndim = r.u32()
+        if ndim > 32:
+            raise FormatError(f"constant {i}: rank {ndim} is too large")
+        shape = r.i64s(ndim)
+        if any(d < 0 for d in shape):
+            raise FormatError(f"constant {i}: negative dimension in {shape}")
+        nbytes = r.u64()
+        expected = math.prod(shape) * np.dtype(dtype).itemsize
+        if nbytes != expected:
+            raise FormatError(f"constant {i}: {nbytes} data bytes, but a {dtype} tensor of shape {shape} "
+                              f"needs {expected}")
+        arr = np.frombuffer(r.take(nbytes), dtype=np.dtype(dtype).newbyteorder("<")).astype(dtype)
+        arr = arr.reshape(shape)
+        arr.setflags(write=False)
+        out.append(arr)
+    r.done()
+    return out
+
+
+def _read_primitives(r: _Reader):
+    texts = {}
+    for _ in range(r.count(8, "primitive function")):
+        name = r.str()
+        if name in texts:
+            raise FormatError(f"PRIM section: primitive function {name!r} appears twice")
+        texts[name] = r.str()
+    kernels = []
+    kinds = {v: k for k, v in _KIND_CODES.items()}
+    for _ in range(r.count(21, "kernel")):
+        name = r.str()
+        kind = kinds.get(r.u8())
+        if kind is None:
+            raise FormatError(f"kernel {name!r}: unknown kind")
+        source = r.str()
+        if source not in texts:
+            raise FormatError(f"kernel {name!r} names primitive function {source!r}, which the file lacks")
+        flags = [r.u8() for _ in range(r.count(1, "is_input flag"))]
+        if any(f > 1 for f in flags):
+            raise FormatError(f"kernel {name!r}: is_input flags must be 0 or 1")
+        num_inputs, num_outputs = r.i32(), r.i32()
+        if num_inputs < -1 or num_outputs < -1:
+            raise FormatError(f"kernel {name!r}: bad input/output counts")
+        kernels.append(PrimitiveInfo(name, kind, source, tuple(bool(f) for f in flags),
+                                     None if num_inputs < 0 else num_inputs, None if num_outputs < 0 else num_outputs))
+    r.done()
+    return texts, kernels
+
+
+def _read_code(r: _Reader, globals_) -> list:
+    n = r.count(12, "function")
+    if n != len(globals_):
+        raise FormatError(f"CODE section has {n} functions, GLOB section {len(globals_)}")
+    functions = []
+    for name, params, types, ret in globals_:
+        got = r.str()
+        if got != name:
+            raise FormatError(f"CODE section: function {got!r} where GLOB section has {name!r}")
+        size = r.u32()
+        count = r.count(12, "instruction")
+        instructions = []
+        for _ in range(count):
+            nwords = r.count(8, "instruction word")
+            if nwords == 0:
+                raise FormatError(f"function {name!r}: empty instruction")
+            instructions.append(bc.decode_instruction(r.i64s(nwords)))
+        functions.append(bc.VMFunction(name, params, tuple(instructions), size, types, ret))
+    r.done()
+    return functions

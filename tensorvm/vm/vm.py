@@ -1,0 +1,890 @@
+"""The virtual machine: a register machine with a frame stack and a dispatch loop over pre-decoded code.
+
+Loading an executable *decodes* each instruction once into a flat tuple ``(op, operands...)`` whose
+operands are already resolved: kernel callables, constant values, absolute jump targets, the callee's
+code, an ``itemgetter`` for argument registers, and the allocator's bound ``alloc``. The loop then does no
+dictionary lookups and no attribute access per instruction beyond tuple indexing; opcodes are small ints
+tested by a small tree of ``if`` range tests that puts every hot opcode within four comparisons
+(measured against a handler function per instruction: see benchmarks/vm_overhead.py).
+
+Calls push ``(code, return pc, registers, destination register, function index)`` on a list; the loop never
+recurses in Python. A call whose result flows straight to ``Ret`` (possibly through ``Move``,
+``KillRegister`` and ``Goto``) is decoded as a *tail call*: it replaces the current frame, so a
+100,000-step recursive loop runs in constant space.
+
+Values in registers: tensors are NumPy arrays (views on ``Storage`` blocks; wrapped as ``tv.NDArray``
+only at the API boundary, which keeps kernel calls free of unwrapping), ADTs and tuples are
+``runtime.object.ADT`` (tuples have tag 0), closures are ``runtime.object.Closure``, ``GetTag`` and
+``LoadConsti`` write Python ints.
+"""
+
+from __future__ import annotations
+
+import gc
+import math
+import time
+from enum import IntEnum
+from operator import itemgetter
+
+import numpy as np
+
+from ..errors import ExecutionError, ShapeError, TensorVMError
+from ..ir.expr import Call, Constructor
+from ..ir.types import Any as AnyDim
+from ..ir.types import FuncType, GlobalTypeVar, SymDim, TensorType, TupleType, TypeCall
+from ..runtime.memory import make_allocator
+from ..runtime.ndarray import NDArray
+from ..runtime.object import ADT, Closure
+from . import bytecode as bc
+
+__all__ = ["VirtualMachine", "SKIP_RUN", "InstrumentReturn", "shape_of", "reshape_tensor"]
+
+
+class InstrumentReturn(IntEnum):
+    """What an instrument callback may return before a kernel call."""
+
+    NO_OP = 0
+    SKIP_RUN = 1
+
+
+SKIP_RUN = InstrumentReturn.SKIP_RUN
+
+#: Frames deeper than this raise ExecutionError (non-tail recursion that never ends).
+MAX_STACK_DEPTH = 1_000_000
+#: Past this many frames the cyclic garbage collector pauses until the call returns: deep non-tail
+#: recursion keeps every frame's objects alive, and the collector's repeated full scans of them doubled
+#: the run time (measured on a 100,000-deep @sum_up). VM values never form cycles.
+GC_PAUSE_DEPTH = 1024
+
+# Decoded opcodes (not the bytecode's numbers), in three groups of eight tested as a tree of ranges, so
+# every hot opcode is found within four comparisons (a flat if-chain cost up to 60 ns more per
+# instruction for opcodes far down the chain; see benchmarks/vm_overhead.py).
+# kernels and memory:
+_PACKED2, _PACKED3, _ALLOC_TENSOR, _ALLOC_STORAGE, _PACKED1, _PACKEDN, _SHAPE_OF, _ALLOC_TENSOR_REG = range(8)
+# control flow and ADTs:
+_MOVE, _IF, _GOTO, _RET, _INVOKE, _TAIL_INVOKE, _GET_FIELD, _GET_TAG = range(8, 16)
+# the rest:
+_LOAD, _KILL, _ALLOC_ADT, _ALLOC_STORAGE_SHAPE, _ALLOC_STORAGE_REG, _INVOKE_CLOSURE = range(16, 22)
+_TAIL_INVOKE_CLOSURE, _ALLOC_CLOSURE, _RESHAPE, _IF_REG, _PACKED_FLAT, _ALLOC_TENSOR_DYN_OFFSET = range(22, 28)
+_FATAL = 28
+
+_INT64 = np.dtype("int64")
+
+
+# --- builtins shared by the dispatch loop and compiled mode ---------------------------------------
+def shape_of(tensor) -> np.ndarray:
+    """``ShapeOf``: the int64 1-D shape of a tensor."""
+    return np.array(tensor.shape, _INT64)
+
+
+def reshape_tensor(tensor, newshape) -> np.ndarray:
+    """``ReshapeTensor``: a zero-copy view with the shape held in an int64 1-D tensor."""
+    shape = tuple(newshape.tolist())
+    try:
+        return tensor.reshape(shape)
+    except ValueError as err:
+        raise ShapeError(f"reshape_tensor: cannot view a tensor of shape {tensor.shape} as {shape} ({err})") from None
+
+
+def shape_nbytes(shape, itemsize: int) -> int:
+    """Bytes of a tensor whose shape is the int64 1-D tensor ``shape``."""
+    dims = shape.tolist()
+    if any(d < 0 for d in dims):
+        raise ShapeError(f"alloc_storage: negative dimension in shape {dims}")
+    return math.prod(dims) * itemsize
+
+
+def _deep_stack(frames: list, gc_paused: bool) -> bool:
+    """Called when the frame stack is deep: enforce the depth limit, pause the cyclic GC once."""
+    if len(frames) > MAX_STACK_DEPTH:
+        raise ExecutionError(f"stack overflow: more than {MAX_STACK_DEPTH} nested calls")
+    if not gc_paused and gc.isenabled():
+        gc.disable()
+        return True
+    return gc_paused
+
+
+def _offset(value) -> int:
+    """A byte offset for a tensor view: NumPy accepts negative offsets (reading before the buffer), so
+    every offset is checked here."""
+    offset = int(value)
+    if offset < 0:
+        raise ShapeError(f"alloc_tensor: negative byte offset {offset}")
+    return offset
+
+
+def _scalar(value):
+    """The Python value of an ``If`` operand (an int, or a one-element tensor)."""
+    if value.__class__ is int:
+        return value
+    try:
+        return value.item()
+    except (AttributeError, ValueError):
+        raise ExecutionError(f"if: the condition must be a scalar, got {type(value).__name__} "
+                             f"{getattr(value, 'shape', '')}") from None
+
+
+def flatten_args(values) -> list:
+    """Kernel arguments with ADT (tuple) values expanded into their fields, recursively (Relay VM rule)."""
+    out = []
+    for v in values:
+        if v.__class__ is ADT:
+            out.extend(flatten_args(v.fields))
+        else:
+            out.append(v)
+    return out
+
+
+def _tuple_getter(regs: tuple):
+    """A C-level function returning the registers' values as a sequence (itemgetter quirks handled)."""
+    if len(regs) == 1:
+        return itemgetter(slice(regs[0], regs[0] + 1))
+    if not regs:
+        return itemgetter(slice(0, 0))
+    return itemgetter(*regs)
+
+
+def _fast_specs(param_types) -> tuple | None:
+    """``(dtype, rank, ((axis, static dim), ...))`` per parameter, when every parameter is a tensor
+    without symbolic dims: then arguments that already fit pass without conversion."""
+    if param_types is None:
+        return None
+    specs = []
+    for ty in param_types:
+        if not isinstance(ty, TensorType) or any(isinstance(d, SymDim) for d in ty.shape):
+            return None
+        static = tuple((axis, d) for axis, d in enumerate(ty.shape) if isinstance(d, int))
+        specs.append((np.dtype(ty.dtype), len(ty.shape), static))
+    return tuple(specs)
+
+
+class _FunctionInfo:
+    """What the VM knows about one function: decoded code, register count, and argument checkers."""
+
+    __slots__ = ("name", "index", "code", "pcs", "num_regs", "params", "param_types", "ret_type", "fast_specs")
+
+    def __init__(self, fn: bc.VMFunction, index: int):
+        self.name, self.index, self.num_regs = fn.name, index, fn.register_file_size
+        self.params, self.param_types, self.ret_type = fn.params, fn.param_types, fn.ret_type
+        self.code: tuple = ()  # decoded instructions
+        self.pcs: tuple = ()   # the bytecode pc of each decoded instruction
+        self.fast_specs = _fast_specs(fn.param_types)
+
+
+class VirtualMachine:
+    """Runs an ``Executable``. One VM holds per-call state: use one VM per thread.
+
+    ``allocator`` is ``"pooled"`` (default), ``"naive"`` or an ``Allocator`` instance.
+    """
+
+    def __init__(self, exe, allocator="pooled", device=None):
+        if device not in (None, "cpu", "python") and str(device) != "cpu":
+            raise ExecutionError(f"the VM runs on the host ('cpu'); got device {device!r}")
+        self.exe = exe
+        self.allocator = make_allocator(allocator)
+        self._kernels = exe.kernels
+        self._kernel_inputs = [k.num_inputs for k in exe.primitives]
+        self._kernel_names = [k.name for k in exe.primitives]
+        self._funcs = [_FunctionInfo(fn, i) for i, fn in enumerate(exe.functions)]
+        self._by_name = {info.name: info for info in self._funcs}
+        self._adt_tags = exe.adt_tag_table()           # full tag -> (constructor index, name)
+        self._adt_by_name = {name: tag for tag, (_, name) in self._adt_tags.items()}
+        self._instrument = None
+        self._profile_recorder = None
+        self._programs: dict[str, list] = {}
+        self._compiled: dict[str, list] = {}
+        self._inputs: dict[str, list] = {}
+        self._outputs = None
+        self._exec_mode = exe.exec_mode
+        self._select_program("plain")
+
+    # --- program variants: plain, instrumented, profiled ----------------------------------------
+    def _select_program(self, mode: str) -> None:
+        if self._exec_mode == "compiled":
+            if mode not in self._compiled:
+                from .compiled import instantiate
+
+                self._compiled[mode] = instantiate(self.exe, self._builtins(mode), self._wrapped_kernels(mode))
+            self._entries = self._compiled[mode]
+        else:
+            if mode not in self._programs:
+                self._programs[mode] = self._decode_all(mode)
+            for info, (code, pcs) in zip(self._funcs, self._programs[mode]):
+                info.code, info.pcs = code, pcs
+        self._mode = mode
+
+    def _wrapped_kernels(self, mode: str) -> list:
+        if mode == "instrument":
+            return [_instrumented(k, name, self._instrument) for k, name in zip(self._kernels, self._kernel_names)]
+        if mode == "profile":
+            rec = self._profile_recorder
+            return [rec.timed(k, name, "kernel") for k, name in zip(self._kernels, self._kernel_names)]
+        return list(self._kernels)
+
+    def _builtins(self, mode: str) -> dict:
+        """The functions decoded instructions call: the allocator, tensor views, shapes (timed when profiling).
+
+        ``view(shape, dtype, storage, offset)`` is ``np.ndarray`` itself: NumPy checks the bounds, and
+        ``located_error`` turns its complaint into a ``ShapeError`` naming the instruction.
+        """
+        builtins = {"alloc": self.allocator.alloc, "view": np.ndarray, "view_reg": np.ndarray,
+                    "shape_of": shape_of, "reshape_tensor": reshape_tensor}
+        if mode == "profile":
+            rec = self._profile_recorder
+            names = {"alloc": "VM::AllocStorage", "view": "VM::AllocTensor", "view_reg": "VM::AllocTensorReg",
+                     "shape_of": "VM::ShapeOf", "reshape_tensor": "VM::ReshapeTensor"}
+            builtins = {key: rec.timed(fn, names[key], "vm") for key, fn in builtins.items()}
+        return builtins
+
+    def _decode_all(self, mode: str) -> list:
+        kernels = self._wrapped_kernels(mode)
+        builtins = self._builtins(mode)
+        return [self._decode(fn, kernels, builtins) for fn in self.exe.functions]
+
+    def _decode(self, fn: bc.VMFunction, kernels: list, builtins: dict) -> tuple:
+        """``fn``'s instructions as decoded tuples, plus the bytecode pc of each (for error messages).
+
+        Registers written once by ``LoadConst``/``LoadConsti`` and read only where an immediate fits
+        (offsets, static sizes, ``If`` targets) are folded into their readers and their loads dropped.
+        """
+        O = bc.Opcode
+        instrs = fn.instructions
+        consts = self.exe.constants
+        known = _constant_registers(fn, consts)
+        folded = _immediate_only_registers(fn, known)
+        tails = bc.tail_call_pcs(fn)
+        alloc, view, view_reg = builtins["alloc"], builtins["view"], builtins["view_reg"]
+        code, pcs = [], []
+        for pc, ins in enumerate(instrs):
+            op = ins.opcode
+            if op in (O.LoadConst, O.LoadConsti) and ins.dst in folded:
+                continue
+            pcs.append(pc)
+            if op == O.InvokePacked:
+                kernel = kernels[ins.packed_index]
+                expected = self._kernel_inputs[ins.packed_index]
+                if expected is not None and expected != ins.arity - ins.output_size:
+                    code.append((_PACKED_FLAT, kernel, ins.args))  # some input registers hold tuples
+                elif ins.arity == 2:
+                    code.append((_PACKED2, kernel, *ins.args))
+                elif ins.arity == 3:
+                    code.append((_PACKED3, kernel, *ins.args))
+                elif ins.arity == 1:
+                    code.append((_PACKED1, kernel, ins.args[0]))
+                else:
+                    code.append((_PACKEDN, kernel, _tuple_getter(ins.args)))
+            elif op == O.AllocTensor:
+                dtype = np.dtype(ins.dtype)
+                if ins.offset in known:
+                    code.append((_ALLOC_TENSOR, ins.dst, ins.storage, _offset(known[ins.offset]), ins.shape, dtype,
+                                 view))
+                else:
+                    code.append((_ALLOC_TENSOR_DYN_OFFSET, ins.dst, ins.storage, ins.offset, ins.shape, dtype, view))
+            elif op == O.AllocStorage:
+                if ins.size_from_shape:
+                    code.append((_ALLOC_STORAGE_SHAPE, ins.dst, ins.size, ins.alignment, ins.dtype_hint, alloc,
+                                 np.dtype(ins.dtype_hint).itemsize))
+                elif ins.size in known:
+                    code.append((_ALLOC_STORAGE, ins.dst, int(known[ins.size]), ins.alignment, ins.dtype_hint, alloc))
+                else:
+                    code.append((_ALLOC_STORAGE_REG, ins.dst, ins.size, ins.alignment, ins.dtype_hint, alloc))
+            elif op == O.LoadConst:
+                code.append((_LOAD, ins.dst, consts[ins.const_index]))
+            elif op == O.LoadConsti:
+                code.append((_LOAD, ins.dst, ins.value))
+            elif op == O.Invoke:
+                callee = self._funcs[ins.func_index]
+                if len(ins.args) != len(callee.params):
+                    raise ExecutionError(f"{fn.name} pc {pc}: {ins} passes {len(ins.args)} arguments; {callee.name} "
+                                         f"takes {len(callee.params)}")
+                target = (_TAIL_INVOKE,) if pc in tails else (_INVOKE, ins.dst)
+                code.append((*target, ins.func_index, _tuple_getter(ins.args)))
+            elif op == O.InvokeClosure:
+                target = (_TAIL_INVOKE_CLOSURE,) if pc in tails else (_INVOKE_CLOSURE, ins.dst)
+                code.append((*target, ins.closure, ins.args))
+            elif op == O.Ret:
+                code.append((_RET, ins.result))
+            elif op == O.If:  # jump targets are bytecode pcs here, renumbered below
+                if ins.target in known:
+                    code.append((_IF, ins.test, known[ins.target], pc + ins.true_offset, pc + ins.false_offset))
+                else:
+                    code.append((_IF_REG, ins.test, ins.target, pc + ins.true_offset, pc + ins.false_offset))
+            elif op == O.Goto:
+                code.append((_GOTO, pc + ins.pc_offset))
+            elif op == O.Move:
+                code.append((_MOVE, ins.dst, ins.src))
+            elif op == O.GetField:
+                code.append((_GET_FIELD, ins.dst, ins.object, ins.field_index))
+            elif op == O.KillRegister:
+                code.append((_KILL, ins.dst))
+            elif op == O.ShapeOf:
+                code.append((_SHAPE_OF, ins.dst, ins.tensor, builtins["shape_of"]))
+            elif op == O.AllocTensorReg:
+                offset = _offset(known[ins.offset]) if ins.offset in known else None
+                code.append((_ALLOC_TENSOR_REG, ins.dst, ins.storage, ins.offset, ins.shape_register,
+                             np.dtype(ins.dtype), view_reg, offset))
+            elif op == O.GetTag:
+                code.append((_GET_TAG, ins.dst, ins.object))
+            elif op == O.AllocADT:
+                code.append((_ALLOC_ADT, ins.dst, ins.tag, _tuple_getter(ins.fields)))
+            elif op == O.AllocClosure:
+                code.append((_ALLOC_CLOSURE, ins.dst, ins.func_index, _tuple_getter(ins.free_vars),
+                             self._funcs[ins.func_index].name))
+            elif op == O.ReshapeTensor:
+                code.append((_RESHAPE, ins.dst, ins.tensor, ins.newshape, builtins["reshape_tensor"]))
+            elif op == O.DeviceCopy:
+                code.append((_MOVE, ins.dst, ins.src))  # one device (the host): a copy is an alias
+            elif op == O.Fatal:
+                code.append((_FATAL,))
+            else:  # pragma: no cover - every opcode is handled above
+                raise ExecutionError(f"cannot decode {ins}")
+        # renumber jump targets: a dropped load is a no-op, so a jump to it goes to the next kept one
+        index, nxt = [0] * (len(instrs) + 1), len(code)
+        kept = dict(zip(pcs, range(len(code))))
+        for pc in range(len(instrs), -1, -1):
+            nxt = kept.get(pc, nxt)
+            index[pc] = nxt
+        for i, ins in enumerate(code):
+            if ins[0] in (_IF, _IF_REG):
+                code[i] = (*ins[:3], index[ins[3]], index[ins[4]])
+            elif ins[0] == _GOTO:
+                code[i] = (_GOTO, index[ins[1]])
+        return tuple(code), tuple(pcs)
+
+    # --- the dispatch loop ------------------------------------------------------------------------
+    def _run(self, info: _FunctionInfo, args: list):
+        funcs = self._funcs
+        fidx = info.index
+        code = info.code
+        regs = [*args, *([None] * (info.num_regs - len(args)))]
+        frames = []
+        pc = 0
+        gc_paused = False
+        try:
+            while True:
+                ins = code[pc]
+                op = ins[0]
+                if op < 8:  # --- kernels and memory
+                    if op < 4:
+                        if op < 2:
+                            if op == 0:  # _PACKED2
+                                ins[1](regs[ins[2]], regs[ins[3]])
+                            else:  # _PACKED3
+                                ins[1](regs[ins[2]], regs[ins[3]], regs[ins[4]])
+                        elif op == 2:  # _ALLOC_TENSOR: ndarray(shape, dtype, storage, offset)
+                            regs[ins[1]] = ins[6](ins[4], ins[5], regs[ins[2]], ins[3])
+                        else:  # _ALLOC_STORAGE (static size)
+                            regs[ins[1]] = ins[5](ins[2], ins[3], ins[4])
+                    elif op < 6:
+                        if op == 4:  # _PACKED1
+                            ins[1](regs[ins[2]])
+                        else:  # _PACKEDN
+                            ins[1](*ins[2](regs))
+                    elif op == 6:  # _SHAPE_OF
+                        regs[ins[1]] = ins[3](regs[ins[2]])
+                    else:  # _ALLOC_TENSOR_REG
+                        offset = ins[7] if ins[7] is not None else _offset(regs[ins[3]])
+                        regs[ins[1]] = ins[6](tuple(regs[ins[4]].tolist()), ins[5], regs[ins[2]], offset)
+                    pc += 1
+                elif op < 16:  # --- control flow and ADTs
+                    if op < 12:
+                        if op < 10:
+                            if op == 8:  # _MOVE
+                                regs[ins[1]] = regs[ins[2]]
+                                pc += 1
+                            else:  # _IF, target known; .item() because comparing NumPy scalars costs ~1 us
+                                test = regs[ins[1]]
+                                if test.__class__ is not int:
+                                    test = test.item()
+                                pc = ins[3] if test == ins[2] else ins[4]
+                        elif op == 10:  # _GOTO
+                            pc = ins[1]
+                        else:  # _RET
+                            result = regs[ins[1]]
+                            if not frames:
+                                return result
+                            code, pc, regs, dst, fidx = frames.pop()
+                            regs[dst] = result
+                    elif op < 14:
+                        if op == 12:  # _INVOKE
+                            frames.append((code, pc + 1, regs, ins[1], fidx))
+                            if len(frames) > GC_PAUSE_DEPTH:
+                                gc_paused = _deep_stack(frames, gc_paused)
+                            fidx = ins[2]
+                            callee = funcs[fidx]
+                            code = callee.code
+                            regs = [*ins[3](regs), *([None] * (callee.num_regs - len(callee.params)))]
+                        else:  # _TAIL_INVOKE: the callee takes over this frame
+                            fidx = ins[1]
+                            callee = funcs[fidx]
+                            code = callee.code
+                            regs = [*ins[2](regs), *([None] * (callee.num_regs - len(callee.params)))]
+                        pc = 0
+                    elif op == 14:  # _GET_FIELD
+                        regs[ins[1]] = regs[ins[2]].fields[ins[3]]
+                        pc += 1
+                    else:  # _GET_TAG
+                        regs[ins[1]] = regs[ins[2]].tag
+                        pc += 1
+                elif op == 16:  # --- the rest; _LOAD
+                    regs[ins[1]] = ins[2]
+                    pc += 1
+                elif op == 17:  # _KILL
+                    regs[ins[1]] = None
+                    pc += 1
+                elif op == 18:  # _ALLOC_ADT
+                    regs[ins[1]] = ADT(ins[2], ins[3](regs))
+                    pc += 1
+                elif op == 19:  # _ALLOC_STORAGE_SHAPE
+                    regs[ins[1]] = ins[5](shape_nbytes(regs[ins[2]], ins[6]), ins[3], ins[4])
+                    pc += 1
+                elif op == 20:  # _ALLOC_STORAGE_REG
+                    regs[ins[1]] = ins[5](int(regs[ins[2]]), ins[3], ins[4])
+                    pc += 1
+                elif op == 21 or op == 22:  # _INVOKE_CLOSURE / _TAIL_INVOKE_CLOSURE
+                    if op == 21:
+                        clo = regs[ins[2]]
+                        argregs = ins[3]
+                    else:
+                        clo = regs[ins[1]]
+                        argregs = ins[2]
+                    if clo.__class__ is not Closure:
+                        raise ExecutionError(f"invoke_closure: expected a closure, got {type(clo).__name__}")
+                    callee = funcs[clo.func_index]
+                    new = [*clo.free_vars, *[regs[r] for r in argregs]]
+                    if len(new) != len(callee.params):
+                        raise ExecutionError(
+                            f"invoke_closure: {callee.name} takes {len(callee.params)} values (captured + "
+                            f"arguments), got {len(new)}")
+                    if op == 21:
+                        frames.append((code, pc + 1, regs, ins[1], fidx))
+                        if len(frames) > GC_PAUSE_DEPTH:
+                            gc_paused = _deep_stack(frames, gc_paused)
+                    fidx = callee.index
+                    code = callee.code
+                    new += [None] * (callee.num_regs - len(new))
+                    regs = new
+                    pc = 0
+                elif op == 23:  # _ALLOC_CLOSURE
+                    regs[ins[1]] = Closure(ins[2], ins[3](regs), ins[4])
+                    pc += 1
+                elif op == 24:  # _RESHAPE
+                    regs[ins[1]] = ins[4](regs[ins[2]], regs[ins[3]])
+                    pc += 1
+                elif op == 25:  # _IF_REG
+                    pc = ins[3] if _scalar(regs[ins[1]]) == _scalar(regs[ins[2]]) else ins[4]
+                elif op == 26:  # _PACKED_FLAT
+                    ins[1](*flatten_args([regs[r] for r in ins[2]]))
+                    pc += 1
+                elif op == 27:  # _ALLOC_TENSOR_DYN_OFFSET
+                    regs[ins[1]] = ins[6](ins[4], ins[5], regs[ins[2]], _offset(regs[ins[3]]))
+                    pc += 1
+                elif op == 28:  # _FATAL
+                    raise ExecutionError("the VM reached a Fatal instruction (no match clause applies)")
+                else:  # pragma: no cover - the decoder emits only the opcodes above
+                    raise ExecutionError(f"bad decoded opcode {op}")
+        except Exception as err:
+            raise self._located_error(err, fidx, pc) from err
+        finally:
+            if gc_paused:
+                gc.enable()
+
+    def _located_error(self, err: Exception, fidx: int, index: int) -> Exception:
+        pcs = self._funcs[fidx].pcs
+        pc = pcs[index] if 0 <= index < len(pcs) else -1
+        fn = self.exe.functions[fidx]
+        ins = fn.instructions[pc] if 0 <= pc < len(fn.instructions) else "?"
+        return located_error(err, fn.name, pc, ins)
+
+    # --- calling ----------------------------------------------------------------------------------
+    def _call(self, info: _FunctionInfo, args: list):
+        if self._exec_mode == "compiled":
+            from .compiled import call_compiled
+
+            return call_compiled(self._entries, info.index, args, self.exe)
+        return self._run(info, args)
+
+    def _function(self, func_name: str) -> _FunctionInfo:
+        try:
+            return self._by_name[func_name]
+        except KeyError:
+            raise ExecutionError(f"no function {func_name!r} in the executable; have "
+                                 f"{', '.join(sorted(self._by_name))}") from None
+
+    def invoke(self, func_name: str = "main", *args, **kwargs):
+        """Run ``func_name`` on ``args`` (or on the inputs given to ``set_input``); returns user values."""
+        info = self._function(func_name)
+        if args or kwargs or not info.params:
+            values = self._convert_inputs(info, args, kwargs)
+        else:
+            values = self._stored_inputs(info)
+        return self._to_user(self._call(info, values))
+
+    def run(self, *args, **kwargs):
+        """``invoke("main", *args)`` (the Relay VM's ``run``)."""
+        return self.invoke("main", *args, **kwargs)
+
+    def __getitem__(self, func_name: str):
+        info = self._function(func_name)
+        return lambda *args, **kwargs: self.invoke(info.name, *args, **kwargs)
+
+    def set_input(self, func_name: str, *args, **kwargs) -> None:
+        """Check, convert and keep inputs for ``func_name`` (positional, or by parameter name)."""
+        info = self._function(func_name)
+        self._inputs[func_name] = self._convert_inputs(info, args, kwargs)
+
+    def _stored_inputs(self, info: _FunctionInfo) -> list:
+        try:
+            return self._inputs[info.name]
+        except KeyError:
+            raise ExecutionError(f"{info.name} takes {len(info.params)} argument(s) "
+                                 f"({', '.join(info.params)}); pass them or call set_input first") from None
+
+    def invoke_stateful(self, func_name: str = "main") -> None:
+        """Run ``func_name`` on the inputs from ``set_input`` and keep the result for ``get_outputs``."""
+        info = self._function(func_name)
+        values = self._stored_inputs(info) if info.params else []
+        self._outputs = self._to_user(self._call(info, values))
+
+    def get_outputs(self, func_name: str | None = None) -> list:
+        """The outputs of the last ``invoke_stateful``: a tuple result's fields, else ``[result]``."""
+        if self._outputs is None:
+            raise ExecutionError("no outputs: call invoke_stateful first")
+        out = self._outputs
+        return list(out) if isinstance(out, tuple) else [out]
+
+    def get_num_outputs(self) -> int:
+        return len(self.get_outputs())
+
+    def get_output(self, index: int):
+        return self.get_outputs()[index]
+
+    def get_input_index(self, input_name: str, func_name: str = "main") -> int:
+        info = self._function(func_name)
+        return info.params.index(input_name) if input_name in info.params else -1
+
+    # --- instrumentation, statistics, profiling ---------------------------------------------------
+    def set_instrument(self, fn) -> None:
+        """Call ``fn(func_name, before_run, ret_value, *args)`` around every kernel call; ``None`` removes it.
+
+        Returning ``SKIP_RUN`` from the before-call skips the kernel (and the after-call).
+        """
+        self._instrument = fn
+        self._programs.pop("instrument", None)
+        self._compiled.pop("instrument", None)
+        self._select_program("plain" if fn is None else "instrument")
+
+    def memory_stats(self) -> dict:
+        return self.allocator.stats()
+
+    def reset_memory_stats(self) -> None:
+        self.allocator.reset_stats()
+
+    def profile(self, func_name: str = "main", *args, warmup: int = 2, **kwargs):
+        """Run once (after ``warmup`` runs, the last one instrumented and discarded) timing every kernel and
+        VM op; returns a ``ProfileReport`` (its ``result`` is the run's result)."""
+        from .profiler import ProfileRecorder, ProfileReport
+
+        info = self._function(func_name)
+        values = self._convert_inputs(info, args, kwargs) if (args or kwargs or not info.params) \
+            else self._stored_inputs(info)
+        for _ in range(warmup - 1):
+            self._call(info, values)
+        previous = self._mode
+        self._profile_recorder = recorder = ProfileRecorder()
+        self._programs.pop("profile", None)
+        self._compiled.pop("profile", None)
+        self._select_program("profile")
+        try:
+            if warmup > 0:  # warm the instrumented program too, then forget that run
+                self._call(info, values)
+                recorder.reset()
+            start = time.perf_counter_ns()
+            result = self._call(info, values)
+            total_ns = time.perf_counter_ns() - start
+        finally:
+            self._select_program(previous)
+            self._profile_recorder = None
+        return ProfileReport.from_recorder(recorder, total_ns, func_name, self._exec_mode,
+                                           result=self._to_user(result))
+
+    def benchmark(self, func_name: str = "main", *args, number: int = 10, repeat: int = 5, **kwargs):
+        """Time ``repeat`` batches of ``number`` calls; returns a ``BenchmarkResult`` (seconds per call)."""
+        from .profiler import BenchmarkResult
+
+        info = self._function(func_name)
+        values = self._convert_inputs(info, args, kwargs) if (args or kwargs or not info.params) \
+            else self._stored_inputs(info)
+        if number < 1 or repeat < 1:
+            raise ValueError(f"number and repeat must be >= 1, got {number} and {repeat}")
+        call = self._call
+        call(info, values)  # warm-up (pools fill, caches warm)
+        results = []
+        for _ in range(repeat):
+            start = time.perf_counter()
+            for _ in range(number):
+                call(info, values)
+            results.append((time.perf_counter() - start) / number)
+        return BenchmarkResult(results)
+
+    # --- argument conversion and checking ---------------------------------------------------------
+    def _convert_inputs(self, info: _FunctionInfo, args: tuple, kwargs: dict) -> list:
+        fast = info.fast_specs
+        if fast is not None and not kwargs and len(args) == len(fast):
+            for value, (dtype, ndim, static) in zip(args, fast):  # C-contiguous arrays of the right type
+                if value.__class__ is not np.ndarray or value.dtype is not dtype or value.ndim != ndim \
+                        or not value.flags.c_contiguous:
+                    break
+                shape = value.shape
+                if any(shape[axis] != dim for axis, dim in static):
+                    break
+            else:
+                return list(args)
+        params = info.params
+        if len(args) > len(params):
+            raise ExecutionError(f"{info.name} takes {len(params)} argument(s) ({', '.join(params)}), "
+                                 f"got {len(args)}")
+        values = list(args) + [_MISSING] * (len(params) - len(args))
+        for key, value in kwargs.items():
+            if key not in params:
+                raise ExecutionError(f"{info.name} has no parameter {key!r}; parameters: {', '.join(params)}")
+            index = params.index(key)
+            if values[index] is not _MISSING:
+                raise ExecutionError(f"{info.name}: parameter {key!r} given twice")
+            values[index] = value
+        missing = [p for p, v in zip(params, values) if v is _MISSING]
+        if missing:
+            raise ExecutionError(f"{info.name}: missing argument(s) for {', '.join(missing)}")
+        types = info.param_types or (None,) * len(params)
+        sym_dims: dict = {}
+        if all(t.__class__ is TensorType for t in types):  # the common case, without dispatch on types
+            return [_convert_tensor(value, ty, f"{info.name} parameter {name!r}", sym_dims)
+                    for value, ty, name in zip(values, types, params)]
+        return [self._convert(value, ty, f"{info.name} parameter {name!r}", sym_dims)
+                for value, ty, name in zip(values, types, params)]
+
+    def _convert(self, value, ty, where: str, sym_dims: dict):
+        if isinstance(ty, TensorType):
+            return _convert_tensor(value, ty, where, sym_dims)
+        if isinstance(ty, TupleType):
+            if isinstance(value, ADT) and value.tag == 0 and value.constructor is None:
+                value = value.fields
+            if not isinstance(value, (tuple, list)) or len(value) != len(ty.fields):
+                raise ExecutionError(f"{where}: expected a tuple of {len(ty.fields)} values "
+                                     f"({ty!r}), got {_describe(value)}")
+            return ADT(0, [self._convert(v, t, f"{where}[{i}]", sym_dims)
+                           for i, (v, t) in enumerate(zip(value, ty.fields))])
+        if isinstance(ty, FuncType):
+            if not isinstance(value, Closure):
+                raise ExecutionError(f"{where}: expected a VM closure ({ty!r}), got {_describe(value)}")
+            return value
+        if isinstance(ty, (TypeCall, GlobalTypeVar)):
+            value = _nullary_constructor_value(value)
+            if not isinstance(value, ADT):
+                raise ExecutionError(f"{where}: expected an ADT value ({ty!r}), got {_describe(value)}")
+            return self._convert_adt(value, where)
+        return self._convert_untyped(value, where)
+
+    def _convert_adt(self, value: ADT, where: str) -> ADT:
+        if value.constructor is None:
+            if value.tag in self._adt_tags or value.tag == 0:
+                tag = value.tag  # already a VM value (e.g. a result passed back in)
+            else:
+                raise ExecutionError(f"{where}: an ADT argument needs its constructor; build it with "
+                                     f"mod.constructor(name)(...)")
+        else:
+            try:
+                tag = self._adt_by_name[value.constructor]
+            except KeyError:
+                raise ExecutionError(f"{where}: constructor {value.constructor!r} is not defined in this "
+                                     f"executable") from None
+        return ADT(tag, [self._convert_untyped(f, where) for f in value.fields])
+
+    def _convert_untyped(self, value, where: str):
+        if isinstance(value, np.ndarray):
+            return _contiguous(value)
+        if isinstance(value, NDArray):
+            return _contiguous(value.numpy())
+        value = _nullary_constructor_value(value)
+        if isinstance(value, ADT):
+            return self._convert_adt(value, where)
+        if isinstance(value, tuple):
+            return ADT(0, [self._convert_untyped(v, where) for v in value])
+        if isinstance(value, Closure):
+            return value
+        if isinstance(value, (bool, np.bool_)):
+            return np.asarray(value, "bool")
+        if isinstance(value, int):
+            return np.asarray(value, "int32")
+        if isinstance(value, float):
+            return np.asarray(value, "float32")
+        if isinstance(value, (np.generic, list)):
+            return np.asarray(value)
+        raise ExecutionError(f"{where}: cannot pass a {type(value).__name__} to the VM")
+
+    # --- results ----------------------------------------------------------------------------------
+    def _to_user(self, value):
+        cls = value.__class__
+        if cls is np.ndarray:
+            return NDArray(value)
+        if cls is ADT:
+            fields = [self._to_user(f) for f in value.fields]
+            if value.tag == 0:
+                return tuple(fields)
+            known = self._adt_tags.get(value.tag)
+            if known is None:
+                return ADT(value.tag, fields)
+            return ADT(known[0], fields, constructor=known[1])
+        if isinstance(value, np.ndarray):  # a Storage or other subclass
+            return NDArray(np.asarray(value))
+        if isinstance(value, int | np.generic):
+            return NDArray(np.asarray(value))
+        return value
+
+
+_MISSING = object()
+
+
+def _nullary_constructor_value(value):
+    """``mod.constructor("Nil")()`` builds an IR call (it cannot tell values from expressions without
+    arguments); as an argument it means the value ``Nil``."""
+    if isinstance(value, Call) and isinstance(value.op, Constructor) and not value.args and not value.op.inputs:
+        return ADT(value.op.tag, (), constructor=value.op.name)
+    return value
+
+
+def _describe(value) -> str:
+    if isinstance(value, (np.ndarray, NDArray)):
+        return f"a {value.dtype} tensor of shape {tuple(value.shape)}"
+    if isinstance(value, ADT):
+        return f"ADT {value.constructor or value.tag}"
+    return f"{type(value).__name__} {value!r}"[:80]
+
+
+_NP_DTYPES = {name: np.dtype(name) for name in (
+    "bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "float16", "float32",
+    "float64")}
+
+
+def _convert_tensor(value, ty: TensorType, where: str, sym_dims: dict) -> np.ndarray:
+    """A NumPy array for a tensor parameter: arrays must match the dtype exactly; Python numbers and lists
+    take the parameter's dtype when that keeps their kind (bool to bool, int to int/float, float to float)."""
+    dtype = _NP_DTYPES[ty.dtype]
+    if value.__class__ is NDArray:
+        value = value.numpy()
+    if isinstance(value, np.ndarray):
+        arr = value
+    elif isinstance(value, np.generic):
+        arr = np.asarray(value)
+    elif isinstance(value, (bool, int, float, list, tuple)):
+        try:
+            arr = np.asarray(value)
+        except (TypeError, ValueError) as err:
+            raise ExecutionError(f"{where}: cannot make a {dtype} tensor from {value!r}: {err}") from None
+        if arr.dtype != dtype:
+            arr = _cast_python_value(arr, value, ty.dtype, where)
+    else:
+        raise ExecutionError(f"{where}: expected a {dtype} tensor ({ty!r}), got {_describe(value)}")
+    if arr.dtype != dtype:
+        raise ExecutionError(f"{where}: expected dtype {dtype}, got {arr.dtype} (shape {arr.shape})")
+    shape = ty.shape
+    if arr.ndim != len(shape):
+        raise ShapeError(f"{where}: expected rank {len(shape)} ({ty!r}), got shape {arr.shape}")
+    for axis, (want, got) in enumerate(zip(shape, arr.shape)):
+        if want.__class__ is int:
+            if want != got:
+                raise ShapeError(f"{where}: dimension {axis} must be {want} ({ty!r}), got shape {arr.shape}")
+        elif want.__class__ is SymDim:
+            bound = sym_dims.setdefault(want.name, (got, where))
+            if bound[0] != got:
+                raise ShapeError(f"{where}: dimension {axis} is the symbolic dimension {want.name}, bound to "
+                                 f"{bound[0]} by {bound[1]}, but got {got} (shape {arr.shape})")
+        elif not isinstance(want, (AnyDim, SymDim)):
+            raise ShapeError(f"{where}: unexpected dimension {want!r} in {ty!r}")
+    return arr if arr.flags.c_contiguous else arr.copy(order="C")
+
+
+def _cast_python_value(arr: np.ndarray, value, dtype: str, where: str) -> np.ndarray:
+    source, target = arr.dtype.kind, np.dtype(dtype).kind
+    if arr.size and not (source == target or (source in "iu" and target in "iuf")):
+        raise ExecutionError(f"{where}: expected {dtype}, got {value!r} ({arr.dtype.name} values)")
+    cast = arr.astype(dtype)
+    if source in "iu" and not np.array_equal(cast.astype(arr.dtype), arr):
+        raise ExecutionError(f"{where}: expected {dtype}, got {value!r}: the values do not fit {dtype}")
+    return cast
+
+
+def _contiguous(arr: np.ndarray) -> np.ndarray:
+    return arr if arr.flags.c_contiguous else arr.copy(order="C")
+
+
+def _instrumented(kernel, name: str, fn):
+    """``kernel`` wrapped with the user's instrument callback (arguments shown as NDArrays)."""
+    def call(*args):
+        wrapped = [NDArray(a) if isinstance(a, np.ndarray) else a for a in args]
+        if fn(name, True, None, *wrapped) == SKIP_RUN:
+            return
+        kernel(*args)
+        fn(name, False, None, *wrapped)
+    return call
+
+
+def _constant_registers(fn: bc.VMFunction, constants) -> dict:
+    """Registers written exactly once, by ``LoadConst``/``LoadConsti`` (and not parameters), with values.
+
+    Readers of such a register may use the value as an immediate (how offsets and static sizes avoid a
+    per-execution ``int()``).
+    """
+    writes: dict[int, int] = {}
+    values: dict[int, object] = {}
+    for ins in fn.instructions:
+        for reg in ins.writes():
+            writes[reg] = writes.get(reg, 0) + 1
+        if isinstance(ins, bc.LoadConst):
+            data = constants[ins.const_index]
+            if data.ndim == 0 and data.dtype.kind in "iub":
+                values[ins.dst] = data.item()
+        elif isinstance(ins, bc.LoadConsti):
+            values[ins.dst] = ins.value
+    n_params = len(fn.params)
+    # (negative values stay in registers, so that the run-time checks of offsets and sizes see them)
+    return {r: v for r, v in values.items() if writes.get(r) == 1 and r >= n_params and v >= 0}
+
+
+def _immediate_only_registers(fn: bc.VMFunction, known: dict) -> set:
+    """Constant registers (``known``) read only where the decoder uses the value as an immediate."""
+    O = bc.Opcode
+    folded = set(known)
+    for ins in fn.instructions:
+        op = ins.opcode
+        if op == O.AllocTensor:
+            reads = (ins.storage,)
+        elif op == O.AllocTensorReg:
+            reads = (ins.storage, ins.shape_register)
+        elif op == O.AllocStorage:
+            reads = (ins.size,) if ins.size_from_shape else ()
+        elif op == O.If:
+            reads = (ins.test,)
+        else:
+            reads = ins.reads()
+        folded.difference_update(reads)
+    return folded
+
+
+def located_error(err: Exception, func_name: str, pc: int, ins) -> Exception:
+    """``err`` re-raised with the VM location: ``ExecutionError`` unless it is a tensorvm error already."""
+    where = f"in VM function {func_name!r} at pc {pc} ({ins})"
+    if isinstance(ins, (bc.AllocTensor, bc.AllocTensorReg)) and isinstance(err, (TypeError, ValueError)):
+        return ShapeError(f"alloc_tensor: cannot place a {ins.dtype} tensor in its storage: {err} [{where}]")
+    if isinstance(err, TensorVMError):
+        try:
+            return type(err)(f"{err} [{where}]")
+        except TypeError:
+            return ExecutionError(f"{type(err).__name__}: {err} [{where}]")
+    if isinstance(err, (AttributeError, TypeError)) and ("fields" in str(err) or "tag" in str(err)):
+        return ExecutionError(f"expected an ADT or tuple value ({err}) [{where}]")
+    if isinstance(err, MemoryError):
+        return ExecutionError(f"out of memory ({err}) [{where}]")
+    return ExecutionError(f"{type(err).__name__}: {err} [{where}]")
+
+

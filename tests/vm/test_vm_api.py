@@ -1,0 +1,265 @@
+"""The VM's Python interface: executors, stateful calls, argument checks, instrumentation, profiling,
+benchmarking, recovery after errors, memory statistics and storage coalescing."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+import tensorvm as tv
+from tensorvm.errors import ExecutionError, ShapeError, UnsupportedError
+from tensorvm.prelude import make_list
+from tensorvm.runtime.ndarray import NDArray
+from tensorvm.vm import SKIP_RUN, VirtualMachine
+from tensorvm.vm.profiler import ProfileReport
+
+MODES = ["bytecode", "compiled"]
+
+DYNAMIC_ADD = """
+def @main(%x: Tensor[(?, ?), float32], %y: Tensor[(1, 2), float32]) {
+  add(%x, %y)
+}
+"""
+
+TWO_OUTPUTS = """
+def @main(%x: Tensor[(n, 3), float32], %v: Tensor[(n), float32], %k: float32) {
+  (multiply(%x, %k), add(%v, %k))
+}
+"""
+
+SUM_UP = """
+def @main(%i: int32) -> int32 { @sum_up(%i) }
+def @sum_up(%i1: int32) -> int32 {
+  %0 = equal(%i1, 0);
+  if (%0) { %i1 } else { %1 = subtract(%i1, 1); %2 = @sum_up(%1); add(%2, %i1) }
+}
+"""
+
+MLP4 = """
+def @main(%x: Tensor[(8, 32), float32], %w1: Tensor[(64, 32), float32], %w2: Tensor[(64, 64), float32],
+          %w3: Tensor[(64, 64), float32], %w4: Tensor[(10, 64), float32]) {
+  %0 = nn.relu(nn.dense(%x, %w1));
+  %1 = nn.relu(nn.dense(%0, %w2));
+  %2 = nn.relu(nn.dense(%1, %w3));
+  nn.dense(%2, %w4)
+}
+"""
+
+
+def rand(*shape, seed=0):
+    return np.random.default_rng(seed).standard_normal(shape).astype("float32")
+
+
+@pytest.fixture(params=MODES)
+def mode(request):
+    return request.param
+
+
+def vm_for(text, mode="bytecode", **kwargs):
+    return VirtualMachine(tv.vm.compile(tv.parse(text), exec_mode=mode), **kwargs)
+
+
+def test_create_executor_vm_works_like_debug():
+    mod = tv.parse(TWO_OUTPUTS)
+    x, v = rand(4, 3), rand(4, seed=1)
+    debug = tv.create_executor("debug", mod).evaluate()(x, v, 2.0)
+    vm = tv.create_executor("vm", mod).evaluate()(x, v, 2.0)
+    assert isinstance(vm, tuple) and all(isinstance(t, NDArray) for t in vm)
+    for a, b in zip(vm, debug):
+        np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-6)
+    # params bind parameters as constants
+    bound = tv.create_executor("vm", mod, params={"x": x}).evaluate()(v, np.float32(3.0))
+    np.testing.assert_allclose(bound[0].numpy(), x * 3, rtol=1e-6)
+
+
+def test_stateful_interface_and_input_index(mode):
+    vm = vm_for(TWO_OUTPUTS, mode)
+    x, v = rand(2, 3), rand(2, seed=1)
+    vm.set_input("main", x, k=np.float32(0.5), v=v)
+    vm.invoke_stateful("main")
+    outputs = vm.get_outputs()
+    assert len(outputs) == 2 == vm.get_num_outputs()
+    np.testing.assert_allclose(outputs[0].numpy(), x * 0.5, rtol=1e-6)
+    np.testing.assert_allclose(vm.get_output(1).numpy(), v + 0.5, rtol=1e-6)
+    # invoke with no arguments uses the stored inputs
+    np.testing.assert_allclose(vm.invoke("main")[1].numpy(), v + 0.5, rtol=1e-6)
+    assert [vm.get_input_index(n) for n in ("x", "v", "k", "nope")] == [0, 1, 2, -1]
+    single = vm_for(DYNAMIC_ADD, mode)
+    single.set_input("main", rand(3, 2), rand(1, 2))
+    single.invoke_stateful("main")
+    assert len(single.get_outputs()) == 1 and single.get_outputs()[0].shape == (3, 2)
+    with pytest.raises(ExecutionError, match="set_input"):
+        vm_for(DYNAMIC_ADD, mode).invoke_stateful("main")
+
+
+def test_argument_errors_name_the_parameter(mode):
+    vm = vm_for(TWO_OUTPUTS, mode)
+    x, v = rand(4, 3), rand(4)
+    with pytest.raises(ExecutionError, match="parameter 'x': expected dtype float32, got float64"):
+        vm.invoke("main", x.astype("float64"), v, 1.0)
+    with pytest.raises(ShapeError, match="parameter 'x': dimension 1 must be 3"):
+        vm.invoke("main", rand(4, 2), v, 1.0)
+    with pytest.raises(ShapeError, match="parameter 'v'.*symbolic dimension n, bound to 4"):
+        vm.invoke("main", x, rand(5), 1.0)
+    with pytest.raises(ShapeError, match="parameter 'k': expected rank 0"):
+        vm.invoke("main", x, v, np.ones(2, "float32"))
+    with pytest.raises(ExecutionError, match="no function 'nope'"):
+        vm.invoke("nope")
+    # Python numbers take the parameter's dtype; a float where an int is expected does not
+    assert vm.invoke("main", x, v, 2)[0].dtype == "float32"
+    ints = vm_for(SUM_UP, mode)
+    with pytest.raises(ExecutionError, match="parameter 'i': expected int32"):
+        ints.invoke("main", 2.5)
+
+
+def test_results_stay_valid_while_the_vm_runs_again(mode):
+    vm = vm_for(DYNAMIC_ADD, mode)
+    y = rand(1, 2)
+    first = vm.invoke("main", np.zeros((3, 2), "float32"), y)
+    kept = first.numpy().copy()
+    for i in range(5):
+        vm.invoke("main", np.full((3, 2), i, "float32"), y)
+    np.testing.assert_array_equal(first.numpy(), kept)  # its storage was not handed out again
+    del first
+    assert vm.memory_stats()["bytes_live"] == 0
+
+
+def test_vm_is_usable_after_a_failed_call(mode):
+    vm = vm_for(DYNAMIC_ADD, mode)
+    with pytest.raises(ShapeError, match=r"add.*pc \d+"):
+        vm.invoke("main", rand(3, 5), rand(1, 2))
+    out = vm.invoke("main", rand(3, 2), rand(1, 2, seed=1))
+    np.testing.assert_allclose(out.numpy(), rand(3, 2) + rand(1, 2, seed=1), rtol=1e-6)
+    del out
+    assert vm.memory_stats()["bytes_live"] == 0  # nothing leaked from the failed call
+
+
+def test_fatal_from_an_incomplete_match_names_the_function(mode):
+    vm = vm_for("""
+def @first(%l: List[int32]) -> int32 { match? (%l) { Cons(%h, _) => %h, } }
+def @main(%l: List[int32]) -> int32 { @first(%l) }
+""", mode)
+    assert vm.invoke("main", make_list([np.int32(7)])).numpy() == 7
+    with pytest.raises(ExecutionError, match="Fatal.*'first' at pc"):
+        vm.invoke("main", make_list([]))
+
+
+def test_instrument_sees_kernels_and_shape_functions_and_can_skip(mode):
+    vm = vm_for(DYNAMIC_ADD, mode)
+    seen = []
+
+    def record(name, before_run, ret_value, *args):
+        seen.append((name, before_run, [a.shape for a in args]))
+
+    vm.set_instrument(record)
+    vm.invoke("main", rand(3, 2), rand(1, 2))
+    names = [name for name, before, _ in seen if before]
+    assert names == ["shape_func_fused_add", "fused_add"]
+    assert seen[-1] == ("fused_add", False, [(3, 2), (1, 2), (3, 2)])
+
+    def fill_instead(name, before_run, ret_value, *args):
+        if name == "fused_add" and before_run:
+            args[-1].numpy()[...] = 42.0
+            return SKIP_RUN
+    vm.set_instrument(fill_instead)
+    assert np.all(vm.invoke("main", rand(2, 2), rand(1, 2)).numpy() == 42.0)
+    vm.set_instrument(None)
+    np.testing.assert_allclose(vm.invoke("main", rand(2, 2), rand(1, 2)).numpy(), rand(2, 2) + rand(1, 2),
+                               rtol=1e-6)
+
+
+def test_profile_reports_kernels_and_vm_ops(mode):
+    vm = vm_for(DYNAMIC_ADD, mode)
+    report = vm.profile("main", rand(5, 2), rand(1, 2))
+    names = set(report.names)
+    assert {"fused_add", "shape_func_fused_add", "VM::AllocStorage", "VM::AllocTensorReg", "VM::ShapeOf"} <= names
+    add = report.row("fused_add")
+    assert add.calls == 1 and add.total_us > 0 and add.kind == "kernel"
+    assert add.arg_shapes == ("float32[5, 2], float32[1, 2], float32[5, 2]",)
+    assert sum(r.share_pct for r in report.rows) <= 100.0 + 1e-6
+    table = str(report)
+    assert "fused_add" in table and "Total" in table and "Argument Shapes" in table
+    csv_lines = report.csv().splitlines()
+    assert csv_lines[0].startswith("name,kind,calls,total_us") and len(csv_lines) == len(report.rows) + 1
+    data = json.loads(report.json())
+    assert data["configuration"]["Executor"] == "VM" and len(data["rows"]) == len(report.rows)
+    assert ProfileReport.from_json(report.json()).rows == report.rows
+    np.testing.assert_allclose(report.result.numpy(), rand(5, 2) + rand(1, 2), rtol=1e-6)
+    # profiling leaves the plain program in place
+    assert vm.invoke("main", rand(2, 2), rand(1, 2)).shape == (2, 2)
+
+
+def test_profile_of_a_loaded_executable_counts_recursive_calls():
+    exe = tv.vm.load_executable(tv.vm.compile(tv.parse(SUM_UP)).save_bytes())
+    report = VirtualMachine(exe).profile("main", 5)
+    assert report.row("fused_equal").calls == 6 and report.row("fused_add").calls == 5
+    assert report.result.numpy() == 15
+
+
+def test_benchmark_statistics(mode):
+    vm = vm_for(DYNAMIC_ADD, mode)
+    result = vm.benchmark("main", rand(4, 2), rand(1, 2), number=3, repeat=4)
+    assert len(result.results) == 4
+    assert 0 < result.min <= result.median <= result.max and result.min <= result.mean <= result.max
+    assert "median" in str(result)
+
+
+def test_static_mlp_storage_is_coalesced():
+    mod = tv.parse(MLP4)
+    args = [rand(8, 32), rand(64, 32, seed=1), rand(64, 64, seed=2), rand(64, 64, seed=3), rand(10, 64, seed=4)]
+    stats = {}
+    for plan in (True, False):
+        vm = VirtualMachine(tv.vm.compile(mod, memory_plan=plan), allocator="naive")
+        out = vm.invoke("main", *args)
+        stats[plan] = vm.memory_stats()
+        expected = args[0]
+        for w in args[1:-1]:
+            expected = np.maximum(expected @ w.T, 0)
+        np.testing.assert_allclose(out.numpy(), expected @ args[-1].T, rtol=1e-4, atol=1e-4)
+    # three (8, 64) float32 intermediates share one arena (two of them at the same offset), plus the output
+    assert stats[True]["num_allocations"] == 2 and stats[False]["num_allocations"] == 4
+    assert stats[True]["peak_bytes"] == 2 * 8 * 64 * 4 + 8 * 10 * 4
+    assert stats[True]["peak_bytes"] < stats[False]["peak_bytes"]
+
+
+def test_pooled_allocator_reuses_blocks_across_calls(mode):
+    vm = vm_for(DYNAMIC_ADD, mode)
+    for _ in range(5):
+        vm.invoke("main", rand(16, 2), rand(1, 2))
+    stats = vm.memory_stats()
+    assert stats["num_allocations"] == 10 and stats["reuse_hits"] == 8 and stats["bytes_live"] == 0
+    naive = vm_for(DYNAMIC_ADD, mode, allocator="naive")
+    naive.invoke("main", rand(16, 2), rand(1, 2))
+    assert naive.memory_stats()["reuse_hits"] == 0 and naive.memory_stats()["bytes_reserved"] == 0
+
+
+def test_adt_arguments_built_in_python(mode):
+    mod = tv.parse("""
+def @main(%l: List[float32]) -> float32 { @sum(%l) }
+def @sum(%l: List[float32]) -> float32 { match (%l) { Cons(%h, %t) => add(%h, @sum(%t)), Nil => 0f, } }
+""")
+    vm = VirtualMachine(tv.vm.compile(mod, exec_mode=mode))
+    cons, nil = mod.constructor("Cons"), mod.constructor("Nil")
+    lst = cons(np.float32(1.5), cons(np.float32(2.0), nil()))
+    assert vm.invoke("main", lst).numpy() == np.float32(3.5)
+
+
+def test_deep_non_tail_recursion(mode):
+    vm = vm_for(SUM_UP, mode)
+    n = 5000
+    assert vm.invoke("main", n).numpy() == n * (n + 1) // 2
+
+
+def test_compile_options_and_python_view():
+    mod = tv.parse(DYNAMIC_ADD)
+    with pytest.raises(UnsupportedError, match="target 'c'"):
+        tv.vm.compile(mod, target="c")
+    with pytest.raises(ValueError, match="exec_mode"):
+        tv.vm.compile(mod, exec_mode="jit")
+    exe = tv.vm.compile(mod, exec_mode="compiled")
+    source = exe.as_python()
+    assert "def f0(r0, r1):  # main(x, y)" in source and "shape_func_fused_add" in source
+    assert exe.exec_mode == "compiled"
+    assert tv.vm.load_executable(exe.save_bytes()).exec_mode == "compiled"
