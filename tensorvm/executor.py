@@ -4,9 +4,10 @@
     f = ex.evaluate()            # @main as a Python callable
     out = f(x, y=y)              # positional or by parameter name
 
-Kinds: ``"debug"`` (the reference interpreter), ``"vm"`` (``tensorvm.vm``); ``"graph"`` and
-``"aot"`` are not built yet. Results are converted for users: tensors become ``NDArray``, tuples
-Python tuples (recursively), ADT values ``ADT`` with converted fields; closures stay opaque.
+Kinds: ``"debug"`` (the reference interpreter), ``"vm"`` (``tensorvm.vm``), ``"graph"`` (the graph
+executor, static programs) and ``"aot"`` (generated C run function, static programs). Results are
+converted for users: tensors become ``NDArray``, tuples Python tuples (recursively), ADT values ``ADT``
+with converted fields; closures stay opaque.
 ``params`` binds parameters of ``@main`` by name as constants (they disappear from its signature;
 ``tensorvm.transform.bind_params`` checks them, so every kind reports a bad param the same way).
 """
@@ -38,8 +39,14 @@ def create_executor(kind: str = "debug", mod: IRModule | None = None, device=Non
         return DebugExecutor(mod, params)
     if kind == "vm":
         return VMExecutor(mod, target, params)
-    if kind in ("graph", "aot"):
-        raise UnsupportedError(f"the {kind!r} executor is not built yet; use 'debug' or 'vm'")
+    if kind == "graph":
+        from .graph.build import GraphExecutor  # lazy: the graph layer depends on everything else
+
+        return GraphExecutor(mod, target, params)
+    if kind == "aot":
+        from .aot.loader import AOTExecutor  # lazy: the AOT layer depends on everything else
+
+        return AOTExecutor(mod, target, params)
     raise UnsupportedError(f"unknown executor kind {kind!r}; expected one of {', '.join(EXECUTOR_KINDS)}")
 
 

@@ -10,7 +10,10 @@ Shared by the graph executor and AOT. Two layers:
   separately. An alias (a reshape view) shares its root's bytes and extends the root's lifetime.
 * ``static_lifetimes(func)`` derives those records from a fused, A-normal-form, fully static
   function (the graph/AOT lowering: FuseOps + ToANF + LambdaLift): one step per kernel call, in
-  execution order.
+  execution order. ``lower_static(mod, params)`` runs that lowering (the VM passes up to, not
+  including, ManifestAlloc) and ``static_schedule(func)`` gives the kernel calls over named tensors
+  that both the graph JSON writer and the AOT emitter walk. A dynamic dim, control flow, a closure,
+  a call of a non-primitive function or an ADT is refused (``UnsupportedError``, pointing to the VM).
 
 Algorithms (all offset-based except ``linear_scan`` and ``no_reuse``):
 
@@ -338,7 +341,8 @@ def _hill_climb(groups, conflicts, alignment, fill_gaps, lower_bound, iterations
         candidate = list(order)
         candidate[i], candidate[j] = candidate[j], candidate[i]
         cand_offsets, cand_total = _place_in_order(candidate, conflicts, alignment, fill_gaps)
-        accept = cand_total <= total or rng.random() < 50 * (cand_total - best_total) / cand_total / attempt / 100
+        # Sideways and better moves always; worse ones rarely, less so the worse they are and the later.
+        accept = cand_total <= total or rng.random() < 0.3 * best_total / cand_total / attempt
         if accept:
             order, total, offsets = candidate, cand_total, cand_offsets
         if cand_total < best_total:
