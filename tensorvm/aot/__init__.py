@@ -1,0 +1,14 @@
+"""Ahead-of-time compilation of static programs to C (issue 6; see ``docs/aot.md``).
+
+``build(mod, name=..., params=...)`` gives an ``AOTModule``: a model C file whose
+``tvmgen_<name>_run`` calls the fused kernels in order on a statically planned workspace, a header,
+the parameters as ``static const`` arrays, and a descriptor. ``export_model_library_format`` writes
+them as a Model Library Format tarball; ``load`` compiles them with ``cc`` and runs them from Python.
+"""
+
+from .build import AOTModule, KernelInfo, StepInfo, TensorInfo, build, runtime_files
+from .export import export_model_library_format
+from .loader import AOTRunner, compile_library, load, object_sizes
+
+__all__ = ["build", "AOTModule", "TensorInfo", "KernelInfo", "StepInfo", "runtime_files",
+           "export_model_library_format", "load", "AOTRunner", "compile_library", "object_sizes"]
