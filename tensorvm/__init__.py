@@ -39,6 +39,8 @@ _LAZY = {
     "graph": ("tensorvm.graph", None),
     "aot": ("tensorvm.aot", None),
     "frontend": ("tensorvm.frontend", None),
+    "te": ("tensorvm.te", None),
+    "codegen": ("tensorvm.codegen", None),
     "prelude": ("tensorvm.prelude", None),
     "structural_equal": ("tensorvm.ir.structural", "structural_equal"),
     "structural_hash": ("tensorvm.ir.structural", "structural_hash"),

@@ -1,0 +1,392 @@
+"""Compiling generated C into a shared library, cached on disk and loaded with ctypes.
+
+The compiler is ``$TENSORVM_CC``, else ``$CC``, else ``cc``. Its capabilities are probed once per
+process and cached on disk next to the libraries: ``-march=native`` is used when accepted, OpenMP
+(``-fopenmp``) when it compiles and links, else ``-fopenmp-simd`` (vector pragmas only), else neither;
+glibc's vector math library when it links (``-DTV_VECTOR_MATH``); Python's headers when present (for
+the kernels' Python-facing wrapper module). Libraries live in ``$TENSORVM_CACHE_DIR`` (default
+``~/.cache/tensorvm``), named by a hash of the sources, the compiler and the flags, so a second build
+of the same source is a cache hit; files are written to a temporary name and renamed, so concurrent
+processes never see half a library. Big modules compile as several translation units in parallel and
+link into the one library.
+
+``build_library(source)`` returns a ``Library`` whose ``info`` (``BuildInfo``) says whether it came from
+the cache and how long compiling took; ``build_stats()`` sums this over the process (for benchmarks).
+A missing or failing compiler raises ``CompilerError`` (an ``UnsupportedError``) with the compiler's
+output and a hint to use target "python".
+
+Threads: the kernels' parallel loops use one thread per core, or ``$TENSORVM_NUM_THREADS``, or what
+``set_num_threads`` says. Unless ``OMP_WAIT_POLICY`` is set, idle OpenMP threads spin only briefly
+(``GOMP_SPINCOUNT=10000``), because next to NumPy's BLAS threads long spinning starves both pools.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import importlib.machinery
+import importlib.util
+import json
+import os
+import shutil
+import subprocess
+import sysconfig
+import tempfile
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from ..errors import UnsupportedError
+
+__all__ = [
+    "CompilerError", "Toolchain", "BuildInfo", "Library", "find_toolchain", "cache_dir", "build_library",
+    "build_stats", "reset_toolchain", "set_num_threads",
+]
+
+_BASE_FLAGS = ("-O3", "-fPIC", "-shared", "-std=gnu11", "-fwrapv", "-fno-math-errno", "-fno-trapping-math")
+_HINT = 'use target="python" to run with NumPy kernels instead'
+
+
+class CompilerError(UnsupportedError):
+    """The C compiler is missing or rejected generated code."""
+
+
+@dataclass(frozen=True)
+class Toolchain:
+    compiler: str
+    version: str
+    flags: tuple
+    openmp: bool
+    simd_pragmas: bool
+    float16: bool
+    python_include: str = ""  # where Python.h is, when a C wrapper for Python calls can be built
+
+    @property
+    def fingerprint(self) -> str:
+        return f"{self.compiler}|{self.version}|{' '.join(self.flags)}"
+
+
+@dataclass(frozen=True)
+class BuildInfo:
+    """How a library was obtained: ``cached`` (found on disk) and the seconds compiling took (0 if cached)."""
+
+    path: str
+    source_hash: str
+    cached: bool
+    compile_seconds: float
+    load_seconds: float
+    flags: tuple
+
+
+@dataclass
+class _Stats:
+    builds: int = 0
+    cache_hits: int = 0
+    compile_seconds: float = 0.0
+    history: list = field(default_factory=list)
+
+
+_STATS = _Stats()
+_LOCK = threading.Lock()
+_TOOLCHAIN: Toolchain | None = None
+_LOADED: dict = {}
+_NUM_THREADS: list = [None]  # set_num_threads' choice, applied to libraries loaded later too
+
+
+def _threads_from_environment():
+    value = os.environ.get("TENSORVM_NUM_THREADS", "").strip()
+    if value.isdigit() and int(value) > 0:
+        _NUM_THREADS[0] = int(value)
+
+
+_threads_from_environment()
+
+
+def build_stats() -> dict:
+    """Totals over this process: builds, cache hits, seconds spent compiling, and each ``BuildInfo``."""
+    return {"builds": _STATS.builds, "cache_hits": _STATS.cache_hits,
+            "compile_seconds": _STATS.compile_seconds, "history": list(_STATS.history)}
+
+
+def set_num_threads(count: int | None):
+    """Threads for the parallel loops of generated kernels (``None``: one per core, OpenMP's default;
+    the initial choice is ``$TENSORVM_NUM_THREADS`` when set).
+
+    All libraries share one OpenMP runtime, so this applies to every kernel, including those of
+    libraries loaded later. Without OpenMP the kernels are single-threaded anyway.
+    """
+    if count is not None and count < 1:
+        raise ValueError(f"set_num_threads: expected a positive count or None, got {count}")
+    with _LOCK:
+        _NUM_THREADS[0] = count
+        for cdll in _LOADED.values():
+            if isinstance(cdll, ctypes.CDLL):
+                _apply_threads(cdll)
+
+
+def _apply_threads(cdll):
+    if _NUM_THREADS[0] is not None or getattr(cdll, "_tv_threads_set", False):
+        cdll.tv_set_num_threads.argtypes = [ctypes.c_int32]
+        cdll.tv_set_num_threads(int(_NUM_THREADS[0] or 0))
+        cdll._tv_threads_set = True
+
+
+def cache_dir() -> Path:
+    path = Path(os.environ.get("TENSORVM_CACHE_DIR") or Path.home() / ".cache" / "tensorvm")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise CompilerError(f"codegen: cannot use the kernel cache directory {path}: {err}; set "
+                            f"TENSORVM_CACHE_DIR to a writable directory or {_HINT}") from None
+    return path
+
+
+def _compiler_name() -> str:
+    return os.environ.get("TENSORVM_CC") or os.environ.get("CC") or "cc"
+
+
+def reset_toolchain():
+    """Forget the probed toolchain (after changing ``TENSORVM_CC``/``CC``)."""
+    global _TOOLCHAIN
+    with _LOCK:
+        _TOOLCHAIN = None
+
+
+def find_toolchain() -> Toolchain:
+    """The C compiler and the flags it accepts (probed once, cached in memory and on disk)."""
+    global _TOOLCHAIN
+    with _LOCK:
+        if _TOOLCHAIN is None or _TOOLCHAIN.compiler != shutil.which(_compiler_name()):
+            _TOOLCHAIN = _probe()
+        return _TOOLCHAIN
+
+
+def _probe() -> Toolchain:
+    name = _compiler_name()
+    compiler = shutil.which(name)
+    if compiler is None:
+        raise CompilerError(f"codegen: no C compiler found (looked for {name!r}; set TENSORVM_CC or CC to one); "
+                            f"{_HINT}")
+    try:
+        version = subprocess.run([compiler, "--version"], capture_output=True, text=True, timeout=60)
+    except OSError as err:
+        raise CompilerError(f"codegen: cannot run the C compiler {compiler}: {err}; {_HINT}") from None
+    first_line = (version.stdout or version.stderr).strip().splitlines()[0] if (version.stdout or version.stderr) \
+        else ""
+    stat = os.stat(compiler)
+    # The probe's result depends on the compiler binary, the base flags and the prelude it compiles.
+    from .c_emit import PRELUDE
+
+    identity = f"{compiler}|{first_line}|{stat.st_mtime_ns}|{stat.st_size}|{_BASE_FLAGS}|{PRELUDE}"
+    key = hashlib.sha256(identity.encode()).hexdigest()[:16]
+    probe_file = cache_dir() / f"toolchain-{key}.json"
+    try:
+        data = json.loads(probe_file.read_text())
+        return Toolchain(data["compiler"], data["version"], tuple(data["flags"]), data["openmp"],
+                         data["simd_pragmas"], data["float16"], data["python_include"])
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    toolchain = _probe_flags(compiler, first_line)
+    _atomic_write(probe_file, json.dumps(asdict(toolchain)).encode())
+    return toolchain
+
+
+def _probe_flags(compiler: str, version: str) -> Toolchain:
+    with tempfile.TemporaryDirectory(prefix="tensorvm-probe-") as tmp:
+        def accepts(flags, code="int tv_probe(void) { return 0; }\n") -> bool:
+            src = Path(tmp) / "probe.c"
+            src.write_text(code)
+            result = subprocess.run([compiler, *_BASE_FLAGS, *flags, str(src), "-o", str(Path(tmp) / "probe.so")],
+                                    capture_output=True, text=True, timeout=120)
+            return result.returncode == 0
+
+        if not accepts(()):
+            raise CompilerError(f"codegen: the C compiler {compiler} cannot build a shared library with "
+                                f"{' '.join(_BASE_FLAGS)}; {_HINT}")
+        flags = [f for f in ("-march=native", "-fexcess-precision=standard") if accepts((f,))]
+        omp_code = "#include <omp.h>\nint tv_probe(void) { return omp_get_max_threads(); }\n"
+        openmp = accepts(("-fopenmp",), omp_code)
+        simd = openmp or accepts(("-fopenmp-simd",))
+        if openmp:
+            flags.append("-fopenmp")
+        elif simd:
+            flags.append("-fopenmp-simd")
+        float16 = accepts(tuple(flags), "_Float16 tv_probe(_Float16 a) { return (_Float16)((float)a + 1.0f); }\n")
+        if _vector_math_works(compiler, flags, tmp):
+            flags.append("-DTV_VECTOR_MATH")
+        include = sysconfig.get_paths().get("include") or ""
+        python_code = "#define PY_SSIZE_T_CLEAN\n#include <Python.h>\nint tv_probe(PyObject* o) { return PyTuple_Check(o); }\n"
+        if not include or not accepts(("-I" + include,), python_code):
+            include = ""
+    return Toolchain(compiler, version, tuple(_BASE_FLAGS) + tuple(flags), openmp, simd, float16, include)
+
+
+def _vector_math_works(compiler: str, flags: list, tmp: str) -> bool:
+    """Whether the prelude's vector-math declarations compile, link and load (glibc's libmvec)."""
+    from .c_emit import PRELUDE  # the prelude is the thing to probe
+
+    code = PRELUDE + """
+void tv_probe(const float* restrict x, float* restrict y, const double* restrict u, double* restrict v, long n) {
+  for (long i = 0; i < n; ++i)
+    y[i] = expf(x[i]) + logf(x[i]) + log2f(x[i]) + log10f(x[i]) + sinf(x[i]) + cosf(x[i]) + tanf(x[i])
+         + tanhf(x[i]) + erff(x[i]) + powf(x[i], x[i]);
+  for (long i = 0; i < n; ++i)
+    v[i] = exp(u[i]) + log(u[i]) + log2(u[i]) + log10(u[i]) + sin(u[i]) + cos(u[i]) + tan(u[i])
+         + tanh(u[i]) + erf(u[i]) + pow(u[i], u[i]);
+}
+"""
+    src, lib = Path(tmp) / "vector_math.c", Path(tmp) / "vector_math.so"
+    src.write_text(code)
+    result = subprocess.run([compiler, *_BASE_FLAGS, *flags, "-DTV_VECTOR_MATH", str(src), "-o", str(lib), "-lm"],
+                            capture_output=True, text=True, timeout=120)
+    if result.returncode != 0:
+        return False
+    try:
+        ctypes.CDLL(str(lib))
+    except OSError:
+        return False
+    return True
+
+
+def _atomic_write(path: Path, data: bytes):
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+class Library:
+    """A loaded shared library of kernels."""
+
+    def __init__(self, cdll: ctypes.CDLL, info: BuildInfo, python_module=None):
+        self._cdll = cdll
+        self._python_module = python_module
+        self.info = info
+
+    def function(self, name: str, num_pointers: int, num_ints: int):
+        """The kernel itself, called through ctypes with data pointers and dims."""
+        fn = getattr(self._cdll, name)
+        fn.argtypes = [ctypes.c_void_p] * num_pointers + [ctypes.c_int64] * num_ints
+        fn.restype = ctypes.c_int32
+        return fn
+
+    def python_function(self, name: str):
+        """The kernel's wrapper in the library's Python extension module, or None without one."""
+        if self._python_module is None:
+            return None
+        return getattr(self._python_module, name, None)
+
+
+def build_library(source: str | list, toolchain: Toolchain | None = None, python_module: str = "") -> Library:
+    """Compile ``source`` into a shared library (or reuse the cached one) and load it.
+
+    ``source`` may be a list of translation units (each a text, or a ``(text, extra_flags)`` pair):
+    they are compiled concurrently (one per core) and linked into the one library, which is what makes
+    large modules build fast. ``python_module`` names the CPython extension module one of the units
+    defines (``PyInit_<name>``), imported from the library once it is loaded.
+    """
+    toolchain = toolchain or find_toolchain()
+    units = [source] if isinstance(source, str) else list(source)
+    units = [u if isinstance(u, tuple) else (u, ()) for u in units]
+    identity = "\0".join(f"{' '.join(extra)}\0{text}" for text, extra in units)
+    digest = hashlib.sha256(f"{toolchain.fingerprint}\0{len(units)}\0{identity}".encode()).hexdigest()[:32]
+    directory = cache_dir()
+    lib_path = directory / f"tv_{digest}.so"
+    cached = lib_path.exists()
+    compile_seconds = 0.0
+    if not cached:
+        compile_seconds = _compile(units, toolchain, directory, digest, lib_path)
+    start = time.perf_counter()
+    key = str(lib_path)
+    with _LOCK:
+        cdll = _LOADED.get(key)
+        if cdll is None:
+            _quiet_openmp_spinning()
+            try:
+                cdll = ctypes.CDLL(key)
+            except OSError as err:
+                raise CompilerError(f"codegen: cannot load the compiled library {lib_path}: {err}; {_HINT}") from None
+            _LOADED[key] = cdll
+            _apply_threads(cdll)
+        module = _import_extension(python_module, key) if python_module else None
+        info = BuildInfo(key, digest, cached, compile_seconds, time.perf_counter() - start, toolchain.flags)
+        _STATS.builds += 1
+        _STATS.cache_hits += int(cached)
+        _STATS.compile_seconds += compile_seconds
+        _STATS.history.append(info)
+    return Library(cdll, info, module)
+
+
+def _import_extension(name: str, path: str):
+    """Load the extension module ``name`` from the library at ``path`` (not put in ``sys.modules``)."""
+    key = (name, path)
+    if key not in _LOADED:
+        loader = importlib.machinery.ExtensionFileLoader(name, path)
+        spec = importlib.util.spec_from_file_location(name, path, loader=loader)
+        module = importlib.util.module_from_spec(spec)
+        loader.exec_module(module)
+        _LOADED[key] = module
+    return _LOADED[key]
+
+
+def _quiet_openmp_spinning():
+    """Idle OpenMP threads spin for a short time only (unless the user chose otherwise).
+
+    libgomp's default spins long after each parallel loop; next to NumPy's BLAS threads (which spin
+    too) the two pools starve each other and kernels run many times slower. Read by libgomp when it
+    is first loaded, so this must run before the first library is opened.
+    """
+    if "OMP_WAIT_POLICY" not in os.environ:
+        os.environ.setdefault("GOMP_SPINCOUNT", "10000")
+
+
+def _run_compiler(command: list, src_path: Path):
+    try:
+        result = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    except (OSError, subprocess.TimeoutExpired) as err:
+        raise CompilerError(f"codegen: running the C compiler failed: {err}; {_HINT}") from None
+    if result.returncode != 0:
+        output = (result.stderr or result.stdout).strip()
+        if len(output) > 4000:
+            output = output[:4000] + "\n... (truncated)"
+        raise CompilerError(f"codegen: the C compiler failed on {src_path} (exit {result.returncode}); {_HINT}.\n"
+                            f"command: {' '.join(command)}\n{output}")
+
+
+def _compile(units: list, toolchain: Toolchain, directory: Path, digest: str, lib_path: Path) -> float:
+    fd, tmp_lib = tempfile.mkstemp(dir=directory, prefix=f"tv_{digest}.", suffix=".so.tmp")
+    os.close(fd)
+    start = time.perf_counter()
+    objects = []
+    try:
+        if len(units) == 1:
+            text, extra = units[0]
+            src_path = directory / f"tv_{digest}.c"
+            _atomic_write(src_path, text.encode())
+            _run_compiler([toolchain.compiler, *toolchain.flags, *extra, str(src_path), "-o", tmp_lib, "-lm"],
+                          src_path)
+        else:
+            compile_flags = [f for f in toolchain.flags if f != "-shared"]
+            jobs = []
+            for k, (text, extra) in enumerate(units):
+                src_path = directory / f"tv_{digest}_{k}.c"
+                _atomic_write(src_path, text.encode())
+                obj = f"{tmp_lib}.{k}.o"
+                objects.append(obj)
+                jobs.append(([toolchain.compiler, *compile_flags, *extra, "-c", str(src_path), "-o", obj], src_path))
+            with ThreadPoolExecutor(max_workers=max(1, min(len(jobs), os.cpu_count() or 1))) as pool:
+                for future in [pool.submit(_run_compiler, cmd, src) for cmd, src in jobs]:
+                    future.result()
+            _run_compiler([toolchain.compiler, *toolchain.flags, *objects, "-o", tmp_lib, "-lm"], lib_path)
+        os.replace(tmp_lib, lib_path)
+    finally:
+        Path(tmp_lib).unlink(missing_ok=True)
+        for obj in objects:
+            Path(obj).unlink(missing_ok=True)
+    return time.perf_counter() - start

@@ -1,0 +1,197 @@
+"""The loop IR: what a fused group of tensor expressions becomes before it is printed as C.
+
+Buffers are flat, row-major, contiguous arrays: a kernel's arguments (``scope="global"``) or
+temporaries (``scope="local"``, introduced by ``Allocate``). Expressions are te expressions plus
+``BufferLoad``; statements are:
+
+* ``For(var, extent, body, kind)``: ``kind`` is serial, parallel (an OpenMP loop; ``parallel_if`` is the
+  run-time condition worth forking for) or vectorized (an ``omp simd`` loop; ``reductions`` names the
+  scalar accumulators it reduces into, e.g. ``(("+", acc),)``);
+* ``Store(buffer, index, value)``, ``LetStmt(var, value, body)``, ``IfThenElse``, ``Evaluate``, ``Seq``;
+* ``Allocate(buffer, body)``: a temporary live in ``body`` (a shape-``()`` buffer is a scalar variable);
+* ``Assert(condition, message)``: a precondition checked on entry; the kernel returns an error code
+  instead of running. Asserts appear only at the top of a function, before any allocation.
+
+A ``PrimFunc`` is one kernel: buffer parameters (inputs, then outputs), the int64 dimension parameters
+and the body.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..te.expr import INDEX_DTYPE, PrimExpr, Var, _node, as_expr, const
+
+__all__ = [
+    "SERIAL", "PARALLEL", "VECTORIZED", "Buffer", "BufferLoad", "Stmt", "For", "Store", "LetStmt", "IfThenElse",
+    "Allocate", "Evaluate", "Seq", "Assert", "PrimFunc", "seq", "stmt_to_str",
+]
+
+SERIAL, PARALLEL, VECTORIZED = "serial", "parallel", "vectorized"
+
+
+@dataclass(frozen=True, eq=False)
+class Buffer:
+    """A flat row-major array of ``dtype`` with a (possibly symbolic) ``shape``."""
+
+    name: str
+    dtype: str
+    shape: tuple
+    scope: str = "global"
+
+    @property
+    def size(self) -> PrimExpr:
+        size = const(1)
+        for d in self.shape:
+            size = size * d
+        return size
+
+    def flat_index(self, indices) -> PrimExpr:
+        if len(indices) != len(self.shape):
+            raise ValueError(f"buffer {self.name} has rank {len(self.shape)}, indexed with {len(indices)}")
+        flat = const(0)
+        for index, dim in zip(indices, self.shape):
+            flat = flat * dim + index
+        return flat
+
+    def load(self, indices) -> BufferLoad:
+        return BufferLoad(self, self.flat_index(tuple(indices)), self.dtype)
+
+    def __repr__(self):
+        return f"Buffer({self.name}, {list(self.shape)}, {self.dtype}, {self.scope})"
+
+
+@_node
+class BufferLoad(PrimExpr):
+    buffer: Buffer
+    index: PrimExpr
+    dtype: str
+
+    def __repr__(self):
+        return f"{self.buffer.name}[{self.index!r}]"
+
+    def children(self) -> tuple:
+        return (self.index,)
+
+    def rebuild(self, kids) -> BufferLoad:
+        return BufferLoad(self.buffer, kids[0], self.dtype)
+
+
+class Stmt:
+    __slots__ = ()
+
+    def __str__(self):
+        return stmt_to_str(self)
+
+
+@dataclass(frozen=True, eq=False)
+class For(Stmt):
+    loop_var: Var
+    extent: PrimExpr
+    body: Stmt
+    kind: str = SERIAL
+    parallel_if: PrimExpr | None = None
+    reductions: tuple = ()
+
+
+@dataclass(frozen=True, eq=False)
+class Store(Stmt):
+    buffer: Buffer
+    index: PrimExpr
+    value: PrimExpr
+
+
+@dataclass(frozen=True, eq=False)
+class LetStmt(Stmt):
+    var: Var
+    value: PrimExpr
+    body: Stmt
+
+
+@dataclass(frozen=True, eq=False)
+class IfThenElse(Stmt):
+    condition: PrimExpr
+    then_case: Stmt
+    else_case: Stmt | None = None
+
+
+@dataclass(frozen=True, eq=False)
+class Allocate(Stmt):
+    buffer: Buffer
+    body: Stmt
+
+
+@dataclass(frozen=True, eq=False)
+class Evaluate(Stmt):
+    value: PrimExpr
+
+
+@dataclass(frozen=True, eq=False)
+class Seq(Stmt):
+    stmts: tuple
+
+
+@dataclass(frozen=True, eq=False)
+class Assert(Stmt):
+    condition: PrimExpr
+    message: str
+
+
+def seq(*stmts) -> Stmt:
+    """A sequence, flattened; a single statement stays itself."""
+    flat = []
+    for s in stmts:
+        if isinstance(s, Seq):
+            flat.extend(s.stmts)
+        elif s is not None:
+            flat.append(s)
+    return flat[0] if len(flat) == 1 else Seq(tuple(flat))
+
+
+@dataclass(frozen=True, eq=False)
+class PrimFunc:
+    """A kernel: ``params`` (input buffers, then output buffers), ``dim_params`` (int64 scalars) and body."""
+
+    name: str
+    params: tuple
+    dim_params: tuple
+    body: Stmt
+    num_inputs: int
+
+    def __str__(self):
+        params = ", ".join([f"{b.name}: {b.dtype}{list(b.shape)}" for b in self.params]
+                           + [f"{v.name}: {v.dtype}" for v in self.dim_params])
+        return f"primfn {self.name}({params}) {{\n{stmt_to_str(self.body, 1)}}}\n"
+
+
+def stmt_to_str(stmt: Stmt, indent: int = 0) -> str:
+    """A readable rendering of the loop IR (for debugging and ``as_text``)."""
+    pad = "  " * indent
+    if isinstance(stmt, Seq):
+        return "".join(stmt_to_str(s, indent) for s in stmt.stmts)
+    if isinstance(stmt, For):
+        extra = f" if {stmt.parallel_if!r}" if stmt.parallel_if is not None else ""
+        extra += "".join(f" reduce({op}:{buf.name})" for op, buf in stmt.reductions)
+        return (f"{pad}for {stmt.loop_var.name} in [0, {stmt.extent!r}) {stmt.kind}{extra}:\n"
+                + stmt_to_str(stmt.body, indent + 1))
+    if isinstance(stmt, Store):
+        return f"{pad}{stmt.buffer.name}[{stmt.index!r}] = {stmt.value!r}\n"
+    if isinstance(stmt, LetStmt):
+        return f"{pad}let {stmt.var.name} = {stmt.value!r}\n" + stmt_to_str(stmt.body, indent)
+    if isinstance(stmt, IfThenElse):
+        text = f"{pad}if {stmt.condition!r}:\n" + stmt_to_str(stmt.then_case, indent + 1)
+        if stmt.else_case is not None:
+            text += f"{pad}else:\n" + stmt_to_str(stmt.else_case, indent + 1)
+        return text
+    if isinstance(stmt, Allocate):
+        b = stmt.buffer
+        return f"{pad}allocate {b.name}: {b.dtype}{list(b.shape)}\n" + stmt_to_str(stmt.body, indent)
+    if isinstance(stmt, Evaluate):
+        return f"{pad}{stmt.value!r}\n"
+    if isinstance(stmt, Assert):
+        return f"{pad}assert {stmt.condition!r}, {stmt.message!r}\n"
+    raise TypeError(f"not a loop-IR statement: {stmt!r}")
+
+
+def index_const(value: int) -> PrimExpr:
+    return as_expr(value, INDEX_DTYPE)

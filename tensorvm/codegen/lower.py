@@ -1,0 +1,724 @@
+"""Lowering a fused group of tensor expressions to one loop nest (a ``PrimFunc``).
+
+Decisions, in order:
+
+1. **Stages.** Every compute that produces a kernel output or a reduction is *materialized* (written
+   to a buffer); every other compute is *inlined* into its readers (its expression is substituted at
+   the read's indices). Two kinds of inlinable computes are materialized anyway: one with an
+   expensive intrinsic (``exp``, ``tanh``...) read by two or more stages, so that softmax's ``exp`` runs
+   once per element; and one that reads under a condition (padding) when a reduction reads it, so that
+   a convolution's innermost loop has no branch.
+2. **Shared outer loops.** The longest prefix of dims that all stages share, and along which every
+   stage reads the others at its own index, becomes one loop nest around all stages (layer-norm:
+   ``for row: mean; variance; normalize``). Stages not written to an output keep only the part of
+   their tensor below the prefix, in a stack or heap temporary (a scalar when nothing is left). A
+   prefix that runs once (a batch of 1) is dropped.
+3. **Reductions.** A reduction keeps scalar accumulators and an innermost ``omp simd`` reduction loop
+   (float max/min keep a NaN flag so that they vectorize too). When its inputs are strided along the
+   reduced axis (``A @ B``) or the reduced extent is short (a 3x3 window) the innermost *output* axis
+   moves inside the reduction with a row of accumulators (vectorized along the row). When an input
+   does not depend on the innermost output axis (``x`` in ``x @ w.T``), four outputs share each pass
+   over the reduced axis (register blocking).
+4. **Parallelism.** The shared prefix loops (except the innermost one when only straight-line stores
+   are inside it) are fused into one parallel loop, forked only when the work is large enough;
+   without a shared prefix, each stage fuses its own outer loops into a parallel loop.
+
+Inputs must be placeholders whose dims are ints or ``te.var`` symbols; each symbol is bound from the
+first input dim that carries it (or, for a symbol that only an output has, from that output's dim),
+and every other occurrence, every output dim and every compute ``requires`` becomes an ``Assert`` on
+entry.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+
+from ..errors import TypeInferenceError, UnsupportedError
+from ..te.expr import (
+    INDEX_DTYPE,
+    Binary,
+    Call,
+    Cast,
+    Const,
+    IterVar,
+    PrimExpr,
+    Select,
+    TensorRead,
+    Var,
+    cast,
+    const,
+    dtype_kind,
+    eq,
+    logical_and,
+    logical_or,
+    max_value,
+    maximum,
+    min_value,
+    minimum,
+    ne,
+    select,
+    var,
+)
+from ..te.rewrite import substitute, transform
+from ..te.tensor import ComputeOp, PlaceholderOp, Tensor, compute, walk
+from .loop_ir import (
+    PARALLEL,
+    SERIAL,
+    VECTORIZED,
+    Allocate,
+    Assert,
+    Buffer,
+    BufferLoad,
+    Evaluate,
+    For,
+    IfThenElse,
+    LetStmt,
+    PrimFunc,
+    Seq,
+    Store,
+    seq,
+)
+
+__all__ = ["lower", "PARALLEL_WORK_THRESHOLD"]
+
+# Below this many inner iterations a parallel loop costs more to fork than it saves.
+PARALLEL_WORK_THRESHOLD = 1 << 15
+_CHEAP_CALLS = {"abs", "sign", "isnan", "isinf", "isfinite", "floor", "ceil", "round", "trunc"}
+_SHORT_REDUCTION = 16
+
+
+@dataclass(eq=False)
+class _Stage:
+    op: ComputeOp
+    bodies: list  # expanded: reads only placeholders and other stages
+    buffers: dict = field(default_factory=dict)  # value_index -> Buffer
+    interchange: bool = False  # the innermost output axis runs inside the reduction
+    jam: int = 1  # outputs of the innermost axis computed per pass of a reduction (register blocking)
+
+    @property
+    def shape(self) -> tuple:
+        return tuple(a.extent for a in self.op.axes)
+
+    @property
+    def rank(self) -> int:
+        return len(self.op.axes)
+
+
+def lower(name: str, inputs: list[Tensor], outputs: list[Tensor]) -> PrimFunc:
+    """Lower the computation of ``outputs`` from the placeholders ``inputs`` to one kernel."""
+    _check_placeholders(inputs)
+    outputs = _distinct_outputs(outputs)
+    ops = _topo_ops(outputs, set(inputs))
+    in_buffers = [Buffer(_c_name(t.name, f"in{i}"), t.dtype, t.shape) for i, t in enumerate(inputs)]
+    out_buffers = [Buffer(f"out{i}", t.dtype, t.shape) for i, t in enumerate(outputs)]
+    stages = _make_stages(ops, outputs)
+    buffers = {t: (b, False) for t, b in zip(inputs, in_buffers)}
+    k = _plan(stages, outputs, out_buffers, buffers)
+    body = _emit(stages, k, buffers)
+    params = tuple(in_buffers + out_buffers)
+    prologue, dim_params = _prologue(params, len(inputs), [r for op in ops for r in op.requires], body)
+    return PrimFunc(name, params, tuple(dim_params), prologue, len(inputs))
+
+
+# ---- graph ----------------------------------------------------------------------------------------
+
+
+def _check_placeholders(inputs):
+    for t in inputs:
+        if not isinstance(t, Tensor) or not isinstance(t.op, PlaceholderOp):
+            raise TypeInferenceError(f"lower: inputs must be te placeholders, got {t!r}")
+        for d in t.shape:
+            if not isinstance(d, (Const, Var)):
+                raise UnsupportedError(f"lower: placeholder {t.name} has the dim {d!r}; input dims must be "
+                                       f"ints or te.var symbols")
+
+
+def _distinct_outputs(outputs: list[Tensor]) -> list[Tensor]:
+    """Each kernel output must be written by its own compute: copy placeholders and repeated tensors."""
+    result, seen = [], set()
+    for t in outputs:
+        if isinstance(t.op, PlaceholderOp) or t in seen:
+            t = compute(t.shape, lambda *idx, src=t: src[idx], f"{t.name}_copy")
+        seen.add(t)
+        result.append(t)
+    return result
+
+
+def _reads(expr) -> list[TensorRead]:
+    return [n for n in walk(expr) if isinstance(n, TensorRead)]
+
+
+def _topo_ops(outputs, inputs: set) -> list[ComputeOp]:
+    order, state = [], {}
+    stack = [(t.op, False) for t in reversed(outputs)]
+    while stack:
+        op, done = stack.pop()
+        if done:
+            if state.get(op) != "done":
+                state[op] = "done"
+                order.append(op)
+            continue
+        if op in state:
+            continue
+        state[op] = "visiting"
+        stack.append((op, True))
+        for body in op.bodies:
+            for read in _reads(body):
+                producer = read.tensor
+                if isinstance(producer.op, PlaceholderOp):
+                    if producer not in inputs:
+                        raise TypeInferenceError(f"lower: placeholder {producer.name} is read but is not an input")
+                elif producer.op not in state:
+                    stack.append((producer.op, False))
+    return order
+
+
+def _make_stages(ops: list[ComputeOp], outputs: list[Tensor]) -> list[_Stage]:
+    stage_ops = {t.op for t in outputs} | {op for op in ops if op.is_reduction}
+    for _ in range(len(ops) + 1):
+        users: dict = {}
+        expanded = {op: [_expand(b, stage_ops, op, users) for b in op.bodies] for op in ops if op in stage_ops}
+        more = {op for op, readers in users.items()
+                if (len(readers) > 1 and _expensive(op))
+                or (_guarded(op) and any(r.is_reduction for r in readers))}
+        if not more - stage_ops:
+            break
+        stage_ops |= more
+    return [_Stage(op, expanded[op]) for op in ops if op in stage_ops]
+
+
+def _guarded(op: ComputeOp) -> bool:
+    """A compute that reads under a condition (padding): inlined into a reduction window it would
+    put a branch in the innermost loop; materialized, the reduction reads a plain buffer."""
+    for body in op.bodies:
+        for node in walk(body):
+            if isinstance(node, Select) and any(isinstance(n, TensorRead) for branch in
+                                                (node.true_value, node.false_value) for n in walk(branch)):
+                return True
+    return False
+
+
+def _expensive(op: ComputeOp) -> bool:
+    return any(isinstance(n, Call) and n.name not in _CHEAP_CALLS for b in op.bodies for n in walk(b))
+
+
+def _expand(expr, stage_ops: set, reader: ComputeOp, users: dict) -> PrimExpr:
+    """Inline every read of a non-stage compute (recursively); record which stage inlined what."""
+    memo: dict = {}
+
+    def inline(node):
+        if isinstance(node, TensorRead) and isinstance(node.tensor.op, ComputeOp) \
+                and node.tensor.op not in stage_ops:
+            op = node.tensor.op
+            users.setdefault(op, set()).add(reader)
+            body = substitute(op.bodies[node.tensor.value_index],
+                              {a.var: i for a, i in zip(op.axes, node.indices)})
+            return transform(body, inline, memo)
+        return None
+
+    return transform(expr, inline, memo)
+
+
+# ---- planning: buffers, prefix, reduction order ---------------------------------------------------
+
+
+def _plan(stages: list[_Stage], outputs, out_buffers, buffers: dict) -> int:
+    """Pick the shared prefix ``k`` and give every stage tensor its buffer (in ``buffers``)."""
+    for st in stages:
+        st.interchange = _wants_interchange(st)
+        st.jam = 1 if st.interchange else _jam_factor(st)
+    k = _shared_prefix(stages)
+    output_of = {t: b for t, b in zip(outputs, out_buffers)}
+    for st in stages:
+        for i in range(len(st.op.bodies)):
+            tensor = _tensor_of(st.op, i, outputs, stages)
+            if tensor in output_of:
+                st.buffers[i] = output_of[tensor]
+                buffers[tensor] = (output_of[tensor], False)
+            else:
+                dtype = st.bodies[i].dtype
+                buf = Buffer(_c_name(f"{st.op.name}_{i}" if len(st.op.bodies) > 1 else st.op.name, "tmp"),
+                             dtype, st.shape[k:], "local")
+                st.buffers[i] = buf
+                buffers[tensor] = (buf, True)
+    return k
+
+
+def _tensor_of(op: ComputeOp, index: int, outputs, stages) -> Tensor:
+    """The Tensor object for output ``index`` of ``op`` (found among reads or kernel outputs)."""
+    for t in outputs:
+        if t.op is op and t.value_index == index:
+            return t
+    for st in stages:
+        for body in st.bodies:
+            for read in _reads(body):
+                if read.tensor.op is op and read.tensor.value_index == index:
+                    return read.tensor
+    return Tensor(op, index, tuple(a.extent for a in op.axes), op.bodies[index].dtype, op.name)  # never read
+
+
+def _shared_prefix(stages: list[_Stage]) -> int:
+    limit = min(st.rank - (1 if st.interchange or st.jam > 1 else 0) for st in stages)
+    ref = stages[0].shape
+    k = 0
+    while k < limit and all(st.shape[k] == ref[k] for st in stages):
+        k += 1
+    for st in stages:
+        own = [a.var for a in st.op.axes]
+        for body in st.bodies:
+            for read in _reads(body):
+                if isinstance(read.tensor.op, ComputeOp):
+                    match = 0
+                    while match < k and read.indices[match] is own[match]:
+                        match += 1
+                    k = min(k, match)
+    # A shared loop nest that runs once (a batch of 1) gains nothing: let each stage parallelize itself.
+    trip = const(1)
+    for d in ref[:k]:
+        trip = trip * d
+    return 0 if isinstance(trip, Const) and trip.value <= 1 and len(stages) > 1 else k
+
+
+def _coefficient(expr: PrimExpr, v: Var):
+    """The constant coefficient of ``v`` in ``expr`` if ``expr`` is affine in ``v``; else None."""
+    if expr is v:
+        return 1
+    if not any(n is v for n in walk(expr)):
+        return 0
+    if isinstance(expr, Binary) and expr.op in ("add", "sub"):
+        a, b = _coefficient(expr.a, v), _coefficient(expr.b, v)
+        if a is None or b is None:
+            return None
+        return a + b if expr.op == "add" else a - b
+    if isinstance(expr, Binary) and expr.op == "mul":
+        for x, y in ((expr.a, expr.b), (expr.b, expr.a)):
+            if isinstance(y, Const):
+                c = _coefficient(x, v)
+                return None if c is None else c * y.value
+        return None
+    if isinstance(expr, Cast):
+        return _coefficient(expr.value, v)
+    return None
+
+
+def _access(read: TensorRead, v: Var) -> str:
+    """How a read moves along ``v``: "invariant", "contiguous", "strided:<c>" or "unknown"."""
+    coefs = [_coefficient(i, v) for i in read.indices]
+    if any(c is None for c in coefs):
+        return "unknown"
+    if not any(coefs):
+        return "invariant"
+    if all(c == 0 for c in coefs[:-1]):
+        return "contiguous" if coefs[-1] == 1 else f"strided:{coefs[-1]}"
+    return "strided:outer"
+
+
+_JAM = 4
+
+
+def _jam_factor(st: _Stage) -> int:
+    """Compute ``_JAM`` outputs along the innermost axis per pass over the reduction when an input is
+    shared by them (``x[i, k]`` in ``x @ w.T``): fewer loads per multiply-add, more accumulators."""
+    if not st.op.is_reduction or st.rank == 0:
+        return 1
+    red = st.bodies[0]
+    inner = st.op.axes[-1]
+    if red.combiner not in ("sum", "prod") or red.condition is not None or not _simd_safe(red.sources[0]):
+        return 1
+    if not isinstance(inner.extent, Const) or inner.extent.value % _JAM or inner.extent.value < 2 * _JAM:
+        return 1
+    reads = _reads(red.sources[0])
+    shared = any(_access(rd, inner.var) == "invariant" and _access(rd, red.axes[-1].var) == "contiguous"
+                 for rd in reads)
+    return _JAM if shared else 1
+
+
+def _wants_interchange(st: _Stage) -> bool:
+    if not st.op.is_reduction or st.rank == 0:
+        return False
+    red = st.bodies[0]
+    if red.combiner not in ("sum", "prod", "max", "min"):
+        return False
+    inner, r = st.op.axes[-1], red.axes[-1]
+    reads = [rd for s in red.sources for rd in _reads(s)]
+    along_out = [_access(rd, inner.var) for rd in reads]
+    if not all(a == "invariant" or a == "contiguous" or a.startswith("strided:") and a != "strided:outer"
+               for a in along_out):
+        return False
+    if "contiguous" not in along_out:
+        return False
+    along_red = [_access(rd, r.var) for rd in reads]
+    short = isinstance(r.extent, Const) and r.extent.value <= _SHORT_REDUCTION
+    return short or any(a not in ("invariant", "contiguous") for a in along_red)
+
+
+# ---- emission -------------------------------------------------------------------------------------
+
+
+def _emit(stages: list[_Stage], k: int, buffers: dict):
+    ref = stages[0]
+    prefix_axes = ref.op.axes[:k]
+    prefix_vars = [var(a.var.name) for a in prefix_axes]
+    nests = [_stage_nest(st, k, prefix_vars, buffers, parallel_outer=(k == 0)) for st in stages]
+    temps = [b for st in stages for b in st.buffers.values() if b.scope == "local"]
+    inner = seq(*nests)
+    if k == 0:
+        return _allocate(temps, inner)
+    extents = [a.extent for a in prefix_axes]
+    # With loops inside, all prefix loops fuse into the parallel loop; with straight-line stores inside,
+    # the innermost prefix loop stays a loop of its own for the vectorizer.
+    has_inner_loops = any(st.rank > k or st.op.is_reduction for st in stages)
+    fused = k if has_inner_loops or k == 1 else k - 1
+    body = _allocate(temps, inner)
+    if fused < k:
+        simd = all(_simd_safe(b) for st in stages for b in st.bodies)
+        body = For(prefix_vars[k - 1], extents[k - 1], body, VECTORIZED if simd else SERIAL)
+    work = _work(stages)
+    return _parallel_nest(prefix_vars[:fused], extents[:fused], body, work)
+
+
+def _allocate(temps, body):
+    for buf in reversed(temps):
+        body = Allocate(buf, body)
+    return body
+
+
+def _work(stages) -> PrimExpr:
+    """A size estimate of the whole computation: the largest static trip count, or a dynamic one."""
+    sizes = []
+    for st in stages:
+        extents = [a.extent for a in st.op.axes] + ([a.extent for a in st.bodies[0].axes] if st.op.is_reduction else [])
+        size = const(1)
+        for e in extents:
+            size = size * e
+        sizes.append(size)
+    dynamic = [w for w in sizes if not isinstance(w, Const)]
+    if dynamic:
+        return dynamic[0]
+    return max(sizes, key=lambda w: w.value)
+
+
+def _parallel_nest(loop_vars, extents, body, work):
+    """``loop_vars`` as one parallel loop (fused; indices recovered by div/mod) when the work is large
+    enough, else as plain serial loops."""
+    if not loop_vars:
+        return body
+    kind, condition = _parallel_kind(work, extents)
+    if kind != PARALLEL or len(loop_vars) == 1:
+        for v, e in reversed(list(zip(loop_vars, extents))):
+            body = For(v, e, body, kind if len(loop_vars) == 1 else SERIAL, condition)
+        return body
+    fused = var("_".join(v.name for v in loop_vars) + "_fused")
+    stride = const(1)
+    for position in range(len(loop_vars) - 1, -1, -1):
+        index = fused // stride
+        if position > 0:  # the outermost index needs no modulo
+            index = index % extents[position]
+        body = LetStmt(loop_vars[position], index, body)
+        stride = stride * extents[position]
+    return For(fused, stride, body, kind, condition)
+
+
+def _parallel_kind(work, extents):
+    if isinstance(work, Const):
+        return (PARALLEL, None) if work.value >= PARALLEL_WORK_THRESHOLD else (SERIAL, None)
+    if all(isinstance(e, Const) and e.value <= 1 for e in extents):
+        return SERIAL, None
+    return PARALLEL, work >= PARALLEL_WORK_THRESHOLD
+
+
+def _simd_safe(expr) -> bool:
+    """No loads under a lazy branch (a vector loop would read them for every lane)."""
+    for node in walk(expr):
+        lazy = ()
+        if isinstance(node, Select):
+            lazy = (node.true_value, node.false_value)
+        elif isinstance(node, Binary) and node.op in ("and", "or"):
+            lazy = (node.b,)
+        if any(isinstance(n, (TensorRead, BufferLoad)) for branch in lazy for n in walk(branch)):
+            return False
+    return True
+
+
+def _convert(expr, k: int, buffers: dict, axis_map: dict) -> PrimExpr:
+    """Replace stage axis vars by loop vars and tensor reads by buffer loads."""
+
+    def fn(node):
+        if isinstance(node, Var):
+            return axis_map.get(node)
+        if isinstance(node, TensorRead):
+            buf, local = buffers[node.tensor]
+            return buf.load(node.indices[k:] if local else node.indices)
+        return None
+
+    return transform(expr, fn)
+
+
+def _stage_nest(st: _Stage, k: int, prefix_vars, buffers, parallel_outer: bool):
+    axes = st.op.axes
+    axis_map = {a.var: p for a, p in zip(axes[:k], prefix_vars)}
+    index_vars = list(prefix_vars) + [a.var for a in axes[k:]]
+
+    def store_index(buf):
+        return buf.flat_index(index_vars[k:] if buf.scope == "local" else index_vars)
+
+    own = list(axes[k:])
+    if not st.op.is_reduction:
+        values = [_convert(b, k, buffers, axis_map) for b in st.bodies]
+        body = seq(*(Store(st.buffers[i], store_index(st.buffers[i]), v) for i, v in enumerate(values)))
+        simd = all(_simd_safe(v) for v in values)
+        return _loops(own, body, st, VECTORIZED if simd else SERIAL, parallel_outer, keep_inner=True)
+    reduce = [_convert(b, k, buffers, axis_map) for b in st.bodies]
+    if st.interchange:
+        return _interchanged_reduction(st, reduce, own, store_index, parallel_outer)
+    if st.jam > 1:
+        return _jammed_reduction(st, reduce, own, store_index, parallel_outer)
+    body = _scalar_reduction(st, reduce, store_index)
+    return _loops(own, body, st, SERIAL, parallel_outer)
+
+
+def _loops(axes, body, st, innermost_kind, parallel, keep_inner: bool = False):
+    """Loops over ``axes`` around ``body``. With ``parallel``, the outer loops (all of them, or all but
+    the innermost with ``keep_inner``) are fused into one parallel loop."""
+    split = len(axes) - 1 if parallel and keep_inner and len(axes) > 1 else (len(axes) if parallel else 0)
+    for depth, a in enumerate(reversed(axes[split:])):
+        body = For(a.var, a.extent, body, innermost_kind if depth == 0 else SERIAL)
+    outer = axes[:split]
+    return _parallel_nest([a.var for a in outer], [a.extent for a in outer], body, _work([st]))
+
+
+def _init_value(combiner: str, dtype: str):
+    if combiner == "sum":
+        return const(0, dtype)
+    if combiner == "prod":
+        return const(1, dtype)
+    if combiner == "max":
+        return const(min_value(dtype), dtype)
+    if combiner == "min":
+        return const(max_value(dtype), dtype)
+    raise UnsupportedError(f"lower: unknown reduction {combiner}")
+
+
+def _combine(combiner: str, acc: PrimExpr, value: PrimExpr) -> PrimExpr:
+    value = cast(value, acc.dtype)
+    if combiner == "sum":
+        return acc + value
+    if combiner == "prod":
+        return acc * value
+    if combiner == "max":
+        return maximum(acc, value)
+    return minimum(acc, value)
+
+
+def _simd_reduction_op(combiner: str, dtype: str):
+    """The OpenMP reduction identifier when lanes may be combined in any order, else None."""
+    if combiner == "sum":
+        return "+"
+    if combiner == "prod":
+        return "*"
+    if combiner in ("max", "min") and dtype_kind(dtype) in "iu":
+        return combiner
+    return None
+
+
+def _reduce_loops(red, body, innermost_kind=SERIAL, reductions=()):
+    for depth, a in enumerate(reversed(red.axes)):
+        if depth == 0:
+            body = For(a.var, a.extent, body, innermost_kind, None, reductions)
+        else:
+            body = For(a.var, a.extent, body)
+    return body
+
+
+def _scalar_reduction(st: _Stage, reduce: list, store_index):
+    red = reduce[0]
+    if red.combiner.startswith("arg"):
+        return _arg_reduction(st, reduce, store_index)
+    acc = Buffer(f"{st.op.name}_acc", red.acc_dtype or red.dtype, (), "local")
+    acc_value = acc.load(())
+    out = st.buffers[0]
+    simd_safe = red.condition is None and _simd_safe(red.sources[0])
+    if simd_safe and red.combiner in ("max", "min") and dtype_kind(acc.dtype) == "f":
+        return _float_extremum(st, red, acc, out, store_index)
+    update = Store(acc, const(0), _combine(red.combiner, acc_value, red.sources[0]))
+    if red.condition is not None:
+        update = IfThenElse(red.condition, update)
+    simd_op = _simd_reduction_op(red.combiner, acc.dtype) if simd_safe else None
+    loops = _reduce_loops(red, update, VECTORIZED if simd_op else SERIAL, ((simd_op, acc),) if simd_op else ())
+    return Allocate(acc, seq(
+        Store(acc, const(0), _init_value(red.combiner, acc.dtype)),
+        loops,
+        Store(out, store_index(out), cast(acc_value, out.dtype)),
+    ))
+
+
+def _float_extremum(st: _Stage, red, acc: Buffer, out: Buffer, store_index):
+    """A float max/min as a vector reduction: lanes keep the extremum of the non-NaN values and a flag
+    records any NaN, which then wins (NumPy's rule) without serializing the loop."""
+    seen_nan = Buffer(f"{st.op.name}_nan", "bool", (), "local")
+    v = var("v", acc.dtype)
+    acc_value, nan_value = acc.load(()), seen_nan.load(())
+    better = (v > acc_value) if red.combiner == "max" else (v < acc_value)
+    update = LetStmt(v, cast(red.sources[0], acc.dtype), seq(
+        Store(acc, const(0), select(better, v, acc_value)),
+        Store(seen_nan, const(0), logical_or(nan_value, ne(v, v))),
+    ))
+    loops = _reduce_loops(red, update, VECTORIZED, ((red.combiner, acc), ("|", seen_nan)))
+    return Allocate(acc, Allocate(seen_nan, seq(
+        Store(acc, const(0), _init_value(red.combiner, acc.dtype)),
+        Store(seen_nan, const(0), const(False)),
+        loops,
+        Store(out, store_index(out), cast(select(nan_value, const(math.nan, acc.dtype), acc_value), out.dtype)),
+    )))
+
+
+def _arg_reduction(st: _Stage, reduce: list, store_index):
+    red = reduce[0]
+    index_src, value_src = red.sources
+    best_index = Buffer(f"{st.op.name}_idx", index_src.dtype, (), "local")
+    best_value = Buffer(f"{st.op.name}_val", value_src.dtype, (), "local")
+    vi, vv = var("idx", index_src.dtype), var("v", value_src.dtype)
+    bi, bv = best_index.load(()), best_value.load(())
+    better = (vv > bv) if red.combiner.startswith("argmax") else (vv < bv)
+    if red.combiner.endswith("_last"):
+        better = logical_or(better, eq(vv, bv))
+        take = logical_or(logical_or(bi < 0, ne(vv, vv)), logical_and(eq(bv, bv), better))
+    else:
+        take = logical_or(bi < 0, logical_and(eq(bv, bv), logical_or(better, ne(vv, vv))))
+    update = LetStmt(vv, value_src, LetStmt(vi, index_src, IfThenElse(take, seq(
+        Store(best_value, const(0), vv), Store(best_index, const(0), vi)))))
+    if red.condition is not None:
+        update = IfThenElse(red.condition, update)
+    stores = [Store(buf, store_index(buf), cast(bi if i == 0 else bv, buf.dtype)) for i, buf in st.buffers.items()]
+    return Allocate(best_index, Allocate(best_value, seq(
+        Store(best_index, const(0), const(-1, index_src.dtype)),
+        Store(best_value, const(0), const(0, value_src.dtype)),
+        _reduce_loops(red, update),
+        *stores,
+    )))
+
+
+def _jammed_reduction(st: _Stage, reduce: list, own: list, store_index, parallel_outer: bool):
+    """``jam`` accumulators for consecutive outputs j0..j0+jam-1, all updated in one vector pass."""
+    red = reduce[0]
+    inner = own[-1]
+    outer = IterVar(var(f"{inner.var.name}_outer"), const(inner.extent.value // st.jam), "spatial")
+    acc_dtype = red.acc_dtype or red.dtype
+    accs = [Buffer(f"{st.op.name}_acc{u}", acc_dtype, (), "local") for u in range(st.jam)]
+    positions = [outer.var * st.jam + u for u in range(st.jam)]
+    updates = [Store(acc, const(0), _combine(red.combiner, acc.load(()), substitute(red.sources[0], {inner.var: j})))
+               for acc, j in zip(accs, positions)]
+    simd_op = _simd_reduction_op(red.combiner, acc_dtype)
+    out = st.buffers[0]
+    stores = [Store(out, substitute(store_index(out), {inner.var: j}), cast(acc.load(()), out.dtype))
+              for acc, j in zip(accs, positions)]
+    body = seq(*(Store(acc, const(0), _init_value(red.combiner, acc_dtype)) for acc in accs),
+               _reduce_loops(red, seq(*updates), VECTORIZED, tuple((simd_op, acc) for acc in accs)),
+               *stores)
+    for acc in reversed(accs):
+        body = Allocate(acc, body)
+    return _loops(own[:-1] + [outer], body, st, SERIAL, parallel_outer)
+
+
+def _interchanged_reduction(st: _Stage, reduce: list, own: list, store_index, parallel_outer: bool):
+    """Accumulate a whole output row at once: for r: for j: row[j] = combine(row[j], source)."""
+    red = reduce[0]
+    inner = own[-1]
+    out = st.buffers[0]
+    acc_dtype = red.acc_dtype or red.dtype
+    direct = out.scope == "local" and len(out.shape) == 1 and acc_dtype == out.dtype
+    row = out if direct else Buffer(f"{st.op.name}_row", acc_dtype, (inner.extent,), "local")
+    j = inner.var
+    acc_value = row.load((j,))
+    update = Store(row, j, _combine(red.combiner, acc_value, red.sources[0]))
+    if red.condition is not None:
+        update = IfThenElse(red.condition, update)
+    simd = red.condition is None and _simd_safe(red.sources[0])
+    nest = seq(
+        For(j, inner.extent, Store(row, j, _init_value(red.combiner, acc_dtype)), VECTORIZED),
+        _reduce_loops(red, For(j, inner.extent, update, VECTORIZED if simd else SERIAL)),
+    )
+    if not direct:
+        nest = Allocate(row, seq(nest, For(j, inner.extent, Store(out, store_index(out), cast(acc_value, out.dtype)),
+                                           VECTORIZED)))
+    return _loops(own[:-1], nest, st, SERIAL, parallel_outer)
+
+
+# ---- signature and entry checks -------------------------------------------------------------------
+
+
+def _prologue(params, num_inputs: int, requires: list, body):
+    """Bind dimension symbols from the parameters' dims and check everything else on entry."""
+    dim_params, lets, checks, bound = [], [], [], {}
+    for position, buf in enumerate(params):
+        role = "input" if position < num_inputs else "output"
+        for axis, dim in enumerate(buf.shape):
+            if isinstance(dim, Const):
+                continue
+            param = Var(f"{buf.name}_shape{axis}", INDEX_DTYPE)
+            dim_params.append(param)
+            if isinstance(dim, Var) and dim not in bound:  # inputs first; an output dim only known from
+                bound[dim] = param                            # data (dyn.reshape) is taken from the output
+                lets.append((dim, param))
+            else:
+                checks.append((eq(param, dim), f"{role} {buf.name} dim {axis} must be {dim!r}"))
+    checks.extend(requires)
+    stmt = seq(*(Assert(c, m) for c, m in checks), body)
+    unbound = _free_vars(stmt) - set(bound) - set(dim_params)
+    if unbound:
+        names = ", ".join(sorted(v.name for v in unbound))
+        raise UnsupportedError(f"lower: the dims {names} cannot be inferred from the input shapes")
+    for dim, param in reversed(lets):
+        stmt = LetStmt(dim, param, stmt)
+    return stmt, dim_params
+
+
+def _free_vars(stmt) -> set:
+    """Variables used in ``stmt`` but not defined by one of its loops or lets."""
+    used, defined = set(), set()
+
+    def expr(e):
+        if e is not None:
+            used.update(n for n in walk(e) if isinstance(n, Var))
+            for n in walk(e):
+                if isinstance(n, BufferLoad):
+                    buffer(n.buffer)
+
+    def buffer(b):
+        for d in b.shape:
+            expr(d)
+
+    stack = [stmt]
+    while stack:
+        s = stack.pop()
+        if isinstance(s, Seq):
+            stack.extend(s.stmts)
+        elif isinstance(s, For):
+            defined.add(s.loop_var)
+            expr(s.extent)
+            expr(s.parallel_if)
+            stack.append(s.body)
+        elif isinstance(s, LetStmt):
+            defined.add(s.var)
+            expr(s.value)
+            stack.append(s.body)
+        elif isinstance(s, Store):
+            buffer(s.buffer)
+            expr(s.index)
+            expr(s.value)
+        elif isinstance(s, IfThenElse):
+            expr(s.condition)
+            stack.extend(x for x in (s.then_case, s.else_case) if x is not None)
+        elif isinstance(s, Allocate):
+            buffer(s.buffer)
+            stack.append(s.body)
+        elif isinstance(s, (Assert, Evaluate)):
+            expr(s.condition if isinstance(s, Assert) else s.value)
+    return used - defined
+
+
+def _c_name(name: str, fallback: str) -> str:
+    clean = re.sub(r"\W", "_", name).strip("_")
+    return clean if clean and not clean[0].isdigit() else fallback

@@ -1,0 +1,96 @@
+"""Tensor expressions: describe an operator's output element by element, independent of shapes.
+
+``placeholder`` (inputs; dims are ints or ``var`` symbols), ``compute`` (one expression per output
+element), ``reduce_axis`` with ``sum``/``prod``/``max``/``min``/``argmax``/``argmin``, ``if_then_else``,
+``cast``, math intrinsics (``exp``, ``erf``, ``round``, ...) and integer index arithmetic (``floordiv``,
+``floormod``, ``truncdiv``, ``truncmod``, ``minimum``, ``maximum``). ``tensorvm.codegen`` lowers a
+graph of computes to one loop nest and C.
+
+Operator computes (``compute(attrs, inputs, out_type) -> [Tensor]``) live in ``op_computes`` and are
+attached to the operator registry when it is imported.
+"""
+
+from __future__ import annotations
+
+from .expr import (  # noqa: F401
+    INDEX_DTYPE,
+    Binary,
+    Call,
+    Cast,
+    Const,
+    IterVar,
+    PrimExpr,
+    Reduce,
+    Select,
+    TensorRead,
+    Unary,
+    Var,
+    all_of,
+    any_of,
+    as_expr,
+    bitwise_and,
+    bitwise_not,
+    bitwise_or,
+    bitwise_xor,
+    cast,
+    const,
+    eq,
+    floordiv,
+    floormod,
+    if_then_else,
+    index_check,
+    left_shift,
+    logical_and,
+    logical_not,
+    logical_or,
+    logical_xor,
+    max_value,
+    maximum,
+    min_value,
+    minimum,
+    ne,
+    power,
+    right_shift,
+    select,
+    true_divide,
+    truncdiv,
+    truncmod,
+    var,
+)
+from .intrin import (  # noqa: F401
+    abs,
+    ceil,
+    cos,
+    erf,
+    exp,
+    floor,
+    isfinite,
+    isinf,
+    isnan,
+    log,
+    log2,
+    log10,
+    round,
+    rsqrt,
+    sigmoid,
+    sign,
+    sin,
+    sqrt,
+    tan,
+    tanh,
+    trunc,
+)
+from .tensor import (  # noqa: F401
+    ComputeOp,
+    PlaceholderOp,
+    Tensor,
+    argmax,
+    argmin,
+    compute,
+    max,
+    min,
+    placeholder,
+    prod,
+    reduce_axis,
+    sum,
+)

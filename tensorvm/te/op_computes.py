@@ -1,0 +1,1563 @@
+"""Tensor-expression computes of the operators, attached to the registry on import.
+
+Each op has one function, named after it (``nn.dense`` -> ``nn_dense``; a trailing underscore where the
+name is a Python builtin or a te helper: ``sum_``, ``cast_``), with the signature
+``compute(attrs, inputs, out_type) -> list[Tensor]``: ``attrs`` are the op's normalized attributes,
+``inputs`` its arguments as te tensors (a tuple-typed argument is a tuple of tensors) and ``out_type``
+the call's inferred type (for the output dtype). The result lists one tensor per output (tuple
+outputs flattened). Semantics follow each op's NumPy kernel, including its dtype rules (accumulation
+in float32 for float16, integer wrap-around) and its run-time checks, expressed as ``requires``.
+
+Shapes are te expressions over the input dims, so one compute serves static and dynamic shapes; where
+a dim is only known at run time, broadcasting reads index ``select(dim == 1, 0, i)`` and the compute
+requires the dims to be compatible.
+"""
+
+from __future__ import annotations
+
+import builtins
+import math
+
+from ..errors import ShapeError, TypeInferenceError, UnsupportedError
+from ..ir.types import TupleType
+from ..op._common import reduce_axes
+from ..op.registry import get_op, is_registered
+from . import expr as E
+from . import intrin as M
+from .expr import INDEX_DTYPE, Const, PrimExpr, cast, const, dtype_kind, eq, ne, select
+from .tensor import Tensor, compute, reduce_axis
+from .tensor import argmax as te_argmax
+from .tensor import argmin as te_argmin
+from .tensor import max as te_max
+from .tensor import min as te_min
+from .tensor import prod as te_prod
+from .tensor import sum as te_sum
+
+__all__ = ["COMPUTES", "broadcast_shape", "broadcast_read"]
+
+COMPUTES: dict = {}
+
+
+def _register(name: str):
+    def decorate(fn):
+        COMPUTES[name] = fn
+        return fn
+
+    return decorate
+
+
+# ---- shape helpers --------------------------------------------------------------------------------
+
+
+def _same(a, b) -> bool:
+    return a == b
+
+
+def _dim_text(d) -> str:
+    return repr(d)
+
+
+def broadcast_shape(op: str, *shapes) -> tuple[tuple, list]:
+    """NumPy broadcasting of te shapes: the output dims and the run-time requirements."""
+    ndim = max((len(s) for s in shapes), default=0)
+    out, requires = [], []
+    for axis in range(ndim):
+        dims = [s[axis - ndim + len(s)] for s in shapes if axis - ndim + len(s) >= 0]
+        dims = [d for d in dims if not (isinstance(d, Const) and d.value == 1)]
+        distinct = []
+        for d in dims:
+            if not any(_same(d, x) for x in distinct):
+                distinct.append(d)
+        if not distinct:
+            out.append(const(1))
+            continue
+        static = [d for d in distinct if isinstance(d, Const)]
+        if len(static) > 1:
+            raise ShapeError(f"{op}: cannot broadcast dims {', '.join(map(_dim_text, static))}")
+        if static:
+            result = static[0]
+        else:
+            result = distinct[0]
+            for d in distinct[1:]:
+                result = select(eq(result, 1), d, result)
+        for d in distinct:
+            if not _same(d, result):
+                requires.append((E.logical_or(eq(d, 1), eq(d, result)),
+                                 f"{op}: cannot broadcast dim {_dim_text(d)} to {_dim_text(result)} "
+                                 f"(axis {axis - ndim})"))
+        out.append(result)
+    return tuple(out), requires
+
+
+def broadcast_read(t: Tensor, out_index: tuple, out_shape: tuple | None = None) -> PrimExpr:
+    """Read ``t`` at the position that broadcasts to ``out_index`` (dims aligned on the right)."""
+    offset = len(out_index) - t.ndim
+    index = []
+    for axis, d in enumerate(t.shape):
+        i = out_index[axis + offset]
+        if isinstance(d, Const) and d.value == 1:
+            index.append(const(0))
+        elif isinstance(d, Const) or (out_shape is not None and _same(d, out_shape[axis + offset])):
+            index.append(i)
+        else:
+            index.append(select(eq(d, 1), 0, i))
+    return t[tuple(index)]
+
+
+def _prod(dims) -> PrimExpr:
+    total = const(1)
+    for d in dims:
+        total = total * d
+    return total
+
+
+def _require_equal(op: str, a, b, what: str) -> list:
+    return [] if _same(a, b) else [(eq(a, b), f"{op}: {what} must match ({_dim_text(a)} vs {_dim_text(b)})")]
+
+
+def _name(op: str) -> str:
+    return op.replace(".", "_")
+
+
+def _out_dtype(out_type, index: int = 0) -> str:
+    if isinstance(out_type, TupleType):
+        return out_type.fields[index].dtype
+    return out_type.dtype
+
+
+def _acc_float(dtype: str) -> str:
+    """The dtype float math runs in: float32 for float16 (like the NumPy kernels), else the dtype."""
+    return "float32" if dtype == "float16" else dtype
+
+
+def _norm_axis(op: str, axis: int, ndim: int) -> int:
+    if not -ndim <= axis < max(ndim, 1):
+        raise TypeInferenceError(f"{op}: axis {axis} is out of range for rank {ndim}")
+    return axis % ndim if ndim else 0
+
+
+# ---- elementwise ----------------------------------------------------------------------------------
+
+
+def _broadcast_binary(name: str, fn):
+    def compute_fn(attrs, inputs, out_type):
+        a, b = inputs
+        shape, requires = broadcast_shape(name, a.shape, b.shape)
+        dtype = _out_dtype(out_type)
+        return [compute(shape, lambda *i: cast(fn(broadcast_read(a, i, shape), broadcast_read(b, i, shape)), dtype),
+                        _name(name), requires)]
+
+    compute_fn.__name__ = _name(name)
+    return _register(name)(compute_fn)
+
+
+def _divide(a, b):
+    return E.true_divide(a, b) if dtype_kind(a.dtype) == "f" else E.truncdiv(a, b)
+
+
+add = _broadcast_binary("add", lambda a, b: a + b)
+subtract = _broadcast_binary("subtract", lambda a, b: a - b)
+multiply = _broadcast_binary("multiply", lambda a, b: a * b)
+divide = _broadcast_binary("divide", _divide)
+floor_divide = _broadcast_binary("floor_divide", E.floordiv)
+mod = _broadcast_binary("mod", E.truncmod)
+floor_mod = _broadcast_binary("floor_mod", E.floormod)
+power = _broadcast_binary("power", E.power)
+maximum = _broadcast_binary("maximum", E.maximum)
+minimum = _broadcast_binary("minimum", E.minimum)
+equal = _broadcast_binary("equal", eq)
+not_equal = _broadcast_binary("not_equal", ne)
+less = _broadcast_binary("less", lambda a, b: a < b)
+less_equal = _broadcast_binary("less_equal", lambda a, b: a <= b)
+greater = _broadcast_binary("greater", lambda a, b: a > b)
+greater_equal = _broadcast_binary("greater_equal", lambda a, b: a >= b)
+logical_and = _broadcast_binary("logical_and", E.logical_and)
+logical_or = _broadcast_binary("logical_or", E.logical_or)
+logical_xor = _broadcast_binary("logical_xor", E.logical_xor)
+bitwise_and = _broadcast_binary("bitwise_and", E.bitwise_and)
+bitwise_or = _broadcast_binary("bitwise_or", E.bitwise_or)
+bitwise_xor = _broadcast_binary("bitwise_xor", E.bitwise_xor)
+left_shift = _broadcast_binary("left_shift", E.left_shift)
+right_shift = _broadcast_binary("right_shift", E.right_shift)
+
+
+def _elementwise(name: str, fn):
+    def compute_fn(attrs, inputs, out_type):
+        (x,) = inputs[:1]
+        dtype = _out_dtype(out_type)
+        return [compute(x.shape, lambda *i: cast(fn(x[i], attrs), dtype), _name(name))]
+
+    compute_fn.__name__ = _name(name)
+    return _register(name)(compute_fn)
+
+
+def _float_math(fn):
+    """Apply ``fn`` in float32 for float16 arguments, rounding once at the end (like NumPy's float16 loops)."""
+
+    def apply(x, attrs):
+        return fn(x, attrs) if x.dtype != "float16" else cast(fn(cast(x, "float32"), attrs), "float16")
+
+    return apply
+
+
+negative = _elementwise("negative", lambda x, a: -x)
+abs_ = _elementwise("abs", lambda x, a: M.abs(x))
+sign = _elementwise("sign", lambda x, a: M.sign(x))
+floor = _elementwise("floor", lambda x, a: M.floor(x))
+ceil = _elementwise("ceil", lambda x, a: M.ceil(x))
+round_ = _elementwise("round", lambda x, a: M.round(x))
+trunc = _elementwise("trunc", lambda x, a: M.trunc(x))
+exp = _elementwise("exp", lambda x, a: M.exp(x))
+log = _elementwise("log", lambda x, a: M.log(x))
+log2 = _elementwise("log2", lambda x, a: M.log2(x))
+log10 = _elementwise("log10", lambda x, a: M.log10(x))
+sqrt = _elementwise("sqrt", lambda x, a: M.sqrt(x))
+rsqrt = _elementwise("rsqrt", lambda x, a: M.rsqrt(x))
+tanh = _elementwise("tanh", lambda x, a: M.tanh(x))
+sigmoid = _elementwise("sigmoid", lambda x, a: M.sigmoid(x))
+erf = _elementwise("erf", _float_math(lambda x, a: M.erf(x)))
+sin = _elementwise("sin", lambda x, a: M.sin(x))
+cos = _elementwise("cos", lambda x, a: M.cos(x))
+tan = _elementwise("tan", lambda x, a: M.tan(x))
+isnan = _elementwise("isnan", lambda x, a: M.isnan(x))
+isinf = _elementwise("isinf", lambda x, a: M.isinf(x))
+isfinite = _elementwise("isfinite", lambda x, a: M.isfinite(x))
+logical_not = _elementwise("logical_not", lambda x, a: E.logical_not(x))
+bitwise_not = _elementwise("bitwise_not", lambda x, a: E.bitwise_not(x))
+copy = _elementwise("copy", lambda x, a: x)
+cast_ = _elementwise("cast", lambda x, a: x)  # the final cast to the output dtype does the work
+nn_relu = _elementwise("nn.relu", lambda x, a: E.maximum(x, 0))
+nn_leaky_relu = _elementwise("nn.leaky_relu", lambda x, a: select(x > 0, x, x * const(a.alpha, x.dtype)))
+
+
+@_register("cast_like")
+def cast_like(attrs, inputs, out_type):
+    x = inputs[0]
+    dtype = _out_dtype(out_type)
+    return [compute(x.shape, lambda *i: cast(x[i], dtype), "cast_like")]
+
+
+def _bound(value: float, dtype: str) -> PrimExpr:
+    """A clip bound as a value of ``dtype``: integers truncate it and saturate (like the NumPy kernel)."""
+    if dtype_kind(dtype) == "f":
+        return const(value, dtype)
+    lo, hi = E.min_value(dtype), E.max_value(dtype)
+    return const(lo if value <= lo else hi if value >= hi else math.trunc(value), dtype)
+
+
+@_register("clip")
+def clip(attrs, inputs, out_type):
+    x = inputs[0]
+    if attrs.a_min > attrs.a_max:
+        raise TypeInferenceError(f"clip: a_min ({attrs.a_min}) must not exceed a_max ({attrs.a_max})")
+    lo, hi = _bound(attrs.a_min, x.dtype), _bound(attrs.a_max, x.dtype)
+    return [compute(x.shape, lambda *i: E.minimum(E.maximum(x[i], lo), hi), "clip")]
+
+
+def _gelu(x, attrs):
+    acc = _acc_float(x.dtype)
+    v = cast(x, acc)
+    if attrs.approximate == "tanh":
+        inner = const(math.sqrt(2 / math.pi), acc) * (v + const(0.044715, acc) * v * v * v)
+        y = const(0.5, acc) * v * (const(1.0, acc) + M.tanh(inner))
+    else:
+        y = const(0.5, acc) * v * (const(1.0, acc) + M.erf(v * const(1 / math.sqrt(2), acc)))
+    return y
+
+
+nn_gelu = _elementwise("nn.gelu", _gelu)
+
+
+@_register("where")
+def where(attrs, inputs, out_type):
+    c, x, y = inputs
+    shape, requires = broadcast_shape("where", c.shape, x.shape, y.shape)
+
+    def f(*i):
+        cond = broadcast_read(c, i, shape)
+        cond = cond if cond.dtype == "bool" else cast(cond, "bool")
+        return select(cond, broadcast_read(x, i, shape), broadcast_read(y, i, shape))
+
+    return [compute(shape, f, "where", requires)]
+
+
+# ---- creation -------------------------------------------------------------------------------------
+
+
+def _fill(name: str, value):
+    def compute_fn(attrs, inputs, out_type):
+        dtype = _out_dtype(out_type)
+        shape = tuple(attrs.shape) if not inputs else inputs[0].shape
+        return [compute(shape, lambda *i: const(value, dtype), name)]
+
+    compute_fn.__name__ = name
+    return _register(name)(compute_fn)
+
+
+zeros = _fill("zeros", 0)
+ones = _fill("ones", 1)
+zeros_like = _fill("zeros_like", 0)
+ones_like = _fill("ones_like", 1)
+
+
+@_register("full")
+def full(attrs, inputs, out_type):
+    fill = inputs[0]
+    dtype = _out_dtype(out_type)
+    return [compute(tuple(attrs.shape), lambda *i: cast(fill[()], dtype), "full",
+                    _scalar_requirement("full", fill))]
+
+
+@_register("full_like")
+def full_like(attrs, inputs, out_type):
+    data, fill = inputs
+    return [compute(data.shape, lambda *i: cast(fill[()], data.dtype), "full_like",
+                    _scalar_requirement("full_like", fill))]
+
+
+def _scalar_requirement(op: str, t: Tensor) -> list:
+    if t.ndim != 0:
+        raise ShapeError(f"{op}: fill_value must be a scalar, got rank {t.ndim}")
+    return []
+
+
+# ---- reductions -----------------------------------------------------------------------------------
+
+
+class _Reduction:
+    """The axes of a reduction op and index helpers between the input, the kept dims and the output."""
+
+    def __init__(self, op: str, x: Tensor, attrs):
+        self.op, self.x = op, x
+        self.axes = reduce_axes(op, x.ndim, attrs.axis, attrs.exclude, TypeInferenceError)
+        self.keepdims = attrs.keepdims
+        self.kept = tuple(d for a, d in enumerate(x.shape) if a not in self.axes)
+        self.out_shape = tuple(const(1) if a in self.axes else d for a, d in enumerate(x.shape)) \
+            if self.keepdims else self.kept
+        self.count = _prod(x.shape[a] for a in self.axes)
+
+    def raxes(self, tag: str = "r"):
+        return [reduce_axis(self.x.shape[a], f"{tag}{a}") for a in self.axes]
+
+    def full_index(self, kept_index, raxes) -> tuple:
+        it, rit = iter(kept_index), iter(raxes)
+        return tuple(next(rit).var if a in self.axes else next(it) for a in range(self.x.ndim))
+
+    def kept_index(self, out_index) -> tuple:
+        if not self.keepdims:
+            return tuple(out_index)
+        return tuple(i for a, i in enumerate(out_index) if a not in self.axes)
+
+    def nonempty(self) -> list:
+        return [(self.x.shape[a] > 0, f"{self.op}: cannot reduce an empty axis {a}; {self.op} has no identity")
+                for a in self.axes]
+
+    def reduce(self, make, name: str, requires=()):
+        """A compute over the kept dims: ``make(read, raxes)`` with ``read(full_index)`` reading x."""
+        raxes = self.raxes()
+
+        def f(*kept):
+            return make(self.full_index(kept, raxes), raxes)
+
+        return compute(self.kept, f, name, requires)
+
+    def output(self, kept_tensor: Tensor, fn, name: str):
+        return compute(self.out_shape, lambda *i: fn(kept_tensor[self.kept_index(i)]), name)
+
+
+def _simple_reduction(name: str, reducer, needs_identity: bool = False):
+    def compute_fn(attrs, inputs, out_type):
+        x = inputs[0]
+        red = _Reduction(name, x, attrs)
+        dtype = _out_dtype(out_type)
+        if not red.keepdims:
+            return [red.reduce(lambda idx, raxes: reducer(x[idx], raxes), name,
+                               red.nonempty() if needs_identity else ())]
+        kept = red.reduce(lambda idx, raxes: reducer(x[idx], raxes), f"{name}_kept",
+                          red.nonempty() if needs_identity else ())
+        return [red.output(kept, lambda v: cast(v, dtype), name)]
+
+    compute_fn.__name__ = name
+    return _register(name)(compute_fn)
+
+
+sum_ = _simple_reduction("sum", lambda v, axes: te_sum(v, axes))
+prod_ = _simple_reduction("prod", lambda v, axes: te_prod(v, axes))
+max_ = _simple_reduction("max", lambda v, axes: te_max(v, axes), needs_identity=True)
+min_ = _simple_reduction("min", lambda v, axes: te_min(v, axes), needs_identity=True)
+all_ = _simple_reduction("all", lambda v, axes: te_min(v, axes))
+any_ = _simple_reduction("any", lambda v, axes: te_max(v, axes))
+
+
+def _mean_of(red: _Reduction, x: Tensor, name: str):
+    """The mean over the kept dims: float sums in the float accumulation dtype, integer sums exact."""
+    if dtype_kind(x.dtype) == "f":
+        acc = _acc_float(x.dtype)
+        total = red.reduce(lambda idx, raxes: te_sum(cast(x[idx], acc), raxes), f"{name}_sum")
+        return total, lambda v: v / cast(red.count, acc)
+    acc = "uint64" if dtype_kind(x.dtype) == "u" else "int64"
+    total = red.reduce(lambda idx, raxes: te_sum(cast(x[idx], acc), raxes), f"{name}_sum")
+    return total, lambda v: E.truncdiv(v, cast(red.count, acc))
+
+
+@_register("mean")
+def mean(attrs, inputs, out_type):
+    x = inputs[0]
+    red = _Reduction("mean", x, attrs)
+    total, finish = _mean_of(red, x, "mean")
+    return [red.output(total, lambda v: cast(finish(v), x.dtype), "mean")]
+
+
+@_register("logsumexp")
+def logsumexp(attrs, inputs, out_type):
+    x = inputs[0]
+    red = _Reduction("logsumexp", x, attrs)
+    peak = red.reduce(lambda idx, raxes: te_max(x[idx], raxes), "lse_max")
+    # All -inf (or an inf) rows are not shifted, as in the NumPy kernel.
+    shift = compute(red.kept, lambda *i: select(M.isfinite(peak[i]), peak[i], const(0, x.dtype)), "lse_shift")
+    raxes = red.raxes("s")
+
+    def exp_sum(*kept):
+        return te_sum(M.exp(x[red.full_index(kept, raxes)] - shift[kept]), raxes)
+
+    summed = compute(red.kept, exp_sum, "lse_sum")
+    result = compute(red.kept, lambda *i: M.log(cast(summed[i], x.dtype)) + shift[i], "lse")
+    return [red.output(result, lambda v: v, "logsumexp")]
+
+
+def _arg_reduction(name: str, reducer):
+    def compute_fn(attrs, inputs, out_type):
+        x = inputs[0]
+        red = _Reduction(name, x, attrs)
+        raxes = red.raxes()
+        index, _ = compute(red.kept, lambda *kept: reducer(x[red.full_index(kept, raxes)], raxes,
+                                                          select_last=attrs.select_last_index),
+                           f"{name}_pair", red.nonempty())
+        return [red.output(index, lambda v: cast(v, _out_dtype(out_type)), name)]
+
+    compute_fn.__name__ = name
+    return _register(name)(compute_fn)
+
+
+argmax = _arg_reduction("argmax", te_argmax)
+argmin = _arg_reduction("argmin", te_argmin)
+
+
+def _moment(name: str, take_sqrt: bool):
+    def compute_fn(attrs, inputs, out_type):
+        x = inputs[0]
+        red = _Reduction(name, x, attrs)
+        if len(inputs) == 2:
+            given = inputs[1]
+            _, requires = broadcast_shape(name, x.shape, given.shape)
+
+            def mean_at(idx):
+                return broadcast_read(given, idx, x.shape)
+        else:
+            total, finish = _mean_of(red, x, f"{name}_mean")
+            m = compute(red.kept, lambda *i: cast(finish(total[i]), x.dtype), f"{name}_mean", ())
+            requires = ()
+
+            def mean_at(idx):
+                return m[tuple(i for a, i in enumerate(idx) if a not in red.axes)]
+
+        raxes = red.raxes("v")
+
+        def squares(*kept):
+            idx = red.full_index(kept, raxes)
+            deviation = x[idx] - mean_at(idx)
+            return te_sum(deviation * deviation, raxes)
+
+        summed = compute(red.kept, squares, f"{name}_sq", requires)
+        divisor = cast(E.maximum(red.count - int(attrs.unbiased), 0), x.dtype)
+
+        def finish_value(v):
+            value = cast(v, x.dtype) / divisor
+            return M.sqrt(value) if take_sqrt else value
+
+        return [red.output(summed, finish_value, name)]
+
+    compute_fn.__name__ = name
+    return _register(name)(compute_fn)
+
+
+variance = _moment("variance", False)
+std = _moment("std", True)
+
+
+# ---- data movement --------------------------------------------------------------------------------
+
+
+def _ravel(index, shape) -> PrimExpr:
+    flat = const(0)
+    for i, d in zip(index, shape):
+        flat = flat * d + i
+    return flat
+
+
+def _unravel(flat, shape) -> list:
+    out = []
+    for axis in range(len(shape) - 1, -1, -1):
+        if axis == 0:
+            out.append(flat)
+        else:
+            out.append(E.floormod(flat, shape[axis]))
+            flat = E.floordiv(flat, shape[axis])
+    return list(reversed(out))
+
+
+def reshape_index(out_index, out_shape, in_shape) -> tuple:
+    """The input index of a row-major reshape; equal leading and trailing dims map directly."""
+    out_index, out_shape, in_shape = list(out_index), list(out_shape), list(in_shape)
+    head = 0
+    while head < min(len(out_shape), len(in_shape)) and _same(out_shape[head], in_shape[head]):
+        head += 1
+    tail = 0
+    while tail < min(len(out_shape), len(in_shape)) - head and _same(out_shape[-1 - tail], in_shape[-1 - tail]):
+        tail += 1
+    mid_out = out_index[head:len(out_index) - tail]
+    mid_in_shape = in_shape[head:len(in_shape) - tail]
+    middle = _unravel(_ravel(mid_out, out_shape[head:len(out_shape) - tail]), mid_in_shape) if mid_in_shape else []
+    return tuple(out_index[:head] + middle + out_index[len(out_index) - tail:])
+
+
+def _reshape_to(op: str, x: Tensor, shape: tuple, requires=()) -> Tensor:
+    shape = tuple(E.as_expr(d, INDEX_DTYPE) for d in shape)
+    requires = list(requires)
+    total_in, total_out = _prod(x.shape), _prod(shape)
+    if not _same(total_in, total_out):
+        requires.append((eq(total_in, total_out), f"{op}: cannot reshape {list(x.shape)} to {list(shape)}"))
+    return compute(shape, lambda *i: x[reshape_index(i, shape, x.shape)], _name(op), requires)
+
+
+def _reshape_dims(op: str, in_shape: tuple, newshape: tuple, allowzero: bool):
+    """Relay's reshape dims (0, -1, -2, -3, -4) over te dims, with run-time requirements."""
+    out, requires, infer_at, src, i = [], [], None, 0, 0
+    while i < len(newshape):
+        value = newshape[i]
+        if value > 0 or (value == 0 and allowzero):
+            out.append(const(value))
+            src += 1
+        elif value == 0:
+            out.append(in_shape[src])
+            src += 1
+        elif value == -1:
+            infer_at = len(out)
+            out.append(None)
+            src += 1
+        elif value == -2:
+            out.extend(in_shape[src:])
+            src = len(in_shape)
+        elif value == -3:
+            out.append(in_shape[src] * in_shape[src + 1])
+            src += 2
+        elif value == -4:
+            dim, d0, d1 = in_shape[src], newshape[i + 1], newshape[i + 2]
+            if d0 == -1:
+                d0 = E.floordiv(dim, d1)
+                requires.append((eq(E.floormod(dim, d1), 0), f"{op}: dim {dim!r} is not divisible by {d1}"))
+            elif d1 == -1:
+                d1 = E.floordiv(dim, d0)
+                requires.append((eq(E.floormod(dim, d0), 0), f"{op}: dim {dim!r} is not divisible by {d0}"))
+            out.extend([const(d0) if isinstance(d0, int) else d0, const(d1) if isinstance(d1, int) else d1])
+            src += 1
+            i += 2
+        else:
+            raise TypeInferenceError(f"{op}: invalid value {value} in newshape {newshape}")
+        i += 1
+    if infer_at is not None:
+        rest = _prod(d for k, d in enumerate(out) if k != infer_at)
+        total = _prod(in_shape)
+        requires.append((ne(rest, 0), f"{op}: cannot infer the -1 dimension: the other dims have no elements"))
+        out[infer_at] = E.floordiv(total, E.maximum(rest, 1))
+    return tuple(out), requires
+
+
+@_register("reshape")
+def reshape(attrs, inputs, out_type):
+    x = inputs[0]
+    shape, requires = _reshape_dims("reshape", x.shape, attrs.newshape, attrs.allowzero)
+    return [_reshape_to("reshape", x, shape, requires)]
+
+
+def _output_dims(op: str, out_type) -> tuple:
+    """Output dims for an op whose output shape depends on data: symbols bound from the output array
+    (which the caller allocated from the op's shape function)."""
+    return tuple(E.var(f"{_name(op)}_out{axis}") if not isinstance(d, int) else const(d)
+                 for axis, d in enumerate(out_type.shape))
+
+
+@_register("dyn.reshape")
+def dyn_reshape(attrs, inputs, out_type):
+    return [_reshape_to("dyn.reshape", inputs[0], _output_dims("dyn.reshape", out_type))]
+
+
+@_register("dyn.broadcast_to")
+def dyn_broadcast_to(attrs, inputs, out_type):
+    return [_broadcast_into("dyn.broadcast_to", inputs[0], _output_dims("dyn.broadcast_to", out_type))]
+
+
+@_register("dyn.strided_slice")
+def dyn_strided_slice(attrs, inputs, out_type):
+    """The output dims come from the output array; only the start of each sliced axis (and its stride)
+    is computed here, from the begin/strides tensors, with Python's slice rules."""
+    x, begin, _, strides = inputs
+    shape = _output_dims("dyn.strided_slice", out_type)
+    count = begin.shape[0].value if isinstance(begin.shape[0], Const) else x.ndim
+    starts, steps = [const(0)] * x.ndim, [const(1)] * x.ndim
+    for axis in range(count):
+        dim = x.shape[axis]
+        b = cast(begin[const(axis)], INDEX_DTYPE)
+        if attrs.slice_mode == "size":
+            starts[axis] = E.minimum(select(b < 0, E.maximum(b + dim, 0), b), dim)
+            continue
+        has_stride = isinstance(strides.shape[0], Const) and axis < strides.shape[0].value
+        step = cast(strides[const(axis)], INDEX_DTYPE) if has_stride else const(1)
+        forward = select(b < 0, E.maximum(b + dim, 0), E.minimum(b, dim))
+        backward = select(b < 0, E.maximum(b + dim, -1), E.minimum(b, dim - 1))
+        starts[axis], steps[axis] = select(step > 0, forward, backward), step
+    return [compute(shape, lambda *i: x[tuple(s + j * st for s, j, st in zip(starts, i, steps))],
+                    "dyn_strided_slice")]
+
+
+@_register("reshape_like")
+def reshape_like(attrs, inputs, out_type):
+    x, like = inputs
+    lhs_end = x.ndim if attrs.lhs_end is None else attrs.lhs_end
+    rhs_end = like.ndim if attrs.rhs_end is None else attrs.rhs_end
+    lb, le = attrs.lhs_begin % (x.ndim + 1), lhs_end % (x.ndim + 1) if lhs_end < 0 else lhs_end
+    rb, re_ = attrs.rhs_begin % (like.ndim + 1), rhs_end % (like.ndim + 1) if rhs_end < 0 else rhs_end
+    shape = tuple(x.shape[:lb]) + tuple(like.shape[rb:re_]) + tuple(x.shape[le:])
+    return [_reshape_to("reshape_like", x, shape)]
+
+
+@_register("nn.batch_flatten")
+def nn_batch_flatten(attrs, inputs, out_type):
+    x = inputs[0]
+    return [_reshape_to("nn.batch_flatten", x, (x.shape[0], _prod(x.shape[1:])))]
+
+
+@_register("squeeze")
+def squeeze(attrs, inputs, out_type):
+    x = inputs[0]
+    if attrs.axis is None:
+        dropped = {a for a, d in enumerate(x.shape) if isinstance(d, Const) and d.value == 1}
+        if not all(isinstance(d, Const) for d in x.shape):
+            raise TypeInferenceError("squeeze: with axis=None every dim must be static")
+    else:
+        dropped = {_norm_axis("squeeze", a, x.ndim) for a in attrs.axis}
+    requires = [(eq(x.shape[a], 1), f"squeeze: dim {a} must be 1") for a in sorted(dropped)]
+    shape = tuple(d for a, d in enumerate(x.shape) if a not in dropped)
+
+    def f(*i):
+        it = iter(i)
+        return x[tuple(const(0) if a in dropped else next(it) for a in range(x.ndim))]
+
+    return [compute(shape, f, "squeeze", requires)]
+
+
+@_register("expand_dims")
+def expand_dims(attrs, inputs, out_type):
+    x = inputs[0]
+    axis = attrs.axis % (x.ndim + 1)
+    n = attrs.num_newaxis
+    shape = tuple(x.shape[:axis]) + (const(1),) * n + tuple(x.shape[axis:])
+    return [compute(shape, lambda *i: x[tuple(i[:axis]) + tuple(i[axis + n:])], "expand_dims")]
+
+
+@_register("transpose")
+def transpose(attrs, inputs, out_type):
+    x = inputs[0]
+    axes = tuple(range(x.ndim - 1, -1, -1)) if attrs.axes is None else \
+        tuple(_norm_axis("transpose", a, x.ndim) for a in attrs.axes)
+    if sorted(axes) != list(range(x.ndim)):
+        raise TypeInferenceError(f"transpose: axes {attrs.axes} are not a permutation of {x.ndim} dims")
+    shape = tuple(x.shape[a] for a in axes)
+
+    def f(*i):
+        index = [None] * x.ndim
+        for out_axis, in_axis in enumerate(axes):
+            index[in_axis] = i[out_axis]
+        return x[tuple(index)]
+
+    return [compute(shape, f, "transpose")]
+
+
+def _along_axis_select(tensors, offsets, axis: int, i: tuple, position):
+    """Read the piece of a concatenation that covers ``position`` along ``axis`` (lazy selects)."""
+    def read(t, offset):
+        index = list(i)
+        index[axis] = position - offset
+        return t[tuple(index)]
+
+    value = read(tensors[-1], offsets[-1])
+    for t, offset in zip(reversed(tensors[:-1]), reversed(offsets[:-1])):
+        value = select(position < offset + t.shape[axis], read(t, offset), value)
+    return value
+
+
+@_register("concatenate")
+def concatenate(attrs, inputs, out_type):
+    tensors = list(inputs[0])
+    axis = _norm_axis("concatenate", attrs.axis, tensors[0].ndim)
+    requires, offsets, offset = [], [], const(0)
+    for k, t in enumerate(tensors):
+        offsets.append(offset)
+        offset = offset + t.shape[axis]
+        for d in range(t.ndim):
+            if d != axis:
+                requires += _require_equal("concatenate", tensors[0].shape[d], t.shape[d],
+                                           f"dim {d} of field 0 and field {k}")
+    shape = tuple(offset if d == axis else tensors[0].shape[d] for d in range(tensors[0].ndim))
+    return [compute(shape, lambda *i: _along_axis_select(tensors, offsets, axis, i, i[axis]), "concatenate",
+                    requires)]
+
+
+@_register("stack")
+def stack(attrs, inputs, out_type):
+    tensors = list(inputs[0])
+    ndim = tensors[0].ndim
+    axis = attrs.axis % (ndim + 1)
+    requires = []
+    for k, t in enumerate(tensors[1:], 1):
+        for d in range(ndim):
+            requires += _require_equal("stack", tensors[0].shape[d], t.shape[d], f"dim {d} of field 0 and field {k}")
+    shape = tuple(tensors[0].shape[:axis]) + (const(len(tensors)),) + tuple(tensors[0].shape[axis:])
+
+    def f(*i):
+        inner = tuple(i[:axis]) + tuple(i[axis + 1:])
+        value = tensors[-1][inner]
+        for k in range(len(tensors) - 2, -1, -1):
+            value = select(eq(i[axis], k), tensors[k][inner], value)
+        return value
+
+    return [compute(shape, f, "stack", requires)]
+
+
+@_register("split")
+def split(attrs, inputs, out_type):
+    x = inputs[0]
+    axis = _norm_axis("split", attrs.axis, x.ndim)
+    dim = x.shape[axis]
+    spec = attrs.indices_or_sections
+    requires = []
+    if isinstance(spec, int):
+        size = E.floordiv(dim, spec)
+        requires.append((eq(E.floormod(dim, spec), 0), f"split: dim {axis} is not divisible into {spec} sections"))
+        starts = [size * k for k in range(spec)]
+        sizes = [size] * spec
+    else:
+        bounds = (0,) + tuple(spec)
+        if spec:
+            requires.append((dim >= spec[-1], f"split: split index {spec[-1]} is beyond dim {axis}"))
+        starts = [const(b) for b in bounds]
+        sizes = [const(b - a) for a, b in zip(bounds, bounds[1:])] + [dim - bounds[-1]]
+    outputs = []
+    for k, (start, size) in enumerate(zip(starts, sizes)):
+        shape = tuple(size if d == axis else x.shape[d] for d in range(x.ndim))
+
+        def f(*i, start=start):
+            index = list(i)
+            index[axis] = i[axis] + start
+            return x[tuple(index)]
+
+        outputs.append(compute(shape, f, f"split{k}", requires if k == 0 else ()))
+    return outputs
+
+
+def _normalize_index(op: str, value: PrimExpr, size: PrimExpr, mode: str) -> PrimExpr:
+    value = cast(value, INDEX_DTYPE)
+    if mode == "clip":
+        return E.minimum(E.maximum(value, 0), size - 1)
+    if mode == "wrap":
+        return E.floormod(value, size)
+    return E.index_check(value, size)
+
+
+def _nonempty_source(op: str, size, indices: Tensor) -> list:
+    cond = E.logical_or(size > 0, eq(_prod(indices.shape), 0))
+    return [] if isinstance(cond, Const) and cond.value else [(cond, f"{op}: cannot take from a dimension of size 0")]
+
+
+@_register("take")
+def take(attrs, inputs, out_type):
+    data, indices = inputs
+    mode = attrs.mode
+    if attrs.axis is None:
+        size = _prod(data.shape)
+        requires = _nonempty_source("take", size, indices)
+        return [compute(indices.shape, lambda *i: data[tuple(_unravel(
+            _normalize_index("take", indices[i], size, mode), data.shape))], "take", requires)]
+    axis = _norm_axis("take", attrs.axis, data.ndim)
+    b = attrs.batch_dims + indices.ndim if attrs.batch_dims < 0 else attrs.batch_dims
+    size = data.shape[axis]
+    requires = _nonempty_source("take", size, indices)
+    for d in range(b):
+        requires += _require_equal("take", data.shape[d], indices.shape[d], f"batch dim {d} of data and indices")
+    shape = tuple(data.shape[:axis]) + tuple(indices.shape[b:]) + tuple(data.shape[axis + 1:])
+    n_ind = indices.ndim - b
+
+    def f(*i):
+        batch, pre = i[:b], i[b:axis]
+        ind = i[axis:axis + n_ind]
+        post = i[axis + n_ind:]
+        position = _normalize_index("take", indices[tuple(batch) + tuple(ind)], size, mode)
+        return data[tuple(batch) + tuple(pre) + (position,) + tuple(post)]
+
+    return [compute(shape, f, "take", requires)]
+
+
+@_register("gather")
+def gather(attrs, inputs, out_type):
+    data, indices = inputs
+    axis = _norm_axis("gather", attrs.axis, data.ndim)
+    requires = _nonempty_source("gather", data.shape[axis], indices)
+    for d in range(data.ndim):
+        if d != axis and not _same(indices.shape[d], data.shape[d]):
+            requires.append((indices.shape[d] <= data.shape[d], f"gather: indices dim {d} exceeds the data's"))
+
+    def f(*i):
+        index = list(i)
+        index[axis] = E.index_check(cast(indices[i], INDEX_DTYPE), data.shape[axis])
+        return data[tuple(index)]
+
+    return [compute(indices.shape, f, "gather", requires)]
+
+
+@_register("gather_nd")
+def gather_nd(attrs, inputs, out_type):
+    data, indices = inputs
+    b = attrs.batch_dims
+    depth_dim = indices.shape[0]
+    if not isinstance(depth_dim, Const):
+        raise UnsupportedError("gather_nd: the index depth (first dim of indices) must be static")
+    depth = depth_dim.value
+    rest = tuple(indices.shape[1:])
+    shape = rest + tuple(data.shape[b + depth:])
+    requires = []
+    for d in range(b):
+        requires += _require_equal("gather_nd", data.shape[d], rest[d], f"batch dim {d} of data and indices")
+
+    def f(*i):
+        r, t = i[:len(rest)], i[len(rest):]
+        index = list(r[:b])
+        for k in range(depth):
+            index.append(E.index_check(cast(indices[(const(k),) + tuple(r)], INDEX_DTYPE), data.shape[b + k]))
+        return data[tuple(index) + tuple(t)]
+
+    return [compute(shape, f, "gather_nd", requires)]
+
+
+def _slice_axis(dim: PrimExpr, begin, end, stride: int):
+    """Python slice semantics over a te dim: (start, length) of ``slice(begin, end, stride)``."""
+    def clamp_start(v, low, high):
+        if isinstance(v, int) and v < 0:
+            return E.maximum(dim + v, low)
+        return E.minimum(v, high)
+
+    if stride > 0:
+        start = const(0) if begin is None else clamp_start(begin, 0, dim)
+        stop = dim if end is None else clamp_start(end, 0, dim)
+        length = E.maximum(E.floordiv(stop - start + (stride - 1), stride), 0)
+    else:
+        start = dim - 1 if begin is None else clamp_start(begin, -1, dim - 1)
+        stop = const(-1) if end is None else clamp_start(end, -1, dim - 1)
+        length = E.maximum(E.floordiv(start - stop + (-stride - 1), -stride), 0)
+    return start, length
+
+
+@_register("strided_slice")
+def strided_slice(attrs, inputs, out_type):
+    x = inputs[0]
+    ndim = x.ndim
+    strides = attrs.strides or ()
+    axes = tuple(range(max(len(attrs.begin), len(attrs.end), len(strides)))) if attrs.axes is None else \
+        tuple(_norm_axis("strided_slice", a, ndim) for a in attrs.axes)
+    starts, steps, shape = [const(0)] * ndim, [1] * ndim, list(x.shape)
+    for k, axis in enumerate(axes):
+        stride = strides[k] if k < len(strides) else 1
+        begin = attrs.begin[k] if k < len(attrs.begin) else None
+        end = attrs.end[k] if k < len(attrs.end) else None
+        if attrs.slice_mode == "size":
+            stride, size = 1, end
+            begin = 0 if begin is None else begin
+            if size is None or size < 0:
+                end = None
+            elif begin >= 0:
+                end = begin + size
+            else:
+                begin = E.maximum(x.shape[axis] + begin, 0)
+                end = begin + size
+        start, length = _slice_axis(x.shape[axis], begin, end, stride)
+        starts[axis], steps[axis], shape[axis] = start, stride, length
+    return [compute(tuple(shape), lambda *i: x[tuple(s + j * st for s, j, st in zip(starts, i, steps))],
+                    "strided_slice")]
+
+
+def _broadcast_into(op: str, x: Tensor, target: tuple) -> tuple:
+    if x.ndim > len(target):
+        raise TypeInferenceError(f"{op}: cannot broadcast rank {x.ndim} to rank {len(target)}")
+    requires = []
+    offset = len(target) - x.ndim
+    for axis, d in enumerate(x.shape):
+        t = target[axis + offset]
+        if not _same(d, t) and not (isinstance(d, Const) and d.value == 1):
+            requires.append((E.logical_or(eq(d, 1), eq(d, t)), f"{op}: cannot broadcast dim {axis} to the target"))
+    return compute(target, lambda *i: broadcast_read(x, i, target), _name(op), requires)
+
+
+@_register("broadcast_to")
+def broadcast_to(attrs, inputs, out_type):
+    return [_broadcast_into("broadcast_to", inputs[0], tuple(const(d) for d in attrs.shape))]
+
+
+@_register("broadcast_to_like")
+def broadcast_to_like(attrs, inputs, out_type):
+    return [_broadcast_into("broadcast_to_like", inputs[0], inputs[1].shape)]
+
+
+@_register("tile")
+def tile(attrs, inputs, out_type):
+    x = inputs[0]
+    reps = tuple(attrs.reps)
+    ndim = builtins.max(x.ndim, len(reps))
+    dims = (const(1),) * (ndim - x.ndim) + tuple(x.shape)
+    reps = (1,) * (ndim - len(reps)) + reps
+    shape = tuple(d * r for d, r in zip(dims, reps))
+
+    def f(*i):
+        index = [E.floormod(j, d) if r != 1 else j for j, d, r in zip(i, dims, reps)]
+        return x[tuple(index[ndim - x.ndim:])]
+
+    return [compute(shape, f, "tile")]
+
+
+@_register("repeat")
+def repeat(attrs, inputs, out_type):
+    x = inputs[0]
+    axis = _norm_axis("repeat", attrs.axis, x.ndim)
+    shape = tuple(d * attrs.repeats if a == axis else d for a, d in enumerate(x.shape))
+    return [compute(shape, lambda *i: x[tuple(E.floordiv(j, attrs.repeats) if a == axis else j
+                                             for a, j in enumerate(i))], "repeat")]
+
+
+@_register("reverse")
+def reverse(attrs, inputs, out_type):
+    x = inputs[0]
+    axis = _norm_axis("reverse", attrs.axis, x.ndim)
+    return [compute(x.shape, lambda *i: x[tuple(x.shape[a] - 1 - j if a == axis else j for a, j in enumerate(i))],
+                    "reverse")]
+
+
+@_register("one_hot")
+def one_hot(attrs, inputs, out_type):
+    indices, on_value, off_value = inputs
+    dtype = _out_dtype(out_type)
+    axis = attrs.axis % (indices.ndim + 1)
+    shape = tuple(indices.shape[:axis]) + (const(attrs.depth),) + tuple(indices.shape[axis:])
+
+    def f(*i):
+        position = i[axis]
+        hot = eq(cast(indices[tuple(i[:axis]) + tuple(i[axis + 1:])], INDEX_DTYPE), position)
+        return select(hot, cast(on_value[()], dtype), cast(off_value[()], dtype))
+
+    return [compute(shape, f, "one_hot")]
+
+
+@_register("sequence_mask")
+def sequence_mask(attrs, inputs, out_type):
+    data, valid_length = inputs
+    time_axis, batch_axis = (0, 1) if attrs.axis == 0 else (1, 0)
+    masked = const(attrs.mask_value, data.dtype)
+    requires = _require_equal("sequence_mask", data.shape[batch_axis], valid_length.shape[0],
+                              "the batch dim of data and valid_length")
+
+    def f(*i):
+        keep = i[time_axis] < cast(valid_length[i[batch_axis]], INDEX_DTYPE)
+        return select(keep, data[i], masked)
+
+    return [compute(data.shape, f, "sequence_mask", requires)]
+
+
+# ---- nn: matrix products ----------------------------------------------------------------------------
+
+
+def _matmul_value(a_read, b_read, k, out_dtype):
+    return cast(a_read, out_dtype) * cast(b_read, out_dtype)
+
+
+@_register("nn.dense")
+def nn_dense(attrs, inputs, out_type):
+    x, w = inputs
+    dtype = _out_dtype(out_type)
+    k = reduce_axis(x.shape[-1], "k")
+    requires = _require_equal("nn.dense", x.shape[-1], w.shape[1], "the data's last dim and the weight's dim 1")
+    if attrs.units is not None:
+        requires += _require_equal("nn.dense", w.shape[0], const(attrs.units), "units and the weight's dim 0")
+    shape = tuple(x.shape[:-1]) + (w.shape[0],)
+    return [compute(shape, lambda *i: te_sum(_matmul_value(x[tuple(i[:-1]) + (k.var,)], w[i[-1], k.var], k, dtype),
+                                             k), "dense", requires)]
+
+
+@_register("nn.matmul")
+def nn_matmul(attrs, inputs, out_type):
+    a, b = inputs
+    dtype = _out_dtype(out_type)
+    if attrs.transpose_a:
+        kdim, prefix = a.shape[-2], tuple(a.shape[:-2]) + (a.shape[-1],)
+    else:
+        kdim, prefix = a.shape[-1], tuple(a.shape[:-1])
+    k2, n = (b.shape[1], b.shape[0]) if attrs.transpose_b else (b.shape[0], b.shape[1])
+    requires = _require_equal("nn.matmul", kdim, k2, "the reduction dims of tensor_a and tensor_b")
+    k = reduce_axis(kdim, "k")
+
+    def f(*i):
+        head, j = i[:-1], i[-1]
+        a_index = tuple(head[:-1]) + (k.var, head[-1]) if attrs.transpose_a else tuple(head) + (k.var,)
+        b_index = (j, k.var) if attrs.transpose_b else (k.var, j)
+        return te_sum(_matmul_value(a[a_index], b[b_index], k, dtype), k)
+
+    return [compute(prefix + (n,), f, "matmul", requires)]
+
+
+@_register("nn.batch_matmul")
+def nn_batch_matmul(attrs, inputs, out_type):
+    x, y = inputs
+    dtype = _out_dtype(out_type)
+    bx, m, k1 = (x.shape[0], x.shape[2], x.shape[1]) if attrs.transpose_a else tuple(x.shape)
+    by, n, k2 = tuple(y.shape) if attrs.transpose_b else (y.shape[0], y.shape[2], y.shape[1])
+    (batch,), requires = broadcast_shape("nn.batch_matmul", (bx,), (by,))
+    requires += _require_equal("nn.batch_matmul", k1, k2, "the reduction dims of x and y")
+    k = reduce_axis(k1, "k")
+
+    def f(bi, i, j):
+        xb = broadcast_read_dim(x.shape[0], bi, batch)
+        yb = broadcast_read_dim(y.shape[0], bi, batch)
+        xv = x[xb, k.var, i] if attrs.transpose_a else x[xb, i, k.var]
+        yv = y[yb, j, k.var] if attrs.transpose_b else y[yb, k.var, j]
+        return te_sum(_matmul_value(xv, yv, k, dtype), k)
+
+    return [compute((batch, m, n), f, "batch_matmul", requires)]
+
+
+def broadcast_read_dim(dim, index, out_dim):
+    if isinstance(dim, Const) and dim.value == 1:
+        return const(0)
+    if isinstance(dim, Const) or _same(dim, out_dim):
+        return index
+    return select(eq(dim, 1), 0, index)
+
+
+# ---- nn: per-channel and normalization -------------------------------------------------------------
+
+
+def _along(vec: Tensor, axis: int):
+    return lambda i: vec[i[axis]]
+
+
+@_register("nn.bias_add")
+def nn_bias_add(attrs, inputs, out_type):
+    x, b = inputs
+    axis = _norm_axis("nn.bias_add", attrs.axis, x.ndim)
+    requires = _require_equal("nn.bias_add", x.shape[axis], b.shape[0], "the data's channel dim and the bias")
+    return [compute(x.shape, lambda *i: x[i] + b[i[axis]], "bias_add", requires)]
+
+
+@_register("nn.prelu")
+def nn_prelu(attrs, inputs, out_type):
+    x, alpha = inputs
+    axis = _norm_axis("nn.prelu", attrs.axis, x.ndim)
+    requires = _require_equal("nn.prelu", x.shape[axis], alpha.shape[0], "the data's channel dim and alpha")
+    return [compute(x.shape, lambda *i: select(x[i] > 0, x[i], x[i] * alpha[i[axis]]), "prelu", requires)]
+
+
+def _softmax(attrs, x: Tensor, log: bool):
+    axis = _norm_axis("nn.softmax", attrs.axis, x.ndim)
+    acc = _acc_float(x.dtype)
+    kept = tuple(d for a, d in enumerate(x.shape) if a != axis)
+
+    def kept_of(i):
+        return tuple(j for a, j in enumerate(i) if a != axis)
+
+    def full(kept_index, r):
+        index = list(kept_index)
+        index.insert(axis, r)
+        return tuple(index)
+
+    r1 = reduce_axis(x.shape[axis], "r")
+    peak = compute(kept, lambda *i: te_max(cast(x[full(i, r1.var)], acc), r1), "softmax_max")
+    shifted = compute(x.shape, lambda *i: cast(x[i], acc) - peak[kept_of(i)], "softmax_shift")
+    exps = compute(x.shape, lambda *i: M.exp(shifted[i]), "softmax_exp")
+    r2 = reduce_axis(x.shape[axis], "s")
+    total = compute(kept, lambda *i: te_sum(exps[full(i, r2.var)], r2), "softmax_sum")
+    if log:
+        return compute(x.shape, lambda *i: cast(shifted[i] - M.log(total[kept_of(i)]), x.dtype), "log_softmax")
+    return compute(x.shape, lambda *i: cast(exps[i] / total[kept_of(i)], x.dtype), "softmax")
+
+
+@_register("nn.softmax")
+def nn_softmax(attrs, inputs, out_type):
+    return [_softmax(attrs, inputs[0], log=False)]
+
+
+@_register("nn.log_softmax")
+def nn_log_softmax(attrs, inputs, out_type):
+    return [_softmax(attrs, inputs[0], log=True)]
+
+
+def _normalized(op: str, x: Tensor, axes: tuple, epsilon: float, prefix: str):
+    """(x - mean) / sqrt(var + epsilon) over ``axes``, in the float accumulation dtype (a compute)."""
+    acc = _acc_float(x.dtype)
+    kept = tuple(d for a, d in enumerate(x.shape) if a not in axes)
+    count = cast(_prod(x.shape[a] for a in axes), acc)
+
+    def kept_of(i):
+        return tuple(j for a, j in enumerate(i) if a not in axes)
+
+    def full(kept_index, raxes):
+        it, rit = iter(kept_index), iter(raxes)
+        return tuple(next(rit).var if a in axes else next(it) for a in range(x.ndim))
+
+    r1 = [reduce_axis(x.shape[a], f"r{a}") for a in axes]
+    total = compute(kept, lambda *i: te_sum(cast(x[full(i, r1)], acc), r1), f"{prefix}_sum")
+    mean_ = compute(kept, lambda *i: total[i] / count, f"{prefix}_mean")
+    r2 = [reduce_axis(x.shape[a], f"v{a}") for a in axes]
+
+    def squares(*i):
+        d = cast(x[full(i, r2)], acc) - mean_[i]
+        return te_sum(d * d, r2)
+
+    sq = compute(kept, squares, f"{prefix}_sq")
+    denom = compute(kept, lambda *i: M.sqrt(sq[i] / count + const(epsilon, acc)), f"{prefix}_denom")
+    return compute(x.shape, lambda *i: (cast(x[i], acc) - mean_[kept_of(i)]) / denom[kept_of(i)], f"{prefix}_norm")
+
+
+def _scale_shift(y: Tensor, attrs, axis: int, gamma: Tensor | None, beta: Tensor | None, dtype: str, name: str):
+    def f(*i):
+        v = y[i]
+        if attrs.scale and gamma is not None:
+            v = v * cast(gamma[i[axis]], v.dtype)
+        if attrs.center and beta is not None:
+            v = v + cast(beta[i[axis]], v.dtype)
+        return cast(v, dtype)
+
+    return compute(y.shape, f, name)
+
+
+def _channel_requires(op: str, x: Tensor, axis: int, vectors) -> list:
+    requires = []
+    for vec in vectors:
+        requires += _require_equal(op, x.shape[axis], vec.shape[0], "the channel dim and a per-channel vector")
+    return requires
+
+
+@_register("nn.layer_norm")
+def nn_layer_norm(attrs, inputs, out_type):
+    x, gamma, beta = inputs
+    axis = _norm_axis("nn.layer_norm", attrs.axis, x.ndim)
+    y = _normalized("nn.layer_norm", x, (axis,), attrs.epsilon, "ln")
+    out = _scale_shift(y, attrs, axis, gamma, beta, x.dtype, "layer_norm")
+    return [_with_requires(out, _channel_requires("nn.layer_norm", x, axis, (gamma, beta)))]
+
+
+@_register("nn.instance_norm")
+def nn_instance_norm(attrs, inputs, out_type):
+    x, gamma, beta = inputs
+    axis = _norm_axis("nn.instance_norm", attrs.axis, x.ndim)
+    axes = tuple(a for a in range(1, x.ndim) if a != axis)
+    y = _normalized("nn.instance_norm", x, axes, attrs.epsilon, "in")
+    out = _scale_shift(y, attrs, axis, gamma, beta, x.dtype, "instance_norm")
+    return [_with_requires(out, _channel_requires("nn.instance_norm", x, axis, (gamma, beta)))]
+
+
+@_register("nn.rms_norm")
+def nn_rms_norm(attrs, inputs, out_type):
+    x, gamma = inputs
+    axis = _norm_axis("nn.rms_norm", attrs.axis, x.ndim)
+    acc = _acc_float(x.dtype)
+    kept = tuple(d for a, d in enumerate(x.shape) if a != axis)
+    r = reduce_axis(x.shape[axis], "r")
+
+    def full(i, rv):
+        index = list(i)
+        index.insert(axis, rv)
+        return tuple(index)
+
+    sq = compute(kept, lambda *i: te_sum(cast(x[full(i, r.var)], acc) * cast(x[full(i, r.var)], acc), r), "rms_sq")
+    count = cast(x.shape[axis], acc)
+    denom = compute(kept, lambda *i: M.sqrt(sq[i] / count + const(attrs.epsilon, acc)), "rms_denom")
+    requires = _channel_requires("nn.rms_norm", x, axis, (gamma,))
+
+    def f(*i):
+        kept_index = tuple(j for a, j in enumerate(i) if a != axis)
+        return cast(cast(x[i], acc) / denom[kept_index] * cast(gamma[i[axis]], acc), x.dtype)
+
+    return [compute(x.shape, f, "rms_norm", requires)]
+
+
+@_register("nn.batch_norm")
+def nn_batch_norm(attrs, inputs, out_type):
+    x, gamma, beta, mean_, var_ = inputs
+    axis = _norm_axis("nn.batch_norm", attrs.axis, x.ndim)
+    acc = _acc_float(x.dtype)
+    requires = _channel_requires("nn.batch_norm", x, axis, (gamma, beta, mean_, var_))
+
+    def f(*i):
+        c = i[axis]
+        v = (cast(x[i], acc) - cast(mean_[c], acc)) / M.sqrt(cast(var_[c], acc) + const(attrs.epsilon, acc))
+        if attrs.scale:
+            v = v * cast(gamma[c], acc)
+        if attrs.center:
+            v = v + cast(beta[c], acc)
+        return cast(v, x.dtype)
+
+    out = compute(x.shape, f, "batch_norm", requires)
+    mean_copy = compute(mean_.shape, lambda c: mean_[c], "batch_norm_mean")
+    var_copy = compute(var_.shape, lambda c: var_[c], "batch_norm_var")
+    return [out, mean_copy, var_copy]
+
+
+def _with_requires(t: Tensor, requires: list) -> Tensor:
+    if not requires:
+        return t
+    return compute(t.shape, lambda *i: t[i], t.name, requires)
+
+
+# ---- nn: convolution, pooling, padding ------------------------------------------------------------
+
+
+def _layout_reader(t: Tensor, layout: str, canonical: str):
+    """(dims by canonical letter, read(index by canonical letter))."""
+    dims = {c: t.shape[layout.index(c)] for c in canonical}
+
+    def read(**index):
+        return t[tuple(index[c] for c in layout)]
+
+    return dims, read
+
+
+def _layout_compute(shape_by_letter: dict, layout: str, fn, name: str, requires=()):
+    shape = tuple(shape_by_letter[c] for c in layout)
+    return compute(shape, lambda *i: fn(**dict(zip(layout, i))), name, requires)
+
+
+def _window_extent(dim, kernel: int, pad_total: int, stride: int, dilation: int, ceil_mode: bool):
+    extent = dilation * (kernel - 1) + 1
+    room = dim + pad_total - extent
+    return E.floordiv(room + (stride - 1 if ceil_mode else 0), stride) + 1, room
+
+
+def _padded(x: Tensor, layout: str, top: int, left: int, bottom: int, right: int, name: str):
+    """``x`` with zero padding around H and W (a compute of its own, so the code generator can
+    materialize it instead of testing the border inside the convolution's innermost loop)."""
+    if not (top or left or bottom or right):
+        return x
+    h_axis, w_axis = layout.index("H"), layout.index("W")
+    height, width = x.shape[h_axis], x.shape[w_axis]
+    shape = tuple(d + (top + bottom if a == h_axis else left + right if a == w_axis else 0)
+                  for a, d in enumerate(x.shape))
+
+    def f(*i):
+        y, z = i[h_axis] - top, i[w_axis] - left
+        index = tuple(y if a == h_axis else z if a == w_axis else j for a, j in enumerate(i))
+        return select(E.all_of(y >= 0, y < height, z >= 0, z < width), x[index], const(0, x.dtype))
+
+    return compute(shape, f, name)
+
+
+@_register("nn.conv2d")
+def nn_conv2d(attrs, inputs, out_type):
+    x, w = inputs
+    dtype = _out_dtype(out_type)
+    xd, _ = _layout_reader(x, attrs.data_layout, "NCHW")
+    wd, w_read = _layout_reader(w, attrs.kernel_layout, "OIHW")
+    g = attrs.groups
+    pt, pl, pb, pr = attrs.padding
+    (sh, sw), (dh, dw) = attrs.strides, attrs.dilation
+    oh, room_h = _window_extent(xd["H"], _static(wd["H"], "kernel height"), pt + pb, sh, dh, False)
+    ow, room_w = _window_extent(xd["W"], _static(wd["W"], "kernel width"), pl + pr, sw, dw, False)
+    requires = _require_equal("nn.conv2d", xd["C"], wd["I"] * g, "the data's channels and weight in-channels x groups")
+    requires += [(room_h >= 0, "nn.conv2d: the kernel is taller than the padded input"),
+                 (room_w >= 0, "nn.conv2d: the kernel is wider than the padded input")]
+    _, x_read = _layout_reader(_padded(x, attrs.data_layout, pt, pl, pb, pr, "conv2d_pad"), attrs.data_layout,
+                               "NCHW")
+    out_per_group = E.floordiv(wd["O"], g)
+    ci = reduce_axis(wd["I"], "ci")
+    kh = reduce_axis(wd["H"], "kh")
+    kw = reduce_axis(wd["W"], "kw")
+
+    def f(N, C, H, W):
+        channel = E.floordiv(C, out_per_group) * wd["I"] + ci.var if g > 1 else ci.var
+        value = cast(x_read(N=N, C=channel, H=H * sh + kh.var * dh, W=W * sw + kw.var * dw), dtype)
+        return te_sum(value * cast(w_read(O=C, I=ci.var, H=kh.var, W=kw.var), dtype), [ci, kh, kw])
+
+    out_layout = attrs.out_layout or attrs.data_layout
+    shape = {"N": xd["N"], "C": wd["O"], "H": oh, "W": ow}
+    return [_layout_compute(shape, out_layout, f, "conv2d", requires)]
+
+
+def _static(d, what: str) -> int:
+    if not isinstance(d, Const):
+        raise UnsupportedError(f"codegen: the {what} must be static, got {d!r}")
+    return d.value
+
+
+@_register("nn.conv2d_transpose")
+def nn_conv2d_transpose(attrs, inputs, out_type):
+    x, w = inputs
+    dtype = _out_dtype(out_type)
+    xd, x_read = _layout_reader(x, attrs.data_layout, "NCHW")
+    wd, w_read = _layout_reader(w, attrs.kernel_layout, "IOHW")
+    g = attrs.groups
+    pt, pl, pb, pr = attrs.padding
+    (sh, sw), (dh, dw) = attrs.strides, attrs.dilation
+    khs, kws = _static(wd["H"], "kernel height"), _static(wd["W"], "kernel width")
+    oh = (xd["H"] - 1) * sh - (pt + pb) + dh * (khs - 1) + attrs.output_padding[0] + 1
+    ow = (xd["W"] - 1) * sw - (pl + pr) + dw * (kws - 1) + attrs.output_padding[1] + 1
+    in_per_group = E.floordiv(xd["C"], g)
+    requires = _require_equal("nn.conv2d_transpose", xd["C"], wd["I"], "the data's and the weight's in-channels")
+    ci = reduce_axis(in_per_group, "ci")
+    kh, kw = reduce_axis(khs, "kh"), reduce_axis(kws, "kw")
+    height, width = xd["H"], xd["W"]
+
+    def f(N, C, H, W):
+        group = E.floordiv(C, wd["O"]) if g > 1 else const(0)
+        channel = group * in_per_group + ci.var
+        ty = H + pt - kh.var * dh
+        tz = W + pl - kw.var * dw
+        y, z = E.floordiv(ty, sh), E.floordiv(tz, sw)
+        hit = E.all_of(ty >= 0, tz >= 0, eq(E.floormod(ty, sh), 0), eq(E.floormod(tz, sw), 0), y < height, z < width)
+        value = cast(x_read(N=N, C=channel, H=y, W=z), dtype) * cast(
+            w_read(I=channel, O=E.floormod(C, wd["O"]) if g > 1 else C, H=kh.var, W=kw.var), dtype)
+        return te_sum(value, [ci, kh, kw], where=hit)
+
+    out_layout = attrs.out_layout or attrs.data_layout
+    shape = {"N": xd["N"], "C": wd["O"] * g, "H": oh, "W": ow}
+    return [_layout_compute(shape, out_layout, f, "conv2d_transpose", requires)]
+
+
+def _pool(attrs, x: Tensor, kind: str):
+    xd, x_read = _layout_reader(x, attrs.layout, "NCHW")
+    pt, pl, pb, pr = attrs.padding
+    (kh_, kw_), (sh, sw), (dh, dw) = attrs.pool_size, attrs.strides, attrs.dilation
+    oh, room_h = _window_extent(xd["H"], kh_, pt + pb, sh, dh, attrs.ceil_mode)
+    ow, room_w = _window_extent(xd["W"], kw_, pl + pr, sw, dw, attrs.ceil_mode)
+    requires = [(room_h >= 0, "pool: the window is taller than the padded input"),
+                (room_w >= 0, "pool: the window is wider than the padded input")]
+    kh, kw = reduce_axis(kh_, "kh"), reduce_axis(kw_, "kw")
+    height, width = xd["H"], xd["W"]
+    out_layout = attrs.out_layout or attrs.layout
+    shape = {"N": xd["N"], "C": xd["C"], "H": oh, "W": ow}
+
+    def position(H, W):
+        y, z = H * sh + kh.var * dh - pt, W * sw + kw.var * dw - pl
+        return y, z, E.all_of(y >= 0, y < height, z >= 0, z < width)
+
+    if kind == "max":
+        def f(N, C, H, W):
+            y, z, inside = position(H, W)
+            return te_max(x_read(N=N, C=C, H=y, W=z), [kh, kw], where=inside)
+
+        return _layout_compute(shape, out_layout, f, "max_pool2d", requires)
+    acc = _acc_float(x.dtype) if dtype_kind(x.dtype) == "f" else "float64"
+
+    def total_fn(N, C, H, W):
+        y, z, inside = position(H, W)
+        return te_sum(cast(x_read(N=N, C=C, H=y, W=z), acc), [kh, kw], where=inside)
+
+    kh2, kw2 = reduce_axis(kh_, "ch"), reduce_axis(kw_, "cw")
+
+    def count_fn(N, C, H, W):
+        y, z = H * sh + kh2.var * dh - pt, W * sw + kw2.var * dw - pl
+        if attrs.count_include_pad:
+            counted = E.all_of(y < height + pb, z < width + pr)
+        else:
+            counted = E.all_of(y >= 0, y < height, z >= 0, z < width)
+        return te_sum(select(counted, const(1.0, acc), const(0.0, acc)), [kh2, kw2])
+
+    total = _layout_compute(shape, out_layout, total_fn, "avg_pool2d_sum", requires)
+    count = _layout_compute(shape, out_layout, count_fn, "avg_pool2d_count")
+    return compute(total.shape, lambda *i: cast(total[i] / E.maximum(count[i], const(1.0, acc)), x.dtype),
+                   "avg_pool2d")
+
+
+@_register("nn.max_pool2d")
+def nn_max_pool2d(attrs, inputs, out_type):
+    return [_pool(attrs, inputs[0], "max")]
+
+
+@_register("nn.avg_pool2d")
+def nn_avg_pool2d(attrs, inputs, out_type):
+    return [_pool(attrs, inputs[0], "avg")]
+
+
+def _global_pool(attrs, x: Tensor, kind: str):
+    xd, x_read = _layout_reader(x, attrs.layout, "NCHW")
+    kh, kw = reduce_axis(xd["H"], "kh"), reduce_axis(xd["W"], "kw")
+    out_layout = attrs.out_layout or attrs.layout
+    shape = {"N": xd["N"], "C": xd["C"], "H": const(1), "W": const(1)}
+    if kind == "max":
+        return _layout_compute(shape, out_layout, lambda N, C, H, W: te_max(x_read(N=N, C=C, H=kh.var, W=kw.var),
+                                                                            [kh, kw]), "global_max_pool2d")
+    acc = _acc_float(x.dtype) if dtype_kind(x.dtype) == "f" else "float64"
+    total = _layout_compute(shape, out_layout, lambda N, C, H, W: te_sum(cast(x_read(N=N, C=C, H=kh.var, W=kw.var),
+                                                                                acc), [kh, kw]), "global_pool_sum")
+    count = E.maximum(cast(xd["H"] * xd["W"], acc), const(1.0, acc))
+    return compute(total.shape, lambda *i: cast(total[i] / count, x.dtype), "global_avg_pool2d")
+
+
+@_register("nn.global_max_pool2d")
+def nn_global_max_pool2d(attrs, inputs, out_type):
+    return [_global_pool(attrs, inputs[0], "max")]
+
+
+@_register("nn.global_avg_pool2d")
+def nn_global_avg_pool2d(attrs, inputs, out_type):
+    return [_global_pool(attrs, inputs[0], "avg")]
+
+
+def _adaptive_window(size, out, i):
+    """Window ``i`` of ``out`` over ``size``: [floor(i*size/out), ceil((i+1)*size/out))."""
+    start = E.floordiv(i * size, out)
+    end = E.floordiv((i + 1) * size + out - 1, out)
+    return start, end
+
+
+def _adaptive_span(size, out) -> PrimExpr:
+    """The longest window: exact when both are static, else the whole dim."""
+    if isinstance(size, Const) and isinstance(out, Const) and out.value > 0:
+        s, o = size.value, out.value
+        return const(builtins.max(0, *[-(-(k + 1) * s // o) - (k * s // o) for k in range(o)]) if o else 0)
+    return size
+
+
+def _adaptive_pool(attrs, x: Tensor, kind: str):
+    xd, x_read = _layout_reader(x, attrs.layout, "NCHW")
+    if attrs.output_size is None:
+        oh, ow = xd["H"], xd["W"]
+    else:
+        oh, ow = const(attrs.output_size[0]), const(attrs.output_size[1])
+    out_layout = attrs.out_layout or attrs.layout
+    shape = {"N": xd["N"], "C": xd["C"], "H": oh, "W": ow}
+    rh, rw = reduce_axis(_adaptive_span(xd["H"], oh), "rh"), reduce_axis(_adaptive_span(xd["W"], ow), "rw")
+
+    def window(H, W):
+        hs, he = _adaptive_window(xd["H"], oh, H)
+        ws, we = _adaptive_window(xd["W"], ow, W)
+        y, z = hs + rh.var, ws + rw.var
+        return y, z, E.all_of(y < he, z < we), (he - hs) * (we - ws)
+
+    if kind == "max":
+        def f(N, C, H, W):
+            y, z, inside, _ = window(H, W)
+            return te_max(x_read(N=N, C=C, H=y, W=z), [rh, rw], where=inside)
+
+        return _layout_compute(shape, out_layout, f, "adaptive_max_pool2d")
+    acc = _acc_float(x.dtype) if dtype_kind(x.dtype) == "f" else "float64"
+
+    def total_fn(N, C, H, W):
+        y, z, inside, _ = window(H, W)
+        return te_sum(cast(x_read(N=N, C=C, H=y, W=z), acc), [rh, rw], where=inside)
+
+    total = _layout_compute(shape, out_layout, total_fn, "adaptive_pool_sum")
+
+    def finish(*i):
+        letters = dict(zip(out_layout, i))
+        _, _, _, count = window(letters["H"], letters["W"])
+        return cast(total[i] / E.maximum(cast(count, acc), const(1.0, acc)), x.dtype)
+
+    return compute(total.shape, finish, "adaptive_avg_pool2d")
+
+
+@_register("nn.adaptive_max_pool2d")
+def nn_adaptive_max_pool2d(attrs, inputs, out_type):
+    return [_adaptive_pool(attrs, inputs[0], "max")]
+
+
+@_register("nn.adaptive_avg_pool2d")
+def nn_adaptive_avg_pool2d(attrs, inputs, out_type):
+    return [_adaptive_pool(attrs, inputs[0], "avg")]
+
+
+@_register("nn.pad")
+def nn_pad(attrs, inputs, out_type):
+    x = inputs[0]
+    fill = cast(inputs[1][()], x.dtype) if len(inputs) > 1 else const(0, x.dtype)
+    widths = attrs.pad_width
+    if len(widths) != x.ndim:
+        raise TypeInferenceError(f"nn.pad: pad_width has {len(widths)} pairs for rank {x.ndim}")
+    shape = tuple(d + before + after for d, (before, after) in zip(x.shape, widths))
+    requires = []
+    mode = attrs.pad_mode
+    for axis, (d, (before, after)) in enumerate(zip(x.shape, widths)):
+        if mode == "reflect" and (before or after):
+            requires.append((d > builtins.max(before, after), f"nn.pad: reflect padding of dim {axis} must be "
+                                                              f"smaller than the dim"))
+        if mode == "edge" and (before or after):
+            requires.append((d > 0, f"nn.pad: edge padding of the empty dim {axis}"))
+
+    def f(*i):
+        index, inside = [], []
+        for j, d, (before, _) in zip(i, x.shape, widths):
+            k = j - before
+            if mode == "constant":
+                inside += [k >= 0, k < d] if before or _ else []
+                index.append(k)
+            elif mode == "edge":
+                index.append(E.minimum(E.maximum(k, 0), d - 1))
+            else:  # reflect without repeating the edge
+                k = select(k < 0, -k, k)
+                index.append(select(k >= d, 2 * (d - 1) - k, k))
+        value = x[tuple(index)]
+        return select(E.all_of(*inside), value, fill) if inside else value
+
+    return [compute(shape, f, "pad", requires)]
+
+
+@_register("nn.depth_to_space")
+def nn_depth_to_space(attrs, inputs, out_type):
+    x = inputs[0]
+    xd, x_read = _layout_reader(x, attrs.layout, "NCHW")
+    b = attrs.block_size
+    channels = E.floordiv(xd["C"], b * b)
+    requires = [(eq(E.floormod(xd["C"], b * b), 0), "nn.depth_to_space: channels must be divisible by block^2")]
+
+    def f(N, C, H, W):
+        b1, b2 = E.floormod(H, b), E.floormod(W, b)
+        if attrs.mode == "DCR":
+            channel = (b1 * b + b2) * channels + C
+        else:
+            channel = C * (b * b) + b1 * b + b2
+        return x_read(N=N, C=channel, H=E.floordiv(H, b), W=E.floordiv(W, b))
+
+    shape = {"N": xd["N"], "C": channels, "H": xd["H"] * b, "W": xd["W"] * b}
+    return [_layout_compute(shape, attrs.layout, f, "depth_to_space", requires)]
+
+
+@_register("nn.space_to_depth")
+def nn_space_to_depth(attrs, inputs, out_type):
+    x = inputs[0]
+    xd, x_read = _layout_reader(x, attrs.layout, "NCHW")
+    b = attrs.block_size
+    c = xd["C"]
+    requires = [(eq(E.floormod(xd["H"], b), 0), "nn.space_to_depth: height must be divisible by the block"),
+                (eq(E.floormod(xd["W"], b), 0), "nn.space_to_depth: width must be divisible by the block")]
+
+    def f(N, C, H, W):
+        block = E.floordiv(C, c)
+        return x_read(N=N, C=E.floormod(C, c), H=H * b + E.floordiv(block, b), W=W * b + E.floormod(block, b))
+
+    shape = {"N": xd["N"], "C": c * (b * b), "H": E.floordiv(xd["H"], b), "W": E.floordiv(xd["W"], b)}
+    return [_layout_compute(shape, attrs.layout, f, "space_to_depth", requires)]
+
+
+# ---- registration ---------------------------------------------------------------------------------
+
+
+def _attach():
+    for name, fn in COMPUTES.items():
+        if is_registered(name):
+            get_op(name).compute = fn
+
+
+_attach()

@@ -1,0 +1,132 @@
+"""Building shared libraries: the on-disk cache, compiler errors, parallel translation units, threads."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from tensorvm import te
+from tensorvm.codegen import build
+from tensorvm.codegen.build import CompilerError, build_library, build_stats, find_toolchain, set_num_threads
+from tensorvm.codegen.lower import lower
+from tensorvm.codegen.module import build_module
+from tensorvm.errors import ExecutionError, ShapeError, UnsupportedError
+
+
+def _scale_kernel(name: str, factor: float):
+    n = te.var("n")
+    x = te.placeholder((n,), "float32", "x")
+    return lower(name, [x], [te.compute((n,), lambda i: x[i] * factor + 1.0, "y")])
+
+
+@pytest.fixture
+def fresh_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("TENSORVM_CACHE_DIR", str(tmp_path))
+    return tmp_path
+
+
+def test_second_build_is_a_cache_hit(fresh_cache):
+    before = build_stats()["cache_hits"]
+    first = build_module([_scale_kernel("scale_a", 3.0)])
+    assert not first.build_info.cached and first.build_info.compile_seconds > 0
+    assert first.build_info.path.startswith(str(fresh_cache))
+    second = build_module([_scale_kernel("scale_a", 3.0)])
+    assert second.build_info.cached and second.build_info.compile_seconds == 0
+    assert second.build_info.path == first.build_info.path
+    assert build_stats()["cache_hits"] == before + 1
+    out = np.empty(3, "float32")
+    second["scale_a"](np.array([1, 2, 3], "float32"), out)
+    np.testing.assert_array_equal(out, [4, 7, 10])
+
+
+def test_a_different_source_is_a_different_library(fresh_cache):
+    a = build_module([_scale_kernel("scale_b", 2.0)])
+    b = build_module([_scale_kernel("scale_b", 5.0)])
+    assert a.build_info.path != b.build_info.path
+
+
+def test_parallel_translation_units_link_into_one_library(fresh_cache):
+    funcs = [_scale_kernel(f"unit_{k}", float(k)) for k in range(4)]
+    module = build_module(funcs, jobs=2)
+    assert not module.build_info.cached and len(list(fresh_cache.glob("*.so"))) == 1
+    for k in range(4):
+        out = np.empty(2, "float32")
+        module[f"unit_{k}"](np.array([1, 2], "float32"), out)
+        np.testing.assert_array_equal(out, [k + 1, 2 * k + 1])
+
+
+def test_missing_compiler_suggests_target_python(monkeypatch, fresh_cache):
+    monkeypatch.setenv("TENSORVM_CC", "/nonexistent/tensorvm-cc")
+    build.reset_toolchain()
+    try:
+        with pytest.raises(CompilerError, match='no C compiler found.*target="python"'):
+            build_library("int tv_probe(void) { return 0; }\n")
+        assert issubclass(CompilerError, UnsupportedError)
+    finally:
+        monkeypatch.delenv("TENSORVM_CC")
+        build.reset_toolchain()
+
+
+def test_failing_compiler_shows_its_output(fresh_cache):
+    with pytest.raises(CompilerError, match=r'(?s)target="python".*error'):
+        build_library("this is not C;\n")
+
+
+def test_toolchain_flags():
+    toolchain = find_toolchain()
+    assert {"-O3", "-fPIC", "-fwrapv"} <= set(toolchain.flags)
+    assert ("-fopenmp" in toolchain.flags) == toolchain.openmp
+
+
+def test_thread_count_does_not_change_results():
+    funcs = [_scale_kernel("threads_k", 2.0)]
+    module = build_module(funcs)
+    x = np.arange(100_000, dtype="float32")
+    results = []
+    for threads in (1, None):
+        set_num_threads(threads)
+        out = np.empty_like(x)
+        module["threads_k"](x, out)
+        results.append(out)
+    np.testing.assert_array_equal(results[0], results[1])
+    np.testing.assert_array_equal(results[0], x * 2 + 1)
+    with pytest.raises(ValueError, match="positive"):
+        set_num_threads(0)
+
+
+def test_duplicate_kernel_names_are_rejected():
+    with pytest.raises(ValueError, match="unique"):
+        build_module([_scale_kernel("same", 1.0), _scale_kernel("same", 2.0)])
+
+
+def test_without_python_headers_kernels_are_called_through_ctypes(fresh_cache):
+    plain = dataclasses.replace(find_toolchain(), python_include="")
+    module = build_module([_scale_kernel("ctypes_path", 2.0)], toolchain=plain)
+    kernel = module["ctypes_path"]
+    assert kernel.entry == kernel._call_through_ctypes
+    out = np.empty(3, "float32")
+    kernel(np.array([1, 2, 3], "float32"), out)
+    np.testing.assert_array_equal(out, [3, 5, 7])
+    with pytest.raises(ExecutionError, match="dtype float32"):
+        kernel(np.zeros(3, "float64"), out)
+
+
+def test_rejected_calls_are_explained(fresh_cache):
+    kernel = build_module([_scale_kernel("explained", 2.0)])["explained"]
+    assert kernel.entry != kernel._call_through_ctypes  # the C wrapper (Python headers are here)
+    with pytest.raises(ExecutionError, match="C-contiguous"):
+        kernel(np.zeros((3, 2), "float32")[:, 0], np.empty(3, "float32"))
+    with pytest.raises(ShapeError, match="rank 1"):
+        kernel(np.zeros((3, 1), "float32"), np.empty(3, "float32"))
+    with pytest.raises(ShapeError, match="out0 dim 0"):
+        kernel(np.zeros(3, "float32"), np.empty(4, "float32"))
+
+
+def test_unusable_cache_directory(tmp_path, monkeypatch):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    monkeypatch.setenv("TENSORVM_CACHE_DIR", str(blocker / "cache"))
+    with pytest.raises(CompilerError, match="TENSORVM_CACHE_DIR"):
+        build_library("int tv_probe(void) { return 0; }\n")
