@@ -1,4 +1,5 @@
-"""``make demo``: parse the seeds' dynamic programs, type-check and print them, run them.
+"""``make demo``: parse the seeds' dynamic programs, type-check and print them, run them on the
+interpreter and the VM; then the ONNX flow on an exported model with a dynamic axis.
 
 Run with ``python -m tensorvm.demo``.
 """
@@ -64,6 +65,14 @@ def main() -> None:
         vm = tv.vm.VirtualMachine(exe)
         print("main(3x2, 1x2) =", vm["main"](x, y).numpy().tolist())
         print("sum_up(100)    =", vm["sum_up"](np.int32(100)).numpy())
+
+    try:
+        from . import demo_onnx
+    except ImportError as err:  # onnx is not installed: the IR demo above still stands
+        print(f"\n(ONNX demo skipped: {err})")
+        return
+    _section("ONNX: export with a dynamic axis, import, compile, save, load, run at two lengths")
+    demo_onnx.run()
 
 
 def _has_vm() -> bool:

@@ -1,0 +1,259 @@
+"""Converters of ONNX control flow: ``If`` becomes an ``if``; ``Loop`` and ``Scan`` become recursive
+global functions, so a loop whose trip count is only known at run time runs on the VM (where a
+call in tail position reuses its frame).
+
+The function made for a ``Loop`` takes the iteration number, the trip limit, the condition, the
+loop-carried values, one accumulator per scan output and every outer value the body reads::
+
+    def @loop(%i, %limit, %cond, %v..., %acc..., %captured...) {
+      if (%i < %limit && %cond) {
+        <body>;  @loop(%i + 1, %limit, %cond_out, %v_out..., append(%acc, %elem)..., %captured...)
+      } else { (%v..., %acc...) }
+    }
+
+A scan output grows by one slice per iteration (``concatenate``; the first slice starts it).
+Loop-carried values whose shape changes between iterations get ``Any`` dims: the body is converted
+once with the initial types and again with the differing dims generalized.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import TypeInferenceError, UnsupportedError
+from ..ir.expr import Call, Function, Let, Var
+from ..ir.types import Any, TensorType, TupleType
+from .onnx_context import converter, generalize, join_types
+
+INT64_MAX = np.iinfo(np.int64).max
+
+
+def _scalar_bool(ctx, cond):
+    cond = ctx.cast(cond, "bool")
+    return cond if ctx.ndim(cond) == 0 else ctx.call("reshape", cond, newshape=())
+
+
+def _single(ctx, outputs):
+    return outputs[0] if len(outputs) == 1 else ctx.tuple(outputs)
+
+
+@converter("If", 1)
+def if_1(ctx, cond, *, then_branch, else_branch):
+    condition = _scalar_bool(ctx, cond)
+    known = ctx.value(condition)
+    importer, scope = ctx.importer, ctx.scope
+    if known is not None:  # a constant condition: only the taken branch exists
+        taken = then_branch if bool(known) else else_branch
+        outs = importer.import_branch(taken, scope)
+        return outs if len(outs) > 1 else outs[0]
+    then_outs = importer.import_branch(then_branch, scope)
+    else_outs = importer.import_branch(else_branch, scope)
+    if len(then_outs) != len(else_outs):
+        raise TypeInferenceError(f"If: the branches have {len(then_outs)} and {len(else_outs)} outputs")
+    for t, e in zip(then_outs, else_outs, strict=True):
+        tt, et = ctx.type_of(t), ctx.type_of(e)
+        if not isinstance(tt, TensorType) or not isinstance(et, TensorType):
+            raise UnsupportedError("If: only tensor outputs are supported (not sequences or optionals)")
+        if tt.ndim != et.ndim or tt.dtype != et.dtype:
+            raise UnsupportedError(f"If: the branches produce {tt!r} and {et!r}; tensorvm needs one rank and dtype")
+    node = ctx.if_(condition, _single(ctx, then_outs), _single(ctx, else_outs))
+    if len(then_outs) == 1:
+        return node
+    return [ctx.get_item(node, i) for i in range(len(then_outs))]
+
+
+def _declared_rank(value_info):
+    tt = value_info.type.tensor_type if value_info.type.HasField("tensor_type") else None
+    if tt is None or not tt.HasField("shape"):
+        return None
+    return len(tt.shape.dim)
+
+
+def _as_declared(ctx, value, value_info):
+    """A scalar as the body declares it (some exporters use shape [1] for the counter and condition)."""
+    if _declared_rank(value_info) == 1 and ctx.ndim(value) == 0:
+        return ctx.call("expand_dims", value, axis=0)
+    return value
+
+
+def _widen(declared, produced):
+    """``declared`` with every dim that ``produced`` does not match turned into ``Any``."""
+    joined = join_types(declared, produced)
+    return joined
+
+
+def _acc_type(elem_type: TensorType) -> TensorType:
+    return TensorType((Any(),) + tuple(generalize(elem_type).shape), elem_type.dtype)
+
+
+def _acc_init(ctx, elem_type: TensorType):
+    dims = [0] + [d if isinstance(d, int) else 0 for d in elem_type.shape]
+    return ctx.constant(np.zeros(dims, dtype=elem_type.dtype))
+
+
+def _append(ctx, is_first, acc, elem):
+    piece = ctx.call("expand_dims", elem, axis=0)
+    grown = ctx.call("concatenate", ctx.tuple([acc, piece]), axis=0)
+    return ctx.if_(is_first, piece, grown)
+
+
+def _convert_body(ctx, body, fixed_types, carried_types, tries=3):
+    """Import ``body`` with the given parameter types, widening carried types until they are stable.
+
+    Returns (params, outputs, captured, carried_types)."""
+    importer = ctx.importer
+    for _ in range(tries):
+        params, outs, captured = importer.import_body(body, ctx.scope, list(fixed_types) + list(carried_types))
+        produced = [ctx.type_of(o) for o in outs[1:1 + len(carried_types)]] if len(fixed_types) == 2 else \
+            [ctx.type_of(o) for o in outs[:len(carried_types)]]
+        widened = [_widen(c, p) for c, p in zip(carried_types, produced, strict=True)]
+        if widened == list(carried_types):
+            return params, outs, captured, carried_types
+        carried_types = widened
+    raise TypeInferenceError("the loop body's carried values do not settle on a type")
+
+
+def _tensor_types(ctx, values, what):
+    types = []
+    for v in values:
+        ty = ctx.type_of(v)
+        if not isinstance(ty, TensorType):
+            raise UnsupportedError(f"{what}: only tensor values are supported (not sequences or optionals)")
+        types.append(generalize(ty))
+    return types
+
+
+@converter("Loop", 1)
+def loop_1(ctx, M=None, cond=None, *v_initial, body):
+    importer = ctx.importer
+    n_carried = len(v_initial)
+    n_scan = len(body.output) - 1 - n_carried
+    if n_scan < 0:
+        raise TypeInferenceError(f"Loop: the body has {len(body.output)} outputs for {n_carried} carried values")
+    scalar_i64, scalar_bool = TensorType((), "int64"), TensorType((), "bool")
+    iter_decl = TensorType((1,), "int64") if _declared_rank(body.input[0]) == 1 else scalar_i64
+    cond_decl = TensorType((1,), "bool") if _declared_rank(body.input[1]) == 1 else scalar_bool
+    carried_types = _tensor_types(ctx, v_initial, "Loop")
+    params, outs, captured, carried_types = _convert_body(ctx, body, [iter_decl, cond_decl], carried_types)
+    iter_param, cond_param, carried_params = params[0], params[1], params[2:]
+    scan_elems = outs[1 + n_carried:]
+    acc_types = [_acc_type(ctx.type_of(e)) for e in scan_elems]
+
+    i = Var("i", scalar_i64)
+    limit = Var("limit", scalar_i64)
+    go = Var("cond", scalar_bool)
+    accs = [Var(f"acc{k}", t) for k, t in enumerate(acc_types)]
+    captured_vars = [var for var, _ in captured.values()]
+    captured_values = [outer for _, outer in captured.values()]
+    gv = importer.fresh_global("loop")
+    ret_type = TupleType(tuple(carried_types) + tuple(acc_types))
+
+    is_first = ctx.call("equal", i, ctx.constant(np.array(0, np.int64)))
+    new_accs = [_append(ctx, is_first, acc, elem) for acc, elem in zip(accs, scan_elems, strict=True)]
+    next_i = ctx.call("add", i, ctx.constant(np.array(1, np.int64)))
+    recurse = Call(gv, (next_i, limit, _scalar_bool(ctx, outs[0])) + tuple(outs[1:1 + n_carried])
+                   + tuple(new_accs) + tuple(captured_vars))
+    recurse.with_type(ret_type)
+    step = recurse
+    # The body reads its counter and condition through its own (declared) parameters.
+    step = Let(cond_param, _as_declared(ctx, go, body.input[1]), step)
+    step = Let(iter_param, _as_declared(ctx, i, body.input[0]), step)
+    step.with_type(ret_type)
+    done = ctx.tuple(list(carried_params) + accs)
+    keep_going = ctx.call("logical_and", ctx.call("less", i, limit), go)
+    fn_body = ctx.if_(keep_going, step, done)
+    fn = Function((i, limit, go) + tuple(carried_params) + tuple(accs) + tuple(captured_vars), fn_body, ret_type)
+    importer.globals[gv] = fn
+
+    trip = _scalar(ctx, ctx.cast(M, "int64")) if M is not None else ctx.constant(np.array(INT64_MAX, np.int64))
+    start_cond = _scalar_bool(ctx, cond) if cond is not None else ctx.constant(np.array(True))
+    init_accs = [_acc_init(ctx, ctx.type_of(e)) for e in scan_elems]
+    call = Call(gv, (ctx.constant(np.array(0, np.int64)), trip, start_cond) + tuple(v_initial) + tuple(init_accs)
+                + tuple(captured_values))
+    call.with_type(ret_type)
+    results = [ctx.get_item(call, k) for k in range(n_carried + n_scan)]
+    return results if len(results) != 1 else results[0]
+
+
+def _scalar(ctx, x):
+    return x if ctx.ndim(x) == 0 else ctx.call("reshape", x, newshape=())
+
+
+@converter("Scan", 9)
+def scan_9(ctx, *inputs, body, num_scan_inputs, scan_input_axes=None, scan_input_directions=None,
+           scan_output_axes=None, scan_output_directions=None):
+    importer = ctx.importer
+    n_scan_in = num_scan_inputs
+    n_state = len(inputs) - n_scan_in
+    states, scan_inputs = inputs[:n_state], inputs[n_state:]
+    in_axes = [a % ctx.ndim(x) for a, x in zip(scan_input_axes or [0] * n_scan_in, scan_inputs, strict=True)]
+    in_dirs = list(scan_input_directions or [0] * n_scan_in)
+    n_scan_out = len(body.output) - n_state
+    out_axes = list(scan_output_axes or [0] * n_scan_out)
+    out_dirs = list(scan_output_directions or [0] * n_scan_out)
+
+    state_types = _tensor_types(ctx, states, "Scan")
+    elem_types = []
+    for x, axis in zip(scan_inputs, in_axes, strict=True):
+        ty = generalize(ctx.tensor_type(x))
+        elem_types.append(TensorType(ty.shape[:axis] + ty.shape[axis + 1:], ty.dtype))
+    # The scan inputs come in as parameters of the body function: the element of step t is a take().
+    scalar_i64 = TensorType((), "int64")
+    i = Var("i", scalar_i64)
+    length = Var("length", scalar_i64)
+    full_inputs = [Var(f"scan_in{k}", generalize(ctx.type_of(x))) for k, x in enumerate(scan_inputs)]
+
+    for _ in range(3):
+        params, outs, captured = importer.import_body(body, ctx.scope, list(state_types) + elem_types)
+        produced = [ctx.type_of(o) for o in outs[:n_state]]
+        widened = [_widen(c, p) for c, p in zip(state_types, produced, strict=True)]
+        if widened == list(state_types):
+            break
+        state_types = widened
+    else:
+        raise TypeInferenceError("Scan: the body's state values do not settle on a type")
+    state_params, elem_params = params[:n_state], params[n_state:]
+    scan_elems = outs[n_state:]
+    acc_types = [_acc_type(ctx.type_of(e)) for e in scan_elems]
+    accs = [Var(f"acc{k}", t) for k, t in enumerate(acc_types)]
+    captured_vars = [var for var, _ in captured.values()]
+    captured_values = [outer for _, outer in captured.values()]
+    gv = importer.fresh_global("scan")
+    ret_type = TupleType(tuple(state_types) + tuple(acc_types))
+
+    is_first = ctx.call("equal", i, ctx.constant(np.array(0, np.int64)))
+    new_accs = [_append(ctx, is_first, acc, elem) for acc, elem in zip(accs, scan_elems, strict=True)]
+    next_i = ctx.call("add", i, ctx.constant(np.array(1, np.int64)))
+    recurse = Call(gv, (next_i, length) + tuple(outs[:n_state]) + tuple(new_accs) + tuple(full_inputs)
+                   + tuple(captured_vars))
+    recurse.with_type(ret_type)
+    step = recurse
+    last = ctx.call("subtract", ctx.call("subtract", length, i), ctx.constant(np.array(1, np.int64)))
+    for param, full, axis, direction in zip(elem_params, full_inputs, in_axes, in_dirs, strict=True):
+        index = last if direction else i
+        step = Let(param, ctx.call("take", full, index, axis=axis, mode="fast"), step)
+    step.with_type(ret_type)
+    done = ctx.tuple(list(state_params) + accs)
+    fn_body = ctx.if_(ctx.call("less", i, length), step, done)
+    fn = Function((i, length) + tuple(state_params) + tuple(accs) + tuple(full_inputs) + tuple(captured_vars),
+                  fn_body, ret_type)
+    importer.globals[gv] = fn
+
+    if not scan_inputs:
+        raise UnsupportedError("Scan without scan inputs")
+    trip = ctx.dim_value(scan_inputs[0], in_axes[0])
+    init_accs = [_acc_init(ctx, ctx.type_of(e)) for e in scan_elems]
+    call = Call(gv, (ctx.constant(np.array(0, np.int64)), trip) + tuple(states) + tuple(init_accs)
+                + tuple(scan_inputs) + tuple(captured_values))
+    call.with_type(ret_type)
+    results = [ctx.get_item(call, k) for k in range(n_state)]
+    for k in range(n_scan_out):
+        out = ctx.get_item(call, n_state + k)
+        if out_dirs[k]:
+            out = ctx.call("reverse", out, axis=0)
+        axis = out_axes[k] % ctx.ndim(out)
+        if axis:
+            order = list(range(1, axis + 1)) + [0] + list(range(axis + 1, ctx.ndim(out)))
+            out = ctx.call("transpose", out, axes=tuple(order))
+        results.append(out)
+    return results if len(results) != 1 else results[0]

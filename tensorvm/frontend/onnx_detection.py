@@ -1,0 +1,91 @@
+"""Converters of ONNX ops whose output shape depends on the data: NonZero, NonMaxSuppression, TopK,
+Unique, Compress; and RoiAlign."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .onnx_context import converter
+
+
+def _empty(ctx, dtype):
+    return ctx.constant(np.zeros((0,), dtype))
+
+
+@converter("NonZero", 9)
+def non_zero_9(ctx, X):
+    if ctx.ndim(X) == 0:
+        X = ctx.call("expand_dims", X, axis=0)
+    coords = ctx.call("argwhere", X)  # (count, rank) int32
+    return ctx.cast(ctx.call("transpose", coords, axes=(1, 0)), "int64")
+
+
+@converter("NonMaxSuppression", 10)
+def non_max_suppression_10(ctx, boxes, scores, max_output_boxes_per_class=None, iou_threshold=None,
+                           score_threshold=None, *, center_point_box=0):
+    extra = [
+        ctx.cast(v, dtype) if v is not None else _empty(ctx, dtype)
+        for v, dtype in ((max_output_boxes_per_class, "int64"), (iou_threshold, "float32"),
+                         (score_threshold, "float32"))
+    ]
+    return ctx.call("vision.non_max_suppression", boxes, scores, *extra, center_point_box=bool(center_point_box))
+
+
+def _topk(ctx, X, k, axis, largest, sorted_):
+    k_value = ctx.scalar_value(k) if not isinstance(k, int) else k
+    if k_value is not None:
+        out = ctx.call("topk", X, k=int(k_value), axis=axis, ret_type="both", is_ascend=not largest, dtype="int64")
+    else:
+        k_scalar = ctx.cast(k, "int64")
+        if ctx.ndim(k_scalar):
+            k_scalar = ctx.call("reshape", k_scalar, newshape=())
+        out = ctx.call("topk", X, k_scalar, axis=axis, ret_type="both", is_ascend=not largest, dtype="int64")
+    return ctx.get_item(out, 0), ctx.get_item(out, 1)
+
+
+@converter("TopK", 1)
+def top_k_1(ctx, X, *, axis=-1, k):
+    return _topk(ctx, X, k, axis, True, True)
+
+
+@converter("TopK", 10)
+def top_k_10(ctx, X, K, *, axis=-1):
+    return _topk(ctx, X, K, axis, True, True)
+
+
+@converter("TopK", 11)
+def top_k_11(ctx, X, K, *, axis=-1, largest=1, sorted=1):  # noqa: A002 - the ONNX attribute's name
+    return _topk(ctx, X, K, axis, bool(largest), bool(sorted))
+
+
+@converter("Unique", 11)
+def unique_11(ctx, X, *, axis=None, sorted=1):  # noqa: A002
+    out = ctx.call("onnx.unique", X, axis=axis, sorted=bool(sorted))
+    return [ctx.get_item(out, i) for i in range(4)]
+
+
+@converter("Compress", 9)
+def compress_9(ctx, input, condition, *, axis=None):  # noqa: A002
+    x = input
+    if axis is None:
+        x = ctx.call("reshape", x, newshape=(-1,))
+        axis = 0
+    cond = ctx.cast(condition, "bool")
+    positions = ctx.call("reshape", ctx.call("argwhere", cond), newshape=(-1,))
+    return ctx.call("take", x, positions, axis=axis, mode="fast")
+
+
+@converter("RoiAlign", 10)
+def roi_align_10(ctx, X, rois, batch_indices, *, mode="avg", output_height=1, output_width=1, sampling_ratio=0,
+                 spatial_scale=1.0):
+    return ctx.call("vision.roi_align", X, rois, batch_indices, mode=mode, output_height=output_height,
+                    output_width=output_width, sampling_ratio=sampling_ratio, spatial_scale=float(spatial_scale),
+                    coordinate_transformation_mode="output_half_pixel")
+
+
+@converter("RoiAlign", 16)
+def roi_align_16(ctx, X, rois, batch_indices, *, coordinate_transformation_mode="half_pixel", mode="avg",
+                 output_height=1, output_width=1, sampling_ratio=0, spatial_scale=1.0):
+    return ctx.call("vision.roi_align", X, rois, batch_indices, mode=mode, output_height=output_height,
+                    output_width=output_width, sampling_ratio=sampling_ratio, spatial_scale=float(spatial_scale),
+                    coordinate_transformation_mode=coordinate_transformation_mode)

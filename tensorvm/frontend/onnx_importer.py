@@ -1,0 +1,376 @@
+"""``from_onnx``: an ONNX model (a ``ModelProto`` or a path) to an ``IRModule`` and its parameters.
+
+The graph becomes ``@main``: its inputs are parameters typed from the model (``dim_param`` ->
+a named ``SymDim``, an unknown dim -> ``Any``; ``shape=``/``dtype=`` override them), its
+initializers are constants (``freeze_params=True``) or extra parameters whose values are returned
+in ``params``, and each node goes through the converter registered for its op type and the
+model's opset (``onnx_context.converter``). Subgraphs of ``If`` become branches of an ``if``;
+the bodies of ``Loop`` and ``Scan`` become recursive global functions (see ``onnx_control``).
+
+Before converting anything the whole model (subgraphs included) is checked for ops without a
+converter, so an unsupported model fails with one error that lists every such op and its nodes.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+
+import numpy as np
+
+from ..errors import FormatError, TensorVMError, TypeInferenceError, UnsupportedError
+from ..ir.expr import Constant, Expr, Function, GlobalVar, Var
+from ..ir.module import IRModule
+from ..ir.types import Any, SymDim, TensorType, normalize_dtype
+from .onnx_context import BuildContext, converter_parameters, lookup_converter, onnx_dtype
+
+__all__ = ["from_onnx", "OnnxImporter", "unsupported_ops", "sanitize_name"]
+
+_ONNX_DOMAINS = ("", "ai.onnx")
+
+
+def _onnx():
+    try:
+        import onnx
+    except ImportError:  # pragma: no cover - onnx is a test/bench extra
+        raise UnsupportedError("the ONNX importer needs the 'onnx' package (pip install onnx)") from None
+    return onnx
+
+
+def sanitize_name(name: str, prefix: str = "v") -> str:
+    """A name usable in the text format: letters, digits and underscores, not starting with a digit."""
+    clean = re.sub(r"[^0-9A-Za-z_]", "_", name) or prefix
+    if clean[0].isdigit():
+        clean = f"{prefix}{clean}"
+    return clean
+
+
+def _load_model(model):
+    onnx = _onnx()
+    if isinstance(model, onnx.ModelProto):
+        return model
+    if isinstance(model, (str, os.PathLike)):
+        path = os.fspath(model)
+        if not os.path.exists(path):
+            raise FormatError(f"from_onnx: no such file {path!r}")
+        try:
+            return onnx.load(path)
+        except Exception as err:  # protobuf raises its own DecodeError
+            raise FormatError(f"from_onnx: {path!r} is not a readable ONNX model: {err}") from None
+    if isinstance(model, (bytes, bytearray)):
+        try:
+            return onnx.load_from_string(bytes(model))
+        except Exception as err:
+            raise FormatError(f"from_onnx: the bytes are not an ONNX model: {err}") from None
+    raise TypeError(f"from_onnx expects an onnx.ModelProto, a path or bytes, got {type(model).__name__}")
+
+
+def model_opset(model) -> int:
+    for entry in model.opset_import:
+        if entry.domain in _ONNX_DOMAINS:
+            return int(entry.version)
+    return 1
+
+
+def _subgraphs(node):
+    onnx = _onnx()
+    for attr in node.attribute:
+        if attr.type == onnx.AttributeProto.GRAPH:
+            yield attr.g
+        elif attr.type == onnx.AttributeProto.GRAPHS:
+            yield from attr.graphs
+
+
+def unsupported_ops(model) -> list[tuple[str, list[str]]]:
+    """``[(op description, [node names])]`` for every node (subgraphs too) without a converter."""
+    from . import onnx_converters  # noqa: F401 - registers the converters
+
+    opset = model_opset(model)
+    found: dict[str, list[str]] = {}
+
+    def walk(graph):
+        for index, node in enumerate(graph.node):
+            if node.domain not in _ONNX_DOMAINS:
+                key = f"{node.domain}.{node.op_type}"
+            elif lookup_converter(node.op_type, opset) is None:
+                key = node.op_type
+            else:
+                key = None
+            if key is not None:
+                found.setdefault(key, []).append(node.name or f"#{index}")
+            for sub in _subgraphs(node):
+                walk(sub)
+
+    walk(model.graph)
+    return list(found.items())
+
+
+def _attribute_value(attr):
+    onnx = _onnx()
+    from onnx import numpy_helper
+
+    kind = attr.type
+    A = onnx.AttributeProto
+    if kind == A.FLOAT:
+        return float(attr.f)
+    if kind == A.INT:
+        return int(attr.i)
+    if kind == A.STRING:
+        return attr.s.decode("utf-8", errors="replace")
+    if kind == A.TENSOR:
+        return numpy_helper.to_array(attr.t)
+    if kind == A.GRAPH:
+        return attr.g
+    if kind == A.FLOATS:
+        return [float(v) for v in attr.floats]
+    if kind == A.INTS:
+        return [int(v) for v in attr.ints]
+    if kind == A.STRINGS:
+        return [s.decode("utf-8", errors="replace") for s in attr.strings]
+    if kind == A.GRAPHS:
+        return list(attr.graphs)
+    if kind == A.SPARSE_TENSOR:
+        raise UnsupportedError(f"attribute {attr.name}: sparse tensors are not supported")
+    raise UnsupportedError(f"attribute {attr.name}: unsupported attribute kind {kind}")
+
+
+def tensor_to_array(tensor) -> np.ndarray:
+    """An initializer or Constant tensor as a NumPy array (unsupported element types raise)."""
+    from onnx import numpy_helper
+
+    onnx_dtype(tensor.data_type, f"tensor {tensor.name!r}")
+    try:
+        array = numpy_helper.to_array(tensor)
+    except Exception as err:
+        raise FormatError(f"tensor {tensor.name!r} cannot be read: {err}") from None
+    return array if array.flags.c_contiguous else array.copy(order="C")
+
+
+def _dim_from_override(value, input_name: str):
+    if value is None or isinstance(value, Any) or value in ("?", -1):
+        return Any()
+    if isinstance(value, SymDim):
+        return value
+    if isinstance(value, str):
+        return SymDim(sanitize_name(value, "d"))
+    if isinstance(value, (int, np.integer)) and not isinstance(value, bool) and value >= 0:
+        return int(value)
+    raise TypeError(f"from_onnx: shape of input {input_name!r}: expected int, None, '?', a name or tv.Any(), "
+                    f"got {value!r}")
+
+
+class Scope:
+    """ONNX names visible in one graph. At a function boundary (a loop body) a name from an enclosing
+    graph comes in as an extra parameter of the function (recorded in ``captured``)."""
+
+    def __init__(self, importer: OnnxImporter, parent: Scope | None = None, boundary: bool = False):
+        self.importer = importer
+        self.parent = parent
+        self.boundary = boundary
+        self.values: dict[str, Expr] = {}
+        self.captured: dict[str, tuple[Var, Expr]] = {}
+
+    def lookup(self, name: str) -> Expr:
+        if name in self.values:
+            return self.values[name]
+        if self.parent is None:
+            raise TypeInferenceError(f"the ONNX graph uses the value {name!r} before it is defined")
+        outer = self.parent.lookup(name)
+        if not self.boundary or isinstance(outer, Constant):
+            return outer
+        if name not in self.captured:
+            ty = self.importer.ctx.type_of(outer)
+            self.captured[name] = (Var(sanitize_name(name), ty), outer)
+        return self.captured[name][0]
+
+
+class OnnxImporter:
+    """Converts one model; holds the build context and the global functions made for loops."""
+
+    def __init__(self, model, shape=None, dtype=None, freeze_params: bool = True, accumulate_dtype=None,
+                 progress=None):
+        self.model = model
+        self.opset = model_opset(model)
+        self.shape_overrides = dict(shape or {})
+        self.dtype_override = dtype
+        self.freeze_params = freeze_params
+        self.ctx = BuildContext(self.opset)
+        self.ctx.importer = self
+        self.ctx.accumulate_dtype = normalize_dtype(accumulate_dtype) if accumulate_dtype else None
+        self.globals: dict[GlobalVar, Function] = {}
+        self._global_names: set[str] = set()
+        self.params: dict[str, np.ndarray] = {}
+        self.progress = progress  # progress(text) for long imports (the tensorvm command)
+
+    # ---- names ---------------------------------------------------------------------------------
+    def fresh_global(self, hint: str) -> GlobalVar:
+        base = sanitize_name(hint, "g")
+        name, n = base, 0
+        while name in self._global_names or name == "main":
+            n += 1
+            name = f"{base}_{n}"
+        self._global_names.add(name)
+        return GlobalVar(name)
+
+    # ---- the model -------------------------------------------------------------------------------
+    def run(self) -> tuple[IRModule, dict]:
+        missing = unsupported_ops(self.model)
+        if missing:
+            listed = "; ".join(f"{op} (node{'s' if len(nodes) > 1 else ''} {', '.join(map(repr, nodes[:5]))}"
+                               f"{', ...' if len(nodes) > 5 else ''})" for op, nodes in missing)
+            raise UnsupportedError(f"the ONNX model (opset {self.opset}) uses {len(missing)} unsupported "
+                                   f"op type(s): {listed}")
+        graph = self.model.graph
+        scope = Scope(self)
+        params: list[Var] = []
+        initializers = {init.name: init for init in graph.initializer}
+        for inp in graph.input:
+            if inp.name in initializers:
+                continue
+            var = Var(sanitize_name(inp.name), self._input_type(inp))
+            scope.values[inp.name] = var
+            params.append(var)
+        unknown = set(self.shape_overrides) - {inp.name for inp in graph.input} - {v.name_hint for v in params}
+        if unknown:
+            raise TypeError(f"from_onnx: shape= names unknown inputs {sorted(unknown)}; the model's inputs are "
+                            f"{[v.name_hint for v in params]}")
+        for name, init in initializers.items():
+            array = tensor_to_array(init)
+            if self.freeze_params:
+                scope.values[name] = self.ctx.constant(array)
+            else:
+                var = Var(sanitize_name(name, "p"), TensorType(array.shape, array.dtype.name))
+                self.ctx.param_values[var] = array
+                self.params[var.name_hint] = array
+                scope.values[name] = var
+                params.append(var)
+        outputs = self.convert_graph(graph, scope)
+        body = outputs[0] if len(outputs) == 1 else self.ctx.tuple(outputs)
+        main = Function(tuple(params), body)
+        mod = IRModule()
+        for gv, fn in self.globals.items():
+            mod.add(gv, fn)
+        mod.add("main", main)
+        return mod, dict(self.params)
+
+    def _input_type(self, inp) -> TensorType:
+        if not inp.type.HasField("tensor_type"):
+            kind = inp.type.WhichOneof("value")
+            raise UnsupportedError(f"graph input {inp.name!r}: only tensor inputs are supported, got a {kind}")
+        tt = inp.type.tensor_type
+        dtype = onnx_dtype(tt.elem_type, f"graph input {inp.name!r}")
+        override = self.dtype_override
+        if isinstance(override, Mapping):
+            override = override.get(inp.name, override.get(sanitize_name(inp.name)))
+        if override is not None:
+            dtype = normalize_dtype(override)
+        key = inp.name if inp.name in self.shape_overrides else sanitize_name(inp.name)
+        if key in self.shape_overrides:
+            dims = tuple(_dim_from_override(d, inp.name) for d in self.shape_overrides[key])
+            return TensorType(dims, dtype)
+        if not tt.HasField("shape"):
+            raise UnsupportedError(f"graph input {inp.name!r} has no shape (not even a rank); give one with "
+                                   f"shape={{{inp.name!r}: [...]}}")
+        dims = []
+        for d in tt.shape.dim:
+            if d.HasField("dim_value") and d.dim_value >= 0:
+                dims.append(int(d.dim_value))
+            elif d.HasField("dim_param") and d.dim_param:
+                dims.append(SymDim(sanitize_name(d.dim_param, "d")))
+            else:
+                dims.append(Any())
+        return TensorType(tuple(dims), dtype)
+
+    # ---- graphs ----------------------------------------------------------------------------------
+    def convert_graph(self, graph, scope: Scope) -> list[Expr]:
+        """Convert the nodes of ``graph`` into ``scope``; return its outputs' expressions."""
+        for init in graph.initializer:
+            if init.name not in scope.values:
+                scope.values[init.name] = self.ctx.constant(tensor_to_array(init))
+        report = self.progress if scope.parent is None and self.progress is not None else None
+        step = max(len(graph.node) // 10, 1)
+        for index, node in enumerate(graph.node):
+            self.convert_node(node, index, scope)
+            if report is not None and (index + 1) % step == 0:
+                report(f"converted {index + 1}/{len(graph.node)} nodes")
+        return [scope.lookup(out.name) for out in graph.output]
+
+    def convert_node(self, node, index: int, scope: Scope) -> None:
+        label = f"ONNX node {node.name or '#' + str(index)!r} ({node.op_type})"
+        fn = lookup_converter(node.op_type, self.opset)
+        previous = getattr(self.ctx, "scope", None)
+        self.ctx.scope = scope
+        try:
+            inputs = [scope.lookup(name) if name else None for name in node.input]
+            while inputs and inputs[-1] is None:
+                inputs.pop()
+            attrs = {a.name: _attribute_value(a) for a in node.attribute}
+            required, maximum, keywords = converter_parameters(fn)
+            unknown = sorted(set(attrs) - keywords)
+            if unknown:
+                raise UnsupportedError(f"attribute(s) {', '.join(unknown)} not supported")
+            if len(inputs) < required or (maximum is not None and len(inputs) > maximum):
+                expected = f"{required}" if maximum == required else f"{required} to {maximum or 'any'}"
+                raise TypeInferenceError(f"expected {expected} inputs, got {len(inputs)}")
+            self.ctx.num_outputs = len(node.output)
+            result = fn(self.ctx, *inputs, **attrs)
+        except TensorVMError as err:
+            raise type(err)(f"{label}: {err}") from None
+        finally:
+            self.ctx.scope = previous
+        outputs = list(result) if isinstance(result, (list, tuple)) else [result]
+        for i, name in enumerate(node.output):
+            if not name:
+                continue
+            if i >= len(outputs) or outputs[i] is None:
+                raise UnsupportedError(f"{label}: output {i} ({name!r}) is not supported")
+            scope.values[name] = outputs[i]
+
+    def import_branch(self, graph, scope: Scope) -> list[Expr]:
+        """A subgraph that sees the enclosing values directly (an ``If`` branch)."""
+        return self.convert_graph(graph, Scope(self, scope))
+
+    def import_body(self, graph, scope: Scope, param_types: list) -> tuple[list[Var], list[Expr], dict]:
+        """A subgraph that becomes a function body (a loop): its inputs become parameters of the given
+        types, and enclosing values it uses are captured as extra parameters.
+
+        Returns (params, outputs, captured {name: (Var, outer expr)})."""
+        body_scope = Scope(self, scope, boundary=True)
+        params = []
+        for inp, ty in zip(graph.input, param_types, strict=True):
+            var = Var(sanitize_name(inp.name), ty)
+            body_scope.values[inp.name] = var
+            params.append(var)
+        outputs = self.convert_graph(graph, body_scope)
+        return params, outputs, body_scope.captured
+
+
+def from_onnx(model, shape: Mapping | None = None, dtype=None, freeze_params: bool = True,
+              accumulate_dtype: str | None = None, progress=None):
+    """Import an ONNX model: ``(IRModule, params)``.
+
+    ``model`` is an ``onnx.ModelProto``, a path or the serialized bytes. ``shape`` maps input names to
+    dims (ints; ``None``/``"?"``/``-1``/``tv.Any()`` for unknown; a string for a named symbolic dim),
+    overriding the model's. ``dtype`` overrides the inputs' dtype (one name, or a dict per input).
+    With ``freeze_params`` the initializers become constants and ``params`` is empty; otherwise they
+    are parameters of ``main`` and ``params`` maps their names to values (pass it to
+    ``tv.vm.compile(..., params=params)``). ``accumulate_dtype="float64"`` makes 2-d convolutions of
+    float32 data accumulate in float64 (slower; results that do not depend on the BLAS blocking).
+    ``progress(text)``, if given, is called with short status lines during a long import.
+    """
+    onnx_model = _load_model(model)
+    from . import onnx_converters  # noqa: F401 - registers the converters
+
+    importer = OnnxImporter(onnx_model, shape=shape, dtype=dtype, freeze_params=freeze_params,
+                            accumulate_dtype=accumulate_dtype, progress=progress)
+    mod, params = importer.run()
+    if progress is not None:
+        progress("type checking")
+    from ..transform.infer_type import infer_type
+
+    try:
+        mod = infer_type(mod)
+    except TensorVMError as err:
+        raise type(err)(f"from_onnx: the imported module does not type-check: {err}") from None
+    return mod, params

@@ -1,0 +1,442 @@
+"""Converters of ONNX neural-network ops: matrix products, normalizations, softmax, convolution, pooling,
+resizing, reductions and arg-reductions."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import TypeInferenceError, UnsupportedError
+from .onnx_context import converter
+from .onnx_elementwise import scalar_like
+from .onnx_shape import reshape_to
+
+# ---- matrix products --------------------------------------------------------------------------------
+
+
+@converter("MatMul", 1)
+def matmul_1(ctx, A, B):
+    a_nd, b_nd = ctx.ndim(A), ctx.ndim(B)
+    if b_nd == 2 and a_nd >= 2:
+        return ctx.call("nn.matmul", A, B)
+    if a_nd == 3 and b_nd == 3:
+        return ctx.call("nn.batch_matmul", A, B, transpose_b=False)
+    return ctx.call("onnx.matmul", A, B)
+
+
+@converter("Gemm", 1)
+def gemm_1(ctx, A, B, C=None, *, alpha=1.0, beta=1.0, transA=0, transB=0, broadcast=0):
+    if transA:
+        A = ctx.call("transpose", A, axes=(1, 0))
+    weight = B if transB else ctx.call("transpose", B, axes=(1, 0))
+    out = ctx.call("nn.dense", A, weight)
+    if alpha != 1.0:
+        out = ctx.call("multiply", out, scalar_like(ctx, out, alpha))
+    if C is not None and beta != 0:
+        if beta != 1.0:
+            C = ctx.call("multiply", C, scalar_like(ctx, C, beta))
+        out = ctx.call("add", out, C)
+    return out
+
+
+@converter("Einsum", 12)
+def einsum_12(ctx, *Inputs, equation):
+    return ctx.call("einsum", ctx.tuple(Inputs), equation=equation)
+
+
+# ---- softmax ---------------------------------------------------------------------------------------------
+
+
+def _coerced_2d(ctx, x, axis, op_name):
+    """Opset < 13 softmax: flatten to 2-d at ``axis``, normalize the rows, restore the shape."""
+    ndim = ctx.ndim(x)
+    axis = axis + ndim if axis < 0 else axis
+    if axis == ndim - 1:
+        return ctx.call(op_name, x, axis=-1)
+    from .onnx_shape import flatten_1
+
+    flat = flatten_1(ctx, x, axis=axis)
+    out = ctx.call(op_name, flat, axis=-1)
+    return reshape_to(ctx, out, ctx.shape_of(x))
+
+
+@converter("Softmax", 1)
+def softmax_1(ctx, input, *, axis=1):  # noqa: A002
+    return _coerced_2d(ctx, input, axis, "nn.softmax")
+
+
+@converter("Softmax", 13)
+def softmax_13(ctx, input, *, axis=-1):  # noqa: A002
+    return ctx.call("nn.softmax", input, axis=axis)
+
+
+@converter("LogSoftmax", 1)
+def log_softmax_1(ctx, input, *, axis=1):  # noqa: A002
+    return _coerced_2d(ctx, input, axis, "nn.log_softmax")
+
+
+@converter("LogSoftmax", 13)
+def log_softmax_13(ctx, input, *, axis=-1):  # noqa: A002
+    return ctx.call("nn.log_softmax", input, axis=axis)
+
+
+def _hardmax(ctx, x, axis):
+    index = ctx.call("argmax", x, axis=(axis,), keepdims=True)
+    depth = ctx.shape(x)[axis]
+    if not isinstance(depth, int):
+        raise UnsupportedError("Hardmax needs a static size along its axis")
+    hot = ctx.call("one_hot", ctx.call("squeeze", index, axis=(axis,)), scalar_like(ctx, x, 1),
+                   scalar_like(ctx, x, 0), depth=depth, axis=axis)
+    return hot
+
+
+@converter("Hardmax", 13)
+def hardmax_13(ctx, input, *, axis=-1):  # noqa: A002
+    return _hardmax(ctx, input, axis % ctx.ndim(input))
+
+
+# ---- normalizations ----------------------------------------------------------------------------------
+
+
+def _stash(ctx, x, stash_type):
+    """The dtype the statistics are computed in (stash_type 1: float32 for lower-precision inputs)."""
+    dtype = ctx.dtype(x)
+    return "float32" if stash_type == 1 and dtype == "float16" else dtype
+
+
+@converter("LayerNormalization", 17)
+def layer_normalization_17(ctx, X, Scale, B=None, *, axis=-1, epsilon=1e-5, stash_type=1):
+    ndim = ctx.ndim(X)
+    axis = axis + ndim if axis < 0 else axis
+    axes = tuple(range(axis, ndim))
+    dtype = ctx.dtype(X)
+    x = ctx.cast(X, _stash(ctx, X, stash_type))
+    mean = ctx.call("mean", x, axis=axes, keepdims=True)
+    centered = ctx.call("subtract", x, mean)
+    var = ctx.call("mean", ctx.call("multiply", centered, centered), axis=axes, keepdims=True)
+    inv_std = ctx.call("rsqrt", ctx.call("add", var, scalar_like(ctx, var, epsilon)))
+    normalized = ctx.cast(ctx.call("multiply", centered, inv_std), dtype)
+    y = ctx.call("multiply", normalized, Scale)
+    if B is not None:
+        y = ctx.call("add", y, B)
+    return y, mean, inv_std
+
+
+@converter("RMSNormalization", 23)
+def rms_normalization_23(ctx, X, scale, *, axis=-1, epsilon=1e-5, stash_type=1):
+    ndim = ctx.ndim(X)
+    axis = axis + ndim if axis < 0 else axis
+    axes = tuple(range(axis, ndim))
+    dtype = ctx.dtype(X)
+    x = ctx.cast(X, _stash(ctx, X, stash_type))
+    mean_square = ctx.call("mean", ctx.call("multiply", x, x), axis=axes, keepdims=True)
+    inv = ctx.call("rsqrt", ctx.call("add", mean_square, scalar_like(ctx, mean_square, epsilon)))
+    return ctx.call("multiply", ctx.cast(ctx.call("multiply", x, inv), dtype), scale)
+
+
+def _per_channel(ctx, v, ndim):
+    """A (C,) vector shaped (C, 1, ..., 1) to broadcast over (N, C, spatial...)."""
+    return ctx.call("expand_dims", v, axis=1, num_newaxis=ndim - 2) if ndim > 2 else v
+
+
+@converter("BatchNormalization", 1)
+def batch_normalization_1(ctx, X, scale, B, mean, var, *, epsilon=1e-5, momentum=0.9, spatial=1, is_test=0,
+                          consumed_inputs=None):
+    return batch_normalization_9(ctx, X, scale, B, mean, var, epsilon=epsilon, momentum=momentum)
+
+
+@converter("BatchNormalization", 9)
+def batch_normalization_9(ctx, X, scale, B, input_mean, input_var, *, epsilon=1e-5, momentum=0.9,
+                          training_mode=0):
+    if training_mode:
+        return _batch_norm_training(ctx, X, scale, B, input_mean, input_var, epsilon, momentum)
+    out = ctx.call("nn.batch_norm", X, scale, B, input_mean, input_var, axis=1, epsilon=float(epsilon))
+    return ctx.get_item(out, 0)
+
+
+@converter("BatchNormalization", 14)
+def batch_normalization_14(ctx, X, scale, B, input_mean, input_var, *, epsilon=1e-5, momentum=0.9,
+                           training_mode=0):
+    return batch_normalization_9(ctx, X, scale, B, input_mean, input_var, epsilon=epsilon, momentum=momentum,
+                                 training_mode=training_mode)
+
+
+def _batch_norm_training(ctx, X, scale, B, input_mean, input_var, epsilon, momentum):
+    ndim = ctx.ndim(X)
+    axes = (0,) + tuple(range(2, ndim))
+    mean = ctx.call("mean", X, axis=axes)
+    var = ctx.call("variance", X, axis=axes)
+    shaped = lambda v: _per_channel(ctx, v, ndim)  # noqa: E731
+    inv = ctx.call("rsqrt", ctx.call("add", shaped(var), scalar_like(ctx, var, epsilon)))
+    y = ctx.call("add", ctx.call("multiply", ctx.call("multiply", ctx.call("subtract", X, shaped(mean)), inv),
+                                 shaped(scale)), shaped(B))
+    m = scalar_like(ctx, mean, momentum)
+    one_minus = scalar_like(ctx, mean, 1 - momentum)
+    running_mean = ctx.call("add", ctx.call("multiply", input_mean, m), ctx.call("multiply", mean, one_minus))
+    running_var = ctx.call("add", ctx.call("multiply", input_var, m), ctx.call("multiply", var, one_minus))
+    return y, running_mean, running_var
+
+
+@converter("InstanceNormalization", 1)
+def instance_normalization_1(ctx, input, scale, B, *, epsilon=1e-5, consumed_inputs=None):  # noqa: A002
+    return ctx.call("nn.instance_norm", input, scale, B, axis=1, epsilon=float(epsilon))
+
+
+@converter("GroupNormalization", 18)
+def group_normalization_18(ctx, X, scale, bias, *, epsilon=1e-5, num_groups, stash_type=1):
+    channels = ctx.shape(X)[1]
+    if ctx.shape(scale)[0] != channels:  # opset 18: one scale per group
+        if not isinstance(channels, int):
+            raise UnsupportedError("GroupNormalization-18 with per-group scale needs a static channel count")
+        repeat = channels // num_groups
+        scale = ctx.call("repeat", scale, repeats=repeat, axis=0)
+        bias = ctx.call("repeat", bias, repeats=repeat, axis=0)
+    return group_normalization_21(ctx, X, scale, bias, epsilon=epsilon, num_groups=num_groups,
+                                  stash_type=stash_type)
+
+
+@converter("GroupNormalization", 21)
+def group_normalization_21(ctx, X, scale, bias, *, epsilon=1e-5, num_groups, stash_type=1):
+    return ctx.call("nn.group_norm", X, scale, bias, num_groups=num_groups, axis=1, epsilon=float(epsilon))
+
+
+@converter("LRN", 1)
+def lrn_1(ctx, X, *, alpha=1e-4, beta=0.75, bias=1.0, size):
+    return ctx.call("nn.lrn", X, size=size, axis=1, alpha=float(alpha), beta=float(beta), bias=float(bias))
+
+
+@converter("MeanVarianceNormalization", 9)
+def mean_variance_normalization_9(ctx, X, *, axes=(0, 2, 3)):
+    mean = ctx.call("mean", X, axis=tuple(axes), keepdims=True)
+    centered = ctx.call("subtract", X, mean)
+    var = ctx.call("mean", ctx.call("multiply", centered, centered), axis=tuple(axes), keepdims=True)
+    return ctx.call("divide", centered, ctx.call("add", ctx.call("sqrt", var), scalar_like(ctx, var, 1e-9)))
+
+
+# ---- convolution and pooling ----------------------------------------------------------------------------
+
+
+def _auto_pad(auto_pad) -> str:
+    return auto_pad.decode() if isinstance(auto_pad, bytes) else (auto_pad or "NOTSET")
+
+
+def _add_bias(ctx, out, B):
+    if B is None:
+        return out
+    return ctx.call("add", out, _per_channel(ctx, B, ctx.ndim(out)))
+
+
+@converter("Conv", 1)
+def conv_1(ctx, X, W, B=None, *, auto_pad="NOTSET", dilations=None, group=1, kernel_shape=None, pads=None,
+           strides=None):
+    auto_pad = _auto_pad(auto_pad)
+    spatial = ctx.ndim(X) - 2
+    w_shape = ctx.shape(W)
+    if kernel_shape is not None and tuple(kernel_shape) != tuple(w_shape[2:]):
+        raise TypeInferenceError(f"Conv: kernel_shape {kernel_shape} does not match the weight {w_shape}")
+    if spatial == 2 and auto_pad in ("NOTSET", "VALID"):
+        padding = tuple(pads) if pads and auto_pad == "NOTSET" else (0, 0, 0, 0)
+        accumulate = getattr(ctx, "accumulate_dtype", None)
+        extra = {"out_dtype": accumulate} if accumulate and accumulate != ctx.dtype(X) else {}
+        out = ctx.call("nn.conv2d", X, W, strides=tuple(strides or (1, 1)), padding=padding,
+                       dilation=tuple(dilations or (1, 1)), groups=group, **extra)
+        out = ctx.cast(out, ctx.dtype(X))
+    else:
+        out = ctx.call("nn.conv_nd", X, W, strides=tuple(strides or ()), pads=tuple(pads or ()),
+                       dilations=tuple(dilations or ()), auto_pad=auto_pad, group=group)
+    return _add_bias(ctx, out, B)
+
+
+@converter("ConvTranspose", 1)
+def conv_transpose_1(ctx, X, W, B=None, *, auto_pad="NOTSET", dilations=None, group=1, kernel_shape=None,
+                     output_padding=None, output_shape=None, pads=None, strides=None):
+    out = ctx.call("nn.conv_transpose_nd", X, W, strides=tuple(strides or ()), pads=tuple(pads or ()),
+                   dilations=tuple(dilations or ()), auto_pad=_auto_pad(auto_pad), group=group,
+                   output_padding=tuple(output_padding or ()), output_shape=tuple(output_shape or ()))
+    return _add_bias(ctx, out, B)
+
+
+def _pool(ctx, X, mode, kernel_shape, auto_pad, pads, strides, dilations=None, ceil_mode=0,
+          count_include_pad=0, p=2, return_indices=False):
+    return ctx.call("nn.pool_nd", X, kernel_shape=tuple(kernel_shape), mode=mode, strides=tuple(strides or ()),
+                    pads=tuple(pads or ()), dilations=tuple(dilations or ()), auto_pad=_auto_pad(auto_pad),
+                    ceil_mode=bool(ceil_mode), count_include_pad=bool(count_include_pad), p=int(p),
+                    return_indices=return_indices)
+
+
+@converter("MaxPool", 1)
+def max_pool_1(ctx, X, *, auto_pad="NOTSET", ceil_mode=0, dilations=None, kernel_shape, pads=None,
+               storage_order=0, strides=None):
+    if ctx.num_outputs > 1:
+        out = _pool(ctx, X, "max", kernel_shape, auto_pad, pads, strides, dilations, ceil_mode,
+                    return_indices=True)
+        indices = ctx.get_item(out, 1)
+        if storage_order:  # column-major numbering of the spatial positions
+            indices = _column_major_indices(ctx, X, indices)
+        return ctx.get_item(out, 0), indices
+    return _pool(ctx, X, "max", kernel_shape, auto_pad, pads, strides, dilations, ceil_mode)
+
+
+def _column_major_indices(ctx, X, indices):
+    shape = ctx.shape(X)
+    if ctx.ndim(X) != 4 or not all(isinstance(d, int) for d in shape[2:]):
+        raise UnsupportedError("MaxPool: storage_order=1 needs 2-d pooling with a static spatial size")
+    h, w = shape[2:]
+    i64 = lambda v: ctx.constant(np.array(v, np.int64))  # noqa: E731
+    plane = ctx.call("floor_divide", indices, i64(h * w))
+    within = ctx.call("floor_mod", indices, i64(h * w))
+    row, col = ctx.call("floor_divide", within, i64(w)), ctx.call("floor_mod", within, i64(w))
+    return ctx.call("add", ctx.call("multiply", plane, i64(h * w)), ctx.call("add", ctx.call("multiply", col, i64(h)),
+                                                                              row))
+
+
+@converter("AveragePool", 1)
+def average_pool_1(ctx, X, *, auto_pad="NOTSET", ceil_mode=0, count_include_pad=0, dilations=None, kernel_shape,
+                   pads=None, strides=None):
+    return _pool(ctx, X, "avg", kernel_shape, auto_pad, pads, strides, dilations, ceil_mode, count_include_pad)
+
+
+@converter("LpPool", 2)
+def lp_pool_2(ctx, X, *, auto_pad="NOTSET", ceil_mode=0, dilations=None, kernel_shape, p=2, pads=None,
+              strides=None):
+    return _pool(ctx, X, "lp", kernel_shape, auto_pad, pads, strides, dilations, ceil_mode, p=p)
+
+
+@converter("GlobalAveragePool", 1)
+def global_average_pool_1(ctx, X):
+    return ctx.call("mean", X, axis=tuple(range(2, ctx.ndim(X))), keepdims=True)
+
+
+@converter("GlobalMaxPool", 1)
+def global_max_pool_1(ctx, X):
+    return ctx.call("max", X, axis=tuple(range(2, ctx.ndim(X))), keepdims=True)
+
+
+@converter("GlobalLpPool", 2)
+def global_lp_pool_2(ctx, X, *, p=2):
+    powered = ctx.call("power", ctx.call("abs", X), scalar_like(ctx, X, p))
+    total = ctx.call("sum", powered, axis=tuple(range(2, ctx.ndim(X))), keepdims=True)
+    return ctx.call("power", total, scalar_like(ctx, X, 1.0 / p))
+
+
+# ---- Resize / Upsample -------------------------------------------------------------------------------------
+
+
+def _resize(ctx, X, roi, scales, sizes, **attrs):
+    empty_f = ctx.constant(np.zeros((0,), np.float32))
+    empty_i = ctx.constant(np.zeros((0,), np.int64))
+    roi = ctx.cast(roi, "float32") if roi is not None else empty_f
+    scales = ctx.cast(scales, "float32") if scales is not None else empty_f
+    sizes = ctx.cast(sizes, "int64") if sizes is not None else empty_i
+    return ctx.call("image.resize", X, roi, scales, sizes, **attrs)
+
+
+def _resize_mode(mode):
+    mode = mode.lower()
+    return {"bilinear": "linear", "trilinear": "linear", "bicubic": "cubic"}.get(mode, mode)
+
+
+@converter("Resize", 10)
+def resize_10(ctx, X, scales, *, mode="nearest"):
+    return _resize(ctx, X, None, scales, None, mode=_resize_mode(mode), coordinate_transformation_mode="asymmetric",
+                   nearest_mode="floor")
+
+
+@converter("Upsample", 7)
+def upsample_7(ctx, X, *, mode="nearest", scales):
+    return _resize(ctx, X, None, ctx.constant(np.array(scales, np.float32)), None, mode=_resize_mode(mode),
+                   coordinate_transformation_mode="asymmetric", nearest_mode="floor")
+
+
+@converter("Upsample", 9)
+def upsample_9(ctx, X, scales, *, mode="nearest"):
+    return resize_10(ctx, X, scales, mode=mode)
+
+
+@converter("Resize", 11)
+def resize_11(ctx, X, roi=None, scales=None, sizes=None, *, antialias=0, axes=None,
+              coordinate_transformation_mode="half_pixel", cubic_coeff_a=-0.75, exclude_outside=0,
+              extrapolation_value=0.0, keep_aspect_ratio_policy="stretch", mode="nearest",
+              nearest_mode="round_prefer_floor"):
+    if scales is not None and ctx.shape(scales) == (0,):
+        scales = None
+    if sizes is not None and ctx.shape(sizes) == (0,):
+        sizes = None
+    return _resize(ctx, X, roi, scales, sizes, mode=_resize_mode(mode),
+                   coordinate_transformation_mode=coordinate_transformation_mode, nearest_mode=nearest_mode,
+                   cubic_coeff_a=float(cubic_coeff_a), exclude_outside=bool(exclude_outside),
+                   extrapolation_value=float(extrapolation_value), antialias=bool(antialias),
+                   keep_aspect_ratio_policy=keep_aspect_ratio_policy, axes=tuple(axes or ()))
+
+
+# ---- reductions --------------------------------------------------------------------------------------------
+
+_STATIC_REDUCE = {"sum": "sum", "mean": "mean", "max": "max", "min": "min", "prod": "prod"}
+
+
+def reduce(ctx, data, mode, axes, keepdims, noop_with_empty_axes=0):
+    """An ONNX reduction; ``axes`` is a list (known) or an expression (run-time)."""
+    keepdims = bool(keepdims)
+    ndim = ctx.ndim(data)
+    if axes is not None and not isinstance(axes, list):
+        known = ctx.int_list(axes)
+        if known is None:
+            return ctx.call("onnx.reduce", data, ctx.cast(axes, "int64"), mode=mode, keepdims=keepdims,
+                            noop_with_empty_axes=bool(noop_with_empty_axes))
+        axes = known
+    if not axes:
+        if noop_with_empty_axes:
+            return ctx.call("copy", data)
+        axes = list(range(ndim))
+    axes = tuple(sorted(a + ndim if a < 0 else a for a in axes))
+    shape = ctx.shape(data)
+    empty = any(isinstance(shape[a], int) and shape[a] == 0 for a in axes)
+    if empty or ctx.dtype(data) == "bool":
+        return ctx.call("onnx.reduce", data, ctx.constant(np.array(axes, np.int64)), mode=mode, keepdims=keepdims)
+    if mode in _STATIC_REDUCE:
+        return ctx.call(_STATIC_REDUCE[mode], data, axis=axes, keepdims=keepdims)
+    if mode == "log_sum_exp":
+        return ctx.call("logsumexp", data, axis=axes, keepdims=keepdims)
+    if mode == "l1":
+        return ctx.call("sum", ctx.call("abs", data), axis=axes, keepdims=keepdims)
+    if mode in ("l2", "sum_square"):
+        total = ctx.call("sum", ctx.call("multiply", data, data), axis=axes, keepdims=keepdims)
+        if mode == "sum_square":
+            return total
+        if ctx.dtype(data).startswith("float"):
+            return ctx.call("sqrt", total)
+        return ctx.cast(ctx.call("sqrt", ctx.cast(total, "float64")), ctx.dtype(data))
+    if mode == "log_sum":
+        return ctx.call("log", ctx.call("sum", data, axis=axes, keepdims=keepdims))
+    raise UnsupportedError(f"reduction {mode}")
+
+
+def _register_reduce(op_type, mode, axes_input_version):
+    def with_attr(ctx, data, *, axes=None, keepdims=1):
+        return reduce(ctx, data, mode, list(axes) if axes is not None else None, keepdims)
+
+    def with_input(ctx, data, axes=None, *, keepdims=1, noop_with_empty_axes=0):
+        return reduce(ctx, data, mode, axes, keepdims, noop_with_empty_axes)
+
+    with_attr.__name__ = f"{op_type.lower()}_1"
+    with_input.__name__ = f"{op_type.lower()}_{axes_input_version}"
+    converter(op_type, 1)(with_attr)
+    converter(op_type, axes_input_version)(with_input)
+
+
+_register_reduce("ReduceSum", "sum", 13)
+for _op_type, _mode in [("ReduceMean", "mean"), ("ReduceMax", "max"), ("ReduceMin", "min"), ("ReduceProd", "prod"),
+                        ("ReduceL1", "l1"), ("ReduceL2", "l2"), ("ReduceSumSquare", "sum_square"),
+                        ("ReduceLogSum", "log_sum"), ("ReduceLogSumExp", "log_sum_exp")]:
+    _register_reduce(_op_type, _mode, 18)
+
+
+def _arg(op_name):
+    def convert(ctx, data, *, axis=0, keepdims=1, select_last_index=0):
+        out = ctx.call(op_name, data, axis=(axis,), keepdims=bool(keepdims), select_last_index=bool(select_last_index))
+        return ctx.cast(out, "int64")
+
+    return convert
+
+
+converter("ArgMax", 1)(_arg("argmax"))
+converter("ArgMin", 1)(_arg("argmin"))

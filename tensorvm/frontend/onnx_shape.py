@@ -1,0 +1,508 @@
+"""Converters of ONNX shape and data-movement ops.
+
+Where the shape-deciding input (a new shape, axes, pads, repeats, slice bounds) is known at import
+time the static op is used (``reshape``, ``squeeze``, ``strided_slice``, ...); otherwise the
+run-time version (``dyn.reshape``, ``onnx.slice``, ...) whose shape function reads the value. Small
+integer tensors built by ``Shape``/``Gather``/``Concat``/``Unsqueeze``/``Slice``/``Cast`` keep their
+element-wise tracking (``ctx.shape_entries``) so export-style shape arithmetic folds away.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import TypeInferenceError, UnsupportedError
+from .onnx_context import DimOf, converter
+
+INT64_MAX = np.iinfo(np.int64).max
+
+
+def _entries_1d(ctx, x):
+    """The tracked elements of a 1-d (or 0-d) int tensor, else None."""
+    if ctx.ndim(x) > 1:
+        return None
+    return ctx.shape_entries(x)
+
+
+def _track(ctx, node, entries):
+    return node if entries is None else ctx.with_entries(node, entries)
+
+
+def _int64(ctx, x):
+    return ctx.cast(x, "int64")
+
+
+def _empty_i64(ctx):
+    return ctx.constant(np.zeros((0,), np.int64))
+
+
+# ---- Shape, Size ------------------------------------------------------------------------------------
+
+
+@converter("Shape", 1)
+def shape_1(ctx, data):
+    return ctx.shape_of(data)
+
+
+@converter("Shape", 15)
+def shape_15(ctx, data, *, start=0, end=None):
+    ndim = ctx.ndim(data)
+    begin = min(max(start + ndim if start < 0 else start, 0), ndim)
+    stop = ndim if end is None else min(max(end + ndim if end < 0 else end, 0), ndim)
+    full = ctx.shape_of(data)
+    if begin == 0 and stop == ndim:
+        return full
+    entries = ctx.shape_entries(full)
+    sliced = ctx.call("strided_slice", full, begin=(begin,), end=(max(stop, begin),), strides=(1,))
+    return _track(ctx, sliced, entries[begin:max(stop, begin)] if entries is not None else None)
+
+
+@converter("Size", 1)
+def size_1(ctx, data):
+    shape = ctx.shape(data)
+    if all(isinstance(d, int) for d in shape):
+        return ctx.constant(np.array(int(np.prod(shape, dtype=np.int64)), np.int64))
+    return ctx.call("ndarray_size", data, dtype="int64")
+
+
+# ---- Reshape, Flatten, Squeeze, Unsqueeze, Transpose ---------------------------------------------
+
+
+def reshape_to(ctx, data, shape, allowzero=False):
+    """Reshape ``data`` to the ONNX shape tensor ``shape`` (0 copies a dim unless allowzero, -1 infers)."""
+    entries = _entries_1d(ctx, shape)
+    if entries is not None:
+        newshape = []
+        for i, e in enumerate(entries):
+            if isinstance(e, int):
+                if e == 0 and not allowzero and i >= ctx.ndim(data):
+                    raise TypeInferenceError(f"Reshape: 0 at position {i} copies a dim the input (rank "
+                                             f"{ctx.ndim(data)}) does not have")
+                newshape.append(e)
+            elif isinstance(e, DimOf) and e.tensor is data and e.axis == i and not allowzero:
+                newshape.append(0)
+            else:
+                newshape.append(None)
+        unknown = newshape.count(None)
+        if unknown == 1 and -1 not in newshape:
+            newshape[newshape.index(None)] = -1
+            unknown = 0
+        if unknown == 0:
+            return ctx.call("reshape", data, newshape=tuple(newshape), allowzero=bool(allowzero))
+    return ctx.call("dyn.reshape", data, _int64(ctx, shape), allowzero=bool(allowzero))
+
+
+@converter("Reshape", 1)
+def reshape_1(ctx, data, *, shape=None, consumed_inputs=None):
+    if shape is None:
+        raise UnsupportedError("Reshape-1 needs the shape attribute")
+    return reshape_to(ctx, data, ctx.constant(np.array(shape, np.int64)))
+
+
+@converter("Reshape", 5)
+def reshape_5(ctx, data, shape, *, allowzero=0):
+    return reshape_to(ctx, data, shape, allowzero)
+
+
+@converter("Flatten", 1)
+def flatten_1(ctx, input, *, axis=1):  # noqa: A002
+    x = input
+    ndim = ctx.ndim(x)
+    axis = axis + ndim if axis < 0 else axis
+    if not 0 <= axis <= ndim:
+        raise TypeInferenceError(f"Flatten: axis {axis} is out of range for rank {ndim}")
+    shape = ctx.shape(x)
+    head, tail = shape[:axis], shape[axis:]
+    if axis == 0:
+        return ctx.call("reshape", x, newshape=(1, -1))
+    if all(isinstance(d, int) for d in tail):
+        return ctx.call("reshape", x, newshape=(-1, int(np.prod(tail, dtype=np.int64))))
+    if all(isinstance(d, int) for d in head):
+        return ctx.call("reshape", x, newshape=(int(np.prod(head, dtype=np.int64)), -1))
+    lead = ctx.call("prod", ctx.call("strided_slice", ctx.shape_of(x), begin=(0,), end=(axis,)), axis=(0,),
+                    keepdims=True)
+    return ctx.call("dyn.reshape", x, ctx.call("concatenate", ctx.tuple(
+        [lead, ctx.constant(np.array([-1], np.int64))]), axis=0))
+
+
+def squeeze_axes(ctx, data, axes):
+    if axes is None:
+        shape = ctx.shape(data)
+        if not all(isinstance(d, int) for d in shape):
+            raise UnsupportedError("Squeeze without axes needs a static input shape")
+        axes = [i for i, d in enumerate(shape) if d == 1]
+    ndim = ctx.ndim(data)
+    axes = sorted({a + ndim if a < 0 else a for a in axes})
+    if not axes:
+        return data
+    out = ctx.call("squeeze", data, axis=tuple(axes))
+    entries = _entries_1d(ctx, data)
+    if entries is not None and ndim == 1:
+        out = _track(ctx, out, entries)
+    return out
+
+
+@converter("Squeeze", 1)
+def squeeze_1(ctx, data, *, axes=None):
+    return squeeze_axes(ctx, data, axes)
+
+
+@converter("Squeeze", 13)
+def squeeze_13(ctx, data, axes=None):
+    if axes is None:
+        return squeeze_axes(ctx, data, None)
+    values = ctx.int_list(axes)
+    if values is not None:
+        return squeeze_axes(ctx, data, values)
+    return ctx.call("dyn.squeeze", data, _int64(ctx, axes))
+
+
+def unsqueeze_axes(ctx, data, axes):
+    out_ndim = ctx.ndim(data) + len(axes)
+    axes = sorted(a + out_ndim if a < 0 else a for a in axes)
+    if len(set(axes)) != len(axes) or any(not 0 <= a < out_ndim for a in axes):
+        raise TypeInferenceError(f"Unsqueeze: invalid axes {axes} for output rank {out_ndim}")
+    entries = _entries_1d(ctx, data) if ctx.ndim(data) == 0 else None
+    out = data
+    for a in axes:
+        out = ctx.call("expand_dims", out, axis=a)
+    return _track(ctx, out, entries)
+
+
+@converter("Unsqueeze", 1)
+def unsqueeze_1(ctx, data, *, axes):
+    return unsqueeze_axes(ctx, data, axes)
+
+
+@converter("Unsqueeze", 13)
+def unsqueeze_13(ctx, data, axes):
+    values = ctx.int_list(axes)
+    if values is not None:
+        return unsqueeze_axes(ctx, data, values)
+    return ctx.call("onnx.unsqueeze", data, _int64(ctx, axes))
+
+
+@converter("Transpose", 1)
+def transpose_1(ctx, data, *, perm=None):
+    return ctx.call("transpose", data, axes=tuple(perm) if perm is not None else None)
+
+
+# ---- Concat, Split, Slice, Gather --------------------------------------------------------------------
+
+
+@converter("Concat", 1)
+def concat_1(ctx, *inputs, axis=1):
+    return concat_4(ctx, *inputs, axis=axis)
+
+
+@converter("Concat", 4)
+def concat_4(ctx, *inputs, axis):
+    if not inputs:
+        raise TypeInferenceError("Concat needs at least one input")
+    ndim = ctx.ndim(inputs[0])
+    tracked = None
+    if ndim == 1:
+        parts = [_entries_1d(ctx, x) for x in inputs]
+        if all(p is not None for p in parts):
+            tracked = [e for p in parts for e in p]
+    # Empty pieces of a shape vector (e.g. Shape()[0:0]) add nothing.
+    nonempty = [x for x in inputs if not (ctx.ndim(x) == 1 and ctx.shape(x)[0] == 0)] or list(inputs[:1])
+    out = nonempty[0] if len(nonempty) == 1 else ctx.call("concatenate", ctx.tuple(nonempty), axis=axis)
+    return _track(ctx, out, tracked)
+
+
+def _split_static(ctx, x, axis, sizes):
+    bounds = np.cumsum(sizes)[:-1]
+    parts = ctx.call("split", x, indices_or_sections=tuple(int(b) for b in bounds), axis=axis)
+    return [ctx.get_item(parts, i) for i in range(len(sizes))]
+
+
+def split_sizes(ctx, x, axis, split, num_outputs):
+    """Split ``x`` along ``axis`` into the given sizes (or ``num_outputs`` near-equal parts)."""
+    dim = ctx.shape(x)[axis]
+    if split is None and isinstance(dim, int):
+        chunk = -(-dim // num_outputs)
+        split = [min(chunk, max(dim - i * chunk, 0)) for i in range(num_outputs)]
+    if split is not None:
+        if len(split) == 1:
+            return [ctx.call("copy", x)]
+        return _split_static(ctx, x, axis, split)
+    if num_outputs == 1:
+        return [ctx.call("copy", x)]
+    parts = ctx.call("onnx.split", x, _empty_i64(ctx), axis=axis, num_outputs=num_outputs)
+    return [ctx.get_item(parts, i) for i in range(num_outputs)]
+
+
+@converter("Split", 1)
+def split_1(ctx, input, split=None, *, axis=0):  # noqa: A002
+    sizes = ctx.require_ints(split, "Split: split") if split is not None else None
+    return split_2(ctx, input, axis=axis, split=sizes)
+
+
+@converter("Split", 2)
+def split_2(ctx, input, *, axis=0, split=None):  # noqa: A002
+    axis = axis % ctx.ndim(input)
+    return split_sizes(ctx, input, axis, list(split) if split else None, ctx.num_outputs)
+
+
+@converter("Split", 13)
+def split_13(ctx, input, split=None, *, axis=0, num_outputs=None):  # noqa: A002
+    axis = axis % ctx.ndim(input)
+    count = num_outputs or ctx.num_outputs
+    if split is None:
+        return split_sizes(ctx, input, axis, None, count)
+    sizes = ctx.int_list(split)
+    if sizes is not None:
+        return split_sizes(ctx, input, axis, sizes, count)
+    parts = ctx.call("onnx.split", input, _int64(ctx, split), axis=axis, num_outputs=count)
+    return [ctx.get_item(parts, i) for i in range(count)]
+
+
+def slice_static(ctx, data, starts, ends, axes, steps):
+    ndim = ctx.ndim(data)
+    axes = list(axes) if axes is not None else list(range(len(starts)))
+    steps = list(steps) if steps is not None else [1] * len(starts)
+    axes = [a + ndim if a < 0 else a for a in axes]
+    clamp = lambda v: int(max(min(v, INT64_MAX), -INT64_MAX))  # noqa: E731
+    entries = _entries_1d(ctx, data) if ndim == 1 else None
+    out = ctx.call("strided_slice", data, begin=tuple(clamp(s) for s in starts), end=tuple(clamp(e) for e in ends),
+                   strides=tuple(steps), axes=tuple(axes))
+    if entries is not None and axes == [0]:
+        entries = entries[slice(starts[0], ends[0], steps[0])]
+        return _track(ctx, out, entries)
+    return out
+
+
+@converter("Slice", 1)
+def slice_1(ctx, data, *, starts, ends, axes=None):
+    return slice_static(ctx, data, starts, ends, axes, None)
+
+
+@converter("Slice", 10)
+def slice_10(ctx, data, starts, ends, axes=None, steps=None):
+    known = [ctx.int_list(v) if v is not None else None for v in (starts, ends, axes, steps)]
+    if known[0] is not None and known[1] is not None and (axes is None or known[2] is not None) and (
+            steps is None or known[3] is not None):
+        return slice_static(ctx, data, *known)
+    return ctx.call("onnx.slice", data, _int64(ctx, starts), _int64(ctx, ends),
+                    _int64(ctx, axes) if axes is not None else _empty_i64(ctx),
+                    _int64(ctx, steps) if steps is not None else _empty_i64(ctx))
+
+
+@converter("Gather", 1)
+def gather_1(ctx, data, indices, *, axis=0):
+    ndim = ctx.ndim(data)
+    axis = axis + ndim if axis < 0 else axis
+    idx_values = ctx.value(indices)
+    entries = _entries_1d(ctx, data) if ndim == 1 else None
+    if entries is not None and idx_values is not None and idx_values.ndim <= 1:
+        picked = [entries[int(i)] for i in idx_values.reshape(-1)]
+        out = ctx.call("take", data, indices, axis=0, mode="wrap")
+        return _track(ctx, out, picked)
+    return ctx.call("take", data, indices, axis=axis, mode="wrap")
+
+
+@converter("GatherElements", 11)
+def gather_elements_11(ctx, data, indices, *, axis=0):
+    return ctx.call("gather", data, indices, axis=axis)
+
+
+def _indices_first(ctx, indices):
+    """ONNX puts the index tuple last (..., M); tensorvm's gather_nd/scatter_nd want it first (M, ...)."""
+    ndim = ctx.ndim(indices)
+    return ctx.call("transpose", indices, axes=(ndim - 1,) + tuple(range(ndim - 1)))
+
+
+@converter("GatherND", 11)
+def gather_nd_11(ctx, data, indices, *, batch_dims=0):
+    data_shape = ctx.shape(data)
+    idx = _int64(ctx, indices)
+    if batch_dims:
+        # Negative indices and batch dims: make indices explicit over the batch dims, then plain gather_nd.
+        return ctx.call("gather_nd", data, _indices_first(ctx, idx), batch_dims=batch_dims)
+    depth = ctx.shape(indices)[-1]
+    if isinstance(depth, int) and all(isinstance(d, int) for d in data_shape[:depth]):
+        dims = ctx.constant(np.array(data_shape[:depth], np.int64))
+        idx = ctx.call("where", ctx.call("less", idx, ctx.constant(np.array(0, np.int64))),
+                       ctx.call("add", idx, dims), idx)
+    return ctx.call("gather_nd", data, _indices_first(ctx, idx))
+
+
+_REDUCTION = {"none": "update", "add": "add", "mul": "mul", "max": "max", "min": "min"}
+
+
+@converter("Scatter", 9)
+def scatter_9(ctx, data, indices, updates, *, axis=0):
+    return ctx.call("scatter_elements", data, indices, updates, axis=axis)
+
+
+@converter("ScatterElements", 11)
+def scatter_elements_11(ctx, data, indices, updates, *, axis=0, reduction="none"):
+    if reduction not in _REDUCTION:
+        raise UnsupportedError(f"ScatterElements: reduction {reduction!r}")
+    return ctx.call("scatter_elements", data, indices, updates, axis=axis, reduction=_REDUCTION[reduction])
+
+
+@converter("ScatterND", 11)
+def scatter_nd_11(ctx, data, indices, updates, *, reduction="none"):
+    if reduction not in _REDUCTION:
+        raise UnsupportedError(f"ScatterND: reduction {reduction!r}")
+    return ctx.call("scatter_nd", data, _indices_first(ctx, indices), updates, mode=_REDUCTION[reduction])
+
+
+# ---- Expand, Tile, Pad, Range, ConstantOfShape, OneHot ----------------------------------------------
+
+
+@converter("Expand", 8)
+def expand_8(ctx, input, shape):  # noqa: A002
+    x = input
+    entries = _entries_1d(ctx, shape)
+    x_shape = ctx.shape(x)
+    if entries is not None and all(isinstance(e, int) for e in entries):
+        ndim = max(len(entries), len(x_shape))
+        target = [1] * (ndim - len(entries)) + list(entries)
+        padded = [1] * (ndim - len(x_shape)) + list(x_shape)
+        out = []
+        for t, d in zip(target, padded, strict=True):
+            if t == 1:
+                out.append(d)
+            elif d == 1 or d == t or not isinstance(d, int):
+                out.append(t)
+            else:
+                raise TypeInferenceError(f"Expand: cannot broadcast {tuple(x_shape)} to {tuple(entries)}")
+        if all(isinstance(d, int) for d in out):
+            return ctx.call("broadcast_to", x, shape=tuple(out))
+    # Bidirectional broadcasting with a run-time shape: a where() over a mask of the target shape.
+    mask = ctx.call("dyn.broadcast_to", ctx.constant(np.array(True)), _int64(ctx, shape))
+    return ctx.call("where", mask, x, x)
+
+
+@converter("Tile", 6)
+def tile_6(ctx, input, repeats):  # noqa: A002
+    reps = ctx.int_list(repeats)
+    if reps is not None:
+        return ctx.call("tile", input, reps=tuple(reps))
+    return ctx.call("dyn.tile", input, _int64(ctx, repeats))
+
+
+_PAD_MODES = {"constant": "constant", "reflect": "reflect", "edge": "edge", "wrap": "wrap"}
+
+
+def pad_static(ctx, data, pads, mode, value):
+    ndim = ctx.ndim(data)
+    if mode not in _PAD_MODES:
+        raise UnsupportedError(f"Pad: mode {mode!r}")
+    if len(pads) != 2 * ndim:
+        raise TypeInferenceError(f"Pad: pads has {len(pads)} values for rank {ndim}")
+    if mode in ("constant", "edge", "reflect") and min(pads) >= 0:
+        width = tuple((pads[i], pads[i + ndim]) for i in range(ndim))
+        if mode == "constant":
+            return ctx.call("nn.pad", data, value, pad_width=width, pad_mode="constant")
+        return ctx.call("nn.pad", data, pad_width=width, pad_mode=mode)
+    return ctx.call("onnx.pad", data, ctx.constant(np.array(pads, np.int64)), value, _empty_i64(ctx), mode=mode)
+
+
+@converter("Pad", 2)
+def pad_2(ctx, data, *, pads, mode="constant", value=0.0):
+    return pad_static(ctx, data, list(pads), mode, ctx.constant(np.array(value, dtype=ctx.dtype(data))))
+
+
+@converter("Pad", 1)
+def pad_1(ctx, data, *, paddings, mode="constant", value=0.0):
+    return pad_2(ctx, data, pads=paddings, mode=mode, value=value)
+
+
+@converter("Pad", 11)
+def pad_11(ctx, data, pads, constant_value=None, axes=None, *, mode="constant"):
+    ndim = ctx.ndim(data)
+    value = ctx.cast(constant_value, ctx.dtype(data)) if constant_value is not None else \
+        ctx.constant(np.array(0, dtype=ctx.dtype(data)))
+    if ctx.ndim(value) != 0:
+        value = ctx.call("reshape", value, newshape=())
+    pad_values = ctx.int_list(pads)
+    axis_values = ctx.int_list(axes) if axes is not None else None
+    if axes is not None and pad_values is not None and axis_values is not None:
+        axis_values = [a + ndim if a < 0 else a for a in axis_values]
+        k = len(axis_values)
+        full = [0] * (2 * ndim)
+        for j, a in enumerate(axis_values):
+            full[a], full[a + ndim] = pad_values[j], pad_values[j + k]
+        pad_values = full
+    elif axes is not None:
+        pad_values = None
+    if pad_values is not None:
+        return pad_static(ctx, data, pad_values, mode, value)
+    if mode not in _PAD_MODES:
+        raise UnsupportedError(f"Pad: mode {mode!r}")
+    axes = _int64(ctx, axes) if axes is not None else _empty_i64(ctx)
+    return ctx.call("onnx.pad", data, _int64(ctx, pads), value, axes, mode=mode)
+
+
+@converter("Range", 11)
+def range_11(ctx, start, limit, delta):
+    dtype = ctx.dtype(start)
+    return ctx.call("arange", *(ctx.cast(_scalar(ctx, v), dtype) for v in (start, limit, delta)), dtype=dtype)
+
+
+def _scalar(ctx, x):
+    return x if ctx.ndim(x) == 0 else ctx.call("reshape", x, newshape=())
+
+
+@converter("ConstantOfShape", 9)
+def constant_of_shape_9(ctx, input, *, value=None):  # noqa: A002
+    fill = np.zeros((), np.float32) if value is None else np.asarray(value).reshape(())
+    entries = _entries_1d(ctx, input)
+    if entries is not None and all(isinstance(e, int) for e in entries) and int(np.prod(entries)) <= (1 << 20):
+        return ctx.constant(np.full(entries, fill, dtype=fill.dtype))
+    return ctx.call("dyn.broadcast_to", ctx.constant(fill), _int64(ctx, input))
+
+
+@converter("OneHot", 9)
+def one_hot_9(ctx, indices, depth, values, *, axis=-1):
+    depth_value = ctx.scalar_value(depth)
+    if depth_value is not None:
+        depth = ctx.constant(np.array(int(depth_value), np.int64))
+    return ctx.call("onnx.one_hot", indices, depth, values, axis=axis)
+
+
+@converter("CumSum", 11)
+def cumsum_11(ctx, x, axis, *, exclusive=0, reverse=0):
+    return ctx.call("onnx.cumsum", x, _int64(ctx, axis), exclusive=bool(exclusive), reverse=bool(reverse))
+
+
+@converter("Trilu", 14)
+def trilu_14(ctx, input, k=None, *, upper=1):  # noqa: A002
+    k = _int64(ctx, k) if k is not None else ctx.constant(np.array(0, np.int64))
+    return ctx.call("trilu", input, k, upper=bool(upper))
+
+
+@converter("DepthToSpace", 1)
+def depth_to_space_1(ctx, input, *, blocksize, mode="DCR"):  # noqa: A002
+    return ctx.call("nn.depth_to_space", input, block_size=blocksize, mode=mode)
+
+
+@converter("SpaceToDepth", 1)
+def space_to_depth_1(ctx, input, *, blocksize, mode="DCR"):  # noqa: A002
+    if mode == "DCR":
+        return ctx.call("nn.space_to_depth", input, block_size=blocksize)
+    n, c, h, w = ctx.shape(input)
+    if not all(isinstance(d, int) for d in (c, h, w)):
+        raise UnsupportedError("SpaceToDepth in CRD mode needs static C, H and W")
+    b = blocksize
+    x = ctx.call("reshape", input, newshape=(-1, c, h // b, b, w // b, b))
+    x = ctx.call("transpose", x, axes=(0, 1, 3, 5, 2, 4))
+    return ctx.call("reshape", x, newshape=(-1, c * b * b, h // b, w // b))
+
+
+@converter("EyeLike", 9)
+def eye_like_9(ctx, input, *, dtype=None, k=0):  # noqa: A002
+    from .onnx_context import onnx_dtype
+
+    shape = ctx.shape(input)
+    if not all(isinstance(d, int) for d in shape):
+        raise UnsupportedError("EyeLike needs a static input shape")
+    out_dtype = onnx_dtype(dtype, "EyeLike") if dtype is not None else ctx.dtype(input)
+    return ctx.constant(np.eye(shape[0], shape[1], k=k, dtype=out_dtype))
+
+
+__all__ = ["reshape_to", "split_sizes", "slice_static", "squeeze_axes", "unsqueeze_axes"]

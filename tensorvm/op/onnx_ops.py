@@ -1,0 +1,1801 @@
+"""Operators that the ONNX importer needs and the Relay-style set lacks.
+
+* ONNX's data-movement ops whose output shape depends on the *values* of a small integer input
+  (ONNX passes axes, pads, splits and slice bounds as tensors): ``onnx.unsqueeze``, ``onnx.slice``,
+  ``onnx.split``, ``onnx.pad``, ``onnx.reduce``, ``onnx.one_hot`` (``dyn.squeeze`` and ``dyn.tile``
+  of ``transform.py`` serve Squeeze and Tile); and ``onnx.cumsum``, ``trilu`` (a run-time axis or
+  diagonal).
+* ``onnx.matmul`` (NumPy matmul with batch broadcasting), ``einsum``.
+* Data-dependent ops: ``onnx.unique``, ``vision.non_max_suppression``; ``vision.roi_align``.
+* ``image.resize`` (N-d nearest/linear/cubic with ONNX's coordinate transformations).
+* N-d convolution and pooling with ONNX's padding rules: ``nn.conv_nd``, ``nn.conv_transpose_nd``,
+  ``nn.pool_nd`` (max/average/Lp, ceil mode, ``auto_pad`` resolved from the run-time shape).
+* Recurrent layers ``nn.lstm``, ``nn.gru``, ``nn.rnn`` and transformer blocks ``nn.attention``,
+  ``nn.rotary_embedding``.
+
+When the shape-deciding input is a ``Constant`` the type relation computes the exact output type;
+otherwise the unknown dims are ``Any`` and the shape function (which reads that input's data) gives
+them at run time. Kernels are NumPy; bad input raises ``ShapeError``/``ExecutionError``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import string
+
+import numpy as np
+
+from ..errors import ExecutionError, ShapeError, TypeInferenceError
+from ..ir.types import Any, TensorType, TupleType
+from ._common import expect_tensor
+from .registry import REQUIRED, AttrDef, OpPattern
+from .transform import (
+    concrete,
+    define,
+    expect_int_tensor,
+    fmt_shape,
+    int_tuple,
+    mul_dims,
+    norm_axis,
+    one_of,
+    to_bool,
+    to_float,
+    to_int,
+)
+
+__all__ = ["resize_output_shape"]
+
+_FLOATS = ("float16", "float32", "float64")
+
+
+def _ints(arr, op, what, err) -> tuple:
+    arr = np.asarray(arr)
+    if arr.ndim > 1 or (arr.size and not np.issubdtype(arr.dtype, np.integer)):
+        raise err(f"{op}: {what} must be a 0-d or 1-d integer tensor, got {arr.dtype} of shape {arr.shape}")
+    return tuple(int(v) for v in arr.reshape(-1))
+
+
+def _vector_length(op, ty, what):
+    t = expect_int_tensor(op, ty, what)
+    if t.ndim > 1:
+        raise TypeInferenceError(f"{op}: {what} must be 0-d or 1-d, got {fmt_shape(t.shape)}")
+    if t.ndim == 0:
+        return 1
+    return t.shape[0] if isinstance(t.shape[0], int) else None
+
+
+def _const(consts, i):
+    return None if consts is None or i >= len(consts) else consts[i]
+
+
+def _norm_axes(op, axes, ndim, err) -> tuple:
+    out = []
+    for a in axes:
+        a2 = norm_axis(op, a, ndim, err)
+        if a2 in out:
+            raise err(f"{op}: axis {a} is repeated in {axes}")
+        out.append(a2)
+    return tuple(out)
+
+
+# ---------------------------------------------------------------------------------------------------
+# onnx.unsqueeze
+
+
+def _unsqueeze_dims(op, shape, axes, err):
+    ndim = len(shape) + len(axes)
+    axes = _norm_axes(op, axes, ndim, err)
+    out, rest = [], iter(shape)
+    for i in range(ndim):
+        out.append(1 if i in axes else next(rest))
+    return tuple(out)
+
+
+def _dyn_expand_rel(types, attrs, consts=None):
+    data = expect_tensor("onnx.unsqueeze", types[0], "data")
+    axes = _const(consts, 1)
+    if axes is not None:
+        return TensorType(_unsqueeze_dims("onnx.unsqueeze", data.shape, _ints(
+            axes, "onnx.unsqueeze", "axes", TypeInferenceError), TypeInferenceError), data.dtype)
+    n = _vector_length("onnx.unsqueeze", types[1], "axes")
+    if n is None:
+        raise TypeInferenceError("onnx.unsqueeze: the number of axes must be static")
+    return TensorType((Any(),) * (data.ndim + n), data.dtype)
+
+
+define(
+    "onnx.unsqueeze", 2, _dyn_expand_rel,
+    lambda attrs, x, axes: np.asarray(x).reshape(_unsqueeze_dims("onnx.unsqueeze", np.shape(x), _ints(
+        axes, "onnx.unsqueeze", "axes", ExecutionError), ShapeError)),
+    OpPattern.INJECTIVE,
+    shape_func=lambda attrs, args: [_unsqueeze_dims("onnx.unsqueeze", concrete(args[0]), _ints(
+        args[1], "onnx.unsqueeze", "axes", ShapeError), ShapeError)],
+    data_dependent=(False, True),
+    doc="Insert size-1 dims at the positions (in the output) listed in the run-time tensor ``axes``.",
+)
+
+
+# ---------------------------------------------------------------------------------------------------
+# onnx.slice: ONNX Slice with run-time starts/ends/axes/steps
+
+
+def _slice_index(op, shape, starts, ends, axes, steps, err):
+    ndim = len(shape)
+    if not axes:
+        axes = tuple(range(len(starts)))
+    if not steps:
+        steps = (1,) * len(starts)
+    if not len(starts) == len(ends) == len(axes) == len(steps):
+        raise err(f"{op}: starts, ends, axes and steps must have one length, got {len(starts)}, {len(ends)}, "
+                  f"{len(axes)} and {len(steps)}")
+    axes = _norm_axes(op, axes, ndim, err)
+    index = [slice(None)] * ndim
+    for axis, b, e, s in zip(axes, starts, ends, steps, strict=True):
+        if s == 0:
+            raise err(f"{op}: step 0 on axis {axis}")
+        index[axis] = slice(b, e, s)
+    return tuple(index)
+
+
+def _slice_shape(shape, index):
+    return tuple(len(range(*sl.indices(d))) for sl, d in zip(index, shape, strict=True))
+
+
+def _dyn_slice_rel(types, attrs, consts=None):
+    op = "onnx.slice"
+    data = expect_tensor(op, types[0], "data")
+    for i, what in enumerate(("starts", "ends", "axes", "steps"), 1):
+        expect_int_tensor(op, types[i], what)
+    values = [_const(consts, i) for i in range(1, 5)]
+    if all(v is not None for v in values) and all(isinstance(d, int) for d in data.shape):
+        vals = [_ints(v, op, "argument", TypeInferenceError) for v in values]
+        return TensorType(_slice_shape(data.shape, _slice_index(op, data.shape, *vals, TypeInferenceError)),
+                          data.dtype)
+    if values[2] is not None:
+        axes = _norm_axes(op, _ints(values[2], op, "axes", TypeInferenceError) or range(data.ndim), data.ndim,
+                          TypeInferenceError)
+        return TensorType(tuple(Any() if i in axes else d for i, d in enumerate(data.shape)), data.dtype)
+    return TensorType((Any(),) * data.ndim, data.dtype)
+
+
+def _dyn_slice_args(op, args, err):
+    return [_ints(a, op, "argument", err) for a in args]
+
+
+define(
+    "onnx.slice", 5, _dyn_slice_rel,
+    lambda attrs, x, *args: np.asarray(x)[_slice_index("onnx.slice", np.shape(x),
+                                                       *_dyn_slice_args("onnx.slice", args, ExecutionError),
+                                                       ShapeError)].copy(),
+    OpPattern.INJECTIVE,
+    shape_func=lambda attrs, args: [_slice_shape(concrete(args[0]), _slice_index(
+        "onnx.slice", concrete(args[0]), *_dyn_slice_args("onnx.slice", args[1:], ShapeError), ShapeError))],
+    data_dependent=(False, True, True, True, True),
+    doc="onnx.slice(data, starts, ends, axes, steps): ONNX Slice with run-time bounds (clamped like Python); "
+        "empty axes means 0..len(starts)-1 and empty steps all ones.",
+)
+
+
+# ---------------------------------------------------------------------------------------------------
+# onnx.split
+
+
+def _split_sizes(op, dim, split, num_outputs, err):
+    if split:
+        if len(split) != num_outputs:
+            raise err(f"{op}: {len(split)} split sizes for {num_outputs} outputs")
+        if any(s < 0 for s in split) or sum(split) != dim:
+            raise err(f"{op}: split sizes {split} must be >= 0 and add up to the axis size {dim}")
+        return tuple(split)
+    chunk = -(-dim // num_outputs)
+    sizes = [min(chunk, max(dim - i * chunk, 0)) for i in range(num_outputs)]
+    return tuple(sizes)
+
+
+def _dyn_split_rel(types, attrs, consts=None):
+    op = "onnx.split"
+    data = expect_tensor(op, types[0], "data")
+    expect_int_tensor(op, types[1], "split")
+    axis = norm_axis(op, attrs.axis, data.ndim)
+    split = _const(consts, 1)
+    dim = data.shape[axis]
+    if split is not None and isinstance(dim, int):
+        sizes = _split_sizes(op, dim, _ints(split, op, "split", TypeInferenceError), attrs.num_outputs,
+                             TypeInferenceError)
+    else:
+        sizes = [Any()] * attrs.num_outputs
+    return TupleType(tuple(TensorType(data.shape[:axis] + (s,) + data.shape[axis + 1:], data.dtype)
+                           for s in sizes))
+
+
+def _dyn_split_shapes(attrs, shape, split, err):
+    axis = norm_axis("onnx.split", attrs.axis, len(shape), err)
+    sizes = _split_sizes("onnx.split", shape[axis], _ints(split, "onnx.split", "split", err), attrs.num_outputs, err)
+    return [shape[:axis] + (s,) + shape[axis + 1:] for s in sizes]
+
+
+def _dyn_split_kernel(attrs, x, split):
+    shapes = _dyn_split_shapes(attrs, np.shape(x), split, ShapeError)
+    axis = attrs.axis % x.ndim
+    bounds = np.cumsum([0] + [s[axis] for s in shapes])
+    return tuple(np.take(x, np.arange(bounds[i], bounds[i + 1]), axis=axis) for i in range(len(shapes)))
+
+
+define(
+    "onnx.split", 2, _dyn_split_rel, _dyn_split_kernel, OpPattern.INJECTIVE,
+    attrs=(AttrDef("axis", 0, to_int), AttrDef("num_outputs", REQUIRED, lambda v: max(1, to_int(v)))),
+    shape_func=lambda attrs, args: _dyn_split_shapes(attrs, concrete(args[0]), args[1], ShapeError),
+    data_dependent=(False, True),
+    doc="Split into ``num_outputs`` parts of the run-time sizes ``split`` (empty: equal parts, the last "
+        "one smaller).",
+)
+
+
+# ---------------------------------------------------------------------------------------------------
+# onnx.pad: ONNX Pad with run-time pads (negative pads crop)
+
+
+def _pad_shape(op, shape, pads, err):
+    ndim = len(shape)
+    if len(pads) != 2 * ndim:
+        raise err(f"{op}: pads must have 2 x rank = {2 * ndim} values, got {len(pads)}")
+    out = []
+    for i, d in enumerate(shape):
+        if isinstance(d, int):
+            size = d + pads[i] + pads[i + ndim]
+            if size < 0:
+                raise err(f"{op}: pads {pads} crop more than the {d} elements of axis {i}")
+            out.append(size)
+        else:
+            out.append(d if pads[i] == pads[i + ndim] == 0 else Any())
+    return tuple(out)
+
+
+def _full_pads(op, ndim, pads, axes, err):
+    """ONNX pads over ``axes`` (begins then ends) expanded to every axis; empty axes means all."""
+    if not axes:
+        return pads
+    axes = _norm_axes(op, axes, ndim, err)
+    if len(pads) != 2 * len(axes):
+        raise err(f"{op}: pads must have 2 x {len(axes)} values for axes {axes}, got {len(pads)}")
+    full = [0] * (2 * ndim)
+    for j, a in enumerate(axes):
+        full[a], full[a + ndim] = pads[j], pads[j + len(axes)]
+    return tuple(full)
+
+
+def _dyn_pad_rel(types, attrs, consts=None):
+    data = expect_tensor("onnx.pad", types[0], "data")
+    expect_int_tensor("onnx.pad", types[1], "pads")
+    expect_int_tensor("onnx.pad", types[3], "axes")
+    value = expect_tensor("onnx.pad", types[2], "constant_value")
+    if value.dtype != data.dtype:
+        raise TypeInferenceError(f"onnx.pad: constant_value must have the data's dtype {data.dtype}, got {value.dtype}")
+    pads, axes = _const(consts, 1), _const(consts, 3)
+    if pads is not None and axes is not None:
+        full = _full_pads("onnx.pad", data.ndim, _ints(pads, "onnx.pad", "pads", TypeInferenceError),
+                          _ints(axes, "onnx.pad", "axes", TypeInferenceError), TypeInferenceError)
+        return TensorType(_pad_shape("onnx.pad", data.shape, full, TypeInferenceError), data.dtype)
+    return TensorType((Any(),) * data.ndim, data.dtype)
+
+
+def _dyn_pad_kernel(attrs, x, pads, value, axes):
+    x = np.asarray(x)
+    pads = _full_pads("onnx.pad", x.ndim, _ints(pads, "onnx.pad", "pads", ShapeError),
+                      _ints(axes, "onnx.pad", "axes", ShapeError), ShapeError)
+    _pad_shape("onnx.pad", x.shape, pads, ShapeError)
+    ndim = x.ndim
+    # Crop first (negative pads), then pad (positive ones).
+    crop = tuple(slice(max(-pads[i], 0), x.shape[i] - max(-pads[i + ndim], 0)) for i in range(ndim))
+    x = x[crop]
+    widths = [(max(pads[i], 0), max(pads[i + ndim], 0)) for i in range(ndim)]
+    if attrs.mode == "constant":
+        return np.pad(x, widths, mode="constant", constant_values=np.asarray(value).reshape(()).item())
+    if x.size == 0:
+        raise ShapeError(f"onnx.pad: cannot pad an empty tensor in {attrs.mode} mode")
+    return np.pad(x, widths, mode={"reflect": "reflect", "edge": "edge", "wrap": "wrap"}[attrs.mode])
+
+
+def _dyn_pad_shape(attrs, args):
+    shape = concrete(args[0])
+    pads = _full_pads("onnx.pad", len(shape), _ints(args[1], "onnx.pad", "pads", ShapeError),
+                      _ints(args[3], "onnx.pad", "axes", ShapeError), ShapeError)
+    return [_pad_shape("onnx.pad", shape, pads, ShapeError)]
+
+
+define(
+    "onnx.pad", 4, _dyn_pad_rel, _dyn_pad_kernel, OpPattern.INJECTIVE,
+    attrs=(AttrDef("mode", "constant", one_of("constant", "reflect", "edge", "wrap")),),
+    shape_func=_dyn_pad_shape, data_dependent=(False, True, False, True),
+    doc="onnx.pad(data, pads, constant_value, axes): pads = (begins..., ends...) of the listed axes (empty: "
+        "all); a negative pad removes elements; mode constant, reflect, edge or wrap.",
+)
+
+
+# ---------------------------------------------------------------------------------------------------
+# onnx.reduce: a reduction over run-time axes
+
+_REDUCERS = ("sum", "mean", "max", "min", "prod", "l1", "l2", "sum_square", "log_sum", "log_sum_exp")
+
+
+def _reduce_axes(op, ndim, axes, noop, err):
+    if not axes:
+        return () if noop else tuple(range(ndim))
+    return tuple(sorted(_norm_axes(op, axes, ndim, err)))
+
+
+def _reduced(shape, axes, keepdims):
+    if keepdims:
+        return tuple(1 if i in axes else d for i, d in enumerate(shape))
+    return tuple(d for i, d in enumerate(shape) if i not in axes)
+
+
+def _onnx_reduce_rel(types, attrs, consts=None):
+    op = "onnx.reduce"
+    data = expect_tensor(op, types[0], "data")
+    axes = _const(consts, 1)
+    if axes is not None:
+        axes = _reduce_axes(op, data.ndim, _ints(axes, op, "axes", TypeInferenceError), attrs.noop_with_empty_axes,
+                            TypeInferenceError)
+        return TensorType(_reduced(data.shape, axes, attrs.keepdims), data.dtype)
+    n = _vector_length(op, types[1], "axes")
+    if attrs.keepdims:
+        return TensorType((Any(),) * data.ndim, data.dtype)
+    if n is None or n == 0:
+        raise TypeInferenceError(f"{op}: with keepdims=0 the number of axes must be static and nonzero")
+    return TensorType((Any(),) * (data.ndim - n), data.dtype)
+
+
+def reduce_array(x: np.ndarray, axes: tuple, keepdims: bool, mode: str) -> np.ndarray:
+    """An ONNX reduction of ``x`` over ``axes`` (empty reductions give the identity, -inf/+inf for max/min)."""
+    dtype = x.dtype
+    acc = x.astype(np.float64) if np.issubdtype(dtype, np.floating) and dtype != np.float64 else x
+    if not axes:
+        out = {"l1": np.abs, "l2": np.abs, "sum_square": np.square, "log_sum": np.log,
+               "log_sum_exp": lambda v: v}.get(mode, lambda v: v)(acc)
+        return np.asarray(out).astype(dtype)
+    kw = dict(axis=axes, keepdims=keepdims)
+    if mode in ("max", "min"):
+        if np.issubdtype(dtype, np.floating):
+            init = -np.inf if mode == "max" else np.inf
+        elif dtype == np.bool_:
+            init = mode == "min"
+        else:
+            init = np.iinfo(dtype).min if mode == "max" else np.iinfo(dtype).max
+        out = (np.max if mode == "max" else np.min)(acc, initial=init, **kw)
+    elif mode == "sum":
+        out = np.sum(acc, **kw)
+    elif mode == "mean":
+        with np.errstate(invalid="ignore", divide="ignore"):
+            out = np.mean(acc, **kw) if np.issubdtype(dtype, np.floating) else np.sum(acc, **kw) // max(
+                1, int(np.prod([x.shape[a] for a in axes])))
+    elif mode == "prod":
+        out = np.prod(acc, **kw)
+    elif mode == "l1":
+        out = np.sum(np.abs(acc), **kw)
+    elif mode == "l2":
+        out = np.sqrt(np.sum(np.square(acc), **kw))
+    elif mode == "sum_square":
+        out = np.sum(np.square(acc), **kw)
+    elif mode == "log_sum":
+        with np.errstate(divide="ignore"):
+            out = np.log(np.sum(acc, **kw))
+    else:
+        with np.errstate(divide="ignore", over="ignore"):
+            peak = np.max(acc, axis=axes, keepdims=True, initial=-np.inf)
+            peak = np.where(np.isfinite(peak), peak, 0)
+            out = np.log(np.sum(np.exp(acc - peak), axis=axes, keepdims=True)) + peak
+            if not keepdims:
+                out = np.squeeze(out, axis=axes)
+    return np.asarray(out).astype(dtype)
+
+
+def _onnx_reduce_kernel(attrs, x, axes):
+    x = np.asarray(x)
+    axes = _reduce_axes("onnx.reduce", x.ndim, _ints(axes, "onnx.reduce", "axes", ShapeError),
+                        attrs.noop_with_empty_axes, ShapeError)
+    return reduce_array(x, axes, attrs.keepdims, attrs.mode)
+
+
+def _onnx_reduce_shape(attrs, args):
+    shape = concrete(args[0])
+    axes = _reduce_axes("onnx.reduce", len(shape), _ints(args[1], "onnx.reduce", "axes", ShapeError),
+                        attrs.noop_with_empty_axes, ShapeError)
+    return [_reduced(shape, axes, attrs.keepdims)]
+
+
+define(
+    "onnx.reduce", 2, _onnx_reduce_rel, _onnx_reduce_kernel, OpPattern.OPAQUE,
+    attrs=(AttrDef("mode", REQUIRED, one_of(*_REDUCERS)), AttrDef("keepdims", True, to_bool),
+           AttrDef("noop_with_empty_axes", False, to_bool)),
+    shape_func=_onnx_reduce_shape, data_dependent=(False, True),
+    doc="onnx.reduce(data, axes): an ONNX Reduce* (mode sum, mean, max, min, prod, l1, l2, sum_square, "
+        "log_sum, log_sum_exp) over run-time axes; empty axes reduce everything unless noop_with_empty_axes.",
+)
+
+
+# ---------------------------------------------------------------------------------------------------
+# onnx.one_hot, onnx.cumsum, trilu
+
+
+def _one_hot_shape(op, shape, depth, axis, err):
+    ndim = len(shape) + 1
+    if not -ndim <= axis < ndim:
+        raise err(f"{op}: axis {axis} is out of range for the output rank {ndim}")
+    axis %= ndim
+    return tuple(shape[:axis]) + (depth,) + tuple(shape[axis:])
+
+
+def _depth_value(depth, err) -> int:
+    depth = np.asarray(depth)
+    if depth.size != 1:
+        raise err(f"onnx.one_hot: depth must have one element, got shape {depth.shape}")
+    value = int(depth.reshape(()).item())
+    if value < 1:
+        raise err(f"onnx.one_hot: depth must be >= 1, got {value}")
+    return value
+
+
+def _onnx_one_hot_rel(types, attrs, consts=None):
+    op = "onnx.one_hot"
+    indices = expect_tensor(op, types[0], "indices")
+    values = expect_tensor(op, types[2], "values")
+    depth = _const(consts, 1)
+    dim = _depth_value(depth, TypeInferenceError) if depth is not None else Any()
+    return TensorType(_one_hot_shape(op, indices.shape, dim, attrs.axis, TypeInferenceError), values.dtype)
+
+
+def _onnx_one_hot_kernel(attrs, indices, depth, values):
+    depth = _depth_value(depth, ShapeError)
+    values = np.asarray(values).reshape(-1)
+    if values.size != 2:
+        raise ShapeError(f"onnx.one_hot: values must be [off_value, on_value], got {values.size} elements")
+    idx = np.asarray(indices).astype(np.int64)
+    idx = np.where(idx < 0, idx + depth, idx)
+    ndim = idx.ndim + 1
+    axis = attrs.axis % ndim
+    positions = np.arange(depth).reshape((-1,) + (1,) * (ndim - 1 - axis))
+    hot = np.expand_dims(idx, axis) == positions
+    return np.where(hot, values[1], values[0]).astype(values.dtype)
+
+
+define(
+    "onnx.one_hot", 3, _onnx_one_hot_rel, _onnx_one_hot_kernel, OpPattern.OPAQUE,
+    attrs=(AttrDef("axis", -1, to_int),),
+    shape_func=lambda attrs, args: [_one_hot_shape("onnx.one_hot", concrete(args[0]), _depth_value(
+        args[1], ShapeError), attrs.axis, ShapeError)],
+    data_dependent=(False, True, False),
+    doc="onnx.one_hot(indices, depth, values=[off, on]): negative indices count from depth.",
+)
+
+
+def _axis_value(axis, ndim, op, err) -> int:
+    axis = np.asarray(axis)
+    if axis.size != 1 or not np.issubdtype(axis.dtype, np.integer):
+        raise err(f"{op}: axis must be one integer, got {axis.dtype} of shape {axis.shape}")
+    return norm_axis(op, int(axis.reshape(()).item()), ndim, err)
+
+
+def _onnx_cumsum_kernel(attrs, x, axis):
+    x = np.asarray(x)
+    axis = _axis_value(axis, x.ndim, "onnx.cumsum", ShapeError)
+    data = np.flip(x, axis) if attrs.reverse else x
+    out = np.cumsum(data, axis=axis, dtype=x.dtype)
+    if attrs.exclusive:
+        out = out - data
+    return np.flip(out, axis) if attrs.reverse else out
+
+
+define(
+    "onnx.cumsum", 2,
+    lambda types, attrs, consts=None: expect_tensor("onnx.cumsum", types[0], "x"),
+    _onnx_cumsum_kernel, OpPattern.OPAQUE,
+    attrs=(AttrDef("exclusive", False, to_bool), AttrDef("reverse", False, to_bool)),
+    shape_func=lambda attrs, args: [concrete(args[0])], data_dependent=(False, False),
+    doc="onnx.cumsum(x, axis): running sum along the run-time axis (exclusive and/or reversed).",
+)
+
+
+def _trilu_kernel(attrs, x, k):
+    x = np.asarray(x)
+    if x.ndim < 2:
+        raise ShapeError(f"trilu: the input must have rank >= 2, got {x.shape}")
+    k = int(np.asarray(k).reshape(-1)[0]) if np.size(k) else 0
+    return np.triu(x, k) if attrs.upper else np.tril(x, k)
+
+
+def _trilu_rel(types, attrs, consts=None):
+    x = expect_tensor("trilu", types[0], "input")
+    if x.ndim < 2:
+        raise TypeInferenceError(f"trilu: the input must have rank >= 2, got {fmt_shape(x.shape)}")
+    expect_int_tensor("trilu", types[1], "k")
+    return x
+
+
+define(
+    "trilu", 2, _trilu_rel, _trilu_kernel, OpPattern.INJECTIVE,
+    attrs=(AttrDef("upper", True, to_bool),),
+    shape_func=lambda attrs, args: [concrete(args[0])],
+    doc="trilu(x, k): the upper (or lower) triangle of the last two dims from diagonal k (k: 0-d or 1-d, "
+        "empty means 0).",
+)
+
+
+# ---------------------------------------------------------------------------------------------------
+# onnx.matmul, einsum
+
+
+def _matmul_shape(op, a, b, err):
+    if not a or not b:
+        raise err(f"{op}: operands must have rank >= 1, got {fmt_shape(a)} and {fmt_shape(b)}")
+    a2 = (1,) + tuple(a) if len(a) == 1 else tuple(a)
+    b2 = tuple(b) + (1,) if len(b) == 1 else tuple(b)
+    k1, k2 = a2[-1], b2[-2]
+    if isinstance(k1, int) and isinstance(k2, int) and k1 != k2:
+        raise err(f"{op}: inner dims differ: {fmt_shape(a)} x {fmt_shape(b)}")
+    from ._common import broadcast_dim
+
+    batch_a, batch_b = a2[:-2], b2[:-2]
+    n = max(len(batch_a), len(batch_b))
+    batch_a = (1,) * (n - len(batch_a)) + batch_a
+    batch_b = (1,) * (n - len(batch_b)) + batch_b
+    try:
+        batch = tuple(broadcast_dim(op, x, y) for x, y in zip(batch_a, batch_b, strict=True))
+    except TypeInferenceError as e:
+        raise err(str(e)) from None
+    out = batch + (a2[-2], b2[-1])
+    if len(a) == 1:
+        out = out[:-2] + out[-1:]
+    if len(b) == 1:
+        out = out[:-1]
+    return out
+
+
+def _matmul_rel(types, attrs, consts=None):
+    a = expect_tensor("onnx.matmul", types[0], "A")
+    b = expect_tensor("onnx.matmul", types[1], "B")
+    if a.dtype != b.dtype:
+        raise TypeInferenceError(f"onnx.matmul: A and B must have one dtype, got {a.dtype} and {b.dtype}")
+    return TensorType(_matmul_shape("onnx.matmul", a.shape, b.shape, TypeInferenceError), a.dtype)
+
+
+def _matmul_kernel(attrs, a, b):
+    a, b = np.asarray(a), np.asarray(b)
+    _matmul_shape("onnx.matmul", a.shape, b.shape, ShapeError)
+    return np.matmul(a, b)
+
+
+define(
+    "onnx.matmul", 2, _matmul_rel, _matmul_kernel, OpPattern.OUT_ELEMWISE_FUSABLE,
+    shape_func=lambda attrs, args: [_matmul_shape("onnx.matmul", concrete(args[0]), concrete(args[1]), ShapeError)],
+    doc="Matrix product with NumPy's rules: 1-d operands are promoted, batch dims broadcast.",
+)
+
+
+def _parse_einsum(equation: str, ranks):
+    eq = equation.replace(" ", "")
+    if "->" in eq:
+        lhs, rhs = eq.split("->")
+    else:
+        lhs, rhs = eq, None
+    terms = lhs.split(",")
+    if len(terms) != len(ranks):
+        raise ValueError(f"equation {equation!r} has {len(terms)} operands, got {len(ranks)}")
+    used = set(c for t in terms for c in t if c.isalpha())
+    free = [c for c in string.ascii_letters if c not in used]
+    ell_rank = 0
+    expanded = []
+    for term, rank in zip(terms, ranks, strict=True):
+        if "..." in term:
+            n = rank - (len(term) - 3)
+            ell_rank = max(ell_rank, n)
+            term = term.replace("...", "".join(free[:0]) + "\0" * n)
+        expanded.append(term)
+    ell = "".join(free[:ell_rank])
+    out_terms = []
+    for term in expanded:
+        n = term.count("\0")
+        out_terms.append(term.replace("\0" * n, ell[ell_rank - n:]) if n else term)
+    if rhs is None:
+        counts = {}
+        for t in out_terms:
+            for c in t:
+                counts[c] = counts.get(c, 0) + 1
+        rhs = ell + "".join(sorted(c for c, n in counts.items() if n == 1 and c not in ell))
+    else:
+        rhs = rhs.replace("...", ell)
+    return out_terms, rhs
+
+
+def _einsum_shape(op, equation, shapes, err):
+    try:
+        terms, rhs = _parse_einsum(equation, [len(s) for s in shapes])
+    except ValueError as e:
+        raise err(f"{op}: {e}") from None
+    sizes = {}
+    for term, shape in zip(terms, shapes, strict=True):
+        if len(term) != len(shape):
+            raise err(f"{op}: subscripts {term!r} do not match an operand of rank {len(shape)}")
+        for c, d in zip(term, shape, strict=True):
+            prev = sizes.get(c)
+            if prev is None or prev == 1:
+                sizes[c] = d
+            elif isinstance(prev, int) and isinstance(d, int) and d not in (1, prev):
+                raise err(f"{op}: subscript {c!r} has sizes {prev} and {d}")
+    return tuple(sizes[c] for c in rhs)
+
+
+def _einsum_rel(types, attrs, consts=None):
+    fields = types[0].fields if isinstance(types[0], TupleType) else types
+    tensors = [expect_tensor("einsum", t, "operand") for t in fields]
+    return TensorType(_einsum_shape("einsum", attrs.equation, [t.shape for t in tensors], TypeInferenceError),
+                      tensors[0].dtype)
+
+
+def _einsum_kernel(attrs, operands):
+    operands = [np.asarray(o) for o in operands]
+    terms, rhs = _parse_einsum(attrs.equation, [o.ndim for o in operands])
+    return np.asarray(np.einsum(",".join(terms) + "->" + rhs, *operands)).astype(operands[0].dtype)
+
+
+define(
+    "einsum", 1, _einsum_rel, _einsum_kernel, OpPattern.OPAQUE,
+    attrs=(AttrDef("equation", REQUIRED, str),),
+    shape_func=lambda attrs, args: [_einsum_shape("einsum", attrs.equation, [concrete(s) for s in args[0]],
+                                                  ShapeError)],
+    doc="Einstein summation over a tuple of operands (``...`` broadcasting, implicit output allowed).",
+)
+
+
+# ---------------------------------------------------------------------------------------------------
+# onnx.unique
+
+
+def _unique_axis(x, axis):
+    return None if axis is None else norm_axis("onnx.unique", axis, x.ndim, ShapeError)
+
+
+def _unique_parts(attrs, x):
+    x = np.asarray(x)
+    axis = _unique_axis(x, attrs.axis)
+    flat = x.reshape(-1) if axis is None else np.moveaxis(x, axis, 0).reshape(x.shape[axis], -1)
+    values, first, inverse, counts = np.unique(flat, return_index=True, return_inverse=True, return_counts=True,
+                                               axis=None if axis is None else 0)
+    inverse = inverse.reshape(-1)
+    if not attrs.sorted:
+        order = np.argsort(first, kind="stable")
+        rank = np.empty_like(order)
+        rank[order] = np.arange(order.size)
+        values, first, counts, inverse = values[order], first[order], counts[order], rank[inverse]
+    if axis is None:
+        y = values
+    else:
+        y = np.moveaxis(values.reshape((values.shape[0],) + tuple(np.delete(x.shape, axis))), 0, axis)
+    i64 = np.int64
+    return y.astype(x.dtype), first.astype(i64), inverse.astype(i64), counts.astype(i64)
+
+
+def _unique_rel(types, attrs, consts=None):
+    x = expect_tensor("onnx.unique", types[0], "X")
+    if attrs.axis is None:
+        y = TensorType((Any(),), x.dtype)
+        inverse = TensorType((mul_dims_all(x.shape),), "int64")
+    else:
+        axis = norm_axis("onnx.unique", attrs.axis, x.ndim)
+        y = TensorType(x.shape[:axis] + (Any(),) + x.shape[axis + 1:], x.dtype)
+        inverse = TensorType((x.shape[axis],), "int64")
+    n = TensorType((Any(),), "int64")
+    return TupleType((y, n, inverse, n))
+
+
+def mul_dims_all(shape):
+    out = 1
+    for d in shape:
+        out = mul_dims(out, d)
+    return out
+
+
+define(
+    "onnx.unique", 1, _unique_rel, _unique_parts, OpPattern.OPAQUE,
+    attrs=(AttrDef("axis", None, to_int), AttrDef("sorted", True, to_bool)),
+    shape_func=lambda attrs, args: [p.shape for p in _unique_parts(attrs, args[0])],
+    data_dependent=True,
+    doc="(Y, indices of first occurrences, inverse indices, counts) of the unique values (or slices along "
+        "``axis``), sorted or in order of first occurrence.",
+)
+
+
+# ---------------------------------------------------------------------------------------------------
+# vision.non_max_suppression (ONNX semantics), vision.roi_align
+
+
+def _scalar(arr, default, kind=float):
+    arr = np.asarray(arr)
+    return kind(arr.reshape(-1)[0]) if arr.size else default
+
+
+def _nms_select(attrs, boxes, scores, max_out, iou_threshold, score_threshold):
+    boxes, scores = np.asarray(boxes, dtype=np.float64), np.asarray(scores, dtype=np.float64)
+    if boxes.ndim != 3 or boxes.shape[2] != 4 or scores.ndim != 3 or scores.shape[0] != boxes.shape[0] \
+            or scores.shape[2] != boxes.shape[1]:
+        raise ShapeError(f"vision.non_max_suppression: boxes must be (N, B, 4) and scores (N, C, B), got "
+                         f"{boxes.shape} and {scores.shape}")
+    max_out = _scalar(max_out, 0, int)
+    iou_threshold = _scalar(iou_threshold, 0.0)
+    score_threshold = _scalar(score_threshold, None)
+    if attrs.center_point_box:
+        cx, cy, w, h = np.moveaxis(boxes, 2, 0)
+        x1, x2, y1, y2 = cx - w / 2, cx + w / 2, cy - h / 2, cy + h / 2
+    else:
+        y1, x1, y2, x2 = np.moveaxis(boxes, 2, 0)
+        y1, y2 = np.minimum(y1, y2), np.maximum(y1, y2)
+        x1, x2 = np.minimum(x1, x2), np.maximum(x1, x2)
+    area = (x2 - x1) * (y2 - y1)
+    selected = []
+    if max_out <= 0:
+        return np.zeros((0, 3), np.int64)
+    for n in range(boxes.shape[0]):
+        for c in range(scores.shape[1]):
+            s = scores[n, c]
+            candidates = np.argsort(-s, kind="stable")
+            if score_threshold is not None:
+                candidates = candidates[s[candidates] > score_threshold]
+            kept = []
+            for b in candidates:
+                if len(kept) >= max_out:
+                    break
+                ok = True
+                for k in kept:
+                    ix = max(0.0, min(x2[n, b], x2[n, k]) - max(x1[n, b], x1[n, k]))
+                    iy = max(0.0, min(y2[n, b], y2[n, k]) - max(y1[n, b], y1[n, k]))
+                    inter = ix * iy
+                    union = area[n, b] + area[n, k] - inter
+                    if union > 0 and inter / union > iou_threshold:
+                        ok = False
+                        break
+                if ok:
+                    kept.append(b)
+            selected.extend((n, c, b) for b in kept)
+    return np.array(selected, dtype=np.int64).reshape(-1, 3)
+
+
+def _nms_rel(types, attrs, consts=None):
+    boxes = expect_tensor("vision.non_max_suppression", types[0], "boxes")
+    if boxes.dtype not in _FLOATS:
+        raise TypeInferenceError(f"vision.non_max_suppression: boxes must be float, got {boxes.dtype}")
+    return TensorType((Any(), 3), "int64")
+
+
+define(
+    "vision.non_max_suppression", 5, _nms_rel, _nms_select, OpPattern.OPAQUE,
+    attrs=(AttrDef("center_point_box", False, to_bool),),
+    shape_func=lambda attrs, args: [_nms_select(attrs, *args).shape], data_dependent=True,
+    doc="ONNX NonMaxSuppression(boxes, scores, max_output_boxes_per_class, iou_threshold, score_threshold): "
+        "(selected, 3) rows of (batch, class, box); empty 1-d tensors stand for omitted inputs.",
+)
+
+
+def _bilinear(feature, y, x):
+    """Bilinear samples of a (C, H, W) map at points (y, x) (arrays of one shape); 0 outside."""
+    c, h, w = feature.shape
+    valid = (y >= -1.0) & (y <= h) & (x >= -1.0) & (x <= w)
+    y = np.clip(y, 0, None)
+    x = np.clip(x, 0, None)
+    y0 = np.minimum(np.floor(y).astype(np.int64), h - 1)
+    x0 = np.minimum(np.floor(x).astype(np.int64), w - 1)
+    y1 = np.minimum(y0 + 1, h - 1)
+    x1 = np.minimum(x0 + 1, w - 1)
+    y = np.where(y0 >= h - 1, y0.astype(y.dtype), y)
+    x = np.where(x0 >= w - 1, x0.astype(x.dtype), x)
+    ly, lx = y - y0, x - x0
+    hy, hx = 1 - ly, 1 - lx
+    parts = [(hy * hx, y0, x0), (hy * lx, y0, x1), (ly * hx, y1, x0), (ly * lx, y1, x1)]
+    return [np.where(valid, wgt, 0.0)[None] * feature[:, yy, xx] for wgt, yy, xx in parts]
+
+
+def _roi_align_kernel(attrs, x, rois, batch_indices):
+    x, rois = np.asarray(x), np.asarray(rois, dtype=np.float64)
+    batch_indices = np.asarray(batch_indices).astype(np.int64)
+    n, c, h, w = x.shape
+    oh, ow = attrs.output_height, attrs.output_width
+    out = np.zeros((rois.shape[0], c, oh, ow), dtype=np.float64)
+    offset = 0.5 if attrs.coordinate_transformation_mode == "half_pixel" else 0.0
+    for r in range(rois.shape[0]):
+        x1, y1, x2, y2 = rois[r] * attrs.spatial_scale - offset
+        rw, rh = x2 - x1, y2 - y1
+        if attrs.coordinate_transformation_mode == "output_half_pixel":
+            rw, rh = max(rw, 1.0), max(rh, 1.0)
+        bin_h, bin_w = rh / oh, rw / ow
+        sy = attrs.sampling_ratio if attrs.sampling_ratio > 0 else int(math.ceil(rh / oh))
+        sx = attrs.sampling_ratio if attrs.sampling_ratio > 0 else int(math.ceil(rw / ow))
+        sy, sx = max(sy, 1), max(sx, 1)
+        iy = (np.arange(sy) + 0.5) / sy
+        ix = (np.arange(sx) + 0.5) / sx
+        ys = y1 + (np.arange(oh)[:, None] + iy[None, :]) * bin_h  # (OH, SY)
+        xs = x1 + (np.arange(ow)[:, None] + ix[None, :]) * bin_w  # (OW, SX)
+        yy = np.broadcast_to(ys[:, None, :, None], (oh, ow, sy, sx))
+        xx = np.broadcast_to(xs[None, :, None, :], (oh, ow, sy, sx))
+        parts = _bilinear(x[batch_indices[r]].astype(np.float64), yy, xx)
+        if attrs.mode == "avg":
+            out[r] = sum(parts).mean(axis=(-1, -2))
+        else:
+            out[r] = np.max(np.maximum.reduce(parts), axis=(-1, -2))
+    return out.astype(x.dtype)
+
+
+def _roi_align_logic(op, attrs, shapes, err):
+    x, rois, idx = shapes
+    if len(x) != 4 or len(rois) != 2 or len(idx) != 1:
+        raise err(f"{op}: expected X (N, C, H, W), rois (R, 4), batch_indices (R,), got {fmt_shape(x)}, "
+                  f"{fmt_shape(rois)}, {fmt_shape(idx)}")
+    return (rois[0], x[1], attrs.output_height, attrs.output_width)
+
+
+define(
+    "vision.roi_align", 3,
+    lambda types, attrs, consts=None: TensorType(_roi_align_logic(
+        "vision.roi_align", attrs, [expect_tensor("vision.roi_align", t, "argument").shape for t in types],
+        TypeInferenceError), types[0].dtype),
+    _roi_align_kernel, OpPattern.OPAQUE,
+    attrs=(AttrDef("mode", "avg", one_of("avg", "max")), AttrDef("output_height", 1, to_int),
+           AttrDef("output_width", 1, to_int), AttrDef("sampling_ratio", 0, to_int),
+           AttrDef("spatial_scale", 1.0, to_float),
+           AttrDef("coordinate_transformation_mode", "half_pixel", one_of("half_pixel", "output_half_pixel"))),
+    shape_func=lambda attrs, args: [_roi_align_logic("vision.roi_align", attrs, [concrete(a) for a in args],
+                                                     ShapeError)],
+    doc="ONNX RoiAlign: average (or max) of bilinear samples per output bin of each region.",
+)
+
+
+# ---------------------------------------------------------------------------------------------------
+# image.resize: ONNX Resize
+
+
+def resize_output_shape(op, shape, scales, sizes, axes, policy, err):
+    """The output shape from scales or sizes (over ``axes``), with keep_aspect_ratio_policy."""
+    ndim = len(shape)
+    axes = _norm_axes(op, axes, ndim, err) if axes else tuple(range(ndim))
+    out = list(shape)
+    if sizes is not None and len(sizes):
+        if len(sizes) != len(axes):
+            raise err(f"{op}: sizes has {len(sizes)} values for {len(axes)} axes")
+        if policy != "stretch":
+            ratios = [s / shape[a] for s, a in zip(sizes, axes, strict=True)]
+            r = min(ratios) if policy == "not_larger" else max(ratios)
+            for a in axes:
+                out[a] = int(math.floor(shape[a] * r + 0.5))
+        else:
+            for s, a in zip(sizes, axes, strict=True):
+                out[a] = int(s)
+        return tuple(out)
+    if scales is None or len(scales) != len(axes):
+        raise err(f"{op}: give scales or sizes with one value per resized axis ({len(axes)})")
+    for s, a in zip(scales, axes, strict=True):
+        if s <= 0:
+            raise err(f"{op}: scales must be positive, got {tuple(scales)}")
+        out[a] = int(math.floor(shape[a] * s))
+    return tuple(out)
+
+
+def _floats(arr):
+    arr = np.asarray(arr)
+    return None if arr.size == 0 else tuple(float(v) for v in arr.reshape(-1))
+
+
+def _resize_rel(types, attrs, consts=None):
+    x = expect_tensor("image.resize", types[0], "X")
+    scales, sizes = _const(consts, 2), _const(consts, 3)
+    if (scales is not None and sizes is not None) and all(isinstance(d, int) for d in x.shape):
+        shape = resize_output_shape("image.resize", x.shape, _floats(scales),
+                                    _ints(sizes, "image.resize", "sizes", TypeInferenceError) or None,
+                                    attrs.axes, attrs.keep_aspect_ratio_policy, TypeInferenceError)
+        return TensorType(shape, x.dtype)
+    axes = _norm_axes("image.resize", attrs.axes, x.ndim, TypeInferenceError) if attrs.axes else range(x.ndim)
+    return TensorType(tuple(Any() if i in axes else d for i, d in enumerate(x.shape)), x.dtype)
+
+
+def _resize_shape(attrs, shape, scales, sizes):
+    sizes = _ints(sizes, "image.resize", "sizes", ShapeError) if np.size(sizes) else None
+    return resize_output_shape("image.resize", shape, _floats(scales), sizes, attrs.axes,
+                               attrs.keep_aspect_ratio_policy, ShapeError)
+
+
+def _source_coords(attrs, out_size, in_size, scale, roi_start, roi_end):
+    """Source coordinates of the output positions; ``scale * in_size`` is the (unrounded) output length."""
+    i = np.arange(out_size, dtype=np.float64)
+    length = scale * in_size
+    mode = attrs.coordinate_transformation_mode
+    if mode == "half_pixel":
+        return (i + 0.5) / scale - 0.5
+    if mode == "half_pixel_symmetric":
+        adjustment = out_size / length
+        offset = in_size / 2 * (1 - adjustment)
+        return offset + (i + 0.5) / scale - 0.5
+    if mode == "pytorch_half_pixel":
+        return (i + 0.5) / scale - 0.5 if length != 1 else np.full_like(i, -0.5)
+    if mode == "align_corners":
+        return i * (in_size - 1) / (length - 1) if length != 1 else np.zeros_like(i)
+    if mode == "asymmetric":
+        return i / scale
+    if mode == "tf_crop_and_resize":
+        if length != 1:
+            coords = i * (roi_end - roi_start) * (in_size - 1) / (length - 1)
+        else:
+            coords = np.full_like(i, (roi_end - roi_start) * (in_size - 1) / 2)
+        return coords + roi_start * (in_size - 1)
+    raise ShapeError(f"image.resize: unknown coordinate_transformation_mode {mode!r}")
+
+
+def _nearest(attrs, coords, in_size):
+    mode = attrs.nearest_mode
+    if mode == "round_prefer_floor":
+        idx = np.where(coords == np.floor(coords) + 0.5, np.floor(coords), np.round(coords))
+    elif mode == "round_prefer_ceil":
+        idx = np.where(coords == np.floor(coords) + 0.5, np.ceil(coords), np.round(coords))
+    elif mode == "floor":
+        idx = np.floor(coords)
+    else:
+        idx = np.ceil(coords)
+    return np.clip(idx, 0, in_size - 1).astype(np.int64)
+
+
+def _cubic(s, a):
+    s = np.abs(s)
+    return np.where(s <= 1, ((a + 2) * s - (a + 3)) * s * s + 1,
+                    np.where(s < 2, ((a * s - 5 * a) * s + 8 * a) * s - 4 * a, 0.0))
+
+
+def _interpolation_taps(attrs, coords, scale):
+    """(taps, weights): the input positions each output reads and their weights (linear or cubic).
+
+    The window starts left of the coordinate (an integer coordinate counts as the right end of its
+    interval, ratio 1); with antialias a downscale widens the kernel by 1/scale and normalizes it."""
+    s = scale if attrs.antialias and scale < 1 else 1.0
+    support = 1.0 if attrs.mode == "linear" else 2.0
+    start = int(math.floor(-support / s)) + 1
+    offsets = np.arange(start, 2 - start)
+    base = np.ceil(coords).astype(np.int64) - 1
+    ratio = coords - base
+    args = (offsets[None, :] - ratio[:, None]) * s
+    if attrs.mode == "linear":
+        weights = np.clip(1 - np.abs(args), 0, 1)
+    else:
+        weights = _cubic(args, attrs.cubic_coeff_a)
+    if s != 1.0:
+        weights = weights / weights.sum(axis=1, keepdims=True)
+    return base[:, None] + offsets[None, :], weights
+
+
+def _resize_axis(attrs, x, axis, out_size, scale, roi_start, roi_end):
+    in_size = x.shape[axis]
+    coords = _source_coords(attrs, out_size, in_size, scale, roi_start, roi_end)
+    if attrs.mode == "nearest":
+        out = np.take(x, _nearest(attrs, coords, in_size), axis=axis)
+    else:
+        taps, weights = _interpolation_taps(attrs, coords, scale)
+        if attrs.exclude_outside:
+            weights = np.where((taps < 0) | (taps >= in_size), 0.0, weights)
+            total = weights.sum(axis=1, keepdims=True)
+            weights = weights / np.where(total == 0, 1, total)
+        idx = np.clip(taps, 0, in_size - 1)
+        gathered = np.take(x, idx.reshape(-1), axis=axis).reshape(x.shape[:axis] + idx.shape + x.shape[axis + 1:])
+        wshape = (1,) * axis + weights.shape + (1,) * (x.ndim - axis - 1)
+        out = (gathered * weights.reshape(wshape)).sum(axis=axis + 1)
+    if attrs.coordinate_transformation_mode == "tf_crop_and_resize":
+        outside = (coords < 0) | (coords > in_size - 1)
+        if outside.any():
+            mask_shape = (1,) * axis + (out_size,) + (1,) * (x.ndim - axis - 1)
+            out = np.where(outside.reshape(mask_shape), attrs.extrapolation_value, out)
+    return out
+
+
+def _resize_kernel(attrs, x, roi, scales, sizes):
+    x = np.asarray(x)
+    out_shape = _resize_shape(attrs, x.shape, scales, sizes)
+    axes = _norm_axes("image.resize", attrs.axes, x.ndim, ShapeError) if attrs.axes else tuple(range(x.ndim))
+    scale_values = _floats(scales)
+    roi = _floats(roi)
+    work = x.astype(np.float64)
+    for j, axis in enumerate(axes):
+        out_size = out_shape[axis]
+        if scale_values is not None and np.size(sizes) == 0:
+            scale = scale_values[j]
+        else:
+            scale = out_size / x.shape[axis]
+        if out_size == x.shape[axis] and scale == 1.0 and attrs.coordinate_transformation_mode != \
+                "tf_crop_and_resize" and not (attrs.mode == "cubic" and attrs.exclude_outside):
+            continue
+        if roi is not None and len(roi) == 2 * len(axes):
+            roi_start, roi_end = roi[j], roi[j + len(axes)]
+        else:
+            roi_start, roi_end = 0.0, 1.0
+        work = _resize_axis(attrs, work, axis, out_size, scale, roi_start, roi_end)
+    if np.issubdtype(x.dtype, np.integer):
+        info = np.iinfo(x.dtype)
+        work = np.clip(np.round(work), info.min, info.max)
+    return work.astype(x.dtype)
+
+
+define(
+    "image.resize", 4, _resize_rel, _resize_kernel, OpPattern.OPAQUE,
+    attrs=(
+        AttrDef("mode", "nearest", one_of("nearest", "linear", "cubic")),
+        AttrDef("coordinate_transformation_mode", "half_pixel",
+                one_of("half_pixel", "half_pixel_symmetric", "pytorch_half_pixel", "align_corners", "asymmetric",
+                       "tf_crop_and_resize")),
+        AttrDef("nearest_mode", "round_prefer_floor", one_of("round_prefer_floor", "round_prefer_ceil", "floor",
+                                                            "ceil")),
+        AttrDef("cubic_coeff_a", -0.75, to_float), AttrDef("exclude_outside", False, to_bool),
+        AttrDef("extrapolation_value", 0.0, to_float), AttrDef("antialias", False, to_bool),
+        AttrDef("keep_aspect_ratio_policy", "stretch", one_of("stretch", "not_larger", "not_smaller")),
+        AttrDef("axes", (), int_tuple()),
+    ),
+    shape_func=lambda attrs, args: [_resize_shape(attrs, concrete(args[0]), args[2], args[3])],
+    data_dependent=(False, True, True, True),
+    doc="image.resize(X, roi, scales, sizes): ONNX Resize (nearest, linear or cubic per axis); empty "
+        "tensors stand for omitted inputs.",
+)
+
+
+# ---------------------------------------------------------------------------------------------------
+# N-d convolution and pooling
+
+
+def _auto_pads(auto_pad, in_sizes, kernel, strides, dilations):
+    begins, ends = [], []
+    for d, k, s, dl in zip(in_sizes, kernel, strides, dilations, strict=True):
+        out = -(-d // s)
+        total = max((out - 1) * s + (k - 1) * dl + 1 - d, 0)
+        small, large = total // 2, total - total // 2
+        if auto_pad == "SAME_UPPER":
+            begins.append(small)
+            ends.append(large)
+        else:
+            begins.append(large)
+            ends.append(small)
+    return tuple(begins) + tuple(ends)
+
+
+def _window_attrs(attrs, spatial, kernel):
+    n = len(spatial)
+    strides = attrs.strides or (1,) * n
+    dilations = attrs.dilations or (1,) * n
+    if attrs.auto_pad in ("SAME_UPPER", "SAME_LOWER"):
+        pads = _auto_pads(attrs.auto_pad, spatial, kernel, strides, dilations)
+    elif attrs.auto_pad == "VALID":
+        pads = (0,) * (2 * n)
+    else:
+        pads = attrs.pads or (0,) * (2 * n)
+    if not len(strides) == len(dilations) == n or len(pads) != 2 * n:
+        raise ShapeError(f"strides, dilations and pads must have {n}, {n} and {2 * n} values, got "
+                         f"{strides}, {dilations}, {pads}")
+    return strides, dilations, pads
+
+
+def _conv_out(d, k, s, dl, pb, pe, ceil_mode=False):
+    extent = (k - 1) * dl + 1
+    room = d + pb + pe - extent
+    if ceil_mode:
+        out = -(-room // s) + 1
+        if (out - 1) * s >= d + pb:  # the last window must start inside the data or the begin padding
+            out -= 1
+        return out
+    return room // s + 1
+
+
+_WINDOW_ATTRS = (
+    AttrDef("strides", (), int_tuple(1)), AttrDef("pads", (), int_tuple()), AttrDef("dilations", (), int_tuple(1)),
+    AttrDef("auto_pad", "NOTSET", one_of("NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID")),
+)
+
+
+def _conv_nd_shape(op, attrs, x, w, err):
+    if len(x) < 3 or len(w) != len(x):
+        raise err(f"{op}: expected data (N, C, D...) and weight (M, C/group, K...) of one rank >= 3, got "
+                  f"{fmt_shape(x)} and {fmt_shape(w)}")
+    spatial, kernel = x[2:], w[2:]
+    out = [x[0], w[0]]
+    if not all(isinstance(d, int) for d in tuple(spatial) + tuple(kernel)):
+        return tuple(out) + (Any(),) * len(spatial)
+    if isinstance(x[1], int) and x[1] != w[1] * attrs.group:
+        raise err(f"{op}: the data has {x[1]} channels but weight x group = {w[1]} x {attrs.group}")
+    try:
+        strides, dilations, pads = _window_attrs(attrs, spatial, kernel)
+    except ShapeError as e:
+        raise err(f"{op}: {e}") from None
+    n = len(spatial)
+    for i in range(n):
+        size = _conv_out(spatial[i], kernel[i], strides[i], dilations[i], pads[i], pads[i + n])
+        if size < 1:
+            raise err(f"{op}: the kernel does not fit the padded input along spatial axis {i}")
+        out.append(size)
+    return tuple(out)
+
+
+def _windows_nd(x, kernel, strides, dilations, out_sizes):
+    """A view (N, C, O1..On, K1..Kn) of the windows over the trailing spatial dims of ``x``."""
+    n = len(kernel)
+    sp = x.strides[-n:]
+    return np.lib.stride_tricks.as_strided(
+        x, shape=x.shape[:-n] + tuple(out_sizes) + tuple(kernel),
+        strides=x.strides[:-n] + tuple(s * st for s, st in zip(sp, strides, strict=True))
+        + tuple(s * d for s, d in zip(sp, dilations, strict=True)),
+        writeable=False)
+
+
+def _conv_nd_kernel(attrs, x, w):
+    x, w = np.asarray(x), np.asarray(w)
+    out_shape = _conv_nd_shape("nn.conv_nd", attrs, x.shape, w.shape, ShapeError)
+    n = x.ndim - 2
+    strides, dilations, pads = _window_attrs(attrs, x.shape[2:], w.shape[2:])
+    acc = np.float64 if x.dtype != np.float32 else np.float32
+    xp = np.pad(x.astype(acc), ((0, 0), (0, 0)) + tuple((pads[i], pads[i + n]) for i in range(n)))
+    cols = _windows_nd(xp, w.shape[2:], strides, dilations, out_shape[2:])  # (N, C, O..., K...)
+    g = attrs.group
+    batch, c = x.shape[:2]
+    m, cg = w.shape[:2]
+    osz = int(np.prod(out_shape[2:]))
+    ksz = int(np.prod(w.shape[2:]))
+    cols = cols.reshape((batch, g, cg) + tuple(out_shape[2:]) + tuple(w.shape[2:]))
+    spatial_axes = tuple(range(3, 3 + n))
+    kernel_axes = tuple(range(3 + n, 3 + 2 * n))
+    cols = cols.transpose((1, 0) + spatial_axes + (2,) + kernel_axes).reshape(g, batch * osz, cg * ksz)
+    weights = w.astype(acc).reshape(g, m // g, cg * ksz).transpose(0, 2, 1)
+    out = np.matmul(cols, weights)  # (G, N*O, M/G)
+    out = out.reshape((g, batch) + tuple(out_shape[2:]) + (m // g,))
+    out = np.moveaxis(out, -1, 2).reshape((batch, m) + tuple(out_shape[2:]))
+    # moveaxis put the group axis first; bring it next to the per-group channels
+    return np.ascontiguousarray(out).astype(x.dtype)
+
+
+def _conv_nd_kernel_grouped(attrs, x, w):
+    x, w = np.asarray(x), np.asarray(w)
+    g = attrs.group
+    if g == 1:
+        return _conv_nd_kernel(attrs, x, w)
+    cg, mg = w.shape[1], w.shape[0] // g
+    parts = []
+    single = _Attrs1(attrs)
+    for i in range(g):
+        parts.append(_conv_nd_kernel(single, x[:, i * cg:(i + 1) * cg], w[i * mg:(i + 1) * mg]))
+    return np.concatenate(parts, axis=1)
+
+
+class _Attrs1:
+    """The attrs of a grouped convolution as seen by one group."""
+
+    def __init__(self, attrs):
+        self._attrs = attrs
+
+    def __getattr__(self, name):
+        return 1 if name == "group" else getattr(self._attrs, name)
+
+
+_CONV_ATTRS = _WINDOW_ATTRS + (AttrDef("group", 1, to_int),)
+
+define(
+    "nn.conv_nd", 2,
+    lambda types, attrs, consts=None: TensorType(_conv_nd_shape(
+        "nn.conv_nd", attrs, expect_tensor("nn.conv_nd", types[0], "data").shape,
+        expect_tensor("nn.conv_nd", types[1], "weight").shape, TypeInferenceError), types[0].dtype),
+    _conv_nd_kernel_grouped, OpPattern.OUT_ELEMWISE_FUSABLE, attrs=_CONV_ATTRS,
+    shape_func=lambda attrs, args: [_conv_nd_shape("nn.conv_nd", attrs, concrete(args[0]), concrete(args[1]),
+                                                   ShapeError)],
+    doc="N-d grouped convolution with ONNX's attributes: pads = (begins..., ends...), auto_pad resolved "
+        "from the input's spatial size.",
+)
+
+
+def _conv_t_shape(op, attrs, x, w, err):
+    if len(x) < 3 or len(w) != len(x):
+        raise err(f"{op}: expected data (N, C, D...) and weight (C, M/group, K...) of one rank >= 3, got "
+                  f"{fmt_shape(x)} and {fmt_shape(w)}")
+    n = len(x) - 2
+    out = [x[0], mul_dims(w[1], attrs.group)]
+    if isinstance(x[1], int) and isinstance(w[0], int) and x[1] != w[0]:
+        raise err(f"{op}: the data has {x[1]} channels but the weight expects {w[0]}")
+    if attrs.output_shape:
+        return tuple(out) + tuple(attrs.output_shape[-n:])
+    spatial, kernel = x[2:], w[2:]
+    if not all(isinstance(d, int) for d in tuple(spatial) + tuple(kernel)):
+        return tuple(out) + (Any(),) * n
+    strides = attrs.strides or (1,) * n
+    dilations = attrs.dilations or (1,) * n
+    out_pad = attrs.output_padding or (0,) * n
+    for i in range(n):
+        if attrs.auto_pad in ("SAME_UPPER", "SAME_LOWER"):
+            out.append(spatial[i] * strides[i])
+        else:
+            pads = attrs.pads or (0,) * (2 * n)
+            if attrs.auto_pad == "VALID":
+                pads = (0,) * (2 * n)
+            out.append(strides[i] * (spatial[i] - 1) + out_pad[i] + (kernel[i] - 1) * dilations[i] + 1
+                       - pads[i] - pads[i + n])
+    return tuple(out)
+
+
+def _conv_t_kernel(attrs, x, w):
+    x, w = np.asarray(x), np.asarray(w)
+    out_shape = _conv_t_shape("nn.conv_transpose_nd", attrs, x.shape, w.shape, ShapeError)
+    n = x.ndim - 2
+    strides = attrs.strides or (1,) * n
+    dilations = attrs.dilations or (1,) * n
+    out_pad = attrs.output_padding or (0,) * n
+    kernel = w.shape[2:]
+    full = [strides[i] * (x.shape[2 + i] - 1) + out_pad[i] + (kernel[i] - 1) * dilations[i] + 1 for i in range(n)]
+    target = out_shape[2:]
+    if attrs.output_shape or attrs.auto_pad in ("SAME_UPPER", "SAME_LOWER"):
+        total = [full[i] - target[i] for i in range(n)]
+        if attrs.auto_pad == "SAME_UPPER":
+            pads = [t // 2 for t in total] + [t - t // 2 for t in total]
+        else:
+            pads = [t - t // 2 for t in total] + [t // 2 for t in total]
+    elif attrs.auto_pad == "VALID":
+        pads = [0] * (2 * n)
+    else:
+        pads = list(attrs.pads or (0,) * (2 * n))
+    g = attrs.group
+    batch, c = x.shape[:2]
+    cg, mg = c // g, w.shape[1]
+    acc = np.float64
+    buf = np.zeros((batch, g * mg) + tuple(max(f, 1) for f in full), dtype=acc)
+    xg = x.astype(acc).reshape((batch, g, cg) + x.shape[2:])
+    wg = w.astype(acc).reshape((g, cg, mg) + kernel)
+    for tap in itertools.product(*[range(k) for k in kernel]):
+        # contribution of kernel tap: out[n, g*mg+m, s*i + d*k] += x[n, g, c, i] * w[g, c, m, k]
+        contrib = np.einsum("ngc...,gcm->ngm...", xg, wg[(slice(None), slice(None), slice(None)) + tap])
+        contrib = contrib.reshape((batch, g * mg) + x.shape[2:])
+        index = (slice(None), slice(None)) + tuple(
+            slice(tap[i] * dilations[i], tap[i] * dilations[i] + strides[i] * (x.shape[2 + i] - 1) + 1, strides[i])
+            for i in range(n))
+        buf[index] += contrib
+    crop = (slice(None), slice(None)) + tuple(slice(pads[i], pads[i] + target[i]) for i in range(n))
+    out = buf[crop]
+    if out.shape[2:] != tuple(target):  # output_shape larger than the full result: zero-extend
+        padded = np.zeros(out.shape[:2] + tuple(target), dtype=acc)
+        padded[tuple(slice(0, s) for s in out.shape)] = out
+        out = padded
+    return out.astype(x.dtype)
+
+
+define(
+    "nn.conv_transpose_nd", 2,
+    lambda types, attrs, consts=None: TensorType(_conv_t_shape(
+        "nn.conv_transpose_nd", attrs, expect_tensor("nn.conv_transpose_nd", types[0], "data").shape,
+        expect_tensor("nn.conv_transpose_nd", types[1], "weight").shape, TypeInferenceError), types[0].dtype),
+    _conv_t_kernel, OpPattern.OUT_ELEMWISE_FUSABLE,
+    attrs=_CONV_ATTRS + (AttrDef("output_padding", (), int_tuple(0)), AttrDef("output_shape", (), int_tuple(0))),
+    shape_func=lambda attrs, args: [_conv_t_shape("nn.conv_transpose_nd", attrs, concrete(args[0]),
+                                                  concrete(args[1]), ShapeError)],
+    doc="N-d transposed convolution with ONNX's attributes (weight (C, M/group, K...), output_padding, "
+        "output_shape, auto_pad).",
+)
+
+
+def _pool_shape(op, attrs, x, err):
+    n = len(attrs.kernel_shape)
+    if len(x) != n + 2:
+        raise err(f"{op}: a {n}-d kernel needs data of rank {n + 2}, got {fmt_shape(x)}")
+    spatial = x[2:]
+    if not all(isinstance(d, int) for d in spatial):
+        return tuple(x[:2]) + (Any(),) * n
+    try:
+        strides, dilations, pads = _window_attrs(attrs, spatial, attrs.kernel_shape)
+    except ShapeError as e:
+        raise err(f"{op}: {e}") from None
+    out = list(x[:2])
+    for i in range(n):
+        if attrs.auto_pad in ("SAME_UPPER", "SAME_LOWER"):
+            out.append(-(-spatial[i] // strides[i]))
+        else:
+            out.append(_conv_out(spatial[i], attrs.kernel_shape[i], strides[i], dilations[i], pads[i], pads[i + n],
+                                 attrs.ceil_mode))
+    return tuple(out)
+
+
+def _pool_kernel(attrs, x):
+    x = np.asarray(x)
+    out_shape = _pool_shape("nn.pool_nd", attrs, x.shape, ShapeError)
+    n = len(attrs.kernel_shape)
+    strides, dilations, pads = _window_attrs(attrs, x.shape[2:], attrs.kernel_shape)
+    kernel = attrs.kernel_shape
+    # room for the last (ceil-mode) window beyond the explicit end padding
+    extra = [max(0, (out_shape[2 + i] - 1) * strides[i] + (kernel[i] - 1) * dilations[i] + 1
+                 - (x.shape[2 + i] + pads[i] + pads[i + n])) for i in range(n)]
+    widths = ((0, 0), (0, 0)) + tuple((pads[i], pads[i + n] + extra[i]) for i in range(n))
+    mode = attrs.mode
+    if mode == "max":
+        fill = -np.inf if np.issubdtype(x.dtype, np.floating) else np.iinfo(x.dtype).min
+        xp = np.pad(x, widths, constant_values=fill)
+        win = _windows_nd(xp, kernel, strides, dilations, out_shape[2:])
+        axes = tuple(range(-n, 0))
+        out = win.max(axis=axes)
+        if not attrs.return_indices:
+            return out
+        flat = win.reshape(win.shape[:2 + n] + (-1,)).argmax(axis=-1)
+        taps = np.unravel_index(flat, kernel)
+        coords = []
+        for i in range(n):
+            o = np.arange(out_shape[2 + i]).reshape((-1,) + (1,) * (n - 1 - i))
+            coords.append(o * strides[i] + taps[i] * dilations[i] - pads[i])
+        index = np.zeros(out.shape, dtype=np.int64)
+        for i in range(n):
+            index = index * x.shape[2 + i] + coords[i]
+        plane = int(np.prod(x.shape[2:]))
+        base = (np.arange(x.shape[0])[:, None] * x.shape[1] + np.arange(x.shape[1])[None, :]) * plane
+        index = index + base.reshape(base.shape + (1,) * n)
+        return out, index.astype(np.int64)
+    acc = np.float64
+    xp = np.pad(x.astype(acc), widths)
+    win = _windows_nd(xp, kernel, strides, dilations, out_shape[2:])
+    axes = tuple(range(-n, 0))
+    if mode == "lp":
+        return np.power(np.sum(np.power(np.abs(win), attrs.p), axis=axes), 1.0 / attrs.p).astype(x.dtype)
+    total = win.sum(axis=axes)
+    inner = tuple(x.shape[2:])
+    if attrs.count_include_pad:
+        mask = np.pad(np.ones(tuple(inner[i] + pads[i] + pads[i + n] for i in range(n))),
+                      tuple((0, extra[i]) for i in range(n)))
+    else:
+        mask = np.pad(np.ones(inner), tuple((pads[i], pads[i + n] + extra[i]) for i in range(n)))
+    count = _windows_nd(mask[None, None], kernel, strides, dilations, out_shape[2:]).sum(axis=axes)[0, 0]
+    return (total / np.maximum(count, 1)).astype(x.dtype)
+
+
+def _pool_rel(types, attrs, consts=None):
+    x = expect_tensor("nn.pool_nd", types[0], "data")
+    shape = _pool_shape("nn.pool_nd", attrs, x.shape, TypeInferenceError)
+    out = TensorType(shape, x.dtype)
+    return TupleType((out, TensorType(shape, "int64"))) if attrs.return_indices else out
+
+
+def _pool_shape_func(attrs, args):
+    shape = _pool_shape("nn.pool_nd", attrs, concrete(args[0]), ShapeError)
+    return [shape, shape] if attrs.return_indices else [shape]
+
+
+define(
+    "nn.pool_nd", 1, _pool_rel, _pool_kernel, OpPattern.OUT_ELEMWISE_FUSABLE,
+    attrs=_WINDOW_ATTRS + (
+        AttrDef("kernel_shape", REQUIRED, int_tuple(1, nonempty=True)),
+        AttrDef("mode", "max", one_of("max", "avg", "lp")), AttrDef("ceil_mode", False, to_bool),
+        AttrDef("count_include_pad", False, to_bool), AttrDef("p", 2, to_int),
+        AttrDef("return_indices", False, to_bool),
+    ),
+    shape_func=_pool_shape_func,
+    doc="N-d max/average/Lp pooling with ONNX's attributes; with return_indices, max pooling also returns "
+        "the flat (row-major, per tensor) int64 index of each maximum.",
+)
+
+
+# ---------------------------------------------------------------------------------------------------
+# recurrent layers
+
+_ACTIVATIONS = {
+    "sigmoid": lambda x, a, b: 1 / (1 + np.exp(-x)),
+    "tanh": lambda x, a, b: np.tanh(x),
+    "relu": lambda x, a, b: np.maximum(x, 0),
+    "affine": lambda x, a, b: a * x + b,
+    "leakyrelu": lambda x, a, b: np.where(x >= 0, x, a * x),
+    "thresholdedrelu": lambda x, a, b: np.where(x > a, x, 0),
+    "scaledtanh": lambda x, a, b: a * np.tanh(b * x),
+    "hardsigmoid": lambda x, a, b: np.clip(a * x + b, 0, 1),
+    "elu": lambda x, a, b: np.where(x >= 0, x, a * (np.exp(x) - 1)),
+    "softsign": lambda x, a, b: x / (1 + np.abs(x)),
+    "softplus": lambda x, a, b: np.log1p(np.exp(x)),
+}
+_ACT_DEFAULT_ALPHA = {"leakyrelu": 0.01, "thresholdedrelu": 1.0, "scaledtanh": 1.0, "hardsigmoid": 0.2,
+                      "elu": 1.0, "affine": 1.0}
+_ACT_DEFAULT_BETA = {"scaledtanh": 1.0, "hardsigmoid": 0.5, "affine": 0.0}
+
+
+def _activations(attrs, per_direction: int, num_directions: int):
+    names = [a.lower() for a in attrs.activations]
+    if not names:
+        names = {3: ["sigmoid", "tanh", "tanh"], 2: ["sigmoid", "tanh"], 1: ["tanh"]}[per_direction] * num_directions
+    if len(names) == per_direction and num_directions == 2:
+        names = names * 2
+    alphas, betas = list(attrs.activation_alpha), list(attrs.activation_beta)
+    out = []
+    for i, name in enumerate(names):
+        if name not in _ACTIVATIONS:
+            raise ExecutionError(f"recurrent layer: unknown activation {name!r}")
+        a = alphas[i] if i < len(alphas) else _ACT_DEFAULT_ALPHA.get(name, 1.0)
+        b = betas[i] if i < len(betas) else _ACT_DEFAULT_BETA.get(name, 0.0)
+        fn = _ACTIVATIONS[name]
+        out.append(lambda x, fn=fn, a=a, b=b: fn(x, a, b))
+    return [out[d * per_direction:(d + 1) * per_direction] for d in range(num_directions)]
+
+
+def _rnn_common(op, attrs, x, w, gates):
+    if attrs.layout:
+        x = np.swapaxes(x, 0, 1)
+    seq, batch, _ = x.shape
+    num_dir = w.shape[0]
+    expected = 2 if attrs.direction == "bidirectional" else 1
+    if num_dir != expected:
+        raise ShapeError(f"{op}: W has {num_dir} directions but direction={attrs.direction!r}")
+    return x, seq, batch, num_dir
+
+
+def _seq_lens(sequence_lens, seq, batch):
+    lens = np.asarray(sequence_lens)
+    return np.full(batch, seq, np.int64) if lens.size == 0 else lens.astype(np.int64).reshape(batch)
+
+
+def _clip(v, attrs):
+    return np.clip(v, -attrs.clip, attrs.clip) if attrs.clip is not None else v
+
+
+def _run_directions(op, attrs, x, w, per_dir, step, states0, lens):
+    """Run ``step(d, x_t, states) -> new states`` forward/backward; returns Y and the final states."""
+    seq, batch = x.shape[:2]
+    num_dir = w.shape[0]
+    hidden = attrs.hidden_size
+    y = np.zeros((seq, num_dir, batch, hidden), dtype=np.float64)
+    finals = []
+    for d in range(num_dir):
+        reverse = attrs.direction == "reverse" or d == 1
+        states = [s[d].astype(np.float64) for s in states0]
+        for t in range(seq):
+            active = t < lens  # per batch entry: this step exists
+            for_t = t
+            if reverse:
+                # each sequence is reversed within its own length
+                for_t = None
+            if reverse:
+                index = np.where(active, lens - 1 - t, 0)
+                x_t = x[index, np.arange(batch)]
+            else:
+                x_t = x[for_t]
+            new = step(d, x_t.astype(np.float64), states)
+            states = [np.where(active[:, None], n, s) for n, s in zip(new, states, strict=True)]
+            h = np.where(active[:, None], states[0], 0.0)
+            if reverse:
+                y[index[active], d, np.arange(batch)[active]] = h[active]
+            else:
+                y[t, d] = h
+        finals.append(states)
+    return y, finals
+
+
+def _lstm_kernel(attrs, x, w, r, b, sequence_lens, initial_h, initial_c, p):
+    x, w, r = np.asarray(x), np.asarray(w, np.float64), np.asarray(r, np.float64)
+    dtype = x.dtype
+    x, seq, batch, num_dir = _rnn_common("nn.lstm", attrs, x, w, 4)
+    hidden = attrs.hidden_size
+    b = np.asarray(b, np.float64) if np.size(b) else np.zeros((num_dir, 8 * hidden))
+    p = np.asarray(p, np.float64) if np.size(p) else np.zeros((num_dir, 3 * hidden))
+    h0 = _initial(initial_h, attrs, num_dir, batch, hidden)
+    c0 = _initial(initial_c, attrs, num_dir, batch, hidden)
+    acts = _activations(attrs, 3, num_dir)
+    lens = _seq_lens(sequence_lens, seq, batch)
+
+    def step(d, x_t, states):
+        h, c = states
+        f_act, g_act, h_act = acts[d]
+        gates = x_t @ w[d].T + h @ r[d].T + b[d, :4 * hidden] + b[d, 4 * hidden:]
+        i, o, f, cc = np.split(gates, 4, axis=1)
+        pi, po, pf = np.split(p[d], 3)
+        i = f_act(_clip(i + pi * c, attrs))
+        f = f_act(_clip(f + pf * c, attrs))
+        if attrs.input_forget:
+            f = 1 - i
+        cc = g_act(_clip(cc, attrs))
+        c_new = f * c + i * cc
+        o = f_act(_clip(o + po * c_new, attrs))
+        return [o * h_act(c_new), c_new]
+
+    y, finals = _run_directions("nn.lstm", attrs, x, w, 4, step, [h0, c0], lens)
+    y_h = np.stack([f[0] for f in finals])
+    y_c = np.stack([f[1] for f in finals])
+    return _rnn_outputs(attrs, dtype, y, y_h, y_c)
+
+
+def _initial(value, attrs, num_dir, batch, hidden):
+    value = np.asarray(value, np.float64)
+    if value.size == 0:
+        return np.zeros((num_dir, batch, hidden))
+    return np.swapaxes(value, 0, 1) if attrs.layout else value
+
+
+def _rnn_outputs(attrs, dtype, y, *finals):
+    if attrs.layout:
+        y = np.transpose(y, (2, 0, 1, 3))
+        finals = tuple(np.swapaxes(f, 0, 1) for f in finals)
+    return (y.astype(dtype),) + tuple(f.astype(dtype) for f in finals)
+
+
+def _gru_kernel(attrs, x, w, r, b, sequence_lens, initial_h):
+    x, w, r = np.asarray(x), np.asarray(w, np.float64), np.asarray(r, np.float64)
+    dtype = x.dtype
+    x, seq, batch, num_dir = _rnn_common("nn.gru", attrs, x, w, 3)
+    hidden = attrs.hidden_size
+    b = np.asarray(b, np.float64) if np.size(b) else np.zeros((num_dir, 6 * hidden))
+    h0 = _initial(initial_h, attrs, num_dir, batch, hidden)
+    acts = _activations(attrs, 2, num_dir)
+    lens = _seq_lens(sequence_lens, seq, batch)
+
+    def step(d, x_t, states):
+        (h,) = states
+        f_act, g_act = acts[d]
+        wz, wr, wh = np.split(w[d], 3)
+        rz, rr, rh = np.split(r[d], 3)
+        wbz, wbr, wbh, rbz, rbr, rbh = np.split(b[d], 6)
+        z = f_act(_clip(x_t @ wz.T + h @ rz.T + wbz + rbz, attrs))
+        rg = f_act(_clip(x_t @ wr.T + h @ rr.T + wbr + rbr, attrs))
+        if attrs.linear_before_reset:
+            hh = g_act(_clip(x_t @ wh.T + rg * (h @ rh.T + rbh) + wbh, attrs))
+        else:
+            hh = g_act(_clip(x_t @ wh.T + (rg * h) @ rh.T + rbh + wbh, attrs))
+        return [(1 - z) * hh + z * h]
+
+    y, finals = _run_directions("nn.gru", attrs, x, w, 3, step, [h0], lens)
+    return _rnn_outputs(attrs, dtype, y, np.stack([f[0] for f in finals]))
+
+
+def _simple_rnn_kernel(attrs, x, w, r, b, sequence_lens, initial_h):
+    x, w, r = np.asarray(x), np.asarray(w, np.float64), np.asarray(r, np.float64)
+    dtype = x.dtype
+    x, seq, batch, num_dir = _rnn_common("nn.rnn", attrs, x, w, 1)
+    hidden = attrs.hidden_size
+    b = np.asarray(b, np.float64) if np.size(b) else np.zeros((num_dir, 2 * hidden))
+    h0 = _initial(initial_h, attrs, num_dir, batch, hidden)
+    acts = _activations(attrs, 1, num_dir)
+    lens = _seq_lens(sequence_lens, seq, batch)
+
+    def step(d, x_t, states):
+        (h,) = states
+        return [acts[d][0](_clip(x_t @ w[d].T + h @ r[d].T + b[d, :hidden] + b[d, hidden:], attrs))]
+
+    y, finals = _run_directions("nn.rnn", attrs, x, w, 1, step, [h0], lens)
+    return _rnn_outputs(attrs, dtype, y, np.stack([f[0] for f in finals]))
+
+
+def _rnn_shapes(op, attrs, x, w, num_states):
+    if len(x) != 3 or len(w) != 3:
+        raise TypeInferenceError(f"{op}: X and W must be 3-d, got {fmt_shape(x)} and {fmt_shape(w)}")
+    if attrs.layout:
+        batch, seq = x[0], x[1]
+    else:
+        seq, batch = x[0], x[1]
+    d, h = w[0], attrs.hidden_size
+    y = (batch, seq, d, h) if attrs.layout else (seq, d, batch, h)
+    state = (batch, d, h) if attrs.layout else (d, batch, h)
+    return [y] + [state] * num_states
+
+
+def _rnn_def(name, kernel, num_inputs, num_states, extra_attrs=()):
+    def rel(types, attrs, consts=None):
+        x = expect_tensor(name, types[0], "X")
+        w = expect_tensor(name, types[1], "W")
+        shapes = _rnn_shapes(name, attrs, x.shape, w.shape, num_states)
+        return TupleType(tuple(TensorType(s, x.dtype) for s in shapes))
+
+    define(
+        name, num_inputs, rel, kernel, OpPattern.OPAQUE,
+        attrs=(
+            AttrDef("hidden_size", REQUIRED, to_int),
+            AttrDef("direction", "forward", one_of("forward", "reverse", "bidirectional")),
+            AttrDef("activations", (), lambda v: tuple(str(s) for s in v)),
+            AttrDef("activation_alpha", (), lambda v: tuple(float(s) for s in v)),
+            AttrDef("activation_beta", (), lambda v: tuple(float(s) for s in v)),
+            AttrDef("clip", None, to_float), AttrDef("layout", 0, to_int),
+        ) + tuple(extra_attrs),
+        shape_func=lambda attrs, args: _rnn_shapes(name, attrs, concrete(args[0]), concrete(args[1]), num_states),
+        doc=f"ONNX {name[3:].upper()} layer: returns (Y, final states); empty tensors stand for omitted inputs.",
+    )
+
+
+_rnn_def("nn.lstm", _lstm_kernel, 8, 2, (AttrDef("input_forget", False, to_bool),))
+_rnn_def("nn.gru", _gru_kernel, 6, 1, (AttrDef("linear_before_reset", False, to_bool),))
+_rnn_def("nn.rnn", _simple_rnn_kernel, 6, 1)
+
+
+# ---------------------------------------------------------------------------------------------------
+# nn.attention (ONNX Attention, opset 23/24), nn.rotary_embedding
+
+
+def _softmax(x, axis=-1):
+    peak = np.max(x, axis=axis, keepdims=True)
+    peak = np.where(np.isfinite(peak), peak, 0)
+    e = np.exp(x - peak)
+    total = e.sum(axis=axis, keepdims=True)
+    return e / np.where(total == 0, 1, total)
+
+
+def _attention_parts(attrs, q, k, v, mask, past_k, past_v, nonpad):
+    """ONNX Attention on NumPy arrays: (Y, present_key, present_value, qk_matmul_output)."""
+    dtype = q.dtype
+    three_d = q.ndim == 3
+    if three_d:
+        if not attrs.q_num_heads or not attrs.kv_num_heads:
+            raise ShapeError("nn.attention: 3-d inputs need q_num_heads and kv_num_heads")
+        b, sq, _ = q.shape
+        q = q.reshape(b, sq, attrs.q_num_heads, -1).transpose(0, 2, 1, 3)
+        k = k.reshape(b, k.shape[1], attrs.kv_num_heads, -1).transpose(0, 2, 1, 3)
+        v = v.reshape(b, v.shape[1], attrs.kv_num_heads, -1).transpose(0, 2, 1, 3)
+    q, k, v = (a.astype(np.float64) for a in (q, k, v))
+    if np.size(past_k):
+        k = np.concatenate([np.asarray(past_k, np.float64), k], axis=2)
+        v = np.concatenate([np.asarray(past_v, np.float64), v], axis=2)
+    present_k, present_v = k, v
+    hq, hk = q.shape[1], k.shape[1]
+    if hq != hk:
+        if hq % hk:
+            raise ShapeError(f"nn.attention: {hq} query heads are not a multiple of {hk} key/value heads")
+        k = np.repeat(k, hq // hk, axis=1)
+        v = np.repeat(v, hq // hk, axis=1)
+    scale = attrs.scale if attrs.scale is not None else 1 / math.sqrt(q.shape[-1])
+    qk = (q * math.sqrt(scale)) @ (np.swapaxes(k, -1, -2) * math.sqrt(scale))
+    if attrs.softcap > 0:  # before the mask, so that masked scores stay -inf
+        qk = attrs.softcap * np.tanh(qk / attrs.softcap)
+    sq, skv = qk.shape[-2], qk.shape[-1]
+    bias = np.zeros((sq, skv), dtype=np.float64)
+    if np.size(mask):
+        mask = np.asarray(mask)
+        m = np.where(mask, 0.0, -np.inf) if mask.dtype == np.bool_ else mask.astype(np.float64)
+        if m.shape[-1] < skv:  # a mask shorter than the total sequence is padded with -inf
+            pad = [(0, 0)] * (m.ndim - 1) + [(0, skv - m.shape[-1])]
+            m = np.pad(m, pad, constant_values=-np.inf)
+        bias = bias + m
+    lens = np.asarray(nonpad).astype(np.int64).reshape(-1) if np.size(nonpad) else None
+    # Where the query block starts among the keys: after the cache, or (external cache) at
+    # nonpad_kv_seqlen - q_len per batch entry.
+    if np.size(past_k):
+        offset = np.full((1, 1, 1), np.asarray(past_k).shape[2])
+    elif lens is not None:
+        offset = (lens - sq).reshape(-1, 1, 1)
+    else:
+        offset = np.zeros((1, 1, 1), np.int64)
+    diff = np.arange(sq)[None, :, None] + offset - np.arange(skv)[None, None, :]  # (B or 1, q, kv)
+    allowed = np.ones(diff.shape, dtype=bool)
+    if attrs.is_causal:
+        allowed &= diff >= 0
+    if attrs.left_window_size >= 0:
+        allowed &= diff <= attrs.left_window_size
+    if attrs.right_window_size >= 0:
+        allowed &= -diff <= attrs.right_window_size
+    if not allowed.all():
+        bias = bias + np.where(allowed, 0.0, -np.inf)[:, None]  # (B or 1, 1, q, kv)
+    if lens is not None:
+        pad_mask = np.where(np.arange(skv)[None, :] < lens[:, None], 0.0, -np.inf)  # (B, Skv)
+        bias = bias + pad_mask[:, None, None, :]
+    scores = qk + bias
+    # qk_matmul_output: 0 and 1 the (soft-capped) product, 2 with the mask bias added, 3 the probabilities
+    # (the numbering of ONNX's reference implementation, whose outputs the conformance tests hold).
+    qk_out = scores if attrs.qk_matmul_output_mode == 2 else qk
+    probs = _softmax(scores)
+    # A query row that may attend no key at all gives zeros.
+    blocked = np.isneginf(np.max(np.broadcast_to(bias, scores.shape), axis=-1, keepdims=True))
+    probs = np.where(blocked, 0.0, probs)
+    if attrs.qk_matmul_output_mode == 3:
+        qk_out = probs
+    y = probs @ v
+    if three_d:
+        y = y.transpose(0, 2, 1, 3).reshape(y.shape[0], y.shape[2], -1)
+    return (y.astype(dtype), present_k.astype(dtype), present_v.astype(dtype), qk_out.astype(dtype))
+
+
+def _attention_shapes(op, attrs, q, k, v, past_k):
+    three_d = len(q) == 3
+    if len(q) not in (3, 4) or len(k) != len(q) or len(v) != len(q):
+        raise TypeInferenceError(f"{op}: Q, K and V must all be 3-d or all 4-d, got {fmt_shape(q)}, "
+                                 f"{fmt_shape(k)}, {fmt_shape(v)}")
+    if three_d:
+        hq, hk = attrs.q_num_heads, attrs.kv_num_heads
+        if not hq or not hk:
+            raise TypeInferenceError(f"{op}: 3-d inputs need q_num_heads and kv_num_heads")
+        b, sq, skv = q[0], q[1], k[1]
+        head = q[2] // hq if isinstance(q[2], int) else Any()
+        v_head = v[2] // hk if isinstance(v[2], int) else Any()
+        y = (b, sq, mul_dims(v_head, hq))
+    else:
+        b, hq, sq, head = q
+        hk, skv, v_head = k[1], k[2], v[3]
+        y = (b, hq, sq, v_head)
+    total = skv
+    if past_k is not None and len(past_k):
+        total = past_k[2] + skv if isinstance(past_k[2], int) and isinstance(skv, int) else Any()
+    k_head = k[2] // hk if three_d and isinstance(k[2], int) and isinstance(hk, int) else (head if three_d else k[3])
+    present_k = (b, hk, total, k_head)
+    present_v = (b, hk, total, v_head)
+    qk = (b, hq, sq, total)
+    return [tuple(y), present_k, present_v, qk]
+
+
+def _attention_rel(types, attrs, consts=None):
+    tensors = [expect_tensor("nn.attention", t, "argument") for t in types]
+    past = tensors[4].shape if tensors[4].ndim == 4 else None
+    shapes = _attention_shapes("nn.attention", attrs, tensors[0].shape, tensors[1].shape, tensors[2].shape, past)
+    return TupleType(tuple(TensorType(s, tensors[0].dtype) for s in shapes))
+
+
+def _attention_kernel(attrs, q, k, v, mask, past_k, past_v, nonpad):
+    return _attention_parts(attrs, np.asarray(q), np.asarray(k), np.asarray(v), mask, past_k, past_v, nonpad)
+
+
+define(
+    "nn.attention", 7, _attention_rel, _attention_kernel, OpPattern.OPAQUE,
+    attrs=(
+        AttrDef("is_causal", False, to_bool), AttrDef("kv_num_heads", 0, to_int), AttrDef("q_num_heads", 0, to_int),
+        AttrDef("qk_matmul_output_mode", 0, to_int), AttrDef("scale", None, to_float),
+        AttrDef("softcap", 0.0, to_float), AttrDef("softmax_precision", 0, to_int),
+        AttrDef("left_window_size", -1, to_int), AttrDef("right_window_size", -1, to_int),
+    ),
+    shape_func=lambda attrs, args: [tuple(int(d) for d in s) for s in _attention_shapes(
+        "nn.attention", attrs, concrete(args[0]), concrete(args[1]), concrete(args[2]),
+        concrete(args[4]) if len(args[4]) == 4 else None)],
+    doc="ONNX Attention(Q, K, V, attn_mask, past_key, past_value, nonpad_kv_seqlen) -> (Y, present_key, "
+        "present_value, qk_matmul_output); empty tensors stand for omitted inputs.",
+)
+
+
+def _rotary_kernel(attrs, x, cos_cache, sin_cache, position_ids):
+    x = np.asarray(x)
+    dtype = x.dtype
+    four_d = x.ndim == 4
+    if four_d:
+        xs = np.transpose(x, (0, 2, 1, 3)).astype(np.float64)  # (B, S, H, D)
+    else:
+        if not attrs.num_heads:
+            raise ShapeError("nn.rotary_embedding: a 3-d input needs num_heads")
+        b, s, hidden = x.shape
+        xs = x.reshape(b, s, attrs.num_heads, hidden // attrs.num_heads).astype(np.float64)
+    head = xs.shape[-1]
+    rot = attrs.rotary_embedding_dim or head
+    cos_c, sin_c = np.asarray(cos_cache, np.float64), np.asarray(sin_cache, np.float64)
+    if np.size(position_ids):
+        pos = np.asarray(position_ids).astype(np.int64)
+        cos_c, sin_c = cos_c[pos], sin_c[pos]  # (B, S, rot/2)
+    cos_c, sin_c = cos_c[..., None, :rot // 2], sin_c[..., None, :rot // 2]
+    part, rest = xs[..., :rot], xs[..., rot:]
+    if attrs.interleaved:
+        x1, x2 = part[..., 0::2], part[..., 1::2]
+    else:
+        x1, x2 = part[..., :rot // 2], part[..., rot // 2:]
+    r1 = x1 * cos_c - x2 * sin_c
+    r2 = x2 * cos_c + x1 * sin_c
+    if attrs.interleaved:
+        rotated = np.stack([r1, r2], axis=-1).reshape(part.shape)
+    else:
+        rotated = np.concatenate([r1, r2], axis=-1)
+    out = np.concatenate([rotated, rest], axis=-1)
+    out = np.transpose(out, (0, 2, 1, 3)) if four_d else out.reshape(x.shape)
+    return out.astype(dtype)
+
+
+define(
+    "nn.rotary_embedding", 4,
+    lambda types, attrs, consts=None: expect_tensor("nn.rotary_embedding", types[0], "input"),
+    _rotary_kernel, OpPattern.OPAQUE,
+    attrs=(AttrDef("interleaved", False, to_bool), AttrDef("num_heads", 0, to_int),
+           AttrDef("rotary_embedding_dim", 0, to_int)),
+    shape_func=lambda attrs, args: [concrete(args[0])],
+    doc="ONNX RotaryEmbedding(input, cos_cache, sin_cache, position_ids); an empty position_ids means the "
+        "caches are already (batch, seq, dim/2).",
+)
+
+
+# ---------------------------------------------------------------------------------------------------
+# onnx.dropout: Dropout whose training mode is decided at run time
+
+
+def _dropout_kernel(attrs, x, ratio, training):
+    x = np.asarray(x)
+    if bool(np.asarray(training).reshape(-1)[0]) and float(np.asarray(ratio).reshape(-1)[0]) != 0.0:
+        raise ExecutionError("onnx.dropout: training-mode dropout with a nonzero ratio draws random masks, "
+                             "which tensorvm does not implement")
+    return x.copy(), np.ones(x.shape, dtype=bool)
+
+
+define(
+    "onnx.dropout", 3,
+    lambda types, attrs, consts=None: TupleType((expect_tensor("onnx.dropout", types[0], "data"),
+                                                 TensorType(types[0].shape, "bool"))),
+    _dropout_kernel, OpPattern.OPAQUE,
+    shape_func=lambda attrs, args: [concrete(args[0]), concrete(args[0])],
+    doc="onnx.dropout(data, ratio, training_mode) -> (output, mask): the identity unless training with a "
+        "nonzero ratio, which is an ExecutionError (random).",
+)

@@ -1,0 +1,170 @@
+"""The tensorvm backend for ONNX's backend test suite, and the test selection shared by
+``test_onnx_backend.py`` and ``report.py``.
+
+``prepare`` imports the model with ``tv.frontend.from_onnx`` and compiles it for the VM (target
+"python"; ``TENSORVM_ONNX_TARGET=c`` selects generated C kernels); ``run`` invokes ``main``. A model that uses an op without a converter, or a
+dtype tensorvm does not have (strings, bfloat16, float8, sequences...), is *skipped* with the reason
+(``unittest.SkipTest``), never reported as a pass.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import tempfile
+import unittest
+
+import numpy as np
+
+onnx = __import__("onnx")
+from onnx.backend.base import Backend, BackendRep  # noqa: E402
+from onnx.backend.test import runner as onnx_runner  # noqa: E402
+from onnx.backend.test.loader import load_model_tests as _load_model_tests  # noqa: E402
+
+import tensorvm as tv  # noqa: E402
+from tensorvm.errors import UnsupportedError  # noqa: E402
+from tensorvm.frontend import from_onnx, unsupported_ops  # noqa: E402
+from tensorvm.frontend.onnx_context import ONNX_DTYPES  # noqa: E402
+
+# The issue's core op set.
+CORE_OPS = frozenset("""
+Add Sub Mul Div Pow Neg Abs Sqrt Reciprocal Exp Log Erf Tanh Sigmoid Relu LeakyRelu Elu Gelu HardSigmoid
+HardSwish Softplus PRelu Clip Min Max Sum Mean Floor Ceil Round Sign Mod Sin Cos Equal Less LessOrEqual Greater
+GreaterOrEqual Not And Or Where IsNaN IsInf MatMul Gemm Einsum Softmax LogSoftmax LayerNormalization
+BatchNormalization InstanceNormalization GroupNormalization LRN Dropout Identity Conv ConvTranspose MaxPool
+AveragePool GlobalAveragePool GlobalMaxPool Resize DepthToSpace SpaceToDepth LSTM GRU RNN Attention
+RotaryEmbedding RMSNormalization Trilu CumSum Shape Size Reshape Flatten Squeeze Unsqueeze Transpose Concat Split
+Slice Gather GatherElements GatherND ScatterElements ScatterND Expand Tile Pad Range ConstantOfShape Constant Cast
+CastLike OneHot ReduceSum ReduceMean ReduceMax ReduceMin ReduceProd ReduceL2 ReduceSumSquare ReduceLogSumExp
+ArgMax ArgMin NonMaxSuppression TopK NonZero RoiAlign Compress Unique If Loop Scan
+""".split())
+
+TARGET = os.environ.get("TENSORVM_ONNX_TARGET", "python")
+
+# The dtypes of the issue's goal ("direct node tests with float32/int32/int64/bool I/O").
+GOAL_ELEM_TYPES = frozenset({1, 6, 7, 9})
+
+# The real-model tests write their inputs under $ONNX_HOME: keep that out of the home directory.
+os.environ.setdefault("ONNX_HOME", os.path.join(tempfile.gettempdir(), "tensorvm-onnx-home"))
+
+
+@functools.cache
+def cached_tests(kind: str):
+    """``load_model_tests(kind)`` once per process (building the node cases takes seconds)."""
+    return _load_model_tests(kind=kind)
+
+
+def _cached_loader(data_dir=None, kind=None, test_kwargs=None):
+    if data_dir is None and test_kwargs is None and kind is not None:
+        return cached_tests(kind)
+    return _load_model_tests(data_dir=data_dir, kind=kind, test_kwargs=test_kwargs)
+
+
+# BackendTest loads every kind; let it reuse the cached cases.
+onnx_runner.load_model_tests = _cached_loader
+
+
+def _graph_ops(graph) -> set:
+    ops = set()
+    for node in graph.node:
+        ops.add(node.op_type)
+        for attr in node.attribute:
+            if attr.type == onnx.AttributeProto.GRAPH:
+                ops |= _graph_ops(attr.g)
+            elif attr.type == onnx.AttributeProto.GRAPHS:
+                for g in attr.graphs:
+                    ops |= _graph_ops(g)
+    return ops
+
+
+def _io_elem_types(model) -> list:
+    out = []
+    for v in list(model.graph.input) + list(model.graph.output):
+        out.append(v.type.tensor_type.elem_type if v.type.HasField("tensor_type") else -1)
+    return out
+
+
+def node_test_info() -> dict:
+    """name -> {op, expanded, goal} for every node test whose op is a core op.
+
+    ``op`` is the op under test: the single node of a direct test (or, for a multi-node direct
+    test, its core op), and for ``_expanded`` tests the op of the test they expand."""
+    cases = {t.name: t for t in cached_tests("node")}
+    info = {}
+    for name, case in cases.items():
+        if case.model is None:
+            continue
+        expanded = "_expanded" in name
+        if expanded:
+            base = cases.get(name.split("_expanded")[0])
+            if base is None or base.model is None:
+                continue
+            ops = [n.op_type for n in base.model.graph.node]
+        else:
+            ops = [n.op_type for n in case.model.graph.node]
+        core = [op for op in ops if op in CORE_OPS]
+        if not core:
+            continue
+        op = ops[0] if ops[0] in CORE_OPS else core[0]
+        goal = (not expanded) and all(t in GOAL_ELEM_TYPES for t in _io_elem_types(case.model))
+        info[name] = {"op": op, "expanded": expanded, "goal": goal}
+    return info
+
+
+def model_test_ops(kind: str) -> dict:
+    """name -> sorted op types, for the file-based model tests of ``kind``."""
+    out = {}
+    for case in cached_tests(kind):
+        if case.model_dir:
+            model = onnx.load(os.path.join(case.model_dir, "model.onnx"))
+            out[case.name] = sorted(_graph_ops(model.graph))
+        else:
+            out[case.name] = ["(real model)"]
+    return out
+
+
+def _unsupported_io(model) -> str | None:
+    for v in list(model.graph.input) + list(model.graph.output):
+        if not v.type.HasField("tensor_type"):
+            return f"{v.name!r} is a {v.type.WhichOneof('value')}, not a tensor"
+        if v.type.tensor_type.elem_type not in ONNX_DTYPES:
+            name = onnx.TensorProto.DataType.Name(v.type.tensor_type.elem_type)
+            return f"{v.name!r} has element type {name}"
+    return None
+
+
+class TensorVMRep(BackendRep):
+    def __init__(self, exe, num_outputs: int):
+        self.vm = tv.vm.VirtualMachine(exe)
+        self.num_outputs = num_outputs
+
+    def run(self, inputs, **kwargs):
+        arrays = [np.asarray(x) for x in (inputs if isinstance(inputs, (list, tuple)) else [inputs])]
+        out = self.vm.invoke("main", *arrays)
+        outs = list(out) if self.num_outputs > 1 else [out]
+        return [np.asarray(o.numpy() if hasattr(o, "numpy") else o) for o in outs]
+
+
+class TensorVMBackend(Backend):
+    @classmethod
+    def prepare(cls, model, device: str = "CPU", **kwargs):
+        missing = unsupported_ops(model)
+        if missing:
+            raise unittest.SkipTest("unsupported op(s): " + ", ".join(op for op, _ in missing))
+        bad_io = _unsupported_io(model)
+        if bad_io:
+            raise unittest.SkipTest(f"unsupported input/output: {bad_io}")
+        try:
+            # float64 accumulation in convolutions: the light real models have constant weights,
+            # so every channel must round identically for the softmax at the end to match.
+            mod, params = from_onnx(model, accumulate_dtype="float64")
+        except UnsupportedError as err:
+            if "element type" in str(err) or "not supported; tensorvm supports" in str(err):
+                raise unittest.SkipTest(str(err)) from None
+            raise
+        exe = tv.vm.compile(mod, target=TARGET, params=params)
+        return TensorVMRep(exe, len(model.graph.output))
+
+    @classmethod
+    def supports_device(cls, device: str) -> bool:
+        return device == "CPU"

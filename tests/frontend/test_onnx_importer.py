@@ -1,0 +1,336 @@
+"""The ONNX importer on hand-built graphs: dynamic dims, shape arithmetic, control flow, data-dependent ops,
+parameters and errors. The oracle is ONNX's reference evaluator; every module runs on the VM and on the
+interpreter."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+onnx = pytest.importorskip("onnx")
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+from onnx.reference import ReferenceEvaluator  # noqa: E402
+
+import tensorvm as tv  # noqa: E402
+from tensorvm.errors import FormatError, UnsupportedError  # noqa: E402
+from tensorvm.frontend import from_onnx  # noqa: E402
+from tensorvm.ir.expr import Call  # noqa: E402
+from tensorvm.ir.functor import ExprVisitor  # noqa: E402
+from tensorvm.ir.types import Any, SymDim, TensorType  # noqa: E402
+
+F32, I64, BOOL = TensorProto.FLOAT, TensorProto.INT64, TensorProto.BOOL
+
+
+def make_model(nodes, inputs, outputs, initializers=(), opset=17):
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info(n, t, s) for n, t, s in inputs],
+        [helper.make_tensor_value_info(n, t, s) for n, t, s in outputs],
+        [numpy_helper.from_array(np.asarray(v), k) for k, v in dict(initializers).items()])
+    # IR version 9: what both the reference evaluator and ONNX Runtime read.
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], ir_version=9)
+
+
+def reference(model, *args, oracle="reference"):
+    """The outputs by ONNX's reference evaluator (or ONNX Runtime, for what the evaluator lacks)."""
+    names = [i.name for i in model.graph.input if i.name not in {t.name for t in model.graph.initializer}]
+    feeds = dict(zip(names, args, strict=True))
+    if oracle == "ort":
+        ort = pytest.importorskip("onnxruntime")
+        session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+        return session.run(None, feeds)
+    return ReferenceEvaluator(model).run(None, feeds)
+
+
+def _as_list(value):
+    return [v.numpy() for v in value] if isinstance(value, tuple) else [value.numpy()]
+
+
+def run_everywhere(model, *args, oracle="reference", **import_kwargs):
+    """Import, then run on the VM and the interpreter; both must agree with the oracle."""
+    mod, params = from_onnx(model, **import_kwargs)
+    expected = reference(model, *args, oracle=oracle)
+    vm = tv.vm.VirtualMachine(tv.vm.compile(mod, target="python", params=params))
+    results = {"vm": _as_list(vm.invoke("main", *args))}
+    bound = [params[p.name_hint] for p in mod["main"].params[len(args):]]
+    results["interpreter"] = _as_list(tv.create_executor("debug", mod).evaluate()(*args, *bound))
+    for where, outs in results.items():
+        assert len(outs) == len(expected), where
+        for got, want in zip(outs, expected, strict=True):
+            assert got.dtype == want.dtype, where
+            np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6, err_msg=where)
+    return mod
+
+
+def ops_of(mod) -> set:
+    found = set()
+
+    class Collect(ExprVisitor):
+        def visit_call(self, call):
+            if hasattr(call.op, "name") and not isinstance(call.op, Call):
+                found.add(call.op.name)
+            super().visit_call(call)
+
+    for _, fn in mod.functions.items():
+        Collect().visit(fn)
+    return found
+
+
+# ---- signatures ------------------------------------------------------------------------------------------
+
+
+def test_dim_params_become_symbolic_and_unknown_dims_any():
+    model = make_model([helper.make_node("Relu", ["x"], ["y"])], [("x", F32, ["batch", None, 4])],
+                       [("y", F32, None)])
+    mod, params = from_onnx(model)
+    (x,) = mod["main"].params
+    assert x.type_annotation == TensorType((SymDim("batch"), Any(), 4), "float32")
+    assert params == {}
+
+
+def test_shape_argument_overrides_the_model():
+    model = make_model([helper.make_node("Relu", ["x"], ["y"])], [("x", F32, ["batch", None, 4])],
+                       [("y", F32, None)])
+    mod, _ = from_onnx(model, shape={"x": [2, "seq", None]})
+    assert mod["main"].params[0].type_annotation == TensorType((2, SymDim("seq"), Any()), "float32")
+    with pytest.raises(TypeError, match="unknown inputs"):
+        from_onnx(model, shape={"nope": [1]})
+
+
+def test_model_from_path_and_bad_files(tmp_path):
+    model = make_model([helper.make_node("Neg", ["x"], ["y"])], [("x", F32, [3])], [("y", F32, None)])
+    path = tmp_path / "m.onnx"
+    onnx.save(model, str(path))
+    mod, _ = from_onnx(str(path))
+    assert "negative" in ops_of(mod)
+    with pytest.raises(FormatError, match="no such file"):
+        from_onnx(str(tmp_path / "missing.onnx"))
+    (tmp_path / "junk.onnx").write_bytes(b"\x00\x01 not protobuf \xff" * 3)
+    with pytest.raises(FormatError):
+        from_onnx(str(tmp_path / "junk.onnx"))
+
+
+def test_unsupported_ops_are_listed_in_one_error_with_node_names():
+    nodes = [helper.make_node("Relu", ["x"], ["a"], name="ok"),
+             helper.make_node("Det", ["a"], ["b"], name="det_node"),
+             helper.make_node("Hamming", ["b"], ["c"], name="h1"),
+             helper.make_node("CustomThing", ["c"], ["y"], name="custom", domain="com.example")]
+    model = make_model(nodes, [("x", F32, [3, 3])], [("y", F32, None)])
+    with pytest.raises(UnsupportedError) as info:
+        from_onnx(model)
+    message = str(info.value)
+    assert "3 unsupported" in message
+    for part in ("Det", "'det_node'", "Hamming", "'h1'", "com.example.CustomThing", "'custom'"):
+        assert part in message
+    assert "Relu" not in message
+
+
+# ---- shape arithmetic -------------------------------------------------------------------------------------
+
+
+def _reshape_by_own_shape_nodes():
+    """y = Reshape(x, Concat(Shape(x)[0], Shape(x)[1] * 2, -1)) - the export idiom for view()."""
+    return [
+        helper.make_node("Shape", ["x"], ["s"]),
+        helper.make_node("Gather", ["s", "zero"], ["d0"], axis=0),
+        helper.make_node("Gather", ["s", "one"], ["d1"], axis=0),
+        helper.make_node("Mul", ["d1", "two"], ["d1x2"]),
+        helper.make_node("Unsqueeze", ["d0", "axes0"], ["u0"]),
+        helper.make_node("Unsqueeze", ["d1x2", "axes0"], ["u1"]),
+        helper.make_node("Concat", ["u0", "u1", "minus1"], ["newshape"], axis=0),
+        helper.make_node("Reshape", ["x", "newshape"], ["y"]),
+    ]
+
+
+_SHAPE_CONSTS = {"zero": np.array(0, np.int64), "one": np.array(1, np.int64), "two": np.array(2, np.int64),
+                 "axes0": np.array([0], np.int64), "minus1": np.array([-1], np.int64)}
+
+
+def test_shape_arithmetic_folds_when_dims_are_static():
+    model = make_model(_reshape_by_own_shape_nodes(), [("x", F32, [2, 3, 4])], [("y", F32, None)], _SHAPE_CONSTS)
+    x = np.arange(24, dtype="float32").reshape(2, 3, 4)
+    mod = run_everywhere(model, x)
+    assert ops_of(mod) == {"reshape"}  # no shape_of/take/concatenate left
+
+
+@pytest.mark.parametrize("batch", [1, 3])
+def test_shape_arithmetic_with_dynamic_dims(batch):
+    model = make_model(_reshape_by_own_shape_nodes(), [("x", F32, ["batch", "n", 4])], [("y", F32, None)],
+                       _SHAPE_CONSTS)
+    x = np.random.default_rng(batch).standard_normal((batch, 5, 4)).astype("float32")
+    mod = run_everywhere(model, x)
+    assert "shape_of" in ops_of(mod)
+
+
+def test_reshape_copying_dynamic_dims_becomes_a_static_reshape():
+    nodes = [helper.make_node("Shape", ["x"], ["s"]),
+             helper.make_node("Slice", ["s", "b0", "b2"], ["head"]),
+             helper.make_node("Concat", ["head", "split"], ["newshape"], axis=0),
+             helper.make_node("Reshape", ["x", "newshape"], ["y"])]
+    consts = {"b0": np.array([0], np.int64), "b2": np.array([2], np.int64), "split": np.array([2, 3], np.int64)}
+    model = make_model(nodes, [("x", F32, ["batch", "seq", 6])], [("y", F32, None)], consts)
+    mod = run_everywhere(model, np.ones((2, 7, 6), "float32"))
+    assert ops_of(mod) == {"reshape"}
+    assert mod["main"].body.checked_type == TensorType((SymDim("batch"), SymDim("seq"), 2, 3), "float32")
+
+
+def test_constant_of_shape_expand_and_range_with_run_time_sizes():
+    nodes = [helper.make_node("Shape", ["x"], ["s"]),
+             helper.make_node("ConstantOfShape", ["s"], ["ones"],
+                              value=numpy_helper.from_array(np.array([1.5], np.float32))),
+             helper.make_node("Gather", ["s", "zero"], ["n"], axis=0),
+             helper.make_node("Range", ["zero", "n", "one"], ["r"]),
+             helper.make_node("Cast", ["r"], ["rf"], to=F32),
+             helper.make_node("Unsqueeze", ["rf", "axes1"], ["col"]),
+             helper.make_node("Expand", ["col", "s"], ["e"]),
+             helper.make_node("Add", ["e", "ones"], ["y"])]
+    consts = {"zero": np.array(0, np.int64), "one": np.array(1, np.int64), "axes1": np.array([1], np.int64)}
+    model = make_model(nodes, [("x", F32, ["n", "m"])], [("y", F32, None)], consts)
+    for shape in [(1, 4), (5, 2)]:
+        run_everywhere(model, np.zeros(shape, "float32"))
+
+
+# ---- control flow -----------------------------------------------------------------------------------------
+
+
+def _branch(name, node_op, out):
+    return helper.make_graph([helper.make_node(node_op, ["x"], [out])], name, [],
+                             [helper.make_tensor_value_info(out, F32, None)])
+
+
+@pytest.mark.parametrize("flag", [True, False])
+def test_if_with_branches_reading_outer_values(flag):
+    nodes = [helper.make_node("ReduceSum", ["x"], ["total"], keepdims=0),
+             helper.make_node("Greater", ["total", "zero"], ["cond"]),
+             helper.make_node("If", ["cond"], ["y"], then_branch=_branch("then", "Exp", "t"),
+                              else_branch=_branch("else", "Neg", "e"))]
+    model = make_model(nodes, [("x", F32, ["n"])], [("y", F32, None)], {"zero": np.array(0, np.float32)})
+    x = np.linspace(0.1, 1, 4, dtype="float32") * (1 if flag else -1)
+    mod = run_everywhere(model, x)
+    assert "If" not in str(mod)  # converted, not kept
+
+
+def _loop_body():
+    """Body of a loop: acc = acc * 2 + x (x from the outer graph); also emits acc as a scan output."""
+    nodes = [helper.make_node("Mul", ["acc_in", "two"], ["doubled"]),
+             helper.make_node("Add", ["doubled", "x"], ["acc_out"]),
+             helper.make_node("Identity", ["cond_in"], ["cond_out"]),
+             helper.make_node("Identity", ["acc_out"], ["scan_out"])]
+    return helper.make_graph(
+        nodes, "body",
+        [helper.make_tensor_value_info("i", I64, []), helper.make_tensor_value_info("cond_in", BOOL, []),
+         helper.make_tensor_value_info("acc_in", F32, None)],
+        [helper.make_tensor_value_info("cond_out", BOOL, []), helper.make_tensor_value_info("acc_out", F32, None),
+         helper.make_tensor_value_info("scan_out", F32, None)],
+        [numpy_helper.from_array(np.array(2, np.float32), "two")])
+
+
+@pytest.mark.parametrize("trips", [0, 1, 7])
+def test_loop_with_run_time_trip_count_becomes_recursion(trips):
+    node = helper.make_node("Loop", ["M", "", "init"], ["final", "history"], body=_loop_body())
+    model = make_model([node], [("M", I64, []), ("init", F32, [3]), ("x", F32, [3])],
+                       [("final", F32, None), ("history", F32, None)], opset=17)
+    # reorder: the graph inputs are M, init, x
+    args = (np.array(trips, np.int64), np.ones(3, "float32"), np.array([0.5, -1, 2], "float32"))
+    if trips == 0:
+        mod, _ = from_onnx(model)
+        out = tv.vm.VirtualMachine(tv.vm.compile(mod, target="python")).invoke("main", *args)
+        np.testing.assert_array_equal(out[0].numpy(), args[1])
+        assert out[1].numpy().shape[0] == 0
+        return
+    mod = run_everywhere(model, *args, oracle="ort")
+    loops = [gv for gv in mod.functions if gv.name != "main"]
+    assert len(loops) == 1  # the body became one recursive global function
+    assert f"@{loops[0].name}(" in str(mod[loops[0]].body)
+
+
+def test_long_loop_runs_in_constant_stack_on_the_vm():
+    node = helper.make_node("Loop", ["M", "", "init"], ["final", "history"], body=_loop_body())
+    model = make_model([node], [("M", I64, []), ("init", F32, [1]), ("x", F32, [1])],
+                       [("final", F32, None), ("history", F32, None)])
+    mod, _ = from_onnx(model)
+    vm = tv.vm.VirtualMachine(tv.vm.compile(mod, target="python"))
+    final, history = vm.invoke("main", np.array(3000, np.int64), np.zeros(1, "float32"), np.zeros(1, "float32"))
+    assert history.numpy().shape == (3000, 1)
+    assert final.numpy().tolist() == [0.0]
+
+
+def test_scan_cumulative_sum_with_reverse_input():
+    body = helper.make_graph(
+        [helper.make_node("Add", ["state_in", "row"], ["state_out"]),
+         helper.make_node("Identity", ["state_out"], ["scan_out"])], "scan_body",
+        [helper.make_tensor_value_info("state_in", F32, [2]), helper.make_tensor_value_info("row", F32, [2])],
+        [helper.make_tensor_value_info("state_out", F32, [2]), helper.make_tensor_value_info("scan_out", F32, [2])])
+    node = helper.make_node("Scan", ["init", "xs"], ["final", "partial"], body=body, num_scan_inputs=1,
+                            scan_input_directions=[1])
+    model = make_model([node], [("init", F32, [2]), ("xs", F32, ["n", 2])],
+                       [("final", F32, None), ("partial", F32, None)])
+    xs = np.arange(10, dtype="float32").reshape(5, 2)
+    run_everywhere(model, np.zeros(2, "float32"), xs, oracle="ort")
+
+
+# ---- data-dependent ops ----------------------------------------------------------------------------------------
+
+
+def test_nonzero_compress_unique_topk():
+    nodes = [helper.make_node("Greater", ["x", "zero"], ["mask"]),
+             helper.make_node("NonZero", ["mask"], ["where"]),
+             helper.make_node("Compress", ["x", "mask"], ["kept"]),
+             helper.make_node("Unique", ["r"], ["u", "first", "inverse", "counts"], sorted=1),
+             helper.make_node("TopK", ["x", "k"], ["values", "indices"], axis=-1)]
+    model = make_model(nodes, [("x", F32, ["n"]), ("r", I64, ["m"]), ("k", I64, [1])],
+                       [(n, t, None) for n, t in [("where", I64), ("kept", F32), ("u", I64), ("first", I64),
+                                                  ("inverse", I64), ("counts", I64), ("values", F32),
+                                                  ("indices", I64)]],
+                       {"zero": np.array(0, np.float32)})
+    x = np.array([0.5, -1, 2, 0, 3, -2], "float32")
+    run_everywhere(model, x, np.array([3, 1, 3, 2, 1, 1], np.int64), np.array([2], np.int64))
+
+
+def test_non_max_suppression():
+    node = helper.make_node("NonMaxSuppression", ["boxes", "scores", "max_out", "iou", "score_min"], ["selected"])
+    model = make_model([node], [("boxes", F32, [1, "b", 4]), ("scores", F32, [1, 1, "b"])],
+                       [("selected", I64, None)],
+                       {"max_out": np.array([3], np.int64), "iou": np.array([0.5], np.float32),
+                        "score_min": np.array([0.1], np.float32)})
+    boxes = np.array([[[0, 0, 1, 1], [0, 0.1, 1, 1.1], [0, -0.1, 1, 0.9], [0, 10, 1, 11], [0, 10.1, 1, 11.1],
+                       [0, 100, 1, 101]]], "float32")
+    scores = np.array([[[0.9, 0.75, 0.6, 0.95, 0.5, 0.05]]], "float32")
+    run_everywhere(model, boxes, scores)
+
+
+# ---- parameters -----------------------------------------------------------------------------------------
+
+
+def test_unfrozen_parameters_are_returned_and_bound_at_compile_time():
+    w = np.random.default_rng(0).standard_normal((4, 3)).astype("float32")
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["h"]),
+             helper.make_node("Reshape", ["h", "shape"], ["y"])]
+    model = make_model(nodes, [("x", F32, ["n", 4])], [("y", F32, None)],
+                       {"w": w, "shape": np.array([-1], np.int64)})
+    mod, params = from_onnx(model, freeze_params=False)
+    assert set(params) == {"w", "shape"}
+    np.testing.assert_array_equal(params["w"], w)
+    assert [p.name_hint for p in mod["main"].params] == ["x", "w", "shape"]
+    assert "reshape" in ops_of(mod)  # the shape parameter's value still decides the static reshape
+    run_everywhere(model, np.ones((2, 4), "float32"), freeze_params=False)
+
+
+# ---- broadcasting property -------------------------------------------------------------------------------
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.lists(st.integers(1, 3), min_size=1, max_size=3), st.lists(st.booleans(), min_size=3, max_size=3),
+       st.sampled_from(["Add", "Mul", "Max", "Sub"]))
+def test_binary_broadcasting_matches_reference(dims, ones, op):
+    a_shape = dims
+    b_shape = [1 if flag else d for d, flag in zip(dims, ones, strict=False)][1:] or [1]
+    model = make_model([helper.make_node(op, ["a", "b"], ["y"])],
+                       [("a", F32, [None] * len(a_shape)), ("b", F32, list(b_shape))], [("y", F32, None)])
+    rng = np.random.default_rng(len(dims))
+    a = rng.standard_normal(a_shape).astype("float32")
+    b = rng.standard_normal(b_shape).astype("float32")
+    mod, _ = from_onnx(model)
+    got = tv.create_executor("debug", mod).evaluate()(a, b).numpy()
+    np.testing.assert_allclose(got, reference(model, a, b)[0], rtol=1e-6)

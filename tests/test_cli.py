@@ -1,0 +1,131 @@
+"""The ``tensorvm`` command: compile (ONNX and Relay text), run, inspect, bench; errors are one line and a
+non-zero exit, never a traceback."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from tensorvm.cli import main, parse_shape
+from tensorvm.ir.types import Any, SymDim
+
+RELAY = """
+def @main(%x: Tensor[(?, 3), float32], %y: Tensor[(3), float32]) {
+  %0 = add(%x, %y);
+  (multiply(%0, %0), sum(%0))
+}
+"""
+
+
+@pytest.fixture
+def relay_model(tmp_path):
+    path = tmp_path / "model.rly"
+    path.write_text(RELAY)
+    return path
+
+
+def _onnx_model(tmp_path):
+    onnx = pytest.importorskip("onnx")
+    from onnx import TensorProto, helper, numpy_helper
+
+    w = np.arange(12, dtype="float32").reshape(4, 3) / 10
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["input", "w"], ["h"]), helper.make_node("Relu", ["h"], ["out"])], "g",
+        [helper.make_tensor_value_info("input", TensorProto.FLOAT, ["batch", 4])],
+        [helper.make_tensor_value_info("out", TensorProto.FLOAT, None)], [numpy_helper.from_array(w, "w")])
+    path = tmp_path / "model.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    return path, w
+
+
+def test_parse_shape():
+    assert parse_shape("input=1,?,128") == ("input", [1, Any(), 128])
+    assert parse_shape("x=batch,3") == ("x", [SymDim("batch"), 3])
+
+
+def test_compile_run_inspect_bench_a_relay_model(relay_model, tmp_path, capsys):
+    exe = tmp_path / "model.tvx"
+    assert main(["compile", str(relay_model), "-o", str(exe), "-q"]) == 0
+    assert "wrote" in capsys.readouterr().out
+    x = np.arange(6, dtype="float32").reshape(2, 3)
+    y = np.array([1, -1, 0.5], "float32")
+    np.save(tmp_path / "x.npy", x)
+    np.save(tmp_path / "y.npy", y)
+    out_file = tmp_path / "out.npz"
+    assert main(["run", str(exe), "--input", f"x={tmp_path / 'x.npy'}", "--input", f"y={tmp_path / 'y.npy'}",
+                 "--output", str(out_file)]) == 0
+    printed = capsys.readouterr().out
+    assert "output 0: shape (2, 3) float32" in printed and "output 1: shape () float32" in printed
+    with np.load(out_file) as saved:
+        np.testing.assert_allclose(saved["output_0"], (x + y) ** 2)
+        np.testing.assert_allclose(saved["output_1"], (x + y).sum(), rtol=1e-6)
+    assert main(["inspect", str(exe), "--bytecode"]) == 0
+    printed = capsys.readouterr().out
+    assert "main(x, y)" in printed and "kernels:" in printed and "instructions:" in printed
+    assert main(["bench", str(exe), "--input", f"x={tmp_path / 'x.npy'}", "--input", f"y={tmp_path / 'y.npy'}",
+                 "--repeat", "3", "--warmup", "1"]) == 0
+    assert "3 runs after 1 warm-up" in capsys.readouterr().out
+
+
+def test_compile_an_onnx_model_with_a_shape_override(tmp_path, capsys):
+    path, w = _onnx_model(tmp_path)
+    exe = tmp_path / "m.tvx"
+    assert main(["compile", str(path), "-o", str(exe), "--shape", "input=?,4"]) == 0
+    err = capsys.readouterr().err
+    assert "importing" in err and "compiling for target 'python'" in err  # progress lines
+    x = np.random.default_rng(0).standard_normal((5, 4)).astype("float32")
+    np.savez(tmp_path / "inputs.npz", input=x)
+    out_file = tmp_path / "o.npz"
+    assert main(["run", str(exe), "--input", str(tmp_path / "inputs.npz"), "--output", str(out_file)]) == 0
+    with np.load(out_file) as saved:
+        np.testing.assert_allclose(saved["output_0"], np.maximum(x @ w, 0), rtol=1e-5)
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["run", "missing.tvx"], "no such file"),
+    (["compile", "missing.onnx"], "no such file"),
+    (["compile", "{model}", "--shape", "x=1,two words"], "a dim must be"),
+])
+def test_errors_are_one_line_with_a_nonzero_exit(argv, message, relay_model, capsys):
+    argv = [a.replace("{model}", str(relay_model)) for a in argv]
+    assert main(argv) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("tensorvm: error:") and message in err[0]
+
+
+def test_a_wrong_input_is_a_clear_error(relay_model, tmp_path, capsys):
+    exe = tmp_path / "model.tvx"
+    assert main(["compile", str(relay_model), "-o", str(exe), "-q"]) == 0
+    np.save(tmp_path / "x.npy", np.ones((2, 3), "float32"))
+    assert main(["run", str(exe), "--input", f"x={tmp_path / 'x.npy'}"]) == 1
+    assert "missing input(s) y" in capsys.readouterr().err
+    np.save(tmp_path / "y.npy", np.ones((4,), "float32"))  # wrong shape
+    assert main(["run", str(exe), "--input", f"x={tmp_path / 'x.npy'}", "--input", f"y={tmp_path / 'y.npy'}"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "tensorvm: error:" in err[0]
+
+
+def test_unreadable_executable_and_the_module_entry_point(tmp_path):
+    junk = tmp_path / "junk.tvx"
+    junk.write_bytes(b"not an executable at all")
+    result = subprocess.run([sys.executable, "-m", "tensorvm.cli", "inspect", str(junk)], capture_output=True,
+                            text=True, timeout=120)
+    assert result.returncode == 1
+    assert result.stderr.startswith("tensorvm: error: FormatError") and "Traceback" not in result.stderr
+
+
+@pytest.mark.skipif(__import__("shutil").which("cc") is None, reason="target c needs a C compiler")
+def test_compile_for_target_c(relay_model, tmp_path, capsys):
+    exe = tmp_path / "model_c.tvx"
+    assert main(["compile", str(relay_model), "-o", str(exe), "--target", "c", "-q"]) == 0
+    assert "target c" in capsys.readouterr().out
+    np.save(tmp_path / "x.npy", np.ones((4, 3), "float32"))
+    np.save(tmp_path / "y.npy", np.full(3, 2, "float32"))
+    out_file = tmp_path / "out.npz"
+    assert main(["run", str(exe), "--input", f"x={tmp_path / 'x.npy'}", "--input", f"y={tmp_path / 'y.npy'}",
+                 "--output", str(out_file)]) == 0
+    with np.load(out_file) as saved:
+        np.testing.assert_allclose(saved["output_0"], np.full((4, 3), 9, "float32"))
