@@ -23,6 +23,7 @@ from .ir.module import IRModule
 from .runtime.ndarray import NDArray
 from .runtime.object import ADT
 from .transform.bind_params import bind_params
+from .transform.infer_type import infer_expr, infer_type
 
 __all__ = ["create_executor", "Executor", "DebugExecutor", "VMExecutor", "to_user_value"]
 
@@ -84,13 +85,25 @@ class Executor:
 
 
 class DebugExecutor(Executor):
-    """Runs on the reference interpreter."""
+    """Runs on the reference interpreter, after type-checking the program as every other executor
+    does (TVM's debug executor too), so an ill-typed program is rejected here as well rather than
+    run; the inferred types also let the interpreter check every kernel's output against them."""
 
     def __init__(self, mod: IRModule, params: dict | None = None):
         super().__init__(mod, params)
         self.interpreter = Interpreter(self.mod)
+        self._module_checked = False
+
+    def _type_check(self, func: Function | None) -> None:
+        if func is None or func in self.mod.functions.values():
+            if not self._module_checked:
+                infer_type(self.mod)  # annotates the module's nodes in place
+                self._module_checked = True
+        else:
+            infer_expr(func, self.mod)
 
     def _make_callable(self, name, func):
+        self._type_check(func)
         if name is not None:
             function = self.interpreter.evaluate(name)
         else:

@@ -2,7 +2,8 @@
 
 It is the oracle every other executor is checked against, so it is written to be obviously right
 rather than fast. It needs no type inference; parameter annotations are used only to check and
-convert the arguments given to an entry function.
+convert the arguments given to an entry function. (``create_executor("debug")`` type-checks the module
+first, like every other executor; once types are inferred, each kernel's output is checked against them.)
 
 Run-time values:
 
@@ -414,7 +415,7 @@ def _check_against_type(name: str, call: Call, outputs: list) -> None:
     if len(types) != len(outputs) or not all(isinstance(t, TensorType) for t in types):
         return
     for out, t in zip(outputs, types, strict=True):
-        fits = out.dtype.name == t.dtype and out.ndim == len(t.shape) and all(
+        fits = out.dtype == _NUMPY_DTYPES.get(t.dtype) and out.ndim == len(t.shape) and all(
             not isinstance(d, int) or d == n for d, n in zip(t.shape, out.shape, strict=True))
         if not fits:
             raise ExecutionError(

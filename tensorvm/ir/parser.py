@@ -16,6 +16,7 @@ import base64
 import binascii
 import json
 import re
+import struct
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -272,6 +273,8 @@ def _decode_metadata(token: Token, source_name: str) -> list[np.ndarray]:
         fail(f"expected a JSON object but the JSON is invalid ({err})")
     if not isinstance(doc, dict):
         fail(f"expected a JSON object but found {type(doc).__name__}")
+    if "nodes" in doc and "b64ndarrays" in doc:
+        return _decode_tvm_metadata(doc, fail)
     entries = doc.get("relay.Constant", [])
     if not isinstance(entries, list):
         fail("expected 'relay.Constant' to be a list")
@@ -297,6 +300,74 @@ def _decode_metadata(token: Token, source_name: str) -> list[np.ndarray]:
             fail(f"constant {i}: expected {expected} bytes of data for {dtype}{shape} but found {len(raw)}")
         arrays.append(np.frombuffer(raw, dtype=np_dtype).reshape(shape).astype(np.dtype(dtype)))
     return arrays
+
+
+# TVM prints its metadata as a serialized object graph: "nodes" (the root a Map whose "relay.Constant"
+# entry is an Array of relay.Constant nodes, each naming its tensor by index in "b64ndarrays") and
+# "b64ndarrays" (tensors in TVM's NDArray binary format, base64). Read as data only, every field checked.
+_TVM_NDARRAY_MAGIC = 0xDD5E40F096B4A13F
+_DL_CODES = {0: "int", 1: "uint", 2: "float"}
+
+
+def _decode_tvm_metadata(doc: dict, fail) -> list[np.ndarray]:
+    nodes, blobs = doc["nodes"], doc["b64ndarrays"]
+    if not isinstance(nodes, list) or not all(isinstance(n, dict) for n in nodes) or not isinstance(blobs, list):
+        fail("expected 'nodes' to be a list of objects and 'b64ndarrays' a list")
+
+    def node(index, what: str) -> dict:
+        try:
+            index = int(index)
+        except (TypeError, ValueError):
+            index = -1
+        if not 0 <= index < len(nodes):
+            fail(f"{what}: node index {index} is out of range (there are {len(nodes)} nodes)")
+        return nodes[index]
+
+    root = node(doc.get("root", 1), "the root")
+    keys, values = root.get("keys", []), root.get("data", [])
+    if root.get("type_key") != "Map" or not isinstance(keys, list) or not isinstance(values, list) \
+            or len(keys) != len(values):
+        fail("expected the root node to be a Map with matching 'keys' and 'data'")
+    if "relay.Constant" not in keys:
+        return []
+    array = node(values[keys.index("relay.Constant")], "relay.Constant")
+    if array.get("type_key") != "Array" or not isinstance(array.get("data", []), list):
+        fail("expected 'relay.Constant' to be an Array node")
+    arrays = []
+    for i, index in enumerate(array.get("data", [])):
+        constant = node(index, f"constant {i}")
+        attrs = constant.get("attrs", {})
+        if constant.get("type_key") != "relay.Constant" or not isinstance(attrs, dict):
+            fail(f"constant {i}: expected a relay.Constant node but found {constant.get('type_key')!r}")
+        try:
+            blob = blobs[int(attrs.get("data"))]
+        except (TypeError, ValueError, IndexError):
+            fail(f"constant {i}: its 'data' attribute {attrs.get('data')!r} does not index 'b64ndarrays'")
+        arrays.append(_tvm_ndarray(blob, f"constant {i}", fail))
+    return arrays
+
+
+def _tvm_ndarray(blob, what: str, fail) -> np.ndarray:
+    try:
+        raw = base64.b64decode(blob, validate=True) if isinstance(blob, str) else None
+    except (binascii.Error, ValueError):
+        raw = None
+    if raw is None or len(raw) < 32:
+        fail(f"{what}: expected a base64 TVM NDArray")
+    magic, _reserved, _device_type, _device_id, ndim, code, bits, lanes = struct.unpack_from("<QQiiiBBH", raw, 0)
+    if magic != _TVM_NDARRAY_MAGIC:
+        fail(f"{what}: bad NDArray magic {magic:#x}; expected {_TVM_NDARRAY_MAGIC:#x}")
+    dtype = "bool" if (code, bits) == (1, 1) else f"{_DL_CODES.get(code, '?')}{bits}"
+    if lanes != 1 or dtype not in DTYPES or not 0 <= ndim <= 32 or len(raw) < 32 + 8 * ndim + 8:
+        fail(f"{what}: unsupported NDArray header (type code {code}, {bits} bits, {lanes} lanes, rank {ndim})")
+    shape = struct.unpack_from(f"<{ndim}q", raw, 32)
+    (size,) = struct.unpack_from("<q", raw, 32 + 8 * ndim)
+    data = raw[40 + 8 * ndim:]
+    np_dtype = np.dtype(dtype).newbyteorder("<")
+    if any(d < 0 for d in shape) or size != int(np.prod(shape, dtype=np.int64)) * np_dtype.itemsize \
+            or len(data) != size:
+        fail(f"{what}: the NDArray of {dtype}{list(shape)} has {len(data)} data bytes (header says {size})")
+    return np.frombuffer(data, dtype=np_dtype).reshape(shape).astype(np.dtype(dtype))
 
 
 # --------------------------------------------------------------------------------------------

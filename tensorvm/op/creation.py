@@ -1,4 +1,5 @@
-"""Tensor creation: zeros, ones, full (static ``shape`` attribute), the ``*_like`` family, and arange.
+"""Tensor creation: zeros, ones, full (static ``shape`` attribute), their ``dyn.`` forms (shape given as a
+run-time 1-D integer tensor), the ``*_like`` family, and arange.
 
 ``arange(start, stop, step, dtype)`` takes three scalar tensors, so its length
 ``max(0, ceil((stop - start) / step))`` is known only from their values: its shape function is
@@ -16,6 +17,7 @@ import numpy as np
 from ..errors import ShapeError, TypeInferenceError
 from ..ir.types import Any, TensorType
 from ._common import (
+    INT_DTYPES,
     NUMERIC_DTYPES,
     check_kernel_dtype,
     expect_dtype,
@@ -25,6 +27,7 @@ from ._common import (
     register_checked,
     to_dtype,
     to_shape,
+    type_str,
 )
 from .registry import REQUIRED, AttrDef, OpDef, OpPattern
 
@@ -65,6 +68,71 @@ register_checked(OpDef(
     attrs=(AttrDef("shape", REQUIRED, to_shape), AttrDef("dtype", None, to_dtype, "default: fill_value's")),
     shape_func=lambda attrs, args: [attrs.shape],
     doc="full(fill_value, shape, dtype): a tensor filled with the scalar fill_value (cast to dtype).",
+))
+
+# ---- dyn.zeros, dyn.ones, dyn.full: the shape is a run-time tensor ---------------------------------
+# Relay turns zeros(shape_expr) into dyn.zeros when the shape is not a constant. The output's rank is
+# the (static) length of the shape tensor; its dims are known only from the tensor's values, so the
+# shape function is data-dependent (and the type is exact when the shape is a constant).
+
+
+def _shape_tensor_type(op: str, ty, consts, index: int) -> tuple:
+    shape_t = expect_tensor(op, ty, "shape")
+    expect_dtype(op, shape_t, INT_DTYPES, "shape")
+    if shape_t.ndim != 1 or not isinstance(shape_t.shape[0], int):
+        raise TypeInferenceError(f"{op}: shape must be a 1-D tensor of static length (the output's rank), "
+                                 f"got {type_str(shape_t)}")
+    if consts is not None and len(consts) > index and consts[index] is not None:
+        return _shape_values(op, consts[index], TypeInferenceError)
+    return (Any(),) * shape_t.shape[0]
+
+
+def _shape_values(op: str, value, error: type) -> tuple:
+    arr = np.asarray(value)
+    if arr.ndim != 1 or arr.dtype.kind not in "iu":
+        raise error(f"{op}: shape must be a 1-D integer tensor, got {arr.dtype} of shape {arr.shape}")
+    if (arr < 0).any():
+        raise error(f"{op}: shape values must be >= 0, got {arr.tolist()}")
+    return tuple(int(v) for v in arr)
+
+
+def _dyn_constant_fill(name: str, value):
+    def rel(types, attrs, consts=None):
+        return TensorType(_shape_tensor_type(name, types[0], consts, 0), attrs.dtype)
+
+    def kernel(attrs, shape):
+        return np.full(_shape_values(name, shape, ShapeError), value, dtype=attrs.dtype)
+
+    register_checked(OpDef(
+        name=name, num_inputs=1, type_rel=rel, kernel=kernel, pattern=OpPattern.OPAQUE,
+        attrs=(AttrDef("dtype", "float32", to_dtype),),
+        shape_func=lambda attrs, args: [_shape_values(name, args[0], ShapeError)], shape_func_data_dependent=True,
+        doc=f"{name}(shape): a tensor of the shape held by the 1-D integer tensor ``shape``, filled with {value}.",
+    ))
+
+
+_dyn_constant_fill("dyn.zeros", 0)
+_dyn_constant_fill("dyn.ones", 1)
+
+
+def _dyn_full_rel(types, attrs, consts=None):
+    fill = expect_scalar("dyn.full", types[0], "fill_value")
+    return TensorType(_shape_tensor_type("dyn.full", types[1], consts, 1), attrs.dtype or fill.dtype)
+
+
+def _dyn_full_kernel(attrs, fill_value, shape):
+    _expect_scalar_value("dyn.full", fill_value, "fill_value")
+    with np.errstate(all="ignore"):
+        return np.full(_shape_values("dyn.full", shape, ShapeError), fill_value,
+                       dtype=attrs.dtype or fill_value.dtype)
+
+
+register_checked(OpDef(
+    name="dyn.full", num_inputs=2, type_rel=_dyn_full_rel, kernel=_dyn_full_kernel, pattern=OpPattern.OPAQUE,
+    attrs=(AttrDef("dtype", None, to_dtype, "default: fill_value's"),),
+    shape_func=lambda attrs, args: [_shape_values("dyn.full", args[1], ShapeError)],
+    shape_func_data_dependent=(False, True),
+    doc="dyn.full(fill_value, shape): a tensor of the run-time shape filled with the scalar fill_value.",
 ))
 
 # ---- zeros_like, ones_like, full_like -------------------------------------------------------------

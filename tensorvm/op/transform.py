@@ -18,7 +18,7 @@ import numpy as np
 from ..errors import AttrError, ExecutionError, ShapeError, TypeInferenceError
 from ..ir.types import Any, SymDim, TensorType, TupleType, normalize_dtype
 from ._common import expect_tensor
-from .registry import REQUIRED, AttrDef, OpDef, OpPattern, register_op
+from .registry import REQUIRED, AttrDef, OpDef, OpPattern, get_op, register_op
 
 __all__ = ["RESHAPE_ONLY_OPS"]
 
@@ -1268,3 +1268,116 @@ define_shaped(
     check_types=_check_indices_dtype("sequence_mask", 1),
     doc="Set data[t, b, ...] (axis=0) or data[b, t, ...] (axis=1) to mask_value where t >= valid_length[b].",
 )
+
+
+# ---------------------------------------------------------------------------------------------------
+# dyn.tile, dyn.expand_dims, dyn.squeeze, dyn.one_hot: an attribute of the static op given instead as a
+# run-time tensor (Relay's dyn namespace). The static op's shape logic does the work once the values are
+# known: at type inference when the tensor is a constant (exact type), else in the data-dependent shape
+# function and the kernel. Without the values the type keeps only the rank, when that is knowable.
+
+
+def _define_dyn(name: str, static: str, num_data: int, value_attrs: tuple, logic, kernel, rank,
+                attrs=(), dtype_rule=None, check_types=None, doc: str = ""):
+    """``value_attrs``: per run-time input after the ``num_data`` data inputs, ``(attr name, converter)``
+    where the converter turns the input's array into the static op's attribute value (or raises)."""
+    def merged(attrs, values, err):
+        items = dict(attrs)
+        for (key, convert), value in zip(value_attrs, values, strict=True):
+            try:
+                items[key] = convert(np.asarray(value))
+            except (TypeError, ValueError) as exc:
+                raise err(f"{name}: bad {key} tensor {np.asarray(value).tolist()!r}: {exc}") from None
+        try:
+            return get_op(static).normalize_attrs(items)
+        except AttrError as exc:
+            raise err(f"{name}: {exc}") from None
+
+    def type_rel(types, attrs, consts=None):
+        tensors = [expect_tensor(name, t, f"argument {i}") for i, t in enumerate(types)]
+        for (key, _), t in zip(value_attrs, tensors[num_data:], strict=True):
+            expect_int_tensor(name, t, key)
+        if check_types is not None:
+            check_types(tensors[:num_data], attrs)
+        dtype = dtype_rule(tensors, attrs) if dtype_rule else tensors[0].dtype
+        values = list(consts[num_data:]) if consts is not None else [None] * len(value_attrs)
+        if all(v is not None for v in values):
+            full = merged(attrs, values, TypeInferenceError)
+            return TensorType(tuple(logic(name, full, [t.shape for t in tensors[:num_data]], TypeInferenceError)),
+                              dtype)
+        return TensorType((Any(),) * rank(name, tensors, attrs), dtype)
+
+    def shape_func(attrs, args):
+        full = merged(attrs, args[num_data:], ShapeError)
+        return [tuple(int(d) for d in logic(name, full, [concrete(s) for s in args[:num_data]], ShapeError))]
+
+    def checked_kernel(attrs, *arrays):
+        arrays = [np.asarray(a) for a in arrays]
+        full = merged(attrs, arrays[num_data:], ShapeError)
+        out_shape = tuple(logic(name, full, [a.shape for a in arrays[:num_data]], ShapeError))
+        return np.asarray(kernel(full, out_shape, *arrays[:num_data]))
+
+    return define(name, num_data + len(value_attrs), type_rel, checked_kernel, OpPattern.OPAQUE,
+                  attrs=attrs, shape_func=shape_func, data_dependent=(False,) * num_data + (True,) * len(value_attrs), doc=doc)
+
+
+def _int_scalar(arr: np.ndarray) -> int:
+    if arr.ndim != 0 or arr.dtype.kind not in "iu":
+        raise ValueError(f"expected an integer scalar, got {arr.dtype} of shape {arr.shape}")
+    return int(arr)
+
+
+def _int_vector(arr: np.ndarray) -> tuple:
+    if arr.ndim != 1 or arr.dtype.kind not in "iu":
+        raise ValueError(f"expected a 1-D integer tensor, got {arr.dtype} of shape {arr.shape}")
+    return tuple(int(v) for v in arr)
+
+
+def _static_length(name: str, ty: TensorType, what: str) -> int:
+    if ty.ndim != 1 or not isinstance(ty.shape[0], int):
+        raise TypeInferenceError(f"{name}: {what} must be a 1-D tensor of static length to know the output "
+                                 f"rank, got {fmt_shape(ty.shape)}")
+    return ty.shape[0]
+
+
+def _expect_scalar_tensor(name: str, ty: TensorType, what: str) -> None:
+    if ty.ndim != 0:
+        raise TypeInferenceError(f"{name}: {what} must be a scalar, got shape {fmt_shape(ty.shape)}")
+
+
+def _dyn_tile_rank(name, tensors, attrs):
+    return max(tensors[0].ndim, _static_length(name, tensors[1], "reps"))
+
+
+def _dyn_expand_dims_rank(name, tensors, attrs):
+    _expect_scalar_tensor(name, tensors[1], "axis")
+    return tensors[0].ndim + attrs.num_newaxis
+
+
+def _dyn_squeeze_rank(name, tensors, attrs):
+    length = _static_length(name, tensors[1], "axis")
+    if length > tensors[0].ndim:
+        raise TypeInferenceError(f"{name}: {length} axes to squeeze from a tensor of rank {tensors[0].ndim}")
+    return tensors[0].ndim - length
+
+
+def _dyn_one_hot_rank(name, tensors, attrs):
+    _expect_scalar_tensor(name, tensors[3], "depth")
+    return tensors[0].ndim + 1
+
+
+_define_dyn("dyn.tile", "tile", 1, (("reps", lambda a: int_tuple(0)(_int_vector(a))),), _tile_logic,
+            lambda attrs, shape, x: np.tile(x, attrs.reps), _dyn_tile_rank,
+            doc="tile(data, reps) with ``reps`` a run-time 1-D integer tensor.")
+_define_dyn("dyn.expand_dims", "expand_dims", 1, (("axis", _int_scalar),), _expand_dims_logic,
+            lambda attrs, shape, x: x.reshape(shape), _dyn_expand_dims_rank,
+            attrs=(AttrDef("num_newaxis", 1, lambda v: _nonneg(to_int(v))),),
+            doc="expand_dims(data, axis) with ``axis`` a run-time integer scalar.")
+_define_dyn("dyn.squeeze", "squeeze", 1, (("axis", _int_vector),), _squeeze_logic,
+            lambda attrs, shape, x: x.reshape(shape), _dyn_squeeze_rank,
+            doc="squeeze(data, axis) with ``axis`` a run-time 1-D integer tensor of the axes to remove.")
+_define_dyn("dyn.one_hot", "one_hot", 3, (("depth", lambda a: _nonneg(_int_scalar(a))),), _one_hot_logic,
+            _one_hot_kernel, _dyn_one_hot_rank,
+            attrs=(AttrDef("axis", -1, to_int), AttrDef("dtype", "", to_out_dtype)),
+            dtype_rule=lambda types, attrs: attrs.dtype or types[1].dtype, check_types=_check_one_hot,
+            doc="one_hot(indices, on_value, off_value, depth) with ``depth`` a run-time integer scalar.")

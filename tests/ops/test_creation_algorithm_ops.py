@@ -86,6 +86,50 @@ def test_creation_errors():
         (Any(), SymDim("n")), "int8")
 
 
+@pytest.mark.parametrize("name, value", [("dyn.zeros", 0), ("dyn.ones", 1)])
+@SETTINGS
+@given(shape=shapes(), shape_dtype=st.sampled_from(("int32", "int64", "uint8")), dtype=st.sampled_from(ALL))
+def test_dyn_zeros_and_ones_take_the_shape_from_a_tensor(name, value, shape, shape_dtype, dtype):
+    expected = cast_values([value] * math.prod(shape), dtype).reshape(shape)
+    shape_tensor = np.array(shape, shape_dtype)
+    check_op(name, [shape_tensor], {"dtype": dtype}, expected=expected, consts=True,
+             relax=False)  # a constant shape gives the exact type; an unknown length gives no rank at all
+    check_op(name, [shape_tensor], {"dtype": dtype}, expected=expected, dynamic=True, relax=False)
+    assert get_op(name).type_rel([static_type(shape_tensor)], {"dtype": dtype}) == TensorType(
+        (Any(),) * len(shape), dtype)
+
+
+@SETTINGS
+@given(shape=shapes(), fill_dtype=st.sampled_from(ALL), dtype=st.sampled_from((None,) + ALL), data=st.data())
+def test_dyn_full(shape, fill_dtype, dtype, data):
+    fill = data.draw(arrays_of(fill_dtype, (), 0, 100), "fill_value")
+    expected = cast_values([fill.item()] * math.prod(shape), dtype or fill_dtype).reshape(shape)
+    attrs = {} if dtype is None else {"dtype": dtype}
+    shape_tensor = np.array(shape, "int64")
+    check_op("dyn.full", [fill, shape_tensor], attrs, expected=expected, consts=True, relax=False)
+    check_op("dyn.full", [fill, shape_tensor], attrs, expected=expected, dynamic=True, relax=False)
+
+
+def test_dyn_creation_errors():
+    zeros = get_op("dyn.zeros")
+    with pytest.raises(TypeInferenceError, match="shape must have an integer dtype"):
+        zeros.type_rel([TensorType((2,), "float32")], {})
+    with pytest.raises(TypeInferenceError, match="1-D tensor of static length"):
+        zeros.type_rel([TensorType((Any(),), "int32")], {})
+    with pytest.raises(TypeInferenceError, match="1-D tensor of static length"):
+        zeros.type_rel([TensorType((2, 2), "int32")], {})
+    with pytest.raises(TypeInferenceError, match=r"shape values must be >= 0, got \[2, -1\]"):
+        zeros.type_rel([TensorType((2,), "int32")], {}, [np.array([2, -1], "int32")])
+    with pytest.raises(ShapeError, match="shape values must be >= 0"):
+        zeros.shape_func({}, [np.array([-3], "int64")])
+    with pytest.raises(ShapeError, match="shape values must be >= 0"):
+        run_kernel("dyn.ones", [np.array([1, -1], "int32")])
+    with pytest.raises(TypeInferenceError, match="fill_value must be a scalar"):
+        get_op("dyn.full").type_rel([TensorType((1,)), TensorType((2,), "int32")], {})
+    with pytest.raises(ShapeError, match="fill_value must be a scalar"):
+        run_kernel("dyn.full", [np.ones(2, "float32"), np.array([2], "int32")])
+
+
 # ---- arange ---------------------------------------------------------------------------------------
 
 
@@ -370,7 +414,7 @@ PART_A_OPS = {
         isnan isinf isfinite logical_and logical_or logical_not logical_xor bitwise_and bitwise_or bitwise_xor
         bitwise_not left_shift right_shift equal not_equal less less_equal greater greater_equal where""",
     "reduce": "sum mean max min prod all any logsumexp argmax argmin variance std",
-    "creation": "zeros ones full zeros_like ones_like full_like arange",
+    "creation": "zeros ones full dyn.zeros dyn.ones dyn.full zeros_like ones_like full_like arange",
     "algorithm": "argwhere topk sort argsort cumsum cumprod unique searchsorted",
 }
 ALL_PART_A = sorted(name for names in PART_A_OPS.values() for name in names.split())
@@ -388,7 +432,8 @@ def test_every_op_is_complete(name):
         once = opdef.normalize_attrs({})
         assert opdef.normalize_attrs(once) == once
     # data-dependent shape functions are exactly the documented ones
-    assert opdef.is_data_dependent == (name in {"arange", "argwhere", "unique", "topk"})
+    assert opdef.is_data_dependent == (name in {"arange", "argwhere", "unique", "topk", "dyn.zeros", "dyn.ones",
+                                                "dyn.full"})
     if opdef.is_data_dependent:
         assert opdef.pattern == OpPattern.OPAQUE  # a fused group cannot compute their shapes
 

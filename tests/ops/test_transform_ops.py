@@ -750,3 +750,82 @@ def test_arity_required_attrs_and_array_shapes():
     assert get_op("reshape").shape_func({"newshape": (0, -1)}, [shape]) == [(2, 12)]
     assert get_op("concatenate").shape_func({"axis": 1}, [[shape, shape]]) == [(2, 6, 4)]
     assert get_op("split").shape_func({"indices_or_sections": 2, "axis": 0}, [shape]) == [(1, 3, 4)] * 2
+
+
+# ---- dyn.tile, dyn.expand_dims, dyn.squeeze, dyn.one_hot ---------------------------------------------
+
+
+@SETTINGS
+@given(shapes(0, 3, 0, 3), st.lists(st.integers(0, 3), min_size=0, max_size=4), st.sampled_from(["int32", "int64"]),
+       st.data())
+def test_dyn_tile_matches_numpy(shape, reps, reps_dtype, data):
+    x = data.draw(arrays_of("float32", shape))
+    reps_t = np.array(reps, reps_dtype).reshape(len(reps))
+    expected = np.tile(x, tuple(reps))
+    check_op("dyn.tile", [x, reps_t], expected=expected, consts=True, relax=False)
+    check_op("dyn.tile", [x, reps_t], expected=expected, dynamic=True, relax=False)
+    assert rel("dyn.tile", [static_type(x), static_type(reps_t)]).shape == (ANY,) * max(len(shape), len(reps))
+
+
+@SETTINGS
+@given(shapes(0, 3, 0, 3), st.data())
+def test_dyn_expand_dims_matches_numpy(shape, data):
+    x = data.draw(arrays_of("int32", shape))
+    axis = data.draw(st.integers(-len(shape) - 1, len(shape)))
+    count = data.draw(st.integers(0, 2))
+    position = axis % (len(shape) + 1)
+    expected = x.reshape(shape[:position] + (1,) * count + shape[position:])
+    args = [x, np.int64(axis)]
+    check_op("dyn.expand_dims", args, {"num_newaxis": count}, expected, consts=True, relax=False)
+    check_op("dyn.expand_dims", args, {"num_newaxis": count}, expected, dynamic=True, relax=False)
+
+
+@SETTINGS
+@given(st.lists(st.sampled_from([1, 1, 2, 3]), min_size=0, max_size=4), st.data())
+def test_dyn_squeeze_matches_numpy(dims, data):
+    x = data.draw(arrays_of("float32", tuple(dims)))
+    ones = [i for i, d in enumerate(dims) if d == 1]
+    chosen = data.draw(st.lists(st.sampled_from(ones), unique=True)) if ones else []
+    axes = np.array([c - len(dims) for c in chosen], "int32").reshape(len(chosen))
+    expected = x.reshape(tuple(d for i, d in enumerate(dims) if i not in chosen))
+    check_op("dyn.squeeze", [x, axes], expected=expected, consts=True, relax=False)
+    check_op("dyn.squeeze", [x, axes], expected=expected, dynamic=True, relax=False)
+
+
+@SETTINGS
+@given(shapes(0, 2, 0, 3), st.integers(0, 4), st.data())
+def test_dyn_one_hot_matches_the_static_op(shape, depth, data):
+    indices = data.draw(arrays_of("int32", shape, -1, 4))
+    axis = data.draw(st.integers(-len(shape) - 1, len(shape)))
+    on, off = np.float32(5), np.float32(-1)
+    attrs = {"axis": axis}
+    position = axis % (len(shape) + 1)
+    hot = np.moveaxis(indices[..., None] == np.arange(depth), -1, position)
+    expected = np.where(hot, on, off).astype("float32")
+    args = [indices, on, off, np.int32(depth)]
+    check_op("dyn.one_hot", args, attrs, expected, consts=True, relax=False)
+    check_op("dyn.one_hot", args, attrs, expected, dynamic=True, relax=False)
+    static = get_op("one_hot").kernel({"depth": depth, "axis": axis}, indices, on, off)
+    np.testing.assert_array_equal(static, expected)
+
+
+def test_dyn_forms_are_data_dependent_and_check_their_inputs():
+    for name in ("dyn.tile", "dyn.expand_dims", "dyn.squeeze"):
+        assert get_op(name).shape_func_data_dependent == (False, True) and get_op(name).pattern == OpPattern.OPAQUE
+    assert get_op("dyn.one_hot").shape_func_data_dependent == (False, False, False, True)
+    with pytest.raises(TypeInferenceError, match="static length"):
+        rel("dyn.tile", [tt(2, 3), tt(ANY, dtype="int32")])
+    with pytest.raises(TypeInferenceError, match="integer dtype"):
+        rel("dyn.tile", [tt(2, 3), tt(2)])
+    with pytest.raises(TypeInferenceError, match="axis must be a scalar"):
+        rel("dyn.expand_dims", [tt(2, 3), tt(1, dtype="int32")])
+    with pytest.raises(TypeInferenceError, match="3 axes to squeeze from a tensor of rank 2"):
+        rel("dyn.squeeze", [tt(2, 1), tt(3, dtype="int32")])
+    with pytest.raises(TypeInferenceError, match="out of range"):  # a constant axis is checked statically
+        rel("dyn.expand_dims", [tt(2, 3), tt(dtype="int32")], [None, np.int32(5)])
+    with pytest.raises(ShapeError, match="bad reps tensor"):
+        get_op("dyn.tile").shape_func({}, [(2, 3), np.array([1, -2], "int64")])
+    with pytest.raises(ShapeError, match="bad depth tensor"):
+        get_op("dyn.one_hot").kernel({}, np.zeros(2, "int32"), np.float32(1), np.float32(0), np.int32(-1))
+    with pytest.raises(ShapeError, match="squeezed dim 0"):
+        get_op("dyn.squeeze").kernel({}, np.zeros((2, 1)), np.array([0]))
