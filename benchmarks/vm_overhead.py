@@ -1,7 +1,10 @@
-"""VM overhead: dispatch cost per instruction and per kernel call, bytecode vs compiled exec mode, the
-dispatch-loop design, and peak memory with and without memory planning.
+"""VM overhead: dispatch cost per instruction and per kernel call, bytecode vs compiled exec mode, static vs
+dynamic shapes, the dispatch-loop design, and peak memory with and without memory planning.
 
-    .venv/bin/python benchmarks/vm_overhead.py [--quick]
+    .venv/bin/python benchmarks/vm_overhead.py [--quick] [--sections 1,5] [--targets python,c]
+
+NumPy's BLAS and the C kernels run single-threaded here (set before NumPy loads), so that the numbers
+measure the VM rather than thread scheduling on a busy machine. Every time is the minimum over repeats.
 
 Sections:
 
@@ -13,16 +16,24 @@ Sections:
    bound handler functions, on the same program.
 4. Memory planning: peak live bytes and allocations per call of a static MLP and a dynamic-batch MLP,
    with and without ``MemoryPlan`` (naive allocator, so freed memory really leaves).
+5. Per-kernel-call overhead in a real program: a chain of 64 tiny ops, each its own kernel (opt_level=0),
+   with a static and with a dynamic shape: VM time per kernel call minus the kernels called directly.
+6. Static vs dynamic: the 784-512-512-10 MLP compiled for the exact batch and with a ``?`` batch, run on
+   the same inputs (the bar: the dynamic executable within 10% of the static one).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from pathlib import Path
 
-import numpy as np
+for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_var, "1")
+
+import numpy as np  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -67,10 +78,10 @@ def loop_path_length(fn: bc.VMFunction) -> int:
             pc += 1
 
 
-def section_loop(n: int, repeat: int) -> dict:
+def section_loop(n: int, repeat: int, target: str = "python") -> dict:
     mod = tv.parse(LOOP)
     results = {}
-    exe = tv.vm.compile(mod)
+    exe = tv.vm.compile(mod, target=target)
     loop = exe.function("loop")
     per_iter_instructions = loop_path_length(loop)
     kernels = exe.kernels
@@ -91,8 +102,8 @@ def section_loop(n: int, repeat: int) -> dict:
         assert vm.invoke("main", n).numpy() == n
         t = best_of(lambda vm=vm: vm.invoke("main", n), repeat) / n
         results[mode] = t
-    print(f"\n1. tail-recursive loop of tiny ops ({n} iterations, {per_iter_instructions} bytecode instructions and 3 kernel "
-          f"calls per iteration)")
+    print(f"\n1. [{target}] tail-recursive loop of tiny ops ({n} iterations, {per_iter_instructions} bytecode "
+          f"instructions and 3 kernel calls per iteration)")
     print(f"   kernels alone (direct calls)       {floor * 1e6:7.2f} us / iteration")
     for mode, t in results.items():
         overhead = (t - floor) / per_iter_instructions
@@ -226,17 +237,120 @@ def section_memory(batch: int, repeat: int) -> dict:
     return rows
 
 
+CHAIN_OPS = ("add", "multiply", "subtract", "maximum")
+
+
+def chain_text(length: int, dim: str) -> str:
+    """``length`` tiny binary ops in a row on a ``(dim,)`` float32 tensor."""
+    lines = [f"def @main(%x: Tensor[({dim},), float32], %y: Tensor[({dim},), float32]) {{", "  %0 = add(%x, %y);"]
+    for i in range(1, length):
+        lines.append(f"  %{i} = {CHAIN_OPS[i % len(CHAIN_OPS)]}(%{i - 1}, %y);")
+    lines.append(f"  %{length - 1}")
+    lines.append("}")
+    return "\n".join(lines)
+
+
+def section_chain(length: int, repeat: int, targets) -> dict:
+    """Per-kernel-call overhead of the VM in a straight-line program of tiny kernels."""
+    x, y = np.ones(8, "float32"), np.full(8, 0.5, "float32")
+    print(f"\n5. per-kernel-call overhead: {length} tiny ops, one kernel each (opt_level=0), tensors of 8 floats")
+    print("   VM overhead per kernel call = (VM time - the same kernels called directly) / kernel calls")
+    rows = {}
+    for target in targets:
+        for label, dim in (("static", "8"), ("dynamic", "?")):
+            exe = tv.vm.compile(tv.parse(chain_text(length, dim)), target=target, opt_level=0)
+            kernel_names = [p.name for p in exe.primitives if p.kind == "kernel"]
+            calls = sum(1 for fn in exe.functions for ins in fn.instructions
+                        if isinstance(ins, bc.InvokePacked) and exe.primitives[ins.packed_index].kind == "kernel")
+            direct = []  # the kernels called directly on preallocated outputs: the floor
+            kernels = dict(zip((p.name for p in exe.primitives), exe.kernels))
+            out = np.empty(8, "float32")
+            for fn in exe.functions:
+                for ins in fn.instructions:
+                    if isinstance(ins, bc.InvokePacked) and exe.primitives[ins.packed_index].kind == "kernel":
+                        kernel = kernels[exe.primitives[ins.packed_index].name]
+                        direct.append((kernel, (x, y, out) if ins.arity == 3 else (x, out)))
+
+            def floor_run(direct=direct):
+                for kernel, args in direct:
+                    kernel(*args)
+            floor = best_of(floor_run, repeat)
+            for mode in ("bytecode", "compiled"):
+                vm = VirtualMachine(exe.with_exec_mode(mode))
+                got = vm.invoke("main", x, y).numpy()
+                assert got.shape == (8,)
+                t = best_of(lambda vm=vm: vm.invoke("main", x, y), repeat)
+                per_call = (t - floor) / calls
+                rows[(target, label, mode)] = per_call
+                print(f"   [{target:<6}] {label:<7} {mode:<9} {t * 1e6:8.1f} us per run, kernels alone "
+                      f"{floor * 1e6:7.1f} us -> {per_call * 1e9:6.0f} ns VM overhead per kernel call "
+                      f"({len(kernel_names)} kernels, {calls} calls)")
+    return rows
+
+
+MLP_784 = """
+def @main(%x: Tensor[({batch}, 784), float32], %w1: Tensor[(512, 784), float32], %b1: Tensor[(512), float32],
+          %w2: Tensor[(512, 512), float32], %b2: Tensor[(512), float32], %w3: Tensor[(10, 512), float32],
+          %b3: Tensor[(10), float32]) {{
+  %0 = nn.relu(add(nn.dense(%x, %w1), %b1));
+  %1 = nn.relu(add(nn.dense(%0, %w2), %b2));
+  add(nn.dense(%1, %w3), %b3)
+}}
+"""
+
+
+def section_static_vs_dynamic(repeat: int, targets, batches=(1, 64)) -> dict:
+    rng = np.random.default_rng(0)
+    shapes = {"w1": (512, 784), "b1": (512,), "w2": (512, 512), "b2": (512,), "w3": (10, 512), "b3": (10,)}
+    params = {k: (rng.standard_normal(s) * 0.05).astype("float32") for k, s in shapes.items()}
+    print("\n6. static vs dynamic batch: MLP 784-512-512-10, weights bound as constants; dynamic / static time")
+    rows = {}
+    for target in targets:
+        dynamic_exe = tv.vm.compile(tv.parse(MLP_784.format(batch="?")), target=target, params=params)
+        for batch in batches:
+            x = rng.standard_normal((batch, 784)).astype("float32")
+            static_exe = tv.vm.compile(tv.parse(MLP_784.format(batch=batch)), target=target, params=params)
+            for mode in ("bytecode", "compiled"):
+                vms = {label: VirtualMachine(exe.with_exec_mode(mode))
+                       for label, exe in (("static", static_exe), ("dynamic", dynamic_exe))}
+                outs = [vm.invoke("main", x).numpy() for vm in vms.values()]
+                np.testing.assert_allclose(outs[0], outs[1], rtol=1e-4, atol=1e-5)
+                times = {label: [] for label in vms}
+                for _ in range(repeat):  # interleaved, so drift hits both alike
+                    for label, vm in vms.items():
+                        times[label].append(best_of(lambda vm=vm, x=x: vm.invoke("main", x), 20))
+                t_static, t_dynamic = min(times["static"]), min(times["dynamic"])
+                rows[(target, batch, mode)] = (t_static, t_dynamic)
+                print(f"   [{target:<6}] batch {batch:<3} {mode:<9} static {t_static * 1e6:8.1f} us  dynamic "
+                      f"{t_dynamic * 1e6:8.1f} us  ratio {t_dynamic / t_static:5.2f}")
+    return rows
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer iterations")
+    parser.add_argument("--sections", default="1,2,3,4,5,6", help="comma-separated section numbers")
+    parser.add_argument("--targets", default="python,c", help="kernel targets for sections 1, 5 and 6")
     args = parser.parse_args(argv)
     n = 2000 if args.quick else 20000
-    repeat = 3 if args.quick else 5
-    print(f"tensorvm VM overhead (python {sys.version.split()[0]}, numpy {np.__version__})")
-    section_loop(n, repeat)
-    section_kernel_calls(1000, repeat)
-    section_dispatch_design(3000, repeat * 4)
-    section_memory(64, repeat)
+    repeat = 3 if args.quick else 7
+    sections = {int(x) for x in args.sections.split(",")}
+    targets = [t for t in args.targets.split(",") if t]
+    print(f"tensorvm VM overhead (python {sys.version.split()[0]}, numpy {np.__version__}, "
+          f"OMP/BLAS threads {os.environ.get('OMP_NUM_THREADS')})")
+    if 1 in sections:
+        for target in targets:
+            section_loop(n, repeat, target)
+    if 2 in sections:
+        section_kernel_calls(1000, repeat)
+    if 3 in sections:
+        section_dispatch_design(3000, repeat * 4)
+    if 4 in sections:
+        section_memory(64, repeat)
+    if 5 in sections:
+        section_chain(64, repeat * 4, targets)
+    if 6 in sections:
+        section_static_vs_dynamic(repeat, targets)
 
 
 if __name__ == "__main__":

@@ -17,7 +17,15 @@ allocated there that do not escape share one storage allocated at the block's st
   whose live ranges overlap never overlap in memory, and a kernel's inputs and outputs are live at
   the same binding, so they never share bytes;
 * offsets are assigned by a linear scan over allocation order with a best-fit free list, so the
-  arena is never larger than the sum of the tensors' (aligned) sizes.
+  arena is never larger than the sum of the tensors' (aligned) sizes;
+* a tuple of such tensors (``let %t = (%a, %b)``, e.g. a kernel's tuple result passed on to another
+  kernel) and its projections are views of each field: a tuple only handed to kernels does not make
+  its fields escape.
+
+Static tensors that *do* escape the block are not reused, but those whose last use in the block is the
+same binding (the outputs passed together to a tail call, the fields of a returned tuple) share one
+storage, each at its own offset, allocated where the first of them was: one allocation instead of one
+per tensor, with no tensor kept alive longer than the ones it escaped with.
 
 Dynamic allocations are left alone (``ManifestLifetimes`` frees them early).
 """
@@ -27,7 +35,20 @@ from __future__ import annotations
 from collections import defaultdict
 
 from ..ir.attrs import Attrs
-from ..ir.expr import Call, Clause, Constant, Expr, Function, If, Match, Op, Tuple, Var
+from ..ir.expr import (
+    Call,
+    Clause,
+    Constant,
+    Expr,
+    Function,
+    GlobalVar,
+    If,
+    Match,
+    Op,
+    Tuple,
+    TupleGetItem,
+    Var,
+)
 from ..ir.module import IRModule
 from ..op.memory import STORAGE_TYPE
 from .manifest_alloc import DEFAULT_ALIGNMENT, int64_constant
@@ -42,7 +63,23 @@ _DPS_OPS = frozenset({"vm.invoke_tvm_op", "vm.shape_func"})
 
 def vars_used(expr: Expr) -> set:
     """Every variable occurring in ``expr`` (nested blocks included)."""
+    if isinstance(expr, Var):
+        return {expr}
+    if isinstance(expr, (Call, Tuple)):  # the common ANF value: atoms, or tuples of atoms (kernel groups)
+        items = expr.args if isinstance(expr, Call) else expr.fields
+        found = set()
+        for item in items:
+            if isinstance(item, Var):
+                found.add(item)
+            elif isinstance(item, Tuple) and all(isinstance(f, (Var, Constant)) for f in item.fields):
+                found.update(f for f in item.fields if isinstance(f, Var))
+            elif not isinstance(item, (Constant, Op, GlobalVar)):
+                return {n for n in post_order_iter(expr) if isinstance(n, Var)}
+        if isinstance(expr, Call) and isinstance(expr.op, Var):
+            found.add(expr.op)
+        return found
     return {n for n in post_order_iter(expr) if isinstance(n, Var)}
+
 
 
 class UseInfo:
@@ -74,6 +111,13 @@ class UseInfo:
                 self.aliases[value].append(bound)
             else:
                 self.escapes.add(value)
+        elif isinstance(value, Tuple) and bound is not None and all(isinstance(f, (Var, Constant))
+                                                                    for f in value.fields):
+            for field_var in value.fields:  # the tuple's uses are uses of each field
+                if isinstance(field_var, Var):
+                    self.aliases[field_var].append(bound)
+        elif isinstance(value, TupleGetItem) and bound is not None and isinstance(value.tuple_value, Var):
+            self.aliases[value.tuple_value].append(bound)
         elif isinstance(value, If):
             self._blocks.extend((value.true_branch, value.false_branch))
         elif isinstance(value, Match):
@@ -141,6 +185,12 @@ def _is_alloc_tensor(value: Expr) -> bool:
 
 def _round_up(n: int, align: int) -> int:
     return (n + align - 1) // align * align
+
+
+def _storage_call(total: int, align: int, dtypes: set) -> Call:
+    """``memory.alloc_storage(<total bytes>)`` for a storage shared by tensors of ``dtypes``."""
+    return Call(Op("memory.alloc_storage"), (int64_constant(total),), Attrs(
+        alignment=align, dtype_hint=dtypes.pop() if len(dtypes) == 1 else "uint8")).with_type(STORAGE_TYPE)
 
 
 class _FreeList:
@@ -212,44 +262,70 @@ class _Planner:
         if isinstance(tail, (If, Match)):
             tail = self.plan_value(tail)
         index_of = {var: k for k, (var, _) in enumerate(bindings)}
-        # Candidates: static storages holding exactly one contained tensor, both bound in this block.
-        candidates = []
+        # Candidates: static storages holding exactly one tensor at offset 0, both bound in this block;
+        # contained ones share a reusing arena, escaping ones are grouped by their last use.
+        contained, escaping = [], []
         for var, value in bindings:
             size = _static_alloc_size(value)
             if size is None or var in self.uses.escapes:
                 continue
             users = self.uses.storage_users.get(var, [])
-            if len(users) != 1 or users[0] not in index_of or not self.uses.contained(users[0]):
+            if len(users) != 1 or users[0] not in index_of:
                 continue
             tensor = users[0]
             tensor_value = bindings[index_of[tensor]][1]
             if not (_is_alloc_tensor(tensor_value) and isinstance(tensor_value.args[1], Constant)
                     and int(tensor_value.args[1].data) == 0):
                 continue
-            candidates.append((var, tensor, size, int(value.attrs.get("alignment", DEFAULT_ALIGNMENT)),
-                               value.attrs.get("dtype_hint", "float32")))
-        if len(candidates) < 2:
+            entry = (var, tensor, size, int(value.attrs.get("alignment", DEFAULT_ALIGNMENT)),
+                     value.attrs.get("dtype_hint", "float32"))
+            (contained if self.uses.contained(tensor) else escaping).append(entry)
+        if len(contained) < 2 and len(escaping) < 2:
             return build_lets(bindings, tail)
         last_use = self._last_uses(bindings, tail)
-        intervals = []
-        align = max(c[3] for c in candidates)
-        for _storage, tensor, size, _align, _dtype in candidates:
-            start = index_of[tensor]
-            end = max([start] + [last_use.get(v, start) for v in self.uses.views(tensor)])
-            intervals.append((start, end, _round_up(max(size, 1), align)))
-        offsets, total = plan_offsets(intervals)
-        dtypes = {c[4] for c in candidates}
-        arena = typed_var("arena", STORAGE_TYPE)
-        arena_value = Call(Op("memory.alloc_storage"), (int64_constant(total),), Attrs(
-            alignment=align, dtype_hint=dtypes.pop() if len(dtypes) == 1 else "uint8")).with_type(STORAGE_TYPE)
-        removed = {c[0] for c in candidates}
-        offset_of = {c[1]: off for c, off in zip(candidates, offsets)}
-        new_bindings = [(arena, arena_value)]
-        for var, value in bindings:
-            if var in removed:
+        placements: dict = {}  # storage var removed -> (new storage var, offset) for its tensor
+        new_storages: dict = defaultdict(list)  # index of the binding new storages go before -> [(var, value)]
+        if len(contained) >= 2:
+            intervals = []
+            align = max(c[3] for c in contained)
+            for _storage, tensor, size, _align, _dtype in contained:
+                start = index_of[tensor]
+                end = max([start] + [last_use.get(v, start) for v in self.uses.views(tensor)])
+                intervals.append((start, end, _round_up(max(size, 1), align)))
+            offsets, total = plan_offsets(intervals)
+            arena = typed_var("arena", STORAGE_TYPE)
+            new_storages[0].append((arena, _storage_call(total, align, {c[4] for c in contained})))
+            placements.update({c[0]: (arena, off) for c, off in zip(contained, offsets)})
+        groups: dict = defaultdict(list)
+        for entry in escaping:
+            tensor = entry[1]
+            groups[max(last_use.get(v, index_of[tensor]) for v in self.uses.views(tensor))].append(entry)
+        for group in groups.values():
+            if len(group) < 2:
                 continue
-            if var in offset_of:
-                value = copy_type(Call(value.op, (arena, int64_constant(offset_of[var]), value.args[2]), value.attrs,
+            align = max(c[3] for c in group)
+            offsets, total = [], 0
+            for _storage, _tensor, size, _align, _dtype in group:  # side by side: they all outlive the block
+                offsets.append(total)
+                total += _round_up(max(size, 1), align)
+            storage = typed_var("escaping", STORAGE_TYPE)
+            new_storages[min(index_of[c[0]] for c in group)].append(
+                (storage, _storage_call(total, align, {c[4] for c in group})))
+            placements.update({c[0]: (storage, off) for c, off in zip(group, offsets)})
+        if not placements:
+            return build_lets(bindings, tail)
+        storage_of = {}  # tensor var -> (new storage, offset)
+        for var, _value in bindings:
+            if var in placements:
+                storage_of[self.uses.storage_users[var][0]] = placements[var]
+        new_bindings = []
+        for k, (var, value) in enumerate(bindings):
+            new_bindings.extend(new_storages.get(k, ()))
+            if var in placements:
+                continue
+            if var in storage_of:
+                storage, offset = storage_of[var]
+                value = copy_type(Call(value.op, (storage, int64_constant(offset), value.args[2]), value.attrs,
                                        span=value.span), value)
             new_bindings.append((var, value))
         return build_lets(new_bindings, tail)

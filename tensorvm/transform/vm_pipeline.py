@@ -16,8 +16,9 @@ The lowered module (the contract with ``tensorvm/vm/codegen.py``):
    ``memory.alloc_storage``, ``memory.alloc_tensor``, ``vm.invoke_tvm_op``, ``vm.shape_of``,
    ``vm.shape_func``, ``vm.reshape_tensor``, ``memory.kill``. The kernels for target "python" come
    from ``tensorvm/vm/kernel_python.py`` (``build_kernel``, ``build_shape_func``).
-3. Static allocations of each block share one arena (``MemoryPlan``) and dynamic values are killed
-   after their last use (``ManifestLifetimes``).
+3. Static allocations of each block share one arena (``MemoryPlan``; static tensors that escape the
+   block together, e.g. the arguments of a tail call, share one storage side by side) and dynamic
+   values are killed after their last use (``ManifestLifetimes``).
 
 Details and deviations from ``/work/notes/vm_contract.md`` the code generator must know:
 

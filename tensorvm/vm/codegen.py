@@ -107,7 +107,9 @@ class _ModuleCompiler:
     # --- pools ------------------------------------------------------------------------------------
     def constant(self, data: np.ndarray) -> int:
         data = np.asarray(data)
-        key = (data.dtype.str, data.shape, data.tobytes())
+        # small constants are pooled by value; large ones (weights) by identity: hashing their bytes
+        # cost a third of a second on BERT-base (the pool keeps them alive, so ids stay unique)
+        key = (data.dtype.str, data.shape, data.tobytes()) if data.nbytes <= 4096 else ("id", id(data))
         index = self.const_index.get(key)
         if index is None:
             index = self.const_index[key] = len(self.constants)

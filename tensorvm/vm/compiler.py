@@ -15,13 +15,13 @@ def compile(mod, target: str = "python", params: dict | None = None, opt_level: 
     """Compile ``mod`` for the VM.
 
     ``params`` binds parameters of ``main`` by name as constants. ``target="python"`` builds NumPy
-    kernels. ``exec_mode="compiled"`` runs each VM function as generated Python instead of through the
+    kernels; ``target="c"`` compiles the kernels into one shared library with the system C compiler (shape
+    functions stay Python; a primitive the C generator cannot handle runs on NumPy, listed in
+    ``exe.stats()``). ``exec_mode="compiled"`` runs each VM function as generated Python instead of through the
     dispatch loop (same results and API). ``memory_plan=False`` skips storage coalescing (to measure it).
     """
     if target not in TARGETS:
         raise UnsupportedError(f"unknown target {target!r}; expected one of {TARGETS}")
-    if target == "c":
-        raise UnsupportedError("target 'c' (generated C kernels) is not built yet; use target='python'")
     if exec_mode not in EXEC_MODES:
         raise ValueError(f"exec_mode must be one of {EXEC_MODES}, got {exec_mode!r}")
     from ..transform.vm_pipeline import lower_for_vm

@@ -3,8 +3,10 @@
 An executable is data: VM functions (bytecode plus parameter names and types), a constant pool of NumPy
 arrays, a kernel table in packed-index order (each kernel names the primitive function it is built from,
 whose Relay text is kept so that a loaded executable can rebuild it), and the ADT constructor table that
-gives bytecode tags their names. Kernels are built when first needed (``kernels``). ``save``/``save_bytes``
-write the binary format of docs/executable-format.md; ``tensorvm.vm.load_executable`` reads it back.
+gives bytecode tags their names. Kernels are built when first needed (``kernels``): NumPy callables for
+target "python" (``kernel_python``), one compiled C library for target "c" (``kernel_c``; shape functions
+stay Python). ``save``/``save_bytes`` write the binary format of docs/executable-format.md;
+``tensorvm.vm.load_executable`` reads it back.
 """
 
 from __future__ import annotations
@@ -67,9 +69,17 @@ class ExecutableStats(dict):
         for op, count in self["instructions_by_opcode"].items():
             lines.append(f"  {op}: {count}")
         lines.append(f"constants: {self['num_constants']} ({self['constant_bytes']} bytes)")
-        lines.append(f"kernels: {self['num_kernels']}")
+        lines.append(f"kernels: {self['num_kernels']} (target {self['target']})")
+        fallbacks = self.get("kernel_library", {}).get("numpy_fallbacks", {})
         for name in self["kernels"]:
-            lines.append(f"  {name}")
+            lines.append(f"  {name}" + ("  [NumPy fallback]" if name in fallbacks else ""))
+        lib = self.get("kernel_library")
+        if lib:
+            lines.append(f"C library: {len(lib['c_kernels'])} C kernels, {len(fallbacks)} NumPy fallbacks, "
+                         f"{lib['source_bytes']} bytes of C, lowering {lib['lower_seconds']:.3f} s, compile "
+                         f"{lib['compile_seconds']:.3f} s ({'cached' if lib['cached'] else 'cold'})")
+            for name, why in fallbacks.items():
+                lines.append(f"  fallback {name}: {why}")
         return "\n".join(lines)
 
 
@@ -84,6 +94,7 @@ class Executable:
     target: str = "python"
     prim_functions: dict = field(default_factory=dict, repr=False)
     kernel_overrides: list | None = field(default=None, repr=False)
+    c_library: object = field(default=None, repr=False)  # kernel_c.CLibrary, built with the kernels
 
     def __post_init__(self):
         if self.exec_mode not in EXEC_MODES:
@@ -119,9 +130,8 @@ class Executable:
 
     def with_exec_mode(self, exec_mode: str) -> Executable:
         """The same program to run in another exec mode (kernels are shared)."""
-        exe = Executable(self.functions, self.constants, self.primitives, dict(self.prim_texts), self.adts,
-                         exec_mode, self.target, dict(self.prim_functions), self._kernels)
-        return exe
+        return Executable(self.functions, self.constants, self.primitives, dict(self.prim_texts), self.adts,
+                          exec_mode, self.target, dict(self.prim_functions), self._kernels, self.c_library)
 
     # --- kernels ----------------------------------------------------------------------------------
     @property
@@ -164,16 +174,32 @@ class Executable:
         return text
 
     def _build_kernels(self) -> list:
-        if self.target != "python":
-            raise UnsupportedError(f"kernels for target {self.target!r} cannot be built yet; use target='python'")
+        if self.target not in ("python", "c"):
+            raise UnsupportedError(f"unknown target {self.target!r}; expected 'python' or 'c'")
         from .kernel_python import build_kernel, build_shape_func
 
+        compiled = {}
+        if self.target == "c":
+            from ..codegen.build import CompilerError
+            from .kernel_c import build_c_library
+
+            prims = {info.source: self.primitive_function(info.source) for info in self.primitives
+                     if info.kind == "kernel"}
+            try:
+                self.c_library = build_c_library(prims)
+            except CompilerError:
+                raise
+            except FormatError:
+                raise
+            except Exception as err:
+                raise FormatError(f"cannot build the C kernel library: {type(err).__name__}: {err}") from err
+            compiled = self.c_library.kernels
         kernels = []
         for info in self.primitives:
             fn = self.primitive_function(info.source)
             try:
                 if info.kind == "kernel":
-                    kernels.append(build_kernel(fn))
+                    kernels.append(compiled[info.source] if info.source in compiled else build_kernel(fn))
                 else:
                     kernels.append(build_shape_func(fn, tuple(info.is_input)))
             except FormatError:
@@ -181,6 +207,25 @@ class Executable:
             except Exception as err:
                 raise FormatError(f"cannot build kernel {info.name!r} from primitive {info.source!r}: {err}") from err
         return kernels
+
+    def kernel_source(self, name: str) -> str:
+        """The generated source of kernel ``name`` (a ``PackedFunc`` name): C for a compiled kernel of
+        target "c", else the generated Python of its NumPy kernel or shape function."""
+        index = next((i for i, p in enumerate(self.primitives) if p.name == name), None)
+        if index is None:
+            raise KeyError(f"no kernel {name!r}; have {', '.join(p.name for p in self.primitives)}")
+        info, kernel = self.primitives[index], self.kernels[index]
+        if info.kind == "kernel" and self.c_library is not None and info.source in self.c_library.sources:
+            return self.c_library.sources[info.source]
+        if info.kind == "shape_func":
+            return (f"# {name}: Python host code composing the shape functions of the ops of {info.source} "
+                    f"(is_input={[int(b) for b in info.is_input]})\n")
+        text = getattr(kernel, "__source__", None)
+        if text is None:
+            return f"# {name}: generated at run time without source text\n"
+        why = self.c_library.fallbacks.get(info.source) if self.c_library is not None and info.kind == "kernel" \
+            else None
+        return (f"# NumPy fallback ({why})\n" if why else "") + text
 
     # --- checking ---------------------------------------------------------------------------------
     def verify(self) -> None:
@@ -199,8 +244,9 @@ class Executable:
                 raise FormatError(f"kernel {info.name!r} names primitive {info.source!r}, which is missing")
 
     # --- views ------------------------------------------------------------------------------------
-    def as_text(self) -> str:
-        """A listing of every function's bytecode, then the constant pool and the kernel table."""
+    def as_text(self, kernels: bool = False) -> str:
+        """A listing of every function's bytecode, then the constant pool and the kernel table; with
+        ``kernels=True`` also every kernel's generated source (C for target "c")."""
         parts = [str(fn) for fn in self.functions]
         if self.constants:
             parts.append("constants:\n" + "\n".join(
@@ -210,6 +256,9 @@ class Executable:
                 f"  PackedFunc[{i}]: {p.name}" + (f" (shape function of {p.source}, is_input="
                                                   f"{[int(b) for b in p.is_input]})" if p.kind == "shape_func" else "")
                 for i, p in enumerate(self.primitives)))
+        if kernels:
+            for i, p in enumerate(self.primitives):
+                parts.append(f"// PackedFunc[{i}]: {p.name}\n" + self.kernel_source(p.name).rstrip("\n"))
         return "\n\n".join(parts) + "\n"
 
     @property
@@ -233,7 +282,9 @@ class Executable:
 
     def stats(self) -> ExecutableStats:
         by_opcode = Counter(ins.opcode.name for fn in self.functions for ins in fn.instructions)
-        return ExecutableStats(
+        kernel_calls = Counter(self.primitives[ins.packed_index].name for fn in self.functions
+                               for ins in fn.instructions if isinstance(ins, bc.InvokePacked))
+        stats = ExecutableStats(
             num_functions=len(self.functions),
             instructions_per_function={fn.name: len(fn.instructions) for fn in self.functions},
             num_instructions=sum(by_opcode.values()),
@@ -242,7 +293,13 @@ class Executable:
             constant_bytes=int(sum(c.nbytes for c in self.constants)),
             num_kernels=len(self.primitives),
             kernels=[p.name for p in self.primitives],
+            kernel_calls=dict(kernel_calls),  # static count of InvokePacked per kernel (shape functions too)
+            target=self.target,
         )
+        if self.target == "c":
+            self.kernels  # noqa: B018 - the library is built with the kernels
+            stats["kernel_library"] = self.c_library.summary()
+        return stats
 
     # --- files ------------------------------------------------------------------------------------
     def save_bytes(self) -> bytes:

@@ -11,7 +11,9 @@ reference kernels in order and copies the result into the output (the root op st
 ``build_shape_func(prim, is_input)`` returns ``shape_func(*ins, *outs)``: input ``i`` is the
 argument's data when ``is_input[i]`` else its int64 shape tensor (one per field of a tuple-typed
 argument); the outputs are int64 1-D tensors, one per result field, that receive the result
-shapes. It composes the shape functions of the primitive's ops over its body: a data-independent op
+shapes. ``build_shape_func_tuples`` is the same computation over tuples (``shape_func(*ins) ->
+shapes``, memoized when no input is read by data), which the VM uses where it keeps shapes as
+tuples. It composes the shape functions of the primitive's ops over its body: a data-independent op
 gets its inputs' shapes, a data-dependent op gets the data of its inputs (parameters or constants);
 an op with a static type whose data inputs are computed inside the group contributes its static
 shape. Every computed shape is checked against the static dims of the op's type (type inference
@@ -34,7 +36,7 @@ from ..op.registry import get_op
 from ..transform.fuse_ops import flatten_tensor_types
 from ..transform.to_anf import TypedMutator, known_type, post_order_iter, rebuild_function
 
-__all__ = ["build_kernel", "build_shape_func", "UFUNC_OPS"]
+__all__ = ["build_kernel", "build_shape_func", "build_shape_func_tuples", "UFUNC_OPS"]
 
 # Ops whose reference kernel equals a NumPy ufunc on operands of one dtype (the dtypes listed).
 _FLOAT = ("float16", "float32", "float64")
@@ -327,19 +329,39 @@ def _struct_step(node, slot_of: dict, dst: int):
     return get_step
 
 
+def _as_shape_tuple(value) -> tuple:
+    """A by-shape input as a tuple of ints (the VM passes tuples; an int64 shape tensor is converted)."""
+    if value.__class__ is tuple:
+        return value
+    return tuple(np.asarray(value).tolist())
+
+
 def _param_loader(ty, by_data: bool):
-    """Turn a parameter's flat input arrays into its (shape tree, data) entry."""
+    """Turn a parameter's flat inputs into its (shape tree, data) entry."""
     if isinstance(ty, TensorType):
         if by_data:
             return lambda flat: (flat[0].shape, flat[0])
-        return lambda flat: (tuple(np.asarray(flat[0]).tolist()), None)
+        return lambda flat: (_as_shape_tuple(flat[0]), None)
     if by_data:
         return lambda flat: (_shape_tree(ty, [np.shape(a) for a in flat]), _shape_tree(ty, list(flat)))
-    return lambda flat: (_shape_tree(ty, [tuple(np.asarray(a).tolist()) for a in flat]), None)
+    return lambda flat: (_shape_tree(ty, [_as_shape_tuple(a) for a in flat]), None)
 
 
-def build_shape_func(prim: Function, is_input: tuple):
-    """The composed shape function of a primitive: ``shape_func(*ins, *out_shapes)``."""
+#: Memoized shape functions keep at most this many distinct input shapes (then start over).
+SHAPE_CACHE_SIZE = 512
+#: Data inputs of at most this many elements are part of the memo key; larger ones are never cached.
+SHAPE_CACHE_MAX_DATA = 64
+
+
+def build_shape_func_tuples(prim: Function, is_input: tuple):
+    """The composed shape function of a primitive over tuples: ``shape_func(*ins) -> (shape, ...)``.
+
+    By-shape inputs are tuples of ints (int64 shape tensors are accepted too), data inputs arrays; the
+    result holds one tuple per flattened output. The function is pure in its input shapes and data, so
+    results are memoized (a dict lookup instead of re-running the ops' shape functions), keyed by the
+    shapes and by the values of small data inputs (a new shape, slice bounds); errors are never cached. The function carries ``flat_is_input`` (one flag per flat
+    input) and ``num_outputs``.
+    """
     prim = _prepare(prim)
     is_input = tuple(bool(f) for f in is_input)
     if len(is_input) != len(prim.params):
@@ -347,7 +369,7 @@ def build_shape_func(prim: Function, is_input: tuple):
     param_types = [_param_type(p) for p in prim.params]
     counts = [_flat_count(t) for t in param_types]
     ret_type = prim.ret_type or known_type(prim.body)
-    out_ranks = [t.ndim for t in flatten_tensor_types(ret_type)]
+    out_ranks = tuple(t.ndim for t in flatten_tensor_types(ret_type))
     slot_of: dict = {p: i for i, p in enumerate(prim.params)}
     loaders, pos = [], 0
     for i, (ty, count, flag) in enumerate(zip(param_types, counts, is_input)):
@@ -373,25 +395,91 @@ def build_shape_func(prim: Function, is_input: tuple):
     n_slots, result_slot, single_result = len(slot_of), slot_of[prim.body], isinstance(ret_type, TensorType)
     label = _primitive_label(prim)
 
-    def shape_func(*arrays):
-        if len(arrays) != n_in + len(out_ranks):
-            raise ShapeError(f"shape function of {label}: expected {n_in} inputs and {len(out_ranks)} outputs, "
-                             f"got {len(arrays)} arrays")
+    def compute(*inputs) -> tuple:
+        if len(inputs) != n_in:
+            raise ShapeError(f"shape function of {label}: expected {n_in} inputs, got {len(inputs)}")
         vals = [None] * n_slots
         for i, start, stop, load in loaders:
-            vals[i] = load(arrays[start:stop])
+            vals[i] = load(inputs[start:stop])
         for i, entry in constants:
             vals[i] = entry
         for step in steps:
             step(vals)
         tree = vals[result_slot][0]
-        result = [tree] if single_result else _flatten_tree(tree)
-        for shape, out, rank in zip(result, arrays[n_in:], out_ranks):
-            if len(shape) != rank or out.shape != (rank,):
+        result = (tree,) if single_result else tuple(_flatten_tree(tree))
+        for shape, rank in zip(result, out_ranks):
+            if len(shape) != rank:
+                raise ShapeError(f"shape function of {label}: result shape {shape} does not have rank {rank}")
+        return result
+
+    flat_is_input = tuple(flag for flag, count in zip(is_input, counts) for _ in range(count))
+    cache: dict = {}
+    if not any(is_input):
+        def shape_func(*inputs) -> tuple:
+            try:
+                return cache[inputs]
+            except KeyError:
+                pass
+            except TypeError:  # an unhashable input (an int64 shape tensor): compute without the cache
+                return compute(*inputs)
+            result = compute(*inputs)
+            if len(cache) >= SHAPE_CACHE_SIZE:
+                cache.clear()
+            cache[inputs] = result
+            return result
+    else:
+        data_positions = tuple(i for i, flag in enumerate(flat_is_input) if flag)
+
+        def shape_func(*inputs) -> tuple:
+            # data inputs of shape functions are mostly tiny (a new shape, a start/stop): key them by value
+            key = list(inputs)
+            for i in data_positions:
+                value = inputs[i]
+                if value.__class__ is not np.ndarray or value.size > SHAPE_CACHE_MAX_DATA:
+                    return compute(*inputs)
+                key[i] = (value.dtype.char, value.shape, value.tobytes())
+            key = tuple(key)
+            try:
+                return cache[key]
+            except KeyError:
+                pass
+            except TypeError:
+                return compute(*inputs)
+            result = compute(*inputs)
+            if len(cache) >= SHAPE_CACHE_SIZE:
+                cache.clear()
+            cache[key] = result
+            return result
+
+    shape_func.__name__ = "shape_func"
+    shape_func.flat_is_input = flat_is_input
+    shape_func.num_outputs = len(out_ranks)
+    shape_func.out_ranks = out_ranks
+    shape_func.label = label
+    return shape_func
+
+
+def build_shape_func(prim: Function, is_input: tuple):
+    """The composed shape function of a primitive in destination-passing style:
+    ``shape_func(*ins, *out_shapes)`` writes each result shape into its int64 1-D output tensor.
+
+    The tuple form (``build_shape_func_tuples``) is attached as ``shape_func.tuple_form``; the VM calls it
+    directly where it keeps shapes in registers as tuples."""
+    compute = build_shape_func_tuples(prim, is_input)
+    n_in, n_out, label = len(compute.flat_is_input), compute.num_outputs, compute.label
+
+    def shape_func(*arrays):
+        if len(arrays) != n_in + n_out:
+            raise ShapeError(f"shape function of {label}: expected {n_in} inputs and {n_out} outputs, "
+                             f"got {len(arrays)} arrays")
+        result = compute(*arrays[:n_in])
+        for shape, out in zip(result, arrays[n_in:]):
+            if out.shape != (len(shape),):
                 raise ShapeError(f"shape function of {label}: result shape {shape} does not fit an output of rank "
-                                 f"{rank} (buffer {out.shape})")
+                                 f"{len(shape)} (buffer {out.shape})")
             out[...] = shape
         return None
 
     shape_func.__name__ = "shape_func"
+    shape_func.tuple_form = compute
     return shape_func

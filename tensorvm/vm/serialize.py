@@ -5,6 +5,11 @@ every count is checked against the bytes that remain, the bytecode is verified (
 function/constant/kernel indexes), and primitive functions are rebuilt by *parsing* their Relay text.
 Anything wrong raises ``FormatError``.
 
+Version 2 adds optional sections after ``CODE``; the one defined is ``CLIB`` (target "c": the C source of
+the kernel library, kept for reading). The loader never compiles or loads that text: it regenerates the
+C from the primitive functions with tensorvm's own code generator (a cache hit when it is unchanged)
+and only records whether the saved text matches.
+
 Types (parameter and result types) are stored as short text in a Relay-like syntax written and read by
 this module (``type_to_text``/``text_to_type``), so the format does not depend on the full parser.
 """
@@ -37,8 +42,10 @@ from .executable import EXEC_MODES, AdtInfo, Executable, PrimitiveInfo
 __all__ = ["MAGIC", "FORMAT_VERSION", "executable_to_bytes", "load_executable", "type_to_text", "text_to_type"]
 
 MAGIC = b"\x89TVMEXE\n"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+READABLE_VERSIONS = (1, 2)  # version 1: the same layout without optional sections
 SECTIONS = (b"GLOB", b"ADTS", b"CNST", b"PRIM", b"CODE")
+OPTIONAL_SECTIONS = (b"CLIB",)
 _CHECKSUM_SIZE = 32  # SHA-256
 _KIND_CODES = {"kernel": 0, "shape_func": 1}
 TARGETS = ("python", "c")
@@ -208,7 +215,11 @@ def executable_to_bytes(exe: Executable) -> bytes:
     w.u32(0)  # flags, reserved
     w.str(exe.exec_mode)
     w.str(exe.target)
-    for tag in SECTIONS:
+    if exe.target == "c":
+        sections[b"CLIB"] = _write_c_library(exe)
+    for tag in SECTIONS + OPTIONAL_SECTIONS:
+        if tag not in sections:
+            continue
         payload = sections[tag]
         w.raw(tag)
         w.u64(len(payload))
@@ -273,6 +284,13 @@ def _write_primitives(exe) -> bytes:
             w.u8(int(flag))
         w.i32(-1 if p.num_inputs is None else p.num_inputs)
         w.i32(-1 if p.num_outputs is None else p.num_outputs)
+    return bytes(w.buf)
+
+
+def _write_c_library(exe) -> bytes:
+    exe.kernels  # noqa: B018 - the library (and its source) is built with the kernels
+    w = _Writer()
+    w.str(exe.c_library.source if exe.c_library is not None else "")
     return bytes(w.buf)
 
 
@@ -363,9 +381,9 @@ def _parse(data: bytes) -> Executable:
     if data[:len(MAGIC)] != MAGIC:
         raise FormatError(f"not a tensorvm executable: bad magic number {data[:len(MAGIC)]!r}")
     version = struct.unpack_from("<I", data, len(MAGIC))[0]
-    if version != FORMAT_VERSION:
-        raise FormatError(f"unsupported executable format version {version}; this tensorvm reads version "
-                          f"{FORMAT_VERSION}")
+    if version not in READABLE_VERSIONS:
+        raise FormatError(f"unsupported executable format version {version}; this tensorvm reads versions "
+                          f"{', '.join(map(str, READABLE_VERSIONS))}")
     body, checksum = data[:-_CHECKSUM_SIZE], data[-_CHECKSUM_SIZE:]
     if hashlib.sha256(body).digest() != checksum:
         raise FormatError("executable checksum mismatch: the file is corrupted or truncated")
@@ -385,7 +403,21 @@ def _parse(data: bytes) -> Executable:
         if got != tag:
             raise FormatError(f"expected section {tag.decode()} at offset {r.pos - 4}, found {got!r}")
         sections[tag] = bytes(r.take(r.u64()))
+    while version >= 2 and r.remaining():  # optional sections, each at most once, in their order
+        tag = bytes(r.take(4))
+        if tag not in OPTIONAL_SECTIONS:
+            raise FormatError(f"unknown section {tag!r} at offset {r.pos - 4}")
+        if tag in sections or any(t in sections for t in OPTIONAL_SECTIONS[OPTIONAL_SECTIONS.index(tag) + 1:]):
+            raise FormatError(f"section {tag.decode()} is repeated or out of order")
+        sections[tag] = bytes(r.take(r.u64()))
     r.done()
+    saved_c_source = None
+    if b"CLIB" in sections:
+        if target != "c":
+            raise FormatError(f"a CLIB section in an executable for target {target!r}")
+        clib = _Reader(sections[b"CLIB"], "CLIB section")
+        saved_c_source = clib.str()
+        clib.done()
 
     adts = _read_adts(_Reader(sections[b"ADTS"], "ADTS section"))
     adt_names = {a.name for a in adts}
@@ -399,6 +431,9 @@ def _parse(data: bytes) -> Executable:
         raise FormatError(f"inconsistent executable: {err}") from None
     exe.verify()
     exe.kernels  # noqa: B018 - rebuild the kernels now, so a bad primitive fails at load time
+    if exe.c_library is not None:
+        exe.c_library.saved_source_matches = None if saved_c_source is None else \
+            saved_c_source == exe.c_library.source
     return exe
 
 

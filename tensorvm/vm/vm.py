@@ -12,6 +12,12 @@ recurses in Python. A call whose result flows straight to ``Ret`` (possibly thro
 ``KillRegister`` and ``Goto``) is decoded as a *tail call*: it replaces the current frame, so a
 100,000-step recursive loop runs in constant space.
 
+Where the bytecode proves a register only ever holds a shape, the shape stays a Python tuple and shape
+functions run in their memoized tuple form (``shape_plan.py``); a few instruction pairs are fused into
+one dispatch (``_fuse``). Storages, tensor views and C kernel calls go through a small compiled helper
+(``fastcall.py``) where one can be built; ``native=False`` (or ``TENSORVM_NATIVE=0``) keeps to pure
+Python with the same results, errors and memory statistics.
+
 Values in registers: tensors are NumPy arrays (views on ``Storage`` blocks; wrapped as ``tv.NDArray``
 only at the API boundary, which keeps kernel calls free of unwrapping), ADTs and tuples are
 ``runtime.object.ADT`` (tuples have tag 0), closures are ``runtime.object.Closure``, ``GetTag`` and
@@ -24,6 +30,7 @@ import gc
 import math
 import time
 from enum import IntEnum
+from math import prod
 from operator import itemgetter
 
 import numpy as np
@@ -36,6 +43,7 @@ from ..runtime.memory import make_allocator
 from ..runtime.ndarray import NDArray
 from ..runtime.object import ADT, Closure
 from . import bytecode as bc
+from .shape_plan import shape_plan
 
 __all__ = ["VirtualMachine", "SKIP_RUN", "InstrumentReturn", "shape_of", "reshape_tensor"]
 
@@ -56,17 +64,23 @@ MAX_STACK_DEPTH = 1_000_000
 #: the run time (measured on a 100,000-deep @sum_up). VM values never form cycles.
 GC_PAUSE_DEPTH = 1024
 
-# Decoded opcodes (not the bytecode's numbers), in three groups of eight tested as a tree of ranges, so
-# every hot opcode is found within four comparisons (a flat if-chain cost up to 60 ns more per
-# instruction for opcodes far down the chain; see benchmarks/vm_overhead.py).
+# Decoded opcodes (not the bytecode's numbers), in groups of eight tested as a tree of ranges, so every
+# hot opcode is found within four or five comparisons (a flat if-chain cost up to 60 ns more per
+# instruction for opcodes far down the chain; see benchmarks/vm_overhead.py). ``_T`` opcodes keep shapes
+# as tuples (see shape_plan.py).
 # kernels and memory:
-_PACKED2, _PACKED3, _ALLOC_TENSOR, _ALLOC_STORAGE, _PACKED1, _PACKEDN, _SHAPE_OF, _ALLOC_TENSOR_REG = range(8)
+_PACKED2, _PACKED3, _ALLOC_TENSOR, _ALLOC_STORAGE, _PACKED1, _PACKEDN, _SHAPE_OF_T, _ALLOC_TENSOR_REG_T = range(8)
 # control flow and ADTs:
 _MOVE, _IF, _GOTO, _RET, _INVOKE, _TAIL_INVOKE, _GET_FIELD, _GET_TAG = range(8, 16)
-# the rest:
-_LOAD, _KILL, _ALLOC_ADT, _ALLOC_STORAGE_SHAPE, _ALLOC_STORAGE_REG, _INVOKE_CLOSURE = range(16, 22)
-_TAIL_INVOKE_CLOSURE, _ALLOC_CLOSURE, _RESHAPE, _IF_REG, _PACKED_FLAT, _ALLOC_TENSOR_DYN_OFFSET = range(22, 28)
-_FATAL = 28
+# dynamic shapes and the rest of the common ones:
+_SHAPE_FUNC_T1, _ALLOC_STORAGE_T, _LOAD, _KILL, _ALLOC_ADT, _RESHAPE_T, _SHAPE_FUNC_TN, _ALLOC_STORAGE_REG = \
+    range(16, 24)
+# fused pairs (see _fuse) and closures:
+_ALLOC_PACKED2, _ALLOC_PACKED3, _ALLOC_DYN, _KILL2, _SHAPES_FUNC_T1, _INVOKE_CLOSURE, _TAIL_INVOKE_CLOSURE, \
+    _ALLOC_CLOSURE = range(24, 32)
+# rare:
+_ALLOC_STORAGE_SHAPE, _SHAPE_OF, _ALLOC_TENSOR_REG, _RESHAPE, _IF_REG, _PACKED_FLAT, _ALLOC_TENSOR_DYN_OFFSET, \
+    _FATAL = range(32, 40)
 
 _INT64 = np.dtype("int64")
 
@@ -87,11 +101,24 @@ def reshape_tensor(tensor, newshape) -> np.ndarray:
 
 
 def shape_nbytes(shape, itemsize: int) -> int:
-    """Bytes of a tensor whose shape is the int64 1-D tensor ``shape``."""
-    dims = shape.tolist()
-    if any(d < 0 for d in dims):
+    """Bytes of a tensor whose shape is the int64 1-D tensor ``shape`` (or a tuple)."""
+    dims = shape if shape.__class__ is tuple else shape.tolist()
+    if dims and min(dims) < 0:
         raise ShapeError(f"alloc_storage: negative dimension in shape {dims}")
     return math.prod(dims) * itemsize
+
+
+def reshape_tuple(tensor, shape: tuple) -> np.ndarray:
+    """``ReshapeTensor`` with the new shape held as a tuple."""
+    try:
+        return tensor.reshape(shape)
+    except ValueError as err:
+        raise ShapeError(f"reshape_tensor: cannot view a tensor of shape {tensor.shape} as {shape} ({err})") from None
+
+
+def tuple_shape_of(tensor) -> tuple:
+    """``ShapeOf`` where the shape stays a tuple."""
+    return tensor.shape
 
 
 def _deep_stack(frames: list, gc_paused: bool) -> bool:
@@ -174,14 +201,19 @@ class _FunctionInfo:
 class VirtualMachine:
     """Runs an ``Executable``. One VM holds per-call state: use one VM per thread.
 
-    ``allocator`` is ``"pooled"`` (default), ``"naive"`` or an ``Allocator`` instance.
+    ``allocator`` is ``"pooled"`` (default), ``"naive"`` or an ``Allocator`` instance. ``native=False``
+    keeps to pure Python even where the compiled helper (``fastcall``: storages and tensor views made in C)
+    is available.
     """
 
-    def __init__(self, exe, allocator="pooled", device=None):
+    def __init__(self, exe, allocator="pooled", device=None, native: bool = True):
         if device not in (None, "cpu", "python") and str(device) != "cpu":
             raise ExecutionError(f"the VM runs on the host ('cpu'); got device {device!r}")
         self.exe = exe
         self.allocator = make_allocator(allocator)
+        self._native = _native_module() if native else None
+        if self._native is not None and self.allocator._native_storage is None:
+            self.allocator.attach_native(self._native)
         self._kernels = exe.kernels
         self._kernel_inputs = [k.num_inputs for k in exe.primitives]
         self._kernel_names = [k.name for k in exe.primitives]
@@ -204,7 +236,9 @@ class VirtualMachine:
             if mode not in self._compiled:
                 from .compiled import instantiate
 
-                self._compiled[mode] = instantiate(self.exe, self._builtins(mode), self._wrapped_kernels(mode))
+                kernels = self._wrapped_kernels(mode)
+                self._compiled[mode] = instantiate(self.exe, self._builtins(mode), kernels,
+                                                   self._shape_forms(mode, kernels))
             self._entries = self._compiled[mode]
         else:
             if mode not in self._programs:
@@ -227,25 +261,43 @@ class VirtualMachine:
         ``view(shape, dtype, storage, offset)`` is ``np.ndarray`` itself: NumPy checks the bounds, and
         ``located_error`` turns its complaint into a ``ShapeError`` naming the instruction.
         """
-        builtins = {"alloc": self.allocator.alloc, "view": np.ndarray, "view_reg": np.ndarray,
-                    "shape_of": shape_of, "reshape_tensor": reshape_tensor}
+        view = self._native.view if self._native is not None else np.ndarray
+        builtins = {"alloc": self.allocator.alloc, "view": view, "view_reg": view,
+                    "shape_of": shape_of, "reshape_tensor": reshape_tensor, "shape_of_t": tuple_shape_of,
+                    "reshape_t": reshape_tuple}
         if mode == "profile":
             rec = self._profile_recorder
             names = {"alloc": "VM::AllocStorage", "view": "VM::AllocTensor", "view_reg": "VM::AllocTensorReg",
-                     "shape_of": "VM::ShapeOf", "reshape_tensor": "VM::ReshapeTensor"}
+                     "shape_of": "VM::ShapeOf", "reshape_tensor": "VM::ReshapeTensor", "shape_of_t": "VM::ShapeOf",
+                     "reshape_t": "VM::ReshapeTensor"}
             builtins = {key: rec.timed(fn, names[key], "vm") for key, fn in builtins.items()}
         return builtins
+
+    def _shape_forms(self, mode: str, kernels: list) -> list:
+        """Per kernel: what a tuple-mode shape-function call runs in this mode (None: not a shape function
+        with a tuple form). Profiled runs time the tuple form; instrumented runs go through an adapter
+        that calls the instrumented kernel in its documented form (int64 shape tensors)."""
+        forms = tuple_forms(self._kernels, self.exe.primitives)
+        if mode == "profile":
+            rec = self._profile_recorder
+            return [None if f is None else _same_form(rec.timed(f, name, "kernel"), f)
+                    for f, name in zip(forms, self._kernel_names)]
+        if mode == "instrument":
+            return [None if f is None else _same_form(_dps_adapter(k, f), f) for f, k in zip(forms, kernels)]
+        return forms
 
     def _decode_all(self, mode: str) -> list:
         kernels = self._wrapped_kernels(mode)
         builtins = self._builtins(mode)
-        return [self._decode(fn, kernels, builtins) for fn in self.exe.functions]
+        forms = self._shape_forms(mode, kernels)
+        return [self._decode(fn, kernels, builtins, forms) for fn in self.exe.functions]
 
-    def _decode(self, fn: bc.VMFunction, kernels: list, builtins: dict) -> tuple:
+    def _decode(self, fn: bc.VMFunction, kernels: list, builtins: dict, forms: list) -> tuple:
         """``fn``'s instructions as decoded tuples, plus the bytecode pc of each (for error messages).
 
         Registers written once by ``LoadConst``/``LoadConsti`` and read only where an immediate fits
         (offsets, static sizes, ``If`` targets) are folded into their readers and their loads dropped.
+        Shapes stay tuples where ``shape_plan`` proves it safe.
         """
         O = bc.Opcode
         instrs = fn.instructions
@@ -253,17 +305,25 @@ class VirtualMachine:
         known = _constant_registers(fn, consts)
         folded = _immediate_only_registers(fn, known)
         tails = bc.tail_call_pcs(fn)
+        plan = shape_plan(fn, forms, consts)
+        tuple_regs = plan.tuple_regs
         alloc, view, view_reg = builtins["alloc"], builtins["view"], builtins["view_reg"]
         code, pcs = [], []
         for pc, ins in enumerate(instrs):
             op = ins.opcode
-            if op in (O.LoadConst, O.LoadConsti) and ins.dst in folded:
+            if (op in (O.LoadConst, O.LoadConsti) and ins.dst in folded) or pc in plan.dropped:
                 continue
             pcs.append(pc)
             if op == O.InvokePacked:
                 kernel = kernels[ins.packed_index]
                 expected = self._kernel_inputs[ins.packed_index]
-                if expected is not None and expected != ins.arity - ins.output_size:
+                if pc in plan.tuple_calls:
+                    form, getter = forms[ins.packed_index], _tuple_getter(ins.inputs)
+                    if ins.output_size == 1:
+                        code.append((_SHAPE_FUNC_T1, ins.outputs[0], form, getter))
+                    else:
+                        code.append((_SHAPE_FUNC_TN, ins.outputs, form, getter))
+                elif expected is not None and expected != ins.arity - ins.output_size:
                     code.append((_PACKED_FLAT, kernel, ins.args))  # some input registers hold tuples
                 elif ins.arity == 2:
                     code.append((_PACKED2, kernel, *ins.args))
@@ -281,7 +341,10 @@ class VirtualMachine:
                 else:
                     code.append((_ALLOC_TENSOR_DYN_OFFSET, ins.dst, ins.storage, ins.offset, ins.shape, dtype, view))
             elif op == O.AllocStorage:
-                if ins.size_from_shape:
+                if ins.size_from_shape and ins.size in tuple_regs:
+                    code.append((_ALLOC_STORAGE_T, ins.dst, ins.size, ins.alignment, ins.dtype_hint, alloc,
+                                 np.dtype(ins.dtype_hint).itemsize))
+                elif ins.size_from_shape:
                     code.append((_ALLOC_STORAGE_SHAPE, ins.dst, ins.size, ins.alignment, ins.dtype_hint, alloc,
                                  np.dtype(ins.dtype_hint).itemsize))
                 elif ins.size in known:
@@ -289,7 +352,8 @@ class VirtualMachine:
                 else:
                     code.append((_ALLOC_STORAGE_REG, ins.dst, ins.size, ins.alignment, ins.dtype_hint, alloc))
             elif op == O.LoadConst:
-                code.append((_LOAD, ins.dst, consts[ins.const_index]))
+                value = consts[ins.const_index]
+                code.append((_LOAD, ins.dst, tuple(value.tolist()) if ins.dst in tuple_regs else value))
             elif op == O.LoadConsti:
                 code.append((_LOAD, ins.dst, ins.value))
             elif op == O.Invoke:
@@ -318,11 +382,15 @@ class VirtualMachine:
             elif op == O.KillRegister:
                 code.append((_KILL, ins.dst))
             elif op == O.ShapeOf:
-                code.append((_SHAPE_OF, ins.dst, ins.tensor, builtins["shape_of"]))
+                if ins.dst in tuple_regs:
+                    code.append((_SHAPE_OF_T, ins.dst, ins.tensor, builtins["shape_of_t"]))
+                else:
+                    code.append((_SHAPE_OF, ins.dst, ins.tensor, builtins["shape_of"]))
             elif op == O.AllocTensorReg:
                 offset = _offset(known[ins.offset]) if ins.offset in known else None
-                code.append((_ALLOC_TENSOR_REG, ins.dst, ins.storage, ins.offset, ins.shape_register,
-                             np.dtype(ins.dtype), view_reg, offset))
+                kind = _ALLOC_TENSOR_REG_T if ins.shape_register in tuple_regs else _ALLOC_TENSOR_REG
+                code.append((kind, ins.dst, ins.storage, ins.offset, ins.shape_register, np.dtype(ins.dtype), view_reg,
+                             offset))
             elif op == O.GetTag:
                 code.append((_GET_TAG, ins.dst, ins.object))
             elif op == O.AllocADT:
@@ -331,13 +399,17 @@ class VirtualMachine:
                 code.append((_ALLOC_CLOSURE, ins.dst, ins.func_index, _tuple_getter(ins.free_vars),
                              self._funcs[ins.func_index].name))
             elif op == O.ReshapeTensor:
-                code.append((_RESHAPE, ins.dst, ins.tensor, ins.newshape, builtins["reshape_tensor"]))
+                if ins.newshape in tuple_regs:
+                    code.append((_RESHAPE_T, ins.dst, ins.tensor, ins.newshape, builtins["reshape_t"]))
+                else:
+                    code.append((_RESHAPE, ins.dst, ins.tensor, ins.newshape, builtins["reshape_tensor"]))
             elif op == O.DeviceCopy:
                 code.append((_MOVE, ins.dst, ins.src))  # one device (the host): a copy is an alias
             elif op == O.Fatal:
                 code.append((_FATAL,))
             else:  # pragma: no cover - every opcode is handled above
                 raise ExecutionError(f"cannot decode {ins}")
+        code, pcs = _fuse(code, pcs, fn, known)
         # renumber jump targets: a dropped load is a no-op, so a jump to it goes to the next kept one
         index, nxt = [0] * (len(instrs) + 1), len(code)
         kept = dict(zip(pcs, range(len(code))))
@@ -364,30 +436,30 @@ class VirtualMachine:
             while True:
                 ins = code[pc]
                 op = ins[0]
-                if op < 8:  # --- kernels and memory
-                    if op < 4:
-                        if op < 2:
-                            if op == 0:  # _PACKED2
-                                ins[1](regs[ins[2]], regs[ins[3]])
-                            else:  # _PACKED3
-                                ins[1](regs[ins[2]], regs[ins[3]], regs[ins[4]])
-                        elif op == 2:  # _ALLOC_TENSOR: ndarray(shape, dtype, storage, offset)
-                            regs[ins[1]] = ins[6](ins[4], ins[5], regs[ins[2]], ins[3])
-                        else:  # _ALLOC_STORAGE (static size)
-                            regs[ins[1]] = ins[5](ins[2], ins[3], ins[4])
-                    elif op < 6:
-                        if op == 4:  # _PACKED1
-                            ins[1](regs[ins[2]])
-                        else:  # _PACKEDN
-                            ins[1](*ins[2](regs))
-                    elif op == 6:  # _SHAPE_OF
-                        regs[ins[1]] = ins[3](regs[ins[2]])
-                    else:  # _ALLOC_TENSOR_REG
-                        offset = ins[7] if ins[7] is not None else _offset(regs[ins[3]])
-                        regs[ins[1]] = ins[6](tuple(regs[ins[4]].tolist()), ins[5], regs[ins[2]], offset)
-                    pc += 1
-                elif op < 16:  # --- control flow and ADTs
-                    if op < 12:
+                if op < 16:
+                    if op < 8:  # --- kernels and memory
+                        if op < 4:
+                            if op < 2:
+                                if op == 0:  # _PACKED2
+                                    ins[1](regs[ins[2]], regs[ins[3]])
+                                else:  # _PACKED3
+                                    ins[1](regs[ins[2]], regs[ins[3]], regs[ins[4]])
+                            elif op == 2:  # _ALLOC_TENSOR: ndarray(shape, dtype, storage, offset)
+                                regs[ins[1]] = ins[6](ins[4], ins[5], regs[ins[2]], ins[3])
+                            else:  # _ALLOC_STORAGE (static size)
+                                regs[ins[1]] = ins[5](ins[2], ins[3], ins[4])
+                        elif op < 6:
+                            if op == 4:  # _PACKED1
+                                ins[1](regs[ins[2]])
+                            else:  # _PACKEDN
+                                ins[1](*ins[2](regs))
+                        elif op == 6:  # _SHAPE_OF_T
+                            regs[ins[1]] = ins[3](regs[ins[2]])
+                        else:  # _ALLOC_TENSOR_REG_T
+                            offset = ins[7] if ins[7] is not None else _offset(regs[ins[3]])
+                            regs[ins[1]] = ins[6](regs[ins[4]], ins[5], regs[ins[2]], offset)
+                        pc += 1
+                    elif op < 12:  # --- control flow and ADTs
                         if op < 10:
                             if op == 8:  # _MOVE
                                 regs[ins[1]] = regs[ins[2]]
@@ -426,60 +498,103 @@ class VirtualMachine:
                     else:  # _GET_TAG
                         regs[ins[1]] = regs[ins[2]].tag
                         pc += 1
-                elif op == 16:  # --- the rest; _LOAD
-                    regs[ins[1]] = ins[2]
+                elif op < 24:  # --- dynamic shapes and the rest of the common ones
+                    if op < 20:
+                        if op < 18:
+                            if op == 16:  # _SHAPE_FUNC_T1
+                                regs[ins[1]] = ins[2](*ins[3](regs))[0]
+                            else:  # _ALLOC_STORAGE_T: the size from a shape tuple
+                                shape = regs[ins[2]]
+                                if shape and min(shape) < 0:
+                                    raise ShapeError(f"alloc_storage: negative dimension in shape {shape}")
+                                regs[ins[1]] = ins[5](prod(shape) * ins[6], ins[3], ins[4])
+                        elif op == 18:  # _LOAD
+                            regs[ins[1]] = ins[2]
+                        else:  # _KILL
+                            regs[ins[1]] = None
+                    elif op < 22:
+                        if op == 20:  # _ALLOC_ADT
+                            regs[ins[1]] = ADT(ins[2], ins[3](regs))
+                        else:  # _RESHAPE_T
+                            regs[ins[1]] = ins[4](regs[ins[2]], regs[ins[3]])
+                    elif op == 22:  # _SHAPE_FUNC_TN
+                        for reg, shape in zip(ins[1], ins[2](*ins[3](regs))):
+                            regs[reg] = shape
+                    else:  # _ALLOC_STORAGE_REG
+                        regs[ins[1]] = ins[5](int(regs[ins[2]]), ins[3], ins[4])
                     pc += 1
-                elif op == 17:  # _KILL
-                    regs[ins[1]] = None
-                    pc += 1
-                elif op == 18:  # _ALLOC_ADT
-                    regs[ins[1]] = ADT(ins[2], ins[3](regs))
-                    pc += 1
-                elif op == 19:  # _ALLOC_STORAGE_SHAPE
+                elif op < 32:  # --- fused pairs and closures
+                    if op < 28:
+                        if op < 26:
+                            # _ALLOC_PACKED2/3: a static tensor (in bounds, checked at decode), then the kernel
+                            regs[ins[1]] = ins[6](ins[4], ins[5], regs[ins[2]], ins[3])
+                            if op == 24:
+                                ins[7](regs[ins[8]], regs[ins[9]])
+                            else:
+                                ins[7](regs[ins[8]], regs[ins[9]], regs[ins[10]])
+                        elif op == 26:  # _ALLOC_DYN: a storage sized by a shape tuple and its one tensor
+                            shape = regs[ins[2]]
+                            if shape and min(shape) < 0:
+                                raise ShapeError(f"alloc_storage: negative dimension in shape {shape}")
+                            storage = regs[ins[1]] = ins[5](prod(shape) * ins[6], ins[3], ins[4])
+                            regs[ins[7]] = ins[9](shape, ins[8], storage, 0)
+                        else:  # _KILL2
+                            regs[ins[1]] = regs[ins[2]] = None
+                        pc += 1
+                    elif op == 28:  # _SHAPES_FUNC_T1: the ShapeOfs feeding a shape function, then the call
+                        for dst, src in ins[4]:
+                            regs[dst] = regs[src].shape
+                        regs[ins[1]] = ins[2](*ins[3](regs))[0]
+                        pc += 1
+                    elif op == 31:  # _ALLOC_CLOSURE
+                        regs[ins[1]] = Closure(ins[2], ins[3](regs), ins[4])
+                        pc += 1
+                    else:  # _INVOKE_CLOSURE / _TAIL_INVOKE_CLOSURE
+                        if op == 29:
+                            clo = regs[ins[2]]
+                            argregs = ins[3]
+                        else:
+                            clo = regs[ins[1]]
+                            argregs = ins[2]
+                        if clo.__class__ is not Closure:
+                            raise ExecutionError(f"invoke_closure: expected a closure, got {type(clo).__name__}")
+                        callee = funcs[clo.func_index]
+                        new = [*clo.free_vars, *[regs[r] for r in argregs]]
+                        if len(new) != len(callee.params):
+                            raise ExecutionError(
+                                f"invoke_closure: {callee.name} takes {len(callee.params)} values (captured + "
+                                f"arguments), got {len(new)}")
+                        if op == 29:
+                            frames.append((code, pc + 1, regs, ins[1], fidx))
+                            if len(frames) > GC_PAUSE_DEPTH:
+                                gc_paused = _deep_stack(frames, gc_paused)
+                        fidx = callee.index
+                        code = callee.code
+                        new += [None] * (callee.num_regs - len(new))
+                        regs = new
+                        pc = 0
+                elif op == 32:  # --- rare; _ALLOC_STORAGE_SHAPE
                     regs[ins[1]] = ins[5](shape_nbytes(regs[ins[2]], ins[6]), ins[3], ins[4])
                     pc += 1
-                elif op == 20:  # _ALLOC_STORAGE_REG
-                    regs[ins[1]] = ins[5](int(regs[ins[2]]), ins[3], ins[4])
+                elif op == 33:  # _SHAPE_OF
+                    regs[ins[1]] = ins[3](regs[ins[2]])
                     pc += 1
-                elif op == 21 or op == 22:  # _INVOKE_CLOSURE / _TAIL_INVOKE_CLOSURE
-                    if op == 21:
-                        clo = regs[ins[2]]
-                        argregs = ins[3]
-                    else:
-                        clo = regs[ins[1]]
-                        argregs = ins[2]
-                    if clo.__class__ is not Closure:
-                        raise ExecutionError(f"invoke_closure: expected a closure, got {type(clo).__name__}")
-                    callee = funcs[clo.func_index]
-                    new = [*clo.free_vars, *[regs[r] for r in argregs]]
-                    if len(new) != len(callee.params):
-                        raise ExecutionError(
-                            f"invoke_closure: {callee.name} takes {len(callee.params)} values (captured + "
-                            f"arguments), got {len(new)}")
-                    if op == 21:
-                        frames.append((code, pc + 1, regs, ins[1], fidx))
-                        if len(frames) > GC_PAUSE_DEPTH:
-                            gc_paused = _deep_stack(frames, gc_paused)
-                    fidx = callee.index
-                    code = callee.code
-                    new += [None] * (callee.num_regs - len(new))
-                    regs = new
-                    pc = 0
-                elif op == 23:  # _ALLOC_CLOSURE
-                    regs[ins[1]] = Closure(ins[2], ins[3](regs), ins[4])
+                elif op == 34:  # _ALLOC_TENSOR_REG
+                    offset = ins[7] if ins[7] is not None else _offset(regs[ins[3]])
+                    regs[ins[1]] = ins[6](tuple(regs[ins[4]].tolist()), ins[5], regs[ins[2]], offset)
                     pc += 1
-                elif op == 24:  # _RESHAPE
+                elif op == 35:  # _RESHAPE
                     regs[ins[1]] = ins[4](regs[ins[2]], regs[ins[3]])
                     pc += 1
-                elif op == 25:  # _IF_REG
+                elif op == 36:  # _IF_REG
                     pc = ins[3] if _scalar(regs[ins[1]]) == _scalar(regs[ins[2]]) else ins[4]
-                elif op == 26:  # _PACKED_FLAT
+                elif op == 37:  # _PACKED_FLAT
                     ins[1](*flatten_args([regs[r] for r in ins[2]]))
                     pc += 1
-                elif op == 27:  # _ALLOC_TENSOR_DYN_OFFSET
+                elif op == 38:  # _ALLOC_TENSOR_DYN_OFFSET
                     regs[ins[1]] = ins[6](ins[4], ins[5], regs[ins[2]], _offset(regs[ins[3]]))
                     pc += 1
-                elif op == 28:  # _FATAL
+                elif op == 39:  # _FATAL
                     raise ExecutionError("the VM reached a Fatal instruction (no match clause applies)")
                 else:  # pragma: no cover - the decoder emits only the opcodes above
                     raise ExecutionError(f"bad decoded opcode {op}")
@@ -818,6 +933,39 @@ def _contiguous(arr: np.ndarray) -> np.ndarray:
     return arr if arr.flags.c_contiguous else arr.copy(order="C")
 
 
+def tuple_forms(kernels: list, primitives: list) -> list:
+    """Per kernel: the tuple form of a shape function (``kernel_python.build_shape_func_tuples``), or None."""
+    return [getattr(k, "tuple_form", None) if p.kind == "shape_func" else None for k, p in zip(kernels, primitives)]
+
+
+def _native_module():
+    """The compiled helper module, or None (no C compiler or Python headers; or TENSORVM_NATIVE=0)."""
+    try:
+        from .fastcall import fastcall_module
+    except ImportError:  # pragma: no cover - a deployment without the compiler layer
+        return None
+    return fastcall_module()
+
+
+def _same_form(wrapper, form):
+    """``wrapper`` described like the tuple-form shape function it stands for."""
+    wrapper.flat_is_input, wrapper.num_outputs, wrapper.out_ranks = form.flat_is_input, form.num_outputs, \
+        form.out_ranks
+    return wrapper
+
+
+def _dps_adapter(kernel, form):
+    """A tuple-form shape function that runs ``kernel`` (destination passing, int64 shape tensors)."""
+    by_shape, ranks = [not flag for flag in form.flat_is_input], form.out_ranks
+
+    def call(*inputs):
+        arrays = [np.array(v, _INT64) if flag and v.__class__ is tuple else v for v, flag in zip(inputs, by_shape)]
+        outs = [np.zeros((rank,), _INT64) for rank in ranks]
+        kernel(*arrays, *outs)
+        return tuple(tuple(o.tolist()) for o in outs)
+    return call
+
+
 def _instrumented(kernel, name: str, fn):
     """``kernel`` wrapped with the user's instrument callback (arguments shown as NDArrays)."""
     def call(*args):
@@ -827,6 +975,83 @@ def _instrumented(kernel, name: str, fn):
         kernel(*args)
         fn(name, False, None, *wrapped)
     return call
+
+
+def _jump_targets(fn: bc.VMFunction) -> set:
+    targets = set()
+    for pc, ins in enumerate(fn.instructions):
+        if isinstance(ins, bc.If):
+            targets.update((pc + ins.true_offset, pc + ins.false_offset))
+        elif isinstance(ins, bc.Goto):
+            targets.add(pc + ins.pc_offset)
+    return targets
+
+
+def _static_storages(fn: bc.VMFunction, known: dict) -> dict:
+    """Registers written exactly once, by an ``AllocStorage`` of a known size: register -> bytes."""
+    writes: dict = {}
+    for ins in fn.instructions:
+        for reg in ins.writes():
+            writes[reg] = writes.get(reg, 0) + 1
+    return {ins.dst: int(known[ins.size]) for ins in fn.instructions
+            if isinstance(ins, bc.AllocStorage) and not ins.size_from_shape and ins.size in known
+            and writes[ins.dst] == 1}
+
+
+def _fuse(code: list, pcs: list, fn: bc.VMFunction, known: dict) -> tuple:
+    """Pairs of decoded instructions that run as one (fewer trips through the dispatch loop):
+
+    * a static ``AllocTensor`` (bounds proven here, so it cannot fail) and the kernel call after it;
+    * ``AllocStorage`` sized by a shape tuple and the ``AllocTensorReg`` of that shape at offset 0 on it;
+    * two ``KillRegister``; the ``ShapeOf`` tuples just before a shape function and the call.
+
+    The second instruction of a pair must not be a jump target; the pair keeps the pc of the instruction
+    that can fail (the kernel, the storage, the shape function) for error messages."""
+    targets = _jump_targets(fn)
+    storages = _static_storages(fn, known)
+    out_code, out_pcs = [], []
+    i = 0
+
+    def reachable_only_from_before(j: int) -> bool:  # no jump lands on pcs[j] or on dropped pcs before it
+        return not any(p in targets for p in range(pcs[j - 1] + 1, pcs[j] + 1))
+
+    while i < len(code):
+        ins = code[i]
+        nxt = code[i + 1] if i + 1 < len(code) and reachable_only_from_before(i + 1) else None
+        op = ins[0]
+        if nxt is not None and op == _ALLOC_TENSOR and nxt[0] in (_PACKED2, _PACKED3) \
+                and ins[2] in storages and ins[3] + math.prod(ins[4]) * ins[5].itemsize <= storages[ins[2]]:
+            kind = _ALLOC_PACKED2 if nxt[0] == _PACKED2 else _ALLOC_PACKED3
+            out_code.append((kind, *ins[1:7], *nxt[1:]))
+            out_pcs.append(pcs[i + 1])
+            i += 2
+            continue
+        if nxt is not None and op == _ALLOC_STORAGE_T and nxt[0] == _ALLOC_TENSOR_REG_T and nxt[2] == ins[1] \
+                and nxt[4] == ins[2] and nxt[7] == 0 and nxt[5].itemsize == ins[6]:
+            out_code.append((_ALLOC_DYN, *ins[1:7], nxt[1], nxt[5], nxt[6]))
+            out_pcs.append(pcs[i])
+            i += 2
+            continue
+        if nxt is not None and op == _KILL and nxt[0] == _KILL:
+            out_code.append((_KILL2, ins[1], nxt[1]))
+            out_pcs.append(pcs[i])
+            i += 2
+            continue
+        if op == _SHAPE_OF_T:  # a run of tuple ShapeOfs (plain .shape) ending at a one-output shape function
+            j = i
+            while j < len(code) and code[j][0] == _SHAPE_OF_T and code[j][3] is tuple_shape_of \
+                    and (j == i or reachable_only_from_before(j)):
+                j += 1
+            if j > i and j < len(code) and code[j][0] == _SHAPE_FUNC_T1 and reachable_only_from_before(j):
+                shapes = tuple((c[1], c[2]) for c in code[i:j])
+                out_code.append((_SHAPES_FUNC_T1, *code[j][1:4], shapes))
+                out_pcs.append(pcs[j])
+                i = j + 1
+                continue
+        out_code.append(ins)
+        out_pcs.append(pcs[i])
+        i += 1
+    return out_code, out_pcs
 
 
 def _constant_registers(fn: bc.VMFunction, constants) -> dict:

@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from lowered_eval import LoweredEvaluator, assert_same, check_lowered, interpret, memory_ops, parse
 
-from tensorvm.ir.expr import Call, Constant, Function, If, Match, Op, Var
+from tensorvm.ir.expr import Call, Constant, Function, If, Match, Op, Tuple, TupleGetItem, Var
 from tensorvm.transform.memory_plan import MemoryPlan, plan_offsets
 from tensorvm.transform.to_anf import flatten_lets
 from tensorvm.transform.vm_pipeline import lower_for_vm
@@ -47,17 +47,28 @@ def check_no_live_overlap(fn: Function) -> int:
             elif isinstance(value, Match):
                 blocks += [c.rhs for c in value.clauses]
         uses = [_vars_in(value) for _, value in bindings] + [_vars_in(tail)]
-        alias_of = {}
+        aliases = {}  # var -> the vars that view its memory: copies, reshapes, tuples holding it, projections
         for var, value in bindings:
+            sources = []
             if isinstance(value, Var):
-                alias_of[var] = value
+                sources = [value]
             elif isinstance(value, Call) and isinstance(value.op, Op) and value.op.name == "vm.reshape_tensor":
-                alias_of[var] = value.args[0]
+                sources = [value.args[0]]
+            elif isinstance(value, Tuple):
+                sources = [f for f in value.fields if isinstance(f, Var)]
+            elif isinstance(value, TupleGetItem):
+                sources = [value.tuple_value]
+            for source in sources:
+                aliases.setdefault(source, []).append(var)
 
-        def root(v, alias_of=alias_of):
-            while v in alias_of:
-                v = alias_of[v]
-            return v
+        def views(v, aliases=aliases):
+            seen, stack = set(), [v]
+            while stack:
+                u = stack.pop()
+                if u not in seen:
+                    seen.add(u)
+                    stack.extend(aliases.get(u, ()))
+            return seen
 
         tensors = []
         for k, (var, value) in enumerate(bindings):
@@ -65,7 +76,8 @@ def check_no_live_overlap(fn: Function) -> int:
                     and isinstance(value.args[1], Constant) and isinstance(value.args[2], Constant):
                 nbytes = int(np.prod(value.args[2].data)) * np.dtype(value.attrs["dtype"]).itemsize
                 start = int(value.args[1].data)
-                last = max([k] + [j for j, u in enumerate(uses) if any(root(v) is var for v in u)])
+                mine = views(var)
+                last = max([k] + [j for j, u in enumerate(uses) if u & mine])
                 tensors.append((value.args[0], start, start + nbytes, k, last, var))
         for i, a in enumerate(tensors):
             for b in tensors[i + 1:]:
@@ -122,7 +134,7 @@ def test_mlp_intermediates_are_coalesced():
     assert ev_planned.storage_bytes < ev_unplanned.storage_bytes
 
 
-def test_escaping_tensors_keep_their_own_storage():
+def test_escaping_tensors_are_never_reused_and_share_a_storage_when_they_escape_together():
     before = parse("""
 def @main(%x: Tensor[(4), float32]) {
   %0 = exp(%x);
@@ -131,14 +143,51 @@ def @main(%x: Tensor[(4), float32]) {
   %3 = sqrt(%2);
   (%1, %3)
 }""")
-    planned = lower_for_vm(before)
+    planned = lower_for_vm(before, opt_level=0)
     check_no_live_overlap(planned["main"])
-    # exp, negative and sqrt results escape in the result; only tanh's result could be planned,
-    # and a single candidate needs no arena.
-    for _, call in memory_ops(planned["main"].body):
-        if call.op.name == "memory.alloc_tensor":
-            assert int(call.args[1].data) == 0
+    tensors = [(var, call) for var, call in memory_ops(planned["main"].body) if call.op.name == "memory.alloc_tensor"]
+    by_storage = {}
+    for var, call in tensors:
+        by_storage.setdefault(call.args[0], []).append((int(call.args[1].data), var))
+    # exp, negative and sqrt results all escape in the result: one storage, side by side, never reused;
+    # tanh's result is the only contained one, and a single candidate needs no arena
+    shared = [placed for placed in by_storage.values() if len(placed) > 1]
+    assert len(shared) == 1 and sorted(offset for offset, _ in shared[0]) == [0, 64, 128]
+    assert all(placed == [(0, placed[0][1])] for placed in by_storage.values() if len(placed) == 1)
     x = np.array([0.5, 1, 2, 3], "float32")
+    assert_same(LoweredEvaluator(planned).run("main", x), interpret(before, x))
+
+
+def test_a_tuple_handed_to_kernels_does_not_make_its_fields_escape():
+    before = parse("""
+def @main(%x: Tensor[(8, 4), float32]) {
+  %0 = split(exp(%x), indices_or_sections=2, axis=0);
+  %1 = add(%0.0, %0.1);
+  %2 = multiply(%0.1, %1);
+  negative(%2)
+}""")
+    planned = lower_for_vm(before, opt_level=0)
+    assert check_no_live_overlap(planned["main"]) > 0
+    storages = static_storages(planned["main"])
+    # everything but the result lives in the arena: the arena plus the result's own storage
+    assert len(storages) == 2
+    x = np.linspace(-1, 1, 32, dtype="float32").reshape(8, 4)
+    assert_same(LoweredEvaluator(planned).run("main", x), interpret(before, x))
+
+
+def test_tail_call_arguments_share_one_storage_per_step():
+    before = parse("""
+def @loop(%i: int32, %a: Tensor[(2), float32], %b: Tensor[(2), float32]) -> Tensor[(2), float32] {
+  if (equal(%i, 0)) { add(%a, %b) } else { @loop(subtract(%i, 1), tanh(%b), exp(%a)) }
+}
+def @main(%x: Tensor[(2), float32]) { @loop(3, %x, %x) }
+""")
+    planned = lower_for_vm(before, opt_level=0)
+    branch = flatten_lets(planned["loop"].body)[1]
+    assert isinstance(branch, If)
+    storages = [c for _, c in memory_ops(branch.false_branch) if c.op.name == "memory.alloc_storage"]
+    assert len(storages) == 1 and int(storages[0].args[0].data) == 3 * 64  # i - 1, tanh(b), exp(a)
+    x = np.array([0.25, -0.5], "float32")
     assert_same(LoweredEvaluator(planned).run("main", x), interpret(before, x))
 
 

@@ -226,10 +226,13 @@ def test_static_mlp_storage_is_coalesced():
 
 def test_pooled_allocator_reuses_blocks_across_calls(mode):
     vm = vm_for(DYNAMIC_ADD, mode)
-    for _ in range(5):
+    vm.invoke("main", rand(16, 2), rand(1, 2))
+    first = vm.memory_stats()["num_allocations"]
+    assert first >= 1 and vm.memory_stats()["reuse_hits"] == 0
+    for _ in range(4):
         vm.invoke("main", rand(16, 2), rand(1, 2))
-    stats = vm.memory_stats()
-    assert stats["num_allocations"] == 10 and stats["reuse_hits"] == 8 and stats["bytes_live"] == 0
+    stats = vm.memory_stats()  # after the first call, every block comes from the pool
+    assert stats["num_allocations"] == 5 * first and stats["reuse_hits"] == 4 * first and stats["bytes_live"] == 0
     naive = vm_for(DYNAMIC_ADD, mode, allocator="naive")
     naive.invoke("main", rand(16, 2), rand(1, 2))
     assert naive.memory_stats()["reuse_hits"] == 0 and naive.memory_stats()["bytes_reserved"] == 0
@@ -254,8 +257,8 @@ def test_deep_non_tail_recursion(mode):
 
 def test_compile_options_and_python_view():
     mod = tv.parse(DYNAMIC_ADD)
-    with pytest.raises(UnsupportedError, match="target 'c'"):
-        tv.vm.compile(mod, target="c")
+    with pytest.raises(UnsupportedError, match="unknown target 'cuda'"):
+        tv.vm.compile(mod, target="cuda")
     with pytest.raises(ValueError, match="exec_mode"):
         tv.vm.compile(mod, exec_mode="jit")
     exe = tv.vm.compile(mod, exec_mode="compiled")

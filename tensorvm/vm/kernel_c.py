@@ -1,0 +1,117 @@
+"""Kernels for target "c": the executable's primitive functions compiled into one shared library.
+
+``build_c_library(prims)`` lowers every primitive function that is called as a kernel with
+``tensorvm.codegen`` (one fused loop nest per primitive), emits them into one C translation unit
+(split into a few units compiled in parallel for big modules), and builds it through the on-disk cache
+of ``tensorvm.codegen.build`` (the cache key is a hash of the source, so the same program compiles once
+per machine). A primitive the C generator cannot handle (an op without a tensor-expression compute,
+e.g. ``argwhere`` or ``sort``, or a construct the lowering rejects) runs its NumPy kernel instead; the
+reason is kept in ``CLibrary.fallbacks`` and shown by ``exe.stats()``. Shape functions always stay
+Python: they are host code over a few integers.
+
+Each C function is named ``tvk<index>_<primitive name>`` (a valid, unique C identifier whatever the
+primitive is called). Loading a saved executable regenerates the C from the primitive functions' Relay
+text with this same code generator (never compiling or loading code taken from the file), so an
+unchanged program is a cache hit and costs no compile.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import dataclass, field
+
+from ..errors import TensorVMError, UnsupportedError
+
+__all__ = ["CLibrary", "build_c_library", "c_kernel_name"]
+
+
+def c_kernel_name(index: int, prim_name: str) -> str:
+    """The C function name of the ``index``-th compiled primitive."""
+    clean = re.sub(r"\W", "_", prim_name).strip("_")[:60]
+    return f"tvk{index}_{clean}" if clean else f"tvk{index}"
+
+
+@dataclass
+class CLibrary:
+    """The kernels of one executable for target "c".
+
+    ``kernels`` maps primitive name -> callable ``kernel(*ins, *outs)`` (a compiled C kernel, or the
+    NumPy kernel for a fallback); ``sources`` maps primitive name -> the C source of its function;
+    ``fallbacks`` maps primitive name -> why it runs on NumPy; ``source`` is the whole library's C
+    text; ``build_info`` comes from ``tensorvm.codegen.build`` (``cached``, ``compile_seconds``) and
+    ``lower_seconds`` is the time spent lowering and emitting C.
+    """
+
+    kernels: dict = field(default_factory=dict)
+    sources: dict = field(default_factory=dict)
+    fallbacks: dict = field(default_factory=dict)
+    source: str = ""
+    build_info: object = None
+    lower_seconds: float = 0.0
+    saved_source_matches: bool | None = None  # loaded executables: does the file's C equal the regenerated C
+
+    def summary(self) -> dict:
+        info = self.build_info
+        return {
+            "c_kernels": sorted(self.sources),
+            "numpy_fallbacks": dict(sorted(self.fallbacks.items())),
+            "source_bytes": len(self.source),
+            "lower_seconds": round(self.lower_seconds, 4),
+            "compile_seconds": round(info.compile_seconds, 4) if info is not None else 0.0,
+            "cached": bool(info.cached) if info is not None else None,
+            "library": info.path if info is not None else None,
+            "saved_source_matches": self.saved_source_matches,
+        }
+
+
+def build_c_library(prims: dict) -> CLibrary:
+    """Compile ``{primitive name: primitive Function}`` into one library (NumPy for what C cannot do)."""
+    from ..codegen.c_emit import emit_kernel
+    from ..codegen.fused import plan_primitive
+    from .kernel_python import build_kernel
+
+    library = CLibrary()
+    start = time.perf_counter()
+    plans = {}
+    for index, (name, prim) in enumerate(prims.items()):
+        try:
+            plan = plan_primitive(prim, c_kernel_name(index, name))
+            for func in [plan.lowered.func] + [e.epilogue.func for e in plan.externals if e.epilogue is not None]:
+                emit_kernel(func)  # emission problems surface here, per kernel, not for the whole library
+        except (TensorVMError, NotImplementedError) as err:
+            # (UnsupportedError: no compute for an op; other codegen errors: a construct it cannot lower)
+            library.fallbacks[name] = f"{type(err).__name__}: {err}"
+            library.kernels[name] = build_kernel(prim)
+            continue
+        plans[name] = plan
+    library.lower_seconds = time.perf_counter() - start
+    if plans:
+        _compile(library, plans)
+    missing = set(prims) - set(library.kernels)
+    if missing:  # pragma: no cover - every primitive is either compiled or a fallback
+        raise UnsupportedError(f"no kernel was built for {sorted(missing)}")
+    return library
+
+
+def _compile(library: CLibrary, plans: dict) -> None:
+    """Build every planned kernel into one library; plain C kernels get the fast caller (``fastcall``)."""
+    import ctypes
+
+    from ..codegen.module import build_module
+    from .fastcall import caller_for
+
+    funcs = [p.lowered.func for p in plans.values()]
+    funcs += [e.epilogue.func for p in plans.values() for e in p.externals if e.epilogue is not None]
+    module = build_module(funcs)
+    library.source = module.source
+    library.build_info = module.build_info
+    for name, plan in plans.items():
+        kernel = plan.make_kernel(module)
+        func = plan.lowered.func
+        library.sources[name] = kernel.source
+        fast = None
+        if not plan.externals:  # (a kernel with a BLAS variant picks it in Python, per call)
+            entry = module.library.function(func.name, len(func.params), len(func.dim_params))
+            fast = caller_for(func, ctypes.cast(entry, ctypes.c_void_p).value, tuple(plan.lowered.constants), kernel)
+        library.kernels[name] = fast if fast is not None else kernel
