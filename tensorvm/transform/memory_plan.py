@@ -39,6 +39,7 @@ from ..ir.expr import (
     Call,
     Clause,
     Constant,
+    Constructor,
     Expr,
     Function,
     GlobalVar,
@@ -65,7 +66,10 @@ def vars_used(expr: Expr) -> set:
     """Every variable occurring in ``expr`` (nested blocks included)."""
     if isinstance(expr, Var):
         return {expr}
-    if isinstance(expr, (Call, Tuple)):  # the common ANF value: atoms, or tuples of atoms (kernel groups)
+    callee_is_atom = not isinstance(expr, Call) or isinstance(expr.op, (Var, Op, GlobalVar, Constructor))
+    if isinstance(expr, (Call, Tuple)) and callee_is_atom:
+        # The common ANF value: atoms, or tuples of atoms (kernel groups). A callee that is itself an
+        # expression (``%f(1f)(2f)``) takes the full walk below.
         items = expr.args if isinstance(expr, Call) else expr.fields
         found = set()
         for item in items:

@@ -183,3 +183,15 @@ def @main(%x: Tensor[(2), float32]) {
     assert str(before) == text
 
 
+
+
+def test_dead_code_keeps_a_closure_called_through_a_call_result():
+    # ``%curried(1f)(2f)``: the callee of the outer call is itself a call that uses %curried.
+    mod = tv.parse("""
+def @main() -> float32 {
+  let %curried = fn (%y: float32) { fn (%x: float32) { add(%x, %y) } };
+  %curried(1f)(2f)
+}""")
+    out = tv.transform.DeadCodeElimination()(tv.transform.InferType()(mod))
+    assert "let %curried" in str(out)
+    assert float(tv.create_executor("debug", out).evaluate()().numpy()) == 3.0
