@@ -16,6 +16,9 @@
 When the shape-deciding input is a ``Constant`` the type relation computes the exact output type;
 otherwise the unknown dims are ``Any`` and the shape function (which reads that input's data) gives
 them at run time. Kernels are NumPy; bad input raises ``ShapeError``/``ExecutionError``.
+
+Ops here without a tensor-expression compute (the run-time-valued data movement and the n-d
+conv/pool) are OPAQUE: they run their NumPy kernel on their own rather than block a C fusion group.
 """
 
 from __future__ import annotations
@@ -108,7 +111,7 @@ define(
     "onnx.unsqueeze", 2, _dyn_expand_rel,
     lambda attrs, x, axes: np.asarray(x).reshape(_unsqueeze_dims("onnx.unsqueeze", np.shape(x), _ints(
         axes, "onnx.unsqueeze", "axes", ExecutionError), ShapeError)),
-    OpPattern.INJECTIVE,
+    OpPattern.OPAQUE,
     shape_func=lambda attrs, args: [_unsqueeze_dims("onnx.unsqueeze", concrete(args[0]), _ints(
         args[1], "onnx.unsqueeze", "axes", ShapeError), ShapeError)],
     data_dependent=(False, True),
@@ -168,7 +171,7 @@ define(
     lambda attrs, x, *args: np.asarray(x)[_slice_index("onnx.slice", np.shape(x),
                                                        *_dyn_slice_args("onnx.slice", args, ExecutionError),
                                                        ShapeError)].copy(),
-    OpPattern.INJECTIVE,
+    OpPattern.OPAQUE,
     shape_func=lambda attrs, args: [_slice_shape(concrete(args[0]), _slice_index(
         "onnx.slice", concrete(args[0]), *_dyn_slice_args("onnx.slice", args[1:], ShapeError), ShapeError))],
     data_dependent=(False, True, True, True, True),
@@ -223,7 +226,7 @@ def _dyn_split_kernel(attrs, x, split):
 
 
 define(
-    "onnx.split", 2, _dyn_split_rel, _dyn_split_kernel, OpPattern.INJECTIVE,
+    "onnx.split", 2, _dyn_split_rel, _dyn_split_kernel, OpPattern.OPAQUE,
     attrs=(AttrDef("axis", 0, to_int), AttrDef("num_outputs", REQUIRED, lambda v: max(1, to_int(v)))),
     shape_func=lambda attrs, args: _dyn_split_shapes(attrs, concrete(args[0]), args[1], ShapeError),
     data_dependent=(False, True),
@@ -305,7 +308,7 @@ def _dyn_pad_shape(attrs, args):
 
 
 define(
-    "onnx.pad", 4, _dyn_pad_rel, _dyn_pad_kernel, OpPattern.INJECTIVE,
+    "onnx.pad", 4, _dyn_pad_rel, _dyn_pad_kernel, OpPattern.OPAQUE,
     attrs=(AttrDef("mode", "constant", one_of("constant", "reflect", "edge", "wrap")),),
     shape_func=_dyn_pad_shape, data_dependent=(False, True, False, True),
     doc="onnx.pad(data, pads, constant_value, axes): pads = (begins..., ends...) of the listed axes (empty: "
@@ -1179,7 +1182,7 @@ define(
     lambda types, attrs, consts=None: TensorType(_conv_nd_shape(
         "nn.conv_nd", attrs, expect_tensor("nn.conv_nd", types[0], "data").shape,
         expect_tensor("nn.conv_nd", types[1], "weight").shape, TypeInferenceError), types[0].dtype),
-    _conv_nd_kernel_grouped, OpPattern.OUT_ELEMWISE_FUSABLE, attrs=_CONV_ATTRS,
+    _conv_nd_kernel_grouped, OpPattern.OPAQUE, attrs=_CONV_ATTRS,
     shape_func=lambda attrs, args: [_conv_nd_shape("nn.conv_nd", attrs, concrete(args[0]), concrete(args[1]),
                                                    ShapeError)],
     doc="N-d grouped convolution with ONNX's attributes: pads = (begins..., ends...), auto_pad resolved "
@@ -1264,7 +1267,7 @@ define(
     lambda types, attrs, consts=None: TensorType(_conv_t_shape(
         "nn.conv_transpose_nd", attrs, expect_tensor("nn.conv_transpose_nd", types[0], "data").shape,
         expect_tensor("nn.conv_transpose_nd", types[1], "weight").shape, TypeInferenceError), types[0].dtype),
-    _conv_t_kernel, OpPattern.OUT_ELEMWISE_FUSABLE,
+    _conv_t_kernel, OpPattern.OPAQUE,
     attrs=_CONV_ATTRS + (AttrDef("output_padding", (), int_tuple(0)), AttrDef("output_shape", (), int_tuple(0))),
     shape_func=lambda attrs, args: [_conv_t_shape("nn.conv_transpose_nd", attrs, concrete(args[0]),
                                                   concrete(args[1]), ShapeError)],
@@ -1356,7 +1359,7 @@ def _pool_shape_func(attrs, args):
 
 
 define(
-    "nn.pool_nd", 1, _pool_rel, _pool_kernel, OpPattern.OUT_ELEMWISE_FUSABLE,
+    "nn.pool_nd", 1, _pool_rel, _pool_kernel, OpPattern.OPAQUE,
     attrs=_WINDOW_ATTRS + (
         AttrDef("kernel_shape", REQUIRED, int_tuple(1, nonempty=True)),
         AttrDef("mode", "max", one_of("max", "avg", "lp")), AttrDef("ceil_mode", False, to_bool),

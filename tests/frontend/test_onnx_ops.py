@@ -63,13 +63,22 @@ def test_dyn_pad_matches_numpy(shape, data, mode):
     pads = [data.draw(st.integers(low, 2)) for _ in range(2 * len(shape))]
     if mode == "reflect":
         pads = [min(p, d - 1) for p, d in zip(pads, list(shape) * 2, strict=True)]
+    n = len(shape)
+    for i in range(n):  # cropping the whole axis away is an error (tested below), not a pad
+        if shape[i] + min(pads[i], 0) + min(pads[i + n], 0) < 1:
+            pads[i + n] = 0
     (out,) = check("onnx.pad", [x, np.array(pads, np.int64), np.array(7, "float32"), np.zeros(0, np.int64)],
                    {"mode": mode}, const_args={1, 3})
-    n = len(shape)
     crop = tuple(slice(max(-pads[i], 0), shape[i] - max(-pads[i + n], 0)) for i in range(n))
     widths = [(max(pads[i], 0), max(pads[i + n], 0)) for i in range(n)]
     kwargs = {"constant_values": 7} if mode == "constant" else {}
     np.testing.assert_array_equal(out, np.pad(x[crop], widths, mode=mode, **kwargs))
+
+
+def test_dyn_pad_cropping_a_whole_axis_is_a_shape_error():
+    with pytest.raises(ShapeError, match="crop more than"):
+        get_op("onnx.pad").kernel(get_op("onnx.pad").normalize_attrs({}), np.ones(1, "float32"),
+                                  np.array([-1, -1], np.int64), np.array(0, "float32"), np.zeros(0, np.int64))
 
 
 def test_unsqueeze_and_split_with_run_time_values():
