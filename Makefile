@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-dev
 
-.PHONY: demo test lint clean
+.PHONY: demo test bench conformance-report conformance-c lint clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -19,6 +19,22 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -n 2 tests
+
+BENCH_STAMP := $(VENV)/.installed-bench
+
+$(BENCH_STAMP): $(STAMP) pyproject.toml
+	$(BIN)/pip install -q -e ".[dev,bench]"
+	touch $(BENCH_STAMP)
+
+bench: $(BENCH_STAMP)
+	$(BIN)/python benchmarks/run.py
+
+# Per-op pass/skip/fail counts of ONNX's backend suite (target python; conformance-c: target c, ~12 min).
+conformance-report: $(STAMP)
+	$(BIN)/python tests/conformance/report.py
+
+conformance-c: $(STAMP)
+	TENSORVM_ONNX_TARGET=c $(BIN)/python tests/conformance/report.py
 
 lint: $(STAMP)
 	$(BIN)/ruff check tensorvm tests
