@@ -14,7 +14,9 @@ follows the Relay VM compiler:
   patterns) whose failure jumps to the next clause; after the last clause, ``Fatal``;
 * ``@f(args)`` Invoke, ``%clo(args)`` InvokeClosure, ``@lifted(captured)`` of a Closure global and a
   global used as a value AllocClosure, ``Ctor(args)`` AllocADT, tuples AllocADT tag 0, ``%t.i``
-  GetField, constants LoadConst (the pool is deduplicated);
+  GetField (or, for a tuple built in this function, its field's register, until a ``memory.kill``
+  empties that register: ManifestLifetimes kills a tuple's fields right after building it, while the
+  tuple still holds them), constants LoadConst (the pool is deduplicated);
 * the memory dialect: ``memory.alloc_storage`` AllocStorage, ``memory.alloc_tensor`` AllocTensor (a
   constant shape) or AllocTensorReg, ``vm.invoke_tvm_op`` and ``vm.shape_func`` InvokePacked (tuple
   arguments flattened here into their fields' registers, so kernels receive tensors), ``vm.shape_of``
@@ -47,9 +49,10 @@ from ..ir.expr import (
     TupleGetItem,
     Var,
 )
-from ..ir.types import TupleType
+from ..ir.types import FuncType, RefType, TupleType, TypeCall, TypeVar
 from . import bytecode as bc
 from .executable import AdtInfo, Executable, PrimitiveInfo
+from .serialize import type_to_text
 
 __all__ = ["generate"]
 
@@ -65,6 +68,32 @@ def _flat_count(ty) -> int:
     if isinstance(ty, TupleType):
         return sum(_flat_count(f) for f in ty.fields)
     return 1
+
+
+def _adt_field_types(tdef, ctors) -> tuple:
+    """``(type variable names, field type texts per constructor)`` of an ADT, for checking arguments;
+    ``((), None)`` when they cannot be written down (a field mentions a type variable not declared)."""
+    type_vars = tuple(v.name for v in tdef.type_vars)
+    fields = tuple(tuple(type_to_text(t) for t in c.inputs) for c in ctors)
+    declared = set(tdef.type_vars)
+    if len(set(type_vars)) != len(type_vars) or any(
+            not _type_vars_in(t) <= declared for c in ctors for t in c.inputs):
+        return (), None
+    return type_vars, fields
+
+
+def _type_vars_in(ty) -> set:
+    if isinstance(ty, TypeVar):
+        return {ty}
+    if isinstance(ty, TupleType):
+        return set().union(*map(_type_vars_in, ty.fields))
+    if isinstance(ty, TypeCall):
+        return set().union(*map(_type_vars_in, ty.args))
+    if isinstance(ty, FuncType):
+        return set().union(_type_vars_in(ty.ret_type), *map(_type_vars_in, ty.arg_types)) - set(ty.type_params)
+    if isinstance(ty, RefType):
+        return _type_vars_in(ty.value)
+    return set()
 
 
 def _type_of(expr):
@@ -96,7 +125,8 @@ class _ModuleCompiler:
                 continue
             type_index = len(self.adts)
             ctors = sorted(tdef.constructors, key=lambda c: c.tag)
-            self.adts.append(AdtInfo(tdef.header.name, tuple((c.name, len(c.inputs)) for c in ctors)))
+            self.adts.append(AdtInfo(tdef.header.name, tuple((c.name, len(c.inputs)) for c in ctors),
+                                     *_adt_field_types(tdef, ctors)))
             for c in ctors:
                 self.ctor_tags[(tdef.header.name, c.name)] = bc.adt_tag(type_index, c.tag)
         self.constants: list[np.ndarray] = []
@@ -154,7 +184,10 @@ class _FunctionCompiler:
         self.code: list = []
         self.num_regs = 0
         self.regs: dict[Var, int] = {}
-        self.tuple_fields: dict[int, list] = {}  # register of a tuple built here -> its fields' registers
+        # register of a tuple built here -> its fields' registers, so that a projection or a kernel
+        # argument reads the field's register instead of a GetField; dropped once a field is killed
+        self.tuple_fields: dict[int, list] = {}
+        self.tuples_holding: dict[int, set[int]] = {}  # field register -> tuples in tuple_fields using it
         self.unit_vars: set = set()
         self.named: set[int] = set()  # registers some variable names
 
@@ -208,7 +241,7 @@ class _FunctionCompiler:
             fields = [self.expr(f) for f in e.fields]
             dst = self.new_reg()
             self.emit(bc.AllocADT(0, tuple(fields), dst))
-            self.tuple_fields[dst] = fields
+            self.remember_fields(dst, fields)
             return dst
         if isinstance(e, TupleGetItem):
             obj = self.expr(e.tuple_value)
@@ -234,6 +267,20 @@ class _FunctionCompiler:
             raise UnsupportedError("the VM does not support references (ref, ref_read, ref_write); "
                                    "use the interpreter")
         raise UnsupportedError(f"{self.name}: the VM cannot compile a {type(e).__name__}")
+
+    def remember_fields(self, tuple_reg: int, fields: list) -> None:
+        self.tuple_fields[tuple_reg] = fields
+        for field in fields:
+            self.tuples_holding.setdefault(field, set()).add(tuple_reg)
+
+    def forget_fields_of(self, killed: int) -> None:
+        """``killed`` is emptied: tuples holding it must be read with GetField from now on.
+
+        Code is emitted in execution order with forward jumps only, so every read emitted after this
+        point runs after the kill (a kill in one ``if`` branch only makes the other branch and the code
+        after the merge use GetField, which is always correct)."""
+        for tuple_reg in self.tuples_holding.pop(killed, ()):
+            self.tuple_fields.pop(tuple_reg, None)
 
     def var(self, v: Var) -> int:
         try:
@@ -440,6 +487,7 @@ class _FunctionCompiler:
             target = args[0]
             if isinstance(target, Var) and target in self.regs:
                 self.emit(bc.KillRegister(self.regs[target]))
+                self.forget_fields_of(self.regs[target])
             return self.new_reg()
         if name == "device_copy":
             src = self.expr(args[0])

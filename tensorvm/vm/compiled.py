@@ -24,10 +24,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import ExecutionError
-from ..runtime.object import ADT, Closure
+from ..runtime.object import ADT
 from . import bytecode as bc
 from .shape_plan import shape_plan
 from .vm import (
+    VMClosure,
     _constant_registers,
     _immediate_only_registers,
     _offset,
@@ -60,7 +61,7 @@ def trampoline(result):
 
 
 def _closure_target(funcs, clo, nargs: int):
-    if clo.__class__ is not Closure:
+    if clo.__class__ is not VMClosure:
         raise ExecutionError(f"invoke_closure: expected a closure, got {type(clo).__name__}")
     fn = funcs[clo.func_index]
     if len(clo.free_vars) + nargs != fn.__code__.co_argcount:
@@ -285,7 +286,7 @@ class _FunctionEmitter:
         if op == O.AllocClosure:
             name = self.exe.functions[ins.func_index].name
             free = regs(ins.free_vars) + ("," if len(ins.free_vars) == 1 else "")
-            return f"r{ins.dst} = Closure({ins.func_index}, ({free}), {name!r})"
+            return f"r{ins.dst} = Closure({ins.func_index}, ({free}), {name!r}, OWNER)"
         if op == O.ShapeOf:
             return f"r{ins.dst} = {'shape_of_t' if ins.dst in tuple_regs else 'shape_of'}(r{ins.tensor})"
         if op == O.ReshapeTensor:
@@ -369,7 +370,8 @@ def instantiate(exe, builtins: dict, kernels: list, shape_forms: list | None = N
     functions (``T<i>``; the plain ones when not given)."""
     source = exe.compiled_source()
     namespace = {
-        "__builtins__": __builtins__, "ADT": ADT, "Closure": Closure, "TailCall": TailCall,
+        "__builtins__": __builtins__, "ADT": ADT, "Closure": VMClosure, "OWNER": exe.closure_owner,
+        "TailCall": TailCall,
         "trampoline": trampoline, "closure_target": _closure_target, "flatten_args": flatten_args,
         "shape_nbytes": shape_nbytes, "ExecutionError": ExecutionError, "scalar": _scalar, "offset": _offset,
         "alloc": builtins["alloc"], "view": builtins["view"], "view_reg": builtins["view_reg"],

@@ -2,8 +2,8 @@
 
 An executable is data: VM functions (bytecode plus parameter names and types), a constant pool of NumPy
 arrays, a kernel table in packed-index order (each kernel names the primitive function it is built from,
-whose Relay text is kept so that a loaded executable can rebuild it), and the ADT constructor table that
-gives bytecode tags their names. Kernels are built when first needed (``kernels``): NumPy callables for
+whose Relay text is kept so that a loaded executable can rebuild it), and the ADT table that gives
+bytecode tags their names (with each ADT's field types, for checking arguments). Kernels are built when first needed (``kernels``): NumPy callables for
 target "python" (``kernel_python``), one compiled C library for target "c" (``kernel_c``; shape functions
 stay Python). ``save``/``save_bytes`` write the binary format of docs/executable-format.md;
 ``tensorvm.vm.load_executable`` reads it back.
@@ -49,13 +49,27 @@ class PrimitiveInfo:
 
 @dataclass(frozen=True)
 class AdtInfo:
-    """An ADT of the program: its name and ``(constructor name, arity)`` pairs in tag order."""
+    """An ADT of the program: its name and ``(constructor name, arity)`` pairs in tag order.
+
+    ``type_vars`` (names) and ``field_types`` (per constructor, its fields' types as text in the syntax of
+    ``serialize.type_to_text``) describe the definition, so the VM can check ADT arguments like the
+    interpreter; ``field_types`` is ``None`` when unknown (hand-built executables, format version 1/2).
+    """
 
     name: str
     constructors: tuple = ()
+    type_vars: tuple = ()
+    field_types: tuple | None = None
 
     def __post_init__(self):
         object.__setattr__(self, "constructors", tuple((str(n), int(a)) for n, a in self.constructors))
+        object.__setattr__(self, "type_vars", tuple(str(v) for v in self.type_vars))
+        if self.field_types is not None:
+            fields = tuple(tuple(str(t) for t in ctor_fields) for ctor_fields in self.field_types)
+            if [len(f) for f in fields] != [arity for _, arity in self.constructors]:
+                raise ValueError(f"ADT {self.name}: field types {fields} do not match the constructor arities "
+                                 f"{self.constructors}")
+            object.__setattr__(self, "field_types", fields)
 
 
 class ExecutableStats(dict):
@@ -108,6 +122,10 @@ class Executable:
             raise ValueError("two VM functions have the same name")
         self._kernels = list(self.kernel_overrides) if self.kernel_overrides is not None else None
         self._python_source = None
+        self._type_definitions = None
+        # Identifies this program for the closures its VMs make (shared by ``with_exec_mode``): a closure
+        # holds a function index, which means nothing to another executable.
+        self.closure_owner = object()
 
     # --- lookup -----------------------------------------------------------------------------------
     @property
@@ -120,6 +138,27 @@ class Executable:
         except KeyError:
             raise KeyError(f"no VM function {name!r}; have {', '.join(self.global_map)}") from None
 
+    def type_definitions(self) -> dict:
+        """``{GlobalTypeVar: TypeData}`` for the ADTs whose field types are known (rebuilt from ``adts``)."""
+        if self._type_definitions is None:
+            from ..ir.expr import Constructor
+            from ..ir.types import GlobalTypeVar, TypeData, TypeVar
+            from .serialize import text_to_type
+
+            names = [adt.name for adt in self.adts]
+            definitions = {}
+            for adt in self.adts:
+                if adt.field_types is None:
+                    continue
+                type_vars = {name: TypeVar(name) for name in adt.type_vars}
+                header = GlobalTypeVar(adt.name)
+                ctors = tuple(
+                    Constructor(name, tuple(text_to_type(t, names, type_vars) for t in fields), header, tag)
+                    for tag, ((name, _), fields) in enumerate(zip(adt.constructors, adt.field_types, strict=True)))
+                definitions[header] = TypeData(header, tuple(type_vars.values()), ctors)
+            self._type_definitions = definitions
+        return self._type_definitions
+
     def get_function_params(self, name: str) -> tuple:
         return self.function(name).params
 
@@ -129,9 +168,11 @@ class Executable:
                 for c, (name, _) in enumerate(adt.constructors)}
 
     def with_exec_mode(self, exec_mode: str) -> Executable:
-        """The same program to run in another exec mode (kernels are shared)."""
-        return Executable(self.functions, self.constants, self.primitives, dict(self.prim_texts), self.adts,
-                          exec_mode, self.target, dict(self.prim_functions), self._kernels, self.c_library)
+        """The same program to run in another exec mode (kernels and closures are shared)."""
+        other = Executable(self.functions, self.constants, self.primitives, dict(self.prim_texts), self.adts,
+                           exec_mode, self.target, dict(self.prim_functions), self._kernels, self.c_library)
+        other.closure_owner = self.closure_owner
+        return other
 
     # --- kernels ----------------------------------------------------------------------------------
     @property

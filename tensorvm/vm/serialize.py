@@ -5,10 +5,11 @@ every count is checked against the bytes that remain, the bytecode is verified (
 function/constant/kernel indexes), and primitive functions are rebuilt by *parsing* their Relay text.
 Anything wrong raises ``FormatError``.
 
-Version 2 adds optional sections after ``CODE``; the one defined is ``CLIB`` (target "c": the C source of
-the kernel library, kept for reading). The loader never compiles or loads that text: it regenerates the
-C from the primitive functions with tensorvm's own code generator (a cache hit when it is unchanged)
-and only records whether the saved text matches.
+Version 2 adds optional sections after ``CODE``: ``CLIB`` (target "c": the C source of the kernel library,
+kept for reading). The loader never compiles or loads that text: it regenerates the C from the primitive
+functions with tensorvm's own code generator (a cache hit when it is unchanged) and only records whether
+the saved text matches. Version 3 adds the optional ``ATYP`` section before ``CLIB``: the type variables
+of each ADT and its constructors' field types, with which the VM checks ADT arguments.
 
 Types (parameter and result types) are stored as short text in a Relay-like syntax written and read by
 this module (``type_to_text``/``text_to_type``), so the format does not depend on the full parser.
@@ -42,10 +43,11 @@ from .executable import EXEC_MODES, AdtInfo, Executable, PrimitiveInfo
 __all__ = ["MAGIC", "FORMAT_VERSION", "executable_to_bytes", "load_executable", "type_to_text", "text_to_type"]
 
 MAGIC = b"\x89TVMEXE\n"
-FORMAT_VERSION = 2
-READABLE_VERSIONS = (1, 2)  # version 1: the same layout without optional sections
+FORMAT_VERSION = 3
+READABLE_VERSIONS = (1, 2, 3)  # version 1: no optional sections; version 2: no ATYP
 SECTIONS = (b"GLOB", b"ADTS", b"CNST", b"PRIM", b"CODE")
-OPTIONAL_SECTIONS = (b"CLIB",)
+OPTIONAL_SECTIONS = (b"ATYP", b"CLIB")
+_FIRST_VERSION = {b"ATYP": 3, b"CLIB": 2}
 _CHECKSUM_SIZE = 32  # SHA-256
 _KIND_CODES = {"kernel": 0, "shape_func": 1}
 TARGETS = ("python", "c")
@@ -79,8 +81,12 @@ def type_to_text(ty) -> str:
 _TOKEN = re.compile(r"\s*(->|[A-Za-z_][A-Za-z0-9_.]*|\d+|[\[\](),?])")
 
 
-def text_to_type(text: str, adt_names=()):
-    """Read ``type_to_text``'s output; names in ``adt_names`` are ADTs, other names type variables."""
+def text_to_type(text: str, adt_names=(), type_vars: dict | None = None):
+    """Read ``type_to_text``'s output; names in ``adt_names`` are ADTs, other names type variables.
+
+    ``type_vars`` maps names to the ``TypeVar`` objects to use (new ones are added to it), so several
+    texts can share type variables (the fields of an ADT's constructors); by default each text has its own.
+    """
     if not text:
         return None
     tokens, pos = [], 0
@@ -93,7 +99,7 @@ def text_to_type(text: str, adt_names=()):
         tokens.append(m.group(1))
         pos = m.end()
     adts = set(adt_names)
-    type_vars: dict[str, TypeVar] = {}
+    type_vars = {} if type_vars is None else type_vars
     index = 0
 
     def peek():
@@ -215,6 +221,8 @@ def executable_to_bytes(exe: Executable) -> bytes:
     w.u32(0)  # flags, reserved
     w.str(exe.exec_mode)
     w.str(exe.target)
+    if any(adt.field_types is not None for adt in exe.adts):
+        sections[b"ATYP"] = _write_adt_types(exe)
     if exe.target == "c":
         sections[b"CLIB"] = _write_c_library(exe)
     for tag in SECTIONS + OPTIONAL_SECTIONS:
@@ -251,6 +259,23 @@ def _write_adts(exe) -> bytes:
         for name, arity in adt.constructors:
             w.str(name)
             w.u32(arity)
+    return bytes(w.buf)
+
+
+def _write_adt_types(exe) -> bytes:
+    """Per ADT of ``ADTS`` (same order): a u8 flag (1: types known), then the type variables' names and,
+    per constructor, its field types as text."""
+    w = _Writer()
+    for adt in exe.adts:
+        w.u8(adt.field_types is not None)
+        if adt.field_types is None:
+            continue
+        w.u32(len(adt.type_vars))
+        for name in adt.type_vars:
+            w.str(name)
+        for fields in adt.field_types:
+            for text in fields:
+                w.str(text)
     return bytes(w.buf)
 
 
@@ -405,8 +430,8 @@ def _parse(data: bytes) -> Executable:
         sections[tag] = bytes(r.take(r.u64()))
     while version >= 2 and r.remaining():  # optional sections, each at most once, in their order
         tag = bytes(r.take(4))
-        if tag not in OPTIONAL_SECTIONS:
-            raise FormatError(f"unknown section {tag!r} at offset {r.pos - 4}")
+        if tag not in OPTIONAL_SECTIONS or version < _FIRST_VERSION[tag]:
+            raise FormatError(f"unknown section {tag!r} at offset {r.pos - 4} (format version {version})")
         if tag in sections or any(t in sections for t in OPTIONAL_SECTIONS[OPTIONAL_SECTIONS.index(tag) + 1:]):
             raise FormatError(f"section {tag.decode()} is repeated or out of order")
         sections[tag] = bytes(r.take(r.u64()))
@@ -420,6 +445,8 @@ def _parse(data: bytes) -> Executable:
         clib.done()
 
     adts = _read_adts(_Reader(sections[b"ADTS"], "ADTS section"))
+    if b"ATYP" in sections:
+        adts = _read_adt_types(_Reader(sections[b"ATYP"], "ATYP section"), adts)
     adt_names = {a.name for a in adts}
     globals_ = _read_globals(_Reader(sections[b"GLOB"], "GLOB section"), adt_names)
     constants = _read_constants(_Reader(sections[b"CNST"], "CNST section"))
@@ -464,6 +491,31 @@ def _read_adts(r: _Reader) -> list:
     if len(set(names)) != len(names):
         raise FormatError("ADTS section: a constructor name appears twice")
     return adts
+
+
+def _read_adt_types(r: _Reader, adts: list) -> list:
+    names = [a.name for a in adts]
+    out = []
+    for adt in adts:
+        if not r.u8():
+            out.append(adt)
+            continue
+        type_vars = tuple(r.str() for _ in range(r.count(4, "type variable")))
+        if len(set(type_vars)) != len(type_vars) or set(type_vars) & set(names):
+            raise FormatError(f"ATYP section: bad type variables {type_vars} of {adt.name}")
+        shared: dict = {}
+        fields = []
+        for _, arity in adt.constructors:
+            texts = tuple(r.str() for _ in range(arity))
+            for text in texts:  # parsed now, so a bad type is a FormatError at load time
+                text_to_type(text, names, shared)
+            fields.append(texts)
+        if set(shared) - set(type_vars):
+            raise FormatError(f"ATYP section: the fields of {adt.name} use undeclared type variables "
+                              f"{sorted(set(shared) - set(type_vars))}")
+        out.append(AdtInfo(adt.name, adt.constructors, type_vars, tuple(fields)))
+    r.done()
+    return out
 
 
 def _read_constants(r: _Reader) -> list:

@@ -20,8 +20,12 @@ Python with the same results, errors and memory statistics.
 
 Values in registers: tensors are NumPy arrays (views on ``Storage`` blocks; wrapped as ``tv.NDArray``
 only at the API boundary, which keeps kernel calls free of unwrapping), ADTs and tuples are
-``runtime.object.ADT`` (tuples have tag 0), closures are ``runtime.object.Closure``, ``GetTag`` and
-``LoadConsti`` write Python ints.
+``runtime.object.ADT`` (tuples have tag 0), closures are ``VMClosure`` (a ``runtime.object.Closure`` that
+names the program its function index belongs to), ``GetTag`` and ``LoadConsti`` write Python ints.
+
+Arguments are checked against the parameter types: tensors here, ADT values with the interpreter's
+``convert_argument`` (against the ADT definitions the executable carries), and closures must come from
+a VM running the same executable.
 """
 
 from __future__ import annotations
@@ -36,7 +40,9 @@ from operator import itemgetter
 import numpy as np
 
 from ..errors import ExecutionError, ShapeError, TensorVMError
+from ..interpreter import convert_argument, deep_recursion
 from ..ir.expr import Call, Constructor
+from ..ir.module import IRModule
 from ..ir.types import Any as AnyDim
 from ..ir.types import FuncType, GlobalTypeVar, SymDim, TensorType, TupleType, TypeCall
 from ..runtime.memory import make_allocator
@@ -45,7 +51,20 @@ from ..runtime.object import ADT, Closure
 from . import bytecode as bc
 from .shape_plan import shape_plan
 
-__all__ = ["VirtualMachine", "SKIP_RUN", "InstrumentReturn", "shape_of", "reshape_tensor"]
+__all__ = ["VirtualMachine", "VMClosure", "SKIP_RUN", "InstrumentReturn", "shape_of", "reshape_tensor"]
+
+
+class VMClosure(Closure):
+    """A closure made by a VM; ``owner`` is the ``closure_owner`` of the executable whose function index
+    it holds, so a closure cannot be passed to a VM running another program."""
+
+    __slots__ = ("owner",)
+
+    def __init__(self, func_index: int, free_vars=(), name: str = "", owner=None):
+        self.func_index = func_index
+        self.free_vars = tuple(free_vars)
+        self.name = name
+        self.owner = owner
 
 
 class InstrumentReturn(IntEnum):
@@ -221,6 +240,7 @@ class VirtualMachine:
         self._by_name = {info.name: info for info in self._funcs}
         self._adt_tags = exe.adt_tag_table()           # full tag -> (constructor index, name)
         self._adt_by_name = {name: tag for tag, (_, name) in self._adt_tags.items()}
+        self._type_module = None  # the executable's ADT definitions, for convert_argument (built when needed)
         self._instrument = None
         self._profile_recorder = None
         self._programs: dict[str, list] = {}
@@ -397,7 +417,7 @@ class VirtualMachine:
                 code.append((_ALLOC_ADT, ins.dst, ins.tag, _tuple_getter(ins.fields)))
             elif op == O.AllocClosure:
                 code.append((_ALLOC_CLOSURE, ins.dst, ins.func_index, _tuple_getter(ins.free_vars),
-                             self._funcs[ins.func_index].name))
+                             self._funcs[ins.func_index].name, self.exe.closure_owner))
             elif op == O.ReshapeTensor:
                 if ins.newshape in tuple_regs:
                     code.append((_RESHAPE_T, ins.dst, ins.tensor, ins.newshape, builtins["reshape_t"]))
@@ -547,7 +567,7 @@ class VirtualMachine:
                         regs[ins[1]] = ins[2](*ins[3](regs))[0]
                         pc += 1
                     elif op == 31:  # _ALLOC_CLOSURE
-                        regs[ins[1]] = Closure(ins[2], ins[3](regs), ins[4])
+                        regs[ins[1]] = VMClosure(ins[2], ins[3](regs), ins[4], ins[5])
                         pc += 1
                     else:  # _INVOKE_CLOSURE / _TAIL_INVOKE_CLOSURE
                         if op == 29:
@@ -556,7 +576,7 @@ class VirtualMachine:
                         else:
                             clo = regs[ins[1]]
                             argregs = ins[2]
-                        if clo.__class__ is not Closure:
+                        if clo.__class__ is not VMClosure:
                             raise ExecutionError(f"invoke_closure: expected a closure, got {type(clo).__name__}")
                         callee = funcs[clo.func_index]
                         new = [*clo.free_vars, *[regs[r] for r in argregs]]
@@ -790,30 +810,54 @@ class VirtualMachine:
             return ADT(0, [self._convert(v, t, f"{where}[{i}]", sym_dims)
                            for i, (v, t) in enumerate(zip(value, ty.fields))])
         if isinstance(ty, FuncType):
-            if not isinstance(value, Closure):
-                raise ExecutionError(f"{where}: expected a VM closure ({ty!r}), got {_describe(value)}")
-            return value
+            return self._own_closure(value, where, ty)
         if isinstance(ty, (TypeCall, GlobalTypeVar)):
-            value = _nullary_constructor_value(value)
-            if not isinstance(value, ADT):
-                raise ExecutionError(f"{where}: expected an ADT value ({ty!r}), got {_describe(value)}")
-            return self._convert_adt(value, where)
+            # the interpreter's checks (constructor of the right type, field types, symbolic dims), then
+            # the VM's form of the value
+            if self._type_module is None:
+                self._type_module = IRModule(type_definitions=self.exe.type_definitions())
+            with deep_recursion():
+                checked = convert_argument(value, ty, where, self._type_module, sym_dims)
+                return self._vm_value(checked, where)
         return self._convert_untyped(value, where)
 
-    def _convert_adt(self, value: ADT, where: str) -> ADT:
+    def _vm_value(self, value, where: str):
+        """A value in the interpreter's form (``convert_argument``) in the VM's: tuples become ADTs with tag
+        0, constructors get their bytecode tags, arrays are C-contiguous, closures must be ours."""
+        cls = value.__class__
+        if cls is np.ndarray:
+            return _contiguous(value)
+        if cls is ADT:
+            return ADT(self._vm_tag(value, where), [self._vm_value(f, where) for f in value.fields])
+        if cls is tuple:
+            return ADT(0, [self._vm_value(f, where) for f in value])
+        if isinstance(value, Closure):
+            return self._own_closure(value, where)
+        raise ExecutionError(f"{where}: cannot pass {_describe(value)} to the VM")
+
+    def _vm_tag(self, value: ADT, where: str) -> int:
         if value.constructor is None:
             if value.tag in self._adt_tags or value.tag == 0:
-                tag = value.tag  # already a VM value (e.g. a result passed back in)
-            else:
-                raise ExecutionError(f"{where}: an ADT argument needs its constructor; build it with "
-                                     f"mod.constructor(name)(...)")
-        else:
-            try:
-                tag = self._adt_by_name[value.constructor]
-            except KeyError:
-                raise ExecutionError(f"{where}: constructor {value.constructor!r} is not defined in this "
-                                     f"executable") from None
-        return ADT(tag, [self._convert_untyped(f, where) for f in value.fields])
+                return value.tag  # already a VM value (e.g. a result passed back in)
+            raise ExecutionError(f"{where}: an ADT argument needs its constructor; build it with "
+                                 f"mod.constructor(name)(...)")
+        try:
+            return self._adt_by_name[value.constructor]
+        except KeyError:
+            raise ExecutionError(f"{where}: constructor {value.constructor!r} is not defined in this "
+                                 f"executable") from None
+
+    def _own_closure(self, value, where: str, ty=None):
+        if not isinstance(value, Closure):
+            expected = f"a VM closure ({ty!r})" if ty is not None else "a VM closure"
+            raise ExecutionError(f"{where}: expected {expected}, got {_describe(value)}")
+        if value.__class__ is not VMClosure or value.owner is not self.exe.closure_owner:
+            raise ExecutionError(f"{where}: {value!r} was made by another executable (its function index means "
+                                 f"nothing here); pass a closure only to a VM running the executable that made it")
+        return value
+
+    def _convert_adt(self, value: ADT, where: str) -> ADT:
+        return ADT(self._vm_tag(value, where), [self._convert_untyped(f, where) for f in value.fields])
 
     def _convert_untyped(self, value, where: str):
         if isinstance(value, np.ndarray):
@@ -826,7 +870,7 @@ class VirtualMachine:
         if isinstance(value, tuple):
             return ADT(0, [self._convert_untyped(v, where) for v in value])
         if isinstance(value, Closure):
-            return value
+            return self._own_closure(value, where)
         if isinstance(value, (bool, np.bool_)):
             return np.asarray(value, "bool")
         if isinstance(value, int):

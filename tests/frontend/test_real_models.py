@@ -111,18 +111,6 @@ def exported(request, tmp_path_factory):
     return name, path, mod, exe, inputs
 
 
-def _invoke(vm, mod, name, args):
-    """Run on the VM. Known VM bug (reported): a projection of a dynamically shaped tuple result (the
-    recurrent layers return (Y, Y_h[, Y_c])) is compiled to a read of a register that was already killed. Until
-    it is fixed, such a model is checked on the interpreter and the VM part is an expected failure."""
-    try:
-        return vm.invoke("main", *args)
-    except tv.ExecutionError as err:
-        if "'NoneType' object has no attribute 'shape'" not in str(err) or name not in ("lstm", "gru"):
-            raise
-        pytest.xfail(f"VM codegen bug with tuple results of dynamic shape: {err}")
-
-
 def test_dynamic_axes_become_symbolic_dims(exported):
     name, _, mod, _, inputs = exported
     main = mod["main"]
@@ -146,7 +134,7 @@ def test_matches_onnxruntime_at_several_sequence_lengths(exported):
         interpreted = tv.create_executor("debug", mod).evaluate()(*feeds.values())
         first = interpreted[0] if isinstance(interpreted, tuple) else interpreted
         np.testing.assert_allclose(first.numpy(), expected[0], rtol=1e-4, atol=1e-5, err_msg="interpreter")
-        out = _invoke(vm, mod, name, list(feeds.values()))
+        out = vm.invoke("main", *feeds.values())
         outs = out if isinstance(out, tuple) else (out,)
         assert len(outs) == len(expected)
         for got, want in zip(outs, expected, strict=True):

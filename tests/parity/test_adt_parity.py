@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from parity_harness import KINDS, VM_KINDS, Runner, xfail_on
+from parity_harness import KINDS, Runner
 from programs import Con, check_result
 
 from tensorvm.errors import ExecutionError
@@ -359,28 +359,20 @@ def test_long_lists_through_non_tail_recursion(run):
 
 
 # --- ADT arguments are checked against the parameter's type -----------------------------------------
-ADT_ARGS_UNCHECKED = ("the VM converts the fields of an ADT argument without their declared types "
-                      "(tensorvm/vm/vm.py: VirtualMachine._convert_adt uses _convert_untyped), so Python "
-                      "numbers get default dtypes and wrong dtypes/constructors pass unchecked")
-
-
-def test_python_numbers_in_an_adt_argument_take_the_element_dtype(run, request):
-    xfail_on(request, run, VM_KINDS, ADT_ARGS_UNCHECKED)
+def test_python_numbers_in_an_adt_argument_take_the_element_dtype(run):
     text = "def @main(%l: List[float64]) -> float64 { @hd(%l) }"
-    check_result(run(text, make_list([1.5])), np.float64(1.5))  # the VM returns float32
+    check_result(run(text, make_list([1.5])), np.float64(1.5))
 
 
-def test_adt_argument_with_wrong_element_dtype_is_rejected(run, request):
-    xfail_on(request, run, VM_KINDS, ADT_ARGS_UNCHECKED)
+def test_adt_argument_with_wrong_element_dtype_is_rejected(run):
     text = "def @main(%l: List[float32]) -> List[float32] { @map(fn (%x: float32) -> float32 { negative(%x) }, %l) }"
     with pytest.raises(ExecutionError, match="parameter.*l.*float32"):
-        run(text, make_list([np.int32(1)]))  # the VM runs it
+        run(text, make_list([np.int32(1)]))
 
 
-def test_adt_argument_of_another_type_is_rejected(run, request):
-    xfail_on(request, run, VM_KINDS, ADT_ARGS_UNCHECKED)
+def test_adt_argument_of_another_type_is_rejected(run):
     text = """def @main(%o: Option[int32], %l: List[int32]) -> int32 {
   match (%o) { Some(%x) => add(%x, @length(%l)), None => 0, }
 }"""
     with pytest.raises(ExecutionError, match="parameter.*o"):
-        run(text, make_list([np.int32(1)]), make_list([]))  # the VM reaches a Fatal instruction instead
+        run(text, make_list([np.int32(1)]), make_list([]))

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from parity_harness import VM_KINDS, parse, xfail_on
+from parity_harness import parse
 from programs import check_result
 
 import tensorvm as tv
@@ -484,23 +484,15 @@ def test_ops_tensorvm_does_not_have():  # pragma: no cover
     pass
 
 
-# --- known VM failures -------------------------------------------------------------------------------
-TUPLE_OF_DATA_DEPENDENT_OP = (
-    "VM: the fields of a tuple produced by a data-dependent op (unique; topk with a run-time k) are "
-    "killed right after the tuple is built (memory.kill of %tensorN after `let %x1 = (%tensor3, ...)`), "
-    "but the projections %x1.0 feeding the next fused op are compiled as moves from those killed "
-    "registers: AttributeError 'NoneType' object has no attribute 'shape' at shape_of "
-    "(tensorvm/transform/manifest_lifetimes.py or tensorvm/vm/codegen.py)")
-
-
+# --- tuples of data-dependent ops -------------------------------------------------------------------
 @pytest.mark.parametrize("text, args, expected", [
     (main("%x: Tensor[(?), int32]", "%u = unique(%x); add(%u.0, 1)"),
      (np.array([3, 1, 3, 2], "int32"),), np.array([2, 3, 4], "int32")),
     (main("%x: Tensor[(?), float32], %k: int32", '%t = topk(%x, %k); add(%t.0, cast(%t.1, dtype="float32"))'),
      (np.array([1, 5, 2, 4], F32), np.int32(2)), np.array([5 + 1, 4 + 3], F32)),
 ], ids=["unique", "topk_runtime_k"])
-def test_fields_of_a_data_dependent_tuple_feed_a_fused_op(run, request, text, args, expected):
-    xfail_on(request, run, VM_KINDS, TUPLE_OF_DATA_DEPENDENT_OP)
+def test_fields_of_a_data_dependent_tuple_feed_a_fused_op(run, text, args, expected):
+    # regression: the VM read the tuple's fields from registers killed right after the tuple was built
     check_result(run(text, *args), expected)
 
 

@@ -306,10 +306,6 @@ def test_closure_returned_to_python_can_be_passed_back(run):
     check_result(run(CLOSURE_FACTORY, closure, 3, entry="apply"), np.int32(15))
 
 
-@pytest.mark.xfail(strict=True, reason="the VM accepts a Closure made by another executable (it checks only "
-                                       "isinstance(value, Closure) in VirtualMachine._convert), then calls "
-                                       "whatever function has the closure's index here: an IndexError or a "
-                                       "confusing error inside invoke_closure, or a wrong function run")
 def test_closure_from_another_executable_is_rejected_clearly():
     mod = parse(CLOSURE_FACTORY)
     other = tv.parse("def @main(%k: int32) -> fn (int32) -> int32 { fn (%x: int32) -> int32 { add(%x, %k) } }")

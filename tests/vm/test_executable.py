@@ -219,3 +219,98 @@ def test_type_text_names_type_variables_and_adts():
         text_to_type("Tensor[(1, 2), complex64]")
     with pytest.raises(FormatError):
         text_to_type("Tensor[(1, 2) float32")
+
+
+# --- ADT definitions (section ATYP, format version 3) ----------------------------------------------
+ADT_PROGRAM = """
+type Pair[A, B] { MkPair(A, List[B]), Single(fn (A) -> B), Empty, }
+def @first(%p: Pair[float32, int32]) -> float32 {
+  match (%p) { MkPair(%a, _) => %a, Single(_) => 0f, Empty => -1f, }
+}
+def @main(%p: Pair[float32, int32]) -> float32 { @first(%p) }
+"""
+
+
+def _sections(data: bytes) -> tuple[int, dict]:
+    """``(offset of the first section, {tag: (start, end) of the section including its header})``."""
+    pos = len(MAGIC) + 8
+    for _ in range(2):  # exec mode, target
+        pos += 4 + struct.unpack_from("<I", data, pos)[0]
+    first, found, body_end = pos, {}, len(data) - 32
+    while pos < body_end:
+        tag, size = bytes(data[pos:pos + 4]), struct.unpack_from("<Q", data, pos + 4)[0]
+        found[tag] = (pos, pos + 12 + size)
+        pos += 12 + size
+    return first, found
+
+
+def _without_section(data: bytes, tag: bytes, version: int) -> bytes:
+    _, found = _sections(data)
+    start, end = found[tag]
+    body = bytearray(data[:start] + data[end:-32])
+    struct.pack_into("<I", body, len(MAGIC), version)
+    return _resealed(bytes(body))
+
+
+def test_adt_definitions_survive_save_and_load():
+    exe = tv.vm.compile(tv.parse(ADT_PROGRAM))
+    pair = next(a for a in exe.adts if a.name == "Pair")
+    assert pair.type_vars == ("A", "B")
+    assert pair.field_types == (("A", "List[B]"), ("fn (A) -> B",), ())
+    data = exe.save_bytes()
+    assert b"ATYP" in _sections(data)[1]
+    loaded = load_executable(data)
+    assert loaded.adts == exe.adts and loaded.save_bytes() == data
+    tdef = loaded.type_definitions()[GlobalTypeVar("Pair")]
+    a, b = tdef.type_vars
+    mk_pair, single, empty = tdef.constructors
+    assert mk_pair.inputs[0] is a and mk_pair.inputs[1] == TypeCall(GlobalTypeVar("List"), (b,))
+    assert mk_pair.inputs[1].args[0] is b and single.inputs[0] == FuncType((a,), b) and empty.inputs == ()
+    mk = tv.parse(ADT_PROGRAM).constructor("MkPair")
+    make_list = tv.prelude.make_list
+    # the loaded definitions check arguments: Python numbers take the field types, wrong dtypes fail
+    assert VirtualMachine(loaded).invoke("main", mk(2.5, make_list([1, 2]))).numpy() == np.float32(2.5)
+    with pytest.raises(tv.ExecutionError, match=r"parameter 'p'\.MkPair\[1\]\.Cons\[0\] expects int32"):
+        VirtualMachine(loaded).invoke("main", mk(np.float32(1), make_list([np.float32(1)])))
+
+
+def test_a_version_2_file_without_adt_types_loads_and_runs_unchecked():
+    exe = tv.vm.compile(tv.parse(ADT_PROGRAM))
+    old = _without_section(exe.save_bytes(), b"ATYP", 2)
+    loaded = load_executable(old)
+    assert all(a.field_types is None for a in loaded.adts) and loaded.type_definitions() == {}
+    mk = tv.parse(ADT_PROGRAM).constructor("MkPair")
+    result = VirtualMachine(loaded).invoke("main", mk(np.float32(4), tv.prelude.make_list([])))
+    assert result.numpy() == np.float32(4)
+    # ATYP is a version-3 section
+    newer = bytearray(exe.save_bytes()[:-32])
+    struct.pack_into("<I", newer, len(MAGIC), 2)
+    with pytest.raises(FormatError, match="unknown section b'ATYP'"):
+        load_executable(_resealed(bytes(newer)))
+
+
+@pytest.mark.parametrize("bad, message", [
+    ("Tensor[(2,), complex64]", "unknown dtype"),
+    ("C", "undeclared type variables"),
+])
+def test_bad_adt_types_are_format_errors(bad, message):
+    exe = tv.vm.compile(tv.parse(ADT_PROGRAM))
+    exe.adts = [tv.vm.AdtInfo(a.name, a.constructors, a.type_vars, (("A", bad), ("fn (A) -> B",), ()))
+                if a.name == "Pair" else a for a in exe.adts]
+    with pytest.raises(FormatError, match=message):
+        load_executable(exe.save_bytes())
+
+
+@given(data=st.data())
+@settings(max_examples=40, deadline=None)
+def test_fuzzed_adt_types_load_or_raise_format_error(data):
+    original = _SUM_UP_BYTES.setdefault("adt", tv.vm.compile(tv.parse(ADT_PROGRAM)).save_bytes())
+    start, end = _sections(original)[1][b"ATYP"]
+    body = bytearray(original[:-32])
+    for _ in range(data.draw(st.integers(1, 3))):
+        body[data.draw(st.integers(start + 12, end - 1))] ^= data.draw(st.integers(1, 255))
+    try:
+        exe = load_executable(_resealed(bytes(body)))
+    except FormatError:
+        return
+    exe.type_definitions()  # what loaded must rebuild

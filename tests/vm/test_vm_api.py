@@ -266,3 +266,66 @@ def test_compile_options_and_python_view():
     assert "def f0(r0, r1):  # main(x, y)" in source and "shape_func_fused_add" in source
     assert exe.exec_mode == "compiled"
     assert tv.vm.load_executable(exe.save_bytes()).exec_mode == "compiled"
+
+
+def test_adt_arguments_are_checked_against_their_declared_types(mode):
+    # the interpreter is the oracle for what is accepted and how it is converted
+    text = """
+def @main(%l: List[Tensor[(n), float64]], %x: Tensor[(n), float64]) -> Tensor[(n), float64] {
+  match (%l) { Cons(%h, _) => add(%h, %x), Nil => %x, }
+}
+"""
+    vm = vm_for(text, mode)
+    debug = tv.create_executor("debug", tv.parse(text)).evaluate()
+    x = np.arange(3.0)
+    for good in (make_list([[1, 2, 3]]), make_list([np.ones(3), np.zeros(3)]), make_list([])):
+        got, want = vm.invoke("main", good, x), debug(good, x)
+        assert got.dtype == want.dtype == "float64"
+        np.testing.assert_array_equal(got.numpy(), want.numpy())
+    with pytest.raises(ExecutionError, match=r"parameter 'l'\.Cons\[0\] expects Tensor\[\(n\), float64\]"):
+        vm.invoke("main", make_list([np.ones(3, "float32")]), x)
+    with pytest.raises(ShapeError, match=r"parameter 'x'.*n"):  # n bound by the list's element
+        vm.invoke("main", make_list([np.ones(2)]), x)
+    with pytest.raises(ShapeError, match=r"parameter 'l'\.Cons\[1\]\.Cons\[0\] .* of rank 1"):
+        vm.invoke("main", make_list([np.ones(3), 1.5]), x)
+    with pytest.raises(ExecutionError, match="parameter 'l' expects a value of type List, got a Some value"):
+        vm.invoke("main", tv.prelude.make_some(np.ones(3)), x)
+    with pytest.raises(ExecutionError, match="parameter 'l'.*got a Python int"):
+        vm.invoke("main", 3, x)
+
+
+def test_adt_inside_a_tuple_argument_is_checked(mode):
+    vm = vm_for("def @main(%t: (int32, Option[float64])) -> float64 { match (%t.1) { Some(%v) => %v, None => 0f64, } }",
+                mode)
+    assert vm.invoke("main", (1, tv.prelude.make_some(2.5))).numpy() == np.float64(2.5)
+    with pytest.raises(ExecutionError, match=r"parameter 't'.*Some\[0\] expects float64"):
+        vm.invoke("main", (1, tv.prelude.make_some(np.float32(2.5))))
+
+
+CLOSURES = """
+def @make(%k: int32) -> fn (int32) -> int32 { fn (%x: int32) -> int32 { add(%x, %k) } }
+def @apply(%f: fn (int32) -> int32, %y: int32) -> int32 { %f(%y) }
+def @apply_first(%fs: List[fn (int32) -> int32]) -> int32 { match (%fs) { Cons(%f, _) => %f(1), Nil => 0, } }
+def @main(%k: int32) -> int32 { @apply(@make(%k), 1) }
+"""
+
+
+def test_closures_are_accepted_only_by_their_executable(mode):
+    exe = tv.vm.compile(tv.parse(CLOSURES), exec_mode=mode)
+    vm = VirtualMachine(exe)
+    closure = vm.invoke("make", 5)
+    assert vm.invoke("apply", closure, 3).numpy() == 8
+    assert vm.invoke("apply_first", make_list([closure])).numpy() == 6
+    # another VM of the same executable, or of it in the other exec mode, shares the function table
+    assert VirtualMachine(exe).invoke("apply", closure, 4).numpy() == 9
+    other_mode = "compiled" if mode == "bytecode" else "bytecode"
+    assert VirtualMachine(exe.with_exec_mode(other_mode)).invoke("apply", closure, 4).numpy() == 9
+    # the same text compiled again, a loaded copy, and a different program are other executables
+    for foreign_exe in (tv.vm.compile(tv.parse(CLOSURES), exec_mode=mode), tv.vm.load_executable(exe.save_bytes())):
+        foreign = VirtualMachine(foreign_exe)
+        with pytest.raises(ExecutionError, match="parameter 'f': .*made by another executable"):
+            foreign.invoke("apply", closure, 3)
+        with pytest.raises(ExecutionError, match="parameter 'fs': .*made by another executable"):
+            foreign.invoke("apply_first", make_list([closure]))
+    with pytest.raises(ExecutionError, match="parameter 'f': expected a VM closure"):
+        vm.invoke("apply", lambda x: x, 3)
