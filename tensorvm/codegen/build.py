@@ -42,7 +42,7 @@ from ..errors import UnsupportedError
 
 __all__ = [
     "CompilerError", "Toolchain", "BuildInfo", "Library", "find_toolchain", "cache_dir", "build_library",
-    "build_stats", "reset_toolchain", "set_num_threads",
+    "build_stats", "reset_toolchain", "set_num_threads", "kernel_threads",
 ]
 
 _BASE_FLAGS = ("-O3", "-fPIC", "-shared", "-std=gnu11", "-fwrapv", "-fno-math-errno", "-fno-trapping-math")
@@ -124,6 +124,18 @@ def set_num_threads(count: int | None):
         for cdll in _LOADED.values():
             if isinstance(cdll, ctypes.CDLL):
                 _apply_threads(cdll)
+
+
+def kernel_threads() -> int:
+    """How many threads the generated kernels' parallel loops use (1 without OpenMP)."""
+    if _TOOLCHAIN is not None and not _TOOLCHAIN.openmp:
+        return 1
+    if _NUM_THREADS[0] is not None:
+        return _NUM_THREADS[0]
+    value = os.environ.get("OMP_NUM_THREADS", "").split(",")[0].strip()
+    if value.isdigit() and int(value) > 0:
+        return int(value)
+    return os.cpu_count() or 1
 
 
 def _apply_threads(cdll):

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections import Counter
 from dataclasses import dataclass
 
 from ..errors import UnsupportedError
@@ -33,6 +34,7 @@ from .loop_ir import (
     Allocate,
     Assert,
     BufferLoad,
+    Dispatch,
     Evaluate,
     For,
     IfThenElse,
@@ -40,10 +42,12 @@ from .loop_ir import (
     PrimFunc,
     Seq,
     Store,
+    find_dispatch,
 )
 
-__all__ = ["emit_kernel", "emit_library", "emit_python_wrappers", "PYTHON_BAD_ARGUMENTS", "EmittedKernel", "C_TYPES", "PRELUDE", "ERROR_DIVIDE_BY_ZERO",
-           "ERROR_INDEX", "ERROR_OUT_OF_MEMORY", "RUNTIME_ERRORS"]
+__all__ = ["emit_kernel", "emit_library", "emit_python_wrappers", "PYTHON_BAD_ARGUMENTS", "EmittedKernel", "EmitOptions",
+           "C_TYPES", "PRELUDE", "prelude", "ERROR_DIVIDE_BY_ZERO", "ERROR_INDEX", "ERROR_OUT_OF_MEMORY",
+           "RUNTIME_ERRORS"]
 
 C_TYPES = {
     "bool": "bool", "int8": "int8_t", "int16": "int16_t", "int32": "int32_t", "int64": "int64_t",
@@ -96,17 +100,20 @@ static inline void tv_fail(int32_t* err, int32_t code) { __atomic_store_n(err, c
   static inline T tv_min_##S(T a, T b) { return a < b ? a : b; }                                   \
   static inline T tv_max_##S(T a, T b) { return a > b ? a : b; }                                   \
   static inline T tv_shl_##S(T a, T b) { return (uint64_t)b < BITS ? (T)((U)a << b) : (T)0; }      \
-  static inline T tv_ipow_##S(T a, T b, int32_t* err) {                                            \
-    if (b < 0) {                                                                                   \
-      if (a == 0) { tv_fail(err, 1001); return 0; }                                                \
-      return a == 1 ? (T)1 : (a == (T)-1 ? ((b & 1) ? (T)-1 : (T)1) : (T)0);                      \
-    }                                                                                              \
-    U base = (U)a, result = 1; uint64_t e = (uint64_t)b;                                           \
+  static inline T tv_upow_##S(U base, uint64_t e) {                                                \
+    U result = 1;                                                                                  \
     while (e) { if (e & 1) result = (U)(result * base); base = (U)(base * base); e >>= 1; }        \
     return (T)result;                                                                              \
   }
 #define TV_SIGNED(T, S, U, BITS)                                                                     \
   TV_INT_COMMON(T, S, U, BITS)                                                                     \
+  static inline T tv_ipow_##S(T a, T b, int32_t* err) {                                            \
+    if (b < 0) {                                                                                   \
+      if (a == 0) { tv_fail(err, 1001); return 0; }                                                \
+      return a == 1 ? (T)1 : (a == (T)-1 ? ((b & 1) ? (T)-1 : (T)1) : (T)0);                      \
+    }                                                                                              \
+    return tv_upow_##S((U)a, (uint64_t)b);                                                         \
+  }                                                                                                \
   static inline T tv_shr_##S(T a, T b) { return (uint64_t)b < BITS ? (T)(a >> b) : (a < 0 ? (T)-1 : (T)0); } \
   static inline T tv_truncdiv_##S(T a, T b, int32_t* err) {                                        \
     if (b == 0) { tv_fail(err, 1001); return 0; }                                                  \
@@ -133,6 +140,7 @@ static inline void tv_fail(int32_t* err, int32_t code) { __atomic_store_n(err, c
   static inline T tv_abs_##S(T a) { return a < 0 ? (T)(0 - (U)a) : a; }
 #define TV_UNSIGNED(T, S, BITS)                                                                      \
   TV_INT_COMMON(T, S, T, BITS)                                                                     \
+  static inline T tv_ipow_##S(T a, T b, int32_t* err) { (void)err; return tv_upow_##S(a, (uint64_t)b); } \
   static inline T tv_shr_##S(T a, T b) { return (uint64_t)b < BITS ? (T)(a >> b) : (T)0; }         \
   static inline T tv_truncdiv_##S(T a, T b, int32_t* err) {                                        \
     if (b == 0) { tv_fail(err, 1001); return 0; } return (T)(a / b); }                             \
@@ -194,19 +202,61 @@ _C_KEYWORDS = {
 _C_KEYWORDS |= set(_FLOAT_FUNCS.values()) | {f + "f" for f in _FLOAT_FUNCS.values()}
 
 
+def prelude(static_functions: bool = False) -> str:
+    """The helper definitions every kernel needs (``PRELUDE``). With ``static_functions`` the one
+    exported helper, ``tv_set_num_threads``, is ``static inline`` too, so that a translation unit
+    exports nothing but its kernels (the AOT flow)."""
+    if not static_functions:
+        return PRELUDE
+    return PRELUDE.replace("__attribute__((weak)) int32_t tv_set_num_threads",
+                           "static inline int32_t tv_set_num_threads")
+
+
+@dataclass(frozen=True)
+class EmitOptions:
+    """How kernels are printed. The defaults give the shared-library form the rest of the code generator
+    builds; the AOT flow asks for kernels private to its translation unit.
+
+    * ``storage``: written before each function definition, e.g. ``"static"`` (default: none, exported);
+    * ``alloc`` / ``free``: the functions heap temporaries come from and go back to (``void* alloc(size_t)``,
+      ``void free(void*)``), e.g. a workspace's stack allocator;
+    * ``parallel``: False drops the ``omp parallel`` pragmas (the kernels then run serially);
+    * ``parallel_guard`` / ``simd_guard``: preprocessor conditions put around the ``omp parallel`` and
+      ``omp simd`` pragmas (``"defined(_OPENMP)"``), so that compilers without OpenMP see no unknown pragma.
+    """
+
+    storage: str = ""
+    alloc: str = "malloc"
+    free: str = "free"
+    parallel: bool = True
+    parallel_guard: str = ""
+    simd_guard: str = ""
+
+
+_DEFAULT_OPTIONS = EmitOptions()
+
+
 @dataclass(frozen=True)
 class EmittedKernel:
-    """A kernel's C function text and its error table (code -> message)."""
+    """A kernel's C function text and its error table (code -> message).
+
+    ``source`` holds the kernel function, preceded by its dispatch function ``<name>_dispatch`` when the
+    kernel has variants (see ``loop_ir.Dispatch``); ``prototype`` is the kernel's declaration and
+    ``variants`` the names of its variants in dispatch order (the last one runs when no condition holds;
+    empty without variants).
+    """
 
     name: str
     source: str
     errors: dict
     func: PrimFunc
+    prototype: str = ""
+    variants: tuple = ()
 
 
-def emit_library(kernels: list[EmittedKernel]) -> str:
+def emit_library(kernels: list[EmittedKernel], static_functions: bool = False) -> str:
     """One C translation unit: the prelude and every kernel."""
-    return PRELUDE + "\n" + "\n".join(k.source for k in kernels)
+    return prelude(static_functions) + "\n" + "\n".join(k.source for k in kernels)
 
 
 PYTHON_BAD_ARGUMENTS = -1  # a Python wrapper's code for arguments that do not fit (checked again in Python)
@@ -255,7 +305,7 @@ PyMODINIT_FUNC PyInit_{module_name}(void) {{ return PyModule_Create(&tvpy_module
 def _python_wrapper(kernel: EmittedKernel) -> str:
     func = kernel.func
     count = len(func.params)
-    prototype = kernel.source.split("\n", 1)[0].rstrip(" {") + ";"
+    prototype = kernel.prototype or kernel.source.split("\n", 1)[0].rstrip(" {") + ";"
     checks, args = [], []
     for i, buf in enumerate(func.params):
         cond = [f'tvpy_is(&v[{i}], "{_BUFFER_FORMATS[buf.dtype]}", {_itemsize(buf.dtype)})',
@@ -293,16 +343,21 @@ done:
 """
 
 
-def emit_kernel(func: PrimFunc) -> EmittedKernel:
-    emitter = _Emitter(func)
-    return EmittedKernel(func.name, emitter.run(), dict(emitter.errors), func)
+def emit_kernel(func: PrimFunc, options: EmitOptions | None = None) -> EmittedKernel:
+    emitter = _Emitter(func, options or _DEFAULT_OPTIONS)
+    source = emitter.run()
+    dispatch = find_dispatch(func.body)
+    return EmittedKernel(func.name, source, dict(emitter.errors), func, emitter.prototype,
+                         tuple(dispatch.names) if dispatch is not None else ())
 
 
 class _Emitter:
-    def __init__(self, func: PrimFunc):
+    def __init__(self, func: PrimFunc, options: EmitOptions = _DEFAULT_OPTIONS):
         if not re.fullmatch(r"[A-Za-z_]\w*", func.name):
             raise UnsupportedError(f"codegen: {func.name!r} is not a valid C function name")
         self.func = func
+        self.options = options
+        self.prototype = ""
         self.names: dict = {}  # id(var or buffer) -> C name
         self.used: set = set(_C_KEYWORDS)
         self.nonneg: set = set()  # ids of vars known to be >= 0
@@ -329,19 +384,59 @@ class _Emitter:
 
     def run(self) -> str:
         f = self.func
+        restrict = " restrict" if f.restrict else ""
         params = []
         for i, buf in enumerate(f.params):
             qualifier = "const " if i < f.num_inputs else ""
-            params.append(f"{qualifier}{C_TYPES[buf.dtype]}* restrict {self.name(buf, buf.name)}")
+            params.append(f"{qualifier}{C_TYPES[buf.dtype]}*{restrict} {self.name(buf, buf.name)}")
+        dims = []
         for v in f.dim_params:
-            params.append(f"int64_t {self.name(v, v.name)}")
+            dims.append(f"int64_t {self.name(v, v.name)}")
             self.nonneg.add(id(v))
-        self.lines.append(f"int32_t {f.name}({', '.join(params) or 'void'}) {{")
+        signature = f"int32_t {f.name}({', '.join(params + dims) or 'void'})"
+        self.prototype = signature + ";"
+        storage = self.options.storage + " " if self.options.storage else ""
+        self.lines.append(f"{storage}{signature} {{")
         self.lines.append("  int32_t tv_err = 0;")
         self.stmt(f.body, 1)
         self.lines.append("  return tv_err;")
         self.lines.append("}")
-        return "\n".join(self.lines) + "\n"
+        self._mark_unused(2, [self.names[id(p)] for p in f.params + f.dim_params])
+        self._mark_unused_constants()
+        head = self._dispatch_function(storage, dims)
+        return head + "\n".join(self.lines) + "\n"
+
+    def _mark_unused(self, at: int, names: list, lines: list | None = None):
+        """``(void)name;`` for parameters the body never reads (a tuple field a kernel ignores), so
+        that ``-Wextra`` stays quiet."""
+        lines = self.lines if lines is None else lines
+        counts = Counter(re.findall(r"\w+", "\n".join(lines[at:])))
+        unused = [n for n in names if not counts[n]]
+        if unused:
+            lines.insert(at, "  " + " ".join(f"(void){n};" for n in unused))
+
+    def _mark_unused_constants(self):
+        """``(void)name;`` after a ``const`` binding nothing reads (a dim of an unused tuple field)."""
+        counts = Counter(re.findall(r"\w+", "\n".join(self.lines)))
+        for i, line in enumerate(self.lines):
+            match = re.match(r"\s*const [\w ]+? (\w+) = .*;$", line)
+            if match and counts[match.group(1)] == 1:
+                self.lines[i] = f"{line} (void){match.group(1)};"
+
+    def _dispatch_function(self, storage: str, dims: list) -> str:
+        """``int32_t <kernel>_dispatch(dims...)``: the index of the variant to run for these dims."""
+        dispatch = find_dispatch(self.func.body)
+        if dispatch is None:
+            return ""
+        lines = [f"/* Variants of {self.func.name}: "
+                 + ", ".join(f"{i} {n}" for i, n in enumerate(dispatch.names)) + ". */",
+                 f"{storage}int32_t {self.func.name}_dispatch({', '.join(dims) or 'void'}) {{",
+                 "  int32_t tv_err = 0;"]
+        for index, case in enumerate(dispatch.cases):
+            lines.append(f"  if ({self.expr(case.condition)}) return {index};")
+        lines += ["  (void)tv_err;", f"  return {len(dispatch.cases)};", "}"]
+        self._mark_unused(3, [self.names[id(v)] for v in self.func.dim_params], lines)
+        return "\n".join(lines) + "\n\n"
 
     def emit(self, depth: int, text: str):
         self.lines.append("  " * depth + text)
@@ -376,6 +471,18 @@ class _Emitter:
             self.allocate(s, depth)
         elif isinstance(s, Evaluate):
             self.emit(depth, f"(void)({self.expr(s.value)});")
+        elif isinstance(s, Dispatch):
+            dims = ", ".join(self.names[id(v)] for v in self.func.dim_params)
+            self.emit(depth, f"switch ({self.func.name}_dispatch({dims})) {{")
+            for index, case in enumerate(s.cases):
+                self.emit(depth, f"case {index}: {{ /* variant {case.name} */")
+                self.stmt(case.body, depth + 1)
+                self.emit(depth + 1, "break;")
+                self.emit(depth, "}")
+            self.emit(depth, f"default: {{ /* variant {s.default_name} */")
+            self.stmt(s.default, depth + 1)
+            self.emit(depth, "}")
+            self.emit(depth, "}")
         elif isinstance(s, Assert):
             code = len([c for c in self.errors if c < min(RUNTIME_ERRORS)]) + 1
             self.errors[code] = s.message
@@ -389,15 +496,22 @@ class _Emitter:
         self.nonneg.add(id(s.loop_var))
         i = self.name(s.loop_var, s.loop_var.name)
         extent = self.expr(s.extent)
-        if s.kind == PARALLEL:
+        if s.kind == PARALLEL and self.options.parallel:
             condition = f" if({self.expr(s.parallel_if)})" if s.parallel_if is not None else ""
-            self.emit(depth, f"#pragma omp parallel for schedule(static){condition}")
+            self.pragma(depth, f"#pragma omp parallel for schedule(static){condition}", self.options.parallel_guard)
         elif s.kind == VECTORIZED:
             clause = "".join(f" reduction({op}:{self.name(buf, buf.name)})" for op, buf in s.reductions)
-            self.emit(depth, f"#pragma omp simd{clause}")
+            self.pragma(depth, f"#pragma omp simd{clause}", self.options.simd_guard)
         self.emit(depth, f"for (int64_t {i} = 0; {i} < {extent}; ++{i}) {{")
         self.stmt(s.body, depth + 1)
         self.emit(depth, "}")
+
+    def pragma(self, depth: int, text: str, guard: str):
+        if guard:
+            self.lines.append(f"#if {guard}")
+        self.emit(depth, text)
+        if guard:
+            self.lines.append("#endif")
 
     def allocate(self, s: Allocate, depth: int):
         buf = s.buffer
@@ -413,11 +527,12 @@ class _Emitter:
             self.stmt(s.body, depth + 1)
         else:
             size = self.expr(buf.size)
-            self.emit(depth + 1, f"{ctype}* restrict {name} = ({ctype}*)malloc(sizeof({ctype}) * "
+            alloc, free = self.options.alloc, self.options.free
+            self.emit(depth + 1, f"{ctype}* restrict {name} = ({ctype}*){alloc}(sizeof({ctype}) * "
                                  f"(size_t)({size} > 0 ? {size} : 1));")
             self.emit(depth + 1, f"if ({name} == NULL) {{ tv_fail(&tv_err, {ERROR_OUT_OF_MEMORY}); }} else {{")
             self.stmt(s.body, depth + 2)
-            self.emit(depth + 2, f"free({name});")
+            self.emit(depth + 2, f"{free}({name});")
             self.emit(depth + 1, "}")
         self.emit(depth, "}")
 

@@ -25,11 +25,13 @@ from ..ir.expr import Call, Constant, Function, Let, Op, Tuple, TupleGetItem, Va
 from ..ir.types import Any, SymDim, TensorType, TupleType
 from ..op.registry import get_op
 from ..te import op_computes  # noqa: F401 - attaches the op computes to the registry
+from . import strategy
 from .loop_ir import PrimFunc
-from .lower import lower
+from .lower import lower_parts
 from .module import CompiledModule, KernelFunction, build_module
 
-__all__ = ["LoweredPrimitive", "lower_primitive", "build_fused_kernel", "build_fused_module", "FusedKernel"]
+__all__ = ["LoweredPrimitive", "lower_primitive", "plan_primitive", "build_graph", "Graph", "OpCall",
+           "build_fused_kernel", "build_fused_module", "FusedKernel"]
 
 _INLINE_CONSTANT_SIZE = 1  # constants with more elements are passed as kernel inputs
 
@@ -43,28 +45,79 @@ class LoweredPrimitive:
         self.constants = constants
 
 
-def lower_primitive(prim: Function, name: str) -> LoweredPrimitive:
-    """Turn a primitive function into one loop-nest kernel named ``name``."""
+def lower_primitive(prim: Function, name: str, strategies: bool = True) -> LoweredPrimitive:
+    """Turn a primitive function into one loop-nest kernel named ``name``.
+
+    With ``strategies`` the C variants the strategy of the group's anchor op asks for (a static-shape
+    specialization, a vector-friendly one...) are lowered too and put behind a dispatch in the same
+    function (same signature; see ``tensorvm.codegen.strategy``); external variants (BLAS) need a Python
+    caller and come only from ``plan_primitive``.
+    """
+    return plan_primitive(prim, name, strategies, externals=False).lowered
+
+
+def plan_primitive(prim: Function, name: str, strategies: bool = True, externals: bool = True):
+    """The C kernel of ``prim`` (with its C variants) and, with ``externals``, the external variants
+    (``tensorvm.codegen.strategy.KernelPlan``)."""
+    graph = build_graph(prim, name)
+    generic = lower_parts(name, graph.inputs, graph.outputs)
+    if not strategies:
+        return strategy.KernelPlan(graph.lowered(generic.func()), generic, graph, [])
+    return strategy.plan(prim, name, graph, generic, externals)
+
+
+class Graph:
+    """A primitive function as tensor expressions: ``inputs`` (the parameters' placeholders, then the
+    placeholders of constants passed as extra inputs), ``outputs``, and the op calls it was built from."""
+
+    def __init__(self, builder: _Builder, placeholders: list, outputs: list, ret_type):
+        self.builder = builder
+        self.placeholders = placeholders
+        self.outputs = outputs
+        self.ret_type = ret_type
+        self.inputs = placeholders + [t for t, _ in builder.constants]
+
+    @property
+    def calls(self) -> list:
+        return self.builder.calls
+
+    @property
+    def multiples(self) -> dict:
+        return self.builder.multiples
+
+    def dim_key(self, dim):
+        """The key (``tensorvm.codegen.fused`` dim identity) of a te dim variable of this graph."""
+        return self.builder.dim_keys.get(dim)
+
+    def lowered(self, func: PrimFunc) -> LoweredPrimitive:
+        return LoweredPrimitive(func, len(self.placeholders), [array for _, array in self.builder.constants])
+
+
+def build_graph(prim: Function, name: str, static_dims: dict | None = None, multiples: dict | None = None) -> Graph:
+    """The te graph of ``prim``. ``static_dims`` / ``multiples`` (``{dim key: int}``) make some dims
+    constants / declare them multiples of a width, for the variants of a kernel."""
     if not isinstance(prim, Function):
         raise TypeInferenceError(f"codegen: expected a primitive Function, got {type(prim).__name__}")
-    builder = _Builder()
+    builder = _Builder(static_dims, multiples)
     placeholders, env = [], {}
-    for param in prim.params:
+    for index, param in enumerate(prim.params):
         ty = _param_type(param)
-        value = builder.placeholders_for(ty, _c_name(param.name_hint), placeholders)
+        value = builder.placeholders_for(ty, _c_name(param.name_hint), placeholders, (index,))
         env[param] = (value, ty)
     value, ret_type = builder.value(prim.body, env)
     outputs = _flatten(value)
     if not outputs:
         raise UnsupportedError(f"codegen: primitive function {name} returns no tensor")
     _check_output_shapes(name, outputs, _flatten_types(ret_type))
-    inputs = placeholders + [t for t, _ in builder.constants]
-    func = lower(name, inputs, outputs)
-    return LoweredPrimitive(func, len(placeholders), [array for _, array in builder.constants])
+    return Graph(builder, placeholders, outputs, ret_type)
 
 
 class FusedKernel:
-    """``kernel(*in_arrays, *out_arrays)``: a compiled primitive function (constants appended for you)."""
+    """``kernel(*in_arrays, *out_arrays)``: a compiled primitive function (constants appended for you).
+
+    ``bind(*arrays)`` gives a pre-checked zero-argument call; ``variants`` / ``select_variant(*arrays)``
+    show the kernel's C variants and which one its dispatch function picks.
+    """
 
     def __init__(self, kernel: KernelFunction, lowered: LoweredPrimitive):
         self.kernel = kernel
@@ -74,6 +127,12 @@ class FusedKernel:
         self._constants = tuple(lowered.constants)
         self._entry = kernel.entry
 
+    def _with_constants(self, arrays: tuple) -> tuple:
+        if not self._constants:
+            return arrays
+        split = len(arrays) - self.num_outputs
+        return arrays[:split] + self._constants + arrays[split:]
+
     def __call__(self, *arrays):
         if self._constants:
             split = len(arrays) - self.num_outputs
@@ -81,6 +140,19 @@ class FusedKernel:
         code = self._entry(*arrays)
         if code:
             self.kernel.fail(code, arrays)
+
+    def bind(self, *arrays):
+        """A zero-argument call of the kernel on ``arrays`` (inputs, then outputs), checked once now;
+        arrays that do not fit give a call that raises the kernel's error when run."""
+        return self.kernel.bind(*self._with_constants(arrays))
+
+    @property
+    def variants(self) -> tuple:
+        return self.kernel.variants
+
+    def select_variant(self, *arrays) -> str:
+        """The variant the kernel's C dispatch picks for these arrays (inputs, then outputs)."""
+        return self.kernel.select_variant(*self._with_constants(arrays))
 
     @property
     def source(self) -> str:
@@ -90,11 +162,19 @@ class FusedKernel:
         return f"<FusedKernel {self.name}: {self.num_inputs} in, {self.num_outputs} out>"
 
 
-def build_fused_module(prims: dict) -> tuple[CompiledModule, dict]:
-    """Compile ``{kernel_name: primitive_function}`` into one library; returns it and ``{name: FusedKernel}``."""
-    lowered = {name: lower_primitive(prim, name) for name, prim in prims.items()}
-    module = build_module([lp.func for lp in lowered.values()])
-    return module, {name: FusedKernel(module[name], lp) for name, lp in lowered.items()}
+def build_fused_module(prims: dict, strategies: bool = True) -> tuple[CompiledModule, dict]:
+    """Compile ``{kernel_name: primitive_function}`` into one library; returns it and ``{name: kernel}``.
+
+    Each kernel is called ``kernel(*in_arrays, *out_arrays)``. It is a ``FusedKernel``, or, when its
+    strategy has an external variant (BLAS for a large enough ``nn.dense``), a
+    ``strategy.DispatchKernel`` with the same interface that picks BLAS or the C kernel per call.
+    ``strategies=False`` compiles the generic kernels only.
+    """
+    plans = {name: plan_primitive(prim, name, strategies) for name, prim in prims.items()}
+    funcs = [p.lowered.func for p in plans.values()]
+    funcs += [e.epilogue.func for p in plans.values() for e in p.externals if e.epilogue is not None]
+    module = build_module(funcs)
+    return module, {name: plan.make_kernel(module) for name, plan in plans.items()}
 
 
 def build_fused_kernel(prim: Function, name: str | None = None):
@@ -166,29 +246,61 @@ def _flatten(value) -> list:
     return [value]
 
 
+class OpCall:
+    """An op call of a primitive function as the builder met it: its definition, normalized attrs, te
+    arguments, type, IR call and te results."""
+
+    def __init__(self, opdef, attrs, args: list, arg_types: list, out_type, call: Call, results: list):
+        self.opdef = opdef
+        self.attrs = attrs
+        self.args = args
+        self.arg_types = arg_types
+        self.out_type = out_type
+        self.call = call
+        self.results = results
+
+
 class _Builder:
-    def __init__(self):
+    def __init__(self, static_dims: dict | None = None, multiples: dict | None = None):
         self.symbols: dict = {}
         self.constants: list = []
         self.memo: dict = {}
+        self.calls: list = []
+        self.dim_keys: dict = {}  # te dim var -> ("sym", name) or ("any", parameter path, axis)
+        self.static_dims = static_dims or {}
+        self.multiple_keys = multiples or {}
+        self.multiples: dict = {}  # te dim var -> m, for the lowering
 
-    def dim(self, d, hint: str):
+    def dim(self, d, key: tuple, hint: str):
         if isinstance(d, int):
             return d
         if isinstance(d, SymDim):
+            key = ("sym", d.name)
+            if key in self.static_dims:
+                return self.static_dims[key]
             if d.name not in self.symbols:
-                self.symbols[d.name] = te.var(d.name)
+                self.symbols[d.name] = self._var(d.name, key)
             return self.symbols[d.name]
         if isinstance(d, Any):
-            return te.var(hint)
+            key = ("any",) + key
+            if key in self.static_dims:
+                return self.static_dims[key]
+            return self._var(hint, key)
         raise TypeInferenceError(f"codegen: unsupported dimension {d!r}")
 
-    def placeholders_for(self, ty, name: str, out: list):
+    def _var(self, name: str, key: tuple):
+        v = te.var(name)
+        self.dim_keys[v] = key
+        if self.multiple_keys.get(key, 1) > 1:
+            self.multiples[v] = self.multiple_keys[key]
+        return v
+
+    def placeholders_for(self, ty, name: str, out: list, path: tuple = ()):
         if isinstance(ty, TupleType):
-            return tuple(self.placeholders_for(f, f"{name}_{i}", out) for i, f in enumerate(ty.fields))
+            return tuple(self.placeholders_for(f, f"{name}_{i}", out, path + (i,)) for i, f in enumerate(ty.fields))
         if not isinstance(ty, TensorType):
             raise UnsupportedError(f"codegen: a kernel parameter must be a tensor or a tuple of tensors, got {ty!r}")
-        shape = tuple(self.dim(d, f"{name}_d{axis}") for axis, d in enumerate(ty.shape))
+        shape = tuple(self.dim(d, (path, axis), f"{name}_d{axis}") for axis, d in enumerate(ty.shape))
         tensor = te.placeholder(shape, ty.dtype, name)
         out.append(tensor)
         return tensor
@@ -245,6 +357,8 @@ class _Builder:
             out_type = opdef.type_rel([t for _, t in args], attrs, [a.data if isinstance(a, Constant) else None
                                                                    for a in call.args])
         results = opdef.compute(attrs, [v for v, _ in args], out_type)
+        self.calls.append(OpCall(opdef, attrs, [v for v, _ in args], [t for _, t in args], out_type, call,
+                                 list(results)))
         if isinstance(out_type, TupleType):
             if len(results) != len(out_type.fields):
                 raise UnsupportedError(f"codegen: the compute of {opdef.name} gave {len(results)} outputs for "

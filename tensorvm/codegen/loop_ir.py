@@ -10,10 +10,14 @@ temporaries (``scope="local"``, introduced by ``Allocate``). Expressions are te 
 * ``Store(buffer, index, value)``, ``LetStmt(var, value, body)``, ``IfThenElse``, ``Evaluate``, ``Seq``;
 * ``Allocate(buffer, body)``: a temporary live in ``body`` (a shape-``()`` buffer is a scalar variable);
 * ``Assert(condition, message)``: a precondition checked on entry; the kernel returns an error code
-  instead of running. Asserts appear only at the top of a function, before any allocation.
+  instead of running. Asserts appear only at the top of a function, before any allocation;
+* ``Dispatch(cases, default)``: the variants of one kernel (see ``tensorvm.codegen.strategy``): runs
+  the body of the first case whose condition (over the dimension parameters only) holds, else the
+  default body. The C emitter puts the choice in a function of its own, ``<kernel>_dispatch(dims...)``.
 
 A ``PrimFunc`` is one kernel: buffer parameters (inputs, then outputs), the int64 dimension parameters
-and the body.
+and the body. ``restrict=False`` emits the buffer parameters without ``restrict`` (for a kernel that is
+called with an input and an output sharing memory, e.g. an epilogue run in place).
 """
 
 from __future__ import annotations
@@ -24,7 +28,8 @@ from ..te.expr import INDEX_DTYPE, PrimExpr, Var, _node, as_expr, const
 
 __all__ = [
     "SERIAL", "PARALLEL", "VECTORIZED", "Buffer", "BufferLoad", "Stmt", "For", "Store", "LetStmt", "IfThenElse",
-    "Allocate", "Evaluate", "Seq", "Assert", "PrimFunc", "seq", "stmt_to_str",
+    "Allocate", "Evaluate", "Seq", "Assert", "Dispatch", "DispatchCase", "PrimFunc", "seq", "stmt_to_str",
+    "find_dispatch",
 ]
 
 SERIAL, PARALLEL, VECTORIZED = "serial", "parallel", "vectorized"
@@ -137,6 +142,29 @@ class Assert(Stmt):
     message: str
 
 
+@dataclass(frozen=True, eq=False)
+class DispatchCase:
+    """A variant of a kernel: its ``name``, the ``condition`` under which it runs and its ``body``."""
+
+    name: str
+    condition: PrimExpr
+    body: Stmt
+
+
+@dataclass(frozen=True, eq=False)
+class Dispatch(Stmt):
+    """Run the first case whose condition holds (conditions read dimension parameters only), else
+    ``default`` (named ``default_name``)."""
+
+    cases: tuple
+    default: Stmt
+    default_name: str = "generic"
+
+    @property
+    def names(self) -> list[str]:
+        return [c.name for c in self.cases] + [self.default_name]
+
+
 def seq(*stmts) -> Stmt:
     """A sequence, flattened; a single statement stays itself."""
     flat = []
@@ -157,6 +185,7 @@ class PrimFunc:
     dim_params: tuple
     body: Stmt
     num_inputs: int
+    restrict: bool = True
 
     def __str__(self):
         params = ", ".join([f"{b.name}: {b.dtype}{list(b.shape)}" for b in self.params]
@@ -190,7 +219,28 @@ def stmt_to_str(stmt: Stmt, indent: int = 0) -> str:
         return f"{pad}{stmt.value!r}\n"
     if isinstance(stmt, Assert):
         return f"{pad}assert {stmt.condition!r}, {stmt.message!r}\n"
+    if isinstance(stmt, Dispatch):
+        text = ""
+        for case in stmt.cases:
+            text += f"{pad}variant {case.name} if {case.condition!r}:\n" + stmt_to_str(case.body, indent + 1)
+        return text + f"{pad}variant {stmt.default_name} otherwise:\n" + stmt_to_str(stmt.default, indent + 1)
     raise TypeError(f"not a loop-IR statement: {stmt!r}")
+
+
+def find_dispatch(stmt: Stmt) -> Dispatch | None:
+    """The ``Dispatch`` of a kernel body (below its entry lets and checks), or None."""
+    while True:
+        if isinstance(stmt, Dispatch):
+            return stmt
+        if isinstance(stmt, LetStmt):
+            stmt = stmt.body
+        elif isinstance(stmt, Seq):
+            found = [s for s in stmt.stmts if isinstance(s, (Dispatch, LetStmt, Seq))]
+            if not found:
+                return None
+            stmt = found[0]
+        else:
+            return None
 
 
 def index_const(value: int) -> PrimExpr:

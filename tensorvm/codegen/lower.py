@@ -27,6 +27,12 @@ Inputs must be placeholders whose dims are ints or ``te.var`` symbols; each symb
 first input dim that carries it (or, for a symbol that only an output has, from that output's dim),
 and every other occurrence, every output dim and every compute ``requires`` becomes an ``Assert`` on
 entry.
+
+**Variants.** ``lower(..., multiples={n: 16})`` makes a vector-friendly kernel: ``n`` is checked to be a
+multiple of 16 and bound as ``(n / 16) * 16``, so the C compiler sees the trailing zero bits and drops
+remainder loops, and register blocking applies to a dynamic inner axis. ``lower_dispatch`` puts several
+lowerings of one computation (``lower_parts``) behind one signature: the generic entry checks, then a
+``Dispatch`` on the dims (see ``tensorvm.codegen.strategy``).
 """
 
 from __future__ import annotations
@@ -47,10 +53,13 @@ from ..te.expr import (
     Select,
     TensorRead,
     Var,
+    as_expr,
     cast,
     const,
     dtype_kind,
     eq,
+    floordiv,
+    floormod,
     logical_and,
     logical_or,
     max_value,
@@ -71,6 +80,8 @@ from .loop_ir import (
     Assert,
     Buffer,
     BufferLoad,
+    Dispatch,
+    DispatchCase,
     Evaluate,
     For,
     IfThenElse,
@@ -81,7 +92,8 @@ from .loop_ir import (
     seq,
 )
 
-__all__ = ["lower", "PARALLEL_WORK_THRESHOLD"]
+__all__ = ["lower", "lower_parts", "lower_dispatch", "LoweredParts", "map_stmt", "known_multiple",
+           "PARALLEL_WORK_THRESHOLD"]
 
 # Below this many inner iterations a parallel loop costs more to fork than it saves.
 PARALLEL_WORK_THRESHOLD = 1 << 15
@@ -106,8 +118,46 @@ class _Stage:
         return len(self.op.axes)
 
 
-def lower(name: str, inputs: list[Tensor], outputs: list[Tensor]) -> PrimFunc:
-    """Lower the computation of ``outputs`` from the placeholders ``inputs`` to one kernel."""
+def lower(name: str, inputs: list[Tensor], outputs: list[Tensor], multiples: dict | None = None) -> PrimFunc:
+    """Lower the computation of ``outputs`` from the placeholders ``inputs`` to one kernel.
+
+    ``multiples`` (``{dim var: m}``) declares input dims known to be multiples of ``m`` (a vector-friendly
+    variant): the kernel checks it on entry, and the code is generated knowing it (no remainder loops,
+    register blocking over a dynamic inner dim).
+    """
+    return lower_parts(name, inputs, outputs, multiples).func()
+
+
+@dataclass(eq=False)
+class LoweredParts:
+    """A lowered kernel before assembly: its signature, its entry (``lets`` binding the dim symbols from
+    the dim parameters, ``checks`` on them) and the loop nest ``body``."""
+
+    name: str
+    params: tuple
+    num_inputs: int
+    dim_params: tuple
+    dim_positions: tuple  # (parameter position, axis) of each dim parameter
+    lets: list  # [(symbol, value)], in binding order
+    checks: list  # [(condition, message)]
+    body: object
+    multiples: dict = field(default_factory=dict)  # {symbol: m}: the dims this kernel assumes multiples of m
+    symbol_params: dict = field(default_factory=dict)  # {symbol: the dim parameter it is bound from}
+
+    def func(self) -> PrimFunc:
+        return PrimFunc(self.name, self.params, self.dim_params, self.entry(self.body), self.num_inputs)
+
+    def entry(self, body):
+        """``body`` behind this kernel's dim bindings and entry checks."""
+        stmt = seq(*(Assert(c, m) for c, m in self.checks), body)
+        for dim, value in reversed(self.lets):
+            stmt = LetStmt(dim, value, stmt)
+        return stmt
+
+
+def lower_parts(name: str, inputs: list[Tensor], outputs: list[Tensor], multiples: dict | None = None) -> LoweredParts:
+    """``lower`` without assembling the kernel (``lower_dispatch`` combines several of these)."""
+    multiples = {v: m for v, m in (multiples or {}).items() if m > 1}
     _check_placeholders(inputs)
     outputs = _distinct_outputs(outputs)
     ops = _topo_ops(outputs, set(inputs))
@@ -115,11 +165,124 @@ def lower(name: str, inputs: list[Tensor], outputs: list[Tensor]) -> PrimFunc:
     out_buffers = [Buffer(f"out{i}", t.dtype, t.shape) for i, t in enumerate(outputs)]
     stages = _make_stages(ops, outputs)
     buffers = {t: (b, False) for t, b in zip(inputs, in_buffers)}
-    k = _plan(stages, outputs, out_buffers, buffers)
+    k = _plan(stages, outputs, out_buffers, buffers, multiples)
     body = _emit(stages, k, buffers)
     params = tuple(in_buffers + out_buffers)
-    prologue, dim_params = _prologue(params, len(inputs), [r for op in ops for r in op.requires], body)
-    return PrimFunc(name, params, tuple(dim_params), prologue, len(inputs))
+    return _prologue(name, params, len(inputs), [r for op in ops for r in op.requires], body, multiples)
+
+
+def lower_dispatch(generic: LoweredParts, variants: list) -> PrimFunc:
+    """One kernel with the signature and entry checks of ``generic`` that runs the first of ``variants``
+    whose condition holds, else the generic body.
+
+    ``variants`` are ``(name, condition, parts)``: ``condition`` is a bool te expression over the
+    generic kernel's dim symbols, ``parts`` the same computation lowered with more knowledge (static
+    dims, dims that are multiples of a vector width). The generic entry checks run first, so a variant
+    needs none of its own; its assumptions (each dim it has as a constant, each multiple it relies on)
+    are added to its condition, so it can never run on shapes it was not made for.
+    """
+    symbol_values = {dim: value for dim, value in generic.lets}
+    generic_dims = dict(zip(generic.dim_positions, generic.dim_params))
+    cases = []
+    for name, condition, parts in variants:
+        if len(parts.params) != len(generic.params):
+            raise UnsupportedError(f"lower: variant {name} of {generic.name} has another signature")
+        buffer_map = dict(zip(parts.params, generic.params))
+        param_map = {p: generic_dims[pos] for p, pos in zip(parts.dim_params, parts.dim_positions)}
+        assumptions = [condition]
+        for position, buf in enumerate(parts.params):
+            for axis, dim in enumerate(buf.shape):
+                if isinstance(dim, Const) and (position, axis) in generic_dims:
+                    assumptions.append(eq(generic_dims[(position, axis)], dim))
+        for dim, m in parts.multiples.items():
+            assumptions.append(eq(floormod(param_map[parts.symbol_params[dim]], m), 0))
+        full = substitute(_all(assumptions), symbol_values)
+        if isinstance(full, Const) and not full.value:
+            continue
+        cases.append(DispatchCase(name, full, _rebind(parts, param_map, buffer_map)))
+        if isinstance(full, Const):  # always true: later variants and the generic body never run
+            break
+    if not cases:
+        return generic.func()
+    if isinstance(cases[-1].condition, Const):  # the last case always runs: it is the default
+        *cases, last = cases
+        body = Dispatch(tuple(cases), last.body, last.name) if cases else last.body
+    else:
+        body = Dispatch(tuple(cases), generic.body)
+    return PrimFunc(generic.name, generic.params, generic.dim_params, generic.entry(body), generic.num_inputs)
+
+
+def _all(conditions) -> PrimExpr:
+    """The conjunction of ``conditions``, each distinct clause once."""
+    clauses = []
+
+    def add(c):
+        if isinstance(c, Binary) and c.op == "and":
+            add(c.a)
+            add(c.b)
+        elif c not in clauses:
+            clauses.append(c)
+
+    for c in conditions:
+        add(as_expr(c))
+    result = const(True)
+    for c in clauses:
+        result = logical_and(result, c)
+    return result
+
+
+def _rebind(parts: LoweredParts, param_map: dict, buffer_map: dict):
+    """A variant's body in the generic kernel: its dim symbols bound from the generic dim parameters,
+    its buffer parameters replaced by the generic ones."""
+
+    def expr(e):
+        if e is None:
+            return None
+
+        def fn(node):
+            if isinstance(node, Var):
+                return param_map.get(node)
+            if isinstance(node, BufferLoad) and node.buffer in buffer_map:
+                return BufferLoad(buffer_map[node.buffer], node.index, node.dtype)
+            return None
+
+        return transform(e, fn)
+
+    body = map_stmt(parts.body, expr, buffer_map)
+    for dim, value in reversed(parts.lets):
+        body = LetStmt(dim, expr(value), body)
+    return body
+
+
+def map_stmt(stmt, expr, buffer_map: dict):
+    """``stmt`` with every expression passed through ``expr`` and buffers renamed by ``buffer_map``."""
+    def buf(b):
+        return buffer_map.get(b, b)
+
+    def go(s):
+        if isinstance(s, Seq):
+            return Seq(tuple(go(x) for x in s.stmts))
+        if isinstance(s, For):
+            return For(s.loop_var, expr(s.extent), go(s.body), s.kind, expr(s.parallel_if),
+                       tuple((op, buf(b)) for op, b in s.reductions))
+        if isinstance(s, Store):
+            return Store(buf(s.buffer), expr(s.index), expr(s.value))
+        if isinstance(s, LetStmt):
+            return LetStmt(s.var, expr(s.value), go(s.body))
+        if isinstance(s, IfThenElse):
+            return IfThenElse(expr(s.condition), go(s.then_case), None if s.else_case is None else go(s.else_case))
+        if isinstance(s, Allocate):
+            return Allocate(buf(s.buffer), go(s.body))
+        if isinstance(s, Evaluate):
+            return Evaluate(expr(s.value))
+        if isinstance(s, Assert):
+            return Assert(expr(s.condition), s.message)
+        if isinstance(s, Dispatch):
+            return Dispatch(tuple(DispatchCase(c.name, expr(c.condition), go(c.body)) for c in s.cases),
+                            go(s.default), s.default_name)
+        raise TypeError(f"not a loop-IR statement: {s!r}")
+
+    return go(stmt)
 
 
 # ---- graph ----------------------------------------------------------------------------------------
@@ -224,11 +387,11 @@ def _expand(expr, stage_ops: set, reader: ComputeOp, users: dict) -> PrimExpr:
 # ---- planning: buffers, prefix, reduction order ---------------------------------------------------
 
 
-def _plan(stages: list[_Stage], outputs, out_buffers, buffers: dict) -> int:
+def _plan(stages: list[_Stage], outputs, out_buffers, buffers: dict, multiples: dict) -> int:
     """Pick the shared prefix ``k`` and give every stage tensor its buffer (in ``buffers``)."""
     for st in stages:
         st.interchange = _wants_interchange(st)
-        st.jam = 1 if st.interchange else _jam_factor(st)
+        st.jam = 1 if st.interchange else _jam_factor(st, multiples)
     k = _shared_prefix(stages)
     output_of = {t: b for t, b in zip(outputs, out_buffers)}
     for st in stages:
@@ -274,11 +437,15 @@ def _shared_prefix(stages: list[_Stage]) -> int:
                     while match < k and read.indices[match] is own[match]:
                         match += 1
                     k = min(k, match)
+    # A single stage needs no shared nest: its own loops fuse into one parallel loop (which, unlike a
+    # prefix, includes a register-blocked axis, so a batch of 1 still runs on every thread).
+    if len(stages) == 1:
+        return 0
     # A shared loop nest that runs once (a batch of 1) gains nothing: let each stage parallelize itself.
     trip = const(1)
     for d in ref[:k]:
         trip = trip * d
-    return 0 if isinstance(trip, Const) and trip.value <= 1 and len(stages) > 1 else k
+    return 0 if isinstance(trip, Const) and trip.value <= 1 else k
 
 
 def _coefficient(expr: PrimExpr, v: Var):
@@ -318,7 +485,22 @@ def _access(read: TensorRead, v: Var) -> str:
 _JAM = 4
 
 
-def _jam_factor(st: _Stage) -> int:
+def known_multiple(expr: PrimExpr, multiples: dict) -> int:
+    """The largest m known to divide ``expr`` (constants, dims declared multiples, sums and products)."""
+    if isinstance(expr, Const):
+        return abs(int(expr.value)) if dtype_kind(expr.dtype) in "iu" else 1
+    if isinstance(expr, Var):
+        return multiples.get(expr, 1)
+    if isinstance(expr, Binary) and expr.op == "mul":
+        return known_multiple(expr.a, multiples) * known_multiple(expr.b, multiples)
+    if isinstance(expr, Binary) and expr.op in ("add", "sub"):
+        return math.gcd(known_multiple(expr.a, multiples), known_multiple(expr.b, multiples))
+    if isinstance(expr, Cast):
+        return known_multiple(expr.value, multiples)
+    return 1
+
+
+def _jam_factor(st: _Stage, multiples: dict) -> int:
     """Compute ``_JAM`` outputs along the innermost axis per pass over the reduction when an input is
     shared by them (``x[i, k]`` in ``x @ w.T``): fewer loads per multiply-add, more accumulators."""
     if not st.op.is_reduction or st.rank == 0:
@@ -327,7 +509,9 @@ def _jam_factor(st: _Stage) -> int:
     inner = st.op.axes[-1]
     if red.combiner not in ("sum", "prod") or red.condition is not None or not _simd_safe(red.sources[0]):
         return 1
-    if not isinstance(inner.extent, Const) or inner.extent.value % _JAM or inner.extent.value < 2 * _JAM:
+    if known_multiple(inner.extent, multiples) % _JAM:  # 0 (an empty axis) is a multiple too
+        return 1
+    if isinstance(inner.extent, Const) and inner.extent.value < 2 * _JAM:
         return 1
     reads = _reads(red.sources[0])
     shared = any(_access(rd, inner.var) == "invariant" and _access(rd, red.axes[-1].var) == "contiguous"
@@ -604,7 +788,7 @@ def _jammed_reduction(st: _Stage, reduce: list, own: list, store_index, parallel
     """``jam`` accumulators for consecutive outputs j0..j0+jam-1, all updated in one vector pass."""
     red = reduce[0]
     inner = own[-1]
-    outer = IterVar(var(f"{inner.var.name}_outer"), const(inner.extent.value // st.jam), "spatial")
+    outer = IterVar(var(f"{inner.var.name}_outer"), floordiv(inner.extent, st.jam), "spatial")
     acc_dtype = red.acc_dtype or red.dtype
     accs = [Buffer(f"{st.op.name}_acc{u}", acc_dtype, (), "local") for u in range(st.jam)]
     positions = [outer.var * st.jam + u for u in range(st.jam)]
@@ -649,9 +833,9 @@ def _interchanged_reduction(st: _Stage, reduce: list, own: list, store_index, pa
 # ---- signature and entry checks -------------------------------------------------------------------
 
 
-def _prologue(params, num_inputs: int, requires: list, body):
+def _prologue(name: str, params, num_inputs: int, requires: list, body, multiples: dict) -> LoweredParts:
     """Bind dimension symbols from the parameters' dims and check everything else on entry."""
-    dim_params, lets, checks, bound = [], [], [], {}
+    dim_params, positions, lets, checks, bound = [], [], [], [], {}
     for position, buf in enumerate(params):
         role = "input" if position < num_inputs else "output"
         for axis, dim in enumerate(buf.shape):
@@ -659,20 +843,26 @@ def _prologue(params, num_inputs: int, requires: list, body):
                 continue
             param = Var(f"{buf.name}_shape{axis}", INDEX_DTYPE)
             dim_params.append(param)
+            positions.append((position, axis))
             if isinstance(dim, Var) and dim not in bound:  # inputs first; an output dim only known from
                 bound[dim] = param                            # data (dyn.reshape) is taken from the output
-                lets.append((dim, param))
+                m = multiples.get(dim, 1)
+                # floordiv(p, m) * m: the C compiler sees the trailing zero bits and drops remainder loops
+                lets.append((dim, floordiv(param, m) * m if m > 1 else param))
+                if m > 1:
+                    checks.append((eq(floormod(param, m), 0), f"{role} {buf.name} dim {axis} must be a multiple "
+                                                              f"of {m} in this variant"))
             else:
                 checks.append((eq(param, dim), f"{role} {buf.name} dim {axis} must be {dim!r}"))
     checks.extend(requires)
-    stmt = seq(*(Assert(c, m) for c, m in checks), body)
-    unbound = _free_vars(stmt) - set(bound) - set(dim_params)
+    parts = LoweredParts(name, params, num_inputs, tuple(dim_params), tuple(positions), lets, checks, body,
+                         {d: m for d, m in multiples.items() if d in bound}, bound)
+    stmt = parts.entry(body)
+    unbound = _free_vars(stmt) - set(dim_params)
     if unbound:
         names = ", ".join(sorted(v.name for v in unbound))
         raise UnsupportedError(f"lower: the dims {names} cannot be inferred from the input shapes")
-    for dim, param in reversed(lets):
-        stmt = LetStmt(dim, param, stmt)
-    return stmt, dim_params
+    return parts
 
 
 def _free_vars(stmt) -> set:
@@ -716,6 +906,11 @@ def _free_vars(stmt) -> set:
             stack.append(s.body)
         elif isinstance(s, (Assert, Evaluate)):
             expr(s.condition if isinstance(s, Assert) else s.value)
+        elif isinstance(s, Dispatch):
+            for case in s.cases:
+                expr(case.condition)
+                stack.append(case.body)
+            stack.append(s.default)
     return used - defined
 
 

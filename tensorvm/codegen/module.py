@@ -10,10 +10,16 @@ entry check, e.g. a broadcast that does not fit) or an ``ExecutionError`` (a fau
 When Python's headers are available the library also holds a C wrapper per kernel that does the checks
 through the buffer protocol and calls the kernel without the GIL (well under a microsecond of overhead
 instead of ~10 us through ctypes); the Python-side checks then only run to explain a rejected call.
+
+``kernel.bind(*arrays)`` checks the arrays once and returns a zero-argument call of the kernel on them
+(for executors that run the same kernel on the same buffers again and again). A kernel with variants
+(``tensorvm.codegen.strategy``) lists them in ``kernel.variants``; ``kernel.select_variant(*arrays)``
+asks its C dispatch function which one would run.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 
@@ -55,12 +61,51 @@ class KernelFunction:
                                        if not isinstance(d, Const))
         self._fn = library.function(self.name, len(func.params), len(self._dim_positions))
         # entry(*arrays) -> error code: the C wrapper when there is one, else the ctypes path.
-        self.entry = library.python_function(self.name) or self._call_through_ctypes
+        self._wrapper = library.python_function(self.name)
+        self.entry = self._wrapper or self._call_through_ctypes
+        self.variants = tuple(emitted.variants) or ("generic",)
+        self._dispatch = None
+        if len(emitted.variants) > 1:
+            self._dispatch = library.function(f"{self.name}_dispatch", 0, len(self._dim_positions))
 
     def __call__(self, *arrays):
         code = self.entry(*arrays)
         if code:
             self.fail(code, arrays)
+
+    def bind(self, *arrays):
+        """A zero-argument call of the kernel on ``arrays`` (inputs, then outputs), checked now.
+
+        The call keeps the arrays alive and must not outlive a change of their shapes (arrays cannot
+        change shape in place, so this only matters for views of resized buffers). Arrays that do not
+        fit the kernel give a call that raises the kernel's error when run.
+        """
+        try:
+            self._check(arrays)
+        except (ExecutionError, ShapeError):
+            return functools.partial(self, *arrays)
+        if self._wrapper is not None:
+            entry = functools.partial(self._wrapper, *arrays)
+        else:
+            entry = functools.partial(self._fn, *self._check(arrays),
+                                      *(arrays[p].shape[axis] for p, axis in self._dim_positions))
+        fail = self.fail
+
+        def call():
+            code = entry()
+            if code:
+                fail(code, arrays)
+
+        return call
+
+    def select_variant(self, *arrays) -> str:
+        """The name of the variant the kernel's dispatch function picks for these arrays' shapes."""
+        if self._dispatch is None:
+            return self.variants[0]
+        if len(arrays) != len(self._specs):
+            raise ExecutionError(f"{self.name}: expected {len(self._specs)} arrays, got {len(arrays)}")
+        dims = [int(np.shape(arrays[p])[axis]) for p, axis in self._dim_positions]
+        return self.variants[self._dispatch(*dims)]
 
     def _call_through_ctypes(self, *arrays) -> int:
         pointers = self._check(arrays)

@@ -1040,6 +1040,55 @@ def nn_batch_matmul(attrs, inputs, out_type):
     return [compute((batch, m, n), f, "batch_matmul", requires)]
 
 
+@_register("onnx.matmul")
+def onnx_matmul(attrs, inputs, out_type):
+    """NumPy's matmul: 1-d operands get a unit dim (dropped from the result), batch dims broadcast."""
+    a, b = inputs
+    dtype = _out_dtype(out_type)
+    a_shape = (const(1),) + tuple(a.shape) if a.ndim == 1 else tuple(a.shape)
+    b_shape = tuple(b.shape) + (const(1),) if b.ndim == 1 else tuple(b.shape)
+    batch, requires = broadcast_shape("onnx.matmul", a_shape[:-2], b_shape[:-2])
+    requires += _require_equal("onnx.matmul", a_shape[-1], b_shape[-2], "the inner dims")
+    k = reduce_axis(a_shape[-1], "k")
+    shape = tuple(batch) + ((a_shape[-2],) if a.ndim > 1 else ()) + ((b_shape[-1],) if b.ndim > 1 else ())
+
+    def f(*i):
+        nb = len(batch)
+        bi, rest = i[:nb], list(i[nb:])
+        m = rest.pop(0) if a.ndim > 1 else None
+        n = rest.pop(0) if b.ndim > 1 else None
+
+        def batch_index(t_shape):
+            dims = t_shape[:-2]
+            return tuple(broadcast_read_dim(d, bi[nb - len(dims) + axis], batch[nb - len(dims) + axis])
+                         for axis, d in enumerate(dims))
+
+        av = a[batch_index(a_shape) + (m, k.var)] if a.ndim > 1 else a[k.var]
+        bv = b[batch_index(b_shape) + (k.var, n)] if b.ndim > 1 else b[k.var]
+        return te_sum(_matmul_value(av, bv, k, dtype), k)
+
+    return [compute(shape, f, "matmul", requires)]
+
+
+@_register("trilu")
+def trilu(attrs, inputs, out_type):
+    """The upper (``j - i >= k``) or lower (``j - i <= k``) triangle of the last two dims."""
+    x, k = inputs
+    if x.ndim < 2:
+        raise TypeInferenceError(f"trilu: the input must have rank >= 2, got rank {x.ndim}")
+    if k.ndim == 0:
+        diagonal = cast(k[()], INDEX_DTYPE)
+    else:  # a 1-d k: its first value, 0 when empty
+        diagonal = select(eq(k.shape[0], 0), const(0), cast(k[(const(0),) * k.ndim], INDEX_DTYPE))
+
+    def f(*i):
+        offset = i[-1] - i[-2]
+        keep = offset >= diagonal if attrs.upper else offset <= diagonal
+        return select(keep, x[i], const(0, x.dtype))
+
+    return [compute(x.shape, f, "trilu")]
+
+
 def broadcast_read_dim(dim, index, out_dim):
     if isinstance(dim, Const) and dim.value == 1:
         return const(0)
@@ -1168,6 +1217,75 @@ def nn_instance_norm(attrs, inputs, out_type):
     y = _normalized("nn.instance_norm", x, axes, attrs.epsilon, "in")
     out = _scale_shift(y, attrs, axis, gamma, beta, x.dtype, "instance_norm")
     return [_with_requires(out, _channel_requires("nn.instance_norm", x, axis, (gamma, beta)))]
+
+
+@_register("nn.group_norm")
+def nn_group_norm(attrs, inputs, out_type):
+    """Each sample normalized over groups of channels (and every other dim), then scaled per channel."""
+    x, gamma, beta = inputs
+    axis = _norm_axis("nn.group_norm", attrs.axis, x.ndim)
+    if axis == 0:
+        raise TypeInferenceError("nn.group_norm: the channel axis cannot be the batch axis 0")
+    acc = _acc_float(x.dtype)
+    groups, channels = attrs.num_groups, x.shape[axis]
+    per_group = E.floordiv(channels, groups)
+    others = [a for a in range(1, x.ndim) if a != axis]
+    count = cast(per_group * _prod(x.shape[a] for a in others), acc)
+    requires = [(eq(E.floormod(channels, groups), 0), "nn.group_norm: the number of channels must be divisible by "
+                                                      "num_groups")]
+    requires += _channel_requires("nn.group_norm", x, axis, (gamma, beta))
+
+    def full(n, g, raxes):
+        index = [n] + [None] * (x.ndim - 1)
+        index[axis] = g * per_group + raxes[0].var
+        for a, r in zip(others, raxes[1:]):
+            index[a] = r.var
+        return tuple(index)
+
+    def raxes(tag):
+        return [reduce_axis(per_group, f"{tag}c")] + [reduce_axis(x.shape[a], f"{tag}{a}") for a in others]
+
+    r1, r2 = raxes("r"), raxes("v")
+    kept = (x.shape[0], const(groups))
+    total = compute(kept, lambda n, g: te_sum(cast(x[full(n, g, r1)], acc), r1), "gn_sum")
+    mean_ = compute(kept, lambda n, g: total[n, g] / count, "gn_mean")
+
+    def squares(n, g):
+        d = cast(x[full(n, g, r2)], acc) - mean_[n, g]
+        return te_sum(d * d, r2)
+
+    sq = compute(kept, squares, "gn_sq")
+    denom = compute(kept, lambda n, g: M.sqrt(sq[n, g] / count + const(attrs.epsilon, acc)), "gn_denom")
+
+    def normalized(*i):
+        g = E.floordiv(i[axis], per_group)
+        return (cast(x[i], acc) - mean_[i[0], g]) / denom[i[0], g]
+
+    y = compute(x.shape, normalized, "gn_norm")
+    out = _scale_shift(y, attrs, axis, gamma, beta, x.dtype, "group_norm")
+    return [_with_requires(out, requires)]
+
+
+@_register("nn.lrn")
+def nn_lrn(attrs, inputs, out_type):
+    """x / (bias + alpha / size * sum of squares over the window [c - size//2, c - size//2 + size))^beta."""
+    x = inputs[0]
+    axis = _norm_axis("nn.lrn", attrs.axis, x.ndim)
+    acc = _acc_float(x.dtype)
+    channels, half = x.shape[axis], attrs.size // 2
+    r = reduce_axis(attrs.size, "r")
+
+    def window(*i):
+        j = i[axis] - half + r.var
+        index = list(i)
+        index[axis] = E.minimum(E.maximum(j, 0), channels - 1)  # in range even where masked out
+        v = cast(x[tuple(index)], acc)
+        return te_sum(v * v, r, where=E.logical_and(j >= 0, j < channels))
+
+    total = compute(x.shape, window, "lrn_sum")
+    scale, bias, beta = (const(v, acc) for v in (attrs.alpha / attrs.size, attrs.bias, attrs.beta))
+    return [compute(x.shape, lambda *i: cast(cast(x[i], acc) / E.power(bias + scale * total[i], beta), x.dtype),
+                    "lrn")]
 
 
 @_register("nn.rms_norm")

@@ -1,0 +1,722 @@
+"""Strategies: several implementations of a kernel, chosen by conditions on its dims.
+
+An op registers a *strategy* (``register_strategy``; it lands in ``OpDef.strategy``): a function
+``strategy(attrs, inputs, out_type) -> [Implementation]`` over the op's te inputs. An implementation has a
+``condition`` on the input dims (a bool te expression, or True), a priority ``plevel`` and a kind:
+
+* a **C variant**: the whole fused group lowered again knowing more: ``static_dims`` (``{dim: value}``,
+  a static-shape specialization) and/or ``multiples`` (``{dim: m}``, a vector-friendly variant: dims
+  that are multiples of 8 or 16 give loops without remainders and register blocking over a dynamic
+  inner dim);
+* an **external** variant: ``external(attrs, *arrays, out=...)`` computes the op itself (BLAS through
+  NumPy for ``nn.dense``, ``nn.matmul``, ``nn.batch_matmul``); the rest of the fused group, if any,
+  becomes a generated C *epilogue* kernel run afterwards, in place on the output when it is a pure
+  elementwise function of the op's result, else from a temporary.
+
+The generic implementation (the group as written, condition True, plevel 0) is always there. Only the
+matrix products register strategies: measured, elementwise and normalization kernels (softmax, layer
+norm) gain at most ~1.07x from knowing a dim at compile time, not worth a second copy of their code.
+
+**Resolution.** The anchor of a fused group is its op with a strategy (else there are no variants,
+except the static specializations asked for with ``specialize``). Implementations are ordered by
+plevel; a condition that folds to False at compile time (static dims) drops the implementation, one
+that folds to True ends the list: what remains depends on run-time dims only. The C variants become
+one C function with the generic signature: the generic entry checks, then a generated dispatch
+function ``<kernel>_dispatch(dims...)`` picks the variant (``loop_ir.Dispatch``) -- so the VM, the
+graph executor and AOT call a kernel with variants exactly like any other. External variants need a
+Python caller: ``DispatchKernel`` evaluates their conditions (compiled to Python from the same te
+expressions) before falling back to the C kernel.
+
+Thresholds come from ``benchmarks/kernels.py`` on the development machine (2 cores; BLAS peaks at 91
+GFLOP/s on one thread, 186 on two). On one thread the generated dense kernel (static K and N) runs at
+25-36 GFLOP/s, as fast as BLAS plus the ~4 us of the Python dispatcher below about 2^20 multiply-adds
+(8x256x256: C 27-30 us, BLAS 29 us + dispatch) and on fewer than 8 rows (GEMV-like, memory-bound:
+4x768x768: C 140 us, BLAS 198 us); above that BLAS is up to 2.6x faster (128x768x768: 4.5 ms vs 1.7
+ms): ``BLAS_MIN_FLOPS``, ``BLAS_MIN_ROWS``. With N or K dynamic the C kernel is about twice slower and
+BLAS wins from 2^16 (``BLAS_MIN_FLOPS_DYNAMIC``). With parallel kernels BLAS runs single-threaded
+(``blas_single_thread``: OpenBLAS's spinning workers made a 2-thread layer norm over 100x slower) and the
+thresholds grow by ``BLAS_THREAD_FACTOR`` per extra thread.
+
+    with strategy.specialize(n=[1, 128]):       # static variants for the named dim n
+        module, kernels = build_fused_module(prims)
+    kernels["fused_dense"].variants              # ('blas', 'vec', 'generic') for a dynamic dense
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import dataclasses
+import functools
+import os
+import threading
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..errors import TensorVMError, UnsupportedError
+from ..ir.analysis import free_vars
+from ..ir.expr import Function, Var
+from ..ir.functor import ExprMutator
+from ..ir.types import TupleType
+from ..op.registry import OpPattern, get_op, is_registered
+from ..te.expr import (
+    Binary,
+    Cast,
+    Const,
+    PrimExpr,
+    Select,
+    Unary,
+    as_expr,
+    const,
+    dtype_kind,
+    eq,
+    floormod,
+    logical_and,
+    maximum,
+)
+from ..te.expr import Var as DimVar
+from ..te.tensor import ComputeOp, PlaceholderOp, Tensor, walk
+from .build import kernel_threads
+from .lower import LoweredParts, lower_dispatch, lower_parts
+
+__all__ = [
+    "Implementation", "register_strategy", "strategy_of", "specialize", "KernelPlan", "ExternalPlan",
+    "DispatchKernel", "plan", "BLAS_MIN_FLOPS", "BLAS_MIN_FLOPS_DYNAMIC", "BLAS_THREAD_FACTOR", "blas_single_thread", "BLAS_MIN_ROWS", "VECTOR_WIDTH",
+    "variants_enabled",
+]
+
+# BLAS pays off from this many multiply-adds (M*N*K) and this many rows M (below, GEMV-like products
+# are memory-bound and the generated kernel is as fast, without the Python call in between).
+BLAS_MIN_FLOPS = 1 << 20
+BLAS_MIN_ROWS = 8
+# With N or K dynamic the generated kernel is about twice slower (no constant strides; register
+# blocking only in the vector variant), so BLAS pays off from smaller products.
+BLAS_MIN_FLOPS_DYNAMIC = 1 << 16
+# With T threads the generated kernels run ~T times faster while BLAS runs on one thread (see
+# ``blas_single_thread``): the thresholds grow by this factor per extra thread (measured at 2 threads:
+# C 165 us vs BLAS 252 us at 8x768x768, C 681 vs 560 us at 32x768x768).
+BLAS_THREAD_FACTOR = 16
+# Vector-friendly variants assume inner dims that are multiples of these.
+VECTOR_WIDTH = 8
+REDUCTION_WIDTH = 16
+
+
+@dataclass(frozen=True)
+class Implementation:
+    """One way to compute an op (see the module docstring). ``condition`` is a bool te expression over
+    the op's input dims, or a Python bool."""
+
+    name: str
+    condition: object = True
+    plevel: int = 0
+    static_dims: dict = field(default_factory=dict)
+    multiples: dict = field(default_factory=dict)
+    external: object = None
+    work: object = None  # external: a te measure of the work (multiply-adds) ...
+    min_work: int = 0  # ... that must reach min_work x the kernels' thread count (checked per call)
+
+    @property
+    def kind(self) -> str:
+        return "external" if self.external is not None else "c"
+
+
+def register_strategy(op_name: str, strategy):
+    """Attach ``strategy(attrs, inputs, out_type) -> [Implementation]`` to an op (``OpDef.strategy``)."""
+    get_op(op_name).strategy = strategy
+    return strategy
+
+
+def strategy_of(opdef):
+    return opdef.strategy if callable(opdef.strategy) else None
+
+
+def variants_enabled() -> bool:
+    """False when ``$TENSORVM_KERNEL_VARIANTS`` is ``0``: every kernel is compiled generic only."""
+    return os.environ.get("TENSORVM_KERNEL_VARIANTS", "1").strip() != "0"
+
+
+# ---- static specializations asked for by the user ----------------------------------------------------
+
+_HINTS: dict = {}  # process-wide: lowering may run in helper threads (deep programs)
+_HINTS_LOCK = threading.Lock()
+
+
+@contextlib.contextmanager
+def specialize(**dims):
+    """Within this block, kernels over a named dim (``SymDim``) get a static variant per listed value:
+    ``with specialize(n=[1, 128]): tv.vm.compile(mod, target="c")``. The setting is process-wide."""
+    for name, values in dims.items():
+        if isinstance(values, (str, bytes)) or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0
+                                                       for v in values):
+            raise ValueError(f"specialize: the values of {name} must be non-negative ints, got {values!r}")
+    with _HINTS_LOCK:
+        previous = dict(_HINTS)
+        _HINTS.update({name: tuple(values) for name, values in dims.items()})
+    try:
+        yield
+    finally:
+        with _HINTS_LOCK:
+            _HINTS.clear()
+            _HINTS.update(previous)
+
+
+def _hinted_implementations(graph) -> list:
+    with _HINTS_LOCK:
+        hints = dict(_HINTS)
+    out = []
+    for name, values in hints.items():
+        dim = graph.builder.symbols.get(name)
+        if dim is None:
+            continue
+        for value in values:
+            out.append(Implementation(f"{name}_{value}", eq(dim, value), plevel=5, static_dims={dim: value}))
+    return out
+
+
+# ---- planning --------------------------------------------------------------------------------------
+
+
+@dataclass(eq=False)
+class ExternalPlan:
+    """An external variant of a kernel: ``run(attrs, *arrays, out=target)`` on the kernel inputs at
+    ``inputs`` (positions among the kernel's inputs, constants included), then the ``epilogue`` kernel
+    (or none) on ``(target, *user inputs at epilogue_inputs, *outputs)``."""
+
+    name: str
+    condition: PrimExpr
+    run: object
+    attrs: object
+    inputs: list
+    result_shape: tuple
+    result_dtype: str
+    epilogue: object = None  # LoweredPrimitive
+    epilogue_name: str = ""
+    epilogue_inputs: list = field(default_factory=list)
+    inplace: bool = False
+    work: object = None
+    min_work: int = 0
+
+
+@dataclass(eq=False)
+class KernelPlan:
+    """What a primitive function compiles to: the C kernel (``lowered``, with its C variants behind a
+    dispatch) and the external variants tried before it."""
+
+    lowered: object  # LoweredPrimitive
+    generic: LoweredParts
+    graph: object
+    externals: list
+
+    def make_kernel(self, module, c_call=None):
+        """The callable for this plan once ``module`` (a ``CompiledModule`` holding ``lowered.func`` and
+        every external's ``epilogue.func``) is built: a ``FusedKernel``, or a ``DispatchKernel`` when
+        there are external variants. ``c_call`` (optional) is a faster caller of the same C kernel that
+        the dispatcher then uses for its C path (e.g. the VM's fast caller)."""
+        from .fused import FusedKernel
+
+        kernel = FusedKernel(module[self.lowered.func.name], self.lowered)
+        if not self.externals:
+            return kernel
+        return DispatchKernel(kernel, self, module, c_call)
+
+
+def plan(prim: Function, name: str, graph, generic: LoweredParts, externals: bool = True) -> KernelPlan:
+    """Resolve the strategy of ``prim``'s anchor op and lower the C variants it keeps."""
+    if not variants_enabled():
+        return KernelPlan(graph.lowered(generic.func()), generic, graph, [])
+    anchor, implementations = _implementations(graph)
+    c_variants, external_impls = _resolve(implementations)
+    variants = []
+    for impl in c_variants:
+        parts = _lower_variant(prim, name, graph, impl)
+        if parts is not None:
+            variants.append((impl.name, as_expr(impl.condition), parts))
+    lowered = graph.lowered(lower_dispatch(generic, variants))
+    plans = []
+    if externals and anchor is not None:
+        for impl in external_impls:
+            ext = _external_plan(prim, name, graph, anchor, impl)
+            if ext is not None:
+                plans.append(ext)
+    return KernelPlan(lowered, generic, graph, plans)
+
+
+def _anchor(graph):
+    """The op call whose strategy decides the kernel's variants: the most complex op with a strategy."""
+    candidates = [c for c in graph.calls if strategy_of(c.opdef) is not None]
+    if not candidates:
+        return None
+    return max(candidates, key=lambda c: (c.opdef.pattern != OpPattern.OPAQUE, c.opdef.pattern))
+
+
+def _implementations(graph):
+    anchor = _anchor(graph)
+    impls = list(_hinted_implementations(graph))
+    if anchor is not None:
+        strategy = strategy_of(anchor.opdef)
+        impls += list(strategy(anchor.attrs, anchor.args, anchor.out_type))
+    return anchor, impls
+
+
+def _resolve(impls: list) -> tuple[list, list]:
+    """(C variants, external variants) that can still run, in priority order, without the generic
+    (the C dispatch's default)."""
+    c_variants, externals = [], []
+    for impl in sorted(impls, key=lambda i: -i.plevel):
+        condition = as_expr(impl.condition)
+        if condition.dtype != "bool":
+            raise UnsupportedError(f"strategy: the condition of {impl.name} must be a bool expression, got "
+                                   f"{condition.dtype}")
+        if isinstance(condition, Const) and not condition.value:
+            continue
+        if impl.kind == "external":
+            externals.append(impl)
+            if isinstance(condition, Const) and impl.work is None:  # always taken: nothing after it runs
+                break
+            continue
+        static = {d: v for d, v in impl.static_dims.items() if isinstance(d, DimVar)}
+        multiples = {d: m for d, m in impl.multiples.items() if isinstance(d, DimVar) and m > 1}
+        if not static and not multiples:  # the generic kernel itself
+            if isinstance(condition, Const):
+                break
+            continue
+        c_variants.append(Implementation(impl.name, condition, impl.plevel, static, multiples))
+        if isinstance(condition, Const):
+            break
+    return c_variants, externals
+
+
+def _lower_variant(prim, name: str, graph, impl: Implementation):
+    from .fused import build_graph
+
+    try:
+        static = {_key(graph, d): int(v) for d, v in impl.static_dims.items()}
+        multiples = {_key(graph, d): int(m) for d, m in impl.multiples.items()}
+        variant = build_graph(prim, name, static, multiples)
+        return lower_parts(name, variant.inputs, variant.outputs, variant.multiples)
+    except TensorVMError:  # e.g. a static value the computes reject: the generic kernel reports it
+        return None
+
+
+def _key(graph, dim):
+    key = graph.dim_key(dim)
+    if key is None:
+        raise UnsupportedError(f"strategy: {dim!r} is not a dim of the kernel's parameters")
+    return key
+
+
+# ---- external variants -----------------------------------------------------------------------------
+
+
+class _Replace(ExprMutator):
+    def __init__(self, target, replacement):
+        super().__init__()
+        self.target, self.replacement = target, replacement
+
+    def visit_call(self, call):
+        if call is self.target:
+            return self.replacement
+        return super().visit_call(call)
+
+
+def _external_plan(prim: Function, name: str, graph, anchor, impl: Implementation):
+    """The external variant ``impl`` of the anchor op, with the rest of the group as an epilogue."""
+    from .fused import _flatten_types, _param_type, plan_primitive
+
+    positions = []
+    for arg in anchor.args:
+        if not isinstance(arg, Tensor) or not isinstance(arg.op, PlaceholderOp) or arg not in graph.inputs:
+            return None  # the op's inputs are computed inside the group: no external call for them
+        positions.append(graph.inputs.index(arg))
+    if len(anchor.results) != 1 or isinstance(anchor.out_type, TupleType):
+        return None
+    result = anchor.results[0]
+    result_var = Var("op_result", anchor.out_type)
+    body = _Replace(anchor.call, result_var).visit(prim.body)
+    epilogue = epilogue_name = None
+    epilogue_inputs, inplace = [], False
+    if body is not result_var:
+        used = set(free_vars(body))
+        params = [p for p in prim.params if p in used]
+        offsets, offset = {}, 0
+        for p in prim.params:
+            offsets[p] = offset
+            offset += len(_flatten_types(_param_type(p)))
+        for p in params:
+            epilogue_inputs += list(range(offsets[p], offsets[p] + len(_flatten_types(_param_type(p)))))
+        epilogue_fn = Function([result_var] + params, body, prim.ret_type, attrs=prim.attrs)
+        epilogue_name = f"{name}_epilogue"
+        try:
+            epi = plan_primitive(epilogue_fn, epilogue_name, externals=False)
+        except TensorVMError:
+            return None
+        inplace = _elementwise_of_first_input(epi.graph)
+        epilogue = epi.lowered
+        if inplace:  # the kernel will read and write the same buffer: no restrict on its pointers
+            epilogue.func = dataclasses.replace(epilogue.func, restrict=False)
+    return ExternalPlan(impl.name, as_expr(impl.condition), impl.external, anchor.attrs, positions,
+                        tuple(result.shape), result.dtype, epilogue, epilogue_name, epilogue_inputs, inplace,
+                        None if impl.work is None else as_expr(impl.work), impl.min_work)
+
+
+def _elementwise_of_first_input(graph) -> bool:
+    """Whether the graph's single output is, element by element, a function of its first input at the
+    same index (so it may be computed in place over that input)."""
+    if len(graph.outputs) != 1:
+        return False
+    source, out = graph.inputs[0], graph.outputs[0]
+    if out.dtype != source.dtype or len(out.shape) != len(source.shape) \
+            or any(a != b for a, b in zip(out.shape, source.shape)):
+        return False
+    stack, seen = [out.op], set()
+    while stack:
+        op = stack.pop()
+        if op in seen or not isinstance(op, ComputeOp):
+            continue
+        seen.add(op)
+        if op.is_reduction or len(op.axes) != len(source.shape):
+            return False
+        axes = [a.var for a in op.axes]
+        for body in op.bodies:
+            for node in walk(body):
+                if not hasattr(node, "tensor"):
+                    continue
+                producer = node.tensor
+                if producer is source or isinstance(producer.op, ComputeOp):
+                    if len(node.indices) != len(axes) or any(i is not a for i, a in zip(node.indices, axes)):
+                        return False
+                    stack.append(producer.op)
+    return True
+
+
+# ---- te expressions as Python -----------------------------------------------------------------------
+
+_PY_BINARY = {"add": "+", "sub": "-", "mul": "*", "floordiv": "//", "floormod": "%", "eq": "==", "ne": "!=",
+              "lt": "<", "le": "<=", "gt": ">", "ge": ">=", "and": "and", "or": "or", "xor": "!=",
+              "bitand": "&", "bitor": "|", "bitxor": "^", "shl": "<<", "shr": ">>"}
+
+
+def _py(expr: PrimExpr, sources: dict) -> str:
+    if isinstance(expr, Const):
+        return repr(expr.value)
+    if isinstance(expr, DimVar):
+        if expr not in sources:
+            raise UnsupportedError(f"strategy: the dim {expr.name} is not bound by a kernel parameter")
+        position, axis = sources[expr]
+        return f"a[{position}].shape[{axis}]"
+    if isinstance(expr, Binary):
+        a, b = _py(expr.a, sources), _py(expr.b, sources)
+        if expr.op in ("min", "max"):
+            return f"{expr.op}({a}, {b})"
+        if expr.op in ("truncdiv", "truncmod"):
+            return f"_{expr.op}({a}, {b})"
+        if expr.op in _PY_BINARY:
+            return f"({a} {_PY_BINARY[expr.op]} {b})"
+    if isinstance(expr, Unary):
+        return f"({ {'neg': '-', 'not': 'not ', 'bitnot': '~'}[expr.op]}{_py(expr.a, sources)})"
+    if isinstance(expr, Select):
+        return f"({_py(expr.true_value, sources)} if {_py(expr.cond, sources)} else {_py(expr.false_value, sources)})"
+    if isinstance(expr, Cast) and dtype_kind(expr.dtype) in "iub":
+        return f"{'bool' if expr.dtype == 'bool' else 'int'}({_py(expr.value, sources)})"
+    raise UnsupportedError(f"strategy: cannot evaluate {expr!r} in Python")
+
+
+def _truncdiv(a, b):
+    q = abs(a) // abs(b)
+    return q if (a < 0) == (b < 0) else -q
+
+
+def _truncmod(a, b):
+    return a - b * _truncdiv(a, b)
+
+
+def _dim_sources(generic: LoweredParts) -> dict:
+    """Where each dim symbol and dim parameter of the generic kernel is read from (kernel positions)."""
+    sources = dict(zip(generic.dim_params, generic.dim_positions))
+    for symbol, value in generic.lets:
+        if value in sources:
+            sources[symbol] = sources[value]
+    return sources
+
+
+# ---- the Python dispatcher --------------------------------------------------------------------------
+
+
+class DispatchKernel:
+    """A kernel with external variants: ``kernel(*in_arrays, *out_arrays)`` runs the first external
+    variant whose condition holds on these arrays, else the C kernel (``self.kernel``, which dispatches
+    among its C variants itself). Same interface as ``FusedKernel`` (``bind``, ``variants``,
+    ``select_variant``, ``source``).
+
+    Each external variant has one generated Python test (``_accepts``): the arrays are exact ndarrays
+    of the kernel's dtypes, ranks and static dims, C-contiguous (outputs writeable), the kernel's entry
+    checks hold and the variant's condition holds. Anything else goes to the C kernel, which raises the
+    precise error for bad arrays.
+    """
+
+    def __init__(self, kernel, plan: KernelPlan, module, c_call=None):
+        from .fused import FusedKernel
+
+        self.kernel = kernel
+        self._c_call = c_call or kernel
+        self.name = kernel.name
+        self.num_inputs = kernel.num_inputs
+        self.num_outputs = kernel.num_outputs
+        self._plan = plan
+        self._externals = []
+        for ext in plan.externals:
+            epilogue = None
+            if ext.epilogue is not None:
+                epilogue = FusedKernel(module[ext.epilogue.func.name], ext.epilogue)
+            accepts, shape = _compile_test(plan, ext, kernel)
+            self._externals.append((ext, accepts, _runner(ext, epilogue, shape, kernel), epilogue))
+        self.variants = tuple(e.name for e, *_ in self._externals) + tuple(kernel.variants)
+
+    @property
+    def source(self) -> str:
+        parts = [self.kernel.source]
+        parts += [epilogue.source for *_, epilogue in self._externals if epilogue is not None]
+        return "\n".join(parts)
+
+    def _choose(self, arrays: tuple):
+        """The external variant for ``arrays``, or None for the C kernel."""
+        for entry in self._externals:
+            try:
+                if entry[1](arrays):
+                    return entry
+            except Exception:  # noqa: BLE001 - odd arguments: the C kernel explains them
+                return None
+        return None
+
+    def __call__(self, *arrays):
+        for _, accepts, run, _ in self._externals:
+            try:
+                chosen = accepts(arrays)
+            except Exception:  # noqa: BLE001 - odd arguments: the C kernel explains them
+                break
+            if chosen:
+                return run(arrays)
+        return self._c_call(*arrays)
+
+    def bind(self, *arrays):
+        """A zero-argument call on ``arrays``: the variant is chosen once, now."""
+        entry = self._choose(arrays)
+        if entry is None:
+            return self.kernel.bind(*arrays)
+        return functools.partial(entry[2], arrays, True)
+
+    def select_variant(self, *arrays) -> str:
+        entry = self._choose(arrays)
+        return entry[0].name if entry is not None else self.kernel.select_variant(*arrays)
+
+    def __repr__(self):
+        return f"<DispatchKernel {self.name}: variants {', '.join(self.variants)}>"
+
+
+class _BlasThreads:
+    """NumPy's OpenBLAS thread count, found (as threadpoolctl does) among the loaded libraries."""
+
+    _NAMES = (("scipy_openblas_get_num_threads64_", "scipy_openblas_set_num_threads64_"),
+              ("scipy_openblas_get_num_threads", "scipy_openblas_set_num_threads"),
+              ("openblas_get_num_threads64_", "openblas_set_num_threads64_"),
+              ("openblas_get_num_threads", "openblas_set_num_threads"))
+
+    def __init__(self):
+        self.get = self.set = None
+        try:
+            with open("/proc/self/maps") as maps:
+                paths = sorted({line.split()[-1] for line in maps if "openblas" in line.lower() and ".so" in line})
+        except OSError:
+            paths = []
+        for path in paths:
+            try:
+                lib = ctypes.CDLL(path)
+            except OSError:
+                continue
+            for get_name, set_name in self._NAMES:
+                if hasattr(lib, get_name) and hasattr(lib, set_name):
+                    self.get, self.set = getattr(lib, get_name), getattr(lib, set_name)
+                    self.get.restype, self.set.argtypes = ctypes.c_int, [ctypes.c_int]
+                    return
+
+
+_BLAS_THREADS: list = []
+
+
+def _blas_threads():
+    if not _BLAS_THREADS:
+        _BLAS_THREADS.append(_BlasThreads())
+    return _BLAS_THREADS[0]
+
+
+@contextlib.contextmanager
+def blas_single_thread():
+    """BLAS on the calling thread only, for the duration of the block.
+
+    Measured on 2 cores: once OpenBLAS has run on its own worker threads, those spin for a long time
+    after each call, and the generated kernels' OpenMP loops (on the same cores) slow down about 10x
+    (a 128x768 layer norm: 27 us alone, 570 us next to 2-thread BLAS, 60 us next to 1-thread BLAS).
+    """
+    control = _blas_threads()
+    previous = control.get() if control.get is not None else 1
+    if previous != 1:
+        control.set(1)
+    try:
+        yield
+    finally:
+        if previous != 1:
+            control.set(previous)
+
+
+def _work_scale() -> int:
+    """How much more work an external variant needs with the kernels' current thread count:
+    ``BLAS_THREAD_FACTOR`` per extra thread, or never (when the kernels run in parallel and NumPy's
+    BLAS cannot be kept off their cores)."""
+    threads = min(kernel_threads(), 16)
+    if threads > 1 and _blas_threads().get is None:
+        return 1 << 62
+    return BLAS_THREAD_FACTOR ** (threads - 1)
+
+
+def _compile_test(plan: KernelPlan, ext: ExternalPlan, kernel):
+    """(accepts(arrays) -> bool, result_shape(arrays) -> tuple) over the user's arrays (inputs, outputs)."""
+    func = kernel.kernel.func
+    num_constants = func.num_inputs - kernel.num_inputs
+
+    def user_position(position: int) -> int:
+        if kernel.num_inputs <= position < func.num_inputs:
+            raise UnsupportedError("strategy: a constant input has no run-time dims")
+        return position if position < kernel.num_inputs else position - num_constants
+
+    sources = {v: (user_position(p), axis) for v, (p, axis) in _dim_sources(plan.generic).items()}
+    clauses = [_py(ext.condition, sources)]  # first: a call that stays in C pays for this test only
+    for position, buf in enumerate(func.params):
+        if kernel.num_inputs <= position < func.num_inputs:
+            continue
+        a = f"a[{user_position(position)}]"
+        clauses += [f"type({a}) is _ndarray", f"{a}.dtype == _dtype({buf.dtype!r})", f"{a}.ndim == {len(buf.shape)}",
+                    f"{a}.flags.c_contiguous"]
+        clauses += [f"{a}.shape[{axis}] == {d.value}" for axis, d in enumerate(buf.shape) if isinstance(d, Const)]
+        if position >= func.num_inputs:
+            clauses.append(f"{a}.flags.writeable")
+    clauses += [_py(c, sources) for c, _ in plan.generic.checks]
+    if ext.work is not None:  # the generated kernels scale with threads, single-threaded BLAS does not
+        clauses.append(f"{_py(ext.work, sources)} >= {int(ext.min_work)} * _work_scale()")
+    count = len(func.params) - num_constants
+    scope = {"__builtins__": {}, "min": min, "max": max, "int": int, "bool": bool, "type": type, "len": len,
+             "_truncdiv": _truncdiv, "_truncmod": _truncmod, "_ndarray": np.ndarray, "_dtype": np.dtype,
+             "_work_scale": _work_scale}
+    accepts = eval(compile(f"lambda a: len(a) == {count} and " + " and ".join(clauses),  # noqa: S307
+                           "<tensorvm strategy>", "eval"), scope)
+    shape = eval(compile("lambda a: (" + "".join(_py(d, sources) + ", " for d in ext.result_shape) + ")",  # noqa: S307
+                         "<tensorvm strategy>", "eval"), scope)
+    return accepts, shape
+
+
+def _runner(ext: ExternalPlan, epilogue, shape, kernel):
+    """``run(arrays, keep_temporary=False)``: the external call and the epilogue on checked arrays."""
+    constants = kernel._constants
+    num_inputs = kernel.num_inputs
+    sources = [(False, p) if p < num_inputs else (True, p - num_inputs) for p in ext.inputs]
+    external, attrs, dtype = ext.run, ext.attrs, np.dtype(ext.result_dtype)
+    in_place = epilogue is None or ext.inplace
+    epilogue_inputs = tuple(ext.epilogue_inputs)
+    kept = {}
+
+    def run(arrays, keep_temporary=False):
+        outputs = arrays[num_inputs:]
+        operands = [constants[p] if is_constant else arrays[p] for is_constant, p in sources]
+        if in_place:
+            target = outputs[0]
+        elif keep_temporary:  # a bound call reuses its temporary
+            target = kept.get("t")
+            if target is None:
+                target = kept["t"] = np.empty(shape(arrays), dtype)
+        else:
+            target = np.empty(shape(arrays), dtype)
+        if kernel_threads() > 1:
+            with blas_single_thread():
+                external(attrs, *operands, out=target)
+        else:
+            external(attrs, *operands, out=target)
+        if epilogue is not None:
+            epilogue(target, *(arrays[i] for i in epilogue_inputs), *outputs)
+
+    return run
+
+
+# ---- the matmul family -----------------------------------------------------------------------------
+
+
+def _blas_dense(attrs, x, w, out):
+    if x.ndim == 2:
+        np.matmul(x, w.T, out=out)
+    else:  # (..., K) rows as one matrix: one BLAS call
+        np.matmul(x.reshape(-1, x.shape[-1]), w.T, out=out.reshape(-1, out.shape[-1]))
+
+
+def _blas_matmul(attrs, a, b, out):
+    rhs = b.T if attrs.transpose_b else b
+    if attrs.transpose_a:
+        np.matmul(np.swapaxes(a, -1, -2), rhs, out=out)
+    elif a.ndim == 2:
+        np.matmul(a, rhs, out=out)
+    else:
+        np.matmul(a.reshape(-1, a.shape[-1]), rhs, out=out.reshape(-1, out.shape[-1]))
+
+
+def _blas_batch_matmul(attrs, x, y, out):
+    np.matmul(np.swapaxes(x, 1, 2) if attrs.transpose_a else x,
+              np.swapaxes(y, 1, 2) if attrs.transpose_b else y, out=out)
+
+
+def _prod(dims):
+    total = const(1)
+    for d in dims:
+        total = total * d
+    return total
+
+
+def _matmul_implementations(rows, n, k, inputs, out_type, external) -> list:
+    """BLAS when big enough, a vector-friendly C variant when the inner dims are dynamic multiples."""
+    impls = []
+    dtypes = {t.dtype for t in inputs} | {out_type.dtype}
+    if len(dtypes) == 1 and dtypes <= {"float32", "float64"}:
+        min_flops = BLAS_MIN_FLOPS if isinstance(n, Const) and isinstance(k, Const) else BLAS_MIN_FLOPS_DYNAMIC
+        impls.append(Implementation("blas", rows >= BLAS_MIN_ROWS, plevel=20, external=external,
+                                    work=_prod([rows, n, k]), min_work=min_flops))
+    multiples = {d: m for d, m in ((n, VECTOR_WIDTH), (k, REDUCTION_WIDTH)) if isinstance(d, DimVar)}
+    if multiples:
+        condition = const(True)
+        for d, m in multiples.items():
+            condition = logical_and(condition, eq(floormod(d, m), 0))
+        impls.append(Implementation("vec", condition, plevel=10, multiples=multiples))
+    return impls
+
+
+def dense_strategy(attrs, inputs, out_type):
+    x, w = inputs
+    return _matmul_implementations(_prod(x.shape[:-1]), w.shape[0], x.shape[-1], inputs, out_type, _blas_dense)
+
+
+def matmul_strategy(attrs, inputs, out_type):
+    a, b = inputs
+    rows = _prod(a.shape[:-2] + (a.shape[-1],)) if attrs.transpose_a else _prod(a.shape[:-1])
+    k = a.shape[-2] if attrs.transpose_a else a.shape[-1]
+    n = b.shape[0] if attrs.transpose_b else b.shape[1]
+    return _matmul_implementations(rows, n, k, inputs, out_type, _blas_matmul)
+
+
+def batch_matmul_strategy(attrs, inputs, out_type):
+    x, y = inputs
+    m, k = (x.shape[2], x.shape[1]) if attrs.transpose_a else (x.shape[1], x.shape[2])
+    n = y.shape[1] if attrs.transpose_b else y.shape[2]
+    batch = maximum(x.shape[0], y.shape[0])  # the broadcast batch (a batch of 0 has no work anyway)
+    return _matmul_implementations(m * batch, n, k, inputs, out_type, _blas_batch_matmul)
+
+
+for _name, _strategy in (("nn.dense", dense_strategy), ("nn.matmul", matmul_strategy),
+                         ("nn.batch_matmul", batch_matmul_strategy)):
+    if is_registered(_name):
+        register_strategy(_name, _strategy)
