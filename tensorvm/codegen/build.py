@@ -140,8 +140,12 @@ def kernel_threads() -> int:
 
 def _apply_threads(cdll):
     if _NUM_THREADS[0] is not None or getattr(cdll, "_tv_threads_set", False):
-        cdll.tv_set_num_threads.argtypes = [ctypes.c_int32]
-        cdll.tv_set_num_threads(int(_NUM_THREADS[0] or 0))
+        try:
+            setter = cdll.tv_set_num_threads
+        except AttributeError:  # built with static prelude functions (AOT style): nothing to set
+            return
+        setter.argtypes = [ctypes.c_int32]
+        setter(int(_NUM_THREADS[0] or 0))
         cdll._tv_threads_set = True
 
 
