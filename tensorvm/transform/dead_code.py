@@ -25,10 +25,9 @@ from ..ir.expr import (
     RefRead,
     RefWrite,
 )
-from ..ir.module import IRModule
 from .memory_plan import vars_used
-from .pass_infra import Pass
-from .to_anf import TypedMutator, copy_type, expr_children, post_order_iter, rebuild_function
+from .pass_infra import BodyRewritePass
+from .to_anf import TypedMutator, copy_type, expr_children, post_order_iter
 
 __all__ = ["DeadCodeElimination"]
 
@@ -81,15 +80,6 @@ class _Eliminator(TypedMutator):
         return Match(data, clauses, m.complete, span=m.span)
 
 
-class DeadCodeElimination(Pass):
+class DeadCodeElimination(BodyRewritePass):
     name = "DeadCodeElimination"
-
-    def transform_module(self, mod: IRModule) -> IRModule:
-        functions = {}
-        for gv, fn in mod.functions.items():
-            if fn.is_primitive:
-                functions[gv] = fn
-                continue
-            body = _Eliminator().visit(fn.body)
-            functions[gv] = fn if body is fn.body else rebuild_function(fn, body)
-        return mod.with_functions(functions)
+    rewriter = _Eliminator

@@ -13,10 +13,9 @@ from __future__ import annotations
 
 from ..errors import UnsupportedError
 from ..ir.expr import Call, Constructor, Expr, Function, Op, Var
-from ..ir.module import IRModule
 from ..op.registry import get_op
-from .pass_infra import Pass
-from .to_anf import TypedMutator, rebuild_function
+from .pass_infra import BodyRewritePass
+from .to_anf import TypedMutator
 
 __all__ = ["EtaExpand"]
 
@@ -47,15 +46,6 @@ class _Expander(TypedMutator):
         return _expand(op, arity)
 
 
-class EtaExpand(Pass):
+class EtaExpand(BodyRewritePass):
     name = "EtaExpand"
-
-    def transform_module(self, mod: IRModule) -> IRModule:
-        functions = {}
-        for gv, fn in mod.functions.items():
-            if fn.is_primitive:
-                functions[gv] = fn
-                continue
-            body = _Expander().visit(fn.body)
-            functions[gv] = fn if body is fn.body else rebuild_function(fn, body)
-        return mod.with_functions(functions)
+    rewriter = _Expander

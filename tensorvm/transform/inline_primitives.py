@@ -11,9 +11,8 @@ a direct call of a ``@fused_...`` global.
 from __future__ import annotations
 
 from ..ir.expr import Function, Let
-from ..ir.module import IRModule
-from .pass_infra import Pass
-from .to_anf import TypedMutator, rebuild_function
+from .pass_infra import BodyRewritePass
+from .to_anf import TypedMutator
 
 __all__ = ["InlinePrimitives"]
 
@@ -46,15 +45,6 @@ class _Inliner(TypedMutator):
         return result
 
 
-class InlinePrimitives(Pass):
+class InlinePrimitives(BodyRewritePass):
     name = "InlinePrimitives"
-
-    def transform_module(self, mod: IRModule) -> IRModule:
-        functions = {}
-        for gv, fn in mod.functions.items():
-            if fn.is_primitive:
-                functions[gv] = fn
-                continue
-            body = _Inliner().visit(fn.body)
-            functions[gv] = fn if body is fn.body else rebuild_function(fn, body)
-        return mod.with_functions(functions)
+    rewriter = _Inliner

@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 from ..ir import Function, IRModule
 
-__all__ = ["Pass", "ModulePass", "FunctionPass", "Sequential", "module_pass", "function_pass"]
+__all__ = ["Pass", "ModulePass", "FunctionPass", "BodyRewritePass", "Sequential", "module_pass", "function_pass"]
 
 
 class Pass:
@@ -44,6 +44,22 @@ class FunctionPass(Pass):
 
     def transform_module(self, mod: IRModule) -> IRModule:
         return mod.with_functions({gv: self.fn(f, mod) for gv, f in mod.functions.items()})
+
+
+class BodyRewritePass(Pass):
+    """Rewrites the body of every non-primitive global with a fresh ``rewriter()`` (an ExprMutator);
+    primitive functions are left as they are, and a function whose body did not change is kept."""
+
+    rewriter: type
+
+    def transform_module(self, mod: IRModule) -> IRModule:
+        from .to_anf import rebuild_function  # lazy: to_anf builds on this module
+
+        functions = {}
+        for gv, fn in mod.functions.items():
+            body = fn.body if fn.is_primitive else self.rewriter().visit(fn.body)
+            functions[gv] = fn if body is fn.body else rebuild_function(fn, body)
+        return mod.with_functions(functions)
 
 
 class Sequential(Pass):

@@ -15,10 +15,9 @@ from __future__ import annotations
 
 from ..ir.attrs import Attrs
 from ..ir.expr import Call, Function, Op
-from ..ir.module import IRModule
 from ..ir.types import TensorType
-from .pass_infra import Pass
-from .to_anf import TypedMutator, copy_type, known_type, rebuild_function
+from .pass_infra import BodyRewritePass
+from .to_anf import TypedMutator, copy_type, known_type
 
 __all__ = ["SimplifyExpr"]
 
@@ -57,15 +56,6 @@ class _Simplifier(TypedMutator):
         return new
 
 
-class SimplifyExpr(Pass):
+class SimplifyExpr(BodyRewritePass):
     name = "SimplifyExpr"
-
-    def transform_module(self, mod: IRModule) -> IRModule:
-        functions = {}
-        for gv, fn in mod.functions.items():
-            if fn.is_primitive:
-                functions[gv] = fn
-                continue
-            body = _Simplifier().visit(fn.body)
-            functions[gv] = fn if body is fn.body else rebuild_function(fn, body)
-        return mod.with_functions(functions)
+    rewriter = _Simplifier
