@@ -27,7 +27,7 @@ from ..ir.module import IRModule
 from ..ir.types import FuncType
 from ..op.registry import get_op
 from .pass_infra import Pass
-from .to_anf import TypedMutator, copy_type, known_type, post_order_iter
+from .to_anf import TypedMutator, copy_type, known_type, post_order_iter, primitive_children
 
 __all__ = ["LambdaLift"]
 
@@ -40,15 +40,7 @@ def primitive_key(fn: Function) -> tuple:
     keys = []
 
     def children(expr):
-        if isinstance(expr, Call):
-            return list(expr.args)
-        if isinstance(expr, Tuple):
-            return list(expr.fields)
-        if isinstance(expr, TupleGetItem):
-            return [expr.tuple_value]
-        if isinstance(expr, Let):
-            return [expr.var, expr.value, expr.body]
-        return []
+        return primitive_children(expr, with_let_vars=True)
 
     for node in post_order_iter(fn.body, children):
         if node in index:
@@ -81,15 +73,7 @@ def _primitive_name(fn: Function) -> str:
     names = []
 
     def children(expr):
-        if isinstance(expr, Call):
-            return list(expr.args)
-        if isinstance(expr, Tuple):
-            return list(expr.fields)
-        if isinstance(expr, TupleGetItem):
-            return [expr.tuple_value]
-        if isinstance(expr, Let):
-            return [expr.value, expr.body]
-        return []
+        return primitive_children(expr)
 
     for node in post_order_iter(fn.body, children):
         if isinstance(node, Call) and isinstance(node.op, Op):

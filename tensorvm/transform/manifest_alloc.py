@@ -58,6 +58,7 @@ from .to_anf import (
     flatten_lets,
     known_type,
     post_order_iter,
+    primitive_children,
     rebuild_function,
     typed_var,
 )
@@ -88,18 +89,6 @@ def int64_constant(value) -> Constant:
     return Constant(array).with_type(TensorType(array.shape, "int64"))
 
 
-def _prim_children(expr: Expr) -> list:
-    if isinstance(expr, Call):
-        return list(expr.args)
-    if isinstance(expr, Tuple):
-        return list(expr.fields)
-    if isinstance(expr, TupleGetItem):
-        return [expr.tuple_value]
-    if isinstance(expr, Let):
-        return [expr.value, expr.body]
-    return []
-
-
 def shape_func_inputs(prim: Function) -> tuple:
     """Per parameter of a primitive: 1 if its composed shape function reads the data, 0 for the shape.
 
@@ -108,7 +97,7 @@ def shape_func_inputs(prim: Function) -> tuple:
     """
     params = {p: i for i, p in enumerate(prim.params)}
     flags = [0] * len(prim.params)
-    for node in post_order_iter(prim.body, _prim_children):
+    for node in post_order_iter(prim.body, primitive_children):
         if not (isinstance(node, Call) and isinstance(node.op, Op)):
             continue
         opdef = get_op(node.op)

@@ -67,6 +67,20 @@ def is_atomic(expr: Expr) -> bool:
     return isinstance(expr, ATOMIC_TYPES) or (isinstance(expr, Function) and expr.is_primitive)
 
 
+def primitive_children(expr: Expr, with_let_vars: bool = False) -> list:
+    """Direct sub-expressions inside a primitive function's body: call arguments (the callee is an op),
+    tuple fields, projected tuples, let values and bodies (and the let's variable if asked)."""
+    if isinstance(expr, Call):
+        return list(expr.args)
+    if isinstance(expr, Tuple):
+        return list(expr.fields)
+    if isinstance(expr, TupleGetItem):
+        return [expr.tuple_value]
+    if isinstance(expr, Let):
+        return [expr.var, expr.value, expr.body] if with_let_vars else [expr.value, expr.body]
+    return []
+
+
 def expr_children(expr: Expr, enter_functions: bool = True) -> list:
     """Direct sub-expressions (bound vars included); primitive function bodies are never entered."""
     if isinstance(expr, Call):

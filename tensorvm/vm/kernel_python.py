@@ -26,6 +26,8 @@ compiled with ``exec``; nothing read from a file is ever executed).
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from ..errors import ShapeError, UnsupportedError
@@ -34,7 +36,9 @@ from ..ir.module import IRModule
 from ..ir.types import TensorType, TupleType
 from ..op.registry import get_op
 from ..transform.fuse_ops import flatten_tensor_types
-from ..transform.to_anf import TypedMutator, known_type, post_order_iter, rebuild_function
+from ..transform.to_anf import TypedMutator, known_type, post_order_iter, primitive_children, rebuild_function
+
+_children_with_vars = functools.partial(primitive_children, with_let_vars=True)
 
 __all__ = ["build_kernel", "build_shape_func", "build_shape_func_tuples", "UFUNC_OPS"]
 
@@ -55,18 +59,6 @@ UFUNC_OPS = {
 }
 
 
-def _children(expr: Expr) -> list:
-    if isinstance(expr, Call):
-        return list(expr.args)
-    if isinstance(expr, Tuple):
-        return list(expr.fields)
-    if isinstance(expr, TupleGetItem):
-        return [expr.tuple_value]
-    if isinstance(expr, Let):
-        return [expr.var, expr.value, expr.body]
-    return []
-
-
 class _InlineLets(TypedMutator):
     def visit_let(self, let: Let):
         while isinstance(let, Let):
@@ -83,7 +75,7 @@ def _prepare(prim: Function) -> Function:
 
         mod = infer_type(IRModule({GlobalVar("primitive"): prim}))
         prim = mod["primitive"]
-    if any(isinstance(n, Let) for n in post_order_iter(prim.body, _children)):
+    if any(isinstance(n, Let) for n in post_order_iter(prim.body, _children_with_vars)):
         prim = rebuild_function(prim, _InlineLets().visit(prim.body))
     return prim
 
@@ -180,7 +172,7 @@ def build_kernel(prim: Function):
 
     body = prim.body
     root_ufunc = _ufunc_for(body) if isinstance(body, Call) and isinstance(body.op, Op) else None
-    for node in post_order_iter(body, _children):
+    for node in post_order_iter(body, _children_with_vars):
         if node in value_of:
             continue
         if node is body and root_ufunc is not None:
@@ -224,7 +216,7 @@ def _emit_node(src: _Source, node: Expr, value_of: dict) -> str:
 
 
 def _primitive_label(prim: Function) -> str:
-    names = [n.op.name for n in post_order_iter(prim.body, _children) if isinstance(n, Call) and isinstance(n.op, Op)]
+    names = [n.op.name for n in post_order_iter(prim.body, _children_with_vars) if isinstance(n, Call) and isinstance(n.op, Op)]
     return "primitive(" + ", ".join(names) + ")"
 
 
@@ -377,7 +369,7 @@ def build_shape_func_tuples(prim: Function, is_input: tuple):
         pos += count
     n_in = pos
     constants, steps = [], []
-    for node in post_order_iter(prim.body, _children):
+    for node in post_order_iter(prim.body, _children_with_vars):
         if node in slot_of:
             continue
         dst = len(slot_of)
