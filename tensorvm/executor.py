@@ -116,20 +116,27 @@ class DebugExecutor(Executor):
         return run
 
 
-class VMExecutor(Executor):
-    """Compiles with ``tensorvm.vm.compile`` and runs on the ``VirtualMachine``."""
+class CompiledExecutor(Executor):
+    """An executor that builds ``@main`` once per entry function and calls the built program.
+
+    Subclasses set ``kind`` and implement ``_build(mod) -> call``, where ``call(names, values)`` runs
+    the built ``@main`` on the values of its parameters named ``names`` (those not bound as params).
+    The build binds ``build_params`` itself (as constants, graph params or linked C arrays).
+    """
+
+    kind = ""
 
     def __init__(self, mod: IRModule, target: str = "python", params: dict | None = None):
-        # The VM compiler binds params itself (it may fold them into constants).
         super().__init__(mod, None)
-        self.target, self.vm_params = target, dict(params or {})
+        self.target, self.build_params = target, dict(params or {})
         self._cache: dict = {}
 
-    def _make_callable(self, name, func):
-        from . import vm as tvm_vm  # lazy: the VM layer depends on everything else
+    def _build(self, mod: IRModule):  # pragma: no cover - abstract
+        raise NotImplementedError
 
+    def _make_callable(self, name, func):
         if name is not None and name != "main":
-            raise UnsupportedError(f"the VM executor runs @main only, not @{name}")
+            raise UnsupportedError(f"the {self.kind} executor runs @main only, not @{name}")
         if name is None:  # run an expression as the entry of a copy of the module
             mod = self.mod.copy()
             mod.add("main", func)
@@ -139,18 +146,30 @@ class VMExecutor(Executor):
             mod, func = self.mod, self.mod["main"]
         key = id(func)
         if key not in self._cache:
-            exe = tvm_vm.compile(mod, target=self.target, params=self.vm_params or None)
-            self._cache[key] = (func, tvm_vm.VirtualMachine(exe))
-        _, machine = self._cache[key]
-        remaining = [p for p in func.params if p.name_hint not in self.vm_params]
+            self._cache[key] = (func, self._build(mod))
+        _, call = self._cache[key]
+        remaining = [p for p in func.params if p.name_hint not in self.build_params]
+        names = [p.name_hint for p in remaining]
         signature = Function(tuple(remaining), func.body)
 
         def run(*args, **kwargs):
             values = bind_arguments(signature, args, kwargs, "@main")
-            return to_user_value(machine["main"](*values))
+            return to_user_value(call(names, values))
 
         run.__name__ = "main"
         return run
+
+
+class VMExecutor(CompiledExecutor):
+    """Compiles with ``tensorvm.vm.compile`` and runs on the ``VirtualMachine``."""
+
+    kind = "VM"
+
+    def _build(self, mod: IRModule):
+        from . import vm as tvm_vm  # lazy: the VM layer depends on everything else
+
+        machine = tvm_vm.VirtualMachine(tvm_vm.compile(mod, target=self.target, params=self.build_params or None))
+        return lambda names, values: machine["main"](*values)
 
 
 def to_user_value(value):

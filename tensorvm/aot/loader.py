@@ -27,9 +27,7 @@ import numpy as np
 
 from ..codegen.build import CompilerError, Toolchain, cache_dir, find_toolchain
 from ..errors import ExecutionError, ShapeError, UnsupportedError
-from ..executor import Executor, to_user_value
-from ..interpreter import bind_arguments
-from ..ir.expr import Function
+from ..executor import CompiledExecutor
 from .build import AOTModule
 
 __all__ = ["load", "AOTRunner", "AOTExecutor", "compile_library", "object_sizes"]
@@ -312,41 +310,22 @@ def _rebuild(tree, outputs: list):
     return outputs[tree]
 
 
-class AOTExecutor(Executor):
-    """``tv.create_executor("aot", mod, params=...)``: builds ``@main`` to C, compiles and runs it.
+class AOTExecutor(CompiledExecutor):
+    """``tv.create_executor("aot", mod, params=...)``: builds ``@main`` to C, compiles and runs it
+    (the build links the params itself, as named constants).
 
     AOT always generates C, so ``target`` may be ``"c"`` or the executors' default ``"python"``.
     """
 
+    kind = "AOT"
+
     def __init__(self, mod, target: str = "python", params: dict | None = None):
-        super().__init__(mod, None)  # build links the params itself (as named constants)
         if target not in ("c", "python", None):
             raise UnsupportedError(f"the AOT executor generates C: target must be 'c', got {target!r}")
-        self.aot_params = dict(params or {})
-        self._cache: dict = {}
+        super().__init__(mod, target, params)
 
-    def _make_callable(self, name, func):
+    def _build(self, mod):
         from .build import build
 
-        if name is not None and name != "main":
-            raise UnsupportedError(f"the AOT executor runs @main only, not @{name}")
-        if name is None:
-            mod = self.mod.copy()
-            mod.add("main", func)
-        else:
-            if "main" not in self.mod:
-                raise ExecutionError("the module has no @main")
-            mod, func = self.mod, self.mod["main"]
-        key = id(func)
-        if key not in self._cache:
-            self._cache[key] = (func, load(build(mod, name="main", params=self.aot_params or None)))
-        _, runner = self._cache[key]
-        remaining = [p for p in func.params if p.name_hint not in self.aot_params]
-        signature = Function(tuple(remaining), func.body)
-
-        def run(*args, **kwargs):
-            values = bind_arguments(signature, args, kwargs, "@main")
-            return to_user_value(runner(*values))
-
-        run.__name__ = "main"
-        return run
+        runner = load(build(mod, name="main", params=self.build_params or None))
+        return lambda names, values: runner(*values)

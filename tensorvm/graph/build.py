@@ -23,7 +23,7 @@ import zipfile
 import numpy as np
 
 from ..errors import ExecutionError, FormatError, TensorVMError, UnsupportedError
-from ..executor import Executor, to_user_value
+from ..executor import CompiledExecutor
 from ..ir.expr import Function, GlobalVar
 from ..ir.module import IRModule
 from ..transform.memory_planner import lower_static, plan_memory, static_schedule
@@ -299,39 +299,14 @@ def _jsonable(tree):
 
 
 # --- create_executor("graph", ...) --------------------------------------------------------------
-class GraphExecutor(Executor):
-    """``create_executor("graph", mod, target=..., params=...)``: builds ``@main`` and runs it."""
+class GraphExecutor(CompiledExecutor):
+    """``create_executor("graph", mod, target=..., params=...)``: builds ``@main`` and runs it
+    (``build`` binds the params itself: they become graph params)."""
 
-    def __init__(self, mod: IRModule, target: str = "python", params: dict | None = None):
-        super().__init__(mod, None)  # build binds the params itself (they become graph params)
-        self.target, self.graph_params = target, dict(params or {})
-        self._cache: dict = {}
+    kind = "graph"
 
-    def _make_callable(self, name, func):
-        from ..interpreter import bind_arguments
+    def _build(self, mod: IRModule):
         from .graph_module import GraphModule
 
-        if name is not None and name != "main":
-            raise UnsupportedError(f"the graph executor runs @main only, not @{name}")
-        if name is None:
-            mod = self.mod.copy()
-            mod.add("main", func)
-        else:
-            if "main" not in self.mod:
-                raise ExecutionError("the module has no @main")
-            mod, func = self.mod, self.mod["main"]
-        key = id(func)
-        if key not in self._cache:
-            factory = build(mod, target=self.target, params=self.graph_params or None)
-            self._cache[key] = (func, GraphModule(factory))
-        _, module = self._cache[key]
-        remaining = [p for p in func.params if p.name_hint not in self.graph_params]
-        signature = Function(tuple(remaining), func.body)
-
-        def run(*args, **kwargs):
-            values = bind_arguments(signature, args, kwargs, "@main")
-            result = module.run_from_values([p.name_hint for p in remaining], values)
-            return to_user_value(result)
-
-        run.__name__ = "main"
-        return run
+        module = GraphModule(build(mod, target=self.target, params=self.build_params or None))
+        return module.run_from_values
