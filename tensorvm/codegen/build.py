@@ -39,6 +39,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from ..errors import UnsupportedError
+from . import blas
 
 __all__ = [
     "CompilerError", "Toolchain", "BuildInfo", "Library", "find_toolchain", "cache_dir", "build_library",
@@ -330,6 +331,7 @@ def build_library(source: str | list, toolchain: Toolchain | None = None, python
                 raise CompilerError(f"codegen: cannot load the compiled library {lib_path}: {err}; {_HINT}") from None
             _LOADED[key] = cdll
             _apply_threads(cdll)
+            blas.attach(cdll)
         module = _import_extension(python_module, key) if python_module else None
         info = BuildInfo(key, digest, cached, compile_seconds, time.perf_counter() - start, toolchain.flags)
         _STATS.builds += 1

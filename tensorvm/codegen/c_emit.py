@@ -33,7 +33,9 @@ from .loop_ir import (
     VECTORIZED,
     Allocate,
     Assert,
+    Buffer,
     BufferLoad,
+    CallExtern,
     Dispatch,
     Evaluate,
     For,
@@ -46,7 +48,7 @@ from .loop_ir import (
 )
 
 __all__ = ["emit_kernel", "emit_library", "emit_python_wrappers", "PYTHON_BAD_ARGUMENTS", "EmittedKernel", "EmitOptions",
-           "C_TYPES", "PRELUDE", "prelude", "ERROR_DIVIDE_BY_ZERO", "ERROR_INDEX", "ERROR_OUT_OF_MEMORY",
+           "C_TYPES", "PRELUDE", "BLAS_BRIDGE", "prelude", "ERROR_DIVIDE_BY_ZERO", "ERROR_INDEX", "ERROR_OUT_OF_MEMORY",
            "RUNTIME_ERRORS"]
 
 C_TYPES = {
@@ -185,6 +187,120 @@ static inline bool tv_max_b(bool a, bool b) { return a || b; }
 TV_FLOAT(float, f32, f) TV_FLOAT(double, f64, )
 """
 
+BLAS_BRIDGE = r"""
+/* ---- BLAS from C (shared libraries only; see tensorvm/codegen/strategy.py) ----
+   The host hands over its CBLAS entry points (64-bit integers, as NumPy's OpenBLAS) with tv_set_blas.
+   tv_gemm_<dtype> computes a batch of products C = op(A) op(B) on the kernels' OpenMP threads, each
+   thread one single-threaded BLAS call on its share (batch entries, column or row blocks), so BLAS's
+   own thread pool never competes with the kernels' for the cores. Without BLAS, plain loops run. */
+typedef void (*tv_sgemm_fn)(int, int, int, int64_t, int64_t, int64_t, float, const float*, int64_t,
+                            const float*, int64_t, float, float*, int64_t);
+typedef void (*tv_dgemm_fn)(int, int, int, int64_t, int64_t, int64_t, double, const double*, int64_t,
+                            const double*, int64_t, double, double*, int64_t);
+typedef void (*tv_sgemv_fn)(int, int, int64_t, int64_t, float, const float*, int64_t, const float*, int64_t,
+                            float, float*, int64_t);
+typedef void (*tv_dgemv_fn)(int, int, int64_t, int64_t, double, const double*, int64_t, const double*, int64_t,
+                            double, double*, int64_t);
+typedef int (*tv_blas_get_threads_fn)(void);
+typedef void (*tv_blas_set_threads_fn)(int);
+__attribute__((weak, visibility("hidden"))) tv_sgemm_fn tv_blas_gemm_f32;
+__attribute__((weak, visibility("hidden"))) tv_dgemm_fn tv_blas_gemm_f64;
+__attribute__((weak, visibility("hidden"))) tv_sgemv_fn tv_blas_gemv_f32;
+__attribute__((weak, visibility("hidden"))) tv_dgemv_fn tv_blas_gemv_f64;
+__attribute__((weak, visibility("hidden"))) tv_blas_get_threads_fn tv_blas_get_threads;
+__attribute__((weak, visibility("hidden"))) tv_blas_set_threads_fn tv_blas_set_threads;
+
+__attribute__((weak)) int32_t tv_set_blas(void* sgemm, void* dgemm, void* sgemv, void* dgemv, void* get_threads,
+                                          void* set_threads) {
+  tv_blas_gemm_f32 = (tv_sgemm_fn)sgemm; tv_blas_gemm_f64 = (tv_dgemm_fn)dgemm;
+  tv_blas_gemv_f32 = (tv_sgemv_fn)sgemv; tv_blas_gemv_f64 = (tv_dgemv_fn)dgemv;
+  tv_blas_get_threads = (tv_blas_get_threads_fn)get_threads;
+  tv_blas_set_threads = (tv_blas_set_threads_fn)set_threads;
+  return 0;
+}
+
+#ifdef _OPENMP
+static inline int tv_omp_max_threads(void) { return omp_get_max_threads(); }
+static inline int tv_omp_in_parallel(void) { return omp_in_parallel(); }
+static inline int tv_omp_thread(void) { return omp_get_thread_num(); }
+static inline int tv_omp_team(void) { return omp_get_num_threads(); }
+#else
+static inline int tv_omp_max_threads(void) { return 1; }
+static inline int tv_omp_in_parallel(void) { return 0; }
+static inline int tv_omp_thread(void) { return 0; }
+static inline int tv_omp_team(void) { return 1; }
+#endif
+
+/* Below this many multiply-adds a product runs on the calling thread only. */
+#define TV_GEMM_PARALLEL_WORK 65536.0
+
+#define TV_GEMM(T, S)                                                                                \
+  /* c (m x n, row stride ldc) = op(a) op(b); op(a) is m x k, op(b) is k x n. */                     \
+  static void tv_gemm_block_##S(int64_t m, int64_t n, int64_t k, const T* a, int64_t lda, int64_t ta, \
+                                const T* b, int64_t ldb, int64_t tb, T* c, int64_t ldc) {           \
+    if (m <= 0 || n <= 0) return;                                                                  \
+    if (tv_blas_gemm_##S != NULL) {                                                               \
+      if (m == 1 && !ta && tv_blas_gemv_##S != NULL) {                                            \
+        if (tb) tv_blas_gemv_##S(101, 111, n, k, (T)1, b, ldb, a, 1, (T)0, c, 1);                 \
+        else tv_blas_gemv_##S(101, 112, k, n, (T)1, b, ldb, a, 1, (T)0, c, 1);                    \
+      } else {                                                                                     \
+        tv_blas_gemm_##S(101, ta ? 112 : 111, tb ? 112 : 111, m, n, k, (T)1, a, lda, b, ldb, (T)0, c, ldc); \
+      }                                                                                            \
+      return;                                                                                      \
+    }                                                                                              \
+    for (int64_t i = 0; i < m; ++i)                                                                \
+      for (int64_t j = 0; j < n; ++j) {                                                            \
+        T acc = 0;                                                                                 \
+        for (int64_t p = 0; p < k; ++p)                                                            \
+          acc += (ta ? a[p * lda + i] : a[i * lda + p]) * (tb ? b[j * ldb + p] : b[p * ldb + j]);  \
+        c[i * ldc + j] = acc;                                                                      \
+      }                                                                                            \
+  }                                                                                                \
+  /* For t of nt threads: its share of the batch, of the columns or of the rows. */                \
+  static void tv_gemm_share_##S(int t, int nt, int64_t batch, int64_t m, int64_t n, int64_t k,     \
+                                const T* a, int64_t a_step, int64_t ta, const T* b, int64_t b_step, \
+                                int64_t tb, T* c) {                                                \
+    const int64_t lda = ta ? m : k, ldb = tb ? k : n;                                              \
+    if (nt == 1 || batch >= 4 * nt || (batch >= nt && batch % nt == 0)) {                          \
+      const int64_t per = (batch + nt - 1) / nt, b0 = t * per, b1 = b0 + per < batch ? b0 + per : batch; \
+      for (int64_t i = b0; i < b1; ++i)                                                            \
+        tv_gemm_block_##S(m, n, k, a + i * a_step, lda, ta, b + i * b_step, ldb, tb, c + i * m * n, n); \
+    } else if (m == 1 || n >= 32 * nt) {                                                           \
+      const int64_t per = ((n + nt - 1) / nt + 15) / 16 * 16;                                      \
+      const int64_t n0 = t * per < n ? t * per : n, n1 = n0 + per < n ? n0 + per : n;              \
+      for (int64_t i = 0; i < batch; ++i)                                                          \
+        tv_gemm_block_##S(m, n1 - n0, k, a + i * a_step, lda, ta, b + i * b_step + (tb ? n0 * ldb : n0), \
+                          ldb, tb, c + i * m * n + n0, n);                                         \
+    } else {                                                                                       \
+      const int64_t per = (m + nt - 1) / nt;                                                       \
+      const int64_t m0 = t * per < m ? t * per : m, m1 = m0 + per < m ? m0 + per : m;              \
+      for (int64_t i = 0; i < batch; ++i)                                                          \
+        tv_gemm_block_##S(m1 - m0, n, k, a + i * a_step + (ta ? m0 : m0 * lda), lda, ta, b + i * b_step, \
+                          ldb, tb, c + i * m * n + m0 * n, n);                                     \
+    }                                                                                              \
+  }                                                                                                \
+  __attribute__((unused)) static int32_t tv_gemm_##S(int64_t batch, int64_t m, int64_t n, int64_t k, \
+      const T* a, int64_t a_step, int64_t ta, const T* b, int64_t b_step, int64_t tb, T* c) {      \
+    if (batch <= 0 || m <= 0 || n <= 0) return 0;                                                  \
+    if (k <= 0) { for (int64_t i = 0; i < batch * m * n; ++i) c[i] = 0; return 0; }                \
+    const int most = tv_omp_max_threads();                                                         \
+    const int threads = (double)batch * m * n * k >= TV_GEMM_PARALLEL_WORK && !tv_omp_in_parallel() ? most : 1; \
+    /* BLAS single-threaded while the kernels may run in parallel: its spinning workers would take \
+       the cores the kernels' threads need (its setting is restored after the call). */            \
+    const int blas_threads = most > 1 && tv_blas_get_threads && tv_blas_set_threads ? tv_blas_get_threads() : 1; \
+    if (blas_threads != 1) tv_blas_set_threads(1);                                                 \
+    if (threads > 1) {                                                                             \
+      _Pragma("omp parallel num_threads(threads)")                                                 \
+      tv_gemm_share_##S(tv_omp_thread(), tv_omp_team(), batch, m, n, k, a, a_step, ta, b, b_step, tb, c); \
+    } else {                                                                                       \
+      tv_gemm_share_##S(0, 1, batch, m, n, k, a, a_step, ta, b, b_step, tb, c);                    \
+    }                                                                                              \
+    if (blas_threads != 1) tv_blas_set_threads(blas_threads);                                      \
+    return 0;                                                                                      \
+  }
+TV_GEMM(float, f32) TV_GEMM(double, f64)
+"""
+
 _FLOAT_FUNCS = {  # intrinsic -> C function stem (f suffix for float32)
     "exp": "exp", "log": "log", "log2": "log2", "log10": "log10", "sqrt": "sqrt", "tanh": "tanh", "erf": "erf",
     "sin": "sin", "cos": "cos", "tan": "tan", "floor": "floor", "ceil": "ceil", "round": "rint",
@@ -203,11 +319,12 @@ _C_KEYWORDS |= set(_FLOAT_FUNCS.values()) | {f + "f" for f in _FLOAT_FUNCS.value
 
 
 def prelude(static_functions: bool = False) -> str:
-    """The helper definitions every kernel needs (``PRELUDE``). With ``static_functions`` the one
-    exported helper, ``tv_set_num_threads``, is ``static inline`` too, so that a translation unit
-    exports nothing but its kernels (the AOT flow)."""
+    """The helper definitions every kernel needs (``PRELUDE``, and ``BLAS_BRIDGE`` for kernels that call
+    BLAS). With ``static_functions`` the one exported helper, ``tv_set_num_threads``, is ``static inline``
+    too and there is no BLAS bridge, so that a translation unit exports nothing but its kernels and needs
+    no host library (the AOT flow)."""
     if not static_functions:
-        return PRELUDE
+        return PRELUDE + BLAS_BRIDGE
     return PRELUDE.replace("__attribute__((weak)) int32_t tv_set_num_threads",
                            "static inline int32_t tv_set_num_threads")
 
@@ -483,6 +600,9 @@ class _Emitter:
             self.stmt(s.default, depth + 1)
             self.emit(depth, "}")
             self.emit(depth, "}")
+        elif isinstance(s, CallExtern):
+            args = ", ".join(self.name(a, a.name) if isinstance(a, Buffer) else self.expr(a) for a in s.args)
+            self.emit(depth, f"{{ const int32_t tv_rc = {s.name}({args}); if (tv_rc) tv_err = tv_rc; }}")
         elif isinstance(s, Assert):
             code = len([c for c in self.errors if c < min(RUNTIME_ERRORS)]) + 1
             self.errors[code] = s.message

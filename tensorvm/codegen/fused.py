@@ -264,6 +264,7 @@ class _Builder:
     def __init__(self, static_dims: dict | None = None, multiples: dict | None = None):
         self.symbols: dict = {}
         self.constants: list = []
+        self.constant_sources: list = []  # the arrays the constants were made from, in order
         self.memo: dict = {}
         self.calls: list = []
         self.dim_keys: dict = {}  # te dim var -> ("sym", name) or ("any", parameter path, axis)
@@ -343,6 +344,7 @@ class _Builder:
             return te.compute(data.shape, lambda *idx: value, "const")
         tensor = te.placeholder(data.shape, data.dtype.name, f"const{len(self.constants)}")
         self.constants.append((tensor, np.array(data, order="C")))
+        self.constant_sources.append(data)  # (the IR constant's array: kernels of one group share it)
         return tensor
 
     def call(self, call: Call, env):

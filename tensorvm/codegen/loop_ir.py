@@ -11,6 +11,8 @@ temporaries (``scope="local"``, introduced by ``Allocate``). Expressions are te 
 * ``Allocate(buffer, body)``: a temporary live in ``body`` (a shape-``()`` buffer is a scalar variable);
 * ``Assert(condition, message)``: a precondition checked on entry; the kernel returns an error code
   instead of running. Asserts appear only at the top of a function, before any allocation;
+* ``CallExtern(name, args)``: a call of a C helper of the prelude (``tv_gemm_f32``...) that returns an
+  ``int32_t`` error code; ``args`` are buffers (passed as pointers) and int64 expressions;
 * ``Dispatch(cases, default)``: the variants of one kernel (see ``tensorvm.codegen.strategy``): runs
   the body of the first case whose condition (over the dimension parameters only) holds, else the
   default body. The C emitter puts the choice in a function of its own, ``<kernel>_dispatch(dims...)``.
@@ -28,7 +30,7 @@ from ..te.expr import INDEX_DTYPE, PrimExpr, Var, _node, as_expr, const
 
 __all__ = [
     "SERIAL", "PARALLEL", "VECTORIZED", "Buffer", "BufferLoad", "Stmt", "For", "Store", "LetStmt", "IfThenElse",
-    "Allocate", "Evaluate", "Seq", "Assert", "Dispatch", "DispatchCase", "PrimFunc", "seq", "stmt_to_str",
+    "Allocate", "Evaluate", "Seq", "Assert", "CallExtern", "Dispatch", "DispatchCase", "PrimFunc", "seq", "stmt_to_str",
     "find_dispatch",
 ]
 
@@ -143,6 +145,12 @@ class Assert(Stmt):
 
 
 @dataclass(frozen=True, eq=False)
+class CallExtern(Stmt):
+    name: str
+    args: tuple  # Buffer | PrimExpr
+
+
+@dataclass(frozen=True, eq=False)
 class DispatchCase:
     """A variant of a kernel: its ``name``, the ``condition`` under which it runs and its ``body``."""
 
@@ -219,6 +227,9 @@ def stmt_to_str(stmt: Stmt, indent: int = 0) -> str:
         return f"{pad}{stmt.value!r}\n"
     if isinstance(stmt, Assert):
         return f"{pad}assert {stmt.condition!r}, {stmt.message!r}\n"
+    if isinstance(stmt, CallExtern):
+        args = ", ".join(a.name if isinstance(a, Buffer) else repr(a) for a in stmt.args)
+        return f"{pad}call {stmt.name}({args})\n"
     if isinstance(stmt, Dispatch):
         text = ""
         for case in stmt.cases:

@@ -80,6 +80,7 @@ from .loop_ir import (
     Assert,
     Buffer,
     BufferLoad,
+    CallExtern,
     Dispatch,
     DispatchCase,
     Evaluate,
@@ -92,7 +93,7 @@ from .loop_ir import (
     seq,
 )
 
-__all__ = ["lower", "lower_parts", "lower_dispatch", "LoweredParts", "map_stmt", "known_multiple",
+__all__ = ["lower", "lower_parts", "lower_dispatch", "LoweredParts", "map_stmt", "rebind", "known_multiple",
            "PARALLEL_WORK_THRESHOLD"]
 
 # Below this many inner iterations a parallel loop costs more to fork than it saves.
@@ -199,7 +200,7 @@ def lower_dispatch(generic: LoweredParts, variants: list) -> PrimFunc:
         full = substitute(_all(assumptions), symbol_values)
         if isinstance(full, Const) and not full.value:
             continue
-        cases.append(DispatchCase(name, full, _rebind(parts, param_map, buffer_map)))
+        cases.append(DispatchCase(name, full, rebind(parts, param_map, buffer_map)))
         if isinstance(full, Const):  # always true: later variants and the generic body never run
             break
     if not cases:
@@ -231,7 +232,7 @@ def _all(conditions) -> PrimExpr:
     return result
 
 
-def _rebind(parts: LoweredParts, param_map: dict, buffer_map: dict):
+def rebind(parts: LoweredParts, param_map: dict, buffer_map: dict):
     """A variant's body in the generic kernel: its dim symbols bound from the generic dim parameters,
     its buffer parameters replaced by the generic ones."""
 
@@ -277,6 +278,8 @@ def map_stmt(stmt, expr, buffer_map: dict):
             return Evaluate(expr(s.value))
         if isinstance(s, Assert):
             return Assert(expr(s.condition), s.message)
+        if isinstance(s, CallExtern):
+            return CallExtern(s.name, tuple(buf(a) if isinstance(a, Buffer) else expr(a) for a in s.args))
         if isinstance(s, Dispatch):
             return Dispatch(tuple(DispatchCase(c.name, expr(c.condition), go(c.body)) for c in s.cases),
                             go(s.default), s.default_name)

@@ -61,6 +61,7 @@ from ..ir.functor import ExprMutator
 from ..ir.types import TupleType
 from ..op.registry import OpPattern, get_op, is_registered
 from ..te.expr import (
+    INDEX_DTYPE,
     Binary,
     Cast,
     Const,
@@ -68,17 +69,21 @@ from ..te.expr import (
     Select,
     Unary,
     as_expr,
+    cast,
     const,
     dtype_kind,
     eq,
     floormod,
     logical_and,
     maximum,
+    select,
 )
 from ..te.expr import Var as DimVar
 from ..te.tensor import ComputeOp, PlaceholderOp, Tensor, walk
+from . import blas
 from .build import kernel_threads
-from .lower import LoweredParts, lower_dispatch, lower_parts
+from .loop_ir import Allocate, Buffer, CallExtern, seq
+from .lower import LoweredParts, lower_dispatch, lower_parts, rebind
 
 __all__ = [
     "Implementation", "register_strategy", "strategy_of", "specialize", "KernelPlan", "ExternalPlan",
@@ -97,6 +102,9 @@ BLAS_MIN_FLOPS_DYNAMIC = 1 << 16
 # ``blas_single_thread``): the thresholds grow by this factor per extra thread (measured at 2 threads:
 # C 165 us vs BLAS 252 us at 8x768x768, C 681 vs 560 us at 32x768x768).
 BLAS_THREAD_FACTOR = 16
+# BLAS called from C (``tv_gemm_*``) pays off from this many multiply-adds (no Python in between).
+GEMM_MIN_WORK = 1 << 14
+_GEMM_SUFFIX = {"float32": "f32", "float64": "f64"}
 # Vector-friendly variants assume inner dims that are multiples of these.
 VECTOR_WIDTH = 8
 REDUCTION_WIDTH = 16
@@ -115,10 +123,32 @@ class Implementation:
     external: object = None
     work: object = None  # external: a te measure of the work (multiply-adds) ...
     min_work: int = 0  # ... that must reach min_work x the kernels' thread count (checked per call)
+    gemm: object = None  # a GemmCall: the anchor op computed by BLAS called from C
 
     @property
     def kind(self) -> str:
+        if self.gemm is not None:
+            return "gemm"
         return "external" if self.external is not None else "c"
+
+
+@dataclass(frozen=True)
+class GemmCall:
+    """The anchor op as ``tv_gemm_<dtype>(batch, m, n, k, A, a_step, ta, B, b_step, tb, C)`` (see
+    ``c_emit.BLAS_BRIDGE``): ``a``, ``b`` index the op's arguments; the rest are te expressions over its
+    dims (``ta``/``tb``: 0 or 1, op(A) = A^T when set; the steps are the elements between batch entries,
+    0 for an operand shared by the whole batch)."""
+
+    a: int
+    b: int
+    batch: object
+    m: object
+    n: object
+    k: object
+    a_step: object
+    ta: int
+    b_step: object
+    tb: int
 
 
 def register_strategy(op_name: str, strategy):
@@ -226,10 +256,15 @@ def plan(prim: Function, name: str, graph, generic: LoweredParts, externals: boo
     if not variants_enabled():
         return KernelPlan(graph.lowered(generic.func()), generic, graph, [])
     anchor, implementations = _implementations(graph)
+    if not externals:  # (no host library: a translation unit of its own, the AOT flow)
+        implementations = [i for i in implementations if i.kind != "gemm"]
     c_variants, external_impls = _resolve(implementations)
     variants = []
     for impl in c_variants:
-        parts = _lower_variant(prim, name, graph, impl)
+        if impl.kind == "gemm":
+            parts = _gemm_variant(prim, name, graph, generic, anchor, impl)
+        else:
+            parts = _lower_variant(prim, name, graph, impl)
         if parts is not None:
             variants.append((impl.name, as_expr(impl.condition), parts))
     lowered = graph.lowered(lower_dispatch(generic, variants))
@@ -269,6 +304,11 @@ def _resolve(impls: list) -> tuple[list, list]:
             raise UnsupportedError(f"strategy: the condition of {impl.name} must be a bool expression, got "
                                    f"{condition.dtype}")
         if isinstance(condition, Const) and not condition.value:
+            continue
+        if impl.kind == "gemm":
+            c_variants.append(dataclasses.replace(impl, condition=condition))
+            if isinstance(condition, Const):
+                break
             continue
         if impl.kind == "external":
             externals.append(impl)
@@ -320,32 +360,55 @@ class _Replace(ExprMutator):
         return super().visit_call(call)
 
 
-def _external_plan(prim: Function, name: str, graph, anchor, impl: Implementation):
-    """The external variant ``impl`` of the anchor op, with the rest of the group as an epilogue."""
-    from .fused import _flatten_types, _param_type, plan_primitive
-
+def _anchor_positions(graph, anchor):
+    """Where the anchor op's arguments are among the kernel's inputs, or None when one is computed
+    inside the group (then no call can take them as they are)."""
     positions = []
     for arg in anchor.args:
         if not isinstance(arg, Tensor) or not isinstance(arg.op, PlaceholderOp) or arg not in graph.inputs:
-            return None  # the op's inputs are computed inside the group: no external call for them
+            return None
         positions.append(graph.inputs.index(arg))
     if len(anchor.results) != 1 or isinstance(anchor.out_type, TupleType):
         return None
-    result = anchor.results[0]
+    return positions
+
+
+def _epilogue_function(prim: Function, anchor):
+    """The rest of the group once the anchor op's result is given: ``(function, input positions)`` with
+    the result as the function's first parameter, followed by the parameters of ``prim`` it reads
+    (``input positions``: their flattened positions among the kernel's inputs); None when the group
+    is the anchor op alone."""
+    from .fused import _flatten_types, _param_type
+
     result_var = Var("op_result", anchor.out_type)
     body = _Replace(anchor.call, result_var).visit(prim.body)
+    if body is result_var:
+        return None
+    used = set(free_vars(body))
+    params = [p for p in prim.params if p in used]
+    offsets, offset = {}, 0
+    for p in prim.params:
+        offsets[p] = offset
+        offset += len(_flatten_types(_param_type(p)))
+    positions = []
+    for p in params:
+        positions += list(range(offsets[p], offsets[p] + len(_flatten_types(_param_type(p)))))
+    return Function([result_var] + params, body, prim.ret_type, attrs=prim.attrs), positions
+
+
+def _external_plan(prim: Function, name: str, graph, anchor, impl: Implementation):
+    """The external variant ``impl`` of the anchor op, with the rest of the group as an epilogue."""
+    from .fused import plan_primitive
+
+    positions = _anchor_positions(graph, anchor)
+    if positions is None:
+        return None
+    result = anchor.results[0]
     epilogue = epilogue_name = None
     epilogue_inputs, inplace = [], False
-    if body is not result_var:
-        used = set(free_vars(body))
-        params = [p for p in prim.params if p in used]
-        offsets, offset = {}, 0
-        for p in prim.params:
-            offsets[p] = offset
-            offset += len(_flatten_types(_param_type(p)))
-        for p in params:
-            epilogue_inputs += list(range(offsets[p], offsets[p] + len(_flatten_types(_param_type(p)))))
-        epilogue_fn = Function([result_var] + params, body, prim.ret_type, attrs=prim.attrs)
+    split = _epilogue_function(prim, anchor)
+    if split is not None:
+        epilogue_fn, epilogue_inputs = split
         epilogue_name = f"{name}_epilogue"
         try:
             epi = plan_primitive(epilogue_fn, epilogue_name, externals=False)
@@ -358,6 +421,69 @@ def _external_plan(prim: Function, name: str, graph, anchor, impl: Implementatio
     return ExternalPlan(impl.name, as_expr(impl.condition), impl.external, anchor.attrs, positions,
                         tuple(result.shape), result.dtype, epilogue, epilogue_name, epilogue_inputs, inplace,
                         None if impl.work is None else as_expr(impl.work), impl.min_work)
+
+
+def _gemm_variant(prim: Function, name: str, graph, generic: LoweredParts, anchor, impl: Implementation):
+    """The kernel with its anchor op computed by ``tv_gemm_*`` (BLAS from C) and the rest of the group
+    lowered after it, in the same function: the product goes to the output when the group is the op
+    alone or the rest is elementwise over it (then computed in place), else to a temporary."""
+    from .fused import build_graph
+
+    positions = _anchor_positions(graph, anchor)
+    result = anchor.results[0] if anchor.results else None
+    if positions is None or result.dtype not in _GEMM_SUFFIX:
+        return None
+    call = impl.gemm
+    a_buf, b_buf = generic.params[positions[call.a]], generic.params[positions[call.b]]
+    if not a_buf.dtype == b_buf.dtype == result.dtype:
+        return None
+    outputs = generic.params[generic.num_inputs:]
+
+    def gemm_into(target) -> CallExtern:
+        return CallExtern(f"tv_gemm_{_GEMM_SUFFIX[result.dtype]}",
+                          (call.batch, call.m, call.n, call.k, a_buf, call.a_step, const(call.ta, "int64"),
+                           b_buf, call.b_step, const(call.tb, "int64"), target))
+
+    split = _epilogue_function(prim, anchor)
+    if split is None:
+        if len(outputs) != 1 or outputs[0].dtype != result.dtype:
+            return None
+        body = gemm_into(outputs[0])
+    else:
+        epilogue_fn, epilogue_inputs = split
+        try:
+            epi = build_graph(epilogue_fn, f"{name}_epilogue")
+            parts = lower_parts(name, epi.inputs, epi.outputs)
+        except TensorVMError:
+            return None
+        target = outputs[0] if _elementwise_of_first_input(epi) else \
+            Buffer("product", result.dtype, tuple(result.shape), "local")
+        buffer_map = {parts.params[0]: target}
+        for epi_param, position in zip(parts.params[1:], epilogue_inputs):
+            buffer_map[epi_param] = generic.params[position]
+        constant_params = parts.params[1 + len(epilogue_inputs):parts.num_inputs]
+        for epi_param, source in zip(constant_params, epi.builder.constant_sources):
+            position = _constant_position(graph, source)
+            if position is None:
+                return None
+            buffer_map[epi_param] = generic.params[position]
+        for epi_param, out in zip(parts.params[parts.num_inputs:], outputs):
+            buffer_map[epi_param] = out
+        param_map = {v: buffer_map[parts.params[pos]].shape[axis]
+                     for v, (pos, axis) in zip(parts.dim_params, parts.dim_positions)}
+        body = seq(gemm_into(target), rebind(parts, param_map, buffer_map))
+        if target is not outputs[0]:
+            body = Allocate(target, body)
+    return LoweredParts(name, generic.params, generic.num_inputs, generic.dim_params, generic.dim_positions,
+                        [], [], body)
+
+
+def _constant_position(graph, source) -> int | None:
+    """The kernel input holding the constant made from the array ``source``."""
+    for index, candidate in enumerate(graph.builder.constant_sources):
+        if candidate is source:
+            return len(graph.placeholders) + index
+    return None
 
 
 def _elementwise_of_first_input(graph) -> bool:
@@ -678,14 +804,23 @@ def _prod(dims):
     return total
 
 
-def _matmul_implementations(rows, n, k, inputs, out_type, external) -> list:
-    """BLAS when big enough, a vector-friendly C variant when the inner dims are dynamic multiples."""
+def _matmul_implementations(rows, n, k, inputs, out_type, external, gemm=None) -> list:
+    """BLAS when big enough (called from C when the host BLAS allows it, else through NumPy), a
+    vector-friendly C variant when the inner dims are dynamic multiples."""
     impls = []
     dtypes = {t.dtype for t in inputs} | {out_type.dtype}
-    if len(dtypes) == 1 and dtypes <= {"float32", "float64"}:
-        min_flops = BLAS_MIN_FLOPS if isinstance(n, Const) and isinstance(k, Const) else BLAS_MIN_FLOPS_DYNAMIC
-        impls.append(Implementation("blas", rows >= BLAS_MIN_ROWS, plevel=20, external=external,
-                                    work=_prod([rows, n, k]), min_work=min_flops))
+    blas_mode = blas.mode()
+    if len(dtypes) == 1 and dtypes <= set(_GEMM_SUFFIX) and blas_mode != "off":
+        if gemm is not None and blas_mode == "c":
+            work = _prod([gemm.batch, gemm.m, gemm.n, gemm.k])
+            condition = work >= GEMM_MIN_WORK
+            if gemm.condition is not None:
+                condition = logical_and(gemm.condition, condition)
+            impls.append(Implementation("blas", condition, plevel=20, gemm=gemm.call))
+        elif external is not None:  # (also in mode "c" for a product the bridge does not cover)
+            min_flops = BLAS_MIN_FLOPS if isinstance(n, Const) and isinstance(k, Const) else BLAS_MIN_FLOPS_DYNAMIC
+            impls.append(Implementation("blas", rows >= BLAS_MIN_ROWS, plevel=20, external=external,
+                                        work=_prod([rows, n, k]), min_work=min_flops))
     multiples = {d: m for d, m in ((n, VECTOR_WIDTH), (k, REDUCTION_WIDTH)) if isinstance(d, DimVar)}
     if multiples:
         condition = const(True)
@@ -695,9 +830,43 @@ def _matmul_implementations(rows, n, k, inputs, out_type, external) -> list:
     return impls
 
 
+@dataclass(frozen=True)
+class _Gemm:
+    """A GemmCall and the condition on the dims under which it computes the op (None: always)."""
+
+    call: GemmCall
+    condition: object = None
+
+    @property
+    def batch(self):
+        return self.call.batch
+
+    @property
+    def m(self):
+        return self.call.m
+
+    @property
+    def n(self):
+        return self.call.n
+
+    @property
+    def k(self):
+        return self.call.k
+
+
+def _gemm(batch, m, n, k, a_step, ta, b_step, tb, condition=None) -> _Gemm:
+    def index(value):
+        return cast(as_expr(value), INDEX_DTYPE)
+
+    return _Gemm(GemmCall(0, 1, index(batch), index(m), index(n), index(k), index(a_step), int(ta), index(b_step),
+                          int(tb)), condition)
+
+
 def dense_strategy(attrs, inputs, out_type):
     x, w = inputs
-    return _matmul_implementations(_prod(x.shape[:-1]), w.shape[0], x.shape[-1], inputs, out_type, _blas_dense)
+    rows = _prod(x.shape[:-1])
+    gemm = _gemm(1, rows, w.shape[0], x.shape[-1], 0, False, 0, True)
+    return _matmul_implementations(rows, w.shape[0], x.shape[-1], inputs, out_type, _blas_dense, gemm)
 
 
 def matmul_strategy(attrs, inputs, out_type):
@@ -705,7 +874,10 @@ def matmul_strategy(attrs, inputs, out_type):
     rows = _prod(a.shape[:-2] + (a.shape[-1],)) if attrs.transpose_a else _prod(a.shape[:-1])
     k = a.shape[-2] if attrs.transpose_a else a.shape[-1]
     n = b.shape[0] if attrs.transpose_b else b.shape[1]
-    return _matmul_implementations(rows, n, k, inputs, out_type, _blas_matmul)
+    gemm = None
+    if not attrs.transpose_a or a.ndim == 2:  # (a batched, transposed A is not one product)
+        gemm = _gemm(1, rows, n, k, 0, attrs.transpose_a, 0, attrs.transpose_b)
+    return _matmul_implementations(rows, n, k, inputs, out_type, _blas_matmul, gemm)
 
 
 def batch_matmul_strategy(attrs, inputs, out_type):
@@ -713,10 +885,33 @@ def batch_matmul_strategy(attrs, inputs, out_type):
     m, k = (x.shape[2], x.shape[1]) if attrs.transpose_a else (x.shape[1], x.shape[2])
     n = y.shape[1] if attrs.transpose_b else y.shape[2]
     batch = maximum(x.shape[0], y.shape[0])  # the broadcast batch (a batch of 0 has no work anyway)
-    return _matmul_implementations(m * batch, n, k, inputs, out_type, _blas_batch_matmul)
+    gemm = _gemm(batch, m, n, k, select(eq(x.shape[0], 1), 0, m * k), attrs.transpose_a,
+                 select(eq(y.shape[0], 1), 0, k * n), attrs.transpose_b)
+    return _matmul_implementations(m * batch, n, k, inputs, out_type, _blas_batch_matmul, gemm)
+
+
+def onnx_matmul_strategy(attrs, inputs, out_type):
+    """NumPy's matmul: BLAS when B is one matrix (A's leading dims fold into its rows) or when both
+    have the same batch dims (or A is one matrix); other broadcasts stay generated code."""
+    a, b = inputs
+    if a.ndim < 2 or b.ndim < 2:
+        return []
+    m, k, n = a.shape[-2], a.shape[-1], b.shape[-1]
+    if b.ndim == 2:
+        gemm = _gemm(1, _prod(a.shape[:-1]), n, k, 0, False, 0, False)
+    elif a.ndim == 2:
+        gemm = _gemm(_prod(b.shape[:-2]), m, n, k, 0, False, k * n, False)
+    elif a.ndim == b.ndim:
+        same = const(True)
+        for da, db in zip(a.shape[:-2], b.shape[:-2]):
+            same = logical_and(same, eq(da, db))
+        gemm = _gemm(_prod(a.shape[:-2]), m, n, k, m * k, False, k * n, False, condition=same)
+    else:
+        return []
+    return _matmul_implementations(_prod(a.shape[:-1]), n, k, inputs, out_type, None, gemm)
 
 
 for _name, _strategy in (("nn.dense", dense_strategy), ("nn.matmul", matmul_strategy),
-                         ("nn.batch_matmul", batch_matmul_strategy)):
+                         ("nn.batch_matmul", batch_matmul_strategy), ("onnx.matmul", onnx_matmul_strategy)):
     if is_registered(_name):
         register_strategy(_name, _strategy)

@@ -120,10 +120,13 @@ PRIMS = {
 @pytest.fixture(scope="module", autouse=True)
 def one_thread():
     """The BLAS thresholds scale with the kernels' thread count: these tests use one thread (the
-    parallel rule has its own test)."""
+    parallel rule has its own test). They cover BLAS through NumPy (``TENSORVM_BLAS=numpy``); BLAS
+    called from C has its own tests (test_gemm_bridge.py)."""
     previous = build._NUM_THREADS[0]
     build.set_num_threads(1)
-    yield
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("TENSORVM_BLAS", "numpy")
+        yield
     build.set_num_threads(previous)
 
 

@@ -1,0 +1,243 @@
+"""BLAS called from the generated C (``tv_gemm_*``, the "blas" variant of the matrix products).
+
+The oracle is NumPy (float64 products of the same operands). Each case checks that the variant the
+kernel's dispatch picks is the BLAS one when the product is big enough, so the bridge is what ran.
+"""
+
+from __future__ import annotations
+
+import ctypes
+
+import numpy as np
+import pytest
+
+from tensorvm import op
+from tensorvm.codegen import blas, build
+from tensorvm.codegen.c_emit import prelude
+from tensorvm.codegen.fused import build_fused_module, lower_primitive
+from tensorvm.codegen.loop_ir import find_dispatch
+from tensorvm.codegen.strategy import GEMM_MIN_WORK
+from tensorvm.ir.expr import Function, Let, Tuple, Var, const
+from tensorvm.ir.types import Any, TensorType
+
+pytestmark = pytest.mark.skipif(not blas.available(), reason="no host BLAS callable from C (NumPy's OpenBLAS)")
+
+F32 = "float32"
+
+
+def _fn(params, body):
+    return Function(params, body, attrs={"Primitive": 1})
+
+
+def _t(*shape, dtype=F32):
+    return TensorType(tuple(Any() if d is None else d for d in shape), dtype)
+
+
+def _rand(rng, shape, dtype=F32):
+    return rng.standard_normal(shape).astype(dtype)
+
+
+def _close(got, want, dtype=F32):
+    tol = 1e-4 if dtype == F32 else 1e-10
+    np.testing.assert_allclose(got, want, rtol=tol, atol=tol * max(1.0, float(np.abs(want).max(initial=0))))
+
+
+@pytest.fixture(autouse=True)
+def bridge_mode(monkeypatch):
+    monkeypatch.setenv("TENSORVM_BLAS", "c")
+
+
+@pytest.fixture
+def kernel_threads():
+    """``kernel_threads(n)`` sets the kernels' thread count for the test."""
+    previous = build._NUM_THREADS[0]
+    yield build.set_num_threads
+    build.set_num_threads(previous)
+
+
+def _build(prim):
+    module, kernels = build_fused_module({"k": prim})
+    return module, kernels["k"]
+
+
+def _run(kernel, arrays, out_shapes, dtype=F32):
+    outs = [np.empty(s, dtype) for s in out_shapes]
+    kernel(*arrays, *outs)
+    return outs
+
+
+# ---- the products -------------------------------------------------------------------------------
+
+
+def _dense(x_shape, n, k):
+    x, w = Var("x", _t(*x_shape, k)), Var("w", _t(n, k))
+    return _fn([x, w], op.nn.dense(x, w)), lambda a, b: a @ b.T
+
+
+def _matmul(ta, tb):
+    a, b = Var("a", _t(None, None)), Var("b", _t(None, None))
+    prim = _fn([a, b], op.nn.matmul(a, b, transpose_a=ta, transpose_b=tb))
+    return prim, lambda x, y: (x.T if ta else x) @ (y.T if tb else y)
+
+
+def _batch_matmul(ta, tb):
+    x, y = Var("x", _t(None, None, None)), Var("y", _t(None, None, None))
+    prim = _fn([x, y], op.nn.batch_matmul(x, y, transpose_a=ta, transpose_b=tb))
+    return prim, lambda a, b: (np.swapaxes(a, 1, 2) if ta else a) @ (np.swapaxes(b, 1, 2) if tb else b)
+
+
+def _onnx_matmul(a_rank, b_rank, dtype=F32):
+    a, b = Var("a", _t(*[None] * a_rank, dtype=dtype)), Var("b", _t(*[None] * b_rank, dtype=dtype))
+    return _fn([a, b], op.onnx.matmul(a, b)), np.matmul
+
+
+CASES = [
+    # (name, prim and oracle, operand shapes, blas expected)
+    ("dense", _dense((None,), 48, 40), [(33, 40), (48, 40)], True),
+    ("dense-1-row (gemv)", _dense((None,), 300, 64), [(1, 64), (300, 64)], True),
+    ("dense-3d", _dense((None, None), 24, 32), [(3, 9, 32), (24, 32)], True),
+    ("dense-tiny (generated code)", _dense((None,), 4, 4), [(2, 4), (4, 4)], False),
+    ("matmul", _matmul(False, False), [(20, 30), (30, 40)], True),
+    ("matmul-ta", _matmul(True, False), [(30, 20), (30, 40)], True),
+    ("matmul-tb", _matmul(False, True), [(20, 30), (40, 30)], True),
+    ("matmul-ta-tb", _matmul(True, True), [(30, 20), (40, 30)], True),
+    ("batch_matmul", _batch_matmul(False, True), [(5, 17, 32), (5, 24, 32)], True),
+    ("batch_matmul-ta", _batch_matmul(True, False), [(3, 32, 17), (3, 32, 24)], True),
+    ("batch_matmul-broadcast-x", _batch_matmul(False, True), [(1, 17, 32), (4, 24, 32)], True),
+    ("batch_matmul-broadcast-y", _batch_matmul(False, False), [(4, 17, 32), (1, 32, 24)], True),
+    ("onnx.matmul-4d", _onnx_matmul(4, 4), [(1, 3, 20, 16), (1, 3, 16, 20)], True),
+    ("onnx.matmul-b-matrix", _onnx_matmul(3, 2), [(2, 20, 30), (30, 40)], True),
+    ("onnx.matmul-a-matrix", _onnx_matmul(2, 3), [(20, 30), (3, 30, 40)], True),
+    ("onnx.matmul-broadcast (generated code)", _onnx_matmul(3, 3), [(1, 20, 30), (3, 30, 40)], False),
+    ("onnx.matmul-float64", _onnx_matmul(3, 3, "float64"), [(2, 20, 30), (2, 30, 40)], True),
+]
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("name,case,shapes,uses_blas", CASES, ids=[c[0] for c in CASES])
+def test_products_match_numpy(name, case, shapes, uses_blas, threads, kernel_threads):
+    prim, oracle = case
+    _, kernel = _build(prim)
+    kernel_threads(threads)
+    dtype = "float64" if "float64" in name else F32
+    rng = np.random.default_rng(len(name))
+    arrays = [_rand(rng, s, dtype) for s in shapes]
+    want = oracle(*(a.astype(np.float64) for a in arrays))
+    (got,) = _run(kernel, arrays, [want.shape], dtype)
+    _close(got, want, dtype)
+    assert (kernel.select_variant(*arrays, got) == "blas") == uses_blas
+
+
+def test_zero_sized_reduction_gives_zeros_and_empty_rows_nothing():
+    prim, _ = _batch_matmul(False, False)
+    _, kernel = _build(prim)
+    (got,) = _run(kernel, [np.ones((2, 300, 0), F32), np.ones((2, 0, 300), F32)], [(2, 300, 300)])
+    assert not got.any()
+    (got,) = _run(kernel, [np.ones((2, 0, 64), F32), np.ones((2, 64, 300), F32)], [(2, 0, 300)])
+    assert got.shape == (2, 0, 300)
+
+
+# ---- what runs after the product ------------------------------------------------------------------
+
+
+def test_elementwise_epilogue_runs_in_place_on_the_output():
+    x, w, b = Var("x", _t(None, 64)), Var("w", _t(96, 64)), Var("b", _t(96))
+    _, kernel = _build(_fn([x, w, b], op.tanh(op.add(op.nn.dense(x, w), b))))
+    assert "product" not in kernel.source  # no temporary: the product is written to the output
+    rng = np.random.default_rng(1)
+    arrays = [_rand(rng, (50, 64)), _rand(rng, (96, 64)), _rand(rng, (96,))]
+    (got,) = _run(kernel, arrays, [(50, 96)])
+    _close(got, np.tanh(arrays[0].astype(np.float64) @ arrays[1].T + arrays[2]))
+    assert kernel.select_variant(*arrays, got) == "blas"
+
+
+def test_layout_changing_epilogue_reads_a_temporary():
+    x, w = Var("x", _t(1, None, 64)), Var("w", _t(64, 64))
+    body = op.transpose(op.reshape(op.nn.matmul(x, w), newshape=[1, -1, 4, 16]), axes=[0, 2, 1, 3])
+    _, kernel = _build(_fn([x, w], body))
+    assert "product" in kernel.source
+    rng = np.random.default_rng(2)
+    for seq in (9, 40):
+        arrays = [_rand(rng, (1, seq, 64)), _rand(rng, (64, 64))]
+        (got,) = _run(kernel, arrays, [(1, 4, seq, 16)])
+        _close(got, (arrays[0].astype(np.float64) @ arrays[1]).reshape(1, seq, 4, 16).transpose(0, 2, 1, 3))
+
+
+def test_product_that_is_also_an_output():
+    x, w, d = Var("x", _t(None, 64)), Var("w", _t(None, 64)), Var("d")
+    prim = _fn([x, w], Let(d, op.nn.dense(x, w), Tuple([d, op.multiply(d, const(2.0))])))
+    _, kernel = _build(prim)
+    rng = np.random.default_rng(3)
+    arrays = [_rand(rng, (30, 64)), _rand(rng, (40, 64))]
+    first, second = _run(kernel, arrays, [(30, 40), (30, 40)])
+    want = arrays[0].astype(np.float64) @ arrays[1].T
+    _close(first, want)
+    _close(second, 2 * want)
+
+
+def test_constant_weights_and_bias_reach_the_call_and_the_epilogue():
+    rng = np.random.default_rng(4)
+    weight, bias = _rand(rng, (80, 32)), _rand(rng, (80,))
+    x = Var("x", _t(None, 32))
+    _, kernel = _build(_fn([x], op.nn.relu(op.add(op.nn.dense(x, const(weight)), const(bias)))))
+    data = _rand(rng, (25, 32))
+    (got,) = _run(kernel, [data], [(25, 80)])
+    _close(got, np.maximum(data.astype(np.float64) @ weight.T + bias, 0))
+
+
+# ---- threads, the host BLAS, other targets ----------------------------------------------------------
+
+
+def test_blas_thread_setting_is_restored_after_a_parallel_product(kernel_threads):
+    control = blas.host_blas()
+    if control.get_threads is None:
+        pytest.skip("the host BLAS exposes no thread control")
+    prim, oracle = _dense((None,), 256, 128)
+    _, kernel = _build(prim)
+    kernel_threads(2)
+    before = control.get_threads()
+    rng = np.random.default_rng(5)
+    arrays = [_rand(rng, (64, 128)), _rand(rng, (256, 128))]
+    (got,) = _run(kernel, arrays, [(64, 256)])
+    _close(got, oracle(*(a.astype(np.float64) for a in arrays)))
+    assert control.get_threads() == before
+
+
+def test_without_a_host_blas_the_bridge_runs_plain_loops():
+    prim, oracle = _batch_matmul(True, True)
+    module, kernel = _build(prim)
+    cdll = module.library._cdll
+    cdll.tv_set_blas.argtypes = [ctypes.c_void_p] * 6
+    cdll.tv_set_blas(None, None, None, None, None, None)
+    try:
+        rng = np.random.default_rng(6)
+        arrays = [_rand(rng, (3, 32, 20)), _rand(rng, (3, 24, 32))]
+        (got,) = _run(kernel, arrays, [(3, 20, 24)])
+        assert kernel.select_variant(*arrays, got) == "blas"
+        _close(got, oracle(*(a.astype(np.float64) for a in arrays)))
+    finally:
+        blas.attach(cdll)
+
+
+def test_threshold_is_the_documented_work():
+    prim, _ = _dense((None,), 8, 16)  # 128 multiply-adds per row
+    _, kernel = _build(prim)
+    rows = GEMM_MIN_WORK // 128
+    for m, expected in ((rows - 1, "generic"), (rows, "blas")):
+        x, w = np.zeros((m, 16), F32), np.zeros((8, 16), F32)
+        assert kernel.select_variant(x, w, np.empty((m, 8), F32)) == expected
+
+
+def test_private_kernels_and_other_modes_have_no_bridge(monkeypatch):
+    prim, _ = _dense((None,), 48, 40)
+    assert "tv_gemm" not in prelude(static_functions=True)
+    lowered = lower_primitive(prim, "aot_dense")  # the AOT flow: no host library
+    dispatch = find_dispatch(lowered.func.body)
+    assert dispatch is None or "blas" not in dispatch.names
+    for mode in ("numpy", "off"):
+        monkeypatch.setenv("TENSORVM_BLAS", mode)
+        _, kernel = _build(prim)
+        assert "tv_gemm" not in kernel.source.split("*/", 1)[-1]
+    monkeypatch.setenv("TENSORVM_BLAS", "fast")
+    with pytest.raises(Exception, match="TENSORVM_BLAS"):
+        _build(prim)
