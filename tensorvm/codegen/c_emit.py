@@ -299,6 +299,54 @@ static inline int tv_omp_team(void) { return 1; }
     return 0;                                                                                      \
   }
 TV_GEMM(float, f32) TV_GEMM(double, f64)
+
+/* Convolution (NCHW data, OIHW weights) as products: per image, the input patches are unfolded into
+   col (C*KH*KW rows of OH*OW; im2col), then out = weights (O x C*KH*KW) . col. direct: a 1x1 kernel
+   with unit strides and no padding, whose patches are the image itself. */
+#define TV_CONV2D(T, S)                                                                              \
+  static void tv_im2col_##S(const T* x, int64_t c, int64_t h, int64_t w, int64_t oh, int64_t ow,     \
+                            int64_t kh, int64_t kw, int64_t sh, int64_t sw, int64_t dh, int64_t dw,  \
+                            int64_t pt, int64_t pl, T* col) {                                        \
+    const int64_t rows = c * kh * kw;                                                              \
+    _Pragma("omp parallel for schedule(static) if(rows * oh * ow >= 65536)")                       \
+    for (int64_t r = 0; r < rows; ++r) {                                                           \
+      const int64_t ci = r / (kh * kw), ki = (r / kw) % kh, kj = r % kw;                          \
+      const T* src = x + ci * h * w;                                                               \
+      const int64_t x0 = kj * dw - pl;                                                             \
+      const int64_t lo = sw == 1 ? (x0 < 0 ? (-x0 < ow ? -x0 : ow) : 0) : 0;                       \
+      const int64_t hi = sw == 1 ? (w - x0 < lo ? lo : (w - x0 < ow ? w - x0 : ow)) : 0;            \
+      for (int64_t y = 0; y < oh; ++y) {                                                           \
+        T* d = col + (r * oh + y) * ow;                                                            \
+        const int64_t iy = y * sh + ki * dh - pt;                                                  \
+        if (iy < 0 || iy >= h) { for (int64_t j = 0; j < ow; ++j) d[j] = 0; continue; }           \
+        const T* row = src + iy * w;                                                               \
+        if (sw == 1) {                                                                             \
+          for (int64_t j = 0; j < lo; ++j) d[j] = 0;                                               \
+          for (int64_t j = lo; j < hi; ++j) d[j] = row[j + x0];                                    \
+          for (int64_t j = hi; j < ow; ++j) d[j] = 0;                                              \
+        } else {                                                                                   \
+          for (int64_t j = 0; j < ow; ++j) {                                                       \
+            const int64_t ix = j * sw + x0;                                                        \
+            d[j] = ix >= 0 && ix < w ? row[ix] : (T)0;                                             \
+          }                                                                                        \
+        }                                                                                          \
+      }                                                                                            \
+    }                                                                                              \
+  }                                                                                                \
+  __attribute__((unused)) static int32_t tv_conv2d_##S(int64_t n, int64_t c, int64_t h, int64_t w, \
+      int64_t o, int64_t oh, int64_t ow, int64_t kh, int64_t kw, int64_t sh, int64_t sw, int64_t dh, \
+      int64_t dw, int64_t pt, int64_t pl, int64_t direct, const T* x, const T* weights, T* col, T* out) { \
+    for (int64_t b = 0; b < n; ++b) {                                                              \
+      const T* patches = x + b * c * h * w;                                                        \
+      if (!direct) {                                                                               \
+        tv_im2col_##S(patches, c, h, w, oh, ow, kh, kw, sh, sw, dh, dw, pt, pl, col);              \
+        patches = col;                                                                             \
+      }                                                                                            \
+      tv_gemm_##S(1, o, oh * ow, c * kh * kw, weights, 0, 0, patches, 0, 0, out + b * o * oh * ow); \
+    }                                                                                              \
+    return 0;                                                                                      \
+  }
+TV_CONV2D(float, f32) TV_CONV2D(double, f64)
 """
 
 _FLOAT_FUNCS = {  # intrinsic -> C function stem (f suffix for float32)

@@ -73,6 +73,7 @@ from ..te.expr import (
     const,
     dtype_kind,
     eq,
+    floordiv,
     floormod,
     logical_and,
     maximum,
@@ -149,6 +150,36 @@ class GemmCall:
     ta: int
     b_step: object
     tb: int
+
+    def statement(self, args: list, target, suffix: str):
+        """The call computing the op from its argument buffers ``args`` into ``target``."""
+        return CallExtern(f"tv_gemm_{suffix}", (self.batch, self.m, self.n, self.k, args[self.a], self.a_step,
+                                                const(self.ta, "int64"), args[self.b], self.b_step,
+                                                const(self.tb, "int64"), target))
+
+
+@dataclass(frozen=True)
+class Conv2dCall:
+    """An NCHW / OIHW convolution as ``tv_conv2d_<dtype>`` (``c_emit.BLAS_BRIDGE``): per image, the
+    input patches are unfolded into a temporary (im2col; skipped for a 1x1 kernel with unit strides and
+    no padding) and multiplied by the weight matrix (O x C*KH*KW) with ``tv_gemm``."""
+
+    dims: tuple  # te expressions: batch, channels, height, width, out channels, out height, out width
+    kernel: tuple  # (kh, kw), static
+    strides: tuple
+    dilation: tuple
+    padding: tuple  # (top, left)
+    padding_all: tuple  # (top, left, bottom, right)
+
+    def statement(self, args: list, target, suffix: str):
+        n, c, h, w, o, oh, ow = self.dims
+        (kh, kw), (sh, sw), (dh, dw), (pt, pl) = self.kernel, self.strides, self.dilation, self.padding
+        direct = (kh, kw, sh, sw) == (1, 1, 1, 1) and not any(self.padding_all)
+        col = Buffer("patches", args[0].dtype, (const(1, INDEX_DTYPE),) if direct else (c * (kh * kw) * oh * ow,),
+                     "local")
+        numbers = [const(v, "int64") for v in (kh, kw, sh, sw, dh, dw, pt, pl, int(direct))]
+        call = CallExtern(f"tv_conv2d_{suffix}", (n, c, h, w, o, oh, ow, *numbers, args[0], args[1], col, target))
+        return Allocate(col, call)
 
 
 def register_strategy(op_name: str, strategy):
@@ -434,15 +465,13 @@ def _gemm_variant(prim: Function, name: str, graph, generic: LoweredParts, ancho
     if positions is None or result.dtype not in _GEMM_SUFFIX:
         return None
     call = impl.gemm
-    a_buf, b_buf = generic.params[positions[call.a]], generic.params[positions[call.b]]
-    if not a_buf.dtype == b_buf.dtype == result.dtype:
+    args = [generic.params[p] for p in positions]
+    if any(a.dtype != result.dtype for a in args):
         return None
     outputs = generic.params[generic.num_inputs:]
 
-    def gemm_into(target) -> CallExtern:
-        return CallExtern(f"tv_gemm_{_GEMM_SUFFIX[result.dtype]}",
-                          (call.batch, call.m, call.n, call.k, a_buf, call.a_step, const(call.ta, "int64"),
-                           b_buf, call.b_step, const(call.tb, "int64"), target))
+    def gemm_into(target):
+        return call.statement(args, target, _GEMM_SUFFIX[result.dtype])
 
     split = _epilogue_function(prim, anchor)
     if split is None:
@@ -911,7 +940,27 @@ def onnx_matmul_strategy(attrs, inputs, out_type):
     return _matmul_implementations(_prod(a.shape[:-1]), n, k, inputs, out_type, None, gemm)
 
 
-for _name, _strategy in (("nn.dense", dense_strategy), ("nn.matmul", matmul_strategy),
+def conv2d_strategy(attrs, inputs, out_type):
+    """im2col + BLAS for NCHW/OIHW convolutions without groups (when BLAS is called from C)."""
+    x, w = inputs
+    dtypes = {x.dtype, w.dtype, out_type.dtype}
+    if blas.mode() != "c" or len(dtypes) != 1 or not dtypes <= set(_GEMM_SUFFIX) or attrs.groups != 1 \
+            or attrs.data_layout != "NCHW" or attrs.kernel_layout != "OIHW" or (attrs.out_layout or "NCHW") != "NCHW" \
+            or not isinstance(w.shape[2], Const) or not isinstance(w.shape[3], Const):
+        return []
+    n, c, h, width = x.shape
+    kh, kw = w.shape[2].value, w.shape[3].value
+    pt, pl, pb, pr = (int(p) for p in attrs.padding)
+    (sh, sw), (dh, dw) = (tuple(int(v) for v in attrs.strides), tuple(int(v) for v in attrs.dilation))
+    oh = floordiv(h + (pt + pb - dh * (kh - 1) - 1), sh) + 1
+    ow = floordiv(width + (pl + pr - dw * (kw - 1) - 1), sw) + 1
+    call = Conv2dCall(tuple(cast(as_expr(d), INDEX_DTYPE) for d in (n, c, h, width, w.shape[0], oh, ow)),
+                      (kh, kw), (sh, sw), (dh, dw), (pt, pl), (pt, pl, pb, pr))
+    work = _prod([n, w.shape[0], oh, ow, c]) * (kh * kw)
+    return [Implementation("blas", work >= GEMM_MIN_WORK, plevel=20, gemm=call)]
+
+
+for _name, _strategy in (("nn.conv2d", conv2d_strategy), ("nn.dense", dense_strategy), ("nn.matmul", matmul_strategy),
                          ("nn.batch_matmul", batch_matmul_strategy), ("onnx.matmul", onnx_matmul_strategy)):
     if is_registered(_name):
         register_strategy(_name, _strategy)

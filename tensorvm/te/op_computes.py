@@ -1467,9 +1467,18 @@ def _pool(attrs, x: Tensor, kind: str):
     out_layout = attrs.out_layout or attrs.layout
     shape = {"N": xd["N"], "C": xd["C"], "H": oh, "W": ow}
 
+    def inside_checks(y, z):
+        # Only the borders a window can cross: with no padding on a side and floor mode (room >= 0 is
+        # required) every window stays inside, and a kernel without the branch vectorizes.
+        checks = [y >= 0] if pt else []
+        checks += [y < height] if pb or attrs.ceil_mode else []
+        checks += [z >= 0] if pl else []
+        checks += [z < width] if pr or attrs.ceil_mode else []
+        return E.all_of(*checks) if checks else None
+
     def position(H, W):
         y, z = H * sh + kh.var * dh - pt, W * sw + kw.var * dw - pl
-        return y, z, E.all_of(y >= 0, y < height, z >= 0, z < width)
+        return y, z, inside_checks(y, z)
 
     if kind == "max":
         def f(N, C, H, W):
@@ -1490,7 +1499,9 @@ def _pool(attrs, x: Tensor, kind: str):
         if attrs.count_include_pad:
             counted = E.all_of(y < height + pb, z < width + pr)
         else:
-            counted = E.all_of(y >= 0, y < height, z >= 0, z < width)
+            counted = inside_checks(y, z)
+        if counted is None:
+            return te_sum(const(1.0, acc), [kh2, kw2])
         return te_sum(select(counted, const(1.0, acc), const(0.0, acc)), [kh2, kw2])
 
     total = _layout_compute(shape, out_layout, total_fn, "avg_pool2d_sum", requires)

@@ -241,3 +241,43 @@ def test_private_kernels_and_other_modes_have_no_bridge(monkeypatch):
     monkeypatch.setenv("TENSORVM_BLAS", "fast")
     with pytest.raises(Exception, match="TENSORVM_BLAS"):
         _build(prim)
+
+
+# ---- convolutions: im2col + BLAS ----------------------------------------------------------------------
+
+CONVS = [
+    # (data shape, weight shape, conv2d attrs)
+    ((1, 3, 12, 12), (8, 3, 3, 3), dict(padding=[1, 1, 1, 1])),
+    ((2, 4, 13, 11), (6, 4, 3, 2), dict(padding=[0, 1, 2, 0], strides=[2, 1])),
+    ((1, 5, 13, 13), (7, 5, 3, 3), dict(padding=[2, 2, 2, 2], dilation=[2, 2], strides=[1, 3])),
+    ((2, 16, 7, 7), (24, 16, 1, 1), {}),  # 1x1: the image is its own patch matrix
+    ((1, 32, 15, 15), (64, 32, 1, 1), dict(strides=[2, 2])),
+]
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("dtype", [F32, "float64"])
+@pytest.mark.parametrize("data_shape,weight_shape,attrs", CONVS)
+def test_convolutions_match_the_reference_op(data_shape, weight_shape, attrs, dtype, threads, kernel_threads):
+    from tensorvm.op.registry import get_op
+
+    x, w, b = Var("x", _t(*data_shape, dtype=dtype)), Var("w", _t(*weight_shape, dtype=dtype)), \
+        Var("b", _t(weight_shape[0], dtype=dtype))
+    call = op.nn.conv2d(x, w, **attrs)
+    _, kernel = _build(_fn([x, w, b], op.nn.relu(op.nn.bias_add(call, b, axis=1))))
+    kernel_threads(threads)
+    rng = np.random.default_rng(sum(data_shape))
+    arrays = [_rand(rng, data_shape, dtype), _rand(rng, weight_shape, dtype), _rand(rng, (weight_shape[0],), dtype)]
+    conv = get_op("nn.conv2d")
+    reference = conv.kernel(conv.normalize_attrs(call.attrs), *(a.astype(np.float64) for a in arrays[:2]))
+    want = np.maximum(reference + arrays[2].astype(np.float64)[:, None, None], 0)
+    (got,) = _run(kernel, arrays, [want.shape], dtype)
+    _close(got, want, dtype)
+    assert kernel.variants in ((), ("generic",))  # static shapes: one body, the BLAS one
+    assert "tv_conv2d_" in kernel.source.split("*/", 1)[-1]
+
+
+def test_grouped_convolution_stays_generated_code():
+    x, w = Var("x", _t(1, 4, 10, 10)), Var("w", _t(8, 2, 3, 3))
+    _, kernel = _build(_fn([x, w], op.nn.conv2d(x, w, groups=2)))
+    assert "tv_conv2d" not in kernel.source
