@@ -330,6 +330,89 @@ class BuildContext:
             return x
         return self.call("expand_dims", x, axis=0, num_newaxis=missing)
 
+    # ---- which outputs of the node being converted the model reads ---------------------------------
+    def outputs_used(self, op_type: str, inputs: list) -> list[bool] | None:
+        """Per output of the node being converted: does the model read it (as any node's input, in any
+        graph, or as a graph output)? None when that cannot be told (then build every output).
+
+        For converters whose outputs cost work of their own (an LSTM's ``Y``). ``inputs`` are the
+        converter's inputs in ONNX order (``None`` for an omitted one). The node is ``self.node`` when
+        the importer sets it; otherwise it is found as the not yet converted node of ``op_type`` whose
+        inputs are exactly these expressions (several such nodes: an output counts as read if any of
+        theirs is)."""
+        importer = getattr(self, "importer", None)
+        if importer is None:
+            return None
+        node = getattr(self, "node", None)
+        candidates = [node] if node is not None and node.op_type == op_type else \
+            self._unconverted_nodes(op_type, inputs, importer.model.graph)
+        if not candidates or len({len(n.output) for n in candidates}) != 1:
+            return None
+        read = self._read_names(importer.model)
+        return [any(n.output[i] and n.output[i] in read for n in candidates)
+                for i in range(len(candidates[0].output))]
+
+    def _read_names(self, model) -> frozenset:
+        cached = getattr(self, "_read_names_cache", None)
+        if cached is not None and cached[0] is model:
+            return cached[1]
+        names: set[str] = set()
+        for graph in _all_graphs(model.graph):
+            names.update(out.name for out in graph.output)
+            for node in graph.node:
+                names.update(node.input)
+        result = frozenset(names)
+        self._read_names_cache = (model, result)
+        return result
+
+    def _unconverted_nodes(self, op_type: str, inputs: list, root) -> list:
+        inputs = list(inputs)
+        while inputs and inputs[-1] is None:
+            inputs.pop()
+        scope = getattr(self, "scope", None)
+        found = []
+        for graph in _all_graphs(root):
+            for node in graph.node:
+                if node.op_type != op_type:
+                    continue
+                names = list(node.input)
+                while names and not names[-1]:
+                    names.pop()
+                if len(names) != len(inputs):
+                    continue
+                if not all((value is None) if not name else _peek(scope, name) is value
+                           for name, value in zip(names, inputs, strict=True)):
+                    continue
+                if any(name and _peek(scope, name) is not _MISSING for name in node.output):
+                    continue  # already converted
+                found.append(node)
+        return found
+
+
+_MISSING = object()
+
+
+def _peek(scope, name: str):
+    """The value ``name`` has in ``scope`` (or an enclosing scope), without capturing it; else _MISSING."""
+    while scope is not None:
+        if name in scope.values:
+            return scope.values[name]
+        if name in scope.captured:
+            return scope.captured[name][0]
+        scope = scope.parent
+    return _MISSING
+
+
+def _all_graphs(graph):
+    """``graph`` and every subgraph in it (attributes of type GRAPH / GRAPHS), depth first."""
+    yield graph
+    for node in graph.node:
+        for attr in node.attribute:
+            if attr.HasField("g"):
+                yield from _all_graphs(attr.g)
+            for sub in attr.graphs:
+                yield from _all_graphs(sub)
+
 
 def _static_len(ctx: BuildContext, vec: Expr) -> int:
     (length,) = ctx.shape(vec)

@@ -299,8 +299,8 @@ class OnnxImporter:
     def convert_node(self, node, index: int, scope: Scope) -> None:
         label = f"ONNX node {node.name or '#' + str(index)!r} ({node.op_type})"
         fn = lookup_converter(node.op_type, self.opset)
-        previous = getattr(self.ctx, "scope", None)
-        self.ctx.scope = scope
+        previous, previous_node = getattr(self.ctx, "scope", None), getattr(self.ctx, "node", None)
+        self.ctx.scope, self.ctx.node = scope, node  # (node: for converters asking which outputs are read)
         try:
             inputs = [scope.lookup(name) if name else None for name in node.input]
             while inputs and inputs[-1] is None:
@@ -318,7 +318,7 @@ class OnnxImporter:
         except TensorVMError as err:
             raise type(err)(f"{label}: {err}") from None
         finally:
-            self.ctx.scope = previous
+            self.ctx.scope, self.ctx.node = previous, previous_node
         outputs = list(result) if isinstance(result, (list, tuple)) else [result]
         for i, name in enumerate(node.output):
             if not name:
