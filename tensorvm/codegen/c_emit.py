@@ -232,7 +232,7 @@ static inline int tv_omp_team(void) { return 1; }
 #endif
 
 /* Below this many multiply-adds a product runs on the calling thread only. */
-#define TV_GEMM_PARALLEL_WORK 65536.0
+#define TV_GEMM_PARALLEL_WORK 262144.0
 
 #define TV_GEMM(T, S)                                                                                \
   /* c (m x n, row stride ldc) = op(a) op(b); op(a) is m x k, op(b) is k x n. */                     \

@@ -96,8 +96,9 @@ from .loop_ir import (
 __all__ = ["lower", "lower_parts", "lower_dispatch", "LoweredParts", "map_stmt", "rebind", "known_multiple",
            "PARALLEL_WORK_THRESHOLD"]
 
-# Below this many inner iterations a parallel loop costs more to fork than it saves.
-PARALLEL_WORK_THRESHOLD = 1 << 15
+# Below this many inner iterations a parallel loop costs more to fork than it saves (on a busy machine a
+# fork waits for a worker the OS has not scheduled yet, so the bar is set high).
+PARALLEL_WORK_THRESHOLD = 1 << 16
 _CHEAP_CALLS = {"abs", "sign", "isnan", "isinf", "isfinite", "floor", "ceil", "round", "trunc"}
 _SHORT_REDUCTION = 16
 
