@@ -15,7 +15,9 @@ After it, no VM function calls a primitive directly. Each ``let %v = @prim(%a, %
   is_input=[...])``, then per dynamic output ``memory.alloc_storage(%out_shape,
   size_from_shape=True)`` and ``memory.alloc_tensor(%storage, 0i64, %out_shape)``, then the invoke;
 * a ``reshape_only=1`` primitive: ``vm.reshape_tensor(%data, <shape>)`` (a zero-copy view), the shape
-  being a constant or computed by the shape function as above.
+  being a constant or computed by the shape function as above;
+* a primitive that is ``shape_of(%p)`` with int64 results: ``vm.shape_of(%p)`` (the VM's ShapeOf
+  instruction, no kernel).
 
 The module gains the ``type Storage {}`` definition (the type of a storage block).
 """
@@ -220,6 +222,9 @@ class _Lowerer:
         args = [self.sub(a) for a in call.args]
         ret_type = prim.ret_type or known_type(prim.body)
         out_types = flatten_tensor_types(ret_type)
+        if _is_shape_of(prim):
+            out.append((var, Call(_SHAPE_OF, (args[0],)).with_type(ret_type)))
+            return
         if prim.attrs.get("reshape_only") and isinstance(ret_type, TensorType):
             data_index = primitive_data_param(prim)
             if data_index is not None:
@@ -309,3 +314,12 @@ class ManifestAlloc(Pass):
         if STORAGE_TYPE_DATA.header not in new.type_definitions:
             new.add_type(STORAGE_TYPE_DATA)
         return new
+
+
+def _is_shape_of(prim: Function) -> bool:
+    """Whether ``prim`` is ``shape_of`` of its one tensor parameter, with int64 results (what the VM's
+    ShapeOf instruction makes)."""
+    body = prim.body
+    return (len(prim.params) == 1 and isinstance(body, Call) and isinstance(body.op, Op)
+            and body.op.name == "shape_of" and len(body.args) == 1 and body.args[0] is prim.params[0]
+            and isinstance(known_type(body), TensorType) and known_type(body).dtype == "int64")
