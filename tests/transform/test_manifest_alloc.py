@@ -165,6 +165,21 @@ def @main(%x: Tensor[(2, 6), float32], %y: Tensor[(?, 6), float32]) {
     run_both(before, lowered, np.ones((2, 6), "float32"), np.arange(12, dtype="float32").reshape(2, 6))
 
 
+def test_a_shape_of_group_becomes_the_shape_of_instruction():
+    before = parse("""
+def @main(%x: Tensor[(?, 3), float32]) {
+  %0 = shape_of(%x, dtype="int64");
+  %1 = shape_of(%x, dtype="int32");
+  (%0, add(%0, 1i64), %1)
+}""")
+    lowered = lower_until(before)
+    ops = memory_ops(lowered["main"].body)
+    kernels = {c.args[0].name for _, c in ops if c.op.name == "vm.invoke_tvm_op"}
+    assert sum(c.op.name == "vm.shape_of" and c.args[0].name_hint == "x" for _, c in ops) >= 1
+    assert sum("shape_of" in k for k in kernels) == 1  # the int32 one stays a kernel (ShapeOf gives int64)
+    run_both(before, lowered, np.ones((5, 3), "float32"))
+
+
 def test_control_flow_and_calls_keep_their_structure():
     before = parse("""
 def @f(%a: Tensor[(?), float32]) { negative(%a) }
