@@ -100,10 +100,11 @@ def group(key: str, seq_lengths=SEQ_LENGTHS, vocab_size: int = VOCAB_SIZE) -> Mo
     cases = tuple(Case(f"seq{n}", f"{n} tokens", n, x=n) for n in seq_lengths)
     ids = functools.cache(lambda n: make_input_ids(n, vocab_size))
 
-    def tvm_runner(grp, ctx):
-        return TensorVMRunner(
+    def tvm_runner(exec_mode):
+        return lambda grp, ctx: TensorVMRunner(
             lambda: import_from_onnx(ctx["artifacts"] / f"{key}.onnx", shape={"input_ids": [1, None]}),
-            lambda case, mod: [(ids(case.units),)], compile_twice=ctx.get("compile_twice", True))
+            lambda case, mod: [(ids(case.units),)], compile_twice=ctx.get("compile_twice", True),
+            exec_mode=exec_mode)
 
     def torch_runner(grp, ctx):
         return TorchRunner(lambda torch: torch_bert(torch, config, ctx["artifacts"] / f"{key}.pt",
@@ -115,7 +116,8 @@ def group(key: str, seq_lengths=SEQ_LENGTHS, vocab_size: int = VOCAB_SIZE) -> Mo
                          ctx["threads"])
 
     runtimes = (
-        RuntimeSpec("tvm-onnx-vm", "tensorvm ONNX import · VM", TENSORVM, tvm_runner),
+        RuntimeSpec("tvm-onnx-vm", "tensorvm ONNX import · VM", TENSORVM, tvm_runner("bytecode")),
+        RuntimeSpec("tvm-onnx-vm-compiled", "tensorvm ONNX import · VM compiled", TENSORVM, tvm_runner("compiled")),
         RuntimeSpec("torch", "PyTorch eager", PEER, torch_runner),
         RuntimeSpec("ort", "ONNX Runtime", PEER, ort_runner),
     )
