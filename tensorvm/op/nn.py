@@ -156,6 +156,61 @@ define_shaped(
 )
 
 
+# nn.dense_packed: nn.dense with its weight (units, in_dim) stored as panels of PACKED_LANES output
+# columns, (ceil(units / PACKED_LANES), in_dim, PACKED_LANES), zero padded: the layout the C product
+# tv_gemm_packed_f32 reads contiguously (tensorvm/transform/pack_weights.py makes it from constants).
+PACKED_LANES = 16
+
+
+def pack_dense_weight(weight: np.ndarray) -> np.ndarray:
+    """The (units, in_dim) weight of ``nn.dense`` as ``nn.dense_packed``'s panels (read-only, 64-byte aligned)."""
+    weight = np.asarray(weight)
+    if weight.ndim != 2:
+        raise ShapeError(f"pack_dense_weight: expected a 2-D (units, in_dim) weight, got shape {weight.shape}")
+    units, in_dim = weight.shape
+    panels = -(-units // PACKED_LANES)
+    size = panels * in_dim * PACKED_LANES
+    # Aligned so that each 64-byte panel row is one cache line.
+    raw = np.zeros(size * weight.itemsize + 64, np.uint8)
+    start = -raw.ctypes.data % 64
+    packed = raw[start:start + size * weight.itemsize].view(weight.dtype).reshape(panels, in_dim, PACKED_LANES)
+    padded = np.zeros((panels * PACKED_LANES, in_dim), weight.dtype)
+    padded[:units] = weight
+    packed[...] = padded.reshape(panels, PACKED_LANES, in_dim).transpose(0, 2, 1)
+    packed.setflags(write=False)
+    return packed
+
+
+def unpack_dense_weight(packed: np.ndarray, units: int) -> np.ndarray:
+    """The inverse of ``pack_dense_weight``: the (units, in_dim) weight."""
+    panels, in_dim, lanes = packed.shape
+    return packed.transpose(0, 2, 1).reshape(panels * lanes, in_dim)[:units]
+
+
+def _dense_packed_logic(op, attrs, shapes, err):
+    data, packed = shapes
+    if len(data) < 1:
+        raise err(f"{op}: data must have rank >= 1, got a scalar")
+    _expect_rank(op, packed, 3, f"packed_weight (panels, in_dim, {PACKED_LANES})", err)
+    unify_dim(op, packed[2], PACKED_LANES, "the packed weight's dim 2 and the panel width", err)
+    unify_dim(op, packed[0], -(-attrs.units // PACKED_LANES), f"the packed weight's dim 0 and ceil(units / "
+              f"{PACKED_LANES}) for units={attrs.units}", err)
+    unify_dim(op, data[-1], packed[1], "the data's last dim and the packed weight's dim 1", err)
+    return tuple(data[:-1]) + (attrs.units,)
+
+
+define_shaped(
+    "nn.dense_packed", 2, _dense_packed_logic,
+    lambda attrs, shape, x, p: _matmul_kernel(x, unpack_dense_weight(p, attrs.units).T, attrs.out_dtype or x.dtype.name),
+    OpPattern.OUT_ELEMWISE_FUSABLE,
+    attrs=(AttrDef("units", REQUIRED, _positive_int, "the number of output units (columns of the result)"),
+           _OUT_DTYPE),
+    dtype_rule=_out_dtype, check_types=_check_same_dtype("nn.dense_packed", "packed_weight"),
+    doc=f"nn.dense with a pre-packed weight: y[..., j] = sum_k x[..., k] * packed_weight[j // {PACKED_LANES}, k, "
+        f"j % {PACKED_LANES}], packed_weight of shape (ceil(units / {PACKED_LANES}), in_dim, {PACKED_LANES}).",
+)
+
+
 def _matmul_logic(op, attrs, shapes, err):
     a, b = shapes
     if len(a) < (2 if attrs.transpose_a else 1):

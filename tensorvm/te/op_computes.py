@@ -21,6 +21,7 @@ import math
 from ..errors import ShapeError, TypeInferenceError, UnsupportedError
 from ..ir.types import TupleType
 from ..op._common import reduce_axes
+from ..op.nn import PACKED_LANES
 from ..op.registry import get_op, is_registered
 from . import expr as E
 from . import intrin as M
@@ -997,6 +998,27 @@ def nn_dense(attrs, inputs, out_type):
     shape = tuple(x.shape[:-1]) + (w.shape[0],)
     return [compute(shape, lambda *i: te_sum(_matmul_value(x[tuple(i[:-1]) + (k.var,)], w[i[-1], k.var], k, dtype),
                                              k), "dense", requires)]
+
+
+@_register("nn.dense_packed")
+def nn_dense_packed(attrs, inputs, out_type):
+    x, w = inputs
+    dtype = _out_dtype(out_type)
+    lanes = PACKED_LANES
+    k = reduce_axis(x.shape[-1], "k")
+    requires = _require_equal("nn.dense_packed", x.shape[-1], w.shape[1],
+                              "the data's last dim and the packed weight's dim 1")
+    requires += _require_equal("nn.dense_packed", w.shape[0], const(-(-attrs.units // lanes)),
+                               f"ceil(units / {lanes}) and the packed weight's dim 0")
+    requires += _require_equal("nn.dense_packed", w.shape[2], const(lanes), f"the packed weight's dim 2 and {lanes}")
+    shape = tuple(x.shape[:-1]) + (const(attrs.units),)
+
+    def f(*i):
+        j = i[-1]
+        weight = w[E.floordiv(j, lanes), k.var, E.floormod(j, lanes)]
+        return te_sum(_matmul_value(x[tuple(i[:-1]) + (k.var,)], weight, k, dtype), k)
+
+    return [compute(shape, f, "dense_packed", requires)]
 
 
 @_register("nn.matmul")

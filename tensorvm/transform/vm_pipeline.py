@@ -60,6 +60,7 @@ from .lambda_lift import LambdaLift
 from .manifest_alloc import ManifestAlloc
 from .manifest_lifetimes import ManifestLifetimes
 from .memory_plan import MemoryPlan
+from .pack_weights import PackWeights
 from .pass_infra import Sequential
 from .simplify_expr import SimplifyExpr
 from .to_anf import ToANormalForm
@@ -67,14 +68,16 @@ from .to_anf import ToANormalForm
 __all__ = ["lower_for_vm", "vm_passes"]
 
 
-def vm_passes(opt_level: int = 3, memory_plan: bool = True) -> list:
-    """The lowering passes, in order (``opt_level`` 0 puts every op in its own kernel)."""
+def vm_passes(opt_level: int = 3, memory_plan: bool = True, target: str | None = None) -> list:
+    """The lowering passes, in order (``opt_level`` 0 puts every op in its own kernel). ``target`` "c"
+    adds ``PackWeights`` (products with constant weights read them pre-packed, a C kernel's layout)."""
     passes = [
         EtaExpand(),  # first: type inference rejects an op used as a value
         InferType(),
         SimplifyExpr(),
         FoldConstant(),
         DeadCodeElimination(),
+        PackWeights() if target == "c" else None,  # after folding (W^T becomes a constant), before fusion
         InferType(),
         FuseOps(fuse_opt_level=1 if opt_level >= 1 else 0),
         ToANormalForm(),
@@ -92,12 +95,13 @@ def vm_passes(opt_level: int = 3, memory_plan: bool = True) -> list:
 
 
 def lower_for_vm(mod: IRModule, params: dict | None = None, opt_level: int = 3,
-                 memory_plan: bool = True) -> IRModule:
+                 memory_plan: bool = True, target: str | None = None) -> IRModule:
     """Lower ``mod`` for the VM; ``params`` binds parameters of ``main`` to constants.
 
-    ``memory_plan=False`` skips ``MemoryPlan`` (to measure what it saves)."""
+    ``memory_plan=False`` skips ``MemoryPlan`` (to measure what it saves); ``target`` is the kernels'
+    target ("c" packs constant weights of matrix products for its kernels; see ``vm_passes``)."""
     if not isinstance(mod, IRModule):
         raise UnsupportedError(f"lower_for_vm expects an IRModule, got {type(mod).__name__}")
     if params:
         mod = BindParams(params)(mod)
-    return Sequential(vm_passes(opt_level, memory_plan), opt_level=max(opt_level, 0))(mod)
+    return Sequential(vm_passes(opt_level, memory_plan, target), opt_level=max(opt_level, 0))(mod)

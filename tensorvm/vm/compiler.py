@@ -27,7 +27,7 @@ def compile(mod, target: str = "python", params: dict | None = None, opt_level: 
     from ..transform.vm_pipeline import lower_for_vm
     from .codegen import generate
 
-    lowered = lower_for_vm(mod, params=params, opt_level=opt_level, memory_plan=memory_plan)
+    lowered = lower_for_vm(mod, params=params, opt_level=opt_level, memory_plan=memory_plan, target=target)
     exe = generate(lowered, exec_mode=exec_mode, target=target)
     exe.kernels  # noqa: B018 - build the kernels now so a compile error surfaces here
     return exe
