@@ -229,7 +229,7 @@ def build(mod, target: str = "python", params: dict | None = None, opt_level: in
         mod = IRModule.from_expr(mod)
     if not isinstance(mod, IRModule):
         raise TypeError(f"tv.graph.build expects an IRModule or a Function, got {type(mod).__name__}")
-    lowered = lower_static(mod, params, opt_level)
+    lowered = lower_static(mod, params, opt_level, target=target)
     schedule = static_schedule(lowered)
     plan = plan_memory(schedule.lifetimes(), planner, alignment).check()
     graph_json = graph_json_of(schedule, plan)

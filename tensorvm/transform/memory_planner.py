@@ -709,11 +709,12 @@ def static_lifetimes(func, mod=None) -> list:
     return static_schedule(func, mod).lifetimes()
 
 
-def lower_static(mod, params: dict | None = None, opt_level: int = 3):
+def lower_static(mod, params: dict | None = None, opt_level: int = 3, target: str | None = None):
     """Lower ``mod`` for static execution (graph executor, AOT): the VM lowering up to, not
     including, ``ManifestAlloc`` — fold, fuse, A-normal form, lambda lifting — so ``main`` is a
     chain of ``@fused_...`` kernel calls that ``static_schedule`` reads. ``params`` binds parameters
     of ``main`` to constants. A ``main`` whose signature has a dynamic dim is refused up front.
+    ``target`` is the kernels' (as in ``vm_passes``: "c" packs constant weights for the C kernels).
     """
     from .bind_params import BindParams
     from .infer_type import InferType
@@ -731,7 +732,7 @@ def lower_static(mod, params: dict | None = None, opt_level: int = 3):
         _static_tensor_types(param.checked_type, f"parameter %{param.name_hint}")
     _static_tensor_types(main.body.checked_type, "the result of @main")
     passes = []
-    for p in vm_passes(opt_level, memory_plan=False):
+    for p in vm_passes(opt_level, memory_plan=False, target=target):
         if isinstance(p, ManifestAlloc):
             break
         passes.append(p)
