@@ -472,6 +472,23 @@ static void tv_packed_block_f32(int64_t m0, int64_t m1, int64_t p0, int64_t p1, 
                                 const float* x, const float* packed, float* out) {
   /* One row tile reads each panel once: whole panels then, the weight streams in order. */
   const int64_t block = m1 - m0 <= TV_PACKED_ROWS ? k : TV_PACKED_KC;
+  if (m1 - m0 <= TV_PACKED_MC) {
+    /* Few rows (x stays in L2): panel after panel, each block of a panel read by every row tile while
+       it is in L1, so the weight is read once, in memory order -- at these sizes it comes from DRAM,
+      , and one sequential stream is what the prefetchers serve best. */
+    for (int64_t p = p0; p < p1; ++p) {
+      const int64_t cols = n - p * 16 < 16 ? n - p * 16 : 16;
+      for (int64_t k0 = 0; k0 < k; k0 += block) {
+        const int64_t kc = k - k0 < block ? k - k0 : block;
+        const float* panel = packed + (p * k + k0) * 16;
+        for (int64_t i = m0; i < m1; i += TV_PACKED_ROWS) {
+          const int rows = m1 - i < TV_PACKED_ROWS ? (int)(m1 - i) : TV_PACKED_ROWS;
+          tv_packed_rows_f32(rows, x + i * k + k0, k, panel, kc, out + i * n + p * 16, n, cols, k0 > 0);
+        }
+      }
+    }
+    return;
+  }
   for (int64_t k0 = 0; k0 < k; k0 += block) {
     const int64_t kc = k - k0 < block ? k - k0 : block;
     for (int64_t i0 = m0; i0 < m1; i0 += TV_PACKED_MC) {
