@@ -474,8 +474,8 @@ static void tv_packed_block_f32(int64_t m0, int64_t m1, int64_t p0, int64_t p1, 
   const int64_t block = m1 - m0 <= TV_PACKED_ROWS ? k : TV_PACKED_KC;
   if (m1 - m0 <= TV_PACKED_MC) {
     /* Few rows (x stays in L2): panel after panel, each block of a panel read by every row tile while
-       it is in L1, so the weight is read once, in memory order -- at these sizes it comes from DRAM,
-      , and one sequential stream is what the prefetchers serve best. */
+       it is in L1, so the weight is read once, in memory order: at these sizes it comes from DRAM,
+       and one sequential stream is what the prefetchers serve best. */
     for (int64_t p = p0; p < p1; ++p) {
       const int64_t cols = n - p * 16 < 16 ? n - p * 16 : 16;
       for (int64_t k0 = 0; k0 < k; k0 += block) {
