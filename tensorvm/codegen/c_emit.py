@@ -534,6 +534,94 @@ __attribute__((unused)) static int32_t tv_gemm_packed_f32(int64_t m, int64_t n, 
   }
   return 0;
 }
+
+/* Direct float32 convolution, unit strides and dilation (NCHW data, OIHW weights): the image is copied
+   once into a zero-padded buffer (C x HP x WP, WP = OW rounded up to 8 plus KW - 1, so every tile reads
+   whole vectors without border tests), then each tile of 6 output channels x 2 rows x 8 columns keeps
+   its 12 accumulators in registers over (c, ky, kx): 2 input vectors and 6 weight broadcasts feed 12
+   FMAs (12 independent chains cover the FMA latency). Tails: a missing channel or row repeats the last one and is not stored; a partial column
+   block goes through a small buffer. Small convolutions spend more in im2col and in a product with a
+   short reduction than in the arithmetic; this reads each input once per tile instead. */
+static void tv_conv_pad_f32(const float* x, int64_t c, int64_t h, int64_t w, int64_t pt, int64_t pl,
+                            int64_t hp, int64_t wp, float* padded) {
+  for (int64_t ci = 0; ci < c; ++ci)
+    for (int64_t y = 0; y < hp; ++y) {
+      float* d = padded + (ci * hp + y) * wp;
+      const int64_t iy = y - pt;
+      if (iy < 0 || iy >= h) { for (int64_t j = 0; j < wp; ++j) d[j] = 0; continue; }
+      const float* row = x + (ci * h + iy) * w;
+      for (int64_t j = 0; j < wp; ++j) {
+        const int64_t ix = j - pl;
+        d[j] = ix >= 0 && ix < w ? row[ix] : 0.0f;
+      }
+    }
+}
+
+#define TV_CONV_OC 6
+static void tv_conv_tile_f32(const float* padded, int64_t c, int64_t hp, int64_t wp, const float* weights,
+                             int64_t kh, int64_t kw, int64_t o, int64_t oh, int64_t ow, int64_t o0,
+                             int64_t y0, int64_t x0, float* out) {
+  const int64_t taps = c * kh * kw;
+  const float* wt[TV_CONV_OC];
+  for (int i = 0; i < TV_CONV_OC; ++i) wt[i] = weights + (o0 + i < o ? o0 + i : o - 1) * taps;
+  const int64_t y1 = y0 + 1 < oh ? y0 + 1 : y0;
+  float tile[TV_CONV_OC][2][8];
+#if defined(__AVX2__) && defined(__FMA__)
+#define TV_CONV_ACC(i) __m256 a##i##0 = _mm256_setzero_ps(), a##i##1 = _mm256_setzero_ps();
+#define TV_CONV_FMA(i) { const __m256 wv = _mm256_broadcast_ss(wt[i] + t + kx);                           \
+                         a##i##0 = _mm256_fmadd_ps(wv, v0, a##i##0); a##i##1 = _mm256_fmadd_ps(wv, v1, a##i##1); }
+#define TV_CONV_STORE(i) _mm256_storeu_ps(tile[i][0], a##i##0); _mm256_storeu_ps(tile[i][1], a##i##1);
+  TV_ROWS6(TV_CONV_ACC)
+  for (int64_t ci = 0; ci < c; ++ci)
+    for (int64_t ky = 0; ky < kh; ++ky) {
+      const float* r0 = padded + (ci * hp + y0 + ky) * wp + x0;
+      const float* r1 = padded + (ci * hp + y1 + ky) * wp + x0;
+      const int64_t t = (ci * kh + ky) * kw;
+      for (int64_t kx = 0; kx < kw; ++kx) {
+        const __m256 v0 = _mm256_loadu_ps(r0 + kx), v1 = _mm256_loadu_ps(r1 + kx);
+        TV_ROWS6(TV_CONV_FMA)
+      }
+    }
+  TV_ROWS6(TV_CONV_STORE)
+#else
+  for (int i = 0; i < TV_CONV_OC; ++i) for (int r = 0; r < 2; ++r) for (int j = 0; j < 8; ++j) tile[i][r][j] = 0;
+  for (int64_t ci = 0; ci < c; ++ci)
+    for (int64_t ky = 0; ky < kh; ++ky)
+      for (int64_t kx = 0; kx < kw; ++kx)
+        for (int i = 0; i < TV_CONV_OC; ++i) {
+          const float wv = wt[i][(ci * kh + ky) * kw + kx];
+          for (int r = 0; r < 2; ++r) {
+            const float* row = padded + (ci * hp + (r ? y1 : y0) + ky) * wp + x0 + kx;
+            for (int j = 0; j < 8; ++j) tile[i][r][j] += wv * row[j];
+          }
+        }
+#endif
+  const int64_t cols = ow - x0 < 8 ? ow - x0 : 8;
+  for (int i = 0; i < TV_CONV_OC && o0 + i < o; ++i)
+    for (int r = 0; r < 2 && y0 + r < oh; ++r) {
+      float* d = out + ((o0 + i) * oh + y0 + r) * ow + x0;
+      for (int64_t j = 0; j < cols; ++j) d[j] = tile[i][r][j];
+    }
+}
+
+__attribute__((unused)) static int32_t tv_conv2d_direct_f32(int64_t n, int64_t c, int64_t h, int64_t w,
+    int64_t o, int64_t oh, int64_t ow, int64_t kh, int64_t kw, int64_t pt, int64_t pl,
+    const float* x, const float* weights, float* padded, float* out) {
+  const int64_t hp = oh + kh - 1, wp = (ow + 7) / 8 * 8 + kw - 1;
+  const int64_t oblocks = (o + TV_CONV_OC - 1) / TV_CONV_OC, yblocks = (oh + 1) / 2, xblocks = (ow + 7) / 8;
+  const int64_t tiles = oblocks * yblocks * xblocks;
+  const int parallel = (double)o * oh * ow * c * kh * kw >= TV_GEMM_PARALLEL_WORK && !tv_omp_in_parallel();
+  for (int64_t b = 0; b < n; ++b) {
+    tv_conv_pad_f32(x + b * c * h * w, c, h, w, pt, pl, hp, wp, padded);
+    float* image = out + b * o * oh * ow;
+    _Pragma("omp parallel for schedule(static) if(parallel)")
+    for (int64_t t = 0; t < tiles; ++t) {
+      const int64_t ob = t / (yblocks * xblocks), yb = (t / xblocks) % yblocks, xb = t % xblocks;
+      tv_conv_tile_f32(padded, c, hp, wp, weights, kh, kw, o, oh, ow, ob * TV_CONV_OC, yb * 2, xb * 8, image);
+    }
+  }
+  return 0;
+}
 """
 
 _FLOAT_FUNCS = {  # intrinsic -> C function stem (f suffix for float32)

@@ -188,6 +188,14 @@ class Conv2dCall:
     def statement(self, args: list, target, suffix: str):
         n, c, h, w, o, oh, ow = self.dims
         (kh, kw), (sh, sw), (dh, dw), (pt, pl) = self.kernel, self.strides, self.dilation, self.padding
+        if suffix == "f32" and (sh, sw, dh, dw) == (1, 1, 1, 1) and (kh, kw) != (1, 1):
+            # unit strides: the direct kernel over a zero-padded copy of each image
+            hp, wp = oh + (kh - 1), floordiv(ow + 7, 8) * 8 + (kw - 1)
+            padded = Buffer("padded", args[0].dtype, (c * hp * wp,), "local")
+            call = CallExtern("tv_conv2d_direct_f32", (n, c, h, w, o, oh, ow, const(kh, "int64"), const(kw, "int64"),
+                                                       const(pt, "int64"), const(pl, "int64"), args[0], args[1],
+                                                       padded, target))
+            return Allocate(padded, call)
         direct = (kh, kw, sh, sw) == (1, 1, 1, 1) and not any(self.padding_all)
         col = Buffer("patches", args[0].dtype, (const(1, INDEX_DTYPE),) if direct else (c * (kh * kw) * oh * ow,),
                      "local")

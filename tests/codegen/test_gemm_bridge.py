@@ -252,6 +252,10 @@ CONVS = [
     ((1, 5, 13, 13), (7, 5, 3, 3), dict(padding=[2, 2, 2, 2], dilation=[2, 2], strides=[1, 3])),
     ((2, 16, 7, 7), (24, 16, 1, 1), {}),  # 1x1: the image is its own patch matrix
     ((1, 32, 15, 15), (64, 32, 1, 1), dict(strides=[2, 2])),
+    # unit strides (the direct kernel): channel, row and column tails, asymmetric kernels and padding
+    ((2, 5, 9, 13), (7, 5, 3, 2), dict(padding=[1, 0, 2, 1])),
+    ((1, 4, 7, 5), (13, 4, 5, 3), dict(padding=[2, 1, 2, 1])),
+    ((1, 16, 16, 16), (32, 16, 3, 3), dict(padding=[1, 1, 1, 1])),
 ]
 
 
@@ -281,3 +285,41 @@ def test_grouped_convolution_stays_generated_code():
     x, w = Var("x", _t(1, 4, 10, 10)), Var("w", _t(8, 2, 3, 3))
     _, kernel = _build(_fn([x, w], op.nn.conv2d(x, w, groups=2)))
     assert "tv_conv2d" not in kernel.source
+
+
+_CONV_CALLER = """
+int32_t tv_test_conv(int64_t n, int64_t c, int64_t h, int64_t w, int64_t o, int64_t oh, int64_t ow, int64_t kh,
+                     int64_t kw, int64_t pt, int64_t pl, const float* x, const float* weights, float* padded,
+                     float* out) {
+  return tv_conv2d_direct_f32(n, c, h, w, o, oh, ow, kh, kw, pt, pl, x, weights, padded, out);
+}
+"""
+
+
+@pytest.mark.parametrize("flags", [(), ("-mno-avx2", "-mno-fma")], ids=["native", "portable"])
+def test_direct_convolution_in_both_builds(flags, kernel_threads):
+    """``tv_conv2d_direct_f32`` called directly, built with the kernels' flags (AVX2 tiles where the
+    machine has them) and without AVX2/FMA (the portable loops), on every tail: channels not a multiple
+    of the tile's 6, odd output rows, output columns not a multiple of 8."""
+    from tensorvm.op.registry import get_op
+
+    library = build.build_library([(prelude() + _CONV_CALLER, flags)])
+    function = library._cdll.tv_test_conv
+    function.restype = ctypes.c_int32
+    function.argtypes = [ctypes.c_int64] * 11 + [ctypes.c_void_p] * 4
+    conv = get_op("nn.conv2d")
+    rng = np.random.default_rng(9)
+    for threads in (1, 2):
+        kernel_threads(threads)
+        for (n, c, h, w), (o, kh, kw), (pt, pl, pb, pr) in [((1, 3, 5, 11), (7, 3, 3), (1, 1, 1, 1)),
+                                                            ((2, 2, 6, 4), (13, 2, 3), (0, 2, 1, 0))]:
+            x = rng.standard_normal((n, c, h, w)).astype(np.float32)
+            weights = rng.standard_normal((o, c, kh, kw)).astype(np.float32)
+            want = conv.kernel(conv.normalize_attrs({"padding": [pt, pl, pb, pr]}), x.astype(np.float64),
+                               weights.astype(np.float64))
+            oh, ow = want.shape[2:]
+            padded = np.empty(c * (oh + kh - 1) * ((ow + 7) // 8 * 8 + kw - 1), np.float32)
+            out = np.full(want.shape, np.nan, np.float32)
+            assert function(n, c, h, w, o, oh, ow, kh, kw, pt, pl, x.ctypes.data, weights.ctypes.data,
+                            padded.ctypes.data, out.ctypes.data) == 0
+            _close(out, want)
