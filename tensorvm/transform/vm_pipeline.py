@@ -51,6 +51,7 @@ from ..errors import UnsupportedError
 from ..ir.module import IRModule
 from .bind_params import BindParams
 from .dead_code import DeadCodeElimination
+from .eliminate_common_subexpr import EliminateCommonSubexpr
 from .eta_expand import EtaExpand
 from .fold_constant import FoldConstant
 from .fuse_ops import FuseOps
@@ -76,6 +77,7 @@ def vm_passes(opt_level: int = 3, memory_plan: bool = True, target: str | None =
         InferType(),
         SimplifyExpr(),
         FoldConstant(),
+        EliminateCommonSubexpr(),  # after folding: constants are compared by value
         DeadCodeElimination(),
         PackWeights() if target == "c" else None,  # after folding (W^T becomes a constant), before fusion
         InferType(),
