@@ -535,8 +535,8 @@ def _wants_interchange(st: _Stage) -> bool:
     if not all(a == "invariant" or a == "contiguous" or a.startswith("strided:") and a != "strided:outer"
                for a in along_out):
         return False
-    if "contiguous" not in along_out:
-        return False
+    if not any(a == "contiguous" or a in ("strided:2", "strided:-2") for a in along_out):
+        return False  # (a stride-2 read -- a pooling window with stride 2 -- vectorizes as two loads)
     along_red = [_access(rd, r.var) for rd in reads]
     short = isinstance(r.extent, Const) and r.extent.value <= _SHORT_REDUCTION
     return short or any(a not in ("invariant", "contiguous") for a in along_red)
