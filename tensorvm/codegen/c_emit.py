@@ -934,14 +934,30 @@ class _Emitter:
             raise UnsupportedError(f"codegen: cannot emit the statement {type(s).__name__}")
 
     def for_loop(self, s: For, depth: int):
+        if s.kind == PARALLEL and self.options.parallel and s.parallel_if is not None \
+                and not isinstance(s.parallel_if, Const):
+            # A run-time choice: the serial copy skips the OpenMP runtime, which ``parallel ... if(0)``
+            # still enters (~1 us per call, the whole cost of a small dynamic kernel's epilogue).
+            self.emit(depth, f"if ({self.expr(s.parallel_if)}) {{")
+            names = dict(self.names)  # the copy below binds its own loop and let variables
+            self._loop(s, depth + 1, parallel=True)
+            self.names = names
+            self.emit(depth, "} else {")
+            self._loop(s, depth + 1, parallel=False)
+            self.emit(depth, "}")
+            return
+        parallel = s.kind == PARALLEL and self.options.parallel and not (
+            isinstance(s.parallel_if, Const) and not s.parallel_if.value)
+        self._loop(s, depth, parallel)
+
+    def _loop(self, s: For, depth: int, parallel: bool):
         if id(s.loop_var) in self.names:  # a loop variable reused by a sibling loop: a new C scope is fine
             del self.names[id(s.loop_var)]
         self.nonneg.add(id(s.loop_var))
         i = self.name(s.loop_var, s.loop_var.name)
         extent = self.expr(s.extent)
-        if s.kind == PARALLEL and self.options.parallel:
-            condition = f" if({self.expr(s.parallel_if)})" if s.parallel_if is not None else ""
-            self.pragma(depth, f"#pragma omp parallel for schedule(static){condition}", self.options.parallel_guard)
+        if s.kind == PARALLEL and parallel:
+            self.pragma(depth, "#pragma omp parallel for schedule(static)", self.options.parallel_guard)
         elif s.kind == VECTORIZED:
             clause = "".join(f" reduction({op}:{self.name(buf, buf.name)})" for op, buf in s.reductions)
             self.pragma(depth, f"#pragma omp simd{clause}", self.options.simd_guard)

@@ -101,6 +101,19 @@ def test_one_executable_serves_every_batch_size(dense_exe, batch, seed):
     np.testing.assert_allclose(out, np.tanh(x @ w.T + b), rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("rows", [3, 100, 40000])
+def test_dynamic_concatenate_on_both_sides_of_the_parallel_choice(rows):
+    """A kernel whose loop is parallel only for enough work runs a serial copy below that; both
+    copies must agree with NumPy (gcc 12 had miscompiled this kernel under ``parallel for if(...)``)."""
+    mod = tv.parse("""
+def @main(%x: Tensor[(?, 2), float32], %twice: bool) -> Tensor[(?, 2), float32] {
+  if (%twice) { concatenate((%x, %x), axis=0) } else { %x }
+}""")
+    vm = VirtualMachine(tv.vm.compile(mod, target="c"))
+    x = np.random.default_rng(rows).standard_normal((rows, 2)).astype("float32")
+    np.testing.assert_array_equal(vm.invoke("main", x, np.bool_(True)).numpy(), np.concatenate([x, x]))
+
+
 def test_ops_without_c_code_fall_back_to_numpy_and_are_listed():
     exe = tv.vm.compile(tv.parse(SORTED_SCALED), target="c")
     lib = exe.stats()["kernel_library"]
