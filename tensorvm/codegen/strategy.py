@@ -45,12 +45,12 @@ thresholds grow by ``BLAS_THREAD_FACTOR`` per extra thread.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import dataclasses
 import functools
 import os
 import threading
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 
@@ -713,40 +713,15 @@ class DispatchKernel:
         return f"<DispatchKernel {self.name}: variants {', '.join(self.variants)}>"
 
 
-class _BlasThreads:
-    """NumPy's OpenBLAS thread count, found (as threadpoolctl does) among the loaded libraries."""
-
-    _NAMES = (("scipy_openblas_get_num_threads64_", "scipy_openblas_set_num_threads64_"),
-              ("scipy_openblas_get_num_threads", "scipy_openblas_set_num_threads"),
-              ("openblas_get_num_threads64_", "openblas_set_num_threads64_"),
-              ("openblas_get_num_threads", "openblas_set_num_threads"))
-
-    def __init__(self):
-        self.get = self.set = None
-        try:
-            with open("/proc/self/maps") as maps:
-                paths = sorted({line.split()[-1] for line in maps if "openblas" in line.lower() and ".so" in line})
-        except OSError:
-            paths = []
-        for path in paths:
-            try:
-                lib = ctypes.CDLL(path)
-            except OSError:
-                continue
-            for get_name, set_name in self._NAMES:
-                if hasattr(lib, get_name) and hasattr(lib, set_name):
-                    self.get, self.set = getattr(lib, get_name), getattr(lib, set_name)
-                    self.get.restype, self.set.argtypes = ctypes.c_int, [ctypes.c_int]
-                    return
+class _ThreadControl(NamedTuple):
+    get: object  # () -> int, or None when the host BLAS has no thread control
+    set: object  # (int) -> None
 
 
-_BLAS_THREADS: list = []
-
-
-def _blas_threads():
-    if not _BLAS_THREADS:
-        _BLAS_THREADS.append(_BlasThreads())
-    return _BLAS_THREADS[0]
+def _blas_threads() -> _ThreadControl:
+    """The host BLAS's thread count controls (found once, by ``blas.host_blas``)."""
+    host = blas.host_blas()
+    return _ThreadControl(host.get_threads, host.set_threads) if host is not None else _ThreadControl(None, None)
 
 
 @contextlib.contextmanager
@@ -885,7 +860,7 @@ def _matmul_implementations(rows, n, k, inputs, out_type, external, gemm=None) -
     blas_mode = blas.mode()
     if len(dtypes) == 1 and dtypes <= set(_GEMM_SUFFIX) and blas_mode != "off":
         if gemm is not None and blas_mode == "c":
-            work = _prod([gemm.batch, gemm.m, gemm.n, gemm.k])
+            work = _prod([gemm.call.batch, gemm.call.m, gemm.call.n, gemm.call.k])
             condition = work >= GEMM_MIN_WORK
             if gemm.condition is not None:
                 condition = logical_and(gemm.condition, condition)
@@ -910,29 +885,15 @@ class _Gemm:
     call: GemmCall
     condition: object = None
 
-    @property
-    def batch(self):
-        return self.call.batch
 
-    @property
-    def m(self):
-        return self.call.m
-
-    @property
-    def n(self):
-        return self.call.n
-
-    @property
-    def k(self):
-        return self.call.k
+def _index(value) -> PrimExpr:
+    """``value`` as an index-typed te expression (the C helpers take int64 dims)."""
+    return cast(as_expr(value), INDEX_DTYPE)
 
 
 def _gemm(batch, m, n, k, a_step, ta, b_step, tb, condition=None) -> _Gemm:
-    def index(value):
-        return cast(as_expr(value), INDEX_DTYPE)
-
-    return _Gemm(GemmCall(0, 1, index(batch), index(m), index(n), index(k), index(a_step), int(ta), index(b_step),
-                          int(tb)), condition)
+    return _Gemm(GemmCall(0, 1, _index(batch), _index(m), _index(n), _index(k), _index(a_step), int(ta),
+                          _index(b_step), int(tb)), condition)
 
 
 def dense_strategy(attrs, inputs, out_type):
@@ -992,10 +953,7 @@ def dense_packed_strategy(attrs, inputs, out_type):
     if {x.dtype, w.dtype, out_type.dtype} != {"float32"}:
         return []
 
-    def index(value):
-        return cast(as_expr(value), INDEX_DTYPE)
-
-    call = PackedGemmCall(index(_prod(x.shape[:-1])), index(attrs.units), index(x.shape[-1]))
+    call = PackedGemmCall(_index(_prod(x.shape[:-1])), _index(attrs.units), _index(x.shape[-1]))
     return [Implementation("packed", True, plevel=20, gemm=call)]
 
 
@@ -1013,7 +971,7 @@ def conv2d_strategy(attrs, inputs, out_type):
     (sh, sw), (dh, dw) = (tuple(int(v) for v in attrs.strides), tuple(int(v) for v in attrs.dilation))
     oh = floordiv(h + (pt + pb - dh * (kh - 1) - 1), sh) + 1
     ow = floordiv(width + (pl + pr - dw * (kw - 1) - 1), sw) + 1
-    call = Conv2dCall(tuple(cast(as_expr(d), INDEX_DTYPE) for d in (n, c, h, width, w.shape[0], oh, ow)),
+    call = Conv2dCall(tuple(_index(d) for d in (n, c, h, width, w.shape[0], oh, ow)),
                       (kh, kw), (sh, sw), (dh, dw), (pt, pl), (pt, pl, pb, pr))
     work = _prod([n, w.shape[0], oh, ow, c]) * (kh * kw)
     return [Implementation("blas", work >= GEMM_MIN_WORK, plevel=20, gemm=call)]

@@ -75,6 +75,14 @@ class _Eliminator(TypedMutator):
         except TypeError:  # an unhashable attribute value: leave the call alone
             return None
 
+    def first(self, key, expr):
+        """The expression already seen under ``key`` in scope, else ``expr`` (now the one seen)."""
+        found = self.scopes.get(key)
+        if found is not None:
+            return found
+        self.scopes.add(key, expr)
+        return expr
+
     # -- nodes --
     def visit_constant(self, c: Constant):
         key = self.key_of(c)
@@ -85,35 +93,19 @@ class _Eliminator(TypedMutator):
     def visit_call(self, call: Call):
         new = super().visit_call(call)
         key = self.call_key(new) if isinstance(new, Call) else None
-        if key is None:
-            return new
-        found = self.scopes.get(key)
-        if found is not None:
-            return found
-        self.scopes.add(key, new)
-        return new
+        return new if key is None else self.first(key, new)
 
     def visit_tuple(self, t: Tuple):
         new = super().visit_tuple(t)
         if not isinstance(new, Tuple):
             return new
-        key = ("tuple", tuple(self.key_of(f) for f in new.fields))
-        found = self.scopes.get(key)
-        if found is not None:
-            return found
-        self.scopes.add(key, new)
-        return new
+        return self.first(("tuple", tuple(self.key_of(f) for f in new.fields)), new)
 
     def visit_tuple_getitem(self, t: TupleGetItem):
         new = super().visit_tuple_getitem(t)
         if not isinstance(new, TupleGetItem):
             return new
-        key = ("item", id(new.tuple_value), new.index)
-        found = self.scopes.get(key)
-        if found is not None:
-            return found
-        self.scopes.add(key, new)
-        return new
+        return self.first(("item", id(new.tuple_value), new.index), new)
 
     def visit_let(self, let: Let):
         # Iterative over the chain; the chain is one scope, bound calls map to their variables.
