@@ -83,7 +83,7 @@ from ..te.expr import Var as DimVar
 from ..te.tensor import ComputeOp, PlaceholderOp, Tensor, walk
 from . import blas
 from .build import kernel_threads
-from .loop_ir import Allocate, Buffer, CallExtern, seq
+from .loop_ir import Allocate, Buffer, CallExtern, IfThenElse, seq
 from .lower import LoweredParts, lower_dispatch, lower_parts, rebind
 
 __all__ = [
@@ -504,27 +504,39 @@ def _gemm_variant(prim: Function, name: str, graph, generic: LoweredParts, ancho
         epilogue_fn, epilogue_inputs = split
         try:
             epi = build_graph(epilogue_fn, f"{name}_epilogue")
-            parts = lower_parts(name, epi.inputs, epi.outputs)
+            lower_parts(name, epi.inputs, epi.outputs)
         except TensorVMError:
             return None
-        target = outputs[0] if _elementwise_of_first_input(epi) else \
-            Buffer("product", result.dtype, tuple(result.shape), "local")
-        buffer_map = {parts.params[0]: target}
-        for epi_param, position in zip(parts.params[1:], epilogue_inputs):
-            buffer_map[epi_param] = generic.params[position]
-        constant_params = parts.params[1 + len(epilogue_inputs):parts.num_inputs]
-        for epi_param, source in zip(constant_params, epi.builder.constant_sources):
-            position = _constant_position(graph, source)
-            if position is None:
-                return None
-            buffer_map[epi_param] = generic.params[position]
-        for epi_param, out in zip(parts.params[parts.num_inputs:], outputs):
-            buffer_map[epi_param] = out
-        param_map = {v: buffer_map[parts.params[pos]].shape[axis]
-                     for v, (pos, axis) in zip(parts.dim_params, parts.dim_positions)}
-        body = seq(gemm_into(target), rebind(parts, param_map, buffer_map))
-        if target is not outputs[0]:
-            body = Allocate(target, body)
+        constant_positions = [_constant_position(graph, source) for source in epi.builder.constant_sources]
+        if None in constant_positions:
+            return None
+
+        def product_then_epilogue(target):  # (built afresh for each use: its dim variables are bound once)
+            fresh = build_graph(epilogue_fn, f"{name}_epilogue")
+            parts = lower_parts(name, fresh.inputs, fresh.outputs)
+            constant_params = parts.params[1 + len(epilogue_inputs):parts.num_inputs]
+            buffer_map = {parts.params[0]: target}
+            for epi_param, position in zip(parts.params[1:], epilogue_inputs):
+                buffer_map[epi_param] = generic.params[position]
+            for epi_param, position in zip(constant_params, constant_positions):
+                buffer_map[epi_param] = generic.params[position]
+            for epi_param, out in zip(parts.params[parts.num_inputs:], outputs):
+                buffer_map[epi_param] = out
+            param_map = {v: buffer_map[parts.params[pos]].shape[axis]
+                         for v, (pos, axis) in zip(parts.dim_params, parts.dim_positions)}
+            return seq(gemm_into(target), rebind(parts, param_map, buffer_map))
+
+        if _elementwise_of_first_input(epi):
+            body = product_then_epilogue(outputs[0])
+        else:
+            product = Buffer("product", result.dtype, tuple(result.shape), "local")
+            body = Allocate(product, product_then_epilogue(product))
+            if _elementwise_of_first_input(epi, same_shape_at_run_time=True):
+                # broadcasting over dynamic dims: in place whenever the output has the product's shape
+                same = const(True)
+                for a, b in zip(outputs[0].shape, result.shape):
+                    same = logical_and(same, eq(a, b))
+                body = IfThenElse(same, product_then_epilogue(outputs[0]), body)
     return LoweredParts(name, generic.params, generic.num_inputs, generic.dim_params, generic.dim_positions,
                         [], [], body)
 
@@ -537,14 +549,17 @@ def _constant_position(graph, source) -> int | None:
     return None
 
 
-def _elementwise_of_first_input(graph) -> bool:
+def _elementwise_of_first_input(graph, same_shape_at_run_time: bool = False) -> bool:
     """Whether the graph's single output is, element by element, a function of its first input at the
-    same index (so it may be computed in place over that input)."""
+    same index (so it may be computed in place over that input). With ``same_shape_at_run_time``: given
+    that a run-time check found the output's shape equal to the input's (their dims may differ as
+    expressions), and counting broadcasting reads ``select(d == 1, 0, i)`` of a tensor whose dim ``d`` is
+    the input's as reads at ``i``."""
     if len(graph.outputs) != 1:
         return False
     source, out = graph.inputs[0], graph.outputs[0]
     if out.dtype != source.dtype or len(out.shape) != len(source.shape) \
-            or any(a != b for a, b in zip(out.shape, source.shape)):
+            or (not same_shape_at_run_time and any(a != b for a, b in zip(out.shape, source.shape))):
         return False
     reads_source: dict = {}
 
@@ -575,7 +590,8 @@ def _elementwise_of_first_input(graph) -> bool:
                 producer = node.tensor
                 if depends_on_source(producer):
                     if len(node.indices) != len(axes) or not all(
-                            _same_position(i, a, d) for i, a, d in zip(node.indices, axes, source.shape)):
+                            _same_position(i, a, d) or (same_shape_at_run_time and _unit_broadcast_read(i, a, d))
+                            for i, a, d in zip(node.indices, axes, source.shape)):
                         return False
                     stack.append(producer.op)
     return True
@@ -587,6 +603,13 @@ def _same_position(index, axis, extent) -> bool:
     if index is axis:
         return True
     return isinstance(index, Const) and index.value == 0 and isinstance(extent, Const) and extent.value == 1
+
+
+def _unit_broadcast_read(index, axis, extent) -> bool:
+    """Whether ``index`` is ``select(extent == 1, 0, axis)``: a read that broadcasts a dim of run-time
+    extent (at ``axis`` itself when the extent equals the output's)."""
+    return (isinstance(index, Select) and index.false_value is axis and isinstance(index.true_value, Const)
+            and index.true_value.value == 0 and index.cond == eq(extent, 1))
 
 
 # ---- te expressions as Python -----------------------------------------------------------------------

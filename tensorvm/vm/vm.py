@@ -50,6 +50,7 @@ from ..runtime.ndarray import NDArray
 from ..runtime.object import ADT, Closure
 from . import bytecode as bc
 from .shape_plan import shape_plan
+from .specialize import shape_slice
 
 __all__ = ["VirtualMachine", "VMClosure", "SKIP_RUN", "InstrumentReturn", "shape_of", "reshape_tensor"]
 
@@ -82,6 +83,8 @@ MAX_STACK_DEPTH = 1_000_000
 #: recursion keeps every frame's objects alive, and the collector's repeated full scans of them doubled
 #: the run time (measured on a 100,000-deep @sum_up). VM values never form cycles.
 GC_PAUSE_DEPTH = 1024
+# parameter-shape keys a function keeps specialized code for (and keys remembered as seen once)
+_SPECIALIZE_LIMIT = 32
 
 # Decoded opcodes (not the bytecode's numbers), in groups of eight tested as a tree of ranges, so every
 # hot opcode is found within four or five comparisons (a flat if-chain cost up to 60 ns more per
@@ -133,6 +136,11 @@ def reshape_tuple(tensor, shape: tuple) -> np.ndarray:
         return tensor.reshape(shape)
     except ValueError as err:
         raise ShapeError(f"reshape_tensor: cannot view a tensor of shape {tensor.shape} as {shape} ({err})") from None
+
+
+def _shape_placeholder(shape, dtype, storage, offset) -> np.ndarray:
+    """A tensor of ``shape`` that takes no memory (every stride 0): a shape slice reads only its shape."""
+    return np.broadcast_to(np.zeros((), dtype), tuple(shape))
 
 
 def tuple_shape_of(tensor) -> tuple:
@@ -207,14 +215,20 @@ def _fast_specs(param_types) -> tuple | None:
 class _FunctionInfo:
     """What the VM knows about one function: decoded code, register count, and argument checkers."""
 
-    __slots__ = ("name", "index", "code", "pcs", "num_regs", "params", "param_types", "ret_type", "fast_specs")
+    __slots__ = ("name", "index", "code", "pcs", "num_regs", "params", "param_types", "ret_type", "fast_specs",
+                 "tail", "shape_slice", "specialized", "sightings")
 
-    def __init__(self, fn: bc.VMFunction, index: int):
-        self.name, self.index, self.num_regs = fn.name, index, fn.register_file_size
+    def __init__(self, fn: bc.VMFunction, index: int, num_regs: int | None = None):
+        self.name, self.index = fn.name, index
+        self.num_regs = fn.register_file_size if num_regs is None else num_regs
         self.params, self.param_types, self.ret_type = fn.params, fn.param_types, fn.ret_type
         self.code: tuple = ()  # decoded instructions
         self.pcs: tuple = ()   # the bytecode pc of each decoded instruction
         self.fast_specs = _fast_specs(fn.param_types)
+        self.tail = (None,) * (self.num_regs - len(fn.params))  # the register file after the arguments
+        self.shape_slice = None  # specialize.ShapeSlice when the function can run specialized to its shapes
+        self.specialized: dict = {}  # parameter shapes -> _FunctionInfo of the body with the slice's results
+        self.sightings: dict = {}    # parameter shapes seen once (specialized at the second sighting)
 
 
 class VirtualMachine:
@@ -237,6 +251,9 @@ class VirtualMachine:
         self._kernel_inputs = [k.num_inputs for k in exe.primitives]
         self._kernel_names = [k.name for k in exe.primitives]
         self._funcs = [_FunctionInfo(fn, i) for i, fn in enumerate(exe.functions)]
+        for info, fn in zip(self._funcs, exe.functions):
+            info.shape_slice = shape_slice(fn)
+        self._plain_parts = None  # (kernels, builtins, shape forms) of the plain program, for specializing
         self._by_name = {info.name: info for info in self._funcs}
         self._adt_tags = exe.adt_tag_table()           # full tag -> (constructor index, name)
         self._adt_by_name = {name: tag for tag, (_, name) in self._adt_tags.items()}
@@ -312,12 +329,15 @@ class VirtualMachine:
         forms = self._shape_forms(mode, kernels)
         return [self._decode(fn, kernels, builtins, forms) for fn in self.exe.functions]
 
-    def _decode(self, fn: bc.VMFunction, kernels: list, builtins: dict, forms: list) -> tuple:
+    def _decode(self, fn: bc.VMFunction, kernels: list, builtins: dict, forms: list, keep=None,
+                skip=frozenset(), placeholders=frozenset()) -> tuple:
         """``fn``'s instructions as decoded tuples, plus the bytecode pc of each (for error messages).
 
         Registers written once by ``LoadConst``/``LoadConsti`` and read only where an immediate fits
         (offsets, static sizes, ``If`` targets) are folded into their readers and their loads dropped.
-        Shapes stay tuples where ``shape_plan`` proves it safe.
+        Shapes stay tuples where ``shape_plan`` proves it safe. ``keep`` (the pcs to decode, default all)
+        and ``skip`` select part of a straight-line function (a shape slice or the body after it); the
+        tensors allocated at ``placeholders`` get their shape and no memory.
         """
         O = bc.Opcode
         instrs = fn.instructions
@@ -327,13 +347,17 @@ class VirtualMachine:
         tails = bc.tail_call_pcs(fn)
         plan = shape_plan(fn, forms, consts)
         tuple_regs = plan.tuple_regs
-        alloc, view, view_reg = builtins["alloc"], builtins["view"], builtins["view_reg"]
         code, pcs = [], []
         for pc, ins in enumerate(instrs):
             op = ins.opcode
-            if (op in (O.LoadConst, O.LoadConsti) and ins.dst in folded) or pc in plan.dropped:
+            if (op in (O.LoadConst, O.LoadConsti) and ins.dst in folded) or pc in plan.dropped or pc in skip \
+                    or (keep is not None and pc not in keep):
                 continue
             pcs.append(pc)
+            if pc in placeholders:
+                alloc, view, view_reg = builtins["alloc"], _shape_placeholder, _shape_placeholder
+            else:
+                alloc, view, view_reg = builtins["alloc"], builtins["view"], builtins["view_reg"]
             if op == O.InvokePacked:
                 kernel = kernels[ins.packed_index]
                 expected = self._kernel_inputs[ins.packed_index]
@@ -448,7 +472,7 @@ class VirtualMachine:
         funcs = self._funcs
         fidx = info.index
         code = info.code
-        regs = [*args, *([None] * (info.num_regs - len(args)))]
+        regs = [*args, *info.tail]
         frames = []
         pc = 0
         gc_paused = False
@@ -619,13 +643,13 @@ class VirtualMachine:
                 else:  # pragma: no cover - the decoder emits only the opcodes above
                     raise ExecutionError(f"bad decoded opcode {op}")
         except Exception as err:
-            raise self._located_error(err, fidx, pc) from err
+            raise self._located_error(err, fidx, pc, info if code is info.code else None) from err
         finally:
             if gc_paused:
                 gc.enable()
 
-    def _located_error(self, err: Exception, fidx: int, index: int) -> Exception:
-        pcs = self._funcs[fidx].pcs
+    def _located_error(self, err: Exception, fidx: int, index: int, info: _FunctionInfo | None = None) -> Exception:
+        pcs = (info or self._funcs[fidx]).pcs
         pc = pcs[index] if 0 <= index < len(pcs) else -1
         fn = self.exe.functions[fidx]
         ins = fn.instructions[pc] if 0 <= pc < len(fn.instructions) else "?"
@@ -633,11 +657,48 @@ class VirtualMachine:
 
     # --- calling ----------------------------------------------------------------------------------
     def _call(self, info: _FunctionInfo, args: list):
+        if info.shape_slice is not None and self._mode == "plain":
+            key = tuple([a.shape for a in args])
+            body = info.specialized.get(key)
+            if body is not None:
+                return self._run(body, args)
+            if key in info.sightings:
+                return self._run(self._specialize(info, key, args), args)
+            if len(info.sightings) >= _SPECIALIZE_LIMIT:
+                info.sightings.clear()
+            info.sightings[key] = True
         if self._exec_mode == "compiled":
             from .compiled import call_compiled
 
             return call_compiled(self._entries, info.index, args, self.exe)
         return self._run(info, args)
+
+    def _specialize(self, info: _FunctionInfo, key: tuple, args: list) -> _FunctionInfo:
+        """Runs ``info``'s shape slice for these arguments' shapes and returns (and keeps) its body with the
+        slice's results preset (``specialize.py``). A shape is specialized when seen a second time, so that
+        a stream of ever-new shapes keeps to the generic code; at most ``_SPECIALIZE_LIMIT`` are kept."""
+        if self._plain_parts is None:
+            kernels = self._wrapped_kernels("plain")
+            self._plain_parts = (kernels, self._builtins("plain"), self._shape_forms("plain", kernels))
+        fn = self.exe.functions[info.index]
+        plan = info.shape_slice
+        code, pcs = self._decode(fn, *self._plain_parts, keep=plan.slice_pcs, placeholders=plan.placeholders)
+        results = info.num_regs  # one more register: the tuple of the slice's results
+        sliced = _FunctionInfo(fn, info.index, num_regs=results + 1)
+        sliced.code = (*code, (_ALLOC_ADT, results, 0, _tuple_getter(plan.preset)), (_RET, results))
+        sliced.pcs = (*pcs, -1, -1)
+        values = self._run(sliced, args).fields
+        body = _FunctionInfo(fn, info.index)
+        body.code, body.pcs = self._decode(fn, *self._plain_parts, skip=plan.body_skip)
+        tail = list(body.tail)
+        for reg, value in zip(plan.preset, values):
+            tail[reg - len(fn.params)] = value
+        body.tail = tuple(tail)
+        if len(info.specialized) >= _SPECIALIZE_LIMIT:
+            del info.specialized[next(iter(info.specialized))]
+        info.specialized[key] = body
+        info.sightings.pop(key, None)
+        return body
 
     def _function(self, func_name: str) -> _FunctionInfo:
         try:

@@ -163,6 +163,20 @@ def test_layout_changing_epilogue_reads_a_temporary():
         _close(got, (arrays[0].astype(np.float64) @ arrays[1]).reshape(1, seq, 4, 16).transpose(0, 2, 1, 3))
 
 
+def test_epilogue_broadcasting_over_a_dynamic_dim_is_in_place_when_the_shapes_agree():
+    # out = dense(x) + r with both row counts dynamic: equal counts (the residual add of a transformer)
+    # write the product straight to the output; a broadcast product (one row) goes through the temporary
+    x, w, r = Var("x", _t(1, None, 64)), Var("w", _t(32, 64)), Var("r", _t(1, None, 32))
+    _, kernel = _build(_fn([x, w, r], op.add(op.nn.dense(x, w), r)))
+    # two product calls: into the output (shapes agree at run time) and into the temporary
+    assert kernel.source.count("tv_gemm_f32(") == 2 and "product" in kernel.source
+    rng = np.random.default_rng(4)
+    for rows, residual_rows in ((7, 7), (1, 5), (5, 1), (1, 1)):
+        arrays = [_rand(rng, (1, rows, 64)), _rand(rng, (32, 64)), _rand(rng, (1, residual_rows, 32))]
+        (got,) = _run(kernel, arrays, [(1, max(rows, residual_rows), 32)])
+        _close(got, arrays[0].astype(np.float64) @ arrays[1].T + arrays[2])
+
+
 def test_product_that_is_also_an_output():
     x, w, d = Var("x", _t(None, 64)), Var("w", _t(None, 64)), Var("d")
     prim = _fn([x, w], Let(d, op.nn.dense(x, w), Tuple([d, op.multiply(d, const(2.0))])))

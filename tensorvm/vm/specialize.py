@@ -1,0 +1,163 @@
+"""Decode-time analysis for running a dynamic function as if it were compiled for its input shapes.
+
+A function with dynamic dims computes, on every call, the shapes of its intermediates (``ShapeOf``,
+shape functions) and sometimes small tensors made only from shapes and constants (BERT's position ids
+and attention mask, a reshape's target built by ``Shape -> Gather -> Concat``). None of that depends on
+the inputs' *values*: given the parameters' shapes, it is fixed. This module finds that part of a
+straight-line function's bytecode (its *shape slice*), so the VM can run it once per distinct tuple of
+parameter shapes, keep the results, and from then on run only the rest (the *body*) with those results
+preset in the register file: the same kernels and allocations a statically shaped executable runs.
+
+A register is *shape-determined* when its value is a function of the parameters' shapes and the
+constants alone:
+
+* ``LoadConst`` / ``LoadConsti`` results;
+* ``ShapeOf`` of a tensor whose shape is known from the parameters' shapes (a parameter, a tensor
+  allocated with a static or shape-determined shape, a reshape to a shape-determined shape);
+* the outputs of a kernel (a shape function or any other; all kernels are pure) whose every input is
+  shape-determined, when nothing else writes those outputs;
+* the tensors allocated for such outputs, and reshapes of shape-determined tensors to
+  shape-determined shapes.
+
+A shape-determined tensor that could reach the caller (returned, put in a tuple, moved), directly or
+through reshapes, is excluded: every call must hand out its own buffer.
+
+Only straight-line functions qualify: no branches, calls or closures, every parameter a tensor, and
+every register written once. The slice keeps the storages its tensors live in; the body drops a storage
+only when the slice alone reads it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..ir.types import TensorType
+from . import bytecode as bc
+
+__all__ = ["ShapeSlice", "shape_slice"]
+
+_STRAIGHT_LINE = (bc.LoadConst, bc.LoadConsti, bc.AllocStorage, bc.AllocTensor, bc.AllocTensorReg, bc.InvokePacked,
+                  bc.ShapeOf, bc.ReshapeTensor, bc.KillRegister, bc.Ret, bc.Move, bc.AllocADT, bc.GetField)
+_ESCAPES = (bc.Ret, bc.Move, bc.AllocADT, bc.GetField)
+
+
+@dataclass(frozen=True)
+class ShapeSlice:
+    """``slice_pcs``: the instructions to run once per parameter-shape key (in order); ``preset``: the
+    registers they compute that the body reads (their values are kept and preset); ``body_skip``: pcs
+    the body leaves out (the slice's instructions, storages only the slice uses, kills of presets)."""
+
+    slice_pcs: frozenset
+    preset: tuple
+    body_skip: frozenset
+    placeholders: frozenset  # slice pcs allocating a tensor the slice reads only the shape of
+
+
+def shape_slice(fn: bc.VMFunction) -> ShapeSlice | None:
+    """``fn``'s shape slice, or None when ``fn`` does not qualify or nothing in it is shape-determined."""
+    code = fn.instructions
+    types = fn.param_types or ()
+    if len(types) != len(fn.params) or not all(isinstance(ty, TensorType) for ty in types):
+        return None
+    if not all(isinstance(ins, _STRAIGHT_LINE) for ins in code) or not any(isinstance(ins, bc.Ret) for ins in code):
+        return None
+    written: set[int] = set(range(len(fn.params)))
+    for ins in code:
+        if isinstance(ins, bc.KillRegister):
+            continue
+        for reg in ins.writes():
+            if reg in written:
+                return None
+            written.add(reg)
+    kernel_outputs: dict[int, int] = {}
+    for ins in code:
+        if isinstance(ins, bc.InvokePacked):
+            for reg in ins.outputs:
+                kernel_outputs[reg] = kernel_outputs.get(reg, 0) + 1
+
+    escaping: set[int] = set()  # registers whose value may reach the caller, through reshapes too
+    for ins in reversed(code):
+        if isinstance(ins, _ESCAPES):
+            escaping.update(ins.reads())
+        elif isinstance(ins, bc.ReshapeTensor) and ins.dst in escaping:
+            escaping.add(ins.tensor)
+
+    known_shape: set[int] = set(range(len(fn.params)))  # tensors whose shape follows from the key
+    determined: set[int] = set()                        # registers whose value follows from the key
+    derived_pcs: set[int] = set()
+
+    def determine(pc: int, regs) -> None:
+        determined.update(regs)
+        derived_pcs.add(pc)
+
+    allocs: dict[int, int] = {}  # tensor register -> pc of its AllocTensor(Reg)
+    for pc, ins in enumerate(code):
+        if isinstance(ins, (bc.LoadConst, bc.LoadConsti)):
+            if ins.dst not in escaping:
+                determine(pc, (ins.dst,))
+        elif isinstance(ins, bc.ShapeOf):
+            if ins.tensor in known_shape and ins.dst not in escaping:
+                determine(pc, (ins.dst,))
+        elif isinstance(ins, bc.AllocTensor):
+            known_shape.add(ins.dst)
+            allocs[ins.dst] = pc
+        elif isinstance(ins, bc.AllocTensorReg):
+            if ins.shape_register in determined:
+                known_shape.add(ins.dst)
+            allocs[ins.dst] = pc
+        elif isinstance(ins, bc.ReshapeTensor):
+            if ins.newshape in determined:
+                known_shape.add(ins.dst)
+                if ins.tensor in determined and ins.dst not in escaping:
+                    determine(pc, (ins.dst,))
+        elif isinstance(ins, bc.InvokePacked):
+            outs = ins.outputs
+            if all(r in determined for r in ins.inputs) and all(
+                    r in allocs and r in known_shape and kernel_outputs[r] == 1 and r not in escaping for r in outs):
+                determine(pc, outs)
+                for r in outs:  # the output buffers are made once, by the slice
+                    derived_pcs.add(allocs[r])
+    if not any(isinstance(code[pc], (bc.ShapeOf, bc.InvokePacked)) for pc in derived_pcs):
+        return None  # nothing computed per call that the key fixes: no gain
+
+    # storages the slice's tensors live in go into the slice; the body keeps those it also reads
+    readers: dict[int, set] = {}
+    for pc, ins in enumerate(code):
+        if not isinstance(ins, bc.KillRegister):
+            for reg in ins.reads():
+                readers.setdefault(reg, set()).add(pc)
+    # the slice reads the shapes of some tensors it does not compute: they become placeholders (the same
+    # shape, no memory), and views of them the same views of the placeholders
+    writer = {reg: pc for pc, ins in enumerate(code) if not isinstance(ins, bc.KillRegister) for reg in ins.writes()}
+    slice_pcs = set(derived_pcs)
+    placeholders: set[int] = set()
+    pending = [pc for pc in derived_pcs if isinstance(code[pc], bc.ShapeOf)]
+    while pending:
+        ins = code[pending.pop()]
+        reg = ins.tensor
+        pc = writer.get(reg)
+        if pc is None or pc in slice_pcs:
+            continue  # a parameter, or made by the slice
+        slice_pcs.add(pc)
+        if isinstance(code[pc], bc.ReshapeTensor):
+            pending.append(pc)
+        else:
+            placeholders.add(pc)
+    body_skip = set(derived_pcs)
+    for pc, ins in enumerate(code):
+        if isinstance(ins, bc.AllocStorage):
+            users = readers.get(ins.dst, set())
+            if users & derived_pcs:
+                slice_pcs.add(pc)
+                if users <= derived_pcs:
+                    body_skip.add(pc)
+    body_regs = set()
+    for pc, ins in enumerate(code):
+        if pc not in body_skip and not isinstance(ins, bc.KillRegister):
+            body_regs.update(ins.reads())
+    preset = tuple(sorted(r for r in determined if r in body_regs))
+    dropped_storages = {code[pc].dst for pc in body_skip if isinstance(code[pc], bc.AllocStorage)}
+    for pc, ins in enumerate(code):
+        if isinstance(ins, bc.KillRegister) and (ins.dst in determined or ins.dst in dropped_storages):
+            body_skip.add(pc)
+    return ShapeSlice(frozenset(slice_pcs), preset, frozenset(body_skip), frozenset(placeholders))

@@ -1,0 +1,159 @@
+"""Straight-line dynamic functions run specialized to their parameters' shapes (``vm/specialize.py``): the
+shape slice runs once per shape, the body after it. The oracles are NumPy and each program's expected value,
+checked on every call before, at and after specialization, with results of earlier calls kept and
+re-checked (a specialized call must not write into a tensor it handed out)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import tensorvm as tv
+from tensorvm.errors import ShapeError
+from tensorvm.vm import VirtualMachine
+from tensorvm.vm import vm as vm_module
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from programs import PROGRAMS, check_result  # noqa: E402
+
+MODES = ["bytecode", "compiled"]
+
+
+def _parse(text: str):
+    return tv.parse('#[version = "0.0.5"]\n' + text)
+
+
+def _snapshot(value):
+    """A deep copy of a result's tensors, to compare with later."""
+    if isinstance(value, (tuple, list)):
+        return type(value)(_snapshot(v) for v in value)
+    if hasattr(value, "fields"):
+        return tuple(_snapshot(v) for v in value.fields)
+    return np.array(value.numpy() if hasattr(value, "numpy") else value, copy=True)
+
+
+def _same(value, snapshot) -> bool:
+    if isinstance(snapshot, tuple):
+        fields = value.fields if hasattr(value, "fields") else value
+        return all(_same(v, s) for v, s in zip(fields, snapshot, strict=True))
+    array = np.asarray(value.numpy() if hasattr(value, "numpy") else value)
+    return array.shape == snapshot.shape and np.array_equal(array, snapshot, equal_nan=True)
+
+
+_RUNNABLE = [p for p in PROGRAMS if not p.error and p.expected_fn is not None]
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_every_program_gives_the_same_answer_on_repeated_calls(mode):
+    specialized = 0
+    for program in _RUNNABLE:
+        mod = program.parse()
+        vm = VirtualMachine(tv.vm.compile(mod, exec_mode=mode))
+        args = program.args_fn()
+        expected = program.expected_fn(*args)
+        kept = []
+        for _ in range(3):  # generic, specializing, specialized
+            result = vm.invoke(program.entry, *args)
+            check_result(result, expected, mod, program.rtol, program.atol, path=program.name)
+            kept.append((result, _snapshot(result)))
+        assert all(_same(r, s) for r, s in kept), f"{program.name}: a later call changed an earlier result"
+        specialized += bool(vm._function(program.entry).specialized)
+    assert specialized >= 5  # the dynamic straight-line programs of the corpus
+
+
+CHAIN = """
+def @main(%x: Tensor[(?, 3), float32], %y: Tensor[(1, 3), float32]) {
+  %0 = add(%x, %y);
+  %1 = multiply(%0, %y);
+  %2 = concatenate((%1, %x), axis=0);
+  %3 = reshape(%2, newshape=[-1, 2]);
+  %4 = shape_of(%3, dtype="int64");
+  %5 = take(%4, 0);
+  %6 = arange(0, %5, 1, dtype="int64");
+  (%3, %6)
+}
+"""
+
+
+def _chain(x, y):
+    out = np.concatenate([(x + y) * y, x]).reshape(-1, 2)
+    return out, np.arange(out.shape[0], dtype=np.int64)
+
+
+@pytest.mark.parametrize("target", ["python", "c"])
+@pytest.mark.parametrize("mode", MODES)
+def test_shapes_interleave_and_results_stay_owned_by_the_caller(mode, target):
+    vm = VirtualMachine(tv.vm.compile(_parse(CHAIN), target=target, exec_mode=mode))
+    rng = np.random.default_rng(0)
+    y = rng.standard_normal((1, 3)).astype("float32")
+    kept = []
+    for n in (4, 2, 4, 6, 2, 4, 6, 8, 4):  # shapes seen once, twice and more, in turns
+        x = rng.standard_normal((n, 3)).astype("float32")
+        out, ids = vm.invoke("main", x, y)
+        want_out, want_ids = _chain(x, y)
+        np.testing.assert_allclose(out.numpy(), want_out, rtol=1e-6)
+        np.testing.assert_array_equal(ids.numpy(), want_ids)
+        kept.append((out.numpy(), want_out, ids.numpy(), want_ids))
+        ids.numpy()[:] = -1  # the caller owns the result: scribbling on it must not reach the next call
+    for out, want_out, _, _ in kept:
+        np.testing.assert_allclose(out, want_out, rtol=1e-6)
+    assert set(vm._function("main").specialized) == {((4, 3), (1, 3)), ((2, 3), (1, 3)), ((6, 3), (1, 3))}
+
+
+def test_data_dependent_shapes_are_not_fixed_by_the_input_shape():
+    vm = VirtualMachine(tv.vm.compile(_parse("""
+def @main(%x: Tensor[(?), int32]) {
+  %u = unique(%x);
+  %n = shape_of(%u.0);
+  (add(%u.0, 1), %n)
+}""")))
+    inputs = [np.array(v, "int32") for v in ([3, 1, 3, 2], [5, 5, 5, 5], [1, 2, 3, 4], [7, 7, 1, 1])] * 2
+    for x in inputs:  # one input shape, outputs of 1 to 4 elements
+        values, count = vm.invoke("main", x)
+        np.testing.assert_array_equal(values.numpy(), np.unique(x) + 1)
+        np.testing.assert_array_equal(count.numpy(), [len(np.unique(x))])
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_shape_error_found_by_the_slice_is_located_and_the_vm_stays_usable(mode):
+    vm = VirtualMachine(tv.vm.compile(_parse("""
+def @main(%x: Tensor[(?, 3), float32]) {
+  %0 = add(%x, 1f);
+  reshape(%0, newshape=[-1, 4])
+}"""), exec_mode=mode))
+    bad = np.ones((3, 3), "float32")
+    for _ in range(3):  # generic, then the slice of the would-be specialization
+        with pytest.raises(ShapeError, match="main"):
+            vm.invoke("main", bad)
+    good = np.arange(24, dtype="float32").reshape(8, 3)
+    for _ in range(3):
+        np.testing.assert_allclose(vm.invoke("main", good).numpy(), (good + 1).reshape(-1, 4))
+
+
+def test_specialized_shapes_are_bounded(monkeypatch):
+    monkeypatch.setattr(vm_module, "_SPECIALIZE_LIMIT", 3)
+    vm = VirtualMachine(tv.vm.compile(_parse(CHAIN)))
+    y = np.ones((1, 3), "float32")
+    for n in range(1, 9):
+        for _ in range(2):
+            x = np.full((n, 3), n, "float32")
+            np.testing.assert_allclose(vm.invoke("main", x, y)[0].numpy(), _chain(x, y)[0])
+    info = vm._function("main")
+    assert len(info.specialized) == 3 and len(info.sightings) <= 3
+    assert set(info.specialized) == {((n, 3), (1, 3)) for n in (6, 7, 8)}  # the most recent ones
+
+
+def test_profiles_and_instruments_still_see_every_instruction():
+    vm = VirtualMachine(tv.vm.compile(_parse(CHAIN)))
+    x, y = np.ones((4, 3), "float32"), np.ones((1, 3), "float32")
+    for _ in range(3):
+        vm.invoke("main", x, y)
+    report = vm.profile("main", x, y)
+    assert any("ShapeOf" in row.name for row in report.rows)
+    seen = []
+    vm.set_instrument(lambda name, *_: seen.append(name))
+    vm.invoke("main", x, y)
+    assert seen and any("shape_func" in name for name in seen)
