@@ -572,17 +572,24 @@ static void tv_conv_tile_f32(const float* padded, int64_t c, int64_t hp, int64_t
 #define TV_CONV_FMA(i) { const __m256 wv = _mm256_broadcast_ss(wt[i] + t + kx);                           \
                          a##i##0 = _mm256_fmadd_ps(wv, v0, a##i##0); a##i##1 = _mm256_fmadd_ps(wv, v1, a##i##1); }
 #define TV_CONV_STORE(i) _mm256_storeu_ps(tile[i][0], a##i##0); _mm256_storeu_ps(tile[i][1], a##i##1);
+#define TV_CONV_STORE_OUT(i) _mm256_storeu_ps(out + ((o0 + i) * oh + y0) * ow + x0, a##i##0);       \
+                             _mm256_storeu_ps(out + ((o0 + i) * oh + y0 + 1) * ow + x0, a##i##1);
   TV_ROWS6(TV_CONV_ACC)
   for (int64_t ci = 0; ci < c; ++ci)
     for (int64_t ky = 0; ky < kh; ++ky) {
       const float* r0 = padded + (ci * hp + y0 + ky) * wp + x0;
       const float* r1 = padded + (ci * hp + y1 + ky) * wp + x0;
       const int64_t t = (ci * kh + ky) * kw;
+      _Pragma("GCC unroll 3")
       for (int64_t kx = 0; kx < kw; ++kx) {
         const __m256 v0 = _mm256_loadu_ps(r0 + kx), v1 = _mm256_loadu_ps(r1 + kx);
         TV_ROWS6(TV_CONV_FMA)
       }
     }
+  if (o0 + TV_CONV_OC <= o && y0 + 1 < oh && x0 + 8 <= ow) {  /* a whole tile: straight to the output */
+    TV_ROWS6(TV_CONV_STORE_OUT)
+    return;
+  }
   TV_ROWS6(TV_CONV_STORE)
 #else
   for (int i = 0; i < TV_CONV_OC; ++i) for (int r = 0; r < 2; ++r) for (int j = 0; j < 8; ++j) tile[i][r][j] = 0;
