@@ -61,14 +61,14 @@ def shape_slice(fn: bc.VMFunction) -> ShapeSlice | None:
         return None
     if not all(isinstance(ins, _STRAIGHT_LINE) for ins in code) or not any(isinstance(ins, bc.Ret) for ins in code):
         return None
-    written: set[int] = set(range(len(fn.params)))
-    for ins in code:
+    writer: dict[int, int] = {}  # register -> the pc writing it (kills aside, each is written once)
+    for pc, ins in enumerate(code):
         if isinstance(ins, bc.KillRegister):
             continue
         for reg in ins.writes():
-            if reg in written:
+            if reg < len(fn.params) or reg in writer:
                 return None
-            written.add(reg)
+            writer[reg] = pc
     kernel_outputs: dict[int, int] = {}
     for ins in code:
         if isinstance(ins, bc.InvokePacked):
@@ -90,7 +90,9 @@ def shape_slice(fn: bc.VMFunction) -> ShapeSlice | None:
         determined.update(regs)
         derived_pcs.add(pc)
 
-    allocs: dict[int, int] = {}  # tensor register -> pc of its AllocTensor(Reg)
+    def allocated(reg: int) -> bool:
+        return reg in writer and isinstance(code[writer[reg]], (bc.AllocTensor, bc.AllocTensorReg))
+
     for pc, ins in enumerate(code):
         if isinstance(ins, (bc.LoadConst, bc.LoadConsti)):
             if ins.dst not in escaping:
@@ -98,13 +100,9 @@ def shape_slice(fn: bc.VMFunction) -> ShapeSlice | None:
         elif isinstance(ins, bc.ShapeOf):
             if ins.tensor in known_shape and ins.dst not in escaping:
                 determine(pc, (ins.dst,))
-        elif isinstance(ins, bc.AllocTensor):
+        elif isinstance(ins, bc.AllocTensor) or (isinstance(ins, bc.AllocTensorReg)
+                                                  and ins.shape_register in determined):
             known_shape.add(ins.dst)
-            allocs[ins.dst] = pc
-        elif isinstance(ins, bc.AllocTensorReg):
-            if ins.shape_register in determined:
-                known_shape.add(ins.dst)
-            allocs[ins.dst] = pc
         elif isinstance(ins, bc.ReshapeTensor):
             if ins.newshape in determined:
                 known_shape.add(ins.dst)
@@ -113,10 +111,10 @@ def shape_slice(fn: bc.VMFunction) -> ShapeSlice | None:
         elif isinstance(ins, bc.InvokePacked):
             outs = ins.outputs
             if all(r in determined for r in ins.inputs) and all(
-                    r in allocs and r in known_shape and kernel_outputs[r] == 1 and r not in escaping for r in outs):
+                    allocated(r) and r in known_shape and kernel_outputs[r] == 1 and r not in escaping for r in outs):
                 determine(pc, outs)
                 for r in outs:  # the output buffers are made once, by the slice
-                    derived_pcs.add(allocs[r])
+                    derived_pcs.add(writer[r])
     if not any(isinstance(code[pc], (bc.ShapeOf, bc.InvokePacked)) for pc in derived_pcs):
         return None  # nothing computed per call that the key fixes: no gain
 
@@ -128,7 +126,6 @@ def shape_slice(fn: bc.VMFunction) -> ShapeSlice | None:
                 readers.setdefault(reg, set()).add(pc)
     # the slice reads the shapes of some tensors it does not compute: they become placeholders (the same
     # shape, no memory), and views of them the same views of the placeholders
-    writer = {reg: pc for pc, ins in enumerate(code) if not isinstance(ins, bc.KillRegister) for reg in ins.writes()}
     slice_pcs = set(derived_pcs)
     placeholders: set[int] = set()
     pending = [pc for pc in derived_pcs if isinstance(code[pc], bc.ShapeOf)]

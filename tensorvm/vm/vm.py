@@ -273,9 +273,8 @@ class VirtualMachine:
             if mode not in self._compiled:
                 from .compiled import instantiate
 
-                kernels = self._wrapped_kernels(mode)
-                self._compiled[mode] = instantiate(self.exe, self._builtins(mode), kernels,
-                                                   self._shape_forms(mode, kernels))
+                kernels, builtins, forms = self._program_parts(mode)
+                self._compiled[mode] = instantiate(self.exe, builtins, kernels, forms)
             self._entries = self._compiled[mode]
         else:
             if mode not in self._programs:
@@ -323,11 +322,14 @@ class VirtualMachine:
             return [None if f is None else _same_form(_dps_adapter(k, f), f) for f, k in zip(forms, kernels)]
         return forms
 
-    def _decode_all(self, mode: str) -> list:
+    def _program_parts(self, mode: str) -> tuple:
+        """``(kernels, builtins, shape-function forms)`` that the ``mode`` variant of the program calls."""
         kernels = self._wrapped_kernels(mode)
-        builtins = self._builtins(mode)
-        forms = self._shape_forms(mode, kernels)
-        return [self._decode(fn, kernels, builtins, forms) for fn in self.exe.functions]
+        return kernels, self._builtins(mode), self._shape_forms(mode, kernels)
+
+    def _decode_all(self, mode: str) -> list:
+        parts = self._program_parts(mode)
+        return [self._decode(fn, *parts) for fn in self.exe.functions]
 
     def _decode(self, fn: bc.VMFunction, kernels: list, builtins: dict, forms: list, keep=None,
                 skip=frozenset(), placeholders=frozenset()) -> tuple:
@@ -347,6 +349,7 @@ class VirtualMachine:
         tails = bc.tail_call_pcs(fn)
         plan = shape_plan(fn, forms, consts)
         tuple_regs = plan.tuple_regs
+        alloc = builtins["alloc"]
         code, pcs = [], []
         for pc, ins in enumerate(instrs):
             op = ins.opcode
@@ -355,9 +358,9 @@ class VirtualMachine:
                 continue
             pcs.append(pc)
             if pc in placeholders:
-                alloc, view, view_reg = builtins["alloc"], _shape_placeholder, _shape_placeholder
+                view = view_reg = _shape_placeholder
             else:
-                alloc, view, view_reg = builtins["alloc"], builtins["view"], builtins["view_reg"]
+                view, view_reg = builtins["view"], builtins["view_reg"]
             if op == O.InvokePacked:
                 kernel = kernels[ins.packed_index]
                 expected = self._kernel_inputs[ins.packed_index]
@@ -678,8 +681,7 @@ class VirtualMachine:
         slice's results preset (``specialize.py``). A shape is specialized when seen a second time, so that
         a stream of ever-new shapes keeps to the generic code; at most ``_SPECIALIZE_LIMIT`` are kept."""
         if self._plain_parts is None:
-            kernels = self._wrapped_kernels("plain")
-            self._plain_parts = (kernels, self._builtins("plain"), self._shape_forms("plain", kernels))
+            self._plain_parts = self._program_parts("plain")
         fn = self.exe.functions[info.index]
         plan = info.shape_slice
         code, pcs = self._decode(fn, *self._plain_parts, keep=plan.slice_pcs, placeholders=plan.placeholders)
