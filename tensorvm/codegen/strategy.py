@@ -502,18 +502,9 @@ def _gemm_variant(prim: Function, name: str, graph, generic: LoweredParts, ancho
         body = gemm_into(outputs[0])
     else:
         epilogue_fn, epilogue_inputs = split
-        try:
-            epi = build_graph(epilogue_fn, f"{name}_epilogue")
-            lower_parts(name, epi.inputs, epi.outputs)
-        except TensorVMError:
-            return None
-        constant_positions = [_constant_position(graph, source) for source in epi.builder.constant_sources]
-        if None in constant_positions:
-            return None
 
-        def product_then_epilogue(target):  # (built afresh for each use: its dim variables are bound once)
-            fresh = build_graph(epilogue_fn, f"{name}_epilogue")
-            parts = lower_parts(name, fresh.inputs, fresh.outputs)
+        def product_then_epilogue(target, epi):
+            parts = lower_parts(name, epi.inputs, epi.outputs)
             constant_params = parts.params[1 + len(epilogue_inputs):parts.num_inputs]
             buffer_map = {parts.params[0]: target}
             for epi_param, position in zip(parts.params[1:], epilogue_inputs):
@@ -526,17 +517,26 @@ def _gemm_variant(prim: Function, name: str, graph, generic: LoweredParts, ancho
                          for v, (pos, axis) in zip(parts.dim_params, parts.dim_positions)}
             return seq(gemm_into(target), rebind(parts, param_map, buffer_map))
 
-        if _elementwise_of_first_input(epi):
-            body = product_then_epilogue(outputs[0])
-        else:
-            product = Buffer("product", result.dtype, tuple(result.shape), "local")
-            body = Allocate(product, product_then_epilogue(product))
-            if _elementwise_of_first_input(epi, same_shape_at_run_time=True):
-                # broadcasting over dynamic dims: in place whenever the output has the product's shape
-                same = const(True)
-                for a, b in zip(outputs[0].shape, result.shape):
-                    same = logical_and(same, eq(a, b))
-                body = IfThenElse(same, product_then_epilogue(outputs[0]), body)
+        try:
+            epi = build_graph(epilogue_fn, f"{name}_epilogue")
+            constant_positions = [_constant_position(graph, source) for source in epi.builder.constant_sources]
+            if None in constant_positions:
+                return None
+            if _elementwise_of_first_input(epi):
+                body = product_then_epilogue(outputs[0], epi)
+            else:
+                product = Buffer("product", result.dtype, tuple(result.shape), "local")
+                body = Allocate(product, product_then_epilogue(product, epi))
+                if _elementwise_of_first_input(epi, same_shape_at_run_time=True):
+                    # broadcasting over dynamic dims: in place whenever the output has the product's shape
+                    # (a second copy of the epilogue, from a fresh graph: each copy binds its dims once)
+                    same = const(True)
+                    for a, b in zip(outputs[0].shape, result.shape):
+                        same = logical_and(same, eq(a, b))
+                    in_place = product_then_epilogue(outputs[0], build_graph(epilogue_fn, f"{name}_epilogue"))
+                    body = IfThenElse(same, in_place, body)
+        except TensorVMError:
+            return None
     return LoweredParts(name, generic.params, generic.num_inputs, generic.dim_params, generic.dim_positions,
                         [], [], body)
 
