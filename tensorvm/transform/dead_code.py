@@ -27,7 +27,7 @@ from ..ir.expr import (
 )
 from .memory_plan import vars_used
 from .pass_infra import BodyRewritePass
-from .to_anf import TypedMutator, copy_type, expr_children, post_order_iter
+from .to_anf import TypedMutator, expr_children, post_order_iter, rebuilt_let
 
 __all__ = ["DeadCodeElimination"]
 
@@ -65,10 +65,7 @@ class _Eliminator(TypedMutator):
                 self.memo[node] = result
                 continue
             live |= vars_used(value)
-            if value is node.value and result is node.body:
-                result = node
-            else:
-                result = copy_type(Let(node.var, value, result, span=node.span), node)
+            result = rebuilt_let(node, node.var, value, result)
             self.memo[node] = result
         return result
 

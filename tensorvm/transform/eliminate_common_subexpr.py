@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from ..ir.expr import Call, Clause, Constant, Function, If, Let, Match, Op, Tuple, TupleGetItem, Var
 from .pass_infra import BodyRewritePass
-from .to_anf import TypedMutator, copy_type, rebuild_function
+from .to_anf import TypedMutator, rebuild_function, rebuilt_let
 
 __all__ = ["EliminateCommonSubexpr", "SMALL_CONSTANT"]
 
@@ -125,10 +125,7 @@ class _Eliminator(TypedMutator):
         finally:
             self.scopes.pop()
         for node, value in reversed(chain):
-            if value is node.value and result is node.body:
-                result = node
-            else:
-                result = copy_type(Let(node.var, value, result, span=node.span), node)
+            result = rebuilt_let(node, node.var, value, result)
             self.memo[node] = result
         return result
 

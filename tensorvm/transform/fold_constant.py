@@ -26,7 +26,7 @@ from ..ir.module import IRModule
 from ..ir.types import TensorType
 from ..op.registry import get_op
 from .pass_infra import Pass
-from .to_anf import TypedMutator, copy_type, known_type, rebuild_function
+from .to_anf import TypedMutator, copy_type, known_type, rebuild_function, rebuilt_let
 
 __all__ = ["FoldConstant", "fold_constant"]
 
@@ -124,10 +124,7 @@ class _Folder(TypedMutator):
         result = self.visit(expr)
         for node, var, value in reversed(chain):
             if var is not None:
-                if var is node.var and value is node.value and result is node.body:
-                    result = node
-                else:
-                    result = copy_type(Let(var, value, result, span=node.span), node)
+                result = rebuilt_let(node, var, value, result)
             self.memo[node] = result
         return result
 

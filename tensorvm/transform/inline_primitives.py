@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from ..ir.expr import Function, Let
 from .pass_infra import BodyRewritePass
-from .to_anf import TypedMutator
+from .to_anf import TypedMutator, rebuilt_let
 
 __all__ = ["InlinePrimitives"]
 
@@ -35,12 +35,7 @@ class _Inliner(TypedMutator):
         result = self.visit(expr)
         for node, var, value in reversed(chain):
             if var is not None:
-                if not (var is node.var and value is node.value and result is node.body):
-                    result = Let(var, value, result, span=node.span)
-                    if getattr(node, "_checked_type", None) is not None:
-                        result.with_type(node.checked_type)
-                else:
-                    result = node
+                result = rebuilt_let(node, var, value, result)
             self.memo[node] = result
         return result
 

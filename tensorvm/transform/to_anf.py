@@ -55,6 +55,14 @@ def copy_type(new: Expr, old: Expr) -> Expr:
     return new
 
 
+def rebuilt_let(node: Let, var: Var, value: Expr, body: Expr) -> Expr:
+    """``node`` itself when ``var``, ``value`` and ``body`` are its own parts, else a ``Let`` of them with
+    ``node``'s span and type (how a pass rebuilds a let chain from the inside out)."""
+    if var is node.var and value is node.value and body is node.body:
+        return node
+    return copy_type(Let(var, value, body, span=node.span), node)
+
+
 def known_type(expr: Expr):
     """The checked type of ``expr`` or, for an annotated var, its annotation; ``None`` if unknown."""
     ty = getattr(expr, "_checked_type", None)
