@@ -44,7 +44,7 @@ from ..errors import UnsupportedError
 from . import blas
 
 __all__ = [
-    "CompilerError", "Toolchain", "BuildInfo", "Library", "find_toolchain", "cache_dir", "build_library",
+    "CompilerError", "Toolchain", "BuildInfo", "Library", "find_toolchain", "have_compiler", "cache_dir", "build_library",
     "build_stats", "reset_toolchain", "set_num_threads", "kernel_threads",
 ]
 
@@ -180,6 +180,15 @@ def find_toolchain() -> Toolchain:
         if _TOOLCHAIN is None or _TOOLCHAIN.compiler != shutil.which(_compiler_name()):
             _TOOLCHAIN = _probe()
         return _TOOLCHAIN
+
+
+def have_compiler() -> bool:
+    """Whether a C compiler that can build kernels is found (target "c" needs one)."""
+    try:
+        find_toolchain()
+    except CompilerError:
+        return False
+    return True
 
 
 def _probe() -> Toolchain:

@@ -41,15 +41,7 @@ def _close(got, want):
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * max(1.0, float(np.abs(want).max(initial=0))))
 
 
-def _have_compiler() -> bool:
-    try:
-        build.find_toolchain()
-    except Exception:  # noqa: BLE001 - no compiler: the C tests skip
-        return False
-    return True
-
-
-needs_cc = pytest.mark.skipif(not _have_compiler(), reason="no C compiler")
+needs_cc = pytest.mark.skipif(not build.have_compiler(), reason="no C compiler")
 
 
 @pytest.fixture
@@ -124,7 +116,7 @@ int32_t tv_test_packed(int64_t m, int64_t n, int64_t k, const float* x, const fl
 def packed_product(request):
     """``tv_gemm_packed_f32`` compiled with the kernels' flags (AVX2 tiles where the machine has them)
     and without AVX2/FMA (the portable tiles)."""
-    if not _have_compiler():
+    if not build.have_compiler():
         pytest.skip("no C compiler")
     extra = () if request.param == "native" else ("-mno-avx2", "-mno-fma")
     library = build.build_library([(prelude() + _CALLER, extra)])

@@ -19,6 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from programs import PROGRAMS  # noqa: E402
 
 import tensorvm as tv  # noqa: E402
+from tensorvm.codegen.build import have_compiler  # noqa: E402
 from tensorvm.vm import VirtualMachine  # noqa: E402
 from tensorvm.vm import bytecode as bc  # noqa: E402
 
@@ -111,18 +112,8 @@ DATA_DEPENDENT_TUPLES = {
 }
 
 
-def _have_compiler() -> bool:
-    from tensorvm.codegen.build import CompilerError, find_toolchain
-
-    try:
-        find_toolchain()
-    except CompilerError:
-        return False
-    return True
-
-
 # target "c": the ONNX LSTM failed there with "argument p0_0 must be a NumPy array, got NoneType"
-TARGETS = ["python", pytest.param("c", marks=pytest.mark.skipif(not _have_compiler(), reason="no C compiler"))]
+TARGETS = ["python", pytest.param("c", marks=pytest.mark.skipif(not have_compiler(), reason="no C compiler"))]
 
 
 @pytest.mark.parametrize("target", TARGETS)

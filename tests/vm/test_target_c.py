@@ -12,21 +12,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import tensorvm as tv
-from tensorvm.codegen.build import CompilerError, find_toolchain, reset_toolchain
+from tensorvm.codegen.build import have_compiler, reset_toolchain
 from tensorvm.errors import FormatError, UnsupportedError
 from tensorvm.vm import VirtualMachine, load_executable
 from tensorvm.vm import bytecode as bc
 
-
-def _have_compiler() -> bool:
-    try:
-        find_toolchain()
-    except CompilerError:
-        return False
-    return True
-
-
-pytestmark = pytest.mark.skipif(not _have_compiler(), reason="no C compiler on this machine")
+pytestmark = pytest.mark.skipif(not have_compiler(), reason="no C compiler on this machine")
 
 DENSE_TANH = """
 def @main(%x: Tensor[({batch}, 16), float32], %w: Tensor[(24, 16), float32], %b: Tensor[(24), float32]) {{

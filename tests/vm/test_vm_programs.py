@@ -15,6 +15,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from programs import PROGRAMS, check_result  # noqa: E402
 
 import tensorvm as tv  # noqa: E402
+from tensorvm.codegen.build import have_compiler  # noqa: E402
 from tensorvm.interpreter import Interpreter  # noqa: E402
 from tensorvm.runtime.ndarray import NDArray  # noqa: E402
 from tensorvm.runtime.object import ADT  # noqa: E402
@@ -23,17 +24,7 @@ from tensorvm.vm import VirtualMachine, load_executable  # noqa: E402
 _COMPILED: dict = {}
 
 
-def _have_compiler() -> bool:
-    from tensorvm.codegen.build import CompilerError, find_toolchain
-
-    try:
-        find_toolchain()
-    except CompilerError:
-        return False
-    return True
-
-
-TARGETS = ["python", pytest.param("c", marks=pytest.mark.skipif(not _have_compiler(), reason="no C compiler"))]
+TARGETS = ["python", pytest.param("c", marks=pytest.mark.skipif(not have_compiler(), reason="no C compiler"))]
 
 #: Programs that give wrong answers on target "c" for a reason outside the VM.
 C_KNOWN_FAILURES: dict = {
