@@ -56,9 +56,9 @@ import numpy as np
 
 from ..errors import TensorVMError, UnsupportedError
 from ..ir.analysis import free_vars
-from ..ir.expr import Function, Var
+from ..ir.expr import Call, Function, Op, Var
 from ..ir.functor import ExprMutator
-from ..ir.types import TupleType
+from ..ir.types import TensorType, TupleType
 from ..op.registry import OpPattern, get_op, is_registered
 from ..te.expr import (
     INDEX_DTYPE,
@@ -176,7 +176,9 @@ class PackedGemmCall:
 class Conv2dCall:
     """An NCHW / OIHW convolution as ``tv_conv2d_<dtype>`` (``c_emit.BLAS_BRIDGE``): per image, the
     input patches are unfolded into a temporary (im2col; skipped for a 1x1 kernel with unit strides and
-    no padding) and multiplied by the weight matrix (O x C*KH*KW) with ``tv_gemm``."""
+    no padding) and multiplied by the weight matrix (O x C*KH*KW) with ``tv_gemm``. A float32
+    convolution with unit strides runs the direct kernel ``tv_conv2d_direct_f32`` instead, which can
+    also apply a ``TileEpilogue`` to its output tiles."""
 
     dims: tuple  # te expressions: batch, channels, height, width, out channels, out height, out width
     kernel: tuple  # (kh, kw), static
@@ -185,23 +187,89 @@ class Conv2dCall:
     padding: tuple  # (top, left)
     padding_all: tuple  # (top, left, bottom, right)
 
-    def statement(self, args: list, target, suffix: str):
+    def direct(self, suffix: str) -> bool:
+        return suffix == "f32" and (*self.strides, *self.dilation) == (1, 1, 1, 1) and self.kernel != (1, 1)
+
+    def statement(self, args: list, target, suffix: str, epilogue: TileEpilogue | None = None):
+        """The call computing the convolution of ``args`` into ``target``; with ``epilogue`` (direct
+        kernel only) ``target`` receives the convolution's epilogue applied, ``args[epilogue.bias]`` the
+        bias when there is one."""
         n, c, h, w, o, oh, ow = self.dims
         (kh, kw), (sh, sw), (dh, dw), (pt, pl) = self.kernel, self.strides, self.dilation, self.padding
-        if suffix == "f32" and (sh, sw, dh, dw) == (1, 1, 1, 1) and (kh, kw) != (1, 1):
+        if self.direct(suffix):
             # unit strides: the direct kernel over a zero-padded copy of each image
+            epilogue = epilogue or TileEpilogue()
             hp, wp = oh + (kh - 1), floordiv(ow + 7, 8) * 8 + (kw - 1)
             padded = Buffer("padded", args[0].dtype, (c * hp * wp,), "local")
+            bias = args[1] if epilogue.bias is None else args[epilogue.bias]
+            flags = [const(int(v), "int64") for v in (epilogue.bias is not None, epilogue.relu, epilogue.pool)]
             call = CallExtern("tv_conv2d_direct_f32", (n, c, h, w, o, oh, ow, const(kh, "int64"), const(kw, "int64"),
                                                        const(pt, "int64"), const(pl, "int64"), args[0], args[1],
-                                                       padded, target))
+                                                       bias, *flags, padded, target))
             return Allocate(padded, call)
+        if epilogue is not None:
+            raise UnsupportedError("a tile epilogue needs the direct convolution kernel")
         direct = (kh, kw, sh, sw) == (1, 1, 1, 1) and not any(self.padding_all)
         col = Buffer("patches", args[0].dtype, (const(1, INDEX_DTYPE),) if direct else (c * (kh * kw) * oh * ow,),
                      "local")
         numbers = [const(v, "int64") for v in (kh, kw, sh, sw, dh, dw, pt, pl, int(direct))]
         call = CallExtern(f"tv_conv2d_{suffix}", (n, c, h, w, o, oh, ow, *numbers, args[0], args[1], col, target))
         return Allocate(col, call)
+
+
+@dataclass(frozen=True)
+class TileEpilogue:
+    """What the direct convolution kernel applies to each output tile in registers before storing it:
+    a per-channel bias (``bias``: the position of the bias among the call's argument buffers), a relu,
+    and a 2x2 stride-2 max pool (FuseOps puts such a pool in the convolution's group)."""
+
+    bias: int | None = None
+    relu: bool = False
+    pool: bool = False
+
+
+def tile_epilogue(fn: Function, channels) -> tuple[TileEpilogue, Var | None] | None:
+    """The ``TileEpilogue`` that computes ``fn`` (the rest of a convolution's group, the convolution's
+    result as its first parameter; see ``_epilogue_function``), with the parameter holding the bias
+    (or None); None when ``fn`` is something else. Recognized, each at most once: a 2x2 stride-2 max
+    pool, ``nn.relu`` and a per-channel bias (``nn.bias_add`` over axis 1, or ``add`` of a parameter
+    shaped (O, 1, 1) or (1, O, 1, 1), as ONNX Conv imports; O = ``channels``, float32), in any order
+    but a bias after the relu: the pool commutes with both (``relu(pool(x))``, as in
+    ``F.relu(F.max_pool2d(conv(x), 2))``, is ``pool(relu(x))``)."""
+    from .fused import _param_type
+
+    result, expr, found, bias = fn.params[0], fn.body, [], None
+    while expr is not result:
+        if not isinstance(expr, Call) or not isinstance(expr.op, Op) or not expr.args:
+            return None
+        name, attrs, args = expr.op.name, expr.attrs, expr.args
+        if name == "nn.max_pool2d":
+            a = get_op(name).normalize_attrs(attrs)
+            if (tuple(a.pool_size), tuple(a.strides), tuple(a.dilation), a.ceil_mode, a.layout) \
+                    != ((2, 2), (2, 2), (1, 1), False, "NCHW") or any(a.padding) or (a.out_layout or "NCHW") != "NCHW":
+                return None
+            kind, expr = "pool", args[0]
+        elif name == "nn.relu":
+            kind, expr = "relu", args[0]
+        elif name in ("nn.bias_add", "add") and len(args) == 2:
+            if name == "nn.bias_add":
+                if get_op(name).normalize_attrs(attrs).axis not in (1, -3):
+                    return None
+                expr, bias, shapes = args[0], args[1], ((channels,),)
+            else:
+                first, second = args
+                expr, bias = (first, second) if isinstance(second, Var) and second is not result else (second, first)
+                shapes = ((channels, 1, 1), (1, channels, 1, 1))
+            ty = _param_type(bias) if isinstance(bias, Var) and bias is not result else None
+            if not isinstance(ty, TensorType) or ty.dtype != "float32" or tuple(ty.shape) not in shapes:
+                return None
+            kind = "bias"
+        else:
+            return None
+        if kind in found or (kind == "relu" and "bias" in found):  # (a bias after the clamp is not ours)
+            return None
+        found.append(kind)
+    return TileEpilogue(None, "relu" in found, "pool" in found), bias
 
 
 def register_strategy(op_name: str, strategy):
@@ -496,7 +564,10 @@ def _gemm_variant(prim: Function, name: str, graph, generic: LoweredParts, ancho
         return call.statement(args, target, _GEMM_SUFFIX[result.dtype])
 
     split = _epilogue_function(prim, anchor)
-    if split is None:
+    fused = _tile_epilogue_call(call, split, args, generic, outputs, anchor) if split is not None else None
+    if fused is not None:
+        body = fused
+    elif split is None:
         if len(outputs) != 1 or outputs[0].dtype != result.dtype:
             return None
         body = gemm_into(outputs[0])
@@ -539,6 +610,32 @@ def _gemm_variant(prim: Function, name: str, graph, generic: LoweredParts, ancho
             return None
     return LoweredParts(name, generic.params, generic.num_inputs, generic.dim_params, generic.dim_positions,
                         [], [], body)
+
+
+def _tile_epilogue_call(call, split, args: list, generic: LoweredParts, outputs: list, anchor):
+    """The direct convolution writing the group's output itself, when the rest of the group (``split``,
+    from ``_epilogue_function``) is a ``TileEpilogue``; else None."""
+    from .fused import _flatten_types, _param_type
+
+    if not isinstance(call, Conv2dCall) or not call.direct(_GEMM_SUFFIX.get(anchor.results[0].dtype)) \
+            or len(outputs) != 1 or outputs[0].dtype != "float32":
+        return None
+    epilogue_fn, epilogue_inputs = split
+    channels = anchor.out_type.shape[1]
+    match = tile_epilogue(epilogue_fn, channels) if isinstance(channels, int) else None
+    if match is None:
+        return None
+    epilogue, bias = match
+    buffers = list(args)
+    if bias is not None:
+        offset = 0  # the bias's flattened position among the epilogue's inputs
+        for param in epilogue_fn.params[1:]:
+            if param is bias:
+                break
+            offset += len(_flatten_types(_param_type(param)))
+        buffers.append(generic.params[epilogue_inputs[offset]])
+        epilogue = dataclasses.replace(epilogue, bias=len(buffers) - 1)
+    return call.statement(buffers, outputs[0], "f32", epilogue)
 
 
 def _constant_position(graph, source) -> int | None:

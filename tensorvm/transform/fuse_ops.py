@@ -19,7 +19,9 @@ separate regions; a value used inside a nested function is a group output):
   (all paths injective at most); an elemwise/broadcast chain therefore fuses;
 * ``OUT_ELEMWISE_FUSABLE`` ops (dense, conv2d, matmul) and reductions take an elementwise epilogue
   (the path to the post-dominator elementwise, its ops broadcast at most), and a group never holds
-  two of them;
+  two of them -- except that a 2x2 stride-2 max pool joins the group of the unit-stride float32
+  convolution (and its epilogue) it post-dominates, because the direct convolution kernel pools its
+  output tiles in registers (``codegen.strategy``): the unpooled map is never stored;
 * injective ops and tuples fuse into injective consumers and reductions (phase 2: into tuples
   that already fused into injective consumers);
 * opaque ops stand alone; an op whose output shape is dynamic *and* whose shape function reads data
@@ -125,13 +127,14 @@ class _Node:
 
 
 class _Group:
-    __slots__ = ("parent", "pattern", "num_nodes", "anchor", "node")
+    __slots__ = ("parent", "pattern", "num_nodes", "anchor", "anchor_expr", "node")
 
     def __init__(self, node: _Node):
         self.parent: _Group | None = None
         self.pattern = node.pattern
         self.num_nodes = 1
         self.anchor = node.pattern in _ANCHORS
+        self.anchor_expr = node.expr if self.anchor else None  # the group's anchor op call
         self.node = node  # for a root group: the group's output node
 
     def root(self) -> _Group:
@@ -143,6 +146,25 @@ class _Group:
         while node.parent is not None and node.parent is not group:
             node.parent, node = group, node.parent
         return group
+
+
+def _pools_convolution_tiles(anchor: Expr | None, consumer: Expr) -> bool:
+    """Whether ``consumer`` is a 2x2 stride-2 max pool (no padding, floor mode, NCHW) and ``anchor`` a
+    float32 NCHW/OIHW convolution with unit strides and dilation, one group, a kernel larger than 1x1:
+    the pair the direct convolution kernel fuses (see the module docstring)."""
+    if not (isinstance(anchor, Call) and isinstance(consumer, Call) and isinstance(anchor.op, Op)
+            and isinstance(consumer.op, Op) and anchor.op.name == "nn.conv2d" and consumer.op.name == "nn.max_pool2d"):
+        return False
+    conv, pool = get_op("nn.conv2d").normalize_attrs(anchor.attrs), get_op("nn.max_pool2d").normalize_attrs(consumer.attrs)
+    types = [_type_of(anchor), *(_type_of(a) for a in anchor.args)]
+    weight = types[2]
+    return (all(isinstance(t, TensorType) and t.dtype == "float32" for t in types)
+            and conv.groups == 1 and tuple(conv.strides) == (1, 1) and tuple(conv.dilation) == (1, 1)
+            and conv.data_layout == "NCHW" and conv.kernel_layout == "OIHW" and (conv.out_layout or "NCHW") == "NCHW"
+            and len(weight.shape) == 4 and tuple(weight.shape[2:]) != (1, 1)
+            and tuple(pool.pool_size) == (2, 2) and tuple(pool.strides) == (2, 2) and tuple(pool.dilation) == (1, 1)
+            and not any(pool.padding) and not pool.ceil_mode and pool.layout == "NCHW"
+            and (pool.out_layout or "NCHW") == "NCHW")
 
 
 def _op_pattern(call: Call) -> OpPattern:
@@ -286,6 +308,7 @@ class _Partitioner:
         child.parent = parent
         if child.anchor:
             parent.anchor = True
+            parent.anchor_expr = child.anchor_expr
             parent.pattern = max(parent.pattern, child.pattern)
 
     def _commit(self, src: _Node, sink: _Node) -> None:
@@ -329,6 +352,9 @@ class _Partitioner:
             # An elementwise epilogue after dense/conv2d/matmul or a reduction.
             if phase == 0 and node.dom_pattern == ELEMWISE:
                 if self._check_path(node, dom, lambda kind, is_sink: kind <= BROADCAST):
+                    self._commit(node, dom)
+            elif phase == 0 and dom_group.num_nodes == 1 and _pools_convolution_tiles(group.anchor_expr, dom.expr):
+                if self._check_path(node, dom, lambda kind, is_sink: is_sink or kind <= BROADCAST):
                     self._commit(node, dom)
         elif group.pattern <= BROADCAST:
             if phase == 0 and (node.dom_pattern <= INJECTIVE or node.dom_pattern == COMM_REDUCE):

@@ -303,9 +303,10 @@ def test_grouped_convolution_stays_generated_code():
 
 _CONV_CALLER = """
 int32_t tv_test_conv(int64_t n, int64_t c, int64_t h, int64_t w, int64_t o, int64_t oh, int64_t ow, int64_t kh,
-                     int64_t kw, int64_t pt, int64_t pl, const float* x, const float* weights, float* padded,
-                     float* out) {
-  return tv_conv2d_direct_f32(n, c, h, w, o, oh, ow, kh, kw, pt, pl, x, weights, padded, out);
+                     int64_t kw, int64_t pt, int64_t pl, const float* x, const float* weights, const float* bias,
+                     int64_t has_bias, int64_t relu, int64_t pool, float* padded, float* out) {
+  return tv_conv2d_direct_f32(n, c, h, w, o, oh, ow, kh, kw, pt, pl, x, weights, bias, has_bias, relu, pool,
+                              padded, out);
 }
 """
 
@@ -313,27 +314,107 @@ int32_t tv_test_conv(int64_t n, int64_t c, int64_t h, int64_t w, int64_t o, int6
 @pytest.mark.parametrize("flags", [(), ("-mno-avx2", "-mno-fma")], ids=["native", "portable"])
 def test_direct_convolution_in_both_builds(flags, kernel_threads):
     """``tv_conv2d_direct_f32`` called directly, built with the kernels' flags (AVX2 tiles where the
-    machine has them) and without AVX2/FMA (the portable loops), on every tail: channels not a multiple
-    of the tile's 6, odd output rows, output columns not a multiple of 8."""
+    machine has them) and without AVX2/FMA (the portable loops), on every tail: channel counts that
+    need blocks of 6 and of 4 with duplicates, odd output rows, output columns not a multiple of 8; and
+    with each tile epilogue (bias, relu, 2x2 max pool, which drops an odd last row or column)."""
     from tensorvm.op.registry import get_op
 
     library = build.build_library([(prelude() + _CONV_CALLER, flags)])
     function = library._cdll.tv_test_conv
     function.restype = ctypes.c_int32
-    function.argtypes = [ctypes.c_int64] * 11 + [ctypes.c_void_p] * 4
+    function.argtypes = [ctypes.c_int64] * 11 + [ctypes.c_void_p] * 3 + [ctypes.c_int64] * 3 + [ctypes.c_void_p] * 2
     conv = get_op("nn.conv2d")
     rng = np.random.default_rng(9)
+    shapes = [((1, 3, 5, 11), (7, 3, 3), (1, 1, 1, 1)), ((2, 2, 6, 4), (13, 2, 3), (0, 2, 1, 0)),
+              ((1, 4, 7, 17), (2, 3, 3), (1, 1, 1, 1)), ((1, 2, 8, 16), (8, 3, 3), (1, 1, 1, 1))]
+    shapes += [((1, 2, 6, 9), (o, 3, 3), (1, 1, 1, 1)) for o in (1, 3, 4, 5, 6, 9, 10, 11, 14, 32)]
+    epilogues = [(0, 0, 0), (1, 1, 0), (0, 0, 1), (1, 0, 1), (1, 1, 1)]
     for threads in (1, 2):
         kernel_threads(threads)
-        for (n, c, h, w), (o, kh, kw), (pt, pl, pb, pr) in [((1, 3, 5, 11), (7, 3, 3), (1, 1, 1, 1)),
-                                                            ((2, 2, 6, 4), (13, 2, 3), (0, 2, 1, 0))]:
+        for index, ((n, c, h, w), (o, kh, kw), (pt, pl, pb, pr)) in enumerate(shapes):
             x = rng.standard_normal((n, c, h, w)).astype(np.float32)
             weights = rng.standard_normal((o, c, kh, kw)).astype(np.float32)
+            bias = rng.standard_normal(o).astype(np.float32)
             want = conv.kernel(conv.normalize_attrs({"padding": [pt, pl, pb, pr]}), x.astype(np.float64),
                                weights.astype(np.float64))
             oh, ow = want.shape[2:]
             padded = np.empty(c * (oh + kh - 1) * ((ow + 7) // 8 * 8 + kw - 1), np.float32)
-            out = np.full(want.shape, np.nan, np.float32)
-            assert function(n, c, h, w, o, oh, ow, kh, kw, pt, pl, x.ctypes.data, weights.ctypes.data,
-                            padded.ctypes.data, out.ctypes.data) == 0
-            _close(out, want)
+            for has_bias, relu, pool in (epilogues if threads == 1 or index < 4 else epilogues[-1:]):
+                expected = want + bias[:, None, None] if has_bias else want
+                expected = np.maximum(expected, 0) if relu else expected
+                if pool:
+                    expected = expected[:, :, :oh // 2 * 2, :ow // 2 * 2]
+                    expected = expected.reshape(n, o, oh // 2, 2, ow // 2, 2).max(axis=(3, 5))
+                out = np.full(expected.shape, np.nan, np.float32)
+                assert function(n, c, h, w, o, oh, ow, kh, kw, pt, pl, x.ctypes.data, weights.ctypes.data,
+                                bias.ctypes.data, has_bias, relu, pool, padded.ctypes.data, out.ctypes.data) == 0
+                _close(out, expected)
+
+
+
+def _conv_group(case: str, x, w, b):
+    """A convolution's group as FuseOps may form it: the convolution, then the epilogue ``case``."""
+    conv = op.nn.conv2d(x, w, padding=[1, 1, 1, 1])
+
+    def pool(e):
+        return op.nn.max_pool2d(e, pool_size=[2, 2], strides=[2, 2])
+
+    return {
+        "bias-relu-pool": lambda: pool(op.nn.relu(op.nn.bias_add(conv, b, axis=1))),
+        "onnx-bias-relu": lambda: op.nn.relu(op.add(conv, b)),
+        "bias-first-then-pool": lambda: pool(op.add(b, conv)),
+        "pool-then-relu": lambda: op.nn.relu(pool(op.nn.bias_add(conv, b, axis=1))),
+        "pool-only": lambda: pool(conv),
+        "relu-then-bias": lambda: op.nn.bias_add(op.nn.relu(conv), b, axis=1),
+        "sigmoid-pool": lambda: pool(op.sigmoid(conv)),
+        "3x3-pool": lambda: op.nn.max_pool2d(op.nn.relu(conv), pool_size=[3, 3], strides=[2, 2]),
+    }[case]()
+
+
+def _conv_group_reference(case: str, x, w, b):
+    from tensorvm.op.registry import get_op
+
+    conv = get_op("nn.conv2d")
+    y = conv.kernel(conv.normalize_attrs({"padding": [1, 1, 1, 1]}), x.astype(np.float64), w.astype(np.float64))
+    b = b.astype(np.float64).reshape(1, -1, 1, 1)
+
+    def pool(e, size=2):
+        n, c, h, width = e.shape
+        oh, ow = (h - size) // 2 + 1, (width - size) // 2 + 1
+        return np.stack([e[:, :, dy:dy + 2 * oh - 1:2, dx:dx + 2 * ow - 1:2]
+                         for dy in range(size) for dx in range(size)]).max(axis=0)
+
+    relu = lambda e: np.maximum(e, 0)  # noqa: E731
+    return {
+        "bias-relu-pool": lambda: pool(relu(y + b)), "onnx-bias-relu": lambda: relu(y + b),
+        "bias-first-then-pool": lambda: pool(y + b), "pool-then-relu": lambda: relu(pool(y + b)),
+        "pool-only": lambda: pool(y), "relu-then-bias": lambda: relu(y) + b,
+        "sigmoid-pool": lambda: pool(1 / (1 + np.exp(-y))), "3x3-pool": lambda: pool(relu(y), 3),
+    }[case]()
+
+
+_TILE_CASES = ["bias-relu-pool", "onnx-bias-relu", "bias-first-then-pool", "pool-then-relu", "pool-only"]
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("data_shape", [(1, 5, 12, 16), (2, 3, 9, 13)], ids=["even", "odd-tails"])
+@pytest.mark.parametrize("case", _TILE_CASES + ["relu-then-bias", "sigmoid-pool", "3x3-pool"])
+def test_convolution_epilogues_in_the_tiles(case, data_shape, threads, kernel_threads):
+    """A bias, relu and 2x2 max pool after a unit-stride float32 convolution are applied by the direct
+    kernel to its tiles (the kernel has no loop of its own after the call); anything else runs as a
+    generated epilogue over the convolution's result. Both against NumPy in float64."""
+    channels = 10  # blocks of 6 and 4
+    bias_shape = (channels, 1, 1) if case in ("onnx-bias-relu", "bias-first-then-pool") else (channels,)
+    if case == "bias-first-then-pool":
+        bias_shape = (1, channels, 1, 1)
+    x, w, b = Var("x", _t(*data_shape)), Var("w", _t(channels, data_shape[1], 3, 3)), Var("b", _t(*bias_shape))
+    _, kernel = _build(_fn([x, w, b], _conv_group(case, x, w, b)))
+    kernel_threads(threads)
+    rng = np.random.default_rng(len(case))
+    arrays = [_rand(rng, data_shape), _rand(rng, (channels, data_shape[1], 3, 3)), _rand(rng, bias_shape)]
+    want = _conv_group_reference(case, *arrays)
+    (got,) = _run(kernel, arrays, [want.shape])
+    _close(got, want)
+    body = kernel.source.rsplit("\nint32_t ", 1)[-1]  # the kernel function, after the helpers
+    assert "tv_conv2d_direct_f32(" in body
+    assert ("for (" in body) == (case not in _TILE_CASES)

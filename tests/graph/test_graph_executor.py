@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from programs import PROGRAMS, check_result  # noqa: E402
+from programs import PROGRAMS, _conv2d_nchw, _max_pool_2x2, _relu, check_result  # noqa: E402
 
 import tensorvm as tv  # noqa: E402
 import tensorvm.graph as tg  # noqa: E402
@@ -72,7 +72,8 @@ def test_graph_json_has_the_graph_executor_layout():
     graph = json.loads(factory.graph_json)
     assert set(graph) == {"nodes", "arg_nodes", "node_row_ptr", "heads", "attrs", "metadata"}
     nodes = graph["nodes"]
-    assert [n["op"] for n in nodes] == ["null"] * 3 + ["tvm_op"] * 4
+    # conv2d + relu + max_pool2d is one kernel (the pool joins the convolution's group)
+    assert [n["op"] for n in nodes] == ["null"] * 3 + ["tvm_op"] * 3
     assert graph["arg_nodes"] == [0, 1, 2]
     assert [n["name"] for n in nodes[:3]] == ["x", "p0", "p1"]  # the input, then the bound params
     assert set(factory.params) == {"p0", "p1"}
@@ -85,14 +86,14 @@ def test_graph_json_has_the_graph_executor_layout():
     nop = next(n for n in nodes[3:] if n["attrs"]["func_name"] == "__nop")
     assert nop["name"] == "fused_nn_batch_flatten"
     assert graph["node_row_ptr"] == list(range(len(nodes) + 1))  # one output per node
-    assert graph["heads"] == [[6, 0, 0]]
+    assert graph["heads"] == [[5, 0, 0]]
     attrs = graph["attrs"]
     assert attrs["shape"][0] == "list_shape" and attrs["dltype"][0] == "list_str"
     assert attrs["storage_id"][0] == "list_int"
     shapes, sids = attrs["shape"][1], attrs["storage_id"][1]
-    assert shapes == [[2, 1, 8, 8], [4, 1, 3, 3], [5, 64], [2, 4, 8, 8], [2, 4, 4, 4], [2, 64], [2, 5]]
-    assert sids[5] == sids[4]  # the reshape view shares its input's storage
-    assert len(set(sids[:3])) == 3 and sids[6] not in sids[:6]  # inputs, params, output: their own storage
+    assert shapes == [[2, 1, 8, 8], [4, 1, 3, 3], [5, 64], [2, 4, 4, 4], [2, 64], [2, 5]]
+    assert sids[4] == sids[3]  # the reshape view shares its input's storage
+    assert len(set(sids[:3])) == 3 and sids[5] not in sids[:5]  # inputs, params, output: their own storage
 
 
 def test_a_hand_written_tvm_style_graph_runs_with_its_own_library():
@@ -248,7 +249,7 @@ def test_memory_of_the_module_follows_the_plan():
     factory = tg.build(program.parse())
     m = tg.GraphModule(factory)
     plan = factory.memory_plan
-    assert m.memory_stats()["workspace"] == plan.total_bytes == 2048 + 512
+    assert m.memory_stats()["workspace"] == plan.total_bytes == 512  # the pooled map; flatten is a view of it
     # inputs (512 + 144 + 1280) and the output (40) sit outside the workspace
     assert m.memory_stats()["separate"] == 512 + 144 + 1280 + 40
 
@@ -298,27 +299,26 @@ def test_debug_mode_times_every_node_and_keeps_every_output(tmp_path):
     assert isinstance(dbg, tg.GraphModuleDebug)
     dbg.dump_root = tmp_path / "dump"
     result = dbg.run(number=2, repeat=2, x=x, w=w, wd=wd)
-    assert [r.node for r in result.rows] == ["fused_nn_conv2d_nn_relu", "fused_nn_max_pool2d",
-                                             "fused_nn_batch_flatten", "fused_nn_dense"]
-    assert [r.op for r in result.rows][2] == "__nop"
+    assert [r.node for r in result.rows] == ["fused_nn_conv2d_nn_relu_nn_max_pool2d", "fused_nn_batch_flatten",
+                                             "fused_nn_dense"]
+    assert [r.op for r in result.rows][1] == "__nop"
     assert all(len(r.measurements_us) == 2 for r in result.rows)
     assert abs(sum(r.share for r in result.rows) - 1) < 1e-9
     table = result.table()
     for column in ("Node Name", "Ops", "Time(us)", "Time(%)", "Shape", "Inputs", "Outputs", "Measurements(us)"):
         assert column in table
-    assert "(2, 4, 8, 8)" in table
+    assert "(2, 4, 4, 4)" in table
     trace = result.chrome_trace()
     assert [e["name"] for e in trace["traceEvents"]] == [r.node for r in result.rows]
     assert all(e["ph"] == "X" and e["dur"] >= 0 for e in trace["traceEvents"])
     starts = [e["ts"] for e in trace["traceEvents"]]
     assert starts == sorted(starts)
-    # every intermediate stays readable: check the first two against NumPy
-    conv = dbg.debug_get_output("fused_nn_conv2d_nn_relu").numpy()
-    pooled = dbg.debug_get_output("fused_nn_max_pool2d").numpy()
-    np.testing.assert_allclose(pooled, conv.reshape(2, 4, 4, 2, 4, 2).max(axis=(3, 5)))
+    # every intermediate stays readable: check the pooled map against NumPy
+    pooled = dbg.debug_get_output("fused_nn_conv2d_nn_relu_nn_max_pool2d").numpy()
+    np.testing.assert_allclose(pooled, _max_pool_2x2(_relu(_conv2d_nchw(x, w, 1))), rtol=1e-4, atol=1e-5)
     np.testing.assert_allclose(pooled.reshape(2, 64) @ wd.T, dbg.get_output(0).numpy(), rtol=1e-4, atol=1e-5)
     dumped = tg.load_param_file(tmp_path / "dump" / "output_tensors.params")
-    np.testing.assert_array_equal(dumped["fused_nn_max_pool2d:0"], pooled)
+    np.testing.assert_array_equal(dumped["fused_nn_conv2d_nn_relu_nn_max_pool2d:0"], pooled)
     assert json.loads((tmp_path / "dump" / "_tvmdbg_execution_trace.json").read_text()) == trace
     assert (tmp_path / "dump" / "_tvmdbg_graph_dump.json").exists()
     trace_file = result.save_chrome_trace(tmp_path / "trace.json")

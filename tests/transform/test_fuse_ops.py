@@ -105,6 +105,71 @@ def @main(%x: Tensor[(2, 1, 6, 6), float32], %w: Tensor[(3, 1, 3, 3), float32], 
     check_same_result(before, after, *args)
 
 
+_CONV_POOL = """
+def @main(%x: Tensor[(1, 2, 8, 10), DTYPE], %w: Tensor[(3, 2, KH, KW), DTYPE], %b: Tensor[(3), DTYPE]) {
+  %0 = nn.conv2d(%x, %w, padding=[1, 1], CONV);
+  %1 = nn.relu(nn.bias_add(%0, %b));
+  POOL(%1, POOL_ATTRS)
+}"""
+
+
+def _conv_pool(dtype="float32", kernel=(3, 3), conv="strides=[1, 1]", pool="nn.max_pool2d",
+               pool_attrs="pool_size=[2, 2], strides=[2, 2]"):
+    text = _CONV_POOL.replace("DTYPE", dtype).replace("KH", str(kernel[0])).replace("KW", str(kernel[1]))
+    return parse(text.replace("CONV", conv).replace("POOL_ATTRS", pool_attrs).replace("POOL", pool))
+
+
+def _conv_pool_args(mod, seed=2):
+    rng = np.random.default_rng(seed)
+    return [rng.standard_normal([int(d) for d in p.type_annotation.shape]).astype(p.type_annotation.dtype)
+            for p in mod["main"].params]
+
+
+def test_a_2x2_max_pool_joins_the_convolution_group_it_follows():
+    """The direct convolution kernel pools its tiles, so the pool is not a kernel of its own."""
+    before = _conv_pool()
+    after = fuse(before)
+    assert groups(after) == [["nn.conv2d", "nn.bias_add", "nn.relu", "nn.max_pool2d"]]
+    check_same_result(before, after, *_conv_pool_args(before))
+    # right after the convolution too, with no epilogue in between
+    direct = parse("""
+def @main(%x: Tensor[(1, 2, 8, 8), float32], %w: Tensor[(3, 2, 3, 3), float32]) {
+  nn.max_pool2d(nn.conv2d(%x, %w), pool_size=[2, 2], strides=[2, 2])
+}""")
+    assert groups(fuse(direct)) == [["nn.conv2d", "nn.max_pool2d"]]
+
+
+@pytest.mark.parametrize("case", [
+    dict(pool_attrs="pool_size=[3, 3], strides=[2, 2]"),
+    dict(pool_attrs="pool_size=[2, 2], strides=[1, 1]"),
+    dict(pool_attrs="pool_size=[2, 2], strides=[2, 2], padding=[1, 1]"),
+    dict(pool_attrs="pool_size=[2, 2], strides=[2, 2], ceil_mode=True"),
+    dict(pool="nn.avg_pool2d"),
+    dict(conv="strides=[2, 2]"),
+    dict(conv="dilation=[2, 2]"),
+    dict(kernel=(1, 1)),
+    dict(dtype="float64"),
+], ids=["3x3-pool", "stride-1-pool", "padded-pool", "ceil-mode", "avg-pool", "strided-conv", "dilated-conv",
+        "1x1-conv", "float64"])
+def test_other_pools_and_convolutions_keep_the_pool_apart(case):
+    before = _conv_pool(**case)
+    after = fuse(before)
+    pool = case.get("pool", "nn.max_pool2d")
+    assert groups(after) == [["nn.conv2d", "nn.bias_add", "nn.relu"], [pool]]
+    check_same_result(before, after, *_conv_pool_args(before))
+
+
+def test_a_pool_does_not_join_when_the_unpooled_map_is_used_elsewhere():
+    before = parse("""
+def @main(%x: Tensor[(1, 2, 8, 8), float32], %w: Tensor[(3, 2, 3, 3), float32]) {
+  %0 = nn.relu(nn.conv2d(%x, %w, padding=[1, 1]));
+  (nn.max_pool2d(%0, pool_size=[2, 2], strides=[2, 2]), %0)
+}""")
+    after = fuse(before)
+    assert groups(after) == [["nn.conv2d", "nn.relu"], ["nn.max_pool2d"]]
+    check_same_result(before, after, *_conv_pool_args(before))
+
+
 def test_reduction_takes_elementwise_prologue_and_epilogue_but_not_a_second_reduction():
     before = parse("""
 def @main(%x: Tensor[(?, 4), float32]) {
