@@ -52,6 +52,8 @@ from . import bytecode as bc
 from .shape_plan import shape_plan
 from .specialize import shape_slice
 
+_wrap = NDArray.wrap  # results are handed out without the constructor's checks
+
 __all__ = ["VirtualMachine", "VMClosure", "SKIP_RUN", "InstrumentReturn", "shape_of", "reshape_tensor"]
 
 
@@ -199,8 +201,9 @@ def _tuple_getter(regs: tuple):
 
 
 def _fast_specs(param_types) -> tuple | None:
-    """``(dtype, rank, ((axis, static dim), ...))`` per parameter, when every parameter is a tensor
-    without symbolic dims: then arguments that already fit pass without conversion."""
+    """``(dtype, rank, shape, ((axis, static dim), ...))`` per parameter (``shape`` the whole shape when
+    every dim is static, else None), when every parameter is a tensor without symbolic dims: then
+    arguments that already fit pass without conversion."""
     if param_types is None:
         return None
     specs = []
@@ -208,8 +211,18 @@ def _fast_specs(param_types) -> tuple | None:
         if not isinstance(ty, TensorType) or any(isinstance(d, SymDim) for d in ty.shape):
             return None
         static = tuple((axis, d) for axis, d in enumerate(ty.shape) if isinstance(d, int))
-        specs.append((np.dtype(ty.dtype), len(ty.shape), static))
+        shape = tuple(ty.shape) if len(static) == len(ty.shape) else None
+        specs.append((np.dtype(ty.dtype), len(ty.shape), shape, static))
     return tuple(specs)
+
+
+def _fits(value, shape: tuple, static: tuple) -> bool:
+    """Whether an array's shape has the static dims of a parameter with dynamic ones."""
+    got = value.shape
+    for axis, dim in static:
+        if got[axis] != dim:
+            return False
+    return True
 
 
 class _FunctionInfo:
@@ -829,12 +842,10 @@ class VirtualMachine:
     def _convert_inputs(self, info: _FunctionInfo, args: tuple, kwargs: dict) -> list:
         fast = info.fast_specs
         if fast is not None and not kwargs and len(args) == len(fast):
-            for value, (dtype, ndim, static) in zip(args, fast):  # C-contiguous arrays of the right type
-                if value.__class__ is not np.ndarray or value.dtype is not dtype or value.ndim != ndim \
-                        or not value.flags.c_contiguous:
-                    break
-                shape = value.shape
-                if any(shape[axis] != dim for axis, dim in static):
+            for value, (dtype, ndim, shape, static) in zip(args, fast):  # C-contiguous arrays of the right type
+                if value.__class__ is not np.ndarray or value.dtype is not dtype or not value.flags.c_contiguous \
+                        or (value.shape != shape if shape is not None
+                            else value.ndim != ndim or not _fits(value, shape, static)):
                     break
             else:
                 return list(args)
@@ -948,7 +959,7 @@ class VirtualMachine:
     def _to_user(self, value):
         cls = value.__class__
         if cls is np.ndarray:
-            return NDArray(value)
+            return _wrap(value)
         if cls is ADT:
             fields = [self._to_user(f) for f in value.fields]
             if value.tag == 0:
