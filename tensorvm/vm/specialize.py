@@ -22,6 +22,11 @@ constants alone:
 A shape-determined tensor that could reach the caller (returned, put in a tuple, moved), directly or
 through reshapes, is excluded: every call must hand out its own buffer.
 
+The slice also makes the function's *arena* once per key: every storage whose size is shape-determined
+and whose tensors all stay in the function (none can reach the caller), with those tensors and the
+reshapes of them. A call writes such a buffer before reading it and nothing of it outlives the call, so
+one set of buffers serves every call with that key, and the body runs without their allocations.
+
 Only straight-line functions qualify: no branches, calls or closures, every parameter a tensor, and
 every register written once. The slice keeps the storages its tensors live in; the body drops a storage
 only when the slice alone reads it.
@@ -115,7 +120,30 @@ def shape_slice(fn: bc.VMFunction) -> ShapeSlice | None:
                 determine(pc, outs)
                 for r in outs:  # the output buffers are made once, by the slice
                     derived_pcs.add(writer[r])
-    if not any(isinstance(code[pc], (bc.ShapeOf, bc.InvokePacked)) for pc in derived_pcs):
+    # storages of a key-determined size holding only tensors that stay in the function: the slice makes
+    # them and their tensors once per key, an arena every call reuses (the body writes a buffer before
+    # it reads it on each call, and nothing of it outlives the call)
+    tensors_in: dict[int, list[int]] = {}
+    for pc, ins in enumerate(code):
+        if isinstance(ins, (bc.AllocTensor, bc.AllocTensorReg)):
+            tensors_in.setdefault(ins.storage, []).append(pc)
+    arena: set[int] = set()  # registers of the arena: storages, tensors and views of them
+    for storage, pcs in tensors_in.items():
+        alloc = code[writer[storage]] if storage in writer else None
+        if isinstance(alloc, bc.AllocStorage) and alloc.size in determined and all(
+                code[p].dst not in escaping and code[p].offset in determined
+                and (isinstance(code[p], bc.AllocTensor) or code[p].shape_register in determined) for p in pcs):
+            arena.add(storage)
+            derived_pcs.add(writer[storage])
+            for p in pcs:
+                arena.add(code[p].dst)
+                derived_pcs.add(p)
+    for pc, ins in enumerate(code):
+        if isinstance(ins, bc.ReshapeTensor) and ins.tensor in arena and ins.newshape in determined \
+                and ins.dst not in escaping:
+            arena.add(ins.dst)
+            derived_pcs.add(pc)
+    if not arena and not any(isinstance(code[pc], (bc.ShapeOf, bc.InvokePacked)) for pc in derived_pcs):
         return None  # nothing computed per call that the key fixes: no gain
 
     # storages the slice's tensors live in go into the slice; the body keeps those it also reads
@@ -152,9 +180,10 @@ def shape_slice(fn: bc.VMFunction) -> ShapeSlice | None:
     for pc, ins in enumerate(code):
         if pc not in body_skip and not isinstance(ins, bc.KillRegister):
             body_regs.update(ins.reads())
-    preset = tuple(sorted(r for r in determined if r in body_regs))
+    kept = determined | arena
+    preset = tuple(sorted(r for r in kept if r in body_regs))
     dropped_storages = {code[pc].dst for pc in body_skip if isinstance(code[pc], bc.AllocStorage)}
     for pc, ins in enumerate(code):
-        if isinstance(ins, bc.KillRegister) and (ins.dst in determined or ins.dst in dropped_storages):
+        if isinstance(ins, bc.KillRegister) and (ins.dst in kept or ins.dst in dropped_storages):
             body_skip.add(pc)
     return ShapeSlice(frozenset(slice_pcs), preset, frozenset(body_skip), frozenset(placeholders))

@@ -87,6 +87,8 @@ MAX_STACK_DEPTH = 1_000_000
 GC_PAUSE_DEPTH = 1024
 # parameter-shape keys a function keeps specialized code for (and keys remembered as seen once)
 _SPECIALIZE_LIMIT = 32
+# Bytes of arenas (buffers made once per specialized shape, ``specialize.py``) kept per function.
+_ARENA_LIMIT = 256 << 20
 
 # Decoded opcodes (not the bytecode's numbers), in groups of eight tested as a tree of ranges, so every
 # hot opcode is found within four or five comparisons (a flat if-chain cost up to 60 ns more per
@@ -216,6 +218,17 @@ def _fast_specs(param_types) -> tuple | None:
     return tuple(specs)
 
 
+def _held_bytes(values) -> int:
+    """Bytes of the memory blocks the arrays among ``values`` view (each block counted once)."""
+    blocks = {}
+    for value in values:
+        while isinstance(value, np.ndarray) and isinstance(value.base, np.ndarray):
+            value = value.base
+        if isinstance(value, np.ndarray):
+            blocks[id(value)] = value.nbytes
+    return sum(blocks.values())
+
+
 def _fits(value, shape: tuple, static: tuple) -> bool:
     """Whether an array's shape has the static dims of a parameter with dynamic ones."""
     got = value.shape
@@ -229,7 +242,7 @@ class _FunctionInfo:
     """What the VM knows about one function: decoded code, register count, and argument checkers."""
 
     __slots__ = ("name", "index", "code", "pcs", "num_regs", "params", "param_types", "ret_type", "fast_specs",
-                 "tail", "shape_slice", "specialized", "sightings")
+                 "tail", "shape_slice", "specialized", "sightings", "arena_bytes")
 
     def __init__(self, fn: bc.VMFunction, index: int, num_regs: int | None = None):
         self.name, self.index = fn.name, index
@@ -242,6 +255,7 @@ class _FunctionInfo:
         self.shape_slice = None  # specialize.ShapeSlice when the function can run specialized to its shapes
         self.specialized: dict = {}  # parameter shapes -> _FunctionInfo of the body with the slice's results
         self.sightings: dict = {}    # parameter shapes seen once (specialized at the second sighting)
+        self.arena_bytes = 0         # a specialized body: the bytes of the buffers made for it once
 
 
 class VirtualMachine:
@@ -709,7 +723,10 @@ class VirtualMachine:
         for reg, value in zip(plan.preset, values):
             tail[reg - len(fn.params)] = value
         body.tail = tuple(tail)
-        if len(info.specialized) >= _SPECIALIZE_LIMIT:
+        body.arena_bytes = _held_bytes(values)
+        # the kept arenas are bounded in number and in bytes (the newest is always kept)
+        while info.specialized and (len(info.specialized) >= _SPECIALIZE_LIMIT or body.arena_bytes + sum(
+                b.arena_bytes for b in info.specialized.values()) > _ARENA_LIMIT):
             del info.specialized[next(iter(info.specialized))]
         info.specialized[key] = body
         info.sightings.pop(key, None)

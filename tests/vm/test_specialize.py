@@ -157,3 +157,77 @@ def test_profiles_and_instruments_still_see_every_instruction():
     vm.set_instrument(lambda name, *_: seen.append(name))
     vm.invoke("main", x, y)
     assert seen and any("shape_func" in name for name in seen)
+
+
+# --- the arena: intermediate buffers made once per shape -------------------------------------------
+CNN_LIKE = """
+def @main(%x: Tensor[(N, 2, 8, 8), float32], %w: Tensor[(4, 2, 3, 3), float32], %wd: Tensor[(3, 64), float32]) {
+  %0 = nn.relu(nn.conv2d(%x, %w, padding=[1, 1]));
+  %1 = nn.max_pool2d(%0, pool_size=[2, 2], strides=[2, 2]);
+  %2 = exp(negative(%1));
+  %3 = nn.batch_flatten(%2);
+  nn.dense(%3, %wd)
+}
+"""
+
+
+def _cnn_like(x, w, wd):
+    from tensorvm.op.registry import get_op
+
+    conv = get_op("nn.conv2d")
+    y = np.maximum(conv.kernel(conv.normalize_attrs({"padding": [1, 1, 1, 1]}), x, w), 0)
+    pooled = y.reshape(y.shape[0], 4, 4, 2, 4, 2).max(axis=(3, 5))
+    return np.exp(-pooled).reshape(y.shape[0], -1) @ wd.T
+
+
+def _body_allocations(vm) -> list:
+    """The allocations a specialized call still runs (bytecode instructions outside the slice)."""
+    from tensorvm.vm import bytecode as bc
+
+    info = vm._function("main")
+    code = vm.exe.functions[info.index].instructions
+    return [code[pc] for pc, ins in enumerate(code) if pc not in info.shape_slice.body_skip
+            and isinstance(ins, (bc.AllocStorage, bc.AllocTensor, bc.AllocTensorReg))]
+
+
+@pytest.mark.parametrize("target", ["python", "c"])
+@pytest.mark.parametrize("batch", ["2", "?"], ids=["static", "dynamic"])
+def test_intermediate_buffers_are_made_once_per_shape(batch, target):
+    """A static function (and a dynamic one, per shape) keeps its intermediates' buffers after the second
+    call: the body allocates only the result. Every call is checked against NumPy, earlier results are
+    re-checked, and results of different calls never share memory."""
+    vm = VirtualMachine(tv.vm.compile(_parse(CNN_LIKE.replace("N", batch)), target=target))
+    rng = np.random.default_rng(3)
+    w, wd = rng.standard_normal((4, 2, 3, 3)).astype("float32"), rng.standard_normal((3, 64)).astype("float32")
+    kept = []
+    for n in (2, 2, 2, 2):
+        x = rng.standard_normal((n, 2, 8, 8)).astype("float32")
+        out = vm.invoke("main", x, w, wd).numpy()
+        np.testing.assert_allclose(out, _cnn_like(x, w, wd), rtol=1e-4, atol=1e-5)
+        kept.append((out, _cnn_like(x, w, wd)))
+    for out, want in kept:
+        np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-5)
+    assert not any(np.shares_memory(a[0], b[0]) for i, a in enumerate(kept) for b in kept[i + 1:])
+    (body,) = vm._function("main").specialized.values()
+    # only the result's storage and tensor are made per call
+    assert [type(ins).__name__ for ins in _body_allocations(vm)] in (["AllocStorage", "AllocTensor"],
+                                                                     ["AllocStorage", "AllocTensorReg"])
+    assert body.arena_bytes >= 2 * 4 * 4 * 4 * 4  # at least the pooled map
+
+
+def test_arenas_are_bounded_in_bytes(monkeypatch):
+    """Past ``_ARENA_LIMIT`` bytes of kept buffers, older specialized shapes are dropped (the newest stays);
+    answers stay right throughout."""
+    vm = VirtualMachine(tv.vm.compile(_parse(CNN_LIKE.replace("N", "?"))))
+    rng = np.random.default_rng(4)
+    w, wd = rng.standard_normal((4, 2, 3, 3)).astype("float32"), rng.standard_normal((3, 64)).astype("float32")
+    x1 = rng.standard_normal((1, 2, 8, 8)).astype("float32")
+    for _ in range(2):
+        vm.invoke("main", x1, w, wd)
+    one = vm._function("main").specialized[((1, 2, 8, 8), (4, 2, 3, 3), (3, 64))].arena_bytes
+    monkeypatch.setattr(vm_module, "_ARENA_LIMIT", int(one * 4.5))  # room for batch 1 and 3, not 1, 3, 5
+    for n in (3, 3, 5, 5, 1, 3, 5):
+        x = rng.standard_normal((n, 2, 8, 8)).astype("float32")
+        np.testing.assert_allclose(vm.invoke("main", x, w, wd).numpy(), _cnn_like(x, w, wd), rtol=1e-4, atol=1e-5)
+        info = vm._function("main")
+        assert sum(b.arena_bytes for b in info.specialized.values()) <= int(one * 4.5) or len(info.specialized) == 1
