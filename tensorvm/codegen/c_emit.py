@@ -609,9 +609,12 @@ __attribute__((unused)) static int32_t tv_conv2d_direct_f32(int64_t n, int64_t c
   for (int64_t b = 0; b < n; ++b) {
     tv_conv_pad_f32(x + b * c * h * w, c, h, w, pt, pl, hp, wp, padded);
     float* image = out + b * image_out;
+    /* channel blocks vary fastest: neighbouring tiles read the same input rows (kept in L1), and each
+       thread's share of the static schedule has every channel block (blocks of 6 and 4 differ in work) */
+    const int64_t oblocks = sixes + fours;
     _Pragma("omp parallel for schedule(static) if(parallel)")
     for (int64_t t = 0; t < tiles; ++t) {
-      const int64_t ob = t / (yblocks * xblocks), yb = (t / xblocks) % yblocks, xb = t % xblocks;
+      const int64_t ob = t % oblocks, xb = (t / oblocks) % xblocks, yb = t / (oblocks * xblocks);
       if (ob < sixes)
         tv_conv_tile6_f32(padded, c, hp, wp, weights, kh, kw, o, oh, ow, ob * 6, yb * 2, xb * 8, epi, image);
       else
