@@ -59,6 +59,7 @@ from ..ir.analysis import free_vars
 from ..ir.expr import Call, Function, Op, Var
 from ..ir.functor import ExprMutator
 from ..ir.types import TensorType, TupleType
+from ..op.nn import halves_nchw_map
 from ..op.registry import OpPattern, get_op, is_registered
 from ..te.expr import (
     INDEX_DTYPE,
@@ -244,9 +245,7 @@ def tile_epilogue(fn: Function, channels) -> tuple[TileEpilogue, Var | None] | N
             return None
         name, attrs, args = expr.op.name, expr.attrs, expr.args
         if name == "nn.max_pool2d":
-            a = get_op(name).normalize_attrs(attrs)
-            if (tuple(a.pool_size), tuple(a.strides), tuple(a.dilation), a.ceil_mode, a.layout) \
-                    != ((2, 2), (2, 2), (1, 1), False, "NCHW") or any(a.padding) or (a.out_layout or "NCHW") != "NCHW":
+            if not halves_nchw_map(get_op(name).normalize_attrs(attrs)):
                 return None
             kind, expr = "pool", args[0]
         elif name == "nn.relu":

@@ -752,6 +752,15 @@ def _pool2d(attrs, out_shape, x, kind):
     return _array_from_canonical(out, "NCHW", attrs.out_layout or attrs.layout)
 
 
+def halves_nchw_map(attrs) -> bool:
+    """Whether pooling ``attrs`` (normalized) are a 2x2 window with stride 2, no padding or dilation,
+    floor mode and NCHW in and out: the pool a direct convolution kernel applies to its output tiles
+    (``codegen.strategy.tile_epilogue``; FuseOps puts it in the convolution's group for that)."""
+    return (tuple(attrs.pool_size) == (2, 2) and tuple(attrs.strides) == (2, 2) and tuple(attrs.dilation) == (1, 1)
+            and not any(attrs.padding) and not attrs.ceil_mode and attrs.layout == "NCHW"
+            and (attrs.out_layout or "NCHW") == "NCHW")
+
+
 define_shaped(
     "nn.max_pool2d", 1, _pool_logic, lambda attrs, shape, x: _pool2d(attrs, shape, x, "max"),
     OpPattern.OUT_ELEMWISE_FUSABLE, attrs=_POOL_ATTRS, doc="2-D max pooling.",

@@ -48,6 +48,7 @@ from ..ir.expr import (
 )
 from ..ir.module import IRModule
 from ..ir.types import FuncType, TensorType, TupleType
+from ..op.nn import halves_nchw_map
 from ..op.registry import OpPattern, get_op
 from .pass_infra import Pass
 from .to_anf import TypedMutator, copy_type, expr_children, known_type, post_order_iter, rebuild_function
@@ -127,14 +128,13 @@ class _Node:
 
 
 class _Group:
-    __slots__ = ("parent", "pattern", "num_nodes", "anchor", "anchor_expr", "node")
+    __slots__ = ("parent", "pattern", "num_nodes", "anchor_expr", "node")
 
     def __init__(self, node: _Node):
         self.parent: _Group | None = None
         self.pattern = node.pattern
         self.num_nodes = 1
-        self.anchor = node.pattern in _ANCHORS
-        self.anchor_expr = node.expr if self.anchor else None  # the group's anchor op call
+        self.anchor_expr = node.expr if node.pattern in _ANCHORS else None  # the group's anchor op call
         self.node = node  # for a root group: the group's output node
 
     def root(self) -> _Group:
@@ -161,10 +161,7 @@ def _pools_convolution_tiles(anchor: Expr | None, consumer: Expr) -> bool:
     return (all(isinstance(t, TensorType) and t.dtype == "float32" for t in types)
             and conv.groups == 1 and tuple(conv.strides) == (1, 1) and tuple(conv.dilation) == (1, 1)
             and conv.data_layout == "NCHW" and conv.kernel_layout == "OIHW" and (conv.out_layout or "NCHW") == "NCHW"
-            and len(weight.shape) == 4 and tuple(weight.shape[2:]) != (1, 1)
-            and tuple(pool.pool_size) == (2, 2) and tuple(pool.strides) == (2, 2) and tuple(pool.dilation) == (1, 1)
-            and not any(pool.padding) and not pool.ceil_mode and pool.layout == "NCHW"
-            and (pool.out_layout or "NCHW") == "NCHW")
+            and len(weight.shape) == 4 and tuple(weight.shape[2:]) != (1, 1) and halves_nchw_map(pool))
 
 
 def _op_pattern(call: Call) -> OpPattern:
@@ -306,8 +303,7 @@ class _Partitioner:
             return
         parent.num_nodes += child.num_nodes
         child.parent = parent
-        if child.anchor:
-            parent.anchor = True
+        if child.anchor_expr is not None:
             parent.anchor_expr = child.anchor_expr
             parent.pattern = max(parent.pattern, child.pattern)
 

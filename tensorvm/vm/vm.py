@@ -229,7 +229,7 @@ def _held_bytes(values) -> int:
     return sum(blocks.values())
 
 
-def _fits(value, shape: tuple, static: tuple) -> bool:
+def _fits(value, static: tuple) -> bool:
     """Whether an array's shape has the static dims of a parameter with dynamic ones."""
     got = value.shape
     for axis, dim in static:
@@ -862,7 +862,7 @@ class VirtualMachine:
             for value, (dtype, ndim, shape, static) in zip(args, fast):  # C-contiguous arrays of the right type
                 if value.__class__ is not np.ndarray or value.dtype is not dtype or not value.flags.c_contiguous \
                         or (value.shape != shape if shape is not None
-                            else value.ndim != ndim or not _fits(value, shape, static)):
+                            else value.ndim != ndim or not _fits(value, static)):
                     break
             else:
                 return list(args)
