@@ -54,6 +54,7 @@ from ..te.expr import (
     TensorRead,
     Var,
     as_expr,
+    bitwise_or,
     cast,
     const,
     dtype_kind,
@@ -744,21 +745,24 @@ def _scalar_reduction(st: _Stage, reduce: list, store_index):
 
 def _float_extremum(st: _Stage, red, acc: Buffer, out: Buffer, store_index):
     """A float max/min as a vector reduction: lanes keep the extremum of the non-NaN values and a flag
-    records any NaN, which then wins (NumPy's rule) without serializing the loop."""
-    seen_nan = Buffer(f"{st.op.name}_nan", "bool", (), "local")
+    records any NaN, which then wins (NumPy's rule) without serializing the loop. The flag is an int32
+    or-ed with each comparison: gcc vectorizes that, while a bool ``||`` kept the loop scalar (a 128-wide
+    softmax row took 1.7x longer)."""
+    seen_nan = Buffer(f"{st.op.name}_nan", "int32", (), "local")
     v = var("v", acc.dtype)
     acc_value, nan_value = acc.load(()), seen_nan.load(())
     better = (v > acc_value) if red.combiner == "max" else (v < acc_value)
     update = LetStmt(v, cast(red.sources[0], acc.dtype), seq(
         Store(acc, const(0), select(better, v, acc_value)),
-        Store(seen_nan, const(0), logical_or(nan_value, ne(v, v))),
+        Store(seen_nan, const(0), bitwise_or(nan_value, cast(ne(v, v), "int32"))),
     ))
     loops = _reduce_loops(red, update, VECTORIZED, ((red.combiner, acc), ("|", seen_nan)))
     return Allocate(acc, Allocate(seen_nan, seq(
         Store(acc, const(0), _init_value(red.combiner, acc.dtype)),
-        Store(seen_nan, const(0), const(False)),
+        Store(seen_nan, const(0), const(0, "int32")),
         loops,
-        Store(out, store_index(out), cast(select(nan_value, const(math.nan, acc.dtype), acc_value), out.dtype)),
+        Store(out, store_index(out), cast(select(ne(nan_value, const(0, "int32")), const(math.nan, acc.dtype),
+                                                 acc_value), out.dtype)),
     )))
 
 
