@@ -59,11 +59,12 @@ C_TYPES = {
 _SUFFIX = {"int8": "i8", "int16": "i16", "int32": "i32", "int64": "i64", "uint8": "u8", "uint16": "u16",
            "uint32": "u32", "uint64": "u64", "float16": "f16", "float32": "f32", "float64": "f64", "bool": "b"}
 
-ERROR_DIVIDE_BY_ZERO, ERROR_INDEX, ERROR_OUT_OF_MEMORY = 1001, 1002, 1003
+ERROR_DIVIDE_BY_ZERO, ERROR_INDEX, ERROR_OUT_OF_MEMORY, ERROR_STRIDES = 1001, 1002, 1003, 1004
 RUNTIME_ERRORS = {
     ERROR_DIVIDE_BY_ZERO: "integer division by zero",
     ERROR_INDEX: "an index is out of range",
     ERROR_OUT_OF_MEMORY: "out of memory for a temporary buffer",
+    ERROR_STRIDES: "a product's operand has no unit stride (tv_gemm_strided)",
 }
 _STACK_BYTES = 32 * 1024  # larger temporaries go on the heap
 _DYNAMIC_STACK_BYTES = 4 * 1024  # temporaries of a run-time size up to this take a stack array
@@ -233,6 +234,29 @@ static inline int tv_omp_thread(void) { return 0; }
 static inline int tv_omp_team(void) { return 1; }
 #endif
 
+/* One operand of a batched product: entry i (of the batch's outer x inner entries) starts at
+   (i / inner) * outer + (i % inner) * inner elements; its rows (its columns when transposed) are ld apart. */
+typedef struct { int64_t outer, inner, ld, transposed; } tv_gemm_view;
+static inline int64_t tv_gemm_entry(tv_gemm_view v, int64_t i, int64_t inner) {
+  return inner == 1 ? i * v.outer : i / inner * v.outer + i % inner * v.inner;
+}
+/* The view of a rows x cols matrix with these strides, for BLAS: one stride must be 1 (the other is
+   then the leading dimension, at least the extent it skips); a single row or column takes either.
+   Returns 0 when the strides fit neither. */
+static inline int tv_gemm_layout(int64_t rows, int64_t cols, int64_t outer, int64_t inner, int64_t row,
+                                 int64_t col, tv_gemm_view* v) {
+  v->outer = outer, v->inner = inner;
+  if (col == 1 || cols <= 1) {
+    v->transposed = 0, v->ld = rows > 1 ? row : (cols > 1 ? cols : 1);
+    return rows <= 1 || row >= cols;
+  }
+  if (row == 1 || rows <= 1) {
+    v->transposed = 1, v->ld = cols > 1 ? col : (rows > 1 ? rows : 1);
+    return cols <= 1 || col >= rows;
+  }
+  return 0;
+}
+
 /* Below this many multiply-adds a product runs on the calling thread only. */
 #define TV_GEMM_PARALLEL_WORK 262144.0
 
@@ -259,32 +283,40 @@ static inline int tv_omp_team(void) { return 1; }
       }                                                                                            \
   }                                                                                                \
   /* For t of nt threads: its share of the batch, of the columns or of the rows. */                \
-  static void tv_gemm_share_##S(int t, int nt, int64_t batch, int64_t m, int64_t n, int64_t k,     \
-                                const T* a, int64_t a_step, int64_t ta, const T* b, int64_t b_step, \
-                                int64_t tb, T* c) {                                                \
-    const int64_t lda = ta ? m : k, ldb = tb ? k : n;                                              \
+  static void tv_gemm_share_##S(int t, int nt, int64_t batch, int64_t inner, int64_t m, int64_t n, int64_t k, \
+                                const T* a, tv_gemm_view av, const T* b, tv_gemm_view bv, T* c,  \
+                                tv_gemm_view cv) {                                                 \
+    const int64_t lda = av.ld, ta = av.transposed, ldb = bv.ld, tb = bv.transposed, ldc = cv.ld;    \
     if (nt == 1 || batch >= 4 * nt || (batch >= nt && batch % nt == 0)) {                          \
       const int64_t per = (batch + nt - 1) / nt, b0 = t * per, b1 = b0 + per < batch ? b0 + per : batch; \
       for (int64_t i = b0; i < b1; ++i)                                                            \
-        tv_gemm_block_##S(m, n, k, a + i * a_step, lda, ta, b + i * b_step, ldb, tb, c + i * m * n, n); \
+        tv_gemm_block_##S(m, n, k, a + tv_gemm_entry(av, i, inner), lda, ta, b + tv_gemm_entry(bv, i, inner), \
+                          ldb, tb, c + tv_gemm_entry(cv, i, inner), ldc);                          \
     } else if (m == 1 || n >= 32 * nt) {                                                           \
       const int64_t per = ((n + nt - 1) / nt + 15) / 16 * 16;                                      \
       const int64_t n0 = t * per < n ? t * per : n, n1 = n0 + per < n ? n0 + per : n;              \
       for (int64_t i = 0; i < batch; ++i)                                                          \
-        tv_gemm_block_##S(m, n1 - n0, k, a + i * a_step, lda, ta, b + i * b_step + (tb ? n0 * ldb : n0), \
-                          ldb, tb, c + i * m * n + n0, n);                                         \
+        tv_gemm_block_##S(m, n1 - n0, k, a + tv_gemm_entry(av, i, inner), lda, ta,                 \
+                          b + tv_gemm_entry(bv, i, inner) + (tb ? n0 * ldb : n0), ldb, tb,         \
+                          c + tv_gemm_entry(cv, i, inner) + n0, ldc);                              \
     } else {                                                                                       \
       const int64_t per = (m + nt - 1) / nt;                                                       \
       const int64_t m0 = t * per < m ? t * per : m, m1 = m0 + per < m ? m0 + per : m;              \
       for (int64_t i = 0; i < batch; ++i)                                                          \
-        tv_gemm_block_##S(m1 - m0, n, k, a + i * a_step + (ta ? m0 : m0 * lda), lda, ta, b + i * b_step, \
-                          ldb, tb, c + i * m * n + m0 * n, n);                                     \
+        tv_gemm_block_##S(m1 - m0, n, k, a + tv_gemm_entry(av, i, inner) + (ta ? m0 : m0 * lda), lda, ta, \
+                          b + tv_gemm_entry(bv, i, inner), ldb, tb, c + tv_gemm_entry(cv, i, inner) + m0 * ldc, ldc); \
     }                                                                                              \
   }                                                                                                \
-  __attribute__((unused)) static int32_t tv_gemm_##S(int64_t batch, int64_t m, int64_t n, int64_t k, \
-      const T* a, int64_t a_step, int64_t ta, const T* b, int64_t b_step, int64_t tb, T* c) {      \
+  static int32_t tv_gemm_run_##S(int64_t batch, int64_t inner, int64_t m, int64_t n, int64_t k,   \
+                                 const T* a, tv_gemm_view av, const T* b, tv_gemm_view bv, T* c,   \
+                                 tv_gemm_view cv) {                                                \
     if (batch <= 0 || m <= 0 || n <= 0) return 0;                                                  \
-    if (k <= 0) { for (int64_t i = 0; i < batch * m * n; ++i) c[i] = 0; return 0; }                \
+    if (k <= 0) {                                                                                  \
+      for (int64_t i = 0; i < batch; ++i)                                                          \
+        for (int64_t r = 0; r < m; ++r)                                                            \
+          for (int64_t j = 0; j < n; ++j) c[tv_gemm_entry(cv, i, inner) + r * cv.ld + j] = 0;      \
+      return 0;                                                                                    \
+    }                                                                                              \
     const int most = tv_omp_max_threads();                                                         \
     const int threads = (double)batch * m * n * k >= TV_GEMM_PARALLEL_WORK && !tv_omp_in_parallel() ? most : 1; \
     /* BLAS single-threaded while the kernels may run in parallel: its spinning workers would take \
@@ -293,12 +325,30 @@ static inline int tv_omp_team(void) { return 1; }
     if (blas_threads != 1) tv_blas_set_threads(1);                                                 \
     if (threads > 1) {                                                                             \
       _Pragma("omp parallel num_threads(threads)")                                                 \
-      tv_gemm_share_##S(tv_omp_thread(), tv_omp_team(), batch, m, n, k, a, a_step, ta, b, b_step, tb, c); \
+      tv_gemm_share_##S(tv_omp_thread(), tv_omp_team(), batch, inner, m, n, k, a, av, b, bv, c, cv); \
     } else {                                                                                       \
-      tv_gemm_share_##S(0, 1, batch, m, n, k, a, a_step, ta, b, b_step, tb, c);                    \
+      tv_gemm_share_##S(0, 1, batch, inner, m, n, k, a, av, b, bv, c, cv);                         \
     }                                                                                              \
     if (blas_threads != 1) tv_blas_set_threads(blas_threads);                                      \
     return 0;                                                                                      \
+  }                                                                                                \
+  /* Contiguous operands: A and B entries a_step and b_step apart (0: shared by the batch). */      \
+  __attribute__((unused)) static int32_t tv_gemm_##S(int64_t batch, int64_t m, int64_t n, int64_t k, \
+      const T* a, int64_t a_step, int64_t ta, const T* b, int64_t b_step, int64_t tb, T* c) {      \
+    const tv_gemm_view av = {a_step, 0, ta ? m : k, ta}, bv = {b_step, 0, tb ? k : n, tb}, cv = {m * n, 0, n, 0}; \
+    return tv_gemm_run_##S(batch, 1, m, n, k, a, av, b, bv, c, cv);                                \
+  }                                                                                                \
+  /* Strided operands (transposes read in place): the batch is outer x inner entries; each operand  \
+     gives its outer and inner entry steps and its row and column strides (one of them 1). */       \
+  __attribute__((unused)) static int32_t tv_gemm_strided_##S(int64_t outer, int64_t inner, int64_t m, int64_t n, \
+      int64_t k, const T* a, int64_t a_outer, int64_t a_inner, int64_t a_row, int64_t a_col,        \
+      const T* b, int64_t b_outer, int64_t b_inner, int64_t b_row, int64_t b_col,                   \
+      T* c, int64_t c_outer, int64_t c_inner, int64_t c_row, int64_t c_col) {                       \
+    tv_gemm_view av, bv, cv;                                                                       \
+    if (!tv_gemm_layout(m, k, a_outer, a_inner, a_row, a_col, &av)                                 \
+        || !tv_gemm_layout(k, n, b_outer, b_inner, b_row, b_col, &bv)                              \
+        || !tv_gemm_layout(m, n, c_outer, c_inner, c_row, c_col, &cv) || cv.transposed) return 1004; \
+    return tv_gemm_run_##S(outer * inner, inner, m, n, k, a, av, b, bv, c, cv);                    \
   }
 TV_GEMM(float, f32) TV_GEMM(double, f64)
 

@@ -60,6 +60,7 @@ from ..ir.expr import Call, Function, Op, Var
 from ..ir.functor import ExprMutator
 from ..ir.types import TensorType, TupleType
 from ..op.nn import halves_nchw_map
+from ..op.transform import RESHAPE_ONLY_OPS, transpose_axes
 from ..op.registry import OpPattern, get_op, is_registered
 from ..te.expr import (
     INDEX_DTYPE,
@@ -157,6 +158,29 @@ class GemmCall:
         return CallExtern(f"tv_gemm_{suffix}", (self.batch, self.m, self.n, self.k, args[self.a], self.a_step,
                                                 const(self.ta, "int64"), args[self.b], self.b_step,
                                                 const(self.tb, "int64"), target))
+
+
+@dataclass(frozen=True)
+class StridedGemmCall:
+    """The anchor op as ``tv_gemm_strided_<dtype>`` (``c_emit.BLAS_BRIDGE``) on operands read where they
+    lie: a kernel input or a transpose of one (FuseOps puts such transposes in the product's group).
+    The batch is ``outer`` x ``inner`` entries; ``a``, ``b``, ``c`` are each ``(outer step, inner step,
+    row stride, column stride)`` in elements, te expressions over the kernel's dims. The C side checks
+    that every matrix has a unit stride."""
+
+    outer: object
+    inner: object
+    m: object
+    n: object
+    k: object
+    a: tuple
+    b: tuple
+    c: tuple
+
+    def statement(self, args: list, target, suffix: str):
+        """``args``: the buffers the two operands are views of."""
+        return CallExtern(f"tv_gemm_strided_{suffix}", (self.outer, self.inner, self.m, self.n, self.k,
+                                                        args[0], *self.a, args[1], *self.b, target, *self.c))
 
 
 @dataclass(frozen=True)
@@ -480,6 +504,80 @@ class _Replace(ExprMutator):
         return super().visit_call(call)
 
 
+def _contiguous_strides(shape) -> tuple:
+    strides, step = [], const(1, INDEX_DTYPE)
+    for extent in reversed(shape):
+        strides.append(step)
+        step = step * _index(extent)
+    return tuple(reversed(strides))
+
+
+def _operand_view(graph, tensor):
+    """``(kernel input position, strides, contiguous)`` when ``tensor`` is a kernel input or a chain of
+    transposes and reshapes of one (its elements then lie in that input at these element strides; a
+    reshape only of a contiguous view); else None."""
+    if isinstance(tensor.op, PlaceholderOp):
+        if tensor not in graph.inputs:
+            return None
+        return graph.inputs.index(tensor), _contiguous_strides(tensor.shape), True
+    producer = next((c for c in graph.calls if any(r is tensor for r in c.results)), None)
+    if producer is None or producer.opdef.name not in RESHAPE_ONLY_OPS | {"transpose"}:
+        return None
+    source = _operand_view(graph, producer.args[0])
+    if source is None:
+        return None
+    position, strides, contiguous = source
+    if producer.opdef.name != "transpose":
+        return (position, _contiguous_strides(tensor.shape), True) if contiguous else None
+    axes = transpose_axes("transpose", producer.attrs, len(strides), UnsupportedError)
+    return position, tuple(strides[a] for a in axes), axes == tuple(range(len(axes)))
+
+
+def _strided_gemm(graph, anchor, out_axes: tuple | None = None):
+    """The anchor product as a ``StridedGemmCall`` with ``(call, operand positions)``, when an operand is a
+    transpose of a kernel input (``_operand_view``) or the result is stored transposed by ``out_axes``,
+    and the product is a batched matmul whose batch has at most two dims (other than static ones of 1);
+    else None."""
+    name = anchor.opdef.name
+    if name not in ("onnx.matmul", "nn.batch_matmul") or len(anchor.results) != 1 or len(anchor.args) != 2:
+        return None
+    views = [_operand_view(graph, arg) for arg in anchor.args]
+    if None in views or (out_axes is None and all(not isinstance(arg.op, ComputeOp) for arg in anchor.args)):
+        return None
+    (pa, sa, _), (pb, sb, _) = views
+    a, b = anchor.args
+    out = anchor.results[0]
+    if out_axes is None:
+        sc = _contiguous_strides(out.shape)
+    else:  # dim d of the product is dim out_axes.index(d) of the stored (transposed) result
+        stored = _contiguous_strides([out.shape[d] for d in out_axes])
+        sc = tuple(stored[out_axes.index(d)] for d in range(len(out_axes)))
+    if name == "onnx.matmul":
+        if a.ndim != b.ndim or a.ndim < 2:
+            return None
+        batch = [(out.shape[i], sa[i], sb[i], sc[i]) for i in range(a.ndim - 2)]
+        m, k, n = a.shape[-2], a.shape[-1], b.shape[-1]
+        a_rows, a_cols, b_rows, b_cols = sa[-2], sa[-1], sb[-2], sb[-1]
+    else:
+        ta, tb = anchor.attrs.transpose_a, anchor.attrs.transpose_b
+        # a batch of 1 is broadcast: its step is 0
+        batch = [(out.shape[0], select(eq(a.shape[0], 1), 0, sa[0]), select(eq(b.shape[0], 1), 0, sb[0]), sc[0])]
+        m, k = (a.shape[2], a.shape[1]) if ta else (a.shape[1], a.shape[2])
+        n = b.shape[1] if tb else b.shape[2]
+        a_rows, a_cols = (sa[2], sa[1]) if ta else (sa[1], sa[2])
+        b_rows, b_cols = (sb[2], sb[1]) if tb else (sb[1], sb[2])
+    batch = [d for d in batch if not (isinstance(d[0], Const) and d[0].value == 1)]
+    if len(batch) > 2:
+        return None
+    single = (1, 0, 0, 0)  # no batch dim: one entry
+    (outer, a0, b0, c0), (inner, a1, b1, c1) = (batch + [single, single])[:2]
+    call = StridedGemmCall(_index(outer), _index(inner), _index(m), _index(n), _index(k),
+                           tuple(_index(v) for v in (a0, a1, a_rows, a_cols)),
+                           tuple(_index(v) for v in (b0, b1, b_rows, b_cols)),
+                           tuple(_index(v) for v in (c0, c1, sc[-2], sc[-1])))
+    return call, [pa, pb]
+
+
 def _anchor_positions(graph, anchor):
     """Where the anchor op's arguments are among the kernel's inputs, or None when one is computed
     inside the group (then no call can take them as they are)."""
@@ -550,10 +648,19 @@ def _gemm_variant(prim: Function, name: str, graph, generic: LoweredParts, ancho
     from .fused import build_graph
 
     positions = _anchor_positions(graph, anchor)
+    call = impl.gemm
+    split = _epilogue_function(prim, anchor)
+    out_axes = _transposed_result(split)
+    if isinstance(call, GemmCall) and (positions is None or out_axes is not None):
+        # operands that are transposes read in place, a transposed result written in place
+        strided = _strided_gemm(graph, anchor, out_axes)
+        if strided is not None:
+            call, positions = strided
+            if out_axes is not None:
+                split = None  # the product stores the group's output itself
     result = anchor.results[0] if anchor.results else None
     if positions is None or result.dtype not in _GEMM_SUFFIX:
         return None
-    call = impl.gemm
     args = [generic.params[p] for p in positions]
     if any(a.dtype != result.dtype for a in args):
         return None
@@ -562,7 +669,6 @@ def _gemm_variant(prim: Function, name: str, graph, generic: LoweredParts, ancho
     def gemm_into(target):
         return call.statement(args, target, _GEMM_SUFFIX[result.dtype])
 
-    split = _epilogue_function(prim, anchor)
     fused = _tile_epilogue_call(call, split, args, generic, outputs, anchor) if split is not None else None
     if fused is not None:
         body = fused
@@ -609,6 +715,21 @@ def _gemm_variant(prim: Function, name: str, graph, generic: LoweredParts, ancho
             return None
     return LoweredParts(name, generic.params, generic.num_inputs, generic.dim_params, generic.dim_positions,
                         [], [], body)
+
+
+def _transposed_result(split) -> tuple | None:
+    """The axes when the rest of the group (``split``, from ``_epilogue_function``) is one transpose of the
+    anchor's result keeping its last axis last (FuseOps' ``_product_writes_in_place``); else None."""
+    if split is None:
+        return None
+    fn, _ = split
+    body = fn.body
+    if not (isinstance(body, Call) and isinstance(body.op, Op) and body.op.name == "transpose"
+            and len(fn.params) == 1 and body.args[0] is fn.params[0]):
+        return None
+    ndim = len(fn.params[0].type_annotation.shape)
+    axes = transpose_axes("transpose", get_op("transpose").normalize_attrs(body.attrs), ndim, UnsupportedError)
+    return axes if axes[-1] == ndim - 1 else None
 
 
 def _tile_epilogue_call(call, split, args: list, generic: LoweredParts, outputs: list, anchor):

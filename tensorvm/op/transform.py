@@ -20,7 +20,7 @@ from ..ir.types import Any, SymDim, TensorType, TupleType, normalize_dtype
 from ._common import expect_tensor
 from .registry import REQUIRED, AttrDef, OpDef, OpPattern, get_op, register_op
 
-__all__ = ["RESHAPE_ONLY_OPS"]
+__all__ = ["RESHAPE_ONLY_OPS", "transpose_axes"]
 
 # Ops that only reinterpret the shape of their input (zero-copy); a fused group made only of these
 # can become a VM ``reshape_tensor`` instead of a kernel call (TVM's ``relay.reshape_only``).
@@ -487,7 +487,8 @@ define_shaped(
 # transpose, expand_dims, squeeze
 
 
-def _transpose_axes(op, attrs, ndim, err):
+def transpose_axes(op, attrs, ndim, err):
+    """The permutation a transpose's (normalized) ``attrs`` ask for over ``ndim`` dims; ``err`` if it is none."""
     if attrs.axes is None:
         return tuple(range(ndim - 1, -1, -1))
     axes = tuple(norm_axis(op, a, ndim, err) for a in attrs.axes)
@@ -498,12 +499,12 @@ def _transpose_axes(op, attrs, ndim, err):
 
 def _transpose_logic(op, attrs, shapes, err):
     (shape,) = shapes
-    return tuple(shape[a] for a in _transpose_axes(op, attrs, len(shape), err))
+    return tuple(shape[a] for a in transpose_axes(op, attrs, len(shape), err))
 
 
 define_shaped(
     "transpose", 1, _transpose_logic,
-    lambda attrs, shape, x: np.transpose(x, _transpose_axes("transpose", attrs, x.ndim, ShapeError)),
+    lambda attrs, shape, x: np.transpose(x, transpose_axes("transpose", attrs, x.ndim, ShapeError)),
     OpPattern.INJECTIVE, attrs=(AttrDef("axes", None, int_tuple()),),
     doc="Permute the dims (reverse them when ``axes`` is None).",
 )

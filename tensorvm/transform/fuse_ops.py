@@ -24,6 +24,11 @@ separate regions; a value used inside a nested function is a group output):
   output tiles in registers (``codegen.strategy``): the unpooled map is never stored;
 * injective ops and tuples fuse into injective consumers and reductions (phase 2: into tuples
   that already fused into injective consumers);
+* a transpose that only feeds a batched float product (``onnx.matmul``, ``nn.batch_matmul``) joins the
+  product's group, with the reshapes before it, when the product can read it in place (its input's
+  last axis stays among the last two): the kernel then reads the untransposed input with strides, as
+  attention's ``Q K^T`` does; likewise a transpose of such a product's result that keeps the last axis
+  last (the product writes its matrices where the transpose puts them);
 * opaque ops stand alone; an op whose output shape is dynamic *and* whose shape function reads data
   (``arange``, ``argwhere``, ...) is opaque, because a composed shape function cannot read the data
   of a value computed inside the group;
@@ -162,6 +167,54 @@ def _pools_convolution_tiles(anchor: Expr | None, consumer: Expr) -> bool:
             and conv.groups == 1 and tuple(conv.strides) == (1, 1) and tuple(conv.dilation) == (1, 1)
             and conv.data_layout == "NCHW" and conv.kernel_layout == "OIHW" and (conv.out_layout or "NCHW") == "NCHW"
             and len(weight.shape) == 4 and tuple(weight.shape[2:]) != (1, 1) and halves_nchw_map(pool))
+
+
+_STRIDED_PRODUCTS = ("onnx.matmul", "nn.batch_matmul")
+
+
+def _product_reads_in_place(transpose: Expr, product: Expr) -> bool:
+    """Whether ``transpose`` is a transpose feeding only the batched product ``product`` (float32/64,
+    at most two batch dims besides static ones of 1) whose input's last axis stays among the last two:
+    the product then reads the transposed matrix where it lies, with a leading dimension
+    (``codegen.strategy.StridedGemmCall``), and the transpose is never stored."""
+    from ..op.transform import transpose_axes
+
+    if not (isinstance(transpose, Call) and isinstance(product, Call) and isinstance(transpose.op, Op)
+            and isinstance(product.op, Op) and transpose.op.name == "transpose"
+            and product.op.name in _STRIDED_PRODUCTS and any(a is transpose for a in product.args)):
+        return False
+    types = [_type_of(a) for a in product.args] + [_type_of(product), _type_of(transpose.args[0])]
+    if not all(isinstance(t, TensorType) and t.dtype in ("float32", "float64") for t in types):
+        return False
+    a, b, out, source = types
+    if len(a.shape) != len(b.shape) or len(a.shape) < 2:
+        return False
+    if sum(1 for d in out.shape[:-2] if d != 1) > 2:
+        return False
+    axes = transpose_axes("transpose", get_op("transpose").normalize_attrs(transpose.attrs), len(source.shape),
+                          TypeInferenceError)
+    return len(source.shape) - 1 in axes[-2:]
+
+
+def _product_writes_in_place(product: Expr, transpose: Expr) -> bool:
+    """Whether ``transpose`` transposes the result of the batched float product ``product`` (at most two
+    batch dims besides static ones of 1) keeping its last axis last: the product then writes each of its
+    matrices straight into the transposed output, with a leading dimension."""
+    from ..op.transform import transpose_axes
+
+    if not (isinstance(transpose, Call) and isinstance(product, Call) and isinstance(transpose.op, Op)
+            and isinstance(product.op, Op) and transpose.op.name == "transpose"
+            and product.op.name in _STRIDED_PRODUCTS and transpose.args[0] is product):
+        return False
+    out = _type_of(product)
+    types = [_type_of(a) for a in product.args] + [out]
+    if not all(isinstance(t, TensorType) and t.dtype in ("float32", "float64") for t in types):
+        return False
+    if len(types[0].shape) != len(types[1].shape) or sum(1 for d in out.shape[:-2] if d != 1) > 2:
+        return False
+    axes = transpose_axes("transpose", get_op("transpose").normalize_attrs(transpose.attrs), len(out.shape),
+                          TypeInferenceError)
+    return axes[-1] == len(out.shape) - 1
 
 
 def _op_pattern(call: Call) -> OpPattern:
@@ -313,6 +366,12 @@ class _Partitioner:
         for node in self._paths(src, sink):
             self._merge(node.group, target)
 
+    def _only_views(self, group: _Group) -> bool:
+        """Whether ``group`` is made of transposes and reshape-only ops (strided views of its input)."""
+        views = reshape_only_ops() | {"transpose"}
+        return all(_is_op_call(n.expr) and n.expr.op.name in views
+                   for n in self.region.order if n.group.root() is group)
+
     def _fused_size(self, src: _Node, sink: _Node) -> int:
         target = sink.group.root()
         roots = {src.group.root()} | {n.group.root() for n in self._paths(src, sink)}
@@ -352,6 +411,9 @@ class _Partitioner:
             elif phase == 0 and dom_group.num_nodes == 1 and _pools_convolution_tiles(group.anchor_expr, dom.expr):
                 if self._check_path(node, dom, lambda kind, is_sink: is_sink or kind <= BROADCAST):
                     self._commit(node, dom)
+            elif phase == 1 and node.expr is group.anchor_expr and dom_group.num_nodes == 1 \
+                    and all(c is dom for c, _ in node.outputs) and _product_writes_in_place(node.expr, dom.expr):
+                self._commit(node, dom)
         elif group.pattern <= BROADCAST:
             if phase == 0 and (node.dom_pattern <= INJECTIVE or node.dom_pattern == COMM_REDUCE):
                 def fcond(kind, is_sink):
@@ -360,7 +422,10 @@ class _Partitioner:
                 if self._check_path(node, dom, fcond):
                     self._commit(node, dom)
         elif group.pattern in (INJECTIVE, TUPLE):
-            if phase == 1 and (node.dom_pattern <= INJECTIVE or node.dom_pattern == COMM_REDUCE):
+            if phase == 1 and all(c is dom for c, _ in node.outputs) and _product_reads_in_place(node.expr, dom.expr) \
+                    and self._only_views(group):
+                self._commit(node, dom)
+            elif phase == 1 and (node.dom_pattern <= INJECTIVE or node.dom_pattern == COMM_REDUCE):
                 def fcond(kind, is_sink):
                     return kind <= INJECTIVE or (is_sink and kind == COMM_REDUCE)
 
