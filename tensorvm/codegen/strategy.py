@@ -60,8 +60,8 @@ from ..ir.expr import Call, Function, Op, Var
 from ..ir.functor import ExprMutator
 from ..ir.types import TensorType, TupleType
 from ..op.nn import halves_nchw_map
-from ..op.transform import RESHAPE_ONLY_OPS, transpose_axes
 from ..op.registry import OpPattern, get_op, is_registered
+from ..op.transform import RESHAPE_ONLY_OPS, transpose_axes
 from ..te.expr import (
     INDEX_DTYPE,
     Binary,

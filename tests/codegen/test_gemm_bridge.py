@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from tensorvm import op
-from tensorvm.codegen import blas, build
+from tensorvm.codegen import blas, build, c_emit
 from tensorvm.codegen.c_emit import prelude
 from tensorvm.codegen.fused import build_fused_module, lower_primitive
 from tensorvm.codegen.loop_ir import find_dispatch
@@ -113,6 +113,48 @@ CASES = [
 ]
 
 
+def _attention_scores(dtype=F32):
+    """Q K^T of attention with the heads split by transposes (FuseOps puts them in the product's group)."""
+    q, k = Var("q", _t(None, None, None, 16, dtype=dtype)), Var("k", _t(None, None, None, 16, dtype=dtype))
+    prim = _fn([q, k], op.onnx.matmul(op.transpose(q, axes=[0, 2, 1, 3]), op.transpose(k, axes=[0, 2, 3, 1])))
+    return prim, lambda x, y: x.transpose(0, 2, 1, 3) @ y.transpose(0, 2, 3, 1)
+
+
+def _attention_context():
+    """P V with V's heads split by a transpose and the result's heads merged back by another."""
+    p, v = Var("p", _t(None, None, None, None)), Var("v", _t(None, None, None, 16))
+    product = op.onnx.matmul(p, op.transpose(v, axes=[0, 2, 1, 3]))
+    prim = _fn([p, v], op.transpose(product, axes=[0, 2, 1, 3]))
+    return prim, lambda x, y: (x @ y.transpose(0, 2, 1, 3)).transpose(0, 2, 1, 3)
+
+
+def _transposed_batch_matmul():
+    """nn.batch_matmul with transpose_a over a transposed operand (and a reshape before it)."""
+    x, y = Var("x", _t(None, None, None)), Var("y", _t(None, None))
+    b = op.transpose(op.reshape(y, newshape=[-1, 24, 16]), axes=[0, 2, 1])
+    prim = _fn([x, y], op.nn.batch_matmul(op.transpose(x, axes=[0, 2, 1]), b, transpose_a=True, transpose_b=True))
+    return prim, lambda a, c: a @ c.reshape(-1, 24, 16)
+
+
+def _transposed_matrix():
+    a, b = Var("a", _t(None, None, None)), Var("b", _t(None, None, None))
+    prim = _fn([a, b], op.onnx.matmul(a, op.transpose(b, axes=[0, 2, 1])))
+    return prim, lambda x, y: x @ np.swapaxes(y, 1, 2)
+
+
+CASES += [
+    # transposes read and written in place (tv_gemm_strided): batches of two dims, of one, and none
+    ("strided-scores", _attention_scores(), [(2, 33, 3, 16), (2, 40, 3, 16)], True),
+    ("strided-scores-one-batch-entry", _attention_scores(), [(1, 60, 1, 16), (1, 64, 1, 16)], True),
+    ("strided-scores-float64", _attention_scores("float64"), [(1, 30, 2, 16), (1, 40, 2, 16)], True),
+    ("strided-context", _attention_context(), [(2, 3, 25, 30), (2, 30, 3, 16)], True),
+    ("strided-batch_matmul", _transposed_batch_matmul(), [(4, 20, 24), (96, 16)], True),
+    ("strided-batch_matmul-broadcast", _transposed_batch_matmul(), [(1, 20, 24), (96, 16)], True),
+    ("strided-matmul-3d", _transposed_matrix(), [(3, 20, 30), (3, 40, 30)], True),
+    ("strided-tiny (generated code)", _attention_scores(), [(1, 2, 2, 16), (1, 2, 2, 16)], False),
+]
+
+
 @pytest.mark.parametrize("threads", [1, 2])
 @pytest.mark.parametrize("name,case,shapes,uses_blas", CASES, ids=[c[0] for c in CASES])
 def test_products_match_numpy(name, case, shapes, uses_blas, threads, kernel_threads):
@@ -126,6 +168,47 @@ def test_products_match_numpy(name, case, shapes, uses_blas, threads, kernel_thr
     (got,) = _run(kernel, arrays, [want.shape], dtype)
     _close(got, want, dtype)
     assert (kernel.select_variant(*arrays, got) == "blas") == uses_blas
+    assert ("tv_gemm_strided" in kernel.source) == name.startswith("strided")
+
+
+_STRIDED_CALLER = """
+int32_t tv_test_strided(const int64_t* d, const float* a, const float* b, float* c) {
+  return tv_gemm_strided_f32(d[0], d[1], d[2], d[3], d[4], a, d[5], d[6], d[7], d[8], b, d[9], d[10], d[11], d[12],
+                             c, d[13], d[14], d[15], d[16]);
+}
+"""
+
+
+def test_strided_product_takes_any_view_with_a_unit_stride(kernel_threads):
+    """``tv_gemm_strided_f32`` called directly on NumPy views (strides in elements): transposed and
+    row-strided operands, a result written with a leading dimension, single rows and columns whose
+    other stride is arbitrary; a matrix with no unit stride is refused with its error code."""
+    library = build.build_library([(prelude() + _STRIDED_CALLER, ())])
+    function = library._cdll.tv_test_strided
+    function.restype = ctypes.c_int32
+    function.argtypes = [ctypes.c_void_p] * 4
+    rng = np.random.default_rng(11)
+
+    def run(a, b, c):  # a (outer, inner, m, k), b (outer, inner, k, n), c (outer, inner, m, n): views
+        steps = [[s // 4 for s in v.strides] for v in (a, b, c)]
+        dims = np.array([*a.shape[:3], b.shape[3], a.shape[3], *steps[0], *steps[1], *steps[2]], np.int64)
+        bases = [v.base if v.base is not None else v for v in (a, b, c)]
+        offsets = [v.__array_interface__["data"][0] - base.__array_interface__["data"][0] for v, base in zip((a, b, c), bases)]
+        return function(dims.ctypes.data, *(base.ctypes.data + off for base, off in zip(bases, offsets)))
+
+    for threads in (1, 2):
+        kernel_threads(threads)
+        for m, n, k in ((20, 30, 16), (1, 40, 8), (30, 1, 8), (24, 24, 1)):
+            base_a = rng.standard_normal((3, k, 2, m)).astype(np.float32)  # A read transposed
+            a = base_a.transpose(0, 2, 3, 1)
+            base_b = rng.standard_normal((3, 2, k, n + 5)).astype(np.float32)  # B's rows strided
+            b = base_b[:, :, :, :n]
+            out = np.full((3, m, 2, n), np.nan, np.float32)  # C written transposed
+            assert run(a, b, out.transpose(0, 2, 1, 3)) == 0
+            _close(out.transpose(0, 2, 1, 3), a.astype(np.float64) @ b.astype(np.float64))
+    square = rng.standard_normal((1, 1, 8, 8)).astype(np.float32)
+    no_unit = square[:, :, ::2, ::2]
+    assert run(no_unit, no_unit, np.zeros((1, 1, 4, 4), np.float32)) == c_emit.ERROR_STRIDES
 
 
 def test_zero_sized_reduction_gives_zeros_and_empty_rows_nothing():

@@ -170,6 +170,85 @@ def @main(%x: Tensor[(1, 2, 8, 8), float32], %w: Tensor[(3, 2, 3, 3), float32]) 
     check_same_result(before, after, *_conv_pool_args(before))
 
 
+_ATTENTION = """
+def @main(%q: Tensor[(1, ?, 4, 8), DTYPE], %k: Tensor[(1, ?, 4, 8), DTYPE], %v: Tensor[(1, ?, 4, 8), DTYPE]) {
+  %0 = onnx.matmul(transpose(%q, axes=[0, 2, 1, 3]), transpose(%k, axes=K_AXES));
+  %1 = nn.softmax(multiply(%0, 0.5f), axis=-1);
+  transpose(onnx.matmul(%1, transpose(%v, axes=[0, 2, 1, 3])), axes=OUT_AXES)
+}"""
+
+
+def _attention(dtype="float32", k_axes="[0, 2, 3, 1]", out_axes="[0, 2, 1, 3]"):
+    return parse(_ATTENTION.replace("DTYPE", dtype).replace("K_AXES", k_axes).replace("OUT_AXES", out_axes)
+                 .replace("0.5f", {"float32": "0.5f", "float16": "0.5f16", "float64": "0.5f64"}[dtype]))
+
+
+def _attention_args(seq=5, dtype="float32"):
+    rng = np.random.default_rng(seq)
+    return [rng.standard_normal((1, seq, 4, 8)).astype(dtype) for _ in range(3)]
+
+
+def test_transposes_around_a_batched_product_join_its_group():
+    """A product reads a transposed operand, and writes a transposed result, in place (strided BLAS)."""
+    before = _attention()
+    after = fuse(before)
+    assert groups(after) == [["transpose", "transpose", "onnx.matmul", "multiply"], ["nn.softmax"],
+                             ["transpose", "onnx.matmul", "transpose"]]
+    check_same_result(before, after, *_attention_args())
+    # nn.batch_matmul, and a static reshape before the transpose
+    bmm = parse("""
+def @main(%x: Tensor[(3, 4, 8), float32], %y: Tensor[(12, 8), float32]) {
+  nn.batch_matmul(%x, transpose(reshape(%y, newshape=[3, 4, 8]), axes=[0, 2, 1]), transpose_b=False)
+}""")
+    fused = fuse(bmm)
+    assert groups(fused) == [["reshape", "transpose", "nn.batch_matmul"]]
+    rng = np.random.default_rng(3)
+    check_same_result(bmm, fused, rng.standard_normal((3, 4, 8)).astype("float32"),
+                      rng.standard_normal((12, 8)).astype("float32"))
+
+
+@pytest.mark.parametrize("case, expected", [
+    # the result's last axis moved: its rows would need a column stride
+    (dict(out_axes="[0, 1, 3, 2]"), [["transpose", "transpose", "onnx.matmul", "multiply"], ["nn.softmax"],
+                                     ["transpose", "onnx.matmul"], ["transpose"]]),
+    # no BLAS product for this dtype
+    (dict(dtype="float16"), [["transpose"], ["transpose"], ["onnx.matmul", "multiply"], ["nn.softmax"],
+                             ["transpose"], ["onnx.matmul"], ["transpose"]]),
+], ids=["result-rows-strided", "float16"])
+def test_transposes_a_product_cannot_read_in_place_stay_apart(case, expected):
+    before = _attention(**case)
+    after = fuse(before)
+    assert groups(after) == expected
+    args = _attention_args(dtype=case.get("dtype", "float32"))
+    check_same_result(before, after, *args)
+
+
+def test_a_transpose_moving_the_last_axis_to_the_batch_stays_apart():
+    """Its matrices would have no unit stride, which BLAS needs."""
+    before = parse("""
+def @main(%x: Tensor[(4, 4, 4), float32], %y: Tensor[(4, 4, 4), float32]) {
+  nn.batch_matmul(%x, transpose(%y, axes=[2, 0, 1]), transpose_b=False)
+}""")
+    after = fuse(before)
+    assert groups(after) == [["transpose"], ["nn.batch_matmul"]]
+    rng = np.random.default_rng(5)
+    check_same_result(before, after, *(rng.standard_normal((4, 4, 4)).astype("float32") for _ in range(2)))
+
+
+def test_a_transpose_with_another_use_or_a_computed_input_stays_apart():
+    before = parse("""
+def @main(%x: Tensor[(2, 4, 8), float32], %y: Tensor[(2, 8, 4), float32]) {
+  %0 = transpose(%y, axes=[0, 2, 1]);
+  %1 = transpose(exp(%y), axes=[0, 2, 1]);
+  (nn.batch_matmul(%x, %0, transpose_b=True), nn.batch_matmul(%x, %1, transpose_b=True), %0)
+}""")
+    after = fuse(before)
+    assert groups(after) == [["transpose"], ["nn.batch_matmul"], ["exp", "transpose"], ["nn.batch_matmul"]]
+    rng = np.random.default_rng(4)
+    check_same_result(before, after, rng.standard_normal((2, 4, 8)).astype("float32"),
+                      rng.standard_normal((2, 8, 4)).astype("float32"))
+
+
 def test_reduction_takes_elementwise_prologue_and_epilogue_but_not_a_second_reduction():
     before = parse("""
 def @main(%x: Tensor[(?, 4), float32]) {
