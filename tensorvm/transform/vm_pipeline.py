@@ -50,6 +50,7 @@ from __future__ import annotations
 from ..errors import UnsupportedError
 from ..ir.module import IRModule
 from .bind_params import BindParams
+from .constant_arguments import ConstantArguments
 from .dead_code import DeadCodeElimination
 from .eliminate_common_subexpr import EliminateCommonSubexpr
 from .eta_expand import EtaExpand
@@ -74,6 +75,8 @@ def vm_passes(opt_level: int = 3, memory_plan: bool = True, target: str | None =
     adds ``PackWeights`` (products with constant weights read them pre-packed, a C kernel's layout)."""
     passes = [
         EtaExpand(),  # first: type inference rejects an op used as a value
+        InferType(),
+        ConstantArguments(),  # a recursive loop's weights become constants (folded, packed below)
         InferType(),
         SimplifyExpr(),
         FoldConstant(),
