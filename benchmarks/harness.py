@@ -148,6 +148,7 @@ def worker_main(args) -> int:
                     reply({"ok": False, "status": "n/a", "message": str(err)})
                     continue
                 calls = {case.name: runner.call(case) for case in group.cases}
+                getattr(runner, "ready", lambda: None)()
                 reply({"ok": True, "info": info, "rss_start_mb": rss_before, "rss_setup_mb": current_rss_mb()})
             elif kind == "check":
                 start = time.perf_counter()

@@ -38,6 +38,7 @@ import numpy as np
 from ..errors import ExecutionError, ShapeError
 
 __all__ = ["Storage", "Allocator", "NaiveAllocator", "PooledAllocator", "make_allocator", "alloc_tensor",
+           "return_free_memory", "LARGE_MODEL_BYTES",
            "size_class", "DEFAULT_ALIGNMENT"]
 
 DEFAULT_ALIGNMENT = 64
@@ -309,6 +310,39 @@ class PooledAllocator(Allocator):
 
 
 _ALLOCATORS = {"naive": NaiveAllocator, "pooled": PooledAllocator}
+
+
+_LIBC_TRIM: list = []  # [malloc_trim or None], looked up once
+
+
+def return_free_memory() -> None:
+    """Hands the C heap's free pages back to the system (glibc's ``malloc_trim``; elsewhere nothing).
+
+    Compiling a large model frees as much as it allocates (an ONNX import's protobuf, weights copied
+    while they are packed), but glibc keeps freed blocks of a few MB in its heap: after the first such
+    free it stops giving them their own mappings. The process would keep that memory resident for good
+    (430 MB after importing and compiling BERT-base), so ``tv.vm.compile`` calls this on entry and exit
+    for a model with ``LARGE_MODEL_BYTES`` of constants. It collects garbage first (a protobuf message
+    in a reference cycle is freed only then), which is why small models skip it."""
+    if not _LIBC_TRIM:
+        import ctypes
+        import ctypes.util
+
+        try:
+            trim = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim
+            trim.argtypes, trim.restype = [ctypes.c_size_t], ctypes.c_int
+        except (OSError, AttributeError):  # not glibc
+            trim = None
+        _LIBC_TRIM.append(trim)
+    if _LIBC_TRIM[0] is not None:
+        import gc
+
+        gc.collect()
+        _LIBC_TRIM[0](0)
+
+
+# Models with at least this many bytes of constants get their freed memory returned after compiling.
+LARGE_MODEL_BYTES = 64 << 20
 
 
 def make_allocator(kind: str | Allocator = "pooled", limit_bytes: int | None = None) -> Allocator:

@@ -24,10 +24,33 @@ def compile(mod, target: str = "python", params: dict | None = None, opt_level: 
         raise UnsupportedError(f"unknown target {target!r}; expected one of {TARGETS}")
     if exec_mode not in EXEC_MODES:
         raise ValueError(f"exec_mode must be one of {EXEC_MODES}, got {exec_mode!r}")
+    from ..runtime.memory import LARGE_MODEL_BYTES, return_free_memory
     from ..transform.vm_pipeline import lower_for_vm
     from .codegen import generate
 
+    large = _constant_bytes(mod, params) >= LARGE_MODEL_BYTES
+    if large:
+        return_free_memory()  # what the caller freed (an ONNX import's protobuf), before weights are packed
     lowered = lower_for_vm(mod, params=params, opt_level=opt_level, memory_plan=memory_plan, target=target)
     exe = generate(lowered, exec_mode=exec_mode, target=target)
     exe.kernels  # noqa: B018 - build the kernels now so a compile error surfaces here
+    if large:
+        del lowered
+        return_free_memory()
     return exe
+
+
+def _constant_bytes(mod, params: dict | None) -> int:
+    """Bytes of the tensors ``mod`` holds as constants plus those ``params`` binds."""
+    import numpy as np
+
+    from ..ir.expr import Constant, Function
+    from ..ir.module import IRModule
+    from ..transform.to_anf import post_order_iter
+
+    total = sum(np.asarray(v).nbytes for v in (params or {}).values())
+    if isinstance(mod, IRModule):
+        for fn in mod.functions.values():
+            if isinstance(fn, Function):
+                total += sum(n.data.nbytes for n in post_order_iter(fn.body) if isinstance(n, Constant))
+    return total

@@ -329,3 +329,31 @@ def test_closures_are_accepted_only_by_their_executable(mode):
             foreign.invoke("apply_first", make_list([closure]))
     with pytest.raises(ExecutionError, match="parameter 'f': expected a VM closure"):
         vm.invoke("apply", lambda x: x, 3)
+
+
+def test_large_models_return_freed_memory_after_compiling(monkeypatch):
+    """``compile`` counts a model's constant bytes (bound params and literals) and trims the C heap on
+    entry and exit only for a large model (a trim collects garbage, too slow for every small compile)."""
+    from tensorvm.runtime import memory
+    from tensorvm.vm import compiler
+
+    text = """
+def @main(%x: Tensor[(4, 8), float32], %w: Tensor[(16, 8), float32]) {
+  add(nn.dense(%x, %w), meta_bias)
+}""".replace("meta_bias", 'ones(shape=[16], dtype="float32")')
+    mod = tv.parse(text)
+    w = np.ones((16, 8), "float32")
+    assert compiler._constant_bytes(mod, {"w": w}) == w.nbytes  # ones(...) is still a call here
+    folded = tv.transform.FoldConstant()(tv.transform.InferType()(mod))
+    assert compiler._constant_bytes(folded, {"w": w}) == w.nbytes + 16 * 4
+    calls = []
+    monkeypatch.setattr(memory, "return_free_memory", lambda: calls.append(1))
+    x = np.ones((4, 8), "float32")
+    for limit, expected in ((1 << 30, []), (w.nbytes, [1, 1])):
+        calls.clear()
+        monkeypatch.setattr(memory, "LARGE_MODEL_BYTES", limit)
+        vm = tv.vm.VirtualMachine(tv.vm.compile(mod, params={"w": w}))
+        np.testing.assert_allclose(vm.invoke("main", x).numpy(), x @ w.T + 1)
+        assert calls == expected
+    monkeypatch.undo()
+    memory.return_free_memory()  # the real one runs (a no-op where the C library has no malloc_trim)
