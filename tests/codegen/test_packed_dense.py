@@ -136,10 +136,10 @@ def packed_product(request):
 
 # rows: the 6-row tiles and every remainder, one row (GEMV, odd reductions), several row blocks;
 # columns: a partial last panel; reductions: 0, below, at and above one block of 768, and split into
-# unequal blocks (769 -> 385 + 384, 1600 -> 534 + 534 + 532)
+# unequal blocks (769 -> 385 + 384, 1600 -> 534 + 534 + 532); rows in one block of up to 132 or in two
 PRODUCT_SHAPES = [(m, n, k) for m in (1, 2, 5, 6, 7, 16) for n, k in ((16, 256), (17, 257), (40, 3))] + [
     (1, 33, 1), (1, 48, 5), (3, 5, 0), (0, 20, 8), (100, 16, 600), (100, 70, 520), (211, 300, 40), (13, 100, 300),
-    (7, 20, 768), (7, 20, 769), (16, 17, 1537), (100, 40, 1600), (130, 33, 800)]
+    (7, 20, 768), (7, 20, 769), (16, 17, 1537), (100, 40, 1600), (130, 33, 800), (140, 20, 800)]
 
 
 @pytest.mark.parametrize("threads", [1, 2])
