@@ -172,49 +172,38 @@ def _pools_convolution_tiles(anchor: Expr | None, consumer: Expr) -> bool:
 _STRIDED_PRODUCTS = ("onnx.matmul", "nn.batch_matmul")
 
 
-def _product_reads_in_place(transpose: Expr, product: Expr) -> bool:
-    """Whether ``transpose`` is a transpose feeding only the batched product ``product`` (float32/64,
-    at most two batch dims besides static ones of 1) whose input's last axis stays among the last two:
-    the product then reads the transposed matrix where it lies, with a leading dimension
-    (``codegen.strategy.StridedGemmCall``), and the transpose is never stored."""
+def _transpose_of_strided_product(transpose: Expr, product: Expr) -> tuple | None:
+    """The permutation of ``transpose`` when it is a transpose and ``product`` a batched float32/64
+    product of operands of one rank with at most two batch dims besides static ones of 1 (what
+    ``codegen.strategy.StridedGemmCall`` computes); else None."""
     from ..op.transform import transpose_axes
 
     if not (isinstance(transpose, Call) and isinstance(product, Call) and isinstance(transpose.op, Op)
             and isinstance(product.op, Op) and transpose.op.name == "transpose"
-            and product.op.name in _STRIDED_PRODUCTS and any(a is transpose for a in product.args)):
-        return False
+            and product.op.name in _STRIDED_PRODUCTS):
+        return None
     types = [_type_of(a) for a in product.args] + [_type_of(product), _type_of(transpose.args[0])]
     if not all(isinstance(t, TensorType) and t.dtype in ("float32", "float64") for t in types):
-        return False
+        return None
     a, b, out, source = types
-    if len(a.shape) != len(b.shape) or len(a.shape) < 2:
-        return False
-    if sum(1 for d in out.shape[:-2] if d != 1) > 2:
-        return False
-    axes = transpose_axes("transpose", get_op("transpose").normalize_attrs(transpose.attrs), len(source.shape),
+    if len(a.shape) != len(b.shape) or len(a.shape) < 2 or sum(1 for d in out.shape[:-2] if d != 1) > 2:
+        return None
+    return transpose_axes("transpose", get_op("transpose").normalize_attrs(transpose.attrs), len(source.shape),
                           TypeInferenceError)
-    return len(source.shape) - 1 in axes[-2:]
+
+
+def _product_reads_in_place(transpose: Expr, product: Expr) -> bool:
+    """Whether the product reads the transposed operand where it lies, with a leading dimension: the
+    transpose's input's last axis stays among the last two (the transpose is then never stored)."""
+    axes = _transpose_of_strided_product(transpose, product)
+    return axes is not None and any(a is transpose for a in product.args) and len(axes) - 1 in axes[-2:]
 
 
 def _product_writes_in_place(product: Expr, transpose: Expr) -> bool:
-    """Whether ``transpose`` transposes the result of the batched float product ``product`` (at most two
-    batch dims besides static ones of 1) keeping its last axis last: the product then writes each of its
-    matrices straight into the transposed output, with a leading dimension."""
-    from ..op.transform import transpose_axes
-
-    if not (isinstance(transpose, Call) and isinstance(product, Call) and isinstance(transpose.op, Op)
-            and isinstance(product.op, Op) and transpose.op.name == "transpose"
-            and product.op.name in _STRIDED_PRODUCTS and transpose.args[0] is product):
-        return False
-    out = _type_of(product)
-    types = [_type_of(a) for a in product.args] + [out]
-    if not all(isinstance(t, TensorType) and t.dtype in ("float32", "float64") for t in types):
-        return False
-    if len(types[0].shape) != len(types[1].shape) or sum(1 for d in out.shape[:-2] if d != 1) > 2:
-        return False
-    axes = transpose_axes("transpose", get_op("transpose").normalize_attrs(transpose.attrs), len(out.shape),
-                          TypeInferenceError)
-    return axes[-1] == len(out.shape) - 1
+    """Whether the product writes its matrices straight into the transpose of its result: the transpose
+    keeps the last axis last."""
+    axes = _transpose_of_strided_product(transpose, product)
+    return axes is not None and transpose.args[0] is product and axes[-1] == len(axes) - 1
 
 
 def _op_pattern(call: Call) -> OpPattern:
