@@ -14,7 +14,6 @@ from __future__ import annotations
 
 from ..ir.expr import (
     Call,
-    Clause,
     Constructor,
     Expr,
     Function,
@@ -68,13 +67,6 @@ class _Eliminator(TypedMutator):
             result = rebuilt_let(node, node.var, value, result)
             self.memo[node] = result
         return result
-
-    def visit_match(self, m: Match):
-        data = self.visit(m.data)
-        clauses = tuple(Clause(c.lhs, self.visit(c.rhs)) for c in m.clauses)
-        if data is m.data and all(a.rhs is b.rhs for a, b in zip(clauses, m.clauses)):
-            return m
-        return Match(data, clauses, m.complete, span=m.span)
 
 
 class DeadCodeElimination(BodyRewritePass):
