@@ -530,7 +530,7 @@ def _operand_view(graph, tensor):
     if producer.opdef.name != "transpose":
         return (position, _contiguous_strides(tensor.shape), True) if contiguous else None
     axes = transpose_axes("transpose", producer.attrs, len(strides), UnsupportedError)
-    return position, tuple(strides[a] for a in axes), axes == tuple(range(len(axes)))
+    return position, tuple(strides[a] for a in axes), contiguous and axes == tuple(range(len(axes)))
 
 
 def _strided_gemm(graph, anchor, out_axes: tuple | None = None):

@@ -142,6 +142,14 @@ def _transposed_matrix():
     return prim, lambda x, y: x @ np.swapaxes(y, 1, 2)
 
 
+def _reshaped_transpose():
+    """A reshape of a transposed view (through an identity transpose): not a strided view of the input."""
+    a, b = Var("a", _t(None, None, None)), Var("b", _t(None, None, None))
+    view = op.reshape(op.transpose(op.transpose(b, axes=[0, 2, 1]), axes=[0, 1, 2]), newshape=[0, 0, -1])
+    prim = _fn([a, b], op.onnx.matmul(a, view))
+    return prim, lambda x, y: x @ np.swapaxes(y, 1, 2)
+
+
 CASES += [
     # transposes read and written in place (tv_gemm_strided): batches of two dims, of one, and none
     ("strided-scores", _attention_scores(), [(2, 33, 3, 16), (2, 40, 3, 16)], True),
@@ -152,6 +160,7 @@ CASES += [
     ("strided-batch_matmul-broadcast", _transposed_batch_matmul(), [(1, 20, 24), (96, 16)], True),
     ("strided-matmul-3d", _transposed_matrix(), [(3, 20, 30), (3, 40, 30)], True),
     ("strided-tiny (generated code)", _attention_scores(), [(1, 2, 2, 16), (1, 2, 2, 16)], False),
+    ("reshaped-transpose (generated code)", _reshaped_transpose(), [(3, 20, 30), (3, 40, 30)], False),
 ]
 
 
