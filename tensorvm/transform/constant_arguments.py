@@ -43,6 +43,12 @@ def _invariant_positions(gv: GlobalVar, fn: Function) -> set:
     return positions
 
 
+def _call_without(mutator: TypedMutator, call: Call, target: GlobalVar, dropped: set) -> Call:
+    """``call`` sent to ``target`` without the arguments at the ``dropped`` positions (the others visited)."""
+    args = tuple(mutator.visit(a) for i, a in enumerate(call.args) if i not in dropped)
+    return copy_type(Call(target, args, call.attrs, call.type_args, span=call.span), call)
+
+
 def _same_constant(a: Constant, b: Constant) -> bool:
     return a is b or structural_equal(a, b)
 
@@ -67,9 +73,7 @@ class _Redirect(TypedMutator):
         if target is None:
             return super().visit_call(call)
         self.redirected = True
-        dropped = {i for i, _ in bound}
-        args = tuple(self.visit(a) for i, a in enumerate(call.args) if i not in dropped)
-        return copy_type(Call(target, args, call.attrs, call.type_args, span=call.span), call)
+        return _call_without(self, call, target, {i for i, _ in bound})
 
     def _copy_for(self, gv: GlobalVar, bound: tuple) -> GlobalVar | None:
         for original, key, copy in self.copies:
@@ -105,8 +109,7 @@ class _SelfCalls(TypedMutator):
     def visit_call(self, call: Call):
         if call.op != self.original:
             return super().visit_call(call)
-        args = tuple(self.visit(a) for i, a in enumerate(call.args) if i not in self.dropped)
-        return copy_type(Call(self.copy, args, call.attrs, call.type_args, span=call.span), call)
+        return _call_without(self, call, self.copy, self.dropped)
 
 
 class ConstantArguments(Pass):
