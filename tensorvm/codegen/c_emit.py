@@ -234,18 +234,19 @@ static inline int tv_omp_thread(void) { return 0; }
 static inline int tv_omp_team(void) { return 1; }
 #endif
 
-/* One operand of a batched product: entry i (of the batch's outer x inner entries) starts at
-   (i / inner) * outer + (i % inner) * inner elements; its rows (its columns when transposed) are ld apart. */
-typedef struct { int64_t outer, inner, ld, transposed; } tv_gemm_view;
+/* One operand of a batched product of outer x inner entries: entry i starts at
+   (i / inner) * outer_step + (i % inner) * inner_step elements; its rows (its columns when transposed)
+   are ld apart. */
+typedef struct { int64_t outer_step, inner_step, ld, transposed; } tv_gemm_view;
 static inline int64_t tv_gemm_entry(tv_gemm_view v, int64_t i, int64_t inner) {
-  return inner == 1 ? i * v.outer : i / inner * v.outer + i % inner * v.inner;
+  return inner == 1 ? i * v.outer_step : i / inner * v.outer_step + i % inner * v.inner_step;
 }
 /* The view of a rows x cols matrix with these strides, for BLAS: one stride must be 1 (the other is
    then the leading dimension, at least the extent it skips); a single row or column takes either.
    Returns 0 when the strides fit neither. */
-static inline int tv_gemm_layout(int64_t rows, int64_t cols, int64_t outer, int64_t inner, int64_t row,
-                                 int64_t col, tv_gemm_view* v) {
-  v->outer = outer, v->inner = inner;
+static inline int tv_gemm_layout(int64_t rows, int64_t cols, int64_t outer_step, int64_t inner_step,
+                                 int64_t row, int64_t col, tv_gemm_view* v) {
+  v->outer_step = outer_step, v->inner_step = inner_step;
   if (col == 1 || cols <= 1) {
     v->transposed = 0, v->ld = rows > 1 ? row : (cols > 1 ? cols : 1);
     return rows <= 1 || row >= cols;
@@ -532,7 +533,8 @@ static void tv_packed_block_f32(int64_t m0, int64_t m1, int64_t p0, int64_t p1, 
   const int64_t block = m1 - m0 <= TV_PACKED_ROWS ? k : (k + splits - 1) / splits;
   if (m1 - m0 <= TV_PACKED_MC) {
     /* Few rows (x stays in L2): panel after panel, each block of a panel read by every row tile while
-       it is in L1, so the weight is read once, in memory order: at these sizes it comes from DRAM,
+       it is in cache (L1, or L2 for blocks of more than ~500 steps), so the weight is read once from
+       memory, in memory order: at these sizes it comes from DRAM,
        and one sequential stream is what the prefetchers serve best. */
     for (int64_t p = p0; p < p1; ++p) {
       const int64_t cols = n - p * 16 < 16 ? n - p * 16 : 16;
