@@ -91,7 +91,9 @@ def _git_revision() -> str:
     try:
         rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True,
                              timeout=10).stdout.strip()
-        dirty = subprocess.run(["git", "--no-optional-locks", "status", "--porcelain", "--untracked-files=no"],
+        # (the results of an earlier run, which this one overwrites, do not make the code uncommitted)
+        dirty = subprocess.run(["git", "--no-optional-locks", "status", "--porcelain", "--untracked-files=no",
+                                "--", ".", ":!benchmarks/results"],
                                cwd=ROOT, capture_output=True, text=True, timeout=10).stdout.strip()
         return (rev or "unknown") + (" + uncommitted changes" if dirty else "")
     except (OSError, subprocess.SubprocessError):
