@@ -75,7 +75,6 @@ def vm_passes(opt_level: int = 3, memory_plan: bool = True, target: str | None =
     adds ``PackWeights`` (products with constant weights read them pre-packed, a C kernel's layout)."""
     passes = [
         EtaExpand(),  # first: type inference rejects an op used as a value
-        InferType(),
         ConstantArguments(),  # a recursive loop's weights become constants (folded, packed below)
         InferType(),
         SimplifyExpr(),
