@@ -321,11 +321,17 @@ def _static_kernel_source(source: str, cname: str, prefix: str, heap_count: int)
         source, frees = re.subn(r"\bfree\(", f"{prefix}_scratch_free(", source)
         if mallocs != heap_count or frees != heap_count:
             raise UnsupportedError(f"AOT: kernel {cname} allocates {mallocs} temporaries, expected {heap_count}")
+    return _optional_pragmas(source, serial=bool(heap_count))
+
+
+def _optional_pragmas(source: str, serial: bool = False) -> str:
+    """``source`` with each OpenMP pragma line under ``#ifdef``, so that it compiles without OpenMP (and
+    without warnings); ``serial`` drops the parallel-loop pragmas."""
     lines = []
     for line in source.splitlines():
         stripped = line.strip()
         if stripped.startswith("#pragma omp parallel"):
-            if heap_count:  # the scratch allocator is a single stack: keep such kernels serial
+            if serial:  # the scratch allocator is a single stack: keep such kernels serial
                 continue
             lines += ["#ifdef _OPENMP", line, "#endif"]
         elif stripped.startswith("#pragma omp"):
@@ -341,8 +347,9 @@ _GLOBAL_DEFINITION = re.compile(
 
 
 def _static_prelude(prelude: str) -> str:
-    """The kernels' helper definitions with internal linkage: a model exports only ``tvmgen_<name>_*``."""
-    return _GLOBAL_DEFINITION.sub(r"static inline \1", prelude)
+    """The kernels' helper definitions with internal linkage (a model exports only ``tvmgen_<name>_*``),
+    their OpenMP pragmas optional."""
+    return _optional_pragmas(_GLOBAL_DEFINITION.sub(r"static inline \1", prelude))
 
 
 def _round_up(n: int, alignment: int) -> int:

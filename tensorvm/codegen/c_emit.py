@@ -188,6 +188,69 @@ static inline bool tv_max_b(bool a, bool b) { return a || b; }
   }                                                                                                \
   static inline T tv_sign_##S(T x) { return x > 0 ? (T)1 : (x < 0 ? (T)-1 : (x == 0 ? (T)0 : x)); }
 TV_FLOAT(float, f32, f) TV_FLOAT(double, f64, )
+
+/* exp(x) for x <= 0 (or NaN), as softmax needs it after subtracting the row's maximum: Cody-Waite
+   reduction x = k ln2 + r, e^r by Cephes' degree-5 polynomial, 2^k added to the exponent bits; within
+   1.01 ulp of exp on [-87, 0]. Below -87 it returns 0 (exp would be under 1.7e-38, and 2^k must stay a
+   normal number), so a masked score of -inf gets exactly 0. No call, so the loop vectorizes inline:
+   0.30 ns per element against 0.46 for libmvec's expf. */
+static inline float tv_exp_nonpositive_f32(float x) {
+  const float clamped = x < -87.0f ? -87.0f : x;  /* (NaN passes) */
+  const float shifted = fmaf(clamped, 1.44269504088896341f, 12582912.0f);  /* 1.5 * 2^23 + round(x / ln2) */
+  const float k = shifted - 12582912.0f;
+  float r = fmaf(k, -0.693359375f, clamped);
+  r = fmaf(k, 2.12194440e-4f, r);
+  float p = 1.9875691500e-4f;
+  p = fmaf(p, r, 1.3981999507e-3f);
+  p = fmaf(p, r, 8.3334519073e-3f);
+  p = fmaf(p, r, 4.1665795894e-2f);
+  p = fmaf(p, r, 1.6666665459e-1f);
+  p = fmaf(p, r, 5.0000001201e-1f);
+  p = fmaf(p, r * r, r) + 1.0f;
+  int32_t k_bits, p_bits;
+  memcpy(&k_bits, &shifted, sizeof k_bits);  /* the low mantissa bits hold k */
+  memcpy(&p_bits, &p, sizeof p_bits);
+  p_bits += (int32_t)((uint32_t)k_bits << 23);
+  memcpy(&p, &p_bits, sizeof p);
+  return x < -87.0f ? 0.0f : p;
+}
+
+/* softmax (or log_softmax) over the last axis of a rows x n float32 array. Per row: one pass for the
+   maximum, one computing exp and its sum together (log_softmax: the sum only), one scaling by 1 / sum
+   (log_softmax: subtracting the maximum, then log(sum)). A NaN in a row makes the row NaN, as in the generated
+   kernel. Rows run in parallel from 65536 elements, as generated loops do. */
+__attribute__((unused)) static int32_t tv_softmax_f32(int64_t rows, int64_t n, const float* restrict x,
+                                                      float* restrict y, int64_t log_softmax) {
+  #pragma omp parallel for schedule(static) if(rows * n >= 65536)
+  for (int64_t i = 0; i < rows; ++i) {
+    const float* restrict row = x + i * n;
+    float* restrict result = y + i * n;
+    float peak = -INFINITY;
+    int32_t nan = 0;
+    #pragma omp simd reduction(max:peak) reduction(|:nan)
+    for (int64_t j = 0; j < n; ++j) { const float v = row[j]; peak = v > peak ? v : peak; nan |= (int32_t)(v != v); }
+    if (nan) peak = NAN;
+    float total = 0.0f;
+    if (log_softmax) {
+      #pragma omp simd reduction(+:total)
+      for (int64_t j = 0; j < n; ++j) total += tv_exp_nonpositive_f32(row[j] - peak);
+      const float log_total = logf(total);
+      #pragma omp simd  /* (x - peak) first: rounding peak + log_total would cost precision */
+      for (int64_t j = 0; j < n; ++j) result[j] = (row[j] - peak) - log_total;
+    } else {
+      #pragma omp simd reduction(+:total)
+      for (int64_t j = 0; j < n; ++j) {
+        const float e = tv_exp_nonpositive_f32(row[j] - peak);
+        result[j] = e;
+        total += e;
+      }
+      const float scale = 1.0f / total;
+      #pragma omp simd
+      for (int64_t j = 0; j < n; ++j) result[j] *= scale;
+    }
+  }
+  return 0;
+}
 """
 
 BLAS_BRIDGE_TEMPLATE = r"""
@@ -437,6 +500,9 @@ TV_CONV2D(float, f32) TV_CONV2D(double, f64)
     if (accumulate) { TV_ROWS##R(TV_TILE_LOAD) }                                                     \
     _Pragma("GCC unroll 4") /* the loop's own work (index, compare) was ~12% of a 16-row product */ \
     for (int64_t p = 0; p < kc; ++p) {                                                               \
+      /* 32 steps ahead (into the next panel at the end): with few rows the weight streams from DRAM  \
+         and the prefetchers alone left BERT-base at 16 tokens 9% slower */                          \
+      _mm_prefetch((const char*)(panel + p * 16 + 512), _MM_HINT_T0);                                \
       const __m256 b0 = _mm256_loadu_ps(panel + p * 16), b1 = _mm256_loadu_ps(panel + p * 16 + 8);   \
       TV_ROWS##R(TV_TILE_FMA)                                                                        \
     }                                                                                                \
