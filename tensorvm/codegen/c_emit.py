@@ -325,16 +325,16 @@ static inline int tv_gemm_layout(int64_t rows, int64_t cols, int64_t outer_step,
 #define TV_GEMM_PARALLEL_WORK 262144.0
 
 #define TV_GEMM(T, S)                                                                                \
-  /* c (m x n, row stride ldc) = op(a) op(b); op(a) is m x k, op(b) is k x n. */                     \
-  static void tv_gemm_block_##S(int64_t m, int64_t n, int64_t k, const T* a, int64_t lda, int64_t ta, \
-                                const T* b, int64_t ldb, int64_t tb, T* c, int64_t ldc) {           \
+  /* c (m x n, row stride ldc) = alpha op(a) op(b); op(a) is m x k, op(b) is k x n. */               \
+  static void tv_gemm_block_##S(T alpha, int64_t m, int64_t n, int64_t k, const T* a, int64_t lda,   \
+                                int64_t ta, const T* b, int64_t ldb, int64_t tb, T* c, int64_t ldc) { \
     if (m <= 0 || n <= 0) return;                                                                  \
     if (tv_blas_gemm_##S != NULL) {                                                               \
       if (m == 1 && !ta && tv_blas_gemv_##S != NULL) {                                            \
-        if (tb) tv_blas_gemv_##S(101, 111, n, k, (T)1, b, ldb, a, 1, (T)0, c, 1);                 \
-        else tv_blas_gemv_##S(101, 112, k, n, (T)1, b, ldb, a, 1, (T)0, c, 1);                    \
+        if (tb) tv_blas_gemv_##S(101, 111, n, k, alpha, b, ldb, a, 1, (T)0, c, 1);                \
+        else tv_blas_gemv_##S(101, 112, k, n, alpha, b, ldb, a, 1, (T)0, c, 1);                   \
       } else {                                                                                     \
-        tv_blas_gemm_##S(101, ta ? 112 : 111, tb ? 112 : 111, m, n, k, (T)1, a, lda, b, ldb, (T)0, c, ldc); \
+        tv_blas_gemm_##S(101, ta ? 112 : 111, tb ? 112 : 111, m, n, k, alpha, a, lda, b, ldb, (T)0, c, ldc); \
       }                                                                                            \
       return;                                                                                      \
     }                                                                                              \
@@ -343,35 +343,35 @@ static inline int tv_gemm_layout(int64_t rows, int64_t cols, int64_t outer_step,
         T acc = 0;                                                                                 \
         for (int64_t p = 0; p < k; ++p)                                                            \
           acc += (ta ? a[p * lda + i] : a[i * lda + p]) * (tb ? b[j * ldb + p] : b[p * ldb + j]);  \
-        c[i * ldc + j] = acc;                                                                      \
+        c[i * ldc + j] = alpha * acc;                                                              \
       }                                                                                            \
   }                                                                                                \
   /* For t of nt threads: its share of the batch, of the columns or of the rows. */                \
-  static void tv_gemm_share_##S(int t, int nt, int64_t batch, int64_t inner, int64_t m, int64_t n, int64_t k, \
-                                const T* a, tv_gemm_view av, const T* b, tv_gemm_view bv, T* c,  \
-                                tv_gemm_view cv) {                                                 \
+  static void tv_gemm_share_##S(int t, int nt, T alpha, int64_t batch, int64_t inner, int64_t m, int64_t n, \
+                                int64_t k, const T* a, tv_gemm_view av, const T* b, tv_gemm_view bv, \
+                                T* c, tv_gemm_view cv) {                                           \
     const int64_t lda = av.ld, ta = av.transposed, ldb = bv.ld, tb = bv.transposed, ldc = cv.ld;    \
     if (nt == 1 || batch >= 4 * nt || (batch >= nt && batch % nt == 0)) {                          \
       const int64_t per = (batch + nt - 1) / nt, b0 = t * per, b1 = b0 + per < batch ? b0 + per : batch; \
       for (int64_t i = b0; i < b1; ++i)                                                            \
-        tv_gemm_block_##S(m, n, k, a + tv_gemm_entry(av, i, inner), lda, ta, b + tv_gemm_entry(bv, i, inner), \
+        tv_gemm_block_##S(alpha, m, n, k, a + tv_gemm_entry(av, i, inner), lda, ta, b + tv_gemm_entry(bv, i, inner), \
                           ldb, tb, c + tv_gemm_entry(cv, i, inner), ldc);                          \
     } else if (m == 1 || n >= 32 * nt) {                                                           \
       const int64_t per = ((n + nt - 1) / nt + 15) / 16 * 16;                                      \
       const int64_t n0 = t * per < n ? t * per : n, n1 = n0 + per < n ? n0 + per : n;              \
       for (int64_t i = 0; i < batch; ++i)                                                          \
-        tv_gemm_block_##S(m, n1 - n0, k, a + tv_gemm_entry(av, i, inner), lda, ta,                 \
+        tv_gemm_block_##S(alpha, m, n1 - n0, k, a + tv_gemm_entry(av, i, inner), lda, ta,          \
                           b + tv_gemm_entry(bv, i, inner) + (tb ? n0 * ldb : n0), ldb, tb,         \
                           c + tv_gemm_entry(cv, i, inner) + n0, ldc);                              \
     } else {                                                                                       \
       const int64_t per = (m + nt - 1) / nt;                                                       \
       const int64_t m0 = t * per < m ? t * per : m, m1 = m0 + per < m ? m0 + per : m;              \
       for (int64_t i = 0; i < batch; ++i)                                                          \
-        tv_gemm_block_##S(m1 - m0, n, k, a + tv_gemm_entry(av, i, inner) + (ta ? m0 : m0 * lda), lda, ta, \
+        tv_gemm_block_##S(alpha, m1 - m0, n, k, a + tv_gemm_entry(av, i, inner) + (ta ? m0 : m0 * lda), lda, ta, \
                           b + tv_gemm_entry(bv, i, inner), ldb, tb, c + tv_gemm_entry(cv, i, inner) + m0 * ldc, ldc); \
     }                                                                                              \
   }                                                                                                \
-  static int32_t tv_gemm_run_##S(int64_t batch, int64_t inner, int64_t m, int64_t n, int64_t k,   \
+  static int32_t tv_gemm_run_##S(T alpha, int64_t batch, int64_t inner, int64_t m, int64_t n, int64_t k, \
                                  const T* a, tv_gemm_view av, const T* b, tv_gemm_view bv, T* c,   \
                                  tv_gemm_view cv) {                                                \
     if (batch <= 0 || m <= 0 || n <= 0) return 0;                                                  \
@@ -389,30 +389,30 @@ static inline int tv_gemm_layout(int64_t rows, int64_t cols, int64_t outer_step,
     if (blas_threads != 1) tv_blas_set_threads(1);                                                 \
     if (threads > 1) {                                                                             \
       _Pragma("omp parallel num_threads(threads)")                                                 \
-      tv_gemm_share_##S(tv_omp_thread(), tv_omp_team(), batch, inner, m, n, k, a, av, b, bv, c, cv); \
+      tv_gemm_share_##S(tv_omp_thread(), tv_omp_team(), alpha, batch, inner, m, n, k, a, av, b, bv, c, cv); \
     } else {                                                                                       \
-      tv_gemm_share_##S(0, 1, batch, inner, m, n, k, a, av, b, bv, c, cv);                         \
+      tv_gemm_share_##S(0, 1, alpha, batch, inner, m, n, k, a, av, b, bv, c, cv);                  \
     }                                                                                              \
     if (blas_threads != 1) tv_blas_set_threads(blas_threads);                                      \
     return 0;                                                                                      \
   }                                                                                                \
-  /* Contiguous operands: A and B entries a_step and b_step apart (0: shared by the batch). */      \
+  /* Contiguous operands: A and B entries a_step and b_step apart (0: shared by the batch); C = alpha A B. */ \
   __attribute__((unused)) static int32_t tv_gemm_##S(int64_t batch, int64_t m, int64_t n, int64_t k, \
-      const T* a, int64_t a_step, int64_t ta, const T* b, int64_t b_step, int64_t tb, T* c) {      \
+      const T* a, int64_t a_step, int64_t ta, const T* b, int64_t b_step, int64_t tb, T* c, T alpha) { \
     const tv_gemm_view av = {a_step, 0, ta ? m : k, ta}, bv = {b_step, 0, tb ? k : n, tb}, cv = {m * n, 0, n, 0}; \
-    return tv_gemm_run_##S(batch, 1, m, n, k, a, av, b, bv, c, cv);                                \
+    return tv_gemm_run_##S(alpha, batch, 1, m, n, k, a, av, b, bv, c, cv);                         \
   }                                                                                                \
   /* Strided operands (transposes read in place): the batch is outer x inner entries; each operand  \
-     gives its outer and inner entry steps and its row and column strides (one of them 1). */       \
+     gives its outer and inner entry steps and its row and column strides (one of them 1); C = alpha A B. */ \
   __attribute__((unused)) static int32_t tv_gemm_strided_##S(int64_t outer, int64_t inner, int64_t m, int64_t n, \
       int64_t k, const T* a, int64_t a_outer, int64_t a_inner, int64_t a_row, int64_t a_col,        \
       const T* b, int64_t b_outer, int64_t b_inner, int64_t b_row, int64_t b_col,                   \
-      T* c, int64_t c_outer, int64_t c_inner, int64_t c_row, int64_t c_col) {                       \
+      T* c, int64_t c_outer, int64_t c_inner, int64_t c_row, int64_t c_col, T alpha) {              \
     tv_gemm_view av, bv, cv;                                                                       \
     if (!tv_gemm_layout(m, k, a_outer, a_inner, a_row, a_col, &av)                                 \
         || !tv_gemm_layout(k, n, b_outer, b_inner, b_row, b_col, &bv)                              \
         || !tv_gemm_layout(m, n, c_outer, c_inner, c_row, c_col, &cv) || cv.transposed) return 1004; \
-    return tv_gemm_run_##S(outer * inner, inner, m, n, k, a, av, b, bv, c, cv);                    \
+    return tv_gemm_run_##S(alpha, outer * inner, inner, m, n, k, a, av, b, bv, c, cv);             \
   }
 TV_GEMM(float, f32) TV_GEMM(double, f64)
 
@@ -458,7 +458,7 @@ TV_GEMM(float, f32) TV_GEMM(double, f64)
         tv_im2col_##S(patches, c, h, w, oh, ow, kh, kw, sh, sw, dh, dw, pt, pl, col);              \
         patches = col;                                                                             \
       }                                                                                            \
-      tv_gemm_##S(1, o, oh * ow, c * kh * kw, weights, 0, 0, patches, 0, 0, out + b * o * oh * ow); \
+      tv_gemm_##S(1, o, oh * ow, c * kh * kw, weights, 0, 0, patches, 0, 0, out + b * o * oh * ow, (T)1); \
     }                                                                                              \
     return 0;                                                                                      \
   }

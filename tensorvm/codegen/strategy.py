@@ -61,7 +61,7 @@ import numpy as np
 
 from ..errors import TensorVMError, UnsupportedError
 from ..ir.analysis import free_vars
-from ..ir.expr import Call, Function, Op, Var
+from ..ir.expr import Call, Constant, Function, Op, Var
 from ..ir.functor import ExprMutator
 from ..ir.types import TensorType, TupleType
 from ..op.nn import halves_nchw_map
@@ -142,10 +142,11 @@ class Implementation:
 
 @dataclass(frozen=True)
 class GemmCall:
-    """The anchor op as ``tv_gemm_<dtype>(batch, m, n, k, A, a_step, ta, B, b_step, tb, C)`` (see
+    """The anchor op as ``tv_gemm_<dtype>(batch, m, n, k, A, a_step, ta, B, b_step, tb, C, alpha)`` (see
     ``c_emit.BLAS_BRIDGE``): ``a``, ``b`` index the op's arguments; the rest are te expressions over its
     dims (``ta``/``tb``: 0 or 1, op(A) = A^T when set; the steps are the elements between batch entries,
-    0 for an operand shared by the whole batch)."""
+    0 for an operand shared by the whole batch). ``alpha`` scales the product (a constant factor after it
+    in the group, ``_scale_after``)."""
 
     portable: ClassVar[bool] = False  # in BLAS_BRIDGE: shared libraries only
     a: int
@@ -158,12 +159,13 @@ class GemmCall:
     ta: int
     b_step: object
     tb: int
+    alpha: float = 1.0
 
     def statement(self, args: list, target, suffix: str):
         """The call computing the op from its argument buffers ``args`` into ``target``."""
         return CallExtern(f"tv_gemm_{suffix}", (self.batch, self.m, self.n, self.k, args[self.a], self.a_step,
                                                 const(self.ta, "int64"), args[self.b], self.b_step,
-                                                const(self.tb, "int64"), target))
+                                                const(self.tb, "int64"), target, const(self.alpha, target.dtype)))
 
 
 @dataclass(frozen=True)
@@ -172,7 +174,7 @@ class StridedGemmCall:
     lie: a kernel input or a transpose of one (FuseOps puts such transposes in the product's group).
     The batch is ``outer`` x ``inner`` entries; ``a``, ``b``, ``c`` are each ``(outer step, inner step,
     row stride, column stride)`` in elements, te expressions over the kernel's dims. The C side checks
-    that every matrix has a unit stride."""
+    that every matrix has a unit stride. ``alpha`` scales the product, as in ``GemmCall``."""
 
     portable: ClassVar[bool] = False  # in BLAS_BRIDGE: shared libraries only
     outer: object
@@ -183,11 +185,13 @@ class StridedGemmCall:
     a: tuple
     b: tuple
     c: tuple
+    alpha: float = 1.0
 
     def statement(self, args: list, target, suffix: str):
         """``args``: the buffers the two operands are views of."""
         return CallExtern(f"tv_gemm_strided_{suffix}", (self.outer, self.inner, self.m, self.n, self.k,
-                                                        args[0], *self.a, args[1], *self.b, target, *self.c))
+                                                        args[0], *self.a, args[1], *self.b, target, *self.c,
+                                                        const(self.alpha, target.dtype)))
 
 
 @dataclass(frozen=True)
@@ -688,6 +692,9 @@ def _call_variant(prim: Function, name: str, graph, generic: LoweredParts, ancho
     result = anchor.results[0] if anchor.results else None
     if positions is None or result.dtype not in _GEMM_SUFFIX:
         return None
+    scale = _scale_after(split, anchor) if isinstance(call, (GemmCall, StridedGemmCall)) else None
+    if scale is not None:  # BLAS's alpha: no pass over the product afterwards
+        call, split = dataclasses.replace(call, alpha=scale), None
     args = [generic.params[p] for p in positions]
     if any(a.dtype != result.dtype for a in args):
         return None
@@ -742,6 +749,24 @@ def _call_variant(prim: Function, name: str, graph, generic: LoweredParts, ancho
             return None
     return LoweredParts(name, generic.params, generic.num_inputs, generic.dim_params, generic.dim_positions,
                         [], [], body)
+
+
+def _scale_after(split, anchor) -> float | None:
+    """The factor when the rest of the group (``split``, from ``_epilogue_function``) is the anchor's result
+    times a scalar constant of its dtype (attention's 1/sqrt(d) after Q K^T); else None."""
+    if split is None:
+        return None
+    fn, _ = split
+    body, result = fn.body, fn.params[0]
+    if not (isinstance(body, Call) and isinstance(body.op, Op) and body.op.name == "multiply" and len(body.args) == 2
+            and result in body.args):
+        return None
+    factor = body.args[1] if body.args[0] is result else body.args[0]
+    out = anchor.out_type
+    if not isinstance(factor, Constant) or factor.data.size != 1 or factor.data.dtype != out.dtype \
+            or factor.data.ndim > len(out.shape):  # (a factor of higher rank would broadcast the result)
+        return None
+    return float(factor.data.reshape(()))
 
 
 def _transposed_result(split) -> tuple | None:

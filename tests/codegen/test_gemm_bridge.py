@@ -181,9 +181,9 @@ def test_products_match_numpy(name, case, shapes, uses_blas, threads, kernel_thr
 
 
 _STRIDED_CALLER = """
-int32_t tv_test_strided(const int64_t* d, const float* a, const float* b, float* c) {
+int32_t tv_test_strided(const int64_t* d, const float* a, const float* b, float* c, float alpha) {
   return tv_gemm_strided_f32(d[0], d[1], d[2], d[3], d[4], a, d[5], d[6], d[7], d[8], b, d[9], d[10], d[11], d[12],
-                             c, d[13], d[14], d[15], d[16]);
+                             c, d[13], d[14], d[15], d[16], alpha);
 }
 """
 
@@ -195,15 +195,15 @@ def test_strided_product_takes_any_view_with_a_unit_stride(kernel_threads):
     library = build.build_library([(prelude() + _STRIDED_CALLER, ())])
     function = library._cdll.tv_test_strided
     function.restype = ctypes.c_int32
-    function.argtypes = [ctypes.c_void_p] * 4
+    function.argtypes = [ctypes.c_void_p] * 4 + [ctypes.c_float]
     rng = np.random.default_rng(11)
 
-    def run(a, b, c):  # a (outer, inner, m, k), b (outer, inner, k, n), c (outer, inner, m, n): views
+    def run(a, b, c, alpha=1.0):  # a (outer, inner, m, k), b (outer, inner, k, n), c (outer, inner, m, n): views
         steps = [[s // 4 for s in v.strides] for v in (a, b, c)]
         dims = np.array([*a.shape[:3], b.shape[3], a.shape[3], *steps[0], *steps[1], *steps[2]], np.int64)
         bases = [v.base if v.base is not None else v for v in (a, b, c)]
         offsets = [v.__array_interface__["data"][0] - base.__array_interface__["data"][0] for v, base in zip((a, b, c), bases)]
-        return function(dims.ctypes.data, *(base.ctypes.data + off for base, off in zip(bases, offsets)))
+        return function(dims.ctypes.data, *(base.ctypes.data + off for base, off in zip(bases, offsets)), alpha)
 
     for threads in (1, 2):
         kernel_threads(threads)
@@ -213,8 +213,9 @@ def test_strided_product_takes_any_view_with_a_unit_stride(kernel_threads):
             base_b = rng.standard_normal((3, 2, k, n + 5)).astype(np.float32)  # B's rows strided
             b = base_b[:, :, :, :n]
             out = np.full((3, m, 2, n), np.nan, np.float32)  # C written transposed
-            assert run(a, b, out.transpose(0, 2, 1, 3)) == 0
-            _close(out.transpose(0, 2, 1, 3), a.astype(np.float64) @ b.astype(np.float64))
+            alpha = 1.0 if k % 2 else -0.375  # a scaled product (alpha) in half of the cases
+            assert run(a, b, out.transpose(0, 2, 1, 3), alpha) == 0
+            _close(out.transpose(0, 2, 1, 3), alpha * (a.astype(np.float64) @ b.astype(np.float64)))
     square = rng.standard_normal((1, 1, 8, 8)).astype(np.float32)
     no_unit = square[:, :, ::2, ::2]
     assert run(no_unit, no_unit, np.zeros((1, 1, 4, 4), np.float32)) == c_emit.ERROR_STRIDES
@@ -241,6 +242,38 @@ def test_elementwise_epilogue_runs_in_place_on_the_output():
     (got,) = _run(kernel, arrays, [(50, 96)])
     _close(got, np.tanh(arrays[0].astype(np.float64) @ arrays[1].T + arrays[2]))
     assert kernel.select_variant(*arrays, got) == "blas"
+
+
+def test_constant_factor_after_the_product_becomes_blas_alpha():
+    """``product * c`` (either order, c a scalar constant of the product's dtype; attention's 1/sqrt(d))
+    is one BLAS call with alpha = c, no pass over the product afterwards; a factor that is not one
+    scalar, or whose rank would broadcast the product, stays an epilogue."""
+    rng = np.random.default_rng(12)
+    x, w = Var("x", _t(None, 40)), Var("w", _t(48, 40))
+    arrays = [_rand(rng, (33, 40)), _rand(rng, (48, 40))]
+    want = arrays[0].astype(np.float64) @ arrays[1].T
+    q, k = Var("q", _t(1, None, 4, 16)), Var("k", _t(1, None, 4, 16))
+    scores = op.onnx.matmul(op.transpose(q, axes=[0, 2, 1, 3]), op.transpose(k, axes=[0, 2, 3, 1]))
+    qk = [_rand(rng, (1, 30, 4, 16)), _rand(rng, (1, 30, 4, 16))]
+    qk_want = qk[0].transpose(0, 2, 1, 3).astype(np.float64) @ qk[1].transpose(0, 2, 3, 1)
+    cases = [
+        # (body, arrays, output shape, expected, folded)
+        (op.multiply(op.nn.dense(x, w), const(0.25)), arrays, (33, 48), 0.25 * want, True),
+        (op.multiply(const(-3.0), op.nn.dense(x, w)), arrays, (33, 48), -3.0 * want, True),
+        (op.multiply(scores, const(0.125)), qk, (1, 4, 30, 30), 0.125 * qk_want, True),
+        (op.multiply(op.nn.dense(x, w), const(np.full((1, 48), 0.5, F32))), arrays, (33, 48), 0.5 * want, False),
+        (op.multiply(op.nn.dense(x, w), const(np.full((1, 1, 1), 0.5, F32))), arrays, (1, 33, 48), 0.5 * want[None],
+         False),
+    ]
+    for body, args, shape, expected, folded in cases:
+        _, kernel = _build(_fn([x, w] if args is arrays else [q, k], body))
+        call = "tv_gemm_strided_f32(" if args is qk else "tv_gemm_f32("
+        assert call in kernel.source
+        blas_case = kernel.source.split("/* variant blas */")[1].split("break;")[0]
+        assert ("for (" not in blas_case) == folded  # folded: the call alone, no loop after it
+        (got,) = _run(kernel, args, [shape])
+        _close(got, expected)
+        assert kernel.select_variant(*args, got) == "blas"
 
 
 def test_layout_changing_epilogue_reads_a_temporary():
