@@ -44,8 +44,15 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMEXPR_NUM_THREADS",
                     "VECLIB_MAXIMUM_THREADS", "TENSORVM_NUM_THREADS")
-#: Pause between batches of different workers (OpenBLAS threads spin ~0.1 s before they sleep).
-SWITCH_PAUSE_S = 0.05
+#: After a worker's batch, the next one waits until that worker's threads are idle: OpenBLAS's threads
+#: spin ~0.12 s after the last call and ONNX Runtime's ~0.04 s (measured), and a 0.05 s pause had let
+#: them take a core from whichever runtime came next (2-thread rows up to 1.6x off). Idle: under
+#: IDLE_SHARE of one CPU over IDLE_WINDOW_S; waited for at most IDLE_LIMIT_S.
+IDLE_WINDOW_S = 0.01
+IDLE_SHARE = 0.05
+IDLE_LIMIT_S = 0.5
+#: The pause where a process's CPU time cannot be read (no /proc).
+SWITCH_PAUSE_S = 0.15
 #: Calls slower than this get no untimed warm-up call at the start of a batch.
 WARMUP_LIMIT_S = 0.05
 
@@ -272,6 +279,35 @@ def repetitions(estimate_s: float, budget_s: float, min_reps: int, max_reps: int
     return reps
 
 
+def _cpu_ns(pid: int) -> int | None:
+    """CPU time (ns) used so far by all threads of process ``pid`` (Linux schedstat), or None."""
+    total = 0
+    try:
+        for task in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{task}/schedstat") as stat:
+                total += int(stat.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+    return total
+
+
+def wait_until_idle(pid: int, window_s: float = IDLE_WINDOW_S, limit_s: float = IDLE_LIMIT_S) -> float:
+    """Return once process ``pid`` used under ``IDLE_SHARE`` of a CPU over ``window_s`` (its thread pools
+    stopped spinning), or after ``limit_s``; returns the seconds waited."""
+    start = time.perf_counter()
+    last = _cpu_ns(pid)
+    if last is None:
+        time.sleep(SWITCH_PAUSE_S)
+        return time.perf_counter() - start
+    while time.perf_counter() - start < limit_s:
+        time.sleep(window_s)
+        now = _cpu_ns(pid)
+        if now is None or now - last < IDLE_SHARE * window_s * 1e9:
+            break
+        last = now
+    return time.perf_counter() - start
+
+
 def interleaved_timing(workers: dict, case: str, reps: dict, rounds: int, warmup: dict,
                        timeout_s: dict | None = None) -> dict:
     """Times ``case`` on every worker: ``rounds`` rounds, each giving every worker (in an order rotated
@@ -291,7 +327,7 @@ def interleaved_timing(workers: dict, case: str, reps: dict, rounds: int, warmup
                 samples[key].extend(reply["samples"])
             except WorkerError as err:
                 samples[key] = err
-            time.sleep(SWITCH_PAUSE_S)
+            wait_until_idle(workers[key].process.pid)
     return samples
 
 

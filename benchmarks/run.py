@@ -233,13 +233,15 @@ def _run_case(group, case, workers: dict, result: dict, settings: Settings, scra
         if first_call[key] >= SLOW_CALL_S:  # slow enough that the first call is a fair estimate
             estimates[key] = first_call[key]
         else:
-            try:
-                estimates[key] = worker.request({"cmd": "time", "case": case.name, "reps": 1},
-                                                timeout_s=max(600.0, 20 * first_call[key]))["samples"][0]
+            try:  # (the median of 3: one call can hit a stall and set the repetitions 100x too low)
+                estimates[key] = float(np.median(worker.request({"cmd": "time", "case": case.name, "reps": 3},
+                                                                timeout_s=max(600.0, 60 * first_call[key]))["samples"]))
             except harness.WorkerError as err:
                 _fail(runtimes[key], err, case)
                 alive.pop(key)
                 continue
+            finally:
+                harness.wait_until_idle(worker.process.pid)
         reps[key] = harness.repetitions(estimates[key], settings.budget_s, settings.min_reps, settings.max_reps,
                                         settings.case_cap_s)
         warmup[key] = 1 if estimates[key] < harness.WARMUP_LIMIT_S else 0

@@ -176,3 +176,23 @@ def test_summary_statistics_match_numpy(samples):
     assert stats["min"] == pytest.approx(min(samples))
     assert stats["q1"] <= stats["median"] <= stats["q3"]
     assert stats["n"] == len(samples)
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="per-thread CPU time comes from Linux /proc")
+def test_switching_waits_for_a_spinning_worker_and_not_for_an_idle_one():
+    """The harness's pause between workers: a process that keeps a CPU busy is waited for up to the
+    limit; a sleeping one ends the wait after one window."""
+    import subprocess
+
+    busy = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    idle = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        assert harness._cpu_ns(busy.pid) is not None
+        assert harness.wait_until_idle(busy.pid, window_s=0.01, limit_s=0.2) >= 0.2
+        assert harness.wait_until_idle(idle.pid, window_s=0.01, limit_s=5.0) < 2.5
+    finally:
+        busy.kill()
+        idle.kill()
+        busy.wait()
+        idle.wait()
+    assert harness._cpu_ns(busy.pid) is None  # gone: no CPU time to read
