@@ -95,6 +95,9 @@ CASES = [
     # (name, prim and oracle, operand shapes, blas expected)
     ("dense", _dense((None,), 48, 40), [(33, 40), (48, 40)], True),
     ("dense-1-row (gemv)", _dense((None,), 300, 64), [(1, 64), (300, 64)], True),
+    # B over TV_ONTHEFLY_B floats: host BLAS itself (below it the packed tiles, B packed on the fly)
+    ("dense-wide-b (host BLAS)", _dense((None,), 330, 256), [(40, 256), (330, 256)], True),
+    ("matmul-wide-b (host BLAS)", _matmul(False, False), [(21, 300), (300, 250)], True),
     ("dense-3d", _dense((None, None), 24, 32), [(3, 9, 32), (24, 32)], True),
     ("dense-tiny (generated code)", _dense((None,), 4, 4), [(2, 4), (4, 4)], False),
     ("matmul", _matmul(False, False), [(20, 30), (30, 40)], True),
