@@ -1,5 +1,5 @@
 """``tv_softmax_f32``: float32 softmax / log_softmax over the last axis as one library function (the
-"rows" variant, ``strategy.SoftmaxCall``), with its inline exp ``tv_exp_nonpositive_f32``.
+"rows" variant, ``strategy.SoftmaxCall``). Its inline exp is tested in ``test_inline_math.py``.
 
 The oracle is NumPy in float64. Each case checks from the kernel's source whether the library function
 is what ran, so the generated kernel cannot stand in for it unnoticed.
@@ -7,15 +7,12 @@ is what ran, so the generated kernel cannot stand in for it unnoticed.
 
 from __future__ import annotations
 
-import ctypes
-
 import numpy as np
 import pytest
 
 import tensorvm as tv
 from tensorvm import aot
 from tensorvm.codegen import build
-from tensorvm.codegen.c_emit import prelude
 
 
 @pytest.fixture
@@ -106,33 +103,6 @@ def test_empty_rows_and_empty_axis():
     vm, _ = _compile(_program("nn.softmax", (None, None), -1))
     for shape in ((0, 5), (3, 0)):
         assert vm.invoke("main", np.ones(shape, np.float32)).numpy().shape == shape
-
-
-_EXP_CALLER = """
-int32_t tv_test_exp(int64_t n, const float* x, float* y) {
-  for (int64_t i = 0; i < n; ++i) y[i] = tv_exp_nonpositive_f32(x[i]);
-  return 0;
-}
-"""
-
-
-def test_inline_exp_is_within_one_and_a_bit_ulp_on_its_domain():
-    library = build.build_library([(prelude() + _EXP_CALLER, ())])
-    function = library._cdll.tv_test_exp
-    function.restype = ctypes.c_int32
-    function.argtypes = [ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p]
-    x = np.concatenate([np.linspace(-87.0, 0.0, 1_000_003, dtype=np.float32),
-                        np.float32(-87.0) * np.random.default_rng(2).random(100_000, dtype=np.float32),
-                        np.array([0.0, -0.0, -1e-30, -1e-45], np.float32)])
-    y = np.empty_like(x)
-    function(x.size, x.ctypes.data, y.ctypes.data)
-    want = np.exp(x.astype(np.float64))
-    spacing = np.spacing(want.astype(np.float32)).astype(np.float64)
-    assert float(np.max(np.abs(y - want) / spacing)) <= 1.05
-    special = np.array([-87.01, -100.0, -np.inf, np.nan], np.float32)
-    out = np.empty_like(special)
-    function(special.size, special.ctypes.data, out.ctypes.data)
-    assert out[0] == 0.0 and out[1] == 0.0 and out[2] == 0.0 and np.isnan(out[3])
 
 
 def test_aot_model_has_the_library_function_without_openmp():
