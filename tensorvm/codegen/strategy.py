@@ -131,7 +131,7 @@ class Implementation:
     external: object = None
     work: object = None  # external: a te measure of the work (multiply-adds) ...
     min_work: int = 0  # ... that must reach min_work x the kernels' thread count (checked per call)
-    call: object = None  # a GemmCall, SoftmaxCall...: the anchor op computed by a C library function
+    call: object = None  # a LibraryCall (GemmCall, SoftmaxCall...): the op computed by a C function
 
     @property
     def kind(self) -> str:
@@ -140,15 +140,22 @@ class Implementation:
         return "external" if self.external is not None else "c"
 
 
+class LibraryCall:
+    """What an ``Implementation.call`` computes its op with: a C function of the prelude, written by
+    ``statement(args, target, suffix)``. ``portable``: in ``PRELUDE``, so every translation unit has it
+    (AOT's too); else in ``BLAS_BRIDGE``, shared libraries only."""
+
+    portable: ClassVar[bool] = False
+
+
 @dataclass(frozen=True)
-class GemmCall:
+class GemmCall(LibraryCall):
     """The anchor op as ``tv_gemm_<dtype>(batch, m, n, k, A, a_step, ta, B, b_step, tb, C, alpha)`` (see
     ``c_emit.BLAS_BRIDGE``): ``a``, ``b`` index the op's arguments; the rest are te expressions over its
     dims (``ta``/``tb``: 0 or 1, op(A) = A^T when set; the steps are the elements between batch entries,
     0 for an operand shared by the whole batch). ``alpha`` scales the product (a constant factor after it
     in the group, ``_scale_after``)."""
 
-    portable: ClassVar[bool] = False  # in BLAS_BRIDGE: shared libraries only
     a: int
     b: int
     batch: object
@@ -169,14 +176,13 @@ class GemmCall:
 
 
 @dataclass(frozen=True)
-class StridedGemmCall:
+class StridedGemmCall(LibraryCall):
     """The anchor op as ``tv_gemm_strided_<dtype>`` (``c_emit.BLAS_BRIDGE``) on operands read where they
     lie: a kernel input or a transpose of one (FuseOps puts such transposes in the product's group).
     The batch is ``outer`` x ``inner`` entries; ``a``, ``b``, ``c`` are each ``(outer step, inner step,
     row stride, column stride)`` in elements, te expressions over the kernel's dims. The C side checks
     that every matrix has a unit stride. ``alpha`` scales the product, as in ``GemmCall``."""
 
-    portable: ClassVar[bool] = False  # in BLAS_BRIDGE: shared libraries only
     outer: object
     inner: object
     m: object
@@ -195,12 +201,11 @@ class StridedGemmCall:
 
 
 @dataclass(frozen=True)
-class PackedGemmCall:
+class PackedGemmCall(LibraryCall):
     """``nn.dense_packed`` as ``tv_gemm_packed_f32(m, n, k, x, packed, out)`` (``c_emit.BLAS_BRIDGE``): a
     register-blocked product over the weight's 16-column panels, no host BLAS involved. ``m``, ``n``,
     ``k`` are te expressions over the op's dims (rows of x, units, in_dim)."""
 
-    portable: ClassVar[bool] = False  # in BLAS_BRIDGE: shared libraries only
     m: object
     n: object
     k: object
@@ -210,7 +215,7 @@ class PackedGemmCall:
 
 
 @dataclass(frozen=True)
-class SoftmaxCall:
+class SoftmaxCall(LibraryCall):
     """``nn.softmax`` / ``nn.log_softmax`` over the last axis of a float32 array as
     ``tv_softmax_f32(rows, n, x, y, log)`` (``c_emit.PRELUDE``, so every translation unit has it, AOT's
     too): exp and its sum in one pass, with an inline exp the loop vectorizes, 1.35x faster than the
@@ -227,14 +232,13 @@ class SoftmaxCall:
 
 
 @dataclass(frozen=True)
-class Conv2dCall:
+class Conv2dCall(LibraryCall):
     """An NCHW / OIHW convolution as ``tv_conv2d_<dtype>`` (``c_emit.BLAS_BRIDGE``): per image, the
     input patches are unfolded into a temporary (im2col; skipped for a 1x1 kernel with unit strides and
     no padding) and multiplied by the weight matrix (O x C*KH*KW) with ``tv_gemm``. A float32
     convolution with unit strides runs the direct kernel ``tv_conv2d_direct_f32`` instead, which can
     also apply a ``TileEpilogue`` to its output tiles."""
 
-    portable: ClassVar[bool] = False  # in BLAS_BRIDGE: shared libraries only
     dims: tuple  # te expressions: batch, channels, height, width, out channels, out height, out width
     kernel: tuple  # (kh, kw), static
     strides: tuple
