@@ -13,6 +13,9 @@ Calls: a self tail call becomes a loop (``continue``); another tail call returns
 caller's trampoline runs, so tail-recursive loops run in constant Python stack. Non-tail calls are
 Python calls; if one recurses deeper than Python's limit the call is re-run on a thread with a large
 stack and a high recursion limit.
+
+A straight-line function the VM runs specialized to its argument shapes (``specialize.py``) gets its
+body generated too (``specialized_body``), so compiled mode stays compiled after the slice has run.
 """
 
 from __future__ import annotations
