@@ -33,8 +33,8 @@ and whose tensors all stay in the function (none can reach the caller), with tho
 reshapes of them. A call writes such a buffer before reading it and nothing of it outlives the call, so
 one set of buffers serves every call with that key, and the body runs without their allocations.
 
-Only straight-line functions qualify: no branches, calls or closures, every parameter a tensor, and
-every register written once. The slice keeps the storages its tensors live in; the body drops a storage
+Only straight-line functions qualify: no branches, calls or closures, every parameter a tensor, every
+register written once, and every kernel output a tensor allocated for it (as the compiler emits). The slice keeps the storages its tensors live in; the body drops a storage
 only when the slice alone reads it.
 """
 
@@ -105,6 +105,9 @@ def shape_slice(fn: bc.VMFunction) -> ShapeSlice | None:
 
     def allocated(reg: int) -> bool:
         return reg in writer and isinstance(code[writer[reg]], (bc.AllocTensor, bc.AllocTensorReg))
+
+    if not all(allocated(r) for r in kernel_outputs):
+        return None  # a kernel writing into a view, a constant or a shape could write into a preset value
 
     for pc, ins in enumerate(code):
         if isinstance(ins, (bc.LoadConst, bc.LoadConsti)):

@@ -175,3 +175,24 @@ def test_the_compiled_body_reports_errors_at_their_instruction(monkeypatch):
     with pytest.raises(Exception, match="main") as caught:
         vm["main"](*args)
     assert "kernel failed" in str(caught.value)
+
+
+
+def test_no_specialization_when_a_kernel_writes_into_something_it_did_not_allocate():
+    """Kernels write into allocated tensors (what the compiler emits). In hand-made bytecode a kernel may
+    write into a view of a shape-determined tensor (here $7 of $6): that would write into a preset value,
+    so such a function runs generically."""
+    from tensorvm.ir.types import TensorType
+    from tensorvm.vm.specialize import shape_slice
+
+    def function(output: int):
+        code = (bc.LoadConst(0, 1), bc.ShapeOf(0, 2), bc.LoadConsti(64, 3), bc.AllocStorage(3, 64, "int64", 4),
+                bc.LoadConsti(0, 5), bc.AllocTensor(4, 5, (2,), "int64", 6), bc.InvokePacked(0, 2, 1, (2, 6)),
+                bc.ReshapeTensor(6, 1, 7), bc.InvokePacked(1, 2, 1, (0, output)),
+                bc.AllocStorage(3, 64, "int64", 8), bc.AllocTensor(8, 5, (2,), "int64", 9),
+                bc.InvokePacked(2, 3, 1, (6, 7, 9)), bc.Ret(9))
+        return bc.VMFunction("main", ("x",), code, 10, (TensorType((3, 2), "float32"),))
+
+    assert shape_slice(function(7)) is None
+    plan = shape_slice(function(6))  # $6 written by two kernels: not shape-determined, an arena tensor
+    assert 6 not in plan.slice_pcs and 6 not in plan.body_skip  # its first kernel runs on every call
