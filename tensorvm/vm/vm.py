@@ -154,7 +154,7 @@ def _private_view(view, alloc):
     preset for every later call while the memory planner may let other tensors reuse those bytes."""
     def make(shape, dtype, storage, offset):
         view(shape, dtype, storage, offset)
-        return view(shape, dtype, alloc(math.prod(shape) * dtype.itemsize, 64, dtype.name), 0)
+        return view(shape, dtype, alloc(int(math.prod(shape)) * dtype.itemsize, 64, dtype.name), 0)
     return make
 
 
