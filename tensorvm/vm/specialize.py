@@ -26,7 +26,8 @@ The slice's kernels write into memory of their own (``ShapeSlice.private``), not
 memory planner gave their outputs: the planner lets tensors whose lifetimes do not overlap share bytes,
 but a preset value lives for every later call with its key, so a later tensor of the body (or of the
 slice) placed on the same bytes would overwrite it. Nothing else writes a preset: the body skips the
-instructions that computed it and every kernel output is written by one kernel.
+instructions that computed it, a shape-determined output has one writing kernel, and kernels write only
+into tensors allocated for them (never into a view, a constant or a shape).
 
 The slice also makes the function's *arena* once per key: every storage whose size is shape-determined
 and whose tensors all stay in the function (none can reach the caller), with those tensors and the
@@ -34,8 +35,9 @@ reshapes of them. A call writes such a buffer before reading it and nothing of i
 one set of buffers serves every call with that key, and the body runs without their allocations.
 
 Only straight-line functions qualify: no branches, calls or closures, every parameter a tensor, every
-register written once, and every kernel output a tensor allocated for it (as the compiler emits). The slice keeps the storages its tensors live in; the body drops a storage
-only when the slice alone reads it.
+register written once, and every kernel output a tensor allocated for it (as the compiler emits). The
+slice keeps the storages its tensors live in; the body drops a storage only when the slice alone reads
+it.
 """
 
 from __future__ import annotations
