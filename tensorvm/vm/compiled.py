@@ -13,6 +13,9 @@ Calls: a self tail call becomes a loop (``continue``); another tail call returns
 caller's trampoline runs, so tail-recursive loops run in constant Python stack. Non-tail calls are
 Python calls; if one recurses deeper than Python's limit the call is re-run on a thread with a large
 stack and a high recursion limit.
+
+A straight-line function the VM runs specialized to its argument shapes (``specialize.py``) gets its
+body generated too (``specialized_body``), so compiled mode stays compiled after the slice has run.
 """
 
 from __future__ import annotations
@@ -39,9 +42,10 @@ from .vm import (
     tuple_forms,
 )
 
-__all__ = ["generate_source", "instantiate", "call_compiled", "TailCall", "PythonSource"]
+__all__ = ["generate_source", "instantiate", "call_compiled", "specialized_body", "TailCall", "PythonSource"]
 
 _FILENAME = "<tensorvm-compiled>"
+_BODY_FILENAME = "<tensorvm-compiled-body>"
 
 
 class TailCall:
@@ -103,8 +107,9 @@ class _FallBack(Exception):
 
 
 class _FunctionEmitter:
-    def __init__(self, exe, index, fn, may_return_tail, lines, line_pcs, forms):
+    def __init__(self, exe, index, fn, may_return_tail, lines, line_pcs, forms, skip=frozenset()):
         self.exe, self.index, self.fn = exe, index, fn
+        self.skip = skip  # pcs left out (a specialized body's: ``specialized_body``)
         self.plan = shape_plan(fn, forms, exe.constants)
         self.may_return_tail = may_return_tail
         self.lines, self.line_pcs = lines, line_pcs
@@ -230,6 +235,8 @@ class _FunctionEmitter:
 
     def _emit_instruction(self, pc: int, indent: int):
         ins = self.code[pc]
+        if pc in self.skip:
+            return
         if isinstance(ins, (bc.LoadConst, bc.LoadConsti)) and ins.dst in self.folded:
             return  # every reader uses the value as an immediate
         if pc in self.plan.dropped:
@@ -438,11 +445,11 @@ def _call_on_deep_stack(funcs, index, args, exe):
     return outcome["value"]
 
 
-def _locate(err: Exception, exe) -> Exception:
-    source = exe.compiled_source()
+def _locate(err: Exception, exe, source: PythonSource | None = None) -> Exception:
+    source = source or exe.compiled_source()
     tb, where = err.__traceback__, None
     while tb is not None:
-        if tb.tb_frame.f_code.co_filename == _FILENAME:
+        if tb.tb_frame.f_code.co_filename == source.code.co_filename:
             where = source.line_pcs.get(tb.tb_lineno, where)
         tb = tb.tb_next
     if where is None:
@@ -450,3 +457,44 @@ def _locate(err: Exception, exe) -> Exception:
     fidx, pc = where
     fn = exe.functions[fidx]
     return located_error(err, fn.name, pc, fn.instructions[pc])
+
+
+# --- specialized bodies ---------------------------------------------------------------------------
+def specialized_body(exe, index: int, plan, funcs: list):
+    """Function ``index``'s body after its shape slice ``plan`` (``specialize.py``) as generated code.
+
+    Returns ``make(values)``: given the slice's results for one parameter-shape key (``plan.preset``, in
+    order), a ``run(args)`` that runs the body with those registers preset. The source is made once per
+    function: ``make`` binds the values as closure variables of the body (read as fast as locals), which
+    the body only reads (the instructions writing them are the slice's). It runs in the namespace of
+    ``funcs`` (the compiled program it specializes), so it calls the same kernels and builtins.
+    """
+    fn = exe.functions[index]
+    written = {r for pc, ins in enumerate(fn.instructions) if pc not in plan.body_skip for r in ins.writes()}
+    clash = sorted(written & set(plan.preset))
+    if clash:  # pragma: no cover - shape_slice skips every writer of a preset
+        raise ExecutionError(f"{fn.name}: a specialized body must only read its preset registers; it writes {clash}")
+    presets = "".join(f"r{r}, " for r in plan.preset)
+    lines = [f"def make_s{index}(PRESET):", f"    {presets}= PRESET" if presets else "    pass"]
+    line_pcs: dict = {}
+    forms = tuple_forms(exe.kernels, exe.primitives)
+    _FunctionEmitter(exe, index, fn, [False] * len(exe.functions), lines, line_pcs, forms,
+                     skip=plan.body_skip).emit()
+    lines[2:] = ["    " + line if line else line for line in lines[2:]]  # the body nests in make (same lines)
+    lines.append(f"    return f{index}")
+    text = "\n".join(lines) + "\n"
+    source = PythonSource(text, compile(text, _BODY_FILENAME, "exec"), line_pcs)
+    namespace = funcs[index].__globals__
+    exec(source.code, namespace)  # our own generated text, never file content
+    make_body = namespace.pop(f"make_s{index}")
+
+    def make(values):
+        body = make_body(tuple(values))
+
+        def run(args):
+            try:
+                return body(*args)
+            except Exception as err:
+                raise _locate(err, exe, source) from err
+        return run
+    return make

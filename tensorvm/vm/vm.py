@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import gc
 import math
+import os
 import time
 from enum import IntEnum
 from math import prod
@@ -147,6 +148,16 @@ def _shape_placeholder(shape, dtype, storage, offset) -> np.ndarray:
     return np.broadcast_to(np.zeros((), dtype), tuple(shape))
 
 
+def _private_view(view, alloc):
+    """A view function for the tensors a shape slice's kernels write: the view the generic code makes is
+    made (so its bounds are checked as there), but the tensor gets a storage of its own, as its value is
+    preset for every later call while the memory planner may let other tensors reuse those bytes."""
+    def make(shape, dtype, storage, offset):
+        view(shape, dtype, storage, offset)
+        return view(shape, dtype, alloc(int(math.prod(shape)) * dtype.itemsize, 64, dtype.name), 0)
+    return make
+
+
 def tuple_shape_of(tensor) -> tuple:
     """``ShapeOf`` where the shape stays a tuple."""
     return tensor.shape
@@ -242,7 +253,7 @@ class _FunctionInfo:
     """What the VM knows about one function: decoded code, register count, and argument checkers."""
 
     __slots__ = ("name", "index", "code", "pcs", "num_regs", "params", "param_types", "ret_type", "fast_specs",
-                 "tail", "shape_slice", "specialized", "sightings", "arena_bytes")
+                 "tail", "shape_slice", "specialized", "sightings", "arena_bytes", "entry")
 
     def __init__(self, fn: bc.VMFunction, index: int, num_regs: int | None = None):
         self.name, self.index = fn.name, index
@@ -256,6 +267,7 @@ class _FunctionInfo:
         self.specialized: dict = {}  # parameter shapes -> _FunctionInfo of the body with the slice's results
         self.sightings: dict = {}    # parameter shapes seen once (specialized at the second sighting)
         self.arena_bytes = 0         # a specialized body: the bytes of the buffers made for it once
+        self.entry = None            # a specialized body in compiled exec mode: its generated code, run(args)
 
 
 class VirtualMachine:
@@ -263,10 +275,11 @@ class VirtualMachine:
 
     ``allocator`` is ``"pooled"`` (default), ``"naive"`` or an ``Allocator`` instance. ``native=False``
     keeps to pure Python even where the compiled helper (``fastcall``: storages and tensor views made in C)
-    is available.
+    is available. ``specialize=False`` (default: on unless ``$TENSORVM_SPECIALIZE`` is ``0``) runs every
+    call of a straight-line function generically: no shape slice, no arena (``specialize.py``).
     """
 
-    def __init__(self, exe, allocator="pooled", device=None, native: bool = True):
+    def __init__(self, exe, allocator="pooled", device=None, native: bool = True, specialize: bool | None = None):
         if device not in (None, "cpu", "python") and str(device) != "cpu":
             raise ExecutionError(f"the VM runs on the host ('cpu'); got device {device!r}")
         self.exe = exe
@@ -278,8 +291,12 @@ class VirtualMachine:
         self._kernel_inputs = [k.num_inputs for k in exe.primitives]
         self._kernel_names = [k.name for k in exe.primitives]
         self._funcs = [_FunctionInfo(fn, i) for i, fn in enumerate(exe.functions)]
+        if specialize is None:
+            specialize = os.environ.get("TENSORVM_SPECIALIZE", "1").strip() != "0"
         for info, fn in zip(self._funcs, exe.functions):
-            info.shape_slice = shape_slice(fn)
+            info.shape_slice = shape_slice(fn) if specialize else None
+        self._body_makers: dict = {}  # compiled mode: function index -> maker of its specialized body's code
+        self._calls = {"generic": 0, "specialized": 0}  # calls from the API, by the code they ran
         self._plain_parts = None  # (kernels, builtins, shape forms) of the plain program, for specializing
         self._by_name = {info.name: info for info in self._funcs}
         self._adt_tags = exe.adt_tag_table()           # full tag -> (constructor index, name)
@@ -359,14 +376,15 @@ class VirtualMachine:
         return [self._decode(fn, *parts) for fn in self.exe.functions]
 
     def _decode(self, fn: bc.VMFunction, kernels: list, builtins: dict, forms: list, keep=None,
-                skip=frozenset(), placeholders=frozenset()) -> tuple:
+                skip=frozenset(), placeholders=frozenset(), private=frozenset()) -> tuple:
         """``fn``'s instructions as decoded tuples, plus the bytecode pc of each (for error messages).
 
         Registers written once by ``LoadConst``/``LoadConsti`` and read only where an immediate fits
         (offsets, static sizes, ``If`` targets) are folded into their readers and their loads dropped.
         Shapes stay tuples where ``shape_plan`` proves it safe. ``keep`` (the pcs to decode, default all)
         and ``skip`` select part of a straight-line function (a shape slice or the body after it); the
-        tensors allocated at ``placeholders`` get their shape and no memory.
+        tensors allocated at ``placeholders`` get their shape and no memory, those at ``private`` memory of
+        their own.
         """
         O = bc.Opcode
         instrs = fn.instructions
@@ -386,6 +404,8 @@ class VirtualMachine:
             pcs.append(pc)
             if pc in placeholders:
                 view = view_reg = _shape_placeholder
+            elif pc in private:
+                view = view_reg = _private_view(builtins["view"], alloc)
             else:
                 view, view_reg = builtins["view"], builtins["view_reg"]
             if op == O.InvokePacked:
@@ -690,13 +710,17 @@ class VirtualMachine:
         if info.shape_slice is not None and self._mode == "plain":
             key = tuple([a.shape for a in args])
             body = info.specialized.get(key)
+            if body is None and key in info.sightings:
+                body = self._specialize(info, key, args)
             if body is not None:
+                self._calls["specialized"] += 1
+                if body.entry is not None:  # compiled exec mode: the body's own generated code
+                    return body.entry(args)
                 return self._run(body, args)
-            if key in info.sightings:
-                return self._run(self._specialize(info, key, args), args)
             if len(info.sightings) >= _SPECIALIZE_LIMIT:
                 info.sightings.clear()
             info.sightings[key] = True
+        self._calls["generic"] += 1
         if self._exec_mode == "compiled":
             from .compiled import call_compiled
 
@@ -711,7 +735,8 @@ class VirtualMachine:
             self._plain_parts = self._program_parts("plain")
         fn = self.exe.functions[info.index]
         plan = info.shape_slice
-        code, pcs = self._decode(fn, *self._plain_parts, keep=plan.slice_pcs, placeholders=plan.placeholders)
+        code, pcs = self._decode(fn, *self._plain_parts, keep=plan.slice_pcs, placeholders=plan.placeholders,
+                                 private=plan.private)
         results = info.num_regs  # one more register: the tuple of the slice's results
         sliced = _FunctionInfo(fn, info.index, num_regs=results + 1)
         sliced.code = (*code, (_ALLOC_ADT, results, 0, _tuple_getter(plan.preset)), (_RET, results))
@@ -724,6 +749,8 @@ class VirtualMachine:
             tail[reg - len(fn.params)] = value
         body.tail = tuple(tail)
         body.arena_bytes = _held_bytes(values)
+        if self._exec_mode == "compiled":
+            body.entry = self._body_maker(info)(values)
         # the kept arenas are bounded in number and in bytes (the newest is always kept)
         while info.specialized and (len(info.specialized) >= _SPECIALIZE_LIMIT or body.arena_bytes + sum(
                 b.arena_bytes for b in info.specialized.values()) > _ARENA_LIMIT):
@@ -731,6 +758,24 @@ class VirtualMachine:
         info.specialized[key] = body
         info.sightings.pop(key, None)
         return body
+
+    def _body_maker(self, info: _FunctionInfo):
+        """Compiled mode: the maker of ``info``'s specialized body as generated code (one per function)."""
+        maker = self._body_makers.get(info.index)
+        if maker is None:
+            from .compiled import specialized_body
+
+            maker = specialized_body(self.exe, info.index, info.shape_slice, self._compiled["plain"])
+            self._body_makers[info.index] = maker
+        return maker
+
+    def exec_stats(self) -> dict:
+        """What ran: the exec mode, the calls made through the API (``invoke``, ``run``, ``benchmark``...) by
+        the code they ran (``generic``, or a body ``specialized`` to its argument shapes), where specialized
+        bodies run (``"compiled code"`` or ``"dispatch loop"``) and how many shapes are specialized now."""
+        return {"exec_mode": self._exec_mode, "calls": dict(self._calls),
+                "specialized_runs_in": "compiled code" if self._exec_mode == "compiled" else "dispatch loop",
+                "specialized_shapes": sum(len(info.specialized) for info in self._funcs)}
 
     def _function(self, func_name: str) -> _FunctionInfo:
         try:
