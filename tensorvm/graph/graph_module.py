@@ -321,7 +321,8 @@ def _check_plan(spec: GraphSpec, what: str) -> None:
     from ..transform.memory_planner import MemoryPlanError, StaticMemoryPlan, TensorLifetime
 
     count = spec.num_entries
-    names = [f"entry {eid}" for eid in range(count)]
+    names = [f"entry {spec.node_row_ptr[nid] + k} ({node['name'][:40]})" for nid, node in enumerate(spec.nodes)
+             for k in range(spec.node_row_ptr[nid + 1] - spec.node_row_ptr[nid])]
     params = set(spec.metadata.get("params", ()))
     kind = ["intermediate"] * count
     for nid in spec.arg_nodes:
