@@ -162,7 +162,8 @@ def check_descriptor(module: AOTModule, cdll, path) -> None:
 
     try:
         model = _Model.in_dll(cdll, f"{module.prefix}_model")
-        cdll.tvaot_run, cdll.tvaot_error_string  # the shim's entry points
+        for symbol in ("tvaot_run", "tvaot_error_string"):  # the shim's entry points
+            getattr(cdll, symbol)
     except (ValueError, AttributeError) as err:
         raise FormatError(f"AOT: the library {path}: expected the symbols {module.prefix}_model, tvaot_run and "
                           f"tvaot_error_string ({err}); delete it to build it again") from None

@@ -26,7 +26,13 @@ from ..executor import CompiledExecutor
 from ..ir.expr import Function, GlobalVar
 from ..ir.module import IRModule
 from ..transform.memory_planner import lower_static, plan_memory, static_schedule
-from .graph_module import GRAPH_FORMAT, GRAPH_FORMAT_VERSION, check_against_library, check_params, parse_graph_json
+from .graph_module import (
+    GRAPH_FORMAT,
+    GRAPH_FORMAT_VERSION,
+    check_against_library,
+    check_params,
+    parse_graph_json,
+)
 from .integrity import loads_json, seal, verify
 from .params import load_params, save_params
 
