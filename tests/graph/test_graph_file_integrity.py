@@ -274,3 +274,47 @@ def test_resealed_int_mutations_load_right_or_are_format_errors(chain, data):
     except tv.FormatError:
         return
     np.testing.assert_allclose(result, _expected(*_inputs()), rtol=1e-4, atol=1e-4)
+
+
+# --- the cost of checking -------------------------------------------------------------------------
+def _wide_graph(n: int) -> str:
+    """One kernel with ``n`` scalar outputs, all read by a last kernel: ``n`` tensors live at once."""
+    count = n + 2
+    graph = {
+        "nodes": [{"op": "null", "name": "x", "inputs": []},
+                  {"op": "tvm_op", "name": "k", "inputs": [[0, 0, 0]],
+                   "attrs": {"func_name": "k", "num_inputs": "1", "num_outputs": str(n), "flatten_data": "0"}},
+                  {"op": "tvm_op", "name": "sink", "inputs": [[1, i, 0] for i in range(n)],
+                   "attrs": {"func_name": "s", "num_inputs": str(n), "num_outputs": "1", "flatten_data": "0"}}],
+        "arg_nodes": [0], "node_row_ptr": [0, 1, 1 + n, count], "heads": [[2, 0, 0]],
+        "attrs": {"shape": ["list_shape", [[]] * count], "dltype": ["list_str", ["float32"] * count],
+                  "storage_id": ["list_int", list(range(count))],
+                  "storage_offset": ["list_int", [-1] + [4 * i for i in range(n)] + [-1]]}}
+    return json.dumps(graph)
+
+
+def _view_chain(n: int) -> str:
+    """A kernel followed by ``n`` reshape views of views."""
+    count = n + 2
+    nodes = [{"op": "null", "name": "x", "inputs": []},
+             {"op": "tvm_op", "name": "k", "inputs": [[0, 0, 0]],
+              "attrs": {"func_name": "k", "num_inputs": "1", "num_outputs": "1", "flatten_data": "0"}}]
+    nodes += [{"op": "tvm_op", "name": f"v{i}", "inputs": [[i + 1, 0, 0]],
+               "attrs": {"func_name": "__nop", "num_inputs": "1", "num_outputs": "1", "flatten_data": "0"}}
+              for i in range(n)]
+    graph = {"nodes": nodes, "arg_nodes": [0], "node_row_ptr": list(range(count + 1)), "heads": [[n + 1, 0, 0]],
+             "attrs": {"shape": ["list_shape", [[4]] * count], "dltype": ["list_str", ["float32"] * count],
+                       "storage_id": ["list_int", [0] + [1] * (n + 1)], "storage_offset": ["list_int", [-1] * count]}}
+    return json.dumps(graph)
+
+
+@pytest.mark.parametrize("text", [_wide_graph(20_000), _view_chain(20_000)], ids=["wide", "view_chain"])
+def test_checking_a_large_graph_takes_time_linear_in_its_size(text):
+    # Comparing every pair of live tensors took ~50 s of CPU for the wide graph (0.8 MB of JSON), and
+    # walking every view's alias chain as long for the chain; both take about 1 s now. A loader
+    # must not hang on a small file.
+    import time
+
+    start = time.perf_counter()
+    tg.parse_graph_json(text)
+    assert time.perf_counter() - start < 20
