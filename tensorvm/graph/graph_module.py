@@ -33,8 +33,7 @@ _REQUIRED_OP_ATTRS = ("func_name", "num_inputs", "num_outputs", "flatten_data")
 _ALIGNMENT = 64
 GRAPH_FORMAT = "tensorvm-graph"
 GRAPH_FORMAT_VERSION = 2  # 2: metadata.checksum
-_MAX_ENTRY_BYTES = 1 << 40  # a larger entry, or a larger graph in all, is a corrupt file, not a model
-_MAX_TOTAL_BYTES = 1 << 40
+_MAX_TOTAL_BYTES = 1 << 40  # a graph whose entries need more in all is a corrupt file, not a model
 _MAX_NODE_OUTPUTS = 1 << 16
 _MAX_TREE_DEPTH = 64  # nesting of the tuple structures in metadata
 
@@ -70,9 +69,8 @@ def _fail(what: str, message: str) -> FormatError:
 
 
 def _int_attr(value, what: str, field: str) -> int:
-    # A plain decimal string (TVM writes attrs as strings): no signs, spaces, underscores or 4000 digits.
-    if type(value) is int:
-        return value
+    # A plain decimal string (attrs are strings, as TVM writes them): no signs, spaces, underscores
+    # or thousands of digits, which int() would accept or choke on.
     if isinstance(value, str) and 0 < len(value) <= 18 and value.isascii() and value.isdigit():
         return int(value)
     raise _fail(what, f"{field} must be a decimal integer string, got {str(value)[:80]!r}")
@@ -135,6 +133,8 @@ def parse_graph_json(text: str, what: str = "graph json", require_checksum: bool
             raise _fail(what, f'{where}: op must be "null" or "tvm_op", got {str(op)[:80]!r}')
         if not isinstance(name, str):
             raise _fail(what, f"{where}: name must be a string")
+        name = name if len(name) <= 80 else name[:80] + "..."  # for messages; spec keeps the full name
+
         raw_inputs = node.get("inputs", [])
         if not isinstance(raw_inputs, list):
             raise _fail(what, f"{where} ({name}): inputs must be a list")
@@ -178,7 +178,7 @@ def parse_graph_json(text: str, what: str = "graph json", require_checksum: bool
                     raise _fail(what, f"{where} ({name}): attr {str(key)[:40]!r} must be a string, got "
                                       f"{str(value)[:80]!r}")
             outputs_of.append(num_outputs)
-        spec.nodes.append({"op": op, "name": name, "inputs": inputs, "attrs": attrs})
+        spec.nodes.append({"op": op, "name": node["name"], "inputs": inputs, "attrs": attrs})
     row_ptr = graph["node_row_ptr"]
     expected = [0]
     for n in outputs_of:
@@ -248,9 +248,9 @@ def _read_entries(spec: GraphSpec, attrs, what: str) -> None:
                               f"got {str(sid)[:40]}")
         nbytes = _entry_nbytes(shape, dtype)
         total += nbytes
-        if nbytes > _MAX_ENTRY_BYTES or total > _MAX_TOTAL_BYTES:
-            raise _fail(what, f"entry {eid}: shape {str(shape)[:80]} of {dtype} needs {nbytes} bytes; expected at "
-                              f"most {_MAX_ENTRY_BYTES} per entry and {_MAX_TOTAL_BYTES} in all")
+        if total > _MAX_TOTAL_BYTES:
+            raise _fail(what, f"entry {eid}: shape {str(shape)[:80]} of {dtype} needs {nbytes} bytes, {total} with "
+                              f"the entries before it; expected at most {_MAX_TOTAL_BYTES} in all")
     spec.shapes, spec.dtypes, spec.storage_ids = [tuple(s) for s in shapes], list(dtypes), list(sids)
     if "storage_offset" in attrs:
         offsets = _typed_list(attrs, "storage_offset", "list_int", what, count)
@@ -273,7 +273,7 @@ def _read_entries(spec: GraphSpec, attrs, what: str) -> None:
             src, out = spec.entry_id(*node["inputs"][0]), spec.entry_id(nid, 0)
             if spec.dtypes[src] != spec.dtypes[out] \
                     or _num_elements(spec.shapes[src]) != _num_elements(spec.shapes[out]):
-                raise _fail(what, f"node {nid} ({node['name']}): a __nop (reshape) keeps dtype and element count, "
+                raise _fail(what, f"node {nid} ({node['name'][:80]}): a __nop (reshape) keeps dtype and element count, "
                                   f"but it turns {spec.dtypes[src]}{list(spec.shapes[src])} into "
                                   f"{spec.dtypes[out]}{list(spec.shapes[out])}")
 
@@ -417,7 +417,7 @@ def check_against_library(spec: GraphSpec, lib, what: str = "graph json") -> Non
             continue
         name = node["attrs"]["func_name"]
         if kernels is not None and name not in kernels:
-            raise _fail(what, f"node {nid} ({node['name']}) calls {name[:80]!r}, which the kernel library does not "
+            raise _fail(what, f"node {nid} ({node['name'][:80]}) calls {name[:80]!r}, which the kernel library does not "
                               f"have; it has {', '.join(sorted(kernels)[:8]) or 'none'}")
         prim = primitives.get(name)
         if prim is None:
@@ -432,7 +432,7 @@ def check_against_library(spec: GraphSpec, lib, what: str = "graph json") -> Non
             list(range(spec.node_row_ptr[nid], spec.node_row_ptr[nid + 1]))
         got = [(spec.shapes[e], spec.dtypes[e]) for e in eids]
         if got != want or node["attrs"]["flatten_data"] != "0":
-            raise _fail(what, f"node {nid} ({node['name']}): kernel {name!r} takes and returns "
+            raise _fail(what, f"node {nid} ({node['name'][:80]}): kernel {name[:80]!r} takes and returns "
                               f"{_signature(want)} (flatten_data \"0\"), but the node has {_signature(got)} "
                               f"(flatten_data {node['attrs']['flatten_data']!r})")
 
