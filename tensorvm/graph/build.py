@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import zipfile
+import zlib
 
 import numpy as np
 
@@ -212,7 +213,10 @@ def load(path) -> GraphFactory:
                     if infos[name].file_size > _MAX_MEMBER_BYTES:
                         raise FormatError(f"{path}: {name} claims {infos[name].file_size} bytes")
                     members[name] = archive.read(name)
-        except (zipfile.BadZipFile, zipfile.LargeZipFile, OSError, EOFError, ValueError) as err:
+        # zipfile reports damage in many ways: bad headers, a deflate stream zlib rejects, an
+        # unknown compression method, the "encrypted" flag (RuntimeError) ...
+        except (zipfile.BadZipFile, zipfile.LargeZipFile, OSError, EOFError, ValueError, zlib.error,
+                NotImplementedError, RuntimeError) as err:
             raise FormatError(f"{path}: not a saved graph archive ({err})") from None
     else:
         raise FormatError(f"{path}: no such file or directory")

@@ -318,3 +318,44 @@ def test_checking_a_large_graph_takes_time_linear_in_its_size(text):
     start = time.perf_counter()
     tg.parse_graph_json(text)
     assert time.perf_counter() - start < 20
+
+
+# --- archives ---------------------------------------------------------------------------------------
+def _patched_archive(path: Path, patch) -> None:
+    """Apply ``patch(data, info, data_start)`` to the bytes of the archive's graph.json member."""
+    import zipfile
+
+    with zipfile.ZipFile(path) as archive:
+        info = archive.getinfo("graph.json")
+    data = bytearray(path.read_bytes())
+    name_len, extra_len = struct.unpack_from("<HH", data, info.header_offset + 26)
+    patch(data, info, info.header_offset + 30 + name_len + extra_len)
+    path.write_bytes(bytes(data))
+
+
+def _garble_deflate(data, info, start):
+    data[start + 8:start + 40] = bytes((7 + 13 * k) % 256 for k in range(32))
+
+
+def _set_method(data, info, start):  # an unknown compression method, in both headers
+    struct.pack_into("<H", data, info.header_offset + 8, 99)
+    central = next(i for i in range(len(data) - 46) if data[i:i + 4] == b"PK\x01\x02"
+                   and data[i + 46:i + 56] == b"graph.json")
+    struct.pack_into("<H", data, central + 10, 99)
+
+
+def _set_encrypted(data, info, start):  # the "encrypted" flag, in both headers
+    flags = struct.unpack_from("<H", data, info.header_offset + 6)[0] | 1
+    struct.pack_into("<H", data, info.header_offset + 6, flags)
+    central = next(i for i in range(len(data) - 46) if data[i:i + 4] == b"PK\x01\x02"
+                   and data[i + 46:i + 56] == b"graph.json")
+    struct.pack_into("<H", data, central + 8, flags)
+
+
+@pytest.mark.parametrize("patch", [_garble_deflate, _set_method, _set_encrypted],
+                         ids=["garbled_deflate", "unknown_method", "encrypted"])
+def test_a_damaged_archive_is_a_format_error(chain, tmp_path, patch):
+    path = Path(chain.save(tmp_path / "net.tvgraph"))
+    _patched_archive(path, patch)
+    with pytest.raises(tv.FormatError, match="not a saved graph archive"):
+        tg.load(path)
