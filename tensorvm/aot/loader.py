@@ -26,11 +26,11 @@ from pathlib import Path
 import numpy as np
 
 from ..codegen.build import CompilerError, Toolchain, cache_dir, find_toolchain
-from ..errors import ExecutionError, ShapeError, UnsupportedError
+from ..errors import ExecutionError, FormatError, ShapeError, UnsupportedError
 from ..executor import CompiledExecutor
 from .build import AOTModule
 
-__all__ = ["load", "AOTRunner", "AOTExecutor", "compile_library", "object_sizes"]
+__all__ = ["load", "AOTRunner", "AOTExecutor", "compile_library", "object_sizes", "check_descriptor"]
 
 _LOCK = threading.Lock()
 _LOADED: dict = {}
@@ -138,9 +138,55 @@ def load(module: AOTModule, toolchain: Toolchain | None = None, extra_flags=()) 
             try:
                 cdll = ctypes.CDLL(str(path), mode=os.RTLD_LOCAL)  # models of the same name must not interpose
             except OSError as err:
+                if info["cached"]:  # a file on disk, not what the compiler just wrote
+                    raise FormatError(f"AOT: the cached library {path}: expected a shared library, but it "
+                                      f"cannot be loaded ({err}); delete it to build it again") from None
                 raise CompilerError(f"AOT: cannot load the compiled library {path}: {err}") from None
+            check_descriptor(module, cdll, path)
             _LOADED[str(path)] = cdll
     return AOTRunner(module, cdll, path, info)
+
+
+_ABI_VERSION = 1  # TVAOT_ABI_VERSION of runtime/include/tensorvm_aot.h
+_MAX_NDIM = 32
+
+
+def check_descriptor(module: AOTModule, cdll, path) -> None:
+    """The library's ``tvmgen_<name>_model`` descriptor is the one ``module`` generates: the loader
+    sizes the buffers it passes from ``module``, so a library of another model (a stale or swapped
+    cache file) would run on the wrong buffers. Bounds are checked before anything is followed."""
+
+    def fail(field, expected, got):
+        return FormatError(f"AOT: the library {path} does not match model {module.name!r}: {field}: expected "
+                           f"{expected}, got {got}; delete it to build it again")
+
+    try:
+        model = _Model.in_dll(cdll, f"{module.prefix}_model")
+        for symbol in ("tvaot_run", "tvaot_error_string"):  # the shim's entry points
+            getattr(cdll, symbol)
+    except (ValueError, AttributeError) as err:
+        raise FormatError(f"AOT: the library {path}: expected the symbols {module.prefix}_model, tvaot_run and "
+                          f"tvaot_error_string ({err}); delete it to build it again") from None
+    for field, expected in (("abi_version", _ABI_VERSION), ("num_inputs", len(module.inputs)),
+                            ("num_outputs", len(module.outputs)), ("workspace_size", module.workspace_size),
+                            ("workspace_alignment", module.workspace_alignment),
+                            ("workspace_external", int(module.workspace_external))):
+        if getattr(model, field) != expected:
+            raise fail(field, expected, getattr(model, field))
+    if not model.name or model.name.decode("utf-8", "replace") != module.name or not model.run:
+        raise fail("name", repr(module.name), repr(model.name))
+    for which, infos, ptr in (("input", module.inputs, model.inputs), ("output", module.outputs, model.outputs)):
+        if infos and not ptr:
+            raise fail(f"{which}s", f"{len(infos)} tensor descriptions", "none")
+        for i, t in enumerate(infos):
+            got = ptr[i]
+            if not 0 <= got.ndim <= _MAX_NDIM or (got.ndim and not got.shape):
+                raise fail(f"{which} {i} ({t.name}) rank", len(t.shape), got.ndim)
+            shape = [got.shape[k] for k in range(got.ndim)]
+            dtype = (got.dtype or b"").decode("utf-8", "replace")
+            if shape != list(t.shape) or dtype != t.dtype or got.size_bytes != t.size_bytes:
+                raise fail(f"{which} {i} ({t.name})", f"shape {list(t.shape)} {t.dtype} ({t.size_bytes} bytes)",
+                           f"shape {shape} {dtype} ({got.size_bytes} bytes)")
 
 
 class AOTRunner:
