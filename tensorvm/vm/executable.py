@@ -269,11 +269,12 @@ class Executable:
         return (f"# NumPy fallback ({why})\n" if why else "") + text
 
     # --- checking ---------------------------------------------------------------------------------
-    def verify(self) -> None:
-        """Check every function's bytecode refers only to things that exist (``FormatError`` if not)."""
+    def verify(self, from_file: bool = False) -> None:
+        """Check every function's bytecode refers only to things that exist (``FormatError`` if not);
+        ``from_file``: also the rules for untrusted bytecode (``bytecode.verify_function``)."""
         nfuncs, nconsts, nkernels = len(self.functions), len(self.constants), len(self.primitives)
         for fn in self.functions:
-            bc.verify_function(fn, nfuncs, nconsts, nkernels)
+            bc.verify_function(fn, nfuncs, nconsts, nkernels, from_file)
             for pc, ins in enumerate(fn.instructions):
                 if isinstance(ins, bc.Invoke) and len(ins.args) != len(self.functions[ins.func_index].params):
                     callee = self.functions[ins.func_index]

@@ -490,7 +490,7 @@ def _parse(data: bytes) -> Executable:
         exe = Executable(functions, constants, primitives, prim_texts, adts, exec_mode, target)
     except ValueError as err:
         raise FormatError(f"inconsistent executable: {err}") from None
-    exe.verify()
+    exe.verify(from_file=True)
     exe.kernels  # noqa: B018 - rebuild the kernels now, so a bad primitive fails at load time
     if exe.c_library is not None:
         exe.c_library.saved_source_matches = None if saved_c_source is None else \
