@@ -25,7 +25,14 @@ from pathlib import Path
 
 import numpy as np
 
-from ..codegen.build import CompilerError, Toolchain, cache_dir, find_toolchain
+from ..codegen.build import (
+    CompilerError,
+    Toolchain,
+    cache_dir,
+    find_toolchain,
+    record_library,
+    verified_library,
+)
 from ..errors import ExecutionError, ShapeError, UnsupportedError
 from ..executor import CompiledExecutor
 from .build import AOTModule
@@ -59,7 +66,7 @@ def compile_library(module: AOTModule, toolchain: Toolchain | None = None, extra
         directory = cache_dir() / "aot"
         directory.mkdir(parents=True, exist_ok=True)
         lib_path = directory / f"tvaot_{module.name}_{key}.so"
-        if lib_path.exists():
+        if verified_library(lib_path):  # its bytes hash to what its build recorded, else rebuilt
             return lib_path, {"cached": True, "compile_seconds": 0.0, "path": str(lib_path)}
         fd, tmp_lib = tempfile.mkstemp(dir=directory, prefix=lib_path.name, suffix=".tmp")
         os.close(fd)
@@ -68,7 +75,7 @@ def compile_library(module: AOTModule, toolchain: Toolchain | None = None, extra
         start = time.perf_counter()
         _run_compiler(command, tmp_lib)
         seconds = time.perf_counter() - start
-        os.replace(tmp_lib, lib_path)
+        record_library(tmp_lib, lib_path)
     return lib_path, {"cached": False, "compile_seconds": seconds, "path": str(lib_path)}
 
 

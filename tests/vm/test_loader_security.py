@@ -204,7 +204,6 @@ def test_parameters_are_never_overwritten_or_viewed_as_storage(dense_exe, kind):
             code.insert(0, bc.Move(0, 1))
         else:  # a tensor viewing the caller's array as its storage
             pc = next(i for i, ins in enumerate(code) if isinstance(ins, (bc.AllocTensor, bc.AllocTensorReg)))
-            ins = code[pc]
             code[pc] = dataclasses.replace(code[pc], storage=0)
         return _with(fn, instructions=tuple(code))
 
@@ -260,7 +259,6 @@ def test_a_huge_constant_shape_is_a_format_error():
 
 def test_a_primitive_text_that_does_not_type_check_is_a_format_error_naming_it(dense_exe):
     header, sections = _split(dense_exe.save_bytes())
-    prim = dict(sections)[b"PRIM"]
     source = next(p.source for p in dense_exe.primitives if p.kind == "kernel")
     text = dense_exe.primitive_text(source)
     assert "nn.dense" in text
