@@ -233,7 +233,8 @@ class Executable:
             except FormatError:
                 raise
             except Exception as err:
-                raise FormatError(f"cannot build the C kernel library: {type(err).__name__}: {err}") from err
+                raise FormatError(f"cannot build the C kernel library: {_failing_primitive(prims)}"
+                                  f"{type(err).__name__}: {err}") from err
             compiled = self.c_library.kernels
         kernels = []
         for info in self.primitives:
@@ -353,6 +354,19 @@ class Executable:
         data = self.save_bytes()
         with open(path, "wb") as f:
             f.write(data)
+
+
+def _failing_primitive(prims: dict) -> str:
+    """``"primitive @name: "`` for the first primitive that does not type-check (the usual reason a
+    library cannot be built from a file's text), so the error names it; ``""`` if they all do."""
+    from .kernel_python import _prepare
+
+    for name, fn in prims.items():
+        try:
+            _prepare(fn)
+        except Exception:  # noqa: BLE001 - any failure is the one to name
+            return f"primitive function {name!r}: "
+    return ""
 
 
 def _frozen_array(value) -> np.ndarray:

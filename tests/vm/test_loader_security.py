@@ -257,7 +257,14 @@ def test_a_huge_constant_shape_is_a_format_error():
         load_executable(hostile)
 
 
-def test_a_primitive_text_that_does_not_type_check_is_a_format_error_naming_it(dense_exe):
+@pytest.mark.parametrize("target", ["python", "c"])
+def test_a_primitive_text_that_does_not_type_check_is_a_format_error_naming_it(dense_exe, target):
+    if target == "c":
+        from tensorvm.codegen.build import have_compiler
+
+        if not have_compiler():
+            pytest.skip("target c needs a C compiler")
+        dense_exe = tv.vm.compile(tv.parse(DENSE), target="c")
     header, sections = _split(dense_exe.save_bytes())
     source = next(p.source for p in dense_exe.primitives if p.kind == "kernel")
     text = dense_exe.primitive_text(source)
