@@ -1,9 +1,12 @@
 """The executable's binary format (docs/executable-format.md): writing, and reading with full checks.
 
 Reading never unpickles or executes anything from the file: every field is read with bounds checks,
-every count is checked against the bytes that remain, the bytecode is verified (registers, jumps,
-function/constant/kernel indexes), and primitive functions are rebuilt by *parsing* their Relay text.
-Anything wrong raises ``FormatError``.
+every count is checked against the bytes that remain, every name must be an identifier of the text
+format (``NAME``: names never become code, see ``compiled.py``), type text nests at most
+``MAX_TYPE_DEPTH`` levels, constant shapes are bounded, the bytecode is verified with the rules for
+untrusted files (``bytecode.verify_function(from_file=True)``: registers, jumps, indexes, no writes to
+parameters), and primitive functions are rebuilt by *parsing* their Relay text. Anything wrong raises
+``FormatError`` (the threat model is in docs/executable-format.md).
 
 Version 2 adds optional sections after ``CODE``: ``CLIB`` (target "c": the C source of the kernel library,
 kept for reading). The loader never compiles or loads that text: it regenerates the C from the primitive
@@ -54,8 +57,8 @@ _CHECKSUM_SIZE = 32  # SHA-256
 # constructor names), which is all the compiler produces; anything else in a file is a FormatError.
 NAME = re.compile(r"[A-Za-z0-9_]+(?:\.[A-Za-z0-9_]+)*")
 MAX_NAME_LENGTH = 1024
-MAX_TYPE_DEPTH = 64  # nesting of brackets in type text (programs nest a few levels)
-MAX_TYPE_TEXT = 1 << 16
+MAX_TYPE_DEPTH = 64  # nesting of types in type text (programs nest a few levels; parsing recurses per level)
+MAX_TYPE_TEXT = 1 << 20
 _KIND_CODES = {"kernel": 0, "shape_func": 1}
 TARGETS = ("python", "c")
 
