@@ -93,7 +93,7 @@ class Case:
     seed: str
     data: bytes
     how: str
-    sealed: bool | None  # checksum fixed up (None: the format has no checksum)
+    sealed: bool | None  # the checksum matches the bytes, fixed up or by chance (None: no checksum)
     index: int = 0
 
 
@@ -458,14 +458,13 @@ SEEDS = {"tvx": tvx_seeds, "graph": graph_seeds, "params": params_seeds, "text":
 
 def make_case(rng: random.Random, seed: Seed, others: list, canary: str) -> Case:
     """One mutated file of ``seed`` (the parent draws every case, so a run is reproducible from its seed)."""
-    if seed.target == "tvx":
+    if seed.target in ("tvx", "params"):
         data, how = mutate_bytes(rng, seed, others, canary)
-        sealed = rng.random() < 0.8
-        return Case("tvx", seed.name, _reseal_sha256(data) if sealed else data, how, sealed)
-    if seed.target == "params":
-        data, how = mutate_bytes(rng, seed, others, canary)
-        sealed = rng.random() < 0.8
-        return Case("params", seed.name, _reseal_crc32(data) if sealed else data, how, sealed)
+        reseal = _reseal_sha256 if seed.target == "tvx" else _reseal_crc32
+        if rng.random() < 0.8:
+            data = reseal(data)
+        # "sealed" says whether the checksum matches the bytes (a splice may carry another file's valid one)
+        return Case(seed.target, seed.name, data, how, reseal(data) == data)
     if seed.target == "text":
         text = seed.data.decode()
         if rng.random() < 0.7:
@@ -485,8 +484,10 @@ def make_case(rng: random.Random, seed: Seed, others: list, canary: str) -> Case
                        if member == "params.bin" else [])
             members[member], how = mutate_bytes(rng, sub, [], canary)
             sealed = None
-            if member == "params.bin" and rng.random() < 0.8:
-                members[member], sealed = _reseal_crc32(members[member]), True
+            if member == "params.bin":
+                if rng.random() < 0.8:
+                    members[member] = _reseal_crc32(members[member])
+                sealed = _reseal_crc32(members[member]) == members[member]
         return Case("graph", seed.name, _pack_members(members), f"{member}: {how}", sealed)
     if seed.target == "onnx":
         if rng.random() < 0.5:
@@ -582,8 +583,8 @@ def _load(case: Case, scratch: Path):
         return tv.vm.load_executable(case.data)
     if case.target == "params":
         return tv.graph.load_params(case.data)
-    if case.target == "text":
-        return tv.parse(case.data.decode("utf-8"))
+    if case.target == "text":  # the parser takes text: bytes that are not UTF-8 arrive as U+FFFD
+        return tv.parse(case.data.decode("utf-8", errors="replace"))
     if case.target == "graph":
         directory = scratch / "graph"
         shutil.rmtree(directory, ignore_errors=True)
