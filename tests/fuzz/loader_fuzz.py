@@ -164,7 +164,7 @@ def _fix_lengths(rng: random.Random, seed: Seed, data: bytes, pos: int, delta: i
     out = bytearray(data)
     for offset, start, end in seed.extra.get("lengths", ()):
         if start <= pos <= end and offset < pos:
-            struct.pack_into("<Q", out, offset, (end - start) + delta)
+            struct.pack_into("<Q", out, offset, max(0, end - start + delta))
     return bytes(out)
 
 
