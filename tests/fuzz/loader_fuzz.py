@@ -746,7 +746,7 @@ def run_campaign(targets=("tvx",), mutations: int = 100, workers: int = 1, seed:
             report = Report(target)
             pool = [_Worker(ctx, by_key, mem_bytes, str(scratch_root / f"w{k}")) for k in range(workers)]
             try:
-                index = 0
+                index = logged = 0
                 idle = list(pool)
                 busy: dict = {}
                 while True:
@@ -800,7 +800,8 @@ def run_campaign(targets=("tvx",), mutations: int = 100, workers: int = 1, seed:
                             w = _Worker(ctx, by_key, mem_bytes, str(scratch_root / f"w{index}"))
                             pool.append(w)
                         idle.append(w)
-                    if log and report.tried and report.tried % 1000 == 0 and ready:
+                    if log and report.tried // 1000 > logged:
+                        logged = report.tried // 1000
                         log(f"[{target}] {report.tried} cases, {dict(report.classes)}")
             finally:
                 for w in pool:
