@@ -5,12 +5,17 @@
 prints, per target, the mutations tried, the count of each outcome class and examples of each defect
 class; every defect example is saved under ``--out/<target>/<class>/`` (the mutated file and what
 happened) for reproduction. Exit status 1 when a target has defects.
+
+    python tests/fuzz/loader_campaign.py --replay fuzz-out/tvx/exception/0.bin
+
+runs one saved example again in this process (no limits) and prints its outcome and traceback.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -28,7 +33,10 @@ def main(argv=None) -> int:
     parser.add_argument("--mem-gb", type=float, default=2.0, help="address-space limit of a worker")
     parser.add_argument("--time-budget", type=float, default=None, help="seconds per target at most")
     parser.add_argument("--out", default="loader-fuzz-out", help="where defect examples are saved")
+    parser.add_argument("--replay", help="a saved example (.bin, with its .txt beside it) to run again")
     args = parser.parse_args(argv)
+    if args.replay:
+        return replay(Path(args.replay))
     targets = [t for t in args.targets.split(",") if t]
     unknown = set(targets) - set(loader_fuzz.TARGETS)
     if unknown:
@@ -43,6 +51,17 @@ def main(argv=None) -> int:
         report.save_examples(out)
     print(f"total {time.monotonic() - start:.0f} s; defect examples in {out}/")
     return int(any(r.defects for r in reports.values()))
+
+
+def replay(path: Path) -> int:
+    info = dict(line.split(" ", 1) for line in path.with_suffix(".txt").read_text().splitlines()[:5] if " " in line)
+    target, seed_name = info["target"], info["seed"]
+    seed = next(s for s in loader_fuzz.SEEDS[target]() if s.name == seed_name)
+    sealed = {"True": True, "False": False}.get(info.get("sealed", "None"))
+    case = loader_fuzz.Case(target, seed_name, path.read_bytes(), info.get("mutation", "?"), sealed)
+    outcome, detail = loader_fuzz._execute(case, seed, Path(tempfile.mkdtemp(prefix="tensorvm-replay-")))
+    print(f"{outcome}\n{detail}")
+    return int(outcome in loader_fuzz.DEFECTS)
 
 
 if __name__ == "__main__":
