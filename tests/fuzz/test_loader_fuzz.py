@@ -12,8 +12,9 @@ import loader_fuzz  # noqa: E402
 
 def test_mutated_executables_load_correctly_or_fail_clearly():
     start = time.monotonic()
+    # (a case that hits the 20 s limit is at most one more; seeds take ~10 s: C builds hit the cache)
     report = loader_fuzz.run_campaign(("tvx",), mutations=400, workers=1, seed=16, timeout=20,
-                                      time_budget=35)["tvx"]
+                                      time_budget=25)["tvx"]
     assert report.tried >= 100, report.summary()
     assert report.defects == 0, report.summary()
     assert report.classes["clear-error"] > 0 and report.classes["accepted-correct"] > 0, report.summary()
