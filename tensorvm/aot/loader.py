@@ -25,14 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..codegen.build import (
-    CompilerError,
-    Toolchain,
-    cache_dir,
-    find_toolchain,
-    record_library,
-    verified_library,
-)
+from ..codegen.build import CompilerError, Toolchain, cache_dir, find_toolchain
 from ..errors import ExecutionError, ShapeError, UnsupportedError
 from ..executor import CompiledExecutor
 from .build import AOTModule
@@ -53,6 +46,7 @@ def _flags(toolchain: Toolchain) -> list:
 
 def compile_library(module: AOTModule, toolchain: Toolchain | None = None, extra_flags=()) -> tuple[Path, dict]:
     """Build (or find in the cache) the shared library of ``module``: ``(path, info)``."""
+    from ..codegen.build import record_library, verified_library  # the kernel cache's hash records
     toolchain = toolchain or find_toolchain()
     flags = _flags(toolchain) + list(extra_flags)
     digest = hashlib.sha256()
