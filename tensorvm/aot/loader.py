@@ -46,6 +46,7 @@ def _flags(toolchain: Toolchain) -> list:
 
 def compile_library(module: AOTModule, toolchain: Toolchain | None = None, extra_flags=()) -> tuple[Path, dict]:
     """Build (or find in the cache) the shared library of ``module``: ``(path, info)``."""
+    from ..codegen.build import record_library, verified_library  # the kernel cache's hash records
     toolchain = toolchain or find_toolchain()
     flags = _flags(toolchain) + list(extra_flags)
     digest = hashlib.sha256()
@@ -59,7 +60,7 @@ def compile_library(module: AOTModule, toolchain: Toolchain | None = None, extra
         directory = cache_dir() / "aot"
         directory.mkdir(parents=True, exist_ok=True)
         lib_path = directory / f"tvaot_{module.name}_{key}.so"
-        if lib_path.exists():
+        if verified_library(lib_path):  # its bytes hash to what its build recorded, else rebuilt
             return lib_path, {"cached": True, "compile_seconds": 0.0, "path": str(lib_path)}
         fd, tmp_lib = tempfile.mkstemp(dir=directory, prefix=lib_path.name, suffix=".tmp")
         os.close(fd)
@@ -68,7 +69,7 @@ def compile_library(module: AOTModule, toolchain: Toolchain | None = None, extra
         start = time.perf_counter()
         _run_compiler(command, tmp_lib)
         seconds = time.perf_counter() - start
-        os.replace(tmp_lib, lib_path)
+        record_library(tmp_lib, lib_path)
     return lib_path, {"cached": False, "compile_seconds": seconds, "path": str(lib_path)}
 
 

@@ -4,6 +4,10 @@ Registers become local variables (``r3``), kernels and constants become globals 
 module (``K0``, ``C0``), and instructions become statements that call kernels and the VM's builtins
 directly, so no dispatch loop runs. ``exe.as_python()`` shows the source. The source is generated from
 the bytecode when needed (a saved executable holds bytecode only) and ``exec``'d from our own text.
+Invariant: no string of the executable (function, parameter, kernel names) is ever source text. Names
+reach the code as values (``NAMES[i]``) and the comments show them through ``_label`` (as an
+escaped literal unless a plain identifier), so even an executable built in memory with a newline in a
+name cannot change what the generated code does (the loader also rejects such names).
 
 Control flow: the emitter's bytecode only jumps forward, so each ``If`` becomes a Python ``if``/``else``
 whose branches end at the ``If``'s immediate post-dominator (where they merge); code after it follows.
@@ -20,6 +24,7 @@ body generated too (``specialized_body``), so compiled mode stays compiled after
 
 from __future__ import annotations
 
+import re
 import sys
 import threading
 from dataclasses import dataclass
@@ -130,7 +135,7 @@ class _FunctionEmitter:
         fn = self.fn
         params = ", ".join(f"r{i}" for i in range(self.nparams))
         self.lines.append("")
-        self.lines.append(f"def f{self.index}({params}):  # {fn.name}({', '.join(fn.params)})")
+        self.lines.append(f"def f{self.index}({params}):  # {_label(fn.name)}({', '.join(map(_label, fn.params))})")
         body: list = []
         if all(ins.pc_offset > 0 if isinstance(ins, bc.Goto) else
                (ins.true_offset > 0 and ins.false_offset > 0) if isinstance(ins, bc.If) else True
@@ -251,7 +256,7 @@ class _FunctionEmitter:
         regs = lambda rs: ", ".join(f"r{r}" for r in rs)  # noqa: E731
         tuple_regs = self.plan.tuple_regs
         if op == O.InvokePacked and pc in self.plan.tuple_calls:
-            name = self.exe.primitives[ins.packed_index].name
+            name = _label(self.exe.primitives[ins.packed_index].name)
             outs = regs(ins.outputs) + ("," if ins.output_size == 1 else "")
             return f"{outs} = T{ins.packed_index}({regs(ins.inputs)})  # {name} (shapes as tuples)"
         if op == O.InvokePacked:
@@ -259,7 +264,7 @@ class _FunctionEmitter:
             args = regs(ins.args)
             if kernel_inputs is not None and kernel_inputs != ins.arity - ins.output_size:
                 return f"K{ins.packed_index}(*flatten_args([{args}]))"
-            return f"K{ins.packed_index}({args})  # {self.exe.primitives[ins.packed_index].name}"
+            return f"K{ins.packed_index}({args})  # {_label(self.exe.primitives[ins.packed_index].name)}"
         if op == O.AllocStorage:
             if ins.size_from_shape and ins.size in tuple_regs:
                 size = f"shape_nbytes(r{ins.size}, {np.dtype(ins.dtype_hint).itemsize})"
@@ -291,9 +296,8 @@ class _FunctionEmitter:
         if op == O.AllocADT:
             return f"r{ins.dst} = ADT({ins.tag}, ({regs(ins.fields)}{',' if len(ins.fields) == 1 else ''}))"
         if op == O.AllocClosure:
-            name = self.exe.functions[ins.func_index].name
             free = regs(ins.free_vars) + ("," if len(ins.free_vars) == 1 else "")
-            return f"r{ins.dst} = Closure({ins.func_index}, ({free}), {name!r}, OWNER)"
+            return f"r{ins.dst} = Closure({ins.func_index}, ({free}), NAMES[{ins.func_index}], OWNER)"
         if op == O.ShapeOf:
             return f"r{ins.dst} = {'shape_of_t' if ins.dst in tuple_regs else 'shape_of'}(r{ins.tensor})"
         if op == O.ReshapeTensor:
@@ -338,6 +342,13 @@ class _FunctionEmitter:
 
 
 _EXIT = -1
+_PLAIN_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def _label(name: str) -> str:
+    """A name for a comment of the generated code: as is when a plain identifier, else ``ascii()``'s
+    escaped literal, which holds no line break (a comment ends only at one)."""
+    return name if _PLAIN_NAME.fullmatch(name) else ascii(name)
 
 
 def _immediate_post_dominators(code) -> dict:
@@ -381,6 +392,7 @@ def instantiate(exe, builtins: dict, kernels: list, shape_forms: list | None = N
         "TailCall": TailCall,
         "trampoline": trampoline, "closure_target": _closure_target, "flatten_args": flatten_args,
         "shape_nbytes": shape_nbytes, "ExecutionError": ExecutionError, "scalar": _scalar, "offset": _offset,
+        "NAMES": tuple(fn.name for fn in exe.functions),
         "alloc": builtins["alloc"], "view": builtins["view"], "view_reg": builtins["view_reg"],
         "shape_of": builtins["shape_of"], "shape_of_t": builtins["shape_of_t"],
         "reshape_tensor": builtins["reshape_tensor"], "reshape_t": builtins["reshape_t"],
