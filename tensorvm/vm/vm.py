@@ -30,8 +30,8 @@ a VM running the same executable.
 
 from __future__ import annotations
 
-import gc
 import math
+import threading
 import time
 from enum import IntEnum
 from math import prod
@@ -48,6 +48,7 @@ from ..ir.types import FuncType, GlobalTypeVar, SymDim, TensorType, TupleType, T
 from ..runtime.memory import make_allocator
 from ..runtime.ndarray import NDArray
 from ..runtime.object import ADT, Closure
+from ..runtime.stack import caller_ident, pause_gc, resume_gc
 from . import bytecode as bc
 from .shape_plan import shape_plan
 from .specialize import shape_slice
@@ -156,10 +157,9 @@ def _deep_stack(frames: list, gc_paused: bool) -> bool:
     """Called when the frame stack is deep: enforce the depth limit, pause the cyclic GC once."""
     if len(frames) > MAX_STACK_DEPTH:
         raise ExecutionError(f"stack overflow: more than {MAX_STACK_DEPTH} nested calls")
-    if not gc_paused and gc.isenabled():
-        gc.disable()
-        return True
-    return gc_paused
+    if not gc_paused:
+        pause_gc()  # counted: other threads may be deep too
+    return True
 
 
 def _offset(value) -> int:
@@ -259,11 +259,18 @@ class _FunctionInfo:
 
 
 class VirtualMachine:
-    """Runs an ``Executable``. One VM holds per-call state: use one VM per thread.
+    """Runs an ``Executable``.
 
     ``allocator`` is ``"pooled"`` (default), ``"naive"`` or an ``Allocator`` instance. ``native=False``
     keeps to pure Python even where the compiled helper (``fastcall``: storages and tensor views made in C)
     is available.
+
+    Threads: a VM runs one call at a time (it keeps per-call state: buffers of specialized shapes, the
+    allocator's pools, the selected program). Calls from other threads while it is busy wait their turn;
+    for parallel runs, make one VM per thread (VMs may share an executable; C kernels run without the
+    GIL). A call made on the thread already running one is allowed from an instrument callback (that
+    program keeps no per-call buffers) and otherwise raises ``ExecutionError``. An allocator instance
+    must not be shared by VMs used from different threads.
     """
 
     def __init__(self, exe, allocator="pooled", device=None, native: bool = True):
@@ -292,7 +299,34 @@ class VirtualMachine:
         self._inputs: dict[str, list] = {}
         self._outputs = None
         self._exec_mode = exe.exec_mode
+        self._lock = threading.Lock()  # held by the thread running a call (see the class docstring)
+        self._owner = None             # that thread's ident
+        self._depth = 0                # its nesting (calls from an instrument callback)
+        if self._exec_mode == "compiled":
+            from .compiled import may_nest
+
+            self._nests = may_nest(exe)
+        else:
+            self._nests = False
         self._select_program("plain")
+
+    # --- one call at a time -----------------------------------------------------------------------
+    def _acquire(self, what: str) -> None:
+        me = caller_ident()
+        if self._owner == me:
+            if self._mode == "plain":
+                raise ExecutionError(f"VirtualMachine.{what}: this VM is already running a call on this thread "
+                                     f"(a re-entrant call, e.g. from a signal handler); use another VirtualMachine")
+            self._depth += 1
+            return
+        self._lock.acquire()
+        self._owner, self._depth = me, 1
+
+    def _release(self) -> None:
+        self._depth -= 1
+        if self._depth == 0:
+            self._owner = None
+            self._lock.release()
 
     # --- program variants: plain, instrumented, profiled ----------------------------------------
     def _select_program(self, mode: str) -> None:
@@ -676,7 +710,7 @@ class VirtualMachine:
             raise self._located_error(err, fidx, pc, info if code is info.code else None) from err
         finally:
             if gc_paused:
-                gc.enable()
+                resume_gc()
 
     def _located_error(self, err: Exception, fidx: int, index: int, info: _FunctionInfo | None = None) -> Exception:
         pcs = (info or self._funcs[fidx]).pcs
@@ -700,7 +734,7 @@ class VirtualMachine:
         if self._exec_mode == "compiled":
             from .compiled import call_compiled
 
-            return call_compiled(self._entries, info.index, args, self.exe)
+            return call_compiled(self._entries, info.index, args, self.exe, self._nests)
         return self._run(info, args)
 
     def _specialize(self, info: _FunctionInfo, key: tuple, args: list) -> _FunctionInfo:
@@ -742,11 +776,15 @@ class VirtualMachine:
     def invoke(self, func_name: str = "main", *args, **kwargs):
         """Run ``func_name`` on ``args`` (or on the inputs given to ``set_input``); returns user values."""
         info = self._function(func_name)
-        if args or kwargs or not info.params:
-            values = self._convert_inputs(info, args, kwargs)
-        else:
-            values = self._stored_inputs(info)
-        return self._to_user(self._call(info, values))
+        self._acquire("invoke")
+        try:
+            if args or kwargs or not info.params:
+                values = self._convert_inputs(info, args, kwargs)
+            else:
+                values = self._stored_inputs(info)
+            return self._result(self._call(info, values))
+        finally:
+            self._release()
 
     def run(self, *args, **kwargs):
         """``invoke("main", *args)`` (the Relay VM's ``run``)."""
@@ -759,7 +797,11 @@ class VirtualMachine:
     def set_input(self, func_name: str, *args, **kwargs) -> None:
         """Check, convert and keep inputs for ``func_name`` (positional, or by parameter name)."""
         info = self._function(func_name)
-        self._inputs[func_name] = self._convert_inputs(info, args, kwargs)
+        self._acquire("set_input")
+        try:
+            self._inputs[func_name] = self._convert_inputs(info, args, kwargs)
+        finally:
+            self._release()
 
     def _stored_inputs(self, info: _FunctionInfo) -> list:
         try:
@@ -771,8 +813,12 @@ class VirtualMachine:
     def invoke_stateful(self, func_name: str = "main") -> None:
         """Run ``func_name`` on the inputs from ``set_input`` and keep the result for ``get_outputs``."""
         info = self._function(func_name)
-        values = self._stored_inputs(info) if info.params else []
-        self._outputs = self._to_user(self._call(info, values))
+        self._acquire("invoke_stateful")
+        try:
+            values = self._stored_inputs(info) if info.params else []
+            self._outputs = self._result(self._call(info, values))
+        finally:
+            self._release()
 
     def get_outputs(self, func_name: str | None = None) -> list:
         """The outputs of the last ``invoke_stateful``: a tuple result's fields, else ``[result]``."""
@@ -797,10 +843,14 @@ class VirtualMachine:
 
         Returning ``SKIP_RUN`` from the before-call skips the kernel (and the after-call).
         """
-        self._instrument = fn
-        self._programs.pop("instrument", None)
-        self._compiled.pop("instrument", None)
-        self._select_program("plain" if fn is None else "instrument")
+        self._acquire("set_instrument")
+        try:
+            self._instrument = fn
+            self._programs.pop("instrument", None)
+            self._compiled.pop("instrument", None)
+            self._select_program("plain" if fn is None else "instrument")
+        finally:
+            self._release()
 
     def memory_stats(self) -> dict:
         return self.allocator.stats()
@@ -811,9 +861,17 @@ class VirtualMachine:
     def profile(self, func_name: str = "main", *args, warmup: int = 2, **kwargs):
         """Run once (after ``warmup`` runs, the last one instrumented and discarded) timing every kernel and
         VM op; returns a ``ProfileReport`` (its ``result`` is the run's result)."""
+        info = self._function(func_name)
+        self._acquire("profile")
+        try:
+            return self._profile(info, args, kwargs, warmup)
+        finally:
+            self._release()
+
+    def _profile(self, info: _FunctionInfo, args: tuple, kwargs: dict, warmup: int):
         from .profiler import ProfileRecorder, ProfileReport
 
-        info = self._function(func_name)
+        func_name = info.name
         values = self._convert_inputs(info, args, kwargs) if (args or kwargs or not info.params) \
             else self._stored_inputs(info)
         for _ in range(warmup - 1):
@@ -838,9 +896,16 @@ class VirtualMachine:
 
     def benchmark(self, func_name: str = "main", *args, number: int = 10, repeat: int = 5, **kwargs):
         """Time ``repeat`` batches of ``number`` calls; returns a ``BenchmarkResult`` (seconds per call)."""
+        info = self._function(func_name)
+        self._acquire("benchmark")
+        try:
+            return self._benchmark(info, args, kwargs, number, repeat)
+        finally:
+            self._release()
+
+    def _benchmark(self, info: _FunctionInfo, args: tuple, kwargs: dict, number: int, repeat: int):
         from .profiler import BenchmarkResult
 
-        info = self._function(func_name)
         values = self._convert_inputs(info, args, kwargs) if (args or kwargs or not info.params) \
             else self._stored_inputs(info)
         if number < 1 or repeat < 1:
@@ -973,6 +1038,14 @@ class VirtualMachine:
         raise ExecutionError(f"{where}: cannot pass a {type(value).__name__} to the VM")
 
     # --- results ----------------------------------------------------------------------------------
+    def _result(self, value):
+        """A call's result for the user; nested values are converted as a recursion user (``runtime.stack``),
+        so that no other thread lowers the recursion limit beneath the conversion."""
+        if value.__class__ is ADT:
+            with deep_recursion():
+                return self._to_user(value)
+        return self._to_user(value)
+
     def _to_user(self, value):
         cls = value.__class__
         if cls is np.ndarray:
