@@ -26,7 +26,7 @@ import gc
 import sys
 import threading
 
-__all__ = ["recursion_users", "limit_raised", "run_on_deep_stack", "start_thread", "caller_ident", "pause_gc",
+__all__ = ["recursion_users", "enter", "leave", "limit_raised", "run_on_deep_stack", "start_thread", "caller_ident", "pause_gc",
            "resume_gc"]
 
 _LOCK = threading.Lock()
@@ -34,7 +34,13 @@ _users: set = set()  # a token per current user
 _restore = 0     # the limit when the first current user came (put back when the last one leaves)
 _raised_to = 0   # the limit set by a user (0: none set since the first came)
 _STACK_LOCK = threading.Lock()
-_acting = threading.local()
+
+
+class _Acting(threading.local):
+    ident = None  # set in deep-stack workers: the ident of the thread they run a call for
+
+
+_acting = _Acting()
 
 
 @contextlib.contextmanager
@@ -42,14 +48,21 @@ def recursion_users(limit: int = 0):
     """Count this thread as one that may recurse deeply for the duration, with a limit of at least
     ``limit`` (0: the limit in force)."""
     token = object()
-    try:  # (entered inside: an interrupt in _enter still leaves)
-        _enter(token, limit)
+    try:  # (entered inside: an interrupt in enter still leaves)
+        enter(token, limit)
         yield
     finally:
-        _surely(_leave, token)
+        leave(token)
 
 
-def _enter(token, limit: int) -> None:
+def leave(token) -> None:
+    """The end of ``enter(token, ...)`` (also when ``enter`` was interrupted)."""
+    _surely(_leave, token)
+
+
+def enter(token, limit: int = 0) -> None:
+    """Count the caller as a recursion user until ``leave(token)`` (``recursion_users`` without a generator,
+    for hot paths; call it inside the ``try`` whose ``finally`` leaves)."""
     global _restore, _raised_to
     with _LOCK:
         if not _users:
@@ -94,7 +107,7 @@ def _start(thread: threading.Thread, stack_bytes: int) -> None:
 
 def caller_ident() -> int:
     """The ident of the thread this code acts for: the waiting caller inside a deep-stack worker."""
-    return getattr(_acting, "ident", None) or threading.get_ident()
+    return _acting.ident or threading.get_ident()
 
 
 def run_on_deep_stack(fn, args, stack_bytes: int, limit: int):
@@ -119,7 +132,7 @@ def run_on_deep_stack(fn, args, stack_bytes: int, limit: int):
             _acting.ident = owner
             token = object()
             try:
-                _enter(token, limit)
+                enter(token, limit)
                 outcome["value"] = fn(*args)
             except BaseException as err:  # noqa: BLE001 - handed back to the calling thread
                 outcome["error"] = err

@@ -23,7 +23,9 @@ import numpy as np
 
 from ..errors import ExecutionError
 from ..runtime.object import ADT
-from ..runtime.stack import limit_raised, recursion_users, run_on_deep_stack
+from ..runtime.stack import enter as enter_users
+from ..runtime.stack import leave as leave_users
+from ..runtime.stack import limit_raised, run_on_deep_stack
 from . import bytecode as bc
 from .shape_plan import shape_plan
 from .vm import (
@@ -439,8 +441,12 @@ def call_compiled(funcs: list, index: int, args: list, exe, nests: bool = True):
             return trampoline(funcs[index](*args))
         if limit_raised():
             return _call_on_deep_stack(funcs, index, args, exe)
-        with recursion_users():
+        token = object()
+        try:
+            enter_users(token)
             return trampoline(funcs[index](*args))
+        finally:
+            leave_users(token)
     except RecursionError:
         return _call_on_deep_stack(funcs, index, args, exe)
     except Exception as err:

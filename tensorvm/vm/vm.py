@@ -36,6 +36,7 @@ import time
 from enum import IntEnum
 from math import prod
 from operator import itemgetter
+from threading import get_ident as _get_ident
 
 import numpy as np
 
@@ -312,15 +313,16 @@ class VirtualMachine:
 
     # --- one call at a time -----------------------------------------------------------------------
     def _acquire(self, what: str) -> None:
-        me = caller_ident()
-        if self._owner == me:
-            if self._mode == "plain":
-                raise ExecutionError(f"VirtualMachine.{what}: this VM is already running a call on this thread "
-                                     f"(a re-entrant call, e.g. from a signal handler); use another VirtualMachine")
-            self._depth += 1
-            return
-        self._lock.acquire()
-        self._owner, self._depth = me, 1
+        if not self._lock.acquire(False):  # busy: a nested call, or another thread's (then wait)
+            if self._owner == caller_ident():
+                if self._mode == "plain":
+                    raise ExecutionError(f"VirtualMachine.{what}: this VM is already running a call on this "
+                                         f"thread (a re-entrant call, e.g. from a signal handler); use another "
+                                         f"VirtualMachine")
+                self._depth += 1
+                return
+            self._lock.acquire()
+        self._owner, self._depth = _get_ident(), 1
 
     def _release(self) -> None:
         self._depth -= 1
@@ -782,7 +784,8 @@ class VirtualMachine:
                 values = self._convert_inputs(info, args, kwargs)
             else:
                 values = self._stored_inputs(info)
-            return self._result(self._call(info, values))
+            result = self._call(info, values)
+            return self._to_user(result) if result.__class__ is not ADT else self._adt_result(result)
         finally:
             self._release()
 
@@ -816,7 +819,8 @@ class VirtualMachine:
         self._acquire("invoke_stateful")
         try:
             values = self._stored_inputs(info) if info.params else []
-            self._outputs = self._result(self._call(info, values))
+            result = self._call(info, values)
+            self._outputs = self._to_user(result) if result.__class__ is not ADT else self._adt_result(result)
         finally:
             self._release()
 
@@ -1038,13 +1042,11 @@ class VirtualMachine:
         raise ExecutionError(f"{where}: cannot pass a {type(value).__name__} to the VM")
 
     # --- results ----------------------------------------------------------------------------------
-    def _result(self, value):
-        """A call's result for the user; nested values are converted as a recursion user (``runtime.stack``),
+    def _adt_result(self, value: ADT):
+        """An ADT result for the user: nested values are converted as a recursion user (``runtime.stack``),
         so that no other thread lowers the recursion limit beneath the conversion."""
-        if value.__class__ is ADT:
-            with deep_recursion():
-                return self._to_user(value)
-        return self._to_user(value)
+        with deep_recursion():
+            return self._to_user(value)
 
     def _to_user(self, value):
         cls = value.__class__
