@@ -6,8 +6,9 @@
 A chain of ``--layers`` ``size x size`` dense + relu layers on target "c", one kernel thread (OpenMP and
 BLAS set before NumPy loads). Times ``--calls`` calls on one VM in one thread, then the same number of
 calls on each of ``--threads`` VMs in as many threads (each its own VM, all on one executable), and
-prints the wall times and the speed-up ``threads * one-thread time / wall time`` (ideal: the thread count,
-on that many idle cores). Every result is checked against NumPy.
+prints the wall times, the cores used (process CPU time / wall time: at most 1 while kernels hold the
+GIL) and the speed-up ``threads * one-thread time / wall time`` (ideal: the thread count, on that many
+idle cores). Every result is checked against NumPy.
 """
 
 from __future__ import annotations
@@ -66,23 +67,48 @@ def main() -> None:
     for vm in vms:
         work(vm, [])  # warm-up: pools filled, kernels loaded
     ok: list = []
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     work(vms[0], ok)
-    one = time.perf_counter() - start
+    one, one_cpu = time.perf_counter() - start, time.process_time() - cpu
     threads = [threading.Thread(target=work, args=(vm, ok)) for vm in vms]
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     for t in threads:
         t.start()
     for t in threads:
         t.join()
-    many = time.perf_counter() - start
+    many, many_cpu = time.perf_counter() - start, time.process_time() - cpu
     print(f"{opts.layers} x dense {opts.size}x{opts.size} + relu, target c, {opts.mode}, 1 kernel thread, "
-          f"{os.cpu_count()} cores")
-    print(f"1 VM,  1 thread : {opts.calls} calls in {one * 1e3:.1f} ms")
+          f"{os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}")
+    print(f"1 VM,  1 thread : {opts.calls} calls in {one * 1e3:.1f} ms (CPU {one_cpu / one:.2f} cores)")
     print(f"{opts.threads} VMs, {opts.threads} threads: {opts.calls} calls each in {many * 1e3:.1f} ms "
-          f"(speed-up {opts.threads * one / many:.2f}x of {opts.threads})")
+          f"(CPU {many_cpu / many:.2f} cores; speed-up {opts.threads * one / many:.2f}x of {opts.threads})")
+    print(f"a Python thread beside one VM keeps {python_progress(vms[0], x, w, opts.calls):.0%} of its speed "
+          f"alone (GIL held by the kernels: about the VM's time outside kernels)")
     if not all(ok):
         sys.exit(f"wrong results: {ok.count(False)} of {len(ok)}")
+
+
+def python_progress(vm, x, w, calls: int) -> float:
+    """Iterations per second of a pure-Python counting thread while ``vm`` runs ``calls`` calls, over its
+    rate alone: low when kernels hold the GIL (the counter waits for each kernel)."""
+    def rate(during) -> float:
+        stop, count = [False], [0]
+
+        def spin():
+            while not stop[0]:
+                count[0] += 1
+
+        t = threading.Thread(target=spin)
+        start = time.perf_counter()
+        t.start()
+        during()
+        stop[0] = True
+        t.join()
+        return count[0] / (time.perf_counter() - start)
+
+    alone = rate(lambda: time.sleep(0.3))
+    beside = rate(lambda: [vm.invoke("main", x, w) for _ in range(calls)])
+    return beside / alone
 
 
 if __name__ == "__main__":
