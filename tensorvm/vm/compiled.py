@@ -410,23 +410,13 @@ def may_nest(exe) -> bool:
         if any(isinstance(ins, bc.InvokeClosure) for ins in calls):
             return True
         callees.append({ins.func_index for ins in calls})
-    state = [0] * len(callees)  # 0 unvisited, 1 on the path, 2 done
-    for root in range(len(callees)):
-        stack = [(root, iter(callees[root]))] if state[root] == 0 else []
-        if stack:
-            state[root] = 1
-        while stack:
-            node, rest = stack[-1]
-            nxt = next(rest, None)
-            if nxt is None:
-                state[node] = 2
-                stack.pop()
-            elif state[nxt] == 1:
-                return True
-            elif state[nxt] == 0:
-                state[nxt] = 1
-                stack.append((nxt, iter(callees[nxt])))
-    return False
+    remaining = dict(enumerate(callees))
+    while True:  # drop functions that call nothing remaining; what is left lies on or leads to a cycle
+        leaves = [i for i, c in remaining.items() if not c & remaining.keys()]
+        if not leaves:
+            return bool(remaining)
+        for i in leaves:
+            del remaining[i]
 
 
 def call_compiled(funcs: list, index: int, args: list, exe, nests: bool = True):

@@ -250,6 +250,21 @@ def test_a_reentrant_call_in_plain_mode_is_refused(chain_mod, mode):
     np.testing.assert_allclose(vm.invoke("main", *args).numpy(), want, rtol=1e-4, atol=1e-5)
 
 
+def test_only_programs_whose_calls_can_nest_count_as_recursion_users(chain_mod):
+    """(compiled mode: a call of such a program holds the recursion limit from being lowered under it)"""
+    from tensorvm.vm.compiled import may_nest
+
+    loop = tv.parse("""
+    def @main(%i: int32) -> int32 { @loop(%i, 0) }
+    def @loop(%i: int32, %acc: int32) -> int32 {
+      if (equal(%i, 0)) { %acc } else { @loop(subtract(%i, 1), add(%acc, %i)) }
+    }
+    """)
+    assert may_nest(tv.vm.compile(tv.parse(SUM_UP)))  # add(@sum_up(..), ..): not a tail call
+    assert not may_nest(tv.vm.compile(loop))          # a tail call: a loop
+    assert not may_nest(tv.vm.compile(chain_mod))
+
+
 # --- deep recursion in threads (subprocess: a failure may abort the interpreter) ---------------------
 _PRELUDE = textwrap.dedent('''
     import gc, signal, sys, threading, time
