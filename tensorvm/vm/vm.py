@@ -302,7 +302,6 @@ class VirtualMachine:
         self._exec_mode = exe.exec_mode
         self._lock = threading.Lock()  # held by the thread running a call (see the class docstring)
         self._owner = None             # that thread's ident
-        self._depth = 0                # its nesting (calls from an instrument callback)
         if self._exec_mode == "compiled":
             from .compiled import may_nest
 
@@ -312,23 +311,20 @@ class VirtualMachine:
         self._select_program("plain")
 
     # --- one call at a time -----------------------------------------------------------------------
-    def _acquire(self, what: str) -> None:
-        if not self._lock.acquire(False):  # busy: a nested call, or another thread's (then wait)
-            if self._owner == caller_ident():
-                if self._mode == "plain":
-                    raise ExecutionError(f"VirtualMachine.{what}: this VM is already running a call on this "
-                                         f"thread (a re-entrant call, e.g. from a signal handler); use another "
-                                         f"VirtualMachine")
-                self._depth += 1
-                return
-            self._lock.acquire()
-        self._owner, self._depth = _get_ident(), 1
-
-    def _release(self) -> None:
-        self._depth -= 1
-        if self._depth == 0:
-            self._owner = None
-            self._lock.release()
+    def _one_call(self, what: str, fn, *args):
+        """``fn(*args)`` holding the VM (a ``with`` block, so that an interrupt cannot leave it held)."""
+        if self._owner is not None and self._owner == caller_ident():  # nested in this thread's call
+            if self._mode == "plain":
+                raise ExecutionError(f"VirtualMachine.{what}: this VM is already running a call on this "
+                                     f"thread (a re-entrant call, e.g. from a signal handler); use another "
+                                     f"VirtualMachine")
+            return fn(*args)
+        with self._lock:
+            try:
+                self._owner = _get_ident()
+                return fn(*args)
+            finally:
+                self._owner = None
 
     # --- program variants: plain, instrumented, profiled ----------------------------------------
     def _select_program(self, mode: str) -> None:
@@ -778,16 +774,22 @@ class VirtualMachine:
     def invoke(self, func_name: str = "main", *args, **kwargs):
         """Run ``func_name`` on ``args`` (or on the inputs given to ``set_input``); returns user values."""
         info = self._function(func_name)
-        self._acquire("invoke")
-        try:
-            if args or kwargs or not info.params:
-                values = self._convert_inputs(info, args, kwargs)
-            else:
-                values = self._stored_inputs(info)
-            result = self._call(info, values)
-            return self._to_user(result) if result.__class__ is not ADT else self._adt_result(result)
-        finally:
-            self._release()
+        if self._owner is not None:  # busy: nested in this thread's call, or another thread's (then wait)
+            return self._one_call("invoke", self._invoke, info, args, kwargs)
+        with self._lock:  # (_one_call inlined: the common case)
+            try:
+                self._owner = _get_ident()
+                return self._invoke(info, args, kwargs)
+            finally:
+                self._owner = None
+
+    def _invoke(self, info: _FunctionInfo, args: tuple, kwargs: dict):
+        if args or kwargs or not info.params:
+            values = self._convert_inputs(info, args, kwargs)
+        else:
+            values = self._stored_inputs(info)
+        result = self._call(info, values)
+        return self._to_user(result) if result.__class__ is not ADT else self._adt_result(result)
 
     def run(self, *args, **kwargs):
         """``invoke("main", *args)`` (the Relay VM's ``run``)."""
@@ -800,11 +802,8 @@ class VirtualMachine:
     def set_input(self, func_name: str, *args, **kwargs) -> None:
         """Check, convert and keep inputs for ``func_name`` (positional, or by parameter name)."""
         info = self._function(func_name)
-        self._acquire("set_input")
-        try:
-            self._inputs[func_name] = self._convert_inputs(info, args, kwargs)
-        finally:
-            self._release()
+        values = self._one_call("set_input", self._convert_inputs, info, args, kwargs)
+        self._inputs[func_name] = values
 
     def _stored_inputs(self, info: _FunctionInfo) -> list:
         try:
@@ -816,13 +815,7 @@ class VirtualMachine:
     def invoke_stateful(self, func_name: str = "main") -> None:
         """Run ``func_name`` on the inputs from ``set_input`` and keep the result for ``get_outputs``."""
         info = self._function(func_name)
-        self._acquire("invoke_stateful")
-        try:
-            values = self._stored_inputs(info) if info.params else []
-            result = self._call(info, values)
-            self._outputs = self._to_user(result) if result.__class__ is not ADT else self._adt_result(result)
-        finally:
-            self._release()
+        self._outputs = self._one_call("invoke_stateful", self._invoke, info, (), {})
 
     def get_outputs(self, func_name: str | None = None) -> list:
         """The outputs of the last ``invoke_stateful``: a tuple result's fields, else ``[result]``."""
@@ -847,14 +840,13 @@ class VirtualMachine:
 
         Returning ``SKIP_RUN`` from the before-call skips the kernel (and the after-call).
         """
-        self._acquire("set_instrument")
-        try:
-            self._instrument = fn
-            self._programs.pop("instrument", None)
-            self._compiled.pop("instrument", None)
-            self._select_program("plain" if fn is None else "instrument")
-        finally:
-            self._release()
+        self._one_call("set_instrument", self._set_instrument, fn)
+
+    def _set_instrument(self, fn) -> None:
+        self._instrument = fn
+        self._programs.pop("instrument", None)
+        self._compiled.pop("instrument", None)
+        self._select_program("plain" if fn is None else "instrument")
 
     def memory_stats(self) -> dict:
         return self.allocator.stats()
@@ -865,12 +857,7 @@ class VirtualMachine:
     def profile(self, func_name: str = "main", *args, warmup: int = 2, **kwargs):
         """Run once (after ``warmup`` runs, the last one instrumented and discarded) timing every kernel and
         VM op; returns a ``ProfileReport`` (its ``result`` is the run's result)."""
-        info = self._function(func_name)
-        self._acquire("profile")
-        try:
-            return self._profile(info, args, kwargs, warmup)
-        finally:
-            self._release()
+        return self._one_call("profile", self._profile, self._function(func_name), args, kwargs, warmup)
 
     def _profile(self, info: _FunctionInfo, args: tuple, kwargs: dict, warmup: int):
         from .profiler import ProfileRecorder, ProfileReport
@@ -900,12 +887,7 @@ class VirtualMachine:
 
     def benchmark(self, func_name: str = "main", *args, number: int = 10, repeat: int = 5, **kwargs):
         """Time ``repeat`` batches of ``number`` calls; returns a ``BenchmarkResult`` (seconds per call)."""
-        info = self._function(func_name)
-        self._acquire("benchmark")
-        try:
-            return self._benchmark(info, args, kwargs, number, repeat)
-        finally:
-            self._release()
+        return self._one_call("benchmark", self._benchmark, self._function(func_name), args, kwargs, number, repeat)
 
     def _benchmark(self, info: _FunctionInfo, args: tuple, kwargs: dict, number: int, repeat: int):
         from .profiler import BenchmarkResult
