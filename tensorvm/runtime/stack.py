@@ -173,12 +173,14 @@ def _surely(step, *args, reraise: bool = True) -> None:
     """Run ``step(*args)`` (idempotent) to the end, again when an exception raised in this thread from
     outside (an interrupt) stops it; that exception is raised afterwards when ``reraise``."""
     pending = None
-    while True:
+    for attempt in range(10):  # (bounded: a step that fails for another reason fails for good)
         try:
             step(*args)
             break
         except BaseException as err:  # noqa: BLE001 - retried
             pending = pending or err
+            if attempt == 9:
+                raise
     if pending is not None and reraise:
         raise pending
 
@@ -189,23 +191,29 @@ def _raise_in(thread: threading.Thread, kind: type) -> None:
         ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread.ident), ctypes.py_object(kind))
 
 
-_gc_pauses = 0
-_gc_resume = False
+_gc_pausers: set = set()  # a token per run that paused the collector
+_gc_owed = False          # the collector was enabled when the first paused it: enable it after the last
 
 
-def pause_gc() -> None:
-    """Pause the cyclic collector until the matching ``resume_gc`` (counted: threads may overlap)."""
-    global _gc_pauses, _gc_resume
+def pause_gc(token) -> None:
+    """Pause the cyclic collector until ``resume_gc(token)`` (counted: threads may overlap)."""
+    global _gc_owed
     with _LOCK:
-        if _gc_pauses == 0:
-            _gc_resume = gc.isenabled()
+        if not _gc_pausers and gc.isenabled():
+            _gc_owed = True  # first: an interrupt between the two lines must not lose the enable
             gc.disable()
-        _gc_pauses += 1
+        _gc_pausers.add(token)
 
 
-def resume_gc() -> None:
-    global _gc_pauses
+def resume_gc(token) -> None:
+    """The end of ``pause_gc(token)``; idempotent (also after an interrupted ``pause_gc``)."""
+    _surely(_resume_gc, token)
+
+
+def _resume_gc(token) -> None:
+    global _gc_owed
     with _LOCK:
-        _gc_pauses -= 1
-        if _gc_pauses == 0 and _gc_resume:
+        _gc_pausers.discard(token)
+        if not _gc_pausers and _gc_owed:
             gc.enable()
+            _gc_owed = False

@@ -159,7 +159,7 @@ def _deep_stack(frames: list, gc_paused: bool) -> bool:
     if len(frames) > MAX_STACK_DEPTH:
         raise ExecutionError(f"stack overflow: more than {MAX_STACK_DEPTH} nested calls")
     if not gc_paused:
-        pause_gc()  # counted: other threads may be deep too
+        pause_gc(id(frames))  # counted: other threads may be deep too
     return True
 
 
@@ -707,8 +707,8 @@ class VirtualMachine:
         except Exception as err:
             raise self._located_error(err, fidx, pc, info if code is info.code else None) from err
         finally:
-            if gc_paused:
-                resume_gc()
+            if gc_paused or len(frames) > GC_PAUSE_DEPTH:  # (also when an interrupt came inside pause_gc)
+                resume_gc(id(frames))
 
     def _located_error(self, err: Exception, fidx: int, index: int, info: _FunctionInfo | None = None) -> Exception:
         pcs = (info or self._funcs[fidx]).pcs
