@@ -8,7 +8,9 @@ BLAS set before NumPy loads). Times ``--calls`` calls on one VM in one thread, t
 calls on each of ``--threads`` VMs in as many threads (each its own VM, all on one executable), and
 prints the wall times, the cores used (process CPU time / wall time: at most 1 while kernels hold the
 GIL) and the speed-up ``threads * one-thread time / wall time`` (ideal: the thread count, on that many
-idle cores). Every result is checked against NumPy.
+idle cores), then how a pure-Python thread fares beside one VM (its longest stall and its iterations:
+a kernel holding the GIL stalls it for the kernel's whole time; this shows even on a busy machine, where
+the speed-up cannot). Every result is checked against NumPy.
 """
 
 from __future__ import annotations
@@ -82,33 +84,31 @@ def main() -> None:
     print(f"1 VM,  1 thread : {opts.calls} calls in {one * 1e3:.1f} ms (CPU {one_cpu / one:.2f} cores)")
     print(f"{opts.threads} VMs, {opts.threads} threads: {opts.calls} calls each in {many * 1e3:.1f} ms "
           f"(CPU {many_cpu / many:.2f} cores; speed-up {opts.threads * one / many:.2f}x of {opts.threads})")
-    print(f"a Python thread beside one VM keeps {python_progress(vms[0], x, w, opts.calls):.0%} of its speed "
-          f"alone (GIL held by the kernels: about the VM's time outside kernels)")
+    stall, count = python_beside(vms[0], x, w, opts.calls)
+    print(f"a Python thread beside one VM: longest stall {stall * 1e3:.1f} ms, {count} loop iterations "
+          f"(a kernel holding the GIL stalls it for the kernel's whole time)")
     if not all(ok):
         sys.exit(f"wrong results: {ok.count(False)} of {len(ok)}")
 
 
-def python_progress(vm, x, w, calls: int) -> float:
-    """Iterations per second of a pure-Python counting thread while ``vm`` runs ``calls`` calls, over its
-    rate alone: low when kernels hold the GIL (the counter waits for each kernel)."""
-    def rate(during) -> float:
-        stop, count = [False], [0]
+def python_beside(vm, x, w, calls: int) -> tuple:
+    """The longest stall (seconds) and the iterations of a pure-Python loop on another thread while ``vm``
+    runs ``calls`` calls."""
+    stop, gaps = [False], [0.0, 0]
 
-        def spin():
-            while not stop[0]:
-                count[0] += 1
+    def spin():
+        last = time.perf_counter()
+        while not stop[0]:
+            now = time.perf_counter()
+            gaps[0], gaps[1], last = max(gaps[0], now - last), gaps[1] + 1, now
 
-        t = threading.Thread(target=spin)
-        start = time.perf_counter()
-        t.start()
-        during()
-        stop[0] = True
-        t.join()
-        return count[0] / (time.perf_counter() - start)
-
-    alone = rate(lambda: time.sleep(0.3))
-    beside = rate(lambda: [vm.invoke("main", x, w) for _ in range(calls)])
-    return beside / alone
+    t = threading.Thread(target=spin)
+    t.start()
+    for _ in range(calls):
+        vm.invoke("main", x, w)
+    stop[0] = True
+    t.join()
+    return gaps[0], gaps[1]
 
 
 if __name__ == "__main__":
