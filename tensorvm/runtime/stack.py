@@ -16,6 +16,11 @@ thread stack sizes are set and the thread started under a lock. An interrupt (``
 other exception in the waiting caller is forwarded to the worker, which unwinds before the caller
 raises, so no worker outlives its call. ``caller_ident`` names the thread a call acts for (the waiting
 caller, inside the worker), so per-object ownership checks see a callback on the worker as a nested call.
+``pause_gc``/``resume_gc`` pause the cyclic collector for deep VM stacks, counted the same way.
+
+The bookkeeping is written so that an interrupt landing anywhere in it leaves things consistent: users
+and pausers are tokens in sets (leaving is idempotent and retried), and each "raised" or "owed" flag is
+set before the change it records.
 """
 
 from __future__ import annotations
@@ -26,8 +31,8 @@ import gc
 import sys
 import threading
 
-__all__ = ["recursion_users", "enter", "leave", "limit_raised", "run_on_deep_stack", "start_thread", "caller_ident", "pause_gc",
-           "resume_gc"]
+__all__ = ["recursion_users", "enter", "leave", "limit_raised", "run_on_deep_stack", "start_thread", "caller_ident",
+           "pause_gc", "resume_gc"]
 
 _LOCK = threading.Lock()
 _users: set = set()  # a token per current user
@@ -149,13 +154,13 @@ def run_on_deep_stack(fn, args, stack_bytes: int, limit: int):
         if claim.setdefault("by", "caller") == "caller":
             raise  # it will not run fn (if it exists at all)
         interrupted = err
-        _raise_in(worker, type(err))
+        _raise_in(worker, type(err), finished)
     while not finished:
         try:
             wake.wait(0.05)
         except BaseException as err:  # noqa: BLE001 - (KeyboardInterrupt) stop the worker, then raise
             interrupted = interrupted or err
-            _raise_in(worker, type(err))
+            _raise_in(worker, type(err), finished)
     if interrupted is not None:
         raise interrupted
     if "value" not in outcome:
@@ -185,9 +190,9 @@ def _surely(step, *args, reraise: bool = True) -> None:
         raise pending
 
 
-def _raise_in(thread: threading.Thread, kind: type) -> None:
-    """Make ``thread`` raise ``kind`` at its next Python instruction (it is still running its call)."""
-    if thread.ident is not None and thread.is_alive():
+def _raise_in(thread: threading.Thread, kind: type, finished: list) -> None:
+    """Make ``thread`` raise ``kind`` at its next Python instruction, unless it has finished its call."""
+    if not finished and thread.ident is not None and thread.is_alive():
         ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread.ident), ctypes.py_object(kind))
 
 
