@@ -31,11 +31,12 @@ import gc
 import sys
 import threading
 
-__all__ = ["recursion_users", "enter", "leave", "limit_raised", "run_on_deep_stack", "start_thread", "caller_ident",
-           "pause_gc", "resume_gc"]
+__all__ = ["recursion_users", "enter", "leave", "USERS", "limit_raised", "run_on_deep_stack", "start_thread", "caller_ident",
+           "pause_gc", "resume_gc", "GC_PAUSERS"]
 
 _LOCK = threading.Lock()
 _users: set = set()  # a token per current user
+USERS = _users
 _restore = 0     # the limit when the first current user came (put back when the last one leaves)
 _raised_to = 0   # the limit set by a user (0: none set since the first came)
 _STACK_LOCK = threading.Lock()
@@ -57,11 +58,15 @@ def recursion_users(limit: int = 0):
         enter(token, limit)
         yield
     finally:
+        USERS.discard(token)  # see leave
         leave(token)
 
 
 def leave(token) -> None:
-    """The end of ``enter(token, ...)`` (also when ``enter`` was interrupted)."""
+    """The end of ``enter(token, ...)`` (also when ``enter`` was interrupted). Callers first run
+    ``USERS.discard(token)`` in their ``finally``: a C call, done before any pending interrupt can be
+    raised (one can be raised on entering any Python function, this one included); this then restores
+    the limit when no user is left (or the next ``enter`` does, when an interrupt stopped it)."""
     _surely(_leave, token)
 
 
@@ -71,6 +76,8 @@ def enter(token, limit: int = 0) -> None:
     global _restore, _raised_to
     with _LOCK:
         if not _users:
+            if _raised_to and sys.getrecursionlimit() == _raised_to:
+                sys.setrecursionlimit(_restore)  # the last user was interrupted before restoring it
             _restore, _raised_to = sys.getrecursionlimit(), 0
         _users.add(token)
         if limit > sys.getrecursionlimit():
@@ -142,6 +149,7 @@ def run_on_deep_stack(fn, args, stack_bytes: int, limit: int):
             except BaseException as err:  # noqa: BLE001 - handed back to the calling thread
                 outcome["error"] = err
             finally:
+                _users.discard(token)
                 _surely(_leave, token, reraise=False)
         finally:
             _surely(_finish, finished, wake, reraise=False)
@@ -197,6 +205,7 @@ def _raise_in(thread: threading.Thread, kind: type, finished: list) -> None:
 
 
 _gc_pausers: set = set()  # a token per run that paused the collector
+GC_PAUSERS = _gc_pausers
 _gc_owed = False          # the collector was enabled when the first paused it: enable it after the last
 
 
@@ -211,7 +220,8 @@ def pause_gc(token) -> None:
 
 
 def resume_gc(token) -> None:
-    """The end of ``pause_gc(token)``; idempotent (also after an interrupted ``pause_gc``)."""
+    """The end of ``pause_gc(token)``; idempotent (also after an interrupted ``pause_gc``). Callers first
+    run ``GC_PAUSERS.discard(token)`` (see ``leave``)."""
     _surely(_resume_gc, token)
 
 

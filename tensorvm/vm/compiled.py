@@ -23,9 +23,9 @@ import numpy as np
 
 from ..errors import ExecutionError
 from ..runtime.object import ADT
+from ..runtime.stack import USERS, limit_raised, run_on_deep_stack
 from ..runtime.stack import enter as enter_users
 from ..runtime.stack import leave as leave_users
-from ..runtime.stack import limit_raised, run_on_deep_stack
 from . import bytecode as bc
 from .shape_plan import shape_plan
 from .vm import (
@@ -436,6 +436,7 @@ def call_compiled(funcs: list, index: int, args: list, exe, nests: bool = True):
             enter_users(token)
             return trampoline(funcs[index](*args))
         finally:
+            USERS.discard(token)  # (in C, before an interrupt can be raised: see runtime.stack.leave)
             leave_users(token)
     except RecursionError:
         return _call_on_deep_stack(funcs, index, args, exe)

@@ -49,7 +49,7 @@ from ..ir.types import FuncType, GlobalTypeVar, SymDim, TensorType, TupleType, T
 from ..runtime.memory import make_allocator
 from ..runtime.ndarray import NDArray
 from ..runtime.object import ADT, Closure
-from ..runtime.stack import caller_ident, pause_gc, resume_gc
+from ..runtime.stack import GC_PAUSERS, caller_ident, pause_gc, resume_gc
 from . import bytecode as bc
 from .shape_plan import shape_plan
 from .specialize import shape_slice
@@ -708,6 +708,7 @@ class VirtualMachine:
             raise self._located_error(err, fidx, pc, info if code is info.code else None) from err
         finally:
             if gc_paused or len(frames) > GC_PAUSE_DEPTH:  # (also when an interrupt came inside pause_gc)
+                GC_PAUSERS.discard(id(frames))  # (in C, before an interrupt can be raised: runtime.stack.leave)
                 resume_gc(id(frames))
 
     def _located_error(self, err: Exception, fidx: int, index: int, info: _FunctionInfo | None = None) -> Exception:
