@@ -172,23 +172,23 @@ def test_vms_in_threads_give_the_interpreters_answers(chain_mod, reference, fast
     _check_concurrent(lambda: VirtualMachine(exe), reference, threads=3, calls=50)
 
 
-def test_graph_executor_and_interpreter_shared_by_threads(chain_mod, fast_switching):
+@pytest.mark.parametrize("kind", ["graph", "debug", pytest.param("aot", marks=pytest.mark.skipif(
+    not have_compiler(), reason="no C compiler"))])
+def test_graph_aot_and_interpreter_executors_shared_by_threads(fast_switching, kind):
     static = tv.parse(CHAIN.replace("?", "8"))
     reference = tv.create_executor("debug", static).evaluate()
-    for kind in ("graph", "debug"):
-        run = tv.create_executor(kind, static).evaluate()
-        jobs = [[(np.resize(x, (8, 64)), w, b) for x, w, b in _inputs(k, 20)]
-                for k in range(4)]
-        wants = [[reference(*args).numpy() for args in job] for job in jobs]
-        wrong: list = []
+    run = tv.create_executor(kind, static).evaluate()
+    jobs = [[(np.resize(x, (8, 64)), w, b) for x, w, b in _inputs(k, 20)] for k in range(4)]
+    wants = [[reference(*args).numpy() for args in job] for job in jobs]
+    wrong: list = []
 
-        def work(k, run=run, jobs=jobs, wants=wants, wrong=wrong):
-            for args, want in zip(jobs[k], wants[k]):
-                if not np.allclose(run(*args).numpy(), want, rtol=1e-4, atol=1e-5):
-                    wrong.append(k)
+    def work(k):
+        for args, want in zip(jobs[k], wants[k]):
+            if not np.allclose(np.asarray(run(*args).numpy()), want, rtol=1e-4, atol=1e-5):
+                wrong.append(k)
 
-        assert not _run_threads(work, 4)
-        assert not wrong, f"{kind}: {len(wrong)} of 80 results differ from the interpreter's"
+    assert not _run_threads(work, 4)
+    assert not wrong, f"{kind}: {len(wrong)} of 80 results differ from the interpreter's"
 
 
 @pytest.mark.parametrize("mode", MODES)
