@@ -8,7 +8,8 @@ The library holds exactly what an application links (the model file, the params 
 ``tensorvm_aot.c`` shim); the runner calls the shim's ``tvaot_run``, which checks every buffer against
 the model descriptor before calling ``tvmgen_<name>_run``. Libraries are cached by a hash of the
 sources, the compiler and its flags (``tensorvm.codegen.build``'s toolchain and cache directory).
-A runner of a model with an internal workspace must not be called from two threads at once.
+Runs of one library take turns (a lock per library): a model with an internal workspace keeps it in the
+library, shared by every runner of it, so concurrent runs would write each other's intermediates.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ __all__ = ["load", "AOTRunner", "AOTExecutor", "compile_library", "object_sizes"
 
 _LOCK = threading.Lock()
 _LOADED: dict = {}
+_RUN_LOCKS: dict = {}  # library path -> the lock its runs take (see the module docstring)
 _KERNEL_FLAG = 0x40000000
 
 
@@ -145,6 +147,7 @@ def load(module: AOTModule, toolchain: Toolchain | None = None, extra_flags=()) 
                 raise CompilerError(f"AOT: cannot load the compiled library {path}: {err}") from None
             check_descriptor(module, cdll, path)
             _LOADED[str(path)] = cdll
+        _RUN_LOCKS.setdefault(str(path), threading.Lock())
     return AOTRunner(module, cdll, path, info)
 
 
@@ -196,6 +199,7 @@ class AOTRunner:
     def __init__(self, module: AOTModule, cdll, path: Path, build_info: dict):
         self.module = module
         self.library_path = path
+        self._run_lock = _RUN_LOCKS.setdefault(str(path), threading.Lock())
         self.build_info = build_info
         self._cdll = cdll
         self._model = _Model.in_dll(cdll, f"{module.prefix}_model")
@@ -282,8 +286,9 @@ class AOTRunner:
         outputs = [np.empty(t.shape, dtype=t.dtype) for t in self.module.outputs]
         in_ptrs = (ctypes.c_void_p * max(self._n_in, 1))(*[a.ctypes.data for a in arrays])
         out_ptrs = (ctypes.c_void_p * max(self._n_out, 1))(*[a.ctypes.data for a in outputs])
-        rc = self._run(self._model_ptr, in_ptrs, self._in_sizes, self._n_in, out_ptrs, self._out_sizes,
-                       self._n_out, self._workspace_ptr, self.module.workspace_size)
+        with self._run_lock:
+            rc = self._run(self._model_ptr, in_ptrs, self._in_sizes, self._n_in, out_ptrs, self._out_sizes,
+                           self._n_out, self._workspace_ptr, self.module.workspace_size)
         if rc:
             self._raise(rc)
         return outputs
@@ -319,19 +324,20 @@ class AOTRunner:
         outputs = [np.empty(t.shape, dtype=t.dtype) for t in self.module.outputs]
         in_ptrs = (ctypes.c_void_p * max(self._n_in, 1))(*[a.ctypes.data for a in arrays])
         out_ptrs = (ctypes.c_void_p * max(self._n_out, 1))(*[a.ctypes.data for a in outputs])
-        rc = self._run(self._model_ptr, in_ptrs, self._in_sizes, self._n_in, out_ptrs, self._out_sizes, self._n_out,
-                       self._workspace_ptr, self.module.workspace_size)
-        if rc:
-            self._raise(rc)
-        entry = _RUN_FN(self._model.run)
-        call_args = (ctypes.cast(in_ptrs, ctypes.c_void_p), ctypes.cast(out_ptrs, ctypes.c_void_p),
-                     ctypes.c_void_p(self._workspace_ptr))
-        times = []
-        for _ in range(repeat):
-            start = time.perf_counter()
-            for _ in range(number):
-                rc |= entry(*call_args)
-            times.append((time.perf_counter() - start) / number)
+        with self._run_lock:
+            rc = self._run(self._model_ptr, in_ptrs, self._in_sizes, self._n_in, out_ptrs, self._out_sizes,
+                           self._n_out, self._workspace_ptr, self.module.workspace_size)
+            if rc:
+                self._raise(rc)
+            entry = _RUN_FN(self._model.run)
+            call_args = (ctypes.cast(in_ptrs, ctypes.c_void_p), ctypes.cast(out_ptrs, ctypes.c_void_p),
+                         ctypes.c_void_p(self._workspace_ptr))
+            times = []
+            for _ in range(repeat):
+                start = time.perf_counter()
+                for _ in range(number):
+                    rc |= entry(*call_args)
+                times.append((time.perf_counter() - start) / number)
         if rc:
             self._raise(rc)
         return {"best": min(times), "median": float(np.median(times)), "number": number, "repeat": repeat}

@@ -12,10 +12,17 @@ nodes are views of their input and cost nothing. ``run()`` is then just
 ``get_output`` returns the output entry itself (overwritten by the next run, as in TVM); pass
 ``out=`` or copy it to keep it. ``set_input`` copies; ``set_input_zero_copy`` rebinds the input's
 views to the caller's array (and so does ``set_output_zero_copy`` for an output).
+
+Threads: the buffers are the module's, so its methods run one at a time (a lock; C kernels run without
+the GIL). ``run_from_values`` (what ``create_executor("graph")`` calls) sets, runs and copies under the
+lock in one go, so one executor may be shared by threads; a ``set_input`` / ``run`` / ``get_output``
+sequence is not atomic: give each thread its own module (``GraphModule(factory)``).
 """
 
 from __future__ import annotations
 
+import functools
+import threading
 import time
 
 import numpy as np
@@ -477,6 +484,15 @@ def _entry_nbytes(shape, dtype) -> int:
     return _num_elements(shape) * np.dtype(dtype).itemsize
 
 
+def _one_at_a_time(method):
+    """``method`` run holding the module's lock (re-entrant: methods call each other)."""
+    @functools.wraps(method)
+    def locked(self, *args, **kwargs):
+        with self._lock:
+            return method(self, *args, **kwargs)
+    return locked
+
+
 class GraphModule:
     """Runs a ``GraphFactory`` (``tv.graph.build``'s result). ``debug=True`` gives a ``GraphModuleDebug``."""
 
@@ -490,6 +506,7 @@ class GraphModule:
     def __init__(self, factory, debug: bool = False):
         self.factory = factory
         self.lib = factory.lib
+        self._lock = threading.RLock()  # see the module docstring (threads)
         self._spec = spec = parse_graph_json(factory.graph_json)
         self._debug_storage = debug  # every entry its own memory, so every node output stays inspectable
         params = factory.params
@@ -617,6 +634,7 @@ class GraphModule:
     def _copy_into(self, name: str, value) -> None:
         np.copyto(self._entries[self._input_eid[name]], self._checked_array(name, value))
 
+    @_one_at_a_time
     def set_input(self, key=None, value=None, **params) -> None:
         """Copy ``value`` into input ``key`` (a name or an index); keyword arguments set several
         inputs (or params) by name, largest first as TVM does."""
@@ -625,6 +643,7 @@ class GraphModule:
         for name in sorted(params, key=lambda n: -np.asarray(params[n]).size):
             self._copy_into(self._resolve_input(name), params[name])
 
+    @_one_at_a_time
     def set_input_zero_copy(self, key, value) -> None:
         """Let the graph read input ``key`` straight from ``value`` (a C-contiguous array of the exact
         dtype and shape); later changes to ``value`` are seen by later runs."""
@@ -634,6 +653,7 @@ class GraphModule:
             raise ExecutionError(f"set_input_zero_copy({name!r}) needs a C-contiguous NumPy array")
         self._rebind(self._input_eid[name], array)
 
+    @_one_at_a_time
     def set_output_zero_copy(self, index: int, value) -> None:
         """Let the kernels write output ``index`` straight into ``value`` (writable, C-contiguous,
         exact dtype and shape)."""
@@ -685,6 +705,7 @@ class GraphModule:
         return {"shape": {n: self._spec.shapes[e] for n, e in eids.items()},
                 "dtype": {n: self._spec.dtypes[e] for n, e in eids.items()}}
 
+    @_one_at_a_time
     def load_params(self, params) -> None:
         """Copy params in: bytes in the params format (``tv.graph.params``) or a dict of arrays."""
         if isinstance(params, (bytes, bytearray, memoryview)):
@@ -702,6 +723,7 @@ class GraphModule:
                                  f"{len(self._head_eids)} output(s)")
         return self._head_eids[index]
 
+    @_one_at_a_time
     def get_output(self, index: int, out=None):
         """Output ``index``: the entry itself (overwritten by the next run), or copied into ``out``."""
         array = self._entries[self._head_eid(index)]
@@ -719,12 +741,14 @@ class GraphModule:
                 "dtype": {f"output_{i}": self._spec.dtypes[e] for i, e in enumerate(self._head_eids)}}
 
     # --- running ----------------------------------------------------------------------------------
+    @_one_at_a_time
     def run(self, **inputs) -> None:
         if inputs:
             self.set_input(**inputs)
         for fn, args in self._ops:
             fn(*args)
 
+    @_one_at_a_time
     def run_from_values(self, names: list, values: list):
         """Set the parameters ``names`` of ``main`` (tuples allowed, flattened as the graph's inputs),
         run, and return copies of the outputs in ``main``'s result structure."""
@@ -746,6 +770,7 @@ class GraphModule:
         for i, (sub, v) in enumerate(zip(tree, value)):
             self._set_tree(sub, v, f"{where}.{i}")
 
+    @_one_at_a_time
     def benchmark(self, number: int = 10, repeat: int = 5, **inputs):
         """Seconds per ``run()``: ``repeat`` batches of ``number`` runs after one warm-up
         (a ``BenchmarkResult``: mean, median, min, max, std)."""

@@ -16,7 +16,7 @@ Bytecode with backward jumps (hand-written loops) falls back to a ``while``/``bl
 Calls: a self tail call becomes a loop (``continue``); another tail call returns a ``TailCall`` that the
 caller's trampoline runs, so tail-recursive loops run in constant Python stack. Non-tail calls are
 Python calls; if one recurses deeper than Python's limit the call is re-run on a thread with a large
-stack and a high recursion limit.
+stack and a high recursion limit (``runtime.stack``: raised and restored safely across threads).
 
 A straight-line function the VM runs specialized to its argument shapes (``specialize.py``) gets its
 body generated too (``specialized_body``), so compiled mode stays compiled after the slice has run.
@@ -25,14 +25,15 @@ body generated too (``specialized_body``), so compiled mode stays compiled after
 from __future__ import annotations
 
 import re
-import sys
-import threading
 from dataclasses import dataclass
 
 import numpy as np
 
 from ..errors import ExecutionError
 from ..runtime.object import ADT
+from ..runtime.stack import USERS, limit_raised, run_on_deep_stack
+from ..runtime.stack import enter as enter_users
+from ..runtime.stack import leave as leave_users
 from . import bytecode as bc
 from .shape_plan import shape_plan
 from .vm import (
@@ -47,7 +48,8 @@ from .vm import (
     tuple_forms,
 )
 
-__all__ = ["generate_source", "instantiate", "call_compiled", "specialized_body", "TailCall", "PythonSource"]
+__all__ = ["generate_source", "instantiate", "call_compiled", "specialized_body", "may_nest", "TailCall",
+           "PythonSource"]
 
 _FILENAME = "<tensorvm-compiled>"
 _BODY_FILENAME = "<tensorvm-compiled-body>"
@@ -417,10 +419,45 @@ _DEEP_STACK_BYTES = 512 * 1024 * 1024
 _DEEP_RECURSION_LIMIT = 1_000_000
 
 
-def call_compiled(funcs: list, index: int, args: list, exe):
-    """Run compiled function ``index``; errors carry the VM function name and pc."""
+def may_nest(exe) -> bool:
+    """Whether calls can nest deeper than the number of functions: a cycle of non-tail ``Invoke``s, or any
+    non-tail ``InvokeClosure`` (its target is known only at run time). Tail calls are loops or trampolined."""
+    callees = []
+    for fn in exe.functions:
+        tails = bc.tail_call_pcs(fn)
+        calls = [ins for pc, ins in enumerate(fn.instructions)
+                 if isinstance(ins, (bc.Invoke, bc.InvokeClosure)) and pc not in tails]
+        if any(isinstance(ins, bc.InvokeClosure) for ins in calls):
+            return True
+        callees.append({ins.func_index for ins in calls})
+    remaining = dict(enumerate(callees))
+    while True:  # drop functions that call nothing remaining; what is left lies on or leads to a cycle
+        leaves = [i for i, c in remaining.items() if not c & remaining.keys()]
+        if not leaves:
+            return bool(remaining)
+        for i in leaves:
+            del remaining[i]
+
+
+def call_compiled(funcs: list, index: int, args: list, exe, nests: bool = True):
+    """Run compiled function ``index``; errors carry the VM function name and pc.
+
+    A call that ``nests`` (``may_nest``) first runs here under the recursion limit in force, counted as a
+    recursion user so that no other thread lowers the limit beneath it (``runtime.stack``); when another
+    thread holds the limit raised it goes straight to a deep stack, since its own stack is sized for the
+    ordinary limit. Past the limit it is run again on a thread with a large stack."""
     try:
-        return trampoline(funcs[index](*args))
+        if not nests:
+            return trampoline(funcs[index](*args))
+        if limit_raised():
+            return _call_on_deep_stack(funcs, index, args, exe)
+        token = object()
+        try:
+            enter_users(token)
+            return trampoline(funcs[index](*args))
+        finally:
+            USERS.discard(token)  # (in C, before an interrupt can be raised: see runtime.stack.leave)
+            leave_users(token)
     except RecursionError:
         return _call_on_deep_stack(funcs, index, args, exe)
     except Exception as err:
@@ -429,32 +466,13 @@ def call_compiled(funcs: list, index: int, args: list, exe):
 
 def _call_on_deep_stack(funcs, index, args, exe):
     """Re-run a call that exceeded Python's recursion limit on a thread with a large stack."""
-    outcome = {}
-
-    def run():
-        try:
-            outcome["value"] = trampoline(funcs[index](*args))
-        except BaseException as err:  # handed back to the calling thread
-            outcome["error"] = err
-
-    old_limit, old_size = sys.getrecursionlimit(), threading.stack_size()
     try:
-        threading.stack_size(_DEEP_STACK_BYTES)
-        sys.setrecursionlimit(max(old_limit, _DEEP_RECURSION_LIMIT))
-        worker = threading.Thread(target=run, name="tensorvm-deep-recursion")
-        worker.start()
-        worker.join()
-    finally:
-        threading.stack_size(old_size)
-        sys.setrecursionlimit(old_limit)
-    if "error" in outcome:
-        err = outcome["error"]
-        if isinstance(err, RecursionError):
-            raise ExecutionError(f"recursion deeper than {_DEEP_RECURSION_LIMIT} calls in compiled mode") from err
-        if isinstance(err, Exception):
-            raise _locate(err, exe) from err
-        raise err
-    return outcome["value"]
+        return run_on_deep_stack(lambda: trampoline(funcs[index](*args)), (), _DEEP_STACK_BYTES,
+                                 _DEEP_RECURSION_LIMIT)
+    except RecursionError as err:
+        raise ExecutionError(f"recursion deeper than {_DEEP_RECURSION_LIMIT} calls in compiled mode") from err
+    except Exception as err:
+        raise _locate(err, exe) from err
 
 
 def _locate(err: Exception, exe, source: PythonSource | None = None) -> Exception:
