@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..errors import TypeInferenceError, UnsupportedError
+from ..errors import ModelImportError, TypeInferenceError, UnsupportedError
 from .onnx_context import DimOf, converter
 
 INT64_MAX = np.iinfo(np.int64).max
@@ -294,6 +294,12 @@ def gather_1(ctx, data, indices, *, axis=0):
     ndim = ctx.ndim(data)
     axis = axis + ndim if axis < 0 else axis
     idx_values = ctx.value(indices)
+    size = ctx.shape(data)[axis] if 0 <= axis < ndim else None
+    if isinstance(size, int) and idx_values is not None and idx_values.size:
+        low, high = int(idx_values.min()), int(idx_values.max())
+        if low < -size or high >= size:  # ONNX leaves them undefined; "wrap" would pick a wrong element
+            raise ModelImportError(f"Gather: expected indices in [{-size}, {size - 1}] (axis {axis} has size "
+                                   f"{size}), got {low if low < -size else high}")
     entries = _entries_1d(ctx, data) if ndim == 1 else None
     if entries is not None and idx_values is not None and idx_values.ndim <= 1:
         picked = [entries[int(i)] for i in idx_values.reshape(-1)]
