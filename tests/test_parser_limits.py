@@ -163,3 +163,17 @@ def test_mutated_programs_fail_cleanly(data):
         infer_type(tv.parse(text))
     except (ParseError, TypeInferenceError):
         pass
+
+
+@pytest.mark.parametrize("text, line, words", [
+    # found by the mutation loop: the prelude's List (used here) also defines Cons -> was a ValueError
+    ("type T[A] {\n  Cons(A, List[A]),\n}\ndef @main() { 1f }", 2, ["type List", "Cons"]),
+    ("type Tensor[A] {\n  C(A),\n}\ndef @main() { 1f }", 1, ["'Tensor'", "built-in type"]),
+    ("type float32 {\n  C,\n}\ndef @main() { 1f }", 1, ["'float32'", "built-in type"]),
+])
+def test_type_definitions_clashing_with_the_prelude_or_builtins(text, line, words):
+    with pytest.raises(ParseError) as info:
+        tv.parse(text)
+    assert info.value.line == line
+    for word in words:
+        assert word in str(info.value)

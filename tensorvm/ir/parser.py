@@ -407,6 +407,7 @@ class _Parser:
         self.type_headers: dict[str, GlobalTypeVar] = {}
         self.type_defs: dict[str, TypeData] = {}
         self.constructors: dict[str, Constructor] = {}
+        self.constructor_tokens: dict[str, Token] = {}
         self.functions: dict[str, Function] = {}
         self.global_refs: dict[str, Token] = {}
         self.scopes: list[dict[str, Expr]] = []
@@ -552,6 +553,8 @@ class _Parser:
             if kind == "type":
                 self.pos = start + 1
                 tok = self.expect_ident("a type name after 'type'")
+                if tok.text == "Tensor" or tok.text == "_" or tok.text in DTYPES:
+                    self.error(f"expected a type name but found {tok.describe()}, which names a built-in type", tok)
                 if tok.text in self.type_headers:
                     self.error(f"type {tok.text} is defined twice", tok)
                 self.type_headers[tok.text] = GlobalTypeVar(tok.text)
@@ -612,6 +615,11 @@ class _Parser:
                 gtv = GlobalTypeVar(name)
                 if gtv not in mod.type_definitions and gtv in self.init_module.type_definitions:
                     tdef = self.init_module.type_definitions[gtv]
+                    for ctor in tdef.constructors:
+                        if ctor.name in self.constructors:
+                            self.error(f"expected a constructor name that type {name} (used here, from the init "
+                                       f"module) does not define, but found {ctor.name}",
+                                       self.constructor_tokens[ctor.name])
                     mod.add_type(tdef)
                     _collect_type_data_references(tdef, pending_types)
                 continue
@@ -669,6 +677,7 @@ class _Parser:
                     inputs = self.parse_type_list(")")
                 ctor = Constructor(tok.text, tuple(inputs), header, len(ctors))
                 self.constructors[tok.text] = ctor
+                self.constructor_tokens[tok.text] = tok
                 ctors.append(ctor)
                 if not self.accept(","):
                     break
