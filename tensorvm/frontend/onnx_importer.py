@@ -27,7 +27,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from ..errors import FormatError, ModelImportError, TensorVMError, TypeInferenceError, UnsupportedError
+from ..errors import FormatError, ModelImportError, TensorVMError, UnsupportedError
 from ..ir.expr import Constant, Expr, Function, GlobalVar, Var
 from ..ir.module import IRModule
 from ..ir.types import Any, SymDim, TensorType, normalize_dtype
@@ -296,7 +296,8 @@ class Scope:
         if name in self.values:
             return self.values[name]
         if self.parent is None:
-            raise TypeInferenceError(f"the ONNX graph uses the value {name!r} before it is defined")
+            raise ModelImportError(f"the ONNX graph uses the value {name!r} before it is defined; expected it to be "
+                                   f"a graph input, an initializer or an earlier node's output")
         outer = self.parent.lookup(name)
         if not self.boundary or isinstance(outer, Constant):
             return outer

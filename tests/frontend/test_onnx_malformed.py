@@ -209,3 +209,17 @@ def test_external_data_beyond_the_file_end(tmp_path):
     path = tmp_path / "m.onnx"
     path.write_bytes(_external_model("w.bin", length=12, offset=8).SerializeToString())
     import_error(str(path), "'w'", "w.bin")
+
+
+def test_a_value_used_before_it_is_defined_names_the_node():
+    nodes = [helper.make_node("Relu", ["t"], ["y"], name="first"), helper.make_node("Relu", ["x"], ["t"], name="second")]
+    model = make_model(nodes, [("x", F32, [2])], [("y", F32, [2])])
+    import_error(model, "'first'", "'t'", "before it is defined")
+
+
+@pytest.mark.parametrize("op, expected", [("LeakyRelu", "expected FLOAT, got UNDEFINED"), ("Relu", "known attribute kind")])
+def test_an_attribute_without_a_kind(op, expected):
+    node = helper.make_node(op, ["x"], ["y"], name="n1")
+    node.attribute.add(name="alpha")  # kind UNDEFINED, as a file may have it
+    model = make_model([node], [("x", F32, [2])], [("y", F32, [2])])
+    import_error(model, "'n1'", expected)
