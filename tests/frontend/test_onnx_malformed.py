@@ -223,3 +223,12 @@ def test_an_attribute_without_a_kind(op, expected):
     node.attribute.add(name="alpha")  # kind UNDEFINED, as a file may have it
     model = make_model([node], [("x", F32, [2])], [("y", F32, [2])])
     import_error(model, "'n1'", expected)
+
+
+@pytest.mark.parametrize("op, inputs", [("Expand", ["x", "s"]), ("Reshape", ["x", "s"]), ("Tile", ["x", "s"]),
+                                        ("ConstantOfShape", ["s"])])
+def test_a_run_time_shape_of_absurd_length_is_refused_quickly(op, inputs):
+    # found by a mutation loop: a declared length of 2**31 made the type relation build 2**31 dims
+    node = helper.make_node(op, inputs, ["y"], name="n")
+    model = make_model([node], [("x", F32, [1]), ("s", I64, [2 ** 31])][2 - len(inputs):], [("y", F32, None)])
+    import_error(model, "'n'", op, "at most 64", str(2 ** 31))
