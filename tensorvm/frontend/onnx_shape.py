@@ -261,7 +261,10 @@ def split_2(ctx, input, *, axis=0, split=None):  # noqa: A002
 @converter("Split", 13)
 def split_13(ctx, input, split=None, *, axis=0, num_outputs=None):  # noqa: A002
     axis = axis % ctx.ndim(input)
-    count = num_outputs or ctx.num_outputs
+    if num_outputs is not None and num_outputs != ctx.num_outputs:
+        raise ModelImportError(f"Split: expected num_outputs to be the node's {ctx.num_outputs} outputs, got "
+                               f"{num_outputs}")
+    count = ctx.num_outputs
     if split is None:
         return split_sizes(ctx, input, axis, None, count)
     sizes = ctx.int_list(split)

@@ -232,3 +232,19 @@ def test_a_run_time_shape_of_absurd_length_is_refused_quickly(op, inputs):
     node = helper.make_node(op, inputs, ["y"], name="n")
     model = make_model([node], [("x", F32, [1]), ("s", I64, [2 ** 31])][2 - len(inputs):], [("y", F32, None)])
     import_error(model, "'n'", op, "at most 64", str(2 ** 31))
+
+
+def test_scan_with_an_absurd_num_scan_inputs():
+    body = helper.make_graph([helper.make_node("Add", ["s", "r"], ["so"]), helper.make_node("Identity", ["so"], ["o"])],
+                             "body", [helper.make_tensor_value_info("s", F32, [2]), helper.make_tensor_value_info("r", F32, [2])],
+                             [helper.make_tensor_value_info("so", F32, [2]), helper.make_tensor_value_info("o", F32, [2])])
+    node = helper.make_node("Scan", ["init", "xs"], ["final", "partial"], name="scan", body=body,
+                            num_scan_inputs=2 ** 31)
+    model = make_model([node], [("init", F32, [2]), ("xs", F32, [3, 2])], [("final", F32, [2]), ("partial", F32, [3, 2])])
+    import_error(model, "'scan'", "num_scan_inputs", "[1, 2]", str(2 ** 31))
+
+
+def test_split_num_outputs_must_match_the_outputs():
+    node = helper.make_node("Split", ["x"], ["a", "b"], name="sp", num_outputs=2 ** 31)
+    model = make_model([node], [("x", F32, [4])], [("a", F32, [2]), ("b", F32, [2])], opset=18)
+    import_error(model, "'sp'", "num_outputs", "2 outputs", str(2 ** 31))
