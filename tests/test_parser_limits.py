@@ -177,3 +177,13 @@ def test_type_definitions_clashing_with_the_prelude_or_builtins(text, line, word
     assert info.value.line == line
     for word in words:
         assert word in str(info.value)
+
+
+def test_long_graph_binding_chain_compiles_for_the_vm():
+    # %i = negative(%i-1): one call nested 8,000 deep; FuseOps built chained groups recursively
+    n = 8_000
+    text = ("def @main(%x: float32) {\n" + "".join(f"  %{i} = negative({'%x' if i == 0 else f'%{i - 1}'});\n"
+                                                   for i in range(n)) + f"  %{n - 1}\n}}")
+    mod = tv.parse(text)
+    vm = tv.vm.VirtualMachine(tv.vm.compile(mod, target="python"))
+    assert vm.invoke("main", np.float32(2)).numpy() == np.float32(2 if n % 2 == 0 else -2)
