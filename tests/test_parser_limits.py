@@ -15,7 +15,7 @@ import tensorvm as tv
 from tensorvm.errors import ParseError, TypeInferenceError
 from tensorvm.ir.parser import MAX_NESTING, parse_expr
 from tensorvm.ir.structural import structural_equal
-from tensorvm.transform.infer_type import infer_expr, infer_type
+from tensorvm.transform.infer_type import MAX_TYPE_NESTING, infer_expr, infer_type
 
 
 @pytest.mark.parametrize("text, column, words", [
@@ -120,14 +120,35 @@ def test_long_let_chains_parse_type_print_and_run():
     assert tv.create_executor("debug", mod).evaluate()().numpy() == np.float32(n)
 
 
+def _tuple_chain(n: int) -> str:
+    """Each let wraps the previous value in a tuple: the type of %v{i} nests i + 1 tuples deep."""
+    return "".join(f"let %v{i} = ({'1f' if i == 0 else f'%v{i - 1}'}, 2f);\n" for i in range(n)) + f"%v{n - 1}"
+
+
 def test_let_chain_of_nested_tuples_types_in_linear_time():
-    # each type contains the previous one: resolving every type afresh was quadratic (19 s at 1,000)
-    n = 5000
-    text = "".join(f"let %v{i} = ({'1f' if i == 0 else f'%v{i - 1}'}, 1f);\n" for i in range(n)) + f"%v{n - 1}.1"
-    expr = parse_expr(text)
+    # each type contains the previous one: resolving every type afresh was quadratic (~5 s here at 500)
+    n = MAX_TYPE_NESTING
+    expr = parse_expr(_tuple_chain(n) + ".1")
     start = time.perf_counter()
     assert infer_expr(expr) == tv.TensorType((), "float32")
-    assert time.perf_counter() - start < 5.0
+    assert time.perf_counter() - start < 1.5
+
+
+def test_tuple_types_nesting_beyond_the_limit_are_a_type_error():
+    mod = tv.parse("def @main() {\n" + _tuple_chain(MAX_TYPE_NESTING + 1) + "\n}")
+    with pytest.raises(TypeInferenceError, match=f"nests {MAX_TYPE_NESTING + 1} tuples deep; expected at most"):
+        infer_type(mod)
+
+
+def test_the_deepest_tuple_chain_prints_and_runs():
+    n = 200
+    mod = infer_type(tv.parse("def @main() {\n" + _tuple_chain(n) + "\n}"))
+    assert structural_equal(tv.parse(mod.astext()), mod)
+    value = tv.create_executor("debug", mod).evaluate()()
+    for _ in range(n - 1):
+        assert value[1].numpy() == np.float32(2)
+        value = value[0]
+    assert value[0].numpy() == np.float32(1)
 
 
 # ---- fuzzing: mutated programs either parse (and type) or fail with the project's errors ----------

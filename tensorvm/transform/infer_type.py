@@ -104,6 +104,10 @@ __all__ = ["InferType", "infer_type", "infer_expr"]
 
 _BOOL_SCALAR = TensorType((), "bool")
 
+# A let chain can build a tuple type one level deeper per let (``let %t = (%t, x);``). Every pass
+# after this one walks types recursively, so a tuple type may nest at most this deep (as in the text).
+MAX_TYPE_NESTING = 500
+
 
 # --------------------------------------------------------------------------------------------------
 # Printing for error messages
@@ -826,6 +830,7 @@ class _Inferencer(ExprFunctor):
         super().__init__()
         self.mod = mod
         self.allow_free_vars = allow_free_vars
+        self.tuple_depths: dict[int, tuple] = {}  # id(TupleType built here) -> (the type, its nesting)
         self.solver = _Solver()
         self.env: dict[Var, Type] = {}            # every bound variable -> its type term
         self.var_owner: dict[Var, str | None] = {}
@@ -1078,7 +1083,14 @@ class _Inferencer(ExprFunctor):
         return fty
 
     def visit_tuple(self, tup: Tuple):
-        return TupleType(tuple(self.visit(f) for f in tup.fields))
+        fields = tuple(self.visit(f) for f in tup.fields)
+        depth = 1 + max((self.tuple_depths.get(id(self.solver.find(f)), (None, 0))[1] for f in fields), default=0)
+        if depth > MAX_TYPE_NESTING:
+            raise self.error(tup, f"this tuple's type nests {depth} tuples deep; expected at most {MAX_TYPE_NESTING} "
+                                  f"(a let chain wrapping a tuple in a tuple at each step?)")
+        ty = TupleType(fields)
+        self.tuple_depths[id(ty)] = (ty, depth)
+        return ty
 
     def visit_tuple_getitem(self, node: TupleGetItem):
         tuple_type = self.solver.find(self.visit(node.tuple_value))
