@@ -444,7 +444,7 @@ class OnnxImporter:
             self.ctx.num_outputs = len(node.output)
             result = fn(self.ctx, *inputs, **attrs)
         except TensorVMError as err:
-            raise type(err)(f"{label}: {err}") from None
+            raise type(err)(f"{label}: {err}") from err.__cause__  # (a converter failure's original, if any)
         except Exception as err:  # a converter tripped on a malformed node: say which node
             raise ModelImportError(f"{label}: expected a well-formed {node.op_type} node; converting it raised "
                                    f"{type(err).__name__}: {err}") from err

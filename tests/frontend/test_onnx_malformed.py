@@ -248,3 +248,21 @@ def test_split_num_outputs_must_match_the_outputs():
     node = helper.make_node("Split", ["x"], ["a", "b"], name="sp", num_outputs=2 ** 31)
     model = make_model([node], [("x", F32, [4])], [("a", F32, [2]), ("b", F32, [2])], opset=18)
     import_error(model, "'sp'", "num_outputs", "2 outputs", str(2 ** 31))
+
+
+def test_a_converter_failure_inside_a_branch_names_both_nodes_and_keeps_its_cause(monkeypatch):
+    from tensorvm.frontend import onnx_importer
+
+    original = onnx_importer.lookup_converter
+
+    def broken(ctx, x):
+        raise KeyError("boom")
+
+    monkeypatch.setattr(onnx_importer, "lookup_converter",
+                        lambda op_type, opset: broken if op_type == "Relu" else original(op_type, opset))
+    branch = helper.make_graph([helper.make_node("Relu", ["x"], ["r"], name="inner")], "b", [],
+                               [helper.make_tensor_value_info("r", F32, [2])])
+    node = helper.make_node("If", ["c"], ["y"], name="outer", then_branch=branch, else_branch=branch)
+    model = make_model([node], [("x", F32, [2]), ("c", TensorProto.BOOL, [])], [("y", F32, [2])])
+    err = import_error(model, "'outer' (If)", "'inner' (Relu)", "KeyError")
+    assert isinstance(err.__cause__, KeyError)
