@@ -14,6 +14,7 @@ from .errors import (  # noqa: F401
     AttrError,
     ExecutionError,
     FormatError,
+    ModelImportError,
     ParseError,
     ShapeError,
     TensorVMError,

@@ -37,3 +37,11 @@ class ExecutionError(TensorVMError):
 
 class FormatError(TensorVMError):
     """A file that is truncated, corrupted or of the wrong version."""
+
+
+class ModelImportError(FormatError):
+    """A model from another framework (ONNX) that is malformed: a node with a missing or ill-typed
+    attribute, the wrong number of inputs, an initializer whose data does not match its shape, ...
+    The message names the node (its name and op type) and what was expected vs what came; a failure
+    inside a converter keeps the original exception as ``__cause__``. (A well-formed model using
+    something tensorvm lacks is an ``UnsupportedError``; a type conflict a ``TypeInferenceError``.)"""

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..errors import TypeInferenceError, UnsupportedError
+from ..errors import ModelImportError, TypeInferenceError, UnsupportedError
 from ..ir.expr import Call, Function, Let, Var
 from ..ir.types import Any, TensorType, TupleType
 from .onnx_context import converter, generalize, join_types
@@ -183,6 +183,9 @@ def _scalar(ctx, x):
 def scan_9(ctx, *inputs, body, num_scan_inputs, scan_input_axes=None, scan_input_directions=None,
            scan_output_axes=None, scan_output_directions=None):
     importer = ctx.importer
+    if not 1 <= num_scan_inputs <= len(inputs):
+        raise ModelImportError(f"Scan: expected num_scan_inputs in [1, {len(inputs)}] (the node's inputs), got "
+                               f"{num_scan_inputs}")
     n_scan_in = num_scan_inputs
     n_state = len(inputs) - n_scan_in
     states, scan_inputs = inputs[:n_state], inputs[n_state:]

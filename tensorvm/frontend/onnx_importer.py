@@ -9,6 +9,14 @@ the bodies of ``Loop`` and ``Scan`` become recursive global functions (see ``onn
 
 Before converting anything the whole model (subgraphs included) is checked for ops without a
 converter, so an unsupported model fails with one error that lists every such op and its nodes.
+
+A malformed model is a ``ModelImportError`` (a ``FormatError``) naming the node and what was
+expected vs what came: attributes are checked against the ONNX schema of the op (kinds, required
+ones), inputs against the converter's arity, tensors' data against their declared shape (before
+anything is allocated), subgraph nesting against ``MAX_GRAPH_NESTING``, and any other exception a
+converter raises becomes a ``ModelImportError`` naming the node (the original is its ``__cause__``).
+External data is read only for a model given as a path, and only from regular files inside the
+model's directory (no absolute paths, ``..`` or symlinks leading out), within each file's size.
 """
 
 from __future__ import annotations
@@ -19,7 +27,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from ..errors import FormatError, TensorVMError, TypeInferenceError, UnsupportedError
+from ..errors import FormatError, ModelImportError, TensorVMError, UnsupportedError
 from ..ir.expr import Constant, Expr, Function, GlobalVar, Var
 from ..ir.module import IRModule
 from ..ir.types import Any, SymDim, TensorType, normalize_dtype
@@ -28,6 +36,10 @@ from .onnx_context import BuildContext, converter_parameters, lookup_converter, 
 __all__ = ["from_onnx", "OnnxImporter", "unsupported_ops", "sanitize_name"]
 
 _ONNX_DOMAINS = ("", "ai.onnx")
+
+# If/Loop/Scan bodies nest; real models use a few levels. A deeper model is refused (the walks over
+# subgraphs recurse once per level).
+MAX_GRAPH_NESTING = 16
 
 
 def _onnx():
@@ -47,20 +59,22 @@ def sanitize_name(name: str, prefix: str = "v") -> str:
 
 
 def _load_model(model):
+    """``(ModelProto, directory of its external data or None)``. External data is never loaded here:
+    ``tensor_to_array`` reads it, checked, and only for a model given as a path."""
     onnx = _onnx()
     if isinstance(model, onnx.ModelProto):
-        return model
+        return model, None
     if isinstance(model, (str, os.PathLike)):
         path = os.fspath(model)
         if not os.path.exists(path):
             raise FormatError(f"from_onnx: no such file {path!r}")
         try:
-            return onnx.load(path)
+            return onnx.load(path, load_external_data=False), os.path.dirname(os.path.abspath(path))
         except Exception as err:  # protobuf raises its own DecodeError
             raise FormatError(f"from_onnx: {path!r} is not a readable ONNX model: {err}") from None
     if isinstance(model, (bytes, bytearray)):
         try:
-            return onnx.load_from_string(bytes(model))
+            return onnx.load_from_string(bytes(model)), None
         except Exception as err:
             raise FormatError(f"from_onnx: the bytes are not an ONNX model: {err}") from None
     raise TypeError(f"from_onnx expects an onnx.ModelProto, a path or bytes, got {type(model).__name__}")
@@ -71,6 +85,26 @@ def model_opset(model) -> int:
         if entry.domain in _ONNX_DOMAINS:
             return int(entry.version)
     return 1
+
+
+def check_model(model) -> None:
+    """Model-level checks: a graph, a known opset, subgraphs nested at most ``MAX_GRAPH_NESTING`` deep."""
+    onnx = _onnx()
+    if not model.HasField("graph"):
+        raise ModelImportError("the ONNX model has no graph")
+    opset, newest = model_opset(model), onnx.defs.onnx_opset_version()
+    if not 1 <= opset <= newest:
+        raise ModelImportError(f"the ONNX model's opset is {opset}; expected 1 to {newest} (what onnx "
+                               f"{onnx.__version__} knows)")
+    pending = [(model.graph, 0)]
+    while pending:
+        graph, depth = pending.pop()
+        for index, node in enumerate(graph.node):
+            for sub in _subgraphs(node):
+                if depth + 1 > MAX_GRAPH_NESTING:
+                    raise ModelImportError(f"ONNX node {node.name or '#' + str(index)!r} ({node.op_type}): "
+                                           f"subgraphs nest more than {MAX_GRAPH_NESTING} levels deep")
+                pending.append((sub, depth + 1))
 
 
 def _subgraphs(node):
@@ -106,9 +140,8 @@ def unsupported_ops(model) -> list[tuple[str, list[str]]]:
     return list(found.items())
 
 
-def _attribute_value(attr):
+def _attribute_value(attr, base_dir=None):
     onnx = _onnx()
-    from onnx import numpy_helper
 
     kind = attr.type
     A = onnx.AttributeProto
@@ -119,7 +152,7 @@ def _attribute_value(attr):
     if kind == A.STRING:
         return attr.s.decode("utf-8", errors="replace")
     if kind == A.TENSOR:
-        return numpy_helper.to_array(attr.t)
+        return tensor_to_array(attr.t, base_dir)
     if kind == A.GRAPH:
         return attr.g
     if kind == A.FLOATS:
@@ -132,19 +165,73 @@ def _attribute_value(attr):
         return list(attr.graphs)
     if kind == A.SPARSE_TENSOR:
         raise UnsupportedError(f"attribute {attr.name}: sparse tensors are not supported")
-    raise UnsupportedError(f"attribute {attr.name}: unsupported attribute kind {kind}")
+    raise ModelImportError(f"attribute {attr.name}: expected a known attribute kind, got kind {kind}")
 
 
-def tensor_to_array(tensor) -> np.ndarray:
-    """An initializer or Constant tensor as a NumPy array (unsupported element types raise)."""
-    from onnx import numpy_helper
+_TYPED_FIELDS = ("float_data", "int32_data", "string_data", "int64_data", "double_data", "uint64_data")
 
-    onnx_dtype(tensor.data_type, f"tensor {tensor.name!r}")
+
+def tensor_to_array(tensor, base_dir=None) -> np.ndarray:
+    """An initializer or Constant tensor as a NumPy array. Unsupported element types raise; the data
+    must hold exactly the elements the dims declare (checked before anything is allocated)."""
+    from onnx import TensorProto, numpy_helper
+
+    what = f"tensor {tensor.name!r}"
+    dtype = np.dtype(onnx_dtype(tensor.data_type, what))
+    dims = [int(d) for d in tensor.dims]
+    if any(d < 0 for d in dims):
+        raise ModelImportError(f"{what}: expected non-negative dims, got {dims}")
+    count = int(np.prod(dims, dtype=object)) if dims else 1
+    if tensor.data_location == TensorProto.EXTERNAL:
+        tensor = _with_external_data(tensor, base_dir, count * dtype.itemsize)
+    elif tensor.HasField("raw_data"):
+        if len(tensor.raw_data) != count * dtype.itemsize:
+            raise ModelImportError(f"{what}: dims {dims} ({dtype.name}) need {count * dtype.itemsize} bytes of "
+                                   f"data, got {len(tensor.raw_data)} bytes")
+    else:
+        held = sum(len(getattr(tensor, field)) for field in _TYPED_FIELDS)
+        if held != count:
+            raise ModelImportError(f"{what}: dims {dims} need {count} values, got {held}")
     try:
         array = numpy_helper.to_array(tensor)
     except Exception as err:
-        raise FormatError(f"tensor {tensor.name!r} cannot be read: {err}") from None
+        raise ModelImportError(f"{what} cannot be read: {err}") from err
     return array if array.flags.c_contiguous else array.copy(order="C")
+
+
+def _with_external_data(tensor, base_dir, nbytes: int):
+    """A copy of ``tensor`` holding its external data as raw_data, read from a file inside ``base_dir``."""
+    what = f"tensor {tensor.name!r}"
+    info = {entry.key: entry.value for entry in tensor.external_data}
+    location = info.get("location", "")
+    if base_dir is None:
+        raise ModelImportError(f"{what}: its data is external ({location!r}); external data is read only for "
+                               f"a model given as a path, got the model as bytes or a ModelProto")
+    root = os.path.realpath(base_dir)
+    path = os.path.realpath(os.path.join(root, location))
+    if (not location or os.path.isabs(location) or ".." in re.split(r"[\\/]", location)
+            or os.path.commonpath([root, path]) != root or not os.path.isfile(path)):
+        raise ModelImportError(f"{what}: external data location {location!r}: expected a file inside the model's "
+                               f"directory (no absolute path, '..' or symlink leading out)")
+    size = os.path.getsize(path)
+    try:
+        offset = int(info.get("offset", "0"))
+        length = int(info.get("length", str(size - offset)))
+    except ValueError:
+        raise ModelImportError(f"{what}: external data offset/length must be integers, got "
+                               f"{info.get('offset')!r}/{info.get('length')!r}") from None
+    if offset < 0 or length != nbytes or offset + length > size:
+        raise ModelImportError(f"{what}: external data in {location!r}: expected {nbytes} bytes within the file's "
+                               f"{size}, got offset {offset} and length {length}")
+    with open(path, "rb") as f:
+        f.seek(offset)
+        data = f.read(length)
+    copy = type(tensor)()
+    copy.CopyFrom(tensor)
+    del copy.external_data[:]
+    copy.data_location = type(tensor).DEFAULT
+    copy.raw_data = data
+    return copy
 
 
 def _dim_from_override(value, input_name: str):
@@ -158,6 +245,40 @@ def _dim_from_override(value, input_name: str):
         return int(value)
     raise TypeError(f"from_onnx: shape of input {input_name!r}: expected int, None, '?', a name or tv.Any(), "
                     f"got {value!r}")
+
+
+def _check_attributes(node, opset: int) -> None:
+    """The node's attributes against the op's ONNX schema: each of the kind it declares, required ones given."""
+    onnx = _onnx()
+    if node.domain not in _ONNX_DOMAINS:
+        return
+    try:
+        schema = onnx.defs.get_schema(node.op_type, opset, "")
+    except Exception:  # noqa: BLE001 - no schema (an op newer than onnx): the converter checks alone
+        return
+    kind_name = onnx.AttributeProto.AttributeType.Name
+    given = set()
+    for attr in node.attribute:
+        given.add(attr.name)
+        declared = schema.attributes.get(attr.name)
+        if declared is not None and attr.type != declared.type:
+            got = kind_name(attr.type) if attr.type in onnx.AttributeProto.AttributeType.values() else str(attr.type)
+            raise ModelImportError(f"attribute {attr.name}: expected {kind_name(declared.type)}, got {got}")
+    missing = sorted(name for name, declared in schema.attributes.items() if declared.required and name not in given)
+    if missing:
+        raise ModelImportError(f"expected the attribute(s) {', '.join(missing)}, got none")
+
+
+def _required_keywords(fn) -> set:
+    """The converter's keyword-only parameters without a default: attributes the node must have."""
+    import inspect
+
+    cached = getattr(fn, "_onnx_required", None)
+    if cached is None:
+        cached = {p.name for p in inspect.signature(fn).parameters.values()
+                  if p.kind == p.KEYWORD_ONLY and p.default is p.empty}
+        fn._onnx_required = cached
+    return cached
 
 
 class Scope:
@@ -175,7 +296,8 @@ class Scope:
         if name in self.values:
             return self.values[name]
         if self.parent is None:
-            raise TypeInferenceError(f"the ONNX graph uses the value {name!r} before it is defined")
+            raise ModelImportError(f"the ONNX graph uses the value {name!r} before it is defined; expected it to be "
+                                   f"a graph input, an initializer or an earlier node's output")
         outer = self.parent.lookup(name)
         if not self.boundary or isinstance(outer, Constant):
             return outer
@@ -189,8 +311,10 @@ class OnnxImporter:
     """Converts one model; holds the build context and the global functions made for loops."""
 
     def __init__(self, model, shape=None, dtype=None, freeze_params: bool = True, accumulate_dtype=None,
-                 progress=None):
+                 progress=None, base_dir=None):
+        check_model(model)
         self.model = model
+        self.base_dir = base_dir  # where external data may be read from (None: nowhere)
         self.opset = model_opset(model)
         self.shape_overrides = dict(shape or {})
         self.dtype_override = dtype
@@ -236,7 +360,7 @@ class OnnxImporter:
             raise TypeError(f"from_onnx: shape= names unknown inputs {sorted(unknown)}; the model's inputs are "
                             f"{[v.name_hint for v in params]}")
         for name, init in initializers.items():
-            array = tensor_to_array(init)
+            array = tensor_to_array(init, self.base_dir)
             if self.freeze_params:
                 scope.values[name] = self.ctx.constant(array)
             else:
@@ -287,7 +411,7 @@ class OnnxImporter:
         """Convert the nodes of ``graph`` into ``scope``; return its outputs' expressions."""
         for init in graph.initializer:
             if init.name not in scope.values:
-                scope.values[init.name] = self.ctx.constant(tensor_to_array(init))
+                scope.values[init.name] = self.ctx.constant(tensor_to_array(init, self.base_dir))
         report = self.progress if scope.parent is None and self.progress is not None else None
         step = max(len(graph.node) // 10, 1)
         for index, node in enumerate(graph.node):
@@ -305,18 +429,25 @@ class OnnxImporter:
             inputs = [scope.lookup(name) if name else None for name in node.input]
             while inputs and inputs[-1] is None:
                 inputs.pop()
-            attrs = {a.name: _attribute_value(a) for a in node.attribute}
+            _check_attributes(node, self.opset)
+            attrs = {a.name: _attribute_value(a, self.base_dir) for a in node.attribute}
             required, maximum, keywords = converter_parameters(fn)
             unknown = sorted(set(attrs) - keywords)
             if unknown:
                 raise UnsupportedError(f"attribute(s) {', '.join(unknown)} not supported")
+            missing = sorted(_required_keywords(fn) - set(attrs))
+            if missing:
+                raise ModelImportError(f"expected the attribute(s) {', '.join(missing)}, got none")
             if len(inputs) < required or (maximum is not None and len(inputs) > maximum):
                 expected = f"{required}" if maximum == required else f"{required} to {maximum or 'any'}"
-                raise TypeInferenceError(f"expected {expected} inputs, got {len(inputs)}")
+                raise ModelImportError(f"expected {expected} inputs, got {len(inputs)}")
             self.ctx.num_outputs = len(node.output)
             result = fn(self.ctx, *inputs, **attrs)
         except TensorVMError as err:
-            raise type(err)(f"{label}: {err}") from None
+            raise type(err)(f"{label}: {err}") from err.__cause__  # (a converter failure's original, if any)
+        except Exception as err:  # a converter tripped on a malformed node: say which node
+            raise ModelImportError(f"{label}: expected a well-formed {node.op_type} node; converting it raised "
+                                   f"{type(err).__name__}: {err}") from err
         finally:
             self.ctx.scope, self.ctx.node = previous, previous_node
         outputs = list(result) if isinstance(result, (list, tuple)) else [result]
@@ -359,11 +490,11 @@ def from_onnx(model, shape: Mapping | None = None, dtype=None, freeze_params: bo
     float32 data accumulate in float64 (slower; results that do not depend on the BLAS blocking).
     ``progress(text)``, if given, is called with short status lines during a long import.
     """
-    onnx_model = _load_model(model)
+    onnx_model, base_dir = _load_model(model)
     from . import onnx_converters  # noqa: F401 - registers the converters
 
     importer = OnnxImporter(onnx_model, shape=shape, dtype=dtype, freeze_params=freeze_params,
-                            accumulate_dtype=accumulate_dtype, progress=progress)
+                            accumulate_dtype=accumulate_dtype, progress=progress, base_dir=base_dir)
     mod, params = importer.run()
     if progress is not None:
         progress("type checking")

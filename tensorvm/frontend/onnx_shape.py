@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..errors import TypeInferenceError, UnsupportedError
+from ..errors import ModelImportError, TypeInferenceError, UnsupportedError
 from .onnx_context import DimOf, converter
 
 INT64_MAX = np.iinfo(np.int64).max
@@ -30,6 +30,19 @@ def _track(ctx, node, entries):
 
 def _int64(ctx, x):
     return ctx.cast(x, "int64")
+
+
+# A run-time shape operand has one element per dim of the result; NumPy allows at most 64 dims.
+MAX_RANK = 64
+
+
+def _run_time_shape(ctx, shape, op: str):
+    """A run-time shape operand as int64, its static length checked first (the type relation builds a
+    dim per element: a declared length of 2**31 would take the importer's memory)."""
+    dims = ctx.shape(shape)
+    if len(dims) == 1 and isinstance(dims[0], int) and dims[0] > MAX_RANK:
+        raise ModelImportError(f"{op}: expected a shape input of at most {MAX_RANK} elements, got one of {dims[0]}")
+    return _int64(ctx, shape)
 
 
 def _empty_i64(ctx):
@@ -89,7 +102,7 @@ def reshape_to(ctx, data, shape, allowzero=False):
             unknown = 0
         if unknown == 0:
             return ctx.call("reshape", data, newshape=tuple(newshape), allowzero=bool(allowzero))
-    return ctx.call("dyn.reshape", data, _int64(ctx, shape), allowzero=bool(allowzero))
+    return ctx.call("dyn.reshape", data, _run_time_shape(ctx, shape, "Reshape"), allowzero=bool(allowzero))
 
 
 @converter("Reshape", 1)
@@ -248,7 +261,10 @@ def split_2(ctx, input, *, axis=0, split=None):  # noqa: A002
 @converter("Split", 13)
 def split_13(ctx, input, split=None, *, axis=0, num_outputs=None):  # noqa: A002
     axis = axis % ctx.ndim(input)
-    count = num_outputs or ctx.num_outputs
+    if num_outputs is not None and num_outputs != ctx.num_outputs:
+        raise ModelImportError(f"Split: expected num_outputs to be the node's {ctx.num_outputs} outputs, got "
+                               f"{num_outputs}")
+    count = ctx.num_outputs
     if split is None:
         return split_sizes(ctx, input, axis, None, count)
     sizes = ctx.int_list(split)
@@ -294,6 +310,12 @@ def gather_1(ctx, data, indices, *, axis=0):
     ndim = ctx.ndim(data)
     axis = axis + ndim if axis < 0 else axis
     idx_values = ctx.value(indices)
+    size = ctx.shape(data)[axis] if 0 <= axis < ndim else None
+    if isinstance(size, int) and idx_values is not None and idx_values.size:
+        low, high = int(idx_values.min()), int(idx_values.max())
+        if low < -size or high >= size:  # ONNX leaves them undefined; "wrap" would pick a wrong element
+            raise ModelImportError(f"Gather: expected indices in [{-size}, {size - 1}] (axis {axis} has size "
+                                   f"{size}), got {low if low < -size else high}")
     entries = _entries_1d(ctx, data) if ndim == 1 else None
     if entries is not None and idx_values is not None and idx_values.ndim <= 1:
         picked = [entries[int(i)] for i in idx_values.reshape(-1)]
@@ -373,7 +395,7 @@ def expand_8(ctx, input, shape):  # noqa: A002
         if all(isinstance(d, int) for d in out):
             return ctx.call("broadcast_to", x, shape=tuple(out))
     # Bidirectional broadcasting with a run-time shape: a where() over a mask of the target shape.
-    mask = ctx.call("dyn.broadcast_to", ctx.constant(np.array(True)), _int64(ctx, shape))
+    mask = ctx.call("dyn.broadcast_to", ctx.constant(np.array(True)), _run_time_shape(ctx, shape, "Expand"))
     return ctx.call("where", mask, x, x)
 
 
@@ -382,7 +404,7 @@ def tile_6(ctx, input, repeats):  # noqa: A002
     reps = ctx.int_list(repeats)
     if reps is not None:
         return ctx.call("tile", input, reps=tuple(reps))
-    return ctx.call("dyn.tile", input, _int64(ctx, repeats))
+    return ctx.call("dyn.tile", input, _run_time_shape(ctx, repeats, "Tile"))
 
 
 _PAD_MODES = {"constant": "constant", "reflect": "reflect", "edge": "edge", "wrap": "wrap"}
@@ -454,7 +476,7 @@ def constant_of_shape_9(ctx, input, *, value=None):  # noqa: A002
     entries = _entries_1d(ctx, input)
     if entries is not None and all(isinstance(e, int) for e in entries) and int(np.prod(entries)) <= (1 << 20):
         return ctx.constant(np.full(entries, fill, dtype=fill.dtype))
-    return ctx.call("dyn.broadcast_to", ctx.constant(fill), _int64(ctx, input))
+    return ctx.call("dyn.broadcast_to", ctx.constant(fill), _run_time_shape(ctx, input, "ConstantOfShape"))
 
 
 @converter("OneHot", 9)

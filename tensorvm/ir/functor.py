@@ -36,7 +36,7 @@ from .expr import (
     Var,
 )
 
-__all__ = ["ExprVisitor", "ExprMutator", "ExprFunctor", "call_with_fresh_stack"]
+__all__ = ["ExprVisitor", "ExprMutator", "ExprFunctor", "call_with_fresh_stack", "call_nested"]
 
 # Deep graph-form programs (thousands of chained calls) recurse once per node. Rather than one huge
 # stack, a visit continues in a fresh thread every ``_SEGMENT`` nested visits, so each thread's
@@ -64,6 +64,25 @@ def call_with_fresh_stack(fn, *args):
     if error:
         raise error[0]
     return result[0]
+
+
+def call_nested(fn, *args, weight: int = 1):
+    """``fn(*args)`` counted as ``weight`` nested visits: for a recursion a visitor makes outside
+    ``visit`` (a pass building a whole group of nodes at once), so that a long chain of them still
+    continues on a fresh stack every ``_SEGMENT`` levels."""
+    depth = getattr(_depth, "value", 0)
+    if depth + weight > _SEGMENT:
+        return call_with_fresh_stack(_call_in_new_segment, fn, args, weight)
+    _depth.value = depth + weight
+    try:
+        return fn(*args)
+    finally:
+        _depth.value = depth
+
+
+def _call_in_new_segment(fn, args, weight):
+    _depth.value = weight
+    return fn(*args)
 
 
 class ExprFunctor:

@@ -95,13 +95,22 @@ class Token:
         return repr(self.text)
 
 
+# re.ASCII: \d must not match other scripts' digits (int() would read "1٣" as 13).
 _PUNCT = ["->", "=>", "(", ")", "[", "]", "{", "}", ",", ";", ":", "=", ".", "?"]
-_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*")
-_NAME = re.compile(r"[A-Za-z0-9_]+")
-_NUMBER = re.compile(r"-?(?:\d+\.\d*(?:[eE][+-]?\d+)?|\d+[eE][+-]?\d+|\d+)([A-Za-z_][A-Za-z0-9_]*)?")
-_INT = re.compile(r"\d+")
-_SPECIAL_FLOAT = re.compile(r"-?(?:inf|nan)(f16|f32|f64|f)?(?![A-Za-z0-9_.])")
+_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*", re.ASCII)
+_NAME = re.compile(r"[A-Za-z0-9_]+", re.ASCII)
+_NUMBER = re.compile(r"-?(?:\d+\.\d*(?:[eE][+-]?\d+)?|\d+[eE][+-]?\d+|\d+)([A-Za-z_][A-Za-z0-9_]*)?", re.ASCII)
+_INT = re.compile(r"\d+", re.ASCII)
+_SPECIAL_FLOAT = re.compile(r"-?(?:inf|nan)(f16|f32|f64|f)?(?![A-Za-z0-9_.])", re.ASCII)
 _DIRECTIVE = re.compile(r"#\[\s*(version\s*=\s*\"[^\"]*\"|metadata)\s*\]")
+_DIGITS = frozenset("0123456789")
+_LETTERS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz_")
+# No dtype holds an integer of more digits (uint64 has 20); Python refuses to convert > 4300.
+_MAX_INT_DIGITS = 40
+# How deeply expressions, types, patterns and attribute lists may nest (each level is a few Python
+# frames here and in every pass after); sequences of bindings do not nest (``let``/``%0 =`` chains
+# of any length are read iteratively).
+MAX_NESTING = 500
 
 
 def _number_value(text: str, line: int, column: int, source_name: str) -> tuple:
@@ -122,6 +131,9 @@ def _number_value(text: str, line: int, column: int, source_name: str) -> tuple:
                          f"suffix {suffix!r}", line, column, source_name)
     if is_float or (dtype or "").startswith("float"):
         return float(body), dtype or "float32", True
+    if len(body.lstrip("-0")) > _MAX_INT_DIGITS:
+        raise ParseError(f"integer literal of {len(body.lstrip('-'))} digits is out of range: expected at most "
+                         f"{_MAX_INT_DIGITS} digits", line, column, source_name)
     return int(body), dtype, False
 
 
@@ -203,8 +215,10 @@ def tokenize(text: str, source_name: str = "<string>") -> list[Token]:
             pos = m.end()
             continue
         after_dot = bool(tokens) and tokens[-1].kind == "PUNCT" and tokens[-1].text == "."
-        if ch.isdigit() or (ch == "-" and pos + 1 < n and (text[pos + 1].isdigit() or text[pos + 1] in "in")):
-            if after_dot and ch.isdigit():  # a projection: %t.0.1 is two projections, not a float
+        # (ASCII tests: str.isdigit/isalpha accept other scripts' letters and digits, which the
+        # regular expressions below do not match.)
+        if ch in _DIGITS or (ch == "-" and pos + 1 < n and (text[pos + 1] in _DIGITS or text[pos + 1] in "in")):
+            if after_dot and ch in _DIGITS:  # a projection: %t.0.1 is two projections, not a float
                 m = _INT.match(text, pos)
                 tokens.append(Token("NUMBER", m.group(0), line, column, (int(m.group(0)), None, False)))
                 pos = m.end()
@@ -216,7 +230,7 @@ def tokenize(text: str, source_name: str = "<string>") -> list[Token]:
                                     _number_value(m.group(0), line, column, source_name)))
                 pos = m.end()
                 continue
-        if ch.isalpha() or ch == "_":
+        if ch in _LETTERS:
             m = _SPECIAL_FLOAT.match(text, pos)
             if m:
                 tokens.append(Token("NUMBER", m.group(0), line, column,
@@ -393,10 +407,12 @@ class _Parser:
         self.type_headers: dict[str, GlobalTypeVar] = {}
         self.type_defs: dict[str, TypeData] = {}
         self.constructors: dict[str, Constructor] = {}
+        self.constructor_tokens: dict[str, Token] = {}
         self.functions: dict[str, Function] = {}
         self.global_refs: dict[str, Token] = {}
         self.scopes: list[dict[str, Expr]] = []
         self.type_scopes: list[dict[str, TypeVar]] = []
+        self.depth = 0  # current nesting, bounded by MAX_NESTING
 
     # --- token helpers ----------------------------------------------------------------------
     def peek(self, k: int = 0) -> Token:
@@ -427,6 +443,18 @@ class _Parser:
         if tok is None:
             self.error(f"expected '{text}'{context} but found {self.peek().describe()}")
         return tok
+
+    def nested(self, parse, *args):
+        """``parse(*args)`` one nesting level deeper: past ``MAX_NESTING`` a ParseError, not a RecursionError."""
+        if self.depth >= MAX_NESTING:
+            self.error(f"expected at most {MAX_NESTING} nested levels (of parentheses, calls, tuples, ifs, fns, "
+                       f"matches, lets inside values, types, patterns or attribute lists) but found a deeper one at "
+                       f"{self.peek().describe()}")
+        self.depth += 1
+        try:
+            return parse(*args)
+        finally:
+            self.depth -= 1
 
     def error(self, message: str, tok: Token | None = None):
         tok = tok or self.peek()
@@ -525,6 +553,8 @@ class _Parser:
             if kind == "type":
                 self.pos = start + 1
                 tok = self.expect_ident("a type name after 'type'")
+                if tok.text == "Tensor" or tok.text == "_" or tok.text in DTYPES:
+                    self.error(f"expected a type name but found {tok.describe()}, which names a built-in type", tok)
                 if tok.text in self.type_headers:
                     self.error(f"type {tok.text} is defined twice", tok)
                 self.type_headers[tok.text] = GlobalTypeVar(tok.text)
@@ -585,6 +615,11 @@ class _Parser:
                 gtv = GlobalTypeVar(name)
                 if gtv not in mod.type_definitions and gtv in self.init_module.type_definitions:
                     tdef = self.init_module.type_definitions[gtv]
+                    for ctor in tdef.constructors:
+                        if ctor.name in self.constructors:
+                            self.error(f"expected a constructor name that type {name} (used here, from the init "
+                                       f"module) does not define, but found {ctor.name}",
+                                       self.constructor_tokens[ctor.name])
                     mod.add_type(tdef)
                     _collect_type_data_references(tdef, pending_types)
                 continue
@@ -642,6 +677,7 @@ class _Parser:
                     inputs = self.parse_type_list(")")
                 ctor = Constructor(tok.text, tuple(inputs), header, len(ctors))
                 self.constructors[tok.text] = ctor
+                self.constructor_tokens[tok.text] = tok
                 ctors.append(ctor)
                 if not self.accept(","):
                     break
@@ -709,6 +745,9 @@ class _Parser:
         attrs[key.text] = self.parse_attr_value()
 
     def parse_attr_value(self):
+        return self.nested(self._attr_value)
+
+    def _attr_value(self):
         tok = self.peek()
         if tok.kind == "NUMBER":
             self.advance()
@@ -770,6 +809,9 @@ class _Parser:
         return body
 
     def parse_expr(self) -> Expr:
+        return self.nested(self._expr)
+
+    def _expr(self) -> Expr:
         first = self.peek()
         expr = self.parse_primary()
         while True:
@@ -896,7 +938,7 @@ class _Parser:
         true_branch = self.parse_body([], " to open the 'then' branch")
         self.expect("else", " after the 'then' branch of 'if'")
         if self.is_word("if"):
-            false_branch = self.parse_if()
+            false_branch = self.nested(self.parse_if)
         else:
             false_branch = self.parse_body([], " to open the 'else' branch")
         return If(cond, true_branch, false_branch, span=self.span(if_tok))
@@ -925,6 +967,9 @@ class _Parser:
         return Match(data, tuple(clauses), complete, span=self.span(match_tok))
 
     def parse_pattern(self, bound: dict[str, Var]):
+        return self.nested(self._pattern, bound)
+
+    def _pattern(self, bound: dict[str, Var]):
         tok = self.peek()
         if tok.kind == "IDENT" and tok.text == "_":
             self.advance()
@@ -1028,6 +1073,9 @@ class _Parser:
         return types
 
     def parse_type(self):
+        return self.nested(self._type)
+
+    def _type(self):
         tok = self.peek()
         if tok.kind == "PUNCT" and tok.text == "(":
             self.advance()

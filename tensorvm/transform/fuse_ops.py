@@ -51,6 +51,7 @@ from ..ir.expr import (
     TupleGetItem,
     Var,
 )
+from ..ir.functor import call_nested
 from ..ir.module import IRModule
 from ..ir.types import FuncType, TensorType, TupleType
 from ..op.nn import halves_nchw_map
@@ -435,7 +436,10 @@ class _Rewriter(TypedMutator):
 
     def visit(self, expr: Expr):
         if expr not in self.memo and expr in self.members:
-            self.memo[expr] = self._primitive_call(expr, self.members[expr])
+            # A group's inputs are often the previous group's output: a chain of groups recurses group
+            # by group, so count each as nested visits (a 30,000-op chain continues on fresh stacks).
+            members = self.members[expr]
+            self.memo[expr] = call_nested(self._primitive_call, expr, members, weight=len(members))
         return super().visit(expr)
 
     def visit_function(self, fn: Function):

@@ -104,6 +104,10 @@ __all__ = ["InferType", "infer_type", "infer_expr"]
 
 _BOOL_SCALAR = TensorType((), "bool")
 
+# A let chain can build a tuple type one level deeper per let (``let %t = (%t, x);``). Every pass
+# after this one walks types recursively, so a tuple type may nest at most this deep (as in the text).
+MAX_TYPE_NESTING = 500
+
 
 # --------------------------------------------------------------------------------------------------
 # Printing for error messages
@@ -461,30 +465,53 @@ class _Solver:
             binding[node] = ty
         return ty
 
-    def resolve(self, ty):
-        """``ty`` with every bound IncompleteType replaced, recursively."""
+    def resolve(self, ty, memo: dict | None = None):
+        """``ty`` with every bound IncompleteType replaced, recursively. Types share sub-types (a let
+        chain building tuples of tuples makes each type contain the previous one): with ``memo``
+        ({id: (type, result)}, kept across calls) each shared sub-type is resolved once, not once per use."""
+        if memo is not None:
+            hit = memo.get(id(ty))
+            if hit is not None:
+                return hit[1]
+        result = self._resolve(ty, memo)
+        if memo is not None:
+            memo[id(ty)] = (ty, result)  # (holding ty keeps its id unique)
+        return result
+
+    def _resolve(self, ty, memo):
         ty = self.find(ty)
         if isinstance(ty, TensorType | IncompleteType | TypeVar | GlobalTypeVar):
             return ty
         if isinstance(ty, TupleType):
-            fields = tuple(self.resolve(f) for f in ty.fields)
+            fields = tuple(self.resolve(f, memo) for f in ty.fields)
             return ty if all(a is b for a, b in zip(fields, ty.fields, strict=True)) else TupleType(fields)
         if isinstance(ty, FuncType):
-            args = tuple(self.resolve(a) for a in ty.arg_types)
-            ret = self.resolve(ty.ret_type)
+            args = tuple(self.resolve(a, memo) for a in ty.arg_types)
+            ret = self.resolve(ty.ret_type, memo)
             if ret is ty.ret_type and all(a is b for a, b in zip(args, ty.arg_types, strict=True)):
                 return ty
             return FuncType(args, ret, ty.type_params, ty.type_constraints)
         if isinstance(ty, TypeCall):
-            args = tuple(self.resolve(a) for a in ty.args)
+            args = tuple(self.resolve(a, memo) for a in ty.args)
             return ty if all(a is b for a, b in zip(args, ty.args, strict=True)) else TypeCall(ty.func, args)
         if isinstance(ty, RefType):
-            value = self.resolve(ty.value)
+            value = self.resolve(ty.value, memo)
             return ty if value is ty.value else RefType(value)
         return ty
 
-    def first_root(self, ty):
-        """The first unbound IncompleteType inside ``ty``, or None when ``ty`` is fully known."""
+    def first_root(self, ty, memo: dict | None = None):
+        """The first unbound IncompleteType inside ``ty``, or None when ``ty`` is fully known (``memo``:
+        as for ``resolve``)."""
+        if memo is not None:
+            hit = memo.get(id(ty))
+            if hit is not None:
+                return hit[1]
+        result = self._first_root(ty, memo)
+        if memo is not None:
+            memo[id(ty)] = (ty, result)
+        return result
+
+    def _first_root(self, ty, memo):
         ty = self.find(ty)
         if isinstance(ty, IncompleteType):
             return ty
@@ -501,7 +528,7 @@ class _Solver:
         else:
             return None
         for child in children:
-            root = self.first_root(child)
+            root = self.first_root(child, memo)
             if root is not None:
                 return root
         return None
@@ -803,6 +830,7 @@ class _Inferencer(ExprFunctor):
         super().__init__()
         self.mod = mod
         self.allow_free_vars = allow_free_vars
+        self.tuple_depths: dict[int, tuple] = {}  # id(TupleType built here) -> (the type, its nesting)
         self.solver = _Solver()
         self.env: dict[Var, Type] = {}            # every bound variable -> its type term
         self.var_owner: dict[Var, str | None] = {}
@@ -868,9 +896,11 @@ class _Inferencer(ExprFunctor):
         solver = self.solver
         solver.run_defaults()
         resolved: list[tuple[Expr, Type]] = []
+        resolve_memo: dict = {}
+        root_memo: dict = {}
         for var, ty in self.env.items():
-            full = solver.resolve(ty)
-            if solver.first_root(full) is not None:
+            full = solver.resolve(ty, resolve_memo)
+            if solver.first_root(full, root_memo) is not None:
                 owner = self.var_owner.get(var)
                 where = f"{var.span}: " if var.span is not None else ""
                 known = "" if isinstance(full, IncompleteType) else f" (only {_type_str(full)} is known)"
@@ -881,15 +911,15 @@ class _Inferencer(ExprFunctor):
         for expr, ty in self.memo.items():
             if isinstance(expr, Var):
                 continue
-            full = solver.resolve(ty)
-            if solver.first_root(full) is not None:
+            full = solver.resolve(ty, resolve_memo)
+            if solver.first_root(full, root_memo) is not None:
                 ctx = _Ctx(expr, "cannot infer the type of {expr}", self.owner.get(expr))
                 known = "" if isinstance(full, IncompleteType) else f" (only {_type_str(full)} is known)"
                 raise ctx.fail(f"{known}; add a type annotation")
             resolved.append((expr, full))
         for node, ty in self.shared:
-            full = solver.resolve(ty)
-            if solver.first_root(full) is not None:
+            full = solver.resolve(ty, resolve_memo)
+            if solver.first_root(full, root_memo) is not None:
                 raise TypeInferenceError(f"cannot infer the type of {_describe(node)} ({_type_str(full)})")
             resolved.append((node, full))
         for node, ty in resolved:
@@ -1053,7 +1083,14 @@ class _Inferencer(ExprFunctor):
         return fty
 
     def visit_tuple(self, tup: Tuple):
-        return TupleType(tuple(self.visit(f) for f in tup.fields))
+        fields = tuple(self.visit(f) for f in tup.fields)
+        depth = 1 + max((self.tuple_depths.get(id(self.solver.find(f)), (None, 0))[1] for f in fields), default=0)
+        if depth > MAX_TYPE_NESTING:
+            raise self.error(tup, f"this tuple's type nests {depth} tuples deep; expected at most {MAX_TYPE_NESTING} "
+                                  f"(a let chain wrapping a tuple in a tuple at each step?)")
+        ty = TupleType(fields)
+        self.tuple_depths[id(ty)] = (ty, depth)
+        return ty
 
     def visit_tuple_getitem(self, node: TupleGetItem):
         tuple_type = self.solver.find(self.visit(node.tuple_value))
