@@ -19,6 +19,7 @@ not add up, a duplicate name, trailing bytes or a checksum mismatch — raises `
 
 from __future__ import annotations
 
+import math
 import os
 import struct
 import zlib
@@ -35,6 +36,7 @@ PARAMS_VERSION = 1
 PARAM_DTYPES = ("bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
                 "float16", "float32", "float64")
 MAX_NDIM = 32  # also the graph JSON's bound
+MAX_ELEMENTS = 2**62  # of a shape, zero dims read as 1 (NumPy's limit on shapes is 2**63 bytes)
 
 
 def _as_array(value, name: str) -> np.ndarray:
@@ -120,6 +122,9 @@ def load_params(data, what: str = "params") -> dict:
         shape = reader.unpack(f"<{ndim}q", f"{where} shape")
         if any(d < 0 for d in shape):
             raise FormatError(f"{what}: {where} has a negative dim in shape {shape}")
+        if math.prod(max(d, 1) for d in shape) > MAX_ELEMENTS:  # zero-size too: NumPy cannot shape it
+            raise FormatError(f"{what}: {where} has shape {tuple(shape)}; expected dims whose nonzero "
+                              f"product is at most {MAX_ELEMENTS}")
         (nbytes,) = reader.unpack("<Q", f"{where} size")
         itemsize = np.dtype(dtype).itemsize
         expected = int(np.prod(shape, dtype=object)) * itemsize if shape else itemsize

@@ -71,6 +71,10 @@ def _body(params):
      "needs 12"),
     (lambda: _resealed(PARAMS_MAGIC + struct.pack("<IQ", 1, 2) + _body({"a": np.ones(1, "int8")})[20:] * 2),
      "appears twice"),
+    # a zero-size tensor whose other dim is 2**63-1: no bytes to read, but NumPy cannot shape it
+    (lambda: _resealed(_body({"a": np.ones((0, 1), "float32")}).replace(struct.pack("<qq", 0, 1),
+                                                                        struct.pack("<qq", 0, 2**63 - 1))),
+     "nonzero product"),
 ])
 def test_corrupt_files_raise_format_error(make, message):
     with pytest.raises(tv.FormatError, match=message):
