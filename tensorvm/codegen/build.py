@@ -244,7 +244,8 @@ def _probe() -> Toolchain:
     # The probe's result depends on the compiler binary, the base flags and the prelude it compiles.
     from .c_emit import PRELUDE
 
-    identity = f"{compiler}|{first_line}|{binary.st_mtime_ns}|{binary.st_size}|{_BASE_FLAGS}|{PRELUDE}"
+    identity = (f"{compiler}|{first_line}|{binary.st_mtime_ns}|{binary.st_size}|{_BASE_FLAGS}|{PRELUDE}"
+                f"|{_IF_CONVERSION_PROBE}")
     key = hashlib.sha256(identity.encode()).hexdigest()[:16]
     probe_file = cache_dir() / f"toolchain-{key}.json"
     try:
@@ -258,7 +259,8 @@ def _probe() -> Toolchain:
     return toolchain
 
 
-_OPTIONAL_FLAGS = ("-march=native", "-fexcess-precision=standard", "-fopenmp", "-fopenmp-simd", "-DTV_VECTOR_MATH")
+_OPTIONAL_FLAGS = ("-march=native", "-fexcess-precision=standard", "-fopenmp", "-fopenmp-simd", "-DTV_VECTOR_MATH",
+                   "-fno-tree-loop-if-convert")
 
 
 def _toolchain_from_json(data, compiler: str, version: str) -> Toolchain | None:
@@ -306,6 +308,8 @@ def _probe_flags(compiler: str, version: str) -> Toolchain:
         float16 = accepts(tuple(flags), "_Float16 tv_probe(_Float16 a) { return (_Float16)((float)a + 1.0f); }\n")
         if _vector_math_works(compiler, flags, tmp):
             flags.append("-DTV_VECTOR_MATH")
+        if not _if_conversion_sound(compiler, flags, tmp):
+            flags.append("-fno-tree-loop-if-convert")
         include = sysconfig.get_paths().get("include") or ""
         python_code = "#define PY_SSIZE_T_CLEAN\n#include <Python.h>\nint tv_probe(PyObject* o) { return PyTuple_Check(o); }\n"
         if not include or not accepts(("-I" + include,), python_code):
@@ -338,6 +342,38 @@ void tv_probe(const float* restrict x, float* restrict y, const double* restrict
     except OSError:
         return False
     return True
+
+
+# A kernel as tensorvm generates it for concatenate((x, x), axis=0) of a (3, 2) float32 tensor. GCC 12.2
+# at -O3 with AVX2 vectorizes the if-converted select between two loads of the same array wrongly
+# (element 7 comes out 0 instead of 1); dynamic row counts go wrong the same way. Where the kernel built
+# with the probe's flags gives a wrong answer, loop if-conversion is turned off for every kernel.
+_IF_CONVERSION_PROBE = """
+#include <stdint.h>
+int32_t tv_probe(const float* restrict p0, float* restrict out0) {
+  for (int64_t i0 = 0; i0 < INT64_C(6); ++i0) {
+    for (int64_t i1 = 0; i1 < INT64_C(2); ++i1) {
+      out0[((i0 * INT64_C(2)) + i1)] = ((i0 < INT64_C(3)) ? p0[((i0 * INT64_C(2)) + i1)]
+                                                          : p0[(((i0 + INT64_C(-3)) * INT64_C(2)) + i1)]);
+    }
+  }
+  return 0;
+}
+"""
+
+
+def _if_conversion_sound(compiler: str, flags: list, tmp: str) -> bool:
+    """Whether ``_IF_CONVERSION_PROBE`` built with ``flags`` computes the right answer."""
+    src, lib = Path(tmp) / "if_conversion.c", Path(tmp) / "if_conversion.so"
+    src.write_text(_IF_CONVERSION_PROBE)
+    result = subprocess.run([compiler, *_BASE_FLAGS, *flags, str(src), "-o", str(lib)],
+                            capture_output=True, text=True, timeout=120)
+    if result.returncode != 0:
+        return False  # cannot tell: keep the safer flags
+    source = (ctypes.c_float * 6)(*range(6))
+    out = (ctypes.c_float * 12)()
+    ctypes.CDLL(str(lib)).tv_probe(source, out)
+    return list(out) == [float(v) for v in range(6)] * 2
 
 
 def _atomic_write(path: Path, data: bytes):

@@ -130,3 +130,28 @@ def test_unusable_cache_directory(tmp_path, monkeypatch):
     monkeypatch.setenv("TENSORVM_CACHE_DIR", str(blocker / "cache"))
     with pytest.raises(CompilerError, match="TENSORVM_CACHE_DIR"):
         build_library("int tv_probe(void) { return 0; }\n")
+
+
+
+CONCATENATES = [  # (program, argument shapes per call)
+    ("def @main(%x: Tensor[(3, 2), float32]) { concatenate((%x, %x), axis=0) }", [[(3, 2)]]),
+    ("def @main(%a: Tensor[(?, 2), float32], %b: Tensor[(?, 2), float32]) { concatenate((%a, %b, %a), axis=0) }",
+     [[(1, 2), (2, 2)], [(3, 2), (5, 2)], [(4, 2), (1, 2)]]),
+]
+
+
+@pytest.mark.parametrize("text, calls", CONCATENATES)
+def test_a_select_between_loads_of_one_array_is_built_right(text, calls):
+    """GCC 12.2 at -O3 with AVX2 vectorized these concatenate kernels wrongly (the toolchain probe turns
+    loop if-conversion off where its kernel comes out wrong); checked against NumPy."""
+    import tensorvm as tv
+
+    if not build.have_compiler():
+        pytest.skip("no C compiler on this machine")
+    mod = tv.transform.InferType()(tv.parse(text))
+    vm = tv.vm.VirtualMachine(tv.vm.compile(mod, target="c"))
+    rng = np.random.default_rng(0)
+    for shapes in calls:
+        args = [rng.standard_normal(shape).astype("float32") for shape in shapes]
+        parts = [args[0], args[0]] if len(args) == 1 else [args[0], args[1], args[0]]
+        np.testing.assert_array_equal(vm["main"](*args).numpy(), np.concatenate(parts))
