@@ -8,6 +8,7 @@ the mismatches in a comment on top).
     python tests/fuzz/program_campaign.py --programs 2000 --seed 7 --out fuzz-failures
     python tests/fuzz/program_campaign.py --programs 300 --flavor dataflow --executors vm-python-bytecode \\
         --break specialize     # a reintroduced defect: must report mismatches
+    python tests/fuzz/program_campaign.py --replay fuzz-failures/*.rly
 
 Exit status 1 when any mismatch (or a program the interpreter rejects) was found.
 """
@@ -22,9 +23,8 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from hypothesis import HealthCheck, Phase, given, seed, settings  # noqa: E402
-
 import program_fuzz as pf  # noqa: E402
+from hypothesis import HealthCheck, Phase, given, seed, settings  # noqa: E402
 from program_gen import FLAVORS, programs  # noqa: E402
 
 CHUNK = 50  # programs per Hypothesis run (a failure ends its run, after shrinking)
@@ -43,39 +43,52 @@ def campaign(max_programs: int | None, minutes: float | None, first_seed: int, f
 
     run_seed = first_seed
     while budget_left():
-        state = {"focus": None, "last": None}
-
-        @settings(max_examples=CHUNK, database=None, deadline=None, suppress_health_check=list(HealthCheck),
-                  phases=(Phase.generate, Phase.shrink), print_blob=False)
-        @seed(run_seed)
-        @given(programs(flavor))
-        def one(case):
-            if state["focus"] is None:
-                if not budget_left():
-                    return
-                mismatches = pf.run_case(case, stats, executors)
-            else:  # shrinking: only the executors that failed, and not counted
-                mismatches = pf.run_case(case, pf.Stats(), state["focus"])
-            if mismatches:
-                if state["focus"] is None:
-                    state["focus"] = {m.executor: executors[m.executor] for m in mismatches}
-                state["last"] = (case, mismatches)
-                raise AssertionError(pf.report(case, mismatches))
-
         try:
-            one()
+            _hypothesis_run(run_seed, flavor, executors, stats, budget_left)
         except pf.OracleError as err:
             oracle_errors += 1
             _save(out, run_seed, f"oracle error: {err}", None)
             log(f"seed {run_seed}: {str(err).splitlines()[0]}")
-        except AssertionError:
-            case, mismatches = state["last"]
+        except _Found as found:
+            case, mismatches = found.args
             path = _save(out, run_seed, "\n".join(str(m) for m in mismatches), case)
             log(f"seed {run_seed}: mismatch, shrunk program saved to {path}\n{pf.report(case, mismatches)}")
         run_seed += 1
         log(f"[{(time.monotonic() - start) / 60:.1f} min] {stats.summary()}")
     stats.oracle_errors = oracle_errors
     return stats
+
+
+class _Found(Exception):
+    """A run's shrunk failing program and its mismatches."""
+
+
+def _hypothesis_run(run_seed: int, flavor, executors: dict, stats: pf.Stats, budget_left) -> None:
+    """Up to ``CHUNK`` programs from Hypothesis seed ``run_seed``; on a mismatch Hypothesis shrinks the
+    program (running only the executors that failed, uncounted) and ``_Found`` carries the result."""
+    state = {"focus": None, "last": None}
+
+    @settings(max_examples=CHUNK, database=None, deadline=None, suppress_health_check=list(HealthCheck),
+              phases=(Phase.generate, Phase.shrink), print_blob=False)
+    @seed(run_seed)
+    @given(programs(flavor))
+    def one(case):
+        if state["focus"] is None:
+            if not budget_left():
+                return
+            mismatches = pf.run_case(case, stats, executors)
+        else:
+            mismatches = pf.run_case(case, pf.Stats(), state["focus"])
+        if mismatches:
+            if state["focus"] is None:
+                state["focus"] = {m.executor: executors[m.executor] for m in mismatches}
+            state["last"] = (case, mismatches)
+            raise AssertionError(pf.report(case, mismatches))
+
+    try:
+        one()
+    except AssertionError:
+        raise _Found(*state["last"]) from None
 
 
 def _save(out: str, run_seed: int, what: str, case) -> str:
@@ -96,6 +109,8 @@ def main(argv=None) -> int:
     parser.add_argument("--executors", default=",".join(pf.EXECUTORS),
                         help=f"comma-separated subset of {', '.join(pf.EXECUTORS)}")
     parser.add_argument("--out", default="fuzz-failures", help="directory for shrunk failing programs")
+    parser.add_argument("--replay", nargs="+", metavar="FILE", default=None,
+                        help="run saved programs (.rly) instead of generating any")
     parser.add_argument("--break", dest="breakage", choices=("specialize",), default=None,
                         help="reintroduce a known defect (the run must then report mismatches)")
     args = parser.parse_args(argv)
@@ -109,7 +124,16 @@ def main(argv=None) -> int:
     breakage = pf.broken_specialization() if args.breakage == "specialize" else contextlib.nullcontext()
     start = time.monotonic()
     with breakage:
-        stats = campaign(args.programs, args.minutes, args.seed, args.flavor, executors, args.out)
+        if args.replay:
+            stats = pf.Stats()
+            stats.oracle_errors = 0
+            for path in args.replay:
+                with open(path) as f:
+                    case = pf.case_from_text(f.read(), seed=args.seed)
+                mismatches = pf.run_case(case, stats, executors)
+                print(f"{path}: " + ("ok" if not mismatches else "\n" + pf.report(case, mismatches)))
+        else:
+            stats = campaign(args.programs, args.minutes, args.seed, args.flavor, executors, args.out)
     print(f"\ncampaign: {stats.summary()} in {(time.monotonic() - start) / 60:.1f} min"
           f"{'' if not stats.oracle_errors else f'; {stats.oracle_errors} programs rejected by the oracle'}")
     print("constructs (programs using each): " + ", ".join(f"{k} {v}" for k, v in sorted(stats.features.items())))

@@ -162,6 +162,36 @@ def inputs(case, env: dict, rng: np.random.Generator) -> list[np.ndarray]:
             for p in case.params]
 
 
+def case_from_text(text: str, seed: int = 0):
+    """A ``Case`` for a program text (a saved failure, a regression test): each ``?`` of @main's
+    parameters is a dim variable of its own, each named dim one variable wherever it recurs."""
+    from program_gen import Case, Dim, Param
+
+    from tensorvm.ir.types import Any, SymDim
+
+    if not text.lstrip().startswith("#[version"):
+        text = '#[version = "0.0.5"]\n' + text
+    main = tv.parse(text)["main"]
+    names: dict[str, Dim] = {}
+    variables: list[int] = []
+    params = []
+
+    def new_var() -> Dim:
+        variables.append(len(variables))
+        return Dim.var(variables[-1])
+    for p in main.params:
+        shape = []
+        for d in p.type_annotation.shape:
+            if isinstance(d, Any):
+                shape.append(new_var())
+            elif isinstance(d, SymDim):
+                shape.append(names[d.name] if d.name in names else names.setdefault(d.name, new_var()))
+            else:
+                shape.append(Dim.const(int(d)))
+        params.append(Param(f"%{p.name_hint}", tuple(shape), ""))
+    return Case(text, tuple(params), tuple(variables), seed)
+
+
 # --- the runner -------------------------------------------------------------------------------------------
 class OracleError(Exception):
     """The program is rejected by InferType or fails on the interpreter: a generator (or interpreter) bug."""

@@ -99,9 +99,9 @@ def test_an_earlier_result_that_changes_is_reported():
     earlier result changes under a later call) is a mismatch even though each result is right when
     returned."""
     import numpy as np
+    from program_gen import Case, Dim, Param
 
     import tensorvm as tv
-    from program_gen import Case, Dim, Param
 
     case = Case('#[version = "0.0.5"]\ndef @main(%p1: Tensor[(?), float32]) {\n  negative(%p1)\n}\n',
                 (Param("%p1", (Dim.var(0),), "Tensor[(?), float32]"),), (0,), 7)
