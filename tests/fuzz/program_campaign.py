@@ -28,6 +28,7 @@ from hypothesis import HealthCheck, Phase, given, seed, settings  # noqa: E402
 from program_gen import FLAVORS, programs  # noqa: E402
 
 CHUNK = 50  # programs per Hypothesis run (a failure ends its run, after shrinking)
+SHRINK_STEPS = 150  # programs tried while shrinking one failure (each may compile C)
 
 
 def campaign(max_programs: int | None, minutes: float | None, first_seed: int, flavor: str | None,
@@ -65,8 +66,9 @@ class _Found(Exception):
 
 def _hypothesis_run(run_seed: int, flavor, executors: dict, stats: pf.Stats, budget_left) -> None:
     """Up to ``CHUNK`` programs from Hypothesis seed ``run_seed``; on a mismatch Hypothesis shrinks the
-    program (running only the executors that failed, uncounted) and ``_Found`` carries the result."""
-    state = {"focus": None, "last": None}
+    program (running only the executors that failed, preferring target python, uncounted; at most
+    ``SHRINK_STEPS`` tries) and ``_Found`` carries the result."""
+    state = {"focus": None, "last": None, "tries": 0}
 
     @settings(max_examples=CHUNK, database=None, deadline=None, suppress_health_check=list(HealthCheck),
               phases=(Phase.generate, Phase.shrink), print_blob=False)
@@ -76,18 +78,25 @@ def _hypothesis_run(run_seed: int, flavor, executors: dict, stats: pf.Stats, bud
         if state["focus"] is None:
             if not budget_left():
                 return
-            mismatches = pf.run_case(case, stats, executors)
+            result = (case, pf.run_case(case, stats, executors))
+        elif state["tries"] >= SHRINK_STEPS:  # enough: only the smallest failure so far still fails
+            result = state["last"] if case.text == state["last"][0].text else (case, [])
         else:
-            mismatches = pf.run_case(case, pf.Stats(), state["focus"])
-        if mismatches:
+            state["tries"] += 1
+            result = (case, pf.run_case(case, pf.Stats(), state["focus"]))
+        if result[1]:
             if state["focus"] is None:
-                state["focus"] = {m.executor: executors[m.executor] for m in mismatches}
-            state["last"] = (case, mismatches)
-            raise AssertionError(pf.report(case, mismatches))
+                failed = {m.executor for m in result[1]}
+                python = {name for name in failed if "-python" in name}
+                state["focus"] = {name: executors[name] for name in sorted(python or failed)[:2]}
+            state["last"] = result
+            raise AssertionError(pf.report(*result))  # one raise site: Hypothesis sees one failure
 
     try:
         one()
-    except AssertionError:
+    except Exception as err:  # noqa: BLE001 - a mismatch (or several kinds Hypothesis tells apart)
+        if state["last"] is None or isinstance(err, pf.OracleError):
+            raise
         raise _Found(*state["last"]) from None
 
 

@@ -119,3 +119,13 @@ def test_an_earlier_result_that_changes_is_reported():
 
     mismatches = pf.run_case(case, pf.Stats(), {"aliasing": aliasing})
     assert mismatches and all("changed after this call" in m.what for m in mismatches)
+
+
+def test_the_campaign_prints_its_counts(tmp_path, capsys):
+    import program_campaign
+
+    status = program_campaign.main(["--programs", "4", "--flavor", "static", "--executors",
+                                    "vm-python-bytecode,graph-python", "--out", str(tmp_path)])
+    out = capsys.readouterr().out
+    assert status == 0, out
+    assert "campaign: 4 programs" in out and "program x executor x call combinations checked, 0 mismatches" in out
