@@ -158,13 +158,12 @@ class _Program:
     variables: list = field(default_factory=list)  # input dim variables
     next_var: int = 0
     next_name: int = 0
-    features: set = field(default_factory=set)
 
 
 UNARY = ("negative", "abs", "nn.relu", "tanh", "sigmoid")
 BINARY = ("add", "subtract", "multiply", "maximum", "minimum")
 REDUCE = ("sum", "max", "min", "mean")
-MAX_ELEMENTS_DIM = 400  # a bound on a generated tensor's size for the largest draw of every variable
+MAX_ELEMENTS = 400  # a bound on a generated tensor's size for the largest draw of every variable
 
 
 class Generator:
@@ -338,7 +337,6 @@ class Generator:
 
     def s_shape_arith(self, lines, scope):
         """``shape_of`` feeding arithmetic: the dims as floats, summed or taken one by one."""
-        self.prog.features.add("shape_of")
         t = self.pick(scope, lambda u: u.rank > 0)
         if t is None:
             return None
@@ -442,7 +440,7 @@ class Generator:
         shape[axis] = Dim()
         for p in parts:
             shape[axis] = shape[axis] + p.shape[axis]
-        if self.max_size(tuple(shape)) > MAX_ELEMENTS_DIM:
+        if self.max_size(tuple(shape)) > MAX_ELEMENTS:
             parts = parts[:2]
             shape[axis] = a.shape[axis] + parts[1].shape[axis]
         fields = ", ".join(p.expr for p in parts)
@@ -495,7 +493,7 @@ class Generator:
             return None
         m, k = a.shape
         if self.chance(0.3) or not self.evaluable((k,)) or self.in_global:  # a x a^T: no weights needed
-            if self.max_size((m, m)) > MAX_ELEMENTS_DIM:
+            if self.max_size((m, m)) > MAX_ELEMENTS:
                 return None
             return self.bind(lines, scope, f"nn.dense({a.expr}, {a.expr})", (m, m))
         fits = [u.shape[0] for u in scope.tensors() if u.rank == 2 and u.shape[1] == k and u.shape[0].is_const]
@@ -515,7 +513,7 @@ class Generator:
                 return None
             if self.chance():  # batch_matmul of a 3-d value with itself
                 b, m, _ = a.shape
-                if self.max_size((b, m, m)) > MAX_ELEMENTS_DIM:
+                if self.max_size((b, m, m)) > MAX_ELEMENTS:
                     return None
                 return self.bind(lines, scope, f"nn.batch_matmul({a.expr}, {a.expr})", (b, m, m))
             a = self.bind(lines, scope, f"expand_dims({a.expr}, axis=0)", (ONE,) + a.shape)
@@ -546,7 +544,6 @@ class Generator:
         axis = self.draw(st.integers(0, t.rank - 1))
         stop = f'cast(take(shape_of({t.expr}), {axis}), dtype="float32")'
         r = self.bind(lines, scope, f"arange(0f, {stop}, 1f)", (t.shape[axis],))
-        self.prog.features.add("arange")
         return r
 
     def s_argwhere(self, lines, scope):
@@ -555,7 +552,6 @@ class Generator:
             return None
         cond = self.choice(("greater", "less_equal"))
         idx = self.bind(lines, scope, f"argwhere({cond}({t.expr}, 0f))", (), "int32")
-        self.prog.features.add("argwhere")
         rows = self.fresh_var(opaque=True)
         return self.bind(lines, scope, f'cast({idx.expr}, dtype="float32")', (rows, Dim.const(t.rank)))
 
@@ -589,7 +585,6 @@ class Generator:
         cond = self.condition(scope)
         then = self.block(scope, t.shape, "  ")
         other = self.block(scope, t.shape, "  ")
-        self.prog.features.add("if")
         return self.bind(lines, scope, f"if ({cond}) {{\n{then}\n}} else {{\n{other}\n}}", t.shape)
 
     def bound(self, scope: _Scope) -> str:
@@ -623,7 +618,6 @@ class Generator:
             f"    {name}(add(%i, 1), {step}, %n, %k)\n"
             f"  }} else {{\n    %acc\n  }}\n}}")
         n, _ = self.bound(scope)
-        self.prog.features.add("loop")
         return self.bind(lines, scope, f"{name}(0, {acc.expr}, {n}, {extra.expr})", acc.shape)
 
     def s_grow_loop(self, lines, scope):
@@ -643,9 +637,8 @@ class Generator:
             f"  }} else {{\n    %acc\n  }}\n}}")
         n, count = self.bound(scope)
         new = (shape[0] + count,) + shape[1:]
-        if self.max_size(new) > MAX_ELEMENTS_DIM:
+        if self.max_size(new) > MAX_ELEMENTS:
             return None
-        self.prog.features.add("grow_loop")
         return self.bind(lines, scope, f"{name}(0, {acc.expr}, {n})", new)
 
     def s_recursion(self, lines, scope):
@@ -663,7 +656,6 @@ class Generator:
             f"  if (equal(%i, 0)) {{\n    %x\n  }} else {{\n{g_lines}"
             f"    let %r = {name}(subtract(%i, 1), {g_val});\n{h}\n  }}\n}}")
         n, _ = self.bound(scope)
-        self.prog.features.add("recursion")
         return self.bind(lines, scope, f"{name}({n}, {x.expr})", x.shape)
 
     def closure(self, scope: _Scope, shape: tuple) -> str:
@@ -679,7 +671,6 @@ class Generator:
         result = self.to_shape(body_lines, _only(inner, pname, shape), shape)
         self.depth = saved
         body = "\n".join("  " + s for s in body_lines + [result.expr])
-        self.prog.features.add("closure")
         return name, f"let {name} = fn ({pname}: {self.type_of(shape)}) {{\n{body}\n}};"
 
     def s_closure(self, lines, scope):
@@ -704,7 +695,6 @@ class Generator:
     def s_list(self, lines, scope):
         t = self.pick(scope)
         lst = self.list_of(lines, scope, t)
-        self.prog.features.add("adt")
         form = self.choice(("map_fold", "fold", "match", "map_match"))
         if form in ("map_fold", "map_match"):
             fname, text = self.closure(scope, t.shape)
@@ -728,7 +718,6 @@ class Generator:
         u = self.to_shape(lines, scope, t.shape)
         opt = self.bind(lines, scope, f"if ({cond}) {{ Some({u.expr}) }} else {{ None }}", (), "adt")
         other = self.block(scope, t.shape, "    ")
-        self.prog.features.add("adt")
         return self.bind(lines, scope, f"match ({opt.expr}) {{\n  Some(%o) => {{ nn.relu(%o) }},\n"
                          f"  None => {{\n{other}\n  }},\n}}", t.shape)
 
@@ -737,7 +726,6 @@ class Generator:
         u = self.pick(scope, lambda v: v.shape == t.shape)
         tree = self.bind(lines, scope, f"Rose({t.expr}, Cons(Rose({u.expr}, Nil), Cons(Rose({t.expr}, Nil), Nil)))",
                          (), "adt")
-        self.prog.features.add("adt")
         return self.bind(lines, scope, f"match ({tree.expr}) {{\n  Rose(%a, Cons(Rose(%b, _), _)) => "
                          f"{{ subtract(%a, %b) }},\n  Rose(%a, _) => {{ %a }},\n}}", t.shape)
 
