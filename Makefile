@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-dev
 
-.PHONY: demo test fuzz bench conformance-report conformance-c lint clean
+.PHONY: demo test fuzz bench conformance-report conformance-c lint clean fuzz-loaders
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -27,7 +27,7 @@ FUZZ_ARGS ?= --minutes 30
 
 fuzz: $(STAMP)
 	$(BIN)/python tests/fuzz/program_campaign.py $(FUZZ_ARGS)
-	@if $(MAKE) -n fuzz-loaders >/dev/null 2>&1; then $(MAKE) fuzz-loaders; fi
+	$(MAKE) fuzz-loaders
 
 BENCH_STAMP := $(VENV)/.installed-bench
 
@@ -44,6 +44,12 @@ conformance-report: $(STAMP)
 
 conformance-c: $(STAMP)
 	TENSORVM_ONNX_TARGET=c $(BIN)/python tests/conformance/report.py
+
+# Mutation fuzzing of every loader (.tvx, graph, params, Relay text, ONNX); defect examples in loader-fuzz-out/.
+# LOADER_FUZZ_ARGS="--targets tvx --mutations 10000" narrows it.
+LOADER_FUZZ_ARGS ?= --targets tvx,graph,params,text,onnx --mutations 10000 --workers 2
+fuzz-loaders: $(STAMP)
+	$(BIN)/python tests/fuzz/loader_campaign.py $(LOADER_FUZZ_ARGS) --out loader-fuzz-out
 
 lint: $(STAMP)
 	$(BIN)/ruff check tensorvm tests

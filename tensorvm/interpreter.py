@@ -29,9 +29,6 @@ Evaluation rules worth knowing:
 
 from __future__ import annotations
 
-import contextlib
-import sys
-
 import numpy as np
 
 from .errors import ExecutionError, ShapeError, TensorVMError
@@ -73,6 +70,7 @@ from .ir.types import (
 )
 from .op.registry import get_op
 from .runtime.object import ADT, Closure, RefValue
+from .runtime.stack import recursion_users
 
 __all__ = [
     "Interpreter", "FunctionValue", "convert_argument", "bind_arguments", "describe_value", "deep_recursion",
@@ -82,17 +80,11 @@ __all__ = [
 _RECURSION_LIMIT = 250_000
 
 
-@contextlib.contextmanager
 def deep_recursion(limit: int = _RECURSION_LIMIT):
-    """Raise Python's recursion limit for the duration (Python-to-Python calls use no C stack in 3.11+)."""
-    previous = sys.getrecursionlimit()
-    if previous < limit:
-        sys.setrecursionlimit(limit)
-    try:
-        yield
-    finally:
-        if previous < limit:
-            sys.setrecursionlimit(previous)
+    """Raise Python's recursion limit for the duration (Python-to-Python calls use no C stack in 3.11+).
+
+    Counted across threads (``runtime.stack``): the limit goes back only when no thread still needs it."""
+    return recursion_users(limit)
 
 
 class Frame:

@@ -8,7 +8,8 @@ The library holds exactly what an application links (the model file, the params 
 ``tensorvm_aot.c`` shim); the runner calls the shim's ``tvaot_run``, which checks every buffer against
 the model descriptor before calling ``tvmgen_<name>_run``. Libraries are cached by a hash of the
 sources, the compiler and its flags (``tensorvm.codegen.build``'s toolchain and cache directory).
-A runner of a model with an internal workspace must not be called from two threads at once.
+Runs of one library take turns (a lock per library): a model with an internal workspace keeps it in the
+library, shared by every runner of it, so concurrent runs would write each other's intermediates.
 """
 
 from __future__ import annotations
@@ -26,14 +27,15 @@ from pathlib import Path
 import numpy as np
 
 from ..codegen.build import CompilerError, Toolchain, cache_dir, find_toolchain
-from ..errors import ExecutionError, ShapeError, UnsupportedError
+from ..errors import ExecutionError, FormatError, ShapeError, UnsupportedError
 from ..executor import CompiledExecutor
 from .build import AOTModule
 
-__all__ = ["load", "AOTRunner", "AOTExecutor", "compile_library", "object_sizes"]
+__all__ = ["load", "AOTRunner", "AOTExecutor", "compile_library", "object_sizes", "check_descriptor"]
 
 _LOCK = threading.Lock()
 _LOADED: dict = {}
+_RUN_LOCKS: dict = {}  # library path -> the lock its runs take (see the module docstring)
 _KERNEL_FLAG = 0x40000000
 
 
@@ -46,6 +48,7 @@ def _flags(toolchain: Toolchain) -> list:
 
 def compile_library(module: AOTModule, toolchain: Toolchain | None = None, extra_flags=()) -> tuple[Path, dict]:
     """Build (or find in the cache) the shared library of ``module``: ``(path, info)``."""
+    from ..codegen.build import record_library, verified_library  # the kernel cache's hash records
     toolchain = toolchain or find_toolchain()
     flags = _flags(toolchain) + list(extra_flags)
     digest = hashlib.sha256()
@@ -59,7 +62,7 @@ def compile_library(module: AOTModule, toolchain: Toolchain | None = None, extra
         directory = cache_dir() / "aot"
         directory.mkdir(parents=True, exist_ok=True)
         lib_path = directory / f"tvaot_{module.name}_{key}.so"
-        if lib_path.exists():
+        if verified_library(lib_path):  # its bytes hash to what its build recorded, else rebuilt
             return lib_path, {"cached": True, "compile_seconds": 0.0, "path": str(lib_path)}
         fd, tmp_lib = tempfile.mkstemp(dir=directory, prefix=lib_path.name, suffix=".tmp")
         os.close(fd)
@@ -68,7 +71,7 @@ def compile_library(module: AOTModule, toolchain: Toolchain | None = None, extra
         start = time.perf_counter()
         _run_compiler(command, tmp_lib)
         seconds = time.perf_counter() - start
-        os.replace(tmp_lib, lib_path)
+        record_library(tmp_lib, lib_path)
     return lib_path, {"cached": False, "compile_seconds": seconds, "path": str(lib_path)}
 
 
@@ -138,9 +141,56 @@ def load(module: AOTModule, toolchain: Toolchain | None = None, extra_flags=()) 
             try:
                 cdll = ctypes.CDLL(str(path), mode=os.RTLD_LOCAL)  # models of the same name must not interpose
             except OSError as err:
+                if info["cached"]:  # a file on disk, not what the compiler just wrote
+                    raise FormatError(f"AOT: the cached library {path}: expected a shared library, but it "
+                                      f"cannot be loaded ({err}); delete it to build it again") from None
                 raise CompilerError(f"AOT: cannot load the compiled library {path}: {err}") from None
+            check_descriptor(module, cdll, path)
             _LOADED[str(path)] = cdll
+        _RUN_LOCKS.setdefault(str(path), threading.Lock())
     return AOTRunner(module, cdll, path, info)
+
+
+_ABI_VERSION = 1  # TVAOT_ABI_VERSION of runtime/include/tensorvm_aot.h
+_MAX_NDIM = 32
+
+
+def check_descriptor(module: AOTModule, cdll, path) -> None:
+    """The library's ``tvmgen_<name>_model`` descriptor is the one ``module`` generates: the loader
+    sizes the buffers it passes from ``module``, so a library of another model (a stale or swapped
+    cache file) would run on the wrong buffers. Bounds are checked before anything is followed."""
+
+    def fail(field, expected, got):
+        return FormatError(f"AOT: the library {path} does not match model {module.name!r}: {field}: expected "
+                           f"{expected}, got {got}; delete it to build it again")
+
+    try:
+        model = _Model.in_dll(cdll, f"{module.prefix}_model")
+        for symbol in ("tvaot_run", "tvaot_error_string"):  # the shim's entry points
+            getattr(cdll, symbol)
+    except (ValueError, AttributeError) as err:
+        raise FormatError(f"AOT: the library {path}: expected the symbols {module.prefix}_model, tvaot_run and "
+                          f"tvaot_error_string ({err}); delete it to build it again") from None
+    for field, expected in (("abi_version", _ABI_VERSION), ("num_inputs", len(module.inputs)),
+                            ("num_outputs", len(module.outputs)), ("workspace_size", module.workspace_size),
+                            ("workspace_alignment", module.workspace_alignment),
+                            ("workspace_external", int(module.workspace_external))):
+        if getattr(model, field) != expected:
+            raise fail(field, expected, getattr(model, field))
+    if not model.name or model.name.decode("utf-8", "replace") != module.name or not model.run:
+        raise fail("name", repr(module.name), repr(model.name))
+    for which, infos, ptr in (("input", module.inputs, model.inputs), ("output", module.outputs, model.outputs)):
+        if infos and not ptr:
+            raise fail(f"{which}s", f"{len(infos)} tensor descriptions", "none")
+        for i, t in enumerate(infos):
+            got = ptr[i]
+            if not 0 <= got.ndim <= _MAX_NDIM or (got.ndim and not got.shape):
+                raise fail(f"{which} {i} ({t.name}) rank", len(t.shape), got.ndim)
+            shape = [got.shape[k] for k in range(got.ndim)]
+            dtype = (got.dtype or b"").decode("utf-8", "replace")
+            if shape != list(t.shape) or dtype != t.dtype or got.size_bytes != t.size_bytes:
+                raise fail(f"{which} {i} ({t.name})", f"shape {list(t.shape)} {t.dtype} ({t.size_bytes} bytes)",
+                           f"shape {shape} {dtype} ({got.size_bytes} bytes)")
 
 
 class AOTRunner:
@@ -149,6 +199,7 @@ class AOTRunner:
     def __init__(self, module: AOTModule, cdll, path: Path, build_info: dict):
         self.module = module
         self.library_path = path
+        self._run_lock = _RUN_LOCKS.setdefault(str(path), threading.Lock())
         self.build_info = build_info
         self._cdll = cdll
         self._model = _Model.in_dll(cdll, f"{module.prefix}_model")
@@ -235,8 +286,9 @@ class AOTRunner:
         outputs = [np.empty(t.shape, dtype=t.dtype) for t in self.module.outputs]
         in_ptrs = (ctypes.c_void_p * max(self._n_in, 1))(*[a.ctypes.data for a in arrays])
         out_ptrs = (ctypes.c_void_p * max(self._n_out, 1))(*[a.ctypes.data for a in outputs])
-        rc = self._run(self._model_ptr, in_ptrs, self._in_sizes, self._n_in, out_ptrs, self._out_sizes,
-                       self._n_out, self._workspace_ptr, self.module.workspace_size)
+        with self._run_lock:
+            rc = self._run(self._model_ptr, in_ptrs, self._in_sizes, self._n_in, out_ptrs, self._out_sizes,
+                           self._n_out, self._workspace_ptr, self.module.workspace_size)
         if rc:
             self._raise(rc)
         return outputs
@@ -272,19 +324,20 @@ class AOTRunner:
         outputs = [np.empty(t.shape, dtype=t.dtype) for t in self.module.outputs]
         in_ptrs = (ctypes.c_void_p * max(self._n_in, 1))(*[a.ctypes.data for a in arrays])
         out_ptrs = (ctypes.c_void_p * max(self._n_out, 1))(*[a.ctypes.data for a in outputs])
-        rc = self._run(self._model_ptr, in_ptrs, self._in_sizes, self._n_in, out_ptrs, self._out_sizes, self._n_out,
-                       self._workspace_ptr, self.module.workspace_size)
-        if rc:
-            self._raise(rc)
-        entry = _RUN_FN(self._model.run)
-        call_args = (ctypes.cast(in_ptrs, ctypes.c_void_p), ctypes.cast(out_ptrs, ctypes.c_void_p),
-                     ctypes.c_void_p(self._workspace_ptr))
-        times = []
-        for _ in range(repeat):
-            start = time.perf_counter()
-            for _ in range(number):
-                rc |= entry(*call_args)
-            times.append((time.perf_counter() - start) / number)
+        with self._run_lock:
+            rc = self._run(self._model_ptr, in_ptrs, self._in_sizes, self._n_in, out_ptrs, self._out_sizes,
+                           self._n_out, self._workspace_ptr, self.module.workspace_size)
+            if rc:
+                self._raise(rc)
+            entry = _RUN_FN(self._model.run)
+            call_args = (ctypes.cast(in_ptrs, ctypes.c_void_p), ctypes.cast(out_ptrs, ctypes.c_void_p),
+                         ctypes.c_void_p(self._workspace_ptr))
+            times = []
+            for _ in range(repeat):
+                start = time.perf_counter()
+                for _ in range(number):
+                    rc |= entry(*call_args)
+                times.append((time.perf_counter() - start) / number)
         if rc:
             self._raise(rc)
         return {"best": min(times), "median": float(np.median(times)), "number": number, "repeat": repeat}

@@ -127,7 +127,7 @@ class ParamTable:
         self._by_key: dict = {}
 
     def get(self, data: np.ndarray) -> Tensor:
-        data = np.ascontiguousarray(data)
+        data = np.asarray(data, order="C")  # not ascontiguousarray: it makes a 0-d constant 1-d
         key = (data.dtype.str, data.shape, data.tobytes())
         if key in self._by_key:
             return self._by_key[key]

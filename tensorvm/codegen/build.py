@@ -7,7 +7,10 @@ glibc's vector math library when it links (``-DTV_VECTOR_MATH``); Python's heade
 the kernels' Python-facing wrapper module). Libraries live in ``$TENSORVM_CACHE_DIR`` (default
 ``~/.cache/tensorvm``), named by a hash of the sources, the compiler and the flags, so a second build
 of the same source is a cache hit; files are written to a temporary name and renamed, so concurrent
-processes never see half a library. Big modules compile as several translation units in parallel and
+processes never see half a library. The cache is trusted only as far as it is checked: it must be
+this user's and not group/world-writable (else a private temporary cache is used, with a warning),
+each library is loaded only if its bytes match the SHA-256 recorded beside it when it was built, and
+the toolchain probe file is used only when it names exactly the compiler and flags a probe would. Big modules compile as several translation units in parallel and
 link into the one library.
 
 ``build_library(source)`` returns a ``Library`` whose ``info`` (``BuildInfo``) says whether it came from
@@ -25,17 +28,20 @@ default, 40 us to over 1 ms with ``GOMP_SPINCOUNT=10000``).
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import hashlib
 import importlib.machinery
 import importlib.util
 import json
 import os
 import shutil
+import stat
 import subprocess
 import sysconfig
 import tempfile
 import threading
 import time
+import warnings
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -45,7 +51,7 @@ from . import blas
 
 __all__ = [
     "CompilerError", "Toolchain", "BuildInfo", "Library", "find_toolchain", "have_compiler", "cache_dir", "build_library",
-    "build_stats", "reset_toolchain", "set_num_threads", "kernel_threads",
+    "build_stats", "reset_toolchain", "set_num_threads", "kernel_threads", "record_library", "verified_library",
 ]
 
 _BASE_FLAGS = ("-O3", "-fPIC", "-shared", "-std=gnu11", "-fwrapv", "-fno-math-errno", "-fno-trapping-math")
@@ -152,14 +158,45 @@ def _apply_threads(cdll):
         cdll._tv_threads_set = True
 
 
+_PRIVATE_CACHES: dict = {}  # untrusted cache directory -> this process's private replacement
+_PRIVATE_LOCK = threading.Lock()
+
+
 def cache_dir() -> Path:
+    """The kernel cache: ``$TENSORVM_CACHE_DIR`` or ``~/.cache/tensorvm``, when only this user can write it.
+
+    What the cache holds is loaded into the process (libraries) or run (the compiler the toolchain file
+    names), so a directory that another user can write (group/world-writable, or owned by someone else)
+    is not used: this process falls back to a private temporary cache (compiling again) with a warning.
+    """
     path = Path(os.environ.get("TENSORVM_CACHE_DIR") or Path.home() / ".cache" / "tensorvm")
     try:
-        path.mkdir(parents=True, exist_ok=True)
+        path.mkdir(parents=True, exist_ok=True, mode=0o700)
+        st = path.stat()
     except OSError as err:
         raise CompilerError(f"codegen: cannot use the kernel cache directory {path}: {err}; set "
                             f"TENSORVM_CACHE_DIR to a writable directory or {_HINT}") from None
-    return path
+    why = _untrusted_directory(st)
+    if why is None:
+        return path
+    with _PRIVATE_LOCK:  # (not _LOCK: find_toolchain holds it while probing)
+        private = _PRIVATE_CACHES.get(str(path))
+        if private is None:
+            private = Path(tempfile.mkdtemp(prefix="tensorvm-cache-"))  # mode 0700, ours
+            _PRIVATE_CACHES[str(path)] = private
+            warnings.warn(f"tensorvm: not using the kernel cache {path}: {why}; compiling into the private "
+                          f"cache {private} for this process instead (make the directory yours and not "
+                          f"group/world-writable, or set TENSORVM_CACHE_DIR)", RuntimeWarning, stacklevel=2)
+    return private
+
+
+def _untrusted_directory(st) -> str | None:
+    """Why a cache directory with this ``stat`` is unsafe to load code from, or None."""
+    if hasattr(os, "getuid") and st.st_uid != os.getuid():
+        return f"it is owned by user id {st.st_uid}, not by this user ({os.getuid()})"
+    if st.st_mode & 0o022:
+        return f"it is group- or world-writable (mode {stat.filemode(st.st_mode)})"
+    return None
 
 
 def _compiler_name() -> str:
@@ -203,22 +240,47 @@ def _probe() -> Toolchain:
         raise CompilerError(f"codegen: cannot run the C compiler {compiler}: {err}; {_HINT}") from None
     first_line = (version.stdout or version.stderr).strip().splitlines()[0] if (version.stdout or version.stderr) \
         else ""
-    stat = os.stat(compiler)
+    binary = os.stat(compiler)
     # The probe's result depends on the compiler binary, the base flags and the prelude it compiles.
     from .c_emit import PRELUDE
 
-    identity = f"{compiler}|{first_line}|{stat.st_mtime_ns}|{stat.st_size}|{_BASE_FLAGS}|{PRELUDE}"
+    identity = f"{compiler}|{first_line}|{binary.st_mtime_ns}|{binary.st_size}|{_BASE_FLAGS}|{PRELUDE}"
     key = hashlib.sha256(identity.encode()).hexdigest()[:16]
     probe_file = cache_dir() / f"toolchain-{key}.json"
     try:
-        data = json.loads(probe_file.read_text())
-        return Toolchain(data["compiler"], data["version"], tuple(data["flags"]), data["openmp"],
-                         data["simd_pragmas"], data["float16"], data["python_include"])
-    except (OSError, ValueError, KeyError, TypeError):
-        pass
+        cached = _toolchain_from_json(json.loads(probe_file.read_text()), compiler, first_line)
+    except (OSError, ValueError):
+        cached = None
+    if cached is not None:
+        return cached
     toolchain = _probe_flags(compiler, first_line)
     _atomic_write(probe_file, json.dumps(asdict(toolchain)).encode())
     return toolchain
+
+
+_OPTIONAL_FLAGS = ("-march=native", "-fexcess-precision=standard", "-fopenmp", "-fopenmp-simd", "-DTV_VECTOR_MATH")
+
+
+def _toolchain_from_json(data, compiler: str, version: str) -> Toolchain | None:
+    """The toolchain a probe file describes, if it is exactly what ``_probe_flags`` could have written for
+    this compiler (else None: probe again). The file names a command to run and its flags, so nothing in
+    it is taken on trust: the compiler must be the one found on the PATH, the flags the probe's own."""
+    fields = {f.name for f in dataclasses.fields(Toolchain)}
+    if not isinstance(data, dict) or set(data) != fields:
+        return None
+    flags = data["flags"]
+    if data["compiler"] != compiler or data["version"] != version or not isinstance(flags, list):
+        return None
+    extra = flags[len(_BASE_FLAGS):]
+    if tuple(flags[:len(_BASE_FLAGS)]) != _BASE_FLAGS or len(set(extra)) != len(extra) \
+            or not all(isinstance(f, str) and f in _OPTIONAL_FLAGS for f in extra):
+        return None
+    if not all(isinstance(data[k], bool) for k in ("openmp", "simd_pragmas", "float16")) \
+            or data["openmp"] != ("-fopenmp" in extra) \
+            or data["python_include"] not in ("", sysconfig.get_paths().get("include") or ""):
+        return None
+    return Toolchain(compiler, version, tuple(flags), data["openmp"], data["simd_pragmas"], data["float16"],
+                     data["python_include"])
 
 
 def _probe_flags(compiler: str, version: str) -> Toolchain:
@@ -326,12 +388,17 @@ def build_library(source: str | list, toolchain: Toolchain | None = None, python
     digest = hashlib.sha256(f"{toolchain.fingerprint}\0{len(units)}\0{identity}".encode()).hexdigest()[:32]
     directory = cache_dir()
     lib_path = directory / f"tv_{digest}.so"
-    cached = lib_path.exists()
+    key = str(lib_path)
+    # A library found on disk is loaded only when its bytes hash to what the build that wrote it recorded
+    # (a truncated, corrupted or swapped file is rebuilt, never loaded).
+    cached = key in _LOADED or verified_library(lib_path)
     compile_seconds = 0.0
     if not cached:
         compile_seconds = _compile(units, toolchain, directory, digest, lib_path)
+        if not verified_library(lib_path):
+            raise CompilerError(f"codegen: the library {lib_path} changed on disk right after it was built "
+                                f"(is another process writing the kernel cache?); {_HINT}")
     start = time.perf_counter()
-    key = str(lib_path)
     with _LOCK:
         cdll = _LOADED.get(key)
         if cdll is None:
@@ -349,6 +416,33 @@ def build_library(source: str | list, toolchain: Toolchain | None = None, python
         _STATS.compile_seconds += compile_seconds
         _STATS.history.append(info)
     return Library(cdll, info, module)
+
+
+def _hash_path(lib_path: Path) -> Path:
+    return lib_path.with_name(lib_path.name + ".sha256")
+
+
+def _file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def record_library(tmp_lib: str | Path, lib_path: Path) -> None:
+    """Move a freshly built library ``tmp_lib`` to ``lib_path`` with the SHA-256 of its bytes beside it."""
+    _atomic_write(_hash_path(lib_path), (_file_sha256(Path(tmp_lib)) + "\n").encode())
+    os.replace(tmp_lib, lib_path)
+
+
+def verified_library(lib_path: Path) -> bool:
+    """Whether ``lib_path`` exists and its bytes have the SHA-256 recorded when it was built."""
+    try:
+        recorded = _hash_path(lib_path).read_text().strip()
+        return len(recorded) == 64 and _file_sha256(lib_path) == recorded
+    except OSError:
+        return False
 
 
 def _import_extension(name: str, path: str):
@@ -401,7 +495,7 @@ def _compile(units: list, toolchain: Toolchain, directory: Path, digest: str, li
                 for future in [pool.submit(_run_compiler, cmd, src) for cmd, src in jobs]:
                     future.result()
             _run_compiler([toolchain.compiler, *toolchain.flags, *objects, "-o", tmp_lib, "-lm"], lib_path)
-        os.replace(tmp_lib, lib_path)
+        record_library(tmp_lib, lib_path)
     finally:
         Path(tmp_lib).unlink(missing_ok=True)
         for obj in objects:

@@ -16,9 +16,9 @@ A kernel the C generator cannot compile yet falls back to NumPy; ``lib.fallback`
 
 from __future__ import annotations
 
-import json
 import os
 import zipfile
+import zlib
 
 import numpy as np
 
@@ -27,15 +27,21 @@ from ..executor import CompiledExecutor
 from ..ir.expr import Function, GlobalVar
 from ..ir.module import IRModule
 from ..transform.memory_planner import lower_static, plan_memory, static_schedule
+from .graph_module import (
+    GRAPH_FORMAT,
+    GRAPH_FORMAT_VERSION,
+    check_against_library,
+    check_params,
+    parse_graph_json,
+)
+from .integrity import loads_json, seal, verify
 from .params import load_params, save_params
 
 __all__ = ["build", "load", "GraphFactory", "KernelLibrary", "GraphExecutor", "GRAPH_TARGETS"]
 
 GRAPH_TARGETS = ("python", "c")
-GRAPH_FORMAT = "tensorvm-graph"
-GRAPH_FORMAT_VERSION = 1
 LIB_FORMAT = "tensorvm-kernel-library"
-LIB_FORMAT_VERSION = 1
+LIB_FORMAT_VERSION = 2  # 2: a checksum
 _MEMBERS = ("graph.json", "params.bin", "lib.json")
 _MAX_MEMBER_BYTES = 1 << 32  # refuse absurd archive members before reading them
 
@@ -81,37 +87,46 @@ class KernelLibrary:
 
     def to_json(self) -> str:
         text = str(IRModule({GlobalVar(name): prim for name, prim in self.primitives.items()}))
-        return json.dumps({"format": LIB_FORMAT, "version": LIB_FORMAT_VERSION, "target": self.target,
-                           "kernels": list(self.primitives), "primitives": text}, indent=1)
+        doc = {"format": LIB_FORMAT, "version": LIB_FORMAT_VERSION, "target": self.target,
+               "kernels": list(self.primitives), "primitives": text}
+        return seal(doc, doc)
 
     @classmethod
     def from_json(cls, text: str, what: str = "lib.json") -> KernelLibrary:
         from ..parser import parse
 
-        try:
-            data = json.loads(text)
-        except (json.JSONDecodeError, UnicodeDecodeError) as err:
-            raise FormatError(f"{what}: not valid JSON ({err})") from None
+        data = loads_json(text, what)
         if not isinstance(data, dict) or data.get("format") != LIB_FORMAT:
-            raise FormatError(f"{what}: not a tensorvm kernel library (format {_peek(data, 'format')!r}, "
+            raise FormatError(f"{what}: not a tensorvm kernel library (format {str(_peek(data, 'format'))[:40]!r}, "
                               f"expected {LIB_FORMAT!r})")
         if data.get("version") != LIB_FORMAT_VERSION:
-            raise FormatError(f"{what}: library format version {data.get('version')!r} is not supported "
-                              f"(this build reads {LIB_FORMAT_VERSION})")
+            raise FormatError(f"{what}: library format version {str(data.get('version'))[:20]} is not supported "
+                              f"(this build reads {LIB_FORMAT_VERSION}; version 1 had no checksum: build and save "
+                              f"the module again)")
+        verify(data, data, what)
         target, names, text = data.get("target"), data.get("kernels"), data.get("primitives")
-        if target not in GRAPH_TARGETS or not isinstance(names, list) or not isinstance(text, str):
-            raise FormatError(f"{what}: needs 'target' (one of {GRAPH_TARGETS}), 'kernels' (a list) and "
-                              f"'primitives' (Relay text)")
+        if target not in GRAPH_TARGETS or not isinstance(names, list) or not isinstance(text, str) \
+                or set(data) != {"format", "version", "checksum", "target", "kernels", "primitives"}:
+            raise FormatError(f"{what}: expected exactly 'format', 'version', 'checksum', 'target' (one of "
+                              f"{GRAPH_TARGETS}), 'kernels' (a list) and 'primitives' (Relay text), got "
+                              f"{str(sorted(data))[:120]}")
         try:
             mod = parse(text, source_name=what, prelude=False)
         except TensorVMError as err:
             raise FormatError(f"{what}: the primitive functions do not parse: {err}") from None
+        except RecursionError:
+            raise FormatError(f"{what}: the primitive functions are nested too deeply to parse") from None
         primitives = {}
         for name in names:
             if not isinstance(name, str) or name not in mod or not mod[name].is_primitive:
-                raise FormatError(f"{what}: kernel {name!r} has no primitive function in the library text")
+                raise FormatError(f"{what}: kernel {str(name)[:80]!r} has no primitive function in the library text")
+            if name in primitives:
+                raise FormatError(f"{what}: kernel {name!r} is listed twice")
             primitives[name] = mod[name]
-        return cls.build(primitives, target)
+        try:
+            return cls.build(primitives, target)
+        except TensorVMError as err:
+            raise FormatError(f"{what}: the kernels cannot be built from the library text: {err}") from None
 
 
 def _peek(data, key):
@@ -198,7 +213,10 @@ def load(path) -> GraphFactory:
                     if infos[name].file_size > _MAX_MEMBER_BYTES:
                         raise FormatError(f"{path}: {name} claims {infos[name].file_size} bytes")
                     members[name] = archive.read(name)
-        except (zipfile.BadZipFile, zipfile.LargeZipFile, OSError, EOFError, ValueError) as err:
+        # zipfile reports damage in many ways: bad headers, a deflate stream zlib rejects, an
+        # unknown compression method, the "encrypted" flag (RuntimeError) ...
+        except (zipfile.BadZipFile, zipfile.LargeZipFile, OSError, EOFError, ValueError, zlib.error,
+                NotImplementedError, RuntimeError) as err:
             raise FormatError(f"{path}: not a saved graph archive ({err})") from None
     else:
         raise FormatError(f"{path}: no such file or directory")
@@ -207,11 +225,12 @@ def load(path) -> GraphFactory:
         lib_json = members["lib.json"].decode("utf-8")
     except UnicodeDecodeError:
         raise FormatError(f"{path}: graph.json or lib.json is not UTF-8") from None
-    from .graph_module import parse_graph_json
-
-    parse_graph_json(graph_json, what=f"{path}/graph.json")  # validate now, not at first use
+    # Validate now, not at first use: each file, then the three against each other.
+    spec = parse_graph_json(graph_json, what=f"{path}/graph.json", require_checksum=True)
     params = load_params(members["params.bin"], what=f"{path}/params.bin")
     lib = KernelLibrary.from_json(lib_json, what=f"{path}/lib.json")
+    check_params(spec, params, what=f"{path}/graph.json")
+    check_against_library(spec, lib, what=f"{path}/graph.json")
     return GraphFactory(graph_json, params, lib)
 
 
@@ -287,7 +306,7 @@ def graph_json_of(schedule, plan) -> str:
                      "input_structure": _jsonable(schedule.input_structure),
                      "output_structure": _jsonable(schedule.output_structure)},
     }
-    return json.dumps(graph, indent=1)
+    return seal(graph, graph["metadata"])
 
 
 def _jsonable(tree):

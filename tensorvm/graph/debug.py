@@ -23,7 +23,7 @@ import numpy as np
 
 from ..errors import ExecutionError
 from ..runtime.ndarray import NDArray
-from .graph_module import GraphModule
+from .graph_module import GraphModule, _one_at_a_time
 from .params import save_params
 
 __all__ = ["GraphModuleDebug", "DebugResult", "NodeTiming"]
@@ -97,6 +97,7 @@ class GraphModuleDebug(GraphModule):
         shapes = [spec.shapes[spec.entry_id(nid, k)] for k in range(count)]
         return node["name"], node["attrs"]["func_name"], shapes, len(node["inputs"]), count
 
+    @_one_at_a_time
     def run_individual(self, number: int = 10, repeat: int = 1) -> list:
         """Per ``tvm_op`` node (in graph order), ``repeat`` measurements of seconds per call."""
         if number < 1 or repeat < 1:
@@ -119,6 +120,7 @@ class GraphModuleDebug(GraphModule):
             results.append(times)
         return results
 
+    @_one_at_a_time
     def run(self, number: int = 1, repeat: int = 1, **inputs) -> DebugResult:
         """Set ``inputs``, time every node, and return a ``DebugResult`` (see the module docstring)."""
         if inputs:

@@ -12,17 +12,25 @@ nodes are views of their input and cost nothing. ``run()`` is then just
 ``get_output`` returns the output entry itself (overwritten by the next run, as in TVM); pass
 ``out=`` or copy it to keep it. ``set_input`` copies; ``set_input_zero_copy`` rebinds the input's
 views to the caller's array (and so does ``set_output_zero_copy`` for an output).
+
+Threads: the buffers are the module's, so its methods run one at a time (a lock; C kernels run without
+the GIL). ``run_from_values`` (what ``create_executor("graph")`` calls) sets, runs and copies under the
+lock in one go, so one executor may be shared by threads; a ``set_input`` / ``run`` / ``get_output``
+sequence is not atomic: give each thread its own module (``GraphModule(factory)``).
 """
 
 from __future__ import annotations
 
-import json
+import functools
+import threading
 import time
 
 import numpy as np
 
 from ..errors import ExecutionError, FormatError, ShapeError
 from ..runtime.ndarray import NDArray
+from .integrity import loads_json, verify
+from .params import MAX_NDIM as _MAX_NDIM
 from .params import PARAM_DTYPES, load_params
 
 __all__ = ["GraphModule", "GraphSpec", "parse_graph_json"]
@@ -30,7 +38,11 @@ __all__ = ["GraphModule", "GraphSpec", "parse_graph_json"]
 _TOP_KEYS = {"nodes", "arg_nodes", "node_row_ptr", "heads", "attrs"}
 _REQUIRED_OP_ATTRS = ("func_name", "num_inputs", "num_outputs", "flatten_data")
 _ALIGNMENT = 64
-_MAX_ENTRY_BYTES = 1 << 40  # a larger entry is a corrupt graph, not a model
+GRAPH_FORMAT = "tensorvm-graph"
+GRAPH_FORMAT_VERSION = 2  # 2: metadata.checksum
+_MAX_TOTAL_BYTES = 1 << 40  # a graph whose entries need more in all is a corrupt file, not a model
+_MAX_NODE_OUTPUTS = 1 << 16
+_MAX_TREE_DEPTH = 64  # nesting of the tuple structures in metadata
 
 
 # --- the JSON reader ----------------------------------------------------------------------------
@@ -55,18 +67,20 @@ class GraphSpec:
     def num_entries(self) -> int:
         return self.node_row_ptr[-1]
 
+    def entry_nbytes(self, eid: int) -> int:
+        return _entry_nbytes(self.shapes[eid], self.dtypes[eid])
+
 
 def _fail(what: str, message: str) -> FormatError:
     return FormatError(f"{what}: {message}")
 
 
 def _int_attr(value, what: str, field: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, str)):
-        raise _fail(what, f"{field} must be an integer string, got {value!r}")
-    try:
+    # A plain decimal string (attrs are strings, as TVM writes them): no signs, spaces, underscores
+    # or thousands of digits, which int() would accept or choke on.
+    if isinstance(value, str) and 0 < len(value) <= 18 and value.isascii() and value.isdigit():
         return int(value)
-    except ValueError:
-        raise _fail(what, f"{field} must be an integer string, got {value!r}") from None
+    raise _fail(what, f"{field} must be a decimal integer string, got {str(value)[:80]!r}")
 
 
 def _typed_list(attrs: dict, key: str, tag: str, what: str, count: int):
@@ -78,12 +92,32 @@ def _typed_list(attrs: dict, key: str, tag: str, what: str, count: int):
     return value[1]
 
 
-def parse_graph_json(text: str, what: str = "graph json") -> GraphSpec:
-    """Validate a graph executor JSON (TVM's layout, see docs/graph-format.md); ``FormatError`` if bad."""
-    try:
-        graph = json.loads(text)
-    except (json.JSONDecodeError, TypeError) as err:
-        raise _fail(what, f"not valid JSON ({err})") from None
+def _tree_leaves(tree, leaf_type, what: str, field: str) -> list:
+    """The leaves of a tree of nested lists (iteratively: a deep tree is an error, not a RecursionError)."""
+    leaves, stack = [], [(tree, 0)]
+    while stack:
+        node, depth = stack.pop()
+        if depth > _MAX_TREE_DEPTH:
+            raise _fail(what, f"metadata {field} must be nested at most {_MAX_TREE_DEPTH} levels deep")
+        if isinstance(node, list):
+            stack.extend((child, depth + 1) for child in reversed(node))
+        elif type(node) is leaf_type:
+            leaves.append(node)
+        else:
+            raise _fail(what, f"metadata {field} must be a tree of lists of {leaf_type.__name__}s, got "
+                              f"{str(node)[:80]!r}")
+    return leaves
+
+
+def parse_graph_json(text: str, what: str = "graph json", require_checksum: bool = False) -> GraphSpec:
+    """Validate a graph executor JSON (TVM's layout, see docs/graph-format.md); ``FormatError`` if bad.
+
+    A tensorvm graph (``metadata.format`` ``"tensorvm-graph"``) must be of the current version and
+    carry a correct checksum; a graph without tensorvm metadata (a hand-written or TVM one) has no
+    checksum and is accepted unless ``require_checksum`` (``tv.graph.load`` requires it). Either way
+    the structure, every size and the memory plan (``StaticMemoryPlan.check``) are validated.
+    """
+    graph = loads_json(text, what)
     if not isinstance(graph, dict):
         raise _fail(what, f"expected a JSON object, got {type(graph).__name__}")
     missing = _TOP_KEYS - set(graph)
@@ -91,7 +125,8 @@ def parse_graph_json(text: str, what: str = "graph json") -> GraphSpec:
         raise _fail(what, f"missing key(s) {', '.join(sorted(missing))}")
     unknown = set(graph) - _TOP_KEYS - {"metadata"}
     if unknown:
-        raise _fail(what, f"unknown key(s) {', '.join(sorted(unknown))}")
+        raise _fail(what, f"unknown key(s) {', '.join(sorted(unknown)[:8])}")
+    metadata = _checked_header(graph, what, require_checksum)
     spec = GraphSpec()
     if not isinstance(graph["nodes"], list) or not graph["nodes"]:
         raise _fail(what, "nodes must be a non-empty list")
@@ -102,16 +137,19 @@ def parse_graph_json(text: str, what: str = "graph json") -> GraphSpec:
             raise _fail(what, f"{where} must be an object")
         op, name = node.get("op"), node.get("name")
         if op not in ("null", "tvm_op"):
-            raise _fail(what, f'{where}: op must be "null" or "tvm_op", got {op!r}')
+            raise _fail(what, f'{where}: op must be "null" or "tvm_op", got {str(op)[:80]!r}')
         if not isinstance(name, str):
             raise _fail(what, f"{where}: name must be a string")
+        name = name if len(name) <= 80 else name[:80] + "..."  # for messages; spec keeps the full name
+
         raw_inputs = node.get("inputs", [])
         if not isinstance(raw_inputs, list):
             raise _fail(what, f"{where} ({name}): inputs must be a list")
         inputs = []
         for item in raw_inputs:
             if not (isinstance(item, list) and len(item) in (2, 3) and all(type(v) is int for v in item)):
-                raise _fail(what, f"{where} ({name}): an input must be [node_id, index, version], got {item!r}")
+                raise _fail(what, f"{where} ({name}): an input must be [node_id, index, version], got "
+                                  f"{str(item)[:80]}")
             src, index = item[0], item[1]
             if not 0 <= src < nid or not 0 <= index < outputs_of[src]:
                 raise _fail(what, f"{where} ({name}): input {item!r} does not name an output of an earlier node")
@@ -128,19 +166,26 @@ def parse_graph_json(text: str, what: str = "graph json") -> GraphSpec:
                 if key not in attrs:
                     raise _fail(what, f"{where} ({name}): a tvm_op needs attrs {', '.join(_REQUIRED_OP_ATTRS)}; "
                                       f"{key} is missing")
-            if not isinstance(attrs["func_name"], str) or not attrs["func_name"]:
+            func_name = attrs["func_name"]
+            if not isinstance(func_name, str) or not func_name:
                 raise _fail(what, f"{where} ({name}): func_name must be a non-empty string")
             num_inputs = _int_attr(attrs["num_inputs"], what, f"{where} num_inputs")
             num_outputs = _int_attr(attrs["num_outputs"], what, f"{where} num_outputs")
-            _int_attr(attrs["flatten_data"], what, f"{where} flatten_data")
+            if _int_attr(attrs["flatten_data"], what, f"{where} flatten_data") not in (0, 1):
+                raise _fail(what, f"{where} ({name}): flatten_data must be \"0\" or \"1\", got {attrs['flatten_data']!r}")
             if num_inputs != len(inputs):
                 raise _fail(what, f"{where} ({name}): num_inputs is {num_inputs} but it has {len(inputs)} inputs")
-            if num_outputs < 1:
-                raise _fail(what, f"{where} ({name}): num_outputs must be at least 1")
-            if attrs["func_name"] == "__nop" and (num_inputs != 1 or num_outputs != 1):
+            if not 1 <= num_outputs <= _MAX_NODE_OUTPUTS:
+                raise _fail(what, f"{where} ({name}): num_outputs must be between 1 and {_MAX_NODE_OUTPUTS}, "
+                                  f"got {num_outputs}")
+            if func_name == "__nop" and (num_inputs != 1 or num_outputs != 1):
                 raise _fail(what, f"{where} ({name}): a __nop node has one input and one output")
+            for key, value in attrs.items():
+                if not isinstance(value, str):
+                    raise _fail(what, f"{where} ({name}): attr {str(key)[:40]!r} must be a string, got "
+                                      f"{str(value)[:80]!r}")
             outputs_of.append(num_outputs)
-        spec.nodes.append({"op": op, "name": name, "inputs": inputs, "attrs": attrs})
+        spec.nodes.append({"op": op, "name": node["name"], "inputs": inputs, "attrs": attrs})
     row_ptr = graph["node_row_ptr"]
     expected = [0]
     for n in outputs_of:
@@ -149,49 +194,276 @@ def parse_graph_json(text: str, what: str = "graph json") -> GraphSpec:
         raise _fail(what, f"node_row_ptr must be the prefix sums of the node outputs {expected[:8]}..., "
                           f"got {str(row_ptr)[:80]}")
     spec.node_row_ptr = expected
+    null_nodes = [nid for nid, node in enumerate(spec.nodes) if node["op"] == "null"]
     arg_nodes = graph["arg_nodes"]
-    if not isinstance(arg_nodes, list) or any(type(a) is not int or not 0 <= a < len(spec.nodes)
-                                              or spec.nodes[a]["op"] != "null" for a in arg_nodes):
-        raise _fail(what, "arg_nodes must list the indices of null nodes")
+    if not isinstance(arg_nodes, list) or sorted(a for a in arg_nodes if type(a) is int) != null_nodes \
+            or len(arg_nodes) != len(null_nodes):
+        raise _fail(what, f"arg_nodes must list each null node once ({null_nodes[:8]}), got {str(arg_nodes)[:80]}")
     spec.arg_nodes = list(arg_nodes)
+    names = [spec.nodes[n]["name"] for n in null_nodes]
+    if len(set(names)) != len(names):
+        raise _fail(what, f"the null nodes (inputs and params) must have distinct names, got {names[:8]}")
     for head in graph["heads"] if isinstance(graph["heads"], list) else [None]:
         if not (isinstance(head, list) and len(head) in (2, 3) and all(type(v) is int for v in head)
                 and 0 <= head[0] < len(spec.nodes) and 0 <= head[1] < outputs_of[head[0]]):
-            raise _fail(what, f"a head must be [node_id, index, version] naming a node output, got {head!r}")
+            raise _fail(what, f"a head must be [node_id, index, version] naming a node output, got {str(head)[:80]}")
         spec.heads.append((head[0], head[1]))
-    attrs = graph["attrs"]
+    _read_entries(spec, graph["attrs"], what)
+    spec.metadata = _checked_metadata(metadata, spec, what)
+    _check_plan(spec, what)
+    return spec
+
+
+def _checked_header(graph: dict, what: str, require_checksum: bool) -> dict | None:
+    """The metadata of a tensorvm graph, its version and checksum verified; ``None`` for a graph
+    without tensorvm metadata (refused when a checksum is required)."""
+    metadata = graph.get("metadata")
+    fmt = metadata.get("format") if isinstance(metadata, dict) else None
+    if fmt != GRAPH_FORMAT:
+        if require_checksum:
+            raise _fail(what, f'expected metadata with format "{GRAPH_FORMAT}" and a checksum (a graph saved by '
+                              f"tensorvm), got {'format ' + repr(fmt)[:40] if fmt is not None else 'none'}")
+        return None  # a hand-written or TVM graph: its metadata (if any) is not ours, and is ignored
+    version = metadata.get("version")
+    if type(version) is int and version == 1:
+        raise _fail(what, f"graph format version 1 has no checksum and is no longer read (this build reads version "
+                          f"{GRAPH_FORMAT_VERSION}); build the module again with tv.graph.build and save it")
+    if version != GRAPH_FORMAT_VERSION:
+        raise _fail(what, f"graph format version {str(version)[:20]} is not supported (this build reads "
+                          f"{GRAPH_FORMAT_VERSION})")
+    verify(graph, metadata, what)
+    return metadata
+
+
+def _read_entries(spec: GraphSpec, attrs, what: str) -> None:
+    """Shapes, dtypes, storage ids and offsets of every entry: each size bounded, a view the size of its input."""
     if not isinstance(attrs, dict):
         raise _fail(what, "attrs must be an object")
     count = spec.num_entries
     shapes = _typed_list(attrs, "shape", "list_shape", what, count)
     dtypes = _typed_list(attrs, "dltype", "list_str", what, count)
     sids = _typed_list(attrs, "storage_id", "list_int", what, count)
+    total = 0
     for eid, (shape, dtype, sid) in enumerate(zip(shapes, dtypes, sids)):
-        if not isinstance(shape, list) or any(type(d) is not int or d < 0 for d in shape):
-            raise _fail(what, f"entry {eid}: a shape must be a list of non-negative ints, got {shape!r}")
+        if not isinstance(shape, list) or len(shape) > _MAX_NDIM or any(type(d) is not int or d < 0 for d in shape):
+            raise _fail(what, f"entry {eid}: a shape must be a list of at most {_MAX_NDIM} non-negative ints, "
+                              f"got {str(shape)[:80]}")
         if dtype not in PARAM_DTYPES:
-            raise _fail(what, f"entry {eid}: unknown dltype {dtype!r}; expected one of {', '.join(PARAM_DTYPES)}")
-        if type(sid) is not int or sid < 0:
-            raise _fail(what, f"entry {eid}: storage_id must be a non-negative int, got {sid!r}")
-        nbytes = np.dtype(dtype).itemsize
-        for d in shape:
-            nbytes *= d
-        if nbytes > _MAX_ENTRY_BYTES:
-            raise _fail(what, f"entry {eid}: shape {shape} of {dtype} needs {nbytes} bytes, more than the "
-                              f"{_MAX_ENTRY_BYTES} allowed")
+            raise _fail(what, f"entry {eid}: unknown dltype {str(dtype)[:40]!r}; expected one of {', '.join(PARAM_DTYPES)}")
+        if type(sid) is not int or not 0 <= sid < count:
+            raise _fail(what, f"entry {eid}: storage_id must be an int in [0, {count}) (one per entry at most), "
+                              f"got {str(sid)[:40]}")
+        nbytes = _entry_nbytes(shape, dtype)
+        total += nbytes
+        if total > _MAX_TOTAL_BYTES:
+            raise _fail(what, f"entry {eid}: shape {str(shape)[:80]} of {dtype} needs {nbytes} bytes, {total} with "
+                              f"the entries before it; expected at most {_MAX_TOTAL_BYTES} in all")
     spec.shapes, spec.dtypes, spec.storage_ids = [tuple(s) for s in shapes], list(dtypes), list(sids)
     if "storage_offset" in attrs:
         offsets = _typed_list(attrs, "storage_offset", "list_int", what, count)
-        if any(type(o) is not int or o < -1 for o in offsets):
-            raise _fail(what, "storage_offset entries must be ints >= -1")
+        for eid, off in enumerate(offsets):
+            if type(off) is not int or not -1 <= off <= _MAX_TOTAL_BYTES:
+                raise _fail(what, f"entry {eid}: storage_offset must be -1 or a byte offset up to "
+                                  f"{_MAX_TOTAL_BYTES}, got {str(off)[:40]}")
+        first_offset: dict = {}
+        for eid, (sid, off) in enumerate(zip(spec.storage_ids, offsets)):
+            if first_offset.setdefault(sid, off) != off:
+                raise _fail(what, f"entry {eid}: storage_offset {off} differs from {first_offset[sid]}, the offset of "
+                                  f"another entry of storage {sid}")
         spec.storage_offsets = list(offsets)
     for key, value in attrs.items():
         if key not in ("shape", "dltype", "storage_id", "storage_offset"):
             if not (isinstance(value, list) and len(value) == 2 and value[0] in ("list_int", "size_t", "list_str")):
-                raise _fail(what, f'unknown attr "{key}" of an unsupported type')
-    metadata = graph.get("metadata", {})
-    spec.metadata = metadata if isinstance(metadata, dict) else {}
-    return spec
+                raise _fail(what, f'unknown attr "{str(key)[:40]}" of an unsupported type')
+    for nid, node in enumerate(spec.nodes):
+        if node["op"] == "tvm_op" and node["attrs"]["func_name"] == "__nop":
+            src, out = spec.entry_id(*node["inputs"][0]), spec.entry_id(nid, 0)
+            if spec.dtypes[src] != spec.dtypes[out] \
+                    or _num_elements(spec.shapes[src]) != _num_elements(spec.shapes[out]):
+                raise _fail(what, f"node {nid} ({node['name'][:80]}): a __nop (reshape) keeps dtype and element count, "
+                                  f"but it turns {spec.dtypes[src]}{list(spec.shapes[src])} into "
+                                  f"{spec.dtypes[out]}{list(spec.shapes[out])}")
+
+
+def _checked_metadata(metadata: dict | None, spec: GraphSpec, what: str) -> dict:
+    """A tensorvm graph's metadata, every field checked against the graph; ``{}`` for other graphs."""
+    if metadata is None:
+        return {}
+    arg_names = [spec.nodes[n]["name"] for n in spec.arg_nodes]
+    inputs, params = metadata.get("inputs"), metadata.get("params")
+    if not (isinstance(inputs, list) and isinstance(params, list) and inputs + params == arg_names):
+        raise _fail(what, f"metadata inputs + params must be the names of arg_nodes in order {arg_names[:8]}, got "
+                          f"{str(inputs)[:60]} + {str(params)[:60]}")
+    alignment = metadata.get("alignment")
+    if type(alignment) is not int or not 1 <= alignment <= 4096 or alignment & (alignment - 1):
+        raise _fail(what, f"metadata alignment must be a power of two up to 4096, got {str(alignment)[:40]}")
+    workspace = metadata.get("workspace_bytes")
+    if type(workspace) is not int or not 0 <= workspace <= _MAX_TOTAL_BYTES:
+        raise _fail(what, f"metadata workspace_bytes must be an int in [0, {_MAX_TOTAL_BYTES}], got {str(workspace)[:40]}")
+    if not isinstance(metadata.get("planner"), str):
+        raise _fail(what, f"metadata planner must be a string, got {str(metadata.get('planner'))[:40]}")
+    structure = metadata.get("input_structure")
+    if not isinstance(structure, dict):
+        raise _fail(what, f"metadata input_structure must be an object, got {str(structure)[:80]}")
+    leaves = []
+    for name, tree in structure.items():
+        leaves += [tree] if isinstance(tree, str) else _tree_leaves(tree, str, what, f"input_structure[{name!r}]")
+    if sorted(leaves) != sorted(inputs) or len(set(leaves)) != len(leaves):
+        raise _fail(what, f"metadata input_structure must use every input once ({inputs[:8]}), got {sorted(leaves)[:8]}")
+    output_leaves = _tree_leaves(metadata.get("output_structure"), int, what, "output_structure")
+    if sorted(output_leaves) != list(range(len(spec.heads))):
+        raise _fail(what, f"metadata output_structure must use every head index 0..{len(spec.heads) - 1} once, got "
+                          f"{sorted(output_leaves)[:8]}")
+    return metadata
+
+
+def _check_plan(spec: GraphSpec, what: str) -> None:
+    """Run the planner's own ``StaticMemoryPlan.check`` on the plan the file states.
+
+    Lifetimes are rebuilt from the graph (one step per ``tvm_op``, as the planner counts them):
+    inputs, params and heads live for the whole run and need a storage of their own; a ``__nop``
+    output in its input's storage is an alias. A graph without ``storage_offset`` gets one block
+    per storage id, so the check then verifies that entries sharing an id are never live together.
+    """
+    from ..transform.memory_planner import MemoryPlanError, StaticMemoryPlan, TensorLifetime
+
+    count = spec.num_entries
+    names = [f"entry {spec.node_row_ptr[nid] + k} ({node['name'][:40]})" for nid, node in enumerate(spec.nodes)
+             for k in range(spec.node_row_ptr[nid + 1] - spec.node_row_ptr[nid])]
+    params = set(spec.metadata.get("params", ()))
+    kind = ["intermediate"] * count
+    for nid in spec.arg_nodes:
+        kind[spec.entry_id(nid, 0)] = "param" if spec.nodes[nid]["name"] in params else "input"
+    for nid, index in spec.heads:
+        eid = spec.entry_id(nid, index)
+        if kind[eid] == "intermediate":
+            kind[eid] = "output"
+    first, last, alias = [0] * count, [0] * count, [None] * count
+    step = -1
+    for nid, node in enumerate(spec.nodes):
+        if node["op"] != "tvm_op":
+            continue
+        step += 1
+        in_eids = [spec.entry_id(*i) for i in node["inputs"]]
+        for eid in in_eids:
+            last[eid] = max(last[eid], step)
+        for eid in range(spec.node_row_ptr[nid], spec.node_row_ptr[nid + 1]):
+            first[eid] = last[eid] = step
+            if node["attrs"]["func_name"] == "__nop" and spec.storage_ids[eid] == spec.storage_ids[in_eids[0]]:
+                alias[eid] = in_eids[0]
+    end = step + 1
+    lifetimes = tuple(
+        TensorLifetime(names[e], spec.entry_nbytes(e), 0 if kind[e] != "intermediate" else first[e],
+                       end if kind[e] != "intermediate" else last[e], None if alias[e] is None else names[alias[e]],
+                       kind[e]) for e in range(count))
+    alignment = spec.metadata.get("alignment", 1)
+    # The kind of a storage: external if any tensor of it (or of a view's root) is never overwritten.
+    root = list(range(count))
+    for e in range(count):
+        if alias[e] is not None:
+            root[e] = root[alias[e]]  # a view comes after its input
+    rank = {"intermediate": 0, "param": 1, "input": 2, "output": 3}
+    group_kind: dict = {}
+    for e in range(count):
+        if rank[kind[e]] > rank[group_kind.get(root[e], "intermediate")]:
+            group_kind[root[e]] = kind[e]
+    compact: dict = {}  # file storage id -> dense id
+    sizes, kinds, storage_offsets = [], [], []
+    for e, sid in enumerate(spec.storage_ids):
+        if sid not in compact:
+            compact[sid] = len(sizes)
+            sizes.append(0)
+            kinds.append("intermediate")
+            storage_offsets.append(None)
+        c = compact[sid]
+        sizes[c] = max(sizes[c], spec.entry_nbytes(e))
+        k = group_kind.get(root[e], "intermediate")
+        if rank[k] > rank[kinds[c]]:
+            kinds[c] = k
+    aligned = [-(-max(size, 1) // alignment) * alignment for size in sizes]
+    no_reuse = sum(a for a, k in zip(aligned, kinds) if k == "intermediate")
+    if spec.storage_offsets is not None:
+        for e, sid in enumerate(spec.storage_ids):
+            c, off = compact[sid], spec.storage_offsets[e]
+            if (off >= 0) != (kinds[c] == "intermediate"):
+                raise _fail(what, f"entry {e}: storage_offset {off}, but storage {sid} holds "
+                                  f"{'only intermediates (expected an offset >= 0)' if off < 0 else kinds[c] + 's (expected -1: a storage of its own)'}")
+            storage_offsets[c] = off if off >= 0 else None
+        total = spec.metadata.get("workspace_bytes",
+                                  max((o + a for o, a in zip(storage_offsets, aligned) if o is not None), default=0))
+        if total > no_reuse:
+            raise _fail(what, f"the workspace of {total} bytes is larger than the {no_reuse} bytes its intermediates "
+                              f"need without any reuse")
+    else:  # one block per storage id, one after another
+        total = 0
+        for c, k in enumerate(kinds):
+            if k == "intermediate":
+                storage_offsets[c], total = total, total + aligned[c]
+    offsets = {names[e]: storage_offsets[compact[sid]] for e, sid in enumerate(spec.storage_ids)
+               if storage_offsets[compact[sid]] is not None}
+    storage_ids = {names[e]: compact[sid] for e, sid in enumerate(spec.storage_ids)}
+    plan = StaticMemoryPlan("file", alignment, lifetimes, offsets, storage_ids, sizes, storage_offsets, kinds,
+                            total, no_reuse, 0)
+    try:
+        plan.check()
+    except MemoryPlanError as err:
+        raise _fail(what, f"the memory plan is invalid: {err}") from None
+
+
+# --- the graph against its library and params ----------------------------------------------------
+def check_against_library(spec: GraphSpec, lib, what: str = "graph json") -> None:
+    """Every kernel a node names is in ``lib``; when the library knows the kernel's primitive
+    function, the node's inputs and outputs have exactly its parameter and result types."""
+    from ..transform.fuse_ops import flatten_tensor_types
+    from ..transform.to_anf import known_type
+
+    kernels = getattr(lib, "kernels", None)
+    primitives = getattr(lib, "primitives", {}) or {}
+    for nid, node in enumerate(spec.nodes):
+        if node["op"] != "tvm_op" or node["attrs"]["func_name"] == "__nop":
+            continue
+        name = node["attrs"]["func_name"]
+        if kernels is not None and name not in kernels:
+            raise _fail(what, f"node {nid} ({node['name'][:80]}) calls {name[:80]!r}, which the kernel library does not "
+                              f"have; it has {', '.join(sorted(kernels)[:8]) or 'none'}")
+        prim = primitives.get(name)
+        if prim is None:
+            continue
+        try:
+            want = [t for p in prim.params for t in flatten_tensor_types(p.type_annotation or known_type(p))] + \
+                list(flatten_tensor_types(prim.ret_type or known_type(prim.body)))
+            want = [(tuple(t.shape), t.dtype) for t in want]
+        except (AttributeError, TypeError):
+            raise _fail(what, f"kernel {name!r} has no complete type signature in the library") from None
+        eids = [spec.entry_id(*i) for i in node["inputs"]] + \
+            list(range(spec.node_row_ptr[nid], spec.node_row_ptr[nid + 1]))
+        got = [(spec.shapes[e], spec.dtypes[e]) for e in eids]
+        if got != want or node["attrs"]["flatten_data"] != "0":
+            raise _fail(what, f"node {nid} ({node['name'][:80]}): kernel {name[:80]!r} takes and returns "
+                              f"{_signature(want)} (flatten_data \"0\"), but the node has {_signature(got)} "
+                              f"(flatten_data {node['attrs']['flatten_data']!r})")
+
+
+def _signature(types) -> str:
+    text = ", ".join(f"{dtype}{list(shape)}" for shape, dtype in types)
+    return text if len(text) < 200 else text[:200] + "..."
+
+
+def check_params(spec: GraphSpec, params: dict, what: str = "graph json") -> None:
+    """``params`` are exactly the graph's params (when its metadata lists them), each of its entry's
+    shape and dtype: a param left out would be read as uninitialized memory."""
+    by_name = {spec.nodes[n]["name"]: spec.entry_id(n, 0) for n in spec.arg_nodes}
+    listed = spec.metadata.get("params")
+    if listed is not None and set(listed) != set(params):
+        raise _fail(what, f"expected the params {sorted(listed)[:8]}, got {sorted(params)[:8]}")
+    for name, value in params.items():
+        eid = by_name.get(name)
+        if eid is None:
+            continue  # unknown names are skipped, as in TVM
+        array = np.asarray(value)
+        if array.shape != spec.shapes[eid] or array.dtype.name != spec.dtypes[eid]:
+            raise _fail(what, f"param {name!r} must be {spec.dtypes[eid]}{list(spec.shapes[eid])}, got "
+                              f"{array.dtype.name}{list(array.shape)}")
 
 
 # --- the executor -------------------------------------------------------------------------------
@@ -201,8 +473,24 @@ def _aligned_buffer(nbytes: int) -> np.ndarray:
     return raw[start:start + nbytes]
 
 
+def _num_elements(shape) -> int:
+    n = 1
+    for d in shape:
+        n *= d  # Python ints: a huge shape gives a huge count, not an int64 overflow
+    return n
+
+
 def _entry_nbytes(shape, dtype) -> int:
-    return int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
+    return _num_elements(shape) * np.dtype(dtype).itemsize
+
+
+def _one_at_a_time(method):
+    """``method`` run holding the module's lock (re-entrant: methods call each other)."""
+    @functools.wraps(method)
+    def locked(self, *args, **kwargs):
+        with self._lock:
+            return method(self, *args, **kwargs)
+    return locked
 
 
 class GraphModule:
@@ -218,6 +506,7 @@ class GraphModule:
     def __init__(self, factory, debug: bool = False):
         self.factory = factory
         self.lib = factory.lib
+        self._lock = threading.RLock()  # see the module docstring (threads)
         self._spec = spec = parse_graph_json(factory.graph_json)
         self._debug_storage = debug  # every entry its own memory, so every node output stays inspectable
         params = factory.params
@@ -225,6 +514,8 @@ class GraphModule:
         self.input_names = [spec.nodes[n]["name"] for n in spec.arg_nodes if spec.nodes[n]["name"] not in params]
         self._input_eid = {spec.nodes[n]["name"]: spec.entry_id(n, 0) for n in spec.arg_nodes}
         self._head_eids = [spec.entry_id(nid, index) for nid, index in spec.heads]
+        check_against_library(spec, self.lib)
+        check_params(spec, params)
         self._setup_storage()
         self._setup_ops()
         for name, value in params.items():
@@ -261,11 +552,15 @@ class GraphModule:
                 if offsets.setdefault(key, off) != off:
                     raise FormatError(f"graph json: entries of storage {key[1]} disagree on storage_offset")
         workspace_bytes = max((off + sizes[k] for k, off in offsets.items() if off >= 0), default=0)
-        self._workspace = _aligned_buffer(workspace_bytes)
-        buffers = {}
-        for key, size in sizes.items():
-            off = offsets.get(key, -1)
-            buffers[key] = self._workspace[off:off + size] if off >= 0 else _aligned_buffer(size)
+        try:
+            self._workspace = _aligned_buffer(workspace_bytes)
+            buffers = {}
+            for key, size in sizes.items():
+                off = offsets.get(key, -1)
+                buffers[key] = self._workspace[off:off + size] if off >= 0 else _aligned_buffer(size)
+        except MemoryError:
+            raise ExecutionError(f"the graph needs {workspace_bytes + sum(sizes.values())} bytes of storage, more "
+                                 f"than can be allocated here") from None
         self._buffers = buffers
         self._entries = [self._view(buffers[keys[eid]], eid) for eid in range(spec.num_entries)]
         self._storage_bytes = {"workspace": workspace_bytes,
@@ -339,6 +634,7 @@ class GraphModule:
     def _copy_into(self, name: str, value) -> None:
         np.copyto(self._entries[self._input_eid[name]], self._checked_array(name, value))
 
+    @_one_at_a_time
     def set_input(self, key=None, value=None, **params) -> None:
         """Copy ``value`` into input ``key`` (a name or an index); keyword arguments set several
         inputs (or params) by name, largest first as TVM does."""
@@ -347,6 +643,7 @@ class GraphModule:
         for name in sorted(params, key=lambda n: -np.asarray(params[n]).size):
             self._copy_into(self._resolve_input(name), params[name])
 
+    @_one_at_a_time
     def set_input_zero_copy(self, key, value) -> None:
         """Let the graph read input ``key`` straight from ``value`` (a C-contiguous array of the exact
         dtype and shape); later changes to ``value`` are seen by later runs."""
@@ -356,6 +653,7 @@ class GraphModule:
             raise ExecutionError(f"set_input_zero_copy({name!r}) needs a C-contiguous NumPy array")
         self._rebind(self._input_eid[name], array)
 
+    @_one_at_a_time
     def set_output_zero_copy(self, index: int, value) -> None:
         """Let the kernels write output ``index`` straight into ``value`` (writable, C-contiguous,
         exact dtype and shape)."""
@@ -407,6 +705,7 @@ class GraphModule:
         return {"shape": {n: self._spec.shapes[e] for n, e in eids.items()},
                 "dtype": {n: self._spec.dtypes[e] for n, e in eids.items()}}
 
+    @_one_at_a_time
     def load_params(self, params) -> None:
         """Copy params in: bytes in the params format (``tv.graph.params``) or a dict of arrays."""
         if isinstance(params, (bytes, bytearray, memoryview)):
@@ -424,6 +723,7 @@ class GraphModule:
                                  f"{len(self._head_eids)} output(s)")
         return self._head_eids[index]
 
+    @_one_at_a_time
     def get_output(self, index: int, out=None):
         """Output ``index``: the entry itself (overwritten by the next run), or copied into ``out``."""
         array = self._entries[self._head_eid(index)]
@@ -441,12 +741,14 @@ class GraphModule:
                 "dtype": {f"output_{i}": self._spec.dtypes[e] for i, e in enumerate(self._head_eids)}}
 
     # --- running ----------------------------------------------------------------------------------
+    @_one_at_a_time
     def run(self, **inputs) -> None:
         if inputs:
             self.set_input(**inputs)
         for fn, args in self._ops:
             fn(*args)
 
+    @_one_at_a_time
     def run_from_values(self, names: list, values: list):
         """Set the parameters ``names`` of ``main`` (tuples allowed, flattened as the graph's inputs),
         run, and return copies of the outputs in ``main``'s result structure."""
@@ -468,6 +770,7 @@ class GraphModule:
         for i, (sub, v) in enumerate(zip(tree, value)):
             self._set_tree(sub, v, f"{where}.{i}")
 
+    @_one_at_a_time
     def benchmark(self, number: int = 10, repeat: int = 5, **inputs):
         """Seconds per ``run()``: ``repeat`` batches of ``number`` runs after one warm-up
         (a ``BenchmarkResult``: mean, median, min, max, std)."""

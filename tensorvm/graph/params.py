@@ -34,7 +34,7 @@ PARAMS_MAGIC = b"TVMPARAM"
 PARAMS_VERSION = 1
 PARAM_DTYPES = ("bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
                 "float16", "float32", "float64")
-_MAX_NDIM = 32
+MAX_NDIM = 32  # also the graph JSON's bound
 
 
 def _as_array(value, name: str) -> np.ndarray:
@@ -115,8 +115,8 @@ def load_params(data, what: str = "params") -> dict:
         if dtype not in PARAM_DTYPES:
             raise FormatError(f"{what}: {where} has unknown dtype {dtype!r}; expected one of {', '.join(PARAM_DTYPES)}")
         (ndim,) = reader.unpack("<I", f"{where} rank")
-        if ndim > _MAX_NDIM:
-            raise FormatError(f"{what}: {where} has rank {ndim}, more than {_MAX_NDIM}")
+        if ndim > MAX_NDIM:
+            raise FormatError(f"{what}: {where} has rank {ndim}, more than {MAX_NDIM}")
         shape = reader.unpack(f"<{ndim}q", f"{where} shape")
         if any(d < 0 for d in shape):
             raise FormatError(f"{what}: {where} has a negative dim in shape {shape}")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import sys
 import threading
 
+from ..runtime.stack import start_thread
 from .expr import (
     Call,
     Clause,
@@ -58,12 +59,7 @@ def call_with_fresh_stack(fn, *args):
         except BaseException as err:  # noqa: BLE001 - re-raised in the caller's thread
             error.append(err)
 
-    old = threading.stack_size(_SEGMENT_STACK_BYTES)
-    try:
-        thread = threading.Thread(target=run, name="tensorvm-deep-visit")
-        thread.start()
-    finally:
-        threading.stack_size(old)
+    thread = start_thread(run, _SEGMENT_STACK_BYTES, "tensorvm-deep-visit")  # (stack size set under a lock)
     thread.join()
     if error:
         raise error[0]

@@ -35,6 +35,8 @@ their bytes overlap), and ``storage_offsets[sid]`` says where the storage lives 
 
 from __future__ import annotations
 
+import bisect
+import heapq
 import random
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -179,12 +181,13 @@ class StaticMemoryPlan:
             if off % self.alignment or off < 0 or off + g.size > self.total_bytes:
                 raise MemoryPlanError(f"{g.root!r} at offset {off} (+{g.size} bytes) is unaligned or outside "
                                       f"the {self.total_bytes}-byte workspace")
-        for a, b in _conflicting_pairs(placed):
+        pair = _live_overlap(placed, self.offsets)
+        if pair is not None:
+            a, b = pair
             oa, ob = self.offsets[a.root], self.offsets[b.root]
-            if oa < ob + b.size and ob < oa + a.size:
-                raise MemoryPlanError(
-                    f"{a.root!r} [{oa}, {oa + a.size}) and {b.root!r} [{ob}, {ob + b.size}) overlap in bytes "
-                    f"while both live (steps {a.first}-{a.last} and {b.first}-{b.last})")
+            raise MemoryPlanError(
+                f"{a.root!r} [{oa}, {oa + a.size}) and {b.root!r} [{ob}, {ob + b.size}) overlap in bytes "
+                f"while both live (steps {a.first}-{a.last} and {b.first}-{b.last})")
         group_of = {name: g for g in groups for name in g.members}
         by_sid = defaultdict(list)
         for name, sid in self.storage_ids.items():
@@ -226,26 +229,35 @@ def _validate(lifetimes) -> dict:
         if lt.kind not in _KINDS:
             raise MemoryPlanError(f"{lt.name!r}: kind must be one of {_KINDS}, got {lt.kind!r}")
         by_name[lt.name] = lt
+    acyclic: set = set()  # names whose alias chain is known to end: each chain is walked once
     for lt in lifetimes:
         seen = {lt.name}
         cur = lt
-        while cur.alias_of is not None:
+        while cur.alias_of is not None and cur.name not in acyclic:
             if cur.alias_of not in by_name:
                 raise MemoryPlanError(f"{cur.name!r} aliases unknown tensor {cur.alias_of!r}")
             cur = by_name[cur.alias_of]
             if cur.name in seen:
                 raise MemoryPlanError(f"alias cycle through {cur.name!r}")
             seen.add(cur.name)
+        acyclic |= seen
     return by_name
 
 
 def _build_groups(lifetimes, alignment: int) -> list:
     by_name = _validate(lifetimes)
 
+    roots: dict = {}
+
     def root_of(name):
-        while by_name[name].alias_of is not None:
+        path = []
+        while by_name[name].alias_of is not None and name not in roots:
+            path.append(name)
             name = by_name[name].alias_of
-        return name
+        root = roots.get(name, name)
+        for n in path:  # memoized: a long chain of views is walked once, not once per view
+            roots[n] = root
+        return root
 
     groups: dict[str, _Group] = {}
     for lt in lifetimes:
@@ -270,6 +282,32 @@ def _conflicting_pairs(groups):
         for a in active:
             yield a, g
         active.append(g)
+
+
+def _live_overlap(groups, offsets: dict):
+    """Two groups live at a common step whose bytes overlap, or ``None``.
+
+    A sweep over start steps keeps the live blocks sorted by offset; they are disjoint (else the
+    sweep has stopped), so a new block need only be compared with its two neighbours: O(n log n)
+    where comparing every live pair is quadratic (a loaded graph may have 10^5 tensors live at once).
+    """
+    live: list = []  # (offset, end, index) of the live blocks, sorted
+    ends: list = []  # heap of (last step, live key)
+    order = sorted(groups, key=lambda g: (g.first, g.last))
+    for i, g in enumerate(order):
+        while ends and ends[0][0] < g.first:
+            key = heapq.heappop(ends)[1]
+            del live[bisect.bisect_left(live, key)]
+        start = offsets[g.root]
+        key = (start, start + g.size, i)
+        pos = bisect.bisect_left(live, key)
+        if pos > 0 and live[pos - 1][1] > start:
+            return order[live[pos - 1][2]], g
+        if pos < len(live) and live[pos][0] < start + g.size:
+            return order[live[pos][2]], g
+        live.insert(pos, key)
+        heapq.heappush(ends, (g.last, key))
+    return None
 
 
 def _conflict_lists(groups) -> dict:

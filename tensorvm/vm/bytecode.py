@@ -749,24 +749,54 @@ class VMFunction:
         return "\n".join(lines)
 
 
-def verify_function(fn: VMFunction, num_functions: int, num_constants: int, num_kernels: int) -> None:
+_OUTPUT_WRITERS = frozenset({AllocTensor, AllocTensorReg, KillRegister})
+_STORAGE_WRITERS = frozenset({AllocStorage, KillRegister})
+
+
+def verify_function(fn: VMFunction, num_functions: int, num_constants: int, num_kernels: int,
+                    from_file: bool = False) -> None:
     """Check that ``fn`` only names registers, jump targets, functions, constants and kernels that exist.
 
     The VM relies on this for executables read from disk: verified bytecode cannot index out of range.
+    ``from_file`` adds the rules for untrusted bytecode (what the compiler always obeys; hand-built test
+    bytecode need not): the register file is bounded by the registers the function can name, parameter
+    registers are never written, and kernels write only into tensors over storage the function allocated.
     """
     def fail(pc, message):
         raise FormatError(f"function {fn.name!r}, pc {pc}: {message}")
 
-    size = fn.register_file_size
-    if size < len(fn.params) or size < 0:
-        fail(0, f"register file size {size} is smaller than the {len(fn.params)} parameters")
+    size, nparams = fn.register_file_size, len(fn.params)
+    if size < nparams or size < 0:
+        fail(0, f"register file size {size} is smaller than the {nparams} parameters")
     count = len(fn.instructions)
     if count == 0:
         fail(0, "a function needs at least one instruction")
+    # Every register is a parameter or named by some instruction word, so the register file (allocated per
+    # call) is bounded by the function's size in the file, not by a size field.
+    limit = nparams + sum(len(ins.to_words()) for ins in fn.instructions) + 1
+    if from_file and size > limit:
+        fail(0, f"register file size {size} exceeds the {limit} registers its parameters and instructions can name")
+    writers: dict = {}
+    for pc, ins in enumerate(fn.instructions):
+        for reg in ins.writes():
+            writers.setdefault(reg, set()).add(type(ins))
+            # A parameter register holds the caller's value: never overwritten (dropping the frame's
+            # reference with KillRegister is allowed; the compiler does it after the last use).
+            if from_file and reg < nparams and not isinstance(ins, KillRegister):
+                fail(pc, f"{ins} writes parameter register ${reg}")
     for pc, ins in enumerate(fn.instructions):
         for reg in (*ins.reads(), *ins.writes()):
             if not 0 <= reg < size:
                 fail(pc, f"{ins} uses register ${reg} outside the register file (size {size})")
+        # Kernels write into their outputs and tensors view storage: both must be memory this function
+        # allocated, never the caller's arrays (a parameter, or a value that may alias one).
+        if from_file and isinstance(ins, InvokePacked):
+            for reg in ins.outputs:
+                if reg < nparams or not writers.get(reg, set()) <= _OUTPUT_WRITERS:
+                    fail(pc, f"{ins} writes into ${reg}, which does not hold a tensor allocated by the function")
+        if from_file and isinstance(ins, (AllocTensor, AllocTensorReg)) and (
+                ins.storage < nparams or not writers.get(ins.storage, set()) <= _STORAGE_WRITERS):
+            fail(pc, f"{ins} views ${ins.storage}, which does not hold storage allocated by the function")
         if isinstance(ins, If):
             offsets = (ins.true_offset, ins.false_offset)
         elif isinstance(ins, Goto):

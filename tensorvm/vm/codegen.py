@@ -174,7 +174,7 @@ class _ModuleCompiler:
         used = {k.source for k in self.kernels}
         exe = Executable(functions, self.constants, self.kernels, {}, self.adts, exec_mode, target,
                          {name: fn for name, fn in self.prims.items() if name in used})
-        exe.verify()
+        exe.verify(from_file=True)  # the compiler obeys the rules for files too
         return exe
 
 

@@ -4,6 +4,10 @@ Registers become local variables (``r3``), kernels and constants become globals 
 module (``K0``, ``C0``), and instructions become statements that call kernels and the VM's builtins
 directly, so no dispatch loop runs. ``exe.as_python()`` shows the source. The source is generated from
 the bytecode when needed (a saved executable holds bytecode only) and ``exec``'d from our own text.
+Invariant: no string of the executable (function, parameter, kernel names) is ever source text. Names
+reach the code as values (``NAMES[i]``) and the comments show them through ``_label`` (as an
+escaped literal unless a plain identifier), so even an executable built in memory with a newline in a
+name cannot change what the generated code does (the loader also rejects such names).
 
 Control flow: the emitter's bytecode only jumps forward, so each ``If`` becomes a Python ``if``/``else``
 whose branches end at the ``If``'s immediate post-dominator (where they merge); code after it follows.
@@ -12,19 +16,24 @@ Bytecode with backward jumps (hand-written loops) falls back to a ``while``/``bl
 Calls: a self tail call becomes a loop (``continue``); another tail call returns a ``TailCall`` that the
 caller's trampoline runs, so tail-recursive loops run in constant Python stack. Non-tail calls are
 Python calls; if one recurses deeper than Python's limit the call is re-run on a thread with a large
-stack and a high recursion limit.
+stack and a high recursion limit (``runtime.stack``: raised and restored safely across threads).
+
+A straight-line function the VM runs specialized to its argument shapes (``specialize.py``) gets its
+body generated too (``specialized_body``), so compiled mode stays compiled after the slice has run.
 """
 
 from __future__ import annotations
 
-import sys
-import threading
+import re
 from dataclasses import dataclass
 
 import numpy as np
 
 from ..errors import ExecutionError
 from ..runtime.object import ADT
+from ..runtime.stack import USERS, limit_raised, run_on_deep_stack
+from ..runtime.stack import enter as enter_users
+from ..runtime.stack import leave as leave_users
 from . import bytecode as bc
 from .shape_plan import shape_plan
 from .vm import (
@@ -39,9 +48,11 @@ from .vm import (
     tuple_forms,
 )
 
-__all__ = ["generate_source", "instantiate", "call_compiled", "TailCall", "PythonSource"]
+__all__ = ["generate_source", "instantiate", "call_compiled", "specialized_body", "may_nest", "TailCall",
+           "PythonSource"]
 
 _FILENAME = "<tensorvm-compiled>"
+_BODY_FILENAME = "<tensorvm-compiled-body>"
 
 
 class TailCall:
@@ -103,8 +114,9 @@ class _FallBack(Exception):
 
 
 class _FunctionEmitter:
-    def __init__(self, exe, index, fn, may_return_tail, lines, line_pcs, forms):
+    def __init__(self, exe, index, fn, may_return_tail, lines, line_pcs, forms, skip=frozenset()):
         self.exe, self.index, self.fn = exe, index, fn
+        self.skip = skip  # pcs left out (a specialized body's: ``specialized_body``)
         self.plan = shape_plan(fn, forms, exe.constants)
         self.may_return_tail = may_return_tail
         self.lines, self.line_pcs = lines, line_pcs
@@ -125,7 +137,7 @@ class _FunctionEmitter:
         fn = self.fn
         params = ", ".join(f"r{i}" for i in range(self.nparams))
         self.lines.append("")
-        self.lines.append(f"def f{self.index}({params}):  # {fn.name}({', '.join(fn.params)})")
+        self.lines.append(f"def f{self.index}({params}):  # {_label(fn.name)}({', '.join(map(_label, fn.params))})")
         body: list = []
         if all(ins.pc_offset > 0 if isinstance(ins, bc.Goto) else
                (ins.true_offset > 0 and ins.false_offset > 0) if isinstance(ins, bc.If) else True
@@ -230,6 +242,8 @@ class _FunctionEmitter:
 
     def _emit_instruction(self, pc: int, indent: int):
         ins = self.code[pc]
+        if pc in self.skip:
+            return
         if isinstance(ins, (bc.LoadConst, bc.LoadConsti)) and ins.dst in self.folded:
             return  # every reader uses the value as an immediate
         if pc in self.plan.dropped:
@@ -244,7 +258,7 @@ class _FunctionEmitter:
         regs = lambda rs: ", ".join(f"r{r}" for r in rs)  # noqa: E731
         tuple_regs = self.plan.tuple_regs
         if op == O.InvokePacked and pc in self.plan.tuple_calls:
-            name = self.exe.primitives[ins.packed_index].name
+            name = _label(self.exe.primitives[ins.packed_index].name)
             outs = regs(ins.outputs) + ("," if ins.output_size == 1 else "")
             return f"{outs} = T{ins.packed_index}({regs(ins.inputs)})  # {name} (shapes as tuples)"
         if op == O.InvokePacked:
@@ -252,7 +266,7 @@ class _FunctionEmitter:
             args = regs(ins.args)
             if kernel_inputs is not None and kernel_inputs != ins.arity - ins.output_size:
                 return f"K{ins.packed_index}(*flatten_args([{args}]))"
-            return f"K{ins.packed_index}({args})  # {self.exe.primitives[ins.packed_index].name}"
+            return f"K{ins.packed_index}({args})  # {_label(self.exe.primitives[ins.packed_index].name)}"
         if op == O.AllocStorage:
             if ins.size_from_shape and ins.size in tuple_regs:
                 size = f"shape_nbytes(r{ins.size}, {np.dtype(ins.dtype_hint).itemsize})"
@@ -284,9 +298,8 @@ class _FunctionEmitter:
         if op == O.AllocADT:
             return f"r{ins.dst} = ADT({ins.tag}, ({regs(ins.fields)}{',' if len(ins.fields) == 1 else ''}))"
         if op == O.AllocClosure:
-            name = self.exe.functions[ins.func_index].name
             free = regs(ins.free_vars) + ("," if len(ins.free_vars) == 1 else "")
-            return f"r{ins.dst} = Closure({ins.func_index}, ({free}), {name!r}, OWNER)"
+            return f"r{ins.dst} = Closure({ins.func_index}, ({free}), NAMES[{ins.func_index}], OWNER)"
         if op == O.ShapeOf:
             return f"r{ins.dst} = {'shape_of_t' if ins.dst in tuple_regs else 'shape_of'}(r{ins.tensor})"
         if op == O.ReshapeTensor:
@@ -331,6 +344,13 @@ class _FunctionEmitter:
 
 
 _EXIT = -1
+_PLAIN_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def _label(name: str) -> str:
+    """A name for a comment of the generated code: as is when a plain identifier, else ``ascii()``'s
+    escaped literal, which holds no line break (a comment ends only at one)."""
+    return name if _PLAIN_NAME.fullmatch(name) else ascii(name)
 
 
 def _immediate_post_dominators(code) -> dict:
@@ -374,6 +394,7 @@ def instantiate(exe, builtins: dict, kernels: list, shape_forms: list | None = N
         "TailCall": TailCall,
         "trampoline": trampoline, "closure_target": _closure_target, "flatten_args": flatten_args,
         "shape_nbytes": shape_nbytes, "ExecutionError": ExecutionError, "scalar": _scalar, "offset": _offset,
+        "NAMES": tuple(fn.name for fn in exe.functions),
         "alloc": builtins["alloc"], "view": builtins["view"], "view_reg": builtins["view_reg"],
         "shape_of": builtins["shape_of"], "shape_of_t": builtins["shape_of_t"],
         "reshape_tensor": builtins["reshape_tensor"], "reshape_t": builtins["reshape_t"],
@@ -398,10 +419,45 @@ _DEEP_STACK_BYTES = 512 * 1024 * 1024
 _DEEP_RECURSION_LIMIT = 1_000_000
 
 
-def call_compiled(funcs: list, index: int, args: list, exe):
-    """Run compiled function ``index``; errors carry the VM function name and pc."""
+def may_nest(exe) -> bool:
+    """Whether calls can nest deeper than the number of functions: a cycle of non-tail ``Invoke``s, or any
+    non-tail ``InvokeClosure`` (its target is known only at run time). Tail calls are loops or trampolined."""
+    callees = []
+    for fn in exe.functions:
+        tails = bc.tail_call_pcs(fn)
+        calls = [ins for pc, ins in enumerate(fn.instructions)
+                 if isinstance(ins, (bc.Invoke, bc.InvokeClosure)) and pc not in tails]
+        if any(isinstance(ins, bc.InvokeClosure) for ins in calls):
+            return True
+        callees.append({ins.func_index for ins in calls})
+    remaining = dict(enumerate(callees))
+    while True:  # drop functions that call nothing remaining; what is left lies on or leads to a cycle
+        leaves = [i for i, c in remaining.items() if not c & remaining.keys()]
+        if not leaves:
+            return bool(remaining)
+        for i in leaves:
+            del remaining[i]
+
+
+def call_compiled(funcs: list, index: int, args: list, exe, nests: bool = True):
+    """Run compiled function ``index``; errors carry the VM function name and pc.
+
+    A call that ``nests`` (``may_nest``) first runs here under the recursion limit in force, counted as a
+    recursion user so that no other thread lowers the limit beneath it (``runtime.stack``); when another
+    thread holds the limit raised it goes straight to a deep stack, since its own stack is sized for the
+    ordinary limit. Past the limit it is run again on a thread with a large stack."""
     try:
-        return trampoline(funcs[index](*args))
+        if not nests:
+            return trampoline(funcs[index](*args))
+        if limit_raised():
+            return _call_on_deep_stack(funcs, index, args, exe)
+        token = object()
+        try:
+            enter_users(token)
+            return trampoline(funcs[index](*args))
+        finally:
+            USERS.discard(token)  # (in C, before an interrupt can be raised: see runtime.stack.leave)
+            leave_users(token)
     except RecursionError:
         return _call_on_deep_stack(funcs, index, args, exe)
     except Exception as err:
@@ -410,39 +466,20 @@ def call_compiled(funcs: list, index: int, args: list, exe):
 
 def _call_on_deep_stack(funcs, index, args, exe):
     """Re-run a call that exceeded Python's recursion limit on a thread with a large stack."""
-    outcome = {}
-
-    def run():
-        try:
-            outcome["value"] = trampoline(funcs[index](*args))
-        except BaseException as err:  # handed back to the calling thread
-            outcome["error"] = err
-
-    old_limit, old_size = sys.getrecursionlimit(), threading.stack_size()
     try:
-        threading.stack_size(_DEEP_STACK_BYTES)
-        sys.setrecursionlimit(max(old_limit, _DEEP_RECURSION_LIMIT))
-        worker = threading.Thread(target=run, name="tensorvm-deep-recursion")
-        worker.start()
-        worker.join()
-    finally:
-        threading.stack_size(old_size)
-        sys.setrecursionlimit(old_limit)
-    if "error" in outcome:
-        err = outcome["error"]
-        if isinstance(err, RecursionError):
-            raise ExecutionError(f"recursion deeper than {_DEEP_RECURSION_LIMIT} calls in compiled mode") from err
-        if isinstance(err, Exception):
-            raise _locate(err, exe) from err
-        raise err
-    return outcome["value"]
+        return run_on_deep_stack(lambda: trampoline(funcs[index](*args)), (), _DEEP_STACK_BYTES,
+                                 _DEEP_RECURSION_LIMIT)
+    except RecursionError as err:
+        raise ExecutionError(f"recursion deeper than {_DEEP_RECURSION_LIMIT} calls in compiled mode") from err
+    except Exception as err:
+        raise _locate(err, exe) from err
 
 
-def _locate(err: Exception, exe) -> Exception:
-    source = exe.compiled_source()
+def _locate(err: Exception, exe, source: PythonSource | None = None) -> Exception:
+    source = source or exe.compiled_source()
     tb, where = err.__traceback__, None
     while tb is not None:
-        if tb.tb_frame.f_code.co_filename == _FILENAME:
+        if tb.tb_frame.f_code.co_filename == source.code.co_filename:
             where = source.line_pcs.get(tb.tb_lineno, where)
         tb = tb.tb_next
     if where is None:
@@ -450,3 +487,44 @@ def _locate(err: Exception, exe) -> Exception:
     fidx, pc = where
     fn = exe.functions[fidx]
     return located_error(err, fn.name, pc, fn.instructions[pc])
+
+
+# --- specialized bodies ---------------------------------------------------------------------------
+def specialized_body(exe, index: int, plan, funcs: list):
+    """Function ``index``'s body after its shape slice ``plan`` (``specialize.py``) as generated code.
+
+    Returns ``make(values)``: given the slice's results for one parameter-shape key (``plan.preset``, in
+    order), a ``run(args)`` that runs the body with those registers preset. The source is made once per
+    function: ``make`` binds the values as closure variables of the body (read as fast as locals), which
+    the body only reads (the instructions writing them are the slice's). It runs in the namespace of
+    ``funcs`` (the compiled program it specializes), so it calls the same kernels and builtins.
+    """
+    fn = exe.functions[index]
+    written = {r for pc, ins in enumerate(fn.instructions) if pc not in plan.body_skip for r in ins.writes()}
+    clash = sorted(written & set(plan.preset))
+    if clash:  # pragma: no cover - shape_slice skips every writer of a preset
+        raise ExecutionError(f"{fn.name}: a specialized body must only read its preset registers; it writes {clash}")
+    presets = "".join(f"r{r}, " for r in plan.preset)
+    lines = [f"def make_s{index}(PRESET):", f"    {presets}= PRESET" if presets else "    pass"]
+    line_pcs: dict = {}
+    forms = tuple_forms(exe.kernels, exe.primitives)
+    _FunctionEmitter(exe, index, fn, [False] * len(exe.functions), lines, line_pcs, forms,
+                     skip=plan.body_skip).emit()
+    lines[2:] = ["    " + line if line else line for line in lines[2:]]  # the body nests in make (same lines)
+    lines.append(f"    return f{index}")
+    text = "\n".join(lines) + "\n"
+    source = PythonSource(text, compile(text, _BODY_FILENAME, "exec"), line_pcs)
+    namespace = funcs[index].__globals__
+    exec(source.code, namespace)  # our own generated text, never file content
+    make_body = namespace.pop(f"make_s{index}")
+
+    def make(values):
+        body = make_body(tuple(values))
+
+        def run(args):
+            try:
+                return body(*args)
+            except Exception as err:
+                raise _locate(err, exe, source) from err
+        return run
+    return make

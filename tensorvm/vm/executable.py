@@ -233,7 +233,8 @@ class Executable:
             except FormatError:
                 raise
             except Exception as err:
-                raise FormatError(f"cannot build the C kernel library: {type(err).__name__}: {err}") from err
+                raise FormatError(f"cannot build the C kernel library: {_failing_primitive(prims)}"
+                                  f"{type(err).__name__}: {err}") from err
             compiled = self.c_library.kernels
         kernels = []
         for info in self.primitives:
@@ -269,11 +270,12 @@ class Executable:
         return (f"# NumPy fallback ({why})\n" if why else "") + text
 
     # --- checking ---------------------------------------------------------------------------------
-    def verify(self) -> None:
-        """Check every function's bytecode refers only to things that exist (``FormatError`` if not)."""
+    def verify(self, from_file: bool = False) -> None:
+        """Check every function's bytecode refers only to things that exist (``FormatError`` if not);
+        ``from_file``: also the rules for untrusted bytecode (``bytecode.verify_function``)."""
         nfuncs, nconsts, nkernels = len(self.functions), len(self.constants), len(self.primitives)
         for fn in self.functions:
-            bc.verify_function(fn, nfuncs, nconsts, nkernels)
+            bc.verify_function(fn, nfuncs, nconsts, nkernels, from_file)
             for pc, ins in enumerate(fn.instructions):
                 if isinstance(ins, bc.Invoke) and len(ins.args) != len(self.functions[ins.func_index].params):
                     callee = self.functions[ins.func_index]
@@ -352,6 +354,19 @@ class Executable:
         data = self.save_bytes()
         with open(path, "wb") as f:
             f.write(data)
+
+
+def _failing_primitive(prims: dict) -> str:
+    """``"primitive @name: "`` for the first primitive that does not type-check (the usual reason a
+    library cannot be built from a file's text), so the error names it; ``""`` if they all do."""
+    from .kernel_python import _prepare
+
+    for name, fn in prims.items():
+        try:
+            _prepare(fn)
+        except Exception:  # noqa: BLE001 - any failure is the one to name
+            return f"primitive function {name!r}: "
+    return ""
 
 
 def _frozen_array(value) -> np.ndarray:

@@ -103,7 +103,13 @@ static PyObject* caller_call(PyObject* op, PyObject* const* args, size_t nargsf,
         if (PyArray_DIMS(arrays[self->static_buf[s]])[self->static_axis[s]] != self->static_value[s]) goto slow;
     for (Py_ssize_t j = 0; j < self->ndyn; ++j)
         words[self->nbufs + j] = (intptr_t)PyArray_DIMS(arrays[self->dyn_buf[j]])[self->dyn_axis[j]];
-    if (call_kernel(self->fn, words, (int)(self->nbufs + self->ndyn)) != 0) goto slow;  /* reported there */
+    /* Without the GIL, as the checked wrappers call kernels: other threads run meanwhile. The arrays stay
+       alive (the caller holds them) and the kernel touches only their data. */
+    int32_t rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = call_kernel(self->fn, words, (int)(self->nbufs + self->ndyn));
+    Py_END_ALLOW_THREADS
+    if (rc != 0) goto slow;  /* reported there */
     Py_RETURN_NONE;
 slow:
     return PyObject_Vectorcall(self->slow, args, nargsf, kwnames);

@@ -1,9 +1,12 @@
 """The executable's binary format (docs/executable-format.md): writing, and reading with full checks.
 
 Reading never unpickles or executes anything from the file: every field is read with bounds checks,
-every count is checked against the bytes that remain, the bytecode is verified (registers, jumps,
-function/constant/kernel indexes), and primitive functions are rebuilt by *parsing* their Relay text.
-Anything wrong raises ``FormatError``.
+every count is checked against the bytes that remain, every name must be an identifier of the text
+format (``NAME``: names never become code, see ``compiled.py``), type text nests at most
+``MAX_TYPE_DEPTH`` levels, constant shapes are bounded, the bytecode is verified with the rules for
+untrusted files (``bytecode.verify_function(from_file=True)``: registers, jumps, indexes, no writes to
+parameters), and primitive functions are rebuilt by *parsing* their Relay text. Anything wrong raises
+``FormatError`` (the threat model is in docs/executable-format.md).
 
 Version 2 adds optional sections after ``CODE``: ``CLIB`` (target "c": the C source of the kernel library,
 kept for reading). The loader never compiles or loads that text: it regenerates the C from the primitive
@@ -24,7 +27,7 @@ import struct
 
 import numpy as np
 
-from ..errors import FormatError
+from ..errors import FormatError, UnsupportedError
 from ..ir.types import (
     DTYPES,
     Any,
@@ -49,6 +52,13 @@ SECTIONS = (b"GLOB", b"ADTS", b"CNST", b"PRIM", b"CODE")
 OPTIONAL_SECTIONS = (b"ATYP", b"CLIB")
 _FIRST_VERSION = {b"ATYP": 3, b"CLIB": 2}
 _CHECKSUM_SIZE = 32  # SHA-256
+# Names (functions, parameters, kernels, primitive functions, ADTs, constructors, type variables) follow the
+# text format's identifier grammar (globals ``@[A-Za-z0-9_]+``, locals ``%[A-Za-z0-9_]+``, dotted type and
+# constructor names), which is all the compiler produces; anything else in a file is a FormatError.
+NAME = re.compile(r"[A-Za-z0-9_]+(?:\.[A-Za-z0-9_]+)*")
+MAX_NAME_LENGTH = 1024
+MAX_TYPE_DEPTH = 64  # nesting of types in type text (programs nest a few levels; parsing recurses per level)
+MAX_TYPE_TEXT = 1 << 20
 _KIND_CODES = {"kernel": 0, "shape_func": 1}
 TARGETS = ("python", "c")
 
@@ -89,6 +99,8 @@ def text_to_type(text: str, adt_names=(), type_vars: dict | None = None):
     """
     if not text:
         return None
+    if len(text) > MAX_TYPE_TEXT:
+        raise FormatError(f"type text of {len(text)} characters (at most {MAX_TYPE_TEXT})")
     tokens, pos = [], 0
     while pos < len(text):
         m = _TOKEN.match(text, pos)
@@ -113,7 +125,9 @@ def text_to_type(text: str, adt_names=(), type_vars: dict | None = None):
         index += 1
         return tok
 
-    def parse():
+    def parse(depth=0):
+        if depth > MAX_TYPE_DEPTH:  # keeps this recursive parser and the VM's type checks shallow
+            raise FormatError(f"type text nested deeper than {MAX_TYPE_DEPTH} levels: {text[:80]!r}...")
         tok = take()
         if tok == "Tensor":
             take("[")
@@ -136,7 +150,7 @@ def text_to_type(text: str, adt_names=(), type_vars: dict | None = None):
         if tok == "(":
             fields = []
             while peek() != ")":
-                fields.append(parse())
+                fields.append(parse(depth + 1))
                 if peek() == ",":
                     take(",")
             take(")")
@@ -145,15 +159,15 @@ def text_to_type(text: str, adt_names=(), type_vars: dict | None = None):
             take("(")
             args = []
             while peek() != ")":
-                args.append(parse())
+                args.append(parse(depth + 1))
                 if peek() == ",":
                     take(",")
             take(")")
             take("->")
-            return FuncType(tuple(args), parse())
+            return FuncType(tuple(args), parse(depth + 1))
         if tok == "ref":
             take("(")
-            inner = parse()
+            inner = parse(depth + 1)
             take(")")
             return RefType(inner)
         if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_.]*", tok):
@@ -162,7 +176,7 @@ def text_to_type(text: str, adt_names=(), type_vars: dict | None = None):
                     take("[")
                     args = []
                     while peek() != "]":
-                        args.append(parse())
+                        args.append(parse(depth + 1))
                         if peek() == ",":
                             take(",")
                     take("]")
@@ -211,6 +225,7 @@ class _Writer:
 
 def executable_to_bytes(exe: Executable) -> bytes:
     """The executable in the binary format (magic, version, sections, SHA-256 checksum)."""
+    _check_names(exe)
     sections = {
         b"GLOB": _write_globals(exe), b"ADTS": _write_adts(exe), b"CNST": _write_constants(exe),
         b"PRIM": _write_primitives(exe), b"CODE": _write_code(exe),
@@ -234,6 +249,20 @@ def executable_to_bytes(exe: Executable) -> bytes:
         w.raw(payload)
     w.raw(hashlib.sha256(w.buf).digest())
     return bytes(w.buf)
+
+
+def _check_names(exe) -> None:
+    """Refuse to write a name the loader would reject (``NAME``), rather than write an unloadable file."""
+    names = [("function", fn.name) for fn in exe.functions]
+    names += [("parameter", p) for fn in exe.functions for p in fn.params]
+    names += [("kernel", p.name) for p in exe.primitives] + [("primitive function", p.source) for p in exe.primitives]
+    names += [("ADT", a.name) for a in exe.adts] + [("constructor", c) for a in exe.adts for c, _ in a.constructors]
+    names += [("type variable", v) for a in exe.adts for v in a.type_vars]
+    for what, name in names:
+        if len(name) > MAX_NAME_LENGTH or not NAME.fullmatch(name):
+            raise UnsupportedError(f"cannot save the executable: {what} name {name!r} is not a name the format "
+                                   f"holds (letters, digits and underscores, dotted; at most {MAX_NAME_LENGTH} "
+                                   f"characters)")
 
 
 def _write_globals(exe) -> bytes:
@@ -380,6 +409,14 @@ class _Reader:
         except UnicodeDecodeError as err:
             raise FormatError(f"{self.what}: invalid UTF-8 in a string ({err})") from None
 
+    def name(self, what: str) -> str:
+        """A string that must be a name (``NAME``): never code, never a line break or a quote."""
+        text = self.str()
+        if len(text) > MAX_NAME_LENGTH or not NAME.fullmatch(text):
+            raise FormatError(f"{self.what}: bad {what} name {text[:80]!r}: expected letters, digits and "
+                              f"underscores (dotted), at most {MAX_NAME_LENGTH} characters")
+        return text
+
     def done(self) -> None:
         if self.remaining():
             raise FormatError(f"{self.what}: {self.remaining()} unexpected trailing bytes")
@@ -456,7 +493,7 @@ def _parse(data: bytes) -> Executable:
         exe = Executable(functions, constants, primitives, prim_texts, adts, exec_mode, target)
     except ValueError as err:
         raise FormatError(f"inconsistent executable: {err}") from None
-    exe.verify()
+    exe.verify(from_file=True)
     exe.kernels  # noqa: B018 - rebuild the kernels now, so a bad primitive fails at load time
     if exe.c_library is not None:
         exe.c_library.saved_source_matches = None if saved_c_source is None else \
@@ -467,10 +504,10 @@ def _parse(data: bytes) -> Executable:
 def _read_globals(r: _Reader, adt_names) -> list:
     out = []
     for _ in range(r.count(12, "function")):
-        name = r.str()
+        name = r.name("function")
         params, types = [], []
         for _ in range(r.count(8, "parameter")):
-            params.append(r.str())
+            params.append(r.name("parameter"))
             types.append(text_to_type(r.str(), adt_names))
         ret = text_to_type(r.str(), adt_names)
         out.append((name, tuple(params), tuple(types), ret))
@@ -481,12 +518,14 @@ def _read_globals(r: _Reader, adt_names) -> list:
 def _read_adts(r: _Reader) -> list:
     adts = []
     for _ in range(r.count(8, "ADT")):
-        name = r.str()
+        name = r.name("ADT")
         ctors = []
         for _ in range(r.count(8, "constructor")):
-            ctors.append((r.str(), r.u32()))
+            ctors.append((r.name("constructor"), r.u32()))
         adts.append(AdtInfo(name, tuple(ctors)))
     r.done()
+    if len({a.name for a in adts}) != len(adts):
+        raise FormatError("ADTS section: an ADT name appears twice")
     names = [c for a in adts for c, _ in a.constructors]
     if len(set(names)) != len(names):
         raise FormatError("ADTS section: a constructor name appears twice")
@@ -500,7 +539,7 @@ def _read_adt_types(r: _Reader, adts: list) -> list:
         if not r.u8():
             out.append(adt)
             continue
-        type_vars = tuple(r.str() for _ in range(r.count(4, "type variable")))
+        type_vars = tuple(r.name("type variable") for _ in range(r.count(4, "type variable")))
         if len(set(type_vars)) != len(type_vars) or set(type_vars) & set(names):
             raise FormatError(f"ATYP section: bad type variables {type_vars} of {adt.name}")
         shared: dict = {}
@@ -531,6 +570,10 @@ def _read_constants(r: _Reader) -> list:
         if any(d < 0 for d in shape):
             raise FormatError(f"constant {i}: negative dimension in {shape}")
         nbytes = r.u64()
+        # Zero-size constants may have any other dims: bound them all, so that no shape NumPy cannot
+        # represent (or later code cannot multiply out) gets through.
+        if math.prod(max(d, 1) for d in shape) * np.dtype(dtype).itemsize >= 1 << 62:
+            raise FormatError(f"constant {i}: shape {shape} is too large")
         expected = math.prod(shape) * np.dtype(dtype).itemsize
         if nbytes != expected:
             raise FormatError(f"constant {i}: {nbytes} data bytes, but a {dtype} tensor of shape {shape} "
@@ -546,18 +589,18 @@ def _read_constants(r: _Reader) -> list:
 def _read_primitives(r: _Reader):
     texts = {}
     for _ in range(r.count(8, "primitive function")):
-        name = r.str()
+        name = r.name("primitive function")
         if name in texts:
             raise FormatError(f"PRIM section: primitive function {name!r} appears twice")
         texts[name] = r.str()
     kernels = []
     kinds = {v: k for k, v in _KIND_CODES.items()}
     for _ in range(r.count(21, "kernel")):
-        name = r.str()
+        name = r.name("kernel")
         kind = kinds.get(r.u8())
         if kind is None:
             raise FormatError(f"kernel {name!r}: unknown kind")
-        source = r.str()
+        source = r.name("primitive function")
         if source not in texts:
             raise FormatError(f"kernel {name!r} names primitive function {source!r}, which the file lacks")
         flags = [r.u8() for _ in range(r.count(1, "is_input flag"))]
@@ -578,7 +621,7 @@ def _read_code(r: _Reader, globals_) -> list:
         raise FormatError(f"CODE section has {n} functions, GLOB section {len(globals_)}")
     functions = []
     for name, params, types, ret in globals_:
-        got = r.str()
+        got = r.name("function")
         if got != name:
             raise FormatError(f"CODE section: function {got!r} where GLOB section has {name!r}")
         size = r.u32()

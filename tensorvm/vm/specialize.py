@@ -22,14 +22,22 @@ constants alone:
 A shape-determined tensor that could reach the caller (returned, put in a tuple, moved), directly or
 through reshapes, is excluded: every call must hand out its own buffer.
 
+The slice's kernels write into memory of their own (``ShapeSlice.private``), not into the storage the
+memory planner gave their outputs: the planner lets tensors whose lifetimes do not overlap share bytes,
+but a preset value lives for every later call with its key, so a later tensor of the body (or of the
+slice) placed on the same bytes would overwrite it. Nothing else writes a preset: the body skips the
+instructions that computed it, a shape-determined output has one writing kernel, and kernels write only
+into tensors allocated for them (never into a view, a constant or a shape).
+
 The slice also makes the function's *arena* once per key: every storage whose size is shape-determined
 and whose tensors all stay in the function (none can reach the caller), with those tensors and the
 reshapes of them. A call writes such a buffer before reading it and nothing of it outlives the call, so
 one set of buffers serves every call with that key, and the body runs without their allocations.
 
-Only straight-line functions qualify: no branches, calls or closures, every parameter a tensor, and
-every register written once. The slice keeps the storages its tensors live in; the body drops a storage
-only when the slice alone reads it.
+Only straight-line functions qualify: no branches, calls or closures, every parameter a tensor, every
+register written once, and every kernel output a tensor allocated for it (as the compiler emits). The
+slice keeps the storages its tensors live in; the body drops a storage only when the slice alone reads
+it.
 """
 
 from __future__ import annotations
@@ -56,6 +64,7 @@ class ShapeSlice:
     preset: tuple
     body_skip: frozenset
     placeholders: frozenset  # slice pcs allocating a tensor the slice reads only the shape of
+    private: frozenset = frozenset()  # slice pcs allocating a kernel's output: it gets memory of its own
 
 
 def shape_slice(fn: bc.VMFunction) -> ShapeSlice | None:
@@ -90,6 +99,7 @@ def shape_slice(fn: bc.VMFunction) -> ShapeSlice | None:
     known_shape: set[int] = set(range(len(fn.params)))  # tensors whose shape follows from the key
     determined: set[int] = set()                        # registers whose value follows from the key
     derived_pcs: set[int] = set()
+    private: set[int] = set()  # allocations of the slice kernels' outputs
 
     def determine(pc: int, regs) -> None:
         determined.update(regs)
@@ -97,6 +107,9 @@ def shape_slice(fn: bc.VMFunction) -> ShapeSlice | None:
 
     def allocated(reg: int) -> bool:
         return reg in writer and isinstance(code[writer[reg]], (bc.AllocTensor, bc.AllocTensorReg))
+
+    if not all(allocated(r) for r in kernel_outputs):
+        return None  # a kernel writing into a view, a constant or a shape could write into a preset value
 
     for pc, ins in enumerate(code):
         if isinstance(ins, (bc.LoadConst, bc.LoadConsti)):
@@ -118,8 +131,9 @@ def shape_slice(fn: bc.VMFunction) -> ShapeSlice | None:
             if all(r in determined for r in ins.inputs) and all(
                     allocated(r) and r in known_shape and kernel_outputs[r] == 1 and r not in escaping for r in outs):
                 determine(pc, outs)
-                for r in outs:  # the output buffers are made once, by the slice
+                for r in outs:  # the output buffers are made once, by the slice, in memory of their own
                     derived_pcs.add(writer[r])
+                    private.add(writer[r])
     # storages of a key-determined size holding only tensors that stay in the function: the slice makes
     # them and their tensors once per key, an arena every call reuses (the body writes a buffer before
     # it reads it on each call, and nothing of it outlives the call)
@@ -186,4 +200,5 @@ def shape_slice(fn: bc.VMFunction) -> ShapeSlice | None:
     for pc, ins in enumerate(code):
         if isinstance(ins, bc.KillRegister) and (ins.dst in kept or ins.dst in dropped_storages):
             body_skip.add(pc)
-    return ShapeSlice(frozenset(slice_pcs), preset, frozenset(body_skip), frozenset(placeholders))
+    return ShapeSlice(frozenset(slice_pcs), preset, frozenset(body_skip), frozenset(placeholders),
+                      frozenset(private))

@@ -30,12 +30,14 @@ a VM running the same executable.
 
 from __future__ import annotations
 
-import gc
 import math
+import os
+import threading
 import time
 from enum import IntEnum
 from math import prod
 from operator import itemgetter
+from threading import get_ident as _get_ident
 
 import numpy as np
 
@@ -48,6 +50,7 @@ from ..ir.types import FuncType, GlobalTypeVar, SymDim, TensorType, TupleType, T
 from ..runtime.memory import make_allocator
 from ..runtime.ndarray import NDArray
 from ..runtime.object import ADT, Closure
+from ..runtime.stack import GC_PAUSERS, caller_ident, pause_gc, resume_gc
 from . import bytecode as bc
 from .shape_plan import shape_plan
 from .specialize import shape_slice
@@ -147,6 +150,16 @@ def _shape_placeholder(shape, dtype, storage, offset) -> np.ndarray:
     return np.broadcast_to(np.zeros((), dtype), tuple(shape))
 
 
+def _private_view(view, alloc):
+    """A view function for the tensors a shape slice's kernels write: the view the generic code makes is
+    made (so its bounds are checked as there), but the tensor gets a storage of its own, as its value is
+    preset for every later call while the memory planner may let other tensors reuse those bytes."""
+    def make(shape, dtype, storage, offset):
+        view(shape, dtype, storage, offset)
+        return view(shape, dtype, alloc(int(math.prod(shape)) * dtype.itemsize, 64, dtype.name), 0)
+    return make
+
+
 def tuple_shape_of(tensor) -> tuple:
     """``ShapeOf`` where the shape stays a tuple."""
     return tensor.shape
@@ -156,10 +169,9 @@ def _deep_stack(frames: list, gc_paused: bool) -> bool:
     """Called when the frame stack is deep: enforce the depth limit, pause the cyclic GC once."""
     if len(frames) > MAX_STACK_DEPTH:
         raise ExecutionError(f"stack overflow: more than {MAX_STACK_DEPTH} nested calls")
-    if not gc_paused and gc.isenabled():
-        gc.disable()
-        return True
-    return gc_paused
+    if not gc_paused:
+        pause_gc(id(frames))  # counted: other threads may be deep too
+    return True
 
 
 def _offset(value) -> int:
@@ -242,7 +254,7 @@ class _FunctionInfo:
     """What the VM knows about one function: decoded code, register count, and argument checkers."""
 
     __slots__ = ("name", "index", "code", "pcs", "num_regs", "params", "param_types", "ret_type", "fast_specs",
-                 "tail", "shape_slice", "specialized", "sightings", "arena_bytes")
+                 "tail", "shape_slice", "specialized", "sightings", "arena_bytes", "entry")
 
     def __init__(self, fn: bc.VMFunction, index: int, num_regs: int | None = None):
         self.name, self.index = fn.name, index
@@ -256,17 +268,26 @@ class _FunctionInfo:
         self.specialized: dict = {}  # parameter shapes -> _FunctionInfo of the body with the slice's results
         self.sightings: dict = {}    # parameter shapes seen once (specialized at the second sighting)
         self.arena_bytes = 0         # a specialized body: the bytes of the buffers made for it once
+        self.entry = None            # a specialized body in compiled exec mode: its generated code, run(args)
 
 
 class VirtualMachine:
-    """Runs an ``Executable``. One VM holds per-call state: use one VM per thread.
+    """Runs an ``Executable``.
 
     ``allocator`` is ``"pooled"`` (default), ``"naive"`` or an ``Allocator`` instance. ``native=False``
     keeps to pure Python even where the compiled helper (``fastcall``: storages and tensor views made in C)
-    is available.
+    is available. ``specialize=False`` (default: on unless ``$TENSORVM_SPECIALIZE`` is ``0``) runs every
+    call of a straight-line function generically: no shape slice, no arena (``specialize.py``).
+
+    Threads: a VM runs one call at a time (it keeps per-call state: buffers of specialized shapes, the
+    allocator's pools, the selected program). Calls from other threads while it is busy wait their turn;
+    for parallel runs, make one VM per thread (VMs may share an executable; C kernels run without the
+    GIL). A call made on the thread already running one is allowed from an instrument callback (that
+    program keeps no per-call buffers) and otherwise raises ``ExecutionError``. An allocator instance
+    must not be shared by VMs used from different threads.
     """
 
-    def __init__(self, exe, allocator="pooled", device=None, native: bool = True):
+    def __init__(self, exe, allocator="pooled", device=None, native: bool = True, specialize: bool | None = None):
         if device not in (None, "cpu", "python") and str(device) != "cpu":
             raise ExecutionError(f"the VM runs on the host ('cpu'); got device {device!r}")
         self.exe = exe
@@ -278,8 +299,12 @@ class VirtualMachine:
         self._kernel_inputs = [k.num_inputs for k in exe.primitives]
         self._kernel_names = [k.name for k in exe.primitives]
         self._funcs = [_FunctionInfo(fn, i) for i, fn in enumerate(exe.functions)]
+        if specialize is None:
+            specialize = os.environ.get("TENSORVM_SPECIALIZE", "1").strip() != "0"
         for info, fn in zip(self._funcs, exe.functions):
-            info.shape_slice = shape_slice(fn)
+            info.shape_slice = shape_slice(fn) if specialize else None
+        self._body_makers: dict = {}  # compiled mode: function index -> maker of its specialized body's code
+        self._calls = {"generic": 0, "specialized": 0}  # calls from the API, by the code they ran
         self._plain_parts = None  # (kernels, builtins, shape forms) of the plain program, for specializing
         self._by_name = {info.name: info for info in self._funcs}
         self._adt_tags = exe.adt_tag_table()           # full tag -> (constructor index, name)
@@ -292,7 +317,31 @@ class VirtualMachine:
         self._inputs: dict[str, list] = {}
         self._outputs = None
         self._exec_mode = exe.exec_mode
+        self._lock = threading.Lock()  # held by the thread running a call (see the class docstring)
+        self._owner = None             # that thread's ident
+        if self._exec_mode == "compiled":
+            from .compiled import may_nest
+
+            self._nests = may_nest(exe)
+        else:
+            self._nests = False
         self._select_program("plain")
+
+    # --- one call at a time -----------------------------------------------------------------------
+    def _one_call(self, what: str, fn, *args):
+        """``fn(*args)`` holding the VM (a ``with`` block, so that an interrupt cannot leave it held)."""
+        if self._owner is not None and self._owner == caller_ident():  # nested in this thread's call
+            if self._mode == "plain":
+                raise ExecutionError(f"VirtualMachine.{what}: this VM is already running a call on this "
+                                     f"thread (a re-entrant call, e.g. from a signal handler); use another "
+                                     f"VirtualMachine")
+            return fn(*args)
+        with self._lock:
+            try:
+                self._owner = _get_ident()
+                return fn(*args)
+            finally:
+                self._owner = None
 
     # --- program variants: plain, instrumented, profiled ----------------------------------------
     def _select_program(self, mode: str) -> None:
@@ -359,14 +408,15 @@ class VirtualMachine:
         return [self._decode(fn, *parts) for fn in self.exe.functions]
 
     def _decode(self, fn: bc.VMFunction, kernels: list, builtins: dict, forms: list, keep=None,
-                skip=frozenset(), placeholders=frozenset()) -> tuple:
+                skip=frozenset(), placeholders=frozenset(), private=frozenset()) -> tuple:
         """``fn``'s instructions as decoded tuples, plus the bytecode pc of each (for error messages).
 
         Registers written once by ``LoadConst``/``LoadConsti`` and read only where an immediate fits
         (offsets, static sizes, ``If`` targets) are folded into their readers and their loads dropped.
         Shapes stay tuples where ``shape_plan`` proves it safe. ``keep`` (the pcs to decode, default all)
         and ``skip`` select part of a straight-line function (a shape slice or the body after it); the
-        tensors allocated at ``placeholders`` get their shape and no memory.
+        tensors allocated at ``placeholders`` get their shape and no memory, those at ``private`` memory of
+        their own.
         """
         O = bc.Opcode
         instrs = fn.instructions
@@ -386,6 +436,8 @@ class VirtualMachine:
             pcs.append(pc)
             if pc in placeholders:
                 view = view_reg = _shape_placeholder
+            elif pc in private:
+                view = view_reg = _private_view(builtins["view"], alloc)
             else:
                 view, view_reg = builtins["view"], builtins["view_reg"]
             if op == O.InvokePacked:
@@ -675,8 +727,9 @@ class VirtualMachine:
         except Exception as err:
             raise self._located_error(err, fidx, pc, info if code is info.code else None) from err
         finally:
-            if gc_paused:
-                gc.enable()
+            if gc_paused or len(frames) > GC_PAUSE_DEPTH:  # (also when an interrupt came inside pause_gc)
+                GC_PAUSERS.discard(id(frames))  # (in C, before an interrupt can be raised: runtime.stack.leave)
+                resume_gc(id(frames))
 
     def _located_error(self, err: Exception, fidx: int, index: int, info: _FunctionInfo | None = None) -> Exception:
         pcs = (info or self._funcs[fidx]).pcs
@@ -690,17 +743,21 @@ class VirtualMachine:
         if info.shape_slice is not None and self._mode == "plain":
             key = tuple([a.shape for a in args])
             body = info.specialized.get(key)
+            if body is None and key in info.sightings:
+                body = self._specialize(info, key, args)
             if body is not None:
+                self._calls["specialized"] += 1
+                if body.entry is not None:  # compiled exec mode: the body's own generated code
+                    return body.entry(args)
                 return self._run(body, args)
-            if key in info.sightings:
-                return self._run(self._specialize(info, key, args), args)
             if len(info.sightings) >= _SPECIALIZE_LIMIT:
                 info.sightings.clear()
             info.sightings[key] = True
+        self._calls["generic"] += 1
         if self._exec_mode == "compiled":
             from .compiled import call_compiled
 
-            return call_compiled(self._entries, info.index, args, self.exe)
+            return call_compiled(self._entries, info.index, args, self.exe, self._nests)
         return self._run(info, args)
 
     def _specialize(self, info: _FunctionInfo, key: tuple, args: list) -> _FunctionInfo:
@@ -711,7 +768,8 @@ class VirtualMachine:
             self._plain_parts = self._program_parts("plain")
         fn = self.exe.functions[info.index]
         plan = info.shape_slice
-        code, pcs = self._decode(fn, *self._plain_parts, keep=plan.slice_pcs, placeholders=plan.placeholders)
+        code, pcs = self._decode(fn, *self._plain_parts, keep=plan.slice_pcs, placeholders=plan.placeholders,
+                                 private=plan.private)
         results = info.num_regs  # one more register: the tuple of the slice's results
         sliced = _FunctionInfo(fn, info.index, num_regs=results + 1)
         sliced.code = (*code, (_ALLOC_ADT, results, 0, _tuple_getter(plan.preset)), (_RET, results))
@@ -724,6 +782,8 @@ class VirtualMachine:
             tail[reg - len(fn.params)] = value
         body.tail = tuple(tail)
         body.arena_bytes = _held_bytes(values)
+        if self._exec_mode == "compiled":
+            body.entry = self._body_maker(info)(values)
         # the kept arenas are bounded in number and in bytes (the newest is always kept)
         while info.specialized and (len(info.specialized) >= _SPECIALIZE_LIMIT or body.arena_bytes + sum(
                 b.arena_bytes for b in info.specialized.values()) > _ARENA_LIMIT):
@@ -731,6 +791,24 @@ class VirtualMachine:
         info.specialized[key] = body
         info.sightings.pop(key, None)
         return body
+
+    def _body_maker(self, info: _FunctionInfo):
+        """Compiled mode: the maker of ``info``'s specialized body as generated code (one per function)."""
+        maker = self._body_makers.get(info.index)
+        if maker is None:
+            from .compiled import specialized_body
+
+            maker = specialized_body(self.exe, info.index, info.shape_slice, self._compiled["plain"])
+            self._body_makers[info.index] = maker
+        return maker
+
+    def exec_stats(self) -> dict:
+        """What ran: the exec mode, the calls made through the API (``invoke``, ``run``, ``benchmark``...) by
+        the code they ran (``generic``, or a body ``specialized`` to its argument shapes), where specialized
+        bodies run (``"compiled code"`` or ``"dispatch loop"``) and how many shapes are specialized now."""
+        return {"exec_mode": self._exec_mode, "calls": dict(self._calls),
+                "specialized_runs_in": "compiled code" if self._exec_mode == "compiled" else "dispatch loop",
+                "specialized_shapes": sum(len(info.specialized) for info in self._funcs)}
 
     def _function(self, func_name: str) -> _FunctionInfo:
         try:
@@ -742,11 +820,22 @@ class VirtualMachine:
     def invoke(self, func_name: str = "main", *args, **kwargs):
         """Run ``func_name`` on ``args`` (or on the inputs given to ``set_input``); returns user values."""
         info = self._function(func_name)
+        if self._owner is not None:  # busy: nested in this thread's call, or another thread's (then wait)
+            return self._one_call("invoke", self._invoke, info, args, kwargs)
+        with self._lock:  # (_one_call inlined: the common case)
+            try:
+                self._owner = _get_ident()
+                return self._invoke(info, args, kwargs)
+            finally:
+                self._owner = None
+
+    def _invoke(self, info: _FunctionInfo, args: tuple, kwargs: dict):
         if args or kwargs or not info.params:
             values = self._convert_inputs(info, args, kwargs)
         else:
             values = self._stored_inputs(info)
-        return self._to_user(self._call(info, values))
+        result = self._call(info, values)
+        return self._to_user(result) if result.__class__ is not ADT else self._adt_result(result)
 
     def run(self, *args, **kwargs):
         """``invoke("main", *args)`` (the Relay VM's ``run``)."""
@@ -759,7 +848,8 @@ class VirtualMachine:
     def set_input(self, func_name: str, *args, **kwargs) -> None:
         """Check, convert and keep inputs for ``func_name`` (positional, or by parameter name)."""
         info = self._function(func_name)
-        self._inputs[func_name] = self._convert_inputs(info, args, kwargs)
+        values = self._one_call("set_input", self._convert_inputs, info, args, kwargs)
+        self._inputs[func_name] = values
 
     def _stored_inputs(self, info: _FunctionInfo) -> list:
         try:
@@ -771,8 +861,7 @@ class VirtualMachine:
     def invoke_stateful(self, func_name: str = "main") -> None:
         """Run ``func_name`` on the inputs from ``set_input`` and keep the result for ``get_outputs``."""
         info = self._function(func_name)
-        values = self._stored_inputs(info) if info.params else []
-        self._outputs = self._to_user(self._call(info, values))
+        self._outputs = self._one_call("invoke_stateful", self._invoke, info, (), {})
 
     def get_outputs(self, func_name: str | None = None) -> list:
         """The outputs of the last ``invoke_stateful``: a tuple result's fields, else ``[result]``."""
@@ -797,6 +886,9 @@ class VirtualMachine:
 
         Returning ``SKIP_RUN`` from the before-call skips the kernel (and the after-call).
         """
+        self._one_call("set_instrument", self._set_instrument, fn)
+
+    def _set_instrument(self, fn) -> None:
         self._instrument = fn
         self._programs.pop("instrument", None)
         self._compiled.pop("instrument", None)
@@ -811,9 +903,12 @@ class VirtualMachine:
     def profile(self, func_name: str = "main", *args, warmup: int = 2, **kwargs):
         """Run once (after ``warmup`` runs, the last one instrumented and discarded) timing every kernel and
         VM op; returns a ``ProfileReport`` (its ``result`` is the run's result)."""
+        return self._one_call("profile", self._profile, self._function(func_name), args, kwargs, warmup)
+
+    def _profile(self, info: _FunctionInfo, args: tuple, kwargs: dict, warmup: int):
         from .profiler import ProfileRecorder, ProfileReport
 
-        info = self._function(func_name)
+        func_name = info.name
         values = self._convert_inputs(info, args, kwargs) if (args or kwargs or not info.params) \
             else self._stored_inputs(info)
         for _ in range(warmup - 1):
@@ -838,9 +933,11 @@ class VirtualMachine:
 
     def benchmark(self, func_name: str = "main", *args, number: int = 10, repeat: int = 5, **kwargs):
         """Time ``repeat`` batches of ``number`` calls; returns a ``BenchmarkResult`` (seconds per call)."""
+        return self._one_call("benchmark", self._benchmark, self._function(func_name), args, kwargs, number, repeat)
+
+    def _benchmark(self, info: _FunctionInfo, args: tuple, kwargs: dict, number: int, repeat: int):
         from .profiler import BenchmarkResult
 
-        info = self._function(func_name)
         values = self._convert_inputs(info, args, kwargs) if (args or kwargs or not info.params) \
             else self._stored_inputs(info)
         if number < 1 or repeat < 1:
@@ -973,6 +1070,12 @@ class VirtualMachine:
         raise ExecutionError(f"{where}: cannot pass a {type(value).__name__} to the VM")
 
     # --- results ----------------------------------------------------------------------------------
+    def _adt_result(self, value: ADT):
+        """An ADT result for the user: nested values are converted as a recursion user (``runtime.stack``),
+        so that no other thread lowers the recursion limit beneath the conversion."""
+        with deep_recursion():
+            return self._to_user(value)
+
     def _to_user(self, value):
         cls = value.__class__
         if cls is np.ndarray:

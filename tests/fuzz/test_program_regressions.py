@@ -19,19 +19,10 @@ import program_fuzz as pf  # noqa: E402
 VM = {name: build for name, build in pf.EXECUTORS.items() if name.startswith("vm-")}
 STATIC = {name: build for name, build in pf.EXECUTORS.items() if name.startswith(("graph", "aot"))}
 
-SPECIALIZE = ("owned elsewhere (tensorvm/vm/specialize.py, issue 16 defect 1, branch wip/spec): a "
-              "specialized body's preset values (shape-slice kernel outputs) sit in storage that the memory "
-              "planner lets later tensors reuse, so the second and later calls with a shape read overwritten "
-              "values; remove this mark when the fix is merged")
-
-AOT_0D = ("owned elsewhere (tensorvm/aot/, fixed on branch wip/graph by 'AOT: a 0-d constant result keeps "
-          "shape ()'): a scalar result that constant folding computes (the sum of a static shape) comes "
-          "back from AOT with shape (1,) instead of (); remove this mark when that branch is merged")
-
 # (name, program text, executors); found by the fuzzer, shrunk (by Hypothesis, then by hand)
 REGRESSIONS = [
     pytest.param(
-        "shape_only_sum_and_shape_row",
+        "shape_only_sum_and_shape_row",  # issue 16 defect 1: preset values of a specialized body overwritten
         """
 def @main(%p1: Tensor[(?), float32]) {
   let %v2 = add(%p1, sum(cast(shape_of(%p1, dtype="int64"), dtype="float32")));
@@ -39,7 +30,7 @@ def @main(%p1: Tensor[(?), float32]) {
   ((%v2, %v3), Cons(%v3, Nil))
 }
 """,
-        VM, marks=pytest.mark.xfail(strict=True, reason=SPECIALIZE), id="shape_only_sum_and_shape_row"),
+        VM, id="shape_only_sum_and_shape_row"),
     pytest.param(
         "shape_sum_after_reductions",
         """
@@ -50,7 +41,7 @@ def @main(%p1: Tensor[(1), float32], %p2: Tensor[(1, ?), float32], %p3: Tensor[(
   (%v11, Cons(%v11, Nil))
 }
 """,
-        VM, marks=pytest.mark.xfail(strict=True, reason=SPECIALIZE), id="shape_sum_after_reductions"),
+        VM, id="shape_sum_after_reductions"),
     pytest.param(
         "dense_by_its_own_shape",  # the issue's repro of defect 1
         """
@@ -60,15 +51,15 @@ def @main(%x: Tensor[(?, 2), float32]) -> Tensor[(?, 1), float32] {
   add(%e, sum(cast(shape_of(%e, dtype="int64"), dtype="float32")))
 }
 """,
-        VM, marks=pytest.mark.xfail(strict=True, reason=SPECIALIZE), id="dense_by_its_own_shape"),
+        VM, id="dense_by_its_own_shape"),
     pytest.param(
-        "scalar_from_a_static_shape",  # campaign seed 1022, shrunk
+        "scalar_from_a_static_shape",  # campaign seed 1022, shrunk: AOT gave shape (1,) for a folded 0-d result
         """
 def @main(%p1: Tensor[(1), float32]) {
   sum(cast(shape_of(%p1), dtype="float32"))
 }
 """,
-        STATIC, marks=pytest.mark.xfail(strict=True, reason=AOT_0D), id="scalar_from_a_static_shape"),
+        STATIC, id="scalar_from_a_static_shape"),
 ]
 
 

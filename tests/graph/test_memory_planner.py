@@ -249,3 +249,41 @@ def test_plans_of_every_static_program(program):
 def test_non_static_programs_are_refused_pointing_to_the_vm(program):
     with pytest.raises(tv.UnsupportedError, match=r"static.*VM|VM"):
         static_lifetimes(lower_static(program.parse()))
+
+
+@settings(max_examples=60, deadline=None)
+@given(lifetime_sets(), st.sampled_from([1, 16]), st.data())
+def test_check_finds_a_live_overlap_exactly_when_one_exists(lifetimes, alignment, data):
+    """``check`` (a sweep comparing each block with its live neighbours) against every pair: roots
+    moved to random aligned offsets overlap while live exactly when ``check`` says so."""
+    plan = plan_memory(lifetimes, "greedy_by_size", alignment=alignment)
+    by_name = {lt.name: lt for lt in lifetimes}
+
+    def root(name):
+        while by_name[name].alias_of is not None:
+            name = by_name[name].alias_of
+        return name
+
+    moved = {r: data.draw(st.integers(0, 8)) * alignment * 16 for r in {root(n) for n in plan.offsets}}
+    plan.offsets = {name: moved[root(name)] for name in plan.offsets}
+    plan.total_bytes = 1 << 20
+    # a storage id per block, so only the byte check can fail
+    plan.storage_ids = {name: i for i, name in enumerate(plan.storage_ids)}
+    plan.storage_sizes = [by_name[n].size_bytes for n in plan.storage_ids]
+    plan.storage_kinds = ["intermediate" if n in plan.offsets else by_name[root(n)].kind for n in plan.storage_ids]
+    plan.storage_kinds = ["intermediate" if k == "intermediate" else "output" for k in plan.storage_kinds]
+    try:
+        assert_no_live_overlap(lifetimes, plan)
+        overlapping = False
+    except AssertionError as err:
+        overlapping = "overlap while both live" in str(err)
+        if not overlapping:
+            raise
+    if overlapping:
+        with pytest.raises(MemoryPlanError, match="overlap in bytes while both live"):
+            plan.check()
+    else:
+        try:
+            plan.check()
+        except MemoryPlanError as err:
+            assert "overlap" not in str(err), err
