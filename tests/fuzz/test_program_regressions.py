@@ -21,12 +21,12 @@ VM_C = {name: build for name, build in pf.EXECUTORS.items() if name.startswith("
 ALL_C = {name: build for name, build in pf.EXECUTORS.items() if "-c" in name or name == "aot"}
 STATIC = {name: build for name, build in pf.EXECUTORS.items() if name.startswith(("graph", "aot"))}
 
-CONCAT_C = ("not fixed yet (found by the campaign at the end of the session; tensorvm/codegen or the C "
-            "kernel build, to route): on target c, concatenate((%a, %b, %a), axis=0) of dynamic row counts "
-            "gets a wrong element in the part after %b (for a 2x2 %a and a 3x2 %b, out[11] is 0, not 1), from "
-            "the first call, with specialization off too; the kernel source, compiled alone with the same "
-            "flags, is right, so suspect how it is called (fastcall) or the output buffer; which executors "
-            "show it varies from run to run; target python is right")
+CONCAT_C = ("not fixed yet (tensorvm/codegen, found by the campaign at the end of the session): a tensor "
+            "concatenated with itself (concatenate((%a, %a)), concatenate((%a, %b, %a))) comes out with a "
+            "wrong element on target c. The generated kernel is right C: GCC 12.2 miscompiles it at -O3 with "
+            "AVX2 or -march=native (its loop vectorizer; -O2 or -fno-tree-loop-vectorize give the right "
+            "result), so the C generator must avoid the pattern (a select between two reads of one input) or "
+            "the flag; target python is right")
 
 # (name, program text, executors); found by the fuzzer, shrunk (by Hypothesis, then by hand)
 REGRESSIONS = [
