@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-dev
 
-.PHONY: demo test bench conformance-report conformance-c lint clean fuzz-loaders
+.PHONY: demo test fuzz bench conformance-report conformance-c lint clean fuzz-loaders
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -19,6 +19,15 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -n 2 tests
+
+# The differential program fuzzer's long campaign (tests/fuzz/program_campaign.py; `make test` runs a
+# budget of it): prints programs x calls x executors and mismatches, shrunk failures go to fuzz-failures/.
+# FUZZ_ARGS sets the budget, e.g. make fuzz FUZZ_ARGS="--programs 2000 --seed 7". Then the loader fuzzers.
+FUZZ_ARGS ?= --minutes 30
+
+fuzz: $(STAMP)
+	$(BIN)/python tests/fuzz/program_campaign.py $(FUZZ_ARGS)
+	$(MAKE) fuzz-loaders
 
 BENCH_STAMP := $(VENV)/.installed-bench
 
