@@ -11,7 +11,9 @@ After it:
   instead of bloating the executable); a kernel that fails (e.g. a division by zero) is left for
   run time to report;
 * ``shape_of(%x)`` with a static type for ``%x`` is its constant shape;
-* ``%t.i`` of a tuple literal is its field; ``if`` on a constant condition is the chosen branch;
+* ``%t.i`` of a tuple literal is its field; ``if`` on a constant condition is the chosen branch
+  (bound to a variable annotated with the ``if``'s type when that type is closed and not a tensor: a
+  branch such as ``None`` does not say its type arguments, which the other branch had fixed);
   ``let %x = <constant or tuple of constants>;`` is inlined into its uses.
 
 The memory dialect (``memory.*``, ``vm.*``) is never folded.
@@ -21,9 +23,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..ir.expr import Call, Constant, Expr, Function, If, Let, Op, Tuple, TupleGetItem
+from ..ir.expr import Call, Constant, Expr, Function, If, Let, Op, Tuple, TupleGetItem, Var
 from ..ir.module import IRModule
-from ..ir.types import TensorType
+from ..ir.types import FuncType, IncompleteType, RefType, TensorType, TupleType, TypeCall, TypeVar
 from ..op.registry import get_op
 from .pass_infra import Pass
 from .to_anf import TypedMutator, copy_type, known_type, rebuild_function, rebuilt_let
@@ -107,7 +109,12 @@ class _Folder(TypedMutator):
     def visit_if(self, e: If):
         cond = self.visit(e.cond)
         if isinstance(cond, Constant) and cond.data.ndim == 0:
-            return self.visit(e.true_branch if bool(cond.data) else e.false_branch)
+            branch = self.visit(e.true_branch if bool(cond.data) else e.false_branch)
+            ty = known_type(e)
+            if ty is None or isinstance(ty, TensorType) or not _closed(ty):
+                return branch
+            var = Var("folded_if", ty).with_type(ty)  # keeps the type arguments the other branch fixed
+            return Let(var, branch, var, span=e.span).with_type(ty)
         return super().visit_if(e)
 
     def visit_let(self, let: Let):
@@ -127,6 +134,21 @@ class _Folder(TypedMutator):
                 result = rebuilt_let(node, var, value, result)
             self.memo[node] = result
         return result
+
+
+def _closed(ty) -> bool:
+    """Whether ``ty`` has no type variable or unknown part (so it can annotate a variable)."""
+    if isinstance(ty, (TypeVar, IncompleteType)):
+        return False
+    if isinstance(ty, TupleType):
+        return all(_closed(f) for f in ty.fields)
+    if isinstance(ty, TypeCall):
+        return all(_closed(a) for a in ty.args)
+    if isinstance(ty, FuncType):
+        return not ty.type_params and all(_closed(a) for a in ty.arg_types) and _closed(ty.ret_type)
+    if isinstance(ty, RefType):
+        return _closed(ty.value)
+    return True
 
 
 def fold_constant(expr: Expr) -> Expr:

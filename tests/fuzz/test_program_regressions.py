@@ -21,19 +21,6 @@ VM_C = {name: build for name, build in pf.EXECUTORS.items() if name.startswith("
 ALL_C = {name: build for name, build in pf.EXECUTORS.items() if "-c" in name or name == "aot"}
 STATIC = {name: build for name, build in pf.EXECUTORS.items() if name.startswith(("graph", "aot"))}
 
-CONCAT_C = ("not fixed yet (tensorvm/codegen, found by the campaign at the end of the session): a tensor "
-            "concatenated with itself (concatenate((%a, %a)), concatenate((%a, %b, %a))) comes out with a "
-            "wrong element on target c. The generated kernel is right C: GCC 12.2 miscompiles it at -O3 with "
-            "AVX2 or -march=native (its loop vectorizer; -O2 or -fno-tree-loop-vectorize give the right "
-            "result), so the C generator must avoid the pattern (a select between two reads of one input) or "
-            "the flag; target python is right")
-
-FOLDED_NONE = ("not fixed yet (tensorvm/transform, found by the campaign at the end of the session): the "
-               "interpreter runs this program, but compiling it for the VM (and the graph executor) fails "
-               "with TypeInferenceError 'cannot infer the type of %v12 (only Option[_] is known)': once the "
-               "condition folds to a constant (arange of a static dim), the if becomes a bare None and "
-               "re-inference loses the Option's type argument")
-
 # (name, program text, executors); found by the fuzzer, shrunk (by Hypothesis, then by hand)
 REGRESSIONS = [
     pytest.param(
@@ -82,7 +69,7 @@ def @main(%a: Tensor[(?, 2), float32], %b: Tensor[(?, 2), float32]) {
   concatenate((%a, %b, %a), axis=0)
 }
 """,
-        VM_C, marks=pytest.mark.xfail(strict=True, reason=CONCAT_C), id="concatenate_a_field_twice"),
+        VM_C, id="concatenate_a_field_twice"),  # GCC 12.2 -O3 AVX2 miscompile; the toolchain probe
     pytest.param(
         "concatenate_a_static_tensor_with_itself",  # campaign seed 5011, shrunk by hand
         """
@@ -90,7 +77,7 @@ def @main(%p2: Tensor[(3, 2), float32]) {
   concatenate((%p2, %p2), axis=0)
 }
 """,
-        ALL_C, marks=pytest.mark.xfail(strict=True, reason=CONCAT_C), id="concatenate_a_static_tensor_with_itself"),
+        ALL_C, id="concatenate_a_static_tensor_with_itself"),
     pytest.param(
         "option_from_a_folded_if",  # campaign seed 5017, shrunk by hand
         """
@@ -107,7 +94,7 @@ def @main(%p1: Tensor[(1, 1), float32]) {
 }
 """,
         {k: pf.EXECUTORS[k] for k in ("vm-python-bytecode", "vm-c-compiled")},
-        marks=pytest.mark.xfail(strict=True, reason=FOLDED_NONE), id="option_from_a_folded_if"),
+        id="option_from_a_folded_if"),  # FoldConstant's folded if keeps the if's type
 ]
 
 
