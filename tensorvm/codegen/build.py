@@ -260,7 +260,7 @@ def _probe() -> Toolchain:
 
 
 _OPTIONAL_FLAGS = ("-march=native", "-fexcess-precision=standard", "-fopenmp", "-fopenmp-simd", "-DTV_VECTOR_MATH",
-                   "-fno-tree-loop-if-convert")
+                   "-DTV_NO_LOOP_IF_CONVERSION")
 
 
 def _toolchain_from_json(data, compiler: str, version: str) -> Toolchain | None:
@@ -309,7 +309,7 @@ def _probe_flags(compiler: str, version: str) -> Toolchain:
         if _vector_math_works(compiler, flags, tmp):
             flags.append("-DTV_VECTOR_MATH")
         if not _if_conversion_sound(compiler, flags, tmp):
-            flags.append("-fno-tree-loop-if-convert")
+            flags.append("-DTV_NO_LOOP_IF_CONVERSION")  # PRELUDE's TV_SELECT_OF_LOADS turns it off
         include = sysconfig.get_paths().get("include") or ""
         python_code = "#define PY_SSIZE_T_CLEAN\n#include <Python.h>\nint tv_probe(PyObject* o) { return PyTuple_Check(o); }\n"
         if not include or not accepts(("-I" + include,), python_code):
@@ -347,7 +347,8 @@ void tv_probe(const float* restrict x, float* restrict y, const double* restrict
 # A kernel as tensorvm generates it for concatenate((x, x), axis=0) of a (3, 2) float32 tensor. GCC 12.2
 # at -O3 with AVX2 vectorizes the if-converted select between two loads of the same array wrongly
 # (element 7 comes out 0 instead of 1); dynamic row counts go wrong the same way. Where the kernel built
-# with the probe's flags gives a wrong answer, loop if-conversion is turned off for every kernel.
+# with the probe's flags gives a wrong answer, loop if-conversion is turned off for the generated kernels
+# that hold a select between two loads (``TV_SELECT_OF_LOADS`` in ``c_emit.PRELUDE``).
 _IF_CONVERSION_PROBE = """
 #include <stdint.h>
 int32_t tv_probe(const float* restrict p0, float* restrict out0) {
