@@ -20,7 +20,7 @@ The lowered module (the contract with ``tensorvm/vm/codegen.py``):
    block together, e.g. the arguments of a tail call, share one storage side by side) and dynamic
    values are killed after their last use (``ManifestLifetimes``).
 
-Details and deviations from ``/work/notes/vm_contract.md`` the code generator must know:
+Details of the lowered form the code generator must know:
 
 * ``vm.invoke_tvm_op``, ``vm.shape_func`` and ``memory.kill`` have type ``()`` and are let-bound to
   variables that are never used (``let %unit = vm.invoke_tvm_op(...)``).
