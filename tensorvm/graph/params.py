@@ -36,7 +36,7 @@ PARAMS_VERSION = 1
 PARAM_DTYPES = ("bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
                 "float16", "float32", "float64")
 MAX_NDIM = 32  # also the graph JSON's bound
-MAX_ELEMENTS = 2**62  # of a shape, zero dims read as 1 (NumPy's limit on shapes is 2**63 bytes)
+MAX_BYTES = 2**62  # of a shape, zero dims read as 1 (NumPy's limit on shapes is 2**63 bytes)
 
 
 def _as_array(value, name: str) -> np.ndarray:
@@ -122,11 +122,11 @@ def load_params(data, what: str = "params") -> dict:
         shape = reader.unpack(f"<{ndim}q", f"{where} shape")
         if any(d < 0 for d in shape):
             raise FormatError(f"{what}: {where} has a negative dim in shape {shape}")
-        if math.prod(max(d, 1) for d in shape) > MAX_ELEMENTS:  # zero-size too: NumPy cannot shape it
-            raise FormatError(f"{what}: {where} has shape {tuple(shape)}; expected dims whose nonzero "
-                              f"product is at most {MAX_ELEMENTS}")
-        (nbytes,) = reader.unpack("<Q", f"{where} size")
         itemsize = np.dtype(dtype).itemsize
+        if math.prod(max(d, 1) for d in shape) * itemsize > MAX_BYTES:  # zero-size too: NumPy cannot shape it
+            raise FormatError(f"{what}: {where} has shape {tuple(shape)} of {dtype}; expected dims whose nonzero "
+                              f"product is at most {MAX_BYTES} bytes")
+        (nbytes,) = reader.unpack("<Q", f"{where} size")
         expected = int(np.prod(shape, dtype=object)) * itemsize if shape else itemsize
         if nbytes != expected:
             raise FormatError(f"{what}: {where} has {nbytes} data bytes but shape {tuple(shape)} of {dtype} "

@@ -75,6 +75,9 @@ def _body(params):
     (lambda: _resealed(_body({"a": np.ones((0, 1), "float32")}).replace(struct.pack("<qq", 0, 1),
                                                                         struct.pack("<qq", 0, 2**63 - 1))),
      "nonzero product"),
+    (lambda: _resealed(_body({"a": np.ones((0, 1), "float32")}).replace(struct.pack("<qq", 0, 1),
+                                                                        struct.pack("<qq", 0, 2**62))),
+     "nonzero product"),  # 2**62 elements of 4 bytes
 ])
 def test_corrupt_files_raise_format_error(make, message):
     with pytest.raises(tv.FormatError, match=message):
