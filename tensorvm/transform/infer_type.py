@@ -193,6 +193,17 @@ def _describe_node(expr, depth: int) -> str:
     return type(expr).__name__
 
 
+
+def _memoized(memo: dict | None, ty, compute):
+    """``compute(ty, memo)``, once per type object when ``memo`` ({id: (type, result)}) is given."""
+    if memo is None:
+        return compute(ty, memo)
+    hit = memo.get(id(ty))
+    if hit is None:
+        hit = memo[id(ty)] = (ty, compute(ty, memo))  # (holding ty keeps its id unique)
+    return hit[1]
+
+
 class _Mismatch(Exception):
     """Two types that cannot meet; converted to a ``TypeInferenceError`` by whoever knows the context."""
 
@@ -469,14 +480,7 @@ class _Solver:
         """``ty`` with every bound IncompleteType replaced, recursively. Types share sub-types (a let
         chain building tuples of tuples makes each type contain the previous one): with ``memo``
         ({id: (type, result)}, kept across calls) each shared sub-type is resolved once, not once per use."""
-        if memo is not None:
-            hit = memo.get(id(ty))
-            if hit is not None:
-                return hit[1]
-        result = self._resolve(ty, memo)
-        if memo is not None:
-            memo[id(ty)] = (ty, result)  # (holding ty keeps its id unique)
-        return result
+        return _memoized(memo, ty, self._resolve)
 
     def _resolve(self, ty, memo):
         ty = self.find(ty)
@@ -502,14 +506,7 @@ class _Solver:
     def first_root(self, ty, memo: dict | None = None):
         """The first unbound IncompleteType inside ``ty``, or None when ``ty`` is fully known (``memo``:
         as for ``resolve``)."""
-        if memo is not None:
-            hit = memo.get(id(ty))
-            if hit is not None:
-                return hit[1]
-        result = self._first_root(ty, memo)
-        if memo is not None:
-            memo[id(ty)] = (ty, result)
-        return result
+        return _memoized(memo, ty, self._first_root)
 
     def _first_root(self, ty, memo):
         ty = self.find(ty)
