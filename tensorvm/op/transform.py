@@ -281,10 +281,11 @@ def expect_same_dtype(op: str, a: TensorType, b: TensorType, what: str):
 
 
 def define(name: str, num_inputs: int, type_rel, kernel, pattern: OpPattern, attrs=(), shape_func=None,
-           data_dependent=False, doc: str = "") -> OpDef:
+           data_dependent=False, doc: str = "", compute=None, strategy=None) -> OpDef:
     """Register an op whose type relation, shape function and kernel always see normalized attributes."""
     opdef = OpDef(name=name, num_inputs=num_inputs, type_rel=type_rel, kernel=kernel, pattern=pattern,
-                  attrs=attrs, shape_func=shape_func, shape_func_data_dependent=data_dependent, doc=doc)
+                  attrs=attrs, shape_func=shape_func, shape_func_data_dependent=data_dependent, doc=doc,
+                  compute=compute, strategy=strategy)
     required = [a.name for a in opdef.attrs if a.default is REQUIRED]
 
     def norm(attrs):
@@ -313,7 +314,7 @@ def define(name: str, num_inputs: int, type_rel, kernel, pattern: OpPattern, att
 
 
 def define_shaped(name: str, num_inputs: int, logic, kernel, pattern: OpPattern, attrs=(), dtype_rule=None,
-                  check_types=None, doc: str = "") -> OpDef:
+                  check_types=None, doc: str = "", compute=None, strategy=None) -> OpDef:
     """Register a one-output op from its shape logic ``logic(op, attrs, shapes, err) -> shape``.
 
     ``dtype_rule(types, attrs)`` gives the output dtype (default: the first input's);
@@ -337,7 +338,8 @@ def define_shaped(name: str, num_inputs: int, logic, kernel, pattern: OpPattern,
         out = np.asarray(kernel(attrs, out_shape, *arrays))
         return out
 
-    return define(name, num_inputs, type_rel, checked_kernel, pattern, attrs, shape_func, doc=doc)
+    return define(name, num_inputs, type_rel, checked_kernel, pattern, attrs, shape_func, doc=doc, compute=compute,
+                  strategy=strategy)
 
 
 # ---------------------------------------------------------------------------------------------------
