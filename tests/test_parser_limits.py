@@ -20,7 +20,7 @@ from tensorvm.transform.infer_type import MAX_TYPE_NESTING, infer_expr, infer_ty
 
 @pytest.mark.parametrize("text, column, words", [
     ("é", 1, ["unexpected character 'é'"]),
-    ("def @main() { 1f + é }", 18, ["unexpected character"]),
+    ("def @main() { 1f + é }", 20, ["unexpected character"]),
     ("%x.٣", 4, ["unexpected character '٣'"]),   # an Arabic-Indic digit after '.'
     ("1٣", 2, ["unexpected character '٣'"]),  # (int() would read it as 13)
     ("def @main() { ab\u00e9c }", 17, ["unexpected character 'é'"]),

@@ -609,9 +609,22 @@ def test_meta_index_out_of_range():
 
 
 def test_tokenizer_handles_projections_comments_and_negative_numbers():
-    kinds = [(t.kind, t.text) for t in tokenize("%t.0.1 /* a /* nested */ comment */ -2i64 // end\n nn.conv2d ->")]
-    assert kinds == [("LOCAL", "t"), ("PUNCT", "."), ("NUMBER", "0"), ("PUNCT", "."), ("NUMBER", "1"),
+    kinds = [(t.kind, t.text) for t in tokenize("%t.0.1, /* a /* nested */ comment */ -2i64 // end\n nn.conv2d ->")]
+    assert kinds == [("LOCAL", "t"), ("PUNCT", "."), ("NUMBER", "0"), ("PUNCT", "."), ("NUMBER", "1"), ("PUNCT", ","),
                      ("NUMBER", "-2i64"), ("IDENT", "nn.conv2d"), ("PUNCT", "->"), ("EOF", "")]
+
+
+@pytest.mark.parametrize("text, kinds", [
+    # after an operand, '-' is the infix minus; elsewhere it starts a negative literal
+    ("%t.1-2", [("LOCAL", "t"), ("PUNCT", "."), ("NUMBER", "1"), ("PUNCT", "-"), ("NUMBER", "2")]),
+    ("f(1)-inf", [("IDENT", "f"), ("PUNCT", "("), ("NUMBER", "1"), ("PUNCT", ")"), ("PUNCT", "-"), ("NUMBER", "inf")]),
+    ("(-1, =-2)", [("PUNCT", "("), ("NUMBER", "-1"), ("PUNCT", ","), ("PUNCT", "="), ("NUMBER", "-2"),
+                   ("PUNCT", ")")]),
+    ("%a<=-1!=%b", [("LOCAL", "a"), ("PUNCT", "<="), ("NUMBER", "-1"), ("PUNCT", "!="), ("LOCAL", "b")]),
+    ("%a==%b=>->", [("LOCAL", "a"), ("PUNCT", "=="), ("LOCAL", "b"), ("PUNCT", "=>"), ("PUNCT", "->")]),
+])
+def test_tokenizer_minus_and_infix_operators(text, kinds):
+    assert [(t.kind, t.text) for t in tokenize(text)][:-1] == kinds
 
 
 # --------------------------------------------------------------------------------------------

@@ -3,7 +3,8 @@
 Accepts what ``tensorvm.ir.printer`` writes and what TVM prints: the version header, ``type``
 definitions, ``def``s, graph bindings ``%0 = e;`` (a later ``%0`` is the same node, so sharing
 survives), ``let``, ``if``, ``fn``, ``match``/``match?``, tuples and ``.N`` projections, calls of
-ops, globals, closures and constructors with ``name=value`` attributes, literals with dtype
+ops, globals, closures and constructors with ``name=value`` attributes, infix operators (``%a + %b`` is
+``add(%a, %b)``, with Relay's precedence), literals with dtype
 suffixes, ``meta[relay.Constant][i]`` with the ``#[metadata]`` JSON section, references, comments
 and types with ``?`` and symbolic dims. Globals, types and constructors may be used before they are
 defined. Every node carries a ``Span``; every error is a ``ParseError`` saying what was expected and
@@ -96,7 +97,18 @@ class Token:
 
 
 # re.ASCII: \d must not match other scripts' digits (int() would read "1٣" as 13).
-_PUNCT = ["->", "=>", "(", ")", "[", "]", "{", "}", ",", ";", ":", "=", ".", "?"]
+# Longest first: "->" before "-", "==" and "=>" before "=".
+_PUNCT = ["->", "=>", "==", "!=", "<=", ">=", "(", ")", "[", "]", "{", "}", ",", ";", ":", "=", ".", "?",
+          "+", "-", "*", "/", "<", ">"]
+# Relay's infix operators: the op each calls and its precedence (higher binds tighter); all are
+# left-associative, as in TVM's parser. There is no ``%`` and no unary minus (``-`` right before a
+# number is part of the literal).
+_BINARY_OPS = {
+    "*": ("multiply", 4), "/": ("divide", 4),
+    "+": ("add", 3), "-": ("subtract", 3),
+    "<": ("less", 2), "<=": ("less_equal", 2), ">": ("greater", 2), ">=": ("greater_equal", 2),
+    "==": ("equal", 1), "!=": ("not_equal", 1),
+}
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*", re.ASCII)
 _NAME = re.compile(r"[A-Za-z0-9_]+", re.ASCII)
 _NUMBER = re.compile(r"-?(?:\d+\.\d*(?:[eE][+-]?\d+)?|\d+[eE][+-]?\d+|\d+)([A-Za-z_][A-Za-z0-9_]*)?", re.ASCII)
@@ -135,6 +147,13 @@ def _number_value(text: str, line: int, column: int, source_name: str) -> tuple:
         raise ParseError(f"integer literal of {len(body.lstrip('-'))} digits is out of range: expected at most "
                          f"{_MAX_INT_DIGITS} digits", line, column, source_name)
     return int(body), dtype, False
+
+
+def _ends_operand(tok: Token) -> bool:
+    """Whether ``tok`` may end an operand, so that a ``-`` right after it is a binary minus."""
+    if tok.kind == "IDENT":
+        return tok.text not in _KEYWORDS or tok.text in ("True", "False")
+    return tok.kind in ("LOCAL", "GLOBAL", "NUMBER") or (tok.kind == "PUNCT" and tok.text in (")", "]"))
 
 
 def tokenize(text: str, source_name: str = "<string>") -> list[Token]:
@@ -217,7 +236,9 @@ def tokenize(text: str, source_name: str = "<string>") -> list[Token]:
         after_dot = bool(tokens) and tokens[-1].kind == "PUNCT" and tokens[-1].text == "."
         # (ASCII tests: str.isdigit/isalpha accept other scripts' letters and digits, which the
         # regular expressions below do not match.)
-        if ch in _DIGITS or (ch == "-" and pos + 1 < n and (text[pos + 1] in _DIGITS or text[pos + 1] in "in")):
+        negative = (ch == "-" and pos + 1 < n and (text[pos + 1] in _DIGITS or text[pos + 1] in "in")
+                    and not (tokens and _ends_operand(tokens[-1])))  # else ``%x-1`` is a subtraction
+        if ch in _DIGITS or negative:
             if after_dot and ch in _DIGITS:  # a projection: %t.0.1 is two projections, not a float
                 m = _INT.match(text, pos)
                 tokens.append(Token("NUMBER", m.group(0), line, column, (int(m.group(0)), None, False)))
@@ -812,6 +833,36 @@ class _Parser:
         return self.nested(self._expr)
 
     def _expr(self) -> Expr:
+        """Operands joined by infix operators, by precedence climbing over explicit stacks (a chain
+        of any length takes no Python frames); the tree built counts towards ``MAX_NESTING``."""
+        operands = [(self.parse_postfix(), 0)]  # (expression, height of its operator tree)
+        pending: list[tuple[str, int, Token]] = []  # (op name, precedence, operator token)
+
+        def reduce() -> None:
+            name, _, tok = pending.pop()
+            (right, right_height), (left, left_height) = operands.pop(), operands.pop()
+            height = max(left_height, right_height) + 1
+            if self.depth + height > MAX_NESTING:
+                self.error(f"expected at most {MAX_NESTING} nested levels (here of infix operators: each "
+                           f"operand of a chain nests one level deeper) but found a deeper one at "
+                           f"{tok.describe()}", tok)
+            operands.append((Call(Op(name, span=self.span(tok)), (left, right), span=self.span(tok)), height))
+
+        while self.peek().kind == "PUNCT" and self.peek().text in _BINARY_OPS:
+            tok = self.advance()
+            name, precedence = _BINARY_OPS[tok.text]
+            while pending and pending[-1][1] >= precedence:  # all are left-associative
+                reduce()
+            if self.known_op is not None and not self.known_op(name):
+                self.error(f"operator {tok.text!r} calls {name!r}, which is not a registered operator", tok)
+            pending.append((name, precedence, tok))
+            operands.append((self.parse_postfix(), 0))
+        while pending:
+            reduce()
+        return operands[0][0]
+
+    def parse_postfix(self) -> Expr:
+        """A primary expression followed by calls ``(...)`` and projections ``.N``."""
         first = self.peek()
         expr = self.parse_primary()
         while True:
@@ -897,6 +948,9 @@ class _Parser:
             if self.known_op is not None and not self.known_op(word):
                 self.error(f"unknown operator or constructor {word!r}", tok)
             return Op(word, span=self.span(tok))
+        if tok.kind == "PUNCT" and tok.text == "-":
+            self.error("expected an expression but found '-': the text format has no unary minus; write a "
+                       "negative literal such as -1f (no space after '-') or negative(e)")
         self.error(f"expected an expression but found {tok.describe()}")
 
     def parse_paren(self) -> Expr:
@@ -946,9 +1000,8 @@ class _Parser:
     def parse_match(self) -> Match:
         match_tok = self.expect("match")
         complete = not self.accept("?")
-        self.expect("(", " after 'match'")
-        data = self.parse_seq()
-        self.expect(")", " after the value matched")
+        # As in TVM, the value matched is an operand: ``match %x {``, ``match (e) {``, ``match %t.0 {``.
+        data = self.nested(self.parse_postfix)
         self.expect("{", " to open the match clauses")
         clauses = []
         while not self.is_punct("}"):

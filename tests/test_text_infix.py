@@ -1,0 +1,202 @@
+"""Relay's infix operators (``%a + %b``, comparisons) and ``match %x { ... }`` without parentheses:
+the calls they stand for, precedence and associativity, values against NumPy, the printer's round
+trip and the nesting limit."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import tensorvm as tv
+from tensorvm.errors import ParseError
+from tensorvm.ir.parser import MAX_NESTING
+from tensorvm.ir.structural import structural_equal
+from tensorvm.transform.infer_type import infer_type
+
+T4 = "Tensor[(4), float32]"
+I4 = "Tensor[(4), int32]"
+
+# operator -> (the op it calls, NumPy)
+OPERATORS = {
+    "+": ("add", np.add), "-": ("subtract", np.subtract), "*": ("multiply", np.multiply),
+    "/": ("divide", np.divide), "<": ("less", np.less), ">": ("greater", np.greater),
+    "<=": ("less_equal", np.less_equal), ">=": ("greater_equal", np.greater_equal),
+    "==": ("equal", np.equal), "!=": ("not_equal", np.not_equal),
+}
+
+A = np.array([1.5, -2.0, 3.0, 4.0], np.float32)
+B = np.array([1.5, 4.0, -0.5, 8.0], np.float32)
+C = np.array([2.0, 0.25, 3.0, -1.0], np.float32)
+
+
+def _same(text_a: str, text_b: str) -> None:
+    a, b = tv.parse(text_a), tv.parse(text_b)
+    assert structural_equal(a, b), f"{a}\n!=\n{b}"
+
+
+def _run(mod, *args):
+    return tv.create_executor("debug", mod).evaluate()(*args).numpy()
+
+
+@pytest.mark.parametrize("symbol", list(OPERATORS))
+def test_each_operator_is_the_call_and_computes_as_numpy(symbol):
+    name, numpy_fn = OPERATORS[symbol]
+    params = f"%a: {T4}, %b: {T4}"
+    text = f"def @main({params}) {{ %a {symbol} %b }}"
+    _same(text, f"def @main({params}) {{ {name}(%a, %b) }}")
+    mod = tv.parse(text)
+    np.testing.assert_allclose(_run(mod, A, B), numpy_fn(A, B))
+    vm = tv.vm.VirtualMachine(tv.vm.compile(mod, target="python"))
+    np.testing.assert_allclose(vm.invoke("main", A, B).numpy(), numpy_fn(A, B))
+
+
+@pytest.mark.parametrize("infix, calls", [
+    ("%a + %b * %c", "add(%a, multiply(%b, %c))"),
+    ("%a * %b + %c", "add(multiply(%a, %b), %c)"),
+    ("%a - %b - %c", "subtract(subtract(%a, %b), %c)"),
+    ("%a / %b / %c", "divide(divide(%a, %b), %c)"),
+    ("%a / %b * %c", "multiply(divide(%a, %b), %c)"),
+    ("%a - %b + %c", "add(subtract(%a, %b), %c)"),
+    ("(%a + %b) * %c", "multiply(add(%a, %b), %c)"),
+    ("%a - (%b - %c)", "subtract(%a, subtract(%b, %c))"),
+    ("%a + %b < %c * %a", "less(add(%a, %b), multiply(%c, %a))"),
+    ("%a < %b == %b > %c", "equal(less(%a, %b), greater(%b, %c))"),
+    ("%a <= %b != %a >= %c", "not_equal(less_equal(%a, %b), greater_equal(%a, %c))"),
+    ("%a < %b < %c", "less(less(%a, %b), %c)"),  # left-associative like the rest (a type error here)
+])
+def test_precedence_and_left_associativity(infix, calls):
+    params = f"%a: {T4}, %b: {T4}, %c: {T4}"
+    _same(f"def @main({params}) {{ {infix} }}", f"def @main({params}) {{ {calls} }}")
+
+
+@pytest.mark.parametrize("infix, want", [
+    ("%a + %b * %c", A + B * C),
+    ("%a - %b - %c", (A - B) - C),
+    ("%a / %b / %c", (A / B) / C),
+    ("(%a + %b) * %c - %a / %b", (A + B) * C - A / B),
+    ("%a-1f*%b", A - np.float32(1) * B),  # no spaces: '-' after an operand subtracts
+    ("%a * -2f - -0.5f", A * np.float32(-2) - np.float32(-0.5)),
+])
+def test_arithmetic_values(infix, want):
+    mod = tv.parse(f"def @main(%a: {T4}, %b: {T4}, %c: {T4}) {{ {infix} }}")
+    np.testing.assert_allclose(_run(mod, A, B, C), want, rtol=1e-6)
+
+
+def test_infix_mixes_with_calls_tuples_projections_lets_and_ifs():
+    text = f"""
+    def @main(%a: {T4}, %b: {T4}, %c: {T4}) {{
+      %0 = (%a + %b, %c * 2f);
+      let %s = %0.0 - %0.1;
+      let %t = (%s, negative(%a + %c));
+      let %m = maximum(%t.0 * %t.1, %b / 4f) + sum(%a - %b);
+      if (sum(%m) > 0f) {{ %m * %m }} else {{ %m - %m }}
+    }}
+    """
+    mod = tv.parse(text)
+    s = (A + B) - C * 2
+    m = np.maximum(s * -(A + C), B / 4) + np.sum(A - B)
+    want = m * m if np.sum(m) > 0 else m - m
+    np.testing.assert_allclose(_run(mod, A, B, C), want, rtol=1e-6)
+    _same(text, f"""
+    def @main(%a: {T4}, %b: {T4}, %c: {T4}) {{
+      %0 = (add(%a, %b), multiply(%c, 2f));
+      let %s = subtract(%0.0, %0.1);
+      let %t = (%s, negative(add(%a, %c)));
+      let %m = add(maximum(multiply(%t.0, %t.1), divide(%b, 4f)), sum(subtract(%a, %b)));
+      if (greater(sum(%m), 0f)) {{ multiply(%m, %m) }} else {{ subtract(%m, %m) }}
+    }}
+    """)
+
+
+@pytest.mark.parametrize("text", [
+    f"def @main(%a: {T4}, %b: {T4}) {{ %a + %b * %a - %b / %a }}",
+    f"def @main(%a: {I4}, %b: {I4}) {{ (%a < %b, %a - 1 >= %b, %a == %b, %a != -1) }}",
+    "def @f(%x: int32) -> int32 { if (%x <= 0) { 0 } else { %x + @f(%x - 1) } }\n"
+    "def @main() -> int32 { @f(10) * 2 }",
+])
+def test_printed_programs_reparse_to_the_same_structure(text):
+    mod = tv.parse(text)
+    again = tv.parse(mod.astext())
+    assert structural_equal(mod, again)
+    typed = infer_type(mod)
+    assert structural_equal(tv.parse(typed.astext()), mod)
+
+
+def test_recursive_program_with_infix_runs_on_interpreter_and_vm():
+    mod = tv.parse("def @f(%x: int32) -> int32 { if (%x <= 0) { 0 } else { %x + @f(%x - 1) } }\n"
+                   "def @main(%n: int32) -> int32 { @f(%n) * 2 }")
+    n = np.array(10, np.int32)
+    assert _run(mod, n) == 2 * sum(range(11))
+    vm = tv.vm.VirtualMachine(tv.vm.compile(mod, target="python"))
+    assert vm.invoke("main", n).numpy() == 2 * sum(range(11))
+
+
+def test_long_chains_parse_up_to_the_nesting_limit_and_fail_cleanly_beyond():
+    n = MAX_NESTING - 10
+    mod = tv.parse(f"def @main(%a: {T4}) {{ " + " + ".join(["%a"] * n) + " }")
+    want = A.copy()
+    for _ in range(n - 1):
+        want = want + A
+    np.testing.assert_allclose(_run(mod, A), want)
+    assert structural_equal(tv.parse(mod.astext()), mod)
+    # 10,000 terms: a ParseError naming the limit, never a RecursionError
+    for joiner in (" + ", " * ", " == "):
+        with pytest.raises(ParseError, match=f"at most {MAX_NESTING} nested levels"):
+            tv.parse(f"def @main(%a: {T4}) {{ " + joiner.join(["%a"] * 10_000) + " }")
+
+
+def test_a_chain_of_lower_precedence_keeps_the_tree_shallow():
+    # %a * %a + %a * %a + ...: the multiplications hang off the additions one level deep
+    n = 200
+    mod = tv.parse(f"def @main(%a: {T4}) {{ " + " + ".join(["%a * %a"] * n) + " }")
+    want = A * A
+    for _ in range(n - 1):
+        want = want + A * A
+    np.testing.assert_allclose(_run(mod, A), want, rtol=1e-6)
+
+
+@pytest.mark.parametrize("text, words", [
+    (f"def @main(%a: {T4}) {{ -%a }}", ["no unary minus", "negative(e)"]),
+    (f"def @main(%a: {T4}) {{ %a * - 1f }}", ["no unary minus"]),
+    (f"def @main(%a: {T4}) {{ %a + }}", ["expected an expression but found '}'"]),
+    (f"def @main(%a: {T4}) {{ %a % %a }}", ["expected a name after '%'"]),  # Relay has no '%' operator
+    (f"def @main(%a: {T4}) {{ %a => %a }}", ["expected '}' to close the block but found '=>'"]),
+    ("def @main(%l: List[int32]) { match %l + 1 { _ => 0 } }", ["expected '{' to open the match clauses"]),
+])
+def test_malformed_infix_is_a_parse_error(text, words):
+    with pytest.raises(ParseError) as info:
+        tv.parse(text)
+    for word in words:
+        assert word in str(info.value)
+    assert info.value.line == 1
+
+
+# ---- match without parentheses ------------------------------------------------------------------
+
+def test_match_without_parentheses_is_the_same_match():
+    body = "{ Cons(%h, _) => %h + 1, Nil => 0 }"
+    _same(f"def @main(%l: List[int32]) -> int32 {{ match %l {body} }}",
+          f"def @main(%l: List[int32]) -> int32 {{ match (%l) {body} }}")
+    mod = tv.parse(f"def @main(%l: List[int32]) -> int32 {{ match %l {body} }}")
+    cons, nil = mod.constructor("Cons"), mod.constructor("Nil")
+    assert _run(mod, cons(np.array(41, np.int32), nil())) == 42
+    assert _run(mod, nil()) == 0
+
+
+def test_match_scrutinee_may_be_a_projection_a_call_or_a_tuple():
+    text = """
+    def @main(%t: (int32, List[int32])) -> int32 {
+      let %a = match? %t.1 { Cons(%h, _) => %h };
+      let %b = match @len(%t.1) { %n => %n * 10 };
+      let %c = match (%t.0, %a) { (%x, %y) => %x - %y };
+      %a + %b + %c
+    }
+    def @len(%l: List[int32]) -> int32 { match %l { Cons(_, %r) => 1 + @len(%r), Nil => 0 } }
+    """
+    mod = tv.parse(text)
+    assert "match? (%t.1)" in mod.astext()
+    cons, nil = mod.constructor("Cons"), mod.constructor("Nil")
+    lst = cons(np.array(7, np.int32), cons(np.array(8, np.int32), nil()))
+    # a = 7, b = 20, c = 5 - 7
+    assert _run(mod, (np.array(5, np.int32), lst)) == 7 + 20 + (5 - 7)
+    assert structural_equal(tv.parse(mod.astext()), mod)
