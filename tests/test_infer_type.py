@@ -878,3 +878,88 @@ def test_reachable_through_tensorvm_transform():
     # ``tv.transform.infer_type`` may name the submodule; it must still be callable.
     assert tv.transform.infer_type(mod)["main"].checked_type == FuncType((tensor(2),), tensor(2))
     assert tv.transform.InferType()(mod)["main"].checked_type == FuncType((tensor(2),), tensor(2))
+
+
+# ---- Relay parity: unconstrained types and closures typed by the expected type --------------------
+
+def _interpreter_and_vm(text: str, *args):
+    """The results of @main on the interpreter and on the VM (targets python and c), as NumPy."""
+    import tensorvm as tv
+
+    mod = tv.parse(text)
+    results = [tv.create_executor("debug", mod).evaluate()(*args)]
+    for target in ("python", "c"):
+        results.append(tv.vm.VirtualMachine(tv.vm.compile(mod, target=target)).invoke("main", *args))
+    return results
+
+
+@pytest.mark.parametrize("text, main_type", [
+    ("def @main() { Nil }", "fn () -> List[()]"),
+    ("def @main() { fn () { Nil } }", "fn () -> fn () -> List[()]"),
+    ("def @main() { (Nil, Cons(1f, Nil)) }", "fn () -> (List[()], List[float32])"),
+    ("def @main() { fn (%x) { %x } }", "fn () -> fn (()) -> ()"),
+])
+def test_types_nothing_constrains_default_to_the_empty_tuple(text, main_type):
+    import tensorvm as tv
+    from tensorvm.ir.printer import type_to_str
+
+    assert type_to_str(infer_type(tv.parse(text))["main"].checked_type) == main_type
+
+
+def test_programs_with_unconstrained_element_types_run():
+    # Nil never consed onto: its element type is unconstrained; the program still types and runs
+    text = """
+    def @main(%a: Tensor[(3), float32]) {
+      let %empty = Nil;
+      let %unused = fn (%x) { %x };
+      (@length(%empty), %a * 2f, fn () { Nil })
+    }
+    """
+    a = np.array([1, 2, 3], np.float32)
+    for result in _interpreter_and_vm(text, a):
+        assert int(result[0].numpy()) == 0
+        np.testing.assert_array_equal(result[1].numpy(), a * 2)
+
+
+@pytest.mark.parametrize("text", [
+    "def @f(%x) { %x }",                                   # nothing says what a caller passes
+    "def @main() { fn (%x) { add(%x, %x) } }",             # an op waits on the unknown type
+    "def @main() { fn (%t) { %t.0 } }",                    # a projection waits on it
+])
+def test_unknown_types_that_something_needs_are_still_errors(text):
+    import tensorvm as tv
+
+    with pytest.raises(TypeInferenceError, match="cannot infer the type of"):
+        infer_type(tv.parse(text))
+
+
+CLOSURE_PROGRAMS = [
+    # the parameter's type comes only from the enclosing function's declared return type
+    ("def @f() -> fn (Tensor[(3), float32]) -> Tensor[(3), float32] { fn (%x) { add(%x, %x) } }\n"
+     "def @main(%a: Tensor[(3), float32]) { @f()(%a) }", lambda a: a + a),
+    ("def @f() -> fn (Tensor[(3), float32]) -> fn (Tensor[(3), float32]) -> Tensor[(3), float32] {\n"
+     "  fn (%x) { fn (%y) { %x * %y } }\n}\n"
+     "def @main(%a: Tensor[(3), float32]) { @f()(%a)(%a + 1f) }", lambda a: a * (a + 1)),
+    ("def @f() -> (fn ((Tensor[(3), float32], float32)) -> Tensor[(3), float32], int32) {\n"
+     "  (fn (%t) { %t.0 * %t.1 + sum(%t.0) }, 1)\n}\n"
+     "def @main(%a: Tensor[(3), float32]) { @f().0((%a, 2f)) }", lambda a: a * 2 + a.sum()),
+    # from a let's annotation and from the parameter type of the callee
+    ("def @main(%a: Tensor[(3), float32]) {\n"
+     "  let %g: fn (Tensor[(3), float32]) -> Tensor[(3), float32] = fn (%x) { %x * %x };\n  %g(%a)\n}",
+     lambda a: a * a),
+    ("def @apply(%f: fn (Tensor[(3), float32]) -> Tensor[(3), float32], %a: Tensor[(3), float32]) { %f(%a) }\n"
+     "def @main(%a: Tensor[(3), float32]) { @apply(fn (%x) { %x - 1f }, %a) }", lambda a: a - 1),
+]
+
+
+@pytest.mark.parametrize("text, numpy_fn", CLOSURE_PROGRAMS)
+def test_closure_parameters_typed_by_the_expected_type_run(text, numpy_fn):
+    import tensorvm as tv
+
+    typed = infer_type(tv.parse(text))
+    for node in post_order(typed["main"]) + (post_order(typed["f"]) if "f" in typed else []):
+        if isinstance(node, Function):  # every closure got its parameters' types
+            assert all(isinstance(p.checked_type, FuncType | TensorType | TupleType) for p in node.params)
+    a = np.array([0.5, -1.0, 3.0], np.float32)
+    for result in _interpreter_and_vm(text, a):
+        np.testing.assert_allclose(result.numpy(), numpy_fn(a), rtol=1e-6)

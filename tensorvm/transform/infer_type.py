@@ -18,8 +18,10 @@ How it works (a constraint solver in the style of Relay's):
   is still being inferred. Waking is incremental, so the solver stays at a fixpoint in linear-ish
   time. Constraints left stuck at the end (typically a recursive call whose result type is only
   fixed by its own base case) are *defaulted* one at a time in creation order: the unknown side
-  takes the known side's type. Anything still unknown after that is an error ("cannot infer the
-  type of %x").
+  takes the known side's type. A type still unknown then, with no constraint waiting on anything,
+  is one nothing in the program constrains (``fn () { Nil }``: the element type of ``List[_]``; the
+  parameter of a closure never called): it becomes ``()`` (see ``default_unconstrained``). Anything
+  else still unknown is an error ("cannot infer the type of %x").
 * Polymorphic functions (``def @id[A](%x: A) -> A``) and ADT constructors (the constructor of
   ``type List[A] { Cons(A, List[A]), Nil }`` has type ``fn [A](A, List[A]) -> List[A]``) are
   instantiated with fresh ``IncompleteType``s at every use. A nullary constructor used as a value
@@ -892,6 +894,7 @@ class _Inferencer(ExprFunctor):
         """Default stuck constraints, check everything is known, then annotate every node."""
         solver = self.solver
         solver.run_defaults()
+        self.default_unconstrained()
         resolved: list[tuple[Expr, Type]] = []
         resolve_memo: dict = {}
         root_memo: dict = {}
@@ -921,6 +924,27 @@ class _Inferencer(ExprFunctor):
             resolved.append((node, full))
         for node, ty in resolved:
             node.with_type(ty)
+
+    def default_unconstrained(self) -> None:
+        """Once every constraint is solved, an unknown type left is one nothing in the program
+        constrains (the element type of a ``Nil`` never consed onto, the parameter of a closure never
+        called): it becomes ``()``. Sound because no value of such a type is made or inspected by
+        the program (every value an op, constant, constructor or tuple makes has a type derived from
+        known ones); a value coming from outside is checked against ``()`` at the boundary. Nothing
+        is defaulted, and the unknown type is an error, while a constraint still waits (an op or a
+        projection on an unknown type) or a global has a parameter of which nothing at all is known
+        (``def @f(%x) { %x }``: nothing says what a caller passes)."""
+        solver = self.solver
+        if any(not c.done for waiting in solver.watchers.values() for c in waiting):
+            return
+        if any(isinstance(solver.find(p), IncompleteType) for fty in self.global_types.values() for p in fty.arg_types):
+            return
+        unit, memo = TupleType(()), {}
+        types = [*self.env.values(), *self.memo.values(), *(ty for _, ty in self.shared)]
+        for ty in types:
+            while (root := solver.first_root(ty, memo)) is not None:
+                solver.bind(root, unit)
+                memo.clear()  # the memo's answers are stale once a root is bound
 
     # --- helpers ---------------------------------------------------------------------------------
     def global_name_of(self, expr) -> str | None:
