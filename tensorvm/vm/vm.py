@@ -315,6 +315,8 @@ class VirtualMachine:
         self._programs: dict[str, list] = {}
         self._compiled: dict[str, list] = {}
         self._inputs: dict[str, list] = {}
+        self._given_inputs: dict[str, list] = {}  # the inputs as the user gave them, in parameter order
+        self._partial_inputs: set[str] = set()  # functions with inputs changed by set_one_input, unchecked together
         self._outputs = None
         self._exec_mode = exe.exec_mode
         self._lock = threading.Lock()  # held by the thread running a call (see the class docstring)
@@ -848,20 +850,127 @@ class VirtualMachine:
     def set_input(self, func_name: str, *args, **kwargs) -> None:
         """Check, convert and keep inputs for ``func_name`` (positional, or by parameter name)."""
         info = self._function(func_name)
-        values = self._one_call("set_input", self._convert_inputs, info, args, kwargs)
-        self._inputs[func_name] = values
+        self._one_call("set_input", self._set_inputs, info, args, kwargs)
+
+    def _set_inputs(self, info: _FunctionInfo, args: tuple, kwargs: dict) -> None:
+        self._inputs[info.name] = self._convert_inputs(info, args, kwargs)
+        # the values as given, for set_one_input to replace one of them and check them together again
+        self._given_inputs[info.name] = self._arrange(info, args, kwargs)
+        self._partial_inputs.discard(info.name)
+
+    def set_one_input(self, func_name: str, *args, **kwargs) -> None:
+        """Set one input of ``func_name``, the others staying as they are: ``set_one_input("main", 1, x)``,
+        ``set_one_input("main", "x", x)`` or ``set_one_input("main", x=x)`` (the Relay VM's forms).
+        The value is checked against its parameter now; the inputs together (symbolic dims shared by
+        several parameters) when the function runs, which fails clearly while some input is unset."""
+        if kwargs and not args and len(kwargs) == 1:
+            (key, value), = kwargs.items()
+        elif len(args) == 2 and not kwargs:
+            key, value = args
+        else:
+            raise ExecutionError(f"set_one_input({func_name!r}, ...): expected one index or parameter name "
+                                 f"and one value (set_one_input(name, 0, x) or set_one_input(name, x=x)), "
+                                 f"got {len(args)} positional and {len(kwargs)} keyword argument(s)")
+        info = self._function(func_name)
+        self._one_call("set_one_input", self._set_one_input, info, key, value)
+
+    def _set_one_input(self, info: _FunctionInfo, key, value) -> None:
+        params = info.params
+        if isinstance(key, str):
+            if key not in params:
+                raise ExecutionError(f"{info.name} has no parameter {key!r}; parameters: {', '.join(params)}")
+            index = params.index(key)
+        elif isinstance(key, int | np.integer) and not isinstance(key, bool) and 0 <= key < len(params):
+            index = int(key)
+        else:
+            raise ExecutionError(f"{info.name}: expected a parameter name or an index in [0, {len(params)}) "
+                                 f"but got {key!r}")
+        ty = info.param_types[index] if info.param_types else None
+        self._convert(value, ty, f"{info.name} parameter {params[index]!r}", {})  # fail now if it is wrong
+        given = list(self._given_inputs.get(info.name) or [_MISSING] * len(params))
+        given[index] = value
+        self._given_inputs[info.name] = given
+        self._inputs.pop(info.name, None)
+        self._partial_inputs.add(info.name)
 
     def _stored_inputs(self, info: _FunctionInfo) -> list:
+        if info.name in self._partial_inputs:  # set one by one: check them together (shared symbolic dims)
+            given = self._given_inputs[info.name]
+            missing = [p for p, v in zip(info.params, given) if v is _MISSING]
+            if missing:
+                raise ExecutionError(f"{info.name}: input(s) {', '.join(missing)} not set; set them with "
+                                     f"set_input or set_one_input")
+            self._inputs[info.name] = self._convert_inputs(info, tuple(given), {})
+            self._partial_inputs.discard(info.name)
         try:
             return self._inputs[info.name]
         except KeyError:
             raise ExecutionError(f"{info.name} takes {len(info.params)} argument(s) "
                                  f"({', '.join(info.params)}); pass them or call set_input first") from None
 
-    def invoke_stateful(self, func_name: str = "main") -> None:
-        """Run ``func_name`` on the inputs from ``set_input`` and keep the result for ``get_outputs``."""
+    def invoke_stateful(self, func_name: str = "main", *args, **kwargs) -> None:
+        """Run ``func_name`` and keep the result for ``get_outputs``; ``args``/``kwargs``, when given, are
+        set as its inputs first (as ``set_input`` does, so later calls reuse them), else the inputs
+        set before are used."""
         info = self._function(func_name)
-        self._outputs = self._one_call("invoke_stateful", self._invoke, info, (), {})
+        self._outputs = self._one_call("invoke_stateful", self._invoke_stateful, info, args, kwargs)
+
+    def _invoke_stateful(self, info: _FunctionInfo, args: tuple, kwargs: dict):
+        if args or kwargs:
+            self._set_inputs(info, args, kwargs)
+        return self._invoke(info, (), {})
+
+    def invoke_with_outputs(self, func_name: str, input_args, output_args) -> None:
+        """Run ``func_name`` and write its results into the caller's arrays ``output_args`` (one per
+        result: the fields of a tuple result, else the result), as the Relay VM's ``invoke_with_outputs``.
+
+        ``input_args`` maps parameter names to inputs (a list or tuple gives them by position) and
+        sets them as ``set_input`` does; ``None`` or empty runs on the inputs set before. Each output
+        array must be writeable and have exactly its result's shape and dtype (nothing is cast or
+        broadcast: a mismatch is an ``ExecutionError`` and nothing is written). An output array may
+        alias an input: results are computed completely before any output is written."""
+        info = self._function(func_name)
+        if input_args and not isinstance(input_args, dict | list | tuple):
+            raise ExecutionError(f"invoke_with_outputs: expected input_args as a dict of parameter names to "
+                                 f"values (or a list), got {type(input_args).__name__}")
+        if not isinstance(output_args, list | tuple):
+            raise ExecutionError(f"invoke_with_outputs: expected output_args as a list of arrays, got "
+                                 f"{type(output_args).__name__}")
+        self._one_call("invoke_with_outputs", self._invoke_with_outputs, info, input_args, list(output_args))
+
+    def _invoke_with_outputs(self, info: _FunctionInfo, input_args, outputs: list) -> None:
+        if input_args:
+            args, kwargs = ((), input_args) if isinstance(input_args, dict) else (tuple(input_args), {})
+            self._set_inputs(info, args, kwargs)
+        result = self._invoke(info, (), {})
+        results = list(result) if isinstance(result, tuple) else [result]
+        if len(results) != len(outputs):
+            raise ExecutionError(f"invoke_with_outputs: {info.name} has {len(results)} result(s) but "
+                                 f"{len(outputs)} output array(s) were given")
+        arrays, targets = [], []
+        for i, (value, out) in enumerate(zip(results, outputs)):
+            if not isinstance(value, NDArray):
+                raise ExecutionError(f"invoke_with_outputs: result {i} of {info.name} is {_describe(value)}, "
+                                     f"not a tensor; only tensor results can be written into arrays")
+            target = out.numpy() if isinstance(out, NDArray) else out
+            if not isinstance(target, np.ndarray):
+                raise ExecutionError(f"invoke_with_outputs: output {i} must be a NumPy array or NDArray, "
+                                     f"got {type(out).__name__}")
+            array = value.numpy()
+            if target.shape != array.shape or target.dtype != array.dtype:
+                raise ExecutionError(f"invoke_with_outputs: output {i} of {info.name} is a {array.dtype} tensor "
+                                     f"of shape {array.shape}, but the array given for it is {_describe(target)}")
+            if not target.flags.writeable:
+                raise ExecutionError(f"invoke_with_outputs: output {i} is a read-only array")
+            arrays.append(array)
+            targets.append(target)
+        # A result sharing memory with another output's array (e.g. an input returned as is, whose
+        # array is also an output) would change when that output is written: copy it first.
+        for i, array in enumerate(arrays):
+            if any(j != i and np.may_share_memory(array, t) for j, t in enumerate(targets)):
+                arrays[i] = array.copy()
+        for array, target in zip(arrays, targets):
+            np.copyto(target, array)
 
     def get_outputs(self, func_name: str | None = None) -> list:
         """The outputs of the last ``invoke_stateful``: a tuple result's fields, else ``[result]``."""
@@ -964,6 +1073,18 @@ class VirtualMachine:
             else:
                 return list(args)
         params = info.params
+        values = self._arrange(info, args, kwargs)
+        types = info.param_types or (None,) * len(params)
+        sym_dims: dict = {}
+        if all(t.__class__ is TensorType for t in types):  # the common case, without dispatch on types
+            return [_convert_tensor(value, ty, f"{info.name} parameter {name!r}", sym_dims)
+                    for value, ty, name in zip(values, types, params)]
+        return [self._convert(value, ty, f"{info.name} parameter {name!r}", sym_dims)
+                for value, ty, name in zip(values, types, params)]
+
+    def _arrange(self, info: _FunctionInfo, args: tuple, kwargs: dict) -> list:
+        """The arguments in parameter order (keyword arguments by parameter name); all must be given."""
+        params = info.params
         if len(args) > len(params):
             raise ExecutionError(f"{info.name} takes {len(params)} argument(s) ({', '.join(params)}), "
                                  f"got {len(args)}")
@@ -978,13 +1099,7 @@ class VirtualMachine:
         missing = [p for p, v in zip(params, values) if v is _MISSING]
         if missing:
             raise ExecutionError(f"{info.name}: missing argument(s) for {', '.join(missing)}")
-        types = info.param_types or (None,) * len(params)
-        sym_dims: dict = {}
-        if all(t.__class__ is TensorType for t in types):  # the common case, without dispatch on types
-            return [_convert_tensor(value, ty, f"{info.name} parameter {name!r}", sym_dims)
-                    for value, ty, name in zip(values, types, params)]
-        return [self._convert(value, ty, f"{info.name} parameter {name!r}", sym_dims)
-                for value, ty, name in zip(values, types, params)]
+        return values
 
     def _convert(self, value, ty, where: str, sym_dims: dict):
         if isinstance(ty, TensorType):

@@ -357,3 +357,172 @@ def @main(%x: Tensor[(4, 8), float32], %w: Tensor[(16, 8), float32]) {
         assert calls == expected
     monkeypatch.undo()
     memory.return_free_memory()  # the real one runs (a no-op where the C library has no malloc_trim)
+
+
+# ---- the Relay VM's invoke_stateful(name, *args), set_one_input, invoke_with_outputs ---------------
+
+def test_invoke_stateful_with_arguments_sets_the_inputs_then_runs(mode):
+    vm = vm_for(TWO_OUTPUTS, mode)
+    x, v = rand(2, 3), rand(2, seed=1)
+    vm.invoke_stateful("main", x, v, k=np.float32(2))
+    np.testing.assert_allclose(vm.get_output(0).numpy(), x * 2, rtol=1e-6)
+    np.testing.assert_allclose(vm.get_output(1).numpy(), v + 2, rtol=1e-6)
+    # the inputs stay set, as set_input leaves them
+    vm.invoke_stateful("main")
+    np.testing.assert_allclose(vm.get_output(1).numpy(), v + 2, rtol=1e-6)
+    np.testing.assert_allclose(vm.invoke("main")[0].numpy(), x * 2, rtol=1e-6)
+    with pytest.raises(ShapeError, match="parameter 'v'.*symbolic dimension n"):
+        vm.invoke_stateful("main", x, rand(3), np.float32(1))
+
+
+def test_set_one_input_by_index_and_by_name_keeps_the_others(mode):
+    vm = vm_for(TWO_OUTPUTS, mode)
+    x, v = rand(2, 3), rand(2, seed=1)
+    vm.set_one_input("main", 0, x)
+    with pytest.raises(ExecutionError, match="input\\(s\\) v, k not set"):
+        vm.invoke("main")
+    vm.set_one_input("main", "v", v)
+    vm.set_one_input("main", k=np.float32(3))
+    out = vm.invoke("main")
+    np.testing.assert_allclose(out[0].numpy(), x * 3, rtol=1e-6)
+    np.testing.assert_allclose(out[1].numpy(), v + 3, rtol=1e-6)
+    # replacing one input after set_input keeps the other two
+    vm.set_input("main", x, v, np.float32(1))
+    vm.set_one_input("main", 2, np.float32(-1))
+    vm.invoke_stateful("main")
+    np.testing.assert_allclose(vm.get_output(0).numpy(), -x, rtol=1e-6)
+    np.testing.assert_allclose(vm.get_output(1).numpy(), v - 1, rtol=1e-6)
+    # the inputs are checked together when they run: n is 2 for x, 5 for the new v
+    vm.set_one_input("main", "v", rand(5))
+    with pytest.raises(ShapeError, match="symbolic dimension n"):
+        vm.invoke("main")
+    vm.set_one_input("main", "v", v)  # fixed: runs again
+    np.testing.assert_allclose(vm.invoke("main")[1].numpy(), v - 1, rtol=1e-6)
+
+
+def test_set_one_input_errors(mode):
+    vm = vm_for(TWO_OUTPUTS, mode)
+    with pytest.raises(ExecutionError, match="parameter 'x': expected dtype float32, got float64"):
+        vm.set_one_input("main", 0, rand(2, 3).astype("float64"))  # checked when set
+    with pytest.raises(ExecutionError, match="no parameter 'w'"):
+        vm.set_one_input("main", "w", rand(2))
+    with pytest.raises(ExecutionError, match=r"an index in \[0, 3\) but got 3"):
+        vm.set_one_input("main", 3, rand(2))
+    with pytest.raises(ExecutionError, match="expected one index or parameter name and one value"):
+        vm.set_one_input("main", rand(2))
+    with pytest.raises(ExecutionError, match="expected one index or parameter name and one value"):
+        vm.set_one_input("main", x=rand(2, 3), v=rand(2))
+
+
+def test_set_one_input_of_adt_and_tuple_parameters(mode):
+    text = """
+    def @main(%l: List[Tensor[(n), float32]], %x: Tensor[(n), float32], %t: (Tensor[(n), float32], int32)) {
+      match %l { Cons(%h, _) => %h + %x * %t.0, Nil => %x }
+    }
+    """
+    mod = tv.parse(text)
+    vm = VirtualMachine(tv.vm.compile(mod, exec_mode=mode))
+    cons, nil = mod.constructor("Cons"), mod.constructor("Nil")
+    h, x, t = rand(3), rand(3, seed=1), rand(3, seed=2)
+    vm.set_one_input("main", "t", (t, np.int32(0)))
+    vm.set_one_input("main", 0, cons(h, nil()))
+    vm.set_one_input("main", "x", x)
+    np.testing.assert_allclose(vm.invoke("main").numpy(), h + x * t, rtol=1e-6)
+    vm.set_one_input("main", "l", nil())
+    np.testing.assert_allclose(vm.invoke("main").numpy(), x)
+
+
+def test_invoke_with_outputs_writes_into_the_callers_arrays(mode):
+    vm = vm_for(TWO_OUTPUTS, mode)
+    x, v = rand(2, 3), rand(2, seed=1)
+    out0, out1 = np.full((2, 3), np.nan, "float32"), NDArray(np.full(2, np.nan, "float32"))
+    assert vm.invoke_with_outputs("main", {"x": x, "v": v, "k": np.float32(4)}, [out0, out1]) is None
+    np.testing.assert_allclose(out0, x * 4, rtol=1e-6)
+    np.testing.assert_allclose(out1.numpy(), v + 4, rtol=1e-6)
+    # no input_args: the inputs set before (here by the previous call)
+    out0[...] = 0
+    vm.invoke_with_outputs("main", None, [out0, out1])
+    np.testing.assert_allclose(out0, x * 4, rtol=1e-6)
+    # a single result, inputs by position; a non-contiguous output array is written in place
+    single = vm_for(DYNAMIC_ADD, mode)
+    a, b = rand(3, 2), rand(1, 2, seed=1)
+    big = np.zeros((2, 3), "float32")
+    single.invoke_with_outputs("main", [a, b], [big.T])
+    np.testing.assert_allclose(big.T, a + b, rtol=1e-6)
+
+
+def test_invoke_with_outputs_mismatches_are_clear_errors_and_write_nothing(mode):
+    vm = vm_for(TWO_OUTPUTS, mode)
+    x, v = rand(2, 3), rand(2, seed=1)
+    vm.set_input("main", x, v, np.float32(1))
+    good0, good1 = np.zeros((2, 3), "float32"), np.zeros(2, "float32")
+    cases = [
+        ([good0, np.zeros(2, "float64")], "output 1 of main is a float32 tensor of shape \\(2,\\), but the array "
+                                          "given for it is a float64 tensor of shape \\(2,\\)"),
+        ([good0, np.zeros(3, "float32")], "output 1 .* shape \\(2,\\), but the array given for it is a float32 "
+                                          "tensor of shape \\(3,\\)"),
+        ([good0, np.zeros((1, 2), "float32")], "output 1 .* shape \\(1, 2\\)"),  # no broadcasting either
+        ([good0], "main has 2 result\\(s\\) but 1 output array\\(s\\) were given"),
+        ([good0, [0.0, 0.0]], "output 1 must be a NumPy array or NDArray, got list"),
+    ]
+    for outputs, message in cases:
+        with pytest.raises(ExecutionError, match=message):
+            vm.invoke_with_outputs("main", None, outputs)
+        assert not good0.any()  # nothing written
+    readonly = np.zeros(2, "float32")
+    readonly.flags.writeable = False
+    with pytest.raises(ExecutionError, match="output 1 is a read-only array"):
+        vm.invoke_with_outputs("main", None, [good0, readonly])
+    with pytest.raises(ExecutionError, match="has no parameter 'w'"):
+        vm.invoke_with_outputs("main", {"w": x}, [good0, good1])
+    with pytest.raises(ExecutionError, match="missing argument\\(s\\) for k"):
+        vm.invoke_with_outputs("main", {"x": x, "v": v}, [good0, good1])
+    adt = vm_for("def @main(%x: float32) { (Nil, %x) }", mode)
+    with pytest.raises(ExecutionError, match="result 0 of main is ADT Nil, not a tensor"):
+        adt.invoke_with_outputs("main", [np.float32(1)], [np.zeros((), "float32"), np.zeros((), "float32")])
+    vm.invoke_with_outputs("main", None, [good0, good1])  # still usable
+    np.testing.assert_allclose(good1, v + 1, rtol=1e-6)
+
+
+def test_invoke_with_outputs_aliasing_an_input(mode):
+    # the result returns an input as is and the caller's output arrays are those inputs, crosswise:
+    # writing one output first must not change the other result
+    vm = vm_for("""
+    def @main(%x: Tensor[(4), float32], %y: Tensor[(4), float32]) { (%y, %x, %x + %y) }
+    """, mode)
+    x0, y0 = rand(4), rand(4, seed=1)
+    x, y, s = x0.copy(), y0.copy(), np.zeros(4, "float32")
+    vm.invoke_with_outputs("main", {"x": x, "y": y}, [x, y, s])  # x <- y, y <- x, s <- x + y
+    np.testing.assert_array_equal(x, y0)
+    np.testing.assert_array_equal(y, x0)
+    np.testing.assert_allclose(s, x0 + y0, rtol=1e-6)
+    # an elementwise kernel writing into its own input
+    inc = vm_for("def @main(%x: Tensor[(4), float32]) { %x * 2f + 1f }", mode)
+    z = x0.copy()
+    inc.invoke_with_outputs("main", [z], [z])
+    np.testing.assert_allclose(z, x0 * 2 + 1, rtol=1e-6)
+
+
+def test_invoke_with_outputs_from_threads_keeps_calls_apart(mode):
+    import threading
+
+    vm = vm_for(TWO_OUTPUTS, mode)
+    errors = []
+
+    def work(seed):
+        try:
+            for i in range(20):
+                x, v = rand(3, 3, seed=seed + i), rand(3, seed=seed + i + 1)
+                o0, o1 = np.empty((3, 3), "float32"), np.empty(3, "float32")
+                vm.invoke_with_outputs("main", {"x": x, "v": v, "k": np.float32(seed)}, [o0, o1])
+                np.testing.assert_allclose(o0, x * seed, rtol=1e-6)
+                np.testing.assert_allclose(o1, v + seed, rtol=1e-6)
+        except Exception as err:  # noqa: BLE001 - reported below
+            errors.append(err)
+
+    threads = [threading.Thread(target=work, args=(seed,)) for seed in (1, 100)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
