@@ -21,7 +21,7 @@ from .registry import (  # noqa: F401
 )
 
 # Importing these modules registers their ops.
-_OP_MODULES = ["tensor", "reduce", "transform", "nn", "algorithm", "creation", "memory", "onnx_ops"]
+_OP_MODULES = ["tensor", "reduce", "transform", "nn", "algorithm", "creation", "memory", "onnx_ops", "annotation"]
 for _name in _OP_MODULES:
     try:
         importlib.import_module(f"{__name__}.{_name}")

@@ -29,6 +29,8 @@ separate regions; a value used inside a nested function is a group output):
   last axis stays among the last two): the kernel then reads the untransposed input with strides, as
   attention's ``Q K^T`` does; likewise a transpose of such a product's result that keeps the last axis
   last (the product writes its matrices where the transpose puts them);
+* ``annotation.stop_fusion`` (opaque) stands alone, so nothing fuses across it, and is then removed
+  (its value is its argument's): it costs no kernel;
 * opaque ops stand alone; an op whose output shape is dynamic *and* whose shape function reads data
   (``arange``, ``argwhere``, ...) is opaque, because a composed shape function cannot read the data
   of a value computed inside the group;
@@ -54,6 +56,7 @@ from ..ir.expr import (
 from ..ir.functor import call_nested
 from ..ir.module import IRModule
 from ..ir.types import FuncType, TensorType, TupleType
+from ..op.annotation import STOP_FUSION
 from ..op.nn import halves_nchw_map
 from ..op.registry import OpPattern, get_op
 from .pass_infra import Pass
@@ -105,6 +108,10 @@ def _is_tensor_tree(ty) -> bool:
 
 def _is_memory_op(call: Expr) -> bool:
     return isinstance(call, Call) and isinstance(call.op, Op) and call.op.name.startswith(_MEMORY_PREFIXES)
+
+
+def _is_stop_fusion(expr: Expr) -> bool:
+    return isinstance(expr, Call) and isinstance(expr.op, Op) and expr.op.name == STOP_FUSION
 
 
 def _is_op_call(expr: Expr) -> bool:
@@ -440,6 +447,8 @@ class _Rewriter(TypedMutator):
             # by group, so count each as nested visits (a 30,000-op chain continues on fresh stacks).
             members = self.members[expr]
             self.memo[expr] = call_nested(self._primitive_call, expr, members, weight=len(members))
+        elif expr not in self.memo and _is_stop_fusion(expr):  # grouping is done: the boundary goes
+            self.memo[expr] = self.visit(expr.args[0])
         return super().visit(expr)
 
     def visit_function(self, fn: Function):
@@ -518,7 +527,7 @@ def fuse_function(fn: Function, max_depth: int = DEFAULT_MAX_DEPTH) -> Function:
         for node in region.order:
             groups.setdefault(node.group.root(), set()).add(node.expr)
         for group, exprs in groups.items():
-            if any(_is_op_call(e) for e in exprs):
+            if any(_is_op_call(e) and not _is_stop_fusion(e) for e in exprs):  # (a stop_fusion is alone)
                 members[group.node.expr] = exprs
     body = _Rewriter(members, reshape_only_ops()).visit(fn.body)
     return rebuild_function(fn, body) if body is not fn.body else fn

@@ -184,6 +184,7 @@ CASES = [
     Case("logical_not", unary(), ("bool",)),
     Case("bitwise_not", unary(), ("int32", "uint8", "bool")),
     Case("copy", unary(), (F32, "int16")),
+    Case("annotation.stop_fusion", unary(), (F32, "int16")),  # (only reached if it outlives FuseOps)
     *[Case("cast", unary(), (src,), attrs={"dtype": dst}, values=_cast_safe)
       for src, dst in ((F32, "int32"), ("int32", F32), (F32, F16), (F64, F32), ("int32", "bool"), ("bool", F32),
                        (F16, F32), ("uint8", "int8"), ("int64", "uint16"))],

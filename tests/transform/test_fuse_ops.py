@@ -450,3 +450,63 @@ def test_random_graphs_keep_their_meaning(text, rows):
     check_same_result(before, after, x, y)
     for node in post_order_iter(after["main"].body):
         assert not (isinstance(node, Call) and isinstance(node.op, Op)), "an op call outside a primitive"
+
+
+# ---- annotation.stop_fusion ------------------------------------------------------------------------
+
+STOP_FUSION_CHAIN = """
+def @main(%x: Tensor[(2, 3), float32], %y: Tensor[(2, 3), float32]) {
+  %0 = add(%x, %y);
+  %1 = annotation.stop_fusion(%0);
+  %2 = exp(%1);
+  multiply(%2, %1)
+}"""
+
+
+def _without_stop_fusion(text: str) -> str:
+    return text.replace("annotation.stop_fusion(%0)", "%0")
+
+
+def _all_op_names(mod) -> list[str]:
+    return [n.op.name for n in post_order_iter(mod["main"].body) if isinstance(n, Call) and isinstance(n.op, Op)]
+
+
+def test_stop_fusion_is_a_boundary_and_is_removed():
+    # without it the chain is one group; with it, the add stands alone and the rest fuses after it
+    assert groups(fuse(parse(_without_stop_fusion(STOP_FUSION_CHAIN)))) == [["add", "exp", "multiply"]]
+    before = parse(STOP_FUSION_CHAIN)
+    after = fuse(before)
+    assert groups(after) == [["add"], ["exp", "multiply"]]
+    assert "annotation.stop_fusion" not in _all_op_names(after) + sum(groups(after), [])
+    x, y = np.random.default_rng(0).standard_normal((2, 2, 3)).astype("float32")
+    check_same_result(before, after, x, y)
+
+
+def test_stop_fusion_between_elementwise_ops_gives_two_kernels_on_target_c():
+    x, y = np.random.default_rng(1).standard_normal((2, 2, 3)).astype("float32")
+    want = np.exp(x + y) * (x + y)
+    kernels = {}
+    for text in (STOP_FUSION_CHAIN, _without_stop_fusion(STOP_FUSION_CHAIN)):
+        mod = tv.parse(text)
+        exe = tv.vm.compile(mod, target="c")
+        stats = exe.stats()
+        assert stats["kernel_library"]["numpy_fallbacks"] == {}
+        kernels[text] = stats["kernels"]
+        got = tv.vm.VirtualMachine(exe).invoke("main", x, y).numpy()
+        np.testing.assert_allclose(got, want, rtol=1e-5)
+        np.testing.assert_allclose(tv.create_executor("debug", mod).evaluate()(x, y).numpy(), want, rtol=1e-5)
+    assert len(kernels[STOP_FUSION_CHAIN]) == 2
+    assert len(kernels[_without_stop_fusion(STOP_FUSION_CHAIN)]) == 1
+
+
+def test_stop_fusion_of_a_parameter_and_under_lets():
+    before = parse("""
+def @main(%x: Tensor[(4), float32]) {
+  let %a = annotation.stop_fusion(%x);
+  let %b = annotation.stop_fusion(negative(%a));
+  (annotation.stop_fusion(%b), %b)
+}""")
+    after = fuse(before)
+    assert groups(after) == [["negative"]]
+    assert "annotation.stop_fusion" not in _all_op_names(after)
+    check_same_result(before, after, np.arange(4, dtype="float32"))
