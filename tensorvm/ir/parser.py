@@ -120,8 +120,8 @@ _LETTERS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz_")
 # No dtype holds an integer of more digits (uint64 has 20); Python refuses to convert > 4300.
 _MAX_INT_DIGITS = 40
 # How deeply expressions, types, patterns and attribute lists may nest (each level is a few Python
-# frames here and in every pass after); sequences of bindings do not nest (``let``/``%0 =`` chains
-# of any length are read iteratively).
+# frames here and in every pass after); sequences of bindings and chains of infix operators do not
+# nest (``let``/``%0 =`` chains and ``%a + %b + ...`` of any length are read iteratively).
 MAX_NESTING = 500
 
 
@@ -833,20 +833,15 @@ class _Parser:
         return self.nested(self._expr)
 
     def _expr(self) -> Expr:
-        """Operands joined by infix operators, by precedence climbing over explicit stacks (a chain
-        of any length takes no Python frames); the tree built counts towards ``MAX_NESTING``."""
-        operands = [(self.parse_postfix(), 0)]  # (expression, height of its operator tree)
+        """Operands joined by infix operators, by precedence climbing over explicit stacks: a chain of
+        any length takes no Python frames here (like a sequence of bindings, it does not nest)."""
+        operands = [self.parse_postfix()]
         pending: list[tuple[str, int, Token]] = []  # (op name, precedence, operator token)
 
         def reduce() -> None:
             name, _, tok = pending.pop()
-            (right, right_height), (left, left_height) = operands.pop(), operands.pop()
-            height = max(left_height, right_height) + 1
-            if self.depth + height > MAX_NESTING:
-                self.error(f"expected at most {MAX_NESTING} nested levels (here of infix operators: each "
-                           f"operand of a chain nests one level deeper) but found a deeper one at "
-                           f"{tok.describe()}", tok)
-            operands.append((Call(Op(name, span=self.span(tok)), (left, right), span=self.span(tok)), height))
+            right, left = operands.pop(), operands.pop()
+            operands.append(Call(Op(name, span=self.span(tok)), (left, right), span=self.span(tok)))
 
         while self.peek().kind == "PUNCT" and self.peek().text in _BINARY_OPS:
             tok = self.advance()
@@ -856,10 +851,10 @@ class _Parser:
             if self.known_op is not None and not self.known_op(name):
                 self.error(f"operator {tok.text!r} calls {name!r}, which is not a registered operator", tok)
             pending.append((name, precedence, tok))
-            operands.append((self.parse_postfix(), 0))
+            operands.append(self.parse_postfix())
         while pending:
             reduce()
-        return operands[0][0]
+        return operands[0]
 
     def parse_postfix(self) -> Expr:
         """A primary expression followed by calls ``(...)`` and projections ``.N``."""
