@@ -441,10 +441,38 @@ def test_set_input_checks_its_arguments():
         vm.set_input("main", rand(3, 2), bogus=rand(2))
 
 
-@pytest.mark.skip(reason="set_one_input and invoke_with_outputs (preallocated outputs) are not part of "
-                         "tensorvm's VM API (DESIGN.md); set_input covers the same ground")
-def test_set_one_input_and_invoke_with_outputs():  # pragma: no cover
-    pass
+@pytest.mark.parametrize("saved", [False, True])
+@pytest.mark.parametrize("mode", ["bytecode", "compiled"])
+def test_set_one_input_by_index_name_and_keyword(mode, saved):
+    vm = tv.vm.VirtualMachine(executable(parse(TWO_INPUTS), mode, saved))
+    d0, d1 = rand(3, 2), rand(2, seed=1)
+    vm.set_one_input("main", 1, d1)
+    vm.set_one_input("main", 0, d0)
+    check_result(vm.invoke("main"), (d0 + d1, d0 - d1))
+    vm.set_one_input("main", "d1", d1 * 2)  # d0 stays
+    check_result(vm.invoke("main"), (d0 + d1 * 2, d0 - d1 * 2))
+    vm.set_one_input("main", d0=d0 * 3)
+    vm.invoke_stateful("main")
+    check_result(tuple(vm.get_outputs()), (d0 * 3 + d1 * 2, d0 * 3 - d1 * 2))
+    single = tv.vm.VirtualMachine(executable(parse(ONE_OUTPUT), mode, saved))
+    a = rand(5)
+    single.set_one_input("main", "a", a)
+    check_result(single.invoke("main"), np.exp(a), rtol=1e-6)
+
+
+@pytest.mark.parametrize("saved", [False, True])
+@pytest.mark.parametrize("mode", ["bytecode", "compiled"])
+def test_invoke_stateful_with_arguments_and_invoke_with_outputs(mode, saved):
+    vm = tv.vm.VirtualMachine(executable(parse(TWO_INPUTS), mode, saved))
+    d0, d1 = rand(3, 2), rand(2, seed=1)
+    vm.invoke_stateful("main", d0, d1)
+    assert vm.get_num_outputs() == 2
+    check_result(tuple(vm.get_outputs()), (d0 + d1, d0 - d1))
+    out0, out1 = np.empty((3, 2), "float32"), np.empty((3, 2), "float32")
+    vm.invoke_with_outputs("main", input_args={"d0": d0, "d1": d1}, output_args=[out0, out1])
+    check_result((out0, out1), (d0 + d1, d0 - d1))
+    with pytest.raises(ExecutionError, match="output 1 of main is a float32 tensor of shape \\(3, 2\\)"):
+        vm.invoke_with_outputs("main", None, [out0, np.empty((2, 3), "float32")])
 
 
 # --- serialization -----------------------------------------------------------------------------------
