@@ -9,7 +9,7 @@ import pytest
 
 import tensorvm as tv
 from tensorvm.errors import ParseError
-from tensorvm.ir.parser import MAX_NESTING
+from tensorvm.ir.parser import MAX_NESTING, parse_expr
 from tensorvm.ir.structural import structural_equal
 from tensorvm.transform.infer_type import infer_type
 
@@ -67,6 +67,26 @@ def test_each_operator_is_the_call_and_computes_as_numpy(symbol):
 def test_precedence_and_left_associativity(infix, calls):
     params = f"%a: {T4}, %b: {T4}, %c: {T4}"
     _same(f"def @main({params}) {{ {infix} }}", f"def @main({params}) {{ {calls} }}")
+
+
+@pytest.mark.parametrize("infix, grouped", [
+    # TVM's associativity cases, on int32 scalars
+    ("1 * 1 + 1 < 1 == True", "(((1 * 1) + 1) < 1) == True"),
+    ("True == 1 < 1 + 1 * 1", "True == (1 < (1 + (1 * 1)))"),
+    ("2 - 3 - 4 == 5 / 6 / 7", "((2 - 3) - 4) == ((5 / 6) / 7)"),
+])
+def test_scalar_expressions_group_like_tvm(infix, grouped):
+    assert structural_equal(parse_expr(infix), parse_expr(grouped))
+    assert not structural_equal(parse_expr("1 * 1 + 1"), parse_expr("1 * (1 + 1)"))
+
+
+@pytest.mark.parametrize("text, value", [("--10", 10), ("---10", -10), ("-10", -10), ("(--2.5f, 1)", 2.5),
+                                         ("--inff", np.inf), ("7--1", 8), ("7---1", 6), ("7 - --1", 6)])
+def test_a_run_of_minus_signs_belongs_to_the_literal(text, value):
+    # as in TVM, an odd run negates the number; after an operand the first '-' subtracts
+    got = tv.create_executor("debug", tv.parse(text)).evaluate()()
+    got = got[0] if isinstance(got, tuple) else got
+    assert got.numpy() == value
 
 
 @pytest.mark.parametrize("infix, want", [

@@ -236,18 +236,25 @@ def tokenize(text: str, source_name: str = "<string>") -> list[Token]:
         after_dot = bool(tokens) and tokens[-1].kind == "PUNCT" and tokens[-1].text == "."
         # (ASCII tests: str.isdigit/isalpha accept other scripts' letters and digits, which the
         # regular expressions below do not match.)
-        negative = (ch == "-" and pos + 1 < n and (text[pos + 1] in _DIGITS or text[pos + 1] in "in")
-                    and not (tokens and _ends_operand(tokens[-1])))  # else ``%x-1`` is a subtraction
-        if ch in _DIGITS or negative:
+        # A run of '-' right before a number belongs to the literal, an odd run negating it (``--10`` is
+        # 10, as in TVM); right after an operand, '-' subtracts instead (``%x-1``).
+        literal_at = pos if ch in _DIGITS else None
+        if ch == "-" and not (tokens and _ends_operand(tokens[-1])):
+            end = pos
+            while end < n and text[end] == "-":
+                end += 1
+            if end < n and (text[end] in _DIGITS or text[end] in "in"):
+                literal_at = end - 1 if (end - pos) % 2 else end
+        if literal_at is not None:
             if after_dot and ch in _DIGITS:  # a projection: %t.0.1 is two projections, not a float
                 m = _INT.match(text, pos)
                 tokens.append(Token("NUMBER", m.group(0), line, column, (int(m.group(0)), None, False)))
                 pos = m.end()
                 continue
-            m = _SPECIAL_FLOAT.match(text, pos) if ch == "-" else None
-            m = m or _NUMBER.match(text, pos)
+            m = _SPECIAL_FLOAT.match(text, literal_at) if ch == "-" else None
+            m = m or _NUMBER.match(text, literal_at)
             if m:
-                tokens.append(Token("NUMBER", m.group(0), line, column,
+                tokens.append(Token("NUMBER", text[pos:m.end()], line, column,
                                     _number_value(m.group(0), line, column, source_name)))
                 pos = m.end()
                 continue
