@@ -220,3 +220,53 @@ def test_match_scrutinee_may_be_a_projection_a_call_or_a_tuple():
     # a = 7, b = 20, c = 5 - 7
     assert _run(mod, (np.array(5, np.int32), lst)) == 7 + 20 + (5 - 7)
     assert structural_equal(tv.parse(mod.astext()), mod)
+
+
+# ---- statement sequences: ``e; rest`` ------------------------------------------------------------
+
+def test_a_statement_sequence_is_a_let_of_an_unused_variable():
+    _same("def @main() { (); () }", "def @main() { let %_ = (); () }")
+    _same("def @main() { 1; 2f; (3, 4) }", "def @main() { let %_ = 1; let %_ = 2f; (3, 4) }")
+    # a let inside a value still ends at the value's ';'
+    _same("def @main() { let %a = let %b = 1; %b; %a }", "def @main() { let %a = (let %b = 1; %b); %a }")
+    with pytest.raises(ParseError, match="expected an expression but found '}'"):
+        tv.parse("def @main() { 1; }")
+
+
+def test_reference_writes_as_statements_run():
+    mod = tv.parse("""
+    def @main(%x: float32) {
+      %0 = ref(%x);
+      ref_write(%0, %x + 1f);
+      ref_write(%0, ref_read(%0) * 3f);
+      ref_read(%0)
+    }""")
+    assert _run(mod, np.float32(2)) == np.float32((2 + 1) * 3)
+    assert structural_equal(tv.parse(mod.astext()), mod)
+
+
+def test_tvm_style_match_arm_with_a_statement_runs_on_the_interpreter_and_the_vm():
+    text = """
+    def @len[A](%xs: List[A]) -> int32 {
+      match? %xs {
+        Cons(_, %rest: List[A]) => {
+          ();
+          1 + @len(%rest)
+        },
+        Nil => 0,
+      }
+    }
+    def @main(%xs: List[float32]) -> int32 { @len(%xs) }
+    """
+    mod = tv.parse(text)
+    cons, nil = mod.constructor("Cons"), mod.constructor("Nil")
+    xs = cons(np.float32(1), cons(np.float32(2), cons(np.float32(3), nil())))
+    assert _run(mod, xs) == 3
+    assert tv.vm.VirtualMachine(tv.vm.compile(mod)).invoke("main", xs).numpy() == 3
+    curried = tv.parse("""
+    def @main() -> int32 {
+      let %mult = fn (%x: int32) { fn (%y: int32) { %x * %y } };
+      %mult(2);
+      %mult(6)(7)
+    }""")
+    assert _run(curried) == 42

@@ -799,8 +799,10 @@ class _Parser:
         self.error(f"expected an attribute value (number, string, list, True/False, None) but found {tok.describe()}")
 
     # --- expressions --------------------------------------------------------------------------
-    def parse_seq(self) -> Expr:
-        """Bindings (``let %x = e;``, ``%0 = e;``) followed by the expression they scope over."""
+    def parse_seq(self, statements: bool = True) -> Expr:
+        """Bindings (``let %x = e;``, ``%0 = e;``) followed by the expression they scope over. With
+        ``statements``, ``e; rest`` also binds: ``e`` is evaluated for its effect (``ref_write(%r, 1f);
+        ref_read(%r)``) and bound to an unused ``%_``, as TVM reads it."""
         lets: list[tuple[Var, Expr, Span]] = []
         depth = len(self.scopes)
         self.scopes.append({})  # one scope for the whole sequence: later bindings shadow earlier ones
@@ -828,8 +830,11 @@ class _Parser:
                     self.accept(";")  # TVM's docs sometimes omit it
                     self.scopes[-1][tok.text] = value
                 else:
-                    break
-            body = self.parse_expr()
+                    start = self.peek()
+                    body = self.parse_expr()
+                    if not (statements and self.accept(";")):
+                        break
+                    lets.append((Var("_", span=self.span(start)), body, self.span(start)))
         finally:
             del self.scopes[depth:]
         for var, value, span in reversed(lets):
@@ -935,8 +940,8 @@ class _Parser:
                 return self.parse_match()
             if word == "fn":
                 return self.parse_fn()
-            if word == "let":
-                return self.parse_seq()
+            if word == "let":  # (a let in a value: its body ends at the first ';', which is the value's)
+                return self.parse_seq(statements=False)
             if word in ("ref", "ref_read", "ref_write"):
                 return self.parse_ref()
             if word == "meta":
