@@ -20,7 +20,7 @@ How it works (a constraint solver in the style of Relay's):
   fixed by its own base case) are *defaulted* one at a time in creation order: the unknown side
   takes the known side's type. A type still unknown then, with no constraint waiting on anything,
   is one nothing in the program constrains (``fn () { Nil }``: the element type of ``List[_]``; the
-  parameter of a closure never called): it becomes ``()`` (see ``default_unconstrained``). Anything
+  parameter of a closure never called): it becomes ``()`` (see ``may_default_unconstrained``). Anything
   else still unknown is an error ("cannot infer the type of %x").
 * Polymorphic functions (``def @id[A](%x: A) -> A``) and ADT constructors (the constructor of
   ``type List[A] { Cons(A, List[A]), Nil }`` has type ``fn [A](A, List[A]) -> List[A]``) are
@@ -105,6 +105,7 @@ from .pass_infra import Pass
 __all__ = ["InferType", "infer_type", "infer_expr"]
 
 _BOOL_SCALAR = TensorType((), "bool")
+_UNIT = TupleType(())  # what a type nothing constrains becomes (see may_default_unconstrained)
 
 # A let chain can build a tuple type one level deeper per let (``let %t = (%t, x);``). Every pass
 # after this one walks types recursively, so a tuple type may nest at most this deep (as in the text).
@@ -894,57 +895,61 @@ class _Inferencer(ExprFunctor):
         """Default stuck constraints, check everything is known, then annotate every node."""
         solver = self.solver
         solver.run_defaults()
-        self.default_unconstrained()
+        may_default = self.may_default_unconstrained()
         resolved: list[tuple[Expr, Type]] = []
         resolve_memo: dict = {}
         root_memo: dict = {}
-        for var, ty in self.env.items():
+
+        def known(ty):
             full = solver.resolve(ty, resolve_memo)
+            while may_default and (root := solver.first_root(full, root_memo)) is not None:
+                solver.bind(root, _UNIT)
+                resolve_memo.clear()  # their answers are stale once a root is bound
+                root_memo.clear()
+                full = solver.resolve(ty, resolve_memo)
+            return full
+
+        for var, ty in self.env.items():
+            full = known(ty)
             if solver.first_root(full, root_memo) is not None:
                 owner = self.var_owner.get(var)
                 where = f"{var.span}: " if var.span is not None else ""
-                known = "" if isinstance(full, IncompleteType) else f" (only {_type_str(full)} is known)"
+                known_part = "" if isinstance(full, IncompleteType) else f" (only {_type_str(full)} is known)"
                 raise TypeInferenceError(
                     f"{where}{f'in @{owner}: ' if owner else ''}cannot infer the type of %{var.name_hint}"
-                    f"{known}; add a type annotation")
+                    f"{known_part}; add a type annotation")
             resolved.append((var, full))
         for expr, ty in self.memo.items():
             if isinstance(expr, Var):
                 continue
-            full = solver.resolve(ty, resolve_memo)
+            full = known(ty)
             if solver.first_root(full, root_memo) is not None:
                 ctx = _Ctx(expr, "cannot infer the type of {expr}", self.owner.get(expr))
-                known = "" if isinstance(full, IncompleteType) else f" (only {_type_str(full)} is known)"
-                raise ctx.fail(f"{known}; add a type annotation")
+                known_part = "" if isinstance(full, IncompleteType) else f" (only {_type_str(full)} is known)"
+                raise ctx.fail(f"{known_part}; add a type annotation")
             resolved.append((expr, full))
         for node, ty in self.shared:
-            full = solver.resolve(ty, resolve_memo)
+            full = known(ty)
             if solver.first_root(full, root_memo) is not None:
                 raise TypeInferenceError(f"cannot infer the type of {_describe(node)} ({_type_str(full)})")
             resolved.append((node, full))
         for node, ty in resolved:
             node.with_type(ty)
 
-    def default_unconstrained(self) -> None:
-        """Once every constraint is solved, an unknown type left is one nothing in the program
-        constrains (the element type of a ``Nil`` never consed onto, the parameter of a closure never
-        called): it becomes ``()``. Sound because no value of such a type is made or inspected by
-        the program (every value an op, constant, constructor or tuple makes has a type derived from
-        known ones); a value coming from outside is checked against ``()`` at the boundary. Nothing
-        is defaulted, and the unknown type is an error, while a constraint still waits (an op or a
-        projection on an unknown type) or a global has a parameter of which nothing at all is known
-        (``def @f(%x) { %x }``: nothing says what a caller passes)."""
+    def may_default_unconstrained(self) -> bool:
+        """Whether an unknown type left after solving may become ``()``: then it is one nothing in the
+        program constrains (the element type of a ``Nil`` never consed onto, the parameter of a
+        closure never called). Sound because no value of such a type is made or inspected by the
+        program (every value an op, constant, constructor or tuple makes has a type derived from known
+        ones); a value coming from outside is checked against ``()`` at the boundary. Not while a
+        constraint still waits (an op or a projection on an unknown type) or a global has a parameter
+        of which nothing at all is known (``def @f(%x) { %x }``: nothing says what a caller passes):
+        the unknown type is then an error."""
         solver = self.solver
         if any(not c.done for waiting in solver.watchers.values() for c in waiting):
-            return
-        if any(isinstance(solver.find(p), IncompleteType) for fty in self.global_types.values() for p in fty.arg_types):
-            return
-        unit, memo = TupleType(()), {}
-        types = [*self.env.values(), *self.memo.values(), *(ty for _, ty in self.shared)]
-        for ty in types:
-            while (root := solver.first_root(ty, memo)) is not None:
-                solver.bind(root, unit)
-                memo.clear()  # the memo's answers are stale once a root is bound
+            return False
+        return not any(isinstance(solver.find(p), IncompleteType)
+                       for fty in self.global_types.values() for p in fty.arg_types)
 
     # --- helpers ---------------------------------------------------------------------------------
     def global_name_of(self, expr) -> str | None:
