@@ -31,7 +31,8 @@ from ._common import (
     to_int,
     to_int_dtype,
 )
-from .registry import AttrDef, OpDef, OpPattern
+from ._library import axis_split, dtype_code, product, same_dims
+from .registry import AttrDef, LibraryKernel, OpDef, OpPattern
 
 # ---- argwhere -------------------------------------------------------------------------------------
 
@@ -41,11 +42,19 @@ def _argwhere_rel(types, attrs, consts=None):
     return TensorType((Any(), condition.ndim), "int32")
 
 
+def _argwhere_arguments(attrs, inputs, outputs):
+    (condition,), (out,) = inputs, outputs
+    rank = len(condition.shape)
+    return [condition, dtype_code(condition.dtype), rank, tuple(condition.shape), out.shape[0], out], []
+
+
+# The shape function counts the nonzero elements (one cheap pass); the kernel writes their coordinates
+# and checks that it found as many.
 register_checked(OpDef(
     name="argwhere", num_inputs=1, type_rel=_argwhere_rel,
     kernel=lambda attrs, condition: np.argwhere(condition).astype("int32"), pattern=OpPattern.OPAQUE,
     shape_func=lambda attrs, args: [(int(np.count_nonzero(args[0])), np.ndim(args[0]))],
-    shape_func_data_dependent=True,
+    shape_func_data_dependent=True, library=LibraryKernel("tv_argwhere", "algorithm.c", _argwhere_arguments),
     doc="The coordinates (int32, one row each, row-major order) of the nonzero elements.",
 ))
 
@@ -107,15 +116,41 @@ def _checked_identity_shape(name: str):
     return shape_func
 
 
+def _lines(name: str, attrs, data, outputs, k) -> tuple[list, list]:
+    """The leading arguments of ``tv_sort``/``tv_argsort``/``tv_topk`` (codegen/lib/algorithm.c) and the
+    entry checks of the outputs' dims: the data's, ``k`` along the axis."""
+    axis = attrs.axis % len(data.shape)
+    outer, n, inner = axis_split(data.shape, axis)
+    requires = [(k <= n, f"{name}: k must not exceed the size of axis {axis}")]
+    for out in outputs:
+        expected = data.shape[:axis] + (k,) + data.shape[axis + 1:]
+        requires += same_dims(name, out.shape, expected, f"output {out.name}")
+    return [data, dtype_code(data.dtype), outer, n, inner, k, attrs.is_ascend], requires
+
+
+def _sort_arguments(attrs, inputs, outputs):
+    (data,), (out,) = inputs, outputs
+    args, requires = _lines("sort", attrs, data, outputs, data.shape[attrs.axis % len(data.shape)])
+    return args + [out], requires
+
+
+def _argsort_arguments(attrs, inputs, outputs):
+    (data,), (out,) = inputs, outputs
+    args, requires = _lines("argsort", attrs, data, outputs, data.shape[attrs.axis % len(data.shape)])
+    return args + [out, dtype_code(out.dtype)], requires
+
+
 SORT_ATTRS = (AttrDef("axis", -1, to_int), AttrDef("is_ascend", True, to_bool))
 register_checked(OpDef(
     name="sort", num_inputs=1, type_rel=_sort_rel, kernel=_sort_kernel, pattern=OpPattern.OPAQUE,
     attrs=SORT_ATTRS, shape_func=_checked_identity_shape("sort"), doc="Stable sort along an axis.",
+    library=LibraryKernel("tv_sort", "algorithm.c", _sort_arguments),
 ))
 register_checked(OpDef(
     name="argsort", num_inputs=1, type_rel=_argsort_rel, kernel=_argsort_kernel, pattern=OpPattern.OPAQUE,
     attrs=SORT_ATTRS + (AttrDef("dtype", "int32", to_int_dtype),), shape_func=_checked_identity_shape("argsort"),
     doc="The indices of a stable sort along an axis.",
+    library=LibraryKernel("tv_argsort", "algorithm.c", _argsort_arguments),
 ))
 
 # ---- topk -----------------------------------------------------------------------------------------
@@ -191,6 +226,21 @@ def _topk_kernel(attrs, data, k=None):
     return {"both": (values, indices), "values": values, "indices": indices}[attrs.ret_type]
 
 
+def _topk_arguments(attrs, inputs, outputs):
+    # k is the outputs' extent along the axis: the attribute, or the run-time k the shape function read
+    data = inputs[0]
+    args, requires = _lines("topk", attrs, data, outputs, outputs[0].shape[attrs.axis % len(data.shape)])
+    if attrs.ret_type == "both":
+        return [*args, outputs[0], outputs[1], dtype_code(outputs[1].dtype)], requires
+    if attrs.ret_type == "values":
+        return [*args, outputs[0]], requires
+    return [*args, outputs[0], dtype_code(outputs[0].dtype)], requires
+
+
+def _topk_function(attrs) -> str:
+    return {"both": "tv_topk", "values": "tv_sort", "indices": "tv_argsort"}[attrs.ret_type]
+
+
 register_checked(OpDef(
     name="topk", num_inputs=-1, type_rel=_topk_rel, kernel=_topk_kernel, pattern=OpPattern.OPAQUE,
     attrs=(
@@ -201,6 +251,7 @@ register_checked(OpDef(
         AttrDef("dtype", "int32", to_int_dtype),
     ),
     shape_func=_topk_shape_func, shape_func_data_dependent=(False, True),
+    library=LibraryKernel(_topk_function, "algorithm.c", _topk_arguments),
     doc="topk(data[, k]): the k largest (or smallest) elements along an axis and/or their indices.",
 ))
 
@@ -246,8 +297,20 @@ def _scan(name: str, ufunc, identity):
             result = shifted
         return result
 
+    def arguments(attrs, inputs, outputs):
+        (data,), (out,) = inputs, outputs
+        if attrs.axis is None:
+            outer, n, inner = 1, product(data.shape), 1
+            requires = same_dims(name, out.shape, (n,), "the output's")
+        else:
+            outer, n, inner = axis_split(data.shape, attrs.axis % len(data.shape))
+            requires = same_dims(name, out.shape, data.shape, "the output's")
+        return [data, dtype_code(data.dtype), out, dtype_code(out.dtype), outer, n, inner, ufunc is np.multiply,
+                attrs.exclusive], requires
+
     register_checked(OpDef(
         name=name, num_inputs=1, type_rel=rel, kernel=kernel, pattern=OpPattern.OPAQUE,
+        library=LibraryKernel("tv_scan", "algorithm.c", arguments),
         attrs=(
             AttrDef("axis", None, to_int, "None: over the flattened input"),
             AttrDef("dtype", None, to_dtype, "default: the input's dtype"),
@@ -359,11 +422,25 @@ def _searchsorted_shape_func(attrs, args):
     return [tuple(args[1])]
 
 
+def _searchsorted_arguments(attrs, inputs, outputs):
+    (seq, values), (out,) = inputs, outputs
+    requires = same_dims("searchsorted", out.shape, values.shape, "the output's")
+    if len(seq.shape) == 1:  # one sequence for every value
+        rows, n, m, seq_step = 1, seq.shape[0], product(values.shape), 0
+    else:
+        rows, n, m = product(seq.shape[:-1]), seq.shape[-1], values.shape[-1]
+        seq_step = n
+        requires += same_dims("searchsorted", values.shape[:-1], seq.shape[:-1], "values' leading")
+    return [seq, values, dtype_code(seq.dtype), rows, n, m, seq_step, attrs.right, out, dtype_code(out.dtype)], \
+        requires
+
+
 register_checked(OpDef(
     name="searchsorted", num_inputs=2, type_rel=_searchsorted_rel, kernel=_searchsorted_kernel,
     pattern=OpPattern.OPAQUE,
     attrs=(AttrDef("right", False, to_bool, "return the last suitable index instead of the first"),
            AttrDef("dtype", "int32", to_int_dtype)),
     shape_func=_searchsorted_shape_func,
+    library=LibraryKernel("tv_searchsorted", "algorithm.c", _searchsorted_arguments),
     doc="searchsorted(sorted_sequence, values): insertion indices keeping each innermost row sorted.",
 ))

@@ -1,0 +1,371 @@
+/* Sorting, scans, searching, scatters and argwhere: the library functions of the ops in
+   tensorvm/op/algorithm.py and the scatters of tensorvm/op/transform.py (see tv_lib.h). Arrays are
+   row-major; an op along an axis sees its data as (outer, n, inner), the axis in the middle. */
+#include "tv_lib.h"
+
+/* ---- stable sorting ---------------------------------------------------------------------------- */
+
+/* The order of a line of n keys, stable in either direction: a bottom-up merge sort of index runs
+   (insertion-sorted runs of 16 first). Returns perm or tmp, whichever holds the result. */
+#define TV_LIB_SORT(CODE, T, S, F)                                                                  \
+  static inline bool tv_lib_before_##S(T a, T b, bool ascending) {                                  \
+    return ascending ? tv_lib_less_##S(a, b) : tv_lib_less_##S(b, a);                               \
+  }                                                                                                 \
+  static int64_t* tv_lib_sort_line_##S(const T* key, int64_t n, bool ascending, int64_t* perm,      \
+                                       int64_t* tmp) {                                              \
+    for (int64_t i = 0; i < n; i++) perm[i] = i;                                                    \
+    for (int64_t lo = 0; lo < n; lo += 16) {                                                        \
+      const int64_t hi = lo + 16 < n ? lo + 16 : n;                                                 \
+      for (int64_t i = lo + 1; i < hi; i++) {                                                       \
+        const int64_t p = perm[i];                                                                  \
+        int64_t j = i;                                                                              \
+        while (j > lo && tv_lib_before_##S(key[p], key[perm[j - 1]], ascending)) {                  \
+          perm[j] = perm[j - 1];                                                                    \
+          j--;                                                                                      \
+        }                                                                                           \
+        perm[j] = p;                                                                                \
+      }                                                                                             \
+    }                                                                                               \
+    for (int64_t width = 16; width < n; width *= 2) {                                               \
+      for (int64_t lo = 0; lo < n; lo += 2 * width) {                                               \
+        const int64_t mid = lo + width < n ? lo + width : n;                                        \
+        const int64_t hi = lo + 2 * width < n ? lo + 2 * width : n;                                 \
+        int64_t a = lo, b = mid, k = lo;                                                            \
+        while (a < mid && b < hi) /* the right run goes first only when strictly before */         \
+          tmp[k++] = tv_lib_before_##S(key[perm[b]], key[perm[a]], ascending) ? perm[b++] : perm[a++]; \
+        while (a < mid) tmp[k++] = perm[a++];                                                       \
+        while (b < hi) tmp[k++] = perm[b++];                                                        \
+      }                                                                                             \
+      int64_t* swap = perm;                                                                         \
+      perm = tmp;                                                                                   \
+      tmp = swap;                                                                                   \
+    }                                                                                               \
+    return perm;                                                                                    \
+  }
+TV_LIB_DTYPES(TV_LIB_SORT)
+#undef TV_LIB_SORT
+
+/* The first k of each sorted line of data (outer, n, inner) into values (outer, k, inner) and/or
+   indices (positions along the axis, of dtype index_dtype); either may be NULL. */
+static int32_t tv_lib_topk(const void* data, int64_t dtype, int64_t outer, int64_t n, int64_t inner, int64_t k,
+                           int64_t ascending, void* values, void* indices, int64_t index_dtype) {
+  const int64_t size = tv_lib_itemsize(dtype);
+  if (size == 0) return TV_ERROR_DTYPE;
+  if (k < 0 || k > n) return TV_ERROR_SIZE;
+  if (outer == 0 || inner == 0 || k == 0) return 0;
+  char* key = (char*)malloc((size_t)(n * size));
+  int64_t* order = (int64_t*)malloc(sizeof(int64_t) * (size_t)(2 * n));
+  if (key == NULL || order == NULL) {
+    free(key);
+    free(order);
+    return TV_ERROR_OUT_OF_MEMORY;
+  }
+  const char* bytes = (const char*)data;
+  for (int64_t o = 0; o < outer; o++) {
+    for (int64_t i = 0; i < inner; i++) {
+      for (int64_t j = 0; j < n; j++)  /* the line, contiguous */
+        memcpy(key + j * size, bytes + ((o * n + j) * inner + i) * size, (size_t)size);
+      const int64_t* sorted = order;
+      switch (dtype) {
+#define TV_LIB_SORT_CASE(CODE, T, S, F)                                                            \
+  case CODE: sorted = tv_lib_sort_line_##S((const T*)(const void*)key, n, ascending != 0, order, order + n); break;
+        TV_LIB_DTYPES(TV_LIB_SORT_CASE)
+#undef TV_LIB_SORT_CASE
+        default: break;
+      }
+      for (int64_t j = 0; j < k; j++) {
+        const int64_t at = (o * k + j) * inner + i;
+        if (values != NULL) memcpy((char*)values + at * size, key + sorted[j] * size, (size_t)size);
+        if (indices != NULL) tv_lib_store_int(indices, at, sorted[j], index_dtype);
+      }
+    }
+  }
+  free(key);
+  free(order);
+  return 0;
+}
+
+__attribute__((unused)) static int32_t tv_sort(const void* data, int64_t dtype, int64_t outer, int64_t n,
+                                               int64_t inner, int64_t k, int64_t ascending, void* values) {
+  return tv_lib_topk(data, dtype, outer, n, inner, k, ascending, values, NULL, 0);
+}
+
+__attribute__((unused)) static int32_t tv_argsort(const void* data, int64_t dtype, int64_t outer, int64_t n,
+                                                  int64_t inner, int64_t k, int64_t ascending, void* indices,
+                                                  int64_t index_dtype) {
+  return tv_lib_topk(data, dtype, outer, n, inner, k, ascending, NULL, indices, index_dtype);
+}
+
+__attribute__((unused)) static int32_t tv_topk(const void* data, int64_t dtype, int64_t outer, int64_t n,
+                                               int64_t inner, int64_t k, int64_t ascending, void* values,
+                                               void* indices, int64_t index_dtype) {
+  return tv_lib_topk(data, dtype, outer, n, inner, k, ascending, values, indices, index_dtype);
+}
+
+/* ---- running sums and products ------------------------------------------------------------------ */
+
+/* Element i of an array of any dtype, converted to T (as NumPy's astype). */
+#define TV_LIB_LOAD_AS(CODE, T, S, F)                                                               \
+  static inline T tv_lib_load_as_##S(const void* p, int64_t i, int64_t dtype) {                     \
+    T r = (T)0;                                                                                     \
+    switch (dtype) {                                                                                \
+      TV_LIB_DTYPES_INNER(TV_LIB_LOAD_AS_CASE)                                                      \
+      default: break;                                                                               \
+    }                                                                                               \
+    return r;                                                                                       \
+  }
+#define TV_LIB_LOAD_AS_CASE(CODE, T, S, F) case CODE: r = ((const T*)p)[i]; break;
+TV_LIB_DTYPES(TV_LIB_LOAD_AS)
+#undef TV_LIB_LOAD_AS_CASE
+#undef TV_LIB_LOAD_AS
+
+/* y = the running sum (product) of x along the axis, in y's type; exclusive: each element left out. */
+#define TV_LIB_SCAN(CODE, T, S, F)                                                                  \
+  static void tv_lib_scan_##S(const void* x, int64_t x_dtype, T* y, int64_t outer, int64_t n,       \
+                              int64_t inner, bool product, bool exclusive) {                        \
+    for (int64_t o = 0; o < outer; o++) {                                                           \
+      for (int64_t i = 0; i < inner; i++) {                                                         \
+        T acc = product ? (T)1 : (T)0;                                                              \
+        for (int64_t j = 0; j < n; j++) {                                                           \
+          const int64_t at = (o * n + j) * inner + i;                                               \
+          const T v = tv_lib_load_as_##S(x, at, x_dtype);                                           \
+          if (exclusive) y[at] = acc;                                                               \
+          acc = product ? (T)(acc * v) : (T)(acc + v);                                              \
+          if (!exclusive) y[at] = acc;                                                              \
+        }                                                                                           \
+      }                                                                                             \
+    }                                                                                               \
+  }
+TV_LIB_NUMBERS(TV_LIB_SCAN) /* (no bool: a scan accumulates in a number type) */
+#undef TV_LIB_SCAN
+
+__attribute__((unused)) static int32_t tv_scan(const void* x, int64_t x_dtype, void* y, int64_t y_dtype,
+                                               int64_t outer, int64_t n, int64_t inner, int64_t product,
+                                               int64_t exclusive) {
+  switch (y_dtype) {
+#define TV_LIB_SCAN_CASE(CODE, T, S, F)                                                            \
+  case CODE: tv_lib_scan_##S(x, x_dtype, (T*)y, outer, n, inner, product != 0, exclusive != 0); return 0;
+    TV_LIB_NUMBERS(TV_LIB_SCAN_CASE)
+#undef TV_LIB_SCAN_CASE
+    default: return TV_ERROR_DTYPE;
+  }
+}
+
+/* ---- searchsorted ------------------------------------------------------------------------------- */
+
+/* For each of the m values of row r, the insertion index into the sorted row r of n elements (rows
+   seq_step elements apart: 0 for one sequence shared by every row). */
+#define TV_LIB_SEARCH(CODE, T, S, F)                                                                \
+  static void tv_lib_search_##S(const T* seq, const T* values, int64_t rows, int64_t n, int64_t m,  \
+                                int64_t seq_step, bool right, void* out, int64_t out_dtype) {       \
+    for (int64_t r = 0; r < rows; r++) {                                                            \
+      const T* row = seq + r * seq_step;                                                            \
+      for (int64_t j = 0; j < m; j++) {                                                             \
+        const T v = values[r * m + j];                                                              \
+        int64_t lo = 0, hi = n;                                                                     \
+        while (lo < hi) {                                                                           \
+          const int64_t mid = lo + (hi - lo) / 2;                                                   \
+          if (right ? !tv_lib_less_##S(v, row[mid]) : tv_lib_less_##S(row[mid], v)) lo = mid + 1;   \
+          else hi = mid;                                                                            \
+        }                                                                                           \
+        tv_lib_store_int(out, r * m + j, lo, out_dtype);                                            \
+      }                                                                                             \
+    }                                                                                               \
+  }
+TV_LIB_DTYPES(TV_LIB_SEARCH)
+#undef TV_LIB_SEARCH
+
+__attribute__((unused)) static int32_t tv_searchsorted(const void* seq, const void* values, int64_t dtype,
+                                                       int64_t rows, int64_t n, int64_t m, int64_t seq_step,
+                                                       int64_t right, void* out, int64_t out_dtype) {
+  switch (dtype) {
+#define TV_LIB_SEARCH_CASE(CODE, T, S, F)                                                          \
+  case CODE: tv_lib_search_##S((const T*)seq, (const T*)values, rows, n, m, seq_step, right != 0, out, out_dtype); \
+    return 0;
+    TV_LIB_DTYPES(TV_LIB_SEARCH_CASE)
+#undef TV_LIB_SEARCH_CASE
+    default: return TV_ERROR_DTYPE;
+  }
+}
+
+/* ---- scatters ----------------------------------------------------------------------------------- */
+
+/* The reductions of a scatter (the order of op/transform.py's scatter modes). */
+enum { TV_SCATTER_UPDATE, TV_SCATTER_ADD, TV_SCATTER_MUL, TV_SCATTER_MEAN, TV_SCATTER_MIN, TV_SCATTER_MAX };
+
+/* out[at] = out[at] (reduction) u; min and max propagate NaN, as NumPy's minimum and maximum. */
+#define TV_LIB_APPLY(CODE, T, S, F)                                                                 \
+  static inline void tv_lib_apply_##S(T* out, int64_t at, T u, int64_t reduction) {                 \
+    const T a = out[at];                                                                            \
+    switch (reduction) {                                                                            \
+      case TV_SCATTER_ADD: out[at] = (T)(a + u); break;                                             \
+      case TV_SCATTER_MUL: out[at] = (T)(a * u); break;                                             \
+      case TV_SCATTER_MIN: out[at] = (a < u || tv_lib_isnan_##S(a)) ? a : u; break;                 \
+      case TV_SCATTER_MAX: out[at] = (a > u || tv_lib_isnan_##S(a)) ? a : u; break;                 \
+      default: out[at] = u; break;                                                                  \
+    }                                                                                               \
+  }
+TV_LIB_NUMBERS(TV_LIB_APPLY)
+#undef TV_LIB_APPLY
+static inline void tv_lib_apply_b(bool* out, int64_t at, bool u, int64_t reduction) { /* NumPy's bool ufuncs */
+  const bool a = out[at];
+  switch (reduction) {
+    case TV_SCATTER_ADD: case TV_SCATTER_MAX: out[at] = a || u; break;
+    case TV_SCATTER_MUL: case TV_SCATTER_MIN: out[at] = a && u; break;
+    default: out[at] = u; break;
+  }
+}
+
+/* Applies updates[p] at target[p] (positions in out), p < count, in order; mean: out becomes the
+   average of each element with every update landing on it, computed in double. */
+static int32_t tv_lib_scatter_apply(void* out, int64_t dtype, int64_t size, const void* updates,
+                                    const int64_t* target, int64_t count, int64_t inner, int64_t reduction) {
+  if (reduction == TV_SCATTER_MEAN) {
+    double* total = (double*)malloc(sizeof(double) * (size_t)(size > 0 ? size : 1));
+    int64_t* hits = (int64_t*)calloc((size_t)(size > 0 ? size : 1), sizeof(int64_t));
+    if (total == NULL || hits == NULL) {
+      free(total);
+      free(hits);
+      return TV_ERROR_OUT_OF_MEMORY;
+    }
+    switch (dtype) {
+#define TV_LIB_MEAN_CASE(CODE, T, S, F)                                                            \
+  case CODE:                                                                                       \
+    for (int64_t e = 0; e < size; e++) { total[e] = (double)((T*)out)[e]; hits[e] = 1; }           \
+    for (int64_t p = 0; p < count; p++)                                                            \
+      for (int64_t t = 0; t < inner; t++) {                                                        \
+        total[target[p] + t] += (double)((const T*)updates)[p * inner + t];                        \
+        hits[target[p] + t]++;                                                                     \
+      }                                                                                            \
+    for (int64_t e = 0; e < size; e++) ((T*)out)[e] = (T)(total[e] / (double)hits[e]);             \
+    break;
+      TV_LIB_DTYPES(TV_LIB_MEAN_CASE)
+#undef TV_LIB_MEAN_CASE
+      default: break;
+    }
+    free(total);
+    free(hits);
+    return 0;
+  }
+  switch (dtype) {
+#define TV_LIB_APPLY_CASE(CODE, T, S, F)                                                           \
+  case CODE:                                                                                       \
+    for (int64_t p = 0; p < count; p++)                                                            \
+      for (int64_t t = 0; t < inner; t++)                                                          \
+        tv_lib_apply_##S((T*)out, target[p] + t, ((const T*)updates)[p * inner + t], reduction);   \
+    return 0;
+    TV_LIB_DTYPES(TV_LIB_APPLY_CASE)
+#undef TV_LIB_APPLY_CASE
+    default: return TV_ERROR_DTYPE;
+  }
+}
+
+/* An index in [-n, n) as a position in [0, n), or -1. */
+static inline int64_t tv_lib_wrap_index(int64_t index, int64_t n) {
+  if (index < -n || index >= n) return -1;
+  return index < 0 ? index + n : index;
+}
+
+/* out = data, then updates[p] applied at p with its axis coordinate replaced by indices[p]; dims holds
+   data's rank dims, then the rank dims of indices (and updates). Every index is checked before any
+   update is applied. */
+__attribute__((unused)) static int32_t tv_scatter_elements(const void* data, const void* indices,
+                                                           int64_t index_dtype, const void* updates, void* out,
+                                                           int64_t dtype, int64_t rank, const int64_t* dims,
+                                                           int64_t axis, int64_t reduction) {
+  const int64_t size_of = tv_lib_itemsize(dtype);
+  if (size_of == 0) return TV_ERROR_DTYPE;
+  int64_t size = 1, count = 1;
+  for (int64_t d = 0; d < rank; d++) {
+    size *= dims[d];
+    count *= dims[rank + d];
+  }
+  memcpy(out, data, (size_t)(size * size_of));
+  if (count == 0) return 0;
+  int64_t* target = (int64_t*)malloc(sizeof(int64_t) * (size_t)count);
+  int64_t* coord = (int64_t*)calloc((size_t)rank, sizeof(int64_t));
+  if (target == NULL || coord == NULL) {
+    free(target);
+    free(coord);
+    return TV_ERROR_OUT_OF_MEMORY;
+  }
+  int32_t rc = 0;
+  for (int64_t p = 0; p < count && rc == 0; p++) {
+    int64_t at = 0;
+    for (int64_t d = 0; d < rank; d++) {
+      int64_t c = coord[d];
+      if (d == axis) {
+        c = tv_lib_wrap_index(tv_lib_load_int(indices, p, index_dtype), dims[d]);
+        if (c < 0) rc = TV_ERROR_INDEX;
+      }
+      at = at * dims[d] + c;
+    }
+    target[p] = at;
+    for (int64_t d = rank - 1; d >= 0; d--) { /* the next position in indices, row-major */
+      if (++coord[d] < dims[rank + d]) break;
+      coord[d] = 0;
+    }
+  }
+  if (rc == 0) rc = tv_lib_scatter_apply(out, dtype, size, updates, target, count, 1, reduction);
+  free(target);
+  free(coord);
+  return rc;
+}
+
+/* out = data, then the slice updates[y] (inner elements) applied at data[indices[0, y], ...,
+   indices[depth - 1, y]] for each of the count positions y; dims holds data's first depth dims. */
+__attribute__((unused)) static int32_t tv_scatter_nd(const void* data, const void* indices, int64_t index_dtype,
+                                                     const void* updates, void* out, int64_t dtype, int64_t size,
+                                                     int64_t depth, int64_t count, int64_t inner,
+                                                     const int64_t* dims, int64_t reduction) {
+  const int64_t size_of = tv_lib_itemsize(dtype);
+  if (size_of == 0) return TV_ERROR_DTYPE;
+  memcpy(out, data, (size_t)(size * size_of));
+  if (count == 0 || inner == 0) return 0;
+  int64_t* target = (int64_t*)malloc(sizeof(int64_t) * (size_t)count);
+  if (target == NULL) return TV_ERROR_OUT_OF_MEMORY;
+  for (int64_t y = 0; y < count; y++) {
+    int64_t at = 0;
+    for (int64_t d = 0; d < depth; d++) {
+      const int64_t c = tv_lib_wrap_index(tv_lib_load_int(indices, d * count + y, index_dtype), dims[d]);
+      if (c < 0) {
+        free(target);
+        return TV_ERROR_INDEX;
+      }
+      at = at * dims[d] + c;
+    }
+    target[y] = at * inner;
+  }
+  const int32_t rc = tv_lib_scatter_apply(out, dtype, size, updates, target, count, inner, reduction);
+  free(target);
+  return rc;
+}
+
+/* ---- argwhere ----------------------------------------------------------------------------------- */
+
+/* The coordinates of the nonzero elements of cond (rank dims), row-major, into out (count, rank);
+   count must be the number of nonzero elements (the op's shape function counted them). */
+__attribute__((unused)) static int32_t tv_argwhere(const void* cond, int64_t dtype, int64_t rank,
+                                                   const int64_t* dims, int64_t count, int32_t* out) {
+  int64_t size = 1;
+  for (int64_t d = 0; d < rank; d++) size *= dims[d];
+  int64_t found = 0;
+  for (int64_t e = 0; e < size; e++) {
+    bool nonzero = false;
+    switch (dtype) {
+#define TV_LIB_NONZERO_CASE(CODE, T, S, F) case CODE: nonzero = ((const T*)cond)[e] != (T)0; break;
+      TV_LIB_DTYPES(TV_LIB_NONZERO_CASE)
+#undef TV_LIB_NONZERO_CASE
+      default: return TV_ERROR_DTYPE;
+    }
+    if (!nonzero) continue;
+    if (found == count) return TV_ERROR_SIZE;
+    int64_t rest = e;
+    for (int64_t d = rank - 1; d >= 0; d--) {
+      out[found * rank + d] = (int32_t)(rest % dims[d]);
+      rest /= dims[d];
+    }
+    found++;
+  }
+  return found == count ? 0 : TV_ERROR_SIZE;
+}
