@@ -14,7 +14,7 @@ import math
 
 import numpy as np
 
-from ..errors import AttrError, ShapeError, TypeInferenceError
+from ..errors import AttrError, ExecutionError, ShapeError, TypeInferenceError
 from ..ir.types import Any, TensorType, TupleType
 from ._common import (
     ALL_DTYPES,
@@ -332,13 +332,16 @@ _scan("cumprod", np.multiply, 1)
 # ---- unique ---------------------------------------------------------------------------------------
 
 
-def _unique_rel(types, attrs, consts=None):
-    data = expect_tensor("unique", types[0], "data")
+def _unique_type(name: str, data: TensorType, attrs) -> TupleType:
     if data.ndim != 1:
-        raise TypeInferenceError(f"unique: data must be 1-D, got rank {data.ndim}")
+        raise TypeInferenceError(f"{name}: data must be 1-D, got rank {data.ndim}")
     count = TensorType((Any(),), "int32")
     fields = [TensorType((Any(),), data.dtype), count, TensorType(data.shape, "int32")]
     return TupleType(fields + [count] if attrs.return_counts else fields)
+
+
+def _unique_rel(types, attrs, consts=None):
+    return _unique_type("unique", expect_tensor("unique", types[0], "data"), attrs)
 
 
 def _unique_shape_func(attrs, args):
@@ -364,12 +367,97 @@ def _unique_kernel(attrs, data):
     return outputs + (counts.astype("int32"),) if attrs.return_counts else outputs
 
 
+def _unique_legalize(attrs, args):
+    """unique(x) -> sorted_unique(x, argsort(x)): the sort runs once, as a kernel of its own; the shape
+    function of ``sorted_unique`` then counts the groups in one pass and its kernel fills the outputs."""
+    from ..ir.attrs import Attrs
+    from ..ir.expr import Call, Op
+
+    order = Call(Op("argsort"), (args[0],), Attrs({"axis": 0, "dtype": "int64"}))
+    return Call(Op("sorted_unique"), (args[0], order), Attrs(attrs))
+
+
+UNIQUE_ATTRS = (AttrDef("is_sorted", True, to_bool, "ascending values; else in order of first appearance"),
+                AttrDef("return_counts", False, to_bool))
 register_checked(OpDef(
     name="unique", num_inputs=1, type_rel=_unique_rel, kernel=_unique_kernel, pattern=OpPattern.OPAQUE,
-    attrs=(AttrDef("is_sorted", True, to_bool, "ascending values; else in order of first appearance"),
-           AttrDef("return_counts", False, to_bool)),
-    shape_func=_unique_shape_func, shape_func_data_dependent=True,
+    attrs=UNIQUE_ATTRS, shape_func=_unique_shape_func, shape_func_data_dependent=True, legalize=_unique_legalize,
     doc="unique(data): (values, first indices, inverse indices[, counts]) of a 1-D tensor.",
+))
+
+
+def _sorted_unique_rel(types, attrs, consts=None):
+    data = expect_tensor("sorted_unique", types[0], "data")
+    order = expect_tensor("sorted_unique", types[1], "order")
+    expect_dtype("sorted_unique", order, INT_DTYPES, "order")
+    if order.ndim != 1 or data.ndim == 1 and order.shape[0] != data.shape[0] \
+            and all(isinstance(d, int) for d in (order.shape[0], data.shape[0])):
+        raise TypeInferenceError(f"sorted_unique: order must be 1-D with data's length, got {order!r} for {data!r}")
+    return _unique_type("sorted_unique", data, attrs)
+
+
+def _sorted_groups(data: np.ndarray, order: np.ndarray, error: type):
+    """The sorted data and where its groups of equal values start (NaN equals NaN), checking that
+    ``order`` is an ascending order of ``data`` (one pass)."""
+    if data.ndim != 1 or order.shape != data.shape or order.dtype.kind not in "iu":
+        raise error(f"sorted_unique: expected 1-D data and an integer order of its length, got {data.dtype} "
+                    f"{data.shape} and {order.dtype} {order.shape}")
+    if order.size and (order.min() < 0 or order.max() >= data.size):
+        raise error(f"sorted_unique: order holds a position outside [0, {data.size})")
+    ordered = data[order]
+    same = ordered[1:] == ordered[:-1]
+    if ordered.dtype.kind == "f":
+        same |= np.isnan(ordered[1:]) & np.isnan(ordered[:-1])
+    with np.errstate(invalid="ignore"):
+        descending = ordered[1:] < ordered[:-1]
+    if ordered.dtype.kind == "f":
+        descending |= np.isnan(ordered[:-1]) & ~np.isnan(ordered[1:])
+    if descending.any():
+        raise error("sorted_unique: order does not sort data ascending")
+    starts = np.ones(data.shape, bool)
+    starts[1:] = ~same
+    return starts
+
+
+def _sorted_unique_shape_func(attrs, args):
+    data, order = np.asarray(args[0]), np.asarray(args[1])
+    n = int(np.count_nonzero(_sorted_groups(data, order, ShapeError)))
+    return [(n,), (n,), data.shape] + ([(n,)] if attrs.return_counts else [])
+
+
+def _sorted_unique_kernel(attrs, data, order):
+    starts = _sorted_groups(data, order, ExecutionError)
+    first = order[starts].astype(np.int64)  # (a stable order: the first of a group comes first)
+    counts = np.diff(np.append(np.flatnonzero(starts), data.size))
+    inverse = np.empty(data.shape, np.int64)
+    inverse[order] = np.cumsum(starts) - 1
+    if not attrs.is_sorted:  # renumber the groups by first appearance
+        by_first = np.argsort(first, kind="stable")
+        rank = np.empty_like(by_first)
+        rank[by_first] = np.arange(len(by_first))
+        first, counts, inverse = first[by_first], counts[by_first], rank[inverse]
+    outputs = (data[first], first.astype("int32"), inverse.astype("int32"))
+    return outputs + (counts.astype("int32"),) if attrs.return_counts else outputs
+
+
+def _sorted_unique_arguments(attrs, inputs, outputs):
+    (data, order), values = inputs, outputs[0]
+    n = data.shape[0]
+    requires = same_dims("sorted_unique", order.shape, data.shape, "order's")
+    requires += same_dims("sorted_unique", outputs[2].shape, data.shape, "inverse's")
+    requires += [r for out in outputs[1::2] for r in same_dims("sorted_unique", out.shape, values.shape, out.name)]
+    return [data, dtype_code(data.dtype), order, dtype_code(order.dtype), n, values.shape[0], not attrs.is_sorted,
+            *outputs], requires
+
+
+register_checked(OpDef(
+    name="sorted_unique", num_inputs=2, type_rel=_sorted_unique_rel, kernel=_sorted_unique_kernel,
+    pattern=OpPattern.OPAQUE, attrs=UNIQUE_ATTRS, shape_func=_sorted_unique_shape_func,
+    shape_func_data_dependent=True,
+    library=LibraryKernel(lambda attrs: "tv_unique_counts" if attrs.return_counts else "tv_unique", "algorithm.c",
+                          _sorted_unique_arguments),
+    doc="sorted_unique(data, order): unique's results given ``order``, the stable ascending order of data "
+        "(argsort); what ``unique`` becomes for the VM (Legalize), so that the data is sorted once.",
 ))
 
 # ---- searchsorted ---------------------------------------------------------------------------------

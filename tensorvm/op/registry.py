@@ -17,7 +17,9 @@ An op definition states:
   by the code generator's issue);
 * ``library``: for an op a tensor expression cannot state (sorting, scans, data-dependent scatters),
   a ``LibraryKernel``: the hand-written C function (``tensorvm/codegen/lib/*.c``) the op's kernel
-  calls on target c.
+  calls on target c;
+* ``legalize(attrs, args) -> Expr``: what a call of the op becomes before the VM compiles it (the
+  ``Legalize`` pass), for an op better run as several (``unique``: a sort, then one counting pass).
 """
 
 from __future__ import annotations
@@ -102,6 +104,7 @@ class OpDef:
     compute: Callable | None = None
     strategy: object = None
     library: LibraryKernel | None = None
+    legalize: Callable | None = None
     doc: str = ""
     _attr_cache: dict = field(default_factory=dict, repr=False)
 

@@ -369,3 +369,82 @@ __attribute__((unused)) static int32_t tv_argwhere(const void* cond, int64_t dty
   }
   return found == count ? 0 : TV_ERROR_SIZE;
 }
+
+/* ---- unique, given the sorted order ------------------------------------------------------------- */
+
+/* Groups the n elements of data by value along their stable ascending order (argsort's, checked here:
+   a position out of range or an order that is not ascending is an error); equal values, NaN with NaN,
+   form one group. Writes count (the number of groups, which the op's shape function counted) of:
+   values, first (the first position of each group), counts (NULL: not wanted) and, per element, inverse
+   (its group); groups ordered by value, or by first appearance when by_appearance. */
+#define TV_LIB_GROUPS(CODE, T, S, F)                                                                \
+  static int32_t tv_lib_groups_##S(const T* data, const void* order, int64_t order_dtype, int64_t n, \
+                                   int64_t count, int64_t* first, int64_t* sizes, int32_t* inverse) { \
+    int64_t g = -1, previous = 0;                                                                   \
+    for (int64_t i = 0; i < n; i++) {                                                               \
+      const int64_t p = tv_lib_load_int(order, i, order_dtype);                                     \
+      if (p < 0 || p >= n) return TV_ERROR_INDEX;                                                   \
+      if (i > 0 && tv_lib_less_##S(data[p], data[previous])) return TV_ERROR_INDEX;                 \
+      if (i == 0 || tv_lib_less_##S(data[previous], data[p])) {                                     \
+        if (++g >= count) return TV_ERROR_SIZE;                                                     \
+        first[g] = p;                                                                               \
+        sizes[g] = 0;                                                                               \
+      }                                                                                             \
+      sizes[g]++;                                                                                   \
+      inverse[p] = (int32_t)g;                                                                      \
+      previous = p;                                                                                 \
+    }                                                                                               \
+    return g + 1 == count ? 0 : TV_ERROR_SIZE;                                                      \
+  }
+TV_LIB_DTYPES(TV_LIB_GROUPS)
+#undef TV_LIB_GROUPS
+
+static int32_t tv_lib_unique(const void* data, int64_t dtype, const void* order, int64_t order_dtype, int64_t n,
+                             int64_t count, int64_t by_appearance, void* values, int32_t* first, int32_t* inverse,
+                             int32_t* counts) {
+  const int64_t size = tv_lib_itemsize(dtype);
+  if (size == 0) return TV_ERROR_DTYPE;
+  int64_t* work = (int64_t*)malloc(sizeof(int64_t) * (size_t)(3 * count + 1));
+  if (work == NULL) return TV_ERROR_OUT_OF_MEMORY;
+  int64_t *group_first = work, *sizes = work + count, *rank = work + 2 * count;
+  int32_t rc = TV_ERROR_DTYPE;
+  switch (dtype) {
+#define TV_LIB_GROUPS_CASE(CODE, T, S, F)                                                          \
+  case CODE: rc = tv_lib_groups_##S((const T*)data, order, order_dtype, n, count, group_first, sizes, inverse); break;
+    TV_LIB_DTYPES(TV_LIB_GROUPS_CASE)
+#undef TV_LIB_GROUPS_CASE
+    default: break;
+  }
+  if (rc == 0) {
+    for (int64_t g = 0; g < count; g++) rank[g] = g;
+    if (by_appearance) { /* number the groups as their first elements come, one pass over the data */
+      int64_t next = 0;
+      for (int64_t g = 0; g < count; g++) rank[g] = -1;
+      for (int64_t p = 0; p < n; p++)
+        if (rank[inverse[p]] < 0) rank[inverse[p]] = next++;
+      for (int64_t p = 0; p < n; p++) inverse[p] = (int32_t)rank[inverse[p]];
+    }
+    for (int64_t g = 0; g < count; g++) {
+      const int64_t r = rank[g];
+      memcpy((char*)values + r * size, (const char*)data + group_first[g] * size, (size_t)size);
+      first[r] = (int32_t)group_first[g];
+      if (counts != NULL) counts[r] = (int32_t)sizes[g];
+    }
+  }
+  free(work);
+  return rc;
+}
+
+__attribute__((unused)) static int32_t tv_unique(const void* data, int64_t dtype, const void* order,
+                                                 int64_t order_dtype, int64_t n, int64_t count,
+                                                 int64_t by_appearance, void* values, int32_t* first,
+                                                 int32_t* inverse) {
+  return tv_lib_unique(data, dtype, order, order_dtype, n, count, by_appearance, values, first, inverse, NULL);
+}
+
+__attribute__((unused)) static int32_t tv_unique_counts(const void* data, int64_t dtype, const void* order,
+                                                        int64_t order_dtype, int64_t n, int64_t count,
+                                                        int64_t by_appearance, void* values, int32_t* first,
+                                                        int32_t* inverse, int32_t* counts) {
+  return tv_lib_unique(data, dtype, order, order_dtype, n, count, by_appearance, values, first, inverse, counts);
+}
