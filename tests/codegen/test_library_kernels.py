@@ -284,3 +284,21 @@ def test_header_dtype_codes_and_error_codes_match_python():
     assert names == [f"TV_DTYPE_{d.upper()}" for d in DTYPE_CODES]
     codes = {int(code): name for name, code in re.findall(r"#define TV_ERROR_(\w+) (\d+)", header)}
     assert set(codes) <= set(RUNTIME_ERRORS)
+
+
+def test_aot_links_the_library_functions():
+    """The AOT flow includes the library files its kernels call (static, as its kernels)."""
+    import tensorvm.aot as aot
+
+    mod = tv.parse("""
+def @main(%x: Tensor[(4, 6), float32], %i: Tensor[(2, 6), int32], %u: Tensor[(2, 6), float32]) {
+  (sort(%x, axis=1, is_ascend=False), cumsum(%x, axis=0), scatter_elements(%x, %i, %u, reduction="add"),
+   topk(%x, k=2))
+}""")
+    rng = np.random.default_rng(3)
+    args = (rng.standard_normal((4, 6)).astype("float32"), rng.integers(-4, 4, (2, 6)).astype("int32"),
+            rng.standard_normal((2, 6)).astype("float32"))
+    result = _flatten(aot.build(mod, name="lib").load()(*args))
+    expected = _flatten(tv.create_executor("debug", mod).evaluate()(*args))
+    for out, ref in zip(result, expected, strict=True):
+        np.testing.assert_array_equal(out, ref)
