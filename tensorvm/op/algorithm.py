@@ -355,15 +355,20 @@ def _unique_shape_func(attrs, args):
 def _unique_kernel(attrs, data):
     if data.ndim != 1:
         raise ShapeError(f"unique: data must be 1-D, got shape {data.shape}")
-    values, first, inverse, counts = np.unique(data, return_index=True, return_inverse=True, return_counts=True)
-    inverse = inverse.reshape(-1)
+    _, first, inverse, counts = np.unique(data, return_index=True, return_inverse=True, return_counts=True)
+    return _unique_outputs(attrs, data, first, counts, inverse.reshape(-1))
+
+
+def _unique_outputs(attrs, data, first, counts, inverse) -> tuple:
+    """unique's results from the groups of equal values in ascending order: each one's first position
+    and size, and each element's group."""
     if not attrs.is_sorted:
-        # Order of first appearance: renumber the unique values by where they first occur.
+        # Order of first appearance: renumber the groups by where they first occur.
         order = np.argsort(first, kind="stable")
         rank = np.empty_like(order)
         rank[order] = np.arange(len(order))
-        values, first, counts, inverse = values[order], first[order], counts[order], rank[inverse]
-    outputs = (values, first.astype("int32"), inverse.astype("int32"))
+        first, counts, inverse = first[order], counts[order], rank[inverse]
+    outputs = (data[first], first.astype("int32"), inverse.astype("int32"))
     return outputs + (counts.astype("int32"),) if attrs.return_counts else outputs
 
 
@@ -431,13 +436,7 @@ def _sorted_unique_kernel(attrs, data, order):
     counts = np.diff(np.append(np.flatnonzero(starts), data.size))
     inverse = np.empty(data.shape, np.int64)
     inverse[order] = np.cumsum(starts) - 1
-    if not attrs.is_sorted:  # renumber the groups by first appearance
-        by_first = np.argsort(first, kind="stable")
-        rank = np.empty_like(by_first)
-        rank[by_first] = np.arange(len(by_first))
-        first, counts, inverse = first[by_first], counts[by_first], rank[inverse]
-    outputs = (data[first], first.astype("int32"), inverse.astype("int32"))
-    return outputs + (counts.astype("int32"),) if attrs.return_counts else outputs
+    return _unique_outputs(attrs, data, first, counts, inverse)
 
 
 def _sorted_unique_arguments(attrs, inputs, outputs):
