@@ -5,25 +5,26 @@
 
 /* ---- stable sorting ---------------------------------------------------------------------------- */
 
-/* The order of a line of n keys, stable in either direction: a bottom-up merge sort of index runs
-   (insertion-sorted runs of 16 first). Returns perm or tmp, whichever holds the result. */
+/* Sorts each line of data (outer, n, inner) and writes its first k elements into values (outer, k,
+   inner) and/or their positions along the axis into indices (of dtype index_dtype); either may be
+   NULL. A line is sorted as (key, position) pairs, stable in either direction: insertion-sorted runs
+   of 16, then a bottom-up merge sort (the pairs keep the keys next to their positions: no indirect
+   reads). */
+#define TV_LIB_SELECT_MAX 64 /* topk with k up to this (and n >= 16 k) selects in one pass instead */
 #define TV_LIB_SORT(CODE, T, S, F)                                                                  \
+  typedef struct { T key; int64_t at; } tv_lib_pair_##S;                                            \
   static inline bool tv_lib_before_##S(T a, T b, bool ascending) {                                  \
     return ascending ? tv_lib_less_##S(a, b) : tv_lib_less_##S(b, a);                               \
   }                                                                                                 \
-  static int64_t* tv_lib_sort_line_##S(const T* key, int64_t n, bool ascending, int64_t* perm,      \
-                                       int64_t* tmp) {                                              \
-    for (int64_t i = 0; i < n; i++) perm[i] = i;                                                    \
+  static tv_lib_pair_##S* tv_lib_sort_line_##S(tv_lib_pair_##S* line, tv_lib_pair_##S* tmp, int64_t n, \
+                                               bool ascending) {                                    \
     for (int64_t lo = 0; lo < n; lo += 16) {                                                        \
       const int64_t hi = lo + 16 < n ? lo + 16 : n;                                                 \
       for (int64_t i = lo + 1; i < hi; i++) {                                                       \
-        const int64_t p = perm[i];                                                                  \
+        const tv_lib_pair_##S p = line[i];                                                          \
         int64_t j = i;                                                                              \
-        while (j > lo && tv_lib_before_##S(key[p], key[perm[j - 1]], ascending)) {                  \
-          perm[j] = perm[j - 1];                                                                    \
-          j--;                                                                                      \
-        }                                                                                           \
-        perm[j] = p;                                                                                \
+        for (; j > lo && tv_lib_before_##S(p.key, line[j - 1].key, ascending); j--) line[j] = line[j - 1]; \
+        line[j] = p;                                                                                \
       }                                                                                             \
     }                                                                                               \
     for (int64_t width = 16; width < n; width *= 2) {                                               \
@@ -32,57 +33,71 @@
         const int64_t hi = lo + 2 * width < n ? lo + 2 * width : n;                                 \
         int64_t a = lo, b = mid, k = lo;                                                            \
         while (a < mid && b < hi) /* the right run goes first only when strictly before */         \
-          tmp[k++] = tv_lib_before_##S(key[perm[b]], key[perm[a]], ascending) ? perm[b++] : perm[a++]; \
-        while (a < mid) tmp[k++] = perm[a++];                                                       \
-        while (b < hi) tmp[k++] = perm[b++];                                                        \
+          tmp[k++] = tv_lib_before_##S(line[b].key, line[a].key, ascending) ? line[b++] : line[a++]; \
+        while (a < mid) tmp[k++] = line[a++];                                                       \
+        while (b < hi) tmp[k++] = line[b++];                                                        \
       }                                                                                             \
-      int64_t* swap = perm;                                                                         \
-      perm = tmp;                                                                                   \
+      tv_lib_pair_##S* swap = line;                                                                 \
+      line = tmp;                                                                                   \
       tmp = swap;                                                                                   \
     }                                                                                               \
-    return perm;                                                                                    \
+    return line;                                                                                    \
+  }                                                                                                 \
+  /* The first k of a line in sorted order, for a small k: one pass keeping the best k in order (an  \
+     element equal to one kept goes after it, so the earlier position wins, as in a stable sort). */ \
+  static void tv_lib_select_##S(const T* data, int64_t step, int64_t n, int64_t k, bool ascending,  \
+                                tv_lib_pair_##S* best) {                                            \
+    int64_t kept = 0;                                                                               \
+    for (int64_t j = 0; j < n; j++) {                                                               \
+      const T v = data[j * step];                                                                   \
+      if (kept == k && !tv_lib_before_##S(v, best[k - 1].key, ascending)) continue;                \
+      int64_t pos = kept < k ? kept++ : k - 1;                                                      \
+      for (; pos > 0 && tv_lib_before_##S(v, best[pos - 1].key, ascending); pos--) best[pos] = best[pos - 1]; \
+      best[pos].key = v;                                                                            \
+      best[pos].at = j;                                                                             \
+    }                                                                                               \
+  }                                                                                                 \
+  static int32_t tv_lib_topk_##S(const T* data, int64_t outer, int64_t n, int64_t inner, int64_t k, \
+                                 bool ascending, T* values, void* indices, int64_t index_dtype) {   \
+    const bool select = k <= TV_LIB_SELECT_MAX && k * 16 <= n;                                      \
+    tv_lib_pair_##S* pairs = (tv_lib_pair_##S*)malloc(sizeof(tv_lib_pair_##S) * (size_t)(select ? k : 2 * n)); \
+    if (pairs == NULL) return TV_ERROR_OUT_OF_MEMORY;                                               \
+    for (int64_t o = 0; o < outer; o++) {                                                           \
+      for (int64_t i = 0; i < inner; i++) {                                                         \
+        const tv_lib_pair_##S* sorted = pairs;                                                      \
+        if (select) {                                                                               \
+          tv_lib_select_##S(data + o * n * inner + i, inner, n, k, ascending, pairs);               \
+        } else {                                                                                    \
+          for (int64_t j = 0; j < n; j++) {                                                         \
+            pairs[j].key = data[(o * n + j) * inner + i];                                           \
+            pairs[j].at = j;                                                                        \
+          }                                                                                         \
+          sorted = tv_lib_sort_line_##S(pairs, pairs + n, n, ascending);                            \
+        }                                                                                           \
+        for (int64_t j = 0; j < k; j++) {                                                           \
+          const int64_t at = (o * k + j) * inner + i;                                               \
+          if (values != NULL) values[at] = sorted[j].key;                                           \
+          if (indices != NULL) tv_lib_store_int(indices, at, sorted[j].at, index_dtype);            \
+        }                                                                                           \
+      }                                                                                             \
+    }                                                                                               \
+    free(pairs);                                                                                    \
+    return 0;                                                                                       \
   }
 TV_LIB_DTYPES(TV_LIB_SORT)
 #undef TV_LIB_SORT
 
-/* The first k of each sorted line of data (outer, n, inner) into values (outer, k, inner) and/or
-   indices (positions along the axis, of dtype index_dtype); either may be NULL. */
 static int32_t tv_lib_topk(const void* data, int64_t dtype, int64_t outer, int64_t n, int64_t inner, int64_t k,
                            int64_t ascending, void* values, void* indices, int64_t index_dtype) {
-  const int64_t size = tv_lib_itemsize(dtype);
-  if (size == 0) return TV_ERROR_DTYPE;
   if (k < 0 || k > n) return TV_ERROR_SIZE;
   if (outer == 0 || inner == 0 || k == 0) return 0;
-  char* key = (char*)malloc((size_t)(n * size));
-  int64_t* order = (int64_t*)malloc(sizeof(int64_t) * (size_t)(2 * n));
-  if (key == NULL || order == NULL) {
-    free(key);
-    free(order);
-    return TV_ERROR_OUT_OF_MEMORY;
+  switch (dtype) {
+#define TV_LIB_TOPK_CASE(CODE, T, S, F)                                                            \
+  case CODE: return tv_lib_topk_##S((const T*)data, outer, n, inner, k, ascending != 0, (T*)values, indices, index_dtype);
+    TV_LIB_DTYPES(TV_LIB_TOPK_CASE)
+#undef TV_LIB_TOPK_CASE
+    default: return TV_ERROR_DTYPE;
   }
-  const char* bytes = (const char*)data;
-  for (int64_t o = 0; o < outer; o++) {
-    for (int64_t i = 0; i < inner; i++) {
-      for (int64_t j = 0; j < n; j++)  /* the line, contiguous */
-        memcpy(key + j * size, bytes + ((o * n + j) * inner + i) * size, (size_t)size);
-      const int64_t* sorted = order;
-      switch (dtype) {
-#define TV_LIB_SORT_CASE(CODE, T, S, F)                                                            \
-  case CODE: sorted = tv_lib_sort_line_##S((const T*)(const void*)key, n, ascending != 0, order, order + n); break;
-        TV_LIB_DTYPES(TV_LIB_SORT_CASE)
-#undef TV_LIB_SORT_CASE
-        default: break;
-      }
-      for (int64_t j = 0; j < k; j++) {
-        const int64_t at = (o * k + j) * inner + i;
-        if (values != NULL) memcpy((char*)values + at * size, key + sorted[j] * size, (size_t)size);
-        if (indices != NULL) tv_lib_store_int(indices, at, sorted[j], index_dtype);
-      }
-    }
-  }
-  free(key);
-  free(order);
-  return 0;
 }
 
 __attribute__((unused)) static int32_t tv_sort(const void* data, int64_t dtype, int64_t outer, int64_t n,
