@@ -318,3 +318,18 @@ def test_saved_executable_rebuilds_its_library_kernels(executables):
     for a, b in zip(_flatten(VirtualMachine(loaded).invoke("main", *args)),
                     _flatten(VirtualMachine(executables["python"]).invoke("main", *args)), strict=True):
         np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("flags", [(), ("-U__FLT16_MAX__",)], ids=["float16", "no-float16"])
+def test_library_files_compile_warning_free_as_c11(tmp_path, flags):
+    """What AOT applications build with (-std=c11 -Wall -Werror); also for a compiler without
+    _Float16."""
+    import shutil
+    import subprocess
+
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        pytest.skip("no C compiler")
+    for source in sorted(LIBRARY_DIR.glob("*.c")):
+        subprocess.run([cc, "-std=c11", "-Wall", "-Wextra", "-Werror", "-O1", *flags, "-c", str(source),
+                        "-o", str(tmp_path / "lib.o")], check=True, capture_output=True)

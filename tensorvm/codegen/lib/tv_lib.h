@@ -27,22 +27,28 @@ enum {
 
 /* X(code, C type, suffix, is_float) for every dtype (TV_LIB_NUMBERS: all but bool); two copies, so
    that a macro expanded from one list can expand the other (a macro is not expanded again inside its
-   own expansion). */
+   own expansion). float16 only where the compiler has _Float16 (elsewhere a function given it returns
+   TV_ERROR_DTYPE). */
+#ifdef __FLT16_MAX__
+#define TV_LIB_FLOAT16(X) X(TV_DTYPE_FLOAT16, _Float16, f16, 1)
+#define TV_LIB_FLOAT16_INNER(X) X(TV_DTYPE_FLOAT16, _Float16, f16, 1)
+#else
+#define TV_LIB_FLOAT16(X)
+#define TV_LIB_FLOAT16_INNER(X)
+#endif
 #define TV_LIB_NUMBERS(X)                                                                           \
   X(TV_DTYPE_INT8, int8_t, i8, 0) X(TV_DTYPE_INT16, int16_t, i16, 0)                                 \
   X(TV_DTYPE_INT32, int32_t, i32, 0) X(TV_DTYPE_INT64, int64_t, i64, 0)                             \
   X(TV_DTYPE_UINT8, uint8_t, u8, 0) X(TV_DTYPE_UINT16, uint16_t, u16, 0)                            \
   X(TV_DTYPE_UINT32, uint32_t, u32, 0) X(TV_DTYPE_UINT64, uint64_t, u64, 0)                         \
-  X(TV_DTYPE_FLOAT16, _Float16, f16, 1) X(TV_DTYPE_FLOAT32, float, f32, 1)                          \
-  X(TV_DTYPE_FLOAT64, double, f64, 1)
+  TV_LIB_FLOAT16(X) X(TV_DTYPE_FLOAT32, float, f32, 1) X(TV_DTYPE_FLOAT64, double, f64, 1)
 #define TV_LIB_DTYPES(X) X(TV_DTYPE_BOOL, bool, b, 0) TV_LIB_NUMBERS(X)
 #define TV_LIB_DTYPES_INNER(X)                                                                      \
   X(TV_DTYPE_BOOL, bool, b, 0) X(TV_DTYPE_INT8, int8_t, i8, 0) X(TV_DTYPE_INT16, int16_t, i16, 0)     \
   X(TV_DTYPE_INT32, int32_t, i32, 0) X(TV_DTYPE_INT64, int64_t, i64, 0)                             \
   X(TV_DTYPE_UINT8, uint8_t, u8, 0) X(TV_DTYPE_UINT16, uint16_t, u16, 0)                            \
   X(TV_DTYPE_UINT32, uint32_t, u32, 0) X(TV_DTYPE_UINT64, uint64_t, u64, 0)                         \
-  X(TV_DTYPE_FLOAT16, _Float16, f16, 1) X(TV_DTYPE_FLOAT32, float, f32, 1)                          \
-  X(TV_DTYPE_FLOAT64, double, f64, 1)
+  TV_LIB_FLOAT16_INNER(X) X(TV_DTYPE_FLOAT32, float, f32, 1) X(TV_DTYPE_FLOAT64, double, f64, 1)
 
 __attribute__((unused)) static int64_t tv_lib_itemsize(int64_t dtype) {
   switch (dtype) {
