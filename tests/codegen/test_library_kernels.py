@@ -81,6 +81,10 @@ def _cases():
             add("scatter_nd", [data3, indices, _values(rng, (6, 5, 2), dtype)], {"mode": mode}, static=((1, 0),))
         indices = np.stack([rng.integers(0, 4, 7), rng.integers(-5, 5, 7)]).astype("int16")
         add("scatter_nd", [data3, indices, _values(rng, (7, 2), dtype)], {"mode": "add"}, static=((1, 0),))
+    for dtype in ("float32", "int8"):  # enough lines to be sorted by the kernels' threads
+        x = _values(rng, (300, 120), dtype)
+        add("argsort", [x], {"axis": 1, "is_ascend": dtype == "int8"})
+        add("topk", [x], {"k": 5, "axis": 0, "is_ascend": dtype == "int8"})
     for dtype in NUMBERS:
         x = _values(rng, (3, 7), dtype)
         add("cumsum", [x], {"axis": 1})

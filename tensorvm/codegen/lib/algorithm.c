@@ -10,6 +10,7 @@
    NULL. A line is sorted as (key, position) pairs, stable in either direction: insertion-sorted runs
    of 16, then a bottom-up merge sort (the pairs keep the keys next to their positions: no indirect
    reads). */
+#define TV_LIB_PARALLEL_WORK (1 << 15) /* lines of this many elements in all are sorted in parallel */
 #define TV_LIB_SELECT_MAX 64 /* topk with k up to this (and n >= 16 k) selects in one pass instead */
 #define TV_LIB_SORT(CODE, T, S, F)                                                                  \
   typedef struct { T key; int64_t at; } tv_lib_pair_##S;                                            \
@@ -60,10 +61,21 @@
   static int32_t tv_lib_topk_##S(const T* data, int64_t outer, int64_t n, int64_t inner, int64_t k, \
                                  bool ascending, T* values, void* indices, int64_t index_dtype) {   \
     const bool select = k <= TV_LIB_SELECT_MAX && k * 16 <= n;                                      \
-    tv_lib_pair_##S* pairs = (tv_lib_pair_##S*)malloc(sizeof(tv_lib_pair_##S) * (size_t)(select ? k : 2 * n)); \
-    if (pairs == NULL) return TV_ERROR_OUT_OF_MEMORY;                                               \
-    for (int64_t o = 0; o < outer; o++) {                                                           \
-      for (int64_t i = 0; i < inner; i++) {                                                         \
+    const int64_t lines = outer * inner;                                                            \
+    const bool parallel = lines > 1 && lines * n >= TV_LIB_PARALLEL_WORK;                           \
+    int32_t rc = 0;                                                                                 \
+    (void)parallel; /* (without OpenMP) */                                                          \
+    TV_LIB_OMP(omp parallel if(parallel))                                                           \
+    {                                                                                               \
+      tv_lib_pair_##S* pairs = (tv_lib_pair_##S*)malloc(sizeof(tv_lib_pair_##S) * (size_t)(select ? k : 2 * n)); \
+      if (pairs == NULL) {                                                                          \
+        TV_LIB_OMP(omp atomic write)                                                                \
+        rc = TV_ERROR_OUT_OF_MEMORY;                                                                \
+      }                                                                                             \
+      TV_LIB_OMP(omp for schedule(static))                                                          \
+      for (int64_t line = 0; line < lines; line++) {                                                \
+        if (pairs == NULL) continue;                                                                \
+        const int64_t o = line / inner, i = line % inner;                                           \
         const tv_lib_pair_##S* sorted = pairs;                                                      \
         if (select) {                                                                               \
           tv_lib_select_##S(data + o * n * inner + i, inner, n, k, ascending, pairs);               \
@@ -80,9 +92,9 @@
           if (indices != NULL) tv_lib_store_int(indices, at, sorted[j].at, index_dtype);            \
         }                                                                                           \
       }                                                                                             \
+      free(pairs);                                                                                  \
     }                                                                                               \
-    free(pairs);                                                                                    \
-    return 0;                                                                                       \
+    return rc;                                                                                      \
   }
 TV_LIB_DTYPES(TV_LIB_SORT)
 #undef TV_LIB_SORT

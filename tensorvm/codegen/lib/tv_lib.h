@@ -13,6 +13,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* An OpenMP directive, where the compiler runs with OpenMP (the kernels' threads); else nothing. */
+#ifdef _OPENMP
+#define TV_LIB_OMP(directive) _Pragma(#directive)
+#else
+#define TV_LIB_OMP(directive)
+#endif
+
 /* The dtype codes (tensorvm/op/library.py: DTYPE_CODES, in this order). */
 enum {
   TV_DTYPE_BOOL, TV_DTYPE_INT8, TV_DTYPE_INT16, TV_DTYPE_INT32, TV_DTYPE_INT64, TV_DTYPE_UINT8,
