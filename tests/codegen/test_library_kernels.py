@@ -337,3 +337,17 @@ def test_library_files_compile_warning_free_as_c11(tmp_path, flags):
     for source in sorted(LIBRARY_DIR.glob("*.c")):
         subprocess.run([cc, "-std=c11", "-Wall", "-Wextra", "-Werror", "-O1", *flags, "-c", str(source),
                         "-o", str(tmp_path / "lib.o")], check=True, capture_output=True)
+
+
+def test_constant_arguments_are_kernel_inputs():
+    """A constant argument inside the primitive (topk's k, a constant sorted sequence) reaches the C
+    function as an extra kernel input."""
+    mod = tv.parse("""
+def @main(%x: Tensor[(?), float32]) { (topk(%x, 3i64), searchsorted(arange(0f, 5f, 0.5f), %x, right=True)) }""")
+    x = np.array([3, 1, 4, 1, 5, 9, 2, 6, 0.5], "float32")
+    exe = tv.vm.compile(mod, target="c")
+    assert exe.stats()["kernel_library"]["numpy_fallbacks"] == {}
+    (values, indices), positions = VirtualMachine(exe).invoke("main", x)
+    np.testing.assert_array_equal(values.numpy(), [9, 6, 5])
+    np.testing.assert_array_equal(indices.numpy(), [5, 7, 4])
+    np.testing.assert_array_equal(positions.numpy(), np.searchsorted(np.arange(0, 5, 0.5), x, side="right"))
