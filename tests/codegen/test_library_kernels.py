@@ -360,3 +360,12 @@ def @main(%x: Tensor[(?), float32]) { (topk(%x, 3i64), searchsorted(arange(0f, 5
     np.testing.assert_array_equal(values.numpy(), [9, 6, 5])
     np.testing.assert_array_equal(indices.numpy(), [5, 7, 4])
     np.testing.assert_array_equal(positions.numpy(), np.searchsorted(np.arange(0, 5, 0.5), x, side="right"))
+
+
+def test_scatter_into_an_empty_axis_is_an_error_like_numpy():
+    data, indices, updates = np.zeros((0, 3), "float32"), np.zeros((1, 3), "int32"), np.ones((1, 3), "float32")
+    built = build_fused_module({"s": _primitive("scatter_elements", [data, indices, updates], {}, True, ())})[1]
+    with pytest.raises(ExecutionError, match="index is out of range"):
+        built["s"](data, indices, updates, np.empty((0, 3), "float32"))
+    with pytest.raises(ExecutionError, match="size 0"):
+        get_op("scatter_elements").kernel(Attrs({}), data, indices, updates)
