@@ -395,10 +395,11 @@ def _sorted_unique_rel(types, attrs, consts=None):
     data = expect_tensor("sorted_unique", types[0], "data")
     order = expect_tensor("sorted_unique", types[1], "order")
     expect_dtype("sorted_unique", order, INT_DTYPES, "order")
-    if order.ndim != 1 or data.ndim == 1 and order.shape[0] != data.shape[0] \
-            and all(isinstance(d, int) for d in (order.shape[0], data.shape[0])):
+    result = _unique_type("sorted_unique", data, attrs)  # (data is 1-D)
+    length, n = (order.shape[0] if order.ndim == 1 else None), data.shape[0]
+    if length is None or isinstance(length, int) and isinstance(n, int) and length != n:
         raise TypeInferenceError(f"sorted_unique: order must be 1-D with data's length, got {order!r} for {data!r}")
-    return _unique_type("sorted_unique", data, attrs)
+    return result
 
 
 def _sorted_groups(data: np.ndarray, order: np.ndarray, error: type):

@@ -373,6 +373,14 @@ def test_unique_errors():
     with pytest.raises(ShapeError, match="must be 1-D"):
         get_op("unique").shape_func({}, [np.zeros((2, 2))])
     assert get_op("unique").is_data_dependent
+    rel = get_op("sorted_unique").type_rel
+    for data, order in (((5,), (4,)), ((5,), (5, 1))):
+        with pytest.raises(TypeInferenceError, match="order must be 1-D with data's length"):
+            rel([TensorType(data), TensorType(order, "int64")], {})
+    with pytest.raises(TypeInferenceError, match="must be 1-D"):
+        rel([TensorType((5, 2)), TensorType((5,), "int64")], {})
+    with pytest.raises(ShapeError, match="does not sort data ascending"):
+        get_op("sorted_unique").shape_func({}, [np.array([2, 1]), np.array([0, 1])])
 
 
 @SETTINGS
