@@ -9,6 +9,8 @@ import re
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import tensorvm as tv
 from tensorvm.codegen.c_emit import LIBRARY_DIR, RUNTIME_ERRORS
@@ -369,3 +371,54 @@ def test_scatter_into_an_empty_axis_is_an_error_like_numpy():
         built["s"](data, indices, updates, np.empty((0, 3), "float32"))
     with pytest.raises(ExecutionError, match="size 0"):
         get_op("scatter_elements").kernel(Attrs({}), data, indices, updates)
+
+
+# ---- shape-generic kernels over drawn shapes ---------------------------------------------------------
+
+FUZZ = {  # name: (op, input dtypes, ranks, attrs); every dim ? (one kernel serves every drawn shape)
+    "sort0": ("sort", ("float32",), (2,), {"axis": 0}),
+    "sort1_desc": ("sort", ("int8",), (2,), {"axis": 1, "is_ascend": False}),
+    "argsort_desc": ("argsort", ("float64",), (3,), {"axis": 1, "is_ascend": False, "dtype": "int64"}),
+    "topk_k": ("topk", ("float32", "int64"), (2, 0), {"axis": 1}),
+    "topk_k_asc": ("topk", ("uint16", "int32"), (2, 0), {"axis": 0, "is_ascend": True, "ret_type": "indices"}),
+    "cumsum": ("cumsum", ("int32",), (2,), {"axis": 1, "exclusive": True, "dtype": "int16"}),
+    "cumprod": ("cumprod", ("float32",), (3,), {"axis": -1}),
+    "argwhere": ("argwhere", ("float32",), (2,), {}),
+    "scatter": ("scatter_elements", ("float32", "int64", "float32"), (2, 2, 2), {"axis": 1, "reduction": "add"}),
+}
+
+
+@pytest.fixture(scope="module")
+def fuzz_kernels():
+    prims = {}
+    for name, (op, dtypes, ranks, attrs) in FUZZ.items():
+        params = [Var(f"p{i}", TensorType((Any(),) * rank, dtype)) for i, (dtype, rank) in enumerate(zip(dtypes, ranks))]
+        prims[name] = Function(params, Call(Op(op), tuple(params), Attrs(attrs)), attrs={"Primitive": 1})
+    return build_fused_module(prims)[1]
+
+
+@settings(max_examples=40, deadline=None)
+@given(name=st.sampled_from(sorted(FUZZ)), seed=st.integers(0, 2**32 - 1),
+       dims=st.lists(st.integers(0, 40), min_size=3, max_size=3))
+def test_library_kernels_on_drawn_shapes(fuzz_kernels, name, seed, dims):
+    op, dtypes, ranks, attrs = FUZZ[name]
+    rng = np.random.default_rng(seed)
+    shape = tuple(dims[:ranks[0]])
+    data = _values(rng, shape, dtypes[0])
+    if op == "topk":
+        axis = attrs["axis"]
+        arrays = [data, np.array(rng.integers(-1, shape[axis] + 1), dtypes[1])]  # (k < 1: the whole axis)
+    elif op == "scatter_elements":
+        if shape[1] == 0:
+            shape = (shape[0], 1)
+            data = _values(rng, shape, dtypes[0])
+        index_shape = (rng.integers(0, shape[0] + 1), rng.integers(0, 6))
+        arrays = [data, rng.integers(-shape[1], shape[1], index_shape).astype(dtypes[1]),
+                  _values(rng, index_shape, dtypes[2])]
+    else:
+        arrays = [data]
+    expected = _reference(op, attrs, arrays)
+    outputs = [np.empty(e.shape, e.dtype) for e in expected]
+    fuzz_kernels[name](*arrays, *outputs)
+    for out, ref in zip(outputs, expected, strict=True):
+        np.testing.assert_array_equal(out, ref)
