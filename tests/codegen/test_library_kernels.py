@@ -385,6 +385,8 @@ FUZZ = {  # name: (op, input dtypes, ranks, attrs); every dim ? (one kernel serv
     "cumprod": ("cumprod", ("float32",), (3,), {"axis": -1}),
     "argwhere": ("argwhere", ("float32",), (2,), {}),
     "scatter": ("scatter_elements", ("float32", "int64", "float32"), (2, 2, 2), {"axis": 1, "reduction": "add"}),
+    "unique": ("sorted_unique", ("float32", "int64"), (1, 1), {"is_sorted": False, "return_counts": True}),
+    "searchsorted": ("searchsorted", ("int16", "int16"), (2, 2), {"right": True}),
 }
 
 
@@ -415,6 +417,10 @@ def test_library_kernels_on_drawn_shapes(fuzz_kernels, name, seed, dims):
         index_shape = (rng.integers(0, shape[0] + 1), rng.integers(0, 6))
         arrays = [data, rng.integers(-shape[1], shape[1], index_shape).astype(dtypes[1]),
                   _values(rng, index_shape, dtypes[2])]
+    elif op == "sorted_unique":
+        arrays = [data, np.argsort(data, kind="stable")]
+    elif op == "searchsorted":
+        arrays = [np.sort(data, axis=-1), _values(rng, (shape[0], dims[2]), dtypes[1])]
     else:
         arrays = [data]
     expected = _reference(op, attrs, arrays)
