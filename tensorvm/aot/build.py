@@ -244,6 +244,7 @@ class _Kernel:
     param_dtypes: list
     scratch_bytes: int
     stack_bytes: int
+    libraries: tuple = ()  # the library files (codegen/lib) the kernel calls
 
 
 def _lower_kernel(prim, cname: str, schedule: AotSchedule, prefix: str) -> _Kernel:
@@ -267,7 +268,8 @@ def _lower_kernel(prim, cname: str, schedule: AotSchedule, prefix: str) -> _Kern
     source = _static_kernel_source(emitted.source, cname, prefix, heap)
     constants = [schedule.constants.get(array) for array in lowered.constants]
     return _Kernel(cname, source, dict(emitted.errors), lowered.num_params, constants,
-                   len(func.params) - func.num_inputs, [b.dtype for b in func.params], scratch, stack)
+                   len(func.params) - func.num_inputs, [b.dtype for b in func.params], scratch, stack,
+                   emitted.libraries)
 
 
 def _temporaries(body) -> tuple[int, int, int]:
@@ -493,13 +495,17 @@ class _Emitter:
         return C_TYPES[dtype]
 
     def _model_source(self) -> str:
-        from ..codegen.c_emit import PRELUDE
+        from ..codegen.c_emit import PRELUDE, library_text
 
         s, p = self.s, self.prefix
         out = [f"/* {p}.c: the tensorvm AOT model {self.name!r}: kernels and run function (generated; do not edit). */",
                "#include <stddef.h>", "#include <stdint.h>", "#include <string.h>", f'#include "{p}.h"', "",
                "/* ---- kernels: tensorvm.codegen (one static function per fused group) ---- */",
                _static_prelude(PRELUDE)]
+        libraries = sorted({name for kernel in self.kernels.values() for name in kernel.libraries})
+        if libraries:  # (their functions are static, as the kernels are)
+            out += ["/* ---- library functions the kernels call (tensorvm/codegen/lib) ---- */",
+                    library_text(libraries)]
         if s.params:
             out += [f"/* The linked parameters ({p}_params.c). */",
                     f"extern const void* const {p}_constants[{len(s.params)}];", ""]

@@ -21,10 +21,12 @@ every operation. Parallel loops carry ``#pragma omp parallel for`` and vector lo
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from collections import Counter
 from dataclasses import dataclass
+from pathlib import Path
 
 from ..errors import UnsupportedError
 from ..te.expr import Binary, Call, Cast, Const, PrimExpr, Reduce, Select, TensorRead, Unary, Var, dtype_kind
@@ -49,7 +51,7 @@ from .loop_ir import (
 
 __all__ = ["emit_kernel", "emit_library", "emit_python_wrappers", "PYTHON_BAD_ARGUMENTS", "EmittedKernel", "EmitOptions",
            "C_TYPES", "PRELUDE", "BLAS_BRIDGE", "prelude", "ERROR_DIVIDE_BY_ZERO", "ERROR_INDEX", "ERROR_OUT_OF_MEMORY",
-           "RUNTIME_ERRORS"]
+           "RUNTIME_ERRORS", "ERROR_SIZE", "ERROR_DTYPE", "LIBRARY_DIR", "library_text"]
 
 C_TYPES = {
     "bool": "bool", "int8": "int8_t", "int16": "int16_t", "int32": "int32_t", "int64": "int64_t",
@@ -60,12 +62,16 @@ _SUFFIX = {"int8": "i8", "int16": "i16", "int32": "i32", "int64": "i64", "uint8"
            "uint32": "u32", "uint64": "u64", "float16": "f16", "float32": "f32", "float64": "f64", "bool": "b"}
 
 ERROR_DIVIDE_BY_ZERO, ERROR_INDEX, ERROR_OUT_OF_MEMORY, ERROR_STRIDES = 1001, 1002, 1003, 1004
+ERROR_SIZE, ERROR_DTYPE = 1005, 1006  # (library functions, codegen/lib/tv_lib.h)
 RUNTIME_ERRORS = {
     ERROR_DIVIDE_BY_ZERO: "integer division by zero",
     ERROR_INDEX: "an index is out of range",
     ERROR_OUT_OF_MEMORY: "out of memory for a temporary buffer",
     ERROR_STRIDES: "a product's operand has no unit stride (tv_gemm_strided)",
+    ERROR_SIZE: "an output's size does not match what the data gives (its shape function disagrees)",
+    ERROR_DTYPE: "a library function got a dtype it does not handle",
 }
+LIBRARY_DIR = Path(__file__).parent / "lib"  # the hand-written C library functions (LibraryKernel)
 _STACK_BYTES = 32 * 1024  # larger temporaries go on the heap
 _DYNAMIC_STACK_BYTES = 4 * 1024  # temporaries of a run-time size up to this take a stack array
 
@@ -969,11 +975,39 @@ class EmittedKernel:
     func: PrimFunc
     prototype: str = ""
     variants: tuple = ()
+    libraries: tuple = ()  # the library files (``LIBRARY_DIR``) whose functions the kernel calls
 
 
 def emit_library(kernels: list[EmittedKernel], static_functions: bool = False) -> str:
-    """One C translation unit: the prelude and every kernel."""
-    return prelude(static_functions) + "\n" + "\n".join(k.source for k in kernels)
+    """One C translation unit: the prelude, the library files the kernels call, and every kernel."""
+    libraries = library_text(sorted({s for k in kernels for s in k.libraries}))
+    return prelude(static_functions) + "\n" + libraries + "\n".join(k.source for k in kernels)
+
+
+_LOCAL_INCLUDE = re.compile(r'^#include "([\w.]+)"[ \t]*$', re.M)
+
+
+def library_text(sources) -> str:
+    """The text of the library files ``sources`` (names in ``LIBRARY_DIR``), each of their local
+    ``#include "x.h"`` replaced by the header's text the first time (the headers have include guards),
+    so that a translation unit is one self-contained text (and the build cache keys on all of it)."""
+    seen: set = set()
+
+    def expand(name: str) -> str:
+        if name in seen:
+            return ""
+        seen.add(name)
+        return _LOCAL_INCLUDE.sub(lambda m: expand(m.group(1)), _library_file(name))
+
+    return "".join(expand(name) + "\n" for name in sources)
+
+
+@functools.cache
+def _library_file(name: str) -> str:
+    path = LIBRARY_DIR / name
+    if not path.is_file():
+        raise UnsupportedError(f"codegen: no library file {name!r} in {LIBRARY_DIR.name}/")
+    return path.read_text()
 
 
 PYTHON_BAD_ARGUMENTS = -1  # a Python wrapper's code for arguments that do not fit (checked again in Python)
@@ -1082,7 +1116,7 @@ def emit_kernel(func: PrimFunc, options: EmitOptions | None = None) -> EmittedKe
     source = emitter.run()
     dispatch = find_dispatch(func.body)
     return EmittedKernel(func.name, source, dict(emitter.errors), func, emitter.prototype,
-                         tuple(dispatch.names) if dispatch is not None else ())
+                         tuple(dispatch.names) if dispatch is not None else (), tuple(sorted(emitter.libraries)))
 
 
 class _Emitter:
@@ -1099,6 +1133,7 @@ class _Emitter:
         self.scalars: set = set()  # ids of shape-() local buffers, emitted as plain variables
         self.errors: dict = dict(RUNTIME_ERRORS)
         self.lines: list = []
+        self.libraries: set = set()  # CallExtern sources
 
     # -- names --
 
@@ -1221,6 +1256,9 @@ class _Emitter:
             self.emit(depth, "}")
             self.emit(depth, "}")
         elif isinstance(s, CallExtern):
+            if s.source:
+                _library_file(s.source)  # (a missing file fails here, per kernel)
+                self.libraries.add(s.source)
             args = ", ".join(self.name(a, a.name) if isinstance(a, Buffer) else self.expr(a) for a in s.args)
             self.emit(depth, f"{{ const int32_t tv_rc = {s.name}({args}); if (tv_rc) tv_err = tv_rc; }}")
         elif isinstance(s, Assert):

@@ -26,6 +26,7 @@ from ..ir.types import Any, SymDim, TensorType, TupleType
 from ..op.registry import get_op
 from ..te import op_computes  # noqa: F401 - attaches the op computes to the registry
 from . import strategy
+from .library import library_call, library_plan
 from .loop_ir import PrimFunc
 from .lower import lower_parts
 from .module import CompiledModule, KernelFunction, build_module
@@ -58,7 +59,11 @@ def lower_primitive(prim: Function, name: str, strategies: bool = True) -> Lower
 
 def plan_primitive(prim: Function, name: str, strategies: bool = True, externals: bool = True):
     """The C kernel of ``prim`` (with its C variants) and, with ``externals``, the external variants
-    (``tensorvm.codegen.strategy.KernelPlan``)."""
+    (``tensorvm.codegen.strategy.KernelPlan``). A primitive that is one call of an op with a library
+    kernel (``OpDef.library``) becomes a call of its C function (``tensorvm.codegen.library``)."""
+    call = library_call(prim)
+    if call is not None:
+        return library_plan(prim, name, call)
     graph = build_graph(prim, name)
     generic = lower_parts(name, graph.inputs, graph.outputs)
     if not strategies:

@@ -11,8 +11,9 @@ temporaries (``scope="local"``, introduced by ``Allocate``). Expressions are te 
 * ``Allocate(buffer, body)``: a temporary live in ``body`` (a shape-``()`` buffer is a scalar variable);
 * ``Assert(condition, message)``: a precondition checked on entry; the kernel returns an error code
   instead of running. Asserts appear only at the top of a function, before any allocation;
-* ``CallExtern(name, args)``: a call of a C helper of the prelude (``tv_gemm_f32``...) that returns an
-  ``int32_t`` error code; ``args`` are buffers (passed as pointers) and int64 expressions;
+* ``CallExtern(name, args, source)``: a call of a C helper of the prelude (``tv_gemm_f32``...) or, with
+  ``source``, of a library file (``tensorvm/codegen/lib/<source>``, included in the translation unit)
+  that returns an ``int32_t`` error code; ``args`` are buffers (passed as pointers) and int64 expressions;
 * ``Dispatch(cases, default)``: the variants of one kernel (see ``tensorvm.codegen.strategy``): runs
   the body of the first case whose condition (over the dimension parameters only) holds, else the
   default body. The C emitter puts the choice in a function of its own, ``<kernel>_dispatch(dims...)``.
@@ -148,6 +149,7 @@ class Assert(Stmt):
 class CallExtern(Stmt):
     name: str
     args: tuple  # Buffer | PrimExpr
+    source: str = ""  # the library file defining the function ("": the prelude)
 
 
 @dataclass(frozen=True, eq=False)

@@ -281,7 +281,7 @@ def map_stmt(stmt, expr, buffer_map: dict):
         if isinstance(s, Assert):
             return Assert(expr(s.condition), s.message)
         if isinstance(s, CallExtern):
-            return CallExtern(s.name, tuple(buf(a) if isinstance(a, Buffer) else expr(a) for a in s.args))
+            return CallExtern(s.name, tuple(buf(a) if isinstance(a, Buffer) else expr(a) for a in s.args), s.source)
         if isinstance(s, Dispatch):
             return Dispatch(tuple(DispatchCase(c.name, expr(c.condition), go(c.body)) for c in s.cases),
                             go(s.default), s.default_name)

@@ -14,7 +14,7 @@ import math
 
 import numpy as np
 
-from ..errors import AttrError, ShapeError, TypeInferenceError
+from ..errors import AttrError, ExecutionError, ShapeError, TypeInferenceError
 from ..ir.types import Any, TensorType, TupleType
 from ._common import (
     ALL_DTYPES,
@@ -31,7 +31,8 @@ from ._common import (
     to_int,
     to_int_dtype,
 )
-from .registry import AttrDef, OpDef, OpPattern
+from ._library import axis_split, dtype_code, product, same_dims
+from .registry import AttrDef, LibraryKernel, OpDef, OpPattern
 
 # ---- argwhere -------------------------------------------------------------------------------------
 
@@ -41,11 +42,19 @@ def _argwhere_rel(types, attrs, consts=None):
     return TensorType((Any(), condition.ndim), "int32")
 
 
+def _argwhere_arguments(attrs, inputs, outputs):
+    (condition,), (out,) = inputs, outputs
+    rank = len(condition.shape)
+    return [condition, dtype_code(condition.dtype), rank, tuple(condition.shape), out.shape[0], out], []
+
+
+# The shape function counts the nonzero elements (one cheap pass); the kernel writes their coordinates
+# and checks that it found as many.
 register_checked(OpDef(
     name="argwhere", num_inputs=1, type_rel=_argwhere_rel,
     kernel=lambda attrs, condition: np.argwhere(condition).astype("int32"), pattern=OpPattern.OPAQUE,
     shape_func=lambda attrs, args: [(int(np.count_nonzero(args[0])), np.ndim(args[0]))],
-    shape_func_data_dependent=True,
+    shape_func_data_dependent=True, library=LibraryKernel("tv_argwhere", "algorithm.c", _argwhere_arguments),
     doc="The coordinates (int32, one row each, row-major order) of the nonzero elements.",
 ))
 
@@ -107,15 +116,41 @@ def _checked_identity_shape(name: str):
     return shape_func
 
 
+def _lines(name: str, attrs, data, outputs, k) -> tuple[list, list]:
+    """The leading arguments of ``tv_sort``/``tv_argsort``/``tv_topk`` (codegen/lib/algorithm.c) and the
+    entry checks of the outputs' dims: the data's, ``k`` along the axis."""
+    axis = attrs.axis % len(data.shape)
+    outer, n, inner = axis_split(data.shape, axis)
+    requires = [(k <= n, f"{name}: k must not exceed the size of axis {axis}")]
+    for out in outputs:
+        expected = data.shape[:axis] + (k,) + data.shape[axis + 1:]
+        requires += same_dims(name, out.shape, expected, f"output {out.name}")
+    return [data, dtype_code(data.dtype), outer, n, inner, k, attrs.is_ascend], requires
+
+
+def _sort_arguments(attrs, inputs, outputs):
+    (data,), (out,) = inputs, outputs
+    args, requires = _lines("sort", attrs, data, outputs, data.shape[attrs.axis % len(data.shape)])
+    return args + [out], requires
+
+
+def _argsort_arguments(attrs, inputs, outputs):
+    (data,), (out,) = inputs, outputs
+    args, requires = _lines("argsort", attrs, data, outputs, data.shape[attrs.axis % len(data.shape)])
+    return args + [out, dtype_code(out.dtype)], requires
+
+
 SORT_ATTRS = (AttrDef("axis", -1, to_int), AttrDef("is_ascend", True, to_bool))
 register_checked(OpDef(
     name="sort", num_inputs=1, type_rel=_sort_rel, kernel=_sort_kernel, pattern=OpPattern.OPAQUE,
     attrs=SORT_ATTRS, shape_func=_checked_identity_shape("sort"), doc="Stable sort along an axis.",
+    library=LibraryKernel("tv_sort", "algorithm.c", _sort_arguments),
 ))
 register_checked(OpDef(
     name="argsort", num_inputs=1, type_rel=_argsort_rel, kernel=_argsort_kernel, pattern=OpPattern.OPAQUE,
     attrs=SORT_ATTRS + (AttrDef("dtype", "int32", to_int_dtype),), shape_func=_checked_identity_shape("argsort"),
     doc="The indices of a stable sort along an axis.",
+    library=LibraryKernel("tv_argsort", "algorithm.c", _argsort_arguments),
 ))
 
 # ---- topk -----------------------------------------------------------------------------------------
@@ -191,6 +226,21 @@ def _topk_kernel(attrs, data, k=None):
     return {"both": (values, indices), "values": values, "indices": indices}[attrs.ret_type]
 
 
+def _topk_arguments(attrs, inputs, outputs):
+    # k is the outputs' extent along the axis: the attribute, or the run-time k the shape function read
+    data = inputs[0]
+    args, requires = _lines("topk", attrs, data, outputs, outputs[0].shape[attrs.axis % len(data.shape)])
+    if attrs.ret_type == "both":
+        return [*args, outputs[0], outputs[1], dtype_code(outputs[1].dtype)], requires
+    if attrs.ret_type == "values":
+        return [*args, outputs[0]], requires
+    return [*args, outputs[0], dtype_code(outputs[0].dtype)], requires
+
+
+def _topk_function(attrs) -> str:
+    return {"both": "tv_topk", "values": "tv_sort", "indices": "tv_argsort"}[attrs.ret_type]
+
+
 register_checked(OpDef(
     name="topk", num_inputs=-1, type_rel=_topk_rel, kernel=_topk_kernel, pattern=OpPattern.OPAQUE,
     attrs=(
@@ -201,6 +251,7 @@ register_checked(OpDef(
         AttrDef("dtype", "int32", to_int_dtype),
     ),
     shape_func=_topk_shape_func, shape_func_data_dependent=(False, True),
+    library=LibraryKernel(_topk_function, "algorithm.c", _topk_arguments),
     doc="topk(data[, k]): the k largest (or smallest) elements along an axis and/or their indices.",
 ))
 
@@ -246,8 +297,20 @@ def _scan(name: str, ufunc, identity):
             result = shifted
         return result
 
+    def arguments(attrs, inputs, outputs):
+        (data,), (out,) = inputs, outputs
+        if attrs.axis is None:
+            outer, n, inner = 1, product(data.shape), 1
+            requires = same_dims(name, out.shape, (n,), "the output's")
+        else:
+            outer, n, inner = axis_split(data.shape, attrs.axis % len(data.shape))
+            requires = same_dims(name, out.shape, data.shape, "the output's")
+        return [data, dtype_code(data.dtype), out, dtype_code(out.dtype), outer, n, inner, ufunc is np.multiply,
+                attrs.exclusive], requires
+
     register_checked(OpDef(
         name=name, num_inputs=1, type_rel=rel, kernel=kernel, pattern=OpPattern.OPAQUE,
+        library=LibraryKernel("tv_scan", "algorithm.c", arguments),
         attrs=(
             AttrDef("axis", None, to_int, "None: over the flattened input"),
             AttrDef("dtype", None, to_dtype, "default: the input's dtype"),
@@ -269,13 +332,16 @@ _scan("cumprod", np.multiply, 1)
 # ---- unique ---------------------------------------------------------------------------------------
 
 
-def _unique_rel(types, attrs, consts=None):
-    data = expect_tensor("unique", types[0], "data")
+def _unique_type(name: str, data: TensorType, attrs) -> TupleType:
     if data.ndim != 1:
-        raise TypeInferenceError(f"unique: data must be 1-D, got rank {data.ndim}")
+        raise TypeInferenceError(f"{name}: data must be 1-D, got rank {data.ndim}")
     count = TensorType((Any(),), "int32")
     fields = [TensorType((Any(),), data.dtype), count, TensorType(data.shape, "int32")]
     return TupleType(fields + [count] if attrs.return_counts else fields)
+
+
+def _unique_rel(types, attrs, consts=None):
+    return _unique_type("unique", expect_tensor("unique", types[0], "data"), attrs)
 
 
 def _unique_shape_func(attrs, args):
@@ -289,24 +355,109 @@ def _unique_shape_func(attrs, args):
 def _unique_kernel(attrs, data):
     if data.ndim != 1:
         raise ShapeError(f"unique: data must be 1-D, got shape {data.shape}")
-    values, first, inverse, counts = np.unique(data, return_index=True, return_inverse=True, return_counts=True)
-    inverse = inverse.reshape(-1)
+    _, first, inverse, counts = np.unique(data, return_index=True, return_inverse=True, return_counts=True)
+    return _unique_outputs(attrs, data, first, counts, inverse.reshape(-1))
+
+
+def _unique_outputs(attrs, data, first, counts, inverse) -> tuple:
+    """unique's results from the groups of equal values in ascending order: each one's first position
+    and size, and each element's group."""
     if not attrs.is_sorted:
-        # Order of first appearance: renumber the unique values by where they first occur.
+        # Order of first appearance: renumber the groups by where they first occur.
         order = np.argsort(first, kind="stable")
         rank = np.empty_like(order)
         rank[order] = np.arange(len(order))
-        values, first, counts, inverse = values[order], first[order], counts[order], rank[inverse]
-    outputs = (values, first.astype("int32"), inverse.astype("int32"))
+        first, counts, inverse = first[order], counts[order], rank[inverse]
+    outputs = (data[first], first.astype("int32"), inverse.astype("int32"))
     return outputs + (counts.astype("int32"),) if attrs.return_counts else outputs
 
 
+def _unique_legalize(attrs, args):
+    """unique(x) -> sorted_unique(x, argsort(x)): the sort runs once, as a kernel of its own; the shape
+    function of ``sorted_unique`` then counts the groups in one pass and its kernel fills the outputs."""
+    from ..ir.attrs import Attrs
+    from ..ir.expr import Call, Op
+
+    order = Call(Op("argsort"), (args[0],), Attrs({"axis": 0, "dtype": "int64"}))
+    return Call(Op("sorted_unique"), (args[0], order), Attrs(attrs))
+
+
+UNIQUE_ATTRS = (AttrDef("is_sorted", True, to_bool, "ascending values; else in order of first appearance"),
+                AttrDef("return_counts", False, to_bool))
 register_checked(OpDef(
     name="unique", num_inputs=1, type_rel=_unique_rel, kernel=_unique_kernel, pattern=OpPattern.OPAQUE,
-    attrs=(AttrDef("is_sorted", True, to_bool, "ascending values; else in order of first appearance"),
-           AttrDef("return_counts", False, to_bool)),
-    shape_func=_unique_shape_func, shape_func_data_dependent=True,
+    attrs=UNIQUE_ATTRS, shape_func=_unique_shape_func, shape_func_data_dependent=True, legalize=_unique_legalize,
     doc="unique(data): (values, first indices, inverse indices[, counts]) of a 1-D tensor.",
+))
+
+
+def _sorted_unique_rel(types, attrs, consts=None):
+    data = expect_tensor("sorted_unique", types[0], "data")
+    order = expect_tensor("sorted_unique", types[1], "order")
+    expect_dtype("sorted_unique", order, INT_DTYPES, "order")
+    result = _unique_type("sorted_unique", data, attrs)  # (data is 1-D)
+    length, n = (order.shape[0] if order.ndim == 1 else None), data.shape[0]
+    if length is None or isinstance(length, int) and isinstance(n, int) and length != n:
+        raise TypeInferenceError(f"sorted_unique: order must be 1-D with data's length, got {order!r} for {data!r}")
+    return result
+
+
+def _sorted_groups(data: np.ndarray, order: np.ndarray, error: type):
+    """The sorted data and where its groups of equal values start (NaN equals NaN), checking that
+    ``order`` is an ascending order of ``data`` (one pass)."""
+    if data.ndim != 1 or order.shape != data.shape or order.dtype.kind not in "iu":
+        raise error(f"sorted_unique: expected 1-D data and an integer order of its length, got {data.dtype} "
+                    f"{data.shape} and {order.dtype} {order.shape}")
+    if order.size and (order.min() < 0 or order.max() >= data.size):
+        raise error(f"sorted_unique: order holds a position outside [0, {data.size})")
+    ordered = data[order]
+    same = ordered[1:] == ordered[:-1]
+    if ordered.dtype.kind == "f":
+        same |= np.isnan(ordered[1:]) & np.isnan(ordered[:-1])
+    with np.errstate(invalid="ignore"):
+        descending = ordered[1:] < ordered[:-1]
+    if ordered.dtype.kind == "f":
+        descending |= np.isnan(ordered[:-1]) & ~np.isnan(ordered[1:])
+    if descending.any():
+        raise error("sorted_unique: order does not sort data ascending")
+    starts = np.ones(data.shape, bool)
+    starts[1:] = ~same
+    return starts
+
+
+def _sorted_unique_shape_func(attrs, args):
+    data, order = np.asarray(args[0]), np.asarray(args[1])
+    n = int(np.count_nonzero(_sorted_groups(data, order, ShapeError)))
+    return [(n,), (n,), data.shape] + ([(n,)] if attrs.return_counts else [])
+
+
+def _sorted_unique_kernel(attrs, data, order):
+    starts = _sorted_groups(data, order, ExecutionError)
+    first = order[starts].astype(np.int64)  # (a stable order: the first of a group comes first)
+    counts = np.diff(np.append(np.flatnonzero(starts), data.size))
+    inverse = np.empty(data.shape, np.int64)
+    inverse[order] = np.cumsum(starts) - 1
+    return _unique_outputs(attrs, data, first, counts, inverse)
+
+
+def _sorted_unique_arguments(attrs, inputs, outputs):
+    (data, order), values = inputs, outputs[0]
+    n = data.shape[0]
+    requires = same_dims("sorted_unique", order.shape, data.shape, "order's")
+    requires += same_dims("sorted_unique", outputs[2].shape, data.shape, "inverse's")
+    requires += [r for out in outputs[1::2] for r in same_dims("sorted_unique", out.shape, values.shape, out.name)]
+    return [data, dtype_code(data.dtype), order, dtype_code(order.dtype), n, values.shape[0], not attrs.is_sorted,
+            *outputs], requires
+
+
+register_checked(OpDef(
+    name="sorted_unique", num_inputs=2, type_rel=_sorted_unique_rel, kernel=_sorted_unique_kernel,
+    pattern=OpPattern.OPAQUE, attrs=UNIQUE_ATTRS, shape_func=_sorted_unique_shape_func,
+    shape_func_data_dependent=True,
+    library=LibraryKernel(lambda attrs: "tv_unique_counts" if attrs.return_counts else "tv_unique", "algorithm.c",
+                          _sorted_unique_arguments),
+    doc="sorted_unique(data, order): unique's results given ``order``, the stable ascending order of data "
+        "(argsort); what ``unique`` becomes for the VM (Legalize), so that the data is sorted once.",
 ))
 
 # ---- searchsorted ---------------------------------------------------------------------------------
@@ -359,11 +510,25 @@ def _searchsorted_shape_func(attrs, args):
     return [tuple(args[1])]
 
 
+def _searchsorted_arguments(attrs, inputs, outputs):
+    (seq, values), (out,) = inputs, outputs
+    requires = same_dims("searchsorted", out.shape, values.shape, "the output's")
+    if len(seq.shape) == 1:  # one sequence for every value
+        rows, n, m, seq_step = 1, seq.shape[0], product(values.shape), 0
+    else:
+        rows, n, m = product(seq.shape[:-1]), seq.shape[-1], values.shape[-1]
+        seq_step = n
+        requires += same_dims("searchsorted", values.shape[:-1], seq.shape[:-1], "values' leading")
+    return [seq, values, dtype_code(seq.dtype), rows, n, m, seq_step, attrs.right, out, dtype_code(out.dtype)], \
+        requires
+
+
 register_checked(OpDef(
     name="searchsorted", num_inputs=2, type_rel=_searchsorted_rel, kernel=_searchsorted_kernel,
     pattern=OpPattern.OPAQUE,
     attrs=(AttrDef("right", False, to_bool, "return the last suitable index instead of the first"),
            AttrDef("dtype", "int32", to_int_dtype)),
     shape_func=_searchsorted_shape_func,
+    library=LibraryKernel("tv_searchsorted", "algorithm.c", _searchsorted_arguments),
     doc="searchsorted(sorted_sequence, values): insertion indices keeping each innermost row sorted.",
 ))

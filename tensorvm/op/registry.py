@@ -14,7 +14,12 @@ An op definition states:
 * ``pattern``: the fusion pattern;
 * ``kernel(attrs, *arrays)``: the NumPy reference kernel, returning an array or a tuple of arrays;
 * ``compute`` and ``strategy``: the tensor-expression compute and implementation strategy (filled in
-  by the code generator's issue).
+  by the code generator's issue);
+* ``library``: for an op a tensor expression cannot state (sorting, scans, data-dependent scatters),
+  a ``LibraryKernel``: the hand-written C function (``tensorvm/codegen/lib/*.c``) the op's kernel
+  calls on target c;
+* ``legalize(attrs, args) -> Expr``: what a call of the op becomes before the VM compiles it (the
+  ``Legalize`` pass), for an op better run as several (``unique``: a sort, then one counting pass).
 """
 
 from __future__ import annotations
@@ -29,7 +34,7 @@ from ..ir.expr import Call, Expr, Op
 
 __all__ = [
     "OpPattern", "AttrDef", "REQUIRED", "OpDef", "register_op", "get_op", "op_names", "is_registered",
-    "make_call",
+    "make_call", "LibraryKernel",
 ]
 
 
@@ -63,6 +68,29 @@ class AttrDef:
     doc: str = ""
 
 
+@dataclass(frozen=True)
+class LibraryKernel:
+    """An op computed on target c by a hand-written C function: ``function`` (a name, or
+    ``function(attrs) -> name`` when the attributes choose among several), defined in ``source`` (a file
+    of ``tensorvm/codegen/lib``, included in every translation unit whose kernels call it).
+
+    ``arguments(attrs, inputs, outputs) -> (args, requires)`` maps the op to the call: ``inputs`` and
+    ``outputs`` are the kernel's buffers (``.shape``: te dims, ``.dtype``); ``args`` lists, in the C
+    function's order, buffers (passed as pointers), te expressions or ints (passed as ``int64_t``) and
+    tuples of them (passed as a pointer to an ``int64_t`` array, e.g. a shape); ``requires`` lists
+    ``(condition, message)`` checked on entry (a ``ShapeError`` when one fails). An output dim the type
+    leaves open (``Any``) is bound from the output array, which the op's shape function sized. The C
+    function returns 0 or an error code of the kernel ABI (``tv_lib.h``: ``TV_ERROR_INDEX``...), which
+    the kernel returns and the caller raises as an ``ExecutionError``."""
+
+    function: str | Callable
+    source: str
+    arguments: Callable
+
+    def function_name(self, attrs) -> str:
+        return self.function(attrs) if callable(self.function) else self.function
+
+
 @dataclass(eq=False)
 class OpDef:
     name: str
@@ -75,6 +103,8 @@ class OpDef:
     shape_func_data_dependent: bool | tuple = False
     compute: Callable | None = None
     strategy: object = None
+    library: LibraryKernel | None = None
+    legalize: Callable | None = None
     doc: str = ""
     _attr_cache: dict = field(default_factory=dict, repr=False)
 

@@ -18,7 +18,8 @@ import numpy as np
 from ..errors import AttrError, ExecutionError, ShapeError, TypeInferenceError
 from ..ir.types import Any, SymDim, TensorType, TupleType, normalize_dtype
 from ._common import expect_tensor
-from .registry import REQUIRED, AttrDef, OpDef, OpPattern, get_op, register_op
+from ._library import dtype_code, product, same_dims
+from .registry import REQUIRED, AttrDef, LibraryKernel, OpDef, OpPattern, get_op, register_op
 
 __all__ = ["RESHAPE_ONLY_OPS", "transpose_axes"]
 
@@ -281,11 +282,11 @@ def expect_same_dtype(op: str, a: TensorType, b: TensorType, what: str):
 
 
 def define(name: str, num_inputs: int, type_rel, kernel, pattern: OpPattern, attrs=(), shape_func=None,
-           data_dependent=False, doc: str = "", compute=None, strategy=None) -> OpDef:
+           data_dependent=False, doc: str = "", compute=None, strategy=None, library=None) -> OpDef:
     """Register an op whose type relation, shape function and kernel always see normalized attributes."""
     opdef = OpDef(name=name, num_inputs=num_inputs, type_rel=type_rel, kernel=kernel, pattern=pattern,
                   attrs=attrs, shape_func=shape_func, shape_func_data_dependent=data_dependent, doc=doc,
-                  compute=compute, strategy=strategy)
+                  compute=compute, strategy=strategy, library=library)
     required = [a.name for a in opdef.attrs if a.default is REQUIRED]
 
     def norm(attrs):
@@ -314,7 +315,7 @@ def define(name: str, num_inputs: int, type_rel, kernel, pattern: OpPattern, att
 
 
 def define_shaped(name: str, num_inputs: int, logic, kernel, pattern: OpPattern, attrs=(), dtype_rule=None,
-                  check_types=None, doc: str = "", compute=None, strategy=None) -> OpDef:
+                  check_types=None, doc: str = "", compute=None, strategy=None, library=None) -> OpDef:
     """Register a one-output op from its shape logic ``logic(op, attrs, shapes, err) -> shape``.
 
     ``dtype_rule(types, attrs)`` gives the output dtype (default: the first input's);
@@ -339,7 +340,7 @@ def define_shaped(name: str, num_inputs: int, logic, kernel, pattern: OpPattern,
         return out
 
     return define(name, num_inputs, type_rel, checked_kernel, pattern, attrs, shape_func, doc=doc, compute=compute,
-                  strategy=strategy)
+                  strategy=strategy, library=library)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -877,6 +878,31 @@ def _scatter_elements_kernel(attrs, out_shape, data, indices, updates):
     return _scatter("scatter_elements", data.copy(), tuple(grid), updates.astype(data.dtype), attrs.reduction)
 
 
+SCATTER_REDUCTIONS = ("update", "add", "mul", "mean", "min", "max")  # (codegen/lib/algorithm.c: TV_SCATTER_*)
+
+
+def _scatter_elements_arguments(attrs, inputs, outputs):
+    (data, indices, updates), (out,) = inputs, outputs
+    rank, axis = len(data.shape), attrs.axis % len(data.shape)
+    requires = same_dims("scatter_elements", out.shape, data.shape, "the output's")
+    requires += same_dims("scatter_elements", updates.shape, indices.shape, "updates'")
+    requires += same_dims("scatter_elements", [d for a, d in enumerate(indices.shape) if a != axis],
+                          [d for a, d in enumerate(data.shape) if a != axis], "indices'", at_most=True)
+    return [data, indices, dtype_code(indices.dtype), updates, out, dtype_code(data.dtype), rank,
+            tuple(data.shape) + tuple(indices.shape), axis, SCATTER_REDUCTIONS.index(attrs.reduction)], requires
+
+
+def _scatter_nd_arguments(attrs, inputs, outputs):
+    (data, indices, updates), (out,) = inputs, outputs
+    depth = indices.shape[0].value  # (static: the type relation requires it)
+    requires = same_dims("scatter_nd", out.shape, data.shape, "the output's")
+    requires += same_dims("scatter_nd", updates.shape, tuple(indices.shape[1:]) + tuple(data.shape[depth:]),
+                          "updates'")
+    return [data, indices, dtype_code(indices.dtype), updates, out, dtype_code(data.dtype), product(data.shape), depth,
+            product(indices.shape[1:]), product(data.shape[depth:]), tuple(data.shape[:depth]),
+            SCATTER_REDUCTIONS.index(attrs.mode)], requires
+
+
 def _check_scatter_types(op: str):
     def check(types, attrs):
         expect_int_tensor(op, types[1], "indices")
@@ -887,9 +913,9 @@ def _check_scatter_types(op: str):
 
 define_shaped(
     "scatter_elements", 3, _scatter_elements_logic, _scatter_elements_kernel, OpPattern.OPAQUE,
-    attrs=(AttrDef("axis", 0, to_int),
-           AttrDef("reduction", "update", one_of("update", "add", "mul", "mean", "min", "max"))),
+    attrs=(AttrDef("axis", 0, to_int), AttrDef("reduction", "update", one_of(*SCATTER_REDUCTIONS))),
     check_types=_check_scatter_types("scatter_elements"),
+    library=LibraryKernel("tv_scatter_elements", "algorithm.c", _scatter_elements_arguments),
     doc="A copy of data with updates[p] written (or reduced) at p with its ``axis`` entry replaced by "
         "indices[p]. ``mean`` averages the data value with every update that lands on it.",
 )
@@ -921,6 +947,7 @@ define_shaped(
     "scatter_nd", 3, _scatter_nd_logic, _scatter_nd_kernel, OpPattern.OPAQUE,
     attrs=(AttrDef("mode", "update", one_of("update", "add", "mul", "min", "max")),),
     check_types=_check_scatter_types("scatter_nd"),
+    library=LibraryKernel("tv_scatter_nd", "algorithm.c", _scatter_nd_arguments),
     doc="A copy of data with updates scattered at indices of shape (M, Y...) (``mode`` update or reduce).",
 )
 

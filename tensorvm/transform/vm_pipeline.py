@@ -59,6 +59,7 @@ from .fuse_ops import FuseOps
 from .infer_type import InferType
 from .inline_primitives import InlinePrimitives
 from .lambda_lift import LambdaLift
+from .legalize import Legalize
 from .manifest_alloc import ManifestAlloc
 from .manifest_lifetimes import ManifestLifetimes
 from .memory_plan import MemoryPlan
@@ -82,6 +83,7 @@ def vm_passes(opt_level: int = 3, memory_plan: bool = True, target: str | None =
         EliminateCommonSubexpr(),  # after folding: constants are compared by value
         DeadCodeElimination(),
         PackWeights() if target == "c" else None,  # after folding (W^T becomes a constant), before fusion
+        Legalize(),  # (after folding: a constant unique was computed whole)
         InferType(),
         FuseOps(fuse_opt_level=1 if opt_level >= 1 else 0),
         ToANormalForm(),

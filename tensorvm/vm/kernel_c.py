@@ -1,11 +1,12 @@
 """Kernels for target "c": the executable's primitive functions compiled into one shared library.
 
 ``build_c_library(prims)`` lowers every primitive function that is called as a kernel with
-``tensorvm.codegen`` (one fused loop nest per primitive), emits them into one C translation unit
+``tensorvm.codegen`` (one fused loop nest per primitive, or a call of the C library function an opaque
+op names, e.g. ``sort``: ``tensorvm.codegen.library``), emits them into one C translation unit
 (split into a few units compiled in parallel for big modules), and builds it through the on-disk cache
 of ``tensorvm.codegen.build`` (the cache key is a hash of the source, so the same program compiles once
-per machine). A primitive the C generator cannot handle (an op without a tensor-expression compute,
-e.g. ``argwhere`` or ``sort``, or a construct the lowering rejects) runs its NumPy kernel instead; the
+per machine). A primitive the C generator cannot handle (an op with neither a tensor-expression compute
+nor a library call, or a construct the lowering rejects) runs its NumPy kernel instead; the
 reason is kept in ``CLibrary.fallbacks`` and shown by ``exe.stats()``. Shape functions always stay
 Python: they are host code over a few integers.
 

@@ -362,6 +362,9 @@ def test_unique(data, is_sorted, return_counts):
     attrs = {"is_sorted": is_sorted, "return_counts": return_counts}
     result = check_op("unique", [x], attrs, expected=tuple(expected), dynamic=True)
     np.testing.assert_array_equal(result[0][result[2]], x)  # values[inverse] rebuilds the input
+    # what the VM runs instead (Legalize): the same, given the stable ascending order
+    order = np.argsort(x, kind="stable").astype(data.draw(st.sampled_from(("int64", "int32")), "order dtype"))
+    check_op("sorted_unique", [x, order], attrs, expected=tuple(expected), dynamic=True)
 
 
 def test_unique_errors():
@@ -370,6 +373,14 @@ def test_unique_errors():
     with pytest.raises(ShapeError, match="must be 1-D"):
         get_op("unique").shape_func({}, [np.zeros((2, 2))])
     assert get_op("unique").is_data_dependent
+    rel = get_op("sorted_unique").type_rel
+    for data, order in (((5,), (4,)), ((5,), (5, 1))):
+        with pytest.raises(TypeInferenceError, match="order must be 1-D with data's length"):
+            rel([TensorType(data), TensorType(order, "int64")], {})
+    with pytest.raises(TypeInferenceError, match="must be 1-D"):
+        rel([TensorType((5, 2)), TensorType((5,), "int64")], {})
+    with pytest.raises(ShapeError, match="does not sort data ascending"):
+        get_op("sorted_unique").shape_func({}, [np.array([2, 1]), np.array([0, 1])])
 
 
 @SETTINGS
@@ -415,7 +426,7 @@ PART_A_OPS = {
         bitwise_not left_shift right_shift equal not_equal less less_equal greater greater_equal where""",
     "reduce": "sum mean max min prod all any logsumexp argmax argmin variance std",
     "creation": "zeros ones full dyn.zeros dyn.ones dyn.full zeros_like ones_like full_like arange",
-    "algorithm": "argwhere topk sort argsort cumsum cumprod unique searchsorted",
+    "algorithm": "argwhere topk sort argsort cumsum cumprod unique sorted_unique searchsorted",
 }
 ALL_PART_A = sorted(name for names in PART_A_OPS.values() for name in names.split())
 
@@ -432,8 +443,8 @@ def test_every_op_is_complete(name):
         once = opdef.normalize_attrs({})
         assert opdef.normalize_attrs(once) == once
     # data-dependent shape functions are exactly the documented ones
-    assert opdef.is_data_dependent == (name in {"arange", "argwhere", "unique", "topk", "dyn.zeros", "dyn.ones",
-                                                "dyn.full"})
+    assert opdef.is_data_dependent == (name in {"arange", "argwhere", "unique", "sorted_unique", "topk", "dyn.zeros",
+                                                "dyn.ones", "dyn.full"})
     if opdef.is_data_dependent:
         assert opdef.pattern == OpPattern.OPAQUE  # a fused group cannot compute their shapes
 
