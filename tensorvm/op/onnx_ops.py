@@ -29,7 +29,8 @@ import string
 
 import numpy as np
 
-from ..errors import ExecutionError, ShapeError, TypeInferenceError
+from .. import te
+from ..errors import ExecutionError, ShapeError, TypeInferenceError, UnsupportedError
 from ..ir.types import Any, TensorType, TupleType
 from ._common import expect_tensor
 from .registry import REQUIRED, AttrDef, OpPattern
@@ -47,7 +48,7 @@ from .transform import (
     to_int,
 )
 
-__all__ = ["resize_output_shape"]
+__all__ = ["explicit_pads", "resize_output_shape", "window_count"]
 
 _FLOATS = ("float16", "float32", "float64")
 
@@ -1076,6 +1077,21 @@ def _window_attrs(attrs, spatial, kernel):
     return strides, dilations, pads
 
 
+def explicit_pads(auto_pad: str, pads, spatial, kernel, strides, dilations) -> tuple | None:
+    """The (begins..., ends...) pads ``auto_pad`` stands for; None when SAME needs a spatial dim that is
+    not static, or when the attributes have the wrong lengths (the op reports that)."""
+    n = len(kernel)
+    if len(spatial) != n or len(strides) != n or len(dilations) != n:
+        return None
+    if auto_pad in ("SAME_UPPER", "SAME_LOWER"):
+        if not all(isinstance(d, int) for d in tuple(spatial) + tuple(kernel)):
+            return None
+        return _auto_pads(auto_pad, spatial, kernel, strides, dilations)
+    pads = tuple(pads or ()) if auto_pad == "NOTSET" else ()
+    pads = pads or (0,) * (2 * n)
+    return pads if len(pads) == 2 * n else None
+
+
 def _conv_out(d, k, s, dl, pb, pe, ceil_mode=False):
     extent = (k - 1) * dl + 1
     room = d + pb + pe - extent
@@ -1087,10 +1103,60 @@ def _conv_out(d, k, s, dl, pb, pe, ceil_mode=False):
     return room // s + 1
 
 
+window_count = _conv_out  # the number of window positions along one axis, with ONNX's ceil-mode rule
+
 _WINDOW_ATTRS = (
     AttrDef("strides", (), int_tuple(1)), AttrDef("pads", (), int_tuple()), AttrDef("dilations", (), int_tuple(1)),
     AttrDef("auto_pad", "NOTSET", one_of("NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID")),
 )
+
+
+# ---- the same window rules over te dims, for the computes (static dims fold to constants) ----
+
+
+def _static_ints(op: str, dims, what: str) -> tuple:
+    if not all(isinstance(d, te.Const) for d in dims):
+        raise UnsupportedError(f"{op}: compiled code needs a static {what}, got {list(dims)}")
+    return tuple(d.value for d in dims)
+
+
+def _te_windows(op: str, attrs, spatial, kernel, ceil_mode: bool = False, same_out: bool = False):
+    """Per spatial axis ``(begin pad, end pad, output size)`` as te expressions, by ``_window_attrs`` and
+    ``_conv_out``'s rules (``same_out``: the SAME output size ``ceil(d / stride)`` of a pool)."""
+    n = len(spatial)
+    strides = attrs.strides or (1,) * n
+    dilations = attrs.dilations or (1,) * n
+    if attrs.auto_pad in ("NOTSET", "VALID"):
+        pads = (attrs.pads or (0,) * (2 * n)) if attrs.auto_pad == "NOTSET" else (0,) * (2 * n)
+        pads = tuple(te.const(v) for v in pads)
+    if not len(strides) == len(dilations) == n or (attrs.auto_pad == "NOTSET" and len(pads) != 2 * n):
+        raise ShapeError(f"{op}: strides, dilations and pads must have {n}, {n} and {2 * n} values, got "
+                         f"{strides}, {dilations}, {attrs.pads}")
+    out = []
+    for i, (d, k, s, dl) in enumerate(zip(spatial, kernel, strides, dilations, strict=True)):
+        extent = (k - 1) * dl + 1
+        if attrs.auto_pad in ("SAME_UPPER", "SAME_LOWER"):
+            ceil_out = te.floordiv(d + (s - 1), s)
+            total = te.maximum((ceil_out - 1) * s + extent - d, 0)
+            small = te.floordiv(total, 2)
+            begin, end = (small, total - small) if attrs.auto_pad == "SAME_UPPER" else (total - small, small)
+        else:
+            begin, end = pads[i], pads[i + n]
+        room = d + begin + end - extent
+        if same_out and attrs.auto_pad in ("SAME_UPPER", "SAME_LOWER"):
+            size = ceil_out
+        elif ceil_mode:  # the last window must start inside the data or the begin padding
+            size = te.floordiv(room + (s - 1), s) + 1
+            size = te.select((size - 1) * s >= d + begin, size - 1, size)
+        else:
+            size = te.floordiv(room, s) + 1
+        out.append((begin, end, te.maximum(size, 0)))
+    return strides, dilations, out
+
+
+def _nonzero(e) -> bool:
+    """Whether a te value may be nonzero (a symbolic one may)."""
+    return not (isinstance(e, te.Const) and e.value == 0)
 
 
 def _conv_nd_shape(op, attrs, x, w, err):
@@ -1358,6 +1424,89 @@ def _pool_shape_func(attrs, args):
     return [shape, shape] if attrs.return_indices else [shape]
 
 
+def _pool_compute(attrs, inputs, out_type):
+    """Windows over the trailing spatial dims; a border check only where a window can cross one (no
+    padding and floor mode keep every window inside, and the kernel vectorizes without the branch)."""
+    x = inputs[0]
+    n = len(attrs.kernel_shape)
+    if x.ndim != n + 2:
+        raise TypeInferenceError(f"nn.pool_nd: a {n}-d kernel needs data of rank {n + 2}, got rank {x.ndim}")
+    spatial = x.shape[2:]
+    strides, dilations, windows = _te_windows("nn.pool_nd", attrs, spatial, attrs.kernel_shape, attrs.ceil_mode,
+                                              same_out=True)
+    shape = tuple(x.shape[:2]) + tuple(size for _, _, size in windows)
+    taps = [te.reduce_axis(k, f"k{i}") for i, k in enumerate(attrs.kernel_shape)]
+
+    def window(out_index):
+        positions, checks = [], []
+        for i, (o, tap) in enumerate(zip(out_index, taps, strict=True)):
+            begin, end, _ = windows[i]
+            pos = o * strides[i] + tap.var * dilations[i] - begin
+            positions.append(pos)
+            checks += [pos >= 0] if _nonzero(begin) else []
+            checks += [pos < spatial[i]] if _nonzero(end) or attrs.ceil_mode else []
+        return tuple(positions), (te.all_of(*checks) if checks else None)
+
+    if attrs.mode == "max" and attrs.return_indices:
+        lowest = te.const(te.min_value(x.dtype), x.dtype)
+
+        def pair(b, c, *o):
+            positions, inside = window(o)
+            value = x[(b, c) + positions]
+            flat = b * x.shape[1] + c
+            for d, pos in zip(spatial, positions, strict=True):
+                flat = flat * d + pos
+            return te.argmax(value if inside is None else te.select(inside, value, lowest), taps, index=flat)
+
+        index, value = te.compute(shape, pair, "pool_nd_argmax")
+        return [value, index]
+    if attrs.mode == "max":
+        def peak(b, c, *o):
+            positions, inside = window(o)
+            return te.max(x[(b, c) + positions], taps, where=inside)
+
+        return [te.compute(shape, peak, "max_pool_nd")]
+    acc = "float64"
+    if attrs.mode == "lp":
+        p = te.const(float(attrs.p), acc)
+
+        def powered(b, c, *o):  # padding counts as zeros, as in the kernel (0 ** 0 is 1)
+            positions, inside = window(o)
+            value = te.abs(te.cast(x[(b, c) + positions], acc))
+            return te.sum(te.power(value if inside is None else te.select(inside, value, te.const(0.0, acc)), p),
+                          taps)
+
+        total = te.compute(shape, powered, "lp_pool_nd_sum")
+        return [te.compute(shape, lambda *i: te.cast(te.power(total[i], te.const(1.0 / attrs.p, acc)), x.dtype),
+                           "lp_pool_nd")]
+
+    def summed(b, c, *o):
+        positions, inside = window(o)
+        return te.sum(te.cast(x[(b, c) + positions], acc), taps, where=inside)
+
+    total = te.compute(shape, summed, "avg_pool_nd_sum")
+    # The divisor factors over the axes: per axis, the counted taps of each window position.
+    counts = []
+    for i, k in enumerate(attrs.kernel_shape):
+        begin, end, size = windows[i]
+        tap = te.reduce_axis(k, f"c{i}")
+
+        def counted(o, i=i, begin=begin, end=end, tap=tap):
+            pos = o * strides[i] + tap.var * dilations[i] - begin
+            inside = pos < spatial[i] + end if attrs.count_include_pad else te.all_of(pos >= 0, pos < spatial[i])
+            return te.sum(te.select(inside, te.const(1.0, acc), te.const(0.0, acc)), tap)
+
+        counts.append(te.compute((size,), counted, f"avg_pool_nd_count{i}"))
+
+    def average(b, c, *o):
+        count = te.const(1.0, acc)
+        for i, oi in enumerate(o):
+            count = count * counts[i][oi]
+        return te.cast(total[(b, c) + o] / te.maximum(count, te.const(1.0, acc)), x.dtype)
+
+    return [te.compute(shape, average, "avg_pool_nd")]
+
+
 define(
     "nn.pool_nd", 1, _pool_rel, _pool_kernel, OpPattern.OPAQUE,
     attrs=_WINDOW_ATTRS + (
@@ -1366,7 +1515,7 @@ define(
         AttrDef("count_include_pad", False, to_bool), AttrDef("p", 2, to_int),
         AttrDef("return_indices", False, to_bool),
     ),
-    shape_func=_pool_shape_func,
+    shape_func=_pool_shape_func, compute=_pool_compute,
     doc="N-d max/average/Lp pooling with ONNX's attributes; with return_indices, max pooling also returns "
         "the flat (row-major, per tensor) int64 index of each maximum.",
 )

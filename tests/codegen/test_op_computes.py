@@ -466,7 +466,7 @@ def _conforming_sample(case, rng, static_shapes):
 
 
 # Not covered yet: the ONNX importer's N-d convolution and pooling (their fused groups run on NumPy).
-_NO_COMPUTE_YET = {"nn.conv_nd", "nn.conv_transpose_nd", "nn.pool_nd"}
+_NO_COMPUTE_YET = {"nn.conv_nd", "nn.conv_transpose_nd"}
 
 
 def test_every_fusable_op_has_a_compute():

@@ -57,6 +57,33 @@ def _one_hot_values(rng, shape, dtype, index):
     return None
 
 
+def _spatial(rank: int, low: int = 4, high: int = 7):
+    return lambda rng: [(int(rng.integers(1, 3)), 2) + dims(rng, rank, low, high)]
+
+
+_POOLS = [
+    (2, (3, 3), {"strides": (2, 2)}),
+    (2, (3, 3), {"strides": (2, 2), "pads": (1, 1, 1, 1)}),
+    (2, (2, 3), {"strides": (2, 1), "pads": (0, 1, 1, 0), "dilations": (1, 2), "ceil_mode": True}),
+    (2, (3, 3), {"strides": (2, 2), "ceil_mode": True}),
+    (2, (3, 3), {"auto_pad": "SAME_UPPER", "strides": (2, 2)}),
+    (2, (2, 3), {"auto_pad": "SAME_LOWER", "strides": (1, 2)}),
+    (2, (2, 2), {"auto_pad": "VALID", "pads": (1, 1, 1, 1)}),
+    (1, (3,), {"strides": (2,), "pads": (1, 2)}),
+    (3, (2, 2, 2), {"strides": (1, 2, 2), "pads": (1, 0, 0, 0, 1, 1)}),
+    (2, (3, 3), {"strides": (2, 2), "pads": (1, 1, 1, 1), "return_indices": True}),
+    (1, (2,), {"strides": (1,), "pads": (1, 1), "ceil_mode": True, "return_indices": True}),
+    (2, (3, 3), {"mode": "avg", "strides": (2, 2), "pads": (1, 1, 1, 1)}),
+    (2, (3, 2), {"mode": "avg", "strides": (2, 2), "pads": (1, 0, 2, 1), "count_include_pad": True,
+                 "ceil_mode": True}),
+    (2, (3, 3), {"mode": "avg", "auto_pad": "SAME_UPPER", "strides": (2, 2), "count_include_pad": True}),
+    (3, (2, 2, 2), {"mode": "avg", "strides": (2, 2, 2), "ceil_mode": True}),
+    (1, (3,), {"mode": "avg", "pads": (2, 2), "dilations": (2,)}),
+    (2, (2, 2), {"mode": "lp", "p": 2, "pads": (1, 1, 0, 0)}),
+    (1, (3,), {"mode": "lp", "p": 3, "strides": (2,), "ceil_mode": True}),
+]
+
+
 CASES = [
     # ---- creation and shape queries ----
     Case("arange", lambda rng: [(), (), ()], (("int32", "int32", "int32"), ("int64", "int8", "int64")),
@@ -91,6 +118,14 @@ CASES = [
     Case("dyn.one_hot", lambda rng: [dims(rng, 2, 0, 3), (), (), ()], (("int64", "int8", "int8", "int32"),),
          attrs={"axis": 0, "dtype": F32}, values=_one_hot_values),
     Case("nn.dropout", unary(0, 3), (F32, "int8")),
+    # ---- ONNX N-d pooling ----
+    *[Case("nn.pool_nd", _spatial(rank), (F32,), attrs=dict(attrs, kernel_shape=kernel), static=((1,),))
+      for rank, kernel, attrs in _POOLS],
+    Case("nn.pool_nd", _spatial(2), (F64, F16, "int8"), attrs={"kernel_shape": (2, 2), "pads": (1, 0, 0, 1)},
+         static=((1,),)),
+    Case("nn.pool_nd", _spatial(2), (F16, "int32"), attrs={"kernel_shape": (3, 2), "mode": "avg",
+                                                            "pads": (1, 1, 1, 1), "strides": (2, 1)},
+         static=((1,),)),
 ]
 
 
