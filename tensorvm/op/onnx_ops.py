@@ -17,8 +17,9 @@ When the shape-deciding input is a ``Constant`` the type relation computes the e
 otherwise the unknown dims are ``Any`` and the shape function (which reads that input's data) gives
 them at run time. Kernels are NumPy; bad input raises ``ShapeError``/``ExecutionError``.
 
-Ops here without a tensor-expression compute (the run-time-valued data movement and the n-d
-conv/pool) are OPAQUE: they run their NumPy kernel on their own rather than block a C fusion group.
+The ops here are OPAQUE (each forms a fusion group of its own). The n-d convolutions and pools,
+``einsum``, ``nn.attention`` and ``nn.rotary_embedding`` have tensor-expression computes, written above
+their definitions; ops without one (the run-time-valued data movement) run their NumPy kernel.
 """
 
 from __future__ import annotations
@@ -1159,6 +1160,23 @@ def _nonzero(e) -> bool:
     return not (isinstance(e, te.Const) and e.value == 0)
 
 
+def _zero_padded(x, pads, name: str):
+    """``x`` with zeros around its trailing spatial dims (``pads``: per spatial axis (begin, end)), a compute
+    of its own so that the convolution's inner loop reads it without border tests."""
+    if not any(_nonzero(b) or _nonzero(e) for b, e in pads):
+        return x
+    lead = x.ndim - len(pads)
+    spatial = x.shape[lead:]
+    shape = tuple(x.shape[:lead]) + tuple(d + b + e for d, (b, e) in zip(spatial, pads, strict=True))
+
+    def f(*i):
+        pos = tuple(j - b for j, (b, _) in zip(i[lead:], pads, strict=True))
+        inside = te.all_of(*[c for p, d in zip(pos, spatial, strict=True) for c in (p >= 0, p < d)])
+        return te.select(inside, x[tuple(i[:lead]) + pos], te.const(0, x.dtype))
+
+    return te.compute(shape, f, name)
+
+
 def _conv_nd_shape(op, attrs, x, w, err):
     if len(x) < 3 or len(w) != len(x):
         raise err(f"{op}: expected data (N, C, D...) and weight (M, C/group, K...) of one rank >= 3, got "
@@ -1243,12 +1261,48 @@ class _Attrs1:
 
 _CONV_ATTRS = _WINDOW_ATTRS + (AttrDef("group", 1, to_int),)
 
+
+def _conv_nd_compute(attrs, inputs, out_type):
+    """Grouped N-d convolution over zero-padded data, accumulated like the kernel (float32 for float32,
+    else float64)."""
+    x, w = inputs
+    if x.ndim < 3 or w.ndim != x.ndim:
+        raise TypeInferenceError(f"nn.conv_nd: expected data and weight of one rank >= 3, got ranks {x.ndim} "
+                                 f"and {w.ndim}")
+    kernel = _static_ints("nn.conv_nd", w.shape[2:], "kernel size")
+    strides, dilations, windows = _te_windows("nn.conv_nd", attrs, x.shape[2:], kernel)
+    g = attrs.group
+    channels, out_channels = w.shape[1], w.shape[0]
+    requires = [(te.eq(x.shape[1], channels * g), "nn.conv_nd: the data's channels must be the weight's "
+                                                  "in-channels x group"),
+                (te.eq(te.floormod(out_channels, g), 0), "nn.conv_nd: the out-channels must divide into groups")]
+    requires += [(size >= 1, f"nn.conv_nd: the kernel does not fit the padded input along spatial axis {i}")
+                 for i, (_, _, size) in enumerate(windows)]
+    padded = _zero_padded(x, [(b, e) for b, e, _ in windows], "conv_nd_pad")
+    acc = "float32" if x.dtype == "float32" else "float64"
+    ci = te.reduce_axis(channels, "ci")
+    taps = [te.reduce_axis(k, f"k{i}") for i, k in enumerate(kernel)]
+    per_group = te.floordiv(out_channels, g)
+
+    def f(b, o, *out):
+        channel = te.floordiv(o, per_group) * channels + ci.var if g > 1 else ci.var
+        pos = tuple(j * s + t.var * dl for j, t, s, dl in zip(out, taps, strides, dilations, strict=True))
+        value = te.cast(padded[(b, channel) + pos], acc) * te.cast(w[(o, ci.var) + tuple(t.var for t in taps)], acc)
+        return te.sum(value, [ci] + taps)
+
+    shape = (x.shape[0], out_channels) + tuple(size for _, _, size in windows)
+    conv = te.compute(shape, f, "conv_nd", requires)
+    if acc == x.dtype:
+        return [conv]
+    return [te.compute(shape, lambda *i: te.cast(conv[i], x.dtype), "conv_nd_cast")]
+
+
 define(
     "nn.conv_nd", 2,
     lambda types, attrs, consts=None: TensorType(_conv_nd_shape(
         "nn.conv_nd", attrs, expect_tensor("nn.conv_nd", types[0], "data").shape,
         expect_tensor("nn.conv_nd", types[1], "weight").shape, TypeInferenceError), types[0].dtype),
-    _conv_nd_kernel_grouped, OpPattern.OPAQUE, attrs=_CONV_ATTRS,
+    _conv_nd_kernel_grouped, OpPattern.OPAQUE, attrs=_CONV_ATTRS, compute=_conv_nd_compute,
     shape_func=lambda attrs, args: [_conv_nd_shape("nn.conv_nd", attrs, concrete(args[0]), concrete(args[1]),
                                                    ShapeError)],
     doc="N-d grouped convolution with ONNX's attributes: pads = (begins..., ends...), auto_pad resolved "
@@ -1328,6 +1382,64 @@ def _conv_t_kernel(attrs, x, w):
     return out.astype(x.dtype)
 
 
+def _conv_t_compute(attrs, inputs, out_type):
+    """Each output position gathers the taps that land on it: ``pos + begin pad = i * stride + tap *
+    dilation`` for an input position i, accumulated in float64 like the kernel."""
+    x, w = inputs
+    op = "nn.conv_transpose_nd"
+    if x.ndim < 3 or w.ndim != x.ndim:
+        raise TypeInferenceError(f"{op}: expected data and weight of one rank >= 3, got ranks {x.ndim} and {w.ndim}")
+    n = x.ndim - 2
+    kernel = _static_ints(op, w.shape[2:], "kernel size")
+    strides = attrs.strides or (1,) * n
+    dilations = attrs.dilations or (1,) * n
+    out_pad = attrs.output_padding or (0,) * n
+    pads = (attrs.pads or (0,) * (2 * n)) if attrs.auto_pad == "NOTSET" else (0,) * (2 * n)
+    if not len(strides) == len(dilations) == len(out_pad) == n or len(pads) != 2 * n:
+        raise ShapeError(f"{op}: strides, dilations, output_padding and pads must have {n}, {n}, {n} and {2 * n} "
+                         f"values, got {strides}, {dilations}, {out_pad}, {pads}")
+    g = attrs.group
+    channels, per_group_out = x.shape[1], w.shape[1]
+    requires = [(te.eq(channels, w.shape[0]), f"{op}: the data's channels must match the weight's dim 0"),
+                (te.eq(te.floormod(channels, g), 0), f"{op}: the channels must divide into groups")]
+    sizes, begins = [], []
+    for i, (d, k) in enumerate(zip(x.shape[2:], kernel, strict=True)):
+        full = strides[i] * (d - 1) + out_pad[i] + (k - 1) * dilations[i] + 1
+        same = attrs.auto_pad in ("SAME_UPPER", "SAME_LOWER")
+        if attrs.output_shape or same:
+            size = te.const(attrs.output_shape[-n:][i]) if attrs.output_shape else d * strides[i]
+            total = full - size
+            half = te.floordiv(total, 2)
+            begins.append(half if attrs.auto_pad == "SAME_UPPER" else total - half)
+            # (a larger output is zero-extended at the end; a negative begin the kernel does not define)
+            requires.append((begins[-1] >= 0, f"{op}: the output along spatial axis {i} would start before the "
+                                              f"full transposed convolution (a negative begin pad)"))
+        else:
+            size = full - pads[i] - pads[i + n]
+            begins.append(te.const(pads[i]))
+        sizes.append(size)
+    per_group_in = te.floordiv(channels, g)
+    ci = te.reduce_axis(per_group_in, "ci")
+    taps = [te.reduce_axis(k, f"k{i}") for i, k in enumerate(kernel)]
+
+    def f(b, o, *out):
+        channel = te.floordiv(o, per_group_out) * per_group_in + ci.var if g > 1 else ci.var
+        index, hits = [], []
+        for j, t, s, dl, begin, d in zip(out, taps, strides, dilations, begins, x.shape[2:], strict=True):
+            shifted = j + begin - t.var * dl
+            y = te.floordiv(shifted, s) if s > 1 else shifted
+            hits += [shifted >= 0, y < d] + ([te.eq(te.floormod(shifted, s), 0)] if s > 1 else [])
+            index.append(y)
+        m = te.floormod(o, per_group_out) if g > 1 else o
+        value = te.cast(x[(b, channel) + tuple(index)], "float64") * te.cast(
+            w[(channel, m) + tuple(t.var for t in taps)], "float64")
+        return te.sum(value, [ci] + taps, where=te.all_of(*hits))
+
+    shape = (x.shape[0], per_group_out * g) + tuple(sizes)
+    total = te.compute(shape, f, "conv_transpose_nd", requires)
+    return [te.compute(shape, lambda *i: te.cast(total[i], x.dtype), "conv_transpose_nd_cast")]
+
+
 define(
     "nn.conv_transpose_nd", 2,
     lambda types, attrs, consts=None: TensorType(_conv_t_shape(
@@ -1337,6 +1449,7 @@ define(
     attrs=_CONV_ATTRS + (AttrDef("output_padding", (), int_tuple(0)), AttrDef("output_shape", (), int_tuple(0))),
     shape_func=lambda attrs, args: [_conv_t_shape("nn.conv_transpose_nd", attrs, concrete(args[0]),
                                                   concrete(args[1]), ShapeError)],
+    compute=_conv_t_compute,
     doc="N-d transposed convolution with ONNX's attributes (weight (C, M/group, K...), output_padding, "
         "output_shape, auto_pad).",
 )

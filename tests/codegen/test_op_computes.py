@@ -465,16 +465,11 @@ def _conforming_sample(case, rng, static_shapes):
     return static_shapes
 
 
-# Not covered yet: the ONNX importer's N-d convolution and pooling (their fused groups run on NumPy).
-_NO_COMPUTE_YET = {"nn.conv_nd", "nn.conv_transpose_nd"}
-
-
 def test_every_fusable_op_has_a_compute():
     """Every fusable op has a compute, except those whose output shape comes from an input's *values*
     (ONNX passes axes, pads and slice bounds as tensors): a compute is shape-generic, not value-generic."""
     missing = [name for name in op_names() if get_op(name).pattern != OpPattern.OPAQUE
-               and get_op(name).compute is None and not get_op(name).is_data_dependent
-               and name not in _NO_COMPUTE_YET]
+               and get_op(name).compute is None and not get_op(name).is_data_dependent]
     assert missing == []
 
 

@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from kernel_cases import Case, dims, make_inputs, primitive, unary
 
 from tensorvm.codegen.fused import build_fused_module
+from tensorvm.errors import ShapeError
 
 F32, F64, F16 = "float32", "float64", "float16"
 
@@ -84,6 +85,35 @@ _POOLS = [
 ]
 
 
+def _conv_sample(rank, kernel, channels, out, group, low=3, high=7):
+    return lambda rng: [(int(rng.integers(1, 3)), channels) + dims(rng, rank, low, high),
+                        (out, channels // group) + tuple(kernel)]
+
+
+def _conv_t_sample(rank, kernel, channels, out, group, low=1, high=4):
+    return lambda rng: [(int(rng.integers(1, 3)), channels) + dims(rng, rank, low, high),
+                        (channels, out // group) + tuple(kernel)]
+
+
+_CONVS = [  # rank, kernel, in-channels, out-channels, group, attrs
+    (2, (3, 3), 3, 4, 1, {}),
+    (2, (3, 3), 4, 4, 2, {"strides": (2, 1), "pads": (1, 0, 2, 1), "dilations": (1, 2)}),
+    (2, (3, 2), 2, 3, 1, {"auto_pad": "SAME_UPPER", "strides": (2, 2)}),
+    (2, (2, 3), 4, 4, 4, {"auto_pad": "SAME_LOWER"}),
+    (1, (3,), 2, 3, 1, {"strides": (2,), "pads": (1, 2)}),
+    (3, (2, 2, 2), 2, 2, 1, {"pads": (1, 0, 0, 0, 1, 1), "strides": (1, 2, 1)}),
+]
+
+_CONV_TS = [
+    (2, (3, 3), 2, 3, 1, {}),
+    (2, (3, 2), 4, 4, 2, {"strides": (2, 3), "pads": (1, 0, 0, 1), "dilations": (1, 2), "output_padding": (1, 0)}),
+    (2, (3, 3), 2, 2, 1, {"auto_pad": "SAME_UPPER", "strides": (2, 2)}),
+    (2, (2, 3), 2, 2, 1, {"auto_pad": "SAME_LOWER", "strides": (2, 1)}),
+    (1, (3,), 2, 3, 1, {"strides": (2,), "output_padding": (1,)}),
+    (3, (2, 2, 2), 2, 2, 1, {"strides": (1, 2, 2), "pads": (0, 1, 0, 1, 0, 0)}),
+]
+
+
 CASES = [
     # ---- creation and shape queries ----
     Case("arange", lambda rng: [(), (), ()], (("int32", "int32", "int32"), ("int64", "int8", "int64")),
@@ -126,6 +156,19 @@ CASES = [
     Case("nn.pool_nd", _spatial(2), (F16, "int32"), attrs={"kernel_shape": (3, 2), "mode": "avg",
                                                             "pads": (1, 1, 1, 1), "strides": (2, 1)},
          static=((1,),)),
+    # ---- ONNX N-d convolutions ----
+    *[Case("nn.conv_nd", _conv_sample(rank, kernel, channels, out, group), (F32,), attrs=dict(attrs, group=group),
+           static=((1,), "all"))
+      for rank, kernel, channels, out, group, attrs in _CONVS],
+    Case("nn.conv_nd", _conv_sample(2, (2, 2), 2, 3, 1), (F64, F16), attrs={"pads": (1, 0, 0, 1)},
+         static=((1,), "all")),
+    *[Case("nn.conv_transpose_nd", _conv_t_sample(rank, kernel, channels, out, group), (F32,),
+           attrs=dict(attrs, group=group), static=((1,), "all"))
+      for rank, kernel, channels, out, group, attrs in _CONV_TS],
+    Case("nn.conv_transpose_nd", _conv_t_sample(1, (3,), 2, 3, 1, low=3, high=5), (F32,),
+         attrs={"strides": (2,), "output_shape": (8,)}, static=((1,), "all")),
+    Case("nn.conv_transpose_nd", _conv_t_sample(2, (2, 2), 2, 2, 1), (F16, F64), attrs={"strides": (2, 1)},
+         static=((1,), "all")),
 ]
 
 
@@ -166,3 +209,12 @@ def test_dynamic_kernel_matches_numpy(compiled, case, dtype, dynamic, name, stat
     rng = np.random.default_rng(seed)
     arrays = make_inputs(case, rng, base._conforming_sample(case, rng, static_shapes), dtype)
     base._check(compiled[name], case, name, arrays)
+
+
+def test_transposed_convolution_with_a_negative_begin_pad_is_an_error():
+    """output_shape beyond the full result with an odd excess: the NumPy kernel's crop would start before
+    the buffer (Python's negative slicing); the compiled kernel refuses instead of guessing."""
+    case = Case("nn.conv_transpose_nd", None, attrs={"strides": (2,), "output_shape": (8,)})
+    _, kernels = build_fused_module({"k": primitive(case, [(1, 2, 2), (2, 3, 3)], F32, True)})
+    with pytest.raises(ShapeError, match="negative begin pad"):
+        kernels["k"](np.ones((1, 2, 2), F32), np.ones((2, 3, 3), F32), np.empty((1, 3, 8), F32))
