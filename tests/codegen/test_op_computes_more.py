@@ -214,7 +214,7 @@ def test_dynamic_kernel_matches_numpy(compiled, case, dtype, dynamic, name, stat
 def test_transposed_convolution_with_a_negative_begin_pad_is_an_error():
     """output_shape beyond the full result with an odd excess: the NumPy kernel's crop would start before
     the buffer (Python's negative slicing); the compiled kernel refuses instead of guessing."""
-    case = Case("nn.conv_transpose_nd", None, attrs={"strides": (2,), "output_shape": (8,)})
+    case = Case("nn.conv_transpose_nd", None, attrs={"strides": (2,), "output_shape": (8,)}, static=((1,), "all"))
     _, kernels = build_fused_module({"k": primitive(case, [(1, 2, 2), (2, 3, 3)], F32, True)})
     with pytest.raises(ShapeError, match="negative begin pad"):
         kernels["k"](np.ones((1, 2, 2), F32), np.ones((2, 3, 3), F32), np.empty((1, 3, 8), F32))
