@@ -644,12 +644,60 @@ def _einsum_kernel(attrs, operands):
     return np.asarray(np.einsum(",".join(terms) + "->" + rhs, *operands)).astype(operands[0].dtype)
 
 
+def _einsum_compute(attrs, inputs, out_type):
+    """The products of the operands' elements summed over the letters absent from the output, in the
+    operands' promoted dtype (NumPy's einsum; float16 accumulates in float32), cast to the first
+    operand's dtype. A letter's dim of 1 broadcasts (NumPy does so for every letter); a letter repeated
+    within a term reads a diagonal."""
+    from ..te.op_computes import broadcast_read_dim, broadcast_shape
+
+    operands = list(inputs[0]) if isinstance(inputs[0], tuple) else list(inputs)
+    try:
+        terms, rhs = _parse_einsum(attrs.equation, [t.ndim for t in operands])
+    except ValueError as e:
+        raise TypeInferenceError(f"einsum: {e}") from None
+    occurrences = {}
+    for term, t in zip(terms, operands, strict=True):
+        if len(term) != t.ndim:
+            raise TypeInferenceError(f"einsum: subscripts {term!r} do not match an operand of rank {t.ndim}")
+        for c, d in zip(term, t.shape, strict=True):
+            occurrences.setdefault(c, []).append(d)
+    sizes, requires = {}, []
+    for c, found in occurrences.items():
+        (sizes[c],), needs = broadcast_shape(f"einsum (subscript {c!r})", *[(d,) for d in found])
+        requires += needs
+    if any(c not in sizes for c in rhs) or len(set(rhs)) != len(rhs):
+        raise TypeInferenceError(f"einsum: bad output subscripts {rhs!r} for {attrs.equation!r}")
+    promoted = np.result_type(*[t.dtype for t in operands]).name
+    acc = "int64" if promoted == "bool" else promoted  # bool: any of the ands
+    summed = {c: te.reduce_axis(sizes[c], f"r_{c}") for c in sizes if c not in rhs}
+
+    def f(*out):
+        at = dict(zip(rhs, out, strict=True))
+        at.update({c: axis.var for c, axis in summed.items()})
+        product = None
+        for term, t in zip(terms, operands, strict=True):
+            index = tuple(broadcast_read_dim(d, at[c], sizes[c]) for c, d in zip(term, t.shape, strict=True))
+            value = te.cast(t[index], acc)
+            product = value if product is None else product * value
+        return te.sum(product, list(summed.values())) if summed else product
+
+    shape = tuple(sizes[c] for c in rhs)
+    result = te.compute(shape, f, "einsum", requires)
+    dtype = operands[0].dtype
+    if dtype == acc:
+        return [result]
+    finish = (lambda v: te.ne(v, 0)) if promoted == "bool" else (lambda v: te.cast(v, dtype))
+    return [te.compute(shape, lambda *i: te.cast(finish(result[i]), dtype), "einsum_cast")]
+
+
 define(
     "einsum", 1, _einsum_rel, _einsum_kernel, OpPattern.OPAQUE,
     attrs=(AttrDef("equation", REQUIRED, str),),
     shape_func=lambda attrs, args: [_einsum_shape("einsum", attrs.equation, [concrete(s) for s in args[0]],
                                                   ShapeError)],
     doc="Einstein summation over a tuple of operands (``...`` broadcasting, implicit output allowed).",
+    compute=_einsum_compute,
 )
 
 

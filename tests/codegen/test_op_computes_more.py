@@ -114,6 +114,32 @@ _CONV_TS = [
 ]
 
 
+def _shapes(*shapes):
+    """Shapes with letters for dims drawn in [1, 4] (one value per letter, so equal letters agree)."""
+    def sample(rng):
+        drawn = {}
+        return [[tuple(d if isinstance(d, int) else drawn.setdefault(d, int(rng.integers(1, 5))) for d in s)
+                 for s in shapes]]
+
+    return sample
+
+
+_EINSUMS = [  # equation, sample, dtypes, static axes, label
+    ("ij,jk->ik", _shapes(("m", "k"), ("k", "n")), ((F32, F32), ("int8", "int8")), (), "matmul"),
+    ("ij,jk", _shapes(("m", "k"), ("k", "n")), ((F32, F32),), (), "implicit"),
+    ("bij,bjk->bik", _shapes(("b", "m", "k"), ("b", "k", "n")), ((F64, F64), (F16, F16)), (), "batched"),
+    ("ii->i", _shapes(("n", "n")), ((F32,),), (), "diagonal"),
+    ("ii", _shapes(("n", "n")), (("int32",),), (), "trace"),
+    ("ij->", _shapes(("n", "m")), ((F32,),), (), "total"),
+    ("...ij,...jk->...ik", _shapes(("b", 1, "n", "k"), ("c", "k", "m")), ((F32, F32),), (), "ellipsis"),
+    ("i,j->ij", _shapes(("n",), ("m",)), ((F32, F32), ("int32", "int64")), (), "outer"),
+    ("bhqd,bhkd->bhqk", _shapes(("b", "h", "q", "d"), ("b", "h", "k", "d")), ((F32, F32),), (), "attention"),
+    ("i,i->", _shapes((1,), ("n",)), ((F32, F32),), ((0,), ()), "broadcast_letter"),
+    ("ij,ij->ij", _shapes(("n", "m"), ("n", "m")), (("bool", "bool"),), (), "bool"),
+    ("ijk->kji", _shapes(("n", "m", "k")), ((F32,),), (), "transpose"),
+]
+
+
 CASES = [
     # ---- creation and shape queries ----
     Case("arange", lambda rng: [(), (), ()], (("int32", "int32", "int32"), ("int64", "int8", "int64")),
@@ -156,6 +182,10 @@ CASES = [
     Case("nn.pool_nd", _spatial(2), (F16, "int32"), attrs={"kernel_shape": (3, 2), "mode": "avg",
                                                             "pads": (1, 1, 1, 1), "strides": (2, 1)},
          static=((1,),)),
+    # ---- einsum ----
+    *[Case("einsum", sample, dtypes, attrs={"equation": equation}, tuple_input=True, static=static,
+           label=label)
+      for equation, sample, dtypes, static, label in _EINSUMS],
     # ---- ONNX N-d convolutions ----
     *[Case("nn.conv_nd", _conv_sample(rank, kernel, channels, out, group), (F32,), attrs=dict(attrs, group=group),
            static=((1,), "all"))
