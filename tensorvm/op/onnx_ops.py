@@ -2079,13 +2079,83 @@ def _rotary_kernel(attrs, x, cos_cache, sin_cache, position_ids):
     return out.astype(dtype)
 
 
+def _omitted(t) -> bool:
+    """Whether an optional input is omitted: the importer passes a 1-d tensor of static length 0."""
+    return t.ndim == 1 and isinstance(t.shape[0], te.Const) and t.shape[0].value == 0
+
+
+def _rotary_compute(attrs, inputs, out_type):
+    """Each element of the first ``rotary_embedding_dim`` of a head rotated with its partner (the other
+    half, or the neighbour when interleaved) by the cached angle of its position, in float64."""
+    from ..te.op_computes import broadcast_read_dim
+
+    x, cos_cache, sin_cache, positions = inputs
+    op = "nn.rotary_embedding"
+    requires = []
+    if x.ndim == 4:
+        batch, seq, head = x.shape[0], x.shape[2], x.shape[3]
+    elif x.ndim == 3:
+        if not attrs.num_heads:
+            raise TypeInferenceError(f"{op}: a 3-d input needs num_heads")
+        batch, seq = x.shape[0], x.shape[1]
+        head = te.floordiv(x.shape[2], attrs.num_heads)
+        requires.append((te.eq(te.floormod(x.shape[2], attrs.num_heads), 0),
+                         f"{op}: the hidden size must be a multiple of num_heads ({attrs.num_heads})"))
+    else:
+        raise TypeInferenceError(f"{op}: the input must be 3-d or 4-d, got rank {x.ndim}")
+    rot = te.const(attrs.rotary_embedding_dim) if attrs.rotary_embedding_dim else head
+    half = te.floordiv(rot, 2)
+    requires += [(te.eq(te.floormod(rot, 2), 0), f"{op}: the rotary dim must be even"),
+                 (rot <= head, f"{op}: the rotary dim exceeds the head size")]
+    with_positions = not _omitted(positions)
+    expected = 3 if not with_positions else 2
+    for cache in (cos_cache, sin_cache):
+        if cache.ndim != expected:
+            raise TypeInferenceError(f"{op}: the caches must be {expected}-d {'with' if with_positions else 'without'}"
+                                     f" position_ids, got rank {cache.ndim}")
+        requires.append((cache.shape[-1] >= half, f"{op}: the caches hold fewer than rotary_dim / 2 angles"))
+    if with_positions and positions.ndim not in (1, 2):
+        raise TypeInferenceError(f"{op}: position_ids must be 1-d or 2-d, got rank {positions.ndim}")
+
+    def angle(cache, b, s, j):
+        if not with_positions:
+            return cache[broadcast_read_dim(cache.shape[0], b, batch), broadcast_read_dim(cache.shape[1], s, seq), j]
+        at = (broadcast_read_dim(positions.shape[-1], s, seq),)
+        if positions.ndim == 2:
+            at = (broadcast_read_dim(positions.shape[0], b, batch),) + at
+        return cache[te.index_check(positions[at], cache.shape[0]), j]
+
+    def rotated(read, b, s, d):
+        """Element d of the head at (b, s), where ``read(k)`` reads element k of that head."""
+        if attrs.interleaved:
+            j, second = te.floordiv(d, 2), te.eq(te.floormod(d, 2), 1)
+            x1, x2 = read(2 * j), read(2 * j + 1)
+        else:
+            second = d >= half
+            j = te.select(second, d - half, d)
+            x1, x2 = read(j), read(j + half)
+        c, s_ = (te.cast(angle(cache, b, s, j), "float64") for cache in (cos_cache, sin_cache))
+        value = te.select(second, x2 * c + x1 * s_, x1 * c - x2 * s_)
+        return te.cast(te.select(d < rot, value, read(d)), x.dtype)
+
+    if x.ndim == 4:
+        def f(b, h, s, d):
+            return rotated(lambda k: te.cast(x[b, h, s, k], "float64"), b, s, d)
+    else:
+        def f(b, s, hd):
+            h, d = te.floordiv(hd, head), te.floormod(hd, head)
+            return rotated(lambda k: te.cast(x[b, s, h * head + k], "float64"), b, s, d)
+
+    return [te.compute(x.shape, f, "rotary_embedding", requires)]
+
+
 define(
     "nn.rotary_embedding", 4,
     lambda types, attrs, consts=None: expect_tensor("nn.rotary_embedding", types[0], "input"),
     _rotary_kernel, OpPattern.OPAQUE,
     attrs=(AttrDef("interleaved", False, to_bool), AttrDef("num_heads", 0, to_int),
            AttrDef("rotary_embedding_dim", 0, to_int)),
-    shape_func=lambda attrs, args: [concrete(args[0])],
+    shape_func=lambda attrs, args: [concrete(args[0])], compute=_rotary_compute,
     doc="ONNX RotaryEmbedding(input, cos_cache, sin_cache, position_ids); an empty position_ids means the "
         "caches are already (batch, seq, dim/2).",
 )

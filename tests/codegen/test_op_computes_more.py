@@ -140,6 +140,32 @@ _EINSUMS = [  # equation, sample, dtypes, static axes, label
 ]
 
 
+_ROTARY = [  # 4-d input, position_ids given, attrs
+    (True, True, {}),
+    (True, True, {"interleaved": True}),
+    (True, False, {"rotary_embedding_dim": 4}),
+    (False, True, {"num_heads": 2}),
+    (False, True, {"num_heads": 2, "interleaved": True, "rotary_embedding_dim": 4}),
+    (False, False, {"num_heads": 3}),
+]
+
+
+def _rotary_sample(four_d, positions, attrs, head=6, max_pos=9):
+    def sample(rng):
+        b, s = int(rng.integers(1, 3)), int(rng.integers(1, 5))
+        heads = attrs.get("num_heads") or int(rng.integers(1, 3))
+        x = (b, heads, s, head) if four_d else (b, s, heads * head)
+        rot = attrs.get("rotary_embedding_dim") or head
+        cache = (max_pos, rot // 2) if positions else (b, s, rot // 2)
+        return [x, cache, cache, (b, s) if positions else (0,)]
+
+    return sample
+
+
+def _rotary_values(rng, shape, dtype, index):
+    return rng.integers(0, 9, size=shape).astype(dtype) if index == 3 else None
+
+
 CASES = [
     # ---- creation and shape queries ----
     Case("arange", lambda rng: [(), (), ()], (("int32", "int32", "int32"), ("int64", "int8", "int64")),
@@ -186,6 +212,13 @@ CASES = [
     *[Case("einsum", sample, dtypes, attrs={"equation": equation}, tuple_input=True, static=static,
            label=label)
       for equation, sample, dtypes, static, label in _EINSUMS],
+    # ---- rotary embedding ----
+    *[Case("nn.rotary_embedding", _rotary_sample(four_d, positions, attrs), ((F32, F32, F32, "int64"),),
+           attrs=attrs, values=_rotary_values, static=((3,) if four_d else (2,), (), (), "all" if not positions else ()),
+           label=f"{'4d' if four_d else '3d'}_{'pos' if positions else 'nopos'}_" + "_".join(map(str, attrs.values())))
+      for four_d, positions, attrs in _ROTARY],
+    Case("nn.rotary_embedding", _rotary_sample(True, True, {}), ((F16, F16, F16, "int64"),), values=_rotary_values,
+         static=((3,),)),
     # ---- ONNX N-d convolutions ----
     *[Case("nn.conv_nd", _conv_sample(rank, kernel, channels, out, group), (F32,), attrs=dict(attrs, group=group),
            static=((1,), "all"))
