@@ -2029,6 +2029,151 @@ def _attention_kernel(attrs, q, k, v, mask, past_k, past_v, nonpad):
     return _attention_parts(attrs, np.asarray(q), np.asarray(k), np.asarray(v), mask, past_k, past_v, nonpad)
 
 
+def _attention_compute(attrs, inputs, out_type):
+    """ONNX Attention as ``_attention_parts`` computes it, in float64: scaled (and soft-capped) scores,
+    a bias from the mask, the causal/window rules and the key padding, a softmax whose fully blocked
+    rows are zeros, and the weighted sum of the values; the key/value cache concatenated in front."""
+    from ..te.op_computes import broadcast_read_dim
+
+    q, k, v, mask, past_k, past_v, nonpad = inputs
+    op, f64 = "nn.attention", "float64"
+    dtype = q.dtype
+    neg_inf = te.const(-math.inf, f64)
+    requires = []
+    if q.ndim == 3:
+        hq, hk = attrs.q_num_heads, attrs.kv_num_heads
+        if not hq or not hk:
+            raise TypeInferenceError(f"{op}: 3-d inputs need q_num_heads and kv_num_heads")
+        batch, sq, skv = q.shape[0], q.shape[1], k.shape[1]
+        dq, dk, dv = te.floordiv(q.shape[2], hq), te.floordiv(k.shape[2], hk), te.floordiv(v.shape[2], hk)
+        hq, hk = te.const(hq), te.const(hk)
+        for t, heads, what in ((q, hq, "Q"), (k, hk, "K"), (v, hk, "V")):
+            requires.append((te.eq(te.floormod(t.shape[2], heads), 0),
+                             f"{op}: the hidden size of {what} must be a multiple of its number of heads"))
+
+        def head_reader(t, size):
+            return lambda b, h, s, d: t[b, s, h * size + d]
+
+        q4, k4, v4 = head_reader(q, dq), head_reader(k, dk), head_reader(v, dv)
+    elif q.ndim == 4:
+        batch, hq, sq, dq = q.shape
+        hk, skv, dk, dv = k.shape[1], k.shape[2], k.shape[3], v.shape[3]
+
+        def q4(b, h, s, d):
+            return q[b, h, s, d]
+
+        def k4(b, h, s, d):
+            return k[b, h, s, d]
+
+        def v4(b, h, s, d):
+            return v[b, h, s, d]
+    else:
+        raise TypeInferenceError(f"{op}: Q, K and V must all be 3-d or all 4-d, got rank {q.ndim}")
+    requires += [(te.eq(te.floormod(hq, hk), 0), f"{op}: the query heads must be a multiple of the key/value heads"),
+                 (te.eq(dq, dk), f"{op}: the query and key head sizes must match")]
+    group = te.floordiv(hq, hk)
+    with_past = not _omitted(past_k)
+    past = past_k.shape[2] if with_past else te.const(0)
+    total = past + skv
+    requires.append((total > 0, f"{op}: no keys to attend to (total sequence length 0)"))
+
+    def cached(t_past, read):
+        def at(b, h, s, d):
+            if not with_past:
+                return te.cast(read(b, h, s, d), f64)
+            return te.select(s < past, te.cast(t_past[b, h, s, d], f64), te.cast(read(b, h, s - past, d), f64))
+
+        return at
+
+    key, value = cached(past_k, k4), cached(past_v, v4)
+    present_k = te.compute((batch, hk, total, dk), lambda b, h, s, d: te.cast(key(b, h, s, d), dtype), "present_key")
+    present_v = te.compute((batch, hk, total, dv), lambda b, h, s, d: te.cast(value(b, h, s, d), dtype),
+                           "present_value")
+
+    if attrs.scale is not None:  # q and k are each scaled by sqrt(scale), as in the kernel
+        root = te.const(math.sqrt(attrs.scale), f64)
+    elif isinstance(dq, te.Const):
+        root = te.const(math.sqrt(1 / math.sqrt(dq.value)), f64)
+    else:
+        root = te.sqrt(te.const(1.0, f64) / te.sqrt(te.cast(dq, f64)))
+    r = te.reduce_axis(dq, "d")
+    qk = te.compute((batch, hq, sq, total), lambda b, h, i, j: te.sum(
+        te.cast(q4(b, h, i, r.var), f64) * root * (key(b, te.floordiv(h, group), j, r.var) * root), r), "attention_qk")
+    if attrs.softcap > 0:  # before the mask, so that masked scores stay -inf
+        cap = te.const(attrs.softcap, f64)
+        qk_raw = qk
+        qk = te.compute(qk_raw.shape, lambda *i: cap * te.tanh(qk_raw[i] / cap), "attention_softcap")
+
+    with_nonpad = not _omitted(nonpad)
+    lengths = (lambda b: te.cast(nonpad[broadcast_read_dim(nonpad.shape[0], b, batch)], "int64")) \
+        if with_nonpad else None
+    if with_nonpad and nonpad.ndim != 1:
+        raise TypeInferenceError(f"{op}: nonpad_kv_seqlen must be 1-d, got rank {nonpad.ndim}")
+    with_mask = not _omitted(mask)
+    if with_mask:
+        if mask.ndim > 4:
+            raise TypeInferenceError(f"{op}: the mask has rank {mask.ndim} (at most 4)")
+        requires.append((mask.shape[-1] <= total, f"{op}: the mask is longer than the total sequence"))
+        full = (batch, hq, sq, total)
+        for axis in range(mask.ndim - 1):
+            d, target = mask.shape[axis], full[4 - mask.ndim + axis]
+            requires.append((te.logical_or(te.eq(d, 1), te.eq(d, target)),
+                             f"{op}: mask dim {axis} does not broadcast to the scores"))
+
+    def bias(b, h, i, j):
+        terms = []
+        if with_mask:
+            full = (b, h, i, j)
+            index = tuple(broadcast_read_dim(mask.shape[a], full[4 - mask.ndim + a], (batch, hq, sq, total)[4 - mask.ndim + a])
+                          for a in range(mask.ndim - 1)) + (j,)
+            m = mask[index]
+            m = te.select(m, te.const(0.0, f64), neg_inf) if mask.dtype == "bool" else te.cast(m, f64)
+            terms.append(te.select(j < mask.shape[-1], m, neg_inf))  # a short mask is padded with -inf
+        if with_past:
+            offset = te.select(past > 0, past, lengths(b) - sq) if with_nonpad else past
+        else:
+            offset = lengths(b) - sq if with_nonpad else te.const(0)
+        diff = i + offset - j
+        rules = ([diff >= 0] if attrs.is_causal else []) + \
+            ([diff <= attrs.left_window_size] if attrs.left_window_size >= 0 else []) + \
+            ([-diff <= attrs.right_window_size] if attrs.right_window_size >= 0 else [])
+        if rules:
+            terms.append(te.select(te.all_of(*rules), te.const(0.0, f64), neg_inf))
+        if with_nonpad:
+            terms.append(te.select(j < lengths(b), te.const(0.0, f64), neg_inf))
+        result = te.const(0.0, f64)
+        for term in terms:
+            result = result + term
+        return result
+
+    scores = te.compute(qk.shape, lambda b, h, i, j: qk[b, h, i, j] + bias(b, h, i, j), "attention_scores")
+    rows = (batch, hq, sq)
+    j1, j2, j3 = (te.reduce_axis(total, name) for name in ("j", "jb", "js"))
+    peak = te.compute(rows, lambda b, h, i: te.max(scores[b, h, i, j1.var], j1), "attention_peak")
+    blocked = te.compute(rows, lambda b, h, i: te.max(bias(b, h, i, j2.var), j2), "attention_blocked")
+    shift = te.compute(rows, lambda *i: te.select(te.isfinite(peak[i]), peak[i], te.const(0.0, f64)),
+                       "attention_shift")
+    exps = te.compute(qk.shape, lambda b, h, i, j: te.exp(scores[b, h, i, j] - shift[b, h, i]), "attention_exp")
+    sums = te.compute(rows, lambda b, h, i: te.sum(exps[b, h, i, j3.var], j3), "attention_sum")
+
+    def probability(b, h, i, j):
+        denominator = te.select(te.eq(sums[b, h, i], 0.0), te.const(1.0, f64), sums[b, h, i])
+        return te.select(te.eq(blocked[b, h, i], neg_inf), te.const(0.0, f64), exps[b, h, i, j] / denominator)
+
+    probs = te.compute(qk.shape, probability, "attention_probs")
+    t = te.reduce_axis(total, "t")
+    y = te.compute((batch, hq, sq, dv), lambda b, h, i, d: te.sum(
+        probs[b, h, i, t.var] * value(b, te.floordiv(h, group), t.var, d), t), "attention_y")
+    if q.ndim == 3:
+        out = te.compute((batch, sq, hq * dv), lambda b, i, hd: te.cast(
+            y[b, te.floordiv(hd, dv), i, te.floormod(hd, dv)], dtype), "attention_out", requires)
+    else:
+        out = te.compute(y.shape, lambda *i: te.cast(y[i], dtype), "attention_out", requires)
+    chosen = {2: scores, 3: probs}.get(attrs.qk_matmul_output_mode, qk)
+    qk_out = te.compute(qk.shape, lambda *i: te.cast(chosen[i], dtype), "attention_qk_out")
+    return [out, present_k, present_v, qk_out]
+
+
 define(
     "nn.attention", 7, _attention_rel, _attention_kernel, OpPattern.OPAQUE,
     attrs=(
@@ -2042,6 +2187,7 @@ define(
         concrete(args[4]) if len(args[4]) == 4 else None)],
     doc="ONNX Attention(Q, K, V, attn_mask, past_key, past_value, nonpad_kv_seqlen) -> (Y, present_key, "
         "present_value, qk_matmul_output); empty tensors stand for omitted inputs.",
+    compute=_attention_compute,
 )
 
 

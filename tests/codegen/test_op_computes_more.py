@@ -166,6 +166,59 @@ def _rotary_values(rng, shape, dtype, index):
     return rng.integers(0, 9, size=shape).astype(dtype) if index == 3 else None
 
 
+def _attention_sample(three_d=False, heads=(2, 2), mask=None, past=False, nonpad=False, head=4):
+    """Q, K, V (4-d (B, H, S, D) or 3-d (B, S, H*D)), then mask, past key/value, nonpad lengths; ``(0,)``
+    stands for an omitted input. ``mask``: None, or a function (batch, heads, sq, total) -> shape."""
+    hq, hk = heads
+
+    def sample(rng):
+        b, sq, skv = int(rng.integers(1, 3)), int(rng.integers(1, 4)), int(rng.integers(1, 5))
+        p = int(rng.integers(1, 3)) if past else 0
+        if three_d:
+            q, k, v = (b, sq, hq * head), (b, skv, hk * head), (b, skv, hk * (head + 1))
+        else:
+            q, k, v = (b, hq, sq, head), (b, hk, skv, head), (b, hk, skv, head + 1)
+        cache = ((b, hk, p, head), (b, hk, p, head + 1)) if past else ((0,), (0,))
+        return [q, k, v, mask(b, hq, sq, p + skv) if mask else (0,), *cache, (b,) if nonpad else (0,)]
+
+    return sample
+
+
+def _attention_static(shape):
+    """Head counts and sizes stay static in the dynamic kernel (3-d: the hidden dim), omitted inputs too."""
+    three_d = shape.get("three_d", False)
+    heads = (2,) if three_d else (1, 3)
+    static = [heads, heads, heads]
+    static.append(() if shape.get("mask") else "all")
+    static += [(1, 3), (1, 3)] if shape.get("past") else ["all", "all"]
+    static.append(() if shape.get("nonpad") else "all")
+    return tuple(static)
+
+
+def _attention_values(rng, shape, dtype, index):
+    if index == 6 and shape != (0,):  # key lengths at least the query length, at most the keys
+        return rng.integers(3, 5, size=shape).astype(dtype)
+    if index == 3 and np.dtype(dtype).kind == "f":
+        return np.where(rng.random(shape) < 0.2, -np.inf, rng.standard_normal(shape)).astype(dtype)
+    return None
+
+
+_A4 = (F32, F32, F32, F32, F32, F32, "int64")
+_ATTENTIONS = [  # sample arguments, dtypes, attrs, label
+    ({}, (_A4,), {}, "plain"),
+    ({"heads": (4, 2)}, (_A4,), {"is_causal": True, "qk_matmul_output_mode": 1}, "gqa_causal"),
+    ({"mask": lambda b, h, q, t: (q, t)}, (_A4,), {"scale": 0.3, "qk_matmul_output_mode": 2}, "mask2d"),
+    ({"mask": lambda b, h, q, t: (b, 1, q, max(t - 1, 1))}, ((F32, F32, F32, "bool", F32, F32, "int64"),),
+     {"qk_matmul_output_mode": 3}, "short_bool_mask"),
+    ({"past": True}, (_A4,), {"is_causal": True, "left_window_size": 1}, "past_window"),
+    ({"nonpad": True}, (_A4,), {"right_window_size": 0, "softcap": 2.0}, "nonpad_softcap"),
+    ({"three_d": True, "heads": (2, 1)}, (_A4,), {"q_num_heads": 2, "kv_num_heads": 1, "is_causal": True},
+     "three_d"),
+    ({"three_d": True, "past": True, "mask": lambda b, h, q, t: (q, t)}, (_A4,),
+     {"q_num_heads": 2, "kv_num_heads": 2}, "three_d_past_mask"),
+]
+
+
 CASES = [
     # ---- creation and shape queries ----
     Case("arange", lambda rng: [(), (), ()], (("int32", "int32", "int32"), ("int64", "int8", "int64")),
@@ -219,6 +272,10 @@ CASES = [
       for four_d, positions, attrs in _ROTARY],
     Case("nn.rotary_embedding", _rotary_sample(True, True, {}), ((F16, F16, F16, "int64"),), values=_rotary_values,
          static=((3,),)),
+    # ---- attention ----
+    *[Case("nn.attention", _attention_sample(**shape), dtypes, attrs=attrs, values=_attention_values,
+           static=_attention_static(shape), label=label)
+      for shape, dtypes, attrs, label in _ATTENTIONS],
     # ---- ONNX N-d convolutions ----
     *[Case("nn.conv_nd", _conv_sample(rank, kernel, channels, out, group), (F32,), attrs=dict(attrs, group=group),
            static=((1,), "all"))
