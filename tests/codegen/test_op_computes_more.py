@@ -338,3 +338,56 @@ def test_transposed_convolution_with_a_negative_begin_pad_is_an_error():
     _, kernels = build_fused_module({"k": primitive(case, [(1, 2, 2), (2, 3, 3)], F32, True)})
     with pytest.raises(ShapeError, match="negative begin pad"):
         kernels["k"](np.ones((1, 2, 2), F32), np.ones((2, 3, 3), F32), np.empty((1, 3, 8), F32))
+
+
+# ---- whole programs on target c ---------------------------------------------------------------------
+
+
+def _program():
+    """One program using every op of this file, with dynamic dims: its inputs and the oracle's outputs."""
+    from tensorvm import op
+    from tensorvm.ir.expr import Constant, Tuple, TupleGetItem, Var
+    from tensorvm.ir.types import Any, TensorType
+
+    def var(name, shape, dtype=F32):
+        return Var(name, TensorType(tuple(Any() if d == "?" else d for d in shape), dtype))
+
+    x, w, wt = var("x", (1, 2, "?", 6)), var("w", (4, 2, 3, 3)), var("wt", (4, 2, 2, 2))
+    seq, reps, n = var("seq", (1, 2, "?", 4)), var("reps", (2,), "int64"), var("n", (), "int64")
+    cos, sin, pos = var("cos", (8, 2)), var("sin", (8, 2)), var("pos", (1, "?"), "int64")
+    empty = Constant(np.zeros((0,), F32))
+    conv = op.nn.conv_nd(x, w, pads=(1, 1, 1, 1))
+    pooled = op.nn.pool_nd(conv, kernel_shape=(2, 2), strides=(2, 2), mode="avg", ceil_mode=True)
+    maxed = op.nn.pool_nd(conv, kernel_shape=(3,) * 2, auto_pad="SAME_UPPER", strides=(2, 2))
+    up = op.nn.conv_transpose_nd(pooled, wt, strides=(2, 2))
+    dropped = TupleGetItem(op.nn.dropout(maxed), 0)
+    rotated = op.nn.rotary_embedding(seq, cos, sin, pos)
+    attended = TupleGetItem(op.nn.attention(rotated, seq, seq, empty, empty, empty, Constant(np.zeros((0,), "int64")),
+                                            is_causal=True), 0)
+    mixed = op.einsum(Tuple([attended, seq]), equation="bhqd,bhkd->bhqk")
+    count = op.cast(op.ndarray_size(mixed, dtype="int64"), dtype=F32)
+    ramp = op.arange(Constant(np.array(0, "int64")), n, Constant(np.array(1, "int64")), dtype=F32)
+    tiled = op.dyn.tile(op.dyn.expand_dims(ramp, Constant(np.array(0, "int64"))), reps)
+    filled = op.dyn.full(Constant(np.array(2.5, F32)), op.shape_of(tiled, dtype="int64"))
+    body = Tuple([up, dropped, mixed, op.add(tiled, filled), count])
+    rng = np.random.default_rng(0)
+    args = [rng.standard_normal((1, 2, 7, 6)).astype(F32), rng.standard_normal((4, 2, 3, 3)).astype(F32),
+            rng.standard_normal((4, 2, 2, 2)).astype(F32), rng.standard_normal((1, 2, 3, 4)).astype(F32),
+            np.array([2, 3], "int64"), np.array(5, "int64"), rng.standard_normal((8, 2)).astype(F32),
+            rng.standard_normal((8, 2)).astype(F32), np.array([[4, 0, 7]], "int64")]
+    return [x, w, wt, seq, reps, n, cos, sin, pos], body, args
+
+
+def test_a_program_of_these_ops_runs_on_target_c_without_numpy_fallbacks():
+    import tensorvm as tv
+    from tensorvm.ir.expr import Function
+
+    params, body, args = _program()
+    mod = tv.IRModule.from_expr(Function(params, body))
+    exe = tv.vm.compile(mod, target="c")
+    assert exe.stats()["kernel_library"]["numpy_fallbacks"] == {}
+    got = tv.vm.VirtualMachine(exe).invoke("main", *args)
+    want = tv.vm.VirtualMachine(tv.vm.compile(mod, target="python")).invoke("main", *args)
+    assert len(got) == len(want) == 5
+    for g, r in zip(got, want, strict=True):
+        np.testing.assert_allclose(g.numpy(), r.numpy(), rtol=1e-5, atol=1e-5)
