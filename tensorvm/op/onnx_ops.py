@@ -1208,9 +1208,10 @@ def _nonzero(e) -> bool:
     return not (isinstance(e, te.Const) and e.value == 0)
 
 
-def _zero_padded(x, pads, name: str):
-    """``x`` with zeros around its trailing spatial dims (``pads``: per spatial axis (begin, end)), a compute
-    of its own so that the convolution's inner loop reads it without border tests."""
+def _padded(x, pads, name: str, fill=0):
+    """``x`` with ``fill`` around its trailing spatial dims (``pads``: per spatial axis (begin, end)), a
+    compute of its own so that a convolution's or pool's inner loop reads it without border tests (which
+    keep the loop from vectorizing)."""
     if not any(_nonzero(b) or _nonzero(e) for b, e in pads):
         return x
     lead = x.ndim - len(pads)
@@ -1220,7 +1221,7 @@ def _zero_padded(x, pads, name: str):
     def f(*i):
         pos = tuple(j - b for j, (b, _) in zip(i[lead:], pads, strict=True))
         inside = te.all_of(*[c for p, d in zip(pos, spatial, strict=True) for c in (p >= 0, p < d)])
-        return te.select(inside, x[tuple(i[:lead]) + pos], te.const(0, x.dtype))
+        return te.select(inside, x[tuple(i[:lead]) + pos], te.const(fill, x.dtype))
 
     return te.compute(shape, f, name)
 
@@ -1326,7 +1327,7 @@ def _conv_nd_compute(attrs, inputs, out_type):
                 (te.eq(te.floormod(out_channels, g), 0), "nn.conv_nd: the out-channels must divide into groups")]
     requires += [(size >= 1, f"nn.conv_nd: the kernel does not fit the padded input along spatial axis {i}")
                  for i, (_, _, size) in enumerate(windows)]
-    padded = _zero_padded(x, [(b, e) for b, e, _ in windows], "conv_nd_pad")
+    padded = _padded(x, [(b, e) for b, e, _ in windows], "conv_nd_pad")
     acc = "float32" if x.dtype == "float32" else "float64"
     ci = te.reduce_axis(channels, "ci")
     taps = [te.reduce_axis(k, f"k{i}") for i, k in enumerate(kernel)]
@@ -1586,8 +1587,9 @@ def _pool_shape_func(attrs, args):
 
 
 def _pool_compute(attrs, inputs, out_type):
-    """Windows over the trailing spatial dims; a border check only where a window can cross one (no
-    padding and floor mode keep every window inside, and the kernel vectorizes without the branch)."""
+    """Windows over the trailing spatial dims of the data padded with the pool's neutral value (the
+    lowest value for max, zeros for avg and lp), including the room a ceil-mode window needs past the end
+    padding, so that the inner loop has no border test; avg divides by the counted taps."""
     x = inputs[0]
     n = len(attrs.kernel_shape)
     if x.ndim != n + 2:
@@ -1596,56 +1598,37 @@ def _pool_compute(attrs, inputs, out_type):
     strides, dilations, windows = _te_windows("nn.pool_nd", attrs, spatial, attrs.kernel_shape, attrs.ceil_mode,
                                               same_out=True)
     shape = tuple(x.shape[:2]) + tuple(size for _, _, size in windows)
+    pads = []
+    for (begin, end, size), d, k, s, dl in zip(windows, spatial, attrs.kernel_shape, strides, dilations, strict=True):
+        needed = (size - 1) * s + (k - 1) * dl + 1 - (d + begin)  # past the data, for the last window
+        pads.append((begin, te.maximum(needed, end) if attrs.ceil_mode else end))
+    fill = te.min_value(x.dtype) if attrs.mode == "max" else 0
+    padded = _padded(x, pads, "pool_nd_pad", fill)
     taps = [te.reduce_axis(k, f"k{i}") for i, k in enumerate(attrs.kernel_shape)]
 
-    def window(out_index):
-        positions, checks = [], []
-        for i, (o, tap) in enumerate(zip(out_index, taps, strict=True)):
-            begin, end, _ = windows[i]
-            pos = o * strides[i] + tap.var * dilations[i] - begin
-            positions.append(pos)
-            checks += [pos >= 0] if _nonzero(begin) else []
-            checks += [pos < spatial[i]] if _nonzero(end) or attrs.ceil_mode else []
-        return tuple(positions), (te.all_of(*checks) if checks else None)
+    def at(b, c, out):
+        return (b, c) + tuple(o * s + t.var * dl for o, t, s, dl in zip(out, taps, strides, dilations, strict=True))
 
     if attrs.mode == "max" and attrs.return_indices:
-        lowest = te.const(te.min_value(x.dtype), x.dtype)
-
         def pair(b, c, *o):
-            positions, inside = window(o)
-            value = x[(b, c) + positions]
             flat = b * x.shape[1] + c
-            for d, pos in zip(spatial, positions, strict=True):
-                flat = flat * d + pos
-            return te.argmax(value if inside is None else te.select(inside, value, lowest), taps, index=flat)
+            for d, o_i, t, s, dl, (begin, _) in zip(spatial, o, taps, strides, dilations, pads, strict=True):
+                flat = flat * d + (o_i * s + t.var * dl - begin)
+            return te.argmax(padded[at(b, c, o)], taps, index=flat)
 
         index, value = te.compute(shape, pair, "pool_nd_argmax")
         return [value, index]
     if attrs.mode == "max":
-        def peak(b, c, *o):
-            positions, inside = window(o)
-            return te.max(x[(b, c) + positions], taps, where=inside)
-
-        return [te.compute(shape, peak, "max_pool_nd")]
+        return [te.compute(shape, lambda b, c, *o: te.max(padded[at(b, c, o)], taps), "max_pool_nd")]
     acc = "float64"
     if attrs.mode == "lp":
         p = te.const(float(attrs.p), acc)
-
-        def powered(b, c, *o):  # padding counts as zeros, as in the kernel (0 ** 0 is 1)
-            positions, inside = window(o)
-            value = te.abs(te.cast(x[(b, c) + positions], acc))
-            return te.sum(te.power(value if inside is None else te.select(inside, value, te.const(0.0, acc)), p),
-                          taps)
-
-        total = te.compute(shape, powered, "lp_pool_nd_sum")
+        # padding counts as zeros, as in the kernel (0 ** 0 is 1)
+        total = te.compute(shape, lambda b, c, *o: te.sum(te.power(te.abs(te.cast(padded[at(b, c, o)], acc)), p),
+                                                          taps), "lp_pool_nd_sum")
         return [te.compute(shape, lambda *i: te.cast(te.power(total[i], te.const(1.0 / attrs.p, acc)), x.dtype),
                            "lp_pool_nd")]
-
-    def summed(b, c, *o):
-        positions, inside = window(o)
-        return te.sum(te.cast(x[(b, c) + positions], acc), taps, where=inside)
-
-    total = te.compute(shape, summed, "avg_pool_nd_sum")
+    total = te.compute(shape, lambda b, c, *o: te.sum(te.cast(padded[at(b, c, o)], acc), taps), "avg_pool_nd_sum")
     # The divisor factors over the axes: per axis, the counted taps of each window position.
     counts = []
     for i, k in enumerate(attrs.kernel_shape):
