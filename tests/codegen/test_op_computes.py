@@ -352,6 +352,10 @@ CASES = [
                     {"pool_size": [3, 3], "padding": [1, 1], "count_include_pad": True})],
     Case("nn.max_pool2d", lambda rng: [(1, 6, 5, 2)], (F32,), attrs={"pool_size": [2, 2], "layout": "NHWC"},
          dynamic=False),
+    *[Case(op, lambda rng: [(int(rng.integers(1, 3)), int(rng.integers(4, 9)), int(rng.integers(4, 9)), 2)],
+           (F32, "int8"), attrs={"pool_size": [3, 3], "strides": [2, 2], "padding": [1, 0, 2, 1], "ceil_mode": True,
+                                 "layout": "NHWC"}, label="padded_ceil_nhwc")
+      for op in ("nn.max_pool2d", "nn.avg_pool2d")],
     *[Case(op, _pool_sample, (F32, "int32")) for op in ("nn.global_avg_pool2d", "nn.global_max_pool2d")],
     *[Case(op, _pool_sample, (F32,), attrs={"output_size": [3, 2]})
       for op in ("nn.adaptive_avg_pool2d", "nn.adaptive_max_pool2d")],
