@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import TypeInferenceError, UnsupportedError
+from ..op.onnx_ops import explicit_pads, window_count
 from .onnx_context import converter
 from .onnx_elementwise import scalar_like
 from .onnx_shape import reshape_to
@@ -240,8 +241,9 @@ def conv_1(ctx, X, W, B=None, *, auto_pad="NOTSET", dilations=None, group=1, ker
     w_shape = ctx.shape(W)
     if kernel_shape is not None and tuple(kernel_shape) != tuple(w_shape[2:]):
         raise TypeInferenceError(f"Conv: kernel_shape {kernel_shape} does not match the weight {w_shape}")
-    if spatial == 2 and auto_pad in ("NOTSET", "VALID"):
-        padding = tuple(pads) if pads and auto_pad == "NOTSET" else (0, 0, 0, 0)
+    padding = explicit_pads(auto_pad, pads, ctx.shape(X)[2:], tuple(w_shape[2:]), tuple(strides or (1,) * spatial),
+                            tuple(dilations or (1,) * spatial)) if spatial == 2 else None
+    if padding is not None:  # nn.conv2d (its tuned kernels) once SAME's pads are known
         accumulate = getattr(ctx, "accumulate_dtype", None)
         extra = {"out_dtype": accumulate} if accumulate and accumulate != ctx.dtype(X) else {}
         out = ctx.call("nn.conv2d", X, W, strides=tuple(strides or (1, 1)), padding=padding,
@@ -264,10 +266,38 @@ def conv_transpose_1(ctx, X, W, B=None, *, auto_pad="NOTSET", dilations=None, gr
 
 def _pool(ctx, X, mode, kernel_shape, auto_pad, pads, strides, dilations=None, ceil_mode=0,
           count_include_pad=0, p=2, return_indices=False):
+    if not return_indices:
+        out = _pool_2d(ctx, X, mode, tuple(kernel_shape), _auto_pad(auto_pad), pads, strides, dilations, ceil_mode,
+                       count_include_pad)
+        if out is not None:
+            return out
     return ctx.call("nn.pool_nd", X, kernel_shape=tuple(kernel_shape), mode=mode, strides=tuple(strides or ()),
                     pads=tuple(pads or ()), dilations=tuple(dilations or ()), auto_pad=_auto_pad(auto_pad),
                     ceil_mode=bool(ceil_mode), count_include_pad=bool(count_include_pad), p=int(p),
                     return_indices=return_indices)
+
+
+def _pool_2d(ctx, X, mode, kernel_shape, auto_pad, pads, strides, dilations, ceil_mode, count_include_pad):
+    """nn.max_pool2d / nn.avg_pool2d (the pools the code generator tunes for) when they compute the ONNX
+    pool: 2-d, pads known (explicit, or SAME over static dims) and, in ceil mode, static dims where ONNX's
+    rule of dropping a last window that starts in the end padding does not apply. None otherwise."""
+    if ctx.ndim(X) != 4 or len(kernel_shape) != 2 or mode not in ("max", "avg"):
+        return None
+    spatial = tuple(ctx.shape(X)[2:])
+    strides, dilations = tuple(strides or (1, 1)), tuple(dilations or (1, 1))
+    padding = explicit_pads(auto_pad, pads, spatial, kernel_shape, strides, dilations)
+    if padding is None:
+        return None
+    if ceil_mode:
+        if not all(isinstance(d, int) for d in spatial):
+            return None
+        for d, k, s, dl, begin, end in zip(spatial, kernel_shape, strides, dilations, padding[:2], padding[2:]):
+            room = d + begin + end - (k - 1) * dl - 1
+            if room < 0 or window_count(d, k, s, dl, begin, end, True) != (room + s - 1) // s + 1:
+                return None
+    extra = {"count_include_pad": bool(count_include_pad)} if mode == "avg" else {}
+    return ctx.call(f"nn.{mode}_pool2d", X, pool_size=kernel_shape, strides=strides, dilation=dilations,
+                    padding=padding, ceil_mode=bool(ceil_mode), **extra)
 
 
 @converter("MaxPool", 1)

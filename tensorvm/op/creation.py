@@ -14,6 +14,7 @@ import math
 
 import numpy as np
 
+from .. import te
 from ..errors import ShapeError, TypeInferenceError
 from ..ir.types import Any, TensorType
 from ._common import (
@@ -96,6 +97,17 @@ def _shape_values(op: str, value, error: type) -> tuple:
     return tuple(int(v) for v in arr)
 
 
+def _dyn_fill_compute(name: str, fill):
+    """The compute of a dyn.* fill: the output dims come from the output array (the shape function gave
+    them); ``fill(inputs, dtype)`` is the value."""
+    def compute_fn(attrs, inputs, out_type):
+        from ..te.op_computes import _output_dims
+
+        return [te.compute(_output_dims(name, out_type), lambda *i: fill(inputs, out_type.dtype), name)]
+
+    return compute_fn
+
+
 def _dyn_constant_fill(name: str, value):
     def rel(types, attrs, consts=None):
         return TensorType(_shape_tensor_type(name, types[0], consts, 0), attrs.dtype)
@@ -108,6 +120,7 @@ def _dyn_constant_fill(name: str, value):
         attrs=(AttrDef("dtype", "float32", to_dtype),),
         shape_func=lambda attrs, args: [_shape_values(name, args[0], ShapeError)], shape_func_data_dependent=True,
         doc=f"{name}(shape): a tensor of the shape held by the 1-D integer tensor ``shape``, filled with {value}.",
+        compute=_dyn_fill_compute(name, lambda inputs, dtype: te.const(value, dtype)),
     ))
 
 
@@ -133,6 +146,7 @@ register_checked(OpDef(
     shape_func=lambda attrs, args: [_shape_values("dyn.full", args[1], ShapeError)],
     shape_func_data_dependent=(False, True),
     doc="dyn.full(fill_value, shape): a tensor of the run-time shape filled with the scalar fill_value.",
+    compute=_dyn_fill_compute("dyn.full", lambda inputs, dtype: te.cast(inputs[0][()], dtype)),
 ))
 
 # ---- zeros_like, ones_like, full_like -------------------------------------------------------------
@@ -228,9 +242,30 @@ def _arange_kernel(attrs, start, stop, step):
         return (float(start) + np.arange(length, dtype=np.float64) * float(step)).astype(attrs.dtype)
 
 
+def _arange_compute(attrs, inputs, out_type):
+    """start + i * step, with the length from the output array (the shape function computed it and
+    rejected a zero step): exact in int64 for integer arguments, in float64 otherwise, like the kernel."""
+    from ..te.op_computes import _output_dims
+
+    start, _, step = inputs
+    requires = []
+    if all(te.expr.dtype_kind(t.dtype) in "iu" for t in inputs):
+        acc = "int64"
+        for t, name in zip(inputs[:2], ARANGE_ARGS, strict=False):
+            if t.dtype == "uint64":  # the kernel's exact (object) path; int64 covers the rest
+                requires.append((t[()] <= te.const(np.iinfo(np.int64).max, "uint64"),
+                                 f"arange: a uint64 {name} beyond the int64 range is not supported in compiled code"))
+    else:
+        acc = "float64"
+    first, delta = te.cast(start[()], acc), te.cast(step[()], acc)
+    return [te.compute(_output_dims("arange", out_type), lambda i: te.cast(first + te.cast(i, acc) * delta,
+                                                                          attrs.dtype), "arange", requires)]
+
+
 register_checked(OpDef(
     name="arange", num_inputs=3, type_rel=_arange_rel, kernel=_arange_kernel, pattern=OpPattern.OPAQUE,
     attrs=(AttrDef("dtype", "float32", to_numeric_dtype),),
     shape_func=lambda attrs, args: [(arange_length(*args),)], shape_func_data_dependent=True,
     doc="arange(start, stop, step): start + i * step for i < ceil((stop - start) / step), in dtype.",
+    compute=_arange_compute,
 ))

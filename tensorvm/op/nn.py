@@ -16,6 +16,7 @@ import math
 
 import numpy as np
 
+from .. import te
 from ..errors import AttrError, ShapeError, TypeInferenceError
 from ..ir.types import Any, TensorType, TupleType
 from ._common import erf, expect_tensor
@@ -932,9 +933,15 @@ def _dropout_rel(types, attrs, consts=None):
     return TupleType((data, data))
 
 
+def _dropout_compute(attrs, inputs, out_type):
+    x = inputs[0]
+    return [te.compute(x.shape, lambda *i: x[i], "dropout"),
+            te.compute(x.shape, lambda *i: te.const(1, x.dtype), "dropout_mask")]
+
+
 define(
     "nn.dropout", 1, _dropout_rel, lambda attrs, x: (np.array(x, copy=True), np.ones_like(x)), OpPattern.OPAQUE,
-    attrs=(AttrDef("rate", 0.5, to_float),),
+    attrs=(AttrDef("rate", 0.5, to_float),), compute=_dropout_compute,
     shape_func=lambda attrs, args: [concrete(args[0]), concrete(args[0])],
     doc="Inference dropout: (data, mask of ones), a tuple like Relay's.",
 )

@@ -17,8 +17,9 @@ When the shape-deciding input is a ``Constant`` the type relation computes the e
 otherwise the unknown dims are ``Any`` and the shape function (which reads that input's data) gives
 them at run time. Kernels are NumPy; bad input raises ``ShapeError``/``ExecutionError``.
 
-Ops here without a tensor-expression compute (the run-time-valued data movement and the n-d
-conv/pool) are OPAQUE: they run their NumPy kernel on their own rather than block a C fusion group.
+The ops here are OPAQUE (each forms a fusion group of its own). The n-d convolutions and pools,
+``einsum``, ``nn.attention`` and ``nn.rotary_embedding`` have tensor-expression computes, written above
+their definitions; ops without one (the run-time-valued data movement) run their NumPy kernel.
 """
 
 from __future__ import annotations
@@ -29,7 +30,8 @@ import string
 
 import numpy as np
 
-from ..errors import ExecutionError, ShapeError, TypeInferenceError
+from .. import te
+from ..errors import ExecutionError, ShapeError, TypeInferenceError, UnsupportedError
 from ..ir.types import Any, TensorType, TupleType
 from ._common import expect_tensor
 from .registry import REQUIRED, AttrDef, OpPattern
@@ -47,7 +49,7 @@ from .transform import (
     to_int,
 )
 
-__all__ = ["resize_output_shape"]
+__all__ = ["explicit_pads", "resize_output_shape", "window_count"]
 
 _FLOATS = ("float16", "float32", "float64")
 
@@ -642,12 +644,60 @@ def _einsum_kernel(attrs, operands):
     return np.asarray(np.einsum(",".join(terms) + "->" + rhs, *operands)).astype(operands[0].dtype)
 
 
+def _einsum_compute(attrs, inputs, out_type):
+    """The products of the operands' elements summed over the letters absent from the output, in the
+    operands' promoted dtype (NumPy's einsum; float16 accumulates in float32), cast to the first
+    operand's dtype. A letter's dim of 1 broadcasts (NumPy does so for every letter); a letter repeated
+    within a term reads a diagonal."""
+    from ..te.op_computes import broadcast_read_dim, broadcast_shape
+
+    operands = list(inputs[0]) if isinstance(inputs[0], tuple) else list(inputs)
+    try:
+        terms, rhs = _parse_einsum(attrs.equation, [t.ndim for t in operands])
+    except ValueError as e:
+        raise TypeInferenceError(f"einsum: {e}") from None
+    occurrences = {}
+    for term, t in zip(terms, operands, strict=True):
+        if len(term) != t.ndim:
+            raise TypeInferenceError(f"einsum: subscripts {term!r} do not match an operand of rank {t.ndim}")
+        for c, d in zip(term, t.shape, strict=True):
+            occurrences.setdefault(c, []).append(d)
+    sizes, requires = {}, []
+    for c, found in occurrences.items():
+        (sizes[c],), needs = broadcast_shape(f"einsum (subscript {c!r})", *[(d,) for d in found])
+        requires += needs
+    if any(c not in sizes for c in rhs) or len(set(rhs)) != len(rhs):
+        raise TypeInferenceError(f"einsum: bad output subscripts {rhs!r} for {attrs.equation!r}")
+    promoted = np.result_type(*[t.dtype for t in operands]).name
+    acc = "int64" if promoted == "bool" else promoted  # bool: any of the ands
+    summed = {c: te.reduce_axis(sizes[c], f"r_{c}") for c in sizes if c not in rhs}
+
+    def f(*out):
+        at = dict(zip(rhs, out, strict=True))
+        at.update({c: axis.var for c, axis in summed.items()})
+        product = None
+        for term, t in zip(terms, operands, strict=True):
+            index = tuple(broadcast_read_dim(d, at[c], sizes[c]) for c, d in zip(term, t.shape, strict=True))
+            value = te.cast(t[index], acc)
+            product = value if product is None else product * value
+        return te.sum(product, list(summed.values())) if summed else product
+
+    shape = tuple(sizes[c] for c in rhs)
+    result = te.compute(shape, f, "einsum", requires)
+    dtype = operands[0].dtype
+    if dtype == acc:
+        return [result]
+    finish = (lambda v: te.ne(v, 0)) if promoted == "bool" else (lambda v: te.cast(v, dtype))
+    return [te.compute(shape, lambda *i: te.cast(finish(result[i]), dtype), "einsum_cast")]
+
+
 define(
     "einsum", 1, _einsum_rel, _einsum_kernel, OpPattern.OPAQUE,
     attrs=(AttrDef("equation", REQUIRED, str),),
     shape_func=lambda attrs, args: [_einsum_shape("einsum", attrs.equation, [concrete(s) for s in args[0]],
                                                   ShapeError)],
     doc="Einstein summation over a tuple of operands (``...`` broadcasting, implicit output allowed).",
+    compute=_einsum_compute,
 )
 
 
@@ -1076,6 +1126,21 @@ def _window_attrs(attrs, spatial, kernel):
     return strides, dilations, pads
 
 
+def explicit_pads(auto_pad: str, pads, spatial, kernel, strides, dilations) -> tuple | None:
+    """The (begins..., ends...) pads ``auto_pad`` stands for; None when SAME needs a spatial dim that is
+    not static, or when the attributes have the wrong lengths (the op reports that)."""
+    n = len(kernel)
+    if len(spatial) != n or len(strides) != n or len(dilations) != n:
+        return None
+    if auto_pad in ("SAME_UPPER", "SAME_LOWER"):
+        if not all(isinstance(d, int) for d in tuple(spatial) + tuple(kernel)):
+            return None
+        return _auto_pads(auto_pad, spatial, kernel, strides, dilations)
+    pads = tuple(pads or ()) if auto_pad == "NOTSET" else ()
+    pads = pads or (0,) * (2 * n)
+    return pads if len(pads) == 2 * n else None
+
+
 def _conv_out(d, k, s, dl, pb, pe, ceil_mode=False):
     extent = (k - 1) * dl + 1
     room = d + pb + pe - extent
@@ -1087,10 +1152,78 @@ def _conv_out(d, k, s, dl, pb, pe, ceil_mode=False):
     return room // s + 1
 
 
+window_count = _conv_out  # the number of window positions along one axis, with ONNX's ceil-mode rule
+
 _WINDOW_ATTRS = (
     AttrDef("strides", (), int_tuple(1)), AttrDef("pads", (), int_tuple()), AttrDef("dilations", (), int_tuple(1)),
     AttrDef("auto_pad", "NOTSET", one_of("NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID")),
 )
+
+
+# ---- the same window rules over te dims, for the computes (static dims fold to constants) ----
+
+
+def _static_ints(op: str, dims, what: str) -> tuple:
+    if not all(isinstance(d, te.Const) for d in dims):
+        raise UnsupportedError(f"{op}: compiled code needs a static {what}, got {list(dims)}")
+    return tuple(d.value for d in dims)
+
+
+def _te_windows(op: str, attrs, spatial, kernel, ceil_mode: bool = False, same_out: bool = False):
+    """Per spatial axis ``(begin pad, end pad, output size)`` as te expressions, by ``_window_attrs`` and
+    ``_conv_out``'s rules (``same_out``: the SAME output size ``ceil(d / stride)`` of a pool)."""
+    n = len(spatial)
+    strides = attrs.strides or (1,) * n
+    dilations = attrs.dilations or (1,) * n
+    if attrs.auto_pad in ("NOTSET", "VALID"):
+        pads = (attrs.pads or (0,) * (2 * n)) if attrs.auto_pad == "NOTSET" else (0,) * (2 * n)
+        pads = tuple(te.const(v) for v in pads)
+    if not len(strides) == len(dilations) == n or (attrs.auto_pad == "NOTSET" and len(pads) != 2 * n):
+        raise ShapeError(f"{op}: strides, dilations and pads must have {n}, {n} and {2 * n} values, got "
+                         f"{strides}, {dilations}, {attrs.pads}")
+    out = []
+    for i, (d, k, s, dl) in enumerate(zip(spatial, kernel, strides, dilations, strict=True)):
+        extent = (k - 1) * dl + 1
+        if attrs.auto_pad in ("SAME_UPPER", "SAME_LOWER"):
+            ceil_out = te.floordiv(d + (s - 1), s)
+            total = te.maximum((ceil_out - 1) * s + extent - d, 0)
+            small = te.floordiv(total, 2)
+            begin, end = (small, total - small) if attrs.auto_pad == "SAME_UPPER" else (total - small, small)
+        else:
+            begin, end = pads[i], pads[i + n]
+        room = d + begin + end - extent
+        if same_out and attrs.auto_pad in ("SAME_UPPER", "SAME_LOWER"):
+            size = ceil_out
+        elif ceil_mode:  # the last window must start inside the data or the begin padding
+            size = te.floordiv(room + (s - 1), s) + 1
+            size = te.select((size - 1) * s >= d + begin, size - 1, size)
+        else:
+            size = te.floordiv(room, s) + 1
+        out.append((begin, end, te.maximum(size, 0)))
+    return strides, dilations, out
+
+
+def _nonzero(e) -> bool:
+    """Whether a te value may be nonzero (a symbolic one may)."""
+    return not (isinstance(e, te.Const) and e.value == 0)
+
+
+def _padded(x, pads, name: str, fill=0):
+    """``x`` with ``fill`` around its trailing spatial dims (``pads``: per spatial axis (begin, end)), a
+    compute of its own so that a convolution's or pool's inner loop reads it without border tests (which
+    keep the loop from vectorizing)."""
+    if not any(_nonzero(b) or _nonzero(e) for b, e in pads):
+        return x
+    lead = x.ndim - len(pads)
+    spatial = x.shape[lead:]
+    shape = tuple(x.shape[:lead]) + tuple(d + b + e for d, (b, e) in zip(spatial, pads, strict=True))
+
+    def f(*i):
+        pos = tuple(j - b for j, (b, _) in zip(i[lead:], pads, strict=True))
+        inside = te.all_of(*[c for p, d in zip(pos, spatial, strict=True) for c in (p >= 0, p < d)])
+        return te.select(inside, x[tuple(i[:lead]) + pos], te.const(fill, x.dtype))
+
+    return te.compute(shape, f, name)
 
 
 def _conv_nd_shape(op, attrs, x, w, err):
@@ -1177,12 +1310,48 @@ class _Attrs1:
 
 _CONV_ATTRS = _WINDOW_ATTRS + (AttrDef("group", 1, to_int),)
 
+
+def _conv_nd_compute(attrs, inputs, out_type):
+    """Grouped N-d convolution over zero-padded data, accumulated like the kernel (float32 for float32,
+    else float64)."""
+    x, w = inputs
+    if x.ndim < 3 or w.ndim != x.ndim:
+        raise TypeInferenceError(f"nn.conv_nd: expected data and weight of one rank >= 3, got ranks {x.ndim} "
+                                 f"and {w.ndim}")
+    kernel = _static_ints("nn.conv_nd", w.shape[2:], "kernel size")
+    strides, dilations, windows = _te_windows("nn.conv_nd", attrs, x.shape[2:], kernel)
+    g = attrs.group
+    channels, out_channels = w.shape[1], w.shape[0]
+    requires = [(te.eq(x.shape[1], channels * g), "nn.conv_nd: the data's channels must be the weight's "
+                                                  "in-channels x group"),
+                (te.eq(te.floormod(out_channels, g), 0), "nn.conv_nd: the out-channels must divide into groups")]
+    requires += [(size >= 1, f"nn.conv_nd: the kernel does not fit the padded input along spatial axis {i}")
+                 for i, (_, _, size) in enumerate(windows)]
+    padded = _padded(x, [(b, e) for b, e, _ in windows], "conv_nd_pad")
+    acc = "float32" if x.dtype == "float32" else "float64"
+    ci = te.reduce_axis(channels, "ci")
+    taps = [te.reduce_axis(k, f"k{i}") for i, k in enumerate(kernel)]
+    per_group = te.floordiv(out_channels, g)
+
+    def f(b, o, *out):
+        channel = te.floordiv(o, per_group) * channels + ci.var if g > 1 else ci.var
+        pos = tuple(j * s + t.var * dl for j, t, s, dl in zip(out, taps, strides, dilations, strict=True))
+        value = te.cast(padded[(b, channel) + pos], acc) * te.cast(w[(o, ci.var) + tuple(t.var for t in taps)], acc)
+        return te.sum(value, [ci] + taps)
+
+    shape = (x.shape[0], out_channels) + tuple(size for _, _, size in windows)
+    conv = te.compute(shape, f, "conv_nd", requires)
+    if acc == x.dtype:
+        return [conv]
+    return [te.compute(shape, lambda *i: te.cast(conv[i], x.dtype), "conv_nd_cast")]
+
+
 define(
     "nn.conv_nd", 2,
     lambda types, attrs, consts=None: TensorType(_conv_nd_shape(
         "nn.conv_nd", attrs, expect_tensor("nn.conv_nd", types[0], "data").shape,
         expect_tensor("nn.conv_nd", types[1], "weight").shape, TypeInferenceError), types[0].dtype),
-    _conv_nd_kernel_grouped, OpPattern.OPAQUE, attrs=_CONV_ATTRS,
+    _conv_nd_kernel_grouped, OpPattern.OPAQUE, attrs=_CONV_ATTRS, compute=_conv_nd_compute,
     shape_func=lambda attrs, args: [_conv_nd_shape("nn.conv_nd", attrs, concrete(args[0]), concrete(args[1]),
                                                    ShapeError)],
     doc="N-d grouped convolution with ONNX's attributes: pads = (begins..., ends...), auto_pad resolved "
@@ -1262,6 +1431,64 @@ def _conv_t_kernel(attrs, x, w):
     return out.astype(x.dtype)
 
 
+def _conv_t_compute(attrs, inputs, out_type):
+    """Each output position gathers the taps that land on it: ``pos + begin pad = i * stride + tap *
+    dilation`` for an input position i, accumulated in float64 like the kernel."""
+    x, w = inputs
+    op = "nn.conv_transpose_nd"
+    if x.ndim < 3 or w.ndim != x.ndim:
+        raise TypeInferenceError(f"{op}: expected data and weight of one rank >= 3, got ranks {x.ndim} and {w.ndim}")
+    n = x.ndim - 2
+    kernel = _static_ints(op, w.shape[2:], "kernel size")
+    strides = attrs.strides or (1,) * n
+    dilations = attrs.dilations or (1,) * n
+    out_pad = attrs.output_padding or (0,) * n
+    pads = (attrs.pads or (0,) * (2 * n)) if attrs.auto_pad == "NOTSET" else (0,) * (2 * n)
+    if not len(strides) == len(dilations) == len(out_pad) == n or len(pads) != 2 * n:
+        raise ShapeError(f"{op}: strides, dilations, output_padding and pads must have {n}, {n}, {n} and {2 * n} "
+                         f"values, got {strides}, {dilations}, {out_pad}, {pads}")
+    g = attrs.group
+    channels, per_group_out = x.shape[1], w.shape[1]
+    requires = [(te.eq(channels, w.shape[0]), f"{op}: the data's channels must match the weight's dim 0"),
+                (te.eq(te.floormod(channels, g), 0), f"{op}: the channels must divide into groups")]
+    sizes, begins = [], []
+    for i, (d, k) in enumerate(zip(x.shape[2:], kernel, strict=True)):
+        full = strides[i] * (d - 1) + out_pad[i] + (k - 1) * dilations[i] + 1
+        same = attrs.auto_pad in ("SAME_UPPER", "SAME_LOWER")
+        if attrs.output_shape or same:
+            size = te.const(attrs.output_shape[-n:][i]) if attrs.output_shape else d * strides[i]
+            total = full - size
+            half = te.floordiv(total, 2)
+            begins.append(half if attrs.auto_pad == "SAME_UPPER" else total - half)
+            # (a larger output is zero-extended at the end; a negative begin the kernel does not define)
+            requires.append((begins[-1] >= 0, f"{op}: the output along spatial axis {i} would start before the "
+                                              f"full transposed convolution (a negative begin pad)"))
+        else:
+            size = full - pads[i] - pads[i + n]
+            begins.append(te.const(pads[i]))
+        sizes.append(size)
+    per_group_in = te.floordiv(channels, g)
+    ci = te.reduce_axis(per_group_in, "ci")
+    taps = [te.reduce_axis(k, f"k{i}") for i, k in enumerate(kernel)]
+
+    def f(b, o, *out):
+        channel = te.floordiv(o, per_group_out) * per_group_in + ci.var if g > 1 else ci.var
+        index, hits = [], []
+        for j, t, s, dl, begin, d in zip(out, taps, strides, dilations, begins, x.shape[2:], strict=True):
+            shifted = j + begin - t.var * dl
+            y = te.floordiv(shifted, s) if s > 1 else shifted
+            hits += [shifted >= 0, y < d] + ([te.eq(te.floormod(shifted, s), 0)] if s > 1 else [])
+            index.append(y)
+        m = te.floormod(o, per_group_out) if g > 1 else o
+        value = te.cast(x[(b, channel) + tuple(index)], "float64") * te.cast(
+            w[(channel, m) + tuple(t.var for t in taps)], "float64")
+        return te.sum(value, [ci] + taps, where=te.all_of(*hits))
+
+    shape = (x.shape[0], per_group_out * g) + tuple(sizes)
+    total = te.compute(shape, f, "conv_transpose_nd", requires)
+    return [te.compute(shape, lambda *i: te.cast(total[i], x.dtype), "conv_transpose_nd_cast")]
+
+
 define(
     "nn.conv_transpose_nd", 2,
     lambda types, attrs, consts=None: TensorType(_conv_t_shape(
@@ -1271,6 +1498,7 @@ define(
     attrs=_CONV_ATTRS + (AttrDef("output_padding", (), int_tuple(0)), AttrDef("output_shape", (), int_tuple(0))),
     shape_func=lambda attrs, args: [_conv_t_shape("nn.conv_transpose_nd", attrs, concrete(args[0]),
                                                   concrete(args[1]), ShapeError)],
+    compute=_conv_t_compute,
     doc="N-d transposed convolution with ONNX's attributes (weight (C, M/group, K...), output_padding, "
         "output_shape, auto_pad).",
 )
@@ -1358,6 +1586,71 @@ def _pool_shape_func(attrs, args):
     return [shape, shape] if attrs.return_indices else [shape]
 
 
+def _pool_compute(attrs, inputs, out_type):
+    """Windows over the trailing spatial dims of the data padded with the pool's neutral value (the
+    lowest value for max, zeros for avg and lp), including the room a ceil-mode window needs past the end
+    padding, so that the inner loop has no border test; avg divides by the counted taps."""
+    x = inputs[0]
+    n = len(attrs.kernel_shape)
+    if x.ndim != n + 2:
+        raise TypeInferenceError(f"nn.pool_nd: a {n}-d kernel needs data of rank {n + 2}, got rank {x.ndim}")
+    spatial = x.shape[2:]
+    strides, dilations, windows = _te_windows("nn.pool_nd", attrs, spatial, attrs.kernel_shape, attrs.ceil_mode,
+                                              same_out=True)
+    shape = tuple(x.shape[:2]) + tuple(size for _, _, size in windows)
+    pads = []
+    for (begin, end, size), d, k, s, dl in zip(windows, spatial, attrs.kernel_shape, strides, dilations, strict=True):
+        needed = (size - 1) * s + (k - 1) * dl + 1 - (d + begin)  # past the data, for the last window
+        pads.append((begin, te.maximum(needed, end) if attrs.ceil_mode else end))
+    fill = te.min_value(x.dtype) if attrs.mode == "max" else 0
+    padded = _padded(x, pads, "pool_nd_pad", fill)
+    taps = [te.reduce_axis(k, f"k{i}") for i, k in enumerate(attrs.kernel_shape)]
+
+    def at(b, c, out):
+        return (b, c) + tuple(o * s + t.var * dl for o, t, s, dl in zip(out, taps, strides, dilations, strict=True))
+
+    if attrs.mode == "max" and attrs.return_indices:
+        def pair(b, c, *o):
+            flat = b * x.shape[1] + c
+            for d, o_i, t, s, dl, (begin, _) in zip(spatial, o, taps, strides, dilations, pads, strict=True):
+                flat = flat * d + (o_i * s + t.var * dl - begin)
+            return te.argmax(padded[at(b, c, o)], taps, index=flat)
+
+        index, value = te.compute(shape, pair, "pool_nd_argmax")
+        return [value, index]
+    if attrs.mode == "max":
+        return [te.compute(shape, lambda b, c, *o: te.max(padded[at(b, c, o)], taps), "max_pool_nd")]
+    acc = "float64"
+    if attrs.mode == "lp":
+        p = te.const(float(attrs.p), acc)
+        # padding counts as zeros, as in the kernel (0 ** 0 is 1)
+        total = te.compute(shape, lambda b, c, *o: te.sum(te.power(te.abs(te.cast(padded[at(b, c, o)], acc)), p),
+                                                          taps), "lp_pool_nd_sum")
+        return [te.compute(shape, lambda *i: te.cast(te.power(total[i], te.const(1.0 / attrs.p, acc)), x.dtype),
+                           "lp_pool_nd")]
+    total = te.compute(shape, lambda b, c, *o: te.sum(te.cast(padded[at(b, c, o)], acc), taps), "avg_pool_nd_sum")
+    # The divisor factors over the axes: per axis, the counted taps of each window position.
+    counts = []
+    for i, k in enumerate(attrs.kernel_shape):
+        begin, end, size = windows[i]
+        tap = te.reduce_axis(k, f"c{i}")
+
+        def counted(o, i=i, begin=begin, end=end, tap=tap):
+            pos = o * strides[i] + tap.var * dilations[i] - begin
+            inside = pos < spatial[i] + end if attrs.count_include_pad else te.all_of(pos >= 0, pos < spatial[i])
+            return te.sum(te.select(inside, te.const(1.0, acc), te.const(0.0, acc)), tap)
+
+        counts.append(te.compute((size,), counted, f"avg_pool_nd_count{i}"))
+
+    def average(b, c, *o):
+        count = te.const(1.0, acc)
+        for i, oi in enumerate(o):
+            count = count * counts[i][oi]
+        return te.cast(total[(b, c) + o] / te.maximum(count, te.const(1.0, acc)), x.dtype)
+
+    return [te.compute(shape, average, "avg_pool_nd")]
+
+
 define(
     "nn.pool_nd", 1, _pool_rel, _pool_kernel, OpPattern.OPAQUE,
     attrs=_WINDOW_ATTRS + (
@@ -1366,7 +1659,7 @@ define(
         AttrDef("count_include_pad", False, to_bool), AttrDef("p", 2, to_int),
         AttrDef("return_indices", False, to_bool),
     ),
-    shape_func=_pool_shape_func,
+    shape_func=_pool_shape_func, compute=_pool_compute,
     doc="N-d max/average/Lp pooling with ONNX's attributes; with return_indices, max pooling also returns "
         "the flat (row-major, per tensor) int64 index of each maximum.",
 )
@@ -1719,6 +2012,151 @@ def _attention_kernel(attrs, q, k, v, mask, past_k, past_v, nonpad):
     return _attention_parts(attrs, np.asarray(q), np.asarray(k), np.asarray(v), mask, past_k, past_v, nonpad)
 
 
+def _attention_compute(attrs, inputs, out_type):
+    """ONNX Attention as ``_attention_parts`` computes it, in float64: scaled (and soft-capped) scores,
+    a bias from the mask, the causal/window rules and the key padding, a softmax whose fully blocked
+    rows are zeros, and the weighted sum of the values; the key/value cache concatenated in front."""
+    from ..te.op_computes import broadcast_read_dim
+
+    q, k, v, mask, past_k, past_v, nonpad = inputs
+    op, f64 = "nn.attention", "float64"
+    dtype = q.dtype
+    neg_inf = te.const(-math.inf, f64)
+    requires = []
+    if q.ndim == 3:
+        hq, hk = attrs.q_num_heads, attrs.kv_num_heads
+        if not hq or not hk:
+            raise TypeInferenceError(f"{op}: 3-d inputs need q_num_heads and kv_num_heads")
+        batch, sq, skv = q.shape[0], q.shape[1], k.shape[1]
+        dq, dk, dv = te.floordiv(q.shape[2], hq), te.floordiv(k.shape[2], hk), te.floordiv(v.shape[2], hk)
+        hq, hk = te.const(hq), te.const(hk)
+        for t, heads, what in ((q, hq, "Q"), (k, hk, "K"), (v, hk, "V")):
+            requires.append((te.eq(te.floormod(t.shape[2], heads), 0),
+                             f"{op}: the hidden size of {what} must be a multiple of its number of heads"))
+
+        def head_reader(t, size):
+            return lambda b, h, s, d: t[b, s, h * size + d]
+
+        q4, k4, v4 = head_reader(q, dq), head_reader(k, dk), head_reader(v, dv)
+    elif q.ndim == 4:
+        batch, hq, sq, dq = q.shape
+        hk, skv, dk, dv = k.shape[1], k.shape[2], k.shape[3], v.shape[3]
+
+        def q4(b, h, s, d):
+            return q[b, h, s, d]
+
+        def k4(b, h, s, d):
+            return k[b, h, s, d]
+
+        def v4(b, h, s, d):
+            return v[b, h, s, d]
+    else:
+        raise TypeInferenceError(f"{op}: Q, K and V must all be 3-d or all 4-d, got rank {q.ndim}")
+    requires += [(te.eq(te.floormod(hq, hk), 0), f"{op}: the query heads must be a multiple of the key/value heads"),
+                 (te.eq(dq, dk), f"{op}: the query and key head sizes must match")]
+    group = te.floordiv(hq, hk)
+    with_past = not _omitted(past_k)
+    past = past_k.shape[2] if with_past else te.const(0)
+    total = past + skv
+    requires.append((total > 0, f"{op}: no keys to attend to (total sequence length 0)"))
+
+    def cached(t_past, read):
+        def at(b, h, s, d):
+            if not with_past:
+                return te.cast(read(b, h, s, d), f64)
+            return te.select(s < past, te.cast(t_past[b, h, s, d], f64), te.cast(read(b, h, s - past, d), f64))
+
+        return at
+
+    key, value = cached(past_k, k4), cached(past_v, v4)
+    present_k = te.compute((batch, hk, total, dk), lambda b, h, s, d: te.cast(key(b, h, s, d), dtype), "present_key")
+    present_v = te.compute((batch, hk, total, dv), lambda b, h, s, d: te.cast(value(b, h, s, d), dtype),
+                           "present_value")
+
+    if attrs.scale is not None:  # q and k are each scaled by sqrt(scale), as in the kernel
+        root = te.const(math.sqrt(attrs.scale), f64)
+    elif isinstance(dq, te.Const):
+        root = te.const(math.sqrt(1 / math.sqrt(dq.value)), f64)
+    else:
+        root = te.sqrt(te.const(1.0, f64) / te.sqrt(te.cast(dq, f64)))
+    r = te.reduce_axis(dq, "d")
+    qk = te.compute((batch, hq, sq, total), lambda b, h, i, j: te.sum(
+        te.cast(q4(b, h, i, r.var), f64) * root * (key(b, te.floordiv(h, group), j, r.var) * root), r), "attention_qk")
+    if attrs.softcap > 0:  # before the mask, so that masked scores stay -inf
+        cap = te.const(attrs.softcap, f64)
+        qk_raw = qk
+        qk = te.compute(qk_raw.shape, lambda *i: cap * te.tanh(qk_raw[i] / cap), "attention_softcap")
+
+    with_nonpad = not _omitted(nonpad)
+    lengths = (lambda b: te.cast(nonpad[broadcast_read_dim(nonpad.shape[0], b, batch)], "int64")) \
+        if with_nonpad else None
+    if with_nonpad and nonpad.ndim != 1:
+        raise TypeInferenceError(f"{op}: nonpad_kv_seqlen must be 1-d, got rank {nonpad.ndim}")
+    with_mask = not _omitted(mask)
+    if with_mask:
+        if mask.ndim > 4:
+            raise TypeInferenceError(f"{op}: the mask has rank {mask.ndim} (at most 4)")
+        requires.append((mask.shape[-1] <= total, f"{op}: the mask is longer than the total sequence"))
+        full = (batch, hq, sq, total)
+        for axis in range(mask.ndim - 1):
+            d, target = mask.shape[axis], full[4 - mask.ndim + axis]
+            requires.append((te.logical_or(te.eq(d, 1), te.eq(d, target)),
+                             f"{op}: mask dim {axis} does not broadcast to the scores"))
+
+    def bias(b, h, i, j):
+        terms = []
+        if with_mask:
+            full = (b, h, i, j)
+            index = tuple(broadcast_read_dim(mask.shape[a], full[4 - mask.ndim + a], (batch, hq, sq, total)[4 - mask.ndim + a])
+                          for a in range(mask.ndim - 1)) + (j,)
+            m = mask[index]
+            m = te.select(m, te.const(0.0, f64), neg_inf) if mask.dtype == "bool" else te.cast(m, f64)
+            terms.append(te.select(j < mask.shape[-1], m, neg_inf))  # a short mask is padded with -inf
+        if with_past:
+            offset = te.select(past > 0, past, lengths(b) - sq) if with_nonpad else past
+        else:
+            offset = lengths(b) - sq if with_nonpad else te.const(0)
+        diff = i + offset - j
+        rules = ([diff >= 0] if attrs.is_causal else []) + \
+            ([diff <= attrs.left_window_size] if attrs.left_window_size >= 0 else []) + \
+            ([-diff <= attrs.right_window_size] if attrs.right_window_size >= 0 else [])
+        if rules:
+            terms.append(te.select(te.all_of(*rules), te.const(0.0, f64), neg_inf))
+        if with_nonpad:
+            terms.append(te.select(j < lengths(b), te.const(0.0, f64), neg_inf))
+        result = te.const(0.0, f64)
+        for term in terms:
+            result = result + term
+        return result
+
+    scores = te.compute(qk.shape, lambda b, h, i, j: qk[b, h, i, j] + bias(b, h, i, j), "attention_scores")
+    rows = (batch, hq, sq)
+    j1, j2, j3 = (te.reduce_axis(total, name) for name in ("j", "jb", "js"))
+    peak = te.compute(rows, lambda b, h, i: te.max(scores[b, h, i, j1.var], j1), "attention_peak")
+    blocked = te.compute(rows, lambda b, h, i: te.max(bias(b, h, i, j2.var), j2), "attention_blocked")
+    shift = te.compute(rows, lambda *i: te.select(te.isfinite(peak[i]), peak[i], te.const(0.0, f64)),
+                       "attention_shift")
+    exps = te.compute(qk.shape, lambda b, h, i, j: te.exp(scores[b, h, i, j] - shift[b, h, i]), "attention_exp")
+    sums = te.compute(rows, lambda b, h, i: te.sum(exps[b, h, i, j3.var], j3), "attention_sum")
+
+    def probability(b, h, i, j):
+        denominator = te.select(te.eq(sums[b, h, i], 0.0), te.const(1.0, f64), sums[b, h, i])
+        return te.select(te.eq(blocked[b, h, i], neg_inf), te.const(0.0, f64), exps[b, h, i, j] / denominator)
+
+    probs = te.compute(qk.shape, probability, "attention_probs")
+    t = te.reduce_axis(total, "t")
+    y = te.compute((batch, hq, sq, dv), lambda b, h, i, d: te.sum(
+        probs[b, h, i, t.var] * value(b, te.floordiv(h, group), t.var, d), t), "attention_y")
+    if q.ndim == 3:
+        out = te.compute((batch, sq, hq * dv), lambda b, i, hd: te.cast(
+            y[b, te.floordiv(hd, dv), i, te.floormod(hd, dv)], dtype), "attention_out", requires)
+    else:
+        out = te.compute(y.shape, lambda *i: te.cast(y[i], dtype), "attention_out", requires)
+    chosen = {2: scores, 3: probs}.get(attrs.qk_matmul_output_mode, qk)
+    qk_out = te.compute(qk.shape, lambda *i: te.cast(chosen[i], dtype), "attention_qk_out")
+    return [out, present_k, present_v, qk_out]
+
+
 define(
     "nn.attention", 7, _attention_rel, _attention_kernel, OpPattern.OPAQUE,
     attrs=(
@@ -1732,6 +2170,7 @@ define(
         concrete(args[4]) if len(args[4]) == 4 else None)],
     doc="ONNX Attention(Q, K, V, attn_mask, past_key, past_value, nonpad_kv_seqlen) -> (Y, present_key, "
         "present_value, qk_matmul_output); empty tensors stand for omitted inputs.",
+    compute=_attention_compute,
 )
 
 
@@ -1769,13 +2208,83 @@ def _rotary_kernel(attrs, x, cos_cache, sin_cache, position_ids):
     return out.astype(dtype)
 
 
+def _omitted(t) -> bool:
+    """Whether an optional input is omitted: the importer passes a 1-d tensor of static length 0."""
+    return t.ndim == 1 and isinstance(t.shape[0], te.Const) and t.shape[0].value == 0
+
+
+def _rotary_compute(attrs, inputs, out_type):
+    """Each element of the first ``rotary_embedding_dim`` of a head rotated with its partner (the other
+    half, or the neighbour when interleaved) by the cached angle of its position, in float64."""
+    from ..te.op_computes import broadcast_read_dim
+
+    x, cos_cache, sin_cache, positions = inputs
+    op = "nn.rotary_embedding"
+    requires = []
+    if x.ndim == 4:
+        batch, seq, head = x.shape[0], x.shape[2], x.shape[3]
+    elif x.ndim == 3:
+        if not attrs.num_heads:
+            raise TypeInferenceError(f"{op}: a 3-d input needs num_heads")
+        batch, seq = x.shape[0], x.shape[1]
+        head = te.floordiv(x.shape[2], attrs.num_heads)
+        requires.append((te.eq(te.floormod(x.shape[2], attrs.num_heads), 0),
+                         f"{op}: the hidden size must be a multiple of num_heads ({attrs.num_heads})"))
+    else:
+        raise TypeInferenceError(f"{op}: the input must be 3-d or 4-d, got rank {x.ndim}")
+    rot = te.const(attrs.rotary_embedding_dim) if attrs.rotary_embedding_dim else head
+    half = te.floordiv(rot, 2)
+    requires += [(te.eq(te.floormod(rot, 2), 0), f"{op}: the rotary dim must be even"),
+                 (rot <= head, f"{op}: the rotary dim exceeds the head size")]
+    with_positions = not _omitted(positions)
+    expected = 3 if not with_positions else 2
+    for cache in (cos_cache, sin_cache):
+        if cache.ndim != expected:
+            raise TypeInferenceError(f"{op}: the caches must be {expected}-d {'with' if with_positions else 'without'}"
+                                     f" position_ids, got rank {cache.ndim}")
+        requires.append((cache.shape[-1] >= half, f"{op}: the caches hold fewer than rotary_dim / 2 angles"))
+    if with_positions and positions.ndim not in (1, 2):
+        raise TypeInferenceError(f"{op}: position_ids must be 1-d or 2-d, got rank {positions.ndim}")
+
+    def angle(cache, b, s, j):
+        if not with_positions:
+            return cache[broadcast_read_dim(cache.shape[0], b, batch), broadcast_read_dim(cache.shape[1], s, seq), j]
+        at = (broadcast_read_dim(positions.shape[-1], s, seq),)
+        if positions.ndim == 2:
+            at = (broadcast_read_dim(positions.shape[0], b, batch),) + at
+        return cache[te.index_check(positions[at], cache.shape[0]), j]
+
+    def rotated(read, b, s, d):
+        """Element d of the head at (b, s), where ``read(k)`` reads element k of that head."""
+        if attrs.interleaved:
+            j, second = te.floordiv(d, 2), te.eq(te.floormod(d, 2), 1)
+            x1, x2 = read(2 * j), read(2 * j + 1)
+        else:
+            second = d >= half
+            j = te.select(second, d - half, d)
+            x1, x2 = read(j), read(j + half)
+        c, s_ = (te.cast(angle(cache, b, s, j), "float64") for cache in (cos_cache, sin_cache))
+        value = te.select(second, x2 * c + x1 * s_, x1 * c - x2 * s_)
+        return te.cast(te.select(d < rot, value, read(d)), x.dtype)
+
+    if x.ndim == 4:
+        def f(b, h, s, d):
+            return rotated(lambda k: te.cast(x[b, h, s, k], "float64"), b, s, d)
+    else:
+        def f(b, s, hd):
+            h, d = te.floordiv(hd, head), te.floormod(hd, head)
+            return rotated(lambda k: te.cast(x[b, s, h * head + k], "float64"), b, s, d)
+
+    return [te.compute(x.shape, f, "rotary_embedding", requires)]
+
+
 define(
     "nn.rotary_embedding", 4,
     lambda types, attrs, consts=None: expect_tensor("nn.rotary_embedding", types[0], "input"),
     _rotary_kernel, OpPattern.OPAQUE,
     attrs=(AttrDef("interleaved", False, to_bool), AttrDef("num_heads", 0, to_int),
            AttrDef("rotary_embedding_dim", 0, to_int)),
-    shape_func=lambda attrs, args: [concrete(args[0])],
+    shape_func=lambda attrs, args: [concrete(args[0])], compute=_rotary_compute,
     doc="ONNX RotaryEmbedding(input, cos_cache, sin_cache, position_ids); an empty position_ids means the "
         "caches are already (batch, seq, dim/2).",
 )

@@ -15,6 +15,7 @@ from collections import Counter
 
 import numpy as np
 
+from .. import te
 from ..errors import AttrError, ExecutionError, ShapeError, TypeInferenceError
 from ..ir.types import Any, SymDim, TensorType, TupleType, normalize_dtype
 from ._common import expect_tensor
@@ -1213,18 +1214,39 @@ define_shaped(
 # shape queries, copy
 
 
+def _shape_of_compute(attrs, inputs, out_type):
+    """The input's dims (te expressions: symbols bound from the array at run time) as a 1-D tensor."""
+    x = inputs[0]
+
+    def f(i):
+        value = te.const(0, attrs.dtype)
+        for axis in range(x.ndim - 1, -1, -1):
+            value = te.select(te.eq(i, axis), te.cast(x.shape[axis], attrs.dtype), value)
+        return value
+
+    return [te.compute((x.ndim,), f, "shape_of")]
+
+
+def _ndarray_size_compute(attrs, inputs, out_type):
+    x = inputs[0]
+    size = te.const(1)
+    for d in x.shape:
+        size = size * d
+    return [te.compute((), lambda: te.cast(size, attrs.dtype), "ndarray_size")]
+
+
 define_shaped(
     "shape_of", 1, lambda op, attrs, shapes, err: (len(shapes[0]),),
     lambda attrs, shape, x: np.array(x.shape, dtype=attrs.dtype), OpPattern.OPAQUE,
     attrs=(AttrDef("dtype", "int32", to_int_dtype),), dtype_rule=lambda types, attrs: attrs.dtype,
-    doc="The shape of a tensor as a 1-D tensor (only the input's shape is read).",
+    doc="The shape of a tensor as a 1-D tensor (only the input's shape is read).", compute=_shape_of_compute,
 )
 
 define_shaped(
     "ndarray_size", 1, lambda op, attrs, shapes, err: (),
     lambda attrs, shape, x: np.array(x.size, dtype=attrs.dtype), OpPattern.OPAQUE,
     attrs=(AttrDef("dtype", "int32", to_int_dtype),), dtype_rule=lambda types, attrs: attrs.dtype,
-    doc="The number of elements of a tensor as a scalar.",
+    doc="The number of elements of a tensor as a scalar.", compute=_ndarray_size_compute,
 )
 
 define_shaped(
@@ -1308,7 +1330,7 @@ define_shaped(
 
 
 def _define_dyn(name: str, static: str, num_data: int, value_attrs: tuple, logic, kernel, rank,
-                attrs=(), dtype_rule=None, check_types=None, doc: str = ""):
+                attrs=(), dtype_rule=None, check_types=None, doc: str = "", compute=None):
     """``value_attrs``: per run-time input after the ``num_data`` data inputs, ``(attr name, converter)``
     where the converter turns the input's array into the static op's attribute value (or raises)."""
     def merged(attrs, values, err):
@@ -1348,7 +1370,8 @@ def _define_dyn(name: str, static: str, num_data: int, value_attrs: tuple, logic
         return np.asarray(kernel(full, out_shape, *arrays[:num_data]))
 
     return define(name, num_data + len(value_attrs), type_rel, checked_kernel, OpPattern.OPAQUE,
-                  attrs=attrs, shape_func=shape_func, data_dependent=(False,) * num_data + (True,) * len(value_attrs), doc=doc)
+                  attrs=attrs, shape_func=shape_func, data_dependent=(False,) * num_data + (True,) * len(value_attrs), doc=doc,
+                  compute=compute)
 
 
 def _int_scalar(arr: np.ndarray) -> int:
@@ -1396,18 +1419,58 @@ def _dyn_one_hot_rank(name, tensors, attrs):
     return tensors[0].ndim + 1
 
 
+# Their computes read the output dims from the output array (the shape function gave them), so the
+# run-time attribute is needed only where it picks the element: one_hot's depth is the output dim.
+
+
+def _dyn_reshape_compute(name: str):
+    def compute_fn(attrs, inputs, out_type):
+        from ..te.op_computes import _output_dims, _reshape_to
+
+        return [_reshape_to(name, inputs[0], _output_dims(name, out_type))]
+
+    return compute_fn
+
+
+def _dyn_tile_compute(attrs, inputs, out_type):
+    from ..te.op_computes import _output_dims
+
+    x = inputs[0]
+    shape = _output_dims("dyn.tile", out_type)
+    offset = len(shape) - x.ndim
+    return [te.compute(shape, lambda *i: x[tuple(te.floormod(i[a + offset], d) for a, d in enumerate(x.shape))],
+                       "dyn_tile")]
+
+
+def _dyn_one_hot_compute(attrs, inputs, out_type):
+    from ..te.op_computes import _output_dims
+
+    indices, on_value, off_value, _ = inputs
+    shape = _output_dims("dyn.one_hot", out_type)
+    axis = attrs.axis % (indices.ndim + 1)
+
+    def f(*i):
+        hot = te.eq(te.cast(indices[tuple(i[:axis]) + tuple(i[axis + 1:])], te.INDEX_DTYPE), i[axis])
+        return te.select(hot, te.cast(on_value[()], out_type.dtype), te.cast(off_value[()], out_type.dtype))
+
+    return [te.compute(shape, f, "dyn_one_hot")]
+
+
 _define_dyn("dyn.tile", "tile", 1, (("reps", lambda a: int_tuple(0)(_int_vector(a))),), _tile_logic,
             lambda attrs, shape, x: np.tile(x, attrs.reps), _dyn_tile_rank,
-            doc="tile(data, reps) with ``reps`` a run-time 1-D integer tensor.")
+            doc="tile(data, reps) with ``reps`` a run-time 1-D integer tensor.", compute=_dyn_tile_compute)
 _define_dyn("dyn.expand_dims", "expand_dims", 1, (("axis", _int_scalar),), _expand_dims_logic,
             lambda attrs, shape, x: x.reshape(shape), _dyn_expand_dims_rank,
             attrs=(AttrDef("num_newaxis", 1, lambda v: _nonneg(to_int(v))),),
-            doc="expand_dims(data, axis) with ``axis`` a run-time integer scalar.")
+            doc="expand_dims(data, axis) with ``axis`` a run-time integer scalar.",
+            compute=_dyn_reshape_compute("dyn.expand_dims"))
 _define_dyn("dyn.squeeze", "squeeze", 1, (("axis", _int_vector),), _squeeze_logic,
             lambda attrs, shape, x: x.reshape(shape), _dyn_squeeze_rank,
-            doc="squeeze(data, axis) with ``axis`` a run-time 1-D integer tensor of the axes to remove.")
+            doc="squeeze(data, axis) with ``axis`` a run-time 1-D integer tensor of the axes to remove.",
+            compute=_dyn_reshape_compute("dyn.squeeze"))
 _define_dyn("dyn.one_hot", "one_hot", 3, (("depth", lambda a: _nonneg(_int_scalar(a))),), _one_hot_logic,
             _one_hot_kernel, _dyn_one_hot_rank,
             attrs=(AttrDef("axis", -1, to_int), AttrDef("dtype", "", to_out_dtype)),
             dtype_rule=lambda types, attrs: attrs.dtype or types[1].dtype, check_types=_check_one_hot,
-            doc="one_hot(indices, on_value, off_value, depth) with ``depth`` a run-time integer scalar.")
+            doc="one_hot(indices, on_value, off_value, depth) with ``depth`` a run-time integer scalar.",
+            compute=_dyn_one_hot_compute)

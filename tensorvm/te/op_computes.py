@@ -1387,10 +1387,11 @@ def _window_extent(dim, kernel: int, pad_total: int, stride: int, dilation: int,
     return E.floordiv(room + (stride - 1 if ceil_mode else 0), stride) + 1, room
 
 
-def _padded(x: Tensor, layout: str, top: int, left: int, bottom: int, right: int, name: str):
-    """``x`` with zero padding around H and W (a compute of its own, so the code generator can
-    materialize it instead of testing the border inside the convolution's innermost loop)."""
-    if not (top or left or bottom or right):
+def _padded(x: Tensor, layout: str, top: int, left: int, bottom, right, name: str, fill=0):
+    """``x`` with ``fill`` around H and W (a compute of its own, so the code generator can materialize it
+    instead of testing the border inside a convolution's or pool's innermost loop); ``bottom`` and
+    ``right`` may be te expressions (a ceil-mode pool's room)."""
+    if all(isinstance(p, int) and p == 0 or E.is_const(p, 0) for p in (top, left, bottom, right)):
         return x
     h_axis, w_axis = layout.index("H"), layout.index("W")
     height, width = x.shape[h_axis], x.shape[w_axis]
@@ -1400,7 +1401,7 @@ def _padded(x: Tensor, layout: str, top: int, left: int, bottom: int, right: int
     def f(*i):
         y, z = i[h_axis] - top, i[w_axis] - left
         index = tuple(y if a == h_axis else z if a == w_axis else j for a, j in enumerate(i))
-        return select(E.all_of(y >= 0, y < height, z >= 0, z < width), x[index], const(0, x.dtype))
+        return select(E.all_of(y >= 0, y < height, z >= 0, z < width), x[index], const(fill, x.dtype))
 
     return compute(shape, f, name)
 
@@ -1477,7 +1478,7 @@ def nn_conv2d_transpose(attrs, inputs, out_type):
 
 
 def _pool(attrs, x: Tensor, kind: str):
-    xd, x_read = _layout_reader(x, attrs.layout, "NCHW")
+    xd, _ = _layout_reader(x, attrs.layout, "NCHW")
     pt, pl, pb, pr = attrs.padding
     (kh_, kw_), (sh, sw), (dh, dw) = attrs.pool_size, attrs.strides, attrs.dilation
     oh, room_h = _window_extent(xd["H"], kh_, pt + pb, sh, dh, attrs.ceil_mode)
@@ -1488,32 +1489,26 @@ def _pool(attrs, x: Tensor, kind: str):
     height, width = xd["H"], xd["W"]
     out_layout = attrs.out_layout or attrs.layout
     shape = {"N": xd["N"], "C": xd["C"], "H": oh, "W": ow}
+    # The windows read the data padded with the pool's neutral value, including the room the last
+    # ceil-mode window needs past the end padding: no border test in the window loop, which vectorizes.
+    bottom, right = pb, pr
+    if attrs.ceil_mode:
+        bottom = E.maximum((oh - 1) * sh + dh * (kh_ - 1) + 1 - (height + pt), pb)
+        right = E.maximum((ow - 1) * sw + dw * (kw_ - 1) + 1 - (width + pl), pr)
+    fill = E.min_value(x.dtype) if kind == "max" else 0
+    _, x_read = _layout_reader(_padded(x, attrs.layout, pt, pl, bottom, right, f"{kind}_pool2d_pad", fill),
+                               attrs.layout, "NCHW")
 
-    def inside_checks(y, z):
-        # Only the borders a window can cross: with no padding on a side and floor mode (room >= 0 is
-        # required) every window stays inside, and a kernel without the branch vectorizes.
-        checks = [y >= 0] if pt else []
-        checks += [y < height] if pb or attrs.ceil_mode else []
-        checks += [z >= 0] if pl else []
-        checks += [z < width] if pr or attrs.ceil_mode else []
-        return E.all_of(*checks) if checks else None
-
-    def position(H, W):
-        y, z = H * sh + kh.var * dh - pt, W * sw + kw.var * dw - pl
-        return y, z, inside_checks(y, z)
+    def window(N, C, H, W):
+        return x_read(N=N, C=C, H=H * sh + kh.var * dh, W=W * sw + kw.var * dw)
 
     if kind == "max":
-        def f(N, C, H, W):
-            y, z, inside = position(H, W)
-            return te_max(x_read(N=N, C=C, H=y, W=z), [kh, kw], where=inside)
-
-        return _layout_compute(shape, out_layout, f, "max_pool2d", requires)
+        return _layout_compute(shape, out_layout, lambda N, C, H, W: te_max(window(N, C, H, W), [kh, kw]),
+                               "max_pool2d", requires)
     acc = _acc_float(x.dtype) if dtype_kind(x.dtype) == "f" else "float64"
-
-    def total_fn(N, C, H, W):
-        y, z, inside = position(H, W)
-        return te_sum(cast(x_read(N=N, C=C, H=y, W=z), acc), [kh, kw], where=inside)
-
+    total = _layout_compute(shape, out_layout,
+                            lambda N, C, H, W: te_sum(cast(window(N, C, H, W), acc), [kh, kw]),
+                            "avg_pool2d_sum", requires)
     kh2, kw2 = reduce_axis(kh_, "ch"), reduce_axis(kw_, "cw")
 
     def count_fn(N, C, H, W):
@@ -1521,12 +1516,15 @@ def _pool(attrs, x: Tensor, kind: str):
         if attrs.count_include_pad:
             counted = E.all_of(y < height + pb, z < width + pr)
         else:
-            counted = inside_checks(y, z)
+            checks = [y >= 0] if pt else []
+            checks += [y < height] if pb or attrs.ceil_mode else []
+            checks += [z >= 0] if pl else []
+            checks += [z < width] if pr or attrs.ceil_mode else []
+            counted = E.all_of(*checks) if checks else None
         if counted is None:
             return te_sum(const(1.0, acc), [kh2, kw2])
         return te_sum(select(counted, const(1.0, acc), const(0.0, acc)), [kh2, kw2])
 
-    total = _layout_compute(shape, out_layout, total_fn, "avg_pool2d_sum", requires)
     count = _layout_compute(shape, out_layout, count_fn, "avg_pool2d_count")
     return compute(total.shape, lambda *i: cast(total[i] / E.maximum(count[i], const(1.0, acc)), x.dtype),
                    "avg_pool2d")

@@ -353,6 +353,10 @@ CASES = [
                     {"pool_size": [3, 3], "padding": [1, 1], "count_include_pad": True})],
     Case("nn.max_pool2d", lambda rng: [(1, 6, 5, 2)], (F32,), attrs={"pool_size": [2, 2], "layout": "NHWC"},
          dynamic=False),
+    *[Case(op, lambda rng: [(int(rng.integers(1, 3)), int(rng.integers(4, 9)), int(rng.integers(4, 9)), 2)],
+           (F32, "int8"), attrs={"pool_size": [3, 3], "strides": [2, 2], "padding": [1, 0, 2, 1], "ceil_mode": True,
+                                 "layout": "NHWC"}, label="padded_ceil_nhwc")
+      for op in ("nn.max_pool2d", "nn.avg_pool2d")],
     *[Case(op, _pool_sample, (F32, "int32")) for op in ("nn.global_avg_pool2d", "nn.global_max_pool2d")],
     *[Case(op, _pool_sample, (F32,), attrs={"output_size": [3, 2]})
       for op in ("nn.adaptive_avg_pool2d", "nn.adaptive_max_pool2d")],
@@ -466,16 +470,11 @@ def _conforming_sample(case, rng, static_shapes):
     return static_shapes
 
 
-# Not covered yet: the ONNX importer's N-d convolution and pooling (their fused groups run on NumPy).
-_NO_COMPUTE_YET = {"nn.conv_nd", "nn.conv_transpose_nd", "nn.pool_nd"}
-
-
 def test_every_fusable_op_has_a_compute():
     """Every fusable op has a compute, except those whose output shape comes from an input's *values*
     (ONNX passes axes, pads and slice bounds as tensors): a compute is shape-generic, not value-generic."""
     missing = [name for name in op_names() if get_op(name).pattern != OpPattern.OPAQUE
-               and get_op(name).compute is None and not get_op(name).is_data_dependent
-               and name not in _NO_COMPUTE_YET]
+               and get_op(name).compute is None and not get_op(name).is_data_dependent]
     assert missing == []
 
 
