@@ -1,0 +1,250 @@
+"""image.resize2d and dyn.image.resize2d (Relay's signatures) against a loop oracle with exact
+(Fraction) source coordinates and Keys' cubic kernel written from its definition; on the kernel, the
+interpreter, target python and target c (no NumPy fallback)."""
+
+from __future__ import annotations
+
+import math
+from fractions import Fraction
+
+import numpy as np
+import pytest
+from op_testing import check_op
+from relay_runner import check_everywhere, run_everywhere
+
+import tensorvm as tv
+from tensorvm.errors import AttrError, ShapeError, TypeInferenceError
+from tensorvm.ir.types import Any, SymDim, TensorType
+from tensorvm.op import get_op
+
+MODES = ("half_pixel", "align_corners", "asymmetric", "pytorch_half_pixel", "tf_half_pixel_for_nn",
+         "tf_crop_and_resize")
+
+
+def _coordinate(mode, i, size_in, size_out, start, end):
+    if mode == "tf_crop_and_resize":
+        if size_out > 1:
+            return start * (size_in - 1) + i * (end - start) * (size_in - 1) / (size_out - 1)
+        return 0.5 * (start + end) * (size_in - 1)
+    i, n, m = Fraction(i), Fraction(size_in), Fraction(size_out)
+    half = Fraction(1, 2)
+    if mode == "half_pixel" or (mode == "pytorch_half_pixel" and size_out > 1):
+        return (i + half) * n / m - half
+    if mode == "pytorch_half_pixel":
+        return Fraction(0)
+    if mode == "align_corners":
+        return i * (n - 1) / (m - 1) if size_out > 1 else Fraction(0)
+    if mode == "asymmetric":
+        return i * n / m
+    return (i + half) * n / m  # tf_half_pixel_for_nn
+
+
+def _nearest(c, rounding):
+    c = Fraction(c)
+    if rounding in ("", "round"):
+        return round(c)  # Python rounds a Fraction half to even
+    if rounding == "round_prefer_floor":
+        return math.ceil(c - Fraction(1, 2))
+    if rounding == "round_prefer_ceil":
+        return math.floor(c + Fraction(1, 2))
+    return math.floor(c) if rounding == "floor" else math.ceil(c)
+
+
+def _keys(d, a):
+    d = abs(d)
+    if d <= 1:
+        return (a + 2) * d**3 - (a + 3) * d**2 + 1
+    if d < 2:
+        return a * d**3 - 5 * a * d**2 + 8 * a * d - 4 * a
+    return 0.0
+
+
+def _taps(c, size, method, alpha, exclude):
+    """(input positions, weights) of one axis."""
+    base = math.floor(c)
+    t = float(c - base)
+    if method == "linear":
+        return [base, base + 1], [1 - t, t]
+    positions = [base + k for k in (-1, 0, 1, 2)]
+    weights = [_keys(t - k, alpha) for k in (-1, 0, 1, 2)]
+    if exclude:
+        weights = [w if 0 <= p < size else 0.0 for p, w in zip(positions, weights)]
+        weights = [w / sum(weights) for w in weights]
+    return positions, weights
+
+
+def resize2d_oracle(x, size, method="linear", mode="half_pixel", rounding="", alpha=-0.5, exclude=0,
+                    roi=(0.0, 0.0, 0.0, 0.0), extrapolation=0.0, layout="NCHW", out_dtype=None):
+    """Plain loops over the output pixels (NCHW or NHWC)."""
+    xc = x if layout == "NCHW" else x.transpose(0, 3, 1, 2)
+    n, c, h, w = xc.shape
+    oh, ow = size
+    out = np.zeros((n, c, oh, ow))
+    clamp = lambda v, s: min(max(v, 0), s - 1)  # noqa: E731
+    for i in range(oh):
+        cy = _coordinate(mode, i, h, oh, roi[0], roi[2])
+        for j in range(ow):
+            cx = _coordinate(mode, j, w, ow, roi[1], roi[3])
+            if mode == "tf_crop_and_resize" and not (0 <= cy <= h - 1 and 0 <= cx <= w - 1):
+                out[:, :, i, j] = extrapolation
+            elif method == "nearest_neighbor":
+                out[:, :, i, j] = xc[:, :, clamp(_nearest(cy, rounding), h), clamp(_nearest(cx, rounding), w)]
+            else:
+                ys, wy = _taps(cy, h, method, alpha, exclude)
+                xs, wx = _taps(cx, w, method, alpha, exclude)
+                out[:, :, i, j] = sum(a * b * xc[:, :, clamp(p, h), clamp(q, w)].astype(np.float64)
+                                      for p, a in zip(ys, wy) for q, b in zip(xs, wx))
+    dtype = np.dtype(out_dtype or x.dtype)
+    if dtype.kind in "iu" and method != "nearest_neighbor":
+        out = np.clip(np.rint(out), np.iinfo(dtype).min, np.iinfo(dtype).max)
+    out = out.astype(dtype)
+    return out if layout == "NCHW" else out.transpose(0, 2, 3, 1)
+
+
+def _data(shape, dtype="float32", seed=0):
+    rng = np.random.default_rng(seed)
+    if np.dtype(dtype).kind == "f":
+        return rng.standard_normal(shape).astype(dtype)
+    return rng.integers(0, 200, shape).astype(dtype)
+
+
+def test_known_values():
+    row = np.array([[[[0.0, 1.0]]]], "float32")
+    cases = [
+        (dict(method="linear", coordinate_transformation_mode="align_corners"), (1, 3), [0.0, 0.5, 1.0]),
+        (dict(method="nearest_neighbor", coordinate_transformation_mode="asymmetric"), (1, 4), [0, 0, 1, 1]),
+        (dict(method="linear", coordinate_transformation_mode="half_pixel"), (1, 4), [0, 0.25, 0.75, 1]),
+        # asymmetric 2 -> 3: coordinate 2/3 rounds to 1; 4/3 to 1
+        (dict(method="nearest_neighbor", coordinate_transformation_mode="asymmetric"), (1, 3), [0, 1, 1]),
+    ]
+    for attrs, size, expected in cases:
+        out = get_op("image.resize2d").kernel({"size": size, **attrs}, row)
+        np.testing.assert_array_equal(out.reshape(-1), np.array(expected, "float32"))
+
+
+def test_rounding_ties():
+    # asymmetric 2 -> 4 on width 3... 3 -> 2: coordinates 0 and 1.5 (a tie)
+    x = np.array([[[[10, 20, 30]]]], "int32")
+    for rounding, expected in [("round", [10, 30]), ("round_prefer_floor", [10, 20]),
+                               ("round_prefer_ceil", [10, 30]), ("floor", [10, 20]), ("ceil", [10, 30])]:
+        out = get_op("image.resize2d").kernel({"size": (1, 2), "method": "nearest_neighbor",
+                                               "coordinate_transformation_mode": "asymmetric",
+                                               "rounding_method": rounding}, x)
+        assert out.reshape(-1).tolist() == expected, rounding
+
+
+CASES = [(method, mode) for method in ("nearest_neighbor", "linear", "cubic") for mode in MODES]
+
+
+@pytest.mark.parametrize("method, mode", CASES)
+def test_kernel_and_types_match_the_oracle(method, mode):
+    x = _data((2, 3, 5, 4))
+    attrs = {"size": (7, 3), "method": method, "coordinate_transformation_mode": mode,
+             "roi": (0.1, -0.2, 0.8, 1.3), "extrapolation_value": -2.0}
+    expected = resize2d_oracle(x, (7, 3), method, mode, roi=attrs["roi"], extrapolation=-2.0)
+    check_op("image.resize2d", [x], attrs, expected, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+def test_every_method_and_mode_on_every_executor(layout):
+    """One program holding every (method, mode) pair, with ? dims: compiled once per target."""
+    shape = (2, 3, 5, 4) if layout == "NCHW" else (2, 5, 4, 3)
+    x = _data(shape, seed=1)
+    roi = (0.1, -0.2, 0.8, 1.3)
+    calls, expected = [], []
+    for method, mode in CASES:
+        for size in ((7, 3), (1, 1)):
+            extra = ', rounding_method="round_prefer_ceil"' if method == "nearest_neighbor" and size[0] == 1 else ""
+            extra += ", cubic_exclude=1" if method == "cubic" and size[0] == 1 else ""
+            rounding = "round_prefer_ceil" if extra.startswith(", rounding") else ""
+            calls.append(f'image.resize2d(%x, size=[{size[0]}, {size[1]}], roi=[0.1f, -0.2f, 0.8f, 1.3f], '
+                         f'layout="{layout}", method="{method}", coordinate_transformation_mode="{mode}", '
+                         f'cubic_alpha=-0.75f, extrapolation_value=-2f{extra})')
+            expected.append(resize2d_oracle(x, size, method, mode, rounding, -0.75, int("exclude" in extra), roi,
+                                            -2.0, layout))
+    dims = "?, 3, ?, ?" if layout == "NCHW" else "?, ?, ?, 3"
+    text = f"def @main(%x: Tensor[({dims}), float32]) {{ ({', '.join(calls)}) }}"
+    check_everywhere(text, [x], tuple(expected), rtol=1e-5, atol=1e-5)
+
+
+def test_integer_data_and_out_dtype():
+    x = _data((1, 2, 3, 5), "uint8")
+    text = ('def @main(%x: Tensor[(1, 2, 3, 5), uint8]) { (image.resize2d(%x, size=[4, 8], method="cubic"), '
+            'image.resize2d(%x, size=[4, 8], out_dtype="float32"), '
+            'image.resize2d(%x, size=[6, 2], method="nearest_neighbor", rounding_method="floor")) }')
+    expected = (resize2d_oracle(x, (4, 8), "cubic"), resize2d_oracle(x, (4, 8), out_dtype="float32"),
+                resize2d_oracle(x, (6, 2), "nearest_neighbor", rounding="floor"))
+    check_everywhere(text, [x], expected)
+
+
+def test_types_static_any_symbolic():
+    rel = get_op("image.resize2d").type_rel
+    n = SymDim("n")
+    out = rel([TensorType((n, 3, Any(), 4), "float32")], {"size": (5, 6)})
+    assert out == TensorType((n, 3, 5, 6), "float32")
+    out = rel([TensorType((n, Any(), Any(), 8), "float16")], {"size": (5, 6), "layout": "NHWC",
+                                                               "out_dtype": "float32"})
+    assert out == TensorType((n, 5, 6, 8), "float32")
+    with pytest.raises(TypeInferenceError, match="rank 4"):
+        rel([TensorType((3, 4, 4), "float32")], {"size": (5, 6)})
+    with pytest.raises(TypeInferenceError, match="empty"):
+        rel([TensorType((1, 1, 0, 4), "float32")], {"size": (5, 6)})
+    with pytest.raises(AttrError):
+        get_op("image.resize2d").normalize_attrs({"size": (5, 6), "method": "bilinear"})
+    with pytest.raises(AttrError):
+        get_op("image.resize2d").normalize_attrs({"size": (5, 6), "roi": (0.0, 1.0)})
+
+
+def test_empty_input_with_unknown_dims_is_a_run_time_error():
+    text = "def @main(%x: Tensor[(1, 1, ?, ?), float32]) { image.resize2d(%x, size=[2, 2]) }"
+    mod = tv.parse('#[version = "0.0.5"]\n' + text)
+    x = np.zeros((1, 1, 0, 3), "float32")
+    with pytest.raises(ShapeError):
+        tv.create_executor("debug", mod).evaluate()(x)
+    exe = tv.vm.compile(mod, target="c")
+    with pytest.raises(tv.errors.TensorVMError, match="empty"):
+        tv.vm.VirtualMachine(exe).invoke("main", x)
+
+
+def test_dyn_resize2d():
+    x = _data((2, 5, 4, 3), seed=2)
+    roi = np.array([0.2, 0.1, 0.9, 0.7], "float32")
+    text = ('def @main(%x: Tensor[(2, ?, ?, 3), float32], %size: Tensor[(2), int64], %roi: Tensor[(4), float32]) '
+            '{ (dyn.image.resize2d(%x, %size, %roi, layout="NHWC", method="cubic", '
+            'coordinate_transformation_mode="tf_crop_and_resize", extrapolation_value=9f), '
+            'dyn.image.resize2d(%x, %size, %roi, layout="NHWC", method="nearest_neighbor", '
+            'coordinate_transformation_mode="asymmetric")) }')
+    for size in ((6, 2), (3, 9)):
+        expected = (resize2d_oracle(x, size, "cubic", "tf_crop_and_resize", roi=tuple(float(v) for v in roi),
+                                    extrapolation=9.0, layout="NHWC"),
+                    resize2d_oracle(x, size, "nearest_neighbor", "asymmetric", layout="NHWC"))
+        check_everywhere(text, [x, np.array(size, "int64"), roi], expected, rtol=1e-5, atol=1e-5)
+
+
+def test_dyn_resize2d_types_and_errors():
+    rel = get_op("dyn.image.resize2d").type_rel
+    data = TensorType((1, 3, Any(), 4), "float32")
+    size_t, roi_t = TensorType((2,), "int32"), TensorType((4,), "float32")
+    assert rel([data, size_t, roi_t], {}) == TensorType((1, 3, Any(), Any()), "float32")
+    assert rel([data, size_t, roi_t], {}, [None, np.array([5, 6], "int32"), None]) == \
+        TensorType((1, 3, 5, 6), "float32")
+    with pytest.raises(TypeInferenceError, match="length of size"):
+        rel([data, TensorType((3,), "int32"), roi_t], {})
+    with pytest.raises(TypeInferenceError, match="float"):
+        rel([data, size_t, TensorType((4,), "int32")], {})
+    check_op("dyn.image.resize2d", [_data((1, 2, 3, 3)), np.array([4, 2], "int32"), np.zeros(4, "float32")],
+             {"method": "linear"}, resize2d_oracle(_data((1, 2, 3, 3)), (4, 2)), rtol=1e-5, atol=1e-6,
+             consts=True)
+    with pytest.raises(ShapeError, match="non-negative"):
+        get_op("dyn.image.resize2d").kernel({}, _data((1, 1, 2, 2)), np.array([-1, 2]), np.zeros(4, "float32"))
+
+
+def test_relay_text_default_attrs_run():
+    # the attributes as TVM prints them
+    text = ('def @main(%x: Tensor[(1, 1, 2, 2), float32]) { image.resize2d(%x, size=[3, 3], roi=[0f, 0f, 0f, 0f], '
+            'layout="NCHW", method="linear", coordinate_transformation_mode="align_corners", rounding_method="", '
+            'cubic_alpha=-0.5f, cubic_exclude=0, extrapolation_value=0f, out_dtype="") }')
+    x = np.array([[[[0, 2], [4, 6]]]], "float32")
+    expected = np.array([[[[0, 1, 2], [2, 3, 4], [4, 5, 6]]]], "float32")
+    for result in run_everywhere(text, x).values():
+        np.testing.assert_allclose(result, expected, atol=1e-6)
