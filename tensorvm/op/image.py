@@ -1,5 +1,5 @@
-"""Relay's image operators: ``image.resize2d`` and ``dyn.image.resize2d`` (size and roi as tensors),
-``image.grid_sample`` and ``image.affine_grid``.
+"""Relay's resampling operators: ``image.resize2d`` and ``dyn.image.resize2d`` (size and roi as
+tensors), ``nn.upsampling``/``nn.upsampling3d`` and their ``dyn.nn`` forms (scales as tensors).
 
 The sampling arithmetic (source coordinates, rounding, interpolation weights) is written once, over a
 small math namespace: ``_NP`` evaluates it on NumPy index arrays (the reference kernels), ``_TE`` on
@@ -33,13 +33,14 @@ from .transform import (
     is_int_dtype,
     layout_of,
     one_of,
+    to_bool,
     to_float,
     to_int,
     to_out_dtype,
     unify_dim,
 )
 
-__all__ = ["resize_coordinate"]
+__all__ = ["resize_coordinate", "resize_numpy", "resize_te"]
 
 F64 = "float64"
 
@@ -129,64 +130,126 @@ def _cubic_weights(t, alpha):
             alpha * (t2 - t3)]
 
 
-def _lerp(a, b, t):
-    return a * (1.0 - t) + b * t
-
-
 def _clamp(m, i, size):
     return m.minimum(m.maximum(i, 0), size - 1)
 
 
-def _resize_value(m, attrs, read, cy, cx, in_h, in_w):
-    """The resized value (float64; for nearest the raw element) at source coordinates (cy, cx).
-
-    ``read(y, x)`` reads the input at integer positions already clamped into range."""
-    method = attrs.method
-    if method == "nearest_neighbor":
-        rounding = attrs.rounding_method or "round"
-        y = _clamp(m, m.to_int(_nearest_index(m, rounding, cy)), in_h)
-        x = _clamp(m, m.to_int(_nearest_index(m, rounding, cx)), in_w)
-        return read(y, x)
-    y0f, x0f = m.floor(cy), m.floor(cx)
-    ty, tx = cy - y0f, cx - x0f
-    y0, x0 = m.to_int(y0f), m.to_int(x0f)
-    if method == "linear":
-        def row(dy):
-            y = _clamp(m, y0 + dy, in_h)
-            return _lerp(m.to_float(read(y, _clamp(m, x0, in_w))), m.to_float(read(y, _clamp(m, x0 + 1, in_w))), tx)
-
-        return _lerp(row(0), row(1), ty)
-    wy, wx = _cubic_weights(ty, attrs.cubic_alpha), _cubic_weights(tx, attrs.cubic_alpha)
-    if attrs.cubic_exclude:
-        wy = _excluded(m, wy, y0, in_h)
-        wx = _excluded(m, wx, x0, in_w)
-    total = 0.0
-    for j in range(4):
-        y = _clamp(m, y0 + (j - 1), in_h)
-        row = 0.0
-        for i in range(4):
-            row = row + wx[i] * m.to_float(read(y, _clamp(m, x0 + (i - 1), in_w)))
-        total = total + wy[j] * row
-    return total
+def _axis_taps(m, spec, c, size):
+    """(clamped input positions, weights) that one axis reads around the source coordinate ``c``."""
+    base_f = m.floor(c)
+    t, base = c - base_f, m.to_int(base_f)
+    if spec.method == "linear":
+        return [_clamp(m, base, size), _clamp(m, base + 1, size)], [1.0 - t, t]
+    weights = _cubic_weights(t, spec.cubic_alpha)
+    if spec.cubic_exclude:  # taps outside the input get weight 0, the others are renormalized
+        weights = [m.where(m.logical_or(base + (k - 1) < 0, base + (k - 1) >= size), 0.0, w)
+                   for k, w in enumerate(weights)]
+        total = weights[0] + weights[1] + weights[2] + weights[3]
+        weights = [w / total for w in weights]
+    return [_clamp(m, base + (k - 1), size) for k in range(4)], weights
 
 
-def _excluded(m, weights, base, size):
-    """cubic_exclude: taps outside the input get weight 0, the others are renormalized."""
-    kept = [m.where(m.logical_or(base + (k - 1) < 0, base + (k - 1) >= size), 0.0, w) for k, w in enumerate(weights)]
-    total = kept[0] + kept[1] + kept[2] + kept[3]
-    return [w / total for w in kept]
+def _sample(m, spec, read, coords, sizes):
+    """The value at the source coordinates ``coords`` (one per spatial axis): the nearest element, or
+    the separable linear/cubic interpolation in float64 (the last axis innermost).
+
+    ``read(*positions)`` reads the input at integer positions already clamped into range."""
+    if spec.method == "nearest_neighbor":
+        return read(*(_clamp(m, m.to_int(_nearest_index(m, spec.rounding, c)), n) for c, n in zip(coords, sizes)))
+    taps = [_axis_taps(m, spec, c, n) for c, n in zip(coords, sizes)]
+
+    def along(axis, prefix):
+        if axis == len(taps):
+            return m.to_float(read(*prefix))
+        positions, weights = taps[axis]
+        values = [along(axis + 1, prefix + (p,)) for p in positions]
+        if spec.method == "linear":
+            return values[0] * weights[0] + values[1] * weights[1]
+        total = values[0] * weights[0]
+        for v, w in zip(values[1:], weights[1:]):
+            total = total + v * w
+        return total
+
+    return along(0, ())
 
 
-def _finish(m, attrs, value, cy, cx, in_h, in_w, dtype: str, roi):
+def _finish(m, spec, value, coords, sizes, dtype: str):
     """Extrapolation (tf_crop_and_resize) and the conversion to the output dtype (integers round)."""
-    if attrs.method != "nearest_neighbor" and is_int_dtype(dtype):
+    if spec.method != "nearest_neighbor" and is_int_dtype(dtype):
         info = np.iinfo(dtype)
         value = m.minimum(m.maximum(m.rint(value), float(info.min)), float(info.max))
-    if attrs.coordinate_transformation_mode == "tf_crop_and_resize":
-        outside = m.logical_or(m.logical_or(cy < 0, cy > m.to_float(in_h - 1)),
-                               m.logical_or(cx < 0, cx > m.to_float(in_w - 1)))
-        value = m.where(outside, m.to_float(attrs.extrapolation_value), m.to_float(value))
+    if spec.mode == "tf_crop_and_resize":
+        outside = None
+        for c, n in zip(coords, sizes):
+            out_c = m.logical_or(c < 0, c > m.to_float(n - 1))
+            outside = out_c if outside is None else m.logical_or(outside, out_c)
+        value = m.where(outside, m.to_float(spec.extrapolation_value), m.to_float(value))
     return value
+
+
+class _Spec:
+    """The sampling parameters of one resize (from the attributes of resize2d or upsampling)."""
+
+    def __init__(self, method, mode, rounding="", cubic_alpha=-0.5, cubic_exclude=0, extrapolation_value=0.0):
+        self.method = {"bilinear": "linear", "trilinear": "linear", "bicubic": "cubic"}.get(method, method)
+        self.mode = mode
+        # Relay's default rounding: round for align_corners, else floor
+        self.rounding = rounding or ("round" if mode == "align_corners" else "floor")
+        self.cubic_alpha, self.cubic_exclude, self.extrapolation_value = cubic_alpha, cubic_exclude, extrapolation_value
+
+
+def _resize_spec(attrs) -> _Spec:
+    return _Spec(attrs.method, attrs.coordinate_transformation_mode, attrs.rounding_method, attrs.cubic_alpha,
+                 attrs.cubic_exclude, attrs.extrapolation_value)
+
+
+def resize_numpy(spec: _Spec, x: np.ndarray, layout: str, out_sizes, roi, dtype: str) -> np.ndarray:
+    """The reference kernel: the shared sampling code over index arrays of the output's spatial axes.
+    ``layout`` has the letters N, C and the spatial ones (in canonical order ``spatial``)."""
+    spatial = "DHW"[3 - (x.ndim - 2):]
+    canonical = "NC" + spatial
+    xc = x.transpose([layout.index(c) for c in canonical])
+    in_sizes = xc.shape[2:]
+    out = np.zeros(xc.shape[:2] + tuple(out_sizes), dtype=dtype)
+    if out.size and 0 in in_sizes:
+        raise ShapeError(f"resize: cannot resize the empty input {x.shape} to {tuple(out_sizes)}")
+    if out.size:
+        d = len(spatial)
+        coords = []
+        for k, (n_in, n_out) in enumerate(zip(in_sizes, out_sizes)):
+            index = np.arange(n_out, dtype=np.int64).reshape((1,) * k + (n_out,) + (1,) * (d - k - 1))
+            coords.append(resize_coordinate(_NP, spec.mode, index, n_in, n_out, roi[k], roi[k + d]))
+        value = _sample(_NP, spec, lambda *p: xc[(slice(None), slice(None)) + p], coords, in_sizes)
+        out[...] = np.asarray(_finish(_NP, spec, value, coords, in_sizes, dtype)).astype(dtype)
+    return np.ascontiguousarray(out.transpose([canonical.index(c) for c in layout]))
+
+
+def resize_te(spec: _Spec, x, layout: str, out_sizes, roi, dtype: str, name: str):
+    """The compute: ``out_sizes`` and ``roi`` are te expressions (attributes or reads of tensors)."""
+    spatial = "DHW"[3 - (x.ndim - 2):]
+    xd, x_read = _layout_reader(x, layout, "NC" + spatial)
+    in_sizes = [xd[c] for c in spatial]
+    d = len(spatial)
+    nonempty = E.all_of(*(n > 0 for n in in_sizes))
+    requires = [(E.logical_or(nonempty, E.eq(_product(out_sizes), 0)),
+                 f"{name}: cannot resize an empty input to a non-empty output")]
+
+    def f(**index):
+        coords = [resize_coordinate(_TE, spec.mode, index[c], n_in, n_out, roi[k], roi[k + d])
+                  for k, (c, n_in, n_out) in enumerate(zip(spatial, in_sizes, out_sizes))]
+        value = _sample(_TE, spec, lambda *p: x_read(N=index["N"], C=index["C"], **dict(zip(spatial, p))), coords,
+                        in_sizes)
+        return cast(_finish(_TE, spec, value, coords, in_sizes, dtype), dtype)
+
+    shape = {"N": xd["N"], "C": xd["C"], **dict(zip(spatial, out_sizes))}
+    return _layout_compute(shape, layout, f, name.replace(".", "_"), requires)
+
+
+def _product(dims):
+    total = const(1)
+    for dim in dims:
+        total = total * dim
+    return total
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -217,7 +280,8 @@ _RESIZE_COMMON = (
     AttrDef("layout", "NCHW", layout_of("NCHW")),
     AttrDef("method", "linear", _METHODS),
     AttrDef("coordinate_transformation_mode", "half_pixel", _COORDINATE_MODES),
-    AttrDef("rounding_method", "", _ROUNDING, "nearest_neighbor's rounding; empty: round (half to even)"),
+    AttrDef("rounding_method", "", _ROUNDING, "nearest_neighbor's rounding (round: half to even); empty: round "
+                                              "for align_corners, else floor"),
     AttrDef("cubic_alpha", -0.5, to_float),
     AttrDef("cubic_exclude", 0, to_int),
     AttrDef("extrapolation_value", 0.0, to_float),
@@ -244,46 +308,6 @@ def _resize_dtype(op, data: TensorType, attrs) -> str:
     return dtype
 
 
-def _resize2d_numpy(attrs, x: np.ndarray, size, roi, dtype: str) -> np.ndarray:
-    """The reference kernel: the shared sampling code over index arrays of the output's H and W."""
-    layout = attrs.layout
-    canonical = x.transpose([layout.index(c) for c in "NCHW"])
-    in_h, in_w = canonical.shape[2:]
-    out_h, out_w = size
-    out = np.zeros(canonical.shape[:2] + (out_h, out_w), dtype=dtype)
-    if out.size and (in_h == 0 or in_w == 0):
-        raise ShapeError(f"image.resize2d: cannot resize the empty input {x.shape} to {tuple(size)}")
-    if out.size:
-        mode = attrs.coordinate_transformation_mode
-        ys = np.arange(out_h, dtype=np.int64)[:, None]
-        xs = np.arange(out_w, dtype=np.int64)[None, :]
-        cy = resize_coordinate(_NP, mode, ys, in_h, out_h, roi[0], roi[2])
-        cx = resize_coordinate(_NP, mode, xs, in_w, out_w, roi[1], roi[3])
-        value = _resize_value(_NP, attrs, lambda y, z: canonical[:, :, y, z], cy, cx, in_h, in_w)
-        value = _finish(_NP, attrs, value, cy, cx, in_h, in_w, dtype, roi)
-        out[...] = np.asarray(value).astype(dtype)
-    return np.ascontiguousarray(out.transpose(["NCHW".index(c) for c in layout]))
-
-
-def _resize2d_te(attrs, x, out_hw, roi, dtype: str, name: str):
-    """The compute: ``out_hw`` and ``roi`` are te expressions (attributes or reads of tensors)."""
-    xd, x_read = _layout_reader(x, attrs.layout, "NCHW")
-    in_h, in_w = xd["H"], xd["W"]
-    out_h, out_w = out_hw
-    mode = attrs.coordinate_transformation_mode
-    requires = [(E.logical_or(E.logical_and(in_h > 0, in_w > 0), E.eq(out_h * out_w, 0)),
-                 f"{name}: cannot resize an empty image to a non-empty one")]
-
-    def f(N, C, H, W):
-        cy = resize_coordinate(_TE, mode, H, in_h, out_h, roi[0], roi[2])
-        cx = resize_coordinate(_TE, mode, W, in_w, out_w, roi[1], roi[3])
-        value = _resize_value(_TE, attrs, lambda y, z: x_read(N=N, C=C, H=y, W=z), cy, cx, in_h, in_w)
-        return cast(_finish(_TE, attrs, value, cy, cx, in_h, in_w, dtype, roi), dtype)
-
-    shape = {"N": xd["N"], "C": xd["C"], "H": out_h, "W": out_w}
-    return _layout_compute(shape, attrs.layout, f, name.replace(".", "_"), requires)
-
-
 def _resize2d_rel(types, attrs, consts=None):
     op = "image.resize2d"
     data = expect_tensor(op, types[0], "data")
@@ -294,13 +318,13 @@ def _resize2d_rel(types, attrs, consts=None):
 def _resize2d_compute(attrs, inputs, out_type):
     roi = [const(v, F64) for v in attrs.roi]
     size = tuple(const(s) for s in attrs.size)
-    return [_resize2d_te(attrs, inputs[0], size, roi, _out_dtype(out_type), "image.resize2d")]
+    return [resize_te(_resize_spec(attrs), inputs[0], attrs.layout, size, roi, _out_dtype(out_type), "image.resize2d")]
 
 
 define(
     "image.resize2d", 1, _resize2d_rel,
-    lambda attrs, x: _resize2d_numpy(attrs, np.asarray(x), attrs.size, attrs.roi,
-                                     attrs.out_dtype or np.asarray(x).dtype.name),
+    lambda attrs, x: resize_numpy(_resize_spec(attrs), np.asarray(x), attrs.layout, attrs.size, attrs.roi,
+                                  attrs.out_dtype or np.asarray(x).dtype.name),
     OpPattern.INJECTIVE,
     attrs=(AttrDef("size", REQUIRED, _size_pair), AttrDef("roi", (0.0, 0.0, 0.0, 0.0), _roi)) + _RESIZE_COMMON,
     shape_func=lambda attrs, args: [_resize_out_shape("image.resize2d", concrete(args[0]), attrs.layout,
@@ -355,7 +379,8 @@ def _dyn_resize2d_kernel(attrs, x, size, roi):
     x = np.asarray(x)
     size = _dyn_size(op, size, ShapeError)
     _resize_out_shape(op, x.shape, attrs.layout, size, ShapeError)
-    return _resize2d_numpy(attrs, x, size, _dyn_roi(op, roi, ShapeError), attrs.out_dtype or x.dtype.name)
+    return resize_numpy(_resize_spec(attrs), x, attrs.layout, size, _dyn_roi(op, roi, ShapeError),
+                        attrs.out_dtype or x.dtype.name)
 
 
 def _dyn_resize2d_compute(attrs, inputs, out_type):
@@ -363,7 +388,7 @@ def _dyn_resize2d_compute(attrs, inputs, out_type):
     dims = _output_dims("dyn.image.resize2d", out_type)
     out_hw = (dims[attrs.layout.index("H")], dims[attrs.layout.index("W")])
     roi = [cast(roi_t[(const(k),)], F64) for k in range(4)]
-    return [_resize2d_te(attrs, x, out_hw, roi, _out_dtype(out_type), "dyn.image.resize2d")]
+    return [resize_te(_resize_spec(attrs), x, attrs.layout, out_hw, roi, _out_dtype(out_type), "dyn.image.resize2d")]
 
 
 define(
@@ -375,3 +400,150 @@ define(
     data_dependent=(False, True, False), compute=_dyn_resize2d_compute,
     doc="image.resize2d with the output (height, width) and the roi given as run-time tensors.",
 )
+
+
+# ---------------------------------------------------------------------------------------------------
+# nn.upsampling, nn.upsampling3d and their dyn forms (scales as run-time scalars): a resize to
+# round(dim * scale) (half to even, like Relay's shape rule) with no roi.
+
+
+def _positive_float(value) -> float:
+    value = to_float(value)
+    if not value > 0:
+        raise ValueError(f"expected a positive scale, got {value}")
+    return value
+
+
+def _scaled_dim(dim, scale: float):
+    if isinstance(dim, int):
+        return int(round(dim * scale))
+    return dim if scale == 1.0 else Any()
+
+
+def _upsampling_shape(op, shape, layout, scales, err):
+    spatial = "DHW"[3 - len(scales):]
+    if len(shape) != len(layout):
+        raise err(f"{op}: data must have rank {len(layout)} ({layout}), got shape {fmt_shape(shape)}")
+    out = list(shape)
+    for letter, scale in zip(spatial, scales, strict=True):
+        out[layout.index(letter)] = _scaled_dim(shape[layout.index(letter)], scale)
+    return tuple(out)
+
+
+def _upsampling_spec(attrs) -> _Spec:
+    if "align_corners" in attrs:
+        return _Spec(attrs.method, "align_corners" if attrs.align_corners else "asymmetric")
+    return _Spec(attrs.method, attrs.coordinate_transformation_mode)
+
+
+def _numeric_data(op, data: TensorType) -> TensorType:
+    if data.dtype == "bool":
+        raise TypeInferenceError(f"{op}: expected numeric data, got bool")
+    return data
+
+
+def _te_scaled(dim, scale):
+    return cast(M.round(cast(dim, F64) * scale), "int64")
+
+
+_UP_SCALES = {"nn.upsampling": ("scale_h", "scale_w"), "nn.upsampling3d": ("scale_d", "scale_h", "scale_w")}
+_UP_ATTRS = {
+    "nn.upsampling": (AttrDef("layout", "NCHW", layout_of("NCHW")),
+                      AttrDef("method", "nearest_neighbor", one_of("nearest_neighbor", "bilinear", "bicubic")),
+                      AttrDef("align_corners", False, to_bool)),
+    "nn.upsampling3d": (AttrDef("layout", "NCDHW", layout_of("NCDHW")),
+                        AttrDef("method", "nearest_neighbor", one_of("nearest_neighbor", "trilinear")),
+                        AttrDef("coordinate_transformation_mode", "half_pixel",
+                                one_of("half_pixel", "align_corners", "asymmetric"))),
+}
+
+
+def _define_upsampling(name: str):
+    scale_names = _UP_SCALES[name]
+    spatial = "DHW"[3 - len(scale_names):]
+
+    def scales_of(attrs):
+        return tuple(attrs[s] for s in scale_names)
+
+    def rel(types, attrs, consts=None):
+        data = _numeric_data(name, expect_tensor(name, types[0], "data"))
+        return TensorType(_upsampling_shape(name, data.shape, attrs.layout, scales_of(attrs), TypeInferenceError),
+                          data.dtype)
+
+    def kernel(attrs, x):
+        x = np.asarray(x)
+        out = _upsampling_shape(name, x.shape, attrs.layout, scales_of(attrs), ShapeError)
+        sizes = [out[attrs.layout.index(c)] for c in spatial]
+        return resize_numpy(_upsampling_spec(attrs), x, attrs.layout, sizes, (0.0,) * 6, x.dtype.name)
+
+    def compute_fn(attrs, inputs, out_type):
+        x = inputs[0]
+        sizes = [_te_scaled(x.shape[attrs.layout.index(c)], s) for c, s in zip(spatial, scales_of(attrs))]
+        roi = [const(0.0, F64)] * 6
+        return [resize_te(_upsampling_spec(attrs), x, attrs.layout, sizes, roi, x.dtype, name)]
+
+    define(
+        name, 1, rel, kernel, OpPattern.INJECTIVE,
+        attrs=tuple(AttrDef(s, 1.0, _positive_float) for s in scale_names) + _UP_ATTRS[name],
+        shape_func=lambda attrs, args: [_upsampling_shape(name, concrete(args[0]), attrs.layout, scales_of(attrs),
+                                                          ShapeError)],
+        compute=compute_fn,
+        doc=f"Upsample the {', '.join(spatial)} dims by {', '.join(scale_names)} (to round(dim * scale)): "
+            f"{spatial.lower()}-resize with asymmetric or align_corners coordinates.",
+    )
+
+    dyn_name = "dyn." + name
+
+    def dyn_scales(values, err):
+        out = []
+        for s, value in zip(scale_names, values, strict=True):
+            arr = np.asarray(value)
+            if arr.ndim != 0 or arr.dtype.kind not in "iuf" or not float(arr) > 0:
+                raise err(f"{dyn_name}: {s} must be a positive numeric scalar, got {arr.tolist()!r} of {arr.dtype}")
+            out.append(float(arr))
+        return tuple(out)
+
+    def dyn_rel(types, attrs, consts=None):
+        data = _numeric_data(dyn_name, expect_tensor(dyn_name, types[0], "data"))
+        for s, ty in zip(scale_names, types[1:], strict=True):
+            t = expect_tensor(dyn_name, ty, s)
+            if t.ndim != 0 or t.dtype == "bool":
+                raise TypeInferenceError(f"{dyn_name}: {s} must be a numeric scalar, got {fmt_shape(t.shape)} "
+                                         f"{t.dtype}")
+        if consts is not None and all(c is not None for c in consts[1:]):
+            scales = dyn_scales(consts[1:], TypeInferenceError)
+            return TensorType(_upsampling_shape(dyn_name, data.shape, attrs.layout, scales, TypeInferenceError),
+                              data.dtype)
+        unknown = (Any(),) * len(scale_names)
+        shape = _upsampling_shape(dyn_name, data.shape, attrs.layout, (1.0,) * len(scale_names), TypeInferenceError)
+        shape = list(shape)
+        for c, d in zip(spatial, unknown):
+            shape[attrs.layout.index(c)] = d
+        return TensorType(tuple(shape), data.dtype)
+
+    def dyn_shape(attrs, args):
+        return [_upsampling_shape(dyn_name, concrete(args[0]), attrs.layout, dyn_scales(args[1:], ShapeError),
+                                  ShapeError)]
+
+    def dyn_kernel(attrs, x, *scales):
+        x = np.asarray(x)
+        (out,) = dyn_shape(attrs, [x.shape, *scales])
+        sizes = [out[attrs.layout.index(c)] for c in spatial]
+        return resize_numpy(_upsampling_spec(attrs), x, attrs.layout, sizes, (0.0,) * 6, x.dtype.name)
+
+    def dyn_compute(attrs, inputs, out_type):
+        x = inputs[0]
+        dims = _output_dims(dyn_name, out_type)
+        sizes = [dims[attrs.layout.index(c)] for c in spatial]
+        roi = [const(0.0, F64)] * 6
+        return [resize_te(_upsampling_spec(attrs), x, attrs.layout, sizes, roi, x.dtype, dyn_name)]
+
+    define(
+        dyn_name, 1 + len(scale_names), dyn_rel, dyn_kernel, OpPattern.INJECTIVE, attrs=_UP_ATTRS[name],
+        shape_func=dyn_shape, data_dependent=(False,) + (True,) * len(scale_names), compute=dyn_compute,
+        doc=f"{name} with {', '.join(scale_names)} given as run-time scalars.",
+    )
+
+
+_define_upsampling("nn.upsampling")
+_define_upsampling("nn.upsampling3d")

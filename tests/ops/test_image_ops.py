@@ -1,9 +1,10 @@
-"""image.resize2d and dyn.image.resize2d (Relay's signatures) against a loop oracle with exact
+"""image.resize2d, nn.upsampling(3d) and their dyn forms (Relay's signatures) against a loop oracle with exact
 (Fraction) source coordinates and Keys' cubic kernel written from its definition; on the kernel, the
 interpreter, target python and target c (no NumPy fallback)."""
 
 from __future__ import annotations
 
+import itertools
 import math
 from fractions import Fraction
 
@@ -41,7 +42,7 @@ def _coordinate(mode, i, size_in, size_out, start, end):
 
 def _nearest(c, rounding):
     c = Fraction(c)
-    if rounding in ("", "round"):
+    if rounding == "round":
         return round(c)  # Python rounds a Fraction half to even
     if rounding == "round_prefer_floor":
         return math.ceil(c - Fraction(1, 2))
@@ -73,32 +74,41 @@ def _taps(c, size, method, alpha, exclude):
     return positions, weights
 
 
-def resize2d_oracle(x, size, method="linear", mode="half_pixel", rounding="", alpha=-0.5, exclude=0,
-                    roi=(0.0, 0.0, 0.0, 0.0), extrapolation=0.0, layout="NCHW", out_dtype=None):
-    """Plain loops over the output pixels (NCHW or NHWC)."""
-    xc = x if layout == "NCHW" else x.transpose(0, 3, 1, 2)
-    n, c, h, w = xc.shape
-    oh, ow = size
-    out = np.zeros((n, c, oh, ow))
-    clamp = lambda v, s: min(max(v, 0), s - 1)  # noqa: E731
-    for i in range(oh):
-        cy = _coordinate(mode, i, h, oh, roi[0], roi[2])
-        for j in range(ow):
-            cx = _coordinate(mode, j, w, ow, roi[1], roi[3])
-            if mode == "tf_crop_and_resize" and not (0 <= cy <= h - 1 and 0 <= cx <= w - 1):
-                out[:, :, i, j] = extrapolation
-            elif method == "nearest_neighbor":
-                out[:, :, i, j] = xc[:, :, clamp(_nearest(cy, rounding), h), clamp(_nearest(cx, rounding), w)]
-            else:
-                ys, wy = _taps(cy, h, method, alpha, exclude)
-                xs, wx = _taps(cx, w, method, alpha, exclude)
-                out[:, :, i, j] = sum(a * b * xc[:, :, clamp(p, h), clamp(q, w)].astype(np.float64)
-                                      for p, a in zip(ys, wy) for q, b in zip(xs, wx))
+def resize_oracle(x, size, method="linear", mode="half_pixel", rounding="", alpha=-0.5, exclude=0, roi=None,
+                  extrapolation=0.0, channels_last=False, out_dtype=None):
+    """Plain loops over the output positions of 2 or 3 spatial axes (channels first or last)."""
+    d = x.ndim - 2
+    roi = roi or (0.0,) * (2 * d)
+    xc = np.moveaxis(x, -1, 1) if channels_last else x
+    rounding = rounding or ("round" if mode == "align_corners" else "floor")  # Relay's default
+    in_sizes = xc.shape[2:]
+    out = np.zeros(xc.shape[:2] + tuple(size))
+    for position in itertools.product(*(range(n) for n in size)):
+        coords = [_coordinate(mode, i, n, m, roi[k], roi[k + d])
+                  for k, (i, n, m) in enumerate(zip(position, in_sizes, size))]
+        where = (slice(None), slice(None)) + position
+        if mode == "tf_crop_and_resize" and not all(0 <= c <= n - 1 for c, n in zip(coords, in_sizes)):
+            out[where] = extrapolation
+        elif method == "nearest_neighbor":
+            out[where] = xc[(slice(None), slice(None)) + tuple(
+                min(max(_nearest(c, rounding), 0), n - 1) for c, n in zip(coords, in_sizes))]
+        else:
+            taps = [list(zip(*_taps(c, n, method, alpha, exclude))) for c, n in zip(coords, in_sizes)]
+            for combo in itertools.product(*taps):
+                weight = math.prod(w for _, w in combo)
+                index = tuple(min(max(p, 0), n - 1) for (p, _), n in zip(combo, in_sizes))
+                out[where] += weight * xc[(slice(None), slice(None)) + index].astype(np.float64)
     dtype = np.dtype(out_dtype or x.dtype)
     if dtype.kind in "iu" and method != "nearest_neighbor":
         out = np.clip(np.rint(out), np.iinfo(dtype).min, np.iinfo(dtype).max)
     out = out.astype(dtype)
-    return out if layout == "NCHW" else out.transpose(0, 2, 3, 1)
+    return np.moveaxis(out, 1, -1) if channels_last else out
+
+
+def resize2d_oracle(x, size, method="linear", mode="half_pixel", rounding="", alpha=-0.5, exclude=0,
+                    roi=(0.0, 0.0, 0.0, 0.0), extrapolation=0.0, layout="NCHW", out_dtype=None):
+    return resize_oracle(x, size, method, mode, rounding, alpha, exclude, roi, extrapolation, layout == "NHWC",
+                         out_dtype)
 
 
 def _data(shape, dtype="float32", seed=0):
@@ -114,8 +124,12 @@ def test_known_values():
         (dict(method="linear", coordinate_transformation_mode="align_corners"), (1, 3), [0.0, 0.5, 1.0]),
         (dict(method="nearest_neighbor", coordinate_transformation_mode="asymmetric"), (1, 4), [0, 0, 1, 1]),
         (dict(method="linear", coordinate_transformation_mode="half_pixel"), (1, 4), [0, 0.25, 0.75, 1]),
-        # asymmetric 2 -> 3: coordinate 2/3 rounds to 1; 4/3 to 1
-        (dict(method="nearest_neighbor", coordinate_transformation_mode="asymmetric"), (1, 3), [0, 1, 1]),
+        # asymmetric 2 -> 3: coordinates 0, 2/3, 4/3; floor by default, half to even with round
+        (dict(method="nearest_neighbor", coordinate_transformation_mode="asymmetric"), (1, 3), [0, 0, 1]),
+        (dict(method="nearest_neighbor", coordinate_transformation_mode="asymmetric", rounding_method="round"), (1, 3),
+         [0, 1, 1]),
+        # align_corners 2 -> 4: coordinates 0, 1/3, 2/3, 1 round by default
+        (dict(method="nearest_neighbor", coordinate_transformation_mode="align_corners"), (1, 4), [0, 0, 1, 1]),
     ]
     for attrs, size, expected in cases:
         out = get_op("image.resize2d").kernel({"size": size, **attrs}, row)
@@ -248,3 +262,68 @@ def test_relay_text_default_attrs_run():
     expected = np.array([[[[0, 1, 2], [2, 3, 4], [4, 5, 6]]]], "float32")
     for result in run_everywhere(text, x).values():
         np.testing.assert_allclose(result, expected, atol=1e-6)
+
+
+def test_upsampling_known_values():
+    x = np.array([[[[1.0, 2.0]]]], "float32")
+    up = get_op("nn.upsampling").kernel
+    np.testing.assert_array_equal(up({"scale_w": 2.0}, x).reshape(-1), [1, 1, 2, 2])  # floor: PyTorch's nearest
+    # round(2 * 1.5) = 3 columns at source 0, 0.5, 1
+    np.testing.assert_array_equal(up({"scale_w": 1.5, "method": "bilinear", "align_corners": True}, x).reshape(-1),
+                                  [1, 1.5, 2])
+    # nearest with align_corners rounds half to even: source 0.5 reads column 0
+    np.testing.assert_array_equal(up({"scale_w": 1.5, "align_corners": True}, x).reshape(-1), [1, 1, 2])
+    out = up({"scale_w": 2.5, "method": "bilinear", "align_corners": True}, x).reshape(-1)  # 5 columns
+    np.testing.assert_allclose(out, [1, 1.25, 1.5, 1.75, 2])
+
+
+@pytest.mark.parametrize("method, align", [("nearest_neighbor", False), ("bilinear", False), ("bilinear", True),
+                                           ("bicubic", True)])
+def test_upsampling_everywhere(method, align):
+    x = _data((2, 3, 4, 5), seed=3)
+    sizes = (round(4 * 2.0), round(5 * 1.5))  # 8, 8 (7.5 rounds half to even)
+    mode = "align_corners" if align else "asymmetric"
+    expected = resize_oracle(x, sizes, method.replace("bi", ""), mode)
+    attrs = f'method="{method}", align_corners={"True" if align else "False"}'
+    text = (f"def @main(%x: Tensor[(?, 3, ?, 5), float32], %sh: float32, %sw: float64) {{ "
+            f"(nn.upsampling(%x, scale_h=2f, scale_w=1.5f, {attrs}), dyn.nn.upsampling(%x, %sh, %sw, {attrs})) }}")
+    check_everywhere(text, [x, np.float32(2.0), np.float64(1.5)], (expected, expected), rtol=1e-5, atol=1e-5)
+    check_op("nn.upsampling", [x], {"scale_h": 2.0, "scale_w": 1.5, "method": method, "align_corners": align},
+             expected, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("method, mode", [("nearest_neighbor", "asymmetric"), ("trilinear", "half_pixel"),
+                                          ("trilinear", "align_corners")])
+def test_upsampling3d_everywhere(method, mode):
+    x = _data((1, 3, 2, 3, 4), seed=4)
+    expected = resize_oracle(x, (4, 6, 2), method.replace("tri", ""), mode)
+    attrs = f'method="{method}", coordinate_transformation_mode="{mode}"'
+    text = (f"def @main(%x: Tensor[(1, ?, 2, ?, 4), float32], %s: float32) {{ "
+            f"(nn.upsampling3d(%x, scale_d=2f, scale_h=2f, scale_w=0.5f, {attrs}), "
+            f"dyn.nn.upsampling3d(%x, %s, %s, 0.5f, {attrs})) }}")
+    check_everywhere(text, [x, np.float32(2.0)], (expected, expected), rtol=1e-5, atol=1e-5)
+    channels_last = np.moveaxis(x, 1, -1).copy()
+    check_op("nn.upsampling3d", [channels_last], {"scale_d": 2.0, "scale_h": 2.0, "scale_w": 0.5, "method": method,
+                                                  "coordinate_transformation_mode": mode, "layout": "NDHWC"},
+             np.moveaxis(expected, 1, -1), rtol=1e-5, atol=1e-5)
+
+
+def test_upsampling_types():
+    rel = get_op("nn.upsampling").type_rel
+    n = SymDim("n")
+    assert rel([TensorType((n, 3, Any(), 5), "float32")], {"scale_h": 2.0, "scale_w": 1.5}) == \
+        TensorType((n, 3, Any(), 8), "float32")
+    assert rel([TensorType((n, 3, n, 5), "float32")], {"scale_h": 1.0, "scale_w": 1.0}) == \
+        TensorType((n, 3, n, 5), "float32")
+    with pytest.raises(AttrError):
+        get_op("nn.upsampling").normalize_attrs({"scale_h": 0.0})
+    dyn_rel = get_op("dyn.nn.upsampling").type_rel
+    scalar = TensorType((), "float32")
+    assert dyn_rel([TensorType((2, 3, 4, 5), "float32"), scalar, scalar], {}) == \
+        TensorType((2, 3, Any(), Any()), "float32")
+    assert dyn_rel([TensorType((2, 3, 4, 5), "float32"), scalar, scalar], {},
+                   [None, np.float32(2), np.float32(0.5)]) == TensorType((2, 3, 8, 2), "float32")
+    with pytest.raises(TypeInferenceError, match="scalar"):
+        dyn_rel([TensorType((2, 3, 4, 5), "float32"), TensorType((1,), "float32"), scalar], {})
+    with pytest.raises(ShapeError, match="positive"):
+        get_op("dyn.nn.upsampling").kernel({}, _data((1, 1, 2, 2)), np.float32(-1), np.float32(1))
