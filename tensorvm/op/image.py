@@ -1,5 +1,6 @@
 """Relay's resampling operators: ``image.resize2d`` and ``dyn.image.resize2d`` (size and roi as
-tensors), ``nn.upsampling``/``nn.upsampling3d`` and their ``dyn.nn`` forms (scales as tensors).
+tensors), ``nn.upsampling``/``nn.upsampling3d`` and their ``dyn.nn`` forms (scales as tensors),
+``image.grid_sample`` and ``image.affine_grid``.
 
 The sampling arithmetic (source coordinates, rounding, interpolation weights) is written once, over a
 small math namespace: ``_NP`` evaluates it on NumPy index arrays (the reference kernels), ``_TE`` on
@@ -13,6 +14,8 @@ coordinate lies on an integer or a half (TVM adds 1e-5 before its floor for the 
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 
 from ..errors import ShapeError, TypeInferenceError
@@ -21,11 +24,13 @@ from ..te import expr as E
 from ..te import intrin as M
 from ..te.expr import cast, const
 from ..te.op_computes import _layout_compute, _layout_reader, _out_dtype, _output_dims
+from ..te.tensor import compute
 from ._common import expect_tensor
 from .registry import REQUIRED, AttrDef, OpPattern
 from .transform import (
     concrete,
     define,
+    define_shaped,
     expect_int_tensor,
     fmt_shape,
     int_tuple,
@@ -56,6 +61,8 @@ class _NP:
     maximum = staticmethod(np.maximum)
     logical_or = staticmethod(np.logical_or)
     logical_and = staticmethod(np.logical_and)
+    abs = staticmethod(np.abs)
+    fmod = staticmethod(np.fmod)
 
     @staticmethod
     def to_float(v):
@@ -77,6 +84,8 @@ class _TE:
     maximum = staticmethod(E.maximum)
     logical_or = staticmethod(E.logical_or)
     logical_and = staticmethod(E.logical_and)
+    abs = staticmethod(M.abs)
+    fmod = staticmethod(E.truncmod)
 
     @staticmethod
     def to_float(v):
@@ -547,3 +556,206 @@ def _define_upsampling(name: str):
 
 _define_upsampling("nn.upsampling")
 _define_upsampling("nn.upsampling3d")
+
+
+# ---------------------------------------------------------------------------------------------------
+# image.affine_grid, image.grid_sample (PyTorch's semantics, as Relay's)
+
+
+def _affine_grid_rel(types, attrs, consts=None):
+    op = "image.affine_grid"
+    theta = expect_tensor(op, types[0], "data")
+    if theta.ndim != 3 or not is_float_dtype(theta.dtype):
+        raise TypeInferenceError(f"{op}: data must be a float tensor (batch, 2, 3), got {fmt_shape(theta.shape)} "
+                                 f"{theta.dtype}")
+    unify_dim(op, theta.shape[1], 2, "data dim 1 and 2", TypeInferenceError)
+    unify_dim(op, theta.shape[2], 3, "data dim 2 and 3", TypeInferenceError)
+    return TensorType((theta.shape[0], 2) + tuple(attrs.target_shape), theta.dtype)
+
+
+def _linspace_point(m, i, size):
+    """Position ``i`` of ``size`` points evenly spread over [-1, 1] (a single point sits at -1)."""
+    return -1.0 + m.to_float(2 * i) / m.to_float(m.maximum(size - 1, 1))
+
+
+def _affine_value(m, row, read_theta, i, j, height, width):
+    x, y = _linspace_point(m, j, width), _linspace_point(m, i, height)
+    return read_theta(row, 0) * x + read_theta(row, 1) * y + read_theta(row, 2)
+
+
+def _affine_grid_kernel(attrs, theta):
+    theta = np.asarray(theta)
+    if theta.ndim != 3 or theta.shape[1:] != (2, 3):
+        raise ShapeError(f"image.affine_grid: data must have shape (batch, 2, 3), got {theta.shape}")
+    height, width = attrs.target_shape
+    i = np.arange(height).reshape(1, 1, -1, 1)
+    j = np.arange(width).reshape(1, 1, 1, -1)
+    acc = theta.astype(np.float64)
+    rows = np.arange(2).reshape(1, 2, 1, 1)
+    value = _affine_value(_NP, rows, lambda r, k: acc[:, :, k].reshape(-1, 2, 1, 1), i, j, height, width)
+    return np.broadcast_to(value, (theta.shape[0], 2, height, width)).astype(theta.dtype)
+
+
+def _affine_grid_compute(attrs, inputs, out_type):
+    theta = inputs[0]
+    height, width = (const(d) for d in attrs.target_shape)
+
+    def f(n, r, i, j):
+        value = _affine_value(_TE, r, lambda row, k: cast(theta[(n, row, const(k))], F64), i, j, height, width)
+        return cast(value, theta.dtype)
+
+    return [compute((theta.shape[0], const(2), height, width), f, "affine_grid")]
+
+
+define(
+    "image.affine_grid", 1, _affine_grid_rel, _affine_grid_kernel, OpPattern.INJECTIVE,
+    attrs=(AttrDef("target_shape", REQUIRED, _size_pair),),
+    shape_func=lambda attrs, args: [(concrete(args[0])[0], 2) + tuple(attrs.target_shape)],
+    compute=_affine_grid_compute,
+    doc="The sampling grid (batch, 2, H, W) of the affine maps data (batch, 2, 3) over target_shape (H, W): "
+        "grid[n, :, i, j] = data[n] @ (x_j, y_i, 1) with x, y evenly spread over [-1, 1].",
+)
+
+
+def _reflect(m, c, twice_low: float, twice_high, size_ok):
+    """Reflect ``c`` into [twice_low / 2, twice_high / 2] (mirror images repeat with period 2 * span)."""
+    low = twice_low / 2
+    span = (twice_high - twice_low) / 2
+    safe = m.where(size_ok, span, 1.0)
+    a = m.abs(c - low)
+    extra, flips = m.fmod(a, safe), m.floor(a / safe)
+    even = m.fmod(flips, 2.0) == 0 if m is _NP else E.eq(m.fmod(flips, const(2.0, F64)), 0.0)
+    return m.where(size_ok, m.where(even, extra + low, span - extra + low), 0.0)
+
+
+def _padded_coordinate(m, c, size, padding: str, align: bool):
+    """A source coordinate moved inside by the padding mode (zeros leaves it)."""
+    if padding == "zeros":
+        return c
+    top = m.to_float(size - 1)
+    if padding == "reflection":
+        if align:
+            c = _reflect(m, c, 0.0, 2.0 * top, size > 1)
+        else:
+            c = _reflect(m, c, -1.0, 2.0 * m.to_float(size) - 1.0, size > 0)
+    return m.minimum(m.maximum(c, 0.0), top)
+
+
+def _grid_sample_value(m, attrs, read, coords, sizes):
+    """The sample at the unnormalized source coordinates: ``read(positions)`` reads clamped positions."""
+    padding, align = attrs.padding_mode, attrs.align_corners
+
+    def tap(positions):
+        """The value at integer positions: 0 outside the input (only the zeros padding leaves any)."""
+        inside = None
+        for p, n in zip(positions, sizes):
+            ok = m.logical_and(p >= 0, p < n)
+            inside = ok if inside is None else m.logical_and(inside, ok)
+        value = m.to_float(read([_clamp(m, p, n) for p, n in zip(positions, sizes)]))
+        return m.where(inside, value, 0.0)
+
+    if attrs.method == "bicubic":
+        # PyTorch's order: the coordinate keeps its place, each of the 4 x 4 taps is padded
+        axes = []
+        for c, n in zip(coords, sizes):
+            base_f = m.floor(c)
+            weights = _cubic_weights(c - base_f, -0.75)
+            taps = []
+            for k in range(4):
+                p = base_f + (k - 1)
+                if padding != "zeros":
+                    p = _padded_coordinate(m, p, n, padding, align)
+                taps.append(m.to_int(p))
+            axes.append((taps, weights))
+        total = 0.0
+        for j in range(4):
+            row = 0.0
+            for i in range(4):
+                row = row + axes[1][1][i] * tap([axes[0][0][j], axes[1][0][i]])
+            total = total + axes[0][1][j] * row
+        return total
+    coords = [_padded_coordinate(m, c, n, padding, align) for c, n in zip(coords, sizes)]
+    if attrs.method == "nearest":
+        return tap([m.to_int(m.rint(c)) for c in coords])
+    bases = [m.floor(c) for c in coords]
+    fractions = [c - b for c, b in zip(coords, bases)]
+    bases = [m.to_int(b) for b in bases]
+    total = 0.0
+    for corner in itertools.product((0, 1), repeat=len(coords)):
+        weight = 1.0
+        for bit, t in zip(corner, fractions):
+            weight = weight * (t if bit else 1.0 - t)
+        total = total + weight * tap([b + bit for b, bit in zip(bases, corner)])
+    return total
+
+
+def _unnormalized(m, g, size, align: bool):
+    if align:
+        return (g + 1.0) * m.to_float(size - 1) / 2.0
+    return ((g + 1.0) * m.to_float(size) - 1.0) / 2.0
+
+
+def _grid_sample_logic(op, attrs, shapes, err):
+    data, grid = shapes
+    d = len(attrs.layout) - 2
+    if len(data) != d + 2 or len(grid) != d + 2:
+        raise err(f"{op}: data and grid must have rank {d + 2} for layout {attrs.layout}, got {fmt_shape(data)} "
+                  f"and {fmt_shape(grid)}")
+    if d == 3 and attrs.method == "bicubic":
+        raise err(f"{op}: bicubic sampling is 2-D only (layout NCHW)")
+    batch = unify_dim(op, data[0], grid[0], "the batch dims of data and grid", err)
+    unify_dim(op, grid[1], d, f"grid dim 1 and {d} (the coordinates)", err)
+    return (batch, data[1]) + tuple(grid[2:])
+
+
+def _grid_sample_kernel(attrs, shape, x, grid):
+    if shape[0] * shape[1] and 0 in x.shape[2:] and np.prod(shape[2:]):
+        raise ShapeError(f"image.grid_sample: cannot sample the empty input {x.shape}")
+    out = np.zeros(shape, x.dtype)
+    if out.size == 0:
+        return out
+    d = x.ndim - 2
+    sizes = x.shape[2:]
+    g = grid.astype(np.float64)[:, :, None]  # (N, d, 1, spatial...) against data (N, C, ...)
+    coords = [_unnormalized(_NP, g[:, d - 1 - k], n, attrs.align_corners) for k, n in enumerate(sizes)]
+    batch = np.arange(x.shape[0]).reshape((-1,) + (1,) * (d + 1))
+    channel = np.arange(x.shape[1]).reshape((1, -1) + (1,) * d)
+    value = _grid_sample_value(_NP, attrs, lambda p: x[(batch, channel) + tuple(p)], coords, sizes)
+    out[...] = np.asarray(value).astype(x.dtype)
+    return out
+
+
+def _grid_sample_compute(attrs, inputs, out_type):
+    x, grid = inputs
+    d = x.ndim - 2
+    sizes = x.shape[2:]
+    requires = [(E.logical_or(E.all_of(*(n > 0 for n in sizes)), E.eq(_product(grid.shape[2:]), 0)),
+                 "image.grid_sample: cannot sample an empty input")]
+
+    def f(n, c, *out):
+        coords = [_unnormalized(_TE, cast(grid[(n, const(d - 1 - k)) + out], F64), size, attrs.align_corners)
+                  for k, size in enumerate(sizes)]
+        value = _grid_sample_value(_TE, attrs, lambda p: x[(n, c) + tuple(p)], coords, sizes)
+        return cast(value, x.dtype)
+
+    return [compute((grid.shape[0], x.shape[1]) + tuple(grid.shape[2:]), f, "grid_sample", requires)]
+
+
+def _check_grid_sample_types(types, attrs):
+    if not is_float_dtype(types[0].dtype) or types[1].dtype != types[0].dtype:
+        raise TypeInferenceError(f"image.grid_sample: data and grid must share one float dtype, got {types[0].dtype} "
+                                 f"and {types[1].dtype}")
+
+
+define_shaped(
+    "image.grid_sample", 2, _grid_sample_logic, _grid_sample_kernel, OpPattern.INJECTIVE,
+    attrs=(AttrDef("method", "bilinear", one_of("nearest", "bilinear", "bicubic")),
+           AttrDef("layout", "NCHW", one_of("NCHW", "NCDHW")),
+           AttrDef("padding_mode", "zeros", one_of("zeros", "border", "reflection")),
+           AttrDef("align_corners", True, to_bool)),
+    check_types=_check_grid_sample_types, compute=_grid_sample_compute,
+    doc="Sample data (N, C, [D,] H, W) at grid (N, 2 or 3, ...) of normalized (x, y[, z]) in [-1, 1] "
+        "(-1 and 1 the corner pixels' centres with align_corners, else their outer edges), by nearest "
+        "(half to even), bilinear/trilinear or bicubic (2-D, a = -0.75) sampling; outside the input the "
+        "padding_mode gives zeros, the border value or the reflection.",
+)

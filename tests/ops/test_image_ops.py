@@ -327,3 +327,129 @@ def test_upsampling_types():
         dyn_rel([TensorType((2, 3, 4, 5), "float32"), TensorType((1,), "float32"), scalar], {})
     with pytest.raises(ShapeError, match="positive"):
         get_op("dyn.nn.upsampling").kernel({}, _data((1, 1, 2, 2)), np.float32(-1), np.float32(1))
+
+
+# --- image.affine_grid, image.grid_sample -----------------------------------------------------------
+
+
+def affine_grid_oracle(theta, height, width):
+    out = np.zeros((theta.shape[0], 2, height, width))
+    ys = np.linspace(-1, 1, height) if height > 1 else [-1.0]
+    xs = np.linspace(-1, 1, width) if width > 1 else [-1.0]
+    for n in range(theta.shape[0]):
+        for i, y in enumerate(ys):
+            for j, x in enumerate(xs):
+                out[n, :, i, j] = theta[n].astype(np.float64) @ np.array([x, y, 1.0])
+    return out.astype(theta.dtype)
+
+
+def _fold(c, size, align):
+    """Mirror ``c`` into the input, one fold at a time (PyTorch's reflection padding), then clip."""
+    low, high = (0.0, size - 1.0) if align else (-0.5, size - 0.5)
+    if high <= low:
+        return 0.0
+    while c < low or c > high:
+        c = 2 * low - c if c < low else 2 * high - c
+    return min(max(c, 0.0), size - 1.0)
+
+
+def _pad(c, size, padding, align):
+    if padding == "border":
+        return min(max(c, 0.0), size - 1.0)
+    return _fold(c, size, align) if padding == "reflection" else c
+
+
+def grid_sample_oracle(x, grid, method="bilinear", padding="zeros", align=True):
+    d = x.ndim - 2
+    sizes = x.shape[2:]
+    out = np.zeros((grid.shape[0], x.shape[1]) + grid.shape[2:])
+
+    def value(n, positions):
+        if all(0 <= p < s for p, s in zip(positions, sizes)):
+            return x[(n, slice(None)) + tuple(positions)].astype(np.float64)
+        return 0.0
+
+    for n in range(grid.shape[0]):
+        for position in np.ndindex(grid.shape[2:]):
+            g = [float(grid[(n, d - 1 - k) + position]) for k in range(d)]  # per axis D, H, W
+            c = [(v + 1) * (s - 1) / 2 if align else ((v + 1) * s - 1) / 2 for v, s in zip(g, sizes)]
+            where = (n, slice(None)) + position
+            if method == "bicubic":
+                taps = []
+                for ck, s in zip(c, sizes):
+                    base = math.floor(ck)
+                    taps.append([(int(_pad(base + k, s, padding, align)), _keys(ck - base - k, -0.75))
+                                 for k in (-1, 0, 1, 2)])
+                out[where] = sum(wy * wx * value(n, (py, px)) for py, wy in taps[0] for px, wx in taps[1])
+                continue
+            c = [_pad(ck, s, padding, align) for ck, s in zip(c, sizes)]
+            if method == "nearest":
+                out[where] = value(n, [round(ck) for ck in c])
+            else:
+                corners = itertools.product(*[[(math.floor(ck), 1 - (ck - math.floor(ck))),
+                                               (math.floor(ck) + 1, ck - math.floor(ck))] for ck in c])
+                out[where] = sum(math.prod(w for _, w in corner) * value(n, [p for p, _ in corner])
+                                 for corner in corners)
+    return out.astype(x.dtype)
+
+
+def test_affine_grid():
+    theta = np.array([[[1, 0, 0], [0, 1, 0]], [[0.5, -0.25, 0.1], [0.3, 2, -1]]], "float32")
+    expected = affine_grid_oracle(theta, 3, 4)
+    np.testing.assert_allclose(expected[0, 0, 0], [-1, -1 / 3, 1 / 3, 1], rtol=1e-6)  # identity: x across
+    check_op("image.affine_grid", [theta], {"target_shape": (3, 4)}, expected, rtol=1e-6, atol=1e-6)
+    text = "def @main(%t: Tensor[(?, 2, 3), float32]) { image.affine_grid(%t, target_shape=[3, 4]) }"
+    check_everywhere(text, [theta], expected)
+    with pytest.raises(TypeInferenceError, match="dim 2"):
+        get_op("image.affine_grid").type_rel([TensorType((1, 2, 2), "float32")], {"target_shape": (3, 4)})
+
+
+@pytest.mark.parametrize("method", ["nearest", "bilinear", "bicubic"])
+def test_grid_sample_identity_grid_returns_the_input(method):
+    x = _data((2, 3, 4, 5), seed=5)
+    theta = np.tile(np.array([[1, 0, 0], [0, 1, 0]], "float32"), (2, 1, 1))
+    text = (f"def @main(%x: Tensor[(?, 3, 4, 5), float32], %t: Tensor[(?, 2, 3), float32]) {{ "
+            f'image.grid_sample(%x, image.affine_grid(%t, target_shape=[4, 5]), method="{method}") }}')
+    check_everywhere(text, [x, theta], x, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("method", ["nearest", "bilinear", "bicubic"])
+@pytest.mark.parametrize("padding", ["zeros", "border", "reflection"])
+def test_grid_sample_2d(method, padding):
+    x = _data((2, 3, 4, 5), seed=6)
+    grid = (np.random.default_rng(7).random((2, 2, 3, 6)) * 3.2 - 1.6).astype("float32")  # inside and out
+    grid[0, :, 0, :2] = [[-1, 1], [1, -1]]  # the corners exactly
+    both = []
+    for align in (True, False):
+        both.append(grid_sample_oracle(x, grid, method, padding, align))
+        check_op("image.grid_sample", [x, grid], {"method": method, "padding_mode": padding, "align_corners": align},
+                 both[-1], rtol=1e-5, atol=1e-5)
+    text = (f"def @main(%x: Tensor[(?, 3, ?, ?), float32], %g: Tensor[(?, 2, ?, ?), float32]) {{ "
+            f'(image.grid_sample(%x, %g, method="{method}", padding_mode="{padding}"), '
+            f'image.grid_sample(%x, %g, method="{method}", padding_mode="{padding}", align_corners=False)) }}')
+    check_everywhere(text, [x, grid], tuple(both), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("method", ["nearest", "bilinear"])
+def test_grid_sample_3d(method):
+    x = _data((1, 2, 3, 4, 5), seed=8)
+    grid = (np.random.default_rng(9).random((1, 3, 2, 3, 4)) * 2.4 - 1.2).astype("float32")
+    expected = grid_sample_oracle(x, grid, method, "border", False)
+    text = (f"def @main(%x: Tensor[(1, 2, ?, 4, 5), float32], %g: Tensor[(1, 3, 2, 3, ?), float32]) {{ "
+            f'image.grid_sample(%x, %g, method="{method}", layout="NCDHW", padding_mode="border", '
+            f"align_corners=False) }}")
+    check_everywhere(text, [x, grid], expected, rtol=1e-5, atol=1e-5)
+
+
+def test_grid_sample_types():
+    rel = get_op("image.grid_sample").type_rel
+    n = SymDim("n")
+    assert rel([TensorType((n, 3, Any(), 5), "float32"), TensorType((Any(), 2, 7, 8), "float32")], {}) == \
+        TensorType((n, 3, 7, 8), "float32")
+    with pytest.raises(TypeInferenceError, match="coordinates"):
+        rel([TensorType((1, 3, 4, 5), "float32"), TensorType((1, 3, 7, 8), "float32")], {})
+    with pytest.raises(TypeInferenceError, match="2-D only"):
+        rel([TensorType((1, 3, 4, 5, 6), "float32"), TensorType((1, 3, 1, 2, 3), "float32")],
+            {"layout": "NCDHW", "method": "bicubic"})
+    with pytest.raises(TypeInferenceError, match="float"):
+        rel([TensorType((1, 3, 4, 5), "int32"), TensorType((1, 2, 7, 8), "int32")], {})
