@@ -23,7 +23,13 @@ from ..ir.types import Any, TensorType
 from ..te import expr as E
 from ..te import intrin as M
 from ..te.expr import cast, const
-from ..te.op_computes import _layout_compute, _layout_reader, _out_dtype, _output_dims
+
+# (the compute helpers' names are those of tensorvm/op/_compute.py, where the computes are moving)
+from ..te.op_computes import _layout_compute as layout_compute
+from ..te.op_computes import _layout_reader as layout_reader
+from ..te.op_computes import _out_dtype as output_dtype
+from ..te.op_computes import _output_dims as output_dims
+from ..te.op_computes import _prod as product
 from ..te.tensor import compute
 from ._common import expect_tensor
 from .registry import REQUIRED, AttrDef, OpPattern
@@ -236,11 +242,11 @@ def resize_numpy(spec: _Spec, x: np.ndarray, layout: str, out_sizes, roi, dtype:
 def resize_te(spec: _Spec, x, layout: str, out_sizes, roi, dtype: str, name: str):
     """The compute: ``out_sizes`` and ``roi`` are te expressions (attributes or reads of tensors)."""
     spatial = "DHW"[3 - (x.ndim - 2):]
-    xd, x_read = _layout_reader(x, layout, "NC" + spatial)
+    xd, x_read = layout_reader(x, layout, "NC" + spatial)
     in_sizes = [xd[c] for c in spatial]
     d = len(spatial)
     nonempty = E.all_of(*(n > 0 for n in in_sizes))
-    requires = [(E.logical_or(nonempty, E.eq(_product(out_sizes), 0)),
+    requires = [(E.logical_or(nonempty, E.eq(product(out_sizes), 0)),
                  f"{name}: cannot resize an empty input to a non-empty output")]
 
     def f(**index):
@@ -251,14 +257,7 @@ def resize_te(spec: _Spec, x, layout: str, out_sizes, roi, dtype: str, name: str
         return cast(_finish(_TE, spec, value, coords, in_sizes, dtype), dtype)
 
     shape = {"N": xd["N"], "C": xd["C"], **dict(zip(spatial, out_sizes))}
-    return _layout_compute(shape, layout, f, name.replace(".", "_"), requires)
-
-
-def _product(dims):
-    total = const(1)
-    for dim in dims:
-        total = total * dim
-    return total
+    return layout_compute(shape, layout, f, name.replace(".", "_"), requires)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -327,7 +326,7 @@ def _resize2d_rel(types, attrs, consts=None):
 def _resize2d_compute(attrs, inputs, out_type):
     roi = [const(v, F64) for v in attrs.roi]
     size = tuple(const(s) for s in attrs.size)
-    return [resize_te(_resize_spec(attrs), inputs[0], attrs.layout, size, roi, _out_dtype(out_type), "image.resize2d")]
+    return [resize_te(_resize_spec(attrs), inputs[0], attrs.layout, size, roi, output_dtype(out_type), "image.resize2d")]
 
 
 define(
@@ -394,10 +393,10 @@ def _dyn_resize2d_kernel(attrs, x, size, roi):
 
 def _dyn_resize2d_compute(attrs, inputs, out_type):
     x, _, roi_t = inputs
-    dims = _output_dims("dyn.image.resize2d", out_type)
+    dims = output_dims("dyn.image.resize2d", out_type)
     out_hw = (dims[attrs.layout.index("H")], dims[attrs.layout.index("W")])
     roi = [cast(roi_t[(const(k),)], F64) for k in range(4)]
-    return [resize_te(_resize_spec(attrs), x, attrs.layout, out_hw, roi, _out_dtype(out_type), "dyn.image.resize2d")]
+    return [resize_te(_resize_spec(attrs), x, attrs.layout, out_hw, roi, output_dtype(out_type), "dyn.image.resize2d")]
 
 
 define(
@@ -542,7 +541,7 @@ def _define_upsampling(name: str):
 
     def dyn_compute(attrs, inputs, out_type):
         x = inputs[0]
-        dims = _output_dims(dyn_name, out_type)
+        dims = output_dims(dyn_name, out_type)
         sizes = [dims[attrs.layout.index(c)] for c in spatial]
         roi = [const(0.0, F64)] * 6
         return [resize_te(_upsampling_spec(attrs), x, attrs.layout, sizes, roi, x.dtype, dyn_name)]
@@ -729,7 +728,7 @@ def _grid_sample_compute(attrs, inputs, out_type):
     x, grid = inputs
     d = x.ndim - 2
     sizes = x.shape[2:]
-    requires = [(E.logical_or(E.all_of(*(n > 0 for n in sizes)), E.eq(_product(grid.shape[2:]), 0)),
+    requires = [(E.logical_or(E.all_of(*(n > 0 for n in sizes)), E.eq(product(grid.shape[2:]), 0)),
                  "image.grid_sample: cannot sample an empty input")]
 
     def f(n, c, *out):

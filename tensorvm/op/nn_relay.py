@@ -13,7 +13,10 @@ from ..errors import AttrError, ShapeError, TypeInferenceError
 from ..ir.types import Any, TensorType
 from ..te import expr as E
 from ..te.expr import cast, const, select
-from ..te.op_computes import _output_dims, nn_conv2d_transpose
+
+# (the compute helpers' names are those of tensorvm/op/_compute.py, where the computes are moving)
+from ..te.op_computes import _output_dims as output_dims
+from ..te.op_computes import nn_conv2d_transpose as _conv2d_transpose_compute
 from ..te.tensor import compute
 from ._common import expect_tensor
 from .nn import _conv2d_transpose_kernel, _conv2d_transpose_logic, _pad_width, _positive_int
@@ -139,7 +142,7 @@ def _dyn_pad_kernel(attrs, x, widths, value):
 def _dyn_pad_compute(attrs, inputs, out_type):
     """The output dims come from the output array; the leading pads are read from pad_width."""
     x, widths, value = inputs
-    shape = _output_dims("dyn.nn.pad", out_type)
+    shape = output_dims("dyn.nn.pad", out_type)
     fill = value[()]
     befores = [cast(widths[(const(axis), const(0))], "int64") for axis in range(x.ndim)]
 
@@ -293,7 +296,7 @@ def _conv1d_transpose_compute(attrs, inputs, out_type):
     x, w = inputs
     out_layout = attrs.out_layout or attrs.data_layout
     out_4d = TensorType(_insert_h(out_type.shape, out_layout), out_type.dtype)
-    (y,) = nn_conv2d_transpose(_as_2d_attrs(attrs), [_height_view(x, attrs.data_layout, "conv1d_t_data"),
+    (y,) = _conv2d_transpose_compute(_as_2d_attrs(attrs), [_height_view(x, attrs.data_layout, "conv1d_t_data"),
                                                      _height_view(w, attrs.kernel_layout, "conv1d_t_weight")], out_4d)
     h = _with_h(out_layout).index("H")
     return [compute(_drop_h(y.shape, out_layout), lambda *i: y[i[:h] + (const(0),) + i[h:]], "conv1d_transpose")]

@@ -11,13 +11,12 @@ from ..errors import ExecutionError, ShapeError, TypeInferenceError
 from ..ir.types import Any, TensorType, TupleType
 from ..te import expr as E
 from ..te.expr import INDEX_DTYPE, cast, const, select
-from ..te.op_computes import (
-    _output_dims,
-    _reshape_dims,
-    _reshape_to,
-    broadcast_read,
-    broadcast_shape,
-)
+
+# (the compute helpers' names are those of tensorvm/op/_compute.py, where the computes are moving)
+from ..te.op_computes import _output_dims as output_dims
+from ..te.op_computes import _reshape_dims as _te_reshape_dims
+from ..te.op_computes import _reshape_to as reshape_to
+from ..te.op_computes import broadcast_read, broadcast_shape
 from ..te.tensor import compute, reduce_axis
 from ..te.tensor import max as te_max
 from ._common import broadcast_shapes, broadcast_type_shapes, expect_tensor
@@ -101,8 +100,8 @@ def _reverse_reshape_logic(op, attrs, shapes, err):
 
 def _reverse_reshape_compute(attrs, inputs, out_type):
     x = inputs[0]
-    shape, requires = _reshape_dims("contrib_reverse_reshape", tuple(x.shape)[::-1], attrs.newshape[::-1], False)
-    return [_reshape_to("contrib_reverse_reshape", x, shape[::-1], requires)]
+    shape, requires = _te_reshape_dims("contrib_reverse_reshape", tuple(x.shape)[::-1], attrs.newshape[::-1], False)
+    return [reshape_to("contrib_reverse_reshape", x, shape[::-1], requires)]
 
 
 for _name in ("contrib_reverse_reshape", "reverse_reshape"):
@@ -260,7 +259,7 @@ define(
         attrs, [np.shape(i), s, np.shape(v), np.shape(d)])[0], np.asarray(i), np.asarray(v), np.asarray(d)),
     OpPattern.OPAQUE, shape_func=_dyn_sparse_shape, data_dependent=(False, True, False, False),
     compute=lambda attrs, inputs, out_type: [_sparse_compute(
-        "dyn.sparse_to_dense", inputs[0], inputs[2], inputs[3], _output_dims("dyn.sparse_to_dense", out_type),
+        "dyn.sparse_to_dense", inputs[0], inputs[2], inputs[3], output_dims("dyn.sparse_to_dense", out_type),
         out_type.dtype)],
     doc="sparse_to_dense with output_shape given as a run-time 1-D integer tensor.",
 )
