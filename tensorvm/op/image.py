@@ -2,14 +2,8 @@
 tensors), ``nn.upsampling``/``nn.upsampling3d`` and their ``dyn.nn`` forms (scales as tensors),
 ``image.grid_sample`` and ``image.affine_grid``.
 
-The sampling arithmetic (source coordinates, rounding, interpolation weights) is written once, over a
-small math namespace: ``_NP`` evaluates it on NumPy index arrays (the reference kernels), ``_TE`` on
-tensor expressions (the computes that target c compiles). Both run in float64.
-
-Source coordinates that only depend on integers are computed as one quotient of integers (e.g.
-half_pixel's ``(x + 0.5) * in / out - 0.5`` as ``((2x + 1) * in - out) / (2 * out)``), so the rounding
-of nearest-neighbour sampling and the floor of the interpolating methods decide exactly where a
-coordinate lies on an integer or a half (TVM adds 1e-5 before its floor for the same purpose).
+The sampling arithmetic is shared with ONNX's ``image.resize`` (op/onnx_ops.py) in ``_resample.py``;
+each op's NumPy kernel and compute evaluate the same code on NumPy arrays and on tensor expressions.
 """
 
 from __future__ import annotations
@@ -32,6 +26,7 @@ from ..te.op_computes import _output_dims as output_dims
 from ..te.op_computes import _prod as product
 from ..te.tensor import compute
 from ._common import expect_tensor
+from ._resample import F64, NP, TE, Spec, clamp, cubic_weights, finish, resize_coordinate, sample
 from .registry import REQUIRED, AttrDef, OpPattern
 from .transform import (
     concrete,
@@ -41,7 +36,6 @@ from .transform import (
     fmt_shape,
     int_tuple,
     is_float_dtype,
-    is_int_dtype,
     layout_of,
     one_of,
     to_bool,
@@ -51,174 +45,14 @@ from .transform import (
     unify_dim,
 )
 
-__all__ = ["resize_coordinate", "resize_numpy", "resize_te"]
+__all__ = ["resize_numpy", "resize_te"]
 
-F64 = "float64"
-
-
-class _NP:
-    """The math of the sampling code on NumPy arrays."""
-
-    where = staticmethod(np.where)
-    floor = staticmethod(np.floor)
-    ceil = staticmethod(np.ceil)
-    rint = staticmethod(np.rint)
-    minimum = staticmethod(np.minimum)
-    maximum = staticmethod(np.maximum)
-    logical_or = staticmethod(np.logical_or)
-    logical_and = staticmethod(np.logical_and)
-    abs = staticmethod(np.abs)
-    fmod = staticmethod(np.fmod)
-
-    @staticmethod
-    def to_float(v):
-        return np.asarray(v, dtype=np.float64)
-
-    @staticmethod
-    def to_int(v):
-        return np.asarray(v).astype(np.int64)
-
-
-class _TE:
-    """The same math on tensor expressions."""
-
-    where = staticmethod(E.select)
-    floor = staticmethod(M.floor)
-    ceil = staticmethod(M.ceil)
-    rint = staticmethod(M.round)
-    minimum = staticmethod(E.minimum)
-    maximum = staticmethod(E.maximum)
-    logical_or = staticmethod(E.logical_or)
-    logical_and = staticmethod(E.logical_and)
-    abs = staticmethod(M.abs)
-    fmod = staticmethod(E.truncmod)
-
-    @staticmethod
-    def to_float(v):
-        return const(float(v), F64) if isinstance(v, (int, float)) else cast(v, F64)
-
-    @staticmethod
-    def to_int(v):
-        return cast(v, "int64")
-
-
-def resize_coordinate(m, mode: str, x, in_size, out_size, roi_start=0.0, roi_end=1.0):
-    """The source coordinate of output position ``x`` along an axis resized from ``in_size`` to
-    ``out_size`` (``x`` and the sizes are integers: ints, index arrays or index expressions)."""
-    f = m.to_float
-    wide = out_size > 1
-    if mode == "half_pixel":
-        return f((2 * x + 1) * in_size - out_size) / f(2 * out_size)
-    if mode == "pytorch_half_pixel":
-        return m.where(wide, f((2 * x + 1) * in_size - out_size) / f(2 * m.maximum(out_size, 1)), 0.0)
-    if mode == "align_corners":
-        return m.where(wide, f(x * (in_size - 1)) / f(m.maximum(out_size - 1, 1)), 0.0)
-    if mode == "asymmetric":
-        return f(x * in_size) / f(m.maximum(out_size, 1))
-    if mode == "tf_half_pixel_for_nn":
-        return f((2 * x + 1) * in_size) / f(2 * m.maximum(out_size, 1))
-    if mode == "tf_crop_and_resize":
-        span = f(in_size - 1)
-        spread = roi_start * span + f(x) * (roi_end - roi_start) * span / f(m.maximum(out_size - 1, 1))
-        return m.where(wide, spread, 0.5 * (roi_start + roi_end) * span)
-    raise ShapeError(f"image.resize2d: unknown coordinate_transformation_mode {mode!r}")
-
-
-def _nearest_index(m, rounding: str, c):
-    if rounding == "round":  # half to even
-        return m.rint(c)
-    if rounding == "round_prefer_floor":
-        return m.ceil(c - 0.5)
-    if rounding == "round_prefer_ceil":
-        return m.floor(c + 0.5)
-    if rounding == "floor":
-        return m.floor(c)
-    return m.ceil(c)
-
-
-def _cubic_weights(t, alpha):
-    """Keys' cubic convolution weights of the taps at -1, 0, 1, 2 for the fraction ``t``."""
-    t2, t3 = t * t, t * t * t
-    return [alpha * (t3 - 2 * t2 + t),
-            (alpha + 2) * t3 - (alpha + 3) * t2 + 1,
-            -(alpha + 2) * t3 + (2 * alpha + 3) * t2 - alpha * t,
-            alpha * (t2 - t3)]
-
-
-def _clamp(m, i, size):
-    return m.minimum(m.maximum(i, 0), size - 1)
-
-
-def _axis_taps(m, spec, c, size):
-    """(clamped input positions, weights) that one axis reads around the source coordinate ``c``."""
-    base_f = m.floor(c)
-    t, base = c - base_f, m.to_int(base_f)
-    if spec.method == "linear":
-        return [_clamp(m, base, size), _clamp(m, base + 1, size)], [1.0 - t, t]
-    weights = _cubic_weights(t, spec.cubic_alpha)
-    if spec.cubic_exclude:  # taps outside the input get weight 0, the others are renormalized
-        weights = [m.where(m.logical_or(base + (k - 1) < 0, base + (k - 1) >= size), 0.0, w)
-                   for k, w in enumerate(weights)]
-        total = weights[0] + weights[1] + weights[2] + weights[3]
-        weights = [w / total for w in weights]
-    return [_clamp(m, base + (k - 1), size) for k in range(4)], weights
-
-
-def _sample(m, spec, read, coords, sizes):
-    """The value at the source coordinates ``coords`` (one per spatial axis): the nearest element, or
-    the separable linear/cubic interpolation in float64 (the last axis innermost).
-
-    ``read(*positions)`` reads the input at integer positions already clamped into range."""
-    if spec.method == "nearest_neighbor":
-        return read(*(_clamp(m, m.to_int(_nearest_index(m, spec.rounding, c)), n) for c, n in zip(coords, sizes)))
-    taps = [_axis_taps(m, spec, c, n) for c, n in zip(coords, sizes)]
-
-    def along(axis, prefix):
-        if axis == len(taps):
-            return m.to_float(read(*prefix))
-        positions, weights = taps[axis]
-        values = [along(axis + 1, prefix + (p,)) for p in positions]
-        if spec.method == "linear":
-            return values[0] * weights[0] + values[1] * weights[1]
-        total = values[0] * weights[0]
-        for v, w in zip(values[1:], weights[1:]):
-            total = total + v * w
-        return total
-
-    return along(0, ())
-
-
-def _finish(m, spec, value, coords, sizes, dtype: str):
-    """Extrapolation (tf_crop_and_resize) and the conversion to the output dtype (integers round)."""
-    if spec.method != "nearest_neighbor" and is_int_dtype(dtype):
-        info = np.iinfo(dtype)
-        value = m.minimum(m.maximum(m.rint(value), float(info.min)), float(info.max))
-    if spec.mode == "tf_crop_and_resize":
-        outside = None
-        for c, n in zip(coords, sizes):
-            out_c = m.logical_or(c < 0, c > m.to_float(n - 1))
-            outside = out_c if outside is None else m.logical_or(outside, out_c)
-        value = m.where(outside, m.to_float(spec.extrapolation_value), m.to_float(value))
-    return value
-
-
-class _Spec:
-    """The sampling parameters of one resize (from the attributes of resize2d or upsampling)."""
-
-    def __init__(self, method, mode, rounding="", cubic_alpha=-0.5, cubic_exclude=0, extrapolation_value=0.0):
-        self.method = {"bilinear": "linear", "trilinear": "linear", "bicubic": "cubic"}.get(method, method)
-        self.mode = mode
-        # Relay's default rounding: round for align_corners, else floor
-        self.rounding = rounding or ("round" if mode == "align_corners" else "floor")
-        self.cubic_alpha, self.cubic_exclude, self.extrapolation_value = cubic_alpha, cubic_exclude, extrapolation_value
-
-
-def _resize_spec(attrs) -> _Spec:
-    return _Spec(attrs.method, attrs.coordinate_transformation_mode, attrs.rounding_method, attrs.cubic_alpha,
+def _resize_spec(attrs) -> Spec:
+    return Spec(attrs.method, attrs.coordinate_transformation_mode, attrs.rounding_method, attrs.cubic_alpha,
                  attrs.cubic_exclude, attrs.extrapolation_value)
 
 
-def resize_numpy(spec: _Spec, x: np.ndarray, layout: str, out_sizes, roi, dtype: str) -> np.ndarray:
+def resize_numpy(spec: Spec, x: np.ndarray, layout: str, out_sizes, roi, dtype: str) -> np.ndarray:
     """The reference kernel: the shared sampling code over index arrays of the output's spatial axes.
     ``layout`` has the letters N, C and the spatial ones (in canonical order ``spatial``)."""
     spatial = "DHW"[3 - (x.ndim - 2):]
@@ -233,13 +67,13 @@ def resize_numpy(spec: _Spec, x: np.ndarray, layout: str, out_sizes, roi, dtype:
         coords = []
         for k, (n_in, n_out) in enumerate(zip(in_sizes, out_sizes)):
             index = np.arange(n_out, dtype=np.int64).reshape((1,) * k + (n_out,) + (1,) * (d - k - 1))
-            coords.append(resize_coordinate(_NP, spec.mode, index, n_in, n_out, roi[k], roi[k + d]))
-        value = _sample(_NP, spec, lambda *p: xc[(slice(None), slice(None)) + p], coords, in_sizes)
-        out[...] = np.asarray(_finish(_NP, spec, value, coords, in_sizes, dtype)).astype(dtype)
+            coords.append(resize_coordinate(NP, spec.mode, index, n_in, n_out, roi[k], roi[k + d]))
+        value = sample(NP, spec, lambda *p: xc[(slice(None), slice(None)) + p], coords, in_sizes)
+        out[...] = np.asarray(finish(NP, spec, value, coords, in_sizes, dtype)).astype(dtype)
     return np.ascontiguousarray(out.transpose([canonical.index(c) for c in layout]))
 
 
-def resize_te(spec: _Spec, x, layout: str, out_sizes, roi, dtype: str, name: str):
+def resize_te(spec: Spec, x, layout: str, out_sizes, roi, dtype: str, name: str):
     """The compute: ``out_sizes`` and ``roi`` are te expressions (attributes or reads of tensors)."""
     spatial = "DHW"[3 - (x.ndim - 2):]
     xd, x_read = layout_reader(x, layout, "NC" + spatial)
@@ -250,11 +84,11 @@ def resize_te(spec: _Spec, x, layout: str, out_sizes, roi, dtype: str, name: str
                  f"{name}: cannot resize an empty input to a non-empty output")]
 
     def f(**index):
-        coords = [resize_coordinate(_TE, spec.mode, index[c], n_in, n_out, roi[k], roi[k + d])
+        coords = [resize_coordinate(TE, spec.mode, index[c], n_in, n_out, roi[k], roi[k + d])
                   for k, (c, n_in, n_out) in enumerate(zip(spatial, in_sizes, out_sizes))]
-        value = _sample(_TE, spec, lambda *p: x_read(N=index["N"], C=index["C"], **dict(zip(spatial, p))), coords,
+        value = sample(TE, spec, lambda *p: x_read(N=index["N"], C=index["C"], **dict(zip(spatial, p))), coords,
                         in_sizes)
-        return cast(_finish(_TE, spec, value, coords, in_sizes, dtype), dtype)
+        return cast(finish(TE, spec, value, coords, in_sizes, dtype), dtype)
 
     shape = {"N": xd["N"], "C": xd["C"], **dict(zip(spatial, out_sizes))}
     return layout_compute(shape, layout, f, name.replace(".", "_"), requires)
@@ -438,10 +272,10 @@ def _upsampling_shape(op, shape, layout, scales, err):
     return tuple(out)
 
 
-def _upsampling_spec(attrs) -> _Spec:
+def _upsampling_spec(attrs) -> Spec:
     if "align_corners" in attrs:
-        return _Spec(attrs.method, "align_corners" if attrs.align_corners else "asymmetric")
-    return _Spec(attrs.method, attrs.coordinate_transformation_mode)
+        return Spec(attrs.method, "align_corners" if attrs.align_corners else "asymmetric")
+    return Spec(attrs.method, attrs.coordinate_transformation_mode)
 
 
 def _numeric_data(op, data: TensorType) -> TensorType:
@@ -591,7 +425,7 @@ def _affine_grid_kernel(attrs, theta):
     j = np.arange(width).reshape(1, 1, 1, -1)
     acc = theta.astype(np.float64)
     rows = np.arange(2).reshape(1, 2, 1, 1)
-    value = _affine_value(_NP, rows, lambda r, k: acc[:, :, k].reshape(-1, 2, 1, 1), i, j, height, width)
+    value = _affine_value(NP, rows, lambda r, k: acc[:, :, k].reshape(-1, 2, 1, 1), i, j, height, width)
     return np.broadcast_to(value, (theta.shape[0], 2, height, width)).astype(theta.dtype)
 
 
@@ -600,7 +434,7 @@ def _affine_grid_compute(attrs, inputs, out_type):
     height, width = (const(d) for d in attrs.target_shape)
 
     def f(n, r, i, j):
-        value = _affine_value(_TE, r, lambda row, k: cast(theta[(n, row, const(k))], F64), i, j, height, width)
+        value = _affine_value(TE, r, lambda row, k: cast(theta[(n, row, const(k))], F64), i, j, height, width)
         return cast(value, theta.dtype)
 
     return [compute((theta.shape[0], const(2), height, width), f, "affine_grid")]
@@ -623,7 +457,7 @@ def _reflect(m, c, twice_low: float, twice_high, size_ok):
     safe = m.where(size_ok, span, 1.0)
     a = m.abs(c - low)
     extra, flips = m.fmod(a, safe), m.floor(a / safe)
-    even = m.fmod(flips, 2.0) == 0 if m is _NP else E.eq(m.fmod(flips, const(2.0, F64)), 0.0)
+    even = m.eq(m.fmod(flips, 2.0), 0.0)
     return m.where(size_ok, m.where(even, extra + low, span - extra + low), 0.0)
 
 
@@ -650,7 +484,7 @@ def _grid_sample_value(m, attrs, read, coords, sizes):
         for p, n in zip(positions, sizes):
             ok = m.logical_and(p >= 0, p < n)
             inside = ok if inside is None else m.logical_and(inside, ok)
-        value = m.to_float(read([_clamp(m, p, n) for p, n in zip(positions, sizes)]))
+        value = m.to_float(read([clamp(m, p, n) for p, n in zip(positions, sizes)]))
         return m.where(inside, value, 0.0)
 
     if attrs.method == "bicubic":
@@ -658,7 +492,7 @@ def _grid_sample_value(m, attrs, read, coords, sizes):
         axes = []
         for c, n in zip(coords, sizes):
             base_f = m.floor(c)
-            weights = _cubic_weights(c - base_f, -0.75)
+            weights = cubic_weights(c - base_f, -0.75)
             taps = []
             for k in range(4):
                 p = base_f + (k - 1)
@@ -716,10 +550,10 @@ def _grid_sample_kernel(attrs, shape, x, grid):
     d = x.ndim - 2
     sizes = x.shape[2:]
     g = grid.astype(np.float64)[:, :, None]  # (N, d, 1, spatial...) against data (N, C, ...)
-    coords = [_unnormalized(_NP, g[:, d - 1 - k], n, attrs.align_corners) for k, n in enumerate(sizes)]
+    coords = [_unnormalized(NP, g[:, d - 1 - k], n, attrs.align_corners) for k, n in enumerate(sizes)]
     batch = np.arange(x.shape[0]).reshape((-1,) + (1,) * (d + 1))
     channel = np.arange(x.shape[1]).reshape((1, -1) + (1,) * d)
-    value = _grid_sample_value(_NP, attrs, lambda p: x[(batch, channel) + tuple(p)], coords, sizes)
+    value = _grid_sample_value(NP, attrs, lambda p: x[(batch, channel) + tuple(p)], coords, sizes)
     out[...] = np.asarray(value).astype(x.dtype)
     return out
 
@@ -732,9 +566,9 @@ def _grid_sample_compute(attrs, inputs, out_type):
                  "image.grid_sample: cannot sample an empty input")]
 
     def f(n, c, *out):
-        coords = [_unnormalized(_TE, cast(grid[(n, const(d - 1 - k)) + out], F64), size, attrs.align_corners)
+        coords = [_unnormalized(TE, cast(grid[(n, const(d - 1 - k)) + out], F64), size, attrs.align_corners)
                   for k, size in enumerate(sizes)]
-        value = _grid_sample_value(_TE, attrs, lambda p: x[(n, c) + tuple(p)], coords, sizes)
+        value = _grid_sample_value(TE, attrs, lambda p: x[(n, c) + tuple(p)], coords, sizes)
         return cast(value, x.dtype)
 
     return [compute((grid.shape[0], x.shape[1]) + tuple(grid.shape[2:]), f, "grid_sample", requires)]

@@ -453,3 +453,56 @@ def test_grid_sample_types():
             {"layout": "NCDHW", "method": "bicubic"})
     with pytest.raises(TypeInferenceError, match="float"):
         rel([TensorType((1, 3, 4, 5), "int32"), TensorType((1, 2, 7, 8), "int32")], {})
+
+
+# --- ONNX's image.resize: its compute, on the sampling code above ------------------------------------
+
+ONNX_RESIZE = ("def @main(%x: Tensor[(?, 2, ?, 5), float32], %roi: Tensor[(8), float32], %sc: Tensor[({ns}), float32], "
+               "%si: Tensor[({nz}), int64]) {{ image.resize(%x, %roi, %sc, %si, mode=\"{mode}\", "
+               "coordinate_transformation_mode=\"{ctm}\", nearest_mode=\"round_prefer_ceil\", exclude_outside={ex}, "
+               "extrapolation_value=-3f) }}")
+
+
+@pytest.mark.parametrize("mode, ctm, ex", [
+    ("nearest", "half_pixel", 0), ("nearest", "tf_crop_and_resize", 0), ("linear", "half_pixel_symmetric", 0),
+    ("linear", "align_corners", 0), ("cubic", "pytorch_half_pixel", 1), ("cubic", "tf_crop_and_resize", 0),
+    ("cubic", "asymmetric", 0),
+])
+def test_onnx_resize_on_target_c(mode, ctm, ex):
+    """target c (the compute) agrees with the kernel (checked by the ONNX backend tests) for scales and sizes,
+    every axis resized (the batch and channels by scale 1, the skipped axes of the kernel)."""
+    x = _data((2, 2, 4, 5), seed=10)
+    roi = np.array([0, 0, 0.1, 0.2, 1, 1, 0.9, 1.1], "float32")
+    for scales, sizes in ((np.array([1, 1, 1.7, 0.6], "float32"), np.zeros(0, "int64")),
+                          (np.zeros(0, "float32"), np.array([2, 3, 7, 3], "int64"))):
+        text = ONNX_RESIZE.format(ns=len(scales), nz=len(sizes), mode=mode, ctm=ctm, ex=ex)
+        expected = get_op("image.resize").kernel(
+            {"mode": mode, "coordinate_transformation_mode": ctm, "nearest_mode": "round_prefer_ceil",
+             "exclude_outside": bool(ex), "extrapolation_value": -3.0}, x, roi, scales, sizes)
+        check_everywhere(text, [x, roi, scales, sizes], expected, rtol=1e-5, atol=1e-5)
+
+
+def test_onnx_resize_linear_matches_the_loop_oracle():
+    x = _data((1, 2, 4, 5), seed=11)
+    out = get_op("image.resize").kernel({"mode": "linear"}, x, np.zeros(0, "float32"), np.zeros(0, "float32"),
+                                        np.array([1, 2, 7, 3], "int64"))
+    np.testing.assert_allclose(out, resize_oracle(x, (7, 3)), rtol=1e-5, atol=1e-6)
+
+
+def test_onnx_resize_pytorch_half_pixel_to_one_element_samples_coordinate_0():
+    # regression: the kernel sampled at -0.5 (ONNX: "length_resized > 1 ? ... : 0"); cubic showed it
+    x = np.array([[[[1.0, 5.0, 2.0, 8.0]]]], "float32")
+    out = get_op("image.resize").kernel({"mode": "cubic", "coordinate_transformation_mode": "pytorch_half_pixel"},
+                                        x, np.zeros(0, "float32"), np.zeros(0, "float32"),
+                                        np.array([1, 1, 1, 1], "int64"))
+    assert out.reshape(-1).tolist() == [1.0]
+
+
+def test_onnx_resize_with_antialias_falls_back_to_numpy():
+    text = ONNX_RESIZE.format(ns=4, nz=0, mode="linear", ctm="half_pixel", ex=0).replace(
+        "extrapolation_value=-3f", "antialias=True")
+    x, roi = _data((1, 2, 4, 5), seed=12), np.zeros(8, "float32")
+    scales = np.array([1, 1, 0.5, 0.5], "float32")
+    expected = get_op("image.resize").kernel({"mode": "linear", "antialias": True}, x, roi, scales,
+                                             np.zeros(0, "int64"))
+    check_everywhere(text, [x, roi, scales, np.zeros(0, "int64")], expected, fallbacks_allowed=True)
