@@ -516,14 +516,25 @@ _W1 = rand(2, 3, 2, seed=8)
     (main("%x: Tensor[(?, ?), float32], %p: Tensor[(2, 2), int32], %v: float32", "dyn.nn.pad(%x, %p, %v)"),
      (_X4[0, 0], np.array([[0, 1], [2, 0]], "int32"), np.float32(-1)),
      np.pad(_X4[0, 0], [[0, 1], [2, 0]], constant_values=-1)),
-], ids=["conv1d_transpose", "mirror_pad", "dilate", "resize2d", "dyn_resize2d", "dyn_upsampling", "dyn_pad"])
+    # an identity affine grid samples every pixel at its centre
+    (main("%x: Tensor[(?, 2, 3, 4), float32], %t: Tensor[(?, 2, 3), float32]",
+          "image.grid_sample(%x, image.affine_grid(%t, target_shape=[3, 4]))"),
+     (_X4, np.array([[[1, 0, 0], [0, 1, 0]]], "float32")), _X4),
+    (main("%x: Tensor[(?, 3, 4), float32], %i: Tensor[(?), int64], %j: Tensor[(?), int64]",
+          "adv_index((%x, %i, %j))"),
+     (_X4[0], np.array([1, 0, 1]), np.array([2, 2, 0])), _X4[0][[1, 0, 1], [2, 2, 0]]),
+    (main("%x: Tensor[(?, 3, 4), float32]", "contrib_reverse_reshape(%x, newshape=[-1, 0])"),
+     (_X4[0],), _X4[0].reshape(6, 4)),
+    (main("%i: Tensor[(?), int32], %s: Tensor[(1), int32]", "dyn.sparse_to_dense(%i, %s, 7f, 0f)"),
+     (np.array([0, 3], "int32"), np.array([5], "int32")), np.array([7, 0, 0, 7, 0], "float32")),
+], ids=["conv1d_transpose", "mirror_pad", "dilate", "resize2d", "dyn_resize2d", "dyn_upsampling", "dyn_pad",
+        "grid_sample", "adv_index", "reverse_reshape", "dyn_sparse_to_dense"])
 def test_relay_ops_tensorvm_once_lacked(run, text, args, expected):
     check_result(run(text, *args), expected)
 
 
-@pytest.mark.skip(reason="layout_transform, image.crop_and_resize, image.grid_sample, image.affine_grid, vision.* "
-                         "(get_valid_counts, Relay's NMS signature), adv_index and contrib_conv2d_NCHWc are not "
-                         "registered ops in tensorvm yet")
+@pytest.mark.skip(reason="layout_transform, image.crop_and_resize, vision.* (get_valid_counts, Relay's NMS "
+                         "signature) and contrib_conv2d_NCHWc are not registered ops in tensorvm yet")
 def test_ops_tensorvm_does_not_have():  # pragma: no cover
     pass
 
