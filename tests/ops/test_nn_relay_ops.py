@@ -6,8 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from op_testing import check_op
-from relay_runner import check_everywhere
+from relay_runner import HEADER, check_everywhere, run_everywhere
 
+import tensorvm as tv
 from tensorvm.errors import AttrError, ShapeError, TypeInferenceError
 from tensorvm.ir.types import Any, SymDim, TensorType
 from tensorvm.op import get_op
@@ -65,7 +66,6 @@ def test_mirror_pad_errors():
     with pytest.raises(AttrError):
         get_op("nn.mirror_pad").normalize_attrs({"pad_width": [[1, 1]], "mode": "reflect"})
     # a run-time size too small for the padding
-    from relay_runner import run_everywhere
     with pytest.raises(Exception, match="REFLECT|padding|reflect"):
         run_everywhere('def @main(%x: Tensor[(?), float32]) { nn.mirror_pad(%x, pad_width=[[2, 0]], mode="REFLECT") }',
                        np.zeros(2, "float32"))
@@ -172,3 +172,29 @@ def test_conv1d_transpose_layouts_and_types():
         rel([TensorType((1, 4, 5), "float32"), TensorType((4, 2, 3), "float32")], {"output_padding": [1]})
     with pytest.raises(TypeInferenceError, match="rank 3"):
         rel([TensorType((1, 4, 5, 1), "float32"), TensorType((4, 2, 3), "float32")], {})
+
+
+def test_the_relay_ops_print_and_parse_back():
+    text = HEADER + """def @main(%x: Tensor[(1, 2, 3, 4), float32], %w: Tensor[(2, 3, 2), float32], %t: Tensor[(1, 2, 3), float32],
+          %y: Tensor[(1, 2, 4), float32], %p: Tensor[(4, 2), int64], %s: Tensor[(2), int64]) {
+  %0 = image.resize2d(%x, size=[5, 2], roi=[0.1f, 0f, 1f, 1f], method="cubic", cubic_alpha=-0.75f);
+  %1 = nn.mirror_pad(%x, pad_width=[[0, 0], [0, 0], [1, 1], [2, 2]], mode="REFLECT");
+  %2 = nn.conv1d_transpose(%y, %w, strides=[2], padding=[1, 0], output_padding=[1]);
+  %3 = image.grid_sample(%x, image.affine_grid(%t, target_shape=[3, 3]), padding_mode="border", align_corners=False);
+  %4 = nn.upsampling(%x, scale_h=2f, scale_w=2f, method="bilinear", align_corners=True);
+  %5 = dyn.nn.pad(%x, %p, 0f, pad_mode="edge");
+  %6 = dyn.image.resize2d(%x, %s, zeros(shape=[4], dtype="float32"), layout="NCHW");
+  (%0, %1, %2, %3, %4, nn.dilate(%x, strides=[1, 1, 2, 2]), contrib_reverse_reshape(%x, newshape=[-1, 0]), %5, %6)
+}"""
+    mod = tv.transform.InferType()(tv.parse(text))
+    again = tv.transform.InferType()(tv.parse(mod.astext()))
+    assert again.astext() == mod.astext()
+    assert "Tensor[(1, 2, 5, 2), float32]" in mod.astext()
+
+
+def test_dyn_pad_fused_with_its_neighbours():
+    x = _data((1, 2, 3, 4), seed=9)
+    pads = np.array([[0, 0], [0, 1], [1, 1], [2, 0]], "int64")
+    text = ("def @main(%x: Tensor[(1, 2, 3, 4), float32], %p: Tensor[(4, 2), int64]) { "
+            "add(dyn.nn.pad(nn.relu(%x), %p, 1f), 2f) }")
+    check_everywhere(text, [x, pads], _pad_oracle(np.maximum(x, 0), pads.tolist(), "constant", np.float32(1)) + 2)
