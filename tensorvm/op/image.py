@@ -1,5 +1,5 @@
-"""Relay's resampling operators: ``image.resize2d`` and ``dyn.image.resize2d`` (size and roi as
-tensors), ``nn.upsampling``/``nn.upsampling3d`` and their ``dyn.nn`` forms (scales as tensors),
+"""Relay's resampling operators: ``image.resize1d``/``resize2d``/``resize3d`` and ``dyn.image.resize2d``
+(size and roi as tensors), ``nn.upsampling``/``nn.upsampling3d`` and their ``dyn.nn`` forms (scales as tensors),
 ``image.grid_sample`` and ``image.affine_grid``.
 
 The sampling arithmetic is shared with ONNX's ``image.resize`` (op/onnx_ops.py) in ``_resample.py``;
@@ -104,38 +104,50 @@ _COORDINATE_MODES = one_of("half_pixel", "align_corners", "asymmetric", "pytorch
 _ROUNDING = one_of("", "round", "round_prefer_floor", "round_prefer_ceil", "floor", "ceil")
 
 
-def _roi(value) -> tuple:
-    items = tuple(to_float(v) for v in value) if isinstance(value, (tuple, list)) else None
-    if items is None or len(items) != 4:
-        raise ValueError(f"expected 4 numbers (start_h, start_w, end_h, end_w), got {value!r}")
-    return items
+_SPATIAL = {1: "W", 2: "HW", 3: "DHW"}
+_CANONICAL = {1: "NCW", 2: "NCHW", 3: "NCDHW"}
 
 
-def _size_pair(value) -> tuple:
-    items = int_tuple(0)(value)
-    if len(items) != 2:
-        raise ValueError(f"expected (height, width), got {value!r}")
-    return items
+def _roi_of(d: int):
+    def convert(value) -> tuple:
+        items = tuple(to_float(v) for v in value) if isinstance(value, (tuple, list)) else None
+        if items is None or len(items) != 2 * d:
+            raise ValueError(f"expected {2 * d} numbers (the starts of {', '.join(_SPATIAL[d])}, then their ends), "
+                             f"got {value!r}")
+        return items
+
+    return convert
 
 
-_RESIZE_COMMON = (
-    AttrDef("layout", "NCHW", layout_of("NCHW")),
-    AttrDef("method", "linear", _METHODS),
-    AttrDef("coordinate_transformation_mode", "half_pixel", _COORDINATE_MODES),
-    AttrDef("rounding_method", "", _ROUNDING, "nearest_neighbor's rounding (round: half to even); empty: round "
-                                              "for align_corners, else floor"),
-    AttrDef("cubic_alpha", -0.5, to_float),
-    AttrDef("cubic_exclude", 0, to_int),
-    AttrDef("extrapolation_value", 0.0, to_float),
-    AttrDef("out_dtype", "", to_out_dtype),
-)
+def _sizes_of(d: int):
+    def convert(value) -> tuple:
+        items = int_tuple(0)(value)
+        if len(items) != d:
+            raise ValueError(f"expected the {d} output sizes of {', '.join(_SPATIAL[d])}, got {value!r}")
+        return items
+
+    return convert
+
+
+def _resize_common(canonical: str) -> tuple:
+    return (
+        AttrDef("layout", canonical, layout_of(canonical)),
+        AttrDef("method", "linear", _METHODS),
+        AttrDef("coordinate_transformation_mode", "half_pixel", _COORDINATE_MODES),
+        AttrDef("rounding_method", "", _ROUNDING, "nearest_neighbor's rounding (round: half to even); empty: "
+                                                  "round for align_corners, else floor"),
+        AttrDef("cubic_alpha", -0.5, to_float),
+        AttrDef("cubic_exclude", 0, to_int),
+        AttrDef("extrapolation_value", 0.0, to_float),
+        AttrDef("out_dtype", "", to_out_dtype),
+    )
 
 
 def _resize_out_shape(op, data_shape, layout, size, err):
-    if len(data_shape) != 4:
-        raise err(f"{op}: data must have rank 4 ({layout}), got shape {fmt_shape(data_shape)}")
+    if len(data_shape) != len(layout):
+        raise err(f"{op}: data must have rank {len(layout)} ({layout}), got shape {fmt_shape(data_shape)}")
     out = list(data_shape)
-    for letter, new in zip("HW", size, strict=True):
+    for letter, new in zip(_SPATIAL[len(layout) - 2], size, strict=True):
         axis = layout.index(letter)
         if isinstance(out[axis], int) and isinstance(new, int) and out[axis] == 0 and new > 0:
             raise err(f"{op}: cannot resize the empty {letter} dim of {fmt_shape(data_shape)} to {new}")
@@ -150,33 +162,39 @@ def _resize_dtype(op, data: TensorType, attrs) -> str:
     return dtype
 
 
-def _resize2d_rel(types, attrs, consts=None):
-    op = "image.resize2d"
-    data = expect_tensor(op, types[0], "data")
-    shape = _resize_out_shape(op, data.shape, attrs.layout, attrs.size, TypeInferenceError)
-    return TensorType(shape, _resize_dtype(op, data, attrs))
+def _define_resize(d: int):
+    name = f"image.resize{d}d"
+    spatial = _SPATIAL[d]
+
+    def rel(types, attrs, consts=None):
+        data = expect_tensor(name, types[0], "data")
+        shape = _resize_out_shape(name, data.shape, attrs.layout, attrs.size, TypeInferenceError)
+        return TensorType(shape, _resize_dtype(name, data, attrs))
+
+    def compute_fn(attrs, inputs, out_type):
+        roi = [const(v, F64) for v in attrs.roi]
+        size = tuple(const(n) for n in attrs.size)
+        return [resize_te(_resize_spec(attrs), inputs[0], attrs.layout, size, roi, output_dtype(out_type), name)]
+
+    define(
+        name, 1, rel,
+        lambda attrs, x: resize_numpy(_resize_spec(attrs), np.asarray(x), attrs.layout, attrs.size, attrs.roi,
+                                      attrs.out_dtype or np.asarray(x).dtype.name),
+        OpPattern.INJECTIVE,
+        attrs=(AttrDef("size", REQUIRED, _sizes_of(d)), AttrDef("roi", (0.0,) * (2 * d), _roi_of(d)))
+        + _resize_common(_CANONICAL[d]),
+        shape_func=lambda attrs, args: [_resize_out_shape(name, concrete(args[0]), attrs.layout, attrs.size,
+                                                          ShapeError)],
+        compute=compute_fn,
+        doc=f"Resize the {', '.join(spatial)} dims to ``size`` by nearest_neighbor (with ``rounding_method``), "
+            f"linear or cubic (Keys, ``cubic_alpha``; ``cubic_exclude`` drops taps outside) sampling at the "
+            f"source coordinates of ``coordinate_transformation_mode``; ``roi`` (the starts, then the ends) and "
+            f"``extrapolation_value`` serve tf_crop_and_resize. Integer results of linear/cubic are rounded.",
+    )
 
 
-def _resize2d_compute(attrs, inputs, out_type):
-    roi = [const(v, F64) for v in attrs.roi]
-    size = tuple(const(s) for s in attrs.size)
-    return [resize_te(_resize_spec(attrs), inputs[0], attrs.layout, size, roi, output_dtype(out_type), "image.resize2d")]
-
-
-define(
-    "image.resize2d", 1, _resize2d_rel,
-    lambda attrs, x: resize_numpy(_resize_spec(attrs), np.asarray(x), attrs.layout, attrs.size, attrs.roi,
-                                  attrs.out_dtype or np.asarray(x).dtype.name),
-    OpPattern.INJECTIVE,
-    attrs=(AttrDef("size", REQUIRED, _size_pair), AttrDef("roi", (0.0, 0.0, 0.0, 0.0), _roi)) + _RESIZE_COMMON,
-    shape_func=lambda attrs, args: [_resize_out_shape("image.resize2d", concrete(args[0]), attrs.layout,
-                                                      attrs.size, ShapeError)],
-    compute=_resize2d_compute,
-    doc="Resize the H and W dims to ``size`` by nearest_neighbor (with ``rounding_method``), linear or "
-        "cubic (Keys, ``cubic_alpha``; ``cubic_exclude`` drops taps outside) sampling at the source "
-        "coordinates of ``coordinate_transformation_mode``; ``roi`` (start_h, start_w, end_h, end_w) and "
-        "``extrapolation_value`` serve tf_crop_and_resize. Integer results of linear/cubic are rounded.",
-)
+for _d in (1, 2, 3):
+    _define_resize(_d)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -235,7 +253,7 @@ def _dyn_resize2d_compute(attrs, inputs, out_type):
 
 define(
     "dyn.image.resize2d", 3, _dyn_resize2d_rel, _dyn_resize2d_kernel, OpPattern.INJECTIVE,
-    attrs=_RESIZE_COMMON,
+    attrs=_resize_common("NCHW"),
     shape_func=lambda attrs, args: [_resize_out_shape("dyn.image.resize2d", concrete(args[0]), attrs.layout,
                                                       _dyn_size("dyn.image.resize2d", args[1], ShapeError),
                                                       ShapeError)],
@@ -442,7 +460,7 @@ def _affine_grid_compute(attrs, inputs, out_type):
 
 define(
     "image.affine_grid", 1, _affine_grid_rel, _affine_grid_kernel, OpPattern.INJECTIVE,
-    attrs=(AttrDef("target_shape", REQUIRED, _size_pair),),
+    attrs=(AttrDef("target_shape", REQUIRED, _sizes_of(2)),),
     shape_func=lambda attrs, args: [(concrete(args[0])[0], 2) + tuple(attrs.target_shape)],
     compute=_affine_grid_compute,
     doc="The sampling grid (batch, 2, H, W) of the affine maps data (batch, 2, 3) over target_shape (H, W): "

@@ -506,3 +506,22 @@ def test_onnx_resize_with_antialias_falls_back_to_numpy():
     expected = get_op("image.resize").kernel({"mode": "linear", "antialias": True}, x, roi, scales,
                                              np.zeros(0, "int64"))
     check_everywhere(text, [x, roi, scales, np.zeros(0, "int64")], expected, fallbacks_allowed=True)
+
+
+@pytest.mark.parametrize("method, mode", [("nearest_neighbor", "asymmetric"), ("cubic", "half_pixel"),
+                                          ("linear", "tf_crop_and_resize")])
+def test_resize1d_and_resize3d(method, mode):
+    x1, x3 = _data((2, 3, 5), seed=13), _data((1, 2, 3, 4, 5), seed=14)
+    roi1, roi3 = (0.1, 0.8), (0.0, 0.2, -0.1, 1.0, 0.9, 1.2)
+    common = f'method="{method}", coordinate_transformation_mode="{mode}", extrapolation_value=4f'
+    text = (f"def @main(%a: Tensor[(?, 3, 5), float32], %b: Tensor[(1, ?, 3, 4, 5), float32]) {{ ("
+            f"image.resize1d(%a, size=[7], roi=[0.1f, 0.8f], {common}), "
+            f'image.resize1d(%a, size=[2], roi=[0.1f, 0.8f], layout="NWC", {common}), '
+            f"image.resize3d(%b, size=[2, 6, 3], roi=[0f, 0.2f, -0.1f, 1f, 0.9f, 1.2f], {common})) }}")
+    expected = (resize_oracle(x1, (7,), method, mode, roi=roi1, extrapolation=4.0),
+                # NWC reads the same array as 3 positions of 5 channels
+                resize_oracle(x1, (2,), method, mode, roi=roi1, extrapolation=4.0, channels_last=True),
+                resize_oracle(x3, (2, 6, 3), method, mode, roi=roi3, extrapolation=4.0))
+    check_everywhere(text, [x1, x3], expected, rtol=1e-5, atol=1e-5)
+    with pytest.raises(AttrError):
+        get_op("image.resize3d").normalize_attrs({"size": (2, 2)})
