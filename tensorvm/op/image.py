@@ -12,7 +12,7 @@ import itertools
 
 import numpy as np
 
-from ..errors import ShapeError, TypeInferenceError
+from ..errors import ExecutionError, ShapeError, TypeInferenceError
 from ..ir.types import Any, TensorType
 from ..te import expr as E
 from ..te import intrin as M
@@ -36,6 +36,7 @@ from .transform import (
     fmt_shape,
     int_tuple,
     is_float_dtype,
+    is_int_dtype,
     layout_of,
     one_of,
     to_bool,
@@ -609,4 +610,84 @@ define_shaped(
         "(-1 and 1 the corner pixels' centres with align_corners, else their outer edges), by nearest "
         "(half to even), bilinear/trilinear or bicubic (2-D, a = -0.75) sampling; outside the input the "
         "padding_mode gives zeros, the border value or the reflection.",
+)
+
+
+# ---------------------------------------------------------------------------------------------------
+# image.crop_and_resize(data, boxes, box_indices): tf_crop_and_resize sampling with each box as the roi
+
+
+def _crop_logic(op, attrs, shapes, err):
+    data, boxes, indices = shapes
+    if len(data) != 4 or len(boxes) != 2 or len(indices) != 1:
+        raise err(f"{op}: expected data of rank 4, boxes (num_boxes, 4) and box_indices (num_boxes,), got "
+                  f"{fmt_shape(data)}, {fmt_shape(boxes)} and {fmt_shape(indices)}")
+    unify_dim(op, boxes[1], 4, "boxes dim 1 and 4 (y1, x1, y2, x2)", err)
+    count = unify_dim(op, boxes[0], indices[0], "the numbers of boxes and box_indices", err)
+    out = {"N": count, "C": data[attrs.layout.index("C")], "H": attrs.crop_size[0], "W": attrs.crop_size[1]}
+    return tuple(out[c] for c in attrs.layout)
+
+
+def _crop_spec(attrs) -> Spec:
+    # TVM rounds a box's nearest coordinate with round (half to even)
+    return Spec(attrs.method.replace("bilinear", "linear"), "tf_crop_and_resize", "round",
+                extrapolation_value=attrs.extrapolation_value)
+
+
+def _crop_kernel(attrs, shape, x, boxes, indices):
+    dtype = attrs.out_dtype or x.dtype.name
+    xc = x.transpose([attrs.layout.index(c) for c in "NCHW"])
+    out = np.zeros((boxes.shape[0], xc.shape[1]) + tuple(attrs.crop_size), dtype)
+    bad = (indices < 0) | (indices >= xc.shape[0])
+    if bad.any():
+        raise ExecutionError(f"image.crop_and_resize: box index {indices[bad][0]} is out of range for a batch of "
+                             f"{xc.shape[0]}")
+    if out.size:
+        (h, w), (oh, ow) = xc.shape[2:], attrs.crop_size
+        b = boxes.astype(np.float64).reshape(-1, 4, 1, 1, 1)
+        cy = resize_coordinate(NP, "tf_crop_and_resize", np.arange(oh).reshape(1, 1, -1, 1), h, oh, b[:, 0], b[:, 2])
+        cx = resize_coordinate(NP, "tf_crop_and_resize", np.arange(ow).reshape(1, 1, 1, -1), w, ow, b[:, 1], b[:, 3])
+        n = indices.astype(np.int64).reshape(-1, 1, 1, 1)
+        c = np.arange(xc.shape[1]).reshape(1, -1, 1, 1)
+        spec = _crop_spec(attrs)
+        value = sample(NP, spec, lambda y, z: xc[n, c, y, z], [cy, cx], (h, w))
+        out[...] = np.asarray(finish(NP, spec, value, [cy, cx], (h, w), dtype)).astype(dtype)
+    return np.ascontiguousarray(out.transpose(["NCHW".index(c) for c in attrs.layout]))
+
+
+def _crop_compute(attrs, inputs, out_type):
+    x, boxes, indices = inputs
+    xd, x_read = layout_reader(x, attrs.layout, "NCHW")
+    (h, w), (oh, ow) = (xd["H"], xd["W"]), (const(attrs.crop_size[0]), const(attrs.crop_size[1]))
+    spec, dtype = _crop_spec(attrs), output_dtype(out_type)
+
+    def f(N, C, H, W):
+        n = E.index_check(cast(indices[(N,)], "int64"), xd["N"])
+        box = [cast(boxes[(N, const(k))], F64) for k in range(4)]
+        cy = resize_coordinate(TE, "tf_crop_and_resize", H, h, oh, box[0], box[2])
+        cx = resize_coordinate(TE, "tf_crop_and_resize", W, w, ow, box[1], box[3])
+        value = sample(TE, spec, lambda y, z: x_read(N=n, C=C, H=y, W=z), [cy, cx], (h, w))
+        return cast(finish(TE, spec, value, [cy, cx], (h, w), dtype), dtype)
+
+    requires = [(E.logical_or(E.logical_and(h > 0, w > 0), E.eq(boxes.shape[0] * oh * ow, 0)),
+                 "image.crop_and_resize: cannot crop an empty image")]
+    shape = {"N": boxes.shape[0], "C": xd["C"], "H": oh, "W": ow}
+    return [layout_compute(shape, attrs.layout, f, "crop_and_resize", requires)]
+
+
+def _check_crop_types(types, attrs):
+    if not is_float_dtype(types[1].dtype) or not is_int_dtype(types[2].dtype) or types[0].dtype == "bool":
+        raise TypeInferenceError(f"image.crop_and_resize: expected numeric data, float boxes and integer box_indices, "
+                                 f"got {types[0].dtype}, {types[1].dtype} and {types[2].dtype}")
+
+
+define_shaped(
+    "image.crop_and_resize", 3, _crop_logic, _crop_kernel, OpPattern.INJECTIVE,
+    attrs=(AttrDef("crop_size", REQUIRED, _sizes_of(2)), AttrDef("layout", "NCHW", layout_of("NCHW")),
+           AttrDef("method", "bilinear", one_of("bilinear", "nearest_neighbor")),
+           AttrDef("extrapolation_value", 0.0, to_float), AttrDef("out_dtype", "", to_out_dtype)),
+    dtype_rule=lambda types, attrs: attrs.out_dtype or types[0].dtype, check_types=_check_crop_types,
+    compute=_crop_compute,
+    doc="For each box (y1, x1, y2, x2, normalized) of boxes and its image box_indices[i], the crop resized "
+        "to crop_size (bilinear or nearest), extrapolation_value outside the image.",
 )

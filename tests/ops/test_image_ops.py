@@ -525,3 +525,42 @@ def test_resize1d_and_resize3d(method, mode):
     check_everywhere(text, [x1, x3], expected, rtol=1e-5, atol=1e-5)
     with pytest.raises(AttrError):
         get_op("image.resize3d").normalize_attrs({"size": (2, 2)})
+
+
+@pytest.mark.parametrize("method", ["bilinear", "nearest_neighbor"])
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+def test_crop_and_resize(method, layout):
+    x = _data((2, 3, 4, 5), seed=15)
+    boxes = np.array([[0, 0, 1, 1], [0.2, -0.1, 0.9, 1.3], [0.5, 0.5, 0.5, 0.5]], "float32")
+    indices = np.array([1, 0, 1], "int32")
+    crops = [resize_oracle(x[k:k + 1], (3, 4), method.replace("bilinear", "linear"), "tf_crop_and_resize", "round",
+                           roi=tuple(float(v) for v in box), extrapolation=-9.0)
+             for box, k in zip(boxes, indices)]
+    expected = np.concatenate(crops)
+    # the whole image to its own size is the image
+    whole = get_op("image.crop_and_resize").kernel({"crop_size": (4, 5)}, x, boxes[:1], indices[:1])
+    np.testing.assert_allclose(whole[0], x[1], rtol=1e-6)
+    data = x if layout == "NCHW" else x.transpose(0, 2, 3, 1).copy()
+    want = expected if layout == "NCHW" else expected.transpose(0, 2, 3, 1)
+    dims = "?, 3, 4, 5" if layout == "NCHW" else "?, 4, 5, 3"
+    text = (f"def @main(%x: Tensor[({dims}), float32], %b: Tensor[(?, 4), float32], %i: Tensor[(?), int32]) {{ "
+            f'image.crop_and_resize(%x, %b, %i, crop_size=[3, 4], layout="{layout}", method="{method}", '
+            f"extrapolation_value=-9f) }}")
+    check_everywhere(text, [data, boxes, indices], want, rtol=1e-5, atol=1e-5)
+    check_op("image.crop_and_resize", [data, boxes, indices], {"crop_size": (3, 4), "layout": layout,
+                                                               "method": method, "extrapolation_value": -9.0},
+             want, rtol=1e-5, atol=1e-5)
+
+
+def test_crop_and_resize_errors():
+    rel = get_op("image.crop_and_resize").type_rel
+    with pytest.raises(TypeInferenceError, match="numbers of boxes"):
+        rel([TensorType((1, 3, 4, 5), "float32"), TensorType((2, 4), "float32"), TensorType((3,), "int32")],
+            {"crop_size": (2, 2)})
+    mod = tv.parse('#[version = "0.0.5"]\ndef @main(%x: Tensor[(1, 1, 2, 2), float32], %b: Tensor[(1, 4), float32], '
+                   '%i: Tensor[(1), int32]) { image.crop_and_resize(%x, %b, %i, crop_size=[2, 2]) }')
+    args = (np.zeros((1, 1, 2, 2), "float32"), np.zeros((1, 4), "float32"), np.array([1], "int32"))
+    with pytest.raises(tv.errors.ExecutionError, match="out of range"):
+        tv.create_executor("debug", mod).evaluate()(*args)
+    with pytest.raises(tv.errors.TensorVMError, match="range"):
+        tv.vm.VirtualMachine(tv.vm.compile(mod, target="c")).invoke("main", *args)

@@ -527,14 +527,18 @@ _W1 = rand(2, 3, 2, seed=8)
      (_X4[0],), _X4[0].reshape(6, 4)),
     (main("%i: Tensor[(?), int32], %s: Tensor[(1), int32]", "dyn.sparse_to_dense(%i, %s, 7f, 0f)"),
      (np.array([0, 3], "int32"), np.array([5], "int32")), np.array([7, 0, 0, 7, 0], "float32")),
+    # a box over the whole image, cropped to the image's size, is the image
+    (main("%x: Tensor[(?, 2, 3, 4), float32], %b: Tensor[(?, 4), float32], %i: Tensor[(?), int32]",
+          "image.crop_and_resize(%x, %b, %i, crop_size=[3, 4])"),
+     (_X4, np.array([[0, 0, 1, 1]], "float32"), np.array([0], "int32")), _X4),
 ], ids=["conv1d_transpose", "mirror_pad", "dilate", "resize2d", "dyn_resize2d", "dyn_upsampling", "dyn_pad",
-        "grid_sample", "adv_index", "reverse_reshape", "dyn_sparse_to_dense"])
+        "grid_sample", "adv_index", "reverse_reshape", "dyn_sparse_to_dense", "crop_and_resize"])
 def test_relay_ops_tensorvm_once_lacked(run, text, args, expected):
     check_result(run(text, *args), expected)
 
 
-@pytest.mark.skip(reason="layout_transform, image.crop_and_resize, vision.* (get_valid_counts, Relay's NMS "
-                         "signature) and contrib_conv2d_NCHWc are not registered ops in tensorvm yet")
+@pytest.mark.skip(reason="layout_transform, vision.* (get_valid_counts, Relay's NMS signature) and "
+                         "contrib_conv2d_NCHWc are not registered ops in tensorvm yet")
 def test_ops_tensorvm_does_not_have():  # pragma: no cover
     pass
 
