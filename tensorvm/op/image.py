@@ -1,6 +1,6 @@
 """Relay's resampling operators: ``image.resize1d``/``resize2d``/``resize3d`` and ``dyn.image.resize2d``
 (size and roi as tensors), ``nn.upsampling``/``nn.upsampling3d`` and their ``dyn.nn`` forms (scales as tensors),
-``image.grid_sample`` and ``image.affine_grid``.
+``image.crop_and_resize``, ``image.grid_sample`` and ``image.affine_grid``.
 
 The sampling arithmetic is shared with ONNX's ``image.resize`` (op/onnx_ops.py) in ``_resample.py``;
 each op's NumPy kernel and compute evaluate the same code on NumPy arrays and on tensor expressions.
