@@ -33,7 +33,12 @@ import numpy as np
 from .. import te
 from ..errors import ExecutionError, ShapeError, TypeInferenceError, UnsupportedError
 from ..ir.types import Any, TensorType, TupleType
+from ..te import expr as E
+from ..te.expr import Const, cast, const
+from ..te.tensor import compute, reduce_axis
+from ..te.tensor import sum as te_sum
 from ._common import expect_tensor
+from ._resample import F64, NP, TE, Spec, axis_taps, clamp, finish, nearest_index, resize_coordinate
 from .registry import REQUIRED, AttrDef, OpPattern
 from .transform import (
     concrete,
@@ -956,41 +961,12 @@ def _resize_shape(attrs, shape, scales, sizes):
 
 def _source_coords(attrs, out_size, in_size, scale, roi_start, roi_end):
     """Source coordinates of the output positions; ``scale * in_size`` is the (unrounded) output length."""
-    i = np.arange(out_size, dtype=np.float64)
-    length = scale * in_size
-    mode = attrs.coordinate_transformation_mode
-    if mode == "half_pixel":
-        return (i + 0.5) / scale - 0.5
-    if mode == "half_pixel_symmetric":
-        adjustment = out_size / length
-        offset = in_size / 2 * (1 - adjustment)
-        return offset + (i + 0.5) / scale - 0.5
-    if mode == "pytorch_half_pixel":
-        return (i + 0.5) / scale - 0.5 if length != 1 else np.full_like(i, -0.5)
-    if mode == "align_corners":
-        return i * (in_size - 1) / (length - 1) if length != 1 else np.zeros_like(i)
-    if mode == "asymmetric":
-        return i / scale
-    if mode == "tf_crop_and_resize":
-        if length != 1:
-            coords = i * (roi_end - roi_start) * (in_size - 1) / (length - 1)
-        else:
-            coords = np.full_like(i, (roi_end - roi_start) * (in_size - 1) / 2)
-        return coords + roi_start * (in_size - 1)
-    raise ShapeError(f"image.resize: unknown coordinate_transformation_mode {mode!r}")
+    return resize_coordinate(NP, attrs.coordinate_transformation_mode, np.arange(out_size), in_size, out_size,
+                             roi_start, roi_end, scale=scale)
 
 
 def _nearest(attrs, coords, in_size):
-    mode = attrs.nearest_mode
-    if mode == "round_prefer_floor":
-        idx = np.where(coords == np.floor(coords) + 0.5, np.floor(coords), np.round(coords))
-    elif mode == "round_prefer_ceil":
-        idx = np.where(coords == np.floor(coords) + 0.5, np.ceil(coords), np.round(coords))
-    elif mode == "floor":
-        idx = np.floor(coords)
-    else:
-        idx = np.ceil(coords)
-    return np.clip(idx, 0, in_size - 1).astype(np.int64)
+    return np.clip(nearest_index(NP, attrs.nearest_mode, coords), 0, in_size - 1).astype(np.int64)
 
 
 def _cubic(s, a):
@@ -1070,6 +1046,91 @@ def _resize_kernel(attrs, x, roi, scales, sizes):
     return work.astype(x.dtype)
 
 
+def _static_length(t, what: str) -> int:
+    if t.ndim != 1 or not isinstance(t.shape[0], Const):
+        raise UnsupportedError(f"image.resize: the compute needs {what} to be 1-D of static length, got {t.shape}")
+    return t.shape[0].value
+
+
+def _resize_compute(attrs, inputs, out_type):
+    """The kernel's separable resampling: one stage per resized axis, in the kernel's order. A linear or
+    cubic stage is a reduction over its 2 or 4 taps, so each stage is materialized (inlined into the
+    next, N axes would read 4**N taps). An axis the kernel skips (the same size, scale 1, no crop or
+    exclude_outside) reads only its centre tap, at run time when the scale comes from a tensor."""
+    from ..te.op_computes import _output_dims, _prod  # (at call time: te.op_computes imports the op modules)
+
+    x, roi, scales, sizes = inputs
+    if attrs.antialias:
+        raise UnsupportedError("image.resize: no compute with antialias (its kernel width follows the scale)")
+    axes = _norm_axes("image.resize", attrs.axes, x.ndim, TypeInferenceError) if attrs.axes else tuple(range(x.ndim))
+    n_roi, n_scales = _static_length(roi, "roi"), _static_length(scales, "scales")
+    use_scales = _static_length(sizes, "sizes") == 0 and n_scales > 0
+    out_dims = _output_dims("image.resize", out_type)
+    mode = attrs.coordinate_transformation_mode
+    method = {"nearest": "nearest_neighbor"}.get(attrs.mode, attrs.mode)
+    spec = Spec(method, mode, attrs.nearest_mode, attrs.cubic_coeff_a, attrs.exclude_outside,
+                attrs.extrapolation_value)
+    may_skip = mode != "tf_crop_and_resize" and not (method == "cubic" and attrs.exclude_outside)
+    requires = [(E.logical_or(E.all_of(*(x.shape[a] > 0 for a in axes)), E.eq(_prod(out_dims), 0)),
+                 "image.resize: cannot resize an empty input to a non-empty output")]
+    stage = compute(x.shape, lambda *i: cast(x[i], F64), "resize_in", requires)
+    for j, a in enumerate(axes):
+        n_in, n_out = x.shape[a], out_dims[a]
+        scale = cast(scales[(const(j),)], F64) if use_scales else cast(n_out, F64) / cast(n_in, F64)
+        if n_roi == 2 * len(axes):
+            start, end = cast(roi[(const(j),)], F64), cast(roi[(const(j + len(axes)),)], F64)
+        else:
+            start, end = const(0.0, F64), const(1.0, F64)
+        identity = E.all_of(E.eq(n_out, n_in), E.eq(scale, 1.0)) if may_skip else const(False)
+        shape = tuple(n_out if k == a else d for k, d in enumerate(stage.shape))
+        stage = _resize_stage(spec, stage, a, shape, scale, start, end, identity)
+    dtype = x.dtype
+    return [compute(out_dims, lambda *i: cast(finish(TE, spec, stage[i], [], [], dtype), dtype), "resize")]
+
+
+def _resize_stage(spec, prev, axis, shape, scale, start, end, identity):
+    """``prev`` resized along ``axis`` (float64), with the axis' extrapolation."""
+    n_in, n_out = prev.shape[axis], shape[axis]
+
+    def at(i, position):
+        return prev[tuple(position if k == axis else j for k, j in enumerate(i))]
+
+    def outside(c):
+        return E.logical_or(c < 0.0, c > cast(n_in - 1, F64))
+
+    def extrapolated(c, value):
+        if spec.mode != "tf_crop_and_resize":
+            return value
+        return E.select(outside(c), const(spec.extrapolation_value, F64), value)
+
+    if spec.method == "nearest_neighbor":
+        def nearest(*i):
+            c = resize_coordinate(TE, spec.mode, i[axis], n_in, n_out, start, end, scale=scale)
+            return extrapolated(c, at(i, clamp(TE, cast(nearest_index(TE, spec.rounding, c), "int64"), n_in)))
+
+        return compute(shape, nearest, "resize_nearest")
+    count = 2 if spec.method == "linear" else 4
+    centre = 0 if count == 2 else 1
+    r = reduce_axis(count, "tap")
+
+    def interpolate(*i):
+        c = resize_coordinate(TE, spec.mode, i[axis], n_in, n_out, start, end, scale=scale)
+        positions, weights = axis_taps(TE, spec, c, n_in)
+        weight, position = weights[-1], positions[-1]
+        for k in range(count - 2, -1, -1):  # the tap's weight and position by its index
+            weight = E.select(E.eq(r.var, k), weights[k], weight)
+            position = E.select(E.eq(r.var, k), positions[k], position)
+        taps = te_sum(weight * at(i, position), [r], where=E.logical_or(E.logical_not(identity),
+                                                                        E.eq(r.var, centre)))
+        return taps
+
+    summed = compute(shape, interpolate, f"resize_{spec.method}")
+    if spec.mode != "tf_crop_and_resize":
+        return summed
+    return compute(shape, lambda *i: extrapolated(resize_coordinate(TE, spec.mode, i[axis], n_in, n_out, start, end,
+                                                                    scale=scale), summed[i]), "resize_extrapolate")
+
+
 define(
     "image.resize", 4, _resize_rel, _resize_kernel, OpPattern.OPAQUE,
     attrs=(
@@ -1085,7 +1146,7 @@ define(
         AttrDef("axes", (), int_tuple()),
     ),
     shape_func=lambda attrs, args: [_resize_shape(attrs, concrete(args[0]), args[2], args[3])],
-    data_dependent=(False, True, True, True),
+    data_dependent=(False, True, True, True), compute=_resize_compute,
     doc="image.resize(X, roi, scales, sizes): ONNX Resize (nearest, linear or cubic per axis); empty "
         "tensors stand for omitted inputs.",
 )

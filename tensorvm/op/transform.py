@@ -422,10 +422,18 @@ def _dyn_newshape_values(op: str, values, err) -> tuple:
     values = np.asarray(values)
     if values.ndim != 1 or not np.issubdtype(values.dtype, np.integer):
         raise err(f"{op}: newshape must be a 1-D integer tensor, got shape {values.shape} of {values.dtype}")
-    items = tuple(int(v) for v in values)
-    if any(v < -1 for v in items):
-        raise err(f"{op}: newshape supports only the special values 0 and -1, got {fmt_shape(items)}")
-    return items
+    return tuple(int(v) for v in values)
+
+
+def _dyn_reshape_dims(op: str, in_shape, values, allowzero: bool, err) -> tuple:
+    """reshape's dims for a newshape known only at run time: its length is the output's rank (Relay's
+    typing of dyn.reshape), so -2, -3 and -4 may appear only where they keep that rank."""
+    out = reshape_dims(op, in_shape, values, allowzero, err)
+    if len(out) != len(values):
+        raise err(f"{op}: newshape {fmt_shape(values)} gives rank {len(out)} for data {fmt_shape(in_shape)}, but "
+                  f"dyn.reshape's rank is the length of newshape ({len(values)}); use reshape for -2/-3/-4 that "
+                  f"change the rank")
+    return out
 
 
 def _dyn_reshape_rel(types, attrs, consts=None):
@@ -436,7 +444,7 @@ def _dyn_reshape_rel(types, attrs, consts=None):
         raise TypeInferenceError(f"{op}: newshape must be 1-D, got rank {newshape.ndim}")
     if consts and consts[1] is not None:
         values = _dyn_newshape_values(op, consts[1], TypeInferenceError)
-        return TensorType(reshape_dims(op, data.shape, values, attrs.allowzero, TypeInferenceError), data.dtype)
+        return TensorType(_dyn_reshape_dims(op, data.shape, values, attrs.allowzero, TypeInferenceError), data.dtype)
     (length,) = newshape.shape
     if not isinstance(length, int):
         raise TypeInferenceError(f"{op}: the length of newshape must be static to know the output rank, got {length}")
@@ -445,7 +453,7 @@ def _dyn_reshape_rel(types, attrs, consts=None):
 
 def _dyn_reshape_shape(attrs, args):
     values = _dyn_newshape_values("dyn.reshape", args[1], ShapeError)
-    return [reshape_dims("dyn.reshape", concrete(args[0]), values, attrs.allowzero, ShapeError)]
+    return [_dyn_reshape_dims("dyn.reshape", concrete(args[0]), values, attrs.allowzero, ShapeError)]
 
 
 def _dyn_reshape_kernel(attrs, data, newshape):
@@ -456,7 +464,8 @@ def _dyn_reshape_kernel(attrs, data, newshape):
 define(
     "dyn.reshape", 2, _dyn_reshape_rel, _dyn_reshape_kernel, OpPattern.INJECTIVE,
     attrs=(AttrDef("allowzero", False, to_bool),), shape_func=_dyn_reshape_shape, data_dependent=(False, True),
-    doc="Reshape to a shape given as a run-time 1-D integer tensor (special values 0 and -1).",
+    doc="Reshape to a shape given as a run-time 1-D integer tensor (reshape's special values 0, -1, -2, -3, -4; "
+        "the output's rank is the length of newshape).",
 )
 
 

@@ -157,8 +157,12 @@ def test_dyn_reshape():
         rel("dyn.reshape", [tt(2, 3), tt(2)])
     with pytest.raises(ShapeError):
         get_op("dyn.reshape").shape_func({}, [(2, 3), np.array([4, 2])])
-    with pytest.raises(ShapeError, match="0 and -1"):
-        get_op("dyn.reshape").shape_func({}, [(2, 3), np.array([-3])])
+    # reshape's -2/-3/-4 where they keep the rank at the length of newshape (Relay's typing)
+    assert get_op("dyn.reshape").shape_func({}, [(2, 3), np.array([-3])]) == [(6,)]
+    with pytest.raises(ShapeError, match="rank"):
+        get_op("dyn.reshape").shape_func({}, [(2, 3), np.array([-2])])
+    with pytest.raises(ShapeError, match="invalid value -5"):
+        get_op("dyn.reshape").shape_func({}, [(2, 3), np.array([-5, 1])])
 
 
 def test_reshape_like():
