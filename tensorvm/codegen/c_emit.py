@@ -48,7 +48,7 @@ from .loop_ir import (
 )
 
 __all__ = ["emit_kernel", "emit_library", "emit_python_wrappers", "PYTHON_BAD_ARGUMENTS", "EmittedKernel", "EmitOptions",
-           "C_TYPES", "PRELUDE", "BLAS_BRIDGE", "prelude", "ERROR_DIVIDE_BY_ZERO", "ERROR_INDEX", "ERROR_OUT_OF_MEMORY",
+           "C_TYPES", "PRELUDE", "BLAS_BRIDGE", "prelude", "packed_kernels_define", "ERROR_DIVIDE_BY_ZERO", "ERROR_INDEX", "ERROR_OUT_OF_MEMORY",
            "RUNTIME_ERRORS"]
 
 C_TYPES = {
@@ -484,6 +484,11 @@ TV_GEMM(float, f32) TV_GEMM(double, f64)
   }
 TV_CONV2D(float, f32) TV_CONV2D(double, f64)
 
+/* The register-tiled products and the direct convolution below (with immintrin.h) are most of the cost of
+   compiling a small library (0.7 s of a 0.9 s build of one softmax kernel): a translation unit has them only
+   when one of its kernels multiplies matrices or convolves (c_emit.packed_kernels_define then writes
+   TV_PACKED_KERNELS); otherwise the on-the-fly product is a stub that is never called. */
+#ifdef TV_PACKED_KERNELS
 /* ---- products with pre-packed weights (nn.dense_packed; tensorvm/transform/pack_weights.py) ----
    packed holds a weight W (n x k) as ceil(n / 16) panels of k x 16 floats: output column j reads
    panel j / 16, lane j % 16 (zero padded). tv_gemm_packed_f32 computes out (m x n) = x (m x k) W^T
@@ -817,6 +822,13 @@ __attribute__((unused)) static int32_t tv_conv2d_direct_f32(int64_t n, int64_t c
   }
   return 0;
 }
+#else
+static int tv_gemm_onthefly_f32(float alpha, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
+                                int64_t ta, const float* b, int64_t ldb, int64_t tb, float* c, int64_t ldc) {
+  (void)alpha, (void)m, (void)n, (void)k, (void)a, (void)lda, (void)ta, (void)b, (void)ldb, (void)tb, (void)c, (void)ldc;
+  return 0;  /* (no kernel of this translation unit multiplies matrices) */
+}
+#endif /* TV_PACKED_KERNELS */
 """
 
 # The direct convolution's tile, one function per channel block (6 and 4): the accumulators are named
@@ -971,9 +983,21 @@ class EmittedKernel:
     variants: tuple = ()
 
 
+# Kernels calling these (matrix products and convolutions, whose float32 forms use the register tiles) need
+# BLAS_BRIDGE's TV_PACKED_KERNELS section.
+PACKED_KERNEL_CALLS = ("tv_gemm_", "tv_conv2d_")
+
+
+def packed_kernels_define(sources) -> str:
+    """``#define TV_PACKED_KERNELS`` when one of the C ``sources`` calls a matrix product or a convolution."""
+    used = any(name in text for text in sources for name in PACKED_KERNEL_CALLS)
+    return "#define TV_PACKED_KERNELS\n" if used else ""
+
+
 def emit_library(kernels: list[EmittedKernel], static_functions: bool = False) -> str:
     """One C translation unit: the prelude and every kernel."""
-    return prelude(static_functions) + "\n" + "\n".join(k.source for k in kernels)
+    bodies = [k.source for k in kernels]
+    return packed_kernels_define(bodies) + prelude(static_functions) + "\n" + "\n".join(bodies)
 
 
 PYTHON_BAD_ARGUMENTS = -1  # a Python wrapper's code for arguments that do not fit (checked again in Python)
