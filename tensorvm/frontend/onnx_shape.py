@@ -300,9 +300,33 @@ def slice_10(ctx, data, starts, ends, axes=None, steps=None):
     if known[0] is not None and known[1] is not None and (axes is None or known[2] is not None) and (
             steps is None or known[3] is not None):
         return slice_static(ctx, data, *known)
-    return ctx.call("onnx.slice", data, _int64(ctx, starts), _int64(ctx, ends),
-                    _int64(ctx, axes) if axes is not None else _empty_i64(ctx),
-                    _int64(ctx, steps) if steps is not None else _empty_i64(ctx))
+    ndim = ctx.ndim(data)
+    starts, ends = _int64(ctx, starts), _int64(ctx, ends)
+    count = ctx.shape(starts)[0]
+    if steps is None:
+        if not isinstance(count, int):
+            raise UnsupportedError("Slice: run-time starts of unknown length need steps or axes of known length")
+        steps = ctx.constant(np.ones(count, np.int64))
+    steps = _int64(ctx, steps)
+    if axes is None:
+        return ctx.call("dyn.strided_slice", data, starts, ends, steps)
+    if known[2] is not None:
+        return ctx.call("dyn.strided_slice", data, starts, ends, steps,
+                        axes=tuple(a + ndim if a < 0 else a for a in known[2]))
+    # Run-time axes: scatter starts/ends/steps into full-rank vectors through a one-hot of the axes
+    # (the axes ONNX leaves out keep 0 : INT64_MAX : 1).
+    axes = _int64(ctx, axes)
+    axes = ctx.call("where", ctx.call("less", axes, ctx.constant(np.array(0, np.int64))),
+                    ctx.call("add", axes, ctx.constant(np.array(ndim, np.int64))), axes)
+    on_off = ctx.constant(np.array(1, np.int64)), ctx.constant(np.array(0, np.int64))
+    hot = ctx.call("one_hot", axes, *on_off, depth=ndim, axis=-1, dtype="int64")
+    sliced = ctx.call("greater", ctx.call("sum", hot, axis=(0,)), on_off[1])
+
+    def full(values, default):
+        picked = ctx.call("sum", ctx.call("multiply", hot, ctx.call("expand_dims", values, axis=1)), axis=(0,))
+        return ctx.call("where", sliced, picked, ctx.constant(np.array(default, np.int64)))
+
+    return ctx.call("dyn.strided_slice", data, full(starts, 0), full(ends, INT64_MAX), full(steps, 1))
 
 
 @converter("Gather", 1)

@@ -1,0 +1,103 @@
+"""ONNX converters emit core ops (no ``onnx.*`` op in the imported module), and those run natively: every
+case runs on target c with no NumPy fallback, on target python and on the interpreter, against ONNX's
+reference evaluator."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+onnx = pytest.importorskip("onnx")
+from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+from onnx.reference import ReferenceEvaluator  # noqa: E402
+
+import tensorvm as tv  # noqa: E402
+from tensorvm.frontend import from_onnx  # noqa: E402
+from tensorvm.ir.expr import Call  # noqa: E402
+from tensorvm.ir.functor import ExprVisitor  # noqa: E402
+
+F32, I64 = TensorProto.FLOAT, TensorProto.INT64
+
+
+def make_model(nodes, inputs, outputs, initializers=(), opset=18):
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info(n, t, s) for n, t, s in inputs],
+        [helper.make_tensor_value_info(n, t, s) for n, t, s in outputs],
+        [numpy_helper.from_array(np.asarray(v), k) for k, v in dict(initializers).items()])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], ir_version=9)
+
+
+class _Ops(ExprVisitor):
+    def __init__(self):
+        super().__init__()
+        self.names = set()
+
+    def visit_call(self, call: Call):
+        name = getattr(call.op, "name", None)
+        if isinstance(name, str):
+            self.names.add(name)
+        super().visit_call(call)
+
+
+def op_names(mod) -> set:
+    visitor = _Ops()
+    for _, func in mod.functions.items():
+        visitor.visit(func)
+    return visitor.names
+
+
+def check_lowered(model, *args, ops=()):
+    """Import ``model``: no onnx.* op, each of ``ops`` present; then every executor matches the reference."""
+    mod, params = from_onnx(model)
+    names = op_names(mod)
+    assert not {n for n in names if n.startswith("onnx.")}, names
+    assert set(ops) <= names, names
+    names_in = [i.name for i in model.graph.input if i.name not in {t.name for t in model.graph.initializer}]
+    expected = ReferenceEvaluator(model).run(None, dict(zip(names_in, args, strict=True)))
+    exe_c = tv.vm.compile(mod, target="c", params=params)
+    assert exe_c.stats()["kernel_library"]["numpy_fallbacks"] == {}
+    results = {target: tv.vm.VirtualMachine(exe).invoke("main", *args)
+               for target, exe in (("c", exe_c), ("python", tv.vm.compile(mod, target="python", params=params)))}
+    bound = [params[p.name_hint] for p in mod["main"].params[len(args):]]
+    results["interpreter"] = tv.create_executor("debug", mod).evaluate()(*args, *bound)
+    for where, out in results.items():
+        outs = [o.numpy() for o in out] if isinstance(out, tuple) else [out.numpy()]
+        assert len(outs) == len(expected), where
+        for got, want in zip(outs, expected, strict=True):
+            assert got.shape == want.shape, (where, got.shape, want.shape)
+            np.testing.assert_allclose(got, want, rtol=1e-6, err_msg=where)
+
+
+X = np.arange(4 * 5 * 6, dtype=np.float32).reshape(4, 5, 6)
+
+
+@pytest.mark.parametrize("starts, ends, axes, steps", [
+    ([1, -4], [3, 100], [0, 2], [1, 2]),             # axes known: only those dims become run-time ones
+    ([-1], [-100], [1], [-2]),                       # a negative step clamped at the start
+    ([0, 1], [2, 9223372036854775807], None, None),  # no axes: the first len(starts) axes
+])
+def test_slice_with_run_time_bounds_is_dyn_strided_slice(starts, ends, axes, steps):
+    inputs = [("x", F32, list(X.shape)), ("starts", I64, [len(starts)]), ("ends", I64, [len(ends)])]
+    args = [X, np.array(starts, np.int64), np.array(ends, np.int64)]
+    names = ["x", "starts", "ends"]
+    initializers = {}
+    if axes is not None:  # constant axes and steps: an initializer the importer reads
+        initializers["axes"] = np.array(axes, np.int64)
+        names.append("axes")
+    if steps is not None:
+        initializers["steps"] = np.array(steps, np.int64)
+        names.append("steps")
+    node = helper.make_node("Slice", names, ["y"])
+    model = make_model([node], inputs, [("y", F32, None)], initializers)
+    check_lowered(model, *args, ops=("dyn.strided_slice",))
+
+
+def test_slice_with_run_time_axes():
+    """Axes known only at run time (negative ones too) pick which dims the bounds slice."""
+    names = ["x", "starts", "ends", "axes", "steps"]
+    inputs = [("x", F32, list(X.shape))] + [(n, I64, [2]) for n in names[1:]]
+    node = helper.make_node("Slice", names, ["y"])
+    model = make_model([node], inputs, [("y", F32, None)])
+    args = [X, np.array([4, 1], np.int64), np.array([-1, 100], np.int64), np.array([-1, 0], np.int64),
+            np.array([1, 2], np.int64)]
+    check_lowered(model, *args, ops=("dyn.strided_slice",))
