@@ -505,15 +505,38 @@ def constant_of_shape_9(ctx, input, *, value=None):  # noqa: A002
 
 @converter("OneHot", 9)
 def one_hot_9(ctx, indices, depth, values, *, axis=-1):
+    if ctx.shape(values) != (2,):
+        raise TypeInferenceError(f"OneHot: values must be [off_value, on_value], got shape {ctx.shape(values)}")
+    off, on = (ctx.call("take", values, ctx.constant(np.array(i, np.int64)), axis=0) for i in (0, 1))
     depth_value = ctx.scalar_value(depth)
     if depth_value is not None:
+        if int(depth_value) < 1:
+            raise TypeInferenceError(f"OneHot: depth must be >= 1, got {depth_value}")
         depth = ctx.constant(np.array(int(depth_value), np.int64))
-    return ctx.call("onnx.one_hot", indices, depth, values, axis=axis)
+    else:
+        depth = _int64(ctx, _scalar(ctx, depth))
+    # ONNX counts negative indices from depth (and accepts non-integer ones, truncated).
+    index = _int64(ctx, indices)
+    index = ctx.call("where", ctx.call("less", index, ctx.constant(np.array(0, np.int64))),
+                     ctx.call("add", index, depth), index)
+    if depth_value is not None:
+        return ctx.call("one_hot", index, on, off, depth=int(depth_value), axis=axis)
+    return ctx.call("dyn.one_hot", index, on, off, depth, axis=axis)
 
 
 @converter("CumSum", 11)
 def cumsum_11(ctx, x, axis, *, exclusive=0, reverse=0):
-    return ctx.call("onnx.cumsum", x, _int64(ctx, axis), exclusive=bool(exclusive), reverse=bool(reverse))
+    axis_value = ctx.scalar_value(axis)
+    if axis_value is None:
+        return ctx.call("onnx.cumsum", x, _int64(ctx, axis), exclusive=bool(exclusive), reverse=bool(reverse))
+    ndim = ctx.ndim(x)
+    axis_value = int(axis_value)
+    if not -ndim <= axis_value < ndim:
+        raise TypeInferenceError(f"CumSum: axis {axis_value} is out of range for rank {ndim}")
+    axis_value %= ndim
+    data = ctx.call("reverse", x, axis=axis_value) if reverse else x
+    out = ctx.call("cumsum", data, axis=axis_value, exclusive=bool(exclusive))
+    return ctx.call("reverse", out, axis=axis_value) if reverse else out
 
 
 @converter("Trilu", 14)
