@@ -2,7 +2,7 @@
 
 Where the shape-deciding input (a new shape, axes, pads, repeats, slice bounds) is known at import
 time the static op is used (``reshape``, ``squeeze``, ``strided_slice``, ...); otherwise the
-run-time version (``dyn.reshape``, ``onnx.slice``, ...) whose shape function reads the value. Small
+run-time version (``dyn.reshape``, ``dyn.strided_slice``, ...) whose shape function reads the value. Small
 integer tensors built by ``Shape``/``Gather``/``Concat``/``Unsqueeze``/``Slice``/``Cast`` keep their
 element-wise tracking (``ctx.shape_entries``) so export-style shape arithmetic folds away.
 """
