@@ -155,3 +155,12 @@ def test_unique_without_axis_is_core_unique(is_sorted):
         expected = [[3, 1, 2, 5], [0, 1, 3, 6], [0, 1, 0, 2, 1, 1, 3, 2], [2, 3, 2, 1]]
     expected = [np.array(expected[0], np.float32)] + [np.array(e, np.int64) for e in expected[1:]]
     check_lowered(model, np.array([[3, 1, 3, 2], [1, 1, 5, 2]], np.float32), ops=("unique",), expected=expected)
+
+
+@pytest.mark.parametrize("op_type, core", [("ReduceMax", "any"), ("ReduceMin", "all")])
+def test_bool_max_and_min_reductions_are_any_and_all(op_type, core):
+    node = helper.make_node(op_type, ["x", "axes"], ["y"], keepdims=0)
+    model = make_model([node], [("x", TensorProto.BOOL, [3, 4])], [("y", TensorProto.BOOL, None)],
+                       {"axes": np.array([1], np.int64)}, opset=20)
+    x = np.array([[1, 1, 1, 1], [0, 1, 0, 0], [0, 0, 0, 0]], bool)
+    check_lowered(model, x, ops=(core,))
