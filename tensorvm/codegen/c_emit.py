@@ -48,7 +48,7 @@ from .loop_ir import (
 )
 
 __all__ = ["emit_kernel", "emit_library", "emit_python_wrappers", "PYTHON_BAD_ARGUMENTS", "EmittedKernel", "EmitOptions",
-           "C_TYPES", "PRELUDE", "BLAS_BRIDGE", "prelude", "packed_kernels_define", "ERROR_DIVIDE_BY_ZERO", "ERROR_INDEX", "ERROR_OUT_OF_MEMORY",
+           "C_TYPES", "PRELUDE", "BLAS_BRIDGE", "prelude", "ERROR_DIVIDE_BY_ZERO", "ERROR_INDEX", "ERROR_OUT_OF_MEMORY",
            "RUNTIME_ERRORS"]
 
 C_TYPES = {
@@ -486,7 +486,7 @@ TV_CONV2D(float, f32) TV_CONV2D(double, f64)
 
 /* The register-tiled products and the direct convolution below (with immintrin.h) are most of the cost of
    compiling a small library (0.7 s of a 0.9 s build of one softmax kernel): a translation unit has them only
-   when one of its kernels multiplies matrices or convolves (c_emit.packed_kernels_define then writes
+   when one of its kernels multiplies matrices or convolves (c_emit.emit_library then has prelude() define
    TV_PACKED_KERNELS); otherwise the on-the-fly product is a stub that is never called. */
 #ifdef TV_PACKED_KERNELS
 /* ---- products with pre-packed weights (nn.dense_packed; tensorvm/transform/pack_weights.py) ----
@@ -930,13 +930,14 @@ _C_KEYWORDS = {
 _C_KEYWORDS |= set(_FLOAT_FUNCS.values()) | {f + "f" for f in _FLOAT_FUNCS.values()}
 
 
-def prelude(static_functions: bool = False) -> str:
+def prelude(static_functions: bool = False, products: bool = True) -> str:
     """The helper definitions every kernel needs (``PRELUDE``, and ``BLAS_BRIDGE`` for kernels that call
-    BLAS). With ``static_functions`` the one exported helper, ``tv_set_num_threads``, is ``static inline``
-    too and there is no BLAS bridge, so that a translation unit exports nothing but its kernels and needs
-    no host library (the AOT flow)."""
+    BLAS; ``products=False`` leaves out its register-tiled products and direct convolution, for units whose
+    kernels call none). With ``static_functions`` the one exported helper, ``tv_set_num_threads``, is
+    ``static inline`` too and there is no BLAS bridge, so that a translation unit exports nothing but its
+    kernels and needs no host library (the AOT flow)."""
     if not static_functions:
-        return PRELUDE + BLAS_BRIDGE
+        return ("#define TV_PACKED_KERNELS\n" if products else "") + PRELUDE + BLAS_BRIDGE
     return PRELUDE.replace("__attribute__((weak)) int32_t tv_set_num_threads",
                            "static inline int32_t tv_set_num_threads")
 
@@ -985,19 +986,14 @@ class EmittedKernel:
 
 # Kernels calling these (matrix products and convolutions, whose float32 forms use the register tiles) need
 # BLAS_BRIDGE's TV_PACKED_KERNELS section.
-PACKED_KERNEL_CALLS = ("tv_gemm_", "tv_conv2d_")
-
-
-def packed_kernels_define(sources) -> str:
-    """``#define TV_PACKED_KERNELS`` when one of the C ``sources`` calls a matrix product or a convolution."""
-    used = any(name in text for text in sources for name in PACKED_KERNEL_CALLS)
-    return "#define TV_PACKED_KERNELS\n" if used else ""
+PRODUCT_CALLS = ("tv_gemm_", "tv_conv2d_")
 
 
 def emit_library(kernels: list[EmittedKernel], static_functions: bool = False) -> str:
-    """One C translation unit: the prelude and every kernel."""
+    """One C translation unit: the prelude (its products only when a kernel calls one) and every kernel."""
     bodies = [k.source for k in kernels]
-    return packed_kernels_define(bodies) + prelude(static_functions) + "\n" + "\n".join(bodies)
+    products = any(name in text for text in bodies for name in PRODUCT_CALLS)
+    return prelude(static_functions, products) + "\n" + "\n".join(bodies)
 
 
 PYTHON_BAD_ARGUMENTS = -1  # a Python wrapper's code for arguments that do not fit (checked again in Python)
