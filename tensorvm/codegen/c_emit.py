@@ -490,6 +490,11 @@ TV_GEMM(float, f32) TV_GEMM(double, f64)
   }
 TV_CONV2D(float, f32) TV_CONV2D(double, f64)
 
+/* The register-tiled products and the direct convolution below (with immintrin.h) are most of the cost of
+   compiling a small library (0.7 s of a 0.9 s build of one softmax kernel): a translation unit has them only
+   when one of its kernels multiplies matrices or convolves (c_emit.emit_library then has prelude() define
+   TV_PACKED_KERNELS); otherwise the on-the-fly product is a stub that is never called. */
+#ifdef TV_PACKED_KERNELS
 /* ---- products with pre-packed weights (nn.dense_packed; tensorvm/transform/pack_weights.py) ----
    packed holds a weight W (n x k) as ceil(n / 16) panels of k x 16 floats: output column j reads
    panel j / 16, lane j % 16 (zero padded). tv_gemm_packed_f32 computes out (m x n) = x (m x k) W^T
@@ -823,6 +828,13 @@ __attribute__((unused)) static int32_t tv_conv2d_direct_f32(int64_t n, int64_t c
   }
   return 0;
 }
+#else
+static int tv_gemm_onthefly_f32(float alpha, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
+                                int64_t ta, const float* b, int64_t ldb, int64_t tb, float* c, int64_t ldc) {
+  (void)alpha, (void)m, (void)n, (void)k, (void)a, (void)lda, (void)ta, (void)b, (void)ldb, (void)tb, (void)c, (void)ldc;
+  return 0;  /* (no kernel of this translation unit multiplies matrices) */
+}
+#endif /* TV_PACKED_KERNELS */
 """
 
 # The direct convolution's tile, one function per channel block (6 and 4): the accumulators are named
@@ -924,13 +936,14 @@ _C_KEYWORDS = {
 _C_KEYWORDS |= set(_FLOAT_FUNCS.values()) | {f + "f" for f in _FLOAT_FUNCS.values()}
 
 
-def prelude(static_functions: bool = False) -> str:
+def prelude(static_functions: bool = False, products: bool = True) -> str:
     """The helper definitions every kernel needs (``PRELUDE``, and ``BLAS_BRIDGE`` for kernels that call
-    BLAS). With ``static_functions`` the one exported helper, ``tv_set_num_threads``, is ``static inline``
-    too and there is no BLAS bridge, so that a translation unit exports nothing but its kernels and needs
-    no host library (the AOT flow)."""
+    BLAS; ``products=False`` leaves out its register-tiled products and direct convolution, for units whose
+    kernels call none). With ``static_functions`` the one exported helper, ``tv_set_num_threads``, is
+    ``static inline`` too and there is no BLAS bridge, so that a translation unit exports nothing but its
+    kernels and needs no host library (the AOT flow)."""
     if not static_functions:
-        return PRELUDE + BLAS_BRIDGE
+        return ("#define TV_PACKED_KERNELS\n" if products else "") + PRELUDE + BLAS_BRIDGE
     return PRELUDE.replace("__attribute__((weak)) int32_t tv_set_num_threads",
                            "static inline int32_t tv_set_num_threads")
 
@@ -978,10 +991,18 @@ class EmittedKernel:
     libraries: tuple = ()  # the library files (``LIBRARY_DIR``) whose functions the kernel calls
 
 
+# Kernels calling these (matrix products and convolutions, whose float32 forms use the register tiles) need
+# BLAS_BRIDGE's TV_PACKED_KERNELS section.
+PRODUCT_CALLS = ("tv_gemm_", "tv_conv2d_")
+
+
 def emit_library(kernels: list[EmittedKernel], static_functions: bool = False) -> str:
-    """One C translation unit: the prelude, the library files the kernels call, and every kernel."""
+    """One C translation unit: the prelude (its products only when a kernel calls one), the library files
+    the kernels call, and every kernel."""
     libraries = library_text(sorted({s for k in kernels for s in k.libraries}))
-    return prelude(static_functions) + "\n" + libraries + "\n".join(k.source for k in kernels)
+    bodies = [k.source for k in kernels]
+    products = any(name in text for text in bodies for name in PRODUCT_CALLS)
+    return prelude(static_functions, products) + "\n" + libraries + "\n".join(bodies)
 
 
 _LOCAL_INCLUDE = re.compile(r'^#include "([\w.]+)"[ \t]*$', re.M)

@@ -60,6 +60,12 @@ def top_k_11(ctx, X, K, *, axis=-1, largest=1, sorted=1):  # noqa: A002 - the ON
 
 @converter("Unique", 11)
 def unique_11(ctx, X, *, axis=None, sorted=1):  # noqa: A002
+    if axis is None or (ctx.ndim(X) == 1 and axis in (0, -1)):
+        # Unique elements: the core op over the flattened input (its indices are int32, ONNX's int64).
+        flat = X if ctx.ndim(X) == 1 else ctx.call("reshape", X, newshape=(-1,))
+        out = ctx.call("unique", flat, is_sorted=bool(sorted), return_counts=True)
+        values, *rest = (ctx.get_item(out, i) for i in range(4))
+        return [values] + [ctx.cast(r, "int64") for r in rest]
     out = ctx.call("onnx.unique", X, axis=axis, sorted=bool(sorted))
     return [ctx.get_item(out, i) for i in range(4)]
 

@@ -427,6 +427,8 @@ def reduce(ctx, data, mode, axes, keepdims, noop_with_empty_axes=0):
     axes = tuple(sorted(a + ndim if a < 0 else a for a in axes))
     shape = ctx.shape(data)
     empty = any(isinstance(shape[a], int) and shape[a] == 0 for a in axes)
+    if not empty and ctx.dtype(data) == "bool" and mode in ("max", "min"):
+        return ctx.call("any" if mode == "max" else "all", data, axis=axes, keepdims=keepdims)
     if empty or ctx.dtype(data) == "bool":
         return ctx.call("onnx.reduce", data, ctx.constant(np.array(axes, np.int64)), mode=mode, keepdims=keepdims)
     if mode in _STATIC_REDUCE:

@@ -2,7 +2,7 @@
 
 Where the shape-deciding input (a new shape, axes, pads, repeats, slice bounds) is known at import
 time the static op is used (``reshape``, ``squeeze``, ``strided_slice``, ...); otherwise the
-run-time version (``dyn.reshape``, ``onnx.slice``, ...) whose shape function reads the value. Small
+run-time version (``dyn.reshape``, ``dyn.strided_slice``, ...) whose shape function reads the value. Small
 integer tensors built by ``Shape``/``Gather``/``Concat``/``Unsqueeze``/``Slice``/``Cast`` keep their
 element-wise tracking (``ctx.shape_entries``) so export-style shape arithmetic folds away.
 """
@@ -300,9 +300,33 @@ def slice_10(ctx, data, starts, ends, axes=None, steps=None):
     if known[0] is not None and known[1] is not None and (axes is None or known[2] is not None) and (
             steps is None or known[3] is not None):
         return slice_static(ctx, data, *known)
-    return ctx.call("onnx.slice", data, _int64(ctx, starts), _int64(ctx, ends),
-                    _int64(ctx, axes) if axes is not None else _empty_i64(ctx),
-                    _int64(ctx, steps) if steps is not None else _empty_i64(ctx))
+    ndim = ctx.ndim(data)
+    starts, ends = _int64(ctx, starts), _int64(ctx, ends)
+    count = ctx.shape(starts)[0]
+    if steps is None:
+        if not isinstance(count, int):
+            raise UnsupportedError("Slice: run-time starts of unknown length need steps or axes of known length")
+        steps = ctx.constant(np.ones(count, np.int64))
+    steps = _int64(ctx, steps)
+    if axes is None:
+        return ctx.call("dyn.strided_slice", data, starts, ends, steps)
+    if known[2] is not None:
+        return ctx.call("dyn.strided_slice", data, starts, ends, steps,
+                        axes=tuple(a + ndim if a < 0 else a for a in known[2]))
+    # Run-time axes: scatter starts/ends/steps into full-rank vectors through a one-hot of the axes
+    # (the axes ONNX leaves out keep 0 : INT64_MAX : 1).
+    axes = _int64(ctx, axes)
+    axes = ctx.call("where", ctx.call("less", axes, ctx.constant(np.array(0, np.int64))),
+                    ctx.call("add", axes, ctx.constant(np.array(ndim, np.int64))), axes)
+    on_off = ctx.constant(np.array(1, np.int64)), ctx.constant(np.array(0, np.int64))
+    hot = ctx.call("one_hot", axes, *on_off, depth=ndim, axis=-1, dtype="int64")
+    sliced = ctx.call("greater", ctx.call("sum", hot, axis=(0,)), on_off[1])
+
+    def full(values, default):
+        picked = ctx.call("sum", ctx.call("multiply", hot, ctx.call("expand_dims", values, axis=1)), axis=(0,))
+        return ctx.call("where", sliced, picked, ctx.constant(np.array(default, np.int64)))
+
+    return ctx.call("dyn.strided_slice", data, full(starts, 0), full(ends, INT64_MAX), full(steps, 1))
 
 
 @converter("Gather", 1)
@@ -481,15 +505,38 @@ def constant_of_shape_9(ctx, input, *, value=None):  # noqa: A002
 
 @converter("OneHot", 9)
 def one_hot_9(ctx, indices, depth, values, *, axis=-1):
+    if ctx.shape(values) != (2,):
+        raise TypeInferenceError(f"OneHot: values must be [off_value, on_value], got shape {ctx.shape(values)}")
+    off, on = (ctx.call("take", values, ctx.constant(np.array(i, np.int64)), axis=0) for i in (0, 1))
     depth_value = ctx.scalar_value(depth)
     if depth_value is not None:
+        if int(depth_value) < 1:
+            raise TypeInferenceError(f"OneHot: depth must be >= 1, got {depth_value}")
         depth = ctx.constant(np.array(int(depth_value), np.int64))
-    return ctx.call("onnx.one_hot", indices, depth, values, axis=axis)
+    else:
+        depth = _int64(ctx, _scalar(ctx, depth))
+    # ONNX counts negative indices from depth (and accepts non-integer ones, truncated).
+    index = _int64(ctx, indices)
+    index = ctx.call("where", ctx.call("less", index, ctx.constant(np.array(0, np.int64))),
+                     ctx.call("add", index, depth), index)
+    if depth_value is not None:
+        return ctx.call("one_hot", index, on, off, depth=int(depth_value), axis=axis)
+    return ctx.call("dyn.one_hot", index, on, off, depth, axis=axis)
 
 
 @converter("CumSum", 11)
 def cumsum_11(ctx, x, axis, *, exclusive=0, reverse=0):
-    return ctx.call("onnx.cumsum", x, _int64(ctx, axis), exclusive=bool(exclusive), reverse=bool(reverse))
+    axis_value = ctx.scalar_value(axis)
+    if axis_value is None:
+        return ctx.call("onnx.cumsum", x, _int64(ctx, axis), exclusive=bool(exclusive), reverse=bool(reverse))
+    ndim = ctx.ndim(x)
+    axis_value = int(axis_value)
+    if not -ndim <= axis_value < ndim:
+        raise TypeInferenceError(f"CumSum: axis {axis_value} is out of range for rank {ndim}")
+    axis_value %= ndim
+    data = ctx.call("reverse", x, axis=axis_value) if reverse else x
+    out = ctx.call("cumsum", data, axis=axis_value, exclusive=bool(exclusive))
+    return ctx.call("reverse", out, axis=axis_value) if reverse else out
 
 
 @converter("Trilu", 14)

@@ -1,10 +1,12 @@
 """Operators that the ONNX importer needs and the Relay-style set lacks.
 
 * ONNX's data-movement ops whose output shape depends on the *values* of a small integer input
-  (ONNX passes axes, pads, splits and slice bounds as tensors): ``onnx.unsqueeze``, ``onnx.slice``,
-  ``onnx.split``, ``onnx.pad``, ``onnx.reduce``, ``onnx.one_hot`` (``dyn.squeeze`` and ``dyn.tile``
-  of ``transform.py`` serve Squeeze and Tile); and ``onnx.cumsum``, ``trilu`` (a run-time axis or
-  diagonal).
+  (ONNX passes axes, pads and splits as tensors): ``onnx.unsqueeze``, ``onnx.split``, ``onnx.pad``,
+  ``onnx.reduce``, ``onnx.one_hot``; and ``onnx.cumsum``, ``trilu`` (a run-time axis or diagonal). The
+  converters emit the core ops when these inputs are constants (and Slice always lowers to
+  ``strided_slice`` / ``dyn.strided_slice``, Squeeze and Tile to ``dyn.squeeze`` / ``dyn.tile``); the
+  ``onnx.*`` ops remain for the run-time-valued forms, where their run-time checks keep an invalid
+  model from giving an answer.
 * ``onnx.matmul`` (NumPy matmul with batch broadcasting), ``einsum``.
 * Data-dependent ops: ``onnx.unique``, ``vision.non_max_suppression``; ``vision.roi_align``.
 * ``image.resize`` (N-d nearest/linear/cubic with ONNX's coordinate transformations).
@@ -123,67 +125,6 @@ define(
         args[1], "onnx.unsqueeze", "axes", ShapeError), ShapeError)],
     data_dependent=(False, True),
     doc="Insert size-1 dims at the positions (in the output) listed in the run-time tensor ``axes``.",
-)
-
-
-# ---------------------------------------------------------------------------------------------------
-# onnx.slice: ONNX Slice with run-time starts/ends/axes/steps
-
-
-def _slice_index(op, shape, starts, ends, axes, steps, err):
-    ndim = len(shape)
-    if not axes:
-        axes = tuple(range(len(starts)))
-    if not steps:
-        steps = (1,) * len(starts)
-    if not len(starts) == len(ends) == len(axes) == len(steps):
-        raise err(f"{op}: starts, ends, axes and steps must have one length, got {len(starts)}, {len(ends)}, "
-                  f"{len(axes)} and {len(steps)}")
-    axes = _norm_axes(op, axes, ndim, err)
-    index = [slice(None)] * ndim
-    for axis, b, e, s in zip(axes, starts, ends, steps, strict=True):
-        if s == 0:
-            raise err(f"{op}: step 0 on axis {axis}")
-        index[axis] = slice(b, e, s)
-    return tuple(index)
-
-
-def _slice_shape(shape, index):
-    return tuple(len(range(*sl.indices(d))) for sl, d in zip(index, shape, strict=True))
-
-
-def _dyn_slice_rel(types, attrs, consts=None):
-    op = "onnx.slice"
-    data = expect_tensor(op, types[0], "data")
-    for i, what in enumerate(("starts", "ends", "axes", "steps"), 1):
-        expect_int_tensor(op, types[i], what)
-    values = [_const(consts, i) for i in range(1, 5)]
-    if all(v is not None for v in values) and all(isinstance(d, int) for d in data.shape):
-        vals = [_ints(v, op, "argument", TypeInferenceError) for v in values]
-        return TensorType(_slice_shape(data.shape, _slice_index(op, data.shape, *vals, TypeInferenceError)),
-                          data.dtype)
-    if values[2] is not None:
-        axes = _norm_axes(op, _ints(values[2], op, "axes", TypeInferenceError) or range(data.ndim), data.ndim,
-                          TypeInferenceError)
-        return TensorType(tuple(Any() if i in axes else d for i, d in enumerate(data.shape)), data.dtype)
-    return TensorType((Any(),) * data.ndim, data.dtype)
-
-
-def _dyn_slice_args(op, args, err):
-    return [_ints(a, op, "argument", err) for a in args]
-
-
-define(
-    "onnx.slice", 5, _dyn_slice_rel,
-    lambda attrs, x, *args: np.asarray(x)[_slice_index("onnx.slice", np.shape(x),
-                                                       *_dyn_slice_args("onnx.slice", args, ExecutionError),
-                                                       ShapeError)].copy(),
-    OpPattern.OPAQUE,
-    shape_func=lambda attrs, args: [_slice_shape(concrete(args[0]), _slice_index(
-        "onnx.slice", concrete(args[0]), *_dyn_slice_args("onnx.slice", args[1:], ShapeError), ShapeError))],
-    data_dependent=(False, True, True, True, True),
-    doc="onnx.slice(data, starts, ends, axes, steps): ONNX Slice with run-time bounds (clamped like Python); "
-        "empty axes means 0..len(starts)-1 and empty steps all ones.",
 )
 
 

@@ -1081,8 +1081,15 @@ def _dyn_strided_slice_rel(types, attrs, consts=None):
     consts = consts or [None] * 4
     if all(c is not None for c in consts[1:4]):
         begin, end, strides = _dyn_slice_values(op, consts[1:4], TypeInferenceError)
-        spec = _slice_spec(op, begin, end, strides, None, attrs.slice_mode, data.shape, TypeInferenceError)
+        spec = _slice_spec(op, begin, end, strides, attrs.axes, attrs.slice_mode, data.shape, TypeInferenceError)
         return TensorType(_slice_dims(data.shape, spec), data.dtype)
+    if attrs.axes is not None:
+        if any(isinstance(n, int) and n > len(attrs.axes) for n in lengths):
+            raise TypeInferenceError(f"{op}: begin/end/strides have more values than the {len(attrs.axes)} axes "
+                                     f"{attrs.axes}")
+        spec = _slice_spec(op, (), (), (), attrs.axes, attrs.slice_mode, data.shape, TypeInferenceError)
+        sliced = {axis for axis, *_ in spec}
+        return TensorType(tuple(Any() if i in sliced else d for i, d in enumerate(data.shape)), data.dtype)
     if not all(isinstance(n, int) for n in lengths):
         return TensorType((Any(),) * data.ndim, data.dtype)
     count = max(lengths)
@@ -1094,7 +1101,7 @@ def _dyn_strided_slice_rel(types, attrs, consts=None):
 def _dyn_strided_slice_spec(attrs, shape, arrays):
     op = "dyn.strided_slice"
     begin, end, strides = _dyn_slice_values(op, arrays, ShapeError)
-    return _slice_spec(op, begin, end, strides, None, attrs.slice_mode, shape, ShapeError)
+    return _slice_spec(op, begin, end, strides, attrs.axes, attrs.slice_mode, shape, ShapeError)
 
 
 def _dyn_strided_slice_kernel(attrs, data, begin, end, strides):
@@ -1104,11 +1111,13 @@ def _dyn_strided_slice_kernel(attrs, data, begin, end, strides):
 
 define(
     "dyn.strided_slice", 4, _dyn_strided_slice_rel, _dyn_strided_slice_kernel, OpPattern.INJECTIVE,
-    attrs=(_SLICE_MODE,),
+    attrs=(_SLICE_MODE, AttrDef("axes", None, int_tuple())),
     shape_func=lambda attrs, args: [_slice_dims(concrete(args[0]), _dyn_strided_slice_spec(attrs, concrete(args[0]),
                                                                                          args[1:4]))],
     data_dependent=(False, True, True, True),
-    doc="strided_slice with begin/end/strides given as run-time 1-D integer tensors.",
+    doc="strided_slice with begin/end/strides given as run-time 1-D integer tensors (Python's slice rules: "
+        "out-of-range values are clamped, as ONNX Slice wants); they slice ``axes`` when given, else the "
+        "first len(begin) axes.",
 )
 
 

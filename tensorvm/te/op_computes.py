@@ -605,15 +605,16 @@ def dyn_strided_slice(attrs, inputs, out_type):
     x, begin, _, strides = inputs
     shape = _output_dims("dyn.strided_slice", out_type)
     count = begin.shape[0].value if isinstance(begin.shape[0], Const) else x.ndim
+    axes = range(count) if attrs.axes is None else [a + x.ndim if a < 0 else a for a in attrs.axes[:count]]
     starts, steps = [const(0)] * x.ndim, [const(1)] * x.ndim
-    for axis in range(count):
+    for position, axis in enumerate(axes):
         dim = x.shape[axis]
-        b = cast(begin[const(axis)], INDEX_DTYPE)
+        b = cast(begin[const(position)], INDEX_DTYPE)
         if attrs.slice_mode == "size":
             starts[axis] = E.minimum(select(b < 0, E.maximum(b + dim, 0), b), dim)
             continue
-        has_stride = isinstance(strides.shape[0], Const) and axis < strides.shape[0].value
-        step = cast(strides[const(axis)], INDEX_DTYPE) if has_stride else const(1)
+        has_stride = isinstance(strides.shape[0], Const) and position < strides.shape[0].value
+        step = cast(strides[const(position)], INDEX_DTYPE) if has_stride else const(1)
         forward = select(b < 0, E.maximum(b + dim, 0), E.minimum(b, dim))
         backward = select(b < 0, E.maximum(b + dim, -1), E.minimum(b, dim - 1))
         starts[axis], steps[axis] = select(step > 0, forward, backward), step

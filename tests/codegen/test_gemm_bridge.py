@@ -546,3 +546,21 @@ def test_convolution_epilogues_in_the_tiles(case, data_shape, threads, kernel_th
     body = kernel.source.rsplit("\nint32_t ", 1)[-1]  # the kernel function, after the helpers
     assert "tv_conv2d_direct_f32(" in body
     assert ("for (" in body) == (case not in _TILE_CASES)
+
+
+def test_only_units_with_products_carry_the_register_tiles():
+    """The register-tiled products and the direct convolution (most of a small library's compile time)
+    are compiled into a translation unit only when one of its kernels multiplies matrices."""
+    import tensorvm as tv
+
+    def library_source(text):
+        exe = tv.vm.compile(tv.parse(text), target="c")
+        exe.kernels  # noqa: B018 - builds the library
+        return exe.c_library.source
+
+    plain = library_source("def @main(%x: Tensor[(4, 8), float32]) { nn.softmax(exp(%x)) }")
+    product = library_source("def @main(%x: Tensor[(64, 256), float32], %w: Tensor[(256, 256), float32]) "
+                             "{ nn.dense(%x, %w) }")
+    kernels = lambda source: source.split("#endif /* TV_PACKED_KERNELS */")[-1]  # noqa: E731
+    assert "tv_gemm_" not in kernels(plain) and "#define TV_PACKED_KERNELS" not in plain
+    assert "tv_gemm_f32(" in kernels(product) and product.startswith("#define TV_PACKED_KERNELS\n")

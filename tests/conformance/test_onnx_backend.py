@@ -1,4 +1,5 @@
-"""ONNX's backend conformance suite (onnx 1.23.2, pinned) against tensorvm's importer and VM.
+"""ONNX's backend conformance suite (onnx 1.23.2, pinned) against tensorvm's importer and VM, on target c
+(``TENSORVM_ONNX_TARGET=python``: on NumPy kernels) with the importer's default accumulation.
 
 Selected: the node tests of the issue's core ops (direct and ``_expanded``), and the ``simple``,
 ``pytorch-converted``, ``pytorch-operator`` and ``real`` (light CNN) model tests; CPU only. A model
@@ -16,7 +17,7 @@ import pytest
 pytest.importorskip("onnx")
 
 import onnx.backend.test  # noqa: E402
-from tvm_onnx_backend import TensorVMBackend, cached_tests, node_test_info  # noqa: E402
+from tvm_onnx_backend import TARGET, TensorVMBackend, cached_tests, node_test_info  # noqa: E402
 
 backend_test = onnx.backend.test.BackendTest(TensorVMBackend, __name__)
 
@@ -37,6 +38,16 @@ XFAIL = {
     # by one float16 ulp (about 5e-4), just over the suite's rtol of 1e-3 at those values.
     r"^test_attention_4d_causal_fp16_expanded_cpu$": "float16 rounding in the expanded graph",
 }
+if TARGET == "c":
+    # float16 end to end through the expanded grouped-query Attention graph: 1 of 576 outputs differs from the
+    # reference by one float16 ulp (4.9e-4, relative 1.03e-3), just over the suite's rtol of 1e-3.
+    XFAIL[r"^test_attention_4d_gqa_with_past_and_present_fp16_expanded_cpu$"] = "float16 rounding in the expanded graph"
+else:
+    # squeezenet's constant weights make every class's logit equal (reference: 0.001 each); NumPy's float32
+    # convolution rounds some output channels one ulp differently, and the softmax of those huge logits
+    # gives 1/40 to 40 classes and ~0 to the rest. (The C kernels round every channel alike and pass;
+    # from_onnx(accumulate_dtype="float64") passes on NumPy too.)
+    XFAIL[r"^test_squeezenet_cpu$"] = "float32 rounding differs between channels of the NumPy convolution"
 for _pattern in XFAIL:
     backend_test.xfail(_pattern)
 
