@@ -8,46 +8,23 @@ import numpy as np
 import pytest
 
 onnx = pytest.importorskip("onnx")
-from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+from onnx import TensorProto, helper  # noqa: E402
 from onnx.reference import ReferenceEvaluator  # noqa: E402
+from test_onnx_importer import make_model as make_model_17  # noqa: E402
+from test_onnx_importer import ops_of as op_names  # noqa: E402
 
 import tensorvm as tv  # noqa: E402
 from tensorvm.frontend import from_onnx  # noqa: E402
-from tensorvm.ir.expr import Call  # noqa: E402
-from tensorvm.ir.functor import ExprVisitor  # noqa: E402
 
 F32, I64 = TensorProto.FLOAT, TensorProto.INT64
 
-# Core ops these converters emit that have no compute yet (their C library calls are being written):
-# the C build runs them on NumPy. Each must leave this set once it has one.
-NO_COMPUTE_YET: set = set()  # cumsum and unique got C library calls
+# Core ops these converters emit that have no compute or library call yet: the C build runs them on
+# NumPy. Each must leave this set once it has one (cumsum and unique did).
+NO_COMPUTE_YET: set = set()
 
 
 def make_model(nodes, inputs, outputs, initializers=(), opset=18):
-    graph = helper.make_graph(
-        nodes, "g", [helper.make_tensor_value_info(n, t, s) for n, t, s in inputs],
-        [helper.make_tensor_value_info(n, t, s) for n, t, s in outputs],
-        [numpy_helper.from_array(np.asarray(v), k) for k, v in dict(initializers).items()])
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], ir_version=9)
-
-
-class _Ops(ExprVisitor):
-    def __init__(self):
-        super().__init__()
-        self.names = set()
-
-    def visit_call(self, call: Call):
-        name = getattr(call.op, "name", None)
-        if isinstance(name, str):
-            self.names.add(name)
-        super().visit_call(call)
-
-
-def op_names(mod) -> set:
-    visitor = _Ops()
-    for _, func in mod.functions.items():
-        visitor.visit(func)
-    return visitor.names
+    return make_model_17(nodes, inputs, outputs, initializers, opset)
 
 
 def check_lowered(model, *args, ops=(), expected=None):
