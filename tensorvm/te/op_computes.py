@@ -19,8 +19,64 @@ import builtins
 import math
 
 from ..errors import ShapeError, TypeInferenceError, UnsupportedError
-from ..ir.types import TupleType
 from ..op._common import reduce_axes
+from ..op._compute import (
+    acc_float as _acc_float,
+)
+from ..op._compute import (
+    axis_of as _norm_axis,
+)
+from ..op._compute import (
+    broadcast_read,
+    broadcast_read_dim,
+    broadcast_shape,
+    unary_compute,
+)
+from ..op._compute import (
+    broadcast_to_shape as _broadcast_into,
+)
+from ..op._compute import (
+    float_math as _float_math,
+)
+from ..op._compute import (
+    kernel_name as _name,
+)
+from ..op._compute import (
+    layout_compute as _layout_compute,
+)
+from ..op._compute import (
+    layout_reader as _layout_reader,
+)
+from ..op._compute import (
+    matmul_value as _matmul_value,
+)
+from ..op._compute import (
+    output_dims as _output_dims,
+)
+from ..op._compute import (
+    output_dtype as _out_dtype,
+)
+from ..op._compute import (
+    product as _prod,
+)
+from ..op._compute import (
+    require_equal as _require_equal,
+)
+from ..op._compute import (
+    reshape_to as _reshape_to,
+)
+from ..op._compute import (  # noqa: F401 - moving to the op files
+    same as _same,
+)
+from ..op._compute import (
+    static_dim as _static,
+)
+from ..op._compute import (
+    unravel as _unravel,
+)
+from ..op._compute import (
+    with_requires as _with_requires,
+)
 from ..op.nn import PACKED_LANES
 from ..op.registry import get_op, is_registered
 from . import expr as E
@@ -50,91 +106,8 @@ def _register(name: str):
 # ---- shape helpers --------------------------------------------------------------------------------
 
 
-def _same(a, b) -> bool:
-    return a == b
-
-
-def _dim_text(d) -> str:
-    return repr(d)
-
-
-def broadcast_shape(op: str, *shapes) -> tuple[tuple, list]:
-    """NumPy broadcasting of te shapes: the output dims and the run-time requirements."""
-    ndim = max((len(s) for s in shapes), default=0)
-    out, requires = [], []
-    for axis in range(ndim):
-        dims = [s[axis - ndim + len(s)] for s in shapes if axis - ndim + len(s) >= 0]
-        dims = [d for d in dims if not (isinstance(d, Const) and d.value == 1)]
-        distinct = []
-        for d in dims:
-            if not any(_same(d, x) for x in distinct):
-                distinct.append(d)
-        if not distinct:
-            out.append(const(1))
-            continue
-        static = [d for d in distinct if isinstance(d, Const)]
-        if len(static) > 1:
-            raise ShapeError(f"{op}: cannot broadcast dims {', '.join(map(_dim_text, static))}")
-        if static:
-            result = static[0]
-        else:
-            result = distinct[0]
-            for d in distinct[1:]:
-                result = select(eq(result, 1), d, result)
-        for d in distinct:
-            if not _same(d, result):
-                requires.append((E.logical_or(eq(d, 1), eq(d, result)),
-                                 f"{op}: cannot broadcast dim {_dim_text(d)} to {_dim_text(result)} "
-                                 f"(axis {axis - ndim})"))
-        out.append(result)
-    return tuple(out), requires
-
-
-def broadcast_read(t: Tensor, out_index: tuple, out_shape: tuple | None = None) -> PrimExpr:
-    """Read ``t`` at the position that broadcasts to ``out_index`` (dims aligned on the right)."""
-    offset = len(out_index) - t.ndim
-    index = []
-    for axis, d in enumerate(t.shape):
-        i = out_index[axis + offset]
-        if isinstance(d, Const) and d.value == 1:
-            index.append(const(0))
-        elif isinstance(d, Const) or (out_shape is not None and _same(d, out_shape[axis + offset])):
-            index.append(i)
-        else:
-            index.append(select(eq(d, 1), 0, i))
-    return t[tuple(index)]
-
-
-def _prod(dims) -> PrimExpr:
-    total = const(1)
-    for d in dims:
-        total = total * d
-    return total
-
-
-def _require_equal(op: str, a, b, what: str) -> list:
-    return [] if _same(a, b) else [(eq(a, b), f"{op}: {what} must match ({_dim_text(a)} vs {_dim_text(b)})")]
-
-
-def _name(op: str) -> str:
-    return op.replace(".", "_")
-
-
-def _out_dtype(out_type, index: int = 0) -> str:
-    if isinstance(out_type, TupleType):
-        return out_type.fields[index].dtype
-    return out_type.dtype
-
-
-def _acc_float(dtype: str) -> str:
-    """The dtype float math runs in: float32 for float16 (like the NumPy kernels), else the dtype."""
-    return "float32" if dtype == "float16" else dtype
-
-
-def _norm_axis(op: str, axis: int, ndim: int) -> int:
-    if not -ndim <= axis < max(ndim, 1):
-        raise TypeInferenceError(f"{op}: axis {axis} is out of range for rank {ndim}")
-    return axis % ndim if ndim else 0
+def _elementwise(name: str, fn):
+    return _register(name)(unary_compute(name, fn))
 
 
 # ---- elementwise ----------------------------------------------------------------------------------
@@ -180,25 +153,6 @@ bitwise_or = _broadcast_binary("bitwise_or", E.bitwise_or)
 bitwise_xor = _broadcast_binary("bitwise_xor", E.bitwise_xor)
 left_shift = _broadcast_binary("left_shift", E.left_shift)
 right_shift = _broadcast_binary("right_shift", E.right_shift)
-
-
-def _elementwise(name: str, fn):
-    def compute_fn(attrs, inputs, out_type):
-        (x,) = inputs[:1]
-        dtype = _out_dtype(out_type)
-        return [compute(x.shape, lambda *i: cast(fn(x[i], attrs), dtype), _name(name))]
-
-    compute_fn.__name__ = _name(name)
-    return _register(name)(compute_fn)
-
-
-def _float_math(fn):
-    """Apply ``fn`` in float32 for float16 arguments, rounding once at the end (like NumPy's float16 loops)."""
-
-    def apply(x, attrs):
-        return fn(x, attrs) if x.dtype != "float16" else cast(fn(cast(x, "float32"), attrs), "float16")
-
-    return apply
 
 
 negative = _elementwise("negative", lambda x, a: -x)
@@ -489,48 +443,6 @@ std = _moment("std", True)
 # ---- data movement --------------------------------------------------------------------------------
 
 
-def _ravel(index, shape) -> PrimExpr:
-    flat = const(0)
-    for i, d in zip(index, shape):
-        flat = flat * d + i
-    return flat
-
-
-def _unravel(flat, shape) -> list:
-    out = []
-    for axis in range(len(shape) - 1, -1, -1):
-        if axis == 0:
-            out.append(flat)
-        else:
-            out.append(E.floormod(flat, shape[axis]))
-            flat = E.floordiv(flat, shape[axis])
-    return list(reversed(out))
-
-
-def reshape_index(out_index, out_shape, in_shape) -> tuple:
-    """The input index of a row-major reshape; equal leading and trailing dims map directly."""
-    out_index, out_shape, in_shape = list(out_index), list(out_shape), list(in_shape)
-    head = 0
-    while head < min(len(out_shape), len(in_shape)) and _same(out_shape[head], in_shape[head]):
-        head += 1
-    tail = 0
-    while tail < min(len(out_shape), len(in_shape)) - head and _same(out_shape[-1 - tail], in_shape[-1 - tail]):
-        tail += 1
-    mid_out = out_index[head:len(out_index) - tail]
-    mid_in_shape = in_shape[head:len(in_shape) - tail]
-    middle = _unravel(_ravel(mid_out, out_shape[head:len(out_shape) - tail]), mid_in_shape) if mid_in_shape else []
-    return tuple(out_index[:head] + middle + out_index[len(out_index) - tail:])
-
-
-def _reshape_to(op: str, x: Tensor, shape: tuple, requires=()) -> Tensor:
-    shape = tuple(E.as_expr(d, INDEX_DTYPE) for d in shape)
-    requires = list(requires)
-    total_in, total_out = _prod(x.shape), _prod(shape)
-    if not _same(total_in, total_out):
-        requires.append((eq(total_in, total_out), f"{op}: cannot reshape {list(x.shape)} to {list(shape)}"))
-    return compute(shape, lambda *i: x[reshape_index(i, shape, x.shape)], _name(op), requires)
-
-
 def _reshape_dims(op: str, in_shape: tuple, newshape: tuple, allowzero: bool):
     """Relay's reshape dims (0, -1, -2, -3, -4) over te dims, with run-time requirements."""
     out, requires, infer_at, src, i = [], [], None, 0, 0
@@ -579,13 +491,6 @@ def reshape(attrs, inputs, out_type):
     x = inputs[0]
     shape, requires = _reshape_dims("reshape", x.shape, attrs.newshape, attrs.allowzero)
     return [_reshape_to("reshape", x, shape, requires)]
-
-
-def _output_dims(op: str, out_type) -> tuple:
-    """Output dims for an op whose output shape depends on data: symbols bound from the output array
-    (which the caller allocated from the op's shape function)."""
-    return tuple(E.var(f"{_name(op)}_out{axis}") if not isinstance(d, int) else const(d)
-                 for axis, d in enumerate(out_type.shape))
 
 
 @_register("dyn.reshape")
@@ -896,18 +801,6 @@ def strided_slice(attrs, inputs, out_type):
                     "strided_slice")]
 
 
-def _broadcast_into(op: str, x: Tensor, target: tuple) -> tuple:
-    if x.ndim > len(target):
-        raise TypeInferenceError(f"{op}: cannot broadcast rank {x.ndim} to rank {len(target)}")
-    requires = []
-    offset = len(target) - x.ndim
-    for axis, d in enumerate(x.shape):
-        t = target[axis + offset]
-        if not _same(d, t) and not (isinstance(d, Const) and d.value == 1):
-            requires.append((E.logical_or(eq(d, 1), eq(d, t)), f"{op}: cannot broadcast dim {axis} to the target"))
-    return compute(target, lambda *i: broadcast_read(x, i, target), _name(op), requires)
-
-
 @_register("broadcast_to")
 def broadcast_to(attrs, inputs, out_type):
     return [_broadcast_into("broadcast_to", inputs[0], tuple(const(d) for d in attrs.shape))]
@@ -982,10 +875,6 @@ def sequence_mask(attrs, inputs, out_type):
 
 
 # ---- nn: matrix products ----------------------------------------------------------------------------
-
-
-def _matmul_value(a_read, b_read, k, out_dtype):
-    return cast(a_read, out_dtype) * cast(b_read, out_dtype)
 
 
 @_register("nn.dense")
@@ -1112,19 +1001,7 @@ def trilu(attrs, inputs, out_type):
     return [compute(x.shape, f, "trilu")]
 
 
-def broadcast_read_dim(dim, index, out_dim):
-    if isinstance(dim, Const) and dim.value == 1:
-        return const(0)
-    if isinstance(dim, Const) or _same(dim, out_dim):
-        return index
-    return select(eq(dim, 1), 0, index)
-
-
 # ---- nn: per-channel and normalization -------------------------------------------------------------
-
-
-def _along(vec: Tensor, axis: int):
-    return lambda i: vec[i[axis]]
 
 
 @_register("nn.bias_add")
@@ -1358,28 +1235,7 @@ def nn_batch_norm(attrs, inputs, out_type):
     return [out, mean_copy, var_copy]
 
 
-def _with_requires(t: Tensor, requires: list) -> Tensor:
-    if not requires:
-        return t
-    return compute(t.shape, lambda *i: t[i], t.name, requires)
-
-
 # ---- nn: convolution, pooling, padding ------------------------------------------------------------
-
-
-def _layout_reader(t: Tensor, layout: str, canonical: str):
-    """(dims by canonical letter, read(index by canonical letter))."""
-    dims = {c: t.shape[layout.index(c)] for c in canonical}
-
-    def read(**index):
-        return t[tuple(index[c] for c in layout)]
-
-    return dims, read
-
-
-def _layout_compute(shape_by_letter: dict, layout: str, fn, name: str, requires=()):
-    shape = tuple(shape_by_letter[c] for c in layout)
-    return compute(shape, lambda *i: fn(**dict(zip(layout, i))), name, requires)
 
 
 def _window_extent(dim, kernel: int, pad_total: int, stride: int, dilation: int, ceil_mode: bool):
@@ -1436,12 +1292,6 @@ def nn_conv2d(attrs, inputs, out_type):
     out_layout = attrs.out_layout or attrs.data_layout
     shape = {"N": xd["N"], "C": wd["O"], "H": oh, "W": ow}
     return [_layout_compute(shape, out_layout, f, "conv2d", requires)]
-
-
-def _static(d, what: str) -> int:
-    if not isinstance(d, Const):
-        raise UnsupportedError(f"codegen: the {what} must be static, got {d!r}")
-    return d.value
 
 
 @_register("nn.conv2d_transpose")
