@@ -101,7 +101,7 @@ def _dyn_fill_compute(name: str, fill):
     """The compute of a dyn.* fill: the output dims come from the output array (the shape function gave
     them); ``fill(inputs, dtype)`` is the value."""
     def compute_fn(attrs, inputs, out_type):
-        from ..te.op_computes import _output_dims
+        from ._compute import output_dims as _output_dims
 
         return [te.compute(_output_dims(name, out_type), lambda *i: fill(inputs, out_type.dtype), name)]
 
@@ -245,7 +245,7 @@ def _arange_kernel(attrs, start, stop, step):
 def _arange_compute(attrs, inputs, out_type):
     """start + i * step, with the length from the output array (the shape function computed it and
     rejected a zero step): exact in int64 for integer arguments, in float64 otherwise, like the kernel."""
-    from ..te.op_computes import _output_dims
+    from ._compute import output_dims as _output_dims
 
     start, _, step = inputs
     requires = []

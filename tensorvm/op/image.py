@@ -17,15 +17,11 @@ from ..ir.types import Any, TensorType
 from ..te import expr as E
 from ..te import intrin as M
 from ..te.expr import cast, const
-
-# (the compute helpers' names are those of tensorvm/op/_compute.py, where the computes are moving)
-from ..te.op_computes import _layout_compute as layout_compute
-from ..te.op_computes import _layout_reader as layout_reader
-from ..te.op_computes import _out_dtype as output_dtype
-from ..te.op_computes import _output_dims as output_dims
-from ..te.op_computes import _prod as product
 from ..te.tensor import compute
 from ._common import expect_tensor
+
+# (the compute helpers' names are those of tensorvm/op/_compute.py, where the computes are moving)
+from ._compute import layout_compute, layout_reader, output_dims, output_dtype, product
 from ._resample import F64, NP, TE, Spec, clamp, cubic_weights, finish, resize_coordinate, sample
 from .registry import REQUIRED, AttrDef, OpPattern
 from .transform import (

@@ -595,7 +595,7 @@ def _einsum_compute(attrs, inputs, out_type):
     operands' promoted dtype (NumPy's einsum; float16 accumulates in float32), cast to the first
     operand's dtype. A letter's dim of 1 broadcasts (NumPy does so for every letter); a letter repeated
     within a term reads a diagonal."""
-    from ..te.op_computes import broadcast_read_dim, broadcast_shape
+    from ._compute import broadcast_read_dim, broadcast_shape
 
     operands = list(inputs[0]) if isinstance(inputs[0], tuple) else list(inputs)
     try:
@@ -998,7 +998,8 @@ def _resize_compute(attrs, inputs, out_type):
     cubic stage is a reduction over its 2 or 4 taps, so each stage is materialized (inlined into the
     next, N axes would read 4**N taps). An axis the kernel skips (the same size, scale 1, no crop or
     exclude_outside) reads only its centre tap, at run time when the scale comes from a tensor."""
-    from ..te.op_computes import _output_dims, _prod  # (at call time: te.op_computes imports the op modules)
+    from ._compute import output_dims as _output_dims
+    from ._compute import product as _prod
 
     x, roi, scales, sizes = inputs
     if attrs.antialias:
@@ -2018,7 +2019,7 @@ def _attention_compute(attrs, inputs, out_type):
     """ONNX Attention as ``_attention_parts`` computes it, in float64: scaled (and soft-capped) scores,
     a bias from the mask, the causal/window rules and the key padding, a softmax whose fully blocked
     rows are zeros, and the weighted sum of the values; the key/value cache concatenated in front."""
-    from ..te.op_computes import broadcast_read_dim
+    from ._compute import broadcast_read_dim
 
     q, k, v, mask, past_k, past_v, nonpad = inputs
     op, f64 = "nn.attention", "float64"
@@ -2218,7 +2219,7 @@ def _omitted(t) -> bool:
 def _rotary_compute(attrs, inputs, out_type):
     """Each element of the first ``rotary_embedding_dim`` of a head rotated with its partner (the other
     half, or the neighbour when interleaved) by the cached angle of its position, in float64."""
-    from ..te.op_computes import broadcast_read_dim
+    from ._compute import broadcast_read_dim
 
     x, cos_cache, sin_cache, positions = inputs
     op = "nn.rotary_embedding"

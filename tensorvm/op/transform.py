@@ -1443,7 +1443,8 @@ def _dyn_one_hot_rank(name, tensors, attrs):
 
 def _dyn_reshape_compute(name: str):
     def compute_fn(attrs, inputs, out_type):
-        from ..te.op_computes import _output_dims, _reshape_to
+        from ._compute import output_dims as _output_dims
+        from ._compute import reshape_to as _reshape_to
 
         return [_reshape_to(name, inputs[0], _output_dims(name, out_type))]
 
@@ -1451,7 +1452,7 @@ def _dyn_reshape_compute(name: str):
 
 
 def _dyn_tile_compute(attrs, inputs, out_type):
-    from ..te.op_computes import _output_dims
+    from ._compute import output_dims as _output_dims
 
     x = inputs[0]
     shape = _output_dims("dyn.tile", out_type)
@@ -1461,7 +1462,7 @@ def _dyn_tile_compute(attrs, inputs, out_type):
 
 
 def _dyn_one_hot_compute(attrs, inputs, out_type):
-    from ..te.op_computes import _output_dims
+    from ._compute import output_dims as _output_dims
 
     indices, on_value, off_value, _ = inputs
     shape = _output_dims("dyn.one_hot", out_type)

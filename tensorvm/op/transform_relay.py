@@ -13,13 +13,11 @@ from ..te import expr as E
 from ..te.expr import INDEX_DTYPE, cast, const, select
 
 # (the compute helpers' names are those of tensorvm/op/_compute.py, where the computes are moving)
-from ..te.op_computes import _output_dims as output_dims
 from ..te.op_computes import _reshape_dims as _te_reshape_dims
-from ..te.op_computes import _reshape_to as reshape_to
-from ..te.op_computes import broadcast_read, broadcast_shape
 from ..te.tensor import compute, reduce_axis
 from ..te.tensor import max as te_max
 from ._common import broadcast_shapes, broadcast_type_shapes, expect_tensor
+from ._compute import broadcast_read, broadcast_shape, output_dims, reshape_to
 from .registry import REQUIRED, AttrDef, OpPattern
 from .transform import (
     concrete,
