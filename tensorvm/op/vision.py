@@ -48,7 +48,7 @@ def _single(op: str, ty, what: str, dtypes: tuple) -> TensorType:
     """A one-element argument (0-d, or 1-d of length 1) of one of ``dtypes``."""
     ty = expect_tensor(op, ty, what)
     expect_dtype(op, ty, dtypes, what)
-    if not (ty.ndim == 0 or ty.ndim == 1 and ty.shape[0] in (1,) or ty.ndim == 1 and isinstance(ty.shape[0], Any)):
+    if ty.ndim > 1 or ty.ndim == 1 and isinstance(ty.shape[0], int) and ty.shape[0] != 1:
         raise TypeInferenceError(f"{op}: {what} must be a scalar or a 1-element tensor, got {fmt_shape(ty.shape)}")
     return ty
 
@@ -251,7 +251,7 @@ def _all_class_nms_rel(types, attrs, consts=None):
 
 def _all_class_nms_shapes(attrs, boxes, scores, error) -> list:
     batch, num_boxes, four = boxes
-    if four not in (4,) and not isinstance(four, Any) or len(scores) != 3:
+    if isinstance(four, int) and four != 4 or len(scores) != 3:
         raise error(f"{_ACNMS}: expected boxes (B, N, 4) and scores (B, C, N), got {fmt_shape(boxes)} and "
                     f"{fmt_shape(scores)}")
     for got, want in ((scores[0], batch), (scores[2], num_boxes)):
