@@ -432,3 +432,22 @@ def test_a_detection_program_runs_on_target_c_without_numpy_fallbacks():
     results = run_everywhere(text, BOXES, feature)
     np.testing.assert_allclose(results["c"], results["debug"], rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(results["python"], results["debug"], rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "float64"])
+def test_other_float_dtypes_everywhere(dtype):
+    data = _detections(8).astype(dtype)
+    text = (f"def @main(%d: Tensor[(?, ?, 6), {dtype}], %f: Tensor[(2, 3, 6, 7), {dtype}], "
+            f"%r: Tensor[(?, 5), {dtype}], %t: {dtype}) {{\n"
+            "  %0 = vision.get_valid_counts(%d, %t);\n"
+            "  %1 = vision.non_max_suppression(%0.1, %0.0, %0.2, 4, 0.4f, return_indices=False, "
+            "invalid_to_bottom=True);\n"
+            '  (%1, vision.roi_align(%f, %r, pooled_size=[2, 2], layout="NCHW", mode="max"))\n}')
+    feature = np.random.default_rng(9).standard_normal((2, 3, 6, 7)).astype(dtype)
+    rois = _rois(batch=2).astype(dtype)
+    counts, out, out_indices = valid_counts_oracle(data, 0.25)
+    boxes = nms_oracle(out, counts, out_indices, 4, 0.4, return_indices=False, invalid_to_bottom=True)
+    pooled = roi_align_oracle(feature.astype("float64"), rois.astype("float64"), (2, 2), 1.0, mode="max")
+    tolerance = 2e-3 if dtype == "float16" else 1e-9
+    check_everywhere(text, [data, feature, rois, np.array(0.25, dtype)], (boxes, pooled.astype(dtype)),
+                     rtol=tolerance, atol=tolerance)
