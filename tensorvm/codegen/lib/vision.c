@@ -298,11 +298,13 @@ __attribute__((unused)) static int32_t tv_all_class_nms_tf(const void* boxes, in
 
 /* ---- roi_align ---------------------------------------------------------------------------------- */
 
-/* Feature (n, c, y, x) of data (NCHW, or NHWC when nhwc) bilinearly sampled, 0 outside [-1, size]: the
-   interpolated value, or (corner_max) the largest of the four weighted corners. */
-static double tv_vision_bilinear(const void* data, int64_t dtype, bool nhwc, int64_t channels, int64_t height,
-                                 int64_t width, int64_t n, int64_t c, double y, double x, bool corner_max) {
-  if (y < -1.0 || y > (double)height || x < -1.0 || x > (double)width) return 0.0;
+/* One bilinear sample: the four corners' offsets in a channel's (H, W) plane and their weights (all 0
+   outside [-1, size]). The taps of a region are computed once and used for every channel. */
+typedef struct { int64_t at[4]; double w[4]; } tv_vision_tap;
+
+static tv_vision_tap tv_vision_bilinear_tap(int64_t height, int64_t width, int64_t pixel_stride, double y, double x) {
+  tv_vision_tap tap = {{0, 0, 0, 0}, {0, 0, 0, 0}};
+  if (y < -1.0 || y > (double)height || x < -1.0 || x > (double)width) return tap;
   y = y > 0 ? y : 0;
   x = x > 0 ? x : 0;
   int64_t y0 = (int64_t)y, x0 = (int64_t)x, y1 = y0 + 1, x1 = x0 + 1;
@@ -317,22 +319,53 @@ static double tv_vision_bilinear(const void* data, int64_t dtype, bool nhwc, int
   const double ly = y - (double)y0, lx = x - (double)x0, hy = 1 - ly, hx = 1 - lx;
   const int64_t ys[4] = {y0, y0, y1, y1}, xs[4] = {x0, x1, x0, x1};
   const double ws[4] = {hy * hx, hy * lx, ly * hx, ly * lx};
-  double sum = 0.0, best = 0.0;
   for (int k = 0; k < 4; k++) {
-    const int64_t at = nhwc ? ((n * height + ys[k]) * width + xs[k]) * channels + c
-                            : ((n * channels + c) * height + ys[k]) * width + xs[k];
-    const double v = ws[k] * tv_vision_load(data, at, dtype);
-    sum += v;
-    best = k == 0 || v > best ? v : best;
+    tap.at[k] = (ys[k] * width + xs[k]) * pixel_stride;
+    tap.w[k] = ws[k];
   }
-  return corner_max ? best : sum;
+  return tap;
 }
+
+/* Per channel and bin, the bin's `samples` taps reduced: average (mode 0), maximum of the interpolated
+   values (1), maximum of the weighted corners (2). */
+#define TV_VISION_FLOATS(X) TV_LIB_FLOAT16(X) X(TV_DTYPE_FLOAT32, float, f32, 1) X(TV_DTYPE_FLOAT64, double, f64, 1)
+#define TV_VISION_ROI_POOL(CODE, T, S, F)                                                           \
+  static void tv_vision_roi_pool_##S(const T* data, int64_t channel_stride, int64_t channels,        \
+                                     const tv_vision_tap* taps, int64_t bins, int64_t samples,      \
+                                     int64_t mode, T* out, int64_t out_channel_stride,              \
+                                     int64_t out_bin_stride) {                                      \
+    for (int64_t c = 0; c < channels; c++) {                                                        \
+      const T* plane = data + c * channel_stride;                                                   \
+      for (int64_t bin = 0; bin < bins; bin++) {                                                    \
+        const tv_vision_tap* tap = taps + bin * samples;                                            \
+        double acc = 0.0;                                                                           \
+        for (int64_t s = 0; s < samples; s++, tap++) {                                              \
+          double v;                                                                                 \
+          if (mode == 2) {                                                                          \
+            v = tap->w[0] * (double)plane[tap->at[0]];                                              \
+            for (int k = 1; k < 4; k++) {                                                           \
+              const double corner = tap->w[k] * (double)plane[tap->at[k]];                          \
+              v = corner > v ? corner : v;                                                          \
+            }                                                                                       \
+          } else {                                                                                  \
+            v = tap->w[0] * (double)plane[tap->at[0]] + tap->w[1] * (double)plane[tap->at[1]] +     \
+                tap->w[2] * (double)plane[tap->at[2]] + tap->w[3] * (double)plane[tap->at[3]];      \
+          }                                                                                         \
+          acc = mode == 0 ? acc + v : (s == 0 || v > acc ? v : acc);                                \
+        }                                                                                           \
+        out[c * out_channel_stride + bin * out_bin_stride] = (T)(mode == 0 ? acc / (double)samples : acc); \
+      }                                                                                             \
+    }                                                                                               \
+  }
+TV_VISION_FLOATS(TV_VISION_ROI_POOL)
+#undef TV_VISION_ROI_POOL
 
 /* Each region r (rois[r * roi_stride + roi_first ...]: x1, y1, x2, y2, scaled by spatial_scale, minus
    offset; of batch batches[r * batch_stride]) split into pooled_h x pooled_w bins of sample_ratio^2
    samples (> 0; else ceil(bin size) per axis); each output the average of the bin's samples (mode 0),
    their maximum (1), or the maximum of their weighted corners (2, ONNX's max). min_size: a region
-   smaller than 1 is taken as 1. Output (R, C, PH, PW), or (R, PH, PW, C) when nhwc. */
+   smaller than 1 is taken as 1. data (N, C, H, W), or (N, H, W, C) when nhwc; out (R, C, PH, PW), or
+   (R, PH, PW, C). */
 __attribute__((unused)) static int32_t tv_roi_align(const void* data, int64_t dtype, int64_t nhwc, int64_t batch,
                                                     int64_t channels, int64_t height, int64_t width, const void* rois,
                                                     int64_t rois_dtype, int64_t num_rois, int64_t roi_stride,
@@ -340,11 +373,19 @@ __attribute__((unused)) static int32_t tv_roi_align(const void* data, int64_t dt
                                                     int64_t batch_stride, int64_t pooled_h, int64_t pooled_w,
                                                     int64_t spatial_scale_bits, int64_t offset_bits, int64_t min_size,
                                                     int64_t sample_ratio, int64_t mode, void* out) {
-  if (!tv_vision_known_dtype(dtype) || !tv_vision_known_dtype(rois_dtype) || !tv_vision_known_dtype(batches_dtype))
-    return TV_ERROR_DTYPE;
+  switch (dtype) {
+#define TV_VISION_FLOAT_CASE(CODE, T, S, F) case CODE:
+    TV_VISION_FLOATS(TV_VISION_FLOAT_CASE)
+#undef TV_VISION_FLOAT_CASE
+    break;
+    default: return TV_ERROR_DTYPE;
+  }
+  if (!tv_vision_known_dtype(rois_dtype) || !tv_vision_known_dtype(batches_dtype)) return TV_ERROR_DTYPE;
   const double scale = tv_vision_double(spatial_scale_bits), offset = tv_vision_double(offset_bits);
+  const int64_t pixel_stride = nhwc ? channels : 1, channel_stride = nhwc ? 1 : height * width;
+  const int64_t bins = pooled_h * pooled_w;
   int32_t rc = 0;
-  TV_LIB_OMP(omp parallel for schedule(static) if(num_rois * channels * pooled_h * pooled_w > 4096))
+  TV_LIB_OMP(omp parallel for schedule(dynamic) if(num_rois > 1 && num_rois * channels * bins > 4096))
   for (int64_t r = 0; r < num_rois; r++) {
     const double batch_value = tv_vision_load(batches, r * batch_stride, batches_dtype);
     const int64_t n = (int64_t)batch_value;
@@ -367,23 +408,32 @@ __attribute__((unused)) static int32_t tv_roi_align(const void* data, int64_t dt
     int64_t sx = sample_ratio > 0 ? sample_ratio : (int64_t)ceil(bin_w);
     sy = sy > 0 ? sy : 1;
     sx = sx > 0 ? sx : 1;
-    for (int64_t c = 0; c < channels; c++)
-      for (int64_t ph = 0; ph < pooled_h; ph++)
-        for (int64_t pw = 0; pw < pooled_w; pw++) {
-          double acc = 0.0;
-          for (int64_t iy = 0; iy < sy; iy++) {
-            const double y = y1 + ((double)ph + ((double)iy + 0.5) / (double)sy) * bin_h;
-            for (int64_t ix = 0; ix < sx; ix++) {
-              const double x = x1 + ((double)pw + ((double)ix + 0.5) / (double)sx) * bin_w;
-              const double v = tv_vision_bilinear(data, dtype, nhwc, channels, height, width, n, c, y, x, mode == 2);
-              acc = mode == 0 ? acc + v : ((iy == 0 && ix == 0) || v > acc ? v : acc);
-            }
-          }
-          if (mode == 0) acc /= (double)(sy * sx);
-          const int64_t dst = nhwc ? ((r * pooled_h + ph) * pooled_w + pw) * channels + c
-                                   : ((r * channels + c) * pooled_h + ph) * pooled_w + pw;
-          tv_vision_store(out, dst, acc, dtype);
-        }
+    tv_vision_tap* taps = (tv_vision_tap*)malloc(sizeof(tv_vision_tap) * (size_t)(bins * sy * sx));
+    if (taps == NULL) {
+      TV_LIB_OMP(omp atomic write)
+      rc = TV_ERROR_OUT_OF_MEMORY;
+      continue;
+    }
+    tv_vision_tap* tap = taps;
+    for (int64_t ph = 0; ph < pooled_h; ph++)
+      for (int64_t pw = 0; pw < pooled_w; pw++)
+        for (int64_t iy = 0; iy < sy; iy++)
+          for (int64_t ix = 0; ix < sx; ix++)
+            *tap++ = tv_vision_bilinear_tap(height, width, pixel_stride,
+                                            y1 + ((double)ph + ((double)iy + 0.5) / (double)sy) * bin_h,
+                                            x1 + ((double)pw + ((double)ix + 0.5) / (double)sx) * bin_w);
+    const int64_t image = n * channels * height * width, out_at = r * channels * bins;
+    switch (dtype) {
+#define TV_VISION_POOL_CASE(CODE, T, S, F)                                                          \
+  case CODE:                                                                                        \
+    tv_vision_roi_pool_##S((const T*)data + image, channel_stride, channels, taps, bins, sy * sx, mode,  \
+                           (T*)out + out_at, nhwc ? 1 : bins, nhwc ? channels : 1);                 \
+    break;
+      TV_VISION_FLOATS(TV_VISION_POOL_CASE)
+#undef TV_VISION_POOL_CASE
+      default: break;
+    }
+    free(taps);
   }
   return rc;
 }
