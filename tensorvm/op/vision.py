@@ -20,6 +20,7 @@ import numpy as np
 
 from ..errors import ShapeError, TypeInferenceError
 from ..ir.types import Any, TensorType, TupleType
+from ..te.expr import eq
 from ._common import (
     FLOAT_DTYPES,
     INT_DTYPES,
@@ -32,7 +33,7 @@ from ._common import (
     to_int,
     to_int_tuple,
 )
-from ._library import dtype_code, same_dims
+from ._library import dtype_code, product, same_dims
 from .registry import AttrDef, LibraryKernel, OpDef, OpPattern
 from .transform import concrete, define, fmt_shape
 
@@ -51,6 +52,11 @@ def _single(op: str, ty, what: str, dtypes: tuple) -> TensorType:
     if ty.ndim > 1 or ty.ndim == 1 and isinstance(ty.shape[0], int) and ty.shape[0] != 1:
         raise TypeInferenceError(f"{op}: {what} must be a scalar or a 1-element tensor, got {fmt_shape(ty.shape)}")
     return ty
+
+
+def _one_value(op: str, buffers, names) -> list:
+    """Entry checks that each of ``buffers`` (named ``names``) holds one value (what the C function reads)."""
+    return [(eq(product(b.shape), 1), f"{op}: {what} must hold one value") for b, what in zip(buffers, names, strict=True)]
 
 
 def _value(op: str, arr, what: str, kind=float):
@@ -129,7 +135,8 @@ def _get_valid_counts_arguments(attrs, inputs, outputs):
     (data, threshold), (counts, out, out_indices) = inputs, outputs
     batch, anchors, elems = data.shape
     return [data, dtype_code(data.dtype), batch, anchors, elems, threshold, dtype_code(threshold.dtype),
-            attrs.id_index, attrs.score_index, counts, out, out_indices], []
+            attrs.id_index, attrs.score_index, counts, out, out_indices], _one_value(_GVC, [threshold],
+                                                                                    ["score_threshold"])
 
 
 register_checked(OpDef(
@@ -207,6 +214,7 @@ def _nms_arguments(attrs, inputs, outputs):
     batch, anchors, elems = data.shape
     requires = same_dims(_NMS, valid_count.shape, (batch,), "valid_count's")
     requires += same_dims(_NMS, indices.shape, (batch, anchors), "indices'")
+    requires += _one_value(_NMS, [max_out, iou], ["max_output_size", "iou_threshold"])
     args = [data, dtype_code(data.dtype), batch, anchors, elems, valid_count, dtype_code(valid_count.dtype), indices,
             dtype_code(indices.dtype), max_out, dtype_code(max_out.dtype), iou, dtype_code(iou.dtype),
             attrs.force_suppress, attrs.top_k, attrs.coord_start, attrs.score_index, attrs.id_index]
@@ -302,6 +310,7 @@ def _all_class_nms_arguments(attrs, inputs, outputs):
     batch, num_boxes, four = boxes.shape
     requires = same_dims(_ACNMS, (scores.shape[0], scores.shape[2], four), (batch, num_boxes, 4),
                          "scores' (batch, box) and boxes' last")
+    requires += _one_value(_ACNMS, inputs[2:], ["max_output_boxes_per_class", "iou_threshold", "score_threshold"])
     args = [boxes, dtype_code(boxes.dtype), scores, dtype_code(scores.dtype), batch, scores.shape[1], num_boxes,
             max_out, dtype_code(max_out.dtype), iou, dtype_code(iou.dtype), score_threshold,
             dtype_code(score_threshold.dtype)]
@@ -506,6 +515,8 @@ def _sparse_rows(indices, dense_shape, error) -> tuple[int, np.ndarray]:
         raise error(f"{_SFER}: expected sparse_indices (N, ndim >= 1) and dense_shape (ndim,), got "
                     f"{fmt_shape(indices.shape)} and {fmt_shape(dense_shape.shape)}")
     rows, first = int(dense_shape[0]), indices[:, 0].astype(np.int64)
+    if rows < 0:
+        raise error(f"{_SFER}: dense_shape[0] must not be negative, got {rows}")
     if len(first) and (np.any(np.diff(first) < 0) or first[0] < 0 or first[-1] >= rows):
         raise error(f"{_SFER}: the rows of sparse_indices (its first column) must be ascending and in [0, {rows})")
     return rows, first
@@ -529,7 +540,7 @@ def _sparse_fill_kernel(attrs, indices, values, dense_shape, default_value):
     for row in range(rows):
         if empty[row]:
             new_indices.append([row] + [0] * (indices.shape[1] - 1))
-            new_values.append(np.asarray(default_value).reshape(-1)[0])
+            new_values.append(_value(_SFER, default_value, "default_value", lambda v: v))
         (at,) = np.nonzero(first == row)
         new_indices += indices[at].tolist()
         new_values += values[at].tolist()
@@ -544,6 +555,7 @@ def _sparse_fill_arguments(attrs, inputs, outputs):
     requires = same_dims(_SFER, values.shape, (n,), "sparse_values'")
     requires += same_dims(_SFER, dense_shape.shape, (ndim,), "dense_shape's")
     requires += same_dims(_SFER, new_values.shape, new_indices.shape[:1], "new values'")
+    requires += _one_value(_SFER, [default_value], ["default_value"])
     return [indices, dtype_code(indices.dtype), n, ndim, values, dtype_code(values.dtype), default_value,
             empty.shape[0], new_indices.shape[0], new_indices, new_values, empty], requires
 

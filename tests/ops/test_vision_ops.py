@@ -451,3 +451,15 @@ def test_other_float_dtypes_everywhere(dtype):
     tolerance = 2e-3 if dtype == "float16" else 1e-9
     check_everywhere(text, [data, feature, rois, np.array(0.25, dtype)], (boxes, pooled.astype(dtype)),
                      rtol=tolerance, atol=tolerance)
+
+
+def test_a_threshold_tensor_of_more_than_one_value_is_an_error():
+    text = ("def @main(%d: Tensor[(1, 6, 6), float32], %t: Tensor[(?), float32]) {\n"
+            "  %0 = vision.get_valid_counts(%d, 0f);\n"
+            "  vision.non_max_suppression(%0.1, %0.0, %0.2, -1, %t)\n}")
+    mod = tv.parse('#[version = "0.0.5"]\n' + text)
+    args = BOXES, np.array([0.5, 0.6], "float32")
+    with pytest.raises(ShapeError, match="iou_threshold must hold one value"):
+        tv.create_executor("debug", mod).evaluate()(*args)
+    with pytest.raises(ShapeError, match="iou_threshold must hold one value"):
+        tv.vm.VirtualMachine(tv.vm.compile(mod, target="c")).invoke("main", *args)
