@@ -463,3 +463,23 @@ def test_a_threshold_tensor_of_more_than_one_value_is_an_error():
         tv.create_executor("debug", mod).evaluate()(*args)
     with pytest.raises(ShapeError, match="iou_threshold must hold one value"):
         tv.vm.VirtualMachine(tv.vm.compile(mod, target="c")).invoke("main", *args)
+
+
+def test_aot_links_the_vision_library_functions():
+    import tensorvm.aot as aot
+
+    mod = tv.parse('#[version = "0.0.5"]\n'
+                   "def @main(%d: Tensor[(1, 6, 6), float32], %f: Tensor[(1, 2, 8, 8), float32], "
+                   "%r: Tensor[(3, 5), float32]) {\n"
+                   "  %0 = vision.get_valid_counts(%d, 0.3f);\n"
+                   "  %1 = vision.non_max_suppression(%0.1, %0.0, %0.2, -1, 0.5f);\n"
+                   '  (%1.0, %1.1, vision.roi_align(%f, %r, pooled_size=[2, 2], mode="max"))\n}')
+    feature = np.random.default_rng(10).standard_normal((1, 2, 8, 8)).astype("float32")
+    rois = np.array([[0, 0, 0, 4, 4], [0, 1, 2, 7, 5], [0, 3, 3, 3.5, 3.5]], "float32")
+    result = aot.build(mod, name="vision").load()(BOXES, feature, rois)
+    counts, out, out_indices = valid_counts_oracle(BOXES, np.float32(0.3))
+    expected = (*nms_oracle(out, counts, out_indices, -1, 0.5),
+                roi_align_oracle(feature, rois, (2, 2), 1.0, mode="max"))
+    for got, want in zip(result, expected, strict=True):
+        np.testing.assert_allclose(np.asarray(got.numpy() if hasattr(got, "numpy") else got), want, rtol=1e-5,
+                                   atol=1e-6)
