@@ -160,12 +160,15 @@ _NMS_INDICES = (("coord_start", 4, True), ("score_index", 1, True), ("id_index",
 def _nms_rel(types, attrs, consts=None):
     data = _expect_rank(_NMS, types[0], 3, "data", FLOAT_DTYPES)
     valid_count = _expect_rank(_NMS, types[1], 1, "valid_count", INT_DTYPES)
-    indices = _expect_rank(_NMS, types[2], 2, "indices", INT_DTYPES)
+    # (without return_indices, indices is not read: any tensor, as in Relay)
+    indices = _expect_rank(_NMS, types[2], 2, "indices", INT_DTYPES) if attrs.return_indices else None
     _single(_NMS, types[3], "max_output_size", INT_DTYPES)
     _single(_NMS, types[4], "iou_threshold", FLOAT_DTYPES)
     _check_index(_NMS, attrs, _NMS_INDICES, data.shape[2], TypeInferenceError)
     batch, anchors, _ = data.shape
-    for what, got, want in (("valid_count", valid_count.shape, (batch,)), ("indices", indices.shape, (batch, anchors))):
+    shapes = [("valid_count", valid_count.shape, (batch,))]
+    shapes += [("indices", indices.shape, (batch, anchors))] if indices is not None else []
+    for what, got, want in shapes:
         if any(isinstance(g, int) and isinstance(w, int) and g != w for g, w in zip(got, want, strict=True)):
             raise TypeInferenceError(f"{_NMS}: {what} must have shape {fmt_shape(want)}, got {fmt_shape(got)}")
     if attrs.return_indices:
@@ -175,7 +178,7 @@ def _nms_rel(types, attrs, consts=None):
 
 def _nms_shape_func(attrs, args):
     data, valid_count, indices = (tuple(a) for a in args[:3])
-    if len(data) != 3 or valid_count != data[:1] or indices != data[:2]:
+    if len(data) != 3 or valid_count != data[:1] or attrs.return_indices and indices != data[:2]:
         raise ShapeError(f"{_NMS}: expected data (B, A, E), valid_count (B,), indices (B, A), got "
                          f"{fmt_shape(data)}, {fmt_shape(valid_count)}, {fmt_shape(indices)}")
     return [data[:2], (data[0], 1)] if attrs.return_indices else [data]
@@ -204,8 +207,9 @@ def _nms_kernel(attrs, data, valid_count, indices, max_output_size, iou_threshol
             kept += [j] if keep else []
             if keep and not attrs.return_indices:  # (a suppressed row stays -1)
                 out[b, len(kept) - 1 if attrs.invalid_to_bottom else slot] = data[b, j]
-        box_indices[b, :len(kept)] = indices[b, kept]
-        counts[b, 0] = len(kept)
+        if attrs.return_indices:
+            box_indices[b, :len(kept)] = indices[b, kept]
+            counts[b, 0] = len(kept)
     return (box_indices, counts) if attrs.return_indices else out
 
 
@@ -213,7 +217,8 @@ def _nms_arguments(attrs, inputs, outputs):
     data, valid_count, indices, max_out, iou = inputs
     batch, anchors, elems = data.shape
     requires = same_dims(_NMS, valid_count.shape, (batch,), "valid_count's")
-    requires += same_dims(_NMS, indices.shape, (batch, anchors), "indices'")
+    if attrs.return_indices:
+        requires += same_dims(_NMS, indices.shape, (batch, anchors), "indices'")
     requires += _one_value(_NMS, [max_out, iou], ["max_output_size", "iou_threshold"])
     args = [data, dtype_code(data.dtype), batch, anchors, elems, valid_count, dtype_code(valid_count.dtype), indices,
             dtype_code(indices.dtype), max_out, dtype_code(max_out.dtype), iou, dtype_code(iou.dtype),

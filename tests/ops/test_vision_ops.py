@@ -229,6 +229,29 @@ def test_nms_hand_checked(attrs, expected):
     np.testing.assert_array_equal(box_indices, nms_oracle(BOXES, valid_count, indices, max_out, 0.5, **attrs)[0])
 
 
+# Of 5 rows only the first 4 are valid; by score: 1 (class 1), 3, 2 (IoU 6/22 with 3), 0 (IoU 12/16 with 3).
+_PARTLY_VALID = np.array([[[0, 0.6, 0, 0, 4, 4], [1, 0.95, 10, 10, 14, 14], [0, 0.7, 1, 1, 5, 5],
+                           [0, 0.8, 0, 0, 4, 3], [0, 0.99, 50, 50, 60, 60]]], "float32")
+
+
+@pytest.mark.parametrize("iou_threshold,top_k,expected", [
+    (0.5, -1, [8, 10, 9, -1, -1]), (0.3, -1, [8, 10, 9, -1, -1]), (0.25, -1, [8, 10, -1, -1, -1]),
+    (0.5, 2, [8, 10, -1, -1, -1]),
+])
+def test_nms_hand_checked_with_a_valid_count_and_indices(iou_threshold, top_k, expected):
+    text = ("def @main(%d: Tensor[(?, 5, 6), float32], %c: Tensor[(?), int32], %i: Tensor[(?, 5), int32], "
+            "%t: float32) {\n"
+            f"  (vision.non_max_suppression(%d, %c, %i, -1, %t, top_k={top_k}),\n"
+            f"   vision.non_max_suppression(%d, %c, %d, -1, %t, top_k={top_k}, return_indices=False))\n}}")
+    rows = {8: 1, 9: 2, 10: 3}
+    boxes = np.full((1, 5, 6), -1, "float32")
+    for at, index in enumerate(i for i in expected if i >= 0):
+        boxes[0, at] = _PARTLY_VALID[0, rows[index]]
+    kept = sum(i >= 0 for i in expected)
+    args = [_PARTLY_VALID, np.array([4], "int32"), np.array([[7, 8, 9, 10, -1]], "int32"), np.float32(iou_threshold)]
+    check_everywhere(text, args, ((np.array([expected], "int32"), np.array([[kept]], "int32")), boxes))
+
+
 @pytest.mark.parametrize("attrs", [
     "force_suppress=False, top_k=-1, coord_start=2, score_index=1, id_index=0, return_indices=True, "
     "invalid_to_bottom=False",
