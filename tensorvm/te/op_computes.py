@@ -36,12 +36,6 @@ from ..op._compute import (
     broadcast_to_shape as _broadcast_into,
 )
 from ..op._compute import (
-    float_math as _float_math,
-)
-from ..op._compute import (
-    kernel_name as _name,
-)
-from ..op._compute import (
     layout_compute as _layout_compute,
 )
 from ..op._compute import (
@@ -113,100 +107,9 @@ def _elementwise(name: str, fn):
 # ---- elementwise ----------------------------------------------------------------------------------
 
 
-def _broadcast_binary(name: str, fn):
-    def compute_fn(attrs, inputs, out_type):
-        a, b = inputs
-        shape, requires = broadcast_shape(name, a.shape, b.shape)
-        dtype = _out_dtype(out_type)
-        return [compute(shape, lambda *i: cast(fn(broadcast_read(a, i, shape), broadcast_read(b, i, shape)), dtype),
-                        _name(name), requires)]
-
-    compute_fn.__name__ = _name(name)
-    return _register(name)(compute_fn)
-
-
-def _divide(a, b):
-    return E.true_divide(a, b) if dtype_kind(a.dtype) == "f" else E.truncdiv(a, b)
-
-
-add = _broadcast_binary("add", lambda a, b: a + b)
-subtract = _broadcast_binary("subtract", lambda a, b: a - b)
-multiply = _broadcast_binary("multiply", lambda a, b: a * b)
-divide = _broadcast_binary("divide", _divide)
-floor_divide = _broadcast_binary("floor_divide", E.floordiv)
-mod = _broadcast_binary("mod", E.truncmod)
-floor_mod = _broadcast_binary("floor_mod", E.floormod)
-power = _broadcast_binary("power", E.power)
-maximum = _broadcast_binary("maximum", E.maximum)
-minimum = _broadcast_binary("minimum", E.minimum)
-equal = _broadcast_binary("equal", eq)
-not_equal = _broadcast_binary("not_equal", ne)
-less = _broadcast_binary("less", lambda a, b: a < b)
-less_equal = _broadcast_binary("less_equal", lambda a, b: a <= b)
-greater = _broadcast_binary("greater", lambda a, b: a > b)
-greater_equal = _broadcast_binary("greater_equal", lambda a, b: a >= b)
-logical_and = _broadcast_binary("logical_and", E.logical_and)
-logical_or = _broadcast_binary("logical_or", E.logical_or)
-logical_xor = _broadcast_binary("logical_xor", E.logical_xor)
-bitwise_and = _broadcast_binary("bitwise_and", E.bitwise_and)
-bitwise_or = _broadcast_binary("bitwise_or", E.bitwise_or)
-bitwise_xor = _broadcast_binary("bitwise_xor", E.bitwise_xor)
-left_shift = _broadcast_binary("left_shift", E.left_shift)
-right_shift = _broadcast_binary("right_shift", E.right_shift)
-
-
-negative = _elementwise("negative", lambda x, a: -x)
-abs_ = _elementwise("abs", lambda x, a: M.abs(x))
-sign = _elementwise("sign", lambda x, a: M.sign(x))
-floor = _elementwise("floor", lambda x, a: M.floor(x))
-ceil = _elementwise("ceil", lambda x, a: M.ceil(x))
-round_ = _elementwise("round", lambda x, a: M.round(x))
-trunc = _elementwise("trunc", lambda x, a: M.trunc(x))
-exp = _elementwise("exp", lambda x, a: M.exp(x))
-log = _elementwise("log", lambda x, a: M.log(x))
-log2 = _elementwise("log2", lambda x, a: M.log2(x))
-log10 = _elementwise("log10", lambda x, a: M.log10(x))
-sqrt = _elementwise("sqrt", lambda x, a: M.sqrt(x))
-rsqrt = _elementwise("rsqrt", lambda x, a: M.rsqrt(x))
-tanh = _elementwise("tanh", lambda x, a: M.tanh(x))
-sigmoid = _elementwise("sigmoid", lambda x, a: M.sigmoid(x))
-erf = _elementwise("erf", _float_math(lambda x, a: M.erf(x)))
-sin = _elementwise("sin", lambda x, a: M.sin(x))
-cos = _elementwise("cos", lambda x, a: M.cos(x))
-tan = _elementwise("tan", lambda x, a: M.tan(x))
-isnan = _elementwise("isnan", lambda x, a: M.isnan(x))
-isinf = _elementwise("isinf", lambda x, a: M.isinf(x))
-isfinite = _elementwise("isfinite", lambda x, a: M.isfinite(x))
-logical_not = _elementwise("logical_not", lambda x, a: E.logical_not(x))
-bitwise_not = _elementwise("bitwise_not", lambda x, a: E.bitwise_not(x))
 copy = _elementwise("copy", lambda x, a: x)
-cast_ = _elementwise("cast", lambda x, a: x)  # the final cast to the output dtype does the work
 nn_relu = _elementwise("nn.relu", lambda x, a: E.maximum(x, 0))
 nn_leaky_relu = _elementwise("nn.leaky_relu", lambda x, a: select(x > 0, x, x * const(a.alpha, x.dtype)))
-
-
-@_register("cast_like")
-def cast_like(attrs, inputs, out_type):
-    x = inputs[0]
-    dtype = _out_dtype(out_type)
-    return [compute(x.shape, lambda *i: cast(x[i], dtype), "cast_like")]
-
-
-def _bound(value: float, dtype: str) -> PrimExpr:
-    """A clip bound as a value of ``dtype``: integers truncate it and saturate (like the NumPy kernel)."""
-    if dtype_kind(dtype) == "f":
-        return const(value, dtype)
-    lo, hi = E.min_value(dtype), E.max_value(dtype)
-    return const(lo if value <= lo else hi if value >= hi else math.trunc(value), dtype)
-
-
-@_register("clip")
-def clip(attrs, inputs, out_type):
-    x = inputs[0]
-    if attrs.a_min > attrs.a_max:
-        raise TypeInferenceError(f"clip: a_min ({attrs.a_min}) must not exceed a_max ({attrs.a_max})")
-    lo, hi = _bound(attrs.a_min, x.dtype), _bound(attrs.a_max, x.dtype)
-    return [compute(x.shape, lambda *i: E.minimum(E.maximum(x[i], lo), hi), "clip")]
 
 
 def _gelu(x, attrs):
@@ -221,19 +124,6 @@ def _gelu(x, attrs):
 
 
 nn_gelu = _elementwise("nn.gelu", _gelu)
-
-
-@_register("where")
-def where(attrs, inputs, out_type):
-    c, x, y = inputs
-    shape, requires = broadcast_shape("where", c.shape, x.shape, y.shape)
-
-    def f(*i):
-        cond = broadcast_read(c, i, shape)
-        cond = cond if cond.dtype == "bool" else cast(cond, "bool")
-        return select(cond, broadcast_read(x, i, shape), broadcast_read(y, i, shape))
-
-    return [compute(shape, f, "where", requires)]
 
 
 # ---- creation -------------------------------------------------------------------------------------
