@@ -18,7 +18,7 @@ from __future__ import annotations
 import builtins
 import math
 
-from ..errors import ShapeError, TypeInferenceError, UnsupportedError
+from ..errors import TypeInferenceError, UnsupportedError
 from ..op._common import reduce_axes
 from ..op._compute import (
     acc_float as _acc_float,
@@ -127,43 +127,6 @@ nn_gelu = _elementwise("nn.gelu", _gelu)
 
 
 # ---- creation -------------------------------------------------------------------------------------
-
-
-def _fill(name: str, value):
-    def compute_fn(attrs, inputs, out_type):
-        dtype = _out_dtype(out_type)
-        shape = tuple(attrs.shape) if not inputs else inputs[0].shape
-        return [compute(shape, lambda *i: const(value, dtype), name)]
-
-    compute_fn.__name__ = name
-    return _register(name)(compute_fn)
-
-
-zeros = _fill("zeros", 0)
-ones = _fill("ones", 1)
-zeros_like = _fill("zeros_like", 0)
-ones_like = _fill("ones_like", 1)
-
-
-@_register("full")
-def full(attrs, inputs, out_type):
-    fill = inputs[0]
-    dtype = _out_dtype(out_type)
-    return [compute(tuple(attrs.shape), lambda *i: cast(fill[()], dtype), "full",
-                    _scalar_requirement("full", fill))]
-
-
-@_register("full_like")
-def full_like(attrs, inputs, out_type):
-    data, fill = inputs
-    return [compute(data.shape, lambda *i: cast(fill[()], data.dtype), "full_like",
-                    _scalar_requirement("full_like", fill))]
-
-
-def _scalar_requirement(op: str, t: Tensor) -> list:
-    if t.ndim != 0:
-        raise ShapeError(f"{op}: fill_value must be a scalar, got rank {t.ndim}")
-    return []
 
 
 # ---- reductions -----------------------------------------------------------------------------------
