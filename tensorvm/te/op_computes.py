@@ -19,7 +19,6 @@ import builtins
 import math
 
 from ..errors import TypeInferenceError, UnsupportedError
-from ..op._common import reduce_axes
 from ..op._compute import (
     acc_float as _acc_float,
 )
@@ -77,11 +76,7 @@ from . import expr as E
 from . import intrin as M
 from .expr import INDEX_DTYPE, Const, PrimExpr, cast, const, dtype_kind, eq, ne, select
 from .tensor import Tensor, compute, reduce_axis
-from .tensor import argmax as te_argmax
-from .tensor import argmin as te_argmin
 from .tensor import max as te_max
-from .tensor import min as te_min
-from .tensor import prod as te_prod
 from .tensor import sum as te_sum
 
 __all__ = ["COMPUTES", "broadcast_shape", "broadcast_read"]
@@ -130,167 +125,6 @@ nn_gelu = _elementwise("nn.gelu", _gelu)
 
 
 # ---- reductions -----------------------------------------------------------------------------------
-
-
-class _Reduction:
-    """The axes of a reduction op and index helpers between the input, the kept dims and the output."""
-
-    def __init__(self, op: str, x: Tensor, attrs):
-        self.op, self.x = op, x
-        self.axes = reduce_axes(op, x.ndim, attrs.axis, attrs.exclude, TypeInferenceError)
-        self.keepdims = attrs.keepdims
-        self.kept = tuple(d for a, d in enumerate(x.shape) if a not in self.axes)
-        self.out_shape = tuple(const(1) if a in self.axes else d for a, d in enumerate(x.shape)) \
-            if self.keepdims else self.kept
-        self.count = _prod(x.shape[a] for a in self.axes)
-
-    def raxes(self, tag: str = "r"):
-        return [reduce_axis(self.x.shape[a], f"{tag}{a}") for a in self.axes]
-
-    def full_index(self, kept_index, raxes) -> tuple:
-        it, rit = iter(kept_index), iter(raxes)
-        return tuple(next(rit).var if a in self.axes else next(it) for a in range(self.x.ndim))
-
-    def kept_index(self, out_index) -> tuple:
-        if not self.keepdims:
-            return tuple(out_index)
-        return tuple(i for a, i in enumerate(out_index) if a not in self.axes)
-
-    def nonempty(self) -> list:
-        return [(self.x.shape[a] > 0, f"{self.op}: cannot reduce an empty axis {a}; {self.op} has no identity")
-                for a in self.axes]
-
-    def reduce(self, make, name: str, requires=()):
-        """A compute over the kept dims: ``make(read, raxes)`` with ``read(full_index)`` reading x."""
-        raxes = self.raxes()
-
-        def f(*kept):
-            return make(self.full_index(kept, raxes), raxes)
-
-        return compute(self.kept, f, name, requires)
-
-    def output(self, kept_tensor: Tensor, fn, name: str):
-        return compute(self.out_shape, lambda *i: fn(kept_tensor[self.kept_index(i)]), name)
-
-
-def _simple_reduction(name: str, reducer, needs_identity: bool = False):
-    def compute_fn(attrs, inputs, out_type):
-        x = inputs[0]
-        red = _Reduction(name, x, attrs)
-        dtype = _out_dtype(out_type)
-        if not red.keepdims:
-            return [red.reduce(lambda idx, raxes: reducer(x[idx], raxes), name,
-                               red.nonempty() if needs_identity else ())]
-        kept = red.reduce(lambda idx, raxes: reducer(x[idx], raxes), f"{name}_kept",
-                          red.nonempty() if needs_identity else ())
-        return [red.output(kept, lambda v: cast(v, dtype), name)]
-
-    compute_fn.__name__ = name
-    return _register(name)(compute_fn)
-
-
-sum_ = _simple_reduction("sum", lambda v, axes: te_sum(v, axes))
-prod_ = _simple_reduction("prod", lambda v, axes: te_prod(v, axes))
-max_ = _simple_reduction("max", lambda v, axes: te_max(v, axes), needs_identity=True)
-min_ = _simple_reduction("min", lambda v, axes: te_min(v, axes), needs_identity=True)
-all_ = _simple_reduction("all", lambda v, axes: te_min(v, axes))
-any_ = _simple_reduction("any", lambda v, axes: te_max(v, axes))
-
-
-def _mean_of(red: _Reduction, x: Tensor, name: str):
-    """The mean over the kept dims: float sums in the float accumulation dtype, integer sums exact."""
-    if dtype_kind(x.dtype) == "f":
-        acc = _acc_float(x.dtype)
-        total = red.reduce(lambda idx, raxes: te_sum(cast(x[idx], acc), raxes), f"{name}_sum")
-        return total, lambda v: v / cast(red.count, acc)
-    acc = "uint64" if dtype_kind(x.dtype) == "u" else "int64"
-    total = red.reduce(lambda idx, raxes: te_sum(cast(x[idx], acc), raxes), f"{name}_sum")
-    return total, lambda v: E.truncdiv(v, cast(red.count, acc))
-
-
-@_register("mean")
-def mean(attrs, inputs, out_type):
-    x = inputs[0]
-    red = _Reduction("mean", x, attrs)
-    total, finish = _mean_of(red, x, "mean")
-    return [red.output(total, lambda v: cast(finish(v), x.dtype), "mean")]
-
-
-@_register("logsumexp")
-def logsumexp(attrs, inputs, out_type):
-    x = inputs[0]
-    red = _Reduction("logsumexp", x, attrs)
-    peak = red.reduce(lambda idx, raxes: te_max(x[idx], raxes), "lse_max")
-    # All -inf (or an inf) rows are not shifted, as in the NumPy kernel.
-    shift = compute(red.kept, lambda *i: select(M.isfinite(peak[i]), peak[i], const(0, x.dtype)), "lse_shift")
-    raxes = red.raxes("s")
-
-    def exp_sum(*kept):
-        return te_sum(M.exp(x[red.full_index(kept, raxes)] - shift[kept]), raxes)
-
-    summed = compute(red.kept, exp_sum, "lse_sum")
-    result = compute(red.kept, lambda *i: M.log(cast(summed[i], x.dtype)) + shift[i], "lse")
-    return [red.output(result, lambda v: v, "logsumexp")]
-
-
-def _arg_reduction(name: str, reducer):
-    def compute_fn(attrs, inputs, out_type):
-        x = inputs[0]
-        red = _Reduction(name, x, attrs)
-        raxes = red.raxes()
-        index, _ = compute(red.kept, lambda *kept: reducer(x[red.full_index(kept, raxes)], raxes,
-                                                          select_last=attrs.select_last_index),
-                           f"{name}_pair", red.nonempty())
-        return [red.output(index, lambda v: cast(v, _out_dtype(out_type)), name)]
-
-    compute_fn.__name__ = name
-    return _register(name)(compute_fn)
-
-
-argmax = _arg_reduction("argmax", te_argmax)
-argmin = _arg_reduction("argmin", te_argmin)
-
-
-def _moment(name: str, take_sqrt: bool):
-    def compute_fn(attrs, inputs, out_type):
-        x = inputs[0]
-        red = _Reduction(name, x, attrs)
-        if len(inputs) == 2:
-            given = inputs[1]
-            _, requires = broadcast_shape(name, x.shape, given.shape)
-
-            def mean_at(idx):
-                return broadcast_read(given, idx, x.shape)
-        else:
-            total, finish = _mean_of(red, x, f"{name}_mean")
-            m = compute(red.kept, lambda *i: cast(finish(total[i]), x.dtype), f"{name}_mean", ())
-            requires = ()
-
-            def mean_at(idx):
-                return m[tuple(i for a, i in enumerate(idx) if a not in red.axes)]
-
-        raxes = red.raxes("v")
-
-        def squares(*kept):
-            idx = red.full_index(kept, raxes)
-            deviation = x[idx] - mean_at(idx)
-            return te_sum(deviation * deviation, raxes)
-
-        summed = compute(red.kept, squares, f"{name}_sq", requires)
-        divisor = cast(E.maximum(red.count - int(attrs.unbiased), 0), x.dtype)
-
-        def finish_value(v):
-            value = cast(v, x.dtype) / divisor
-            return M.sqrt(value) if take_sqrt else value
-
-        return [red.output(summed, finish_value, name)]
-
-    compute_fn.__name__ = name
-    return _register(name)(compute_fn)
-
-
-variance = _moment("variance", False)
-std = _moment("std", True)
 
 
 # ---- data movement --------------------------------------------------------------------------------
