@@ -18,7 +18,7 @@ from __future__ import annotations
 import builtins
 import math
 
-from ..errors import TypeInferenceError, UnsupportedError
+from ..errors import TypeInferenceError
 from ..op._compute import (
     acc_float as _acc_float,
 )
@@ -32,9 +32,6 @@ from ..op._compute import (
     unary_compute,
 )
 from ..op._compute import (
-    broadcast_to_shape as _broadcast_into,
-)
-from ..op._compute import (
     layout_compute as _layout_compute,
 )
 from ..op._compute import (
@@ -42,9 +39,6 @@ from ..op._compute import (
 )
 from ..op._compute import (
     matmul_value as _matmul_value,
-)
-from ..op._compute import (
-    output_dims as _output_dims,
 )
 from ..op._compute import (
     output_dtype as _out_dtype,
@@ -65,16 +59,13 @@ from ..op._compute import (
     static_dim as _static,
 )
 from ..op._compute import (
-    unravel as _unravel,
-)
-from ..op._compute import (
     with_requires as _with_requires,
 )
 from ..op.nn import PACKED_LANES
 from ..op.registry import get_op, is_registered
 from . import expr as E
 from . import intrin as M
-from .expr import INDEX_DTYPE, Const, PrimExpr, cast, const, dtype_kind, eq, ne, select
+from .expr import INDEX_DTYPE, Const, PrimExpr, cast, const, dtype_kind, eq, select
 from .tensor import Tensor, compute, reduce_axis
 from .tensor import max as te_max
 from .tensor import sum as te_sum
@@ -102,7 +93,6 @@ def _elementwise(name: str, fn):
 # ---- elementwise ----------------------------------------------------------------------------------
 
 
-copy = _elementwise("copy", lambda x, a: x)
 nn_relu = _elementwise("nn.relu", lambda x, a: E.maximum(x, 0))
 nn_leaky_relu = _elementwise("nn.leaky_relu", lambda x, a: select(x > 0, x, x * const(a.alpha, x.dtype)))
 
@@ -130,435 +120,10 @@ nn_gelu = _elementwise("nn.gelu", _gelu)
 # ---- data movement --------------------------------------------------------------------------------
 
 
-def _reshape_dims(op: str, in_shape: tuple, newshape: tuple, allowzero: bool):
-    """Relay's reshape dims (0, -1, -2, -3, -4) over te dims, with run-time requirements."""
-    out, requires, infer_at, src, i = [], [], None, 0, 0
-    while i < len(newshape):
-        value = newshape[i]
-        if value > 0 or (value == 0 and allowzero):
-            out.append(const(value))
-            src += 1
-        elif value == 0:
-            out.append(in_shape[src])
-            src += 1
-        elif value == -1:
-            infer_at = len(out)
-            out.append(None)
-            src += 1
-        elif value == -2:
-            out.extend(in_shape[src:])
-            src = len(in_shape)
-        elif value == -3:
-            out.append(in_shape[src] * in_shape[src + 1])
-            src += 2
-        elif value == -4:
-            dim, d0, d1 = in_shape[src], newshape[i + 1], newshape[i + 2]
-            if d0 == -1:
-                d0 = E.floordiv(dim, d1)
-                requires.append((eq(E.floormod(dim, d1), 0), f"{op}: dim {dim!r} is not divisible by {d1}"))
-            elif d1 == -1:
-                d1 = E.floordiv(dim, d0)
-                requires.append((eq(E.floormod(dim, d0), 0), f"{op}: dim {dim!r} is not divisible by {d0}"))
-            out.extend([const(d0) if isinstance(d0, int) else d0, const(d1) if isinstance(d1, int) else d1])
-            src += 1
-            i += 2
-        else:
-            raise TypeInferenceError(f"{op}: invalid value {value} in newshape {newshape}")
-        i += 1
-    if infer_at is not None:
-        rest = _prod(d for k, d in enumerate(out) if k != infer_at)
-        total = _prod(in_shape)
-        requires.append((ne(rest, 0), f"{op}: cannot infer the -1 dimension: the other dims have no elements"))
-        out[infer_at] = E.floordiv(total, E.maximum(rest, 1))
-    return tuple(out), requires
-
-
-@_register("reshape")
-def reshape(attrs, inputs, out_type):
-    x = inputs[0]
-    shape, requires = _reshape_dims("reshape", x.shape, attrs.newshape, attrs.allowzero)
-    return [_reshape_to("reshape", x, shape, requires)]
-
-
-@_register("dyn.reshape")
-def dyn_reshape(attrs, inputs, out_type):
-    return [_reshape_to("dyn.reshape", inputs[0], _output_dims("dyn.reshape", out_type))]
-
-
-@_register("dyn.broadcast_to")
-def dyn_broadcast_to(attrs, inputs, out_type):
-    return [_broadcast_into("dyn.broadcast_to", inputs[0], _output_dims("dyn.broadcast_to", out_type))]
-
-
-@_register("dyn.strided_slice")
-def dyn_strided_slice(attrs, inputs, out_type):
-    """The output dims come from the output array; only the start of each sliced axis (and its stride)
-    is computed here, from the begin/strides tensors, with Python's slice rules."""
-    x, begin, _, strides = inputs
-    shape = _output_dims("dyn.strided_slice", out_type)
-    count = begin.shape[0].value if isinstance(begin.shape[0], Const) else x.ndim
-    axes = range(count) if attrs.axes is None else [a + x.ndim if a < 0 else a for a in attrs.axes[:count]]
-    starts, steps = [const(0)] * x.ndim, [const(1)] * x.ndim
-    for position, axis in enumerate(axes):
-        dim = x.shape[axis]
-        b = cast(begin[const(position)], INDEX_DTYPE)
-        if attrs.slice_mode == "size":
-            starts[axis] = E.minimum(select(b < 0, E.maximum(b + dim, 0), b), dim)
-            continue
-        has_stride = isinstance(strides.shape[0], Const) and position < strides.shape[0].value
-        step = cast(strides[const(position)], INDEX_DTYPE) if has_stride else const(1)
-        forward = select(b < 0, E.maximum(b + dim, 0), E.minimum(b, dim))
-        backward = select(b < 0, E.maximum(b + dim, -1), E.minimum(b, dim - 1))
-        starts[axis], steps[axis] = select(step > 0, forward, backward), step
-    return [compute(shape, lambda *i: x[tuple(s + j * st for s, j, st in zip(starts, i, steps))],
-                    "dyn_strided_slice")]
-
-
-@_register("reshape_like")
-def reshape_like(attrs, inputs, out_type):
-    x, like = inputs
-    lhs_end = x.ndim if attrs.lhs_end is None else attrs.lhs_end
-    rhs_end = like.ndim if attrs.rhs_end is None else attrs.rhs_end
-    lb, le = attrs.lhs_begin % (x.ndim + 1), lhs_end % (x.ndim + 1) if lhs_end < 0 else lhs_end
-    rb, re_ = attrs.rhs_begin % (like.ndim + 1), rhs_end % (like.ndim + 1) if rhs_end < 0 else rhs_end
-    shape = tuple(x.shape[:lb]) + tuple(like.shape[rb:re_]) + tuple(x.shape[le:])
-    return [_reshape_to("reshape_like", x, shape)]
-
-
 @_register("nn.batch_flatten")
 def nn_batch_flatten(attrs, inputs, out_type):
     x = inputs[0]
     return [_reshape_to("nn.batch_flatten", x, (x.shape[0], _prod(x.shape[1:])))]
-
-
-@_register("squeeze")
-def squeeze(attrs, inputs, out_type):
-    x = inputs[0]
-    if attrs.axis is None:
-        dropped = {a for a, d in enumerate(x.shape) if isinstance(d, Const) and d.value == 1}
-        if not all(isinstance(d, Const) for d in x.shape):
-            raise TypeInferenceError("squeeze: with axis=None every dim must be static")
-    else:
-        dropped = {_norm_axis("squeeze", a, x.ndim) for a in attrs.axis}
-    requires = [(eq(x.shape[a], 1), f"squeeze: dim {a} must be 1") for a in sorted(dropped)]
-    shape = tuple(d for a, d in enumerate(x.shape) if a not in dropped)
-
-    def f(*i):
-        it = iter(i)
-        return x[tuple(const(0) if a in dropped else next(it) for a in range(x.ndim))]
-
-    return [compute(shape, f, "squeeze", requires)]
-
-
-@_register("expand_dims")
-def expand_dims(attrs, inputs, out_type):
-    x = inputs[0]
-    axis = attrs.axis % (x.ndim + 1)
-    n = attrs.num_newaxis
-    shape = tuple(x.shape[:axis]) + (const(1),) * n + tuple(x.shape[axis:])
-    return [compute(shape, lambda *i: x[tuple(i[:axis]) + tuple(i[axis + n:])], "expand_dims")]
-
-
-@_register("transpose")
-def transpose(attrs, inputs, out_type):
-    x = inputs[0]
-    axes = tuple(range(x.ndim - 1, -1, -1)) if attrs.axes is None else \
-        tuple(_norm_axis("transpose", a, x.ndim) for a in attrs.axes)
-    if sorted(axes) != list(range(x.ndim)):
-        raise TypeInferenceError(f"transpose: axes {attrs.axes} are not a permutation of {x.ndim} dims")
-    shape = tuple(x.shape[a] for a in axes)
-
-    def f(*i):
-        index = [None] * x.ndim
-        for out_axis, in_axis in enumerate(axes):
-            index[in_axis] = i[out_axis]
-        return x[tuple(index)]
-
-    return [compute(shape, f, "transpose")]
-
-
-def _along_axis_select(tensors, offsets, axis: int, i: tuple, position):
-    """Read the piece of a concatenation that covers ``position`` along ``axis`` (lazy selects)."""
-    def read(t, offset):
-        index = list(i)
-        index[axis] = position - offset
-        return t[tuple(index)]
-
-    value = read(tensors[-1], offsets[-1])
-    for t, offset in zip(reversed(tensors[:-1]), reversed(offsets[:-1])):
-        value = select(position < offset + t.shape[axis], read(t, offset), value)
-    return value
-
-
-@_register("concatenate")
-def concatenate(attrs, inputs, out_type):
-    tensors = list(inputs[0])
-    axis = _norm_axis("concatenate", attrs.axis, tensors[0].ndim)
-    requires, offsets, offset = [], [], const(0)
-    for k, t in enumerate(tensors):
-        offsets.append(offset)
-        offset = offset + t.shape[axis]
-        for d in range(t.ndim):
-            if d != axis:
-                requires += _require_equal("concatenate", tensors[0].shape[d], t.shape[d],
-                                           f"dim {d} of field 0 and field {k}")
-    shape = tuple(offset if d == axis else tensors[0].shape[d] for d in range(tensors[0].ndim))
-    return [compute(shape, lambda *i: _along_axis_select(tensors, offsets, axis, i, i[axis]), "concatenate",
-                    requires)]
-
-
-@_register("stack")
-def stack(attrs, inputs, out_type):
-    tensors = list(inputs[0])
-    ndim = tensors[0].ndim
-    axis = attrs.axis % (ndim + 1)
-    requires = []
-    for k, t in enumerate(tensors[1:], 1):
-        for d in range(ndim):
-            requires += _require_equal("stack", tensors[0].shape[d], t.shape[d], f"dim {d} of field 0 and field {k}")
-    shape = tuple(tensors[0].shape[:axis]) + (const(len(tensors)),) + tuple(tensors[0].shape[axis:])
-
-    def f(*i):
-        inner = tuple(i[:axis]) + tuple(i[axis + 1:])
-        value = tensors[-1][inner]
-        for k in range(len(tensors) - 2, -1, -1):
-            value = select(eq(i[axis], k), tensors[k][inner], value)
-        return value
-
-    return [compute(shape, f, "stack", requires)]
-
-
-@_register("split")
-def split(attrs, inputs, out_type):
-    x = inputs[0]
-    axis = _norm_axis("split", attrs.axis, x.ndim)
-    dim = x.shape[axis]
-    spec = attrs.indices_or_sections
-    requires = []
-    if isinstance(spec, int):
-        size = E.floordiv(dim, spec)
-        requires.append((eq(E.floormod(dim, spec), 0), f"split: dim {axis} is not divisible into {spec} sections"))
-        starts = [size * k for k in range(spec)]
-        sizes = [size] * spec
-    else:
-        bounds = (0,) + tuple(spec)
-        if spec:
-            requires.append((dim >= spec[-1], f"split: split index {spec[-1]} is beyond dim {axis}"))
-        starts = [const(b) for b in bounds]
-        sizes = [const(b - a) for a, b in zip(bounds, bounds[1:])] + [dim - bounds[-1]]
-    outputs = []
-    for k, (start, size) in enumerate(zip(starts, sizes)):
-        shape = tuple(size if d == axis else x.shape[d] for d in range(x.ndim))
-
-        def f(*i, start=start):
-            index = list(i)
-            index[axis] = i[axis] + start
-            return x[tuple(index)]
-
-        outputs.append(compute(shape, f, f"split{k}", requires if k == 0 else ()))
-    return outputs
-
-
-def _normalize_index(op: str, value: PrimExpr, size: PrimExpr, mode: str) -> PrimExpr:
-    value = cast(value, INDEX_DTYPE)
-    if mode == "clip":
-        return E.minimum(E.maximum(value, 0), size - 1)
-    if mode == "wrap":
-        return E.floormod(value, size)
-    return E.index_check(value, size)
-
-
-def _nonempty_source(op: str, size, indices: Tensor) -> list:
-    cond = E.logical_or(size > 0, eq(_prod(indices.shape), 0))
-    return [] if isinstance(cond, Const) and cond.value else [(cond, f"{op}: cannot take from a dimension of size 0")]
-
-
-@_register("take")
-def take(attrs, inputs, out_type):
-    data, indices = inputs
-    mode = attrs.mode
-    if attrs.axis is None:
-        size = _prod(data.shape)
-        requires = _nonempty_source("take", size, indices)
-        return [compute(indices.shape, lambda *i: data[tuple(_unravel(
-            _normalize_index("take", indices[i], size, mode), data.shape))], "take", requires)]
-    axis = _norm_axis("take", attrs.axis, data.ndim)
-    b = attrs.batch_dims + indices.ndim if attrs.batch_dims < 0 else attrs.batch_dims
-    size = data.shape[axis]
-    requires = _nonempty_source("take", size, indices)
-    for d in range(b):
-        requires += _require_equal("take", data.shape[d], indices.shape[d], f"batch dim {d} of data and indices")
-    shape = tuple(data.shape[:axis]) + tuple(indices.shape[b:]) + tuple(data.shape[axis + 1:])
-    n_ind = indices.ndim - b
-
-    def f(*i):
-        batch, pre = i[:b], i[b:axis]
-        ind = i[axis:axis + n_ind]
-        post = i[axis + n_ind:]
-        position = _normalize_index("take", indices[tuple(batch) + tuple(ind)], size, mode)
-        return data[tuple(batch) + tuple(pre) + (position,) + tuple(post)]
-
-    return [compute(shape, f, "take", requires)]
-
-
-@_register("gather")
-def gather(attrs, inputs, out_type):
-    data, indices = inputs
-    axis = _norm_axis("gather", attrs.axis, data.ndim)
-    requires = _nonempty_source("gather", data.shape[axis], indices)
-    for d in range(data.ndim):
-        if d != axis and not _same(indices.shape[d], data.shape[d]):
-            requires.append((indices.shape[d] <= data.shape[d], f"gather: indices dim {d} exceeds the data's"))
-
-    def f(*i):
-        index = list(i)
-        index[axis] = E.index_check(cast(indices[i], INDEX_DTYPE), data.shape[axis])
-        return data[tuple(index)]
-
-    return [compute(indices.shape, f, "gather", requires)]
-
-
-@_register("gather_nd")
-def gather_nd(attrs, inputs, out_type):
-    data, indices = inputs
-    b = attrs.batch_dims
-    depth_dim = indices.shape[0]
-    if not isinstance(depth_dim, Const):
-        raise UnsupportedError("gather_nd: the index depth (first dim of indices) must be static")
-    depth = depth_dim.value
-    rest = tuple(indices.shape[1:])
-    shape = rest + tuple(data.shape[b + depth:])
-    requires = []
-    for d in range(b):
-        requires += _require_equal("gather_nd", data.shape[d], rest[d], f"batch dim {d} of data and indices")
-
-    def f(*i):
-        r, t = i[:len(rest)], i[len(rest):]
-        index = list(r[:b])
-        for k in range(depth):
-            index.append(E.index_check(cast(indices[(const(k),) + tuple(r)], INDEX_DTYPE), data.shape[b + k]))
-        return data[tuple(index) + tuple(t)]
-
-    return [compute(shape, f, "gather_nd", requires)]
-
-
-def _slice_axis(dim: PrimExpr, begin, end, stride: int):
-    """Python slice semantics over a te dim: (start, length) of ``slice(begin, end, stride)``."""
-    def clamp_start(v, low, high):
-        if isinstance(v, int) and v < 0:
-            return E.maximum(dim + v, low)
-        return E.minimum(v, high)
-
-    if stride > 0:
-        start = const(0) if begin is None else clamp_start(begin, 0, dim)
-        stop = dim if end is None else clamp_start(end, 0, dim)
-        length = E.maximum(E.floordiv(stop - start + (stride - 1), stride), 0)
-    else:
-        start = dim - 1 if begin is None else clamp_start(begin, -1, dim - 1)
-        stop = const(-1) if end is None else clamp_start(end, -1, dim - 1)
-        length = E.maximum(E.floordiv(start - stop + (-stride - 1), -stride), 0)
-    return start, length
-
-
-@_register("strided_slice")
-def strided_slice(attrs, inputs, out_type):
-    x = inputs[0]
-    ndim = x.ndim
-    strides = attrs.strides or ()
-    axes = tuple(range(max(len(attrs.begin), len(attrs.end), len(strides)))) if attrs.axes is None else \
-        tuple(_norm_axis("strided_slice", a, ndim) for a in attrs.axes)
-    starts, steps, shape = [const(0)] * ndim, [1] * ndim, list(x.shape)
-    for k, axis in enumerate(axes):
-        stride = strides[k] if k < len(strides) else 1
-        begin = attrs.begin[k] if k < len(attrs.begin) else None
-        end = attrs.end[k] if k < len(attrs.end) else None
-        if attrs.slice_mode == "size":
-            stride, size = 1, end
-            begin = 0 if begin is None else begin
-            if size is None or size < 0:
-                end = None
-            elif begin >= 0:
-                end = begin + size
-            else:
-                begin = E.maximum(x.shape[axis] + begin, 0)
-                end = begin + size
-        start, length = _slice_axis(x.shape[axis], begin, end, stride)
-        starts[axis], steps[axis], shape[axis] = start, stride, length
-    return [compute(tuple(shape), lambda *i: x[tuple(s + j * st for s, j, st in zip(starts, i, steps))],
-                    "strided_slice")]
-
-
-@_register("broadcast_to")
-def broadcast_to(attrs, inputs, out_type):
-    return [_broadcast_into("broadcast_to", inputs[0], tuple(const(d) for d in attrs.shape))]
-
-
-@_register("broadcast_to_like")
-def broadcast_to_like(attrs, inputs, out_type):
-    return [_broadcast_into("broadcast_to_like", inputs[0], inputs[1].shape)]
-
-
-@_register("tile")
-def tile(attrs, inputs, out_type):
-    x = inputs[0]
-    reps = tuple(attrs.reps)
-    ndim = builtins.max(x.ndim, len(reps))
-    dims = (const(1),) * (ndim - x.ndim) + tuple(x.shape)
-    reps = (1,) * (ndim - len(reps)) + reps
-    shape = tuple(d * r for d, r in zip(dims, reps))
-
-    def f(*i):
-        index = [E.floormod(j, d) if r != 1 else j for j, d, r in zip(i, dims, reps)]
-        return x[tuple(index[ndim - x.ndim:])]
-
-    return [compute(shape, f, "tile")]
-
-
-@_register("repeat")
-def repeat(attrs, inputs, out_type):
-    x = inputs[0]
-    axis = _norm_axis("repeat", attrs.axis, x.ndim)
-    shape = tuple(d * attrs.repeats if a == axis else d for a, d in enumerate(x.shape))
-    return [compute(shape, lambda *i: x[tuple(E.floordiv(j, attrs.repeats) if a == axis else j
-                                             for a, j in enumerate(i))], "repeat")]
-
-
-@_register("reverse")
-def reverse(attrs, inputs, out_type):
-    x = inputs[0]
-    axis = _norm_axis("reverse", attrs.axis, x.ndim)
-    return [compute(x.shape, lambda *i: x[tuple(x.shape[a] - 1 - j if a == axis else j for a, j in enumerate(i))],
-                    "reverse")]
-
-
-@_register("one_hot")
-def one_hot(attrs, inputs, out_type):
-    indices, on_value, off_value = inputs
-    dtype = _out_dtype(out_type)
-    axis = attrs.axis % (indices.ndim + 1)
-    shape = tuple(indices.shape[:axis]) + (const(attrs.depth),) + tuple(indices.shape[axis:])
-
-    def f(*i):
-        position = i[axis]
-        hot = eq(cast(indices[tuple(i[:axis]) + tuple(i[axis + 1:])], INDEX_DTYPE), position)
-        return select(hot, cast(on_value[()], dtype), cast(off_value[()], dtype))
-
-    return [compute(shape, f, "one_hot")]
-
-
-@_register("sequence_mask")
-def sequence_mask(attrs, inputs, out_type):
-    data, valid_length = inputs
-    time_axis, batch_axis = (0, 1) if attrs.axis == 0 else (1, 0)
-    masked = const(attrs.mask_value, data.dtype)
-    requires = _require_equal("sequence_mask", data.shape[batch_axis], valid_length.shape[0],
-                              "the batch dim of data and valid_length")
-
-    def f(*i):
-        keep = i[time_axis] < cast(valid_length[i[batch_axis]], INDEX_DTYPE)
-        return select(keep, data[i], masked)
-
-    return [compute(data.shape, f, "sequence_mask", requires)]
 
 
 # ---- nn: matrix products ----------------------------------------------------------------------------
