@@ -93,7 +93,8 @@ def _full_compute(attrs, inputs, out_type):
 
 
 register_checked(OpDef(
-    name="full", num_inputs=1, compute=_full_compute, type_rel=_full_rel, kernel=_full_kernel, pattern=OpPattern.ELEMWISE,
+    name="full", num_inputs=1, type_rel=_full_rel, kernel=_full_kernel, pattern=OpPattern.ELEMWISE,
+    compute=_full_compute,
     attrs=(AttrDef("shape", REQUIRED, to_shape), AttrDef("dtype", None, to_dtype, "default: fill_value's")),
     shape_func=lambda attrs, args: [attrs.shape],
     doc="full(fill_value, shape, dtype): a tensor filled with the scalar fill_value (cast to dtype).",
