@@ -20,8 +20,7 @@ from .registry import (  # noqa: F401
     register_op,
 )
 
-# Importing these modules registers their ops. The modules after onnx_ops declare their computes with
-# helpers of tensorvm.te.op_computes, whose import attaches the computes of the ops registered before.
+# Importing these modules registers their ops, each declared with its compute.
 _OP_MODULES = ["tensor", "reduce", "transform", "nn", "algorithm", "creation", "memory", "onnx_ops", "image",
                "nn_relay", "transform_relay", "annotation"]
 for _name in _OP_MODULES:
