@@ -183,13 +183,30 @@ def _dense_compute(attrs, inputs, out_type):
                                              k), "dense", requires)]
 
 
+def _blas_dense(attrs, x, w, out):
+    if x.ndim == 2:
+        np.matmul(x, w.T, out=out)
+    else:  # (..., K) rows as one matrix: one BLAS call
+        np.matmul(x.reshape(-1, x.shape[-1]), w.T, out=out.reshape(-1, out.shape[-1]))
+
+
+def _dense_strategy(attrs, inputs, out_type):
+    """BLAS (from C, or through NumPy: ``_blas_dense``) when big enough, a vector-friendly C variant."""
+    from ..codegen.strategy import gemm_call, matmul_implementations
+
+    x, w = inputs
+    rows = product(x.shape[:-1])
+    gemm = gemm_call(1, rows, w.shape[0], x.shape[-1], 0, False, 0, True)
+    return matmul_implementations(rows, w.shape[0], x.shape[-1], inputs, out_type, _blas_dense, gemm)
+
+
 define_shaped(
     "nn.dense", 2, _dense_logic,
     lambda attrs, shape, x, w: _matmul_kernel(x, w.T, attrs.out_dtype or x.dtype.name),
     OpPattern.OUT_ELEMWISE_FUSABLE, attrs=(_UNITS, _OUT_DTYPE), dtype_rule=_out_dtype,
     check_types=_check_same_dtype("nn.dense", "weight"),
     doc="y = x W^T with x of shape (..., in_dim) and W of shape (units, in_dim).",
-    compute=_dense_compute,
+    compute=_dense_compute, strategy=_dense_strategy,
 )
 
 
@@ -256,6 +273,20 @@ def _dense_packed_compute(attrs, inputs, out_type):
     return [compute(shape, f, "dense_packed", requires)]
 
 
+def _dense_packed_strategy(attrs, inputs, out_type):
+    """float32: always the packed product (measured at least as fast as BLAS from 1 to 256 rows at BERT
+    and MLP sizes, on 1 and 2 threads; see ``tensorvm/transform/pack_weights.py``). Other dtypes:
+    the generated kernel over the packed layout."""
+    from ..codegen.strategy import Implementation, PackedGemmCall, index_expr
+
+    x, w = inputs
+    if {x.dtype, w.dtype, out_type.dtype} != {"float32"}:
+        return []
+
+    call = PackedGemmCall(index_expr(product(x.shape[:-1])), index_expr(attrs.units), index_expr(x.shape[-1]))
+    return [Implementation("packed", True, plevel=20, call=call)]
+
+
 define_shaped(
     "nn.dense_packed", 2, _dense_packed_logic,
     lambda attrs, shape, x, p: _matmul_kernel(x, unpack_dense_weight(p, attrs.units).T, attrs.out_dtype or x.dtype.name),
@@ -265,7 +296,7 @@ define_shaped(
     dtype_rule=_out_dtype, check_types=_check_same_dtype("nn.dense_packed", "packed_weight"),
     doc=f"nn.dense with a pre-packed weight: y[..., j] = sum_k x[..., k] * packed_weight[j // {PACKED_LANES}, k, "
         f"j % {PACKED_LANES}], packed_weight of shape (ceil(units / {PACKED_LANES}), in_dim, {PACKED_LANES}).",
-    compute=_dense_packed_compute,
+    compute=_dense_packed_compute, strategy=_dense_packed_strategy,
 )
 
 
@@ -311,13 +342,36 @@ def _matmul_compute(attrs, inputs, out_type):
     return [compute(prefix + (n,), f, "matmul", requires)]
 
 
+def _blas_matmul(attrs, a, b, out):
+    rhs = b.T if attrs.transpose_b else b
+    if attrs.transpose_a:
+        np.matmul(np.swapaxes(a, -1, -2), rhs, out=out)
+    elif a.ndim == 2:
+        np.matmul(a, rhs, out=out)
+    else:
+        np.matmul(a.reshape(-1, a.shape[-1]), rhs, out=out.reshape(-1, out.shape[-1]))
+
+
+def _matmul_strategy(attrs, inputs, out_type):
+    from ..codegen.strategy import gemm_call, matmul_implementations
+
+    a, b = inputs
+    rows = product(a.shape[:-2] + (a.shape[-1],)) if attrs.transpose_a else product(a.shape[:-1])
+    k = a.shape[-2] if attrs.transpose_a else a.shape[-1]
+    n = b.shape[0] if attrs.transpose_b else b.shape[1]
+    gemm = None
+    if not attrs.transpose_a or a.ndim == 2:  # (a batched, transposed A is not one product)
+        gemm = gemm_call(1, rows, n, k, 0, attrs.transpose_a, 0, attrs.transpose_b)
+    return matmul_implementations(rows, n, k, inputs, out_type, _blas_matmul, gemm)
+
+
 define_shaped(
     "nn.matmul", 2, _matmul_logic, _nn_matmul_kernel, OpPattern.OUT_ELEMWISE_FUSABLE,
     attrs=(_UNITS, _OUT_DTYPE, AttrDef("transpose_a", False, to_bool), AttrDef("transpose_b", False, to_bool)),
     dtype_rule=_out_dtype, check_types=_check_same_dtype("nn.matmul", "tensor_b"),
     doc="y = A B with A of shape (..., K) (or (..., K, M) transposed) and a 2-D B of shape (K, N) "
         "(or (N, K) transposed).",
-    compute=_matmul_compute,
+    compute=_matmul_compute, strategy=_matmul_strategy,
 )
 
 
@@ -356,13 +410,30 @@ def _batch_matmul_compute(attrs, inputs, out_type):
     return [compute((batch, m, n), f, "batch_matmul", requires)]
 
 
+def _blas_batch_matmul(attrs, x, y, out):
+    np.matmul(np.swapaxes(x, 1, 2) if attrs.transpose_a else x,
+              np.swapaxes(y, 1, 2) if attrs.transpose_b else y, out=out)
+
+
+def _batch_matmul_strategy(attrs, inputs, out_type):
+    from ..codegen.strategy import gemm_call, matmul_implementations
+
+    x, y = inputs
+    m, k = (x.shape[2], x.shape[1]) if attrs.transpose_a else (x.shape[1], x.shape[2])
+    n = y.shape[1] if attrs.transpose_b else y.shape[2]
+    batch = E.maximum(x.shape[0], y.shape[0])  # the broadcast batch (a batch of 0 has no work anyway)
+    gemm = gemm_call(batch, m, n, k, select(eq(x.shape[0], 1), 0, m * k), attrs.transpose_a,
+                     select(eq(y.shape[0], 1), 0, k * n), attrs.transpose_b)
+    return matmul_implementations(m * batch, n, k, inputs, out_type, _blas_batch_matmul, gemm)
+
+
 define_shaped(
     "nn.batch_matmul", 2, _batch_matmul_logic, _batch_matmul_kernel, OpPattern.OUT_ELEMWISE_FUSABLE,
     attrs=(_OUT_DTYPE, AttrDef("transpose_a", False, to_bool), AttrDef("transpose_b", True, to_bool)),
     dtype_rule=_out_dtype, check_types=_check_same_dtype("nn.batch_matmul", "y"),
     doc="Batched x y (y transposed by default, like Relay): (B, M, K) x (B, N, K) -> (B, M, N); a batch "
         "of 1 broadcasts.",
-    compute=_batch_matmul_compute,
+    compute=_batch_matmul_compute, strategy=_batch_matmul_strategy,
 )
 
 
@@ -513,10 +584,26 @@ def _softmax_compute(attrs, inputs, out_type):
     return [_softmax_te(attrs, inputs[0], log=False)]
 
 
+def _softmax_strategy(attrs, inputs, out_type, log: bool = False):
+    """float32 over the last axis: ``tv_softmax_f32`` (``SoftmaxCall``); otherwise the generated kernel."""
+    from ..codegen.strategy import Implementation, SoftmaxCall, index_expr
+
+    (x,) = inputs
+    if x.ndim == 0 or {x.dtype, out_type.dtype} != {"float32"} or not -x.ndim <= attrs.axis < x.ndim \
+            or attrs.axis % x.ndim != x.ndim - 1:
+        return []
+    call = SoftmaxCall(index_expr(product(x.shape[:-1])), index_expr(x.shape[-1]), log)
+    return [Implementation("rows", True, plevel=20, call=call)]
+
+
+def _log_softmax_strategy(attrs, inputs, out_type):
+    return _softmax_strategy(attrs, inputs, out_type, log=True)
+
+
 define_shaped(
     "nn.softmax", 1, _axis_logic, _softmax, OpPattern.OPAQUE, attrs=(AttrDef("axis", -1, to_int),),
     check_types=_check_float("nn.softmax"), doc="exp(x) / sum(exp(x)) along ``axis``.",
-    compute=_softmax_compute,
+    compute=_softmax_compute, strategy=_softmax_strategy,
 )
 def _log_softmax_compute(attrs, inputs, out_type):
     return [_softmax_te(attrs, inputs[0], log=True)]
@@ -526,7 +613,7 @@ define_shaped(
     "nn.log_softmax", 1, _axis_logic, lambda attrs, shape, x: _softmax(attrs, shape, x, log=True),
     OpPattern.OPAQUE, attrs=(AttrDef("axis", -1, to_int),), check_types=_check_float("nn.log_softmax"),
     doc="x - log(sum(exp(x))) along ``axis``.",
-    compute=_log_softmax_compute,
+    compute=_log_softmax_compute, strategy=_log_softmax_strategy,
 )
 
 
@@ -985,6 +1072,29 @@ def _conv2d_compute(attrs, inputs, out_type):
     return [layout_compute(shape, out_layout, f, "conv2d", requires)]
 
 
+def _conv2d_strategy(attrs, inputs, out_type):
+    """im2col + BLAS for NCHW/OIHW convolutions without groups (when BLAS is called from C)."""
+    from ..codegen import blas
+    from ..codegen.strategy import GEMM_MIN_WORK, GEMM_SUFFIX, Conv2dCall, Implementation, index_expr
+
+    x, w = inputs
+    dtypes = {x.dtype, w.dtype, out_type.dtype}
+    if blas.mode() != "c" or len(dtypes) != 1 or not dtypes <= set(GEMM_SUFFIX) or attrs.groups != 1 \
+            or attrs.data_layout != "NCHW" or attrs.kernel_layout != "OIHW" or (attrs.out_layout or "NCHW") != "NCHW" \
+            or not isinstance(w.shape[2], Const) or not isinstance(w.shape[3], Const):
+        return []
+    n, c, h, width = x.shape
+    kh, kw = w.shape[2].value, w.shape[3].value
+    pt, pl, pb, pr = (int(p) for p in attrs.padding)
+    (sh, sw), (dh, dw) = (tuple(int(v) for v in attrs.strides), tuple(int(v) for v in attrs.dilation))
+    oh = E.floordiv(h + (pt + pb - dh * (kh - 1) - 1), sh) + 1
+    ow = E.floordiv(width + (pl + pr - dw * (kw - 1) - 1), sw) + 1
+    call = Conv2dCall(tuple(index_expr(d) for d in (n, c, h, width, w.shape[0], oh, ow)),
+                      (kh, kw), (sh, sw), (dh, dw), (pt, pl), (pt, pl, pb, pr))
+    work = product([n, w.shape[0], oh, ow, c]) * (kh * kw)
+    return [Implementation("blas", work >= GEMM_MIN_WORK, plevel=20, call=call)]
+
+
 define_shaped(
     "nn.conv2d", 2, _conv2d_logic, _conv2d_kernel, OpPattern.OUT_ELEMWISE_FUSABLE,
     attrs=_CONV_ATTRS + (
@@ -993,7 +1103,7 @@ define_shaped(
     ),
     dtype_rule=_out_dtype, check_types=_check_same_dtype("nn.conv2d", "weight"),
     doc="2-D convolution (grouped/depthwise with ``groups``); weight (O, I/groups, KH, KW) in OIHW.",
-    compute=_conv2d_compute,
+    compute=_conv2d_compute, strategy=_conv2d_strategy,
 )
 
 

@@ -36,11 +36,11 @@ from .. import te
 from ..errors import ExecutionError, ShapeError, TypeInferenceError, UnsupportedError
 from ..ir.types import Any, TensorType, TupleType
 from ..te import expr as E
-from ..te.expr import INDEX_DTYPE, Const, cast, const, eq, select
+from ..te.expr import INDEX_DTYPE, Const, cast, const, eq, logical_and, select
 from ..te.tensor import compute, reduce_axis
 from ..te.tensor import sum as te_sum
 from ._common import expect_tensor
-from ._compute import broadcast_read_dim, broadcast_shape, matmul_value, output_dtype, require_equal
+from ._compute import broadcast_read_dim, broadcast_shape, matmul_value, output_dtype, product, require_equal
 from ._resample import F64, NP, TE, Spec, axis_taps, clamp, finish, nearest_index, resize_coordinate
 from .registry import REQUIRED, AttrDef, OpPattern
 from .transform import (
@@ -566,11 +566,34 @@ def _onnx_matmul_compute(attrs, inputs, out_type):
     return [compute(shape, f, "matmul", requires)]
 
 
+def _onnx_matmul_strategy(attrs, inputs, out_type):
+    """NumPy's matmul: BLAS when B is one matrix (A's leading dims fold into its rows) or when both
+    have the same batch dims (or A is one matrix); other broadcasts stay generated code."""
+    from ..codegen.strategy import gemm_call, matmul_implementations
+
+    a, b = inputs
+    if a.ndim < 2 or b.ndim < 2:
+        return []
+    m, k, n = a.shape[-2], a.shape[-1], b.shape[-1]
+    if b.ndim == 2:
+        gemm = gemm_call(1, product(a.shape[:-1]), n, k, 0, False, 0, False)
+    elif a.ndim == 2:
+        gemm = gemm_call(product(b.shape[:-2]), m, n, k, 0, False, k * n, False)
+    elif a.ndim == b.ndim:
+        same = const(True)
+        for da, db in zip(a.shape[:-2], b.shape[:-2]):
+            same = logical_and(same, eq(da, db))
+        gemm = gemm_call(product(a.shape[:-2]), m, n, k, m * k, False, k * n, False, condition=same)
+    else:
+        return []
+    return matmul_implementations(product(a.shape[:-1]), n, k, inputs, out_type, None, gemm)
+
+
 define(
     "onnx.matmul", 2, _matmul_rel, _matmul_kernel, OpPattern.OUT_ELEMWISE_FUSABLE,
     shape_func=lambda attrs, args: [_matmul_shape("onnx.matmul", concrete(args[0]), concrete(args[1]), ShapeError)],
     doc="Matrix product with NumPy's rules: 1-d operands are promoted, batch dims broadcast.",
-    compute=_onnx_matmul_compute,
+    compute=_onnx_matmul_compute, strategy=_onnx_matmul_strategy,
 )
 
 
