@@ -171,6 +171,7 @@ def _matmul_kernel(a: np.ndarray, b: np.ndarray, out_dtype: str) -> np.ndarray:
 _OUT_DTYPE = AttrDef("out_dtype", "", to_out_dtype, "output dtype; empty: the input's")
 _UNITS = AttrDef("units", None, _positive_int, "the number of output units (checked against the weight)")
 
+
 def _dense_compute(attrs, inputs, out_type):
     x, w = inputs
     dtype = output_dtype(out_type)
@@ -524,6 +525,7 @@ _unary(
     compute=unary_compute("nn.gelu", _gelu_te),
 )
 
+
 def _prelu_compute(attrs, inputs, out_type):
     x, alpha = inputs
     axis = axis_of("nn.prelu", attrs.axis, x.ndim)
@@ -605,6 +607,8 @@ define_shaped(
     check_types=_check_float("nn.softmax"), doc="exp(x) / sum(exp(x)) along ``axis``.",
     compute=_softmax_compute, strategy=_softmax_strategy,
 )
+
+
 def _log_softmax_compute(attrs, inputs, out_type):
     return [_softmax_te(attrs, inputs[0], log=True)]
 
@@ -1345,6 +1349,8 @@ define_shaped(
     OpPattern.OUT_ELEMWISE_FUSABLE, attrs=_POOL_ATTRS, doc="2-D max pooling.",
     compute=_max_pool2d_compute,
 )
+
+
 def _avg_pool2d_compute(attrs, inputs, out_type):
     return [_pool_te(attrs, inputs[0], "avg")]
 

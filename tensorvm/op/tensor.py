@@ -336,6 +336,8 @@ register_checked(OpDef(
     kernel=_cast_kernel, pattern=OpPattern.ELEMWISE, attrs=(AttrDef("dtype", REQUIRED, to_dtype),),
     shape_func=identity_shape_func, doc="Convert to another dtype (C conversion rules).",
 ))
+
+
 def _cast_like_compute(attrs, inputs, out_type):
     x = inputs[0]
     dtype = output_dtype(out_type)

@@ -1345,6 +1345,7 @@ def _nonzero_strides(value):
 
 _SLICE_MODE = AttrDef("slice_mode", "end", one_of("end", "size"))
 
+
 def _slice_axis(dim: PrimExpr, begin, end, stride: int):
     """Python slice semantics over a te dim: (start, length) of ``slice(begin, end, stride)``."""
     def clamp_start(v, low, high):
@@ -1519,6 +1520,7 @@ define_shaped(
     attrs=(AttrDef("shape", REQUIRED, int_tuple(0)),), doc="Broadcast to ``shape``.",
     compute=_broadcast_to_compute,
 )
+
 
 def _broadcast_to_like_compute(attrs, inputs, out_type):
     return [broadcast_to_shape("broadcast_to_like", inputs[0], inputs[1].shape)]
