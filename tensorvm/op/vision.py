@@ -96,8 +96,7 @@ def _iou(a, b) -> float:
 
 def _by_score(scores) -> np.ndarray:
     """Positions by descending score, stably, NaN last."""
-    scores = np.asarray(scores, np.float64)
-    return np.argsort(np.where(np.isnan(scores), np.inf, -scores), kind="stable")
+    return np.argsort(-np.asarray(scores, np.float64), kind="stable")  # (NumPy sorts NaN last)
 
 
 # ---- get_valid_counts -----------------------------------------------------------------------------

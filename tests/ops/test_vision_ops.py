@@ -506,3 +506,13 @@ def test_aot_links_the_vision_library_functions():
     for got, want in zip(result, expected, strict=True):
         np.testing.assert_allclose(np.asarray(got.numpy() if hasattr(got, "numpy") else got), want, rtol=1e-5,
                                    atol=1e-6)
+
+
+def test_nms_orders_minus_infinity_before_nan():
+    # NaN scores sort after every number, -inf included, on every executor (regression: the NumPy kernel
+    # took NaN for +inf and tied it with -inf)
+    data = np.array([[[0, np.nan, 0, 0, 1, 1], [0, -np.inf, 5, 5, 6, 6], [0, 0.5, 9, 9, 10, 10]]], "float32")
+    text = ("def @main(%d: Tensor[(1, 3, 6), float32], %c: Tensor[(1), int32], %i: Tensor[(1, 3), int32]) {\n"
+            "  vision.non_max_suppression(%d, %c, %i, -1, 0.5f)\n}")
+    args = [data, np.array([3], "int32"), np.array([[0, 1, 2]], "int32")]
+    check_everywhere(text, args, (np.array([[2, 1, 0]], "int32"), np.array([[3]], "int32")))
