@@ -120,7 +120,7 @@ def _get_valid_counts_kernel(attrs, data, score_threshold):
     counts = np.zeros(batch, "int32")
     out, out_indices = np.full_like(data, -1), np.full((batch, anchors), -1, "int32")
     for b in range(batch):
-        valid = data[b, :, attrs.score_index] > limit
+        valid = data[b, :, attrs.score_index].astype(np.float64) > limit  # (in double, as the C function)
         if attrs.id_index >= 0:
             valid &= data[b, :, attrs.id_index] >= 0
         (positions,) = np.nonzero(valid)
@@ -365,6 +365,8 @@ def _roi_align_reference(x, corners, batch_indices, pooled, scale, offset, min_s
     for r, box in enumerate(np.asarray(corners, np.float64)):
         if not 0 <= batch_indices[r] < x.shape[0]:
             raise ShapeError(f"roi_align: region {r}'s batch index {batch_indices[r]} is outside [0, {x.shape[0]})")
+        if not np.isfinite(box * scale).all():
+            raise ShapeError(f"roi_align: region {r}'s coordinates must be finite, got {box.tolist()}")
         x1, y1, x2, y2 = box * scale - offset
         rw, rh = (max(x2 - x1, 1.0), max(y2 - y1, 1.0)) if min_size else (x2 - x1, y2 - y1)
         bin_h, bin_w = rh / oh, rw / ow

@@ -516,3 +516,22 @@ def test_nms_orders_minus_infinity_before_nan():
             "  vision.non_max_suppression(%d, %c, %i, -1, 0.5f)\n}")
     args = [data, np.array([3], "int32"), np.array([[0, 1, 2]], "int32")]
     check_everywhere(text, args, (np.array([[2, 1, 0]], "int32"), np.array([[3]], "int32")))
+
+
+def test_get_valid_counts_compares_a_float64_threshold_exactly():
+    # float32 0.1 is just above float64 0.1: the box is valid on every executor (regression: the NumPy
+    # kernel rounded the threshold to float32 first)
+    data = np.array([[[0, 0.1, 0, 0, 1, 1]]], "float32")
+    text = "def @main(%d: Tensor[(1, 1, 6), float32], %t: float64) { vision.get_valid_counts(%d, %t) }"
+    check_everywhere(text, [data, np.float64(0.1)], (np.array([1], "int32"), data, np.array([[0]], "int32")))
+
+
+def test_roi_align_rejects_coordinates_that_are_not_finite():
+    text = ("def @main(%d: Tensor[(1, 1, 4, 4), float32], %r: Tensor[(1, 5), float32]) {\n"
+            "  vision.roi_align(%d, %r, pooled_size=[1, 1])\n}")
+    mod = tv.parse('#[version = "0.0.5"]\n' + text)
+    args = np.zeros((1, 1, 4, 4), "float32"), np.array([[0, 0, 0, np.inf, 2]], "float32")
+    with pytest.raises(ShapeError, match="finite"):
+        tv.create_executor("debug", mod).evaluate()(*args)
+    with pytest.raises(ExecutionError):
+        tv.vm.VirtualMachine(tv.vm.compile(mod, target="c")).invoke("main", *args)

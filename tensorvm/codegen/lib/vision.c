@@ -365,7 +365,7 @@ TV_VISION_FLOATS(TV_VISION_ROI_POOL)
    samples (> 0; else ceil(bin size) per axis); each output the average of the bin's samples (mode 0),
    their maximum (1), or the maximum of their weighted corners (2, ONNX's max). min_size: a region
    smaller than 1 is taken as 1. data (N, C, H, W), or (N, H, W, C) when nhwc; out (R, C, PH, PW), or
-   (R, PH, PW, C). */
+   (R, PH, PW, C). A batch index outside the data or a coordinate that is not finite: TV_ERROR_INDEX. */
 __attribute__((unused)) static int32_t tv_roi_align(const void* data, int64_t dtype, int64_t nhwc, int64_t batch,
                                                     int64_t channels, int64_t height, int64_t width, const void* rois,
                                                     int64_t rois_dtype, int64_t num_rois, int64_t roi_stride,
@@ -399,6 +399,11 @@ __attribute__((unused)) static int32_t tv_roi_align(const void* data, int64_t dt
     const double y1 = tv_vision_load(rois, at + 1, rois_dtype) * scale - offset;
     double rw = tv_vision_load(rois, at + 2, rois_dtype) * scale - offset - x1;
     double rh = tv_vision_load(rois, at + 3, rois_dtype) * scale - offset - y1;
+    if (!isfinite(x1) || !isfinite(y1) || !isfinite(rw) || !isfinite(rh)) { /* (no sample count to take) */
+      TV_LIB_OMP(omp atomic write)
+      rc = TV_ERROR_INDEX;
+      continue;
+    }
     if (min_size) {
       rw = rw > 1.0 ? rw : 1.0;
       rh = rh > 1.0 ? rh : 1.0;
