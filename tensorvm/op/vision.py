@@ -133,9 +133,9 @@ def _get_valid_counts_kernel(attrs, data, score_threshold):
 def _get_valid_counts_arguments(attrs, inputs, outputs):
     (data, threshold), (counts, out, out_indices) = inputs, outputs
     batch, anchors, elems = data.shape
+    requires = _one_value(_GVC, [threshold], ["score_threshold"])
     return [data, dtype_code(data.dtype), batch, anchors, elems, threshold, dtype_code(threshold.dtype),
-            attrs.id_index, attrs.score_index, counts, out, out_indices], _one_value(_GVC, [threshold],
-                                                                                    ["score_threshold"])
+            attrs.id_index, attrs.score_index, counts, out, out_indices], requires
 
 
 register_checked(OpDef(
@@ -283,6 +283,7 @@ def _all_class_nms_kernel(attrs, boxes, scores, max_output, iou_threshold, score
     iou_limit = _value(_ACNMS, iou_threshold, "iou_threshold")
     score_limit = _value(_ACNMS, score_threshold, "score_threshold")
     batch, classes, num_boxes = scores.shape
+    boxes = boxes.astype(np.float64)  # (the IoU in double, as the C function)
     selected = [[] for _ in range(batch)]  # per batch: (score, class, box) in class order
     for b, c in np.ndindex(batch, classes):
         s = scores[b, c].astype(np.float64)
@@ -462,6 +463,9 @@ def _onnx_roi_align_logic(op, attrs, shapes, err):
     if len(x) != 4 or len(rois) != 2 or len(idx) != 1:
         raise err(f"{op}: expected X (N, C, H, W), rois (R, 4), batch_indices (R,), got {fmt_shape(x)}, "
                   f"{fmt_shape(rois)}, {fmt_shape(idx)}")
+    if attrs.output_height < 1 or attrs.output_width < 1:
+        raise err(f"{op}: output_height and output_width must be positive, got {attrs.output_height} and "
+                  f"{attrs.output_width}")
     return (rois[0], x[1], attrs.output_height, attrs.output_width)
 
 
