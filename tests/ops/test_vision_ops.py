@@ -535,3 +535,16 @@ def test_roi_align_rejects_coordinates_that_are_not_finite():
         tv.create_executor("debug", mod).evaluate()(*args)
     with pytest.raises(ExecutionError):
         tv.vm.VirtualMachine(tv.vm.compile(mod, target="c")).invoke("main", *args)
+
+
+def test_all_class_nms_takes_the_iou_in_double():
+    # The IoU of these float32 boxes is 0.0399283241... in double, one float32 ulp more when taken in
+    # float32: at a float64 threshold of the double value the second box is kept everywhere (regression:
+    # the NumPy kernel took the IoU in float32 and suppressed it)
+    boxes = np.array([[[13 / 11, 35 / 11, 10 / 11, 9 / 11], [24 / 13, 1 / 13, 3 / 13, 15 / 13]]], "float32")
+    threshold = iou(*boxes[0].astype(np.float64).tolist())
+    text = ("def @main(%b: Tensor[(1, 2, 4), float32], %s: Tensor[(1, 1, 2), float32], %t: float64) {\n"
+            "  vision.all_class_non_max_suppression(%b, %s, 5, %t, -1f)\n}")
+    scores = np.array([[[0.9, 0.8]]], "float32")
+    check_everywhere(text, [boxes, scores, np.float64(threshold)],
+                     (np.array([[0, 0, 0], [0, 0, 1]], np.int64), np.array([2], np.int64)))
