@@ -28,9 +28,11 @@ def non_max_suppression_10(ctx, boxes, scores, max_output_boxes_per_class=None, 
         boxes = ctx.call("concatenate", ctx.tuple([ctx.call("subtract", center, half), ctx.call("add", center, half)]),
                          axis=2)
     zero = ctx.constant(np.array(0, np.int64))
+    # A negative ONNX limit selects nothing, as 0 does (for the Relay op a negative limit means no limit).
     max_out = ctx.call("maximum", ctx.cast(max_output_boxes_per_class, "int64"), zero) \
-        if max_output_boxes_per_class is not None else zero  # (ONNX: at most none; Relay: < 0 is no limit)
+        if max_output_boxes_per_class is not None else zero
     iou = iou_threshold if iou_threshold is not None else ctx.constant(np.array(0.0, "float32"))
+    # (no score_threshold: -inf, so that only a score of -inf or NaN is never selected)
     score = score_threshold if score_threshold is not None else ctx.constant(np.array(-np.inf, "float32"))
     found = ctx.call("vision.all_class_non_max_suppression", boxes, scores, max_out, iou, score, output_format="onnx")
     one = ctx.constant(np.array([1], np.int64))
