@@ -8,10 +8,6 @@ import numpy as np
 from .onnx_context import converter
 
 
-def _empty(ctx, dtype):
-    return ctx.constant(np.zeros((0,), dtype))
-
-
 @converter("NonZero", 9)
 def non_zero_9(ctx, X):
     if ctx.ndim(X) == 0:
@@ -23,12 +19,25 @@ def non_zero_9(ctx, X):
 @converter("NonMaxSuppression", 10)
 def non_max_suppression_10(ctx, boxes, scores, max_output_boxes_per_class=None, iou_threshold=None,
                            score_threshold=None, *, center_point_box=0):
-    extra = [
-        ctx.cast(v, dtype) if v is not None else _empty(ctx, dtype)
-        for v, dtype in ((max_output_boxes_per_class, "int64"), (iou_threshold, "float32"),
-                         (score_threshold, "float32"))
-    ]
-    return ctx.call("vision.non_max_suppression", boxes, scores, *extra, center_point_box=bool(center_point_box))
+    # Relay's all-class NMS (its padded rows and count), sliced to the count.
+    dtype = ctx.dtype(boxes)
+    if center_point_box:  # (x_center, y_center, width, height) -> corners
+        center = ctx.call("strided_slice", boxes, begin=(0,), end=(2,), axes=(2,))
+        half = ctx.call("multiply", ctx.call("strided_slice", boxes, begin=(2,), end=(4,), axes=(2,)),
+                        ctx.constant(np.array(0.5, dtype)))
+        boxes = ctx.call("concatenate", ctx.tuple([ctx.call("subtract", center, half), ctx.call("add", center, half)]),
+                         axis=2)
+    zero = ctx.constant(np.array(0, np.int64))
+    # A negative ONNX limit selects nothing, as 0 does (for the Relay op a negative limit means no limit).
+    max_out = ctx.call("maximum", ctx.cast(max_output_boxes_per_class, "int64"), zero) \
+        if max_output_boxes_per_class is not None else zero
+    iou = iou_threshold if iou_threshold is not None else ctx.constant(np.array(0.0, "float32"))
+    # (no score_threshold: -inf, so that only a score of -inf or NaN is never selected)
+    score = score_threshold if score_threshold is not None else ctx.constant(np.array(-np.inf, "float32"))
+    found = ctx.call("vision.all_class_non_max_suppression", boxes, scores, max_out, iou, score, output_format="onnx")
+    one = ctx.constant(np.array([1], np.int64))
+    return ctx.call("dyn.strided_slice", ctx.get_item(found, 0), ctx.constant(np.array([0], np.int64)),
+                    ctx.get_item(found, 1), one, axes=(0,))
 
 
 def _topk(ctx, X, k, axis, largest, sorted_):
@@ -84,7 +93,7 @@ def compress_9(ctx, input, condition, *, axis=None):  # noqa: A002
 @converter("RoiAlign", 10)
 def roi_align_10(ctx, X, rois, batch_indices, *, mode="avg", output_height=1, output_width=1, sampling_ratio=0,
                  spatial_scale=1.0):
-    return ctx.call("vision.roi_align", X, rois, batch_indices, mode=mode, output_height=output_height,
+    return ctx.call("vision.onnx_roi_align", X, rois, batch_indices, mode=mode, output_height=output_height,
                     output_width=output_width, sampling_ratio=sampling_ratio, spatial_scale=float(spatial_scale),
                     coordinate_transformation_mode="output_half_pixel")
 
@@ -92,6 +101,6 @@ def roi_align_10(ctx, X, rois, batch_indices, *, mode="avg", output_height=1, ou
 @converter("RoiAlign", 16)
 def roi_align_16(ctx, X, rois, batch_indices, *, coordinate_transformation_mode="half_pixel", mode="avg",
                  output_height=1, output_width=1, sampling_ratio=0, spatial_scale=1.0):
-    return ctx.call("vision.roi_align", X, rois, batch_indices, mode=mode, output_height=output_height,
+    return ctx.call("vision.onnx_roi_align", X, rois, batch_indices, mode=mode, output_height=output_height,
                     output_width=output_width, sampling_ratio=sampling_ratio, spatial_scale=float(spatial_scale),
                     coordinate_transformation_mode=coordinate_transformation_mode)

@@ -21,6 +21,7 @@ from . import (  # noqa: F401
     tensor,
     transform,
     transform_relay,
+    vision,
 )
 from .registry import (  # noqa: F401
     REQUIRED,

@@ -181,6 +181,6 @@ def test_unique_and_nms_shapes_come_from_the_data():
     assert inverse.tolist() == [0, 1, 0, 2, 1] and counts.tolist() == [2, 2, 1]
     boxes = np.array([[[0, 0, 1, 1], [0, 0, 1, 1.05], [5, 5, 6, 6]]], "float32")
     scores = np.array([[[0.9, 0.8, 0.7]]], "float32")
-    (selected,) = check("vision.non_max_suppression",
-                        [boxes, scores, np.array([5]), np.array([0.5], "float32"), np.zeros(0, "float32")])
-    assert selected.tolist() == [[0, 0, 0], [0, 0, 2]]
+    selected, count = check("vision.all_class_non_max_suppression",
+                            [boxes, scores, np.array([5]), np.array([0.5], "float32"), np.array(-np.inf, "float32")])
+    assert count.tolist() == [2] and selected.tolist() == [[0, 0, 0], [0, 0, 2], [0, 0, 0]]

@@ -34,8 +34,6 @@ PENDING = {
     "onnx.split": f"{_DATA_SHAPED}; the split sizes are a run-time tensor",
     "onnx.unique": f"{_DATA_SHAPED}; needs a sort",
     "onnx.unsqueeze": f"{_DATA_SHAPED}; the axes are a run-time tensor",
-    "vision.non_max_suppression": f"{_DATA_SHAPED}; a sequential suppression loop",
-    "vision.roi_align": "bilinear sampling over run-time boxes: not written as a compute",
 }
 
 # The ops tensorvm declares (a test may register an op of its own, e.g. tests/test_text_format.py).
