@@ -23,7 +23,7 @@ from .registry import (  # noqa: F401
 # Importing these modules registers their ops. The modules after onnx_ops declare their computes with
 # helpers of tensorvm.te.op_computes, whose import attaches the computes of the ops registered before.
 _OP_MODULES = ["tensor", "reduce", "transform", "nn", "algorithm", "creation", "memory", "onnx_ops", "image",
-               "nn_relay", "transform_relay", "annotation"]
+               "nn_relay", "transform_relay", "annotation", "dynamic"]
 for _name in _OP_MODULES:
     try:
         importlib.import_module(f"{__name__}.{_name}")
