@@ -30,7 +30,7 @@ import string
 import numpy as np
 
 from .. import te
-from ..errors import ExecutionError, ShapeError, TypeInferenceError, UnsupportedError
+from ..errors import AttrError, ExecutionError, ShapeError, TypeInferenceError, UnsupportedError
 from ..ir.types import Any, TensorType, TupleType
 from ..te import expr as E
 from ..te.expr import Const, cast, const
@@ -41,7 +41,7 @@ from ._resample import F64, NP, TE, Spec, axis_taps, clamp, finish, nearest_inde
 from .dynamic import const_input as _const
 from .dynamic import int_values as _ints
 from .dynamic import unique_axes as _norm_axes
-from .registry import REQUIRED, AttrDef, OpPattern
+from .registry import REQUIRED, AttrDef, LibraryKernel, OpPattern
 from .transform import (
     concrete,
     define,
@@ -1249,21 +1249,30 @@ _ACT_DEFAULT_ALPHA = {"leakyrelu": 0.01, "thresholdedrelu": 1.0, "scaledtanh": 1
 _ACT_DEFAULT_BETA = {"scaledtanh": 1.0, "hardsigmoid": 0.5, "affine": 0.0}
 
 
-def _activations(attrs, per_direction: int, num_directions: int):
+def _activation_specs(attrs, per_direction: int, num_directions: int, err=ExecutionError) -> list:
+    """(name, alpha, beta) of each gate function, direction after direction."""
     names = [a.lower() for a in attrs.activations]
     if not names:
         names = {3: ["sigmoid", "tanh", "tanh"], 2: ["sigmoid", "tanh"], 1: ["tanh"]}[per_direction] * num_directions
     if len(names) == per_direction and num_directions == 2:
         names = names * 2
+    if len(names) != per_direction * num_directions:
+        raise err(f"recurrent layer: {len(names)} activations for {num_directions} direction(s) of "
+                  f"{per_direction} gate functions")
     alphas, betas = list(attrs.activation_alpha), list(attrs.activation_beta)
     out = []
     for i, name in enumerate(names):
         if name not in _ACTIVATIONS:
-            raise ExecutionError(f"recurrent layer: unknown activation {name!r}")
+            raise err(f"recurrent layer: unknown activation {name!r}")
         a = alphas[i] if i < len(alphas) else _ACT_DEFAULT_ALPHA.get(name, 1.0)
         b = betas[i] if i < len(betas) else _ACT_DEFAULT_BETA.get(name, 0.0)
-        fn = _ACTIVATIONS[name]
-        out.append(lambda x, fn=fn, a=a, b=b: fn(x, a, b))
+        out.append((name, a, b))
+    return out
+
+
+def _activations(attrs, per_direction: int, num_directions: int):
+    out = [lambda x, fn=_ACTIVATIONS[name], a=a, b=b: fn(x, a, b)
+           for name, a, b in _activation_specs(attrs, per_direction, num_directions)]
     return [out[d * per_direction:(d + 1) * per_direction] for d in range(num_directions)]
 
 
@@ -1425,6 +1434,73 @@ def _rnn_shapes(op, attrs, x, w, num_states):
     return [y] + [state] * num_states
 
 
+_KINDS = {"nn.lstm": (0, 4, 3), "nn.gru": (1, 3, 2), "nn.rnn": (2, 1, 1)}  # C kind code, gates, functions
+
+
+def _double_bits(v: float) -> int:
+    """A double as the int64 of its bits: the library call passes integers only (tv_rnn_double)."""
+    return int(np.array(v, np.float64).view(np.int64))
+
+
+def _rnn_arguments(name):
+    """The call of ``tv_recurrent`` (codegen/lib/recurrent.c) for ``name``: the arrays (an omitted input is
+    an empty one and is not read; GRU and RNN pass h0 for c0 and P, and Y_h for Y_c), the dims, flags,
+    clip and activations. Entry checks make every array the size the call reads."""
+    from ._library import dtype_code, product
+
+    kind, gates, per = _KINDS[name]
+
+    def arguments(attrs, inputs, outputs):
+        x, w, r, b, lens, h0 = inputs[:6]
+        c0, p = inputs[6:8] if kind == 0 else (h0, h0)
+        y, y_h = outputs[:2]
+        y_c = outputs[2] if kind == 0 else y_h
+        if x.dtype not in _FLOATS:
+            raise TypeInferenceError(f"{name}: X must be float16, float32 or float64, got {x.dtype}")
+        for t, what in ((w, "W"), (r, "R"), (b, "B"), (h0, "initial_h"), (c0, "initial_c"), (p, "P")):
+            if t.dtype != x.dtype:
+                raise TypeInferenceError(f"{name}: {what} must have X's dtype {x.dtype}, got {t.dtype}")
+        if not lens.dtype.startswith(("int", "uint")):
+            raise TypeInferenceError(f"{name}: sequence_lens must be integers, got {lens.dtype}")
+        num_dir = 2 if attrs.direction == "bidirectional" else 1
+        hidden = attrs.hidden_size
+        seq, batch = (x.shape[1], x.shape[0]) if attrs.layout else (x.shape[0], x.shape[1])
+        size = x.shape[2]
+        gh = gates * hidden
+        requires = [(E.eq(w.shape[0], num_dir), f"{name}: W's first dim must be {num_dir}, the number of directions "
+                                                f"of direction={attrs.direction!r}")]
+        requires += [(E.eq(d, want), f"{name}: W must be ({num_dir}, {gh}, the input size)")
+                     for d, want in zip(w.shape, (num_dir, gh, size), strict=True)]
+        requires += [(E.eq(d, want), f"{name}: R must be ({num_dir}, {gh}, {hidden})")
+                     for d, want in zip(r.shape, (num_dir, gh, hidden), strict=True)]
+        flags = []
+        for t, count, what in ((b, num_dir * 2 * gh, "B"), (lens, batch, "sequence_lens"),
+                               (h0, num_dir * batch * hidden, "initial_h"), (c0, num_dir * batch * hidden, "initial_c"),
+                               (p, num_dir * 3 * hidden, "P")):
+            n = product(t.shape)
+            requires.append((E.logical_or(E.eq(n, 0), E.eq(n, count)),
+                             f"{name}: {what} must be empty (omitted) or have {_count_text(count)} elements"))
+            flags.append(E.ne(n, 0))
+        has_b, has_lens, has_h0, has_c0, has_p = flags
+        if kind != 0:
+            has_c0 = has_p = 0
+        specs = _activation_specs(attrs, per, num_dir, AttrError)
+        codes = tuple(list(_ACTIVATIONS).index(n) for n, _, _ in specs)
+        return [kind, dtype_code(x.dtype), x, w, r, b, lens, dtype_code(lens.dtype), h0, c0, p, y, y_h, y_c,
+                (seq, batch, size, hidden, num_dir),
+                (attrs.direction == "reverse", attrs.layout, has_b, has_lens, has_h0, has_c0, has_p,
+                 bool(getattr(attrs, "input_forget", False)), bool(getattr(attrs, "linear_before_reset", False)),
+                 attrs.clip is not None),
+                _double_bits(attrs.clip if attrs.clip is not None else 0.0), codes,
+                tuple(_double_bits(a) for _, a, _ in specs), tuple(_double_bits(b) for _, _, b in specs)], requires
+
+    return arguments
+
+
+def _count_text(count) -> str:
+    return str(count.value) if isinstance(count, Const) else "the layer's"
+
+
 def _rnn_def(name, kernel, num_inputs, num_states, extra_attrs=()):
     def rel(types, attrs, consts=None):
         x = expect_tensor(name, types[0], "X")
@@ -1443,7 +1519,13 @@ def _rnn_def(name, kernel, num_inputs, num_states, extra_attrs=()):
             AttrDef("clip", None, to_float), AttrDef("layout", 0, to_int),
         ) + tuple(extra_attrs),
         shape_func=lambda attrs, args: _rnn_shapes(name, attrs, concrete(args[0]), concrete(args[1]), num_states),
-        doc=f"ONNX {name[3:].upper()} layer: returns (Y, final states); empty tensors stand for omitted inputs.",
+        library=LibraryKernel("tv_recurrent", "recurrent.c", _rnn_arguments(name)),
+        doc=f"ONNX {name[3:].upper()} layer: returns (Y, final states); empty tensors stand for omitted inputs. "
+            "On target c a named C library call (codegen/lib/recurrent.c) runs the whole layer in double, like "
+            "the NumPy kernel: the ONNX importer emits this op only when it cannot build the layer as an IR "
+            "loop (W's number of directions unknown at import), so the op must cover every ONNX option and "
+            "dtype by itself, which one hand-written function does without a Legalize that would rebuild "
+            "the importer's loop from types known only later.",
     )
 
 
