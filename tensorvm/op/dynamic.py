@@ -411,7 +411,7 @@ def _reduce_compute(attrs, inputs, out_type):
     extents = [select(r, d, const(1, INDEX_DTYPE)) for r, d in zip(reduced, x.shape, strict=True)]
     rs = [reduce_axis(n, f"r{i}") for i, n in enumerate(extents)]
     dtype = x.dtype
-    acc = "int32" if dtype == "bool" else dtype
+    acc = "uint8" if dtype == "bool" else dtype  # (max/min identities 0 and 255: False and True)
     mode = "sum" if attrs.mode == "mean" else attrs.mode
     reducer = {"sum": te.sum, "prod": te.prod, "max": te.max, "min": te.min}[mode]
 

@@ -136,11 +136,20 @@ def test_reduce_over_an_empty_axis_gives_the_identity(op_type):
     check_lowered(model, x, ops=("dyn.reduce",), expected=[np.full((2, 3), identity, np.int32)])
 
 
-def test_bool_reduce_with_run_time_axes():
-    node = helper.make_node("ReduceMax", ["x", "axes"], ["y"], keepdims=0)
+@pytest.mark.parametrize("op_type", ["ReduceMax", "ReduceMin"])
+def test_bool_reduce_with_run_time_axes(op_type):
+    node = helper.make_node(op_type, ["x", "axes"], ["y"], keepdims=0)
     model = make_model([node], [("x", BOOL, [3, 4]), ("axes", I64, [1])], [("y", BOOL, None)], opset=20)
     x = np.array([[1, 1, 1, 1], [0, 1, 0, 0], [0, 0, 0, 0]], bool)
     check_lowered(model, x, np.array([1], np.int64), ops=("dyn.reduce",))
+
+
+@pytest.mark.parametrize("op_type, identity", [("ReduceMax", False), ("ReduceMin", True)])
+def test_bool_reduce_over_an_empty_axis(op_type, identity):
+    node = helper.make_node(op_type, ["x", "axes"], ["y"], keepdims=1)
+    model = make_model([node], [("x", BOOL, [2, 0, 4])], [("y", BOOL, None)], {"axes": np.array([1], np.int64)},
+                       opset=20)
+    check_lowered(model, np.zeros((2, 0, 4), bool), ops=("dyn.reduce",), expected=[np.full((2, 1, 4), identity)])
 
 
 def test_reduce_keepdims_0_with_axes_of_unknown_length_is_unsupported():
