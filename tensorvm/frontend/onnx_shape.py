@@ -491,7 +491,7 @@ def pad_11(ctx, data, pads, constant_value=None, axes=None, *, mode="constant"):
         raise UnsupportedError(f"Pad: mode {mode!r}")
     if axes is not None:
         _require_static_count(ctx, axes, "Pad", "axes", "dyn.pad reads it element by element")
-    _require_static_count(ctx, pads, "Pad", "pads", "dyn.pad reads it element by element")
+        _require_static_count(ctx, pads, "Pad", "pads", "dyn.pad reads it element by element")
     axes = _int64(ctx, axes) if axes is not None else _empty_i64(ctx)
     return ctx.call("dyn.pad", data, _int64(ctx, pads), value, axes, mode=mode)
 

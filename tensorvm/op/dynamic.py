@@ -282,8 +282,11 @@ def _pad_compute(attrs, inputs, out_type):
     x, pads, value, axes = inputs
     ndim = x.ndim
     out = output_dims(op, out_type)
-    pad_values = _vector_reads(pads, op, "pads")
     axis_values = [_norm_read(a, ndim) for a in _vector_reads(axes, op, "axes")]
+    if not axis_values and not isinstance(pads.shape[0], E.Const):  # (the shape function checked 2 x rank)
+        pad_values = [cast(pads[(const(j),)], INDEX_DTYPE) for j in range(ndim)]
+    else:
+        pad_values = _vector_reads(pads, op, "pads")
     if axis_values:
         begins = [E.const(0, INDEX_DTYPE)] * ndim
         for j, a in enumerate(axis_values):

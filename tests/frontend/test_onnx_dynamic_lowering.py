@@ -86,6 +86,17 @@ def test_pad_with_run_time_pads(mode, pads):
     check_lowered(model, *args, ops=("dyn.pad",), expected=reference(model, *args, oracle="ort"))
 
 
+def test_pad_with_pads_of_unknown_length():
+    node = helper.make_node("Pad", ["x", "pads"], ["y"], mode="edge")
+    model = make_model([node], [("x", F32, [3, 4, 5]), ("pads", I64, ["n"])], [("y", F32, None)])
+    args = (X, np.array([1, 0, -2, 0, 2, 1], np.int64))
+    check_lowered(model, *args, ops=("dyn.pad",), expected=reference(model, *args, oracle="ort"))
+    mod, params = from_onnx(model)
+    vm = tv.vm.VirtualMachine(tv.vm.compile(mod, target="c", params=params))
+    with pytest.raises(ShapeError, match="2 x rank"):
+        vm.invoke("main", X, np.array([1, 0], np.int64))
+
+
 @pytest.mark.parametrize("mode", ["constant", "reflect", "edge", "wrap"])
 def test_pad_with_run_time_axes(mode):
     node = helper.make_node("Pad", ["x", "pads", "value", "axes"], ["y"], mode=mode)
@@ -221,3 +232,17 @@ def test_unique_along_an_axis_is_core_ops(axis, is_sorted):
 def test_dyn_ops_have_computes():
     for name in ("dyn.unsqueeze", "dyn.split", "dyn.pad", "dyn.reduce", "dyn.cumsum", "dyn.nn.dropout"):
         assert get_op(name).compute is not None, name
+
+
+@pytest.mark.parametrize("mode", ["reflect", "wrap"])
+def test_run_time_pads_wider_than_the_axis_fold_as_numpy_pad(mode):
+    """dyn.pad reflects (or wraps) again where a pad exceeds the axis, as np.pad does (ONNX Runtime
+    rejects such reflect pads; the oracle is NumPy)."""
+    node = helper.make_node("Pad", ["x", "pads"], ["y"], mode=mode)
+    model = make_model([node], [("x", F32, ["n", 2]), ("pads", I64, [4])], [("y", F32, None)])
+    x = np.arange(6, dtype=np.float32).reshape(3, 2)
+    pads = np.array([5, 3, 4, 6], np.int64)
+    expected = np.pad(x, [(5, 4), (3, 6)], mode=mode)
+    check_lowered(model, x, pads, ops=("dyn.pad",), expected=[expected])
+    one = np.ones((1, 2), np.float32)  # a one-element axis reflects to itself
+    check_lowered(model, one, pads, ops=("dyn.pad",), expected=[np.pad(one, [(5, 4), (3, 6)], mode=mode)])

@@ -1,7 +1,7 @@
 """``nn.lstm`` / ``nn.gru`` / ``nn.rnn``, the opaque layers the ONNX importer emits when W's number of
 directions is unknown at import (W a graph input of shape (dirs, ...)), run on target c as one call of the
 C library function ``tv_recurrent`` (``codegen/lib/recurrent.c``): no NumPy fallback, and the results
-match the ops' NumPy kernels (float32 and float64) and ONNX Runtime, over every variant of
+match the ops' NumPy kernels (float16, float32, float64) and ONNX Runtime, over every variant of
 ``test_onnx_recurrent_loop.CASES`` (directions, layouts, optional inputs, peepholes, clip, activations
 with alpha/beta, input_forget, linear_before_reset, sequence_lens)."""
 
@@ -22,7 +22,9 @@ from tensorvm.frontend import from_onnx  # noqa: E402
 from tensorvm.op import get_op  # noqa: E402
 
 SEQ = 4
-ONNX_TYPES = {"float32": TensorProto.FLOAT, "float64": TensorProto.DOUBLE}
+ONNX_TYPES = {"float16": TensorProto.FLOAT16, "float32": TensorProto.FLOAT, "float64": TensorProto.DOUBLE}
+TOLERANCES = {"float16": dict(rtol=2e-3, atol=2e-3), "float32": dict(rtol=1e-5, atol=2e-6),
+              "float64": dict(rtol=1e-12, atol=1e-13)}
 
 
 def _model(op, index, dtype):
@@ -67,7 +69,8 @@ def _kernel_outputs(op, case, arrays, x, lens, wanted):
 
 
 @pytest.mark.parametrize("op, index, dtype", [(op, i, dtype) for op in sorted(CASES) for i in range(len(CASES[op]))
-                                              for dtype in (("float32", "float64") if i % 3 == 0 else ("float32",))])
+                                              for dtype in (("float32", "float64") if i % 3 == 0 else ("float32",))
+                                              + (("float16",) if i == 3 else ())])
 def test_opaque_layer_runs_natively_on_target_c(op, index, dtype):
     model, case, arrays, w_name, wanted = _model(op, index, dtype)
     mod, params = from_onnx(model)
@@ -83,10 +86,9 @@ def test_opaque_layer_runs_natively_on_target_c(op, index, dtype):
         got = vm.invoke("main", *feeds)
         got = [g.numpy() for g in (got if isinstance(got, tuple) else (got,))]
         expected = _kernel_outputs(op, case, arrays, x, lens, wanted)
-        tol = dict(rtol=1e-5, atol=2e-6) if dtype == "float32" else dict(rtol=1e-12, atol=1e-13)
         for g, want in zip(got, expected, strict=True):
             assert g.dtype == want.dtype
-            np.testing.assert_allclose(g, want, **tol)
+            np.testing.assert_allclose(g.astype(np.float64), want.astype(np.float64), **TOLERANCES[dtype])
         if not case.get("layout") and dtype == "float32":  # (ONNX Runtime lacks layout=1)
             session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
             names = [i.name for i in model.graph.input if i.name not in {t.name for t in model.graph.initializer}]
