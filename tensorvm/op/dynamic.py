@@ -22,7 +22,7 @@ from ..te import expr as E
 from ..te.expr import INDEX_DTYPE, cast, const, eq, select
 from ..te.tensor import compute, reduce_axis
 from ._common import expect_tensor
-from ._compute import kernel_name, output_dims, reshape_to
+from ._compute import acc_float, kernel_name, output_dims, product, reshape_to
 from .registry import REQUIRED, AttrDef, OpPattern
 from .transform import concrete, define, expect_int_tensor, fmt_shape, norm_axis, one_of, to_bool, to_int
 
@@ -252,8 +252,8 @@ def _pad_rel(types, attrs, consts=None):
 
 def _checked_pads(attrs, shape, pads, axes):
     op = "dyn.pad"
-    full = _full_pads(op, len(shape), int_values(pads, op, "pads", ShapeError), int_values(axes, op, "axes", ShapeError),
-                      ShapeError)
+    pads, axes = int_values(pads, op, "pads", ShapeError), int_values(axes, op, "axes", ShapeError)
+    full = _full_pads(op, len(shape), pads, axes, ShapeError)
     out = _pad_shape(op, shape, full, ShapeError)
     if attrs.mode != "constant" and any(o > 0 and d + min(p, 0) + min(q, 0) <= 0 for o, d, p, q in zip(
             out, shape, full[:len(shape)], full[len(shape):], strict=True)):
@@ -426,23 +426,15 @@ def _reduce_compute(attrs, inputs, out_type):
     total = compute(keep, f, name)
     result = total
     if attrs.mode == "mean":
-        count = cast(E.maximum(_product(extents), 0), INDEX_DTYPE)
+        count = product(extents)
         if dtype.startswith("float"):
-            result = compute(keep, lambda *i: cast(cast(total[i], "float32" if dtype == "float16" else dtype)
-                                                   / cast(count, "float32" if dtype == "float16" else dtype),
-                                                   dtype), f"{name}_mean")
+            af = acc_float(dtype)
+            result = compute(keep, lambda *i: cast(cast(total[i], af) / cast(count, af), dtype), f"{name}_mean")
         else:
             result = compute(keep, lambda *i: E.floordiv(total[i], cast(E.maximum(count, 1), dtype)), f"{name}_mean")
     elif acc != dtype:
         result = compute(keep, lambda *i: E.ne(total[i], 0), f"{name}_bool")
     return [result]
-
-
-def _product(dims):
-    out = const(1, INDEX_DTYPE)
-    for d in dims:
-        out = out * d
-    return out
 
 
 define(
@@ -451,8 +443,9 @@ define(
            AttrDef("empty_is_all", True, to_bool, "empty axes reduce every axis; else none (a copy)")),
     shape_func=_reduce_shape, data_dependent=(False, True), compute=_reduce_compute,
     doc="dyn.reduce(data, axes): sum, mean, max, min or prod (``mode``) over the axes in the run-time 1-d "
-        "tensor ``axes``, keeping them as dims of 1 (``dyn.squeeze`` with the same axes drops them); an empty reduction gives the identity (max: the dtype's lowest, -inf for floats); "
-        "max/min of bool data are any/all.",
+        "tensor ``axes``, keeping them as dims of 1 (``dyn.squeeze`` with the same axes drops them); an "
+        "empty reduction gives the identity (max: the dtype's lowest, -inf for floats); max/min of bool "
+        "data are any/all.",
 )
 
 
