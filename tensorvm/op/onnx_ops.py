@@ -33,10 +33,11 @@ from .. import te
 from ..errors import AttrError, ExecutionError, ShapeError, TypeInferenceError, UnsupportedError
 from ..ir.types import Any, TensorType, TupleType
 from ..te import expr as E
-from ..te.expr import Const, cast, const
+from ..te.expr import INDEX_DTYPE, Const, cast, const, eq, logical_and, select
 from ..te.tensor import compute, reduce_axis
 from ..te.tensor import sum as te_sum
 from ._common import expect_tensor
+from ._compute import broadcast_read_dim, broadcast_shape, matmul_value, output_dtype, product, require_equal
 from ._resample import F64, NP, TE, Spec, axis_taps, clamp, finish, nearest_index, resize_coordinate
 from .dynamic import const_input as _const
 from .dynamic import int_values as _ints
@@ -80,12 +81,31 @@ def _trilu_rel(types, attrs, consts=None):
     return x
 
 
+def _trilu_compute(attrs, inputs, out_type):
+    """The upper (``j - i >= k``) or lower (``j - i <= k``) triangle of the last two dims."""
+    x, k = inputs
+    if x.ndim < 2:
+        raise TypeInferenceError(f"trilu: the input must have rank >= 2, got rank {x.ndim}")
+    if k.ndim == 0:
+        diagonal = cast(k[()], INDEX_DTYPE)
+    else:  # a 1-d k: its first value, 0 when empty
+        diagonal = select(eq(k.shape[0], 0), const(0), cast(k[(const(0),) * k.ndim], INDEX_DTYPE))
+
+    def f(*i):
+        offset = i[-1] - i[-2]
+        keep = offset >= diagonal if attrs.upper else offset <= diagonal
+        return select(keep, x[i], const(0, x.dtype))
+
+    return [compute(x.shape, f, "trilu")]
+
+
 define(
     "trilu", 2, _trilu_rel, _trilu_kernel, OpPattern.INJECTIVE,
     attrs=(AttrDef("upper", True, to_bool),),
     shape_func=lambda attrs, args: [concrete(args[0])],
     doc="trilu(x, k): the upper (or lower) triangle of the last two dims from diagonal k (k: 0-d or 1-d, "
         "empty means 0).",
+    compute=_trilu_compute,
 )
 
 
@@ -133,12 +153,65 @@ def _matmul_kernel(attrs, a, b):
     return np.matmul(a, b)
 
 
+def _onnx_matmul_compute(attrs, inputs, out_type):
+    """NumPy's matmul: 1-d operands get a unit dim (dropped from the result), batch dims broadcast."""
+    a, b = inputs
+    dtype = output_dtype(out_type)
+    a_shape = (const(1),) + tuple(a.shape) if a.ndim == 1 else tuple(a.shape)
+    b_shape = tuple(b.shape) + (const(1),) if b.ndim == 1 else tuple(b.shape)
+    batch, requires = broadcast_shape("onnx.matmul", a_shape[:-2], b_shape[:-2])
+    requires += require_equal("onnx.matmul", a_shape[-1], b_shape[-2], "the inner dims")
+    k = reduce_axis(a_shape[-1], "k")
+    shape = tuple(batch) + ((a_shape[-2],) if a.ndim > 1 else ()) + ((b_shape[-1],) if b.ndim > 1 else ())
+
+    def f(*i):
+        nb = len(batch)
+        bi, rest = i[:nb], list(i[nb:])
+        m = rest.pop(0) if a.ndim > 1 else None
+        n = rest.pop(0) if b.ndim > 1 else None
+
+        def batch_index(t_shape):
+            dims = t_shape[:-2]
+            return tuple(broadcast_read_dim(d, bi[nb - len(dims) + axis], batch[nb - len(dims) + axis])
+                         for axis, d in enumerate(dims))
+
+        av = a[batch_index(a_shape) + (m, k.var)] if a.ndim > 1 else a[k.var]
+        bv = b[batch_index(b_shape) + (k.var, n)] if b.ndim > 1 else b[k.var]
+        return te_sum(matmul_value(av, bv, k, dtype), k)
+
+    return [compute(shape, f, "matmul", requires)]
+
+
+def _onnx_matmul_strategy(attrs, inputs, out_type):
+    """NumPy's matmul: BLAS when B is one matrix (A's leading dims fold into its rows) or when both
+    have the same batch dims (or A is one matrix); other broadcasts stay generated code."""
+    from ..codegen.strategy import gemm_call, matmul_implementations
+
+    a, b = inputs
+    if a.ndim < 2 or b.ndim < 2:
+        return []
+    m, k, n = a.shape[-2], a.shape[-1], b.shape[-1]
+    if b.ndim == 2:
+        gemm = gemm_call(1, product(a.shape[:-1]), n, k, 0, False, 0, False)
+    elif a.ndim == 2:
+        gemm = gemm_call(product(b.shape[:-2]), m, n, k, 0, False, k * n, False)
+    elif a.ndim == b.ndim:
+        same = const(True)
+        for da, db in zip(a.shape[:-2], b.shape[:-2]):
+            same = logical_and(same, eq(da, db))
+        gemm = gemm_call(product(a.shape[:-2]), m, n, k, m * k, False, k * n, False, condition=same)
+    else:
+        return []
+    return matmul_implementations(product(a.shape[:-1]), n, k, inputs, out_type, None, gemm)
+
+
 define(
     "onnx.matmul", 2, _matmul_rel, _matmul_kernel, OpPattern.OUT_ELEMWISE_FUSABLE,
     shape_func=lambda attrs, args: [_matmul_shape("onnx.matmul", concrete(args[0]), concrete(args[1]), ShapeError)],
     doc="Matrix product with NumPy's rules: 1-d operands are promoted, batch dims broadcast. Kept as an op of "
         "its own (not lowered to nn.batch_matmul): one call covers every operand rank and broadcast batch "
         "without broadcast_to/reshape copies of the operands, and its compute and strategy pick the GEMM kernel.",
+    compute=_onnx_matmul_compute, strategy=_onnx_matmul_strategy,
 )
 
 

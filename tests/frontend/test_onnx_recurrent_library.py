@@ -13,8 +13,7 @@ import pytest
 onnx = pytest.importorskip("onnx")
 ort = pytest.importorskip("onnxruntime")
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
-from test_onnx_recurrent_loop import BATCH, CASES, GATES, HIDDEN, INPUT, OPAQUE  # noqa: E402
-from test_onnx_recurrent_loop import _input_names, _node_arrays  # noqa: E402
+from test_onnx_recurrent_loop import BATCH, CASES, GATES, HIDDEN, INPUT, OPAQUE, _input_names, _node_arrays  # noqa: E402  # noqa: E402
 from test_onnx_recurrent_loop import _ops_in as ops_in  # noqa: E402
 
 import tensorvm as tv  # noqa: E402
