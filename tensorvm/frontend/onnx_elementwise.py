@@ -324,6 +324,7 @@ def dropout_12(ctx, data, ratio=None, training_mode=None, *, seed=None):
     # Training mode (possibly decided at run time): only a zero ratio is deterministic; dyn.nn.dropout
     # raises an error otherwise.
     ratio = ratio if ratio is not None else ctx.constant(np.array(0.5, "float32"))
+    ratio, training_mode = (v if ctx.ndim(v) == 0 else ctx.call("reshape", v, newshape=()) for v in (ratio, training_mode))
     out = ctx.call("dyn.nn.dropout", data, ctx.cast(ratio, "float32"), ctx.cast(training_mode, "bool"))
     return ctx.get_item(out, 0), ctx.get_item(out, 1)
 

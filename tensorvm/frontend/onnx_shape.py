@@ -540,7 +540,8 @@ def one_hot_9(ctx, indices, depth, values, *, axis=-1):
 def cumsum_11(ctx, x, axis, *, exclusive=0, reverse=0):
     axis_value = ctx.scalar_value(axis)
     if axis_value is None:
-        return ctx.call("dyn.cumsum", x, _int64(ctx, axis), exclusive=bool(exclusive), reverse=bool(reverse))
+        return ctx.call("dyn.cumsum", x, _int64(ctx, _scalar(ctx, axis)), exclusive=bool(exclusive),
+                        reverse=bool(reverse))
     ndim = ctx.ndim(x)
     axis_value = int(axis_value)
     if not -ndim <= axis_value < ndim:

@@ -474,9 +474,17 @@ def _cumsum_rel(types, attrs, consts=None):
     x = expect_tensor("dyn.cumsum", types[0], "data")
     if x.ndim == 0 or x.dtype == "bool":
         raise TypeInferenceError(f"dyn.cumsum: data must be a numeric tensor of rank >= 1, got {x!r}")
-    if _vector_length("dyn.cumsum", types[1], "axis") not in (1, None):
-        raise TypeInferenceError(f"dyn.cumsum: axis must have one element, got {types[1]!r}")
+    _one_element("dyn.cumsum", types[1], "axis")
+    expect_int_tensor("dyn.cumsum", types[1], "axis")
     return x
+
+
+def _one_element(op, ty, what):
+    """A scalar operand: 0-d, or 1-d of static length 1 (the compute reads its element unchecked)."""
+    t = expect_tensor(op, ty, what)
+    if not (t.ndim == 0 or t.ndim == 1 and t.shape[0] == 1):
+        raise TypeInferenceError(f"{op}: {what} must be a scalar (or one element), got {t!r}")
+    return t
 
 
 def _cumsum_shape(attrs, args):
@@ -539,11 +547,8 @@ def _dropout_kernel(attrs, x, rate, training):
 def _dropout_rel(types, attrs, consts=None):
     op = "dyn.nn.dropout"
     data = expect_tensor(op, types[0], "data")
-    for ty, what in ((types[1], "rate"), (types[2], "training")):
-        t = expect_tensor(op, ty, what)
-        if t.ndim > 1 or (t.ndim == 1 and t.shape[0] not in (1, Any()) and isinstance(t.shape[0], int)):
-            raise TypeInferenceError(f"{op}: {what} must be a scalar, got {t!r}")
-    if expect_tensor(op, types[2], "training").dtype != "bool":
+    _one_element(op, types[1], "rate")
+    if _one_element(op, types[2], "training").dtype != "bool":
         raise TypeInferenceError(f"{op}: training must be bool, got {types[2]!r}")
     return TupleType((data, TensorType(data.shape, "bool")))
 

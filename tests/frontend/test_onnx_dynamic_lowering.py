@@ -246,3 +246,12 @@ def test_run_time_pads_wider_than_the_axis_fold_as_numpy_pad(mode):
     check_lowered(model, x, pads, ops=("dyn.pad",), expected=[expected])
     one = np.ones((1, 2), np.float32)  # a one-element axis reflects to itself
     check_lowered(model, one, pads, ops=("dyn.pad",), expected=[np.pad(one, [(5, 4), (3, 6)], mode=mode)])
+
+
+@pytest.mark.parametrize("axis_shape", [[1], ["k"]])
+def test_cumsum_with_a_one_element_run_time_axis(axis_shape):
+    node = helper.make_node("CumSum", ["x", "axis"], ["y"], reverse=1)
+    model = make_model([node], [("x", F32, [3, 4, 5]), ("axis", I64, axis_shape)], [("y", F32, None)])
+    # (ONNX says a 0-d axis; the reference evaluator rejects this form: NumPy is the oracle)
+    expected = np.flip(np.cumsum(np.flip(X, 1), 1), 1)
+    check_lowered(model, X, np.array([1], np.int64), ops=("dyn.cumsum",), rtol=1e-5, expected=[expected])
