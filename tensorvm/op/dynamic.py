@@ -246,20 +246,27 @@ def _pad_rel(types, attrs, consts=None):
     if pads is not None and axes is not None:
         full = _full_pads(op, data.ndim, int_values(pads, op, "pads", TypeInferenceError),
                           int_values(axes, op, "axes", TypeInferenceError), TypeInferenceError)
-        return TensorType(_pad_shape(op, data.shape, full, TypeInferenceError), data.dtype)
+        return TensorType(_folded_shape(attrs, data.shape, full, TypeInferenceError), data.dtype)
     return TensorType((Any(),) * data.ndim, data.dtype)
+
+
+def _folded_shape(attrs, shape, full, err):
+    """The output shape; edge, reflect and wrap need an element left (after cropping) on a padded axis."""
+    op = "dyn.pad"
+    out = _pad_shape(op, shape, full, err)
+    n = len(shape)
+    for d, p, q in zip(shape, full[:n], full[n:], strict=True):
+        if attrs.mode != "constant" and isinstance(d, int) and max(p, q) > 0 and d + min(p, 0) + min(q, 0) <= 0:
+            raise err(f"{op}: cannot pad an axis with no elements (after cropping) in {attrs.mode} mode; "
+                      f"shape {shape}, pads {full}")
+    return out
 
 
 def _checked_pads(attrs, shape, pads, axes):
     op = "dyn.pad"
     pads, axes = int_values(pads, op, "pads", ShapeError), int_values(axes, op, "axes", ShapeError)
     full = _full_pads(op, len(shape), pads, axes, ShapeError)
-    out = _pad_shape(op, shape, full, ShapeError)
-    if attrs.mode != "constant" and any(o > 0 and d + min(p, 0) + min(q, 0) <= 0 for o, d, p, q in zip(
-            out, shape, full[:len(shape)], full[len(shape):], strict=True)):
-        raise ShapeError(f"{op}: cannot pad an axis with no elements (after cropping) in {attrs.mode} mode; "
-                         f"shape {shape}, pads {full}")
-    return full, out
+    return full, _folded_shape(attrs, shape, full, ShapeError)
 
 
 def _pad_kernel(attrs, x, pads, value, axes):

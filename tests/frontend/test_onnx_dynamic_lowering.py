@@ -255,3 +255,14 @@ def test_cumsum_with_a_one_element_run_time_axis(axis_shape):
     # (ONNX says a 0-d axis; the reference evaluator rejects this form: NumPy is the oracle)
     expected = np.flip(np.cumsum(np.flip(X, 1), 1), 1)
     check_lowered(model, X, np.array([1], np.int64), ops=("dyn.cumsum",), rtol=1e-5, expected=[expected])
+
+
+def test_edge_padding_of_an_empty_axis_is_an_error():
+    node = helper.make_node("Pad", ["x", "pads"], ["y"], mode="edge")
+    model = make_model([node], [("x", F32, ["n", 2]), ("pads", I64, [4])], [("y", F32, None)])
+    mod, params = from_onnx(model)
+    vm = tv.vm.VirtualMachine(tv.vm.compile(mod, target="c", params=params))
+    with pytest.raises(ShapeError, match="no elements"):
+        vm.invoke("main", np.zeros((0, 2), np.float32), np.array([1, 0, 0, 0], np.int64))
+    with pytest.raises(ShapeError, match="no elements"):  # (cropped away, then padded)
+        vm.invoke("main", np.ones((2, 2), np.float32), np.array([1, 0, -2, 0], np.int64))
