@@ -392,7 +392,7 @@ def reduce_array(x: np.ndarray, axes: tuple, keepdims: bool, mode: str) -> np.nd
             with np.errstate(invalid="ignore", divide="ignore"):
                 out = total / dtype.type(count)
         else:
-            out = total // max(1, count)
+            out = np.sign(total) * (np.abs(total) // max(1, count))  # rounded toward 0, as mean is
     return np.asarray(out).astype(dtype)
 
 
@@ -438,7 +438,7 @@ def _reduce_compute(attrs, inputs, out_type):
             af = acc_float(dtype)
             result = compute(keep, lambda *i: cast(cast(total[i], af) / cast(count, af), dtype), f"{name}_mean")
         else:
-            result = compute(keep, lambda *i: E.floordiv(total[i], cast(E.maximum(count, 1), dtype)), f"{name}_mean")
+            result = compute(keep, lambda *i: E.truncdiv(total[i], cast(E.maximum(count, 1), dtype)), f"{name}_mean")
     elif acc != dtype:
         result = compute(keep, lambda *i: E.ne(total[i], 0), f"{name}_bool")
     return [result]

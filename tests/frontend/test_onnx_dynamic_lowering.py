@@ -266,3 +266,12 @@ def test_edge_padding_of_an_empty_axis_is_an_error():
         vm.invoke("main", np.zeros((0, 2), np.float32), np.array([1, 0, 0, 0], np.int64))
     with pytest.raises(ShapeError, match="no elements"):  # (cropped away, then padded)
         vm.invoke("main", np.ones((2, 2), np.float32), np.array([1, 0, -2, 0], np.int64))
+
+
+def test_integer_mean_over_run_time_axes_rounds_toward_zero():
+    """As the static ReduceMean (core mean) and ONNX's reference do."""
+    node = helper.make_node("ReduceMean", ["x", "axes"], ["y"], keepdims=0)
+    model = make_model([node], [("x", TensorProto.INT32, [2, 3]), ("axes", I64, [1])],
+                       [("y", TensorProto.INT32, None)])
+    x = np.array([[-3, -2, -2], [7, 1, 0]], np.int32)
+    check_lowered(model, x, np.array([1], np.int64), ops=("dyn.reduce",), expected=[np.array([-2, 2], np.int32)])
