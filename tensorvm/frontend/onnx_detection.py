@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..errors import TypeInferenceError
 from .onnx_context import converter
 
 
@@ -75,8 +76,34 @@ def unique_11(ctx, X, *, axis=None, sorted=1):  # noqa: A002
         out = ctx.call("unique", flat, is_sorted=bool(sorted), return_counts=True)
         values, *rest = (ctx.get_item(out, i) for i in range(4))
         return [values] + [ctx.cast(r, "int64") for r in rest]
-    out = ctx.call("onnx.unique", X, axis=axis, sorted=bool(sorted))
-    return [ctx.get_item(out, i) for i in range(4)]
+    if not -ctx.ndim(X) <= axis < ctx.ndim(X):
+        raise TypeInferenceError(f"Unique: axis {axis} is out of range for rank {ctx.ndim(X)}")
+    return _unique_slices(ctx, X, axis % ctx.ndim(X), bool(sorted))
+
+
+def _unique_slices(ctx, X, axis, is_sorted):
+    """Unique slices along ``axis`` as core ops: each slice (a row of ``rows``) gets as key the number of
+    slices lexicographically smaller than it, so equal slices share a key and the keys order the slices
+    as np.unique(axis=...) does; ``unique`` of the keys then gives the first occurrences, inverse indices
+    and counts. The pairwise comparison costs O(n^2 m) for n slices of m elements (ONNX Unique with an
+    axis runs on small tensors; the common form, without axis, is ``unique`` itself)."""
+    ndim = ctx.ndim(X)
+    perm = (axis,) + tuple(a for a in range(ndim) if a != axis)
+    moved = X if axis == 0 else ctx.call("transpose", X, axes=perm)
+    rows = ctx.call("reshape", moved, newshape=(0, -1))
+    a, b = ctx.call("expand_dims", rows, axis=1), ctx.call("expand_dims", rows, axis=0)  # (n, 1, m), (1, n, m)
+    differ = ctx.call("not_equal", a, b)
+    # The first differing element of each pair decides its order.
+    before = ctx.call("cumsum", ctx.cast(differ, "int32"), axis=2, exclusive=True)
+    first = ctx.call("logical_and", differ, ctx.call("equal", before, ctx.constant(np.array(0, np.int32))))
+    less = ctx.call("any", ctx.call("logical_and", first, ctx.call("less", a, b)), axis=2)  # less[i, j]: row i < row j
+    key = ctx.call("sum", ctx.cast(less, "int64"), axis=0)  # rows smaller than each row
+    out = ctx.call("unique", key, is_sorted=is_sorted, return_counts=True)
+    _, first_index, inverse, counts = (ctx.get_item(out, i) for i in range(4))
+    y = ctx.call("take", moved, first_index, axis=0)
+    if axis:
+        y = ctx.call("transpose", y, axes=tuple(int(i) for i in np.argsort(perm)))
+    return [y] + [ctx.cast(v, "int64") for v in (first_index, inverse, counts)]
 
 
 @converter("Compress", 9)

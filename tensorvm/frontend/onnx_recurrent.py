@@ -36,8 +36,9 @@ as graph inputs, ``sequence_lens``) is passed along as a parameter.
   them: by position in the activation list) are supported.
 
 **Fallback.** When the number of directions (``W``'s first dim) or ``hidden_size`` is not known at
-import time, the layer stays one opaque op (``nn.lstm`` / ``nn.gru`` / ``nn.rnn``, NumPy kernels)
-whose shape function handles any shape.
+import time, the layer stays one opaque op (``nn.lstm`` / ``nn.gru`` / ``nn.rnn``: NumPy kernels, and
+on target c one call of the C library function ``tv_recurrent``) whose shape function handles any
+shape.
 """
 
 from __future__ import annotations

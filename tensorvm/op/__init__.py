@@ -12,6 +12,7 @@ from . import (  # noqa: F401
     algorithm,
     annotation,
     creation,
+    dynamic,
     image,
     memory,
     nn,

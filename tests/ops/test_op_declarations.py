@@ -23,17 +23,6 @@ _DATA_SHAPED = "its output shape comes from input values (the compute must read 
 # The ops still without a compute or a library call, each with the reason: their case is a strict xfail,
 # so it fails as soon as the op gets one and its entry must go (issue 17: every op native on target c).
 PENDING = {
-    "nn.gru": "a recurrence over time steps: not written as a compute or a library call",
-    "nn.lstm": "a recurrence over time steps: not written as a compute or a library call",
-    "nn.rnn": "a recurrence over time steps: not written as a compute or a library call",
-    "onnx.cumsum": "a scan along a run-time axis: not written as a compute or a library call",
-    "onnx.dropout": "two outputs (the data and a mask): not written as a compute",
-    "onnx.one_hot": f"{_DATA_SHAPED}; the depth is a run-time tensor",
-    "onnx.pad": f"{_DATA_SHAPED}; the pads are a run-time tensor",
-    "onnx.reduce": f"{_DATA_SHAPED}; the axes are a run-time tensor",
-    "onnx.split": f"{_DATA_SHAPED}; the split sizes are a run-time tensor",
-    "onnx.unique": f"{_DATA_SHAPED}; needs a sort",
-    "onnx.unsqueeze": f"{_DATA_SHAPED}; the axes are a run-time tensor",
 }
 
 # The ops tensorvm declares (a test may register an op of its own, e.g. tests/test_text_format.py).
