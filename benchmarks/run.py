@@ -16,6 +16,7 @@ or a runtime failed unexpectedly (a feature that is not built yet is reported as
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime
 import importlib.metadata
 import json
@@ -291,6 +292,9 @@ def main(argv=None) -> int:
                         help="comma-separated model keys, or 'corpus' / 'suite' for the real-model corpus / the "
                              "original five (default: all)")
     parser.add_argument("--budget", type=float, default=None, help="seconds of timed calls per case and runtime")
+    parser.add_argument("--model-budget", type=float, default=None,
+                        help="seconds one runtime may spend on one corpus model per thread count (default 300; "
+                             "quick 180); over it, the worker and its children are killed and the row says timeout")
     parser.add_argument("--out", default=None, help="output prefix (default results/latest or results/quick)")
     parser.add_argument("--keep", action="store_true", help="keep the scratch directory (logs, outputs)")
     args = parser.parse_args(argv)
@@ -309,6 +313,8 @@ def main(argv=None) -> int:
         if unknown:
             parser.error(f"unknown model(s) {', '.join(sorted(unknown))}; known: {', '.join(g.key for g in groups)}")
         groups = [g for g in groups if g.key in wanted]
+    if args.model_budget is not None:
+        groups = [dataclasses.replace(g, budget_s=args.model_budget) if g.corpus else g for g in groups]
     out = Path(args.out) if args.out else HERE / "results" / ("quick" if args.quick else "latest")
     out.parent.mkdir(parents=True, exist_ok=True)
 
@@ -687,7 +693,7 @@ def corpus_markdown(report: dict, rows: list[dict]) -> list[str]:
         if row is worst:
             ratio = f"**{ratio}** (worst)"
         if row["ok"] is False:
-            ratio = f"**WRONG** {ratio}"
+            ratio = f"**WRONG**: {row['check_reason'][:120]}"
         compile_text = "—"
         if row["compile_cold_s"] is not None:
             cached = row["compile_cached_s"]

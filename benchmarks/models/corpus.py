@@ -11,6 +11,8 @@ runs the same weights whatever the initialisation does.
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import math
 import warnings
 from collections.abc import Callable
@@ -64,6 +66,16 @@ class OnnxModel:
     description: str = ""
     budget_s: float = BUDGET_S
     align: Callable | None = None  # ``ModelGroup.align``
+
+
+@functools.cache
+def source_stamp() -> str:
+    """A digest of the corpus's model definitions: part of the cached exports' directory name, so an
+    edited model is exported again."""
+    digest = hashlib.sha1()
+    for name in ("corpus.py", "vision.py", "vision_nets.py", "text.py"):
+        digest.update((Path(__file__).parent / name).read_bytes())
+    return digest.hexdigest()[:10]
 
 
 def seeded_module(model: OnnxModel, torch, seed: int = 0):
@@ -130,7 +142,7 @@ def onnx_group(model: OnnxModel, quick: bool = False, cases: tuple[Case, ...] | 
     return ModelGroup(
         key=model.key, title=model.title, unit=model.unit, cases=cases, runtimes=runtimes,
         reference=model.reference, atol=model.atol, rtol=model.rtol,
-        prepare=lambda directory: export(model, directory), artifact_key=f"corpus-{model.key}",
+        prepare=lambda directory: export(model, directory), artifact_key=f"corpus-{model.key}-{source_stamp()}",
         description=model.description or "ONNX export with dynamic axes; one tensorvm executable for every case",
         budget_s=budget, corpus=True, align=model.align)
 
@@ -158,18 +170,28 @@ def padding_mask(batch: int, length: int) -> np.ndarray:
     return mask
 
 
-def randomize_batch_norms(module, torch, seed: int = 0) -> None:
-    """Running statistics and affine weights of every BatchNorm drawn at random (fresh ones are the
-    identity, which would leave the normalisation untested)."""
+def randomize_batch_norms(module, torch, calibrate=None, seed: int = 0) -> None:
+    """Random affine weights for every BatchNorm and, with ``calibrate(module)`` (a forward pass on
+    sample inputs), running statistics measured on those inputs, as training leaves them. Fresh
+    statistics are the identity: with random convolution weights the activations then shrink layer by
+    layer until the deep features hardly depend on the input, and a detector's scores tie everywhere
+    (NMS and top-k orders become arbitrary)."""
     generator = torch.Generator().manual_seed(seed)
+    norms = [layer for layer in module.modules() if isinstance(layer, torch.nn.BatchNorm2d)]
     with torch.no_grad():
-        for layer in module.modules():
-            if isinstance(layer, torch.nn.BatchNorm2d):
-                n = layer.num_features
-                layer.running_mean.copy_(0.1 * torch.randn(n, generator=generator))
-                layer.running_var.copy_(0.5 + torch.rand(n, generator=generator))
-                layer.weight.copy_(0.5 + torch.rand(n, generator=generator))
-                layer.bias.copy_(0.1 * torch.randn(n, generator=generator))
+        for layer in norms:
+            n = layer.num_features
+            layer.weight.copy_(0.5 + torch.rand(n, generator=generator))
+            layer.bias.copy_(0.1 * torch.randn(n, generator=generator))
+            layer.running_mean.copy_(0.1 * torch.randn(n, generator=generator))
+            layer.running_var.copy_(0.5 + torch.rand(n, generator=generator))
+        if calibrate is not None:
+            for layer in norms:
+                layer.reset_running_stats()
+                layer.momentum = None  # a cumulative average over the calibration batches
+            module.train()
+            calibrate(module)
+            module.eval()
 
 
 def geometric_mean(values) -> float:

@@ -10,13 +10,20 @@ from .common import Case
 from .corpus import OnnxModel, images, onnx_group, randomize_batch_norms
 
 BATCHES = (1, 3, 8)
+SSD_LOGIT_SCALE = 12.0
+
+
+def _calibration(torch, size: int):
+    """A forward pass over random images of the benchmark's kind (for the BatchNorm statistics)."""
+    sample = torch.from_numpy(images("calibration", 4, size))
+    return lambda module: getattr(module, "features_only", module)(sample)
 
 
 def _resnet(torch):
     from .vision_nets import ResNet18
 
     module = ResNet18()
-    randomize_batch_norms(module, torch)
+    randomize_batch_norms(module, torch, _calibration(torch, 224))
     return module
 
 
@@ -24,7 +31,7 @@ def _mobilenet(torch):
     from .vision_nets import MobileNetV3Small
 
     module = MobileNetV3Small()
-    randomize_batch_norms(module, torch)
+    randomize_batch_norms(module, torch, _calibration(torch, 224))
     return module
 
 
@@ -32,12 +39,12 @@ def _ssd(torch):
     from .vision_nets import SSDLite320
 
     module = SSDLite320()
-    randomize_batch_norms(module, torch)
-    # Random class logits near zero give every class ~1/91 and ties everywhere; spread them as a trained
-    # head's are (a few classes likely per box), so the score threshold and NMS have work to do.
+    randomize_batch_norms(module, torch, _calibration(torch, 320))
+    # Random class logits near zero give every class ~1/91; spread them as a trained head's are (a few
+    # classes likely per box), so the score threshold and NMS have work to do.
     with torch.no_grad():
         for branch in module.classification.branches:
-            branch[1].weight.mul_(48.0)
+            branch[1].weight.mul_(SSD_LOGIT_SCALE)
     return module
 
 

@@ -267,14 +267,18 @@ class SSDLite320(nn.Module):
         boxes = torch.stack([cx - 0.5 * w, cy - 0.5 * h, cx + 0.5 * w, cy + 0.5 * h], -1)
         return torch.clamp(boxes, 0.0, float(self.IMAGE))
 
-    def forward(self, images):
+    def features_only(self, images):
+        """The class logits and box deltas of every anchor (no postprocessing)."""
         x = (images - 0.5) / 0.5
         c4 = self.stage1(x)
         features = [c4, self.stage2(c4)]
         for block in self.extras:
             features.append(block(features[-1]))
-        logits = self.classification(features)
-        boxes = self.decode(self.regression(features))
+        return self.classification(features), self.regression(features)
+
+    def forward(self, images):
+        logits, deltas = self.features_only(images)
+        boxes = self.decode(deltas)
         scores = torch.softmax(logits[0], -1)[:, 1:].t()  # (classes - 1, boxes): one image
         # per class the TOPK_CANDIDATES best boxes, then NMS per class (the classes as NMS's batch axis)
         candidates, index = torch.topk(scores, self.TOPK_CANDIDATES, dim=1)
