@@ -275,7 +275,7 @@ def _run_case(group, case, workers: dict, result: dict, settings: Settings, scra
 
 def _fail(entry: dict, err: harness.WorkerError, case) -> None:
     entry.update(status=err.status, message=f"{case.name}: {err.message}", detail=err.detail[-2000:])
-    _say(f"    {entry['label']}: error in {case.name}: {err.message}")
+    _say(f"    {entry['label']}: {err.status} in {case.name}: {err.message}")
 
 
 def _say(text: str) -> None:
