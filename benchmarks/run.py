@@ -607,6 +607,7 @@ def corpus_rows(report: dict) -> list[dict]:
                     entry = runtimes.get(key, {})
                     values = entry.get("cases", {}).get(case["name"], {})
                     row[f"{key}_ms"] = values["median"] * 1e3 if "median" in values else None
+                    row[f"{key}_noisy"] = values.get("spread", 0.0) > NOISY_SPREAD
                     if key == "tvm":
                         check = values.get("check", {})
                         row.update(ok=check.get("ok"), max_abs_err=check.get("max_abs_err"),
@@ -666,8 +667,8 @@ def corpus_summary_lines(rows: list[dict]) -> list[str]:
     return lines
 
 
-def _ms(value: float | None) -> str:
-    return "—" if value is None else _fmt_us(value * 1e3)
+def _ms(value: float | None, noisy: bool = False) -> str:
+    return "—" if value is None else _fmt_us(value * 1e3) + (" †" if noisy else "")
 
 
 def _err(value: float | None) -> str:
@@ -682,7 +683,9 @@ def corpus_markdown(report: dict, rows: list[dict]) -> list[str]:
              "median ms per call; ratio = tensorvm / ONNX Runtime (below 1 tensorvm is faster); error: tensorvm "
              "against ONNX Runtime, max |error| and max |error| / max |reference|; compile: cold (empty kernel "
              "cache) / cached (s). A runtime that spends more than the model's budget is killed with its "
-             "children and its row says where.", ""]
+             f"children and its row says where. † marks a noisy cell (interquartile range over {NOISY_SPREAD:.0%} "
+             f"of the median); the load average at the start was {report['meta'].get('load_start')} on "
+             f"{report['meta'].get('logical_cpus')} CPUs.", ""]
     for line in corpus_summary_lines(rows):
         lines.append("- " + line.removeprefix("corpus: "))
     lines += ["", "| model | case | threads | tensorvm | ONNX Runtime | PyTorch eager | ratio | max abs / rel error "
@@ -698,8 +701,8 @@ def corpus_markdown(report: dict, rows: list[dict]) -> list[str]:
         if row["compile_cold_s"] is not None:
             cached = row["compile_cached_s"]
             compile_text = f"{row['compile_cold_s']:.1f} / " + (f"{cached:.2f}" if cached is not None else "—")
-        lines.append(f"| {row['title']} | {row['case']} | {row['threads']} | {_ms(row['tvm_ms'])} | "
-                     f"{_ms(row['ort_ms'])} | {_ms(row['torch_ms'])} | {ratio} | "
+        lines.append(f"| {row['title']} | {row['case']} | {row['threads']} | {_ms(row['tvm_ms'], row['tvm_noisy'])} | "
+                     f"{_ms(row['ort_ms'], row['ort_noisy'])} | {_ms(row['torch_ms'], row['torch_noisy'])} | {ratio} | "
                      f"{_err(row['max_abs_err'])} / {_err(row['max_rel_err'])} | {compile_text} |")
     lines += ["", "### tensorvm executables (`exe.stats()`)", "",
               "| model | kernels | C kernels | NumPy fallbacks | VM instructions (most frequent) | C source (KB) "

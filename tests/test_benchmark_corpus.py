@@ -83,7 +83,7 @@ def _report(rows):
         runtimes["tvm"]["cases"][case] = {"median": tvm_ms / 1e3, "check": {"ok": True, "max_abs_err": 1e-6,
                                                                              "max_rel_err": 1e-7, "reason": ""}}
         runtimes["ort"]["cases"][case] = {"median": ort_ms / 1e3}
-    return {"groups": [
+    return {"meta": {"load_start": [0.1, 0.1, 0.1], "logical_cpus": 2}, "groups": [
         {"key": "suite-model", "corpus": False, "passes": {}, "cases": []},
         {"key": "m", "title": "model m", "corpus": True, "passes": passes,
          "cases": [{"name": "a", "label": "case a"}, {"name": "b", "label": "case b"}]}]}
