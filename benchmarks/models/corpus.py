@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import math
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -192,8 +191,3 @@ def randomize_batch_norms(module, torch, calibrate=None, seed: int = 0) -> None:
             module.train()
             calibrate(module)
             module.eval()
-
-
-def geometric_mean(values) -> float:
-    values = [v for v in values if v and v > 0 and math.isfinite(v)]
-    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else math.nan
