@@ -17,6 +17,9 @@ of trapping, ``floor_divide``/``floor_mod`` on floats reproduce NumPy's ``divmod
 propagate NaN, shifts outside ``[0, bits)`` give 0 or -1, float16 is computed in float and rounded after
 every operation. Parallel loops carry ``#pragma omp parallel for`` and vector loops ``#pragma omp simd``
 (ignored when the compiler runs without OpenMP).
+
+The hand-written helpers the kernels call are C files of ``codegen/lib`` (``tv_kernel.h``, ``tv_gemm.h``,
+``tv_python.h`` and the library functions of ops), whose text each translation unit includes.
 """
 
 from __future__ import annotations
