@@ -1,6 +1,6 @@
-"""The hand-written C of the package (codegen/lib/*.h, vm/native/fastcall.c) compiles warning-free with
-``-Wall -Wextra -Werror`` in each configuration it is built in, is what the code generator emits, and is
-installed with the package."""
+"""The hand-written C of the package (codegen/lib/*.h, codegen/probes/*.c, vm/native/fastcall.c) compiles
+warning-free with ``-Wall -Wextra -Werror`` in each configuration it is built in, is what the code
+generator emits, and is installed with the package."""
 
 from __future__ import annotations
 
@@ -104,6 +104,15 @@ def test_fastcall_extension_compiles_warning_free(tmp_path):
 
 def test_python_wrapper_helpers_compile_warning_free(tmp_path):
     _compile(tmp_path, LIBRARY_DIR / "tv_python.h", ["-std=gnu11", "-O2", "-fPIC", f"-I{_python_include()}"])
+
+
+@pytest.mark.parametrize("probe", ["if_conversion.c", "vector_math.c"])
+def test_toolchain_probes_compile_warning_free(tmp_path, probe):
+    """As the toolchain probe builds them (with OpenMP when the compiler has it)."""
+    probes = Path(c_emit.__file__).parent / "probes"
+    flags = ["-std=gnu11", "-O3", "-fPIC", "-DTV_VECTOR_MATH", f"-I{LIBRARY_DIR}"]
+    flags += ["-fopenmp"] if _accepted(tmp_path, ["-fopenmp"]) else _OPENMP["no-openmp"]
+    _compile(tmp_path, probes / probe, flags)
 
 
 def test_generated_text_is_the_files_text():
