@@ -91,7 +91,7 @@ def worker(args) -> None:
         path = Path(args.artifacts) / f"{kind}.onnx"
         start = time.perf_counter()
         mod, params = tv.frontend.from_onnx(onnx.load(str(path)))
-        exe = tv.vm.compile(mod, target="c", params=params or None)
+        exe = tv.vm.compile(mod, target="c", params=params or None, exec_mode=args.exec_mode)
         compile_s = time.perf_counter() - start
         vm = tv.vm.VirtualMachine(exe)
         options = ort.SessionOptions()
@@ -145,6 +145,8 @@ def main() -> None:
     parser.add_argument("--models", nargs="+", default=list(MODELS), choices=list(MODELS))
     parser.add_argument("--quick", action="store_true", help="one shape per model")
     parser.add_argument("--profile", action="store_true", help="print the VM profile of one call per shape")
+    parser.add_argument("--exec-mode", default="bytecode", choices=["bytecode", "compiled"],
+                        help="the VM's execution mode")
     parser.add_argument("--source", default=str(ROOT),
                         help="the checkout whose tensorvm is measured (default: this one; to compare two)")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
@@ -162,7 +164,7 @@ def main() -> None:
             env = dict(os.environ, PYTHONPATH=args.source + os.pathsep + os.environ.get("PYTHONPATH", ""))
             env.update({name: str(threads) for name in THREAD_VARIABLES})
             command = [sys.executable, __file__, "--worker", "--artifacts", tmp, "--threads", str(threads),
-                       "--rounds", str(args.rounds), "--models", *args.models] + \
+                       "--rounds", str(args.rounds), "--exec-mode", args.exec_mode, "--models", *args.models] + \
                       (["--quick"] if args.quick else []) + (["--profile"] if args.profile else [])
             out = subprocess.run(command, env=env, check=True, capture_output=not args.profile, text=True)
             if not args.profile:
