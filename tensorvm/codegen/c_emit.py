@@ -110,8 +110,10 @@ __attribute__((weak)) int32_t tv_set_num_threads(int32_t n) {
   omp_set_num_threads(n > 0 ? n : omp_get_num_procs());
   return 0;
 }
+__attribute__((weak)) int32_t tv_get_num_threads(void) { return omp_get_max_threads(); }
 #else
 __attribute__((weak)) int32_t tv_set_num_threads(int32_t n) { (void)n; return 1; }
+__attribute__((weak)) int32_t tv_get_num_threads(void) { return 1; }
 #endif
 
 static inline void tv_fail(int32_t* err, int32_t code) { __atomic_store_n(err, code, __ATOMIC_RELAXED); }
@@ -939,13 +941,14 @@ _C_KEYWORDS |= set(_FLOAT_FUNCS.values()) | {f + "f" for f in _FLOAT_FUNCS.value
 def prelude(static_functions: bool = False, products: bool = True) -> str:
     """The helper definitions every kernel needs (``PRELUDE``, and ``BLAS_BRIDGE`` for kernels that call
     BLAS; ``products=False`` leaves out its register-tiled products and direct convolution, for units whose
-    kernels call none). With ``static_functions`` the one exported helper, ``tv_set_num_threads``, is
+    kernels call none). With ``static_functions`` the exported helpers, ``tv_set/get_num_threads``, are
     ``static inline`` too and there is no BLAS bridge, so that a translation unit exports nothing but its
     kernels and needs no host library (the AOT flow)."""
     if not static_functions:
         return ("#define TV_PACKED_KERNELS\n" if products else "") + PRELUDE + BLAS_BRIDGE
     return PRELUDE.replace("__attribute__((weak)) int32_t tv_set_num_threads",
-                           "static inline int32_t tv_set_num_threads")
+                           "static inline int32_t tv_set_num_threads").replace(
+        "__attribute__((weak)) int32_t tv_get_num_threads", "static inline int32_t tv_get_num_threads")
 
 
 @dataclass(frozen=True)
