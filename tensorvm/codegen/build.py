@@ -54,7 +54,8 @@ from ..errors import UnsupportedError
 from . import blas
 
 __all__ = [
-    "CompilerError", "Toolchain", "BuildInfo", "Library", "find_toolchain", "have_compiler", "cache_dir", "build_library",
+    "CompilerError", "Toolchain", "BuildInfo", "Library", "find_toolchain", "have_compiler", "default_target",
+    "default_target_reason", "cache_dir", "build_library",
     "build_stats", "reset_toolchain", "set_num_threads", "get_num_threads", "available_cores", "kernel_threads",
     "library_threads", "record_library", "verified_library",
 ]
@@ -268,6 +269,31 @@ def have_compiler() -> bool:
     except CompilerError:
         return False
     return True
+
+
+def default_target() -> str:
+    """The target ``tv.vm.compile``, ``create_executor`` and ``tensorvm compile`` use when given none: "c"
+    (generated C kernels) when a C compiler that can build kernels is found, else "python" (NumPy
+    kernels); ``$TENSORVM_TARGET`` (``c`` or ``python``) overrides it. ``default_target_reason()`` says why."""
+    return _default_target()[0]
+
+
+def default_target_reason() -> str:
+    """Why ``default_target()`` is what it is (the compiler found, or why none could be used)."""
+    return _default_target()[1]
+
+
+def _default_target() -> tuple[str, str]:
+    chosen = os.environ.get("TENSORVM_TARGET", "").strip().lower()
+    if chosen in ("c", "python"):
+        return chosen, f"$TENSORVM_TARGET is {chosen!r}"
+    if chosen:
+        raise UnsupportedError(f"$TENSORVM_TARGET must be 'c' or 'python', got {chosen!r}")
+    try:
+        toolchain = find_toolchain()
+    except CompilerError as err:
+        return "python", f"no usable C compiler: {str(err).splitlines()[0]}"
+    return "c", f"C compiler {toolchain.compiler} found"
 
 
 def _probe() -> Toolchain:
