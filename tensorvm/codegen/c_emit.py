@@ -106,11 +106,16 @@ double erf(double) TV_SIMD; double pow(double, double) TV_SIMD;
 /* Exported once per library (weak: a library may be linked from several translation units). */
 #ifdef _OPENMP
 #include <omp.h>
+/* The thread budget, read by every parallel region (0: OpenMP's default). omp_set_num_threads alone would
+   set it for the calling thread only, and kernels run on whichever thread calls them. */
+__attribute__((weak, visibility("hidden"))) int32_t tv_num_threads;
 __attribute__((weak)) int32_t tv_set_num_threads(int32_t n) {
-  omp_set_num_threads(n > 0 ? n : omp_get_num_procs());
+  tv_num_threads = n > 0 ? n : omp_get_num_procs();
+  omp_set_num_threads(tv_num_threads);
   return 0;
 }
-__attribute__((weak)) int32_t tv_get_num_threads(void) { return omp_get_max_threads(); }
+static inline int tv_threads(void) { return tv_num_threads > 0 ? tv_num_threads : omp_get_max_threads(); }
+__attribute__((weak)) int32_t tv_get_num_threads(void) { return tv_threads(); }
 #else
 __attribute__((weak)) int32_t tv_set_num_threads(int32_t n) { (void)n; return 1; }
 __attribute__((weak)) int32_t tv_get_num_threads(void) { return 1; }
@@ -238,7 +243,7 @@ static inline float tv_exp_nonpositive_f32(float x) {
    kernel. Rows run in parallel from 65536 elements, as generated loops do. */
 __attribute__((unused)) static int32_t tv_softmax_f32(int64_t rows, int64_t n, const float* restrict x,
                                                       float* restrict y, int64_t log_softmax) {
-  #pragma omp parallel for schedule(static) if(rows * n >= 65536)
+  #pragma omp parallel for schedule(static) num_threads(tv_threads()) if(rows * n >= 65536)
   for (int64_t i = 0; i < rows; ++i) {
     const float* restrict row = x + i * n;
     float* restrict result = y + i * n;
@@ -303,7 +308,7 @@ __attribute__((weak)) int32_t tv_set_blas(void* sgemm, void* dgemm, void* sgemv,
 }
 
 #ifdef _OPENMP
-static inline int tv_omp_max_threads(void) { return omp_get_max_threads(); }
+static inline int tv_omp_max_threads(void) { return tv_threads(); }
 static inline int tv_omp_in_parallel(void) { return omp_in_parallel(); }
 static inline int tv_omp_thread(void) { return omp_get_thread_num(); }
 static inline int tv_omp_team(void) { return omp_get_num_threads(); }
@@ -452,7 +457,7 @@ TV_GEMM(float, f32) TV_GEMM(double, f64)
                             int64_t kh, int64_t kw, int64_t sh, int64_t sw, int64_t dh, int64_t dw,  \
                             int64_t pt, int64_t pl, T* col) {                                        \
     const int64_t rows = c * kh * kw;                                                              \
-    _Pragma("omp parallel for schedule(static) if(rows * oh * ow >= 65536)")                       \
+    _Pragma("omp parallel for schedule(static) num_threads(tv_threads()) if(rows * oh * ow >= 65536)") \
     for (int64_t r = 0; r < rows; ++r) {                                                           \
       const int64_t ci = r / (kh * kw), ki = (r / kw) % kh, kj = r % kw;                          \
       const T* src = x + ci * h * w;                                                               \
@@ -818,7 +823,7 @@ __attribute__((unused)) static int32_t tv_conv2d_direct_f32(int64_t n, int64_t c
     /* channel blocks vary fastest: neighbouring tiles read the same input rows (kept in L1), and each
        thread's share of the static schedule has every channel block (blocks of 6 and 4 differ in work) */
     const int64_t oblocks = sixes + fours;
-    _Pragma("omp parallel for schedule(static) if(parallel)")
+    _Pragma("omp parallel for schedule(static) num_threads(tv_threads()) if(parallel)")
     for (int64_t t = 0; t < tiles; ++t) {
       const int64_t ob = t % oblocks, xb = (t / oblocks) % xblocks, yb = t / (oblocks * xblocks);
       if (ob < sixes)
@@ -948,7 +953,8 @@ def prelude(static_functions: bool = False, products: bool = True) -> str:
         return ("#define TV_PACKED_KERNELS\n" if products else "") + PRELUDE + BLAS_BRIDGE
     return PRELUDE.replace("__attribute__((weak)) int32_t tv_set_num_threads",
                            "static inline int32_t tv_set_num_threads").replace(
-        "__attribute__((weak)) int32_t tv_get_num_threads", "static inline int32_t tv_get_num_threads")
+        "__attribute__((weak)) int32_t tv_get_num_threads", "static inline int32_t tv_get_num_threads").replace(
+        '__attribute__((weak, visibility("hidden"))) int32_t tv_num_threads', "static int32_t tv_num_threads")
 
 
 @dataclass(frozen=True)
@@ -1316,7 +1322,8 @@ class _Emitter:
         i = self.name(s.loop_var, s.loop_var.name)
         extent = self.expr(s.extent)
         if s.kind == PARALLEL and parallel:
-            self.pragma(depth, "#pragma omp parallel for schedule(static)", self.options.parallel_guard)
+            self.pragma(depth, "#pragma omp parallel for schedule(static) num_threads(tv_threads())",
+                        self.options.parallel_guard)
         elif s.kind == VECTORIZED:
             clause = "".join(f" reduction({op}:{self.name(buf, buf.name)})" for op, buf in s.reductions)
             self.pragma(depth, f"#pragma omp simd{clause}", self.options.simd_guard)

@@ -4,9 +4,11 @@ threads sleep unless the user chose a wait policy."""
 
 from __future__ import annotations
 
+import ctypes
 import os
 import subprocess
 import sys
+import threading
 
 import numpy as np
 import pytest
@@ -48,6 +50,38 @@ def test_the_setting_reaches_the_kernels_of_libraries_loaded_before_and_after(re
     assert after.stats()["kernel_library"]["threads"] == threads
     x = np.linspace(-2, 2, 24, dtype="float32").reshape(3, 8)
     np.testing.assert_array_equal(tv.vm.VirtualMachine(before).invoke("main", x).numpy(), np.maximum(x + 1, 0))
+
+
+TEAM_SIZE = r"""
+int32_t tv_team_size(void) {  /* how many threads a parallel region of a kernel gets now */
+  int32_t team = 1;
+#ifdef _OPENMP
+  #pragma omp parallel num_threads(tv_threads())
+  {
+    #pragma omp single
+    team = omp_get_num_threads();
+  }
+#endif
+  return team;
+}
+"""
+
+
+@needs_openmp
+@pytest.mark.parametrize("threads", [1, 3])
+def test_kernels_called_from_any_python_thread_get_the_budget(restore_threads, threads):
+    """omp_set_num_threads sets the calling thread's count only: the budget is the library's own."""
+    from tensorvm.codegen.c_emit import prelude
+
+    library = build.build_library(prelude(products=False) + TEAM_SIZE)
+    team_size = library._cdll.tv_team_size
+    team_size.restype, team_size.argtypes = ctypes.c_int32, []
+    tv.set_num_threads(threads)
+    seen = []
+    worker = threading.Thread(target=lambda: seen.extend([team_size(), build.library_threads(library)]))
+    worker.start()
+    worker.join()
+    assert seen == [threads, threads] and team_size() == threads
 
 
 @needs_cc
