@@ -26,7 +26,9 @@ for the cores. Idle OpenMP threads sleep (``OMP_WAIT_POLICY=passive`` is set bef
 loads, unless ``$OMP_WAIT_POLICY`` or ``$GOMP_SPINCOUNT`` is already set): libgomp's default spinning
 made every thread look CPU-bound to the scheduler, so with another process on one of the cores each
 fork-join waited for a time slice (2 threads, a 4-layer 512-wide MLP at batch 32 on a loaded 2-core
-machine: 13-17 ms per call spinning, 0.9 ms sleeping; ``benchmarks/threads_under_load.py``).
+machine: 7-17 ms per call spinning, 0.9-1.8 ms sleeping; ``benchmarks/threads_under_load.py``). The count
+is each library's own (``tv_num_threads`` in the prelude): ``omp_set_num_threads`` would set it for the
+calling thread only, and kernels run on whichever Python thread calls them.
 """
 
 from __future__ import annotations
