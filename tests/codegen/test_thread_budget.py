@@ -125,3 +125,15 @@ def test_environment_variable_sets_the_initial_budget():
     code = "import tensorvm as tv; print(tv.get_num_threads())"
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
     assert out.strip() == "3"
+
+
+@needs_openmp
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="CPU affinity is a Linux call")
+def test_a_process_pinned_to_one_core_runs_its_kernels_on_one_thread():
+    env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "TENSORVM_NUM_THREADS")}
+    code = ("import os; os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})\n"
+            "import tensorvm as tv\n"
+            f"exe = tv.vm.compile(tv.parse({SOURCE!r}), target='c')\n"
+            "print(tv.get_num_threads(), exe.stats()['kernel_library']['threads'])")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["1", "1"]
