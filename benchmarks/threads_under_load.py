@@ -1,9 +1,10 @@
 """Kernel threads with and without other work on the machine, beside ONNX Runtime in the same run.
 
     .venv/bin/python benchmarks/threads_under_load.py [--threads 1,2] [--calls 200] [--rounds 5]
-        [--models mlp-b1,mlp-b32,attention-b1]
+        [--models mlp-b1,mlp-b32,attention-b1[,bert-small]]
 
-Each model is one ONNX file (built here with ``onnx.helper``, random weights, nothing downloaded) that
+Each model is one ONNX file (built here with ``onnx.helper``, or for ``bert-small`` exported from PyTorch
+as ``benchmarks/models/bert.py`` does, 16 tokens; random weights, nothing downloaded) that
 both runtimes load: tensorvm compiles it for target "c", ONNX Runtime runs it with its CPU provider.
 For each thread count (``tv.set_num_threads`` and ORT's ``intra_op_num_threads``) the two runtimes are
 timed alternately in rounds (so that a change in the machine's load hits both), first on the machine as
@@ -96,9 +97,20 @@ MODELS = {
 }
 
 
+def _bert_small(directory: Path, length: int = 16):
+    """BERT small (4 layers x 256, random weights) exported from PyTorch, as the benchmark suite does."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from models import bert
+
+    bert.export(bert.CONFIGS["bert-small"], directory, "bert-small")
+    return directory / "bert-small.onnx", {"input_ids": bert.make_input_ids(length)}
+
+
 def _onnx_file(name: str, directory: Path):
     from onnx import helper
 
+    if name == "bert-small":  # (needs PyTorch and transformers)
+        return _bert_small(directory)
     graph, inputs = MODELS[name]()
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8
