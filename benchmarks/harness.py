@@ -336,21 +336,23 @@ def _cpu_ns(pid: int) -> int | None:
     return total
 
 
-def wait_until_idle(pid: int, window_s: float = IDLE_WINDOW_S, limit_s: float = IDLE_LIMIT_S) -> float:
+def wait_until_idle(pid: int, window_s: float = IDLE_WINDOW_S, limit_s: float = IDLE_LIMIT_S, *,
+                    cpu_ns=_cpu_ns, clock=time.perf_counter, sleep=time.sleep) -> float:
     """Return once process ``pid`` used under ``IDLE_SHARE`` of a CPU over ``window_s`` (its thread pools
-    stopped spinning), or after ``limit_s``; returns the seconds waited."""
-    start = time.perf_counter()
-    last = _cpu_ns(pid)
+    stopped spinning), or after ``limit_s``; returns the seconds waited. (``cpu_ns``, ``clock`` and
+    ``sleep`` are replaceable, so that tests need not depend on how a loaded machine schedules.)"""
+    start = clock()
+    last = cpu_ns(pid)
     if last is None:
-        time.sleep(SWITCH_PAUSE_S)
-        return time.perf_counter() - start
-    while time.perf_counter() - start < limit_s:
-        time.sleep(window_s)
-        now = _cpu_ns(pid)
+        sleep(SWITCH_PAUSE_S)
+        return clock() - start
+    while clock() - start < limit_s:
+        sleep(window_s)
+        now = cpu_ns(pid)
         if now is None or now - last < IDLE_SHARE * window_s * 1e9:
             break
         last = now
-    return time.perf_counter() - start
+    return clock() - start
 
 
 def interleaved_timing(workers: dict, case: str, reps: dict, rounds: int, warmup: dict,

@@ -42,6 +42,8 @@ _LAZY = {
     "frontend": ("tensorvm.frontend", None),
     "te": ("tensorvm.te", None),
     "codegen": ("tensorvm.codegen", None),
+    "set_num_threads": ("tensorvm.codegen.build", "set_num_threads"),
+    "get_num_threads": ("tensorvm.codegen.build", "get_num_threads"),
     "prelude": ("tensorvm.prelude", None),
     "structural_equal": ("tensorvm.ir.structural", "structural_equal"),
     "structural_hash": ("tensorvm.ir.structural", "structural_hash"),

@@ -1,6 +1,6 @@
 """The ``tensorvm`` command: compile a model to an executable file, run it, inspect it, benchmark it.
 
-    tensorvm compile model.onnx -o model.tvx [--target c|python] [--shape input=1,?,128]
+    tensorvm compile model.onnx -o model.tvx [--target c|python] [--shape input=1,?,128] [--threads N]
     tensorvm run model.tvx --input x=x.npy [--output out.npz]
     tensorvm inspect model.tvx [--bytecode] [--kernels]
     tensorvm bench model.tvx --input x=x.npy [--repeat 20]
@@ -9,7 +9,9 @@
 ``ops`` reports the parts of every registered operator (see docs/ops.md). ``compile`` reads ONNX
 (``.onnx``) or Relay text (any other file). Inputs are ``.npy`` files (or
 ``name=file.npz`` holding an array of that name). Progress goes to stderr; an error is one line
-``tensorvm: error: ...`` and a non-zero exit status, never a traceback.
+``tensorvm: error: ...`` and a non-zero exit status, never a traceback. ``--threads N`` (every command)
+sets the thread budget of the kernels and BLAS (``tv.set_num_threads``; default: the cores the process may
+use). ``compile``'s default target is "c" when a C compiler is found, else "python".
 """
 
 from __future__ import annotations
@@ -179,6 +181,11 @@ def cmd_compile(args, progress: Progress) -> int:
         progress.stage(f"parsing {args.model}")
         with open(args.model, encoding="utf-8") as f:
             mod = parse(f.read())
+    if args.target is None:
+        from .codegen.build import default_target, default_target_reason
+
+        args.target = default_target()
+        progress.stage(f"target {args.target!r} by default ({default_target_reason()})")
     progress.stage(f"compiling for target {args.target!r} (opt level {args.opt_level})")
     exe = vm.compile(mod, target=args.target, params=params, opt_level=args.opt_level)
     output = args.output or os.path.splitext(args.model)[0] + ".tvx"
@@ -279,18 +286,27 @@ def cmd_ops(args, progress: Progress) -> int:
     return 0
 
 
+def _thread_count(text: str) -> int:
+    if not text.strip().isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return int(text)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="tensorvm", description="Compile and run dynamic ML models.")
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("-q", "--quiet", action="store_true", default=argparse.SUPPRESS,
                         help="no progress lines on stderr")
+    common.add_argument("--threads", type=_thread_count, metavar="N",
+                        help="threads for kernels and BLAS (default: the cores this process may use)")
     parser.add_argument("-q", "--quiet", action="store_true", help="no progress lines on stderr")
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("compile", parents=[common], help="compile an ONNX model (or Relay text) to an executable file")
     p.add_argument("model")
     p.add_argument("-o", "--output", help="the executable to write (default: the model's name with .tvx)")
-    p.add_argument("--target", choices=("python", "c"), default="python")
+    p.add_argument("--target", choices=("python", "c"), default=None,
+                   help='kernels in generated C or NumPy (default: "c" when a C compiler is found)')
     p.add_argument("--shape", action="append", metavar="NAME=D1,D2,...",
                    help="override an input's shape: ints, ? for unknown, a name for a symbolic dim")
     p.add_argument("--opt-level", type=int, default=3)
@@ -330,6 +346,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     progress = Progress(enabled=not args.quiet)
     try:
+        if getattr(args, "threads", None) is not None:
+            from .codegen.build import set_num_threads
+
+            set_num_threads(args.threads)
         return args.run(args, progress)
     except (CliError, TensorVMError, OSError, ValueError, TypeError, KeyError) as err:
         progress.done()

@@ -30,14 +30,20 @@ __all__ = ["create_executor", "Executor", "DebugExecutor", "VMExecutor", "to_use
 EXECUTOR_KINDS = ("debug", "vm", "graph", "aot")
 
 
-def create_executor(kind: str = "debug", mod: IRModule | None = None, device=None, target: str = "python",
+def create_executor(kind: str = "debug", mod: IRModule | None = None, device=None, target: str | None = None,
                     params: dict | None = None) -> Executor:
-    """An executor of ``kind`` for ``mod``. ``device`` is accepted for API compatibility (CPU only)."""
+    """An executor of ``kind`` for ``mod``. ``device`` is accepted for API compatibility (CPU only).
+    ``target`` (for "vm" and "graph"): "c" or "python"; by default "c" when a C compiler is found
+    (``tensorvm.codegen.build.default_target``)."""
     mod = mod if mod is not None else IRModule()
     if not isinstance(mod, IRModule):
         raise TypeError(f"create_executor expects an IRModule, got {type(mod).__name__}")
     if kind == "debug":
         return DebugExecutor(mod, params)
+    if target is None and kind in ("vm", "graph"):
+        from .codegen.build import default_target
+
+        target = default_target()
     if kind == "vm":
         return VMExecutor(mod, target, params)
     if kind == "graph":

@@ -178,23 +178,47 @@ def test_summary_statistics_match_numpy(samples):
     assert stats["n"] == len(samples)
 
 
-@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="per-thread CPU time comes from Linux /proc")
-def test_switching_waits_for_a_spinning_worker_and_not_for_an_idle_one():
+class _FakeProcess:
+    """A process whose CPU time grows by ``share`` of a CPU per second of a fake clock that only
+    ``sleep`` advances: the idle wait's decisions without the machine's scheduling in them."""
+
+    def __init__(self, share: float):
+        self.share, self.now = share, 0.0
+
+    def clock(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float):
+        self.now += seconds
+
+    def cpu_ns(self, pid) -> int:
+        return int(self.share * self.now * 1e9)
+
+
+@pytest.mark.parametrize("share, waited", [(1.0, 0.5), (harness.IDLE_SHARE * 2, 0.5), (0.0, 0.1),
+                                           (harness.IDLE_SHARE / 2, 0.1)])
+def test_switching_waits_for_a_spinning_worker_and_not_for_an_idle_one(share, waited):
     """The harness's pause between workers: a process that keeps a CPU busy is waited for up to the
-    limit; a sleeping one ends the wait after one window."""
+    limit; an idle one ends the wait after one window (a fake clock: no timing in the test)."""
+    process = _FakeProcess(share)
+    assert harness.wait_until_idle(1, window_s=0.1, limit_s=0.5, cpu_ns=process.cpu_ns, clock=process.clock,
+                                   sleep=process.sleep) == pytest.approx(waited)
+
+
+def test_a_gone_process_ends_the_wait_after_the_switch_pause():
+    clock = _FakeProcess(0.0)
+    assert harness.wait_until_idle(1, cpu_ns=lambda pid: None, clock=clock.clock,
+                                   sleep=clock.sleep) == pytest.approx(harness.SWITCH_PAUSE_S)
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="per-thread CPU time comes from Linux /proc")
+def test_cpu_time_is_read_from_a_live_process_and_not_from_a_gone_one():
     import subprocess
 
-    busy = subprocess.Popen([sys.executable, "-c", "while True: pass"])
-    idle = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
     try:
-        assert harness._cpu_ns(busy.pid) is not None
-        # windows of 0.1 s: with other work on the machine a spinner still gets most of a core over
-        # that long, while in 0.01 s it may not be scheduled at all (and read as idle)
-        assert harness.wait_until_idle(busy.pid, window_s=0.1, limit_s=0.5) >= 0.5
-        assert harness.wait_until_idle(idle.pid, window_s=0.01, limit_s=5.0) < 2.5
+        assert isinstance(harness._cpu_ns(child.pid), int)
     finally:
-        busy.kill()
-        idle.kill()
-        busy.wait()
-        idle.wait()
-    assert harness._cpu_ns(busy.pid) is None  # gone: no CPU time to read
+        child.kill()
+        child.wait()
+    assert harness._cpu_ns(child.pid) is None  # gone: no CPU time to read

@@ -10,6 +10,8 @@ import numpy as np
 import pytest
 
 from tensorvm.cli import main, parse_shape
+from tensorvm.codegen import build
+from tensorvm.codegen.build import default_target
 from tensorvm.ir.types import Any, SymDim
 
 RELAY = """
@@ -75,7 +77,8 @@ def test_compile_an_onnx_model_with_a_shape_override(tmp_path, capsys):
     exe = tmp_path / "m.tvx"
     assert main(["compile", str(path), "-o", str(exe), "--shape", "input=?,4"]) == 0
     err = capsys.readouterr().err
-    assert "importing" in err and "compiling for target 'python'" in err  # progress lines
+    assert "importing" in err and f"compiling for target '{default_target()}'" in err  # progress lines
+    assert "by default" in err
     x = np.random.default_rng(0).standard_normal((5, 4)).astype("float32")
     np.savez(tmp_path / "inputs.npz", input=x)
     out_file = tmp_path / "o.npz"
@@ -129,6 +132,44 @@ def test_compile_for_target_c(relay_model, tmp_path, capsys):
                  "--output", str(out_file)]) == 0
     with np.load(out_file) as saved:
         np.testing.assert_allclose(saved["output_0"], np.full((4, 3), 9, "float32"))
+
+
+@pytest.fixture
+def restore_threads():
+    previous = build._NUM_THREADS[0]
+    yield
+    build.set_num_threads(previous)
+
+
+@pytest.mark.skipif(__import__("shutil").which("cc") is None, reason="target c needs a C compiler")
+@pytest.mark.parametrize("threads", [1, 2])
+def test_threads_option_sets_the_budget_the_kernels_use(relay_model, tmp_path, capsys, restore_threads, threads):
+    exe = tmp_path / "model_c.tvx"
+    assert main(["compile", str(relay_model), "-o", str(exe), "--target", "c", "-q", "--threads", str(threads)]) == 0
+    assert build.get_num_threads() == threads
+    other = 3 - threads
+    assert main(["inspect", str(exe), "--threads", str(other)]) == 0
+    assert build.get_num_threads() == other
+    if build.find_toolchain().openmp:  # the loaded library reports what its OpenMP loops use
+        assert f"{other} thread(s)" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("bad", ["0", "-2", "two"])
+def test_threads_option_rejects_a_non_positive_count(relay_model, capsys, bad):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["run", str(relay_model), "--threads", bad])
+    assert exit_info.value.code == 2 and "positive integer" in capsys.readouterr().err
+
+
+def test_compile_without_a_compiler_defaults_to_python(relay_model, tmp_path, capsys, monkeypatch):
+    def no_compiler():
+        raise build.CompilerError("codegen: no C compiler found (looked for 'nocc')")
+
+    monkeypatch.delenv("TENSORVM_TARGET", raising=False)
+    monkeypatch.setattr(build, "find_toolchain", no_compiler)
+    assert main(["compile", str(relay_model), "-o", str(tmp_path / "m.tvx")]) == 0
+    captured = capsys.readouterr()
+    assert "target python" in captured.out and "no usable C compiler" in captured.err
 
 
 def test_ops_reports_every_op_and_its_parts(capsys):

@@ -12,7 +12,16 @@ function, and external ones (BLAS through NumPy for large matrix products).
 
 from __future__ import annotations
 
-from .build import BuildInfo, CompilerError, build_stats, find_toolchain, set_num_threads  # noqa: F401
+from .build import (  # noqa: F401
+    BuildInfo,
+    CompilerError,
+    build_stats,
+    default_target,
+    default_target_reason,
+    find_toolchain,
+    get_num_threads,
+    set_num_threads,
+)
 from .fused import FusedKernel, build_fused_kernel, build_fused_module, lower_primitive  # noqa: F401
 from .lower import lower  # noqa: F401
 from .module import CompiledModule, KernelFunction, build_module  # noqa: F401

@@ -18,11 +18,17 @@ the cache and how long compiling took; ``build_stats()`` sums this over the proc
 A missing or failing compiler raises ``CompilerError`` (an ``UnsupportedError``) with the compiler's
 output and a hint to use target "python".
 
-Threads: the kernels' parallel loops use one thread per core, or ``$TENSORVM_NUM_THREADS``, or what
-``set_num_threads`` says. OpenMP's idle threads keep libgomp's default spinning: BLAS runs on the
-kernels' own threads (``blas.py``), so no second pool competes for the cores, and a short spin made
-back-to-back kernels wait for sleeping workers (measured at 2 threads: an MLP at batch 1 36 us with the
-default, 40 us to over 1 ms with ``GOMP_SPINCOUNT=10000``).
+Threads: one budget, ``set_num_threads(n)`` (initially ``$TENSORVM_NUM_THREADS``, else the first value
+of ``$OMP_NUM_THREADS``, else the cores this process may run on, ``os.sched_getaffinity``), shared by the
+kernels' OpenMP loops and the host BLAS: NumPy's OpenBLAS gets the same count, and a kernel that calls
+BLAS inside its own parallel split calls it single-threaded (``c_emit``), so no second pool competes
+for the cores. Idle OpenMP threads sleep (``OMP_WAIT_POLICY=passive`` is set before the OpenMP runtime
+loads, unless ``$OMP_WAIT_POLICY`` or ``$GOMP_SPINCOUNT`` is already set): libgomp's default spinning
+made every thread look CPU-bound to the scheduler, so with another process on one of the cores each
+fork-join waited for a time slice (2 threads, a 4-layer 512-wide MLP at batch 32 on a loaded 2-core
+machine: 7-17 ms per call spinning, 0.9-1.8 ms sleeping; ``benchmarks/threads_under_load.py``). The count
+is each library's own (``tv_num_threads`` in the prelude): ``omp_set_num_threads`` would set it for the
+calling thread only, and kernels run on whichever Python thread calls them.
 """
 
 from __future__ import annotations
@@ -50,8 +56,10 @@ from ..errors import UnsupportedError
 from . import blas
 
 __all__ = [
-    "CompilerError", "Toolchain", "BuildInfo", "Library", "find_toolchain", "have_compiler", "cache_dir", "build_library",
-    "build_stats", "reset_toolchain", "set_num_threads", "kernel_threads", "record_library", "verified_library",
+    "CompilerError", "Toolchain", "BuildInfo", "Library", "find_toolchain", "have_compiler", "default_target",
+    "default_target_reason", "cache_dir", "build_library",
+    "build_stats", "reset_toolchain", "set_num_threads", "get_num_threads", "available_cores", "kernel_threads",
+    "library_threads", "record_library", "verified_library",
 ]
 
 _BASE_FLAGS = ("-O3", "-fPIC", "-shared", "-std=gnu11", "-fwrapv", "-fno-math-errno", "-fno-trapping-math")
@@ -101,6 +109,7 @@ _STATS = _Stats()
 _LOCK = threading.Lock()
 _TOOLCHAIN: Toolchain | None = None
 _LOADED: dict = {}
+_LOADED_ANY: list = [False]
 _NUM_THREADS: list = [None]  # set_num_threads' choice, applied to libraries loaded later too
 
 
@@ -110,7 +119,14 @@ def _threads_from_environment():
         _NUM_THREADS[0] = int(value)
 
 
+def _idle_threads_sleep():
+    """Sets libgomp's wait policy to passive unless the user chose one; read once, when it loads."""
+    if "OMP_WAIT_POLICY" not in os.environ and "GOMP_SPINCOUNT" not in os.environ:
+        os.environ["OMP_WAIT_POLICY"] = "passive"
+
+
 _threads_from_environment()
+_idle_threads_sleep()
 
 
 def build_stats() -> dict:
@@ -120,42 +136,71 @@ def build_stats() -> dict:
 
 
 def set_num_threads(count: int | None):
-    """Threads for the parallel loops of generated kernels (``None``: one per core, OpenMP's default;
-    the initial choice is ``$TENSORVM_NUM_THREADS`` when set).
+    """Sets the thread budget of kernels and BLAS: ``count`` threads, or ``None`` for the default (the
+    cores this process may run on). See ``get_num_threads``.
 
-    All libraries share one OpenMP runtime, so this applies to every kernel, including those of
-    libraries loaded later. Without OpenMP the kernels are single-threaded anyway.
+    All kernel libraries share one OpenMP runtime, so this applies to every kernel, including those of
+    libraries loaded later; NumPy's OpenBLAS gets the same count. Without OpenMP the kernels are
+    single-threaded anyway.
     """
-    if count is not None and count < 1:
-        raise ValueError(f"set_num_threads: expected a positive count or None, got {count}")
+    if count is not None and (isinstance(count, bool) or not isinstance(count, int) or count < 1):
+        raise ValueError(f"set_num_threads: expected a positive integer or None, got {count!r}")
     with _LOCK:
         _NUM_THREADS[0] = count
         for cdll in _LOADED.values():
             if isinstance(cdll, ctypes.CDLL):
                 _apply_threads(cdll)
+        _apply_blas_threads()
+
+
+def available_cores() -> int:
+    """The cores this process may run on (its CPU affinity), else the machine's count."""
+    try:
+        return len(os.sched_getaffinity(0)) or 1
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def get_num_threads() -> int:
+    """The thread budget: ``set_num_threads``'s count, else ``$TENSORVM_NUM_THREADS``, else the first value
+    of ``$OMP_NUM_THREADS``, else ``available_cores()``."""
+    if _NUM_THREADS[0] is not None:
+        return _NUM_THREADS[0]
+    value = os.environ.get("OMP_NUM_THREADS", "").split(",")[0].strip()
+    if value.isdigit() and int(value) > 0:
+        return int(value)
+    return available_cores()
 
 
 def kernel_threads() -> int:
     """How many threads the generated kernels' parallel loops use (1 without OpenMP)."""
     if _TOOLCHAIN is not None and not _TOOLCHAIN.openmp:
         return 1
-    if _NUM_THREADS[0] is not None:
-        return _NUM_THREADS[0]
-    value = os.environ.get("OMP_NUM_THREADS", "").split(",")[0].strip()
-    if value.isdigit() and int(value) > 0:
-        return int(value)
-    return os.cpu_count() or 1
+    return get_num_threads()
 
 
 def _apply_threads(cdll):
-    if _NUM_THREADS[0] is not None or getattr(cdll, "_tv_threads_set", False):
-        try:
-            setter = cdll.tv_set_num_threads
-        except AttributeError:  # built with static prelude functions (AOT style): nothing to set
-            return
-        setter.argtypes = [ctypes.c_int32]
-        setter(int(_NUM_THREADS[0] or 0))
-        cdll._tv_threads_set = True
+    try:
+        setter = cdll.tv_set_num_threads
+    except AttributeError:  # built with static prelude functions (AOT style): nothing to set
+        return
+    setter.argtypes = [ctypes.c_int32]
+    setter(get_num_threads())
+
+
+def _apply_blas_threads():
+    host = blas.host_blas()
+    if host is not None and host.set_threads is not None:
+        host.set_threads(get_num_threads())
+
+
+def library_threads(library) -> int:
+    """The thread count a loaded kernel library's OpenMP loops would use now (1 without OpenMP), as the
+    library itself reports it; ``library`` is a ``Library`` or the path ``BuildInfo.path`` names."""
+    cdll = library._cdll if isinstance(library, Library) else _LOADED[str(library)]
+    getter = cdll.tv_get_num_threads
+    getter.restype, getter.argtypes = ctypes.c_int32, []
+    return int(getter())
 
 
 _PRIVATE_CACHES: dict = {}  # untrusted cache directory -> this process's private replacement
@@ -226,6 +271,31 @@ def have_compiler() -> bool:
     except CompilerError:
         return False
     return True
+
+
+def default_target() -> str:
+    """The target ``tv.vm.compile``, ``create_executor`` and ``tensorvm compile`` use when given none: "c"
+    (generated C kernels) when a C compiler that can build kernels is found, else "python" (NumPy
+    kernels); ``$TENSORVM_TARGET`` (``c`` or ``python``) overrides it. ``default_target_reason()`` says why."""
+    return _default_target()[0]
+
+
+def default_target_reason() -> str:
+    """Why ``default_target()`` is what it is (the compiler found, or why none could be used)."""
+    return _default_target()[1]
+
+
+def _default_target() -> tuple[str, str]:
+    chosen = os.environ.get("TENSORVM_TARGET", "").strip().lower()
+    if chosen in ("c", "python"):
+        return chosen, f"$TENSORVM_TARGET is {chosen!r}"
+    if chosen:
+        raise UnsupportedError(f"$TENSORVM_TARGET must be 'c' or 'python', got {chosen!r}")
+    try:
+        toolchain = find_toolchain()
+    except CompilerError as err:
+        return "python", f"no usable C compiler: {str(err).splitlines()[0]}"
+    return "c", f"C compiler {toolchain.compiler} found"
 
 
 def _probe() -> Toolchain:
@@ -421,6 +491,9 @@ def build_library(source: str | list, toolchain: Toolchain | None = None, python
             except OSError as err:
                 raise CompilerError(f"codegen: cannot load the compiled library {lib_path}: {err}; {_HINT}") from None
             _LOADED[key] = cdll
+            if not _LOADED_ANY[0]:  # the first library: BLAS joins the budget too
+                _LOADED_ANY[0] = True
+                _apply_blas_threads()
             _apply_threads(cdll)
             blas.attach(cdll)
         module = _import_extension(python_module, key) if python_module else None

@@ -106,13 +106,15 @@ _C_KEYWORDS |= set(_FLOAT_FUNCS.values()) | {f + "f" for f in _FLOAT_FUNCS.value
 def prelude(static_functions: bool = False, products: bool = True) -> str:
     """The helper definitions every kernel needs (``PRELUDE``, and ``BLAS_BRIDGE`` for kernels that call
     BLAS; ``products=False`` leaves out its register-tiled products and direct convolution, for units whose
-    kernels call none). With ``static_functions`` the one exported helper, ``tv_set_num_threads``, is
+    kernels call none). With ``static_functions`` the exported helpers, ``tv_set/get_num_threads``, are
     ``static inline`` too and there is no BLAS bridge, so that a translation unit exports nothing but its
     kernels and needs no host library (the AOT flow)."""
     if not static_functions:
         return ("#define TV_PACKED_KERNELS\n" if products else "") + PRELUDE + BLAS_BRIDGE
     return PRELUDE.replace("__attribute__((weak)) int32_t tv_set_num_threads",
-                           "static inline int32_t tv_set_num_threads")
+                           "static inline int32_t tv_set_num_threads").replace(
+        "__attribute__((weak)) int32_t tv_get_num_threads", "static inline int32_t tv_get_num_threads").replace(
+        '__attribute__((weak, visibility("hidden"))) int32_t tv_num_threads', "static int32_t tv_num_threads")
 
 
 @dataclass(frozen=True)
@@ -461,7 +463,8 @@ class _Emitter:
         i = self.name(s.loop_var, s.loop_var.name)
         extent = self.expr(s.extent)
         if s.kind == PARALLEL and parallel:
-            self.pragma(depth, "#pragma omp parallel for schedule(static)", self.options.parallel_guard)
+            self.pragma(depth, "#pragma omp parallel for schedule(static) num_threads(tv_threads())",
+                        self.options.parallel_guard)
         elif s.kind == VECTORIZED:
             clause = "".join(f" reduction({op}:{self.name(buf, buf.name)})" for op, buf in s.reductions)
             self.pragma(depth, f"#pragma omp simd{clause}", self.options.simd_guard)

@@ -10,16 +10,21 @@ __all__ = ["compile"]
 TARGETS = ("python", "c")
 
 
-def compile(mod, target: str = "python", params: dict | None = None, opt_level: int = 3,  # noqa: A001
+def compile(mod, target: str | None = None, params: dict | None = None, opt_level: int = 3,  # noqa: A001
             exec_mode: str = "bytecode", memory_plan: bool = True) -> Executable:
     """Compile ``mod`` for the VM.
 
-    ``params`` binds parameters of ``main`` by name as constants. ``target="python"`` builds NumPy
+    ``params`` binds parameters of ``main`` by name as constants. Without ``target``, ``"c"`` when a C
+    compiler is found, else ``"python"`` (``tensorvm.codegen.build.default_target``). ``target="python"`` builds NumPy
     kernels; ``target="c"`` compiles the kernels into one shared library with the system C compiler (shape
     functions stay Python; a primitive the C generator cannot handle runs on NumPy, listed in
     ``exe.stats()``). ``exec_mode="compiled"`` runs each VM function as generated Python instead of through the
     dispatch loop (same results and API). ``memory_plan=False`` skips storage coalescing (to measure it).
     """
+    if target is None:
+        from ..codegen.build import default_target
+
+        target = default_target()
     if target not in TARGETS:
         raise UnsupportedError(f"unknown target {target!r}; expected one of {TARGETS}")
     if exec_mode not in EXEC_MODES:

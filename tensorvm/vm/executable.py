@@ -91,7 +91,8 @@ class ExecutableStats(dict):
         if lib:
             lines.append(f"C library: {len(lib['c_kernels'])} C kernels, {len(fallbacks)} NumPy fallbacks, "
                          f"{lib['source_bytes']} bytes of C, lowering {lib['lower_seconds']:.3f} s, compile "
-                         f"{lib['compile_seconds']:.3f} s ({'cached' if lib['cached'] else 'cold'})")
+                         f"{lib['compile_seconds']:.3f} s ({'cached' if lib['cached'] else 'cold'}), "
+                         f"{lib.get('threads', 1)} thread(s)")
             for name, why in fallbacks.items():
                 lines.append(f"  fallback {name}: {why}")
         return "\n".join(lines)

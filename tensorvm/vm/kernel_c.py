@@ -53,6 +53,8 @@ class CLibrary:
     saved_source_matches: bool | None = None  # loaded executables: does the file's C equal the regenerated C
 
     def summary(self) -> dict:
+        from ..codegen.build import library_threads
+
         info = self.build_info
         return {
             "c_kernels": sorted(self.sources),
@@ -63,6 +65,7 @@ class CLibrary:
             "cached": bool(info.cached) if info is not None else None,
             "library": info.path if info is not None else None,
             "saved_source_matches": self.saved_source_matches,
+            "threads": library_threads(info.path) if info is not None else 1,  # what its OpenMP loops use now
         }
 
 

@@ -206,7 +206,7 @@ def sum_up_python_bytes():
 def @main(%i: int32) -> int32 {
   if (equal(%i, 0)) { 0 } else { add(@main(subtract(%i, 1)), %i) }
 }""")
-    return tv.vm.compile(mod).save_bytes()
+    return tv.vm.compile(mod, target="python").save_bytes()
 
 
 def test_version_1_files_still_load(sum_up_python_bytes):

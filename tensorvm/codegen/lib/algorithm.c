@@ -65,7 +65,7 @@
     const bool parallel = lines > 1 && lines * n >= TV_LIB_PARALLEL_WORK;                           \
     int32_t rc = 0;                                                                                 \
     (void)parallel; /* (without OpenMP) */                                                          \
-    TV_LIB_OMP(omp parallel if(parallel))                                                           \
+    TV_LIB_OMP(omp parallel num_threads(tv_threads()) if(parallel))                                 \
     {                                                                                               \
       tv_lib_pair_##S* pairs = (tv_lib_pair_##S*)malloc(sizeof(tv_lib_pair_##S) * (size_t)(select ? k : 2 * n)); \
       if (pairs == NULL) {                                                                          \

@@ -41,7 +41,7 @@ __attribute__((weak)) int32_t tv_set_blas(void* sgemm, void* dgemm, void* sgemv,
 }
 
 #ifdef _OPENMP
-static inline int tv_omp_max_threads(void) { return omp_get_max_threads(); }
+static inline int tv_omp_max_threads(void) { return tv_threads(); }
 static inline int tv_omp_in_parallel(void) { return omp_in_parallel(); }
 static inline int tv_omp_thread(void) { return omp_get_thread_num(); }
 static inline int tv_omp_team(void) { return omp_get_num_threads(); }
@@ -190,7 +190,7 @@ TV_GEMM(float, f32) TV_GEMM(double, f64)
                             int64_t kh, int64_t kw, int64_t sh, int64_t sw, int64_t dh, int64_t dw,  \
                             int64_t pt, int64_t pl, T* col) {                                        \
     const int64_t rows = c * kh * kw;                                                              \
-    _Pragma("omp parallel for schedule(static) if(rows * oh * ow >= 65536)")                       \
+    _Pragma("omp parallel for schedule(static) num_threads(tv_threads()) if(rows * oh * ow >= 65536)") \
     for (int64_t r = 0; r < rows; ++r) {                                                           \
       const int64_t ci = r / (kh * kw), ki = (r / kw) % kh, kj = r % kw;                          \
       const T* src = x + ci * h * w;                                                               \
@@ -640,7 +640,7 @@ __attribute__((unused)) static int32_t tv_conv2d_direct_f32(int64_t n, int64_t c
     /* channel blocks vary fastest: neighbouring tiles read the same input rows (kept in L1), and each
        thread's share of the static schedule has every channel block (blocks of 6 and 4 differ in work) */
     const int64_t oblocks = sixes + fours;
-    _Pragma("omp parallel for schedule(static) if(parallel)")
+    _Pragma("omp parallel for schedule(static) num_threads(tv_threads()) if(parallel)")
     for (int64_t t = 0; t < tiles; ++t) {
       const int64_t ob = t % oblocks, xb = (t / oblocks) % xblocks, yb = t / (oblocks * xblocks);
       if (ob < sixes)

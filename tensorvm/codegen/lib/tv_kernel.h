@@ -36,12 +36,19 @@ double erf(double) TV_SIMD; double pow(double, double) TV_SIMD;
 /* Exported once per library (weak: a library may be linked from several translation units). */
 #ifdef _OPENMP
 #include <omp.h>
+/* The thread budget, read by every parallel region (0: OpenMP's default). omp_set_num_threads alone would
+   set it for the calling thread only, and kernels run on whichever thread calls them. */
+__attribute__((weak, visibility("hidden"))) int32_t tv_num_threads;
 __attribute__((weak)) int32_t tv_set_num_threads(int32_t n) {
-  omp_set_num_threads(n > 0 ? n : omp_get_num_procs());
+  tv_num_threads = n > 0 ? n : omp_get_num_procs();
+  omp_set_num_threads(tv_num_threads);
   return 0;
 }
+static inline int tv_threads(void) { return tv_num_threads > 0 ? tv_num_threads : omp_get_max_threads(); }
+__attribute__((weak)) int32_t tv_get_num_threads(void) { return tv_threads(); }
 #else
 __attribute__((weak)) int32_t tv_set_num_threads(int32_t n) { (void)n; return 1; }
+__attribute__((weak)) int32_t tv_get_num_threads(void) { return 1; }
 #endif
 
 static inline void tv_fail(int32_t* err, int32_t code) { __atomic_store_n(err, code, __ATOMIC_RELAXED); }
@@ -166,7 +173,7 @@ static inline float tv_exp_nonpositive_f32(float x) {
    kernel. Rows run in parallel from 65536 elements, as generated loops do. */
 __attribute__((unused)) static int32_t tv_softmax_f32(int64_t rows, int64_t n, const float* restrict x,
                                                       float* restrict y, int64_t log_softmax) {
-  #pragma omp parallel for schedule(static) if(rows * n >= 65536)
+  #pragma omp parallel for schedule(static) num_threads(tv_threads()) if(rows * n >= 65536)
   for (int64_t i = 0; i < rows; ++i) {
     const float* restrict row = x + i * n;
     float* restrict result = y + i * n;

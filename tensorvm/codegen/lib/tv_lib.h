@@ -13,7 +13,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* An OpenMP directive, where the compiler runs with OpenMP (the kernels' threads); else nothing. */
+/* An OpenMP directive, where the compiler runs with OpenMP (the kernels' threads); else nothing. Parallel
+   regions ask for num_threads(tv_threads()), the thread budget of the prelude (c_emit.PRELUDE). */
 #ifdef _OPENMP
 #define TV_LIB_OMP(directive) _Pragma(#directive)
 #else

@@ -385,7 +385,8 @@ __attribute__((unused)) static int32_t tv_roi_align(const void* data, int64_t dt
   const int64_t pixel_stride = nhwc ? channels : 1, channel_stride = nhwc ? 1 : height * width;
   const int64_t bins = pooled_h * pooled_w;
   int32_t rc = 0;
-  TV_LIB_OMP(omp parallel for schedule(dynamic) if(num_rois > 1 && num_rois * channels * bins > 4096))
+  TV_LIB_OMP(omp parallel for schedule(dynamic) num_threads(tv_threads())
+             if(num_rois > 1 && num_rois * channels * bins > 4096))
   for (int64_t r = 0; r < num_rois; r++) {
     const double batch_value = tv_vision_load(batches, r * batch_stride, batches_dtype);
     const int64_t n = (int64_t)batch_value;
