@@ -398,13 +398,16 @@ def test_a_program_of_these_ops_runs_on_target_c_without_numpy_fallbacks():
 
 # The computes of the Relay parity ops (and the image.* ops) are tested with their ops, in these files
 # of tests/ops.
-_TESTED_WITH_THEIR_OPS = {"tensorvm.op.image": "test_image_ops.py", "tensorvm.op.nn_relay": "test_nn_relay_ops.py",
-                          "tensorvm.op.transform_relay": "test_transform_relay_ops.py"}
+# Op modules whose computes are tested in a file of their own (paths under tests/); the ONNX-facing
+# dyn.* ops are tested through the importer, against ONNX Runtime / ONNX's reference evaluator.
+_TESTED_WITH_THEIR_OPS = {"tensorvm.op.image": "ops/test_image_ops.py", "tensorvm.op.nn_relay": "ops/test_nn_relay_ops.py",
+                          "tensorvm.op.transform_relay": "ops/test_transform_relay_ops.py",
+                          "tensorvm.op.dynamic": "frontend/test_onnx_dynamic_lowering.py"}
 
 
 def _own_test_file(name: str, module: str) -> Path | None:
-    file = "test_image_ops.py" if name.startswith("image.") else _TESTED_WITH_THEIR_OPS.get(module)
-    return Path(__file__).parents[1] / "ops" / file if file else None
+    file = "ops/test_image_ops.py" if name.startswith("image.") else _TESTED_WITH_THEIR_OPS.get(module)
+    return Path(__file__).parents[1] / file if file else None
 
 
 def test_every_compute_is_tested():
