@@ -11,6 +11,11 @@ An op definition states:
   flattened) at run time. ``shape_func_data_dependent`` says, per input or for all, whether the
   function receives the input's *shape* (a tuple; a tuple-typed input gives a list of tuples) or the
   input's *data* (a NumPy array). It validates (a broadcast mismatch raises ``ShapeError``);
+* ``shape_logic(op, attrs, args, err) -> shape | [shape, ...]``: the shape logic the shape function
+  (and, for the ops converted so far, the shape part of the type relation) is derived from, written
+  over ``tensorvm.op.shape_logic``'s domain (``args[i]``: a shape, a list of shapes for a tuple input,
+  or a ``DataArg`` for an input read by data); ``shape_logic_traceable`` says it traces into C (the
+  C shape functions of target c, ``tensorvm.vm.shape_c``); see docs/shape_logic.md;
 * ``pattern``: the fusion pattern;
 * ``kernel(attrs, *arrays)``: the NumPy reference kernel, returning an array or a tuple of arrays;
 * ``compute`` and ``strategy``: the tensor-expression compute and implementation strategy (filled in
@@ -101,6 +106,8 @@ class OpDef:
     attrs: tuple = ()
     shape_func: Callable | None = None
     shape_func_data_dependent: bool | tuple = False
+    shape_logic: Callable | None = None
+    shape_logic_traceable: bool = False
     compute: Callable | None = None
     strategy: object = None
     library: LibraryKernel | None = None

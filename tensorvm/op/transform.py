@@ -316,8 +316,12 @@ def define(name: str, num_inputs: int, type_rel, kernel, pattern: OpPattern, att
 
 
 def define_shaped(name: str, num_inputs: int, logic, kernel, pattern: OpPattern, attrs=(), dtype_rule=None,
-                  check_types=None, doc: str = "", compute=None, strategy=None, library=None) -> OpDef:
+                  check_types=None, doc: str = "", compute=None, strategy=None, library=None,
+                  traceable: bool = False) -> OpDef:
     """Register a one-output op from its shape logic ``logic(op, attrs, shapes, err) -> shape``.
+
+    ``traceable``: the logic checks symbolic dims only through ``shape_logic``'s helpers, so it traces
+    into a C shape function (``OpDef.shape_logic_traceable``; checked by tests/ops/test_shape_logic.py).
 
     ``dtype_rule(types, attrs)`` gives the output dtype (default: the first input's);
     ``check_types(types, attrs)`` checks dtypes; the kernel is called with validated inputs.
@@ -340,8 +344,10 @@ def define_shaped(name: str, num_inputs: int, logic, kernel, pattern: OpPattern,
         out = np.asarray(kernel(attrs, out_shape, *arrays))
         return out
 
-    return define(name, num_inputs, type_rel, checked_kernel, pattern, attrs, shape_func, doc=doc, compute=compute,
-                  strategy=strategy, library=library)
+    opdef = define(name, num_inputs, type_rel, checked_kernel, pattern, attrs, shape_func, doc=doc, compute=compute,
+                   strategy=strategy, library=library)
+    opdef.shape_logic, opdef.shape_logic_traceable = logic, traceable
+    return opdef
 
 
 # ---------------------------------------------------------------------------------------------------
