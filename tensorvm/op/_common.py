@@ -10,7 +10,7 @@ import numpy as np
 from ..errors import ExecutionError, ShapeError, TypeInferenceError
 from ..ir.types import Any, SymDim, TensorType, TupleType, Type, normalize_dtype
 from .registry import OpDef, register_op
-from .shape_logic import DataArg, const_int, is_sym, logical_or, require, select
+from .shape_logic import DataArg, const_int, is_sym, logical_or, require, select, traceable
 
 __all__ = [
     "broadcast_dim", "broadcast_type_shapes", "broadcast_shapes", "expect_tensor", "expect_same_dtype",
@@ -258,6 +258,7 @@ def broadcast_shapes(op: str, *shapes: tuple) -> tuple:
     return tuple(out)
 
 
+@traceable
 def broadcast_logic(op: str, attrs, shapes, err) -> tuple:
     """The shape logic of the broadcasting ops: run-time ints give ``broadcast_shapes``' exact checks and
     messages, typed dims ``broadcast_type_shapes``' optimistic typing, symbolic dims recorded checks."""
@@ -266,6 +267,7 @@ def broadcast_logic(op: str, attrs, shapes, err) -> tuple:
     return broadcast_type_shapes(op, *shapes)
 
 
+@traceable
 def identity_logic(op: str, attrs, shapes, err) -> tuple:
     """The shape logic of an elementwise op: the (first) input's shape."""
     return tuple(shapes[0])
@@ -375,7 +377,8 @@ def register_checked(opdef: OpDef) -> OpDef:
     a wrong call gives a ``TypeInferenceError``/``ShapeError``/``ExecutionError`` rather than a
     ``TypeError`` from deep inside."""
     if opdef.shape_logic is None and getattr(opdef.shape_func, "logic", None) is not None:
-        opdef.shape_logic, opdef.shape_logic_traceable = opdef.shape_func.logic, True
+        opdef.shape_logic = opdef.shape_func.logic
+        opdef.shape_logic_traceable = getattr(opdef.shape_logic, "traceable", False)
     if opdef.shape_func is None and opdef.shape_logic is not None:
         opdef.shape_func = logic_shape_func(opdef)
     rel, shape_func, kernel = opdef.type_rel, opdef.shape_func, opdef.kernel

@@ -19,8 +19,9 @@ import numpy as np
 from .. import te
 from ..errors import AttrError, ShapeError, TypeInferenceError
 from ..ir.types import Any, TensorType, TupleType
-from ._common import erf, expect_tensor
+from ._common import erf, expect_tensor, identity_logic
 from .registry import REQUIRED, AttrDef, OpPattern
+from .shape_logic import Sym, is_sym, logical_or, require, select, traceable
 from .transform import (
     add_dims,
     concrete,
@@ -86,6 +87,9 @@ def _acc_dtype(dtype) -> np.dtype:
 
 
 def _broadcast_batch(op: str, a, b, err):
+    if is_sym(a) or is_sym(b):
+        require(logical_or(logical_or(a == b, a == 1), b == 1), f"{op}: batch dims must match, got {a} and {b}", err)
+        return select(a == 1, b, a)
     if a == 1:
         return b
     if b == 1:
@@ -94,6 +98,9 @@ def _broadcast_batch(op: str, a, b, err):
 
 
 def _div_dim(op: str, dim, k: int, err, what: str):
+    if is_sym(dim):
+        require(dim % k == 0, f"{op}: {what} ({dim}) must be divisible by {k}", err)
+        return dim // k
     if isinstance(dim, int):
         if dim % k:
             raise err(f"{op}: {what} ({dim}) must be divisible by {k}")
@@ -128,6 +135,7 @@ def _array_from_canonical(x: np.ndarray, canonical: str, layout: str) -> np.ndar
 # dense, matmul, batch_matmul
 
 
+@traceable
 def _dense_logic(op, attrs, shapes, err):
     data, weight = shapes
     if len(data) < 1:
@@ -212,6 +220,7 @@ define_shaped(
 )
 
 
+@traceable
 def _matmul_logic(op, attrs, shapes, err):
     a, b = shapes
     if len(a) < (2 if attrs.transpose_a else 1):
@@ -243,6 +252,7 @@ define_shaped(
 )
 
 
+@traceable
 def _batch_matmul_logic(op, attrs, shapes, err):
     x, y = shapes
     _expect_rank(op, x, 3, "x", err)
@@ -289,6 +299,7 @@ def _along(vec: np.ndarray, axis: int, ndim: int) -> np.ndarray:
 
 
 def _bias_logic(name):
+    @traceable
     def logic(op, attrs, shapes, err):
         return _channel_vectors(op, shapes[0], shapes[1:], attrs.axis, err, (name,))[1]
 
@@ -305,7 +316,7 @@ define_shaped(
 
 def _unary(name, kernel, attrs=(), floats_only=False, doc=""):
     define_shaped(
-        name, 1, lambda op, attrs, shapes, err: tuple(shapes[0]), lambda attrs, shape, x: kernel(attrs, x),
+        name, 1, identity_logic, lambda attrs, shape, x: kernel(attrs, x),
         OpPattern.ELEMWISE, attrs=attrs, check_types=_check_float(name) if floats_only else None, doc=doc,
     )
 
@@ -341,6 +352,7 @@ define_shaped(
 )
 
 
+@traceable
 def _axis_logic(op, attrs, shapes, err):
     norm_axis(op, attrs.axis, len(shapes[0]), err)
     return tuple(shapes[0])
@@ -391,6 +403,7 @@ def _scale_shift(attrs, y, axis, gamma, beta):
 
 
 def _norm_logic(names):
+    @traceable
     def logic(op, attrs, shapes, err):
         return _channel_vectors(op, shapes[0], shapes[1:], attrs.axis, err, names)[1]
 
@@ -526,12 +539,11 @@ define(
 
 def _window_out(op, dim, kernel, pad_total, stride, dilation, ceil_mode, err, what):
     """The number of window positions along one spatial dim (Relay's formula, with ceil_mode)."""
-    if isinstance(dim, int) and isinstance(kernel, int):
+    if isinstance(dim, (int, Sym)) and isinstance(kernel, (int, Sym)):  # known or traced dims
         extent = dilation * (kernel - 1) + 1
         room = dim + pad_total - extent
-        if room < 0:
-            raise err(f"{op}: the {what} window ({extent} with dilation) is larger than the padded input "
-                      f"({dim} + {pad_total} padding)")
+        require(room >= 0, f"{op}: the {what} window ({extent} with dilation) is larger than the padded input "
+                           f"({dim} + {pad_total} padding)", err)
         return (room + (stride - 1 if ceil_mode else 0)) // stride + 1
     if kernel == 1 and pad_total == 0 and stride == 1:
         return dim
@@ -588,6 +600,7 @@ def _conv_common(op, attrs, shapes, err, kernel_canonical):
     return n, c, h, w, kernel["O"], kernel["I"], kh, kw
 
 
+@traceable
 def _conv2d_logic(op, attrs, shapes, err):
     n, c, h, w, o, i, kh, kw = _conv_common(op, attrs, shapes, err, "OIHW")
     g = attrs.groups
@@ -699,6 +712,7 @@ _POOL_ATTRS = (
 )
 
 
+@traceable
 def _pool_logic(op, attrs, shapes, err):
     (shape,) = shapes
     _expect_rank(op, shape, 4, "data", err)
@@ -773,6 +787,7 @@ define_shaped(
 )
 
 
+@traceable
 def _global_pool_logic(op, attrs, shapes, err):
     (shape,) = shapes
     _expect_rank(op, shape, 4, "data", err)
@@ -915,6 +930,7 @@ define(
 )
 
 
+@traceable
 def _batch_flatten_logic(op, attrs, shapes, err):
     (shape,) = shapes
     if len(shape) < 1:
@@ -948,6 +964,8 @@ define(
 
 
 def _lrn(attrs, shape, x):
+    if x.size == 0:  # (an empty axis is shorter than the window NumPy's sliding view needs)
+        return x.copy()
     axis = attrs.axis % x.ndim
     acc = x.astype(_acc_dtype(x.dtype))
     widths = [(0, 0)] * x.ndim

@@ -30,7 +30,7 @@ from ._common import (
     to_bool,
 )
 from .registry import AttrDef, OpDef, OpPattern
-from .shape_logic import Sym, logical_or, require
+from .shape_logic import Sym, logical_or, require, traceable
 
 REDUCE_ATTRS = (
     AttrDef("axis", None, to_axes, "axes to reduce (None: all)"),
@@ -42,6 +42,7 @@ REDUCE_ATTRS = (
 def _reduce_logic(needs_identity: bool):
     """The shape logic of a reduction (``needs_identity``: an empty reduced axis is an error)."""
 
+    @traceable
     def logic(op, attrs, shapes, err):
         shape = tuple(shapes[0])
         axes = reduce_axes(op, len(shape), attrs.axis, attrs.exclude, err)
@@ -82,7 +83,7 @@ def _register_reduce(name: str, fn, allowed: tuple, out_dtype: str | None = None
 
     register_checked(OpDef(
         name=name, num_inputs=1, type_rel=rel, kernel=kernel, pattern=OpPattern.COMM_REDUCE,
-        attrs=REDUCE_ATTRS + extra_attrs, shape_logic=_reduce_logic(needs_identity), shape_logic_traceable=True,
+        attrs=REDUCE_ATTRS + extra_attrs, shape_logic=_reduce_logic(needs_identity),
         doc=doc or f"Reduce by {name} over the given axes.",
     ))
 
@@ -177,6 +178,7 @@ def _check_mean_shape(name: str, data_shape: tuple, mean_shape: tuple, error: ty
             require(logical_or(m == 1, m == d), message, error)
 
 
+@traceable
 def _moment_logic(op, attrs, shapes, err):
     if len(shapes) not in (1, 2):
         raise err(f"{op}: expected 1 or 2 arguments (data[, mean]), got {len(shapes)}")
@@ -212,7 +214,7 @@ def _moment_kernel(name: str, take_sqrt: bool):
 for _name, _sqrt in [("variance", False), ("std", True)]:
     register_checked(OpDef(
         name=_name, num_inputs=-1, type_rel=_moment_rel(_name), kernel=_moment_kernel(_name, _sqrt),
-        pattern=OpPattern.COMM_REDUCE, attrs=MOMENT_ATTRS, shape_logic=_moment_logic, shape_logic_traceable=True,
+        pattern=OpPattern.COMM_REDUCE, attrs=MOMENT_ATTRS, shape_logic=_moment_logic,
         doc=f"{_name}(data[, mean]): mean((data - mean)^2){' under a square root' if _sqrt else ''}; "
             "the mean is computed (keepdims) when not given; unbiased divides by N - 1.",
     ))

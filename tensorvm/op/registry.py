@@ -117,6 +117,8 @@ class OpDef:
 
     def __post_init__(self):
         self.attrs = tuple(self.attrs)
+        if self.shape_logic is not None and getattr(self.shape_logic, "traceable", False):
+            self.shape_logic_traceable = True
         self._attr_defs = {a.name: a for a in self.attrs}
 
     @property

@@ -36,7 +36,7 @@ from ._library import DTYPE_CODES
 __all__ = [
     "Sym", "Leaf", "Bin", "Not", "Select", "CCall", "ShapeLogicTraceError", "is_sym", "require", "select",
     "dim_min", "dim_max", "logical_and", "logical_or", "logical_not", "Trace", "tracing", "current_trace",
-    "c_expr", "DataArg", "count_nonzero", "count_distinct_sorted", "const_int", "shape_logic_of",
+    "c_expr", "DataArg", "count_nonzero", "count_distinct_sorted", "const_int", "traceable", "binary",
 ]
 
 
@@ -472,6 +472,10 @@ def c_expr(value) -> str:
     raise ShapeLogicTraceError(f"unknown symbolic node {type(value).__name__}")
 
 
-def shape_logic_of(opdef):
-    """The op's traceable shape logic, or None."""
-    return opdef.shape_logic if getattr(opdef, "shape_logic_traceable", False) else None
+def traceable(logic):
+    """Declare a shape logic traceable into C: it checks dims only through this module's helpers (no
+    Python branch on a dim that may be symbolic, no ``isinstance(dim, int)`` test that skips a check).
+    The op's ``shape_logic_traceable`` follows, and tests/ops/test_shape_logic.py then compares its C
+    shape function with its Python one and its kernel."""
+    logic.traceable = True
+    return logic

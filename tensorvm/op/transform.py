@@ -21,6 +21,7 @@ from ..ir.types import Any, SymDim, TensorType, TupleType, normalize_dtype
 from ._common import expect_tensor
 from ._library import dtype_code, product, same_dims
 from .registry import REQUIRED, AttrDef, LibraryKernel, OpDef, OpPattern, get_op, register_op
+from .shape_logic import binary, is_sym, logical_or, require, traceable
 
 __all__ = ["RESHAPE_ONLY_OPS", "transpose_axes"]
 
@@ -150,7 +151,11 @@ def optional_layout(canonical: str):
 
 
 def unify_dim(op: str, a, b, what: str, err=TypeInferenceError):
-    """Two dims that must be equal: a static conflict raises ``err``; returns the most precise of them."""
+    """Two dims that must be equal: a static conflict raises ``err``; returns the most precise of them
+    (a symbolic pair records the check)."""
+    if is_sym(a) or is_sym(b):
+        require(a == b, f"{op}: {what} must match, got {a} and {b}", err)
+        return b if isinstance(b, int) else a
     if isinstance(a, int) and isinstance(b, int):
         if a != b:
             raise err(f"{op}: {what} must match, got {a} and {b}")
@@ -163,6 +168,8 @@ def unify_dim(op: str, a, b, what: str, err=TypeInferenceError):
 
 
 def mul_dims(a, b):
+    if is_sym(a) or is_sym(b):
+        return binary("*", a, b)
     if isinstance(a, int) and isinstance(b, int):
         return a * b
     if a == 1 or b == 0:
@@ -173,6 +180,8 @@ def mul_dims(a, b):
 
 
 def add_dims(a, b):
+    if is_sym(a) or is_sym(b):
+        return binary("+", a, b)
     if isinstance(a, int) and isinstance(b, int):
         return a + b
     if a == 0:
@@ -183,10 +192,18 @@ def add_dims(a, b):
 
 
 class _Product:
-    """A product of dims: an int coefficient times named symbols; ``unknown`` if an ``Any`` is involved."""
+    """A product of dims: an int coefficient times named symbols; ``unknown`` if an ``Any`` is involved.
+    ``traced`` is the product as a symbolic C expression when a dim is one (``shape_logic.Sym``)."""
 
     def __init__(self, dims):
         self.coef, self.symbols, self.unknown = 1, Counter(), False
+        dims = list(dims)
+        self.traced = None
+        if any(is_sym(d) for d in dims):
+            self.traced = 1
+            for d in dims:
+                self.traced = binary("*", self.traced, d)
+            return
         for d in dims:
             if isinstance(d, int):
                 self.coef *= d
@@ -197,9 +214,11 @@ class _Product:
 
     @property
     def static(self) -> bool:
-        return not self.unknown and not self.symbols
+        return self.traced is None and not self.unknown and not self.symbols
 
     def as_dim(self):
+        if self.traced is not None:
+            return self.traced
         if self.coef == 0:
             return 0
         if self.static:
@@ -218,6 +237,11 @@ def prod_dims(dims):
 
 def _divide_products(op: str, num: _Product, den: _Product, err, what: str):
     """``num / den`` as a dim, e.g. to infer a reshape's -1; a static non-divisible case raises ``err``."""
+    if num.traced is not None or den.traced is not None:
+        n, d = num.as_dim(), den.as_dim()
+        require(d != 0, f"{op}: cannot infer {what}: the other dimensions have zero elements", err)
+        require(n % d == 0, f"{op}: cannot infer {what}: {n} elements are not divisible by {d}", err)
+        return n // d
     if num.coef == 0 and not num.unknown:
         if den.coef == 0 and den.static:
             raise err(f"{op}: cannot infer {what}: the other dimensions have zero elements")
@@ -242,6 +266,9 @@ def _divide_products(op: str, num: _Product, den: _Product, err, what: str):
 def same_size(op: str, in_shape, out_shape, err):
     """Check that a reshape keeps the number of elements whenever that can be decided statically."""
     a, b = _Product(in_shape), _Product(out_shape)
+    if a.traced is not None or b.traced is not None:
+        require(a.as_dim() == b.as_dim(), f"{op}: cannot reshape {fmt_shape(in_shape)} to {fmt_shape(out_shape)}", err)
+        return
     # Only a fully static pair is a certain conflict (a symbolic dim might be 0 at run time).
     if a.static and b.static and a.coef != b.coef:
         raise err(f"{op}: cannot reshape {fmt_shape(in_shape)} ({a} elements) to {fmt_shape(out_shape)} ({b} elements)")
@@ -321,7 +348,8 @@ def define_shaped(name: str, num_inputs: int, logic, kernel, pattern: OpPattern,
     """Register a one-output op from its shape logic ``logic(op, attrs, shapes, err) -> shape``.
 
     ``traceable``: the logic checks symbolic dims only through ``shape_logic``'s helpers, so it traces
-    into a C shape function (``OpDef.shape_logic_traceable``; checked by tests/ops/test_shape_logic.py).
+    into a C shape function (``OpDef.shape_logic_traceable``; checked by tests/ops/test_shape_logic.py);
+    a logic decorated with ``shape_logic.traceable`` says so itself.
 
     ``dtype_rule(types, attrs)`` gives the output dtype (default: the first input's);
     ``check_types(types, attrs)`` checks dtypes; the kernel is called with validated inputs.
@@ -346,7 +374,7 @@ def define_shaped(name: str, num_inputs: int, logic, kernel, pattern: OpPattern,
 
     opdef = define(name, num_inputs, type_rel, checked_kernel, pattern, attrs, shape_func, doc=doc, compute=compute,
                    strategy=strategy, library=library)
-    opdef.shape_logic, opdef.shape_logic_traceable = logic, traceable
+    opdef.shape_logic, opdef.shape_logic_traceable = logic, traceable or getattr(logic, "traceable", False)
     return opdef
 
 
@@ -398,8 +426,9 @@ def reshape_dims(op: str, in_shape, newshape, allowzero: bool, err):
                 d0 = _divide_products(op, _Product([dim]), _Product([d1]), err, "the -1 after -4")
             elif d1 == -1:
                 d1 = _divide_products(op, _Product([dim]), _Product([d0]), err, "the -1 after -4")
-            elif isinstance(dim, int) and dim != d0 * d1:
-                raise err(f"{op}: -4 splits dimension {dim} into {d0} x {d1}, which does not multiply to it")
+            elif isinstance(dim, int) or is_sym(dim):
+                require(dim == d0 * d1, f"{op}: -4 splits dimension {dim} into {d0} x {d1}, which does not multiply "
+                                        f"to it", err)
             out.extend([d0, d1])
             src += 1
             i += 2
@@ -413,6 +442,7 @@ def reshape_dims(op: str, in_shape, newshape, allowzero: bool, err):
     return tuple(out)
 
 
+@traceable
 def _reshape_logic(op, attrs, shapes, err):
     return reshape_dims(op, shapes[0], attrs.newshape, attrs.allowzero, err)
 
@@ -475,6 +505,7 @@ define(
 )
 
 
+@traceable
 def _reshape_like_logic(op, attrs, shapes, err):
     data, like = shapes
     lhs_end = len(data) if attrs.lhs_end is None else attrs.lhs_end
@@ -516,6 +547,7 @@ def transpose_axes(op, attrs, ndim, err):
     return axes
 
 
+@traceable
 def _transpose_logic(op, attrs, shapes, err):
     (shape,) = shapes
     return tuple(shape[a] for a in transpose_axes(op, attrs, len(shape), err))
@@ -529,6 +561,7 @@ define_shaped(
 )
 
 
+@traceable
 def _expand_dims_logic(op, attrs, shapes, err):
     (shape,) = shapes
     ndim = len(shape)
@@ -557,6 +590,7 @@ def _positive(value: int) -> int:
     return value
 
 
+@traceable
 def _squeeze_logic(op, attrs, shapes, err):
     (shape,) = shapes
     if attrs.axis is None:
@@ -1138,6 +1172,10 @@ def broadcast_into(op: str, shape, target, err):
     out = list(target)
     for i in range(1, len(shape) + 1):
         d, t = shape[-i], target[-i]
+        if is_sym(d) or is_sym(t):
+            require(logical_or(d == 1, d == t), f"{op}: cannot broadcast {fmt_shape(shape)} to {fmt_shape(target)} "
+                                                 f"(dim {-i}: {d} vs {t})", err)
+            continue
         if d == 1:
             continue
         if isinstance(d, int) and isinstance(t, int):
@@ -1152,12 +1190,14 @@ define_shaped(
     "broadcast_to", 1, lambda op, attrs, shapes, err: broadcast_into(op, shapes[0], attrs.shape, err),
     lambda attrs, shape, x: np.broadcast_to(x, shape).copy(), OpPattern.BROADCAST,
     attrs=(AttrDef("shape", REQUIRED, int_tuple(0)),), doc="Broadcast to ``shape``.",
+    traceable=True,
 )
 
 define_shaped(
     "broadcast_to_like", 2, lambda op, attrs, shapes, err: broadcast_into(op, shapes[0], shapes[1], err),
     lambda attrs, shape, x, like: np.broadcast_to(x, shape).copy(), OpPattern.BROADCAST,
     doc="Broadcast ``data`` to the shape of ``broadcast_type``.",
+    traceable=True,
 )
 
 
@@ -1264,6 +1304,7 @@ define_shaped(
     lambda attrs, shape, x: np.array(x.shape, dtype=attrs.dtype), OpPattern.OPAQUE,
     attrs=(AttrDef("dtype", "int32", to_int_dtype),), dtype_rule=lambda types, attrs: attrs.dtype,
     doc="The shape of a tensor as a 1-D tensor (only the input's shape is read).", compute=_shape_of_compute,
+    traceable=True,
 )
 
 define_shaped(
@@ -1271,11 +1312,13 @@ define_shaped(
     lambda attrs, shape, x: np.array(x.size, dtype=attrs.dtype), OpPattern.OPAQUE,
     attrs=(AttrDef("dtype", "int32", to_int_dtype),), dtype_rule=lambda types, attrs: attrs.dtype,
     doc="The number of elements of a tensor as a scalar.", compute=_ndarray_size_compute,
+    traceable=True,
 )
 
 define_shaped(
     "copy", 1, lambda op, attrs, shapes, err: tuple(shapes[0]), lambda attrs, shape, x: x.copy(),
     OpPattern.ELEMWISE, doc="A copy of the tensor.",
+    traceable=True,
 )
 
 

@@ -36,7 +36,14 @@ from ..op.registry import get_op
 from ..op.shape_logic import DataArg, Leaf, ShapeLogicTraceError, Sym, c_expr, require, tracing
 from ..transform.fuse_ops import flatten_tensor_types
 from ..transform.to_anf import known_type, post_order_iter
-from .kernel_python import _children_with_vars, _flat_count, _param_type, _prepare, _primitive_label, _shape_tree
+from .kernel_python import (
+    _children_with_vars,
+    _flat_count,
+    _param_type,
+    _prepare,
+    _primitive_label,
+    _shape_tree,
+)
 
 __all__ = ["ShapeFuncC", "emit_shape_func", "CShapeFunction", "SHAPE_LIBRARY"]
 

@@ -1,0 +1,433 @@
+"""Shape logic written once (tensorvm/op/shape_logic.py): for every op whose logic traces into C, the C
+shape function (traced from the logic, compiled), the Python shape function and the NumPy kernel's
+actual output shape agree on generated cases, and all three reject the same mismatches.
+
+Each case is one op called on concrete arrays; its primitive has parameters of the same ranks with
+every dim ``?`` (so the C function checks everything at run time). All the cases' C functions are
+compiled into one library. ``UNTRACEABLE`` lists (with reasons) the ops whose shape functions do not
+trace into C yet; it is strict: an op that traces must leave the list.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import tensorvm as tv
+from tensorvm.errors import ExecutionError, ShapeError, TypeInferenceError
+from tensorvm.ir.expr import Call, Function, Op, Var
+from tensorvm.ir.types import Any, TensorType, TupleType
+from tensorvm.op import get_op
+from tensorvm.op.registry import op_names
+from tensorvm.op.shape_logic import ShapeLogicTraceError
+
+codegen = pytest.importorskip("tensorvm.codegen.build")
+if not codegen.have_compiler():  # pragma: no cover - the CI machine has one
+    pytest.skip("no C compiler", allow_module_level=True)
+
+RNG_SEED = 17
+CASES_PER_OP = 12
+
+# ---- case generators ------------------------------------------------------------------------------
+
+
+def _shape(rng, rank: int, sides=(0, 1, 2, 3)) -> tuple:
+    return tuple(int(rng.choice(sides)) for _ in range(rank))
+
+
+def _array(rng, shape, dtype: str):
+    if dtype == "bool":
+        return rng.random(shape) < 0.5
+    if dtype.startswith("float"):
+        return rng.standard_normal(shape).astype(dtype)
+    return rng.integers(-3, 4, shape).astype(dtype)
+
+
+def _pick_dtype(name: str, arity: int) -> str:
+    """The first of float32, int32, bool the op's relation accepts for all its inputs."""
+    opdef = get_op(name)
+    for dtype in ("float32", "int32", "bool"):
+        try:
+            opdef.type_rel([TensorType((2,), dtype)] * arity, {}, None)
+            return dtype
+        except (TypeInferenceError, tv.errors.AttrError):
+            continue
+    return "float32"
+
+
+_ATTRS = {"clip": {"a_min": -1.0, "a_max": 1.0}, "cast": {"dtype": "int32"}}
+
+
+def _elementwise_cases(name, rng):
+    dtype = _pick_dtype(name, 1)
+    cases = []
+    for _ in range(CASES_PER_OP):
+        x = _array(rng, _shape(rng, int(rng.integers(0, 4))), dtype)
+        if name == "full_like":
+            cases.append(({}, [x, np.array(1, dtype)]))
+        elif name == "cast_like":
+            cases.append(({}, [x, _array(rng, _shape(rng, 1), "int32")]))
+        else:
+            cases.append((_ATTRS.get(name, {}), [x]))
+    return cases
+
+
+def _broadcast_cases(name, rng):
+    arity = get_op(name).num_inputs
+    dtype = _pick_dtype(name, arity)
+    cases = []
+    for _ in range(CASES_PER_OP):
+        shapes = [_shape(rng, int(rng.integers(0, 4)), (1, 2, 3)) for _ in range(arity)]
+        dtypes = ["bool", dtype, dtype] if name == "where" else [dtype] * arity
+        cases.append(({}, [_array(rng, s, d) for s, d in zip(shapes, dtypes)]))
+    return cases
+
+
+def _reduce_cases(name, rng):
+    dtype = "float32" if name in ("mean", "logsumexp", "variance", "std") else _pick_dtype(name, 1)
+    cases = []
+    for _ in range(CASES_PER_OP):
+        rank = int(rng.integers(1, 4))
+        x = _array(rng, _shape(rng, rank), dtype)
+        axis = sorted({int(a) for a in rng.integers(-rank, rank, int(rng.integers(1, rank + 1)))} ,
+                      key=lambda a: a % rank)
+        axis = list({a % rank: a for a in axis}.values())
+        attrs = {"axis": axis if rng.random() < 0.8 else None, "keepdims": bool(rng.random() < 0.5),
+                 "exclude": bool(rng.random() < 0.3)}
+        inputs = [x]
+        if name in ("variance", "std") and rng.random() < 0.5:
+            inputs.append(_array(rng, _shape(rng, int(rng.integers(0, rank + 1)), (1, 2, 3)), dtype))
+        cases.append((attrs, inputs))
+    return cases
+
+
+def _generator(name):
+    opdef = get_op(name)
+    logic = opdef.shape_logic
+    qual = getattr(logic, "__qualname__", "")
+    if qual.startswith("identity_logic"):
+        return _elementwise_cases
+    if qual.startswith("broadcast_logic"):
+        return _broadcast_cases
+    if qual.startswith(("_reduce_logic", "_moment_logic")):
+        return _reduce_cases
+    return GENERATORS.get(name)
+
+
+def _cases(make):
+    """A generator calling ``make(rng) -> (attrs, inputs)`` CASES_PER_OP times."""
+    return lambda name, rng: [make(rng) for _ in range(CASES_PER_OP)]
+
+
+def _f32(rng, shape):
+    return _array(rng, shape, "float32")
+
+
+def _side(rng, sides=(1, 2, 3)):
+    return int(rng.choice(sides))
+
+
+def _dense(rng):
+    k = _side(rng, (2, 3))
+    x = _f32(rng, _shape(rng, int(rng.integers(1, 3))) + (k,))
+    w = _f32(rng, (_side(rng), k if rng.random() < 0.7 else _side(rng, (2, 3))))
+    return ({"units": _side(rng)} if rng.random() < 0.3 else {}), [x, w]
+
+
+def _matmul(rng):
+    ta, tb = bool(rng.random() < 0.5), bool(rng.random() < 0.5)
+    k, k2 = _side(rng, (2, 3)), _side(rng, (2, 3))
+    m, n = _side(rng), _side(rng)
+    a = _f32(rng, (_side(rng), k, m) if ta else (_side(rng), m, k))
+    b = _f32(rng, (n, k2) if tb else (k2, n))
+    return {"transpose_a": ta, "transpose_b": tb}, [a, b]
+
+
+def _batch_matmul(rng):
+    k, k2 = _side(rng, (2, 3)), _side(rng, (2, 3))
+    return {}, [_f32(rng, (_side(rng), _side(rng), k)), _f32(rng, (_side(rng), _side(rng), k2))]
+
+
+def _vectors(count):
+    def make(rng):
+        rank = int(rng.integers(1, 4))
+        x = _f32(rng, _shape(rng, rank, (1, 2, 3)))
+        axis = int(rng.integers(-rank, rank))
+        length = x.shape[axis] if rng.random() < 0.7 else _side(rng)
+        return {"axis": axis}, [x] + [_f32(rng, (length,)) for _ in range(count)]
+
+    return make
+
+
+def _axis(rng):
+    rank = int(rng.integers(1, 4))
+    return {"axis": int(rng.integers(-rank, rank))}, [_f32(rng, _shape(rng, rank))]
+
+
+def _conv2d(rng):
+    groups = int(rng.choice([1, 2]))
+    c = groups * _side(rng, (1, 2))
+    x = _f32(rng, (_side(rng, (1, 2)), c if rng.random() < 0.8 else c + 1, _side(rng, (1, 3, 5)), _side(rng, (1, 4))))
+    w = _f32(rng, (groups * _side(rng, (1, 2)), c // groups, _side(rng, (1, 2, 3)), _side(rng, (1, 2))))
+    attrs = {"groups": groups, "strides": (_side(rng, (1, 2)),) * 2, "padding": (_side(rng, (0, 1)),) * 4,
+             "dilation": (_side(rng, (1, 2)),) * 2}
+    return attrs, [x, w]
+
+
+def _pool(rng):
+    x = _f32(rng, (1, 2, _side(rng, (1, 3, 5)), _side(rng, (2, 4))))
+    attrs = {"pool_size": (_side(rng), _side(rng, (1, 2))), "strides": (_side(rng, (1, 2)),) * 2,
+             "padding": (_side(rng, (0, 1)),) * 4, "ceil_mode": bool(rng.random() < 0.5)}
+    return attrs, [x]
+
+
+def _one_input(rank_low=0):
+    return lambda rng: ({}, [_f32(rng, _shape(rng, int(rng.integers(rank_low, 4))))])
+
+
+def _broadcast_to(rng):
+    return {"shape": _shape(rng, int(rng.integers(0, 4)), (1, 2, 3))}, [_f32(rng, _shape(rng, int(rng.integers(0, 3)),
+                                                                                         (1, 2, 3)))]
+
+
+def _broadcast_to_like(rng):
+    return {}, [_f32(rng, _shape(rng, int(rng.integers(0, 3)), (1, 2, 3))),
+                _f32(rng, _shape(rng, int(rng.integers(0, 4)), (1, 2, 3)))]
+
+
+def _reshape(rng):
+    shape = _shape(rng, int(rng.integers(1, 4)), (1, 2, 3, 4))
+    size = int(np.prod(shape))
+    options = [(-1,), (size,), (0, -1), (-1, 2), (2, -1, 1), (-2,), (-3, -2) if len(shape) >= 2 else (-1,),
+               (-4, 2, -1, -2), (0, 0, -1) if len(shape) >= 2 else (0,), (4, -1), (size + 1,)]
+    return {"newshape": options[int(rng.integers(len(options)))]}, [_f32(rng, shape)]
+
+
+def _transpose(rng):
+    rank = int(rng.integers(0, 4))
+    axes = None if rng.random() < 0.3 else tuple(int(a) for a in rng.permutation(rank))
+    return {"axes": axes}, [_f32(rng, _shape(rng, rank))]
+
+
+def _expand_dims(rng):
+    rank = int(rng.integers(0, 4))
+    return {"axis": int(rng.integers(-rank - 1, rank + 1)), "num_newaxis": int(rng.integers(0, 3))}, \
+        [_f32(rng, _shape(rng, rank))]
+
+
+def _squeeze(rng):
+    rank = int(rng.integers(1, 4))
+    shape = _shape(rng, rank, (1, 1, 2))
+    return {"axis": (int(rng.integers(-rank, rank)),)}, [_f32(rng, shape)]
+
+
+def _reshape_like(rng):
+    x = _f32(rng, _shape(rng, int(rng.integers(1, 4)), (1, 2, 3)))
+    like = _f32(rng, _shape(rng, int(rng.integers(1, 3)), (1, 2, 3, 6)))
+    return {}, [x, like]
+
+
+#: Generators of the ops whose logic is neither elementwise, broadcast nor a reduction.
+GENERATORS: dict = {
+    "copy": _elementwise_cases, "nn.dense": _cases(_dense), "nn.matmul": _cases(_matmul),
+    "nn.batch_matmul": _cases(_batch_matmul), "nn.bias_add": _cases(_vectors(1)), "nn.prelu": _cases(_vectors(1)),
+    "nn.softmax": _cases(_axis), "nn.log_softmax": _cases(_axis), "nn.lrn": _cases(_axis),
+    "nn.layer_norm": _cases(_vectors(2)), "nn.rms_norm": _cases(_vectors(1)), "nn.conv2d": _cases(_conv2d),
+    "nn.max_pool2d": _cases(_pool), "nn.avg_pool2d": _cases(_pool),
+    "nn.global_max_pool2d": _cases(lambda rng: ({}, [_f32(rng, (_side(rng), 2, _side(rng), 3))])),
+    "nn.global_avg_pool2d": _cases(lambda rng: ({}, [_f32(rng, (_side(rng), 2, _side(rng), 3))])),
+    "nn.batch_flatten": _cases(_one_input(1)), "shape_of": _cases(_one_input()),
+    "ndarray_size": _cases(_one_input()), "broadcast_to": _cases(_broadcast_to),
+    "broadcast_to_like": _cases(_broadcast_to_like), "reshape": _cases(_reshape), "transpose": _cases(_transpose),
+    "expand_dims": _cases(_expand_dims), "squeeze": _cases(_squeeze), "reshape_like": _cases(_reshape_like),
+}
+
+# ---- running one case three ways ------------------------------------------------------------------
+
+
+def _dynamic_type(value):
+    if isinstance(value, (tuple, list)):
+        return TupleType(tuple(_dynamic_type(v) for v in value))
+    value = np.asarray(value)
+    return TensorType((Any(),) * value.ndim, value.dtype.name)
+
+
+def _flat(value) -> list:
+    if isinstance(value, (tuple, list)):
+        return [a for v in value for a in _flat(v)]
+    return [np.asarray(value)]
+
+
+def _shapes_of(result) -> list:
+    if isinstance(result, (tuple, list)):
+        return [tuple(np.shape(r)) for r in result]
+    return [tuple(np.shape(result))]
+
+
+def _kernel_outcome(name, attrs, inputs):
+    try:
+        with np.errstate(all="ignore"):
+            return _shapes_of(get_op(name).kernel(attrs, *inputs))
+    except (ShapeError, ExecutionError, ValueError, IndexError):
+        return "error"
+
+
+def _python_outcome(name, attrs, inputs):
+    opdef = get_op(name)
+    args = []
+    for i, value in enumerate(inputs):
+        if opdef.input_needs_data(i):
+            args.append(np.asarray(value))
+        elif isinstance(value, (tuple, list)):
+            args.append([np.shape(v) for v in value])
+        else:
+            args.append(np.shape(value))
+    try:
+        return [tuple(s) for s in opdef.shape_func(attrs, args)]
+    except ShapeError:
+        return "error"
+
+
+class _Case:
+    def __init__(self, name, attrs, inputs, index):
+        self.name, self.attrs, self.inputs = name, attrs, inputs
+        opdef = get_op(name)
+        self.is_input = tuple(opdef.input_needs_data(i) for i in range(len(inputs)))
+        params = [Var(f"p{i}", _dynamic_type(v)) for i, v in enumerate(inputs)]
+        self.prim = Function(params, Call(Op(name), params, attrs))
+        self.c_name = f"tvs_case{index}"
+        self.flat_inputs = []
+        for value, by_data in zip(inputs, self.is_input):
+            self.flat_inputs += [a if by_data else a.shape for a in _flat(value)]
+
+    def __repr__(self):
+        return f"{self.name}({', '.join(str(_shapes_of(v)) for v in self.inputs)}, attrs={self.attrs})"
+
+
+def _typed(case) -> bool:
+    """Whether the case's dynamic primitive type-checks (a kernel-rejected case may not)."""
+    from tensorvm.vm.kernel_python import _prepare
+
+    try:
+        _prepare(case.prim)
+        return True
+    except TypeInferenceError:
+        return False
+
+
+@pytest.fixture(scope="module")
+def compiled_cases():
+    """Every traceable op's cases with their compiled C shape functions (one library for all)."""
+    from tensorvm.codegen.build import build_library
+    from tensorvm.codegen.c_emit import library_text
+    from tensorvm.vm.shape_c import SHAPE_LIBRARY, CShapeFunction, emit_shape_func
+
+    rng = np.random.default_rng(RNG_SEED)
+    cases, specs, untyped = [], [], []
+    for name in traceable_ops():
+        for attrs, inputs in _generator(name)(name, rng):
+            case = _Case(name, attrs, inputs, len(cases))
+            if not _typed(case):
+                untyped.append(case)
+                continue
+            specs.append(emit_shape_func(case.prim, case.is_input, case.c_name))
+            cases.append(case)
+    library = build_library(library_text([SHAPE_LIBRARY]) + "\n".join(s.source for s in specs))
+    for case, spec in zip(cases, specs):
+        case.c_func = CShapeFunction(spec, library.function(spec.name, 3, 0), lambda: (lambda *inputs: None))
+    return cases, untyped
+
+
+def traceable_ops() -> list:
+    return [n for n in op_names() if get_op(n).shape_logic_traceable]
+
+
+def _c_outcome(case):
+    try:
+        return [tuple(s) for s in case.c_func.compute(*case.flat_inputs)]
+    except ShapeError:
+        return "error"
+
+
+def test_every_traceable_op_has_a_case_generator():
+    missing = [n for n in traceable_ops() if _generator(n) is None]
+    assert not missing, f"traceable ops without cases in GENERATORS: {missing}"
+
+
+def test_c_python_and_kernel_shapes_agree(compiled_cases):
+    cases, _ = compiled_cases
+    assert {c.name for c in cases} == set(traceable_ops())
+    disagreements = []
+    outcomes = set()
+    for case in cases:
+        kernel = _kernel_outcome(case.name, case.attrs, case.inputs)
+        python = _python_outcome(case.name, case.attrs, case.inputs)
+        c = _c_outcome(case)
+        outcomes.add(kernel == "error")
+        if not kernel == python == c:
+            disagreements.append(f"{case}: kernel {kernel}, python {python}, C {c}")
+    assert not disagreements, "\n".join(disagreements[:20])
+    assert outcomes == {True, False}, "the cases must include both accepted and rejected shapes"
+
+
+def test_untyped_cases_are_rejected_by_the_kernel(compiled_cases):
+    """A case whose dynamic primitive does not type-check must be one the kernel rejects too."""
+    _, untyped = compiled_cases
+    accepted = [c for c in untyped if _kernel_outcome(c.name, c.attrs, c.inputs) != "error"]
+    assert not accepted, f"cases the kernel accepts but typing rejects: {accepted[:5]}"
+
+
+# ---- coverage: ops whose shape function does not trace into C yet ---------------------------------
+
+#: op -> why its shape function is not (yet) a traceable logic. Strict: a traceable op must leave.
+UNTRACEABLE: dict = {}
+
+
+def _has_shape_function(name: str) -> bool:
+    return get_op(name).shape_func is not None
+
+
+def test_untraceable_list_is_exact():
+    untraceable = {n for n in op_names() if _has_shape_function(n) and not get_op(n).shape_logic_traceable}
+    listed = set(UNTRACEABLE)
+    assert not (listed - untraceable), f"ops that trace now; remove them from UNTRACEABLE: {sorted(listed - untraceable)}"
+    assert not (untraceable - listed), f"ops without a traceable shape logic missing from UNTRACEABLE: " \
+                                       f"{sorted(untraceable - listed)}"
+
+
+def test_a_python_branch_on_a_symbolic_dim_is_reported_not_miscompiled():
+    from tensorvm.op.shape_logic import Leaf, tracing
+
+    def branching_logic(op, attrs, shapes, err):
+        return (shapes[0][0] + 1,) if shapes[0][0] > 2 else (shapes[0][0],)
+
+    with tracing("my_op"), pytest.raises(ShapeLogicTraceError, match="my_op: .*Python condition"):
+        branching_logic("my_op", {}, [(Leaf("shapes[0][0]"),)], ShapeError)
+
+
+def test_floor_division_and_modulo_of_negatives_follow_python():
+    """The C helpers tv_shape_floordiv/floormod against Python's // and % (shape logic's semantics)."""
+    from tensorvm.codegen.build import build_library
+    from tensorvm.codegen.c_emit import library_text
+    from tensorvm.op.shape_logic import Leaf, binary, c_expr
+
+    a, b = Leaf("a"), Leaf("b")
+    source = library_text(["tv_shape.h"]) + (
+        f"int64_t fdiv(int64_t a, int64_t b) {{ return {c_expr(binary('//', a, b))}; }}\n"
+        f"int64_t fmod_(int64_t a, int64_t b) {{ return {c_expr(binary('%', a, b))}; }}\n")
+    library = build_library(source)
+    import ctypes
+
+    fdiv, fmod = library._cdll.fdiv, library._cdll.fmod_
+    for fn in (fdiv, fmod):
+        fn.argtypes, fn.restype = [ctypes.c_int64, ctypes.c_int64], ctypes.c_int64
+    for x in (-7, -6, -1, 0, 1, 6, 7):
+        for y in (-3, -2, -1, 1, 2, 3):
+            assert (fdiv(x, y), fmod(x, y)) == (x // y, x % y), (x, y)
+
+
+def test_lrn_of_an_empty_tensor_is_empty():
+    """Found by the differential test: nn.lrn's kernel raised NumPy's ValueError on an empty axis."""
+    x = np.zeros((1, 0), "float32")
+    out = get_op("nn.lrn").kernel({"axis": -1}, x)
+    assert out.shape == (1, 0) and out.dtype == np.float32
