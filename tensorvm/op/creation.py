@@ -31,6 +31,7 @@ from ._common import (
     type_str,
 )
 from .registry import REQUIRED, AttrDef, OpDef, OpPattern
+from .shape_logic import DataArg, ceil_length, dim_max, is_finite, require, traceable
 
 # ---- zeros, ones, full ----------------------------------------------------------------------------
 
@@ -220,12 +221,32 @@ def to_numeric_dtype(value) -> str:
     return dtype
 
 
+@traceable
+def _arange_logic(op, attrs, args, err):
+    """arange's length from the values of start, stop and step: known (run time, constants), unknown
+    (type inference: ``Any``) or loaded in C; floor division for integers, a float ceil otherwise."""
+    for arg, name in zip(args, ARANGE_ARGS, strict=True):
+        if len(arg.shape) != 0:
+            raise err(f"arange: {name} must be a scalar, got an array of shape {arg.shape}")
+    if all(arg.values is not None for arg in args):
+        return (arange_length(*(arg.values for arg in args), error=err),)
+    start, stop, step = (arg.item() for arg in args)
+    if start is None or stop is None or step is None:
+        return (Any(),)
+    require(step != 0, "arange: step must not be zero", err)
+    if all(arg.dtype in INT_DTYPES for arg in args):
+        return (dim_max(0, 0 - (start - stop) // step),)  # ceil((stop - start) / step) without rounding
+    for value in (start, stop, step):
+        require(is_finite(value), "arange: start, stop and step must be finite", err)
+    return (ceil_length(start, stop, step),)
+
+
 def _arange_rel(types, attrs, consts=None):
     for ty, name in zip(types, ARANGE_ARGS, strict=True):
         expect_dtype("arange", expect_scalar("arange", ty, name), NUMERIC_DTYPES, name)
-    if consts is not None and all(c is not None for c in consts[:3]):
-        return TensorType((arange_length(*consts[:3], error=TypeInferenceError),), attrs.dtype)
-    return TensorType((Any(),), attrs.dtype)
+    args = [DataArg.of_array(c) if c is not None else DataArg(t.shape, t.dtype)
+            for t, c in zip(types, list(consts or [None] * 3)[:3], strict=True)]
+    return TensorType(_arange_logic("arange", attrs, args, TypeInferenceError), attrs.dtype)
 
 
 def _arange_kernel(attrs, start, stop, step):
@@ -265,7 +286,7 @@ def _arange_compute(attrs, inputs, out_type):
 register_checked(OpDef(
     name="arange", num_inputs=3, type_rel=_arange_rel, kernel=_arange_kernel, pattern=OpPattern.OPAQUE,
     attrs=(AttrDef("dtype", "float32", to_numeric_dtype),),
-    shape_func=lambda attrs, args: [(arange_length(*args),)], shape_func_data_dependent=True,
+    shape_logic=_arange_logic, shape_func_data_dependent=True,
     doc="arange(start, stop, step): start + i * step for i < ceil((stop - start) / step), in dtype.",
     compute=_arange_compute,
 ))

@@ -36,7 +36,7 @@ from ._library import DTYPE_CODES
 __all__ = [
     "Sym", "Leaf", "Bin", "Not", "Select", "CCall", "ShapeLogicTraceError", "is_sym", "require", "select",
     "dim_min", "dim_max", "logical_and", "logical_or", "logical_not", "Trace", "tracing", "current_trace",
-    "c_expr", "DataArg", "count_nonzero", "count_distinct_sorted", "const_int", "traceable", "binary",
+    "c_expr", "DataArg", "count_nonzero", "count_sorted_runs", "const_int", "traceable", "binary", "is_finite", "ceil_length",
 ]
 
 
@@ -379,6 +379,8 @@ class DataArg:
             return float(value) if self.is_float else (bool(value) if self.dtype == "bool" else int(value))
         if self.pointer is None:
             return None
+        if self.dtype == "uint64":  # (values beyond int64 would wrap in the int64 the C code computes in)
+            _untraceable("reads uint64 data")
         index_text = c_expr(index)
         return Leaf(f"(({'double' if self.is_float else 'int64_t'})((const {_C_TYPES[self.dtype]}*){self.pointer})"
                     f"[{index_text}])", self.is_float)
@@ -404,20 +406,28 @@ def count_nonzero(data: DataArg):
     return _data_call("tv_shape_count_nonzero", data, np.count_nonzero)
 
 
-def count_distinct_sorted(data: DataArg):
-    """The number of runs of equal values of sorted 1-D ``data`` (NaNs count as equal), one pass."""
+def count_sorted_runs(data: DataArg, order: DataArg):
+    """The number of runs of equal values (NaNs equal) of 1-D ``data`` read in ``order``, in one pass
+    (``tv_shape_count_sorted_runs``); a negative count when ``order`` holds a position outside the data
+    or does not sort it ascending (NaN last). Only traced: the Python logic counts with NumPy."""
+    if data.pointer is None or order.pointer is None:
+        _untraceable("counts sorted runs of data it cannot read")
+    return CCall("tv_shape_count_sorted_runs", (Leaf(data.pointer), DTYPE_CODES.index(data.dtype), Leaf(order.pointer),
+                                                DTYPE_CODES.index(order.dtype), data.shape[0]))
 
-    def runs(values):
-        values = np.asarray(values).reshape(-1)
-        if values.size == 0:
-            return 0
-        prev, cur = values[:-1], values[1:]
-        differ = cur != prev
-        if values.dtype.kind == "f":
-            differ &= ~(np.isnan(cur) & np.isnan(prev))
-        return 1 + int(np.count_nonzero(differ))
 
-    return _data_call("tv_shape_count_runs", data, runs)
+def is_finite(value):
+    """``math.isfinite`` over a number or a symbolic double."""
+    if isinstance(value, Sym):
+        return CCall("tv_shape_isfinite", (value,))
+    return math.isfinite(value)
+
+
+def ceil_length(start, stop, step):
+    """``max(0, ceil((stop - start) / step))`` over doubles (arange's length for float arguments)."""
+    if any(isinstance(v, Sym) for v in (start, stop, step)):
+        return CCall("tv_shape_arange_length_f", (start, stop, step))
+    return max(0, math.ceil((float(stop) - float(start)) / float(step)))
 
 
 # ---- C text ---------------------------------------------------------------------------------------

@@ -33,7 +33,19 @@ from ..errors import ShapeError, TensorVMError, UnsupportedError
 from ..ir.expr import Call, Constant, Function, Op, Tuple, TupleGetItem, Var
 from ..ir.types import TensorType, TupleType
 from ..op.registry import get_op
-from ..op.shape_logic import DataArg, Leaf, ShapeLogicTraceError, Sym, c_expr, require, tracing
+from ..op.shape_logic import (
+    Bin,
+    CCall,
+    DataArg,
+    Leaf,
+    Not,
+    Select,
+    ShapeLogicTraceError,
+    Sym,
+    c_expr,
+    require,
+    tracing,
+)
 from ..transform.fuse_ops import flatten_tensor_types
 from ..transform.to_anf import known_type, post_order_iter
 from .kernel_python import (
@@ -78,12 +90,30 @@ class _Emitter:
         self.lines: list[str] = []
         self.messages: list[str] = []
         self.counter = 0
+        self.calls: dict = {}
+
+    def hoist(self, value):
+        """``value`` with each call of a C primitive (a pass over data) computed once, into a local, at
+        its first use (after the checks before it, e.g. that a divisor is not zero)."""
+        if isinstance(value, CCall):
+            key = c_expr(value)
+            if key not in self.calls:
+                self.calls[key] = self.bind(CCall(value.fn, tuple(self.hoist(a) for a in value.args), value.is_float))
+            return self.calls[key]
+        if isinstance(value, Bin):
+            return Bin(value.op, self.hoist(value.a), self.hoist(value.b))
+        if isinstance(value, Not):
+            return Not(self.hoist(value.a))
+        if isinstance(value, Select):
+            return Select(self.hoist(value.cond), self.hoist(value.a), self.hoist(value.b))
+        return value
 
     def check(self, cond, message: str):
         if not isinstance(cond, Sym):
             if not cond:  # fails whatever the input: the Python shape function raises it at run time
                 raise ShapeLogicTraceError(f"a check fails for every input: {message}")
             return
+        cond = self.hoist(cond)
         self.lines.append(f"  if (!{c_expr(cond)}) return TV_SHAPE_ERROR_BASE + {len(self.messages)};")
         self.messages.append(message)
 
@@ -91,6 +121,10 @@ class _Emitter:
         """A local holding ``value`` (a Sym), so later expressions refer to it instead of repeating it."""
         if not isinstance(value, Sym) or isinstance(value, Leaf):
             return value
+        if not isinstance(value, CCall):
+            value = self.hoist(value)
+            if isinstance(value, Leaf):
+                return value
         self.counter += 1
         name = f"v{self.counter}"
         self.lines.append(f"  const {'double' if value.is_float else 'int64_t'} {name} = {c_expr(value)};")

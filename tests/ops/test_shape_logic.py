@@ -227,6 +227,53 @@ def _reshape_like(rng):
     return {}, [x, like]
 
 
+def _argwhere(rng):
+    x = _array(rng, _shape(rng, int(rng.integers(0, 4))), str(rng.choice(["bool", "float32", "int8"])))
+    return {}, [x]
+
+
+def _topk(rng):
+    x = _f32(rng, _shape(rng, int(rng.integers(1, 3)), (1, 2, 4)))
+    attrs = {"axis": int(rng.integers(-x.ndim, x.ndim)), "ret_type": str(rng.choice(["both", "values", "indices"]))}
+    k = int(rng.integers(-1, 6))
+    if rng.random() < 0.5:
+        return {**attrs, "k": k}, [x]
+    return attrs, [x, np.array(k, str(rng.choice(["int32", "int64"])))]
+
+
+def _sorted_unique(rng):
+    data = rng.choice(np.array([0.0, 1.0, 2.5, np.nan], "float32"), int(rng.integers(0, 7)))
+    order = np.argsort(data, kind="stable").astype("int64")
+    roll = rng.random()
+    if roll < 0.1 and len(order) > 1 and np.unique(data).size > 1:
+        order = order[::-1].copy()  # not ascending
+    elif roll < 0.2 and len(order):
+        order[0] = len(order)  # out of range
+    elif roll < 0.3:
+        order = np.append(order, 0)  # wrong length
+    return {"return_counts": bool(rng.random() < 0.5)}, [data, order]
+
+
+def _arange(rng):
+    if rng.random() < 0.5:
+        values = [np.array(int(rng.integers(-6, 7)), "int64") for _ in range(3)]
+    else:
+        choices = np.array([-2.5, -1.0, 0.0, 0.5, 3.0, 7.25, np.inf], "float32")
+        values = [np.array(rng.choice(choices), "float32") for _ in range(3)]
+    return {"dtype": "float32"}, values
+
+
+def _sorting(rng):
+    rank = int(rng.integers(0, 3))
+    return {"axis": int(rng.integers(-rank - 1, rank + 1)) if rank else -1}, [_f32(rng, _shape(rng, rank))]
+
+
+def _scan(rng):
+    rank = int(rng.integers(0, 3))
+    axis = None if rng.random() < 0.4 or not rank else int(rng.integers(-rank, rank))
+    return {"axis": axis}, [_f32(rng, _shape(rng, rank))]
+
+
 #: Generators of the ops whose logic is neither elementwise, broadcast nor a reduction.
 GENERATORS: dict = {
     "copy": _elementwise_cases, "nn.dense": _cases(_dense), "nn.matmul": _cases(_matmul),
@@ -240,6 +287,9 @@ GENERATORS: dict = {
     "ndarray_size": _cases(_one_input()), "broadcast_to": _cases(_broadcast_to),
     "broadcast_to_like": _cases(_broadcast_to_like), "reshape": _cases(_reshape), "transpose": _cases(_transpose),
     "expand_dims": _cases(_expand_dims), "squeeze": _cases(_squeeze), "reshape_like": _cases(_reshape_like),
+    "argwhere": _cases(_argwhere), "topk": _cases(_topk), "sorted_unique": _cases(_sorted_unique),
+    "arange": _cases(_arange), "sort": _cases(_sorting), "argsort": _cases(_sorting), "cumsum": _cases(_scan),
+    "cumprod": _cases(_scan),
 }
 
 # ---- running one case three ways ------------------------------------------------------------------

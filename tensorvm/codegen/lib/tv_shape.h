@@ -46,21 +46,32 @@ __attribute__((unused)) static int64_t tv_shape_count_nonzero(const void* p, int
   return count;
 }
 
-/* The number of runs of equal values of n sorted values (NaNs are equal to each other), for unique. */
-__attribute__((unused)) static int64_t tv_shape_count_runs(const void* p, int64_t n, int64_t dtype) {
-  if (n <= 0) return 0;
-  int64_t count = 1;
-  switch (dtype) {
+/* The number of runs of equal values (NaNs equal each other) of the n values of data read in order
+   (positions of an integer dtype), for sorted_unique; -1 when order holds a position outside [0, n)
+   or does not sort data ascending (NaN last, as tv_lib_less). One pass: the sort is argsort's. */
+__attribute__((unused)) static int64_t tv_shape_count_sorted_runs(const void* data, int64_t dtype, const void* order,
+                                                                  int64_t order_dtype, int64_t n) {
+  int64_t count = 0, prev = 0;
+  for (int64_t i = 0; i < n; i++) {
+    const int64_t at = tv_lib_load_int(order, i, order_dtype);
+    if (at < 0 || at >= n) return -1;
+    if (i == 0) {
+      count = 1;
+    } else {
+      switch (dtype) {
 #define TV_SHAPE_RUNS_CASE(CODE, T, S, F)                                                           \
   case CODE: {                                                                                      \
-    const T* x = (const T*)p;                                                                       \
-    for (int64_t i = 1; i < n; i++)                                                                 \
-      count += !(x[i] == x[i - 1] || (tv_lib_isnan_##S(x[i]) && tv_lib_isnan_##S(x[i - 1])));       \
+    const T a = ((const T*)data)[prev], b = ((const T*)data)[at];                                   \
+    if (tv_lib_less_##S(b, a)) return -1;                                                           \
+    count += !(a == b || (tv_lib_isnan_##S(a) && tv_lib_isnan_##S(b)));                            \
     break;                                                                                          \
   }
-    TV_LIB_DTYPES(TV_SHAPE_RUNS_CASE)
+        TV_LIB_DTYPES(TV_SHAPE_RUNS_CASE)
 #undef TV_SHAPE_RUNS_CASE
-    default: return -1;
+        default: return -1;
+      }
+    }
+    prev = at;
   }
   return count;
 }
