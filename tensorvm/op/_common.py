@@ -274,7 +274,7 @@ def identity_logic(op: str, attrs, shapes, err) -> tuple:
 
 
 def _logic_args(opdef: OpDef, args) -> list:
-    return [DataArg.of_array(a) if opdef.input_needs_data(i) else a for i, a in enumerate(args)]
+    return [DataArg.of_array(a) if opdef.input_needs_data(i) else _as_shape(a) for i, a in enumerate(args)]
 
 
 def logic_shape_func(opdef: OpDef, logic=None):

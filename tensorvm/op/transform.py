@@ -18,10 +18,10 @@ import numpy as np
 from .. import te
 from ..errors import AttrError, ExecutionError, ShapeError, TypeInferenceError
 from ..ir.types import Any, SymDim, TensorType, TupleType, normalize_dtype
-from ._common import expect_tensor
+from ._common import expect_tensor, logic_shape_func
 from ._library import dtype_code, product, same_dims
 from .registry import REQUIRED, AttrDef, LibraryKernel, OpDef, OpPattern, get_op, register_op
-from .shape_logic import binary, is_sym, logical_or, require, traceable
+from .shape_logic import Sym, binary, is_sym, logical_or, require, traceable
 
 __all__ = ["RESHAPE_ONLY_OPS", "transpose_axes"]
 
@@ -310,11 +310,16 @@ def expect_same_dtype(op: str, a: TensorType, b: TensorType, what: str):
 
 
 def define(name: str, num_inputs: int, type_rel, kernel, pattern: OpPattern, attrs=(), shape_func=None,
-           data_dependent=False, doc: str = "", compute=None, strategy=None, library=None) -> OpDef:
-    """Register an op whose type relation, shape function and kernel always see normalized attributes."""
+           data_dependent=False, doc: str = "", compute=None, strategy=None, library=None,
+           shape_logic=None) -> OpDef:
+    """Register an op whose type relation, shape function and kernel always see normalized attributes.
+    Given a ``shape_logic`` (``OpDef.shape_logic``) and no ``shape_func``, the shape function is derived
+    from the logic."""
     opdef = OpDef(name=name, num_inputs=num_inputs, type_rel=type_rel, kernel=kernel, pattern=pattern,
                   attrs=attrs, shape_func=shape_func, shape_func_data_dependent=data_dependent, doc=doc,
-                  compute=compute, strategy=strategy, library=library)
+                  compute=compute, strategy=strategy, library=library, shape_logic=shape_logic)
+    if shape_func is None and shape_logic is not None:
+        shape_func = logic_shape_func(opdef)
     required = [a.name for a in opdef.attrs if a.default is REQUIRED]
 
     def norm(attrs):
@@ -662,8 +667,7 @@ def _concat_kernel(attrs, arrays):
 
 define(
     "concatenate", 1, _concat_rel, _concat_kernel, OpPattern.INJECTIVE, attrs=(AttrDef("axis", 0, to_int),),
-    shape_func=lambda attrs, args: [_concat_logic("concatenate", attrs.axis, [concrete(s) for s in args[0]],
-                                                  ShapeError)],
+    shape_logic=traceable(lambda op, attrs, args, err: _concat_logic(op, attrs.axis, args[0], err)),
     doc="Join a tuple of tensors along ``axis``.",
 )
 
@@ -697,7 +701,7 @@ def _stack_kernel(attrs, arrays):
 
 define(
     "stack", 1, _stack_rel, _stack_kernel, OpPattern.INJECTIVE, attrs=(AttrDef("axis", 0, to_int),),
-    shape_func=lambda attrs, args: [_stack_logic("stack", attrs.axis, [concrete(s) for s in args[0]], ShapeError)],
+    shape_logic=traceable(lambda op, attrs, args, err: _stack_logic(op, attrs.axis, args[0], err)),
     doc="Stack a tuple of equally shaped tensors along a new ``axis``.",
 )
 
@@ -712,25 +716,27 @@ def _sections_or_indices(value):
 
 
 def _split_logic(op, attrs, shape, err) -> list[tuple]:
+    if isinstance(shape, list):  # (as the op's shape logic: the list of its inputs' shapes)
+        (shape,) = shape
     ndim = len(shape)
     if ndim == 0:
         raise err(f"{op}: cannot split a scalar")
     axis = norm_axis(op, attrs.axis, ndim, err)
     dim = shape[axis]
     spec = attrs.indices_or_sections
+    known = isinstance(dim, (int, Sym))  # an int, or a traced dim: the checks apply
     if isinstance(spec, int):
-        if isinstance(dim, int):
-            if dim % spec:
-                raise err(f"{op}: dimension {axis} of size {dim} is not divisible into {spec} sections")
+        if known:
+            require(dim % spec == 0, f"{op}: dimension {axis} of size {dim} is not divisible into {spec} sections", err)
             sizes = [dim // spec] * spec
         else:
             sizes = [Any()] * spec
     else:
-        if isinstance(dim, int) and spec and spec[-1] > dim:
-            raise err(f"{op}: split index {spec[-1]} is beyond dimension {axis} of size {dim}")
+        if known and spec:
+            require(spec[-1] <= dim, f"{op}: split index {spec[-1]} is beyond dimension {axis} of size {dim}", err)
         bounds = (0,) + spec
         sizes = [b - a for a, b in zip(bounds, bounds[1:], strict=False)]
-        sizes.append(dim - bounds[-1] if isinstance(dim, int) else (dim if bounds[-1] == 0 else Any()))
+        sizes.append(dim - bounds[-1] if known else (dim if bounds[-1] == 0 else Any()))
     return [tuple(shape[:axis]) + (s,) + tuple(shape[axis + 1:]) for s in sizes]
 
 
@@ -751,7 +757,7 @@ def _split_kernel(attrs, data):
 define(
     "split", 1, _split_rel, _split_kernel, OpPattern.INJECTIVE,
     attrs=(AttrDef("indices_or_sections", REQUIRED, _sections_or_indices), AttrDef("axis", 0, to_int)),
-    shape_func=lambda attrs, args: _split_logic("split", attrs, concrete(args[0]), ShapeError),
+    shape_logic=traceable(_split_logic),
     doc="Split into a tuple: ``indices_or_sections`` is a number of equal sections or the split indices.",
 )
 
@@ -760,6 +766,7 @@ define(
 # take, gather, gather_nd, scatter_elements, scatter_nd
 
 
+@traceable
 def _take_logic(op, attrs, shapes, err):
     data, indices = shapes
     if attrs.axis is None:
@@ -824,14 +831,15 @@ define_shaped(
 )
 
 
+@traceable
 def _gather_logic(op, attrs, shapes, err):
     data, indices = shapes
     if len(data) != len(indices):
         raise err(f"{op}: indices must have the data's rank {len(data)}, got shape {fmt_shape(indices)}")
     axis = norm_axis(op, attrs.axis, len(data), err)
     for d, (a, b) in enumerate(zip(data, indices, strict=False)):
-        if d != axis and isinstance(a, int) and isinstance(b, int) and b > a:
-            raise err(f"{op}: indices dim {d} ({b}) exceeds the data's ({a})")
+        if d != axis and isinstance(a, (int, Sym)) and isinstance(b, (int, Sym)):  # (known or traced dims)
+            require(b <= a, f"{op}: indices dim {d} ({b}) exceeds the data's ({a})", err)
     return tuple(indices)
 
 
@@ -851,8 +859,9 @@ define_shaped(
 
 def _index_depth(op, attrs, indices, err):
     if attrs.index_rank is not None:
-        if indices and isinstance(indices[0], int) and indices[0] != attrs.index_rank:
-            raise err(f"{op}: index_rank={attrs.index_rank} but indices have {indices[0]} rows")
+        if indices and isinstance(indices[0], (int, Sym)):
+            require(indices[0] == attrs.index_rank, f"{op}: index_rank={attrs.index_rank} but indices have "
+                                                    f"{indices[0]} rows", err)
         return attrs.index_rank
     if not indices or not isinstance(indices[0], int):
         raise err(f"{op}: the first dim of indices (the index depth) must be static, got shape {fmt_shape(indices)}; "
@@ -860,6 +869,7 @@ def _index_depth(op, attrs, indices, err):
     return indices[0]
 
 
+@traceable
 def _gather_nd_logic(op, attrs, shapes, err):
     data, indices = shapes
     depth = _index_depth(op, attrs, indices, err)
@@ -890,6 +900,7 @@ define_shaped(
 )
 
 
+@traceable
 def _scatter_elements_logic(op, attrs, shapes, err):
     data, indices, updates = shapes
     if not len(data) == len(indices) == len(updates):
@@ -898,8 +909,8 @@ def _scatter_elements_logic(op, attrs, shapes, err):
     axis = norm_axis(op, attrs.axis, len(data), err)
     for d, (i, u) in enumerate(zip(indices, updates, strict=False)):
         unify_dim(op, i, u, f"dim {d} of indices and updates", err)
-        if d != axis and isinstance(i, int) and isinstance(data[d], int) and i > data[d]:
-            raise err(f"{op}: indices dim {d} ({i}) exceeds the data's ({data[d]})")
+        if d != axis and isinstance(i, (int, Sym)) and isinstance(data[d], (int, Sym)):
+            require(i <= data[d], f"{op}: indices dim {d} ({i}) exceeds the data's ({data[d]})", err)
     return tuple(data)
 
 
@@ -971,6 +982,7 @@ define_shaped(
 )
 
 
+@traceable
 def _scatter_nd_logic(op, attrs, shapes, err):
     data, indices, updates = shapes
     if not indices or not isinstance(indices[0], int):

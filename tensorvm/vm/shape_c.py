@@ -131,13 +131,23 @@ class _Emitter:
         return Leaf(name, value.is_float)
 
 
-def _param_entry(ty, by_data: bool, flat: list):
-    """(shape tree, data tree or None) of a parameter whose flat inputs are ``flat`` (consumed)."""
+def _param_entry(em: _Emitter, ty, by_data: bool, flat: list):
+    """(shape tree, data tree or None) of a parameter whose flat inputs are ``flat`` (consumed). A dim
+    static in the parameter's type is checked once on entry and is a constant from then on (so the
+    ops' checks fold, and a logic needing a static dim, e.g. gather_nd's index depth, traces)."""
     if isinstance(ty, TupleType):
-        parts = [_param_entry(f, by_data, flat) for f in ty.fields]
+        parts = [_param_entry(em, f, by_data, flat) for f in ty.fields]
         return [p[0] for p in parts], ([p[1] for p in parts] if by_data else None)
     index = flat.pop(0)
-    shape = tuple(Leaf(f"shapes[{index}][{axis}]") for axis in range(ty.ndim))
+    shape = []
+    for axis, dim in enumerate(ty.shape):
+        leaf = Leaf(f"shapes[{index}][{axis}]")
+        if isinstance(dim, int):
+            em.check(leaf == dim, f"input {index} does not have its type's dim {axis} = {dim} ({ty})")
+            shape.append(dim)
+        else:
+            shape.append(leaf)
+    shape = tuple(shape)
     return shape, (DataArg(shape, ty.dtype, pointer=f"data[{index}]") if by_data else None)
 
 
@@ -213,7 +223,7 @@ def emit_shape_func(prim: Function, is_input: tuple, name: str) -> ShapeFuncC:
     for param, flag in zip(prim.params, is_input):
         ty = _param_type(param)
         count = _flat_count(ty)
-        entries[param] = _param_entry(ty, flag, list(range(position, position + count)))
+        entries[param] = _param_entry(em, ty, flag, list(range(position, position + count)))
         for t in flatten_tensor_types(ty):
             if not isinstance(t, TensorType):
                 raise UnsupportedError(f"parameter %{param.name_hint} of type {ty} is not a tensor or tuple of them")

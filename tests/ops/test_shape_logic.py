@@ -274,6 +274,67 @@ def _scan(rng):
     return {"axis": axis}, [_f32(rng, _shape(rng, rank))]
 
 
+def _tuple_of(rng, count, base):
+    return tuple(_f32(rng, tuple(d if rng.random() < 0.85 else _side(rng) for d in base)) for _ in range(count))
+
+
+def _concatenate(rng):
+    rank = int(rng.integers(1, 4))
+    axis = int(rng.integers(-rank, rank))
+    return {"axis": axis}, [_tuple_of(rng, int(rng.integers(1, 4)), _shape(rng, rank))]
+
+
+def _stack(rng):
+    rank = int(rng.integers(0, 3))
+    return {"axis": int(rng.integers(-rank - 1, rank + 1))}, [_tuple_of(rng, int(rng.integers(1, 4)), _shape(rng, rank))]
+
+
+def _split(rng):
+    rank = int(rng.integers(1, 3))
+    x = _f32(rng, _shape(rng, rank, (0, 2, 3, 4, 6)))
+    spec = int(rng.integers(1, 4)) if rng.random() < 0.5 else tuple(sorted(int(v) for v in rng.integers(0, 6, 2)))
+    return {"indices_or_sections": spec, "axis": int(rng.integers(-rank, rank))}, [x]
+
+
+def _take(rng):
+    rank = int(rng.integers(1, 3))
+    x = _f32(rng, _shape(rng, rank, (1, 2, 3)))
+    indices = rng.integers(0, 1, _shape(rng, int(rng.integers(0, 3)), (1, 2))).astype("int32")
+    axis = None if rng.random() < 0.3 else int(rng.integers(-rank, rank))
+    return {"axis": axis, "mode": "clip"}, [x, indices]
+
+
+def _gather(rng):
+    rank = int(rng.integers(1, 3))
+    x = _f32(rng, _shape(rng, rank, (1, 2, 3)))
+    indices = rng.integers(0, 1, _shape(rng, rank, (1, 2, 3))).astype("int32")
+    return {"axis": int(rng.integers(-rank, rank))}, [x, indices]
+
+
+def _gather_nd(rng):
+    x = _f32(rng, _shape(rng, int(rng.integers(1, 4)), (1, 2, 3)))
+    depth = int(rng.integers(1, 3))
+    indices = np.zeros((depth,) + _shape(rng, int(rng.integers(0, 2)), (1, 2)), "int32")
+    return {"index_rank": depth}, [x, indices]
+
+
+def _scatter_elements(rng):
+    rank = int(rng.integers(1, 3))
+    x = _f32(rng, _shape(rng, rank, (1, 2, 3)))
+    shape = _shape(rng, rank, (1, 2, 3))
+    updates_shape = shape if rng.random() < 0.8 else _shape(rng, rank, (1, 2))
+    return {"axis": int(rng.integers(-rank, rank))}, [x, np.zeros(shape, "int32"), _f32(rng, updates_shape)]
+
+
+def _scatter_nd(rng):
+    x = _f32(rng, _shape(rng, int(rng.integers(1, 3)), (1, 2, 3)))
+    depth = int(rng.integers(1, x.ndim + 1))
+    rest = _shape(rng, int(rng.integers(0, 2)), (1, 2))
+    expected = rest + x.shape[depth:]
+    updates = _f32(rng, expected if rng.random() < 0.8 else _shape(rng, len(expected), (1, 2)))
+    return {}, [x, np.zeros((depth,) + rest, "int32"), updates]
+
+
 #: Generators of the ops whose logic is neither elementwise, broadcast nor a reduction.
 GENERATORS: dict = {
     "copy": _elementwise_cases, "nn.dense": _cases(_dense), "nn.matmul": _cases(_matmul),
@@ -289,17 +350,25 @@ GENERATORS: dict = {
     "expand_dims": _cases(_expand_dims), "squeeze": _cases(_squeeze), "reshape_like": _cases(_reshape_like),
     "argwhere": _cases(_argwhere), "topk": _cases(_topk), "sorted_unique": _cases(_sorted_unique),
     "arange": _cases(_arange), "sort": _cases(_sorting), "argsort": _cases(_sorting), "cumsum": _cases(_scan),
-    "cumprod": _cases(_scan),
+    "cumprod": _cases(_scan), "concatenate": _cases(_concatenate), "stack": _cases(_stack), "split": _cases(_split),
+    "take": _cases(_take), "gather": _cases(_gather), "gather_nd": _cases(_gather_nd),
+    "scatter_elements": _cases(_scatter_elements), "scatter_nd": _cases(_scatter_nd),
 }
 
 # ---- running one case three ways ------------------------------------------------------------------
 
 
-def _dynamic_type(value):
+def _dynamic_type(value, static_axes=()):
+    """The value's type with every dim ``?`` but those of ``static_axes``."""
     if isinstance(value, (tuple, list)):
         return TupleType(tuple(_dynamic_type(v) for v in value))
     value = np.asarray(value)
-    return TensorType((Any(),) * value.ndim, value.dtype.name)
+    return TensorType(tuple(d if axis in static_axes else Any() for axis, d in enumerate(value.shape)),
+                      value.dtype.name)
+
+
+#: Dims an op's relation needs static ({input: axes}): scatter_nd's index depth.
+STATIC_DIMS = {"scatter_nd": {1: (0,)}}
 
 
 def _flat(value) -> list:
@@ -343,7 +412,8 @@ class _Case:
         self.name, self.attrs, self.inputs = name, attrs, inputs
         opdef = get_op(name)
         self.is_input = tuple(opdef.input_needs_data(i) for i in range(len(inputs)))
-        params = [Var(f"p{i}", _dynamic_type(v)) for i, v in enumerate(inputs)]
+        static = STATIC_DIMS.get(name, {})
+        params = [Var(f"p{i}", _dynamic_type(v, static.get(i, ()))) for i, v in enumerate(inputs)]
         self.prim = Function(params, Call(Op(name), params, attrs))
         self.c_name = f"tvs_case{index}"
         self.flat_inputs = []
