@@ -24,6 +24,7 @@ from ._common import expect_tensor
 from ._compute import layout_compute, layout_reader, output_dims, output_dtype, product
 from ._resample import F64, NP, TE, Spec, clamp, cubic_weights, finish, resize_coordinate, sample
 from .registry import REQUIRED, AttrDef, OpPattern
+from .shape_logic import traceable
 from .transform import (
     concrete,
     define,
@@ -543,6 +544,7 @@ def _unnormalized(m, g, size, align: bool):
     return ((g + 1.0) * m.to_float(size) - 1.0) / 2.0
 
 
+@traceable
 def _grid_sample_logic(op, attrs, shapes, err):
     data, grid = shapes
     d = len(attrs.layout) - 2
@@ -613,6 +615,7 @@ define_shaped(
 # image.crop_and_resize(data, boxes, box_indices): tf_crop_and_resize sampling with each box as the roi
 
 
+@traceable
 def _crop_logic(op, attrs, shapes, err):
     data, boxes, indices = shapes
     if len(data) != 4 or len(boxes) != 2 or len(indices) != 1:

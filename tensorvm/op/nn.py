@@ -196,6 +196,7 @@ def unpack_dense_weight(packed: np.ndarray, units: int) -> np.ndarray:
     return packed.transpose(0, 2, 1).reshape(panels * lanes, in_dim)[:units]
 
 
+@traceable
 def _dense_packed_logic(op, attrs, shapes, err):
     data, packed = shapes
     if len(data) < 1:
@@ -451,6 +452,7 @@ def _instance_norm(attrs, shape, x, gamma, beta):
     return _scale_shift(attrs, y, axis, gamma, beta).astype(x.dtype)
 
 
+@traceable
 def _instance_norm_logic(op, attrs, shapes, err):
     if len(shapes[0]) < 2:
         raise err(f"{op}: data must have rank >= 2, got {fmt_shape(shapes[0])}")
@@ -467,6 +469,7 @@ define_shaped(
 )
 
 
+@traceable
 def _group_norm_logic(op, attrs, shapes, err):
     shape = _instance_norm_logic(op, attrs, shapes, err)
     channels = shape[attrs.axis % len(shape)]
@@ -633,6 +636,7 @@ define_shaped(
 )
 
 
+@traceable
 def _conv2d_transpose_logic(op, attrs, shapes, err):
     n, c, h, w, og, i, kh, kw = _conv_common(op, attrs, shapes, err, "IOHW")
     g = attrs.groups
@@ -648,12 +652,10 @@ def _conv2d_transpose_logic(op, attrs, shapes, err):
         if extra >= max(stride, dil):
             raise AttrError(f"{op}: output_padding {attrs.output_padding} must be smaller than the stride "
                             f"or the dilation")
-        if isinstance(dim, int) and isinstance(k, int):
-            if dim < 1:
-                raise err(f"{op}: spatial dims must be positive, got {dim}")
+        if isinstance(dim, (int, Sym)) and isinstance(k, (int, Sym)):  # (known or traced dims)
+            require(dim >= 1, f"{op}: spatial dims must be positive, got {dim}", err)
             size = (dim - 1) * stride - pad + dil * (k - 1) + extra + 1
-            if size < 0:
-                raise err(f"{op}: padding {attrs.padding} leaves a negative output size")
+            require(size >= 0, f"{op}: padding {attrs.padding} leaves a negative output size", err)
             out_hw.append(size)
         else:
             out_hw.append(dim if (stride, k, pad, extra) == (1, 1, 0, 0) else Any())
@@ -815,14 +817,15 @@ for _kind in ("avg", "max"):
     )
 
 
+@traceable
 def _adaptive_pool_logic(op, attrs, shapes, err):
     (shape,) = shapes
     _expect_rank(op, shape, 4, "data", err)
     n, c, h, w = _to_canonical(shape, attrs.layout, "NCHW")
     oh, ow = (h, w) if attrs.output_size is None else attrs.output_size
     for dim, out in ((h, oh), (w, ow)):
-        if dim == 0 and isinstance(out, int) and out > 0:
-            raise err(f"{op}: cannot pool an empty spatial dim to size {out}")
+        if isinstance(out, int) and out > 0:
+            require(dim != 0, f"{op}: cannot pool an empty spatial dim to size {out}", err)
     return _from_canonical((n, c, oh, ow), "NCHW", attrs.out_layout or attrs.layout)
 
 
@@ -986,6 +989,7 @@ define_shaped(
 )
 
 
+@traceable
 def _depth_to_space_logic(op, attrs, shapes, err):
     (shape,) = shapes
     _expect_rank(op, shape, 4, "data", err)
@@ -1013,6 +1017,7 @@ define_shaped(
 )
 
 
+@traceable
 def _space_to_depth_logic(op, attrs, shapes, err):
     (shape,) = shapes
     _expect_rank(op, shape, 4, "data", err)

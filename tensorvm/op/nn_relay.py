@@ -15,6 +15,7 @@ from ..te import expr as E
 from ..te.expr import cast, const, select
 from ..te.op_computes import nn_conv2d_transpose as _conv2d_transpose_compute
 from ..te.tensor import compute
+from . import shape_logic as sl
 from ._common import expect_tensor
 
 # (the compute helpers' names are those of tensorvm/op/_compute.py, where the computes are moving)
@@ -44,6 +45,7 @@ __all__: list[str] = []
 # nn.mirror_pad
 
 
+@sl.traceable
 def _mirror_pad_logic(op, attrs, shapes, err):
     (data,) = shapes
     if len(attrs.pad_width) != len(data):
@@ -52,9 +54,9 @@ def _mirror_pad_logic(op, attrs, shapes, err):
     limit = 1 if attrs.mode == "REFLECT" else 0
     out = []
     for axis, (dim, (before, after)) in enumerate(zip(data, attrs.pad_width, strict=True)):
-        if isinstance(dim, int) and max(before, after) > dim - limit:
-            raise err(f"{op}: {attrs.mode} padding ({before}, {after}) of dim {axis} must be at most "
-                      f"{dim - limit} for its size {dim}")
+        if isinstance(dim, (int, sl.Sym)):  # (a known or traced dim)
+            sl.require(max(before, after) <= dim - limit, f"{op}: {attrs.mode} padding ({before}, {after}) of dim "
+                                                         f"{axis} must be at most {dim - limit} for its size {dim}", err)
         out.append(add_dims(dim, before + after))
     return tuple(out)
 
@@ -174,14 +176,15 @@ define(
 # nn.dilate
 
 
+@sl.traceable
 def _dilate_logic(op, attrs, shapes, err):
     (data,) = shapes
     if len(attrs.strides) != len(data):
         raise err(f"{op}: {len(attrs.strides)} strides for data of rank {len(data)}")
     out = []
     for dim, s in zip(data, attrs.strides, strict=True):
-        if isinstance(dim, int):
-            out.append((dim - 1) * s + 1 if dim else 0)
+        if isinstance(dim, (int, sl.Sym)):
+            out.append(sl.select(dim == 0, 0, (dim - 1) * s + 1))
         else:
             out.append(dim if s == 1 else Any())
     return tuple(out)
@@ -268,6 +271,7 @@ def _drop_h(shape, layout: str):
     return tuple(shape[:h]) + tuple(shape[h + 1:])
 
 
+@sl.traceable
 def _conv1d_transpose_logic(op, attrs, shapes, err):
     data, weight = shapes
     if len(data) != 3 or len(weight) != 3:

@@ -36,7 +36,7 @@ from ._library import DTYPE_CODES
 __all__ = [
     "Sym", "Leaf", "Bin", "Not", "Select", "CCall", "ShapeLogicTraceError", "is_sym", "require", "select",
     "dim_min", "dim_max", "logical_and", "logical_or", "logical_not", "Trace", "tracing", "current_trace",
-    "c_expr", "DataArg", "count_nonzero", "count_sorted_runs", "const_int", "traceable", "binary", "is_finite", "ceil_length",
+    "c_expr", "DataArg", "count_nonzero", "count_sorted_runs", "const_int", "traceable", "binary", "is_finite", "ceil_length", "slice_length",
 ]
 
 
@@ -414,6 +414,30 @@ def count_sorted_runs(data: DataArg, order: DataArg):
         _untraceable("counts sorted runs of data it cannot read")
     return CCall("tv_shape_count_sorted_runs", (Leaf(data.pointer), DTYPE_CODES.index(data.dtype), Leaf(order.pointer),
                                                 DTYPE_CODES.index(order.dtype), data.shape[0]))
+
+
+def slice_length(begin, end, stride: int, dim):
+    """``len(range(*slice(begin, end, stride).indices(dim)))`` for int ``begin``/``end`` (or None) and
+    ``stride`` and a dim that may be symbolic (Python's clamping, exactly)."""
+    if not isinstance(dim, Sym):
+        return len(range(*slice(begin, end, stride).indices(dim)))
+    if stride > 0:
+        lo, hi = 0, dim
+    else:
+        lo, hi = -1, dim - 1
+
+    def clamp(value, default):
+        if value is None:
+            return default
+        if value < 0:
+            return dim_max(value + dim, lo)
+        return dim_min(value, hi)
+
+    if stride < 0:  # from begin (default: the last) down to end (default: before the first)
+        b, e = clamp(begin, hi), clamp(end, lo)
+        return dim_max(0, (b - e - stride - 1) // -stride)
+    b, e = clamp(begin, 0), clamp(end, hi)
+    return dim_max(0, (e - b + stride - 1) // stride)
 
 
 def is_finite(value):

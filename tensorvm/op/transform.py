@@ -21,7 +21,7 @@ from ..ir.types import Any, SymDim, TensorType, TupleType, normalize_dtype
 from ._common import expect_tensor, logic_shape_func
 from ._library import dtype_code, product, same_dims
 from .registry import REQUIRED, AttrDef, LibraryKernel, OpDef, OpPattern, get_op, register_op
-from .shape_logic import Sym, binary, is_sym, logical_or, require, traceable
+from .shape_logic import Sym, _untraceable, binary, is_sym, logical_or, require, slice_length, traceable
 
 __all__ = ["RESHAPE_ONLY_OPS", "transpose_axes"]
 
@@ -1051,6 +1051,8 @@ def _slice_spec(op, attrs_begin, attrs_end, attrs_strides, attrs_axes, slice_mod
             elif isinstance(shape[axis], int):
                 begin = max(begin + shape[axis], 0)
                 end = begin + size
+            elif is_sym(shape[axis]):
+                _untraceable("slices by size from a negative begin on a symbolic dim")
             else:
                 end = _UNKNOWN
         if stride == 0:
@@ -1063,8 +1065,8 @@ def _slice_dims(shape, spec):
     out = list(shape)
     for axis, begin, end, stride in spec:
         dim = shape[axis]
-        if isinstance(dim, int) and end is not _UNKNOWN:
-            out[axis] = len(range(*slice(begin, end, stride).indices(dim)))
+        if isinstance(dim, (int, Sym)) and end is not _UNKNOWN:  # (a known or traced dim)
+            out[axis] = slice_length(begin, end, stride, dim)
         elif stride == 1 and begin in (0, None) and (end is None or (end is not _UNKNOWN and end >= INT32_MAX)):
             out[axis] = dim  # the whole axis: a symbolic dim flows through
         else:
@@ -1079,6 +1081,7 @@ def _slice_index(spec, ndim):
     return tuple(index)
 
 
+@traceable
 def _strided_slice_logic(op, attrs, shapes, err):
     (shape,) = shapes
     spec = _slice_spec(op, attrs.begin, attrs.end, attrs.strides, attrs.axes, attrs.slice_mode, shape, err)
@@ -1246,6 +1249,7 @@ define(
 )
 
 
+@traceable
 def _tile_logic(op, attrs, shapes, err):
     (shape,) = shapes
     reps = attrs.reps
@@ -1261,6 +1265,7 @@ define_shaped(
 )
 
 
+@traceable
 def _repeat_logic(op, attrs, shapes, err):
     (shape,) = shapes
     axis = norm_axis(op, attrs.axis, len(shape), err)
@@ -1275,6 +1280,7 @@ define_shaped(
 )
 
 
+@traceable
 def _reverse_logic(op, attrs, shapes, err):
     norm_axis(op, attrs.axis, len(shapes[0]), err)
     return tuple(shapes[0])
@@ -1338,6 +1344,7 @@ define_shaped(
 # one_hot, sequence_mask
 
 
+@traceable
 def _one_hot_logic(op, attrs, shapes, err):
     indices, on_value, off_value = shapes
     if len(on_value) or len(off_value):
@@ -1375,6 +1382,7 @@ define_shaped(
 )
 
 
+@traceable
 def _sequence_mask_logic(op, attrs, shapes, err):
     data, valid_length = shapes
     if len(data) < 2:

@@ -19,6 +19,7 @@ from ..te.tensor import max as te_max
 from ._common import broadcast_shapes, broadcast_type_shapes, expect_tensor
 from ._compute import broadcast_read, broadcast_shape, output_dims, reshape_to
 from .registry import REQUIRED, AttrDef, OpPattern
+from .shape_logic import traceable
 from .transform import (
     concrete,
     define,
@@ -92,6 +93,7 @@ define(
 # contrib_reverse_reshape
 
 
+@traceable
 def _reverse_reshape_logic(op, attrs, shapes, err):
     return reshape_dims(op, tuple(shapes[0])[::-1], attrs.newshape[::-1], False, err)[::-1]
 

@@ -335,6 +335,132 @@ def _scatter_nd(rng):
     return {}, [x, np.zeros((depth,) + rest, "int32"), updates]
 
 
+def _norm_data(rng, rank_low=2):
+    return _f32(rng, _shape(rng, int(rng.integers(rank_low, 4)), (1, 2, 4)))
+
+
+def _instance_norm(rng):
+    x = _norm_data(rng)
+    c = x.shape[1] if rng.random() < 0.8 else _side(rng)
+    return {"axis": 1}, [x, _f32(rng, (c,)), _f32(rng, (c,))]
+
+
+def _group_norm(rng):
+    attrs, inputs = _instance_norm(rng)
+    return {**attrs, "num_groups": int(rng.choice([1, 2]))}, inputs
+
+
+def _space_depth(to_space):
+    def make(rng):
+        b = 2
+        if to_space:
+            shape = (1, int(rng.choice([4, 8, 6])), _side(rng), _side(rng))
+        else:
+            shape = (1, _side(rng), int(rng.choice([2, 4, 3])), int(rng.choice([2, 4, 1])))
+        return {"block_size": b}, [_f32(rng, shape)]
+
+    return make
+
+
+def _dense_packed(rng):
+    units = int(rng.choice([3, 16, 17]))
+    k = _side(rng, (2, 3))
+    panels = -(-units // 16) if rng.random() < 0.8 else 3
+    packed = _f32(rng, (panels, k if rng.random() < 0.8 else k + 1, 16))
+    return {"units": units}, [_f32(rng, (_side(rng), k)), packed]
+
+
+def _adaptive(rng):
+    x = _f32(rng, (1, 2, _side(rng, (0, 2, 3)), _side(rng, (1, 4))))
+    return {"output_size": (_side(rng, (1, 2)), _side(rng, (1, 3)))}, [x]
+
+
+def _strided_slice(rng):
+    rank = int(rng.integers(1, 3))
+    x = _f32(rng, _shape(rng, rank, (0, 1, 3, 5)))
+    count = int(rng.integers(1, rank + 1))
+    begin = tuple(int(v) for v in rng.integers(-6, 6, count))
+    end = tuple(int(v) for v in rng.integers(-6, 7, count))
+    strides = tuple(int(rng.choice([-2, -1, 1, 2, 3])) for _ in range(count))
+    mode = "size" if rng.random() < 0.2 else "end"
+    if mode == "size":
+        begin = tuple(abs(b) for b in begin)
+    return {"begin": begin, "end": end, "strides": strides, "slice_mode": mode}, [x]
+
+
+def _axis_only(rng):
+    rank = int(rng.integers(1, 4))
+    return {"axis": int(rng.integers(-rank, rank))}, [_f32(rng, _shape(rng, rank))]
+
+
+def _repeat(rng):
+    attrs, inputs = _axis_only(rng)
+    return {**attrs, "repeats": int(rng.integers(1, 4))}, inputs
+
+
+def _tile(rng):
+    reps = tuple(int(v) for v in rng.integers(0, 3, int(rng.integers(0, 4))))
+    return {"reps": reps}, [_f32(rng, _shape(rng, int(rng.integers(0, 3))))]
+
+
+def _one_hot(rng):
+    indices = rng.integers(0, 3, _shape(rng, int(rng.integers(0, 3)))).astype("int32")
+    rank = indices.ndim
+    return ({"depth": 3, "axis": int(rng.integers(-rank - 1, rank + 1))},
+            [indices, np.array(1.0, "float32"), np.array(0.0, "float32")])
+
+
+def _sequence_mask(rng):
+    x = _f32(rng, _shape(rng, int(rng.integers(2, 4)), (1, 2, 3)))
+    axis = int(rng.integers(0, 2))
+    batch = x.shape[1 - axis] if rng.random() < 0.8 else _side(rng)
+    return {"axis": axis}, [x, rng.integers(0, 3, (batch,)).astype("int32")]
+
+
+def _reverse_reshape(rng):
+    shape = _shape(rng, int(rng.integers(1, 4)), (1, 2, 3, 4))
+    options = [(-1,), (0, -1), (-1, 0), (-2,), (2, -1), (-3,) if len(shape) >= 2 else (-1,), (5, -1)]
+    return {"newshape": options[int(rng.integers(len(options)))]}, [_f32(rng, shape)]
+
+
+def _grid_sample(rng):
+    n = _side(rng, (1, 2))
+    grid = _f32(rng, (n if rng.random() < 0.8 else 3, 2, _side(rng), _side(rng)))
+    return {}, [_f32(rng, (n, 2, _side(rng, (2, 3)), _side(rng, (2, 3)))), grid]
+
+
+def _crop(rng):
+    boxes = np.tile(np.array([0.0, 0.0, 1.0, 1.0], "float32"), (_side(rng), 1))
+    count = boxes.shape[0] if rng.random() < 0.8 else boxes.shape[0] + 1
+    return {"crop_size": (2, 3)}, [_f32(rng, (1, 4, 4, 2)), boxes, np.zeros((count,), "int32")]
+
+
+def _mirror_pad(rng):
+    rank = int(rng.integers(1, 3))
+    x = _f32(rng, _shape(rng, rank, (1, 2, 3)))
+    pads = tuple((int(rng.integers(0, 3)), int(rng.integers(0, 3))) for _ in range(rank))
+    return {"pad_width": pads, "mode": str(rng.choice(["REFLECT", "SYMMETRIC"]))}, [x]
+
+
+def _dilate(rng):
+    rank = int(rng.integers(1, 3))
+    x = _f32(rng, _shape(rng, rank, (0, 1, 3)))
+    return {"strides": tuple(int(v) for v in rng.integers(1, 3, rank))}, [x]
+
+
+def _conv_transpose(dims):
+    def make(rng):
+        c = _side(rng, (1, 2))
+        spatial = tuple(_side(rng, (1, 3)) for _ in range(dims))
+        x = _f32(rng, (1, c if rng.random() < 0.8 else c + 1) + spatial)
+        w = _f32(rng, (c, _side(rng, (1, 2))) + tuple(_side(rng, (1, 2, 3)) for _ in range(dims)))
+        stride = _side(rng, (1, 2))
+        attrs = {"strides": (stride,) * dims, "padding": (_side(rng, (0, 1, 2)),) * (2 * dims)}
+        return attrs, [x, w]
+
+    return make
+
+
 #: Generators of the ops whose logic is neither elementwise, broadcast nor a reduction.
 GENERATORS: dict = {
     "copy": _elementwise_cases, "nn.dense": _cases(_dense), "nn.matmul": _cases(_matmul),
@@ -353,6 +479,15 @@ GENERATORS: dict = {
     "cumprod": _cases(_scan), "concatenate": _cases(_concatenate), "stack": _cases(_stack), "split": _cases(_split),
     "take": _cases(_take), "gather": _cases(_gather), "gather_nd": _cases(_gather_nd),
     "scatter_elements": _cases(_scatter_elements), "scatter_nd": _cases(_scatter_nd),
+    "nn.instance_norm": _cases(_instance_norm), "nn.group_norm": _cases(_group_norm),
+    "nn.depth_to_space": _cases(_space_depth(True)), "nn.space_to_depth": _cases(_space_depth(False)),
+    "nn.dense_packed": _cases(_dense_packed), "nn.adaptive_avg_pool2d": _cases(_adaptive),
+    "nn.adaptive_max_pool2d": _cases(_adaptive), "strided_slice": _cases(_strided_slice),
+    "reverse": _cases(_axis_only), "repeat": _cases(_repeat), "tile": _cases(_tile), "one_hot": _cases(_one_hot),
+    "sequence_mask": _cases(_sequence_mask), "reverse_reshape": _cases(_reverse_reshape),
+    "contrib_reverse_reshape": _cases(_reverse_reshape), "image.grid_sample": _cases(_grid_sample),
+    "image.crop_and_resize": _cases(_crop), "nn.mirror_pad": _cases(_mirror_pad), "nn.dilate": _cases(_dilate),
+    "nn.conv1d_transpose": _cases(_conv_transpose(1)), "nn.conv2d_transpose": _cases(_conv_transpose(2)),
 }
 
 # ---- running one case three ways ------------------------------------------------------------------
