@@ -46,8 +46,13 @@ def _constant_fill(name: str, value):
     register_checked(OpDef(
         name=name, num_inputs=0, type_rel=rel, kernel=kernel, pattern=OpPattern.ELEMWISE,
         attrs=(AttrDef("shape", REQUIRED, to_shape), AttrDef("dtype", "float32", to_dtype)),
-        shape_func=lambda attrs, args: [attrs.shape], doc=f"A tensor of the given shape filled with {value}.",
+        shape_logic=_static_shape_logic, doc=f"A tensor of the given shape filled with {value}.",
     ))
+
+
+@traceable
+def _static_shape_logic(op, attrs, args, err):
+    return tuple(attrs.shape)
 
 
 _constant_fill("zeros", 0)
@@ -68,7 +73,7 @@ def _full_kernel(attrs, fill_value):
 register_checked(OpDef(
     name="full", num_inputs=1, type_rel=_full_rel, kernel=_full_kernel, pattern=OpPattern.ELEMWISE,
     attrs=(AttrDef("shape", REQUIRED, to_shape), AttrDef("dtype", None, to_dtype, "default: fill_value's")),
-    shape_func=lambda attrs, args: [attrs.shape],
+    shape_logic=_static_shape_logic,
     doc="full(fill_value, shape, dtype): a tensor filled with the scalar fill_value (cast to dtype).",
 ))
 
@@ -87,6 +92,20 @@ def _shape_tensor_type(op: str, ty, consts, index: int) -> tuple:
     if consts is not None and len(consts) > index and consts[index] is not None:
         return _shape_values(op, consts[index], TypeInferenceError)
     return (Any(),) * shape_t.shape[0]
+
+
+@traceable
+def _shape_values_logic(op, attrs, args, err) -> tuple:
+    """The output shape held by the (last) data argument: its values, each >= 0."""
+    arg = args[-1]
+    if arg.values is not None:
+        return _shape_values(op, arg.values, err)
+    if len(arg.shape) != 1 or arg.dtype not in INT_DTYPES:
+        raise err(f"{op}: shape must be a 1-D integer tensor, got {arg.dtype} of shape {arg.shape}")
+    values = arg.int_values()
+    for v in values:
+        require(v >= 0, f"{op}: shape values must be >= 0", err)
+    return values
 
 
 def _shape_values(op: str, value, error: type) -> tuple:
@@ -119,7 +138,7 @@ def _dyn_constant_fill(name: str, value):
     register_checked(OpDef(
         name=name, num_inputs=1, type_rel=rel, kernel=kernel, pattern=OpPattern.OPAQUE,
         attrs=(AttrDef("dtype", "float32", to_dtype),),
-        shape_func=lambda attrs, args: [_shape_values(name, args[0], ShapeError)], shape_func_data_dependent=True,
+        shape_logic=_shape_values_logic, shape_func_data_dependent=True,
         doc=f"{name}(shape): a tensor of the shape held by the 1-D integer tensor ``shape``, filled with {value}.",
         compute=_dyn_fill_compute(name, lambda inputs, dtype: te.const(value, dtype)),
     ))
@@ -144,8 +163,7 @@ def _dyn_full_kernel(attrs, fill_value, shape):
 register_checked(OpDef(
     name="dyn.full", num_inputs=2, type_rel=_dyn_full_rel, kernel=_dyn_full_kernel, pattern=OpPattern.OPAQUE,
     attrs=(AttrDef("dtype", None, to_dtype, "default: fill_value's"),),
-    shape_func=lambda attrs, args: [_shape_values("dyn.full", args[1], ShapeError)],
-    shape_func_data_dependent=(False, True),
+    shape_logic=_shape_values_logic, shape_func_data_dependent=(False, True),
     doc="dyn.full(fill_value, shape): a tensor of the run-time shape filled with the scalar fill_value.",
     compute=_dyn_fill_compute("dyn.full", lambda inputs, dtype: te.cast(inputs[0][()], dtype)),
 ))

@@ -35,7 +35,7 @@ from ._library import DTYPE_CODES
 
 __all__ = [
     "Sym", "Leaf", "Bin", "Not", "Select", "CCall", "ShapeLogicTraceError", "is_sym", "require", "select",
-    "dim_min", "dim_max", "logical_and", "logical_or", "logical_not", "Trace", "tracing", "current_trace",
+    "dim_min", "dim_max", "supported", "logical_and", "logical_or", "logical_not", "Trace", "tracing", "current_trace",
     "c_expr", "DataArg", "count_nonzero", "count_sorted_runs", "const_int", "traceable", "binary", "is_finite", "ceil_length", "slice_length",
 ]
 
@@ -48,7 +48,8 @@ class ShapeLogicTraceError(UnsupportedError):
 
 
 class Trace:
-    """What tracing one op's logic records: the op's name and its ``(condition, message)`` requires."""
+    """What tracing one op's logic records: the op's name and its ``(condition, message, kind)`` checks
+    (kind "error": a failed ``require``; "defer": outside what the trace covers, see ``supported``)."""
 
     def __init__(self, op: str):
         self.op = op
@@ -318,6 +319,20 @@ def select(cond, a, b):
     return Select(cond, a, b)
 
 
+def supported(cond, message: str) -> None:
+    """A condition outside of which a traced logic does not apply (e.g. dyn.reshape's -2/-3/-4 read from
+    data): the C shape function then returns its "defer" code and the host runs the Python shape function
+    for that call (a native caller reports it as unsupported). Plain values must hold."""
+    if not isinstance(cond, Sym):
+        if not cond:
+            _untraceable(f"needs the host for this case: {message}")
+        return
+    trace = current_trace()
+    if trace is None:  # pragma: no cover - Syms only exist while tracing
+        raise ShapeLogicTraceError(f"a symbolic check outside of a trace: {message}")
+    trace.requires.append((cond, message, "defer"))
+
+
 def require(cond, message: str, err) -> None:
     """Check ``cond``: a plain value raises ``err(message)`` when false; a symbolic one is recorded in
     the active trace (the C shape function returns an error code for it)."""
@@ -328,7 +343,7 @@ def require(cond, message: str, err) -> None:
     trace = current_trace()
     if trace is None:  # pragma: no cover - Syms only exist while tracing
         raise ShapeLogicTraceError(f"a symbolic check outside of a trace: {message}")
-    trace.requires.append((cond, message))
+    trace.requires.append((cond, message, "error"))
 
 
 def const_int(value) -> bool:
@@ -384,6 +399,14 @@ class DataArg:
         index_text = c_expr(index)
         return Leaf(f"(({'double' if self.is_float else 'int64_t'})((const {_C_TYPES[self.dtype]}*){self.pointer})"
                     f"[{index_text}])", self.is_float)
+
+    def int_values(self) -> tuple:
+        """The elements of 1-D integer data of a static length (numbers, or ``Sym`` loads)."""
+        if self.values is not None:
+            return tuple(int(v) for v in self.values.reshape(-1))
+        if len(self.shape) != 1 or not isinstance(self.shape[0], int) or self.pointer is None:
+            _untraceable(f"reads the values of data of shape {self.shape} (a static length is needed)")
+        return tuple(self.item(i) for i in range(self.shape[0]))
 
     def size(self):
         out = 1

@@ -21,7 +21,19 @@ from ..ir.types import Any, SymDim, TensorType, TupleType, normalize_dtype
 from ._common import expect_tensor, logic_shape_func
 from ._library import dtype_code, product, same_dims
 from .registry import REQUIRED, AttrDef, LibraryKernel, OpDef, OpPattern, get_op, register_op
-from .shape_logic import Sym, _untraceable, binary, is_sym, logical_or, require, slice_length, traceable
+from .shape_logic import (
+    Sym,
+    _untraceable,
+    binary,
+    is_sym,
+    logical_not,
+    logical_or,
+    require,
+    select,
+    slice_length,
+    supported,
+    traceable,
+)
 
 __all__ = ["RESHAPE_ONLY_OPS", "transpose_axes"]
 
@@ -497,6 +509,43 @@ def _dyn_reshape_shape(attrs, args):
     return [_dyn_reshape_dims("dyn.reshape", concrete(args[0]), values, attrs.allowzero, ShapeError)]
 
 
+@traceable
+def _dyn_reshape_logic(op, attrs, args, err):
+    """dyn.reshape's dims: ``reshape_dims`` once the values are known; traced, the common values (> 0,
+    0 and one -1) become C selects, and -2/-3/-4 read from data are left to the host (``supported``)."""
+    shape, newshape = args
+    if newshape.values is not None:
+        values = _dyn_newshape_values(op, newshape.values, err)
+        return _dyn_reshape_dims(op, tuple(shape), values, attrs.allowzero, err)
+    if len(newshape.shape) != 1 or not is_int_dtype(newshape.dtype):
+        raise err(f"{op}: newshape must be a 1-D integer tensor, got shape {newshape.shape} of {newshape.dtype}")
+    values = newshape.int_values()
+    ndim, text = len(shape), f"newshape of {op}"
+    out, minus_ones = [], 0
+    for i, v in enumerate(values):
+        supported(v >= -1, f"{op}: -2, -3 and -4 in a newshape read at run time are left to the host")
+        if attrs.allowzero:
+            copied = 0
+        elif i < ndim:
+            copied = shape[i]
+        else:
+            require(v != 0, f"{op}: a 0 in {text} at position {i} refers to a dimension the input lacks", err)
+            copied = 0
+        out.append(select(v == 0, copied, v))
+        minus_ones = minus_ones + select(v == -1, 1, 0)
+    require(minus_ones <= 1, f"{op}: {text} has more than one -1", err)
+    total = prod_dims(shape)
+    known = prod_dims([select(v == -1, 1, d) for v, d in zip(values, out, strict=True)])
+    has_minus = minus_ones == 1
+    require(logical_or(logical_not(has_minus), known != 0),
+            f"{op}: cannot infer the -1 dimension: the other dimensions have zero elements", err)
+    require(logical_or(logical_not(has_minus), total % known == 0),
+            f"{op}: cannot infer the -1 dimension: {total} elements are not divisible by {known}", err)
+    out = [select(v == -1, total // known, d) for v, d in zip(values, out, strict=True)]
+    require(total == prod_dims(out), f"{op}: cannot reshape {fmt_shape(shape)} to {text}", err)
+    return tuple(out)
+
+
 def _dyn_reshape_kernel(attrs, data, newshape):
     (shape,) = _dyn_reshape_shape(attrs, [data.shape, newshape])
     return np.asarray(data).reshape(shape)
@@ -504,7 +553,7 @@ def _dyn_reshape_kernel(attrs, data, newshape):
 
 define(
     "dyn.reshape", 2, _dyn_reshape_rel, _dyn_reshape_kernel, OpPattern.INJECTIVE,
-    attrs=(AttrDef("allowzero", False, to_bool),), shape_func=_dyn_reshape_shape, data_dependent=(False, True),
+    attrs=(AttrDef("allowzero", False, to_bool),), shape_logic=_dyn_reshape_logic, data_dependent=(False, True),
     doc="Reshape to a shape given as a run-time 1-D integer tensor (reshape's special values 0, -1, -2, -3, -4; "
         "the output's rank is the length of newshape).",
 )

@@ -16,6 +16,9 @@ The C ABI (``codegen/lib/tv_shape.h``)::
 ``shapes[i]`` holds the dims of flat input ``i`` (a tuple-typed parameter contributes one per field),
 ``data[i]`` its data when the input is read by data (else NULL); ``out[j]`` receives the dims of flat
 output ``j``. No Python is involved, so a native caller (issue 19's native mode) calls it directly.
+A return code whose message index is in ``ShapeFuncC.deferred`` means "a case outside the traced form"
+(``shape_logic.supported``, e.g. dyn.reshape's -2 read from data): the VM then runs the Python shape
+function for that call; a native caller reports it as unsupported.
 
 A primitive containing an op whose logic does not trace (``OpDef.shape_logic_traceable`` unset, or a
 logic that branches on a symbolic dim) raises ``ShapeLogicTraceError``: the VM keeps the Python shape
@@ -72,6 +75,7 @@ class ShapeFuncC:
     name: str
     source: str
     messages: tuple
+    deferred: frozenset
     flat_is_input: tuple
     in_ranks: tuple
     in_dtypes: tuple
@@ -91,6 +95,7 @@ class _Emitter:
         self.messages: list[str] = []
         self.counter = 0
         self.calls: dict = {}
+        self.deferred: set = set()  # message indices meaning "outside the traced form: ask the host"
 
     def hoist(self, value):
         """``value`` with each call of a C primitive (a pass over data) computed once, into a local, at
@@ -108,12 +113,14 @@ class _Emitter:
             return Select(self.hoist(value.cond), self.hoist(value.a), self.hoist(value.b))
         return value
 
-    def check(self, cond, message: str):
+    def check(self, cond, message: str, kind: str = "error"):
         if not isinstance(cond, Sym):
             if not cond:  # fails whatever the input: the Python shape function raises it at run time
                 raise ShapeLogicTraceError(f"a check fails for every input: {message}")
             return
         cond = self.hoist(cond)
+        if kind == "defer":
+            self.deferred.add(len(self.messages))
         self.lines.append(f"  if (!{c_expr(cond)}) return TV_SHAPE_ERROR_BASE + {len(self.messages)};")
         self.messages.append(message)
 
@@ -189,8 +196,8 @@ def _op_entry(em: _Emitter, node: Call, arg_entries: list):
     shapes = list(result) if isinstance(result, list) else [result]
     if len(shapes) != len(tensor_types):
         raise ShapeLogicTraceError(f"{name}: the logic gives {len(shapes)} shapes for type {ty}")
-    for cond, message in trace.requires:
-        em.check(cond, message)
+    for cond, message, kind in trace.requires:
+        em.check(cond, message, kind)
     out = []
     for shape, tty in zip(shapes, tensor_types):
         shape = tuple(shape)
@@ -204,8 +211,8 @@ def _op_entry(em: _Emitter, node: Call, arg_entries: list):
             if isinstance(s, int):
                 with tracing(name) as static_trace:
                     require(d == s, f"{name}: the computed output shape does not match its type {tty}", ShapeError)
-                for cond, message in static_trace.requires:
-                    em.check(cond, message)
+                for cond, message, kind in static_trace.requires:
+                    em.check(cond, message, kind)
         out.append(shape)
     return _shape_tree(ty, out), None
 
@@ -265,7 +272,7 @@ def emit_shape_func(prim: Function, is_input: tuple, name: str) -> ShapeFuncC:
             f"int32_t {name}(const int64_t* const* shapes, const void* const* data, int64_t* const* out) {{\n"
             f"  (void)shapes;\n  (void)data;\n  (void)out;\n"
             + "".join(line + "\n" for line in em.lines) + "  return 0;\n}\n")
-    return ShapeFuncC(name, text, messages, tuple(flat_is_input), tuple(in_ranks), tuple(in_dtypes), out_ranks,
+    return ShapeFuncC(name, text, messages, frozenset(em.deferred), tuple(flat_is_input), tuple(in_ranks), tuple(in_dtypes), out_ranks,
                       label)
 
 
@@ -292,6 +299,7 @@ class CShapeFunction:
         self._out_types = [ctypes.c_int64 * max(r, 1) for r in spec.out_ranks]
         self._in_array, self._out_array = ctypes.c_void_p * max(n_in, 1), ctypes.c_void_p * max(n_out, 1)
         self._dtypes = [np.dtype(d) for d in spec.in_dtypes]
+        self.deferrals = 0  # calls answered by the Python shape function (see shape_logic.supported)
 
     def compute(self, *inputs) -> tuple:
         spec = self.spec
@@ -320,12 +328,15 @@ class CShapeFunction:
         code = self._fn(self._in_array(*shapes), self._in_array(*datas),
                         self._out_array(*(ctypes.addressof(o) for o in outs)))
         if code:
-            self._fail(code, inputs)
+            return self._fail(code, inputs)
         return tuple(tuple(o[:r]) for o, r in zip(outs, spec.out_ranks))
 
     def _fail(self, code: int, inputs):
-        self._python()(*inputs)  # raises the precise error
         k = code - ERROR_BASE
+        if k in self.spec.deferred:  # a case outside the traced form: the Python shape function answers
+            self.deferrals += 1
+            return self._python()(*inputs)
+        self._python()(*inputs)  # raises the precise error
         message = self.spec.messages[k] if 0 <= k < len(self.spec.messages) else f"error code {code}"
         raise ShapeError(f"{message} (the C shape function of {self.spec.label} rejected shapes its Python "
                          f"shape function accepts)")

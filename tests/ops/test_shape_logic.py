@@ -10,6 +10,8 @@ trace into C yet; it is strict: an op that traces must leave the list.
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import pytest
 
@@ -461,6 +463,31 @@ def _conv_transpose(dims):
     return make
 
 
+def _dyn_reshape(rng):
+    shape = _shape(rng, int(rng.integers(0, 4)), (0, 1, 2, 3, 4))
+    size = int(np.prod(shape))
+    options = [(-1,), (size,), (0, -1), (-1, 2), (2, -1, 1), (-1, -1), (0, 0, 0, 0), (4, -1), (size + 1,), (-2,),
+               (1, -3), (0, 5)]
+    newshape = np.array(options[int(rng.integers(len(options)))], str(rng.choice(["int32", "int64"])))
+    return {"allowzero": bool(rng.random() < 0.2)}, [_f32(rng, shape), newshape]
+
+
+def _dyn_fill(with_value):
+    def make(rng):
+        shape = np.array([int(v) for v in rng.integers(-1, 4, int(rng.integers(0, 4)))], "int64")
+        return {}, ([np.array(2.0, "float32")] if with_value else []) + [shape]
+
+    return make
+
+
+def _static_fill(with_value):
+    def make(rng):
+        attrs = {"shape": _shape(rng, int(rng.integers(0, 3)))}
+        return attrs, [np.array(2.0, "float32")] if with_value else []
+
+    return make
+
+
 #: Generators of the ops whose logic is neither elementwise, broadcast nor a reduction.
 GENERATORS: dict = {
     "copy": _elementwise_cases, "nn.dense": _cases(_dense), "nn.matmul": _cases(_matmul),
@@ -488,6 +515,9 @@ GENERATORS: dict = {
     "contrib_reverse_reshape": _cases(_reverse_reshape), "image.grid_sample": _cases(_grid_sample),
     "image.crop_and_resize": _cases(_crop), "nn.mirror_pad": _cases(_mirror_pad), "nn.dilate": _cases(_dilate),
     "nn.conv1d_transpose": _cases(_conv_transpose(1)), "nn.conv2d_transpose": _cases(_conv_transpose(2)),
+    "dyn.reshape": _cases(_dyn_reshape), "dyn.zeros": _cases(_dyn_fill(False)), "dyn.ones": _cases(_dyn_fill(False)),
+    "dyn.full": _cases(_dyn_fill(True)), "zeros": _cases(_static_fill(False)), "ones": _cases(_static_fill(False)),
+    "full": _cases(_static_fill(True)),
 }
 
 # ---- running one case three ways ------------------------------------------------------------------
@@ -502,8 +532,9 @@ def _dynamic_type(value, static_axes=()):
                       value.dtype.name)
 
 
-#: Dims an op's relation needs static ({input: axes}): scatter_nd's index depth.
-STATIC_DIMS = {"scatter_nd": {1: (0,)}}
+#: Dims an op's relation needs static ({input: axes}): scatter_nd's index depth, the length of a shape tensor.
+STATIC_DIMS = {"scatter_nd": {1: (0,)}, "dyn.reshape": {1: (0,)}, "dyn.zeros": {0: (0,)}, "dyn.ones": {0: (0,)},
+               "dyn.full": {1: (0,)}}
 
 
 def _flat(value) -> list:
@@ -575,6 +606,7 @@ def compiled_cases():
     """Every traceable op's cases with their compiled C shape functions (one library for all)."""
     from tensorvm.codegen.build import build_library
     from tensorvm.codegen.c_emit import library_text
+    from tensorvm.vm.kernel_python import build_shape_func_tuples
     from tensorvm.vm.shape_c import SHAPE_LIBRARY, CShapeFunction, emit_shape_func
 
     rng = np.random.default_rng(RNG_SEED)
@@ -589,7 +621,9 @@ def compiled_cases():
             cases.append(case)
     library = build_library(library_text([SHAPE_LIBRARY]) + "\n".join(s.source for s in specs))
     for case, spec in zip(cases, specs):
-        case.c_func = CShapeFunction(spec, library.function(spec.name, 3, 0), lambda: (lambda *inputs: None))
+        # (the Python shape function: raises the precise error after a C failure, answers a deferred case)
+        python = functools.partial(build_shape_func_tuples, case.prim, case.is_input)
+        case.c_func = CShapeFunction(spec, library.function(spec.name, 3, 0), python)
     return cases, untyped
 
 
