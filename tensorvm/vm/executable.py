@@ -371,7 +371,9 @@ def _c_shape_func(fn, is_input: tuple, spec, c_function):
 
     python = functools.cache(lambda: build_shape_func_tuples(fn, is_input))
     c_func = CShapeFunction(spec, c_function, python)
-    return dps_shape_func(memoized_shape_func(c_func.compute, spec.flat_is_input, spec.out_ranks, spec.label))
+    shape_func = dps_shape_func(memoized_shape_func(c_func.compute, spec.flat_is_input, spec.out_ranks, spec.label))
+    shape_func.c_function = c_func
+    return shape_func
 
 
 def _failing_primitive(prims: dict) -> str:

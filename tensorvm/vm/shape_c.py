@@ -103,7 +103,7 @@ class _Emitter:
         if isinstance(value, CCall):
             key = c_expr(value)
             if key not in self.calls:
-                self.calls[key] = self.bind(CCall(value.fn, tuple(self.hoist(a) for a in value.args), value.is_float))
+                self.calls[key] = self._local(CCall(value.fn, tuple(self.hoist(a) for a in value.args), value.is_float))
             return self.calls[key]
         if isinstance(value, Bin):
             return Bin(value.op, self.hoist(value.a), self.hoist(value.b))
@@ -128,10 +128,10 @@ class _Emitter:
         """A local holding ``value`` (a Sym), so later expressions refer to it instead of repeating it."""
         if not isinstance(value, Sym) or isinstance(value, Leaf):
             return value
-        if not isinstance(value, CCall):
-            value = self.hoist(value)
-            if isinstance(value, Leaf):
-                return value
+        value = self.hoist(value)
+        return value if isinstance(value, Leaf) else self._local(value)
+
+    def _local(self, value) -> Leaf:
         self.counter += 1
         name = f"v{self.counter}"
         self.lines.append(f"  const {'double' if value.is_float else 'int64_t'} {name} = {c_expr(value)};")
