@@ -24,7 +24,6 @@ from .registry import REQUIRED, AttrDef, OpPattern
 from .shape_logic import Sym, is_sym, logical_or, require, select, traceable
 from .transform import (
     add_dims,
-    concrete,
     define,
     define_shaped,
     fmt_shape,
@@ -500,6 +499,7 @@ define_shaped(
 _BN_NAMES = ("gamma", "beta", "moving_mean", "moving_var")
 
 
+@traceable
 def _batch_norm_shapes(op, attrs, shapes, err):
     axis, data = _channel_vectors(op, shapes[0], shapes[1:], attrs.axis, err, _BN_NAMES)
     return [data, (data[axis],), (data[axis],)]
@@ -529,8 +529,7 @@ def _batch_norm(attrs, x, gamma, beta, mean, var):
 define(
     "nn.batch_norm", 5, _batch_norm_rel, _batch_norm, OpPattern.OPAQUE,
     attrs=(AttrDef("axis", 1, to_int), _EPSILON, _CENTER, _SCALE),
-    shape_func=lambda attrs, args: _batch_norm_shapes("nn.batch_norm", attrs, [concrete(s) for s in args],
-                                                      ShapeError),
+    shape_logic=_batch_norm_shapes,
     doc="Inference batch norm: (x - moving_mean) / sqrt(moving_var + epsilon) * gamma + beta along ``axis``; "
         "returns (out, moving_mean, moving_var) like Relay.",
 )
@@ -886,6 +885,7 @@ def _pad_width(value):
     return tuple(pairs)
 
 
+@traceable
 def _pad_logic(op, attrs, shapes, err):
     if len(shapes) not in (1, 2):
         raise err(f"{op}: expected data and an optional scalar pad_value, got {len(shapes)} arguments")
@@ -896,11 +896,12 @@ def _pad_logic(op, attrs, shapes, err):
         raise err(f"{op}: pad_width has {len(attrs.pad_width)} pairs for data of rank {len(data)}")
     out = []
     for axis, (dim, (before, after)) in enumerate(zip(data, attrs.pad_width, strict=True)):
-        if isinstance(dim, int) and (before or after):
-            if attrs.pad_mode == "reflect" and max(before, after) >= dim:
-                raise err(f"{op}: reflect padding ({before}, {after}) must be smaller than dim {axis} ({dim})")
-            if attrs.pad_mode == "edge" and dim == 0:
-                raise err(f"{op}: edge padding of the empty dim {axis}")
+        if isinstance(dim, (int, Sym)) and (before or after):  # (a known or traced dim)
+            if attrs.pad_mode == "reflect":
+                require(max(before, after) < dim, f"{op}: reflect padding ({before}, {after}) must be smaller than "
+                                                  f"dim {axis} ({dim})", err)
+            if attrs.pad_mode == "edge":
+                require(dim != 0, f"{op}: edge padding of the empty dim {axis}", err)
         out.append(add_dims(dim, before + after))
     return tuple(out)
 
@@ -927,7 +928,7 @@ define(
     "nn.pad", -1, _pad_rel, _pad_kernel, OpPattern.INJECTIVE,
     attrs=(AttrDef("pad_width", REQUIRED, _pad_width), AttrDef("pad_mode", "constant",
                                                                 one_of("constant", "edge", "reflect"))),
-    shape_func=lambda attrs, args: [_pad_logic("nn.pad", attrs, [concrete(s) for s in args], ShapeError)],
+    shape_logic=_pad_logic,
     doc="Pad by pad_width ((before, after) per dim) with the scalar pad_value (2nd argument, default 0), "
         "or by repeating the edge or reflecting.",
 )
@@ -961,7 +962,7 @@ def _dropout_compute(attrs, inputs, out_type):
 define(
     "nn.dropout", 1, _dropout_rel, lambda attrs, x: (np.array(x, copy=True), np.ones_like(x)), OpPattern.OPAQUE,
     attrs=(AttrDef("rate", 0.5, to_float),), compute=_dropout_compute,
-    shape_func=lambda attrs, args: [concrete(args[0]), concrete(args[0])],
+    shape_logic=traceable(lambda op, attrs, shapes, err: [tuple(shapes[0]), tuple(shapes[0])]),
     doc="Inference dropout: (data, mask of ones), a tuple like Relay's.",
 )
 

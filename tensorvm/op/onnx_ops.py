@@ -39,6 +39,7 @@ from ..te import expr as E
 from ..te.expr import Const, cast, const
 from ..te.tensor import compute, reduce_axis
 from ..te.tensor import sum as te_sum
+from . import shape_logic as sl
 from ._common import expect_tensor
 from ._resample import F64, NP, TE, Spec, axis_taps, clamp, finish, nearest_index, resize_coordinate
 from .registry import REQUIRED, AttrDef, OpPattern
@@ -443,7 +444,7 @@ define(
     lambda types, attrs, consts=None: expect_tensor("onnx.cumsum", types[0], "x"),
     _onnx_cumsum_kernel, OpPattern.OPAQUE,
     attrs=(AttrDef("exclusive", False, to_bool), AttrDef("reverse", False, to_bool)),
-    shape_func=lambda attrs, args: [concrete(args[0])], data_dependent=(False, False),
+    shape_logic=sl.traceable(lambda op, attrs, shapes, err: tuple(shapes[0])), data_dependent=(False, False),
     doc="onnx.cumsum(x, axis): running sum along the run-time axis (exclusive and/or reversed).",
 )
 
@@ -467,7 +468,7 @@ def _trilu_rel(types, attrs, consts=None):
 define(
     "trilu", 2, _trilu_rel, _trilu_kernel, OpPattern.INJECTIVE,
     attrs=(AttrDef("upper", True, to_bool),),
-    shape_func=lambda attrs, args: [concrete(args[0])],
+    shape_logic=sl.traceable(lambda op, attrs, shapes, err: tuple(shapes[0])),
     doc="trilu(x, k): the upper (or lower) triangle of the last two dims from diagonal k (k: 0-d or 1-d, "
         "empty means 0).",
 )
@@ -483,8 +484,8 @@ def _matmul_shape(op, a, b, err):
     a2 = (1,) + tuple(a) if len(a) == 1 else tuple(a)
     b2 = tuple(b) + (1,) if len(b) == 1 else tuple(b)
     k1, k2 = a2[-1], b2[-2]
-    if isinstance(k1, int) and isinstance(k2, int) and k1 != k2:
-        raise err(f"{op}: inner dims differ: {fmt_shape(a)} x {fmt_shape(b)}")
+    if isinstance(k1, (int, sl.Sym)) and isinstance(k2, (int, sl.Sym)):  # (known or traced dims)
+        sl.require(k1 == k2, f"{op}: inner dims differ: {fmt_shape(a)} x {fmt_shape(b)}", err)
     from ._common import broadcast_dim
 
     batch_a, batch_b = a2[:-2], b2[:-2]
@@ -519,7 +520,7 @@ def _matmul_kernel(attrs, a, b):
 
 define(
     "onnx.matmul", 2, _matmul_rel, _matmul_kernel, OpPattern.OUT_ELEMWISE_FUSABLE,
-    shape_func=lambda attrs, args: [_matmul_shape("onnx.matmul", concrete(args[0]), concrete(args[1]), ShapeError)],
+    shape_logic=sl.traceable(lambda op, attrs, shapes, err: _matmul_shape(op, shapes[0], shapes[1], err)),
     doc="Matrix product with NumPy's rules: 1-d operands are promoted, batch dims broadcast.",
 )
 

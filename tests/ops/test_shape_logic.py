@@ -488,6 +488,34 @@ def _static_fill(with_value):
     return make
 
 
+def _pad(rng):
+    rank = int(rng.integers(1, 3))
+    x = _f32(rng, _shape(rng, rank, (0, 1, 2, 3)))
+    pads = tuple((int(rng.integers(0, 3)), int(rng.integers(0, 3))) for _ in range(rank))
+    return {"pad_width": pads, "pad_mode": str(rng.choice(["constant", "edge", "reflect"]))}, \
+        [x] + ([np.array(1.0, "float32")] if rng.random() < 0.5 else [])
+
+
+def _batch_norm(rng):
+    x = _f32(rng, _shape(rng, int(rng.integers(2, 4)), (1, 2, 3)))
+    c = x.shape[1] if rng.random() < 0.8 else _side(rng)
+    return {"axis": 1}, [x] + [_f32(rng, (c,)) for _ in range(4)]
+
+
+def _onnx_matmul(rng):
+    k = _side(rng, (2, 3))
+    a = _f32(rng, _shape(rng, int(rng.integers(0, 2)), (1, 2, 3)) + (_side(rng), k)) if rng.random() < 0.8 \
+        else _f32(rng, (k,))
+    b_k = k if rng.random() < 0.8 else _side(rng, (2, 3))
+    b = _f32(rng, _shape(rng, int(rng.integers(0, 2)), (1, 2, 3)) + (b_k, _side(rng))) if rng.random() < 0.8 \
+        else _f32(rng, (b_k,))
+    return {}, [a, b]
+
+
+def _with_int_k(rng):
+    return {}, [_f32(rng, _shape(rng, int(rng.integers(2, 4)))), np.array(1, "int64")]
+
+
 #: Generators of the ops whose logic is neither elementwise, broadcast nor a reduction.
 GENERATORS: dict = {
     "copy": _elementwise_cases, "nn.dense": _cases(_dense), "nn.matmul": _cases(_matmul),
@@ -517,7 +545,9 @@ GENERATORS: dict = {
     "nn.conv1d_transpose": _cases(_conv_transpose(1)), "nn.conv2d_transpose": _cases(_conv_transpose(2)),
     "dyn.reshape": _cases(_dyn_reshape), "dyn.zeros": _cases(_dyn_fill(False)), "dyn.ones": _cases(_dyn_fill(False)),
     "dyn.full": _cases(_dyn_fill(True)), "zeros": _cases(_static_fill(False)), "ones": _cases(_static_fill(False)),
-    "full": _cases(_static_fill(True)),
+    "full": _cases(_static_fill(True)), "nn.pad": _cases(_pad), "nn.batch_norm": _cases(_batch_norm),
+    "nn.dropout": _cases(_one_input()), "onnx.matmul": _cases(_onnx_matmul), "trilu": _cases(_with_int_k),
+    "onnx.cumsum": _cases(_with_int_k),
 }
 
 # ---- running one case three ways ------------------------------------------------------------------
