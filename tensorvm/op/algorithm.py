@@ -33,7 +33,7 @@ from ._common import (
 )
 from ._library import axis_split, dtype_code, product, same_dims
 from .registry import AttrDef, LibraryKernel, OpDef, OpPattern
-from .shape_logic import count_nonzero, count_sorted_runs, is_sym, logical_or, require, select, traceable
+from .shape_logic import Sym, count_nonzero, count_sorted_runs, is_sym, logical_or, require, select, traceable
 
 # ---- argwhere -------------------------------------------------------------------------------------
 
@@ -505,15 +505,13 @@ def _searchsorted_check(seq_shape: tuple, values_shape: tuple, error: type):
         raise error("searchsorted: sorted_sequence must have rank >= 1, got a scalar")
     if len(seq_shape) == 1:
         return
-    leading_ok = len(values_shape) == len(seq_shape) and all(
-        not (isinstance(s, int) and isinstance(v, int)) or s == v
-        for s, v in zip(seq_shape[:-1], values_shape[:-1], strict=True)
-    )
-    if not leading_ok:
-        raise error(
-            f"searchsorted: a {len(seq_shape)}-D sorted_sequence {tuple(seq_shape)} needs values with the same "
-            f"leading dimensions, got {tuple(values_shape)}"
-        )
+    message = (f"searchsorted: a {len(seq_shape)}-D sorted_sequence {tuple(seq_shape)} needs values with the same "
+               f"leading dimensions, got {tuple(values_shape)}")
+    if len(values_shape) != len(seq_shape):
+        raise error(message)
+    for s, v in zip(seq_shape[:-1], values_shape[:-1], strict=True):
+        if isinstance(s, (int, Sym)) and isinstance(v, (int, Sym)):  # (known or traced dims; unknown ones pass)
+            require(s == v, message, error)
 
 
 def _searchsorted_rel(types, attrs, consts=None):
@@ -542,9 +540,10 @@ def _searchsorted_kernel(attrs, seq, values):
     return out.reshape(values.shape)
 
 
-def _searchsorted_shape_func(attrs, args):
-    _searchsorted_check(tuple(args[0]), tuple(args[1]), ShapeError)
-    return [tuple(args[1])]
+@traceable
+def _searchsorted_logic(op, attrs, shapes, err):
+    _searchsorted_check(tuple(shapes[0]), tuple(shapes[1]), err)
+    return tuple(shapes[1])
 
 
 def _searchsorted_arguments(attrs, inputs, outputs):
@@ -565,7 +564,7 @@ register_checked(OpDef(
     pattern=OpPattern.OPAQUE,
     attrs=(AttrDef("right", False, to_bool, "return the last suitable index instead of the first"),
            AttrDef("dtype", "int32", to_int_dtype)),
-    shape_func=_searchsorted_shape_func,
+    shape_logic=_searchsorted_logic,
     library=LibraryKernel("tv_searchsorted", "algorithm.c", _searchsorted_arguments),
     doc="searchsorted(sorted_sequence, values): insertion indices keeping each innermost row sorted.",
 ))

@@ -842,8 +842,7 @@ define(
            AttrDef("output_width", 1, to_int), AttrDef("sampling_ratio", 0, to_int),
            AttrDef("spatial_scale", 1.0, to_float),
            AttrDef("coordinate_transformation_mode", "half_pixel", one_of("half_pixel", "output_half_pixel"))),
-    shape_func=lambda attrs, args: [_roi_align_logic("vision.roi_align", attrs, [concrete(a) for a in args],
-                                                     ShapeError)],
+    shape_logic=sl.traceable(_roi_align_logic),
     doc="ONNX RoiAlign: average (or max) of bilinear samples per output bin of each region.",
 )
 
@@ -2288,7 +2287,7 @@ define(
     _rotary_kernel, OpPattern.OPAQUE,
     attrs=(AttrDef("interleaved", False, to_bool), AttrDef("num_heads", 0, to_int),
            AttrDef("rotary_embedding_dim", 0, to_int)),
-    shape_func=lambda attrs, args: [concrete(args[0])], compute=_rotary_compute,
+    shape_logic=sl.traceable(lambda op, attrs, shapes, err: tuple(shapes[0])), compute=_rotary_compute,
     doc="ONNX RotaryEmbedding(input, cos_cache, sin_cache, position_ids); an empty position_ids means the "
         "caches are already (batch, seq, dim/2).",
 )
@@ -2311,7 +2310,7 @@ define(
     lambda types, attrs, consts=None: TupleType((expect_tensor("onnx.dropout", types[0], "data"),
                                                  TensorType(types[0].shape, "bool"))),
     _dropout_kernel, OpPattern.OPAQUE,
-    shape_func=lambda attrs, args: [concrete(args[0]), concrete(args[0])],
+    shape_logic=sl.traceable(lambda op, attrs, shapes, err: [tuple(shapes[0]), tuple(shapes[0])]),
     doc="onnx.dropout(data, ratio, training_mode) -> (output, mask): the identity unless training with a "
         "nonzero ratio, which is an ExecutionError (random).",
 )

@@ -516,6 +516,42 @@ def _with_int_k(rng):
     return {}, [_f32(rng, _shape(rng, int(rng.integers(2, 4)))), np.array(1, "int64")]
 
 
+def _resize(d):
+    def make(rng):
+        x = _f32(rng, (1, 2) + _shape(rng, d, (0, 2, 3)))
+        return {"size": tuple(_side(rng, (0, 1, 4)) for _ in range(d))}, [x]
+
+    return make
+
+
+def _affine_grid(rng):
+    return {"target_shape": (_side(rng), _side(rng))}, [_f32(rng, (_side(rng), 2, 3))]
+
+
+def _rotary(rng):
+    batch, seq = _side(rng, (1, 2)), _side(rng, (1, 3))
+    return {"num_heads": 2}, [_f32(rng, (batch, seq, 4)), _f32(rng, (4, 2)), _f32(rng, (4, 2)),
+                rng.integers(0, 4, (batch, seq)).astype("int64")]
+
+
+def _onnx_dropout(rng):
+    return {}, [_f32(rng, _shape(rng, int(rng.integers(0, 3)))), np.array(0.5, "float32"), np.array(False)]
+
+
+def _roi_align(rng):
+    count = _side(rng)
+    rois = np.tile(np.array([0.0, 0.0, 1.0, 1.0], "float32"), (count, 1))
+    indices = np.zeros((count if rng.random() < 0.8 else count + 1,), "int64")
+    return {"output_height": 2, "output_width": 3}, [_f32(rng, (1, 2, 3, 3)), rois, indices]
+
+
+def _searchsorted(rng):
+    rank = int(rng.integers(1, 3))
+    seq = np.sort(_f32(rng, _shape(rng, rank, (1, 2, 3))), axis=-1)
+    lead = seq.shape[:-1] if rng.random() < 0.8 else _shape(rng, rank - 1, (1, 2, 3))
+    return {}, [seq, _f32(rng, lead + (_side(rng),))]
+
+
 #: Generators of the ops whose logic is neither elementwise, broadcast nor a reduction.
 GENERATORS: dict = {
     "copy": _elementwise_cases, "nn.dense": _cases(_dense), "nn.matmul": _cases(_matmul),
@@ -547,7 +583,10 @@ GENERATORS: dict = {
     "dyn.full": _cases(_dyn_fill(True)), "zeros": _cases(_static_fill(False)), "ones": _cases(_static_fill(False)),
     "full": _cases(_static_fill(True)), "nn.pad": _cases(_pad), "nn.batch_norm": _cases(_batch_norm),
     "nn.dropout": _cases(_one_input()), "onnx.matmul": _cases(_onnx_matmul), "trilu": _cases(_with_int_k),
-    "onnx.cumsum": _cases(_with_int_k),
+    "onnx.cumsum": _cases(_with_int_k), "image.resize1d": _cases(_resize(1)), "image.resize2d": _cases(_resize(2)),
+    "image.resize3d": _cases(_resize(3)), "image.affine_grid": _cases(_affine_grid),
+    "nn.rotary_embedding": _cases(_rotary), "onnx.dropout": _cases(_onnx_dropout),
+    "vision.roi_align": _cases(_roi_align), "searchsorted": _cases(_searchsorted),
 }
 
 # ---- running one case three ways ------------------------------------------------------------------
@@ -750,3 +789,13 @@ def test_lrn_of_an_empty_tensor_is_empty():
     x = np.zeros((1, 0), "float32")
     out = get_op("nn.lrn").kernel({"axis": -1}, x)
     assert out.shape == (1, 0) and out.dtype == np.float32
+
+
+def test_resizing_an_empty_dim_into_an_empty_output_is_accepted_like_the_kernel():
+    """Found by the differential test: the shape function rejected (1, 2, 0, 0) -> size (0, 4), whose
+    output (1, 2, 0, 4) is empty, while the kernel (the interpreter) returns it."""
+    opdef = get_op("image.resize2d")
+    x = np.zeros((1, 2, 0, 0), "float32")
+    assert opdef.shape_func({"size": (0, 4)}, [x.shape]) == [(1, 2, 0, 4)] == [opdef.kernel({"size": (0, 4)}, x).shape]
+    with pytest.raises(ShapeError, match="cannot resize the empty"):
+        opdef.shape_func({"size": (2, 4)}, [(1, 2, 0, 3)])
