@@ -16,7 +16,7 @@ from ..te.expr import INDEX_DTYPE, cast, const, select
 from ..te.op_computes import _reshape_dims as _te_reshape_dims
 from ..te.tensor import compute, reduce_axis
 from ..te.tensor import max as te_max
-from ._common import broadcast_shapes, broadcast_type_shapes, expect_tensor
+from ._common import broadcast_logic, expect_tensor
 from ._compute import broadcast_read, broadcast_shape, output_dims, reshape_to
 from .registry import REQUIRED, AttrDef, OpPattern
 from .shape_logic import traceable
@@ -43,8 +43,7 @@ def _adv_index_logic(op, shapes, err):
         raise err(f"{op}: expected data and at least one index tensor")
     if len(indices) > len(data):
         raise err(f"{op}: {len(indices)} index tensors for data of rank {len(data)}")
-    broadcast = broadcast_type_shapes if err is TypeInferenceError else broadcast_shapes
-    return tuple(broadcast(op, *indices)) + tuple(data[len(indices):])
+    return tuple(broadcast_logic(op, None, list(indices), err)) + tuple(data[len(indices):])
 
 
 def _adv_index_rel(types, attrs, consts=None):
@@ -82,7 +81,7 @@ def _adv_index_compute(attrs, inputs, out_type):
 
 define(
     "adv_index", 1, _adv_index_rel, _adv_index_kernel, OpPattern.INJECTIVE,
-    shape_func=lambda attrs, args: [_adv_index_logic("adv_index", [concrete(s) for s in args[0]], ShapeError)],
+    shape_logic=traceable(lambda op, attrs, args, err: _adv_index_logic(op, list(args[0]), err)),
     compute=_adv_index_compute,
     doc="data[index0, index1, ...] with NumPy's advanced indexing: the index tensors broadcast together and "
         "index the leading axes (negative indices count from the end).",

@@ -552,6 +552,13 @@ def _searchsorted(rng):
     return {}, [seq, _f32(rng, lead + (_side(rng),))]
 
 
+def _adv_index(rng):
+    data = _f32(rng, _shape(rng, int(rng.integers(1, 4)), (1, 2, 3)))
+    count = int(rng.integers(1, data.ndim + 1))
+    indices = tuple(np.zeros(_shape(rng, int(rng.integers(0, 3)), (1, 2, 3)), "int64") for _ in range(count))
+    return {}, [(data,) + indices]
+
+
 #: Generators of the ops whose logic is neither elementwise, broadcast nor a reduction.
 GENERATORS: dict = {
     "copy": _elementwise_cases, "nn.dense": _cases(_dense), "nn.matmul": _cases(_matmul),
@@ -586,7 +593,7 @@ GENERATORS: dict = {
     "onnx.cumsum": _cases(_with_int_k), "image.resize1d": _cases(_resize(1)), "image.resize2d": _cases(_resize(2)),
     "image.resize3d": _cases(_resize(3)), "image.affine_grid": _cases(_affine_grid),
     "nn.rotary_embedding": _cases(_rotary), "onnx.dropout": _cases(_onnx_dropout),
-    "vision.roi_align": _cases(_roi_align), "searchsorted": _cases(_searchsorted),
+    "vision.roi_align": _cases(_roi_align), "searchsorted": _cases(_searchsorted), "adv_index": _cases(_adv_index),
 }
 
 # ---- running one case three ways ------------------------------------------------------------------
