@@ -1290,10 +1290,23 @@ def _dyn_broadcast_to_shape(attrs, args):
     return [broadcast_into("dyn.broadcast_to", concrete(args[0]), target, ShapeError)]
 
 
+@traceable
+def _dyn_broadcast_to_logic(op, attrs, args, err):
+    shape, target = args
+    if target.values is not None:
+        return broadcast_into(op, tuple(shape), _dyn_shape_values(op, target.values, err), err)
+    if len(target.shape) != 1 or not is_int_dtype(target.dtype):
+        raise err(f"{op}: shape must be a 1-D tensor of non-negative integers, got {target.dtype} {target.shape}")
+    values = target.int_values()
+    for v in values:
+        require(v >= 0, f"{op}: shape must be a 1-D tensor of non-negative integers", err)
+    return broadcast_into(op, tuple(shape), values, err)
+
+
 define(
     "dyn.broadcast_to", 2, _dyn_broadcast_to_rel,
     lambda attrs, x, shape: np.broadcast_to(x, _dyn_broadcast_to_shape(attrs, [np.shape(x), shape])[0]).copy(),
-    OpPattern.BROADCAST, shape_func=_dyn_broadcast_to_shape, data_dependent=(False, True),
+    OpPattern.BROADCAST, shape_logic=_dyn_broadcast_to_logic, data_dependent=(False, True),
     doc="Broadcast to a shape given as a run-time 1-D integer tensor.",
 )
 

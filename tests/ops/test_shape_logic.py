@@ -559,6 +559,11 @@ def _adv_index(rng):
     return {}, [(data,) + indices]
 
 
+def _dyn_broadcast_to(rng):
+    attrs, (x,) = _broadcast_to(rng)
+    return {}, [x, np.array(attrs["shape"] if rng.random() < 0.9 else (-1,) + attrs["shape"][1:], "int64")]
+
+
 #: Generators of the ops whose logic is neither elementwise, broadcast nor a reduction.
 GENERATORS: dict = {
     "copy": _elementwise_cases, "nn.dense": _cases(_dense), "nn.matmul": _cases(_matmul),
@@ -594,6 +599,7 @@ GENERATORS: dict = {
     "image.resize3d": _cases(_resize(3)), "image.affine_grid": _cases(_affine_grid),
     "nn.rotary_embedding": _cases(_rotary), "onnx.dropout": _cases(_onnx_dropout),
     "vision.roi_align": _cases(_roi_align), "searchsorted": _cases(_searchsorted), "adv_index": _cases(_adv_index),
+    "dyn.broadcast_to": _cases(_dyn_broadcast_to),
 }
 
 # ---- running one case three ways ------------------------------------------------------------------
@@ -610,7 +616,7 @@ def _dynamic_type(value, static_axes=()):
 
 #: Dims an op's relation needs static ({input: axes}): scatter_nd's index depth, the length of a shape tensor.
 STATIC_DIMS = {"scatter_nd": {1: (0,)}, "dyn.reshape": {1: (0,)}, "dyn.zeros": {0: (0,)}, "dyn.ones": {0: (0,)},
-               "dyn.full": {1: (0,)}}
+               "dyn.full": {1: (0,)}, "dyn.broadcast_to": {1: (0,)}}
 
 
 def _flat(value) -> list:
@@ -744,8 +750,33 @@ def test_untyped_cases_are_rejected_by_the_kernel(compiled_cases):
 
 # ---- coverage: ops whose shape function does not trace into C yet ---------------------------------
 
+_ATTRS_FROM_DATA = ("its run-time values become the static op's attributes (axes, reps, depth, pads), which "
+                    "choose the logic's Python branches; a C form needs selects over the values or the defer code")
+_NOT_A_LOGIC_YET = "its shape function is separate Python, not yet written as a shape logic"
+_FLOAT_SIZES = "output sizes from float scales (round half to even) need a rounding primitive in tv_shape.h"
+
 #: op -> why its shape function is not (yet) a traceable logic. Strict: a traceable op must leave.
-UNTRACEABLE: dict = {}
+UNTRACEABLE: dict = {
+    "dyn.expand_dims": _ATTRS_FROM_DATA, "dyn.squeeze": _ATTRS_FROM_DATA, "dyn.tile": _ATTRS_FROM_DATA,
+    "dyn.one_hot": _ATTRS_FROM_DATA, "dyn.strided_slice": _ATTRS_FROM_DATA, "dyn.nn.pad": _ATTRS_FROM_DATA,
+    "dyn.sparse_to_dense": _ATTRS_FROM_DATA, "onnx.pad": _ATTRS_FROM_DATA, "onnx.reduce": _ATTRS_FROM_DATA,
+    "onnx.split": _ATTRS_FROM_DATA, "onnx.unsqueeze": _ATTRS_FROM_DATA, "onnx.one_hot": _ATTRS_FROM_DATA,
+    "dyn.image.resize2d": _ATTRS_FROM_DATA, "image.resize": _ATTRS_FROM_DATA + "; " + _FLOAT_SIZES,
+    "dyn.nn.upsampling": _FLOAT_SIZES, "dyn.nn.upsampling3d": _FLOAT_SIZES, "nn.upsampling": _FLOAT_SIZES,
+    "nn.upsampling3d": _FLOAT_SIZES,
+    "einsum": _NOT_A_LOGIC_YET + " (the equation's subscripts)", "nn.attention": _NOT_A_LOGIC_YET,
+    "nn.conv_nd": _NOT_A_LOGIC_YET, "nn.conv_transpose_nd": _NOT_A_LOGIC_YET, "nn.pool_nd": _NOT_A_LOGIC_YET,
+    "nn.gru": _NOT_A_LOGIC_YET, "nn.lstm": _NOT_A_LOGIC_YET, "nn.rnn": _NOT_A_LOGIC_YET,
+    "sparse_to_dense": _NOT_A_LOGIC_YET,
+    "unique": "the VM never runs it: Legalize makes it argsort + sorted_unique (whose logic counts without "
+              "sorting); its own shape function (np.unique) serves the interpreter",
+    "onnx.unique": "counting distinct values of unsorted data needs a sort (the kernel's work); to be legalized "
+                   "like unique to argsort + a counting pass",
+    "vision.non_max_suppression": "the number of kept boxes is the result of the suppression itself (the "
+                                  "kernel's work); needs an upper-bound output and a count instead",
+    "vm.reshape_tensor": "a VM instruction's op (ReshapeTensor), never inside a fused primitive",
+    "vm.shape_of": "a VM instruction's op (ShapeOf), never inside a fused primitive",
+}
 
 
 def _has_shape_function(name: str) -> bool:
