@@ -25,7 +25,7 @@ from ._common import expect_tensor
 from ._compute import layout_compute, layout_reader, output_dims, output_dtype, product
 from ._resample import F64, NP, TE, Spec, clamp, cubic_weights, finish, resize_coordinate, sample
 from .registry import REQUIRED, AttrDef, OpPattern
-from .shape_logic import Sym, logical_or, require, traceable
+from .shape_logic import Sym, logical_or, require, round_half_even, traceable
 from .transform import (
     concrete,
     define,
@@ -281,8 +281,8 @@ def _positive_float(value) -> float:
 
 
 def _scaled_dim(dim, scale: float):
-    if isinstance(dim, int):
-        return int(round(dim * scale))
+    if isinstance(dim, (int, Sym)):  # (a known or traced dim)
+        return round_half_even(dim * scale)
     return dim if scale == 1.0 else Any()
 
 
@@ -351,8 +351,8 @@ def _define_upsampling(name: str):
     define(
         name, 1, rel, kernel, OpPattern.INJECTIVE,
         attrs=tuple(AttrDef(s, 1.0, _positive_float) for s in scale_names) + _UP_ATTRS[name],
-        shape_func=lambda attrs, args: [_upsampling_shape(name, concrete(args[0]), attrs.layout, scales_of(attrs),
-                                                          ShapeError)],
+        shape_logic=traceable(lambda op, attrs, shapes, err: _upsampling_shape(op, shapes[0], attrs.layout,
+                                                                               scales_of(attrs), err)),
         compute=compute_fn,
         doc=f"Upsample the {', '.join(spatial)} dims by {', '.join(scale_names)} (to round(dim * scale)): "
             f"{spatial.lower()}-resize with asymmetric or align_corners coordinates.",

@@ -36,7 +36,7 @@ from ._library import DTYPE_CODES
 __all__ = [
     "Sym", "Leaf", "Bin", "Not", "Select", "CCall", "ShapeLogicTraceError", "is_sym", "require", "select",
     "dim_min", "dim_max", "supported", "logical_and", "logical_or", "logical_not", "Trace", "tracing", "current_trace",
-    "c_expr", "DataArg", "count_nonzero", "count_sorted_runs", "const_int", "traceable", "binary", "is_finite", "ceil_length", "slice_length",
+    "c_expr", "DataArg", "count_nonzero", "count_sorted_runs", "const_int", "traceable", "binary", "is_finite", "ceil_length", "slice_length", "round_half_even",
 ]
 
 
@@ -461,6 +461,13 @@ def slice_length(begin, end, stride: int, dim):
         return dim_max(0, (b - e - stride - 1) // -stride)
     b, e = clamp(begin, 0), clamp(end, hi)
     return dim_max(0, (e - b + stride - 1) // stride)
+
+
+def round_half_even(value):
+    """``round(value)`` (to the nearest int, ties to even) of a float, or of a symbolic double."""
+    if isinstance(value, Sym):
+        return CCall("tv_shape_round", (value,))
+    return int(round(value))
 
 
 def is_finite(value):

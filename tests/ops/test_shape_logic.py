@@ -564,6 +564,15 @@ def _dyn_broadcast_to(rng):
     return {}, [x, np.array(attrs["shape"] if rng.random() < 0.9 else (-1,) + attrs["shape"][1:], "int64")]
 
 
+def _upsampling(d):
+    def make(rng):
+        x = _f32(rng, (1, 1) + _shape(rng, d, (0, 1, 2, 3, 5)))
+        names = ("scale_d", "scale_h", "scale_w")[3 - d:]
+        return {n: float(rng.choice([0.5, 1.0, 1.5, 2.0, 2.5])) for n in names}, [x]
+
+    return make
+
+
 #: Generators of the ops whose logic is neither elementwise, broadcast nor a reduction.
 GENERATORS: dict = {
     "copy": _elementwise_cases, "nn.dense": _cases(_dense), "nn.matmul": _cases(_matmul),
@@ -599,7 +608,8 @@ GENERATORS: dict = {
     "image.resize3d": _cases(_resize(3)), "image.affine_grid": _cases(_affine_grid),
     "nn.rotary_embedding": _cases(_rotary), "onnx.dropout": _cases(_onnx_dropout),
     "vision.roi_align": _cases(_roi_align), "searchsorted": _cases(_searchsorted), "adv_index": _cases(_adv_index),
-    "dyn.broadcast_to": _cases(_dyn_broadcast_to),
+    "dyn.broadcast_to": _cases(_dyn_broadcast_to), "nn.upsampling": _cases(_upsampling(2)),
+    "nn.upsampling3d": _cases(_upsampling(3)),
 }
 
 # ---- running one case three ways ------------------------------------------------------------------
@@ -753,7 +763,6 @@ def test_untyped_cases_are_rejected_by_the_kernel(compiled_cases):
 _ATTRS_FROM_DATA = ("its run-time values become the static op's attributes (axes, reps, depth, pads), which "
                     "choose the logic's Python branches; a C form needs selects over the values or the defer code")
 _NOT_A_LOGIC_YET = "its shape function is separate Python, not yet written as a shape logic"
-_FLOAT_SIZES = "output sizes from float scales (round half to even) need a rounding primitive in tv_shape.h"
 
 #: op -> why its shape function is not (yet) a traceable logic. Strict: a traceable op must leave.
 UNTRACEABLE: dict = {
@@ -761,9 +770,8 @@ UNTRACEABLE: dict = {
     "dyn.one_hot": _ATTRS_FROM_DATA, "dyn.strided_slice": _ATTRS_FROM_DATA, "dyn.nn.pad": _ATTRS_FROM_DATA,
     "dyn.sparse_to_dense": _ATTRS_FROM_DATA, "onnx.pad": _ATTRS_FROM_DATA, "onnx.reduce": _ATTRS_FROM_DATA,
     "onnx.split": _ATTRS_FROM_DATA, "onnx.unsqueeze": _ATTRS_FROM_DATA, "onnx.one_hot": _ATTRS_FROM_DATA,
-    "dyn.image.resize2d": _ATTRS_FROM_DATA, "image.resize": _ATTRS_FROM_DATA + "; " + _FLOAT_SIZES,
-    "dyn.nn.upsampling": _FLOAT_SIZES, "dyn.nn.upsampling3d": _FLOAT_SIZES, "nn.upsampling": _FLOAT_SIZES,
-    "nn.upsampling3d": _FLOAT_SIZES,
+    "dyn.image.resize2d": _ATTRS_FROM_DATA, "image.resize": _ATTRS_FROM_DATA + " (scales or sizes)",
+    "dyn.nn.upsampling": _ATTRS_FROM_DATA + " (the scales)", "dyn.nn.upsampling3d": _ATTRS_FROM_DATA + " (the scales)",
     "einsum": _NOT_A_LOGIC_YET + " (the equation's subscripts)", "nn.attention": _NOT_A_LOGIC_YET,
     "nn.conv_nd": _NOT_A_LOGIC_YET, "nn.conv_transpose_nd": _NOT_A_LOGIC_YET, "nn.pool_nd": _NOT_A_LOGIC_YET,
     "nn.gru": _NOT_A_LOGIC_YET, "nn.lstm": _NOT_A_LOGIC_YET, "nn.rnn": _NOT_A_LOGIC_YET,

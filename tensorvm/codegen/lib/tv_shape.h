@@ -82,6 +82,8 @@ __attribute__((unused)) static inline int64_t tv_shape_arange_length_f(double st
   const double n = ceil((stop - start) / step);
   return n > 0 ? (int64_t)n : 0;
 }
+/* round(x) to the nearest integer, ties to even (Python's round; the default rounding mode). */
+__attribute__((unused)) static inline int64_t tv_shape_round(double x) { return (int64_t)nearbyint(x); }
 __attribute__((unused)) static inline int64_t tv_shape_isfinite(double x) { return isfinite(x) ? 1 : 0; }
 
 #endif
