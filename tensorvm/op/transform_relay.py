@@ -19,7 +19,7 @@ from ..te.tensor import max as te_max
 from ._common import broadcast_logic, expect_tensor
 from ._compute import broadcast_read, broadcast_shape, output_dims, reshape_to
 from .registry import REQUIRED, AttrDef, OpPattern
-from .shape_logic import traceable
+from .shape_logic import Sym, require, traceable
 from .transform import (
     concrete,
     define,
@@ -129,14 +129,15 @@ def _sparse_logic(op, indices, values, default, out_shape, err):
     if len(values) == 1:
         _same_count(op, values[0], count, err)
     rank = indices[1] if len(indices) == 2 else 1
-    if isinstance(rank, int) and rank != len(out_shape):
-        raise err(f"{op}: sparse_indices give {rank} coordinates per value for an output of rank {len(out_shape)}")
+    if isinstance(rank, (int, Sym)):  # (a known or traced dim)
+        require(rank == len(out_shape), f"{op}: sparse_indices give {rank} coordinates per value for an output of "
+                                        f"rank {len(out_shape)}", err)
     return tuple(out_shape)
 
 
 def _same_count(op, a, b, err):
-    if isinstance(a, int) and isinstance(b, int) and a != b:
-        raise err(f"{op}: {a} sparse values for {b} sparse indices")
+    if isinstance(a, (int, Sym)) and isinstance(b, (int, Sym)):
+        require(a == b, f"{op}: {a} sparse values for {b} sparse indices", err)
 
 
 def _check_sparse_types(op, indices, values, default):
@@ -212,8 +213,7 @@ define(
         np.asarray(i), np.asarray(v), np.asarray(d)),
     OpPattern.OPAQUE,
     attrs=(AttrDef("output_shape", REQUIRED, int_tuple(0)),),
-    shape_func=lambda attrs, args: [_sparse_logic("sparse_to_dense", *(concrete(s) for s in args),
-                                                  attrs.output_shape, ShapeError)],
+    shape_logic=traceable(lambda op, attrs, shapes, err: _sparse_logic(op, *shapes, attrs.output_shape, err)),
     compute=lambda attrs, inputs, out_type: [_sparse_compute("sparse_to_dense", *inputs, tuple(
         const(d) for d in attrs.output_shape), out_type.dtype)],
     doc="A dense tensor of output_shape holding default_value, with sparse_values (one per index, or one "

@@ -573,6 +573,13 @@ def _upsampling(d):
     return make
 
 
+def _sparse_to_dense(rng):
+    count, rank = _side(rng), int(rng.integers(1, 3))
+    indices = np.zeros((count, rank if rng.random() < 0.8 else rank + 1), "int64")
+    values = _f32(rng, (count if rng.random() < 0.8 else count + 1,)) if rng.random() < 0.7 else np.array(1.0, "float32")
+    return {"output_shape": (2,) * rank}, [indices, values, np.array(0.0, "float32")]
+
+
 #: Generators of the ops whose logic is neither elementwise, broadcast nor a reduction.
 GENERATORS: dict = {
     "copy": _elementwise_cases, "nn.dense": _cases(_dense), "nn.matmul": _cases(_matmul),
@@ -609,7 +616,7 @@ GENERATORS: dict = {
     "nn.rotary_embedding": _cases(_rotary), "onnx.dropout": _cases(_onnx_dropout),
     "vision.roi_align": _cases(_roi_align), "searchsorted": _cases(_searchsorted), "adv_index": _cases(_adv_index),
     "dyn.broadcast_to": _cases(_dyn_broadcast_to), "nn.upsampling": _cases(_upsampling(2)),
-    "nn.upsampling3d": _cases(_upsampling(3)),
+    "nn.upsampling3d": _cases(_upsampling(3)), "sparse_to_dense": _cases(_sparse_to_dense),
 }
 
 # ---- running one case three ways ------------------------------------------------------------------
@@ -775,7 +782,6 @@ UNTRACEABLE: dict = {
     "einsum": _NOT_A_LOGIC_YET + " (the equation's subscripts)", "nn.attention": _NOT_A_LOGIC_YET,
     "nn.conv_nd": _NOT_A_LOGIC_YET, "nn.conv_transpose_nd": _NOT_A_LOGIC_YET, "nn.pool_nd": _NOT_A_LOGIC_YET,
     "nn.gru": _NOT_A_LOGIC_YET, "nn.lstm": _NOT_A_LOGIC_YET, "nn.rnn": _NOT_A_LOGIC_YET,
-    "sparse_to_dense": _NOT_A_LOGIC_YET,
     "unique": "the VM never runs it: Legalize makes it argsort + sorted_unique (whose logic counts without "
               "sorting); its own shape function (np.unique) serves the interpreter",
     "onnx.unique": "counting distinct values of unsorted data needs a sort (the kernel's work); to be legalized "
