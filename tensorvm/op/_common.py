@@ -10,7 +10,7 @@ import numpy as np
 from ..errors import ExecutionError, ShapeError, TypeInferenceError
 from ..ir.types import Any, SymDim, TensorType, TupleType, Type, normalize_dtype
 from .registry import OpDef, register_op
-from .shape_logic import DataArg, const_int, is_sym, logical_or, require, select, traceable
+from .shape_logic import DataArg, const_int, dim_or, dim_select, is_sym, require, traceable
 
 __all__ = [
     "broadcast_dim", "broadcast_type_shapes", "broadcast_shapes", "expect_tensor", "expect_same_dtype",
@@ -208,9 +208,9 @@ def broadcast_dim(op: str, a, b):
     (the shape function checks it at run time); two different symbols give ``Any``. Symbolic dims
     (``shape_logic.Sym``, while tracing a C shape function) must be equal or 1; the check is recorded."""
     if is_sym(a) or is_sym(b):
-        require(logical_or(logical_or(a == b, a == 1), b == 1), f"{op}: cannot broadcast dimensions {a} and {b}",
+        require(dim_or(dim_or(a == b, a == 1), b == 1), f"{op}: cannot broadcast dimensions {a} and {b}",
                 ShapeError)
-        return select(a == 1, b, a)
+        return dim_select(a == 1, b, a)
     if a == b:
         return a
     if a == 1:

@@ -33,7 +33,7 @@ from ._common import (
 )
 from ._library import axis_split, dtype_code, product, same_dims
 from .registry import AttrDef, LibraryKernel, OpDef, OpPattern
-from .shape_logic import Sym, count_nonzero, count_sorted_runs, is_sym, logical_or, require, select, traceable
+from .shape_logic import Sym, count_nonzero, count_sorted_runs, dim_or, dim_select, is_sym, require, traceable
 
 # ---- argwhere -------------------------------------------------------------------------------------
 
@@ -230,8 +230,8 @@ def _topk_logic(op, attrs, args, err):
     else:
         k = 1 if attrs.k is None else attrs.k
     dim = shape[axis]
-    require(logical_or(k < 1, k <= dim), f"topk: k={k} exceeds the size {dim} of axis {axis} in shape {shape}", err)
-    out = shape[:axis] + (select(k < 1, dim, k),) + shape[axis + 1:]
+    require(dim_or(k < 1, k <= dim), f"topk: k={k} exceeds the size {dim} of axis {axis} in shape {shape}", err)
+    out = shape[:axis] + (dim_select(k < 1, dim, k),) + shape[axis + 1:]
     return [out, out] if attrs.ret_type == "both" else out
 
 

@@ -25,7 +25,7 @@ from ._common import expect_tensor
 from ._compute import layout_compute, layout_reader, output_dims, output_dtype, product
 from ._resample import F64, NP, TE, Spec, clamp, cubic_weights, finish, resize_coordinate, sample
 from .registry import REQUIRED, AttrDef, OpPattern
-from .shape_logic import Sym, logical_or, require, round_half_even, traceable
+from .shape_logic import Sym, dim_or, require, round_half_even, traceable
 from .transform import (
     concrete,
     define,
@@ -156,7 +156,7 @@ def _resize_out_shape(op, data_shape, layout, size, err):
     for letter, axis, new in zip(_SPATIAL[len(layout) - 2], axes, size, strict=True):
         dim = data_shape[axis]
         if isinstance(dim, (int, Sym)) and isinstance(new, int) and new > 0:  # (a known or traced dim)
-            require(logical_or(dim != 0, empty_out),
+            require(dim_or(dim != 0, empty_out),
                     f"{op}: cannot resize the empty {letter} dim of {fmt_shape(data_shape)} to {new}", err)
     return tuple(out)
 

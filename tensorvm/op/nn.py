@@ -21,7 +21,7 @@ from ..errors import AttrError, ShapeError, TypeInferenceError
 from ..ir.types import Any, TensorType, TupleType
 from ._common import erf, expect_tensor, identity_logic
 from .registry import REQUIRED, AttrDef, OpPattern
-from .shape_logic import Sym, is_sym, logical_or, require, select, traceable
+from .shape_logic import Sym, dim_or, dim_select, is_sym, require, traceable
 from .transform import (
     add_dims,
     define,
@@ -87,8 +87,8 @@ def _acc_dtype(dtype) -> np.dtype:
 
 def _broadcast_batch(op: str, a, b, err):
     if is_sym(a) or is_sym(b):
-        require(logical_or(logical_or(a == b, a == 1), b == 1), f"{op}: batch dims must match, got {a} and {b}", err)
-        return select(a == 1, b, a)
+        require(dim_or(dim_or(a == b, a == 1), b == 1), f"{op}: batch dims must match, got {a} and {b}", err)
+        return dim_select(a == 1, b, a)
     if a == 1:
         return b
     if b == 1:

@@ -184,7 +184,7 @@ def _dilate_logic(op, attrs, shapes, err):
     out = []
     for dim, s in zip(data, attrs.strides, strict=True):
         if isinstance(dim, (int, sl.Sym)):
-            out.append(sl.select(dim == 0, 0, (dim - 1) * s + 1))
+            out.append(sl.dim_select(dim == 0, 0, (dim - 1) * s + 1))
         else:
             out.append(dim if s == 1 else Any())
     return tuple(out)

@@ -30,7 +30,7 @@ from ._common import (
     to_bool,
 )
 from .registry import AttrDef, OpDef, OpPattern
-from .shape_logic import Sym, logical_or, require, traceable
+from .shape_logic import Sym, dim_or, require, traceable
 
 REDUCE_ATTRS = (
     AttrDef("axis", None, to_axes, "axes to reduce (None: all)"),
@@ -175,7 +175,7 @@ def _check_mean_shape(name: str, data_shape: tuple, mean_shape: tuple, error: ty
     # zip pairs trailing dims; the mean may have fewer of them
     for m, d in zip(reversed(mean_shape), reversed(data_shape), strict=False):
         if isinstance(m, (int, Sym)) and isinstance(d, (int, Sym)):
-            require(logical_or(m == 1, m == d), message, error)
+            require(dim_or(m == 1, m == d), message, error)
 
 
 @traceable

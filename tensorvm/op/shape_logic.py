@@ -9,7 +9,7 @@ data, see ``DataArg``). It is run over three kinds of dims:
 * symbolic C expressions (``Sym``): the C shape function of a fused primitive
   (``tensorvm.vm.shape_c``), where a dim is an expression over the primitive's input shapes and data.
 
-The helpers below (``require``, ``select``, ``dim_min``...) and the dim helpers of ``_common`` and
+The helpers below (``require``, ``dim_select``, ``dim_min``...) and the dim helpers of ``_common`` and
 ``transform`` (``broadcast_dim``, ``unify_dim``, ``prod_dims``...) dispatch on the kind of their
 operands, so the int and typed behaviour is what it always was and a ``Sym`` builds an expression. A
 check on symbolic dims is a ``require(cond, message, err)``: over ints it raises at once, over ``Sym``
@@ -34,8 +34,8 @@ from ..errors import UnsupportedError
 from ._library import DTYPE_CODES
 
 __all__ = [
-    "Sym", "Leaf", "Bin", "Not", "Select", "CCall", "ShapeLogicTraceError", "is_sym", "require", "select",
-    "dim_min", "dim_max", "supported", "logical_and", "logical_or", "logical_not", "Trace", "tracing", "current_trace",
+    "Sym", "Leaf", "Bin", "Not", "Select", "CCall", "ShapeLogicTraceError", "is_sym", "require", "dim_select",
+    "dim_min", "dim_max", "supported", "dim_and", "dim_or", "dim_not", "Trace", "tracing", "current_trace",
     "c_expr", "DataArg", "count_nonzero", "count_sorted_runs", "const_int", "traceable", "binary", "is_finite", "ceil_length", "slice_length", "round_half_even",
 ]
 
@@ -81,7 +81,7 @@ def current_trace() -> Trace | None:
 def _untraceable(what: str):
     trace = current_trace()
     op = trace.op if trace is not None else "shape logic"
-    raise ShapeLogicTraceError(f"{op}: its shape logic {what}; write the check with shape_logic.require/select "
+    raise ShapeLogicTraceError(f"{op}: its shape logic {what}; write the check with shape_logic.require/dim_select "
                                f"so that it can be traced into C")
 
 
@@ -169,17 +169,17 @@ class Sym:
         return binary(">=", self, other)
 
     def __and__(self, other):
-        return logical_and(self, other)
+        return dim_and(self, other)
 
     __rand__ = __and__
 
     def __or__(self, other):
-        return logical_or(self, other)
+        return dim_or(self, other)
 
     __ror__ = __or__
 
     def __invert__(self):
-        return logical_not(self)
+        return dim_not(self)
 
     def __repr__(self):
         return c_expr(self)
@@ -284,7 +284,7 @@ def dim_max(a, b):
     return binary("max", a, b)
 
 
-def logical_and(a, b):
+def dim_and(a, b):
     if not isinstance(a, Sym) and not isinstance(b, Sym):
         return bool(a) and bool(b)
     if isinstance(a, bool) or not isinstance(a, Sym):
@@ -294,7 +294,7 @@ def logical_and(a, b):
     return Bin("&&", a, b)
 
 
-def logical_or(a, b):
+def dim_or(a, b):
     if not isinstance(a, Sym) and not isinstance(b, Sym):
         return bool(a) or bool(b)
     if not isinstance(a, Sym):
@@ -304,13 +304,13 @@ def logical_or(a, b):
     return Bin("||", a, b)
 
 
-def logical_not(a):
+def dim_not(a):
     if not isinstance(a, Sym):
         return not a
     return Not(a)
 
 
-def select(cond, a, b):
+def dim_select(cond, a, b):
     """``a if cond else b``; a symbolic condition gives a C conditional expression."""
     if not isinstance(cond, Sym):
         return a if cond else b

@@ -25,11 +25,11 @@ from .shape_logic import (
     Sym,
     _untraceable,
     binary,
+    dim_not,
+    dim_or,
+    dim_select,
     is_sym,
-    logical_not,
-    logical_or,
     require,
-    select,
     slice_length,
     supported,
     traceable,
@@ -531,17 +531,17 @@ def _dyn_reshape_logic(op, attrs, args, err):
         else:
             require(v != 0, f"{op}: a 0 in {text} at position {i} refers to a dimension the input lacks", err)
             copied = 0
-        out.append(select(v == 0, copied, v))
-        minus_ones = minus_ones + select(v == -1, 1, 0)
+        out.append(dim_select(v == 0, copied, v))
+        minus_ones = minus_ones + dim_select(v == -1, 1, 0)
     require(minus_ones <= 1, f"{op}: {text} has more than one -1", err)
     total = prod_dims(shape)
-    known = prod_dims([select(v == -1, 1, d) for v, d in zip(values, out, strict=True)])
+    known = prod_dims([dim_select(v == -1, 1, d) for v, d in zip(values, out, strict=True)])
     has_minus = minus_ones == 1
-    require(logical_or(logical_not(has_minus), known != 0),
+    require(dim_or(dim_not(has_minus), known != 0),
             f"{op}: cannot infer the -1 dimension: the other dimensions have zero elements", err)
-    require(logical_or(logical_not(has_minus), total % known == 0),
+    require(dim_or(dim_not(has_minus), total % known == 0),
             f"{op}: cannot infer the -1 dimension: {total} elements are not divisible by {known}", err)
-    out = [select(v == -1, total // known, d) for v, d in zip(values, out, strict=True)]
+    out = [dim_select(v == -1, total // known, d) for v, d in zip(values, out, strict=True)]
     require(total == prod_dims(out), f"{op}: cannot reshape {fmt_shape(shape)} to {text}", err)
     return tuple(out)
 
@@ -1237,7 +1237,7 @@ def broadcast_into(op: str, shape, target, err):
     for i in range(1, len(shape) + 1):
         d, t = shape[-i], target[-i]
         if is_sym(d) or is_sym(t):
-            require(logical_or(d == 1, d == t), f"{op}: cannot broadcast {fmt_shape(shape)} to {fmt_shape(target)} "
+            require(dim_or(d == 1, d == t), f"{op}: cannot broadcast {fmt_shape(shape)} to {fmt_shape(target)} "
                                                  f"(dim {-i}: {d} vs {t})", err)
             continue
         if d == 1:
