@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import math
 import operator
+import threading
 from dataclasses import dataclass
 
 import numpy as np
@@ -56,7 +57,14 @@ class Trace:
         self.requires: list = []
 
 
-_TRACES: list[Trace] = []
+_LOCAL = threading.local()  # the active traces, per thread (executables may be built concurrently)
+
+
+def _traces() -> list:
+    traces = getattr(_LOCAL, "traces", None)
+    if traces is None:
+        traces = _LOCAL.traces = []
+    return traces
 
 
 class tracing:
@@ -66,16 +74,17 @@ class tracing:
         self.trace = Trace(op)
 
     def __enter__(self) -> Trace:
-        _TRACES.append(self.trace)
+        _traces().append(self.trace)
         return self.trace
 
     def __exit__(self, *exc):
-        _TRACES.pop()
+        _traces().pop()
         return False
 
 
 def current_trace() -> Trace | None:
-    return _TRACES[-1] if _TRACES else None
+    traces = _traces()
+    return traces[-1] if traces else None
 
 
 def _untraceable(what: str):

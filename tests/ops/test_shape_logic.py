@@ -851,3 +851,26 @@ def test_resizing_an_empty_dim_into_an_empty_output_is_accepted_like_the_kernel(
     assert opdef.shape_func({"size": (0, 4)}, [x.shape]) == [(1, 2, 0, 4)] == [opdef.kernel({"size": (0, 4)}, x).shape]
     with pytest.raises(ShapeError, match="cannot resize the empty"):
         opdef.shape_func({"size": (2, 4)}, [(1, 2, 0, 3)])
+
+
+def test_traces_of_concurrent_threads_stay_apart():
+    """Each thread records its requires in its own trace (executables may be built concurrently)."""
+    import threading
+
+    from tensorvm.op.shape_logic import Leaf, require, tracing
+
+    barrier, recorded = threading.Barrier(2), {}
+
+    def trace(name):
+        with tracing(name) as t:
+            barrier.wait()
+            require(Leaf(f"{name}_dim") > 0, f"{name} check", ShapeError)
+            barrier.wait()
+        recorded[name] = [message for _, message, _ in t.requires]
+
+    threads = [threading.Thread(target=trace, args=(n,)) for n in ("a", "b")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert recorded == {"a": ["a check"], "b": ["b check"]}
