@@ -1237,8 +1237,9 @@ def _conv_nd_shape(op, attrs, x, w, err):
     out = [x[0], w[0]]
     if not all(isinstance(d, int) for d in tuple(spatial) + tuple(kernel)):
         return tuple(out) + (Any(),) * len(spatial)
-    if isinstance(x[1], int) and x[1] != w[1] * attrs.group:
-        raise err(f"{op}: the data has {x[1]} channels but weight x group = {w[1]} x {attrs.group}")
+    if isinstance(x[1], (int, sl.Sym)):  # (a known or traced dim; the spatial dims above are static)
+        sl.require(x[1] == w[1] * attrs.group, f"{op}: the data has {x[1]} channels but weight x group = {w[1]} x "
+                                               f"{attrs.group}", err)
     try:
         strides, dilations, pads = _window_attrs(attrs, spatial, kernel)
     except ShapeError as e:
@@ -1290,6 +1291,7 @@ def _conv_nd_kernel(attrs, x, w):
 
 def _conv_nd_kernel_grouped(attrs, x, w):
     x, w = np.asarray(x), np.asarray(w)
+    _conv_nd_shape("nn.conv_nd", attrs, x.shape, w.shape, ShapeError)  # (the group slices would drop channels)
     g = attrs.group
     if g == 1:
         return _conv_nd_kernel(attrs, x, w)
@@ -1355,8 +1357,7 @@ define(
         "nn.conv_nd", attrs, expect_tensor("nn.conv_nd", types[0], "data").shape,
         expect_tensor("nn.conv_nd", types[1], "weight").shape, TypeInferenceError), types[0].dtype),
     _conv_nd_kernel_grouped, OpPattern.OPAQUE, attrs=_CONV_ATTRS, compute=_conv_nd_compute,
-    shape_func=lambda attrs, args: [_conv_nd_shape("nn.conv_nd", attrs, concrete(args[0]), concrete(args[1]),
-                                                   ShapeError)],
+    shape_logic=sl.traceable(lambda op, attrs, shapes, err: _conv_nd_shape(op, attrs, shapes[0], shapes[1], err)),
     doc="N-d grouped convolution with ONNX's attributes: pads = (begins..., ends...), auto_pad resolved "
         "from the input's spatial size.",
 )
@@ -1368,8 +1369,8 @@ def _conv_t_shape(op, attrs, x, w, err):
                   f"{fmt_shape(x)} and {fmt_shape(w)}")
     n = len(x) - 2
     out = [x[0], mul_dims(w[1], attrs.group)]
-    if isinstance(x[1], int) and isinstance(w[0], int) and x[1] != w[0]:
-        raise err(f"{op}: the data has {x[1]} channels but the weight expects {w[0]}")
+    if isinstance(x[1], (int, sl.Sym)) and isinstance(w[0], (int, sl.Sym)):  # (known or traced dims)
+        sl.require(x[1] == w[0], f"{op}: the data has {x[1]} channels but the weight expects {w[0]}", err)
     if attrs.output_shape:
         return tuple(out) + tuple(attrs.output_shape[-n:])
     spatial, kernel = x[2:], w[2:]
@@ -1499,8 +1500,7 @@ define(
         expect_tensor("nn.conv_transpose_nd", types[1], "weight").shape, TypeInferenceError), types[0].dtype),
     _conv_t_kernel, OpPattern.OPAQUE,
     attrs=_CONV_ATTRS + (AttrDef("output_padding", (), int_tuple(0)), AttrDef("output_shape", (), int_tuple(0))),
-    shape_func=lambda attrs, args: [_conv_t_shape("nn.conv_transpose_nd", attrs, concrete(args[0]),
-                                                  concrete(args[1]), ShapeError)],
+    shape_logic=sl.traceable(lambda op, attrs, shapes, err: _conv_t_shape(op, attrs, shapes[0], shapes[1], err)),
     compute=_conv_t_compute,
     doc="N-d transposed convolution with ONNX's attributes (weight (C, M/group, K...), output_padding, "
         "output_shape, auto_pad).",
@@ -1584,9 +1584,11 @@ def _pool_rel(types, attrs, consts=None):
     return TupleType((out, TensorType(shape, "int64"))) if attrs.return_indices else out
 
 
-def _pool_shape_func(attrs, args):
-    shape = _pool_shape("nn.pool_nd", attrs, concrete(args[0]), ShapeError)
-    return [shape, shape] if attrs.return_indices else [shape]
+@sl.traceable
+def _pool_logic(op, attrs, shapes, err):
+    """The pooled shape (static spatial dims: a symbolic one gives ``Any``, which does not trace)."""
+    shape = _pool_shape(op, attrs, tuple(shapes[0]), err)
+    return [shape, shape] if attrs.return_indices else shape
 
 
 def _pool_compute(attrs, inputs, out_type):
@@ -1662,7 +1664,7 @@ define(
         AttrDef("count_include_pad", False, to_bool), AttrDef("p", 2, to_int),
         AttrDef("return_indices", False, to_bool),
     ),
-    shape_func=_pool_shape_func, compute=_pool_compute,
+    shape_logic=_pool_logic, compute=_pool_compute,
     doc="N-d max/average/Lp pooling with ONNX's attributes; with return_indices, max pooling also returns "
         "the flat (row-major, per tensor) int64 index of each maximum.",
 )

@@ -580,6 +580,37 @@ def _sparse_to_dense(rng):
     return {"output_shape": (2,) * rank}, [indices, values, np.array(0.0, "float32")]
 
 
+_AUTO_PADS = ("NOTSET", "NOTSET", "VALID", "SAME_UPPER", "SAME_LOWER")
+
+
+def _conv_nd(transpose):
+    def make(rng):
+        group = int(rng.choice([1, 2]))
+        c = group * _side(rng, (1, 2))
+        x = _f32(rng, (_side(rng, (1, 2)), c if rng.random() < 0.8 else c + 1, _side(rng, (2, 3, 5)), _side(rng, (2, 4))))
+        w = _f32(rng, ((c, _side(rng, (1, 2))) if transpose else (group * _side(rng, (1, 2)), c // group))
+                 + (_side(rng, (1, 2)), _side(rng, (1, 3))))
+        attrs = {"group": 1 if transpose else group, "strides": (_side(rng, (1, 2)),) * 2,
+                 "auto_pad": str(rng.choice(_AUTO_PADS))}
+        if attrs["auto_pad"] == "NOTSET":
+            attrs["pads"] = (_side(rng, (0, 1)),) * 4
+        return attrs, [x, w]
+
+    return make
+
+
+def _pool_nd(rng):
+    x = _f32(rng, (_side(rng, (1, 2)), _side(rng, (1, 2)), _side(rng, (1, 3, 5)), _side(rng, (2, 4))))
+    attrs = {"kernel_shape": (_side(rng), _side(rng, (1, 2))), "strides": (_side(rng, (1, 2)),) * 2,
+             "ceil_mode": bool(rng.random() < 0.5), "mode": str(rng.choice(["max", "avg"])),
+             "auto_pad": str(rng.choice(_AUTO_PADS)), "return_indices": bool(rng.random() < 0.3)}
+    if attrs["auto_pad"] == "NOTSET":
+        attrs["pads"] = (_side(rng, (0, 1)),) * 4
+    if attrs["return_indices"]:
+        attrs["mode"] = "max"
+    return attrs, [x]
+
+
 #: Generators of the ops whose logic is neither elementwise, broadcast nor a reduction.
 GENERATORS: dict = {
     "copy": _elementwise_cases, "nn.dense": _cases(_dense), "nn.matmul": _cases(_matmul),
@@ -617,6 +648,8 @@ GENERATORS: dict = {
     "vision.roi_align": _cases(_roi_align), "searchsorted": _cases(_searchsorted), "adv_index": _cases(_adv_index),
     "dyn.broadcast_to": _cases(_dyn_broadcast_to), "nn.upsampling": _cases(_upsampling(2)),
     "nn.upsampling3d": _cases(_upsampling(3)), "sparse_to_dense": _cases(_sparse_to_dense),
+    "nn.conv_nd": _cases(_conv_nd(False)), "nn.conv_transpose_nd": _cases(_conv_nd(True)),
+    "nn.pool_nd": _cases(_pool_nd),
 }
 
 # ---- running one case three ways ------------------------------------------------------------------
@@ -633,7 +666,10 @@ def _dynamic_type(value, static_axes=()):
 
 #: Dims an op's relation needs static ({input: axes}): scatter_nd's index depth, the length of a shape tensor.
 STATIC_DIMS = {"scatter_nd": {1: (0,)}, "dyn.reshape": {1: (0,)}, "dyn.zeros": {0: (0,)}, "dyn.ones": {0: (0,)},
-               "dyn.full": {1: (0,)}, "dyn.broadcast_to": {1: (0,)}}
+               "dyn.full": {1: (0,)}, "dyn.broadcast_to": {1: (0,)},
+               # (the n-d window ops trace for static spatial dims, e.g. a dynamic batch)
+               "nn.conv_nd": {0: (2, 3), 1: (2, 3)}, "nn.conv_transpose_nd": {0: (2, 3), 1: (2, 3)},
+               "nn.pool_nd": {0: (2, 3)}}
 
 
 def _flat(value) -> list:
@@ -780,7 +816,6 @@ UNTRACEABLE: dict = {
     "dyn.image.resize2d": _ATTRS_FROM_DATA, "image.resize": _ATTRS_FROM_DATA + " (scales or sizes)",
     "dyn.nn.upsampling": _ATTRS_FROM_DATA + " (the scales)", "dyn.nn.upsampling3d": _ATTRS_FROM_DATA + " (the scales)",
     "einsum": _NOT_A_LOGIC_YET + " (the equation's subscripts)", "nn.attention": _NOT_A_LOGIC_YET,
-    "nn.conv_nd": _NOT_A_LOGIC_YET, "nn.conv_transpose_nd": _NOT_A_LOGIC_YET, "nn.pool_nd": _NOT_A_LOGIC_YET,
     "nn.gru": _NOT_A_LOGIC_YET, "nn.lstm": _NOT_A_LOGIC_YET, "nn.rnn": _NOT_A_LOGIC_YET,
     "unique": "the VM never runs it: Legalize makes it argsort + sorted_unique (whose logic counts without "
               "sorting); its own shape function (np.unique) serves the interpreter",
@@ -874,3 +909,11 @@ def test_traces_of_concurrent_threads_stay_apart():
     for t in threads:
         t.join()
     assert recorded == {"a": ["a check"], "b": ["b check"]}
+
+
+def test_a_grouped_conv_nd_kernel_rejects_channels_the_groups_do_not_cover():
+    """Found by the differential test: with 3 data channels, group 2 and a weight of 1 channel per group,
+    the NumPy kernel sliced channels 0 and 1 and ignored channel 2 instead of reporting the mismatch."""
+    x, w = np.ones((2, 3, 2, 4), "float32"), np.ones((4, 1, 1, 3), "float32")
+    with pytest.raises(ShapeError, match="3 channels but weight x group = 1 x 2"):
+        get_op("nn.conv_nd").kernel({"group": 2, "auto_pad": "SAME_LOWER"}, x, w)
