@@ -53,7 +53,10 @@ def _argwhere_arguments(attrs, inputs, outputs):
 def _argwhere_logic(op, attrs, args, err):
     """One row per nonzero element: counted in one pass (``tv_shape_count_nonzero`` in C)."""
     (condition,) = args
-    return (count_nonzero(condition), len(condition.shape))
+    count = count_nonzero(condition)
+    if is_sym(count):  # (the C count is -1 for a dtype it does not handle)
+        require(count >= 0, f"argwhere: cannot count the nonzero elements of {condition.dtype} data", err)
+    return (count, len(condition.shape))
 
 
 # The shape function counts the nonzero elements (one cheap pass); the kernel writes their coordinates

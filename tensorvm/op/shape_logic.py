@@ -37,7 +37,7 @@ from ._library import DTYPE_CODES
 __all__ = [
     "Sym", "Leaf", "Bin", "Not", "Select", "CCall", "ShapeLogicTraceError", "is_sym", "require", "dim_select",
     "dim_min", "dim_max", "supported", "dim_and", "dim_or", "dim_not", "Trace", "tracing", "current_trace",
-    "c_expr", "DataArg", "count_nonzero", "count_sorted_runs", "const_int", "traceable", "binary", "is_finite", "ceil_length", "slice_length", "round_half_even",
+    "c_expr", "DataArg", "count_nonzero", "count_sorted_runs", "const_int", "traceable", "binary", "untraceable", "is_finite", "ceil_length", "slice_length", "round_half_even",
 ]
 
 
@@ -87,7 +87,8 @@ def current_trace() -> Trace | None:
     return traces[-1] if traces else None
 
 
-def _untraceable(what: str):
+def untraceable(what: str):
+    """Raise ``ShapeLogicTraceError``: the logic being traced ``what`` (a case its C form cannot cover)."""
     trace = current_trace()
     op = trace.op if trace is not None else "shape logic"
     raise ShapeLogicTraceError(f"{op}: its shape logic {what}; write the check with shape_logic.require/dim_select "
@@ -110,15 +111,15 @@ class Sym:
     is_float = False
 
     def __bool__(self):
-        _untraceable(f"tests the symbolic value {self} in a Python condition")
+        untraceable(f"tests the symbolic value {self} in a Python condition")
 
     def __index__(self):
-        _untraceable(f"uses the symbolic value {self} as a Python int")
+        untraceable(f"uses the symbolic value {self} as a Python int")
 
     __int__ = __index__
 
     def __float__(self):
-        _untraceable(f"uses the symbolic value {self} as a Python float")
+        untraceable(f"uses the symbolic value {self} as a Python float")
 
     def __add__(self, other):
         return binary("+", self, other)
@@ -334,7 +335,7 @@ def supported(cond, message: str) -> None:
     for that call (a native caller reports it as unsupported). Plain values must hold."""
     if not isinstance(cond, Sym):
         if not cond:
-            _untraceable(f"needs the host for this case: {message}")
+            untraceable(f"needs the host for this case: {message}")
         return
     trace = current_trace()
     if trace is None:  # pragma: no cover - Syms only exist while tracing
@@ -398,13 +399,13 @@ class DataArg:
     def item(self, index=0):
         if self.values is not None:
             if isinstance(index, Sym):
-                _untraceable("reads constant data at a symbolic index")
+                untraceable("reads constant data at a symbolic index")
             value = self.values.reshape(-1)[index]
             return float(value) if self.is_float else (bool(value) if self.dtype == "bool" else int(value))
         if self.pointer is None:
             return None
         if self.dtype == "uint64":  # (values beyond int64 would wrap in the int64 the C code computes in)
-            _untraceable("reads uint64 data")
+            untraceable("reads uint64 data")
         index_text = c_expr(index)
         return Leaf(f"(({'double' if self.is_float else 'int64_t'})((const {_C_TYPES[self.dtype]}*){self.pointer})"
                     f"[{index_text}])", self.is_float)
@@ -414,7 +415,7 @@ class DataArg:
         if self.values is not None:
             return tuple(int(v) for v in self.values.reshape(-1))
         if len(self.shape) != 1 or not isinstance(self.shape[0], int) or self.pointer is None:
-            _untraceable(f"reads the values of data of shape {self.shape} (a static length is needed)")
+            untraceable(f"reads the values of data of shape {self.shape} (a static length is needed)")
         return tuple(self.item(i) for i in range(self.shape[0]))
 
     def size(self):
@@ -443,7 +444,7 @@ def count_sorted_runs(data: DataArg, order: DataArg):
     (``tv_shape_count_sorted_runs``); a negative count when ``order`` holds a position outside the data
     or does not sort it ascending (NaN last). Only traced: the Python logic counts with NumPy."""
     if data.pointer is None or order.pointer is None:
-        _untraceable("counts sorted runs of data it cannot read")
+        untraceable("counts sorted runs of data it cannot read")
     return CCall("tv_shape_count_sorted_runs", (Leaf(data.pointer), DTYPE_CODES.index(data.dtype), Leaf(order.pointer),
                                                 DTYPE_CODES.index(order.dtype), data.shape[0]))
 
@@ -535,10 +536,10 @@ def c_expr(value) -> str:
             if value.is_float:
                 if value.op in ("min", "max"):
                     return f"f{value.op}((double){a}, (double){b})"
-                _untraceable(f"uses {value.op} on float values")
+                untraceable(f"uses {value.op} on float values")
             return f"{_C_FUNCTIONS[value.op]}({a}, {b})"
         if value.op == "/" and not value.is_float:
-            _untraceable("divides ints with / (use //)")
+            untraceable("divides ints with / (use //)")
         if value.op == "/":
             return f"((double){a} / (double){b})"
         return f"({a} {value.op} {b})"

@@ -23,7 +23,6 @@ from ._library import dtype_code, product, same_dims
 from .registry import REQUIRED, AttrDef, LibraryKernel, OpDef, OpPattern, get_op, register_op
 from .shape_logic import (
     Sym,
-    _untraceable,
     binary,
     dim_not,
     dim_or,
@@ -33,6 +32,7 @@ from .shape_logic import (
     slice_length,
     supported,
     traceable,
+    untraceable,
 )
 
 __all__ = ["RESHAPE_ONLY_OPS", "transpose_axes"]
@@ -1101,7 +1101,7 @@ def _slice_spec(op, attrs_begin, attrs_end, attrs_strides, attrs_axes, slice_mod
                 begin = max(begin + shape[axis], 0)
                 end = begin + size
             elif is_sym(shape[axis]):
-                _untraceable("slices by size from a negative begin on a symbolic dim")
+                untraceable("slices by size from a negative begin on a symbolic dim")
             else:
                 end = _UNKNOWN
         if stride == 0:
