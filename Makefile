@@ -35,8 +35,10 @@ $(BENCH_STAMP): $(STAMP) pyproject.toml
 	$(BIN)/pip install -q -e ".[dev,bench]"
 	touch $(BENCH_STAMP)
 
+# The five-model suite and the real-model corpus (benchmarks/README.md), ~25 min; e.g.
+# `make bench BENCH_ARGS="--models corpus --threads 1"` or `BENCH_ARGS=--quick`.
 bench: $(BENCH_STAMP)
-	$(BIN)/python benchmarks/run.py
+	$(BIN)/python benchmarks/run.py $(BENCH_ARGS)
 
 # Per-op pass/skip/fail counts of ONNX's backend suite (target c, as `make test` runs it; conformance-python:
 # on the NumPy kernels).

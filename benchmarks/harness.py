@@ -32,6 +32,7 @@ import math
 import os
 import resource
 import select
+import signal
 import subprocess
 import sys
 import time
@@ -71,11 +72,12 @@ def summarize(samples) -> dict:
 
 def compare_outputs(got: list, ref: list, atol: float, rtol: float) -> dict:
     """Whether ``got`` matches ``ref`` array by array: same element count, finite, and
-    ``|got - ref| <= atol + rtol * max|ref|``. Shapes may differ by unit dims (a ``(1, H)`` state
+    ``|got - ref| <= atol + rtol * max|ref|``; ``max_rel_err`` is the worst ``max|got - ref| / max|ref|``
+    over the outputs. Shapes may differ by unit dims (a ``(1, H)`` state
     against PyTorch's ``(1, 1, H)``), never in element count."""
     if len(got) != len(ref):
         return {"ok": False, "max_abs_err": None, "reason": f"{len(got)} outputs, expected {len(ref)}"}
-    worst = 0.0
+    worst = worst_rel = 0.0
     for index, (g, r) in enumerate(zip(got, ref)):
         g, r = np.asarray(g), np.asarray(r)
         if g.size != r.size:
@@ -86,12 +88,35 @@ def compare_outputs(got: list, ref: list, atol: float, rtol: float) -> dict:
         if not np.all(np.isfinite(g)):
             return {"ok": False, "max_abs_err": None, "reason": f"output {index} has non-finite values"}
         err = float(np.max(np.abs(g - r))) if g.size else 0.0
-        bound = atol + rtol * (float(np.max(np.abs(r))) if r.size else 0.0)
+        scale = float(np.max(np.abs(r))) if r.size else 0.0
+        bound = atol + rtol * scale
         worst = max(worst, err)
+        worst_rel = max(worst_rel, err / scale if scale > 0 else (0.0 if err == 0 else math.inf))
         if err > bound:
-            return {"ok": False, "max_abs_err": worst,
+            return {"ok": False, "max_abs_err": worst, "max_rel_err": worst_rel,
                     "reason": f"output {index}: max |error| {err:.3g} > {bound:.3g}"}
-    return {"ok": True, "max_abs_err": worst, "reason": ""}
+    return {"ok": True, "max_abs_err": worst, "max_rel_err": worst_rel, "reason": ""}
+
+
+def align_detections(got: list, ref: list, atol: float, rtol: float) -> list:
+    """``got``'s detections ``(boxes (n, 4), scores (n,), labels (n,))`` put in ``ref``'s order: each
+    reference detection takes the unused one of ``got`` with its label and a score within tolerance whose
+    box is closest. Detections whose scores tie to rounding may come in either order from two runtimes
+    (NMS and top-k sort by score); an unmatched detection stays where it was, for the check to flag."""
+    boxes, scores, labels = (np.asarray(a) for a in got)
+    ref_boxes, ref_scores, ref_labels = (np.asarray(a) for a in ref)
+    if boxes.shape != ref_boxes.shape or scores.shape != ref_scores.shape or labels.shape != ref_labels.shape:
+        return list(got)
+    bound = atol + rtol * (float(np.max(np.abs(ref_scores))) if ref_scores.size else 0.0)
+    order = np.full(len(ref_scores), -1)
+    used = np.zeros(len(scores), bool)
+    for r in range(len(ref_scores)):
+        fits = np.flatnonzero(~used & (labels == ref_labels[r]) & (np.abs(scores - ref_scores[r]) <= bound))
+        if fits.size:
+            best = fits[np.argmin(np.abs(boxes[fits] - ref_boxes[r]).max(axis=1))]
+            order[r], used[best] = best, True
+    order[order < 0] = np.flatnonzero(~used)  # unmatched rows keep their relative order
+    return [boxes[order], scores[order], labels[order]]
 
 
 def thread_environment(threads: int, base: dict | None = None) -> dict:
@@ -211,21 +236,34 @@ class Worker:
     """A worker process for one (model group, runtime, thread count)."""
 
     def __init__(self, group_key: str, runtime_key: str, threads: int, artifacts: Path, quick: bool,
-                 env_extra: dict | None = None, second_compile: bool = True, log=None):
-        command = [sys.executable, str(Path(__file__).resolve()), "worker", "--group", group_key,
-                   "--runtime", runtime_key, "--threads", str(threads), "--artifacts", str(artifacts)]
-        if quick:
-            command.append("--quick")
-        if not second_compile:
-            command.append("--no-second-compile")
+                 env_extra: dict | None = None, second_compile: bool = True, log=None,
+                 budget_s: float = math.inf, command: list | None = None):
+        if command is None:  # (tests give another program speaking the same line protocol)
+            command = [sys.executable, str(Path(__file__).resolve()), "worker", "--group", group_key,
+                       "--runtime", runtime_key, "--threads", str(threads), "--artifacts", str(artifacts)]
+            if quick:
+                command.append("--quick")
+            if not second_compile:
+                command.append("--no-second-compile")
         env = thread_environment(threads)
         env.update(env_extra or {})
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH", "")]))
         self.name = f"{group_key}/{runtime_key}/t{threads}"
         self.log = log
+        # its own session: a timeout kills the whole process group (a C compiler's cc1 outlives its driver)
         self.process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                         stderr=log if log is not None else subprocess.DEVNULL,
-                                        env=env, text=True, bufsize=1, cwd=str(ROOT))
+                                        env=env, text=True, bufsize=1, cwd=str(ROOT), start_new_session=True)
+        self.budget_s = budget_s
+        self.spent_s = 0.0  # seconds spent waiting for this worker's answers (counted against budget_s)
+
+    def kill(self) -> None:
+        """Kill the worker and everything it started (its process group)."""
+        try:
+            os.killpg(self.process.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            self.process.kill()
+        self.process.wait()
 
     def request(self, command: dict, timeout_s: float | None = None) -> dict:
         if self.process.poll() is not None:
@@ -235,14 +273,22 @@ class Worker:
             self.process.stdin.flush()
         except BrokenPipeError:
             raise WorkerError("error", f"worker {self.name} died (see the log)") from None
-        if timeout_s is not None:
-            ready, _, _ = select.select([self.process.stdout], [], [], timeout_s)
+        remaining = self.budget_s - self.spent_s
+        over_budget = timeout_s is None or remaining < timeout_s
+        wait_s = remaining if over_budget else timeout_s
+        started = time.perf_counter()
+        if math.isfinite(wait_s):
+            ready, _, _ = select.select([self.process.stdout], [], [], max(wait_s, 0.0))
             if not ready:
-                self.process.kill()
-                self.process.wait()
+                self.spent_s += time.perf_counter() - started
+                self.kill()
+                if over_budget:
+                    raise WorkerError("timeout", f"over the time budget of {self.budget_s:.0f} s "
+                                                 f"(in {command['cmd']!r}; worker and its children killed)")
                 raise WorkerError("error", f"worker {self.name} did not answer {command['cmd']!r} "
                                            f"within {timeout_s:.0f} s (killed)")
         line = self.process.stdout.readline()
+        self.spent_s += time.perf_counter() - started
         if not line:
             status = self.process.wait(timeout=10)
             raise WorkerError("error", f"worker {self.name} died with status {status} (see the log)")
@@ -261,8 +307,7 @@ class Worker:
         try:
             self.process.wait(timeout=30)
         except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
+            self.kill()
         return result
 
 

@@ -16,9 +16,11 @@ or a runtime failed unexpectedly (a feature that is not built yet is reported as
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime
 import importlib.metadata
 import json
+import math
 import os
 import platform
 import shutil
@@ -143,17 +145,24 @@ def artifact_dir(group, quick: bool, log) -> tuple[Path, str]:
 
 # --- one model at one thread count ---------------------------------------------------------------------
 def run_group(group, threads: int, first_pass: bool, settings: Settings, scratch: Path, artifacts: Path,
-              prepare_error: str, log) -> dict:
+              prepare_error: str, log, timed_out: dict | None = None) -> dict:
+    """One model at one thread count. ``timed_out`` maps ``(group, runtime)`` to the thread count at which
+    that runtime went over the model's budget: it is not started again (and gets entries here)."""
+    timed_out = {} if timed_out is None else timed_out
     result = {"runtimes": {}}
     workers = {}
     for spec in group.runtimes:
         entry = {"label": spec.label, "family": spec.family, "status": "ok", "cases": {}}
         result["runtimes"][spec.key] = entry
+        if (group.key, spec.key) in timed_out:
+            entry.update(status="timeout", message=f"not run: over the budget at {timed_out[group.key, spec.key]}")
+            _say(f"    {spec.label}: {entry['message']}")
+            continue
         kernel_cache = scratch / "kernels" / f"{group.key}-{spec.key}"
         kernel_cache.mkdir(parents=True, exist_ok=True)
         worker = harness.Worker(group.key, spec.key, threads, artifacts, settings.quick,
                                 env_extra={"TENSORVM_CACHE_DIR": str(kernel_cache)},
-                                second_compile=first_pass, log=log)
+                                second_compile=first_pass, log=log, budget_s=group.budget_s)
         started = time.perf_counter()
         try:
             reply = worker.request({"cmd": "setup"}, timeout_s=settings.setup_timeout_s)
@@ -192,6 +201,9 @@ def run_group(group, threads: int, first_pass: bool, settings: Settings, scratch
 
     for key, worker in workers.items():
         result["runtimes"][key].update(worker.close())
+    for key, entry in result["runtimes"].items():
+        if entry["status"] == "timeout" and (group.key, key) not in timed_out:
+            timed_out[group.key, key] = f"{threads} thread{'s' if threads > 1 else ''} ({entry['message']})"
     return result
 
 
@@ -220,8 +232,10 @@ def _run_case(group, case, workers: dict, result: dict, settings: Settings, scra
     for key in alive:
         check = {"reference": reference, "ok": None, "max_abs_err": None, "reason": "no reference ran"}
         if reference is not None and key != reference:
-            check = {"reference": reference,
-                     **harness.compare_outputs(outputs[key], outputs[reference], group.atol, group.rtol)}
+            got = outputs[key]
+            if group.align is not None:
+                got = group.align(got, outputs[reference], group.atol, group.rtol)
+            check = {"reference": reference, **harness.compare_outputs(got, outputs[reference], group.atol, group.rtol)}
         elif key == reference:
             check = {"reference": reference, "ok": True, "max_abs_err": 0.0, "reason": "is the reference"}
         runtimes[key]["cases"][case.name] = {"check": check, "first_call_s": first_call[key]}
@@ -260,8 +274,8 @@ def _run_case(group, case, workers: dict, result: dict, settings: Settings, scra
 
 
 def _fail(entry: dict, err: harness.WorkerError, case) -> None:
-    entry.update(status="error", message=f"{case.name}: {err.message}", detail=err.detail[-2000:])
-    _say(f"    {entry['label']}: error in {case.name}: {err.message}")
+    entry.update(status=err.status, message=f"{case.name}: {err.message}", detail=err.detail[-2000:])
+    _say(f"    {entry['label']}: {err.status} in {case.name}: {err.message}")
 
 
 def _say(text: str) -> None:
@@ -274,8 +288,13 @@ def main(argv=None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
     parser.add_argument("--quick", action="store_true", help="smoke run: fewer cases, short timing")
     parser.add_argument("--threads", default=None, help="comma-separated thread counts (default 1,2; quick: 1)")
-    parser.add_argument("--models", default=None, help="comma-separated model keys (default: all)")
+    parser.add_argument("--models", default=None,
+                        help="comma-separated model keys, or 'corpus' / 'suite' for the real-model corpus / the "
+                             "original five (default: all)")
     parser.add_argument("--budget", type=float, default=None, help="seconds of timed calls per case and runtime")
+    parser.add_argument("--model-budget", type=float, default=None,
+                        help="seconds one runtime may spend on one corpus model per thread count (default 300; "
+                             "quick 180); over it, the worker and its children are killed and the row says timeout")
     parser.add_argument("--out", default=None, help="output prefix (default results/latest or results/quick)")
     parser.add_argument("--keep", action="store_true", help="keep the scratch directory (logs, outputs)")
     args = parser.parse_args(argv)
@@ -284,11 +303,18 @@ def main(argv=None) -> int:
     thread_counts = [int(t) for t in (args.threads or ("1" if args.quick else "1,2")).split(",")]
     groups = models.groups(args.quick)
     if args.models:
-        wanted = args.models.split(",")
+        wanted = []
+        for key in args.models.split(","):  # "corpus" and "suite" stand for their models
+            if key in ("corpus", "suite"):
+                wanted += [g.key for g in groups if g.corpus == (key == "corpus")]
+            else:
+                wanted.append(key)
         unknown = set(wanted) - {g.key for g in groups}
         if unknown:
             parser.error(f"unknown model(s) {', '.join(sorted(unknown))}; known: {', '.join(g.key for g in groups)}")
         groups = [g for g in groups if g.key in wanted]
+    if args.model_budget is not None:
+        groups = [dataclasses.replace(g, budget_s=args.model_budget) if g.corpus else g for g in groups]
     out = Path(args.out) if args.out else HERE / "results" / ("quick" if args.quick else "latest")
     out.parent.mkdir(parents=True, exist_ok=True)
 
@@ -311,16 +337,18 @@ def main(argv=None) -> int:
             report["groups"].append({
                 "key": group.key, "title": group.title, "unit": group.unit, "reference": group.reference,
                 "description": group.description, "show_per_inference": group.show_per_inference,
+                "corpus": group.corpus, "budget_s": group.budget_s if math.isfinite(group.budget_s) else None,
                 "cases": [{"name": c.name, "label": c.label, "units": c.units, "x": c.x} for c in group.cases],
                 "prepare_error": prepared[group.key][1], "passes": {},
             })
+        timed_out: dict = {}
         for index, threads in enumerate(thread_counts):
             for group, entry in zip(groups, report["groups"]):
                 _say(f"== {group.title} · {threads} thread{'s' if threads > 1 else ''}")
                 directory, error = prepared[group.key]
                 group_started = time.perf_counter()
                 entry["passes"][str(threads)] = run_group(group, threads, index == 0, settings, scratch, directory,
-                                                          error, log)
+                                                          error, log, timed_out)
                 entry["passes"][str(threads)]["elapsed_s"] = round(time.perf_counter() - group_started, 1)
     meta["elapsed_s"] = round(time.perf_counter() - started, 1)
     meta["load_end"] = _load_average()
@@ -331,6 +359,8 @@ def main(argv=None) -> int:
     if chart_error:
         _say(f"chart not written: {chart_error}")
     problems = failures(report)
+    for line in corpus_summary_lines(corpus_rows(report)):
+        _say(line)
     _say(f"wrote {out.with_suffix('.md')} in {meta['elapsed_s']:.0f} s")
     for note in fallbacks(report):
         _say(f"note: {note}")
@@ -369,7 +399,7 @@ def _latency(entry: dict, case: str) -> float | None:
 def _cell(entry: dict, case: dict, group: dict) -> str:
     values = entry["cases"].get(case["name"], {})
     if entry["status"] != "ok" and "per_unit_us" not in values:
-        return "n/a" if entry["status"] == "n/a" else "error"
+        return entry["status"] if entry["status"] in ("n/a", "timeout") else "error"
     if "per_unit_us" not in values:
         return "—"
     text = _fmt_us(values["per_unit_us"])
@@ -453,8 +483,11 @@ def write_markdown(report: dict, path: Path) -> None:
         f"- load average (1, 5, 15 min) at the start: {meta.get('load_start')}, at the end: {meta.get('load_end')} "
         f"(on {meta['logical_cpus']} CPUs; a load above the thread count means other processes competed "
         "and the numbers are less reliable).", "",
-        "## Summary", "",
     ]
+    rows = corpus_rows(report)
+    if rows:
+        lines += corpus_markdown(report, rows)
+    lines += ["## Summary", ""]
     threads_list = [str(t) for t in meta["threads"]]
     for threads in threads_list:
         lines += [f"### {_threads_label(threads)}", "",
@@ -551,6 +584,147 @@ def write_markdown(report: dict, path: Path) -> None:
     if notes:
         lines += ["## Notes: rows not measured, fallbacks", ""] + notes + [""]
     path.write_text("\n".join(lines))
+
+
+# --- the real-model corpus --------------------------------------------------------------------------
+CORPUS_PEER = "ort"  # the corpus's ratio is tensorvm / ONNX Runtime
+
+
+def corpus_rows(report: dict) -> list[dict]:
+    """One row per corpus model, case and thread count: the latency (ms per call, median) of tensorvm,
+    ONNX Runtime and PyTorch eager, the ratio tensorvm / ONNX Runtime, tensorvm's error against the
+    reference, and why a row has no ratio (timeout, error, wrong output)."""
+    rows = []
+    for group in report["groups"]:
+        if not group.get("corpus"):
+            continue
+        first = next(iter(group["passes"].values()), {}).get("runtimes", {})
+        for threads, result in group["passes"].items():
+            runtimes = result["runtimes"]
+            for case in group["cases"]:
+                row = {"model": group["key"], "title": group["title"], "case": case["label"], "threads": int(threads)}
+                for key in ("tvm", "ort", "torch"):
+                    entry = runtimes.get(key, {})
+                    values = entry.get("cases", {}).get(case["name"], {})
+                    row[f"{key}_ms"] = values["median"] * 1e3 if "median" in values else None
+                    row[f"{key}_noisy"] = values.get("spread", 0.0) > NOISY_SPREAD
+                    if key == "tvm":
+                        check = values.get("check", {})
+                        row.update(ok=check.get("ok"), max_abs_err=check.get("max_abs_err"),
+                                   max_rel_err=check.get("max_rel_err"), check_reason=check.get("reason", ""),
+                                   status=entry.get("status", "missing"), message=entry.get("message", ""))
+                info = first.get("tvm", {}).get("info", {})
+                row["compile_cold_s"], row["compile_cached_s"] = info.get("compile_cold_s"), info.get("compile_cached_s")
+                ratio = None
+                if row["tvm_ms"] and row["ort_ms"] and row["ok"] is not False:
+                    ratio = row["tvm_ms"] / row["ort_ms"]
+                row["ratio"] = ratio
+                if ratio is None:
+                    row["reason"] = ("wrong output: " + row["check_reason"] if row["ok"] is False
+                                     else f"{row['status']}: {row['message']}" if row["status"] != "ok"
+                                     else "no ONNX Runtime time" if row["tvm_ms"] else "not timed")
+                rows.append(row)
+    return rows
+
+
+def corpus_summary(rows: list[dict]) -> dict:
+    """Geometric mean of the ratios per thread count and over all rows, the worst row, and the rows
+    without a ratio."""
+    def geomean(values):
+        values = [v for v in values if v and v > 0]
+        return math.exp(sum(map(math.log, values)) / len(values)) if values else None
+
+    measured = [r for r in rows if r["ratio"] is not None]
+    by_threads = {t: geomean(r["ratio"] for r in measured if r["threads"] == t)
+                  for t in sorted({r["threads"] for r in rows})}
+    return {"geomean": geomean(r["ratio"] for r in measured), "geomean_by_threads": by_threads,
+            "worst": max(measured, key=lambda r: r["ratio"]) if measured else None,
+            "unmeasured": [r for r in rows if r["ratio"] is None], "rows": len(rows)}
+
+
+def _row_name(row: dict) -> str:
+    return f"{row['model']} {row['case']}, {_threads_label(str(row['threads']))}"
+
+
+def corpus_summary_lines(rows: list[dict]) -> list[str]:
+    if not rows:
+        return []
+    summary = corpus_summary(rows)
+    lines = []
+    if summary["geomean"] is not None:
+        per = ", ".join(f"{_threads_label(str(t))} {_fmt_ratio(g)}" for t, g in summary["geomean_by_threads"].items()
+                        if g is not None)
+        worst = summary["worst"]
+        lines.append(f"corpus: tensorvm / ONNX Runtime geometric mean {_fmt_ratio(summary['geomean'])} over "
+                     f"{summary['rows'] - len(summary['unmeasured'])} rows ({per}); worst row {_row_name(worst)}: "
+                     f"{_fmt_ratio(worst['ratio'])} ({worst['tvm_ms']:.3g} vs {worst['ort_ms']:.3g} ms)")
+    seen = set()
+    for row in summary["unmeasured"]:
+        key = (row["model"], row["threads"], row["reason"])
+        if key not in seen:
+            seen.add(key)
+            lines.append(f"corpus: no ratio for {row['model']} ({_threads_label(str(row['threads']))}): {row['reason']}")
+    return lines
+
+
+def _ms(value: float | None, noisy: bool = False) -> str:
+    return "—" if value is None else _fmt_us(value * 1e3) + (" †" if noisy else "")
+
+
+def _err(value: float | None) -> str:
+    return "—" if value is None else f"{value:.1e}"
+
+
+def corpus_markdown(report: dict, rows: list[dict]) -> list[str]:
+    summary = corpus_summary(rows)
+    lines = ["## Real-model corpus: tensorvm against ONNX Runtime", "",
+             "PyTorch models with random weights exported to ONNX with dynamic axes; tensorvm imports each with "
+             "`tv.frontend.from_onnx` and compiles ONE VM executable (target c) that runs every case. Latency: "
+             "median ms per call; ratio = tensorvm / ONNX Runtime (below 1 tensorvm is faster); error: tensorvm "
+             "against ONNX Runtime, max |error| and max |error| / max |reference|; compile: cold (empty kernel "
+             "cache) / cached (s). A runtime that spends more than the model's budget is killed with its "
+             f"children and its row says where. † marks a noisy cell (interquartile range over {NOISY_SPREAD:.0%} "
+             f"of the median); the load average at the start was {report['meta'].get('load_start')} on "
+             f"{report['meta'].get('logical_cpus')} CPUs.", ""]
+    for line in corpus_summary_lines(rows):
+        lines.append("- " + line.removeprefix("corpus: "))
+    lines += ["", "| model | case | threads | tensorvm | ONNX Runtime | PyTorch eager | ratio | max abs / rel error "
+              "| compile cold / cached (s) |", "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    worst = summary["worst"]
+    for row in rows:
+        ratio = _fmt_ratio(row["ratio"]) if row["ratio"] is not None else row["reason"][:120]
+        if row is worst:
+            ratio = f"**{ratio}** (worst)"
+        if row["ok"] is False:
+            ratio = f"**WRONG**: {row['check_reason'][:120]}"
+        compile_text = "—"
+        if row["compile_cold_s"] is not None:
+            cached = row["compile_cached_s"]
+            compile_text = f"{row['compile_cold_s']:.1f} / " + (f"{cached:.2f}" if cached is not None else "—")
+        lines.append(f"| {row['title']} | {row['case']} | {row['threads']} | {_ms(row['tvm_ms'], row['tvm_noisy'])} | "
+                     f"{_ms(row['ort_ms'], row['ort_noisy'])} | {_ms(row['torch_ms'], row['torch_noisy'])} | {ratio} | "
+                     f"{_err(row['max_abs_err'])} / {_err(row['max_rel_err'])} | {compile_text} |")
+    lines += ["", "### tensorvm executables (`exe.stats()`)", "",
+              "| model | kernels | C kernels | NumPy fallbacks | VM instructions (most frequent) | C source (KB) "
+              "| C compile (s) |", "| --- | --- | --- | --- | --- | --- | --- |"]
+    fallback_notes = []
+    for group in report["groups"]:
+        if not group.get("corpus"):
+            continue
+        info = next(iter(group["passes"].values()), {}).get("runtimes", {}).get("tvm", {}).get("info", {})
+        exe = info.get("exe")
+        if not exe or "error" in exe:
+            lines.append(f"| {group['key']} | — | — | — | {(exe or {}).get('error', 'not compiled')} | — | — |")
+            continue
+        top = ", ".join(f"{k} {v}" for k, v in list(exe["top_opcodes"].items())[:4])
+        source = f"{exe['c_source_bytes'] / 1024:,.0f}" if exe.get("c_source_bytes") is not None else "—"
+        c_compile = f"{exe['c_compile_s']:.1f}" if exe.get("c_compile_s") is not None else "—"
+        lines.append(f"| {group['key']} | {exe['kernels']} | {exe['c_kernels']} | {len(exe['numpy_fallbacks'])} | "
+                     f"{exe['instructions']} ({top}) | {source} | {c_compile} |")
+        fallback_notes += [f"- {group['key']}: `{name}`: {why}" for name, why in exe["numpy_fallbacks"].items()]
+    if fallback_notes:
+        lines += ["", "NumPy fallbacks (kernels target c could not compile):", ""] + fallback_notes
+    return lines + [""]
 
 
 def write_chart(report: dict, path: Path) -> str:

@@ -4,8 +4,10 @@
     tensorvm run model.tvx --input x=x.npy [--output out.npz]
     tensorvm inspect model.tvx [--bytecode] [--kernels]
     tensorvm bench model.tvx --input x=x.npy [--repeat 20]
+    tensorvm ops [--missing]
 
-``compile`` reads ONNX (``.onnx``) or Relay text (any other file). Inputs are ``.npy`` files (or
+``ops`` reports the parts of every registered operator (see docs/ops.md). ``compile`` reads ONNX
+(``.onnx``) or Relay text (any other file). Inputs are ``.npy`` files (or
 ``name=file.npz`` holding an array of that name). Progress goes to stderr; an error is one line
 ``tensorvm: error: ...`` and a non-zero exit status, never a traceback.
 """
@@ -238,6 +240,45 @@ def cmd_bench(args, progress: Progress) -> int:
     return 0
 
 
+def op_parts(opdef) -> dict:
+    """The report's columns for one op: how it is computed, its shape function, strategy and file."""
+    if opdef.kind == "dialect":
+        compute = "dialect"
+    elif opdef.compute is not None:
+        compute = "te"
+    elif opdef.library is not None:
+        compute = "library"
+    elif opdef.legalize is not None:
+        compute = "legalize"
+    else:
+        compute = "MISSING"
+    return {"op": opdef.name, "pattern": opdef.pattern.name.lower(), "compute": compute,
+            "shape_func": "python" if opdef.shape_func is not None else "none",
+            "strategy": "yes" if opdef.strategy is not None else "no",
+            "file": opdef.defined_in.replace(".", "/") + ".py" if opdef.defined_in else "?"}
+
+
+def cmd_ops(args, progress: Progress) -> int:
+    from .op import get_op, op_names
+
+    rows = [op_parts(get_op(name)) for name in op_names()]
+    shown = [r for r in rows if r["compute"] == "MISSING"] if args.missing else rows
+    columns = ["op", "pattern", "compute", "shape_func", "strategy", "file"]
+    widths = {c: max(len(c), *(len(r[c]) for r in shown)) if shown else len(c) for c in columns}
+    print("  ".join(c.ljust(widths[c]) for c in columns).rstrip())
+    for r in shown:
+        print("  ".join(r[c].ljust(widths[c]) for c in columns).rstrip())
+
+    def count(column, value):
+        return sum(r[column] == value for r in rows)
+
+    print(f"{len(rows)} ops: compute te {count('compute', 'te')}, library {count('compute', 'library')}, "
+          f"legalize {count('compute', 'legalize')}, dialect {count('compute', 'dialect')}, "
+          f"MISSING {count('compute', 'MISSING')}; shape function python {count('shape_func', 'python')}, "
+          f"none {count('shape_func', 'none')}; strategy {count('strategy', 'yes')}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="tensorvm", description="Compile and run dynamic ML models.")
     common = argparse.ArgumentParser(add_help=False)
@@ -275,6 +316,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--function", default="main")
     p.set_defaults(run=cmd_bench)
+
+    p = sub.add_parser("ops", parents=[common], help="report every operator's parts (compute, shape function, strategy)")
+    p.add_argument("--missing", action="store_true", help="list only the ops without a compute or library call")
+    p.set_defaults(run=cmd_ops)
     return parser
 
 

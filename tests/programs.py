@@ -3,7 +3,6 @@
 Every executor's tests iterate over ``PROGRAMS``::
 
     for program in PROGRAMS:
-        if program.missing_ops(): skip
         mod = program.parse()
         args = program.args_fn()
         result = executor(mod)(*args)

@@ -129,3 +129,31 @@ def test_compile_for_target_c(relay_model, tmp_path, capsys):
                  "--output", str(out_file)]) == 0
     with np.load(out_file) as saved:
         np.testing.assert_allclose(saved["output_0"], np.full((4, 3), 9, "float32"))
+
+
+def test_ops_reports_every_op_and_its_parts(capsys):
+    from tensorvm.op import get_op, op_names
+
+    assert main(["ops"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    header, rows, summary = lines[0].split(), [line.split() for line in lines[1:-1]], lines[-1]
+    assert header == ["op", "pattern", "compute", "shape_func", "strategy", "file"]
+    by_op = {row[0]: row for row in rows}
+    assert sorted(by_op) == op_names()
+    assert by_op["add"] == ["add", "broadcast", "te", "python", "no", "tensorvm/op/tensor.py"]
+    assert by_op["nn.dense"][2:] == ["te", "python", "yes", "tensorvm/op/nn.py"]
+    assert by_op["sort"][2] == "library"
+    assert by_op["unique"][2] == "legalize"
+    assert by_op["memory.kill"][2] == "dialect"
+    # The counts, from the registry itself.
+    ops = [get_op(name) for name in op_names()]
+    missing = [d.name for d in ops if d.kind == "kernel" and d.compute is None and d.library is None
+               and d.legalize is None]
+    with_compute = sum(d.kind == "kernel" and d.compute is not None for d in ops)
+    assert summary.startswith(f"{len(ops)} ops: compute te {with_compute}, ")
+    assert f"MISSING {len(missing)};" in summary
+    assert f"strategy {sum(d.strategy is not None for d in ops)}" in summary
+
+    assert main(["ops", "--missing"]) == 0
+    listed = [line.split()[0] for line in capsys.readouterr().out.splitlines()[1:-1]]
+    assert listed == missing

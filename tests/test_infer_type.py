@@ -47,7 +47,7 @@ from tensorvm.ir import (
     const,
     post_order,
 )
-from tensorvm.op import is_registered, make_call
+from tensorvm.op import make_call
 from tensorvm.transform.infer_type import InferType, infer_expr, infer_type
 
 F32 = "float32"
@@ -188,8 +188,6 @@ def test_symbolic_dims_flow_through_ops():
 
 
 def test_dense_with_symbolic_batch():
-    if not is_registered("nn.dense"):
-        pytest.skip("nn.dense is not registered yet")
     n = SymDim("n")
     x, w = var("x", n, 16), var("w", 8, 16)
     assert infer_expr(make_call("nn.dense", x, w)) == tensor(n, 8)
@@ -363,8 +361,6 @@ def test_unannotated_global_parameters_are_inferred_from_callers():
 
 
 def test_recursive_concat_loop_with_wrong_carry_annotation_is_an_error():
-    if not is_registered("concatenate"):
-        pytest.skip("concatenate is not registered yet")
     i, carry, one = var("i", dtype="int32"), var("carry", 1, 1), var("one", 1, 1)
     loop = GlobalVar("loop")
     # concatenate gives (2, 1), and it is fed back as the (1, 1) carry: static dims conflict.
@@ -378,8 +374,6 @@ def test_recursive_concat_loop_with_wrong_carry_annotation_is_an_error():
 
 
 def test_recursive_concat_loop_with_any_carry_type_checks():
-    if not is_registered("concatenate"):
-        pytest.skip("concatenate is not registered yet")
     i, carry, one = var("i", dtype="int32"), var("carry", Any(), 1), var("one", 1, 1)
     loop = GlobalVar("loop")
     grown = op.concatenate(Tuple((carry, one)), axis=0)
@@ -590,8 +584,6 @@ def test_tuple_projection_out_of_range_and_of_non_tuple():
 
 
 def test_concatenate_receives_one_tuple_argument():
-    if not is_registered("concatenate"):
-        pytest.skip("concatenate is not registered yet")
     a, b = var("a", 2, 3), var("b", 4, 3)
     assert infer_expr(op.concatenate(Tuple((a, b)), axis=0)) == tensor(6, 3)
     c = var("c", Any(), 3)
@@ -611,8 +603,6 @@ def test_references():
 
 
 def test_constants_passed_to_the_type_relation():
-    if not is_registered("arange"):
-        pytest.skip("arange is not registered yet")
     # Constant arguments reach the relation, which folds them to a static length (NumPy's).
     assert infer_expr(op.arange(const(0.5), const(5.0), const(1.5))) == tensor(len(np.arange(0.5, 5.0, 1.5)))
     start = var("start")
@@ -777,8 +767,6 @@ def @main(%x: int32, %a: Tensor[(3), float32]) {
 }""")
     with pytest.raises(TypeInferenceError, match=r"<string>:\d+:\d+: in @main: .*rank-0 bool.*got int32"):
         infer_type(mod)
-    if not is_registered("concatenate"):
-        return
     mod = parse("""
 def @loop(%i: int32, %carry: Tensor[(1, 1), float32]) -> Tensor[(1, 1), float32] {
   if (equal(%i, 0)) { %carry } else { @loop(subtract(%i, 1), concatenate((%carry, %carry), axis=0)) }
@@ -821,8 +809,6 @@ def test_shared_program_suite_type_checks_and_agrees_with_numpy_results(parse):
 
     checked = 0
     for program in PROGRAMS:
-        if program.missing_ops():
-            continue
         mod = infer_type(program.parse())
         assert_fully_typed(mod)
         checked += 1

@@ -523,18 +523,8 @@ def test_tv_create_executor_is_the_same_function():
 
 
 # --- the shared program suite ----------------------------------------------------------------------------
-def _skip_reason(program: Program) -> str | None:
-    missing = program.missing_ops()
-    if missing:
-        return f"ops not registered yet: {', '.join(missing)}"
-    return None
-
-
 @pytest.mark.parametrize("program", PROGRAMS, ids=lambda p: p.name)
 def test_program_suite_on_the_interpreter(program: Program):
-    reason = _skip_reason(program)
-    if reason:
-        pytest.skip(reason)
     mod = program.parse()
     args = program.args_fn()
     f = create_executor("debug", mod).evaluate(program.entry)
@@ -552,9 +542,6 @@ def test_program_suite_on_the_interpreter(program: Program):
 def test_program_suite_type_checks_and_kernels_fit_the_inferred_types(program: Program):
     """After InferType every op call carries its type; the interpreter then checks each kernel's
     output dtype and static dims against it, so the suite also cross-checks ops and type relations."""
-    reason = _skip_reason(program)
-    if reason:
-        pytest.skip(reason)
     infer_type = pytest.importorskip("tensorvm.transform.infer_type")
     mod = infer_type.InferType()(program.parse())
     args = program.args_fn()

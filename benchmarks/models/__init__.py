@@ -1,13 +1,14 @@
 """The benchmarked models: each module defines one model in tensorvm's IR (or as an ONNX import) and
 its peers (PyTorch eager, TorchScript, ONNX Runtime), all with the same weights.
 
-``groups(quick=False)`` returns the ``ModelGroup`` of every benchmark in report order; ``--quick``
-uses fewer cases (the same models).
+``groups(quick=False)`` returns the ``ModelGroup`` of every benchmark in report order: the five models
+of the original suite, then the real-model corpus (``vision``, ``text``: PyTorch models exported to
+ONNX with dynamic axes). ``--quick`` uses fewer cases (the same models).
 """
 
 from __future__ import annotations
 
-from . import bert, cnn, lstm, mlp, treelstm
+from . import bert, cnn, lstm, mlp, text, treelstm, vision
 from .common import Case, ModelGroup, NotAvailable, RuntimeSpec  # noqa: F401
 
 __all__ = ["groups", "group_by_key", "Case", "ModelGroup", "RuntimeSpec", "NotAvailable"]
@@ -22,7 +23,7 @@ def groups(quick: bool = False) -> list[ModelGroup]:
             mlp.group(1),
             mlp.group(64),
             cnn.group(),
-        ]
+        ] + vision.groups(quick) + text.groups(quick)
     return [
         lstm.group(),
         treelstm.group(),
@@ -31,7 +32,7 @@ def groups(quick: bool = False) -> list[ModelGroup]:
         mlp.group(1),
         mlp.group(64),
         cnn.group(),
-    ]
+    ] + vision.groups() + text.groups()
 
 
 def group_by_key(key: str, quick: bool = False) -> ModelGroup:

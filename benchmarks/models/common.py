@@ -15,6 +15,7 @@ a worker's resident memory counts only the runtime it measures.
 from __future__ import annotations
 
 import gc
+import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -61,6 +62,13 @@ class ModelGroup:
     artifact_key: str = ""  # what the artifacts depend on (part of the cache directory's name)
     description: str = ""
     show_per_inference: bool = False  # also report ms per inference (BERT)
+    #: seconds one runtime may spend on this model per thread count (setup, checks, timing); a runtime
+    #: over it is killed with its children and its row says "timeout" with where it was
+    budget_s: float = math.inf
+    corpus: bool = False  # a model of the real-model corpus (ONNX exports of PyTorch models)
+    #: ``align(got, ref, atol, rtol)``: ``got``'s outputs put in ``ref``'s order before the check
+    #: (detections whose scores tie may come in either order)
+    align: Callable | None = None
 
     def runtime(self, key: str) -> RuntimeSpec:
         for spec in self.runtimes:
@@ -121,6 +129,26 @@ def _c_build_stats() -> dict:
         return {}
 
 
+def executable_summary(exe) -> dict:
+    """What ``exe.stats()`` says of a VM executable, short enough for the report: kernel counts, the
+    kernels that fell back to NumPy on target "c" (with why), instruction counts, C source size."""
+    try:
+        stats = exe.stats()
+    except Exception as err:  # a stats helper must never fail the benchmark
+        return {"error": _short(err)}
+    library = stats.get("kernel_library") or {}
+    fallbacks = library.get("numpy_fallbacks", {})
+    return {
+        "kernels": stats["num_kernels"],
+        "c_kernels": len(library.get("c_kernels", ())),
+        "numpy_fallbacks": {name: str(why)[:200] for name, why in fallbacks.items()},
+        "instructions": stats["num_instructions"],
+        "top_opcodes": dict(list(stats["instructions_by_opcode"].items())[:6]),
+        "c_source_bytes": library.get("source_bytes"),
+        "c_compile_s": library.get("compile_seconds"),
+    }
+
+
 class TensorVMRunner:
     """Runs a model with tensorvm: ``executor`` is ``"vm"`` (exec mode bytecode or compiled), ``"graph"``
     or ``"aot"``. Target "c" is tried first; when it is not available the runner falls back to
@@ -177,6 +205,8 @@ class TensorVMRunner:
             break
         if built is None:
             raise NotAvailable("; ".join(notes) or "no target")
+        if self.executor == "vm":
+            info["exe"] = executable_summary(built)
         c_stats = _c_build_stats()
         if c_stats:
             info["c_compiler_s"] = c_stats.get("compile_seconds")

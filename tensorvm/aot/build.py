@@ -248,8 +248,6 @@ class _Kernel:
 
 
 def _lower_kernel(prim, cname: str, schedule: AotSchedule, prefix: str) -> _Kernel:
-    import tensorvm.te.op_computes  # noqa: F401 - attaches the tensor-expression computes to the ops
-
     from ..codegen.c_emit import emit_kernel
     from ..codegen.fused import lower_primitive
 

@@ -16,4 +16,4 @@ from .build import BuildInfo, CompilerError, build_stats, find_toolchain, set_nu
 from .fused import FusedKernel, build_fused_kernel, build_fused_module, lower_primitive  # noqa: F401
 from .lower import lower  # noqa: F401
 from .module import CompiledModule, KernelFunction, build_module  # noqa: F401
-from .strategy import DispatchKernel, Implementation, register_strategy, specialize  # noqa: F401
+from .strategy import DispatchKernel, Implementation, specialize  # noqa: F401

@@ -321,16 +321,7 @@ def _vector_math_works(compiler: str, flags: list, tmp: str) -> bool:
     """Whether the prelude's vector-math declarations compile, link and load (glibc's libmvec)."""
     from .c_emit import PRELUDE  # the prelude is the thing to probe
 
-    code = PRELUDE + """
-void tv_probe(const float* restrict x, float* restrict y, const double* restrict u, double* restrict v, long n) {
-  for (long i = 0; i < n; ++i)
-    y[i] = expf(x[i]) + logf(x[i]) + log2f(x[i]) + log10f(x[i]) + sinf(x[i]) + cosf(x[i]) + tanf(x[i])
-         + tanhf(x[i]) + erff(x[i]) + powf(x[i], x[i]);
-  for (long i = 0; i < n; ++i)
-    v[i] = exp(u[i]) + log(u[i]) + log2(u[i]) + log10(u[i]) + sin(u[i]) + cos(u[i]) + tan(u[i])
-         + tanh(u[i]) + erf(u[i]) + pow(u[i], u[i]);
-}
-"""
+    code = (_PROBES / "vector_math.c").read_text().replace('#include "tv_kernel.h"\n', PRELUDE, 1)
     src, lib = Path(tmp) / "vector_math.c", Path(tmp) / "vector_math.so"
     src.write_text(code)
     result = subprocess.run([compiler, *_BASE_FLAGS, *flags, "-DTV_VECTOR_MATH", str(src), "-o", str(lib), "-lm"],
@@ -344,23 +335,9 @@ void tv_probe(const float* restrict x, float* restrict y, const double* restrict
     return True
 
 
-# A kernel as tensorvm generates it for concatenate((x, x), axis=0) of a (3, 2) float32 tensor. GCC 12.2
-# at -O3 with AVX2 vectorizes the if-converted select between two loads of the same array wrongly
-# (element 7 comes out 0 instead of 1); dynamic row counts go wrong the same way. Where the kernel built
-# with the probe's flags gives a wrong answer, loop if-conversion is turned off for the generated kernels
-# that hold a select between two loads (``TV_SELECT_OF_LOADS`` in ``c_emit.PRELUDE``).
-_IF_CONVERSION_PROBE = """
-#include <stdint.h>
-int32_t tv_probe(const float* restrict p0, float* restrict out0) {
-  for (int64_t i0 = 0; i0 < INT64_C(6); ++i0) {
-    for (int64_t i1 = 0; i1 < INT64_C(2); ++i1) {
-      out0[((i0 * INT64_C(2)) + i1)] = ((i0 < INT64_C(3)) ? p0[((i0 * INT64_C(2)) + i1)]
-                                                          : p0[(((i0 + INT64_C(-3)) * INT64_C(2)) + i1)]);
-    }
-  }
-  return 0;
-}
-"""
+# The toolchain probes' C (what each one tests is said in its file).
+_PROBES = Path(__file__).parent / "probes"
+_IF_CONVERSION_PROBE = (_PROBES / "if_conversion.c").read_text()
 
 
 def _if_conversion_sound(compiler: str, flags: list, tmp: str) -> bool:

@@ -24,7 +24,6 @@ from ..errors import TypeInferenceError, UnsupportedError
 from ..ir.expr import Call, Constant, Function, Let, Op, Tuple, TupleGetItem, Var
 from ..ir.types import Any, SymDim, TensorType, TupleType
 from ..op.registry import get_op
-from ..te import op_computes  # noqa: F401 - attaches the op computes to the registry
 from . import strategy
 from .library import library_call, library_plan
 from .loop_ir import PrimFunc

@@ -171,7 +171,19 @@ def lower_parts(name: str, inputs: list[Tensor], outputs: list[Tensor], multiple
     k = _plan(stages, outputs, out_buffers, buffers, multiples)
     body = _emit(stages, k, buffers)
     params = tuple(in_buffers + out_buffers)
-    return _prologue(name, params, len(inputs), [r for op in ops for r in op.requires], body, multiples)
+    requires = [(_input_loads(c, dict(zip(inputs, in_buffers, strict=True))), m) for op in ops for c, m in op.requires]
+    return _prologue(name, params, len(inputs), requires, body, multiples)
+
+
+def _input_loads(expr, in_buffers: dict):
+    """A requirement's reads of input elements (a run-time flag, e.g.) as loads of the input buffers."""
+
+    def fn(node):
+        if isinstance(node, TensorRead) and node.tensor in in_buffers:
+            return in_buffers[node.tensor].load(node.indices)
+        return None
+
+    return transform(expr, fn)
 
 
 def lower_dispatch(generic: LoweredParts, variants: list) -> PrimFunc:

@@ -1,7 +1,8 @@
 """Strategies: several implementations of a kernel, chosen by conditions on its dims.
 
-An op registers a *strategy* (``register_strategy``; it lands in ``OpDef.strategy``): a function
-``strategy(attrs, inputs, out_type) -> [Implementation]`` over the op's te inputs. An implementation has a
+An op declares a *strategy* with its definition in ``tensorvm/op/`` (``OpDef.strategy``): a function
+``strategy(attrs, inputs, out_type) -> [Implementation]`` over the op's te inputs (it imports this module
+in its body: importing the op registry does not import the code generator). An implementation has a
 ``condition`` on the input dims (a bool te expression, or True), a priority ``plevel`` and a kind:
 
 * a **C variant**: the whole fused group lowered again knowing more: ``static_dims`` (``{dim: value}``,
@@ -65,7 +66,7 @@ from ..ir.expr import Call, Constant, Function, Op, Var
 from ..ir.functor import ExprMutator
 from ..ir.types import TensorType, TupleType
 from ..op.nn import halves_nchw_map
-from ..op.registry import OpPattern, get_op, is_registered
+from ..op.registry import OpPattern, get_op
 from ..op.transform import RESHAPE_ONLY_OPS, transpose_axes
 from ..te.expr import (
     INDEX_DTYPE,
@@ -83,7 +84,6 @@ from ..te.expr import (
     floordiv,
     floormod,
     logical_and,
-    maximum,
     select,
 )
 from ..te.expr import Var as DimVar
@@ -94,7 +94,7 @@ from .loop_ir import Allocate, Buffer, CallExtern, IfThenElse, seq
 from .lower import LoweredParts, lower_dispatch, lower_parts, rebind
 
 __all__ = [
-    "Implementation", "register_strategy", "strategy_of", "specialize", "KernelPlan", "ExternalPlan",
+    "Implementation", "strategy_of", "specialize", "KernelPlan", "ExternalPlan",
     "DispatchKernel", "PackedGemmCall", "plan", "BLAS_MIN_FLOPS", "BLAS_MIN_FLOPS_DYNAMIC", "BLAS_THREAD_FACTOR", "blas_single_thread", "BLAS_MIN_ROWS", "VECTOR_WIDTH",
     "variants_enabled",
 ]
@@ -112,7 +112,7 @@ BLAS_MIN_FLOPS_DYNAMIC = 1 << 16
 BLAS_THREAD_FACTOR = 16
 # BLAS called from C (``tv_gemm_*``) pays off from this many multiply-adds (no Python in between).
 GEMM_MIN_WORK = 1 << 14
-_GEMM_SUFFIX = {"float32": "f32", "float64": "f64"}
+GEMM_SUFFIX = {"float32": "f32", "float64": "f64"}
 # Vector-friendly variants assume inner dims that are multiples of these.
 VECTOR_WIDTH = 8
 REDUCTION_WIDTH = 16
@@ -329,12 +329,6 @@ def tile_epilogue(fn: Function, channels) -> tuple[TileEpilogue, Var | None] | N
     return TileEpilogue(None, "relu" in found, "pool" in found), bias
 
 
-def register_strategy(op_name: str, strategy):
-    """Attach ``strategy(attrs, inputs, out_type) -> [Implementation]`` to an op (``OpDef.strategy``)."""
-    get_op(op_name).strategy = strategy
-    return strategy
-
-
 def strategy_of(opdef):
     return opdef.strategy if callable(opdef.strategy) else None
 
@@ -542,7 +536,7 @@ def _contiguous_strides(shape) -> tuple:
     strides, step = [], const(1, INDEX_DTYPE)
     for extent in reversed(shape):
         strides.append(step)
-        step = step * _index(extent)
+        step = step * index_expr(extent)
     return tuple(reversed(strides))
 
 
@@ -605,10 +599,10 @@ def _strided_gemm(graph, anchor, out_axes: tuple | None = None):
         return None
     single = (1, 0, 0, 0)  # no batch dim: one entry
     (outer, a0, b0, c0), (inner, a1, b1, c1) = (batch + [single, single])[:2]
-    call = StridedGemmCall(_index(outer), _index(inner), _index(m), _index(n), _index(k),
-                           tuple(_index(v) for v in (a0, a1, a_rows, a_cols)),
-                           tuple(_index(v) for v in (b0, b1, b_rows, b_cols)),
-                           tuple(_index(v) for v in (c0, c1, sc[-2], sc[-1])))
+    call = StridedGemmCall(index_expr(outer), index_expr(inner), index_expr(m), index_expr(n), index_expr(k),
+                           tuple(index_expr(v) for v in (a0, a1, a_rows, a_cols)),
+                           tuple(index_expr(v) for v in (b0, b1, b_rows, b_cols)),
+                           tuple(index_expr(v) for v in (c0, c1, sc[-2], sc[-1])))
     return call, [pa, pb]
 
 
@@ -694,7 +688,7 @@ def _call_variant(prim: Function, name: str, graph, generic: LoweredParts, ancho
             if out_axes is not None:
                 split = None  # the product stores the group's output itself
     result = anchor.results[0] if anchor.results else None
-    if positions is None or result.dtype not in _GEMM_SUFFIX:
+    if positions is None or result.dtype not in GEMM_SUFFIX:
         return None
     scale = _scale_after(split, anchor) if isinstance(call, (GemmCall, StridedGemmCall)) else None
     if scale is not None:  # BLAS's alpha: no pass over the product afterwards
@@ -705,7 +699,7 @@ def _call_variant(prim: Function, name: str, graph, generic: LoweredParts, ancho
     outputs = generic.params[generic.num_inputs:]
 
     def gemm_into(target):
-        return call.statement(args, target, _GEMM_SUFFIX[result.dtype])
+        return call.statement(args, target, GEMM_SUFFIX[result.dtype])
 
     fused = _tile_epilogue_call(call, split, args, generic, outputs, anchor) if split is not None else None
     if fused is not None:
@@ -793,7 +787,7 @@ def _tile_epilogue_call(call, split, args: list, generic: LoweredParts, outputs:
     from ``_epilogue_function``) is a ``TileEpilogue``; else None."""
     from .fused import _flatten_types, _param_type
 
-    if not isinstance(call, Conv2dCall) or not call.direct(_GEMM_SUFFIX.get(anchor.results[0].dtype)) \
+    if not isinstance(call, Conv2dCall) or not call.direct(GEMM_SUFFIX.get(anchor.results[0].dtype)) \
             or len(outputs) != 1 or outputs[0].dtype != "float32":
         return None
     epilogue_fn, epilogue_inputs = split
@@ -1119,28 +1113,6 @@ def _runner(ext: ExternalPlan, epilogue, shape, kernel):
 # ---- the matmul family -----------------------------------------------------------------------------
 
 
-def _blas_dense(attrs, x, w, out):
-    if x.ndim == 2:
-        np.matmul(x, w.T, out=out)
-    else:  # (..., K) rows as one matrix: one BLAS call
-        np.matmul(x.reshape(-1, x.shape[-1]), w.T, out=out.reshape(-1, out.shape[-1]))
-
-
-def _blas_matmul(attrs, a, b, out):
-    rhs = b.T if attrs.transpose_b else b
-    if attrs.transpose_a:
-        np.matmul(np.swapaxes(a, -1, -2), rhs, out=out)
-    elif a.ndim == 2:
-        np.matmul(a, rhs, out=out)
-    else:
-        np.matmul(a.reshape(-1, a.shape[-1]), rhs, out=out.reshape(-1, out.shape[-1]))
-
-
-def _blas_batch_matmul(attrs, x, y, out):
-    np.matmul(np.swapaxes(x, 1, 2) if attrs.transpose_a else x,
-              np.swapaxes(y, 1, 2) if attrs.transpose_b else y, out=out)
-
-
 def _prod(dims):
     total = const(1)
     for d in dims:
@@ -1148,13 +1120,13 @@ def _prod(dims):
     return total
 
 
-def _matmul_implementations(rows, n, k, inputs, out_type, external, gemm=None) -> list:
+def matmul_implementations(rows, n, k, inputs, out_type, external, gemm=None) -> list:
     """BLAS when big enough (called from C when the host BLAS allows it, else through NumPy), a
     vector-friendly C variant when the inner dims are dynamic multiples."""
     impls = []
     dtypes = {t.dtype for t in inputs} | {out_type.dtype}
     blas_mode = blas.mode()
-    if len(dtypes) == 1 and dtypes <= set(_GEMM_SUFFIX) and blas_mode != "off":
+    if len(dtypes) == 1 and dtypes <= set(GEMM_SUFFIX) and blas_mode != "off":
         if gemm is not None and blas_mode == "c":
             work = _prod([gemm.call.batch, gemm.call.m, gemm.call.n, gemm.call.k])
             condition = work >= GEMM_MIN_WORK
@@ -1182,113 +1154,11 @@ class _Gemm:
     condition: object = None
 
 
-def _index(value) -> PrimExpr:
+def index_expr(value) -> PrimExpr:
     """``value`` as an index-typed te expression (the C helpers take int64 dims)."""
     return cast(as_expr(value), INDEX_DTYPE)
 
 
-def _gemm(batch, m, n, k, a_step, ta, b_step, tb, condition=None) -> _Gemm:
-    return _Gemm(GemmCall(0, 1, _index(batch), _index(m), _index(n), _index(k), _index(a_step), int(ta),
-                          _index(b_step), int(tb)), condition)
-
-
-def dense_strategy(attrs, inputs, out_type):
-    x, w = inputs
-    rows = _prod(x.shape[:-1])
-    gemm = _gemm(1, rows, w.shape[0], x.shape[-1], 0, False, 0, True)
-    return _matmul_implementations(rows, w.shape[0], x.shape[-1], inputs, out_type, _blas_dense, gemm)
-
-
-def matmul_strategy(attrs, inputs, out_type):
-    a, b = inputs
-    rows = _prod(a.shape[:-2] + (a.shape[-1],)) if attrs.transpose_a else _prod(a.shape[:-1])
-    k = a.shape[-2] if attrs.transpose_a else a.shape[-1]
-    n = b.shape[0] if attrs.transpose_b else b.shape[1]
-    gemm = None
-    if not attrs.transpose_a or a.ndim == 2:  # (a batched, transposed A is not one product)
-        gemm = _gemm(1, rows, n, k, 0, attrs.transpose_a, 0, attrs.transpose_b)
-    return _matmul_implementations(rows, n, k, inputs, out_type, _blas_matmul, gemm)
-
-
-def batch_matmul_strategy(attrs, inputs, out_type):
-    x, y = inputs
-    m, k = (x.shape[2], x.shape[1]) if attrs.transpose_a else (x.shape[1], x.shape[2])
-    n = y.shape[1] if attrs.transpose_b else y.shape[2]
-    batch = maximum(x.shape[0], y.shape[0])  # the broadcast batch (a batch of 0 has no work anyway)
-    gemm = _gemm(batch, m, n, k, select(eq(x.shape[0], 1), 0, m * k), attrs.transpose_a,
-                 select(eq(y.shape[0], 1), 0, k * n), attrs.transpose_b)
-    return _matmul_implementations(m * batch, n, k, inputs, out_type, _blas_batch_matmul, gemm)
-
-
-def onnx_matmul_strategy(attrs, inputs, out_type):
-    """NumPy's matmul: BLAS when B is one matrix (A's leading dims fold into its rows) or when both
-    have the same batch dims (or A is one matrix); other broadcasts stay generated code."""
-    a, b = inputs
-    if a.ndim < 2 or b.ndim < 2:
-        return []
-    m, k, n = a.shape[-2], a.shape[-1], b.shape[-1]
-    if b.ndim == 2:
-        gemm = _gemm(1, _prod(a.shape[:-1]), n, k, 0, False, 0, False)
-    elif a.ndim == 2:
-        gemm = _gemm(_prod(b.shape[:-2]), m, n, k, 0, False, k * n, False)
-    elif a.ndim == b.ndim:
-        same = const(True)
-        for da, db in zip(a.shape[:-2], b.shape[:-2]):
-            same = logical_and(same, eq(da, db))
-        gemm = _gemm(_prod(a.shape[:-2]), m, n, k, m * k, False, k * n, False, condition=same)
-    else:
-        return []
-    return _matmul_implementations(_prod(a.shape[:-1]), n, k, inputs, out_type, None, gemm)
-
-
-def dense_packed_strategy(attrs, inputs, out_type):
-    """float32: always the packed product (measured at least as fast as BLAS from 1 to 256 rows at BERT
-    and MLP sizes, on 1 and 2 threads; see ``tensorvm/transform/pack_weights.py``). Other dtypes:
-    the generated kernel over the packed layout."""
-    x, w = inputs
-    if {x.dtype, w.dtype, out_type.dtype} != {"float32"}:
-        return []
-
-    call = PackedGemmCall(_index(_prod(x.shape[:-1])), _index(attrs.units), _index(x.shape[-1]))
-    return [Implementation("packed", True, plevel=20, call=call)]
-
-
-def conv2d_strategy(attrs, inputs, out_type):
-    """im2col + BLAS for NCHW/OIHW convolutions without groups (when BLAS is called from C)."""
-    x, w = inputs
-    dtypes = {x.dtype, w.dtype, out_type.dtype}
-    if blas.mode() != "c" or len(dtypes) != 1 or not dtypes <= set(_GEMM_SUFFIX) or attrs.groups != 1 \
-            or attrs.data_layout != "NCHW" or attrs.kernel_layout != "OIHW" or (attrs.out_layout or "NCHW") != "NCHW" \
-            or not isinstance(w.shape[2], Const) or not isinstance(w.shape[3], Const):
-        return []
-    n, c, h, width = x.shape
-    kh, kw = w.shape[2].value, w.shape[3].value
-    pt, pl, pb, pr = (int(p) for p in attrs.padding)
-    (sh, sw), (dh, dw) = (tuple(int(v) for v in attrs.strides), tuple(int(v) for v in attrs.dilation))
-    oh = floordiv(h + (pt + pb - dh * (kh - 1) - 1), sh) + 1
-    ow = floordiv(width + (pl + pr - dw * (kw - 1) - 1), sw) + 1
-    call = Conv2dCall(tuple(_index(d) for d in (n, c, h, width, w.shape[0], oh, ow)),
-                      (kh, kw), (sh, sw), (dh, dw), (pt, pl), (pt, pl, pb, pr))
-    work = _prod([n, w.shape[0], oh, ow, c]) * (kh * kw)
-    return [Implementation("blas", work >= GEMM_MIN_WORK, plevel=20, call=call)]
-
-
-def softmax_strategy(attrs, inputs, out_type, log: bool = False):
-    """float32 over the last axis: ``tv_softmax_f32`` (``SoftmaxCall``); otherwise the generated kernel."""
-    (x,) = inputs
-    if x.ndim == 0 or {x.dtype, out_type.dtype} != {"float32"} or not -x.ndim <= attrs.axis < x.ndim \
-            or attrs.axis % x.ndim != x.ndim - 1:
-        return []
-    return [Implementation("rows", True, plevel=20, call=SoftmaxCall(_index(_prod(x.shape[:-1])), _index(x.shape[-1]), log))]
-
-
-def log_softmax_strategy(attrs, inputs, out_type):
-    return softmax_strategy(attrs, inputs, out_type, log=True)
-
-
-for _name, _strategy in (("nn.conv2d", conv2d_strategy), ("nn.dense", dense_strategy), ("nn.matmul", matmul_strategy),
-                         ("nn.batch_matmul", batch_matmul_strategy), ("onnx.matmul", onnx_matmul_strategy),
-                         ("nn.dense_packed", dense_packed_strategy), ("nn.softmax", softmax_strategy),
-                         ("nn.log_softmax", log_softmax_strategy)):
-    if is_registered(_name):
-        register_strategy(_name, _strategy)
+def gemm_call(batch, m, n, k, a_step, ta, b_step, tb, condition=None) -> _Gemm:
+    return _Gemm(GemmCall(0, 1, index_expr(batch), index_expr(m), index_expr(n), index_expr(k), index_expr(a_step), int(ta),
+                          index_expr(b_step), int(tb)), condition)

@@ -5,11 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..errors import TypeInferenceError
 from .onnx_context import converter
-
-
-def _empty(ctx, dtype):
-    return ctx.constant(np.zeros((0,), dtype))
 
 
 @converter("NonZero", 9)
@@ -23,12 +20,25 @@ def non_zero_9(ctx, X):
 @converter("NonMaxSuppression", 10)
 def non_max_suppression_10(ctx, boxes, scores, max_output_boxes_per_class=None, iou_threshold=None,
                            score_threshold=None, *, center_point_box=0):
-    extra = [
-        ctx.cast(v, dtype) if v is not None else _empty(ctx, dtype)
-        for v, dtype in ((max_output_boxes_per_class, "int64"), (iou_threshold, "float32"),
-                         (score_threshold, "float32"))
-    ]
-    return ctx.call("vision.non_max_suppression", boxes, scores, *extra, center_point_box=bool(center_point_box))
+    # Relay's all-class NMS (its padded rows and count), sliced to the count.
+    dtype = ctx.dtype(boxes)
+    if center_point_box:  # (x_center, y_center, width, height) -> corners
+        center = ctx.call("strided_slice", boxes, begin=(0,), end=(2,), axes=(2,))
+        half = ctx.call("multiply", ctx.call("strided_slice", boxes, begin=(2,), end=(4,), axes=(2,)),
+                        ctx.constant(np.array(0.5, dtype)))
+        boxes = ctx.call("concatenate", ctx.tuple([ctx.call("subtract", center, half), ctx.call("add", center, half)]),
+                         axis=2)
+    zero = ctx.constant(np.array(0, np.int64))
+    # A negative ONNX limit selects nothing, as 0 does (for the Relay op a negative limit means no limit).
+    max_out = ctx.call("maximum", ctx.cast(max_output_boxes_per_class, "int64"), zero) \
+        if max_output_boxes_per_class is not None else zero
+    iou = iou_threshold if iou_threshold is not None else ctx.constant(np.array(0.0, "float32"))
+    # (no score_threshold: -inf, so that only a score of -inf or NaN is never selected)
+    score = score_threshold if score_threshold is not None else ctx.constant(np.array(-np.inf, "float32"))
+    found = ctx.call("vision.all_class_non_max_suppression", boxes, scores, max_out, iou, score, output_format="onnx")
+    one = ctx.constant(np.array([1], np.int64))
+    return ctx.call("dyn.strided_slice", ctx.get_item(found, 0), ctx.constant(np.array([0], np.int64)),
+                    ctx.get_item(found, 1), one, axes=(0,))
 
 
 def _topk(ctx, X, k, axis, largest, sorted_):
@@ -66,8 +76,34 @@ def unique_11(ctx, X, *, axis=None, sorted=1):  # noqa: A002
         out = ctx.call("unique", flat, is_sorted=bool(sorted), return_counts=True)
         values, *rest = (ctx.get_item(out, i) for i in range(4))
         return [values] + [ctx.cast(r, "int64") for r in rest]
-    out = ctx.call("onnx.unique", X, axis=axis, sorted=bool(sorted))
-    return [ctx.get_item(out, i) for i in range(4)]
+    if not -ctx.ndim(X) <= axis < ctx.ndim(X):
+        raise TypeInferenceError(f"Unique: axis {axis} is out of range for rank {ctx.ndim(X)}")
+    return _unique_slices(ctx, X, axis % ctx.ndim(X), bool(sorted))
+
+
+def _unique_slices(ctx, X, axis, is_sorted):
+    """Unique slices along ``axis`` as core ops: each slice (a row of ``rows``) gets as key the number of
+    slices lexicographically smaller than it, so equal slices share a key and the keys order the slices
+    as np.unique(axis=...) does; ``unique`` of the keys then gives the first occurrences, inverse indices
+    and counts. The pairwise comparison costs O(n^2 m) for n slices of m elements (ONNX Unique with an
+    axis runs on small tensors; the common form, without axis, is ``unique`` itself)."""
+    ndim = ctx.ndim(X)
+    perm = (axis,) + tuple(a for a in range(ndim) if a != axis)
+    moved = X if axis == 0 else ctx.call("transpose", X, axes=perm)
+    rows = ctx.call("reshape", moved, newshape=(0, -1))
+    a, b = ctx.call("expand_dims", rows, axis=1), ctx.call("expand_dims", rows, axis=0)  # (n, 1, m), (1, n, m)
+    differ = ctx.call("not_equal", a, b)
+    # The first differing element of each pair decides its order.
+    before = ctx.call("cumsum", ctx.cast(differ, "int32"), axis=2, exclusive=True)
+    first = ctx.call("logical_and", differ, ctx.call("equal", before, ctx.constant(np.array(0, np.int32))))
+    less = ctx.call("any", ctx.call("logical_and", first, ctx.call("less", a, b)), axis=2)  # less[i, j]: row i < row j
+    key = ctx.call("sum", ctx.cast(less, "int64"), axis=0)  # rows smaller than each row
+    out = ctx.call("unique", key, is_sorted=is_sorted, return_counts=True)
+    _, first_index, inverse, counts = (ctx.get_item(out, i) for i in range(4))
+    y = ctx.call("take", moved, first_index, axis=0)
+    if axis:
+        y = ctx.call("transpose", y, axes=tuple(int(i) for i in np.argsort(perm)))
+    return [y] + [ctx.cast(v, "int64") for v in (first_index, inverse, counts)]
 
 
 @converter("Compress", 9)
@@ -84,7 +120,7 @@ def compress_9(ctx, input, condition, *, axis=None):  # noqa: A002
 @converter("RoiAlign", 10)
 def roi_align_10(ctx, X, rois, batch_indices, *, mode="avg", output_height=1, output_width=1, sampling_ratio=0,
                  spatial_scale=1.0):
-    return ctx.call("vision.roi_align", X, rois, batch_indices, mode=mode, output_height=output_height,
+    return ctx.call("vision.onnx_roi_align", X, rois, batch_indices, mode=mode, output_height=output_height,
                     output_width=output_width, sampling_ratio=sampling_ratio, spatial_scale=float(spatial_scale),
                     coordinate_transformation_mode="output_half_pixel")
 
@@ -92,6 +128,6 @@ def roi_align_10(ctx, X, rois, batch_indices, *, mode="avg", output_height=1, ou
 @converter("RoiAlign", 16)
 def roi_align_16(ctx, X, rois, batch_indices, *, coordinate_transformation_mode="half_pixel", mode="avg",
                  output_height=1, output_width=1, sampling_ratio=0, spatial_scale=1.0):
-    return ctx.call("vision.roi_align", X, rois, batch_indices, mode=mode, output_height=output_height,
+    return ctx.call("vision.onnx_roi_align", X, rois, batch_indices, mode=mode, output_height=output_height,
                     output_width=output_width, sampling_ratio=sampling_ratio, spatial_scale=float(spatial_scale),
                     coordinate_transformation_mode=coordinate_transformation_mode)

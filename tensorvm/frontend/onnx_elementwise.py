@@ -321,10 +321,11 @@ def dropout_1(ctx, data, *, is_test=0, ratio=0.5, consumed_inputs=None, seed=Non
 def dropout_12(ctx, data, ratio=None, training_mode=None, *, seed=None):
     if training_mode is None or ctx.value(training_mode) is not None and not ctx.value(training_mode).any():
         return dropout_1(ctx, data)
-    # Training mode (possibly decided at run time): only a zero ratio is deterministic; the op raises
-    # an ExecutionError otherwise.
+    # Training mode (possibly decided at run time): only a zero ratio is deterministic; dyn.nn.dropout
+    # raises an error otherwise.
     ratio = ratio if ratio is not None else ctx.constant(np.array(0.5, "float32"))
-    out = ctx.call("onnx.dropout", data, ctx.cast(ratio, "float32"), ctx.cast(training_mode, "bool"))
+    ratio, training_mode = (v if ctx.ndim(v) == 0 else ctx.call("reshape", v, newshape=()) for v in (ratio, training_mode))
+    out = ctx.call("dyn.nn.dropout", data, ctx.cast(ratio, "float32"), ctx.cast(training_mode, "bool"))
     return ctx.get_item(out, 0), ctx.get_item(out, 1)
 
 

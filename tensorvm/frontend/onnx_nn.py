@@ -417,8 +417,12 @@ def reduce(ctx, data, mode, axes, keepdims, noop_with_empty_axes=0):
     if axes is not None and not isinstance(axes, list):
         known = ctx.int_list(axes)
         if known is None:
-            return ctx.call("onnx.reduce", data, ctx.cast(axes, "int64"), mode=mode, keepdims=keepdims,
-                            noop_with_empty_axes=bool(noop_with_empty_axes))
+            count = ctx.shape(axes)[0] if ctx.ndim(axes) == 1 else 1
+            if not keepdims and not (isinstance(count, int) and count > 0):
+                raise UnsupportedError(f"Reduce ({mode}) with keepdims=0: the number of elements of the run-time "
+                                       f"input 'axes' decides the output rank and must be known at import, got "
+                                       f"{ctx.tensor_type(axes)!r}")
+            return run_time_reduce(ctx, data, mode, ctx.cast(axes, "int64"), keepdims, not noop_with_empty_axes)
         axes = known
     if not axes:
         if noop_with_empty_axes:
@@ -429,8 +433,8 @@ def reduce(ctx, data, mode, axes, keepdims, noop_with_empty_axes=0):
     empty = any(isinstance(shape[a], int) and shape[a] == 0 for a in axes)
     if not empty and ctx.dtype(data) == "bool" and mode in ("max", "min"):
         return ctx.call("any" if mode == "max" else "all", data, axis=axes, keepdims=keepdims)
-    if empty or ctx.dtype(data) == "bool":
-        return ctx.call("onnx.reduce", data, ctx.constant(np.array(axes, np.int64)), mode=mode, keepdims=keepdims)
+    if empty or ctx.dtype(data) == "bool":  # (dyn.reduce gives the identity of an empty reduction)
+        return run_time_reduce(ctx, data, mode, ctx.constant(np.array(axes, np.int64)), keepdims, True)
     if mode in _STATIC_REDUCE:
         return ctx.call(_STATIC_REDUCE[mode], data, axis=axes, keepdims=keepdims)
     if mode == "log_sum_exp":
@@ -446,6 +450,37 @@ def reduce(ctx, data, mode, axes, keepdims, noop_with_empty_axes=0):
         return ctx.cast(ctx.call("sqrt", ctx.cast(total, "float64")), ctx.dtype(data))
     if mode == "log_sum":
         return ctx.call("log", ctx.call("sum", data, axis=axes, keepdims=keepdims))
+    raise UnsupportedError(f"reduction {mode}")
+
+
+def run_time_reduce(ctx, data, mode, axes, keepdims, empty_is_all):
+    """An ONNX reduction over the int64 tensor ``axes`` as core ``dyn.reduce`` calls (sum, mean, max, min,
+    prod) and elementwise ops for the other modes."""
+    out = _run_time_reduce_keepdims(ctx, data, mode, axes, empty_is_all)
+    return out if keepdims else ctx.call("dyn.squeeze", out, axes)
+
+
+def _run_time_reduce_keepdims(ctx, data, mode, axes, empty_is_all):
+    def dyn(x, how):
+        return ctx.call("dyn.reduce", x, axes, mode=how, empty_is_all=empty_is_all)
+
+    if mode in _STATIC_REDUCE:
+        return dyn(data, mode)
+    if mode == "l1":
+        return dyn(ctx.call("abs", data), "sum")
+    if mode in ("l2", "sum_square"):
+        total = dyn(ctx.call("multiply", data, data), "sum")
+        if mode == "sum_square":
+            return total
+        if ctx.dtype(data).startswith("float"):
+            return ctx.call("sqrt", total)
+        return ctx.cast(ctx.call("sqrt", ctx.cast(total, "float64")), ctx.dtype(data))
+    if mode == "log_sum":
+        return ctx.call("log", dyn(data, "sum"))
+    if mode == "log_sum_exp":  # shifted by the (finite) maximum, as logsumexp is
+        peak = dyn(data, "max")
+        peak = ctx.call("where", ctx.call("isfinite", peak), peak, ctx.call("zeros_like", peak))
+        return ctx.call("add", ctx.call("log", dyn(ctx.call("exp", ctx.call("subtract", data, peak)), "sum")), peak)
     raise UnsupportedError(f"reduction {mode}")
 
 

@@ -7,14 +7,21 @@ computes the first for the whole sequence at once, before the loop, as one ``nn.
 ``seq*batch`` rows) with both biases folded in; per direction::
 
     %proj = add(nn.dense(%X, W[d]), Wb[d] + Rb[d])          // (seq, batch, gates*hidden)
-    @lstm(0, seq, %proj, h0, c0, [Y accumulator], R[d], ...)
+    @lstm(0, seq, %proj, h0, c0, [zeros (0, batch, hidden)], R[d], ...)
 
-    def @lstm(%t, %length, %proj, %h, %c, [%acc], ...) {
+    def @lstm(%t, %length, %proj: (?, B, 4H), %h: (B, H), %c: (B, H), [%acc: (?, B, H)], ...) {
       if (%t < %length) {
-        <gates = take(%proj, %t) + nn.dense(%h, R[d]); the cell's elementwise math>;
-        @lstm(%t + 1, %length, %proj, %h_next, %c_next, [append(%acc, %h_next)], ...)   // tail call
+        <gates = take(%proj, %t, mode="clip") + nn.dense(%h, R[d]); the cell's elementwise math>;
+        @lstm(%t + 1, %length, %proj, %h_next, %c_next, [concatenate(%acc, %h_next[None])], ...)  // tail call
       } else { (%h, %c, [%acc]) }
     }
+
+Per step the VM runs the recurrent product, one fused kernel for the gates (reading the step's row
+of ``%proj``) and the append of ``Y``'s row. Two details keep that gate kernel a vector loop (it was
+20-40x slower without them): the row is taken with ``mode="clip"`` (``t < length`` there, so the
+clip never moves it; a checked index is tested per element in C), and a dynamic batch is one
+symbol ``B`` (``SymDim``) in the step's types: with an unrelated ``?`` per operand every read is a
+broadcast select. Kernels check on entry that dims named alike agree.
 
 The sequence dim stays dynamic, so one executable serves every length. A weight that is a
 constant appears in the step function as a constant; any other value the step reads (weights given
@@ -26,8 +33,13 @@ as graph inputs, ``sequence_lens``) is passed along as a parameter.
   (a ``where`` on ``t < lens``). A reverse direction reverses each sequence within its own length: a
   ``take`` with the permutation ``t -> lens - 1 - t`` (identity past the length) before the loop,
   and the same permutation (it is its own inverse) on ``Y`` after it.
-* **Y.** Growing ``Y`` by one row per step costs O(T^2) copying, so it is built only when the ONNX
-  graph reads that output (``BuildContext.outputs_used``); ``Y_h`` / ``Y_c`` are the final states.
+* **Y.** Growing ``Y`` by one row per step copies O(T^2) rows in all (at T=200, batch 2, hidden 128
+  the append is 6-8 us of a step's ~30 us, most of which is VM dispatch), so it is built only when
+  the ONNX graph reads that output (``BuildContext.outputs_used``); ``Y_h`` / ``Y_c`` are the final
+  states. Building ``Y`` by halves (O(T log T) copying) and running both directions of a
+  bidirectional layer in one loop (``nn.batch_matmul`` of the stacked states) were measured slower
+  at the sizes of issue 18: more non-tail calls, and the batched product with constant weights is
+  not packed (50 us against 2 x 6.5 us for the packed ``nn.dense``).
 * **GRU.** ``linear_before_reset=0`` needs ``(r * h) R_h^T`` after the reset gate: the loop does two
   products (``h R_zr^T``, then that one); with ``linear_before_reset=1`` it does one, and ``Rb_h``
   stays inside the loop (it is scaled by ``r``).
@@ -36,8 +48,9 @@ as graph inputs, ``sequence_lens``) is passed along as a parameter.
   them: by position in the activation list) are supported.
 
 **Fallback.** When the number of directions (``W``'s first dim) or ``hidden_size`` is not known at
-import time, the layer stays one opaque op (``nn.lstm`` / ``nn.gru`` / ``nn.rnn``, NumPy kernels)
-whose shape function handles any shape.
+import time, the layer stays one opaque op (``nn.lstm`` / ``nn.gru`` / ``nn.rnn``: NumPy kernels, and
+on target c one call of the C library function ``tv_recurrent``) whose shape function handles any
+shape.
 """
 
 from __future__ import annotations
@@ -48,9 +61,8 @@ import numpy as np
 
 from ..errors import TypeInferenceError, UnsupportedError
 from ..ir.expr import Call, Constant, Function, Var
-from ..ir.types import Any, TensorType, TupleType
-from .onnx_context import DimOf, generalize, join_types
-from .onnx_control import _acc_init, _append
+from ..ir.types import Any, SymDim, TensorType, TupleType
+from .onnx_context import DimOf, generalize
 
 __all__ = ["RecurrentLayer", "convert_recurrent", "ACTIVATIONS"]
 
@@ -230,13 +242,27 @@ _STEPS = {"lstm": _lstm_step, "gru": _gru_step, "rnn": _rnn_step}
 # ---- the loop ------------------------------------------------------------------------------------------
 
 
-def _build_loop(ctx, name, layer, acts, proj, states0, state_type, weights, lens, want_y):
-    """Add the recursive step function; return (final states, Y of shape (seq, batch, hidden) or None)."""
+def _build_loop(ctx, name, layer, acts, proj, states0, state_type, weights, lens, y0):
+    """Add the recursive step function; return (final states, Y of shape (seq, batch, hidden) or None).
+    ``y0`` is the empty ``(0, batch, hidden)`` start of ``Y``, or None when ``Y`` is not built.
+
+    A dynamic batch dim of ``state_type`` is named in the step's types by one symbol, so that
+    its kernels know their operands' batch dims are equal (with unrelated ``?`` dims each operand is
+    read through a broadcast select, which kept the fused gate kernel from vectorizing: 20x slower
+    measured). Kernels check on entry that dims named alike agree, so a malformed ``initial_h`` is
+    still a clear error."""
+    want_y = y0 is not None
     importer = ctx.importer
+    gv = importer.fresh_global(name)
     scalar_i64 = TensorType((), "int64")
     t = Var("t", scalar_i64)
     length = Var("length", scalar_i64)
-    proj_param = Var("proj", generalize(ctx.type_of(proj)))
+    proj_type = generalize(ctx.type_of(proj))
+    if not isinstance(state_type.shape[0], int):
+        batch = SymDim(f"{gv.name}_batch")
+        state_type = TensorType((batch,) + tuple(state_type.shape[1:]), state_type.dtype)
+        proj_type = TensorType((Any(), batch) + tuple(proj_type.shape[2:]), proj_type.dtype)
+    proj_param = Var("proj", proj_type)
     states = [Var(n, state_type) for n in ("h", "c")[:len(states0)]]
     acc_type = TensorType((Any(),) + tuple(state_type.shape), state_type.dtype)
     acc = Var("acc", acc_type) if want_y else None
@@ -253,9 +279,10 @@ def _build_loop(ctx, name, layer, acts, proj, states0, state_type, weights, lens
             passed.append(param)
             outer.append(value)
 
-    gv = importer.fresh_global(name)
     ret_type = TupleType((state_type,) * len(states) + ((acc_type,) if want_y else ()))
-    x_t = ctx.call("take", proj_param, t, axis=0, mode="fast")
+    # t < length here, so "clip" never moves the index; unlike "fast" (an index check per element in C,
+    # which kept the fused gate kernel from vectorizing: 14x slower) it is loop-invariant arithmetic.
+    x_t = ctx.call("take", proj_param, t, axis=0, mode="clip")
     new_states = _STEPS[layer.kind](ctx, layer, acts, x_t, states, inner)
     piece = new_states[0]
     if lens is not None:  # past a batch entry's length its states stay and its Y rows are zero
@@ -263,9 +290,9 @@ def _build_loop(ctx, name, layer, acts, proj, states0, state_type, weights, lens
         new_states = [ctx.call("where", active, n, s) for n, s in zip(new_states, states, strict=True)]
         piece = ctx.call("where", active, new_states[0], _scalar(ctx, 0, state_type.dtype))
     carried = list(new_states)
-    if want_y:
-        is_first = ctx.call("equal", t, ctx.constant(np.array(0, np.int64)))
-        carried.append(_append(ctx, is_first, acc, piece))
+    if want_y:  # the accumulator starts as (0, batch, hidden): no first-step branch
+        row = ctx.call("expand_dims", piece, axis=0)
+        carried.append(ctx.call("concatenate", ctx.tuple([acc, row]), axis=0))
     next_t = ctx.call("add", t, ctx.constant(np.array(1, np.int64)))
     recurse = Call(gv, (next_t, length, proj_param) + tuple(carried) + tuple(passed))
     recurse.with_type(ret_type)
@@ -276,7 +303,7 @@ def _build_loop(ctx, name, layer, acts, proj, states0, state_type, weights, lens
 
     start = (ctx.constant(np.array(0, np.int64)), ctx.dim_value(proj, 0), proj) + tuple(states0)
     if want_y:
-        start += (_acc_init(ctx, TensorType(tuple(state_type.shape), state_type.dtype)),)
+        start += (y0,)
     call = Call(gv, start + tuple(outer))
     call.with_type(ret_type)
     finals = [ctx.get_item(call, k) for k in range(len(states))]
@@ -312,11 +339,12 @@ def _reverse_time(ctx, x, flat_index):
     return ctx.call("take", rows, flat_index, axis=0)
 
 
-def _zero_state(ctx, x, hidden, dtype):
+def _zeros(ctx, x, lead, hidden, dtype):
+    """Zeros of shape ``(*lead, batch, hidden)``, ``batch`` being ``x``'s dim 1."""
     batch = ctx.shape(x)[1]
     if isinstance(batch, int):
-        return ctx.constant(np.zeros((batch, hidden), dtype))
-    shape = ctx.shape_vector([DimOf(x, 1, batch), hidden])
+        return ctx.constant(np.zeros(tuple(lead) + (batch, hidden), dtype))
+    shape = ctx.shape_vector(list(lead) + [DimOf(x, 1, batch), hidden])
     return ctx.call("dyn.zeros", shape, dtype=dtype)
 
 
@@ -399,14 +427,11 @@ def convert_recurrent(ctx, kind, X, W, R, B=None, sequence_lens=None, initial_h=
             proj = _reverse_time(ctx, proj, flat_index)
         states0 = []
         for init in (initial_h, initial_c)[:2 if kind == "lstm" else 1]:
-            states0.append(_zero_state(ctx, X, hidden, dtype) if init is None else _take(ctx, init, d))
-        state_type = TensorType((batch, hidden), dtype)
-        for s in states0:
-            state_type = join_types(state_type, ctx.tensor_type(s))
-        state_type = generalize(state_type)
+            states0.append(_zeros(ctx, X, (), hidden, dtype) if init is None else _take(ctx, init, d))
+        state_type = TensorType((batch if isinstance(batch, int) else Any(), hidden), dtype)
         label = f"{kind}{'_reverse' if reverse else ''}"
         last, y = _build_loop(ctx, label, layer, layer.activations[d], proj, states0, state_type, step_weights,
-                              lens, want_y)
+                              lens, _zeros(ctx, X, (0,), hidden, dtype) if want_y else None)
         if y is not None and reverse:
             y = _reverse_time(ctx, y, flat_index)
         ys.append(y)

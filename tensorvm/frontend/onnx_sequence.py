@@ -2,8 +2,8 @@
 RotaryEmbedding).
 
 LSTM, GRU and RNN become IR loops with the input projection hoisted out (``onnx_recurrent``); they
-stay one opaque op (``nn.lstm`` / ``nn.gru`` / ``nn.rnn``, NumPy kernels) only when the number of
-directions (``W``'s first dim) or the hidden size is not known at import time.
+stay one opaque op (``nn.lstm`` / ``nn.gru`` / ``nn.rnn``; on target c a C library call) only when the
+number of directions (``W``'s first dim) or the hidden size is not known at import time.
 """
 
 from __future__ import annotations

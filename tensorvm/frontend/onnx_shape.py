@@ -192,7 +192,16 @@ def unsqueeze_13(ctx, data, axes):
     values = ctx.int_list(axes)
     if values is not None:
         return unsqueeze_axes(ctx, data, values)
-    return ctx.call("onnx.unsqueeze", data, _int64(ctx, axes))
+    _require_static_count(ctx, axes, "Unsqueeze", "axes")
+    return ctx.call("dyn.unsqueeze", data, _int64(ctx, axes))
+
+
+def _require_static_count(ctx, value, op_type: str, what: str, why: str = "it decides the output rank"):
+    """A run-time 1-d input whose length decides the output rank must have a static length (a type has a
+    static rank); so must one whose elements the compute reads one by one."""
+    if ctx.ndim(value) > 1 or (ctx.ndim(value) == 1 and not isinstance(ctx.shape(value)[0], int)):
+        raise UnsupportedError(f"{op_type}: the run-time input '{what}' must be a 1-d tensor whose length is known "
+                               f"at import ({why}), got {ctx.tensor_type(value)!r}")
 
 
 @converter("Transpose", 1)
@@ -242,7 +251,7 @@ def split_sizes(ctx, x, axis, split, num_outputs):
         return _split_static(ctx, x, axis, split)
     if num_outputs == 1:
         return [ctx.call("copy", x)]
-    parts = ctx.call("onnx.split", x, _empty_i64(ctx), axis=axis, num_outputs=num_outputs)
+    parts = ctx.call("dyn.split", x, _empty_i64(ctx), axis=axis, num_outputs=num_outputs)
     return [ctx.get_item(parts, i) for i in range(num_outputs)]
 
 
@@ -270,7 +279,7 @@ def split_13(ctx, input, split=None, *, axis=0, num_outputs=None):  # noqa: A002
     sizes = ctx.int_list(split)
     if sizes is not None:
         return split_sizes(ctx, input, axis, sizes, count)
-    parts = ctx.call("onnx.split", input, _int64(ctx, split), axis=axis, num_outputs=count)
+    parts = ctx.call("dyn.split", input, _int64(ctx, split), axis=axis, num_outputs=count)
     return [ctx.get_item(parts, i) for i in range(count)]
 
 
@@ -445,7 +454,7 @@ def pad_static(ctx, data, pads, mode, value):
         if mode == "constant":
             return ctx.call("nn.pad", data, value, pad_width=width, pad_mode="constant")
         return ctx.call("nn.pad", data, pad_width=width, pad_mode=mode)
-    return ctx.call("onnx.pad", data, ctx.constant(np.array(pads, np.int64)), value, _empty_i64(ctx), mode=mode)
+    return ctx.call("dyn.pad", data, ctx.constant(np.array(pads, np.int64)), value, _empty_i64(ctx), mode=mode)
 
 
 @converter("Pad", 2)
@@ -480,8 +489,11 @@ def pad_11(ctx, data, pads, constant_value=None, axes=None, *, mode="constant"):
         return pad_static(ctx, data, pad_values, mode, value)
     if mode not in _PAD_MODES:
         raise UnsupportedError(f"Pad: mode {mode!r}")
+    if axes is not None:
+        _require_static_count(ctx, axes, "Pad", "axes", "dyn.pad reads it element by element")
+        _require_static_count(ctx, pads, "Pad", "pads", "dyn.pad reads it element by element")
     axes = _int64(ctx, axes) if axes is not None else _empty_i64(ctx)
-    return ctx.call("onnx.pad", data, _int64(ctx, pads), value, axes, mode=mode)
+    return ctx.call("dyn.pad", data, _int64(ctx, pads), value, axes, mode=mode)
 
 
 @converter("Range", 11)
@@ -528,7 +540,8 @@ def one_hot_9(ctx, indices, depth, values, *, axis=-1):
 def cumsum_11(ctx, x, axis, *, exclusive=0, reverse=0):
     axis_value = ctx.scalar_value(axis)
     if axis_value is None:
-        return ctx.call("onnx.cumsum", x, _int64(ctx, axis), exclusive=bool(exclusive), reverse=bool(reverse))
+        return ctx.call("dyn.cumsum", x, _int64(ctx, _scalar(ctx, axis)), exclusive=bool(exclusive),
+                        reverse=bool(reverse))
     ndim = ctx.ndim(x)
     axis_value = int(axis_value)
     if not -ndim <= axis_value < ndim:

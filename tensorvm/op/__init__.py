@@ -6,8 +6,24 @@ registered ops (attributes are checked); ``get_op(name)`` returns an op's defini
 
 from __future__ import annotations
 
-import importlib
-
+# Importing these modules registers their ops, each complete at its definition (compute and strategy
+# included): after ``import tensorvm.op`` every op has all its parts.
+from . import (  # noqa: F401
+    algorithm,
+    annotation,
+    creation,
+    dynamic,
+    image,
+    memory,
+    nn,
+    nn_relay,
+    onnx_ops,
+    reduce,
+    tensor,
+    transform,
+    transform_relay,
+    vision,
+)
 from .registry import (  # noqa: F401
     REQUIRED,
     AttrDef,
@@ -19,17 +35,6 @@ from .registry import (  # noqa: F401
     op_names,
     register_op,
 )
-
-# Importing these modules registers their ops. The modules after onnx_ops declare their computes with
-# helpers of tensorvm.te.op_computes, whose import attaches the computes of the ops registered before.
-_OP_MODULES = ["tensor", "reduce", "transform", "nn", "algorithm", "creation", "memory", "onnx_ops", "image",
-               "nn_relay", "transform_relay", "annotation"]
-for _name in _OP_MODULES:
-    try:
-        importlib.import_module(f"{__name__}.{_name}")
-    except ModuleNotFoundError as _err:  # a module not written yet
-        if _err.name != f"{__name__}.{_name}":
-            raise
 
 
 class _Namespace:

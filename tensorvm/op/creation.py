@@ -17,6 +17,8 @@ import numpy as np
 from .. import te
 from ..errors import ShapeError, TypeInferenceError
 from ..ir.types import Any, TensorType
+from ..te.expr import cast, const
+from ..te.tensor import Tensor, compute
 from ._common import (
     INT_DTYPES,
     NUMERIC_DTYPES,
@@ -30,10 +32,29 @@ from ._common import (
     to_shape,
     type_str,
 )
+from ._compute import output_dtype
 from .registry import REQUIRED, AttrDef, OpDef, OpPattern
 from .shape_logic import DataArg, ceil_length, dim_max, is_finite, require, traceable
 
 # ---- zeros, ones, full ----------------------------------------------------------------------------
+
+
+def _fill_compute(name: str, value):
+    """The compute of ``name``: ``value`` over the ``shape`` attribute, or over the first input's shape."""
+
+    def compute_fn(attrs, inputs, out_type):
+        dtype = output_dtype(out_type)
+        shape = tuple(attrs.shape) if not inputs else inputs[0].shape
+        return [compute(shape, lambda *i: const(value, dtype), name)]
+
+    compute_fn.__name__ = name
+    return compute_fn
+
+
+def _scalar_requirement(op: str, t: Tensor) -> list:
+    if t.ndim != 0:
+        raise ShapeError(f"{op}: fill_value must be a scalar, got rank {t.ndim}")
+    return []
 
 
 def _constant_fill(name: str, value):
@@ -46,7 +67,8 @@ def _constant_fill(name: str, value):
     register_checked(OpDef(
         name=name, num_inputs=0, type_rel=rel, kernel=kernel, pattern=OpPattern.ELEMWISE,
         attrs=(AttrDef("shape", REQUIRED, to_shape), AttrDef("dtype", "float32", to_dtype)),
-        shape_logic=_static_shape_logic, doc=f"A tensor of the given shape filled with {value}.",
+        shape_logic=_static_shape_logic, compute=_fill_compute(name, value),
+        doc=f"A tensor of the given shape filled with {value}.",
     ))
 
 
@@ -70,8 +92,15 @@ def _full_kernel(attrs, fill_value):
         return np.full(attrs.shape, fill_value, dtype=attrs.dtype or fill_value.dtype)
 
 
+def _full_compute(attrs, inputs, out_type):
+    fill = inputs[0]
+    dtype = output_dtype(out_type)
+    return [compute(tuple(attrs.shape), lambda *i: cast(fill[()], dtype), "full", _scalar_requirement("full", fill))]
+
+
 register_checked(OpDef(
     name="full", num_inputs=1, type_rel=_full_rel, kernel=_full_kernel, pattern=OpPattern.ELEMWISE,
+    compute=_full_compute,
     attrs=(AttrDef("shape", REQUIRED, to_shape), AttrDef("dtype", None, to_dtype, "default: fill_value's")),
     shape_logic=_static_shape_logic,
     doc="full(fill_value, shape, dtype): a tensor filled with the scalar fill_value (cast to dtype).",
@@ -175,7 +204,8 @@ def _like(name: str, value):
     register_checked(OpDef(
         name=name, num_inputs=1, type_rel=lambda types, attrs, consts=None: expect_tensor(name, types[0], "data"),
         kernel=lambda attrs, data: np.full(data.shape, value, dtype=data.dtype), pattern=OpPattern.ELEMWISE,
-        shape_func=identity_shape_func, doc=f"A tensor like data filled with {value}.",
+        shape_func=identity_shape_func, compute=_fill_compute(name, value),
+        doc=f"A tensor like data filled with {value}.",
     ))
 
 
@@ -195,9 +225,15 @@ def _full_like_kernel(attrs, data, fill_value):
         return np.full(data.shape, fill_value, dtype=data.dtype)
 
 
+def _full_like_compute(attrs, inputs, out_type):
+    data, fill = inputs
+    return [compute(data.shape, lambda *i: cast(fill[()], data.dtype), "full_like",
+                    _scalar_requirement("full_like", fill))]
+
+
 register_checked(OpDef(
     name="full_like", num_inputs=2, type_rel=_full_like_rel, kernel=_full_like_kernel,
-    pattern=OpPattern.ELEMWISE, shape_func=identity_shape_func,
+    pattern=OpPattern.ELEMWISE, shape_func=identity_shape_func, compute=_full_like_compute,
     doc="full_like(data, fill_value): data's shape and dtype, filled with the scalar fill_value.",
 ))
 

@@ -20,8 +20,6 @@ from ..te import intrin as M
 from ..te.expr import cast, const
 from ..te.tensor import compute
 from ._common import expect_tensor
-
-# (the compute helpers' names are those of tensorvm/op/_compute.py, where the computes are moving)
 from ._compute import layout_compute, layout_reader, output_dims, output_dtype, product
 from ._resample import F64, NP, TE, Spec, clamp, cubic_weights, finish, resize_coordinate, sample
 from .registry import REQUIRED, AttrDef, OpPattern

@@ -214,7 +214,7 @@ def _reshape_tensor_kernel(attrs, data, newshape):
 
 def _register():
     register_op(OpDef(
-        name="memory.alloc_storage", num_inputs=1, type_rel=_alloc_storage_rel,
+        name="memory.alloc_storage", kind="dialect", num_inputs=1, type_rel=_alloc_storage_rel,
         kernel=_vm_only("memory.alloc_storage"), pattern=OpPattern.OPAQUE,
         attrs=(AttrDef("alignment", 64, _alignment, "byte alignment of the block"),
                AttrDef("dtype_hint", "float32", normalize_dtype, "dtype of the tensors it will hold"),
@@ -222,36 +222,36 @@ def _register():
         doc="Allocate a storage block of the given size in bytes (or of a shape's size in dtype_hint).",
     ))
     register_op(OpDef(
-        name="memory.alloc_tensor", num_inputs=3, type_rel=_alloc_tensor_rel,
+        name="memory.alloc_tensor", kind="dialect", num_inputs=3, type_rel=_alloc_tensor_rel,
         kernel=_vm_only("memory.alloc_tensor"), pattern=OpPattern.OPAQUE,
         attrs=(AttrDef("dtype", "float32", normalize_dtype, "dtype of the tensor"),),
         doc="A tensor of the given shape viewing a storage block at a byte offset.",
     ))
     register_op(OpDef(
-        name="vm.invoke_tvm_op", num_inputs=3, type_rel=_invoke_tvm_op_rel,
+        name="vm.invoke_tvm_op", kind="dialect", num_inputs=3, type_rel=_invoke_tvm_op_rel,
         kernel=_vm_only("vm.invoke_tvm_op"), pattern=OpPattern.OPAQUE,
         doc="Call a primitive function's kernel in destination-passing style.",
     ))
     register_op(OpDef(
-        name="vm.shape_func", num_inputs=3, type_rel=_shape_func_rel,
+        name="vm.shape_func", kind="dialect", num_inputs=3, type_rel=_shape_func_rel,
         kernel=_vm_only("vm.shape_func"), pattern=OpPattern.OPAQUE,
         attrs=(AttrDef("is_input", REQUIRED, _is_input, "per input: 1 = pass data, 0 = pass shape"),),
         doc="Run a primitive function's composed shape function into preallocated shape tensors.",
     ))
     register_op(OpDef(
-        name="vm.shape_of", num_inputs=1, type_rel=_shape_of_rel, kernel=_shape_of_kernel,
+        name="vm.shape_of", kind="dialect", num_inputs=1, type_rel=_shape_of_rel, kernel=_shape_of_kernel,
         pattern=OpPattern.OPAQUE, shape_func=lambda attrs, args: [(len(args[0]),)],
         doc="The shape of a tensor as an int64 1-D tensor.",
     ))
     register_op(OpDef(
-        name="vm.reshape_tensor", num_inputs=2, type_rel=_reshape_tensor_rel,
+        name="vm.reshape_tensor", kind="dialect", num_inputs=2, type_rel=_reshape_tensor_rel,
         kernel=_reshape_tensor_kernel, pattern=OpPattern.OPAQUE,
         shape_func=lambda attrs, args: [tuple(int(d) for d in np.asarray(args[1]).reshape(-1))],
         shape_func_data_dependent=(False, True),
         doc="A zero-copy view of a tensor with a new shape (same number of elements).",
     ))
     register_op(OpDef(
-        name="memory.kill", num_inputs=1, type_rel=_kill_rel, kernel=_vm_only("memory.kill"),
+        name="memory.kill", kind="dialect", num_inputs=1, type_rel=_kill_rel, kernel=_vm_only("memory.kill"),
         pattern=OpPattern.OPAQUE, doc="Drop a register's reference after its last use.",
     ))
 

@@ -12,6 +12,7 @@ letters is accepted and the kernels transpose to the canonical order.
 
 from __future__ import annotations
 
+import builtins
 import math
 
 import numpy as np
@@ -19,7 +20,29 @@ import numpy as np
 from .. import te
 from ..errors import AttrError, ShapeError, TypeInferenceError
 from ..ir.types import Any, TensorType, TupleType
+from ..te import expr as E
+from ..te import intrin as M
+from ..te.expr import Const, PrimExpr, cast, const, dtype_kind, eq, select
+from ..te.tensor import Tensor, compute, reduce_axis
+from ..te.tensor import max as te_max
+from ..te.tensor import sum as te_sum
 from ._common import erf, expect_tensor, identity_logic
+from ._compute import (
+    acc_float,
+    axis_of,
+    broadcast_read_dim,
+    broadcast_shape,
+    layout_compute,
+    layout_reader,
+    matmul_value,
+    output_dtype,
+    product,
+    require_equal,
+    reshape_to,
+    static_dim,
+    unary_compute,
+    with_requires,
+)
 from .registry import REQUIRED, AttrDef, OpPattern
 from .shape_logic import Sym, dim_or, dim_select, is_sym, require, traceable
 from .transform import (
@@ -155,12 +178,43 @@ def _matmul_kernel(a: np.ndarray, b: np.ndarray, out_dtype: str) -> np.ndarray:
 _OUT_DTYPE = AttrDef("out_dtype", "", to_out_dtype, "output dtype; empty: the input's")
 _UNITS = AttrDef("units", None, _positive_int, "the number of output units (checked against the weight)")
 
+
+def _dense_compute(attrs, inputs, out_type):
+    x, w = inputs
+    dtype = output_dtype(out_type)
+    k = reduce_axis(x.shape[-1], "k")
+    requires = require_equal("nn.dense", x.shape[-1], w.shape[1], "the data's last dim and the weight's dim 1")
+    if attrs.units is not None:
+        requires += require_equal("nn.dense", w.shape[0], const(attrs.units), "units and the weight's dim 0")
+    shape = tuple(x.shape[:-1]) + (w.shape[0],)
+    return [compute(shape, lambda *i: te_sum(matmul_value(x[tuple(i[:-1]) + (k.var,)], w[i[-1], k.var], k, dtype),
+                                             k), "dense", requires)]
+
+
+def _blas_dense(attrs, x, w, out):
+    if x.ndim == 2:
+        np.matmul(x, w.T, out=out)
+    else:  # (..., K) rows as one matrix: one BLAS call
+        np.matmul(x.reshape(-1, x.shape[-1]), w.T, out=out.reshape(-1, out.shape[-1]))
+
+
+def _dense_strategy(attrs, inputs, out_type):
+    """BLAS (from C, or through NumPy: ``_blas_dense``) when big enough, a vector-friendly C variant."""
+    from ..codegen.strategy import gemm_call, matmul_implementations
+
+    x, w = inputs
+    rows = product(x.shape[:-1])
+    gemm = gemm_call(1, rows, w.shape[0], x.shape[-1], 0, False, 0, True)
+    return matmul_implementations(rows, w.shape[0], x.shape[-1], inputs, out_type, _blas_dense, gemm)
+
+
 define_shaped(
     "nn.dense", 2, _dense_logic,
     lambda attrs, shape, x, w: _matmul_kernel(x, w.T, attrs.out_dtype or x.dtype.name),
     OpPattern.OUT_ELEMWISE_FUSABLE, attrs=(_UNITS, _OUT_DTYPE), dtype_rule=_out_dtype,
     check_types=_check_same_dtype("nn.dense", "weight"),
     doc="y = x W^T with x of shape (..., in_dim) and W of shape (units, in_dim).",
+    compute=_dense_compute, strategy=_dense_strategy,
 )
 
 
@@ -208,6 +262,40 @@ def _dense_packed_logic(op, attrs, shapes, err):
     return tuple(data[:-1]) + (attrs.units,)
 
 
+def _dense_packed_compute(attrs, inputs, out_type):
+    x, w = inputs
+    dtype = output_dtype(out_type)
+    lanes = PACKED_LANES
+    k = reduce_axis(x.shape[-1], "k")
+    requires = require_equal("nn.dense_packed", x.shape[-1], w.shape[1],
+                              "the data's last dim and the packed weight's dim 1")
+    requires += require_equal("nn.dense_packed", w.shape[0], const(-(-attrs.units // lanes)),
+                               f"ceil(units / {lanes}) and the packed weight's dim 0")
+    requires += require_equal("nn.dense_packed", w.shape[2], const(lanes), f"the packed weight's dim 2 and {lanes}")
+    shape = tuple(x.shape[:-1]) + (const(attrs.units),)
+
+    def f(*i):
+        j = i[-1]
+        weight = w[E.floordiv(j, lanes), k.var, E.floormod(j, lanes)]
+        return te_sum(matmul_value(x[tuple(i[:-1]) + (k.var,)], weight, k, dtype), k)
+
+    return [compute(shape, f, "dense_packed", requires)]
+
+
+def _dense_packed_strategy(attrs, inputs, out_type):
+    """float32: always the packed product (measured at least as fast as BLAS from 1 to 256 rows at BERT
+    and MLP sizes, on 1 and 2 threads; see ``tensorvm/transform/pack_weights.py``). Other dtypes:
+    the generated kernel over the packed layout."""
+    from ..codegen.strategy import Implementation, PackedGemmCall, index_expr
+
+    x, w = inputs
+    if {x.dtype, w.dtype, out_type.dtype} != {"float32"}:
+        return []
+
+    call = PackedGemmCall(index_expr(product(x.shape[:-1])), index_expr(attrs.units), index_expr(x.shape[-1]))
+    return [Implementation("packed", True, plevel=20, call=call)]
+
+
 define_shaped(
     "nn.dense_packed", 2, _dense_packed_logic,
     lambda attrs, shape, x, p: _matmul_kernel(x, unpack_dense_weight(p, attrs.units).T, attrs.out_dtype or x.dtype.name),
@@ -217,6 +305,7 @@ define_shaped(
     dtype_rule=_out_dtype, check_types=_check_same_dtype("nn.dense_packed", "packed_weight"),
     doc=f"nn.dense with a pre-packed weight: y[..., j] = sum_k x[..., k] * packed_weight[j // {PACKED_LANES}, k, "
         f"j % {PACKED_LANES}], packed_weight of shape (ceil(units / {PACKED_LANES}), in_dim, {PACKED_LANES}).",
+    compute=_dense_packed_compute, strategy=_dense_packed_strategy,
 )
 
 
@@ -243,12 +332,56 @@ def _nn_matmul_kernel(attrs, shape, a, b):
     return _matmul_kernel(a, b, attrs.out_dtype or a.dtype.name)
 
 
+def _matmul_compute(attrs, inputs, out_type):
+    a, b = inputs
+    dtype = output_dtype(out_type)
+    if attrs.transpose_a:
+        kdim, prefix = a.shape[-2], tuple(a.shape[:-2]) + (a.shape[-1],)
+    else:
+        kdim, prefix = a.shape[-1], tuple(a.shape[:-1])
+    k2, n = (b.shape[1], b.shape[0]) if attrs.transpose_b else (b.shape[0], b.shape[1])
+    requires = require_equal("nn.matmul", kdim, k2, "the reduction dims of tensor_a and tensor_b")
+    k = reduce_axis(kdim, "k")
+
+    def f(*i):
+        head, j = i[:-1], i[-1]
+        a_index = tuple(head[:-1]) + (k.var, head[-1]) if attrs.transpose_a else tuple(head) + (k.var,)
+        b_index = (j, k.var) if attrs.transpose_b else (k.var, j)
+        return te_sum(matmul_value(a[a_index], b[b_index], k, dtype), k)
+
+    return [compute(prefix + (n,), f, "matmul", requires)]
+
+
+def _blas_matmul(attrs, a, b, out):
+    rhs = b.T if attrs.transpose_b else b
+    if attrs.transpose_a:
+        np.matmul(np.swapaxes(a, -1, -2), rhs, out=out)
+    elif a.ndim == 2:
+        np.matmul(a, rhs, out=out)
+    else:
+        np.matmul(a.reshape(-1, a.shape[-1]), rhs, out=out.reshape(-1, out.shape[-1]))
+
+
+def _matmul_strategy(attrs, inputs, out_type):
+    from ..codegen.strategy import gemm_call, matmul_implementations
+
+    a, b = inputs
+    rows = product(a.shape[:-2] + (a.shape[-1],)) if attrs.transpose_a else product(a.shape[:-1])
+    k = a.shape[-2] if attrs.transpose_a else a.shape[-1]
+    n = b.shape[0] if attrs.transpose_b else b.shape[1]
+    gemm = None
+    if not attrs.transpose_a or a.ndim == 2:  # (a batched, transposed A is not one product)
+        gemm = gemm_call(1, rows, n, k, 0, attrs.transpose_a, 0, attrs.transpose_b)
+    return matmul_implementations(rows, n, k, inputs, out_type, _blas_matmul, gemm)
+
+
 define_shaped(
     "nn.matmul", 2, _matmul_logic, _nn_matmul_kernel, OpPattern.OUT_ELEMWISE_FUSABLE,
     attrs=(_UNITS, _OUT_DTYPE, AttrDef("transpose_a", False, to_bool), AttrDef("transpose_b", False, to_bool)),
     dtype_rule=_out_dtype, check_types=_check_same_dtype("nn.matmul", "tensor_b"),
     doc="y = A B with A of shape (..., K) (or (..., K, M) transposed) and a 2-D B of shape (K, N) "
         "(or (N, K) transposed).",
+    compute=_matmul_compute, strategy=_matmul_strategy,
 )
 
 
@@ -269,12 +402,49 @@ def _batch_matmul_kernel(attrs, shape, x, y):
     return _matmul_kernel(x, y, attrs.out_dtype or x.dtype.name)
 
 
+def _batch_matmul_compute(attrs, inputs, out_type):
+    x, y = inputs
+    dtype = output_dtype(out_type)
+    bx, m, k1 = (x.shape[0], x.shape[2], x.shape[1]) if attrs.transpose_a else tuple(x.shape)
+    by, n, k2 = tuple(y.shape) if attrs.transpose_b else (y.shape[0], y.shape[2], y.shape[1])
+    (batch,), requires = broadcast_shape("nn.batch_matmul", (bx,), (by,))
+    requires += require_equal("nn.batch_matmul", k1, k2, "the reduction dims of x and y")
+    k = reduce_axis(k1, "k")
+
+    def f(bi, i, j):
+        xb = broadcast_read_dim(x.shape[0], bi, batch)
+        yb = broadcast_read_dim(y.shape[0], bi, batch)
+        xv = x[xb, k.var, i] if attrs.transpose_a else x[xb, i, k.var]
+        yv = y[yb, j, k.var] if attrs.transpose_b else y[yb, k.var, j]
+        return te_sum(matmul_value(xv, yv, k, dtype), k)
+
+    return [compute((batch, m, n), f, "batch_matmul", requires)]
+
+
+def _blas_batch_matmul(attrs, x, y, out):
+    np.matmul(np.swapaxes(x, 1, 2) if attrs.transpose_a else x,
+              np.swapaxes(y, 1, 2) if attrs.transpose_b else y, out=out)
+
+
+def _batch_matmul_strategy(attrs, inputs, out_type):
+    from ..codegen.strategy import gemm_call, matmul_implementations
+
+    x, y = inputs
+    m, k = (x.shape[2], x.shape[1]) if attrs.transpose_a else (x.shape[1], x.shape[2])
+    n = y.shape[1] if attrs.transpose_b else y.shape[2]
+    batch = E.maximum(x.shape[0], y.shape[0])  # the broadcast batch (a batch of 0 has no work anyway)
+    gemm = gemm_call(batch, m, n, k, select(eq(x.shape[0], 1), 0, m * k), attrs.transpose_a,
+                     select(eq(y.shape[0], 1), 0, k * n), attrs.transpose_b)
+    return matmul_implementations(m * batch, n, k, inputs, out_type, _blas_batch_matmul, gemm)
+
+
 define_shaped(
     "nn.batch_matmul", 2, _batch_matmul_logic, _batch_matmul_kernel, OpPattern.OUT_ELEMWISE_FUSABLE,
     attrs=(_OUT_DTYPE, AttrDef("transpose_a", False, to_bool), AttrDef("transpose_b", True, to_bool)),
     dtype_rule=_out_dtype, check_types=_check_same_dtype("nn.batch_matmul", "y"),
     doc="Batched x y (y transposed by default, like Relay): (B, M, K) x (B, N, K) -> (B, M, N); a batch "
         "of 1 broadcasts.",
+    compute=_batch_matmul_compute, strategy=_batch_matmul_strategy,
 )
 
 
@@ -306,27 +476,37 @@ def _bias_logic(name):
     return logic
 
 
+def _bias_add_compute(attrs, inputs, out_type):
+    x, b = inputs
+    axis = axis_of("nn.bias_add", attrs.axis, x.ndim)
+    requires = require_equal("nn.bias_add", x.shape[axis], b.shape[0], "the data's channel dim and the bias")
+    return [compute(x.shape, lambda *i: x[i] + b[i[axis]], "bias_add", requires)]
+
+
 define_shaped(
     "nn.bias_add", 2, _bias_logic("bias"),
     lambda attrs, shape, x, b: x + _along(b, attrs.axis % x.ndim, x.ndim), OpPattern.BROADCAST,
     attrs=(AttrDef("axis", 1, to_int),), check_types=_check_same_dtype("nn.bias_add", "bias"),
     doc="Add a 1-D bias along ``axis``.",
+    compute=_bias_add_compute,
 )
 
 
-def _unary(name, kernel, attrs=(), floats_only=False, doc=""):
+def _unary(name, kernel, attrs=(), floats_only=False, doc="", compute=None):
     define_shaped(
         name, 1, identity_logic, lambda attrs, shape, x: kernel(attrs, x),
         OpPattern.ELEMWISE, attrs=attrs, check_types=_check_float(name) if floats_only else None, doc=doc,
+        compute=compute,
     )
 
 
-_unary("nn.relu", lambda attrs, x: np.maximum(x, x.dtype.type(0)), doc="max(x, 0).")
+_unary("nn.relu", lambda attrs, x: np.maximum(x, x.dtype.type(0)), doc="max(x, 0).",
+       compute=unary_compute("nn.relu", lambda x, a: E.maximum(x, 0)))
 _unary(
     "nn.leaky_relu", lambda attrs, x: np.where(x > 0, x, x * x.dtype.type(attrs.alpha)),
     attrs=(AttrDef("alpha", 0.01, to_float),), floats_only=True, doc="x if x > 0 else alpha * x.",
+    compute=unary_compute("nn.leaky_relu", lambda x, a: select(x > 0, x, x * const(a.alpha, x.dtype))),
 )
-
 
 
 def _gelu(attrs, x):
@@ -339,16 +519,37 @@ def _gelu(attrs, x):
     return (0.5 * acc * (1 + phi)).astype(x.dtype)
 
 
+def _gelu_te(x, attrs):
+    acc = acc_float(x.dtype)
+    v = cast(x, acc)
+    if attrs.approximate == "tanh":
+        inner = const(math.sqrt(2 / math.pi), acc) * (v + const(0.044715, acc) * v * v * v)
+        y = const(0.5, acc) * v * (const(1.0, acc) + M.tanh(inner))
+    else:
+        y = const(0.5, acc) * v * (const(1.0, acc) + M.erf(v * const(1 / math.sqrt(2), acc)))
+    return y
+
+
 _unary(
     "nn.gelu", _gelu, attrs=(AttrDef("approximate", "none", one_of("none", "tanh")),), floats_only=True,
     doc="x * Phi(x) (exact, with erf) or its tanh approximation.",
+    compute=unary_compute("nn.gelu", _gelu_te),
 )
+
+
+def _prelu_compute(attrs, inputs, out_type):
+    x, alpha = inputs
+    axis = axis_of("nn.prelu", attrs.axis, x.ndim)
+    requires = require_equal("nn.prelu", x.shape[axis], alpha.shape[0], "the data's channel dim and alpha")
+    return [compute(x.shape, lambda *i: select(x[i] > 0, x[i], x[i] * alpha[i[axis]]), "prelu", requires)]
+
 
 define_shaped(
     "nn.prelu", 2, _bias_logic("alpha"),
     lambda attrs, shape, x, a: np.where(x > 0, x, x * _along(a, attrs.axis % x.ndim, x.ndim)).astype(x.dtype),
     OpPattern.BROADCAST, attrs=(AttrDef("axis", 1, to_int),), check_types=_check_float("nn.prelu", "alpha"),
     doc="x if x > 0 else alpha[c] * x, with the 1-D alpha along ``axis``.",
+    compute=_prelu_compute,
 )
 
 
@@ -369,14 +570,66 @@ def _softmax(attrs, shape, x, log=False):
     return out.astype(x.dtype)
 
 
+def _softmax_te(attrs, x: Tensor, log: bool):
+    axis = axis_of("nn.softmax", attrs.axis, x.ndim)
+    acc = acc_float(x.dtype)
+    kept = tuple(d for a, d in enumerate(x.shape) if a != axis)
+
+    def kept_of(i):
+        return tuple(j for a, j in enumerate(i) if a != axis)
+
+    def full(kept_index, r):
+        index = list(kept_index)
+        index.insert(axis, r)
+        return tuple(index)
+
+    r1 = reduce_axis(x.shape[axis], "r")
+    peak = compute(kept, lambda *i: te_max(cast(x[full(i, r1.var)], acc), r1), "softmax_max")
+    shifted = compute(x.shape, lambda *i: cast(x[i], acc) - peak[kept_of(i)], "softmax_shift")
+    exps = compute(x.shape, lambda *i: M.exp(shifted[i]), "softmax_exp")
+    r2 = reduce_axis(x.shape[axis], "s")
+    total = compute(kept, lambda *i: te_sum(exps[full(i, r2.var)], r2), "softmax_sum")
+    if log:
+        return compute(x.shape, lambda *i: cast(shifted[i] - M.log(total[kept_of(i)]), x.dtype), "log_softmax")
+    return compute(x.shape, lambda *i: cast(exps[i] / total[kept_of(i)], x.dtype), "softmax")
+
+
+def _softmax_compute(attrs, inputs, out_type):
+    return [_softmax_te(attrs, inputs[0], log=False)]
+
+
+def _softmax_strategy(attrs, inputs, out_type, log: bool = False):
+    """float32 over the last axis: ``tv_softmax_f32`` (``SoftmaxCall``); otherwise the generated kernel."""
+    from ..codegen.strategy import Implementation, SoftmaxCall, index_expr
+
+    (x,) = inputs
+    if x.ndim == 0 or {x.dtype, out_type.dtype} != {"float32"} or not -x.ndim <= attrs.axis < x.ndim \
+            or attrs.axis % x.ndim != x.ndim - 1:
+        return []
+    call = SoftmaxCall(index_expr(product(x.shape[:-1])), index_expr(x.shape[-1]), log)
+    return [Implementation("rows", True, plevel=20, call=call)]
+
+
+def _log_softmax_strategy(attrs, inputs, out_type):
+    return _softmax_strategy(attrs, inputs, out_type, log=True)
+
+
 define_shaped(
     "nn.softmax", 1, _axis_logic, _softmax, OpPattern.OPAQUE, attrs=(AttrDef("axis", -1, to_int),),
     check_types=_check_float("nn.softmax"), doc="exp(x) / sum(exp(x)) along ``axis``.",
+    compute=_softmax_compute, strategy=_softmax_strategy,
 )
+
+
+def _log_softmax_compute(attrs, inputs, out_type):
+    return [_softmax_te(attrs, inputs[0], log=True)]
+
+
 define_shaped(
     "nn.log_softmax", 1, _axis_logic, lambda attrs, shape, x: _softmax(attrs, shape, x, log=True),
     OpPattern.OPAQUE, attrs=(AttrDef("axis", -1, to_int),), check_types=_check_float("nn.log_softmax"),
     doc="x - log(sum(exp(x))) along ``axis``.",
+    compute=_log_softmax_compute, strategy=_log_softmax_strategy,
 )
 
 
@@ -418,11 +671,66 @@ def _layer_norm(attrs, shape, x, gamma, beta):
     return _scale_shift(attrs, y, axis, gamma, beta).astype(x.dtype)
 
 
+def _normalized(op: str, x: Tensor, axes: tuple, epsilon: float, prefix: str):
+    """(x - mean) / sqrt(var + epsilon) over ``axes``, in the float accumulation dtype (a compute)."""
+    acc = acc_float(x.dtype)
+    kept = tuple(d for a, d in enumerate(x.shape) if a not in axes)
+    count = cast(product(x.shape[a] for a in axes), acc)
+
+    def kept_of(i):
+        return tuple(j for a, j in enumerate(i) if a not in axes)
+
+    def full(kept_index, raxes):
+        it, rit = iter(kept_index), iter(raxes)
+        return tuple(next(rit).var if a in axes else next(it) for a in range(x.ndim))
+
+    r1 = [reduce_axis(x.shape[a], f"r{a}") for a in axes]
+    total = compute(kept, lambda *i: te_sum(cast(x[full(i, r1)], acc), r1), f"{prefix}_sum")
+    mean_ = compute(kept, lambda *i: total[i] / count, f"{prefix}_mean")
+    r2 = [reduce_axis(x.shape[a], f"v{a}") for a in axes]
+
+    def squares(*i):
+        d = cast(x[full(i, r2)], acc) - mean_[i]
+        return te_sum(d * d, r2)
+
+    sq = compute(kept, squares, f"{prefix}_sq")
+    denom = compute(kept, lambda *i: M.sqrt(sq[i] / count + const(epsilon, acc)), f"{prefix}_denom")
+    return compute(x.shape, lambda *i: (cast(x[i], acc) - mean_[kept_of(i)]) / denom[kept_of(i)], f"{prefix}_norm")
+
+
+def _scale_shift_te(y: Tensor, attrs, axis: int, gamma: Tensor | None, beta: Tensor | None, dtype: str, name: str):
+    def f(*i):
+        v = y[i]
+        if attrs.scale and gamma is not None:
+            v = v * cast(gamma[i[axis]], v.dtype)
+        if attrs.center and beta is not None:
+            v = v + cast(beta[i[axis]], v.dtype)
+        return cast(v, dtype)
+
+    return compute(y.shape, f, name)
+
+
+def _channel_requires(op: str, x: Tensor, axis: int, vectors) -> list:
+    requires = []
+    for vec in vectors:
+        requires += require_equal(op, x.shape[axis], vec.shape[0], "the channel dim and a per-channel vector")
+    return requires
+
+
+def _layer_norm_compute(attrs, inputs, out_type):
+    x, gamma, beta = inputs
+    axis = axis_of("nn.layer_norm", attrs.axis, x.ndim)
+    y = _normalized("nn.layer_norm", x, (axis,), attrs.epsilon, "ln")
+    out = _scale_shift_te(y, attrs, axis, gamma, beta, x.dtype, "layer_norm")
+    return [with_requires(out, _channel_requires("nn.layer_norm", x, axis, (gamma, beta)))]
+
+
 define_shaped(
     "nn.layer_norm", 3, _norm_logic(("gamma", "beta")), _layer_norm, OpPattern.OPAQUE,
     attrs=(AttrDef("axis", -1, to_int), _EPSILON, _CENTER, _SCALE),
     check_types=_check_float("nn.layer_norm", "gamma", "beta"),
     doc="(x - mean) / sqrt(var + epsilon) * gamma + beta over ``axis``.",
+    compute=_layer_norm_compute,
 )
 
 
@@ -435,10 +743,35 @@ def _rms_norm(attrs, shape, x, gamma):
     return (y * _along(gamma.astype(y.dtype), axis, x.ndim)).astype(x.dtype)
 
 
+def _rms_norm_compute(attrs, inputs, out_type):
+    x, gamma = inputs
+    axis = axis_of("nn.rms_norm", attrs.axis, x.ndim)
+    acc = acc_float(x.dtype)
+    kept = tuple(d for a, d in enumerate(x.shape) if a != axis)
+    r = reduce_axis(x.shape[axis], "r")
+
+    def full(i, rv):
+        index = list(i)
+        index.insert(axis, rv)
+        return tuple(index)
+
+    sq = compute(kept, lambda *i: te_sum(cast(x[full(i, r.var)], acc) * cast(x[full(i, r.var)], acc), r), "rms_sq")
+    count = cast(x.shape[axis], acc)
+    denom = compute(kept, lambda *i: M.sqrt(sq[i] / count + const(attrs.epsilon, acc)), "rms_denom")
+    requires = _channel_requires("nn.rms_norm", x, axis, (gamma,))
+
+    def f(*i):
+        kept_index = tuple(j for a, j in enumerate(i) if a != axis)
+        return cast(cast(x[i], acc) / denom[kept_index] * cast(gamma[i[axis]], acc), x.dtype)
+
+    return [compute(x.shape, f, "rms_norm", requires)]
+
+
 define_shaped(
     "nn.rms_norm", 2, _norm_logic(("gamma",)), _rms_norm, OpPattern.OPAQUE,
     attrs=(AttrDef("axis", -1, to_int), _EPSILON), check_types=_check_float("nn.rms_norm", "gamma"),
     doc="x / sqrt(mean(x^2) + epsilon) * gamma over ``axis``.",
+    compute=_rms_norm_compute,
 )
 
 
@@ -460,11 +793,21 @@ def _instance_norm_logic(op, attrs, shapes, err):
     return _norm_logic(("gamma", "beta"))(op, attrs, shapes, err)
 
 
+def _instance_norm_compute(attrs, inputs, out_type):
+    x, gamma, beta = inputs
+    axis = axis_of("nn.instance_norm", attrs.axis, x.ndim)
+    axes = tuple(a for a in range(1, x.ndim) if a != axis)
+    y = _normalized("nn.instance_norm", x, axes, attrs.epsilon, "in")
+    out = _scale_shift_te(y, attrs, axis, gamma, beta, x.dtype, "instance_norm")
+    return [with_requires(out, _channel_requires("nn.instance_norm", x, axis, (gamma, beta)))]
+
+
 define_shaped(
     "nn.instance_norm", 3, _instance_norm_logic, _instance_norm, OpPattern.OPAQUE,
     attrs=(AttrDef("axis", 1, to_int), _EPSILON, _CENTER, _SCALE),
     check_types=_check_float("nn.instance_norm", "gamma", "beta"),
     doc="Normalize each (sample, channel) over the remaining dims, then scale and shift per channel.",
+    compute=_instance_norm_compute,
 )
 
 
@@ -488,11 +831,58 @@ def _group_norm(attrs, shape, x, gamma, beta):
     return _scale_shift(attrs, y, axis, gamma, beta).astype(x.dtype)
 
 
+def _group_norm_compute(attrs, inputs, out_type):
+    """Each sample normalized over groups of channels (and every other dim), then scaled per channel."""
+    x, gamma, beta = inputs
+    axis = axis_of("nn.group_norm", attrs.axis, x.ndim)
+    if axis == 0:
+        raise TypeInferenceError("nn.group_norm: the channel axis cannot be the batch axis 0")
+    acc = acc_float(x.dtype)
+    groups, channels = attrs.num_groups, x.shape[axis]
+    per_group = E.floordiv(channels, groups)
+    others = [a for a in range(1, x.ndim) if a != axis]
+    count = cast(per_group * product(x.shape[a] for a in others), acc)
+    requires = [(eq(E.floormod(channels, groups), 0), "nn.group_norm: the number of channels must be divisible by "
+                                                      "num_groups")]
+    requires += _channel_requires("nn.group_norm", x, axis, (gamma, beta))
+
+    def full(n, g, raxes):
+        index = [n] + [None] * (x.ndim - 1)
+        index[axis] = g * per_group + raxes[0].var
+        for a, r in zip(others, raxes[1:]):
+            index[a] = r.var
+        return tuple(index)
+
+    def raxes(tag):
+        return [reduce_axis(per_group, f"{tag}c")] + [reduce_axis(x.shape[a], f"{tag}{a}") for a in others]
+
+    r1, r2 = raxes("r"), raxes("v")
+    kept = (x.shape[0], const(groups))
+    total = compute(kept, lambda n, g: te_sum(cast(x[full(n, g, r1)], acc), r1), "gn_sum")
+    mean_ = compute(kept, lambda n, g: total[n, g] / count, "gn_mean")
+
+    def squares(n, g):
+        d = cast(x[full(n, g, r2)], acc) - mean_[n, g]
+        return te_sum(d * d, r2)
+
+    sq = compute(kept, squares, "gn_sq")
+    denom = compute(kept, lambda n, g: M.sqrt(sq[n, g] / count + const(attrs.epsilon, acc)), "gn_denom")
+
+    def normalized(*i):
+        g = E.floordiv(i[axis], per_group)
+        return (cast(x[i], acc) - mean_[i[0], g]) / denom[i[0], g]
+
+    y = compute(x.shape, normalized, "gn_norm")
+    out = _scale_shift_te(y, attrs, axis, gamma, beta, x.dtype, "group_norm")
+    return [with_requires(out, requires)]
+
+
 define_shaped(
     "nn.group_norm", 3, _group_norm_logic, _group_norm, OpPattern.OPAQUE,
     attrs=(AttrDef("num_groups", REQUIRED, _positive_int), AttrDef("axis", 1, to_int), _EPSILON, _CENTER, _SCALE),
     check_types=_check_float("nn.group_norm", "gamma", "beta"),
     doc="Normalize each sample over groups of ``num_groups`` channels (and all spatial dims).",
+    compute=_group_norm_compute,
 )
 
 
@@ -526,12 +916,34 @@ def _batch_norm(attrs, x, gamma, beta, mean, var):
     return y, mean.copy(), var.copy()
 
 
+def _batch_norm_compute(attrs, inputs, out_type):
+    x, gamma, beta, mean_, var_ = inputs
+    axis = axis_of("nn.batch_norm", attrs.axis, x.ndim)
+    acc = acc_float(x.dtype)
+    requires = _channel_requires("nn.batch_norm", x, axis, (gamma, beta, mean_, var_))
+
+    def f(*i):
+        c = i[axis]
+        v = (cast(x[i], acc) - cast(mean_[c], acc)) / M.sqrt(cast(var_[c], acc) + const(attrs.epsilon, acc))
+        if attrs.scale:
+            v = v * cast(gamma[c], acc)
+        if attrs.center:
+            v = v + cast(beta[c], acc)
+        return cast(v, x.dtype)
+
+    out = compute(x.shape, f, "batch_norm", requires)
+    mean_copy = compute(mean_.shape, lambda c: mean_[c], "batch_norm_mean")
+    var_copy = compute(var_.shape, lambda c: var_[c], "batch_norm_var")
+    return [out, mean_copy, var_copy]
+
+
 define(
     "nn.batch_norm", 5, _batch_norm_rel, _batch_norm, OpPattern.OPAQUE,
     attrs=(AttrDef("axis", 1, to_int), _EPSILON, _CENTER, _SCALE),
     shape_logic=_batch_norm_shapes,
     doc="Inference batch norm: (x - moving_mean) / sqrt(moving_var + epsilon) * gamma + beta along ``axis``; "
         "returns (out, moving_mean, moving_var) like Relay.",
+    compute=_batch_norm_compute,
 )
 
 
@@ -624,6 +1036,84 @@ def _conv2d_kernel(attrs, shape, x, w):
     return _array_from_canonical(out, "NCHW", attrs.out_layout or attrs.data_layout)
 
 
+def _window_extent(dim, kernel: int, pad_total: int, stride: int, dilation: int, ceil_mode: bool):
+    extent = dilation * (kernel - 1) + 1
+    room = dim + pad_total - extent
+    return E.floordiv(room + (stride - 1 if ceil_mode else 0), stride) + 1, room
+
+
+def _padded(x: Tensor, layout: str, top: int, left: int, bottom, right, name: str, fill=0):
+    """``x`` with ``fill`` around H and W (a compute of its own, so the code generator can materialize it
+    instead of testing the border inside a convolution's or pool's innermost loop); ``bottom`` and
+    ``right`` may be te expressions (a ceil-mode pool's room)."""
+    if all(isinstance(p, int) and p == 0 or E.is_const(p, 0) for p in (top, left, bottom, right)):
+        return x
+    h_axis, w_axis = layout.index("H"), layout.index("W")
+    height, width = x.shape[h_axis], x.shape[w_axis]
+    shape = tuple(d + (top + bottom if a == h_axis else left + right if a == w_axis else 0)
+                  for a, d in enumerate(x.shape))
+
+    def f(*i):
+        y, z = i[h_axis] - top, i[w_axis] - left
+        index = tuple(y if a == h_axis else z if a == w_axis else j for a, j in enumerate(i))
+        return select(E.all_of(y >= 0, y < height, z >= 0, z < width), x[index], const(fill, x.dtype))
+
+    return compute(shape, f, name)
+
+
+def _conv2d_compute(attrs, inputs, out_type):
+    x, w = inputs
+    dtype = output_dtype(out_type)
+    xd, _ = layout_reader(x, attrs.data_layout, "NCHW")
+    wd, w_read = layout_reader(w, attrs.kernel_layout, "OIHW")
+    g = attrs.groups
+    pt, pl, pb, pr = attrs.padding
+    (sh, sw), (dh, dw) = attrs.strides, attrs.dilation
+    oh, room_h = _window_extent(xd["H"], static_dim(wd["H"], "kernel height"), pt + pb, sh, dh, False)
+    ow, room_w = _window_extent(xd["W"], static_dim(wd["W"], "kernel width"), pl + pr, sw, dw, False)
+    requires = require_equal("nn.conv2d", xd["C"], wd["I"] * g, "the data's channels and weight in-channels x groups")
+    requires += [(room_h >= 0, "nn.conv2d: the kernel is taller than the padded input"),
+                 (room_w >= 0, "nn.conv2d: the kernel is wider than the padded input")]
+    _, x_read = layout_reader(_padded(x, attrs.data_layout, pt, pl, pb, pr, "conv2d_pad"), attrs.data_layout,
+                               "NCHW")
+    out_per_group = E.floordiv(wd["O"], g)
+    ci = reduce_axis(wd["I"], "ci")
+    kh = reduce_axis(wd["H"], "kh")
+    kw = reduce_axis(wd["W"], "kw")
+
+    def f(N, C, H, W):
+        channel = E.floordiv(C, out_per_group) * wd["I"] + ci.var if g > 1 else ci.var
+        value = cast(x_read(N=N, C=channel, H=H * sh + kh.var * dh, W=W * sw + kw.var * dw), dtype)
+        return te_sum(value * cast(w_read(O=C, I=ci.var, H=kh.var, W=kw.var), dtype), [ci, kh, kw])
+
+    out_layout = attrs.out_layout or attrs.data_layout
+    shape = {"N": xd["N"], "C": wd["O"], "H": oh, "W": ow}
+    return [layout_compute(shape, out_layout, f, "conv2d", requires)]
+
+
+def _conv2d_strategy(attrs, inputs, out_type):
+    """im2col + BLAS for NCHW/OIHW convolutions without groups (when BLAS is called from C)."""
+    from ..codegen import blas
+    from ..codegen.strategy import GEMM_MIN_WORK, GEMM_SUFFIX, Conv2dCall, Implementation, index_expr
+
+    x, w = inputs
+    dtypes = {x.dtype, w.dtype, out_type.dtype}
+    if blas.mode() != "c" or len(dtypes) != 1 or not dtypes <= set(GEMM_SUFFIX) or attrs.groups != 1 \
+            or attrs.data_layout != "NCHW" or attrs.kernel_layout != "OIHW" or (attrs.out_layout or "NCHW") != "NCHW" \
+            or not isinstance(w.shape[2], Const) or not isinstance(w.shape[3], Const):
+        return []
+    n, c, h, width = x.shape
+    kh, kw = w.shape[2].value, w.shape[3].value
+    pt, pl, pb, pr = (int(p) for p in attrs.padding)
+    (sh, sw), (dh, dw) = (tuple(int(v) for v in attrs.strides), tuple(int(v) for v in attrs.dilation))
+    oh = E.floordiv(h + (pt + pb - dh * (kh - 1) - 1), sh) + 1
+    ow = E.floordiv(width + (pl + pr - dw * (kw - 1) - 1), sw) + 1
+    call = Conv2dCall(tuple(index_expr(d) for d in (n, c, h, width, w.shape[0], oh, ow)),
+                      (kh, kw), (sh, sw), (dh, dw), (pt, pl), (pt, pl, pb, pr))
+    work = product([n, w.shape[0], oh, ow, c]) * (kh * kw)
+    return [Implementation("blas", work >= GEMM_MIN_WORK, plevel=20, call=call)]
+
+
 define_shaped(
     "nn.conv2d", 2, _conv2d_logic, _conv2d_kernel, OpPattern.OUT_ELEMWISE_FUSABLE,
     attrs=_CONV_ATTRS + (
@@ -632,6 +1122,7 @@ define_shaped(
     ),
     dtype_rule=_out_dtype, check_types=_check_same_dtype("nn.conv2d", "weight"),
     doc="2-D convolution (grouped/depthwise with ``groups``); weight (O, I/groups, KH, KW) in OIHW.",
+    compute=_conv2d_compute, strategy=_conv2d_strategy,
 )
 
 
@@ -686,6 +1177,39 @@ def _conv2d_transpose_kernel(attrs, shape, x, w):
     return _array_from_canonical(out, "NCHW", attrs.out_layout or attrs.data_layout)
 
 
+def _conv2d_transpose_compute(attrs, inputs, out_type):
+    x, w = inputs
+    dtype = output_dtype(out_type)
+    xd, x_read = layout_reader(x, attrs.data_layout, "NCHW")
+    wd, w_read = layout_reader(w, attrs.kernel_layout, "IOHW")
+    g = attrs.groups
+    pt, pl, pb, pr = attrs.padding
+    (sh, sw), (dh, dw) = attrs.strides, attrs.dilation
+    khs, kws = static_dim(wd["H"], "kernel height"), static_dim(wd["W"], "kernel width")
+    oh = (xd["H"] - 1) * sh - (pt + pb) + dh * (khs - 1) + attrs.output_padding[0] + 1
+    ow = (xd["W"] - 1) * sw - (pl + pr) + dw * (kws - 1) + attrs.output_padding[1] + 1
+    in_per_group = E.floordiv(xd["C"], g)
+    requires = require_equal("nn.conv2d_transpose", xd["C"], wd["I"], "the data's and the weight's in-channels")
+    ci = reduce_axis(in_per_group, "ci")
+    kh, kw = reduce_axis(khs, "kh"), reduce_axis(kws, "kw")
+    height, width = xd["H"], xd["W"]
+
+    def f(N, C, H, W):
+        group = E.floordiv(C, wd["O"]) if g > 1 else const(0)
+        channel = group * in_per_group + ci.var
+        ty = H + pt - kh.var * dh
+        tz = W + pl - kw.var * dw
+        y, z = E.floordiv(ty, sh), E.floordiv(tz, sw)
+        hit = E.all_of(ty >= 0, tz >= 0, eq(E.floormod(ty, sh), 0), eq(E.floormod(tz, sw), 0), y < height, z < width)
+        value = cast(x_read(N=N, C=channel, H=y, W=z), dtype) * cast(
+            w_read(I=channel, O=E.floormod(C, wd["O"]) if g > 1 else C, H=kh.var, W=kw.var), dtype)
+        return te_sum(value, [ci, kh, kw], where=hit)
+
+    out_layout = attrs.out_layout or attrs.data_layout
+    shape = {"N": xd["N"], "C": wd["O"] * g, "H": oh, "W": ow}
+    return [layout_compute(shape, out_layout, f, "conv2d_transpose", requires)]
+
+
 define_shaped(
     "nn.conv2d_transpose", 2, _conv2d_transpose_logic, _conv2d_transpose_kernel, OpPattern.OUT_ELEMWISE_FUSABLE,
     attrs=_CONV_ATTRS + (
@@ -695,6 +1219,7 @@ define_shaped(
     ),
     dtype_rule=_out_dtype, check_types=_check_same_dtype("nn.conv2d_transpose", "weight"),
     doc="2-D transposed convolution; weight (I, O/groups, KH, KW) in IOHW (Relay's default).",
+    compute=_conv2d_transpose_compute,
 )
 
 
@@ -777,14 +1302,79 @@ def halves_nchw_map(attrs) -> bool:
             and (attrs.out_layout or "NCHW") == "NCHW")
 
 
+def _pool_te(attrs, x: Tensor, kind: str):
+    xd, _ = layout_reader(x, attrs.layout, "NCHW")
+    pt, pl, pb, pr = attrs.padding
+    (kh_, kw_), (sh, sw), (dh, dw) = attrs.pool_size, attrs.strides, attrs.dilation
+    oh, room_h = _window_extent(xd["H"], kh_, pt + pb, sh, dh, attrs.ceil_mode)
+    ow, room_w = _window_extent(xd["W"], kw_, pl + pr, sw, dw, attrs.ceil_mode)
+    requires = [(room_h >= 0, "pool: the window is taller than the padded input"),
+                (room_w >= 0, "pool: the window is wider than the padded input")]
+    kh, kw = reduce_axis(kh_, "kh"), reduce_axis(kw_, "kw")
+    height, width = xd["H"], xd["W"]
+    out_layout = attrs.out_layout or attrs.layout
+    shape = {"N": xd["N"], "C": xd["C"], "H": oh, "W": ow}
+    # The windows read the data padded with the pool's neutral value, including the room the last
+    # ceil-mode window needs past the end padding: no border test in the window loop, which vectorizes.
+    bottom, right = pb, pr
+    if attrs.ceil_mode:
+        bottom = E.maximum((oh - 1) * sh + dh * (kh_ - 1) + 1 - (height + pt), pb)
+        right = E.maximum((ow - 1) * sw + dw * (kw_ - 1) + 1 - (width + pl), pr)
+    fill = E.min_value(x.dtype) if kind == "max" else 0
+    _, x_read = layout_reader(_padded(x, attrs.layout, pt, pl, bottom, right, f"{kind}_pool2d_pad", fill),
+                              attrs.layout, "NCHW")
+
+    def window(N, C, H, W):
+        return x_read(N=N, C=C, H=H * sh + kh.var * dh, W=W * sw + kw.var * dw)
+
+    if kind == "max":
+        return layout_compute(shape, out_layout, lambda N, C, H, W: te_max(window(N, C, H, W), [kh, kw]),
+                              "max_pool2d", requires)
+    acc = acc_float(x.dtype) if dtype_kind(x.dtype) == "f" else "float64"
+    total = layout_compute(shape, out_layout,
+                           lambda N, C, H, W: te_sum(cast(window(N, C, H, W), acc), [kh, kw]),
+                           "avg_pool2d_sum", requires)
+    kh2, kw2 = reduce_axis(kh_, "ch"), reduce_axis(kw_, "cw")
+
+    def count_fn(N, C, H, W):
+        y, z = H * sh + kh2.var * dh - pt, W * sw + kw2.var * dw - pl
+        if attrs.count_include_pad:
+            counted = E.all_of(y < height + pb, z < width + pr)
+        else:
+            checks = [y >= 0] if pt else []
+            checks += [y < height] if pb or attrs.ceil_mode else []
+            checks += [z >= 0] if pl else []
+            checks += [z < width] if pr or attrs.ceil_mode else []
+            counted = E.all_of(*checks) if checks else None
+        if counted is None:
+            return te_sum(const(1.0, acc), [kh2, kw2])
+        return te_sum(select(counted, const(1.0, acc), const(0.0, acc)), [kh2, kw2])
+
+    count = layout_compute(shape, out_layout, count_fn, "avg_pool2d_count")
+    return compute(total.shape, lambda *i: cast(total[i] / E.maximum(count[i], const(1.0, acc)), x.dtype),
+                   "avg_pool2d")
+
+
+def _max_pool2d_compute(attrs, inputs, out_type):
+    return [_pool_te(attrs, inputs[0], "max")]
+
+
 define_shaped(
     "nn.max_pool2d", 1, _pool_logic, lambda attrs, shape, x: _pool2d(attrs, shape, x, "max"),
     OpPattern.OUT_ELEMWISE_FUSABLE, attrs=_POOL_ATTRS, doc="2-D max pooling.",
+    compute=_max_pool2d_compute,
 )
+
+
+def _avg_pool2d_compute(attrs, inputs, out_type):
+    return [_pool_te(attrs, inputs[0], "avg")]
+
+
 define_shaped(
     "nn.avg_pool2d", 1, _pool_logic, lambda attrs, shape, x: _pool2d(attrs, shape, x, "avg"),
     OpPattern.OUT_ELEMWISE_FUSABLE, attrs=_POOL_ATTRS + (AttrDef("count_include_pad", False, to_bool),),
     doc="2-D average pooling; the divisor counts the explicit padding only with ``count_include_pad``.",
+    compute=_avg_pool2d_compute,
 )
 
 
@@ -807,11 +1397,28 @@ def _global_pool(attrs, x, kind):
     return _array_from_canonical(out, "NCHW", attrs.out_layout or attrs.layout)
 
 
+def _global_pool_te(attrs, x: Tensor, kind: str):
+    xd, x_read = layout_reader(x, attrs.layout, "NCHW")
+    kh, kw = reduce_axis(xd["H"], "kh"), reduce_axis(xd["W"], "kw")
+    out_layout = attrs.out_layout or attrs.layout
+    shape = {"N": xd["N"], "C": xd["C"], "H": const(1), "W": const(1)}
+    if kind == "max":
+        return layout_compute(shape, out_layout, lambda N, C, H, W: te_max(x_read(N=N, C=C, H=kh.var, W=kw.var),
+                                                                            [kh, kw]), "global_max_pool2d")
+    acc = acc_float(x.dtype) if dtype_kind(x.dtype) == "f" else "float64"
+    total = layout_compute(shape, out_layout, lambda N, C, H, W: te_sum(cast(x_read(N=N, C=C, H=kh.var, W=kw.var),
+                                                                                acc), [kh, kw]), "global_pool_sum")
+    count = E.maximum(cast(xd["H"] * xd["W"], acc), const(1.0, acc))
+    return compute(total.shape, lambda *i: cast(total[i] / count, x.dtype), "global_avg_pool2d")
+
+
 for _kind in ("avg", "max"):
     define_shaped(
         f"nn.global_{_kind}_pool2d", 1, _global_pool_logic,
         (lambda kind: lambda attrs, shape, x: _global_pool(attrs, x, kind))(_kind),
         OpPattern.OUT_ELEMWISE_FUSABLE, attrs=(_LAYOUT, _OUT_LAYOUT),
+        compute=(lambda kind: lambda attrs, inputs, out_type: [_global_pool_te(attrs, inputs[0], kind)])(
+            _kind),
         doc=f"2-D global {_kind} pooling over the whole height and width.",
     )
 
@@ -858,11 +1465,66 @@ def _adaptive_pool(attrs, out_shape, x, kind):
     return _array_from_canonical(out.astype(x.dtype), "NCHW", attrs.out_layout or attrs.layout)
 
 
+def _adaptive_window(size, out, i):
+    """Window ``i`` of ``out`` over ``size``: [floor(i*size/out), ceil((i+1)*size/out))."""
+    start = E.floordiv(i * size, out)
+    end = E.floordiv((i + 1) * size + out - 1, out)
+    return start, end
+
+
+def _adaptive_span(size, out) -> PrimExpr:
+    """The longest window: exact when both are static, else the whole dim."""
+    if isinstance(size, Const) and isinstance(out, Const) and out.value > 0:
+        s, o = size.value, out.value
+        return const(builtins.max(0, *[-(-(k + 1) * s // o) - (k * s // o) for k in range(o)]) if o else 0)
+    return size
+
+
+def _adaptive_pool_te(attrs, x: Tensor, kind: str):
+    xd, x_read = layout_reader(x, attrs.layout, "NCHW")
+    if attrs.output_size is None:
+        oh, ow = xd["H"], xd["W"]
+    else:
+        oh, ow = const(attrs.output_size[0]), const(attrs.output_size[1])
+    out_layout = attrs.out_layout or attrs.layout
+    shape = {"N": xd["N"], "C": xd["C"], "H": oh, "W": ow}
+    rh, rw = reduce_axis(_adaptive_span(xd["H"], oh), "rh"), reduce_axis(_adaptive_span(xd["W"], ow), "rw")
+
+    def window(H, W):
+        hs, he = _adaptive_window(xd["H"], oh, H)
+        ws, we = _adaptive_window(xd["W"], ow, W)
+        y, z = hs + rh.var, ws + rw.var
+        return y, z, E.all_of(y < he, z < we), (he - hs) * (we - ws)
+
+    if kind == "max":
+        def f(N, C, H, W):
+            y, z, inside, _ = window(H, W)
+            return te_max(x_read(N=N, C=C, H=y, W=z), [rh, rw], where=inside)
+
+        return layout_compute(shape, out_layout, f, "adaptive_max_pool2d")
+    acc = acc_float(x.dtype) if dtype_kind(x.dtype) == "f" else "float64"
+
+    def total_fn(N, C, H, W):
+        y, z, inside, _ = window(H, W)
+        return te_sum(cast(x_read(N=N, C=C, H=y, W=z), acc), [rh, rw], where=inside)
+
+    total = layout_compute(shape, out_layout, total_fn, "adaptive_pool_sum")
+
+    def finish(*i):
+        letters = dict(zip(out_layout, i))
+        _, _, _, count = window(letters["H"], letters["W"])
+        return cast(total[i] / E.maximum(cast(count, acc), const(1.0, acc)), x.dtype)
+
+    return compute(total.shape, finish, "adaptive_avg_pool2d")
+
+
 for _kind in ("avg", "max"):
     define_shaped(
         f"nn.adaptive_{_kind}_pool2d", 1, _adaptive_pool_logic,
         (lambda kind: lambda attrs, shape, x: _adaptive_pool(attrs, shape, x, kind))(_kind),
         OpPattern.OUT_ELEMWISE_FUSABLE,
+        compute=(lambda kind: lambda attrs, inputs, out_type: [_adaptive_pool_te(attrs, inputs[0], kind)])(
+            _kind),
         attrs=(AttrDef("output_size", None, int_pair(0)), _LAYOUT, _OUT_LAYOUT),
         doc=f"2-D adaptive {_kind} pooling to ``output_size`` (None: the input's size); window i spans "
             f"[floor(i*H/OH), ceil((i+1)*H/OH)).",
@@ -924,6 +1586,40 @@ def _pad_kernel(attrs, data, pad_value=None):
     return np.pad(data, attrs.pad_width, constant_values=value)
 
 
+def _pad_compute(attrs, inputs, out_type):
+    x = inputs[0]
+    fill = cast(inputs[1][()], x.dtype) if len(inputs) > 1 else const(0, x.dtype)
+    widths = attrs.pad_width
+    if len(widths) != x.ndim:
+        raise TypeInferenceError(f"nn.pad: pad_width has {len(widths)} pairs for rank {x.ndim}")
+    shape = tuple(d + before + after for d, (before, after) in zip(x.shape, widths))
+    requires = []
+    mode = attrs.pad_mode
+    for axis, (d, (before, after)) in enumerate(zip(x.shape, widths)):
+        if mode == "reflect" and (before or after):
+            requires.append((d > builtins.max(before, after), f"nn.pad: reflect padding of dim {axis} must be "
+                                                              f"smaller than the dim"))
+        if mode == "edge" and (before or after):
+            requires.append((d > 0, f"nn.pad: edge padding of the empty dim {axis}"))
+
+    def f(*i):
+        index, inside = [], []
+        for j, d, (before, _) in zip(i, x.shape, widths):
+            k = j - before
+            if mode == "constant":
+                inside += [k >= 0, k < d] if before or _ else []
+                index.append(k)
+            elif mode == "edge":
+                index.append(E.minimum(E.maximum(k, 0), d - 1))
+            else:  # reflect without repeating the edge
+                k = select(k < 0, -k, k)
+                index.append(select(k >= d, 2 * (d - 1) - k, k))
+        value = x[tuple(index)]
+        return select(E.all_of(*inside), value, fill) if inside else value
+
+    return [compute(shape, f, "pad", requires)]
+
+
 define(
     "nn.pad", -1, _pad_rel, _pad_kernel, OpPattern.INJECTIVE,
     attrs=(AttrDef("pad_width", REQUIRED, _pad_width), AttrDef("pad_mode", "constant",
@@ -931,6 +1627,7 @@ define(
     shape_logic=_pad_logic,
     doc="Pad by pad_width ((before, after) per dim) with the scalar pad_value (2nd argument, default 0), "
         "or by repeating the edge or reflecting.",
+    compute=_pad_compute,
 )
 
 
@@ -942,9 +1639,15 @@ def _batch_flatten_logic(op, attrs, shapes, err):
     return (shape[0], prod_dims(shape[1:]))
 
 
+def _batch_flatten_compute(attrs, inputs, out_type):
+    x = inputs[0]
+    return [reshape_to("nn.batch_flatten", x, (x.shape[0], product(x.shape[1:])))]
+
+
 define_shaped(
     "nn.batch_flatten", 1, _batch_flatten_logic, lambda attrs, shape, x: x.reshape(shape), OpPattern.INJECTIVE,
     doc="Flatten all dims but the first.",
+    compute=_batch_flatten_compute,
 )
 
 
@@ -981,12 +1684,34 @@ def _lrn(attrs, shape, x):
     return (acc / (attrs.bias + attrs.alpha / attrs.size * total) ** attrs.beta).astype(x.dtype)
 
 
+def _lrn_compute(attrs, inputs, out_type):
+    """x / (bias + alpha / size * sum of squares over the window [c - size//2, c - size//2 + size))^beta."""
+    x = inputs[0]
+    axis = axis_of("nn.lrn", attrs.axis, x.ndim)
+    acc = acc_float(x.dtype)
+    channels, half = x.shape[axis], attrs.size // 2
+    r = reduce_axis(attrs.size, "r")
+
+    def window(*i):
+        j = i[axis] - half + r.var
+        index = list(i)
+        index[axis] = E.minimum(E.maximum(j, 0), channels - 1)  # in range even where masked out
+        v = cast(x[tuple(index)], acc)
+        return te_sum(v * v, r, where=E.logical_and(j >= 0, j < channels))
+
+    total = compute(x.shape, window, "lrn_sum")
+    scale, bias, beta = (const(v, acc) for v in (attrs.alpha / attrs.size, attrs.bias, attrs.beta))
+    return [compute(x.shape, lambda *i: cast(cast(x[i], acc) / E.power(bias + scale * total[i], beta), x.dtype),
+                    "lrn")]
+
+
 define_shaped(
     "nn.lrn", 1, _axis_logic, _lrn, OpPattern.OPAQUE,
     attrs=(AttrDef("size", 5, _positive_int), AttrDef("axis", 1, to_int), AttrDef("bias", 2.0, to_float),
            AttrDef("alpha", 1e-5, to_float), AttrDef("beta", 0.75, to_float)),
     check_types=_check_float("nn.lrn"),
     doc="Local response normalization across ``axis``: x / (bias + alpha/size * sum(x^2))^beta.",
+    compute=_lrn_compute,
 )
 
 
@@ -1011,10 +1736,30 @@ def _depth_to_space(attrs, out_shape, x):
     return _array_from_canonical(out.reshape(n, c // (b * b), h * b, w * b), "NCHW", attrs.layout)
 
 
+def _depth_to_space_compute(attrs, inputs, out_type):
+    x = inputs[0]
+    xd, x_read = layout_reader(x, attrs.layout, "NCHW")
+    b = attrs.block_size
+    channels = E.floordiv(xd["C"], b * b)
+    requires = [(eq(E.floormod(xd["C"], b * b), 0), "nn.depth_to_space: channels must be divisible by block^2")]
+
+    def f(N, C, H, W):
+        b1, b2 = E.floormod(H, b), E.floormod(W, b)
+        if attrs.mode == "DCR":
+            channel = (b1 * b + b2) * channels + C
+        else:
+            channel = C * (b * b) + b1 * b + b2
+        return x_read(N=N, C=channel, H=E.floordiv(H, b), W=E.floordiv(W, b))
+
+    shape = {"N": xd["N"], "C": channels, "H": xd["H"] * b, "W": xd["W"] * b}
+    return [layout_compute(shape, attrs.layout, f, "depth_to_space", requires)]
+
+
 define_shaped(
     "nn.depth_to_space", 1, _depth_to_space_logic, _depth_to_space, OpPattern.INJECTIVE,
     attrs=(AttrDef("block_size", REQUIRED, _positive_int), _LAYOUT, AttrDef("mode", "DCR", one_of("DCR", "CRD"))),
     doc="Move channel blocks into block_size x block_size spatial tiles (DCR or CRD order).",
+    compute=_depth_to_space_compute,
 )
 
 
@@ -1036,8 +1781,25 @@ def _space_to_depth(attrs, out_shape, x):
     return _array_from_canonical(out, "NCHW", attrs.layout)
 
 
+def _space_to_depth_compute(attrs, inputs, out_type):
+    x = inputs[0]
+    xd, x_read = layout_reader(x, attrs.layout, "NCHW")
+    b = attrs.block_size
+    c = xd["C"]
+    requires = [(eq(E.floormod(xd["H"], b), 0), "nn.space_to_depth: height must be divisible by the block"),
+                (eq(E.floormod(xd["W"], b), 0), "nn.space_to_depth: width must be divisible by the block")]
+
+    def f(N, C, H, W):
+        block = E.floordiv(C, c)
+        return x_read(N=N, C=E.floormod(C, c), H=H * b + E.floordiv(block, b), W=W * b + E.floormod(block, b))
+
+    shape = {"N": xd["N"], "C": c * (b * b), "H": E.floordiv(xd["H"], b), "W": E.floordiv(xd["W"], b)}
+    return [layout_compute(shape, attrs.layout, f, "space_to_depth", requires)]
+
+
 define_shaped(
     "nn.space_to_depth", 1, _space_to_depth_logic, _space_to_depth, OpPattern.INJECTIVE,
     attrs=(AttrDef("block_size", REQUIRED, _positive_int), _LAYOUT),
     doc="Move block_size x block_size spatial tiles into channels (the inverse of DCR depth_to_space).",
+    compute=_space_to_depth_compute,
 )

@@ -13,14 +13,17 @@ from ..errors import AttrError, ShapeError, TypeInferenceError
 from ..ir.types import Any, TensorType
 from ..te import expr as E
 from ..te.expr import cast, const, select
-from ..te.op_computes import nn_conv2d_transpose as _conv2d_transpose_compute
 from ..te.tensor import compute
 from . import shape_logic as sl
 from ._common import expect_tensor
-
-# (the compute helpers' names are those of tensorvm/op/_compute.py, where the computes are moving)
 from ._compute import output_dims
-from .nn import _conv2d_transpose_kernel, _conv2d_transpose_logic, _pad_width, _positive_int
+from .nn import (
+    _conv2d_transpose_compute,
+    _conv2d_transpose_kernel,
+    _conv2d_transpose_logic,
+    _pad_width,
+    _positive_int,
+)
 from .registry import REQUIRED, AttrDef, OpPattern, get_op
 from .transform import (
     add_dims,

@@ -1,14 +1,10 @@
 """Operators that the ONNX importer needs and the Relay-style set lacks.
 
-* ONNX's data-movement ops whose output shape depends on the *values* of a small integer input
-  (ONNX passes axes, pads and splits as tensors): ``onnx.unsqueeze``, ``onnx.split``, ``onnx.pad``,
-  ``onnx.reduce``, ``onnx.one_hot``; and ``onnx.cumsum``, ``trilu`` (a run-time axis or diagonal). The
-  converters emit the core ops when these inputs are constants (and Slice always lowers to
-  ``strided_slice`` / ``dyn.strided_slice``, Squeeze and Tile to ``dyn.squeeze`` / ``dyn.tile``); the
-  ``onnx.*`` ops remain for the run-time-valued forms, where their run-time checks keep an invalid
-  model from giving an answer.
+* ``trilu`` (a run-time diagonal). ONNX's data movement with run-time axes, pads and split sizes lowers
+  to the core ``dyn.*`` ops of ``op/dynamic.py`` (``dyn.unsqueeze``, ``dyn.split``, ``dyn.pad``,
+  ``dyn.reduce``, ``dyn.cumsum``, ``dyn.nn.dropout``) or to other core ops (Slice to ``strided_slice`` /
+  ``dyn.strided_slice``, OneHot to ``one_hot`` / ``dyn.one_hot``, Unique to ``unique``).
 * ``onnx.matmul`` (NumPy matmul with batch broadcasting), ``einsum``.
-* Data-dependent ops: ``onnx.unique``, ``vision.non_max_suppression``; ``vision.roi_align``.
 * ``image.resize`` (N-d nearest/linear/cubic with ONNX's coordinate transformations).
 * N-d convolution and pooling with ONNX's padding rules: ``nn.conv_nd``, ``nn.conv_transpose_nd``,
   ``nn.pool_nd`` (max/average/Lp, ceil mode, ``auto_pad`` resolved from the run-time shape).
@@ -21,7 +17,7 @@ them at run time. Kernels are NumPy; bad input raises ``ShapeError``/``Execution
 
 The ops here are OPAQUE (each forms a fusion group of its own). The n-d convolutions and pools,
 ``einsum``, ``nn.attention`` and ``nn.rotary_embedding`` have tensor-expression computes, written above
-their definitions; ops without one (the run-time-valued data movement) run their NumPy kernel.
+their definitions.
 """
 
 from __future__ import annotations
@@ -33,16 +29,20 @@ import string
 import numpy as np
 
 from .. import te
-from ..errors import ExecutionError, ShapeError, TypeInferenceError, UnsupportedError
+from ..errors import AttrError, ExecutionError, ShapeError, TypeInferenceError, UnsupportedError
 from ..ir.types import Any, TensorType, TupleType
 from ..te import expr as E
-from ..te.expr import Const, cast, const
+from ..te.expr import INDEX_DTYPE, Const, cast, const, eq, logical_and, select
 from ..te.tensor import compute, reduce_axis
 from ..te.tensor import sum as te_sum
 from . import shape_logic as sl
 from ._common import expect_tensor
+from ._compute import broadcast_read_dim, broadcast_shape, matmul_value, output_dtype, product, require_equal
 from ._resample import F64, NP, TE, Spec, axis_taps, clamp, finish, nearest_index, resize_coordinate
-from .registry import REQUIRED, AttrDef, OpPattern
+from .dynamic import const_input as _const
+from .dynamic import int_values as _ints
+from .dynamic import unique_axes as _norm_axes
+from .registry import REQUIRED, AttrDef, LibraryKernel, OpPattern
 from .transform import (
     concrete,
     define,
@@ -50,7 +50,6 @@ from .transform import (
     fmt_shape,
     int_tuple,
     mul_dims,
-    norm_axis,
     one_of,
     to_bool,
     to_float,
@@ -62,391 +61,8 @@ __all__ = ["explicit_pads", "resize_output_shape", "window_count"]
 _FLOATS = ("float16", "float32", "float64")
 
 
-def _ints(arr, op, what, err) -> tuple:
-    arr = np.asarray(arr)
-    if arr.ndim > 1 or (arr.size and not np.issubdtype(arr.dtype, np.integer)):
-        raise err(f"{op}: {what} must be a 0-d or 1-d integer tensor, got {arr.dtype} of shape {arr.shape}")
-    return tuple(int(v) for v in arr.reshape(-1))
-
-
-def _vector_length(op, ty, what):
-    t = expect_int_tensor(op, ty, what)
-    if t.ndim > 1:
-        raise TypeInferenceError(f"{op}: {what} must be 0-d or 1-d, got {fmt_shape(t.shape)}")
-    if t.ndim == 0:
-        return 1
-    return t.shape[0] if isinstance(t.shape[0], int) else None
-
-
-def _const(consts, i):
-    return None if consts is None or i >= len(consts) else consts[i]
-
-
-def _norm_axes(op, axes, ndim, err) -> tuple:
-    out = []
-    for a in axes:
-        a2 = norm_axis(op, a, ndim, err)
-        if a2 in out:
-            raise err(f"{op}: axis {a} is repeated in {axes}")
-        out.append(a2)
-    return tuple(out)
-
-
 # ---------------------------------------------------------------------------------------------------
-# onnx.unsqueeze
-
-
-def _unsqueeze_dims(op, shape, axes, err):
-    ndim = len(shape) + len(axes)
-    axes = _norm_axes(op, axes, ndim, err)
-    out, rest = [], iter(shape)
-    for i in range(ndim):
-        out.append(1 if i in axes else next(rest))
-    return tuple(out)
-
-
-def _dyn_expand_rel(types, attrs, consts=None):
-    data = expect_tensor("onnx.unsqueeze", types[0], "data")
-    axes = _const(consts, 1)
-    if axes is not None:
-        return TensorType(_unsqueeze_dims("onnx.unsqueeze", data.shape, _ints(
-            axes, "onnx.unsqueeze", "axes", TypeInferenceError), TypeInferenceError), data.dtype)
-    n = _vector_length("onnx.unsqueeze", types[1], "axes")
-    if n is None:
-        raise TypeInferenceError("onnx.unsqueeze: the number of axes must be static")
-    return TensorType((Any(),) * (data.ndim + n), data.dtype)
-
-
-define(
-    "onnx.unsqueeze", 2, _dyn_expand_rel,
-    lambda attrs, x, axes: np.asarray(x).reshape(_unsqueeze_dims("onnx.unsqueeze", np.shape(x), _ints(
-        axes, "onnx.unsqueeze", "axes", ExecutionError), ShapeError)),
-    OpPattern.OPAQUE,
-    shape_func=lambda attrs, args: [_unsqueeze_dims("onnx.unsqueeze", concrete(args[0]), _ints(
-        args[1], "onnx.unsqueeze", "axes", ShapeError), ShapeError)],
-    data_dependent=(False, True),
-    doc="Insert size-1 dims at the positions (in the output) listed in the run-time tensor ``axes``.",
-)
-
-
-# ---------------------------------------------------------------------------------------------------
-# onnx.split
-
-
-def _split_sizes(op, dim, split, num_outputs, err):
-    if split:
-        if len(split) != num_outputs:
-            raise err(f"{op}: {len(split)} split sizes for {num_outputs} outputs")
-        if any(s < 0 for s in split) or sum(split) != dim:
-            raise err(f"{op}: split sizes {split} must be >= 0 and add up to the axis size {dim}")
-        return tuple(split)
-    chunk = -(-dim // num_outputs)
-    sizes = [min(chunk, max(dim - i * chunk, 0)) for i in range(num_outputs)]
-    return tuple(sizes)
-
-
-def _dyn_split_rel(types, attrs, consts=None):
-    op = "onnx.split"
-    data = expect_tensor(op, types[0], "data")
-    expect_int_tensor(op, types[1], "split")
-    axis = norm_axis(op, attrs.axis, data.ndim)
-    split = _const(consts, 1)
-    dim = data.shape[axis]
-    if split is not None and isinstance(dim, int):
-        sizes = _split_sizes(op, dim, _ints(split, op, "split", TypeInferenceError), attrs.num_outputs,
-                             TypeInferenceError)
-    else:
-        sizes = [Any()] * attrs.num_outputs
-    return TupleType(tuple(TensorType(data.shape[:axis] + (s,) + data.shape[axis + 1:], data.dtype)
-                           for s in sizes))
-
-
-def _dyn_split_shapes(attrs, shape, split, err):
-    axis = norm_axis("onnx.split", attrs.axis, len(shape), err)
-    sizes = _split_sizes("onnx.split", shape[axis], _ints(split, "onnx.split", "split", err), attrs.num_outputs, err)
-    return [shape[:axis] + (s,) + shape[axis + 1:] for s in sizes]
-
-
-def _dyn_split_kernel(attrs, x, split):
-    shapes = _dyn_split_shapes(attrs, np.shape(x), split, ShapeError)
-    axis = attrs.axis % x.ndim
-    bounds = np.cumsum([0] + [s[axis] for s in shapes])
-    return tuple(np.take(x, np.arange(bounds[i], bounds[i + 1]), axis=axis) for i in range(len(shapes)))
-
-
-define(
-    "onnx.split", 2, _dyn_split_rel, _dyn_split_kernel, OpPattern.OPAQUE,
-    attrs=(AttrDef("axis", 0, to_int), AttrDef("num_outputs", REQUIRED, lambda v: max(1, to_int(v)))),
-    shape_func=lambda attrs, args: _dyn_split_shapes(attrs, concrete(args[0]), args[1], ShapeError),
-    data_dependent=(False, True),
-    doc="Split into ``num_outputs`` parts of the run-time sizes ``split`` (empty: equal parts, the last "
-        "one smaller).",
-)
-
-
-# ---------------------------------------------------------------------------------------------------
-# onnx.pad: ONNX Pad with run-time pads (negative pads crop)
-
-
-def _pad_shape(op, shape, pads, err):
-    ndim = len(shape)
-    if len(pads) != 2 * ndim:
-        raise err(f"{op}: pads must have 2 x rank = {2 * ndim} values, got {len(pads)}")
-    out = []
-    for i, d in enumerate(shape):
-        if isinstance(d, int):
-            size = d + pads[i] + pads[i + ndim]
-            if size < 0:
-                raise err(f"{op}: pads {pads} crop more than the {d} elements of axis {i}")
-            out.append(size)
-        else:
-            out.append(d if pads[i] == pads[i + ndim] == 0 else Any())
-    return tuple(out)
-
-
-def _full_pads(op, ndim, pads, axes, err):
-    """ONNX pads over ``axes`` (begins then ends) expanded to every axis; empty axes means all."""
-    if not axes:
-        return pads
-    axes = _norm_axes(op, axes, ndim, err)
-    if len(pads) != 2 * len(axes):
-        raise err(f"{op}: pads must have 2 x {len(axes)} values for axes {axes}, got {len(pads)}")
-    full = [0] * (2 * ndim)
-    for j, a in enumerate(axes):
-        full[a], full[a + ndim] = pads[j], pads[j + len(axes)]
-    return tuple(full)
-
-
-def _dyn_pad_rel(types, attrs, consts=None):
-    data = expect_tensor("onnx.pad", types[0], "data")
-    expect_int_tensor("onnx.pad", types[1], "pads")
-    expect_int_tensor("onnx.pad", types[3], "axes")
-    value = expect_tensor("onnx.pad", types[2], "constant_value")
-    if value.dtype != data.dtype:
-        raise TypeInferenceError(f"onnx.pad: constant_value must have the data's dtype {data.dtype}, got {value.dtype}")
-    pads, axes = _const(consts, 1), _const(consts, 3)
-    if pads is not None and axes is not None:
-        full = _full_pads("onnx.pad", data.ndim, _ints(pads, "onnx.pad", "pads", TypeInferenceError),
-                          _ints(axes, "onnx.pad", "axes", TypeInferenceError), TypeInferenceError)
-        return TensorType(_pad_shape("onnx.pad", data.shape, full, TypeInferenceError), data.dtype)
-    return TensorType((Any(),) * data.ndim, data.dtype)
-
-
-def _dyn_pad_kernel(attrs, x, pads, value, axes):
-    x = np.asarray(x)
-    pads = _full_pads("onnx.pad", x.ndim, _ints(pads, "onnx.pad", "pads", ShapeError),
-                      _ints(axes, "onnx.pad", "axes", ShapeError), ShapeError)
-    _pad_shape("onnx.pad", x.shape, pads, ShapeError)
-    ndim = x.ndim
-    # Crop first (negative pads), then pad (positive ones).
-    crop = tuple(slice(max(-pads[i], 0), x.shape[i] - max(-pads[i + ndim], 0)) for i in range(ndim))
-    x = x[crop]
-    widths = [(max(pads[i], 0), max(pads[i + ndim], 0)) for i in range(ndim)]
-    if attrs.mode == "constant":
-        return np.pad(x, widths, mode="constant", constant_values=np.asarray(value).reshape(()).item())
-    if x.size == 0:
-        raise ShapeError(f"onnx.pad: cannot pad an empty tensor in {attrs.mode} mode")
-    return np.pad(x, widths, mode={"reflect": "reflect", "edge": "edge", "wrap": "wrap"}[attrs.mode])
-
-
-def _dyn_pad_shape(attrs, args):
-    shape = concrete(args[0])
-    pads = _full_pads("onnx.pad", len(shape), _ints(args[1], "onnx.pad", "pads", ShapeError),
-                      _ints(args[3], "onnx.pad", "axes", ShapeError), ShapeError)
-    return [_pad_shape("onnx.pad", shape, pads, ShapeError)]
-
-
-define(
-    "onnx.pad", 4, _dyn_pad_rel, _dyn_pad_kernel, OpPattern.OPAQUE,
-    attrs=(AttrDef("mode", "constant", one_of("constant", "reflect", "edge", "wrap")),),
-    shape_func=_dyn_pad_shape, data_dependent=(False, True, False, True),
-    doc="onnx.pad(data, pads, constant_value, axes): pads = (begins..., ends...) of the listed axes (empty: "
-        "all); a negative pad removes elements; mode constant, reflect, edge or wrap.",
-)
-
-
-# ---------------------------------------------------------------------------------------------------
-# onnx.reduce: a reduction over run-time axes
-
-_REDUCERS = ("sum", "mean", "max", "min", "prod", "l1", "l2", "sum_square", "log_sum", "log_sum_exp")
-
-
-def _reduce_axes(op, ndim, axes, noop, err):
-    if not axes:
-        return () if noop else tuple(range(ndim))
-    return tuple(sorted(_norm_axes(op, axes, ndim, err)))
-
-
-def _reduced(shape, axes, keepdims):
-    if keepdims:
-        return tuple(1 if i in axes else d for i, d in enumerate(shape))
-    return tuple(d for i, d in enumerate(shape) if i not in axes)
-
-
-def _onnx_reduce_rel(types, attrs, consts=None):
-    op = "onnx.reduce"
-    data = expect_tensor(op, types[0], "data")
-    axes = _const(consts, 1)
-    if axes is not None:
-        axes = _reduce_axes(op, data.ndim, _ints(axes, op, "axes", TypeInferenceError), attrs.noop_with_empty_axes,
-                            TypeInferenceError)
-        return TensorType(_reduced(data.shape, axes, attrs.keepdims), data.dtype)
-    n = _vector_length(op, types[1], "axes")
-    if attrs.keepdims:
-        return TensorType((Any(),) * data.ndim, data.dtype)
-    if n is None or n == 0:
-        raise TypeInferenceError(f"{op}: with keepdims=0 the number of axes must be static and nonzero")
-    return TensorType((Any(),) * (data.ndim - n), data.dtype)
-
-
-def reduce_array(x: np.ndarray, axes: tuple, keepdims: bool, mode: str) -> np.ndarray:
-    """An ONNX reduction of ``x`` over ``axes`` (empty reductions give the identity, -inf/+inf for max/min)."""
-    dtype = x.dtype
-    acc = x.astype(np.float64) if np.issubdtype(dtype, np.floating) and dtype != np.float64 else x
-    if not axes:
-        out = {"l1": np.abs, "l2": np.abs, "sum_square": np.square, "log_sum": np.log,
-               "log_sum_exp": lambda v: v}.get(mode, lambda v: v)(acc)
-        return np.asarray(out).astype(dtype)
-    kw = dict(axis=axes, keepdims=keepdims)
-    if mode in ("max", "min"):
-        if np.issubdtype(dtype, np.floating):
-            init = -np.inf if mode == "max" else np.inf
-        elif dtype == np.bool_:
-            init = mode == "min"
-        else:
-            init = np.iinfo(dtype).min if mode == "max" else np.iinfo(dtype).max
-        out = (np.max if mode == "max" else np.min)(acc, initial=init, **kw)
-    elif mode == "sum":
-        out = np.sum(acc, **kw)
-    elif mode == "mean":
-        with np.errstate(invalid="ignore", divide="ignore"):
-            out = np.mean(acc, **kw) if np.issubdtype(dtype, np.floating) else np.sum(acc, **kw) // max(
-                1, int(np.prod([x.shape[a] for a in axes])))
-    elif mode == "prod":
-        out = np.prod(acc, **kw)
-    elif mode == "l1":
-        out = np.sum(np.abs(acc), **kw)
-    elif mode == "l2":
-        out = np.sqrt(np.sum(np.square(acc), **kw))
-    elif mode == "sum_square":
-        out = np.sum(np.square(acc), **kw)
-    elif mode == "log_sum":
-        with np.errstate(divide="ignore"):
-            out = np.log(np.sum(acc, **kw))
-    else:
-        with np.errstate(divide="ignore", over="ignore"):
-            peak = np.max(acc, axis=axes, keepdims=True, initial=-np.inf)
-            peak = np.where(np.isfinite(peak), peak, 0)
-            out = np.log(np.sum(np.exp(acc - peak), axis=axes, keepdims=True)) + peak
-            if not keepdims:
-                out = np.squeeze(out, axis=axes)
-    return np.asarray(out).astype(dtype)
-
-
-def _onnx_reduce_kernel(attrs, x, axes):
-    x = np.asarray(x)
-    axes = _reduce_axes("onnx.reduce", x.ndim, _ints(axes, "onnx.reduce", "axes", ShapeError),
-                        attrs.noop_with_empty_axes, ShapeError)
-    return reduce_array(x, axes, attrs.keepdims, attrs.mode)
-
-
-def _onnx_reduce_shape(attrs, args):
-    shape = concrete(args[0])
-    axes = _reduce_axes("onnx.reduce", len(shape), _ints(args[1], "onnx.reduce", "axes", ShapeError),
-                        attrs.noop_with_empty_axes, ShapeError)
-    return [_reduced(shape, axes, attrs.keepdims)]
-
-
-define(
-    "onnx.reduce", 2, _onnx_reduce_rel, _onnx_reduce_kernel, OpPattern.OPAQUE,
-    attrs=(AttrDef("mode", REQUIRED, one_of(*_REDUCERS)), AttrDef("keepdims", True, to_bool),
-           AttrDef("noop_with_empty_axes", False, to_bool)),
-    shape_func=_onnx_reduce_shape, data_dependent=(False, True),
-    doc="onnx.reduce(data, axes): an ONNX Reduce* (mode sum, mean, max, min, prod, l1, l2, sum_square, "
-        "log_sum, log_sum_exp) over run-time axes; empty axes reduce everything unless noop_with_empty_axes.",
-)
-
-
-# ---------------------------------------------------------------------------------------------------
-# onnx.one_hot, onnx.cumsum, trilu
-
-
-def _one_hot_shape(op, shape, depth, axis, err):
-    ndim = len(shape) + 1
-    if not -ndim <= axis < ndim:
-        raise err(f"{op}: axis {axis} is out of range for the output rank {ndim}")
-    axis %= ndim
-    return tuple(shape[:axis]) + (depth,) + tuple(shape[axis:])
-
-
-def _depth_value(depth, err) -> int:
-    depth = np.asarray(depth)
-    if depth.size != 1:
-        raise err(f"onnx.one_hot: depth must have one element, got shape {depth.shape}")
-    value = int(depth.reshape(()).item())
-    if value < 1:
-        raise err(f"onnx.one_hot: depth must be >= 1, got {value}")
-    return value
-
-
-def _onnx_one_hot_rel(types, attrs, consts=None):
-    op = "onnx.one_hot"
-    indices = expect_tensor(op, types[0], "indices")
-    values = expect_tensor(op, types[2], "values")
-    depth = _const(consts, 1)
-    dim = _depth_value(depth, TypeInferenceError) if depth is not None else Any()
-    return TensorType(_one_hot_shape(op, indices.shape, dim, attrs.axis, TypeInferenceError), values.dtype)
-
-
-def _onnx_one_hot_kernel(attrs, indices, depth, values):
-    depth = _depth_value(depth, ShapeError)
-    values = np.asarray(values).reshape(-1)
-    if values.size != 2:
-        raise ShapeError(f"onnx.one_hot: values must be [off_value, on_value], got {values.size} elements")
-    idx = np.asarray(indices).astype(np.int64)
-    idx = np.where(idx < 0, idx + depth, idx)
-    ndim = idx.ndim + 1
-    axis = attrs.axis % ndim
-    positions = np.arange(depth).reshape((-1,) + (1,) * (ndim - 1 - axis))
-    hot = np.expand_dims(idx, axis) == positions
-    return np.where(hot, values[1], values[0]).astype(values.dtype)
-
-
-define(
-    "onnx.one_hot", 3, _onnx_one_hot_rel, _onnx_one_hot_kernel, OpPattern.OPAQUE,
-    attrs=(AttrDef("axis", -1, to_int),),
-    shape_func=lambda attrs, args: [_one_hot_shape("onnx.one_hot", concrete(args[0]), _depth_value(
-        args[1], ShapeError), attrs.axis, ShapeError)],
-    data_dependent=(False, True, False),
-    doc="onnx.one_hot(indices, depth, values=[off, on]): negative indices count from depth.",
-)
-
-
-def _axis_value(axis, ndim, op, err) -> int:
-    axis = np.asarray(axis)
-    if axis.size != 1 or not np.issubdtype(axis.dtype, np.integer):
-        raise err(f"{op}: axis must be one integer, got {axis.dtype} of shape {axis.shape}")
-    return norm_axis(op, int(axis.reshape(()).item()), ndim, err)
-
-
-def _onnx_cumsum_kernel(attrs, x, axis):
-    x = np.asarray(x)
-    axis = _axis_value(axis, x.ndim, "onnx.cumsum", ShapeError)
-    data = np.flip(x, axis) if attrs.reverse else x
-    out = np.cumsum(data, axis=axis, dtype=x.dtype)
-    if attrs.exclusive:
-        out = out - data
-    return np.flip(out, axis) if attrs.reverse else out
-
-
-define(
-    "onnx.cumsum", 2,
-    lambda types, attrs, consts=None: expect_tensor("onnx.cumsum", types[0], "x"),
-    _onnx_cumsum_kernel, OpPattern.OPAQUE,
-    attrs=(AttrDef("exclusive", False, to_bool), AttrDef("reverse", False, to_bool)),
-    shape_logic=sl.traceable(lambda op, attrs, shapes, err: tuple(shapes[0])), data_dependent=(False, False),
-    doc="onnx.cumsum(x, axis): running sum along the run-time axis (exclusive and/or reversed).",
-)
+# trilu
 
 
 def _trilu_kernel(attrs, x, k):
@@ -465,12 +81,31 @@ def _trilu_rel(types, attrs, consts=None):
     return x
 
 
+def _trilu_compute(attrs, inputs, out_type):
+    """The upper (``j - i >= k``) or lower (``j - i <= k``) triangle of the last two dims."""
+    x, k = inputs
+    if x.ndim < 2:
+        raise TypeInferenceError(f"trilu: the input must have rank >= 2, got rank {x.ndim}")
+    if k.ndim == 0:
+        diagonal = cast(k[()], INDEX_DTYPE)
+    else:  # a 1-d k: its first value, 0 when empty
+        diagonal = select(eq(k.shape[0], 0), const(0), cast(k[(const(0),) * k.ndim], INDEX_DTYPE))
+
+    def f(*i):
+        offset = i[-1] - i[-2]
+        keep = offset >= diagonal if attrs.upper else offset <= diagonal
+        return select(keep, x[i], const(0, x.dtype))
+
+    return [compute(x.shape, f, "trilu")]
+
+
 define(
     "trilu", 2, _trilu_rel, _trilu_kernel, OpPattern.INJECTIVE,
     attrs=(AttrDef("upper", True, to_bool),),
     shape_logic=sl.traceable(lambda op, attrs, shapes, err: tuple(shapes[0])),
     doc="trilu(x, k): the upper (or lower) triangle of the last two dims from diagonal k (k: 0-d or 1-d, "
         "empty means 0).",
+    compute=_trilu_compute,
 )
 
 
@@ -518,10 +153,65 @@ def _matmul_kernel(attrs, a, b):
     return np.matmul(a, b)
 
 
+def _onnx_matmul_compute(attrs, inputs, out_type):
+    """NumPy's matmul: 1-d operands get a unit dim (dropped from the result), batch dims broadcast."""
+    a, b = inputs
+    dtype = output_dtype(out_type)
+    a_shape = (const(1),) + tuple(a.shape) if a.ndim == 1 else tuple(a.shape)
+    b_shape = tuple(b.shape) + (const(1),) if b.ndim == 1 else tuple(b.shape)
+    batch, requires = broadcast_shape("onnx.matmul", a_shape[:-2], b_shape[:-2])
+    requires += require_equal("onnx.matmul", a_shape[-1], b_shape[-2], "the inner dims")
+    k = reduce_axis(a_shape[-1], "k")
+    shape = tuple(batch) + ((a_shape[-2],) if a.ndim > 1 else ()) + ((b_shape[-1],) if b.ndim > 1 else ())
+
+    def f(*i):
+        nb = len(batch)
+        bi, rest = i[:nb], list(i[nb:])
+        m = rest.pop(0) if a.ndim > 1 else None
+        n = rest.pop(0) if b.ndim > 1 else None
+
+        def batch_index(t_shape):
+            dims = t_shape[:-2]
+            return tuple(broadcast_read_dim(d, bi[nb - len(dims) + axis], batch[nb - len(dims) + axis])
+                         for axis, d in enumerate(dims))
+
+        av = a[batch_index(a_shape) + (m, k.var)] if a.ndim > 1 else a[k.var]
+        bv = b[batch_index(b_shape) + (k.var, n)] if b.ndim > 1 else b[k.var]
+        return te_sum(matmul_value(av, bv, k, dtype), k)
+
+    return [compute(shape, f, "matmul", requires)]
+
+
+def _onnx_matmul_strategy(attrs, inputs, out_type):
+    """NumPy's matmul: BLAS when B is one matrix (A's leading dims fold into its rows) or when both
+    have the same batch dims (or A is one matrix); other broadcasts stay generated code."""
+    from ..codegen.strategy import gemm_call, matmul_implementations
+
+    a, b = inputs
+    if a.ndim < 2 or b.ndim < 2:
+        return []
+    m, k, n = a.shape[-2], a.shape[-1], b.shape[-1]
+    if b.ndim == 2:
+        gemm = gemm_call(1, product(a.shape[:-1]), n, k, 0, False, 0, False)
+    elif a.ndim == 2:
+        gemm = gemm_call(product(b.shape[:-2]), m, n, k, 0, False, k * n, False)
+    elif a.ndim == b.ndim:
+        same = const(True)
+        for da, db in zip(a.shape[:-2], b.shape[:-2]):
+            same = logical_and(same, eq(da, db))
+        gemm = gemm_call(product(a.shape[:-2]), m, n, k, m * k, False, k * n, False, condition=same)
+    else:
+        return []
+    return matmul_implementations(product(a.shape[:-1]), n, k, inputs, out_type, None, gemm)
+
+
 define(
     "onnx.matmul", 2, _matmul_rel, _matmul_kernel, OpPattern.OUT_ELEMWISE_FUSABLE,
     shape_logic=sl.traceable(lambda op, attrs, shapes, err: _matmul_shape(op, shapes[0], shapes[1], err)),
-    doc="Matrix product with NumPy's rules: 1-d operands are promoted, batch dims broadcast.",
+    doc="Matrix product with NumPy's rules: 1-d operands are promoted, batch dims broadcast. Kept as an op of "
+        "its own (not lowered to nn.batch_matmul): one call covers every operand rank and broadcast batch "
+        "without broadcast_to/reshape copies of the operands, and its compute and strategy pick the GEMM kernel.",
+    compute=_onnx_matmul_compute, strategy=_onnx_matmul_strategy,
 )
 
 
@@ -645,205 +335,6 @@ define(
                                                   ShapeError)],
     doc="Einstein summation over a tuple of operands (``...`` broadcasting, implicit output allowed).",
     compute=_einsum_compute,
-)
-
-
-# ---------------------------------------------------------------------------------------------------
-# onnx.unique
-
-
-def _unique_axis(x, axis):
-    return None if axis is None else norm_axis("onnx.unique", axis, x.ndim, ShapeError)
-
-
-def _unique_parts(attrs, x):
-    x = np.asarray(x)
-    axis = _unique_axis(x, attrs.axis)
-    flat = x.reshape(-1) if axis is None else np.moveaxis(x, axis, 0).reshape(x.shape[axis], -1)
-    values, first, inverse, counts = np.unique(flat, return_index=True, return_inverse=True, return_counts=True,
-                                               axis=None if axis is None else 0)
-    inverse = inverse.reshape(-1)
-    if not attrs.sorted:
-        order = np.argsort(first, kind="stable")
-        rank = np.empty_like(order)
-        rank[order] = np.arange(order.size)
-        values, first, counts, inverse = values[order], first[order], counts[order], rank[inverse]
-    if axis is None:
-        y = values
-    else:
-        y = np.moveaxis(values.reshape((values.shape[0],) + tuple(np.delete(x.shape, axis))), 0, axis)
-    i64 = np.int64
-    return y.astype(x.dtype), first.astype(i64), inverse.astype(i64), counts.astype(i64)
-
-
-def _unique_rel(types, attrs, consts=None):
-    x = expect_tensor("onnx.unique", types[0], "X")
-    if attrs.axis is None:
-        y = TensorType((Any(),), x.dtype)
-        inverse = TensorType((mul_dims_all(x.shape),), "int64")
-    else:
-        axis = norm_axis("onnx.unique", attrs.axis, x.ndim)
-        y = TensorType(x.shape[:axis] + (Any(),) + x.shape[axis + 1:], x.dtype)
-        inverse = TensorType((x.shape[axis],), "int64")
-    n = TensorType((Any(),), "int64")
-    return TupleType((y, n, inverse, n))
-
-
-def mul_dims_all(shape):
-    out = 1
-    for d in shape:
-        out = mul_dims(out, d)
-    return out
-
-
-define(
-    "onnx.unique", 1, _unique_rel, _unique_parts, OpPattern.OPAQUE,
-    attrs=(AttrDef("axis", None, to_int), AttrDef("sorted", True, to_bool)),
-    shape_func=lambda attrs, args: [p.shape for p in _unique_parts(attrs, args[0])],
-    data_dependent=True,
-    doc="(Y, indices of first occurrences, inverse indices, counts) of the unique values (or slices along "
-        "``axis``), sorted or in order of first occurrence.",
-)
-
-
-# ---------------------------------------------------------------------------------------------------
-# vision.non_max_suppression (ONNX semantics), vision.roi_align
-
-
-def _scalar(arr, default, kind=float):
-    arr = np.asarray(arr)
-    return kind(arr.reshape(-1)[0]) if arr.size else default
-
-
-def _nms_select(attrs, boxes, scores, max_out, iou_threshold, score_threshold):
-    boxes, scores = np.asarray(boxes, dtype=np.float64), np.asarray(scores, dtype=np.float64)
-    if boxes.ndim != 3 or boxes.shape[2] != 4 or scores.ndim != 3 or scores.shape[0] != boxes.shape[0] \
-            or scores.shape[2] != boxes.shape[1]:
-        raise ShapeError(f"vision.non_max_suppression: boxes must be (N, B, 4) and scores (N, C, B), got "
-                         f"{boxes.shape} and {scores.shape}")
-    max_out = _scalar(max_out, 0, int)
-    iou_threshold = _scalar(iou_threshold, 0.0)
-    score_threshold = _scalar(score_threshold, None)
-    if attrs.center_point_box:
-        cx, cy, w, h = np.moveaxis(boxes, 2, 0)
-        x1, x2, y1, y2 = cx - w / 2, cx + w / 2, cy - h / 2, cy + h / 2
-    else:
-        y1, x1, y2, x2 = np.moveaxis(boxes, 2, 0)
-        y1, y2 = np.minimum(y1, y2), np.maximum(y1, y2)
-        x1, x2 = np.minimum(x1, x2), np.maximum(x1, x2)
-    area = (x2 - x1) * (y2 - y1)
-    selected = []
-    if max_out <= 0:
-        return np.zeros((0, 3), np.int64)
-    for n in range(boxes.shape[0]):
-        for c in range(scores.shape[1]):
-            s = scores[n, c]
-            candidates = np.argsort(-s, kind="stable")
-            if score_threshold is not None:
-                candidates = candidates[s[candidates] > score_threshold]
-            kept = []
-            for b in candidates:
-                if len(kept) >= max_out:
-                    break
-                ok = True
-                for k in kept:
-                    ix = max(0.0, min(x2[n, b], x2[n, k]) - max(x1[n, b], x1[n, k]))
-                    iy = max(0.0, min(y2[n, b], y2[n, k]) - max(y1[n, b], y1[n, k]))
-                    inter = ix * iy
-                    union = area[n, b] + area[n, k] - inter
-                    if union > 0 and inter / union > iou_threshold:
-                        ok = False
-                        break
-                if ok:
-                    kept.append(b)
-            selected.extend((n, c, b) for b in kept)
-    return np.array(selected, dtype=np.int64).reshape(-1, 3)
-
-
-def _nms_rel(types, attrs, consts=None):
-    boxes = expect_tensor("vision.non_max_suppression", types[0], "boxes")
-    if boxes.dtype not in _FLOATS:
-        raise TypeInferenceError(f"vision.non_max_suppression: boxes must be float, got {boxes.dtype}")
-    return TensorType((Any(), 3), "int64")
-
-
-define(
-    "vision.non_max_suppression", 5, _nms_rel, _nms_select, OpPattern.OPAQUE,
-    attrs=(AttrDef("center_point_box", False, to_bool),),
-    shape_func=lambda attrs, args: [_nms_select(attrs, *args).shape], data_dependent=True,
-    doc="ONNX NonMaxSuppression(boxes, scores, max_output_boxes_per_class, iou_threshold, score_threshold): "
-        "(selected, 3) rows of (batch, class, box); empty 1-d tensors stand for omitted inputs.",
-)
-
-
-def _bilinear(feature, y, x):
-    """Bilinear samples of a (C, H, W) map at points (y, x) (arrays of one shape); 0 outside."""
-    c, h, w = feature.shape
-    valid = (y >= -1.0) & (y <= h) & (x >= -1.0) & (x <= w)
-    y = np.clip(y, 0, None)
-    x = np.clip(x, 0, None)
-    y0 = np.minimum(np.floor(y).astype(np.int64), h - 1)
-    x0 = np.minimum(np.floor(x).astype(np.int64), w - 1)
-    y1 = np.minimum(y0 + 1, h - 1)
-    x1 = np.minimum(x0 + 1, w - 1)
-    y = np.where(y0 >= h - 1, y0.astype(y.dtype), y)
-    x = np.where(x0 >= w - 1, x0.astype(x.dtype), x)
-    ly, lx = y - y0, x - x0
-    hy, hx = 1 - ly, 1 - lx
-    parts = [(hy * hx, y0, x0), (hy * lx, y0, x1), (ly * hx, y1, x0), (ly * lx, y1, x1)]
-    return [np.where(valid, wgt, 0.0)[None] * feature[:, yy, xx] for wgt, yy, xx in parts]
-
-
-def _roi_align_kernel(attrs, x, rois, batch_indices):
-    x, rois = np.asarray(x), np.asarray(rois, dtype=np.float64)
-    batch_indices = np.asarray(batch_indices).astype(np.int64)
-    n, c, h, w = x.shape
-    oh, ow = attrs.output_height, attrs.output_width
-    out = np.zeros((rois.shape[0], c, oh, ow), dtype=np.float64)
-    offset = 0.5 if attrs.coordinate_transformation_mode == "half_pixel" else 0.0
-    for r in range(rois.shape[0]):
-        x1, y1, x2, y2 = rois[r] * attrs.spatial_scale - offset
-        rw, rh = x2 - x1, y2 - y1
-        if attrs.coordinate_transformation_mode == "output_half_pixel":
-            rw, rh = max(rw, 1.0), max(rh, 1.0)
-        bin_h, bin_w = rh / oh, rw / ow
-        sy = attrs.sampling_ratio if attrs.sampling_ratio > 0 else int(math.ceil(rh / oh))
-        sx = attrs.sampling_ratio if attrs.sampling_ratio > 0 else int(math.ceil(rw / ow))
-        sy, sx = max(sy, 1), max(sx, 1)
-        iy = (np.arange(sy) + 0.5) / sy
-        ix = (np.arange(sx) + 0.5) / sx
-        ys = y1 + (np.arange(oh)[:, None] + iy[None, :]) * bin_h  # (OH, SY)
-        xs = x1 + (np.arange(ow)[:, None] + ix[None, :]) * bin_w  # (OW, SX)
-        yy = np.broadcast_to(ys[:, None, :, None], (oh, ow, sy, sx))
-        xx = np.broadcast_to(xs[None, :, None, :], (oh, ow, sy, sx))
-        parts = _bilinear(x[batch_indices[r]].astype(np.float64), yy, xx)
-        if attrs.mode == "avg":
-            out[r] = sum(parts).mean(axis=(-1, -2))
-        else:
-            out[r] = np.max(np.maximum.reduce(parts), axis=(-1, -2))
-    return out.astype(x.dtype)
-
-
-def _roi_align_logic(op, attrs, shapes, err):
-    x, rois, idx = shapes
-    if len(x) != 4 or len(rois) != 2 or len(idx) != 1:
-        raise err(f"{op}: expected X (N, C, H, W), rois (R, 4), batch_indices (R,), got {fmt_shape(x)}, "
-                  f"{fmt_shape(rois)}, {fmt_shape(idx)}")
-    return (rois[0], x[1], attrs.output_height, attrs.output_width)
-
-
-define(
-    "vision.roi_align", 3,
-    lambda types, attrs, consts=None: TensorType(_roi_align_logic(
-        "vision.roi_align", attrs, [expect_tensor("vision.roi_align", t, "argument").shape for t in types],
-        TypeInferenceError), types[0].dtype),
-    _roi_align_kernel, OpPattern.OPAQUE,
-    attrs=(AttrDef("mode", "avg", one_of("avg", "max")), AttrDef("output_height", 1, to_int),
-           AttrDef("output_width", 1, to_int), AttrDef("sampling_ratio", 0, to_int),
-           AttrDef("spatial_scale", 1.0, to_float),
-           AttrDef("coordinate_transformation_mode", "half_pixel", one_of("half_pixel", "output_half_pixel"))),
-    shape_logic=sl.traceable(_roi_align_logic),
-    doc="ONNX RoiAlign: average (or max) of bilinear samples per output bin of each region.",
 )
 
 
@@ -1691,21 +1182,30 @@ _ACT_DEFAULT_ALPHA = {"leakyrelu": 0.01, "thresholdedrelu": 1.0, "scaledtanh": 1
 _ACT_DEFAULT_BETA = {"scaledtanh": 1.0, "hardsigmoid": 0.5, "affine": 0.0}
 
 
-def _activations(attrs, per_direction: int, num_directions: int):
+def _activation_specs(attrs, per_direction: int, num_directions: int, err=ExecutionError) -> list:
+    """(name, alpha, beta) of each gate function, direction after direction."""
     names = [a.lower() for a in attrs.activations]
     if not names:
         names = {3: ["sigmoid", "tanh", "tanh"], 2: ["sigmoid", "tanh"], 1: ["tanh"]}[per_direction] * num_directions
     if len(names) == per_direction and num_directions == 2:
         names = names * 2
+    if len(names) != per_direction * num_directions:
+        raise err(f"recurrent layer: {len(names)} activations for {num_directions} direction(s) of "
+                  f"{per_direction} gate functions")
     alphas, betas = list(attrs.activation_alpha), list(attrs.activation_beta)
     out = []
     for i, name in enumerate(names):
         if name not in _ACTIVATIONS:
-            raise ExecutionError(f"recurrent layer: unknown activation {name!r}")
+            raise err(f"recurrent layer: unknown activation {name!r}")
         a = alphas[i] if i < len(alphas) else _ACT_DEFAULT_ALPHA.get(name, 1.0)
         b = betas[i] if i < len(betas) else _ACT_DEFAULT_BETA.get(name, 0.0)
-        fn = _ACTIVATIONS[name]
-        out.append(lambda x, fn=fn, a=a, b=b: fn(x, a, b))
+        out.append((name, a, b))
+    return out
+
+
+def _activations(attrs, per_direction: int, num_directions: int):
+    out = [lambda x, fn=_ACTIVATIONS[name], a=a, b=b: fn(x, a, b)
+           for name, a, b in _activation_specs(attrs, per_direction, num_directions)]
     return [out[d * per_direction:(d + 1) * per_direction] for d in range(num_directions)]
 
 
@@ -1867,6 +1367,73 @@ def _rnn_shapes(op, attrs, x, w, num_states):
     return [y] + [state] * num_states
 
 
+_KINDS = {"nn.lstm": (0, 4, 3), "nn.gru": (1, 3, 2), "nn.rnn": (2, 1, 1)}  # C kind code, gates, functions
+
+
+def _double_bits(v: float) -> int:
+    """A double as the int64 of its bits: the library call passes integers only (tv_rnn_double)."""
+    return int(np.array(v, np.float64).view(np.int64))
+
+
+def _rnn_arguments(name):
+    """The call of ``tv_recurrent`` (codegen/lib/recurrent.c) for ``name``: the arrays (an omitted input is
+    an empty one and is not read; GRU and RNN pass h0 for c0 and P, and Y_h for Y_c), the dims, flags,
+    clip and activations. Entry checks make every array the size the call reads."""
+    from ._library import dtype_code, product
+
+    kind, gates, per = _KINDS[name]
+
+    def arguments(attrs, inputs, outputs):
+        x, w, r, b, lens, h0 = inputs[:6]
+        c0, p = inputs[6:8] if kind == 0 else (h0, h0)
+        y, y_h = outputs[:2]
+        y_c = outputs[2] if kind == 0 else y_h
+        if x.dtype not in _FLOATS:
+            raise TypeInferenceError(f"{name}: X must be float16, float32 or float64, got {x.dtype}")
+        for t, what in ((w, "W"), (r, "R"), (b, "B"), (h0, "initial_h"), (c0, "initial_c"), (p, "P")):
+            if t.dtype != x.dtype:
+                raise TypeInferenceError(f"{name}: {what} must have X's dtype {x.dtype}, got {t.dtype}")
+        if not lens.dtype.startswith(("int", "uint")):
+            raise TypeInferenceError(f"{name}: sequence_lens must be integers, got {lens.dtype}")
+        num_dir = 2 if attrs.direction == "bidirectional" else 1
+        hidden = attrs.hidden_size
+        seq, batch = (x.shape[1], x.shape[0]) if attrs.layout else (x.shape[0], x.shape[1])
+        size = x.shape[2]
+        gh = gates * hidden
+        requires = [(E.eq(w.shape[0], num_dir), f"{name}: W's first dim must be {num_dir}, the number of directions "
+                                                f"of direction={attrs.direction!r}")]
+        requires += [(E.eq(d, want), f"{name}: W must be ({num_dir}, {gh}, the input size)")
+                     for d, want in zip(w.shape, (num_dir, gh, size), strict=True)]
+        requires += [(E.eq(d, want), f"{name}: R must be ({num_dir}, {gh}, {hidden})")
+                     for d, want in zip(r.shape, (num_dir, gh, hidden), strict=True)]
+        flags = []
+        for t, count, what in ((b, num_dir * 2 * gh, "B"), (lens, batch, "sequence_lens"),
+                               (h0, num_dir * batch * hidden, "initial_h"), (c0, num_dir * batch * hidden, "initial_c"),
+                               (p, num_dir * 3 * hidden, "P")):
+            n = product(t.shape)
+            requires.append((E.logical_or(E.eq(n, 0), E.eq(n, count)),
+                             f"{name}: {what} must be empty (omitted) or have {_count_text(count)} elements"))
+            flags.append(E.ne(n, 0))
+        has_b, has_lens, has_h0, has_c0, has_p = flags
+        if kind != 0:
+            has_c0 = has_p = 0
+        specs = _activation_specs(attrs, per, num_dir, AttrError)
+        codes = tuple(list(_ACTIVATIONS).index(n) for n, _, _ in specs)
+        return [kind, dtype_code(x.dtype), x, w, r, b, lens, dtype_code(lens.dtype), h0, c0, p, y, y_h, y_c,
+                (seq, batch, size, hidden, num_dir),
+                (attrs.direction == "reverse", attrs.layout, has_b, has_lens, has_h0, has_c0, has_p,
+                 bool(getattr(attrs, "input_forget", False)), bool(getattr(attrs, "linear_before_reset", False)),
+                 attrs.clip is not None),
+                _double_bits(attrs.clip if attrs.clip is not None else 0.0), codes,
+                tuple(_double_bits(a) for _, a, _ in specs), tuple(_double_bits(b) for _, _, b in specs)], requires
+
+    return arguments
+
+
+def _count_text(count) -> str:
+    return str(count.value) if isinstance(count, Const) else "the layer's"
+
+
 def _rnn_def(name, kernel, num_inputs, num_states, extra_attrs=()):
     def rel(types, attrs, consts=None):
         x = expect_tensor(name, types[0], "X")
@@ -1885,7 +1452,13 @@ def _rnn_def(name, kernel, num_inputs, num_states, extra_attrs=()):
             AttrDef("clip", None, to_float), AttrDef("layout", 0, to_int),
         ) + tuple(extra_attrs),
         shape_func=lambda attrs, args: _rnn_shapes(name, attrs, concrete(args[0]), concrete(args[1]), num_states),
-        doc=f"ONNX {name[3:].upper()} layer: returns (Y, final states); empty tensors stand for omitted inputs.",
+        library=LibraryKernel("tv_recurrent", "recurrent.c", _rnn_arguments(name)),
+        doc=f"ONNX {name[3:].upper()} layer: returns (Y, final states); empty tensors stand for omitted inputs. "
+            "On target c a named C library call (codegen/lib/recurrent.c) runs the whole layer in double, like "
+            "the NumPy kernel: the ONNX importer emits this op only when it cannot build the layer as an IR "
+            "loop (W's number of directions unknown at import), so the op must cover every ONNX option and "
+            "dtype by itself, which one hand-written function does without a Legalize that would rebuild "
+            "the importer's loop from types known only later.",
     )
 
 
@@ -2292,27 +1865,4 @@ define(
     shape_logic=sl.traceable(lambda op, attrs, shapes, err: tuple(shapes[0])), compute=_rotary_compute,
     doc="ONNX RotaryEmbedding(input, cos_cache, sin_cache, position_ids); an empty position_ids means the "
         "caches are already (batch, seq, dim/2).",
-)
-
-
-# ---------------------------------------------------------------------------------------------------
-# onnx.dropout: Dropout whose training mode is decided at run time
-
-
-def _dropout_kernel(attrs, x, ratio, training):
-    x = np.asarray(x)
-    if bool(np.asarray(training).reshape(-1)[0]) and float(np.asarray(ratio).reshape(-1)[0]) != 0.0:
-        raise ExecutionError("onnx.dropout: training-mode dropout with a nonzero ratio draws random masks, "
-                             "which tensorvm does not implement")
-    return x.copy(), np.ones(x.shape, dtype=bool)
-
-
-define(
-    "onnx.dropout", 3,
-    lambda types, attrs, consts=None: TupleType((expect_tensor("onnx.dropout", types[0], "data"),
-                                                 TensorType(types[0].shape, "bool"))),
-    _dropout_kernel, OpPattern.OPAQUE,
-    shape_logic=sl.traceable(lambda op, attrs, shapes, err: [tuple(shapes[0]), tuple(shapes[0])]),
-    doc="onnx.dropout(data, ratio, training_mode) -> (output, mask): the identity unless training with a "
-        "nonzero ratio, which is an ExecutionError (random).",
 )

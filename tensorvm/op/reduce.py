@@ -16,6 +16,16 @@ import numpy as np
 
 from ..errors import ExecutionError, ShapeError, TypeInferenceError
 from ..ir.types import TensorType
+from ..te import expr as E
+from ..te import intrin as M
+from ..te.expr import cast, const, dtype_kind, select
+from ..te.tensor import Tensor, compute, reduce_axis
+from ..te.tensor import argmax as te_argmax
+from ..te.tensor import argmin as te_argmin
+from ..te.tensor import max as te_max
+from ..te.tensor import min as te_min
+from ..te.tensor import prod as te_prod
+from ..te.tensor import sum as te_sum
 from ._common import (
     ALL_DTYPES,
     FLOAT_DTYPES,
@@ -29,6 +39,7 @@ from ._common import (
     to_axes,
     to_bool,
 )
+from ._compute import acc_float, broadcast_read, broadcast_shape, output_dtype, product
 from .registry import AttrDef, OpDef, OpPattern
 from .shape_logic import Sym, dim_or, require, traceable
 
@@ -64,8 +75,9 @@ def _kernel_axes(name: str, x: np.ndarray, attrs) -> tuple:
 
 
 def _register_reduce(name: str, fn, allowed: tuple, out_dtype: str | None = None, needs_identity: bool = False,
-                     doc: str = "", extra_attrs: tuple = ()):
-    """``fn(x, axes, keepdims, attrs)`` computes the reduction of ``x`` over the tuple ``axes``."""
+                     doc: str = "", extra_attrs: tuple = (), compute=None):
+    """``fn(x, axes, keepdims, attrs)`` computes the reduction of ``x`` over the tuple ``axes``; ``compute`` is
+    the op's tensor-expression compute."""
 
     def rel(types, attrs, consts=None):
         data = expect_tensor(name, types[0], "data")
@@ -83,7 +95,7 @@ def _register_reduce(name: str, fn, allowed: tuple, out_dtype: str | None = None
 
     register_checked(OpDef(
         name=name, num_inputs=1, type_rel=rel, kernel=kernel, pattern=OpPattern.COMM_REDUCE,
-        attrs=REDUCE_ATTRS + extra_attrs, shape_logic=_reduce_logic(needs_identity),
+        attrs=REDUCE_ATTRS + extra_attrs, shape_logic=_reduce_logic(needs_identity), compute=compute,
         doc=doc or f"Reduce by {name} over the given axes.",
     ))
 
@@ -132,18 +144,134 @@ def _arg_reduce(select_max: bool):
     return fn
 
 
-_register_reduce("sum", lambda x, axes, k, a: np.sum(x, axis=axes, keepdims=k, dtype=x.dtype), NUMERIC_DTYPES)
-_register_reduce("prod", lambda x, axes, k, a: np.prod(x, axis=axes, keepdims=k, dtype=x.dtype), NUMERIC_DTYPES)
-_register_reduce("mean", _mean, NUMERIC_DTYPES,
+# ---- computes ------------------------------------------------------------------------------------
+
+
+class _Reduction:
+    """The axes of a reduction op and index helpers between the input, the kept dims and the output."""
+
+    def __init__(self, op: str, x: Tensor, attrs):
+        self.op, self.x = op, x
+        self.axes = reduce_axes(op, x.ndim, attrs.axis, attrs.exclude, TypeInferenceError)
+        self.keepdims = attrs.keepdims
+        self.kept = tuple(d for a, d in enumerate(x.shape) if a not in self.axes)
+        self.out_shape = tuple(const(1) if a in self.axes else d for a, d in enumerate(x.shape)) \
+            if self.keepdims else self.kept
+        self.count = product(x.shape[a] for a in self.axes)
+
+    def raxes(self, tag: str = "r"):
+        return [reduce_axis(self.x.shape[a], f"{tag}{a}") for a in self.axes]
+
+    def full_index(self, kept_index, raxes) -> tuple:
+        it, rit = iter(kept_index), iter(raxes)
+        return tuple(next(rit).var if a in self.axes else next(it) for a in range(self.x.ndim))
+
+    def kept_index(self, out_index) -> tuple:
+        if not self.keepdims:
+            return tuple(out_index)
+        return tuple(i for a, i in enumerate(out_index) if a not in self.axes)
+
+    def nonempty(self) -> list:
+        return [(self.x.shape[a] > 0, f"{self.op}: cannot reduce an empty axis {a}; {self.op} has no identity")
+                for a in self.axes]
+
+    def reduce(self, make, name: str, requires=()):
+        """A compute over the kept dims: ``make(read, raxes)`` with ``read(full_index)`` reading x."""
+        raxes = self.raxes()
+
+        def f(*kept):
+            return make(self.full_index(kept, raxes), raxes)
+
+        return compute(self.kept, f, name, requires)
+
+    def output(self, kept_tensor: Tensor, fn, name: str):
+        return compute(self.out_shape, lambda *i: fn(kept_tensor[self.kept_index(i)]), name)
+
+
+def _simple_reduction_compute(name: str, reducer, needs_identity: bool = False):
+    def compute_fn(attrs, inputs, out_type):
+        x = inputs[0]
+        red = _Reduction(name, x, attrs)
+        dtype = output_dtype(out_type)
+        if not red.keepdims:
+            return [red.reduce(lambda idx, raxes: reducer(x[idx], raxes), name,
+                               red.nonempty() if needs_identity else ())]
+        kept = red.reduce(lambda idx, raxes: reducer(x[idx], raxes), f"{name}_kept",
+                          red.nonempty() if needs_identity else ())
+        return [red.output(kept, lambda v: cast(v, dtype), name)]
+
+    compute_fn.__name__ = name
+    return compute_fn
+
+
+def _mean_of(red: _Reduction, x: Tensor, name: str):
+    """The mean over the kept dims: float sums in the float accumulation dtype, integer sums exact."""
+    if dtype_kind(x.dtype) == "f":
+        acc = acc_float(x.dtype)
+        total = red.reduce(lambda idx, raxes: te_sum(cast(x[idx], acc), raxes), f"{name}_sum")
+        return total, lambda v: v / cast(red.count, acc)
+    acc = "uint64" if dtype_kind(x.dtype) == "u" else "int64"
+    total = red.reduce(lambda idx, raxes: te_sum(cast(x[idx], acc), raxes), f"{name}_sum")
+    return total, lambda v: E.truncdiv(v, cast(red.count, acc))
+
+
+def _mean_compute(attrs, inputs, out_type):
+    x = inputs[0]
+    red = _Reduction("mean", x, attrs)
+    total, finish = _mean_of(red, x, "mean")
+    return [red.output(total, lambda v: cast(finish(v), x.dtype), "mean")]
+
+
+def _logsumexp_compute(attrs, inputs, out_type):
+    x = inputs[0]
+    red = _Reduction("logsumexp", x, attrs)
+    peak = red.reduce(lambda idx, raxes: te_max(x[idx], raxes), "lse_max")
+    # All -inf (or an inf) rows are not shifted, as in the NumPy kernel.
+    shift = compute(red.kept, lambda *i: select(M.isfinite(peak[i]), peak[i], const(0, x.dtype)), "lse_shift")
+    raxes = red.raxes("s")
+
+    def exp_sum(*kept):
+        return te_sum(M.exp(x[red.full_index(kept, raxes)] - shift[kept]), raxes)
+
+    summed = compute(red.kept, exp_sum, "lse_sum")
+    result = compute(red.kept, lambda *i: M.log(cast(summed[i], x.dtype)) + shift[i], "lse")
+    return [red.output(result, lambda v: v, "logsumexp")]
+
+
+def _arg_reduction_compute(name: str, reducer):
+    def compute_fn(attrs, inputs, out_type):
+        x = inputs[0]
+        red = _Reduction(name, x, attrs)
+        raxes = red.raxes()
+        index, _ = compute(red.kept, lambda *kept: reducer(x[red.full_index(kept, raxes)], raxes,
+                                                          select_last=attrs.select_last_index),
+                           f"{name}_pair", red.nonempty())
+        return [red.output(index, lambda v: cast(v, output_dtype(out_type)), name)]
+
+    compute_fn.__name__ = name
+    return compute_fn
+
+
+_register_reduce("sum", lambda x, axes, k, a: np.sum(x, axis=axes, keepdims=k, dtype=x.dtype), NUMERIC_DTYPES,
+                 compute=_simple_reduction_compute("sum", lambda v, axes: te_sum(v, axes)))
+_register_reduce("prod", lambda x, axes, k, a: np.prod(x, axis=axes, keepdims=k, dtype=x.dtype), NUMERIC_DTYPES,
+                 compute=_simple_reduction_compute("prod", lambda v, axes: te_prod(v, axes)))
+_register_reduce("mean", _mean, NUMERIC_DTYPES, compute=_mean_compute,
                  doc="Arithmetic mean; for integers the quotient is truncated toward zero.")
-_register_reduce("max", lambda x, axes, k, a: np.max(x, axis=axes, keepdims=k), ALL_DTYPES, needs_identity=True)
-_register_reduce("min", lambda x, axes, k, a: np.min(x, axis=axes, keepdims=k), ALL_DTYPES, needs_identity=True)
-_register_reduce("all", lambda x, axes, k, a: np.all(x, axis=axes, keepdims=k), ("bool",))
-_register_reduce("any", lambda x, axes, k, a: np.any(x, axis=axes, keepdims=k), ("bool",))
-_register_reduce("logsumexp", _logsumexp, FLOAT_DTYPES, doc="log(sum(exp(x))), computed without overflow.")
-for _name, _select_max in [("argmax", True), ("argmin", False)]:
+_register_reduce("max", lambda x, axes, k, a: np.max(x, axis=axes, keepdims=k), ALL_DTYPES, needs_identity=True,
+                 compute=_simple_reduction_compute("max", lambda v, axes: te_max(v, axes), needs_identity=True))
+_register_reduce("min", lambda x, axes, k, a: np.min(x, axis=axes, keepdims=k), ALL_DTYPES, needs_identity=True,
+                 compute=_simple_reduction_compute("min", lambda v, axes: te_min(v, axes), needs_identity=True))
+_register_reduce("all", lambda x, axes, k, a: np.all(x, axis=axes, keepdims=k), ("bool",),
+                 compute=_simple_reduction_compute("all", lambda v, axes: te_min(v, axes)))
+_register_reduce("any", lambda x, axes, k, a: np.any(x, axis=axes, keepdims=k), ("bool",),
+                 compute=_simple_reduction_compute("any", lambda v, axes: te_max(v, axes)))
+_register_reduce("logsumexp", _logsumexp, FLOAT_DTYPES, doc="log(sum(exp(x))), computed without overflow.",
+                 compute=_logsumexp_compute)
+for _name, _select_max, _te_reducer in [("argmax", True, te_argmax), ("argmin", False, te_argmin)]:
     _register_reduce(
         _name, _arg_reduce(_select_max), ALL_DTYPES, "int32", needs_identity=True,
+        compute=_arg_reduction_compute(_name, _te_reducer),
         extra_attrs=(AttrDef("select_last_index", False, to_bool, "on ties, return the last index"),),
         doc=f"Index (int32) of the {_name[3:]}imum; several axes index them in row-major order.",
     )
@@ -211,10 +339,49 @@ def _moment_kernel(name: str, take_sqrt: bool):
     return kernel
 
 
+def _moment_compute(name: str, take_sqrt: bool):
+    def compute_fn(attrs, inputs, out_type):
+        x = inputs[0]
+        red = _Reduction(name, x, attrs)
+        if len(inputs) == 2:
+            given = inputs[1]
+            _, requires = broadcast_shape(name, x.shape, given.shape)
+
+            def mean_at(idx):
+                return broadcast_read(given, idx, x.shape)
+        else:
+            total, finish = _mean_of(red, x, f"{name}_mean")
+            m = compute(red.kept, lambda *i: cast(finish(total[i]), x.dtype), f"{name}_mean", ())
+            requires = ()
+
+            def mean_at(idx):
+                return m[tuple(i for a, i in enumerate(idx) if a not in red.axes)]
+
+        raxes = red.raxes("v")
+
+        def squares(*kept):
+            idx = red.full_index(kept, raxes)
+            deviation = x[idx] - mean_at(idx)
+            return te_sum(deviation * deviation, raxes)
+
+        summed = compute(red.kept, squares, f"{name}_sq", requires)
+        divisor = cast(E.maximum(red.count - int(attrs.unbiased), 0), x.dtype)
+
+        def finish_value(v):
+            value = cast(v, x.dtype) / divisor
+            return M.sqrt(value) if take_sqrt else value
+
+        return [red.output(summed, finish_value, name)]
+
+    compute_fn.__name__ = name
+    return compute_fn
+
+
 for _name, _sqrt in [("variance", False), ("std", True)]:
     register_checked(OpDef(
         name=_name, num_inputs=-1, type_rel=_moment_rel(_name), kernel=_moment_kernel(_name, _sqrt),
         pattern=OpPattern.COMM_REDUCE, attrs=MOMENT_ATTRS, shape_logic=_moment_logic,
+        compute=_moment_compute(_name, _sqrt),
         doc=f"{_name}(data[, mean]): mean((data - mean)^2){' under a square root' if _sqrt else ''}; "
             "the mean is computed (keepdims) when not given; unbiased divides by N - 1.",
     ))

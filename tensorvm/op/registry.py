@@ -18,17 +18,25 @@ An op definition states:
   C shape functions of target c, ``tensorvm.vm.shape_c``); see docs/shape_logic.md;
 * ``pattern``: the fusion pattern;
 * ``kernel(attrs, *arrays)``: the NumPy reference kernel, returning an array or a tuple of arrays;
-* ``compute`` and ``strategy``: the tensor-expression compute and implementation strategy (filled in
-  by the code generator's issue);
+* ``compute``: the tensor-expression compute (``compute(attrs, inputs, out_type) -> [te.Tensor]``, helpers
+  in ``tensorvm.op._compute``), and ``strategy``: the implementation strategy of the code generator
+  (``tensorvm.codegen.strategy``, imported inside the strategy function). Both are given where the op
+  is defined, so an op is complete once its module is imported;
 * ``library``: for an op a tensor expression cannot state (sorting, scans, data-dependent scatters),
   a ``LibraryKernel``: the hand-written C function (``tensorvm/codegen/lib/*.c``) the op's kernel
   calls on target c;
 * ``legalize(attrs, args) -> Expr``: what a call of the op becomes before the VM compiles it (the
-  ``Legalize`` pass), for an op better run as several (``unique``: a sort, then one counting pass).
+  ``Legalize`` pass), for an op better run as several (``unique``: a sort, then one counting pass);
+* ``kind``: ``"kernel"`` (an op computed by a kernel: it needs a compute or a library kernel) or
+  ``"dialect"`` (an op of the compiler's own dialect, ``memory.*`` and ``vm.*``: lowered by the compiler
+  into VM instructions, never a kernel, so it has neither).
+
+``docs/ops.md`` describes how an op is declared; ``tensorvm ops`` reports which parts each op has.
 """
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import IntEnum
@@ -38,7 +46,7 @@ from ..ir.attrs import Attrs
 from ..ir.expr import Call, Expr, Op
 
 __all__ = [
-    "OpPattern", "AttrDef", "REQUIRED", "OpDef", "register_op", "get_op", "op_names", "is_registered",
+    "OpPattern", "AttrDef", "REQUIRED", "OpDef", "OP_KINDS", "register_op", "get_op", "op_names", "is_registered",
     "make_call", "LibraryKernel",
 ]
 
@@ -53,6 +61,9 @@ class OpPattern(IntEnum):
     OUT_ELEMWISE_FUSABLE = 4
     TUPLE = 7
     OPAQUE = 8
+
+
+OP_KINDS = ("kernel", "dialect")
 
 
 class _Required:
@@ -113,9 +124,13 @@ class OpDef:
     library: LibraryKernel | None = None
     legalize: Callable | None = None
     doc: str = ""
+    kind: str = "kernel"  # "kernel" or "dialect" (see the module docstring)
+    defined_in: str = ""  # the module that registered the op (set by register_op)
     _attr_cache: dict = field(default_factory=dict, repr=False)
 
     def __post_init__(self):
+        if self.kind not in OP_KINDS:
+            raise ValueError(f"op {self.name}: kind must be one of {', '.join(OP_KINDS)}, got {self.kind!r}")
         self.attrs = tuple(self.attrs)
         if self.shape_logic is not None and getattr(self.shape_logic, "traceable", False):
             self.shape_logic_traceable = True
@@ -176,8 +191,21 @@ _REGISTRY: dict[str, OpDef] = {}
 def register_op(opdef: OpDef) -> OpDef:
     if opdef.name in _REGISTRY:
         raise ValueError(f"op {opdef.name} is already registered")
+    if not opdef.defined_in:
+        opdef.defined_in = _defining_module()
     _REGISTRY[opdef.name] = opdef
     return opdef
+
+
+def _defining_module() -> str:
+    """The op module whose import registers the op (through helpers such as ``define``), else the
+    module that called ``register_op`` (an op registered at run time, e.g. by a test)."""
+    frame = sys._getframe(2)
+    caller = frame.f_globals.get("__name__", "")
+    while frame is not None and frame.f_code.co_name != "<module>":
+        frame = frame.f_back
+    module = frame.f_globals.get("__name__", "") if frame is not None else ""
+    return module if module.startswith("tensorvm.") else caller
 
 
 def get_op(name: str | Op) -> OpDef:

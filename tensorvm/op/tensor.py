@@ -14,8 +14,12 @@ import math
 
 import numpy as np
 
-from ..errors import AttrError, ExecutionError
+from ..errors import AttrError, ExecutionError, TypeInferenceError
 from ..ir.types import TensorType
+from ..te import expr as E
+from ..te import intrin as M
+from ..te.expr import PrimExpr, cast, const, dtype_kind, eq, ne, select
+from ..te.tensor import compute
 from ._common import (
     ALL_DTYPES,
     FLOAT_DTYPES,
@@ -35,14 +39,31 @@ from ._common import (
     to_dtype,
     to_float,
 )
+from ._compute import broadcast_read, broadcast_shape, float_math, kernel_name, output_dtype, unary_compute
 from .registry import REQUIRED, AttrDef, OpDef, OpPattern
 
 BOOL = ("bool",)
 INT_OR_BOOL = ("bool",) + INT_DTYPES
 
 
-def _binary(name: str, fn, allowed: tuple = NUMERIC_DTYPES, out_dtype: str | None = None, doc: str = ""):
-    """Register a broadcasting binary op computing ``fn(a, b)`` (NumPy semantics unless ``fn`` says otherwise)."""
+def _binary_compute(name: str, fn):
+    """The compute of a broadcasting binary op whose output element is ``fn(a, b)`` (te expressions)."""
+
+    def compute_fn(attrs, inputs, out_type):
+        a, b = inputs
+        shape, requires = broadcast_shape(name, a.shape, b.shape)
+        dtype = output_dtype(out_type)
+        return [compute(shape, lambda *i: cast(fn(broadcast_read(a, i, shape), broadcast_read(b, i, shape)), dtype),
+                        kernel_name(name), requires)]
+
+    compute_fn.__name__ = kernel_name(name)
+    return compute_fn
+
+
+def _binary(name: str, fn, allowed: tuple = NUMERIC_DTYPES, out_dtype: str | None = None, doc: str = "", *,
+            element):
+    """Register a broadcasting binary op computing ``fn(a, b)`` (NumPy semantics unless ``fn`` says otherwise);
+    its compute's output element is ``element(a, b)`` over te expressions."""
 
     def kernel(attrs, a, b):
         check_kernel_dtype(name, (a, b), allowed)
@@ -54,11 +75,14 @@ def _binary(name: str, fn, allowed: tuple = NUMERIC_DTYPES, out_dtype: str | Non
     register_checked(OpDef(
         name=name, num_inputs=2, type_rel=broadcast_rel_checked(name, allowed, out_dtype), kernel=kernel,
         pattern=OpPattern.BROADCAST, shape_func=broadcast_shape_func_for(name),
-        doc=doc or f"Elementwise {name} with NumPy broadcasting.",
+        compute=_binary_compute(name, element), doc=doc or f"Elementwise {name} with NumPy broadcasting.",
     ))
 
 
-def _unary(name: str, fn, allowed: tuple = NUMERIC_DTYPES, out_dtype: str | None = None, doc: str = ""):
+def _unary(name: str, fn, allowed: tuple = NUMERIC_DTYPES, out_dtype: str | None = None, doc: str = "", *,
+           element):
+    """Register an elementwise op computing ``fn(x)``; its compute's output element is ``element(x, attrs)``."""
+
     def kernel(attrs, x):
         check_kernel_dtype(name, (x,), allowed)
         with np.errstate(all="ignore"):
@@ -67,7 +91,8 @@ def _unary(name: str, fn, allowed: tuple = NUMERIC_DTYPES, out_dtype: str | None
 
     register_checked(OpDef(
         name=name, num_inputs=1, type_rel=elemwise_rel(name, allowed, out_dtype), kernel=kernel,
-        pattern=OpPattern.ELEMWISE, shape_func=identity_shape_func, doc=doc or f"Elementwise {name}.",
+        pattern=OpPattern.ELEMWISE, shape_func=identity_shape_func, compute=unary_compute(name, element),
+        doc=doc or f"Elementwise {name}.",
     ))
 
 
@@ -117,37 +142,46 @@ def _power(a, b, out_shape):
 
 # ---- binary arithmetic ----------------------------------------------------------------------------
 
-_binary("add", _ignore_shape(np.add))
-_binary("subtract", _ignore_shape(np.subtract))
-_binary("multiply", _ignore_shape(np.multiply))
-_binary("divide", _division("divide", np.true_divide, _trunc_divide_int),
+
+def _te_divide(a, b):
+    return E.true_divide(a, b) if dtype_kind(a.dtype) == "f" else E.truncdiv(a, b)
+
+
+_binary("add", _ignore_shape(np.add), element=lambda a, b: a + b)
+_binary("subtract", _ignore_shape(np.subtract), element=lambda a, b: a - b)
+_binary("multiply", _ignore_shape(np.multiply), element=lambda a, b: a * b)
+_binary("divide", _division("divide", np.true_divide, _trunc_divide_int), element=_te_divide,
         doc="Elementwise division; integers truncate toward zero (C semantics).")
-_binary("floor_divide", _division("floor_divide", np.floor_divide, np.floor_divide),
+_binary("floor_divide", _division("floor_divide", np.floor_divide, np.floor_divide), element=E.floordiv,
         doc="Elementwise division rounded toward negative infinity.")
-_binary("mod", _division("mod", np.fmod, np.fmod),
+_binary("mod", _division("mod", np.fmod, np.fmod), element=E.truncmod,
         doc="Truncated remainder (C fmod / %): the result has the sign of the dividend.")
-_binary("floor_mod", _division("floor_mod", np.mod, np.mod),
+_binary("floor_mod", _division("floor_mod", np.mod, np.mod), element=E.floormod,
         doc="Floored remainder: the result has the sign of the divisor.")
-_binary("power", _power,
+_binary("power", _power, element=E.power,
         doc="Elementwise power; an integer base to a negative power truncates toward zero like 1 / a**n.")
-_binary("maximum", _ignore_shape(np.maximum), ALL_DTYPES)
-_binary("minimum", _ignore_shape(np.minimum), ALL_DTYPES)
+_binary("maximum", _ignore_shape(np.maximum), ALL_DTYPES, element=E.maximum)
+_binary("minimum", _ignore_shape(np.minimum), ALL_DTYPES, element=E.minimum)
 
 # ---- comparisons, logic, bits ---------------------------------------------------------------------
 
-for _name, _fn in [("equal", np.equal), ("not_equal", np.not_equal), ("less", np.less),
-                   ("less_equal", np.less_equal), ("greater", np.greater), ("greater_equal", np.greater_equal)]:
-    _binary(_name, _ignore_shape(_fn), ALL_DTYPES, "bool", doc=f"Elementwise {_name}; the result is bool.")
+for _name, _fn, _element in [("equal", np.equal, eq), ("not_equal", np.not_equal, ne),
+                             ("less", np.less, lambda a, b: a < b),
+                             ("less_equal", np.less_equal, lambda a, b: a <= b),
+                             ("greater", np.greater, lambda a, b: a > b),
+                             ("greater_equal", np.greater_equal, lambda a, b: a >= b)]:
+    _binary(_name, _ignore_shape(_fn), ALL_DTYPES, "bool", doc=f"Elementwise {_name}; the result is bool.",
+            element=_element)
 
-_binary("logical_and", _ignore_shape(np.logical_and), BOOL)
-_binary("logical_or", _ignore_shape(np.logical_or), BOOL)
-_binary("logical_xor", _ignore_shape(np.logical_xor), BOOL)
-_binary("bitwise_and", _ignore_shape(np.bitwise_and), INT_OR_BOOL)
-_binary("bitwise_or", _ignore_shape(np.bitwise_or), INT_OR_BOOL)
-_binary("bitwise_xor", _ignore_shape(np.bitwise_xor), INT_OR_BOOL)
-_binary("left_shift", _ignore_shape(np.left_shift), INT_DTYPES,
+_binary("logical_and", _ignore_shape(np.logical_and), BOOL, element=E.logical_and)
+_binary("logical_or", _ignore_shape(np.logical_or), BOOL, element=E.logical_or)
+_binary("logical_xor", _ignore_shape(np.logical_xor), BOOL, element=E.logical_xor)
+_binary("bitwise_and", _ignore_shape(np.bitwise_and), INT_OR_BOOL, element=E.bitwise_and)
+_binary("bitwise_or", _ignore_shape(np.bitwise_or), INT_OR_BOOL, element=E.bitwise_or)
+_binary("bitwise_xor", _ignore_shape(np.bitwise_xor), INT_OR_BOOL, element=E.bitwise_xor)
+_binary("left_shift", _ignore_shape(np.left_shift), INT_DTYPES, element=E.left_shift,
         doc="Elementwise a << b (wrapping); a shift count outside [0, bits) gives 0.")
-_binary("right_shift", _ignore_shape(np.right_shift), INT_DTYPES,
+_binary("right_shift", _ignore_shape(np.right_shift), INT_DTYPES, element=E.right_shift,
         doc="Elementwise arithmetic a >> b; a shift count outside [0, bits) gives 0 or -1.")
 
 # ---- unary ----------------------------------------------------------------------------------------
@@ -164,23 +198,26 @@ def _integer_identity(fn):
     return lambda x: x.copy() if x.dtype.kind in "iub" else fn(x)
 
 
-_unary("negative", np.negative)
-_unary("abs", np.abs)
-_unary("sign", np.sign)
-_unary("floor", _integer_identity(np.floor))
-_unary("ceil", _integer_identity(np.ceil))
-_unary("round", _integer_identity(np.round), doc="Round half to even (like NumPy and IEEE rint).")
-_unary("trunc", _integer_identity(np.trunc))
-for _name, _fn in [("exp", np.exp), ("log", np.log), ("log2", np.log2), ("log10", np.log10),
-                   ("sqrt", np.sqrt), ("rsqrt", lambda x: 1 / np.sqrt(x)), ("tanh", np.tanh),
-                   ("sigmoid", _sigmoid), ("erf", erf),
-                   ("sin", np.sin), ("cos", np.cos), ("tan", np.tan)]:
-    _unary(_name, _fn, FLOAT_DTYPES)
-_unary("isnan", np.isnan, NUMERIC_DTYPES, "bool")
-_unary("isinf", np.isinf, NUMERIC_DTYPES, "bool")
-_unary("isfinite", np.isfinite, NUMERIC_DTYPES, "bool")
-_unary("logical_not", np.logical_not, BOOL)
-_unary("bitwise_not", np.invert, INT_OR_BOOL)
+_unary("negative", np.negative, element=lambda x, a: -x)
+_unary("abs", np.abs, element=lambda x, a: M.abs(x))
+_unary("sign", np.sign, element=lambda x, a: M.sign(x))
+_unary("floor", _integer_identity(np.floor), element=lambda x, a: M.floor(x))
+_unary("ceil", _integer_identity(np.ceil), element=lambda x, a: M.ceil(x))
+_unary("round", _integer_identity(np.round), doc="Round half to even (like NumPy and IEEE rint).",
+       element=lambda x, a: M.round(x))
+_unary("trunc", _integer_identity(np.trunc), element=lambda x, a: M.trunc(x))
+for _name, _fn, _element in [("exp", np.exp, M.exp), ("log", np.log, M.log), ("log2", np.log2, M.log2),
+                             ("log10", np.log10, M.log10), ("sqrt", np.sqrt, M.sqrt),
+                             ("rsqrt", lambda x: 1 / np.sqrt(x), M.rsqrt), ("tanh", np.tanh, M.tanh),
+                             ("sigmoid", _sigmoid, M.sigmoid), ("sin", np.sin, M.sin), ("cos", np.cos, M.cos),
+                             ("tan", np.tan, M.tan)]:
+    _unary(_name, _fn, FLOAT_DTYPES, element=lambda x, a, f=_element: f(x))
+_unary("erf", erf, FLOAT_DTYPES, element=float_math(lambda x, a: M.erf(x)))
+_unary("isnan", np.isnan, NUMERIC_DTYPES, "bool", element=lambda x, a: M.isnan(x))
+_unary("isinf", np.isinf, NUMERIC_DTYPES, "bool", element=lambda x, a: M.isinf(x))
+_unary("isfinite", np.isfinite, NUMERIC_DTYPES, "bool", element=lambda x, a: M.isfinite(x))
+_unary("logical_not", np.logical_not, BOOL, element=lambda x, a: E.logical_not(x))
+_unary("bitwise_not", np.invert, INT_OR_BOOL, element=lambda x, a: E.bitwise_not(x))
 
 # ---- where ----------------------------------------------------------------------------------------
 
@@ -198,9 +235,21 @@ def _where_kernel(attrs, cond, x, y):
     return np.asarray(np.where(cond.astype(bool, copy=False), x, y), dtype=x.dtype)
 
 
+def _where_compute(attrs, inputs, out_type):
+    c, x, y = inputs
+    shape, requires = broadcast_shape("where", c.shape, x.shape, y.shape)
+
+    def f(*i):
+        cond = broadcast_read(c, i, shape)
+        cond = cond if cond.dtype == "bool" else cast(cond, "bool")
+        return select(cond, broadcast_read(x, i, shape), broadcast_read(y, i, shape))
+
+    return [compute(shape, f, "where", requires)]
+
+
 register_checked(OpDef(
     name="where", num_inputs=3, type_rel=_where_rel, kernel=_where_kernel, pattern=OpPattern.BROADCAST,
-    shape_func=broadcast_shape_func_for("where"),
+    shape_func=broadcast_shape_func_for("where"), compute=_where_compute,
     doc="where(condition, x, y): x where condition is nonzero, else y; all three broadcast.",
 ))
 
@@ -237,8 +286,25 @@ def _clip_kernel(attrs, x):
     return np.asarray(np.clip(x, lo, hi), dtype=x.dtype)
 
 
+def _te_bound(value: float, dtype: str) -> PrimExpr:
+    """A clip bound as a value of ``dtype``: integers truncate it and saturate (like the NumPy kernel)."""
+    if dtype_kind(dtype) == "f":
+        return const(value, dtype)
+    lo, hi = E.min_value(dtype), E.max_value(dtype)
+    return const(lo if value <= lo else hi if value >= hi else math.trunc(value), dtype)
+
+
+def _clip_compute(attrs, inputs, out_type):
+    x = inputs[0]
+    if attrs.a_min > attrs.a_max:
+        raise TypeInferenceError(f"clip: a_min ({attrs.a_min}) must not exceed a_max ({attrs.a_max})")
+    lo, hi = _te_bound(attrs.a_min, x.dtype), _te_bound(attrs.a_max, x.dtype)
+    return [compute(x.shape, lambda *i: E.minimum(E.maximum(x[i], lo), hi), "clip")]
+
+
 register_checked(OpDef(
     name="clip", num_inputs=1, type_rel=_clip_rel, kernel=_clip_kernel, pattern=OpPattern.ELEMWISE,
+    compute=_clip_compute,
     attrs=(AttrDef("a_min", REQUIRED, to_float, "lower bound"), AttrDef("a_max", REQUIRED, to_float, "upper bound")),
     shape_func=identity_shape_func,
     doc="Clamp every element into [a_min, a_max]; for integers the bounds truncate, and saturate at the "
@@ -265,13 +331,21 @@ def _cast_like_rel(types, attrs, consts=None):
 
 
 register_checked(OpDef(
-    name="cast", num_inputs=1,
+    name="cast", num_inputs=1, compute=unary_compute("cast", lambda x, a: x),  # (the compute's final cast)
     type_rel=lambda types, attrs, consts=None: TensorType(expect_tensor("cast", types[0]).shape, attrs.dtype),
     kernel=_cast_kernel, pattern=OpPattern.ELEMWISE, attrs=(AttrDef("dtype", REQUIRED, to_dtype),),
     shape_func=identity_shape_func, doc="Convert to another dtype (C conversion rules).",
 ))
+
+
+def _cast_like_compute(attrs, inputs, out_type):
+    x = inputs[0]
+    dtype = output_dtype(out_type)
+    return [compute(x.shape, lambda *i: cast(x[i], dtype), "cast_like")]
+
+
 register_checked(OpDef(
     name="cast_like", num_inputs=2, type_rel=_cast_like_rel, kernel=_cast_like_kernel,
-    pattern=OpPattern.ELEMWISE, shape_func=identity_shape_func,
+    pattern=OpPattern.ELEMWISE, shape_func=identity_shape_func, compute=_cast_like_compute,
     doc="cast_like(data, dtype_like): cast data to the dtype of dtype_like.",
 ))

@@ -11,15 +11,31 @@ The first part of the module holds the attribute converters and dim arithmetic t
 
 from __future__ import annotations
 
+import builtins
 from collections import Counter
 
 import numpy as np
 
 from .. import te
-from ..errors import AttrError, ExecutionError, ShapeError, TypeInferenceError
+from ..errors import AttrError, ExecutionError, ShapeError, TypeInferenceError, UnsupportedError
 from ..ir.types import Any, SymDim, TensorType, TupleType, normalize_dtype
+from ..te import expr as E
+from ..te.expr import INDEX_DTYPE, Const, PrimExpr, cast, const, eq, ne, select
+from ..te.tensor import Tensor, compute
 from ._common import expect_tensor, logic_shape_func
-from ._library import dtype_code, product, same_dims
+from ._compute import (
+    axis_of,
+    broadcast_to_shape,
+    output_dims,
+    output_dtype,
+    product,
+    require_equal,
+    reshape_to,
+    same,
+    unary_compute,
+    unravel,
+)
+from ._library import dtype_code, same_dims
 from .registry import REQUIRED, AttrDef, LibraryKernel, OpDef, OpPattern, get_op, register_op
 from .shape_logic import (
     Sym,
@@ -464,10 +480,60 @@ def _reshape_logic(op, attrs, shapes, err):
     return reshape_dims(op, shapes[0], attrs.newshape, attrs.allowzero, err)
 
 
+def _te_reshape_dims(op: str, in_shape: tuple, newshape: tuple, allowzero: bool):
+    """Relay's reshape dims (0, -1, -2, -3, -4) over te dims, with run-time requirements."""
+    out, requires, infer_at, src, i = [], [], None, 0, 0
+    while i < len(newshape):
+        value = newshape[i]
+        if value > 0 or (value == 0 and allowzero):
+            out.append(const(value))
+            src += 1
+        elif value == 0:
+            out.append(in_shape[src])
+            src += 1
+        elif value == -1:
+            infer_at = len(out)
+            out.append(None)
+            src += 1
+        elif value == -2:
+            out.extend(in_shape[src:])
+            src = len(in_shape)
+        elif value == -3:
+            out.append(in_shape[src] * in_shape[src + 1])
+            src += 2
+        elif value == -4:
+            dim, d0, d1 = in_shape[src], newshape[i + 1], newshape[i + 2]
+            if d0 == -1:
+                d0 = E.floordiv(dim, d1)
+                requires.append((eq(E.floormod(dim, d1), 0), f"{op}: dim {dim!r} is not divisible by {d1}"))
+            elif d1 == -1:
+                d1 = E.floordiv(dim, d0)
+                requires.append((eq(E.floormod(dim, d0), 0), f"{op}: dim {dim!r} is not divisible by {d0}"))
+            out.extend([const(d0) if isinstance(d0, int) else d0, const(d1) if isinstance(d1, int) else d1])
+            src += 1
+            i += 2
+        else:
+            raise TypeInferenceError(f"{op}: invalid value {value} in newshape {newshape}")
+        i += 1
+    if infer_at is not None:
+        rest = product(d for k, d in enumerate(out) if k != infer_at)
+        total = product(in_shape)
+        requires.append((ne(rest, 0), f"{op}: cannot infer the -1 dimension: the other dims have no elements"))
+        out[infer_at] = E.floordiv(total, E.maximum(rest, 1))
+    return tuple(out), requires
+
+
+def _reshape_compute(attrs, inputs, out_type):
+    x = inputs[0]
+    shape, requires = _te_reshape_dims("reshape", x.shape, attrs.newshape, attrs.allowzero)
+    return [reshape_to("reshape", x, shape, requires)]
+
+
 define_shaped(
     "reshape", 1, _reshape_logic, lambda attrs, shape, x: x.reshape(shape), OpPattern.INJECTIVE,
     attrs=(AttrDef("newshape", REQUIRED, int_tuple(-4)), AttrDef("allowzero", False, to_bool)),
     doc="Reshape to ``newshape`` (with Relay's special values 0, -1, -2, -3, -4).",
+    compute=_reshape_compute,
 )
 
 
@@ -551,11 +617,20 @@ def _dyn_reshape_kernel(attrs, data, newshape):
     return np.asarray(data).reshape(shape)
 
 
+def _dyn_reshape_compute(name: str):
+    """The compute of a dyn reshape-like op: its output dims come from the output array."""
+    def compute_fn(attrs, inputs, out_type):
+        return [reshape_to(name, inputs[0], output_dims(name, out_type))]
+
+    return compute_fn
+
+
 define(
     "dyn.reshape", 2, _dyn_reshape_rel, _dyn_reshape_kernel, OpPattern.INJECTIVE,
     attrs=(AttrDef("allowzero", False, to_bool),), shape_logic=_dyn_reshape_logic, data_dependent=(False, True),
     doc="Reshape to a shape given as a run-time 1-D integer tensor (reshape's special values 0, -1, -2, -3, -4; "
         "the output's rank is the length of newshape).",
+    compute=_dyn_reshape_compute("dyn.reshape"),
 )
 
 
@@ -579,11 +654,22 @@ def _slice_bounds(op, begin, end, ndim, err, side):
     return b, e
 
 
+def _reshape_like_compute(attrs, inputs, out_type):
+    x, like = inputs
+    lhs_end = x.ndim if attrs.lhs_end is None else attrs.lhs_end
+    rhs_end = like.ndim if attrs.rhs_end is None else attrs.rhs_end
+    lb, le = attrs.lhs_begin % (x.ndim + 1), lhs_end % (x.ndim + 1) if lhs_end < 0 else lhs_end
+    rb, re_ = attrs.rhs_begin % (like.ndim + 1), rhs_end % (like.ndim + 1) if rhs_end < 0 else rhs_end
+    shape = tuple(x.shape[:lb]) + tuple(like.shape[rb:re_]) + tuple(x.shape[le:])
+    return [reshape_to("reshape_like", x, shape)]
+
+
 define_shaped(
     "reshape_like", 2, _reshape_like_logic, lambda attrs, shape, x, like: x.reshape(shape), OpPattern.INJECTIVE,
     attrs=(AttrDef("lhs_begin", 0, to_int), AttrDef("lhs_end", None, to_int),
            AttrDef("rhs_begin", 0, to_int), AttrDef("rhs_end", None, to_int)),
     doc="Reshape ``data`` to (part of) the shape of ``shape_like``.",
+    compute=_reshape_like_compute,
 )
 
 
@@ -607,11 +693,29 @@ def _transpose_logic(op, attrs, shapes, err):
     return tuple(shape[a] for a in transpose_axes(op, attrs, len(shape), err))
 
 
+def _transpose_compute(attrs, inputs, out_type):
+    x = inputs[0]
+    axes = tuple(range(x.ndim - 1, -1, -1)) if attrs.axes is None else \
+        tuple(axis_of("transpose", a, x.ndim) for a in attrs.axes)
+    if sorted(axes) != list(range(x.ndim)):
+        raise TypeInferenceError(f"transpose: axes {attrs.axes} are not a permutation of {x.ndim} dims")
+    shape = tuple(x.shape[a] for a in axes)
+
+    def f(*i):
+        index = [None] * x.ndim
+        for out_axis, in_axis in enumerate(axes):
+            index[in_axis] = i[out_axis]
+        return x[tuple(index)]
+
+    return [compute(shape, f, "transpose")]
+
+
 define_shaped(
     "transpose", 1, _transpose_logic,
     lambda attrs, shape, x: np.transpose(x, transpose_axes("transpose", attrs, x.ndim, ShapeError)),
     OpPattern.INJECTIVE, attrs=(AttrDef("axes", None, int_tuple()),),
     doc="Permute the dims (reverse them when ``axes`` is None).",
+    compute=_transpose_compute,
 )
 
 
@@ -625,10 +729,19 @@ def _expand_dims_logic(op, attrs, shapes, err):
     return tuple(shape[:axis]) + (1,) * attrs.num_newaxis + tuple(shape[axis:])
 
 
+def _expand_dims_compute(attrs, inputs, out_type):
+    x = inputs[0]
+    axis = attrs.axis % (x.ndim + 1)
+    n = attrs.num_newaxis
+    shape = tuple(x.shape[:axis]) + (const(1),) * n + tuple(x.shape[axis:])
+    return [compute(shape, lambda *i: x[tuple(i[:axis]) + tuple(i[axis + n:])], "expand_dims")]
+
+
 define_shaped(
     "expand_dims", 1, _expand_dims_logic, lambda attrs, shape, x: x.reshape(shape), OpPattern.BROADCAST,
     attrs=(AttrDef("axis", REQUIRED, to_int), AttrDef("num_newaxis", 1, lambda v: _nonneg(to_int(v)))),
     doc="Insert ``num_newaxis`` dims of size 1 at ``axis``.",
+    compute=_expand_dims_compute,
 )
 
 
@@ -658,10 +771,29 @@ def _squeeze_logic(op, attrs, shapes, err):
     return tuple(d for i, d in enumerate(shape) if i not in axes)
 
 
+def _squeeze_compute(attrs, inputs, out_type):
+    x = inputs[0]
+    if attrs.axis is None:
+        dropped = {a for a, d in enumerate(x.shape) if isinstance(d, Const) and d.value == 1}
+        if not all(isinstance(d, Const) for d in x.shape):
+            raise TypeInferenceError("squeeze: with axis=None every dim must be static")
+    else:
+        dropped = {axis_of("squeeze", a, x.ndim) for a in attrs.axis}
+    requires = [(eq(x.shape[a], 1), f"squeeze: dim {a} must be 1") for a in sorted(dropped)]
+    shape = tuple(d for a, d in enumerate(x.shape) if a not in dropped)
+
+    def f(*i):
+        it = iter(i)
+        return x[tuple(const(0) if a in dropped else next(it) for a in range(x.ndim))]
+
+    return [compute(shape, f, "squeeze", requires)]
+
+
 define_shaped(
     "squeeze", 1, _squeeze_logic, lambda attrs, shape, x: x.reshape(shape), OpPattern.INJECTIVE,
     attrs=(AttrDef("axis", None, int_tuple()),),
     doc="Remove dims of size 1 (the listed ``axis``, or all of them when None).",
+    compute=_squeeze_compute,
 )
 
 
@@ -714,10 +846,40 @@ def _concat_kernel(attrs, arrays):
     return np.concatenate(arrays, axis=attrs.axis)
 
 
+def _along_axis_select(tensors, offsets, axis: int, i: tuple, position):
+    """Read the piece of a concatenation that covers ``position`` along ``axis`` (lazy selects)."""
+    def read(t, offset):
+        index = list(i)
+        index[axis] = position - offset
+        return t[tuple(index)]
+
+    value = read(tensors[-1], offsets[-1])
+    for t, offset in zip(reversed(tensors[:-1]), reversed(offsets[:-1])):
+        value = select(position < offset + t.shape[axis], read(t, offset), value)
+    return value
+
+
+def _concatenate_compute(attrs, inputs, out_type):
+    tensors = list(inputs[0])
+    axis = axis_of("concatenate", attrs.axis, tensors[0].ndim)
+    requires, offsets, offset = [], [], const(0)
+    for k, t in enumerate(tensors):
+        offsets.append(offset)
+        offset = offset + t.shape[axis]
+        for d in range(t.ndim):
+            if d != axis:
+                requires += require_equal("concatenate", tensors[0].shape[d], t.shape[d],
+                                           f"dim {d} of field 0 and field {k}")
+    shape = tuple(offset if d == axis else tensors[0].shape[d] for d in range(tensors[0].ndim))
+    return [compute(shape, lambda *i: _along_axis_select(tensors, offsets, axis, i, i[axis]), "concatenate",
+                    requires)]
+
+
 define(
     "concatenate", 1, _concat_rel, _concat_kernel, OpPattern.INJECTIVE, attrs=(AttrDef("axis", 0, to_int),),
     shape_logic=traceable(lambda op, attrs, args, err: _concat_logic(op, attrs.axis, args[0], err)),
     doc="Join a tuple of tensors along ``axis``.",
+    compute=_concatenate_compute,
 )
 
 
@@ -748,10 +910,31 @@ def _stack_kernel(attrs, arrays):
     return np.stack(arrays, axis=attrs.axis)
 
 
+def _stack_compute(attrs, inputs, out_type):
+    tensors = list(inputs[0])
+    ndim = tensors[0].ndim
+    axis = attrs.axis % (ndim + 1)
+    requires = []
+    for k, t in enumerate(tensors[1:], 1):
+        for d in range(ndim):
+            requires += require_equal("stack", tensors[0].shape[d], t.shape[d], f"dim {d} of field 0 and field {k}")
+    shape = tuple(tensors[0].shape[:axis]) + (const(len(tensors)),) + tuple(tensors[0].shape[axis:])
+
+    def f(*i):
+        inner = tuple(i[:axis]) + tuple(i[axis + 1:])
+        value = tensors[-1][inner]
+        for k in range(len(tensors) - 2, -1, -1):
+            value = select(eq(i[axis], k), tensors[k][inner], value)
+        return value
+
+    return [compute(shape, f, "stack", requires)]
+
+
 define(
     "stack", 1, _stack_rel, _stack_kernel, OpPattern.INJECTIVE, attrs=(AttrDef("axis", 0, to_int),),
     shape_logic=traceable(lambda op, attrs, args, err: _stack_logic(op, attrs.axis, args[0], err)),
     doc="Stack a tuple of equally shaped tensors along a new ``axis``.",
+    compute=_stack_compute,
 )
 
 
@@ -803,11 +986,42 @@ def _split_kernel(attrs, data):
     return tuple(data[(slice(None),) * axis + (slice(a, b),)] for a, b in zip(starts, starts[1:], strict=False))
 
 
+def _split_compute(attrs, inputs, out_type):
+    x = inputs[0]
+    axis = axis_of("split", attrs.axis, x.ndim)
+    dim = x.shape[axis]
+    spec = attrs.indices_or_sections
+    requires = []
+    if isinstance(spec, int):
+        size = E.floordiv(dim, spec)
+        requires.append((eq(E.floormod(dim, spec), 0), f"split: dim {axis} is not divisible into {spec} sections"))
+        starts = [size * k for k in range(spec)]
+        sizes = [size] * spec
+    else:
+        bounds = (0,) + tuple(spec)
+        if spec:
+            requires.append((dim >= spec[-1], f"split: split index {spec[-1]} is beyond dim {axis}"))
+        starts = [const(b) for b in bounds]
+        sizes = [const(b - a) for a, b in zip(bounds, bounds[1:])] + [dim - bounds[-1]]
+    outputs = []
+    for k, (start, size) in enumerate(zip(starts, sizes)):
+        shape = tuple(size if d == axis else x.shape[d] for d in range(x.ndim))
+
+        def f(*i, start=start):
+            index = list(i)
+            index[axis] = i[axis] + start
+            return x[tuple(index)]
+
+        outputs.append(compute(shape, f, f"split{k}", requires if k == 0 else ()))
+    return outputs
+
+
 define(
     "split", 1, _split_rel, _split_kernel, OpPattern.INJECTIVE,
     attrs=(AttrDef("indices_or_sections", REQUIRED, _sections_or_indices), AttrDef("axis", 0, to_int)),
     shape_logic=traceable(_split_logic),
     doc="Split into a tuple: ``indices_or_sections`` is a number of equal sections or the split indices.",
+    compute=_split_compute,
 )
 
 
@@ -871,12 +1085,54 @@ def _check_indices_dtype(op: str, position: int):
     return check
 
 
+def _normalize_index(op: str, value: PrimExpr, size: PrimExpr, mode: str) -> PrimExpr:
+    value = cast(value, INDEX_DTYPE)
+    if mode == "clip":
+        return E.minimum(E.maximum(value, 0), size - 1)
+    if mode == "wrap":
+        return E.floormod(value, size)
+    return E.index_check(value, size)
+
+
+def _nonempty_source(op: str, size, indices: Tensor) -> list:
+    cond = E.logical_or(size > 0, eq(product(indices.shape), 0))
+    return [] if isinstance(cond, Const) and cond.value else [(cond, f"{op}: cannot take from a dimension of size 0")]
+
+
+def _take_compute(attrs, inputs, out_type):
+    data, indices = inputs
+    mode = attrs.mode
+    if attrs.axis is None:
+        size = product(data.shape)
+        requires = _nonempty_source("take", size, indices)
+        return [compute(indices.shape, lambda *i: data[tuple(unravel(
+            _normalize_index("take", indices[i], size, mode), data.shape))], "take", requires)]
+    axis = axis_of("take", attrs.axis, data.ndim)
+    b = attrs.batch_dims + indices.ndim if attrs.batch_dims < 0 else attrs.batch_dims
+    size = data.shape[axis]
+    requires = _nonempty_source("take", size, indices)
+    for d in range(b):
+        requires += require_equal("take", data.shape[d], indices.shape[d], f"batch dim {d} of data and indices")
+    shape = tuple(data.shape[:axis]) + tuple(indices.shape[b:]) + tuple(data.shape[axis + 1:])
+    n_ind = indices.ndim - b
+
+    def f(*i):
+        batch, pre = i[:b], i[b:axis]
+        ind = i[axis:axis + n_ind]
+        post = i[axis + n_ind:]
+        position = _normalize_index("take", indices[tuple(batch) + tuple(ind)], size, mode)
+        return data[tuple(batch) + tuple(pre) + (position,) + tuple(post)]
+
+    return [compute(shape, f, "take", requires)]
+
+
 define_shaped(
     "take", 2, _take_logic, _take_kernel, OpPattern.INJECTIVE,
     attrs=(AttrDef("axis", None, to_int), AttrDef("batch_dims", 0, to_int),
            AttrDef("mode", "clip", one_of("clip", "wrap", "fast"))),
     check_types=_check_indices_dtype("take", 1),
     doc="Take elements along ``axis`` (the flattened data when None) at ``indices``.",
+    compute=_take_compute,
 )
 
 
@@ -899,10 +1155,27 @@ def _gather_kernel(attrs, out_shape, data, indices):
     return data[tuple(grid)]
 
 
+def _gather_compute(attrs, inputs, out_type):
+    data, indices = inputs
+    axis = axis_of("gather", attrs.axis, data.ndim)
+    requires = _nonempty_source("gather", data.shape[axis], indices)
+    for d in range(data.ndim):
+        if d != axis and not same(indices.shape[d], data.shape[d]):
+            requires.append((indices.shape[d] <= data.shape[d], f"gather: indices dim {d} exceeds the data's"))
+
+    def f(*i):
+        index = list(i)
+        index[axis] = E.index_check(cast(indices[i], INDEX_DTYPE), data.shape[axis])
+        return data[tuple(index)]
+
+    return [compute(indices.shape, f, "gather", requires)]
+
+
 define_shaped(
     "gather", 2, _gather_logic, _gather_kernel, OpPattern.INJECTIVE, attrs=(AttrDef("axis", REQUIRED, to_int),),
     check_types=_check_indices_dtype("gather", 1),
     doc="out[i][j] = data[indices[i][j]][j] along ``axis`` (indices in [-n, n)).",
+    compute=_gather_compute,
 )
 
 
@@ -941,11 +1214,35 @@ def _gather_nd_kernel(attrs, out_shape, data, indices):
     return data[tuple(grid + idx)]
 
 
+def _gather_nd_compute(attrs, inputs, out_type):
+    data, indices = inputs
+    b = attrs.batch_dims
+    depth_dim = indices.shape[0]
+    if not isinstance(depth_dim, Const):
+        raise UnsupportedError("gather_nd: the index depth (first dim of indices) must be static")
+    depth = depth_dim.value
+    rest = tuple(indices.shape[1:])
+    shape = rest + tuple(data.shape[b + depth:])
+    requires = []
+    for d in range(b):
+        requires += require_equal("gather_nd", data.shape[d], rest[d], f"batch dim {d} of data and indices")
+
+    def f(*i):
+        r, t = i[:len(rest)], i[len(rest):]
+        index = list(r[:b])
+        for k in range(depth):
+            index.append(E.index_check(cast(indices[(const(k),) + tuple(r)], INDEX_DTYPE), data.shape[b + k]))
+        return data[tuple(index) + tuple(t)]
+
+    return [compute(shape, f, "gather_nd", requires)]
+
+
 define_shaped(
     "gather_nd", 2, _gather_nd_logic, _gather_nd_kernel, OpPattern.INJECTIVE,
     attrs=(AttrDef("batch_dims", 0, lambda v: _nonneg(to_int(v))), AttrDef("index_rank", None, to_int)),
     check_types=_check_indices_dtype("gather_nd", 1),
     doc="Gather slices: indices has shape (M, Y...), the output (Y..., data.shape[batch_dims + M:]).",
+    compute=_gather_nd_compute,
 )
 
 
@@ -1152,12 +1449,59 @@ def _nonzero_strides(value):
 
 _SLICE_MODE = AttrDef("slice_mode", "end", one_of("end", "size"))
 
+
+def _slice_axis(dim: PrimExpr, begin, end, stride: int):
+    """Python slice semantics over a te dim: (start, length) of ``slice(begin, end, stride)``."""
+    def clamp_start(v, low, high):
+        if isinstance(v, int) and v < 0:
+            return E.maximum(dim + v, low)
+        return E.minimum(v, high)
+
+    if stride > 0:
+        start = const(0) if begin is None else clamp_start(begin, 0, dim)
+        stop = dim if end is None else clamp_start(end, 0, dim)
+        length = E.maximum(E.floordiv(stop - start + (stride - 1), stride), 0)
+    else:
+        start = dim - 1 if begin is None else clamp_start(begin, -1, dim - 1)
+        stop = const(-1) if end is None else clamp_start(end, -1, dim - 1)
+        length = E.maximum(E.floordiv(start - stop + (-stride - 1), -stride), 0)
+    return start, length
+
+
+def _strided_slice_compute(attrs, inputs, out_type):
+    x = inputs[0]
+    ndim = x.ndim
+    strides = attrs.strides or ()
+    axes = tuple(range(max(len(attrs.begin), len(attrs.end), len(strides)))) if attrs.axes is None else \
+        tuple(axis_of("strided_slice", a, ndim) for a in attrs.axes)
+    starts, steps, shape = [const(0)] * ndim, [1] * ndim, list(x.shape)
+    for k, axis in enumerate(axes):
+        stride = strides[k] if k < len(strides) else 1
+        begin = attrs.begin[k] if k < len(attrs.begin) else None
+        end = attrs.end[k] if k < len(attrs.end) else None
+        if attrs.slice_mode == "size":
+            stride, size = 1, end
+            begin = 0 if begin is None else begin
+            if size is None or size < 0:
+                end = None
+            elif begin >= 0:
+                end = begin + size
+            else:
+                begin = E.maximum(x.shape[axis] + begin, 0)
+                end = begin + size
+        start, length = _slice_axis(x.shape[axis], begin, end, stride)
+        starts[axis], steps[axis], shape[axis] = start, stride, length
+    return [compute(tuple(shape), lambda *i: x[tuple(s + j * st for s, j, st in zip(starts, i, steps))],
+                    "strided_slice")]
+
+
 define_shaped(
     "strided_slice", 1, _strided_slice_logic, _strided_slice_kernel, OpPattern.INJECTIVE,
     attrs=(AttrDef("begin", REQUIRED, int_tuple()), AttrDef("end", REQUIRED, int_tuple()),
            AttrDef("strides", None, _nonzero_strides), AttrDef("axes", None, int_tuple()), _SLICE_MODE),
     doc="Slice with begin/end/strides (negative values count from the end, out-of-range ones are clamped); "
         "in ``size`` mode ``end`` holds sizes (-1: to the end) and strides are ignored.",
+    compute=_strided_slice_compute,
 )
 
 
@@ -1213,6 +1557,29 @@ def _dyn_strided_slice_kernel(attrs, data, begin, end, strides):
     return data[_slice_index(_dyn_strided_slice_spec(attrs, data.shape, (begin, end, strides)), data.ndim)]
 
 
+def _dyn_strided_slice_compute(attrs, inputs, out_type):
+    """The output dims come from the output array; only the start of each sliced axis (and its stride)
+    is computed here, from the begin/strides tensors, with Python's slice rules."""
+    x, begin, _, strides = inputs
+    shape = output_dims("dyn.strided_slice", out_type)
+    count = begin.shape[0].value if isinstance(begin.shape[0], Const) else x.ndim
+    axes = range(count) if attrs.axes is None else [a + x.ndim if a < 0 else a for a in attrs.axes[:count]]
+    starts, steps = [const(0)] * x.ndim, [const(1)] * x.ndim
+    for position, axis in enumerate(axes):
+        dim = x.shape[axis]
+        b = cast(begin[const(position)], INDEX_DTYPE)
+        if attrs.slice_mode == "size":
+            starts[axis] = E.minimum(select(b < 0, E.maximum(b + dim, 0), b), dim)
+            continue
+        has_stride = isinstance(strides.shape[0], Const) and position < strides.shape[0].value
+        step = cast(strides[const(position)], INDEX_DTYPE) if has_stride else const(1)
+        forward = select(b < 0, E.maximum(b + dim, 0), E.minimum(b, dim))
+        backward = select(b < 0, E.maximum(b + dim, -1), E.minimum(b, dim - 1))
+        starts[axis], steps[axis] = select(step > 0, forward, backward), step
+    return [compute(shape, lambda *i: x[tuple(s + j * st for s, j, st in zip(starts, i, steps))],
+                    "dyn_strided_slice")]
+
+
 define(
     "dyn.strided_slice", 4, _dyn_strided_slice_rel, _dyn_strided_slice_kernel, OpPattern.INJECTIVE,
     attrs=(_SLICE_MODE, AttrDef("axes", None, int_tuple())),
@@ -1222,6 +1589,7 @@ define(
     doc="strided_slice with begin/end/strides given as run-time 1-D integer tensors (Python's slice rules: "
         "out-of-range values are clamped, as ONNX Slice wants); they slice ``axes`` when given, else the "
         "first len(begin) axes.",
+    compute=_dyn_strided_slice_compute,
 )
 
 
@@ -1250,18 +1618,27 @@ def broadcast_into(op: str, shape, target, err):
     return tuple(out)
 
 
+def _broadcast_to_compute(attrs, inputs, out_type):
+    return [broadcast_to_shape("broadcast_to", inputs[0], tuple(const(d) for d in attrs.shape))]
+
+
 define_shaped(
     "broadcast_to", 1, lambda op, attrs, shapes, err: broadcast_into(op, shapes[0], attrs.shape, err),
     lambda attrs, shape, x: np.broadcast_to(x, shape).copy(), OpPattern.BROADCAST,
     attrs=(AttrDef("shape", REQUIRED, int_tuple(0)),), doc="Broadcast to ``shape``.",
-    traceable=True,
+    compute=_broadcast_to_compute, traceable=True,
 )
+
+
+def _broadcast_to_like_compute(attrs, inputs, out_type):
+    return [broadcast_to_shape("broadcast_to_like", inputs[0], inputs[1].shape)]
+
 
 define_shaped(
     "broadcast_to_like", 2, lambda op, attrs, shapes, err: broadcast_into(op, shapes[0], shapes[1], err),
     lambda attrs, shape, x, like: np.broadcast_to(x, shape).copy(), OpPattern.BROADCAST,
     doc="Broadcast ``data`` to the shape of ``broadcast_type``.",
-    traceable=True,
+    compute=_broadcast_to_like_compute, traceable=True,
 )
 
 
@@ -1303,11 +1680,16 @@ def _dyn_broadcast_to_logic(op, attrs, args, err):
     return broadcast_into(op, tuple(shape), values, err)
 
 
+def _dyn_broadcast_to_compute(attrs, inputs, out_type):
+    return [broadcast_to_shape("dyn.broadcast_to", inputs[0], output_dims("dyn.broadcast_to", out_type))]
+
+
 define(
     "dyn.broadcast_to", 2, _dyn_broadcast_to_rel,
     lambda attrs, x, shape: np.broadcast_to(x, _dyn_broadcast_to_shape(attrs, [np.shape(x), shape])[0]).copy(),
     OpPattern.BROADCAST, shape_logic=_dyn_broadcast_to_logic, data_dependent=(False, True),
     doc="Broadcast to a shape given as a run-time 1-D integer tensor.",
+    compute=_dyn_broadcast_to_compute,
 )
 
 
@@ -1321,9 +1703,25 @@ def _tile_logic(op, attrs, shapes, err):
     return tuple(mul_dims(d, r) for d, r in zip(shape, reps, strict=False))
 
 
+def _tile_compute(attrs, inputs, out_type):
+    x = inputs[0]
+    reps = tuple(attrs.reps)
+    ndim = builtins.max(x.ndim, len(reps))
+    dims = (const(1),) * (ndim - x.ndim) + tuple(x.shape)
+    reps = (1,) * (ndim - len(reps)) + reps
+    shape = tuple(d * r for d, r in zip(dims, reps))
+
+    def f(*i):
+        index = [E.floormod(j, d) if r != 1 else j for j, d, r in zip(i, dims, reps)]
+        return x[tuple(index[ndim - x.ndim:])]
+
+    return [compute(shape, f, "tile")]
+
+
 define_shaped(
     "tile", 1, _tile_logic, lambda attrs, shape, x: np.tile(x, attrs.reps), OpPattern.INJECTIVE,
     attrs=(AttrDef("reps", REQUIRED, int_tuple(0)),), doc="Repeat the whole tensor ``reps`` times per dim.",
+    compute=_tile_compute,
 )
 
 
@@ -1334,11 +1732,20 @@ def _repeat_logic(op, attrs, shapes, err):
     return tuple(shape[:axis]) + (mul_dims(shape[axis], attrs.repeats),) + tuple(shape[axis + 1:])
 
 
+def _repeat_compute(attrs, inputs, out_type):
+    x = inputs[0]
+    axis = axis_of("repeat", attrs.axis, x.ndim)
+    shape = tuple(d * attrs.repeats if a == axis else d for a, d in enumerate(x.shape))
+    return [compute(shape, lambda *i: x[tuple(E.floordiv(j, attrs.repeats) if a == axis else j
+                                             for a, j in enumerate(i))], "repeat")]
+
+
 define_shaped(
     "repeat", 1, _repeat_logic, lambda attrs, shape, x: np.repeat(x, attrs.repeats, axis=attrs.axis),
     OpPattern.BROADCAST,
     attrs=(AttrDef("repeats", REQUIRED, lambda v: _positive(to_int(v))), AttrDef("axis", REQUIRED, to_int)),
     doc="Repeat each element ``repeats`` times along ``axis``.",
+    compute=_repeat_compute,
 )
 
 
@@ -1348,9 +1755,17 @@ def _reverse_logic(op, attrs, shapes, err):
     return tuple(shapes[0])
 
 
+def _reverse_compute(attrs, inputs, out_type):
+    x = inputs[0]
+    axis = axis_of("reverse", attrs.axis, x.ndim)
+    return [compute(x.shape, lambda *i: x[tuple(x.shape[a] - 1 - j if a == axis else j for a, j in enumerate(i))],
+                    "reverse")]
+
+
 define_shaped(
     "reverse", 1, _reverse_logic, lambda attrs, shape, x: np.flip(x, axis=attrs.axis), OpPattern.INJECTIVE,
     attrs=(AttrDef("axis", REQUIRED, to_int),), doc="Reverse the order of elements along ``axis``.",
+    compute=_reverse_compute,
 )
 
 
@@ -1398,7 +1813,7 @@ define_shaped(
 define_shaped(
     "copy", 1, lambda op, attrs, shapes, err: tuple(shapes[0]), lambda attrs, shape, x: x.copy(),
     OpPattern.ELEMWISE, doc="A copy of the tensor.",
-    traceable=True,
+    compute=unary_compute("copy", lambda x, a: x), traceable=True,
 )
 
 
@@ -1434,6 +1849,20 @@ def _check_one_hot(types, attrs):
                                  f"and {types[2].dtype}")
 
 
+def _one_hot_compute(attrs, inputs, out_type):
+    indices, on_value, off_value = inputs
+    dtype = output_dtype(out_type)
+    axis = attrs.axis % (indices.ndim + 1)
+    shape = tuple(indices.shape[:axis]) + (const(attrs.depth),) + tuple(indices.shape[axis:])
+
+    def f(*i):
+        position = i[axis]
+        hot = eq(cast(indices[tuple(i[:axis]) + tuple(i[axis + 1:])], INDEX_DTYPE), position)
+        return select(hot, cast(on_value[()], dtype), cast(off_value[()], dtype))
+
+    return [compute(shape, f, "one_hot")]
+
+
 define_shaped(
     "one_hot", 3, _one_hot_logic, _one_hot_kernel, OpPattern.OUT_ELEMWISE_FUSABLE,
     attrs=(AttrDef("depth", REQUIRED, lambda v: _nonneg(to_int(v))), AttrDef("axis", -1, to_int),
@@ -1441,6 +1870,7 @@ define_shaped(
     dtype_rule=lambda types, attrs: attrs.dtype or types[1].dtype, check_types=_check_one_hot,
     doc="on_value where indices == position along the new ``axis`` (of size ``depth``), else off_value; "
         "``dtype`` defaults to on_value's.",
+    compute=_one_hot_compute,
 )
 
 
@@ -1463,11 +1893,26 @@ def _sequence_mask_kernel(attrs, out_shape, data, valid_length):
     return np.where(mask, data, np.asarray(attrs.mask_value).astype(data.dtype))
 
 
+def _sequence_mask_compute(attrs, inputs, out_type):
+    data, valid_length = inputs
+    time_axis, batch_axis = (0, 1) if attrs.axis == 0 else (1, 0)
+    masked = const(attrs.mask_value, data.dtype)
+    requires = require_equal("sequence_mask", data.shape[batch_axis], valid_length.shape[0],
+                              "the batch dim of data and valid_length")
+
+    def f(*i):
+        keep = i[time_axis] < cast(valid_length[i[batch_axis]], INDEX_DTYPE)
+        return select(keep, data[i], masked)
+
+    return [compute(data.shape, f, "sequence_mask", requires)]
+
+
 define_shaped(
     "sequence_mask", 2, _sequence_mask_logic, _sequence_mask_kernel, OpPattern.INJECTIVE,
     attrs=(AttrDef("mask_value", 0.0, to_float), AttrDef("axis", 0, one_of(0, 1))),
     check_types=_check_indices_dtype("sequence_mask", 1),
     doc="Set data[t, b, ...] (axis=0) or data[b, t, ...] (axis=1) to mask_value where t >= valid_length[b].",
+    compute=_sequence_mask_compute,
 )
 
 
@@ -1570,16 +2015,6 @@ def _dyn_one_hot_rank(name, tensors, attrs):
 
 # Their computes read the output dims from the output array (the shape function gave them), so the
 # run-time attribute is needed only where it picks the element: one_hot's depth is the output dim.
-
-
-def _dyn_reshape_compute(name: str):
-    def compute_fn(attrs, inputs, out_type):
-        from ._compute import output_dims as _output_dims
-        from ._compute import reshape_to as _reshape_to
-
-        return [_reshape_to(name, inputs[0], _output_dims(name, out_type))]
-
-    return compute_fn
 
 
 def _dyn_tile_compute(attrs, inputs, out_type):

@@ -11,9 +11,6 @@ from ..errors import ExecutionError, ShapeError, TypeInferenceError
 from ..ir.types import Any, TensorType, TupleType
 from ..te import expr as E
 from ..te.expr import INDEX_DTYPE, cast, const, select
-
-# (the compute helpers' names are those of tensorvm/op/_compute.py, where the computes are moving)
-from ..te.op_computes import _reshape_dims as _te_reshape_dims
 from ..te.tensor import compute, reduce_axis
 from ..te.tensor import max as te_max
 from ._common import broadcast_logic, expect_tensor
@@ -21,6 +18,7 @@ from ._compute import broadcast_read, broadcast_shape, output_dims, reshape_to
 from .registry import REQUIRED, AttrDef, OpPattern
 from .shape_logic import Sym, require, traceable
 from .transform import (
+    _te_reshape_dims,
     concrete,
     define,
     define_shaped,

@@ -6,8 +6,8 @@ element), ``reduce_axis`` with ``sum``/``prod``/``max``/``min``/``argmax``/``arg
 ``floormod``, ``truncdiv``, ``truncmod``, ``minimum``, ``maximum``). ``tensorvm.codegen`` lowers a
 graph of computes to one loop nest and C.
 
-Operator computes (``compute(attrs, inputs, out_type) -> [Tensor]``) live in ``op_computes`` and are
-attached to the operator registry when it is imported.
+Operator computes (``compute(attrs, inputs, out_type) -> [Tensor]``) are declared with their ops in
+``tensorvm/op/`` (``OpDef.compute``); their shared helpers are in ``tensorvm.op._compute``.
 """
 
 from __future__ import annotations

@@ -24,8 +24,6 @@ def test_the_suite_has_static_programs():
 @pytest.mark.parametrize("workspace", ["internal", "external"])
 @pytest.mark.parametrize("program", STATIC, ids=lambda p: p.name)
 def test_static_program_matches_interpreter(program, workspace):
-    if program.missing_ops():
-        pytest.skip(f"ops not registered: {program.missing_ops()}")
     mod = program.parse()
     args = program.args_fn()
     runner = aot.build(mod, name="prog", workspace=workspace).load()
@@ -61,8 +59,6 @@ def test_params_are_linked_and_named():
 
 @pytest.mark.parametrize("program", OTHERS, ids=lambda p: p.name)
 def test_non_static_programs_are_refused(program):
-    if program.missing_ops():
-        pytest.skip(f"ops not registered: {program.missing_ops()}")
     with pytest.raises(UnsupportedError, match="AOT: .*(VM|vm)"):
         aot.build(program.parse(), name="refused")
 

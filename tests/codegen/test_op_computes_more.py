@@ -8,6 +8,8 @@ dims), compiled into one library, each compared with the NumPy kernel on several
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 import test_op_computes as base
@@ -17,6 +19,7 @@ from kernel_cases import Case, dims, make_inputs, primitive, unary
 
 from tensorvm.codegen.fused import build_fused_module
 from tensorvm.errors import ShapeError
+from tensorvm.op import get_op, op_names
 
 F32, F64, F16 = "float32", "float64", "float16"
 
@@ -391,3 +394,30 @@ def test_a_program_of_these_ops_runs_on_target_c_without_numpy_fallbacks():
     assert len(got) == len(want) == 5
     for g, r in zip(got, want, strict=True):
         np.testing.assert_allclose(g.numpy(), r.numpy(), rtol=1e-5, atol=1e-5)
+
+
+# The computes of the Relay parity ops (and the image.* ops) are tested with their ops, in these files
+# of tests/ops.
+_TESTED_WITH_THEIR_OPS = {"tensorvm.op.image": "test_image_ops.py", "tensorvm.op.nn_relay": "test_nn_relay_ops.py",
+                          "tensorvm.op.transform_relay": "test_transform_relay_ops.py"}
+
+
+def _own_test_file(name: str, module: str) -> Path | None:
+    file = "test_image_ops.py" if name.startswith("image.") else _TESTED_WITH_THEIR_OPS.get(module)
+    return Path(__file__).parents[1] / "ops" / file if file else None
+
+
+def test_every_compute_is_tested():
+    """Every compute has a case here or in test_op_computes, or is tested in its op test file, which
+    must name or call the op. (Which ops still lack a compute: tests/ops/test_op_declarations.py.)"""
+    tested = {case.op for case in base.CASES} | {case.op for case in CASES}
+    untested = []
+    for name in op_names():
+        opdef = get_op(name)
+        if opdef.compute is None or name in tested or not opdef.defined_in.startswith("tensorvm.op."):
+            continue
+        own = _own_test_file(name, opdef.defined_in)
+        text = own.read_text() if own else ""
+        if f'"{name}"' not in text and f"{name}(" not in text:  # checked by name, or called in a program
+            untested.append(name)
+    assert untested == []

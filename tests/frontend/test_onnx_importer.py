@@ -300,6 +300,32 @@ def test_non_max_suppression():
     run_everywhere(model, boxes, scores)
 
 
+
+def test_detection_ops_run_on_target_c_without_numpy_fallbacks():
+    # NonMaxSuppression (center boxes, score threshold omitted) lowers onto the all-class NMS and a slice;
+    # RoiAlign becomes vision.onnx_roi_align: both C library calls.
+    nms = helper.make_node("NonMaxSuppression", ["boxes", "scores", "max_out", "iou"], ["selected"],
+                           center_point_box=1)
+    roi = helper.make_node("RoiAlign", ["x", "rois", "batch"], ["pooled"], output_height=2, output_width=3,
+                           sampling_ratio=2, spatial_scale=0.5, mode="max")
+    model = make_model([nms, roi], [("boxes", F32, [2, "b", 4]), ("scores", F32, [2, 2, "b"]),
+                                    ("x", F32, [2, 3, 8, 8]), ("rois", F32, ["r", 4]), ("batch", I64, ["r"])],
+                       [("selected", I64, None), ("pooled", F32, None)],
+                       {"max_out": np.array([2], np.int64), "iou": np.array([0.4], np.float32)})
+    rng = np.random.default_rng(0)
+    centers = rng.uniform(0, 10, (2, 7, 2))
+    boxes = np.concatenate([centers, rng.uniform(1, 5, (2, 7, 2))], axis=2).astype("float32")
+    scores = rng.uniform(0, 1, (2, 2, 7)).astype("float32")
+    x = rng.standard_normal((2, 3, 8, 8)).astype("float32")
+    rois = np.array([[0, 0, 9, 9], [2, 4, 15, 11], [1, 1, 3, 2]], "float32")
+    args = (boxes, scores, x, rois, np.array([1, 0, 1], np.int64))
+    mod = run_everywhere(model, *args)
+    exe = tv.vm.compile(mod, target="c")
+    assert exe.stats()["kernel_library"]["numpy_fallbacks"] == {}
+    outs = _as_list(tv.vm.VirtualMachine(exe).invoke("main", *args))
+    for got, want in zip(outs, reference(model, *args), strict=True):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
 # ---- parameters -----------------------------------------------------------------------------------------
 
 

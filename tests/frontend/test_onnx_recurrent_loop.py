@@ -21,7 +21,7 @@ from hypothesis import strategies as st  # noqa: E402
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
 import tensorvm as tv  # noqa: E402
-from tensorvm.errors import TypeInferenceError, UnsupportedError  # noqa: E402
+from tensorvm.errors import TensorVMError, TypeInferenceError, UnsupportedError  # noqa: E402
 from tensorvm.frontend import from_onnx  # noqa: E402
 from tensorvm.ir.analysis import post_order  # noqa: E402
 from tensorvm.ir.expr import Call, Op  # noqa: E402
@@ -322,6 +322,56 @@ def test_dynamic_batch_and_weights_as_parameters():
         got = vm.invoke("main", x)
         for g, want in zip(got, session.run(None, {"X": x}), strict=True):
             np.testing.assert_allclose(g.numpy(), want, atol=ATOL, rtol=1e-4)
+
+
+def _step_functions(mod):
+    return [fn for gv, fn in mod.functions.items() if gv.name != "main"]
+
+
+def _takes(fn):
+    return [node for node in post_order(fn.body) if isinstance(node, Call) and isinstance(node.op, Op)
+            and node.op.name == "take"]
+
+
+def test_the_step_reads_its_row_without_a_per_element_index_check_and_names_the_batch():
+    # Regression (issue 18): a "fast" take is an index check per element in C, and unrelated "?" batch
+    # dims make every operand a broadcast read; either kept the fused gate kernel from vectorizing.
+    model, _ = _single_node_model(op="GRU", outputs=("Y", "Y_h"), x_shape=("seq", "batch", INPUT),
+                                  direction="bidirectional", linear_before_reset=1)
+    mod, _ = from_onnx(model)
+    for fn in _step_functions(mod):
+        (take,) = _takes(fn)
+        assert take.attrs["mode"] == "clip"
+        proj, h, acc = fn.params[2:5]
+        batch = h.type_annotation.shape[0]
+        assert isinstance(batch, tv.ir.types.SymDim)
+        assert proj.type_annotation.shape[1] == batch and acc.type_annotation.shape[1] == batch
+        assert h.type_annotation.shape[1] == HIDDEN
+
+
+@pytest.mark.parametrize("target", ["python", "c"])
+def test_dynamic_batch_with_initial_state_matches_onnxruntime_and_a_wrong_batch_is_an_error(target):
+    rng = np.random.default_rng(3)
+    w = rng.uniform(-0.5, 0.5, (1, 3 * HIDDEN, INPUT)).astype(np.float32)
+    r = rng.uniform(-0.5, 0.5, (1, 3 * HIDDEN, HIDDEN)).astype(np.float32)
+    graph = helper.make_graph(
+        [helper.make_node("GRU", ["X", "W", "R", "", "", "H0"], ["Y", "Y_h"], hidden_size=HIDDEN)], "g",
+        [helper.make_tensor_value_info("X", TensorProto.FLOAT, ["seq", "batch", INPUT]),
+         helper.make_tensor_value_info("H0", TensorProto.FLOAT, [1, "batch0", HIDDEN])],
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in ("Y", "Y_h")],
+        [numpy_helper.from_array(w, "W"), numpy_helper.from_array(r, "R")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 14)], ir_version=8)
+    mod, params = from_onnx(model)
+    vm = tv.vm.VirtualMachine(tv.vm.compile(mod, target=target, params=params))
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    for seq, batch in ((4, 2), (9, 5)):
+        x = rng.standard_normal((seq, batch, INPUT)).astype(np.float32)
+        h0 = rng.standard_normal((1, batch, HIDDEN)).astype(np.float32)
+        for g, want in zip(vm.invoke("main", x, h0), session.run(None, {"X": x, "H0": h0}), strict=True):
+            np.testing.assert_allclose(g.numpy(), want, atol=ATOL, rtol=1e-4)
+    x = rng.standard_normal((4, 3, INPUT)).astype(np.float32)
+    with pytest.raises(TensorVMError):
+        vm.invoke("main", x, rng.standard_normal((1, 2, HIDDEN)).astype(np.float32))
 
 
 def test_unknown_number_of_directions_falls_back_to_the_opaque_op():

@@ -537,8 +537,32 @@ def test_relay_ops_tensorvm_once_lacked(run, text, args, expected):
     check_result(run(text, *args), expected)
 
 
-@pytest.mark.skip(reason="layout_transform, vision.* (get_valid_counts, Relay's NMS signature) and "
-                         "contrib_conv2d_NCHWc are not registered ops in tensorvm yet")
+# (class, score, x1, y1, x2, y2): box 1 overlaps box 0 (IoU 81/119), box 2 is alone, box 3 scores below 0.3
+_DETECTIONS = np.array([[[0, 0.9, 0, 0, 10, 10], [0, 0.8, 1, 1, 11, 11], [0, 0.7, 20, 20, 30, 30],
+                         [0, 0.1, 0, 0, 1, 1]]], F32)
+
+
+@pytest.mark.parametrize("text, args, expected", [
+    (main("%d: Tensor[(?, 4, 6), float32]",
+          "%v = vision.get_valid_counts(%d, 0.3f, id_index=0, score_index=1); "
+          "vision.non_max_suppression(%v.1, %v.0, %v.2, -1, 0.5f, force_suppress=False, top_k=-1, coord_start=2, "
+          "score_index=1, id_index=0, return_indices=True, invalid_to_bottom=False)"),
+     (_DETECTIONS,), (np.array([[0, 2, -1, -1]], "int32"), np.array([[2]], "int32"))),
+    (main("%b: Tensor[(1, ?, 4), float32], %s: Tensor[(1, 1, ?), float32]",
+          'vision.all_class_non_max_suppression(%b, %s, 3, 0.5f, 0.3f, output_format="onnx")'),
+     (_DETECTIONS[:, :, 2:], _DETECTIONS[:, None, :, 1]),
+     (np.array([[0, 0, 0], [0, 0, 2], [0, 0, 0], [0, 0, 0]], "int64"), np.array([2], "int64"))),
+    (main("%i: Tensor[(?, 2), int64], %v: Tensor[(?), int32], %s: Tensor[(2), int64]",
+          "sparse_fill_empty_rows(%i, %v, %s, -1)"),
+     (np.array([[1, 0], [1, 2]], "int64"), np.array([5, 6], "int32"), np.array([3, 4], "int64")),
+     (np.array([[0, 0], [1, 0], [1, 2], [2, 0]], "int64"), np.array([-1, 5, 6, -1], "int32"),
+      np.array([True, False, True]))),
+], ids=["get_valid_counts_nms", "all_class_nms", "sparse_fill_empty_rows"])
+def test_relay_vision_ops_tensorvm_once_lacked(run, text, args, expected):
+    check_result(run(text, *args), expected)
+
+
+@pytest.mark.skip(reason="layout_transform and contrib_conv2d_NCHWc are not registered ops in tensorvm yet")
 def test_ops_tensorvm_does_not_have():  # pragma: no cover
     pass
 

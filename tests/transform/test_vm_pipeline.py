@@ -35,9 +35,6 @@ def _run(program, lowered, args):
 
 @pytest.mark.parametrize("program", PROGRAMS, ids=[p.name for p in PROGRAMS])
 def test_shared_program_lowers_and_runs(program):
-    missing = program.missing_ops()
-    if missing:
-        pytest.skip(f"ops not registered yet: {', '.join(missing)}")
     lowered = lower_for_vm(program.parse())
     check_lowered(lowered)
     _run(program, lowered, program.args_fn())
@@ -46,8 +43,6 @@ def test_shared_program_lowers_and_runs(program):
 @pytest.mark.parametrize("program", [p for p in PROGRAMS if {"dynamic", "control"} & p.tags][:8],
                          ids=lambda p: p.name)
 def test_shared_program_without_fusion_or_planning(program):
-    if program.missing_ops():
-        pytest.skip("ops not registered yet")
     lowered = lower_for_vm(program.parse(), opt_level=0, memory_plan=False)
     check_lowered(lowered)
     _run(program, lowered, program.args_fn())
@@ -135,8 +130,6 @@ def test_every_pass_before_manifest_alloc_keeps_the_meaning(name):
     from tensorvm.transform.vm_pipeline import vm_passes
 
     program = PROGRAMS_BY_NAME[name]
-    if program.missing_ops():
-        pytest.skip("ops not registered yet")
     mod = program.parse()
     args = program.args_fn()
     expected = interpret(mod, *args, name=program.entry)

@@ -77,9 +77,6 @@ def assert_same_value(vm_value, reference, path="result", rtol=1e-5, atol=1e-6):
 @pytest.mark.parametrize("target", TARGETS)
 @pytest.mark.parametrize("program", PROGRAMS, ids=[p.name for p in PROGRAMS])
 def test_program_on_vm(program, target, mode, round_trip, request):
-    missing = program.missing_ops()
-    if missing:
-        pytest.skip(f"ops not registered yet: {missing}")
     if target == "c" and program.name in C_KNOWN_FAILURES:
         request.applymarker(pytest.mark.xfail(reason=C_KNOWN_FAILURES[program.name], strict=False))
     mod = program.parse()

@@ -1,0 +1,181 @@
+"""Recurrent ONNX layers exported from PyTorch: tensorvm (target "c", VM) against ONNX Runtime.
+
+    .venv/bin/python benchmarks/recurrent.py [--threads 1 2] [--rounds 7] [--quick] [--profile]
+
+Models (random weights, exported with dynamic axes, imported with ``tv.frontend.from_onnx``):
+
+* ``gru``: ``nn.GRU(64, 128, num_layers=2, bidirectional=True, batch_first=True)``, dynamic batch and
+  sequence axes, shapes (batch, seq) = (3, 40) and (2, 200) through one executable;
+* ``lstm``: ``nn.LSTM(256, 512)``, batch 1, dynamic sequence axis, seq 32 and 128.
+
+Each thread count runs in its own subprocess (the thread variables are set before NumPy loads). In it,
+tensorvm and ONNX Runtime calls are interleaved, round after round, and the median of each is reported
+with the ratio tensorvm / ONNX Runtime (the machine may be shared: medians of interleaved rounds, not
+minima of back-to-back runs). Outputs are checked against ONNX Runtime. ``--profile`` prints the VM
+profiler's table of one call per shape instead.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import warnings
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "TENSORVM_NUM_THREADS")
+GRU_INPUT, GRU_HIDDEN = 64, 128
+LSTM_INPUT, LSTM_HIDDEN = 256, 512
+MODELS = {
+    "gru": {"shapes": [(3, 40), (2, 200)], "quick": [(3, 40)]},
+    "lstm": {"shapes": [(1, 32), (1, 128)], "quick": [(1, 32)]},
+}
+
+
+def export(kind: str, path: Path) -> None:
+    """The ONNX export of the PyTorch layer (seeded random weights); outputs: Y and the final state(s)."""
+    import torch
+
+    torch.manual_seed(0)
+    if kind == "gru":
+        module = torch.nn.GRU(GRU_INPUT, GRU_HIDDEN, num_layers=2, bidirectional=True, batch_first=True)
+        example = torch.randn(2, 5, GRU_INPUT)
+        axes = {"x": {0: "batch", 1: "seq"}, "y": {0: "batch", 1: "seq"}, "h": {1: "batch"}}
+        outputs = ["y", "h"]
+    else:
+        module = torch.nn.LSTM(LSTM_INPUT, LSTM_HIDDEN)
+        example = torch.randn(5, 1, LSTM_INPUT)
+        axes = {"x": {0: "seq"}, "y": {0: "seq"}}
+        outputs = ["y", "hc"]
+
+        class Wrap(torch.nn.Module):
+            def __init__(self, lstm):
+                super().__init__()
+                self.lstm = lstm
+
+            def forward(self, x):
+                y, (h, c) = self.lstm(x)
+                return y, torch.cat([h, c])
+
+        module = Wrap(module)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(module.eval(), (example,), str(path), input_names=["x"], output_names=outputs,
+                          dynamic_axes=axes, opset_version=17, dynamo=False)
+
+
+def make_input(kind: str, batch: int, seq: int):
+    import numpy as np
+
+    rng = np.random.default_rng(batch * 1000 + seq)
+    shape = (batch, seq, GRU_INPUT) if kind == "gru" else (seq, batch, LSTM_INPUT)
+    return rng.standard_normal(shape).astype(np.float32)
+
+
+def worker(args) -> None:
+    import numpy as np
+    import onnx
+    import onnxruntime as ort
+
+    import tensorvm as tv
+
+    rows = []
+    for kind in args.models:
+        path = Path(args.artifacts) / f"{kind}.onnx"
+        start = time.perf_counter()
+        mod, params = tv.frontend.from_onnx(onnx.load(str(path)))
+        exe = tv.vm.compile(mod, target="c", params=params or None, exec_mode=args.exec_mode)
+        compile_s = time.perf_counter() - start
+        vm = tv.vm.VirtualMachine(exe)
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = args.threads
+        options.inter_op_num_threads = 1
+        session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+        for batch, seq in MODELS[kind]["quick" if args.quick else "shapes"]:
+            x = make_input(kind, batch, seq)
+            expected = session.run(None, {"x": x})
+            got = vm.invoke("main", x)
+            got = [got] if not isinstance(got, (list, tuple)) else got
+            err = max(float(np.max(np.abs(np.asarray(g) - e))) for g, e in zip(got, expected, strict=True))
+            if err > 1e-4:
+                raise SystemExit(f"{kind} {batch}x{seq}: tensorvm differs from ONNX Runtime by {err:.3g}")
+            if args.profile:
+                print(f"--- {kind} batch {batch} seq {seq}, {args.threads} thread(s)")
+                print(vm.profile("main", x))
+                continue
+            run_tv = functools.partial(vm.invoke, "main", x)
+            run_ort = functools.partial(session.run, None, {"x": x})
+            calls = max(1, int(0.05 / max(_time_once(run_ort), 1e-6)))  # about 50 ms of ORT per round
+            tv_times, ort_times = [], []
+            for _ in range(args.rounds):
+                tv_times.append(_time_calls(run_tv, calls))
+                ort_times.append(_time_calls(run_ort, calls))
+            tv_ms, ort_ms = statistics.median(tv_times) * 1e3, statistics.median(ort_times) * 1e3
+            rows.append({"model": kind, "batch": batch, "seq": seq, "threads": args.threads, "tensorvm_ms": tv_ms,
+                         "ort_ms": ort_ms, "ratio": tv_ms / ort_ms, "max_abs_err": err, "compile_s": compile_s})
+    if not args.profile:
+        print(json.dumps(rows))
+
+
+def _time_once(fn) -> float:
+    fn()
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+def _time_calls(fn, calls: int) -> float:
+    start = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    return (time.perf_counter() - start) / calls
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
+    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--models", nargs="+", default=list(MODELS), choices=list(MODELS))
+    parser.add_argument("--quick", action="store_true", help="one shape per model")
+    parser.add_argument("--profile", action="store_true", help="print the VM profile of one call per shape")
+    parser.add_argument("--exec-mode", default="bytecode", choices=["bytecode", "compiled"],
+                        help="the VM's execution mode")
+    parser.add_argument("--source", default=str(ROOT),
+                        help="the checkout whose tensorvm is measured (default: this one; to compare two)")
+    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--artifacts", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.worker:
+        args.threads = args.threads[0]
+        worker(args)
+        return
+    with tempfile.TemporaryDirectory(prefix="tv-recurrent-") as tmp:
+        for kind in args.models:
+            export(kind, Path(tmp) / f"{kind}.onnx")
+        rows = []
+        for threads in args.threads:
+            env = dict(os.environ, PYTHONPATH=args.source + os.pathsep + os.environ.get("PYTHONPATH", ""))
+            env.update({name: str(threads) for name in THREAD_VARIABLES})
+            command = [sys.executable, __file__, "--worker", "--artifacts", tmp, "--threads", str(threads),
+                       "--rounds", str(args.rounds), "--exec-mode", args.exec_mode, "--models", *args.models] + \
+                      (["--quick"] if args.quick else []) + (["--profile"] if args.profile else [])
+            out = subprocess.run(command, env=env, check=True, capture_output=not args.profile, text=True)
+            if not args.profile:
+                rows += json.loads(out.stdout.strip().splitlines()[-1])
+    if rows:
+        print(f"{'model':6} {'batch':>5} {'seq':>5} {'thr':>3} {'tensorvm ms':>12} {'ORT ms':>9} {'ratio':>6} "
+              f"{'max err':>8} {'compile s':>9}")
+        for r in rows:
+            print(f"{r['model']:6} {r['batch']:5} {r['seq']:5} {r['threads']:3} {r['tensorvm_ms']:12.3f} "
+                  f"{r['ort_ms']:9.3f} {r['ratio']:6.2f} {r['max_abs_err']:8.1e} {r['compile_s']:9.1f}")
+
+
+if __name__ == "__main__":
+    main()

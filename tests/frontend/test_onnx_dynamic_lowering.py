@@ -1,0 +1,277 @@
+"""ONNX forms whose axes, pads, split sizes or training flag are run-time tensors (graph inputs) lower to
+core ops (the ``dyn.*`` ops of ``op/dynamic.py`` among them) that run natively on target c: no NumPy
+fallback, and target c, target python and the interpreter agree with ONNX's reference evaluator."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+onnx = pytest.importorskip("onnx")
+from onnx import TensorProto, helper  # noqa: E402
+from test_onnx_core_lowering import check_lowered, make_model  # noqa: E402
+from test_onnx_importer import ops_of, reference  # noqa: E402
+
+import tensorvm as tv  # noqa: E402
+from tensorvm.errors import ExecutionError, ShapeError, UnsupportedError  # noqa: E402
+from tensorvm.frontend import from_onnx  # noqa: E402
+from tensorvm.op import get_op, op_names  # noqa: E402
+
+F32, I64, BOOL = TensorProto.FLOAT, TensorProto.INT64, TensorProto.BOOL
+X = (np.arange(3 * 4 * 5, dtype=np.float32).reshape(3, 4, 5) * 0.37 - 7).astype(np.float32)
+
+
+def test_no_onnx_data_movement_op_is_registered():
+    """ONNX-only semantics are not core ops: onnx.matmul is the one onnx.* op left."""
+    assert [n for n in op_names() if n.startswith("onnx.")] == ["onnx.matmul"]
+
+
+@pytest.mark.parametrize("axes", [[0, -1], [1], [3, 0, 2]])
+@pytest.mark.parametrize("dynamic_shape", [False, True])
+def test_unsqueeze_with_run_time_axes(axes, dynamic_shape):
+    node = helper.make_node("Unsqueeze", ["x", "axes"], ["y"])
+    shape = ["a", 4, "b"] if dynamic_shape else list(X.shape)
+    model = make_model([node], [("x", F32, shape), ("axes", I64, [len(axes)])], [("y", F32, None)])
+    check_lowered(model, X, np.array(axes, np.int64), ops=("dyn.unsqueeze",))
+
+
+def test_unsqueeze_with_axes_of_unknown_length_is_unsupported():
+    node = helper.make_node("Unsqueeze", ["x", "axes"], ["y"])
+    model = make_model([node], [("x", F32, [3, 4, 5]), ("axes", I64, ["k"])], [("y", F32, None)])
+    with pytest.raises(UnsupportedError, match="'axes'"):
+        from_onnx(model)
+
+
+def test_unsqueeze_with_a_repeated_run_time_axis_is_an_error():
+    node = helper.make_node("Unsqueeze", ["x", "axes"], ["y"])
+    model = make_model([node], [("x", F32, [3, 4, 5]), ("axes", I64, [2])], [("y", F32, None)])
+    mod, params = from_onnx(model)
+    vm = tv.vm.VirtualMachine(tv.vm.compile(mod, target="c", params=params))
+    with pytest.raises(ShapeError, match="repeated"):
+        vm.invoke("main", X, np.array([1, 1], np.int64))
+
+
+@pytest.mark.parametrize("split", [[1, 3], [4, 0], [0, 4]])
+@pytest.mark.parametrize("dynamic_shape", [False, True])
+def test_split_with_run_time_sizes(split, dynamic_shape):
+    node = helper.make_node("Split", ["x", "split"], ["y0", "y1"], axis=1)
+    shape = ["a", "b", 5] if dynamic_shape else list(X.shape)
+    model = make_model([node], [("x", F32, shape), ("split", I64, [2])], [("y0", F32, None), ("y1", F32, None)])
+    check_lowered(model, X, np.array(split, np.int64), ops=("dyn.split",))
+
+
+def test_split_of_a_dynamic_dim_into_equal_parts():
+    node = helper.make_node("Split", ["x"], ["y0", "y1", "y2"], axis=-1, num_outputs=3)
+    model = make_model([node], [("x", F32, [3, 4, "n"])], [(f"y{i}", F32, None) for i in range(3)])
+    check_lowered(model, X, ops=("dyn.split",))  # 5 -> 2, 2, 1
+
+
+def test_split_sizes_that_do_not_add_up_are_an_error():
+    node = helper.make_node("Split", ["x", "split"], ["y0", "y1"], axis=1)
+    model = make_model([node], [("x", F32, [3, 4, 5]), ("split", I64, [2])], [("y0", F32, None), ("y1", F32, None)])
+    mod, params = from_onnx(model)
+    vm = tv.vm.VirtualMachine(tv.vm.compile(mod, target="c", params=params))
+    with pytest.raises(ShapeError, match="add up"):
+        vm.invoke("main", X, np.array([1, 2], np.int64))
+
+
+@pytest.mark.parametrize("mode", ["constant", "reflect", "edge", "wrap"])
+@pytest.mark.parametrize("pads", [[1, 0, 2, 2, 3, 1], [-1, 1, 0, 1, -2, 3], [0, 0, 0, 0, 0, 0]])
+def test_pad_with_run_time_pads(mode, pads):
+    node = helper.make_node("Pad", ["x", "pads", "value"], ["y"], mode=mode)
+    model = make_model([node], [("x", F32, ["a", 4, 5]), ("pads", I64, [6]), ("value", F32, [])], [("y", F32, None)])
+    args = (X, np.array(pads, np.int64), np.array(2.5, np.float32))
+    # ONNX Runtime is the oracle: the reference evaluator rejects negative pads. (ONNX Runtime's reflect
+    # pads are at most the axis length - 1; dyn.pad reflects again beyond, as np.pad does.)
+    check_lowered(model, *args, ops=("dyn.pad",), expected=reference(model, *args, oracle="ort"))
+
+
+def test_pad_with_pads_of_unknown_length():
+    node = helper.make_node("Pad", ["x", "pads"], ["y"], mode="edge")
+    model = make_model([node], [("x", F32, [3, 4, 5]), ("pads", I64, ["n"])], [("y", F32, None)])
+    args = (X, np.array([1, 0, -2, 0, 2, 1], np.int64))
+    check_lowered(model, *args, ops=("dyn.pad",), expected=reference(model, *args, oracle="ort"))
+    mod, params = from_onnx(model)
+    vm = tv.vm.VirtualMachine(tv.vm.compile(mod, target="c", params=params))
+    with pytest.raises(ShapeError, match="2 x rank"):
+        vm.invoke("main", X, np.array([1, 0], np.int64))
+
+
+@pytest.mark.parametrize("mode", ["constant", "reflect", "edge", "wrap"])
+def test_pad_with_run_time_axes(mode):
+    node = helper.make_node("Pad", ["x", "pads", "value", "axes"], ["y"], mode=mode)
+    inputs = [("x", F32, [3, 4, 5]), ("pads", I64, [4]), ("value", F32, []), ("axes", I64, [2])]
+    model = make_model([node], inputs, [("y", F32, None)])
+    args = (X, np.array([2, -1, 1, 1], np.int64), np.array(-1, np.float32), np.array([-1, 0], np.int64))
+    check_lowered(model, *args, ops=("dyn.pad",), expected=reference(model, *args, oracle="ort"))
+
+
+@pytest.mark.parametrize("pads, mode", [([1, -1, 0, 0, 2, -2], "constant"), ([2, 0, 0, 7, 0, 1], "wrap")])
+def test_pad_with_constant_pads_beyond_nn_pad(pads, mode):
+    """Negative pads and wrap mode are dyn.pad with constant pads: the exact type is known."""
+    node = helper.make_node("Pad", ["x", "pads"], ["y"], mode=mode)
+    model = make_model([node], [("x", F32, [3, 4, 5])], [("y", F32, None)], {"pads": np.array(pads, np.int64)})
+    check_lowered(model, X, ops=("dyn.pad",), expected=reference(model, X, oracle="ort"))
+
+
+MODES = ["ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2",
+         "ReduceSumSquare", "ReduceLogSumExp", "ReduceLogSum"]
+
+
+@pytest.mark.parametrize("op_type", MODES)
+@pytest.mark.parametrize("keepdims", [0, 1])
+def test_reduce_with_run_time_axes(op_type, keepdims):
+    node = helper.make_node(op_type, ["x", "axes"], ["y"], keepdims=keepdims)
+    x = np.abs(X) / 10 + 0.5 if op_type in ("ReduceProd", "ReduceLogSum") else X
+    model = make_model([node], [("x", F32, ["a", 4, "b"]), ("axes", I64, [2])], [("y", F32, None)])
+    for axes in ([0, -1], [2, 1]):
+        check_lowered(model, x, np.array(axes, np.int64), ops=("dyn.reduce",), rtol=1e-5)
+
+
+@pytest.mark.parametrize("noop", [0, 1])
+def test_reduce_with_run_time_empty_axes(noop):
+    node = helper.make_node("ReduceMax", ["x", "axes"], ["y"], keepdims=1, noop_with_empty_axes=noop)
+    model = make_model([node], [("x", F32, [3, 4, 5]), ("axes", I64, ["k"])], [("y", F32, None)])
+    check_lowered(model, X, np.zeros(0, np.int64), ops=("dyn.reduce",))
+    check_lowered(model, X, np.array([1], np.int64), ops=("dyn.reduce",))
+
+
+@pytest.mark.parametrize("op_type", ["ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceMean"])
+def test_reduce_over_an_empty_axis_gives_the_identity(op_type):
+    node = helper.make_node(op_type, ["x", "axes"], ["y"], keepdims=0)
+    model = make_model([node], [("x", TensorProto.INT32, [2, 0, 3])], [("y", TensorProto.INT32, None)],
+                       {"axes": np.array([1], np.int64)})
+    x = np.zeros((2, 0, 3), np.int32)
+    identity = {"ReduceSum": 0, "ReduceMax": np.iinfo(np.int32).min, "ReduceMin": np.iinfo(np.int32).max,
+                "ReduceProd": 1, "ReduceMean": 0}[op_type]
+    check_lowered(model, x, ops=("dyn.reduce",), expected=[np.full((2, 3), identity, np.int32)])
+
+
+@pytest.mark.parametrize("op_type", ["ReduceMax", "ReduceMin"])
+def test_bool_reduce_with_run_time_axes(op_type):
+    node = helper.make_node(op_type, ["x", "axes"], ["y"], keepdims=0)
+    model = make_model([node], [("x", BOOL, [3, 4]), ("axes", I64, [1])], [("y", BOOL, None)], opset=20)
+    x = np.array([[1, 1, 1, 1], [0, 1, 0, 0], [0, 0, 0, 0]], bool)
+    check_lowered(model, x, np.array([1], np.int64), ops=("dyn.reduce",))
+
+
+@pytest.mark.parametrize("op_type, identity", [("ReduceMax", False), ("ReduceMin", True)])
+def test_bool_reduce_over_an_empty_axis(op_type, identity):
+    node = helper.make_node(op_type, ["x", "axes"], ["y"], keepdims=1)
+    model = make_model([node], [("x", BOOL, [2, 0, 4])], [("y", BOOL, None)], {"axes": np.array([1], np.int64)},
+                       opset=20)
+    check_lowered(model, np.zeros((2, 0, 4), bool), ops=("dyn.reduce",), expected=[np.full((2, 1, 4), identity)])
+
+
+def test_reduce_keepdims_0_with_axes_of_unknown_length_is_unsupported():
+    node = helper.make_node("ReduceSum", ["x", "axes"], ["y"], keepdims=0)
+    model = make_model([node], [("x", F32, [3, 4, 5]), ("axes", I64, ["k"])], [("y", F32, None)])
+    with pytest.raises(UnsupportedError, match="'axes'"):
+        from_onnx(model)
+
+
+@pytest.mark.parametrize("exclusive, reverse", [(0, 0), (1, 0), (0, 1), (1, 1)])
+@pytest.mark.parametrize("dtype", [F32, TensorProto.INT32])
+def test_cumsum_with_a_run_time_axis(exclusive, reverse, dtype):
+    node = helper.make_node("CumSum", ["x", "axis"], ["y"], exclusive=exclusive, reverse=reverse)
+    model = make_model([node], [("x", dtype, ["a", 4, 5]), ("axis", I64, [])], [("y", dtype, None)])
+    x = X if dtype == F32 else np.arange(60, dtype=np.int32).reshape(3, 4, 5) - 20
+    for axis in (0, -2, 2):
+        check_lowered(model, x, np.array(axis, np.int64), ops=("dyn.cumsum",), rtol=1e-5)
+
+
+def test_cumsum_with_an_out_of_range_run_time_axis_is_an_error():
+    node = helper.make_node("CumSum", ["x", "axis"], ["y"])
+    model = make_model([node], [("x", F32, [3, 4, 5]), ("axis", I64, [])], [("y", F32, None)])
+    mod, params = from_onnx(model)
+    vm = tv.vm.VirtualMachine(tv.vm.compile(mod, target="c", params=params))
+    with pytest.raises(ShapeError, match="out of range"):
+        vm.invoke("main", X, np.array(3, np.int64))
+
+
+def _dropout_model():
+    node = helper.make_node("Dropout", ["x", "ratio", "training"], ["y", "mask"])
+    inputs = [("x", F32, ["a", 4, 5]), ("ratio", F32, []), ("training", BOOL, [])]
+    return make_model([node], inputs, [("y", F32, None), ("mask", BOOL, None)])
+
+
+@pytest.mark.parametrize("ratio, training", [(0.5, False), (0.0, True), (0.0, False)])
+def test_dropout_with_a_run_time_training_flag(ratio, training):
+    check_lowered(_dropout_model(), X, np.array(ratio, np.float32), np.array(training), ops=("dyn.nn.dropout",))
+
+
+def test_random_training_dropout_is_an_error_on_target_c():
+    mod, params = from_onnx(_dropout_model())
+    vm = tv.vm.VirtualMachine(tv.vm.compile(mod, target="c", params=params))
+    with pytest.raises((ExecutionError, ShapeError), match="random"):
+        vm.invoke("main", X, np.array(0.5, np.float32), np.array(True))
+
+
+@pytest.mark.parametrize("axis", [0, 1, -1])
+@pytest.mark.parametrize("is_sorted", [1, 0])
+def test_unique_along_an_axis_is_core_ops(axis, is_sorted):
+    x = np.array([[[1, 2], [1, 2], [0, 5]], [[1, 2], [1, 2], [0, 5]], [[3, 1], [3, 1], [0, 5]],
+                  [[1, 2], [1, 2], [0, 5]]], np.float32)
+    node = helper.make_node("Unique", ["x"], ["y", "indices", "inverse", "counts"], axis=axis, sorted=is_sorted)
+    outputs = [("y", F32, None)] + [(n, I64, None) for n in ("indices", "inverse", "counts")]
+    model = make_model([node], [("x", F32, ["n", 3, 2])], outputs)
+    # The oracle: NumPy's unique along the axis, reordered by first occurrence when unsorted.
+    values, first, inverse, counts = np.unique(x, axis=axis, return_index=True, return_inverse=True,
+                                               return_counts=True)
+    if not is_sorted:
+        order = np.argsort(first, kind="stable")
+        rank = np.empty_like(order)
+        rank[order] = np.arange(order.size)
+        values, first, counts, inverse = np.take(values, order, axis=axis), first[order], counts[order], \
+            rank[inverse.reshape(-1)]
+    expected = [values, first.astype(np.int64), inverse.reshape(-1).astype(np.int64), counts.astype(np.int64)]
+    check_lowered(model, x, ops=("unique",), expected=expected)
+    assert "onnx.unique" not in ops_of(from_onnx(model)[0])
+
+
+def test_dyn_ops_have_computes():
+    for name in ("dyn.unsqueeze", "dyn.split", "dyn.pad", "dyn.reduce", "dyn.cumsum", "dyn.nn.dropout"):
+        assert get_op(name).compute is not None, name
+
+
+@pytest.mark.parametrize("mode", ["reflect", "wrap"])
+def test_run_time_pads_wider_than_the_axis_fold_as_numpy_pad(mode):
+    """dyn.pad reflects (or wraps) again where a pad exceeds the axis, as np.pad does (ONNX Runtime
+    rejects such reflect pads; the oracle is NumPy)."""
+    node = helper.make_node("Pad", ["x", "pads"], ["y"], mode=mode)
+    model = make_model([node], [("x", F32, ["n", 2]), ("pads", I64, [4])], [("y", F32, None)])
+    x = np.arange(6, dtype=np.float32).reshape(3, 2)
+    pads = np.array([5, 3, 4, 6], np.int64)
+    expected = np.pad(x, [(5, 4), (3, 6)], mode=mode)
+    check_lowered(model, x, pads, ops=("dyn.pad",), expected=[expected])
+    one = np.ones((1, 2), np.float32)  # a one-element axis reflects to itself
+    check_lowered(model, one, pads, ops=("dyn.pad",), expected=[np.pad(one, [(5, 4), (3, 6)], mode=mode)])
+
+
+@pytest.mark.parametrize("axis_shape", [[1], ["k"]])
+def test_cumsum_with_a_one_element_run_time_axis(axis_shape):
+    node = helper.make_node("CumSum", ["x", "axis"], ["y"], reverse=1)
+    model = make_model([node], [("x", F32, [3, 4, 5]), ("axis", I64, axis_shape)], [("y", F32, None)])
+    # (ONNX says a 0-d axis; the reference evaluator rejects this form: NumPy is the oracle)
+    expected = np.flip(np.cumsum(np.flip(X, 1), 1), 1)
+    check_lowered(model, X, np.array([1], np.int64), ops=("dyn.cumsum",), rtol=1e-5, expected=[expected])
+
+
+def test_edge_padding_of_an_empty_axis_is_an_error():
+    node = helper.make_node("Pad", ["x", "pads"], ["y"], mode="edge")
+    model = make_model([node], [("x", F32, ["n", 2]), ("pads", I64, [4])], [("y", F32, None)])
+    mod, params = from_onnx(model)
+    vm = tv.vm.VirtualMachine(tv.vm.compile(mod, target="c", params=params))
+    with pytest.raises(ShapeError, match="no elements"):
+        vm.invoke("main", np.zeros((0, 2), np.float32), np.array([1, 0, 0, 0], np.int64))
+    with pytest.raises(ShapeError, match="no elements"):  # (cropped away, then padded)
+        vm.invoke("main", np.ones((2, 2), np.float32), np.array([1, 0, -2, 0], np.int64))
+
+
+def test_integer_mean_over_run_time_axes_rounds_toward_zero():
+    """As the static ReduceMean (core mean) and ONNX's reference do."""
+    node = helper.make_node("ReduceMean", ["x", "axes"], ["y"], keepdims=0)
+    model = make_model([node], [("x", TensorProto.INT32, [2, 3]), ("axes", I64, [1])],
+                       [("y", TensorProto.INT32, None)])
+    x = np.array([[-3, -2, -2], [7, 1, 0]], np.int32)
+    check_lowered(model, x, np.array([1], np.int64), ops=("dyn.reduce",), expected=[np.array([-2, 2], np.int32)])
