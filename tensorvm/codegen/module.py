@@ -181,8 +181,10 @@ class CompiledModule:
 _LINES_PER_UNIT = 1500
 
 
-def build_module(funcs: list[PrimFunc], toolchain: Toolchain | None = None, jobs: int | None = None) -> CompiledModule:
-    """Compile ``funcs`` into one library; big modules compile as ``jobs`` parallel translation units."""
+def build_module(funcs: list[PrimFunc], toolchain: Toolchain | None = None, jobs: int | None = None,
+                 extra_source: str = "") -> CompiledModule:
+    """Compile ``funcs`` into one library; big modules compile as ``jobs`` parallel translation units.
+    ``extra_source``: one more self-contained translation unit linked in (the C shape functions)."""
     names = [f.name for f in funcs]
     duplicates = {n for n in names if names.count(n) > 1}
     if duplicates:
@@ -194,6 +196,9 @@ def build_module(funcs: list[PrimFunc], toolchain: Toolchain | None = None, jobs
         jobs = min(os.cpu_count() or 1, max(1, lines // _LINES_PER_UNIT))
     jobs = max(1, min(jobs, len(emitted)))
     units = [source] if jobs == 1 else [emit_library(emitted[k::jobs]) for k in range(jobs)]
+    if extra_source:
+        units.append(extra_source)
+        source += "\n" + extra_source
     toolchain = toolchain or find_toolchain()
     module_name = ""
     if toolchain.python_include:

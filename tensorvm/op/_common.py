@@ -10,6 +10,7 @@ import numpy as np
 from ..errors import ExecutionError, ShapeError, TypeInferenceError
 from ..ir.types import Any, SymDim, TensorType, TupleType, Type, normalize_dtype
 from .registry import OpDef, register_op
+from .shape_logic import DataArg, const_int, dim_or, dim_select, is_sym, require, traceable
 
 __all__ = [
     "broadcast_dim", "broadcast_type_shapes", "broadcast_shapes", "expect_tensor", "expect_same_dtype",
@@ -24,6 +25,8 @@ __all__ = [
     # axes, reductions, registration
     "normalize_axes", "reduce_axes", "reduced_shape", "expect_scalar", "elemwise_rel",
     "broadcast_rel_checked", "register_checked", "tuple_fields",
+    # shape logics
+    "broadcast_logic", "identity_logic", "logic_shape_func",
 ]
 
 FLOAT_DTYPES = ("float16", "float32", "float64")
@@ -202,7 +205,12 @@ def one_of(*choices):
 
 def broadcast_dim(op: str, a, b):
     """Broadcast two typed dims. ``Any`` against a static ``k != 1`` optimistically gives ``k``
-    (the shape function checks it at run time); two different symbols give ``Any``."""
+    (the shape function checks it at run time); two different symbols give ``Any``. Symbolic dims
+    (``shape_logic.Sym``, while tracing a C shape function) must be equal or 1; the check is recorded."""
+    if is_sym(a) or is_sym(b):
+        require(dim_or(dim_or(a == b, a == 1), b == 1), f"{op}: cannot broadcast dimensions {a} and {b}",
+                ShapeError)
+        return dim_select(a == 1, b, a)
     if a == b:
         return a
     if a == 1:
@@ -250,6 +258,36 @@ def broadcast_shapes(op: str, *shapes: tuple) -> tuple:
     return tuple(out)
 
 
+@traceable
+def broadcast_logic(op: str, attrs, shapes, err) -> tuple:
+    """The shape logic of the broadcasting ops: run-time ints give ``broadcast_shapes``' exact checks and
+    messages, typed dims ``broadcast_type_shapes``' optimistic typing, symbolic dims recorded checks."""
+    if err is ShapeError and all(const_int(d) for s in shapes for d in s):
+        return broadcast_shapes(op, *shapes)
+    return broadcast_type_shapes(op, *shapes)
+
+
+@traceable
+def identity_logic(op: str, attrs, shapes, err) -> tuple:
+    """The shape logic of an elementwise op: the (first) input's shape."""
+    return tuple(shapes[0])
+
+
+def _logic_args(opdef: OpDef, args) -> list:
+    return [DataArg.of_array(a) if opdef.input_needs_data(i) else _as_shape(a) for i, a in enumerate(args)]
+
+
+def logic_shape_func(opdef: OpDef, logic=None):
+    """The run-time shape function derived from a shape logic: ints in, ``ShapeError`` on a failed check."""
+    logic, name = logic or opdef.shape_logic, opdef.name
+
+    def shape_func(attrs, args):
+        result = logic(name, attrs, _logic_args(opdef, args), ShapeError)
+        return list(result) if isinstance(result, list) else [result]
+
+    return shape_func
+
+
 def unary_rel(types, attrs, consts=None):
     return types[0]
 
@@ -258,7 +296,7 @@ def broadcast_rel_for(op: str, out_dtype: str | None = None):
     def rel(types, attrs, consts=None):
         ts = [expect_tensor(op, t) for t in types]
         dtype = expect_same_dtype(op, ts)
-        return TensorType(broadcast_type_shapes(op, *(t.shape for t in ts)), out_dtype or dtype)
+        return TensorType(broadcast_logic(op, attrs, [t.shape for t in ts], TypeInferenceError), out_dtype or dtype)
 
     return rel
 
@@ -278,7 +316,7 @@ def broadcast_rel_checked(op: str, allowed: tuple = ALL_DTYPES, out_dtype: str |
         ts = [expect_tensor(op, t, f"argument {i}") for i, t in enumerate(types)]
         dtype = expect_same_dtype(op, ts)
         expect_dtype(op, ts[0], allowed, "the arguments")
-        return TensorType(broadcast_type_shapes(op, *(t.shape for t in ts)), out_dtype or dtype)
+        return TensorType(broadcast_logic(op, attrs, [t.shape for t in ts], TypeInferenceError), out_dtype or dtype)
 
     return rel
 
@@ -295,13 +333,17 @@ def elemwise_rel(op: str, allowed: tuple = ALL_DTYPES, out_dtype: str | None = N
 
 
 def identity_shape_func(attrs, args):
-    return [tuple(args[0])]
+    return [identity_logic("", attrs, args, ShapeError)]
+
+
+identity_shape_func.logic = identity_logic  # register_checked makes it the op's shape logic
 
 
 def broadcast_shape_func_for(op: str):
     def shape_func(attrs, args):
-        return [broadcast_shapes(op, *args)]
+        return [broadcast_logic(op, attrs, args, ShapeError)]
 
+    shape_func.logic = broadcast_logic
     return shape_func
 
 
@@ -334,6 +376,11 @@ def register_checked(opdef: OpDef) -> OpDef:
     The arity of a variadic op is the relation's business; a fixed arity is checked here so that
     a wrong call gives a ``TypeInferenceError``/``ShapeError``/``ExecutionError`` rather than a
     ``TypeError`` from deep inside."""
+    if opdef.shape_logic is None and getattr(opdef.shape_func, "logic", None) is not None:
+        opdef.shape_logic = opdef.shape_func.logic
+        opdef.shape_logic_traceable = getattr(opdef.shape_logic, "traceable", False)
+    if opdef.shape_func is None and opdef.shape_logic is not None:
+        opdef.shape_func = logic_shape_func(opdef)
     rel, shape_func, kernel = opdef.type_rel, opdef.shape_func, opdef.kernel
     name, arity = opdef.name, opdef.num_inputs
 

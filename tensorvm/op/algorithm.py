@@ -33,6 +33,7 @@ from ._common import (
 )
 from ._library import axis_split, dtype_code, product, same_dims
 from .registry import AttrDef, LibraryKernel, OpDef, OpPattern
+from .shape_logic import Sym, count_nonzero, count_sorted_runs, dim_or, dim_select, is_sym, require, traceable
 
 # ---- argwhere -------------------------------------------------------------------------------------
 
@@ -48,13 +49,23 @@ def _argwhere_arguments(attrs, inputs, outputs):
     return [condition, dtype_code(condition.dtype), rank, tuple(condition.shape), out.shape[0], out], []
 
 
+@traceable
+def _argwhere_logic(op, attrs, args, err):
+    """One row per nonzero element: counted in one pass (``tv_shape_count_nonzero`` in C)."""
+    (condition,) = args
+    count = count_nonzero(condition)
+    if is_sym(count):  # (the C count is -1 for a dtype it does not handle)
+        require(count >= 0, f"argwhere: cannot count the nonzero elements of {condition.dtype} data", err)
+    return (count, len(condition.shape))
+
+
 # The shape function counts the nonzero elements (one cheap pass); the kernel writes their coordinates
 # and checks that it found as many.
 register_checked(OpDef(
     name="argwhere", num_inputs=1, type_rel=_argwhere_rel,
     kernel=lambda attrs, condition: np.argwhere(condition).astype("int32"), pattern=OpPattern.OPAQUE,
-    shape_func=lambda attrs, args: [(int(np.count_nonzero(args[0])), np.ndim(args[0]))],
-    shape_func_data_dependent=True, library=LibraryKernel("tv_argwhere", "algorithm.c", _argwhere_arguments),
+    shape_logic=_argwhere_logic, shape_func_data_dependent=True,
+    library=LibraryKernel("tv_argwhere", "algorithm.c", _argwhere_arguments),
     doc="The coordinates (int32, one row each, row-major order) of the nonzero elements.",
 ))
 
@@ -105,15 +116,14 @@ def _argsort_kernel(attrs, data):
     return sorted_indices(data, axis, attrs.is_ascend).astype(attrs.dtype)
 
 
-def _checked_identity_shape(name: str):
-    def shape_func(attrs, args):
-        shape = tuple(args[0])
-        if not shape:
-            raise ShapeError(f"{name}: data must have rank >= 1, got a scalar")
-        normalize_axis(name, attrs.axis, len(shape), ShapeError)
-        return [shape]
-
-    return shape_func
+@traceable
+def _sort_logic(op, attrs, shapes, err):
+    """sort and argsort: the data's shape (of rank >= 1, with ``axis`` in range)."""
+    shape = tuple(shapes[0])
+    if not shape:
+        raise err(f"{op}: data must have rank >= 1, got a scalar")
+    normalize_axis(op, attrs.axis, len(shape), err)
+    return shape
 
 
 def _lines(name: str, attrs, data, outputs, k) -> tuple[list, list]:
@@ -143,12 +153,12 @@ def _argsort_arguments(attrs, inputs, outputs):
 SORT_ATTRS = (AttrDef("axis", -1, to_int), AttrDef("is_ascend", True, to_bool))
 register_checked(OpDef(
     name="sort", num_inputs=1, type_rel=_sort_rel, kernel=_sort_kernel, pattern=OpPattern.OPAQUE,
-    attrs=SORT_ATTRS, shape_func=_checked_identity_shape("sort"), doc="Stable sort along an axis.",
+    attrs=SORT_ATTRS, shape_logic=_sort_logic, doc="Stable sort along an axis.",
     library=LibraryKernel("tv_sort", "algorithm.c", _sort_arguments),
 ))
 register_checked(OpDef(
     name="argsort", num_inputs=1, type_rel=_argsort_rel, kernel=_argsort_kernel, pattern=OpPattern.OPAQUE,
-    attrs=SORT_ATTRS + (AttrDef("dtype", "int32", to_int_dtype),), shape_func=_checked_identity_shape("argsort"),
+    attrs=SORT_ATTRS + (AttrDef("dtype", "int32", to_int_dtype),), shape_logic=_sort_logic,
     doc="The indices of a stable sort along an axis.",
     library=LibraryKernel("tv_argsort", "algorithm.c", _argsort_arguments),
 ))
@@ -204,16 +214,28 @@ def _topk_extent(shape: tuple, axis: int, k: int) -> int:
     return k
 
 
-def _topk_shape_func(attrs, args):
+@traceable
+def _topk_logic(op, attrs, args, err):
+    """The extent along the axis is k (k < 1: the whole axis); a run-time k is read from its tensor."""
     if len(args) not in (1, 2):
-        raise ShapeError(f"topk: expected 1 or 2 arguments (data[, k]), got {len(args)}")
+        raise err(f"topk: expected 1 or 2 arguments (data[, k]), got {len(args)}")
     shape = tuple(args[0])
     if not shape:
-        raise ShapeError("topk: data must have rank >= 1, got a scalar")
-    axis = normalize_axis("topk", attrs.axis, len(shape), ShapeError)
-    k = _topk_k(attrs, len(args), args[1] if len(args) == 2 else None, ShapeError)
-    out = shape[:axis] + (_topk_extent(shape, axis, k),) + shape[axis + 1:]
-    return [out, out] if attrs.ret_type == "both" else [out]
+        raise err("topk: data must have rank >= 1, got a scalar")
+    axis = normalize_axis("topk", attrs.axis, len(shape), err)
+    if len(args) == 2:
+        if attrs.k is not None:
+            raise AttrError("topk: k is given both as an attribute and as an argument")
+        k_arg = args[1]
+        if len(k_arg.shape) != 0 or k_arg.dtype not in INT_DTYPES:
+            raise err(f"topk: the k argument must be an integer scalar, got {k_arg.dtype} {k_arg.shape}")
+        k = k_arg.item()
+    else:
+        k = 1 if attrs.k is None else attrs.k
+    dim = shape[axis]
+    require(dim_or(k < 1, k <= dim), f"topk: k={k} exceeds the size {dim} of axis {axis} in shape {shape}", err)
+    out = shape[:axis] + (dim_select(k < 1, dim, k),) + shape[axis + 1:]
+    return [out, out] if attrs.ret_type == "both" else out
 
 
 def _topk_kernel(attrs, data, k=None):
@@ -250,7 +272,7 @@ register_checked(OpDef(
         AttrDef("is_ascend", False, to_bool),
         AttrDef("dtype", "int32", to_int_dtype),
     ),
-    shape_func=_topk_shape_func, shape_func_data_dependent=(False, True),
+    shape_logic=_topk_logic, shape_func_data_dependent=(False, True),
     library=LibraryKernel(_topk_function, "algorithm.c", _topk_arguments),
     doc="topk(data[, k]): the k largest (or smallest) elements along an axis and/or their indices.",
 ))
@@ -267,9 +289,15 @@ def _scan(name: str, ufunc, identity):
 
     def out_shape(shape: tuple, axis, error):
         if axis is None:  # Relay flattens the input first
+            if any(is_sym(d) for d in shape):
+                return (math.prod(shape, start=1),)
             return (math.prod(shape) if all(isinstance(d, (int, np.integer)) for d in shape) else Any(),)
         normalize_axes_scan(name, axis, len(shape), error)
         return tuple(shape)
+
+    @traceable
+    def logic(op, attrs, shapes, err):
+        return out_shape(tuple(shapes[0]), attrs.axis, err)
 
     def rel(types, attrs, consts=None):
         data = expect_tensor(name, types[0], "data")
@@ -316,7 +344,7 @@ def _scan(name: str, ufunc, identity):
             AttrDef("dtype", None, to_dtype, "default: the input's dtype"),
             AttrDef("exclusive", False, to_bool, "leave out each element itself"),
         ),
-        shape_func=lambda attrs, args: [out_shape(tuple(args[0]), attrs.axis, ShapeError)],
+        shape_logic=logic,
         doc=f"Running {name[3:]} along an axis (inclusive unless exclusive).",
     ))
 
@@ -425,9 +453,22 @@ def _sorted_groups(data: np.ndarray, order: np.ndarray, error: type):
     return starts
 
 
-def _sorted_unique_shape_func(attrs, args):
-    data, order = np.asarray(args[0]), np.asarray(args[1])
-    n = int(np.count_nonzero(_sorted_groups(data, order, ShapeError)))
+@traceable
+def _sorted_unique_logic(op, attrs, args, err):
+    """The number of groups of equal values, counted in one pass over the data in ``order`` (which is
+    checked to sort it); ``tv_shape_count_sorted_runs`` in C. The sort itself is argsort's kernel."""
+    data, order = args
+    if len(data.shape) != 1 or len(order.shape) != 1 or order.dtype not in INT_DTYPES:
+        raise err(f"sorted_unique: expected 1-D data and an integer order of its length, got {data.dtype} "
+                  f"{data.shape} and {order.dtype} {order.shape}")
+    require(order.shape[0] == data.shape[0], f"sorted_unique: expected 1-D data and an integer order of its "
+                                             f"length, got {data.dtype} {data.shape} and {order.dtype} {order.shape}",
+            err)
+    if data.values is not None and order.values is not None:
+        n = int(np.count_nonzero(_sorted_groups(data.values, order.values, err)))
+    else:
+        n = count_sorted_runs(data, order)
+        require(n >= 0, "sorted_unique: order holds a position outside the data or does not sort it ascending", err)
     return [(n,), (n,), data.shape] + ([(n,)] if attrs.return_counts else [])
 
 
@@ -452,8 +493,7 @@ def _sorted_unique_arguments(attrs, inputs, outputs):
 
 register_checked(OpDef(
     name="sorted_unique", num_inputs=2, type_rel=_sorted_unique_rel, kernel=_sorted_unique_kernel,
-    pattern=OpPattern.OPAQUE, attrs=UNIQUE_ATTRS, shape_func=_sorted_unique_shape_func,
-    shape_func_data_dependent=True,
+    pattern=OpPattern.OPAQUE, attrs=UNIQUE_ATTRS, shape_logic=_sorted_unique_logic, shape_func_data_dependent=True,
     library=LibraryKernel(lambda attrs: "tv_unique_counts" if attrs.return_counts else "tv_unique", "algorithm.c",
                           _sorted_unique_arguments),
     doc="sorted_unique(data, order): unique's results given ``order``, the stable ascending order of data "
@@ -468,15 +508,13 @@ def _searchsorted_check(seq_shape: tuple, values_shape: tuple, error: type):
         raise error("searchsorted: sorted_sequence must have rank >= 1, got a scalar")
     if len(seq_shape) == 1:
         return
-    leading_ok = len(values_shape) == len(seq_shape) and all(
-        not (isinstance(s, int) and isinstance(v, int)) or s == v
-        for s, v in zip(seq_shape[:-1], values_shape[:-1], strict=True)
-    )
-    if not leading_ok:
-        raise error(
-            f"searchsorted: a {len(seq_shape)}-D sorted_sequence {tuple(seq_shape)} needs values with the same "
-            f"leading dimensions, got {tuple(values_shape)}"
-        )
+    message = (f"searchsorted: a {len(seq_shape)}-D sorted_sequence {tuple(seq_shape)} needs values with the same "
+               f"leading dimensions, got {tuple(values_shape)}")
+    if len(values_shape) != len(seq_shape):
+        raise error(message)
+    for s, v in zip(seq_shape[:-1], values_shape[:-1], strict=True):
+        if isinstance(s, (int, Sym)) and isinstance(v, (int, Sym)):  # (known or traced dims; unknown ones pass)
+            require(s == v, message, error)
 
 
 def _searchsorted_rel(types, attrs, consts=None):
@@ -505,9 +543,10 @@ def _searchsorted_kernel(attrs, seq, values):
     return out.reshape(values.shape)
 
 
-def _searchsorted_shape_func(attrs, args):
-    _searchsorted_check(tuple(args[0]), tuple(args[1]), ShapeError)
-    return [tuple(args[1])]
+@traceable
+def _searchsorted_logic(op, attrs, shapes, err):
+    _searchsorted_check(tuple(shapes[0]), tuple(shapes[1]), err)
+    return tuple(shapes[1])
 
 
 def _searchsorted_arguments(attrs, inputs, outputs):
@@ -528,7 +567,7 @@ register_checked(OpDef(
     pattern=OpPattern.OPAQUE,
     attrs=(AttrDef("right", False, to_bool, "return the last suitable index instead of the first"),
            AttrDef("dtype", "int32", to_int_dtype)),
-    shape_func=_searchsorted_shape_func,
+    shape_logic=_searchsorted_logic,
     library=LibraryKernel("tv_searchsorted", "algorithm.c", _searchsorted_arguments),
     doc="searchsorted(sorted_sequence, values): insertion indices keeping each innermost row sorted.",
 ))

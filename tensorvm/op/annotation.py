@@ -8,6 +8,7 @@ costs no kernel. The interpreter (and any pipeline without FuseOps) runs it as a
 from __future__ import annotations
 
 from ..te.tensor import compute
+from ._common import identity_logic
 from .registry import OpPattern
 from .transform import define_shaped
 
@@ -21,7 +22,7 @@ def _stop_fusion_compute(attrs, inputs, out_type):
 
 
 define_shaped(
-    STOP_FUSION, 1, lambda op, attrs, shapes, err: tuple(shapes[0]), lambda attrs, shape, x: x.copy(),
+    STOP_FUSION, 1, identity_logic, lambda attrs, shape, x: x.copy(),
     OpPattern.OPAQUE, compute=_stop_fusion_compute,
     doc="The tensor unchanged; nothing fuses across it (FuseOps removes it after grouping).",
 )

@@ -34,6 +34,7 @@ from ._common import (
 )
 from ._compute import output_dtype
 from .registry import REQUIRED, AttrDef, OpDef, OpPattern
+from .shape_logic import DataArg, ceil_length, dim_max, is_finite, require, traceable
 
 # ---- zeros, ones, full ----------------------------------------------------------------------------
 
@@ -66,9 +67,14 @@ def _constant_fill(name: str, value):
     register_checked(OpDef(
         name=name, num_inputs=0, type_rel=rel, kernel=kernel, pattern=OpPattern.ELEMWISE,
         attrs=(AttrDef("shape", REQUIRED, to_shape), AttrDef("dtype", "float32", to_dtype)),
-        shape_func=lambda attrs, args: [attrs.shape], compute=_fill_compute(name, value),
+        shape_logic=_static_shape_logic, compute=_fill_compute(name, value),
         doc=f"A tensor of the given shape filled with {value}.",
     ))
+
+
+@traceable
+def _static_shape_logic(op, attrs, args, err):
+    return tuple(attrs.shape)
 
 
 _constant_fill("zeros", 0)
@@ -96,7 +102,7 @@ register_checked(OpDef(
     name="full", num_inputs=1, type_rel=_full_rel, kernel=_full_kernel, pattern=OpPattern.ELEMWISE,
     compute=_full_compute,
     attrs=(AttrDef("shape", REQUIRED, to_shape), AttrDef("dtype", None, to_dtype, "default: fill_value's")),
-    shape_func=lambda attrs, args: [attrs.shape],
+    shape_logic=_static_shape_logic,
     doc="full(fill_value, shape, dtype): a tensor filled with the scalar fill_value (cast to dtype).",
 ))
 
@@ -115,6 +121,20 @@ def _shape_tensor_type(op: str, ty, consts, index: int) -> tuple:
     if consts is not None and len(consts) > index and consts[index] is not None:
         return _shape_values(op, consts[index], TypeInferenceError)
     return (Any(),) * shape_t.shape[0]
+
+
+@traceable
+def _shape_values_logic(op, attrs, args, err) -> tuple:
+    """The output shape held by the (last) data argument: its values, each >= 0."""
+    arg = args[-1]
+    if arg.values is not None:
+        return _shape_values(op, arg.values, err)
+    if len(arg.shape) != 1 or arg.dtype not in INT_DTYPES:
+        raise err(f"{op}: shape must be a 1-D integer tensor, got {arg.dtype} of shape {arg.shape}")
+    values = arg.int_values()
+    for v in values:
+        require(v >= 0, f"{op}: shape values must be >= 0", err)
+    return values
 
 
 def _shape_values(op: str, value, error: type) -> tuple:
@@ -147,7 +167,7 @@ def _dyn_constant_fill(name: str, value):
     register_checked(OpDef(
         name=name, num_inputs=1, type_rel=rel, kernel=kernel, pattern=OpPattern.OPAQUE,
         attrs=(AttrDef("dtype", "float32", to_dtype),),
-        shape_func=lambda attrs, args: [_shape_values(name, args[0], ShapeError)], shape_func_data_dependent=True,
+        shape_logic=_shape_values_logic, shape_func_data_dependent=True,
         doc=f"{name}(shape): a tensor of the shape held by the 1-D integer tensor ``shape``, filled with {value}.",
         compute=_dyn_fill_compute(name, lambda inputs, dtype: te.const(value, dtype)),
     ))
@@ -172,8 +192,7 @@ def _dyn_full_kernel(attrs, fill_value, shape):
 register_checked(OpDef(
     name="dyn.full", num_inputs=2, type_rel=_dyn_full_rel, kernel=_dyn_full_kernel, pattern=OpPattern.OPAQUE,
     attrs=(AttrDef("dtype", None, to_dtype, "default: fill_value's"),),
-    shape_func=lambda attrs, args: [_shape_values("dyn.full", args[1], ShapeError)],
-    shape_func_data_dependent=(False, True),
+    shape_logic=_shape_values_logic, shape_func_data_dependent=(False, True),
     doc="dyn.full(fill_value, shape): a tensor of the run-time shape filled with the scalar fill_value.",
     compute=_dyn_fill_compute("dyn.full", lambda inputs, dtype: te.cast(inputs[0][()], dtype)),
 ))
@@ -256,12 +275,32 @@ def to_numeric_dtype(value) -> str:
     return dtype
 
 
+@traceable
+def _arange_logic(op, attrs, args, err):
+    """arange's length from the values of start, stop and step: known (run time, constants), unknown
+    (type inference: ``Any``) or loaded in C; floor division for integers, a float ceil otherwise."""
+    for arg, name in zip(args, ARANGE_ARGS, strict=True):
+        if len(arg.shape) != 0:
+            raise err(f"arange: {name} must be a scalar, got an array of shape {arg.shape}")
+    if all(arg.values is not None for arg in args):
+        return (arange_length(*(arg.values for arg in args), error=err),)
+    start, stop, step = (arg.item() for arg in args)
+    if start is None or stop is None or step is None:
+        return (Any(),)
+    require(step != 0, "arange: step must not be zero", err)
+    if all(arg.dtype in INT_DTYPES for arg in args):
+        return (dim_max(0, 0 - (start - stop) // step),)  # ceil((stop - start) / step) without rounding
+    for value in (start, stop, step):
+        require(is_finite(value), "arange: start, stop and step must be finite", err)
+    return (ceil_length(start, stop, step),)
+
+
 def _arange_rel(types, attrs, consts=None):
     for ty, name in zip(types, ARANGE_ARGS, strict=True):
         expect_dtype("arange", expect_scalar("arange", ty, name), NUMERIC_DTYPES, name)
-    if consts is not None and all(c is not None for c in consts[:3]):
-        return TensorType((arange_length(*consts[:3], error=TypeInferenceError),), attrs.dtype)
-    return TensorType((Any(),), attrs.dtype)
+    args = [DataArg.of_array(c) if c is not None else DataArg(t.shape, t.dtype)
+            for t, c in zip(types, list(consts or [None] * 3)[:3], strict=True)]
+    return TensorType(_arange_logic("arange", attrs, args, TypeInferenceError), attrs.dtype)
 
 
 def _arange_kernel(attrs, start, stop, step):
@@ -301,7 +340,7 @@ def _arange_compute(attrs, inputs, out_type):
 register_checked(OpDef(
     name="arange", num_inputs=3, type_rel=_arange_rel, kernel=_arange_kernel, pattern=OpPattern.OPAQUE,
     attrs=(AttrDef("dtype", "float32", to_numeric_dtype),),
-    shape_func=lambda attrs, args: [(arange_length(*args),)], shape_func_data_dependent=True,
+    shape_logic=_arange_logic, shape_func_data_dependent=True,
     doc="arange(start, stop, step): start + i * step for i < ceil((stop - start) / step), in dtype.",
     compute=_arange_compute,
 ))

@@ -21,6 +21,8 @@ from ..ir.types import Any, TensorType, TupleType
 from ..te import expr as E
 from ..te.expr import INDEX_DTYPE, cast, const, eq, select
 from ..te.tensor import compute, reduce_axis
+from . import shape_logic as sl
+from ._common import INT_DTYPES as _INT_DTYPES
 from ._common import expect_tensor
 from ._compute import acc_float, kernel_name, output_dims, product, reshape_to
 from .registry import REQUIRED, AttrDef, OpPattern
@@ -494,10 +496,18 @@ def _one_element(op, ty, what):
     return t
 
 
-def _cumsum_shape(attrs, args):
-    shape = concrete(args[0])
-    _axis_value(args[1], len(shape), "dyn.cumsum", ShapeError)
-    return [shape]
+@sl.traceable
+def _cumsum_logic(op, attrs, args, err):
+    """The data's shape, once the run-time axis is checked to be in range."""
+    shape, axis = tuple(args[0]), args[1]
+    if axis.values is not None:
+        _axis_value(axis.values, len(shape), op, err)
+        return shape
+    if axis.size() != 1 or axis.dtype not in _INT_DTYPES:
+        raise err(f"{op}: axis must be one integer, got {axis.dtype} of shape {axis.shape}")
+    a, ndim = axis.item(0), len(shape)
+    sl.require(sl.dim_and(a >= -ndim, a < ndim), f"{op}: axis {a} is out of range for a tensor of rank {ndim}", err)
+    return shape
 
 
 def _cumsum_compute(attrs, inputs, out_type):
@@ -529,7 +539,7 @@ def _cumsum_compute(attrs, inputs, out_type):
 define(
     "dyn.cumsum", 2, _cumsum_rel, _cumsum_kernel, OpPattern.OPAQUE,
     attrs=(AttrDef("exclusive", False, to_bool), AttrDef("reverse", False, to_bool)),
-    shape_func=_cumsum_shape, data_dependent=(False, True), compute=_cumsum_compute,
+    shape_logic=_cumsum_logic, data_dependent=(False, True), compute=_cumsum_compute,
     doc="dyn.cumsum(data, axis): cumsum along the axis given by a run-time integer scalar (or 1-element "
         "tensor), in the data's dtype; exclusive leaves out each element itself, reverse runs from the end.",
 )
@@ -574,7 +584,8 @@ def _dropout_compute(attrs, inputs, out_type):
 
 define(
     "dyn.nn.dropout", 3, _dropout_rel, _dropout_kernel, OpPattern.OPAQUE,
-    shape_func=lambda attrs, args: [concrete(args[0]), concrete(args[0])], compute=_dropout_compute,
+    shape_logic=sl.traceable(lambda op, attrs, shapes, err: [tuple(shapes[0]), tuple(shapes[0])]),
+    compute=_dropout_compute,
     doc="dyn.nn.dropout(data, rate, training) -> (output, bool mask): nn.dropout with the rate and the "
         "training flag run-time scalars; the identity and a mask of ones unless training with a nonzero "
         "rate, which draws random masks and is an error (tensorvm does not implement it).",

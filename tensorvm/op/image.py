@@ -9,6 +9,7 @@ each op's NumPy kernel and compute evaluate the same code on NumPy arrays and on
 from __future__ import annotations
 
 import itertools
+import math
 
 import numpy as np
 
@@ -22,6 +23,7 @@ from ._common import expect_tensor
 from ._compute import layout_compute, layout_reader, output_dims, output_dtype, product
 from ._resample import F64, NP, TE, Spec, clamp, cubic_weights, finish, resize_coordinate, sample
 from .registry import REQUIRED, AttrDef, OpPattern
+from .shape_logic import Sym, dim_or, require, round_half_even, traceable
 from .transform import (
     concrete,
     define,
@@ -142,11 +144,18 @@ def _resize_out_shape(op, data_shape, layout, size, err):
     if len(data_shape) != len(layout):
         raise err(f"{op}: data must have rank {len(layout)} ({layout}), got shape {fmt_shape(data_shape)}")
     out = list(data_shape)
-    for letter, new in zip(_SPATIAL[len(layout) - 2], size, strict=True):
-        axis = layout.index(letter)
-        if isinstance(out[axis], int) and isinstance(new, int) and out[axis] == 0 and new > 0:
-            raise err(f"{op}: cannot resize the empty {letter} dim of {fmt_shape(data_shape)} to {new}")
+    axes = [layout.index(letter) for letter in _SPATIAL[len(layout) - 2]]
+    for axis, new in zip(axes, size, strict=True):
         out[axis] = new
+    # An empty dim has nothing to sample from, unless the output is empty too (then nothing is sampled).
+    # Over typed dims the output counts as non-empty unless every dim is known.
+    known = all(isinstance(d, (int, Sym)) for d in out)
+    empty_out = math.prod(out, start=1) == 0 if known else False
+    for letter, axis, new in zip(_SPATIAL[len(layout) - 2], axes, size, strict=True):
+        dim = data_shape[axis]
+        if isinstance(dim, (int, Sym)) and isinstance(new, int) and new > 0:  # (a known or traced dim)
+            require(dim_or(dim != 0, empty_out),
+                    f"{op}: cannot resize the empty {letter} dim of {fmt_shape(data_shape)} to {new}", err)
     return tuple(out)
 
 
@@ -178,8 +187,8 @@ def _define_resize(d: int):
         OpPattern.INJECTIVE,
         attrs=(AttrDef("size", REQUIRED, _sizes_of(d)), AttrDef("roi", (0.0,) * (2 * d), _roi_of(d)))
         + _resize_common(_CANONICAL[d]),
-        shape_func=lambda attrs, args: [_resize_out_shape(name, concrete(args[0]), attrs.layout, attrs.size,
-                                                          ShapeError)],
+        shape_logic=traceable(lambda op, attrs, shapes, err: _resize_out_shape(op, shapes[0], attrs.layout,
+                                                                               attrs.size, err)),
         compute=compute_fn,
         doc=f"Resize the {', '.join(spatial)} dims to ``size`` by nearest_neighbor (with ``rounding_method``), "
             f"linear or cubic (Keys, ``cubic_alpha``; ``cubic_exclude`` drops taps outside) sampling at the "
@@ -270,8 +279,8 @@ def _positive_float(value) -> float:
 
 
 def _scaled_dim(dim, scale: float):
-    if isinstance(dim, int):
-        return int(round(dim * scale))
+    if isinstance(dim, (int, Sym)):  # (a known or traced dim)
+        return round_half_even(dim * scale)
     return dim if scale == 1.0 else Any()
 
 
@@ -340,8 +349,8 @@ def _define_upsampling(name: str):
     define(
         name, 1, rel, kernel, OpPattern.INJECTIVE,
         attrs=tuple(AttrDef(s, 1.0, _positive_float) for s in scale_names) + _UP_ATTRS[name],
-        shape_func=lambda attrs, args: [_upsampling_shape(name, concrete(args[0]), attrs.layout, scales_of(attrs),
-                                                          ShapeError)],
+        shape_logic=traceable(lambda op, attrs, shapes, err: _upsampling_shape(op, shapes[0], attrs.layout,
+                                                                               scales_of(attrs), err)),
         compute=compute_fn,
         doc=f"Upsample the {', '.join(spatial)} dims by {', '.join(scale_names)} (to round(dim * scale)): "
             f"{spatial.lower()}-resize with asymmetric or align_corners coordinates.",
@@ -456,7 +465,7 @@ def _affine_grid_compute(attrs, inputs, out_type):
 define(
     "image.affine_grid", 1, _affine_grid_rel, _affine_grid_kernel, OpPattern.INJECTIVE,
     attrs=(AttrDef("target_shape", REQUIRED, _sizes_of(2)),),
-    shape_func=lambda attrs, args: [(concrete(args[0])[0], 2) + tuple(attrs.target_shape)],
+    shape_logic=traceable(lambda op, attrs, shapes, err: (shapes[0][0], 2) + tuple(attrs.target_shape)),
     compute=_affine_grid_compute,
     doc="The sampling grid (batch, 2, H, W) of the affine maps data (batch, 2, 3) over target_shape (H, W): "
         "grid[n, :, i, j] = data[n] @ (x_j, y_i, 1) with x, y evenly spread over [-1, 1].",
@@ -541,6 +550,7 @@ def _unnormalized(m, g, size, align: bool):
     return ((g + 1.0) * m.to_float(size) - 1.0) / 2.0
 
 
+@traceable
 def _grid_sample_logic(op, attrs, shapes, err):
     data, grid = shapes
     d = len(attrs.layout) - 2
@@ -611,6 +621,7 @@ define_shaped(
 # image.crop_and_resize(data, boxes, box_indices): tf_crop_and_resize sampling with each box as the roi
 
 
+@traceable
 def _crop_logic(op, attrs, shapes, err):
     data, boxes, indices = shapes
     if len(data) != 4 or len(boxes) != 2 or len(indices) != 1:

@@ -26,7 +26,7 @@ from ..te.expr import Const, PrimExpr, cast, const, dtype_kind, eq, select
 from ..te.tensor import Tensor, compute, reduce_axis
 from ..te.tensor import max as te_max
 from ..te.tensor import sum as te_sum
-from ._common import erf, expect_tensor
+from ._common import erf, expect_tensor, identity_logic
 from ._compute import (
     acc_float,
     axis_of,
@@ -44,9 +44,9 @@ from ._compute import (
     with_requires,
 )
 from .registry import REQUIRED, AttrDef, OpPattern
+from .shape_logic import Sym, dim_or, dim_select, is_sym, require, traceable
 from .transform import (
     add_dims,
-    concrete,
     define,
     define_shaped,
     fmt_shape,
@@ -109,6 +109,9 @@ def _acc_dtype(dtype) -> np.dtype:
 
 
 def _broadcast_batch(op: str, a, b, err):
+    if is_sym(a) or is_sym(b):
+        require(dim_or(dim_or(a == b, a == 1), b == 1), f"{op}: batch dims must match, got {a} and {b}", err)
+        return dim_select(a == 1, b, a)
     if a == 1:
         return b
     if b == 1:
@@ -117,6 +120,9 @@ def _broadcast_batch(op: str, a, b, err):
 
 
 def _div_dim(op: str, dim, k: int, err, what: str):
+    if is_sym(dim):
+        require(dim % k == 0, f"{op}: {what} ({dim}) must be divisible by {k}", err)
+        return dim // k
     if isinstance(dim, int):
         if dim % k:
             raise err(f"{op}: {what} ({dim}) must be divisible by {k}")
@@ -151,6 +157,7 @@ def _array_from_canonical(x: np.ndarray, canonical: str, layout: str) -> np.ndar
 # dense, matmul, batch_matmul
 
 
+@traceable
 def _dense_logic(op, attrs, shapes, err):
     data, weight = shapes
     if len(data) < 1:
@@ -242,6 +249,7 @@ def unpack_dense_weight(packed: np.ndarray, units: int) -> np.ndarray:
     return packed.transpose(0, 2, 1).reshape(panels * lanes, in_dim)[:units]
 
 
+@traceable
 def _dense_packed_logic(op, attrs, shapes, err):
     data, packed = shapes
     if len(data) < 1:
@@ -301,6 +309,7 @@ define_shaped(
 )
 
 
+@traceable
 def _matmul_logic(op, attrs, shapes, err):
     a, b = shapes
     if len(a) < (2 if attrs.transpose_a else 1):
@@ -376,6 +385,7 @@ define_shaped(
 )
 
 
+@traceable
 def _batch_matmul_logic(op, attrs, shapes, err):
     x, y = shapes
     _expect_rank(op, x, 3, "x", err)
@@ -459,6 +469,7 @@ def _along(vec: np.ndarray, axis: int, ndim: int) -> np.ndarray:
 
 
 def _bias_logic(name):
+    @traceable
     def logic(op, attrs, shapes, err):
         return _channel_vectors(op, shapes[0], shapes[1:], attrs.axis, err, (name,))[1]
 
@@ -483,7 +494,7 @@ define_shaped(
 
 def _unary(name, kernel, attrs=(), floats_only=False, doc="", compute=None):
     define_shaped(
-        name, 1, lambda op, attrs, shapes, err: tuple(shapes[0]), lambda attrs, shape, x: kernel(attrs, x),
+        name, 1, identity_logic, lambda attrs, shape, x: kernel(attrs, x),
         OpPattern.ELEMWISE, attrs=attrs, check_types=_check_float(name) if floats_only else None, doc=doc,
         compute=compute,
     )
@@ -542,6 +553,7 @@ define_shaped(
 )
 
 
+@traceable
 def _axis_logic(op, attrs, shapes, err):
     norm_axis(op, attrs.axis, len(shapes[0]), err)
     return tuple(shapes[0])
@@ -644,6 +656,7 @@ def _scale_shift(attrs, y, axis, gamma, beta):
 
 
 def _norm_logic(names):
+    @traceable
     def logic(op, attrs, shapes, err):
         return _channel_vectors(op, shapes[0], shapes[1:], attrs.axis, err, names)[1]
 
@@ -771,6 +784,7 @@ def _instance_norm(attrs, shape, x, gamma, beta):
     return _scale_shift(attrs, y, axis, gamma, beta).astype(x.dtype)
 
 
+@traceable
 def _instance_norm_logic(op, attrs, shapes, err):
     if len(shapes[0]) < 2:
         raise err(f"{op}: data must have rank >= 2, got {fmt_shape(shapes[0])}")
@@ -797,6 +811,7 @@ define_shaped(
 )
 
 
+@traceable
 def _group_norm_logic(op, attrs, shapes, err):
     shape = _instance_norm_logic(op, attrs, shapes, err)
     channels = shape[attrs.axis % len(shape)]
@@ -874,6 +889,7 @@ define_shaped(
 _BN_NAMES = ("gamma", "beta", "moving_mean", "moving_var")
 
 
+@traceable
 def _batch_norm_shapes(op, attrs, shapes, err):
     axis, data = _channel_vectors(op, shapes[0], shapes[1:], attrs.axis, err, _BN_NAMES)
     return [data, (data[axis],), (data[axis],)]
@@ -924,8 +940,7 @@ def _batch_norm_compute(attrs, inputs, out_type):
 define(
     "nn.batch_norm", 5, _batch_norm_rel, _batch_norm, OpPattern.OPAQUE,
     attrs=(AttrDef("axis", 1, to_int), _EPSILON, _CENTER, _SCALE),
-    shape_func=lambda attrs, args: _batch_norm_shapes("nn.batch_norm", attrs, [concrete(s) for s in args],
-                                                      ShapeError),
+    shape_logic=_batch_norm_shapes,
     doc="Inference batch norm: (x - moving_mean) / sqrt(moving_var + epsilon) * gamma + beta along ``axis``; "
         "returns (out, moving_mean, moving_var) like Relay.",
     compute=_batch_norm_compute,
@@ -938,12 +953,11 @@ define(
 
 def _window_out(op, dim, kernel, pad_total, stride, dilation, ceil_mode, err, what):
     """The number of window positions along one spatial dim (Relay's formula, with ceil_mode)."""
-    if isinstance(dim, int) and isinstance(kernel, int):
+    if isinstance(dim, (int, Sym)) and isinstance(kernel, (int, Sym)):  # known or traced dims
         extent = dilation * (kernel - 1) + 1
         room = dim + pad_total - extent
-        if room < 0:
-            raise err(f"{op}: the {what} window ({extent} with dilation) is larger than the padded input "
-                      f"({dim} + {pad_total} padding)")
+        require(room >= 0, f"{op}: the {what} window ({extent} with dilation) is larger than the padded input "
+                           f"({dim} + {pad_total} padding)", err)
         return (room + (stride - 1 if ceil_mode else 0)) // stride + 1
     if kernel == 1 and pad_total == 0 and stride == 1:
         return dim
@@ -1000,6 +1014,7 @@ def _conv_common(op, attrs, shapes, err, kernel_canonical):
     return n, c, h, w, kernel["O"], kernel["I"], kh, kw
 
 
+@traceable
 def _conv2d_logic(op, attrs, shapes, err):
     n, c, h, w, o, i, kh, kw = _conv_common(op, attrs, shapes, err, "OIHW")
     g = attrs.groups
@@ -1111,6 +1126,7 @@ define_shaped(
 )
 
 
+@traceable
 def _conv2d_transpose_logic(op, attrs, shapes, err):
     n, c, h, w, og, i, kh, kw = _conv_common(op, attrs, shapes, err, "IOHW")
     g = attrs.groups
@@ -1126,12 +1142,10 @@ def _conv2d_transpose_logic(op, attrs, shapes, err):
         if extra >= max(stride, dil):
             raise AttrError(f"{op}: output_padding {attrs.output_padding} must be smaller than the stride "
                             f"or the dilation")
-        if isinstance(dim, int) and isinstance(k, int):
-            if dim < 1:
-                raise err(f"{op}: spatial dims must be positive, got {dim}")
+        if isinstance(dim, (int, Sym)) and isinstance(k, (int, Sym)):  # (known or traced dims)
+            require(dim >= 1, f"{op}: spatial dims must be positive, got {dim}", err)
             size = (dim - 1) * stride - pad + dil * (k - 1) + extra + 1
-            if size < 0:
-                raise err(f"{op}: padding {attrs.padding} leaves a negative output size")
+            require(size >= 0, f"{op}: padding {attrs.padding} leaves a negative output size", err)
             out_hw.append(size)
         else:
             out_hw.append(dim if (stride, k, pad, extra) == (1, 1, 0, 0) else Any())
@@ -1224,6 +1238,7 @@ _POOL_ATTRS = (
 )
 
 
+@traceable
 def _pool_logic(op, attrs, shapes, err):
     (shape,) = shapes
     _expect_rank(op, shape, 4, "data", err)
@@ -1363,6 +1378,7 @@ define_shaped(
 )
 
 
+@traceable
 def _global_pool_logic(op, attrs, shapes, err):
     (shape,) = shapes
     _expect_rank(op, shape, 4, "data", err)
@@ -1407,14 +1423,15 @@ for _kind in ("avg", "max"):
     )
 
 
+@traceable
 def _adaptive_pool_logic(op, attrs, shapes, err):
     (shape,) = shapes
     _expect_rank(op, shape, 4, "data", err)
     n, c, h, w = _to_canonical(shape, attrs.layout, "NCHW")
     oh, ow = (h, w) if attrs.output_size is None else attrs.output_size
     for dim, out in ((h, oh), (w, ow)):
-        if dim == 0 and isinstance(out, int) and out > 0:
-            raise err(f"{op}: cannot pool an empty spatial dim to size {out}")
+        if isinstance(out, int) and out > 0:
+            require(dim != 0, f"{op}: cannot pool an empty spatial dim to size {out}", err)
     return _from_canonical((n, c, oh, ow), "NCHW", attrs.out_layout or attrs.layout)
 
 
@@ -1530,6 +1547,7 @@ def _pad_width(value):
     return tuple(pairs)
 
 
+@traceable
 def _pad_logic(op, attrs, shapes, err):
     if len(shapes) not in (1, 2):
         raise err(f"{op}: expected data and an optional scalar pad_value, got {len(shapes)} arguments")
@@ -1540,11 +1558,12 @@ def _pad_logic(op, attrs, shapes, err):
         raise err(f"{op}: pad_width has {len(attrs.pad_width)} pairs for data of rank {len(data)}")
     out = []
     for axis, (dim, (before, after)) in enumerate(zip(data, attrs.pad_width, strict=True)):
-        if isinstance(dim, int) and (before or after):
-            if attrs.pad_mode == "reflect" and max(before, after) >= dim:
-                raise err(f"{op}: reflect padding ({before}, {after}) must be smaller than dim {axis} ({dim})")
-            if attrs.pad_mode == "edge" and dim == 0:
-                raise err(f"{op}: edge padding of the empty dim {axis}")
+        if isinstance(dim, (int, Sym)) and (before or after):  # (a known or traced dim)
+            if attrs.pad_mode == "reflect":
+                require(max(before, after) < dim, f"{op}: reflect padding ({before}, {after}) must be smaller than "
+                                                  f"dim {axis} ({dim})", err)
+            if attrs.pad_mode == "edge":
+                require(dim != 0, f"{op}: edge padding of the empty dim {axis}", err)
         out.append(add_dims(dim, before + after))
     return tuple(out)
 
@@ -1605,13 +1624,14 @@ define(
     "nn.pad", -1, _pad_rel, _pad_kernel, OpPattern.INJECTIVE,
     attrs=(AttrDef("pad_width", REQUIRED, _pad_width), AttrDef("pad_mode", "constant",
                                                                 one_of("constant", "edge", "reflect"))),
-    shape_func=lambda attrs, args: [_pad_logic("nn.pad", attrs, [concrete(s) for s in args], ShapeError)],
+    shape_logic=_pad_logic,
     doc="Pad by pad_width ((before, after) per dim) with the scalar pad_value (2nd argument, default 0), "
         "or by repeating the edge or reflecting.",
     compute=_pad_compute,
 )
 
 
+@traceable
 def _batch_flatten_logic(op, attrs, shapes, err):
     (shape,) = shapes
     if len(shape) < 1:
@@ -1645,12 +1665,14 @@ def _dropout_compute(attrs, inputs, out_type):
 define(
     "nn.dropout", 1, _dropout_rel, lambda attrs, x: (np.array(x, copy=True), np.ones_like(x)), OpPattern.OPAQUE,
     attrs=(AttrDef("rate", 0.5, to_float),), compute=_dropout_compute,
-    shape_func=lambda attrs, args: [concrete(args[0]), concrete(args[0])],
+    shape_logic=traceable(lambda op, attrs, shapes, err: [tuple(shapes[0]), tuple(shapes[0])]),
     doc="Inference dropout: (data, mask of ones), a tuple like Relay's.",
 )
 
 
 def _lrn(attrs, shape, x):
+    if x.size == 0:  # (an empty axis is shorter than the window NumPy's sliding view needs)
+        return x.copy()
     axis = attrs.axis % x.ndim
     acc = x.astype(_acc_dtype(x.dtype))
     widths = [(0, 0)] * x.ndim
@@ -1693,6 +1715,7 @@ define_shaped(
 )
 
 
+@traceable
 def _depth_to_space_logic(op, attrs, shapes, err):
     (shape,) = shapes
     _expect_rank(op, shape, 4, "data", err)
@@ -1740,6 +1763,7 @@ define_shaped(
 )
 
 
+@traceable
 def _space_to_depth_logic(op, attrs, shapes, err):
     (shape,) = shapes
     _expect_rank(op, shape, 4, "data", err)

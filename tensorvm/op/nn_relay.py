@@ -14,6 +14,7 @@ from ..ir.types import Any, TensorType
 from ..te import expr as E
 from ..te.expr import cast, const, select
 from ..te.tensor import compute
+from . import shape_logic as sl
 from ._common import expect_tensor
 from ._compute import output_dims
 from .nn import (
@@ -47,6 +48,7 @@ __all__: list[str] = []
 # nn.mirror_pad
 
 
+@sl.traceable
 def _mirror_pad_logic(op, attrs, shapes, err):
     (data,) = shapes
     if len(attrs.pad_width) != len(data):
@@ -55,9 +57,9 @@ def _mirror_pad_logic(op, attrs, shapes, err):
     limit = 1 if attrs.mode == "REFLECT" else 0
     out = []
     for axis, (dim, (before, after)) in enumerate(zip(data, attrs.pad_width, strict=True)):
-        if isinstance(dim, int) and max(before, after) > dim - limit:
-            raise err(f"{op}: {attrs.mode} padding ({before}, {after}) of dim {axis} must be at most "
-                      f"{dim - limit} for its size {dim}")
+        if isinstance(dim, (int, sl.Sym)):  # (a known or traced dim)
+            sl.require(max(before, after) <= dim - limit, f"{op}: {attrs.mode} padding ({before}, {after}) of dim "
+                                                         f"{axis} must be at most {dim - limit} for its size {dim}", err)
         out.append(add_dims(dim, before + after))
     return tuple(out)
 
@@ -177,14 +179,15 @@ define(
 # nn.dilate
 
 
+@sl.traceable
 def _dilate_logic(op, attrs, shapes, err):
     (data,) = shapes
     if len(attrs.strides) != len(data):
         raise err(f"{op}: {len(attrs.strides)} strides for data of rank {len(data)}")
     out = []
     for dim, s in zip(data, attrs.strides, strict=True):
-        if isinstance(dim, int):
-            out.append((dim - 1) * s + 1 if dim else 0)
+        if isinstance(dim, (int, sl.Sym)):
+            out.append(sl.dim_select(dim == 0, 0, (dim - 1) * s + 1))
         else:
             out.append(dim if s == 1 else Any())
     return tuple(out)
@@ -271,6 +274,7 @@ def _drop_h(shape, layout: str):
     return tuple(shape[:h]) + tuple(shape[h + 1:])
 
 
+@sl.traceable
 def _conv1d_transpose_logic(op, attrs, shapes, err):
     data, weight = shapes
     if len(data) != 3 or len(weight) != 3:

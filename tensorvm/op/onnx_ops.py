@@ -35,6 +35,7 @@ from ..te import expr as E
 from ..te.expr import INDEX_DTYPE, Const, cast, const, eq, logical_and, select
 from ..te.tensor import compute, reduce_axis
 from ..te.tensor import sum as te_sum
+from . import shape_logic as sl
 from ._common import expect_tensor
 from ._compute import broadcast_read_dim, broadcast_shape, matmul_value, output_dtype, product, require_equal
 from ._resample import F64, NP, TE, Spec, axis_taps, clamp, finish, nearest_index, resize_coordinate
@@ -101,7 +102,7 @@ def _trilu_compute(attrs, inputs, out_type):
 define(
     "trilu", 2, _trilu_rel, _trilu_kernel, OpPattern.INJECTIVE,
     attrs=(AttrDef("upper", True, to_bool),),
-    shape_func=lambda attrs, args: [concrete(args[0])],
+    shape_logic=sl.traceable(lambda op, attrs, shapes, err: tuple(shapes[0])),
     doc="trilu(x, k): the upper (or lower) triangle of the last two dims from diagonal k (k: 0-d or 1-d, "
         "empty means 0).",
     compute=_trilu_compute,
@@ -118,8 +119,8 @@ def _matmul_shape(op, a, b, err):
     a2 = (1,) + tuple(a) if len(a) == 1 else tuple(a)
     b2 = tuple(b) + (1,) if len(b) == 1 else tuple(b)
     k1, k2 = a2[-1], b2[-2]
-    if isinstance(k1, int) and isinstance(k2, int) and k1 != k2:
-        raise err(f"{op}: inner dims differ: {fmt_shape(a)} x {fmt_shape(b)}")
+    if isinstance(k1, (int, sl.Sym)) and isinstance(k2, (int, sl.Sym)):  # (known or traced dims)
+        sl.require(k1 == k2, f"{op}: inner dims differ: {fmt_shape(a)} x {fmt_shape(b)}", err)
     from ._common import broadcast_dim
 
     batch_a, batch_b = a2[:-2], b2[:-2]
@@ -206,7 +207,7 @@ def _onnx_matmul_strategy(attrs, inputs, out_type):
 
 define(
     "onnx.matmul", 2, _matmul_rel, _matmul_kernel, OpPattern.OUT_ELEMWISE_FUSABLE,
-    shape_func=lambda attrs, args: [_matmul_shape("onnx.matmul", concrete(args[0]), concrete(args[1]), ShapeError)],
+    shape_logic=sl.traceable(lambda op, attrs, shapes, err: _matmul_shape(op, shapes[0], shapes[1], err)),
     doc="Matrix product with NumPy's rules: 1-d operands are promoted, batch dims broadcast. Kept as an op of "
         "its own (not lowered to nn.batch_matmul): one call covers every operand rank and broadcast batch "
         "without broadcast_to/reshape copies of the operands, and its compute and strategy pick the GEMM kernel.",
@@ -727,8 +728,9 @@ def _conv_nd_shape(op, attrs, x, w, err):
     out = [x[0], w[0]]
     if not all(isinstance(d, int) for d in tuple(spatial) + tuple(kernel)):
         return tuple(out) + (Any(),) * len(spatial)
-    if isinstance(x[1], int) and x[1] != w[1] * attrs.group:
-        raise err(f"{op}: the data has {x[1]} channels but weight x group = {w[1]} x {attrs.group}")
+    if isinstance(x[1], (int, sl.Sym)):  # (a known or traced dim; the spatial dims above are static)
+        sl.require(x[1] == w[1] * attrs.group, f"{op}: the data has {x[1]} channels but weight x group = {w[1]} x "
+                                               f"{attrs.group}", err)
     try:
         strides, dilations, pads = _window_attrs(attrs, spatial, kernel)
     except ShapeError as e:
@@ -780,6 +782,7 @@ def _conv_nd_kernel(attrs, x, w):
 
 def _conv_nd_kernel_grouped(attrs, x, w):
     x, w = np.asarray(x), np.asarray(w)
+    _conv_nd_shape("nn.conv_nd", attrs, x.shape, w.shape, ShapeError)  # (the group slices would drop channels)
     g = attrs.group
     if g == 1:
         return _conv_nd_kernel(attrs, x, w)
@@ -845,8 +848,7 @@ define(
         "nn.conv_nd", attrs, expect_tensor("nn.conv_nd", types[0], "data").shape,
         expect_tensor("nn.conv_nd", types[1], "weight").shape, TypeInferenceError), types[0].dtype),
     _conv_nd_kernel_grouped, OpPattern.OPAQUE, attrs=_CONV_ATTRS, compute=_conv_nd_compute,
-    shape_func=lambda attrs, args: [_conv_nd_shape("nn.conv_nd", attrs, concrete(args[0]), concrete(args[1]),
-                                                   ShapeError)],
+    shape_logic=sl.traceable(lambda op, attrs, shapes, err: _conv_nd_shape(op, attrs, shapes[0], shapes[1], err)),
     doc="N-d grouped convolution with ONNX's attributes: pads = (begins..., ends...), auto_pad resolved "
         "from the input's spatial size.",
 )
@@ -858,8 +860,8 @@ def _conv_t_shape(op, attrs, x, w, err):
                   f"{fmt_shape(x)} and {fmt_shape(w)}")
     n = len(x) - 2
     out = [x[0], mul_dims(w[1], attrs.group)]
-    if isinstance(x[1], int) and isinstance(w[0], int) and x[1] != w[0]:
-        raise err(f"{op}: the data has {x[1]} channels but the weight expects {w[0]}")
+    if isinstance(x[1], (int, sl.Sym)) and isinstance(w[0], (int, sl.Sym)):  # (known or traced dims)
+        sl.require(x[1] == w[0], f"{op}: the data has {x[1]} channels but the weight expects {w[0]}", err)
     if attrs.output_shape:
         return tuple(out) + tuple(attrs.output_shape[-n:])
     spatial, kernel = x[2:], w[2:]
@@ -989,8 +991,7 @@ define(
         expect_tensor("nn.conv_transpose_nd", types[1], "weight").shape, TypeInferenceError), types[0].dtype),
     _conv_t_kernel, OpPattern.OPAQUE,
     attrs=_CONV_ATTRS + (AttrDef("output_padding", (), int_tuple(0)), AttrDef("output_shape", (), int_tuple(0))),
-    shape_func=lambda attrs, args: [_conv_t_shape("nn.conv_transpose_nd", attrs, concrete(args[0]),
-                                                  concrete(args[1]), ShapeError)],
+    shape_logic=sl.traceable(lambda op, attrs, shapes, err: _conv_t_shape(op, attrs, shapes[0], shapes[1], err)),
     compute=_conv_t_compute,
     doc="N-d transposed convolution with ONNX's attributes (weight (C, M/group, K...), output_padding, "
         "output_shape, auto_pad).",
@@ -1074,9 +1075,11 @@ def _pool_rel(types, attrs, consts=None):
     return TupleType((out, TensorType(shape, "int64"))) if attrs.return_indices else out
 
 
-def _pool_shape_func(attrs, args):
-    shape = _pool_shape("nn.pool_nd", attrs, concrete(args[0]), ShapeError)
-    return [shape, shape] if attrs.return_indices else [shape]
+@sl.traceable
+def _pool_logic(op, attrs, shapes, err):
+    """The pooled shape (static spatial dims: a symbolic one gives ``Any``, which does not trace)."""
+    shape = _pool_shape(op, attrs, tuple(shapes[0]), err)
+    return [shape, shape] if attrs.return_indices else shape
 
 
 def _pool_compute(attrs, inputs, out_type):
@@ -1152,7 +1155,7 @@ define(
         AttrDef("count_include_pad", False, to_bool), AttrDef("p", 2, to_int),
         AttrDef("return_indices", False, to_bool),
     ),
-    shape_func=_pool_shape_func, compute=_pool_compute,
+    shape_logic=_pool_logic, compute=_pool_compute,
     doc="N-d max/average/Lp pooling with ONNX's attributes; with return_indices, max pooling also returns "
         "the flat (row-major, per tensor) int64 index of each maximum.",
 )
@@ -1859,7 +1862,7 @@ define(
     _rotary_kernel, OpPattern.OPAQUE,
     attrs=(AttrDef("interleaved", False, to_bool), AttrDef("num_heads", 0, to_int),
            AttrDef("rotary_embedding_dim", 0, to_int)),
-    shape_func=lambda attrs, args: [concrete(args[0])], compute=_rotary_compute,
+    shape_logic=sl.traceable(lambda op, attrs, shapes, err: tuple(shapes[0])), compute=_rotary_compute,
     doc="ONNX RotaryEmbedding(input, cos_cache, sin_cache, position_ids); an empty position_ids means the "
         "caches are already (batch, seq, dim/2).",
 )

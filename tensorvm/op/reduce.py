@@ -41,6 +41,7 @@ from ._common import (
 )
 from ._compute import acc_float, broadcast_read, broadcast_shape, output_dtype, product
 from .registry import AttrDef, OpDef, OpPattern
+from .shape_logic import Sym, dim_or, require, traceable
 
 REDUCE_ATTRS = (
     AttrDef("axis", None, to_axes, "axes to reduce (None: all)"),
@@ -49,22 +50,24 @@ REDUCE_ATTRS = (
 )
 
 
+def _reduce_logic(needs_identity: bool):
+    """The shape logic of a reduction (``needs_identity``: an empty reduced axis is an error)."""
+
+    @traceable
+    def logic(op, attrs, shapes, err):
+        shape = tuple(shapes[0])
+        axes = reduce_axes(op, len(shape), attrs.axis, attrs.exclude, err)
+        if needs_identity:
+            for i in axes:
+                require(shape[i] != 0, f"{op}: cannot reduce an empty axis of shape {shape}; {op} has no identity",
+                        err)
+        return reduced_shape(shape, axes, attrs.keepdims)
+
+    return logic
+
+
 def _reduced_type(name: str, data: TensorType, attrs, needs_identity: bool, dtype: str) -> TensorType:
-    axes = reduce_axes(name, data.ndim, attrs.axis, attrs.exclude, TypeInferenceError)
-    if needs_identity and any(data.shape[i] == 0 for i in axes):
-        raise TypeInferenceError(f"{name}: cannot reduce an empty axis of {data.shape}; {name} has no identity")
-    return TensorType(reduced_shape(data.shape, axes, attrs.keepdims), dtype)
-
-
-def _reduce_shape_func(name: str, needs_identity: bool):
-    def shape_func(attrs, args):
-        shape = tuple(args[0])
-        axes = reduce_axes(name, len(shape), attrs.axis, attrs.exclude, ShapeError)
-        if needs_identity and any(shape[i] == 0 for i in axes):
-            raise ShapeError(f"{name}: cannot reduce an empty axis of shape {shape}; {name} has no identity")
-        return [reduced_shape(shape, axes, attrs.keepdims)]
-
-    return shape_func
+    return TensorType(_reduce_logic(needs_identity)(name, attrs, [data.shape], TypeInferenceError), dtype)
 
 
 def _kernel_axes(name: str, x: np.ndarray, attrs) -> tuple:
@@ -92,7 +95,7 @@ def _register_reduce(name: str, fn, allowed: tuple, out_dtype: str | None = None
 
     register_checked(OpDef(
         name=name, num_inputs=1, type_rel=rel, kernel=kernel, pattern=OpPattern.COMM_REDUCE,
-        attrs=REDUCE_ATTRS + extra_attrs, shape_func=_reduce_shape_func(name, needs_identity), compute=compute,
+        attrs=REDUCE_ATTRS + extra_attrs, shape_logic=_reduce_logic(needs_identity), compute=compute,
         doc=doc or f"Reduce by {name} over the given axes.",
     ))
 
@@ -288,34 +291,30 @@ def _moment_rel(name: str):
             mean = expect_tensor(name, types[1], "mean")
             if mean.dtype != data.dtype:
                 raise TypeInferenceError(f"{name}: mean must have dtype {data.dtype} like data, got {mean.dtype}")
-            _check_mean_shape(name, data.shape, mean.shape, TypeInferenceError)
-        return _reduced_type(name, data, attrs, False, data.dtype)
+        return TensorType(_moment_logic(name, attrs, [t.shape for t in types], TypeInferenceError), data.dtype)
 
     return rel
 
 
 def _check_mean_shape(name: str, data_shape: tuple, mean_shape: tuple, error: type):
     """The mean must broadcast to the data's shape without growing it (unknown dims pass)."""
+    message = f"{name}: mean of shape {tuple(mean_shape)} does not broadcast to data of shape {tuple(data_shape)}"
+    require(len(mean_shape) <= len(data_shape), message, error)
     # zip pairs trailing dims; the mean may have fewer of them
-    conflict = len(mean_shape) > len(data_shape) or any(
-        isinstance(m, int) and isinstance(d, int) and m not in (1, d)
-        for m, d in zip(reversed(mean_shape), reversed(data_shape), strict=False)
-    )
-    if conflict:
-        raise error(f"{name}: mean of shape {tuple(mean_shape)} does not broadcast to data of shape {tuple(data_shape)}")
+    for m, d in zip(reversed(mean_shape), reversed(data_shape), strict=False):
+        if isinstance(m, (int, Sym)) and isinstance(d, (int, Sym)):
+            require(dim_or(m == 1, m == d), message, error)
 
 
-def _moment_shape_func(name: str):
-    def shape_func(attrs, args):
-        if len(args) not in (1, 2):
-            raise ShapeError(f"{name}: expected 1 or 2 arguments (data[, mean]), got {len(args)}")
-        shape = tuple(args[0])
-        if len(args) == 2:
-            _check_mean_shape(name, shape, tuple(args[1]), ShapeError)
-        axes = reduce_axes(name, len(shape), attrs.axis, attrs.exclude, ShapeError)
-        return [reduced_shape(shape, axes, attrs.keepdims)]
-
-    return shape_func
+@traceable
+def _moment_logic(op, attrs, shapes, err):
+    if len(shapes) not in (1, 2):
+        raise err(f"{op}: expected 1 or 2 arguments (data[, mean]), got {len(shapes)}")
+    shape = tuple(shapes[0])
+    if len(shapes) == 2:
+        _check_mean_shape(op, shape, tuple(shapes[1]), err)
+    axes = reduce_axes(op, len(shape), attrs.axis, attrs.exclude, err)
+    return reduced_shape(shape, axes, attrs.keepdims)
 
 
 def _moment_kernel(name: str, take_sqrt: bool):
@@ -381,7 +380,7 @@ def _moment_compute(name: str, take_sqrt: bool):
 for _name, _sqrt in [("variance", False), ("std", True)]:
     register_checked(OpDef(
         name=_name, num_inputs=-1, type_rel=_moment_rel(_name), kernel=_moment_kernel(_name, _sqrt),
-        pattern=OpPattern.COMM_REDUCE, attrs=MOMENT_ATTRS, shape_func=_moment_shape_func(_name),
+        pattern=OpPattern.COMM_REDUCE, attrs=MOMENT_ATTRS, shape_logic=_moment_logic,
         compute=_moment_compute(_name, _sqrt),
         doc=f"{_name}(data[, mean]): mean((data - mean)^2){' under a square root' if _sqrt else ''}; "
             "the mean is computed (keepdims) when not given; unbiased divides by N - 1.",

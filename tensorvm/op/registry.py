@@ -11,6 +11,11 @@ An op definition states:
   flattened) at run time. ``shape_func_data_dependent`` says, per input or for all, whether the
   function receives the input's *shape* (a tuple; a tuple-typed input gives a list of tuples) or the
   input's *data* (a NumPy array). It validates (a broadcast mismatch raises ``ShapeError``);
+* ``shape_logic(op, attrs, args, err) -> shape | [shape, ...]``: the shape logic the shape function
+  (and, for the ops converted so far, the shape part of the type relation) is derived from, written
+  over ``tensorvm.op.shape_logic``'s domain (``args[i]``: a shape, a list of shapes for a tuple input,
+  or a ``DataArg`` for an input read by data); ``shape_logic_traceable`` says it traces into C (the
+  C shape functions of target c, ``tensorvm.vm.shape_c``); see docs/shape_logic.md;
 * ``pattern``: the fusion pattern;
 * ``kernel(attrs, *arrays)``: the NumPy reference kernel, returning an array or a tuple of arrays;
 * ``compute``: the tensor-expression compute (``compute(attrs, inputs, out_type) -> [te.Tensor]``, helpers
@@ -112,6 +117,8 @@ class OpDef:
     attrs: tuple = ()
     shape_func: Callable | None = None
     shape_func_data_dependent: bool | tuple = False
+    shape_logic: Callable | None = None
+    shape_logic_traceable: bool = False
     compute: Callable | None = None
     strategy: object = None
     library: LibraryKernel | None = None
@@ -125,6 +132,8 @@ class OpDef:
         if self.kind not in OP_KINDS:
             raise ValueError(f"op {self.name}: kind must be one of {', '.join(OP_KINDS)}, got {self.kind!r}")
         self.attrs = tuple(self.attrs)
+        if self.shape_logic is not None and getattr(self.shape_logic, "traceable", False):
+            self.shape_logic_traceable = True
         self._attr_defs = {a.name: a for a in self.attrs}
 
     @property

@@ -22,7 +22,7 @@ from ..ir.types import Any, SymDim, TensorType, TupleType, normalize_dtype
 from ..te import expr as E
 from ..te.expr import INDEX_DTYPE, Const, PrimExpr, cast, const, eq, ne, select
 from ..te.tensor import Tensor, compute
-from ._common import expect_tensor
+from ._common import expect_tensor, logic_shape_func
 from ._compute import (
     axis_of,
     broadcast_to_shape,
@@ -37,6 +37,19 @@ from ._compute import (
 )
 from ._library import dtype_code, same_dims
 from .registry import REQUIRED, AttrDef, LibraryKernel, OpDef, OpPattern, get_op, register_op
+from .shape_logic import (
+    Sym,
+    binary,
+    dim_not,
+    dim_or,
+    dim_select,
+    is_sym,
+    require,
+    slice_length,
+    supported,
+    traceable,
+    untraceable,
+)
 
 __all__ = ["RESHAPE_ONLY_OPS", "transpose_axes"]
 
@@ -166,7 +179,11 @@ def optional_layout(canonical: str):
 
 
 def unify_dim(op: str, a, b, what: str, err=TypeInferenceError):
-    """Two dims that must be equal: a static conflict raises ``err``; returns the most precise of them."""
+    """Two dims that must be equal: a static conflict raises ``err``; returns the most precise of them
+    (a symbolic pair records the check)."""
+    if is_sym(a) or is_sym(b):
+        require(a == b, f"{op}: {what} must match, got {a} and {b}", err)
+        return b if isinstance(b, int) else a
     if isinstance(a, int) and isinstance(b, int):
         if a != b:
             raise err(f"{op}: {what} must match, got {a} and {b}")
@@ -179,6 +196,8 @@ def unify_dim(op: str, a, b, what: str, err=TypeInferenceError):
 
 
 def mul_dims(a, b):
+    if is_sym(a) or is_sym(b):
+        return binary("*", a, b)
     if isinstance(a, int) and isinstance(b, int):
         return a * b
     if a == 1 or b == 0:
@@ -189,6 +208,8 @@ def mul_dims(a, b):
 
 
 def add_dims(a, b):
+    if is_sym(a) or is_sym(b):
+        return binary("+", a, b)
     if isinstance(a, int) and isinstance(b, int):
         return a + b
     if a == 0:
@@ -199,10 +220,18 @@ def add_dims(a, b):
 
 
 class _Product:
-    """A product of dims: an int coefficient times named symbols; ``unknown`` if an ``Any`` is involved."""
+    """A product of dims: an int coefficient times named symbols; ``unknown`` if an ``Any`` is involved.
+    ``traced`` is the product as a symbolic C expression when a dim is one (``shape_logic.Sym``)."""
 
     def __init__(self, dims):
         self.coef, self.symbols, self.unknown = 1, Counter(), False
+        dims = list(dims)
+        self.traced = None
+        if any(is_sym(d) for d in dims):
+            self.traced = 1
+            for d in dims:
+                self.traced = binary("*", self.traced, d)
+            return
         for d in dims:
             if isinstance(d, int):
                 self.coef *= d
@@ -213,9 +242,11 @@ class _Product:
 
     @property
     def static(self) -> bool:
-        return not self.unknown and not self.symbols
+        return self.traced is None and not self.unknown and not self.symbols
 
     def as_dim(self):
+        if self.traced is not None:
+            return self.traced
         if self.coef == 0:
             return 0
         if self.static:
@@ -234,6 +265,11 @@ def prod_dims(dims):
 
 def _divide_products(op: str, num: _Product, den: _Product, err, what: str):
     """``num / den`` as a dim, e.g. to infer a reshape's -1; a static non-divisible case raises ``err``."""
+    if num.traced is not None or den.traced is not None:
+        n, d = num.as_dim(), den.as_dim()
+        require(d != 0, f"{op}: cannot infer {what}: the other dimensions have zero elements", err)
+        require(n % d == 0, f"{op}: cannot infer {what}: {n} elements are not divisible by {d}", err)
+        return n // d
     if num.coef == 0 and not num.unknown:
         if den.coef == 0 and den.static:
             raise err(f"{op}: cannot infer {what}: the other dimensions have zero elements")
@@ -258,6 +294,9 @@ def _divide_products(op: str, num: _Product, den: _Product, err, what: str):
 def same_size(op: str, in_shape, out_shape, err):
     """Check that a reshape keeps the number of elements whenever that can be decided statically."""
     a, b = _Product(in_shape), _Product(out_shape)
+    if a.traced is not None or b.traced is not None:
+        require(a.as_dim() == b.as_dim(), f"{op}: cannot reshape {fmt_shape(in_shape)} to {fmt_shape(out_shape)}", err)
+        return
     # Only a fully static pair is a certain conflict (a symbolic dim might be 0 at run time).
     if a.static and b.static and a.coef != b.coef:
         raise err(f"{op}: cannot reshape {fmt_shape(in_shape)} ({a} elements) to {fmt_shape(out_shape)} ({b} elements)")
@@ -299,11 +338,16 @@ def expect_same_dtype(op: str, a: TensorType, b: TensorType, what: str):
 
 
 def define(name: str, num_inputs: int, type_rel, kernel, pattern: OpPattern, attrs=(), shape_func=None,
-           data_dependent=False, doc: str = "", compute=None, strategy=None, library=None) -> OpDef:
-    """Register an op whose type relation, shape function and kernel always see normalized attributes."""
+           data_dependent=False, doc: str = "", compute=None, strategy=None, library=None,
+           shape_logic=None) -> OpDef:
+    """Register an op whose type relation, shape function and kernel always see normalized attributes.
+    Given a ``shape_logic`` (``OpDef.shape_logic``) and no ``shape_func``, the shape function is derived
+    from the logic."""
     opdef = OpDef(name=name, num_inputs=num_inputs, type_rel=type_rel, kernel=kernel, pattern=pattern,
                   attrs=attrs, shape_func=shape_func, shape_func_data_dependent=data_dependent, doc=doc,
-                  compute=compute, strategy=strategy, library=library)
+                  compute=compute, strategy=strategy, library=library, shape_logic=shape_logic)
+    if shape_func is None and shape_logic is not None:
+        shape_func = logic_shape_func(opdef)
     required = [a.name for a in opdef.attrs if a.default is REQUIRED]
 
     def norm(attrs):
@@ -332,8 +376,13 @@ def define(name: str, num_inputs: int, type_rel, kernel, pattern: OpPattern, att
 
 
 def define_shaped(name: str, num_inputs: int, logic, kernel, pattern: OpPattern, attrs=(), dtype_rule=None,
-                  check_types=None, doc: str = "", compute=None, strategy=None, library=None) -> OpDef:
+                  check_types=None, doc: str = "", compute=None, strategy=None, library=None,
+                  traceable: bool = False) -> OpDef:
     """Register a one-output op from its shape logic ``logic(op, attrs, shapes, err) -> shape``.
+
+    ``traceable``: the logic checks symbolic dims only through ``shape_logic``'s helpers, so it traces
+    into a C shape function (``OpDef.shape_logic_traceable``; checked by tests/ops/test_shape_logic.py);
+    a logic decorated with ``shape_logic.traceable`` says so itself.
 
     ``dtype_rule(types, attrs)`` gives the output dtype (default: the first input's);
     ``check_types(types, attrs)`` checks dtypes; the kernel is called with validated inputs.
@@ -356,8 +405,10 @@ def define_shaped(name: str, num_inputs: int, logic, kernel, pattern: OpPattern,
         out = np.asarray(kernel(attrs, out_shape, *arrays))
         return out
 
-    return define(name, num_inputs, type_rel, checked_kernel, pattern, attrs, shape_func, doc=doc, compute=compute,
-                  strategy=strategy, library=library)
+    opdef = define(name, num_inputs, type_rel, checked_kernel, pattern, attrs, shape_func, doc=doc, compute=compute,
+                   strategy=strategy, library=library)
+    opdef.shape_logic, opdef.shape_logic_traceable = logic, traceable or getattr(logic, "traceable", False)
+    return opdef
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -408,8 +459,9 @@ def reshape_dims(op: str, in_shape, newshape, allowzero: bool, err):
                 d0 = _divide_products(op, _Product([dim]), _Product([d1]), err, "the -1 after -4")
             elif d1 == -1:
                 d1 = _divide_products(op, _Product([dim]), _Product([d0]), err, "the -1 after -4")
-            elif isinstance(dim, int) and dim != d0 * d1:
-                raise err(f"{op}: -4 splits dimension {dim} into {d0} x {d1}, which does not multiply to it")
+            elif isinstance(dim, int) or is_sym(dim):
+                require(dim == d0 * d1, f"{op}: -4 splits dimension {dim} into {d0} x {d1}, which does not multiply "
+                                        f"to it", err)
             out.extend([d0, d1])
             src += 1
             i += 2
@@ -423,6 +475,7 @@ def reshape_dims(op: str, in_shape, newshape, allowzero: bool, err):
     return tuple(out)
 
 
+@traceable
 def _reshape_logic(op, attrs, shapes, err):
     return reshape_dims(op, shapes[0], attrs.newshape, attrs.allowzero, err)
 
@@ -522,6 +575,43 @@ def _dyn_reshape_shape(attrs, args):
     return [_dyn_reshape_dims("dyn.reshape", concrete(args[0]), values, attrs.allowzero, ShapeError)]
 
 
+@traceable
+def _dyn_reshape_logic(op, attrs, args, err):
+    """dyn.reshape's dims: ``reshape_dims`` once the values are known; traced, the common values (> 0,
+    0 and one -1) become C selects, and -2/-3/-4 read from data are left to the host (``supported``)."""
+    shape, newshape = args
+    if newshape.values is not None:
+        values = _dyn_newshape_values(op, newshape.values, err)
+        return _dyn_reshape_dims(op, tuple(shape), values, attrs.allowzero, err)
+    if len(newshape.shape) != 1 or not is_int_dtype(newshape.dtype):
+        raise err(f"{op}: newshape must be a 1-D integer tensor, got shape {newshape.shape} of {newshape.dtype}")
+    values = newshape.int_values()
+    ndim, text = len(shape), f"newshape of {op}"
+    out, minus_ones = [], 0
+    for i, v in enumerate(values):
+        supported(v >= -1, f"{op}: -2, -3 and -4 in a newshape read at run time are left to the host")
+        if attrs.allowzero:
+            copied = 0
+        elif i < ndim:
+            copied = shape[i]
+        else:
+            require(v != 0, f"{op}: a 0 in {text} at position {i} refers to a dimension the input lacks", err)
+            copied = 0
+        out.append(dim_select(v == 0, copied, v))
+        minus_ones = minus_ones + dim_select(v == -1, 1, 0)
+    require(minus_ones <= 1, f"{op}: {text} has more than one -1", err)
+    total = prod_dims(shape)
+    known = prod_dims([dim_select(v == -1, 1, d) for v, d in zip(values, out, strict=True)])
+    has_minus = minus_ones == 1
+    require(dim_or(dim_not(has_minus), known != 0),
+            f"{op}: cannot infer the -1 dimension: the other dimensions have zero elements", err)
+    require(dim_or(dim_not(has_minus), total % known == 0),
+            f"{op}: cannot infer the -1 dimension: {total} elements are not divisible by {known}", err)
+    out = [dim_select(v == -1, total // known, d) for v, d in zip(values, out, strict=True)]
+    require(total == prod_dims(out), f"{op}: cannot reshape {fmt_shape(shape)} to {text}", err)
+    return tuple(out)
+
+
 def _dyn_reshape_kernel(attrs, data, newshape):
     (shape,) = _dyn_reshape_shape(attrs, [data.shape, newshape])
     return np.asarray(data).reshape(shape)
@@ -537,13 +627,14 @@ def _dyn_reshape_compute(name: str):
 
 define(
     "dyn.reshape", 2, _dyn_reshape_rel, _dyn_reshape_kernel, OpPattern.INJECTIVE,
-    attrs=(AttrDef("allowzero", False, to_bool),), shape_func=_dyn_reshape_shape, data_dependent=(False, True),
+    attrs=(AttrDef("allowzero", False, to_bool),), shape_logic=_dyn_reshape_logic, data_dependent=(False, True),
     doc="Reshape to a shape given as a run-time 1-D integer tensor (reshape's special values 0, -1, -2, -3, -4; "
         "the output's rank is the length of newshape).",
     compute=_dyn_reshape_compute("dyn.reshape"),
 )
 
 
+@traceable
 def _reshape_like_logic(op, attrs, shapes, err):
     data, like = shapes
     lhs_end = len(data) if attrs.lhs_end is None else attrs.lhs_end
@@ -596,6 +687,7 @@ def transpose_axes(op, attrs, ndim, err):
     return axes
 
 
+@traceable
 def _transpose_logic(op, attrs, shapes, err):
     (shape,) = shapes
     return tuple(shape[a] for a in transpose_axes(op, attrs, len(shape), err))
@@ -627,6 +719,7 @@ define_shaped(
 )
 
 
+@traceable
 def _expand_dims_logic(op, attrs, shapes, err):
     (shape,) = shapes
     ndim = len(shape)
@@ -664,6 +757,7 @@ def _positive(value: int) -> int:
     return value
 
 
+@traceable
 def _squeeze_logic(op, attrs, shapes, err):
     (shape,) = shapes
     if attrs.axis is None:
@@ -783,8 +877,7 @@ def _concatenate_compute(attrs, inputs, out_type):
 
 define(
     "concatenate", 1, _concat_rel, _concat_kernel, OpPattern.INJECTIVE, attrs=(AttrDef("axis", 0, to_int),),
-    shape_func=lambda attrs, args: [_concat_logic("concatenate", attrs.axis, [concrete(s) for s in args[0]],
-                                                  ShapeError)],
+    shape_logic=traceable(lambda op, attrs, args, err: _concat_logic(op, attrs.axis, args[0], err)),
     doc="Join a tuple of tensors along ``axis``.",
     compute=_concatenate_compute,
 )
@@ -839,7 +932,7 @@ def _stack_compute(attrs, inputs, out_type):
 
 define(
     "stack", 1, _stack_rel, _stack_kernel, OpPattern.INJECTIVE, attrs=(AttrDef("axis", 0, to_int),),
-    shape_func=lambda attrs, args: [_stack_logic("stack", attrs.axis, [concrete(s) for s in args[0]], ShapeError)],
+    shape_logic=traceable(lambda op, attrs, args, err: _stack_logic(op, attrs.axis, args[0], err)),
     doc="Stack a tuple of equally shaped tensors along a new ``axis``.",
     compute=_stack_compute,
 )
@@ -855,25 +948,27 @@ def _sections_or_indices(value):
 
 
 def _split_logic(op, attrs, shape, err) -> list[tuple]:
+    if isinstance(shape, list):  # (as the op's shape logic: the list of its inputs' shapes)
+        (shape,) = shape
     ndim = len(shape)
     if ndim == 0:
         raise err(f"{op}: cannot split a scalar")
     axis = norm_axis(op, attrs.axis, ndim, err)
     dim = shape[axis]
     spec = attrs.indices_or_sections
+    known = isinstance(dim, (int, Sym))  # an int, or a traced dim: the checks apply
     if isinstance(spec, int):
-        if isinstance(dim, int):
-            if dim % spec:
-                raise err(f"{op}: dimension {axis} of size {dim} is not divisible into {spec} sections")
+        if known:
+            require(dim % spec == 0, f"{op}: dimension {axis} of size {dim} is not divisible into {spec} sections", err)
             sizes = [dim // spec] * spec
         else:
             sizes = [Any()] * spec
     else:
-        if isinstance(dim, int) and spec and spec[-1] > dim:
-            raise err(f"{op}: split index {spec[-1]} is beyond dimension {axis} of size {dim}")
+        if known and spec:
+            require(spec[-1] <= dim, f"{op}: split index {spec[-1]} is beyond dimension {axis} of size {dim}", err)
         bounds = (0,) + spec
         sizes = [b - a for a, b in zip(bounds, bounds[1:], strict=False)]
-        sizes.append(dim - bounds[-1] if isinstance(dim, int) else (dim if bounds[-1] == 0 else Any()))
+        sizes.append(dim - bounds[-1] if known else (dim if bounds[-1] == 0 else Any()))
     return [tuple(shape[:axis]) + (s,) + tuple(shape[axis + 1:]) for s in sizes]
 
 
@@ -924,7 +1019,7 @@ def _split_compute(attrs, inputs, out_type):
 define(
     "split", 1, _split_rel, _split_kernel, OpPattern.INJECTIVE,
     attrs=(AttrDef("indices_or_sections", REQUIRED, _sections_or_indices), AttrDef("axis", 0, to_int)),
-    shape_func=lambda attrs, args: _split_logic("split", attrs, concrete(args[0]), ShapeError),
+    shape_logic=traceable(_split_logic),
     doc="Split into a tuple: ``indices_or_sections`` is a number of equal sections or the split indices.",
     compute=_split_compute,
 )
@@ -934,6 +1029,7 @@ define(
 # take, gather, gather_nd, scatter_elements, scatter_nd
 
 
+@traceable
 def _take_logic(op, attrs, shapes, err):
     data, indices = shapes
     if attrs.axis is None:
@@ -1040,14 +1136,15 @@ define_shaped(
 )
 
 
+@traceable
 def _gather_logic(op, attrs, shapes, err):
     data, indices = shapes
     if len(data) != len(indices):
         raise err(f"{op}: indices must have the data's rank {len(data)}, got shape {fmt_shape(indices)}")
     axis = norm_axis(op, attrs.axis, len(data), err)
     for d, (a, b) in enumerate(zip(data, indices, strict=False)):
-        if d != axis and isinstance(a, int) and isinstance(b, int) and b > a:
-            raise err(f"{op}: indices dim {d} ({b}) exceeds the data's ({a})")
+        if d != axis and isinstance(a, (int, Sym)) and isinstance(b, (int, Sym)):  # (known or traced dims)
+            require(b <= a, f"{op}: indices dim {d} ({b}) exceeds the data's ({a})", err)
     return tuple(indices)
 
 
@@ -1084,8 +1181,9 @@ define_shaped(
 
 def _index_depth(op, attrs, indices, err):
     if attrs.index_rank is not None:
-        if indices and isinstance(indices[0], int) and indices[0] != attrs.index_rank:
-            raise err(f"{op}: index_rank={attrs.index_rank} but indices have {indices[0]} rows")
+        if indices and isinstance(indices[0], (int, Sym)):
+            require(indices[0] == attrs.index_rank, f"{op}: index_rank={attrs.index_rank} but indices have "
+                                                    f"{indices[0]} rows", err)
         return attrs.index_rank
     if not indices or not isinstance(indices[0], int):
         raise err(f"{op}: the first dim of indices (the index depth) must be static, got shape {fmt_shape(indices)}; "
@@ -1093,6 +1191,7 @@ def _index_depth(op, attrs, indices, err):
     return indices[0]
 
 
+@traceable
 def _gather_nd_logic(op, attrs, shapes, err):
     data, indices = shapes
     depth = _index_depth(op, attrs, indices, err)
@@ -1147,6 +1246,7 @@ define_shaped(
 )
 
 
+@traceable
 def _scatter_elements_logic(op, attrs, shapes, err):
     data, indices, updates = shapes
     if not len(data) == len(indices) == len(updates):
@@ -1155,8 +1255,8 @@ def _scatter_elements_logic(op, attrs, shapes, err):
     axis = norm_axis(op, attrs.axis, len(data), err)
     for d, (i, u) in enumerate(zip(indices, updates, strict=False)):
         unify_dim(op, i, u, f"dim {d} of indices and updates", err)
-        if d != axis and isinstance(i, int) and isinstance(data[d], int) and i > data[d]:
-            raise err(f"{op}: indices dim {d} ({i}) exceeds the data's ({data[d]})")
+        if d != axis and isinstance(i, (int, Sym)) and isinstance(data[d], (int, Sym)):
+            require(i <= data[d], f"{op}: indices dim {d} ({i}) exceeds the data's ({data[d]})", err)
     return tuple(data)
 
 
@@ -1228,6 +1328,7 @@ define_shaped(
 )
 
 
+@traceable
 def _scatter_nd_logic(op, attrs, shapes, err):
     data, indices, updates = shapes
     if not indices or not isinstance(indices[0], int):
@@ -1296,6 +1397,8 @@ def _slice_spec(op, attrs_begin, attrs_end, attrs_strides, attrs_axes, slice_mod
             elif isinstance(shape[axis], int):
                 begin = max(begin + shape[axis], 0)
                 end = begin + size
+            elif is_sym(shape[axis]):
+                untraceable("slices by size from a negative begin on a symbolic dim")
             else:
                 end = _UNKNOWN
         if stride == 0:
@@ -1308,8 +1411,8 @@ def _slice_dims(shape, spec):
     out = list(shape)
     for axis, begin, end, stride in spec:
         dim = shape[axis]
-        if isinstance(dim, int) and end is not _UNKNOWN:
-            out[axis] = len(range(*slice(begin, end, stride).indices(dim)))
+        if isinstance(dim, (int, Sym)) and end is not _UNKNOWN:  # (a known or traced dim)
+            out[axis] = slice_length(begin, end, stride, dim)
         elif stride == 1 and begin in (0, None) and (end is None or (end is not _UNKNOWN and end >= INT32_MAX)):
             out[axis] = dim  # the whole axis: a symbolic dim flows through
         else:
@@ -1324,6 +1427,7 @@ def _slice_index(spec, ndim):
     return tuple(index)
 
 
+@traceable
 def _strided_slice_logic(op, attrs, shapes, err):
     (shape,) = shapes
     spec = _slice_spec(op, attrs.begin, attrs.end, attrs.strides, attrs.axes, attrs.slice_mode, shape, err)
@@ -1500,6 +1604,10 @@ def broadcast_into(op: str, shape, target, err):
     out = list(target)
     for i in range(1, len(shape) + 1):
         d, t = shape[-i], target[-i]
+        if is_sym(d) or is_sym(t):
+            require(dim_or(d == 1, d == t), f"{op}: cannot broadcast {fmt_shape(shape)} to {fmt_shape(target)} "
+                                                 f"(dim {-i}: {d} vs {t})", err)
+            continue
         if d == 1:
             continue
         if isinstance(d, int) and isinstance(t, int):
@@ -1518,7 +1626,7 @@ define_shaped(
     "broadcast_to", 1, lambda op, attrs, shapes, err: broadcast_into(op, shapes[0], attrs.shape, err),
     lambda attrs, shape, x: np.broadcast_to(x, shape).copy(), OpPattern.BROADCAST,
     attrs=(AttrDef("shape", REQUIRED, int_tuple(0)),), doc="Broadcast to ``shape``.",
-    compute=_broadcast_to_compute,
+    compute=_broadcast_to_compute, traceable=True,
 )
 
 
@@ -1530,7 +1638,7 @@ define_shaped(
     "broadcast_to_like", 2, lambda op, attrs, shapes, err: broadcast_into(op, shapes[0], shapes[1], err),
     lambda attrs, shape, x, like: np.broadcast_to(x, shape).copy(), OpPattern.BROADCAST,
     doc="Broadcast ``data`` to the shape of ``broadcast_type``.",
-    compute=_broadcast_to_like_compute,
+    compute=_broadcast_to_like_compute, traceable=True,
 )
 
 
@@ -1559,6 +1667,19 @@ def _dyn_broadcast_to_shape(attrs, args):
     return [broadcast_into("dyn.broadcast_to", concrete(args[0]), target, ShapeError)]
 
 
+@traceable
+def _dyn_broadcast_to_logic(op, attrs, args, err):
+    shape, target = args
+    if target.values is not None:
+        return broadcast_into(op, tuple(shape), _dyn_shape_values(op, target.values, err), err)
+    if len(target.shape) != 1 or not is_int_dtype(target.dtype):
+        raise err(f"{op}: shape must be a 1-D tensor of non-negative integers, got {target.dtype} {target.shape}")
+    values = target.int_values()
+    for v in values:
+        require(v >= 0, f"{op}: shape must be a 1-D tensor of non-negative integers", err)
+    return broadcast_into(op, tuple(shape), values, err)
+
+
 def _dyn_broadcast_to_compute(attrs, inputs, out_type):
     return [broadcast_to_shape("dyn.broadcast_to", inputs[0], output_dims("dyn.broadcast_to", out_type))]
 
@@ -1566,12 +1687,13 @@ def _dyn_broadcast_to_compute(attrs, inputs, out_type):
 define(
     "dyn.broadcast_to", 2, _dyn_broadcast_to_rel,
     lambda attrs, x, shape: np.broadcast_to(x, _dyn_broadcast_to_shape(attrs, [np.shape(x), shape])[0]).copy(),
-    OpPattern.BROADCAST, shape_func=_dyn_broadcast_to_shape, data_dependent=(False, True),
+    OpPattern.BROADCAST, shape_logic=_dyn_broadcast_to_logic, data_dependent=(False, True),
     doc="Broadcast to a shape given as a run-time 1-D integer tensor.",
     compute=_dyn_broadcast_to_compute,
 )
 
 
+@traceable
 def _tile_logic(op, attrs, shapes, err):
     (shape,) = shapes
     reps = attrs.reps
@@ -1603,6 +1725,7 @@ define_shaped(
 )
 
 
+@traceable
 def _repeat_logic(op, attrs, shapes, err):
     (shape,) = shapes
     axis = norm_axis(op, attrs.axis, len(shape), err)
@@ -1626,6 +1749,7 @@ define_shaped(
 )
 
 
+@traceable
 def _reverse_logic(op, attrs, shapes, err):
     norm_axis(op, attrs.axis, len(shapes[0]), err)
     return tuple(shapes[0])
@@ -1675,6 +1799,7 @@ define_shaped(
     lambda attrs, shape, x: np.array(x.shape, dtype=attrs.dtype), OpPattern.OPAQUE,
     attrs=(AttrDef("dtype", "int32", to_int_dtype),), dtype_rule=lambda types, attrs: attrs.dtype,
     doc="The shape of a tensor as a 1-D tensor (only the input's shape is read).", compute=_shape_of_compute,
+    traceable=True,
 )
 
 define_shaped(
@@ -1682,12 +1807,13 @@ define_shaped(
     lambda attrs, shape, x: np.array(x.size, dtype=attrs.dtype), OpPattern.OPAQUE,
     attrs=(AttrDef("dtype", "int32", to_int_dtype),), dtype_rule=lambda types, attrs: attrs.dtype,
     doc="The number of elements of a tensor as a scalar.", compute=_ndarray_size_compute,
+    traceable=True,
 )
 
 define_shaped(
     "copy", 1, lambda op, attrs, shapes, err: tuple(shapes[0]), lambda attrs, shape, x: x.copy(),
     OpPattern.ELEMWISE, doc="A copy of the tensor.",
-    compute=unary_compute("copy", lambda x, a: x),
+    compute=unary_compute("copy", lambda x, a: x), traceable=True,
 )
 
 
@@ -1695,6 +1821,7 @@ define_shaped(
 # one_hot, sequence_mask
 
 
+@traceable
 def _one_hot_logic(op, attrs, shapes, err):
     indices, on_value, off_value = shapes
     if len(on_value) or len(off_value):
@@ -1747,6 +1874,7 @@ define_shaped(
 )
 
 
+@traceable
 def _sequence_mask_logic(op, attrs, shapes, err):
     data, valid_length = shapes
     if len(data) < 2:

@@ -13,9 +13,10 @@ from ..te import expr as E
 from ..te.expr import INDEX_DTYPE, cast, const, select
 from ..te.tensor import compute, reduce_axis
 from ..te.tensor import max as te_max
-from ._common import broadcast_shapes, broadcast_type_shapes, expect_tensor
+from ._common import broadcast_logic, expect_tensor
 from ._compute import broadcast_read, broadcast_shape, output_dims, reshape_to
 from .registry import REQUIRED, AttrDef, OpPattern
+from .shape_logic import Sym, require, traceable
 from .transform import (
     _te_reshape_dims,
     concrete,
@@ -40,8 +41,7 @@ def _adv_index_logic(op, shapes, err):
         raise err(f"{op}: expected data and at least one index tensor")
     if len(indices) > len(data):
         raise err(f"{op}: {len(indices)} index tensors for data of rank {len(data)}")
-    broadcast = broadcast_type_shapes if err is TypeInferenceError else broadcast_shapes
-    return tuple(broadcast(op, *indices)) + tuple(data[len(indices):])
+    return tuple(broadcast_logic(op, None, list(indices), err)) + tuple(data[len(indices):])
 
 
 def _adv_index_rel(types, attrs, consts=None):
@@ -79,7 +79,7 @@ def _adv_index_compute(attrs, inputs, out_type):
 
 define(
     "adv_index", 1, _adv_index_rel, _adv_index_kernel, OpPattern.INJECTIVE,
-    shape_func=lambda attrs, args: [_adv_index_logic("adv_index", [concrete(s) for s in args[0]], ShapeError)],
+    shape_logic=traceable(lambda op, attrs, args, err: _adv_index_logic(op, list(args[0]), err)),
     compute=_adv_index_compute,
     doc="data[index0, index1, ...] with NumPy's advanced indexing: the index tensors broadcast together and "
         "index the leading axes (negative indices count from the end).",
@@ -90,6 +90,7 @@ define(
 # contrib_reverse_reshape
 
 
+@traceable
 def _reverse_reshape_logic(op, attrs, shapes, err):
     return reshape_dims(op, tuple(shapes[0])[::-1], attrs.newshape[::-1], False, err)[::-1]
 
@@ -126,14 +127,15 @@ def _sparse_logic(op, indices, values, default, out_shape, err):
     if len(values) == 1:
         _same_count(op, values[0], count, err)
     rank = indices[1] if len(indices) == 2 else 1
-    if isinstance(rank, int) and rank != len(out_shape):
-        raise err(f"{op}: sparse_indices give {rank} coordinates per value for an output of rank {len(out_shape)}")
+    if isinstance(rank, (int, Sym)):  # (a known or traced dim)
+        require(rank == len(out_shape), f"{op}: sparse_indices give {rank} coordinates per value for an output of "
+                                        f"rank {len(out_shape)}", err)
     return tuple(out_shape)
 
 
 def _same_count(op, a, b, err):
-    if isinstance(a, int) and isinstance(b, int) and a != b:
-        raise err(f"{op}: {a} sparse values for {b} sparse indices")
+    if isinstance(a, (int, Sym)) and isinstance(b, (int, Sym)):
+        require(a == b, f"{op}: {a} sparse values for {b} sparse indices", err)
 
 
 def _check_sparse_types(op, indices, values, default):
@@ -209,8 +211,7 @@ define(
         np.asarray(i), np.asarray(v), np.asarray(d)),
     OpPattern.OPAQUE,
     attrs=(AttrDef("output_shape", REQUIRED, int_tuple(0)),),
-    shape_func=lambda attrs, args: [_sparse_logic("sparse_to_dense", *(concrete(s) for s in args),
-                                                  attrs.output_shape, ShapeError)],
+    shape_logic=traceable(lambda op, attrs, shapes, err: _sparse_logic(op, *shapes, attrs.output_shape, err)),
     compute=lambda attrs, inputs, out_type: [_sparse_compute("sparse_to_dense", *inputs, tuple(
         const(d) for d in attrs.output_shape), out_type.dtype)],
     doc="A dense tensor of output_shape holding default_value, with sparse_values (one per index, or one "

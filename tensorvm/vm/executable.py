@@ -227,8 +227,10 @@ class Executable:
 
             prims = {info.source: self.primitive_function(info.source) for info in self.primitives
                      if info.kind == "kernel"}
+            shape_prims = {info.name: (self.primitive_function(info.source), tuple(info.is_input))
+                           for info in self.primitives if info.kind == "shape_func"}
             try:
-                self.c_library = build_c_library(prims)
+                self.c_library = build_c_library(prims, shape_prims)
             except CompilerError:
                 raise
             except FormatError:
@@ -243,6 +245,8 @@ class Executable:
             try:
                 if info.kind == "kernel":
                     kernels.append(compiled[info.source] if info.source in compiled else build_kernel(fn))
+                elif self.c_library is not None and info.name in self.c_library.shape_funcs:
+                    kernels.append(_c_shape_func(fn, tuple(info.is_input), *self.c_library.shape_funcs[info.name]))
                 else:
                     kernels.append(build_shape_func(fn, tuple(info.is_input)))
             except FormatError:
@@ -260,6 +264,8 @@ class Executable:
         info, kernel = self.primitives[index], self.kernels[index]
         if info.kind == "kernel" and self.c_library is not None and info.source in self.c_library.sources:
             return self.c_library.sources[info.source]
+        if info.kind == "shape_func" and self.c_library is not None and name in self.c_library.shape_funcs:
+            return self.c_library.shape_funcs[name][0].source
         if info.kind == "shape_func":
             return (f"# {name}: Python host code composing the shape functions of the ops of {info.source} "
                     f"(is_input={[int(b) for b in info.is_input]})\n")
@@ -355,6 +361,20 @@ class Executable:
         data = self.save_bytes()
         with open(path, "wb") as f:
             f.write(data)
+
+
+def _c_shape_func(fn, is_input: tuple, spec, c_function):
+    """The VM's shape function (DPS, with its memoized ``tuple_form``) calling the C shape function."""
+    import functools
+
+    from .kernel_python import build_shape_func_tuples, dps_shape_func, memoized_shape_func
+    from .shape_c import CShapeFunction
+
+    python = functools.cache(lambda: build_shape_func_tuples(fn, is_input))
+    c_func = CShapeFunction(spec, c_function, python)
+    shape_func = dps_shape_func(memoized_shape_func(c_func.compute, spec.flat_is_input, spec.out_ranks, spec.label))
+    shape_func.c_function = c_func
+    return shape_func
 
 
 def _failing_primitive(prims: dict) -> str:

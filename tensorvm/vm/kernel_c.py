@@ -7,8 +7,10 @@ op names, e.g. ``sort``: ``tensorvm.codegen.library``), emits them into one C tr
 of ``tensorvm.codegen.build`` (the cache key is a hash of the source, so the same program compiles once
 per machine). A primitive the C generator cannot handle (an op with neither a tensor-expression compute
 nor a library call, or a construct the lowering rejects) runs its NumPy kernel instead; the
-reason is kept in ``CLibrary.fallbacks`` and shown by ``exe.stats()``. Shape functions always stay
-Python: they are host code over a few integers.
+reason is kept in ``CLibrary.fallbacks`` and shown by ``exe.stats()``. The shape functions the bytecode
+calls (``vm.shape_func``) are C functions of the same library, traced from the ops' shape logic
+(``tensorvm.vm.shape_c``); one whose primitive holds an op without a traceable logic stays Python
+(``CLibrary.shape_fallbacks``, shown by ``exe.stats()``).
 
 Each C function is named ``tvk<index>_<primitive name>`` (a valid, unique C identifier whatever the
 primitive is called). Loading a saved executable regenerates the C from the primitive functions' Relay
@@ -51,6 +53,8 @@ class CLibrary:
     build_info: object = None
     lower_seconds: float = 0.0
     saved_source_matches: bool | None = None  # loaded executables: does the file's C equal the regenerated C
+    shape_funcs: dict = field(default_factory=dict)  # shape function name -> (ShapeFuncC, C function)
+    shape_fallbacks: dict = field(default_factory=dict)  # shape function name -> why it stays Python
 
     def summary(self) -> dict:
         from ..codegen.build import library_threads
@@ -59,6 +63,8 @@ class CLibrary:
         return {
             "c_kernels": sorted(self.sources),
             "numpy_fallbacks": dict(sorted(self.fallbacks.items())),
+            "c_shape_funcs": sorted(self.shape_funcs),
+            "python_shape_funcs": dict(sorted(self.shape_fallbacks.items())),
             "source_bytes": len(self.source),
             "lower_seconds": round(self.lower_seconds, 4),
             "compile_seconds": round(info.compile_seconds, 4) if info is not None else 0.0,
@@ -69,11 +75,13 @@ class CLibrary:
         }
 
 
-def build_c_library(prims: dict) -> CLibrary:
-    """Compile ``{primitive name: primitive Function}`` into one library (NumPy for what C cannot do)."""
+def build_c_library(prims: dict, shape_prims: dict | None = None) -> CLibrary:
+    """Compile ``{primitive name: primitive Function}`` into one library (NumPy for what C cannot do),
+    with the C shape functions ``{shape function name: (primitive Function, is_input)}``."""
     from ..codegen.c_emit import emit_kernel
     from ..codegen.fused import plan_primitive
     from .kernel_python import build_kernel
+    from .shape_c import emit_shape_func
 
     library = CLibrary()
     start = time.perf_counter()
@@ -89,27 +97,40 @@ def build_c_library(prims: dict) -> CLibrary:
             library.kernels[name] = build_kernel(prim)
             continue
         plans[name] = plan
+    shape_specs = {}
+    for index, (name, (prim, is_input)) in enumerate((shape_prims or {}).items()):
+        try:
+            shape_specs[name] = emit_shape_func(prim, is_input, c_kernel_name(index, name).replace("tvk", "tvs", 1))
+        except (TensorVMError, NotImplementedError) as err:
+            library.shape_fallbacks[name] = f"{type(err).__name__}: {err}"
     library.lower_seconds = time.perf_counter() - start
-    if plans:
-        _compile(library, plans)
+    if plans or shape_specs:
+        _compile(library, plans, shape_specs)
     missing = set(prims) - set(library.kernels)
     if missing:  # pragma: no cover - every primitive is either compiled or a fallback
         raise UnsupportedError(f"no kernel was built for {sorted(missing)}")
     return library
 
 
-def _compile(library: CLibrary, plans: dict) -> None:
+def _compile(library: CLibrary, plans: dict, shape_specs: dict) -> None:
     """Build every planned kernel into one library; plain C kernels get the fast caller (``fastcall``)."""
     import ctypes
 
+    from ..codegen.c_emit import library_text
     from ..codegen.module import build_module
     from .fastcall import caller_for
+    from .shape_c import SHAPE_LIBRARY
 
     funcs = [p.lowered.func for p in plans.values()]
     funcs += [e.epilogue.func for p in plans.values() for e in p.externals if e.epilogue is not None]
-    module = build_module(funcs)
+    shape_source = ""
+    if shape_specs:
+        shape_source = library_text([SHAPE_LIBRARY]) + "\n".join(s.source for s in shape_specs.values())
+    module = build_module(funcs, extra_source=shape_source)
     library.source = module.source
     library.build_info = module.build_info
+    for name, spec in shape_specs.items():
+        library.shape_funcs[name] = (spec, module.library.function(spec.name, 3, 0))
     for name, plan in plans.items():
         kernel = plan.make_kernel(module)
         func = plan.lowered.func

@@ -40,7 +40,8 @@ from ..transform.to_anf import TypedMutator, known_type, post_order_iter, primit
 
 _children_with_vars = functools.partial(primitive_children, with_let_vars=True)
 
-__all__ = ["build_kernel", "build_shape_func", "build_shape_func_tuples", "UFUNC_OPS"]
+__all__ = ["build_kernel", "build_shape_func", "build_shape_func_tuples", "memoized_shape_func", "dps_shape_func",
+           "UFUNC_OPS"]
 
 # Ops whose reference kernel equals a NumPy ufunc on operands of one dtype (the dtypes listed).
 _FLOAT = ("float16", "float32", "float64")
@@ -405,8 +406,14 @@ def build_shape_func_tuples(prim: Function, is_input: tuple):
         return result
 
     flat_is_input = tuple(flag for flag, count in zip(is_input, counts) for _ in range(count))
+    return memoized_shape_func(compute, flat_is_input, out_ranks, label)
+
+
+def memoized_shape_func(compute, flat_is_input: tuple, out_ranks: tuple, label: str):
+    """``compute(*inputs) -> shapes`` memoized by its input shapes and small data inputs (see
+    ``build_shape_func_tuples``), carrying ``flat_is_input``, ``num_outputs``, ``out_ranks``, ``label``."""
     cache: dict = {}
-    if not any(is_input):
+    if not any(flat_is_input):
         def shape_func(*inputs) -> tuple:
             try:
                 return cache[inputs]
@@ -457,7 +464,11 @@ def build_shape_func(prim: Function, is_input: tuple):
 
     The tuple form (``build_shape_func_tuples``) is attached as ``shape_func.tuple_form``; the VM calls it
     directly where it keeps shapes in registers as tuples."""
-    compute = build_shape_func_tuples(prim, is_input)
+    return dps_shape_func(build_shape_func_tuples(prim, is_input))
+
+
+def dps_shape_func(compute):
+    """The destination-passing form of a tuple-form shape function (``shape_func(*ins, *out_shapes)``)."""
     n_in, n_out, label = len(compute.flat_is_input), compute.num_outputs, compute.label
 
     def shape_func(*arrays):

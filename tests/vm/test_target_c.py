@@ -129,7 +129,8 @@ def test_kernel_sources_in_the_listing(dense_exe):
     c_source = dense_exe.kernel_source(kernel)
     # (the kernel, preceded by its dispatch function when it has variants, e.g. BLAS for the product)
     assert c_source.startswith(("int32_t tvk", "/* Variants of tvk")) and "tanhf" in c_source and c_source in text
-    assert "shape functions" in dense_exe.kernel_source(f"shape_func_{kernel}")
+    shape_source = dense_exe.kernel_source(f"shape_func_{kernel}")  # the C shape function, traced from the logic
+    assert shape_source.startswith("/* shape function of") and "int32_t tvs" in shape_source and shape_source in text
     assert "tvk" not in dense_exe.as_text()  # the plain listing stays short
 
 
