@@ -157,8 +157,8 @@ def main():
                 mod[name](*inputs, out)
                 outs.append(out)
             np.testing.assert_allclose(outs[0], outs[1], rtol=1e-5, atol=1e-5)
-            tb = median_us(lambda k=mod_b[name], o=outs[0]: k(*inputs, o), repeats)
-            ta = median_us(lambda k=mod_a[name], o=outs[1]: k(*inputs, o), repeats)
+            tb = median_us(lambda k=mod_b[name], o=outs[0], x=inputs: k(*x, o), repeats)
+            ta = median_us(lambda k=mod_a[name], o=outs[1], x=inputs: k(*x, o), repeats)
             print(f"  {name:12s} {label:28s} {tb:8.1f} -> {ta:8.1f}  ({tb / ta:.1f}x)")
 
 
