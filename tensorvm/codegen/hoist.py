@@ -117,7 +117,7 @@ class _Optimizer:
         result = self.unswitch(_with_body(loop, _map_exprs(loop.body, lambda e: _replace(e, mapping))))
         for e, v in reversed(list(mapping.items())):
             result = LetStmt(v, e, result)
-        risky = any(isinstance(n, (BufferLoad, Call)) for e in found for n in walk(e))
+        risky = any(_may_fail(n) for e in found for n in walk(e))
         if risky and not (isinstance(loop.extent, Const) and loop.extent.value > 0):
             result = IfThenElse(loop.extent > 0, result)
         return result
@@ -175,14 +175,22 @@ def _worth_hoisting(e) -> bool:
     return any(isinstance(n, (Call, Select)) for n in walk(e))
 
 
+_DIVISIONS = ("div", "floordiv", "floormod", "truncdiv", "truncmod")
+
+
+def _may_fail(n) -> bool:
+    """A node whose evaluation reads memory or may fail (a check, a division by a run-time value)."""
+    return isinstance(n, (BufferLoad, Call)) or (isinstance(n, Binary) and n.op in _DIVISIONS
+                                                 and not isinstance(n.b, Const))
+
+
 def _invariant_conditions(body, inner: set) -> list:
     """The distinct select conditions in ``body`` that read only variables defined outside the loop."""
     conds: list = []
     for e in _all_exprs(body):
         for n in walk(e):
             if isinstance(n, Select) and n.cond not in conds and not isinstance(n.cond, Const) and all(
-                    not isinstance(m, (BufferLoad, Call)) and not (isinstance(m, Var) and m in inner)
-                    for m in walk(n.cond)):
+                    not _may_fail(m) and not (isinstance(m, Var) and m in inner) for m in walk(n.cond)):
                 conds.append(n.cond)
     return conds
 
