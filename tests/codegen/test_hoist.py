@@ -52,6 +52,16 @@ def _gate():
     return [a, b], out
 
 
+def _gate3():
+    """Three operands: three column conditions, more than are unswitched in every combination."""
+    n, m, p, q, r, s = (te.var(x) for x in "nmpqrs")
+    a, b, c = (te.placeholder(shape, "float32", name) for shape, name in (((n, m), "a"), ((p, q), "b"), ((r, s), "c")))
+    shape, requires = broadcast_shape("gate3", a.shape, b.shape, c.shape)
+    out = te.compute(shape, lambda i, j: (broadcast_read(a, (i, j), shape) + broadcast_read(b, (i, j), shape))
+                     * broadcast_read(c, (i, j), shape), "gate3", requires)
+    return [a, b, c], out
+
+
 def _take_rows(lim=None):
     """``data[idx[i], j]`` with the fast index check (``lim``: only columns j < lim read, else 0)."""
     n, d, k = te.var("n"), te.var("d"), te.var("k")
@@ -68,7 +78,9 @@ def module():
     gate_in, gate = _gate()
     take_in, take = _take_rows()
     guarded_in, guarded = _take_rows(lim=0)
-    return build_module([lower("gate", gate_in, [gate]), lower("take_rows", take_in, [take]),
+    gate3_in, gate3 = _gate3()
+    return build_module([lower("gate", gate_in, [gate]), lower("gate3", gate3_in, [gate3]),
+                         lower("take_rows", take_in, [take]),
                          lower("guarded_take", guarded_in, [guarded])])
 
 
@@ -91,6 +103,22 @@ def test_one_dynamic_kernel_broadcasts_or_not_at_run_time(module, shape_a, shape
     out = np.empty(expected.shape, "float32")
     module["gate"](a, b, out)
     np.testing.assert_allclose(out, expected, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("shapes", [
+    ((4, 33), (4, 33), (4, 33)), ((4, 33), (1, 33), (4, 33)), ((4, 1), (4, 33), (1, 33)), ((1, 1), (1, 1), (1, 1)),
+    ((4, 33), (4, 33), (4, 1)), ((1, 33), (4, 1), (1, 1)),
+])
+def test_fast_copy_and_general_loop_beyond_the_unswitch_bound(module, shapes):
+    inputs, out = _gate3()
+    loops = _inner_loops(lower("gate3", inputs, [out]))
+    assert sum(not any(isinstance(n, Select) for e in _inner_exprs(loop) for n in walk(e)) for loop in loops) >= 1
+    rng = np.random.default_rng(2)
+    a, b, c = (rng.standard_normal(s).astype("float32") for s in shapes)
+    expected = (a + b) * c
+    result = np.empty(expected.shape, "float32")
+    module["gate3"](a, b, c, result)
+    np.testing.assert_allclose(result, expected, rtol=1e-6)
 
 
 def test_broadcast_mismatch_still_raises(module):
