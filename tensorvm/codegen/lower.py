@@ -73,6 +73,7 @@ from ..te.expr import (
 )
 from ..te.rewrite import substitute, transform
 from ..te.tensor import ComputeOp, PlaceholderOp, Tensor, compute, walk
+from .hoist import optimize_loops
 from .loop_ir import (
     PARALLEL,
     SERIAL,
@@ -169,7 +170,7 @@ def lower_parts(name: str, inputs: list[Tensor], outputs: list[Tensor], multiple
     stages = _make_stages(ops, outputs)
     buffers = {t: (b, False) for t, b in zip(inputs, in_buffers)}
     k = _plan(stages, outputs, out_buffers, buffers, multiples)
-    body = _emit(stages, k, buffers)
+    body = optimize_loops(_emit(stages, k, buffers))
     params = tuple(in_buffers + out_buffers)
     requires = [(_input_loads(c, dict(zip(inputs, in_buffers, strict=True))), m) for op in ops for c, m in op.requires]
     return _prologue(name, params, len(inputs), requires, body, multiples)
