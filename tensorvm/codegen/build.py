@@ -51,7 +51,7 @@ from . import blas
 
 __all__ = [
     "CompilerError", "Toolchain", "BuildInfo", "Library", "find_toolchain", "have_compiler", "cache_dir", "build_library",
-    "build_stats", "reset_toolchain", "set_num_threads", "kernel_threads", "record_library", "verified_library",
+    "build_stats", "reset_toolchain", "run_tool", "compile_timeout", "set_num_threads", "kernel_threads", "record_library", "verified_library",
 ]
 
 _BASE_FLAGS = ("-O3", "-fPIC", "-shared", "-std=gnu11", "-fwrapv", "-fno-math-errno", "-fno-trapping-math")
@@ -290,8 +290,7 @@ def _probe_flags(compiler: str, version: str) -> Toolchain:
         def accepts(flags, code="int tv_probe(void) { return 0; }\n") -> bool:
             src = Path(tmp) / "probe.c"
             src.write_text(code)
-            result = subprocess.run([compiler, *_BASE_FLAGS, *flags, str(src), "-o", str(Path(tmp) / "probe.so")],
-                                    capture_output=True, text=True, timeout=120)
+            result = run_tool([compiler, *_BASE_FLAGS, *flags, str(src), "-o", str(Path(tmp) / "probe.so")], 120)
             return result.returncode == 0
 
         if not accepts(()):
@@ -324,8 +323,7 @@ def _vector_math_works(compiler: str, flags: list, tmp: str) -> bool:
     code = (_PROBES / "vector_math.c").read_text().replace('#include "tv_kernel.h"\n', PRELUDE, 1)
     src, lib = Path(tmp) / "vector_math.c", Path(tmp) / "vector_math.so"
     src.write_text(code)
-    result = subprocess.run([compiler, *_BASE_FLAGS, *flags, "-DTV_VECTOR_MATH", str(src), "-o", str(lib), "-lm"],
-                            capture_output=True, text=True, timeout=120)
+    result = run_tool([compiler, *_BASE_FLAGS, *flags, "-DTV_VECTOR_MATH", str(src), "-o", str(lib), "-lm"], 120)
     if result.returncode != 0:
         return False
     try:
@@ -344,8 +342,7 @@ def _if_conversion_sound(compiler: str, flags: list, tmp: str) -> bool:
     """Whether ``_IF_CONVERSION_PROBE`` built with ``flags`` computes the right answer."""
     src, lib = Path(tmp) / "if_conversion.c", Path(tmp) / "if_conversion.so"
     src.write_text(_IF_CONVERSION_PROBE)
-    result = subprocess.run([compiler, *_BASE_FLAGS, *flags, str(src), "-o", str(lib)],
-                            capture_output=True, text=True, timeout=120)
+    result = run_tool([compiler, *_BASE_FLAGS, *flags, str(src), "-o", str(lib)], 120)
     if result.returncode != 0:
         return False  # cannot tell: keep the safer flags
     source = (ctypes.c_float * 6)(*range(6))
@@ -471,10 +468,50 @@ def _import_extension(name: str, path: str):
     return _LOADED[key]
 
 
-def _run_compiler(command: list, src_path: Path):
+def compile_timeout() -> float:
+    """Seconds one compiler run may take: ``$TENSORVM_COMPILE_TIMEOUT`` or 600."""
+    value = os.environ.get("TENSORVM_COMPILE_TIMEOUT", "").strip()
     try:
-        result = subprocess.run(command, capture_output=True, text=True, timeout=600)
-    except (OSError, subprocess.TimeoutExpired) as err:
+        seconds = float(value) if value else 600.0
+    except ValueError:
+        seconds = 600.0
+    return seconds if seconds > 0 else 600.0
+
+
+def run_tool(command: list, timeout: float) -> subprocess.CompletedProcess:
+    """Run ``command`` (output captured as text) in a process group of its own; past ``timeout`` seconds
+    the whole group is killed (the driver's ``cc1``/``as``/``ld`` children too: killing only the driver
+    once left a ``cc1`` running for 54 minutes with 8 GB) and ``subprocess.TimeoutExpired`` raised."""
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    try:
+        stdout, stderr = proc.communicate(timeout=timeout)
+    except BaseException:  # the timeout, or an interrupt: leave nothing of the group running
+        _kill_group(proc)
+        raise
+    return subprocess.CompletedProcess(command, proc.returncode, stdout, stderr)
+
+
+def _kill_group(proc: subprocess.Popen):
+    import signal
+
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)  # (the group id is the child's pid: start_new_session)
+    except (ProcessLookupError, PermissionError):
+        pass
+    proc.kill()
+    proc.communicate()
+
+
+def _run_compiler(command: list, src_path: Path):
+    timeout = compile_timeout()
+    try:
+        result = run_tool(command, timeout)
+    except subprocess.TimeoutExpired:
+        raise CompilerError(f"codegen: the C compiler took more than {timeout:g} s on {src_path} and was killed "
+                            f"with its whole process group (set TENSORVM_COMPILE_TIMEOUT to allow more); "
+                            f"{_HINT}") from None
+    except OSError as err:
         raise CompilerError(f"codegen: running the C compiler failed: {err}; {_HINT}") from None
     if result.returncode != 0:
         output = (result.stderr or result.stdout).strip()
