@@ -221,7 +221,7 @@ def lower_dispatch(generic: LoweredParts, variants: list) -> PrimFunc:
         return generic.func()
     if isinstance(cases[-1].condition, Const):  # the last case always runs: it is the default
         *cases, last = cases
-        body = Dispatch(tuple(cases), last.body, last.name) if cases else last.body
+        body = Dispatch(tuple(cases), last.body, last.name)  # (no cases: a plain body that keeps its name)
     else:
         body = Dispatch(tuple(cases), generic.body)
     return PrimFunc(generic.name, generic.params, generic.dim_params, generic.entry(body), generic.num_inputs)
