@@ -51,7 +51,7 @@ from . import blas
 
 __all__ = [
     "CompilerError", "Toolchain", "BuildInfo", "Library", "find_toolchain", "have_compiler", "cache_dir", "build_library",
-    "build_stats", "reset_toolchain", "run_tool", "compile_timeout", "set_num_threads", "kernel_threads", "record_library", "verified_library",
+    "build_stats", "reset_toolchain", "run_tool", "compile_timeout", "compile_workers", "set_num_threads", "kernel_threads", "record_library", "verified_library",
 ]
 
 _BASE_FLAGS = ("-O3", "-fPIC", "-shared", "-std=gnu11", "-fwrapv", "-fno-math-errno", "-fno-trapping-math")
@@ -492,6 +492,12 @@ def run_tool(command: list, timeout: float) -> subprocess.CompletedProcess:
     return subprocess.CompletedProcess(command, proc.returncode, stdout, stderr)
 
 
+def compile_workers() -> int:
+    """How many compiler processes run at once: the thread budget of the kernels (``set_num_threads``,
+    ``$TENSORVM_NUM_THREADS``), at most one per core."""
+    return max(1, min(kernel_threads(), os.cpu_count() or 1))
+
+
 def _kill_group(proc: subprocess.Popen):
     import signal
 
@@ -542,7 +548,7 @@ def _compile(units: list, toolchain: Toolchain, directory: Path, digest: str, li
                 obj = f"{tmp_lib}.{k}.o"
                 objects.append(obj)
                 jobs.append(([toolchain.compiler, *compile_flags, *extra, "-c", str(src_path), "-o", obj], src_path))
-            with ThreadPoolExecutor(max_workers=max(1, min(len(jobs), os.cpu_count() or 1))) as pool:
+            with ThreadPoolExecutor(max_workers=max(1, min(len(jobs), compile_workers()))) as pool:
                 for future in [pool.submit(_run_compiler, cmd, src) for cmd, src in jobs]:
                     future.result()
             _run_compiler([toolchain.compiler, *toolchain.flags, *objects, "-o", tmp_lib, "-lm"], lib_path)

@@ -59,6 +59,29 @@ def test_parallel_translation_units_link_into_one_library(fresh_cache):
         np.testing.assert_array_equal(out, [k + 1, 2 * k + 1])
 
 
+def test_translation_units_are_bounded_in_size_and_balanced(fresh_cache, monkeypatch):
+    from tensorvm.codegen import module as module_code
+    from tensorvm.codegen.c_emit import emit_kernel
+
+    funcs = [_scale_kernel(f"bounded_{k}", float(k)) for k in range(7)]
+    emitted = [emit_kernel(f) for f in funcs]
+    size = max(len(k.source) for k in emitted)
+    monkeypatch.setattr(module_code, "_UNIT_BYTES", 2 * size)
+    groups = module_code.split_units(emitted, workers=1)
+    assert len(groups) == 4  # 7 kernels, at most 2 a unit
+    assert all(sum(len(k.source) for k in g) <= 2 * size for g in groups)
+    assert sorted(k.name for g in groups for k in g) == sorted(f.name for f in funcs)
+    # (a kernel over the bound is a unit of its own, never dropped)
+    monkeypatch.setattr(module_code, "_UNIT_BYTES", size // 2)
+    assert [len(g) for g in module_code.split_units(emitted, workers=1)] == [1] * 7
+    module = build_module(funcs)  # seven units, compiled by the pool and linked into one library
+    assert len(list(fresh_cache.glob("tv_*_6.c"))) == 1 and len(list(fresh_cache.glob("*.so"))) == 1
+    for k in range(7):
+        out = np.empty(2, "float32")
+        module[f"bounded_{k}"](np.array([1, 2], "float32"), out)
+        np.testing.assert_array_equal(out, [k + 1, 2 * k + 1])
+
+
 def test_missing_compiler_suggests_target_python(monkeypatch, fresh_cache):
     monkeypatch.setenv("TENSORVM_CC", "/nonexistent/tensorvm-cc")
     build.reset_toolchain()
