@@ -240,3 +240,39 @@ def test_compiled_exec_mode_calls_the_same_c_kernels(dense_exe):
                                rtol=1e-5, atol=1e-5)
     fn = compiled.function("main")
     assert sum(isinstance(ins, bc.InvokePacked) for ins in fn.instructions) == 2  # shape function + kernel
+
+
+def _repeated_read_chain(steps: int) -> str:
+    """A fused group where every op reads its input several times (``where(y > 0, y, y * 0.5)``), with
+    transposes and reshapes between: inlined whole, its C expression grows as 3^steps."""
+    lines, value = [], "%x"
+    for k in range(steps):
+        lines.append(f"%s{k} = where(greater({value}, 0f), {value}, multiply({value}, 0.5f));")
+        value = f"%s{k}"
+        if k % 3 == 2:
+            lines.append(f"%t{k} = reshape(transpose({value}, axes=[1, 0]), newshape=[6, 4]);")
+            lines.append(f"%r{k} = reshape(transpose(reshape(%t{k}, newshape=[4, 6]), axes=[1, 0]), "
+                         f"newshape=[4, 6]);")
+            value = f"%r{k}"
+    return "def @main(%x: Tensor[(4, 6), float32]) {\n  " + "\n  ".join(lines) + f"\n  {value}\n}}"
+
+
+def test_inlined_expressions_are_bounded_and_keep_the_results(monkeypatch):
+    import importlib
+
+    lower = importlib.import_module("tensorvm.codegen.lower")  # (the package exports a function of that name)
+    mod = tv.parse(_repeated_read_chain(6))
+    x = np.random.default_rng(5).standard_normal((4, 6)).astype(np.float32)
+    want = tv.create_executor("debug", mod).evaluate()(x).numpy()
+    exe = tv.vm.compile(mod, target="c")
+    assert exe.stats()["kernel_library"]["numpy_fallbacks"] == {}
+    np.testing.assert_array_equal(VirtualMachine(exe).invoke("main", x).numpy(), want)
+    bounded = len(exe.c_library.source)
+    # The same group lowered without the bound (not compiled: its C is what takes long).
+    monkeypatch.setattr(lower, "MAX_INLINED_NODES", 10 ** 9)
+    from tensorvm.codegen.c_emit import emit_kernel
+    from tensorvm.codegen.fused import lower_primitive
+
+    prims = [exe.primitive_function(info.source) for info in exe.primitives if info.kind == "kernel"]
+    unbounded = sum(len(emit_kernel(lower_primitive(fn, f"k{i}").func).source) for i, fn in enumerate(prims))
+    assert unbounded > 4 * bounded
