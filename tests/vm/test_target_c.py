@@ -276,3 +276,27 @@ def test_inlined_expressions_are_bounded_and_keep_the_results(monkeypatch):
     prims = [exe.primitive_function(info.source) for info in exe.primitives if info.kind == "kernel"]
     unbounded = sum(len(emit_kernel(lower_primitive(fn, f"k{i}").func).source) for i, fn in enumerate(prims))
     assert unbounded > 4 * bounded
+
+
+def test_identical_groups_share_one_c_kernel():
+    """Layers with the same signature (ops, attrs, dtypes, shapes) but their own weights compile to one
+    C kernel called three times; a layer of another shape gets its own. Results match the interpreter."""
+    from tensorvm import op
+    from tensorvm.ir.expr import Function, Var, const
+    from tensorvm.ir.module import IRModule
+    from tensorvm.ir.types import Any, TensorType
+
+    rng = np.random.default_rng(11)
+    x = Var("x", TensorType((Any(), 16), "float32"))
+    y = x
+    for width in (16, 16, 16, 8):  # (each layer reads 16 features)
+        w = const(rng.standard_normal((width, 16)).astype(np.float32) / 4)
+        b = const(rng.standard_normal((width,)).astype(np.float32))
+        y = op.nn.relu(op.add(op.nn.dense(y, w), b))
+    mod = IRModule.from_expr(Function([x], y))
+    exe = tv.vm.compile(mod, target="c")
+    library = exe.stats()["kernel_library"]
+    assert len(library["c_kernels"]) == 2 and library["numpy_fallbacks"] == {}
+    data = rng.standard_normal((3, 16)).astype(np.float32)
+    want = tv.create_executor("debug", mod).evaluate()(data).numpy()
+    np.testing.assert_allclose(VirtualMachine(exe).invoke("main", data).numpy(), want, rtol=1e-5, atol=1e-5)
