@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..codegen.build import CompilerError, Toolchain, cache_dir, find_toolchain
+from ..codegen.build import CompilerError, Toolchain, cache_dir, find_toolchain, run_tool
 from ..errors import ExecutionError, FormatError, ShapeError, UnsupportedError
 from ..executor import CompiledExecutor
 from .build import AOTModule
@@ -77,7 +77,7 @@ def compile_library(module: AOTModule, toolchain: Toolchain | None = None, extra
 
 def _run_compiler(command: list, output: str):
     try:
-        result = subprocess.run(command, capture_output=True, text=True, timeout=900)
+        result = run_tool(command, 900)  # (killed with its process group past the timeout)
     except (OSError, subprocess.TimeoutExpired) as err:
         Path(output).unlink(missing_ok=True)
         raise CompilerError(f"AOT: running the C compiler failed: {err}") from None

@@ -57,8 +57,8 @@ from . import blas
 
 __all__ = [
     "CompilerError", "Toolchain", "BuildInfo", "Library", "find_toolchain", "have_compiler", "default_target",
-    "default_target_reason", "cache_dir", "build_library",
-    "build_stats", "reset_toolchain", "set_num_threads", "get_num_threads", "available_cores", "kernel_threads",
+    "default_target_reason", "cache_dir", "build_library", "build_stats", "reset_toolchain", "run_tool",
+    "compile_timeout", "compile_workers", "set_num_threads", "get_num_threads", "available_cores", "kernel_threads",
     "library_threads", "record_library", "verified_library",
 ]
 
@@ -360,8 +360,7 @@ def _probe_flags(compiler: str, version: str) -> Toolchain:
         def accepts(flags, code="int tv_probe(void) { return 0; }\n") -> bool:
             src = Path(tmp) / "probe.c"
             src.write_text(code)
-            result = subprocess.run([compiler, *_BASE_FLAGS, *flags, str(src), "-o", str(Path(tmp) / "probe.so")],
-                                    capture_output=True, text=True, timeout=120)
+            result = run_tool([compiler, *_BASE_FLAGS, *flags, str(src), "-o", str(Path(tmp) / "probe.so")], 120)
             return result.returncode == 0
 
         if not accepts(()):
@@ -394,8 +393,7 @@ def _vector_math_works(compiler: str, flags: list, tmp: str) -> bool:
     code = (_PROBES / "vector_math.c").read_text().replace('#include "tv_kernel.h"\n', PRELUDE, 1)
     src, lib = Path(tmp) / "vector_math.c", Path(tmp) / "vector_math.so"
     src.write_text(code)
-    result = subprocess.run([compiler, *_BASE_FLAGS, *flags, "-DTV_VECTOR_MATH", str(src), "-o", str(lib), "-lm"],
-                            capture_output=True, text=True, timeout=120)
+    result = run_tool([compiler, *_BASE_FLAGS, *flags, "-DTV_VECTOR_MATH", str(src), "-o", str(lib), "-lm"], 120)
     if result.returncode != 0:
         return False
     try:
@@ -414,8 +412,7 @@ def _if_conversion_sound(compiler: str, flags: list, tmp: str) -> bool:
     """Whether ``_IF_CONVERSION_PROBE`` built with ``flags`` computes the right answer."""
     src, lib = Path(tmp) / "if_conversion.c", Path(tmp) / "if_conversion.so"
     src.write_text(_IF_CONVERSION_PROBE)
-    result = subprocess.run([compiler, *_BASE_FLAGS, *flags, str(src), "-o", str(lib)],
-                            capture_output=True, text=True, timeout=120)
+    result = run_tool([compiler, *_BASE_FLAGS, *flags, str(src), "-o", str(lib)], 120)
     if result.returncode != 0:
         return False  # cannot tell: keep the safer flags
     source = (ctypes.c_float * 6)(*range(6))
@@ -544,10 +541,60 @@ def _import_extension(name: str, path: str):
     return _LOADED[key]
 
 
-def _run_compiler(command: list, src_path: Path):
+def compile_timeout() -> float:
+    """Seconds one compiler run may take: ``$TENSORVM_COMPILE_TIMEOUT`` or 600."""
+    value = os.environ.get("TENSORVM_COMPILE_TIMEOUT", "").strip()
     try:
-        result = subprocess.run(command, capture_output=True, text=True, timeout=600)
-    except (OSError, subprocess.TimeoutExpired) as err:
+        seconds = float(value) if value else 600.0
+    except ValueError:
+        seconds = 600.0
+    return seconds if seconds > 0 else 600.0
+
+
+def run_tool(command: list, timeout: float) -> subprocess.CompletedProcess:
+    """Run ``command`` (output captured as text) in a process group of its own; past ``timeout`` seconds
+    the whole group is killed (the driver's ``cc1``/``as``/``ld`` children too: killing only the driver
+    once left a ``cc1`` running for 54 minutes with 8 GB) and ``subprocess.TimeoutExpired`` raised."""
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    try:
+        stdout, stderr = proc.communicate(timeout=timeout)
+    except BaseException:  # the timeout, or an interrupt: leave nothing of the group running
+        _kill_group(proc)
+        raise
+    return subprocess.CompletedProcess(command, proc.returncode, stdout, stderr)
+
+
+def compile_workers() -> int:
+    """How many compiler processes run at once: ``$TENSORVM_COMPILE_JOBS``, else one per core. (Not the
+    kernels' thread budget: a model run on one thread still compiles once, and compiling MobileNetV3's
+    units one at a time under ``set_num_threads(1)`` made its cold compile 28 s instead of 19.5 s here.)"""
+    value = os.environ.get("TENSORVM_COMPILE_JOBS", "").strip()
+    if value.isdigit() and int(value) > 0:
+        return int(value)
+    return os.cpu_count() or 1
+
+
+def _kill_group(proc: subprocess.Popen):
+    import signal
+
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)  # (the group id is the child's pid: start_new_session)
+    except (ProcessLookupError, PermissionError):
+        pass
+    proc.kill()
+    proc.communicate()
+
+
+def _run_compiler(command: list, src_path: Path):
+    timeout = compile_timeout()
+    try:
+        result = run_tool(command, timeout)
+    except subprocess.TimeoutExpired:
+        raise CompilerError(f"codegen: the C compiler took more than {timeout:g} s on {src_path} and was killed "
+                            f"with its whole process group (set TENSORVM_COMPILE_TIMEOUT to allow more); "
+                            f"{_HINT}") from None
+    except OSError as err:
         raise CompilerError(f"codegen: running the C compiler failed: {err}; {_HINT}") from None
     if result.returncode != 0:
         output = (result.stderr or result.stdout).strip()
@@ -578,7 +625,7 @@ def _compile(units: list, toolchain: Toolchain, directory: Path, digest: str, li
                 obj = f"{tmp_lib}.{k}.o"
                 objects.append(obj)
                 jobs.append(([toolchain.compiler, *compile_flags, *extra, "-c", str(src_path), "-o", obj], src_path))
-            with ThreadPoolExecutor(max_workers=max(1, min(len(jobs), os.cpu_count() or 1))) as pool:
+            with ThreadPoolExecutor(max_workers=max(1, min(len(jobs), compile_workers()))) as pool:
                 for future in [pool.submit(_run_compiler, cmd, src) for cmd, src in jobs]:
                     future.result()
             _run_compiler([toolchain.compiler, *toolchain.flags, *objects, "-o", tmp_lib, "-lm"], lib_path)

@@ -369,7 +369,7 @@ class _Emitter:
     def _dispatch_function(self, storage: str, dims: list) -> str:
         """``int32_t <kernel>_dispatch(dims...)``: the index of the variant to run for these dims."""
         dispatch = find_dispatch(self.func.body)
-        if dispatch is None:
+        if dispatch is None or not dispatch.cases:  # (one variant, always taken: nothing to choose)
             return ""
         lines = [f"/* Variants of {self.func.name}: "
                  + ", ".join(f"{i} {n}" for i, n in enumerate(dispatch.names)) + ". */",
@@ -414,6 +414,9 @@ class _Emitter:
             self.allocate(s, depth)
         elif isinstance(s, Evaluate):
             self.emit(depth, f"(void)({self.expr(s.value)});")
+        elif isinstance(s, Dispatch) and not s.cases:
+            self.emit(depth, f"/* variant {s.default_name} */")
+            self.stmt(s.default, depth)
         elif isinstance(s, Dispatch):
             dims = ", ".join(self.names[id(v)] for v in self.func.dim_params)
             self.emit(depth, f"switch ({self.func.name}_dispatch({dims})) {{")

@@ -7,7 +7,9 @@ Decisions, in order:
    the read's indices). Two kinds of inlinable computes are materialized anyway: one with an
    expensive intrinsic (``exp``, ``tanh``...) read by two or more stages, so that softmax's ``exp`` runs
    once per element; and one that reads under a condition (padding) when a reduction reads it, so that
-   a convolution's innermost loop has no branch.
+   a convolution's innermost loop has no branch. And a stage whose inlined expression would print
+   bigger than ``MAX_INLINED_NODES`` materializes the computes it reads (repeatedly, down the chain),
+   which bounds the C of any one expression (inlining multiplies repeated reads).
 2. **Shared outer loops.** The longest prefix of dims that all stages share, and along which every
    stage reads the others at its own index, becomes one loop nest around all stages (layer-norm:
    ``for row: mean; variance; normalize``). Stages not written to an output keep only the part of
@@ -72,7 +74,7 @@ from ..te.expr import (
     var,
 )
 from ..te.rewrite import substitute, transform
-from ..te.tensor import ComputeOp, PlaceholderOp, Tensor, compute, walk
+from ..te.tensor import ComputeOp, PlaceholderOp, Tensor, children, compute, walk
 from .hoist import optimize_loops
 from .loop_ir import (
     PARALLEL,
@@ -101,6 +103,8 @@ __all__ = ["lower", "lower_parts", "lower_dispatch", "LoweredParts", "map_stmt",
 # Below this many inner iterations a parallel loop costs more to fork than it saves (on a busy machine a
 # fork waits for a worker the OS has not scheduled yet, so the bar is set high).
 PARALLEL_WORK_THRESHOLD = 1 << 16
+# An inlined expression larger than this (``_printed_size``) materializes the computes its stage reads.
+MAX_INLINED_NODES = 4096
 _CHEAP_CALLS = {"abs", "sign", "isnan", "isinf", "isfinite", "floor", "ceil", "round", "trunc"}
 _SHORT_REDUCTION = 16
 
@@ -222,7 +226,7 @@ def lower_dispatch(generic: LoweredParts, variants: list) -> PrimFunc:
         return generic.func()
     if isinstance(cases[-1].condition, Const):  # the last case always runs: it is the default
         *cases, last = cases
-        body = Dispatch(tuple(cases), last.body, last.name) if cases else last.body
+        body = Dispatch(tuple(cases), last.body, last.name)  # (no cases: a plain body that keeps its name)
     else:
         body = Dispatch(tuple(cases), generic.body)
     return PrimFunc(generic.name, generic.params, generic.dim_params, generic.entry(body), generic.num_inputs)
@@ -364,10 +368,33 @@ def _make_stages(ops: list[ComputeOp], outputs: list[Tensor]) -> list[_Stage]:
         more = {op for op, readers in users.items()
                 if (len(readers) > 1 and _expensive(op))
                 or (_guarded(op) and any(r.is_reduction for r in readers))}
+        for op, bodies in expanded.items():  # too big to print: materialize what it reads directly
+            if any(_printed_size(b) > MAX_INLINED_NODES for b in bodies):
+                more |= {r.tensor.op for b in op.bodies for r in _reads(b) if isinstance(r.tensor.op, ComputeOp)}
         if not more - stage_ops:
             break
         stage_ops |= more
     return [_Stage(op, expanded[op]) for op in ops if op in stage_ops]
+
+
+def _printed_size(expr) -> int:
+    """The nodes of ``expr`` as C prints it: a subexpression read n times is printed n times, so
+    inlining a chain of computes that each read their input several times (a select over a value, the
+    index arithmetic of stacked transposes and reshapes) grows exponentially: an SSD's group once
+    became a single 67 MB expression. Counted bottom-up, saturating just above the bound."""
+    sizes: dict = {}
+    stack = [(expr, False)]
+    while stack:
+        node, done = stack.pop()
+        if id(node) in sizes:
+            continue
+        kids = children(node)
+        if done:
+            sizes[id(node)] = min(MAX_INLINED_NODES + 1, 1 + sum(sizes[id(k)] for k in kids))
+            continue
+        stack.append((node, True))
+        stack.extend((k, False) for k in kids if id(k) not in sizes)
+    return sizes[id(expr)]
 
 
 def _guarded(op: ComputeOp) -> bool:

@@ -21,13 +21,12 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import os
 
 import numpy as np
 
 from ..errors import ExecutionError, ShapeError
 from ..te.expr import Const
-from .build import BuildInfo, Library, Toolchain, build_library, find_toolchain
+from .build import BuildInfo, Library, Toolchain, build_library, compile_workers, find_toolchain
 from .c_emit import (
     PYTHON_BAD_ARGUMENTS,
     RUNTIME_ERRORS,
@@ -38,7 +37,7 @@ from .c_emit import (
 )
 from .loop_ir import PrimFunc
 
-__all__ = ["KernelFunction", "CompiledModule", "build_module"]
+__all__ = ["KernelFunction", "CompiledModule", "build_module", "split_units"]
 
 
 class KernelFunction:
@@ -177,25 +176,48 @@ class CompiledModule:
         return self.kernels[name].source
 
 
-# Modules with more C than this are split into translation units compiled in parallel.
-_LINES_PER_UNIT = 1500
+# Translation units: a module with more kernel C than ``_PARALLEL_BYTES`` is split into one unit per
+# compile worker, and no unit gets more than ``_UNIT_BYTES`` (a compiler's time and memory grow faster
+# than linearly in the size of what it is given; a kernel bigger than that is a unit of its own).
+_PARALLEL_BYTES = 80_000
+_UNIT_BYTES = 160_000
+
+
+def split_units(emitted: list, workers: int, units: int | None = None) -> list[list]:
+    """``emitted`` kernels grouped into translation units: at least ``units`` of them (else as many as
+    the size bounds above ask for); each kernel goes, largest first, to the unit with the least C so far,
+    or to a new one when that would pass ``_UNIT_BYTES`` (a unit holds its kernels in their original
+    order)."""
+    sizes = [len(k.source) for k in emitted]
+    total = sum(sizes)
+    if units is None:
+        units = max(-(-total // _UNIT_BYTES), min(workers, total // _PARALLEL_BYTES))
+    units = max(1, min(units, len(emitted)))
+    loads, members = [0] * units, [[] for _ in range(units)]
+    for index in sorted(range(len(emitted)), key=lambda i: -sizes[i]):
+        unit = loads.index(min(loads))
+        if loads[unit] and loads[unit] + sizes[index] > _UNIT_BYTES:  # full: a new unit
+            loads.append(0)
+            members.append([])
+            unit = len(loads) - 1
+        loads[unit] += sizes[index]
+        members[unit].append(index)
+    return [[emitted[i] for i in sorted(m)] for m in members if m]
 
 
 def build_module(funcs: list[PrimFunc], toolchain: Toolchain | None = None, jobs: int | None = None,
                  extra_source: str = "") -> CompiledModule:
-    """Compile ``funcs`` into one library; big modules compile as ``jobs`` parallel translation units.
-    ``extra_source``: one more self-contained translation unit linked in (the C shape functions)."""
+    """Compile ``funcs`` into one library; big modules compile as several translation units in parallel
+    (``jobs`` of them when given, else as ``split_units`` decides). ``extra_source``: one more
+    self-contained translation unit linked in (the C shape functions)."""
     names = [f.name for f in funcs]
     duplicates = {n for n in names if names.count(n) > 1}
     if duplicates:
         raise ValueError(f"codegen: kernel names must be unique, got {sorted(duplicates)} more than once")
     emitted = [emit_kernel(f) for f in funcs]
     source = emit_library(emitted)
-    lines = source.count("\n")
-    if jobs is None:
-        jobs = min(os.cpu_count() or 1, max(1, lines // _LINES_PER_UNIT))
-    jobs = max(1, min(jobs, len(emitted)))
-    units = [source] if jobs == 1 else [emit_library(emitted[k::jobs]) for k in range(jobs)]
+    groups = split_units(emitted, compile_workers(), jobs)
+    units = [source] if len(groups) == 1 else [emit_library(group) for group in groups]
     if extra_source:
         units.append(extra_source)
         source += "\n" + extra_source

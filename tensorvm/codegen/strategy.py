@@ -480,7 +480,7 @@ def _resolve(impls: list) -> tuple[list, list]:
         if isinstance(condition, Const) and not condition.value:
             continue
         if impl.kind == "call":  # (may not apply to the group: plan() stops after the first that does)
-            c_variants.append(dataclasses.replace(impl, condition=condition))
+            c_variants.append(dataclasses.replace(impl, condition=_for_nonempty(condition)))
             continue
         if impl.kind == "external":
             externals.append(impl)
@@ -497,6 +497,41 @@ def _resolve(impls: list) -> tuple[list, list]:
         if isinstance(condition, Const):
             break
     return c_variants, externals
+
+
+def _for_nonempty(condition: PrimExpr) -> PrimExpr:
+    """``condition`` with each ``work >= c`` test that holds for every non-empty shape made True.
+
+    ``work`` must be a product of dims and positive constants, so it is smallest when every dim is 1;
+    if even that passes, the test only ever sends empty tensors elsewhere, and a call variant (which
+    handles zero dims: its loops run zero times) then covers every shape: the generic variant is not
+    compiled at all (half the C of a convolution kernel of a batch-dynamic CNN)."""
+    if not isinstance(condition, Binary):
+        return condition
+    if condition.op == "ge" and isinstance(condition.b, Const):
+        floor = _product_floor(condition.a)
+        return const(True) if floor is not None and floor >= condition.b.value else condition
+    if condition.op == "and":
+        a, b = _for_nonempty(condition.a), _for_nonempty(condition.b)
+        if isinstance(a, Const) and a.value is True:
+            return b
+        if isinstance(b, Const) and b.value is True:
+            return a
+        return condition if a is condition.a and b is condition.b else logical_and(a, b)
+    return condition
+
+
+def _product_floor(expr) -> int | None:
+    """The least value of ``expr`` when every dim is at least 1, if it is a product of dims and positive
+    integer constants (else None: nothing is known)."""
+    if isinstance(expr, DimVar):
+        return 1
+    if isinstance(expr, Const):
+        return expr.value if dtype_kind(expr.dtype) in "iu" and expr.value >= 1 else None
+    if isinstance(expr, Binary) and expr.op == "mul":
+        a, b = _product_floor(expr.a), _product_floor(expr.b)
+        return None if a is None or b is None else a * b
+    return None
 
 
 def _lower_variant(prim, name: str, graph, impl: Implementation):

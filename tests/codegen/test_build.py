@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
+import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -57,6 +59,29 @@ def test_parallel_translation_units_link_into_one_library(fresh_cache):
         np.testing.assert_array_equal(out, [k + 1, 2 * k + 1])
 
 
+def test_translation_units_are_bounded_in_size_and_balanced(fresh_cache, monkeypatch):
+    from tensorvm.codegen import module as module_code
+    from tensorvm.codegen.c_emit import emit_kernel
+
+    funcs = [_scale_kernel(f"bounded_{k}", float(k)) for k in range(7)]
+    emitted = [emit_kernel(f) for f in funcs]
+    size = max(len(k.source) for k in emitted)
+    monkeypatch.setattr(module_code, "_UNIT_BYTES", 2 * size)
+    groups = module_code.split_units(emitted, workers=1)
+    assert len(groups) == 4  # 7 kernels, at most 2 a unit
+    assert all(sum(len(k.source) for k in g) <= 2 * size for g in groups)
+    assert sorted(k.name for g in groups for k in g) == sorted(f.name for f in funcs)
+    # (a kernel over the bound is a unit of its own, never dropped)
+    monkeypatch.setattr(module_code, "_UNIT_BYTES", size // 2)
+    assert [len(g) for g in module_code.split_units(emitted, workers=1)] == [1] * 7
+    module = build_module(funcs)  # seven units, compiled by the pool and linked into one library
+    assert len(list(fresh_cache.glob("tv_*_6.c"))) == 1 and len(list(fresh_cache.glob("*.so"))) == 1
+    for k in range(7):
+        out = np.empty(2, "float32")
+        module[f"bounded_{k}"](np.array([1, 2], "float32"), out)
+        np.testing.assert_array_equal(out, [k + 1, 2 * k + 1])
+
+
 def test_missing_compiler_suggests_target_python(monkeypatch, fresh_cache):
     monkeypatch.setenv("TENSORVM_CC", "/nonexistent/tensorvm-cc")
     build.reset_toolchain()
@@ -72,6 +97,42 @@ def test_missing_compiler_suggests_target_python(monkeypatch, fresh_cache):
 def test_failing_compiler_shows_its_output(fresh_cache):
     with pytest.raises(CompilerError, match=r'(?s)target="python".*error'):
         build_library("this is not C;\n")
+
+
+def _process_state(pid: int) -> str | None:
+    """The state letter of process ``pid`` (``Z``: a zombie, dead), or None once it is gone."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return None
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads process states from /proc (Linux)")
+def test_a_compiler_past_the_timeout_is_killed_with_its_children(fresh_cache, tmp_path, monkeypatch):
+    # A fake compiler that starts a child (as the driver starts cc1), records the child's pid and hangs.
+    child_pid = tmp_path / "child.pid"
+    fake = tmp_path / "slow-cc"
+    fake.write_text(f"#!/bin/sh\nsleep 300 &\necho $! > {child_pid}\nsleep 300\n")
+    fake.chmod(0o755)
+    toolchain = dataclasses.replace(find_toolchain(), compiler=str(fake))
+    monkeypatch.setenv("TENSORVM_COMPILE_TIMEOUT", "1")
+    start = time.monotonic()
+    with pytest.raises(CompilerError, match="more than 1 s.*killed with its whole process group"):
+        build_library("int tv_timeout_probe(void) { return 1; }\n", toolchain)
+    assert time.monotonic() - start < 60
+    pid = int(child_pid.read_text())
+    deadline = time.monotonic() + 10
+    while _process_state(pid) not in (None, "Z") and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _process_state(pid) in (None, "Z"), f"the compiler's child {pid} still runs"
+
+
+def test_compile_timeout_setting(monkeypatch):
+    monkeypatch.setenv("TENSORVM_COMPILE_TIMEOUT", "2.5")
+    assert build.compile_timeout() == 2.5
+    for bad in ("", "soon", "-1"):
+        monkeypatch.setenv("TENSORVM_COMPILE_TIMEOUT", bad)
+        assert build.compile_timeout() == 600.0
 
 
 def test_toolchain_flags():

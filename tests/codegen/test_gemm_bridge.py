@@ -419,8 +419,30 @@ def test_convolutions_match_the_reference_op(data_shape, weight_shape, attrs, dt
     want = np.maximum(reference + arrays[2].astype(np.float64)[:, None, None], 0)
     (got,) = _run(kernel, arrays, [want.shape], dtype)
     _close(got, want, dtype)
-    assert kernel.variants in ((), ("generic",))  # static shapes: one body, the BLAS one
+    assert kernel.variants == ("blas",)  # static shapes: one body, the BLAS one
     assert "tv_conv2d_" in kernel.source.split("*/", 1)[-1]
+
+
+@pytest.mark.parametrize("channels, blas_at_batch_1", [(16, True), (1, False)])
+def test_a_call_taken_at_every_nonempty_shape_is_the_only_variant(channels, blas_at_batch_1):
+    """A convolution over a dynamic batch whose work passes the threshold already at batch 1 compiles
+    the call alone (no generic copy, which would only ever have run at batch 0); a smaller one keeps
+    the generic variant. Either way every batch, 0 included, matches the reference op."""
+    x, w, b = Var("x", _t(None, channels, 6, 6)), Var("w", _t(32, channels, 3, 3)), Var("b", _t(32, 1, 1))
+    _, kernel = _build(_fn([x, w, b], op.nn.relu(op.add(op.nn.conv2d(x, w, padding=[1, 1, 1, 1]), b))))
+    assert (32 * channels * 9 * 36 >= GEMM_MIN_WORK) == blas_at_batch_1
+    assert kernel.variants == (("blas",) if blas_at_batch_1 else ("blas", "generic"))
+    from tensorvm.op.registry import get_op
+
+    conv = get_op("nn.conv2d")
+    rng = np.random.default_rng(3)
+    weights, bias = rng.standard_normal((32, channels, 3, 3)).astype(F32), rng.standard_normal((32, 1, 1)).astype(F32)
+    for batch in (0, 1, 3):
+        data = rng.standard_normal((batch, channels, 6, 6)).astype(F32)
+        (got,) = _run(kernel, [data, weights, bias], [(batch, 32, 6, 6)])
+        want = conv.kernel(conv.normalize_attrs({"padding": [1, 1, 1, 1]}), data.astype(np.float64),
+                           weights.astype(np.float64))
+        _close(got, np.maximum(want + bias, 0))
 
 
 def test_grouped_convolution_stays_generated_code():

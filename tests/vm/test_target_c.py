@@ -241,3 +241,63 @@ def test_compiled_exec_mode_calls_the_same_c_kernels(dense_exe):
                                rtol=1e-5, atol=1e-5)
     fn = compiled.function("main")
     assert sum(isinstance(ins, bc.InvokePacked) for ins in fn.instructions) == 2  # shape function + kernel
+
+
+def _repeated_read_chain(steps: int) -> str:
+    """A fused group where every op reads its input several times (``where(y > 0, y, y * 0.5)``), with
+    transposes and reshapes between: inlined whole, its C expression grows as 3^steps."""
+    lines, value = [], "%x"
+    for k in range(steps):
+        lines.append(f"%s{k} = where(greater({value}, 0f), {value}, multiply({value}, 0.5f));")
+        value = f"%s{k}"
+        if k % 3 == 2:
+            lines.append(f"%t{k} = reshape(transpose({value}, axes=[1, 0]), newshape=[6, 4]);")
+            lines.append(f"%r{k} = reshape(transpose(reshape(%t{k}, newshape=[4, 6]), axes=[1, 0]), "
+                         f"newshape=[4, 6]);")
+            value = f"%r{k}"
+    return "def @main(%x: Tensor[(4, 6), float32]) {\n  " + "\n  ".join(lines) + f"\n  {value}\n}}"
+
+
+def test_inlined_expressions_are_bounded_and_keep_the_results(monkeypatch):
+    import importlib
+
+    lower = importlib.import_module("tensorvm.codegen.lower")  # (the package exports a function of that name)
+    mod = tv.parse(_repeated_read_chain(6))
+    x = np.random.default_rng(5).standard_normal((4, 6)).astype(np.float32)
+    want = tv.create_executor("debug", mod).evaluate()(x).numpy()
+    exe = tv.vm.compile(mod, target="c")
+    assert exe.stats()["kernel_library"]["numpy_fallbacks"] == {}
+    np.testing.assert_array_equal(VirtualMachine(exe).invoke("main", x).numpy(), want)
+    bounded = len(exe.c_library.source)
+    # The same group lowered without the bound (not compiled: its C is what takes long).
+    monkeypatch.setattr(lower, "MAX_INLINED_NODES", 10 ** 9)
+    from tensorvm.codegen.c_emit import emit_kernel
+    from tensorvm.codegen.fused import lower_primitive
+
+    prims = [exe.primitive_function(info.source) for info in exe.primitives if info.kind == "kernel"]
+    unbounded = sum(len(emit_kernel(lower_primitive(fn, f"k{i}").func).source) for i, fn in enumerate(prims))
+    assert unbounded > 4 * bounded
+
+
+def test_identical_groups_share_one_c_kernel():
+    """Layers with the same signature (ops, attrs, dtypes, shapes) but their own weights compile to one
+    C kernel called three times; a layer of another shape gets its own. Results match the interpreter."""
+    from tensorvm import op
+    from tensorvm.ir.expr import Function, Var, const
+    from tensorvm.ir.module import IRModule
+    from tensorvm.ir.types import Any, TensorType
+
+    rng = np.random.default_rng(11)
+    x = Var("x", TensorType((Any(), 16), "float32"))
+    y = x
+    for width in (16, 16, 16, 8):  # (each layer reads 16 features)
+        w = const(rng.standard_normal((width, 16)).astype(np.float32) / 4)
+        b = const(rng.standard_normal((width,)).astype(np.float32))
+        y = op.nn.relu(op.add(op.nn.dense(y, w), b))
+    mod = IRModule.from_expr(Function([x], y))
+    exe = tv.vm.compile(mod, target="c")
+    library = exe.stats()["kernel_library"]
+    assert len(library["c_kernels"]) == 2 and library["numpy_fallbacks"] == {}
+    data = rng.standard_normal((3, 16)).astype(np.float32)
+    want = tv.create_executor("debug", mod).evaluate()(data).numpy()
+    np.testing.assert_allclose(VirtualMachine(exe).invoke("main", data).numpy(), want, rtol=1e-5, atol=1e-5)
