@@ -217,7 +217,7 @@ def build_module(funcs: list[PrimFunc], toolchain: Toolchain | None = None, jobs
     emitted = [emit_kernel(f) for f in funcs]
     source = emit_library(emitted)
     groups = split_units(emitted, compile_workers(), jobs)
-    units = [source] if len(groups) == 1 else [emit_library(group) for group in groups]
+    units = [source] if len(groups) <= 1 else [emit_library(group) for group in groups]  # (no kernels: the prelude alone)
     if extra_source:
         units.append(extra_source)
         source += "\n" + extra_source
