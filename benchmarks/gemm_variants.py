@@ -1,6 +1,6 @@
-"""The packed float32 product's variants side by side: today's AVX2 intrinsics kernel (``tv_gemm_packed_f32``),
-the kernel written once with vector extensions (``tv_vgemm.h``) instantiated for each ISA of
-``tensorvm.codegen.host``, NumPy's BLAS (``x @ w.T``) and ONNX Runtime (a MatMul with a constant weight),
+"""The packed float32 product's variants side by side: the kernel written once with vector extensions
+(``tv_vgemm.h``) instantiated for each ISA of ``tensorvm.codegen.host`` (``vgemm-<isa>``; the host's is
+what generated kernels call as ``tv_gemm_packed_f32``), NumPy's BLAS (``x @ w.T``) and ONNX Runtime (a MatMul with a constant weight),
 at the product shapes of BERT-base (16 and 128 tokens), the MLP at batch 1 and 64 and the CNN's im2col
 products.
 
@@ -45,9 +45,6 @@ def main():
     import numpy as np
 
     from tensorvm.codegen import host as hostmod
-    from tensorvm.codegen.build import build_library
-    from tensorvm.codegen.c_emit import prelude
-    from tensorvm.op.nn import pack_dense_weight
 
     desc = hostmod.host()
     print(f"host: {desc.model} ({desc.isa}, {desc.vector_bytes}-byte vectors, {desc.vector_registers} registers, "
@@ -58,9 +55,7 @@ def main():
         fn.restype = ctypes.c_int32
         return fn
 
-    today = build_library(prelude() + "\nint32_t tv_today(int64_t m, int64_t n, int64_t k, const float* x, "
-                          "const float* p, float* o) { return tv_gemm_packed_f32(m, n, k, x, p, o); }\n")
-    variants = {"today": (signature(today.function("tv_today", 3, 0)), 16)}
+    variants = {}
     for isa in hostmod.ISAS:
         params = hostmod.gemm_params(hostmod.isa_host(isa, desc))
         lib = hostmod.vgemm_library(params)
@@ -99,7 +94,7 @@ def main():
         want = x.astype(np.float64) @ w.T.astype(np.float64)
         runs = {}
         for name, (fn, nr) in variants.items():
-            packed = pack_dense_weight(w) if name == "today" else hostmod.pack_panels(w, nr)
+            packed = hostmod.pack_panels(w, nr)
             out = np.empty((m, n), np.float32)
             runs[name] = (lambda fn=fn, packed=packed, out=out: fn(m, n, k, x.ctypes.data, packed.ctypes.data,
                                                                     out.ctypes.data), out)

@@ -60,8 +60,9 @@ class HostDescription:
 @dataclass(frozen=True)
 class GemmParams:
     """The packed product's shape for one host: ``lanes`` floats per vector, register tile ``mr`` rows x
-    ``nr`` columns (``nr`` = the packed weight's panel width, ``PACKED_LANES``), reduction blocks of at
-    most ``kc`` steps and row blocks of ``mc`` rows."""
+    ``nr`` columns (``nr`` = the packed weight's panel width, ``packed_lanes()``), reduction blocks of at
+    most ``kc`` steps and row blocks of ``mc`` rows; a product packs its B on the fly when B has at most
+    ``onthefly`` floats."""
 
     vector_bytes: int
     lanes: int
@@ -69,6 +70,7 @@ class GemmParams:
     nr: int
     kc: int
     mc: int
+    onthefly: int = 65536
 
 
 def _cpuinfo() -> tuple[str, tuple]:
@@ -191,7 +193,8 @@ def gemm_params(desc: HostDescription | None = None) -> GemmParams:
       transformer's sequence), so a weight that comes from DRAM is read once for such a sequence;
     * ``kc`` makes the x block (``mc`` x ``kc``) and one weight panel block (``kc`` x ``nr``) fill 3/4
       of L2, rounded to the nearest multiple of 256 (at least 256): each reduction block after the
-      first reloads the output tiles, so blocks are as long as L2 allows.
+      first reloads the output tiles, so blocks are as long as L2 allows;
+    * a product's B is packed on the fly (``onthefly``) when it fills at most half of L2.
     """
     desc = desc or host()
     lanes = max(1, desc.vector_bytes // 4)
@@ -199,27 +202,30 @@ def gemm_params(desc: HostDescription | None = None) -> GemmParams:
     nr = 2 * lanes
     mc = -(-128 // mr) * mr
     kc = max(256, round(0.75 * desc.l2 / (4 * (mc + nr)) / 256) * 256)
-    return GemmParams(desc.vector_bytes, lanes, mr, nr, kc, mc)
+    return GemmParams(desc.vector_bytes, lanes, mr, nr, kc, mc, desc.l2 // 8)
 
 
 def gemm_defines(params: GemmParams) -> tuple:
     """The ``-D`` flags that instantiate ``tv_vgemm.h`` for ``params``."""
     return (f"-DTV_VEC_BYTES={params.vector_bytes}", f"-DTV_VGEMM_MR={params.mr}", f"-DTV_VGEMM_KC={params.kc}",
-            f"-DTV_VGEMM_MC={params.mc}")
+            f"-DTV_VGEMM_MC={params.mc}", f"-DTV_VGEMM_ONTHEFLY={params.onthefly}")
 
 
-def pack_panels(weight, nr: int):
-    """The (units, in_dim) float32 weight as ceil(units / nr) zero-padded panels of in_dim x nr, the layout
-    ``tv_vgemm_packed_f32`` built for panel width ``nr`` reads (64-byte aligned)."""
+def pack_panels(weight, nr: int, dtype="float32"):
+    """The (units, in_dim) weight as ceil(units / nr) zero-padded panels of in_dim x nr, the layout
+    ``tv_vgemm_packed_f32`` built for panel width ``nr`` reads (64-byte aligned, so that a panel row of
+    16 floats is one cache line)."""
     import numpy as np
 
-    weight = np.asarray(weight, np.float32)
+    dtype = np.dtype(dtype)
+    weight = np.asarray(weight, dtype)
     units, in_dim = weight.shape
     panels = -(-units // nr)
-    raw = np.zeros(panels * in_dim * nr * 4 + 64, np.uint8)
+    size = panels * in_dim * nr * dtype.itemsize
+    raw = np.zeros(size + 64, np.uint8)
     start = -raw.ctypes.data % 64
-    packed = raw[start:start + panels * in_dim * nr * 4].view(np.float32).reshape(panels, in_dim, nr)
-    padded = np.zeros((panels * nr, in_dim), np.float32)
+    packed = raw[start:start + size].view(dtype).reshape(panels, in_dim, nr)
+    padded = np.zeros((panels * nr, in_dim), dtype)
     padded[:units] = weight
     packed[...] = padded.reshape(panels, nr, in_dim).transpose(0, 2, 1)
     return packed
@@ -232,7 +238,7 @@ def vgemm_library(params: GemmParams):
     from .build import build_library
     from .c_emit import library_text
 
-    text = '#define TV_PACKED_KERNELS\n' + library_text(["tv_vgemm.h"]) + (
+    text = '#define TV_PACKED_KERNELS\n' + library_text(["tv_gemm.h"]) + (
         "int32_t tv_vgemm_call(int64_t m, int64_t n, int64_t k, const float* x, const float* packed, float* out) {\n"
         "  return tv_vgemm_packed_f32(m, n, k, x, packed, out);\n}\n")
     return build_library([(text, gemm_defines(params))])

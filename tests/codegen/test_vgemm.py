@@ -78,7 +78,8 @@ def test_gemm_params_follow_the_rule(isa, l2, want):
     assert (p.lanes, p.mr, p.nr, p.mc, p.kc) == want
     assert 2 * p.mr + 3 <= desc.vector_registers  # accumulators + 2 weight vectors + 1 broadcast
     assert hostmod.gemm_defines(p) == (f"-DTV_VEC_BYTES={p.vector_bytes}", f"-DTV_VGEMM_MR={p.mr}",
-                                       f"-DTV_VGEMM_KC={p.kc}", f"-DTV_VGEMM_MC={p.mc}")
+                                       f"-DTV_VGEMM_KC={p.kc}", f"-DTV_VGEMM_MC={p.mc}",
+                                       f"-DTV_VGEMM_ONTHEFLY={l2 // 8}")  # B packed on the fly up to L2 / 2
 
 
 def test_pack_panels_layout():
@@ -145,11 +146,12 @@ def test_kernel_reports_its_panel_width(instances, isa):
 
 @pytest.mark.parametrize("isa", list(hostmod.ISAS))
 def test_header_compiles_warning_free(tmp_path, isa):
+    """tv_gemm.h with the product instantiated for each ISA (tv_vgemm.h is included there)."""
     cc = shutil.which("cc") or shutil.which("gcc")
     if cc is None:
         pytest.skip("no C compiler")
     flags = ["-std=gnu11", "-O2", "-fopenmp", "-Wall", "-Wextra", "-Werror", "-DTV_PACKED_KERNELS",
              *hostmod.gemm_defines(hostmod.gemm_params(hostmod.isa_host(isa)))]
-    result = subprocess.run([cc, *flags, "-x", "c", "-c", str(LIBRARY_DIR / "tv_vgemm.h"), "-o",
+    result = subprocess.run([cc, *flags, "-x", "c", "-c", str(LIBRARY_DIR / "tv_gemm.h"), "-o",
                              str(tmp_path / "unit.o")], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr[:4000]

@@ -11,11 +11,10 @@
    (2 vectors), broadcasts MR values of x and issues 2 MR FMAs into accumulators that stay in registers
    (named variables written out by the TV_VROWS macros: an array of accumulators would live in memory).
    A vector wider than the target's is lowered by gcc to several native ones: the 64-byte instance is
-   correct (and tested) on an AVX2 machine, fast only with AVX-512. */
+   correct (and tested) on an AVX2 machine, fast only with AVX-512.
+   Included by tv_gemm.h (TV_PACKED_KERNELS), after the OpenMP helpers it uses. */
 #ifndef TV_VGEMM_H
 #define TV_VGEMM_H
-
-#include "tv_gemm.h"
 
 #ifndef TV_VEC_BYTES
 #define TV_VEC_BYTES 32
@@ -28,6 +27,9 @@
 #endif
 #ifndef TV_VGEMM_MC
 #define TV_VGEMM_MC 132
+#endif
+#ifndef TV_VGEMM_ONTHEFLY
+#define TV_VGEMM_ONTHEFLY 65536
 #endif
 #if TV_VGEMM_MR < 1 || TV_VGEMM_MR > 14
 #error "TV_VGEMM_MR must be between 1 and 14"
@@ -287,7 +289,24 @@ __attribute__((unused)) static int32_t tv_vgemm_packed_f32(int64_t m, int64_t n,
   return 0;
 }
 
-/* The panel width this translation unit was built for (the packing must match it). */
+/* The panel width this translation unit was built for. */
 __attribute__((weak)) int32_t tv_vgemm_lanes(void) { return TV_VGEMM_NR; }
+
+/* out = x W^T for W packed in panels of ``lanes`` columns: the tiles when ``lanes`` is the width they were
+   built for, else (weights packed for another CPU, an executable moved between machines) plain loops over
+   that layout: slow, never wrong. */
+__attribute__((unused)) static int32_t tv_vgemm_packed_any_f32(int64_t m, int64_t n, int64_t k, int64_t lanes,
+                                                               const float* x, const float* packed, float* out) {
+  if (lanes == TV_VGEMM_NR) return tv_vgemm_packed_f32(m, n, k, x, packed, out);
+  if (lanes <= 0) return 1005;
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j) {
+      const float* w = packed + (j / lanes) * k * lanes + j % lanes;
+      float acc = 0.0f;
+      for (int64_t p = 0; p < k; ++p) acc += x[i * k + p] * w[p * lanes];
+      out[i * n + j] = acc;
+    }
+  return 0;
+}
 
 #endif /* TV_VGEMM_H */
