@@ -321,6 +321,10 @@ def test_executable_holds_only_the_packed_weight_and_round_trips():
     shapes = [np.asarray(c).shape for c in exe.constants]
     lanes = packed_lanes()
     assert (-(-72 // lanes), 48, lanes) in shapes and (72, 48) not in shapes  # the weight is not kept twice
+    from tensorvm.codegen.host import gemm_params, host
+
+    product = exe.stats()["product_kernels"]["packed_product"]  # which instance runs, and why
+    assert product["isa"] == host().isa and product["tile"] == f"{gemm_params().mr}x{lanes}"
     data = np.random.default_rng(6).standard_normal((9, 48)).astype(np.float32)
     loaded = load_executable(exe.save_bytes())
     _close(VirtualMachine(loaded).invoke("main", data).numpy(), oracle(data))

@@ -155,3 +155,91 @@ def test_header_compiles_warning_free(tmp_path, isa):
     result = subprocess.run([cc, *flags, "-x", "c", "-c", str(LIBRARY_DIR / "tv_gemm.h"), "-o",
                              str(tmp_path / "unit.o")], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr[:4000]
+
+
+# ---- calibration: choice per shape class, cached per host, pinned (no timing asserted) ---------------
+
+
+@pytest.fixture
+def calibration(tmp_path, monkeypatch):
+    from tensorvm.codegen import calibrate
+
+    monkeypatch.setenv("TENSORVM_CACHE_DIR", str(tmp_path))
+    monkeypatch.delenv("TENSORVM_VARIANT", raising=False)
+    calibrate.reset()
+    yield calibrate
+    calibrate.reset()
+
+
+def _fake(model="Fake CPU A", isa="avx512"):
+    return dataclasses.replace(hostmod.isa_host(isa), model=model, l1d=32 << 10, l2=1 << 20, l3=16 << 20)
+
+
+def test_shape_classes_follow_rows_and_the_caches():
+    desc = _fake()
+    assert hostmod.gemm_params(desc).mr == 14
+    from tensorvm.codegen.calibrate import shape_class
+
+    assert shape_class(1, 64, 64, desc) == "m1-l1"          # 16 KB of weight
+    assert shape_class(16, 256, 512, desc) == "m16-l2"      # 512 KB
+    assert shape_class(128, 768, 768, desc) == "m128-l3"    # 2.25 MB
+    assert shape_class(500, 3072, 3072, desc) == "mbig-dram"
+
+
+def test_calibration_runs_every_candidate_once_per_class_and_caches_it(calibration):
+    calls = {"a": 0, "b": 0}
+
+    def runner(name):
+        def run():
+            calls[name] += 1
+        return run
+
+    desc = _fake()
+    candidates = {"a": runner("a"), "b": runner("b")}
+    first = calibration.choose("dense", (16, 256, 512), candidates, runs=2, desc=desc)
+    assert first.why == "calibrated" and first.variant in candidates and calls == {"a": 3, "b": 3}
+    assert {name for name, _ in first.seconds} == {"a", "b"}
+    # same class (another shape in it): remembered, nothing runs
+    again = calibration.choose("dense", (9, 200, 500), candidates, runs=2, desc=desc)
+    assert again.variant == first.variant and calls == {"a": 3, "b": 3}
+    # a new process (memory forgotten): read from the disk cache of this host, nothing runs
+    calibration.reset()
+    cached = calibration.choose("dense", (16, 256, 512), candidates, desc=desc)
+    assert (cached.variant, cached.why) == (first.variant, "cached") and calls == {"a": 3, "b": 3}
+    # another CPU model: calibrates afresh
+    calibration.choose("dense", (16, 256, 512), candidates, runs=1, desc=_fake("Fake CPU B"))
+    assert calls == {"a": 5, "b": 5}
+    assert [c.why for c in calibration.choices()] == ["cached", "calibrated"]
+
+
+def test_a_pin_wins_and_a_bad_pin_is_an_error(calibration, monkeypatch):
+    ran = []
+    candidates = {"blas": lambda: ran.append("blas"), "packed": lambda: ran.append("packed")}
+    desc = _fake()
+    calibration.pin("dense", "blas")
+    choice = calibration.choose("dense", (1, 64, 64), candidates, desc=desc)
+    assert (choice.variant, choice.why, ran) == ("blas", "pinned", [])
+    calibration.pin("dense", None)
+    monkeypatch.setenv("TENSORVM_VARIANT", "conv=blas,dense=packed")
+    assert calibration.choose("dense", (1, 64, 64), candidates, desc=desc).variant == "packed"
+    monkeypatch.setenv("TENSORVM_VARIANT", "avx9")
+    with pytest.raises(AttrError, match="avx9"):
+        calibration.choose("dense", (1, 64, 64), candidates, desc=desc)
+    assert ran == []
+
+
+def test_a_corrupt_cache_file_is_recalibrated(calibration, tmp_path):
+    desc = _fake()
+    calibration.choose("dense", (1, 64, 64), {"a": lambda: None}, runs=1, desc=desc)
+    (path,) = tmp_path.glob("calibration-*.json")
+    path.write_text("{not json")
+    calibration.reset()
+    assert calibration.choose("dense", (1, 64, 64), {"a": lambda: None}, runs=1, desc=desc).why == "calibrated"
+    assert json.loads(path.read_text())["dense|m1-l1"]["variant"] == "a"
+
+
+def test_report_names_the_instance_and_where_the_description_came_from(calibration, monkeypatch):
+    monkeypatch.setattr(hostmod, "_OVERRIDE", [None])
+    monkeypatch.setenv("TENSORVM_HOST", "avx512")
+    product = calibration.report()["packed_product"]
+    assert product["isa"] == "avx512" and product["tile"] == "14x32" and "$TENSORVM_HOST" in product["why"]
