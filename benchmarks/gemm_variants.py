@@ -9,7 +9,8 @@ products.
     .venv/bin/python benchmarks/gemm_variants.py --quick
 
 Times are medians over rounds in which every variant runs once (interleaved), in microseconds; GFLOP/s
-in brackets. A variant wider than this machine's vectors (``vgemm-avx512`` on AVX2) is lowered by gcc to
+in brackets. The last column is what ``tensorvm.codegen.calibrate`` picks between this host's packed product
+and BLAS for the shape's class (calibrated on first use, then cached per CPU). A variant wider than this machine's vectors (``vgemm-avx512`` on AVX2) is lowered by gcc to
 several native operations: correct, listed for reference, not a measure of the AVX-512 machine.
 """
 
@@ -84,8 +85,10 @@ def main():
                                     options, providers=["CPUExecutionProvider"])
 
     rounds = 15 if args.quick else 60
+    from tensorvm.codegen import calibrate
+
     names = list(variants) + ["numpy-blas"] + (["onnxruntime"] if ort else [])
-    print(f"{'shape':<18} {'m':>4} {'n':>5} {'k':>5}  " + "".join(f"{n:>21}" for n in names))
+    print(f"{'shape':<18} {'m':>4} {'n':>5} {'k':>5}  " + "".join(f"{n:>21}" for n in names) + "  calibrated")
     rng = np.random.default_rng(0)
 
     def row(label, m, n, k):
@@ -123,7 +126,10 @@ def main():
         for name in names:
             t = float(np.median(times[name]))
             cells.append(f"{t * 1e6:>10.1f} us ({2 * m * n * k / t / 1e9:>5.1f})")
-        print(f"{label:<18} {m:>4} {n:>5} {k:>5}  " + "".join(f"{c:>21}" for c in cells))
+        choice = calibrate.choose("dense", (m, n, k), {"packed": runs[f"vgemm-{desc.isa}"][0],
+                                                       "blas": runs["numpy-blas"][0]})
+        cells.append(f"  {choice.variant} ({choice.why}, {choice.shape_class})")
+        print(f"{label:<18} {m:>4} {n:>5} {k:>5}  " + "".join(f"{c:>21}" for c in cells[:-1]) + cells[-1])
 
 
     for shape in SHAPES:
