@@ -1,8 +1,9 @@
 /* tensorvm's matrix products and convolutions for generated kernels: the BLAS bridge (tv_set_blas,
    tv_gemm_<dtype>, tv_gemm_strided_<dtype>), im2col convolution (tv_conv2d_<dtype>) and, when the
    translation unit defines TV_PACKED_KERNELS, the register-tiled products (tv_gemm_packed_f32, the
-   on-the-fly packing of tv_gemm_f32) and the direct convolution (tv_conv2d_direct_f32), in AVX2 where the
-   compiler targets it and in plain C otherwise. Shared libraries only (the host hands over its BLAS):
+   on-the-fly packing of tv_gemm_f32: tv_vgemm.h, vector extensions instantiated for the host) and the
+   direct convolution (tv_conv2d_direct_f32, in AVX2 where the compiler targets it and in plain C
+   otherwise). Shared libraries only (the host hands over its BLAS):
    c_emit.prelude() puts this file's text after tv_kernel.h's in each generated translation unit. */
 #ifndef TV_GEMM_H
 #define TV_GEMM_H
