@@ -202,16 +202,19 @@ class StridedGemmCall(LibraryCall):
 
 @dataclass(frozen=True)
 class PackedGemmCall(LibraryCall):
-    """``nn.dense_packed`` as ``tv_gemm_packed_f32(m, n, k, x, packed, out)`` (``c_emit.BLAS_BRIDGE``): a
-    register-blocked product over the weight's 16-column panels, no host BLAS involved. ``m``, ``n``,
-    ``k`` are te expressions over the op's dims (rows of x, units, in_dim)."""
+    """``nn.dense_packed`` as ``tv_gemm_packed_f32(m, n, k, lanes, x, packed, out)``
+    (``c_emit.BLAS_BRIDGE``): a register-blocked product over the weight's panels of ``lanes`` columns
+    (``tv_vgemm.h``, built for this host's width; another width runs plain loops), no host BLAS involved.
+    ``m``, ``n``, ``k`` are te expressions over the op's dims (rows of x, units, in_dim)."""
 
     m: object
     n: object
     k: object
+    lanes: int = 16
 
     def statement(self, args: list, target, suffix: str):
-        return CallExtern(f"tv_gemm_packed_{suffix}", (self.m, self.n, self.k, args[0], args[1], target))
+        return CallExtern(f"tv_gemm_packed_{suffix}", (self.m, self.n, self.k, const(self.lanes, "int64"),
+                                                       args[0], args[1], target))
 
 
 @dataclass(frozen=True)

@@ -218,27 +218,30 @@ define_shaped(
 )
 
 
-# nn.dense_packed: nn.dense with its weight (units, in_dim) stored as panels of PACKED_LANES output
-# columns, (ceil(units / PACKED_LANES), in_dim, PACKED_LANES), zero padded: the layout the C product
-# tv_gemm_packed_f32 reads contiguously (tensorvm/transform/pack_weights.py makes it from constants).
-PACKED_LANES = 16
+# nn.dense_packed: nn.dense with its weight (units, in_dim) stored as panels of ``lanes`` output columns,
+# (ceil(units / lanes), in_dim, lanes), zero padded: the layout the C product tv_gemm_packed_f32 reads
+# contiguously (tensorvm/transform/pack_weights.py makes it from constants). ``lanes`` is the panel width
+# of this host's product (two vectors: 16 with AVX2, 32 with AVX-512; tensorvm/codegen/host.py).
+PACKED_LANES = 16  # (the AVX2 width; ``packed_lanes()`` is this host's)
 
 
-def pack_dense_weight(weight: np.ndarray) -> np.ndarray:
-    """The (units, in_dim) weight of ``nn.dense`` as ``nn.dense_packed``'s panels (read-only, 64-byte aligned)."""
+def packed_lanes() -> int:
+    """The panel width of this host's packed product (``tensorvm.codegen.host.gemm_params().nr``)."""
+    from ..codegen.host import gemm_params
+
+    return gemm_params().nr
+
+
+def pack_dense_weight(weight: np.ndarray, lanes: int | None = None) -> np.ndarray:
+    """The (units, in_dim) weight of ``nn.dense`` as ``nn.dense_packed``'s panels of ``lanes`` columns
+    (default: ``packed_lanes()``; read-only, 64-byte aligned)."""
+    from ..codegen.host import pack_panels
+
     weight = np.asarray(weight)
     if weight.ndim != 2:
         raise ShapeError(f"pack_dense_weight: expected a 2-D (units, in_dim) weight, got shape {weight.shape}")
-    units, in_dim = weight.shape
-    panels = -(-units // PACKED_LANES)
-    size = panels * in_dim * PACKED_LANES
-    # Aligned so that each 64-byte panel row is one cache line.
-    raw = np.zeros(size * weight.itemsize + 64, np.uint8)
-    start = -raw.ctypes.data % 64
-    packed = raw[start:start + size * weight.itemsize].view(weight.dtype).reshape(panels, in_dim, PACKED_LANES)
-    padded = np.zeros((panels * PACKED_LANES, in_dim), weight.dtype)
-    padded[:units] = weight
-    packed[...] = padded.reshape(panels, PACKED_LANES, in_dim).transpose(0, 2, 1)
+    lanes = lanes or packed_lanes()
+    packed = pack_panels(weight, lanes, weight.dtype)
     packed.setflags(write=False)
     return packed
 
@@ -254,10 +257,13 @@ def _dense_packed_logic(op, attrs, shapes, err):
     data, packed = shapes
     if len(data) < 1:
         raise err(f"{op}: data must have rank >= 1, got a scalar")
-    _expect_rank(op, packed, 3, f"packed_weight (panels, in_dim, {PACKED_LANES})", err)
-    unify_dim(op, packed[2], PACKED_LANES, "the packed weight's dim 2 and the panel width", err)
-    unify_dim(op, packed[0], -(-attrs.units // PACKED_LANES), f"the packed weight's dim 0 and ceil(units / "
-              f"{PACKED_LANES}) for units={attrs.units}", err)
+    _expect_rank(op, packed, 3, "packed_weight (panels, in_dim, lanes)", err)
+    lanes = packed[2] if isinstance(packed[2], int) else packed_lanes()  # (unknown: this host's width)
+    lanes = unify_dim(op, packed[2], lanes, "the packed weight's dim 2 and its panel width", err)
+    if not isinstance(lanes, int) or lanes < 1:
+        raise err(f"{op}: the packed weight's panel width (dim 2) must be positive, got {lanes}")
+    unify_dim(op, packed[0], -(-attrs.units // lanes), f"the packed weight's dim 0 and ceil(units / "
+              f"{lanes}) for units={attrs.units}", err)
     unify_dim(op, data[-1], packed[1], "the data's last dim and the packed weight's dim 1", err)
     return tuple(data[:-1]) + (attrs.units,)
 
@@ -265,13 +271,14 @@ def _dense_packed_logic(op, attrs, shapes, err):
 def _dense_packed_compute(attrs, inputs, out_type):
     x, w = inputs
     dtype = output_dtype(out_type)
-    lanes = PACKED_LANES
+    # (a panel width unknown at compile time is this host's, checked at run time)
+    lanes = w.shape[2].value if isinstance(w.shape[2], Const) else packed_lanes()
     k = reduce_axis(x.shape[-1], "k")
     requires = require_equal("nn.dense_packed", x.shape[-1], w.shape[1],
                               "the data's last dim and the packed weight's dim 1")
+    requires += require_equal("nn.dense_packed", w.shape[2], const(lanes), f"the packed weight's dim 2 and {lanes}")
     requires += require_equal("nn.dense_packed", w.shape[0], const(-(-attrs.units // lanes)),
                                f"ceil(units / {lanes}) and the packed weight's dim 0")
-    requires += require_equal("nn.dense_packed", w.shape[2], const(lanes), f"the packed weight's dim 2 and {lanes}")
     shape = tuple(x.shape[:-1]) + (const(attrs.units),)
 
     def f(*i):
@@ -284,15 +291,17 @@ def _dense_packed_compute(attrs, inputs, out_type):
 
 def _dense_packed_strategy(attrs, inputs, out_type):
     """float32: always the packed product (measured at least as fast as BLAS from 1 to 256 rows at BERT
-    and MLP sizes, on 1 and 2 threads; see ``tensorvm/transform/pack_weights.py``). Other dtypes:
-    the generated kernel over the packed layout."""
+    and MLP sizes, on 1 and 2 threads; see ``tensorvm/transform/pack_weights.py``). Other dtypes, and
+    panels of another width than this host's product (packed for another CPU): the generated kernel over
+    the packed layout."""
     from ..codegen.strategy import Implementation, PackedGemmCall, index_expr
 
     x, w = inputs
-    if {x.dtype, w.dtype, out_type.dtype} != {"float32"}:
+    lanes = w.shape[2].value if isinstance(w.shape[2], Const) else packed_lanes()  # (as the compute)
+    if {x.dtype, w.dtype, out_type.dtype} != {"float32"} or lanes != packed_lanes():
         return []
 
-    call = PackedGemmCall(index_expr(product(x.shape[:-1])), index_expr(attrs.units), index_expr(x.shape[-1]))
+    call = PackedGemmCall(index_expr(product(x.shape[:-1])), index_expr(attrs.units), index_expr(x.shape[-1]), lanes)
     return [Implementation("packed", True, plevel=20, call=call)]
 
 
@@ -303,8 +312,9 @@ define_shaped(
     attrs=(AttrDef("units", REQUIRED, _positive_int, "the number of output units (columns of the result)"),
            _OUT_DTYPE),
     dtype_rule=_out_dtype, check_types=_check_same_dtype("nn.dense_packed", "packed_weight"),
-    doc=f"nn.dense with a pre-packed weight: y[..., j] = sum_k x[..., k] * packed_weight[j // {PACKED_LANES}, k, "
-        f"j % {PACKED_LANES}], packed_weight of shape (ceil(units / {PACKED_LANES}), in_dim, {PACKED_LANES}).",
+    doc="nn.dense with a pre-packed weight: y[..., j] = sum_k x[..., k] * packed_weight[j // L, k, j % L], "
+        "packed_weight of shape (ceil(units / L), in_dim, L) for a panel width L (this host's: "
+        "``packed_lanes()``).",
     compute=_dense_packed_compute, strategy=_dense_packed_strategy,
 )
 

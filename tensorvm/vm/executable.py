@@ -349,6 +349,9 @@ class Executable:
         if self.target == "c":
             self.kernels  # noqa: B018 - the library is built with the kernels
             stats["kernel_library"] = self.c_library.summary()
+            from ..codegen.calibrate import report
+
+            stats["product_kernels"] = report()  # which product variants run and why
         return stats
 
     # --- files ------------------------------------------------------------------------------------

@@ -119,8 +119,14 @@ def test_generated_text_is_the_files_text():
     """What is compiled (and hashed into the kernel cache's keys) is the files' text, so editing a file
     rebuilds the kernels that use it."""
     kernel = (LIBRARY_DIR / "tv_kernel.h").read_text()
+    vgemm = (LIBRARY_DIR / "tv_vgemm.h").read_text()
     gemm = (LIBRARY_DIR / "tv_gemm.h").read_text().replace('#include "tv_kernel.h"\n', "")
+    gemm = gemm.replace('#include "tv_vgemm.h"\n', vgemm)
     assert c_emit.PRELUDE.endswith(kernel) and c_emit.prelude().endswith(gemm)
+    # the packed product is instantiated for the host by macros in the text (so the cache keys on them)
+    from tensorvm.codegen.host import gemm_params
+
+    assert f"#define TV_VGEMM_MR {gemm_params().mr}\n" in c_emit.prelude()
     assert c_emit.prelude(static_functions=True).count("tv_gemm") == 0
     native = (Path(fastcall.__file__).parent / "native" / "fastcall.c").read_text()
     head, tail = native.split('#include "tv_fastcall_config.h"')

@@ -19,10 +19,11 @@ from tensorvm.codegen import build
 from tensorvm.codegen.c_emit import prelude
 from tensorvm.errors import ShapeError, TypeInferenceError
 from tensorvm.ir.analysis import post_order
-from tensorvm.ir.expr import Call, Constant, Function, Tuple, Var, const
+from tensorvm.ir.attrs import Attrs
+from tensorvm.ir.expr import Call, Constant, Function, Op, Tuple, Var, const
 from tensorvm.ir.module import IRModule
 from tensorvm.ir.types import Any, TensorType
-from tensorvm.op.nn import PACKED_LANES, pack_dense_weight, unpack_dense_weight
+from tensorvm.op.nn import pack_dense_weight, packed_lanes, unpack_dense_weight
 from tensorvm.op.registry import get_op
 from tensorvm.transform.infer_type import InferType
 from tensorvm.transform.pack_weights import PackWeights
@@ -63,10 +64,11 @@ def test_kernel_is_dense_on_the_unpacked_weight(lead, n, k, seed):
     x = rng.standard_normal((*lead, k)).astype(np.float32)
     w = rng.standard_normal((n, k)).astype(np.float32)
     packed = pack_dense_weight(w)
-    assert packed.shape == (-(-n // PACKED_LANES), k, PACKED_LANES)
+    lanes = packed_lanes()
+    assert packed.shape == (-(-n // lanes), k, lanes)
     np.testing.assert_array_equal(unpack_dense_weight(packed, n), w)
-    if n % PACKED_LANES:  # the last panel's lanes past n are zeros
-        assert not packed[-1, :, n % PACKED_LANES:].any()
+    if n % lanes:  # the last panel's lanes past n are zeros
+        assert not packed[-1, :, n % lanes:].any()
     opdef = get_op("nn.dense_packed")
     got = np.asarray(opdef.kernel(opdef.normalize_attrs({"units": n}), x, packed))
     assert got.shape == (*lead, n) and got.dtype == np.float32
@@ -77,7 +79,7 @@ def test_packed_weights_are_aligned_read_only_panels():
     w = np.arange(40 * 3, dtype=np.float32).reshape(40, 3)
     packed = pack_dense_weight(w)
     assert packed.ctypes.data % 64 == 0 and not packed.flags.writeable
-    assert packed[2, 1, 3] == w[2 * PACKED_LANES + 3, 1]
+    assert packed[1, 1, 3] == w[packed_lanes() + 3, 1]
     with pytest.raises(ShapeError, match="2-D"):
         pack_dense_weight(np.zeros(3, np.float32))
 
@@ -95,7 +97,12 @@ def test_type_relation_and_its_errors():
     with pytest.raises(TypeInferenceError, match="ceil"):
         infer(_t(5, 32), _t(2, 32, 16), units=40)
     with pytest.raises(TypeInferenceError, match="panel width"):
-        infer(_t(5, 32), _t(5, 32, 8), units=40)
+        infer(_t(5, 32), _t(5, 32, 0), units=40)
+    lanes = packed_lanes()  # an unknown panel width is this host's
+    assert infer(_t(5, 32), _t(-(-40 // lanes), 32, None), units=40).shape == (5, 40)
+    with pytest.raises(TypeInferenceError, match="ceil"):  # panels of 8 columns: 5 of them for 40 units
+        infer(_t(5, 32), _t(3, 32, 8), units=40)
+    assert infer(_t(5, 32), _t(5, 32, 8), units=40).shape == (5, 40)
     with pytest.raises(TypeInferenceError, match="dtype"):
         infer(_t(5, 32, dtype="float64"), _t(3, 32, 16), units=40)
     with pytest.raises(ShapeError, match="dim 1"):  # the shape function at run time
@@ -106,8 +113,9 @@ def test_type_relation_and_its_errors():
 # ---- the C product ----------------------------------------------------------------------------------
 
 _CALLER = """
-int32_t tv_test_packed(int64_t m, int64_t n, int64_t k, const float* x, const float* packed, float* out) {
-  return tv_gemm_packed_f32(m, n, k, x, packed, out);
+int32_t tv_test_packed(int64_t m, int64_t n, int64_t k, int64_t lanes, const float* x, const float* packed,
+                       float* out) {
+  return tv_gemm_packed_f32(m, n, k, lanes, x, packed, out);
 }
 """
 
@@ -122,13 +130,14 @@ def packed_product(request):
     library = build.build_library([(prelude() + _CALLER, extra)])
     function = library._cdll.tv_test_packed
     function.restype = ctypes.c_int32
-    function.argtypes = [ctypes.c_int64] * 3 + [ctypes.c_void_p] * 3
+    function.argtypes = [ctypes.c_int64] * 4 + [ctypes.c_void_p] * 3
     library._cdll.tv_set_num_threads.argtypes = [ctypes.c_int32]
 
     def run(x, packed, n, threads):
         library._cdll.tv_set_num_threads(threads)
         out = np.full((x.shape[0], n), np.nan, np.float32)
-        assert function(x.shape[0], n, x.shape[1], x.ctypes.data, packed.ctypes.data, out.ctypes.data) == 0
+        assert function(x.shape[0], n, x.shape[1], packed.shape[2], x.ctypes.data, packed.ctypes.data,
+                        out.ctypes.data) == 0
         return out
 
     return run
@@ -149,6 +158,17 @@ def test_product_matches_numpy(packed_product, threads):
         x = rng.standard_normal((m, k)).astype(np.float32)
         w = rng.standard_normal((n, k)).astype(np.float32)
         got = packed_product(x, pack_dense_weight(w), n, threads)
+        _close(got, x.astype(np.float64) @ w.T.astype(np.float64))
+
+
+@pytest.mark.parametrize("lanes", [8, 32])
+def test_weights_packed_for_another_width_still_multiply(packed_product, lanes):
+    """Panels of another width than the library's tiles (weights packed on another CPU) run plain loops."""
+    rng = np.random.default_rng(lanes)
+    for m, n, k in [(1, 5, 3), (7, 40, 33), (20, 70, 9)]:
+        x = rng.standard_normal((m, k)).astype(np.float32)
+        w = rng.standard_normal((n, k)).astype(np.float32)
+        got = packed_product(x, pack_dense_weight(w, lanes), n, 1)
         _close(got, x.astype(np.float64) @ w.T.astype(np.float64))
 
 
@@ -270,6 +290,21 @@ def test_vm_results_match_numpy_for_dynamic_rows(threads, kernel_threads):
 
 
 @needs_cc
+@pytest.mark.parametrize("lanes", [8, 32])
+def test_weights_packed_for_another_cpu_run_the_generated_kernel(lanes):
+    """Panels of another width than this host's product: the generated kernel over that layout."""
+    rng = np.random.default_rng(lanes)
+    w = rng.standard_normal((40, 24)).astype(np.float32)
+    x = Var("x", _t(None, 24))
+    packed = const(pack_dense_weight(w, lanes))
+    mod = IRModule.from_expr(Function([x], Call(Op("nn.dense_packed"), (x, packed), Attrs(units=40))))
+    exe = generate(lower_for_vm(mod, target="c"), target="c")
+    assert ("tv_gemm_packed_f32(" in exe.as_text(kernels=True)) == (lanes == packed_lanes())
+    data = rng.standard_normal((7, 24)).astype(np.float32)
+    _close(VirtualMachine(exe).invoke("main", data).numpy(), data.astype(np.float64) @ w.T.astype(np.float64))
+
+
+@needs_cc
 def test_packed_op_on_the_python_target():
     """A module already holding nn.dense_packed (lowered for "c") also runs on NumPy kernels."""
     mod, params, oracle = _programs(np.random.default_rng(3))[0]
@@ -284,7 +319,12 @@ def test_executable_holds_only_the_packed_weight_and_round_trips():
     mod, params, oracle = _programs(np.random.default_rng(5))[0]
     exe = generate(lower_for_vm(mod, params=params, target="c"), target="c")
     shapes = [np.asarray(c).shape for c in exe.constants]
-    assert (5, 48, 16) in shapes and (72, 48) not in shapes  # the weight is not kept twice
+    lanes = packed_lanes()
+    assert (-(-72 // lanes), 48, lanes) in shapes and (72, 48) not in shapes  # the weight is not kept twice
+    from tensorvm.codegen.host import gemm_params, host
+
+    product = exe.stats()["product_kernels"]["packed_product"]  # which instance runs, and why
+    assert product["isa"] == host().isa and product["tile"] == f"{gemm_params().mr}x{lanes}"
     data = np.random.default_rng(6).standard_normal((9, 48)).astype(np.float32)
     loaded = load_executable(exe.save_bytes())
     _close(VirtualMachine(loaded).invoke("main", data).numpy(), oracle(data))

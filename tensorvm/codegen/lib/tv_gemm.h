@@ -1,8 +1,9 @@
 /* tensorvm's matrix products and convolutions for generated kernels: the BLAS bridge (tv_set_blas,
    tv_gemm_<dtype>, tv_gemm_strided_<dtype>), im2col convolution (tv_conv2d_<dtype>) and, when the
    translation unit defines TV_PACKED_KERNELS, the register-tiled products (tv_gemm_packed_f32, the
-   on-the-fly packing of tv_gemm_f32) and the direct convolution (tv_conv2d_direct_f32), in AVX2 where the
-   compiler targets it and in plain C otherwise. Shared libraries only (the host hands over its BLAS):
+   on-the-fly packing of tv_gemm_f32: tv_vgemm.h, vector extensions instantiated for the host) and the
+   direct convolution (tv_conv2d_direct_f32, in AVX2 where the compiler targets it and in plain C
+   otherwise). Shared libraries only (the host hands over its BLAS):
    c_emit.prelude() puts this file's text after tv_kernel.h's in each generated translation unit. */
 #ifndef TV_GEMM_H
 #define TV_GEMM_H
@@ -236,169 +237,53 @@ TV_CONV2D(float, f32) TV_CONV2D(double, f64)
    TV_PACKED_KERNELS); otherwise the on-the-fly product is a stub that is never called. */
 #ifdef TV_PACKED_KERNELS
 /* ---- products with pre-packed weights (nn.dense_packed; tensorvm/transform/pack_weights.py) ----
-   packed holds a weight W (n x k) as ceil(n / 16) panels of k x 16 floats: output column j reads
-   panel j / 16, lane j % 16 (zero padded). tv_gemm_packed_f32 computes out (m x n) = x (m x k) W^T
-   in register tiles of TV_PACKED_ROWS x 16 outputs, each step reading one contiguous 64-byte row of a
-   panel, so the weight is never re-packed per call (as BLAS does with a plain one). No host BLAS needed. The reduction
-   runs in equal blocks of at most TV_PACKED_KC steps and the rows in blocks of TV_PACKED_MC (their x
-   block, up to 132 x 768 floats, stays in L2; a panel's block streams from L2). Every reduction block
-   after the first reloads the output tiles, so the blocks are as long as L2 allows: 256-step blocks had
-   made a 128 x 3072 x 768 product 6% slower. 128 rows (BERT at 128 tokens) are one row block, so each
-   weight, which comes from DRAM in a large model, is read once: BERT-base 2% faster than with blocks
-   of 96 rows. Threads take panels (or rows when panels are few). */
-#define TV_PACKED_KC 768
-#define TV_PACKED_MC 132
-#if defined(__AVX2__) && defined(__FMA__)
-#include <immintrin.h>
-#define TV_PACKED_ROWS 6
-/* A tile of R rows x 16 outputs at c (row stride ldc) = (or +=) x . panel over kc steps: 2R
-   accumulators, 2 panel loads and R broadcasts per step. Written out per row with macros: gcc keeps
-   an array of accumulators in memory (one store per FMA, 3x slower). */
-#define TV_ROWS2(F) F(0) F(1)
-#define TV_ROWS3(F) TV_ROWS2(F) F(2)
-#define TV_ROWS4(F) TV_ROWS3(F) F(3)
-#define TV_ROWS5(F) TV_ROWS4(F) F(4)
-#define TV_ROWS6(F) TV_ROWS5(F) F(5)
-#define TV_TILE_ZERO(r) __m256 lo##r = _mm256_setzero_ps(), hi##r = _mm256_setzero_ps();
-#define TV_TILE_LOAD(r) lo##r = _mm256_loadu_ps(c + r * ldc); hi##r = _mm256_loadu_ps(c + r * ldc + 8);
-#define TV_TILE_FMA(r) { const __m256 a = _mm256_broadcast_ss(x + r * ldx + p);                           \
-                         lo##r = _mm256_fmadd_ps(a, b0, lo##r); hi##r = _mm256_fmadd_ps(a, b1, hi##r); }
-#define TV_TILE_STORE(r) _mm256_storeu_ps(c + r * ldc, lo##r); _mm256_storeu_ps(c + r * ldc + 8, hi##r);
-#define TV_PACKED_TILE(R)                                                                            \
-  static void tv_packed_tile##R##_f32(const float* x, int64_t ldx, const float* panel, int64_t kc,   \
-                                      float* c, int64_t ldc, int accumulate) {                       \
-    TV_ROWS##R(TV_TILE_ZERO)                                                                         \
-    if (accumulate) { TV_ROWS##R(TV_TILE_LOAD) }                                                     \
-    _Pragma("GCC unroll 4") /* the loop's own work (index, compare) was ~12% of a 16-row product */ \
-    for (int64_t p = 0; p < kc; ++p) {                                                               \
-      /* 32 steps ahead (into the next panel at the end): with few rows the weight streams from DRAM  \
-         and the prefetchers alone left BERT-base at 16 tokens 9% slower */                          \
-      _mm_prefetch((const char*)(panel + p * 16 + 512), _MM_HINT_T0);                                \
-      const __m256 b0 = _mm256_loadu_ps(panel + p * 16), b1 = _mm256_loadu_ps(panel + p * 16 + 8);   \
-      TV_ROWS##R(TV_TILE_FMA)                                                                        \
-    }                                                                                                \
-    TV_ROWS##R(TV_TILE_STORE)                                                                        \
-  }
-TV_PACKED_TILE(2) TV_PACKED_TILE(3) TV_PACKED_TILE(4) TV_PACKED_TILE(5) TV_PACKED_TILE(6)
-/* One row (GEMV): the panel is read as two streams (its two halves) of two steps each, into
-   separate accumulators: the FMA latency, not the loads, would bound a single chain, and two
-   streams keep more of the weight in flight from memory. */
-static void tv_packed_tile1_f32(const float* x, int64_t ldx, const float* panel, int64_t kc, float* c,
-                                int64_t ldc, int accumulate) {
-  (void)ldx, (void)ldc;
-  __m256 lo0 = accumulate ? _mm256_loadu_ps(c) : _mm256_setzero_ps();
-  __m256 hi0 = accumulate ? _mm256_loadu_ps(c + 8) : _mm256_setzero_ps();
-  __m256 lo1 = _mm256_setzero_ps(), hi1 = _mm256_setzero_ps(), lo2 = _mm256_setzero_ps(), hi2 = _mm256_setzero_ps();
-  __m256 lo3 = _mm256_setzero_ps(), hi3 = _mm256_setzero_ps();
-  const int64_t half = kc / 4 * 2;
-  const float* first = panel;
-  const float* second = panel + half * 16;
-  for (int64_t p = 0; p < half; p += 2) {
-    const __m256 a0 = _mm256_broadcast_ss(x + p), a1 = _mm256_broadcast_ss(x + p + 1);
-    const __m256 a2 = _mm256_broadcast_ss(x + half + p), a3 = _mm256_broadcast_ss(x + half + p + 1);
-    const float* b = first + p * 16;
-    const float* d = second + p * 16;
-    lo0 = _mm256_fmadd_ps(a0, _mm256_loadu_ps(b), lo0); hi0 = _mm256_fmadd_ps(a0, _mm256_loadu_ps(b + 8), hi0);
-    lo1 = _mm256_fmadd_ps(a1, _mm256_loadu_ps(b + 16), lo1); hi1 = _mm256_fmadd_ps(a1, _mm256_loadu_ps(b + 24), hi1);
-    lo2 = _mm256_fmadd_ps(a2, _mm256_loadu_ps(d), lo2); hi2 = _mm256_fmadd_ps(a2, _mm256_loadu_ps(d + 8), hi2);
-    lo3 = _mm256_fmadd_ps(a3, _mm256_loadu_ps(d + 16), lo3); hi3 = _mm256_fmadd_ps(a3, _mm256_loadu_ps(d + 24), hi3);
-  }
-  for (int64_t p = 2 * half; p < kc; ++p) {
-    const __m256 a = _mm256_broadcast_ss(x + p);
-    lo0 = _mm256_fmadd_ps(a, _mm256_loadu_ps(panel + p * 16), lo0);
-    hi0 = _mm256_fmadd_ps(a, _mm256_loadu_ps(panel + p * 16 + 8), hi0);
-  }
-  _mm256_storeu_ps(c, _mm256_add_ps(_mm256_add_ps(lo0, lo1), _mm256_add_ps(lo2, lo3)));
-  _mm256_storeu_ps(c + 8, _mm256_add_ps(_mm256_add_ps(hi0, hi1), _mm256_add_ps(hi2, hi3)));
-}
-#else
-#define TV_PACKED_ROWS 4
-/* The same tiles in plain C over the same layout (the 16-lane loops vectorize). */
-static inline __attribute__((always_inline)) void tv_packed_tile_f32(const int rows, const float* x, int64_t ldx,
-    const float* panel, int64_t kc, float* c, int64_t ldc, int accumulate) {
-  float acc[TV_PACKED_ROWS][16];
-  for (int r = 0; r < rows; ++r)
-    for (int j = 0; j < 16; ++j) acc[r][j] = accumulate ? c[r * ldc + j] : 0.0f;
-  for (int64_t p = 0; p < kc; ++p)
-    for (int r = 0; r < rows; ++r) {
-      const float a = x[r * ldx + p];
-      for (int j = 0; j < 16; ++j) acc[r][j] += a * panel[p * 16 + j];
-    }
-  for (int r = 0; r < rows; ++r)
-    for (int j = 0; j < 16; ++j) c[r * ldc + j] = acc[r][j];
-}
-#define TV_PACKED_TILE(R)                                                                            \
-  static void tv_packed_tile##R##_f32(const float* x, int64_t ldx, const float* panel, int64_t kc,   \
-                                      float* c, int64_t ldc, int accumulate) {                       \
-    tv_packed_tile_f32(R, x, ldx, panel, kc, c, ldc, accumulate);                                    \
-  }
-TV_PACKED_TILE(1) TV_PACKED_TILE(2) TV_PACKED_TILE(3) TV_PACKED_TILE(4)
-#endif
-
-/* One tile with a row count known at compile time; the last panel's tile goes through a local
-   16-column buffer (the output has only cols columns there). */
-static void tv_packed_rows_f32(int rows, const float* x, int64_t ldx, const float* panel, int64_t kc, float* c,
-                               int64_t ldc, int64_t cols, int accumulate) {
-  float tile[TV_PACKED_ROWS * 16];
-  float* target = c;
-  int64_t ld = ldc;
-  if (cols < 16) {
-    target = tile, ld = 16;
-    if (accumulate)
-      for (int r = 0; r < rows; ++r) for (int64_t j = 0; j < cols; ++j) tile[r * 16 + j] = c[r * ldc + j];
-  }
-  switch (rows) {
-    case 1: tv_packed_tile1_f32(x, ldx, panel, kc, target, ld, accumulate); break;
-    case 2: tv_packed_tile2_f32(x, ldx, panel, kc, target, ld, accumulate); break;
-    case 3: tv_packed_tile3_f32(x, ldx, panel, kc, target, ld, accumulate); break;
-    case 4: tv_packed_tile4_f32(x, ldx, panel, kc, target, ld, accumulate); break;
-#if TV_PACKED_ROWS > 4
-    case 5: tv_packed_tile5_f32(x, ldx, panel, kc, target, ld, accumulate); break;
-    case 6: tv_packed_tile6_f32(x, ldx, panel, kc, target, ld, accumulate); break;
-#endif
-    default: break;
-  }
-  if (cols < 16)
-    for (int r = 0; r < rows; ++r) for (int64_t j = 0; j < cols; ++j) c[r * ldc + j] = tile[r * 16 + j];
+   The register-tiled product is written once with vector extensions in tv_vgemm.h, for the vector width,
+   register tile and cache blocks that tensorvm/codegen/host.py derives from the host (c_emit.prelude()
+   defines them before this text). tv_gemm_packed_f32 is its entry point for generated kernels: lanes is
+   the panel width the weight was packed with (another than this build's runs plain loops). */
+#include "tv_vgemm.h"
+__attribute__((unused)) static int32_t tv_gemm_packed_f32(int64_t m, int64_t n, int64_t k, int64_t lanes,
+                                                          const float* x, const float* packed, float* out) {
+  return tv_vgemm_packed_any_f32(m, n, k, lanes, x, packed, out);
 }
 
-#if TV_PACKED_ROWS == 6
-/* B (op(B): k x n) packed on the fly into 16-column panels scaled by alpha, as nn.dense_packed's weights
-   are at compile time, then the register tiles over A read in place: no copy of A and no pass zeroing
-   C, both of which BLAS makes. Taken when B has at most TV_ONTHEFLY_B floats (256 KB: it stays in L2)
-   and A is not transposed: attention's products (Q K^T with k = 64, P V with n = 64) are 4% and 9%
-   faster than OpenBLAS at BERT-small's 256 tokens. */
-#define TV_ONTHEFLY_B 65536
+/* B (op(B): k x n) packed on the fly into panels scaled by alpha, as nn.dense_packed's weights are at
+   compile time, then the register tiles over A read in place: no copy of A and no pass zeroing C, both
+   of which BLAS makes. Taken when B has at most TV_VGEMM_ONTHEFLY floats (it stays in L2), A is not
+   transposed and the target has FMA (without, BLAS's kernels beat the portable tiles): attention's
+   products (Q K^T with k = 64, P V with n = 64) were 4% and 9% faster than OpenBLAS at BERT-small's 256
+   tokens on AVX2. */
+#if defined(__FMA__) || defined(__ARM_FEATURE_FMA)
 static int tv_gemm_onthefly_f32(float alpha, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
                                 int64_t ta, const float* b, int64_t ldb, int64_t tb, float* c, int64_t ldc) {
-  const int64_t panels = (n + 15) / 16;
-  if (ta || k * panels * 16 > TV_ONTHEFLY_B) return 0;
-  float* packed = (float*)malloc(sizeof(float) * (size_t)(panels * 16 * k));
+  const int64_t nr = TV_VGEMM_NR, panels = (n + nr - 1) / nr;
+  if (ta || k * panels * nr > TV_VGEMM_ONTHEFLY) return 0;
+  float* packed = (float*)malloc(sizeof(float) * (size_t)(panels * nr * k));
   if (packed == NULL) return 0;
   for (int64_t p = 0; p < panels; ++p) {
-    float* panel = packed + p * k * 16;
-    const int64_t cols = n - p * 16 < 16 ? n - p * 16 : 16;
+    float* panel = packed + p * k * nr;
+    const int64_t cols = n - p * nr < nr ? n - p * nr : nr;
     if (tb) {  /* column j of op(B) is row j of b */
       for (int64_t j = 0; j < cols; ++j) {
-        const float* row = b + (p * 16 + j) * ldb;
-        for (int64_t t = 0; t < k; ++t) panel[t * 16 + j] = alpha * row[t];
+        const float* row = b + (p * nr + j) * ldb;
+        for (int64_t t = 0; t < k; ++t) panel[t * nr + j] = alpha * row[t];
       }
     } else {
       for (int64_t t = 0; t < k; ++t) {
-        const float* row = b + t * ldb + p * 16;
-        for (int64_t j = 0; j < cols; ++j) panel[t * 16 + j] = alpha * row[j];
+        const float* row = b + t * ldb + p * nr;
+        for (int64_t j = 0; j < cols; ++j) panel[t * nr + j] = alpha * row[j];
       }
     }
-    for (int64_t j = cols; j < 16; ++j)
-      for (int64_t t = 0; t < k; ++t) panel[t * 16 + j] = 0.0f;
+    for (int64_t j = cols; j < nr; ++j)
+      for (int64_t t = 0; t < k; ++t) panel[t * nr + j] = 0.0f;
   }
-  /* Every row under each panel (not tv_packed_block_f32's row blocks, made for weights from DRAM: with
-     this small B they made Q K^T at 256 rows 5% slower). */
+  /* Every row under each panel (not tv_vgemm_block's row blocks, made for weights from DRAM: with this
+     small B they made Q K^T at 256 rows 5% slower). */
   for (int64_t p = 0; p < panels; ++p) {
-    const int64_t cols = n - p * 16 < 16 ? n - p * 16 : 16;
-    for (int64_t i = 0; i < m; i += TV_PACKED_ROWS) {
-      const int rows = m - i < TV_PACKED_ROWS ? (int)(m - i) : TV_PACKED_ROWS;
-      tv_packed_rows_f32(rows, a + i * lda, lda, packed + p * k * 16, k, c + i * ldc + p * 16, ldc, cols, 0);
+    const int64_t cols = n - p * nr < nr ? n - p * nr : nr;
+    for (int64_t i = 0; i < m; i += TV_VGEMM_MR) {
+      const int rows = m - i < TV_VGEMM_MR ? (int)(m - i) : TV_VGEMM_MR;
+      tv_vgemm_rows(rows, a + i * lda, lda, packed + p * k * nr, k, c + i * ldc + p * nr, ldc, cols, 0);
     }
   }
   free(packed);
@@ -412,75 +297,15 @@ static int tv_gemm_onthefly_f32(float alpha, int64_t m, int64_t n, int64_t k, co
 }
 #endif
 
-/* Rows [m0, m1) x panels [p0, p1) of the product. */
-static void tv_packed_block_f32(int64_t m0, int64_t m1, int64_t p0, int64_t p1, int64_t n, int64_t k,
-                                const float* x, const float* packed, float* out) {
-  /* One row tile reads each panel once: whole panels then, the weight streams in order. */
-  const int64_t splits = (k + TV_PACKED_KC - 1) / TV_PACKED_KC;
-  const int64_t block = m1 - m0 <= TV_PACKED_ROWS ? k : (k + splits - 1) / splits;
-  if (m1 - m0 <= TV_PACKED_MC) {
-    /* Few rows (x stays in L2): panel after panel, each block of a panel read by every row tile while
-       it is in cache (L1, or L2 for blocks of more than ~500 steps), so the weight is read once from
-       memory, in memory order: at these sizes it comes from DRAM,
-       and one sequential stream is what the prefetchers serve best. */
-    for (int64_t p = p0; p < p1; ++p) {
-      const int64_t cols = n - p * 16 < 16 ? n - p * 16 : 16;
-      for (int64_t k0 = 0; k0 < k; k0 += block) {
-        const int64_t kc = k - k0 < block ? k - k0 : block;
-        const float* panel = packed + (p * k + k0) * 16;
-        for (int64_t i = m0; i < m1; i += TV_PACKED_ROWS) {
-          const int rows = m1 - i < TV_PACKED_ROWS ? (int)(m1 - i) : TV_PACKED_ROWS;
-          tv_packed_rows_f32(rows, x + i * k + k0, k, panel, kc, out + i * n + p * 16, n, cols, k0 > 0);
-        }
-      }
-    }
-    return;
-  }
-  for (int64_t k0 = 0; k0 < k; k0 += block) {
-    const int64_t kc = k - k0 < block ? k - k0 : block;
-    for (int64_t i0 = m0; i0 < m1; i0 += TV_PACKED_MC) {
-      const int64_t i1 = m1 - i0 < TV_PACKED_MC ? m1 : i0 + TV_PACKED_MC;
-      for (int64_t p = p0; p < p1; ++p) {
-        const float* panel = packed + (p * k + k0) * 16;
-        const int64_t cols = n - p * 16 < 16 ? n - p * 16 : 16;
-        for (int64_t i = i0; i < i1; i += TV_PACKED_ROWS) {
-          const int rows = i1 - i < TV_PACKED_ROWS ? (int)(i1 - i) : TV_PACKED_ROWS;
-          tv_packed_rows_f32(rows, x + i * k + k0, k, panel, kc, out + i * n + p * 16, n, cols, k0 > 0);
-        }
-      }
-    }
-  }
-}
-
-/* For thread t of nt: its panels, or (with fewer panels than threads) its rows. */
-static void tv_packed_share_f32(int t, int nt, int64_t m, int64_t n, int64_t k, const float* x, const float* packed,
-                                float* out) {
-  const int64_t panels = (n + 15) / 16;
-  if (nt == 1) { tv_packed_block_f32(0, m, 0, panels, n, k, x, packed, out); return; }
-  if (panels >= 2 * nt || m < 2 * TV_PACKED_ROWS) {
-    const int64_t per = (panels + nt - 1) / nt, p0 = t * per < panels ? t * per : panels;
-    const int64_t p1 = p0 + per < panels ? p0 + per : panels;
-    tv_packed_block_f32(0, m, p0, p1, n, k, x, packed, out);
-  } else {
-    const int64_t per = ((m + nt - 1) / nt + TV_PACKED_ROWS - 1) / TV_PACKED_ROWS * TV_PACKED_ROWS;
-    const int64_t m0 = t * per < m ? t * per : m, m1 = m0 + per < m ? m0 + per : m;
-    tv_packed_block_f32(m0, m1, 0, panels, n, k, x, packed, out);
-  }
-}
-
-__attribute__((unused)) static int32_t tv_gemm_packed_f32(int64_t m, int64_t n, int64_t k, const float* x,
-                                                          const float* packed, float* out) {
-  if (m <= 0 || n <= 0) return 0;
-  if (k <= 0) { for (int64_t i = 0; i < m * n; ++i) out[i] = 0; return 0; }
-  const int threads = (double)m * n * k >= TV_GEMM_PARALLEL_WORK && !tv_omp_in_parallel() ? tv_omp_max_threads() : 1;
-  if (threads > 1) {
-    _Pragma("omp parallel num_threads(threads)")
-    tv_packed_share_f32(tv_omp_thread(), tv_omp_team(), m, n, k, x, packed, out);
-  } else {
-    tv_packed_share_f32(0, 1, m, n, k, x, packed, out);
-  }
-  return 0;
-}
+/* The direct convolution's tiles name their accumulators per output channel with these. */
+#define TV_ROWS2(F) F(0) F(1)
+#define TV_ROWS3(F) TV_ROWS2(F) F(2)
+#define TV_ROWS4(F) TV_ROWS3(F) F(3)
+#define TV_ROWS5(F) TV_ROWS4(F) F(4)
+#define TV_ROWS6(F) TV_ROWS5(F) F(5)
+#if defined(__AVX2__) && defined(__FMA__)
+#include <immintrin.h>
+#endif
 
 /* Direct float32 convolution, unit strides and dilation (NCHW data, OIHW weights): the image is copied
    once into a zero-padded buffer (C x HP x WP, WP = OW rounded up to 8 plus KW - 1, so every tile reads

@@ -1,0 +1,139 @@
+"""The packed float32 product's variants side by side: the kernel written once with vector extensions
+(``tv_vgemm.h``) instantiated for each ISA of ``tensorvm.codegen.host`` (``vgemm-<isa>``; the host's is
+what generated kernels call as ``tv_gemm_packed_f32``), NumPy's BLAS (``x @ w.T``) and ONNX Runtime (a MatMul with a constant weight),
+at the product shapes of BERT-base (16 and 128 tokens), the MLP at batch 1 and 64 and the CNN's im2col
+products.
+
+    .venv/bin/python benchmarks/gemm_variants.py               # 1 thread
+    .venv/bin/python benchmarks/gemm_variants.py --threads 2
+    .venv/bin/python benchmarks/gemm_variants.py --quick
+
+Times are medians over rounds in which every variant runs once (interleaved), in microseconds; GFLOP/s
+in brackets. The last column is what ``tensorvm.codegen.calibrate`` picks between this host's packed product
+and BLAS for the shape's class (calibrated on first use, then cached per CPU). A variant wider than this machine's vectors (``vgemm-avx512`` on AVX2) is lowered by gcc to
+several native operations: correct, listed for reference, not a measure of the AVX-512 machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+SHAPES = [  # (label, m, n, k)
+    ("bert-128 qkv/out", 128, 768, 768), ("bert-128 ffn1", 128, 3072, 768), ("bert-128 ffn2", 128, 768, 3072),
+    ("bert-16 qkv/out", 16, 768, 768), ("bert-16 ffn1", 16, 3072, 768), ("bert-16 ffn2", 16, 768, 3072),
+    ("mlp-b1 784-512", 1, 512, 784), ("mlp-b1 512-512", 1, 512, 512), ("mlp-b1 512-10", 1, 10, 512),
+    ("mlp-b64 784-512", 64, 512, 784), ("mlp-b64 512-512", 64, 512, 512), ("mlp-b64 512-10", 64, 10, 512),
+    ("cnn conv 32x288", 32, 1024, 288), ("cnn fc 64x3136", 1, 128, 3136),
+]
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--quick", action="store_true")
+    args = parser.parse_args()
+    for name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "TENSORVM_NUM_THREADS"):
+        os.environ[name] = str(args.threads)
+    sys.path.insert(0, str(ROOT))
+    import ctypes
+    import time
+
+    import numpy as np
+
+    from tensorvm.codegen import host as hostmod
+
+    desc = hostmod.host()
+    print(f"host: {desc.model} ({desc.isa}, {desc.vector_bytes}-byte vectors, {desc.vector_registers} registers, "
+          f"L1d {desc.l1d // 1024} KB, L2 {desc.l2 // 1024} KB); {args.threads} thread(s)")
+
+    def signature(fn):
+        fn.argtypes = [ctypes.c_int64] * 3 + [ctypes.c_void_p] * 3
+        fn.restype = ctypes.c_int32
+        return fn
+
+    variants = {}
+    for isa in hostmod.ISAS:
+        params = hostmod.gemm_params(hostmod.isa_host(isa, desc))
+        lib = hostmod.vgemm_library(params)
+        variants[f"vgemm-{isa}"] = (signature(lib.function("tv_vgemm_call", 3, 0)), params.nr)
+        print(f"  vgemm-{isa}: {params}")
+
+    try:
+        import onnx
+        import onnxruntime as ort
+        from onnx import TensorProto, helper, numpy_helper
+    except ImportError:
+        ort = None
+
+    def ort_session(w):
+        graph = helper.make_graph(
+            [helper.make_node("MatMul", ["x", "wt"], ["y"])], "g",
+            [helper.make_tensor_value_info("x", TensorProto.FLOAT, [None, w.shape[1]])],
+            [helper.make_tensor_value_info("y", TensorProto.FLOAT, [None, w.shape[0]])],
+            [numpy_helper.from_array(np.ascontiguousarray(w.T), "wt")])
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+        model.ir_version = 8
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = args.threads
+        options.inter_op_num_threads = 1
+        return ort.InferenceSession(onnx._serialize(model) if hasattr(onnx, "_serialize") else model.SerializeToString(),
+                                    options, providers=["CPUExecutionProvider"])
+
+    rounds = 15 if args.quick else 60
+    from tensorvm.codegen import calibrate
+
+    names = list(variants) + ["numpy-blas"] + (["onnxruntime"] if ort else [])
+    print(f"{'shape':<18} {'m':>4} {'n':>5} {'k':>5}  " + "".join(f"{n:>21}" for n in names) + "  calibrated")
+    rng = np.random.default_rng(0)
+
+    def row(label, m, n, k):
+        x = rng.standard_normal((m, k)).astype(np.float32)
+        w = rng.standard_normal((n, k)).astype(np.float32)
+        want = x.astype(np.float64) @ w.T.astype(np.float64)
+        runs = {}
+        for name, (fn, nr) in variants.items():
+            packed = hostmod.pack_panels(w, nr)
+            out = np.empty((m, n), np.float32)
+            runs[name] = (lambda fn=fn, packed=packed, out=out: fn(m, n, k, x.ctypes.data, packed.ctypes.data,
+                                                                    out.ctypes.data), out)
+        blas_out = np.empty((m, n), np.float32)
+        wt = w.T
+        runs["numpy-blas"] = (lambda: np.matmul(x, wt, out=blas_out), blas_out)
+        if ort:
+            session = ort_session(w)
+            holder = [None]
+
+            def run_ort(session=session, holder=holder):
+                holder[0] = session.run(None, {"x": x})[0]
+            runs["onnxruntime"] = (run_ort, None)
+        times = {name: [] for name in runs}
+        for _ in range(rounds):
+            for name, (run, _) in runs.items():
+                start = time.perf_counter()
+                run()
+                times[name].append(time.perf_counter() - start)
+        for name, (_, out) in runs.items():
+            got = holder[0] if out is None else out
+            error = float(np.abs(got - want).max() / max(1.0, np.abs(want).max()))
+            if error > 1e-4:
+                raise SystemExit(f"{name} at {label}: relative error {error}")
+        cells = []
+        for name in names:
+            t = float(np.median(times[name]))
+            cells.append(f"{t * 1e6:>10.1f} us ({2 * m * n * k / t / 1e9:>5.1f})")
+        choice = calibrate.choose("dense", (m, n, k), {"packed": runs[f"vgemm-{desc.isa}"][0],
+                                                       "blas": runs["numpy-blas"][0]})
+        cells.append(f"  {choice.variant} ({choice.why}, {choice.shape_class})")
+        print(f"{label:<18} {m:>4} {n:>5} {k:>5}  " + "".join(f"{c:>21}" for c in cells[:-1]) + cells[-1])
+
+
+    for shape in SHAPES:
+        row(*shape)
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,244 @@
+"""The host the C kernels are built for, and the kernel shapes derived from it.
+
+``host()`` describes this CPU: its vector width in bytes, its number of vector registers, whether it
+has fused multiply-add, its cache sizes (``/sys/devices/system/cpu/cpu0/cache``, else ``sysconf``), its
+model name and feature flags (``/proc/cpuinfo``). ``gemm_params(desc)`` turns a description into the
+packed product's register tile and cache blocks by the rule written there (no per-CPU constants), and
+``gemm_defines`` into the ``-D`` macros that instantiate the one C micro-kernel (``tv_vgemm.h``) for it.
+
+The description can be faked, for tests and for building for another machine:
+``$TENSORVM_HOST`` (or ``set_host``) names an ISA (``avx512``, ``avx2``, ``portable``) or gives a JSON
+object of ``HostDescription`` fields, over the detected host. A fake ISA changes which kernel is built,
+not the flags the compiler targets: an ``avx512`` kernel built on an AVX2 machine has its 64-byte vectors
+lowered by gcc to pairs of 256-bit operations (correct, not fast), which is how that variant is tested
+here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import platform
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import AttrError
+
+__all__ = ["HostDescription", "GemmParams", "host", "detect_host", "set_host", "isa_host", "gemm_params",
+           "gemm_defines", "ISAS"]
+
+# The ISAs a kernel is instantiated for: vector bytes, vector registers, FMA.
+ISAS = {
+    "avx512": (64, 32, True),   # AVX-512F: zmm0-31
+    "avx2": (32, 16, True),     # AVX2 + FMA: ymm0-15
+    "portable": (16, 16, False),  # SSE2 / any 128-bit SIMD gcc's vector extensions lower to (NEON has 32)
+}
+
+
+@dataclass(frozen=True)
+class HostDescription:
+    """What the kernels need to know about a CPU. Cache sizes are in bytes, per core (L3: shared)."""
+
+    isa: str = "portable"
+    vector_bytes: int = 16
+    vector_registers: int = 16
+    fma: bool = False
+    l1d: int = 32 * 1024
+    l2: int = 256 * 1024
+    l3: int = 8 * 1024 * 1024
+    model: str = ""
+    flags: tuple = ()
+
+    @property
+    def key(self) -> str:
+        """What identifies this host for cached choices (calibration): the model and the features kernels use."""
+        features = [f for f in ("avx512f", "avx2", "fma", "avx", "sse4_2", "asimd", "sve") if f in self.flags]
+        return f"{self.model or platform.machine()}|{self.isa}|{'+'.join(features)}|{self.l1d}/{self.l2}/{self.l3}"
+
+
+@dataclass(frozen=True)
+class GemmParams:
+    """The packed product's shape for one host: ``lanes`` floats per vector, register tile ``mr`` rows x
+    ``nr`` columns (``nr`` = the packed weight's panel width, ``packed_lanes()``), reduction blocks of at
+    most ``kc`` steps and row blocks of ``mc`` rows; a product packs its B on the fly when B has at most
+    ``onthefly`` floats."""
+
+    vector_bytes: int
+    lanes: int
+    mr: int
+    nr: int
+    kc: int
+    mc: int
+    onthefly: int = 65536
+
+
+def _cpuinfo() -> tuple[str, tuple]:
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return platform.processor() or platform.machine(), ()
+    model, flags = "", ()
+    for line in text.splitlines():
+        name, _, value = line.partition(":")
+        name = name.strip()
+        if name in ("model name", "Processor", "cpu model") and not model:
+            model = value.strip()
+        elif name in ("flags", "Features") and not flags:
+            flags = tuple(sorted(value.split()))
+    return model or platform.machine(), flags
+
+
+def _size(text: str) -> int:
+    text = text.strip().upper()
+    scale = {"K": 1024, "M": 1024 ** 2, "G": 1024 ** 3}.get(text[-1:], 1)
+    return int(text.rstrip("KMG") or 0) * scale
+
+
+def _caches() -> dict:
+    """L1 data, L2, L3 sizes of cpu0 (sysfs, else sysconf, else the dataclass defaults)."""
+    found = {}
+    root = Path("/sys/devices/system/cpu/cpu0/cache")
+    for index in sorted(root.glob("index*")):
+        try:
+            level = int((index / "level").read_text())
+            kind = (index / "type").read_text().strip()
+            size = _size((index / "size").read_text())
+        except (OSError, ValueError):
+            continue
+        if kind in ("Data", "Unified") and size > 0:
+            found.setdefault({1: "l1d", 2: "l2", 3: "l3"}.get(level, ""), size)
+    for field, name in (("l1d", "SC_LEVEL1_DCACHE_SIZE"), ("l2", "SC_LEVEL2_CACHE_SIZE"), ("l3", "SC_LEVEL3_CACHE_SIZE")):
+        if field not in found and name in os.sysconf_names:
+            try:
+                value = os.sysconf(name)
+            except (OSError, ValueError):
+                continue
+            if value > 0:
+                found[field] = value
+    found.pop("", None)
+    return found
+
+
+def detect_host() -> HostDescription:
+    """This CPU, as far as /proc and /sys tell (the portable ISA when they do not)."""
+    model, flags = _cpuinfo()
+    if "avx512f" in flags:
+        isa = "avx512"
+    elif "avx2" in flags and "fma" in flags:
+        isa = "avx2"
+    else:
+        isa = "portable"
+    return isa_host(isa, HostDescription(model=model, flags=flags, **_caches()))
+
+
+def isa_host(isa: str, base: HostDescription | None = None) -> HostDescription:
+    """``base`` (default: the detected host) with the vector unit of ``isa`` (one of ``ISAS``)."""
+    if isa not in ISAS:
+        raise AttrError(f"host: unknown ISA {isa!r}; expected one of {', '.join(ISAS)}")
+    width, registers, fma = ISAS[isa]
+    return dataclasses.replace(base or detect_host(), isa=isa, vector_bytes=width, vector_registers=registers, fma=fma)
+
+
+_OVERRIDE: list = [None]  # set_host's description
+_DETECTED: list = [None]
+
+
+def set_host(description: HostDescription | str | None):
+    """Build kernels for ``description`` (a ``HostDescription`` or an ISA name) instead of the detected
+    host; ``None`` goes back to ``$TENSORVM_HOST`` / detection."""
+    if isinstance(description, str):
+        description = isa_host(description)
+    _OVERRIDE[0] = description
+
+
+def _from_environment(detected: HostDescription) -> HostDescription | None:
+    value = os.environ.get("TENSORVM_HOST", "").strip()
+    if not value:
+        return None
+    if not value.startswith("{"):
+        return isa_host(value, detected)
+    try:
+        fields = json.loads(value)
+    except ValueError as err:
+        raise AttrError(f"host: $TENSORVM_HOST is neither an ISA name nor JSON: {err}") from None
+    known = {f.name for f in dataclasses.fields(HostDescription)}
+    if not isinstance(fields, dict) or not set(fields) <= known:
+        raise AttrError(f"host: $TENSORVM_HOST must be a JSON object with fields among {sorted(known)}, got {value!r}")
+    if "isa" in fields:
+        detected = isa_host(fields["isa"], detected)
+    if "flags" in fields:
+        fields["flags"] = tuple(fields["flags"])
+    return dataclasses.replace(detected, **fields)
+
+
+def host() -> HostDescription:
+    """The description kernels are built for: ``set_host``'s, else ``$TENSORVM_HOST``'s, else this CPU."""
+    if _OVERRIDE[0] is not None:
+        return _OVERRIDE[0]
+    if _DETECTED[0] is None:
+        _DETECTED[0] = detect_host()
+    return _from_environment(_DETECTED[0]) or _DETECTED[0]
+
+
+def gemm_params(desc: HostDescription | None = None) -> GemmParams:
+    """The packed product's register tile and cache blocks for ``desc``, by this rule:
+
+    * a tile row is two vectors wide (``nr = 2 * lanes``): two weight loads per reduction step against
+      ``mr`` broadcasts of x keep the loads below the FMAs;
+    * ``mr`` takes every register that is left: ``2 mr`` accumulators + 2 weight vectors + 1 broadcast
+      <= registers, so ``mr = (registers - 3) // 2`` (6 with 16 registers, 14 with 32), which also gives
+      ``2 mr`` >= 12 independent FMA chains, more than latency x throughput (4-5 cycles x 2 ports);
+    * ``mc`` is the rows one pass over the weight serves: a multiple of ``mr`` covering 128 rows (a
+      transformer's sequence), so a weight that comes from DRAM is read once for such a sequence;
+    * ``kc`` makes the x block (``mc`` x ``kc``) and one weight panel block (``kc`` x ``nr``) fill 3/4
+      of L2, rounded to the nearest multiple of 256 (at least 256): each reduction block after the
+      first reloads the output tiles, so blocks are as long as L2 allows;
+    * a product's B is packed on the fly (``onthefly``) when it fills at most half of L2.
+    """
+    desc = desc or host()
+    lanes = max(1, desc.vector_bytes // 4)
+    mr = max(1, (desc.vector_registers - 3) // 2)
+    nr = 2 * lanes
+    mc = -(-128 // mr) * mr
+    kc = max(256, round(0.75 * desc.l2 / (4 * (mc + nr)) / 256) * 256)
+    return GemmParams(desc.vector_bytes, lanes, mr, nr, kc, mc, desc.l2 // 8)
+
+
+def gemm_defines(params: GemmParams) -> tuple:
+    """The ``-D`` flags that instantiate ``tv_vgemm.h`` for ``params``."""
+    return (f"-DTV_VEC_BYTES={params.vector_bytes}", f"-DTV_VGEMM_MR={params.mr}", f"-DTV_VGEMM_KC={params.kc}",
+            f"-DTV_VGEMM_MC={params.mc}", f"-DTV_VGEMM_ONTHEFLY={params.onthefly}")
+
+
+def pack_panels(weight, nr: int, dtype="float32"):
+    """The (units, in_dim) weight as ceil(units / nr) zero-padded panels of in_dim x nr, the layout
+    ``tv_vgemm_packed_f32`` built for panel width ``nr`` reads (64-byte aligned, so that a panel row of
+    16 floats is one cache line)."""
+    import numpy as np
+
+    dtype = np.dtype(dtype)
+    weight = np.asarray(weight, dtype)
+    units, in_dim = weight.shape
+    panels = -(-units // nr)
+    size = panels * in_dim * nr * dtype.itemsize
+    raw = np.zeros(size + 64, np.uint8)
+    start = -raw.ctypes.data % 64
+    packed = raw[start:start + size].view(dtype).reshape(panels, in_dim, nr)
+    padded = np.zeros((panels * nr, in_dim), dtype)
+    padded[:units] = weight
+    packed[...] = padded.reshape(panels, nr, in_dim).transpose(0, 2, 1)
+    return packed
+
+
+def vgemm_library(params: GemmParams):
+    """A library holding ``tv_vgemm_packed_f32`` for ``params`` alone (tests, benchmarks, calibration),
+    built with the toolchain's flags (``-march=native``: a kernel wider than the machine's vectors is
+    lowered to several native operations)."""
+    from .build import build_library
+    from .c_emit import library_text
+
+    text = '#define TV_PACKED_KERNELS\n' + library_text(["tv_gemm.h"]) + (
+        "int32_t tv_vgemm_call(int64_t m, int64_t n, int64_t k, const float* x, const float* packed, float* out) {\n"
+        "  return tv_vgemm_packed_f32(m, n, k, x, packed, out);\n}\n")
+    return build_library([(text, gemm_defines(params))])

@@ -1,0 +1,312 @@
+/* The packed float32 product written once for every vector ISA (GCC vector extensions), instantiated by
+   macros that tensorvm/codegen/host.py derives from a description of the host (gemm_params, gemm_defines):
+
+     TV_VEC_BYTES  bytes per vector: 16 (portable, 128-bit), 32 (AVX2), 64 (AVX-512);
+     TV_VGEMM_MR   rows of the register tile (1..14): 2 MR accumulators + 3 registers fit the register file;
+     TV_VGEMM_KC   the longest reduction block;  TV_VGEMM_MC  rows per block (the x block stays in L2).
+
+   The weight W (n x k) is packed as ceil(n / NR) panels of k x NR floats, NR = 2 vectors (TV_VGEMM_NR):
+   output column j reads panel j / NR, lane j % NR (zero padded). tv_vgemm_packed_f32 computes
+   out (m x n) = x (m x k) W^T in register tiles of MR x NR: each reduction step loads one panel row
+   (2 vectors), broadcasts MR values of x and issues 2 MR FMAs into accumulators that stay in registers
+   (named variables written out by the TV_VROWS macros: an array of accumulators would live in memory).
+   A vector wider than the target's is lowered by gcc to several native ones: the 64-byte instance is
+   correct (and tested) on an AVX2 machine, fast only with AVX-512.
+   Included by tv_gemm.h (TV_PACKED_KERNELS), after the OpenMP helpers it uses. */
+#ifndef TV_VGEMM_H
+#define TV_VGEMM_H
+
+#ifndef TV_VEC_BYTES
+#define TV_VEC_BYTES 32
+#endif
+#ifndef TV_VGEMM_MR
+#define TV_VGEMM_MR 6
+#endif
+#ifndef TV_VGEMM_KC
+#define TV_VGEMM_KC 768
+#endif
+#ifndef TV_VGEMM_MC
+#define TV_VGEMM_MC 132
+#endif
+#ifndef TV_VGEMM_ONTHEFLY
+#define TV_VGEMM_ONTHEFLY 65536
+#endif
+#if TV_VGEMM_MR < 1 || TV_VGEMM_MR > 14
+#error "TV_VGEMM_MR must be between 1 and 14"
+#endif
+#define TV_VLANES (TV_VEC_BYTES / 4)
+#define TV_VGEMM_NR (2 * TV_VLANES)
+
+/* tv_vf: a vector of floats; tv_vfu: the same read from any float address (unaligned, may alias). */
+typedef float tv_vf __attribute__((vector_size(TV_VEC_BYTES)));
+typedef float tv_vfu __attribute__((vector_size(TV_VEC_BYTES), aligned(4), may_alias));
+#define TV_VLOAD(p) (*(const tv_vfu*)(p))
+#define TV_VSTORE(p, v) (*(tv_vfu*)(p) = (v))
+/* A vector of s in every lane, written out (``(tv_vf){0} + s`` would cost an addition: 0 + -0 is +0). */
+#define TV_VSPLAT4(s) s, s, s, s
+#if TV_VLANES == 4
+#define TV_VSPLAT(s) ((tv_vf){TV_VSPLAT4(s)})
+#elif TV_VLANES == 8
+#define TV_VSPLAT(s) ((tv_vf){TV_VSPLAT4(s), TV_VSPLAT4(s)})
+#elif TV_VLANES == 16
+#define TV_VSPLAT(s) ((tv_vf){TV_VSPLAT4(s), TV_VSPLAT4(s), TV_VSPLAT4(s), TV_VSPLAT4(s)})
+#else
+#error "TV_VEC_BYTES must be 16, 32 or 64"
+#endif
+
+/* Prefetch the weight 2 KB ahead of the step being read, one hint per cache line of a panel row: with few
+   rows the weight streams from DRAM and the hardware prefetchers alone fall behind. */
+#define TV_VPREFETCH(p)                                                                              \
+  _Pragma("GCC unroll 4") for (int l = 0; l < TV_VGEMM_NR * 4; l += 64)                              \
+    __builtin_prefetch((const char*)(p) + 2048 + l, 0, 3);
+
+#define TV_VROWS1(F) F(0)
+#define TV_VROWS2(F) TV_VROWS1(F) F(1)
+#define TV_VROWS3(F) TV_VROWS2(F) F(2)
+#define TV_VROWS4(F) TV_VROWS3(F) F(3)
+#define TV_VROWS5(F) TV_VROWS4(F) F(4)
+#define TV_VROWS6(F) TV_VROWS5(F) F(5)
+#define TV_VROWS7(F) TV_VROWS6(F) F(6)
+#define TV_VROWS8(F) TV_VROWS7(F) F(7)
+#define TV_VROWS9(F) TV_VROWS8(F) F(8)
+#define TV_VROWS10(F) TV_VROWS9(F) F(9)
+#define TV_VROWS11(F) TV_VROWS10(F) F(10)
+#define TV_VROWS12(F) TV_VROWS11(F) F(11)
+#define TV_VROWS13(F) TV_VROWS12(F) F(12)
+#define TV_VROWS14(F) TV_VROWS13(F) F(13)
+
+#define TV_VTILE_ZERO(r) tv_vf lo##r = {0}, hi##r = {0};
+#define TV_VTILE_LOAD(r) lo##r = TV_VLOAD(c + r * ldc); hi##r = TV_VLOAD(c + r * ldc + TV_VLANES);
+#define TV_VTILE_FMA(r) { const tv_vf a = TV_VSPLAT(x[r * ldx + p]); lo##r += a * b0; hi##r += a * b1; }
+#define TV_VTILE_STORE(r) TV_VSTORE(c + r * ldc, lo##r); TV_VSTORE(c + r * ldc + TV_VLANES, hi##r);
+/* A tile of R rows x NR outputs at c (row stride ldc) = (or +=) x . panel over kc steps. */
+#define TV_VTILE(R)                                                                                  \
+  static void tv_vgemm_tile##R(const float* x, int64_t ldx, const float* panel, int64_t kc, float* c, \
+                               int64_t ldc, int accumulate) {                                        \
+    TV_VROWS##R(TV_VTILE_ZERO)                                                                       \
+    if (accumulate) { TV_VROWS##R(TV_VTILE_LOAD) }                                                   \
+    _Pragma("GCC unroll 4") /* the loop's own work (index, compare) is a tenth of a short tile */    \
+    for (int64_t p = 0; p < kc; ++p) {                                                               \
+      const float* row = panel + p * TV_VGEMM_NR;                                                    \
+      TV_VPREFETCH(row)                                                                              \
+      const tv_vf b0 = TV_VLOAD(row), b1 = TV_VLOAD(row + TV_VLANES);                                \
+      TV_VROWS##R(TV_VTILE_FMA)                                                                      \
+    }                                                                                                \
+    TV_VROWS##R(TV_VTILE_STORE)                                                                      \
+  }
+TV_VTILE(2)
+#if TV_VGEMM_MR >= 3
+TV_VTILE(3)
+#endif
+#if TV_VGEMM_MR >= 4
+TV_VTILE(4)
+#endif
+#if TV_VGEMM_MR >= 5
+TV_VTILE(5)
+#endif
+#if TV_VGEMM_MR >= 6
+TV_VTILE(6)
+#endif
+#if TV_VGEMM_MR >= 7
+TV_VTILE(7)
+#endif
+#if TV_VGEMM_MR >= 8
+TV_VTILE(8)
+#endif
+#if TV_VGEMM_MR >= 9
+TV_VTILE(9)
+#endif
+#if TV_VGEMM_MR >= 10
+TV_VTILE(10)
+#endif
+#if TV_VGEMM_MR >= 11
+TV_VTILE(11)
+#endif
+#if TV_VGEMM_MR >= 12
+TV_VTILE(12)
+#endif
+#if TV_VGEMM_MR >= 13
+TV_VTILE(13)
+#endif
+#if TV_VGEMM_MR >= 14
+TV_VTILE(14)
+#endif
+
+/* One row (GEMV): two accumulators per half-row cannot hide the FMA latency, so the panel is read as two
+   streams (its first and second halves) of two steps each into 8 accumulators; two streams also keep more
+   of the weight in flight from memory. */
+static void tv_vgemm_tile1(const float* x, int64_t ldx, const float* panel, int64_t kc, float* c, int64_t ldc,
+                           int accumulate) {
+  (void)ldx, (void)ldc;
+  tv_vf lo0 = {0}, hi0 = {0}, lo1 = {0}, hi1 = {0}, lo2 = {0}, hi2 = {0}, lo3 = {0}, hi3 = {0};
+  if (accumulate) lo0 = TV_VLOAD(c), hi0 = TV_VLOAD(c + TV_VLANES);
+  const int64_t half = kc / 4 * 2;
+  const float* first = panel;
+  const float* second = panel + half * TV_VGEMM_NR;
+  for (int64_t p = 0; p < half; p += 2) {
+    const tv_vf a0 = TV_VSPLAT(x[p]), a1 = TV_VSPLAT(x[p + 1]);
+    const tv_vf a2 = TV_VSPLAT(x[half + p]), a3 = TV_VSPLAT(x[half + p + 1]);
+    const float* b = first + p * TV_VGEMM_NR;
+    const float* d = second + p * TV_VGEMM_NR;
+    lo0 += a0 * TV_VLOAD(b), hi0 += a0 * TV_VLOAD(b + TV_VLANES);
+    lo1 += a1 * TV_VLOAD(b + TV_VGEMM_NR), hi1 += a1 * TV_VLOAD(b + TV_VGEMM_NR + TV_VLANES);
+    lo2 += a2 * TV_VLOAD(d), hi2 += a2 * TV_VLOAD(d + TV_VLANES);
+    lo3 += a3 * TV_VLOAD(d + TV_VGEMM_NR), hi3 += a3 * TV_VLOAD(d + TV_VGEMM_NR + TV_VLANES);
+  }
+  for (int64_t p = 2 * half; p < kc; ++p) {
+    const tv_vf a = TV_VSPLAT(x[p]);
+    lo0 += a * TV_VLOAD(panel + p * TV_VGEMM_NR), hi0 += a * TV_VLOAD(panel + p * TV_VGEMM_NR + TV_VLANES);
+  }
+  TV_VSTORE(c, (lo0 + lo1) + (lo2 + lo3));
+  TV_VSTORE(c + TV_VLANES, (hi0 + hi1) + (hi2 + hi3));
+}
+
+#define TV_VCASE(R) case R: tv_vgemm_tile##R(x, ldx, panel, kc, target, ld, accumulate); break;
+/* A tile of ``rows`` (<= MR) rows; the last panel's tile (cols < NR) goes through a local buffer. */
+static void tv_vgemm_rows(int rows, const float* x, int64_t ldx, const float* panel, int64_t kc, float* c,
+                          int64_t ldc, int64_t cols, int accumulate) {
+  float tile[TV_VGEMM_MR * TV_VGEMM_NR];
+  float* target = c;
+  int64_t ld = ldc;
+  if (cols < TV_VGEMM_NR) {
+    target = tile, ld = TV_VGEMM_NR;
+    if (accumulate)
+      for (int r = 0; r < rows; ++r) for (int64_t j = 0; j < cols; ++j) tile[r * TV_VGEMM_NR + j] = c[r * ldc + j];
+  }
+  switch (rows) {
+    TV_VCASE(1) TV_VCASE(2)
+#if TV_VGEMM_MR >= 3
+    TV_VCASE(3)
+#endif
+#if TV_VGEMM_MR >= 4
+    TV_VCASE(4)
+#endif
+#if TV_VGEMM_MR >= 5
+    TV_VCASE(5)
+#endif
+#if TV_VGEMM_MR >= 6
+    TV_VCASE(6)
+#endif
+#if TV_VGEMM_MR >= 7
+    TV_VCASE(7)
+#endif
+#if TV_VGEMM_MR >= 8
+    TV_VCASE(8)
+#endif
+#if TV_VGEMM_MR >= 9
+    TV_VCASE(9)
+#endif
+#if TV_VGEMM_MR >= 10
+    TV_VCASE(10)
+#endif
+#if TV_VGEMM_MR >= 11
+    TV_VCASE(11)
+#endif
+#if TV_VGEMM_MR >= 12
+    TV_VCASE(12)
+#endif
+#if TV_VGEMM_MR >= 13
+    TV_VCASE(13)
+#endif
+#if TV_VGEMM_MR >= 14
+    TV_VCASE(14)
+#endif
+    default: break;
+  }
+  if (cols < TV_VGEMM_NR)
+    for (int r = 0; r < rows; ++r) for (int64_t j = 0; j < cols; ++j) c[r * ldc + j] = tile[r * TV_VGEMM_NR + j];
+}
+
+/* Rows [m0, m1) x panels [p0, p1) of the product. The reduction runs in equal blocks of at most KC steps
+   (each block after the first reloads the output tiles). */
+static void tv_vgemm_block(int64_t m0, int64_t m1, int64_t p0, int64_t p1, int64_t n, int64_t k, const float* x,
+                           const float* packed, float* out) {
+  /* One row tile reads each panel once: whole panels then, the weight streams in order. */
+  const int64_t splits = (k + TV_VGEMM_KC - 1) / TV_VGEMM_KC;
+  const int64_t block = m1 - m0 <= TV_VGEMM_MR ? k : (k + splits - 1) / splits;
+  if (m1 - m0 <= TV_VGEMM_MC) {
+    /* Up to MC rows (their x stays in L2): panel after panel, each block of a panel read by every row tile
+       while it is in cache, so the weight is read once from memory, in memory order (one sequential
+       stream, what the prefetchers serve best). */
+    for (int64_t p = p0; p < p1; ++p) {
+      const int64_t cols = n - p * TV_VGEMM_NR < TV_VGEMM_NR ? n - p * TV_VGEMM_NR : TV_VGEMM_NR;
+      for (int64_t k0 = 0; k0 < k; k0 += block) {
+        const int64_t kc = k - k0 < block ? k - k0 : block;
+        const float* panel = packed + (p * k + k0) * TV_VGEMM_NR;
+        for (int64_t i = m0; i < m1; i += TV_VGEMM_MR) {
+          const int rows = m1 - i < TV_VGEMM_MR ? (int)(m1 - i) : TV_VGEMM_MR;
+          tv_vgemm_rows(rows, x + i * k + k0, k, panel, kc, out + i * n + p * TV_VGEMM_NR, n, cols, k0 > 0);
+        }
+      }
+    }
+    return;
+  }
+  /* More rows: row blocks of MC (an x block of MC x kc stays in L2) under each reduction block. */
+  for (int64_t k0 = 0; k0 < k; k0 += block) {
+    const int64_t kc = k - k0 < block ? k - k0 : block;
+    for (int64_t i0 = m0; i0 < m1; i0 += TV_VGEMM_MC) {
+      const int64_t i1 = m1 - i0 < TV_VGEMM_MC ? m1 : i0 + TV_VGEMM_MC;
+      for (int64_t p = p0; p < p1; ++p) {
+        const float* panel = packed + (p * k + k0) * TV_VGEMM_NR;
+        const int64_t cols = n - p * TV_VGEMM_NR < TV_VGEMM_NR ? n - p * TV_VGEMM_NR : TV_VGEMM_NR;
+        for (int64_t i = i0; i < i1; i += TV_VGEMM_MR) {
+          const int rows = i1 - i < TV_VGEMM_MR ? (int)(i1 - i) : TV_VGEMM_MR;
+          tv_vgemm_rows(rows, x + i * k + k0, k, panel, kc, out + i * n + p * TV_VGEMM_NR, n, cols, k0 > 0);
+        }
+      }
+    }
+  }
+}
+
+/* For thread t of nt: its panels, or (with fewer panels than threads) its rows. */
+static void tv_vgemm_share(int t, int nt, int64_t m, int64_t n, int64_t k, const float* x, const float* packed,
+                           float* out) {
+  const int64_t panels = (n + TV_VGEMM_NR - 1) / TV_VGEMM_NR;
+  if (nt == 1) { tv_vgemm_block(0, m, 0, panels, n, k, x, packed, out); return; }
+  if (panels >= 2 * nt || m < 2 * TV_VGEMM_MR) {
+    const int64_t per = (panels + nt - 1) / nt, p0 = t * per < panels ? t * per : panels;
+    const int64_t p1 = p0 + per < panels ? p0 + per : panels;
+    tv_vgemm_block(0, m, p0, p1, n, k, x, packed, out);
+  } else {
+    const int64_t per = ((m + nt - 1) / nt + TV_VGEMM_MR - 1) / TV_VGEMM_MR * TV_VGEMM_MR;
+    const int64_t m0 = t * per < m ? t * per : m, m1 = m0 + per < m ? m0 + per : m;
+    tv_vgemm_block(m0, m1, 0, panels, n, k, x, packed, out);
+  }
+}
+
+/* out (m x n) = x (m x k) W^T, W packed in panels of TV_VGEMM_NR columns (see above). */
+__attribute__((unused)) static int32_t tv_vgemm_packed_f32(int64_t m, int64_t n, int64_t k, const float* x,
+                                                           const float* packed, float* out) {
+  if (m <= 0 || n <= 0) return 0;
+  if (k <= 0) { for (int64_t i = 0; i < m * n; ++i) out[i] = 0; return 0; }
+  const int threads = (double)m * n * k >= TV_GEMM_PARALLEL_WORK && !tv_omp_in_parallel() ? tv_omp_max_threads() : 1;
+  if (threads > 1) {
+    _Pragma("omp parallel num_threads(threads)")
+    tv_vgemm_share(tv_omp_thread(), tv_omp_team(), m, n, k, x, packed, out);
+  } else {
+    tv_vgemm_share(0, 1, m, n, k, x, packed, out);
+  }
+  return 0;
+}
+
+/* The panel width this translation unit was built for. */
+__attribute__((weak)) int32_t tv_vgemm_lanes(void) { return TV_VGEMM_NR; }
+
+/* out = x W^T for W packed in panels of ``lanes`` columns: the tiles when ``lanes`` is the width they were
+   built for, else (weights packed for another CPU, an executable moved between machines) plain loops over
+   that layout: slow, never wrong. */
+__attribute__((unused)) static int32_t tv_vgemm_packed_any_f32(int64_t m, int64_t n, int64_t k, int64_t lanes,
+                                                               const float* x, const float* packed, float* out) {
+  if (lanes == TV_VGEMM_NR) return tv_vgemm_packed_f32(m, n, k, x, packed, out);
+  if (lanes <= 0) return 1005;
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j) {
+      const float* w = packed + (j / lanes) * k * lanes + j % lanes;
+      float acc = 0.0f;
+      for (int64_t p = 0; p < k; ++p) acc += x[i * k + p] * w[p * lanes];
+      out[i * n + j] = acc;
+    }
+  return 0;
+}
+
+#endif /* TV_VGEMM_H */

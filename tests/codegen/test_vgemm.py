@@ -1,0 +1,245 @@
+"""The host description (``tensorvm.codegen.host``) and the packed product written once with vector
+extensions (``codegen/lib/tv_vgemm.h``), instantiated for every ISA.
+
+Every instance runs here, whatever this machine's vectors: the 64-byte (AVX-512) instance is lowered by
+gcc to pairs of 256-bit (or four 128-bit) operations, the 16-byte one is the portable fallback. The
+oracle is NumPy's float64 product of the same operands.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import dataclasses
+import json
+import shutil
+import subprocess
+
+import numpy as np
+import pytest
+
+from tensorvm.codegen import build
+from tensorvm.codegen import host as hostmod
+from tensorvm.codegen.c_emit import LIBRARY_DIR
+from tensorvm.errors import AttrError
+
+needs_cc = pytest.mark.skipif(not build.have_compiler(), reason="no C compiler")
+
+
+# ---- the description and the rule -------------------------------------------------------------------
+
+
+def test_detected_host_is_consistent_with_proc_cpuinfo():
+    desc = hostmod.detect_host()
+    assert desc.isa in hostmod.ISAS
+    assert (desc.vector_bytes, desc.vector_registers, desc.fma) == hostmod.ISAS[desc.isa]
+    assert 0 < desc.l1d < desc.l2 < desc.l3
+    if "avx512f" in desc.flags:
+        assert desc.isa == "avx512"
+    elif {"avx2", "fma"} <= set(desc.flags):
+        assert desc.isa == "avx2"
+
+
+def test_environment_fakes_the_host(monkeypatch):
+    monkeypatch.setattr(hostmod, "_OVERRIDE", [None])
+    monkeypatch.setenv("TENSORVM_HOST", "avx512")
+    desc = hostmod.host()
+    assert (desc.isa, desc.vector_bytes, desc.vector_registers) == ("avx512", 64, 32)
+    fake = {"isa": "avx2", "l2": 2 << 20, "model": "Fake CPU", "flags": ["avx2", "fma"]}
+    monkeypatch.setenv("TENSORVM_HOST", json.dumps(fake))
+    desc = hostmod.host()
+    assert (desc.isa, desc.vector_bytes, desc.l2, desc.model, desc.flags) == \
+        ("avx2", 32, 2 << 20, "Fake CPU", ("avx2", "fma"))
+    assert desc.key.startswith("Fake CPU|avx2|avx2+fma|")
+    for bad in ("avx9", '{"vector_bits": 3}', "{nope"):
+        monkeypatch.setenv("TENSORVM_HOST", bad)
+        with pytest.raises(AttrError, match="host"):
+            hostmod.host()
+
+
+def test_set_host_overrides_the_environment(monkeypatch):
+    monkeypatch.setattr(hostmod, "_OVERRIDE", [None])
+    monkeypatch.setenv("TENSORVM_HOST", "avx2")
+    hostmod.set_host("portable")
+    assert hostmod.host().vector_bytes == 16
+    hostmod.set_host(None)
+    assert hostmod.host().vector_bytes == 32
+
+
+@pytest.mark.parametrize("isa,l2,want", [
+    # (registers - 3) // 2 rows, two vectors of columns; mc covers 128 rows; kc: (mc + nr) kc 4 bytes ~ 3/4 L2
+    ("avx2", 512 << 10, (8, 6, 16, 132, 768)),      # Zen 3: today's hand-set constants
+    ("avx512", 1 << 20, (16, 14, 32, 140, 1024)),   # Skylake/Ice Lake server
+    ("avx512", 2 << 20, (16, 14, 32, 140, 2304)),   # Sapphire Rapids
+    ("portable", 256 << 10, (4, 6, 8, 132, 256)),
+])
+def test_gemm_params_follow_the_rule(isa, l2, want):
+    desc = dataclasses.replace(hostmod.isa_host(isa), l2=l2)
+    p = hostmod.gemm_params(desc)
+    assert (p.lanes, p.mr, p.nr, p.mc, p.kc) == want
+    assert 2 * p.mr + 3 <= desc.vector_registers  # accumulators + 2 weight vectors + 1 broadcast
+    assert hostmod.gemm_defines(p) == (f"-DTV_VEC_BYTES={p.vector_bytes}", f"-DTV_VGEMM_MR={p.mr}",
+                                       f"-DTV_VGEMM_KC={p.kc}", f"-DTV_VGEMM_MC={p.mc}",
+                                       f"-DTV_VGEMM_ONTHEFLY={l2 // 8}")  # B packed on the fly up to L2 / 2
+
+
+def test_pack_panels_layout():
+    w = np.arange(37 * 5, dtype=np.float32).reshape(37, 5)
+    for nr in (8, 16, 32):
+        packed = hostmod.pack_panels(w, nr)
+        assert packed.shape == (-(-37 // nr), 5, nr) and packed.ctypes.data % 64 == 0
+        assert packed[1, 3, 2] == w[nr + 2, 3]
+        assert not packed[-1, :, 37 % nr:].any()
+
+
+# ---- every instance against NumPy ---------------------------------------------------------------------
+
+# Small KC/MC as well, so that reduction and row blocks have remainders at small sizes.
+_INSTANCES = {f"{isa}{'-small' if small else ''}": (isa, small) for isa in hostmod.ISAS for small in (False, True)}
+
+
+@pytest.fixture(scope="module")
+def instances():
+    made = {}
+    for name, (isa, small) in _INSTANCES.items():
+        params = hostmod.gemm_params(hostmod.isa_host(isa))
+        if small:
+            params = dataclasses.replace(params, kc=48, mc=2 * params.mr + 1)
+        fn = hostmod.vgemm_library(params).function("tv_vgemm_call", 3, 0)
+        fn.argtypes = [ctypes.c_int64] * 3 + [ctypes.c_void_p] * 3
+        made[name] = (fn, params)
+    return made
+
+
+_SHAPES = [(1, 1, 1), (1, 17, 3), (2, 5, 1), (7, 33, 5), (13, 31, 97), (29, 64, 130), (3, 100, 2000),
+           (1, 40, 4099), (150, 20, 7), (64, 10, 512), (5, 3, 0), (0, 3, 4)]
+
+
+@needs_cc
+@pytest.mark.parametrize("name", list(_INSTANCES))
+@pytest.mark.parametrize("threads", [1, 2])
+def test_every_instance_matches_numpy(instances, name, threads):
+    fn, params = instances[name]
+    previous = build._NUM_THREADS[0]
+    build.set_num_threads(threads)
+    try:
+        rng = np.random.default_rng(len(name))
+        for m, n, k in _SHAPES:
+            x = rng.standard_normal((m, k)).astype(np.float32)
+            w = rng.standard_normal((n, k)).astype(np.float32)
+            out = np.full((m, n), np.nan, np.float32)
+            packed = hostmod.pack_panels(w, params.nr)
+            assert fn(m, n, k, x.ctypes.data, packed.ctypes.data, out.ctypes.data) == 0
+            want = x.astype(np.float64) @ w.T.astype(np.float64)
+            np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-4 * max(1.0, np.sqrt(k)),
+                                       err_msg=f"{name} at m={m} n={n} k={k}, {threads} thread(s)")
+    finally:
+        build.set_num_threads(previous)
+
+
+@needs_cc
+@pytest.mark.parametrize("isa", list(hostmod.ISAS))
+def test_kernel_reports_its_panel_width(instances, isa):
+    fn, params = instances[isa]
+    lanes = hostmod.vgemm_library(params).function("tv_vgemm_lanes", 0, 0)
+    assert lanes() == params.nr == 2 * params.vector_bytes // 4
+
+
+@pytest.mark.parametrize("isa", list(hostmod.ISAS))
+def test_header_compiles_warning_free(tmp_path, isa):
+    """tv_gemm.h with the product instantiated for each ISA (tv_vgemm.h is included there)."""
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        pytest.skip("no C compiler")
+    flags = ["-std=gnu11", "-O2", "-fopenmp", "-Wall", "-Wextra", "-Werror", "-DTV_PACKED_KERNELS",
+             *hostmod.gemm_defines(hostmod.gemm_params(hostmod.isa_host(isa)))]
+    result = subprocess.run([cc, *flags, "-x", "c", "-c", str(LIBRARY_DIR / "tv_gemm.h"), "-o",
+                             str(tmp_path / "unit.o")], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr[:4000]
+
+
+# ---- calibration: choice per shape class, cached per host, pinned (no timing asserted) ---------------
+
+
+@pytest.fixture
+def calibration(tmp_path, monkeypatch):
+    from tensorvm.codegen import calibrate
+
+    monkeypatch.setenv("TENSORVM_CACHE_DIR", str(tmp_path))
+    monkeypatch.delenv("TENSORVM_VARIANT", raising=False)
+    calibrate.reset()
+    yield calibrate
+    calibrate.reset()
+
+
+def _fake(model="Fake CPU A", isa="avx512"):
+    return dataclasses.replace(hostmod.isa_host(isa), model=model, l1d=32 << 10, l2=1 << 20, l3=16 << 20)
+
+
+def test_shape_classes_follow_rows_and_the_caches():
+    desc = _fake()
+    assert hostmod.gemm_params(desc).mr == 14
+    from tensorvm.codegen.calibrate import shape_class
+
+    assert shape_class(1, 64, 64, desc) == "m1-l1"          # 16 KB of weight
+    assert shape_class(16, 256, 512, desc) == "m16-l2"      # 512 KB
+    assert shape_class(128, 768, 768, desc) == "m128-l3"    # 2.25 MB
+    assert shape_class(500, 3072, 3072, desc) == "mbig-dram"
+
+
+def test_calibration_runs_every_candidate_once_per_class_and_caches_it(calibration):
+    calls = {"a": 0, "b": 0}
+
+    def runner(name):
+        def run():
+            calls[name] += 1
+        return run
+
+    desc = _fake()
+    candidates = {"a": runner("a"), "b": runner("b")}
+    first = calibration.choose("dense", (16, 256, 512), candidates, runs=2, desc=desc)
+    assert first.why == "calibrated" and first.variant in candidates and calls == {"a": 3, "b": 3}
+    assert {name for name, _ in first.seconds} == {"a", "b"}
+    # same class (another shape in it): remembered, nothing runs
+    again = calibration.choose("dense", (9, 200, 500), candidates, runs=2, desc=desc)
+    assert again.variant == first.variant and calls == {"a": 3, "b": 3}
+    # a new process (memory forgotten): read from the disk cache of this host, nothing runs
+    calibration.reset()
+    cached = calibration.choose("dense", (16, 256, 512), candidates, desc=desc)
+    assert (cached.variant, cached.why) == (first.variant, "cached") and calls == {"a": 3, "b": 3}
+    # another CPU model: calibrates afresh
+    calibration.choose("dense", (16, 256, 512), candidates, runs=1, desc=_fake("Fake CPU B"))
+    assert calls == {"a": 5, "b": 5}
+    assert [c.why for c in calibration.choices()] == ["cached", "calibrated"]
+
+
+def test_a_pin_wins_and_a_bad_pin_is_an_error(calibration, monkeypatch):
+    ran = []
+    candidates = {"blas": lambda: ran.append("blas"), "packed": lambda: ran.append("packed")}
+    desc = _fake()
+    calibration.pin("dense", "blas")
+    choice = calibration.choose("dense", (1, 64, 64), candidates, desc=desc)
+    assert (choice.variant, choice.why, ran) == ("blas", "pinned", [])
+    calibration.pin("dense", None)
+    monkeypatch.setenv("TENSORVM_VARIANT", "conv=blas,dense=packed")
+    assert calibration.choose("dense", (1, 64, 64), candidates, desc=desc).variant == "packed"
+    monkeypatch.setenv("TENSORVM_VARIANT", "avx9")
+    with pytest.raises(AttrError, match="avx9"):
+        calibration.choose("dense", (1, 64, 64), candidates, desc=desc)
+    assert ran == []
+
+
+def test_a_corrupt_cache_file_is_recalibrated(calibration, tmp_path):
+    desc = _fake()
+    calibration.choose("dense", (1, 64, 64), {"a": lambda: None}, runs=1, desc=desc)
+    (path,) = tmp_path.glob("calibration-*.json")
+    path.write_text("{not json")
+    calibration.reset()
+    assert calibration.choose("dense", (1, 64, 64), {"a": lambda: None}, runs=1, desc=desc).why == "calibrated"
+    assert json.loads(path.read_text())["dense|m1-l1"]["variant"] == "a"
+
+
+def test_report_names_the_instance_and_where_the_description_came_from(calibration, monkeypatch):
+    monkeypatch.setattr(hostmod, "_OVERRIDE", [None])
+    monkeypatch.setenv("TENSORVM_HOST", "avx512")
+    product = calibration.report()["packed_product"]
+    assert product["isa"] == "avx512" and product["tile"] == "14x32" and "$TENSORVM_HOST" in product["why"]
