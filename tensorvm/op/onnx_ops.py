@@ -54,6 +54,7 @@ from .transform import (
     to_bool,
     to_float,
     to_int,
+    unify_dim,
 )
 
 __all__ = ["explicit_pads", "resize_output_shape", "window_count"]
@@ -1354,14 +1355,24 @@ def _simple_rnn_kernel(attrs, x, w, r, b, sequence_lens, initial_h):
     return _rnn_outputs(attrs, dtype, y, np.stack([f[0] for f in finals]))
 
 
-def _rnn_shapes(op, attrs, x, w, num_states):
-    if len(x) != 3 or len(w) != 3:
-        raise TypeInferenceError(f"{op}: X and W must be 3-d, got {fmt_shape(x)} and {fmt_shape(w)}")
+def _rnn_shapes(op, attrs, x, w, num_states, r=None, err=TypeInferenceError):
+    """The layer's output shapes (Y, then the final states). W's directions must match ``direction``, and
+    W (and R when given) must be (directions, gates x hidden, input size) and (directions, gates x hidden,
+    hidden): checks over any dims (``unify_dim``), so the logic traces into a C shape function."""
+    if len(x) != 3 or len(w) != 3 or (r is not None and len(r) != 3):
+        raise err(f"{op}: X, W and R must be 3-d, got {fmt_shape(x)}, {fmt_shape(w)} and {fmt_shape(r or ())}")
     if attrs.layout:
         batch, seq = x[0], x[1]
     else:
         seq, batch = x[0], x[1]
-    d, h = w[0], attrs.hidden_size
+    gates, h = _KINDS[op][1], attrs.hidden_size
+    d = unify_dim(op, w[0], 2 if attrs.direction == "bidirectional" else 1,
+                  f"the number of directions of W and of direction={attrs.direction!r}", err)
+    unify_dim(op, w[1], gates * h, "W's second dim and gates x hidden_size", err)
+    unify_dim(op, w[2], x[2], "W's input size and X's", err)
+    if r is not None:
+        for got, want, what in zip(r, (d, gates * h, h), ("directions", "gates x hidden_size", "hidden_size")):
+            unify_dim(op, got, want, f"R's {what}", err)
     y = (batch, seq, d, h) if attrs.layout else (seq, d, batch, h)
     state = (batch, d, h) if attrs.layout else (d, batch, h)
     return [y] + [state] * num_states
@@ -1438,7 +1449,8 @@ def _rnn_def(name, kernel, num_inputs, num_states, extra_attrs=()):
     def rel(types, attrs, consts=None):
         x = expect_tensor(name, types[0], "X")
         w = expect_tensor(name, types[1], "W")
-        shapes = _rnn_shapes(name, attrs, x.shape, w.shape, num_states)
+        shapes = _rnn_shapes(name, attrs, x.shape, w.shape, num_states,
+                             expect_tensor(name, types[2], "R").shape)
         return TupleType(tuple(TensorType(s, x.dtype) for s in shapes))
 
     define(
@@ -1451,7 +1463,8 @@ def _rnn_def(name, kernel, num_inputs, num_states, extra_attrs=()):
             AttrDef("activation_beta", (), lambda v: tuple(float(s) for s in v)),
             AttrDef("clip", None, to_float), AttrDef("layout", 0, to_int),
         ) + tuple(extra_attrs),
-        shape_func=lambda attrs, args: _rnn_shapes(name, attrs, concrete(args[0]), concrete(args[1]), num_states),
+        shape_logic=sl.traceable(lambda op, attrs, args, err: _rnn_shapes(op, attrs, args[0], args[1], num_states,
+                                                                          args[2], err)),
         library=LibraryKernel("tv_recurrent", "recurrent.c", _rnn_arguments(name)),
         doc=f"ONNX {name[3:].upper()} layer: returns (Y, final states); empty tensors stand for omitted inputs. "
             "On target c a named C library call (codegen/lib/recurrent.c) runs the whole layer in double, like "

@@ -609,6 +609,27 @@ def _dyn_dropout(rng):
     return {}, [_f32(rng, _shape(rng, int(rng.integers(0, 3)))), np.array(0.5, "float32"), np.array(False)]
 
 
+def _recurrent(gates, num_inputs):
+    """A layer with consistent W and R but for, now and then, W's directions, its input size or R's
+    hidden size (the checks of the logic); omitted optional inputs are empty tensors."""
+    def case(rng):
+        direction = str(rng.choice(["forward", "reverse", "bidirectional"]))
+        d, hidden, size = 2 if direction == "bidirectional" else 1, _side(rng, (1, 2)), _side(rng, (1, 2, 3))
+        layout = int(rng.random() < 0.3)
+        seq, batch = _side(rng, (1, 2, 3)), _side(rng, (1, 2))
+        x = _f32(rng, (batch, seq, size) if layout else (seq, batch, size))
+        w_d = d if rng.random() < 0.8 else 3 - d
+        w_size = size if rng.random() < 0.8 else size + 1
+        r_hidden = hidden if rng.random() < 0.85 else hidden + 1
+        w, r = _f32(rng, (w_d, gates * hidden, w_size)), _f32(rng, (w_d, gates * hidden, r_hidden))
+        empty = np.zeros((0,), "float32")
+        lens = np.zeros((0,), "int32")
+        rest = [empty, lens, empty] + [empty] * (num_inputs - 6)
+        return {"hidden_size": hidden, "direction": direction, "layout": layout}, [x, w, r] + rest
+
+    return case
+
+
 #: Generators of the ops whose logic is neither elementwise, broadcast nor a reduction.
 GENERATORS: dict = {
     "copy": _elementwise_cases, "nn.dense": _cases(_dense), "nn.matmul": _cases(_matmul),
@@ -648,6 +669,7 @@ GENERATORS: dict = {
     "nn.upsampling3d": _cases(_upsampling(3)), "sparse_to_dense": _cases(_sparse_to_dense),
     "nn.conv_nd": _cases(_conv_nd(False)), "nn.conv_transpose_nd": _cases(_conv_nd(True)),
     "nn.pool_nd": _cases(_pool_nd), "dyn.cumsum": _cases(_dyn_cumsum), "dyn.nn.dropout": _cases(_dyn_dropout),
+    "nn.lstm": _cases(_recurrent(4, 8)), "nn.gru": _cases(_recurrent(3, 6)), "nn.rnn": _cases(_recurrent(1, 6)),
 }
 
 # ---- running one case three ways ------------------------------------------------------------------
@@ -816,7 +838,6 @@ UNTRACEABLE: dict = {
     "dyn.image.resize2d": _ATTRS_FROM_DATA, "image.resize": _ATTRS_FROM_DATA + " (scales or sizes)",
     "dyn.nn.upsampling": _ATTRS_FROM_DATA + " (the scales)", "dyn.nn.upsampling3d": _ATTRS_FROM_DATA + " (the scales)",
     "einsum": _NOT_A_LOGIC_YET + " (the equation's subscripts)", "nn.attention": _NOT_A_LOGIC_YET,
-    "nn.gru": _NOT_A_LOGIC_YET, "nn.lstm": _NOT_A_LOGIC_YET, "nn.rnn": _NOT_A_LOGIC_YET,
     "vision.roi_align": _NOT_A_LOGIC_YET, "vision.onnx_roi_align": _NOT_A_LOGIC_YET,
     "unique": "the VM never runs it: Legalize makes it argsort + sorted_unique (whose logic counts without "
               "sorting); its own shape function (np.unique) serves the interpreter",
