@@ -4,8 +4,8 @@ actual output shape agree on generated cases, and all three reject the same mism
 
 Each case is one op called on concrete arrays; its primitive has parameters of the same ranks with
 every dim ``?`` (so the C function checks everything at run time). All the cases' C functions are
-compiled into one library. ``UNTRACEABLE`` lists (with reasons) the ops whose shape functions do not
-trace into C yet; it is strict: an op that traces must leave the list.
+compiled into one library. ``tensorvm.op.shape_coverage.NOT_TRACED`` lists (with reasons) the ops whose
+shape functions do not trace into C yet; it is strict: an op that traces must leave the list.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from tensorvm.ir.expr import Call, Function, Op, Var
 from tensorvm.ir.types import Any, TensorType, TupleType
 from tensorvm.op import get_op
 from tensorvm.op.registry import op_names
+from tensorvm.op.shape_coverage import NOT_TRACED, c_shape_function
 from tensorvm.op.shape_logic import ShapeLogicTraceError
 
 codegen = pytest.importorskip("tensorvm.codegen.build")
@@ -825,44 +826,25 @@ def test_untyped_cases_are_rejected_by_the_kernel(compiled_cases):
 
 # ---- coverage: ops whose shape function does not trace into C yet ---------------------------------
 
-_ATTRS_FROM_DATA = ("its run-time values become the static op's attributes (axes, reps, depth, pads), which "
-                    "choose the logic's Python branches; a C form needs selects over the values or the defer code")
-_NOT_A_LOGIC_YET = "its shape function is separate Python, not yet written as a shape logic"
 
-#: op -> why its shape function is not (yet) a traceable logic. Strict: a traceable op must leave.
-UNTRACEABLE: dict = {
-    "dyn.expand_dims": _ATTRS_FROM_DATA, "dyn.squeeze": _ATTRS_FROM_DATA, "dyn.tile": _ATTRS_FROM_DATA,
-    "dyn.one_hot": _ATTRS_FROM_DATA, "dyn.strided_slice": _ATTRS_FROM_DATA, "dyn.nn.pad": _ATTRS_FROM_DATA,
-    "dyn.sparse_to_dense": _ATTRS_FROM_DATA, "dyn.pad": _ATTRS_FROM_DATA, "dyn.reduce": _ATTRS_FROM_DATA,
-    "dyn.split": _ATTRS_FROM_DATA, "dyn.unsqueeze": _ATTRS_FROM_DATA,
-    "dyn.image.resize2d": _ATTRS_FROM_DATA, "image.resize": _ATTRS_FROM_DATA + " (scales or sizes)",
-    "dyn.nn.upsampling": _ATTRS_FROM_DATA + " (the scales)", "dyn.nn.upsampling3d": _ATTRS_FROM_DATA + " (the scales)",
-    "einsum": _NOT_A_LOGIC_YET + " (the equation's subscripts)", "nn.attention": _NOT_A_LOGIC_YET,
-    "vision.roi_align": _NOT_A_LOGIC_YET, "vision.onnx_roi_align": _NOT_A_LOGIC_YET,
-    "unique": "the VM never runs it: Legalize makes it argsort + sorted_unique (whose logic counts without "
-              "sorting); its own shape function (np.unique) serves the interpreter",
-    "vision.non_max_suppression": "the number of kept boxes is the result of the suppression itself (the "
-                                  "kernel's work); needs an upper-bound output and a count instead",
-    "vision.all_class_non_max_suppression": "the number of selected boxes is the suppression's result (the "
-                                            "kernel's work)",
-    "vision.get_valid_counts": _NOT_A_LOGIC_YET,
-    "sparse_fill_empty_rows": "the number of output rows counts the empty rows of the data: needs a counting "
-                              "primitive in tv_shape.h",
-    "vm.reshape_tensor": "a VM instruction's op (ReshapeTensor), never inside a fused primitive",
-    "vm.shape_of": "a VM instruction's op (ShapeOf), never inside a fused primitive",
-}
-
-
-def _has_shape_function(name: str) -> bool:
-    return get_op(name).shape_func is not None
-
-
-def test_untraceable_list_is_exact():
-    untraceable = {n for n in op_names() if _has_shape_function(n) and not get_op(n).shape_logic_traceable}
-    listed = set(UNTRACEABLE)
-    assert not (listed - untraceable), f"ops that trace now; remove them from UNTRACEABLE: {sorted(listed - untraceable)}"
-    assert not (untraceable - listed), f"ops without a traceable shape logic missing from UNTRACEABLE: " \
+def test_not_traced_list_is_exact():
+    """``NOT_TRACED`` lists exactly the ops run by the VM whose shape logic does not trace."""
+    untraceable = {n for n in op_names() if c_shape_function(get_op(n))[0] == "no"}
+    listed = set(NOT_TRACED)
+    assert not (listed - untraceable), f"ops that trace now (or are not run by the VM); remove them from " \
+                                       f"NOT_TRACED: {sorted(listed - untraceable)}"
+    assert not (untraceable - listed), f"ops without a traceable shape logic missing from NOT_TRACED: " \
                                        f"{sorted(untraceable - listed)}"
+
+
+def test_the_ops_without_a_c_shape_function_by_design_are_those_the_vm_never_runs():
+    """unique (legalized before the VM) and the VM's own ops are "n.a.", not missing; every other op has a
+    shape function."""
+    not_applicable = sorted(n for n in op_names() if c_shape_function(get_op(n))[0] == "n.a.")
+    assert not_applicable == ["memory.alloc_storage", "memory.alloc_tensor", "memory.kill", "unique",
+                              "vm.invoke_tvm_op", "vm.reshape_tensor", "vm.shape_func", "vm.shape_of"]
+    assert all(get_op(n).shape_func is not None for n in op_names() if n not in not_applicable)
+    assert "Legalize" in c_shape_function(get_op("unique"))[1]
 
 
 def test_a_python_branch_on_a_symbolic_dim_is_reported_not_miscompiled():

@@ -1,0 +1,54 @@
+"""Which ops have a C shape function: the "C shape function" column of ``tensorvm ops``.
+
+An op's shape function is compiled to C (``tensorvm.vm.shape_c``) when its shape logic is traceable
+(``OpDef.shape_logic_traceable``). ``NOT_TRACED`` says why each other op run by the VM keeps the Python
+shape function; tests/ops/test_shape_logic.py checks that it is exact, so it only shrinks. An op the VM
+never runs inside a fused primitive needs no C shape function at all ("n.a."): the VM's own
+instructions' ops, and an op that Legalize replaces before the VM.
+"""
+
+from __future__ import annotations
+
+from .registry import OpDef
+
+_ATTRS_FROM_DATA = ("its run-time values become the static op's attributes (axes, reps, depth, pads), which "
+                    "choose the logic's Python branches; a C form needs selects over the values or the defer code")
+_NOT_A_LOGIC_YET = "its shape function is separate Python, not yet written as a shape logic"
+
+#: op -> why its shape function is not (yet) a traceable logic.
+NOT_TRACED: dict = {
+    "dyn.expand_dims": _ATTRS_FROM_DATA, "dyn.squeeze": _ATTRS_FROM_DATA, "dyn.tile": _ATTRS_FROM_DATA,
+    "dyn.one_hot": _ATTRS_FROM_DATA, "dyn.strided_slice": _ATTRS_FROM_DATA, "dyn.nn.pad": _ATTRS_FROM_DATA,
+    "dyn.sparse_to_dense": _ATTRS_FROM_DATA, "dyn.pad": _ATTRS_FROM_DATA, "dyn.reduce": _ATTRS_FROM_DATA,
+    "dyn.split": _ATTRS_FROM_DATA, "dyn.unsqueeze": _ATTRS_FROM_DATA,
+    "dyn.image.resize2d": _ATTRS_FROM_DATA, "image.resize": _ATTRS_FROM_DATA + " (scales or sizes)",
+    "dyn.nn.upsampling": _ATTRS_FROM_DATA + " (the scales)", "dyn.nn.upsampling3d": _ATTRS_FROM_DATA + " (the scales)",
+    "einsum": _NOT_A_LOGIC_YET + " (the equation's subscripts)", "nn.attention": _NOT_A_LOGIC_YET,
+    "vision.roi_align": _NOT_A_LOGIC_YET, "vision.onnx_roi_align": _NOT_A_LOGIC_YET,
+    "vision.non_max_suppression": "the number of kept boxes is the result of the suppression itself (the "
+                                  "kernel's work); needs an upper-bound output and a count instead",
+    "vision.all_class_non_max_suppression": "the number of selected boxes is the suppression's result (the "
+                                            "kernel's work)",
+    "vision.get_valid_counts": _NOT_A_LOGIC_YET,
+    "sparse_fill_empty_rows": "the number of output rows counts the empty rows of the data: needs a counting "
+                              "primitive in tv_shape.h",
+}
+
+
+def not_run_by_the_vm(opdef: OpDef) -> str:
+    """Why the VM never runs ``opdef`` in a fused primitive (so it needs no C shape function), or ''."""
+    if opdef.kind == "dialect":
+        return "an op of the VM's own instructions or memory planning, never inside a fused primitive"
+    if opdef.legalize is not None and opdef.compute is None and opdef.library is None:
+        return "Legalize replaces it before the VM (its Python shape function serves the interpreter)"
+    return ""
+
+
+def c_shape_function(opdef: OpDef) -> tuple[str, str]:
+    """``("yes", "")``, ``("no", reason)`` or ``("n.a.", reason)``: whether ``opdef`` has a C shape function."""
+    reason = not_run_by_the_vm(opdef)
+    if reason:
+        return "n.a.", reason
+    if opdef.shape_logic_traceable:
+        return "yes", ""
+    return "no", NOT_TRACED.get(opdef.name, "not traceable, and missing from shape_coverage.NOT_TRACED")
