@@ -24,12 +24,6 @@ NOT_TRACED: dict = {
     "dyn.image.resize2d": _ATTRS_FROM_DATA, "image.resize": _ATTRS_FROM_DATA + " (scales or sizes)",
     "dyn.nn.upsampling": _ATTRS_FROM_DATA + " (the scales)", "dyn.nn.upsampling3d": _ATTRS_FROM_DATA + " (the scales)",
     "einsum": _NOT_A_LOGIC_YET + " (the equation's subscripts)", "nn.attention": _NOT_A_LOGIC_YET,
-    "vision.roi_align": _NOT_A_LOGIC_YET, "vision.onnx_roi_align": _NOT_A_LOGIC_YET,
-    "vision.non_max_suppression": "the number of kept boxes is the result of the suppression itself (the "
-                                  "kernel's work); needs an upper-bound output and a count instead",
-    "vision.all_class_non_max_suppression": "the number of selected boxes is the suppression's result (the "
-                                            "kernel's work)",
-    "vision.get_valid_counts": _NOT_A_LOGIC_YET,
     "sparse_fill_empty_rows": "the number of output rows counts the empty rows of the data: needs a counting "
                               "primitive in tv_shape.h",
 }

@@ -631,6 +631,66 @@ def _recurrent(gates, num_inputs):
     return case
 
 
+def _mostly(rng, good, bad, p=0.8):
+    return good if rng.random() < p else bad
+
+
+def _scalar(rng, dtype):
+    """The one-value argument of the vision ops: 0-d, (1,), or (2,) now and then (rejected)."""
+    shape = [(), (1,), (2,)][int(rng.choice(3, p=[0.45, 0.45, 0.1]))]
+    return np.full(shape, 0.5 if dtype == "float32" else 2, dtype)
+
+
+def _get_valid_counts(rng):
+    data = _f32(rng, (_side(rng), _side(rng), _side(rng, (1, 2, 3, 5))))
+    attrs = {"score_index": int(rng.integers(0, 3)), "id_index": int(rng.integers(-1, 2))}
+    return attrs, [data, _scalar(rng, "float32")]
+
+
+def _nms(rng):
+    batch, anchors, elems = _side(rng, (1, 2)), _side(rng, (1, 2, 3)), _mostly(rng, 6, _side(rng, (4, 5, 7)))
+    data = _f32(rng, (batch, anchors, elems))
+    valid = rng.integers(0, anchors + 1, (_mostly(rng, batch, batch + 1, 0.9),)).astype("int32")
+    indices = np.tile(np.arange(anchors, dtype="int32"), (batch, 1))[:, :_mostly(rng, anchors, anchors - 1, 0.9)]
+    attrs = {"return_indices": bool(rng.random() < 0.6), "top_k": int(rng.choice([-1, 1])),
+             "force_suppress": bool(rng.random() < 0.5)}
+    return attrs, [data, valid, indices, _scalar(rng, "int32"), _scalar(rng, "float32")]
+
+
+def _all_class_nms(rng):
+    batch, classes, boxes = _side(rng, (1, 2)), _side(rng, (1, 2)), _side(rng, (1, 2, 3))
+    box_data = _f32(rng, (batch, boxes, _mostly(rng, 4, 3, 0.9)))
+    scores = _f32(rng, (_mostly(rng, batch, batch + 1, 0.9), classes, _mostly(rng, boxes, boxes + 1, 0.9)))
+    attrs = {"output_format": str(rng.choice(["onnx", "tensorflow"]))}
+    return attrs, [box_data, scores, _scalar(rng, "int32"), _scalar(rng, "float32"), _scalar(rng, "float32")]
+
+
+def _rois(rng, count, batch, width):
+    """Regions inside a 4 x 4 map, of valid batches (a bad batch index is the kernel's data error)."""
+    corners = np.sort(rng.uniform(0, 4, (count, 2, 2)), axis=1).reshape(count, 4).astype("float32")
+    if width == 5:
+        return np.concatenate([rng.integers(0, batch, (count, 1)).astype("float32"), corners], axis=1)
+    return np.concatenate([corners, corners[:, :width - 4]], axis=1) if width > 4 else corners[:, :width]
+
+
+def _roi_align(rng):
+    n, c, count = _side(rng, (1, 2)), _side(rng), _side(rng)
+    layout = str(rng.choice(["NCHW", "NHWC"]))
+    data = _f32(rng, (n, c, 4, 4) if layout == "NCHW" else (n, 4, 4, c))
+    attrs = {"pooled_size": (int(rng.integers(1, 3)), int(rng.integers(1, 3))), "layout": layout,
+             "mode": str(rng.choice(["avg", "max"])), "sample_ratio": int(rng.choice([-1, 2]))}
+    return attrs, [data, _rois(rng, count, n, _mostly(rng, 5, 4, 0.85))]
+
+
+def _onnx_roi_align(rng):
+    n, count = _side(rng, (1, 2)), _side(rng)
+    rois = _rois(rng, count, n, _mostly(rng, 4, 5, 0.9))
+    batches = rng.integers(0, n, (_mostly(rng, count, count + 1, 0.85),)).astype("int64")
+    attrs = {"output_height": int(rng.integers(1, 3)), "output_width": int(rng.integers(1, 3)),
+             "mode": str(rng.choice(["avg", "max"]))}
+    return attrs, [_f32(rng, (n, _side(rng), 4, 4)), rois, batches]
+
+
 #: Generators of the ops whose logic is neither elementwise, broadcast nor a reduction.
 GENERATORS: dict = {
     "copy": _elementwise_cases, "nn.dense": _cases(_dense), "nn.matmul": _cases(_matmul),
@@ -670,6 +730,9 @@ GENERATORS: dict = {
     "nn.upsampling3d": _cases(_upsampling(3)), "sparse_to_dense": _cases(_sparse_to_dense),
     "nn.conv_nd": _cases(_conv_nd(False)), "nn.conv_transpose_nd": _cases(_conv_nd(True)),
     "nn.pool_nd": _cases(_pool_nd), "dyn.cumsum": _cases(_dyn_cumsum), "dyn.nn.dropout": _cases(_dyn_dropout),
+    "vision.get_valid_counts": _cases(_get_valid_counts), "vision.non_max_suppression": _cases(_nms),
+    "vision.all_class_non_max_suppression": _cases(_all_class_nms), "vision.roi_align": _cases(_roi_align),
+    "vision.onnx_roi_align": _cases(_onnx_roi_align),
     "nn.lstm": _cases(_recurrent(4, 8)), "nn.gru": _cases(_recurrent(3, 6)), "nn.rnn": _cases(_recurrent(1, 6)),
 }
 
