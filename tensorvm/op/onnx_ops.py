@@ -1453,8 +1453,12 @@ def _rnn_def(name, kernel, num_inputs, num_states, extra_attrs=()):
                              expect_tensor(name, types[2], "R").shape)
         return TupleType(tuple(TensorType(s, x.dtype) for s in shapes))
 
+    def checked_kernel(attrs, x, w, r, *rest):
+        _rnn_shapes(name, attrs, np.shape(x), np.shape(w), num_states, np.shape(r), ShapeError)
+        return kernel(attrs, x, w, r, *rest)
+
     define(
-        name, num_inputs, rel, kernel, OpPattern.OPAQUE,
+        name, num_inputs, rel, checked_kernel, OpPattern.OPAQUE,
         attrs=(
             AttrDef("hidden_size", REQUIRED, to_int),
             AttrDef("direction", "forward", one_of("forward", "reverse", "bidirectional")),

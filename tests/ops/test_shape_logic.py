@@ -987,3 +987,17 @@ def test_a_grouped_conv_nd_kernel_rejects_channels_the_groups_do_not_cover():
     x, w = np.ones((2, 3, 2, 4), "float32"), np.ones((4, 1, 1, 3), "float32")
     with pytest.raises(ShapeError, match="3 channels but weight x group = 1 x 2"):
         get_op("nn.conv_nd").kernel({"group": 2, "auto_pad": "SAME_LOWER"}, x, w)
+
+
+def test_the_recurrent_and_roi_align_kernels_check_what_their_shape_logics_check():
+    """Found while writing their logics: the NumPy kernel of vision.onnx_roi_align answered for more
+    batch_indices than regions without a word, and nn.gru's raised NumPy's "array split does not result in
+    an equal division" for W of the wrong gate count; both now check the op's shape logic first, like the
+    C library calls' entry checks."""
+    x, w, r = np.zeros((2, 1, 3), "float32"), np.zeros((1, 4, 3), "float32"), np.zeros((1, 4, 2), "float32")
+    empty = np.zeros((0,), "float32")
+    with pytest.raises(ShapeError, match="W's second dim and gates x hidden_size must match, got 4 and 6"):
+        get_op("nn.gru").kernel({"hidden_size": 2}, x, w, r, empty, np.zeros((0,), "int32"), empty)
+    rois, batches = np.zeros((2, 4), "float32"), np.zeros((3,), "int64")
+    with pytest.raises(ShapeError, match="batch_indices"):
+        get_op("vision.onnx_roi_align").kernel({}, np.zeros((1, 1, 4, 4), "float32"), rois, batches)
