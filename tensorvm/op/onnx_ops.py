@@ -252,6 +252,8 @@ def _parse_einsum(equation: str, ranks):
 
 
 def _einsum_shape(op, equation, shapes, err):
+    """The output dims of the equation's letters: a letter's dims over the operands must be equal or 1
+    (broadcast), whatever their kind (a typed unknown dim passes; a symbolic pair records the check)."""
     try:
         terms, rhs = _parse_einsum(equation, [len(s) for s in shapes])
     except ValueError as e:
@@ -262,7 +264,13 @@ def _einsum_shape(op, equation, shapes, err):
             raise err(f"{op}: subscripts {term!r} do not match an operand of rank {len(shape)}")
         for c, d in zip(term, shape, strict=True):
             prev = sizes.get(c)
-            if prev is None or prev == 1:
+            if prev is None:
+                sizes[c] = d
+            elif sl.is_sym(prev) or sl.is_sym(d):
+                sl.require(sl.dim_or(sl.dim_or(prev == d, prev == 1), d == 1),
+                           f"{op}: subscript {c!r} has sizes {prev} and {d}", err)
+                sizes[c] = sl.dim_select(prev == 1, d, prev)
+            elif prev == 1:
                 sizes[c] = d
             elif isinstance(prev, int) and isinstance(d, int) and d not in (1, prev):
                 raise err(f"{op}: subscript {c!r} has sizes {prev} and {d}")
@@ -332,8 +340,7 @@ def _einsum_compute(attrs, inputs, out_type):
 define(
     "einsum", 1, _einsum_rel, _einsum_kernel, OpPattern.OPAQUE,
     attrs=(AttrDef("equation", REQUIRED, str),),
-    shape_func=lambda attrs, args: [_einsum_shape("einsum", attrs.equation, [concrete(s) for s in args[0]],
-                                                  ShapeError)],
+    shape_logic=sl.traceable(lambda op, attrs, args, err: _einsum_shape(op, attrs.equation, args[0], err)),
     doc="Einstein summation over a tuple of operands (``...`` broadcasting, implicit output allowed).",
     compute=_einsum_compute,
 )

@@ -23,7 +23,7 @@ NOT_TRACED: dict = {
     "dyn.split": _ATTRS_FROM_DATA, "dyn.unsqueeze": _ATTRS_FROM_DATA,
     "dyn.image.resize2d": _ATTRS_FROM_DATA, "image.resize": _ATTRS_FROM_DATA + " (scales or sizes)",
     "dyn.nn.upsampling": _ATTRS_FROM_DATA + " (the scales)", "dyn.nn.upsampling3d": _ATTRS_FROM_DATA + " (the scales)",
-    "einsum": _NOT_A_LOGIC_YET + " (the equation's subscripts)", "nn.attention": _NOT_A_LOGIC_YET,
+    "nn.attention": _NOT_A_LOGIC_YET,
     "sparse_fill_empty_rows": "the number of output rows counts the empty rows of the data: needs a counting "
                               "primitive in tv_shape.h",
 }

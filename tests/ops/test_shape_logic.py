@@ -691,6 +691,25 @@ def _onnx_roi_align(rng):
     return attrs, [_f32(rng, (n, _side(rng), 4, 4)), rois, batches]
 
 
+_EQUATIONS = ("ij,jk->ik", "ij->ji", "ii->i", "bij,bjk->bik", "i,i->", "ij,j", "...i,...i->...", "ij,ij->ij")
+
+
+def _einsum(rng):
+    """Operands whose letters mostly agree; now and then one dim is another side (1 broadcasts)."""
+    equation = str(rng.choice(_EQUATIONS))
+    lhs = equation.split("->")[0].split(",")
+    extra = _shape(rng, int(rng.integers(0, 3)), (1, 2))
+    sizes = {c: _side(rng, (1, 2, 3)) for c in "bijk"}
+    operands = []
+    for term in lhs:
+        dims = (extra if "..." in term else ()) + tuple(sizes[c] for c in term.replace("...", ""))
+        if dims and rng.random() < 0.25:
+            k = int(rng.integers(0, len(dims)))
+            dims = dims[:k] + (_side(rng, (1, 2, 3, 4)),) + dims[k + 1:]
+        operands.append(_f32(rng, dims))
+    return {"equation": equation}, [tuple(operands)]
+
+
 #: Generators of the ops whose logic is neither elementwise, broadcast nor a reduction.
 GENERATORS: dict = {
     "copy": _elementwise_cases, "nn.dense": _cases(_dense), "nn.matmul": _cases(_matmul),
@@ -733,7 +752,7 @@ GENERATORS: dict = {
     "vision.get_valid_counts": _cases(_get_valid_counts), "vision.non_max_suppression": _cases(_nms),
     "vision.all_class_non_max_suppression": _cases(_all_class_nms), "vision.roi_align": _cases(_roi_align),
     "vision.onnx_roi_align": _cases(_onnx_roi_align),
-    "nn.lstm": _cases(_recurrent(4, 8)), "nn.gru": _cases(_recurrent(3, 6)), "nn.rnn": _cases(_recurrent(1, 6)),
+    "einsum": _cases(_einsum), "nn.lstm": _cases(_recurrent(4, 8)), "nn.gru": _cases(_recurrent(3, 6)), "nn.rnn": _cases(_recurrent(1, 6)),
 }
 
 # ---- running one case three ways ------------------------------------------------------------------
