@@ -24,8 +24,6 @@ NOT_TRACED: dict = {
     "dyn.image.resize2d": _ATTRS_FROM_DATA, "image.resize": _ATTRS_FROM_DATA + " (scales or sizes)",
     "dyn.nn.upsampling": _ATTRS_FROM_DATA + " (the scales)", "dyn.nn.upsampling3d": _ATTRS_FROM_DATA + " (the scales)",
     "nn.attention": _NOT_A_LOGIC_YET,
-    "sparse_fill_empty_rows": "the number of output rows counts the empty rows of the data: needs a counting "
-                              "primitive in tv_shape.h",
 }
 
 

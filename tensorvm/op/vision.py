@@ -35,7 +35,7 @@ from ._common import (
 )
 from ._library import dtype_code, product, same_dims
 from .registry import AttrDef, LibraryKernel, OpDef, OpPattern
-from .shape_logic import const_int, is_sym, require, traceable
+from .shape_logic import const_int, count_row_starts, is_sym, require, traceable
 from .transform import define, fmt_shape, mul_dims
 
 _SOURCE = "vision.c"
@@ -572,12 +572,28 @@ def _sparse_rows(indices, dense_shape, error) -> tuple[int, np.ndarray]:
     return rows, first
 
 
-def _sparse_fill_shape_func(attrs, args):
-    rows, first = _sparse_rows(args[0], args[2], ShapeError)
-    # The entries plus one per empty row: distinct rows present, counted in one pass over the sorted column.
-    present = int(np.count_nonzero(np.diff(first))) + 1 if len(first) else 0
-    total = len(first) + rows - present
-    return [(total, np.shape(args[0])[1]), (total,), (rows,)]
+@traceable
+def _sparse_fill_logic(op, attrs, args, err) -> list:
+    """The entries plus one per empty row: the distinct rows present are counted in one pass over the
+    sorted first column (``count_row_starts``, which also checks it), no fill."""
+    indices, values, dense_shape, default = args
+    message = (f"{op}: expected sparse_indices (N, ndim >= 1), sparse_values (N,) and dense_shape (ndim,), got "
+               f"{fmt_shape(indices.shape)}, {fmt_shape(values)} and {fmt_shape(dense_shape.shape)}")
+    if len(indices.shape) != 2 or len(values) != 1 or len(dense_shape.shape) != 1:
+        raise err(message)
+    n, ndim = indices.shape
+    require(ndim >= 1, message, err)
+    _dims_match([(values[0], n), (dense_shape.shape[0], ndim)], message, err)
+    _one_element(op, default, "default_value", err)
+    rows = dense_shape.item(0)
+    if rows is None:  # (type inference of data it does not know)
+        return [(Any(), ndim), (Any(),), (Any(),)]
+    require(rows >= 0, f"{op}: dense_shape[0] must not be negative, got {rows}", err)
+    present = count_row_starts(indices, rows)
+    require(present >= 0, f"{op}: the rows of sparse_indices (its first column) must be ascending and in "
+                          f"[0, {rows})", err)
+    total = n + rows - present
+    return [(total, ndim), (total,), (rows,)]
 
 
 def _sparse_fill_kernel(attrs, indices, values, dense_shape, default_value):
@@ -612,7 +628,7 @@ def _sparse_fill_arguments(attrs, inputs, outputs):
 
 register_checked(OpDef(
     name=_SFER, num_inputs=4, type_rel=_sparse_fill_rel, kernel=_sparse_fill_kernel, pattern=OpPattern.OPAQUE,
-    shape_func=_sparse_fill_shape_func, shape_func_data_dependent=(True, False, True, False),
+    shape_logic=_sparse_fill_logic, shape_func_data_dependent=(True, False, True, False),
     library=LibraryKernel("tv_sparse_fill_empty_rows", _SOURCE, _sparse_fill_arguments),
     doc="sparse_fill_empty_rows(sparse_indices (N, ndim), sparse_values (N,), dense_shape (ndim,), default_value): "
         "(new_sparse_indices, new_sparse_values, empty_row_indicator (dense_shape[0],) bool): the entries (rows, "

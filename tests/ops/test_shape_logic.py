@@ -710,6 +710,19 @@ def _einsum(rng):
     return {"equation": equation}, [tuple(operands)]
 
 
+def _sparse_fill(rng):
+    """Sorted rows within dense_shape[0] (now and then unsorted, out of range, negative rows, or a
+    values vector of the wrong length)."""
+    n, ndim, rows = _side(rng, (0, 1, 2, 3, 4)), _side(rng, (1, 2)), _side(rng, (0, 1, 2, 3, 4))
+    first = np.sort(rng.integers(0, max(rows, 1), n))
+    if rng.random() < 0.2 and n > 1:
+        first = first[::-1].copy() if first[0] != first[-1] else first + rows
+    indices = np.concatenate([first[:, None], rng.integers(0, 3, (n, ndim - 1))], axis=1).astype("int64")
+    dense_shape = np.array([_mostly(rng, rows, -1, 0.9)] + [3] * (ndim - 1), "int64")
+    values = _f32(rng, (_mostly(rng, n, n + 1, 0.9),))
+    return {}, [indices, values, dense_shape, np.array(0.5, "float32")]
+
+
 #: Generators of the ops whose logic is neither elementwise, broadcast nor a reduction.
 GENERATORS: dict = {
     "copy": _elementwise_cases, "nn.dense": _cases(_dense), "nn.matmul": _cases(_matmul),
@@ -752,7 +765,7 @@ GENERATORS: dict = {
     "vision.get_valid_counts": _cases(_get_valid_counts), "vision.non_max_suppression": _cases(_nms),
     "vision.all_class_non_max_suppression": _cases(_all_class_nms), "vision.roi_align": _cases(_roi_align),
     "vision.onnx_roi_align": _cases(_onnx_roi_align),
-    "einsum": _cases(_einsum), "nn.lstm": _cases(_recurrent(4, 8)), "nn.gru": _cases(_recurrent(3, 6)), "nn.rnn": _cases(_recurrent(1, 6)),
+    "einsum": _cases(_einsum), "sparse_fill_empty_rows": _cases(_sparse_fill), "nn.lstm": _cases(_recurrent(4, 8)), "nn.gru": _cases(_recurrent(3, 6)), "nn.rnn": _cases(_recurrent(1, 6)),
 }
 
 # ---- running one case three ways ------------------------------------------------------------------
