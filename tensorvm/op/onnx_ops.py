@@ -44,6 +44,7 @@ from .dynamic import int_values as _ints
 from .dynamic import unique_axes as _norm_axes
 from .registry import REQUIRED, AttrDef, LibraryKernel, OpPattern
 from .transform import (
+    add_dims,
     concrete,
     define,
     expect_int_tensor,
@@ -1576,41 +1577,66 @@ def _attention_parts(attrs, q, k, v, mask, past_k, past_v, nonpad):
     return (y.astype(dtype), present_k.astype(dtype), present_v.astype(dtype), qk_out.astype(dtype))
 
 
-def _attention_shapes(op, attrs, q, k, v, past_k):
-    three_d = len(q) == 3
+def _known(d) -> bool:
+    return sl.const_int(d) or sl.is_sym(d)
+
+
+def _dims_equal(op, pairs, what, err):
+    """Each ``(got, want)`` pair equal when both are known or one is symbolic (a typed unknown passes)."""
+    for got, want in pairs:
+        if _known(got) and _known(want):
+            sl.require(got == want, f"{op}: {what}, got {got} and {want}", err)
+
+
+def _heads_split(op, dim, heads, what, err):
+    """``dim // heads`` for a dim that must be a multiple of ``heads`` (an unknown typed dim gives Any)."""
+    if not _known(dim):
+        return Any()
+    sl.require(dim % heads == 0, f"{op}: {what} ({dim}) is not a multiple of its {heads} heads", err)
+    return dim // heads
+
+
+@sl.traceable
+def _attention_logic(op, attrs, args, err):
+    """(Y, present_key, present_value, qk_matmul_output): the heads (3-d inputs split their last dim
+    into q_num_heads / kv_num_heads), the key/value cache in front of the keys. Checks what the shapes
+    must agree on; the mask and nonpad_kv_seqlen are the kernel's (they change no output shape)."""
+    q, k, v, past_k = (tuple(args[i]) for i in (0, 1, 2, 4))
     if len(q) not in (3, 4) or len(k) != len(q) or len(v) != len(q):
-        raise TypeInferenceError(f"{op}: Q, K and V must all be 3-d or all 4-d, got {fmt_shape(q)}, "
-                                 f"{fmt_shape(k)}, {fmt_shape(v)}")
-    if three_d:
+        raise err(f"{op}: Q, K and V must all be 3-d or all 4-d, got {fmt_shape(q)}, {fmt_shape(k)}, {fmt_shape(v)}")
+    if len(q) == 3:
         hq, hk = attrs.q_num_heads, attrs.kv_num_heads
         if not hq or not hk:
-            raise TypeInferenceError(f"{op}: 3-d inputs need q_num_heads and kv_num_heads")
+            raise err(f"{op}: 3-d inputs need q_num_heads and kv_num_heads")
         b, sq, skv = q[0], q[1], k[1]
-        head = q[2] // hq if isinstance(q[2], int) else Any()
-        v_head = v[2] // hk if isinstance(v[2], int) else Any()
+        head = _heads_split(op, q[2], hq, "Q's hidden size", err)
+        k_head = _heads_split(op, k[2], hk, "K's hidden size", err)
+        v_head = _heads_split(op, v[2], hk, "V's hidden size", err)
+        _dims_equal(op, [(v[1], skv)], "K and V must have the same sequence length", err)
         y = (b, sq, mul_dims(v_head, hq))
     else:
         b, hq, sq, head = q
-        hk, skv, v_head = k[1], k[2], v[3]
+        hk, skv, k_head, v_head = k[1], k[2], k[3], v[3]
+        _dims_equal(op, [(v[1], hk), (v[2], skv)], "K and V must have the same heads and sequence length", err)
         y = (b, hq, sq, v_head)
-    total = skv
-    if past_k is not None and len(past_k):
-        total = past_k[2] + skv if isinstance(past_k[2], int) and isinstance(skv, int) else Any()
-    k_head = k[2] // hk if three_d and isinstance(k[2], int) and isinstance(hk, int) else (head if three_d else k[3])
-    present_k = (b, hk, total, k_head)
-    present_v = (b, hk, total, v_head)
-    qk = (b, hq, sq, total)
-    return [tuple(y), present_k, present_v, qk]
+    if _known(hq) and _known(hk):
+        sl.require(sl.dim_or(hq == hk, sl.dim_and(hk > 0, hq % sl.dim_max(hk, 1) == 0)),
+                   f"{op}: {hq} query heads are not a multiple of {hk} key/value heads", err)
+    _dims_equal(op, [(k[0], b), (v[0], b)], "Q, K and V must have the same batch", err)
+    _dims_equal(op, [(k_head, head)], "Q's and K's head sizes must match", err)
+    total = add_dims(past_k[2], skv) if len(past_k) == 4 else skv
+    return [y, (b, hk, total, k_head), (b, hk, total, v_head), (b, hq, sq, total)]
 
 
 def _attention_rel(types, attrs, consts=None):
     tensors = [expect_tensor("nn.attention", t, "argument") for t in types]
-    past = tensors[4].shape if tensors[4].ndim == 4 else None
-    shapes = _attention_shapes("nn.attention", attrs, tensors[0].shape, tensors[1].shape, tensors[2].shape, past)
+    shapes = _attention_logic("nn.attention", attrs, [t.shape for t in tensors], TypeInferenceError)
     return TupleType(tuple(TensorType(s, tensors[0].dtype) for s in shapes))
 
 
 def _attention_kernel(attrs, q, k, v, mask, past_k, past_v, nonpad):
+    _attention_logic("nn.attention", attrs, [np.shape(a) for a in (q, k, v, mask, past_k, past_v, nonpad)],
+                     ShapeError)
     return _attention_parts(attrs, np.asarray(q), np.asarray(k), np.asarray(v), mask, past_k, past_v, nonpad)
 
 
@@ -1767,9 +1793,7 @@ define(
         AttrDef("softcap", 0.0, to_float), AttrDef("softmax_precision", 0, to_int),
         AttrDef("left_window_size", -1, to_int), AttrDef("right_window_size", -1, to_int),
     ),
-    shape_func=lambda attrs, args: [tuple(int(d) for d in s) for s in _attention_shapes(
-        "nn.attention", attrs, concrete(args[0]), concrete(args[1]), concrete(args[2]),
-        concrete(args[4]) if len(args[4]) == 4 else None)],
+    shape_logic=_attention_logic,
     doc="ONNX Attention(Q, K, V, attn_mask, past_key, past_value, nonpad_kv_seqlen) -> (Y, present_key, "
         "present_value, qk_matmul_output); empty tensors stand for omitted inputs.",
     compute=_attention_compute,

@@ -13,7 +13,7 @@ from .registry import OpDef
 
 _ATTRS_FROM_DATA = ("its run-time values become the static op's attributes (axes, reps, depth, pads), which "
                     "choose the logic's Python branches; a C form needs selects over the values or the defer code")
-_NOT_A_LOGIC_YET = "its shape function is separate Python, not yet written as a shape logic"
+
 
 #: op -> why its shape function is not (yet) a traceable logic.
 NOT_TRACED: dict = {
@@ -23,7 +23,6 @@ NOT_TRACED: dict = {
     "dyn.split": _ATTRS_FROM_DATA, "dyn.unsqueeze": _ATTRS_FROM_DATA,
     "dyn.image.resize2d": _ATTRS_FROM_DATA, "image.resize": _ATTRS_FROM_DATA + " (scales or sizes)",
     "dyn.nn.upsampling": _ATTRS_FROM_DATA + " (the scales)", "dyn.nn.upsampling3d": _ATTRS_FROM_DATA + " (the scales)",
-    "nn.attention": _NOT_A_LOGIC_YET,
 }
 
 

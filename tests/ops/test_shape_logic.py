@@ -723,6 +723,29 @@ def _sparse_fill(rng):
     return {}, [indices, values, dense_shape, np.array(0.5, "float32")]
 
 
+def _attention(rng):
+    """3-d or 4-d Q, K, V of consistent heads, with or without a key/value cache; now and then a hidden
+    size that is no multiple of the heads, another batch or head size, or query heads that are no
+    multiple of the key/value heads (the mask and nonpad lengths are omitted: empty)."""
+    b, sq, skv, head, v_head = _side(rng, (1, 2)), _side(rng, (1, 2, 3)), _side(rng, (1, 2, 3)), 2, _side(rng, (1, 2))
+    hk = _side(rng, (1, 2))
+    hq = hk * _side(rng, (1, 2)) if rng.random() < 0.85 else 3
+    kb, k_head = _mostly(rng, b, b + 1, 0.9), _mostly(rng, head, head + 1, 0.9)
+    empty = np.zeros((0,), "float32")
+    past = int(rng.integers(0, 3)) if rng.random() < 0.5 else None
+    if rng.random() < 0.5:
+        attrs = {"q_num_heads": hq, "kv_num_heads": hk}
+        q, k, v = (b, sq, hq * head), (kb, skv, hk * k_head), (b, skv, hk * v_head)
+        if rng.random() < 0.1:
+            q = (b, sq, hq * head + 1)
+    else:
+        attrs = {}
+        q, k, v = (b, hq, sq, head), (kb, hk, skv, k_head), (b, hk, skv, v_head)
+    past_k = _f32(rng, (b, hk, past, head)) if past is not None else empty
+    past_v = _f32(rng, (b, hk, past, v_head)) if past is not None else empty
+    return attrs, [_f32(rng, q), _f32(rng, k), _f32(rng, v), empty, past_k, past_v, np.zeros((0,), "int64")]
+
+
 #: Generators of the ops whose logic is neither elementwise, broadcast nor a reduction.
 GENERATORS: dict = {
     "copy": _elementwise_cases, "nn.dense": _cases(_dense), "nn.matmul": _cases(_matmul),
@@ -765,7 +788,7 @@ GENERATORS: dict = {
     "vision.get_valid_counts": _cases(_get_valid_counts), "vision.non_max_suppression": _cases(_nms),
     "vision.all_class_non_max_suppression": _cases(_all_class_nms), "vision.roi_align": _cases(_roi_align),
     "vision.onnx_roi_align": _cases(_onnx_roi_align),
-    "einsum": _cases(_einsum), "sparse_fill_empty_rows": _cases(_sparse_fill), "nn.lstm": _cases(_recurrent(4, 8)), "nn.gru": _cases(_recurrent(3, 6)), "nn.rnn": _cases(_recurrent(1, 6)),
+    "einsum": _cases(_einsum), "nn.attention": _cases(_attention), "sparse_fill_empty_rows": _cases(_sparse_fill), "nn.lstm": _cases(_recurrent(4, 8)), "nn.gru": _cases(_recurrent(3, 6)), "nn.rnn": _cases(_recurrent(1, 6)),
 }
 
 # ---- running one case three ways ------------------------------------------------------------------
