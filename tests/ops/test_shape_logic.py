@@ -1056,3 +1056,14 @@ def test_the_recurrent_and_roi_align_kernels_check_what_their_shape_logics_check
     rois, batches = np.zeros((2, 4), "float32"), np.zeros((3,), "int64")
     with pytest.raises(ShapeError, match="batch_indices"):
         get_op("vision.onnx_roi_align").kernel({}, np.zeros((1, 1, 4, 4), "float32"), rois, batches)
+
+
+def test_attention_rejects_keys_of_another_batch():
+    """Found while writing its logic: nn.attention's kernel reshaped 3-d K (2, 1, 2) of batch 2 for Q's
+    batch 1 into one head of size 4, matching Q's, and answered; the shape function and kernel now say no."""
+    q, k, v = np.ones((1, 1, 4), "float32"), np.ones((2, 1, 2), "float32"), np.ones((1, 1, 2), "float32")
+    empty, attrs = np.zeros((0,), "float32"), {"q_num_heads": 1, "kv_num_heads": 1}
+    with pytest.raises(ShapeError, match="the same batch, got 2 and 1"):
+        get_op("nn.attention").kernel(attrs, q, k, v, empty, empty, empty, np.zeros((0,), "int64"))
+    with pytest.raises(ShapeError, match="the same batch"):
+        get_op("nn.attention").shape_func(attrs, [a.shape for a in (q, k, v, empty, empty, empty, empty)])
