@@ -135,14 +135,30 @@ define(
 
 
 def _split_sizes(op, dim, split, num_outputs, err):
+    """The parts' sizes along an axis of size ``dim`` (an int or a ``Sym``): ``split`` (known values) or,
+    empty, near-equal parts of ceil(dim / num_outputs)."""
     if split:
         if len(split) != num_outputs:
             raise err(f"{op}: {len(split)} split sizes for {num_outputs} outputs")
-        if any(s < 0 for s in split) or sum(split) != dim:
-            raise err(f"{op}: split sizes {split} must be >= 0 and add up to the axis size {dim}")
+        sl.require(all(s >= 0 for s in split) and sum(split) == dim,
+                   f"{op}: split sizes {split} must be >= 0 and add up to the axis size {dim}", err)
         return tuple(split)
-    chunk = -(-dim // num_outputs)
-    return tuple(min(chunk, max(dim - i * chunk, 0)) for i in range(num_outputs))
+    chunk = (dim + (num_outputs - 1)) // num_outputs  # (ceil: dims are >= 0)
+    return tuple(sl.dim_min(chunk, sl.dim_max(dim - i * chunk, 0)) for i in range(num_outputs))
+
+
+def _read_split_sizes(op, dim, sizes: sl.DataArg, num_outputs, err):
+    """The parts' sizes from ``sizes`` read in C: none (near-equal parts) or one per output, each >= 0 and
+    adding up to ``dim``; a C conditional picks (its loads only run for a non-empty ``sizes``)."""
+    n = sizes.shape[0] if sizes.shape else 1
+    sl.require(sl.dim_or(n == 0, n == num_outputs), f"{op}: the number of split sizes must be 0 or {num_outputs}",
+               err)
+    read = [sizes.item(i) for i in range(num_outputs)]
+    valid = sum(read[1:], read[0]) == dim
+    for r in read:
+        valid = sl.dim_and(valid, r >= 0)
+    sl.require(sl.dim_or(n == 0, valid), f"{op}: split sizes must be >= 0 and add up to the axis size {dim}", err)
+    return tuple(sl.dim_select(n == 0, c, r) for c, r in zip(_split_sizes(op, dim, (), num_outputs, err), read))
 
 
 def _split_rel(types, attrs, consts=None):
@@ -161,14 +177,21 @@ def _split_rel(types, attrs, consts=None):
                            for s in sizes))
 
 
-def _split_shapes(attrs, shape, split, err):
-    axis = norm_axis("dyn.split", attrs.axis, len(shape), err)
-    sizes = _split_sizes("dyn.split", shape[axis], int_values(split, "dyn.split", "sizes", err), attrs.num_outputs, err)
-    return [shape[:axis] + (s,) + shape[axis + 1:] for s in sizes]
+@sl.traceable
+def _split_logic(op, attrs, args, err):
+    shape, sizes = tuple(args[0]), args[1]
+    axis = norm_axis(op, attrs.axis, len(shape), err)
+    if sizes.values is not None:
+        parts = _split_sizes(op, shape[axis], int_values(sizes.values, op, "sizes", err), attrs.num_outputs, err)
+    else:
+        if len(sizes.shape) > 1 or sizes.dtype not in _INT_DTYPES:
+            raise err(f"{op}: sizes must be a 0-d or 1-d integer tensor, got {sizes.dtype} of shape {sizes.shape}")
+        parts = _read_split_sizes(op, shape[axis], sizes, attrs.num_outputs, err)
+    return [shape[:axis] + (s,) + shape[axis + 1:] for s in parts]
 
 
 def _split_kernel(attrs, x, split):
-    shapes = _split_shapes(attrs, np.shape(x), split, ShapeError)
+    shapes = _split_logic("dyn.split", attrs, [np.shape(x), sl.DataArg.of_array(split)], ShapeError)
     axis = attrs.axis % x.ndim
     bounds = np.cumsum([0] + [s[axis] for s in shapes])
     return tuple(np.take(x, np.arange(bounds[i], bounds[i + 1]), axis=axis) for i in range(len(shapes)))
@@ -192,8 +215,7 @@ def _split_compute(attrs, inputs, out_type):
 define(
     "dyn.split", 2, _split_rel, _split_kernel, OpPattern.OPAQUE,
     attrs=(AttrDef("axis", 0, to_int), AttrDef("num_outputs", REQUIRED, lambda v: max(1, to_int(v)))),
-    shape_func=lambda attrs, args: _split_shapes(attrs, concrete(args[0]), args[1], ShapeError),
-    data_dependent=(False, True), compute=_split_compute,
+    shape_logic=_split_logic, data_dependent=(False, True), compute=_split_compute,
     doc="split into ``num_outputs`` consecutive parts along ``axis`` of the sizes in the run-time 1-d tensor "
         "``sizes`` (empty: near-equal parts of ceil(dim / num_outputs), the last ones smaller).",
 )

@@ -746,6 +746,23 @@ def _attention(rng):
     return attrs, [_f32(rng, q), _f32(rng, k), _f32(rng, v), empty, past_k, past_v, np.zeros((0,), "int64")]
 
 
+def _dyn_split(rng):
+    """Run-time sizes: none (near-equal parts), a partition of the axis, or now and then a wrong count,
+    a negative size or a wrong sum."""
+    x = _f32(rng, _shape(rng, int(rng.integers(1, 4)), (0, 1, 2, 3, 4, 5)))
+    axis, parts = int(rng.integers(-x.ndim, x.ndim)), _side(rng, (1, 2, 3))
+    dim, kind = x.shape[axis], rng.choice(["empty", "partition", "partition", "bad"])
+    if kind == "empty":
+        sizes = np.zeros((0,), "int64")
+    else:
+        cuts = np.sort(rng.integers(0, dim + 1, parts - 1))
+        sizes = np.diff(np.concatenate([[0], cuts, [dim]])).astype("int64")
+        if kind == "bad":
+            sizes = [sizes[:-1] if parts > 1 else sizes + 1, sizes + 1, np.append(sizes, 0), -sizes - 1][
+                int(rng.integers(0, 4))].astype("int64")
+    return {"axis": axis, "num_outputs": parts}, [x, np.asarray(sizes, "int32" if rng.random() < 0.3 else "int64")]
+
+
 #: Generators of the ops whose logic is neither elementwise, broadcast nor a reduction.
 GENERATORS: dict = {
     "copy": _elementwise_cases, "nn.dense": _cases(_dense), "nn.matmul": _cases(_matmul),
@@ -788,7 +805,7 @@ GENERATORS: dict = {
     "vision.get_valid_counts": _cases(_get_valid_counts), "vision.non_max_suppression": _cases(_nms),
     "vision.all_class_non_max_suppression": _cases(_all_class_nms), "vision.roi_align": _cases(_roi_align),
     "vision.onnx_roi_align": _cases(_onnx_roi_align),
-    "einsum": _cases(_einsum), "nn.attention": _cases(_attention), "sparse_fill_empty_rows": _cases(_sparse_fill), "nn.lstm": _cases(_recurrent(4, 8)), "nn.gru": _cases(_recurrent(3, 6)), "nn.rnn": _cases(_recurrent(1, 6)),
+    "dyn.split": _cases(_dyn_split), "einsum": _cases(_einsum), "nn.attention": _cases(_attention), "sparse_fill_empty_rows": _cases(_sparse_fill), "nn.lstm": _cases(_recurrent(4, 8)), "nn.gru": _cases(_recurrent(3, 6)), "nn.rnn": _cases(_recurrent(1, 6)),
 }
 
 # ---- running one case three ways ------------------------------------------------------------------
