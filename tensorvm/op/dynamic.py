@@ -99,6 +99,40 @@ def _unsqueeze_dims(op, shape, axes, err):
     return tuple(out)
 
 
+@sl.traceable
+def _unsqueeze_logic(op, attrs, args, err):
+    """Known axes place the new 1s directly; axes read in C (their number is static: it decides the rank)
+    are checked (in range, distinct) and each output dim selects 1 or the input dim it receives."""
+    shape, axes = tuple(args[0]), args[1]
+    if axes.values is not None:
+        return _unsqueeze_dims(op, shape, int_values(axes.values, op, "axes", err), err)
+    if len(axes.shape) > 1 or axes.dtype not in _INT_DTYPES:
+        raise err(f"{op}: axes must be a 0-d or 1-d integer tensor, got {axes.dtype} of shape {axes.shape}")
+    n = axes.shape[0] if axes.shape else 1
+    if not sl.const_int(n):
+        sl.untraceable("reads a number of axes that is not static (it decides the output rank)")
+    ndim = len(shape) + n
+    read = [axes.item(j) for j in range(n)]
+    for a in read:
+        sl.require(sl.dim_and(a >= -ndim, a < ndim), f"{op}: axis {a} is out of range for a tensor of rank {ndim}",
+                   err)
+    norm = [sl.dim_select(a < 0, a + ndim, a) for a in read]
+    for j in range(n):
+        for k in range(j + 1, n):
+            sl.require(norm[j] != norm[k], f"{op}: axis {read[k]} is repeated in the axes", err)
+    out = []
+    for i in range(ndim):
+        new, before = False, 0
+        for a in norm:
+            new = sl.dim_or(new, a == i)
+            before = before + sl.dim_select(a < i, 1, 0)
+        dim = 1  # (the input dim at position i - before: a select over the static input dims)
+        for t in range(len(shape)):
+            dim = sl.dim_select(i - before == t, shape[t], dim)
+        out.append(sl.dim_select(new, 1, dim))
+    return tuple(out)
+
+
 def _unsqueeze_rel(types, attrs, consts=None):
     op = "dyn.unsqueeze"
     data = expect_tensor(op, types[0], "data")
@@ -122,9 +156,7 @@ define(
     lambda attrs, x, axes: np.asarray(x).reshape(_unsqueeze_dims("dyn.unsqueeze", np.shape(x), int_values(
         axes, "dyn.unsqueeze", "axes", ExecutionError), ShapeError)),
     OpPattern.OPAQUE,
-    shape_func=lambda attrs, args: [_unsqueeze_dims("dyn.unsqueeze", concrete(args[0]), int_values(
-        args[1], "dyn.unsqueeze", "axes", ShapeError), ShapeError)],
-    data_dependent=(False, True), compute=_unsqueeze_compute,
+    shape_logic=_unsqueeze_logic, data_dependent=(False, True), compute=_unsqueeze_compute,
     doc="expand_dims at several positions: insert size-1 dims at the output positions listed in the run-time "
         "1-d tensor ``axes`` (negative ones count from the output's end; a repeated axis is an error).",
 )

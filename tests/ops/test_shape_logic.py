@@ -763,6 +763,17 @@ def _dyn_split(rng):
     return {"axis": axis, "num_outputs": parts}, [x, np.asarray(sizes, "int32" if rng.random() < 0.3 else "int64")]
 
 
+def _dyn_unsqueeze(rng):
+    """A static number of run-time axes, now and then out of range or repeated."""
+    x = _f32(rng, _shape(rng, int(rng.integers(0, 3))))
+    n = int(rng.integers(0, 3))
+    ndim = x.ndim + n
+    axes = rng.integers(-ndim - 1, ndim + 1, n)
+    if n == 1 and rng.random() < 0.3:
+        return {}, [x, np.array(axes[0], "int64")]
+    return {}, [x, axes.astype("int64")]
+
+
 #: Generators of the ops whose logic is neither elementwise, broadcast nor a reduction.
 GENERATORS: dict = {
     "copy": _elementwise_cases, "nn.dense": _cases(_dense), "nn.matmul": _cases(_matmul),
@@ -805,7 +816,7 @@ GENERATORS: dict = {
     "vision.get_valid_counts": _cases(_get_valid_counts), "vision.non_max_suppression": _cases(_nms),
     "vision.all_class_non_max_suppression": _cases(_all_class_nms), "vision.roi_align": _cases(_roi_align),
     "vision.onnx_roi_align": _cases(_onnx_roi_align),
-    "dyn.split": _cases(_dyn_split), "einsum": _cases(_einsum), "nn.attention": _cases(_attention), "sparse_fill_empty_rows": _cases(_sparse_fill), "nn.lstm": _cases(_recurrent(4, 8)), "nn.gru": _cases(_recurrent(3, 6)), "nn.rnn": _cases(_recurrent(1, 6)),
+    "dyn.split": _cases(_dyn_split), "dyn.unsqueeze": _cases(_dyn_unsqueeze), "einsum": _cases(_einsum), "nn.attention": _cases(_attention), "sparse_fill_empty_rows": _cases(_sparse_fill), "nn.lstm": _cases(_recurrent(4, 8)), "nn.gru": _cases(_recurrent(3, 6)), "nn.rnn": _cases(_recurrent(1, 6)),
 }
 
 # ---- running one case three ways ------------------------------------------------------------------
@@ -821,7 +832,7 @@ def _dynamic_type(value, static_axes=()):
 
 
 #: Dims an op's relation needs static ({input: axes}): scatter_nd's index depth, the length of a shape tensor.
-STATIC_DIMS = {"scatter_nd": {1: (0,)}, "dyn.reshape": {1: (0,)}, "dyn.zeros": {0: (0,)}, "dyn.ones": {0: (0,)},
+STATIC_DIMS = {"scatter_nd": {1: (0,)}, "dyn.reshape": {1: (0,)}, "dyn.unsqueeze": {1: (0,)}, "dyn.zeros": {0: (0,)}, "dyn.ones": {0: (0,)},
                "dyn.full": {1: (0,)}, "dyn.broadcast_to": {1: (0,)},
                # (the n-d window ops trace for static spatial dims, e.g. a dynamic batch)
                "nn.conv_nd": {0: (2, 3), 1: (2, 3)}, "nn.conv_transpose_nd": {0: (2, 3), 1: (2, 3)},
