@@ -99,6 +99,30 @@ def _unsqueeze_dims(op, shape, axes, err):
     return tuple(out)
 
 
+def _axes_count(op, axes: sl.DataArg, err) -> int:
+    """The number of axes of a 0-d or 1-d integer ``axes`` read in C: static (a C loop over a run-time
+    number of them is not traced)."""
+    if len(axes.shape) > 1 or axes.dtype not in _INT_DTYPES:
+        raise err(f"{op}: axes must be a 0-d or 1-d integer tensor, got {axes.dtype} of shape {axes.shape}")
+    n = axes.shape[0] if axes.shape else 1
+    if not sl.const_int(n):
+        sl.untraceable("reads a number of axes that is not static")
+    return n
+
+
+def _read_axes(op, axes: sl.DataArg, ndim: int, err) -> list:
+    """The axes read in C, checked in [-ndim, ndim) and distinct, normalized (``Sym`` loads)."""
+    read = [axes.item(j) for j in range(_axes_count(op, axes, err))]
+    for a in read:
+        sl.require(sl.dim_and(a >= -ndim, a < ndim), f"{op}: axis {a} is out of range for a tensor of rank {ndim}",
+                   err)
+    norm = [sl.dim_select(a < 0, a + ndim, a) for a in read]
+    for j in range(len(norm)):
+        for k in range(j + 1, len(norm)):
+            sl.require(norm[j] != norm[k], f"{op}: axis {read[k]} is repeated in the axes", err)
+    return norm
+
+
 @sl.traceable
 def _unsqueeze_logic(op, attrs, args, err):
     """Known axes place the new 1s directly; axes read in C (their number is static: it decides the rank)
@@ -106,20 +130,8 @@ def _unsqueeze_logic(op, attrs, args, err):
     shape, axes = tuple(args[0]), args[1]
     if axes.values is not None:
         return _unsqueeze_dims(op, shape, int_values(axes.values, op, "axes", err), err)
-    if len(axes.shape) > 1 or axes.dtype not in _INT_DTYPES:
-        raise err(f"{op}: axes must be a 0-d or 1-d integer tensor, got {axes.dtype} of shape {axes.shape}")
-    n = axes.shape[0] if axes.shape else 1
-    if not sl.const_int(n):
-        sl.untraceable("reads a number of axes that is not static (it decides the output rank)")
-    ndim = len(shape) + n
-    read = [axes.item(j) for j in range(n)]
-    for a in read:
-        sl.require(sl.dim_and(a >= -ndim, a < ndim), f"{op}: axis {a} is out of range for a tensor of rank {ndim}",
-                   err)
-    norm = [sl.dim_select(a < 0, a + ndim, a) for a in read]
-    for j in range(n):
-        for k in range(j + 1, n):
-            sl.require(norm[j] != norm[k], f"{op}: axis {read[k]} is repeated in the axes", err)
+    ndim = len(shape) + _axes_count(op, axes, err)
+    norm = _read_axes(op, axes, ndim, err)
     out = []
     for i in range(ndim):
         new, before = False, 0
@@ -459,11 +471,24 @@ def _reduce_kernel(attrs, x, axes):
     return reduce_array(x, axes, True, attrs.mode)
 
 
-def _reduce_shape(attrs, args):
-    shape = concrete(args[0])
-    axes = _reduce_axes("dyn.reduce", len(shape), int_values(args[1], "dyn.reduce", "axes", ShapeError),
-                        attrs.empty_is_all, ShapeError)
-    return [_reduced(shape, axes)]
+@sl.traceable
+def _dyn_reduce_logic(op, attrs, args, err):
+    """The data's shape with the reduced axes as 1s: known axes directly; axes read in C (a static number)
+    checked and each dim a select (1 where some axis names it)."""
+    shape, axes = tuple(args[0]), args[1]
+    if axes.values is not None:
+        return _reduced(shape, _reduce_axes(op, len(shape), int_values(axes.values, op, "axes", err),
+                                            attrs.empty_is_all, err))
+    norm = _read_axes(op, axes, len(shape), err)
+    if not norm:
+        return _reduced(shape, _reduce_axes(op, len(shape), (), attrs.empty_is_all, err))
+    out = []
+    for i, d in enumerate(shape):
+        named = False
+        for a in norm:
+            named = sl.dim_or(named, a == i)
+        out.append(sl.dim_select(named, 1, d))
+    return tuple(out)
 
 
 def _reduce_compute(attrs, inputs, out_type):
@@ -504,7 +529,7 @@ define(
     "dyn.reduce", 2, _reduce_rel, _reduce_kernel, OpPattern.OPAQUE,
     attrs=(AttrDef("mode", REQUIRED, one_of(*_REDUCERS)),
            AttrDef("empty_is_all", True, to_bool, "empty axes reduce every axis; else none (a copy)")),
-    shape_func=_reduce_shape, data_dependent=(False, True), compute=_reduce_compute,
+    shape_logic=_dyn_reduce_logic, data_dependent=(False, True), compute=_reduce_compute,
     doc="dyn.reduce(data, axes): sum, mean, max, min or prod (``mode``) over the axes in the run-time 1-d "
         "tensor ``axes``, keeping them as dims of 1 (``dyn.squeeze`` with the same axes drops them); an "
         "empty reduction gives the identity (max: the dtype's lowest, -inf for floats); max/min of bool "

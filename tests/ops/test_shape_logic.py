@@ -774,6 +774,16 @@ def _dyn_unsqueeze(rng):
     return {}, [x, axes.astype("int64")]
 
 
+def _dyn_reduce(rng):
+    """A static number of run-time axes (none: every axis or none, by empty_is_all), now and then out of
+    range or repeated."""
+    x = _f32(rng, _shape(rng, int(rng.integers(0, 4))))
+    n = int(rng.integers(0, 3))
+    axes = rng.integers(-x.ndim - 1, x.ndim + 1, n).astype("int64")
+    attrs = {"mode": str(rng.choice(["sum", "max", "mean"])), "empty_is_all": bool(rng.random() < 0.7)}
+    return attrs, [x, np.array(axes[0]) if n == 1 and rng.random() < 0.3 else axes]
+
+
 #: Generators of the ops whose logic is neither elementwise, broadcast nor a reduction.
 GENERATORS: dict = {
     "copy": _elementwise_cases, "nn.dense": _cases(_dense), "nn.matmul": _cases(_matmul),
@@ -816,7 +826,8 @@ GENERATORS: dict = {
     "vision.get_valid_counts": _cases(_get_valid_counts), "vision.non_max_suppression": _cases(_nms),
     "vision.all_class_non_max_suppression": _cases(_all_class_nms), "vision.roi_align": _cases(_roi_align),
     "vision.onnx_roi_align": _cases(_onnx_roi_align),
-    "dyn.split": _cases(_dyn_split), "dyn.unsqueeze": _cases(_dyn_unsqueeze), "einsum": _cases(_einsum), "nn.attention": _cases(_attention), "sparse_fill_empty_rows": _cases(_sparse_fill), "nn.lstm": _cases(_recurrent(4, 8)), "nn.gru": _cases(_recurrent(3, 6)), "nn.rnn": _cases(_recurrent(1, 6)),
+    "dyn.split": _cases(_dyn_split), "dyn.unsqueeze": _cases(_dyn_unsqueeze),
+    "dyn.reduce": _cases(_dyn_reduce), "einsum": _cases(_einsum), "nn.attention": _cases(_attention), "sparse_fill_empty_rows": _cases(_sparse_fill), "nn.lstm": _cases(_recurrent(4, 8)), "nn.gru": _cases(_recurrent(3, 6)), "nn.rnn": _cases(_recurrent(1, 6)),
 }
 
 # ---- running one case three ways ------------------------------------------------------------------
@@ -832,7 +843,7 @@ def _dynamic_type(value, static_axes=()):
 
 
 #: Dims an op's relation needs static ({input: axes}): scatter_nd's index depth, the length of a shape tensor.
-STATIC_DIMS = {"scatter_nd": {1: (0,)}, "dyn.reshape": {1: (0,)}, "dyn.unsqueeze": {1: (0,)}, "dyn.zeros": {0: (0,)}, "dyn.ones": {0: (0,)},
+STATIC_DIMS = {"scatter_nd": {1: (0,)}, "dyn.reshape": {1: (0,)}, "dyn.unsqueeze": {1: (0,)}, "dyn.reduce": {1: (0,)}, "dyn.zeros": {0: (0,)}, "dyn.ones": {0: (0,)},
                "dyn.full": {1: (0,)}, "dyn.broadcast_to": {1: (0,)},
                # (the n-d window ops trace for static spatial dims, e.g. a dynamic batch)
                "nn.conv_nd": {0: (2, 3), 1: (2, 3)}, "nn.conv_transpose_nd": {0: (2, 3), 1: (2, 3)},
