@@ -1047,6 +1047,8 @@ def _pool_kernel(attrs, x):
         out = win.max(axis=axes)
         if not attrs.return_indices:
             return out
+        if out.size == 0:  # (no window to take the argmax of; the reshape below cannot infer -1)
+            return out, np.zeros(out.shape, np.int64)
         flat = win.reshape(win.shape[:2 + n] + (-1,)).argmax(axis=-1)
         taps = np.unravel_index(flat, kernel)
         coords = []
