@@ -17,8 +17,8 @@ _ATTRS_FROM_DATA = ("its run-time values become the static op's attributes (axes
 
 #: op -> why its shape function is not (yet) a traceable logic.
 NOT_TRACED: dict = {
-    "dyn.expand_dims": _ATTRS_FROM_DATA, "dyn.squeeze": _ATTRS_FROM_DATA, "dyn.tile": _ATTRS_FROM_DATA,
-    "dyn.one_hot": _ATTRS_FROM_DATA, "dyn.strided_slice": _ATTRS_FROM_DATA, "dyn.nn.pad": _ATTRS_FROM_DATA,
+    "dyn.expand_dims": _ATTRS_FROM_DATA, "dyn.squeeze": _ATTRS_FROM_DATA,
+    "dyn.strided_slice": _ATTRS_FROM_DATA, "dyn.nn.pad": _ATTRS_FROM_DATA,
     "dyn.sparse_to_dense": _ATTRS_FROM_DATA, "dyn.pad": _ATTRS_FROM_DATA,
     "dyn.image.resize2d": _ATTRS_FROM_DATA, "image.resize": _ATTRS_FROM_DATA + " (scales or sizes)",
     "dyn.nn.upsampling": _ATTRS_FROM_DATA + " (the scales)", "dyn.nn.upsampling3d": _ATTRS_FROM_DATA + " (the scales)",

@@ -784,6 +784,21 @@ def _dyn_reduce(rng):
     return attrs, [x, np.array(axes[0]) if n == 1 and rng.random() < 0.3 else axes]
 
 
+def _dyn_tile(rng):
+    x = _f32(rng, _shape(rng, int(rng.integers(0, 3))))
+    reps = rng.integers(0, 3, int(rng.integers(0, 4)))
+    if len(reps) and rng.random() < 0.2:
+        reps[0] = -1
+    return {}, [x, reps.astype("int64")]
+
+
+def _dyn_one_hot(rng):
+    indices = rng.integers(-1, 4, _shape(rng, int(rng.integers(0, 3)))).astype("int32")
+    axis = int(rng.integers(-indices.ndim - 2, indices.ndim + 2))
+    depth = np.array(int(rng.integers(-1, 4)), "int64")
+    return {"axis": axis}, [indices, np.array(1.0, "float32"), np.array(0.0, "float32"), depth]
+
+
 #: Generators of the ops whose logic is neither elementwise, broadcast nor a reduction.
 GENERATORS: dict = {
     "copy": _elementwise_cases, "nn.dense": _cases(_dense), "nn.matmul": _cases(_matmul),
@@ -827,7 +842,7 @@ GENERATORS: dict = {
     "vision.all_class_non_max_suppression": _cases(_all_class_nms), "vision.roi_align": _cases(_roi_align),
     "vision.onnx_roi_align": _cases(_onnx_roi_align),
     "dyn.split": _cases(_dyn_split), "dyn.unsqueeze": _cases(_dyn_unsqueeze),
-    "dyn.reduce": _cases(_dyn_reduce), "einsum": _cases(_einsum), "nn.attention": _cases(_attention), "sparse_fill_empty_rows": _cases(_sparse_fill), "nn.lstm": _cases(_recurrent(4, 8)), "nn.gru": _cases(_recurrent(3, 6)), "nn.rnn": _cases(_recurrent(1, 6)),
+    "dyn.reduce": _cases(_dyn_reduce), "dyn.tile": _cases(_dyn_tile), "dyn.one_hot": _cases(_dyn_one_hot), "einsum": _cases(_einsum), "nn.attention": _cases(_attention), "sparse_fill_empty_rows": _cases(_sparse_fill), "nn.lstm": _cases(_recurrent(4, 8)), "nn.gru": _cases(_recurrent(3, 6)), "nn.rnn": _cases(_recurrent(1, 6)),
 }
 
 # ---- running one case three ways ------------------------------------------------------------------
@@ -843,7 +858,7 @@ def _dynamic_type(value, static_axes=()):
 
 
 #: Dims an op's relation needs static ({input: axes}): scatter_nd's index depth, the length of a shape tensor.
-STATIC_DIMS = {"scatter_nd": {1: (0,)}, "dyn.reshape": {1: (0,)}, "dyn.unsqueeze": {1: (0,)}, "dyn.reduce": {1: (0,)}, "dyn.zeros": {0: (0,)}, "dyn.ones": {0: (0,)},
+STATIC_DIMS = {"scatter_nd": {1: (0,)}, "dyn.reshape": {1: (0,)}, "dyn.unsqueeze": {1: (0,)}, "dyn.reduce": {1: (0,)}, "dyn.tile": {1: (0,)}, "dyn.zeros": {0: (0,)}, "dyn.ones": {0: (0,)},
                "dyn.full": {1: (0,)}, "dyn.broadcast_to": {1: (0,)},
                # (the n-d window ops trace for static spatial dims, e.g. a dynamic batch)
                "nn.conv_nd": {0: (2, 3), 1: (2, 3)}, "nn.conv_transpose_nd": {0: (2, 3), 1: (2, 3)},
@@ -1106,3 +1121,12 @@ def test_attention_rejects_keys_of_another_batch():
         get_op("nn.attention").kernel(attrs, q, k, v, empty, empty, empty, np.zeros((0,), "int64"))
     with pytest.raises(ShapeError, match="the same batch"):
         get_op("nn.attention").shape_func(attrs, [a.shape for a in (q, k, v, empty, empty, empty, empty)])
+
+
+def test_a_max_pool_nd_with_indices_of_an_empty_output_is_empty():
+    """Found by the differential test: nn.pool_nd (max, return_indices) of a (1, 2, 1, 4) input with a window
+    of 2 rows has an empty output (1, 2, 0, 2), which its shape function gives, but the kernel raised
+    NumPy's "cannot reshape array of size 0" taking the argmax."""
+    attrs = {"kernel_shape": (2, 1), "strides": (2, 2), "mode": "max", "return_indices": True, "pads": (0, 0, 0, 0)}
+    out, index = get_op("nn.pool_nd").kernel(attrs, np.ones((1, 2, 1, 4), "float32"))
+    assert out.shape == index.shape == (1, 2, 0, 2) and index.dtype == np.int64
