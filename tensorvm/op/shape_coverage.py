@@ -11,17 +11,22 @@ from __future__ import annotations
 
 from .registry import OpDef
 
-_ATTRS_FROM_DATA = ("its run-time values become the static op's attributes (axes, reps, depth, pads), which "
-                    "choose the logic's Python branches; a C form needs selects over the values or the defer code")
-
+_NOT_WRITTEN = ("its run-time values become the static op's attributes, which choose the static logic's Python "
+                "branches; a traced form reading them as data (as dyn.split, dyn.unsqueeze, dyn.reduce, dyn.tile "
+                "and dyn.one_hot do) is not written yet")
+_SCALES = ("its output size rounds run-time float scales (a traced form needs the float products and their "
+           "rounding in C, as image.resize*d's static scales have; not written yet)")
 
 #: op -> why its shape function is not (yet) a traceable logic.
 NOT_TRACED: dict = {
-    "dyn.expand_dims": _ATTRS_FROM_DATA, "dyn.squeeze": _ATTRS_FROM_DATA,
-    "dyn.strided_slice": _ATTRS_FROM_DATA, "dyn.nn.pad": _ATTRS_FROM_DATA,
-    "dyn.sparse_to_dense": _ATTRS_FROM_DATA, "dyn.pad": _ATTRS_FROM_DATA,
-    "dyn.image.resize2d": _ATTRS_FROM_DATA, "image.resize": _ATTRS_FROM_DATA + " (scales or sizes)",
-    "dyn.nn.upsampling": _ATTRS_FROM_DATA + " (the scales)", "dyn.nn.upsampling3d": _ATTRS_FROM_DATA + " (the scales)",
+    "dyn.expand_dims": _NOT_WRITTEN + " (the run-time axis picks the position: a select per output dim)",
+    "dyn.squeeze": _NOT_WRITTEN + " (the run-time axes pick which dims go: a select per output dim)",
+    "dyn.strided_slice": _NOT_WRITTEN + " (run-time strides: slice_length's clamping branches on the stride's sign, "
+                                        "so each output dim needs a select over both signs)",
+    "dyn.nn.pad": _NOT_WRITTEN + " (the pads)", "dyn.pad": _NOT_WRITTEN + " (the pads and axes)",
+    "dyn.sparse_to_dense": _NOT_WRITTEN + " (the output shape)",
+    "dyn.image.resize2d": _SCALES, "image.resize": _SCALES + " (scales or sizes)",
+    "dyn.nn.upsampling": _SCALES, "dyn.nn.upsampling3d": _SCALES,
 }
 
 
