@@ -42,6 +42,7 @@ from .shape_logic import (
     Sym,
     binary,
     const_int,
+    dim_and,
     dim_not,
     dim_or,
     dim_select,
@@ -2049,6 +2050,22 @@ def _tile_traced(op, attrs, shapes, values, err):
     return _tile_logic(op, SimpleNamespace(reps=tuple(_read_ints(op, values[0], "reps", 1, err))), shapes, err)
 
 
+def _expand_dims_traced(op, attrs, shapes, values, err):
+    """The run-time axis, checked in range, picks where the new 1s go: each output dim selects the input
+    dim before them, a 1, or the input dim after them."""
+    (shape,), axis, n = shapes, values[0], attrs.num_newaxis
+    ndim = len(shape)
+    if axis.shape != () or axis.dtype not in INT_DTYPES:
+        raise err(f"{op}: bad axis tensor: expected an integer scalar, got {axis.dtype} of shape "
+                  f"{fmt_shape(axis.shape)}")
+    a = axis.item(0)
+    require(dim_and(a >= -ndim - 1, a <= ndim), f"{op}: axis {a} is out of range [{-ndim - 1}, {ndim}] for rank "
+                                                f"{ndim}", err)
+    pos = dim_select(a < 0, a + (ndim + 1), a)
+    return tuple(dim_select(pos > i, shape[i] if i < ndim else 1,
+                            dim_select(pos + n > i, 1, shape[i - n] if i >= n else 1)) for i in range(ndim + n))
+
+
 def _one_hot_traced(op, attrs, shapes, values, err):
     (depth,) = _read_ints(op, values[0], "depth", 0, err)
     return _one_hot_logic(op, SimpleNamespace(axis=attrs.axis, depth=depth), shapes, err)
@@ -2090,7 +2107,7 @@ _define_dyn("dyn.expand_dims", "expand_dims", 1, (("axis", _int_scalar),), _expa
             lambda attrs, shape, x: x.reshape(shape), _dyn_expand_dims_rank,
             attrs=(AttrDef("num_newaxis", 1, lambda v: _nonneg(to_int(v))),),
             doc="expand_dims(data, axis) with ``axis`` a run-time integer scalar.",
-            compute=_dyn_reshape_compute("dyn.expand_dims"))
+            compute=_dyn_reshape_compute("dyn.expand_dims"), traced=_expand_dims_traced)
 _define_dyn("dyn.squeeze", "squeeze", 1, (("axis", _int_vector),), _squeeze_logic,
             lambda attrs, shape, x: x.reshape(shape), _dyn_squeeze_rank,
             doc="squeeze(data, axis) with ``axis`` a run-time 1-D integer tensor of the axes to remove.",

@@ -799,6 +799,12 @@ def _dyn_one_hot(rng):
     return {"axis": axis}, [indices, np.array(1.0, "float32"), np.array(0.0, "float32"), depth]
 
 
+def _dyn_expand_dims(rng):
+    x = _f32(rng, _shape(rng, int(rng.integers(0, 4))))
+    axis = np.array(int(rng.integers(-x.ndim - 2, x.ndim + 2)), "int64")
+    return {"num_newaxis": int(rng.integers(0, 3))}, [x, axis]
+
+
 #: Generators of the ops whose logic is neither elementwise, broadcast nor a reduction.
 GENERATORS: dict = {
     "copy": _elementwise_cases, "nn.dense": _cases(_dense), "nn.matmul": _cases(_matmul),
@@ -842,7 +848,8 @@ GENERATORS: dict = {
     "vision.all_class_non_max_suppression": _cases(_all_class_nms), "vision.roi_align": _cases(_roi_align),
     "vision.onnx_roi_align": _cases(_onnx_roi_align),
     "dyn.split": _cases(_dyn_split), "dyn.unsqueeze": _cases(_dyn_unsqueeze),
-    "dyn.reduce": _cases(_dyn_reduce), "dyn.tile": _cases(_dyn_tile), "dyn.one_hot": _cases(_dyn_one_hot), "einsum": _cases(_einsum), "nn.attention": _cases(_attention), "sparse_fill_empty_rows": _cases(_sparse_fill), "nn.lstm": _cases(_recurrent(4, 8)), "nn.gru": _cases(_recurrent(3, 6)), "nn.rnn": _cases(_recurrent(1, 6)),
+    "dyn.reduce": _cases(_dyn_reduce), "dyn.tile": _cases(_dyn_tile), "dyn.one_hot": _cases(_dyn_one_hot),
+    "dyn.expand_dims": _cases(_dyn_expand_dims), "einsum": _cases(_einsum), "nn.attention": _cases(_attention), "sparse_fill_empty_rows": _cases(_sparse_fill), "nn.lstm": _cases(_recurrent(4, 8)), "nn.gru": _cases(_recurrent(3, 6)), "nn.rnn": _cases(_recurrent(1, 6)),
 }
 
 # ---- running one case three ways ------------------------------------------------------------------
