@@ -2066,6 +2066,35 @@ def _expand_dims_traced(op, attrs, shapes, values, err):
                             dim_select(pos + n > i, 1, shape[i - n] if i >= n else 1)) for i in range(ndim + n))
 
 
+def _squeeze_traced(op, attrs, shapes, values, err):
+    """The run-time axes (a static number), checked in range, distinct and naming dims of 1; output dim j
+    selects the j-th input dim no axis names."""
+    (shape,), axes = shapes, values[0]
+    ndim = len(shape)
+    if len(axes.shape) != 1 or axes.dtype not in INT_DTYPES:
+        raise err(f"{op}: bad axis tensor: expected a 1-D integer tensor, got {axes.dtype} of shape "
+                  f"{fmt_shape(axes.shape)}")
+    if not const_int(axes.shape[0]):
+        untraceable("reads axes of a length that is not static (it decides the output rank)")
+    read = [axes.item(j) for j in range(axes.shape[0])]
+    for a in read:
+        require(dim_and(a >= -ndim, a < ndim), f"{op}: axis {a} is out of range for a tensor of rank {ndim}", err)
+    norm = [dim_select(a < 0, a + ndim, a) for a in read]
+    for j, a in enumerate(norm):
+        for b in norm[j + 1:]:
+            require(a != b, f"{op}: axis {read[j]} is repeated in the axes", err)
+    before, out = 0, [0] * (ndim - len(norm))
+    for t, d in enumerate(shape):
+        named = False
+        for a in norm:
+            named = dim_or(named, a == t)
+        require(dim_or(dim_not(named), d == 1), f"{op}: squeezed dim {t} must be 1, got {d}", err)
+        for j in range(len(out)):
+            out[j] = dim_select(dim_and(dim_not(named), before == j), d, out[j])
+        before = before + dim_select(named, 0, 1)
+    return tuple(out)
+
+
 def _one_hot_traced(op, attrs, shapes, values, err):
     (depth,) = _read_ints(op, values[0], "depth", 0, err)
     return _one_hot_logic(op, SimpleNamespace(axis=attrs.axis, depth=depth), shapes, err)
@@ -2111,7 +2140,7 @@ _define_dyn("dyn.expand_dims", "expand_dims", 1, (("axis", _int_scalar),), _expa
 _define_dyn("dyn.squeeze", "squeeze", 1, (("axis", _int_vector),), _squeeze_logic,
             lambda attrs, shape, x: x.reshape(shape), _dyn_squeeze_rank,
             doc="squeeze(data, axis) with ``axis`` a run-time 1-D integer tensor of the axes to remove.",
-            compute=_dyn_reshape_compute("dyn.squeeze"))
+            compute=_dyn_reshape_compute("dyn.squeeze"), traced=_squeeze_traced)
 _define_dyn("dyn.one_hot", "one_hot", 3, (("depth", lambda a: _nonneg(_int_scalar(a))),), _one_hot_logic,
             _one_hot_kernel, _dyn_one_hot_rank,
             attrs=(AttrDef("axis", -1, to_int), AttrDef("dtype", "", to_out_dtype)),

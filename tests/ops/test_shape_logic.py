@@ -805,6 +805,17 @@ def _dyn_expand_dims(rng):
     return {"num_newaxis": int(rng.integers(0, 3))}, [x, axis]
 
 
+def _dyn_squeeze(rng):
+    """A static number of run-time axes, mostly of dims of 1; now and then out of range or repeated."""
+    x = _f32(rng, _shape(rng, int(rng.integers(0, 4)), (1, 1, 2, 3)))
+    n = int(rng.integers(0, x.ndim + 1))
+    ones = [i for i, d in enumerate(x.shape) if d == 1]
+    axes = [int(a) for a in rng.permutation(ones)[:n]] if rng.random() < 0.7 else \
+        list(rng.integers(-x.ndim - 1, x.ndim + 1, n))
+    axes = [a - x.ndim if rng.random() < 0.3 else a for a in axes]
+    return {}, [x, np.array(axes, "int64").reshape(-1)]
+
+
 #: Generators of the ops whose logic is neither elementwise, broadcast nor a reduction.
 GENERATORS: dict = {
     "copy": _elementwise_cases, "nn.dense": _cases(_dense), "nn.matmul": _cases(_matmul),
@@ -849,7 +860,7 @@ GENERATORS: dict = {
     "vision.onnx_roi_align": _cases(_onnx_roi_align),
     "dyn.split": _cases(_dyn_split), "dyn.unsqueeze": _cases(_dyn_unsqueeze),
     "dyn.reduce": _cases(_dyn_reduce), "dyn.tile": _cases(_dyn_tile), "dyn.one_hot": _cases(_dyn_one_hot),
-    "dyn.expand_dims": _cases(_dyn_expand_dims), "einsum": _cases(_einsum), "nn.attention": _cases(_attention), "sparse_fill_empty_rows": _cases(_sparse_fill), "nn.lstm": _cases(_recurrent(4, 8)), "nn.gru": _cases(_recurrent(3, 6)), "nn.rnn": _cases(_recurrent(1, 6)),
+    "dyn.expand_dims": _cases(_dyn_expand_dims), "dyn.squeeze": _cases(_dyn_squeeze), "einsum": _cases(_einsum), "nn.attention": _cases(_attention), "sparse_fill_empty_rows": _cases(_sparse_fill), "nn.lstm": _cases(_recurrent(4, 8)), "nn.gru": _cases(_recurrent(3, 6)), "nn.rnn": _cases(_recurrent(1, 6)),
 }
 
 # ---- running one case three ways ------------------------------------------------------------------
@@ -865,7 +876,7 @@ def _dynamic_type(value, static_axes=()):
 
 
 #: Dims an op's relation needs static ({input: axes}): scatter_nd's index depth, the length of a shape tensor.
-STATIC_DIMS = {"scatter_nd": {1: (0,)}, "dyn.reshape": {1: (0,)}, "dyn.unsqueeze": {1: (0,)}, "dyn.reduce": {1: (0,)}, "dyn.tile": {1: (0,)}, "dyn.zeros": {0: (0,)}, "dyn.ones": {0: (0,)},
+STATIC_DIMS = {"scatter_nd": {1: (0,)}, "dyn.reshape": {1: (0,)}, "dyn.unsqueeze": {1: (0,)}, "dyn.reduce": {1: (0,)}, "dyn.tile": {1: (0,)}, "dyn.squeeze": {1: (0,)}, "dyn.zeros": {0: (0,)}, "dyn.ones": {0: (0,)},
                "dyn.full": {1: (0,)}, "dyn.broadcast_to": {1: (0,)},
                # (the n-d window ops trace for static spatial dims, e.g. a dynamic batch)
                "nn.conv_nd": {0: (2, 3), 1: (2, 3)}, "nn.conv_transpose_nd": {0: (2, 3), 1: (2, 3)},
