@@ -816,6 +816,17 @@ def _dyn_squeeze(rng):
     return {}, [x, np.array(axes, "int64").reshape(-1)]
 
 
+def _dyn_nn_pad(rng):
+    """Run-time pad widths, now and then negative, of the wrong rank, or too wide for reflect / of an empty
+    dim for edge."""
+    x = _f32(rng, _shape(rng, int(rng.integers(1, 4))))
+    widths = rng.integers(0, 3, (x.ndim + (1 if rng.random() < 0.1 else 0), 2))
+    if rng.random() < 0.15:
+        widths[0, 1] = -1
+    return {"pad_mode": str(rng.choice(["constant", "edge", "reflect"]))}, [x, widths.astype("int64"),
+                                                                             np.array(0.5, "float32")]
+
+
 #: Generators of the ops whose logic is neither elementwise, broadcast nor a reduction.
 GENERATORS: dict = {
     "copy": _elementwise_cases, "nn.dense": _cases(_dense), "nn.matmul": _cases(_matmul),
@@ -860,7 +871,8 @@ GENERATORS: dict = {
     "vision.onnx_roi_align": _cases(_onnx_roi_align),
     "dyn.split": _cases(_dyn_split), "dyn.unsqueeze": _cases(_dyn_unsqueeze),
     "dyn.reduce": _cases(_dyn_reduce), "dyn.tile": _cases(_dyn_tile), "dyn.one_hot": _cases(_dyn_one_hot),
-    "dyn.expand_dims": _cases(_dyn_expand_dims), "dyn.squeeze": _cases(_dyn_squeeze), "einsum": _cases(_einsum), "nn.attention": _cases(_attention), "sparse_fill_empty_rows": _cases(_sparse_fill), "nn.lstm": _cases(_recurrent(4, 8)), "nn.gru": _cases(_recurrent(3, 6)), "nn.rnn": _cases(_recurrent(1, 6)),
+    "dyn.expand_dims": _cases(_dyn_expand_dims), "dyn.squeeze": _cases(_dyn_squeeze),
+    "dyn.nn.pad": _cases(_dyn_nn_pad), "einsum": _cases(_einsum), "nn.attention": _cases(_attention), "sparse_fill_empty_rows": _cases(_sparse_fill), "nn.lstm": _cases(_recurrent(4, 8)), "nn.gru": _cases(_recurrent(3, 6)), "nn.rnn": _cases(_recurrent(1, 6)),
 }
 
 # ---- running one case three ways ------------------------------------------------------------------
