@@ -248,7 +248,11 @@ def cmd_bench(args, progress: Progress) -> int:
 
 
 def op_parts(opdef) -> dict:
-    """The report's columns for one op: how it is computed, its shape function, strategy and file."""
+    """The report's columns for one op: how it is computed, its shape function (Python; compiled to C:
+    yes, no or n.a. for an op the VM never runs, ``op.shape_coverage``), strategy and file; ``why``: the
+    reason of a C shape function's "no" or "n.a."."""
+    from .op.shape_coverage import c_shape_function
+
     if opdef.kind == "dialect":
         compute = "dialect"
     elif opdef.compute is not None:
@@ -259,8 +263,10 @@ def op_parts(opdef) -> dict:
         compute = "legalize"
     else:
         compute = "MISSING"
+    c_shape, why = c_shape_function(opdef)
     return {"op": opdef.name, "pattern": opdef.pattern.name.lower(), "compute": compute,
             "shape_func": "python" if opdef.shape_func is not None else "none",
+            "c_shape_func": c_shape, "why": why,
             "strategy": "yes" if opdef.strategy is not None else "no",
             "file": opdef.defined_in.replace(".", "/") + ".py" if opdef.defined_in else "?"}
 
@@ -270,11 +276,12 @@ def cmd_ops(args, progress: Progress) -> int:
 
     rows = [op_parts(get_op(name)) for name in op_names()]
     shown = [r for r in rows if r["compute"] == "MISSING"] if args.missing else rows
-    columns = ["op", "pattern", "compute", "shape_func", "strategy", "file"]
+    columns = ["op", "pattern", "compute", "shape_func", "c_shape_func", "strategy", "file"]
     widths = {c: max(len(c), *(len(r[c]) for r in shown)) if shown else len(c) for c in columns}
     print("  ".join(c.ljust(widths[c]) for c in columns).rstrip())
     for r in shown:
-        print("  ".join(r[c].ljust(widths[c]) for c in columns).rstrip())
+        line = "  ".join(r[c].ljust(widths[c]) for c in columns).rstrip()
+        print(f"{line}  ({r['why']})" if args.why and r["why"] else line)
 
     def count(column, value):
         return sum(r[column] == value for r in rows)
@@ -282,7 +289,8 @@ def cmd_ops(args, progress: Progress) -> int:
     print(f"{len(rows)} ops: compute te {count('compute', 'te')}, library {count('compute', 'library')}, "
           f"legalize {count('compute', 'legalize')}, dialect {count('compute', 'dialect')}, "
           f"MISSING {count('compute', 'MISSING')}; shape function python {count('shape_func', 'python')}, "
-          f"none {count('shape_func', 'none')}; strategy {count('strategy', 'yes')}")
+          f"none {count('shape_func', 'none')}; C shape function {count('c_shape_func', 'yes')}, "
+          f"no {count('c_shape_func', 'no')}, n.a. {count('c_shape_func', 'n.a.')}; strategy {count('strategy', 'yes')}")
     return 0
 
 
@@ -333,8 +341,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--function", default="main")
     p.set_defaults(run=cmd_bench)
 
-    p = sub.add_parser("ops", parents=[common], help="report every operator's parts (compute, shape function, strategy)")
+    p = sub.add_parser("ops", parents=[common], help="report every operator's parts (compute, shape function and its C form, strategy)")
     p.add_argument("--missing", action="store_true", help="list only the ops without a compute or library call")
+    p.add_argument("--why", action="store_true", help="say why an op has no C shape function (or needs none)")
     p.set_defaults(run=cmd_ops)
     return parser
 

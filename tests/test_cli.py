@@ -178,13 +178,14 @@ def test_ops_reports_every_op_and_its_parts(capsys):
     assert main(["ops"]) == 0
     lines = capsys.readouterr().out.splitlines()
     header, rows, summary = lines[0].split(), [line.split() for line in lines[1:-1]], lines[-1]
-    assert header == ["op", "pattern", "compute", "shape_func", "strategy", "file"]
+    assert header == ["op", "pattern", "compute", "shape_func", "c_shape_func", "strategy", "file"]
     by_op = {row[0]: row for row in rows}
     assert sorted(by_op) == op_names()
-    assert by_op["add"] == ["add", "broadcast", "te", "python", "no", "tensorvm/op/tensor.py"]
-    assert by_op["nn.dense"][2:] == ["te", "python", "yes", "tensorvm/op/nn.py"]
+    assert by_op["add"] == ["add", "broadcast", "te", "python", "yes", "no", "tensorvm/op/tensor.py"]
+    assert by_op["nn.dense"][2:] == ["te", "python", "yes", "yes", "tensorvm/op/nn.py"]
     assert by_op["sort"][2] == "library"
-    assert by_op["unique"][2] == "legalize"
+    assert by_op["unique"][2:5] == ["legalize", "python", "n.a."]  # (legalized: the VM never runs it)
+    assert by_op["vm.shape_of"][4] == "n.a."
     assert by_op["memory.kill"][2] == "dialect"
     # The counts, from the registry itself.
     ops = [get_op(name) for name in op_names()]
@@ -194,7 +195,15 @@ def test_ops_reports_every_op_and_its_parts(capsys):
     assert summary.startswith(f"{len(ops)} ops: compute te {with_compute}, ")
     assert f"MISSING {len(missing)};" in summary
     assert f"strategy {sum(d.strategy is not None for d in ops)}" in summary
+    traced = [d.name for d in ops if d.shape_logic_traceable]
+    not_applicable = [d.name for d in ops if d.kind == "dialect" or d.name == "unique"]
+    assert f"C shape function {len(traced)}, no {len(ops) - len(traced) - len(not_applicable)}, " \
+           f"n.a. {len(not_applicable)};" in summary
 
     assert main(["ops", "--missing"]) == 0
     listed = [line.split()[0] for line in capsys.readouterr().out.splitlines()[1:-1]]
     assert listed == missing
+
+    assert main(["ops", "--why"]) == 0
+    why = {line.split()[0]: line for line in capsys.readouterr().out.splitlines()[1:-1]}
+    assert "(Legalize replaces it before the VM" in why["unique"] and "(" not in why["add"]

@@ -99,6 +99,52 @@ def _unsqueeze_dims(op, shape, axes, err):
     return tuple(out)
 
 
+def _axes_count(op, axes: sl.DataArg, err) -> int:
+    """The number of axes of a 0-d or 1-d integer ``axes`` read in C: static (a C loop over a run-time
+    number of them is not traced)."""
+    if len(axes.shape) > 1 or axes.dtype not in _INT_DTYPES:
+        raise err(f"{op}: axes must be a 0-d or 1-d integer tensor, got {axes.dtype} of shape {axes.shape}")
+    n = axes.shape[0] if axes.shape else 1
+    if not sl.const_int(n):
+        sl.untraceable("reads a number of axes that is not static")
+    return n
+
+
+def _read_axes(op, axes: sl.DataArg, ndim: int, err) -> list:
+    """The axes read in C, checked in [-ndim, ndim) and distinct, normalized (``Sym`` loads)."""
+    read = [axes.item(j) for j in range(_axes_count(op, axes, err))]
+    for a in read:
+        sl.require(sl.dim_and(a >= -ndim, a < ndim), f"{op}: axis {a} is out of range for a tensor of rank {ndim}",
+                   err)
+    norm = [sl.dim_select(a < 0, a + ndim, a) for a in read]
+    for j in range(len(norm)):
+        for k in range(j + 1, len(norm)):
+            sl.require(norm[j] != norm[k], f"{op}: axis {read[k]} is repeated in the axes", err)
+    return norm
+
+
+@sl.traceable
+def _unsqueeze_logic(op, attrs, args, err):
+    """Known axes place the new 1s directly; axes read in C (their number is static: it decides the rank)
+    are checked (in range, distinct) and each output dim selects 1 or the input dim it receives."""
+    shape, axes = tuple(args[0]), args[1]
+    if axes.values is not None:
+        return _unsqueeze_dims(op, shape, int_values(axes.values, op, "axes", err), err)
+    ndim = len(shape) + _axes_count(op, axes, err)
+    norm = _read_axes(op, axes, ndim, err)
+    out = []
+    for i in range(ndim):
+        new, before = False, 0
+        for a in norm:
+            new = sl.dim_or(new, a == i)
+            before = before + sl.dim_select(a < i, 1, 0)
+        dim = 1  # (the input dim at position i - before: a select over the static input dims)
+        for t in range(len(shape)):
+            dim = sl.dim_select(i - before == t, shape[t], dim)
+        out.append(sl.dim_select(new, 1, dim))
+    return tuple(out)
+
+
 def _unsqueeze_rel(types, attrs, consts=None):
     op = "dyn.unsqueeze"
     data = expect_tensor(op, types[0], "data")
@@ -122,9 +168,7 @@ define(
     lambda attrs, x, axes: np.asarray(x).reshape(_unsqueeze_dims("dyn.unsqueeze", np.shape(x), int_values(
         axes, "dyn.unsqueeze", "axes", ExecutionError), ShapeError)),
     OpPattern.OPAQUE,
-    shape_func=lambda attrs, args: [_unsqueeze_dims("dyn.unsqueeze", concrete(args[0]), int_values(
-        args[1], "dyn.unsqueeze", "axes", ShapeError), ShapeError)],
-    data_dependent=(False, True), compute=_unsqueeze_compute,
+    shape_logic=_unsqueeze_logic, data_dependent=(False, True), compute=_unsqueeze_compute,
     doc="expand_dims at several positions: insert size-1 dims at the output positions listed in the run-time "
         "1-d tensor ``axes`` (negative ones count from the output's end; a repeated axis is an error).",
 )
@@ -135,14 +179,30 @@ define(
 
 
 def _split_sizes(op, dim, split, num_outputs, err):
+    """The parts' sizes along an axis of size ``dim`` (an int or a ``Sym``): ``split`` (known values) or,
+    empty, near-equal parts of ceil(dim / num_outputs)."""
     if split:
         if len(split) != num_outputs:
             raise err(f"{op}: {len(split)} split sizes for {num_outputs} outputs")
-        if any(s < 0 for s in split) or sum(split) != dim:
-            raise err(f"{op}: split sizes {split} must be >= 0 and add up to the axis size {dim}")
+        sl.require(all(s >= 0 for s in split) and sum(split) == dim,
+                   f"{op}: split sizes {split} must be >= 0 and add up to the axis size {dim}", err)
         return tuple(split)
-    chunk = -(-dim // num_outputs)
-    return tuple(min(chunk, max(dim - i * chunk, 0)) for i in range(num_outputs))
+    chunk = (dim + (num_outputs - 1)) // num_outputs  # (ceil: dims are >= 0)
+    return tuple(sl.dim_min(chunk, sl.dim_max(dim - i * chunk, 0)) for i in range(num_outputs))
+
+
+def _read_split_sizes(op, dim, sizes: sl.DataArg, num_outputs, err):
+    """The parts' sizes from ``sizes`` read in C: none (near-equal parts) or one per output, each >= 0 and
+    adding up to ``dim``; a C conditional picks (its loads only run for a non-empty ``sizes``)."""
+    n = sizes.shape[0] if sizes.shape else 1
+    sl.require(sl.dim_or(n == 0, n == num_outputs), f"{op}: the number of split sizes must be 0 or {num_outputs}",
+               err)
+    read = [sizes.item(i) for i in range(num_outputs)]
+    valid = sum(read[1:], read[0]) == dim
+    for r in read:
+        valid = sl.dim_and(valid, r >= 0)
+    sl.require(sl.dim_or(n == 0, valid), f"{op}: split sizes must be >= 0 and add up to the axis size {dim}", err)
+    return tuple(sl.dim_select(n == 0, c, r) for c, r in zip(_split_sizes(op, dim, (), num_outputs, err), read))
 
 
 def _split_rel(types, attrs, consts=None):
@@ -161,14 +221,21 @@ def _split_rel(types, attrs, consts=None):
                            for s in sizes))
 
 
-def _split_shapes(attrs, shape, split, err):
-    axis = norm_axis("dyn.split", attrs.axis, len(shape), err)
-    sizes = _split_sizes("dyn.split", shape[axis], int_values(split, "dyn.split", "sizes", err), attrs.num_outputs, err)
-    return [shape[:axis] + (s,) + shape[axis + 1:] for s in sizes]
+@sl.traceable
+def _split_logic(op, attrs, args, err):
+    shape, sizes = tuple(args[0]), args[1]
+    axis = norm_axis(op, attrs.axis, len(shape), err)
+    if sizes.values is not None:
+        parts = _split_sizes(op, shape[axis], int_values(sizes.values, op, "sizes", err), attrs.num_outputs, err)
+    else:
+        if len(sizes.shape) > 1 or sizes.dtype not in _INT_DTYPES:
+            raise err(f"{op}: sizes must be a 0-d or 1-d integer tensor, got {sizes.dtype} of shape {sizes.shape}")
+        parts = _read_split_sizes(op, shape[axis], sizes, attrs.num_outputs, err)
+    return [shape[:axis] + (s,) + shape[axis + 1:] for s in parts]
 
 
 def _split_kernel(attrs, x, split):
-    shapes = _split_shapes(attrs, np.shape(x), split, ShapeError)
+    shapes = _split_logic("dyn.split", attrs, [np.shape(x), sl.DataArg.of_array(split)], ShapeError)
     axis = attrs.axis % x.ndim
     bounds = np.cumsum([0] + [s[axis] for s in shapes])
     return tuple(np.take(x, np.arange(bounds[i], bounds[i + 1]), axis=axis) for i in range(len(shapes)))
@@ -192,8 +259,7 @@ def _split_compute(attrs, inputs, out_type):
 define(
     "dyn.split", 2, _split_rel, _split_kernel, OpPattern.OPAQUE,
     attrs=(AttrDef("axis", 0, to_int), AttrDef("num_outputs", REQUIRED, lambda v: max(1, to_int(v)))),
-    shape_func=lambda attrs, args: _split_shapes(attrs, concrete(args[0]), args[1], ShapeError),
-    data_dependent=(False, True), compute=_split_compute,
+    shape_logic=_split_logic, data_dependent=(False, True), compute=_split_compute,
     doc="split into ``num_outputs`` consecutive parts along ``axis`` of the sizes in the run-time 1-d tensor "
         "``sizes`` (empty: near-equal parts of ceil(dim / num_outputs), the last ones smaller).",
 )
@@ -405,11 +471,24 @@ def _reduce_kernel(attrs, x, axes):
     return reduce_array(x, axes, True, attrs.mode)
 
 
-def _reduce_shape(attrs, args):
-    shape = concrete(args[0])
-    axes = _reduce_axes("dyn.reduce", len(shape), int_values(args[1], "dyn.reduce", "axes", ShapeError),
-                        attrs.empty_is_all, ShapeError)
-    return [_reduced(shape, axes)]
+@sl.traceable
+def _dyn_reduce_logic(op, attrs, args, err):
+    """The data's shape with the reduced axes as 1s: known axes directly; axes read in C (a static number)
+    checked and each dim a select (1 where some axis names it)."""
+    shape, axes = tuple(args[0]), args[1]
+    if axes.values is not None:
+        return _reduced(shape, _reduce_axes(op, len(shape), int_values(axes.values, op, "axes", err),
+                                            attrs.empty_is_all, err))
+    norm = _read_axes(op, axes, len(shape), err)
+    if not norm:
+        return _reduced(shape, _reduce_axes(op, len(shape), (), attrs.empty_is_all, err))
+    out = []
+    for i, d in enumerate(shape):
+        named = False
+        for a in norm:
+            named = sl.dim_or(named, a == i)
+        out.append(sl.dim_select(named, 1, d))
+    return tuple(out)
 
 
 def _reduce_compute(attrs, inputs, out_type):
@@ -450,7 +529,7 @@ define(
     "dyn.reduce", 2, _reduce_rel, _reduce_kernel, OpPattern.OPAQUE,
     attrs=(AttrDef("mode", REQUIRED, one_of(*_REDUCERS)),
            AttrDef("empty_is_all", True, to_bool, "empty axes reduce every axis; else none (a copy)")),
-    shape_func=_reduce_shape, data_dependent=(False, True), compute=_reduce_compute,
+    shape_logic=_dyn_reduce_logic, data_dependent=(False, True), compute=_reduce_compute,
     doc="dyn.reduce(data, axes): sum, mean, max, min or prod (``mode``) over the axes in the run-time 1-d "
         "tensor ``axes``, keeping them as dims of 1 (``dyn.squeeze`` with the same axes drops them); an "
         "empty reduction gives the identity (max: the dtype's lowest, -inf for floats); max/min of bool "

@@ -15,6 +15,7 @@ from ..te import expr as E
 from ..te.expr import cast, const, select
 from ..te.tensor import compute
 from . import shape_logic as sl
+from ._common import INT_DTYPES as _INT_DTYPES
 from ._common import expect_tensor
 from ._compute import output_dims
 from .nn import (
@@ -27,7 +28,6 @@ from .nn import (
 from .registry import REQUIRED, AttrDef, OpPattern, get_op
 from .transform import (
     add_dims,
-    concrete,
     define,
     define_shaped,
     expect_int_tensor,
@@ -129,14 +129,37 @@ def _dyn_pad_rel(types, attrs, consts=None):
     return TensorType((Any(),) * data.ndim, data.dtype)
 
 
-def _dyn_pad_static_attrs(attrs, shape, widths):
-    pads = _dyn_pad_widths("dyn.nn.pad", widths, len(shape), ShapeError)
+def _dyn_pad_static_attrs(attrs, shape, widths, err=ShapeError):
+    pads = _dyn_pad_widths("dyn.nn.pad", widths, len(shape), err)
     return get_op("nn.pad").normalize_attrs({"pad_width": pads, "pad_mode": attrs.pad_mode})
 
 
-def _dyn_pad_shape(attrs, args):
-    shape = concrete(args[0])
-    return get_op("nn.pad").shape_func(_dyn_pad_static_attrs(attrs, shape, args[1]), [shape, ()])
+@sl.traceable
+def _dyn_pad_logic(op, attrs, args, err):
+    """Known pad_width: nn.pad's logic. Read in C: a (rank, 2) integer tensor, each width >= 0, the
+    mode's condition on a padded dim (reflect: both pads below the dim; edge: a nonempty dim)."""
+    shape, widths, value = tuple(args[0]), args[1], tuple(args[2])
+    if widths.values is not None:
+        return get_op("nn.pad").shape_logic(op, _dyn_pad_static_attrs(attrs, shape, widths.values, err),
+                                            [shape, value], err)
+    ndim = len(shape)
+    if len(widths.shape) != 2 or widths.dtype not in _INT_DTYPES or len(value):
+        raise err(f"{op}: expected pad_width ({ndim}, 2) of integers and a scalar pad_value, got "
+                  f"{widths.dtype} of shape {fmt_shape(widths.shape)} and {fmt_shape(value)}")
+    for got, want in zip(widths.shape, (ndim, 2)):
+        sl.require(got == want, f"{op}: pad_width must be ({ndim}, 2), got {fmt_shape(widths.shape)}", err)
+    out = []
+    for axis, dim in enumerate(shape):
+        before, after = widths.item(2 * axis), widths.item(2 * axis + 1)
+        sl.require(sl.dim_and(before >= 0, after >= 0), f"{op}: pad_width must be non-negative", err)
+        padded = before + after > 0
+        if attrs.pad_mode == "reflect":
+            sl.require(sl.dim_or(sl.dim_not(padded), sl.dim_max(before, after) < dim),
+                       f"{op}: reflect padding of dim {axis} must be smaller than the dim", err)
+        if attrs.pad_mode == "edge":
+            sl.require(sl.dim_or(sl.dim_not(padded), dim != 0), f"{op}: edge padding of the empty dim {axis}", err)
+        out.append(dim + before + after)
+    return tuple(out)
 
 
 def _dyn_pad_kernel(attrs, x, widths, value):
@@ -170,7 +193,7 @@ def _dyn_pad_compute(attrs, inputs, out_type):
 define(
     "dyn.nn.pad", 3, _dyn_pad_rel, _dyn_pad_kernel, OpPattern.INJECTIVE,
     attrs=(AttrDef("pad_mode", "constant", one_of("constant", "edge", "reflect")),),
-    shape_func=_dyn_pad_shape, data_dependent=(False, True, False), compute=_dyn_pad_compute,
+    shape_logic=_dyn_pad_logic, data_dependent=(False, True, False), compute=_dyn_pad_compute,
     doc="nn.pad with pad_width a run-time (rank, 2) integer tensor and pad_value a run-time scalar.",
 )
 

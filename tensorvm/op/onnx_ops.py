@@ -44,6 +44,7 @@ from .dynamic import int_values as _ints
 from .dynamic import unique_axes as _norm_axes
 from .registry import REQUIRED, AttrDef, LibraryKernel, OpPattern
 from .transform import (
+    add_dims,
     concrete,
     define,
     expect_int_tensor,
@@ -54,6 +55,7 @@ from .transform import (
     to_bool,
     to_float,
     to_int,
+    unify_dim,
 )
 
 __all__ = ["explicit_pads", "resize_output_shape", "window_count"]
@@ -251,6 +253,8 @@ def _parse_einsum(equation: str, ranks):
 
 
 def _einsum_shape(op, equation, shapes, err):
+    """The output dims of the equation's letters: a letter's dims over the operands must be equal or 1
+    (broadcast), whatever their kind (a typed unknown dim passes; a symbolic pair records the check)."""
     try:
         terms, rhs = _parse_einsum(equation, [len(s) for s in shapes])
     except ValueError as e:
@@ -261,7 +265,13 @@ def _einsum_shape(op, equation, shapes, err):
             raise err(f"{op}: subscripts {term!r} do not match an operand of rank {len(shape)}")
         for c, d in zip(term, shape, strict=True):
             prev = sizes.get(c)
-            if prev is None or prev == 1:
+            if prev is None:
+                sizes[c] = d
+            elif sl.is_sym(prev) or sl.is_sym(d):
+                sl.require(sl.dim_or(sl.dim_or(prev == d, prev == 1), d == 1),
+                           f"{op}: subscript {c!r} has sizes {prev} and {d}", err)
+                sizes[c] = sl.dim_select(prev == 1, d, prev)
+            elif prev == 1:
                 sizes[c] = d
             elif isinstance(prev, int) and isinstance(d, int) and d not in (1, prev):
                 raise err(f"{op}: subscript {c!r} has sizes {prev} and {d}")
@@ -331,8 +341,7 @@ def _einsum_compute(attrs, inputs, out_type):
 define(
     "einsum", 1, _einsum_rel, _einsum_kernel, OpPattern.OPAQUE,
     attrs=(AttrDef("equation", REQUIRED, str),),
-    shape_func=lambda attrs, args: [_einsum_shape("einsum", attrs.equation, [concrete(s) for s in args[0]],
-                                                  ShapeError)],
+    shape_logic=sl.traceable(lambda op, attrs, args, err: _einsum_shape(op, attrs.equation, args[0], err)),
     doc="Einstein summation over a tuple of operands (``...`` broadcasting, implicit output allowed).",
     compute=_einsum_compute,
 )
@@ -1038,6 +1047,8 @@ def _pool_kernel(attrs, x):
         out = win.max(axis=axes)
         if not attrs.return_indices:
             return out
+        if out.size == 0:  # (no window to take the argmax of; the reshape below cannot infer -1)
+            return out, np.zeros(out.shape, np.int64)
         flat = win.reshape(win.shape[:2 + n] + (-1,)).argmax(axis=-1)
         taps = np.unravel_index(flat, kernel)
         coords = []
@@ -1354,14 +1365,24 @@ def _simple_rnn_kernel(attrs, x, w, r, b, sequence_lens, initial_h):
     return _rnn_outputs(attrs, dtype, y, np.stack([f[0] for f in finals]))
 
 
-def _rnn_shapes(op, attrs, x, w, num_states):
-    if len(x) != 3 or len(w) != 3:
-        raise TypeInferenceError(f"{op}: X and W must be 3-d, got {fmt_shape(x)} and {fmt_shape(w)}")
+def _rnn_shapes(op, attrs, x, w, num_states, r=None, err=TypeInferenceError):
+    """The layer's output shapes (Y, then the final states). W's directions must match ``direction``, and
+    W (and R when given) must be (directions, gates x hidden, input size) and (directions, gates x hidden,
+    hidden): checks over any dims (``unify_dim``), so the logic traces into a C shape function."""
+    if len(x) != 3 or len(w) != 3 or (r is not None and len(r) != 3):
+        raise err(f"{op}: X, W and R must be 3-d, got {fmt_shape(x)}, {fmt_shape(w)} and {fmt_shape(r or ())}")
     if attrs.layout:
         batch, seq = x[0], x[1]
     else:
         seq, batch = x[0], x[1]
-    d, h = w[0], attrs.hidden_size
+    gates, h = _KINDS[op][1], attrs.hidden_size
+    d = unify_dim(op, w[0], 2 if attrs.direction == "bidirectional" else 1,
+                  f"the number of directions of W and of direction={attrs.direction!r}", err)
+    unify_dim(op, w[1], gates * h, "W's second dim and gates x hidden_size", err)
+    unify_dim(op, w[2], x[2], "W's input size and X's", err)
+    if r is not None:
+        for got, want, what in zip(r, (d, gates * h, h), ("directions", "gates x hidden_size", "hidden_size")):
+            unify_dim(op, got, want, f"R's {what}", err)
     y = (batch, seq, d, h) if attrs.layout else (seq, d, batch, h)
     state = (batch, d, h) if attrs.layout else (d, batch, h)
     return [y] + [state] * num_states
@@ -1438,11 +1459,16 @@ def _rnn_def(name, kernel, num_inputs, num_states, extra_attrs=()):
     def rel(types, attrs, consts=None):
         x = expect_tensor(name, types[0], "X")
         w = expect_tensor(name, types[1], "W")
-        shapes = _rnn_shapes(name, attrs, x.shape, w.shape, num_states)
+        shapes = _rnn_shapes(name, attrs, x.shape, w.shape, num_states,
+                             expect_tensor(name, types[2], "R").shape)
         return TupleType(tuple(TensorType(s, x.dtype) for s in shapes))
 
+    def checked_kernel(attrs, x, w, r, *rest):
+        _rnn_shapes(name, attrs, np.shape(x), np.shape(w), num_states, np.shape(r), ShapeError)
+        return kernel(attrs, x, w, r, *rest)
+
     define(
-        name, num_inputs, rel, kernel, OpPattern.OPAQUE,
+        name, num_inputs, rel, checked_kernel, OpPattern.OPAQUE,
         attrs=(
             AttrDef("hidden_size", REQUIRED, to_int),
             AttrDef("direction", "forward", one_of("forward", "reverse", "bidirectional")),
@@ -1451,7 +1477,8 @@ def _rnn_def(name, kernel, num_inputs, num_states, extra_attrs=()):
             AttrDef("activation_beta", (), lambda v: tuple(float(s) for s in v)),
             AttrDef("clip", None, to_float), AttrDef("layout", 0, to_int),
         ) + tuple(extra_attrs),
-        shape_func=lambda attrs, args: _rnn_shapes(name, attrs, concrete(args[0]), concrete(args[1]), num_states),
+        shape_logic=sl.traceable(lambda op, attrs, args, err: _rnn_shapes(op, attrs, args[0], args[1], num_states,
+                                                                          args[2], err)),
         library=LibraryKernel("tv_recurrent", "recurrent.c", _rnn_arguments(name)),
         doc=f"ONNX {name[3:].upper()} layer: returns (Y, final states); empty tensors stand for omitted inputs. "
             "On target c a named C library call (codegen/lib/recurrent.c) runs the whole layer in double, like "
@@ -1552,41 +1579,66 @@ def _attention_parts(attrs, q, k, v, mask, past_k, past_v, nonpad):
     return (y.astype(dtype), present_k.astype(dtype), present_v.astype(dtype), qk_out.astype(dtype))
 
 
-def _attention_shapes(op, attrs, q, k, v, past_k):
-    three_d = len(q) == 3
+def _known(d) -> bool:
+    return sl.const_int(d) or sl.is_sym(d)
+
+
+def _dims_equal(op, pairs, what, err):
+    """Each ``(got, want)`` pair equal when both are known or one is symbolic (a typed unknown passes)."""
+    for got, want in pairs:
+        if _known(got) and _known(want):
+            sl.require(got == want, f"{op}: {what}, got {got} and {want}", err)
+
+
+def _heads_split(op, dim, heads, what, err):
+    """``dim // heads`` for a dim that must be a multiple of ``heads`` (an unknown typed dim gives Any)."""
+    if not _known(dim):
+        return Any()
+    sl.require(dim % heads == 0, f"{op}: {what} ({dim}) is not a multiple of its {heads} heads", err)
+    return dim // heads
+
+
+@sl.traceable
+def _attention_logic(op, attrs, args, err):
+    """(Y, present_key, present_value, qk_matmul_output): the heads (3-d inputs split their last dim
+    into q_num_heads / kv_num_heads), the key/value cache in front of the keys. Checks what the shapes
+    must agree on; the mask and nonpad_kv_seqlen are the kernel's (they change no output shape)."""
+    q, k, v, past_k = (tuple(args[i]) for i in (0, 1, 2, 4))
     if len(q) not in (3, 4) or len(k) != len(q) or len(v) != len(q):
-        raise TypeInferenceError(f"{op}: Q, K and V must all be 3-d or all 4-d, got {fmt_shape(q)}, "
-                                 f"{fmt_shape(k)}, {fmt_shape(v)}")
-    if three_d:
+        raise err(f"{op}: Q, K and V must all be 3-d or all 4-d, got {fmt_shape(q)}, {fmt_shape(k)}, {fmt_shape(v)}")
+    if len(q) == 3:
         hq, hk = attrs.q_num_heads, attrs.kv_num_heads
         if not hq or not hk:
-            raise TypeInferenceError(f"{op}: 3-d inputs need q_num_heads and kv_num_heads")
+            raise err(f"{op}: 3-d inputs need q_num_heads and kv_num_heads")
         b, sq, skv = q[0], q[1], k[1]
-        head = q[2] // hq if isinstance(q[2], int) else Any()
-        v_head = v[2] // hk if isinstance(v[2], int) else Any()
+        head = _heads_split(op, q[2], hq, "Q's hidden size", err)
+        k_head = _heads_split(op, k[2], hk, "K's hidden size", err)
+        v_head = _heads_split(op, v[2], hk, "V's hidden size", err)
+        _dims_equal(op, [(v[1], skv)], "K and V must have the same sequence length", err)
         y = (b, sq, mul_dims(v_head, hq))
     else:
         b, hq, sq, head = q
-        hk, skv, v_head = k[1], k[2], v[3]
+        hk, skv, k_head, v_head = k[1], k[2], k[3], v[3]
+        _dims_equal(op, [(v[1], hk), (v[2], skv)], "K and V must have the same heads and sequence length", err)
         y = (b, hq, sq, v_head)
-    total = skv
-    if past_k is not None and len(past_k):
-        total = past_k[2] + skv if isinstance(past_k[2], int) and isinstance(skv, int) else Any()
-    k_head = k[2] // hk if three_d and isinstance(k[2], int) and isinstance(hk, int) else (head if three_d else k[3])
-    present_k = (b, hk, total, k_head)
-    present_v = (b, hk, total, v_head)
-    qk = (b, hq, sq, total)
-    return [tuple(y), present_k, present_v, qk]
+    if _known(hq) and _known(hk):
+        sl.require(sl.dim_or(hq == hk, sl.dim_and(hk > 0, hq % sl.dim_max(hk, 1) == 0)),
+                   f"{op}: {hq} query heads are not a multiple of {hk} key/value heads", err)
+    _dims_equal(op, [(k[0], b), (v[0], b)], "Q, K and V must have the same batch", err)
+    _dims_equal(op, [(k_head, head)], "Q's and K's head sizes must match", err)
+    total = add_dims(past_k[2], skv) if len(past_k) == 4 else skv
+    return [y, (b, hk, total, k_head), (b, hk, total, v_head), (b, hq, sq, total)]
 
 
 def _attention_rel(types, attrs, consts=None):
     tensors = [expect_tensor("nn.attention", t, "argument") for t in types]
-    past = tensors[4].shape if tensors[4].ndim == 4 else None
-    shapes = _attention_shapes("nn.attention", attrs, tensors[0].shape, tensors[1].shape, tensors[2].shape, past)
+    shapes = _attention_logic("nn.attention", attrs, [t.shape for t in tensors], TypeInferenceError)
     return TupleType(tuple(TensorType(s, tensors[0].dtype) for s in shapes))
 
 
 def _attention_kernel(attrs, q, k, v, mask, past_k, past_v, nonpad):
+    _attention_logic("nn.attention", attrs, [np.shape(a) for a in (q, k, v, mask, past_k, past_v, nonpad)],
+                     ShapeError)
     return _attention_parts(attrs, np.asarray(q), np.asarray(k), np.asarray(v), mask, past_k, past_v, nonpad)
 
 
@@ -1743,9 +1795,7 @@ define(
         AttrDef("softcap", 0.0, to_float), AttrDef("softmax_precision", 0, to_int),
         AttrDef("left_window_size", -1, to_int), AttrDef("right_window_size", -1, to_int),
     ),
-    shape_func=lambda attrs, args: [tuple(int(d) for d in s) for s in _attention_shapes(
-        "nn.attention", attrs, concrete(args[0]), concrete(args[1]), concrete(args[2]),
-        concrete(args[4]) if len(args[4]) == 4 else None)],
+    shape_logic=_attention_logic,
     doc="ONNX Attention(Q, K, V, attn_mask, past_key, past_value, nonpad_kv_seqlen) -> (Y, present_key, "
         "present_value, qk_matmul_output); empty tensors stand for omitted inputs.",
     compute=_attention_compute,

@@ -449,6 +449,26 @@ def count_sorted_runs(data: DataArg, order: DataArg):
                                                 DTYPE_CODES.index(order.dtype), data.shape[0]))
 
 
+def count_row_starts(indices: DataArg, rows):
+    """The number of distinct rows in the first column of 2-D integer ``indices`` (N, ndim), in one pass
+    (``tv_shape_count_row_starts``); -1 when ndim < 1 or the column is not ascending within [0, rows)
+    (``rows`` a number or a ``Sym``); None when the data is unknown (type inference of a non-constant)."""
+    if indices.values is not None:
+        values = np.asarray(indices.values)
+        if values.ndim != 2 or values.shape[1] < 1:
+            return -1
+        first = values[:, 0].astype(np.int64)
+        count = int(np.count_nonzero(np.diff(first))) + 1 if len(first) else 0
+        if len(first) and (np.any(np.diff(first) < 0) or first[0] < 0):
+            return -1
+        return dim_select(binary("<", first[-1], rows), count, -1) if len(first) else count
+    if indices.pointer is None:
+        return None
+    n, ndim = indices.shape
+    return CCall("tv_shape_count_row_starts", (Leaf(indices.pointer), n, ndim, DTYPE_CODES.index(indices.dtype),
+                                                rows))
+
+
 def slice_length(begin, end, stride: int, dim):
     """``len(range(*slice(begin, end, stride).indices(dim)))`` for int ``begin``/``end`` (or None) and
     ``stride`` and a dim that may be symbolic (Python's clamping, exactly)."""

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import builtins
 from collections import Counter
+from types import SimpleNamespace
 
 import numpy as np
 
@@ -22,7 +23,7 @@ from ..ir.types import Any, SymDim, TensorType, TupleType, normalize_dtype
 from ..te import expr as E
 from ..te.expr import INDEX_DTYPE, Const, PrimExpr, cast, const, eq, ne, select
 from ..te.tensor import Tensor, compute
-from ._common import expect_tensor, logic_shape_func
+from ._common import INT_DTYPES, expect_tensor, logic_shape_func
 from ._compute import (
     axis_of,
     broadcast_to_shape,
@@ -40,6 +41,8 @@ from .registry import REQUIRED, AttrDef, LibraryKernel, OpDef, OpPattern, get_op
 from .shape_logic import (
     Sym,
     binary,
+    const_int,
+    dim_and,
     dim_not,
     dim_or,
     dim_select,
@@ -1924,9 +1927,13 @@ define_shaped(
 
 
 def _define_dyn(name: str, static: str, num_data: int, value_attrs: tuple, logic, kernel, rank,
-                attrs=(), dtype_rule=None, check_types=None, doc: str = "", compute=None):
+                attrs=(), dtype_rule=None, check_types=None, doc: str = "", compute=None, traced=None):
     """``value_attrs``: per run-time input after the ``num_data`` data inputs, ``(attr name, converter)``
-    where the converter turns the input's array into the static op's attribute value (or raises)."""
+    where the converter turns the input's array into the static op's attribute value (or raises).
+
+    ``traced(op, attrs, shapes, values, err)``: the logic for values read in C (``DataArg`` loads, checked
+    as the converters check them), which makes the op's shape logic traceable; known values (run time,
+    constants) go through the converters and the static op's logic."""
     def merged(attrs, values, err):
         items = dict(attrs)
         for (key, convert), value in zip(value_attrs, values, strict=True):
@@ -1957,6 +1964,12 @@ def _define_dyn(name: str, static: str, num_data: int, value_attrs: tuple, logic
         full = merged(attrs, args[num_data:], ShapeError)
         return [tuple(int(d) for d in logic(name, full, [concrete(s) for s in args[:num_data]], ShapeError))]
 
+    def shape_logic(op, attrs, args, err):
+        shapes, values = [tuple(s) for s in args[:num_data]], args[num_data:]
+        if all(v.values is not None for v in values):
+            return tuple(logic(op, merged(attrs, [v.values for v in values], err), shapes, err))
+        return traced(op, attrs, shapes, values, err)
+
     def checked_kernel(attrs, *arrays):
         arrays = [np.asarray(a) for a in arrays]
         full = merged(attrs, arrays[num_data:], ShapeError)
@@ -1964,8 +1977,9 @@ def _define_dyn(name: str, static: str, num_data: int, value_attrs: tuple, logic
         return np.asarray(kernel(full, out_shape, *arrays[:num_data]))
 
     return define(name, num_data + len(value_attrs), type_rel, checked_kernel, OpPattern.OPAQUE,
-                  attrs=attrs, shape_func=shape_func, data_dependent=(False,) * num_data + (True,) * len(value_attrs), doc=doc,
-                  compute=compute)
+                  attrs=attrs, shape_func=None if traced else shape_func,
+                  data_dependent=(False,) * num_data + (True,) * len(value_attrs), doc=doc, compute=compute,
+                  shape_logic=traceable(shape_logic) if traced else None)
 
 
 def _int_scalar(arr: np.ndarray) -> int:
@@ -2010,7 +2024,80 @@ def _dyn_squeeze_rank(name, tensors, attrs):
 
 def _dyn_one_hot_rank(name, tensors, attrs):
     _expect_scalar_tensor(name, tensors[3], "depth")
-    return tensors[0].ndim + 1
+    ndim = tensors[0].ndim
+    if not -ndim - 1 <= attrs.axis <= ndim:  # (static: found in typing, not in the C shape function)
+        raise TypeInferenceError(f"{name}: axis {attrs.axis} is out of range [{-ndim - 1}, {ndim}] for indices of "
+                                 f"rank {ndim}")
+    return ndim + 1
+
+
+def _read_ints(op: str, data, what: str, rank: int, err) -> list:
+    """The values of integer ``data`` of ``rank`` 0 or 1 (a static length) read in C, each checked >= 0
+    (what the converters of ``_define_dyn`` check on known values)."""
+    if len(data.shape) != rank or data.dtype not in INT_DTYPES:
+        raise err(f"{op}: bad {what} tensor: expected a {rank}-D integer tensor, got {data.dtype} of shape "
+                  f"{fmt_shape(data.shape)}")
+    n = data.shape[0] if rank else 1
+    if not const_int(n):
+        untraceable(f"reads {what} of a length that is not static (it decides the output rank)")
+    values = [data.item(i) for i in range(n)]
+    for v in values:
+        require(v >= 0, f"{op}: bad {what} tensor: expected values >= 0, got {v}", err)
+    return values
+
+
+def _tile_traced(op, attrs, shapes, values, err):
+    return _tile_logic(op, SimpleNamespace(reps=tuple(_read_ints(op, values[0], "reps", 1, err))), shapes, err)
+
+
+def _expand_dims_traced(op, attrs, shapes, values, err):
+    """The run-time axis, checked in range, picks where the new 1s go: each output dim selects the input
+    dim before them, a 1, or the input dim after them."""
+    (shape,), axis, n = shapes, values[0], attrs.num_newaxis
+    ndim = len(shape)
+    if axis.shape != () or axis.dtype not in INT_DTYPES:
+        raise err(f"{op}: bad axis tensor: expected an integer scalar, got {axis.dtype} of shape "
+                  f"{fmt_shape(axis.shape)}")
+    a = axis.item(0)
+    require(dim_and(a >= -ndim - 1, a <= ndim), f"{op}: axis {a} is out of range [{-ndim - 1}, {ndim}] for rank "
+                                                f"{ndim}", err)
+    pos = dim_select(a < 0, a + (ndim + 1), a)
+    return tuple(dim_select(pos > i, shape[i] if i < ndim else 1,
+                            dim_select(pos + n > i, 1, shape[i - n] if i >= n else 1)) for i in range(ndim + n))
+
+
+def _squeeze_traced(op, attrs, shapes, values, err):
+    """The run-time axes (a static number), checked in range, distinct and naming dims of 1; output dim j
+    selects the j-th input dim no axis names."""
+    (shape,), axes = shapes, values[0]
+    ndim = len(shape)
+    if len(axes.shape) != 1 or axes.dtype not in INT_DTYPES:
+        raise err(f"{op}: bad axis tensor: expected a 1-D integer tensor, got {axes.dtype} of shape "
+                  f"{fmt_shape(axes.shape)}")
+    if not const_int(axes.shape[0]):
+        untraceable("reads axes of a length that is not static (it decides the output rank)")
+    read = [axes.item(j) for j in range(axes.shape[0])]
+    for a in read:
+        require(dim_and(a >= -ndim, a < ndim), f"{op}: axis {a} is out of range for a tensor of rank {ndim}", err)
+    norm = [dim_select(a < 0, a + ndim, a) for a in read]
+    for j, a in enumerate(norm):
+        for b in norm[j + 1:]:
+            require(a != b, f"{op}: axis {read[j]} is repeated in the axes", err)
+    before, out = 0, [0] * (ndim - len(norm))
+    for t, d in enumerate(shape):
+        named = False
+        for a in norm:
+            named = dim_or(named, a == t)
+        require(dim_or(dim_not(named), d == 1), f"{op}: squeezed dim {t} must be 1, got {d}", err)
+        for j in range(len(out)):
+            out[j] = dim_select(dim_and(dim_not(named), before == j), d, out[j])
+        before = before + dim_select(named, 0, 1)
+    return tuple(out)
+
+
+def _one_hot_traced(op, attrs, shapes, values, err):
+    (depth,) = _read_ints(op, values[0], "depth", 0, err)
+    return _one_hot_logic(op, SimpleNamespace(axis=attrs.axis, depth=depth), shapes, err)
 
 
 # Their computes read the output dims from the output array (the shape function gave them), so the
@@ -2043,19 +2130,20 @@ def _dyn_one_hot_compute(attrs, inputs, out_type):
 
 _define_dyn("dyn.tile", "tile", 1, (("reps", lambda a: int_tuple(0)(_int_vector(a))),), _tile_logic,
             lambda attrs, shape, x: np.tile(x, attrs.reps), _dyn_tile_rank,
-            doc="tile(data, reps) with ``reps`` a run-time 1-D integer tensor.", compute=_dyn_tile_compute)
+            doc="tile(data, reps) with ``reps`` a run-time 1-D integer tensor.", compute=_dyn_tile_compute,
+            traced=_tile_traced)
 _define_dyn("dyn.expand_dims", "expand_dims", 1, (("axis", _int_scalar),), _expand_dims_logic,
             lambda attrs, shape, x: x.reshape(shape), _dyn_expand_dims_rank,
             attrs=(AttrDef("num_newaxis", 1, lambda v: _nonneg(to_int(v))),),
             doc="expand_dims(data, axis) with ``axis`` a run-time integer scalar.",
-            compute=_dyn_reshape_compute("dyn.expand_dims"))
+            compute=_dyn_reshape_compute("dyn.expand_dims"), traced=_expand_dims_traced)
 _define_dyn("dyn.squeeze", "squeeze", 1, (("axis", _int_vector),), _squeeze_logic,
             lambda attrs, shape, x: x.reshape(shape), _dyn_squeeze_rank,
             doc="squeeze(data, axis) with ``axis`` a run-time 1-D integer tensor of the axes to remove.",
-            compute=_dyn_reshape_compute("dyn.squeeze"))
+            compute=_dyn_reshape_compute("dyn.squeeze"), traced=_squeeze_traced)
 _define_dyn("dyn.one_hot", "one_hot", 3, (("depth", lambda a: _nonneg(_int_scalar(a))),), _one_hot_logic,
             _one_hot_kernel, _dyn_one_hot_rank,
             attrs=(AttrDef("axis", -1, to_int), AttrDef("dtype", "", to_out_dtype)),
             dtype_rule=lambda types, attrs: attrs.dtype or types[1].dtype, check_types=_check_one_hot,
             doc="one_hot(indices, on_value, off_value, depth) with ``depth`` a run-time integer scalar.",
-            compute=_dyn_one_hot_compute)
+            compute=_dyn_one_hot_compute, traced=_one_hot_traced)

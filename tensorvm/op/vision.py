@@ -35,7 +35,8 @@ from ._common import (
 )
 from ._library import dtype_code, product, same_dims
 from .registry import AttrDef, LibraryKernel, OpDef, OpPattern
-from .transform import concrete, define, fmt_shape
+from .shape_logic import const_int, count_row_starts, is_sym, require, traceable
+from .transform import define, fmt_shape, mul_dims
 
 _SOURCE = "vision.c"
 
@@ -68,13 +69,28 @@ def _value(op: str, arr, what: str, kind=float):
 
 def _check_index(op: str, attrs, names, elems, error):
     """The attributes ``names`` (element positions; negative: none, except for the ones required) fit
-    rows of ``elems`` elements."""
-    if not isinstance(elems, int):
-        return
+    rows of ``elems`` elements (a dim of any kind: a typed unknown one passes)."""
     for name, span, required in names:
         value = attrs[name]
-        if (required and value < 0) or value + span > elems:
+        if required and value < 0:
             raise error(f"{op}: {name}={value} does not fit boxes of {elems} elements")
+        if const_int(elems) or is_sym(elems):
+            require(value + span <= elems, f"{op}: {name}={value} does not fit boxes of {elems} elements", error)
+
+
+def _dims_match(pairs, message: str, error) -> None:
+    """Each ``(got, want)`` pair of dims is equal: checked when both are known or one is symbolic (a typed
+    unknown dim passes; the shape function checks it at run time)."""
+    for got, want in pairs:
+        if is_sym(got) or is_sym(want) or (const_int(got) and const_int(want)):
+            require(got == want, message, error)
+
+
+def _one_element(op: str, shape, what: str, error) -> None:
+    """A scalar or a 1-element vector (what ``_value`` and the C functions read)."""
+    if len(shape) > 1:
+        raise error(f"{op}: {what} must be a scalar or a 1-element tensor, got {fmt_shape(shape)}")
+    _dims_match(zip(shape, (1,)), f"{op}: {what} must hold one value, got shape {fmt_shape(shape)}", error)
 
 
 def _expect_rank(op: str, ty, rank: int, what: str, dtypes: tuple) -> TensorType:
@@ -105,16 +121,25 @@ _GVC = "vision.get_valid_counts"
 _GVC_INDICES = (("score_index", 1, True), ("id_index", 1, False))
 
 
+@traceable
+def _get_valid_counts_logic(op, attrs, args, err) -> list:
+    data, threshold = args
+    if len(data) != 3:
+        raise err(f"{op}: data must have rank 3, got {fmt_shape(data)}")
+    _check_index(op, attrs, _GVC_INDICES, data[2], err)
+    _one_element(op, threshold, "score_threshold", err)
+    return [data[:1], tuple(data), data[:2]]
+
+
 def _get_valid_counts_rel(types, attrs, consts=None):
     data = _expect_rank(_GVC, types[0], 3, "data", FLOAT_DTYPES)
-    _single(_GVC, types[1], "score_threshold", FLOAT_DTYPES + INT_DTYPES)
-    _check_index(_GVC, attrs, _GVC_INDICES, data.shape[2], TypeInferenceError)
-    batch, anchors, _ = data.shape
-    return TupleType([TensorType((batch,), "int32"), data, TensorType((batch, anchors), "int32")])
+    threshold = _single(_GVC, types[1], "score_threshold", FLOAT_DTYPES + INT_DTYPES)
+    counts, out, indices = _get_valid_counts_logic(_GVC, attrs, [data.shape, threshold.shape], TypeInferenceError)
+    return TupleType([TensorType(counts, "int32"), TensorType(out, data.dtype), TensorType(indices, "int32")])
 
 
 def _get_valid_counts_kernel(attrs, data, score_threshold):
-    _check_index(_GVC, attrs, _GVC_INDICES, data.shape[2], ShapeError)
+    _get_valid_counts_logic(_GVC, attrs, [data.shape, np.shape(score_threshold)], ShapeError)
     limit = _value(_GVC, score_threshold, "score_threshold")
     batch, anchors, _ = data.shape
     counts = np.zeros(batch, "int32")
@@ -143,7 +168,7 @@ register_checked(OpDef(
     pattern=OpPattern.OPAQUE,
     attrs=(AttrDef("id_index", 0, to_int, "the class id's position in a box row (-1: none)"),
            AttrDef("score_index", 1, to_int, "the score's position in a box row")),
-    shape_func=lambda attrs, args: [(args[0][0],), tuple(args[0]), tuple(args[0][:2])],
+    shape_logic=_get_valid_counts_logic,
     library=LibraryKernel("tv_get_valid_counts", _SOURCE, _get_valid_counts_arguments),
     doc="get_valid_counts(data (B, A, E), score_threshold): (valid_count (B,) int32, out, out_indices (B, A) "
         "int32): per batch the boxes whose score exceeds the threshold and whose class id (id_index >= 0) is not "
@@ -158,34 +183,37 @@ _NMS_INDICES = (("coord_start", 4, True), ("score_index", 1, True), ("id_index",
 
 def _nms_rel(types, attrs, consts=None):
     data = _expect_rank(_NMS, types[0], 3, "data", FLOAT_DTYPES)
-    valid_count = _expect_rank(_NMS, types[1], 1, "valid_count", INT_DTYPES)
+    _expect_rank(_NMS, types[1], 1, "valid_count", INT_DTYPES)
     # (without return_indices, indices is not read: any tensor, as in Relay)
-    indices = _expect_rank(_NMS, types[2], 2, "indices", INT_DTYPES) if attrs.return_indices else None
+    if attrs.return_indices:
+        _expect_rank(_NMS, types[2], 2, "indices", INT_DTYPES)
     _single(_NMS, types[3], "max_output_size", INT_DTYPES)
     _single(_NMS, types[4], "iou_threshold", FLOAT_DTYPES)
-    _check_index(_NMS, attrs, _NMS_INDICES, data.shape[2], TypeInferenceError)
-    batch, anchors, _ = data.shape
-    shapes = [("valid_count", valid_count.shape, (batch,))]
-    shapes += [("indices", indices.shape, (batch, anchors))] if indices is not None else []
-    for what, got, want in shapes:
-        if any(isinstance(g, int) and isinstance(w, int) and g != w for g, w in zip(got, want, strict=True)):
-            raise TypeInferenceError(f"{_NMS}: {what} must have shape {fmt_shape(want)}, got {fmt_shape(got)}")
+    shapes = _nms_logic(_NMS, attrs, [t.shape for t in types], TypeInferenceError)
     if attrs.return_indices:
-        return TupleType([TensorType((batch, anchors), "int32"), TensorType((batch, 1), "int32")])
-    return data
+        return TupleType([TensorType(s, "int32") for s in shapes])
+    return TensorType(shapes[0], data.dtype)
 
 
-def _nms_shape_func(attrs, args):
+@traceable
+def _nms_logic(op, attrs, args, err) -> list:
+    """Relay's fixed-size outputs: (B, A) kept indices padded with -1 and (B, 1) counts, or the (B, A, E)
+    rows; what the suppression keeps changes their contents, not their shapes."""
     data, valid_count, indices = (tuple(a) for a in args[:3])
-    if len(data) != 3 or valid_count != data[:1] or attrs.return_indices and indices != data[:2]:
-        raise ShapeError(f"{_NMS}: expected data (B, A, E), valid_count (B,), indices (B, A), got "
-                         f"{fmt_shape(data)}, {fmt_shape(valid_count)}, {fmt_shape(indices)}")
+    message = (f"{op}: expected data (B, A, E), valid_count (B,), indices (B, A), got {fmt_shape(data)}, "
+               f"{fmt_shape(valid_count)}, {fmt_shape(indices)}")
+    if len(data) != 3 or len(valid_count) != 1 or attrs.return_indices and len(indices) != 2:
+        raise err(message)
+    _dims_match(zip(valid_count + (indices if attrs.return_indices else ()), data[:1] + data[:2]), message, err)
+    _check_index(op, attrs, _NMS_INDICES, data[2], err)
+    _one_element(op, args[3], "max_output_size", err)
+    _one_element(op, args[4], "iou_threshold", err)
     return [data[:2], (data[0], 1)] if attrs.return_indices else [data]
 
 
 def _nms_kernel(attrs, data, valid_count, indices, max_output_size, iou_threshold):
-    _nms_shape_func(attrs, [data.shape, valid_count.shape, indices.shape])
-    _check_index(_NMS, attrs, _NMS_INDICES, data.shape[2], ShapeError)
+    _nms_logic(_NMS, attrs, [np.shape(a) for a in (data, valid_count, indices, max_output_size, iou_threshold)],
+               ShapeError)
     max_out = _value(_NMS, max_output_size, "max_output_size", int)
     threshold = _value(_NMS, iou_threshold, "iou_threshold")
     batch, anchors, _ = data.shape
@@ -234,7 +262,7 @@ register_checked(OpDef(
            AttrDef("coord_start", 2, to_int), AttrDef("score_index", 1, to_int),
            AttrDef("id_index", 0, to_int, "the class id's position (-1: one class)"),
            AttrDef("return_indices", True, to_bool), AttrDef("invalid_to_bottom", False, to_bool)),
-    shape_func=_nms_shape_func,
+    shape_logic=_nms_logic,
     library=LibraryKernel(lambda attrs: "tv_nms_indices" if attrs.return_indices else "tv_nms_boxes", _SOURCE,
                           _nms_arguments),
     doc="non_max_suppression(data (B, A, E), valid_count (B,), indices (B, A), max_output_size, iou_threshold): "
@@ -251,34 +279,39 @@ _ACNMS = "vision.all_class_non_max_suppression"
 
 
 def _all_class_nms_rel(types, attrs, consts=None):
-    boxes = _expect_rank(_ACNMS, types[0], 3, "boxes", FLOAT_DTYPES)
+    _expect_rank(_ACNMS, types[0], 3, "boxes", FLOAT_DTYPES)
     scores = _expect_rank(_ACNMS, types[1], 3, "scores", FLOAT_DTYPES)
     _single(_ACNMS, types[2], "max_output_boxes_per_class", INT_DTYPES)
     _single(_ACNMS, types[3], "iou_threshold", FLOAT_DTYPES)
     _single(_ACNMS, types[4], "score_threshold", FLOAT_DTYPES)
-    shapes = _all_class_nms_shapes(attrs, boxes.shape, scores.shape, TypeInferenceError)
+    shapes = _all_class_nms_logic(_ACNMS, attrs, [t.shape for t in types], TypeInferenceError)
     dtypes = ("int64", "int64") if attrs.output_format == "onnx" else ("int64", scores.dtype, "int64")
     return TupleType([TensorType(s, d) for s, d in zip(shapes, dtypes, strict=True)])
 
 
-def _all_class_nms_shapes(attrs, boxes, scores, error) -> list:
+@traceable
+def _all_class_nms_logic(op, attrs, args, err) -> list:
+    """Outputs padded to every (batch, class, box) triple (onnx) or every (class, box) pair per batch
+    (tensorflow), with counts: what the suppression selects changes their contents, not their shapes."""
+    boxes, scores = tuple(args[0]), tuple(args[1])
+    message = f"{op}: expected boxes (B, N, 4) and scores (B, C, N), got {fmt_shape(boxes)} and {fmt_shape(scores)}"
+    if len(boxes) != 3 or len(scores) != 3:
+        raise err(message)
     batch, num_boxes, four = boxes
-    if isinstance(four, int) and four != 4 or len(scores) != 3:
-        raise error(f"{_ACNMS}: expected boxes (B, N, 4) and scores (B, C, N), got {fmt_shape(boxes)} and "
-                    f"{fmt_shape(scores)}")
-    for got, want in ((scores[0], batch), (scores[2], num_boxes)):
-        if isinstance(got, int) and isinstance(want, int) and got != want:
-            raise error(f"{_ACNMS}: scores {fmt_shape(scores)} do not match boxes {fmt_shape(boxes)}")
-    classes = scores[1]
-    known = all(isinstance(d, int) for d in (batch, classes, num_boxes))
+    _dims_match([(four, 4)], message, err)
+    _dims_match([(scores[0], batch), (scores[2], num_boxes)],
+                f"{op}: scores {fmt_shape(scores)} do not match boxes {fmt_shape(boxes)}", err)
+    for shape, what in zip(args[2:], ("max_output_boxes_per_class", "iou_threshold", "score_threshold")):
+        _one_element(op, shape, what, err)
+    per_batch = mul_dims(scores[1], num_boxes)
     if attrs.output_format == "onnx":
-        return [(batch * classes * num_boxes if known else Any(), 3), (1,)]
-    per_batch = classes * num_boxes if isinstance(classes, int) and isinstance(num_boxes, int) else Any()
+        return [(mul_dims(batch, per_batch), 3), (1,)]
     return [(batch, per_batch, 2), (batch, per_batch), (batch,)]
 
 
 def _all_class_nms_kernel(attrs, boxes, scores, max_output, iou_threshold, score_threshold):
-    _all_class_nms_shapes(attrs, boxes.shape, scores.shape, ShapeError)
+    _all_class_nms_logic(_ACNMS, attrs, [np.shape(a) for a in (boxes, scores, max_output, iou_threshold,
+                                                                score_threshold)], ShapeError)
     max_out = _value(_ACNMS, max_output, "max_output_boxes_per_class", int)
     iou_limit = _value(_ACNMS, iou_threshold, "iou_threshold")
     score_limit = _value(_ACNMS, score_threshold, "score_threshold")
@@ -325,7 +358,7 @@ def _all_class_nms_arguments(attrs, inputs, outputs):
 register_checked(OpDef(
     name=_ACNMS, num_inputs=5, type_rel=_all_class_nms_rel, kernel=_all_class_nms_kernel, pattern=OpPattern.OPAQUE,
     attrs=(AttrDef("output_format", "onnx", one_of("onnx", "tensorflow")),),
-    shape_func=lambda attrs, args: _all_class_nms_shapes(attrs, tuple(args[0]), tuple(args[1]), ShapeError),
+    shape_logic=_all_class_nms_logic,
     library=LibraryKernel(lambda attrs: "tv_all_class_nms_onnx" if attrs.output_format == "onnx"
                           else "tv_all_class_nms_tf", _SOURCE, _all_class_nms_arguments),
     doc="all_class_non_max_suppression(boxes (B, N, 4), scores (B, C, N), max_output_boxes_per_class, "
@@ -402,9 +435,13 @@ def _pair(value) -> tuple:
     return to_int_tuple(value) * (1 if isinstance(value, (list, tuple)) else 2)
 
 
-def _roi_align_shape(attrs, data, rois, error):
-    if len(data) != 4 or len(rois) != 2 or (isinstance(rois[1], int) and rois[1] != 5):
-        raise error(f"{_ROI}: expected data of rank 4 and rois (R, 5), got {fmt_shape(data)} and {fmt_shape(rois)}")
+@traceable
+def _roi_align_logic(op, attrs, args, error):
+    data, rois = args
+    message = f"{op}: expected data of rank 4 and rois (R, 5), got {fmt_shape(data)} and {fmt_shape(rois)}"
+    if len(data) != 4 or len(rois) != 2:
+        raise error(message)
+    _dims_match([(rois[1], 5)], message, error)
     if len(attrs.pooled_size) != 2 or min(attrs.pooled_size) < 1:
         raise error(f"{_ROI}: pooled_size must be two positive ints, got {attrs.pooled_size}")
     channels = data[1] if attrs.layout == "NCHW" else data[3]
@@ -415,11 +452,11 @@ def _roi_align_shape(attrs, data, rois, error):
 def _roi_align_rel(types, attrs, consts=None):
     data = _expect_rank(_ROI, types[0], 4, "data", FLOAT_DTYPES)
     rois = _expect_rank(_ROI, types[1], 2, "rois", FLOAT_DTYPES)
-    return TensorType(_roi_align_shape(attrs, data.shape, rois.shape, TypeInferenceError), data.dtype)
+    return TensorType(_roi_align_logic(_ROI, attrs, [data.shape, rois.shape], TypeInferenceError), data.dtype)
 
 
 def _roi_align_kernel(attrs, data, rois):
-    _roi_align_shape(attrs, data.shape, rois.shape, ShapeError)
+    _roi_align_logic(_ROI, attrs, [data.shape, rois.shape], ShapeError)
     nchw = data if attrs.layout == "NCHW" else data.transpose(0, 3, 1, 2)
     batch_indices = np.asarray(rois[:, 0], np.float64)
     out = _roi_align_reference(nchw, rois[:, 1:], np.where(batch_indices >= 0, batch_indices, -1).astype(np.int64),
@@ -440,7 +477,7 @@ register_checked(OpDef(
            AttrDef("spatial_scale", 1.0, to_float), AttrDef("sample_ratio", -1, to_int, "samples per bin and axis "
                                                                                         "(<= 0: ceil(bin size))"),
            AttrDef("layout", "NCHW", one_of("NCHW", "NHWC")), AttrDef("mode", "avg", one_of("avg", "max"))),
-    shape_func=lambda attrs, args: [_roi_align_shape(attrs, tuple(args[0]), tuple(args[1]), ShapeError)],
+    shape_logic=_roi_align_logic,
     library=LibraryKernel("tv_roi_align", _SOURCE, _roi_align_arguments),
     doc="roi_align(data, rois (R, 5): batch index, x1, y1, x2, y2): per region (scaled by spatial_scale, at "
         "least 1 x 1) and output bin of pooled_size, the average (or max) of bilinear samples (0 outside); "
@@ -451,6 +488,7 @@ register_checked(OpDef(
 
 
 def _onnx_roi_align_kernel(attrs, x, rois, batch_indices):
+    _onnx_roi_align_logic("vision.onnx_roi_align", attrs, [np.shape(a) for a in (x, rois, batch_indices)], ShapeError)
     offset = 0.5 if attrs.coordinate_transformation_mode == "half_pixel" else 0.0
     return _roi_align_reference(x, rois, np.asarray(batch_indices).astype(np.int64),
                                 (attrs.output_height, attrs.output_width), attrs.spatial_scale, offset,
@@ -458,11 +496,14 @@ def _onnx_roi_align_kernel(attrs, x, rois, batch_indices):
                                 "avg" if attrs.mode == "avg" else "corner_max")
 
 
+@traceable
 def _onnx_roi_align_logic(op, attrs, shapes, err):
     x, rois, idx = shapes
+    message = (f"{op}: expected X (N, C, H, W), rois (R, 4), batch_indices (R,), got {fmt_shape(x)}, "
+               f"{fmt_shape(rois)}, {fmt_shape(idx)}")
     if len(x) != 4 or len(rois) != 2 or len(idx) != 1:
-        raise err(f"{op}: expected X (N, C, H, W), rois (R, 4), batch_indices (R,), got {fmt_shape(x)}, "
-                  f"{fmt_shape(rois)}, {fmt_shape(idx)}")
+        raise err(message)
+    _dims_match([(rois[1], 4), (idx[0], rois[0])], message, err)
     if attrs.output_height < 1 or attrs.output_width < 1:
         raise err(f"{op}: output_height and output_width must be positive, got {attrs.output_height} and "
                   f"{attrs.output_width}")
@@ -490,8 +531,7 @@ define(
            AttrDef("output_width", 1, to_int), AttrDef("sampling_ratio", 0, to_int),
            AttrDef("spatial_scale", 1.0, to_float),
            AttrDef("coordinate_transformation_mode", "half_pixel", one_of("half_pixel", "output_half_pixel"))),
-    shape_func=lambda attrs, args: [_onnx_roi_align_logic("vision.onnx_roi_align", attrs,
-                                                          [concrete(a) for a in args], ShapeError)],
+    shape_logic=_onnx_roi_align_logic,
     library=LibraryKernel("tv_roi_align", _SOURCE, _onnx_roi_align_arguments),
     doc="ONNX RoiAlign(X, rois (R, 4), batch_indices): average (or max of the weighted corners) of bilinear "
         "samples per output bin of each region; half_pixel shifts the region by -0.5, output_half_pixel makes it "
@@ -532,12 +572,28 @@ def _sparse_rows(indices, dense_shape, error) -> tuple[int, np.ndarray]:
     return rows, first
 
 
-def _sparse_fill_shape_func(attrs, args):
-    rows, first = _sparse_rows(args[0], args[2], ShapeError)
-    # The entries plus one per empty row: distinct rows present, counted in one pass over the sorted column.
-    present = int(np.count_nonzero(np.diff(first))) + 1 if len(first) else 0
-    total = len(first) + rows - present
-    return [(total, np.shape(args[0])[1]), (total,), (rows,)]
+@traceable
+def _sparse_fill_logic(op, attrs, args, err) -> list:
+    """The entries plus one per empty row: the distinct rows present are counted in one pass over the
+    sorted first column (``count_row_starts``, which also checks it), no fill."""
+    indices, values, dense_shape, default = args
+    message = (f"{op}: expected sparse_indices (N, ndim >= 1), sparse_values (N,) and dense_shape (ndim,), got "
+               f"{fmt_shape(indices.shape)}, {fmt_shape(values)} and {fmt_shape(dense_shape.shape)}")
+    if len(indices.shape) != 2 or len(values) != 1 or len(dense_shape.shape) != 1:
+        raise err(message)
+    n, ndim = indices.shape
+    require(ndim >= 1, message, err)
+    _dims_match([(values[0], n), (dense_shape.shape[0], ndim)], message, err)
+    _one_element(op, default, "default_value", err)
+    rows = dense_shape.item(0)
+    if rows is None:  # (type inference of data it does not know)
+        return [(Any(), ndim), (Any(),), (Any(),)]
+    require(rows >= 0, f"{op}: dense_shape[0] must not be negative, got {rows}", err)
+    present = count_row_starts(indices, rows)
+    require(present >= 0, f"{op}: the rows of sparse_indices (its first column) must be ascending and in "
+                          f"[0, {rows})", err)
+    total = n + rows - present
+    return [(total, ndim), (total,), (rows,)]
 
 
 def _sparse_fill_kernel(attrs, indices, values, dense_shape, default_value):
@@ -572,7 +628,7 @@ def _sparse_fill_arguments(attrs, inputs, outputs):
 
 register_checked(OpDef(
     name=_SFER, num_inputs=4, type_rel=_sparse_fill_rel, kernel=_sparse_fill_kernel, pattern=OpPattern.OPAQUE,
-    shape_func=_sparse_fill_shape_func, shape_func_data_dependent=(True, False, True, False),
+    shape_logic=_sparse_fill_logic, shape_func_data_dependent=(True, False, True, False),
     library=LibraryKernel("tv_sparse_fill_empty_rows", _SOURCE, _sparse_fill_arguments),
     doc="sparse_fill_empty_rows(sparse_indices (N, ndim), sparse_values (N,), dense_shape (ndim,), default_value): "
         "(new_sparse_indices, new_sparse_values, empty_row_indicator (dense_shape[0],) bool): the entries (rows, "

@@ -4,8 +4,8 @@ actual output shape agree on generated cases, and all three reject the same mism
 
 Each case is one op called on concrete arrays; its primitive has parameters of the same ranks with
 every dim ``?`` (so the C function checks everything at run time). All the cases' C functions are
-compiled into one library. ``UNTRACEABLE`` lists (with reasons) the ops whose shape functions do not
-trace into C yet; it is strict: an op that traces must leave the list.
+compiled into one library. ``tensorvm.op.shape_coverage.NOT_TRACED`` lists (with reasons) the ops whose
+shape functions do not trace into C yet; it is strict: an op that traces must leave the list.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from tensorvm.ir.expr import Call, Function, Op, Var
 from tensorvm.ir.types import Any, TensorType, TupleType
 from tensorvm.op import get_op
 from tensorvm.op.registry import op_names
+from tensorvm.op.shape_coverage import NOT_TRACED, c_shape_function
 from tensorvm.op.shape_logic import ShapeLogicTraceError
 
 codegen = pytest.importorskip("tensorvm.codegen.build")
@@ -609,6 +610,223 @@ def _dyn_dropout(rng):
     return {}, [_f32(rng, _shape(rng, int(rng.integers(0, 3)))), np.array(0.5, "float32"), np.array(False)]
 
 
+def _recurrent(gates, num_inputs):
+    """A layer with consistent W and R but for, now and then, W's directions, its input size or R's
+    hidden size (the checks of the logic); omitted optional inputs are empty tensors."""
+    def case(rng):
+        direction = str(rng.choice(["forward", "reverse", "bidirectional"]))
+        d, hidden, size = 2 if direction == "bidirectional" else 1, _side(rng, (1, 2)), _side(rng, (1, 2, 3))
+        layout = int(rng.random() < 0.3)
+        seq, batch = _side(rng, (1, 2, 3)), _side(rng, (1, 2))
+        x = _f32(rng, (batch, seq, size) if layout else (seq, batch, size))
+        w_d = d if rng.random() < 0.8 else 3 - d
+        w_size = size if rng.random() < 0.8 else size + 1
+        r_hidden = hidden if rng.random() < 0.85 else hidden + 1
+        w, r = _f32(rng, (w_d, gates * hidden, w_size)), _f32(rng, (w_d, gates * hidden, r_hidden))
+        empty = np.zeros((0,), "float32")
+        lens = np.zeros((0,), "int32")
+        rest = [empty, lens, empty] + [empty] * (num_inputs - 6)
+        return {"hidden_size": hidden, "direction": direction, "layout": layout}, [x, w, r] + rest
+
+    return case
+
+
+def _mostly(rng, good, bad, p=0.8):
+    return good if rng.random() < p else bad
+
+
+def _scalar(rng, dtype):
+    """The one-value argument of the vision ops: 0-d, (1,), or (2,) now and then (rejected)."""
+    shape = [(), (1,), (2,)][int(rng.choice(3, p=[0.45, 0.45, 0.1]))]
+    return np.full(shape, 0.5 if dtype == "float32" else 2, dtype)
+
+
+def _get_valid_counts(rng):
+    data = _f32(rng, (_side(rng), _side(rng), _side(rng, (1, 2, 3, 5))))
+    attrs = {"score_index": int(rng.integers(0, 3)), "id_index": int(rng.integers(-1, 2))}
+    return attrs, [data, _scalar(rng, "float32")]
+
+
+def _nms(rng):
+    batch, anchors, elems = _side(rng, (1, 2)), _side(rng, (1, 2, 3)), _mostly(rng, 6, _side(rng, (4, 5, 7)))
+    data = _f32(rng, (batch, anchors, elems))
+    valid = rng.integers(0, anchors + 1, (_mostly(rng, batch, batch + 1, 0.9),)).astype("int32")
+    indices = np.tile(np.arange(anchors, dtype="int32"), (batch, 1))[:, :_mostly(rng, anchors, anchors - 1, 0.9)]
+    attrs = {"return_indices": bool(rng.random() < 0.6), "top_k": int(rng.choice([-1, 1])),
+             "force_suppress": bool(rng.random() < 0.5)}
+    return attrs, [data, valid, indices, _scalar(rng, "int32"), _scalar(rng, "float32")]
+
+
+def _all_class_nms(rng):
+    batch, classes, boxes = _side(rng, (1, 2)), _side(rng, (1, 2)), _side(rng, (1, 2, 3))
+    box_data = _f32(rng, (batch, boxes, _mostly(rng, 4, 3, 0.9)))
+    scores = _f32(rng, (_mostly(rng, batch, batch + 1, 0.9), classes, _mostly(rng, boxes, boxes + 1, 0.9)))
+    attrs = {"output_format": str(rng.choice(["onnx", "tensorflow"]))}
+    return attrs, [box_data, scores, _scalar(rng, "int32"), _scalar(rng, "float32"), _scalar(rng, "float32")]
+
+
+def _rois(rng, count, batch, width):
+    """Regions inside a 4 x 4 map, of valid batches (a bad batch index is the kernel's data error)."""
+    corners = np.sort(rng.uniform(0, 4, (count, 2, 2)), axis=1).reshape(count, 4).astype("float32")
+    if width == 5:
+        return np.concatenate([rng.integers(0, batch, (count, 1)).astype("float32"), corners], axis=1)
+    return np.concatenate([corners, corners[:, :width - 4]], axis=1) if width > 4 else corners[:, :width]
+
+
+def _roi_align(rng):
+    n, c, count = _side(rng, (1, 2)), _side(rng), _side(rng)
+    layout = str(rng.choice(["NCHW", "NHWC"]))
+    data = _f32(rng, (n, c, 4, 4) if layout == "NCHW" else (n, 4, 4, c))
+    attrs = {"pooled_size": (int(rng.integers(1, 3)), int(rng.integers(1, 3))), "layout": layout,
+             "mode": str(rng.choice(["avg", "max"])), "sample_ratio": int(rng.choice([-1, 2]))}
+    return attrs, [data, _rois(rng, count, n, _mostly(rng, 5, 4, 0.85))]
+
+
+def _onnx_roi_align(rng):
+    n, count = _side(rng, (1, 2)), _side(rng)
+    rois = _rois(rng, count, n, _mostly(rng, 4, 5, 0.9))
+    batches = rng.integers(0, n, (_mostly(rng, count, count + 1, 0.85),)).astype("int64")
+    attrs = {"output_height": int(rng.integers(1, 3)), "output_width": int(rng.integers(1, 3)),
+             "mode": str(rng.choice(["avg", "max"]))}
+    return attrs, [_f32(rng, (n, _side(rng), 4, 4)), rois, batches]
+
+
+_EQUATIONS = ("ij,jk->ik", "ij->ji", "ii->i", "bij,bjk->bik", "i,i->", "ij,j", "...i,...i->...", "ij,ij->ij")
+
+
+def _einsum(rng):
+    """Operands whose letters mostly agree; now and then one dim is another side (1 broadcasts)."""
+    equation = str(rng.choice(_EQUATIONS))
+    lhs = equation.split("->")[0].split(",")
+    extra = _shape(rng, int(rng.integers(0, 3)), (1, 2))
+    sizes = {c: _side(rng, (1, 2, 3)) for c in "bijk"}
+    operands = []
+    for term in lhs:
+        dims = (extra if "..." in term else ()) + tuple(sizes[c] for c in term.replace("...", ""))
+        if dims and rng.random() < 0.25:
+            k = int(rng.integers(0, len(dims)))
+            dims = dims[:k] + (_side(rng, (1, 2, 3, 4)),) + dims[k + 1:]
+        operands.append(_f32(rng, dims))
+    return {"equation": equation}, [tuple(operands)]
+
+
+def _sparse_fill(rng):
+    """Sorted rows within dense_shape[0] (now and then unsorted, out of range, negative rows, or a
+    values vector of the wrong length)."""
+    n, ndim, rows = _side(rng, (0, 1, 2, 3, 4)), _side(rng, (1, 2)), _side(rng, (0, 1, 2, 3, 4))
+    first = np.sort(rng.integers(0, max(rows, 1), n))
+    if rng.random() < 0.2 and n > 1:
+        first = first[::-1].copy() if first[0] != first[-1] else first + rows
+    indices = np.concatenate([first[:, None], rng.integers(0, 3, (n, ndim - 1))], axis=1).astype("int64")
+    dense_shape = np.array([_mostly(rng, rows, -1, 0.9)] + [3] * (ndim - 1), "int64")
+    values = _f32(rng, (_mostly(rng, n, n + 1, 0.9),))
+    return {}, [indices, values, dense_shape, np.array(0.5, "float32")]
+
+
+def _attention(rng):
+    """3-d or 4-d Q, K, V of consistent heads, with or without a key/value cache; now and then a hidden
+    size that is no multiple of the heads, another batch or head size, or query heads that are no
+    multiple of the key/value heads (the mask and nonpad lengths are omitted: empty)."""
+    b, sq, skv, head, v_head = _side(rng, (1, 2)), _side(rng, (1, 2, 3)), _side(rng, (1, 2, 3)), 2, _side(rng, (1, 2))
+    hk = _side(rng, (1, 2))
+    hq = hk * _side(rng, (1, 2)) if rng.random() < 0.85 else 3
+    kb, k_head = _mostly(rng, b, b + 1, 0.9), _mostly(rng, head, head + 1, 0.9)
+    empty = np.zeros((0,), "float32")
+    past = int(rng.integers(0, 3)) if rng.random() < 0.5 else None
+    if rng.random() < 0.5:
+        attrs = {"q_num_heads": hq, "kv_num_heads": hk}
+        q, k, v = (b, sq, hq * head), (kb, skv, hk * k_head), (b, skv, hk * v_head)
+        if rng.random() < 0.1:
+            q = (b, sq, hq * head + 1)
+    else:
+        attrs = {}
+        q, k, v = (b, hq, sq, head), (kb, hk, skv, k_head), (b, hk, skv, v_head)
+    past_k = _f32(rng, (b, hk, past, head)) if past is not None else empty
+    past_v = _f32(rng, (b, hk, past, v_head)) if past is not None else empty
+    return attrs, [_f32(rng, q), _f32(rng, k), _f32(rng, v), empty, past_k, past_v, np.zeros((0,), "int64")]
+
+
+def _dyn_split(rng):
+    """Run-time sizes: none (near-equal parts), a partition of the axis, or now and then a wrong count,
+    a negative size or a wrong sum."""
+    x = _f32(rng, _shape(rng, int(rng.integers(1, 4)), (0, 1, 2, 3, 4, 5)))
+    axis, parts = int(rng.integers(-x.ndim, x.ndim)), _side(rng, (1, 2, 3))
+    dim, kind = x.shape[axis], rng.choice(["empty", "partition", "partition", "bad"])
+    if kind == "empty":
+        sizes = np.zeros((0,), "int64")
+    else:
+        cuts = np.sort(rng.integers(0, dim + 1, parts - 1))
+        sizes = np.diff(np.concatenate([[0], cuts, [dim]])).astype("int64")
+        if kind == "bad":
+            sizes = [sizes[:-1] if parts > 1 else sizes + 1, sizes + 1, np.append(sizes, 0), -sizes - 1][
+                int(rng.integers(0, 4))].astype("int64")
+    return {"axis": axis, "num_outputs": parts}, [x, np.asarray(sizes, "int32" if rng.random() < 0.3 else "int64")]
+
+
+def _dyn_unsqueeze(rng):
+    """A static number of run-time axes, now and then out of range or repeated."""
+    x = _f32(rng, _shape(rng, int(rng.integers(0, 3))))
+    n = int(rng.integers(0, 3))
+    ndim = x.ndim + n
+    axes = rng.integers(-ndim - 1, ndim + 1, n)
+    if n == 1 and rng.random() < 0.3:
+        return {}, [x, np.array(axes[0], "int64")]
+    return {}, [x, axes.astype("int64")]
+
+
+def _dyn_reduce(rng):
+    """A static number of run-time axes (none: every axis or none, by empty_is_all), now and then out of
+    range or repeated."""
+    x = _f32(rng, _shape(rng, int(rng.integers(0, 4))))
+    n = int(rng.integers(0, 3))
+    axes = rng.integers(-x.ndim - 1, x.ndim + 1, n).astype("int64")
+    attrs = {"mode": str(rng.choice(["sum", "max", "mean"])), "empty_is_all": bool(rng.random() < 0.7)}
+    return attrs, [x, np.array(axes[0]) if n == 1 and rng.random() < 0.3 else axes]
+
+
+def _dyn_tile(rng):
+    x = _f32(rng, _shape(rng, int(rng.integers(0, 3))))
+    reps = rng.integers(0, 3, int(rng.integers(0, 4)))
+    if len(reps) and rng.random() < 0.2:
+        reps[0] = -1
+    return {}, [x, reps.astype("int64")]
+
+
+def _dyn_one_hot(rng):
+    indices = rng.integers(-1, 4, _shape(rng, int(rng.integers(0, 3)))).astype("int32")
+    axis = int(rng.integers(-indices.ndim - 2, indices.ndim + 2))
+    depth = np.array(int(rng.integers(-1, 4)), "int64")
+    return {"axis": axis}, [indices, np.array(1.0, "float32"), np.array(0.0, "float32"), depth]
+
+
+def _dyn_expand_dims(rng):
+    x = _f32(rng, _shape(rng, int(rng.integers(0, 4))))
+    axis = np.array(int(rng.integers(-x.ndim - 2, x.ndim + 2)), "int64")
+    return {"num_newaxis": int(rng.integers(0, 3))}, [x, axis]
+
+
+def _dyn_squeeze(rng):
+    """A static number of run-time axes, mostly of dims of 1; now and then out of range or repeated."""
+    x = _f32(rng, _shape(rng, int(rng.integers(0, 4)), (1, 1, 2, 3)))
+    n = int(rng.integers(0, x.ndim + 1))
+    ones = [i for i, d in enumerate(x.shape) if d == 1]
+    axes = [int(a) for a in rng.permutation(ones)[:n]] if rng.random() < 0.7 else \
+        list(rng.integers(-x.ndim - 1, x.ndim + 1, n))
+    axes = [a - x.ndim if rng.random() < 0.3 else a for a in axes]
+    return {}, [x, np.array(axes, "int64").reshape(-1)]
+
+
+def _dyn_nn_pad(rng):
+    """Run-time pad widths, now and then negative, of the wrong rank, or too wide for reflect / of an empty
+    dim for edge."""
+    x = _f32(rng, _shape(rng, int(rng.integers(1, 4))))
+    widths = rng.integers(0, 3, (x.ndim + (1 if rng.random() < 0.1 else 0), 2))
+    if rng.random() < 0.15:
+        widths[0, 1] = -1
+    return {"pad_mode": str(rng.choice(["constant", "edge", "reflect"]))}, [x, widths.astype("int64"),
+                                                                             np.array(0.5, "float32")]
+
+
 #: Generators of the ops whose logic is neither elementwise, broadcast nor a reduction.
 GENERATORS: dict = {
     "copy": _elementwise_cases, "nn.dense": _cases(_dense), "nn.matmul": _cases(_matmul),
@@ -648,6 +866,13 @@ GENERATORS: dict = {
     "nn.upsampling3d": _cases(_upsampling(3)), "sparse_to_dense": _cases(_sparse_to_dense),
     "nn.conv_nd": _cases(_conv_nd(False)), "nn.conv_transpose_nd": _cases(_conv_nd(True)),
     "nn.pool_nd": _cases(_pool_nd), "dyn.cumsum": _cases(_dyn_cumsum), "dyn.nn.dropout": _cases(_dyn_dropout),
+    "vision.get_valid_counts": _cases(_get_valid_counts), "vision.non_max_suppression": _cases(_nms),
+    "vision.all_class_non_max_suppression": _cases(_all_class_nms), "vision.roi_align": _cases(_roi_align),
+    "vision.onnx_roi_align": _cases(_onnx_roi_align),
+    "dyn.split": _cases(_dyn_split), "dyn.unsqueeze": _cases(_dyn_unsqueeze),
+    "dyn.reduce": _cases(_dyn_reduce), "dyn.tile": _cases(_dyn_tile), "dyn.one_hot": _cases(_dyn_one_hot),
+    "dyn.expand_dims": _cases(_dyn_expand_dims), "dyn.squeeze": _cases(_dyn_squeeze),
+    "dyn.nn.pad": _cases(_dyn_nn_pad), "einsum": _cases(_einsum), "nn.attention": _cases(_attention), "sparse_fill_empty_rows": _cases(_sparse_fill), "nn.lstm": _cases(_recurrent(4, 8)), "nn.gru": _cases(_recurrent(3, 6)), "nn.rnn": _cases(_recurrent(1, 6)),
 }
 
 # ---- running one case three ways ------------------------------------------------------------------
@@ -663,7 +888,7 @@ def _dynamic_type(value, static_axes=()):
 
 
 #: Dims an op's relation needs static ({input: axes}): scatter_nd's index depth, the length of a shape tensor.
-STATIC_DIMS = {"scatter_nd": {1: (0,)}, "dyn.reshape": {1: (0,)}, "dyn.zeros": {0: (0,)}, "dyn.ones": {0: (0,)},
+STATIC_DIMS = {"scatter_nd": {1: (0,)}, "dyn.reshape": {1: (0,)}, "dyn.unsqueeze": {1: (0,)}, "dyn.reduce": {1: (0,)}, "dyn.tile": {1: (0,)}, "dyn.squeeze": {1: (0,)}, "dyn.zeros": {0: (0,)}, "dyn.ones": {0: (0,)},
                "dyn.full": {1: (0,)}, "dyn.broadcast_to": {1: (0,)},
                # (the n-d window ops trace for static spatial dims, e.g. a dynamic batch)
                "nn.conv_nd": {0: (2, 3), 1: (2, 3)}, "nn.conv_transpose_nd": {0: (2, 3), 1: (2, 3)},
@@ -803,45 +1028,25 @@ def test_untyped_cases_are_rejected_by_the_kernel(compiled_cases):
 
 # ---- coverage: ops whose shape function does not trace into C yet ---------------------------------
 
-_ATTRS_FROM_DATA = ("its run-time values become the static op's attributes (axes, reps, depth, pads), which "
-                    "choose the logic's Python branches; a C form needs selects over the values or the defer code")
-_NOT_A_LOGIC_YET = "its shape function is separate Python, not yet written as a shape logic"
 
-#: op -> why its shape function is not (yet) a traceable logic. Strict: a traceable op must leave.
-UNTRACEABLE: dict = {
-    "dyn.expand_dims": _ATTRS_FROM_DATA, "dyn.squeeze": _ATTRS_FROM_DATA, "dyn.tile": _ATTRS_FROM_DATA,
-    "dyn.one_hot": _ATTRS_FROM_DATA, "dyn.strided_slice": _ATTRS_FROM_DATA, "dyn.nn.pad": _ATTRS_FROM_DATA,
-    "dyn.sparse_to_dense": _ATTRS_FROM_DATA, "dyn.pad": _ATTRS_FROM_DATA, "dyn.reduce": _ATTRS_FROM_DATA,
-    "dyn.split": _ATTRS_FROM_DATA, "dyn.unsqueeze": _ATTRS_FROM_DATA,
-    "dyn.image.resize2d": _ATTRS_FROM_DATA, "image.resize": _ATTRS_FROM_DATA + " (scales or sizes)",
-    "dyn.nn.upsampling": _ATTRS_FROM_DATA + " (the scales)", "dyn.nn.upsampling3d": _ATTRS_FROM_DATA + " (the scales)",
-    "einsum": _NOT_A_LOGIC_YET + " (the equation's subscripts)", "nn.attention": _NOT_A_LOGIC_YET,
-    "nn.gru": _NOT_A_LOGIC_YET, "nn.lstm": _NOT_A_LOGIC_YET, "nn.rnn": _NOT_A_LOGIC_YET,
-    "vision.roi_align": _NOT_A_LOGIC_YET, "vision.onnx_roi_align": _NOT_A_LOGIC_YET,
-    "unique": "the VM never runs it: Legalize makes it argsort + sorted_unique (whose logic counts without "
-              "sorting); its own shape function (np.unique) serves the interpreter",
-    "vision.non_max_suppression": "the number of kept boxes is the result of the suppression itself (the "
-                                  "kernel's work); needs an upper-bound output and a count instead",
-    "vision.all_class_non_max_suppression": "the number of selected boxes is the suppression's result (the "
-                                            "kernel's work)",
-    "vision.get_valid_counts": _NOT_A_LOGIC_YET,
-    "sparse_fill_empty_rows": "the number of output rows counts the empty rows of the data: needs a counting "
-                              "primitive in tv_shape.h",
-    "vm.reshape_tensor": "a VM instruction's op (ReshapeTensor), never inside a fused primitive",
-    "vm.shape_of": "a VM instruction's op (ShapeOf), never inside a fused primitive",
-}
-
-
-def _has_shape_function(name: str) -> bool:
-    return get_op(name).shape_func is not None
-
-
-def test_untraceable_list_is_exact():
-    untraceable = {n for n in op_names() if _has_shape_function(n) and not get_op(n).shape_logic_traceable}
-    listed = set(UNTRACEABLE)
-    assert not (listed - untraceable), f"ops that trace now; remove them from UNTRACEABLE: {sorted(listed - untraceable)}"
-    assert not (untraceable - listed), f"ops without a traceable shape logic missing from UNTRACEABLE: " \
+def test_not_traced_list_is_exact():
+    """``NOT_TRACED`` lists exactly the ops run by the VM whose shape logic does not trace."""
+    untraceable = {n for n in op_names() if c_shape_function(get_op(n))[0] == "no"}
+    listed = set(NOT_TRACED)
+    assert not (listed - untraceable), f"ops that trace now (or are not run by the VM); remove them from " \
+                                       f"NOT_TRACED: {sorted(listed - untraceable)}"
+    assert not (untraceable - listed), f"ops without a traceable shape logic missing from NOT_TRACED: " \
                                        f"{sorted(untraceable - listed)}"
+
+
+def test_the_ops_without_a_c_shape_function_by_design_are_those_the_vm_never_runs():
+    """unique (legalized before the VM) and the VM's own ops are "n.a.", not missing; every other op has a
+    shape function."""
+    not_applicable = sorted(n for n in op_names() if c_shape_function(get_op(n))[0] == "n.a.")
+    assert not_applicable == ["memory.alloc_storage", "memory.alloc_tensor", "memory.kill", "unique",
+                              "vm.invoke_tvm_op", "vm.reshape_tensor", "vm.shape_func", "vm.shape_of"]
+    assert all(get_op(n).shape_func is not None for n in op_names() if n not in not_applicable)
+    assert "Legalize" in c_shape_function(get_op("unique"))[1]
 
 
 def test_a_python_branch_on_a_symbolic_dim_is_reported_not_miscompiled():
@@ -921,3 +1126,37 @@ def test_a_grouped_conv_nd_kernel_rejects_channels_the_groups_do_not_cover():
     x, w = np.ones((2, 3, 2, 4), "float32"), np.ones((4, 1, 1, 3), "float32")
     with pytest.raises(ShapeError, match="3 channels but weight x group = 1 x 2"):
         get_op("nn.conv_nd").kernel({"group": 2, "auto_pad": "SAME_LOWER"}, x, w)
+
+
+def test_the_recurrent_and_roi_align_kernels_check_what_their_shape_logics_check():
+    """Found while writing their logics: the NumPy kernel of vision.onnx_roi_align answered for more
+    batch_indices than regions without a word, and nn.gru's raised NumPy's "array split does not result in
+    an equal division" for W of the wrong gate count; both now check the op's shape logic first, like the
+    C library calls' entry checks."""
+    x, w, r = np.zeros((2, 1, 3), "float32"), np.zeros((1, 4, 3), "float32"), np.zeros((1, 4, 2), "float32")
+    empty = np.zeros((0,), "float32")
+    with pytest.raises(ShapeError, match="W's second dim and gates x hidden_size must match, got 4 and 6"):
+        get_op("nn.gru").kernel({"hidden_size": 2}, x, w, r, empty, np.zeros((0,), "int32"), empty)
+    rois, batches = np.zeros((2, 4), "float32"), np.zeros((3,), "int64")
+    with pytest.raises(ShapeError, match="batch_indices"):
+        get_op("vision.onnx_roi_align").kernel({}, np.zeros((1, 1, 4, 4), "float32"), rois, batches)
+
+
+def test_attention_rejects_keys_of_another_batch():
+    """Found while writing its logic: nn.attention's kernel reshaped 3-d K (2, 1, 2) of batch 2 for Q's
+    batch 1 into one head of size 4, matching Q's, and answered; the shape function and kernel now say no."""
+    q, k, v = np.ones((1, 1, 4), "float32"), np.ones((2, 1, 2), "float32"), np.ones((1, 1, 2), "float32")
+    empty, attrs = np.zeros((0,), "float32"), {"q_num_heads": 1, "kv_num_heads": 1}
+    with pytest.raises(ShapeError, match="the same batch, got 2 and 1"):
+        get_op("nn.attention").kernel(attrs, q, k, v, empty, empty, empty, np.zeros((0,), "int64"))
+    with pytest.raises(ShapeError, match="the same batch"):
+        get_op("nn.attention").shape_func(attrs, [a.shape for a in (q, k, v, empty, empty, empty, empty)])
+
+
+def test_a_max_pool_nd_with_indices_of_an_empty_output_is_empty():
+    """Found by the differential test: nn.pool_nd (max, return_indices) of a (1, 2, 1, 4) input with a window
+    of 2 rows has an empty output (1, 2, 0, 2), which its shape function gives, but the kernel raised
+    NumPy's "cannot reshape array of size 0" taking the argmax."""
+    attrs = {"kernel_shape": (2, 1), "strides": (2, 2), "mode": "max", "return_indices": True, "pads": (0, 0, 0, 0)}
+    out, index = get_op("nn.pool_nd").kernel(attrs, np.ones((1, 2, 1, 4), "float32"))
+    assert out.shape == index.shape == (1, 2, 0, 2) and index.dtype == np.int64

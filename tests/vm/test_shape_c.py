@@ -62,16 +62,33 @@ def test_a_shape_error_from_c_has_the_python_message():
 
 def test_a_primitive_whose_logic_does_not_trace_keeps_python_visibly():
     mod = tv.parse("""
+def @main(%x: Tensor[(?, ?), float32], %b: Tensor[(2), int64], %e: Tensor[(2), int64], %s: Tensor[(2), int64]) {
+  dyn.strided_slice(%x, %b, %e, %s)
+}""")
+    exe = tv.vm.compile(mod, target="c")
+    library = exe.stats()["kernel_library"]
+    assert library["python_shape_funcs"], library
+    assert all("dyn.strided_slice" in why for why in library["python_shape_funcs"].values())
+    x = np.arange(12, dtype="float32").reshape(3, 4)
+    b, e, s = np.array([0, 3], "int64"), np.array([2, 0], "int64"), np.array([1, -1], "int64")
+    np.testing.assert_array_equal(np.asarray(tv.vm.VirtualMachine(exe).run(x, b, e, s)), x[0:2, 3:0:-1])
+
+
+def test_run_time_reps_are_read_by_the_c_shape_function():
+    """dyn.tile's reps are data loads in its C shape function (no Python shape function), and a negative
+    rep is the precise error of the Python one."""
+    mod = tv.parse("""
 def @main(%x: Tensor[(?, ?), float32], %reps: Tensor[(2), int64]) {
   dyn.tile(%x, %reps)
 }""")
     exe = tv.vm.compile(mod, target="c")
     library = exe.stats()["kernel_library"]
-    assert library["python_shape_funcs"], library
-    assert all("dyn.tile" in why for why in library["python_shape_funcs"].values())
+    assert library["c_shape_funcs"] and not library["python_shape_funcs"], library
+    vm = tv.vm.VirtualMachine(exe)
     x, reps = np.arange(6, dtype="float32").reshape(2, 3), np.array([2, 1], "int64")
-    np.testing.assert_array_equal(np.asarray(tv.vm.VirtualMachine(exe).run(x, reps)),
-                                  np.asarray(tv.create_executor("debug", mod).evaluate()(x, reps)))
+    np.testing.assert_array_equal(np.asarray(vm.run(x, reps)), np.tile(x, (2, 1)))
+    with pytest.raises(ShapeError, match="reps"):
+        vm.run(x, np.array([-1, 1], "int64"))
 
 
 DATA_DEPENDENT = """

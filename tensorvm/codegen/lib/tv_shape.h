@@ -46,6 +46,22 @@ __attribute__((unused)) static int64_t tv_shape_count_nonzero(const void* p, int
   return count;
 }
 
+/* The number of distinct rows in the first column of n sparse indices (row-major (n, ndim), an integer
+   dtype), for sparse_fill_empty_rows' empty rows; -1 when ndim < 1 or the column is not ascending within
+   [0, rows). One pass. */
+__attribute__((unused)) static int64_t tv_shape_count_row_starts(const void* indices, int64_t n, int64_t ndim,
+                                                                  int64_t dtype, int64_t rows) {
+  if (ndim < 1) return -1;
+  int64_t count = 0, prev = -1;
+  for (int64_t i = 0; i < n; i++) {
+    const int64_t row = tv_lib_load_int(indices, i * ndim, dtype);
+    if (row < prev || row < 0 || row >= rows) return -1;
+    count += row != prev;
+    prev = row;
+  }
+  return count;
+}
+
 /* The number of runs of equal values (NaNs equal each other) of the n values of data read in order
    (positions of an integer dtype), for sorted_unique; -1 when order holds a position outside [0, n)
    or does not sort data ascending (NaN last, as tv_lib_less). One pass: the sort is argsort's. */

@@ -1,0 +1,47 @@
+"""Which ops have a C shape function: the "C shape function" column of ``tensorvm ops``.
+
+An op's shape function is compiled to C (``tensorvm.vm.shape_c``) when its shape logic is traceable
+(``OpDef.shape_logic_traceable``). ``NOT_TRACED`` says why each other op run by the VM keeps the Python
+shape function; tests/ops/test_shape_logic.py checks that it is exact, so it only shrinks. An op the VM
+never runs inside a fused primitive needs no C shape function at all ("n.a."): the VM's own
+instructions' ops, and an op that Legalize replaces before the VM.
+"""
+
+from __future__ import annotations
+
+from .registry import OpDef
+
+_NOT_WRITTEN = ("its run-time values become the static op's attributes, which choose the static logic's Python "
+                "branches; a traced form reading them as data (as dyn.split, dyn.unsqueeze, dyn.reduce, dyn.tile, "
+                "dyn.one_hot, dyn.expand_dims, dyn.squeeze and dyn.nn.pad do) is not written yet")
+_SCALES = ("its output size rounds run-time float scales (a traced form needs the float products and their "
+           "rounding in C, as image.resize*d's static scales have; not written yet)")
+
+#: op -> why its shape function is not (yet) a traceable logic.
+NOT_TRACED: dict = {
+    "dyn.strided_slice": _NOT_WRITTEN + " (run-time strides: slice_length's clamping branches on the stride's sign, "
+                                        "so each output dim needs a select over both signs)",
+    "dyn.pad": _NOT_WRITTEN + " (the pads and axes)",
+    "dyn.sparse_to_dense": _NOT_WRITTEN + " (the output shape)",
+    "dyn.image.resize2d": _SCALES, "image.resize": _SCALES + " (scales or sizes)",
+    "dyn.nn.upsampling": _SCALES, "dyn.nn.upsampling3d": _SCALES,
+}
+
+
+def not_run_by_the_vm(opdef: OpDef) -> str:
+    """Why the VM never runs ``opdef`` in a fused primitive (so it needs no C shape function), or ''."""
+    if opdef.kind == "dialect":
+        return "an op of the VM's own instructions or memory planning, never inside a fused primitive"
+    if opdef.legalize is not None and opdef.compute is None and opdef.library is None:
+        return "Legalize replaces it before the VM (its Python shape function serves the interpreter)"
+    return ""
+
+
+def c_shape_function(opdef: OpDef) -> tuple[str, str]:
+    """``("yes", "")``, ``("no", reason)`` or ``("n.a.", reason)``: whether ``opdef`` has a C shape function."""
+    reason = not_run_by_the_vm(opdef)
+    if reason:
+        return "n.a.", reason
+    if opdef.shape_logic_traceable:
+        return "yes", ""
+    return "no", NOT_TRACED.get(opdef.name, "not traceable, and missing from shape_coverage.NOT_TRACED")
