@@ -827,6 +827,20 @@ def _dyn_nn_pad(rng):
                                                                              np.array(0.5, "float32")]
 
 
+def _dyn_pad(rng):
+    """Run-time pads (negative ones crop) over run-time axes (none: every axis), now and then cropping
+    more than the dim, emptying a padded axis in a non-constant mode, of the wrong count, or with axes out of
+    range or repeated."""
+    x = _f32(rng, _shape(rng, int(rng.integers(1, 4))))
+    n = int(rng.integers(0, x.ndim + 1))
+    axes = rng.permutation(x.ndim)[:n] - (x.ndim if rng.random() < 0.3 else 0)
+    if n and rng.random() < 0.15:
+        axes[-1] = axes[0] if n > 1 else x.ndim
+    pads = rng.integers(-2, 3, 2 * (n or x.ndim) + (1 if rng.random() < 0.1 else 0))
+    return {"mode": str(rng.choice(["constant", "edge", "reflect", "wrap"]))}, [
+        x, pads.astype("int64"), np.array(0.5, "float32"), axes.astype("int32")]
+
+
 #: Generators of the ops whose logic is neither elementwise, broadcast nor a reduction.
 GENERATORS: dict = {
     "copy": _elementwise_cases, "nn.dense": _cases(_dense), "nn.matmul": _cases(_matmul),
@@ -872,7 +886,7 @@ GENERATORS: dict = {
     "dyn.split": _cases(_dyn_split), "dyn.unsqueeze": _cases(_dyn_unsqueeze),
     "dyn.reduce": _cases(_dyn_reduce), "dyn.tile": _cases(_dyn_tile), "dyn.one_hot": _cases(_dyn_one_hot),
     "dyn.expand_dims": _cases(_dyn_expand_dims), "dyn.squeeze": _cases(_dyn_squeeze),
-    "dyn.nn.pad": _cases(_dyn_nn_pad), "einsum": _cases(_einsum), "nn.attention": _cases(_attention), "sparse_fill_empty_rows": _cases(_sparse_fill), "nn.lstm": _cases(_recurrent(4, 8)), "nn.gru": _cases(_recurrent(3, 6)), "nn.rnn": _cases(_recurrent(1, 6)),
+    "dyn.nn.pad": _cases(_dyn_nn_pad), "dyn.pad": _cases(_dyn_pad), "einsum": _cases(_einsum), "nn.attention": _cases(_attention), "sparse_fill_empty_rows": _cases(_sparse_fill), "nn.lstm": _cases(_recurrent(4, 8)), "nn.gru": _cases(_recurrent(3, 6)), "nn.rnn": _cases(_recurrent(1, 6)),
 }
 
 # ---- running one case three ways ------------------------------------------------------------------
@@ -889,7 +903,7 @@ def _dynamic_type(value, static_axes=()):
 
 #: Dims an op's relation needs static ({input: axes}): scatter_nd's index depth, the length of a shape tensor.
 STATIC_DIMS = {"scatter_nd": {1: (0,)}, "dyn.reshape": {1: (0,)}, "dyn.unsqueeze": {1: (0,)}, "dyn.reduce": {1: (0,)}, "dyn.tile": {1: (0,)}, "dyn.squeeze": {1: (0,)}, "dyn.zeros": {0: (0,)}, "dyn.ones": {0: (0,)},
-               "dyn.full": {1: (0,)}, "dyn.broadcast_to": {1: (0,)},
+               "dyn.full": {1: (0,)}, "dyn.pad": {1: (0,), 3: (0,)}, "dyn.broadcast_to": {1: (0,)},
                # (the n-d window ops trace for static spatial dims, e.g. a dynamic batch)
                "nn.conv_nd": {0: (2, 3), 1: (2, 3)}, "nn.conv_transpose_nd": {0: (2, 3), 1: (2, 3)},
                "nn.pool_nd": {0: (2, 3)}}
