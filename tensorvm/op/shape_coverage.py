@@ -13,7 +13,7 @@ from .registry import OpDef
 
 _NOT_WRITTEN = ("its run-time values become the static op's attributes, which choose the static logic's Python "
                 "branches; a traced form reading them as data (as dyn.split, dyn.unsqueeze, dyn.reduce, dyn.tile, "
-                "dyn.one_hot, dyn.expand_dims, dyn.squeeze, dyn.nn.pad and dyn.pad do) is not written yet")
+                "dyn.one_hot, dyn.expand_dims, dyn.squeeze, dyn.nn.pad, dyn.pad and dyn.sparse_to_dense do) is not written yet")
 _SCALES = ("its output size rounds run-time float scales (a traced form needs the float products and their "
            "rounding in C, as image.resize*d's static scales have; not written yet)")
 
@@ -21,7 +21,6 @@ _SCALES = ("its output size rounds run-time float scales (a traced form needs th
 NOT_TRACED: dict = {
     "dyn.strided_slice": _NOT_WRITTEN + " (run-time strides: slice_length's clamping branches on the stride's sign, "
                                         "so each output dim needs a select over both signs)",
-    "dyn.sparse_to_dense": _NOT_WRITTEN + " (the output shape)",
     "dyn.image.resize2d": _SCALES, "image.resize": _SCALES + " (scales or sizes)",
     "dyn.nn.upsampling": _SCALES, "dyn.nn.upsampling3d": _SCALES,
 }

@@ -841,6 +841,15 @@ def _dyn_pad(rng):
         x, pads.astype("int64"), np.array(0.5, "float32"), axes.astype("int32")]
 
 
+def _dyn_sparse_to_dense(rng):
+    """sparse_to_dense's cases with a run-time output_shape, now and then with a negative dim."""
+    attrs, (indices, values, default) = _sparse_to_dense(rng)
+    out_shape = np.array(attrs["output_shape"], "int64")
+    if rng.random() < 0.2:
+        out_shape[-1] = -1
+    return {}, [indices, out_shape.astype("int32" if rng.random() < 0.3 else "int64"), values, default]
+
+
 #: Generators of the ops whose logic is neither elementwise, broadcast nor a reduction.
 GENERATORS: dict = {
     "copy": _elementwise_cases, "nn.dense": _cases(_dense), "nn.matmul": _cases(_matmul),
@@ -886,7 +895,7 @@ GENERATORS: dict = {
     "dyn.split": _cases(_dyn_split), "dyn.unsqueeze": _cases(_dyn_unsqueeze),
     "dyn.reduce": _cases(_dyn_reduce), "dyn.tile": _cases(_dyn_tile), "dyn.one_hot": _cases(_dyn_one_hot),
     "dyn.expand_dims": _cases(_dyn_expand_dims), "dyn.squeeze": _cases(_dyn_squeeze),
-    "dyn.nn.pad": _cases(_dyn_nn_pad), "dyn.pad": _cases(_dyn_pad), "einsum": _cases(_einsum), "nn.attention": _cases(_attention), "sparse_fill_empty_rows": _cases(_sparse_fill), "nn.lstm": _cases(_recurrent(4, 8)), "nn.gru": _cases(_recurrent(3, 6)), "nn.rnn": _cases(_recurrent(1, 6)),
+    "dyn.nn.pad": _cases(_dyn_nn_pad), "dyn.pad": _cases(_dyn_pad), "dyn.sparse_to_dense": _cases(_dyn_sparse_to_dense), "einsum": _cases(_einsum), "nn.attention": _cases(_attention), "sparse_fill_empty_rows": _cases(_sparse_fill), "nn.lstm": _cases(_recurrent(4, 8)), "nn.gru": _cases(_recurrent(3, 6)), "nn.rnn": _cases(_recurrent(1, 6)),
 }
 
 # ---- running one case three ways ------------------------------------------------------------------
@@ -903,7 +912,7 @@ def _dynamic_type(value, static_axes=()):
 
 #: Dims an op's relation needs static ({input: axes}): scatter_nd's index depth, the length of a shape tensor.
 STATIC_DIMS = {"scatter_nd": {1: (0,)}, "dyn.reshape": {1: (0,)}, "dyn.unsqueeze": {1: (0,)}, "dyn.reduce": {1: (0,)}, "dyn.tile": {1: (0,)}, "dyn.squeeze": {1: (0,)}, "dyn.zeros": {0: (0,)}, "dyn.ones": {0: (0,)},
-               "dyn.full": {1: (0,)}, "dyn.pad": {1: (0,), 3: (0,)}, "dyn.broadcast_to": {1: (0,)},
+               "dyn.full": {1: (0,)}, "dyn.pad": {1: (0,), 3: (0,)}, "dyn.sparse_to_dense": {1: (0,)}, "dyn.broadcast_to": {1: (0,)},
                # (the n-d window ops trace for static spatial dims, e.g. a dynamic batch)
                "nn.conv_nd": {0: (2, 3), 1: (2, 3)}, "nn.conv_transpose_nd": {0: (2, 3), 1: (2, 3)},
                "nn.pool_nd": {0: (2, 3)}}
