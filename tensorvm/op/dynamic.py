@@ -279,10 +279,10 @@ def _pad_shape(op, shape, pads, err):
     out = []
     for i, d in enumerate(shape):
         if isinstance(d, int):
-            size = d + pads[i] + pads[i + ndim]
-            if size < 0:
+            # (cropping comes first, so the crops alone must fit in the dim, whatever the other side pads)
+            if d + min(pads[i], 0) + min(pads[i + ndim], 0) < 0:
                 raise err(f"{op}: pads {pads} crop more than the {d} elements of axis {i}")
-            out.append(size)
+            out.append(d + pads[i] + pads[i + ndim])
         else:
             out.append(d if pads[i] == pads[i + ndim] == 0 else Any())
     return tuple(out)
@@ -374,7 +374,8 @@ def _pad_logic(op, attrs, args, err):
     out = []
     for i, d in enumerate(shape):
         out.append(d + pads[i] + pads[i + ndim])
-        sl.require(out[-1] >= 0, f"{op}: pads {pads} crop more than the {d} elements of axis {i}", err)
+        sl.require(d + sl.dim_min(pads[i], 0) + sl.dim_min(pads[i + ndim], 0) >= 0,
+                   f"{op}: pads {pads} crop more than the {d} elements of axis {i}", err)
     if attrs.mode != "constant":
         for i, d in enumerate(shape):
             p, q = pads[i], pads[i + ndim]
