@@ -771,6 +771,8 @@ def _squeeze_logic(op, attrs, shapes, err):
                       f"{fmt_shape(shape)}; give the axes explicitly")
         return tuple(d for d in shape if d != 1)
     axes = {norm_axis(op, a, len(shape), err) for a in attrs.axis}
+    if len(axes) != len(attrs.axis):  # (as NumPy; dyn.squeeze's output rank is its number of axes)
+        raise err(f"{op}: an axis is repeated in {attrs.axis}")
     for a in sorted(axes):
         unify_dim(op, shape[a], 1, f"squeezed dim {a}", err)
     return tuple(d for i, d in enumerate(shape) if i not in axes)
