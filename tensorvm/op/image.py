@@ -23,7 +23,7 @@ from ._common import expect_tensor
 from ._compute import layout_compute, layout_reader, output_dims, output_dtype, product
 from ._resample import F64, NP, TE, Spec, clamp, cubic_weights, finish, resize_coordinate, sample
 from .registry import REQUIRED, AttrDef, OpPattern
-from .shape_logic import Sym, dim_or, require, round_half_even, traceable
+from .shape_logic import DataArg, Leaf, Sym, c_expr, dim_or, is_sym, require, round_half_even, traceable
 from .transform import (
     concrete,
     define,
@@ -278,9 +278,12 @@ def _positive_float(value) -> float:
     return value
 
 
-def _scaled_dim(dim, scale: float):
+def _scaled_dim(op, dim, scale, err):
+    """round(dim * scale) in float64, half to even; a product beyond int64 is an error (it cannot be a dim)."""
     if isinstance(dim, (int, Sym)):  # (a known or traced dim)
-        return round_half_even(dim * scale)
+        product = dim * scale
+        require(product < 2.0 ** 63, f"{op}: the scaled dim {dim} x {scale} is too large", err)
+        return round_half_even(product)
     return dim if scale == 1.0 else Any()
 
 
@@ -290,7 +293,7 @@ def _upsampling_shape(op, shape, layout, scales, err):
         raise err(f"{op}: data must have rank {len(layout)} ({layout}), got shape {fmt_shape(shape)}")
     out = list(shape)
     for letter, scale in zip(spatial, scales, strict=True):
-        out[layout.index(letter)] = _scaled_dim(shape[layout.index(letter)], scale)
+        out[layout.index(letter)] = _scaled_dim(op, shape[layout.index(letter)], scale, err)
     return tuple(out)
 
 
@@ -385,13 +388,28 @@ def _define_upsampling(name: str):
             shape[attrs.layout.index(c)] = d
         return TensorType(tuple(shape), data.dtype)
 
-    def dyn_shape(attrs, args):
-        return [_upsampling_shape(dyn_name, concrete(args[0]), attrs.layout, dyn_scales(args[1:], ShapeError),
-                                  ShapeError)]
+    @traceable
+    def dyn_logic(op, attrs, args, err):
+        """Known scales as dyn_scales checks them; read in C: numeric scalars as doubles, each checked > 0
+        (NaN fails), then the static op's rounding of the float64 products."""
+        data = args[1:]
+        if all(a.values is not None for a in data):
+            return _upsampling_shape(op, tuple(args[0]), attrs.layout, dyn_scales([a.values for a in data], err),
+                                     err)
+        scales = []
+        for s, a in zip(scale_names, data, strict=True):
+            if len(a.shape) or a.dtype == "bool":
+                raise err(f"{op}: {s} must be a positive numeric scalar, got {a.dtype} of shape {a.shape}")
+            value = a.item(0)
+            value = float(value) if not is_sym(value) else value if value.is_float else \
+                Leaf(f"((double){c_expr(value)})", True)  # (Python multiplies by float(scale))
+            require(value > 0, f"{op}: {s} must be a positive numeric scalar", err)
+            scales.append(value)
+        return _upsampling_shape(op, tuple(args[0]), attrs.layout, tuple(scales), err)
 
     def dyn_kernel(attrs, x, *scales):
         x = np.asarray(x)
-        (out,) = dyn_shape(attrs, [x.shape, *scales])
+        out = dyn_logic(dyn_name, attrs, [x.shape, *(DataArg.of_array(v) for v in scales)], ShapeError)
         sizes = [out[attrs.layout.index(c)] for c in spatial]
         return resize_numpy(_upsampling_spec(attrs), x, attrs.layout, sizes, (0.0,) * 6, x.dtype.name)
 
@@ -404,7 +422,7 @@ def _define_upsampling(name: str):
 
     define(
         dyn_name, 1 + len(scale_names), dyn_rel, dyn_kernel, OpPattern.INJECTIVE, attrs=_UP_ATTRS[name],
-        shape_func=dyn_shape, data_dependent=(False,) + (True,) * len(scale_names), compute=dyn_compute,
+        shape_logic=dyn_logic, data_dependent=(False,) + (True,) * len(scale_names), compute=dyn_compute,
         doc=f"{name} with {', '.join(scale_names)} given as run-time scalars.",
     )
 

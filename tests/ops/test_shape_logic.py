@@ -870,6 +870,22 @@ def _dyn_strided_slice(rng):
     return attrs, [x, begin, end, strides.astype("int32") if rng.random() < 0.2 and 0 in strides else strides]
 
 
+def _dyn_upsampling(d):
+    """Run-time scales of float32, float64 or int32 scalars: halves (ties round to even), now and then 0,
+    negative, NaN or beyond int64 once multiplied."""
+    def make(rng):
+        attrs, (x,) = _upsampling(d)(rng)
+        scales = []
+        for value in attrs.values():
+            value = float(rng.choice([value, 0.0, -1.5, np.nan, 1e30])) if rng.random() < 0.2 else value
+            small_int = bool(np.isfinite(value)) and value == int(value) and abs(value) < 100
+            dtype = str(rng.choice(["float32", "float64", "int32"] if small_int else ["float32", "float64"]))
+            scales.append(np.array(value, dtype))
+        return {}, [x, *scales]
+
+    return make
+
+
 #: Generators of the ops whose logic is neither elementwise, broadcast nor a reduction.
 GENERATORS: dict = {
     "copy": _elementwise_cases, "nn.dense": _cases(_dense), "nn.matmul": _cases(_matmul),
@@ -915,7 +931,8 @@ GENERATORS: dict = {
     "dyn.split": _cases(_dyn_split), "dyn.unsqueeze": _cases(_dyn_unsqueeze),
     "dyn.reduce": _cases(_dyn_reduce), "dyn.tile": _cases(_dyn_tile), "dyn.one_hot": _cases(_dyn_one_hot),
     "dyn.expand_dims": _cases(_dyn_expand_dims), "dyn.squeeze": _cases(_dyn_squeeze),
-    "dyn.nn.pad": _cases(_dyn_nn_pad), "dyn.pad": _cases(_dyn_pad), "dyn.strided_slice": _cases(_dyn_strided_slice), "dyn.sparse_to_dense": _cases(_dyn_sparse_to_dense), "einsum": _cases(_einsum), "nn.attention": _cases(_attention), "sparse_fill_empty_rows": _cases(_sparse_fill), "nn.lstm": _cases(_recurrent(4, 8)), "nn.gru": _cases(_recurrent(3, 6)), "nn.rnn": _cases(_recurrent(1, 6)),
+    "dyn.nn.pad": _cases(_dyn_nn_pad), "dyn.pad": _cases(_dyn_pad), "dyn.nn.upsampling": _cases(_dyn_upsampling(2)),
+    "dyn.nn.upsampling3d": _cases(_dyn_upsampling(3)), "dyn.strided_slice": _cases(_dyn_strided_slice), "dyn.sparse_to_dense": _cases(_dyn_sparse_to_dense), "einsum": _cases(_einsum), "nn.attention": _cases(_attention), "sparse_fill_empty_rows": _cases(_sparse_fill), "nn.lstm": _cases(_recurrent(4, 8)), "nn.gru": _cases(_recurrent(3, 6)), "nn.rnn": _cases(_recurrent(1, 6)),
 }
 
 # ---- running one case three ways ------------------------------------------------------------------
