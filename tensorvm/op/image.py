@@ -19,13 +19,12 @@ from ..te import expr as E
 from ..te import intrin as M
 from ..te.expr import cast, const
 from ..te.tensor import compute
-from ._common import expect_tensor
+from ._common import INT_DTYPES, expect_tensor
 from ._compute import layout_compute, layout_reader, output_dims, output_dtype, product
 from ._resample import F64, NP, TE, Spec, clamp, cubic_weights, finish, resize_coordinate, sample
 from .registry import REQUIRED, AttrDef, OpPattern
 from .shape_logic import DataArg, Leaf, Sym, c_expr, dim_or, is_sym, require, round_half_even, traceable
 from .transform import (
-    concrete,
     define,
     define_shaped,
     expect_int_tensor,
@@ -153,8 +152,8 @@ def _resize_out_shape(op, data_shape, layout, size, err):
     empty_out = math.prod(out, start=1) == 0 if known else False
     for letter, axis, new in zip(_SPATIAL[len(layout) - 2], axes, size, strict=True):
         dim = data_shape[axis]
-        if isinstance(dim, (int, Sym)) and isinstance(new, int) and new > 0:  # (a known or traced dim)
-            require(dim_or(dim != 0, empty_out),
+        if isinstance(dim, (int, Sym)) and isinstance(new, (int, Sym)):  # (a known or traced dim and size)
+            require(dim_or(dim_or(new <= 0, dim != 0), empty_out),
                     f"{op}: cannot resize the empty {letter} dim of {fmt_shape(data_shape)} to {new}", err)
     return tuple(out)
 
@@ -255,12 +254,32 @@ def _dyn_resize2d_compute(attrs, inputs, out_type):
     return [resize_te(_resize_spec(attrs), x, attrs.layout, out_hw, roi, output_dtype(out_type), "dyn.image.resize2d")]
 
 
+@traceable
+def _dyn_resize2d_logic(op, attrs, args, err):
+    """Known size as _dyn_size checks it; read in C: 2 integers (the length checked first), each >= 0. The
+    roi must hold the 4 values the kernel reads."""
+    shape, size_arg, roi = tuple(args[0]), args[1], tuple(args[2])
+    if size_arg.values is not None:
+        size = _dyn_size(op, size_arg.values, err)
+    else:
+        if len(size_arg.shape) != 1 or size_arg.dtype not in INT_DTYPES:
+            raise err(f"{op}: size must be 2 non-negative integers (height, width), got {size_arg.dtype} of shape "
+                      f"{fmt_shape(size_arg.shape)}")
+        require(size_arg.shape[0] == 2, f"{op}: size must be 2 non-negative integers (height, width)", err)
+        size = (size_arg.item(0), size_arg.item(1))
+        for n in size:
+            require(n >= 0, f"{op}: size must be 2 non-negative integers (height, width)", err)
+    if len(roi) != 1:
+        raise err(f"{op}: roi must be 4 floats (start_h, start_w, end_h, end_w), got shape {fmt_shape(roi)}")
+    require(roi[0] == 4, f"{op}: roi must be 4 floats (start_h, start_w, end_h, end_w), got shape {fmt_shape(roi)}",
+            err)
+    return _resize_out_shape(op, shape, attrs.layout, size, err)
+
+
 define(
     "dyn.image.resize2d", 3, _dyn_resize2d_rel, _dyn_resize2d_kernel, OpPattern.INJECTIVE,
     attrs=_resize_common("NCHW"),
-    shape_func=lambda attrs, args: [_resize_out_shape("dyn.image.resize2d", concrete(args[0]), attrs.layout,
-                                                      _dyn_size("dyn.image.resize2d", args[1], ShapeError),
-                                                      ShapeError)],
+    shape_logic=_dyn_resize2d_logic,
     data_dependent=(False, True, False), compute=_dyn_resize2d_compute,
     doc="image.resize2d with the output (height, width) and the roi given as run-time tensors.",
 )

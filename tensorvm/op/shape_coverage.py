@@ -16,7 +16,7 @@ _SCALES = ("its output size rounds run-time float scales (a traced form needs th
 
 #: op -> why its shape function is not (yet) a traceable logic.
 NOT_TRACED: dict = {
-    "dyn.image.resize2d": _SCALES, "image.resize": _SCALES + " (scales or sizes)",
+    "image.resize": _SCALES + " (scales or sizes)",
 }
 
 

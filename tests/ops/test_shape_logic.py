@@ -886,6 +886,14 @@ def _dyn_upsampling(d):
     return make
 
 
+def _dyn_resize2d(rng):
+    """A run-time (height, width), now and then negative or of another length; a roi now and then not of 4."""
+    x = _f32(rng, (1, 2) + _shape(rng, 2, (0, 2, 3)))
+    size = rng.integers(-1 if rng.random() < 0.2 else 0, 5, 3 if rng.random() < 0.1 else 2)
+    roi = np.zeros(3 if rng.random() < 0.1 else 4, "float32")
+    return {}, [x, size.astype("int32" if rng.random() < 0.3 else "int64"), roi]
+
+
 #: Generators of the ops whose logic is neither elementwise, broadcast nor a reduction.
 GENERATORS: dict = {
     "copy": _elementwise_cases, "nn.dense": _cases(_dense), "nn.matmul": _cases(_matmul),
@@ -931,7 +939,7 @@ GENERATORS: dict = {
     "dyn.split": _cases(_dyn_split), "dyn.unsqueeze": _cases(_dyn_unsqueeze),
     "dyn.reduce": _cases(_dyn_reduce), "dyn.tile": _cases(_dyn_tile), "dyn.one_hot": _cases(_dyn_one_hot),
     "dyn.expand_dims": _cases(_dyn_expand_dims), "dyn.squeeze": _cases(_dyn_squeeze),
-    "dyn.nn.pad": _cases(_dyn_nn_pad), "dyn.pad": _cases(_dyn_pad), "dyn.nn.upsampling": _cases(_dyn_upsampling(2)),
+    "dyn.nn.pad": _cases(_dyn_nn_pad), "dyn.pad": _cases(_dyn_pad), "dyn.image.resize2d": _cases(_dyn_resize2d), "dyn.nn.upsampling": _cases(_dyn_upsampling(2)),
     "dyn.nn.upsampling3d": _cases(_dyn_upsampling(3)), "dyn.strided_slice": _cases(_dyn_strided_slice), "dyn.sparse_to_dense": _cases(_dyn_sparse_to_dense), "einsum": _cases(_einsum), "nn.attention": _cases(_attention), "sparse_fill_empty_rows": _cases(_sparse_fill), "nn.lstm": _cases(_recurrent(4, 8)), "nn.gru": _cases(_recurrent(3, 6)), "nn.rnn": _cases(_recurrent(1, 6)),
 }
 

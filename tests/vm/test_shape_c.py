@@ -62,15 +62,17 @@ def test_a_shape_error_from_c_has_the_python_message():
 
 def test_a_primitive_whose_logic_does_not_trace_keeps_python_visibly():
     mod = tv.parse("""
-def @main(%x: Tensor[(1, 1, ?, ?), float32], %s: Tensor[(2), int64]) {
-  dyn.image.resize2d(%x, %s, zeros(shape=[4], dtype="float32"), layout="NCHW", method="nearest_neighbor")
+def @main(%x: Tensor[(1, 1, ?, ?), float32], %roi: Tensor[(8), float32], %sc: Tensor[(4), float32],
+          %si: Tensor[(0), int64]) {
+  image.resize(%x, %roi, %sc, %si)
 }""")
     exe = tv.vm.compile(mod, target="c")
     library = exe.stats()["kernel_library"]
     assert library["python_shape_funcs"], library
-    assert all("dyn.image.resize2d" in why for why in library["python_shape_funcs"].values())
+    assert all("image.resize" in why for why in library["python_shape_funcs"].values())
     x = np.arange(4, dtype="float32").reshape(1, 1, 2, 2)
-    out = np.asarray(tv.vm.VirtualMachine(exe).run(x, np.array([3, 4], "int64")))
+    out = np.asarray(tv.vm.VirtualMachine(exe).run(x, np.zeros(8, "float32"), np.array([1, 1, 1.5, 2], "float32"),
+                                                   np.zeros(0, "int64")))
     assert out.shape == (1, 1, 3, 4)
 
 
