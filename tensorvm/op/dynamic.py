@@ -26,7 +26,7 @@ from ._common import INT_DTYPES as _INT_DTYPES
 from ._common import expect_tensor
 from ._compute import acc_float, kernel_name, output_dims, product, reshape_to
 from .registry import REQUIRED, AttrDef, OpPattern
-from .transform import concrete, define, expect_int_tensor, fmt_shape, norm_axis, one_of, to_bool, to_int
+from .transform import define, expect_int_tensor, fmt_shape, norm_axis, one_of, to_bool, to_int
 
 __all__ = ["const_input", "int_values", "reduce_array", "unique_axes"]
 
@@ -279,10 +279,10 @@ def _pad_shape(op, shape, pads, err):
     out = []
     for i, d in enumerate(shape):
         if isinstance(d, int):
-            size = d + pads[i] + pads[i + ndim]
-            if size < 0:
+            # (cropping comes first, so the crops alone must fit in the dim, whatever the other side pads)
+            if d + min(pads[i], 0) + min(pads[i + ndim], 0) < 0:
                 raise err(f"{op}: pads {pads} crop more than the {d} elements of axis {i}")
-            out.append(size)
+            out.append(d + pads[i] + pads[i + ndim])
         else:
             out.append(d if pads[i] == pads[i + ndim] == 0 else Any())
     return tuple(out)
@@ -315,6 +315,10 @@ def _pad_rel(types, attrs, consts=None):
         full = _full_pads(op, data.ndim, int_values(pads, op, "pads", TypeInferenceError),
                           int_values(axes, op, "axes", TypeInferenceError), TypeInferenceError)
         return TensorType(_folded_shape(attrs, data.shape, full, TypeInferenceError), data.dtype)
+    n_pads, n_axes = _vector_length(op, types[1], "pads"), _vector_length(op, types[3], "axes")
+    if n_pads is not None and n_axes is not None and n_pads != 2 * (n_axes or data.ndim):
+        raise TypeInferenceError(f"{op}: pads must have 2 x {n_axes or data.ndim} values for "
+                                 f"{n_axes or 'all'} axes, got {n_pads}")
     return TensorType((Any(),) * data.ndim, data.dtype)
 
 
@@ -335,6 +339,51 @@ def _checked_pads(attrs, shape, pads, axes):
     pads, axes = int_values(pads, op, "pads", ShapeError), int_values(axes, op, "axes", ShapeError)
     full = _full_pads(op, len(shape), pads, axes, ShapeError)
     return full, _folded_shape(attrs, shape, full, ShapeError)
+
+
+def _pad_values(op, data: sl.DataArg, what, err) -> tuple:
+    """The values of a 0-d or 1-d integer ``data``: numbers when known, else ``Sym`` loads (a static number)."""
+    if data.values is not None:
+        return int_values(data.values, op, what, err)
+    if len(data.shape) > 1 or data.dtype not in _INT_DTYPES:
+        raise err(f"{op}: {what} must be a 0-d or 1-d integer tensor, got {data.dtype} of shape {data.shape}")
+    return tuple(data.item(j) for j in range(_axes_count(op, data, err)))
+
+
+@sl.traceable
+def _pad_logic(op, attrs, args, err):
+    """Pads and axes known or read in C (a static number of each): the axes checked (in range, distinct),
+    each axis's begin and end a select over the axes naming it, then _folded_shape's checks as requires."""
+    shape, ndim = tuple(args[0]), len(args[0])
+    pads = _pad_values(op, args[1], "pads", err)
+    if args[3].values is not None:
+        axes = unique_axes(op, int_values(args[3].values, op, "axes", err), ndim, err)
+    else:
+        axes = _read_axes(op, args[3], ndim, err)
+    if axes:
+        if len(pads) != 2 * len(axes):
+            raise err(f"{op}: pads must have 2 x {len(axes)} values for axes {axes}, got {len(pads)}")
+        full = [0] * (2 * ndim)
+        for i in range(ndim):
+            for j, a in enumerate(axes):
+                full[i] = sl.dim_select(a == i, pads[j], full[i])
+                full[i + ndim] = sl.dim_select(a == i, pads[j + len(axes)], full[i + ndim])
+        pads = tuple(full)
+    if len(pads) != 2 * ndim:
+        raise err(f"{op}: pads must have 2 x rank = {2 * ndim} values, got {len(pads)}")
+    out = []
+    for i, d in enumerate(shape):
+        out.append(d + pads[i] + pads[i + ndim])
+        sl.require(d + sl.dim_min(pads[i], 0) + sl.dim_min(pads[i + ndim], 0) >= 0,
+                   f"{op}: pads {pads} crop more than the {d} elements of axis {i}", err)
+    if attrs.mode != "constant":
+        for i, d in enumerate(shape):
+            p, q = pads[i], pads[i + ndim]
+            kept = d + sl.dim_min(p, 0) + sl.dim_min(q, 0)
+            sl.require(sl.dim_or(sl.dim_max(p, q) <= 0, kept > 0),
+                       f"{op}: cannot pad an axis with no elements (after cropping) in {attrs.mode} mode; "
+                       f"shape {shape}, pads {pads}", err)
+    return tuple(out)
 
 
 def _pad_kernel(attrs, x, pads, value, axes):
@@ -396,8 +445,7 @@ def _pad_compute(attrs, inputs, out_type):
 define(
     "dyn.pad", 4, _pad_rel, _pad_kernel, OpPattern.OPAQUE,
     attrs=(AttrDef("mode", "constant", one_of(*_PAD_MODES)),),
-    shape_func=lambda attrs, args: [_checked_pads(attrs, concrete(args[0]), args[1], args[3])[1]],
-    data_dependent=(False, True, False, True), compute=_pad_compute,
+    shape_logic=_pad_logic, data_dependent=(False, True, False, True), compute=_pad_compute,
     doc="dyn.pad(data, pads, pad_value, axes): pads = (begins..., ends...) of the axes in the run-time 1-d "
         "tensor ``axes`` (empty: every axis), all run-time; a negative pad removes elements; mode constant, "
         "reflect, edge or wrap (NumPy's pad modes). ``nn.pad`` / ``dyn.nn.pad`` are the non-negative, "

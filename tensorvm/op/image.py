@@ -19,13 +19,12 @@ from ..te import expr as E
 from ..te import intrin as M
 from ..te.expr import cast, const
 from ..te.tensor import compute
-from ._common import expect_tensor
+from ._common import INT_DTYPES, expect_tensor
 from ._compute import layout_compute, layout_reader, output_dims, output_dtype, product
 from ._resample import F64, NP, TE, Spec, clamp, cubic_weights, finish, resize_coordinate, sample
 from .registry import REQUIRED, AttrDef, OpPattern
-from .shape_logic import Sym, dim_or, require, round_half_even, traceable
+from .shape_logic import DataArg, Leaf, Sym, c_expr, dim_or, is_sym, require, round_half_even, traceable
 from .transform import (
-    concrete,
     define,
     define_shaped,
     expect_int_tensor,
@@ -153,8 +152,8 @@ def _resize_out_shape(op, data_shape, layout, size, err):
     empty_out = math.prod(out, start=1) == 0 if known else False
     for letter, axis, new in zip(_SPATIAL[len(layout) - 2], axes, size, strict=True):
         dim = data_shape[axis]
-        if isinstance(dim, (int, Sym)) and isinstance(new, int) and new > 0:  # (a known or traced dim)
-            require(dim_or(dim != 0, empty_out),
+        if isinstance(dim, (int, Sym)) and isinstance(new, (int, Sym)):  # (a known or traced dim and size)
+            require(dim_or(dim_or(new <= 0, dim != 0), empty_out),
                     f"{op}: cannot resize the empty {letter} dim of {fmt_shape(data_shape)} to {new}", err)
     return tuple(out)
 
@@ -255,12 +254,32 @@ def _dyn_resize2d_compute(attrs, inputs, out_type):
     return [resize_te(_resize_spec(attrs), x, attrs.layout, out_hw, roi, output_dtype(out_type), "dyn.image.resize2d")]
 
 
+@traceable
+def _dyn_resize2d_logic(op, attrs, args, err):
+    """Known size as _dyn_size checks it; read in C: 2 integers (the length checked first), each >= 0. The
+    roi must hold the 4 values the kernel reads."""
+    shape, size_arg, roi = tuple(args[0]), args[1], tuple(args[2])
+    if size_arg.values is not None:
+        size = _dyn_size(op, size_arg.values, err)
+    else:
+        if len(size_arg.shape) != 1 or size_arg.dtype not in INT_DTYPES:
+            raise err(f"{op}: size must be 2 non-negative integers (height, width), got {size_arg.dtype} of shape "
+                      f"{fmt_shape(size_arg.shape)}")
+        require(size_arg.shape[0] == 2, f"{op}: size must be 2 non-negative integers (height, width)", err)
+        size = (size_arg.item(0), size_arg.item(1))
+        for n in size:
+            require(n >= 0, f"{op}: size must be 2 non-negative integers (height, width)", err)
+    if len(roi) != 1:
+        raise err(f"{op}: roi must be 4 floats (start_h, start_w, end_h, end_w), got shape {fmt_shape(roi)}")
+    require(roi[0] == 4, f"{op}: roi must be 4 floats (start_h, start_w, end_h, end_w), got shape {fmt_shape(roi)}",
+            err)
+    return _resize_out_shape(op, shape, attrs.layout, size, err)
+
+
 define(
     "dyn.image.resize2d", 3, _dyn_resize2d_rel, _dyn_resize2d_kernel, OpPattern.INJECTIVE,
     attrs=_resize_common("NCHW"),
-    shape_func=lambda attrs, args: [_resize_out_shape("dyn.image.resize2d", concrete(args[0]), attrs.layout,
-                                                      _dyn_size("dyn.image.resize2d", args[1], ShapeError),
-                                                      ShapeError)],
+    shape_logic=_dyn_resize2d_logic,
     data_dependent=(False, True, False), compute=_dyn_resize2d_compute,
     doc="image.resize2d with the output (height, width) and the roi given as run-time tensors.",
 )
@@ -278,9 +297,12 @@ def _positive_float(value) -> float:
     return value
 
 
-def _scaled_dim(dim, scale: float):
+def _scaled_dim(op, dim, scale, err):
+    """round(dim * scale) in float64, half to even; a product beyond int64 is an error (it cannot be a dim)."""
     if isinstance(dim, (int, Sym)):  # (a known or traced dim)
-        return round_half_even(dim * scale)
+        product = dim * scale
+        require(product < 2.0 ** 63, f"{op}: the scaled dim {dim} x {scale} is too large", err)
+        return round_half_even(product)
     return dim if scale == 1.0 else Any()
 
 
@@ -290,7 +312,7 @@ def _upsampling_shape(op, shape, layout, scales, err):
         raise err(f"{op}: data must have rank {len(layout)} ({layout}), got shape {fmt_shape(shape)}")
     out = list(shape)
     for letter, scale in zip(spatial, scales, strict=True):
-        out[layout.index(letter)] = _scaled_dim(shape[layout.index(letter)], scale)
+        out[layout.index(letter)] = _scaled_dim(op, shape[layout.index(letter)], scale, err)
     return tuple(out)
 
 
@@ -385,13 +407,28 @@ def _define_upsampling(name: str):
             shape[attrs.layout.index(c)] = d
         return TensorType(tuple(shape), data.dtype)
 
-    def dyn_shape(attrs, args):
-        return [_upsampling_shape(dyn_name, concrete(args[0]), attrs.layout, dyn_scales(args[1:], ShapeError),
-                                  ShapeError)]
+    @traceable
+    def dyn_logic(op, attrs, args, err):
+        """Known scales as dyn_scales checks them; read in C: numeric scalars as doubles, each checked > 0
+        (NaN fails), then the static op's rounding of the float64 products."""
+        data = args[1:]
+        if all(a.values is not None for a in data):
+            return _upsampling_shape(op, tuple(args[0]), attrs.layout, dyn_scales([a.values for a in data], err),
+                                     err)
+        scales = []
+        for s, a in zip(scale_names, data, strict=True):
+            if len(a.shape) or a.dtype == "bool":
+                raise err(f"{op}: {s} must be a positive numeric scalar, got {a.dtype} of shape {a.shape}")
+            value = a.item(0)
+            value = float(value) if not is_sym(value) else value if value.is_float else \
+                Leaf(f"((double){c_expr(value)})", True)  # (Python multiplies by float(scale))
+            require(value > 0, f"{op}: {s} must be a positive numeric scalar", err)
+            scales.append(value)
+        return _upsampling_shape(op, tuple(args[0]), attrs.layout, tuple(scales), err)
 
     def dyn_kernel(attrs, x, *scales):
         x = np.asarray(x)
-        (out,) = dyn_shape(attrs, [x.shape, *scales])
+        out = dyn_logic(dyn_name, attrs, [x.shape, *(DataArg.of_array(v) for v in scales)], ShapeError)
         sizes = [out[attrs.layout.index(c)] for c in spatial]
         return resize_numpy(_upsampling_spec(attrs), x, attrs.layout, sizes, (0.0,) * 6, x.dtype.name)
 
@@ -404,7 +441,7 @@ def _define_upsampling(name: str):
 
     define(
         dyn_name, 1 + len(scale_names), dyn_rel, dyn_kernel, OpPattern.INJECTIVE, attrs=_UP_ATTRS[name],
-        shape_func=dyn_shape, data_dependent=(False,) + (True,) * len(scale_names), compute=dyn_compute,
+        shape_logic=dyn_logic, data_dependent=(False,) + (True,) * len(scale_names), compute=dyn_compute,
         doc=f"{name} with {', '.join(scale_names)} given as run-time scalars.",
     )
 

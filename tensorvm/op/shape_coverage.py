@@ -11,20 +11,12 @@ from __future__ import annotations
 
 from .registry import OpDef
 
-_NOT_WRITTEN = ("its run-time values become the static op's attributes, which choose the static logic's Python "
-                "branches; a traced form reading them as data (as dyn.split, dyn.unsqueeze, dyn.reduce, dyn.tile, "
-                "dyn.one_hot, dyn.expand_dims, dyn.squeeze and dyn.nn.pad do) is not written yet")
 _SCALES = ("its output size rounds run-time float scales (a traced form needs the float products and their "
            "rounding in C, as image.resize*d's static scales have; not written yet)")
 
 #: op -> why its shape function is not (yet) a traceable logic.
 NOT_TRACED: dict = {
-    "dyn.strided_slice": _NOT_WRITTEN + " (run-time strides: slice_length's clamping branches on the stride's sign, "
-                                        "so each output dim needs a select over both signs)",
-    "dyn.pad": _NOT_WRITTEN + " (the pads and axes)",
-    "dyn.sparse_to_dense": _NOT_WRITTEN + " (the output shape)",
-    "dyn.image.resize2d": _SCALES, "image.resize": _SCALES + " (scales or sizes)",
-    "dyn.nn.upsampling": _SCALES, "dyn.nn.upsampling3d": _SCALES,
+    "image.resize": _SCALES + " (scales or sizes)",
 }
 
 

@@ -469,28 +469,31 @@ def count_row_starts(indices: DataArg, rows):
                                                 rows))
 
 
-def slice_length(begin, end, stride: int, dim):
-    """``len(range(*slice(begin, end, stride).indices(dim)))`` for int ``begin``/``end`` (or None) and
-    ``stride`` and a dim that may be symbolic (Python's clamping, exactly)."""
-    if not isinstance(dim, Sym):
+def slice_length(begin, end, stride, dim):
+    """``len(range(*slice(begin, end, stride).indices(dim)))`` (Python's clamping, exactly) for ``begin`` and
+    ``end`` ints, None or symbolic, a nonzero ``stride`` and a ``dim`` that may be symbolic. A symbolic
+    stride selects between both signs' clamping; no sum can overflow int64 (ONNX's INT64_MAX ends)."""
+    if not any(isinstance(v, Sym) for v in (begin, end, stride, dim)):
         return len(range(*slice(begin, end, stride).indices(dim)))
-    if stride > 0:
-        lo, hi = 0, dim
-    else:
-        lo, hi = -1, dim - 1
 
-    def clamp(value, default):
-        if value is None:
-            return default
-        if value < 0:
-            return dim_max(value + dim, lo)
-        return dim_min(value, hi)
+    def length(forward: bool):
+        lo, hi = (0, dim) if forward else (-1, dim - 1)
 
-    if stride < 0:  # from begin (default: the last) down to end (default: before the first)
+        def clamp(value, default):
+            if value is None:
+                return default
+            return dim_select(value < 0, dim_max(value + dim, lo), dim_min(value, hi))
+
+        if forward:  # ceil((e - b) / stride) = (e - b - 1) // stride + 1 when e > b
+            b, e = clamp(begin, 0), clamp(end, hi)
+            return dim_select(e > b, (e - b - 1) // stride + 1, 0)
+        # from begin (default: the last) down to end (default: before the first)
         b, e = clamp(begin, hi), clamp(end, lo)
-        return dim_max(0, (b - e - stride - 1) // -stride)
-    b, e = clamp(begin, 0), clamp(end, hi)
-    return dim_max(0, (e - b + stride - 1) // stride)
+        return dim_select(b > e, (e - b + 1) // stride + 1, 0)
+
+    if not isinstance(stride, Sym):
+        return length(stride > 0)
+    return dim_select(stride > 0, length(True), length(False))
 
 
 def round_half_even(value):

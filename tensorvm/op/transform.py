@@ -43,6 +43,8 @@ from .shape_logic import (
     binary,
     const_int,
     dim_and,
+    dim_max,
+    dim_min,
     dim_not,
     dim_or,
     dim_select,
@@ -769,6 +771,8 @@ def _squeeze_logic(op, attrs, shapes, err):
                       f"{fmt_shape(shape)}; give the axes explicitly")
         return tuple(d for d in shape if d != 1)
     axes = {norm_axis(op, a, len(shape), err) for a in attrs.axis}
+    if len(axes) != len(attrs.axis):  # (as NumPy; dyn.squeeze's output rank is its number of axes)
+        raise err(f"{op}: an axis is repeated in {attrs.axis}")
     for a in sorted(axes):
         unify_dim(op, shape[a], 1, f"squeezed dim {a}", err)
     return tuple(d for i, d in enumerate(shape) if i not in axes)
@@ -1393,21 +1397,31 @@ def _slice_spec(op, attrs_begin, attrs_end, attrs_strides, attrs_axes, slice_mod
         if slice_mode == "size":
             stride, size = 1, end  # strides are ignored in size mode, like Relay
             begin = 0 if begin is None else begin
-            if size is None or size < 0:
+            run_time = is_sym(begin) or is_sym(size)
+            if not run_time and (size is None or size < 0):
                 end = None
-            elif begin >= 0:
+            elif not run_time and begin >= 0:
                 end = begin + size
-            elif isinstance(shape[axis], int):
+            elif not run_time and isinstance(shape[axis], int):
                 begin = max(begin + shape[axis], 0)
                 end = begin + size
-            elif is_sym(shape[axis]):
-                untraceable("slices by size from a negative begin on a symbolic dim")
+            elif run_time or is_sym(shape[axis]):
+                begin, end = _sized_slice(begin, size, shape[axis])
             else:
                 end = _UNKNOWN
-        if stride == 0:
-            raise err(f"{op}: stride 0 on axis {axis}")
+        require(stride != 0, f"{op}: stride 0 on axis {axis}", err)
         spec.append((axis, begin, end, stride))
     return spec
+
+
+def _sized_slice(begin, size, dim):
+    """Size mode's (begin, end) over a run-time begin or size or a traced dim: a negative begin counts from
+    the end, a negative size runs to the end; begin is clamped to the dim and size to it, so that their
+    sum cannot overflow int64 (the clamped slice is the same)."""
+    begin = dim_min(dim_select(begin < 0, dim_max(begin + dim, 0), begin), dim)
+    if size is None:
+        return begin, None
+    return begin, dim_select(size < 0, dim, begin + dim_min(size, dim))
 
 
 def _slice_dims(shape, spec):
@@ -1549,6 +1563,23 @@ def _dyn_strided_slice_rel(types, attrs, consts=None):
     return TensorType((Any(),) * count + data.shape[count:], data.dtype)
 
 
+@traceable
+def _dyn_strided_slice_logic(op, attrs, args, err):
+    """begin/end/strides known, or read in C (static lengths: they decide the sliced axes), each stride
+    checked nonzero; a sliced dim is slice_length's select over its stride's sign."""
+    shape, arrays = tuple(args[0]), args[1:4]
+    if all(a.values is not None for a in arrays):
+        begin, end, strides = _dyn_slice_values(op, [a.values for a in arrays], err)
+    else:
+        for name, a in zip(("begin", "end", "strides"), arrays, strict=True):
+            if len(a.shape) != 1 or a.dtype not in INT_DTYPES:
+                raise err(f"{op}: {name} must be a 1-D integer tensor, got shape {a.shape} of {a.dtype}")
+        begin, end, strides = (a.int_values() for a in arrays)
+        for s in strides:
+            require(s != 0, f"{op}: strides must be nonzero", err)
+    return _slice_dims(shape, _slice_spec(op, begin, end, strides, attrs.axes, attrs.slice_mode, shape, err))
+
+
 def _dyn_strided_slice_spec(attrs, shape, arrays):
     op = "dyn.strided_slice"
     begin, end, strides = _dyn_slice_values(op, arrays, ShapeError)
@@ -1586,9 +1617,7 @@ def _dyn_strided_slice_compute(attrs, inputs, out_type):
 define(
     "dyn.strided_slice", 4, _dyn_strided_slice_rel, _dyn_strided_slice_kernel, OpPattern.INJECTIVE,
     attrs=(_SLICE_MODE, AttrDef("axes", None, int_tuple())),
-    shape_func=lambda attrs, args: [_slice_dims(concrete(args[0]), _dyn_strided_slice_spec(attrs, concrete(args[0]),
-                                                                                         args[1:4]))],
-    data_dependent=(False, True, True, True),
+    shape_logic=_dyn_strided_slice_logic, data_dependent=(False, True, True, True),
     doc="strided_slice with begin/end/strides given as run-time 1-D integer tensors (Python's slice rules: "
         "out-of-range values are clamped, as ONNX Slice wants); they slice ``axes`` when given, else the "
         "first len(begin) axes.",

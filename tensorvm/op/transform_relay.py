@@ -13,13 +13,12 @@ from ..te import expr as E
 from ..te.expr import INDEX_DTYPE, cast, const, select
 from ..te.tensor import compute, reduce_axis
 from ..te.tensor import max as te_max
-from ._common import broadcast_logic, expect_tensor
+from ._common import INT_DTYPES, broadcast_logic, expect_tensor
 from ._compute import broadcast_read, broadcast_shape, output_dims, reshape_to
 from .registry import REQUIRED, AttrDef, OpPattern
-from .shape_logic import Sym, require, traceable
+from .shape_logic import DataArg, Sym, require, traceable
 from .transform import (
     _te_reshape_dims,
-    concrete,
     define,
     define_shaped,
     expect_int_tensor,
@@ -244,17 +243,28 @@ def _dyn_sparse_rel(types, attrs, consts=None):
                       values.dtype)
 
 
-def _dyn_sparse_shape(attrs, args):
-    op = "dyn.sparse_to_dense"
-    out = _dyn_output_shape(op, args[1], ShapeError)
-    return [_sparse_logic(op, concrete(args[0]), concrete(args[2]), concrete(args[3]), out, ShapeError)]
+@traceable
+def _dyn_sparse_logic(op, attrs, args, err):
+    """sparse_to_dense's logic with output_shape known, or read in C (a static length, each dim >= 0)."""
+    out_shape = args[1]
+    if out_shape.values is not None:
+        out = _dyn_output_shape(op, out_shape.values, err)
+    else:
+        if len(out_shape.shape) != 1 or out_shape.dtype not in INT_DTYPES:
+            raise err(f"{op}: output_shape must be a 1-D integer tensor, got {out_shape.dtype} of shape "
+                      f"{fmt_shape(out_shape.shape)}")
+        out = out_shape.int_values()
+        for d in out:
+            require(d >= 0, f"{op}: output_shape must be a 1-D tensor of non-negative integers", err)
+    return _sparse_logic(op, tuple(args[0]), tuple(args[2]), tuple(args[3]), out, err)
 
 
 define(
     "dyn.sparse_to_dense", 4, _dyn_sparse_rel,
-    lambda attrs, i, s, v, d: _sparse_kernel("dyn.sparse_to_dense", _dyn_sparse_shape(
-        attrs, [np.shape(i), s, np.shape(v), np.shape(d)])[0], np.asarray(i), np.asarray(v), np.asarray(d)),
-    OpPattern.OPAQUE, shape_func=_dyn_sparse_shape, data_dependent=(False, True, False, False),
+    lambda attrs, i, s, v, d: _sparse_kernel("dyn.sparse_to_dense", _dyn_sparse_logic(
+        "dyn.sparse_to_dense", attrs, [np.shape(i), DataArg.of_array(s), np.shape(v), np.shape(d)], ShapeError),
+        np.asarray(i), np.asarray(v), np.asarray(d)),
+    OpPattern.OPAQUE, shape_logic=_dyn_sparse_logic, data_dependent=(False, True, False, False),
     compute=lambda attrs, inputs, out_type: [_sparse_compute(
         "dyn.sparse_to_dense", inputs[0], inputs[2], inputs[3], output_dims("dyn.sparse_to_dense", out_type),
         out_type.dtype)],

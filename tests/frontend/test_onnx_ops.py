@@ -84,6 +84,17 @@ def test_dyn_pad_cropping_a_whole_axis_is_a_shape_error():
                                   np.array([-1, -1], np.int64), np.array(0, "float32"), np.zeros(0, np.int64))
 
 
+def test_dyn_pad_cropping_more_than_an_axis_is_an_error_even_when_the_other_side_pads():
+    """Crops come first: a crop of 1 from an empty axis is an error, not a net size of 0 - 1 + 2 (the NumPy
+    kernel padded what was left, 2, while the shape function said 1)."""
+    op = get_op("dyn.pad")
+    args = (np.ones((0,), "float32"), np.array([-1, 2], np.int64), np.array(0, "float32"), np.zeros(0, np.int64))
+    with pytest.raises(ShapeError, match="crop more than"):
+        op.kernel(op.normalize_attrs({}), *args)
+    with pytest.raises(ShapeError, match="crop more than"):
+        op.shape_func(op.normalize_attrs({}), [(0,), args[1], (), args[3]])
+
+
 def test_unsqueeze_and_split_with_run_time_values():
     x = np.arange(6, dtype="int32").reshape(2, 3)
     (un,) = check("dyn.unsqueeze", [x, np.array([0, -1], np.int64)], const_args={1})

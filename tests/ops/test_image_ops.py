@@ -235,6 +235,21 @@ def test_dyn_resize2d():
         check_everywhere(text, [x, np.array(size, "int64"), roi], expected, rtol=1e-5, atol=1e-5)
 
 
+def test_dyn_resize2d_shape_function_checks_the_roi_the_kernel_reads():
+    """The kernel reads 4 roi values; the shape function used to accept a roi of 3 (a dynamic roi length
+    passes typing)."""
+    from tensorvm.op import get_op
+
+    op = get_op("dyn.image.resize2d")
+    attrs = op.normalize_attrs({})
+    x, size, roi = np.zeros((1, 1, 2, 2), "float32"), np.array([3, 4], "int64"), np.zeros(3, "float32")
+    with pytest.raises(ShapeError, match="roi"):
+        op.kernel(attrs, x, size, roi)
+    with pytest.raises(ShapeError, match="roi"):
+        op.shape_func(attrs, [x.shape, size, roi.shape])
+    assert [tuple(s) for s in op.shape_func(attrs, [x.shape, size, (4,)])] == [(1, 1, 3, 4)]
+
+
 def test_dyn_resize2d_types_and_errors():
     rel = get_op("dyn.image.resize2d").type_rel
     data = TensorType((1, 3, Any(), 4), "float32")

@@ -827,6 +827,73 @@ def _dyn_nn_pad(rng):
                                                                              np.array(0.5, "float32")]
 
 
+def _dyn_pad(rng):
+    """Run-time pads (negative ones crop) over run-time axes (none: every axis), now and then cropping
+    more than the dim, emptying a padded axis in a non-constant mode, of the wrong count, or with axes out of
+    range or repeated."""
+    x = _f32(rng, _shape(rng, int(rng.integers(1, 4))))
+    n = int(rng.integers(0, x.ndim + 1))
+    axes = rng.permutation(x.ndim)[:n] - (x.ndim if rng.random() < 0.3 else 0)
+    if n and rng.random() < 0.15:
+        axes[-1] = axes[0] if n > 1 else x.ndim
+    pads = rng.integers(-2, 3, 2 * (n or x.ndim) + (1 if rng.random() < 0.1 else 0))
+    return {"mode": str(rng.choice(["constant", "edge", "reflect", "wrap"]))}, [
+        x, pads.astype("int64"), np.array(0.5, "float32"), axes.astype("int32")]
+
+
+def _dyn_sparse_to_dense(rng):
+    """sparse_to_dense's cases with a run-time output_shape, now and then with a negative dim."""
+    attrs, (indices, values, default) = _sparse_to_dense(rng)
+    out_shape = np.array(attrs["output_shape"], "int64")
+    if rng.random() < 0.2:
+        out_shape[-1] = -1
+    return {}, [indices, out_shape.astype("int32" if rng.random() < 0.3 else "int64"), values, default]
+
+
+_I64 = np.iinfo("int64")
+
+
+def _dyn_strided_slice(rng):
+    """Run-time begin/end/strides of a static length (over the leading axes or the ``axes`` attribute, in
+    end or size mode): out-of-range, INT64_MIN/MAX (ONNX's "to the end") and negative values, strides of
+    both signs, now and then 0."""
+    x = _f32(rng, _shape(rng, int(rng.integers(1, 4)), (0, 1, 3, 5)))
+    n = int(rng.integers(1, x.ndim + 1))
+    bounds = [-7, -3, -1, 0, 1, 2, 4, 7, int(_I64.min), int(_I64.max)]
+    begin, end = (np.array([rng.choice(bounds) for _ in range(n)], "int64") for _ in range(2))
+    strides = np.array([rng.choice([-3, -2, -1, 1, 2, 3, int(_I64.max), int(_I64.min)]) for _ in range(n)], "int64")
+    if rng.random() < 0.15:
+        strides[-1] = 0
+    attrs = {"slice_mode": "size" if rng.random() < 0.25 else "end"}
+    if rng.random() < 0.3:
+        attrs["axes"] = tuple(int(a) for a in rng.permutation(x.ndim)[:n])
+    return attrs, [x, begin, end, strides.astype("int32") if rng.random() < 0.2 and 0 in strides else strides]
+
+
+def _dyn_upsampling(d):
+    """Run-time scales of float32, float64 or int32 scalars: halves (ties round to even), now and then 0,
+    negative, NaN or beyond int64 once multiplied."""
+    def make(rng):
+        attrs, (x,) = _upsampling(d)(rng)
+        scales = []
+        for value in attrs.values():
+            value = float(rng.choice([value, 0.0, -1.5, np.nan, 1e30])) if rng.random() < 0.2 else value
+            small_int = bool(np.isfinite(value)) and value == int(value) and abs(value) < 100
+            dtype = str(rng.choice(["float32", "float64", "int32"] if small_int else ["float32", "float64"]))
+            scales.append(np.array(value, dtype))
+        return {}, [x, *scales]
+
+    return make
+
+
+def _dyn_resize2d(rng):
+    """A run-time (height, width), now and then negative or of another length; a roi now and then not of 4."""
+    x = _f32(rng, (1, 2) + _shape(rng, 2, (0, 2, 3)))
+    size = rng.integers(-1 if rng.random() < 0.2 else 0, 5, 3 if rng.random() < 0.1 else 2)
+    roi = np.zeros(3 if rng.random() < 0.1 else 4, "float32")
+    return {}, [x, size.astype("int32" if rng.random() < 0.3 else "int64"), roi]
+
+
 #: Generators of the ops whose logic is neither elementwise, broadcast nor a reduction.
 GENERATORS: dict = {
     "copy": _elementwise_cases, "nn.dense": _cases(_dense), "nn.matmul": _cases(_matmul),
@@ -872,7 +939,8 @@ GENERATORS: dict = {
     "dyn.split": _cases(_dyn_split), "dyn.unsqueeze": _cases(_dyn_unsqueeze),
     "dyn.reduce": _cases(_dyn_reduce), "dyn.tile": _cases(_dyn_tile), "dyn.one_hot": _cases(_dyn_one_hot),
     "dyn.expand_dims": _cases(_dyn_expand_dims), "dyn.squeeze": _cases(_dyn_squeeze),
-    "dyn.nn.pad": _cases(_dyn_nn_pad), "einsum": _cases(_einsum), "nn.attention": _cases(_attention), "sparse_fill_empty_rows": _cases(_sparse_fill), "nn.lstm": _cases(_recurrent(4, 8)), "nn.gru": _cases(_recurrent(3, 6)), "nn.rnn": _cases(_recurrent(1, 6)),
+    "dyn.nn.pad": _cases(_dyn_nn_pad), "dyn.pad": _cases(_dyn_pad), "dyn.image.resize2d": _cases(_dyn_resize2d), "dyn.nn.upsampling": _cases(_dyn_upsampling(2)),
+    "dyn.nn.upsampling3d": _cases(_dyn_upsampling(3)), "dyn.strided_slice": _cases(_dyn_strided_slice), "dyn.sparse_to_dense": _cases(_dyn_sparse_to_dense), "einsum": _cases(_einsum), "nn.attention": _cases(_attention), "sparse_fill_empty_rows": _cases(_sparse_fill), "nn.lstm": _cases(_recurrent(4, 8)), "nn.gru": _cases(_recurrent(3, 6)), "nn.rnn": _cases(_recurrent(1, 6)),
 }
 
 # ---- running one case three ways ------------------------------------------------------------------
@@ -889,7 +957,7 @@ def _dynamic_type(value, static_axes=()):
 
 #: Dims an op's relation needs static ({input: axes}): scatter_nd's index depth, the length of a shape tensor.
 STATIC_DIMS = {"scatter_nd": {1: (0,)}, "dyn.reshape": {1: (0,)}, "dyn.unsqueeze": {1: (0,)}, "dyn.reduce": {1: (0,)}, "dyn.tile": {1: (0,)}, "dyn.squeeze": {1: (0,)}, "dyn.zeros": {0: (0,)}, "dyn.ones": {0: (0,)},
-               "dyn.full": {1: (0,)}, "dyn.broadcast_to": {1: (0,)},
+               "dyn.full": {1: (0,)}, "dyn.pad": {1: (0,), 3: (0,)}, "dyn.strided_slice": {1: (0,), 2: (0,), 3: (0,)}, "dyn.sparse_to_dense": {1: (0,)}, "dyn.broadcast_to": {1: (0,)},
                # (the n-d window ops trace for static spatial dims, e.g. a dynamic batch)
                "nn.conv_nd": {0: (2, 3), 1: (2, 3)}, "nn.conv_transpose_nd": {0: (2, 3), 1: (2, 3)},
                "nn.pool_nd": {0: (2, 3)}}

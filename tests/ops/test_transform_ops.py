@@ -796,6 +796,19 @@ def test_dyn_squeeze_matches_numpy(dims, data):
     check_op("dyn.squeeze", [x, axes], expected=expected, dynamic=True, relax=False)
 
 
+def test_a_repeated_squeeze_axis_is_an_error():
+    """dyn.squeeze's output rank is its number of axes: (1, 1) squeezed over [0, -2] used to give (1,) in
+    Python and the kernel (axes deduplicated) while its C shape function rejected it, as NumPy does."""
+    x = np.ones((1, 1), "float32")
+    with pytest.raises(ValueError):
+        np.squeeze(x, axis=(0, -2))
+    op = get_op("dyn.squeeze")
+    with pytest.raises(ShapeError, match="repeated"):
+        op.shape_func(op.normalize_attrs({}), [(1, 1), np.array([0, -2], "int64")])
+    with pytest.raises(ShapeError, match="repeated"):
+        op.kernel(op.normalize_attrs({}), x, np.array([0, -2], "int64"))
+
+
 @SETTINGS
 @given(shapes(0, 2, 0, 3), st.integers(0, 4), st.data())
 def test_dyn_one_hot_matches_the_static_op(shape, depth, data):

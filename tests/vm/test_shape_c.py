@@ -62,16 +62,39 @@ def test_a_shape_error_from_c_has_the_python_message():
 
 def test_a_primitive_whose_logic_does_not_trace_keeps_python_visibly():
     mod = tv.parse("""
+def @main(%x: Tensor[(1, 1, ?, ?), float32], %roi: Tensor[(8), float32], %sc: Tensor[(4), float32],
+          %si: Tensor[(0), int64]) {
+  image.resize(%x, %roi, %sc, %si)
+}""")
+    exe = tv.vm.compile(mod, target="c")
+    library = exe.stats()["kernel_library"]
+    assert library["python_shape_funcs"], library
+    assert all("image.resize" in why for why in library["python_shape_funcs"].values())
+    x = np.arange(4, dtype="float32").reshape(1, 1, 2, 2)
+    out = np.asarray(tv.vm.VirtualMachine(exe).run(x, np.zeros(8, "float32"), np.array([1, 1, 1.5, 2], "float32"),
+                                                   np.zeros(0, "int64")))
+    assert out.shape == (1, 1, 3, 4)
+
+
+def test_run_time_strides_are_read_by_the_c_shape_function():
+    """dyn.strided_slice's begin/end/strides are data loads in C (each dim a select over its stride's
+    sign); a zero stride is the precise error of the Python shape function."""
+    mod = tv.parse("""
 def @main(%x: Tensor[(?, ?), float32], %b: Tensor[(2), int64], %e: Tensor[(2), int64], %s: Tensor[(2), int64]) {
   dyn.strided_slice(%x, %b, %e, %s)
 }""")
     exe = tv.vm.compile(mod, target="c")
     library = exe.stats()["kernel_library"]
-    assert library["python_shape_funcs"], library
-    assert all("dyn.strided_slice" in why for why in library["python_shape_funcs"].values())
+    assert library["c_shape_funcs"] and not library["python_shape_funcs"], library
+    vm = tv.vm.VirtualMachine(exe)
     x = np.arange(12, dtype="float32").reshape(3, 4)
-    b, e, s = np.array([0, 3], "int64"), np.array([2, 0], "int64"), np.array([1, -1], "int64")
-    np.testing.assert_array_equal(np.asarray(tv.vm.VirtualMachine(exe).run(x, b, e, s)), x[0:2, 3:0:-1])
+    big = np.iinfo("int64").max
+    for b, e, s in (([0, 3], [2, 0], [1, -1]), ([-1, -big - 1], [-big - 1, big], [-2, 3]), ([5, 1], [-9, 9], [-1, 2])):
+        b, e, s = (np.array(v, "int64") for v in (b, e, s))
+        np.testing.assert_array_equal(np.asarray(vm.run(x, b, e, s)),
+                                      x[slice(b[0], e[0], s[0]), slice(b[1], e[1], s[1])])
+    with pytest.raises(ShapeError, match="nonzero"):
+        vm.run(x, np.array([0, 0], "int64"), np.array([2, 2], "int64"), np.array([1, 0], "int64"))
 
 
 def test_run_time_reps_are_read_by_the_c_shape_function():
