@@ -206,15 +206,19 @@ def split_units(emitted: list, workers: int, units: int | None = None) -> list[l
 
 
 def build_module(funcs: list[PrimFunc], toolchain: Toolchain | None = None, jobs: int | None = None,
-                 extra_source: str = "") -> CompiledModule:
+                 extra_source: str = "", emitted: list[EmittedKernel] | None = None) -> CompiledModule:
     """Compile ``funcs`` into one library; big modules compile as several translation units in parallel
     (``jobs`` of them when given, else as ``split_units`` decides). ``extra_source``: one more
-    self-contained translation unit linked in (the C shape functions)."""
+    self-contained translation unit linked in (the C shape functions). ``emitted``: the ``emit_kernel``
+    of each of ``funcs`` when the caller has it already (not emitted again)."""
     names = [f.name for f in funcs]
     duplicates = {n for n in names if names.count(n) > 1}
     if duplicates:
         raise ValueError(f"codegen: kernel names must be unique, got {sorted(duplicates)} more than once")
-    emitted = [emit_kernel(f) for f in funcs]
+    if emitted is None:
+        emitted = [emit_kernel(f) for f in funcs]
+    elif [k.func for k in emitted] != list(funcs):
+        raise ValueError("codegen: build_module's emitted kernels must be those of funcs, in order")
     source = emit_library(emitted)
     groups = split_units(emitted, compile_workers(), jobs)
     units = [source] if len(groups) <= 1 else [emit_library(group) for group in groups]  # (no kernels: the prelude alone)

@@ -55,6 +55,8 @@ class CLibrary:
     saved_source_matches: bool | None = None  # loaded executables: does the file's C equal the regenerated C
     shape_funcs: dict = field(default_factory=dict)  # shape function name -> (ShapeFuncC, C function)
     shape_fallbacks: dict = field(default_factory=dict)  # shape function name -> why it stays Python
+    aliases: dict = field(default_factory=dict)  # primitive name -> the primitive with the same signature
+    reused: int = 0  # kernels whose plan and C came from this process's memo (``codegen.signature``)
 
     def summary(self) -> dict:
         from ..codegen.build import library_threads
@@ -67,6 +69,8 @@ class CLibrary:
             "python_shape_funcs": dict(sorted(self.shape_fallbacks.items())),
             "source_bytes": len(self.source),
             "lower_seconds": round(self.lower_seconds, 4),
+            "kernels_reused": self.reused,  # planned before in this process: not lowered again
+            "kernels_shared": dict(sorted(self.aliases.items())),  # same fused group, one kernel
             "compile_seconds": round(info.compile_seconds, 4) if info is not None else 0.0,
             "cached": bool(info.cached) if info is not None else None,
             "library": info.path if info is not None else None,
@@ -80,40 +84,76 @@ def build_c_library(prims: dict, shape_prims: dict | None = None) -> CLibrary:
     with the C shape functions ``{shape function name: (primitive Function, is_input)}``."""
     from ..codegen.c_emit import emit_kernel
     from ..codegen.fused import plan_primitive
+    from ..codegen.signature import PLANS, codegen_settings, kernel_key, primitive_signature
     from .kernel_python import build_kernel
     from .shape_c import emit_shape_func
 
     library = CLibrary()
     start = time.perf_counter()
-    plans = {}
+    settings = codegen_settings()
+    plans, emitted, first = {}, {}, {}
     for index, (name, prim) in enumerate(prims.items()):
-        try:
-            plan = plan_primitive(prim, c_kernel_name(index, name))
-            for func in [plan.lowered.func] + [e.epilogue.func for e in plan.externals if e.epilogue is not None]:
-                emit_kernel(func)  # emission problems surface here, per kernel, not for the whole library
-        except (TensorVMError, NotImplementedError) as err:
-            # (UnsupportedError: no compute for an op; other codegen errors: a construct it cannot lower)
-            library.fallbacks[name] = f"{type(err).__name__}: {err}"
+        signature = primitive_signature(prim)
+        if signature in first:  # the same fused group under another name: one kernel for both
+            library.aliases[name] = first[signature]
+            continue
+        first[signature] = name
+        c_name = c_kernel_name(index, name)
+        key = kernel_key(signature, c_name, settings)
+        entry = PLANS.get(key)
+        library.reused += entry is not None
+        if entry is None:
+            try:
+                plan = plan_primitive(prim, c_name)
+                # (emission problems surface here, per kernel, not for the whole library)
+                entry = (plan, [emit_kernel(func) for func in _plan_funcs(plan)])
+            except (TensorVMError, NotImplementedError) as err:
+                # (UnsupportedError: no compute for an op; other codegen errors: a construct it cannot lower)
+                entry = (None, f"{type(err).__name__}: {err}")
+            PLANS.put(key, entry)
+        if entry[0] is None:
+            library.fallbacks[name] = entry[1]
             library.kernels[name] = build_kernel(prim)
             continue
-        plans[name] = plan
+        plans[name], emitted[name] = entry
     shape_specs = {}
     for index, (name, (prim, is_input)) in enumerate((shape_prims or {}).items()):
-        try:
-            shape_specs[name] = emit_shape_func(prim, is_input, c_kernel_name(index, name).replace("tvk", "tvs", 1))
-        except (TensorVMError, NotImplementedError) as err:
-            library.shape_fallbacks[name] = f"{type(err).__name__}: {err}"
+        c_name = c_kernel_name(index, name).replace("tvk", "tvs", 1)
+        key = kernel_key(primitive_signature(prim) + bytes(map(bool, is_input)), c_name, settings, "shape")
+        entry = PLANS.get(key)
+        if entry is None:
+            try:
+                entry = (emit_shape_func(prim, is_input, c_name), None)
+            except (TensorVMError, NotImplementedError) as err:
+                entry = (None, f"{type(err).__name__}: {err}")
+            PLANS.put(key, entry)
+        if entry[0] is None:
+            library.shape_fallbacks[name] = entry[1]
+        else:
+            shape_specs[name] = entry[0]
     library.lower_seconds = time.perf_counter() - start
     if plans or shape_specs:
-        _compile(library, plans, shape_specs)
+        _compile(library, plans, emitted, shape_specs)
+    for name, original in library.aliases.items():
+        library.kernels[name] = library.kernels[original]
+        if original in library.sources:
+            library.sources[name] = library.sources[original]
+        if original in library.fallbacks:
+            library.fallbacks[name] = library.fallbacks[original]
     missing = set(prims) - set(library.kernels)
     if missing:  # pragma: no cover - every primitive is either compiled or a fallback
         raise UnsupportedError(f"no kernel was built for {sorted(missing)}")
     return library
 
 
-def _compile(library: CLibrary, plans: dict, shape_specs: dict) -> None:
-    """Build every planned kernel into one library; plain C kernels get the fast caller (``fastcall``)."""
+def _plan_funcs(plan) -> list:
+    """The loop-IR functions a plan compiles: its kernel, then its external variants' epilogues."""
+    return [plan.lowered.func] + [e.epilogue.func for e in plan.externals if e.epilogue is not None]
+
+
+def _compile(library: CLibrary, plans: dict, emitted: dict, shape_specs: dict) -> None:
+    """Build every planned kernel (its C already emitted) into one library; plain C kernels get the fast
+    caller (``fastcall``)."""
     import ctypes
 
     from ..codegen.c_emit import library_text
@@ -121,12 +161,12 @@ def _compile(library: CLibrary, plans: dict, shape_specs: dict) -> None:
     from .fastcall import caller_for
     from .shape_c import SHAPE_LIBRARY
 
-    funcs = [p.lowered.func for p in plans.values()]
-    funcs += [e.epilogue.func for p in plans.values() for e in p.externals if e.epilogue is not None]
+    funcs = [func for plan in plans.values() for func in _plan_funcs(plan)]
     shape_source = ""
     if shape_specs:
         shape_source = library_text([SHAPE_LIBRARY]) + "\n".join(s.source for s in shape_specs.values())
-    module = build_module(funcs, extra_source=shape_source)
+    module = build_module(funcs, extra_source=shape_source,
+                          emitted=[kernel for kernels in emitted.values() for kernel in kernels])
     library.source = module.source
     library.build_info = module.build_info
     for name, spec in shape_specs.items():

@@ -1,0 +1,129 @@
+"""What a generated kernel depends on, as one key; and the memo of planned kernels keyed by it.
+
+Invariant: two primitive functions get the same ``kernel_key`` only when the code generator would make
+the same kernel of them (same C text, same variants, same external plans). The key hashes
+
+- the primitive's signature (``primitive_signature``): its Relay text (ops, attrs, parameter and result
+  types with every static dim and dtype; dynamic dims as ``?`` or their names) and the dtype, shape and
+  bytes of every constant in it (the text alone could print two constants alike);
+- the C function name the kernel gets (it is in the C text);
+- ``generator_stamp()``: a digest of the package's own source (every ``.py``, ``.c`` and ``.h`` file of
+  ``tensorvm``), so an edited generator, op compute or C library never matches an old key;
+- ``codegen_settings()``: everything outside the function that changes what is generated: the host
+  description (``host.host()``, fake or detected), whether kernel variants are on, the BLAS mode, the
+  variant pins (``calibrate``), and the C toolchain's fingerprint and features.
+
+A wrong hit would be a silent wrong answer, so each ingredient has a test that changing it misses
+(``tests/codegen/test_signature.py``).
+
+``PLANS`` memoizes, per process, what lowering made of a key: the ``KernelPlan`` and its emitted C
+(``EmittedKernel`` per function), so compiling a model again (a fresh import of the same file, another
+executable with the same fused groups) skips lowering and C emission for every kernel it has seen.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+from collections import OrderedDict
+from pathlib import Path
+
+__all__ = ["primitive_signature", "generator_stamp", "codegen_settings", "kernel_key", "PlanMemo", "PLANS"]
+
+_PACKAGE = Path(__file__).resolve().parent.parent
+_STAMP: list = []
+
+
+def generator_stamp() -> str:
+    """A digest of every ``.py``, ``.c`` and ``.h`` file of the ``tensorvm`` package (computed once per
+    process: the code that generates kernels does not change under a running program)."""
+    if not _STAMP:
+        digest = hashlib.sha256()
+        files = sorted(p for p in _PACKAGE.rglob("*") if p.suffix in (".py", ".c", ".h") and p.is_file())
+        for path in files:
+            digest.update(str(path.relative_to(_PACKAGE)).encode() + b"\0")
+            digest.update(path.read_bytes() + b"\0")
+        _STAMP.append(digest.hexdigest())
+    return _STAMP[0]
+
+
+def codegen_settings() -> str:
+    """The settings outside a primitive function that change the kernel made of it (see the module doc)."""
+    from . import blas, calibrate
+    from .build import find_toolchain
+    from .host import host
+    from .strategy import variants_enabled
+
+    toolchain = find_toolchain()
+    with calibrate._LOCK:
+        pins = sorted(calibrate._PINS.items())
+    env_pins = calibrate.os.environ.get("TENSORVM_VARIANT", "")
+    return "\n".join([
+        repr(host()), f"variants={variants_enabled()}", f"blas={blas.mode()}", f"pins={pins}|{env_pins}",
+        f"toolchain={toolchain.fingerprint}|openmp={toolchain.openmp}|simd={toolchain.simd_pragmas}"
+        f"|float16={toolchain.float16}|python={bool(toolchain.python_include)}",
+    ])
+
+
+def primitive_signature(prim) -> bytes:
+    """The Relay text of ``prim`` followed by the dtype, shape and bytes of each constant in it."""
+    import numpy as np
+
+    from ..ir.expr import Constant, GlobalVar
+    from ..ir.module import IRModule
+    from ..ir.printer import module_to_str
+    from ..transform.to_anf import post_order_iter
+
+    digest = hashlib.sha256(module_to_str(IRModule({GlobalVar("f"): prim})).encode())
+    for node in post_order_iter(prim.body):
+        if isinstance(node, Constant):
+            data = np.ascontiguousarray(node.data)
+            digest.update(f"\0{data.dtype.str}{data.shape}\0".encode())
+            digest.update(data.tobytes())
+    return digest.digest()
+
+
+def kernel_key(signature: bytes, c_name: str, settings: str, kind: str = "kernel") -> str:
+    """The key of the kernel named ``c_name`` made of a primitive with ``signature`` under ``settings``."""
+    digest = hashlib.sha256(f"{kind}\0{generator_stamp()}\0{settings}\0{c_name}\0".encode())
+    digest.update(signature)
+    return digest.hexdigest()
+
+
+class PlanMemo:
+    """A bounded (least recently used first out), thread-safe map ``key -> what lowering made``."""
+
+    def __init__(self, capacity: int = 2048):
+        self.capacity = capacity
+        self._items: OrderedDict = OrderedDict()
+        self._lock = threading.Lock()
+        self.hits = 0
+        self.misses = 0
+
+    def get(self, key: str):
+        with self._lock:
+            value = self._items.get(key)
+            if value is None:
+                self.misses += 1
+                return None
+            self._items.move_to_end(key)
+            self.hits += 1
+            return value
+
+    def put(self, key: str, value) -> None:
+        with self._lock:
+            self._items[key] = value
+            self._items.move_to_end(key)
+            while len(self._items) > self.capacity:
+                self._items.popitem(last=False)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._items.clear()
+            self.hits = self.misses = 0
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+
+PLANS = PlanMemo()
