@@ -42,7 +42,7 @@ class CLibrary:
     ``kernels`` maps primitive name -> callable ``kernel(*ins, *outs)`` (a compiled C kernel, or the
     NumPy kernel for a fallback); ``sources`` maps primitive name -> the C source of its function;
     ``fallbacks`` maps primitive name -> why it runs on NumPy; ``source`` is the whole library's C
-    text; ``build_info`` comes from ``tensorvm.codegen.build`` (``cached``, ``compile_seconds``) and
+    text; ``build_info`` comes from ``tensorvm.codegen.build`` (``cached``, ``compile_seconds``, ``portable``) and
     ``lower_seconds`` is the time spent lowering and emitting C.
     """
 
@@ -73,6 +73,8 @@ class CLibrary:
             "kernels_shared": dict(sorted(self.aliases.items())),  # same fused group, one kernel
             "compile_seconds": round(info.compile_seconds, 4) if info is not None else 0.0,
             "cached": bool(info.cached) if info is not None else None,
+            # why the library was built without the host flags (-march=native) when they failed; "" if not
+            "portable_build": info.portable if info is not None else "",
             "library": info.path if info is not None else None,
             "saved_source_matches": self.saved_source_matches,
             "threads": library_threads(info.path) if info is not None else 1,  # what its OpenMP loops use now
