@@ -182,6 +182,11 @@ class CompiledModule:
 _PARALLEL_BYTES = 80_000
 _UNIT_BYTES = 160_000
 
+# The Python wrappers are glue around CPython's buffer calls, not loops: -O1 compiles them in about half
+# the time of -O3 (MobileNetV3-small's 57 wrappers: 0.9 s instead of 1.7 s of CPU) and the call costs the
+# same (``benchmarks/compile_time.py`` measures both).
+_WRAPPER_FLAGS = ("-O1",)
+
 
 def split_units(emitted: list, workers: int, units: int | None = None) -> list[list]:
     """``emitted`` kernels grouped into translation units: at least ``units`` of them (else as many as
@@ -230,5 +235,5 @@ def build_module(funcs: list[PrimFunc], toolchain: Toolchain | None = None, jobs
     if toolchain.python_include:
         # Named after the kernels, so that different libraries never share a module name.
         module_name = "tvk_" + hashlib.sha256(source.encode()).hexdigest()[:20]
-        units.append((emit_python_wrappers(emitted, module_name), ("-I" + toolchain.python_include,)))
+        units.append((emit_python_wrappers(emitted, module_name), ("-I" + toolchain.python_include, *_WRAPPER_FLAGS)))
     return CompiledModule(emitted, source, build_library(units, toolchain, module_name))
