@@ -59,16 +59,16 @@ def child(key: str, path: str, twice: bool) -> dict:
         library = exe.stats()["kernel_library"]
         result[label] = {"compile_s": total, "kernel_lowering_s": library["lower_seconds"],
                          "c_compiler_s": build_stats()["compile_seconds"] - before,
-                         "kernels": len(library["c_kernels"]), "reused": library["kernels_reused"],
-                         "c_bytes": library["source_bytes"], "portable": library["portable_build"]}
+                         "kernels": len(library["c_kernels"]), "reused": library.get("kernels_reused", 0),
+                         "c_bytes": library["source_bytes"], "portable": library.get("portable_build", "")}
         del exe, mod, params
     return result
 
 
-def run_child(key: str, path: Path, cache: str, twice: bool) -> dict:
+def run_child(key: str, path: Path, cache: str, twice: bool, tree: Path = ROOT) -> dict:
     done = subprocess.run([sys.executable, __file__, "--child", key, str(path)] + (["--twice"] if twice else []),
                           capture_output=True, text=True, env={**os.environ, "TENSORVM_CACHE_DIR": cache,
-                                                               "PYTHONPATH": str(ROOT)})
+                                                               "PYTHONPATH": str(tree)})
     if done.returncode != 0:
         raise SystemExit(f"{key}: the measuring process failed:\n{done.stderr[-3000:]}")
     return json.loads(done.stdout.strip().splitlines()[-1])
@@ -110,6 +110,7 @@ def main():
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--onnx-dir")
     parser.add_argument("--wrappers", action="store_true")
+    parser.add_argument("--tree", type=Path, default=ROOT, help="the tensorvm checkout to measure (default: this one)")
     parser.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
     parser.add_argument("--twice", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -123,7 +124,7 @@ def main():
         load = os.getloadavg()[0]
     except OSError:
         load = float("nan")
-    print(f"load average {load:.2f} on {os.cpu_count()} cores")
+    print(f"{args.tree}: load average {load:.2f} on {os.cpu_count()} cores")
     print("| model | round | cold (s) | of which C compiler | cached, new process (s) | cached, same process (s) "
           "| kernels | C (KB) |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- |")
@@ -134,8 +135,8 @@ def main():
             continue
         for r in range(args.rounds):
             with tempfile.TemporaryDirectory(prefix="tensorvm-compile-time-") as cache:
-                cold = run_child(key, path, cache, twice=False)["first"]
-                warm = run_child(key, path, cache, twice=True)
+                cold = run_child(key, path, cache, False, args.tree)["first"]
+                warm = run_child(key, path, cache, True, args.tree)
             print(f"| {key} | {r} | {cold['compile_s']:.2f} | {cold['c_compiler_s']:.2f} "
                   f"| {warm['first']['compile_s']:.2f} | {warm['second']['compile_s']:.2f} "
                   f"| {cold['kernels']} ({warm['second']['reused']} reused) | {cold['c_bytes'] // 1000} |", flush=True)

@@ -59,7 +59,7 @@ __all__ = [
     "CompilerError", "Toolchain", "BuildInfo", "Library", "find_toolchain", "have_compiler", "default_target",
     "default_target_reason", "cache_dir", "build_library", "build_stats", "reset_toolchain", "run_tool",
     "compile_timeout", "compile_workers", "set_num_threads", "get_num_threads", "available_cores", "kernel_threads",
-    "library_threads", "record_library", "verified_library", "CompilerTimeout", "portable_toolchain", "HOST_FLAGS",
+    "library_threads", "record_library", "verified_library", "CompilerTimeout", "load_built_library", "portable_toolchain", "HOST_FLAGS",
 ]
 
 _BASE_FLAGS = ("-O3", "-fPIC", "-shared", "-std=gnu11", "-fwrapv", "-fno-math-errno", "-fno-trapping-math")
@@ -512,6 +512,24 @@ def build_library(source: str | list, toolchain: Toolchain | None = None, python
         if not verified_library(lib_path):
             raise CompilerError(f"codegen: the library {lib_path} changed on disk right after it was built "
                                 f"(is another process writing the kernel cache?); {_HINT}")
+    return _load(lib_path, digest, cached, compile_seconds, toolchain.flags, portable, python_module)
+
+
+def load_built_library(path: str, python_module: str = "", flags: tuple = (), portable: str = "") -> Library | None:
+    """The library a ``build_library`` call built before at ``path`` (its ``BuildInfo.path``; ``flags`` and
+    ``portable`` as that ``BuildInfo`` said), loaded again without its sources; None when it is not in the
+    kernel cache or its bytes do not match their recorded SHA-256. For callers that keep what they need
+    to call the library, keyed by what generated it."""
+    lib_path = Path(path)
+    if lib_path.parent != cache_dir() or not lib_path.name.startswith("tv_") or lib_path.suffix != ".so":
+        return None
+    if str(lib_path) not in _LOADED and not verified_library(lib_path):
+        return None
+    return _load(lib_path, lib_path.stem[3:], True, 0.0, tuple(flags), portable, python_module)
+
+
+def _load(lib_path: Path, digest: str, cached: bool, compile_seconds: float, flags: tuple, portable: str,
+          python_module: str) -> Library:
     key = str(lib_path)
     start = time.perf_counter()
     with _LOCK:
@@ -528,7 +546,7 @@ def build_library(source: str | list, toolchain: Toolchain | None = None, python
             _apply_threads(cdll)
             blas.attach(cdll)
         module = _import_extension(python_module, key) if python_module else None
-        info = BuildInfo(key, digest, cached, compile_seconds, time.perf_counter() - start, toolchain.flags, portable)
+        info = BuildInfo(key, digest, cached, compile_seconds, time.perf_counter() - start, flags, portable)
         _STATS.builds += 1
         _STATS.cache_hits += int(cached)
         _STATS.compile_seconds += compile_seconds

@@ -110,6 +110,10 @@ class PlanMemo:
             self.hits += 1
             return value
 
+    def contains(self, key: str) -> bool:
+        with self._lock:
+            return key in self._items
+
     def put(self, key: str, value) -> None:
         with self._lock:
             self._items[key] = value

@@ -56,7 +56,10 @@ class CLibrary:
     shape_funcs: dict = field(default_factory=dict)  # shape function name -> (ShapeFuncC, C function)
     shape_fallbacks: dict = field(default_factory=dict)  # shape function name -> why it stays Python
     aliases: dict = field(default_factory=dict)  # primitive name -> the primitive with the same signature
-    reused: int = 0  # kernels whose plan and C came from this process's memo (``codegen.signature``)
+    reused: int = 0  # kernels not lowered for this build: from this process's memo (``codegen.signature``)
+    # or the manifest of the same library built before (``kernel_manifest``)
+    python_module: str = ""  # the name of the library's CPython wrapper module ("" without one)
+    from_manifest: bool = False  # bound from the manifest of a library built before (``kernel_manifest``)
 
     def summary(self) -> dict:
         from ..codegen.build import library_threads
@@ -69,8 +72,9 @@ class CLibrary:
             "python_shape_funcs": dict(sorted(self.shape_fallbacks.items())),
             "source_bytes": len(self.source),
             "lower_seconds": round(self.lower_seconds, 4),
-            "kernels_reused": self.reused,  # planned before in this process: not lowered again
+            "kernels_reused": self.reused,  # planned before (this process, or a manifest): not lowered again
             "kernels_shared": dict(sorted(self.aliases.items())),  # same fused group, one kernel
+            "from_manifest": self.from_manifest,  # built before (any process): bound without lowering
             "compile_seconds": round(info.compile_seconds, 4) if info is not None else 0.0,
             "cached": bool(info.cached) if info is not None else None,
             # why the library was built without the host flags (-march=native) when they failed; "" if not
@@ -87,13 +91,16 @@ def build_c_library(prims: dict, shape_prims: dict | None = None) -> CLibrary:
     from ..codegen.c_emit import emit_kernel
     from ..codegen.fused import plan_primitive
     from ..codegen.signature import PLANS, codegen_settings, kernel_key, primitive_signature
+    from . import kernel_manifest
     from .kernel_python import build_kernel
     from .shape_c import emit_shape_func
 
     library = CLibrary()
     start = time.perf_counter()
     settings = codegen_settings()
-    plans, emitted, first = {}, {}, {}
+    # Every primitive's key first (cheap: its printed text hashed): the same group under two names is
+    # one kernel, and the keys name the whole library (``kernel_manifest``).
+    keyed, first = {}, {}
     for index, (name, prim) in enumerate(prims.items()):
         signature = primitive_signature(prim)
         if signature in first:  # the same fused group under another name: one kernel for both
@@ -101,27 +108,51 @@ def build_c_library(prims: dict, shape_prims: dict | None = None) -> CLibrary:
             continue
         first[signature] = name
         c_name = c_kernel_name(index, name)
-        key = kernel_key(signature, c_name, settings)
+        keyed[name] = (c_name, kernel_key(signature, c_name, settings))
+    shape_keyed = {}
+    for index, (name, (prim, is_input)) in enumerate((shape_prims or {}).items()):
+        c_name = c_kernel_name(index, name).replace("tvk", "tvs", 1)
+        key = kernel_key(primitive_signature(prim) + bytes(map(bool, is_input)), c_name, settings, "shape")
+        shape_keyed[name] = (c_name, key)
+    manifest_key = kernel_manifest.library_key([(n, k) for n, (_, k) in keyed.items()],
+                                               [(n, k) for n, (_, k) in shape_keyed.items()])
+
+    def plan_of(name):
+        """What lowering makes of primitive ``name``: ``(KernelPlan, emitted C)`` or ``(None, why not)``."""
+        c_name, key = keyed[name]
         entry = PLANS.get(key)
-        library.reused += entry is not None
         if entry is None:
             try:
-                plan = plan_primitive(prim, c_name)
+                plan = plan_primitive(prims[name], c_name)
                 # (emission problems surface here, per kernel, not for the whole library)
                 entry = (plan, [emit_kernel(func) for func in _plan_funcs(plan)])
             except (TensorVMError, NotImplementedError) as err:
                 # (UnsupportedError: no compute for an op; other codegen errors: a construct it cannot lower)
                 entry = (None, f"{type(err).__name__}: {err}")
             PLANS.put(key, entry)
-        if entry[0] is None:
-            library.fallbacks[name] = entry[1]
-            library.kernels[name] = build_kernel(prim)
-            continue
-        plans[name], emitted[name] = entry
+        else:
+            library.reused += 1
+        return entry
+
+    # A library seen before, in this process or another: bound from its manifest, nothing lowered (unless
+    # every kernel is in this process's memo anyway).
+    if not all(PLANS.contains(key) for _, key in keyed.values()) \
+            and kernel_manifest.bind(manifest_key, library, prims, {n: c for n, (c, _) in keyed.items()},
+                                     set(shape_keyed), lambda name: plan_of(name)[0]):
+        library.lower_seconds = time.perf_counter() - start
+        _alias(library)
+        return library
+    plans, emitted = {}, {}
+    for name in keyed:
+        plan, result = plan_of(name)
+        if plan is None:
+            library.fallbacks[name] = result
+            library.kernels[name] = build_kernel(prims[name])
+        else:
+            plans[name], emitted[name] = plan, result
     shape_specs = {}
-    for index, (name, (prim, is_input)) in enumerate((shape_prims or {}).items()):
-        c_name = c_kernel_name(index, name).replace("tvk", "tvs", 1)
-        key = kernel_key(primitive_signature(prim) + bytes(map(bool, is_input)), c_name, settings, "shape")
+    for name, (prim, is_input) in (shape_prims or {}).items():
+        c_name, key = shape_keyed[name]
         entry = PLANS.get(key)
         if entry is None:
             try:
@@ -136,16 +167,22 @@ def build_c_library(prims: dict, shape_prims: dict | None = None) -> CLibrary:
     library.lower_seconds = time.perf_counter() - start
     if plans or shape_specs:
         _compile(library, plans, emitted, shape_specs)
+        kernel_manifest.save(manifest_key, library, plans, emitted, {n: c for n, (c, _) in keyed.items()})
+    _alias(library)
+    missing = set(prims) - set(library.kernels)
+    if missing:  # pragma: no cover - every primitive is either compiled or a fallback
+        raise UnsupportedError(f"no kernel was built for {sorted(missing)}")
+    return library
+
+
+def _alias(library: CLibrary) -> None:
+    """Primitives with the signature of another get that one's kernel."""
     for name, original in library.aliases.items():
         library.kernels[name] = library.kernels[original]
         if original in library.sources:
             library.sources[name] = library.sources[original]
         if original in library.fallbacks:
             library.fallbacks[name] = library.fallbacks[original]
-    missing = set(prims) - set(library.kernels)
-    if missing:  # pragma: no cover - every primitive is either compiled or a fallback
-        raise UnsupportedError(f"no kernel was built for {sorted(missing)}")
-    return library
 
 
 def _plan_funcs(plan) -> list:
@@ -171,6 +208,8 @@ def _compile(library: CLibrary, plans: dict, emitted: dict, shape_specs: dict) -
                           emitted=[kernel for kernels in emitted.values() for kernel in kernels])
     library.source = module.source
     library.build_info = module.build_info
+    python_module = module.library._python_module
+    library.python_module = python_module.__name__ if python_module is not None else ""
     for name, spec in shape_specs.items():
         library.shape_funcs[name] = (spec, module.library.function(spec.name, 3, 0))
     for name, plan in plans.items():

@@ -19,8 +19,10 @@ pytestmark = pytest.mark.skipif(not have_compiler(), reason="needs a C compiler"
 
 
 @pytest.fixture(autouse=True)
-def memo(monkeypatch):
-    """A fresh memo per test (the process-wide one would make hits depend on earlier tests)."""
+def memo(monkeypatch, tmp_path):
+    """A fresh memo and kernel cache per test (else hits would depend on earlier tests and runs: a
+    library built before is bound from its manifest, ``tests/vm/test_kernel_manifest.py``)."""
+    monkeypatch.setenv("TENSORVM_CACHE_DIR", str(tmp_path))
     fresh = signature.PlanMemo()
     monkeypatch.setattr(signature, "PLANS", fresh)
     return fresh
