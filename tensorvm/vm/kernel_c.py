@@ -16,6 +16,12 @@ Each C function is named ``tvk<index>_<primitive name>`` (a valid, unique C iden
 primitive is called). Loading a saved executable regenerates the C from the primitive functions' Relay
 text with this same code generator (never compiling or loading code taken from the file), so an
 unchanged program is a cache hit and costs no compile.
+
+Nothing is lowered twice: each primitive's key (``tensorvm.codegen.signature``: its signature, C name,
+the generator's stamp and the codegen settings) finds what this process lowered before
+(``signature.PLANS``), and the list of keys names the library, whose manifest in the kernel cache
+(``kernel_manifest``) lets another process bind the built library without lowering. Primitives with
+the same signature share one kernel.
 """
 
 from __future__ import annotations
