@@ -19,6 +19,8 @@ A wrong hit would be a silent wrong answer, so each ingredient has a test that c
 ``PLANS`` memoizes, per process, what lowering made of a key: the ``KernelPlan`` and its emitted C
 (``EmittedKernel`` per function), so compiling a model again (a fresh import of the same file, another
 executable with the same fused groups) skips lowering and C emission for every kernel it has seen.
+It holds at most 1024 entries, least recently used out first (MobileNetV3-small's 57 kernels and 58
+shape functions hold 2.8 MB).
 """
 
 from __future__ import annotations
@@ -93,7 +95,7 @@ def kernel_key(signature: bytes, c_name: str, settings: str, kind: str = "kernel
 class PlanMemo:
     """A bounded (least recently used first out), thread-safe map ``key -> what lowering made``."""
 
-    def __init__(self, capacity: int = 2048):
+    def __init__(self, capacity: int = 1024):
         self.capacity = capacity
         self._items: OrderedDict = OrderedDict()
         self._lock = threading.Lock()
