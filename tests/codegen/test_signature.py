@@ -153,3 +153,12 @@ def @main(%x: Tensor[(?, 3, 8, 8), float32], %w: Tensor[(4, 3, 3, 3), float32]) 
     np.testing.assert_array_equal(out2, out1)
     ref = np.asarray(tv.create_executor("debug", tv.parse(text)).evaluate()(x, w))
     np.testing.assert_allclose(out2, ref, rtol=1e-5, atol=1e-5)
+
+
+def test_the_memo_is_bounded_least_recently_used_out_first():
+    memo = signature.PlanMemo(capacity=2)
+    memo.put("a", 1)
+    memo.put("b", 2)
+    assert memo.get("a") == 1  # (now "b" is the least recently used)
+    memo.put("c", 3)
+    assert (memo.get("b"), memo.get("a"), memo.get("c"), len(memo)) == (None, 1, 3, 2)
