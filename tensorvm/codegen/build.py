@@ -58,8 +58,9 @@ from . import blas
 __all__ = [
     "CompilerError", "Toolchain", "BuildInfo", "Library", "find_toolchain", "have_compiler", "default_target",
     "default_target_reason", "cache_dir", "build_library", "build_stats", "reset_toolchain", "run_tool",
-    "compile_timeout", "compile_workers", "set_num_threads", "get_num_threads", "available_cores", "kernel_threads",
-    "library_threads", "record_library", "verified_library", "CompilerTimeout", "load_built_library", "portable_toolchain", "HOST_FLAGS",
+    "compile_timeout", "compile_workers", "set_num_threads", "get_num_threads", "follow_thread_budget",
+    "available_cores", "kernel_threads", "library_threads", "record_library", "verified_library", "CompilerTimeout",
+    "load_built_library", "portable_toolchain", "HOST_FLAGS",
 ]
 
 _BASE_FLAGS = ("-O3", "-fPIC", "-shared", "-std=gnu11", "-fwrapv", "-fno-math-errno", "-fno-trapping-math")
@@ -118,6 +119,7 @@ _TOOLCHAIN: Toolchain | None = None
 _LOADED: dict = {}
 _LOADED_ANY: list = [False]
 _NUM_THREADS: list = [None]  # set_num_threads' choice, applied to libraries loaded later too
+_THREAD_SETTERS: list = []  # other libraries' setters (AOT models: ``follow_thread_budget``)
 
 
 def _threads_from_environment():
@@ -157,7 +159,19 @@ def set_num_threads(count: int | None):
         for cdll in _LOADED.values():
             if isinstance(cdll, ctypes.CDLL):
                 _apply_threads(cdll)
+        for setter in _THREAD_SETTERS:
+            setter(get_num_threads())
         _apply_blas_threads()
+
+
+def follow_thread_budget(setter) -> int:
+    """Make ``setter(count)`` (a library's thread setter, such as an AOT model's
+    ``tvmgen_<name>_set_num_threads``) follow the budget: called now and on every ``set_num_threads``.
+    Returns what it returns now."""
+    with _LOCK:
+        if setter not in _THREAD_SETTERS:
+            _THREAD_SETTERS.append(setter)
+        return setter(get_num_threads())
 
 
 def available_cores() -> int:

@@ -40,12 +40,11 @@ from ._common import expect_tensor
 from ._compute import broadcast_read_dim, broadcast_shape, matmul_value, output_dtype, product, require_equal
 from ._resample import F64, NP, TE, Spec, axis_taps, clamp, finish, nearest_index, resize_coordinate
 from .dynamic import const_input as _const
-from .dynamic import int_values as _ints
 from .dynamic import unique_axes as _norm_axes
 from .registry import REQUIRED, AttrDef, LibraryKernel, OpPattern
+from .shape_logic import DataArg
 from .transform import (
     add_dims,
-    concrete,
     define,
     expect_int_tensor,
     fmt_shape,
@@ -58,7 +57,7 @@ from .transform import (
     unify_dim,
 )
 
-__all__ = ["explicit_pads", "resize_output_shape", "window_count"]
+__all__ = ["explicit_pads", "window_count"]
 
 _FLOATS = ("float16", "float32", "float64")
 
@@ -351,29 +350,85 @@ define(
 # image.resize: ONNX Resize
 
 
-def resize_output_shape(op, shape, scales, sizes, axes, policy, err):
-    """The output shape from scales or sizes (over ``axes``), with keep_aspect_ratio_policy."""
-    ndim = len(shape)
-    axes = _norm_axes(op, axes, ndim, err) if axes else tuple(range(ndim))
+def _branch(cond, when_true, when_false) -> list:
+    """``when_true() if cond else when_false()`` (lists of dims): a plain condition runs one side only
+    (the other may read data that is not there); a symbolic one traces both and selects in C."""
+    if not sl.is_sym(cond):
+        return when_true() if cond else when_false()
+    return [sl.dim_select(cond, a, b) for a, b in zip(when_true(), when_false(), strict=True)]
+
+
+def _check_vector(op, arg, what, kinds, err) -> None:
+    """A 1-D tensor of a dtype kind; an empty one (an omitted input) may have any dtype."""
+    empty = sl.const_int(arg.shape[0]) and arg.shape[0] == 0 if len(arg.shape) == 1 else False
+    if len(arg.shape) != 1 or not (empty or np.dtype(arg.dtype).kind in kinds):
+        raise err(f"{op}: {what} must be a 1-D {'float' if kinds == 'f' else 'integer'} tensor (empty when "
+                  f"omitted), got {arg.dtype} of shape {tuple(arg.shape)}")
+
+
+_DIM_LIMIT = 2.0 ** 63
+
+
+@sl.traceable
+def _resize_logic(op, attrs, args, err):
+    """ONNX Resize's output shape: ``sizes`` when given (stretched, or scaled by one ratio per
+    keep_aspect_ratio_policy: floor(dim * ratio + 0.5)), else floor(dim * scale) per resized axis. An
+    empty scales/sizes stands for an omitted input. Their lengths may be run-time dims when traced, so the
+    choice between them is a select, and every data read is guarded by the length checks before it."""
+    shape, scales, sizes = tuple(args[0]), args[2], args[3]
+    axes = _norm_axes(op, attrs.axes, len(shape), err) if attrs.axes else tuple(range(len(shape)))
+    _check_vector(op, scales, "scales", "f", err)
+    _check_vector(op, sizes, "sizes", "iu", err)
+    n, policy = len(axes), attrs.keep_aspect_ratio_policy
+    has_sizes = sizes.shape[0] != 0
+
+    def guarded(cond, check):  # ``check`` where ``cond`` holds
+        return sl.dim_or(sl.dim_not(cond), check)
+
+    sl.require(guarded(has_sizes, sizes.shape[0] == n), f"{op}: sizes must have one value per resized axis ({n})",
+               err)
+    sl.require(sl.dim_or(has_sizes, scales.shape[0] == n),
+               f"{op}: give scales or sizes with one value per resized axis ({n})", err)
+
+    def from_sizes():
+        values = [sizes.item(i) for i in range(n)]
+        for v in values:
+            sl.require(guarded(has_sizes, v >= 0), f"{op}: sizes must be non-negative", err)
+        if policy == "stretch":
+            for v, a in zip(values, axes, strict=True):  # an empty dim cannot grow: nothing to sample
+                sl.require(guarded(has_sizes, sl.dim_or(shape[a] != 0, v == 0)),
+                           f"{op}: cannot resize an empty dim to a non-empty one", err)
+            return values
+        for a in axes:
+            sl.require(guarded(has_sizes, shape[a] != 0),
+                       f"{op}: keep_aspect_ratio_policy {policy!r} needs non-empty resized dims", err)
+        ratios = [sl.as_double(v) / shape[a] for v, a in zip(values, axes, strict=True)]
+        ratio = ratios[0]
+        for r in ratios[1:]:
+            ratio = sl.dim_min(ratio, r) if policy == "not_larger" else sl.dim_max(ratio, r)
+        out = []
+        for a in axes:
+            scaled = shape[a] * ratio + 0.5
+            sl.require(guarded(has_sizes, scaled < _DIM_LIMIT), f"{op}: an output dim is too large", err)
+            out.append(sl.floor_int(scaled))
+        return out
+
+    def from_scales():
+        out = []
+        for i, a in enumerate(axes):
+            s = scales.item(i)
+            sl.require(guarded(sl.dim_not(has_sizes), sl.dim_and(sl.is_finite(s), s > 0)),
+                       f"{op}: scales must be positive and finite", err)
+            scaled = shape[a] * s
+            sl.require(guarded(sl.dim_not(has_sizes), scaled < _DIM_LIMIT), f"{op}: an output dim is too large",
+                       err)
+            out.append(sl.floor_int(scaled))
+        return out
+
+    resized = _branch(has_sizes, from_sizes, from_scales)
     out = list(shape)
-    if sizes is not None and len(sizes):
-        if len(sizes) != len(axes):
-            raise err(f"{op}: sizes has {len(sizes)} values for {len(axes)} axes")
-        if policy != "stretch":
-            ratios = [s / shape[a] for s, a in zip(sizes, axes, strict=True)]
-            r = min(ratios) if policy == "not_larger" else max(ratios)
-            for a in axes:
-                out[a] = int(math.floor(shape[a] * r + 0.5))
-        else:
-            for s, a in zip(sizes, axes, strict=True):
-                out[a] = int(s)
-        return tuple(out)
-    if scales is None or len(scales) != len(axes):
-        raise err(f"{op}: give scales or sizes with one value per resized axis ({len(axes)})")
-    for s, a in zip(scales, axes, strict=True):
-        if s <= 0:
-            raise err(f"{op}: scales must be positive, got {tuple(scales)}")
-        out[a] = int(math.floor(shape[a] * s))
+    for a, d in zip(axes, resized, strict=True):
+        out[a] = d
     return tuple(out)
 
 
@@ -383,21 +438,25 @@ def _floats(arr):
 
 
 def _resize_rel(types, attrs, consts=None):
-    x = expect_tensor("image.resize", types[0], "X")
-    scales, sizes = _const(consts, 2), _const(consts, 3)
-    if (scales is not None and sizes is not None) and all(isinstance(d, int) for d in x.shape):
-        shape = resize_output_shape("image.resize", x.shape, _floats(scales),
-                                    _ints(sizes, "image.resize", "sizes", TypeInferenceError) or None,
-                                    attrs.axes, attrs.keep_aspect_ratio_policy, TypeInferenceError)
-        return TensorType(shape, x.dtype)
-    axes = _norm_axes("image.resize", attrs.axes, x.ndim, TypeInferenceError) if attrs.axes else range(x.ndim)
+    op = "image.resize"
+    x = expect_tensor(op, types[0], "X")
+    vectors = []
+    for i, what in ((2, "scales"), (3, "sizes")):
+        t = expect_tensor(op, types[i], what)
+        value = _const(consts, i)
+        vectors.append(DataArg(t.shape, t.dtype, None if value is None else np.asarray(value)))
+    if x.is_static and all(v.values is not None for v in vectors):
+        return TensorType(tuple(_resize_logic(op, attrs, [x.shape, None, *vectors], TypeInferenceError)), x.dtype)
+    _check_vector(op, vectors[0], "scales", "f", TypeInferenceError)
+    _check_vector(op, vectors[1], "sizes", "iu", TypeInferenceError)
+    axes = _norm_axes(op, attrs.axes, x.ndim, TypeInferenceError) if attrs.axes else range(x.ndim)
     return TensorType(tuple(Any() if i in axes else d for i, d in enumerate(x.shape)), x.dtype)
 
 
-def _resize_shape(attrs, shape, scales, sizes):
-    sizes = _ints(sizes, "image.resize", "sizes", ShapeError) if np.size(sizes) else None
-    return resize_output_shape("image.resize", shape, _floats(scales), sizes, attrs.axes,
-                               attrs.keep_aspect_ratio_policy, ShapeError)
+def _resize_shape(attrs, shape, scales, sizes) -> tuple:
+    """The run-time output shape (the kernel's; the VM's shape function is derived from the same logic)."""
+    return tuple(_resize_logic("image.resize", attrs, [tuple(shape), None, DataArg.of_array(scales),
+                                                       DataArg.of_array(sizes)], ShapeError))
 
 
 def _source_coords(attrs, out_size, in_size, scale, roi_start, roi_end):
@@ -463,6 +522,8 @@ def _resize_axis(attrs, x, axis, out_size, scale, roi_start, roi_end):
 def _resize_kernel(attrs, x, roi, scales, sizes):
     x = np.asarray(x)
     out_shape = _resize_shape(attrs, x.shape, scales, sizes)
+    if 0 in out_shape:  # (a non-empty output has a non-empty input: the shape logic checks it)
+        return np.zeros(out_shape, x.dtype)
     axes = _norm_axes("image.resize", attrs.axes, x.ndim, ShapeError) if attrs.axes else tuple(range(x.ndim))
     scale_values = _floats(scales)
     roi = _floats(roi)
@@ -587,8 +648,7 @@ define(
         AttrDef("keep_aspect_ratio_policy", "stretch", one_of("stretch", "not_larger", "not_smaller")),
         AttrDef("axes", (), int_tuple()),
     ),
-    shape_func=lambda attrs, args: [_resize_shape(attrs, concrete(args[0]), args[2], args[3])],
-    data_dependent=(False, True, True, True), compute=_resize_compute,
+    shape_logic=_resize_logic, data_dependent=(False, True, True, True), compute=_resize_compute,
     doc="image.resize(X, roi, scales, sizes): ONNX Resize (nearest, linear or cubic per axis); empty "
         "tensors stand for omitted inputs.",
 )

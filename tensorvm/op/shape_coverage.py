@@ -11,13 +11,8 @@ from __future__ import annotations
 
 from .registry import OpDef
 
-_SCALES = ("its output size rounds run-time float scales (a traced form needs the float products and their "
-           "rounding in C, as image.resize*d's static scales have; not written yet)")
-
-#: op -> why its shape function is not (yet) a traceable logic.
-NOT_TRACED: dict = {
-    "image.resize": _SCALES + " (scales or sizes)",
-}
+#: op -> why its shape function is not (yet) a traceable logic (empty: every op the VM runs has one).
+NOT_TRACED: dict = {}
 
 
 def not_run_by_the_vm(opdef: OpDef) -> str:

@@ -37,7 +37,7 @@ from ._library import DTYPE_CODES
 __all__ = [
     "Sym", "Leaf", "Bin", "Not", "Select", "CCall", "ShapeLogicTraceError", "is_sym", "require", "dim_select",
     "dim_min", "dim_max", "supported", "dim_and", "dim_or", "dim_not", "Trace", "tracing", "current_trace",
-    "c_expr", "DataArg", "count_nonzero", "count_sorted_runs", "const_int", "traceable", "binary", "untraceable", "is_finite", "ceil_length", "slice_length", "round_half_even",
+    "c_expr", "DataArg", "count_nonzero", "count_sorted_runs", "const_int", "traceable", "binary", "untraceable", "is_finite", "floor_int", "as_double", "ceil_length", "slice_length", "round_half_even",
 ]
 
 
@@ -501,6 +501,20 @@ def round_half_even(value):
     if isinstance(value, Sym):
         return CCall("tv_shape_round", (value,))
     return int(round(value))
+
+
+def as_double(value):
+    """``float(value)`` of an int dim or datum, or of a symbolic one (so ``/`` divides as floats in C too)."""
+    if isinstance(value, Sym):
+        return value if value.is_float else CCall("tv_shape_double", (value,), is_float=True)
+    return float(value)
+
+
+def floor_int(value):
+    """``math.floor(value)`` of a float, or of a symbolic double (the caller bounds it to int64 first)."""
+    if isinstance(value, Sym):
+        return CCall("tv_shape_floor", (value,))
+    return math.floor(value)
 
 
 def is_finite(value):

@@ -894,6 +894,24 @@ def _dyn_resize2d(rng):
     return {}, [x, size.astype("int32" if rng.random() < 0.3 else "int64"), roi]
 
 
+def _onnx_resize(rng):
+    """ONNX Resize: scales (now and then NaN, infinite, 0 or negative) or sizes (now and then negative) of
+    the right length or not, each keep_aspect_ratio_policy, all or some axes, empty input dims."""
+    x = _f32(rng, (1,) + _shape(rng, 2, (0, 2, 3, 3, 4)))
+    axes = [(0, 1, 2), (1, 2), (2,)][int(rng.integers(3))]
+    n = len(axes) + (1 if rng.random() < 0.1 else 0)
+    attrs = {"keep_aspect_ratio_policy": str(rng.choice(["stretch", "not_larger", "not_smaller"]))}
+    if len(axes) < 3:  # (no axes attribute: every axis)
+        attrs["axes"] = axes
+    empty_f, empty_i = np.zeros(0, "float32"), np.zeros(0, "int64")
+    if rng.random() < 0.5:
+        scales = rng.choice([0.5, 1.0, 1.5, 2.0, 3.25, 0.0, -1.0, np.nan, np.inf], n,
+                            p=[.2, .2, .2, .15, .17, .02, .02, .02, .02]).astype("float32")
+        return attrs, [x, empty_f, scales, empty_i]
+    sizes = rng.integers(-1 if rng.random() < 0.1 else 0, 6, n).astype("int64")
+    return attrs, [x, empty_f, empty_f if rng.random() < 0.9 else np.ones(n, "float32"), sizes]
+
+
 #: Generators of the ops whose logic is neither elementwise, broadcast nor a reduction.
 GENERATORS: dict = {
     "copy": _elementwise_cases, "nn.dense": _cases(_dense), "nn.matmul": _cases(_matmul),
@@ -927,6 +945,7 @@ GENERATORS: dict = {
     "nn.dropout": _cases(_one_input()), "onnx.matmul": _cases(_onnx_matmul), "trilu": _cases(_with_int_k),
     "image.resize1d": _cases(_resize(1)), "image.resize2d": _cases(_resize(2)),
     "image.resize3d": _cases(_resize(3)), "image.affine_grid": _cases(_affine_grid),
+    "image.resize": _cases(_onnx_resize),
     "nn.rotary_embedding": _cases(_rotary),
     "searchsorted": _cases(_searchsorted), "adv_index": _cases(_adv_index),
     "dyn.broadcast_to": _cases(_dyn_broadcast_to), "nn.upsampling": _cases(_upsampling(2)),
@@ -1163,6 +1182,45 @@ def test_resizing_an_empty_dim_into_an_empty_output_is_accepted_like_the_kernel(
     assert opdef.shape_func({"size": (0, 4)}, [x.shape]) == [(1, 2, 0, 4)] == [opdef.kernel({"size": (0, 4)}, x).shape]
     with pytest.raises(ShapeError, match="cannot resize the empty"):
         opdef.shape_func({"size": (2, 4)}, [(1, 2, 0, 3)])
+
+
+@pytest.mark.parametrize("scales, sizes, policy, shape, message", [
+    # a 0 dim under keep_aspect_ratio_policy divided by zero (ZeroDivisionError)
+    (None, [1, 2, 4, 4], "not_larger", (1, 2, 0, 3), "needs non-empty resized dims"),
+    # a NaN scale passed the `s <= 0` check and reached int(NaN)
+    ([1.0, 1.0, np.nan, 2.0], None, "stretch", (1, 2, 3, 3), "positive and finite"),
+    ([1.0, 1.0, np.inf, 2.0], None, "stretch", (1, 2, 3, 3), "positive and finite"),
+    # negative sizes were taken as the output dims
+    (None, [1, 2, -1, 4], "stretch", (1, 2, 3, 3), "non-negative"),
+    # an empty dim stretched to a non-empty one: the kernel divided by zero
+    (None, [1, 2, 4, 4], "stretch", (1, 2, 0, 3), "empty dim to a non-empty"),
+])
+def test_onnx_resize_rejects_what_it_cannot_size(scales, sizes, policy, shape, message):
+    """Bugs of image.resize's former shape function, each now a ShapeError from the shape function, the
+    kernel and the C shape function alike (the C one through the differential cases above)."""
+    opdef = get_op("image.resize")
+    scales = np.zeros(0, "float32") if scales is None else np.array(scales, "float32")
+    sizes = np.zeros(0, "int64") if sizes is None else np.array(sizes, "int64")
+    attrs = {"keep_aspect_ratio_policy": policy}
+    with pytest.raises(ShapeError, match=message):
+        opdef.shape_func(attrs, [shape, np.zeros(0, "float32"), scales, sizes])
+    with pytest.raises(ShapeError, match=message):
+        opdef.kernel(attrs, np.zeros(shape, "float32"), np.zeros(0, "float32"), scales, sizes)
+
+
+def test_onnx_resize_sizes_by_policy_against_hand_values():
+    """keep_aspect_ratio_policy: one ratio for the resized axes, floor(dim * ratio + 0.5) (ONNX's rule)."""
+    opdef = get_op("image.resize")
+    empty = np.zeros(0, "float32")
+    sizes = np.array([10, 10], "int64")
+    for policy, expected in (("not_larger", (1, 1, 10, 5)), ("not_smaller", (1, 1, 20, 10)),
+                             ("stretch", (1, 1, 10, 10))):
+        attrs = {"keep_aspect_ratio_policy": policy, "axes": (2, 3)}
+        assert opdef.shape_func(attrs, [(1, 1, 4, 2), empty, empty, sizes]) == [expected]
+    # an empty input resized by scales, or stretched to an empty size, is an empty output (as the kernel gives)
+    x = np.zeros((1, 1, 0, 2), "float32")
+    out = opdef.kernel({}, x, empty, np.array([1, 1, 2, 1.5], "float32"), np.zeros(0, "int64"))
+    assert out.shape == (1, 1, 0, 3)
 
 
 def test_traces_of_concurrent_threads_stay_apart():

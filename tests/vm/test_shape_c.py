@@ -9,6 +9,7 @@ import pytest
 
 import tensorvm as tv
 from tensorvm.errors import ShapeError
+from tensorvm.op import get_op
 
 build = pytest.importorskip("tensorvm.codegen.build")
 if not build.have_compiler():  # pragma: no cover - the CI machine has one
@@ -60,7 +61,12 @@ def test_a_shape_error_from_c_has_the_python_message():
     assert messages[0] == messages[1]
 
 
-def test_a_primitive_whose_logic_does_not_trace_keeps_python_visibly():
+@pytest.mark.parametrize("traced", [True, False])
+def test_a_primitive_whose_logic_does_not_trace_keeps_python_visibly(traced, monkeypatch):
+    """image.resize (ONNX Resize: scales or sizes read at run time) has a C shape function; an op whose
+    logic does not trace (here the same op with its flag cleared) keeps the Python one, listed in stats."""
+    if not traced:
+        monkeypatch.setattr(get_op("image.resize"), "shape_logic_traceable", False)
     mod = tv.parse("""
 def @main(%x: Tensor[(1, 1, ?, ?), float32], %roi: Tensor[(8), float32], %sc: Tensor[(4), float32],
           %si: Tensor[(0), int64]) {
@@ -68,8 +74,11 @@ def @main(%x: Tensor[(1, 1, ?, ?), float32], %roi: Tensor[(8), float32], %sc: Te
 }""")
     exe = tv.vm.compile(mod, target="c")
     library = exe.stats()["kernel_library"]
-    assert library["python_shape_funcs"], library
-    assert all("image.resize" in why for why in library["python_shape_funcs"].values())
+    if traced:
+        assert not library["python_shape_funcs"], library
+    else:
+        assert library["python_shape_funcs"], library
+        assert all("image.resize" in why for why in library["python_shape_funcs"].values())
     x = np.arange(4, dtype="float32").reshape(1, 1, 2, 2)
     out = np.asarray(tv.vm.VirtualMachine(exe).run(x, np.zeros(8, "float32"), np.array([1, 1, 1.5, 2], "float32"),
                                                    np.zeros(0, "int64")))

@@ -100,6 +100,9 @@ __attribute__((unused)) static inline int64_t tv_shape_arange_length_f(double st
 }
 /* round(x) to the nearest integer, ties to even (Python's round; the default rounding mode). */
 __attribute__((unused)) static inline int64_t tv_shape_round(double x) { return (int64_t)nearbyint(x); }
+__attribute__((unused)) static inline double tv_shape_double(int64_t x) { return (double)x; }
+/* floor(x) of a double already checked to be finite and within int64 (Python's math.floor). */
+__attribute__((unused)) static inline int64_t tv_shape_floor(double x) { return (int64_t)floor(x); }
 __attribute__((unused)) static inline int64_t tv_shape_isfinite(double x) { return isfinite(x) ? 1 : 0; }
 
 #endif
