@@ -11,7 +11,16 @@ the same kernel of them (same C text, same variants, same external plans). The k
   ``tensorvm``), so an edited generator, op compute or C library never matches an old key;
 - ``codegen_settings()``: everything outside the function that changes what is generated: the host
   description (``host.host()``, fake or detected), whether kernel variants are on, the BLAS mode, the
-  variant pins (``calibrate``), and the C toolchain's fingerprint and features.
+  variant pins (``calibrate``), the C toolchain's fingerprint and features, and the value of every
+  upper-case module constant of the loaded code generator, op and te modules (a bound such as
+  ``MAX_INLINED_NODES`` changed at run time changes the key);
+- ``op_definitions(names)``: the definition of each op the function calls (every field of its
+  ``OpDef``: flags, attrs, and its compute, strategy and shape logic by module, name and identity), so
+  an op registered, replaced or changed at run time never matches a kernel of its old definition.
+
+The identities make a key of this process only; the key kept on disk for other processes
+(``kernel_manifest``) has none, and exists only when every op is the package's own and holds the very
+objects it was registered with (``registry.unchanged_since_registered``: its code is then the stamp's).
 
 A wrong hit would be a silent wrong answer, so each ingredient has a test that changing it misses
 (``tests/codegen/test_signature.py``).
@@ -25,12 +34,17 @@ shape functions hold 2.8 MB).
 
 from __future__ import annotations
 
+import dataclasses
+import enum
 import hashlib
+import re
+import sys
 import threading
 from collections import OrderedDict
 from pathlib import Path
 
-__all__ = ["primitive_signature", "generator_stamp", "codegen_settings", "kernel_key", "PlanMemo", "PLANS"]
+__all__ = ["primitive_signature", "primitive_ops", "op_definitions", "generator_stamp", "codegen_settings",
+           "kernel_key", "PlanMemo", "PLANS"]
 
 _PACKAGE = Path(__file__).resolve().parent.parent
 _STAMP: list = []
@@ -64,7 +78,64 @@ def codegen_settings() -> str:
         repr(host()), f"variants={variants_enabled()}", f"blas={blas.mode()}", f"pins={pins}|{env_pins}",
         f"toolchain={toolchain.fingerprint}|openmp={toolchain.openmp}|simd={toolchain.simd_pragmas}"
         f"|float16={toolchain.float16}|python={bool(toolchain.python_include)}",
+        _module_constants(),
     ])
+
+
+_CONSTANT = re.compile(r"_?[A-Z][A-Z0-9_]*\Z")
+_SETTING_MODULES = ("tensorvm.codegen.", "tensorvm.op.", "tensorvm.te.", "tensorvm.vm.shape_c", "tensorvm.vm.kernel_c")
+
+
+def _module_constants() -> str:
+    """``name=value`` of the upper-case int/float/str/bool/tuple constants of the code generator's modules."""
+    parts = []
+    for name in sorted(n for n in sys.modules if n.startswith(_SETTING_MODULES)):
+        module = sys.modules[name]
+        for key, value in sorted(vars(module).items()):
+            if _CONSTANT.match(key) and isinstance(value, (bool, int, float, str, tuple)):
+                parts.append(f"{name}.{key}={value!r}")
+    return "\n".join(parts)
+
+
+def _token(value, identities: bool):
+    """A printable stand-in for a field of an op definition (functions and objects by module and name,
+    and by identity when ``identities``)."""
+    if value is None or isinstance(value, (bool, int, float, str, enum.Enum)):
+        return repr(value)
+    if isinstance(value, (tuple, list, frozenset)):
+        return "(" + ",".join(_token(v, identities) for v in value) + ")"
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        fields = ",".join(f"{f.name}={_token(getattr(value, f.name), identities)}" for f in dataclasses.fields(value)
+                          if not f.name.startswith("_"))
+        return f"{type(value).__qualname__}({fields})"
+    module = getattr(value, "__module__", None) or type(value).__module__
+    name = getattr(value, "__qualname__", None) or type(value).__qualname__
+    return f"{module}.{name}" + (f"#{id(value)}" if identities else "")
+
+
+def op_definitions(names) -> tuple[str, str, bool]:
+    """``(token, stable token, portable)`` for the ops ``names``: the tokens cover every field of each
+    definition, the first with the identities of its functions and objects (a key of this process), the
+    second without (a key for the disk); ``portable`` when each op is defined in the package and holds
+    the very objects it was registered with (then the stamp covers its code)."""
+    from ..op.registry import get_op, unchanged_since_registered
+
+    tokens, stable, portable = [], [], True
+    for name in sorted(set(names)):
+        opdef = get_op(name)
+        token = _token(opdef, True)
+        portable = portable and unchanged_since_registered(name) and opdef.defined_in.startswith("tensorvm.")
+        tokens.append(f"{name}:{token}")
+        stable.append(f"{name}:{_token(opdef, False)}")
+    return "\n".join(tokens), "\n".join(stable), portable
+
+
+def primitive_ops(prim) -> list:
+    """The names of the ops ``prim`` calls."""
+    from ..ir.expr import Call, Op
+    from ..transform.to_anf import post_order_iter
+
+    return [n.op.name for n in post_order_iter(prim.body) if isinstance(n, Call) and isinstance(n.op, Op)]
 
 
 def primitive_signature(prim) -> bytes:

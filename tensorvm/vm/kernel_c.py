@@ -96,7 +96,14 @@ def build_c_library(prims: dict, shape_prims: dict | None = None) -> CLibrary:
     with the C shape functions ``{shape function name: (primitive Function, is_input)}``."""
     from ..codegen.c_emit import emit_kernel
     from ..codegen.fused import plan_primitive
-    from ..codegen.signature import PLANS, codegen_settings, kernel_key, primitive_signature
+    from ..codegen.signature import (
+        PLANS,
+        codegen_settings,
+        kernel_key,
+        op_definitions,
+        primitive_ops,
+        primitive_signature,
+    )
     from . import kernel_manifest
     from .kernel_python import build_kernel
     from .shape_c import emit_shape_func
@@ -105,7 +112,20 @@ def build_c_library(prims: dict, shape_prims: dict | None = None) -> CLibrary:
     start = time.perf_counter()
     settings = codegen_settings()
     # Every primitive's key first (cheap: its printed text hashed): the same group under two names is
-    # one kernel, and the keys name the whole library (``kernel_manifest``).
+    # one kernel; the memo's keys also hold the ops' definitions as they are now (with identities), and
+    # the stable keys, when every op is the package's own and unchanged, name the whole library on disk
+    # (``kernel_manifest``).
+    definitions: dict = {}
+
+    def keys(prim, signature, c_name, kind="kernel"):
+        """(memo key, stable key or None) of a primitive."""
+        ops = tuple(sorted(set(primitive_ops(prim))))
+        if ops not in definitions:
+            definitions[ops] = op_definitions(ops)
+        token, stable, portable = definitions[ops]
+        return (kernel_key(signature + token.encode(), c_name, settings, kind),
+                kernel_key(signature + stable.encode(), c_name, settings, kind) if portable else None)
+
     keyed, first = {}, {}
     for index, (name, prim) in enumerate(prims.items()):
         signature = primitive_signature(prim)
@@ -114,18 +134,20 @@ def build_c_library(prims: dict, shape_prims: dict | None = None) -> CLibrary:
             continue
         first[signature] = name
         c_name = c_kernel_name(index, name)
-        keyed[name] = (c_name, kernel_key(signature, c_name, settings))
+        keyed[name] = (c_name, *keys(prim, signature, c_name))
     shape_keyed = {}
     for index, (name, (prim, is_input)) in enumerate((shape_prims or {}).items()):
         c_name = c_kernel_name(index, name).replace("tvk", "tvs", 1)
-        key = kernel_key(primitive_signature(prim) + bytes(map(bool, is_input)), c_name, settings, "shape")
-        shape_keyed[name] = (c_name, key)
-    manifest_key = kernel_manifest.library_key([(n, k) for n, (_, k) in keyed.items()],
-                                               [(n, k) for n, (_, k) in shape_keyed.items()])
+        shape_keyed[name] = (c_name, *keys(prim, primitive_signature(prim) + bytes(map(bool, is_input)), c_name,
+                                           "shape"))
+    manifest_key = None
+    if all(k[2] is not None for k in [*keyed.values(), *shape_keyed.values()]):
+        manifest_key = kernel_manifest.library_key([(n, k[2]) for n, k in keyed.items()],
+                                                   [(n, k[2]) for n, k in shape_keyed.items()])
 
     def plan_of(name):
         """What lowering makes of primitive ``name``: ``(KernelPlan, emitted C)`` or ``(None, why not)``."""
-        c_name, key = keyed[name]
+        c_name, key, _ = keyed[name]
         entry = PLANS.get(key)
         if entry is None:
             try:
@@ -142,8 +164,8 @@ def build_c_library(prims: dict, shape_prims: dict | None = None) -> CLibrary:
 
     # A library seen before, in this process or another: bound from its manifest, nothing lowered (unless
     # every kernel is in this process's memo anyway).
-    if not all(PLANS.contains(key) for _, key in keyed.values()) \
-            and kernel_manifest.bind(manifest_key, library, prims, {n: c for n, (c, _) in keyed.items()},
+    if manifest_key is not None and not all(PLANS.contains(k[1]) for k in keyed.values()) \
+            and kernel_manifest.bind(manifest_key, library, prims, {n: k[0] for n, k in keyed.items()},
                                      set(shape_keyed), lambda name: plan_of(name)[0]):
         library.lower_seconds = time.perf_counter() - start
         _alias(library)
@@ -158,7 +180,7 @@ def build_c_library(prims: dict, shape_prims: dict | None = None) -> CLibrary:
             plans[name], emitted[name] = plan, result
     shape_specs = {}
     for name, (prim, is_input) in (shape_prims or {}).items():
-        c_name, key = shape_keyed[name]
+        c_name, key, _ = shape_keyed[name]
         entry = PLANS.get(key)
         if entry is None:
             try:
@@ -173,7 +195,8 @@ def build_c_library(prims: dict, shape_prims: dict | None = None) -> CLibrary:
     library.lower_seconds = time.perf_counter() - start
     if plans or shape_specs:
         _compile(library, plans, emitted, shape_specs)
-        kernel_manifest.save(manifest_key, library, plans, emitted, {n: c for n, (c, _) in keyed.items()})
+        if manifest_key is not None:
+            kernel_manifest.save(manifest_key, library, plans, emitted, {n: k[0] for n, k in keyed.items()})
     _alias(library)
     missing = set(prims) - set(library.kernels)
     if missing:  # pragma: no cover - every primitive is either compiled or a fallback

@@ -162,3 +162,28 @@ def test_the_memo_is_bounded_least_recently_used_out_first():
     assert memo.get("a") == 1  # (now "b" is the least recently used)
     memo.put("c", 3)
     assert (memo.get("b"), memo.get("a"), memo.get("c"), len(memo)) == (None, 1, 3, 2)
+
+
+def test_an_op_changed_at_run_time_misses_and_is_not_kept_on_disk(monkeypatch, tmp_path):
+    """leaky_relu's compute replaced by relu's: the kernel must follow the new definition, and no library
+    manifest is written for a definition the package's source does not describe."""
+    from tensorvm.op.registry import get_op
+
+    build_c_library({"k": _prim()})
+    manifests = set(tmp_path.glob("kernels-*.json"))
+    assert manifests
+    monkeypatch.setattr(get_op("nn.leaky_relu"), "compute", get_op("nn.relu").compute)
+    changed = build_c_library({"k": _prim()})
+    assert changed.reused == 0
+    x = _x()
+    np.testing.assert_allclose(_run(changed, x), _reference(x, alpha=0.0), rtol=1e-6)
+    assert set(tmp_path.glob("kernels-*.json")) == manifests
+
+
+def test_a_code_generator_constant_is_part_of_the_key(monkeypatch):
+    import importlib
+
+    lower = importlib.import_module("tensorvm.codegen.lower")
+
+    assert _misses_after(monkeypatch, lambda: monkeypatch.setattr(lower, "MAX_INLINED_NODES",
+                                                                  lower.MAX_INLINED_NODES + 1))
