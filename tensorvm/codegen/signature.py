@@ -93,7 +93,7 @@ def _module_constants() -> str:
         module = sys.modules[name]
         for key, value in sorted(vars(module).items()):
             if _CONSTANT.match(key) and isinstance(value, (bool, int, float, str, tuple)):
-                parts.append(f"{name}.{key}={value!r}")
+                parts.append(f"{name}.{key}={_token(value, False)}")  # (no addresses: the same in every process)
     return "\n".join(parts)
 
 

@@ -146,3 +146,26 @@ def test_a_changed_program_does_not_find_the_manifest(monkeypatch):
     reference = tv.create_executor("debug", tv.parse(changed)).evaluate()
     np.testing.assert_allclose(np.asarray(tv.vm.VirtualMachine(exe).run(x, w)), np.asarray(reference(x, w)),
                                rtol=1e-5, atol=1e-5)
+
+
+_CHILD = """
+import sys
+import tensorvm as tv
+exe = tv.vm.compile(tv.parse(sys.argv[1]), target="c")
+print(exe.stats()["kernel_library"]["from_manifest"])
+"""
+
+
+def test_a_second_process_finds_the_manifest_of_the_first(cache):
+    """Really two processes: a key holding anything process-specific (an address in a printed object)
+    would never be found again."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = str(Path(tv.__file__).resolve().parents[1])
+    env = {**os.environ, "TENSORVM_CACHE_DIR": str(cache), "PYTHONPATH": root}
+    runs = [subprocess.run([sys.executable, "-c", _CHILD, CNN], capture_output=True, text=True, env=env, timeout=600)
+            for _ in range(2)]
+    assert [r.stdout.strip().splitlines()[-1] for r in runs] == ["False", "True"], [r.stderr[-2000:] for r in runs]
