@@ -183,8 +183,9 @@ _PARALLEL_BYTES = 80_000
 _UNIT_BYTES = 160_000
 
 # The Python wrappers are glue around CPython's buffer calls, not loops: -O1 compiles them in about half
-# the time of -O3 (MobileNetV3-small's 57 wrappers: 0.9 s instead of 1.7 s of CPU) and the call costs the
-# same (``benchmarks/compile_time.py`` measures both).
+# the time of -O3 (MobileNetV3-small's 57 wrappers: 0.9 s instead of 1.7 s of CPU) for 4-5 ns more per
+# call (186 vs 182 ns, within 2-3%; ``benchmarks/compile_time.py --wrappers``), and the VM calls plain
+# kernels through its own fast caller (``vm/fastcall.py``), not through these wrappers.
 _WRAPPER_FLAGS = ("-O1",)
 
 
