@@ -59,7 +59,8 @@ __all__ = [
     "CompilerError", "Toolchain", "BuildInfo", "Library", "find_toolchain", "have_compiler", "default_target",
     "default_target_reason", "cache_dir", "build_library", "build_stats", "reset_toolchain", "run_tool",
     "compile_timeout", "compile_workers", "set_num_threads", "get_num_threads", "follow_thread_budget",
-    "available_cores", "kernel_threads", "library_threads", "record_library", "verified_library",
+    "available_cores", "kernel_threads", "library_threads", "record_library", "verified_library", "CompilerTimeout",
+    "load_built_library", "portable_toolchain", "HOST_FLAGS",
 ]
 
 _BASE_FLAGS = ("-O3", "-fPIC", "-shared", "-std=gnu11", "-fwrapv", "-fno-math-errno", "-fno-trapping-math")
@@ -68,6 +69,10 @@ _HINT = 'use target="python" to run with NumPy kernels instead'
 
 class CompilerError(UnsupportedError):
     """The C compiler is missing or rejected generated code."""
+
+
+class CompilerTimeout(CompilerError):
+    """The C compiler ran past ``compile_timeout()`` and was killed."""
 
 
 @dataclass(frozen=True)
@@ -87,7 +92,9 @@ class Toolchain:
 
 @dataclass(frozen=True)
 class BuildInfo:
-    """How a library was obtained: ``cached`` (found on disk) and the seconds compiling took (0 if cached)."""
+    """How a library was obtained: ``cached`` (found on disk) and the seconds compiling took (0 if cached);
+    ``flags`` it was built with; ``portable`` says why it was built without the host flags (``HOST_FLAGS``)
+    when the compiler failed with them (empty when it was not)."""
 
     path: str
     source_hash: str
@@ -95,6 +102,7 @@ class BuildInfo:
     compile_seconds: float
     load_seconds: float
     flags: tuple
+    portable: str = ""
 
 
 @dataclass
@@ -478,20 +486,65 @@ def build_library(source: str | list, toolchain: Toolchain | None = None, python
     toolchain = toolchain or find_toolchain()
     units = [source] if isinstance(source, str) else list(source)
     units = [u if isinstance(u, tuple) else (u, ()) for u in units]
-    identity = "\0".join(f"{' '.join(extra)}\0{text}" for text, extra in units)
-    digest = hashlib.sha256(f"{toolchain.fingerprint}\0{len(units)}\0{identity}".encode()).hexdigest()[:32]
     directory = cache_dir()
-    lib_path = directory / f"tv_{digest}.so"
-    key = str(lib_path)
+    digest, lib_path = _library_path(units, toolchain, directory)
+    portable = ""
     # A library found on disk is loaded only when its bytes hash to what the build that wrote it recorded
     # (a truncated, corrupted or swapped file is rebuilt, never loaded).
-    cached = key in _LOADED or verified_library(lib_path)
+    cached = str(lib_path) in _LOADED or verified_library(lib_path)
+    fallback = portable_toolchain(toolchain)
+    if not cached and fallback is not None:  # the host flags failed on these units before: the portable build
+        portable = _portable_reason(lib_path)
+        if portable:
+            toolchain = fallback
+            digest, lib_path = _library_path(units, toolchain, directory)
+            cached = str(lib_path) in _LOADED or verified_library(lib_path)
     compile_seconds = 0.0
     if not cached:
-        compile_seconds = _compile(units, toolchain, directory, digest, lib_path)
+        try:
+            compile_seconds = _compile(units, toolchain, directory, digest, lib_path)
+        except CompilerTimeout:
+            raise
+        except CompilerError as err:
+            if fallback is None or portable:
+                raise
+            # The toolchain accepted the host flags on the probe but fails on this code (e.g. an assembler
+            # that does not know the instructions -march=native lets the compiler use): build it portable.
+            portable = (f"the compiler failed with {' '.join(f for f in toolchain.flags if f in HOST_FLAGS)}, "
+                        f"so the library was built without them: {_first_error_line(err)}")
+            host_lib = lib_path
+            toolchain = fallback
+            digest, lib_path = _library_path(units, toolchain, directory)
+            start = time.perf_counter()
+            try:
+                _compile(units, toolchain, directory, digest, lib_path)
+            except CompilerError as portable_err:
+                raise CompilerError(f"{err}\n(the portable build without the host flags failed too: "
+                                    f"{_first_error_line(portable_err)})") from None
+            compile_seconds = time.perf_counter() - start
+            _atomic_write(_portable_path(host_lib), portable.encode())
         if not verified_library(lib_path):
             raise CompilerError(f"codegen: the library {lib_path} changed on disk right after it was built "
                                 f"(is another process writing the kernel cache?); {_HINT}")
+    return _load(lib_path, digest, cached, compile_seconds, toolchain.flags, portable, python_module)
+
+
+def load_built_library(path: str, python_module: str = "", flags: tuple = (), portable: str = "") -> Library | None:
+    """The library a ``build_library`` call built before at ``path`` (its ``BuildInfo.path``; ``flags`` and
+    ``portable`` as that ``BuildInfo`` said), loaded again without its sources; None when it is not in the
+    kernel cache or its bytes do not match their recorded SHA-256. For callers that keep what they need
+    to call the library, keyed by what generated it."""
+    lib_path = Path(path)
+    if lib_path.parent != cache_dir() or not lib_path.name.startswith("tv_") or lib_path.suffix != ".so":
+        return None
+    if str(lib_path) not in _LOADED and not verified_library(lib_path):
+        return None
+    return _load(lib_path, lib_path.stem[3:], True, 0.0, tuple(flags), portable, python_module)
+
+
+def _load(lib_path: Path, digest: str, cached: bool, compile_seconds: float, flags: tuple, portable: str,
+          python_module: str) -> Library:
+    key = str(lib_path)
     start = time.perf_counter()
     with _LOCK:
         cdll = _LOADED.get(key)
@@ -507,12 +560,47 @@ def build_library(source: str | list, toolchain: Toolchain | None = None, python
             _apply_threads(cdll)
             blas.attach(cdll)
         module = _import_extension(python_module, key) if python_module else None
-        info = BuildInfo(key, digest, cached, compile_seconds, time.perf_counter() - start, toolchain.flags)
+        info = BuildInfo(key, digest, cached, compile_seconds, time.perf_counter() - start, flags, portable)
         _STATS.builds += 1
         _STATS.cache_hits += int(cached)
         _STATS.compile_seconds += compile_seconds
         _STATS.history.append(info)
     return Library(cdll, info, module)
+
+
+# Flags that target the machine itself; a build that fails with them is retried without them (portable).
+HOST_FLAGS = ("-march=native",)
+
+
+def portable_toolchain(toolchain: Toolchain) -> Toolchain | None:
+    """``toolchain`` without ``HOST_FLAGS``, or None when it has none of them."""
+    flags = tuple(f for f in toolchain.flags if f not in HOST_FLAGS)
+    return dataclasses.replace(toolchain, flags=flags) if flags != toolchain.flags else None
+
+
+def _library_path(units: list, toolchain: Toolchain, directory: Path) -> tuple[str, Path]:
+    identity = "\0".join(f"{' '.join(extra)}\0{text}" for text, extra in units)
+    digest = hashlib.sha256(f"{toolchain.fingerprint}\0{len(units)}\0{identity}".encode()).hexdigest()[:32]
+    return digest, directory / f"tv_{digest}.so"
+
+
+def _portable_path(lib_path: Path) -> Path:
+    """Where a failed build with the host flags leaves its reason (so later builds go portable at once)."""
+    return lib_path.with_name(lib_path.name + ".portable")
+
+
+def _portable_reason(lib_path: Path) -> str:
+    """The recorded reason the host flags failed for ``lib_path``'s sources ("" when they did not)."""
+    try:
+        text = _portable_path(lib_path).read_bytes()[:2000].decode("utf-8", "replace")
+    except OSError:
+        return ""
+    return "".join(c if c.isprintable() else " " for c in text).strip()  # (shown to the user: text only)
+
+
+def _first_error_line(err: Exception) -> str:
+    lines = [line for line in str(err).splitlines() if "error" in line.lower() and not line.startswith("command:")]
+    return (lines[1] if len(lines) > 1 else lines[0] if lines else str(err).splitlines()[0])[:300]
 
 
 def _hash_path(lib_path: Path) -> Path:
@@ -604,7 +692,7 @@ def _run_compiler(command: list, src_path: Path):
     try:
         result = run_tool(command, timeout)
     except subprocess.TimeoutExpired:
-        raise CompilerError(f"codegen: the C compiler took more than {timeout:g} s on {src_path} and was killed "
+        raise CompilerTimeout(f"codegen: the C compiler took more than {timeout:g} s on {src_path} and was killed "
                             f"with its whole process group (set TENSORVM_COMPILE_TIMEOUT to allow more); "
                             f"{_HINT}") from None
     except OSError as err:

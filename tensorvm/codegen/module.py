@@ -182,6 +182,12 @@ class CompiledModule:
 _PARALLEL_BYTES = 80_000
 _UNIT_BYTES = 160_000
 
+# The Python wrappers are glue around CPython's buffer calls, not loops: -O1 compiles them in about half
+# the time of -O3 (MobileNetV3-small's 57 wrappers: 0.9 s instead of 1.7 s of CPU) for 4-5 ns more per
+# call (186 vs 182 ns, within 2-3%; ``benchmarks/compile_time.py --wrappers``), and the VM calls plain
+# kernels through its own fast caller (``vm/fastcall.py``), not through these wrappers.
+_WRAPPER_FLAGS = ("-O1",)
+
 
 def split_units(emitted: list, workers: int, units: int | None = None) -> list[list]:
     """``emitted`` kernels grouped into translation units: at least ``units`` of them (else as many as
@@ -206,15 +212,19 @@ def split_units(emitted: list, workers: int, units: int | None = None) -> list[l
 
 
 def build_module(funcs: list[PrimFunc], toolchain: Toolchain | None = None, jobs: int | None = None,
-                 extra_source: str = "") -> CompiledModule:
+                 extra_source: str = "", emitted: list[EmittedKernel] | None = None) -> CompiledModule:
     """Compile ``funcs`` into one library; big modules compile as several translation units in parallel
     (``jobs`` of them when given, else as ``split_units`` decides). ``extra_source``: one more
-    self-contained translation unit linked in (the C shape functions)."""
+    self-contained translation unit linked in (the C shape functions). ``emitted``: the ``emit_kernel``
+    of each of ``funcs`` when the caller has it already (not emitted again)."""
     names = [f.name for f in funcs]
     duplicates = {n for n in names if names.count(n) > 1}
     if duplicates:
         raise ValueError(f"codegen: kernel names must be unique, got {sorted(duplicates)} more than once")
-    emitted = [emit_kernel(f) for f in funcs]
+    if emitted is None:
+        emitted = [emit_kernel(f) for f in funcs]
+    elif [k.func for k in emitted] != list(funcs):
+        raise ValueError("codegen: build_module's emitted kernels must be those of funcs, in order")
     source = emit_library(emitted)
     groups = split_units(emitted, compile_workers(), jobs)
     units = [source] if len(groups) <= 1 else [emit_library(group) for group in groups]  # (no kernels: the prelude alone)
@@ -226,5 +236,5 @@ def build_module(funcs: list[PrimFunc], toolchain: Toolchain | None = None, jobs
     if toolchain.python_include:
         # Named after the kernels, so that different libraries never share a module name.
         module_name = "tvk_" + hashlib.sha256(source.encode()).hexdigest()[:20]
-        units.append((emit_python_wrappers(emitted, module_name), ("-I" + toolchain.python_include,)))
+        units.append((emit_python_wrappers(emitted, module_name), ("-I" + toolchain.python_include, *_WRAPPER_FLAGS)))
     return CompiledModule(emitted, source, build_library(units, toolchain, module_name))

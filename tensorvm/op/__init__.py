@@ -34,7 +34,10 @@ from .registry import (  # noqa: F401
     make_call,
     op_names,
     register_op,
+    snapshot_definitions,
 )
+
+snapshot_definitions()  # the package's ops as it defines them (``registry.unchanged_since_registered``)
 
 
 class _Namespace:

@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from enum import IntEnum
 
 from ..errors import AttrError, UnsupportedError
@@ -47,7 +47,7 @@ from ..ir.expr import Call, Expr, Op
 
 __all__ = [
     "OpPattern", "AttrDef", "REQUIRED", "OpDef", "OP_KINDS", "register_op", "get_op", "op_names", "is_registered",
-    "make_call", "LibraryKernel",
+    "make_call", "LibraryKernel", "snapshot_definitions", "unchanged_since_registered",
 ]
 
 
@@ -194,7 +194,31 @@ def register_op(opdef: OpDef) -> OpDef:
     if not opdef.defined_in:
         opdef.defined_in = _defining_module()
     _REGISTRY[opdef.name] = opdef
+    _AS_REGISTERED[opdef.name] = _field_values(opdef)
     return opdef
+
+
+_AS_REGISTERED: dict = {}  # op name -> its definition's field values when it was complete
+
+
+def snapshot_definitions() -> None:
+    """Record every op's definition as it is now: called once the package has defined its ops (some
+    parts are attached after ``register_op``, e.g. a shape logic); ops registered later are recorded
+    when they are registered."""
+    for name, opdef in _REGISTRY.items():
+        _AS_REGISTERED[name] = _field_values(opdef)
+
+
+def _field_values(opdef: OpDef) -> tuple:
+    return tuple(getattr(opdef, f.name) for f in fields(opdef) if f.name != "_attr_cache")
+
+
+def unchanged_since_registered(name: str) -> bool:
+    """Whether op ``name``'s definition still holds the very objects it was defined with (no field set
+    since ``snapshot_definitions`` / its registration; kernels cached on disk trust only such
+    definitions, ``codegen.signature``)."""
+    registered = _AS_REGISTERED.get(name)
+    return registered is not None and all(a is b for a, b in zip(_field_values(_REGISTRY[name]), registered))
 
 
 def _defining_module() -> str:

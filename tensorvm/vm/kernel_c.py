@@ -16,6 +16,12 @@ Each C function is named ``tvk<index>_<primitive name>`` (a valid, unique C iden
 primitive is called). Loading a saved executable regenerates the C from the primitive functions' Relay
 text with this same code generator (never compiling or loading code taken from the file), so an
 unchanged program is a cache hit and costs no compile.
+
+Nothing is lowered twice: each primitive's key (``tensorvm.codegen.signature``: its signature, C name,
+the generator's stamp and the codegen settings) finds what this process lowered before
+(``signature.PLANS``), and the list of keys names the library, whose manifest in the kernel cache
+(``kernel_manifest``) lets another process bind the built library without lowering. Primitives with
+the same signature share one kernel.
 """
 
 from __future__ import annotations
@@ -42,7 +48,7 @@ class CLibrary:
     ``kernels`` maps primitive name -> callable ``kernel(*ins, *outs)`` (a compiled C kernel, or the
     NumPy kernel for a fallback); ``sources`` maps primitive name -> the C source of its function;
     ``fallbacks`` maps primitive name -> why it runs on NumPy; ``source`` is the whole library's C
-    text; ``build_info`` comes from ``tensorvm.codegen.build`` (``cached``, ``compile_seconds``) and
+    text; ``build_info`` comes from ``tensorvm.codegen.build`` (``cached``, ``compile_seconds``, ``portable``) and
     ``lower_seconds`` is the time spent lowering and emitting C.
     """
 
@@ -55,6 +61,11 @@ class CLibrary:
     saved_source_matches: bool | None = None  # loaded executables: does the file's C equal the regenerated C
     shape_funcs: dict = field(default_factory=dict)  # shape function name -> (ShapeFuncC, C function)
     shape_fallbacks: dict = field(default_factory=dict)  # shape function name -> why it stays Python
+    aliases: dict = field(default_factory=dict)  # primitive name -> the primitive with the same signature
+    reused: int = 0  # kernels not lowered for this build: from this process's memo (``codegen.signature``)
+    # or the manifest of the same library built before (``kernel_manifest``)
+    python_module: str = ""  # the name of the library's CPython wrapper module ("" without one)
+    from_manifest: bool = False  # bound from the manifest of a library built before (``kernel_manifest``)
 
     def summary(self) -> dict:
         from ..codegen.build import library_threads
@@ -67,8 +78,13 @@ class CLibrary:
             "python_shape_funcs": dict(sorted(self.shape_fallbacks.items())),
             "source_bytes": len(self.source),
             "lower_seconds": round(self.lower_seconds, 4),
+            "kernels_reused": self.reused,  # planned before (this process, or a manifest): not lowered again
+            "kernels_shared": dict(sorted(self.aliases.items())),  # same fused group, one kernel
+            "from_manifest": self.from_manifest,  # built before (any process): bound without lowering
             "compile_seconds": round(info.compile_seconds, 4) if info is not None else 0.0,
             "cached": bool(info.cached) if info is not None else None,
+            # why the library was built without the host flags (-march=native) when they failed; "" if not
+            "portable_build": info.portable if info is not None else "",
             "library": info.path if info is not None else None,
             "saved_source_matches": self.saved_source_matches,
             "threads": library_threads(info.path) if info is not None else 1,  # what its OpenMP loops use now
@@ -80,40 +96,132 @@ def build_c_library(prims: dict, shape_prims: dict | None = None) -> CLibrary:
     with the C shape functions ``{shape function name: (primitive Function, is_input)}``."""
     from ..codegen.c_emit import emit_kernel
     from ..codegen.fused import plan_primitive
+    from ..codegen.signature import (
+        PLANS,
+        codegen_settings,
+        kernel_key,
+        op_definitions,
+        primitive_ops,
+        primitive_signature,
+    )
+    from . import kernel_manifest
     from .kernel_python import build_kernel
     from .shape_c import emit_shape_func
 
     library = CLibrary()
     start = time.perf_counter()
-    plans = {}
+    settings = codegen_settings()
+    # Every primitive's key first (cheap: its printed text hashed): the same group under two names is
+    # one kernel; the memo's keys also hold the ops' definitions as they are now (with identities), and
+    # the stable keys, when every op is the package's own and unchanged, name the whole library on disk
+    # (``kernel_manifest``).
+    definitions: dict = {}
+
+    def keys(prim, signature, c_name, kind="kernel"):
+        """(memo key, stable key or None) of a primitive."""
+        ops = tuple(sorted(set(primitive_ops(prim))))
+        if ops not in definitions:
+            definitions[ops] = op_definitions(ops)
+        token, stable, portable = definitions[ops]
+        return (kernel_key(signature + token.encode(), c_name, settings, kind),
+                kernel_key(signature + stable.encode(), c_name, settings, kind) if portable else None)
+
+    keyed, first = {}, {}
     for index, (name, prim) in enumerate(prims.items()):
-        try:
-            plan = plan_primitive(prim, c_kernel_name(index, name))
-            for func in [plan.lowered.func] + [e.epilogue.func for e in plan.externals if e.epilogue is not None]:
-                emit_kernel(func)  # emission problems surface here, per kernel, not for the whole library
-        except (TensorVMError, NotImplementedError) as err:
-            # (UnsupportedError: no compute for an op; other codegen errors: a construct it cannot lower)
-            library.fallbacks[name] = f"{type(err).__name__}: {err}"
-            library.kernels[name] = build_kernel(prim)
+        signature = primitive_signature(prim)
+        if signature in first:  # the same fused group under another name: one kernel for both
+            library.aliases[name] = first[signature]
             continue
-        plans[name] = plan
-    shape_specs = {}
+        first[signature] = name
+        c_name = c_kernel_name(index, name)
+        keyed[name] = (c_name, *keys(prim, signature, c_name))
+    shape_keyed = {}
     for index, (name, (prim, is_input)) in enumerate((shape_prims or {}).items()):
-        try:
-            shape_specs[name] = emit_shape_func(prim, is_input, c_kernel_name(index, name).replace("tvk", "tvs", 1))
-        except (TensorVMError, NotImplementedError) as err:
-            library.shape_fallbacks[name] = f"{type(err).__name__}: {err}"
+        c_name = c_kernel_name(index, name).replace("tvk", "tvs", 1)
+        shape_keyed[name] = (c_name, *keys(prim, primitive_signature(prim) + bytes(map(bool, is_input)), c_name,
+                                           "shape"))
+    manifest_key = None
+    if all(k[2] is not None for k in [*keyed.values(), *shape_keyed.values()]):
+        manifest_key = kernel_manifest.library_key([(n, k[2]) for n, k in keyed.items()],
+                                                   [(n, k[2]) for n, k in shape_keyed.items()])
+
+    def plan_of(name):
+        """What lowering makes of primitive ``name``: ``(KernelPlan, emitted C)`` or ``(None, why not)``."""
+        c_name, key, _ = keyed[name]
+        entry = PLANS.get(key)
+        if entry is None:
+            try:
+                plan = plan_primitive(prims[name], c_name)
+                # (emission problems surface here, per kernel, not for the whole library)
+                entry = (plan, [emit_kernel(func) for func in _plan_funcs(plan)])
+            except (TensorVMError, NotImplementedError) as err:
+                # (UnsupportedError: no compute for an op; other codegen errors: a construct it cannot lower)
+                entry = (None, f"{type(err).__name__}: {err}")
+            PLANS.put(key, entry)
+        else:
+            library.reused += 1
+        return entry
+
+    # A library seen before, in this process or another: bound from its manifest, nothing lowered (unless
+    # every kernel is in this process's memo anyway).
+    if manifest_key is not None and not all(PLANS.contains(k[1]) for k in keyed.values()) \
+            and kernel_manifest.bind(manifest_key, library, prims, {n: k[0] for n, k in keyed.items()},
+                                     set(shape_keyed), lambda name: plan_of(name)[0]):
+        library.lower_seconds = time.perf_counter() - start
+        _alias(library)
+        return library
+    plans, emitted = {}, {}
+    for name in keyed:
+        plan, result = plan_of(name)
+        if plan is None:
+            library.fallbacks[name] = result
+            library.kernels[name] = build_kernel(prims[name])
+        else:
+            plans[name], emitted[name] = plan, result
+    shape_specs = {}
+    for name, (prim, is_input) in (shape_prims or {}).items():
+        c_name, key, _ = shape_keyed[name]
+        entry = PLANS.get(key)
+        if entry is None:
+            try:
+                entry = (emit_shape_func(prim, is_input, c_name), None)
+            except (TensorVMError, NotImplementedError) as err:
+                entry = (None, f"{type(err).__name__}: {err}")
+            PLANS.put(key, entry)
+        if entry[0] is None:
+            library.shape_fallbacks[name] = entry[1]
+        else:
+            shape_specs[name] = entry[0]
     library.lower_seconds = time.perf_counter() - start
     if plans or shape_specs:
-        _compile(library, plans, shape_specs)
+        _compile(library, plans, emitted, shape_specs)
+        if manifest_key is not None:
+            kernel_manifest.save(manifest_key, library, plans, emitted, {n: k[0] for n, k in keyed.items()})
+    _alias(library)
     missing = set(prims) - set(library.kernels)
     if missing:  # pragma: no cover - every primitive is either compiled or a fallback
         raise UnsupportedError(f"no kernel was built for {sorted(missing)}")
     return library
 
 
-def _compile(library: CLibrary, plans: dict, shape_specs: dict) -> None:
-    """Build every planned kernel into one library; plain C kernels get the fast caller (``fastcall``)."""
+def _alias(library: CLibrary) -> None:
+    """Primitives with the signature of another get that one's kernel."""
+    for name, original in library.aliases.items():
+        library.kernels[name] = library.kernels[original]
+        if original in library.sources:
+            library.sources[name] = library.sources[original]
+        if original in library.fallbacks:
+            library.fallbacks[name] = library.fallbacks[original]
+
+
+def _plan_funcs(plan) -> list:
+    """The loop-IR functions a plan compiles: its kernel, then its external variants' epilogues."""
+    return [plan.lowered.func] + [e.epilogue.func for e in plan.externals if e.epilogue is not None]
+
+
+def _compile(library: CLibrary, plans: dict, emitted: dict, shape_specs: dict) -> None:
+    """Build every planned kernel (its C already emitted) into one library; plain C kernels get the fast
+    caller (``fastcall``)."""
     import ctypes
 
     from ..codegen.c_emit import library_text
@@ -121,14 +229,16 @@ def _compile(library: CLibrary, plans: dict, shape_specs: dict) -> None:
     from .fastcall import caller_for
     from .shape_c import SHAPE_LIBRARY
 
-    funcs = [p.lowered.func for p in plans.values()]
-    funcs += [e.epilogue.func for p in plans.values() for e in p.externals if e.epilogue is not None]
+    funcs = [func for plan in plans.values() for func in _plan_funcs(plan)]
     shape_source = ""
     if shape_specs:
         shape_source = library_text([SHAPE_LIBRARY]) + "\n".join(s.source for s in shape_specs.values())
-    module = build_module(funcs, extra_source=shape_source)
+    module = build_module(funcs, extra_source=shape_source,
+                          emitted=[kernel for kernels in emitted.values() for kernel in kernels])
     library.source = module.source
     library.build_info = module.build_info
+    python_module = module.library._python_module
+    library.python_module = python_module.__name__ if python_module is not None else ""
     for name, spec in shape_specs.items():
         library.shape_funcs[name] = (spec, module.library.function(spec.name, 3, 0))
     for name, plan in plans.items():

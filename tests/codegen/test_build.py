@@ -216,3 +216,50 @@ def test_a_select_between_loads_of_one_array_is_built_right(text, calls):
         args = [rng.standard_normal(shape).astype("float32") for shape in shapes]
         parts = [args[0], args[0]] if len(args) == 1 else [args[0], args[1], args[0]]
         np.testing.assert_array_equal(vm["main"](*args).numpy(), np.concatenate(parts))
+
+
+FAKE_HOST_FLAG = "-mtensorvm-fake-host-flag"  # a "host" flag this compiler does not know
+
+
+def _toolchain_with_failing_host_flag(monkeypatch):
+    """The real toolchain plus a host flag that makes every compile fail (as -march=native does with an
+    assembler that lacks the host's instructions)."""
+    monkeypatch.setattr(build, "HOST_FLAGS", build.HOST_FLAGS + (FAKE_HOST_FLAG,))
+    real = find_toolchain()
+    return dataclasses.replace(real, flags=real.flags + (FAKE_HOST_FLAG,))
+
+
+def test_a_build_that_fails_with_the_host_flags_is_built_portable_and_says_so(fresh_cache, monkeypatch):
+    toolchain = _toolchain_with_failing_host_flag(monkeypatch)
+    first = build_module([_scale_kernel("portable_a", 3.0)], toolchain=toolchain)
+    info = first.build_info
+    assert FAKE_HOST_FLAG in info.portable and not info.cached
+    assert not set(info.flags) & set(build.HOST_FLAGS)
+    out = np.empty(3, "float32")
+    first["portable_a"](np.array([1, 2, 3], "float32"), out)
+    np.testing.assert_array_equal(out, [4, 7, 10])
+    # Next time the failure is known: the portable library is a cache hit, the host flags are not retried.
+    again = build_module([_scale_kernel("portable_a", 3.0)], toolchain=toolchain)
+    assert again.build_info.cached and again.build_info.path == info.path and again.build_info.portable
+
+
+def test_a_normal_build_is_not_portable(fresh_cache):
+    info = build_module([_scale_kernel("native_a", 2.0)]).build_info
+    assert info.portable == "" and info.flags == find_toolchain().flags
+
+
+def test_code_that_fails_without_the_host_flags_too_is_still_an_error(fresh_cache, monkeypatch):
+    toolchain = _toolchain_with_failing_host_flag(monkeypatch)
+    with pytest.raises(CompilerError, match=r"(?s)portable build without the host flags failed too"):
+        build_library("this is not C;\n", toolchain)
+
+
+def test_the_executable_reports_a_portable_build(fresh_cache, monkeypatch):
+    import tensorvm as tv
+
+    monkeypatch.setattr(build, "_TOOLCHAIN", _toolchain_with_failing_host_flag(monkeypatch))
+    text = "def @main(%x: Tensor[(?, 4), float32]) { nn.relu(add(%x, 1f)) }"
+    exe = tv.vm.compile(tv.parse(text), target="c")
+    assert FAKE_HOST_FLAG in exe.stats()["kernel_library"]["portable_build"]
+    x = np.random.default_rng(0).standard_normal((3, 4)).astype("float32")
+    np.testing.assert_array_equal(np.asarray(tv.vm.VirtualMachine(exe).run(x)), np.maximum(x + 1, 0))
