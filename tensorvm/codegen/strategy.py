@@ -236,11 +236,14 @@ class SoftmaxCall(LibraryCall):
 
 @dataclass(frozen=True)
 class Conv2dCall(LibraryCall):
-    """An NCHW / OIHW convolution as ``tv_conv2d_<dtype>`` (``c_emit.BLAS_BRIDGE``): per image, the
-    input patches are unfolded into a temporary (im2col; skipped for a 1x1 kernel with unit strides and
-    no padding) and multiplied by the weight matrix (O x C*KH*KW) with ``tv_gemm``. A float32
-    convolution with unit strides runs the direct kernel ``tv_conv2d_direct_f32`` instead, which can
-    also apply a ``TileEpilogue`` to its output tiles."""
+    """An NCHW / OIHW convolution as a C library call (``c_emit.BLAS_BRIDGE``). float32 convolutions
+    other than 1x1 run the direct kernel ``tv_conv2d_direct_f32`` (any strides and dilation; it can also
+    apply a ``TileEpilogue`` to its output tiles), depthwise ones (``groups`` = channels)
+    ``tv_conv2d_depthwise_f32`` (bias and relu in its tiles); both in ``tv_vconv.h``, vectors of the
+    host's width. The rest, and float64, run ``tv_conv2d_<dtype>``: per image the input patches are
+    unfolded into a temporary (im2col; skipped for a 1x1 kernel with unit strides and no padding, the
+    image being its own patch matrix) and multiplied by the weight matrix (O x C*KH*KW) with ``tv_gemm``
+    (the register tiles with the image packed on the fly, or BLAS)."""
 
     dims: tuple  # te expressions: batch, channels, height, width, out channels, out height, out width
     kernel: tuple  # (kh, kw), static
@@ -248,34 +251,64 @@ class Conv2dCall(LibraryCall):
     dilation: tuple
     padding: tuple  # (top, left)
     padding_all: tuple  # (top, left, bottom, right)
+    groups: int = 1  # 1, or the channels (depthwise)
+
+    @property
+    def depthwise(self) -> bool:
+        return self.groups != 1
 
     def direct(self, suffix: str) -> bool:
-        return suffix == "f32" and (*self.strides, *self.dilation) == (1, 1, 1, 1) and self.kernel != (1, 1)
+        """Whether the vector kernels of ``tv_vconv.h`` (direct or depthwise) compute it."""
+        return suffix == "f32" and (self.depthwise or self.kernel != (1, 1))
+
+    def epilogues(self) -> tuple:
+        """The ``TileEpilogue`` parts the kernel can apply in its tiles."""
+        if not self.direct("f32"):
+            return ()
+        return ("bias", "relu") if self.depthwise else ("bias", "relu", "pool")
+
+    def padded_size(self):
+        """Floats of the zero-padded, column-phase-split copy of one image the vector kernels read
+        (``tv_vconv_geometry_of`` in ``tv_vconv.h``, for this host's vector lanes)."""
+        from .host import gemm_params
+
+        lanes = gemm_params().lanes
+        _, c, _, _, _, oh, ow = self.dims
+        (kh, kw), (sh, sw), (dh, dw) = self.kernel, self.strides, self.dilation
+        hp = (oh - 1) * sh + ((kh - 1) * dh + 1)
+        wq = floordiv(ow + (lanes - 1), lanes) * lanes + (kw - 1) * dw // sw
+        return c * hp * (sw * wq)
 
     def statement(self, args: list, target, suffix: str, epilogue: TileEpilogue | None = None):
-        """The call computing the convolution of ``args`` into ``target``; with ``epilogue`` (direct
-        kernel only) ``target`` receives the convolution's epilogue applied, ``args[epilogue.bias]`` the
+        """The call computing the convolution of ``args`` into ``target``; with ``epilogue`` (vector
+        kernels only) ``target`` receives the convolution's epilogue applied, ``args[epilogue.bias]`` the
         bias when there is one."""
         n, c, h, w, o, oh, ow = self.dims
         (kh, kw), (sh, sw), (dh, dw), (pt, pl) = self.kernel, self.strides, self.dilation, self.padding
+        geometry = [const(v, "int64") for v in (kh, kw, sh, sw, dh, dw, pt, pl)]
         if self.direct(suffix):
-            # unit strides: the direct kernel over a zero-padded copy of each image
             epilogue = epilogue or TileEpilogue()
-            hp, wp = oh + (kh - 1), floordiv(ow + 7, 8) * 8 + (kw - 1)
-            padded = Buffer("padded", args[0].dtype, (c * hp * wp,), "local")
+            padded = Buffer("padded", args[0].dtype, (self.padded_size(),), "local")
             bias = args[1] if epilogue.bias is None else args[epilogue.bias]
-            flags = [const(int(v), "int64") for v in (epilogue.bias is not None, epilogue.relu, epilogue.pool)]
-            call = CallExtern("tv_conv2d_direct_f32", (n, c, h, w, o, oh, ow, const(kh, "int64"), const(kw, "int64"),
-                                                       const(pt, "int64"), const(pl, "int64"), args[0], args[1],
-                                                       bias, *flags, padded, target))
+            flags = [const(int(v), "int64") for v in (epilogue.bias is not None, epilogue.relu)]
+            if self.depthwise:
+                if epilogue.pool:
+                    raise UnsupportedError("the depthwise convolution kernel applies no pool in its tiles")
+                name = "tv_conv2d_depthwise_f32"
+            else:
+                name, flags = "tv_conv2d_direct_f32", flags + [const(int(epilogue.pool), "int64")]
+            call = CallExtern(name, (n, c, h, w, o, oh, ow, *geometry, args[0], args[1], bias, *flags, padded,
+                                     target))
             return Allocate(padded, call)
         if epilogue is not None:
             raise UnsupportedError("a tile epilogue needs the direct convolution kernel")
+        if self.depthwise:
+            raise UnsupportedError("a grouped convolution needs the depthwise kernel (float32)")
         direct = (kh, kw, sh, sw) == (1, 1, 1, 1) and not any(self.padding_all)
         col = Buffer("patches", args[0].dtype, (const(1, INDEX_DTYPE),) if direct else (c * (kh * kw) * oh * ow,),
                      "local")
-        numbers = [const(v, "int64") for v in (kh, kw, sh, sw, dh, dw, pt, pl, int(direct))]
-        call = CallExtern(f"tv_conv2d_{suffix}", (n, c, h, w, o, oh, ow, *numbers, args[0], args[1], col, target))
+        call = CallExtern(f"tv_conv2d_{suffix}", (n, c, h, w, o, oh, ow, *geometry, const(int(direct), "int64"),
+                                                  args[0], args[1], col, target))
         return Allocate(col, call)
 
 
@@ -831,7 +864,7 @@ def _tile_epilogue_call(call, split, args: list, generic: LoweredParts, outputs:
     epilogue_fn, epilogue_inputs = split
     channels = anchor.out_type.shape[1]
     match = tile_epilogue(epilogue_fn, channels) if isinstance(channels, int) else None
-    if match is None:
+    if match is None or (match[0].pool and "pool" not in call.epilogues()):
         return None
     epilogue, bias = match
     buffers = list(args)
