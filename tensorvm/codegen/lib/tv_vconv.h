@@ -13,7 +13,9 @@
 #ifndef TV_VCONV_H
 #define TV_VCONV_H
 
-/* The padded copy of one image: C planes of HP rows of SW x WQ floats. */
+/* The padded copy of one image: C planes of HP rows of SW x WQ floats. at[kx] is where tap kx of a vector
+   of output columns starts in its row: phase kx DW % SW, index kx DW / SW (KW of them; computed once per
+   call, not per step: an integer division costs as much as the tap's FMAs). */
 typedef struct { int64_t hp, wq, row, plane; } tv_vconv_geometry;
 static inline tv_vconv_geometry tv_vconv_geometry_of(int64_t oh, int64_t ow, int64_t kh, int64_t kw, int64_t sh,
                                                      int64_t sw, int64_t dh, int64_t dw) {
@@ -23,6 +25,9 @@ static inline tv_vconv_geometry tv_vconv_geometry_of(int64_t oh, int64_t ow, int
   g.row = sw * g.wq;
   g.plane = g.hp * g.row;
   return g;
+}
+static inline void tv_vconv_taps(int64_t kw, int64_t sw, int64_t dw, tv_vconv_geometry g, int64_t* at) {
+  for (int64_t kx = 0; kx < kw; ++kx) at[kx] = kx * dw % sw * g.wq + kx * dw / sw;
 }
 
 /* Channels [c0, c1) of the image x (C x H x W) into their padded, phase-split planes (see above). */
@@ -75,7 +80,7 @@ typedef int32_t tv_vi __attribute__((vector_size(TV_VEC_BYTES)));
                           TV_VSTORE(out + ((o0 + i) * oh + y0 + 1) * ow + x0, a##i##1);
 #define TV_VCONV_TILE(OC)                                                                            \
   static void tv_vconv_tile##OC(const float* padded, int64_t c, tv_vconv_geometry g, int64_t sh,     \
-                                int64_t sw, int64_t dh, int64_t dw, const float* weights, int64_t kh, \
+                                const int64_t* at, int64_t dh, const float* weights, int64_t kh,      \
                                 int64_t kw, int64_t o, int64_t oh, int64_t ow, int64_t o0, int64_t y0, \
                                 int64_t x0, tv_conv_epilogue epi, float* out) {                      \
     const int64_t taps = c * kh * kw;                                                                \
@@ -95,8 +100,7 @@ typedef int32_t tv_vi __attribute__((vector_size(TV_VEC_BYTES)));
         const int64_t t = (ci * kh + ky) * kw;                                                       \
         _Pragma("GCC unroll 3")                                                                      \
         for (int64_t kx = 0; kx < kw; ++kx) {                                                        \
-          const int64_t at = kx * dw % sw * g.wq + kx * dw / sw;                                     \
-          const tv_vf v0 = TV_VLOAD(r0 + at), v1 = TV_VLOAD(r1 + at);                                \
+          const tv_vf v0 = TV_VLOAD(r0 + at[kx]), v1 = TV_VLOAD(r1 + at[kx]);                        \
           TV_VROWS##OC(TV_VCONV_FMA)                                                                 \
         }                                                                                            \
       }                                                                                              \
@@ -165,6 +169,8 @@ __attribute__((unused)) static int32_t tv_conv2d_direct_f32(int64_t n, int64_t c
     int64_t relu, int64_t pool, float* padded, float* out) {
   if (n <= 0 || o <= 0 || oh <= 0 || ow <= 0) return 0;
   const tv_vconv_geometry g = tv_vconv_geometry_of(oh, ow, kh, kw, sh, sw, dh, dw);
+  int64_t at[kw];
+  tv_vconv_taps(kw, sw, dw, g, at);
   const tv_conv_epilogue epi = {has_bias ? bias : NULL, relu != 0, pool != 0};
   int64_t big, fours;
   tv_vconv_blocks(o, &big, &fours);
@@ -184,12 +190,12 @@ __attribute__((unused)) static int32_t tv_conv2d_direct_f32(int64_t n, int64_t c
       const int64_t ob = t % oblocks, xb = (t / oblocks) % xblocks, yb = t / (oblocks * xblocks);
 #if TV_VGEMM_MR > 4
       if (ob < big) {
-        TV_VCONV_NAME(TV_VGEMM_MR)(padded, c, g, sh, sw, dh, dw, weights, kh, kw, o, oh, ow, ob * mr, yb * 2,
+        TV_VCONV_NAME(TV_VGEMM_MR)(padded, c, g, sh, at, dh, weights, kh, kw, o, oh, ow, ob * mr, yb * 2,
                                     xb * TV_VLANES, epi, image);
         continue;
       }
 #endif
-      tv_vconv_tile4(padded, c, g, sh, sw, dh, dw, weights, kh, kw, o, oh, ow, big * mr + (ob - big) * 4, yb * 2,
+      tv_vconv_tile4(padded, c, g, sh, at, dh, weights, kh, kw, o, oh, ow, big * mr + (ob - big) * 4, yb * 2,
                      xb * TV_VLANES, epi, image);
     }
   }
@@ -208,6 +214,8 @@ __attribute__((unused)) static int32_t tv_conv2d_depthwise_f32(int64_t n, int64_
   if (c <= 0 || o % c) return 1006;
   const tv_vconv_geometry g = tv_vconv_geometry_of(oh, ow, kh, kw, sh, sw, dh, dw);
   const int64_t mult = o / c, taps = kh * kw;
+  int64_t at[kw];
+  tv_vconv_taps(kw, sw, dw, g, at);
   const int parallel = (double)o * oh * ow * taps >= TV_GEMM_PARALLEL_WORK / 4 && !tv_omp_in_parallel();
   (void)parallel;  /* (read by the OpenMP pragma only) */
   for (int64_t b = 0; b < n; ++b) {
@@ -234,10 +242,9 @@ __attribute__((unused)) static int32_t tv_conv2d_depthwise_f32(int64_t n, int64_
               const float* r2 = plane + (y2 * sh + ky * dh) * g.row + x0;
               const float* r3 = plane + (y3 * sh + ky * dh) * g.row + x0;
               for (int64_t kx = 0; kx < kw; ++kx) {
-                const int64_t at = kx * dw % sw * g.wq + kx * dw / sw;
                 const tv_vf wv = TV_VSPLAT(wt[ky * kw + kx]);
-                a0 += wv * TV_VLOAD(r0 + at), a1 += wv * TV_VLOAD(r1 + at);
-                a2 += wv * TV_VLOAD(r2 + at), a3 += wv * TV_VLOAD(r3 + at);
+                a0 += wv * TV_VLOAD(r0 + at[kx]), a1 += wv * TV_VLOAD(r1 + at[kx]);
+                a2 += wv * TV_VLOAD(r2 + at[kx]), a3 += wv * TV_VLOAD(r3 + at[kx]);
               }
             }
             if (relu) { TV_VRELU(a0); TV_VRELU(a1); TV_VRELU(a2); TV_VRELU(a3); }
