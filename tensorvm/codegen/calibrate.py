@@ -170,10 +170,8 @@ def report() -> dict:
         },
         "convolution": {
             "isa": desc.isa, "direct_tile": f"{max(params.mr, 4)}x2x{params.lanes} and 4x2x{params.lanes}",
-            "depthwise_tile": f"4x{params.lanes}",
             "why": "tv_vconv.h instantiated with the packed product's vectors: output channels x 2 rows x one "
-                   "vector of columns (the tile's channels are the product's tile rows); depthwise: 4 rows x "
-                   "one vector per channel",
+                   "vector of columns (the tile's channels are the product's tile rows)",
         },
         "calibrated": [{"op": c.op, "shape_class": c.shape_class, "variant": c.variant, "why": c.why}
                        for c in choices()],

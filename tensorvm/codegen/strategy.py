@@ -113,6 +113,9 @@ BLAS_THREAD_FACTOR = 16
 # BLAS called from C (``tv_gemm_*``) pays off from this many multiply-adds (no Python in between).
 GEMM_MIN_WORK = 1 << 14
 GEMM_SUFFIX = {"float32": "f32", "float64": "f64"}
+# The direct convolution takes strided or dilated convolutions up to this reduction (C x KH x KW; see
+# Conv2dCall.direct).
+DIRECT_MAX_REDUCTION = 256
 # Vector-friendly variants assume inner dims that are multiples of these.
 VECTOR_WIDTH = 8
 REDUCTION_WIDTH = 16
@@ -236,14 +239,14 @@ class SoftmaxCall(LibraryCall):
 
 @dataclass(frozen=True)
 class Conv2dCall(LibraryCall):
-    """An NCHW / OIHW convolution as a C library call (``c_emit.BLAS_BRIDGE``). float32 convolutions
-    other than 1x1 run the direct kernel ``tv_conv2d_direct_f32`` (any strides and dilation; it can also
-    apply a ``TileEpilogue`` to its output tiles), depthwise ones (``groups`` = channels)
-    ``tv_conv2d_depthwise_f32`` (bias and relu in its tiles); both in ``tv_vconv.h``, vectors of the
-    host's width. The rest, and float64, run ``tv_conv2d_<dtype>``: per image the input patches are
-    unfolded into a temporary (im2col; skipped for a 1x1 kernel with unit strides and no padding, the
-    image being its own patch matrix) and multiplied by the weight matrix (O x C*KH*KW) with ``tv_gemm``
-    (the register tiles with the image packed on the fly, or BLAS)."""
+    """An NCHW / OIHW convolution as a C library call (``c_emit.BLAS_BRIDGE``). A float32 convolution other
+    than 1x1 with unit strides and dilation, or with a short reduction (``DIRECT_MAX_REDUCTION``: an
+    image's first layer), runs the direct kernel ``tv_conv2d_direct_f32`` (``tv_vconv.h``, vectors of the
+    host's width), which can also apply a ``TileEpilogue`` to its output tiles. The rest runs
+    ``tv_conv2d_<dtype>``: per image the input patches are unfolded into a temporary (im2col; skipped for
+    a 1x1 kernel with unit strides and no padding, the image being its own patch matrix) and multiplied
+    by the weight matrix (O x C*KH*KW) with ``tv_gemm`` (the register tiles with the image packed on the
+    fly, or BLAS)."""
 
     dims: tuple  # te expressions: batch, channels, height, width, out channels, out height, out width
     kernel: tuple  # (kh, kw), static
@@ -251,24 +254,21 @@ class Conv2dCall(LibraryCall):
     dilation: tuple
     padding: tuple  # (top, left)
     padding_all: tuple  # (top, left, bottom, right)
-    groups: int = 1  # 1, or the channels (depthwise)
-
-    @property
-    def depthwise(self) -> bool:
-        return self.groups != 1
+    channels: int | None = None  # the input channels when static
 
     def direct(self, suffix: str) -> bool:
-        """Whether the vector kernels of ``tv_vconv.h`` (direct or depthwise) compute it."""
-        return suffix == "f32" and (self.depthwise or self.kernel != (1, 1))
-
-    def epilogues(self) -> tuple:
-        """The ``TileEpilogue`` parts the kernel can apply in its tiles."""
-        if not self.direct("f32"):
-            return ()
-        return ("bias", "relu") if self.depthwise else ("bias", "relu", "pool")
+        """Whether the direct kernel of ``tv_vconv.h`` computes it. With unit strides and dilation it
+        reads each input once per tile where im2col copies it KH x KW times; with strides, im2col + the
+        product measured faster once the reduction is long (C x KH x KW of 576 at stride 2: 1.5x), the
+        direct kernel faster on an image's first layer (3 x 7 x 7 at stride 2: 1.3-1.5x)."""
+        if suffix != "f32" or self.kernel == (1, 1):
+            return False
+        if (*self.strides, *self.dilation) == (1, 1, 1, 1):
+            return True
+        return self.channels is not None and self.channels * self.kernel[0] * self.kernel[1] <= DIRECT_MAX_REDUCTION
 
     def padded_size(self):
-        """Floats of the zero-padded, column-phase-split copy of one image the vector kernels read
+        """Floats of the zero-padded, column-phase-split copy of one image the direct kernel reads
         (``tv_vconv_geometry_of`` in ``tv_vconv.h``, for this host's vector lanes)."""
         from .host import gemm_params
 
@@ -280,8 +280,8 @@ class Conv2dCall(LibraryCall):
         return c * hp * (sw * wq)
 
     def statement(self, args: list, target, suffix: str, epilogue: TileEpilogue | None = None):
-        """The call computing the convolution of ``args`` into ``target``; with ``epilogue`` (vector
-        kernels only) ``target`` receives the convolution's epilogue applied, ``args[epilogue.bias]`` the
+        """The call computing the convolution of ``args`` into ``target``; with ``epilogue`` (direct
+        kernel only) ``target`` receives the convolution's epilogue applied, ``args[epilogue.bias]`` the
         bias when there is one."""
         n, c, h, w, o, oh, ow = self.dims
         (kh, kw), (sh, sw), (dh, dw), (pt, pl) = self.kernel, self.strides, self.dilation, self.padding
@@ -290,20 +290,12 @@ class Conv2dCall(LibraryCall):
             epilogue = epilogue or TileEpilogue()
             padded = Buffer("padded", args[0].dtype, (self.padded_size(),), "local")
             bias = args[1] if epilogue.bias is None else args[epilogue.bias]
-            flags = [const(int(v), "int64") for v in (epilogue.bias is not None, epilogue.relu)]
-            if self.depthwise:
-                if epilogue.pool:
-                    raise UnsupportedError("the depthwise convolution kernel applies no pool in its tiles")
-                name = "tv_conv2d_depthwise_f32"
-            else:
-                name, flags = "tv_conv2d_direct_f32", flags + [const(int(epilogue.pool), "int64")]
-            call = CallExtern(name, (n, c, h, w, o, oh, ow, *geometry, args[0], args[1], bias, *flags, padded,
-                                     target))
+            flags = [const(int(v), "int64") for v in (epilogue.bias is not None, epilogue.relu, epilogue.pool)]
+            call = CallExtern("tv_conv2d_direct_f32", (n, c, h, w, o, oh, ow, *geometry, args[0], args[1], bias,
+                                                       *flags, padded, target))
             return Allocate(padded, call)
         if epilogue is not None:
             raise UnsupportedError("a tile epilogue needs the direct convolution kernel")
-        if self.depthwise:
-            raise UnsupportedError("a grouped convolution needs the depthwise kernel (float32)")
         direct = (kh, kw, sh, sw) == (1, 1, 1, 1) and not any(self.padding_all)
         col = Buffer("patches", args[0].dtype, (const(1, INDEX_DTYPE),) if direct else (c * (kh * kw) * oh * ow,),
                      "local")
@@ -864,7 +856,7 @@ def _tile_epilogue_call(call, split, args: list, generic: LoweredParts, outputs:
     epilogue_fn, epilogue_inputs = split
     channels = anchor.out_type.shape[1]
     match = tile_epilogue(epilogue_fn, channels) if isinstance(channels, int) else None
-    if match is None or (match[0].pool and "pool" not in call.epilogues()):
+    if match is None:
         return None
     epilogue, bias = match
     buffers = list(args)

@@ -1,8 +1,7 @@
-"""The vector convolutions of ``tv_vconv.h`` (``tv_conv2d_direct_f32``, ``tv_conv2d_depthwise_f32``): any
-strides, dilation and padding, every tail of the tiles, each instance the host description can ask for
-(the 64-byte AVX-512 one is lowered by gcc to pairs of 256-bit operations on an AVX2 machine), called
-directly and through the kernels the code generator builds (dynamic batch). The oracle is the reference
-op's NumPy kernel in float64."""
+"""The direct convolution of ``tv_vconv.h`` (``tv_conv2d_direct_f32``): any strides, dilation and padding,
+every tail of its tiles, each instance the host description can ask for (the 64-byte AVX-512 one is
+lowered by gcc to pairs of 256-bit operations on an AVX2 machine), called directly and through the kernels
+the code generator builds (dynamic batch). The oracle is the reference op's NumPy kernel in float64."""
 
 from __future__ import annotations
 
@@ -54,11 +53,6 @@ int32_t tv_test_direct(int64_t* d, const float* x, const float* weights, const f
   return tv_conv2d_direct_f32(d[0], d[1], d[2], d[3], d[4], d[5], d[6], d[7], d[8], d[9], d[10], d[11], d[12], d[13],
                               d[14], x, weights, bias, d[15], d[16], d[17], padded, out);
 }
-int32_t tv_test_depthwise(int64_t* d, const float* x, const float* weights, const float* bias, float* padded,
-                          float* out) {
-  return tv_conv2d_depthwise_f32(d[0], d[1], d[2], d[3], d[4], d[5], d[6], d[7], d[8], d[9], d[10], d[11], d[12],
-                                 d[13], d[14], x, weights, bias, d[15], d[16], padded, out);
-}
 """
 
 
@@ -69,13 +63,10 @@ def _library(isa):
         lanes = host.gemm_params().lanes
     finally:
         host.set_host(None)
-    functions = []
-    for name in ("tv_test_direct", "tv_test_depthwise"):
-        function = getattr(library._cdll, name)
-        function.restype = ctypes.c_int32
-        function.argtypes = [ctypes.c_void_p] * 6
-        functions.append(function)
-    return library, lanes, functions
+    function = library._cdll.tv_test_direct
+    function.restype = ctypes.c_int32
+    function.argtypes = [ctypes.c_void_p] * 6
+    return library, lanes, function
 
 
 def _padded(c, oh, ow, kh, kw, sh, sw, dh, dw, lanes):
@@ -99,22 +90,11 @@ DIRECT = [
     ((1, 2, 6, 9), 1, (3, 3), (1, 1), (1, 1), (1, 1, 1, 1)),
     ((1, 3, 8, 40), 14, (3, 3), (1, 1), (1, 1), (1, 1, 1, 1)),
 ]
-# (data shape, channel multiplier, kernel, strides, dilation, padding)
-DEPTHWISE = [
-    ((1, 8, 13, 11), 1, (3, 3), (1, 1), (1, 1), (1, 1, 1, 1)),
-    ((2, 6, 14, 14), 1, (5, 5), (2, 2), (1, 1), (2, 2, 2, 2)),
-    ((1, 5, 9, 17), 2, (3, 3), (1, 2), (2, 2), (1, 0, 2, 1)),
-    ((1, 3, 7, 7), 1, (5, 5), (1, 1), (1, 1), (2, 2, 2, 2)),
-    ((1, 4, 28, 35), 1, (3, 3), (2, 2), (1, 1), (1, 1, 1, 1)),
-    ((1, 1, 3, 2), 3, (3, 3), (1, 1), (1, 1), (1, 1, 1, 1)),
-]
-
-
 @pytest.mark.parametrize("isa", ["avx2", "avx512", "portable"])
 def test_vector_convolutions_of_every_instance(isa, kernel_threads):
     """Each instance of the host description (16, 8 and 4 lanes; tiles of 6 or 14 channels) on strides,
     dilation, asymmetric padding and every tail, with each tile epilogue, at 1 and 2 threads."""
-    _, lanes, (direct, depthwise) = _library(isa)
+    _, lanes, direct = _library(isa)
     rng = np.random.default_rng(len(isa))
     for threads in (1, 2):
         kernel_threads(threads)
@@ -139,26 +119,6 @@ def test_vector_convolutions_of_every_instance(isa, kernel_threads):
                               padded.ctypes.data, out.ctypes.data) == 0
                 _close(out, expected)
                 assert np.isnan(padded[-GUARD:]).all()
-        for (n, c, h, w), mult, (kh, kw), (sh, sw), (dh, dw), pad in DEPTHWISE:
-            o = c * mult
-            x = rng.standard_normal((n, c, h, w)).astype(np.float32)
-            weights = rng.standard_normal((o, 1, kh, kw)).astype(np.float32)
-            bias = rng.standard_normal(o).astype(np.float32)
-            attrs = {"padding": list(pad), "strides": [sh, sw], "dilation": [dh, dw], "groups": c}
-            want = _reference(x, weights, attrs)
-            oh, ow = want.shape[2:]
-            for has_bias, relu in [(0, 0), (1, 1)]:
-                expected = (want + bias[:, None, None] if has_bias else want)
-                expected = np.maximum(expected, 0) if relu else expected
-                out = np.full(expected.shape, np.nan, np.float32)
-                dims = np.array([n, c, h, w, o, oh, ow, kh, kw, sh, sw, dh, dw, pad[0], pad[1], has_bias, relu],
-                                np.int64)
-                padded = _padded(c, oh, ow, kh, kw, sh, sw, dh, dw, lanes)
-                assert depthwise(dims.ctypes.data, x.ctypes.data, weights.ctypes.data, bias.ctypes.data,
-                                 padded.ctypes.data, out.ctypes.data) == 0
-                _close(out, expected)
-                assert np.isnan(padded[-GUARD:]).all()
-                assert np.isnan(padded[-GUARD:]).all()
 
 
 def _hardswish(v):
@@ -166,19 +126,20 @@ def _hardswish(v):
 
 
 @pytest.mark.parametrize("isa", [None, "avx512"])
-@pytest.mark.parametrize("case", ["depthwise-bias-relu", "depthwise-hardswish", "strided-bias-relu",
-                                  "depthwise-multiplier", "dilated-residual"])
+@pytest.mark.parametrize("case", ["strided-bias-relu", "strided-hardswish", "dilated-residual", "strided-long",
+                                  "depthwise"])
 def test_convolution_kernels_over_a_dynamic_batch(case, isa):
-    """MobileNet's and ResNet's convolution groups as FuseOps forms them (ONNX's (O, 1, 1) bias), over a
-    dynamic batch (0, 1, 3): the vector kernel is the variant, bias and relu in its tiles (no loop after
-    the call), anything else (hard-swish, a residual) generated after it in place."""
+    """Convolution groups as FuseOps forms them from ONNX (an (O, 1, 1) bias), over a dynamic batch (0, 1,
+    3): strided and dilated convolutions with a short reduction run the direct kernel, bias and relu in its
+    tiles (no loop after the call), anything else (hard-swish, a residual) generated after it in place;
+    a long strided reduction runs im2col + the product; a depthwise one stays generated code."""
     c, size = 12, 15
-    kernel, o, attrs = {
-        "depthwise-bias-relu": ((3, 3), c, dict(padding=[1, 1, 1, 1], groups=c, strides=[2, 2])),
-        "depthwise-hardswish": ((5, 5), c, dict(padding=[2, 2, 2, 2], groups=c)),
-        "strided-bias-relu": ((3, 3), 10, dict(padding=[1, 1, 1, 1], strides=[2, 2])),
-        "depthwise-multiplier": ((3, 3), 2 * c, dict(padding=[1, 1, 1, 1], groups=c)),
-        "dilated-residual": ((3, 3), c, dict(padding=[2, 2, 2, 2], dilation=[2, 2])),
+    kernel, c, o, attrs = {
+        "strided-bias-relu": ((3, 3), c, 10, dict(padding=[1, 1, 1, 1], strides=[2, 2])),
+        "strided-hardswish": ((5, 5), 3, 16, dict(padding=[2, 2, 2, 2], strides=[2, 1])),
+        "dilated-residual": ((3, 3), c, c, dict(padding=[2, 2, 2, 2], dilation=[2, 2])),
+        "strided-long": ((3, 3), 32, 8, dict(padding=[1, 1, 1, 1], strides=[2, 2])),
+        "depthwise": ((3, 3), c, c, dict(padding=[1, 1, 1, 1], strides=[2, 2], groups=c)),
     }[case]
     groups = attrs.get("groups", 1)
     x, w, b = Var("x", _t(None, c, size, size)), Var("w", _t(o, c // groups, *kernel)), Var("b", _t(o, 1, 1))
@@ -199,10 +160,11 @@ def test_convolution_kernels_over_a_dynamic_batch(case, isa):
     finally:
         host.set_host(None)
     k = kernels["k"]
-    name = "depthwise" if groups > 1 else "direct"
-    assert k.variants[0] == name
     source = k.source.rsplit("\nint32_t ", 1)[-1]
-    assert f"tv_conv2d_{name}_f32(" in source
+    expected = {"strided-long": "blas", "depthwise": "generic"}.get(case, "direct")
+    assert k.variants[0] == expected
+    if expected == "direct":
+        assert "tv_conv2d_direct_f32(" in source
     if case.endswith("bias-relu"):
         assert "for (" not in source.split("/* variant generic */")[0]
     rng = np.random.default_rng(len(case))
@@ -224,24 +186,12 @@ def test_convolution_kernels_over_a_dynamic_batch(case, isa):
         _close(out, want)
 
 
-def test_other_grouped_convolutions_stay_generated_code():
-    """Groups that are neither 1 nor the channels (and float64 depthwise) keep the generated loops."""
-    x, w = Var("x", _t(1, 8, 12, 12)), Var("w", _t(8, 4, 3, 3))
-    _, kernels = build_fused_module({"k": Function([x, w], op.nn.conv2d(x, w, groups=2), attrs={"Primitive": 1})})
-    assert "tv_conv2d" not in kernels["k"].source
-    x64 = Var("x", TensorType((1, 8, 12, 12), "float64"))
-    w64 = Var("w", TensorType((8, 1, 3, 3), "float64"))
-    _, kernels = build_fused_module({"k": Function([x64, w64], op.nn.conv2d(x64, w64, groups=8),
-                                                   attrs={"Primitive": 1})})
-    assert "tv_conv2d" not in kernels["k"].source
-
-
 def test_stats_name_the_convolution_tiles():
     import tensorvm as tv
 
-    text = ("def @main(%x: Tensor[(1, 8, 16, 16), float32], %w: Tensor[(8, 1, 3, 3), float32]) "
-            "{ nn.conv2d(%x, %w, padding=[1, 1, 1, 1], groups=8) }")
+    text = ("def @main(%x: Tensor[(1, 8, 16, 16), float32], %w: Tensor[(8, 8, 3, 3), float32]) "
+            "{ nn.conv2d(%x, %w, padding=[1, 1, 1, 1]) }")
     exe = tv.vm.compile(tv.parse(text), target="c")
     conv = exe.stats()["product_kernels"]["convolution"]
-    lanes = host.gemm_params().lanes
-    assert conv["isa"] == host.host().isa and conv["depthwise_tile"] == f"4x{lanes}"
+    params = host.gemm_params()
+    assert conv["isa"] == host.host().isa and conv["direct_tile"].startswith(f"{max(params.mr, 4)}x2x{params.lanes}")

@@ -2,8 +2,7 @@
    tv_gemm_<dtype>, tv_gemm_strided_<dtype>), im2col convolution (tv_conv2d_<dtype>) and, when the
    translation unit defines TV_PACKED_KERNELS, the register-tiled products (tv_gemm_packed_f32, the
    on-the-fly packing of tv_gemm_f32: tv_vgemm.h, vector extensions instantiated for the host) and the
-   direct and depthwise convolutions (tv_conv2d_direct_f32, tv_conv2d_depthwise_f32: tv_vconv.h, the same
-   vectors). Shared libraries only (the host hands over its BLAS):
+   direct convolution (tv_conv2d_direct_f32: tv_vconv.h, the same vectors). Shared libraries only (the host hands over its BLAS):
    c_emit.prelude() puts this file's text after tv_kernel.h's in each generated translation unit. */
 #ifndef TV_GEMM_H
 #define TV_GEMM_H
@@ -231,7 +230,7 @@ TV_GEMM(float, f32) TV_GEMM(double, f64)
   }
 TV_CONV2D(float, f32) TV_CONV2D(double, f64)
 
-/* The register-tiled products and the direct and depthwise convolutions below are most of the cost of
+/* The register-tiled products and the direct convolution below are most of the cost of
    compiling a small library (0.7 s of a 0.9 s build of one softmax kernel): a translation unit has them only
    when one of its kernels multiplies matrices or convolves (c_emit.emit_library then has prelude() define
    TV_PACKED_KERNELS); otherwise the on-the-fly product is a stub that is never called. */
