@@ -113,9 +113,6 @@ BLAS_THREAD_FACTOR = 16
 # BLAS called from C (``tv_gemm_*``) pays off from this many multiply-adds (no Python in between).
 GEMM_MIN_WORK = 1 << 14
 GEMM_SUFFIX = {"float32": "f32", "float64": "f64"}
-# The direct convolution takes strided or dilated convolutions up to this reduction (C x KH x KW; see
-# Conv2dCall.direct).
-DIRECT_MAX_REDUCTION = 256
 # Vector-friendly variants assume inner dims that are multiples of these.
 VECTOR_WIDTH = 8
 REDUCTION_WIDTH = 16
@@ -240,8 +237,8 @@ class SoftmaxCall(LibraryCall):
 @dataclass(frozen=True)
 class Conv2dCall(LibraryCall):
     """An NCHW / OIHW convolution as a C library call (``c_emit.BLAS_BRIDGE``). A float32 convolution other
-    than 1x1 with unit strides and dilation, or with a short reduction (``DIRECT_MAX_REDUCTION``: an
-    image's first layer), runs the direct kernel ``tv_conv2d_direct_f32`` (``tv_vconv.h``, vectors of the
+    than 1x1 with a short reduction (``direct``: an image's first layers, small CNNs), at any strides and
+    dilation, runs the direct kernel ``tv_conv2d_direct_f32`` (``tv_vconv.h``, vectors of the
     host's width), which can also apply a ``TileEpilogue`` to its output tiles. The rest runs
     ``tv_conv2d_<dtype>``: per image the input patches are unfolded into a temporary (im2col; skipped for
     a 1x1 kernel with unit strides and no padding, the image being its own patch matrix) and multiplied
@@ -257,15 +254,19 @@ class Conv2dCall(LibraryCall):
     channels: int | None = None  # the input channels when static
 
     def direct(self, suffix: str) -> bool:
-        """Whether the direct kernel of ``tv_vconv.h`` computes it. With unit strides and dilation it
-        reads each input once per tile where im2col copies it KH x KW times; with strides, im2col + the
-        product measured faster once the reduction is long (C x KH x KW of 576 at stride 2: 1.5x), the
-        direct kernel faster on an image's first layer (3 x 7 x 7 at stride 2: 1.3-1.5x)."""
+        """Whether the direct kernel of ``tv_vconv.h`` computes it, by this rule: its tile broadcasts one
+        weight per pair of FMAs, so it runs at the FMA units' speed while the weights of a block of
+        output channels (``mr`` x C x KH x KW floats, ``mr`` the tile's channels) stay in L1 beside the
+        input rows it streams: up to a quarter of L1d (``direct_max_reduction``). There it reads each
+        input once per tile where im2col copies it KH x KW times, and it beat im2col + the product
+        (BLAS) by 1.2-1.8x on first layers and the small CNN (C x KH x KW of 27 to 288 on AVX2, 32 KB
+        L1d); beyond, im2col + the product won by 1.1-1.5x (ResNet-18's layers, 576 to 4608). With
+        dynamic channels a unit-stride convolution keeps the direct kernel."""
         if suffix != "f32" or self.kernel == (1, 1):
             return False
-        if (*self.strides, *self.dilation) == (1, 1, 1, 1):
-            return True
-        return self.channels is not None and self.channels * self.kernel[0] * self.kernel[1] <= DIRECT_MAX_REDUCTION
+        if self.channels is None:
+            return (*self.strides, *self.dilation) == (1, 1, 1, 1)
+        return self.channels * self.kernel[0] * self.kernel[1] <= direct_max_reduction()
 
     def padded_size(self):
         """Floats of the zero-padded, column-phase-split copy of one image the direct kernel reads
@@ -302,6 +303,16 @@ class Conv2dCall(LibraryCall):
         call = CallExtern(f"tv_conv2d_{suffix}", (n, c, h, w, o, oh, ow, *geometry, const(int(direct), "int64"),
                                                   args[0], args[1], col, target))
         return Allocate(col, call)
+
+
+def direct_max_reduction(desc=None) -> int:
+    """The longest reduction (C x KH x KW) the direct convolution takes on this host (``Conv2dCall.direct``):
+    a block of ``mr`` output channels' weights fills at most a quarter of L1d (341 on AVX2 with 32 KB,
+    219 on AVX-512 with 48 KB, 146 with 32 KB)."""
+    from .host import gemm_params, host
+
+    desc = desc or host()
+    return desc.l1d // 4 // (4 * max(gemm_params(desc).mr, 4))
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,7 @@ from tensorvm import op
 from tensorvm.codegen import blas, build, host
 from tensorvm.codegen.c_emit import prelude
 from tensorvm.codegen.fused import build_fused_module
+from tensorvm.codegen.strategy import direct_max_reduction
 from tensorvm.ir.expr import Function, Var, const
 from tensorvm.ir.types import Any, TensorType
 from tensorvm.op.registry import get_op
@@ -127,18 +128,19 @@ def _hardswish(v):
 
 @pytest.mark.parametrize("isa", [None, "avx512"])
 @pytest.mark.parametrize("case", ["strided-bias-relu", "strided-hardswish", "dilated-residual", "strided-long",
-                                  "depthwise"])
+                                  "unit-long", "depthwise"])
 def test_convolution_kernels_over_a_dynamic_batch(case, isa):
     """Convolution groups as FuseOps forms them from ONNX (an (O, 1, 1) bias), over a dynamic batch (0, 1,
     3): strided and dilated convolutions with a short reduction run the direct kernel, bias and relu in its
     tiles (no loop after the call), anything else (hard-swish, a residual) generated after it in place;
-    a long strided reduction runs im2col + the product; a depthwise one stays generated code."""
+    a long reduction runs im2col + the product; a depthwise one stays generated code."""
     c, size = 12, 15
     kernel, c, o, attrs = {
         "strided-bias-relu": ((3, 3), c, 10, dict(padding=[1, 1, 1, 1], strides=[2, 2])),
         "strided-hardswish": ((5, 5), 3, 16, dict(padding=[2, 2, 2, 2], strides=[2, 1])),
         "dilated-residual": ((3, 3), c, c, dict(padding=[2, 2, 2, 2], dilation=[2, 2])),
-        "strided-long": ((3, 3), 32, 8, dict(padding=[1, 1, 1, 1], strides=[2, 2])),
+        "strided-long": ((3, 3), 48, 8, dict(padding=[1, 1, 1, 1], strides=[2, 2])),
+        "unit-long": ((3, 3), 48, 8, dict(padding=[1, 1, 1, 1])),
         "depthwise": ((3, 3), c, c, dict(padding=[1, 1, 1, 1], strides=[2, 2], groups=c)),
     }[case]
     groups = attrs.get("groups", 1)
@@ -161,7 +163,8 @@ def test_convolution_kernels_over_a_dynamic_batch(case, isa):
         host.set_host(None)
     k = kernels["k"]
     source = k.source.rsplit("\nint32_t ", 1)[-1]
-    expected = {"strided-long": "blas", "depthwise": "generic"}.get(case, "direct")
+    assert 48 * 9 > direct_max_reduction() >= 12 * 9  # (the rule, for the detected and the faked host)
+    expected = {"strided-long": "blas", "unit-long": "blas", "depthwise": "generic"}.get(case, "direct")
     assert k.variants[0] == expected
     if expected == "direct":
         assert "tv_conv2d_direct_f32(" in source
@@ -184,6 +187,15 @@ def test_convolution_kernels_over_a_dynamic_batch(case, isa):
         out = np.full(want.shape, np.nan, np.float32)
         k(*arrays, out)
         _close(out, want)
+
+
+def test_the_direct_kernels_reduction_bound_follows_the_host():
+    """A quarter of L1d holds the weights of one block of tile channels (mr of them, from the host rule)."""
+    base = host.HostDescription(l1d=32 * 1024)
+    assert direct_max_reduction(host.isa_host("avx2", base)) == 8192 // (4 * 6)
+    assert direct_max_reduction(host.isa_host("avx512", base)) == 8192 // (4 * 14)
+    wide = host.isa_host("avx512", host.HostDescription(l1d=48 * 1024))
+    assert direct_max_reduction(wide) == 12288 // (4 * 14)
 
 
 def test_stats_name_the_convolution_tiles():
