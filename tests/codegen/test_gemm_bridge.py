@@ -104,6 +104,11 @@ CASES = [
     ("matmul-ta", _matmul(True, False), [(30, 20), (30, 40)], True),
     ("matmul-tb", _matmul(False, True), [(20, 30), (40, 30)], True),
     ("matmul-ta-tb", _matmul(True, True), [(30, 20), (40, 30)], True),
+    # one column: BLAS's GEMV on op(A) (not panels of which one column is used), every transpose
+    ("matmul-one-column", _matmul(False, False), [(300, 70), (70, 1)], True),
+    ("matmul-one-column-ta", _matmul(True, False), [(70, 300), (70, 1)], True),
+    ("matmul-one-column-tb", _matmul(False, True), [(300, 70), (1, 70)], True),
+    ("matmul-one-column-ta-tb", _matmul(True, True), [(70, 300), (1, 70)], True),
     ("batch_matmul", _batch_matmul(False, True), [(5, 17, 32), (5, 24, 32)], True),
     ("batch_matmul-ta", _batch_matmul(True, False), [(3, 32, 17), (3, 32, 24)], True),
     ("batch_matmul-broadcast-x", _batch_matmul(False, True), [(1, 17, 32), (4, 24, 32)], True),

@@ -94,6 +94,12 @@ static inline int tv_gemm_onthefly_f64(double alpha, int64_t m, int64_t n, int64
   static void tv_gemm_block_##S(T alpha, int64_t m, int64_t n, int64_t k, const T* a, int64_t lda,   \
                                 int64_t ta, const T* b, int64_t ldb, int64_t tb, T* c, int64_t ldc) { \
     if (m <= 0 || n <= 0) return;                                                                  \
+    /* one column (a 1x1 convolution of a 1x1 image: squeeze-and-excitation): a GEMV, not panels of   \
+       which all columns but one are padding */                                                    \
+    if (n == 1 && m > 1 && tv_blas_gemv_##S != NULL) {                                            \
+      tv_blas_gemv_##S(101, ta ? 112 : 111, ta ? k : m, ta ? m : k, alpha, a, lda, b, tb ? 1 : ldb, (T)0, c, ldc); \
+      return;                                                                                      \
+    }                                                                                              \
     if (m > 1 && tv_gemm_onthefly_##S(alpha, m, n, k, a, lda, ta, b, ldb, tb, c, ldc)) return;       \
     if (tv_blas_gemm_##S != NULL) {                                                               \
       if (m == 1 && !ta && tv_blas_gemv_##S != NULL) {                                            \
