@@ -207,3 +207,23 @@ def test_stats_name_the_convolution_tiles():
     conv = exe.stats()["product_kernels"]["convolution"]
     params = host.gemm_params()
     assert conv["isa"] == host.host().isa and conv["direct_tile"].startswith(f"{max(params.mr, 4)}x2x{params.lanes}")
+
+
+def test_direct_convolution_over_dynamic_image_sizes():
+    """Batch, height and width all dynamic (the padded copy's size is computed at run time): a strided,
+    dilated convolution against NumPy at odd and even sizes, one smaller than the tile."""
+    attrs = dict(padding=[2, 1, 1, 2], strides=[2, 3], dilation=[2, 1])
+    x, w, b = Var("x", _t(None, 3, None, None)), Var("w", _t(10, 3, 3, 3)), Var("b", _t(10, 1, 1))
+    _, kernels = build_fused_module({"k": Function([x, w, b], op.nn.relu(op.add(op.nn.conv2d(x, w, **attrs), b)),
+                                                   attrs={"Primitive": 1})})
+    k = kernels["k"]
+    assert k.variants[0] == "direct"
+    rng = np.random.default_rng(5)
+    weights = rng.standard_normal((10, 3, 3, 3)).astype(np.float32)
+    bias = rng.standard_normal((10, 1, 1)).astype(np.float32)
+    for shape in [(1, 3, 5, 4), (2, 3, 23, 40), (3, 3, 16, 17)]:
+        data = rng.standard_normal(shape).astype(np.float32)
+        want = np.maximum(_reference(data, weights, attrs) + bias, 0)
+        out = np.full(want.shape, np.nan, np.float32)
+        k(data, weights, bias, out)
+        _close(out, want)
