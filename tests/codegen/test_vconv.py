@@ -207,6 +207,7 @@ def test_stats_name_the_convolution_tiles():
     conv = exe.stats()["product_kernels"]["convolution"]
     params = host.gemm_params()
     assert conv["isa"] == host.host().isa and conv["direct_tile"].startswith(f"{max(params.mr, 4)}x2x{params.lanes}")
+    assert exe.stats()["kernel_library"]["variants"] == {"direct": 1}  # the variant each kernel can run
 
 
 def test_direct_convolution_over_dynamic_image_sizes():
