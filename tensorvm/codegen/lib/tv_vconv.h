@@ -37,16 +37,23 @@ static void tv_vconv_pad(const float* x, int64_t c0, int64_t c1, int64_t h, int6
     for (int64_t r = 0; r < g.hp; ++r) {
       float* d = padded + ci * g.plane + r * g.row;
       const int64_t iy = r - pt;
-      if (iy < 0 || iy >= h) { for (int64_t q = 0; q < g.row; ++q) d[q] = 0.0f; continue; }
+      if (iy < 0 || iy >= h) { memset(d, 0, (size_t)g.row * sizeof(float)); continue; }
       const float* src = x + (ci * h + iy) * w;
+      if (sw == 1) {  /* one phase: the row copied whole, the border cleared around it */
+        const int64_t left = pl < g.wq ? pl : g.wq, cols = w < g.wq - left ? w : g.wq - left;
+        memset(d, 0, (size_t)left * sizeof(float));
+        if (cols > 0) memcpy(d + left, src, (size_t)cols * sizeof(float));
+        const int64_t done = left + (cols > 0 ? cols : 0);
+        memset(d + done, 0, (size_t)(g.wq - done) * sizeof(float));
+        continue;
+      }
       for (int64_t p = 0; p < sw; ++p, d += g.wq) {
         /* phase p, index q reads column q SW + p - PL: inside the image for q in [lo, hi) */
         int64_t lo = pl - p > 0 ? (pl - p + sw - 1) / sw : 0, hi = (w + pl - p + sw - 1) / sw;
         hi = hi < g.wq ? hi : g.wq, lo = lo < hi ? lo : hi;
         for (int64_t q = 0; q < lo; ++q) d[q] = 0.0f;
         const float* s0 = src + lo * sw + p - pl;
-        if (sw == 1) { for (int64_t q = lo; q < hi; ++q) d[q] = s0[q - lo]; }
-        else { for (int64_t q = lo; q < hi; ++q) d[q] = s0[(q - lo) * sw]; }
+        for (int64_t q = lo; q < hi; ++q) d[q] = s0[(q - lo) * sw];
         for (int64_t q = hi; q < g.wq; ++q) d[q] = 0.0f;
       }
     }
@@ -75,9 +82,46 @@ typedef int32_t tv_vi __attribute__((vector_size(TV_VEC_BYTES)));
 #define TV_VCONV_KEEP(i) TV_VSTORE(tile[i][0], a##i##0); TV_VSTORE(tile[i][1], a##i##1);
 #define TV_VCONV_STORE(i) TV_VSTORE(out + ((o0 + i) * oh + y0) * ow + x0, a##i##0);                      \
                           TV_VSTORE(out + ((o0 + i) * oh + y0 + 1) * ow + x0, a##i##1);
-#define TV_VCONV_TILE(OC)                                                                            \
-  static void tv_vconv_tile##OC(const float* padded, int64_t c, tv_vconv_geometry g, int64_t sh,     \
-                                const int64_t* at, int64_t dh, const float* weights, int64_t kh,      \
+/* The reduction over (c, ky, kx); AT(kx) is the tap's offset in its row. */
+#define TV_VCONV_SUM(OC, AT)                                                                         \
+    for (int64_t ci = 0; ci < c; ++ci)                                                               \
+      for (int64_t ky = 0; ky < kh; ++ky) {                                                          \
+        const float* r0 = padded + ci * g.plane + (y0 * sh + ky * dh) * g.row + x0;                  \
+        const float* r1 = padded + ci * g.plane + (y1 * sh + ky * dh) * g.row + x0;                  \
+        const int64_t t = (ci * kh + ky) * kw;                                                       \
+        _Pragma("GCC unroll 3")                                                                      \
+        for (int64_t kx = 0; kx < kw; ++kx) {                                                        \
+          const tv_vf v0 = TV_VLOAD(r0 + AT(kx)), v1 = TV_VLOAD(r1 + AT(kx));                        \
+          TV_VROWS##OC(TV_VCONV_FMA)                                                                 \
+        }                                                                                            \
+      }
+/* 2x2 max pool of a whole tile in registers: the rows' maximum, each lane's with its pair's, the even
+   lanes gathered into the first half, half a vector stored (max(a, b) is b where either is NaN, as the
+   scalar path and the AVX max before). */
+#define TV_VMAX(a, b) ((tv_vf)(((tv_vi)(a) & ((a) > (b))) | ((tv_vi)(b) & ~((a) > (b)))))
+#if TV_VLANES == 4
+#define TV_VPAIRS ((tv_vi){1, 0, 3, 2})
+#define TV_VEVENS ((tv_vi){0, 2, 0, 2})
+#elif TV_VLANES == 8
+#define TV_VPAIRS ((tv_vi){1, 0, 3, 2, 5, 4, 7, 6})
+#define TV_VEVENS ((tv_vi){0, 2, 4, 6, 0, 2, 4, 6})
+#else
+#define TV_VPAIRS ((tv_vi){1, 0, 3, 2, 5, 4, 7, 6, 9, 8, 11, 10, 13, 12, 15, 14})
+#define TV_VEVENS ((tv_vi){0, 2, 4, 6, 8, 10, 12, 14, 0, 2, 4, 6, 8, 10, 12, 14})
+#endif
+#define TV_VCONV_STORE_POOL(i) {                                                                     \
+    const tv_vf rows = TV_VMAX(a##i##0, a##i##1);                                                    \
+    const tv_vf pairs = TV_VMAX(rows, __builtin_shuffle(rows, TV_VPAIRS));                           \
+    const tv_vf evens = __builtin_shuffle(pairs, TV_VEVENS);                                          \
+    memcpy(out + ((o0 + i) * ph + y0 / 2) * pw + x0 / 2, &evens, sizeof(float) * (TV_VLANES / 2)); }
+/* Two copies of each tile: unit column stride and dilation, whose taps are consecutive floats (offset kx:
+   a table lookup per step made the small CNN 15% slower), and any other, through at[] (tv_vconv_taps). */
+#define TV_VCONV_AT_UNIT(kx) (kx)
+#define TV_VCONV_AT_TABLE(kx) (at[kx])
+#define TV_VCONV_TILE(OC) TV_VCONV_TILE_AT(OC, unit, TV_VCONV_AT_UNIT) TV_VCONV_TILE_AT(OC, any, TV_VCONV_AT_TABLE)
+#define TV_VCONV_TILE_AT(OC, KIND, AT)                                                               \
+  static void tv_vconv_tile##OC##_##KIND(const float* padded, int64_t c, tv_vconv_geometry g, int64_t sh,     \
+                                const int64_t* at, int64_t dh, int64_t dw, const float* weights, int64_t kh, \
                                 int64_t kw, int64_t o, int64_t oh, int64_t ow, int64_t o0, int64_t y0, \
                                 int64_t x0, tv_conv_epilogue epi, float* out) {                      \
     const int64_t taps = c * kh * kw;                                                                \
@@ -90,20 +134,16 @@ typedef int32_t tv_vi __attribute__((vector_size(TV_VEC_BYTES)));
     }                                                                                                \
     const int64_t y1 = y0 + 1 < oh ? y0 + 1 : y0;                                                    \
     TV_VROWS##OC(TV_VCONV_ACC)                                                                       \
-    for (int64_t ci = 0; ci < c; ++ci)                                                               \
-      for (int64_t ky = 0; ky < kh; ++ky) {                                                          \
-        const float* r0 = padded + ci * g.plane + (y0 * sh + ky * dh) * g.row + x0;                  \
-        const float* r1 = padded + ci * g.plane + (y1 * sh + ky * dh) * g.row + x0;                  \
-        const int64_t t = (ci * kh + ky) * kw;                                                       \
-        _Pragma("GCC unroll 3")                                                                      \
-        for (int64_t kx = 0; kx < kw; ++kx) {                                                        \
-          const tv_vf v0 = TV_VLOAD(r0 + at[kx]), v1 = TV_VLOAD(r1 + at[kx]);                        \
-          TV_VROWS##OC(TV_VCONV_FMA)                                                                 \
-        }                                                                                            \
-      }                                                                                              \
+    (void)at, (void)dw;                                                                              \
+    TV_VCONV_SUM(OC, AT)                                                                             \
     if (epi.relu) { TV_VROWS##OC(TV_VCONV_RELU) }                                                    \
-    if (!epi.pool && o0 + OC <= o && y0 + 1 < oh && x0 + TV_VLANES <= ow) {                          \
-      TV_VROWS##OC(TV_VCONV_STORE) /* a whole tile: straight to the output */                        \
+    if (o0 + OC <= o && y0 + 1 < oh && x0 + TV_VLANES <= ow) { /* a whole tile: straight to the output */ \
+      if (epi.pool) {                                                                                \
+        const int64_t ph = oh / 2, pw = ow / 2;                                                      \
+        TV_VROWS##OC(TV_VCONV_STORE_POOL)                                                            \
+      } else {                                                                                       \
+        TV_VROWS##OC(TV_VCONV_STORE)                                                                 \
+      }                                                                                              \
       return;                                                                                        \
     }                                                                                                \
     float tile[OC][2][TV_VLANES];                                                                    \
@@ -137,8 +177,8 @@ static void tv_vconv_store(const float* tile, int channels, int64_t o, int64_t o
 
 /* (through these, TV_VGEMM_MR is expanded to its number before it is pasted into a name) */
 #define TV_VCONV_TILE_OF(OC) TV_VCONV_TILE(OC)
-#define TV_VCONV_NAME(OC) TV_VCONV_NAME_(OC)
-#define TV_VCONV_NAME_(OC) tv_vconv_tile##OC
+#define TV_VCONV_NAME(OC, KIND) TV_VCONV_NAME_(OC, KIND)
+#define TV_VCONV_NAME_(OC, KIND) tv_vconv_tile##OC##_##KIND
 TV_VCONV_TILE(4)
 #if TV_VGEMM_MR > 4
 TV_VCONV_TILE_OF(TV_VGEMM_MR)
@@ -174,6 +214,7 @@ __attribute__((unused)) static int32_t tv_conv2d_direct_f32(int64_t n, int64_t c
   const int64_t mr = TV_VGEMM_MR > 4 ? TV_VGEMM_MR : 4;
   const int64_t yblocks = pool ? oh / 2 : (oh + 1) / 2, xblocks = (ow + TV_VLANES - 1) / TV_VLANES;
   const int64_t oblocks = big + fours, tiles = oblocks * yblocks * xblocks;
+  const int unit = sw == 1 && dw == 1;
   const int64_t image_out = pool ? o * (oh / 2) * (ow / 2) : o * oh * ow;
   const int parallel = (double)o * oh * ow * c * kh * kw >= TV_GEMM_PARALLEL_WORK && !tv_omp_in_parallel();
   (void)parallel;  /* (read by the OpenMP pragma only) */
@@ -186,15 +227,24 @@ __attribute__((unused)) static int32_t tv_conv2d_direct_f32(int64_t n, int64_t c
     _Pragma("omp parallel for schedule(static) num_threads(tv_threads()) if(parallel)")
     for (int64_t t = 0; t < tiles; ++t) {
       const int64_t ob = t % oblocks, xb = (t / oblocks) % xblocks, yb = t / (oblocks * xblocks);
+      const int64_t o0 = ob < big ? ob * mr : big * mr + (ob - big) * 4;
 #if TV_VGEMM_MR > 4
       if (ob < big) {
-        TV_VCONV_NAME(TV_VGEMM_MR)(padded, c, g, sh, at, dh, weights, kh, kw, o, oh, ow, ob * mr, yb * 2,
-                                    xb * TV_VLANES, epi, image);
+        if (unit)
+          TV_VCONV_NAME(TV_VGEMM_MR, unit)(padded, c, g, sh, at, dh, dw, weights, kh, kw, o, oh, ow, o0, yb * 2,
+                                           xb * TV_VLANES, epi, image);
+        else
+          TV_VCONV_NAME(TV_VGEMM_MR, any)(padded, c, g, sh, at, dh, dw, weights, kh, kw, o, oh, ow, o0, yb * 2,
+                                          xb * TV_VLANES, epi, image);
         continue;
       }
 #endif
-      tv_vconv_tile4(padded, c, g, sh, at, dh, weights, kh, kw, o, oh, ow, big * mr + (ob - big) * 4, yb * 2,
-                     xb * TV_VLANES, epi, image);
+      if (unit)
+        tv_vconv_tile4_unit(padded, c, g, sh, at, dh, dw, weights, kh, kw, o, oh, ow, o0, yb * 2, xb * TV_VLANES, epi,
+                            image);
+      else
+        tv_vconv_tile4_any(padded, c, g, sh, at, dh, dw, weights, kh, kw, o, oh, ow, o0, yb * 2, xb * TV_VLANES, epi,
+                           image);
     }
   }
   return 0;
