@@ -131,7 +131,8 @@ def _c_build_stats() -> dict:
 
 def executable_summary(exe) -> dict:
     """What ``exe.stats()`` says of a VM executable, short enough for the report: kernel counts, the
-    kernels that fell back to NumPy on target "c" (with why), instruction counts, C source size."""
+    kernels that fell back to NumPy on target "c" (with why), instruction counts, C source size, the
+    kernel variants compiled and the host instances of the product and convolution kernels."""
     try:
         stats = exe.stats()
     except Exception as err:  # a stats helper must never fail the benchmark
@@ -145,6 +146,8 @@ def executable_summary(exe) -> dict:
         "instructions": stats["num_instructions"],
         "top_opcodes": dict(list(stats["instructions_by_opcode"].items())[:6]),
         "c_source_bytes": library.get("source_bytes"),
+        "kernel_variants": library.get("variants", {}),  # e.g. convolutions: direct / blas (im2col + product)
+        "product_kernels": stats.get("product_kernels", {}),  # the host's instances (tiles) and why
         "c_compile_s": library.get("compile_seconds"),
     }
 

@@ -168,6 +168,11 @@ def report() -> dict:
             "why": f"rule of host.gemm_params on the {source} host: {desc.vector_bytes}-byte vectors, "
                    f"{desc.vector_registers} registers, L2 {desc.l2 // 1024} KB ({desc.model or 'unknown model'})",
         },
+        "convolution": {
+            "isa": desc.isa, "direct_tile": f"{max(params.mr, 4)}x2x{params.lanes} and 4x2x{params.lanes}",
+            "why": "tv_vconv.h instantiated with the packed product's vectors: output channels x 2 rows x one "
+                   "vector of columns (the tile's channels are the product's tile rows)",
+        },
         "calibrated": [{"op": c.op, "shape_class": c.shape_class, "variant": c.variant, "why": c.why}
                        for c in choices()],
     }

@@ -236,11 +236,14 @@ class SoftmaxCall(LibraryCall):
 
 @dataclass(frozen=True)
 class Conv2dCall(LibraryCall):
-    """An NCHW / OIHW convolution as ``tv_conv2d_<dtype>`` (``c_emit.BLAS_BRIDGE``): per image, the
-    input patches are unfolded into a temporary (im2col; skipped for a 1x1 kernel with unit strides and
-    no padding) and multiplied by the weight matrix (O x C*KH*KW) with ``tv_gemm``. A float32
-    convolution with unit strides runs the direct kernel ``tv_conv2d_direct_f32`` instead, which can
-    also apply a ``TileEpilogue`` to its output tiles."""
+    """An NCHW / OIHW convolution as a C library call (``c_emit.BLAS_BRIDGE``). A float32 convolution other
+    than 1x1 with a short reduction (``direct``: an image's first layers, small CNNs), at any strides and
+    dilation, runs the direct kernel ``tv_conv2d_direct_f32`` (``tv_vconv.h``, vectors of the
+    host's width), which can also apply a ``TileEpilogue`` to its output tiles. The rest runs
+    ``tv_conv2d_<dtype>``: per image the input patches are unfolded into a temporary (im2col; skipped for
+    a 1x1 kernel with unit strides and no padding, the image being its own patch matrix) and multiplied
+    by the weight matrix (O x C*KH*KW) with ``tv_gemm`` (the register tiles with the image packed on the
+    fly, or BLAS)."""
 
     dims: tuple  # te expressions: batch, channels, height, width, out channels, out height, out width
     kernel: tuple  # (kh, kw), static
@@ -248,9 +251,34 @@ class Conv2dCall(LibraryCall):
     dilation: tuple
     padding: tuple  # (top, left)
     padding_all: tuple  # (top, left, bottom, right)
+    channels: int | None = None  # the input channels when static
 
     def direct(self, suffix: str) -> bool:
-        return suffix == "f32" and (*self.strides, *self.dilation) == (1, 1, 1, 1) and self.kernel != (1, 1)
+        """Whether the direct kernel of ``tv_vconv.h`` computes it, by this rule: its tile broadcasts one
+        weight per pair of FMAs, so it runs at the FMA units' speed while the weights of a block of
+        output channels (``mr`` x C x KH x KW floats, ``mr`` the tile's channels) stay in L1 beside the
+        input rows it streams: up to a quarter of L1d (``direct_max_reduction``). There it reads each
+        input once per tile where im2col copies it KH x KW times, and it beat im2col + the product
+        (BLAS) by 1.2-1.8x on first layers and the small CNN (C x KH x KW of 27 to 288 on AVX2, 32 KB
+        L1d); beyond, im2col + the product won by 1.1-1.5x (ResNet-18's layers, 576 to 4608). With
+        dynamic channels a unit-stride convolution keeps the direct kernel."""
+        if suffix != "f32" or self.kernel == (1, 1):
+            return False
+        if self.channels is None:
+            return (*self.strides, *self.dilation) == (1, 1, 1, 1)
+        return self.channels * self.kernel[0] * self.kernel[1] <= direct_max_reduction()
+
+    def padded_size(self):
+        """Floats of the zero-padded, column-phase-split copy of one image the direct kernel reads
+        (``tv_vconv_geometry_of`` in ``tv_vconv.h``, for this host's vector lanes)."""
+        from .host import gemm_params
+
+        lanes = gemm_params().lanes
+        _, c, _, _, _, oh, ow = self.dims
+        (kh, kw), (sh, sw), (dh, dw) = self.kernel, self.strides, self.dilation
+        hp = (oh - 1) * sh + ((kh - 1) * dh + 1)
+        wq = floordiv(ow + (lanes - 1), lanes) * lanes + (kw - 1) * dw // sw
+        return c * hp * (sw * wq)
 
     def statement(self, args: list, target, suffix: str, epilogue: TileEpilogue | None = None):
         """The call computing the convolution of ``args`` into ``target``; with ``epilogue`` (direct
@@ -258,25 +286,33 @@ class Conv2dCall(LibraryCall):
         bias when there is one."""
         n, c, h, w, o, oh, ow = self.dims
         (kh, kw), (sh, sw), (dh, dw), (pt, pl) = self.kernel, self.strides, self.dilation, self.padding
+        geometry = [const(v, "int64") for v in (kh, kw, sh, sw, dh, dw, pt, pl)]
         if self.direct(suffix):
-            # unit strides: the direct kernel over a zero-padded copy of each image
             epilogue = epilogue or TileEpilogue()
-            hp, wp = oh + (kh - 1), floordiv(ow + 7, 8) * 8 + (kw - 1)
-            padded = Buffer("padded", args[0].dtype, (c * hp * wp,), "local")
+            padded = Buffer("padded", args[0].dtype, (self.padded_size(),), "local")
             bias = args[1] if epilogue.bias is None else args[epilogue.bias]
             flags = [const(int(v), "int64") for v in (epilogue.bias is not None, epilogue.relu, epilogue.pool)]
-            call = CallExtern("tv_conv2d_direct_f32", (n, c, h, w, o, oh, ow, const(kh, "int64"), const(kw, "int64"),
-                                                       const(pt, "int64"), const(pl, "int64"), args[0], args[1],
-                                                       bias, *flags, padded, target))
+            call = CallExtern("tv_conv2d_direct_f32", (n, c, h, w, o, oh, ow, *geometry, args[0], args[1], bias,
+                                                       *flags, padded, target))
             return Allocate(padded, call)
         if epilogue is not None:
             raise UnsupportedError("a tile epilogue needs the direct convolution kernel")
         direct = (kh, kw, sh, sw) == (1, 1, 1, 1) and not any(self.padding_all)
         col = Buffer("patches", args[0].dtype, (const(1, INDEX_DTYPE),) if direct else (c * (kh * kw) * oh * ow,),
                      "local")
-        numbers = [const(v, "int64") for v in (kh, kw, sh, sw, dh, dw, pt, pl, int(direct))]
-        call = CallExtern(f"tv_conv2d_{suffix}", (n, c, h, w, o, oh, ow, *numbers, args[0], args[1], col, target))
+        call = CallExtern(f"tv_conv2d_{suffix}", (n, c, h, w, o, oh, ow, *geometry, const(int(direct), "int64"),
+                                                  args[0], args[1], col, target))
         return Allocate(col, call)
+
+
+def direct_max_reduction(desc=None) -> int:
+    """The longest reduction (C x KH x KW) the direct convolution takes on this host (``Conv2dCall.direct``):
+    a block of ``mr`` output channels' weights fills at most a quarter of L1d (341 on AVX2 with 32 KB,
+    219 on AVX-512 with 48 KB, 146 with 32 KB)."""
+    from .host import gemm_params, host
+
+    desc = desc or host()
+    return desc.l1d // 4 // (4 * max(gemm_params(desc).mr, 4))
 
 
 @dataclass(frozen=True)

@@ -35,6 +35,9 @@ from ..errors import TensorVMError, UnsupportedError
 __all__ = ["CLibrary", "build_c_library", "c_kernel_name"]
 
 
+_VARIANT = re.compile(r"/\* variant (\w+) \*/")
+
+
 def c_kernel_name(index: int, prim_name: str) -> str:
     """The C function name of the ``index``-th compiled primitive."""
     clean = re.sub(r"\W", "_", prim_name).strip("_")[:60]
@@ -67,12 +70,23 @@ class CLibrary:
     python_module: str = ""  # the name of the library's CPython wrapper module ("" without one)
     from_manifest: bool = False  # bound from the manifest of a library built before (``kernel_manifest``)
 
+    def variant_counts(self) -> dict:
+        """How many C kernels have each variant (``direct``, ``blas``, ``generic``...; the names their
+        sources give, ``/* variant NAME */``): which implementations the executable's convolutions and
+        products can run."""
+        counts: dict = {}
+        for source in self.sources.values():
+            for name in set(_VARIANT.findall(source)):
+                counts[name] = counts.get(name, 0) + 1
+        return dict(sorted(counts.items()))
+
     def summary(self) -> dict:
         from ..codegen.build import library_threads
 
         info = self.build_info
         return {
             "c_kernels": sorted(self.sources),
+            "variants": self.variant_counts(),
             "numpy_fallbacks": dict(sorted(self.fallbacks.items())),
             "c_shape_funcs": sorted(self.shape_funcs),
             "python_shape_funcs": dict(sorted(self.shape_fallbacks.items())),

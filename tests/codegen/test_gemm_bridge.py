@@ -104,6 +104,11 @@ CASES = [
     ("matmul-ta", _matmul(True, False), [(30, 20), (30, 40)], True),
     ("matmul-tb", _matmul(False, True), [(20, 30), (40, 30)], True),
     ("matmul-ta-tb", _matmul(True, True), [(30, 20), (40, 30)], True),
+    # one column: BLAS's GEMV on op(A) (not panels of which one column is used), every transpose
+    ("matmul-one-column", _matmul(False, False), [(300, 70), (70, 1)], True),
+    ("matmul-one-column-ta", _matmul(True, False), [(70, 300), (70, 1)], True),
+    ("matmul-one-column-tb", _matmul(False, True), [(300, 70), (1, 70)], True),
+    ("matmul-one-column-ta-tb", _matmul(True, True), [(70, 300), (1, 70)], True),
     ("batch_matmul", _batch_matmul(False, True), [(5, 17, 32), (5, 24, 32)], True),
     ("batch_matmul-ta", _batch_matmul(True, False), [(3, 32, 17), (3, 32, 24)], True),
     ("batch_matmul-broadcast-x", _batch_matmul(False, True), [(1, 17, 32), (4, 24, 32)], True),
@@ -419,8 +424,10 @@ def test_convolutions_match_the_reference_op(data_shape, weight_shape, attrs, dt
     want = np.maximum(reference + arrays[2].astype(np.float64)[:, None, None], 0)
     (got,) = _run(kernel, arrays, [want.shape], dtype)
     _close(got, want, dtype)
-    assert kernel.variants == ("blas",)  # static shapes: one body, the BLAS one
-    assert "tv_conv2d_" in kernel.source.split("*/", 1)[-1]
+    # static shapes: one body, the C call (the vector kernels for float32 but 1x1, else im2col + product)
+    vector = dtype == F32 and weight_shape[2:] != (1, 1)
+    assert kernel.variants == (("direct",) if vector else ("blas",))
+    assert ("tv_conv2d_direct_f32(" if vector else "tv_conv2d_") in kernel.source.split("*/", 1)[-1]
 
 
 @pytest.mark.parametrize("channels, blas_at_batch_1", [(16, True), (1, False)])
@@ -431,7 +438,7 @@ def test_a_call_taken_at_every_nonempty_shape_is_the_only_variant(channels, blas
     x, w, b = Var("x", _t(None, channels, 6, 6)), Var("w", _t(32, channels, 3, 3)), Var("b", _t(32, 1, 1))
     _, kernel = _build(_fn([x, w, b], op.nn.relu(op.add(op.nn.conv2d(x, w, padding=[1, 1, 1, 1]), b))))
     assert (32 * channels * 9 * 36 >= GEMM_MIN_WORK) == blas_at_batch_1
-    assert kernel.variants == (("blas",) if blas_at_batch_1 else ("blas", "generic"))
+    assert kernel.variants == (("direct",) if blas_at_batch_1 else ("direct", "generic"))
     from tensorvm.op.registry import get_op
 
     conv = get_op("nn.conv2d")
@@ -455,16 +462,17 @@ _CONV_CALLER = """
 int32_t tv_test_conv(int64_t n, int64_t c, int64_t h, int64_t w, int64_t o, int64_t oh, int64_t ow, int64_t kh,
                      int64_t kw, int64_t pt, int64_t pl, const float* x, const float* weights, const float* bias,
                      int64_t has_bias, int64_t relu, int64_t pool, float* padded, float* out) {
-  return tv_conv2d_direct_f32(n, c, h, w, o, oh, ow, kh, kw, pt, pl, x, weights, bias, has_bias, relu, pool,
-                              padded, out);
+  return tv_conv2d_direct_f32(n, c, h, w, o, oh, ow, kh, kw, 1, 1, 1, 1, pt, pl, x, weights, bias, has_bias, relu,
+                              pool, padded, out);
 }
 """
 
 
 @pytest.mark.parametrize("flags", [(), ("-mno-avx2", "-mno-fma")], ids=["native", "portable"])
 def test_direct_convolution_in_both_builds(flags, kernel_threads):
-    """``tv_conv2d_direct_f32`` called directly, built with the kernels' flags (AVX2 tiles where the
-    machine has them) and without AVX2/FMA (the portable loops), on every tail: channel counts that
+    """``tv_conv2d_direct_f32`` called directly (unit strides; strides, dilation and the other vector
+    widths are tests/codegen/test_vconv.py's), built with the kernels' flags and without AVX2/FMA (the
+    host's vectors lowered to 128-bit operations), on every tail: channel counts that
     need blocks of 6 and of 4 with duplicates, odd output rows, output columns not a multiple of 8; and
     with each tile epilogue (bias, relu, 2x2 max pool, which drops an odd last row or column)."""
     from tensorvm.op.registry import get_op
@@ -488,7 +496,7 @@ def test_direct_convolution_in_both_builds(flags, kernel_threads):
             want = conv.kernel(conv.normalize_attrs({"padding": [pt, pl, pb, pr]}), x.astype(np.float64),
                                weights.astype(np.float64))
             oh, ow = want.shape[2:]
-            padded = np.empty(c * (oh + kh - 1) * ((ow + 7) // 8 * 8 + kw - 1), np.float32)
+            padded = np.empty(c * (oh + kh - 1) * ((ow + 15) // 16 * 16 + kw - 1), np.float32)  # (up to 16 lanes)
             for has_bias, relu, pool in (epilogues if threads == 1 or index < 4 else epilogues[-1:]):
                 expected = want + bias[:, None, None] if has_bias else want
                 expected = np.maximum(expected, 0) if relu else expected

@@ -2,8 +2,7 @@
    tv_gemm_<dtype>, tv_gemm_strided_<dtype>), im2col convolution (tv_conv2d_<dtype>) and, when the
    translation unit defines TV_PACKED_KERNELS, the register-tiled products (tv_gemm_packed_f32, the
    on-the-fly packing of tv_gemm_f32: tv_vgemm.h, vector extensions instantiated for the host) and the
-   direct convolution (tv_conv2d_direct_f32, in AVX2 where the compiler targets it and in plain C
-   otherwise). Shared libraries only (the host hands over its BLAS):
+   direct convolution (tv_conv2d_direct_f32: tv_vconv.h, the same vectors). Shared libraries only (the host hands over its BLAS):
    c_emit.prelude() puts this file's text after tv_kernel.h's in each generated translation unit. */
 #ifndef TV_GEMM_H
 #define TV_GEMM_H
@@ -95,6 +94,12 @@ static inline int tv_gemm_onthefly_f64(double alpha, int64_t m, int64_t n, int64
   static void tv_gemm_block_##S(T alpha, int64_t m, int64_t n, int64_t k, const T* a, int64_t lda,   \
                                 int64_t ta, const T* b, int64_t ldb, int64_t tb, T* c, int64_t ldc) { \
     if (m <= 0 || n <= 0) return;                                                                  \
+    /* one column (a 1x1 convolution of a 1x1 image: squeeze-and-excitation): a GEMV, not panels of   \
+       which all columns but one are padding */                                                    \
+    if (n == 1 && m > 1 && tv_blas_gemv_##S != NULL) {                                            \
+      tv_blas_gemv_##S(101, ta ? 112 : 111, ta ? k : m, ta ? m : k, alpha, a, lda, b, tb ? 1 : ldb, (T)0, c, ldc); \
+      return;                                                                                      \
+    }                                                                                              \
     if (m > 1 && tv_gemm_onthefly_##S(alpha, m, n, k, a, lda, ta, b, ldb, tb, c, ldc)) return;       \
     if (tv_blas_gemm_##S != NULL) {                                                               \
       if (m == 1 && !ta && tv_blas_gemv_##S != NULL) {                                            \
@@ -231,7 +236,7 @@ TV_GEMM(float, f32) TV_GEMM(double, f64)
   }
 TV_CONV2D(float, f32) TV_CONV2D(double, f64)
 
-/* The register-tiled products and the direct convolution below (with immintrin.h) are most of the cost of
+/* The register-tiled products and the direct convolution below are most of the cost of
    compiling a small library (0.7 s of a 0.9 s build of one softmax kernel): a translation unit has them only
    when one of its kernels multiplies matrices or convolves (c_emit.emit_library then has prelude() define
    TV_PACKED_KERNELS); otherwise the on-the-fly product is a stub that is never called. */
@@ -297,186 +302,7 @@ static int tv_gemm_onthefly_f32(float alpha, int64_t m, int64_t n, int64_t k, co
 }
 #endif
 
-/* The direct convolution's tiles name their accumulators per output channel with these. */
-#define TV_ROWS2(F) F(0) F(1)
-#define TV_ROWS3(F) TV_ROWS2(F) F(2)
-#define TV_ROWS4(F) TV_ROWS3(F) F(3)
-#define TV_ROWS5(F) TV_ROWS4(F) F(4)
-#define TV_ROWS6(F) TV_ROWS5(F) F(5)
-#if defined(__AVX2__) && defined(__FMA__)
-#include <immintrin.h>
-#endif
-
-/* Direct float32 convolution, unit strides and dilation (NCHW data, OIHW weights): the image is copied
-   once into a zero-padded buffer (C x HP x WP, WP = OW rounded up to 8 plus KW - 1, so every tile reads
-   whole vectors without border tests), then each tile of 6 output channels x 2 rows x 8 columns keeps
-   its 12 accumulators in registers over (c, ky, kx): 2 input vectors and 6 weight broadcasts feed 12
-   FMAs (12 independent chains cover the FMA latency). Tails: a missing channel or row repeats the last
-   one and is not stored; a partial column block goes through a small buffer. Small convolutions spend
-   more in im2col and in a product with a short reduction than in the arithmetic; this reads each input
-   once per tile instead.
-   The tile's epilogue runs on the registers before the store, so that a CNN layer is one pass over its
-   output: a per-channel ``bias`` (when ``has_bias``) starts the accumulators, ``relu`` clamps them at 0,
-   and ``pool`` stores the 2x2 stride-2 maximum of each tile (1 row x 4 columns; the output is then
-   C x OH/2 x OW/2, an odd last row or column dropped as max_pool2d does without ceil mode). Max pooling
-   commutes with the bias and the clamp, so their order does not matter. */
-static void tv_conv_pad_f32(const float* x, int64_t c, int64_t h, int64_t w, int64_t pt, int64_t pl,
-                            int64_t hp, int64_t wp, float* padded) {
-  /* rows of the image are copied whole, the border is cleared around them */
-  const int64_t left = pl < wp ? pl : wp, cols = w < wp - left ? w : wp - left;
-  for (int64_t ci = 0; ci < c; ++ci)
-    for (int64_t y = 0; y < hp; ++y) {
-      float* d = padded + (ci * hp + y) * wp;
-      const int64_t iy = y - pt;
-      if (iy < 0 || iy >= h || cols <= 0) { memset(d, 0, (size_t)wp * sizeof(float)); continue; }
-      memset(d, 0, (size_t)left * sizeof(float));
-      memcpy(d + left, x + (ci * h + iy) * w, (size_t)cols * sizeof(float));
-      memset(d + left + cols, 0, (size_t)(wp - left - cols) * sizeof(float));
-    }
-}
-
-typedef struct { const float* bias; int relu, pool; } tv_conv_epilogue;
-#if defined(__AVX2__) && defined(__FMA__)
-#define TV_CONV_ACC(i) __m256 a##i##0 = _mm256_set1_ps(start[i]), a##i##1 = a##i##0;
-#define TV_CONV_FMA(i) { const __m256 wv = _mm256_broadcast_ss(wt[i] + t + kx);                           \
-                         a##i##0 = _mm256_fmadd_ps(wv, v0, a##i##0); a##i##1 = _mm256_fmadd_ps(wv, v1, a##i##1); }
-#define TV_CONV_RELU(i) a##i##0 = _mm256_max_ps(a##i##0, zero); a##i##1 = _mm256_max_ps(a##i##1, zero);
-#define TV_CONV_STORE(i) _mm256_storeu_ps(tile[i][0], a##i##0); _mm256_storeu_ps(tile[i][1], a##i##1);
-#define TV_CONV_STORE_OUT(i) _mm256_storeu_ps(out + ((o0 + i) * oh + y0) * ow + x0, a##i##0);       \
-                             _mm256_storeu_ps(out + ((o0 + i) * oh + y0 + 1) * ow + x0, a##i##1);
-/* rows max, then each even lane takes the max with its odd neighbour; the even lanes are gathered into
-   the low half */
-#define TV_CONV_STORE_POOL(i) { __m256 m = _mm256_max_ps(a##i##0, a##i##1);                                 \
-                                m = _mm256_max_ps(m, _mm256_permute_ps(m, 0xB1));                           \
-                                _mm_storeu_ps(out + ((o0 + i) * ph + y0 / 2) * pw + x0 / 2,                 \
-                                              _mm256_castps256_ps128(_mm256_permutevar8x32_ps(m, evens))); }
-#endif
-/* The direct convolution's tile, one function per channel block (TV_CONV_TILE(6) and TV_CONV_TILE(4)):
-   the accumulators are named registers written out per channel with the TV_ROWS<n> macros, so the block
-   size must be a constant. TV_CONV_TILE_SUM(OC) fills tile (or, for a whole tile with AVX2, stores it
-   straight to the output and returns). */
-#if defined(__AVX2__) && defined(__FMA__)
-#define TV_CONV_TILE_SUM(OC)                                                                         \
-  TV_ROWS##OC(TV_CONV_ACC)                                                                           \
-  for (int64_t ci = 0; ci < c; ++ci)                                                                 \
-    for (int64_t ky = 0; ky < kh; ++ky) {                                                            \
-      const float* r0 = padded + (ci * hp + y0 + ky) * wp + x0;                                      \
-      const float* r1 = padded + (ci * hp + y1 + ky) * wp + x0;                                      \
-      const int64_t t = (ci * kh + ky) * kw;                                                         \
-      _Pragma("GCC unroll 3")                                                                        \
-      for (int64_t kx = 0; kx < kw; ++kx) {                                                          \
-        const __m256 v0 = _mm256_loadu_ps(r0 + kx), v1 = _mm256_loadu_ps(r1 + kx);                   \
-        TV_ROWS##OC(TV_CONV_FMA)                                                                     \
-      }                                                                                              \
-    }                                                                                                \
-  if (epi.relu) {                                                                                    \
-    const __m256 zero = _mm256_setzero_ps();                                                         \
-    TV_ROWS##OC(TV_CONV_RELU)                                                                        \
-  }                                                                                                  \
-  if (o0 + OC <= o && y0 + 1 < oh && x0 + 8 <= ow) {  /* a whole tile: straight to the output */     \
-    if (epi.pool) {                                                                                  \
-      const __m256i evens = _mm256_setr_epi32(0, 2, 4, 6, 0, 2, 4, 6);                               \
-      TV_ROWS##OC(TV_CONV_STORE_POOL)                                                                \
-    } else {                                                                                         \
-      TV_ROWS##OC(TV_CONV_STORE_OUT)                                                                 \
-    }                                                                                                \
-    return;                                                                                          \
-  }                                                                                                  \
-  TV_ROWS##OC(TV_CONV_STORE)
-#else
-#define TV_CONV_TILE_SUM(OC)                                                                         \
-  for (int i = 0; i < OC; ++i) for (int r = 0; r < 2; ++r) for (int j = 0; j < 8; ++j) tile[i][r][j] = start[i]; \
-  for (int64_t ci = 0; ci < c; ++ci)                                                                 \
-    for (int64_t ky = 0; ky < kh; ++ky)                                                              \
-      for (int64_t kx = 0; kx < kw; ++kx)                                                            \
-        for (int i = 0; i < OC; ++i) {                                                               \
-          const float wv = wt[i][(ci * kh + ky) * kw + kx];                                          \
-          for (int r = 0; r < 2; ++r) {                                                              \
-            const float* row = padded + (ci * hp + (r ? y1 : y0) + ky) * wp + x0 + kx;               \
-            for (int j = 0; j < 8; ++j) tile[i][r][j] += wv * row[j];                                \
-          }                                                                                          \
-        }                                                                                            \
-  if (epi.relu)                                                                                      \
-    for (int i = 0; i < OC; ++i) for (int r = 0; r < 2; ++r) for (int j = 0; j < 8; ++j)             \
-      tile[i][r][j] = tile[i][r][j] > 0.0f ? tile[i][r][j] : 0.0f;
-#endif
-#define TV_CONV_TILE(OC)                                                                             \
-  static void tv_conv_tile##OC##_f32(const float* padded, int64_t c, int64_t hp, int64_t wp,         \
-                                     const float* weights, int64_t kh, int64_t kw, int64_t o,        \
-                                     int64_t oh, int64_t ow, int64_t o0, int64_t y0, int64_t x0,     \
-                                     tv_conv_epilogue epi, float* out) {                             \
-    const int64_t taps = c * kh * kw;                                                                \
-    const float* wt[OC];                                                                             \
-    float start[OC];                                                                                 \
-    for (int i = 0; i < OC; ++i) {  /* a channel past the end repeats the last one, not stored */    \
-      const int64_t oc = o0 + i < o ? o0 + i : o - 1;                                                \
-      wt[i] = weights + oc * taps;                                                                   \
-      start[i] = epi.bias ? epi.bias[oc] : 0.0f;                                                     \
-    }                                                                                                \
-    const int64_t y1 = y0 + 1 < oh ? y0 + 1 : y0;                                                    \
-    const int64_t ph = oh / 2, pw = ow / 2;                                                          \
-    float tile[OC][2][8];                                                                            \
-    TV_CONV_TILE_SUM(OC)                                                                             \
-    const int64_t cols = ow - x0 < 8 ? ow - x0 : 8;                                                  \
-    for (int i = 0; i < OC && o0 + i < o; ++i) {                                                     \
-      if (epi.pool) {  /* (the driver visits only whole row pairs) */                                \
-        float* d = out + ((o0 + i) * ph + y0 / 2) * pw + x0 / 2;                                     \
-        for (int64_t j = 0; j < cols / 2; ++j) {                                                     \
-          const float a = tile[i][0][2 * j] > tile[i][0][2 * j + 1] ? tile[i][0][2 * j] : tile[i][0][2 * j + 1]; \
-          const float b = tile[i][1][2 * j] > tile[i][1][2 * j + 1] ? tile[i][1][2 * j] : tile[i][1][2 * j + 1]; \
-          d[j] = a > b ? a : b;                                                                      \
-        }                                                                                            \
-        continue;                                                                                    \
-      }                                                                                              \
-      for (int r = 0; r < 2 && y0 + r < oh; ++r) {                                                   \
-        float* d = out + ((o0 + i) * oh + y0 + r) * ow + x0;                                         \
-        for (int64_t j = 0; j < cols; ++j) d[j] = tile[i][r][j];                                     \
-      }                                                                                              \
-    }                                                                                                \
-  }
-TV_CONV_TILE(6) TV_CONV_TILE(4)
-/* Output channels go in blocks of 6, and of 4 where that wastes fewer duplicate channels (32 = 4 x 6 + 2
-   x 4 rather than 6 x 6 with 4 duplicates). */
-static void tv_conv_blocks(int64_t o, int64_t* sixes, int64_t* fours) {
-  const int64_t q = o / 6, r = o % 6;
-  *sixes = q; *fours = 0;
-  if (r == 3 || r == 4) *fours = 1;
-  else if (r == 5) *sixes = q + 1;
-  else if (r != 0) { *sixes = q > 0 ? q - 1 : 0; *fours = q > 0 ? 2 : 1; }
-}
-
-/* ``bias`` is read only when ``has_bias`` (callers without one pass any float pointer). */
-__attribute__((unused)) static int32_t tv_conv2d_direct_f32(int64_t n, int64_t c, int64_t h, int64_t w,
-    int64_t o, int64_t oh, int64_t ow, int64_t kh, int64_t kw, int64_t pt, int64_t pl,
-    const float* x, const float* weights, const float* bias, int64_t has_bias, int64_t relu, int64_t pool,
-    float* padded, float* out) {
-  const int64_t hp = oh + kh - 1, wp = (ow + 7) / 8 * 8 + kw - 1;
-  const tv_conv_epilogue epi = {has_bias ? bias : NULL, relu != 0, pool != 0};
-  int64_t sixes, fours;
-  tv_conv_blocks(o, &sixes, &fours);
-  const int64_t yblocks = pool ? oh / 2 : (oh + 1) / 2, xblocks = (ow + 7) / 8;
-  const int64_t tiles = (sixes + fours) * yblocks * xblocks;
-  const int64_t image_out = pool ? o * (oh / 2) * (ow / 2) : o * oh * ow;
-  const int parallel = (double)o * oh * ow * c * kh * kw >= TV_GEMM_PARALLEL_WORK && !tv_omp_in_parallel();
-  (void)parallel;  /* (read by the OpenMP pragma only) */
-  for (int64_t b = 0; b < n; ++b) {
-    tv_conv_pad_f32(x + b * c * h * w, c, h, w, pt, pl, hp, wp, padded);
-    float* image = out + b * image_out;
-    /* channel blocks vary fastest: neighbouring tiles read the same input rows (kept in L1), and each
-       thread's share of the static schedule has every channel block (blocks of 6 and 4 differ in work) */
-    const int64_t oblocks = sixes + fours;
-    _Pragma("omp parallel for schedule(static) num_threads(tv_threads()) if(parallel)")
-    for (int64_t t = 0; t < tiles; ++t) {
-      const int64_t ob = t % oblocks, xb = (t / oblocks) % xblocks, yb = t / (oblocks * xblocks);
-      if (ob < sixes)
-        tv_conv_tile6_f32(padded, c, hp, wp, weights, kh, kw, o, oh, ow, ob * 6, yb * 2, xb * 8, epi, image);
-      else
-        tv_conv_tile4_f32(padded, c, hp, wp, weights, kh, kw, o, oh, ow, sixes * 6 + (ob - sixes) * 4, yb * 2,
-                          xb * 8, epi, image);
-    }
-  }
-  return 0;
-}
+#include "tv_vconv.h"
 #else
 static int tv_gemm_onthefly_f32(float alpha, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
                                 int64_t ta, const float* b, int64_t ldb, int64_t tb, float* c, int64_t ldc) {

@@ -1,0 +1,253 @@
+/* The float32 direct convolution (tv_conv2d_direct_f32; NCHW data, OIHW weights, any strides, dilation and
+   padding) written once for every vector ISA, in the vector extensions of tv_vgemm.h (tv_vf: TV_VLANES
+   floats; the same host-derived macros instantiate both).
+
+   It reads a zero-padded copy of the image laid out so that every kernel tap of a vector of output columns
+   is one contiguous vector load, whatever the stride: each padded row is stored as SW column *phases*
+   (phase p holds padded columns p, p + SW, p + 2 SW, ...; WQ of them, see tv_vconv_geometry). Output
+   column j reads padded column j SW + kx DW = SW (j + kx DW / SW) + kx DW % SW, i.e. phase kx DW % SW at
+   index j + kx DW / SW: consecutive j are consecutive floats. Output row y reads padded row y SH + ky DH.
+   Each phase is a whole number of vectors plus the taps' reach, so tiles read without border tests.
+   Included by tv_gemm.h (TV_PACKED_KERNELS), after tv_vgemm.h. */
+#ifndef TV_VCONV_H
+#define TV_VCONV_H
+
+/* The padded copy of one image: C planes of HP rows of SW x WQ floats. at[kx] is where tap kx of a vector
+   of output columns starts in its row: phase kx DW % SW, index kx DW / SW (KW of them; computed once per
+   call, not per step: an integer division costs as much as the tap's FMAs). */
+typedef struct { int64_t hp, wq, row, plane; } tv_vconv_geometry;
+static inline tv_vconv_geometry tv_vconv_geometry_of(int64_t oh, int64_t ow, int64_t kh, int64_t kw, int64_t sh,
+                                                     int64_t sw, int64_t dh, int64_t dw) {
+  tv_vconv_geometry g;
+  g.hp = (oh - 1) * sh + (kh - 1) * dh + 1;
+  g.wq = (ow + TV_VLANES - 1) / TV_VLANES * TV_VLANES + (kw - 1) * dw / sw;
+  g.row = sw * g.wq;
+  g.plane = g.hp * g.row;
+  return g;
+}
+static inline void tv_vconv_taps(int64_t kw, int64_t sw, int64_t dw, tv_vconv_geometry g, int64_t* at) {
+  for (int64_t kx = 0; kx < kw; ++kx) at[kx] = kx * dw % sw * g.wq + kx * dw / sw;
+}
+
+/* Channels [c0, c1) of the image x (C x H x W) into their padded, phase-split planes (see above): per
+   phase, zeros, the image's columns, zeros. */
+static void tv_vconv_pad(const float* x, int64_t c0, int64_t c1, int64_t h, int64_t w, int64_t sw, int64_t pt,
+                         int64_t pl, tv_vconv_geometry g, float* padded) {
+  for (int64_t ci = c0; ci < c1; ++ci)
+    for (int64_t r = 0; r < g.hp; ++r) {
+      float* d = padded + ci * g.plane + r * g.row;
+      const int64_t iy = r - pt;
+      if (iy < 0 || iy >= h) { memset(d, 0, (size_t)g.row * sizeof(float)); continue; }
+      const float* src = x + (ci * h + iy) * w;
+      if (sw == 1) {  /* one phase: the row copied whole, the border cleared around it */
+        const int64_t left = pl < g.wq ? pl : g.wq, cols = w < g.wq - left ? w : g.wq - left;
+        memset(d, 0, (size_t)left * sizeof(float));
+        if (cols > 0) memcpy(d + left, src, (size_t)cols * sizeof(float));
+        const int64_t done = left + (cols > 0 ? cols : 0);
+        memset(d + done, 0, (size_t)(g.wq - done) * sizeof(float));
+        continue;
+      }
+      for (int64_t p = 0; p < sw; ++p, d += g.wq) {
+        /* phase p, index q reads column q SW + p - PL: inside the image for q in [lo, hi) */
+        int64_t lo = pl - p > 0 ? (pl - p + sw - 1) / sw : 0, hi = (w + pl - p + sw - 1) / sw;
+        hi = hi < g.wq ? hi : g.wq, lo = lo < hi ? lo : hi;
+        for (int64_t q = 0; q < lo; ++q) d[q] = 0.0f;
+        const float* s0 = src + lo * sw + p - pl;
+        for (int64_t q = lo; q < hi; ++q) d[q] = s0[(q - lo) * sw];
+        for (int64_t q = hi; q < g.wq; ++q) d[q] = 0.0f;
+      }
+    }
+}
+
+/* What the direct convolution applies to its tiles in registers before the store: a per-channel bias
+   (starts the accumulators), a clamp at 0, and a 2x2 stride-2 max pool (each tile of 2 rows x TV_VLANES
+   columns stores 1 row x TV_VLANES / 2; the output is then C x OH/2 x OW/2, an odd last row or column
+   dropped as max_pool2d does without ceil mode). Max pooling commutes with the bias and the clamp. */
+typedef struct { const float* bias; int relu, pool; } tv_conv_epilogue;
+
+typedef int32_t tv_vi __attribute__((vector_size(TV_VEC_BYTES)));
+/* v = max(v, 0) lane by lane (0 where v is NaN, as the AVX max this replaced); a macro: a function
+   returning a vector wider than the target's would change the ABI (-Wpsabi) */
+#define TV_VRELU(v) (v) = (tv_vf)((tv_vi)(v) & ((v) > (tv_vf){0}))
+
+/* The direct convolution's tile: OC output channels x 2 rows x one vector of columns, 2 OC accumulators in
+   registers (named per channel by TV_VROWS<OC>, see tv_vgemm.h) over (c, ky, kx): 2 input vectors and OC
+   weight broadcasts feed 2 OC FMAs. OC is TV_VGEMM_MR (the rule of host.gemm_params: 2 OC accumulators + 2
+   inputs + 1 broadcast fit the register file: 6 on AVX2, 14 on AVX-512) or 4 for the tails. A channel
+   past the end repeats the last one and a missing row the last row (neither stored); a partial column block
+   goes through a small buffer. */
+#define TV_VCONV_ACC(i) tv_vf a##i##0 = TV_VSPLAT(start[i]), a##i##1 = a##i##0;
+#define TV_VCONV_FMA(i) { const tv_vf wv = TV_VSPLAT(wt[i][t + kx]); a##i##0 += wv * v0; a##i##1 += wv * v1; }
+#define TV_VCONV_RELU(i) TV_VRELU(a##i##0); TV_VRELU(a##i##1);
+#define TV_VCONV_KEEP(i) TV_VSTORE(tile[i][0], a##i##0); TV_VSTORE(tile[i][1], a##i##1);
+#define TV_VCONV_STORE(i) TV_VSTORE(out + ((o0 + i) * oh + y0) * ow + x0, a##i##0);                      \
+                          TV_VSTORE(out + ((o0 + i) * oh + y0 + 1) * ow + x0, a##i##1);
+/* The reduction over (c, ky, kx); AT(kx) is the tap's offset in its row. */
+#define TV_VCONV_SUM(OC, AT)                                                                         \
+    for (int64_t ci = 0; ci < c; ++ci)                                                               \
+      for (int64_t ky = 0; ky < kh; ++ky) {                                                          \
+        const float* r0 = padded + ci * g.plane + (y0 * sh + ky * dh) * g.row + x0;                  \
+        const float* r1 = padded + ci * g.plane + (y1 * sh + ky * dh) * g.row + x0;                  \
+        const int64_t t = (ci * kh + ky) * kw;                                                       \
+        _Pragma("GCC unroll 3")                                                                      \
+        for (int64_t kx = 0; kx < kw; ++kx) {                                                        \
+          const tv_vf v0 = TV_VLOAD(r0 + AT(kx)), v1 = TV_VLOAD(r1 + AT(kx));                        \
+          TV_VROWS##OC(TV_VCONV_FMA)                                                                 \
+        }                                                                                            \
+      }
+/* 2x2 max pool of a whole tile in registers: the rows' maximum, each lane's with its pair's, the even
+   lanes gathered into the first half, half a vector stored (max(a, b) is b where either is NaN, as the
+   scalar path and the AVX max before). */
+#define TV_VMAX(a, b) ((tv_vf)(((tv_vi)(a) & ((a) > (b))) | ((tv_vi)(b) & ~((a) > (b)))))
+#if TV_VLANES == 4
+#define TV_VPAIRS ((tv_vi){1, 0, 3, 2})
+#define TV_VEVENS ((tv_vi){0, 2, 0, 2})
+#elif TV_VLANES == 8
+#define TV_VPAIRS ((tv_vi){1, 0, 3, 2, 5, 4, 7, 6})
+#define TV_VEVENS ((tv_vi){0, 2, 4, 6, 0, 2, 4, 6})
+#else
+#define TV_VPAIRS ((tv_vi){1, 0, 3, 2, 5, 4, 7, 6, 9, 8, 11, 10, 13, 12, 15, 14})
+#define TV_VEVENS ((tv_vi){0, 2, 4, 6, 8, 10, 12, 14, 0, 2, 4, 6, 8, 10, 12, 14})
+#endif
+#define TV_VCONV_STORE_POOL(i) {                                                                     \
+    const tv_vf rows = TV_VMAX(a##i##0, a##i##1);                                                    \
+    const tv_vf pairs = TV_VMAX(rows, __builtin_shuffle(rows, TV_VPAIRS));                           \
+    const tv_vf evens = __builtin_shuffle(pairs, TV_VEVENS);                                          \
+    memcpy(out + ((o0 + i) * ph + y0 / 2) * pw + x0 / 2, &evens, sizeof(float) * (TV_VLANES / 2)); }
+/* Two copies of each tile: unit column stride and dilation, whose taps are consecutive floats (offset kx:
+   a table lookup per step made the small CNN 15% slower), and any other, through at[] (tv_vconv_taps). */
+#define TV_VCONV_AT_UNIT(kx) (kx)
+#define TV_VCONV_AT_TABLE(kx) (at[kx])
+#define TV_VCONV_TILE(OC) TV_VCONV_TILE_AT(OC, unit, TV_VCONV_AT_UNIT) TV_VCONV_TILE_AT(OC, any, TV_VCONV_AT_TABLE)
+#define TV_VCONV_TILE_AT(OC, KIND, AT)                                                               \
+  static void tv_vconv_tile##OC##_##KIND(const float* padded, int64_t c, tv_vconv_geometry g, int64_t sh,     \
+                                const int64_t* at, int64_t dh, int64_t dw, const float* weights, int64_t kh, \
+                                int64_t kw, int64_t o, int64_t oh, int64_t ow, int64_t o0, int64_t y0, \
+                                int64_t x0, tv_conv_epilogue epi, float* out) {                      \
+    const int64_t taps = c * kh * kw;                                                                \
+    const float* wt[OC];                                                                             \
+    float start[OC];                                                                                 \
+    for (int i = 0; i < OC; ++i) {                                                                   \
+      const int64_t oc = o0 + i < o ? o0 + i : o - 1;                                                \
+      wt[i] = weights + oc * taps;                                                                   \
+      start[i] = epi.bias ? epi.bias[oc] : 0.0f;                                                     \
+    }                                                                                                \
+    const int64_t y1 = y0 + 1 < oh ? y0 + 1 : y0;                                                    \
+    TV_VROWS##OC(TV_VCONV_ACC)                                                                       \
+    (void)at, (void)dw;                                                                              \
+    TV_VCONV_SUM(OC, AT)                                                                             \
+    if (epi.relu) { TV_VROWS##OC(TV_VCONV_RELU) }                                                    \
+    if (o0 + OC <= o && y0 + 1 < oh && x0 + TV_VLANES <= ow) { /* a whole tile: straight to the output */ \
+      if (epi.pool) {                                                                                \
+        const int64_t ph = oh / 2, pw = ow / 2;                                                      \
+        TV_VROWS##OC(TV_VCONV_STORE_POOL)                                                            \
+      } else {                                                                                       \
+        TV_VROWS##OC(TV_VCONV_STORE)                                                                 \
+      }                                                                                              \
+      return;                                                                                        \
+    }                                                                                                \
+    float tile[OC][2][TV_VLANES];                                                                    \
+    TV_VROWS##OC(TV_VCONV_KEEP)                                                                      \
+    tv_vconv_store(&tile[0][0][0], OC, o, oh, ow, o0, y0, x0, epi.pool, out);                        \
+  }
+
+/* A tile kept in tile[channel][row][lane] to the output: the rows and columns inside it, or (pool) the 2x2
+   maxima of its row pair (the driver visits only whole row pairs then). */
+static void tv_vconv_store(const float* tile, int channels, int64_t o, int64_t oh, int64_t ow, int64_t o0,
+                           int64_t y0, int64_t x0, int pool, float* out) {
+  const int64_t cols = ow - x0 < TV_VLANES ? ow - x0 : TV_VLANES, ph = oh / 2, pw = ow / 2;
+  for (int i = 0; i < channels && o0 + i < o; ++i) {
+    const float* t0 = tile + (2 * i) * TV_VLANES;
+    const float* t1 = t0 + TV_VLANES;
+    if (pool) {
+      float* d = out + ((o0 + i) * ph + y0 / 2) * pw + x0 / 2;
+      for (int64_t j = 0; j < cols / 2; ++j) {
+        const float a = t0[2 * j] > t0[2 * j + 1] ? t0[2 * j] : t0[2 * j + 1];
+        const float b = t1[2 * j] > t1[2 * j + 1] ? t1[2 * j] : t1[2 * j + 1];
+        d[j] = a > b ? a : b;
+      }
+      continue;
+    }
+    for (int r = 0; r < 2 && y0 + r < oh; ++r) {
+      float* d = out + ((o0 + i) * oh + y0 + r) * ow + x0;
+      for (int64_t j = 0; j < cols; ++j) d[j] = (r ? t1 : t0)[j];
+    }
+  }
+}
+
+/* (through these, TV_VGEMM_MR is expanded to its number before it is pasted into a name) */
+#define TV_VCONV_TILE_OF(OC) TV_VCONV_TILE(OC)
+#define TV_VCONV_NAME(OC, KIND) TV_VCONV_NAME_(OC, KIND)
+#define TV_VCONV_NAME_(OC, KIND) tv_vconv_tile##OC##_##KIND
+TV_VCONV_TILE(4)
+#if TV_VGEMM_MR > 4
+TV_VCONV_TILE_OF(TV_VGEMM_MR)
+#endif
+
+/* Output channels in blocks of MR and of 4: the split of o that stores the fewest repeated channels (the
+   most blocks of MR among equals); 32 = 4 x 6 + 2 x 4 on AVX2. */
+static void tv_vconv_blocks(int64_t o, int64_t* big, int64_t* fours) {
+  int64_t best_waste = -1;
+  *big = 0, *fours = (o + 3) / 4;
+  for (int64_t f = 0; f < TV_VGEMM_MR && 4 * f <= o + 3; ++f) {
+    const int64_t rest = o - 4 * f > 0 ? o - 4 * f : 0;
+    const int64_t q = TV_VGEMM_MR > 4 ? (rest + TV_VGEMM_MR - 1) / TV_VGEMM_MR : 0;
+    if (TV_VGEMM_MR <= 4 && rest > 0) continue;
+    const int64_t waste = q * TV_VGEMM_MR + 4 * f - o;
+    if (best_waste < 0 || waste < best_waste) best_waste = waste, *big = q, *fours = f;
+  }
+}
+
+/* ``bias`` is read only when ``has_bias`` (callers without one pass any float pointer); ``padded`` holds
+   c * tv_vconv_geometry(...).plane floats (conv2d_padded_size in tensorvm/codegen/strategy.py). */
+__attribute__((unused)) static int32_t tv_conv2d_direct_f32(int64_t n, int64_t c, int64_t h, int64_t w,
+    int64_t o, int64_t oh, int64_t ow, int64_t kh, int64_t kw, int64_t sh, int64_t sw, int64_t dh, int64_t dw,
+    int64_t pt, int64_t pl, const float* x, const float* weights, const float* bias, int64_t has_bias,
+    int64_t relu, int64_t pool, float* padded, float* out) {
+  if (n <= 0 || o <= 0 || oh <= 0 || ow <= 0) return 0;
+  const tv_vconv_geometry g = tv_vconv_geometry_of(oh, ow, kh, kw, sh, sw, dh, dw);
+  int64_t at[kw];
+  tv_vconv_taps(kw, sw, dw, g, at);
+  const tv_conv_epilogue epi = {has_bias ? bias : NULL, relu != 0, pool != 0};
+  int64_t big, fours;
+  tv_vconv_blocks(o, &big, &fours);
+  const int64_t mr = TV_VGEMM_MR > 4 ? TV_VGEMM_MR : 4;
+  const int64_t yblocks = pool ? oh / 2 : (oh + 1) / 2, xblocks = (ow + TV_VLANES - 1) / TV_VLANES;
+  const int64_t oblocks = big + fours, tiles = oblocks * yblocks * xblocks;
+  const int unit = sw == 1 && dw == 1;
+  const int64_t image_out = pool ? o * (oh / 2) * (ow / 2) : o * oh * ow;
+  const int parallel = (double)o * oh * ow * c * kh * kw >= TV_GEMM_PARALLEL_WORK && !tv_omp_in_parallel();
+  (void)parallel;  /* (read by the OpenMP pragma only) */
+  for (int64_t b = 0; b < n; ++b) {
+    tv_vconv_pad(x + b * c * h * w, 0, c, h, w, sw, pt, pl, g, padded);
+    float* image = out + b * image_out;
+    /* channel blocks vary fastest: neighbouring tiles read the same input rows (kept in L1), and each
+       thread's share of the static schedule has every channel block (blocks of MR and 4 differ in work);
+       tiles over the spatial positions first measured no faster on deep layers (512 x 512 x 3 x 3 at 7 x 7) */
+    _Pragma("omp parallel for schedule(static) num_threads(tv_threads()) if(parallel)")
+    for (int64_t t = 0; t < tiles; ++t) {
+      const int64_t ob = t % oblocks, xb = (t / oblocks) % xblocks, yb = t / (oblocks * xblocks);
+      const int64_t o0 = ob < big ? ob * mr : big * mr + (ob - big) * 4;
+#if TV_VGEMM_MR > 4
+      if (ob < big) {
+        if (unit)
+          TV_VCONV_NAME(TV_VGEMM_MR, unit)(padded, c, g, sh, at, dh, dw, weights, kh, kw, o, oh, ow, o0, yb * 2,
+                                           xb * TV_VLANES, epi, image);
+        else
+          TV_VCONV_NAME(TV_VGEMM_MR, any)(padded, c, g, sh, at, dh, dw, weights, kh, kw, o, oh, ow, o0, yb * 2,
+                                          xb * TV_VLANES, epi, image);
+        continue;
+      }
+#endif
+      if (unit)
+        tv_vconv_tile4_unit(padded, c, g, sh, at, dh, dw, weights, kh, kw, o, oh, ow, o0, yb * 2, xb * TV_VLANES, epi,
+                            image);
+      else
+        tv_vconv_tile4_any(padded, c, g, sh, at, dh, dw, weights, kh, kw, o, oh, ow, o0, yb * 2, xb * TV_VLANES, epi,
+                           image);
+    }
+  }
+  return 0;
+}
+
+#endif /* TV_VCONV_H */

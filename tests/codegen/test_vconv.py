@@ -1,0 +1,230 @@
+"""The direct convolution of ``tv_vconv.h`` (``tv_conv2d_direct_f32``): any strides, dilation and padding,
+every tail of its tiles, each instance the host description can ask for (the 64-byte AVX-512 one is
+lowered by gcc to pairs of 256-bit operations on an AVX2 machine), called directly and through the kernels
+the code generator builds (dynamic batch). The oracle is the reference op's NumPy kernel in float64."""
+
+from __future__ import annotations
+
+import ctypes
+
+import numpy as np
+import pytest
+
+from tensorvm import op
+from tensorvm.codegen import blas, build, host
+from tensorvm.codegen.c_emit import prelude
+from tensorvm.codegen.fused import build_fused_module
+from tensorvm.codegen.strategy import direct_max_reduction
+from tensorvm.ir.expr import Function, Var, const
+from tensorvm.ir.types import Any, TensorType
+from tensorvm.op.registry import get_op
+
+pytestmark = pytest.mark.skipif(not blas.available(), reason="no host BLAS callable from C (NumPy's OpenBLAS)")
+
+F32 = "float32"
+CONV = get_op("nn.conv2d")
+
+
+@pytest.fixture(autouse=True)
+def bridge_mode(monkeypatch):
+    monkeypatch.setenv("TENSORVM_BLAS", "c")
+
+
+@pytest.fixture
+def kernel_threads():
+    previous = build._NUM_THREADS[0]
+    yield build.set_num_threads
+    build.set_num_threads(previous)
+
+
+def _t(*shape):
+    return TensorType(tuple(Any() if d is None else d for d in shape), F32)
+
+
+def _reference(x, w, attrs):
+    return CONV.kernel(CONV.normalize_attrs(attrs), x.astype(np.float64), w.astype(np.float64))
+
+
+def _close(got, want):
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * max(1.0, float(np.abs(want).max(initial=0))))
+
+
+_CALLERS = """
+int32_t tv_test_direct(int64_t* d, const float* x, const float* weights, const float* bias, float* padded, float* out) {
+  return tv_conv2d_direct_f32(d[0], d[1], d[2], d[3], d[4], d[5], d[6], d[7], d[8], d[9], d[10], d[11], d[12], d[13],
+                              d[14], x, weights, bias, d[15], d[16], d[17], padded, out);
+}
+"""
+
+
+def _library(isa):
+    host.set_host(isa)
+    try:
+        library = build.build_library([(prelude() + _CALLERS, ())])
+        lanes = host.gemm_params().lanes
+    finally:
+        host.set_host(None)
+    function = library._cdll.tv_test_direct
+    function.restype = ctypes.c_int32
+    function.argtypes = [ctypes.c_void_p] * 6
+    return library, lanes, function
+
+
+def _padded(c, oh, ow, kh, kw, sh, sw, dh, dw, lanes):
+    """As tv_vconv_geometry_of (and Conv2dCall.padded_size): the floats of the padded copy, and GUARD more
+    that the kernels must leave alone."""
+    hp = (oh - 1) * sh + (kh - 1) * dh + 1
+    wq = -(-ow // lanes) * lanes + (kw - 1) * dw // sw
+    return np.full(c * hp * sw * wq + GUARD, np.nan, np.float32)  # (NaN: a read of an unwritten float shows)
+
+
+GUARD = 64
+
+
+# (data shape, out channels, kernel, strides, dilation, padding (top, left, bottom, right))
+DIRECT = [
+    ((1, 3, 17, 19), 7, (3, 3), (2, 2), (1, 1), (1, 1, 1, 1)),
+    ((2, 4, 20, 23), 9, (7, 7), (2, 2), (1, 1), (3, 3, 3, 3)),
+    ((1, 4, 13, 13), 6, (3, 3), (1, 1), (2, 2), (2, 2, 2, 2)),
+    ((1, 2, 11, 29), 15, (3, 2), (3, 1), (1, 3), (0, 2, 1, 0)),
+    ((1, 5, 9, 9), 33, (1, 3), (1, 2), (1, 1), (0, 1, 0, 1)),
+    ((1, 2, 6, 9), 1, (3, 3), (1, 1), (1, 1), (1, 1, 1, 1)),
+    ((1, 3, 8, 40), 14, (3, 3), (1, 1), (1, 1), (1, 1, 1, 1)),
+]
+@pytest.mark.parametrize("isa", ["avx2", "avx512", "portable"])
+def test_vector_convolutions_of_every_instance(isa, kernel_threads):
+    """Each instance of the host description (16, 8 and 4 lanes; tiles of 6 or 14 channels) on strides,
+    dilation, asymmetric padding and every tail, with each tile epilogue, at 1 and 2 threads."""
+    _, lanes, direct = _library(isa)
+    rng = np.random.default_rng(len(isa))
+    for threads in (1, 2):
+        kernel_threads(threads)
+        for (n, c, h, w), o, (kh, kw), (sh, sw), (dh, dw), pad in DIRECT:
+            x = rng.standard_normal((n, c, h, w)).astype(np.float32)
+            weights = rng.standard_normal((o, c, kh, kw)).astype(np.float32)
+            bias = rng.standard_normal(o).astype(np.float32)
+            attrs = {"padding": list(pad), "strides": [sh, sw], "dilation": [dh, dw]}
+            want = _reference(x, weights, attrs)
+            oh, ow = want.shape[2:]
+            for has_bias, relu, pool in [(0, 0, 0), (1, 1, 0), (1, 0, 1)]:
+                expected = (want + bias[:, None, None] if has_bias else want)
+                expected = np.maximum(expected, 0) if relu else expected
+                if pool:
+                    expected = expected[:, :, :oh // 2 * 2, :ow // 2 * 2]
+                    expected = expected.reshape(n, o, oh // 2, 2, ow // 2, 2).max(axis=(3, 5))
+                out = np.full(expected.shape, np.nan, np.float32)
+                dims = np.array([n, c, h, w, o, oh, ow, kh, kw, sh, sw, dh, dw, pad[0], pad[1], has_bias, relu, pool],
+                                np.int64)
+                padded = _padded(c, oh, ow, kh, kw, sh, sw, dh, dw, lanes)
+                assert direct(dims.ctypes.data, x.ctypes.data, weights.ctypes.data, bias.ctypes.data,
+                              padded.ctypes.data, out.ctypes.data) == 0
+                _close(out, expected)
+                assert np.isnan(padded[-GUARD:]).all()
+
+
+def _hardswish(v):
+    return v * np.clip(v + 3, 0, 6) / 6
+
+
+@pytest.mark.parametrize("isa", [None, "avx512"])
+@pytest.mark.parametrize("case", ["strided-bias-relu", "strided-hardswish", "dilated-residual", "strided-long",
+                                  "unit-long", "depthwise"])
+def test_convolution_kernels_over_a_dynamic_batch(case, isa):
+    """Convolution groups as FuseOps forms them from ONNX (an (O, 1, 1) bias), over a dynamic batch (0, 1,
+    3): strided and dilated convolutions with a short reduction run the direct kernel, bias and relu in its
+    tiles (no loop after the call), anything else (hard-swish, a residual) generated after it in place;
+    a long reduction runs im2col + the product; a depthwise one stays generated code."""
+    c, size = 12, 15
+    kernel, c, o, attrs = {
+        "strided-bias-relu": ((3, 3), c, 10, dict(padding=[1, 1, 1, 1], strides=[2, 2])),
+        "strided-hardswish": ((5, 5), 3, 16, dict(padding=[2, 2, 2, 2], strides=[2, 1])),
+        "dilated-residual": ((3, 3), c, c, dict(padding=[2, 2, 2, 2], dilation=[2, 2])),
+        "strided-long": ((3, 3), 48, 8, dict(padding=[1, 1, 1, 1], strides=[2, 2])),
+        "unit-long": ((3, 3), 48, 8, dict(padding=[1, 1, 1, 1])),
+        "depthwise": ((3, 3), c, c, dict(padding=[1, 1, 1, 1], strides=[2, 2], groups=c)),
+    }[case]
+    groups = attrs.get("groups", 1)
+    x, w, b = Var("x", _t(None, c, size, size)), Var("w", _t(o, c // groups, *kernel)), Var("b", _t(o, 1, 1))
+    y = op.add(op.nn.conv2d(x, w, **attrs), b)
+    params = [x, w, b]
+    if "hardswish" in case:
+        body = op.multiply(y, op.divide(op.clip(op.add(y, const(np.float32(3.0))), a_min=0.0, a_max=6.0),
+                                          const(np.float32(6.0))))
+    elif "residual" in case:
+        r = Var("r", _t(None, o, size, size))
+        params.append(r)
+        body = op.nn.relu(op.add(y, r))
+    else:
+        body = op.nn.relu(y)
+    host.set_host(isa)
+    try:
+        _, kernels = build_fused_module({"k": Function(params, body, attrs={"Primitive": 1})})
+    finally:
+        host.set_host(None)
+    k = kernels["k"]
+    source = k.source.rsplit("\nint32_t ", 1)[-1]
+    assert 48 * 9 > direct_max_reduction() >= 12 * 9  # (the rule, for the detected and the faked host)
+    expected = {"strided-long": "blas", "unit-long": "blas", "depthwise": "generic"}.get(case, "direct")
+    assert k.variants[0] == expected
+    if expected == "direct":
+        assert "tv_conv2d_direct_f32(" in source
+    if case.endswith("bias-relu"):
+        assert "for (" not in source.split("/* variant generic */")[0]
+    rng = np.random.default_rng(len(case))
+    weights = rng.standard_normal((o, c // groups, *kernel)).astype(np.float32)
+    bias = rng.standard_normal((o, 1, 1)).astype(np.float32)
+    for batch in (0, 1, 3):
+        data = rng.standard_normal((batch, c, size, size)).astype(np.float32)
+        want = _reference(data, weights, attrs) + bias
+        arrays = [data, weights, bias]
+        if "hardswish" in case:
+            want = _hardswish(want)
+        elif "residual" in case:
+            arrays.append(rng.standard_normal(want.shape).astype(np.float32))
+            want = np.maximum(want + arrays[-1], 0)
+        else:
+            want = np.maximum(want, 0)
+        out = np.full(want.shape, np.nan, np.float32)
+        k(*arrays, out)
+        _close(out, want)
+
+
+def test_the_direct_kernels_reduction_bound_follows_the_host():
+    """A quarter of L1d holds the weights of one block of tile channels (mr of them, from the host rule)."""
+    base = host.HostDescription(l1d=32 * 1024)
+    assert direct_max_reduction(host.isa_host("avx2", base)) == 8192 // (4 * 6)
+    assert direct_max_reduction(host.isa_host("avx512", base)) == 8192 // (4 * 14)
+    wide = host.isa_host("avx512", host.HostDescription(l1d=48 * 1024))
+    assert direct_max_reduction(wide) == 12288 // (4 * 14)
+
+
+def test_stats_name_the_convolution_tiles():
+    import tensorvm as tv
+
+    text = ("def @main(%x: Tensor[(1, 8, 16, 16), float32], %w: Tensor[(8, 8, 3, 3), float32]) "
+            "{ nn.conv2d(%x, %w, padding=[1, 1, 1, 1]) }")
+    exe = tv.vm.compile(tv.parse(text), target="c")
+    conv = exe.stats()["product_kernels"]["convolution"]
+    params = host.gemm_params()
+    assert conv["isa"] == host.host().isa and conv["direct_tile"].startswith(f"{max(params.mr, 4)}x2x{params.lanes}")
+    assert exe.stats()["kernel_library"]["variants"] == {"direct": 1}  # the variant each kernel can run
+
+
+def test_direct_convolution_over_dynamic_image_sizes():
+    """Batch, height and width all dynamic (the padded copy's size is computed at run time): a strided,
+    dilated convolution against NumPy at odd and even sizes, one smaller than the tile."""
+    attrs = dict(padding=[2, 1, 1, 2], strides=[2, 3], dilation=[2, 1])
+    x, w, b = Var("x", _t(None, 3, None, None)), Var("w", _t(10, 3, 3, 3)), Var("b", _t(10, 1, 1))
+    _, kernels = build_fused_module({"k": Function([x, w, b], op.nn.relu(op.add(op.nn.conv2d(x, w, **attrs), b)),
+                                                   attrs={"Primitive": 1})})
+    k = kernels["k"]
+    assert k.variants[0] == "direct"
+    rng = np.random.default_rng(5)
+    weights = rng.standard_normal((10, 3, 3, 3)).astype(np.float32)
+    bias = rng.standard_normal((10, 1, 1)).astype(np.float32)
+    for shape in [(1, 3, 5, 4), (2, 3, 23, 40), (3, 3, 16, 17)]:
+        data = rng.standard_normal(shape).astype(np.float32)
+        want = np.maximum(_reference(data, weights, attrs) + bias, 0)
+        out = np.full(want.shape, np.nan, np.float32)
+        k(data, weights, bias, out)
+        _close(out, want)
