@@ -244,7 +244,8 @@ _STEPS = {"lstm": _lstm_step, "gru": _gru_step, "rnn": _rnn_step}
 
 def _build_loop(ctx, name, layer, acts, proj, states0, state_type, weights, lens, y0):
     """Add the recursive step function; return (final states, Y of shape (seq, batch, hidden) or None).
-    ``y0`` is the empty ``(0, batch, hidden)`` start of ``Y``, or None when ``Y`` is not built.
+    ``y0`` is a fresh ``(seq, batch, hidden)`` buffer whose every row the loop writes, or None when
+    ``Y`` is not built.
 
     A dynamic batch dim of ``state_type`` is named in the step's types by one symbol, so that
     its kernels know their operands' batch dims are equal (with unrelated ``?`` dims each operand is
@@ -290,9 +291,9 @@ def _build_loop(ctx, name, layer, acts, proj, states0, state_type, weights, lens
         new_states = [ctx.call("where", active, n, s) for n, s in zip(new_states, states, strict=True)]
         piece = ctx.call("where", active, new_states[0], _scalar(ctx, 0, state_type.dtype))
     carried = list(new_states)
-    if want_y:  # the accumulator starts as (0, batch, hidden): no first-step branch
-        row = ctx.call("expand_dims", piece, axis=0)
-        carried.append(ctx.call("concatenate", ctx.tuple([acc, row]), axis=0))
+    if want_y:  # row t of Y written by a functional update that runs in place (see the module docstring)
+        index = ctx.call("expand_dims", t, axis=0)
+        carried.append(ctx.call("scatter_nd", acc, index, piece))
     next_t = ctx.call("add", t, ctx.constant(np.array(1, np.int64)))
     recurse = Call(gv, (next_t, length, proj_param) + tuple(carried) + tuple(passed))
     recurse.with_type(ret_type)
@@ -346,6 +347,17 @@ def _zeros(ctx, x, lead, hidden, dtype):
         return ctx.constant(np.zeros(tuple(lead) + (batch, hidden), dtype))
     shape = ctx.shape_vector(list(lead) + [DimOf(x, 1, batch), hidden])
     return ctx.call("dyn.zeros", shape, dtype=dtype)
+
+
+def _fresh_rows(ctx, proj, hidden):
+    """Zeros of shape ``(seq, batch, hidden)``, the loop's ``Y`` before it writes row after row. Built
+    from the direction's own ``proj`` dims, so the two directions' buffers stay two values (common
+    subexpression elimination would merge equal ``dyn.zeros`` calls, and a shared buffer cannot be
+    updated in place)."""
+    dims = [d if isinstance(d, int) else DimOf(proj, axis, d) for axis, d in enumerate(ctx.shape(proj)[:2])]
+    if all(isinstance(d, int) for d in dims):
+        return ctx.call("zeros", shape=tuple(dims) + (hidden,), dtype=ctx.dtype(proj))
+    return ctx.call("dyn.zeros", ctx.shape_vector(dims + [hidden]), dtype=ctx.dtype(proj))
 
 
 def _stack(ctx, parts, axis):
@@ -431,7 +443,7 @@ def convert_recurrent(ctx, kind, X, W, R, B=None, sequence_lens=None, initial_h=
         state_type = TensorType((batch if isinstance(batch, int) else Any(), hidden), dtype)
         label = f"{kind}{'_reverse' if reverse else ''}"
         last, y = _build_loop(ctx, label, layer, layer.activations[d], proj, states0, state_type, step_weights,
-                              lens, _zeros(ctx, X, (0,), hidden, dtype) if want_y else None)
+                              lens, _fresh_rows(ctx, proj, hidden) if want_y else None)
         if y is not None and reverse:
             y = _reverse_time(ctx, y, flat_index)
         ys.append(y)
