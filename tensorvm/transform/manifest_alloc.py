@@ -17,7 +17,10 @@ After it, no VM function calls a primitive directly. Each ``let %v = @prim(%a, %
 * a ``reshape_only=1`` primitive: ``vm.reshape_tensor(%data, <shape>)`` (a zero-copy view), the shape
   being a constant or computed by the shape function as above;
 * a primitive that is ``shape_of(%p)`` with int64 results: ``vm.shape_of(%p)`` (the VM's ShapeOf
-  instruction, no kernel).
+  instruction, no kernel);
+* an update proven to own its data (``update_in_place.py``: a buffer a recursive loop fills):
+  ``vm.invoke_tvm_op(@prim, (%data, ...), (%data,))``, no allocation, and ``%v`` is replaced by
+  ``%data``.
 
 The module gains the ``type Storage {}`` definition (the type of a storage block).
 """
@@ -64,6 +67,7 @@ from .to_anf import (
     rebuild_function,
     typed_var,
 )
+from .update_in_place import in_place_updates
 
 __all__ = ["ManifestAlloc", "shape_func_inputs"]
 
@@ -134,6 +138,7 @@ def _nbytes(ty: TensorType) -> int:
 class _Lowerer:
     def __init__(self, mod: IRModule):
         self.mod = mod
+        self.in_place = in_place_updates(mod)  # let-bound results of updates that write their data
         self.subst: dict[Var, Expr] = {}
         self.tuple_fields: dict[Var, tuple] = {}  # var bound to a kernel's tuple of outputs -> the fields
 
@@ -235,6 +240,11 @@ class _Lowerer:
                 value = Call(_RESHAPE_TENSOR, (args[data_index], shape)).with_type(ret_type)
                 out.append((var, value))
                 return
+        if var in self.in_place:  # the kernel writes into its data, which nothing reads afterwards
+            self.bind(out, "unit", Call(_INVOKE, (call.op, self._inputs(args, prim), Tuple((args[0],)).with_type(
+                TupleType((known_type(args[0]),))))), UNIT_TYPE)
+            self.subst[var] = args[0]
+            return
         shapes = self.emit_shape_func(call.op, prim, args, out_types, out) if not is_static_type(ret_type) else None
         outs = []
         for j, ty in enumerate(out_types):
@@ -242,8 +252,7 @@ class _Lowerer:
                 outs.append(self.static_alloc(ty, out))
             else:
                 outs.append(self.dynamic_alloc(ty, shapes[j], out))
-        ins = Tuple(tuple(args)).with_type(TupleType(tuple(known_type(a) or p.type_annotation
-                                                           for a, p in zip(args, prim.params))))
+        ins = self._inputs(args, prim)
         outs_tuple = Tuple(tuple(outs)).with_type(TupleType(tuple(out_types)))
         self.bind(out, "unit", Call(_INVOKE, (call.op, ins, outs_tuple)), UNIT_TYPE)
         if isinstance(ret_type, TensorType):
@@ -252,6 +261,11 @@ class _Lowerer:
             value = self._restructure(ret_type, iter(outs), out)
             self.tuple_fields[var] = value.fields
             out.append((var, value))
+
+    @staticmethod
+    def _inputs(args: list, prim: Function) -> Tuple:
+        return Tuple(tuple(args)).with_type(TupleType(tuple(known_type(a) or p.type_annotation
+                                                            for a, p in zip(args, prim.params))))
 
     def _restructure(self, ty, fields, out: list) -> Expr:
         """The tuple value of type ``ty`` made of the flat output tensors ``fields`` (nested tuples bound)."""
