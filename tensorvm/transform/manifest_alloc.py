@@ -138,7 +138,8 @@ def _nbytes(ty: TensorType) -> int:
 class _Lowerer:
     def __init__(self, mod: IRModule):
         self.mod = mod
-        self.in_place = in_place_updates(mod)  # let-bound results of updates that write their data
+        self.proven = in_place_updates(mod)  # per function: results of updates that write their data
+        self.in_place: frozenset = frozenset()  # those of the function being lowered
         self.subst: dict[Var, Expr] = {}
         self.tuple_fields: dict[Var, tuple] = {}  # var bound to a kernel's tuple of outputs -> the fields
 
@@ -324,7 +325,11 @@ class ManifestAlloc(Pass):
 
     def transform_module(self, mod: IRModule) -> IRModule:
         lowerer = _Lowerer(mod)
-        new = mod.with_functions({gv: lowerer.lower_function(fn) for gv, fn in mod.functions.items()})
+        functions = {}
+        for gv, fn in mod.functions.items():
+            lowerer.in_place = lowerer.proven.get(gv, frozenset())
+            functions[gv] = lowerer.lower_function(fn)
+        new = mod.with_functions(functions)
         if STORAGE_TYPE_DATA.header not in new.type_definitions:
             new.add_type(STORAGE_TYPE_DATA)
         return new

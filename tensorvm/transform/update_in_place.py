@@ -165,11 +165,13 @@ def _direct_calls(expr: Expr, callee: GlobalVar) -> list:
             if isinstance(node, Call) and isinstance(node.op, GlobalVar) and node.op == callee]
 
 
-def in_place_updates(mod: IRModule) -> frozenset:
-    """The let-bound variables (``%v`` above) whose update ManifestAlloc may run in place."""
+def in_place_updates(mod: IRModule) -> dict:
+    """Per function (``GlobalVar``), the let-bound variables (``%v`` above) whose update ManifestAlloc
+    may run in place there. (Per function: two functions may share variable objects, e.g. a loop and
+    its copy specialized to constant arguments, and the proof holds for one function's call sites.)"""
     functions = {gv: fn for gv, fn in mod.functions.items() if not fn.is_primitive}
     uses = {gv: _count_uses(fn.body) for gv, fn in functions.items()}
-    proven = set()
+    proven = {}
     for gv, fn in functions.items():
         if gv.name == "main":  # (its parameters are the caller's arrays)
             continue
@@ -179,8 +181,8 @@ def in_place_updates(mod: IRModule) -> frozenset:
                 by_param.setdefault(fn.params.index(value.args[0]), []).append(var)
         for k, results in by_param.items():
             if _owned(mod, gv, fn, k, results, functions, uses):
-                proven.update(results)
-    return frozenset(proven)
+                proven[gv] = proven.get(gv, frozenset()) | frozenset(results)
+    return proven
 
 
 def _owned(mod: IRModule, gv: GlobalVar, fn: Function, k: int, results: list, functions: dict, uses: dict) -> bool:
