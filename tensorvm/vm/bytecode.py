@@ -793,6 +793,8 @@ def verify_function(fn: VMFunction, num_functions: int, num_constants: int, num_
         # never a value that may alias the caller's arrays (a view, a tuple field, a moved register).
         if from_file and isinstance(ins, InvokePacked):
             for reg in ins.outputs:
+                if reg < nparams and ins.inputs[:1] != (reg,):
+                    fail(pc, f"{ins} writes into parameter ${reg} other than as an update of its first input")
                 if reg >= nparams and not writers.get(reg, set()) <= _OUTPUT_WRITERS:
                     fail(pc, f"{ins} writes into ${reg}, which does not hold a tensor allocated by the function")
         if from_file and isinstance(ins, (AllocTensor, AllocTensorReg)) and (
