@@ -9,7 +9,9 @@ After it, no VM function calls a primitive directly. Each ``let %v = @prim(%a, %
   ``memory.alloc_tensor(%storage, 0i64, <shape constant>)``, then
   ``vm.invoke_tvm_op(@prim, (%a, %b), (%out,))``; ``%v`` is replaced by ``%out`` (or bound to the
   tuple of the outputs when the primitive returns a tuple);
-* dynamic output type: the shape of each input that the shape function reads by shape
+* dynamic output type of static and symbolic dims only, each output's type that of an input:
+  ``vm.shape_of`` of that input, then the allocations and the invoke (no shape function);
+* other dynamic output types: the shape of each input that the shape function reads by shape
   (``vm.shape_of``, or a constant when the input's type is static) or the input itself when it reads
   its data, preallocated int64 shape tensors, ``vm.shape_func(@prim, (ins), (out_shapes),
   is_input=[...])``, then per dynamic output ``memory.alloc_storage(%out_shape,
@@ -52,7 +54,7 @@ from ..ir.expr import (
     Var,
 )
 from ..ir.module import IRModule
-from ..ir.types import TensorType, TupleType
+from ..ir.types import Any, TensorType, TupleType
 from ..op.memory import STORAGE_TYPE, STORAGE_TYPE_DATA, UNIT_TYPE
 from ..op.registry import get_op
 from .fuse_ops import flatten_tensor_types, is_static_type
@@ -246,7 +248,10 @@ class _Lowerer:
                 TupleType((known_type(args[0]),))))), UNIT_TYPE)
             self.subst[var] = args[0]
             return
-        shapes = self.emit_shape_func(call.op, prim, args, out_types, out) if not is_static_type(ret_type) else None
+        shapes = None
+        if not is_static_type(ret_type):
+            shapes = self.shapes_of_alike_inputs(prim, args, out_types, out) or \
+                self.emit_shape_func(call.op, prim, args, out_types, out)
         outs = []
         for j, ty in enumerate(out_types):
             if ty.is_static:
@@ -290,6 +295,30 @@ class _Lowerer:
                     Attrs(is_input=list(is_input)))
         self.bind(out, "unit", call, UNIT_TYPE)
         return out_shapes
+
+    def shapes_of_alike_inputs(self, prim: Function, args: list, out_types: list, out: list) -> list | None:
+        """Each dynamic output's shape as the shape of an input of the same type, or None when some
+        dynamic output has none (then the shape function runs). Only a type of static and symbolic dims
+        qualifies: a symbolic dim is equal wherever its name recurs (kernels check that on entry), while
+        two ``?`` dims are unrelated. Saves the shape function of, e.g., an elementwise kernel whose
+        output has its input's type (a recurrent step's gates on a batch of symbolic size)."""
+        param_types = [known_type(p) or p.type_annotation for p in prim.params]
+        shapes, found = [], {}
+        for ty in out_types:
+            if ty.is_static:
+                shapes.append(None)
+                continue
+            if any(isinstance(d, Any) for d in ty.shape):
+                return None
+            index = next((j for j, pt in enumerate(param_types) if isinstance(pt, TensorType)
+                          and tuple(pt.shape) == tuple(ty.shape)), None)
+            if index is None:
+                return None
+            if index not in found:
+                found[index] = self.bind(out, "in_shape", Call(_SHAPE_OF, (args[index],)),
+                                         TensorType((ty.ndim,), "int64"))
+            shapes.append(found[index])
+        return shapes
 
     def shape_value(self, arg: Expr, ty, out: list) -> Expr:
         """An int64 shape tensor for ``arg`` (a tuple of them for a tuple-typed argument)."""
