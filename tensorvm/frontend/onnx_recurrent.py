@@ -7,17 +7,17 @@ computes the first for the whole sequence at once, before the loop, as one ``nn.
 ``seq*batch`` rows) with both biases folded in; per direction::
 
     %proj = add(nn.dense(%X, W[d]), Wb[d] + Rb[d])          // (seq, batch, gates*hidden)
-    @lstm(0, seq, %proj, h0, c0, [zeros (0, batch, hidden)], R[d], ...)
+    @lstm(0, seq, %proj, h0, c0, [zeros (seq, batch, hidden)], R[d], ...)
 
     def @lstm(%t, %length, %proj: (?, B, 4H), %h: (B, H), %c: (B, H), [%acc: (?, B, H)], ...) {
       if (%t < %length) {
         <gates = take(%proj, %t, mode="clip") + nn.dense(%h, R[d]); the cell's elementwise math>;
-        @lstm(%t + 1, %length, %proj, %h_next, %c_next, [concatenate(%acc, %h_next[None])], ...)  // tail call
+        @lstm(%t + 1, %length, %proj, %h_next, %c_next, [scatter_nd(%acc, [%t], %h_next)], ...)  // tail call
       } else { (%h, %c, [%acc]) }
     }
 
 Per step the VM runs the recurrent product, one fused kernel for the gates (reading the step's row
-of ``%proj``) and the append of ``Y``'s row. Two details keep that gate kernel a vector loop (it was
+of ``%proj``) and the write of ``Y``'s row. Two details keep that gate kernel a vector loop (it was
 20-40x slower without them): the row is taken with ``mode="clip"`` (``t < length`` there, so the
 clip never moves it; a checked index is tested per element in C), and a dynamic batch is one
 symbol ``B`` (``SymDim``) in the step's types: with an unrelated ``?`` per operand every read is a
@@ -33,13 +33,17 @@ as graph inputs, ``sequence_lens``) is passed along as a parameter.
   (a ``where`` on ``t < lens``). A reverse direction reverses each sequence within its own length: a
   ``take`` with the permutation ``t -> lens - 1 - t`` (identity past the length) before the loop,
   and the same permutation (it is its own inverse) on ``Y`` after it.
-* **Y.** Growing ``Y`` by one row per step copies O(T^2) rows in all (at T=200, batch 2, hidden 128
-  the append is 6-8 us of a step's ~30 us, most of which is VM dispatch), so it is built only when
-  the ONNX graph reads that output (``BuildContext.outputs_used``); ``Y_h`` / ``Y_c`` are the final
-  states. Building ``Y`` by halves (O(T log T) copying) and running both directions of a
-  bidirectional layer in one loop (``nn.batch_matmul`` of the stacked states) were measured slower
-  at the sizes of issue 18: more non-tail calls, and the batched product with constant weights is
-  not packed (50 us against 2 x 6.5 us for the packed ``nn.dense``).
+* **Y.** The loop carries a ``(seq, batch, hidden)`` buffer (zeros, made from the direction's own
+  ``proj`` dims so that the two directions' buffers are not merged into one value) and each step
+  writes its row ``t`` with ``scatter_nd``, a functional update. The loop owns the buffer (the
+  caller's fresh value, handed from step to step), so ManifestAlloc runs that update in place
+  (``transform/update_in_place.py``): one row copied per step, where growing ``Y`` by a
+  ``concatenate`` per step copied O(T^2) rows (6-8 us of a ~58 us step at T=200, batch 2, hidden
+  128, plus a new shape every step). ``Y`` is still built only when the ONNX graph reads that output
+  (``BuildContext.outputs_used``); ``Y_h`` / ``Y_c`` are the final states. Running both directions of
+  a bidirectional layer in one loop (``nn.batch_matmul`` of the stacked states) was measured slower
+  at the sizes of issue 18: the batched product with constant weights is not packed (50 us against
+  2 x 6.5 us for the packed ``nn.dense``).
 * **GRU.** ``linear_before_reset=0`` needs ``(r * h) R_h^T`` after the reset gate: the loop does two
   products (``h R_zr^T``, then that one); with ``linear_before_reset=1`` it does one, and ``Rb_h``
   stays inside the loop (it is scaled by ``r``).
@@ -244,7 +248,8 @@ _STEPS = {"lstm": _lstm_step, "gru": _gru_step, "rnn": _rnn_step}
 
 def _build_loop(ctx, name, layer, acts, proj, states0, state_type, weights, lens, y0):
     """Add the recursive step function; return (final states, Y of shape (seq, batch, hidden) or None).
-    ``y0`` is the empty ``(0, batch, hidden)`` start of ``Y``, or None when ``Y`` is not built.
+    ``y0`` is a fresh ``(seq, batch, hidden)`` buffer whose every row the loop writes, or None when
+    ``Y`` is not built.
 
     A dynamic batch dim of ``state_type`` is named in the step's types by one symbol, so that
     its kernels know their operands' batch dims are equal (with unrelated ``?`` dims each operand is
@@ -290,9 +295,9 @@ def _build_loop(ctx, name, layer, acts, proj, states0, state_type, weights, lens
         new_states = [ctx.call("where", active, n, s) for n, s in zip(new_states, states, strict=True)]
         piece = ctx.call("where", active, new_states[0], _scalar(ctx, 0, state_type.dtype))
     carried = list(new_states)
-    if want_y:  # the accumulator starts as (0, batch, hidden): no first-step branch
-        row = ctx.call("expand_dims", piece, axis=0)
-        carried.append(ctx.call("concatenate", ctx.tuple([acc, row]), axis=0))
+    if want_y:  # row t of Y written by a functional update that runs in place (see the module docstring)
+        index = ctx.call("expand_dims", t, axis=0)
+        carried.append(ctx.call("scatter_nd", acc, index, piece))
     next_t = ctx.call("add", t, ctx.constant(np.array(1, np.int64)))
     recurse = Call(gv, (next_t, length, proj_param) + tuple(carried) + tuple(passed))
     recurse.with_type(ret_type)
@@ -346,6 +351,17 @@ def _zeros(ctx, x, lead, hidden, dtype):
         return ctx.constant(np.zeros(tuple(lead) + (batch, hidden), dtype))
     shape = ctx.shape_vector(list(lead) + [DimOf(x, 1, batch), hidden])
     return ctx.call("dyn.zeros", shape, dtype=dtype)
+
+
+def _fresh_rows(ctx, proj, hidden):
+    """Zeros of shape ``(seq, batch, hidden)``, the loop's ``Y`` before it writes row after row. Built
+    from the direction's own ``proj`` dims, so the two directions' buffers stay two values (common
+    subexpression elimination would merge equal ``dyn.zeros`` calls, and a shared buffer cannot be
+    updated in place)."""
+    dims = [d if isinstance(d, int) else DimOf(proj, axis, d) for axis, d in enumerate(ctx.shape(proj)[:2])]
+    if all(isinstance(d, int) for d in dims):
+        return ctx.call("zeros", shape=tuple(dims) + (hidden,), dtype=ctx.dtype(proj))
+    return ctx.call("dyn.zeros", ctx.shape_vector(dims + [hidden]), dtype=ctx.dtype(proj))
 
 
 def _stack(ctx, parts, axis):
@@ -431,7 +447,7 @@ def convert_recurrent(ctx, kind, X, W, R, B=None, sequence_lens=None, initial_h=
         state_type = TensorType((batch if isinstance(batch, int) else Any(), hidden), dtype)
         label = f"{kind}{'_reverse' if reverse else ''}"
         last, y = _build_loop(ctx, label, layer, layer.activations[d], proj, states0, state_type, step_weights,
-                              lens, _zeros(ctx, X, (0,), hidden, dtype) if want_y else None)
+                              lens, _fresh_rows(ctx, proj, hidden) if want_y else None)
         if y is not None and reverse:
             y = _reverse_time(ctx, y, flat_index)
         ys.append(y)

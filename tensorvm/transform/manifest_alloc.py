@@ -9,7 +9,9 @@ After it, no VM function calls a primitive directly. Each ``let %v = @prim(%a, %
   ``memory.alloc_tensor(%storage, 0i64, <shape constant>)``, then
   ``vm.invoke_tvm_op(@prim, (%a, %b), (%out,))``; ``%v`` is replaced by ``%out`` (or bound to the
   tuple of the outputs when the primitive returns a tuple);
-* dynamic output type: the shape of each input that the shape function reads by shape
+* dynamic output type of static and symbolic dims only, each output's type that of an input:
+  ``vm.shape_of`` of that input, then the allocations and the invoke (no shape function);
+* other dynamic output types: the shape of each input that the shape function reads by shape
   (``vm.shape_of``, or a constant when the input's type is static) or the input itself when it reads
   its data, preallocated int64 shape tensors, ``vm.shape_func(@prim, (ins), (out_shapes),
   is_input=[...])``, then per dynamic output ``memory.alloc_storage(%out_shape,
@@ -17,7 +19,10 @@ After it, no VM function calls a primitive directly. Each ``let %v = @prim(%a, %
 * a ``reshape_only=1`` primitive: ``vm.reshape_tensor(%data, <shape>)`` (a zero-copy view), the shape
   being a constant or computed by the shape function as above;
 * a primitive that is ``shape_of(%p)`` with int64 results: ``vm.shape_of(%p)`` (the VM's ShapeOf
-  instruction, no kernel).
+  instruction, no kernel);
+* an update proven to own its data (``update_in_place.py``: a buffer a recursive loop fills):
+  ``vm.invoke_tvm_op(@prim, (%data, ...), (%data,))``, no allocation, and ``%v`` is replaced by
+  ``%data``.
 
 The module gains the ``type Storage {}`` definition (the type of a storage block).
 """
@@ -49,7 +54,7 @@ from ..ir.expr import (
     Var,
 )
 from ..ir.module import IRModule
-from ..ir.types import TensorType, TupleType
+from ..ir.types import Any, TensorType, TupleType
 from ..op.memory import STORAGE_TYPE, STORAGE_TYPE_DATA, UNIT_TYPE
 from ..op.registry import get_op
 from .fuse_ops import flatten_tensor_types, is_static_type
@@ -64,6 +69,7 @@ from .to_anf import (
     rebuild_function,
     typed_var,
 )
+from .update_in_place import in_place_updates
 
 __all__ = ["ManifestAlloc", "shape_func_inputs"]
 
@@ -134,6 +140,8 @@ def _nbytes(ty: TensorType) -> int:
 class _Lowerer:
     def __init__(self, mod: IRModule):
         self.mod = mod
+        self.proven = in_place_updates(mod)  # per function: results of updates that write their data
+        self.in_place: frozenset = frozenset()  # those of the function being lowered
         self.subst: dict[Var, Expr] = {}
         self.tuple_fields: dict[Var, tuple] = {}  # var bound to a kernel's tuple of outputs -> the fields
 
@@ -235,15 +243,22 @@ class _Lowerer:
                 value = Call(_RESHAPE_TENSOR, (args[data_index], shape)).with_type(ret_type)
                 out.append((var, value))
                 return
-        shapes = self.emit_shape_func(call.op, prim, args, out_types, out) if not is_static_type(ret_type) else None
+        if var in self.in_place:  # the kernel writes into its data, which nothing reads afterwards
+            self.bind(out, "unit", Call(_INVOKE, (call.op, self._inputs(args, prim), Tuple((args[0],)).with_type(
+                TupleType((known_type(args[0]),))))), UNIT_TYPE)
+            self.subst[var] = args[0]
+            return
+        shapes = None
+        if not is_static_type(ret_type):
+            shapes = self.shapes_of_alike_inputs(prim, args, out_types, out) or \
+                self.emit_shape_func(call.op, prim, args, out_types, out)
         outs = []
         for j, ty in enumerate(out_types):
             if ty.is_static:
                 outs.append(self.static_alloc(ty, out))
             else:
                 outs.append(self.dynamic_alloc(ty, shapes[j], out))
-        ins = Tuple(tuple(args)).with_type(TupleType(tuple(known_type(a) or p.type_annotation
-                                                           for a, p in zip(args, prim.params))))
+        ins = self._inputs(args, prim)
         outs_tuple = Tuple(tuple(outs)).with_type(TupleType(tuple(out_types)))
         self.bind(out, "unit", Call(_INVOKE, (call.op, ins, outs_tuple)), UNIT_TYPE)
         if isinstance(ret_type, TensorType):
@@ -252,6 +267,11 @@ class _Lowerer:
             value = self._restructure(ret_type, iter(outs), out)
             self.tuple_fields[var] = value.fields
             out.append((var, value))
+
+    @staticmethod
+    def _inputs(args: list, prim: Function) -> Tuple:
+        return Tuple(tuple(args)).with_type(TupleType(tuple(known_type(a) or p.type_annotation
+                                                            for a, p in zip(args, prim.params))))
 
     def _restructure(self, ty, fields, out: list) -> Expr:
         """The tuple value of type ``ty`` made of the flat output tensors ``fields`` (nested tuples bound)."""
@@ -275,6 +295,30 @@ class _Lowerer:
                     Attrs(is_input=list(is_input)))
         self.bind(out, "unit", call, UNIT_TYPE)
         return out_shapes
+
+    def shapes_of_alike_inputs(self, prim: Function, args: list, out_types: list, out: list) -> list | None:
+        """Each dynamic output's shape as the shape of an input of the same type, or None when some
+        dynamic output has none (then the shape function runs). Only a type of static and symbolic dims
+        qualifies: a symbolic dim is equal wherever its name recurs (kernels check that on entry), while
+        two ``?`` dims are unrelated. Saves the shape function of, e.g., an elementwise kernel whose
+        output has its input's type (a recurrent step's gates on a batch of symbolic size)."""
+        param_types = [known_type(p) or p.type_annotation for p in prim.params]
+        shapes, found = [], {}
+        for ty in out_types:
+            if ty.is_static:
+                shapes.append(None)
+                continue
+            if any(isinstance(d, Any) for d in ty.shape):
+                return None
+            index = next((j for j, pt in enumerate(param_types) if isinstance(pt, TensorType)
+                          and tuple(pt.shape) == tuple(ty.shape)), None)
+            if index is None:
+                return None
+            if index not in found:
+                found[index] = self.bind(out, "in_shape", Call(_SHAPE_OF, (args[index],)),
+                                         TensorType((ty.ndim,), "int64"))
+            shapes.append(found[index])
+        return shapes
 
     def shape_value(self, arg: Expr, ty, out: list) -> Expr:
         """An int64 shape tensor for ``arg`` (a tuple of them for a tuple-typed argument)."""
@@ -310,7 +354,11 @@ class ManifestAlloc(Pass):
 
     def transform_module(self, mod: IRModule) -> IRModule:
         lowerer = _Lowerer(mod)
-        new = mod.with_functions({gv: lowerer.lower_function(fn) for gv, fn in mod.functions.items()})
+        functions = {}
+        for gv, fn in mod.functions.items():
+            lowerer.in_place = lowerer.proven.get(gv, frozenset())
+            functions[gv] = lowerer.lower_function(fn)
+        new = mod.with_functions(functions)
         if STORAGE_TYPE_DATA.header not in new.type_definitions:
             new.add_type(STORAGE_TYPE_DATA)
         return new

@@ -789,10 +789,13 @@ def verify_function(fn: VMFunction, num_functions: int, num_constants: int, num_
             if not 0 <= reg < size:
                 fail(pc, f"{ins} uses register ${reg} outside the register file (size {size})")
         # Kernels write into their outputs and tensors view storage: both must be memory this function
-        # allocated, never the caller's arrays (a parameter, or a value that may alias one).
+        # allocated or a parameter it owns (``owned_parameters``: the VM copies a caller's array for one),
+        # never a value that may alias the caller's arrays (a view, a tuple field, a moved register).
         if from_file and isinstance(ins, InvokePacked):
             for reg in ins.outputs:
-                if reg < nparams or not writers.get(reg, set()) <= _OUTPUT_WRITERS:
+                if reg < nparams and ins.inputs[:1] != (reg,):
+                    fail(pc, f"{ins} writes into parameter ${reg} other than as an update of its first input")
+                if reg >= nparams and not writers.get(reg, set()) <= _OUTPUT_WRITERS:
                     fail(pc, f"{ins} writes into ${reg}, which does not hold a tensor allocated by the function")
         if from_file and isinstance(ins, (AllocTensor, AllocTensorReg)) and (
                 ins.storage < nparams or not writers.get(ins.storage, set()) <= _STORAGE_WRITERS):
@@ -820,6 +823,59 @@ def verify_function(fn: VMFunction, num_functions: int, num_constants: int, num_
     last = fn.instructions[-1]
     if not isinstance(last, (Ret, Goto, Fatal, If)):
         fail(count - 1, f"the last instruction {last} falls off the end of the function")
+
+
+def owned_parameters(functions) -> tuple:
+    """Per function, the indices of the parameters it *owns*: a kernel writes into the parameter (an
+    update run in place, ``transform/update_in_place.py``), or the function passes it on as an owned
+    parameter of a function it calls. A caller hands over such an argument and never reads it again;
+    the VM copies an array its user passes for one, so the user's arrays are never written."""
+    owned = [set() for _ in functions]
+    for i, fn in enumerate(functions):
+        nparams = len(fn.params)
+        for ins in fn.instructions:
+            if isinstance(ins, InvokePacked):
+                owned[i].update(reg for reg in ins.outputs if reg < nparams)
+    changed = True
+    while changed:
+        changed = False
+        for i, fn in enumerate(functions):
+            nparams = len(fn.params)
+            for ins in fn.instructions:
+                if isinstance(ins, Invoke) and 0 <= ins.func_index < len(functions):
+                    for k in owned[ins.func_index]:
+                        reg = ins.args[k] if k < len(ins.args) else None
+                        if reg is not None and reg < nparams and reg not in owned[i]:
+                            owned[i].add(reg)
+                            changed = True
+    return tuple(frozenset(o) for o in owned)
+
+
+def verify_owned_arguments(functions) -> None:
+    """The rules for untrusted bytecode about owned parameters (``owned_parameters``): an owned argument
+    is a tensor the caller allocated (or a parameter the caller owns), passed once in the call, and a
+    function owning parameters is called directly, never made a closure (whose callers are unknown)."""
+    owned = owned_parameters(functions)
+    for fn in functions:
+        nparams = len(fn.params)
+        writers: dict = {}
+        for ins in fn.instructions:
+            for reg in ins.writes():
+                writers.setdefault(reg, set()).add(type(ins))
+        for pc, ins in enumerate(fn.instructions):
+            if isinstance(ins, AllocClosure) and 0 <= ins.func_index < len(functions) and owned[ins.func_index]:
+                raise FormatError(f"function {fn.name!r}, pc {pc}: {ins} makes a closure of "
+                                  f"{functions[ins.func_index].name!r}, which owns parameters "
+                                  f"{sorted(owned[ins.func_index])}")
+            if not (isinstance(ins, Invoke) and 0 <= ins.func_index < len(functions)):
+                continue
+            for k in owned[ins.func_index]:
+                reg = ins.args[k]
+                allocated = reg >= nparams and writers.get(reg, set()) <= _OUTPUT_WRITERS
+                if not (allocated or reg < nparams) or list(ins.args).count(reg) != 1:
+                    raise FormatError(f"function {fn.name!r}, pc {pc}: {ins} passes ${reg} as argument {k}, "
+                                      f"which the callee owns; it must be a tensor the caller allocated (or a "
+                                      f"parameter it owns), passed once")
 
 
 def tail_call_pcs(fn: VMFunction) -> frozenset[int]:

@@ -288,6 +288,8 @@ class Executable:
                     callee = self.functions[ins.func_index]
                     raise FormatError(f"function {fn.name!r}, pc {pc}: {ins} passes {len(ins.args)} arguments to "
                                       f"{callee.name}, which takes {len(callee.params)}")
+        if from_file:
+            bc.verify_owned_arguments(self.functions)
         for info in self.primitives:
             if info.source not in self.prim_texts and info.source not in self.prim_functions \
                     and self._kernels is None:

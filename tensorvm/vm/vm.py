@@ -254,7 +254,7 @@ class _FunctionInfo:
     """What the VM knows about one function: decoded code, register count, and argument checkers."""
 
     __slots__ = ("name", "index", "code", "pcs", "num_regs", "params", "param_types", "ret_type", "fast_specs",
-                 "tail", "shape_slice", "specialized", "sightings", "arena_bytes", "entry")
+                 "tail", "shape_slice", "specialized", "sightings", "arena_bytes", "entry", "owned")
 
     def __init__(self, fn: bc.VMFunction, index: int, num_regs: int | None = None):
         self.name, self.index = fn.name, index
@@ -269,6 +269,7 @@ class _FunctionInfo:
         self.sightings: dict = {}    # parameter shapes seen once (specialized at the second sighting)
         self.arena_bytes = 0         # a specialized body: the bytes of the buffers made for it once
         self.entry = None            # a specialized body in compiled exec mode: its generated code, run(args)
+        self.owned = ()              # parameters whose buffer the function writes (bytecode.owned_parameters)
 
 
 class VirtualMachine:
@@ -299,6 +300,8 @@ class VirtualMachine:
         self._kernel_inputs = [k.num_inputs for k in exe.primitives]
         self._kernel_names = [k.name for k in exe.primitives]
         self._funcs = [_FunctionInfo(fn, i) for i, fn in enumerate(exe.functions)]
+        for info, owned in zip(self._funcs, bc.owned_parameters(exe.functions), strict=True):
+            info.owned = tuple(sorted(owned))
         if specialize is None:
             specialize = os.environ.get("TENSORVM_SPECIALIZE", "1").strip() != "0"
         for info, fn in zip(self._funcs, exe.functions):
@@ -742,6 +745,10 @@ class VirtualMachine:
 
     # --- calling ----------------------------------------------------------------------------------
     def _call(self, info: _FunctionInfo, args: list):
+        if info.owned:  # the function writes these buffers: never the caller's arrays (nor kept inputs)
+            args = list(args)
+            for k in info.owned:
+                args[k] = args[k].copy()
         if info.shape_slice is not None and self._mode == "plain":
             key = tuple([a.shape for a in args])
             body = info.specialized.get(key)

@@ -26,6 +26,7 @@ from tensorvm.frontend import from_onnx  # noqa: E402
 from tensorvm.ir.analysis import post_order  # noqa: E402
 from tensorvm.ir.expr import Call, Op  # noqa: E402
 from tensorvm.op import get_op  # noqa: E402
+from tensorvm.vm import bytecode as bc  # noqa: E402
 
 BATCH, INPUT, HIDDEN = 3, 4, 5
 GATES = {"LSTM": 4, "GRU": 3, "RNN": 1}
@@ -305,9 +306,38 @@ def test_y_is_built_only_when_the_graph_reads_it():
         mod, _ = from_onnx(model, shape={"X": [None, BATCH, INPUT]})
         ops = _ops_in(mod)
         assert "nn.lstm" not in ops
-        assert ("concatenate" in ops) == builds_y
+        assert ("scatter_nd" in ops) == builds_y
         (loop,) = [fn for gv, fn in mod.functions.items() if gv.name != "main"]
         assert len(loop.ret_type.fields) == (3 if builds_y else 2)
+
+
+@pytest.mark.parametrize("op", ["LSTM", "GRU", "RNN"])
+def test_the_step_writes_its_row_of_y_in_place(op):
+    # Regression (issue 18): Y grew by a concatenate per step (quadratic in the sequence length). Now
+    # each step writes row t of a buffer the loop owns: in the lowered step, a kernel whose output is
+    # the Y parameter itself, and no concatenate.
+    model, _ = _single_node_model(op=op, outputs=("Y", "Y_h"), x_shape=("seq", "batch", INPUT),
+                                  direction="bidirectional")
+    mod, _ = from_onnx(model)
+    steps = _step_functions(mod)
+    assert len(steps) == 2
+    for fn in steps:
+        names = {node.op.name for node in post_order(fn.body) if isinstance(node, Call) and isinstance(node.op, Op)}
+        assert "scatter_nd" in names and "concatenate" not in names
+    exe = tv.vm.compile(mod, target="c")
+    for fn in exe.functions:
+        if fn.name == "main":
+            continue
+        y = fn.params.index("acc")
+        writes = [ins for ins in fn.instructions if isinstance(ins, bc.InvokePacked) and y in ins.outputs]
+        assert len(writes) == 1 and writes[0].inputs[0] == y
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    vm = tv.vm.VirtualMachine(exe)
+    for seq, batch in ((1, 2), (7, 3)):
+        x = np.random.default_rng(seq).standard_normal((seq, batch, INPUT)).astype(np.float32)
+        for _ in range(2):  # a second call sees no state of the first
+            for g, want in zip(vm.invoke("main", x), session.run(None, {"X": x}), strict=True):
+                np.testing.assert_allclose(g.numpy(), want, atol=ATOL, rtol=1e-4)
 
 
 def test_dynamic_batch_and_weights_as_parameters():

@@ -265,7 +265,7 @@ _FEATURES = {
     "view": ("transpose(", "expand_dims(", "squeeze(", "strided_slice("), "concatenate": "concatenate(",
     "split": "split(", "reduce": ("sum(", "max(", "min(", "mean(", "argmax("), "dense": "nn.dense(",
     "conv2d": "nn.conv2d(", "batch_matmul": "nn.batch_matmul(", "if": "if (", "tail_loop": "@loop",
-    "grow_loop": "@grow", "recursion": "@rec", "closure": "fn (", "map": "@map(", "foldl": "@foldl(",
+    "grow_loop": "@grow", "fill_loop": "@fill", "recursion": "@rec", "closure": "fn (", "map": "@map(", "foldl": "@foldl(",
     "match": "match (", "option": "Some(", "tree": "Rose(", "symbolic_dim": ("(n", ", n", "(m", ", m"),
     "list_out": "Nil)\n}",
 }

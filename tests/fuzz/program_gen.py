@@ -299,8 +299,8 @@ class Generator:
         if not self.static and self.dynamic:  # straight-line code: stress the VM's shape specialization
             kinds += ["arange", "argwhere", "shape_arith", "shape_tensor", "dense"]
         elif not self.static:
-            kinds += ["arange", "argwhere", "if", "if", "loop", "grow_loop", "recursion", "closure", "list",
-                      "option", "tree"]
+            kinds += ["arange", "argwhere", "if", "if", "loop", "grow_loop", "fill_loop", "recursion", "closure",
+                      "list", "option", "tree"]
         if self.depth >= 2:  # bounded nesting: blocks inside blocks only use dataflow
             kinds = kinds[:14]
         for _ in range(4):  # a kind may not apply to the values at hand: try another
@@ -640,6 +640,24 @@ class Generator:
         if self.max_size(new) > MAX_ELEMENTS:
             return None
         return self.bind(lines, scope, f"{name}(0, {acc.expr}, {n})", new)
+
+    def s_fill_loop(self, lines, scope):
+        """A loop writing row ``i`` of a buffer each step with ``scatter_nd`` (run in place when the loop
+        owns the buffer: a fresh value here, or one the program may read again)."""
+        src = self.pick(scope, lambda u: u.rank >= 1)
+        if src is None:
+            return None
+        name = f"@fill{len(self.prog.globals)}"
+        ty = self.type_of(src.shape)
+        self.prog.globals.append(
+            f"def {name}(%i: int32, %buf: {ty}, %src: {ty}) -> {ty} {{\n"
+            f"  if (less(%i, cast(take(shape_of(%buf), 0), dtype=\"int32\"))) {{\n"
+            f"    let %row = {self.choice(('negative', 'nn.relu', 'abs'))}(take(%src, %i, axis=0, mode=\"clip\"));\n"
+            f"    {name}(add(%i, 1), scatter_nd(%buf, expand_dims(%i, axis=0), %row), %src)\n"
+            f"  }} else {{\n    %buf\n  }}\n}}")
+        buf = self.pick(scope, lambda u: u.shape == src.shape)
+        start = f"{self.choice(UNARY)}({buf.expr})" if self.chance() else buf.expr
+        return self.bind(lines, scope, f"{name}(0, {start}, {src.expr})", src.shape)
 
     def s_recursion(self, lines, scope):
         """Non-tail recursion: ``@rec(i, x) = h(@rec(i - 1, g(x)), x)``, ``x`` at ``i == 0``."""

@@ -4,7 +4,8 @@ It gives the memory dialect its real meaning: a storage is a byte buffer filled 
 bytes, NaN for floats) so that reading memory nobody wrote shows up; a tensor is a NumPy view at a
 byte offset (bounds- and alignment-checked); kernels write into their outputs through
 ``tensorvm.vm.kernel_python``; ``memory.kill`` removes the variable, so a use after a kill fails.
-A kernel whose output shares memory with one of its inputs is an error. It also counts allocations.
+A kernel whose output shares memory with one of its inputs is an error (but for an update op written
+into its data, ``transform/update_in_place.py``). It also counts allocations.
 """
 
 from __future__ import annotations
@@ -191,8 +192,9 @@ class LoweredEvaluator:
                 key = ("kernel", gv.name)
                 if key not in self.kernels:
                     self.kernels[key] = build_kernel(prim)
+                checked = ins[1:] if _in_place_update(prim, args) else ins  # (data is its output)
                 for o in outs:
-                    for i in ins:
+                    for i in checked:
                         if isinstance(i, np.ndarray) and np.shares_memory(o, i):
                             raise LoweredError(f"@{gv.name}: an output shares memory with an input")
                 self.invokes += 1
@@ -218,6 +220,15 @@ class LoweredEvaluator:
             del env[var]
             return ()
         raise LoweredError(f"op {name} called in a VM function (FuseOps should have wrapped it)")
+
+
+def _in_place_update(prim, args) -> bool:
+    """``vm.invoke_tvm_op(@update, (%data, ...), (%data,))``: an update op's kernel writing into its data."""
+    from tensorvm.transform.update_in_place import UPDATE_OPS
+
+    body = prim.body
+    return (isinstance(body, Call) and isinstance(body.op, Op) and body.op.name in UPDATE_OPS
+            and len(args[2].fields) == 1 and args[1].fields and args[2].fields[0] is args[1].fields[0])
 
 
 def _flatten(values: list) -> list:

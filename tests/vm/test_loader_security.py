@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 import tensorvm as tv
-from tensorvm.errors import FormatError
+from tensorvm.errors import FormatError, TensorVMError
 from tensorvm.vm import VirtualMachine, load_executable
 from tensorvm.vm import bytecode as bc
 from tensorvm.vm.serialize import MAGIC
@@ -178,20 +178,37 @@ def _dense_args():
     return rng.standard_normal((2, 3)).astype("float32"), rng.standard_normal((4, 3)).astype("float32")
 
 
-def test_a_kernel_output_in_a_parameter_register_is_a_format_error(dense_exe):
-    """Naming parameter $0 as a kernel's output wrote into the caller's array and returned uninitialised memory."""
+def _output_into(dense_exe, reg: int):
     def edit(fn):
         code = list(fn.instructions)
         pc = next(i for i, ins in enumerate(code) if isinstance(ins, bc.InvokePacked)
                   and dense_exe.primitives[ins.packed_index].kind == "kernel")
         ins = code[pc]
-        code[pc] = bc.InvokePacked(ins.packed_index, ins.arity, ins.output_size, (*ins.inputs, 0))
+        code[pc] = bc.InvokePacked(ins.packed_index, ins.arity, ins.output_size, (*ins.inputs, reg))
         return _with(fn, instructions=tuple(code))
 
+    return edit
+
+
+def test_a_kernel_output_in_a_parameter_register_is_a_format_error(dense_exe):
+    """Naming parameter $1 (not the kernel's first input) as a kernel's output wrote into the caller's
+    array and returned uninitialised memory."""
+    x, w = _dense_args()
+    before = w.copy()
+    with pytest.raises(FormatError, match="writes into parameter \\$1"):
+        loaded = load_executable(_edited(dense_exe, _output_into(dense_exe, 1)))
+        VirtualMachine(loaded).invoke("main", x, w)
+    np.testing.assert_array_equal(w, before)
+
+
+def test_a_kernel_writing_its_first_input_parameter_never_writes_the_callers_array(dense_exe):
+    """An update's form (output = first input = a parameter, which the function then owns: an update run
+    in place) is accepted from a file, but the VM copies the caller's array for an owned parameter: a
+    dense written into its (2, 3) input is a shape error and the caller's array is unchanged."""
     x, w = _dense_args()
     before = x.copy()
-    with pytest.raises(FormatError, match="writes into \\$0"):
-        loaded = load_executable(_edited(dense_exe, edit))
+    loaded = load_executable(_edited(dense_exe, _output_into(dense_exe, 0)))
+    with pytest.raises(TensorVMError):
         VirtualMachine(loaded).invoke("main", x, w)
     np.testing.assert_array_equal(x, before)
 

@@ -347,7 +347,9 @@ __attribute__((unused)) static int32_t tv_scatter_nd(const void* data, const voi
                                                      const int64_t* dims, int64_t reduction) {
   const int64_t size_of = tv_lib_itemsize(dtype);
   if (size_of == 0) return TV_ERROR_DTYPE;
-  memcpy(out, data, (size_t)(size * size_of));
+  /* out == data: the update runs in place (ManifestAlloc, transform/update_in_place.py); data is then
+     not read at all, only out's entries at the indices are written. */
+  if (out != data) memcpy(out, data, (size_t)(size * size_of));
   if (count == 0 || inner == 0) return 0;
   int64_t* target = (int64_t*)malloc(sizeof(int64_t) * (size_t)count);
   if (target == NULL) return TV_ERROR_OUT_OF_MEMORY;
