@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import importlib
 
-from . import ir, op  # noqa: F401
 from .errors import (  # noqa: F401
     AttrError,
     ExecutionError,
@@ -21,12 +20,19 @@ from .errors import (  # noqa: F401
     TypeInferenceError,
     UnsupportedError,
 )
-from .ir import Any, IRModule, SymDim, TensorType, TupleType  # noqa: F401
 
 __version__ = "0.1.0"
 
-# Optional layers, loaded when present (the package grows issue by issue).
+# Everything but the errors is imported when first used (``import tensorvm`` stays light: a deployed
+# executable loads with the runtime and the VM's loader only, docs/deploy.md).
 _LAZY = {
+    "ir": ("tensorvm.ir", None),
+    "op": ("tensorvm.op", None),
+    "Any": ("tensorvm.ir.types", "Any"),
+    "SymDim": ("tensorvm.ir.types", "SymDim"),
+    "TensorType": ("tensorvm.ir.types", "TensorType"),
+    "TupleType": ("tensorvm.ir.types", "TupleType"),
+    "IRModule": ("tensorvm.ir.module", "IRModule"),
     "parse": ("tensorvm.parser", "parse"),
     "transform": ("tensorvm.transform", None),
     "interpreter": ("tensorvm.interpreter", None),
@@ -42,8 +48,8 @@ _LAZY = {
     "frontend": ("tensorvm.frontend", None),
     "te": ("tensorvm.te", None),
     "codegen": ("tensorvm.codegen", None),
-    "set_num_threads": ("tensorvm.codegen.build", "set_num_threads"),
-    "get_num_threads": ("tensorvm.codegen.build", "get_num_threads"),
+    "set_num_threads": ("tensorvm.runtime.library", "set_num_threads"),
+    "get_num_threads": ("tensorvm.runtime.library", "get_num_threads"),
     "prelude": ("tensorvm.prelude", None),
     "structural_equal": ("tensorvm.ir.structural", "structural_equal"),
     "structural_hash": ("tensorvm.ir.structural", "structural_hash"),
@@ -59,3 +65,7 @@ def __getattr__(name: str):
         globals()[name] = value
         return value
     raise AttributeError(f"module 'tensorvm' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_LAZY))

@@ -70,14 +70,14 @@ from .ir.types import (
 )
 from .op.registry import get_op
 from .runtime.object import ADT, Closure, RefValue
-from .runtime.stack import recursion_users
+from .runtime.stack import DEEP_RECURSION_LIMIT, recursion_users
 
 __all__ = [
     "Interpreter", "FunctionValue", "convert_argument", "bind_arguments", "describe_value", "deep_recursion",
 ]
 
 # Calls outside tail position become Python recursion (about four Python frames per call).
-_RECURSION_LIMIT = 250_000
+_RECURSION_LIMIT = DEEP_RECURSION_LIMIT
 
 
 def deep_recursion(limit: int = _RECURSION_LIMIT):
