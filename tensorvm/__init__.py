@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import importlib
+import importlib.util
 
 from .errors import (  # noqa: F401
     AttrError,
@@ -64,7 +65,14 @@ def __getattr__(name: str):
         value = module if attr is None else getattr(module, attr)
         globals()[name] = value
         return value
-    raise AttributeError(f"module 'tensorvm' has no attribute {name!r}")
+    return _submodule(name)
+
+
+def _submodule(name: str):
+    """A submodule used as an attribute (``tv.parser``), imported now."""
+    if not name.startswith("_") and importlib.util.find_spec(f"{__name__}.{name}") is not None:
+        return importlib.import_module(f"{__name__}.{name}")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def __dir__():

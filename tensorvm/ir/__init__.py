@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import importlib.util
 
 # Names are imported from their submodule when first used (the VM's loader needs ``ir.types`` only).
 _LAZY = {
@@ -62,6 +63,8 @@ _LAZY = {
 def __getattr__(name: str):
     module = _LAZY.get(name)
     if module is None:
+        if not name.startswith("_") and importlib.util.find_spec(f"{__name__}.{name}") is not None:
+            return importlib.import_module(f"{__name__}.{name}")  # a submodule used as an attribute
         raise AttributeError(f"module 'tensorvm.ir' has no attribute {name!r}")
     value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
     globals()[name] = value
