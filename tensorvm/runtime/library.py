@@ -188,12 +188,13 @@ def isa_features(flags) -> tuple:
     return tuple(sorted(set(flags)))
 
 
-def cpu_features() -> tuple:
+def cpu_features(override: bool = True) -> tuple:
     """The running CPU's instruction-set extensions (``$TENSORVM_CPU_FEATURES``, comma- or space-separated,
-    replaces what ``/proc/cpuinfo`` says: a way to test a CPU without some of them)."""
-    override = os.environ.get("TENSORVM_CPU_FEATURES")
-    if override is not None:
-        return isa_features(override.replace(",", " ").split())
+    replaces what ``/proc/cpuinfo`` says unless ``override`` is False: a way to test a CPU without some of
+    them; what a build records is always the real CPU's)."""
+    value = os.environ.get("TENSORVM_CPU_FEATURES") if override else None
+    if value is not None:
+        return isa_features(value.replace(",", " ").split())
     try:
         with open("/proc/cpuinfo") as f:
             for line in f:

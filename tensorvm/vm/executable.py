@@ -272,7 +272,8 @@ class Executable:
         if info.kind == "kernel" and self.c_library is not None and info.source in self.c_library.sources:
             return self.c_library.sources[info.source]
         if info.kind == "shape_func" and self.c_library is not None and name in self.c_library.shape_funcs:
-            return self.c_library.shape_funcs[name][0].source
+            spec = self.c_library.shape_funcs[name][0]
+            return spec.source or f"/* {spec.name}: in the prebuilt library; its C text is exe.c_library.source */\n"
         if info.kind == "shape_func":
             return (f"# {name}: Python host code composing the shape functions of the ops of {info.source} "
                     f"(is_input={[int(b) for b in info.is_input]})\n")

@@ -199,7 +199,7 @@ def _describe(library: CLibrary, kernels: dict, shape_specs: dict) -> None:
     except OSError as err:
         library.abi_missing = f"the built library cannot be read: {err}"
         return
-    features = cpu_features() if "-march=native" in info.flags else ()
+    features = cpu_features(override=False) if "-march=native" in info.flags else ()  # what -march=native used
     manifest = LibraryManifest(hashlib.sha256(library.source.encode()).hexdigest(), toolchain.compiler,
                                toolchain.version, tuple(info.flags), target_triple(), features, library_sha256, size)
     library.abi = LibraryABI(manifest, kernels, {name: spec for name, spec in shape_specs.items()})

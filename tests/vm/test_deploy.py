@@ -122,19 +122,21 @@ def test_a_new_batch_size_runs_on_the_prebuilt_library(tmp_path):
         vm.run(np.ones((2, 15), "float32"), *_mlp_args(2)[1:])
 
 
-def _manifest_features(exe) -> tuple:
-    return exe.c_library.abi.manifest.features
-
-
-def test_a_cpu_without_the_librarys_features_rebuilds_and_says_why(tmp_path, monkeypatch):
+def _saved_on_a_cpu_lacking_a_feature(tmp_path, monkeypatch):
+    """A saved MLP, and the running CPU faked to lack one feature its library was built for."""
     exe = tv.vm.compile(tv.parse(MLP), target="c")
-    if not _manifest_features(exe):
+    features = exe.c_library.abi.manifest.features
+    if not features:
         pytest.skip("the kernels are built without -march=native here: they need no CPU feature")
     path = tmp_path / "mlp.tvx"
     exe.save(path)
-    lacking = _manifest_features(exe)[-1]
-    running = [f for f in _manifest_features(exe) if f != lacking]
-    monkeypatch.setenv("TENSORVM_CPU_FEATURES", " ".join(running))
+    lacking = features[-1]
+    monkeypatch.setenv("TENSORVM_CPU_FEATURES", " ".join(f for f in features if f != lacking))
+    return path, lacking
+
+
+def test_a_cpu_without_the_librarys_features_rebuilds_and_says_why(tmp_path, monkeypatch):
+    path, lacking = _saved_on_a_cpu_lacking_a_feature(tmp_path, monkeypatch)
     loaded = load_executable(path)
     lib = loaded.stats()["kernel_library"]
     assert lib["origin"] == "compiled" and lacking in lib["load_reason"] and "lacks" in lib["load_reason"]
@@ -144,13 +146,7 @@ def test_a_cpu_without_the_librarys_features_rebuilds_and_says_why(tmp_path, mon
 
 
 def test_without_a_compiler_the_missing_cpu_features_are_a_clear_error(tmp_path, monkeypatch):
-    exe = tv.vm.compile(tv.parse(MLP), target="c")
-    if not _manifest_features(exe):
-        pytest.skip("the kernels are built without -march=native here: they need no CPU feature")
-    path = tmp_path / "mlp.tvx"
-    exe.save(path)
-    lacking = _manifest_features(exe)[0]
-    monkeypatch.setenv("TENSORVM_CPU_FEATURES", " ".join(f for f in _manifest_features(exe) if f != lacking))
+    path, lacking = _saved_on_a_cpu_lacking_a_feature(tmp_path, monkeypatch)
     monkeypatch.setenv("TENSORVM_CC", str(tmp_path / "no-such-compiler"))
     reset_toolchain()
     try:
