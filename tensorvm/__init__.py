@@ -58,6 +58,12 @@ _LAZY = {
 }
 
 
+# ``from tensorvm import *``: the errors and the names the package imported eagerly before it was lazy
+__all__ = ["AttrError", "ExecutionError", "FormatError", "ModelImportError", "ParseError", "ShapeError",
+           "TensorVMError", "TypeInferenceError", "UnsupportedError", "ir", "op", "Any", "IRModule", "SymDim",
+           "TensorType", "TupleType"]
+
+
 def __getattr__(name: str):
     if name in _LAZY:
         module_name, attr = _LAZY[name]

@@ -58,6 +58,7 @@ _LAZY = {
     "normalize_dtype": "types",
     "scalar_type": "types",
 }
+__all__ = [*_LAZY, "var"]  # (``from tensorvm.ir import *`` imports them all)
 
 
 def __getattr__(name: str):

@@ -93,7 +93,7 @@ class ExecutableStats(dict):
                 lines.append(f"C library origin: {lib['origin']} ({lib['load_reason']})")
             lines.append(f"C library: {len(lib['c_kernels'])} C kernels, {len(fallbacks)} NumPy fallbacks, "
                          f"{lib['source_bytes']} bytes of C, lowering {lib['lower_seconds']:.3f} s, compile "
-                         f"{lib['compile_seconds']:.3f} s ({'cached' if lib['cached'] else 'cold'}), "
+                         f"{lib['compile_seconds']:.3f} s ({_library_state(lib)}), "
                          f"{lib.get('threads', 1)} thread(s)")
             for name, why in fallbacks.items():
                 lines.append(f"  fallback {name}: {why}")
@@ -375,6 +375,12 @@ class Executable:
         data = self.save_bytes(embed_library)
         with open(path, "wb") as f:
             f.write(data)
+
+
+def _library_state(lib: dict) -> str:
+    if lib.get("origin", "compiled") != "compiled":
+        return f"prebuilt, from the {lib['origin']}"
+    return "cached" if lib["cached"] else "cold"
 
 
 def _failing_primitive(prims: dict) -> str:

@@ -18,6 +18,9 @@ from tensorvm.codegen.build import have_compiler, reset_toolchain
 from tensorvm.errors import FormatError, UnsupportedError
 from tensorvm.vm import VirtualMachine, load_executable
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from tvx_edit import join, split  # noqa: E402
+
 pytestmark = pytest.mark.skipif(not have_compiler(), reason="no C compiler on this machine")
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -157,18 +160,6 @@ def test_without_a_compiler_the_missing_cpu_features_are_a_clear_error(tmp_path,
         reset_toolchain()
 
 
-def _sections(data: bytes) -> tuple[bytes, list]:
-    from tests.vm.test_loader_security import _split
-
-    return _split(data)
-
-
-def _join(header: bytes, sections: list) -> bytes:
-    from tests.vm.test_loader_security import _join as join
-
-    return join(header, sections)
-
-
 def test_an_embedded_library_is_loaded_only_when_trusted(tmp_path, monkeypatch):
     exe = tv.vm.compile(tv.parse(MLP), target="c")
     data = exe.save_bytes(embed_library=True)
@@ -192,21 +183,21 @@ def test_an_embedded_library_is_loaded_only_when_trusted(tmp_path, monkeypatch):
 
 def test_a_tampered_embedded_library_is_a_format_error():
     data = tv.vm.compile(tv.parse(MLP), target="c").save_bytes(embed_library=True)
-    header, sections = _sections(data)
+    header, sections = split(data)
     tampered = [(t, p[:100] + bytes([p[100] ^ 1]) + p[101:] if t == b"KLIB" else p) for t, p in sections]
     with pytest.raises(FormatError, match="KLIB section"):
-        load_executable(_join(header, tampered), trust_library=True)
+        load_executable(join(header, tampered), trust_library=True)
     with pytest.raises(FormatError, match="KLIB section without its KABI"):
-        load_executable(_join(header, [(t, p) for t, p in sections if t != b"KABI"]), trust_library=True)
+        load_executable(join(header, [(t, p) for t, p in sections if t != b"KABI"]), trust_library=True)
 
 
 def test_a_changed_c_text_or_description_is_never_run_on_the_prebuilt_library(tmp_path):
     exe = tv.vm.compile(tv.parse(MLP), target="c")
-    header, sections = _sections(exe.save_bytes(embed_library=True))
+    header, sections = split(exe.save_bytes(embed_library=True))
     args = _mlp_args(3)
 
     def load(new_sections, **kwargs):
-        loaded = load_executable(_join(header, new_sections), **kwargs)
+        loaded = load_executable(join(header, new_sections), **kwargs)
         np.testing.assert_allclose(VirtualMachine(loaded).run(*args).numpy(), _mlp_reference(*args), rtol=1e-5,
                                    atol=1e-5)
         return loaded.stats()["kernel_library"]

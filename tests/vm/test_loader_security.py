@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import ast
 import dataclasses
-import hashlib
 import struct
 import subprocess
 import sys
@@ -23,30 +22,15 @@ import tensorvm as tv
 from tensorvm.errors import FormatError
 from tensorvm.vm import VirtualMachine, load_executable
 from tensorvm.vm import bytecode as bc
-from tensorvm.vm.serialize import MAGIC
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from tvx_edit import join as _join  # noqa: E402
+from tvx_edit import split as _split  # noqa: E402
 
 ADD = "def @main(%xin: Tensor[(2), float32]) { add(%xin, %xin) }"
 
 
 # --- editing files the way an attacker would ------------------------------------------------------
-def _split(data: bytes) -> tuple[bytes, list]:
-    """``(header bytes, [(tag, payload), ...])`` of an executable's bytes (checksum dropped)."""
-    pos = len(MAGIC) + 8
-    for _ in range(2):  # exec mode, target
-        pos += 4 + struct.unpack_from("<I", data, pos)[0]
-    header, sections, end = data[:pos], [], len(data) - 32
-    while pos < end:
-        tag, size = bytes(data[pos:pos + 4]), struct.unpack_from("<Q", data, pos + 4)[0]
-        sections.append((tag, bytes(data[pos + 12:pos + 12 + size])))
-        pos += 12 + size
-    return header, sections
-
-
-def _join(header: bytes, sections: list) -> bytes:
-    body = header + b"".join(tag + struct.pack("<Q", len(payload)) + payload for tag, payload in sections)
-    return body + hashlib.sha256(body).digest()
-
-
 def _string(s: str) -> bytes:
     data = s.encode()
     return struct.pack("<I", len(data)) + data
