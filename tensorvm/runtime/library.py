@@ -182,10 +182,11 @@ _X86 = ("x86_64", "amd64", "i386", "i686")
 
 
 def isa_features(flags) -> tuple:
-    """The instruction-set extensions among CPU ``flags`` (sorted, unique)."""
+    """The instruction-set extensions among CPU ``flags`` (sorted, unique; names of letters, digits,
+    underscores and dots only, as a saved manifest holds them)."""
     if platform.machine().lower() in _X86:
         flags = [f for f in flags if _X86_ISA.fullmatch(f)]
-    return tuple(sorted(set(flags)))
+    return tuple(sorted({f for f in flags if re.fullmatch(r"[A-Za-z0-9_.]{1,64}", f)}))
 
 
 def cpu_features(override: bool = True) -> tuple:

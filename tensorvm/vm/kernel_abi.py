@@ -182,7 +182,7 @@ class CShapeFunction:
                          f"shape function accepts)")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # (holds arrays: compared by identity)
 class KernelABI:
     """How to call one compiled kernel: ``symbol(*buffers, *dims) -> int32`` (0: success).
 

@@ -52,7 +52,7 @@ ALLOWED = {
     "tensorvm", "tensorvm.errors", "tensorvm.ir", "tensorvm.ir.types",
     "tensorvm.runtime", "tensorvm.runtime.blas", "tensorvm.runtime.library", "tensorvm.runtime.memory",
     "tensorvm.runtime.ndarray", "tensorvm.runtime.object", "tensorvm.runtime.stack",
-    "tensorvm.vm", "tensorvm.vm.bytecode", "tensorvm.vm.compiler", "tensorvm.vm.executable",
+    "tensorvm.vm", "tensorvm.vm.bytecode", "tensorvm.vm.compiled", "tensorvm.vm.compiler", "tensorvm.vm.executable",
     "tensorvm.vm.fastcall", "tensorvm.vm.kernel_abi", "tensorvm.vm.kernel_c", "tensorvm.vm.serialize",
     "tensorvm.vm.shape_plan", "tensorvm.vm.specialize", "tensorvm.vm.vm",
 }
@@ -96,14 +96,15 @@ def _run_fresh(path: Path, args: list, tmp_path: Path, **env) -> dict:
     return json.loads(result.stdout.splitlines()[-1])
 
 
-@pytest.mark.parametrize("program, args, reference", [
-    (MLP, _mlp_args(5), _mlp_reference),
-    (LOOP, [np.linspace(-1, 1, 8, dtype="float32").reshape(2, 4), np.int32(3)], _loop_reference),
-], ids=["mlp", "loop"])
+@pytest.mark.parametrize("program, args, reference, exec_mode", [
+    (MLP, _mlp_args(5), _mlp_reference, "bytecode"),
+    (LOOP, [np.linspace(-1, 1, 8, dtype="float32").reshape(2, 4), np.int32(3)], _loop_reference, "bytecode"),
+    (LOOP, [np.linspace(-1, 1, 8, dtype="float32").reshape(2, 4), np.int32(4)], _loop_reference, "compiled"),
+], ids=["mlp", "loop", "loop-compiled"])
 def test_a_saved_executable_runs_in_a_fresh_interpreter_importing_only_the_runtime(program, args, reference,
-                                                                                  tmp_path):
+                                                                                  exec_mode, tmp_path):
     path = tmp_path / "model.tvx"
-    tv.vm.compile(tv.parse(program), target="c").save(path)
+    tv.vm.compile(tv.parse(program), target="c", exec_mode=exec_mode).save(path)
     got = _run_fresh(path, args, tmp_path)
     assert got["origin"] == "kernel cache"
     assert set(got["modules"]) <= ALLOWED, sorted(set(got["modules"]) - ALLOWED)
