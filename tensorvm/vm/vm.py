@@ -39,12 +39,14 @@ from enum import IntEnum
 from math import prod
 from operator import itemgetter
 from threading import get_ident as _get_ident
+from types import SimpleNamespace
 
 import numpy as np
 
 from ..errors import ExecutionError, ShapeError, TensorVMError
 from ..ir.types import Any as AnyDim
 from ..ir.types import FuncType, GlobalTypeVar, SymDim, TensorType, TupleType, TypeCall
+from ..runtime.convert import convert_argument
 from ..runtime.memory import make_allocator
 from ..runtime.ndarray import NDArray
 from ..runtime.object import ADT, Closure
@@ -1122,12 +1124,8 @@ class VirtualMachine:
         if isinstance(ty, (TypeCall, GlobalTypeVar)):
             # the interpreter's checks (constructor of the right type, field types, symbolic dims), then
             # the VM's form of the value
-            # (the interpreter, hence the op registry, is imported only for ADT-typed parameters)
-            from ..interpreter import convert_argument
-            from ..ir.module import IRModule
-
-            if self._type_module is None:
-                self._type_module = IRModule(type_definitions=self.exe.type_definitions())
+            if self._type_module is None:  # (what convert_argument reads of a module)
+                self._type_module = SimpleNamespace(type_definitions=self.exe.type_definitions())
             with deep_recursion():
                 checked = convert_argument(value, ty, where, self._type_module, sym_dims)
                 return self._vm_value(checked, where)
