@@ -515,6 +515,7 @@ class _Emitter:
         for kernel in self.kernels.values():
             out.append(kernel.source)
         out += self._run_function()
+        out += self._thread_setter()
         out += self._descriptor()
         return "\n".join(out) + "\n"
 
@@ -616,6 +617,14 @@ class _Emitter:
         lines += body + ["  return TVAOT_OK;", "}", ""]
         return lines
 
+    def _thread_setter(self) -> list:
+        # (the prelude's budget: tv_num_threads, read by every parallel loop of the kernels)
+        return [f"{self._threads_signature()} {{", "  tv_set_num_threads(n);", "  return tv_get_num_threads();", "}",
+                ""]
+
+    def _threads_signature(self) -> str:
+        return f"int32_t {self.prefix}_set_num_threads(int32_t n)"
+
     def _descriptor(self) -> list:
         s, p = self.s, self.prefix
         lines = ["/* ---- the model descriptor ---- */",
@@ -693,6 +702,9 @@ class _Emitter:
             lines += [f"/* Runs the model on its static workspace ({m}_WORKSPACE_SIZE bytes): not reentrant.",
                       "   Returns TVAOT_OK or an error code (tensorvm_aot.h); allocates nothing. */"]
         lines += [self._run_signature() + ";", "",
+                  "/* The thread budget of the kernels' parallel loops: n threads (n <= 0: every core). Returns the",
+                  "   count now in effect (always 1 when the model is compiled without OpenMP). */",
+                  self._threads_signature() + ";", "",
                   "/* The descriptor: names, dtypes and shapes of the inputs and outputs, and a generic run entry. */",
                   f"extern const tvaot_model_t {p}_model;", "", "#ifdef __cplusplus", "}", "#endif", "",
                   f"#endif /* {m}_H_ */"]

@@ -26,7 +26,15 @@ from pathlib import Path
 
 import numpy as np
 
-from ..codegen.build import CompilerError, Toolchain, cache_dir, find_toolchain, run_tool
+from ..codegen.build import (
+    CompilerError,
+    Toolchain,
+    cache_dir,
+    find_toolchain,
+    follow_thread_budget,
+    get_num_threads,
+    run_tool,
+)
 from ..errors import ExecutionError, FormatError, ShapeError, UnsupportedError
 from ..executor import CompiledExecutor
 from .build import AOTModule
@@ -211,6 +219,10 @@ class AOTRunner:
         self._error_string.restype = ctypes.c_char_p
         self._error_string.argtypes = [ctypes.c_int32]
         self._model_ptr = ctypes.addressof(self._model)
+        threads = getattr(cdll, f"{module.prefix}_set_num_threads")
+        threads.restype, threads.argtypes = ctypes.c_int32, [ctypes.c_int32]
+        self._threads = threads
+        follow_thread_budget(threads)  # set now and on every tv.set_num_threads
         self._n_in, self._n_out = len(module.inputs), len(module.outputs)
         self._in_sizes = (ctypes.c_size_t * max(self._n_in, 1))(*[t.size_bytes for t in module.inputs])
         self._out_sizes = (ctypes.c_size_t * max(self._n_out, 1))(*[t.size_bytes for t in module.outputs])
@@ -223,6 +235,12 @@ class AOTRunner:
             self._workspace_ptr = self._workspace.ctypes.data
 
     # -- introspection --
+
+    @property
+    def num_threads(self) -> int:
+        """The threads the model's parallel loops use, as the library reports it (1 without OpenMP); it
+        follows ``tv.set_num_threads``."""
+        return int(self._threads(get_num_threads()))  # (re-setting the budget it already has)
 
     def descriptor(self) -> dict:
         """The C descriptor ``tvmgen_<name>_model`` as a dict (read from the library)."""

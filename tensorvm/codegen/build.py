@@ -55,8 +55,10 @@ from ..errors import UnsupportedError
 from ..runtime.library import (  # noqa: F401 - the runtime's part (loading, threads), re-exported
     _LOADED,
     _NUM_THREADS,
+    _THREAD_SETTERS,
     available_cores,
     file_sha256,
+    follow_thread_budget,
     get_num_threads,
     hash_path,
     load_cdll,
@@ -69,8 +71,8 @@ from ..runtime.library import library_threads as _library_threads
 __all__ = [
     "CompilerError", "Toolchain", "BuildInfo", "Library", "find_toolchain", "have_compiler", "default_target",
     "default_target_reason", "cache_dir", "build_library", "build_stats", "reset_toolchain", "run_tool",
-    "compile_timeout", "compile_workers", "set_num_threads", "get_num_threads", "available_cores", "kernel_threads",
-    "library_threads", "record_library", "verified_library",
+    "compile_timeout", "compile_workers", "set_num_threads", "get_num_threads", "follow_thread_budget",
+    "available_cores", "kernel_threads", "library_threads", "record_library", "verified_library",
 ]
 
 _BASE_FLAGS = ("-O3", "-fPIC", "-shared", "-std=gnu11", "-fwrapv", "-fno-math-errno", "-fno-trapping-math")

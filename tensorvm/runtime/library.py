@@ -26,14 +26,15 @@ from pathlib import Path
 
 from . import blas
 
-__all__ = ["set_num_threads", "get_num_threads", "available_cores", "load_cdll", "verified_library",
-           "file_sha256", "untrusted_directory", "kernel_cache_dir", "cpu_features", "isa_features",
-           "target_triple", "library_threads"]
+__all__ = ["set_num_threads", "get_num_threads", "follow_thread_budget", "available_cores", "load_cdll",
+           "verified_library", "file_sha256", "untrusted_directory", "kernel_cache_dir", "cpu_features",
+           "isa_features", "target_triple", "library_threads"]
 
 _LOCK = threading.Lock()
 _LOADED: dict = {}  # path -> ctypes.CDLL (and, for extension modules, (name, path) -> module)
 _LOADED_ANY: list = [False]
 _NUM_THREADS: list = [None]  # set_num_threads' choice, applied to libraries loaded later too
+_THREAD_SETTERS: list = []  # other libraries' setters (AOT models: ``follow_thread_budget``)
 
 
 def _threads_from_environment():
@@ -67,7 +68,19 @@ def set_num_threads(count: int | None):
         for cdll in _LOADED.values():
             if isinstance(cdll, ctypes.CDLL):
                 _apply_threads(cdll)
+        for setter in _THREAD_SETTERS:
+            setter(get_num_threads())
         _apply_blas_threads()
+
+
+def follow_thread_budget(setter) -> int:
+    """Make ``setter(count)`` (a library's thread setter, such as an AOT model's
+    ``tvmgen_<name>_set_num_threads``) follow the budget: called now and on every ``set_num_threads``.
+    Returns what it returns now."""
+    with _LOCK:
+        if setter not in _THREAD_SETTERS:
+            _THREAD_SETTERS.append(setter)
+        return setter(get_num_threads())
 
 
 def available_cores() -> int:

@@ -133,7 +133,7 @@ def @main(%x: Tensor[(4, 10000), float32], %w: Tensor[(10000), float32]) {
             parts = line.split()
             (undefined if parts[-2] == "U" else defined).add(parts[-1])
     assert defined and all(s.startswith("tvmgen_sym_") for s in defined), defined
-    assert {"tvmgen_sym_run", "tvmgen_sym_model", "tvmgen_sym_constants"} <= defined
+    assert {"tvmgen_sym_run", "tvmgen_sym_set_num_threads", "tvmgen_sym_model", "tvmgen_sym_constants"} <= defined
     assert not undefined & {"malloc", "calloc", "realloc", "free"}, undefined
 
 

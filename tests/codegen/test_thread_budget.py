@@ -137,3 +137,21 @@ def test_a_process_pinned_to_one_core_runs_its_kernels_on_one_thread():
             "print(tv.get_num_threads(), exe.stats()['kernel_library']['threads'])")
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
     assert out.split() == ["1", "1"]
+
+
+@needs_openmp
+@pytest.mark.parametrize("threads", [1, 3])
+def test_aot_models_follow_the_budget_loaded_before_and_after(restore_threads, threads):
+    """An AOT model's kernels read the budget through ``tvmgen_<name>_set_num_threads``, which the loader
+    ties to ``tv.set_num_threads`` (before, each model's loops used OpenMP's default whatever was set)."""
+    from tensorvm import aot
+
+    source = "def @main(%x: Tensor[(64, 64), float32]) { nn.relu(add(%x, NUMf)) }"
+    before = aot.build(tv.parse(source.replace("NUM", "1")), name="budget_before").load()
+    tv.set_num_threads(threads)
+    after = aot.build(tv.parse(source.replace("NUM", str(threads + 1))), name="budget_after").load()
+    assert before.num_threads == after.num_threads == threads
+    tv.set_num_threads(2)
+    assert before.num_threads == after.num_threads == 2
+    x = np.linspace(-3, 3, 64 * 64, dtype="float32").reshape(64, 64)
+    np.testing.assert_array_equal(np.asarray(before(x)), np.maximum(x + 1, 0))
