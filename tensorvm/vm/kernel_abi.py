@@ -306,6 +306,8 @@ def prebuilt_library(exe, abi: LibraryABI, payload: bytes, c_source: str, embedd
     from .kernel_c import CLibrary
 
     m = abi.manifest
+    if exe.exec_mode not in ("bytecode", "compiled"):  # (a mode compiling more into the library describes it)
+        return None, None, f"exec mode {exe.exec_mode!r} is not described by the file's KABI section", ()
     if hashlib.sha256(c_source.encode()).hexdigest() != m.c_sha256:
         return None, None, "the C source in the file does not hash to its manifest's", ()
     if m.triple != target_triple():
