@@ -13,9 +13,12 @@ calls (``vm.shape_func``) are C functions of the same library, traced from the o
 (``CLibrary.shape_fallbacks``, shown by ``exe.stats()``).
 
 Each C function is named ``tvk<index>_<primitive name>`` (a valid, unique C identifier whatever the
-primitive is called). Loading a saved executable regenerates the C from the primitive functions' Relay
-text with this same code generator (never compiling or loading code taken from the file), so an
-unchanged program is a cache hit and costs no compile.
+primitive is called). A library whose kernels are all plain C kernels and whose shape functions are all C
+is also described (``CLibrary.abi``: ``kernel_abi.LibraryABI``) and recorded in the kernel cache's index,
+so a saved executable can run on it without the compiler (docs/deploy.md). Otherwise loading a saved
+executable regenerates the C from the primitive functions' Relay text with this same code generator
+(never compiling or loading code taken from the file), so an unchanged program is a cache hit and costs
+no compile.
 """
 
 from __future__ import annotations

@@ -13,6 +13,10 @@ kept for reading). The loader never compiles or loads that text: it regenerates 
 functions with tensorvm's own code generator (a cache hit when it is unchanged) and only records whether
 the saved text matches. Version 3 adds the optional ``ATYP`` section before ``CLIB``: the type variables
 of each ADT and its constructors' field types, with which the VM checks ADT arguments.
+Version 4 adds ``KABI`` (how to call the prebuilt kernel library: symbols, buffers, constants, error
+tables, C shape functions, and a manifest with the C text's hash, the toolchain, the triple and the CPU
+features) and ``KLIB`` (the library's bytes, written only on request); when and whose library the loader
+then uses instead of regenerating the C is in docs/deploy.md (``kernel_abi.prebuilt_library``).
 
 Types (parameter and result types) are stored as short text in a Relay-like syntax written and read by
 this module (``type_to_text``/``text_to_type``), so the format does not depend on the full parser.
