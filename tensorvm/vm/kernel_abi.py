@@ -327,7 +327,7 @@ def prebuilt_library(exe, abi: LibraryABI, payload: bytes, c_source: str, embedd
         except (OSError, ValueError):
             name = recorded = ""
         if recorded == m.library_sha256 and name.startswith("tv_") and name.endswith(".so") and "/" not in name \
-                and verified_library(directory / name):
+                and _recorded_hash(directory / name) == recorded and verified_library(directory / name):
             path, origin = str(directory / name), "kernel cache"
     if path is None and embedded is not None:
         if not trust_library:
@@ -361,6 +361,17 @@ def prebuilt_library(exe, abi: LibraryABI, payload: bytes, c_source: str, embedd
             spec, fn = library.shape_funcs[info.name]
             kernels.append(c_shape_func(spec, fn, _python_shape_func(exe, info)))
     return kernels, library, "", ()
+
+
+def _recorded_hash(path) -> str:
+    """The SHA-256 the build recorded beside a cached library ("" if none): the index must name these bytes
+    (a library rebuilt under the same name since is not the one the index recorded)."""
+    from ..runtime.library import hash_path
+
+    try:
+        return hash_path(path).read_text().strip()
+    except OSError:
+        return ""
 
 
 def _fast(abi: KernelABI, fn, slow):

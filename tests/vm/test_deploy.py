@@ -127,6 +127,25 @@ def test_a_new_batch_size_runs_on_the_prebuilt_library(tmp_path):
         vm.run(np.ones((2, 15), "float32"), *_mlp_args(2)[1:])
 
 
+def test_without_the_fast_caller_the_prebuilt_kernels_are_called_checked_through_ctypes(tmp_path, monkeypatch):
+    from tensorvm.vm.kernel_abi import CheckedKernel
+
+    path = tmp_path / "mlp.tvx"
+    tv.vm.compile(tv.parse(MLP), target="c").save(path)
+    monkeypatch.setenv("TENSORVM_NATIVE", "0")  # no fastcall extension
+    exe = load_executable(path)
+    assert exe.c_library.origin == "kernel cache"
+    kernels = list(exe.c_library.kernels.values())
+    assert kernels and all(isinstance(k, CheckedKernel) for k in kernels)
+    args = _mlp_args(6)
+    np.testing.assert_allclose(VirtualMachine(exe).run(*args).numpy(), _mlp_reference(*args), rtol=1e-5, atol=1e-5)
+    kernel = kernels[0]
+    n_in = kernel.abi.num_inputs - len(kernel.abi.constants)
+    bad = [np.zeros((2,) * rank, "float64") for _, rank, _ in kernel.abi.buffers[:n_in]]
+    with pytest.raises(tv.ExecutionError, match="must have dtype"):
+        kernel(*bad, *[np.zeros((2,) * rank, dtype) for dtype, rank, _ in kernel.abi.buffers[kernel.abi.num_inputs:]])
+
+
 def _saved_on_a_cpu_lacking_a_feature(tmp_path, monkeypatch):
     """A saved MLP, and the running CPU faked to lack one feature its library was built for."""
     exe = tv.vm.compile(tv.parse(MLP), target="c")
