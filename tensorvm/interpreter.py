@@ -56,28 +56,26 @@ from .ir.expr import (
 )
 from .ir.module import IRModule
 from .ir.types import (
-    DTYPES,
-    Any,
-    FuncType,
-    GlobalTypeVar,
-    IncompleteType,
-    RefType,
-    SymDim,
     TensorType,
     TupleType,
-    TypeCall,
-    TypeVar,
 )
 from .op.registry import get_op
-from .runtime.object import ADT, Closure, RefValue
-from .runtime.stack import recursion_users
+from .runtime.convert import (  # noqa: F401 - (moved there; the VM shares them)
+    _NUMPY_DTYPES,
+    convert_argument,
+    describe_value,
+    substitute_type,
+    type_str,
+)
+from .runtime.object import ADT, RefValue
+from .runtime.stack import DEEP_RECURSION_LIMIT, recursion_users
 
 __all__ = [
     "Interpreter", "FunctionValue", "convert_argument", "bind_arguments", "describe_value", "deep_recursion",
 ]
 
 # Calls outside tail position become Python recursion (about four Python frames per call).
-_RECURSION_LIMIT = 250_000
+_RECURSION_LIMIT = DEEP_RECURSION_LIMIT
 
 
 def deep_recursion(limit: int = _RECURSION_LIMIT):
@@ -453,238 +451,6 @@ def convert_arguments(func: Function, values: list, where: str, mod: IRModule | 
             convert_argument(v, p.type_annotation, f"{where}: parameter %{p.name_hint}", mod, symbols)
             for p, v in zip(func.params, values, strict=True)
         ]
-
-
-def convert_argument(value, ty, where: str, mod: IRModule | None = None, symbols: dict | None = None):
-    """Convert one user value to a run-time value, checking it against type ``ty`` (``None``: unchecked).
-
-    Raises ``ExecutionError`` for a wrong kind or dtype and ``ShapeError`` for a wrong rank or dim;
-    the message names ``where``, what was expected and what came.
-    """
-    symbols = {} if symbols is None else symbols
-    if isinstance(value, Call) and isinstance(value.op, Constructor) and not value.args:
-        value = value.op.value()  # ``Nil()`` built in Python is the value Nil
-    if ty is None or isinstance(ty, (TypeVar, IncompleteType)):
-        return _convert_untyped(value, where)
-    if isinstance(ty, TensorType):
-        return _convert_tensor(value, ty, where, symbols)
-    if isinstance(ty, TupleType):
-        if isinstance(value, ADT) or not isinstance(value, (tuple, list)):
-            raise ExecutionError(f"{where} expects a tuple {type_str(ty)}, got {describe_value(value)}")
-        if len(value) != len(ty.fields):
-            raise ExecutionError(f"{where} expects a tuple of {len(ty.fields)} field(s), got {len(value)}")
-        fields = zip(value, ty.fields, strict=True)
-        return tuple([convert_argument(v, t, _Path(where, f".{i}"), mod, symbols) for i, (v, t) in enumerate(fields)])
-    if isinstance(ty, (TypeCall, GlobalTypeVar)):
-        return _convert_adt(value, ty, where, mod, symbols)
-    if isinstance(ty, FuncType):
-        if not isinstance(value, (FunctionValue, Closure)):
-            raise ExecutionError(f"{where} expects a function {type_str(ty)}, got {describe_value(value)}")
-        return value
-    if isinstance(ty, RefType):
-        if not isinstance(value, RefValue):
-            raise ExecutionError(f"{where} expects a reference, got {describe_value(value)}")
-        return value
-    return _convert_untyped(value, where)
-
-
-class _Path:
-    """Where a value sits inside an argument (``parameter %xs.Cons[1].Cons[0]``), rendered only
-    for an error message; runs of one step (a long list's tail) are shown once with a count."""
-
-    __slots__ = ("parent", "segment")
-
-    def __init__(self, parent, segment: str):
-        self.parent, self.segment = parent, segment
-
-    def __str__(self) -> str:
-        segments, node = [], self
-        while isinstance(node, _Path):
-            segments.append(node.segment)
-            node = node.parent
-        segments.reverse()
-        parts, i = [str(node)], 0
-        while i < len(segments):
-            j = i
-            while j < len(segments) and segments[j] == segments[i]:
-                j += 1
-            parts.append(segments[i] if j - i == 1 else f"{segments[i]}*{j - i}")
-            i = j
-        return "".join(parts)
-
-
-_NUMPY_DTYPES = {name: np.dtype(name) for name in DTYPES}
-
-
-def _to_array(value, where: str):
-    """A NumPy array from an NDArray, array, NumPy scalar, Python number/bool or nested list.
-
-    A Python tuple is not a tensor (it is the value of a tuple-typed parameter)."""
-    if isinstance(value, np.ndarray):
-        return value, True
-    if isinstance(value, np.generic):
-        return np.asarray(value), True
-    numpy_method = getattr(value, "numpy", None)
-    if callable(numpy_method) and not isinstance(value, (ADT, tuple, list)):
-        return np.asarray(numpy_method()), True
-    if isinstance(value, (bool, int, float, list)):
-        try:
-            arr = np.asarray(value)
-        except (ValueError, TypeError, OverflowError) as err:
-            raise ExecutionError(f"{where}: cannot make a tensor from {value!r:.80}: {err}") from None
-        if arr.dtype == object:
-            raise ExecutionError(f"{where}: cannot make a tensor from {value!r:.80} (ragged, mixed or huge values)")
-        return arr, False
-    raise ExecutionError(f"{where} expects a tensor, got {describe_value(value)}")
-
-
-def _convert_tensor(value, ty: TensorType, where: str, symbols: dict) -> np.ndarray:
-    arr, from_numpy = _to_array(value, where)
-    if arr.dtype != _NUMPY_DTYPES[ty.dtype]:
-        if from_numpy:
-            raise ExecutionError(f"{where} expects {type_str(ty)}, got {describe_value(arr)} (dtype {arr.dtype.name})")
-        arr = _cast_python_value(arr, value, ty, where)
-    if arr.ndim != len(ty.shape):
-        raise ShapeError(f"{where} expects {type_str(ty)} of rank {len(ty.shape)}, got {describe_value(arr)} "
-                         f"of rank {arr.ndim}")
-    for axis, (dim, actual) in enumerate(zip(ty.shape, arr.shape, strict=True)):
-        if isinstance(dim, int) and dim != actual:
-            raise ShapeError(f"{where} expects {type_str(ty)}, got {describe_value(arr)} "
-                             f"(dimension {axis}: expected {dim}, got {actual})")
-        if isinstance(dim, SymDim):
-            bound = symbols.get(dim.name)
-            if bound is None:
-                symbols[dim.name] = (actual, where)
-            elif bound[0] != actual:
-                raise ShapeError(f"{where} expects {type_str(ty)}, got {describe_value(arr)}: dimension {axis} "
-                                 f"is {dim.name} = {actual}, but {bound[1]} has {dim.name} = {bound[0]}")
-    return arr
-
-
-_KIND_ORDER = {"b": 0, "u": 1, "i": 1, "f": 2}
-
-
-def _cast_python_value(arr: np.ndarray, value, ty: TensorType, where: str) -> np.ndarray:
-    """Python numbers/lists take the parameter's dtype when that keeps their values (floats may round)."""
-    source, target = arr.dtype.kind, np.dtype(ty.dtype).kind
-    compatible = source == target or (source in "iu" and target in "iuf") or arr.size == 0
-    if not compatible:
-        raise ExecutionError(f"{where} expects {type_str(ty)}, got {value!r:.80} ({_kind_name(source)} values)")
-    cast = arr.astype(ty.dtype)
-    if source in "iu" and not np.array_equal(cast.astype(arr.dtype), arr):
-        raise ExecutionError(f"{where} expects {type_str(ty)}, got {value!r:.80}: values do not fit {ty.dtype}")
-    return cast
-
-
-def _kind_name(kind: str) -> str:
-    return {"b": "boolean", "i": "integer", "u": "integer", "f": "floating-point"}.get(kind, kind)
-
-
-def _convert_untyped(value, where: str):
-    """A value for an unannotated parameter: Python numbers default to float32/int32."""
-    if isinstance(value, (FunctionValue, Closure, RefValue, Constructor)):
-        return value
-    if isinstance(value, ADT):
-        return ADT(value.tag, tuple([_convert_untyped(f, where) for f in value.fields]), value.constructor)
-    if isinstance(value, tuple):
-        return tuple([_convert_untyped(f, _Path(where, f".{i}")) for i, f in enumerate(value)])
-    arr, from_numpy = _to_array(value, where)
-    if not from_numpy:
-        if arr.dtype == np.float64:
-            arr = arr.astype("float32")
-        elif arr.dtype == np.int64:
-            arr = arr.astype("int32")
-    return arr
-
-
-def _convert_adt(value, ty, where: str, mod: IRModule | None, symbols: dict) -> ADT:
-    header = ty.func if isinstance(ty, TypeCall) else ty
-    type_args = ty.args if isinstance(ty, TypeCall) else ()
-    if not isinstance(value, ADT):
-        raise ExecutionError(f"{where} expects a value of type {type_str(ty)}, got {describe_value(value)}")
-    tdef = mod.type_definitions.get(header) if mod is not None else None
-    if tdef is None:  # the type is unknown here: convert the fields without checking them
-        return _convert_untyped(value, where)
-    if value.constructor is not None:
-        ctor = next((c for c in tdef.constructors if c.name == value.constructor), None)
-        if ctor is None:
-            raise ExecutionError(f"{where} expects a value of type {header.name}, got a {value.constructor} value "
-                                 f"(constructors of {header.name}: {', '.join(c.name for c in tdef.constructors)})")
-        if ctor.tag != value.tag:
-            raise ExecutionError(f"{where}: {value.constructor} value has tag {value.tag}, expected {ctor.tag}")
-    else:
-        ctor = next((c for c in tdef.constructors if c.tag == value.tag), None)
-        if ctor is None:
-            raise ExecutionError(f"{where}: tag {value.tag} is not a constructor of {header.name}")
-    if len(value.fields) != len(ctor.inputs):
-        raise ExecutionError(f"{where}: constructor {ctor.name} takes {len(ctor.inputs)} field(s), "
-                             f"got {len(value.fields)}")
-    mapping = dict(zip(tdef.type_vars, type_args, strict=False))
-    # A list comprehension (not a generator) so deep lists recurse in Python frames only.
-    fields = tuple([
-        convert_argument(f, substitute_type(t, mapping), _Path(where, f".{ctor.name}[{i}]"), mod, symbols)
-        for i, (f, t) in enumerate(zip(value.fields, ctor.inputs, strict=True))
-    ])
-    return ADT(ctor.tag, fields, constructor=ctor.name)
-
-
-def substitute_type(ty, mapping: dict):
-    """``ty`` with the type variables in ``mapping`` replaced."""
-    if not mapping:
-        return ty
-    if isinstance(ty, TypeVar):
-        return mapping.get(ty, ty)
-    if isinstance(ty, TupleType):
-        return TupleType(tuple(substitute_type(f, mapping) for f in ty.fields))
-    if isinstance(ty, TypeCall):
-        return TypeCall(ty.func, tuple(substitute_type(a, mapping) for a in ty.args))
-    if isinstance(ty, FuncType):
-        return FuncType(tuple(substitute_type(a, mapping) for a in ty.arg_types),
-                        substitute_type(ty.ret_type, mapping), ty.type_params, ty.type_constraints)
-    if isinstance(ty, RefType):
-        return RefType(substitute_type(ty.value, mapping))
-    return ty
-
-
-# --- descriptions for error messages ---------------------------------------------------------------
-def type_str(ty) -> str:
-    if isinstance(ty, TensorType):
-        # Relay's spelling: rank 1 is ``(3)``, a scalar is its dtype.
-        if not ty.shape:
-            return ty.dtype
-        dims = ", ".join("?" if isinstance(d, Any) else str(d) for d in ty.shape)
-        return f"Tensor[({dims}), {ty.dtype}]"
-    if isinstance(ty, TupleType):
-        return "(" + ", ".join(type_str(f) for f in ty.fields) + ("," if len(ty.fields) == 1 else "") + ")"
-    if isinstance(ty, TypeCall):
-        return f"{ty.func.name}[" + ", ".join(type_str(a) for a in ty.args) + "]"
-    if isinstance(ty, (GlobalTypeVar, TypeVar)):
-        return ty.name
-    try:
-        return repr(ty)
-    except Exception:  # the printer may be unavailable
-        return type(ty).__name__
-
-
-def describe_value(value) -> str:
-    """A short description of a run-time value for error messages."""
-    if isinstance(value, np.ndarray):
-        dims = ", ".join(str(d) for d in value.shape)
-        return f"Tensor[({dims}), {value.dtype.name}]"
-    if isinstance(value, tuple):
-        return "a tuple (" + ", ".join(describe_value(v) for v in value[:4]) + (", ..." if len(value) > 4 else "") + ")"
-    if isinstance(value, ADT):
-        return f"an ADT value {value.constructor or 'tag ' + str(value.tag)}"
-    if isinstance(value, FunctionValue):
-        return "a function" + (f" @{value.name}" if value.name else " (closure)")
-    if isinstance(value, Constructor):
-        return f"the constructor {value.name}"
-    if isinstance(value, RefValue):
-        return "a reference"
-    numpy_method = getattr(value, "numpy", None)
-    if callable(numpy_method):
-        return describe_value(np.asarray(numpy_method()))
-    return f"a Python {type(value).__name__} ({value!r:.60})"
 
 
 def _describe_args(args: list) -> str:

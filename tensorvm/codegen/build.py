@@ -41,7 +41,6 @@ import importlib.util
 import json
 import os
 import shutil
-import stat
 import subprocess
 import sysconfig
 import tempfile
@@ -53,7 +52,21 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from ..errors import UnsupportedError
-from . import blas
+from ..runtime.library import (  # noqa: F401 - the runtime's part (loading, threads), re-exported
+    _LOADED,
+    _NUM_THREADS,
+    _THREAD_SETTERS,
+    available_cores,
+    file_sha256,
+    follow_thread_budget,
+    get_num_threads,
+    hash_path,
+    load_cdll,
+    set_num_threads,
+    untrusted_directory,
+    verified_library,
+)
+from ..runtime.library import library_threads as _library_threads
 
 __all__ = [
     "CompilerError", "Toolchain", "BuildInfo", "Library", "find_toolchain", "have_compiler", "default_target",
@@ -116,81 +129,12 @@ class _Stats:
 _STATS = _Stats()
 _LOCK = threading.Lock()
 _TOOLCHAIN: Toolchain | None = None
-_LOADED: dict = {}
-_LOADED_ANY: list = [False]
-_NUM_THREADS: list = [None]  # set_num_threads' choice, applied to libraries loaded later too
-_THREAD_SETTERS: list = []  # other libraries' setters (AOT models: ``follow_thread_budget``)
-
-
-def _threads_from_environment():
-    value = os.environ.get("TENSORVM_NUM_THREADS", "").strip()
-    if value.isdigit() and int(value) > 0:
-        _NUM_THREADS[0] = int(value)
-
-
-def _idle_threads_sleep():
-    """Sets libgomp's wait policy to passive unless the user chose one; read once, when it loads."""
-    if "OMP_WAIT_POLICY" not in os.environ and "GOMP_SPINCOUNT" not in os.environ:
-        os.environ["OMP_WAIT_POLICY"] = "passive"
-
-
-_threads_from_environment()
-_idle_threads_sleep()
 
 
 def build_stats() -> dict:
     """Totals over this process: builds, cache hits, seconds spent compiling, and each ``BuildInfo``."""
     return {"builds": _STATS.builds, "cache_hits": _STATS.cache_hits,
             "compile_seconds": _STATS.compile_seconds, "history": list(_STATS.history)}
-
-
-def set_num_threads(count: int | None):
-    """Sets the thread budget of kernels and BLAS: ``count`` threads, or ``None`` for the default (the
-    cores this process may run on). See ``get_num_threads``.
-
-    All kernel libraries share one OpenMP runtime, so this applies to every kernel, including those of
-    libraries loaded later; NumPy's OpenBLAS gets the same count. Without OpenMP the kernels are
-    single-threaded anyway.
-    """
-    if count is not None and (isinstance(count, bool) or not isinstance(count, int) or count < 1):
-        raise ValueError(f"set_num_threads: expected a positive integer or None, got {count!r}")
-    with _LOCK:
-        _NUM_THREADS[0] = count
-        for cdll in _LOADED.values():
-            if isinstance(cdll, ctypes.CDLL):
-                _apply_threads(cdll)
-        for setter in _THREAD_SETTERS:
-            setter(get_num_threads())
-        _apply_blas_threads()
-
-
-def follow_thread_budget(setter) -> int:
-    """Make ``setter(count)`` (a library's thread setter, such as an AOT model's
-    ``tvmgen_<name>_set_num_threads``) follow the budget: called now and on every ``set_num_threads``.
-    Returns what it returns now."""
-    with _LOCK:
-        if setter not in _THREAD_SETTERS:
-            _THREAD_SETTERS.append(setter)
-        return setter(get_num_threads())
-
-
-def available_cores() -> int:
-    """The cores this process may run on (its CPU affinity), else the machine's count."""
-    try:
-        return len(os.sched_getaffinity(0)) or 1
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1
-
-
-def get_num_threads() -> int:
-    """The thread budget: ``set_num_threads``'s count, else ``$TENSORVM_NUM_THREADS``, else the first value
-    of ``$OMP_NUM_THREADS``, else ``available_cores()``."""
-    if _NUM_THREADS[0] is not None:
-        return _NUM_THREADS[0]
-    value = os.environ.get("OMP_NUM_THREADS", "").split(",")[0].strip()
-    if value.isdigit() and int(value) > 0:
-        return int(value)
-    return available_cores()
 
 
 def kernel_threads() -> int:
@@ -200,28 +144,10 @@ def kernel_threads() -> int:
     return get_num_threads()
 
 
-def _apply_threads(cdll):
-    try:
-        setter = cdll.tv_set_num_threads
-    except AttributeError:  # built with static prelude functions (AOT style): nothing to set
-        return
-    setter.argtypes = [ctypes.c_int32]
-    setter(get_num_threads())
-
-
-def _apply_blas_threads():
-    host = blas.host_blas()
-    if host is not None and host.set_threads is not None:
-        host.set_threads(get_num_threads())
-
-
 def library_threads(library) -> int:
     """The thread count a loaded kernel library's OpenMP loops would use now (1 without OpenMP), as the
     library itself reports it; ``library`` is a ``Library`` or the path ``BuildInfo.path`` names."""
-    cdll = library._cdll if isinstance(library, Library) else _LOADED[str(library)]
-    getter = cdll.tv_get_num_threads
-    getter.restype, getter.argtypes = ctypes.c_int32, []
-    return int(getter())
+    return _library_threads(library.info.path if isinstance(library, Library) else library)
 
 
 _PRIVATE_CACHES: dict = {}  # untrusted cache directory -> this process's private replacement
@@ -242,7 +168,7 @@ def cache_dir() -> Path:
     except OSError as err:
         raise CompilerError(f"codegen: cannot use the kernel cache directory {path}: {err}; set "
                             f"TENSORVM_CACHE_DIR to a writable directory or {_HINT}") from None
-    why = _untrusted_directory(st)
+    why = untrusted_directory(st)
     if why is None:
         return path
     with _PRIVATE_LOCK:  # (not _LOCK: find_toolchain holds it while probing)
@@ -254,15 +180,6 @@ def cache_dir() -> Path:
                           f"cache {private} for this process instead (make the directory yours and not "
                           f"group/world-writable, or set TENSORVM_CACHE_DIR)", RuntimeWarning, stacklevel=2)
     return private
-
-
-def _untrusted_directory(st) -> str | None:
-    """Why a cache directory with this ``stat`` is unsafe to load code from, or None."""
-    if hasattr(os, "getuid") and st.st_uid != os.getuid():
-        return f"it is owned by user id {st.st_uid}, not by this user ({os.getuid()})"
-    if st.st_mode & 0o022:
-        return f"it is group- or world-writable (mode {stat.filemode(st.st_mode)})"
-    return None
 
 
 def _compiler_name() -> str:
@@ -546,19 +463,11 @@ def _load(lib_path: Path, digest: str, cached: bool, compile_seconds: float, fla
           python_module: str) -> Library:
     key = str(lib_path)
     start = time.perf_counter()
+    try:
+        cdll = load_cdll(key)
+    except OSError as err:
+        raise CompilerError(f"codegen: cannot load the compiled library {lib_path}: {err}; {_HINT}") from None
     with _LOCK:
-        cdll = _LOADED.get(key)
-        if cdll is None:
-            try:
-                cdll = ctypes.CDLL(key)
-            except OSError as err:
-                raise CompilerError(f"codegen: cannot load the compiled library {lib_path}: {err}; {_HINT}") from None
-            _LOADED[key] = cdll
-            if not _LOADED_ANY[0]:  # the first library: BLAS joins the budget too
-                _LOADED_ANY[0] = True
-                _apply_blas_threads()
-            _apply_threads(cdll)
-            blas.attach(cdll)
         module = _import_extension(python_module, key) if python_module else None
         info = BuildInfo(key, digest, cached, compile_seconds, time.perf_counter() - start, flags, portable)
         _STATS.builds += 1
@@ -603,31 +512,10 @@ def _first_error_line(err: Exception) -> str:
     return (lines[1] if len(lines) > 1 else lines[0] if lines else str(err).splitlines()[0])[:300]
 
 
-def _hash_path(lib_path: Path) -> Path:
-    return lib_path.with_name(lib_path.name + ".sha256")
-
-
-def _file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 def record_library(tmp_lib: str | Path, lib_path: Path) -> None:
     """Move a freshly built library ``tmp_lib`` to ``lib_path`` with the SHA-256 of its bytes beside it."""
-    _atomic_write(_hash_path(lib_path), (_file_sha256(Path(tmp_lib)) + "\n").encode())
+    _atomic_write(hash_path(lib_path), (file_sha256(Path(tmp_lib)) + "\n").encode())
     os.replace(tmp_lib, lib_path)
-
-
-def verified_library(lib_path: Path) -> bool:
-    """Whether ``lib_path`` exists and its bytes have the SHA-256 recorded when it was built."""
-    try:
-        recorded = _hash_path(lib_path).read_text().strip()
-        return len(recorded) == 64 and _file_sha256(lib_path) == recorded
-    except OSError:
-        return False
 
 
 def _import_extension(name: str, path: str):

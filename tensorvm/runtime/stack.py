@@ -49,6 +49,9 @@ class _Acting(threading.local):
 _acting = _Acting()
 
 
+DEEP_RECURSION_LIMIT = 250_000  # what the interpreter and the VM raise Python's limit to while recursing
+
+
 @contextlib.contextmanager
 def recursion_users(limit: int = 0):
     """Count this thread as one that may recurse deeply for the duration, with a limit of at least

@@ -89,9 +89,11 @@ class ExecutableStats(dict):
             lines.append(f"  {name}" + ("  [NumPy fallback]" if name in fallbacks else ""))
         lib = self.get("kernel_library")
         if lib:
+            if lib.get("load_reason"):
+                lines.append(f"C library origin: {lib['origin']} ({lib['load_reason']})")
             lines.append(f"C library: {len(lib['c_kernels'])} C kernels, {len(fallbacks)} NumPy fallbacks, "
                          f"{lib['source_bytes']} bytes of C, lowering {lib['lower_seconds']:.3f} s, compile "
-                         f"{lib['compile_seconds']:.3f} s ({'cached' if lib['cached'] else 'cold'}), "
+                         f"{lib['compile_seconds']:.3f} s ({_library_state(lib)}), "
                          f"{lib.get('threads', 1)} thread(s)")
             for name, why in fallbacks.items():
                 lines.append(f"  fallback {name}: {why}")
@@ -218,7 +220,11 @@ class Executable:
     def _build_kernels(self) -> list:
         if self.target not in ("python", "c"):
             raise UnsupportedError(f"unknown target {self.target!r}; expected 'python' or 'c'")
-        from .kernel_python import build_kernel, build_shape_func
+        import functools
+        from functools import partial
+
+        from .kernel_abi import c_shape_func
+        from .kernel_python import build_kernel, build_shape_func, build_shape_func_tuples
 
         compiled = {}
         if self.target == "c":
@@ -246,7 +252,8 @@ class Executable:
                 if info.kind == "kernel":
                     kernels.append(compiled[info.source] if info.source in compiled else build_kernel(fn))
                 elif self.c_library is not None and info.name in self.c_library.shape_funcs:
-                    kernels.append(_c_shape_func(fn, tuple(info.is_input), *self.c_library.shape_funcs[info.name]))
+                    kernels.append(c_shape_func(*self.c_library.shape_funcs[info.name],
+                                                functools.cache(partial(build_shape_func_tuples, fn, tuple(info.is_input)))))
                 else:
                     kernels.append(build_shape_func(fn, tuple(info.is_input)))
             except FormatError:
@@ -265,7 +272,8 @@ class Executable:
         if info.kind == "kernel" and self.c_library is not None and info.source in self.c_library.sources:
             return self.c_library.sources[info.source]
         if info.kind == "shape_func" and self.c_library is not None and name in self.c_library.shape_funcs:
-            return self.c_library.shape_funcs[name][0].source
+            spec = self.c_library.shape_funcs[name][0]
+            return spec.source or f"/* {spec.name}: in the prebuilt library; its C text is exe.c_library.source */\n"
         if info.kind == "shape_func":
             return (f"# {name}: Python host code composing the shape functions of the ops of {info.source} "
                     f"(is_input={[int(b) for b in info.is_input]})\n")
@@ -351,35 +359,30 @@ class Executable:
         if self.target == "c":
             self.kernels  # noqa: B018 - the library is built with the kernels
             stats["kernel_library"] = self.c_library.summary()
-            from ..codegen.calibrate import report
+            if self.c_library.origin == "compiled":  # (a prebuilt library's variants were chosen when it was built)
+                from ..codegen.calibrate import report
 
-            stats["product_kernels"] = report()  # which product variants run and why
+                stats["product_kernels"] = report()  # which product variants run and why
         return stats
 
     # --- files ------------------------------------------------------------------------------------
-    def save_bytes(self) -> bytes:
+    def save_bytes(self, embed_library: bool = False) -> bytes:
+        """The binary format; ``embed_library`` (target "c") puts the prebuilt kernel library in it."""
         from .serialize import executable_to_bytes
 
-        return executable_to_bytes(self)
+        return executable_to_bytes(self, embed_library)
 
-    def save(self, path) -> None:
-        data = self.save_bytes()
+    def save(self, path, embed_library: bool = False) -> None:
+        """Write ``save_bytes(embed_library)`` to ``path`` (docs/deploy.md)."""
+        data = self.save_bytes(embed_library)
         with open(path, "wb") as f:
             f.write(data)
 
 
-def _c_shape_func(fn, is_input: tuple, spec, c_function):
-    """The VM's shape function (DPS, with its memoized ``tuple_form``) calling the C shape function."""
-    import functools
-
-    from .kernel_python import build_shape_func_tuples, dps_shape_func, memoized_shape_func
-    from .shape_c import CShapeFunction
-
-    python = functools.cache(lambda: build_shape_func_tuples(fn, is_input))
-    c_func = CShapeFunction(spec, c_function, python)
-    shape_func = dps_shape_func(memoized_shape_func(c_func.compute, spec.flat_is_input, spec.out_ranks, spec.label))
-    shape_func.c_function = c_func
-    return shape_func
+def _library_state(lib: dict) -> str:
+    if lib.get("origin", "compiled") != "compiled":
+        return f"prebuilt, from the {lib['origin']}"
+    return "cached" if lib["cached"] else "cold"
 
 
 def _failing_primitive(prims: dict) -> str:

@@ -20,9 +20,11 @@ part of the source, hence of the cache key, as the file's text is). When it cann
 
 from __future__ import annotations
 
+import hashlib
 import importlib.machinery
 import importlib.util
 import os
+import re
 import sys
 import sysconfig
 import threading
@@ -52,7 +54,7 @@ def fastcall_module():
         return None
     with _LOCK:
         if not _MODULE:
-            _MODULE.append(_build())
+            _MODULE.append(_load_cached() or _build())
         return _MODULE[0]
 
 
@@ -64,8 +66,42 @@ def status() -> str:
     return _STATUS[0]
 
 
+def _index_name() -> str:
+    """The cache file naming the library built from this exact ``source()`` (so a process that only runs
+    kernels finds the extension without probing the compiler: ``_load_cached``)."""
+    return f"fastcall-{hashlib.sha256(source().encode()).hexdigest()[:32]}.txt"
+
+
+def _load_cached():
+    """The extension from the kernel cache when a build of this source recorded it there (its bytes verified
+    like every cached library), else None; imports nothing of the compiler."""
+    from ..runtime.library import kernel_cache_dir, verified_library
+
+    directory, _ = kernel_cache_dir()
+    try:
+        name = (directory / _index_name()).read_text().strip() if directory is not None else ""
+    except OSError:
+        return None
+    if not re.fullmatch(r"tv_[0-9a-f]{32}\.so", name) or not verified_library(directory / name):
+        return None
+    try:
+        module = _import(str(directory / name))
+    except (ImportError, OSError):
+        return None
+    _STATUS[0] = f"available ({directory / name}, cached)"
+    return module
+
+
+def _import(path: str):
+    spec = importlib.util.spec_from_file_location(
+        "_tensorvm_fastcall", path, loader=importlib.machinery.ExtensionFileLoader("_tensorvm_fastcall", path))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def _build():
-    from ..codegen.build import build_library, find_toolchain
+    from ..codegen.build import _atomic_write, build_library, cache_dir, find_toolchain
 
     try:
         include = sysconfig.get_paths()["include"]
@@ -76,11 +112,8 @@ def _build():
         flags = tuple(f for f in toolchain.flags if f not in ("-fopenmp",))
         toolchain = replace(toolchain, flags=flags + (f"-I{include}", f"-I{np.get_include()}"))
         library = build_library(source(), toolchain)
-        spec = importlib.util.spec_from_file_location(
-            "_tensorvm_fastcall", library.info.path,
-            loader=importlib.machinery.ExtensionFileLoader("_tensorvm_fastcall", library.info.path))
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
+        module = _import(library.info.path)
+        _atomic_write(cache_dir() / _index_name(), Path(library.info.path).name.encode())
         _STATUS[0] = f"available ({library.info.path})"
         return module
     except Exception as err:  # no headers, a compiler that rejects them, ...: kernels are called the checked way
@@ -111,32 +144,21 @@ def config_header() -> str:
             + "\n".join(cases) + "\n    default: return -1;\n    }\n}\n")
 
 
-def caller_for(func, address: int, constants: tuple, slow):
-    """A fast ``caller(*inputs, *outputs)`` for the kernel ``func`` (a loop-IR ``PrimFunc``) whose C
-    function is at ``address``; ``None`` when the fast path is unavailable."""
+def caller_for(abi, address: int, slow):
+    """A fast ``caller(*inputs, *outputs)`` for the kernel ``abi`` describes (a ``kernel_abi.KernelABI``)
+    whose C function is at ``address``; ``None`` when the fast path is unavailable."""
     module = fastcall_module()
-    if module is None or len(func.params) > MAX_BUFFERS or len(func.dim_params) > MAX_DIMS \
-            or len(func.params) + len(func.dim_params) > MAX_ARGS:
+    nbuffers, ndims = len(abi.buffers), len(abi.dim_positions())
+    if module is None or nbuffers > MAX_BUFFERS or ndims > MAX_DIMS or nbuffers + ndims > MAX_ARGS:
         return None
-    from ..te.expr import Const
-
-    dtypes, ndims, writeable = [], [], []
-    static_buf, static_axis, static_value, dyn_buf, dyn_axis = [], [], [], [], []
-    for k, buf in enumerate(func.params):
-        dtypes.append(np.dtype(buf.dtype))
-        ndims.append(len(buf.shape))
-        writeable.append(int(k >= func.num_inputs))
-        for axis, dim in enumerate(buf.shape):
-            if isinstance(dim, Const):
-                static_buf.append(k)
-                static_axis.append(axis)
-                static_value.append(int(dim.value))
-            else:
-                dyn_buf.append(k)
-                dyn_axis.append(axis)
-    if len(dyn_buf) != len(func.dim_params):  # not the ABI this module knows: use the checked call
-        return None
-    ninputs = func.num_inputs - len(constants)
-    return module.make(address, ninputs, tuple(dtypes), tuple(ndims), tuple(writeable), tuple(static_buf),
-                       tuple(static_axis), tuple(static_value), tuple(dyn_buf), tuple(dyn_axis), tuple(constants),
-                       slow)
+    static_buf, static_axis, static_value = [], [], []
+    for k, (_, _, static) in enumerate(abi.buffers):
+        for axis, size in static:
+            static_buf.append(k)
+            static_axis.append(axis)
+            static_value.append(int(size))
+    dyn = abi.dim_positions()
+    return module.make(address, abi.num_inputs - len(abi.constants), tuple(np.dtype(b[0]) for b in abi.buffers),
+                       tuple(b[1] for b in abi.buffers), tuple(int(k >= abi.num_inputs) for k in range(nbuffers)),
+                       tuple(static_buf), tuple(static_axis), tuple(static_value), tuple(k for k, _ in dyn),
+                       tuple(a for _, a in dyn), tuple(abi.constants), slow)

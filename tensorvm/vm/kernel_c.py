@@ -13,9 +13,12 @@ calls (``vm.shape_func``) are C functions of the same library, traced from the o
 (``CLibrary.shape_fallbacks``, shown by ``exe.stats()``).
 
 Each C function is named ``tvk<index>_<primitive name>`` (a valid, unique C identifier whatever the
-primitive is called). Loading a saved executable regenerates the C from the primitive functions' Relay
-text with this same code generator (never compiling or loading code taken from the file), so an
-unchanged program is a cache hit and costs no compile.
+primitive is called). A library whose kernels are all plain C kernels and whose shape functions are all C
+is also described (``CLibrary.abi``: ``kernel_abi.LibraryABI``) and recorded in the kernel cache's index,
+so a saved executable can run on it without the compiler (docs/deploy.md). Otherwise loading a saved
+executable regenerates the C from the primitive functions' Relay text with this same code generator
+(never compiling or loading code taken from the file), so an unchanged program is a cache hit and costs
+no compile.
 
 Nothing is lowered twice: each primitive's key (``tensorvm.codegen.signature``: its signature, C name,
 the generator's stamp and the codegen settings) finds what this process lowered before
@@ -69,6 +72,14 @@ class CLibrary:
     # or the manifest of the same library built before (``kernel_manifest``)
     python_module: str = ""  # the name of the library's CPython wrapper module ("" without one)
     from_manifest: bool = False  # bound from the manifest of a library built before (``kernel_manifest``)
+    # How to call the library without the compiler (``kernel_abi.LibraryABI``, and its encoding, which a saved
+    # file carries), or None with ``abi_missing`` saying why it cannot be described.
+    abi: object = None
+    abi_payload: bytes | None = None
+    abi_missing: str = ""
+    origin: str = "compiled"  # "compiled" (by the code generator) | "kernel cache" | "embedded" (prebuilt)
+    load_reason: str = ""  # loaded executables: why the prebuilt library was (not) used
+    library_path: str | None = None
 
     def variant_counts(self) -> dict:
         """How many C kernels have each variant (``direct``, ``blas``, ``generic``...; the names their
@@ -81,7 +92,7 @@ class CLibrary:
         return dict(sorted(counts.items()))
 
     def summary(self) -> dict:
-        from ..codegen.build import library_threads
+        from ..runtime.library import library_threads
 
         info = self.build_info
         return {
@@ -99,9 +110,11 @@ class CLibrary:
             "cached": bool(info.cached) if info is not None else None,
             # why the library was built without the host flags (-march=native) when they failed; "" if not
             "portable_build": info.portable if info is not None else "",
-            "library": info.path if info is not None else None,
+            "library": self.library_path,
+            "origin": self.origin,
+            "load_reason": self.load_reason,
             "saved_source_matches": self.saved_source_matches,
-            "threads": library_threads(info.path) if info is not None else 1,  # what its OpenMP loops use now
+            "threads": library_threads(self.library_path) if self.library_path else 1,  # what its OpenMP loops use
         }
 
 
@@ -253,6 +266,8 @@ def _compile(library: CLibrary, plans: dict, emitted: dict, shape_specs: dict) -
     library.build_info = module.build_info
     python_module = module.library._python_module
     library.python_module = python_module.__name__ if python_module is not None else ""
+    library.library_path = module.build_info.path
+    abis = {}
     for name, spec in shape_specs.items():
         library.shape_funcs[name] = (spec, module.library.function(spec.name, 3, 0))
     for name, plan in plans.items():
@@ -260,7 +275,65 @@ def _compile(library: CLibrary, plans: dict, emitted: dict, shape_specs: dict) -
         func = plan.lowered.func
         library.sources[name] = kernel.source
         fast = None
-        if not plan.externals:  # (a kernel with a BLAS variant picks it in Python, per call)
+        if plan.externals:  # (a kernel with a BLAS variant picks it in Python, per call)
+            library.abi_missing = f"kernel {name} picks a BLAS variant in Python"
+        else:
+            abi = _kernel_abi(name, func, tuple(plan.lowered.constants), kernel.kernel._errors)
             entry = module.library.function(func.name, len(func.params), len(func.dim_params))
-            fast = caller_for(func, ctypes.cast(entry, ctypes.c_void_p).value, tuple(plan.lowered.constants), kernel)
+            if abi is None:
+                library.abi_missing = f"kernel {name} has a calling convention the fast caller does not know"
+            else:
+                abis[name] = abi
+                fast = caller_for(abi, ctypes.cast(entry, ctypes.c_void_p).value, kernel)
         library.kernels[name] = fast if fast is not None else kernel
+    if library.fallbacks:
+        library.abi_missing = f"kernel {next(iter(library.fallbacks))} runs on NumPy"
+    elif library.shape_fallbacks:
+        library.abi_missing = f"shape function {next(iter(library.shape_fallbacks))} runs in Python"
+    if not library.abi_missing:
+        _describe(library, abis, shape_specs)
+
+
+def _kernel_abi(name: str, func, constants: tuple, errors: dict):
+    """The ``KernelABI`` of a compiled kernel (None if its dims are not passed in buffer, axis order)."""
+    from ..codegen.c_emit import RUNTIME_ERRORS
+    from ..te.expr import Const
+    from .kernel_abi import KernelABI
+
+    buffers = tuple((str(buf.dtype), len(buf.shape), tuple((axis, int(d.value)) for axis, d in enumerate(buf.shape)
+                                                            if isinstance(d, Const))) for buf in func.params)
+    abi = KernelABI(name, func.name, func.num_inputs, buffers, constants,
+                    tuple((int(code), str(message), code in RUNTIME_ERRORS) for code, message in sorted(errors.items())))
+    return abi if len(abi.dim_positions()) == len(func.dim_params) else None
+
+
+def _describe(library: CLibrary, kernels: dict, shape_specs: dict) -> None:
+    """Set ``library.abi`` (with its manifest) and record it in the kernel cache's index, so that a saved
+    executable can find and call this library without the compiler (``kernel_abi.prebuilt_library``)."""
+    import hashlib
+    from pathlib import Path
+
+    from ..codegen.build import _atomic_write, find_toolchain
+    from ..runtime.library import cpu_features, hash_path, target_triple
+    from .kernel_abi import LibraryABI, LibraryManifest, cache_index_key
+    from .serialize import encode_abi
+
+    info = library.build_info
+    toolchain = find_toolchain()
+    try:
+        library_sha256 = hash_path(Path(info.path)).read_text().strip()
+        size = Path(info.path).stat().st_size
+    except OSError as err:
+        library.abi_missing = f"the built library cannot be read: {err}"
+        return
+    features = cpu_features(override=False) if "-march=native" in info.flags else ()  # what -march=native used
+    manifest = LibraryManifest(hashlib.sha256(library.source.encode()).hexdigest(), toolchain.compiler,
+                               toolchain.version, tuple(info.flags), target_triple(), features, library_sha256, size)
+    library.abi = LibraryABI(manifest, kernels, {name: spec for name, spec in shape_specs.items()})
+    library.abi_payload = encode_abi(library.abi)
+    index = Path(info.path).with_name(f"tvx_{cache_index_key(library.abi_payload, manifest)}.txt")
+    try:
+        if not index.exists():
+            _atomic_write(index, f"{Path(info.path).name} {library_sha256}\n".encode())
+    except OSError as err:  # a read-only cache: the library is used, only not found again without the compiler
+        library.abi_missing = f"cannot record the library in the kernel cache: {err}"

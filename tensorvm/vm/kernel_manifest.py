@@ -239,6 +239,7 @@ def bind(key: str, library, prims: dict, kernel_names: dict, shape_names: set, r
     from ..codegen.fused import FusedKernel, LoweredPrimitive
     from ..codegen.module import CompiledModule
     from .fastcall import caller_for
+    from .kernel_c import _describe, _kernel_abi
     from .kernel_python import build_kernel
 
     data = _read(key, kernel_names, shape_names)
@@ -250,16 +251,23 @@ def bind(key: str, library, prims: dict, kernel_names: dict, shape_names: set, r
     emitted = [k for record in data["kernels"].values() for k in record["funcs"]]
     try:
         module = CompiledModule(emitted, data["source"], built)
-        kernels, sources, shape_funcs = {}, {}, {}
+        kernels, sources, shape_funcs, abis, abi_missing = {}, {}, {}, {}, ""
         for name, record in data["kernels"].items():
             if record["externals"]:
                 kernel = replan(name).make_kernel(module)
+                abi_missing = f"kernel {name} picks a BLAS variant in Python"
             else:
                 func = record["funcs"][0].func
                 lowered = LoweredPrimitive(func, record["num_params"], record["constants"])
                 kernel = FusedKernel(module[func.name], lowered)
                 entry = built.function(func.name, len(func.params), len(func.dim_params))
-                fast = caller_for(func, ctypes.cast(entry, ctypes.c_void_p).value, tuple(lowered.constants), kernel)
+                abi = _kernel_abi(name, func, tuple(lowered.constants), kernel.kernel._errors)
+                fast = None
+                if abi is None:
+                    abi_missing = f"kernel {name} has a calling convention the fast caller does not know"
+                else:
+                    abis[name] = abi
+                    fast = caller_for(abi, ctypes.cast(entry, ctypes.c_void_p).value, kernel)
                 kernel = fast if fast is not None else kernel
             kernels[name] = kernel
             sources[name] = "\n".join(k.source for k in record["funcs"])
@@ -277,6 +285,15 @@ def bind(key: str, library, prims: dict, kernel_names: dict, shape_names: set, r
     library.source = data["source"]
     library.build_info = built.info
     library.python_module = data["python_module"]
+    library.library_path = built.info.path
     library.from_manifest = True
     library.reused += sum(not record["externals"] for record in data["kernels"].values())
+    # (described for a saved file's KABI as a compiled library is: kernel_c._compile)
+    if data["fallbacks"]:
+        abi_missing = f"kernel {next(iter(data['fallbacks']))} runs on NumPy"
+    elif data["shape_fallbacks"]:
+        abi_missing = f"shape function {next(iter(data['shape_fallbacks']))} runs in Python"
+    library.abi_missing = abi_missing
+    if not abi_missing:
+        _describe(library, abis, {name: spec for name, (spec, _) in shape_funcs.items()})
     return True

@@ -37,6 +37,7 @@ from ..ir.types import TensorType, TupleType
 from ..op.registry import get_op
 from ..transform.fuse_ops import flatten_tensor_types
 from ..transform.to_anf import TypedMutator, known_type, post_order_iter, primitive_children, rebuild_function
+from .kernel_abi import SHAPE_CACHE_MAX_DATA, SHAPE_CACHE_SIZE, dps_shape_func, memoized_shape_func  # noqa: F401
 
 _children_with_vars = functools.partial(primitive_children, with_let_vars=True)
 
@@ -340,12 +341,6 @@ def _param_loader(ty, by_data: bool):
     return lambda flat: (_shape_tree(ty, [_as_shape_tuple(a) for a in flat]), None)
 
 
-#: Memoized shape functions keep at most this many distinct input shapes (then start over).
-SHAPE_CACHE_SIZE = 512
-#: Data inputs of at most this many elements are part of the memo key; larger ones are never cached.
-SHAPE_CACHE_MAX_DATA = 64
-
-
 def build_shape_func_tuples(prim: Function, is_input: tuple):
     """The composed shape function of a primitive over tuples: ``shape_func(*ins) -> (shape, ...)``.
 
@@ -409,55 +404,6 @@ def build_shape_func_tuples(prim: Function, is_input: tuple):
     return memoized_shape_func(compute, flat_is_input, out_ranks, label)
 
 
-def memoized_shape_func(compute, flat_is_input: tuple, out_ranks: tuple, label: str):
-    """``compute(*inputs) -> shapes`` memoized by its input shapes and small data inputs (see
-    ``build_shape_func_tuples``), carrying ``flat_is_input``, ``num_outputs``, ``out_ranks``, ``label``."""
-    cache: dict = {}
-    if not any(flat_is_input):
-        def shape_func(*inputs) -> tuple:
-            try:
-                return cache[inputs]
-            except KeyError:
-                pass
-            except TypeError:  # an unhashable input (an int64 shape tensor): compute without the cache
-                return compute(*inputs)
-            result = compute(*inputs)
-            if len(cache) >= SHAPE_CACHE_SIZE:
-                cache.clear()
-            cache[inputs] = result
-            return result
-    else:
-        data_positions = tuple(i for i, flag in enumerate(flat_is_input) if flag)
-
-        def shape_func(*inputs) -> tuple:
-            # data inputs of shape functions are mostly tiny (a new shape, a start/stop): key them by value
-            key = list(inputs)
-            for i in data_positions:
-                value = inputs[i]
-                if value.__class__ is not np.ndarray or value.size > SHAPE_CACHE_MAX_DATA:
-                    return compute(*inputs)
-                key[i] = (value.dtype.char, value.shape, value.tobytes())
-            key = tuple(key)
-            try:
-                return cache[key]
-            except KeyError:
-                pass
-            except TypeError:
-                return compute(*inputs)
-            result = compute(*inputs)
-            if len(cache) >= SHAPE_CACHE_SIZE:
-                cache.clear()
-            cache[key] = result
-            return result
-
-    shape_func.__name__ = "shape_func"
-    shape_func.flat_is_input = flat_is_input
-    shape_func.num_outputs = len(out_ranks)
-    shape_func.out_ranks = out_ranks
-    shape_func.label = label
-    return shape_func
-
-
 def build_shape_func(prim: Function, is_input: tuple):
     """The composed shape function of a primitive in destination-passing style:
     ``shape_func(*ins, *out_shapes)`` writes each result shape into its int64 1-D output tensor.
@@ -465,24 +411,3 @@ def build_shape_func(prim: Function, is_input: tuple):
     The tuple form (``build_shape_func_tuples``) is attached as ``shape_func.tuple_form``; the VM calls it
     directly where it keeps shapes in registers as tuples."""
     return dps_shape_func(build_shape_func_tuples(prim, is_input))
-
-
-def dps_shape_func(compute):
-    """The destination-passing form of a tuple-form shape function (``shape_func(*ins, *out_shapes)``)."""
-    n_in, n_out, label = len(compute.flat_is_input), compute.num_outputs, compute.label
-
-    def shape_func(*arrays):
-        if len(arrays) != n_in + n_out:
-            raise ShapeError(f"shape function of {label}: expected {n_in} inputs and {n_out} outputs, "
-                             f"got {len(arrays)} arrays")
-        result = compute(*arrays[:n_in])
-        for shape, out in zip(result, arrays[n_in:]):
-            if out.shape != (len(shape),):
-                raise ShapeError(f"shape function of {label}: result shape {shape} does not fit an output of rank "
-                                 f"{len(shape)} (buffer {out.shape})")
-            out[...] = shape
-        return None
-
-    shape_func.__name__ = "shape_func"
-    shape_func.tuple_form = compute
-    return shape_func

@@ -13,6 +13,10 @@ kept for reading). The loader never compiles or loads that text: it regenerates 
 functions with tensorvm's own code generator (a cache hit when it is unchanged) and only records whether
 the saved text matches. Version 3 adds the optional ``ATYP`` section before ``CLIB``: the type variables
 of each ADT and its constructors' field types, with which the VM checks ADT arguments.
+Version 4 adds ``KABI`` (how to call the prebuilt kernel library: symbols, buffers, constants, error
+tables, C shape functions, and a manifest with the C text's hash, the toolchain, the triple and the CPU
+features) and ``KLIB`` (the library's bytes, written only on request); when and whose library the loader
+then uses instead of regenerating the C is in docs/deploy.md (``kernel_abi.prebuilt_library``).
 
 Types (parameter and result types) are stored as short text in a Relay-like syntax written and read by
 this module (``type_to_text``/``text_to_type``), so the format does not depend on the full parser.
@@ -24,6 +28,7 @@ import hashlib
 import math
 import re
 import struct
+from types import SimpleNamespace
 
 import numpy as np
 
@@ -46,11 +51,15 @@ from .executable import EXEC_MODES, AdtInfo, Executable, PrimitiveInfo
 __all__ = ["MAGIC", "FORMAT_VERSION", "executable_to_bytes", "load_executable", "type_to_text", "text_to_type"]
 
 MAGIC = b"\x89TVMEXE\n"
-FORMAT_VERSION = 3
-READABLE_VERSIONS = (1, 2, 3)  # version 1: no optional sections; version 2: no ATYP
+FORMAT_VERSION = 4
+READABLE_VERSIONS = (1, 2, 3, 4)  # version 1: no optional sections; version 2: no ATYP; 3: no KABI/KLIB
 SECTIONS = (b"GLOB", b"ADTS", b"CNST", b"PRIM", b"CODE")
-OPTIONAL_SECTIONS = (b"ATYP", b"CLIB")
-_FIRST_VERSION = {b"ATYP": 3, b"CLIB": 2}
+OPTIONAL_SECTIONS = (b"ATYP", b"CLIB", b"KABI", b"KLIB")
+_FIRST_VERSION = {b"ATYP": 3, b"CLIB": 2, b"KABI": 4, b"KLIB": 4}
+MAX_LIBRARY_BYTES = 1 << 30  # an embedded kernel library (KLIB) larger than this is refused
+_SYMBOL = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,200}")  # a C function name in a KABI section
+_SHA256 = re.compile(r"[0-9a-f]{64}")
+MAX_RANK = 32
 _CHECKSUM_SIZE = 32  # SHA-256
 # Names (functions, parameters, kernels, primitive functions, ADTs, constructors, type variables) follow the
 # text format's identifier grammar (globals ``@[A-Za-z0-9_]+``, locals ``%[A-Za-z0-9_]+``, dotted type and
@@ -223,8 +232,12 @@ class _Writer:
         self.buf += data
 
 
-def executable_to_bytes(exe: Executable) -> bytes:
-    """The executable in the binary format (magic, version, sections, SHA-256 checksum)."""
+def executable_to_bytes(exe: Executable, embed_library: bool = False) -> bytes:
+    """The executable in the binary format (magic, version, sections, SHA-256 checksum).
+
+    Target "c": the kernel library's C text (``CLIB``) and, when the library can be described, how to call
+    it without the compiler (``KABI``); ``embed_library`` also puts the shared library's bytes in the file
+    (``KLIB``; docs/deploy.md says when a loader uses them)."""
     _check_names(exe)
     sections = {
         b"GLOB": _write_globals(exe), b"ADTS": _write_adts(exe), b"CNST": _write_constants(exe),
@@ -240,6 +253,14 @@ def executable_to_bytes(exe: Executable) -> bytes:
         sections[b"ATYP"] = _write_adt_types(exe)
     if exe.target == "c":
         sections[b"CLIB"] = _write_c_library(exe)
+        if exe.c_library is not None and exe.c_library.abi_payload is not None:
+            sections[b"KABI"] = exe.c_library.abi_payload
+            if embed_library:
+                sections[b"KLIB"] = _library_bytes(exe.c_library)
+        elif embed_library:
+            raise UnsupportedError(f"cannot embed the kernel library: {exe.c_library.abi_missing if exe.c_library else 'none'}")
+    elif embed_library:
+        raise UnsupportedError(f"embed_library needs target 'c', the executable's is {exe.target!r}")
     for tag in SECTIONS + OPTIONAL_SECTIONS:
         if tag not in sections:
             continue
@@ -348,6 +369,160 @@ def _write_c_library(exe) -> bytes:
     return bytes(w.buf)
 
 
+def _library_bytes(library) -> bytes:
+    """The shared library's bytes, checked against the manifest (the file on disk may have changed)."""
+    try:
+        with open(library.library_path, "rb") as f:
+            data = f.read()
+    except (OSError, TypeError) as err:
+        raise UnsupportedError(f"cannot embed the kernel library {library.library_path}: {err}") from None
+    if hashlib.sha256(data).hexdigest() != library.abi.manifest.library_sha256:
+        raise UnsupportedError(f"cannot embed the kernel library {library.library_path}: its bytes changed since "
+                               f"it was built")
+    return data
+
+
+def encode_abi(abi) -> bytes:
+    """A ``kernel_abi.LibraryABI`` in the ``KABI`` section's layout (docs/executable-format.md)."""
+    w = _Writer()
+    m = abi.manifest
+    for text in (m.c_sha256, m.compiler, m.version):
+        w.str(text)
+    w.u32(len(m.flags))
+    for flag in m.flags:
+        w.str(flag)
+    w.str(m.triple)
+    w.u32(len(m.features))
+    for feature in m.features:
+        w.str(feature)
+    w.str(m.library_sha256)
+    w.u64(m.library_size)
+    w.u32(len(abi.kernels))
+    for k in abi.kernels.values():
+        w.str(k.primitive)
+        w.str(k.symbol)
+        w.u32(k.num_inputs)
+        w.u32(len(k.buffers))
+        for dtype, rank, static in k.buffers:
+            w.str(dtype)
+            w.u32(rank)
+            w.u32(len(static))
+            for axis, size in static:
+                w.u32(axis)
+                w.i64s([size])
+        w.buf += _write_constants(SimpleNamespace(constants=[np.ascontiguousarray(c) for c in k.constants]))
+        w.u32(len(k.errors))
+        for code, message, runtime in k.errors:
+            w.i32(code)
+            w.str(message)
+            w.u8(int(runtime))
+    w.u32(len(abi.shape_funcs))
+    for name, spec in abi.shape_funcs.items():
+        w.str(name)
+        w.str(spec.name)
+        w.u32(len(spec.messages))
+        for message in spec.messages:
+            w.str(message)
+        deferred = sorted(spec.deferred)
+        w.u32(len(deferred))
+        for k in deferred:
+            w.u32(k)
+        w.u32(len(spec.flat_is_input))
+        for flag, rank, dtype in zip(spec.flat_is_input, spec.in_ranks, spec.in_dtypes, strict=True):
+            w.u8(int(flag))
+            w.u32(rank)
+            w.str(dtype)
+        w.u32(len(spec.out_ranks))
+        for rank in spec.out_ranks:
+            w.u32(rank)
+        w.str(spec.label)
+    return bytes(w.buf)
+
+
+def decode_abi(payload: bytes):
+    """Read a ``KABI`` section (every count bounded by the bytes, names and hashes checked)."""
+    from .kernel_abi import KernelABI, LibraryABI, LibraryManifest, ShapeFuncC
+
+    r = _Reader(payload, "KABI section")
+
+    def sha(what):
+        text = r.str()
+        if not _SHA256.fullmatch(text):
+            raise FormatError(f"KABI section: bad {what} {text[:80]!r}: expected 64 hex digits")
+        return text
+
+    def rank():
+        value = r.u32()
+        if value > MAX_RANK:
+            raise FormatError(f"KABI section: rank {value} is larger than {MAX_RANK}")
+        return value
+
+    def symbol():
+        text = r.str()
+        if not _SYMBOL.fullmatch(text):
+            raise FormatError(f"KABI section: bad C symbol {text[:80]!r}")
+        return text
+
+    def dtype():
+        text = r.str()
+        if text not in DTYPES:
+            raise FormatError(f"KABI section: unknown dtype {text!r}")
+        return text
+
+    c_sha256, compiler, version = sha("C source hash"), r.str(), r.str()
+    flags = tuple(r.str() for _ in range(r.count(4, "flag")))
+    triple = r.str()
+    features = tuple(r.name("CPU feature") for _ in range(r.count(4, "CPU feature")))
+    manifest = LibraryManifest(c_sha256, compiler, version, flags, triple, features, sha("library hash"), r.u64())
+    kernels = {}
+    for _ in range(r.count(16, "kernel")):
+        primitive, sym = r.name("primitive function"), symbol()
+        num_inputs = r.u32()
+        buffers = []
+        for _ in range(r.count(12, "buffer")):
+            dt, rk = dtype(), rank()
+            static = tuple((r.u32(), r.i64s(1)[0]) for _ in range(r.count(12, "static dim")))
+            if len({a for a, _ in static}) != len(static) or any(a >= rk or v < 0 for a, v in static):
+                raise FormatError(f"KABI section: kernel {sym}: bad static dims {static} of a rank-{rk} buffer")
+            buffers.append((dt, rk, static))
+        constants = tuple(_read_constants(_Reader(bytes(_constants_span(r)), "KABI constants")))
+        errors = tuple((r.i32(), r.str(), bool(r.u8())) for _ in range(r.count(9, "error")))
+        if not len(constants) <= num_inputs <= len(buffers) or primitive in kernels:
+            raise FormatError(f"KABI section: kernel {sym}: {num_inputs} inputs, {len(constants)} constants and "
+                              f"{len(buffers)} buffers do not fit (or its primitive is described twice)")
+        for j, c in enumerate(constants):
+            dt, rk, static = buffers[num_inputs - len(constants) + j]
+            if c.dtype.name != dt or c.ndim != rk or any(c.shape[a] != v for a, v in static):
+                raise FormatError(f"KABI section: kernel {sym}: constant {j} does not fit its buffer")
+        kernels[primitive] = KernelABI(primitive, sym, num_inputs, tuple(buffers), constants, errors)
+    shape_funcs = {}
+    for _ in range(r.count(28, "shape function")):
+        name, sym = r.name("kernel"), symbol()
+        messages = tuple(r.str() for _ in range(r.count(4, "message")))
+        deferred = frozenset(r.u32() for _ in range(r.count(4, "deferred message")))
+        inputs = [(bool(r.u8()), rank(), dtype()) for _ in range(r.count(9, "shape function input"))]
+        out_ranks = tuple(rank() for _ in range(r.count(4, "shape function output")))
+        label = r.str()
+        if any(k >= len(messages) for k in deferred) or name in shape_funcs:
+            raise FormatError(f"KABI section: shape function {sym}: a deferred message index is out of range "
+                              f"(or it is described twice)")
+        shape_funcs[name] = ShapeFuncC(sym, "", messages, deferred, tuple(f for f, _, _ in inputs),
+                                       tuple(rk for _, rk, _ in inputs), tuple(d for _, _, d in inputs), out_ranks,
+                                       label)
+    r.done()
+    return LibraryABI(manifest, kernels, shape_funcs)
+
+
+def _constants_span(r: _Reader) -> memoryview:
+    """The bytes of one constant table (the ``CNST`` layout) at the reader's position, consumed."""
+    start = r.pos
+    for _ in range(r.count(16, "constant")):
+        r.take(r.u32())  # dtype
+        r.take(8 * min(r.u32(), MAX_RANK + 1))  # rank, dims (checked again by _read_constants)
+        r.take(r.u64())
+    return r.data[start:r.pos]
+
+
 def _write_code(exe) -> bytes:
     w = _Writer()
     w.u32(len(exe.functions))
@@ -422,8 +597,13 @@ class _Reader:
             raise FormatError(f"{self.what}: {self.remaining()} unexpected trailing bytes")
 
 
-def load_executable(path_or_bytes) -> Executable:
-    """Read an executable saved by ``Executable.save``/``save_bytes`` (a path, bytes or a file object)."""
+def load_executable(path_or_bytes, trust_library: bool = False) -> Executable:
+    """Read an executable saved by ``Executable.save``/``save_bytes`` (a path, bytes or a file object).
+
+    Target "c": a prebuilt kernel library is used, without importing the compiler, when the kernel cache
+    holds the one a local build made from the file's C text and calling description, or, with
+    ``trust_library=True`` only, when the file embeds one; else the library is rebuilt from the file's
+    primitive functions (``exe.stats()["kernel_library"]["load_reason"]`` says why). docs/deploy.md."""
     if isinstance(path_or_bytes, (bytes, bytearray, memoryview)):
         data = bytes(path_or_bytes)
     elif hasattr(path_or_bytes, "read"):
@@ -434,10 +614,10 @@ def load_executable(path_or_bytes) -> Executable:
                 data = f.read()
         except OSError as err:
             raise FormatError(f"cannot read executable {path_or_bytes!r}: {err}") from None
-    return _parse(data)
+    return _parse(data, trust_library)
 
 
-def _parse(data: bytes) -> Executable:
+def _parse(data: bytes, trust_library: bool = False) -> Executable:
     if len(data) < len(MAGIC) + 8 + _CHECKSUM_SIZE:
         raise FormatError(f"not a tensorvm executable: only {len(data)} bytes")
     if data[:len(MAGIC)] != MAGIC:
@@ -494,10 +674,38 @@ def _parse(data: bytes) -> Executable:
     except ValueError as err:
         raise FormatError(f"inconsistent executable: {err}") from None
     exe.verify(from_file=True)
-    exe.kernels  # noqa: B018 - rebuild the kernels now, so a bad primitive fails at load time
+    reason, missing = "", ()
+    if b"KLIB" in sections and b"KABI" not in sections:
+        raise FormatError("a KLIB section without its KABI section")
+    if b"KABI" in sections:
+        if saved_c_source is None:
+            raise FormatError("a KABI section without the CLIB section it describes")
+        from .kernel_abi import prebuilt_library
+
+        abi = decode_abi(sections[b"KABI"])
+        embedded = sections.get(b"KLIB")
+        if embedded is not None and (len(embedded) > MAX_LIBRARY_BYTES or len(embedded) != abi.manifest.library_size
+                                     or hashlib.sha256(embedded).hexdigest() != abi.manifest.library_sha256):
+            raise FormatError(f"KLIB section: {len(embedded)} bytes that are not the library the manifest names "
+                              f"({abi.manifest.library_size} bytes, at most {MAX_LIBRARY_BYTES})")
+        kernels, library, reason, missing = prebuilt_library(exe, abi, sections[b"KABI"], saved_c_source, embedded,
+                                                             trust_library)
+        if kernels is not None:
+            exe.c_library, exe._kernels = library, kernels
+            return exe
+    elif target == "c":
+        reason = "the file does not describe a prebuilt library (no KABI section)"
+    try:
+        exe.kernels  # noqa: B018 - rebuild the kernels now, so a bad primitive fails at load time
+    except UnsupportedError as err:
+        if missing:
+            raise UnsupportedError(f"the executable's kernel library was built for CPU features this CPU lacks "
+                                   f"({', '.join(missing)}), and it cannot be rebuilt here: {err}") from err
+        raise
     if exe.c_library is not None:
         exe.c_library.saved_source_matches = None if saved_c_source is None else \
             saved_c_source == exe.c_library.source
+        exe.c_library.load_reason = f"rebuilt by the compiler: {reason}" if reason else "rebuilt by the compiler"
     return exe
 
 

@@ -27,9 +27,6 @@ function for it and ``exe.stats()`` lists it with the reason.
 
 from __future__ import annotations
 
-import ctypes
-from dataclasses import dataclass
-
 import numpy as np
 
 from ..errors import ShapeError, TensorVMError, UnsupportedError
@@ -51,6 +48,7 @@ from ..op.shape_logic import (
 )
 from ..transform.fuse_ops import flatten_tensor_types
 from ..transform.to_anf import known_type, post_order_iter
+from .kernel_abi import ERROR_BASE, CShapeFunction, ShapeFuncC  # noqa: F401 - (moved there)
 from .kernel_python import (
     _children_with_vars,
     _flat_count,
@@ -64,23 +62,6 @@ __all__ = ["ShapeFuncC", "emit_shape_func", "CShapeFunction", "SHAPE_LIBRARY"]
 
 #: The library file every C shape function includes.
 SHAPE_LIBRARY = "tv_shape.h"
-ERROR_BASE = 2000  # TV_SHAPE_ERROR_BASE
-
-
-@dataclass(frozen=True)
-class ShapeFuncC:
-    """One emitted C shape function: its name and text, its error messages (code ``ERROR_BASE + k``),
-    and what its caller passes (per flat input: read by data?, rank, dtype; per flat output: rank)."""
-
-    name: str
-    source: str
-    messages: tuple
-    deferred: frozenset
-    flat_is_input: tuple
-    in_ranks: tuple
-    in_dtypes: tuple
-    out_ranks: tuple
-    label: str
 
 
 def _flatten(tree) -> list:
@@ -283,60 +264,3 @@ def _c_string(text: str) -> str:
 
 def _comment(text: str) -> str:
     return text.replace("*/", "* /")
-
-
-class CShapeFunction:
-    """A compiled C shape function called from Python: ``compute(*inputs) -> (shape, ...)``, inputs as
-    ``build_shape_func_tuples`` takes them (tuples or int64 shape tensors; arrays for data inputs).
-
-    A nonzero return code runs the Python shape function (``python()`` builds it), which raises the
-    precise ``ShapeError``; the C table's message is the fallback when it does not."""
-
-    def __init__(self, spec: ShapeFuncC, fn, python):
-        self.spec, self._fn, self._python = spec, fn, python
-        n_in, n_out = len(spec.flat_is_input), len(spec.out_ranks)
-        self._shape_types = [ctypes.c_int64 * max(r, 1) for r in spec.in_ranks]
-        self._out_types = [ctypes.c_int64 * max(r, 1) for r in spec.out_ranks]
-        self._in_array, self._out_array = ctypes.c_void_p * max(n_in, 1), ctypes.c_void_p * max(n_out, 1)
-        self._dtypes = [np.dtype(d) for d in spec.in_dtypes]
-        self.deferrals = 0  # calls answered by the Python shape function (see shape_logic.supported)
-
-    def compute(self, *inputs) -> tuple:
-        spec = self.spec
-        if len(inputs) != len(spec.flat_is_input):
-            raise ShapeError(f"shape function of {spec.label}: expected {len(spec.flat_is_input)} inputs, got "
-                             f"{len(inputs)}")
-        keep, shapes, datas = [], [], []
-        for i, (value, by_data, rank) in enumerate(zip(inputs, spec.flat_is_input, spec.in_ranks)):
-            if by_data:
-                if value.__class__ is not np.ndarray or value.dtype != self._dtypes[i] \
-                        or not value.flags.c_contiguous:
-                    value = np.ascontiguousarray(value, dtype=self._dtypes[i])
-                keep.append(value)
-                shape = value.shape
-                datas.append(value.ctypes.data)
-            else:
-                shape = value if value.__class__ is tuple else tuple(np.asarray(value).reshape(-1).tolist())
-                datas.append(None)
-            if len(shape) != rank:
-                raise ShapeError(f"shape function of {spec.label}: input {i} has shape {tuple(shape)}, expected "
-                                 f"rank {rank}")
-            buf = self._shape_types[i](*shape)
-            keep.append(buf)
-            shapes.append(ctypes.addressof(buf))
-        outs = [t() for t in self._out_types]
-        code = self._fn(self._in_array(*shapes), self._in_array(*datas),
-                        self._out_array(*(ctypes.addressof(o) for o in outs)))
-        if code:
-            return self._fail(code, inputs)
-        return tuple(tuple(o[:r]) for o, r in zip(outs, spec.out_ranks))
-
-    def _fail(self, code: int, inputs):
-        k = code - ERROR_BASE
-        if k in self.spec.deferred:  # a case outside the traced form: the Python shape function answers
-            self.deferrals += 1
-            return self._python()(*inputs)
-        self._python()(*inputs)  # raises the precise error
-        message = self.spec.messages[k] if 0 <= k < len(self.spec.messages) else f"error code {code}"
-        raise ShapeError(f"{message} (the C shape function of {self.spec.label} rejected shapes its Python "
-                         f"shape function accepts)")

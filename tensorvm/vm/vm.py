@@ -32,25 +32,32 @@ from __future__ import annotations
 
 import math
 import os
+import sys
 import threading
 import time
 from enum import IntEnum
 from math import prod
 from operator import itemgetter
 from threading import get_ident as _get_ident
+from types import SimpleNamespace
 
 import numpy as np
 
 from ..errors import ExecutionError, ShapeError, TensorVMError
-from ..interpreter import convert_argument, deep_recursion
-from ..ir.expr import Call, Constructor
-from ..ir.module import IRModule
 from ..ir.types import Any as AnyDim
 from ..ir.types import FuncType, GlobalTypeVar, SymDim, TensorType, TupleType, TypeCall
+from ..runtime.convert import convert_argument
 from ..runtime.memory import make_allocator
 from ..runtime.ndarray import NDArray
 from ..runtime.object import ADT, Closure
-from ..runtime.stack import GC_PAUSERS, caller_ident, pause_gc, resume_gc
+from ..runtime.stack import (
+    DEEP_RECURSION_LIMIT,
+    GC_PAUSERS,
+    caller_ident,
+    pause_gc,
+    recursion_users,
+    resume_gc,
+)
 from . import bytecode as bc
 from .shape_plan import shape_plan
 from .specialize import shape_slice
@@ -1124,8 +1131,8 @@ class VirtualMachine:
         if isinstance(ty, (TypeCall, GlobalTypeVar)):
             # the interpreter's checks (constructor of the right type, field types, symbolic dims), then
             # the VM's form of the value
-            if self._type_module is None:
-                self._type_module = IRModule(type_definitions=self.exe.type_definitions())
+            if self._type_module is None:  # (what convert_argument reads of a module)
+                self._type_module = SimpleNamespace(type_definitions=self.exe.type_definitions())
             with deep_recursion():
                 checked = convert_argument(value, ty, where, self._type_module, sym_dims)
                 return self._vm_value(checked, where)
@@ -1218,12 +1225,17 @@ class VirtualMachine:
 
 
 _MISSING = object()
+def deep_recursion():
+    """Python's recursion limit raised for the duration (``runtime.stack.recursion_users``)."""
+    return recursion_users(DEEP_RECURSION_LIMIT)
 
 
 def _nullary_constructor_value(value):
     """``mod.constructor("Nil")()`` builds an IR call (it cannot tell values from expressions without
     arguments); as an argument it means the value ``Nil``."""
-    if isinstance(value, Call) and isinstance(value.op, Constructor) and not value.args and not value.op.inputs:
+    expr = sys.modules.get("tensorvm.ir.expr")  # (without it loaded, no value is an IR call)
+    if expr is not None and isinstance(value, expr.Call) and isinstance(value.op, expr.Constructor) \
+            and not value.args and not value.op.inputs:
         return ADT(value.op.tag, (), constructor=value.op.name)
     return value
 

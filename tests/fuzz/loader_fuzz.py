@@ -254,6 +254,7 @@ TVX_PROGRAMS = (  # (program of tests/programs.py, target, exec mode)
     ("option_match", "python", "bytecode"),
     ("dynamic_dense_bias", "c", "compiled"),
     ("dynamic_elementwise", "c", "bytecode"),
+    ("dynamic_elementwise", "c+embed", "bytecode"),  # with its prebuilt library in the file (KLIB)
 )
 
 
@@ -319,11 +320,11 @@ def tvx_seeds() -> list:
 
     seeds = []
     for name, target, mode in TVX_PROGRAMS:
-        if target == "c" and not have_compiler():
+        if target.startswith("c") and not have_compiler():
             continue
         program = _program(name)
-        exe = tv.vm.compile(program.parse(), target=target, exec_mode=mode)
-        data = exe.save_bytes()
+        exe = tv.vm.compile(program.parse(), target=target.split("+")[0], exec_mode=mode)
+        data = exe.save_bytes(embed_library=target.endswith("+embed"))
         args = program.args_fn()
         loaded = tv.vm.load_executable(data)
         expected = normalize(tv.vm.VirtualMachine(loaded).invoke(program.entry, *args))

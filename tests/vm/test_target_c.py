@@ -159,7 +159,8 @@ def test_saved_executable_carries_the_c_source_and_reloads_from_the_cache(dense_
     loaded = load_executable(path)
     assert loaded.target == "c" and loaded.as_text() == dense_exe.as_text()
     lib = loaded.stats()["kernel_library"]
-    assert lib["cached"] is True and lib["compile_seconds"] == 0 and lib["saved_source_matches"] is True
+    # the library the save built is found in the kernel cache and used as is (docs/deploy.md)
+    assert lib["origin"] == "kernel cache" and lib["compile_seconds"] == 0, lib
     assert loaded.save_bytes() == data
     x, w, b = _dense_args(3)
     for exe in (loaded, loaded.with_exec_mode("compiled")):

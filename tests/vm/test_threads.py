@@ -269,6 +269,7 @@ def test_only_programs_whose_calls_can_nest_count_as_recursion_users(chain_mod):
 _PRELUDE = textwrap.dedent('''
     import gc, signal, sys, threading, time
     import tensorvm as tv
+    import tensorvm.ir.functor  # (raises the recursion limit once when it loads; `import tensorvm` is lazy)
     from tensorvm.errors import ExecutionError
     SUM_UP = """{sum_up}"""
     NAT = """
