@@ -1,4 +1,4 @@
-"""The hand-written C of the package (codegen/lib/*.h, codegen/probes/*.c, vm/native/fastcall.c) compiles
+"""The hand-written C of the package (codegen/lib/*.h, codegen/probes/*.c, vm/native/*.c) compiles
 warning-free with ``-Wall -Wextra -Werror`` in each configuration it is built in, is what the code
 generator emits, and is installed with the package."""
 
@@ -100,6 +100,13 @@ def test_fastcall_extension_compiles_warning_free(tmp_path):
         pytest.skip("the fast caller is built on x86-64 and AArch64 only")
     flags = ["-std=gnu11", "-O2", "-fPIC", f"-I{_python_include()}", f"-I{np.get_include()}"]
     _compile(tmp_path, fastcall.source(), flags)
+
+
+@pytest.mark.parametrize("opt", ["-O0", "-O2"])
+def test_native_runtime_compiles_warning_free(tmp_path, opt):
+    """The native exec mode's runtime (vm/native/tv_runtime.c), as the library and the bridge include it."""
+    native = Path(fastcall.__file__).parent / "native"
+    _compile(tmp_path, native / "tv_runtime.c", ["-std=gnu11", opt, "-fPIC", f"-I{native}"])
 
 
 def test_python_wrapper_helpers_compile_warning_free(tmp_path):
