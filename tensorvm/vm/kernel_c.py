@@ -55,6 +55,7 @@ class CLibrary:
     saved_source_matches: bool | None = None  # loaded executables: does the file's C equal the regenerated C
     shape_funcs: dict = field(default_factory=dict)  # shape function name -> (ShapeFuncC, C function)
     shape_fallbacks: dict = field(default_factory=dict)  # shape function name -> why it stays Python
+    native: object = None  # exec_mode="native": the NativeLibrary of the VM functions compiled in (native_emit)
 
     def summary(self) -> dict:
         from ..codegen.build import library_threads
@@ -75,9 +76,12 @@ class CLibrary:
         }
 
 
-def build_c_library(prims: dict, shape_prims: dict | None = None) -> CLibrary:
+def build_c_library(prims: dict, shape_prims: dict | None = None, native=None) -> CLibrary:
     """Compile ``{primitive name: primitive Function}`` into one library (NumPy for what C cannot do),
-    with the C shape functions ``{shape function name: (primitive Function, is_input)}``."""
+    with the C shape functions ``{shape function name: (primitive Function, is_input)}``. ``native``: an
+    executable whose VM functions are compiled into the library too (exec_mode="native"; its kernels are
+    planned without external BLAS variants, which are picked in Python, and anything without C is an
+    ``UnsupportedError``)."""
     from ..codegen.c_emit import emit_kernel
     from ..codegen.fused import plan_primitive
     from .kernel_python import build_kernel
@@ -88,7 +92,7 @@ def build_c_library(prims: dict, shape_prims: dict | None = None) -> CLibrary:
     plans = {}
     for index, (name, prim) in enumerate(prims.items()):
         try:
-            plan = plan_primitive(prim, c_kernel_name(index, name))
+            plan = plan_primitive(prim, c_kernel_name(index, name), externals=native is None)
             for func in [plan.lowered.func] + [e.epilogue.func for e in plan.externals if e.epilogue is not None]:
                 emit_kernel(func)  # emission problems surface here, per kernel, not for the whole library
         except (TensorVMError, NotImplementedError) as err:
@@ -104,15 +108,36 @@ def build_c_library(prims: dict, shape_prims: dict | None = None) -> CLibrary:
         except (TensorVMError, NotImplementedError) as err:
             library.shape_fallbacks[name] = f"{type(err).__name__}: {err}"
     library.lower_seconds = time.perf_counter() - start
-    if plans or shape_specs:
-        _compile(library, plans, shape_specs)
+    native_source = ""
+    if native is not None:
+        native_source, library.native = _native_parts(native, plans, shape_specs)
+    if plans or shape_specs or native_source:
+        _compile(library, plans, shape_specs, native_source)
     missing = set(prims) - set(library.kernels)
     if missing:  # pragma: no cover - every primitive is either compiled or a fallback
         raise UnsupportedError(f"no kernel was built for {sorted(missing)}")
     return library
 
 
-def _compile(library: CLibrary, plans: dict, shape_specs: dict) -> None:
+def _native_parts(exe, plans: dict, shape_specs: dict) -> tuple:
+    """The native translation unit of ``exe`` over these kernels and shape functions, and its
+    ``NativeLibrary`` (filled in by ``_compile``)."""
+    from .native_emit import NativeKernel, emit_program
+    from .native_mode import NativeLibrary
+
+    kernels, shape_funcs, constants = {}, {}, []
+    first = len(exe.constants)
+    for p, info in enumerate(exe.primitives):
+        if info.kind == "kernel" and info.source in plans:
+            lowered = plans[info.source].lowered
+            kernels[p] = NativeKernel(lowered.func, first + len(constants), len(lowered.constants))
+            constants.extend(lowered.constants)
+        elif info.kind == "shape_func" and info.name in shape_specs:
+            shape_funcs[p] = shape_specs[info.name]
+    return emit_program(exe, kernels, shape_funcs), NativeLibrary(tuple(constants), kernels)
+
+
+def _compile(library: CLibrary, plans: dict, shape_specs: dict, native_source: str = "") -> None:
     """Build every planned kernel into one library; plain C kernels get the fast caller (``fastcall``)."""
     import ctypes
 
@@ -126,11 +151,15 @@ def _compile(library: CLibrary, plans: dict, shape_specs: dict) -> None:
     shape_source = ""
     if shape_specs:
         shape_source = library_text([SHAPE_LIBRARY]) + "\n".join(s.source for s in shape_specs.values())
+    if native_source:
+        shape_source += "\n" + native_source
     module = build_module(funcs, extra_source=shape_source)
     library.source = module.source
     library.build_info = module.build_info
     for name, spec in shape_specs.items():
         library.shape_funcs[name] = (spec, module.library.function(spec.name, 3, 0))
+    if library.native is not None:
+        library.native.attach(module)
     for name, plan in plans.items():
         kernel = plan.make_kernel(module)
         func = plan.lowered.func

@@ -41,7 +41,7 @@ from threading import get_ident as _get_ident
 
 import numpy as np
 
-from ..errors import ExecutionError, ShapeError, TensorVMError
+from ..errors import ExecutionError, ShapeError, TensorVMError, UnsupportedError
 from ..interpreter import convert_argument, deep_recursion
 from ..ir.expr import Call, Constructor
 from ..ir.module import IRModule
@@ -327,6 +327,11 @@ class VirtualMachine:
             self._nests = may_nest(exe)
         else:
             self._nests = False
+        self._native_rt = None
+        if self._exec_mode == "native":  # one C entry point per call (native_mode.py)
+            from .native_mode import runtime_for
+
+            self._native_rt = runtime_for(exe, self, self.allocator.limit_bytes)
         self._select_program("plain")
 
     # --- one call at a time -----------------------------------------------------------------------
@@ -347,7 +352,11 @@ class VirtualMachine:
 
     # --- program variants: plain, instrumented, profiled ----------------------------------------
     def _select_program(self, mode: str) -> None:
-        if self._exec_mode == "compiled":
+        if self._exec_mode == "native":
+            if mode != "plain":
+                raise UnsupportedError(f"native mode does not support the {mode} hook yet (use exec_mode "
+                                       f"'bytecode' or 'compiled' to {mode} kernel calls)")
+        elif self._exec_mode == "compiled":
             if mode not in self._compiled:
                 from .compiled import instantiate
 
@@ -742,6 +751,9 @@ class VirtualMachine:
 
     # --- calling ----------------------------------------------------------------------------------
     def _call(self, info: _FunctionInfo, args: list):
+        if self._native_rt is not None:  # (the C functions compute shapes themselves: no specializing)
+            self._calls["generic"] += 1
+            return self._native_rt.call(info.index, tuple(args))
         if info.shape_slice is not None and self._mode == "plain":
             key = tuple([a.shape for a in args])
             body = info.specialized.get(key)
@@ -809,7 +821,8 @@ class VirtualMachine:
         the code they ran (``generic``, or a body ``specialized`` to its argument shapes), where specialized
         bodies run (``"compiled code"`` or ``"dispatch loop"``) and how many shapes are specialized now."""
         return {"exec_mode": self._exec_mode, "calls": dict(self._calls),
-                "specialized_runs_in": "compiled code" if self._exec_mode == "compiled" else "dispatch loop",
+                "specialized_runs_in": {"compiled": "compiled code", "native": "nowhere (native code)"}.get(
+                    self._exec_mode, "dispatch loop"),
                 "specialized_shapes": sum(len(info.specialized) for info in self._funcs)}
 
     def _function(self, func_name: str) -> _FunctionInfo:
@@ -1004,9 +1017,14 @@ class VirtualMachine:
         self._select_program("plain" if fn is None else "instrument")
 
     def memory_stats(self) -> dict:
+        if self._native_rt is not None:  # native mode allocates from its C pool (same counters)
+            return self._native_rt.stats()
         return self.allocator.stats()
 
     def reset_memory_stats(self) -> None:
+        if self._native_rt is not None:
+            self._native_rt.reset_stats()
+            return
         self.allocator.reset_stats()
 
     def profile(self, func_name: str = "main", *args, warmup: int = 2, **kwargs):
