@@ -3,6 +3,7 @@
 #include "tv_runtime.h"
 
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
