@@ -242,11 +242,14 @@ class Executable:
                 native = self
             try:
                 self.c_library = build_c_library(prims, shape_prims, native=native)
-            except (CompilerError, UnsupportedError if native is not None else CompilerError):
+            except CompilerError:
                 raise
             except FormatError:
                 raise
             except Exception as err:
+                if native is not None and isinstance(err, UnsupportedError):
+                    raise  # native mode refuses what it cannot translate: said as such
+
                 raise FormatError(f"cannot build the C kernel library: {_failing_primitive(prims)}"
                                   f"{type(err).__name__}: {err}") from err
             compiled = self.c_library.kernels

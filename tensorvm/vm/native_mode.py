@@ -51,7 +51,7 @@ class NativeLibrary:
 
     def attach(self, module) -> None:
         """Read the entry point and the kernels' error tables from the built ``CompiledModule``."""
-        entry = getattr(module.library._cdll, "tvn_invoke")
+        entry = module.library._cdll.tvn_invoke
         self.invoke_address = ctypes.cast(entry, ctypes.c_void_p).value
         self.kernel_functions = {p: module[k.func.name] for p, k in self.kernels.items()}
 
