@@ -134,7 +134,8 @@ def _native_parts(exe, plans: dict, shape_specs: dict) -> tuple:
             constants.extend(lowered.constants)
         elif info.kind == "shape_func" and info.name in shape_specs:
             shape_funcs[p] = shape_specs[info.name]
-    return emit_program(exe, kernels, shape_funcs), NativeLibrary(tuple(constants), kernels)
+    source = emit_program(exe, kernels, shape_funcs)
+    return source, NativeLibrary(tuple(constants), kernels, source)
 
 
 def _compile(library: CLibrary, plans: dict, shape_specs: dict, native_source: str = "") -> None:

@@ -23,11 +23,14 @@ import numpy as np
 
 from ..errors import ExecutionError, ShapeError, UnsupportedError
 
-__all__ = ["NativeLibrary", "runtime_for", "bridge_module", "bridge_source", "MAX_DEPTH"]
+__all__ = ["NativeLibrary", "runtime_for", "bridge_module", "bridge_source", "call_native", "MAX_DEPTH",
+           "StackExhausted"]
 
 #: Nested (non-tail) calls allowed before a native call fails with a clear error (the C stack is
 #: checked too: a call that would come within 256 KiB of the thread's stack end fails the same way).
 MAX_DEPTH = 100_000
+
+_DEEP_STACK_BYTES = 1 << 30  # the thread a call reaching its C stack's end runs again on
 
 _NATIVE = Path(__file__).parent / "native"
 _RUNTIME_INCLUDE = '#include "tv_runtime.c"'
@@ -38,14 +41,33 @@ _MODULE: list = []
 _ERR_EXEC, _ERR_SHAPE, _ERR_KERNEL, _ERR_SHAPE_FUNC, _ERR_DEPTH = 1, 2, 3, 4, 5
 
 
+class StackExhausted(ExecutionError):
+    """A native call reached the end of its thread's C stack before the depth limit (``call_native``
+    runs it again on a thread with a large stack)."""
+
+
+def call_native(runtime, index: int, args: tuple):
+    """``runtime.call(index, args)``; a call that reaches the end of this thread's C stack runs again on
+    a thread with a 1 GiB stack (as compiled mode does past Python's limit: a VM call has no effects but
+    its result), where only ``MAX_DEPTH`` bounds it."""
+    try:
+        return runtime.call(index, args)
+    except StackExhausted:
+        from ..runtime.stack import run_on_deep_stack
+
+        return run_on_deep_stack(runtime.call, (index, args), _DEEP_STACK_BYTES, 0)
+
+
 class NativeLibrary:
     """The native part of a kernel library: ``constants`` (the kernels' constant arrays, after the
     executable's in the context's table), ``kernels`` (packed index -> ``NativeKernel``), and once built
-    ``invoke_address`` and ``kernel_functions`` (packed index -> ``KernelFunction``: its error table)."""
+    ``invoke_address`` and ``kernel_functions`` (packed index -> ``KernelFunction``: its error table);
+    ``source`` is the generated translation unit."""
 
-    def __init__(self, constants: tuple, kernels: dict):
+    def __init__(self, constants: tuple, kernels: dict, source: str = ""):
         self.constants = constants
         self.kernels = kernels
+        self.source = source
         self.invoke_address = None
         self.kernel_functions: dict = {}
 
@@ -145,5 +167,5 @@ def native_error(exe, native, kind, func, pc, packed, code, message) -> Exceptio
     if kind == _ERR_SHAPE:
         return ShapeError(f"{message}{where}")
     if kind == _ERR_DEPTH:
-        return ExecutionError(f"{message}{where}")
+        return (StackExhausted if code == 1 else ExecutionError)(f"{message}{where}")
     return ExecutionError(f"{message}{where}")

@@ -329,9 +329,10 @@ class VirtualMachine:
             self._nests = False
         self._native_rt = None
         if self._exec_mode == "native":  # one C entry point per call (native_mode.py)
-            from .native_mode import runtime_for
+            from .native_mode import call_native, runtime_for
 
             self._native_rt = runtime_for(exe, self, self.allocator.limit_bytes)
+            self._call_native = call_native
         self._select_program("plain")
 
     # --- one call at a time -----------------------------------------------------------------------
@@ -753,7 +754,7 @@ class VirtualMachine:
     def _call(self, info: _FunctionInfo, args: list):
         if self._native_rt is not None:  # (the C functions compute shapes themselves: no specializing)
             self._calls["generic"] += 1
-            return self._native_rt.call(info.index, tuple(args))
+            return self._call_native(self._native_rt, info.index, tuple(args))
         if info.shape_slice is not None and self._mode == "plain":
             key = tuple([a.shape for a in args])
             body = info.specialized.get(key)
