@@ -299,3 +299,27 @@ def test_generated_c_is_warning_free(tmp_path, text):
     result = subprocess.run([cc, "-std=gnu11", "-O2", "-fPIC", "-Wall", "-Wextra", "-Werror", "-c", str(source), "-o",
                              str(tmp_path / "native.o")], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr[:4000]
+
+
+def test_allocator_limit_is_kept_like_the_vm_s_pool():
+    from tensorvm.runtime.memory import make_allocator
+
+    x, w = f32(64, 6), f32(5, 6, seed=2)
+    for exe in (tv.vm.compile(tv.parse(DYN), target="c"), native(DYN)):
+        with pytest.raises(ExecutionError, match="(?i)out of memory|could not allocate"):
+            VirtualMachine(exe, allocator=make_allocator("pooled", limit_bytes=256)).run(x, w)
+    vm = VirtualMachine(native(DYN), allocator=make_allocator("pooled", limit_bytes=1 << 20))
+    for _ in range(3):
+        assert_same(vm.run(x, w), oracle(DYN, x, w))
+    assert vm.memory_stats()["bytes_reserved"] <= 1 << 20
+
+
+def test_a_result_viewing_a_constant_is_read_only():
+    c = np.array([1.0, 2.0, 3.0], "float32")
+    mod = tv.parse("""
+def @main(%x: Tensor[(3), float32], %c: Tensor[(3), float32]) { (add(%x, %c), %c) }
+""")
+    exe = tv.vm.compile(mod, target="c", exec_mode="native", params={"c": c})
+    total, constant = VirtualMachine(exe).run(f32(3))
+    np.testing.assert_array_equal(constant.numpy(), c)
+    assert not constant.numpy().flags.writeable

@@ -198,6 +198,10 @@ static PyObject* tensor_to_array(tv_tensor* t) {
                                        t->data, NPY_ARRAY_CARRAY, NULL);
   if (arr == NULL) { Py_DECREF(ref); return NULL; }
   if (PyArray_SetBaseObject((PyArrayObject*)arr, (PyObject*)ref) < 0) { Py_DECREF(arr); return NULL; }
+  /* a view of a read-only array (a constant of the executable) stays read-only */
+  PyObject* owner = (PyObject*)t->storage->py_owner;
+  if (owner != NULL && PyArray_Check(owner) && !PyArray_ISWRITEABLE((PyArrayObject*)owner))
+    PyArray_CLEARFLAGS((PyArrayObject*)arr, NPY_ARRAY_WRITEABLE);
   return arr;
 }
 

@@ -73,19 +73,23 @@ static void tv_pool_give_back(tv_storage* s) {
   tv_pool* pool = s->pool;
   pool->num_frees += 1;
   pool->bytes_live -= s->nbytes;
-  if (pool->limit_bytes >= 0 && pool->bytes_cached + s->block_bytes > pool->limit_bytes) {
-    free(s->data);
-    pool->bytes_reserved -= s->block_bytes;
-  } else {
-    tv_free_block* block = (tv_free_block*)s->data;
-    block->size = s->block_bytes;
-    const int b = tv_bit_length((uint64_t)s->block_bytes) % TV_POOL_BUCKETS;
-    block->next = pool->buckets[b];
-    pool->buckets[b] = block;
-    pool->bytes_cached += s->block_bytes;
-  }
+  tv_free_block* block = (tv_free_block*)s->data;
+  block->size = s->block_bytes;
+  const int b = tv_bit_length((uint64_t)s->block_bytes) % TV_POOL_BUCKETS;
+  block->next = pool->buckets[b];
+  pool->buckets[b] = block;
+  pool->bytes_cached += s->block_bytes;
   s->pool = NULL;
   tv_pool_decref(pool);
+}
+
+/* A fresh block of size bytes within the pool's limit on reserved bytes, or NULL. */
+static void* tv_pool_fresh_block(tv_pool* pool, int64_t size) {
+  void* data = NULL;
+  if (pool->limit_bytes >= 0 && pool->bytes_reserved + size > pool->limit_bytes) return NULL;
+  if (posix_memalign(&data, 64, (size_t)size) != 0) return NULL;
+  pool->bytes_reserved += size;
+  return data;
 }
 
 /* A new storage of nbytes from the pool (a new reference), or NULL when out of memory. */
@@ -105,12 +109,9 @@ TV_UNUSED static tv_storage* tv_pool_alloc(tv_pool* pool, int64_t nbytes) {
       break;
     }
   }
-  if (data == NULL) {
-    if (posix_memalign(&data, 64, (size_t)size) != 0) {
-      tv_pool_release_cached(pool); /* then once more, as the Python pool does */
-      if (posix_memalign(&data, 64, (size_t)size) != 0) { free(s); return NULL; }
-    }
-    pool->bytes_reserved += size;
+  if (data == NULL && (data = tv_pool_fresh_block(pool, size)) == NULL) {
+    tv_pool_release_cached(pool); /* then once more, as the Python pool does */
+    if ((data = tv_pool_fresh_block(pool, size)) == NULL) { free(s); return NULL; }
   }
   s->h.refcount = 1;
   s->h.kind = TV_KIND_STORAGE;

@@ -72,7 +72,7 @@ typedef struct tv_free_block {
 
 typedef struct tv_pool {
   int64_t refcount;      /* the VM's reference plus one per live storage */
-  int64_t limit_bytes;   /* bound on the bytes kept cached (< 0: none) */
+  int64_t limit_bytes;   /* bound on the bytes reserved, live + cached (< 0: none), as runtime.memory's pools */
   int64_t num_allocations, num_frees, reuse_hits, bytes_live, peak_bytes, bytes_reserved, bytes_cached;
   tv_free_block* buckets[TV_POOL_BUCKETS]; /* free blocks by bit length of their size class */
 } tv_pool;
