@@ -251,16 +251,23 @@ static PyObject* from_native(Runtime* rt, tv_obj* o, int depth) {
   }
 }
 
-/* The lowest address this thread's stack may reach, keeping a margin for the bridge and the kernels. */
+/* The lowest address this thread's stack may reach, keeping a margin for the bridge and the kernels.
+   Found once per thread: pthread_getattr_np reads /proc/self/maps for the main thread (milliseconds). */
+static __thread const char* thread_stack_limit = NULL;
+static __thread int thread_stack_known = 0;
+
 static const char* stack_limit(void) {
+  if (thread_stack_known) return thread_stack_limit;
   pthread_attr_t attr;
   void* addr = NULL;
   size_t size = 0;
+  thread_stack_known = 1;
   if (pthread_getattr_np(pthread_self(), &attr) != 0) return NULL;
   const int ok = pthread_attr_getstack(&attr, &addr, &size) == 0;
   pthread_attr_destroy(&attr);
   if (!ok || size < (1u << 20)) return NULL;
-  return (const char*)addr + (size_t)(256 * 1024);
+  thread_stack_limit = (const char*)addr + (size_t)(256 * 1024);
+  return thread_stack_limit;
 }
 
 /* rt.call(index, args: tuple) -> the result in the VM's Python form */
