@@ -20,6 +20,7 @@ unchanged program is a cache hit and costs no compile.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import time
 from dataclasses import dataclass, field
@@ -79,9 +80,9 @@ class CLibrary:
 def build_c_library(prims: dict, shape_prims: dict | None = None, native=None) -> CLibrary:
     """Compile ``{primitive name: primitive Function}`` into one library (NumPy for what C cannot do),
     with the C shape functions ``{shape function name: (primitive Function, is_input)}``. ``native``: an
-    executable whose VM functions are compiled into the library too (exec_mode="native"; its kernels are
-    planned without external BLAS variants, which are picked in Python, and anything without C is an
-    ``UnsupportedError``)."""
+    executable whose VM functions are compiled into the library too (exec_mode="native"; its kernels keep
+    their C variants but not the external ones, which are picked in Python per call, and anything without
+    C is an ``UnsupportedError``)."""
     from ..codegen.c_emit import emit_kernel
     from ..codegen.fused import plan_primitive
     from .kernel_python import build_kernel
@@ -92,7 +93,9 @@ def build_c_library(prims: dict, shape_prims: dict | None = None, native=None) -
     plans = {}
     for index, (name, prim) in enumerate(prims.items()):
         try:
-            plan = plan_primitive(prim, c_kernel_name(index, name), externals=native is None)
+            plan = plan_primitive(prim, c_kernel_name(index, name))
+            if native is not None:  # external variants are picked in Python per call: native code calls C only
+                plan = dataclasses.replace(plan, externals=[])
             for func in [plan.lowered.func] + [e.epilogue.func for e in plan.externals if e.epilogue is not None]:
                 emit_kernel(func)  # emission problems surface here, per kernel, not for the whole library
         except (TensorVMError, NotImplementedError) as err:
