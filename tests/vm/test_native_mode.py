@@ -323,3 +323,20 @@ def @main(%x: Tensor[(3), float32], %c: Tensor[(3), float32]) { (add(%x, %c), %c
     total, constant = VirtualMachine(exe).run(f32(3))
     np.testing.assert_array_equal(constant.numpy(), c)
     assert not constant.numpy().flags.writeable
+
+
+def test_names_reach_the_generated_c_only_in_comments_that_cannot_end_early():
+    """Function and parameter names of an (unvalidated, in-memory) executable appear in the C as comments,
+    escaped so that none ends the comment or the line: a hostile name changes nothing the C does."""
+    exe = tv.vm.compile(tv.parse(MISMATCH), target="c")
+    main = exe.functions[0]
+    hostile = 'm*/ int evil(void) { return 1; } /*\n#error injected\n'
+    exe.functions[0] = type(main)(hostile, (hostile, "y"), main.instructions, main.register_file_size,
+                                  main.param_types, main.ret_type)
+    exe = exe.with_exec_mode("native")
+    x = f32(4)
+    result = VirtualMachine(exe).invoke(hostile, x, x)
+    np.testing.assert_array_equal(result.numpy(), x + x)
+    source = exe.c_library.native.source
+    assert "int evil(void)" in source  # (as comment text)
+    assert "\n#error injected" not in source and "*/ int evil" not in source
