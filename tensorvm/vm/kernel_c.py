@@ -74,6 +74,8 @@ class CLibrary:
             "library": info.path if info is not None else None,
             "saved_source_matches": self.saved_source_matches,
             "threads": library_threads(info.path) if info is not None else 1,  # what its OpenMP loops use now
+            # exec_mode="native": bytes of the generated C of the VM functions (part of the library)
+            "native_source_bytes": len(self.native.source) if self.native is not None else None,
         }
 
 

@@ -129,6 +129,8 @@ def test_static_mlp_matches_the_interpreter():
     vm = VirtualMachine(native(MLP))
     assert vm.exec_stats()["exec_mode"] == "native"
     assert_same(vm.run(*args), oracle(MLP, *args))
+    library = native(MLP).stats()["kernel_library"]
+    assert library["native_source_bytes"] > 0 and not library["numpy_fallbacks"]
 
 
 def test_dynamic_batch_several_shapes_and_earlier_results_unchanged():
