@@ -342,3 +342,19 @@ def test_names_reach_the_generated_c_only_in_comments_that_cannot_end_early():
     source = exe.c_library.native.source
     assert "int evil(void)" in source  # (as comment text)
     assert "\n#error injected" not in source and "*/ int evil" not in source
+
+
+def test_errors_release_everything_the_call_held(monkeypatch):
+    """After a failed call (a kernel error, the depth limit deep in a recursion) no storage stays live."""
+    from tensorvm.vm import native_mode
+
+    vm = VirtualMachine(native(MISMATCH))
+    with pytest.raises(ShapeError):
+        vm.run(f32(3), f32(4))
+    assert vm.memory_stats()["bytes_live"] == 0
+    monkeypatch.setattr(native_mode, "MAX_DEPTH", 30)
+    vm = VirtualMachine(native(SUM_UP))
+    with pytest.raises(ExecutionError, match="recursion deeper than 30"):
+        vm.run(np.array(100, "int64"))
+    stats = vm.memory_stats()
+    assert stats["bytes_live"] == 0 and stats["num_allocations"] == stats["num_frees"] > 0
