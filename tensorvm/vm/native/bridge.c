@@ -21,7 +21,7 @@ typedef int32_t (*tv_invoke_fn)(tv_ctx*, int32_t, tv_obj* const*, int32_t, tv_ob
 /* ---- storages of NumPy arrays (arguments and constants) -------------------------------------------- */
 static void release_py_owner(tv_storage* s) {
   Py_XDECREF((PyObject*)s->py_owner);
-  s->py_owner = NULL;
+  free(s);
 }
 
 /* The base object of a result array: one reference to a C storage. */
@@ -115,7 +115,7 @@ static tv_obj* array_to_native(PyObject* value) {
   s->release = release_py_owner;
   int64_t shape[TV_MAX_RANK];
   for (int i = 0; i < PyArray_NDIM(a); ++i) shape[i] = (int64_t)PyArray_DIMS(a)[i];
-  tv_tensor* t = tv_tensor_new(s, s->data, code, bits, PyArray_NDIM(a), shape);
+  tv_tensor* t = tv_tensor_new(NULL, s, s->data, code, bits, PyArray_NDIM(a), shape);
   tv_decref(&s->h);
   if (t == NULL) { PyErr_NoMemory(); return NULL; }
   return &t->h;

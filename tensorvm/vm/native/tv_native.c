@@ -109,7 +109,7 @@ TV_UNUSED static int32_t tvn_alloc_tensor(tv_ctx* ctx, const tv_obj* storage, in
   if (nbytes < 0 || offset > s->nbytes || nbytes > s->nbytes - offset)
     return tv_error_set(ctx, TV_ERR_SHAPE, fidx, pc, "alloc_tensor: a tensor of %lld bytes at byte offset %lld does not "
                         "fit in a storage of %lld bytes", (long long)nbytes, (long long)offset, (long long)s->nbytes);
-  tv_tensor* t = tv_tensor_new(s, (char*)s->data + offset, code, bits, ndim, dims);
+  tv_tensor* t = tv_tensor_new(ctx->pool, s, (char*)s->data + offset, code, bits, ndim, dims);
   if (t == NULL) return tv_error_set(ctx, TV_ERR_EXEC, fidx, pc, "out of memory (alloc_tensor)");
   tv_decref(*dst);
   *dst = &t->h;
@@ -122,7 +122,7 @@ TV_UNUSED static int32_t tvn_shape_of(tv_ctx* ctx, const tv_obj* o, tv_obj** dst
   if (s == NULL) return tv_error_set(ctx, TV_ERR_EXEC, fidx, pc, "out of memory (shape_of)");
   for (int32_t i = 0; i < t->ndim; ++i) ((int64_t*)s->data)[i] = t->shape[i];
   const int64_t rank = t->ndim;
-  tv_tensor* r = tv_tensor_new(s, s->data, 0, 64, 1, &rank);
+  tv_tensor* r = tv_tensor_new(ctx->pool, s, s->data, 0, 64, 1, &rank);
   tv_decref(&s->h);
   if (r == NULL) return tv_error_set(ctx, TV_ERR_EXEC, fidx, pc, "out of memory (shape_of)");
   tv_decref(*dst);
@@ -138,7 +138,7 @@ TV_UNUSED static int32_t tvn_reshape(tv_ctx* ctx, const tv_obj* o, const tv_obj*
   if (tvn_nbytes(dims, ndim, 1) != tv_numel(t))
     return tv_error_set(ctx, TV_ERR_SHAPE, fidx, pc, "reshape_tensor: cannot view a tensor of %lld elements as a shape "
                         "of %lld", (long long)tv_numel(t), (long long)tvn_nbytes(dims, ndim, 1));
-  tv_tensor* r = tv_tensor_new(t->storage, t->data, t->dtype_code, t->dtype_bits, ndim, dims);
+  tv_tensor* r = tv_tensor_new(ctx->pool, t->storage, t->data, t->dtype_code, t->dtype_bits, ndim, dims);
   if (r == NULL) return tv_error_set(ctx, TV_ERR_EXEC, fidx, pc, "out of memory (reshape_tensor)");
   tv_decref(*dst);
   *dst = &r->h;

@@ -62,9 +62,39 @@ TV_UNUSED static int64_t tv_pool_release_cached(tv_pool* pool) {
   return freed;
 }
 
+/* A struct of size bytes: a spare one of the list, else a new one (NULL when out of memory). */
+static void* tv_pool_take(tv_spare** list, int32_t* count, size_t size) {
+  tv_spare* spare = *list;
+  if (spare == NULL) return malloc(size);
+  *list = spare->next;
+  *count -= 1;
+  return spare;
+}
+
+/* Keeps a freed struct for reuse (up to TV_POOL_SPARE), else frees it. */
+static void tv_pool_keep(tv_spare** list, int32_t* count, void* o) {
+  if (*count >= TV_POOL_SPARE) {
+    free(o);
+    return;
+  }
+  ((tv_spare*)o)->next = *list;
+  *list = (tv_spare*)o;
+  *count += 1;
+}
+
+static void tv_free_spares(tv_spare* spare) {
+  while (spare != NULL) {
+    tv_spare* next = spare->next;
+    free(spare);
+    spare = next;
+  }
+}
+
 TV_UNUSED static void tv_pool_decref(tv_pool* pool) {
   if (pool != NULL && --pool->refcount == 0) {
     tv_pool_release_cached(pool);
+    tv_free_spares(pool->spare_tensors);
+    tv_free_spares(pool->spare_storages);
     free(pool);
   }
 }
@@ -79,7 +109,7 @@ static void tv_pool_give_back(tv_storage* s) {
   block->next = pool->buckets[b];
   pool->buckets[b] = block;
   pool->bytes_cached += s->block_bytes;
-  s->pool = NULL;
+  tv_pool_keep(&pool->spare_storages, &pool->num_spare_storages, s);
   tv_pool_decref(pool);
 }
 
@@ -94,7 +124,7 @@ static void* tv_pool_fresh_block(tv_pool* pool, int64_t size) {
 
 /* A new storage of nbytes from the pool (a new reference), or NULL when out of memory. */
 TV_UNUSED static tv_storage* tv_pool_alloc(tv_pool* pool, int64_t nbytes) {
-  tv_storage* s = (tv_storage*)malloc(sizeof(tv_storage));
+  tv_storage* s = (tv_storage*)tv_pool_take(&pool->spare_storages, &pool->num_spare_storages, sizeof(tv_storage));
   if (s == NULL) return NULL;
   const int64_t size = tv_size_class(nbytes);
   const int b = tv_bit_length((uint64_t)size) % TV_POOL_BUCKETS;
@@ -111,7 +141,10 @@ TV_UNUSED static tv_storage* tv_pool_alloc(tv_pool* pool, int64_t nbytes) {
   }
   if (data == NULL && (data = tv_pool_fresh_block(pool, size)) == NULL) {
     tv_pool_release_cached(pool); /* then once more, as the Python pool does */
-    if ((data = tv_pool_fresh_block(pool, size)) == NULL) { free(s); return NULL; }
+    if ((data = tv_pool_fresh_block(pool, size)) == NULL) {
+      tv_pool_keep(&pool->spare_storages, &pool->num_spare_storages, s);
+      return NULL;
+    }
   }
   s->h.refcount = 1;
   s->h.kind = TV_KIND_STORAGE;
@@ -137,13 +170,25 @@ static void tv_decref(tv_obj* o);
 
 static void tv_free(tv_obj* o) {
   switch (o->kind) {
-    case TV_KIND_TENSOR:
-      tv_decref(&((tv_tensor*)o)->storage->h);
-      break;
+    case TV_KIND_TENSOR: {
+      tv_tensor* t = (tv_tensor*)o;
+      tv_storage* storage = t->storage;
+      tv_pool* pool = t->pool;
+      if (pool == NULL) {
+        free(t);
+        tv_decref(&storage->h);
+        return;
+      }
+      tv_pool_keep(&pool->spare_tensors, &pool->num_spare_tensors, t);
+      tv_decref(&storage->h);  /* (may give its block back to the pool: still alive, t held it) */
+      tv_pool_decref(pool);
+      return;
+    }
     case TV_KIND_STORAGE: {
       tv_storage* s = (tv_storage*)o;
-      if (s->release != NULL) s->release(s);
-      break;
+      if (s->release != NULL) s->release(s); /* (frees or keeps the struct) */
+      else free(s);
+      return;
     }
     case TV_KIND_ADT: {
       tv_adt* a = (tv_adt*)o;
@@ -174,16 +219,20 @@ TV_UNUSED static int64_t tv_numel(const tv_tensor* t) {
   return n;
 }
 
-/* A tensor viewing storage at data (new reference; takes a new reference to storage), or NULL. */
-TV_UNUSED static tv_tensor* tv_tensor_new(tv_storage* storage, void* data, int32_t code, int32_t bits, int32_t ndim,
-                                          const int64_t* shape) {
+/* A tensor viewing storage at data (new reference; takes a new reference to storage), or NULL; its
+   struct comes from pool's spares when pool is not NULL. */
+TV_UNUSED static tv_tensor* tv_tensor_new(tv_pool* pool, tv_storage* storage, void* data, int32_t code, int32_t bits,
+                                          int32_t ndim, const int64_t* shape) {
   if (ndim < 0 || ndim > TV_MAX_RANK) return NULL;
-  tv_tensor* t = (tv_tensor*)malloc(sizeof(tv_tensor));
+  tv_tensor* t = pool != NULL ? (tv_tensor*)tv_pool_take(&pool->spare_tensors, &pool->num_spare_tensors, sizeof(tv_tensor))
+                              : (tv_tensor*)malloc(sizeof(tv_tensor));
   if (t == NULL) return NULL;
   t->h.refcount = 1;
   t->h.kind = TV_KIND_TENSOR;
   t->storage = storage;
   tv_incref(&storage->h);
+  t->pool = pool;
+  if (pool != NULL) pool->refcount += 1;
   t->data = data;
   t->dtype_code = code;
   t->dtype_bits = bits;

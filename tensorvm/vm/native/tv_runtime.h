@@ -10,6 +10,7 @@
 
 #define TV_MAX_RANK 16
 #define TV_POOL_BUCKETS 64
+#define TV_POOL_SPARE 256  /* freed tensor and storage structs a pool keeps for reuse, per kind */
 
 enum { TV_KIND_TENSOR = 1, TV_KIND_ADT = 2, TV_KIND_CLOSURE = 3, TV_KIND_STORAGE = 4 };
 
@@ -38,12 +39,13 @@ typedef struct tv_storage {
   int64_t block_bytes;   /* the pool's size class of the block (0: not from a pool) */
   struct tv_pool* pool;  /* counted reference, or NULL */
   void* py_owner;        /* the Python object owning data (a borrowed array), or NULL */
-  tv_release_fn release; /* gives the block back; called when the last reference goes */
+  tv_release_fn release; /* gives the block back and frees the struct; NULL: free(data) is not ours, free the struct */
 } tv_storage;
 
 typedef struct tv_tensor {
   tv_obj h;
   tv_storage* storage;   /* counted reference */
+  struct tv_pool* pool;  /* counted reference to the pool whose spare structs it returns to, or NULL */
   void* data;
   int32_t dtype_code;    /* DLPack: 0 int, 1 uint (bool is uint 1), 2 float */
   int32_t dtype_bits;
@@ -70,11 +72,18 @@ typedef struct tv_free_block {
   int64_t size;
 } tv_free_block;
 
+typedef struct tv_spare {
+  struct tv_spare* next;
+} tv_spare;
+
 typedef struct tv_pool {
-  int64_t refcount;      /* the VM's reference plus one per live storage */
+  int64_t refcount;      /* the VM's reference plus one per live storage and pooled tensor */
   int64_t limit_bytes;   /* bound on the bytes reserved, live + cached (< 0: none), as runtime.memory's pools */
   int64_t num_allocations, num_frees, reuse_hits, bytes_live, peak_bytes, bytes_reserved, bytes_cached;
   tv_free_block* buckets[TV_POOL_BUCKETS]; /* free blocks by bit length of their size class */
+  tv_spare* spare_tensors;  /* freed structs kept for reuse (malloc/free were a third of a dynamic call) */
+  tv_spare* spare_storages;
+  int32_t num_spare_tensors, num_spare_storages;
 } tv_pool;
 
 typedef struct tv_error {
