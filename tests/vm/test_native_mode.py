@@ -358,3 +358,23 @@ def test_errors_release_everything_the_call_held(monkeypatch):
         vm.run(np.array(100, "int64"))
     stats = vm.memory_stats()
     assert stats["bytes_live"] == 0 and stats["num_allocations"] == stats["num_frees"] > 0
+
+
+APPLY = """
+def @make(%k: float32) -> fn (Tensor[(?), float32]) -> Tensor[(?), float32] {
+  fn (%t: Tensor[(?), float32]) -> Tensor[(?), float32] { multiply(%t, %k) }
+}
+def @apply(%f: fn (Tensor[(?), float32]) -> Tensor[(?), float32], %x: Tensor[(?), float32]) -> Tensor[(?), float32] {
+  %f(%x)
+}
+def @main(%x: Tensor[(?), float32]) -> Tensor[(?), float32] { @apply(@make(2f), %x) }
+"""
+
+
+def test_a_closure_returned_by_one_call_is_passed_to_the_next():
+    vm = VirtualMachine(native(APPLY))
+    scale = vm.invoke("make", np.array(3.0, "float32"))
+    x = f32(5)
+    np.testing.assert_allclose(vm.invoke("apply", scale, x).numpy(), x * 3, rtol=1e-6)
+    np.testing.assert_allclose(VirtualMachine(native(APPLY)).invoke("apply", scale, x).numpy(), x * 3, rtol=1e-6)
+    assert_same(vm.run(x), oracle(APPLY, x))
