@@ -249,7 +249,6 @@ class Executable:
             except Exception as err:
                 if native is not None and isinstance(err, UnsupportedError):
                     raise  # native mode refuses what it cannot translate: said as such
-
                 raise FormatError(f"cannot build the C kernel library: {_failing_primitive(prims)}"
                                   f"{type(err).__name__}: {err}") from err
             compiled = self.c_library.kernels
