@@ -19,7 +19,9 @@ def compile(mod, target: str | None = None, params: dict | None = None, opt_leve
     kernels; ``target="c"`` compiles the kernels into one shared library with the system C compiler (shape
     functions stay Python; a primitive the C generator cannot handle runs on NumPy, listed in
     ``exe.stats()``). ``exec_mode="compiled"`` runs each VM function as generated Python instead of through the
-    dispatch loop (same results and API). ``memory_plan=False`` skips storage coalescing (to measure it).
+    dispatch loop (same results and API); ``exec_mode="native"`` (target "c") compiles every VM function to C
+    in the kernel library, called once per invocation (docs/native_mode.md). ``memory_plan=False`` skips
+    storage coalescing (to measure it).
     """
     if target is None:
         from ..codegen.build import default_target
@@ -29,6 +31,9 @@ def compile(mod, target: str | None = None, params: dict | None = None, opt_leve
         raise UnsupportedError(f"unknown target {target!r}; expected one of {TARGETS}")
     if exec_mode not in EXEC_MODES:
         raise ValueError(f"exec_mode must be one of {EXEC_MODES}, got {exec_mode!r}")
+    if exec_mode == "native" and target != "c":
+        raise UnsupportedError(f"exec_mode='native' compiles the VM functions to C: it needs target 'c', got "
+                               f"{target!r}")
     from ..runtime.memory import LARGE_MODEL_BYTES, return_free_memory
     from ..transform.vm_pipeline import lower_for_vm
     from .codegen import generate

@@ -21,7 +21,7 @@ from . import bytecode as bc
 
 __all__ = ["Executable", "PrimitiveInfo", "AdtInfo", "ExecutableStats", "EXEC_MODES"]
 
-EXEC_MODES = ("bytecode", "compiled")
+EXEC_MODES = ("bytecode", "compiled", "native")
 
 
 @dataclass(frozen=True)
@@ -172,8 +172,11 @@ class Executable:
 
     def with_exec_mode(self, exec_mode: str) -> Executable:
         """The same program to run in another exec mode (kernels and closures are shared)."""
+        # native mode compiles the VM functions into the library: a library built without them is not shared
+        shared = exec_mode != "native" or (self.c_library is not None and self.c_library.native is not None)
         other = Executable(self.functions, self.constants, self.primitives, dict(self.prim_texts), self.adts,
-                           exec_mode, self.target, dict(self.prim_functions), self._kernels, self.c_library)
+                           exec_mode, self.target, dict(self.prim_functions), self._kernels if shared else None,
+                           self.c_library if shared else None)
         other.closure_owner = self.closure_owner
         return other
 
@@ -220,6 +223,8 @@ class Executable:
     def _build_kernels(self) -> list:
         if self.target not in ("python", "c"):
             raise UnsupportedError(f"unknown target {self.target!r}; expected 'python' or 'c'")
+        if self.exec_mode == "native" and self.target != "c":
+            raise UnsupportedError(f"exec_mode='native' needs target 'c'; got target {self.target!r}")
         import functools
         from functools import partial
 
@@ -235,13 +240,21 @@ class Executable:
                      if info.kind == "kernel"}
             shape_prims = {info.name: (self.primitive_function(info.source), tuple(info.is_input))
                            for info in self.primitives if info.kind == "shape_func"}
+            native = None
+            if self.exec_mode == "native":
+                from .native_emit import check_program
+
+                check_program(self)  # (before anything is built)
+                native = self
             try:
-                self.c_library = build_c_library(prims, shape_prims)
+                self.c_library = build_c_library(prims, shape_prims, native=native)
             except CompilerError:
                 raise
             except FormatError:
                 raise
             except Exception as err:
+                if native is not None and isinstance(err, UnsupportedError):
+                    raise  # native mode refuses what it cannot translate: said as such
                 raise FormatError(f"cannot build the C kernel library: {_failing_primitive(prims)}"
                                   f"{type(err).__name__}: {err}") from err
             compiled = self.c_library.kernels

@@ -29,6 +29,7 @@ the same signature share one kernel.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import time
 from dataclasses import dataclass, field
@@ -80,6 +81,7 @@ class CLibrary:
     origin: str = "compiled"  # "compiled" (by the code generator) | "kernel cache" | "embedded" (prebuilt)
     load_reason: str = ""  # loaded executables: why the prebuilt library was (not) used
     library_path: str | None = None
+    native: object = None  # exec_mode="native": the NativeLibrary of the VM functions compiled in (native_emit)
 
     def variant_counts(self) -> dict:
         """How many C kernels have each variant (``direct``, ``blas``, ``generic``...; the names their
@@ -115,12 +117,17 @@ class CLibrary:
             "load_reason": self.load_reason,
             "saved_source_matches": self.saved_source_matches,
             "threads": library_threads(self.library_path) if self.library_path else 1,  # what its OpenMP loops use
+            # exec_mode="native": bytes of the generated C of the VM functions (part of the library)
+            "native_source_bytes": len(self.native.source) if self.native is not None else None,
         }
 
 
-def build_c_library(prims: dict, shape_prims: dict | None = None) -> CLibrary:
+def build_c_library(prims: dict, shape_prims: dict | None = None, native=None) -> CLibrary:
     """Compile ``{primitive name: primitive Function}`` into one library (NumPy for what C cannot do),
-    with the C shape functions ``{shape function name: (primitive Function, is_input)}``."""
+    with the C shape functions ``{shape function name: (primitive Function, is_input)}``. ``native``: an
+    executable whose VM functions are compiled into the library too (exec_mode="native"; its kernels keep
+    their C variants but not the external ones, which are picked in Python per call, and anything without
+    C is an ``UnsupportedError``; such a library has no manifest: it holds the program too)."""
     from ..codegen.c_emit import emit_kernel
     from ..codegen.fused import plan_primitive
     from ..codegen.signature import (
@@ -168,7 +175,7 @@ def build_c_library(prims: dict, shape_prims: dict | None = None) -> CLibrary:
         shape_keyed[name] = (c_name, *keys(prim, primitive_signature(prim) + bytes(map(bool, is_input)), c_name,
                                            "shape"))
     manifest_key = None
-    if all(k[2] is not None for k in [*keyed.values(), *shape_keyed.values()]):
+    if native is None and all(k[2] is not None for k in [*keyed.values(), *shape_keyed.values()]):
         manifest_key = kernel_manifest.library_key([(n, k[2]) for n, k in keyed.items()],
                                                    [(n, k[2]) for n, k in shape_keyed.items()])
 
@@ -204,6 +211,8 @@ def build_c_library(prims: dict, shape_prims: dict | None = None) -> CLibrary:
             library.fallbacks[name] = result
             library.kernels[name] = build_kernel(prims[name])
         else:
+            if native is not None and plan.externals:  # (picked in Python per call: native code calls C only)
+                plan, result = dataclasses.replace(plan, externals=[]), result[:1]
             plans[name], emitted[name] = plan, result
     shape_specs = {}
     for name, (prim, is_input) in (shape_prims or {}).items():
@@ -220,8 +229,11 @@ def build_c_library(prims: dict, shape_prims: dict | None = None) -> CLibrary:
         else:
             shape_specs[name] = entry[0]
     library.lower_seconds = time.perf_counter() - start
-    if plans or shape_specs:
-        _compile(library, plans, emitted, shape_specs)
+    native_source = ""
+    if native is not None:
+        native_source, library.native = _native_parts(native, plans, shape_specs, library.aliases)
+    if plans or shape_specs or native_source:
+        _compile(library, plans, emitted, shape_specs, native_source)
         if manifest_key is not None:
             kernel_manifest.save(manifest_key, library, plans, emitted, {n: k[0] for n, k in keyed.items()})
     _alias(library)
@@ -246,7 +258,27 @@ def _plan_funcs(plan) -> list:
     return [plan.lowered.func] + [e.epilogue.func for e in plan.externals if e.epilogue is not None]
 
 
-def _compile(library: CLibrary, plans: dict, emitted: dict, shape_specs: dict) -> None:
+def _native_parts(exe, plans: dict, shape_specs: dict, aliases: dict) -> tuple:
+    """The native translation unit of ``exe`` over these kernels and shape functions (a primitive sharing
+    another's signature calls that one's kernel), and its ``NativeLibrary`` (filled in by ``_compile``)."""
+    from .native_emit import NativeKernel, emit_program
+    from .native_mode import NativeLibrary
+
+    kernels, shape_funcs, constants = {}, {}, []
+    first = len(exe.constants)
+    for p, info in enumerate(exe.primitives):
+        source = aliases.get(info.source, info.source)
+        if info.kind == "kernel" and source in plans:
+            lowered = plans[source].lowered
+            kernels[p] = NativeKernel(lowered.func, first + len(constants), len(lowered.constants))
+            constants.extend(lowered.constants)
+        elif info.kind == "shape_func" and info.name in shape_specs:
+            shape_funcs[p] = shape_specs[info.name]
+    source = emit_program(exe, kernels, shape_funcs)
+    return source, NativeLibrary(tuple(constants), kernels, source)
+
+
+def _compile(library: CLibrary, plans: dict, emitted: dict, shape_specs: dict, native_source: str = "") -> None:
     """Build every planned kernel (its C already emitted) into one library; plain C kernels get the fast
     caller (``fastcall``)."""
     import ctypes
@@ -260,6 +292,8 @@ def _compile(library: CLibrary, plans: dict, emitted: dict, shape_specs: dict) -
     shape_source = ""
     if shape_specs:
         shape_source = library_text([SHAPE_LIBRARY]) + "\n".join(s.source for s in shape_specs.values())
+    if native_source:
+        shape_source += "\n" + native_source
     module = build_module(funcs, extra_source=shape_source,
                           emitted=[kernel for kernels in emitted.values() for kernel in kernels])
     library.source = module.source
@@ -270,6 +304,8 @@ def _compile(library: CLibrary, plans: dict, emitted: dict, shape_specs: dict) -
     abis = {}
     for name, spec in shape_specs.items():
         library.shape_funcs[name] = (spec, module.library.function(spec.name, 3, 0))
+    if library.native is not None:
+        library.native.attach(module)
     for name, plan in plans.items():
         kernel = plan.make_kernel(module)
         func = plan.lowered.func

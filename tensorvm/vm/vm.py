@@ -43,7 +43,7 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from ..errors import ExecutionError, ShapeError, TensorVMError
+from ..errors import ExecutionError, ShapeError, TensorVMError, UnsupportedError
 from ..ir.types import Any as AnyDim
 from ..ir.types import FuncType, GlobalTypeVar, SymDim, TensorType, TupleType, TypeCall
 from ..runtime.convert import convert_argument
@@ -337,6 +337,12 @@ class VirtualMachine:
             self._nests = may_nest(exe)
         else:
             self._nests = False
+        self._native_rt = None
+        if self._exec_mode == "native":  # one C entry point per call (native_mode.py)
+            from .native_mode import call_native, runtime_for
+
+            self._native_rt = runtime_for(exe, self, self.allocator.limit_bytes)
+            self._call_native = call_native
         self._select_program("plain")
 
     # --- one call at a time -----------------------------------------------------------------------
@@ -357,7 +363,11 @@ class VirtualMachine:
 
     # --- program variants: plain, instrumented, profiled ----------------------------------------
     def _select_program(self, mode: str) -> None:
-        if self._exec_mode == "compiled":
+        if self._exec_mode == "native":
+            if mode != "plain":
+                raise UnsupportedError(f"native mode does not support the {mode} hook yet (use exec_mode "
+                                       f"'bytecode' or 'compiled' to {mode} kernel calls)")
+        elif self._exec_mode == "compiled":
             if mode not in self._compiled:
                 from .compiled import instantiate
 
@@ -756,6 +766,9 @@ class VirtualMachine:
             args = list(args)
             for k in info.owned:
                 args[k] = args[k].copy()
+        if self._native_rt is not None:  # (the C functions compute shapes themselves: no specializing)
+            self._calls["generic"] += 1
+            return self._call_native(self._native_rt, info.index, tuple(args))
         if info.shape_slice is not None and self._mode == "plain":
             key = tuple([a.shape for a in args])
             body = info.specialized.get(key)
@@ -823,7 +836,8 @@ class VirtualMachine:
         the code they ran (``generic``, or a body ``specialized`` to its argument shapes), where specialized
         bodies run (``"compiled code"`` or ``"dispatch loop"``) and how many shapes are specialized now."""
         return {"exec_mode": self._exec_mode, "calls": dict(self._calls),
-                "specialized_runs_in": "compiled code" if self._exec_mode == "compiled" else "dispatch loop",
+                "specialized_runs_in": {"compiled": "compiled code", "native": "nowhere (native code)"}.get(
+                    self._exec_mode, "dispatch loop"),
                 "specialized_shapes": sum(len(info.specialized) for info in self._funcs)}
 
     def _function(self, func_name: str) -> _FunctionInfo:
@@ -1018,9 +1032,14 @@ class VirtualMachine:
         self._select_program("plain" if fn is None else "instrument")
 
     def memory_stats(self) -> dict:
+        if self._native_rt is not None:  # native mode allocates from its C pool (same counters)
+            return self._native_rt.stats()
         return self.allocator.stats()
 
     def reset_memory_stats(self) -> None:
+        if self._native_rt is not None:
+            self._native_rt.reset_stats()
+            return
         self.allocator.reset_stats()
 
     def profile(self, func_name: str = "main", *args, warmup: int = 2, **kwargs):

@@ -1,4 +1,4 @@
-"""The hand-written C of the package (codegen/lib/*.h, codegen/probes/*.c, vm/native/fastcall.c) compiles
+"""The hand-written C of the package (codegen/lib/*.h, codegen/probes/*.c, vm/native/*.c) compiles
 warning-free with ``-Wall -Wextra -Werror`` in each configuration it is built in, is what the code
 generator emits, and is installed with the package."""
 
@@ -18,7 +18,7 @@ import pytest
 import tensorvm
 from tensorvm.codegen import c_emit
 from tensorvm.codegen.c_emit import LIBRARY_DIR
-from tensorvm.vm import fastcall
+from tensorvm.vm import fastcall, native_emit
 
 _WARNINGS = ("-Wall", "-Wextra", "-Werror")
 _X86 = platform.machine() in ("x86_64", "AMD64")
@@ -100,6 +100,27 @@ def test_fastcall_extension_compiles_warning_free(tmp_path):
         pytest.skip("the fast caller is built on x86-64 and AArch64 only")
     flags = ["-std=gnu11", "-O2", "-fPIC", f"-I{_python_include()}", f"-I{np.get_include()}"]
     _compile(tmp_path, fastcall.source(), flags)
+
+
+@pytest.mark.parametrize("opt", ["-O0", "-O2"])
+def test_native_runtime_compiles_warning_free(tmp_path, opt):
+    """The native exec mode's runtime (vm/native/tv_runtime.c), as the library and the bridge include it."""
+    native = Path(fastcall.__file__).parent / "native"
+    _compile(tmp_path, native / "tv_runtime.c", ["-std=gnu11", opt, "-fPIC", f"-I{native}"])
+    # the generated code's helpers, with the two functions the generated code defines
+    helpers = native_emit.runtime_text(native_emit.HELPERS_SOURCE) + (
+        "static int32_t tvn_function_arity(int32_t f) { return f == 0 ? 0 : -1; }\n"
+        "static tv_function tvn_function(int32_t f) { (void)f; return 0; }\n"
+        "int32_t tv_use(tv_ctx* ctx, tv_obj* c, tv_obj** ret);\n"
+        "int32_t tv_use(tv_ctx* ctx, tv_obj* c, tv_obj** ret) { return tvn_call_closure(ctx, c, ret, 0, ret, 0, 0); }\n")
+    _compile(tmp_path, helpers, ["-std=gnu11", opt, "-fPIC"])
+
+
+def test_native_bridge_compiles_warning_free(tmp_path):
+    from tensorvm.vm import native_mode
+
+    flags = ["-std=gnu11", "-O2", "-fPIC", f"-I{_python_include()}", f"-I{np.get_include()}"]
+    _compile(tmp_path, native_mode.bridge_source(), flags)
 
 
 def test_python_wrapper_helpers_compile_warning_free(tmp_path):

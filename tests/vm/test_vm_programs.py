@@ -16,6 +16,7 @@ from programs import PROGRAMS, check_result  # noqa: E402
 
 import tensorvm as tv  # noqa: E402
 from tensorvm.codegen.build import have_compiler  # noqa: E402
+from tensorvm.errors import UnsupportedError  # noqa: E402
 from tensorvm.interpreter import Interpreter  # noqa: E402
 from tensorvm.runtime.ndarray import NDArray  # noqa: E402
 from tensorvm.runtime.object import ADT  # noqa: E402
@@ -24,7 +25,6 @@ from tensorvm.vm import VirtualMachine, load_executable  # noqa: E402
 _COMPILED: dict = {}
 
 
-TARGETS = ["python", pytest.param("c", marks=pytest.mark.skipif(not have_compiler(), reason="no C compiler"))]
 
 #: Programs that give wrong answers on target "c" for a reason outside the VM.
 C_KNOWN_FAILURES: dict = {
@@ -72,16 +72,31 @@ def assert_same_value(vm_value, reference, path="result", rtol=1e-5, atol=1e-6):
         assert not isinstance(vm_value, (NDArray, tuple, ADT)), f"{path}: {vm_value!r} vs {reference!r}"
 
 
+#: Programs the native exec mode refuses when compiled (``UnsupportedError``), and why; the test asserts the
+#: refusal, so a program leaves this list when native mode learns what it needs.
+NATIVE_REFUSED: dict = {}
+
+
+_NO_CC = pytest.mark.skipif(not have_compiler(), reason="no C compiler")
+#: (target, exec mode) pairs: native mode compiles the VM functions to C, so it exists for target "c" only.
+TARGET_MODES = [pytest.param("python", mode, id=f"python-{mode}") for mode in ("bytecode", "compiled")] + \
+    [pytest.param("c", mode, id=f"c-{mode}", marks=_NO_CC) for mode in ("bytecode", "compiled", "native")]
+
+
 @pytest.mark.parametrize("round_trip", [False, True], ids=["memory", "saved"])
-@pytest.mark.parametrize("mode", ["bytecode", "compiled"])
-@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize(("target", "mode"), TARGET_MODES)
 @pytest.mark.parametrize("program", PROGRAMS, ids=[p.name for p in PROGRAMS])
 def test_program_on_vm(program, target, mode, round_trip, request):
+    if mode == "native" and program.name in NATIVE_REFUSED:
+        with pytest.raises(UnsupportedError, match=NATIVE_REFUSED[program.name]):
+            _executable(program, target, mode, round_trip).kernels  # noqa: B018
+        return
     if target == "c" and program.name in C_KNOWN_FAILURES:
         request.applymarker(pytest.mark.xfail(reason=C_KNOWN_FAILURES[program.name], strict=False))
     mod = program.parse()
     exe = _executable(program, target, mode, round_trip)
     vm = VirtualMachine(exe)
+    assert vm.exec_stats()["exec_mode"] == mode
     args = program.args_fn()
     if program.error:
         kind, fragment = program.error

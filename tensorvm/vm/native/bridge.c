@@ -1,0 +1,418 @@
+/* The CPython bridge of exec_mode="native": the extension _tensorvm_native (built once per machine by
+   tensorvm/vm/native_mode.py through the code generator's cache, like fastcall.c). A Runtime object holds
+   one VM's context (pool, constants, depth limit) and calls the library's entry point tvn_invoke once per
+   invocation: ndarrays, tuples/ADTs and closures in (arrays are borrowed, never copied), results out as
+   ndarrays whose base object holds a reference to the C storage (no copy). The GIL is held during the
+   call (the pool is shared with the arrays' deallocation). See docs/native_mode.md.
+
+   native_mode.py puts the runtime's text (tv_runtime.c with tv_runtime.h) in place of the #include
+   below, so this file and the generated library share one definition of every value. */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#define NPY_NO_DEPRECATED_API NPY_1_7_API_VERSION
+#include <numpy/arrayobject.h>
+#include <pthread.h>
+#include <stdint.h>
+
+#include "tv_runtime.c"
+
+typedef int32_t (*tv_invoke_fn)(tv_ctx*, int32_t, tv_obj* const*, int32_t, tv_obj**);
+
+/* ---- storages of NumPy arrays (arguments and constants) -------------------------------------------- */
+static void release_py_owner(tv_storage* s) {
+  Py_XDECREF((PyObject*)s->py_owner);
+  free(s);
+}
+
+/* The base object of a result array: one reference to a C storage. */
+typedef struct {
+  PyObject_HEAD
+  tv_storage* storage;
+} StorageRef;
+
+static void storage_ref_dealloc(PyObject* op) {
+  StorageRef* self = (StorageRef*)op;
+  tv_decref(&self->storage->h);
+  PyObject_Free(self);
+}
+
+static PyTypeObject StorageRefType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "_tensorvm_native.StorageRef",
+    .tp_basicsize = sizeof(StorageRef),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_dealloc = storage_ref_dealloc,
+    .tp_doc = "Keeps a native-mode storage alive while a NumPy array views it.",
+};
+
+static int dtype_of(PyArray_Descr* d, int32_t* code, int32_t* bits) {
+  switch (d->type_num) {
+    case NPY_BOOL: *code = 1; *bits = 1; return 0;
+    case NPY_INT8: *code = 0; *bits = 8; return 0;
+    case NPY_INT16: *code = 0; *bits = 16; return 0;
+    case NPY_INT32: *code = 0; *bits = 32; return 0;
+    case NPY_INT64: *code = 0; *bits = 64; return 0;
+    case NPY_UINT8: *code = 1; *bits = 8; return 0;
+    case NPY_UINT16: *code = 1; *bits = 16; return 0;
+    case NPY_UINT32: *code = 1; *bits = 32; return 0;
+    case NPY_UINT64: *code = 1; *bits = 64; return 0;
+    case NPY_FLOAT16: *code = 2; *bits = 16; return 0;
+    case NPY_FLOAT32: *code = 2; *bits = 32; return 0;
+    case NPY_FLOAT64: *code = 2; *bits = 64; return 0;
+    default: return -1;
+  }
+}
+
+static int type_num_of(int32_t code, int32_t bits) {
+  switch (code * 100 + bits) {
+    case 101: return NPY_BOOL;
+    case 8: return NPY_INT8;
+    case 16: return NPY_INT16;
+    case 32: return NPY_INT32;
+    case 64: return NPY_INT64;
+    case 108: return NPY_UINT8;
+    case 116: return NPY_UINT16;
+    case 132: return NPY_UINT32;
+    case 164: return NPY_UINT64;
+    case 216: return NPY_FLOAT16;
+    case 232: return NPY_FLOAT32;
+    case 264: return NPY_FLOAT64;
+    default: return -1;
+  }
+}
+
+typedef struct {
+  PyObject_HEAD
+  tv_invoke_fn invoke;
+  tv_ctx ctx;
+  tv_obj** constants;
+  Py_ssize_t nconstants;
+  PyObject* adt_type;      /* tensorvm.runtime.object.ADT */
+  PyObject* make_closure;  /* make_closure(func_index, free_vars tuple) -> VMClosure */
+  PyObject* on_error;      /* on_error(kind, func, pc, packed, code, message) -> exception instance */
+} Runtime;
+
+static tv_obj* to_native(Runtime* rt, PyObject* value, int depth);
+
+static tv_obj* array_to_native(PyObject* value) {
+  PyArrayObject* a = (PyArrayObject*)value;
+  int32_t code, bits;
+  if (dtype_of(PyArray_DESCR(a), &code, &bits) || !PyArray_IS_C_CONTIGUOUS(a) || PyArray_NDIM(a) > TV_MAX_RANK) {
+    PyErr_Format(PyExc_TypeError, "native mode: cannot pass an array of dtype %R and %d dims (C-contiguous, at most "
+                 "%d dims, a tensorvm dtype)", (PyObject*)PyArray_DESCR(a), PyArray_NDIM(a), TV_MAX_RANK);
+    return NULL;
+  }
+  tv_storage* s = (tv_storage*)malloc(sizeof(tv_storage));
+  if (s == NULL) { PyErr_NoMemory(); return NULL; }
+  s->h.refcount = 1;
+  s->h.kind = TV_KIND_STORAGE;
+  s->data = PyArray_DATA(a);
+  s->nbytes = (int64_t)PyArray_NBYTES(a);
+  s->block_bytes = 0;
+  s->pool = NULL;
+  Py_INCREF(value);
+  s->py_owner = value;
+  s->release = release_py_owner;
+  int64_t shape[TV_MAX_RANK];
+  for (int i = 0; i < PyArray_NDIM(a); ++i) shape[i] = (int64_t)PyArray_DIMS(a)[i];
+  tv_tensor* t = tv_tensor_new(NULL, s, s->data, code, bits, PyArray_NDIM(a), shape);
+  tv_decref(&s->h);
+  if (t == NULL) { PyErr_NoMemory(); return NULL; }
+  return &t->h;
+}
+
+static tv_obj* sequence_to_native(Runtime* rt, PyObject* fields, int64_t tag, int closure, int64_t func, int depth) {
+  PyObject* seq = PySequence_Fast(fields, "native mode: fields must be a sequence");
+  if (seq == NULL) return NULL;
+  const Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+  tv_obj** values = (tv_obj**)calloc((size_t)(n > 0 ? n : 1), sizeof(tv_obj*));
+  tv_obj* result = NULL;
+  if (values == NULL) { Py_DECREF(seq); PyErr_NoMemory(); return NULL; }
+  Py_ssize_t i = 0;
+  for (; i < n; ++i) {
+    values[i] = to_native(rt, PySequence_Fast_GET_ITEM(seq, i), depth + 1);
+    if (values[i] == NULL) break;
+  }
+  if (i == n) {
+    result = closure ? (tv_obj*)tv_closure_new((int32_t)func, (int32_t)n, values)
+                     : (tv_obj*)tv_adt_new(tag, (int32_t)n, values);
+    if (result == NULL) PyErr_NoMemory();
+  }
+  for (Py_ssize_t j = 0; j < i; ++j) tv_decref(values[j]);
+  free(values);
+  Py_DECREF(seq);
+  return result;
+}
+
+/* A VM value (ndarray, ADT with its bytecode tag, VMClosure: what VirtualMachine._convert_inputs gives)
+   as a native value: a new reference, or NULL with a Python error set. */
+static tv_obj* to_native(Runtime* rt, PyObject* value, int depth) {
+  if (depth > 10000) {
+    PyErr_SetString(PyExc_RecursionError, "native mode: an argument nests too deeply");
+    return NULL;
+  }
+  if (PyArray_Check(value)) return array_to_native(value);
+  if (PyObject_TypeCheck(value, (PyTypeObject*)rt->adt_type)) {
+    PyObject* tag = PyObject_GetAttrString(value, "tag");
+    PyObject* fields = tag ? PyObject_GetAttrString(value, "fields") : NULL;
+    tv_obj* r = NULL;
+    if (fields != NULL) {
+      const long long t = PyLong_AsLongLong(tag);
+      if (!(t == -1 && PyErr_Occurred())) r = sequence_to_native(rt, fields, t, 0, 0, depth);
+    }
+    Py_XDECREF(tag);
+    Py_XDECREF(fields);
+    return r;
+  }
+  if (PyObject_HasAttrString(value, "func_index") && PyObject_HasAttrString(value, "free_vars")) {
+    PyObject* func = PyObject_GetAttrString(value, "func_index");
+    PyObject* free_vars = func ? PyObject_GetAttrString(value, "free_vars") : NULL;
+    tv_obj* r = NULL;
+    if (free_vars != NULL) {
+      const long long f = PyLong_AsLongLong(func);
+      if (!(f == -1 && PyErr_Occurred())) r = sequence_to_native(rt, free_vars, 0, 1, f, depth);
+    }
+    Py_XDECREF(func);
+    Py_XDECREF(free_vars);
+    return r;
+  }
+  PyErr_Format(PyExc_TypeError, "native mode: cannot pass a %s", Py_TYPE(value)->tp_name);
+  return NULL;
+}
+
+static PyObject* from_native(Runtime* rt, tv_obj* o, int depth);
+
+static PyObject* tensor_to_array(tv_tensor* t) {
+  const int type_num = type_num_of(t->dtype_code, t->dtype_bits);
+  if (type_num < 0) {
+    PyErr_SetString(PyExc_TypeError, "native mode: a result has an unknown dtype");
+    return NULL;
+  }
+  StorageRef* ref = PyObject_New(StorageRef, &StorageRefType);
+  if (ref == NULL) return NULL;
+  ref->storage = t->storage;
+  tv_incref(&t->storage->h);
+  npy_intp dims[TV_MAX_RANK];
+  for (int32_t i = 0; i < t->ndim; ++i) dims[i] = (npy_intp)t->shape[i];
+  PyObject* arr = PyArray_NewFromDescr(&PyArray_Type, PyArray_DescrFromType(type_num), t->ndim, dims, NULL,
+                                       t->data, NPY_ARRAY_CARRAY, NULL);
+  if (arr == NULL) { Py_DECREF(ref); return NULL; }
+  if (PyArray_SetBaseObject((PyArrayObject*)arr, (PyObject*)ref) < 0) { Py_DECREF(arr); return NULL; }
+  /* a view of a read-only array (a constant of the executable) stays read-only */
+  PyObject* owner = (PyObject*)t->storage->py_owner;
+  if (owner != NULL && PyArray_Check(owner) && !PyArray_ISWRITEABLE((PyArrayObject*)owner))
+    PyArray_CLEARFLAGS((PyArrayObject*)arr, NPY_ARRAY_WRITEABLE);
+  return arr;
+}
+
+static PyObject* values_to_tuple(Runtime* rt, tv_obj* const* values, int32_t n, int depth) {
+  PyObject* tuple = PyTuple_New(n);
+  if (tuple == NULL) return NULL;
+  for (int32_t i = 0; i < n; ++i) {
+    PyObject* v = from_native(rt, values[i], depth + 1);
+    if (v == NULL) { Py_DECREF(tuple); return NULL; }
+    PyTuple_SET_ITEM(tuple, i, v);
+  }
+  return tuple;
+}
+
+/* A native value in the VM's Python form (what the bytecode VM returns before _to_user). */
+static PyObject* from_native(Runtime* rt, tv_obj* o, int depth) {
+  if (o == NULL) {
+    PyErr_SetString(PyExc_ValueError, "native mode: a result register is empty");
+    return NULL;
+  }
+  if (depth > 10000) {
+    PyErr_SetString(PyExc_RecursionError, "native mode: a result nests too deeply");
+    return NULL;
+  }
+  switch (o->kind) {
+    case TV_KIND_TENSOR:
+      return tensor_to_array((tv_tensor*)o);
+    case TV_KIND_ADT: {
+      tv_adt* a = (tv_adt*)o;
+      PyObject* fields = values_to_tuple(rt, a->fields, a->nfields, depth);
+      if (fields == NULL) return NULL;
+      PyObject* r = PyObject_CallFunction(rt->adt_type, "LO", (long long)a->tag, fields);
+      Py_DECREF(fields);
+      return r;
+    }
+    case TV_KIND_CLOSURE: {
+      tv_closure* c = (tv_closure*)o;
+      PyObject* free_vars = values_to_tuple(rt, c->free_vars, c->nfree, depth);
+      if (free_vars == NULL) return NULL;
+      PyObject* r = PyObject_CallFunction(rt->make_closure, "iO", (int)c->func, free_vars);
+      Py_DECREF(free_vars);
+      return r;
+    }
+    default:
+      PyErr_SetString(PyExc_TypeError, "native mode: a result is a storage, not a value");
+      return NULL;
+  }
+}
+
+/* The lowest address this thread's stack may reach, keeping a margin for the bridge and the kernels.
+   Found once per thread: pthread_getattr_np reads /proc/self/maps for the main thread (milliseconds). */
+static __thread const char* thread_stack_limit = NULL;
+static __thread int thread_stack_known = 0;
+
+static const char* stack_limit(void) {
+  if (thread_stack_known) return thread_stack_limit;
+  pthread_attr_t attr;
+  void* addr = NULL;
+  size_t size = 0;
+  thread_stack_known = 1;
+  if (pthread_getattr_np(pthread_self(), &attr) != 0) return NULL;
+  const int ok = pthread_attr_getstack(&attr, &addr, &size) == 0;
+  pthread_attr_destroy(&attr);
+  if (!ok || size < (1u << 20)) return NULL;
+  thread_stack_limit = (const char*)addr + (size_t)(256 * 1024);
+  return thread_stack_limit;
+}
+
+/* rt.call(index, args: tuple) -> the result in the VM's Python form */
+static PyObject* runtime_call(PyObject* op, PyObject* const* args, Py_ssize_t nargs) {
+  Runtime* rt = (Runtime*)op;
+  if (nargs != 2 || !PyLong_Check(args[0]) || !PyTuple_Check(args[1])) {
+    PyErr_SetString(PyExc_TypeError, "call(index: int, args: tuple)");
+    return NULL;
+  }
+  const long index = PyLong_AsLong(args[0]);
+  const Py_ssize_t n = PyTuple_GET_SIZE(args[1]);
+  tv_obj** values = (tv_obj**)calloc((size_t)(n > 0 ? n : 1), sizeof(tv_obj*));
+  if (values == NULL) return PyErr_NoMemory();
+  PyObject* result = NULL;
+  Py_ssize_t i = 0;
+  for (; i < n; ++i) {
+    values[i] = to_native(rt, PyTuple_GET_ITEM(args[1], i), 0);
+    if (values[i] == NULL) break;
+  }
+  if (i == n) {
+    tv_obj* ret = NULL;
+    rt->ctx.stack_limit = stack_limit();
+    const int32_t rc = rt->invoke(&rt->ctx, (int32_t)index, values, (int32_t)n, &ret);
+    if (rc == 0) {
+      result = from_native(rt, ret, 0);
+      tv_decref(ret);
+    } else {
+      tv_error* e = &rt->ctx.error;
+      PyObject* exc = PyObject_CallFunction(rt->on_error, "iiiiis", (int)e->kind, (int)e->func, (int)e->pc,
+                                            (int)e->packed, (int)e->code, e->message);
+      if (exc != NULL) {
+        PyErr_SetObject((PyObject*)Py_TYPE(exc), exc);
+        Py_DECREF(exc);
+      }
+    }
+  }
+  for (Py_ssize_t j = 0; j < i; ++j) tv_decref(values[j]);
+  free(values);
+  return result;
+}
+
+static PyObject* runtime_stats(PyObject* op, PyObject* unused) {
+  (void)unused;
+  tv_pool* p = ((Runtime*)op)->ctx.pool;
+  return Py_BuildValue("{s:s,s:L,s:L,s:L,s:L,s:L,s:L,s:L}", "allocator", "native-pooled", "bytes_live",
+                       (long long)p->bytes_live, "peak_bytes", (long long)p->peak_bytes, "bytes_reserved",
+                       (long long)p->bytes_reserved, "num_allocations", (long long)p->num_allocations,
+                       "num_frees", (long long)p->num_frees, "reuse_hits", (long long)p->reuse_hits,
+                       "bytes_cached", (long long)p->bytes_cached);
+}
+
+static PyObject* runtime_reset_stats(PyObject* op, PyObject* unused) {
+  (void)unused;
+  tv_pool* p = ((Runtime*)op)->ctx.pool;
+  p->peak_bytes = p->bytes_live;
+  p->num_allocations = p->num_frees = p->reuse_hits = 0;
+  Py_RETURN_NONE;
+}
+
+static PyObject* runtime_release_cached(PyObject* op, PyObject* unused) {
+  (void)unused;
+  return PyLong_FromLongLong((long long)tv_pool_release_cached(((Runtime*)op)->ctx.pool));
+}
+
+static void runtime_dealloc(PyObject* op) {
+  Runtime* self = (Runtime*)op;
+  for (Py_ssize_t i = 0; i < self->nconstants; ++i) tv_decref(self->constants[i]);
+  free(self->constants);
+  tv_pool_decref(self->ctx.pool); /* freed when the last storage of it goes too */
+  Py_XDECREF(self->adt_type);
+  Py_XDECREF(self->make_closure);
+  Py_XDECREF(self->on_error);
+  PyObject_Free(self);
+}
+
+/* Runtime(invoke_address, constants: tuple of ndarrays, limit_bytes, max_depth, adt_type, make_closure, on_error) */
+static PyObject* runtime_new(PyTypeObject* type, PyObject* args, PyObject* kwargs) {
+  (void)kwargs;
+  unsigned long long address;
+  long long limit, max_depth;
+  PyObject *constants, *adt_type, *make_closure, *on_error;
+  if (!PyArg_ParseTuple(args, "KO!LLOOO", &address, &PyTuple_Type, &constants, &limit, &max_depth, &adt_type,
+                        &make_closure, &on_error))
+    return NULL;
+  if (address == 0 || !PyType_Check(adt_type)) {
+    PyErr_SetString(PyExc_ValueError, "Runtime: no entry point, or adt_type is not a type");
+    return NULL;
+  }
+  Runtime* self = PyObject_New(Runtime, type);
+  if (self == NULL) return NULL;
+  self->invoke = (tv_invoke_fn)(uintptr_t)address;
+  memset(&self->ctx, 0, sizeof self->ctx);
+  self->nconstants = 0;
+  self->constants = NULL;
+  Py_INCREF(adt_type); self->adt_type = adt_type;
+  Py_INCREF(make_closure); self->make_closure = make_closure;
+  Py_INCREF(on_error); self->on_error = on_error;
+  self->ctx.pool = tv_pool_new(limit);
+  const Py_ssize_t n = PyTuple_GET_SIZE(constants);
+  self->constants = (tv_obj**)calloc((size_t)(n > 0 ? n : 1), sizeof(tv_obj*));
+  if (self->ctx.pool == NULL || self->constants == NULL) { Py_DECREF(self); return PyErr_NoMemory(); }
+  for (Py_ssize_t i = 0; i < n; ++i) {
+    PyObject* c = PyTuple_GET_ITEM(constants, i);
+    if (!PyArray_Check(c)) { Py_DECREF(self); PyErr_SetString(PyExc_TypeError, "Runtime: constants must be arrays"); return NULL; }
+    self->constants[i] = array_to_native(c);
+    if (self->constants[i] == NULL) { Py_DECREF(self); return NULL; }
+    self->nconstants = i + 1;
+  }
+  self->ctx.constants = self->constants;
+  self->ctx.nconstants = n;
+  self->ctx.max_depth = max_depth;
+  return (PyObject*)self;
+}
+
+static PyMethodDef runtime_methods[] = {
+    {"call", (PyCFunction)(void (*)(void))runtime_call, METH_FASTCALL, "call(index, args) -> result"},
+    {"stats", runtime_stats, METH_NOARGS, "the pool's statistics"},
+    {"reset_stats", runtime_reset_stats, METH_NOARGS, "zero the counters"},
+    {"release_cached", runtime_release_cached, METH_NOARGS, "free the cached blocks; returns the bytes"},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject RuntimeType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "_tensorvm_native.Runtime",
+    .tp_basicsize = sizeof(Runtime),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_new = runtime_new,
+    .tp_dealloc = runtime_dealloc,
+    .tp_methods = runtime_methods,
+    .tp_doc = "One VM's native-mode context: calls the library's tvn_invoke.",
+};
+
+static struct PyModuleDef moduledef = {PyModuleDef_HEAD_INIT, "_tensorvm_native", NULL, -1, NULL, NULL, NULL, NULL,
+                                       NULL};
+
+PyMODINIT_FUNC PyInit__tensorvm_native(void) {
+  import_array();
+  if (PyType_Ready(&RuntimeType) < 0 || PyType_Ready(&StorageRefType) < 0) return NULL;
+  PyObject* module = PyModule_Create(&moduledef);
+  if (module == NULL) return NULL;
+  Py_INCREF(&RuntimeType);
+  if (PyModule_AddObject(module, "Runtime", (PyObject*)&RuntimeType) < 0) {
+    Py_DECREF(&RuntimeType);
+    return NULL;
+  }
+  return module;
+}

@@ -1,0 +1,190 @@
+/* The helpers of the C that tensorvm/vm/native_emit.py generates for exec_mode="native" (one call per
+   instruction that needs more than a line). The generated unit is this file's text (with the runtime's in
+   place of the #include) followed by the generated code, which defines the two functions declared here:
+   the arity of VM function f (-1 when there is none) and its C function. See docs/native_mode.md. */
+#include "tv_runtime.c"
+
+static int32_t tvn_function_arity(int32_t f);
+static tv_function tvn_function(int32_t f);
+
+/* Kernel arguments: tensors, with ADTs (tuples) expanded into their fields recursively (the Relay VM's rule);
+   the count found, or -1 when a value is neither or there are more than max. */
+TV_UNUSED static int32_t tvn_flatten_into(tv_obj* o, tv_tensor** out, int32_t at, int32_t max) {
+  if (at < 0 || o == NULL) return -1;
+  if (o->kind == TV_KIND_TENSOR) {
+    if (at >= max) return -1;
+    out[at] = (tv_tensor*)o;
+    return at + 1;
+  }
+  if (o->kind != TV_KIND_ADT) return -1;
+  const tv_adt* adt = (const tv_adt*)o;
+  for (int32_t i = 0; i < adt->nfields && at >= 0; ++i) at = tvn_flatten_into(adt->fields[i], out, at, max);
+  return at;
+}
+TV_UNUSED static int32_t tvn_flatten(tv_obj* const* a, int32_t n, tv_tensor** out, int32_t max) {
+  int32_t at = 0;
+  for (int32_t i = 0; i < n && at >= 0; ++i) at = tvn_flatten_into(a[i], out, at, max);
+  return at;
+}
+TV_UNUSED static int tvn_is_shape(const tv_tensor* t, int64_t rank) {
+  return t->dtype_code == 0 && t->dtype_bits == 64 && t->ndim == 1 && t->shape[0] == rank;
+}
+TV_UNUSED static int32_t tvn_count_error(tv_ctx* ctx, int32_t fidx, int32_t pc, int32_t packed, int32_t expected) {
+  tv_error_set(ctx, TV_ERR_EXEC, fidx, pc, "PackedFunc[%d] takes %d tensors (inputs and outputs, tuples flattened); "
+               "the arguments do not give that many tensors", packed, expected);
+  return TV_ERR_EXEC;
+}
+TV_UNUSED static int32_t tvn_arg_error(tv_ctx* ctx, int32_t fidx, int32_t pc, int32_t packed, int32_t k, const tv_tensor* t,
+                             const char* dtype, int32_t ndim) {
+  char shape[160] = "(";
+  size_t used = 1;
+  for (int32_t i = 0; i < t->ndim && used < sizeof shape - 24; ++i)
+    used += (size_t)snprintf(shape + used, sizeof shape - used, i ? ", %lld" : "%lld", (long long)t->shape[i]);
+  snprintf(shape + used, sizeof shape - used, ")");
+  tv_error_set(ctx, TV_ERR_SHAPE, fidx, pc, "PackedFunc[%d]: argument %d must be a %s tensor of rank %d (and the "
+               "kernel's static dims), got dtype code %d bits %d shape %s", packed, k, dtype, ndim, t->dtype_code,
+               t->dtype_bits, shape);
+  return TV_ERR_SHAPE;
+}
+/* An integer operand (offset, size) from a one-element integer tensor; -1 with the error set otherwise. */
+TV_UNUSED static int tvn_int_operand(tv_ctx* ctx, const tv_obj* o, int64_t* value, int32_t fidx, int32_t pc, const char* what) {
+  double d;
+  int is_float;
+  if (tv_scalar(o, value, &d, &is_float) != 0 || is_float) {
+    tv_error_set(ctx, TV_ERR_EXEC, fidx, pc, "%s: expected an integer scalar", what);
+    return -1;
+  }
+  return 0;
+}
+TV_UNUSED static int tvn_test(tv_ctx* ctx, const tv_obj* o, int64_t* i, double* d, int* f, int32_t fidx, int32_t pc) {
+  if (tv_scalar(o, i, d, f) != 0) {
+    tv_error_set(ctx, TV_ERR_EXEC, fidx, pc, "if: the condition must be a scalar");
+    return -1;
+  }
+  return 0;
+}
+/* The dims of an int64 1-D shape tensor, checked (rank, non-negative); -1 with the error set otherwise. */
+TV_UNUSED static int tvn_shape_operand(tv_ctx* ctx, const tv_obj* o, int64_t* dims, int32_t* ndim, int32_t fidx, int32_t pc,
+                             const char* what) {
+  const tv_tensor* t = (const tv_tensor*)o;
+  if (o == NULL || o->kind != TV_KIND_TENSOR || t->dtype_code != 0 || t->dtype_bits != 64 || t->ndim != 1
+      || t->shape[0] > TV_MAX_RANK) {
+    tv_error_set(ctx, TV_ERR_EXEC, fidx, pc, "%s: expected an int64 1-D shape of at most %d dims", what, TV_MAX_RANK);
+    return -1;
+  }
+  *ndim = (int32_t)t->shape[0];
+  for (int32_t i = 0; i < *ndim; ++i) {
+    dims[i] = ((const int64_t*)t->data)[i];
+    if (dims[i] < 0) {
+      tv_error_set(ctx, TV_ERR_SHAPE, fidx, pc, "%s: negative dimension %lld in a shape", what, (long long)dims[i]);
+      return -1;
+    }
+  }
+  return 0;
+}
+/* nbytes of a tensor of these dims and itemsize; -1 on overflow. */
+TV_UNUSED static int64_t tvn_nbytes(const int64_t* dims, int32_t ndim, int64_t itemsize) {
+  int64_t n = itemsize;
+  for (int32_t i = 0; i < ndim; ++i) {
+    if (dims[i] != 0 && n > INT64_MAX / dims[i]) return -1;
+    n *= dims[i];
+  }
+  return n;
+}
+TV_UNUSED static int32_t tvn_alloc_storage(tv_ctx* ctx, int64_t nbytes, tv_obj** dst, int32_t fidx, int32_t pc) {
+  if (nbytes < 0) return tv_error_set(ctx, TV_ERR_SHAPE, fidx, pc, "alloc_storage: invalid byte count %lld", (long long)nbytes);
+  tv_storage* s = tv_pool_alloc(ctx->pool, nbytes);
+  if (s == NULL) return tv_error_set(ctx, TV_ERR_EXEC, fidx, pc, "out of memory (alloc_storage of %lld bytes)", (long long)nbytes);
+  tv_decref(*dst);
+  *dst = &s->h;
+  return 0;
+}
+TV_UNUSED static int32_t tvn_alloc_tensor(tv_ctx* ctx, const tv_obj* storage, int64_t offset, const int64_t* dims, int32_t ndim,
+                                int32_t code, int32_t bits, tv_obj** dst, int32_t fidx, int32_t pc) {
+  if (storage == NULL || storage->kind != TV_KIND_STORAGE)
+    return tv_error_set(ctx, TV_ERR_EXEC, fidx, pc, "alloc_tensor: expected a storage");
+  tv_storage* s = (tv_storage*)storage;
+  const int64_t nbytes = tvn_nbytes(dims, ndim, bits == 1 ? 1 : bits / 8);
+  if (offset < 0) return tv_error_set(ctx, TV_ERR_SHAPE, fidx, pc, "alloc_tensor: negative byte offset %lld", (long long)offset);
+  if (nbytes < 0 || offset > s->nbytes || nbytes > s->nbytes - offset)
+    return tv_error_set(ctx, TV_ERR_SHAPE, fidx, pc, "alloc_tensor: a tensor of %lld bytes at byte offset %lld does not "
+                        "fit in a storage of %lld bytes", (long long)nbytes, (long long)offset, (long long)s->nbytes);
+  tv_tensor* t = tv_tensor_new(ctx->pool, s, (char*)s->data + offset, code, bits, ndim, dims);
+  if (t == NULL) return tv_error_set(ctx, TV_ERR_EXEC, fidx, pc, "out of memory (alloc_tensor)");
+  tv_decref(*dst);
+  *dst = &t->h;
+  return 0;
+}
+TV_UNUSED static int32_t tvn_shape_of(tv_ctx* ctx, const tv_obj* o, tv_obj** dst, int32_t fidx, int32_t pc) {
+  if (o == NULL || o->kind != TV_KIND_TENSOR) return tv_error_set(ctx, TV_ERR_EXEC, fidx, pc, "shape_of: expected a tensor");
+  const tv_tensor* t = (const tv_tensor*)o;
+  tv_storage* s = tv_pool_alloc(ctx->pool, 8 * (int64_t)t->ndim);
+  if (s == NULL) return tv_error_set(ctx, TV_ERR_EXEC, fidx, pc, "out of memory (shape_of)");
+  for (int32_t i = 0; i < t->ndim; ++i) ((int64_t*)s->data)[i] = t->shape[i];
+  const int64_t rank = t->ndim;
+  tv_tensor* r = tv_tensor_new(ctx->pool, s, s->data, 0, 64, 1, &rank);
+  tv_decref(&s->h);
+  if (r == NULL) return tv_error_set(ctx, TV_ERR_EXEC, fidx, pc, "out of memory (shape_of)");
+  tv_decref(*dst);
+  *dst = &r->h;
+  return 0;
+}
+TV_UNUSED static int32_t tvn_reshape(tv_ctx* ctx, const tv_obj* o, const tv_obj* shape, tv_obj** dst, int32_t fidx, int32_t pc) {
+  int64_t dims[TV_MAX_RANK];
+  int32_t ndim;
+  if (o == NULL || o->kind != TV_KIND_TENSOR) return tv_error_set(ctx, TV_ERR_EXEC, fidx, pc, "reshape_tensor: expected a tensor");
+  if (tvn_shape_operand(ctx, shape, dims, &ndim, fidx, pc, "reshape_tensor")) return ctx->error.kind;
+  const tv_tensor* t = (const tv_tensor*)o;
+  if (tvn_nbytes(dims, ndim, 1) != tv_numel(t))
+    return tv_error_set(ctx, TV_ERR_SHAPE, fidx, pc, "reshape_tensor: cannot view a tensor of %lld elements as a shape "
+                        "of %lld", (long long)tv_numel(t), (long long)tvn_nbytes(dims, ndim, 1));
+  tv_tensor* r = tv_tensor_new(ctx->pool, t->storage, t->data, t->dtype_code, t->dtype_bits, ndim, dims);
+  if (r == NULL) return tv_error_set(ctx, TV_ERR_EXEC, fidx, pc, "out of memory (reshape_tensor)");
+  tv_decref(*dst);
+  *dst = &r->h;
+  return 0;
+}
+TV_UNUSED static int32_t tvn_get_field(tv_ctx* ctx, const tv_obj* o, int32_t index, tv_obj** dst, int32_t fidx, int32_t pc) {
+  if (o == NULL || o->kind != TV_KIND_ADT || index >= ((const tv_adt*)o)->nfields)
+    return tv_error_set(ctx, TV_ERR_EXEC, fidx, pc, "get_field: expected an ADT or tuple value with field %d", index);
+  tv_obj* f = ((const tv_adt*)o)->fields[index];
+  tv_incref(f);
+  tv_decref(*dst);
+  *dst = f;
+  return 0;
+}
+/* code 0: past the depth limit; 1: near the end of this thread's C stack (the caller may run again on a
+   thread with a larger stack). */
+TV_UNUSED static int32_t tvn_depth_error(tv_ctx* ctx, int32_t fidx, int32_t pc) {
+  const int stack = ctx->depth <= ctx->max_depth;
+  if (stack)
+    tv_error_set(ctx, TV_ERR_DEPTH, fidx, pc, "recursion of %lld nested calls reaches the end of the thread's C "
+                 "stack in native mode", (long long)ctx->depth);
+  else
+    tv_error_set(ctx, TV_ERR_DEPTH, fidx, pc, "recursion deeper than %lld nested calls in native mode",
+                 (long long)ctx->max_depth);
+  ctx->error.code = stack;
+  return TV_ERR_DEPTH;
+}
+TV_UNUSED static inline int tvn_too_deep(tv_ctx* ctx, const void* here) {
+  return ++ctx->depth > ctx->max_depth || (ctx->stack_limit != NULL && (const char*)here < ctx->stack_limit);
+}
+/* InvokeClosure: the closure's function with its captured values then args; *ret a new reference. */
+TV_UNUSED static int32_t tvn_call_closure(tv_ctx* ctx, const tv_obj* o, tv_obj* const* args, int32_t nargs, tv_obj** ret,
+                                int32_t fidx, int32_t pc) {
+  if (o == NULL || o->kind != TV_KIND_CLOSURE)
+    return tv_error_set(ctx, TV_ERR_EXEC, fidx, pc, "invoke_closure: expected a closure");
+  const tv_closure* c = (const tv_closure*)o;
+  const int32_t n = c->nfree + nargs;
+  if (tvn_function_arity(c->func) != n)
+    return tv_error_set(ctx, TV_ERR_EXEC, fidx, pc, "invoke_closure: the closure's function takes a different number "
+                        "of values (captured + arguments = %d)", n);
+  tv_obj* all[n > 0 ? n : 1];
+  all[0] = NULL;
+  for (int32_t i = 0; i < c->nfree; ++i) all[i] = c->free_vars[i];
+  for (int32_t i = 0; i < nargs; ++i) all[c->nfree + i] = args[i];
+  if (tvn_too_deep(ctx, all)) return tvn_depth_error(ctx, fidx, pc);
+  const int32_t rc = tvn_function(c->func)(ctx, all, ret);
+  ctx->depth -= 1;
+  return rc;
+}

@@ -1,0 +1,303 @@
+/* tensorvm's native runtime functions (see tv_runtime.h and docs/native_mode.md). All static: the
+   generated library and the bridge each include this text. */
+#include "tv_runtime.h"
+
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define TV_UNUSED __attribute__((unused))
+
+/* ---- errors -------------------------------------------------------------------------------------- */
+TV_UNUSED static int32_t tv_error_set(tv_ctx* ctx, int32_t kind, int32_t func, int32_t pc, const char* fmt, ...) {
+  va_list ap;
+  ctx->error.kind = kind;
+  ctx->error.func = func;
+  ctx->error.pc = pc;
+  ctx->error.packed = -1;
+  ctx->error.code = 0;
+  va_start(ap, fmt);
+  vsnprintf(ctx->error.message, sizeof ctx->error.message, fmt, ap);
+  va_end(ap);
+  return kind;
+}
+
+/* ---- the pool ------------------------------------------------------------------------------------ */
+static int tv_bit_length(uint64_t x) { return x ? 64 - __builtin_clzll(x) : 0; }
+
+/* runtime.memory.size_class: a multiple of 64, 8 classes per power of two. */
+TV_UNUSED static int64_t tv_size_class(int64_t nbytes) {
+  if (nbytes <= 64) return 64;
+  int shift = tv_bit_length((uint64_t)(nbytes - 1)) - 4;
+  if (shift < 6) shift = 6;
+  const int64_t step = (int64_t)1 << shift;
+  return (nbytes + step - 1) & -step;
+}
+
+TV_UNUSED static tv_pool* tv_pool_new(int64_t limit_bytes) {
+  tv_pool* pool = (tv_pool*)calloc(1, sizeof(tv_pool));
+  if (pool == NULL) return NULL;
+  pool->refcount = 1;
+  pool->limit_bytes = limit_bytes;
+  return pool;
+}
+
+/* Frees every cached block; returns the bytes given back. */
+TV_UNUSED static int64_t tv_pool_release_cached(tv_pool* pool) {
+  int64_t freed = 0;
+  for (int b = 0; b < TV_POOL_BUCKETS; ++b) {
+    tv_free_block* block = pool->buckets[b];
+    while (block != NULL) {
+      tv_free_block* next = block->next;
+      freed += block->size;
+      free(block);
+      block = next;
+    }
+    pool->buckets[b] = NULL;
+  }
+  pool->bytes_cached -= freed;
+  pool->bytes_reserved -= freed;
+  return freed;
+}
+
+/* A struct of size bytes: a spare one of the list, else a new one (NULL when out of memory). */
+static void* tv_pool_take(tv_spare** list, int32_t* count, size_t size) {
+  tv_spare* spare = *list;
+  if (spare == NULL) return malloc(size);
+  *list = spare->next;
+  *count -= 1;
+  return spare;
+}
+
+/* Keeps a freed struct for reuse (up to TV_POOL_SPARE), else frees it. */
+static void tv_pool_keep(tv_spare** list, int32_t* count, void* o) {
+  if (*count >= TV_POOL_SPARE) {
+    free(o);
+    return;
+  }
+  ((tv_spare*)o)->next = *list;
+  *list = (tv_spare*)o;
+  *count += 1;
+}
+
+static void tv_free_spares(tv_spare* spare) {
+  while (spare != NULL) {
+    tv_spare* next = spare->next;
+    free(spare);
+    spare = next;
+  }
+}
+
+TV_UNUSED static void tv_pool_decref(tv_pool* pool) {
+  if (pool != NULL && --pool->refcount == 0) {
+    tv_pool_release_cached(pool);
+    tv_free_spares(pool->spare_tensors);
+    tv_free_spares(pool->spare_storages);
+    free(pool);
+  }
+}
+
+static void tv_pool_give_back(tv_storage* s) {
+  tv_pool* pool = s->pool;
+  pool->num_frees += 1;
+  pool->bytes_live -= s->nbytes;
+  tv_free_block* block = (tv_free_block*)s->data;
+  block->size = s->block_bytes;
+  const int b = tv_bit_length((uint64_t)s->block_bytes) % TV_POOL_BUCKETS;
+  block->next = pool->buckets[b];
+  pool->buckets[b] = block;
+  pool->bytes_cached += s->block_bytes;
+  tv_pool_keep(&pool->spare_storages, &pool->num_spare_storages, s);
+  tv_pool_decref(pool);
+}
+
+/* A fresh block of size bytes within the pool's limit on reserved bytes, or NULL. */
+static void* tv_pool_fresh_block(tv_pool* pool, int64_t size) {
+  void* data = NULL;
+  if (pool->limit_bytes >= 0 && pool->bytes_reserved + size > pool->limit_bytes) return NULL;
+  if (posix_memalign(&data, 64, (size_t)size) != 0) return NULL;
+  pool->bytes_reserved += size;
+  return data;
+}
+
+/* A new storage of nbytes from the pool (a new reference), or NULL when out of memory. */
+TV_UNUSED static tv_storage* tv_pool_alloc(tv_pool* pool, int64_t nbytes) {
+  tv_storage* s = (tv_storage*)tv_pool_take(&pool->spare_storages, &pool->num_spare_storages, sizeof(tv_storage));
+  if (s == NULL) return NULL;
+  const int64_t size = tv_size_class(nbytes);
+  const int b = tv_bit_length((uint64_t)size) % TV_POOL_BUCKETS;
+  void* data = NULL;
+  for (tv_free_block** at = &pool->buckets[b]; *at != NULL; at = &(*at)->next) {
+    if ((*at)->size == size) {
+      tv_free_block* block = *at;
+      *at = block->next;
+      data = block;
+      pool->bytes_cached -= size;
+      pool->reuse_hits += 1;
+      break;
+    }
+  }
+  if (data == NULL && (data = tv_pool_fresh_block(pool, size)) == NULL) {
+    tv_pool_release_cached(pool); /* then once more, as the Python pool does */
+    if ((data = tv_pool_fresh_block(pool, size)) == NULL) {
+      tv_pool_keep(&pool->spare_storages, &pool->num_spare_storages, s);
+      return NULL;
+    }
+  }
+  s->h.refcount = 1;
+  s->h.kind = TV_KIND_STORAGE;
+  s->data = data;
+  s->nbytes = nbytes;
+  s->block_bytes = size;
+  s->pool = pool;
+  pool->refcount += 1;
+  s->py_owner = NULL;
+  s->release = tv_pool_give_back;
+  pool->num_allocations += 1;
+  pool->bytes_live += nbytes;
+  if (pool->bytes_live > pool->peak_bytes) pool->peak_bytes = pool->bytes_live;
+  return s;
+}
+
+/* ---- reference counting -------------------------------------------------------------------------- */
+static inline void tv_incref(tv_obj* o) {
+  if (o != NULL) o->refcount += 1;
+}
+
+static void tv_decref(tv_obj* o);
+
+static void tv_free(tv_obj* o) {
+  switch (o->kind) {
+    case TV_KIND_TENSOR: {
+      tv_tensor* t = (tv_tensor*)o;
+      tv_storage* storage = t->storage;
+      tv_pool* pool = t->pool;
+      if (pool == NULL) {
+        free(t);
+        tv_decref(&storage->h);
+        return;
+      }
+      tv_pool_keep(&pool->spare_tensors, &pool->num_spare_tensors, t);
+      tv_decref(&storage->h);  /* (may give its block back to the pool: still alive, t held it) */
+      tv_pool_decref(pool);
+      return;
+    }
+    case TV_KIND_STORAGE: {
+      tv_storage* s = (tv_storage*)o;
+      if (s->release != NULL) s->release(s); /* (frees or keeps the struct) */
+      else free(s);
+      return;
+    }
+    case TV_KIND_ADT: {
+      tv_adt* a = (tv_adt*)o;
+      for (int32_t i = 0; i < a->nfields; ++i) tv_decref(a->fields[i]);
+      break;
+    }
+    case TV_KIND_CLOSURE: {
+      tv_closure* c = (tv_closure*)o;
+      for (int32_t i = 0; i < c->nfree; ++i) tv_decref(c->free_vars[i]);
+      break;
+    }
+    default:
+      break;
+  }
+  free(o);
+}
+
+static void tv_decref(tv_obj* o) {
+  if (o != NULL && --o->refcount == 0) tv_free(o);
+}
+
+/* ---- tensors ------------------------------------------------------------------------------------- */
+TV_UNUSED static int64_t tv_itemsize(const tv_tensor* t) { return t->dtype_bits == 1 ? 1 : t->dtype_bits / 8; }
+
+TV_UNUSED static int64_t tv_numel(const tv_tensor* t) {
+  int64_t n = 1;
+  for (int32_t i = 0; i < t->ndim; ++i) n *= t->shape[i];
+  return n;
+}
+
+/* A tensor viewing storage at data (new reference; takes a new reference to storage), or NULL; its
+   struct comes from pool's spares when pool is not NULL. */
+TV_UNUSED static tv_tensor* tv_tensor_new(tv_pool* pool, tv_storage* storage, void* data, int32_t code, int32_t bits,
+                                          int32_t ndim, const int64_t* shape) {
+  if (ndim < 0 || ndim > TV_MAX_RANK) return NULL;
+  tv_tensor* t = pool != NULL ? (tv_tensor*)tv_pool_take(&pool->spare_tensors, &pool->num_spare_tensors, sizeof(tv_tensor))
+                              : (tv_tensor*)malloc(sizeof(tv_tensor));
+  if (t == NULL) return NULL;
+  t->h.refcount = 1;
+  t->h.kind = TV_KIND_TENSOR;
+  t->storage = storage;
+  tv_incref(&storage->h);
+  t->pool = pool;
+  if (pool != NULL) pool->refcount += 1;
+  t->data = data;
+  t->dtype_code = code;
+  t->dtype_bits = bits;
+  t->ndim = ndim;
+  for (int32_t i = 0; i < ndim; ++i) t->shape[i] = shape[i];
+  return t;
+}
+
+/* ---- ADTs and closures --------------------------------------------------------------------------- */
+/* A new ADT whose fields take new references to values, or NULL. */
+TV_UNUSED static tv_adt* tv_adt_new(int64_t tag, int32_t nfields, tv_obj* const* values) {
+  tv_adt* a = (tv_adt*)malloc(sizeof(tv_adt) + sizeof(tv_obj*) * (size_t)(nfields > 0 ? nfields : 1));
+  if (a == NULL) return NULL;
+  a->h.refcount = 1;
+  a->h.kind = TV_KIND_ADT;
+  a->tag = tag;
+  a->nfields = nfields;
+  for (int32_t i = 0; i < nfields; ++i) {
+    a->fields[i] = values[i];
+    tv_incref(values[i]);
+  }
+  return a;
+}
+
+TV_UNUSED static tv_closure* tv_closure_new(int32_t func, int32_t nfree, tv_obj* const* values) {
+  tv_closure* c = (tv_closure*)malloc(sizeof(tv_closure) + sizeof(tv_obj*) * (size_t)(nfree > 0 ? nfree : 1));
+  if (c == NULL) return NULL;
+  c->h.refcount = 1;
+  c->h.kind = TV_KIND_CLOSURE;
+  c->func = func;
+  c->nfree = nfree;
+  for (int32_t i = 0; i < nfree; ++i) {
+    c->free_vars[i] = values[i];
+    tv_incref(values[i]);
+  }
+  return c;
+}
+
+/* ---- scalars (If operands, offsets, sizes) ------------------------------------------------------ */
+/* The one value of a tensor with one element, as an integer (*is_float 0) or a double (*is_float 1);
+   -1 when it is not a one-element tensor of a known dtype. */
+TV_UNUSED static int tv_scalar(const tv_obj* o, int64_t* i, double* d, int* is_float) {
+  if (o == NULL || o->kind != TV_KIND_TENSOR) return -1;
+  const tv_tensor* t = (const tv_tensor*)o;
+  if (tv_numel(t) != 1) return -1;
+  *is_float = 0;
+  switch (t->dtype_code * 100 + t->dtype_bits) {
+    case 8: *i = *(const int8_t*)t->data; return 0;
+    case 16: *i = *(const int16_t*)t->data; return 0;
+    case 32: *i = *(const int32_t*)t->data; return 0;
+    case 64: *i = *(const int64_t*)t->data; return 0;
+    case 101: *i = *(const uint8_t*)t->data != 0; return 0;
+    case 108: *i = *(const uint8_t*)t->data; return 0;
+    case 116: *i = *(const uint16_t*)t->data; return 0;
+    case 132: *i = *(const uint32_t*)t->data; return 0;
+    case 164: *i = (int64_t)*(const uint64_t*)t->data; return 0;
+    case 232: *d = *(const float*)t->data; *is_float = 1; return 0;
+    case 264: *d = *(const double*)t->data; *is_float = 1; return 0;
+    default: return -1;
+  }
+}
+
+/* Whether two If operands are equal as the VM compares them (Python ==: an int equals a float of its value). */
+TV_UNUSED static int tv_values_equal(int64_t ia, double da, int fa, int64_t ib, double db, int fb) {
+  if (!fa && !fb) return ia == ib;
+  const double x = fa ? da : (double)ia, y = fb ? db : (double)ib;
+  return x == y;
+}

@@ -1,0 +1,105 @@
+/* tensorvm's native runtime: the values, reference counting, pooled allocator and error record that the
+   C of exec_mode="native" (tensorvm/vm/native_emit.py) and its CPython bridge (bridge.c) share.
+   See docs/native_mode.md. Both translation units include tv_runtime.c's text (static functions), so
+   every object carries what frees it (a storage's release function), whichever copy drops it last. */
+#ifndef TV_RUNTIME_H
+#define TV_RUNTIME_H
+
+#include <stdint.h>
+#include <stddef.h>
+
+#define TV_MAX_RANK 16
+#define TV_POOL_BUCKETS 64
+#define TV_POOL_SPARE 256  /* freed tensor and storage structs a pool keeps for reuse, per kind */
+
+enum { TV_KIND_TENSOR = 1, TV_KIND_ADT = 2, TV_KIND_CLOSURE = 3, TV_KIND_STORAGE = 4 };
+
+/* Error kinds (the return value of every runtime and generated function; 0 is success). */
+enum {
+  TV_OK = 0,
+  TV_ERR_EXEC = 1,    /* ExecutionError */
+  TV_ERR_SHAPE = 2,   /* ShapeError */
+  TV_ERR_KERNEL = 3,  /* a kernel's nonzero return code (error.code): its message table says which */
+  TV_ERR_SHAPE_FUNC = 4, /* a C shape function's code (ShapeError through its message table) */
+  TV_ERR_DEPTH = 5    /* recursion deeper than the limit (ExecutionError) */
+};
+
+typedef struct tv_obj {
+  int64_t refcount;
+  int32_t kind;
+} tv_obj;
+
+struct tv_storage;
+typedef void (*tv_release_fn)(struct tv_storage*);
+
+typedef struct tv_storage {
+  tv_obj h;
+  void* data;
+  int64_t nbytes;        /* bytes usable by tensors */
+  int64_t block_bytes;   /* the pool's size class of the block (0: not from a pool) */
+  struct tv_pool* pool;  /* counted reference, or NULL */
+  void* py_owner;        /* the Python object owning data (a borrowed array), or NULL */
+  tv_release_fn release; /* gives the block back and frees the struct; NULL: free(data) is not ours, free the struct */
+} tv_storage;
+
+typedef struct tv_tensor {
+  tv_obj h;
+  tv_storage* storage;   /* counted reference */
+  struct tv_pool* pool;  /* counted reference to the pool whose spare structs it returns to, or NULL */
+  void* data;
+  int32_t dtype_code;    /* DLPack: 0 int, 1 uint (bool is uint 1), 2 float */
+  int32_t dtype_bits;
+  int32_t ndim;
+  int64_t shape[TV_MAX_RANK];
+} tv_tensor;
+
+typedef struct tv_adt {
+  tv_obj h;
+  int64_t tag;           /* 0: a tuple */
+  int32_t nfields;
+  tv_obj* fields[];      /* counted references */
+} tv_adt;
+
+typedef struct tv_closure {
+  tv_obj h;
+  int32_t func;
+  int32_t nfree;
+  tv_obj* free_vars[];   /* counted references */
+} tv_closure;
+
+typedef struct tv_free_block {
+  struct tv_free_block* next;
+  int64_t size;
+} tv_free_block;
+
+typedef struct tv_spare {
+  struct tv_spare* next;
+} tv_spare;
+
+typedef struct tv_pool {
+  int64_t refcount;      /* the VM's reference plus one per live storage and pooled tensor */
+  int64_t limit_bytes;   /* bound on the bytes reserved, live + cached (< 0: none), as runtime.memory's pools */
+  int64_t num_allocations, num_frees, reuse_hits, bytes_live, peak_bytes, bytes_reserved, bytes_cached;
+  tv_free_block* buckets[TV_POOL_BUCKETS]; /* free blocks by bit length of their size class */
+  tv_spare* spare_tensors;  /* freed structs kept for reuse (malloc/free were a third of a dynamic call) */
+  tv_spare* spare_storages;
+  int32_t num_spare_tensors, num_spare_storages;
+} tv_pool;
+
+typedef struct tv_error {
+  int32_t kind, func, pc, packed, code;
+  char message[512];
+} tv_error;
+
+typedef struct tv_ctx {
+  tv_pool* pool;
+  tv_obj* const* constants;  /* the executable's constants, then every kernel's constant arrays */
+  int64_t nconstants;
+  int64_t depth, max_depth;
+  const char* stack_limit;   /* the lowest stack address calls may reach (NULL: no check) */
+  tv_error error;
+} tv_ctx;
+
+typedef int32_t (*tv_function)(tv_ctx* ctx, tv_obj* const* args, tv_obj** ret);
+
+#endif

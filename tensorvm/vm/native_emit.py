@@ -1,0 +1,426 @@
+"""The native exec mode's emitter: each VM function's bytecode as a C function (docs/native_mode.md).
+
+``check_program(exe)`` refuses, with an ``UnsupportedError`` naming the function, pc and instruction,
+every program this emitter cannot translate exactly, before anything is built. ``emit_program(exe,
+kernels, shape_funcs)`` writes the C translation unit that goes into the executable's kernel library:
+the runtime (``native/tv_runtime.c``), one checked wrapper per kernel and per C shape function the
+bytecode calls, one C function per VM function and the entry point ``tvn_invoke``.
+
+Invariant: the C does what the bytecode VM does for every instruction it emits, or fails with the
+error the VM raises for the same fault; nothing falls back to Python inside a native call.
+
+Registers are C locals: ``r<n>`` (``tv_obj*``, owning one reference) or, for registers written only by
+``GetTag``/``LoadConsti`` (and ``Move``s of them), ``i<n>`` (``int64_t``). Control flow is ``goto``
+between labels at jump targets; a self tail call jumps back to the start (constant stack).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import UnsupportedError
+from . import bytecode as bc
+
+__all__ = ["check_program", "emit_program", "NativeKernel", "RUNTIME_SOURCE", "runtime_text"]
+
+_NATIVE = Path(__file__).parent / "native"
+_INCLUDE = re.compile(r'^#include "(tv_[a-z_]+\.[ch])"\n', re.M)
+RUNTIME_SOURCE = "tv_runtime.c"
+HELPERS_SOURCE = "tv_native.c"
+
+# The instructions the emitter translates (DeviceCopy is the one left: the native mode has one device).
+_SUPPORTED = frozenset(bc.Opcode) - {bc.Opcode.DeviceCopy}
+_INT_WRITERS = (bc.GetTag, bc.LoadConsti)
+
+
+def runtime_text(name: str = RUNTIME_SOURCE) -> str:
+    """The text of the package file ``native/<name>`` with each local ``#include "tv_*"`` replaced by
+    that file's text (expanded the same way), so a translation unit is one self-contained text."""
+    return _INCLUDE.sub(lambda m: runtime_text(m.group(1)) + "\n", (_NATIVE / name).read_text())
+
+
+@dataclass(frozen=True)
+class NativeKernel:
+    """What the emitter needs of one compiled kernel: its C function (a loop-IR ``PrimFunc``) and where
+    its constant arrays start in the context's constant table."""
+
+    func: object
+    first_constant: int
+    num_constants: int
+
+
+def _where(fn, pc, ins) -> str:
+    return f"VM function {fn.name!r} at pc {pc} ({ins})"
+
+
+def _int_registers(fn: bc.VMFunction) -> set:
+    """Registers holding C integers: written only by GetTag/LoadConsti or Moves of such registers.
+    A register also written otherwise is refused (the C types of its values would differ)."""
+    writers: dict = {}
+    for pc, ins in enumerate(fn.instructions):
+        for reg in ins.writes():
+            writers.setdefault(reg, []).append((pc, ins))
+    ints = {r for r, ws in writers.items() if any(isinstance(i, _INT_WRITERS) for _, i in ws)}
+    changed = True
+    while changed:
+        changed = False
+        for r, ws in writers.items():
+            if r not in ints and any(isinstance(i, bc.Move) and i.src in ints for _, i in ws):
+                ints.add(r)
+                changed = True
+    for r in ints:
+        if r < len(fn.params):
+            raise UnsupportedError(f"native mode: parameter register ${r} of {fn.name!r} is also written as an "
+                                   f"integer")
+        for pc, ins in writers[r]:
+            if isinstance(ins, _INT_WRITERS) or (isinstance(ins, bc.Move) and ins.src in ints) \
+                    or isinstance(ins, bc.KillRegister):
+                continue
+            raise UnsupportedError(f"native mode: register ${r} holds both integers and values "
+                                   f"({_where(fn, pc, ins)})")
+    return ints
+
+
+def _int_operand_ok(ins, reg) -> bool:
+    """Whether an instruction may read register ``reg`` as a C integer."""
+    if isinstance(ins, bc.If):
+        return True
+    if isinstance(ins, bc.AllocStorage):
+        return reg == ins.size and not ins.size_from_shape
+    if isinstance(ins, (bc.AllocTensor, bc.AllocTensorReg)):
+        return reg == ins.offset
+    return isinstance(ins, (bc.Move, bc.KillRegister))
+
+
+def check_program(exe) -> None:
+    """``UnsupportedError`` for the first instruction or case the native emitter does not translate."""
+    if exe.target != "c":
+        raise UnsupportedError(f"exec_mode='native' needs target 'c' (the VM functions become C in the kernel "
+                               f"library); got target {exe.target!r}")
+    for fn in exe.functions:
+        ints = _int_registers(fn)
+        for pc, ins in enumerate(fn.instructions):
+            if ins.opcode not in _SUPPORTED:
+                raise UnsupportedError(f"native mode does not support {ins.name} yet ({_where(fn, pc, ins)})")
+            if isinstance(ins, bc.AllocStorage) and ins.alignment > 64:
+                raise UnsupportedError(f"native mode: alignment {ins.alignment} > 64 ({_where(fn, pc, ins)})")
+            for reg in ins.reads():
+                if reg in ints and not _int_operand_ok(ins, reg):
+                    raise UnsupportedError(f"native mode: integer register ${reg} used as a value "
+                                           f"({_where(fn, pc, ins)})")
+            if isinstance(ins, bc.Move) and (ins.src in ints) != (ins.dst in ints):
+                raise UnsupportedError(f"native mode: a move between an integer and a value register "
+                                       f"({_where(fn, pc, ins)})")
+
+
+# --- emission ---------------------------------------------------------------------------------------
+def _c_string(text: str) -> str:
+    escaped = text.encode("ascii", "backslashreplace").decode().replace("\\", "\\\\").replace('"', '\\"')
+    return '"' + escaped.replace("\n", "\\n").replace("?", "\\?") + '"'
+
+
+def _dtype_pair(dtype: str) -> tuple[int, int]:
+    code, bits, _ = bc.dtype_to_code(dtype)
+    return code, bits
+
+
+def emit_program(exe, kernels: dict, shape_funcs: dict) -> str:
+    """The native translation unit of ``exe``: ``kernels`` maps packed index -> ``NativeKernel`` and
+    ``shape_funcs`` packed index -> ``ShapeFuncC`` for every ``InvokePacked`` target (else refused)."""
+    from ..codegen.c_emit import C_TYPES
+
+    check_program(exe)
+    out = ["/* exec_mode='native': generated by tensorvm/vm/native_emit.py from the executable's bytecode. */",
+           runtime_text(HELPERS_SOURCE)]
+    n = len(exe.functions)
+    out.extend(f"static int32_t tvn_f{i}(tv_ctx* ctx, tv_obj* const* args, tv_obj** ret);" for i in range(n))
+    out.append(f"static const tv_function tvn_funcs[{max(n, 1)}] = {{{', '.join(f'tvn_f{i}' for i in range(n)) or '0'}}};")
+    out.append(f"static const int32_t tvn_arity[{max(n, 1)}] = "
+               f"{{{', '.join(str(len(fn.params)) for fn in exe.functions) or '0'}}};")
+    out.append(f"TV_UNUSED static int32_t tvn_function_arity(int32_t f) {{ return f >= 0 && f < {n} ? tvn_arity[f] : -1; }}")
+    out.append("TV_UNUSED static tv_function tvn_function(int32_t f) { return tvn_funcs[f]; }")
+    used = sorted({ins.packed_index for fn in exe.functions for ins in fn.instructions
+                   if isinstance(ins, bc.InvokePacked)})
+    for p in used:
+        info = exe.primitives[p]
+        if p in kernels:
+            out.append(_kernel_wrapper(p, kernels[p], C_TYPES))
+        elif p in shape_funcs:
+            out.append(_shape_wrapper(p, shape_funcs[p]))
+        else:
+            what = "shape function" if info.kind == "shape_func" else "kernel"
+            raise UnsupportedError(f"native mode: the {what} {info.name!r} has no C function (it runs in Python "
+                                   f"in the other modes; see exe.stats())")
+    for i, fn in enumerate(exe.functions):
+        out.append(_FunctionEmitter(exe, i, fn).emit())
+    out.append(f"""
+__attribute__((visibility("default"))) int32_t tvn_invoke(tv_ctx* ctx, int32_t index, tv_obj* const* args,
+                                                          int32_t nargs, tv_obj** ret) {{
+  if (index < 0 || index >= {n} || nargs != tvn_arity[index])
+    return tv_error_set(ctx, TV_ERR_EXEC, index, -1, "tvn_invoke: no function %d taking %d arguments", index, nargs);
+  ctx->depth = 0;
+  return tvn_funcs[index](ctx, args, ret);
+}}
+""")
+    return "\n".join(out)
+
+
+def _kernel_wrapper(p: int, kernel: NativeKernel, c_types: dict) -> str:
+    """``tvn_k<p>``: flatten the arguments, check each tensor as the kernel's ABI needs (dtype, rank,
+    static dims: the checks ``KernelFunction`` makes), then call the kernel with its dynamic dims."""
+    from ..te.expr import Const
+
+    func = kernel.func
+    nuser_in = func.num_inputs - kernel.num_constants
+    nuser = len(func.params) - kernel.num_constants
+    proto, call, checks, dims = [], [], [], []
+    user = 0
+    for k, buf in enumerate(func.params):
+        ctype = c_types[buf.dtype]
+        proto.append(f"{ctype}*")
+        if nuser_in <= k < nuser_in + kernel.num_constants:
+            call.append(f"({ctype}*)((tv_tensor*)ctx->constants[{kernel.first_constant + k - nuser_in}])->data")
+            continue
+        code, bits = _dtype_pair(buf.dtype)
+        checks.append(f"  if (t[{user}]->dtype_code != {code} || t[{user}]->dtype_bits != {bits} || t[{user}]->ndim != "
+                      f"{len(buf.shape)}) return tvn_arg_error(ctx, fidx, pc, {p}, {user}, t[{user}], "
+                      f"{_c_string(buf.dtype)}, {len(buf.shape)});")
+        for axis, dim in enumerate(buf.shape):
+            if isinstance(dim, Const):
+                checks.append(f"  if (t[{user}]->shape[{axis}] != {int(dim.value)}) return tvn_arg_error(ctx, fidx, pc, "
+                              f"{p}, {user}, t[{user}], {_c_string(buf.dtype)}, {len(buf.shape)});")
+            else:
+                dims.append(f"t[{user}]->shape[{axis}]")
+        call.append(f"({ctype}*)t[{user}]->data")
+        user += 1
+    if len(dims) != len(func.dim_params):
+        raise UnsupportedError(f"native mode: kernel {func.name} has {len(func.dim_params)} dim parameters for "
+                               f"{len(dims)} dynamic dims (an ABI the emitter does not know)")
+    proto += ["int64_t"] * len(dims)
+    return f"""
+int32_t {func.name}({', '.join(proto) or 'void'});
+static int32_t tvn_k{p}(tv_ctx* ctx, tv_obj* const* a, int32_t n, int32_t fidx, int32_t pc) {{
+  tv_tensor* t[{max(nuser, 1)}];
+  if (tvn_flatten(a, n, t, {nuser}) != {nuser}) return tvn_count_error(ctx, fidx, pc, {p}, {nuser});
+{chr(10).join(checks)}
+  const int32_t code = {func.name}({', '.join(call + dims)});
+  if (code != 0) {{
+    tv_error_set(ctx, TV_ERR_KERNEL, fidx, pc, "kernel error %d", code);
+    ctx->error.packed = {p};
+    ctx->error.code = code;
+    return TV_ERR_KERNEL;
+  }}
+  return 0;
+}}"""
+
+
+def _shape_wrapper(p: int, spec) -> str:
+    """``tvn_s<p>``: a C shape function called as the VM calls shape functions (DPS: inputs are tensors
+    read by data or int64 shape tensors, outputs int64 shape tensors)."""
+    if spec.deferred:
+        raise UnsupportedError(f"native mode: the C shape function of {spec.label} defers some cases to Python")
+    nin, nout = len(spec.flat_is_input), len(spec.out_ranks)
+    lines = []
+    for i, (by_data, rank, dtype) in enumerate(zip(spec.flat_is_input, spec.in_ranks, spec.in_dtypes)):
+        if by_data:
+            code, bits = _dtype_pair(dtype)
+            lines.append(f"  if (t[{i}]->dtype_code != {code} || t[{i}]->dtype_bits != {bits} || t[{i}]->ndim != {rank}) "
+                         f"return tvn_arg_error(ctx, fidx, pc, {p}, {i}, t[{i}], {_c_string(dtype)}, {rank});")
+            lines.append(f"  shapes[{i}] = t[{i}]->shape; data[{i}] = t[{i}]->data;")
+        else:
+            lines.append(f"  if (!tvn_is_shape(t[{i}], {rank})) return tvn_arg_error(ctx, fidx, pc, {p}, {i}, t[{i}], "
+                         f"\"int64 shape of rank {rank}\", 1);")
+            lines.append(f"  shapes[{i}] = (const int64_t*)t[{i}]->data; data[{i}] = NULL;")
+    for j, rank in enumerate(spec.out_ranks):
+        k = nin + j
+        lines.append(f"  if (!tvn_is_shape(t[{k}], {rank})) return tvn_arg_error(ctx, fidx, pc, {p}, {k}, t[{k}], "
+                     f"\"int64 shape of rank {rank}\", 1);")
+        lines.append(f"  out[{j}] = (int64_t*)t[{k}]->data;")
+    nmsg = len(spec.messages)
+    return f"""
+int32_t {spec.name}(const int64_t* const* shapes, const void* const* data, int64_t* const* out);
+extern const char* const {spec.name}_messages[];
+static int32_t tvn_s{p}(tv_ctx* ctx, tv_obj* const* a, int32_t n, int32_t fidx, int32_t pc) {{
+  tv_tensor* t[{nin + nout}];
+  const int64_t* shapes[{max(nin, 1)}];
+  const void* data[{max(nin, 1)}];
+  int64_t* out[{max(nout, 1)}];
+  if (tvn_flatten(a, n, t, {nin + nout}) != {nin + nout}) return tvn_count_error(ctx, fidx, pc, {p}, {nin + nout});
+{chr(10).join(lines)}
+  const int32_t code = {spec.name}(shapes, data, out);
+  if (code != 0) {{
+    const int32_t k = code - 2000;
+    tv_error_set(ctx, TV_ERR_SHAPE_FUNC, fidx, pc, "%s", (k >= 0 && k < {nmsg}) ? {spec.name}_messages[k] : "unknown error");
+    ctx->error.packed = {p};
+    ctx->error.code = code;
+    return TV_ERR_SHAPE_FUNC;
+  }}
+  return 0;
+}}"""
+
+
+class _FunctionEmitter:
+    def __init__(self, exe, index: int, fn: bc.VMFunction):
+        self.exe, self.index, self.fn = exe, index, fn
+        self.ints = _int_registers(fn)
+        regs = set(range(len(fn.params)))
+        for ins in fn.instructions:
+            regs.update(ins.reads())
+            regs.update(ins.writes())
+        self.objs = sorted(regs - self.ints)
+        self.tails = bc.tail_call_pcs(fn)
+        self.targets = set()
+        for pc, ins in enumerate(fn.instructions):
+            if isinstance(ins, bc.If):
+                self.targets.update((pc + ins.true_offset, pc + ins.false_offset))
+            elif isinstance(ins, bc.Goto):
+                self.targets.add(pc + ins.pc_offset)
+
+    def emit(self) -> str:
+        fn, lines = self.fn, []
+        lines.append(f"/* {_comment(fn.name)}({', '.join(_comment(p) for p in fn.params)}) */")
+        lines.append(f"static int32_t tvn_f{self.index}(tv_ctx* ctx, tv_obj* const* args, tv_obj** ret) {{")
+        lines.append("  int32_t rc = 0;")
+        lines.extend(f"  tv_obj* r{r} = NULL;" for r in self.objs)
+        lines.extend(f"  int64_t i{r} = 0;" for r in sorted(self.ints))
+        lines.append("  (void)args;\n  (void)ret;")
+        lines.extend(f"  r{i} = args[{i}]; tv_incref(r{i});" for i in range(len(fn.params)))
+        lines.append("tv_start:;")
+        for pc, ins in enumerate(fn.instructions):
+            if pc in self.targets:
+                lines.append(f"L{pc}:;")
+            lines.append(f"  /* {pc}: {_comment(str(ins))} */")
+            lines.extend("  " + line for line in self._statement(pc, ins).split("\n"))
+        lines.append(f"  rc = tv_error_set(ctx, TV_ERR_EXEC, {self.index}, {len(fn.instructions)}, "
+                     f"\"the function ends without ret\");")
+        lines.append("tv_exit:")
+        lines.extend(f"  tv_decref(r{r});" for r in self.objs)
+        lines.append("  return rc;")
+        lines.append("}")
+        if pc_targets := [t for t in self.targets if not 0 <= t < len(fn.instructions)]:
+            raise UnsupportedError(f"native mode: {fn.name!r} jumps outside the function (to {pc_targets})")
+        if not self._uses_start:
+            lines.remove("tv_start:;")
+        return "\n".join(lines)
+
+    _uses_start = False
+
+    def _fail(self, pc: int, kind: str, message: str) -> str:
+        return f"{{ rc = tv_error_set(ctx, {kind}, {self.index}, {pc}, \"%s\", {_c_string(message)}); goto tv_exit; }}"
+
+    def _check(self, call: str) -> str:
+        return f"if ((rc = {call}) != 0) goto tv_exit;"
+
+    def _args(self, regs) -> str:
+        return "{" + (", ".join(f"r{r}" for r in regs) or "NULL") + "}"
+
+    def _set(self, dst: int, value: str) -> str:
+        """Register ``dst`` takes ``value`` (a new reference)."""
+        return f"{{ tv_obj* s_ = {value}; tv_decref(r{dst}); r{dst} = s_; }}"
+
+    def _int_of(self, reg: int, pc: int, what: str, var: str) -> str:
+        """C statements putting register ``reg`` (int or scalar tensor) into the int64 ``var``."""
+        if reg in self.ints:
+            return f"{var} = i{reg};"
+        return f"if (tvn_int_operand(ctx, r{reg}, &{var}, {self.index}, {pc}, {_c_string(what)})) {{ rc = ctx->error.kind; goto tv_exit; }}"
+
+    def _statement(self, pc: int, ins) -> str:  # noqa: C901 - one case per opcode
+        O, f = bc.Opcode, self.index
+        op = ins.opcode
+        if op == O.Move:
+            if ins.dst in self.ints:
+                return f"i{ins.dst} = i{ins.src};"
+            return f"tv_incref(r{ins.src}); " + self._set(ins.dst, f"r{ins.src}")
+        if op == O.Ret:
+            return f"*ret = r{ins.result}; tv_incref(r{ins.result}); rc = 0; goto tv_exit;"
+        if op == O.LoadConst:
+            return f"tv_incref(ctx->constants[{ins.const_index}]); " + self._set(ins.dst, f"ctx->constants[{ins.const_index}]")
+        if op == O.LoadConsti:
+            return f"i{ins.dst} = INT64_C({int(ins.value)});"
+        if op == O.KillRegister:
+            return "" if ins.dst in self.ints else f"tv_decref(r{ins.dst}); r{ins.dst} = NULL;"
+        if op == O.Goto:
+            return f"goto L{pc + ins.pc_offset};"
+        if op == O.If:
+            def operand(reg, name):
+                if reg in self.ints:
+                    return f"{name}i = i{reg}; {name}f = 0;"
+                return (f"if (tvn_test(ctx, r{reg}, &{name}i, &{name}d, &{name}f, {f}, {pc})) "
+                        f"{{ rc = ctx->error.kind; goto tv_exit; }}")
+            return ("{ int64_t ai = 0, bi = 0; double ad = 0, bd = 0; int af = 0, bf = 0;\n"
+                    f"  {operand(ins.test, 'a')}\n  {operand(ins.target, 'b')}\n"
+                    f"  if (tv_values_equal(ai, ad, af, bi, bd, bf)) goto L{pc + ins.true_offset}; "
+                    f"else goto L{pc + ins.false_offset}; }}")
+        if op == O.Fatal:
+            return self._fail(pc, "TV_ERR_EXEC", "the VM reached a Fatal instruction (no match clause applies)")
+        if op == O.InvokePacked:
+            info = self.exe.primitives[ins.packed_index]
+            wrapper = "tvn_s" if info.kind == "shape_func" else "tvn_k"
+            return (f"{{ tv_obj* a_[] = {self._args(ins.args)}; "
+                    + self._check(f"{wrapper}{ins.packed_index}(ctx, a_, {len(ins.args)}, {f}, {pc})") + " }")
+        if op == O.AllocStorage:
+            if ins.size_from_shape:
+                itemsize = np.dtype(ins.dtype_hint).itemsize
+                size = (f"int64_t d_[TV_MAX_RANK]; int32_t n_; "
+                        f"if (tvn_shape_operand(ctx, r{ins.size}, d_, &n_, {f}, {pc}, \"alloc_storage\")) "
+                        f"{{ rc = ctx->error.kind; goto tv_exit; }}\n  const int64_t s_ = tvn_nbytes(d_, n_, {itemsize});")
+            else:
+                size = "int64_t s_ = 0; " + self._int_of(ins.size, pc, "alloc_storage", "s_")
+            return "{ " + size + "\n  " + self._check(f"tvn_alloc_storage(ctx, s_, &r{ins.dst}, {f}, {pc})") + " }"
+        if op in (O.AllocTensor, O.AllocTensorReg):
+            code, bits = _dtype_pair(ins.dtype)
+            offset = "int64_t o_ = 0; " + self._int_of(ins.offset, pc, "alloc_tensor", "o_")
+            if op == O.AllocTensor:
+                dims = f"const int64_t d_[{max(len(ins.shape), 1)}] = {{{', '.join(map(str, ins.shape)) or '0'}}}; " \
+                       f"const int32_t n_ = {len(ins.shape)};"
+                if len(ins.shape) > 16:
+                    raise UnsupportedError(f"native mode: rank {len(ins.shape)} > 16 ({_where(self.fn, pc, ins)})")
+            else:
+                dims = (f"int64_t d_[TV_MAX_RANK]; int32_t n_; if (tvn_shape_operand(ctx, r{ins.shape_register}, d_, "
+                        f"&n_, {f}, {pc}, \"alloc_tensor_reg\")) {{ rc = ctx->error.kind; goto tv_exit; }}")
+            return ("{ " + offset + "\n  " + dims + "\n  "
+                    + self._check(f"tvn_alloc_tensor(ctx, r{ins.storage}, o_, d_, n_, {code}, {bits}, &r{ins.dst}, "
+                                  f"{f}, {pc})") + " }")
+        if op == O.ShapeOf:
+            return self._check(f"tvn_shape_of(ctx, r{ins.tensor}, &r{ins.dst}, {f}, {pc})")
+        if op == O.ReshapeTensor:
+            return self._check(f"tvn_reshape(ctx, r{ins.tensor}, r{ins.newshape}, &r{ins.dst}, {f}, {pc})")
+        if op == O.AllocADT:
+            return (f"{{ tv_obj* a_[] = {self._args(ins.fields)}; tv_adt* v_ = tv_adt_new(INT64_C({ins.tag}), "
+                    f"{len(ins.fields)}, a_);\n  if (v_ == NULL) " + self._fail(pc, "TV_ERR_EXEC", "out of memory")
+                    + "\n  " + self._set(ins.dst, "&v_->h") + " }")
+        if op == O.AllocClosure:
+            return (f"{{ tv_obj* a_[] = {self._args(ins.free_vars)}; tv_closure* v_ = tv_closure_new({ins.func_index}, "
+                    f"{len(ins.free_vars)}, a_);\n  if (v_ == NULL) " + self._fail(pc, "TV_ERR_EXEC", "out of memory")
+                    + "\n  " + self._set(ins.dst, "&v_->h") + " }")
+        if op == O.GetTag:
+            return (f"if (r{ins.object} == NULL || r{ins.object}->kind != TV_KIND_ADT) "
+                    + self._fail(pc, "TV_ERR_EXEC", "get_tag: expected an ADT or tuple value")
+                    + f"\n  i{ins.dst} = ((const tv_adt*)r{ins.object})->tag;")
+        if op == O.GetField:
+            return self._check(f"tvn_get_field(ctx, r{ins.object}, {ins.field_index}, &r{ins.dst}, {f}, {pc})")
+        if op == O.Invoke:
+            if pc in self.tails and ins.func_index == self.index:
+                self._uses_start = True
+                n = len(ins.args)
+                new = " ".join(f"tv_obj* n{k}_ = r{a}; tv_incref(n{k}_);" for k, a in enumerate(ins.args))
+                release = " ".join(f"tv_decref(r{r}); r{r} = NULL;" for r in self.objs)
+                assign = " ".join(f"r{k} = n{k}_;" for k in range(n))
+                return "{ " + new + "\n  " + release + "\n  " + assign + "\n  goto tv_start; }"
+            return (f"{{ tv_obj* a_[] = {self._args(ins.args)}; tv_obj* v_ = NULL;\n"
+                    f"  if (tvn_too_deep(ctx, &v_)) {{ rc = tvn_depth_error(ctx, {f}, {pc}); goto tv_exit; }}\n"
+                    f"  rc = tvn_f{ins.func_index}(ctx, a_, &v_); ctx->depth -= 1;\n"
+                    f"  if (rc != 0) goto tv_exit;\n  " + self._set(ins.dst, "v_") + " }")
+        if op == O.InvokeClosure:
+            return (f"{{ tv_obj* a_[] = {self._args(ins.args)}; tv_obj* v_ = NULL;\n  "
+                    + self._check(f"tvn_call_closure(ctx, r{ins.closure}, a_, {len(ins.args)}, &v_, {f}, {pc})")
+                    + "\n  " + self._set(ins.dst, "v_") + " }")
+        raise UnsupportedError(f"native mode does not support {ins.name} ({_where(self.fn, pc, ins)})")
+
+
+def _comment(text: str) -> str:
+    return text.encode("ascii", "backslashreplace").decode().replace("*/", "* /").replace("\n", " ")

@@ -1,0 +1,171 @@
+"""exec_mode="native": running the VM functions compiled to C (docs/native_mode.md).
+
+``native_emit`` writes the C; ``kernel_c.build_c_library(..., native=exe)`` compiles it into the
+executable's kernel library and fills in a ``NativeLibrary`` (the entry point's address, the kernels'
+constant arrays, the kernels' error tables). ``runtime_for(exe, vm)`` makes one VM's ``Runtime`` (from
+the ``_tensorvm_native`` bridge, ``native/bridge.c``, built once per machine through the code
+generator's cache like ``fastcall``): ``runtime.call(function index, VM values) -> VM value``.
+Errors come back as the exceptions the bytecode VM raises for the same faults, located the same way.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import importlib.machinery
+import importlib.util
+import sys
+import sysconfig
+import threading
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import ExecutionError, ShapeError, UnsupportedError
+
+__all__ = ["NativeLibrary", "runtime_for", "bridge_module", "bridge_source", "call_native", "MAX_DEPTH",
+           "StackExhausted"]
+
+#: Nested (non-tail) calls allowed before a native call fails with a clear error (the C stack is
+#: checked too: a call that would come within 256 KiB of the thread's stack end fails the same way).
+MAX_DEPTH = 100_000
+
+_DEEP_STACK_BYTES = 1 << 30  # the thread a call reaching its C stack's end runs again on
+
+_NATIVE = Path(__file__).parent / "native"
+_RUNTIME_INCLUDE = '#include "tv_runtime.c"'
+_LOCK = threading.Lock()
+_MODULE: list = []
+
+# error kinds of tv_runtime.h
+_ERR_EXEC, _ERR_SHAPE, _ERR_KERNEL, _ERR_SHAPE_FUNC, _ERR_DEPTH = 1, 2, 3, 4, 5
+
+
+class StackExhausted(ExecutionError):
+    """A native call reached the end of its thread's C stack before the depth limit (``call_native``
+    runs it again on a thread with a large stack)."""
+
+
+def call_native(runtime, index: int, args: tuple):
+    """``runtime.call(index, args)``; a call that reaches the end of this thread's C stack runs again on
+    a thread with a 1 GiB stack (as compiled mode does past Python's limit: a VM call has no effects but
+    its result), where only ``MAX_DEPTH`` bounds it."""
+    try:
+        return runtime.call(index, args)
+    except StackExhausted:
+        from ..runtime.stack import run_on_deep_stack
+
+        return run_on_deep_stack(runtime.call, (index, args), _DEEP_STACK_BYTES, 0)
+
+
+class NativeLibrary:
+    """The native part of a kernel library: ``constants`` (the kernels' constant arrays, after the
+    executable's in the context's table), ``kernels`` (packed index -> ``NativeKernel``), and once built
+    ``invoke_address`` and ``kernel_functions`` (packed index -> ``KernelFunction``: its error table);
+    ``source`` is the generated translation unit."""
+
+    def __init__(self, constants: tuple, kernels: dict, source: str = ""):
+        self.constants = constants
+        self.kernels = kernels
+        self.source = source
+        self.invoke_address = None
+        self.kernel_functions: dict = {}
+
+    def attach(self, module) -> None:
+        """Read the entry point and the kernels' error tables from the built ``CompiledModule``."""
+        entry = module.library._cdll.tvn_invoke
+        self.invoke_address = ctypes.cast(entry, ctypes.c_void_p).value
+        self.kernel_functions = {p: module[k.func.name] for p, k in self.kernels.items()}
+
+
+def bridge_source() -> str:
+    """``native/bridge.c`` with the runtime's text in place of its ``#include "tv_runtime.c"``."""
+    from .native_emit import runtime_text
+
+    text = (_NATIVE / "bridge.c").read_text()
+    if text.count(_RUNTIME_INCLUDE) != 1:
+        raise RuntimeError("bridge.c must include tv_runtime.c once")
+    header = f"/* python {sys.version.split()[0]}, numpy {np.__version__} (part of the cache key) */\n"
+    return header + text.replace(_RUNTIME_INCLUDE, runtime_text())
+
+
+def bridge_module():
+    """The compiled ``_tensorvm_native`` bridge (``UnsupportedError`` when it cannot be built here)."""
+    with _LOCK:
+        if not _MODULE:
+            _MODULE.append(_build())
+        if isinstance(_MODULE[0], Exception):
+            raise UnsupportedError(f"native mode: the bridge extension cannot be built here: {_MODULE[0]}")
+        return _MODULE[0]
+
+
+def _build():
+    from ..codegen.build import build_library, find_toolchain
+
+    try:
+        include = sysconfig.get_paths()["include"]
+        if not (Path(include) / "Python.h").exists():
+            return RuntimeError(f"no Python.h in {include}")
+        toolchain = find_toolchain()
+        flags = tuple(f for f in toolchain.flags if f != "-fopenmp")
+        toolchain = replace(toolchain, flags=flags + (f"-I{include}", f"-I{np.get_include()}"))
+        library = build_library(bridge_source(), toolchain)
+        spec = importlib.util.spec_from_file_location(
+            "_tensorvm_native", library.info.path,
+            loader=importlib.machinery.ExtensionFileLoader("_tensorvm_native", library.info.path))
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module
+    except Exception as err:  # noqa: BLE001 - reported as the reason native mode is unavailable
+        return err
+
+
+def runtime_for(exe, vm, limit_bytes: int | None = None):
+    """A ``Runtime`` running ``exe``'s native functions for the VirtualMachine ``vm`` (its closures are
+    ``VMClosure``s owned by ``exe``)."""
+    from ..runtime.object import ADT
+    from .vm import VMClosure
+
+    exe.kernels  # noqa: B018 - builds the library (and its native part)
+    native = exe.c_library.native if exe.c_library is not None else None
+    if native is None or native.invoke_address is None:
+        raise UnsupportedError("native mode: the executable's kernel library has no native functions")
+    names = [fn.name for fn in exe.functions]
+    owner = exe.closure_owner
+
+    def make_closure(func_index, free_vars):
+        return VMClosure(func_index, free_vars, names[func_index], owner)
+
+    def on_error(kind, func, pc, packed, code, message):
+        return native_error(exe, native, kind, func, pc, packed, code, message)
+
+    constants = tuple(exe.constants) + tuple(np.ascontiguousarray(c) for c in native.constants)
+    return bridge_module().Runtime(native.invoke_address, constants, -1 if limit_bytes is None else limit_bytes,
+                                   MAX_DEPTH, ADT, make_closure, on_error)
+
+
+def native_error(exe, native, kind, func, pc, packed, code, message) -> Exception:
+    """The exception for a failed native call: the type the bytecode VM raises for the same fault, its
+    message naming the VM function, the pc and the instruction (as ``vm.located_error``)."""
+    from ..codegen.c_emit import RUNTIME_ERRORS
+
+    if 0 <= func < len(exe.functions):
+        fn = exe.functions[func]
+        ins = fn.instructions[pc] if 0 <= pc < len(fn.instructions) else "?"
+        where = f" [in VM function {fn.name!r} at pc {pc} ({ins})]"
+    else:
+        where = ""
+    if kind == _ERR_KERNEL:
+        kernel = native.kernel_functions.get(packed)
+        name = kernel.name if kernel is not None else f"PackedFunc[{packed}]"
+        text = kernel._errors.get(code, f"unknown error code {code}") if kernel is not None else f"error code {code}"
+        cls = ExecutionError if code in RUNTIME_ERRORS else ShapeError
+        return cls(f"{name}: {text}{where}")
+    if kind == _ERR_SHAPE_FUNC:
+        label = exe.primitives[packed].name if 0 <= packed < len(exe.primitives) else "?"
+        return ShapeError(f"{message} (shape function {label}){where}")
+    if kind == _ERR_SHAPE:
+        return ShapeError(f"{message}{where}")
+    if kind == _ERR_DEPTH:
+        return (StackExhausted if code == 1 else ExecutionError)(f"{message}{where}")
+    return ExecutionError(f"{message}{where}")
