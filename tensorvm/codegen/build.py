@@ -22,8 +22,8 @@ Threads: one budget, ``set_num_threads(n)`` (initially ``$TENSORVM_NUM_THREADS``
 of ``$OMP_NUM_THREADS``, else the cores this process may run on, ``os.sched_getaffinity``), shared by the
 kernels' OpenMP loops and the host BLAS: NumPy's OpenBLAS gets the same count, and a kernel that calls
 BLAS inside its own parallel split calls it single-threaded (``c_emit``), so no second pool competes
-for the cores. Idle OpenMP threads sleep (``OMP_WAIT_POLICY=passive`` is set before the OpenMP runtime
-loads, unless ``$OMP_WAIT_POLICY`` or ``$GOMP_SPINCOUNT`` is already set): libgomp's default spinning
+for the cores. Idle OpenMP threads spin briefly, then sleep (``GOMP_SPINCOUNT=20000`` is set before the OpenMP
+runtime loads, unless ``$OMP_WAIT_POLICY`` or ``$GOMP_SPINCOUNT`` is already set): libgomp's default spinning
 made every thread look CPU-bound to the scheduler, so with another process on one of the cores each
 fork-join waited for a time slice (2 threads, a 4-layer 512-wide MLP at batch 32 on a loaded 2-core
 machine: 7-17 ms per call spinning, 0.9-1.8 ms sleeping; ``benchmarks/threads_under_load.py``). The count

@@ -43,10 +43,19 @@ def _threads_from_environment():
         _NUM_THREADS[0] = int(value)
 
 
+# Idle OpenMP threads spin this many rounds (tens of microseconds on current cores: the gap between the
+# kernel calls of one inference), then sleep. Waking a sleeping thread for every kernel made the suite's
+# LSTM 2.4x slower at 2 threads on a quiet machine (``OMP_WAIT_POLICY=passive``); libgomp's default spin
+# (300,000 rounds) keeps a thread on its core long enough that a busy core stalls every fork-join
+# (``benchmarks/threads_under_load.py``). docs/architecture.md has the measurements.
+IDLE_SPIN_ROUNDS = 20000
+
+
 def _idle_threads_sleep():
-    """Sets libgomp's wait policy to passive unless the user chose one; read once, when it loads."""
+    """Sets libgomp's spin before sleeping (``GOMP_SPINCOUNT``) unless the user chose a wait policy or a
+    spin; read once, when libgomp loads."""
     if "OMP_WAIT_POLICY" not in os.environ and "GOMP_SPINCOUNT" not in os.environ:
-        os.environ["OMP_WAIT_POLICY"] = "passive"
+        os.environ["GOMP_SPINCOUNT"] = str(IDLE_SPIN_ROUNDS)
 
 
 _threads_from_environment()

@@ -110,14 +110,16 @@ def test_bad_counts_are_rejected(restore_threads, bad):
         tv.set_num_threads(bad)
 
 
-@pytest.mark.parametrize("preset, expected", [({}, "passive"), ({"OMP_WAIT_POLICY": "active"}, "active"),
-                                              ({"GOMP_SPINCOUNT": "1000"}, None)])
-def test_idle_openmp_threads_sleep_unless_the_user_chose(preset, expected):
+@pytest.mark.parametrize("preset, expected", [({}, "None 20000"), ({"OMP_WAIT_POLICY": "active"}, "active None"),
+                                              ({"OMP_WAIT_POLICY": "passive"}, "passive None"),
+                                              ({"GOMP_SPINCOUNT": "1000"}, "None 1000")])
+def test_idle_openmp_threads_spin_briefly_then_sleep_unless_the_user_chose(preset, expected):
     env = {k: v for k, v in os.environ.items()
            if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "TENSORVM_NUM_THREADS")} | preset
-    code = "import os, tensorvm.codegen.build; print(os.environ.get('OMP_WAIT_POLICY'))"
+    code = ("import os, tensorvm.codegen.build; "
+            "print(os.environ.get('OMP_WAIT_POLICY'), os.environ.get('GOMP_SPINCOUNT'))")
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
-    assert out.strip() == str(expected)
+    assert out.strip() == expected
 
 
 def test_environment_variable_sets_the_initial_budget():
