@@ -145,7 +145,7 @@ def main() -> None:
     parser.add_argument("--models", nargs="+", default=list(MODELS), choices=list(MODELS))
     parser.add_argument("--quick", action="store_true", help="one shape per model")
     parser.add_argument("--profile", action="store_true", help="print the VM profile of one call per shape")
-    parser.add_argument("--exec-mode", default="bytecode", choices=["bytecode", "compiled"],
+    parser.add_argument("--exec-mode", default="bytecode", choices=["bytecode", "compiled", "native"],
                         help="the VM's execution mode")
     parser.add_argument("--source", default=str(ROOT),
                         help="the checkout whose tensorvm is measured (default: this one; to compare two)")

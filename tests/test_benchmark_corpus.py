@@ -122,6 +122,19 @@ def test_a_wrong_tensorvm_output_gives_no_ratio():
     assert row["ratio"] is None and row["reason"].startswith("wrong output")
 
 
+def test_the_fastest_correct_exec_mode_gives_the_row():
+    """A model measured in several exec modes ("tvm", "tvm-native") gets, per case, the fastest one whose
+    output is correct; a faster wrong one is not chosen."""
+    report = _report({(1, "a"): (4.0, 2.0), (1, "b"): (4.0, 2.0)})
+    runtimes = report["groups"][1]["passes"]["1"]["runtimes"]
+    runtimes["tvm-native"] = {"label": "tensorvm native", "family": "tensorvm", "status": "ok", "info": {}, "cases": {
+        "a": {"median": 1e-3, "check": {"ok": True, "max_abs_err": 0.0, "max_rel_err": 0.0, "reason": ""}},
+        "b": {"median": 1e-3, "check": {"ok": False, "max_abs_err": 3.0, "reason": "wrong"}}}}
+    row_a, row_b = run.corpus_rows(report)
+    assert (row_a["tvm_runtime"], row_a["ratio"]) == ("tvm-native", pytest.approx(0.5))
+    assert (row_b["tvm_runtime"], row_b["ratio"]) == ("tvm", pytest.approx(2.0))
+
+
 def _alive(pid: int) -> bool:
     try:
         with open(f"/proc/{pid}/status") as status:
@@ -230,6 +243,9 @@ def test_corpus_models_are_listed_and_selectable():
             "t5-encoder"} <= keys
     for grp in models.groups():
         if grp.corpus:
-            assert {r.key for r in grp.runtimes} == {"tvm", "ort", "torch"} and grp.reference == "ort"
+            keys = {r.key for r in grp.runtimes}
+            assert {"tvm", "ort", "torch"} <= keys and grp.reference == "ort"
+            assert all(k in ("tvm", "ort", "torch", "tvm-native", "tvm-compiled") for k in keys), keys
             assert math.isfinite(grp.budget_s) and len(grp.cases) >= 2
+    assert "tvm-native" in {r.key for r in next(g for g in models.groups() if g.key == "gru").runtimes}
     assert os.path.basename(run.__file__) == "run.py"

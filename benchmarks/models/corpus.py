@@ -65,6 +65,9 @@ class OnnxModel:
     description: str = ""
     budget_s: float = BUDGET_S
     align: Callable | None = None  # ``ModelGroup.align``
+    # The VM exec modes measured ("native": VM functions compiled to C; worth it where the VM's own
+    # dispatch is a large share, as in the recurrent loops)
+    exec_modes: tuple[str, ...] = ("bytecode",)
 
 
 @functools.cache
@@ -118,11 +121,11 @@ def onnx_group(model: OnnxModel, quick: bool = False, cases: tuple[Case, ...] | 
             feed_cache[case.name] = model.feeds(case)
         return feed_cache[case.name]
 
-    def tvm_runner(grp, ctx):
-        return TensorVMRunner(
+    def tvm_runner(exec_mode):
+        return lambda grp, ctx: TensorVMRunner(
             lambda: import_from_onnx(ctx["artifacts"] / f"{model.key}.onnx", shape=model.tvm_shape),
             lambda case, mod: [tuple(feeds(case)[name] for name in model.inputs)],
-            compile_twice=ctx.get("compile_twice", True), targets=("c",))
+            compile_twice=ctx.get("compile_twice", True), targets=("c",), exec_mode=exec_mode)
 
     def torch_runner(grp, ctx):
         return TorchRunner(lambda torch: torch_module(model, torch, ctx["artifacts"] / f"{model.key}.pt"),
@@ -132,8 +135,11 @@ def onnx_group(model: OnnxModel, quick: bool = False, cases: tuple[Case, ...] | 
     def ort_runner(grp, ctx):
         return OrtRunner(ctx["artifacts"] / f"{model.key}.onnx", lambda case: [feeds(case)], ctx["threads"])
 
-    runtimes = (
-        RuntimeSpec("tvm", "tensorvm ONNX import · VM", TENSORVM, tvm_runner),
+    runtimes = tuple(
+        RuntimeSpec("tvm" if mode == "bytecode" else f"tvm-{mode}",
+                    "tensorvm ONNX import · VM" + ("" if mode == "bytecode" else f" {mode}"), TENSORVM,
+                    tvm_runner(mode))
+        for mode in model.exec_modes) + (
         RuntimeSpec("ort", "ONNX Runtime", PEER, ort_runner),
         RuntimeSpec("torch", "PyTorch eager", PEER, torch_runner),
     )

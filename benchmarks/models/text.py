@@ -121,7 +121,8 @@ GRU = OnnxModel(
     cases=(Case("b3s40", "batch 3, 40 steps", 120), Case("b2s200", "batch 2, 200 steps", 400)),
     feeds=lambda case: {"x": rng("gru", *_batch_seq(case)).standard_normal(
         (*_batch_seq(case), GRU_INPUT)).astype("float32")},
-    unit="token", atol=1e-4, rtol=1e-3, description="torch nn.GRU (batch first) exported as ONNX GRU nodes")
+    unit="token", atol=1e-4, rtol=1e-3, description="torch nn.GRU (batch first) exported as ONNX GRU nodes",
+    exec_modes=("bytecode", "native"))
 
 ENCODERS = {
     "distilbert": ("DistilBERT (4 layers, hidden 256)", "DistilBertConfig", "DistilBertModel", 30522,
