@@ -151,7 +151,7 @@ class CShapeFunction:
             if by_data:
                 if value.__class__ is not np.ndarray or value.dtype != self._dtypes[i] \
                         or not value.flags.c_contiguous:
-                    value = np.ascontiguousarray(value, dtype=self._dtypes[i])
+                    value = np.asarray(value, dtype=self._dtypes[i], order="C")  # (keeps a 0-d value 0-d)
                 keep.append(value)
                 shape = value.shape
                 datas.append(value.ctypes.data)

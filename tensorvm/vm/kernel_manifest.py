@@ -60,7 +60,7 @@ def _func_record(emitted) -> dict:
 
 
 def _array_record(array) -> dict:
-    array = np.ascontiguousarray(array)
+    array = np.array(array, order="C")  # (not ascontiguousarray, which makes a 0-d constant 1-d)
     return {"dtype": array.dtype.name, "shape": list(array.shape), "data": base64.b64encode(array.tobytes()).decode()}
 
 

@@ -139,7 +139,7 @@ def runtime_for(exe, vm, limit_bytes: int | None = None):
     def on_error(kind, func, pc, packed, code, message):
         return native_error(exe, native, kind, func, pc, packed, code, message)
 
-    constants = tuple(exe.constants) + tuple(np.ascontiguousarray(c) for c in native.constants)
+    constants = tuple(exe.constants) + tuple(np.asarray(c, order="C") for c in native.constants)  # (0-d stays 0-d)
     return bridge_module().Runtime(native.invoke_address, constants, -1 if limit_bytes is None else limit_bytes,
                                    MAX_DEPTH, ADT, make_closure, on_error)
 

@@ -410,7 +410,7 @@ def encode_abi(abi) -> bytes:
             for axis, size in static:
                 w.u32(axis)
                 w.i64s([size])
-        w.buf += _write_constants(SimpleNamespace(constants=[np.ascontiguousarray(c) for c in k.constants]))
+        w.buf += _write_constants(SimpleNamespace(constants=[np.asarray(c, order="C") for c in k.constants]))
         w.u32(len(k.errors))
         for code, message, runtime in k.errors:
             w.i32(code)

@@ -127,6 +127,22 @@ def test_a_new_batch_size_runs_on_the_prebuilt_library(tmp_path):
         vm.run(np.ones((2, 15), "float32"), *_mlp_args(2)[1:])
 
 
+def test_scalar_constants_and_scalar_data_keep_their_rank_on_the_prebuilt_library(tmp_path):
+    """A 0-d constant kernel input (topk's k) and a 0-d tensor a shape function reads (a run-time k) pass
+    through the KABI section and the prebuilt calls as 0-d (``np.ascontiguousarray`` made them 1-d)."""
+    text = """
+def @main(%x: Tensor[(?), float32], %k: int64) { (topk(%x, 3i64), topk(%x, %k)) }"""
+    path = tmp_path / "topk.tvx"
+    tv.vm.compile(tv.parse(text), target="c").save(path)
+    exe = load_executable(path)
+    assert exe.c_library.origin == "kernel cache", exe.c_library.load_reason
+    x = np.array([3, 1, 4, 1, 5, 9, 2, 6], "float32")
+    (values, indices), (values2, _) = VirtualMachine(exe).run(x, np.array(2, "int64"))
+    np.testing.assert_array_equal(values.numpy(), [9, 6, 5])
+    np.testing.assert_array_equal(indices.numpy(), [5, 7, 4])
+    np.testing.assert_array_equal(values2.numpy(), [9, 6])
+
+
 def test_without_the_fast_caller_the_prebuilt_kernels_are_called_checked_through_ctypes(tmp_path, monkeypatch):
     from tensorvm.vm.kernel_abi import CheckedKernel
 

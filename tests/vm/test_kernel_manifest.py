@@ -78,6 +78,20 @@ def test_a_new_process_binds_the_built_library_without_lowering(monkeypatch):
         np.testing.assert_allclose(out2, np.asarray(reference(*args)), rtol=1e-5, atol=1e-5)
 
 
+def test_a_scalar_constant_keeps_its_rank_through_the_manifest(monkeypatch):
+    """Found by a second CI run on a warm cache: a 0-d constant kernel input (topk's k) came back from the
+    manifest 1-d (``np.ascontiguousarray``), and every call failed the fast caller's rank check."""
+    text = "def @main(%x: Tensor[(?), float32]) { topk(%x, 3i64) }"
+    tv.vm.compile(tv.parse(text), target="c")
+    _new_process(monkeypatch)
+    second = tv.vm.compile(tv.parse(text), target="c")
+    assert second.stats()["kernel_library"]["from_manifest"]
+    x = np.array([3, 1, 4, 1, 5, 9, 2, 6], "float32")
+    values, indices = tv.vm.VirtualMachine(second).run(x)
+    np.testing.assert_array_equal(np.asarray(values), [9, 6, 5])
+    np.testing.assert_array_equal(np.asarray(indices), [5, 7, 4])
+
+
 def test_a_kernel_with_external_variants_is_planned_again(monkeypatch):
     monkeypatch.setenv("TENSORVM_BLAS", "numpy")  # BLAS through NumPy: an external variant, chosen in Python
     first = tv.vm.compile(tv.parse(DENSE), target="c")
