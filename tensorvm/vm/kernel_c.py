@@ -281,11 +281,9 @@ def _native_parts(exe, plans: dict, shape_specs: dict, aliases: dict) -> tuple:
 def _compile(library: CLibrary, plans: dict, emitted: dict, shape_specs: dict, native_source: str = "") -> None:
     """Build every planned kernel (its C already emitted) into one library; plain C kernels get the fast
     caller (``fastcall``)."""
-    import ctypes
 
     from ..codegen.c_emit import library_text
     from ..codegen.module import build_module
-    from .fastcall import caller_for
     from .shape_c import SHAPE_LIBRARY
 
     funcs = [func for plan in plans.values() for func in _plan_funcs(plan)]
@@ -308,20 +306,35 @@ def _compile(library: CLibrary, plans: dict, emitted: dict, shape_specs: dict, n
         library.native.attach(module)
     for name, plan in plans.items():
         kernel = plan.make_kernel(module)
-        func = plan.lowered.func
         library.sources[name] = kernel.source
-        fast = None
-        if plan.externals:  # (a kernel with a BLAS variant picks it in Python, per call)
-            library.abi_missing = f"kernel {name} picks a BLAS variant in Python"
-        else:
-            abi = _kernel_abi(name, func, tuple(plan.lowered.constants), kernel.kernel._errors)
-            entry = module.library.function(func.name, len(func.params), len(func.dim_params))
-            if abi is None:
-                library.abi_missing = f"kernel {name} has a calling convention the fast caller does not know"
-            else:
-                abis[name] = abi
-                fast = caller_for(abi, ctypes.cast(entry, ctypes.c_void_p).value, kernel)
-        library.kernels[name] = fast if fast is not None else kernel
+        library.kernels[name], missing = fast_kernel(name, kernel, plan.lowered.func, module.library,
+                                                     tuple(plan.lowered.constants), bool(plan.externals), abis)
+        library.abi_missing = missing or library.abi_missing
+    describe_if_complete(library, abis, shape_specs)
+
+
+def fast_kernel(name: str, kernel, func, built, constants: tuple, externals: bool, abis: dict) -> tuple:
+    """``(the kernel to call, why the library cannot be described or "")`` for the compiled ``kernel``
+    (of the loop-IR function ``func``, in the library ``built``): its fast caller (``fastcall``) when it is a plain C
+    kernel, with its ``KernelABI`` recorded in ``abis``, else the kernel itself."""
+    import ctypes
+
+    from .fastcall import caller_for
+
+    if externals:  # (a kernel with a BLAS variant picks it in Python, per call)
+        return kernel, f"kernel {name} picks a BLAS variant in Python"
+    abi = _kernel_abi(name, func, constants, kernel.kernel._errors)
+    if abi is None:
+        return kernel, f"kernel {name} has a calling convention the fast caller does not know"
+    abis[name] = abi
+    entry = built.function(func.name, len(func.params), len(func.dim_params))
+    fast = caller_for(abi, ctypes.cast(entry, ctypes.c_void_p).value, kernel)
+    return (fast if fast is not None else kernel), ""
+
+
+def describe_if_complete(library: CLibrary, abis: dict, shape_specs: dict) -> None:
+    """Describe ``library`` for saved files (``_describe``) unless something in it is not plain C, which
+    ``abi_missing`` then names."""
     if library.fallbacks:
         library.abi_missing = f"kernel {next(iter(library.fallbacks))} runs on NumPy"
     elif library.shape_fallbacks:

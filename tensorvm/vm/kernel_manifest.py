@@ -233,13 +233,11 @@ def bind(key: str, library, prims: dict, kernel_names: dict, shape_names: set, r
     """Fill ``library`` (an empty ``CLibrary``) from the manifest of ``key`` and the built library it names;
     ``kernel_names`` maps each primitive to build (aliases excluded) to its C name, ``replan(name)`` plans
     a kernel with external variants again. False (``library`` untouched) when there is no usable manifest."""
-    import ctypes
 
     from ..codegen.build import load_built_library
     from ..codegen.fused import FusedKernel, LoweredPrimitive
     from ..codegen.module import CompiledModule
-    from .fastcall import caller_for
-    from .kernel_c import _describe, _kernel_abi
+    from .kernel_c import describe_if_complete, fast_kernel
     from .kernel_python import build_kernel
 
     data = _read(key, kernel_names, shape_names)
@@ -254,21 +252,13 @@ def bind(key: str, library, prims: dict, kernel_names: dict, shape_names: set, r
         kernels, sources, shape_funcs, abis, abi_missing = {}, {}, {}, {}, ""
         for name, record in data["kernels"].items():
             if record["externals"]:
-                kernel = replan(name).make_kernel(module)
-                abi_missing = f"kernel {name} picks a BLAS variant in Python"
+                kernel, missing = fast_kernel(name, replan(name).make_kernel(module), None, built, (), True, abis)
             else:
                 func = record["funcs"][0].func
                 lowered = LoweredPrimitive(func, record["num_params"], record["constants"])
-                kernel = FusedKernel(module[func.name], lowered)
-                entry = built.function(func.name, len(func.params), len(func.dim_params))
-                abi = _kernel_abi(name, func, tuple(lowered.constants), kernel.kernel._errors)
-                fast = None
-                if abi is None:
-                    abi_missing = f"kernel {name} has a calling convention the fast caller does not know"
-                else:
-                    abis[name] = abi
-                    fast = caller_for(abi, ctypes.cast(entry, ctypes.c_void_p).value, kernel)
-                kernel = fast if fast is not None else kernel
+                kernel, missing = fast_kernel(name, FusedKernel(module[func.name], lowered), func, built,
+                                              tuple(lowered.constants), False, abis)
+            abi_missing = missing or abi_missing
             kernels[name] = kernel
             sources[name] = "\n".join(k.source for k in record["funcs"])
         for name, spec in data["shape_funcs"].items():
@@ -288,12 +278,6 @@ def bind(key: str, library, prims: dict, kernel_names: dict, shape_names: set, r
     library.library_path = built.info.path
     library.from_manifest = True
     library.reused += sum(not record["externals"] for record in data["kernels"].values())
-    # (described for a saved file's KABI as a compiled library is: kernel_c._compile)
-    if data["fallbacks"]:
-        abi_missing = f"kernel {next(iter(data['fallbacks']))} runs on NumPy"
-    elif data["shape_fallbacks"]:
-        abi_missing = f"shape function {next(iter(data['shape_fallbacks']))} runs in Python"
     library.abi_missing = abi_missing
-    if not abi_missing:
-        _describe(library, abis, {name: spec for name, (spec, _) in shape_funcs.items()})
+    describe_if_complete(library, abis, {name: spec for name, (spec, _) in shape_funcs.items()})
     return True
