@@ -197,8 +197,12 @@ class AOTModule:
 
 def build(mod: IRModule, name: str = "default", params: dict | None = None, target: str = "c",
           workspace: str = "internal", planner: str = "greedy_by_size", alignment: int = 16,
-          opt_level: int = 3) -> AOTModule:
+          opt_level: int = 3, dynamic: bool = False) -> AOTModule:
     """Compile the static ``@main`` of ``mod`` to C; see the module docstring.
+
+    ``dynamic=True``: every function of ``mod`` (recursion, ADTs, closures, dynamic shapes) becomes a
+    standalone C library with a header (a ``DynamicAOTModule``, ``tensorvm.aot.dynamic``, docs/aot_dynamic.md);
+    ``workspace``, ``planner`` and ``alignment`` do not apply (memory comes from a pool at run time).
 
     ``params`` binds parameters of ``@main`` by name (linked into the library). ``workspace`` is
     ``"internal"`` (a static buffer in the model file) or ``"external"`` (the run function takes a
@@ -206,6 +210,10 @@ def build(mod: IRModule, name: str = "default", params: dict | None = None, targ
     ``plan_memory`` algorithm; ``alignment`` the byte alignment of every workspace tensor.
     """
     _check_options(name, target, workspace, planner, alignment)
+    if dynamic:
+        from .dynamic import build_dynamic
+
+        return build_dynamic(mod, name, params, opt_level)
     schedule = lower_static(mod, params, opt_level)
     return _Emitter(schedule, name, workspace == "external", planner, alignment,
                     relay_text=_module_text(mod)).run()

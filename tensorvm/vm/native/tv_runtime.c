@@ -10,6 +10,13 @@
 
 #define TV_UNUSED __attribute__((unused))
 
+/* ADTs, closures and structs not from a pool: the C library's heap unless the including unit says
+   otherwise (the standalone AOT library routes them to the application's allocator). */
+#ifndef TV_OBJ_MALLOC
+#define TV_OBJ_MALLOC(size) malloc(size)
+#define TV_OBJ_FREE(ptr) free(ptr)
+#endif
+
 /* ---- errors -------------------------------------------------------------------------------------- */
 TV_UNUSED static int32_t tv_error_set(tv_ctx* ctx, int32_t kind, int32_t func, int32_t pc, const char* fmt, ...) {
   va_list ap;
@@ -36,13 +43,30 @@ TV_UNUSED static int64_t tv_size_class(int64_t nbytes) {
   return (nbytes + step - 1) & -step;
 }
 
-TV_UNUSED static tv_pool* tv_pool_new(int64_t limit_bytes) {
-  tv_pool* pool = (tv_pool*)calloc(1, sizeof(tv_pool));
+static void* tv_default_alloc(void* user, size_t size, size_t alignment) {
+  void* block = NULL;
+  (void)user;
+  return posix_memalign(&block, alignment < sizeof(void*) ? sizeof(void*) : alignment, size) == 0 ? block : NULL;
+}
+
+static void tv_default_free(void* user, void* block) {
+  (void)user;
+  free(block);
+}
+
+/* A pool whose memory comes from allocator (NULL: the C library's), itself included; NULL when out of memory. */
+TV_UNUSED static tv_pool* tv_pool_new_with(int64_t limit_bytes, const tv_allocator* allocator) {
+  const tv_allocator a = allocator != NULL ? *allocator : (tv_allocator){tv_default_alloc, tv_default_free, NULL};
+  tv_pool* pool = (tv_pool*)a.alloc(a.user, sizeof(tv_pool), 64);
   if (pool == NULL) return NULL;
+  memset(pool, 0, sizeof *pool);
   pool->refcount = 1;
   pool->limit_bytes = limit_bytes;
+  pool->allocator = a;
   return pool;
 }
+
+TV_UNUSED static tv_pool* tv_pool_new(int64_t limit_bytes) { return tv_pool_new_with(limit_bytes, NULL); }
 
 /* Frees every cached block; returns the bytes given back. */
 TV_UNUSED static int64_t tv_pool_release_cached(tv_pool* pool) {
@@ -52,7 +76,7 @@ TV_UNUSED static int64_t tv_pool_release_cached(tv_pool* pool) {
     while (block != NULL) {
       tv_free_block* next = block->next;
       freed += block->size;
-      free(block);
+      pool->allocator.free(pool->allocator.user, block);
       block = next;
     }
     pool->buckets[b] = NULL;
@@ -63,18 +87,18 @@ TV_UNUSED static int64_t tv_pool_release_cached(tv_pool* pool) {
 }
 
 /* A struct of size bytes: a spare one of the list, else a new one (NULL when out of memory). */
-static void* tv_pool_take(tv_spare** list, int32_t* count, size_t size) {
+static void* tv_pool_take(tv_pool* pool, tv_spare** list, int32_t* count, size_t size) {
   tv_spare* spare = *list;
-  if (spare == NULL) return malloc(size);
+  if (spare == NULL) return pool->allocator.alloc(pool->allocator.user, size, 16);
   *list = spare->next;
   *count -= 1;
   return spare;
 }
 
 /* Keeps a freed struct for reuse (up to TV_POOL_SPARE), else frees it. */
-static void tv_pool_keep(tv_spare** list, int32_t* count, void* o) {
+static void tv_pool_keep(tv_pool* pool, tv_spare** list, int32_t* count, void* o) {
   if (*count >= TV_POOL_SPARE) {
-    free(o);
+    pool->allocator.free(pool->allocator.user, o);
     return;
   }
   ((tv_spare*)o)->next = *list;
@@ -82,10 +106,10 @@ static void tv_pool_keep(tv_spare** list, int32_t* count, void* o) {
   *count += 1;
 }
 
-static void tv_free_spares(tv_spare* spare) {
+static void tv_free_spares(tv_pool* pool, tv_spare* spare) {
   while (spare != NULL) {
     tv_spare* next = spare->next;
-    free(spare);
+    pool->allocator.free(pool->allocator.user, spare);
     spare = next;
   }
 }
@@ -93,9 +117,10 @@ static void tv_free_spares(tv_spare* spare) {
 TV_UNUSED static void tv_pool_decref(tv_pool* pool) {
   if (pool != NULL && --pool->refcount == 0) {
     tv_pool_release_cached(pool);
-    tv_free_spares(pool->spare_tensors);
-    tv_free_spares(pool->spare_storages);
-    free(pool);
+    tv_free_spares(pool, pool->spare_tensors);
+    tv_free_spares(pool, pool->spare_storages);
+    const tv_allocator a = pool->allocator;
+    a.free(a.user, pool);
   }
 }
 
@@ -109,22 +134,22 @@ static void tv_pool_give_back(tv_storage* s) {
   block->next = pool->buckets[b];
   pool->buckets[b] = block;
   pool->bytes_cached += s->block_bytes;
-  tv_pool_keep(&pool->spare_storages, &pool->num_spare_storages, s);
+  tv_pool_keep(pool, &pool->spare_storages, &pool->num_spare_storages, s);
   tv_pool_decref(pool);
 }
 
 /* A fresh block of size bytes within the pool's limit on reserved bytes, or NULL. */
 static void* tv_pool_fresh_block(tv_pool* pool, int64_t size) {
-  void* data = NULL;
   if (pool->limit_bytes >= 0 && pool->bytes_reserved + size > pool->limit_bytes) return NULL;
-  if (posix_memalign(&data, 64, (size_t)size) != 0) return NULL;
+  void* data = pool->allocator.alloc(pool->allocator.user, (size_t)size, 64);
+  if (data == NULL) return NULL;
   pool->bytes_reserved += size;
   return data;
 }
 
 /* A new storage of nbytes from the pool (a new reference), or NULL when out of memory. */
 TV_UNUSED static tv_storage* tv_pool_alloc(tv_pool* pool, int64_t nbytes) {
-  tv_storage* s = (tv_storage*)tv_pool_take(&pool->spare_storages, &pool->num_spare_storages, sizeof(tv_storage));
+  tv_storage* s = (tv_storage*)tv_pool_take(pool, &pool->spare_storages, &pool->num_spare_storages, sizeof(tv_storage));
   if (s == NULL) return NULL;
   const int64_t size = tv_size_class(nbytes);
   const int b = tv_bit_length((uint64_t)size) % TV_POOL_BUCKETS;
@@ -142,7 +167,7 @@ TV_UNUSED static tv_storage* tv_pool_alloc(tv_pool* pool, int64_t nbytes) {
   if (data == NULL && (data = tv_pool_fresh_block(pool, size)) == NULL) {
     tv_pool_release_cached(pool); /* then once more, as the Python pool does */
     if ((data = tv_pool_fresh_block(pool, size)) == NULL) {
-      tv_pool_keep(&pool->spare_storages, &pool->num_spare_storages, s);
+      tv_pool_keep(pool, &pool->spare_storages, &pool->num_spare_storages, s);
       return NULL;
     }
   }
@@ -175,11 +200,11 @@ static void tv_free(tv_obj* o) {
       tv_storage* storage = t->storage;
       tv_pool* pool = t->pool;
       if (pool == NULL) {
-        free(t);
+        TV_OBJ_FREE(t);
         tv_decref(&storage->h);
         return;
       }
-      tv_pool_keep(&pool->spare_tensors, &pool->num_spare_tensors, t);
+      tv_pool_keep(pool, &pool->spare_tensors, &pool->num_spare_tensors, t);
       tv_decref(&storage->h);  /* (may give its block back to the pool: still alive, t held it) */
       tv_pool_decref(pool);
       return;
@@ -187,7 +212,7 @@ static void tv_free(tv_obj* o) {
     case TV_KIND_STORAGE: {
       tv_storage* s = (tv_storage*)o;
       if (s->release != NULL) s->release(s); /* (frees or keeps the struct) */
-      else free(s);
+      else TV_OBJ_FREE(s);
       return;
     }
     case TV_KIND_ADT: {
@@ -203,7 +228,7 @@ static void tv_free(tv_obj* o) {
     default:
       break;
   }
-  free(o);
+  TV_OBJ_FREE(o);
 }
 
 static void tv_decref(tv_obj* o) {
@@ -224,8 +249,8 @@ TV_UNUSED static int64_t tv_numel(const tv_tensor* t) {
 TV_UNUSED static tv_tensor* tv_tensor_new(tv_pool* pool, tv_storage* storage, void* data, int32_t code, int32_t bits,
                                           int32_t ndim, const int64_t* shape) {
   if (ndim < 0 || ndim > TV_MAX_RANK) return NULL;
-  tv_tensor* t = pool != NULL ? (tv_tensor*)tv_pool_take(&pool->spare_tensors, &pool->num_spare_tensors, sizeof(tv_tensor))
-                              : (tv_tensor*)malloc(sizeof(tv_tensor));
+  tv_tensor* t = pool != NULL ? (tv_tensor*)tv_pool_take(pool, &pool->spare_tensors, &pool->num_spare_tensors, sizeof(tv_tensor))
+                              : (tv_tensor*)TV_OBJ_MALLOC(sizeof(tv_tensor));
   if (t == NULL) return NULL;
   t->h.refcount = 1;
   t->h.kind = TV_KIND_TENSOR;
@@ -244,7 +269,7 @@ TV_UNUSED static tv_tensor* tv_tensor_new(tv_pool* pool, tv_storage* storage, vo
 /* ---- ADTs and closures --------------------------------------------------------------------------- */
 /* A new ADT whose fields take new references to values, or NULL. */
 TV_UNUSED static tv_adt* tv_adt_new(int64_t tag, int32_t nfields, tv_obj* const* values) {
-  tv_adt* a = (tv_adt*)malloc(sizeof(tv_adt) + sizeof(tv_obj*) * (size_t)(nfields > 0 ? nfields : 1));
+  tv_adt* a = (tv_adt*)TV_OBJ_MALLOC(sizeof(tv_adt) + sizeof(tv_obj*) * (size_t)(nfields > 0 ? nfields : 1));
   if (a == NULL) return NULL;
   a->h.refcount = 1;
   a->h.kind = TV_KIND_ADT;
@@ -258,7 +283,7 @@ TV_UNUSED static tv_adt* tv_adt_new(int64_t tag, int32_t nfields, tv_obj* const*
 }
 
 TV_UNUSED static tv_closure* tv_closure_new(int32_t func, int32_t nfree, tv_obj* const* values) {
-  tv_closure* c = (tv_closure*)malloc(sizeof(tv_closure) + sizeof(tv_obj*) * (size_t)(nfree > 0 ? nfree : 1));
+  tv_closure* c = (tv_closure*)TV_OBJ_MALLOC(sizeof(tv_closure) + sizeof(tv_obj*) * (size_t)(nfree > 0 ? nfree : 1));
   if (c == NULL) return NULL;
   c->h.refcount = 1;
   c->h.kind = TV_KIND_CLOSURE;

@@ -76,6 +76,14 @@ typedef struct tv_spare {
   struct tv_spare* next;
 } tv_spare;
 
+/* Where a pool's memory comes from: alloc(user, size, alignment) returns a block aligned to alignment (a
+   power of two, at most 64) or NULL; free(user, block) gives it back. tv_pool_new uses the C library's. */
+typedef struct tv_allocator {
+  void* (*alloc)(void* user, size_t size, size_t alignment);
+  void (*free)(void* user, void* block);
+  void* user;
+} tv_allocator;
+
 typedef struct tv_pool {
   int64_t refcount;      /* the VM's reference plus one per live storage and pooled tensor */
   int64_t limit_bytes;   /* bound on the bytes reserved, live + cached (< 0: none), as runtime.memory's pools */
@@ -84,6 +92,7 @@ typedef struct tv_pool {
   tv_spare* spare_tensors;  /* freed structs kept for reuse (malloc/free were a third of a dynamic call) */
   tv_spare* spare_storages;
   int32_t num_spare_tensors, num_spare_storages;
+  tv_allocator allocator; /* every block and struct the pool holds comes from it */
 } tv_pool;
 
 typedef struct tv_error {

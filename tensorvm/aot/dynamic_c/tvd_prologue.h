@@ -1,0 +1,11 @@
+/* The first lines of a standalone library of a dynamic program (tensorvm/aot/dynamic.py): before the
+   runtime's text, route its ADT and closure allocations to the application's allocator (tvd_api.c). */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE /* pthread_getattr_np: the C stack's end, for the depth check */
+#endif
+#include <stddef.h>
+
+static void* tvd_obj_malloc(size_t size);
+static void tvd_obj_free(void* block);
+#define TV_OBJ_MALLOC(size) tvd_obj_malloc(size)
+#define TV_OBJ_FREE(ptr) tvd_obj_free(ptr)
