@@ -32,7 +32,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import UnsupportedError
-from .build import _GLOBAL_DEFINITION, _c_initializer, _optional_pragmas
+from .build import _c_initializer, _optional_pragmas
 from .lower import c_identifier
 
 __all__ = ["DynamicAOTModule", "build_dynamic", "COMMON_HEADER"]
@@ -43,6 +43,10 @@ COMMON_HEADER = "tensorvm_dynamic.h"
 _API = ("create", "destroy", "last_error", "set_num_threads", "trim", "memory_stats", "retain", "release",
         "is_tensor", "is_closure", "tag", "num_fields", "field", "tensor_get", "tensor", "tuple")
 _INVOKE = '__attribute__((visibility("default"))) int32_t tvn_invoke('
+# A function definition with external linkage (its attribute, such as weak, dropped): made static
+_GLOBAL_DEFINITION = re.compile(
+    r"^(?:__attribute__\(\([^)]*\)\)[ \t]*)?(?!static\b|__attribute__|inline\b)"
+    r"([A-Za-z_][\w \t\*]*?\b[A-Za-z_]\w*[ \t]*\([^;{\n]*\)[ \t]*\{)", re.M)
 _KERNEL_PROTO = re.compile(r"^int32_t tvk\d+_\w+\([^;{}\n]*\);\n", re.M)
 _MESSAGES = re.compile(r"^const char\* const (tvs\w+_messages\[\])", re.M)
 

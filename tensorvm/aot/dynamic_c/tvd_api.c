@@ -352,8 +352,8 @@ TV_UNUSED static int32_t tvd_check_tensor(tvd_model* m, const tv_obj* o, int32_t
 TV_UNUSED static int32_t tvd_check_adt(tvd_model* m, const tv_obj* o, int32_t type, int32_t nctors, const int32_t* arity,
                              int32_t n, const char* where, const char* name) {
   if (o == NULL || o->kind != TV_KIND_ADT)
-    return tvd_fail(m, TVD_ERR_ARGUMENT, "%s: expected %s, got %s", where, name,
-                    o == NULL ? "NULL" : o->kind == TV_KIND_TENSOR ? "a tensor" : "a closure");
+    return tvd_fail(m, TVD_ERR_ARGUMENT, "%s: expected %s %s, got %s", where, type < 0 ? "a tuple" : "a value of type",
+                    name, o == NULL ? "NULL" : o->kind == TV_KIND_TENSOR ? "a tensor" : "a closure");
   const tv_adt* a = (const tv_adt*)o;
   if (type < 0) {
     if (a->tag != 0 || a->nfields != n)
