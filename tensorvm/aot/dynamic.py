@@ -210,6 +210,10 @@ class _Emitter:
             raise UnsupportedError("AOT dynamic: unexpected kernel library text (the native unit is not at its end)")
         kernels = _optional_pragmas(_GLOBAL_DEFINITION.sub(r"static inline \1", _MESSAGES.sub(
             r"static const char* const \1", kernels)))
+        # (their temporaries: from the application's allocator too; the kernel text allocates with malloc/free only)
+        if re.search(r"\b(calloc|realloc|aligned_alloc|posix_memalign)\(", kernels):
+            raise UnsupportedError("AOT dynamic: a kernel allocates with a function other than malloc/free")
+        kernels = re.sub(r"\bfree\(", "tvd_obj_free(", re.sub(r"\bmalloc\(", "tvd_obj_malloc(", kernels))
         # (the native unit declares the kernels it calls: here their definitions come first, in the same unit)
         native_text = _KERNEL_PROTO.sub("", native.source.replace(_INVOKE, "TV_UNUSED static int32_t tvn_invoke("))
         library = kernels + native_text

@@ -7,6 +7,7 @@ once under ``-fsanitize=address,undefined`` with leak detection."""
 
 from __future__ import annotations
 
+import ctypes
 import hashlib
 import os
 import shutil
@@ -182,7 +183,7 @@ def test_the_library_exports_only_its_prefix(app, tmp_path):
     """Two models link into one application: every strong global symbol is tvd_<name>_..."""
     for source in app["sources"]:
         obj = tmp_path / (Path(source).stem + ".o")
-        built = subprocess.run([CC, "-std=c11", "-O1", f"-I{app['directory'] / 'include'}", "-c", str(source), "-o",
+        built = subprocess.run([CC, "-std=c11", "-O0", f"-I{app['directory'] / 'include'}", "-c", str(source), "-o",
                                 str(obj)], capture_output=True, text=True)
         assert built.returncode == 0, built.stderr[:4000]
         nm = shutil.which("nm")
@@ -212,3 +213,208 @@ def @main(%x: Tensor[(2), float32]) { @release(%x) }
 """)
     with pytest.raises(UnsupportedError, match="tvd_m_release"):
         tv.aot.build(mod, name="m", dynamic=True)
+
+
+# --- more programs, called through ctypes from the library built as a shared object -------------------
+MISC = """
+def @total(%xs: List[Tensor[(3), float32]], %acc: Tensor[(3), float32]) -> Tensor[(3), float32] {
+  match (%xs) { Cons(%h, %t) => @total(%t, add(%acc, %h)), Nil => %acc }
+}
+def @sum_list(%xs: List[Tensor[(3), float32]]) -> Tensor[(3), float32] {
+  @total(%xs, zeros(shape=[3], dtype="float32"))
+}
+def @make(%k: float32) -> fn (Tensor[(?), float32]) -> Tensor[(?), float32] {
+  fn (%t: Tensor[(?), float32]) -> Tensor[(?), float32] { multiply(%t, %k) }
+}
+def @apply(%f: fn (Tensor[(?), float32]) -> Tensor[(?), float32], %x: Tensor[(?), float32]) -> Tensor[(?), float32] {
+  %f(%x)
+}
+def @divide(%x: Tensor[(?), int32], %y: Tensor[(?), int32]) -> Tensor[(?), int32] { floor_divide(%x, %y) }
+def @loop(%i: int32, %acc: int32) -> int32 {
+  if (equal(%i, 0)) { %acc } else { @loop(subtract(%i, 1), add(%acc, %i)) }
+}
+def @ident(%x: Tensor[(?), float32]) -> Tensor[(?), float32] { %x }
+def @two() -> float32 { 2f }
+def @main(%x: Tensor[(?), float32]) -> Tensor[(?), float32] { @apply(@make(2f), %x) }
+"""
+
+
+class _DLTensor(ctypes.Structure):
+    _fields_ = [("data", ctypes.c_void_p), ("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32),
+                ("ndim", ctypes.c_int32), ("code", ctypes.c_uint8), ("bits", ctypes.c_uint8),
+                ("lanes", ctypes.c_uint16), ("shape", ctypes.POINTER(ctypes.c_int64)),
+                ("strides", ctypes.POINTER(ctypes.c_int64)), ("byte_offset", ctypes.c_uint64)]
+
+
+_CODES = {"f": 2, "i": 0, "u": 1}
+
+
+class _Lib:
+    """The misc library through ctypes: every function returns its status; values are c_void_p."""
+
+    def __init__(self, path: Path):
+        self.dll = ctypes.CDLL(str(path))
+        self.model = ctypes.c_void_p()
+        assert self.fn("create")(None, ctypes.byref(self.model)) == 0
+        self.keep = []
+
+    def fn(self, name):
+        f = getattr(self.dll, f"tvd_misc_{name}")
+        if name in ("last_error",):
+            f.restype = ctypes.c_char_p
+        elif name in ("field",):
+            f.restype = ctypes.c_void_p
+        elif name in ("tag",):
+            f.restype = ctypes.c_int64
+        elif name not in ("release", "destroy", "memory_stats"):
+            f.restype = ctypes.c_int32
+        return f
+
+    def tensor(self, array) -> _DLTensor:
+        array = np.ascontiguousarray(array) if np.ndim(array) else np.array(array)  # (0-d stays 0-d)
+        shape = (ctypes.c_int64 * max(array.ndim, 1))(*array.shape)
+        self.keep.append((array, shape))
+        return _DLTensor(array.ctypes.data, 1, 0, array.ndim, _CODES[array.dtype.kind], array.dtype.itemsize * 8, 1,
+                         shape, None, 0)
+
+    def value(self, array):
+        out = ctypes.c_void_p()
+        assert self.fn("tensor")(self.model, ctypes.byref(self.tensor(array)), ctypes.byref(out)) == 0
+        return out
+
+    def call(self, name, *args):
+        result = ctypes.c_void_p()
+        converted = [ctypes.byref(self.tensor(a)) if isinstance(a, np.ndarray) else a for a in args]
+        rc = self.fn(name)(self.model, *converted, ctypes.byref(result))
+        return rc, result, self.fn("last_error")(self.model).decode()
+
+    def numpy(self, value, dtype="float32"):
+        t = _DLTensor()
+        assert self.fn("tensor_get")(value, ctypes.byref(t)) == 0
+        shape = tuple(t.shape[i] for i in range(t.ndim))
+        count = int(np.prod(shape, dtype=np.int64))
+        buffer = (ctypes.c_char * (count * np.dtype(dtype).itemsize)).from_address(t.data)
+        return np.frombuffer(buffer, dtype=dtype).reshape(shape), t
+
+    def release(self, value):
+        self.fn("release")(value)
+
+    def live_bytes(self) -> int:
+        stats = (ctypes.c_int64 * 7)()
+        self.fn("memory_stats")(self.model, stats)
+        return stats[3]
+
+
+@pytest.fixture(scope="module")
+def misc(tmp_path_factory):
+    from tensorvm.codegen.build import cache_dir
+
+    directory = tmp_path_factory.mktemp("aotdyn_misc")
+    library = tv.aot.build(tv.parse(MISC), name="misc", dynamic=True)
+    layout = library.write_sources(directory)
+    flags = ["-std=c11", "-O1", "-Wall", "-Werror", "-shared", "-fPIC"]
+    texts = [p.read_bytes() for p in sorted((directory / "include").iterdir())] + [layout["sources"][0].read_bytes()]
+    key = hashlib.sha256(b"\0".join(texts + [" ".join(flags).encode()])).hexdigest()[:24]
+    so = cache_dir() / f"aotdyn_test_misc_{key}.so"
+    if not so.exists():
+        partial = directory / "misc.so"
+        built = subprocess.run([CC, *flags, f"-I{directory / 'include'}", str(layout["sources"][0]), "-o", str(partial),
+                                "-lm", "-lpthread"], capture_output=True, text=True, timeout=600)
+        assert built.returncode == 0, built.stderr[:6000]
+        staged = so.with_name(f"{so.name}.{os.getpid()}.tmp")
+        shutil.copy2(partial, staged)
+        os.replace(staged, so)
+    lib = _Lib(so)
+    yield lib, tv.create_executor("debug", tv.parse(MISC))
+    lib.fn("destroy")(lib.model)
+
+
+def _list(lib, arrays):
+    """A List built with the constructors, last element first."""
+    nil = ctypes.c_void_p()
+    assert lib.fn("List_Nil")(lib.model, ctypes.byref(nil)) == 0
+    tail = nil
+    for array in reversed(arrays):
+        head, cell = lib.value(array), ctypes.c_void_p()
+        assert lib.fn("List_Cons")(lib.model, head, tail, ctypes.byref(cell)) == 0, lib.fn("last_error")(lib.model)
+        lib.release(head)
+        lib.release(tail)
+        tail = cell
+    return tail
+
+
+def test_a_list_built_in_c_long_lists_in_constant_stack_and_a_wrong_element(misc):
+    lib, oracle = misc
+    rng = np.random.default_rng(0)
+    arrays = [rng.standard_normal(3).astype("float32") for _ in range(5)]
+    xs = _list(lib, arrays)
+    rc, result, message = lib.call("sum_list", xs)
+    assert rc == 0, message
+    np.testing.assert_allclose(lib.numpy(result)[0], np.sum(arrays, axis=0), rtol=1e-5)
+    lib.release(result)
+    lib.release(xs)
+    long = _list(lib, [np.ones(3, "float32")] * 100_000)  # (checked along the list, summed by a tail loop)
+    rc, result, message = lib.call("sum_list", long)
+    assert rc == 0, message
+    np.testing.assert_allclose(lib.numpy(result)[0], np.full(3, 100_000, "float32"))
+    lib.release(result)
+    lib.release(long)
+    wrong = _list(lib, [np.ones(3, "float32"), np.ones(4, "float32")])  # (Cons takes any A: checked at the call)
+    rc, result, message = lib.call("sum_list", wrong)
+    assert rc == 6 and "expected Tensor[(3), float32], got a tensor of dtype code 2 bits 32, shape (4)" in message
+    assert not result
+    lib.release(wrong)
+    assert lib.live_bytes() == 0
+
+
+def test_closures_go_out_and_back_in(misc):
+    lib, oracle = misc
+    rc, scale, message = lib.call("make", np.array(3.0, "float32"))
+    assert rc == 0 and lib.fn("is_closure")(scale) == 1, message
+    x = np.arange(5, dtype="float32")
+    rc, result, message = lib.call("apply", scale, x)
+    assert rc == 0, message
+    np.testing.assert_allclose(lib.numpy(result)[0], x * 3)
+    lib.release(result)
+    not_a_function = lib.value(x)
+    rc, result, message = lib.call("apply", not_a_function, x)
+    assert rc == 6 and "expected a function" in message
+    lib.release(not_a_function)
+    lib.release(scale)
+    rc, result, message = lib.call("main", x)
+    np.testing.assert_allclose(lib.numpy(result)[0], oracle.evaluate()(x).numpy())
+    lib.release(result)
+    assert lib.live_bytes() == 0
+
+
+def test_kernel_errors_name_the_kernel_and_the_function(misc):
+    lib, _ = misc
+    rc, result, message = lib.call("divide", np.array([4, 5], "int32"), np.array([2, 0], "int32"))
+    assert rc == 1 and "integer division by zero" in message and "'divide' at pc" in message, message
+    rc, result, message = lib.call("divide", np.array([4, 5], "int32"), np.array([2, 3, 4], "int32"))
+    assert rc == 2, message  # (shapes that do not broadcast: a shape error)
+    rc, result, message = lib.call("divide", np.array([4, 5], "int32"), np.array([2, 3], "int32"))
+    assert rc == 0 and lib.numpy(result, "int32")[0].tolist() == [2, 1]
+    lib.release(result)
+
+
+def test_a_tail_loop_of_60000_steps_and_results_the_caller_owns(misc):
+    lib, oracle = misc
+    rc, result, message = lib.call("loop", np.array(60_000, "int32"), np.array(0, "int32"))
+    assert rc == 0, message
+    assert int(lib.numpy(result, "int32")[0]) == 60_000 * 60_001 // 2
+    lib.release(result)
+    x = np.arange(4, dtype="float32")
+    rc, result, message = lib.call("ident", x)  # the result is the argument: copied, not the caller's buffer
+    got, view = lib.numpy(result)
+    assert view.data != x.ctypes.data and got.tolist() == x.tolist()
+    lib.release(result)
+    rc, result, message = lib.call("two")  # the result is a constant: a writable copy
+    got, view = lib.numpy(result)
+    assert got == 2
+    ctypes.c_float.from_address(view.data).value = 7.0
+    lib.release(result)
+    rc, result, message = lib.call("two")
+    assert lib.numpy(result)[0] == 2
+    lib.release(result)
+    assert lib.live_bytes() == 0

@@ -33,19 +33,21 @@ struct tvd_model {
   char message[1024]; /* the last error ("" after a success) */
 };
 
-/* ---- the application's allocator for ADTs and closures (tvd_prologue.h) ------------------------------
+/* ---- the application's allocator for ADTs, closures and kernel temporaries (tvd_prologue.h) ----------
    Each block starts with the pool it came from (one counted reference), so a value freed after its model is
-   gone still goes back to the allocator that made it. The API functions set the current pool. */
+   gone still goes back to the allocator that made it. The API functions set the calling thread's current
+   pool; on a thread without one (a kernel's OpenMP worker asking for a temporary) the C library's heap
+   serves, recorded as pool NULL. */
 static _Thread_local tv_pool* tvd_current_pool;
 #define TVD_HEADER 16
 
 static void* tvd_obj_malloc(size_t size) {
   tv_pool* pool = tvd_current_pool;
-  if (pool == NULL) return NULL;
-  char* block = (char*)pool->allocator.alloc(pool->allocator.user, size + TVD_HEADER, 16);
+  char* block = pool != NULL ? (char*)pool->allocator.alloc(pool->allocator.user, size + TVD_HEADER, 16)
+                             : (char*)malloc(size + TVD_HEADER);
   if (block == NULL) return NULL;
   *(tv_pool**)block = pool;
-  pool->refcount += 1;
+  if (pool != NULL) pool->refcount += 1;
   return block + TVD_HEADER;
 }
 
@@ -53,6 +55,10 @@ static void tvd_obj_free(void* ptr) {
   if (ptr == NULL) return;
   char* block = (char*)ptr - TVD_HEADER;
   tv_pool* pool = *(tv_pool**)block;
+  if (pool == NULL) {
+    free(block);
+    return;
+  }
   pool->allocator.free(pool->allocator.user, block);
   tv_pool_decref(pool);
 }
@@ -394,19 +400,26 @@ static const char* tvd_stack_limit(void) {
 }
 
 /* Makes the result the caller's: a tensor viewing memory the pool does not own (an argument's data lent for
-   the call, or a constant) gets a copy. Loops along the last field (a long list in constant stack). */
-static int32_t tvd_own(tvd_model* m, tv_obj* o, const char* what) {
-  while (o != NULL) {
+   the call, or a constant) is replaced in its slot by a tensor over a copy (never changed in place: the
+   constants' tensor objects are shared by every call). The ADTs and closures holding such tensors were made
+   by this call (the caller's values hold pool memory only), so their slots are ours to change. Loops along
+   the last field (a long list in constant stack). */
+static int32_t tvd_own(tvd_model* m, tv_obj** slot, const char* what) {
+  while (*slot != NULL) {
+    tv_obj* o = *slot;
     if (o->kind == TV_KIND_TENSOR) {
-      tv_tensor* t = (tv_tensor*)o;
-      tv_storage* s = t->storage;
+      const tv_tensor* t = (const tv_tensor*)o;
+      const tv_storage* s = t->storage;
       if (s->release == tv_pool_give_back) return TVD_OK;
       tv_storage* copy = tv_pool_alloc(m->pool, s->nbytes);
       if (copy == NULL) return tvd_fail(m, TVD_ERR_MEMORY, "%s: out of memory copying a result", what);
       if (s->nbytes > 0) memcpy(copy->data, s->data, (size_t)s->nbytes);
-      t->data = (char*)copy->data + ((char*)t->data - (char*)s->data);
-      t->storage = copy;
-      tv_decref(&s->h);
+      tv_tensor* fresh = tv_tensor_new(m->pool, copy, (char*)copy->data + ((const char*)t->data - (const char*)s->data),
+                                       t->dtype_code, t->dtype_bits, t->ndim, t->shape);
+      tv_decref(&copy->h);
+      if (fresh == NULL) return tvd_fail(m, TVD_ERR_MEMORY, "%s: out of memory copying a result", what);
+      tv_decref(o);
+      *slot = &fresh->h;
       return TVD_OK;
     }
     tv_obj** fields;
@@ -422,10 +435,10 @@ static int32_t tvd_own(tvd_model* m, tv_obj* o, const char* what) {
     }
     if (n == 0) return TVD_OK;
     for (int32_t i = 0; i < n - 1; ++i) {
-      const int32_t rc = tvd_own(m, fields[i], what);
+      const int32_t rc = tvd_own(m, &fields[i], what);
       if (rc != TVD_OK) return rc;
     }
-    o = fields[n - 1];
+    slot = &fields[n - 1];
   }
   return TVD_OK;
 }
@@ -466,7 +479,7 @@ TV_UNUSED static int32_t tvd_call(tvd_model* m, int32_t f, tv_obj* const* args, 
     tv_decref(ret);
     return tvd_call_error(m, what);
   }
-  if ((rc = tvd_own(m, ret, what)) != TVD_OK) {
+  if ((rc = tvd_own(m, &ret, what)) != TVD_OK) {
     tv_decref(ret);
     return rc;
   }

@@ -1,5 +1,6 @@
 /* The first lines of a standalone library of a dynamic program (tensorvm/aot/dynamic.py): before the
-   runtime's text, route its ADT and closure allocations to the application's allocator (tvd_api.c). */
+   runtime's text, route its ADT and closure allocations to the application's allocator (tvd_api.c); the
+   kernels' temporaries go there too (dynamic.py renames their malloc/free calls to these functions). */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE /* pthread_getattr_np: the C stack's end, for the depth check */
 #endif
