@@ -180,11 +180,12 @@ def test_clean_under_address_and_undefined_sanitizers_with_leak_detection(app, t
 
 
 def test_the_library_exports_only_its_prefix(app, tmp_path):
-    """Two models link into one application: every strong global symbol is tvd_<name>_..."""
+    """Two models link into one application: every strong global symbol is tvd_<name>_... (and the unit is
+    warning-free under -Wextra too)."""
     for source in app["sources"]:
         obj = tmp_path / (Path(source).stem + ".o")
-        built = subprocess.run([CC, "-std=c11", "-O0", f"-I{app['directory'] / 'include'}", "-c", str(source), "-o",
-                                str(obj)], capture_output=True, text=True)
+        built = subprocess.run([CC, "-std=c11", "-O0", "-Wall", "-Wextra", "-Werror", f"-I{app['directory'] / 'include'}",
+                                "-c", str(source), "-o", str(obj)], capture_output=True, text=True)
         assert built.returncode == 0, built.stderr[:4000]
         nm = shutil.which("nm")
         if nm is None:
