@@ -32,6 +32,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import UnsupportedError
+from ..vm.native_emit import _c_string, _comment, _dtype_pair
 from .build import _c_initializer, _optional_pragmas
 from .lower import c_identifier
 
@@ -133,15 +134,6 @@ def _type_text(ty) -> str:
         return type_to_str(ty)
     except Exception:  # noqa: BLE001 - only a message
         return str(ty)
-
-
-def _c_string(text: str) -> str:
-    escaped = text.encode("ascii", "backslashreplace").decode().replace("\\", "\\\\").replace('"', '\\"')
-    return '"' + escaped.replace("\n", "\\n").replace("?", "\\?") + '"'
-
-
-def _comment(text: str) -> str:
-    return text.encode("ascii", "backslashreplace").decode().replace("*/", "* /").replace("\n", " ")
 
 
 class _Emitter:
@@ -391,10 +383,32 @@ class _Emitter:
             else:
                 lines.append(f"  if (rc == TVD_OK && (rc = {self._check(ty)}(m, tvd_obj({c}), {where})) == TVD_OK) "
                              f"{{ args[{i}] = tvd_obj({c}); tv_incref(args[{i}]); }}")
+        lines += self._symbolic_dims(e, what)
         lines.append(f"  if (rc == TVD_OK) rc = tvd_call(m, {f}, args, {what}, result);")
         lines.append(f"  for (int32_t i = 0; i < {n}; ++i) tv_decref(args[i]);")
         lines += ["  tvd_leave(scope);", "  return rc;", "}"]
         return "\n".join(lines)
+
+    def _symbolic_dims(self, e: EntryPoint, what: str) -> list:
+        """Checks that a named dim (``Tensor[(n, 4)]``, ``Tensor[(n)]``) has one value across the tensor
+        parameters, as the VM checks its arguments."""
+        from ..ir.types import SymDim
+
+        first, lines = {}, []
+        for i, (c, ty, is_tensor) in enumerate(e.params):
+            for axis, dim in enumerate(ty.shape if is_tensor else ()):
+                if not isinstance(dim, SymDim):
+                    continue
+                if dim.name not in first:
+                    first[dim.name] = (i, c, axis)
+                    continue
+                j, other, other_axis = first[dim.name]
+                here, there = f"((const tv_tensor*)args[{i}])->shape[{axis}]", f"((const tv_tensor*)args[{j}])->shape[{other_axis}]"
+                lines.append(f"  if (rc == TVD_OK && {here} != {there}) rc = tvd_fail(m, TVD_ERR_ARGUMENT, \"%s: dimension "
+                             f"{axis} of %s is {dim.name} = %lld, but dimension {other_axis} of %s has {dim.name} = "
+                             f"%lld\", {what}, {_c_string('%' + c)}, (long long){here}, {_c_string('%' + other)}, "
+                             f"(long long){there});")
+        return lines
 
     def _entry_signature(self, e: EntryPoint) -> str:
         params = ["tvd_model* m"] + [f"const tvd_tensor* {c}" if t else f"tvd_value* {c}" for c, _, t in e.params]
@@ -467,13 +481,6 @@ class _Emitter:
             lines.append(f"{self._entry_signature(e)};")
         lines += ["", "#ifdef __cplusplus", "}", "#endif", "", f"#endif /* {m}_H_ */"]
         return "\n".join(lines) + "\n"
-
-
-def _dtype_pair(dtype: str) -> tuple:
-    from ..vm import bytecode as bc
-
-    code, bits, _ = bc.dtype_to_code(dtype)
-    return code, bits
 
 
 def _is_tensor_type(ty) -> bool:

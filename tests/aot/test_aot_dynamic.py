@@ -236,6 +236,9 @@ def @loop(%i: int32, %acc: int32) -> int32 {
 }
 def @ident(%x: Tensor[(?), float32]) -> Tensor[(?), float32] { %x }
 def @two() -> float32 { 2f }
+def @scale_rows(%x: Tensor[(n, 2), float32], %v: Tensor[(n), float32]) -> Tensor[(n, 2), float32] {
+  multiply(%x, expand_dims(%v, axis=1))
+}
 def @main(%x: Tensor[(?), float32]) -> Tensor[(?), float32] { @apply(@make(2f), %x) }
 """
 
@@ -419,3 +422,15 @@ def test_a_tail_loop_of_60000_steps_and_results_the_caller_owns(misc):
     assert lib.numpy(result)[0] == 2
     lib.release(result)
     assert lib.live_bytes() == 0
+
+
+def test_a_named_dim_has_one_value_across_the_parameters(misc):
+    lib, oracle = misc
+    x, v = np.arange(6, dtype="float32").reshape(3, 2), np.array([1, 2, 3], "float32")
+    rc, result, message = lib.call("scale_rows", x, v)
+    assert rc == 0, message
+    np.testing.assert_allclose(lib.numpy(result)[0], oracle.evaluate("scale_rows")(x, v).numpy())
+    lib.release(result)
+    rc, result, message = lib.call("scale_rows", x, np.ones(4, "float32"))
+    assert rc == 6 and "dimension 0 of %v is n = 4, but dimension 0 of %x has n = 3" in message, message
+    assert not result and lib.live_bytes() == 0
