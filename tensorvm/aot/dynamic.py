@@ -3,6 +3,7 @@
     lib = tv.aot.build(mod, name="tree", params=weights, dynamic=True)   # a DynamicAOTModule
     lib.sources     # {"tree.c": ..., "tree.h": ..., "tensorvm_dynamic.h": ...}
     lib.write_sources(directory)                                          # include/*.h, src/tree.c
+    # cc -std=c11 -O2 -fwrapv -Iinclude app.c src/tree.c -lm -lpthread   (lib.c_flags: -fwrapv)
 
 The program is compiled as for ``exec_mode="native"`` (``vm/native_emit.py`` writes one C function per
 VM function from the lowered module; kernels and C shape functions come from the same kernel library),
@@ -36,10 +37,13 @@ from ..vm.native_emit import _c_string, _comment, _dtype_pair
 from .build import _c_initializer, _optional_pragmas
 from .lower import c_identifier
 
-__all__ = ["DynamicAOTModule", "build_dynamic", "COMMON_HEADER"]
+__all__ = ["DynamicAOTModule", "build_dynamic", "COMMON_HEADER", "C_FLAGS"]
 
 _DIR = Path(__file__).parent / "dynamic_c"
 COMMON_HEADER = "tensorvm_dynamic.h"
+#: Flags the library must be compiled with: integer kernels wrap on overflow, as NumPy does (the kernel
+#: library's own build uses them too, codegen/build.py). Add -O2/-O3, -march=..., -fopenmp as wanted.
+C_FLAGS = ("-fwrapv",)
 # API functions of every library (an entry point or constructor may not take these names)
 _API = ("create", "destroy", "last_error", "set_num_threads", "trim", "memory_stats", "retain", "release",
         "is_tensor", "is_closure", "tag", "num_fields", "field", "tensor_get", "tensor", "tuple")
@@ -82,6 +86,7 @@ class DynamicAOTModule:
     constructors: tuple
     constants_size: int  # bytes of the embedded constants
     relay_text: str = field(default="", repr=False)
+    c_flags: tuple = C_FLAGS  # what compiling <name>.c needs (integer wrap-around, as NumPy)
 
     @property
     def prefix(self) -> str:

@@ -33,9 +33,9 @@ MAIN = Path(__file__).parent / "dynamic_main.c"
 TREE_I, TREE_H = 12, 10
 LSTM_I, LSTM_H = 6, 8
 LENGTHS = (1, 4, 9)
-PLAIN = ["-std=c11", "-O2", "-Wall", "-Werror"]
-SANITIZE = ["-std=c11", "-O0", "-g", "-Wall", "-Werror", "-fsanitize=address,undefined", "-fno-sanitize-recover=all",
-            "-fno-omit-frame-pointer"]
+PLAIN = ["-std=c11", "-O2", "-Wall", "-Werror", *tv.aot.dynamic.C_FLAGS]
+SANITIZE = ["-std=c11", "-O0", "-g", "-Wall", "-Werror", *tv.aot.dynamic.C_FLAGS, "-fsanitize=address,undefined",
+            "-fno-sanitize-recover=all", "-fno-omit-frame-pointer"]
 
 
 def _write_tree(tree, out: list):
@@ -316,7 +316,7 @@ def misc(tmp_path_factory):
     directory = tmp_path_factory.mktemp("aotdyn_misc")
     library = tv.aot.build(tv.parse(MISC), name="misc", dynamic=True)
     layout = library.write_sources(directory)
-    flags = ["-std=c11", "-O1", "-Wall", "-Werror", "-shared", "-fPIC"]
+    flags = ["-std=c11", "-O1", "-Wall", "-Werror", "-shared", "-fPIC", *tv.aot.dynamic.C_FLAGS]
     texts = [p.read_bytes() for p in sorted((directory / "include").iterdir())] + [layout["sources"][0].read_bytes()]
     key = hashlib.sha256(b"\0".join(texts + [" ".join(flags).encode()])).hexdigest()[:24]
     so = cache_dir() / f"aotdyn_test_misc_{key}.so"

@@ -4,6 +4,11 @@
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE /* pthread_getattr_np: the C stack's end, for the depth check */
 #endif
+#ifndef TV_NO_LOOP_IF_CONVERSION
+/* kernels with a select between two loads are built without loop if-conversion (GCC 12.2 -O3 AVX2
+   vectorized them wrongly; tv_kernel.h): the unknown compiler of the application gets the safe choice */
+#define TV_NO_LOOP_IF_CONVERSION
+#endif
 #include <stddef.h>
 
 static void* tvd_obj_malloc(size_t size);
