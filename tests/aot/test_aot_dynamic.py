@@ -373,8 +373,10 @@ def test_a_list_built_in_c_long_lists_in_constant_stack_and_a_wrong_element(misc
 
 def test_closures_go_out_and_back_in(misc):
     lib, oracle = misc
-    rc, scale, message = lib.call("make", np.array(3.0, "float32"))
+    k = np.array(3.0, "float32")
+    rc, scale, message = lib.call("make", k)
     assert rc == 0 and lib.fn("is_closure")(scale) == 1, message
+    k[...] = 100  # (the closure captured the argument: it keeps a copy, not the caller's buffer)
     x = np.arange(5, dtype="float32")
     rc, result, message = lib.call("apply", scale, x)
     assert rc == 0, message
