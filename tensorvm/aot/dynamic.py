@@ -27,6 +27,7 @@ See docs/aot_dynamic.md for the C API.
 from __future__ import annotations
 
 import re
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -34,13 +35,14 @@ import numpy as np
 
 from ..errors import UnsupportedError
 from ..vm.native_emit import _c_string, _comment, _dtype_pair
-from .build import _c_initializer, _optional_pragmas
+from .build import _C_RESERVED, _c_initializer, _optional_pragmas
 from .lower import c_identifier
 
 __all__ = ["DynamicAOTModule", "build_dynamic", "COMMON_HEADER", "C_FLAGS"]
 
 _DIR = Path(__file__).parent / "dynamic_c"
 COMMON_HEADER = "tensorvm_dynamic.h"
+_BYTES_AS_STRING = 4096  # constants of at least this many bytes are written as bytes (_bytes_initializer)
 #: Flags the library must be compiled with: integer kernels wrap on overflow, as NumPy does (the kernel
 #: library's own build uses them too, codegen/build.py). Add -O2/-O3, -march=..., -fopenmp as wanted.
 C_FLAGS = ("-fwrapv",)
@@ -180,7 +182,7 @@ class _Emitter:
             names, params = set(), []
             for pname, ty in zip(vmfn.params, vmfn.param_types, strict=True):
                 c = c_identifier(pname)
-                while c in names or c in ("m", "result"):
+                while c in names or _taken(c):
                     c += "_"
                 names.add(c)
                 params.append((c, ty, _is_tensor_type(ty)))
@@ -246,23 +248,32 @@ class _Emitter:
             dtype = array.dtype.name
             if dtype not in C_TYPES:
                 raise UnsupportedError(f"AOT dynamic: constant {k} has dtype {dtype}, which C cannot hold here")
-            values, special = _c_initializer(array)
-            needs_math |= special
-            lines.append(f"static const _Alignas(64) {C_TYPES[dtype]} tvd_c{k}[{max(array.size, 1)}] = {{")
-            lines += ["  " + ", ".join(values[i:i + 8]) + "," for i in range(0, len(values), 8)]
-            lines.append("};")
+            if array.nbytes >= _BYTES_AS_STRING:
+                lines += _bytes_initializer(f"tvd_c{k}", C_TYPES[dtype], array)
+                data = f"tvd_c{k}.values"
+            else:
+                values, special = _c_initializer(array)
+                needs_math |= special
+                lines.append(f"static const _Alignas(64) {C_TYPES[dtype]} tvd_c{k}[{max(array.size, 1)}] = {{")
+                lines += ["  " + ", ".join(values[i:i + 8]) + "," for i in range(0, len(values), 8)]
+                lines.append("};")
+                data = f"tvd_c{k}"
             shape = "NULL"
             if array.ndim:
                 lines.append(f"static const int64_t tvd_c{k}_shape[{array.ndim}] = {{{', '.join(map(str, array.shape))}}};")
                 shape = f"tvd_c{k}_shape"
             code, bits, _ = bc.dtype_to_code(dtype)
-            info.append(f"  {{tvd_c{k}, {code}, {bits}, {array.ndim}, {shape}}},")
+            info.append(f"  {{{data}, {code}, {bits}, {array.ndim}, {shape}}},")
         n = len(constants)
         lines.append(f"static const tvd_constant tvd_constant_table[{max(n, 1)}] = {{")
         lines += info or ["  {NULL, 0, 0, 0, NULL},"]
         lines.append("};")
         lines.append(f"static int64_t tvd_num_constants(void) {{ return {n}; }}")
         lines.append("static const tvd_constant* tvd_constant_info(int64_t k) { return &tvd_constant_table[k]; }")
+        if any(np.asarray(c).nbytes >= _BYTES_AS_STRING for c in constants):  # (their bytes are this host's)
+            order = "__ORDER_LITTLE_ENDIAN__" if sys.byteorder == "little" else "__ORDER_BIG_ENDIAN__"
+            lines[:0] = [f"#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != {order}",
+                         f'#error "{self.name}.c holds its constants as {sys.byteorder}-endian bytes"', "#endif"]
         return (["#include <math.h>"] if needs_math else []) + lines
 
     def _name_tables(self, native) -> list:
@@ -486,6 +497,23 @@ class _Emitter:
             lines.append(f"{self._entry_signature(e)};")
         lines += ["", "#ifdef __cplusplus", "}", "#endif", "", f"#endif /* {m}_H_ */"]
         return "\n".join(lines) + "\n"
+
+
+def _bytes_initializer(name: str, ctype: str, array) -> list:
+    """A large constant as its bytes in string literals (a compiler reads these ~10x faster than a list
+    of float literals: the LSTM 256->512's 6 MB of weights), read through a union as its C type."""
+    data = array.tobytes()
+    lines = [f"static const union {{ unsigned char bytes[{len(data)}]; {ctype} values[{array.size}]; }} "
+             f"__attribute__((aligned(64))) {name} = {{.bytes ="]
+    lines += ['  "' + "".join(f"\\x{b:02x}" for b in data[i:i + 48]) + '"' for i in range(0, len(data), 48)]
+    lines.append("};")
+    return lines
+
+
+def _taken(name: str) -> bool:
+    """Whether a C parameter name would clash with a keyword or a local or helper of the entry point."""
+    return (name in _C_RESERVED or name in ("m", "result", "args", "rc", "scope", "i")
+            or re.fullmatch(r"dims\d+", name) is not None or name.startswith(("tv_", "tvd_", "tvn_")))
 
 
 def _is_tensor_type(ty) -> bool:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import ctypes
 import hashlib
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -31,7 +32,7 @@ pytestmark = pytest.mark.skipif(CC is None, reason="needs a C compiler (cc)")
 MAIN = Path(__file__).parent / "dynamic_main.c"
 
 TREE_I, TREE_H = 12, 10
-LSTM_I, LSTM_H = 6, 8
+LSTM_I, LSTM_H = 6, 32  # (w_hh: 16 KB, a constant written as bytes; w_ih: 3 KB, as values)
 LENGTHS = (1, 4, 9)
 PLAIN = ["-std=c11", "-O2", "-Wall", "-Werror", *tv.aot.dynamic.C_FLAGS]
 SANITIZE = ["-std=c11", "-O0", "-g", "-Wall", "-Werror", *tv.aot.dynamic.C_FLAGS, "-fsanitize=address,undefined",
@@ -205,6 +206,9 @@ def test_the_header_declares_constructors_tags_and_entry_points(app):
     lstm_header = app["libraries"][1].sources["lstm.h"]
     assert "int32_t tvd_lstm_main(tvd_model* m, const tvd_tensor* xs, tvd_value** result);" in lstm_header
     assert "Python.h" not in tree.sources["tree.c"] and "PyObject" not in tree.sources["tree.c"]  # no CPython
+    lstm_c = app["libraries"][1].sources["lstm.c"]  # (both ways of writing constants are in the C app's run)
+    assert "unsigned char bytes[16384]; float values[4096]; }" in lstm_c
+    assert re.search(r"float tvd_c\d+\[768\] = {", lstm_c)
 
 
 def test_a_c_name_taken_by_the_api_is_refused():
@@ -436,3 +440,19 @@ def test_a_named_dim_has_one_value_across_the_parameters(misc):
     rc, result, message = lib.call("scale_rows", x, np.ones(4, "float32"))
     assert rc == 6 and "dimension 0 of %v is n = 4, but dimension 0 of %x has n = 3" in message, message
     assert not result and lib.live_bytes() == 0
+
+
+def test_parameter_names_that_are_c_keywords_or_locals_are_renamed(tmp_path):
+    mod = tv.parse("""
+def @main(%int: Tensor[(2), float32], %rc: Tensor[(2), float32], %args: Tensor[(2), float32]) {
+  add(add(%int, %rc), %args)
+}
+""")
+    library = tv.aot.build(mod, name="kw", dynamic=True)
+    header = library.sources["kw.h"]
+    layout = library.write_sources(tmp_path)
+    checked = subprocess.run([CC, "-std=c11", "-fsyntax-only", "-Wall", "-Werror", f"-I{tmp_path / 'include'}",
+                              str(layout["sources"][0])], capture_output=True, text=True)
+    assert checked.returncode == 0, checked.stderr[:4000]
+    assert ("int32_t tvd_kw_main(tvd_model* m, const tvd_tensor* int_, const tvd_tensor* rc_, const tvd_tensor* args_, "
+            "tvd_value** result);") in header
