@@ -499,13 +499,16 @@ class _Emitter:
         return "\n".join(lines) + "\n"
 
 
+_ESCAPES = tuple(f"\\x{b:02x}" for b in range(256))
+
+
 def _bytes_initializer(name: str, ctype: str, array) -> list:
     """A large constant as its bytes in string literals (a compiler reads these ~10x faster than a list
     of float literals: the LSTM 256->512's 6 MB of weights), read through a union as its C type."""
     data = array.tobytes()
     lines = [f"static const union {{ unsigned char bytes[{len(data)}]; {ctype} values[{array.size}]; }} "
              f"__attribute__((aligned(64))) {name} = {{.bytes ="]
-    lines += ['  "' + "".join(f"\\x{b:02x}" for b in data[i:i + 48]) + '"' for i in range(0, len(data), 48)]
+    lines += ['  "' + "".join(map(_ESCAPES.__getitem__, data[i:i + 48])) + '"' for i in range(0, len(data), 48)]
     lines.append("};")
     return lines
 

@@ -54,7 +54,7 @@ typedef struct {
 typedef struct tvd_value tvd_value;
 
 /* One instance of a model: its constants, memory pool, depth limit and last error. Not thread-safe: one
-   thread at a time per model (use one model per thread to run in parallel). */
+   thread at a time per model and the values it made (use one model per thread to run in parallel). */
 typedef struct tvd_model tvd_model;
 
 /* Where every byte the library uses comes from: alloc(user, size, alignment) returns a block of at least
