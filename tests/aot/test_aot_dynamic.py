@@ -85,27 +85,30 @@ def app(tmp_path_factory):
             "lstm": lstm_expected, "libraries": libraries}
 
 
-def _build(app, flags) -> Path:
-    """The application built with flags, cached in the kernel cache by the hash of everything it is built from
-    (the generated sources and headers, the main, the flags, the compiler's version)."""
+def _cached_build(name: str, directory: Path, sources: list, flags: list, extra: tuple = ()) -> Path:
+    """``cc flags -I<directory>/include sources extra -o OUT``, cached in the kernel cache by the hash of
+    everything it is built from (headers, sources, flags, the compiler's version)."""
     from tensorvm.codegen.build import cache_dir
 
     version = subprocess.run([CC, "--version"], capture_output=True, text=True).stdout
-    texts = [p.read_bytes() for p in sorted((app["directory"] / "include").iterdir())]
-    texts += [Path(p).read_bytes() for p in app["sources"]] + [MAIN.read_bytes(), " ".join(flags).encode(),
-                                                               version.encode()]
+    texts = [p.read_bytes() for p in sorted((directory / "include").iterdir())]
+    texts += [Path(p).read_bytes() for p in sources] + [" ".join([*flags, *extra]).encode(), version.encode()]
     key = hashlib.sha256(b"\0".join(texts)).hexdigest()[:24]
-    exe = cache_dir() / f"aotdyn_test_app_{key}"
-    if not exe.exists():
-        partial = app["directory"] / f"app-{key}"
-        command = [CC, *flags, f"-I{app['directory'] / 'include'}", str(MAIN), *map(str, app["sources"]), "-o",
-                   str(partial), "-lm", "-lpthread"]
+    out = cache_dir() / f"aotdyn_test_{name}_{key}"
+    if not out.exists():
+        partial = directory / f"{out.name}.build"
+        command = [CC, *flags, f"-I{directory / 'include'}", *map(str, sources), *extra, "-o", str(partial)]
         result = subprocess.run(command, capture_output=True, text=True, timeout=600)
         assert result.returncode == 0, result.stderr[:6000]
-        staged = exe.with_name(f"{exe.name}.{os.getpid()}.tmp")
+        staged = out.with_name(f"{out.name}.{os.getpid()}.tmp")
         shutil.copy2(partial, staged)
-        os.replace(staged, exe)  # (the cache only ever holds complete builds)
-    return exe
+        os.replace(staged, out)  # (the cache only ever holds complete builds)
+    return out
+
+
+def _build(app, flags) -> Path:
+    """The application built with flags."""
+    return _cached_build("app", app["directory"], [MAIN, *app["sources"]], flags, ("-lm", "-lpthread"))
 
 
 def _run(app, flags, env=None):
@@ -180,14 +183,12 @@ def test_clean_under_address_and_undefined_sanitizers_with_leak_detection(app, t
     _check_outputs(app)
 
 
-def test_the_library_exports_only_its_prefix(app, tmp_path):
+def test_the_library_exports_only_its_prefix(app):
     """Two models link into one application: every strong global symbol is tvd_<name>_... (and the unit is
     warning-free under -Wextra too)."""
     for source in app["sources"]:
-        obj = tmp_path / (Path(source).stem + ".o")
-        built = subprocess.run([CC, "-std=c11", "-O0", "-Wall", "-Wextra", "-Werror", f"-I{app['directory'] / 'include'}",
-                                "-c", str(source), "-o", str(obj)], capture_output=True, text=True)
-        assert built.returncode == 0, built.stderr[:4000]
+        obj = _cached_build("object", app["directory"], [source], ["-std=c11", "-O0", "-Wall", "-Wextra", "-Werror",
+                                                                    "-c"])
         nm = shutil.which("nm")
         if nm is None:
             pytest.skip("no nm to list the symbols")
@@ -315,23 +316,11 @@ class _Lib:
 
 @pytest.fixture(scope="module")
 def misc(tmp_path_factory):
-    from tensorvm.codegen.build import cache_dir
-
     directory = tmp_path_factory.mktemp("aotdyn_misc")
     library = tv.aot.build(tv.parse(MISC), name="misc", dynamic=True)
     layout = library.write_sources(directory)
     flags = ["-std=c11", "-O1", "-Wall", "-Werror", "-shared", "-fPIC", *tv.aot.dynamic.C_FLAGS]
-    texts = [p.read_bytes() for p in sorted((directory / "include").iterdir())] + [layout["sources"][0].read_bytes()]
-    key = hashlib.sha256(b"\0".join(texts + [" ".join(flags).encode()])).hexdigest()[:24]
-    so = cache_dir() / f"aotdyn_test_misc_{key}.so"
-    if not so.exists():
-        partial = directory / "misc.so"
-        built = subprocess.run([CC, *flags, f"-I{directory / 'include'}", str(layout["sources"][0]), "-o", str(partial),
-                                "-lm", "-lpthread"], capture_output=True, text=True, timeout=600)
-        assert built.returncode == 0, built.stderr[:6000]
-        staged = so.with_name(f"{so.name}.{os.getpid()}.tmp")
-        shutil.copy2(partial, staged)
-        os.replace(staged, so)
+    so = _cached_build("misc", directory, layout["sources"], flags, ("-lm", "-lpthread"))
     lib = _Lib(so)
     yield lib, tv.create_executor("debug", tv.parse(MISC))
     lib.fn("destroy")(lib.model)
