@@ -241,6 +241,9 @@ def @loop(%i: int32, %acc: int32) -> int32 {
 }
 def @ident(%x: Tensor[(?), float32]) -> Tensor[(?), float32] { %x }
 def @two() -> float32 { 2f }
+def @range(%n: int32, %acc: List[int32]) -> List[int32] {
+  if (equal(%n, 0)) { %acc } else { @range(subtract(%n, 1), Cons(%n, %acc)) }
+}
 def @scale_rows(%x: Tensor[(n, 2), float32], %v: Tensor[(n), float32]) -> Tensor[(n, 2), float32] {
   multiply(%x, expand_dims(%v, axis=1))
 }
@@ -445,3 +448,21 @@ def @main(%int: Tensor[(2), float32], %rc: Tensor[(2), float32], %args: Tensor[(
     assert checked.returncode == 0, checked.stderr[:4000]
     assert ("int32_t tvd_kw_main(tvd_model* m, const tvd_tensor* int_, const tvd_tensor* rc_, const tvd_tensor* args_, "
             "tvd_value** result);") in header
+
+
+def test_a_list_of_a_million_cells_made_by_the_program_is_checked_and_freed_in_constant_stack(misc):
+    """Releasing a long list used to recurse once per cell in the runtime's free (a crash past the C stack)."""
+    lib, _ = misc
+    nil = ctypes.c_void_p()
+    assert lib.fn("List_Nil")(lib.model, ctypes.byref(nil)) == 0
+    rc, cells, message = lib.call("range", np.array(1_000_000, "int32"), nil)
+    assert rc == 0, message
+    first = ctypes.c_void_p(lib.fn("field")(cells, 0))  # (borrowed)
+    second = ctypes.c_void_p(lib.fn("field")(ctypes.c_void_p(lib.fn("field")(cells, 1)), 0))
+    assert int(lib.numpy(first, "int32")[0]) == 1 and int(lib.numpy(second, "int32")[0]) == 2
+    rc, same, message = lib.call("range", np.array(0, "int32"), ctypes.c_void_p(cells.value))  # (checked cell by cell)
+    assert rc == 0 and same.value == cells.value, message
+    lib.release(same)
+    lib.release(cells)
+    lib.release(nil)
+    assert lib.live_bytes() == 0

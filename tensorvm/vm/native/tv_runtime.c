@@ -193,42 +193,50 @@ static inline void tv_incref(tv_obj* o) {
 
 static void tv_decref(tv_obj* o);
 
+/* Frees o and what only it held. The last field of an ADT or closure is freed in the same loop, not by
+   recursion, so dropping a list of a million cells needs no deeper C stack than dropping one. */
 static void tv_free(tv_obj* o) {
-  switch (o->kind) {
-    case TV_KIND_TENSOR: {
-      tv_tensor* t = (tv_tensor*)o;
-      tv_storage* storage = t->storage;
-      tv_pool* pool = t->pool;
-      if (pool == NULL) {
-        TV_OBJ_FREE(t);
-        tv_decref(&storage->h);
+  while (o != NULL) {
+    tv_obj* next = NULL; /* the last field, when this drop frees it too */
+    tv_obj** fields = NULL;
+    int32_t n = 0;
+    switch (o->kind) {
+      case TV_KIND_TENSOR: {
+        tv_tensor* t = (tv_tensor*)o;
+        tv_storage* storage = t->storage;
+        tv_pool* pool = t->pool;
+        if (pool == NULL) {
+          TV_OBJ_FREE(t);
+          tv_decref(&storage->h);
+          return;
+        }
+        tv_pool_keep(pool, &pool->spare_tensors, &pool->num_spare_tensors, t);
+        tv_decref(&storage->h);  /* (may give its block back to the pool: still alive, t held it) */
+        tv_pool_decref(pool);
         return;
       }
-      tv_pool_keep(pool, &pool->spare_tensors, &pool->num_spare_tensors, t);
-      tv_decref(&storage->h);  /* (may give its block back to the pool: still alive, t held it) */
-      tv_pool_decref(pool);
-      return;
+      case TV_KIND_STORAGE: {
+        tv_storage* s = (tv_storage*)o;
+        if (s->release != NULL) s->release(s); /* (frees or keeps the struct) */
+        else TV_OBJ_FREE(s);
+        return;
+      }
+      case TV_KIND_ADT:
+        fields = ((tv_adt*)o)->fields;
+        n = ((tv_adt*)o)->nfields;
+        break;
+      case TV_KIND_CLOSURE:
+        fields = ((tv_closure*)o)->free_vars;
+        n = ((tv_closure*)o)->nfree;
+        break;
+      default:
+        break;
     }
-    case TV_KIND_STORAGE: {
-      tv_storage* s = (tv_storage*)o;
-      if (s->release != NULL) s->release(s); /* (frees or keeps the struct) */
-      else TV_OBJ_FREE(s);
-      return;
-    }
-    case TV_KIND_ADT: {
-      tv_adt* a = (tv_adt*)o;
-      for (int32_t i = 0; i < a->nfields; ++i) tv_decref(a->fields[i]);
-      break;
-    }
-    case TV_KIND_CLOSURE: {
-      tv_closure* c = (tv_closure*)o;
-      for (int32_t i = 0; i < c->nfree; ++i) tv_decref(c->free_vars[i]);
-      break;
-    }
-    default:
-      break;
+    for (int32_t i = 0; i + 1 < n; ++i) tv_decref(fields[i]);
+    if (n > 0 && fields[n - 1] != NULL && --fields[n - 1]->refcount == 0) next = fields[n - 1];
+    TV_OBJ_FREE(o);
+    o = next;
   }
-  TV_OBJ_FREE(o);
 }
 
 static void tv_decref(tv_obj* o) {
