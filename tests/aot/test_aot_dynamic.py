@@ -466,3 +466,14 @@ def test_a_list_of_a_million_cells_made_by_the_program_is_checked_and_freed_in_c
     lib.release(cells)
     lib.release(nil)
     assert lib.live_bytes() == 0
+
+
+def test_with_openmp_the_application_runs_the_same(app, tmp_path):
+    """-fopenmp makes the kernels' pragmas live (and their temporaries on worker threads come from the C heap)."""
+    probe = tmp_path / "omp.c"
+    probe.write_text("#include <omp.h>\nint main(void) { return omp_get_max_threads() > 0 ? 0 : 1; }\n")
+    if subprocess.run([CC, "-fopenmp", str(probe), "-o", str(tmp_path / "omp")], capture_output=True).returncode:
+        pytest.skip("no OpenMP in this C compiler")
+    _run(app, ["-std=gnu11", "-O1", "-Wall", "-Werror", "-fopenmp", *tv.aot.dynamic.C_FLAGS],
+         env={"OMP_NUM_THREADS": "2"})
+    _check_outputs(app)
