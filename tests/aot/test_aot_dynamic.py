@@ -477,3 +477,17 @@ def test_with_openmp_the_application_runs_the_same(app, tmp_path):
     _run(app, ["-std=gnu11", "-O1", "-Wall", "-Werror", "-fopenmp", *tv.aot.dynamic.C_FLAGS],
          env={"OMP_NUM_THREADS": "2"})
     _check_outputs(app)
+
+
+def test_an_empty_tensor_may_have_no_data(misc):
+    lib, _ = misc
+    shape = (ctypes.c_int64 * 1)(0)
+    empty = _DLTensor(None, 1, 0, 1, 2, 32, 1, shape, None, 0)
+    result = ctypes.c_void_p()
+    assert lib.fn("ident")(lib.model, ctypes.byref(empty), ctypes.byref(result)) == 0, lib.fn("last_error")(lib.model)
+    got, view = lib.numpy(result)
+    assert got.shape == (0,)
+    lib.release(result)
+    empty.device_type = 2  # (not a CPU tensor)
+    assert lib.fn("ident")(lib.model, ctypes.byref(empty), ctypes.byref(result)) == 6
+    assert b"expected a CPU tensor" in lib.fn("last_error")(lib.model)

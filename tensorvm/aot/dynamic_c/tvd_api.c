@@ -269,7 +269,7 @@ static int32_t tvd_tensor_object(tvd_model* m, const tvd_tensor* dl, int copy, i
   }
   const int64_t nbytes = numel * (dl->dtype.bits == 1 ? 1 : dl->dtype.bits / 8);
   if (dl->data == NULL && nbytes > 0) return tvd_fail(m, TVD_ERR_ARGUMENT, "%s: tensor data is NULL", where);
-  const char* data = (const char*)dl->data + dl->byte_offset;
+  const char* data = dl->data != NULL ? (const char*)dl->data + dl->byte_offset : NULL; /* (empty: may be NULL) */
   tv_pool* pool = m->pool;
   tv_storage* s;
   if (copy) {
