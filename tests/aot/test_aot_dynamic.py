@@ -33,7 +33,7 @@ MAIN = Path(__file__).parent / "dynamic_main.c"
 
 TREE_I, TREE_H = 12, 10
 LSTM_I, LSTM_H = 6, 32  # (w_hh: 16 KB, a constant written as bytes; w_ih: 3 KB, as values)
-LENGTHS = (1, 4, 9)
+LENGTHS = (1, 4, 9, 0)  # (and an empty sequence)
 PLAIN = ["-std=c11", "-O2", "-Wall", "-Werror", *tv.aot.dynamic.C_FLAGS]
 SANITIZE = ["-std=c11", "-O0", "-g", "-Wall", "-Werror", *tv.aot.dynamic.C_FLAGS, "-fsanitize=address,undefined",
             "-fno-sanitize-recover=all", "-fno-omit-frame-pointer"]
