@@ -36,16 +36,6 @@ from models import treelstm  # noqa: E402
 import tensorvm as tv  # noqa: E402
 
 
-def _tree_lines(tree, out: list):
-    if tree[0] == "leaf":
-        out.append("L " + " ".join(f"{v:.9g}" for v in tree[1].reshape(-1)))
-    else:
-        out.append("N")
-        _tree_lines(tree[1], out)
-        _tree_lines(tree[2], out)
-        out.append(" ".join(f"{v:.9g}" for v in tree[3].reshape(-1)))
-
-
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=5)
@@ -66,7 +56,7 @@ def main():
     layout = library.write_sources(work)
     lines = [f"{len(trees)} {isize}"]
     for t in trees:
-        _tree_lines(t, lines)
+        treelstm.tree_lines(t, lines)
     (work / "trees.txt").write_text("\n".join(lines) + "\n")
     host = [f for f in find_toolchain().flags if f.startswith(("-march", "-mtune"))]
     exe = work / "bench"

@@ -57,6 +57,19 @@ def random_tree(rng: np.random.Generator, num_leaves: int, input_size: int):
             random_tree(rng, num_leaves - left_leaves, input_size), x)
 
 
+def tree_lines(tree, out: list) -> list:
+    """The tree in preorder as text lines appended to ``out`` (read by C programs: ``benchmarks/aot_dynamic_bench.c``,
+    ``tests/aot/dynamic_main.c``): ``L x1..xI`` for a leaf, ``N`` then both children then ``x1..xI`` for a node."""
+    if tree[0] == "leaf":
+        out.append("L " + " ".join(f"{v:.9g}" for v in tree[1].reshape(-1)))
+    else:
+        out.append("N")
+        tree_lines(tree[1], out)
+        tree_lines(tree[2], out)
+        out.append(" ".join(f"{v:.9g}" for v in tree[3].reshape(-1)))
+    return out
+
+
 def count_nodes(tree) -> int:
     return 1 if tree[0] == "leaf" else 1 + count_nodes(tree[1]) + count_nodes(tree[2])
 

@@ -39,16 +39,6 @@ SANITIZE = ["-std=c11", "-O0", "-g", "-Wall", "-Werror", *tv.aot.dynamic.C_FLAGS
             "-fno-sanitize-recover=all", "-fno-omit-frame-pointer"]
 
 
-def _write_tree(tree, out: list):
-    if tree[0] == "leaf":
-        out.append("L " + " ".join(f"{v:.9g}" for v in tree[1].reshape(-1)))
-    else:
-        out.append("N")
-        _write_tree(tree[1], out)
-        _write_tree(tree[2], out)
-        out.append(" ".join(f"{v:.9g}" for v in tree[3].reshape(-1)))
-
-
 @pytest.fixture(scope="module")
 def app(tmp_path_factory):
     """The two libraries' sources, the inputs and the interpreter's outputs."""
@@ -69,7 +59,7 @@ def app(tmp_path_factory):
     trees.append(("leaf", np.ones((1, TREE_I), np.float32)))
     lines = [f"{len(trees)} {TREE_I}"]
     for tree in trees:
-        _write_tree(tree, lines)
+        treelstm.tree_lines(tree, lines)
     (data / "trees.txt").write_text("\n".join(lines) + "\n")
     run_tree = tv.create_executor("debug", tree_mod, params=tree_w).evaluate()
     tree_expected = [run_tree(treelstm.tree_value(tree_mod, t)) for t in trees]
