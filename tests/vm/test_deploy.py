@@ -53,7 +53,8 @@ ALLOWED = {
     "tensorvm.runtime", "tensorvm.runtime.blas", "tensorvm.runtime.convert", "tensorvm.runtime.library",
     "tensorvm.runtime.memory",
     "tensorvm.runtime.ndarray", "tensorvm.runtime.object", "tensorvm.runtime.stack",
-    "tensorvm.vm", "tensorvm.vm.bytecode", "tensorvm.vm.compiled", "tensorvm.vm.compiler", "tensorvm.vm.executable",
+    "tensorvm.vm", "tensorvm.vm.bytecode", "tensorvm.vm.compiled", "tensorvm.vm.compiler", "tensorvm.vm.decoded",
+    "tensorvm.vm.executable",
     "tensorvm.vm.fastcall", "tensorvm.vm.kernel_abi", "tensorvm.vm.kernel_c", "tensorvm.vm.serialize",
     "tensorvm.vm.shape_plan", "tensorvm.vm.specialize", "tensorvm.vm.vm",
 }
