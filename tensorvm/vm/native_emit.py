@@ -32,8 +32,8 @@ _INCLUDE = re.compile(r'^#include "(tv_[a-z_]+\.[ch])"\n', re.M)
 RUNTIME_SOURCE = "tv_runtime.c"
 HELPERS_SOURCE = "tv_native.c"
 
-# The instructions the emitter translates (DeviceCopy is the one left: the native mode has one device).
-_SUPPORTED = frozenset(bc.Opcode) - {bc.Opcode.DeviceCopy}
+# The instructions the emitter translates: all of them.
+_SUPPORTED = frozenset(bc.Opcode)
 _INT_WRITERS = (bc.GetTag, bc.LoadConsti)
 
 
@@ -163,6 +163,7 @@ __attribute__((visibility("default"))) int32_t tvn_invoke(tv_ctx* ctx, int32_t i
   if (index < 0 || index >= {n} || nargs != tvn_arity[index])
     return tv_error_set(ctx, TV_ERR_EXEC, index, -1, "tvn_invoke: no function %d taking %d arguments", index, nargs);
   ctx->depth = 0;
+  ctx->profile = tvn_profile_buffer;
   return tvn_funcs[index](ctx, args, ret);
 }}
 """)
@@ -207,7 +208,9 @@ static int32_t tvn_k{p}(tv_ctx* ctx, tv_obj* const* a, int32_t n, int32_t fidx, 
   tv_tensor* t[{max(nuser, 1)}];
   if (tvn_flatten(a, n, t, {nuser}) != {nuser}) return tvn_count_error(ctx, fidx, pc, {p}, {nuser});
 {chr(10).join(checks)}
+  const int64_t start = ctx->profile != NULL ? tvn_now() : 0;
   const int32_t code = {func.name}({', '.join(call + dims)});
+  if (ctx->profile != NULL) tvn_profile_add(ctx, {p}, start);
   if (code != 0) {{
     tv_error_set(ctx, TV_ERR_KERNEL, fidx, pc, "kernel error %d", code);
     ctx->error.packed = {p};
@@ -251,7 +254,9 @@ static int32_t tvn_s{p}(tv_ctx* ctx, tv_obj* const* a, int32_t n, int32_t fidx, 
   int64_t* out[{max(nout, 1)}];
   if (tvn_flatten(a, n, t, {nin + nout}) != {nin + nout}) return tvn_count_error(ctx, fidx, pc, {p}, {nin + nout});
 {chr(10).join(lines)}
+  const int64_t start = ctx->profile != NULL ? tvn_now() : 0;
   const int32_t code = {spec.name}(shapes, data, out);
+  if (ctx->profile != NULL) tvn_profile_add(ctx, {p}, start);
   if (code != 0) {{
     const int32_t k = code - 2000;
     tv_error_set(ctx, TV_ERR_SHAPE_FUNC, fidx, pc, "%s", (k >= 0 && k < {nmsg}) ? {spec.name}_messages[k] : "unknown error");
@@ -385,6 +390,8 @@ class _FunctionEmitter:
             return ("{ " + offset + "\n  " + dims + "\n  "
                     + self._check(f"tvn_alloc_tensor(ctx, r{ins.storage}, o_, d_, n_, {code}, {bits}, &r{ins.dst}, "
                                   f"{f}, {pc})") + " }")
+        if op == O.DeviceCopy:
+            return self._check(f"tvn_device_copy(ctx, r{ins.src}, &r{ins.dst}, {f}, {pc})")
         if op == O.ShapeOf:
             return self._check(f"tvn_shape_of(ctx, r{ins.tensor}, &r{ins.dst}, {f}, {pc})")
         if op == O.ReshapeTensor:

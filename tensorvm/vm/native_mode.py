@@ -24,7 +24,7 @@ import numpy as np
 from ..errors import ExecutionError, ShapeError, UnsupportedError
 
 __all__ = ["NativeLibrary", "runtime_for", "bridge_module", "bridge_source", "call_native", "MAX_DEPTH",
-           "StackExhausted"]
+           "StackExhausted", "profiled_call"]
 
 #: Nested (non-tail) calls allowed before a native call fails with a clear error (the C stack is
 #: checked too: a call that would come within 256 KiB of the thread's stack end fails the same way).
@@ -36,6 +36,7 @@ _NATIVE = Path(__file__).parent / "native"
 _RUNTIME_INCLUDE = '#include "tv_runtime.c"'
 _LOCK = threading.Lock()
 _MODULE: list = []
+_PROFILING = threading.local()  # .current: (NativeLibrary, rows) while this thread runs a profiled call
 
 # error kinds of tv_runtime.h
 _ERR_EXEC, _ERR_SHAPE, _ERR_KERNEL, _ERR_SHAPE_FUNC, _ERR_DEPTH = 1, 2, 3, 4, 5
@@ -55,7 +56,19 @@ def call_native(runtime, index: int, args: tuple):
     except StackExhausted:
         from ..runtime.stack import run_on_deep_stack
 
-        return run_on_deep_stack(runtime.call, (index, args), _DEEP_STACK_BYTES, 0)
+        profiling = getattr(_PROFILING, "current", None)
+        if profiling is None:
+            return run_on_deep_stack(runtime.call, (index, args), _DEEP_STACK_BYTES, 0)
+        native, rows = profiling
+        rows[:] = 0  # the call runs again from the start: count that run only, on its thread
+
+        def again():
+            native.profile_swap(rows.ctypes.data)
+            try:
+                return runtime.call(index, args)
+            finally:
+                native.profile_swap(None)
+        return run_on_deep_stack(again, (), _DEEP_STACK_BYTES, 0)
 
 
 class NativeLibrary:
@@ -70,12 +83,32 @@ class NativeLibrary:
         self.source = source
         self.invoke_address = None
         self.kernel_functions: dict = {}
+        self.profile_swap = None  # tvn_profile_swap (ctypes): sets this thread's profile buffer
 
     def attach(self, module) -> None:
         """Read the entry point and the kernels' error tables from the built ``CompiledModule``."""
-        entry = module.library._cdll.tvn_invoke
-        self.invoke_address = ctypes.cast(entry, ctypes.c_void_p).value
+        self.attach_library(module.library._cdll)
         self.kernel_functions = {p: module[k.func.name] for p, k in self.kernels.items()}
+
+    def attach_library(self, cdll) -> None:
+        """Read the entry point and the profiling switch from the loaded library ``cdll``."""
+        self.invoke_address = ctypes.cast(cdll.tvn_invoke, ctypes.c_void_p).value
+        self.profile_swap = cdll.tvn_profile_swap
+        self.profile_swap.argtypes, self.profile_swap.restype = [ctypes.c_void_p], ctypes.c_void_p
+
+
+def profiled_call(native, num_primitives: int, call):
+    """``(rows, result)``: ``call()`` with the native code timing every kernel and shape-function call
+    it makes on this thread; ``rows[p]`` is ``(calls, ns)`` of packed index ``p``."""
+    rows = np.zeros((max(num_primitives, 1), 2), np.int64)
+    native.profile_swap(rows.ctypes.data)
+    _PROFILING.current = (native, rows)  # (for a call that runs again on a deep stack: call_native)
+    try:
+        result = call()
+    finally:
+        native.profile_swap(None)
+        _PROFILING.current = None
+    return rows, result
 
 
 def bridge_source() -> str:

@@ -348,10 +348,8 @@ class VirtualMachine:
 
     # --- program variants: plain, instrumented, profiled ----------------------------------------
     def _select_program(self, mode: str) -> None:
-        if self._exec_mode == "native":
-            if mode != "plain":
-                raise UnsupportedError(f"native mode does not support the {mode} hook yet (use exec_mode "
-                                       f"'bytecode' or 'compiled' to {mode} kernel calls)")
+        if self._exec_mode == "native" and mode != "instrument":
+            pass  # one C entry point per call (a profile is recorded by the C code: _profile_native)
         elif self._exec_mode == "compiled":
             if mode not in self._compiled:
                 from .compiled import instantiate
@@ -756,7 +754,7 @@ class VirtualMachine:
             args = list(args)
             for k in info.owned:
                 args[k] = args[k].copy()
-        if self._native_rt is not None:  # (the C functions compute shapes themselves: no specializing)
+        if self._native_rt is not None and self._mode != "instrument":  # (no specializing: the C computes shapes)
             self._calls["generic"] += 1
             return self._call_native(self._native_rt, info.index, tuple(args))
         if info.shape_slice is not None and self._mode == "plain":
@@ -824,10 +822,13 @@ class VirtualMachine:
     def exec_stats(self) -> dict:
         """What ran: the exec mode, the calls made through the API (``invoke``, ``run``, ``benchmark``...) by
         the code they ran (``generic``, or a body ``specialized`` to its argument shapes), where specialized
-        bodies run (``"compiled code"`` or ``"dispatch loop"``) and how many shapes are specialized now."""
+        bodies run (``"compiled code"`` or ``"dispatch loop"``), where calls run while an instrument callback
+        is set (native mode: the dispatch loop, calling the same C kernels) and how many shapes are
+        specialized now."""
         return {"exec_mode": self._exec_mode, "calls": dict(self._calls),
                 "specialized_runs_in": {"compiled": "compiled code", "native": "nowhere (native code)"}.get(
                     self._exec_mode, "dispatch loop"),
+                "instrumented_runs_in": "compiled code" if self._exec_mode == "compiled" else "dispatch loop",
                 "specialized_shapes": sum(len(info.specialized) for info in self._funcs)}
 
     def _function(self, func_name: str) -> _FunctionInfo:
@@ -1011,7 +1012,9 @@ class VirtualMachine:
     def set_instrument(self, fn) -> None:
         """Call ``fn(func_name, before_run, ret_value, *args)`` around every kernel call; ``None`` removes it.
 
-        Returning ``SKIP_RUN`` from the before-call skips the kernel (and the after-call).
+        Returning ``SKIP_RUN`` from the before-call skips the kernel (and the after-call). In native mode,
+        calls run through the dispatch loop while a callback is set (the same C kernels, called from
+        Python so that the callback sees each one; docs/native_mode.md).
         """
         self._one_call("set_instrument", self._set_instrument, fn)
 
@@ -1043,6 +1046,8 @@ class VirtualMachine:
         func_name = info.name
         values = self._convert_inputs(info, args, kwargs) if (args or kwargs or not info.params) \
             else self._stored_inputs(info)
+        if self._native_rt is not None:
+            return self._profile_native(info, values, warmup)
         for _ in range(warmup - 1):
             self._call(info, values)
         previous = self._mode
@@ -1061,6 +1066,38 @@ class VirtualMachine:
             self._select_program(previous)
             self._profile_recorder = None
         return ProfileReport.from_recorder(recorder, total_ns, func_name, self._exec_mode,
+                                           result=self._to_user(result))
+
+    def _profile_native(self, info: _FunctionInfo, values: list, warmup: int):
+        """Native mode's profile: the C code times each kernel and shape-function call (``tv_native.c``);
+        the rows are named as the bytecode VM's (the time between them is the C code's own work)."""
+        from .native_mode import profiled_call
+        from .profiler import ProfileRecorder, ProfileReport
+
+        previous = self._mode
+        self._select_program("plain")  # (an instrument set: the profile runs the C code all the same)
+        try:
+            for _ in range(warmup):
+                self._call(info, values)
+            span = []
+
+            def run():
+                start = time.perf_counter_ns()
+                try:
+                    return self._call(info, values)
+                finally:
+                    span.append(time.perf_counter_ns() - start)
+            rows, result = profiled_call(self.exe.c_library.native, len(self._kernel_names), run)
+            total_ns = span[-1]
+        finally:
+            self._select_program(previous)
+        recorder = ProfileRecorder()
+        for name, (calls, ns) in zip(self._kernel_names, rows.tolist()):
+            if calls:
+                entry = recorder.entries.setdefault(name, ["kernel", 0, 0, []])
+                entry[1] += calls
+                entry[2] += ns
+        return ProfileReport.from_recorder(recorder, total_ns, info.name, self._exec_mode,
                                            result=self._to_user(result))
 
     def benchmark(self, func_name: str = "main", *args, number: int = 10, repeat: int = 5, **kwargs):
