@@ -197,9 +197,9 @@ static int32_t tvn_k{p}(tv_ctx* ctx, tv_obj* const* a, int32_t n, int32_t fidx, 
   tv_tensor* t[{max(nuser, 1)}];
   if (tvn_flatten(a, n, t, {nuser}) != {nuser}) return tvn_count_error(ctx, fidx, pc, {p}, {nuser});
 {chr(10).join(checks)}
-  const int64_t start = ctx->profile != NULL ? tvn_now() : 0;
-  const int32_t code = {func.name}({', '.join(call + dims)});
-  if (ctx->profile != NULL) tvn_profile_add(ctx, {p}, start);
+  int32_t code;
+  if (__builtin_expect(ctx->profile == NULL, 1)) code = {func.name}({', '.join(call + dims)});
+  else {{ const int64_t start = tvn_now(); code = {func.name}({', '.join(call + dims)}); tvn_profile_add(ctx, {p}, start); }}
   if (code != 0) {{
     tv_error_set(ctx, TV_ERR_KERNEL, fidx, pc, "kernel error %d", code);
     ctx->error.packed = {p};
@@ -243,9 +243,9 @@ static int32_t tvn_s{p}(tv_ctx* ctx, tv_obj* const* a, int32_t n, int32_t fidx, 
   int64_t* out[{max(nout, 1)}];
   if (tvn_flatten(a, n, t, {nin + nout}) != {nin + nout}) return tvn_count_error(ctx, fidx, pc, {p}, {nin + nout});
 {chr(10).join(lines)}
-  const int64_t start = ctx->profile != NULL ? tvn_now() : 0;
-  const int32_t code = {spec.name}(shapes, data, out);
-  if (ctx->profile != NULL) tvn_profile_add(ctx, {p}, start);
+  int32_t code;
+  if (__builtin_expect(ctx->profile == NULL, 1)) code = {spec.name}(shapes, data, out);
+  else {{ const int64_t start = tvn_now(); code = {spec.name}(shapes, data, out); tvn_profile_add(ctx, {p}, start); }}
   if (code != 0) {{
     const int32_t k = code - 2000;
     tv_error_set(ctx, TV_ERR_SHAPE_FUNC, fidx, pc, "%s", (k >= 0 && k < {nmsg}) ? {spec.name}_messages[k] : "unknown error");

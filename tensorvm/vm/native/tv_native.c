@@ -224,12 +224,12 @@ __attribute__((visibility("default"))) int64_t* tvn_profile_swap(int64_t* buffer
   tvn_profile_buffer = buffer;
   return previous;
 }
-TV_UNUSED static inline int64_t tvn_now(void) {
+TV_UNUSED __attribute__((cold, noinline)) static int64_t tvn_now(void) {
   struct timespec t;
   clock_gettime(CLOCK_MONOTONIC, &t);
   return (int64_t)t.tv_sec * 1000000000 + (int64_t)t.tv_nsec;
 }
-TV_UNUSED static inline void tvn_profile_add(tv_ctx* ctx, int32_t packed, int64_t start) {
+TV_UNUSED __attribute__((cold, noinline)) static void tvn_profile_add(tv_ctx* ctx, int32_t packed, int64_t start) {
   ctx->profile[2 * packed] += 1;
   ctx->profile[2 * packed + 1] += tvn_now() - start;
 }
