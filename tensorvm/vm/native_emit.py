@@ -152,7 +152,7 @@ __attribute__((visibility("default"))) int32_t tvn_invoke(tv_ctx* ctx, int32_t i
   if (index < 0 || index >= {n} || nargs != tvn_arity[index])
     return tv_error_set(ctx, TV_ERR_EXEC, index, -1, "tvn_invoke: no function %d taking %d arguments", index, nargs);
   ctx->depth = 0;
-  ctx->profile = tvn_profile_buffer;
+  ctx->profile = tvn_profile_of_thread();
   return tvn_funcs[index](ctx, args, ret);
 }}
 """)

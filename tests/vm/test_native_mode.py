@@ -359,6 +359,31 @@ def test_profile_of_a_call_run_again_on_a_deep_stack_counts_that_run_once():
     assert max(calls.values()) == n + 1  # (the base-case test runs once more than the recursion)
 
 
+def test_profile_counts_only_its_own_thread_s_calls():
+    """Another VM running the same library on another thread meanwhile is not in the profile."""
+    import threading
+
+    exe, n = native(LOOP), np.array(200, "int32")
+    want = _kernel_calls(VirtualMachine(exe.with_exec_mode("bytecode")).profile("main", n, warmup=0))
+    stop, other_calls = threading.Event(), []
+
+    def busy():
+        vm = VirtualMachine(exe)
+        while not stop.is_set():
+            vm.run(n)
+            other_calls.append(1)
+    worker = threading.Thread(target=busy)
+    worker.start()
+    try:
+        vm = VirtualMachine(exe)
+        reports = [vm.profile("main", n, warmup=0) for _ in range(20)]
+    finally:
+        stop.set()
+        worker.join()
+    assert other_calls
+    assert all(_kernel_calls(r) == want for r in reports)
+
+
 def test_instrument_sees_the_calls_the_bytecode_vm_shows_and_can_skip_them():
     exe = native(DYN)
     x, w = f32(3, 6), f32(5, 6, seed=4)

@@ -218,11 +218,16 @@ TV_UNUSED static int32_t tvn_device_copy(tv_ctx* ctx, tv_obj* o, tv_obj** dst, i
    shape-function call adds itself to its row. Thread-local, so VMs running this library on other threads
    are not counted. */
 static __thread int64_t* tvn_profile_buffer;
+static int32_t tvn_profiling_threads; /* threads with a buffer set: tvn_invoke reads the thread-local only then */
 
 __attribute__((visibility("default"))) int64_t* tvn_profile_swap(int64_t* buffer) {
   int64_t* previous = tvn_profile_buffer;
   tvn_profile_buffer = buffer;
+  __atomic_add_fetch(&tvn_profiling_threads, (buffer != NULL) - (previous != NULL), __ATOMIC_SEQ_CST);
   return previous;
+}
+TV_UNUSED static inline int64_t* tvn_profile_of_thread(void) {
+  return __atomic_load_n(&tvn_profiling_threads, __ATOMIC_RELAXED) != 0 ? tvn_profile_buffer : NULL;
 }
 TV_UNUSED __attribute__((cold, noinline)) static int64_t tvn_now(void) {
   struct timespec t;
