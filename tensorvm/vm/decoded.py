@@ -11,8 +11,9 @@ printed by ``markdown_table()``), and a function's decoded code through ``Virtua
 
 The numbering groups the handlers by eight so that the loop's tree of range tests finds every hot one
 within four or five comparisons (measured against a handler function per instruction in
-benchmarks/vm_overhead.py, section 3). Invariant: the dispatch loop has exactly one branch per row here,
-and the decoder emits tuples of exactly ``1 + len(operands)`` items (``check``).
+benchmarks/vm_overhead.py, section 3). Invariant: the dispatch loop has a branch per row here, labelled
+with its name (two pairs of rows share one: ALLOC_PACKED2/3, INVOKE_CLOSURE and its tail form), and the
+decoder emits tuples of exactly ``1 + len(operands)`` items (``check``).
 """
 
 from __future__ import annotations
@@ -107,9 +108,6 @@ FORMS = (
  SHAPE_FUNC_T1, ALLOC_STORAGE_T, LOAD, KILL, ALLOC_ADT, RESHAPE, SHAPE_FUNC_TN, ALLOC_STORAGE_REG,
  ALLOC_PACKED2, ALLOC_PACKED3, ALLOC_DYN, KILL2, SHAPES_FUNC_T1, INVOKE_CLOSURE, TAIL_INVOKE_CLOSURE, ALLOC_CLOSURE,
  ALLOC_STORAGE_SHAPE, ALLOC_TENSOR_REG, IF_REG, PACKED_FLAT, ALLOC_TENSOR_DYN_OFFSET, FATAL) = range(len(FORMS))
-
-#: Handlers whose operands hold decoded-code indices (renumbered after decoding).
-JUMPS = (IF, IF_REG, GOTO)
 
 
 def by_opcode() -> dict:
