@@ -274,6 +274,27 @@ def test_a_native_library_runs_only_the_program_it_was_generated_from():
     np.testing.assert_allclose(VirtualMachine(loaded).run(x, n).numpy(), _loop_reference(x, n - 1), rtol=1e-6)
 
 
+def test_a_trusted_embedded_native_library_runs_profiles_and_instruments(tmp_path, monkeypatch):
+    """On another machine (an empty cache): the embedded library runs the program natively; its profile
+    is timed in C and an instrument callback sees the prebuilt kernels, as on a freshly built library."""
+    exe = tv.vm.compile(tv.parse(LOOP), target="c", exec_mode="native")
+    data = exe.save_bytes(embed_library=True)
+    (tmp_path / "cache").mkdir(mode=0o700)
+    monkeypatch.setenv("TENSORVM_CACHE_DIR", str(tmp_path / "cache"))
+    loaded = load_executable(data, trust_library=True)
+    assert loaded.c_library.origin.startswith("embedded"), loaded.c_library.load_reason
+    x, n = np.linspace(-1, 1, 8, dtype="float32").reshape(2, 4), np.int32(3)
+    vm = VirtualMachine(loaded)
+    np.testing.assert_allclose(vm.run(x, n).numpy(), _loop_reference(x, n), rtol=1e-6)
+    report = vm.profile("main", x, n)
+    want = VirtualMachine(exe.with_exec_mode("bytecode")).profile("main", x, n)
+    assert {r.name: r.calls for r in report.rows} == {r.name: r.calls for r in want.rows if r.kind == "kernel"}
+    seen = []
+    vm.set_instrument(lambda name, before, ret, *args: seen.append(name))
+    np.testing.assert_allclose(vm.run(x, n).numpy(), _loop_reference(x, n), rtol=1e-6)
+    assert len(seen) == 2 * sum(r.calls for r in report.rows)
+
+
 def test_native_errors_on_the_prebuilt_library_are_the_bytecode_vm_s():
     text = "def @main(%x: Tensor[(?), int32], %y: Tensor[(?), int32]) { floor_divide(%x, %y) }"
     exe = load_executable(tv.vm.compile(tv.parse(text), target="c", exec_mode="native").save_bytes())
