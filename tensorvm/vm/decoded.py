@@ -10,8 +10,8 @@ A reader follows a bytecode opcode to its handlers through ``by_opcode()`` (the 
 printed by ``markdown_table()``), and a function's decoded code through ``VirtualMachine.disassemble``.
 
 The numbering groups the handlers by eight so that the loop's tree of range tests finds every hot one
-within four or five comparisons (measured against a handler function per instruction in
-benchmarks/vm_overhead.py, section 3). Invariant: the dispatch loop has a branch per row here, labelled
+within four or five comparisons (benchmarks/vm_overhead.py section 3 compares it with a handler
+function per instruction; docs/vm.md). Invariant: the dispatch loop has a branch per row here, labelled
 with its name (two pairs of rows share one: ALLOC_PACKED2/3, INVOKE_CLOSURE and its tail form), and the
 decoder emits tuples of exactly ``1 + len(operands)`` items (``check``).
 """

@@ -6,8 +6,8 @@ code, an ``itemgetter`` for argument registers, and the allocator's bound ``allo
 the table of handlers (per handler: the bytecode opcode it runs, its operands, what it does; docs/vm.md)
 and ``VirtualMachine.disassemble`` shows a function's decoded code. The loop then does no dictionary
 lookups and no attribute access per instruction beyond tuple indexing; handler numbers are small ints
-tested by a small tree of ``if`` range tests that puts every hot one within four comparisons (measured
-against a handler function per instruction: see benchmarks/vm_overhead.py).
+tested by a small tree of ``if`` range tests that puts every hot one within four comparisons
+(benchmarks/vm_overhead.py section 3 compares it with a handler function per instruction; docs/vm.md).
 
 Calls push ``(code, return pc, registers, destination register, function index)`` on a list; the loop never
 recurses in Python. A call whose result flows straight to ``Ret`` (possibly through ``Move``,
