@@ -161,35 +161,35 @@ def section_dispatch_design(length: int, repeat: int) -> dict:
 
     # The alternative design: each decoded instruction becomes a closure returning the next pc.
     from tensorvm.runtime.object import ADT
-    from tensorvm.vm import vm as vm_module
+    from tensorvm.vm import decoded
 
     def make(ins, pc):
         op = ins[0]
-        if op == vm_module._MOVE:
+        if op == decoded.MOVE:
             d, s_ = ins[1], ins[2]
 
             def h(regs):
                 regs[d] = regs[s_]
                 return pc + 1
-        elif op == vm_module._GET_FIELD:
+        elif op == decoded.GET_FIELD:
             d, o, k = ins[1], ins[2], ins[3]
 
             def h(regs):
                 regs[d] = regs[o].fields[k]
                 return pc + 1
-        elif op == vm_module._LOAD:
+        elif op == decoded.LOAD:
             d, v = ins[1], ins[2]
 
             def h(regs):
                 regs[d] = v
                 return pc + 1
-        elif op == vm_module._ALLOC_ADT:
+        elif op == decoded.ALLOC_ADT:
             d, tag, get = ins[1], ins[2], ins[3]
 
             def h(regs):
                 regs[d] = ADT(tag, get(regs))
                 return pc + 1
-        else:  # _RET
+        else:  # RET
             r = ins[1]
 
             def h(regs):

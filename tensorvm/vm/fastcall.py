@@ -73,35 +73,50 @@ def _index_name() -> str:
 
 
 def _load_cached():
-    """The extension from the kernel cache when a build of this source recorded it there (its bytes verified
-    like every cached library), else None; imports nothing of the compiler."""
+    """The extension from the kernel cache when a build of this source recorded it there, else None."""
+    module = load_cached_extension(_index_name(), "_tensorvm_fastcall")
+    if module is not None:
+        _STATUS[0] = f"available ({module.__file__}, cached)"
+    return module
+
+
+def load_cached_extension(index_name: str, module_name: str):
+    """The CPython extension ``module_name`` that the kernel cache's record ``index_name`` names (its bytes
+    verified like every cached library: ``record_extension`` writes the record after a build), or None;
+    imports nothing of the compiler."""
     from ..runtime.library import kernel_cache_dir, verified_library
 
     directory, _ = kernel_cache_dir()
     try:
-        name = (directory / _index_name()).read_text().strip() if directory is not None else ""
+        name = (directory / index_name).read_text().strip() if directory is not None else ""
     except OSError:
         return None
     if not re.fullmatch(r"tv_[0-9a-f]{32}\.so", name) or not verified_library(directory / name):
         return None
     try:
-        module = _import(str(directory / name))
+        return import_extension(str(directory / name), module_name)
     except (ImportError, OSError):
         return None
-    _STATUS[0] = f"available ({directory / name}, cached)"
-    return module
 
 
-def _import(path: str):
+def record_extension(index_name: str, path: str) -> None:
+    """Record the extension built at ``path`` (in the kernel cache) under ``index_name``."""
+    from ..codegen.build import _atomic_write, cache_dir
+
+    _atomic_write(cache_dir() / index_name, Path(path).name.encode())
+
+
+def import_extension(path: str, module_name: str):
+    """The CPython extension module ``module_name`` from the shared library at ``path``."""
     spec = importlib.util.spec_from_file_location(
-        "_tensorvm_fastcall", path, loader=importlib.machinery.ExtensionFileLoader("_tensorvm_fastcall", path))
+        module_name, path, loader=importlib.machinery.ExtensionFileLoader(module_name, path))
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
 
 
 def _build():
-    from ..codegen.build import _atomic_write, build_library, cache_dir, find_toolchain
+    from ..codegen.build import build_library, find_toolchain
 
     try:
         include = sysconfig.get_paths()["include"]
@@ -112,8 +127,8 @@ def _build():
         flags = tuple(f for f in toolchain.flags if f not in ("-fopenmp",))
         toolchain = replace(toolchain, flags=flags + (f"-I{include}", f"-I{np.get_include()}"))
         library = build_library(source(), toolchain)
-        module = _import(library.info.path)
-        _atomic_write(cache_dir() / _index_name(), Path(library.info.path).name.encode())
+        module = import_extension(library.info.path, "_tensorvm_fastcall")
+        record_extension(_index_name(), library.info.path)
         _STATUS[0] = f"available ({library.info.path})"
         return module
     except Exception as err:  # no headers, a compiler that rejects them, ...: kernels are called the checked way

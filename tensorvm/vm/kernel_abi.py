@@ -306,10 +306,13 @@ def prebuilt_library(exe, abi: LibraryABI, payload: bytes, c_source: str, embedd
     from .kernel_c import CLibrary
 
     m = abi.manifest
-    if exe.exec_mode not in ("bytecode", "compiled"):  # (a mode compiling more into the library describes it)
-        return None, None, f"exec mode {exe.exec_mode!r} is not described by the file's KABI section", ()
     if hashlib.sha256(c_source.encode()).hexdigest() != m.c_sha256:
         return None, None, "the C source in the file does not hash to its manifest's", ()
+    if exe.exec_mode == "native":  # the library holds the program too: it must be this file's
+        from .native_mode import native_source_of
+
+        if native_source_of(exe, c_source) is None:
+            return None, None, "the library's native functions were not generated from this file's program", ()
     if m.triple != target_triple():
         return None, None, f"the library was built for {m.triple}, this machine is {target_triple()}", ()
     missing = tuple(sorted(set(m.features) - set(cpu_features())))
@@ -340,17 +343,22 @@ def prebuilt_library(exe, abi: LibraryABI, payload: bytes, c_source: str, embedd
         cdll = load_cdll(path)
         library = CLibrary(source=c_source, abi=abi, abi_payload=payload, origin=origin, library_path=path,
                            load_reason=f"prebuilt library from the {origin}")
+        checked = {}
         for name, k in abi.kernels.items():
             fn = getattr(cdll, k.symbol)
             fn.argtypes = [ctypes.c_void_p] * len(k.buffers) + [ctypes.c_int64] * len(k.dim_positions())
             fn.restype = ctypes.c_int32
-            slow = CheckedKernel(k, fn)
+            slow = checked[name] = CheckedKernel(k, fn)
             library.kernels[name] = _fast(k, fn, slow) or slow
             library.sources[name] = f"/* {k.symbol}: in the prebuilt library; its C text is exe.c_library.source */\n"
         for name, spec in abi.shape_funcs.items():
             fn = getattr(cdll, spec.name)
             fn.argtypes, fn.restype = [ctypes.c_void_p] * 3, ctypes.c_int32
             library.shape_funcs[name] = (spec, fn)
+        if exe.exec_mode == "native":
+            from .native_mode import prebuilt_native
+
+            library.native = prebuilt_native(exe, cdll, c_source, abi, checked)
     except (OSError, AttributeError) as err:
         return None, None, f"the prebuilt library {path} cannot be used: {err}", ()
     kernels = []

@@ -272,6 +272,21 @@ def executable_to_bytes(exe: Executable, embed_library: bool = False) -> bytes:
     return bytes(w.buf)
 
 
+def program_digest(exe) -> str:
+    """SHA-256 of the program as its file holds it (the GLOB, ADTS, CNST, PRIM and CODE sections, and ATYP
+    when present): native mode's C names it, so a prebuilt native library runs only the program it was
+    generated from (``kernel_abi.prebuilt_library``)."""
+    digest = hashlib.sha256()
+    writers = [_write_globals, _write_adts, _write_constants, _write_primitives, _write_code]
+    if any(adt.field_types is not None for adt in exe.adts):
+        writers.append(_write_adt_types)
+    for write in writers:
+        payload = write(exe)
+        digest.update(len(payload).to_bytes(8, "little"))
+        digest.update(payload)
+    return digest.hexdigest()
+
+
 def _check_names(exe) -> None:
     """Refuse to write a name the loader would reject (``NAME``), rather than write an unloadable file."""
     names = [("function", fn.name) for fn in exe.functions]

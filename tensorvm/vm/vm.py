@@ -1,11 +1,13 @@
 """The virtual machine: a register machine with a frame stack and a dispatch loop over pre-decoded code.
 
-Loading an executable *decodes* each instruction once into a flat tuple ``(op, operands...)`` whose
+Loading an executable *decodes* each instruction once into a flat tuple ``(handler, operands...)`` whose
 operands are already resolved: kernel callables, constant values, absolute jump targets, the callee's
-code, an ``itemgetter`` for argument registers, and the allocator's bound ``alloc``. The loop then does no
-dictionary lookups and no attribute access per instruction beyond tuple indexing; opcodes are small ints
-tested by a small tree of ``if`` range tests that puts every hot opcode within four comparisons
-(measured against a handler function per instruction: see benchmarks/vm_overhead.py).
+code, an ``itemgetter`` for argument registers, and the allocator's bound ``alloc``. ``decoded.FORMS`` is
+the table of handlers (per handler: the bytecode opcode it runs, its operands, what it does; docs/vm.md)
+and ``VirtualMachine.disassemble`` shows a function's decoded code. The loop then does no dictionary
+lookups and no attribute access per instruction beyond tuple indexing; handler numbers are small ints
+tested by a small tree of ``if`` range tests that puts every hot one within four comparisons
+(benchmarks/vm_overhead.py section 3 compares it with a handler function per instruction; docs/vm.md).
 
 Calls push ``(code, return pc, registers, destination register, function index)`` on a list; the loop never
 recurses in Python. A call whose result flows straight to ``Ret`` (possibly through ``Move``,
@@ -59,6 +61,7 @@ from ..runtime.stack import (
     resume_gc,
 )
 from . import bytecode as bc
+from . import decoded as D
 from .shape_plan import shape_plan
 from .specialize import shape_slice
 
@@ -99,24 +102,6 @@ GC_PAUSE_DEPTH = 1024
 _SPECIALIZE_LIMIT = 32
 # Bytes of arenas (buffers made once per specialized shape, ``specialize.py``) kept per function.
 _ARENA_LIMIT = 256 << 20
-
-# Decoded opcodes (not the bytecode's numbers), in groups of eight tested as a tree of ranges, so every
-# hot opcode is found within four or five comparisons (a flat if-chain cost up to 60 ns more per
-# instruction for opcodes far down the chain; see benchmarks/vm_overhead.py). ``_T`` opcodes keep shapes
-# as tuples (see shape_plan.py).
-# kernels and memory:
-_PACKED2, _PACKED3, _ALLOC_TENSOR, _ALLOC_STORAGE, _PACKED1, _PACKEDN, _SHAPE_OF_T, _ALLOC_TENSOR_REG_T = range(8)
-# control flow and ADTs:
-_MOVE, _IF, _GOTO, _RET, _INVOKE, _TAIL_INVOKE, _GET_FIELD, _GET_TAG = range(8, 16)
-# dynamic shapes and the rest of the common ones:
-_SHAPE_FUNC_T1, _ALLOC_STORAGE_T, _LOAD, _KILL, _ALLOC_ADT, _RESHAPE_T, _SHAPE_FUNC_TN, _ALLOC_STORAGE_REG = \
-    range(16, 24)
-# fused pairs (see _fuse) and closures:
-_ALLOC_PACKED2, _ALLOC_PACKED3, _ALLOC_DYN, _KILL2, _SHAPES_FUNC_T1, _INVOKE_CLOSURE, _TAIL_INVOKE_CLOSURE, \
-    _ALLOC_CLOSURE = range(24, 32)
-# rare:
-_ALLOC_STORAGE_SHAPE, _SHAPE_OF, _ALLOC_TENSOR_REG, _RESHAPE, _IF_REG, _PACKED_FLAT, _ALLOC_TENSOR_DYN_OFFSET, \
-    _FATAL = range(32, 40)
 
 _INT64 = np.dtype("int64")
 
@@ -363,10 +348,8 @@ class VirtualMachine:
 
     # --- program variants: plain, instrumented, profiled ----------------------------------------
     def _select_program(self, mode: str) -> None:
-        if self._exec_mode == "native":
-            if mode != "plain":
-                raise UnsupportedError(f"native mode does not support the {mode} hook yet (use exec_mode "
-                                       f"'bytecode' or 'compiled' to {mode} kernel calls)")
+        if self._exec_mode == "native" and mode != "instrument":
+            pass  # one C entry point per call (a profile is recorded by the C code: _profile_native)
         elif self._exec_mode == "compiled":
             if mode not in self._compiled:
                 from .compiled import instantiate
@@ -468,93 +451,93 @@ class VirtualMachine:
                 if pc in plan.tuple_calls:
                     form, getter = forms[ins.packed_index], _tuple_getter(ins.inputs)
                     if ins.output_size == 1:
-                        code.append((_SHAPE_FUNC_T1, ins.outputs[0], form, getter))
+                        code.append((D.SHAPE_FUNC_T1, ins.outputs[0], form, getter))
                     else:
-                        code.append((_SHAPE_FUNC_TN, ins.outputs, form, getter))
+                        code.append((D.SHAPE_FUNC_TN, ins.outputs, form, getter))
                 elif expected is not None and expected != ins.arity - ins.output_size:
-                    code.append((_PACKED_FLAT, kernel, ins.args))  # some input registers hold tuples
+                    code.append((D.PACKED_FLAT, kernel, ins.args))  # some input registers hold tuples
                 elif ins.arity == 2:
-                    code.append((_PACKED2, kernel, *ins.args))
+                    code.append((D.PACKED2, kernel, *ins.args))
                 elif ins.arity == 3:
-                    code.append((_PACKED3, kernel, *ins.args))
+                    code.append((D.PACKED3, kernel, *ins.args))
                 elif ins.arity == 1:
-                    code.append((_PACKED1, kernel, ins.args[0]))
+                    code.append((D.PACKED1, kernel, ins.args[0]))
                 else:
-                    code.append((_PACKEDN, kernel, _tuple_getter(ins.args)))
+                    code.append((D.PACKEDN, kernel, _tuple_getter(ins.args)))
             elif op == O.AllocTensor:
                 dtype = np.dtype(ins.dtype)
                 if ins.offset in known:
-                    code.append((_ALLOC_TENSOR, ins.dst, ins.storage, _offset(known[ins.offset]), ins.shape, dtype,
+                    code.append((D.ALLOC_TENSOR, ins.dst, ins.storage, _offset(known[ins.offset]), ins.shape, dtype,
                                  view))
                 else:
-                    code.append((_ALLOC_TENSOR_DYN_OFFSET, ins.dst, ins.storage, ins.offset, ins.shape, dtype, view))
+                    code.append((D.ALLOC_TENSOR_DYN_OFFSET, ins.dst, ins.storage, ins.offset, ins.shape, dtype, view))
             elif op == O.AllocStorage:
                 if ins.size_from_shape and ins.size in tuple_regs:
-                    code.append((_ALLOC_STORAGE_T, ins.dst, ins.size, ins.alignment, ins.dtype_hint, alloc,
+                    code.append((D.ALLOC_STORAGE_T, ins.dst, ins.size, ins.alignment, ins.dtype_hint, alloc,
                                  np.dtype(ins.dtype_hint).itemsize))
                 elif ins.size_from_shape:
-                    code.append((_ALLOC_STORAGE_SHAPE, ins.dst, ins.size, ins.alignment, ins.dtype_hint, alloc,
+                    code.append((D.ALLOC_STORAGE_SHAPE, ins.dst, ins.size, ins.alignment, ins.dtype_hint, alloc,
                                  np.dtype(ins.dtype_hint).itemsize))
                 elif ins.size in known:
-                    code.append((_ALLOC_STORAGE, ins.dst, int(known[ins.size]), ins.alignment, ins.dtype_hint, alloc))
+                    code.append((D.ALLOC_STORAGE, ins.dst, int(known[ins.size]), ins.alignment, ins.dtype_hint, alloc))
                 else:
-                    code.append((_ALLOC_STORAGE_REG, ins.dst, ins.size, ins.alignment, ins.dtype_hint, alloc))
+                    code.append((D.ALLOC_STORAGE_REG, ins.dst, ins.size, ins.alignment, ins.dtype_hint, alloc))
             elif op == O.LoadConst:
                 value = consts[ins.const_index]
-                code.append((_LOAD, ins.dst, tuple(value.tolist()) if ins.dst in tuple_regs else value))
+                code.append((D.LOAD, ins.dst, tuple(value.tolist()) if ins.dst in tuple_regs else value))
             elif op == O.LoadConsti:
-                code.append((_LOAD, ins.dst, ins.value))
+                code.append((D.LOAD, ins.dst, ins.value))
             elif op == O.Invoke:
                 callee = self._funcs[ins.func_index]
                 if len(ins.args) != len(callee.params):
                     raise ExecutionError(f"{fn.name} pc {pc}: {ins} passes {len(ins.args)} arguments; {callee.name} "
                                          f"takes {len(callee.params)}")
-                target = (_TAIL_INVOKE,) if pc in tails else (_INVOKE, ins.dst)
+                target = (D.TAIL_INVOKE,) if pc in tails else (D.INVOKE, ins.dst)
                 code.append((*target, ins.func_index, _tuple_getter(ins.args)))
             elif op == O.InvokeClosure:
-                target = (_TAIL_INVOKE_CLOSURE,) if pc in tails else (_INVOKE_CLOSURE, ins.dst)
+                target = (D.TAIL_INVOKE_CLOSURE,) if pc in tails else (D.INVOKE_CLOSURE, ins.dst)
                 code.append((*target, ins.closure, ins.args))
             elif op == O.Ret:
-                code.append((_RET, ins.result))
+                code.append((D.RET, ins.result))
             elif op == O.If:  # jump targets are bytecode pcs here, renumbered below
                 if ins.target in known:
-                    code.append((_IF, ins.test, known[ins.target], pc + ins.true_offset, pc + ins.false_offset))
+                    code.append((D.IF, ins.test, known[ins.target], pc + ins.true_offset, pc + ins.false_offset))
                 else:
-                    code.append((_IF_REG, ins.test, ins.target, pc + ins.true_offset, pc + ins.false_offset))
+                    code.append((D.IF_REG, ins.test, ins.target, pc + ins.true_offset, pc + ins.false_offset))
             elif op == O.Goto:
-                code.append((_GOTO, pc + ins.pc_offset))
+                code.append((D.GOTO, pc + ins.pc_offset))
             elif op == O.Move:
-                code.append((_MOVE, ins.dst, ins.src))
+                code.append((D.MOVE, ins.dst, ins.src))
             elif op == O.GetField:
-                code.append((_GET_FIELD, ins.dst, ins.object, ins.field_index))
+                code.append((D.GET_FIELD, ins.dst, ins.object, ins.field_index))
             elif op == O.KillRegister:
-                code.append((_KILL, ins.dst))
+                code.append((D.KILL, ins.dst))
             elif op == O.ShapeOf:
                 if ins.dst in tuple_regs:
-                    code.append((_SHAPE_OF_T, ins.dst, ins.tensor, builtins["shape_of_t"]))
+                    code.append((D.SHAPE_OF, ins.dst, ins.tensor, builtins["shape_of_t"]))
                 else:
-                    code.append((_SHAPE_OF, ins.dst, ins.tensor, builtins["shape_of"]))
+                    code.append((D.SHAPE_OF, ins.dst, ins.tensor, builtins["shape_of"]))
             elif op == O.AllocTensorReg:
                 offset = _offset(known[ins.offset]) if ins.offset in known else None
-                kind = _ALLOC_TENSOR_REG_T if ins.shape_register in tuple_regs else _ALLOC_TENSOR_REG
+                kind = D.ALLOC_TENSOR_REG_T if ins.shape_register in tuple_regs else D.ALLOC_TENSOR_REG
                 code.append((kind, ins.dst, ins.storage, ins.offset, ins.shape_register, np.dtype(ins.dtype), view_reg,
                              offset))
             elif op == O.GetTag:
-                code.append((_GET_TAG, ins.dst, ins.object))
+                code.append((D.GET_TAG, ins.dst, ins.object))
             elif op == O.AllocADT:
-                code.append((_ALLOC_ADT, ins.dst, ins.tag, _tuple_getter(ins.fields)))
+                code.append((D.ALLOC_ADT, ins.dst, ins.tag, _tuple_getter(ins.fields)))
             elif op == O.AllocClosure:
-                code.append((_ALLOC_CLOSURE, ins.dst, ins.func_index, _tuple_getter(ins.free_vars),
+                code.append((D.ALLOC_CLOSURE, ins.dst, ins.func_index, _tuple_getter(ins.free_vars),
                              self._funcs[ins.func_index].name, self.exe.closure_owner))
             elif op == O.ReshapeTensor:
                 if ins.newshape in tuple_regs:
-                    code.append((_RESHAPE_T, ins.dst, ins.tensor, ins.newshape, builtins["reshape_t"]))
+                    code.append((D.RESHAPE, ins.dst, ins.tensor, ins.newshape, builtins["reshape_t"]))
                 else:
-                    code.append((_RESHAPE, ins.dst, ins.tensor, ins.newshape, builtins["reshape_tensor"]))
+                    code.append((D.RESHAPE, ins.dst, ins.tensor, ins.newshape, builtins["reshape_tensor"]))
             elif op == O.DeviceCopy:
-                code.append((_MOVE, ins.dst, ins.src))  # one device (the host): a copy is an alias
+                code.append((D.MOVE, ins.dst, ins.src))  # one device (the host): a copy is an alias
             elif op == O.Fatal:
-                code.append((_FATAL,))
+                code.append((D.FATAL,))
             else:  # pragma: no cover - every opcode is handled above
                 raise ExecutionError(f"cannot decode {ins}")
         code, pcs = _fuse(code, pcs, fn, known)
@@ -565,13 +548,24 @@ class VirtualMachine:
             nxt = kept.get(pc, nxt)
             index[pc] = nxt
         for i, ins in enumerate(code):
-            if ins[0] in (_IF, _IF_REG):
+            if ins[0] in (D.IF, D.IF_REG):
                 code[i] = (*ins[:3], index[ins[3]], index[ins[4]])
-            elif ins[0] == _GOTO:
-                code[i] = (_GOTO, index[ins[1]])
+            elif ins[0] == D.GOTO:
+                code[i] = (D.GOTO, index[ins[1]])
         return tuple(code), tuple(pcs)
 
-    # --- the dispatch loop ------------------------------------------------------------------------
+    def disassemble(self, func_name: str = "main") -> str:
+        """``func_name``'s decoded code as the dispatch loop runs it: one line per decoded instruction with
+        its handler (``decoded.FORMS``), named operands and the bytecode instruction it came from."""
+        if self._exec_mode != "bytecode":
+            raise UnsupportedError(f"disassemble: exec mode {self._exec_mode!r} runs no decoded code (its code is "
+                                   f"exe.as_python() in compiled mode, the library's C in native mode)")
+        info = self._function(func_name)
+        names = {id(k): f"{name}({form})" for form, ks in (("kernel", self._kernels), ("tuple form", self._shape_forms(
+            self._mode, self._kernels))) for k, name in zip(ks, self._kernel_names) if k is not None}
+        return D.describe(info.code, info.pcs, self.exe.functions[info.index].instructions, names)
+
+    # --- the dispatch loop: one branch per handler of decoded.FORMS, numbered as there --------------
     def _run(self, info: _FunctionInfo, args: list):
         funcs = self._funcs
         fidx = info.index
@@ -588,45 +582,45 @@ class VirtualMachine:
                     if op < 8:  # --- kernels and memory
                         if op < 4:
                             if op < 2:
-                                if op == 0:  # _PACKED2
+                                if op == 0:  # PACKED2
                                     ins[1](regs[ins[2]], regs[ins[3]])
-                                else:  # _PACKED3
+                                else:  # PACKED3
                                     ins[1](regs[ins[2]], regs[ins[3]], regs[ins[4]])
-                            elif op == 2:  # _ALLOC_TENSOR: ndarray(shape, dtype, storage, offset)
+                            elif op == 2:  # ALLOC_TENSOR: ndarray(shape, dtype, storage, offset)
                                 regs[ins[1]] = ins[6](ins[4], ins[5], regs[ins[2]], ins[3])
-                            else:  # _ALLOC_STORAGE (static size)
+                            else:  # ALLOC_STORAGE (static size)
                                 regs[ins[1]] = ins[5](ins[2], ins[3], ins[4])
                         elif op < 6:
-                            if op == 4:  # _PACKED1
+                            if op == 4:  # PACKED1
                                 ins[1](regs[ins[2]])
-                            else:  # _PACKEDN
+                            else:  # PACKEDN
                                 ins[1](*ins[2](regs))
-                        elif op == 6:  # _SHAPE_OF_T
+                        elif op == 6:  # SHAPE_OF
                             regs[ins[1]] = ins[3](regs[ins[2]])
-                        else:  # _ALLOC_TENSOR_REG_T
+                        else:  # ALLOC_TENSOR_REG_T
                             offset = ins[7] if ins[7] is not None else _offset(regs[ins[3]])
                             regs[ins[1]] = ins[6](regs[ins[4]], ins[5], regs[ins[2]], offset)
                         pc += 1
                     elif op < 12:  # --- control flow and ADTs
                         if op < 10:
-                            if op == 8:  # _MOVE
+                            if op == 8:  # MOVE
                                 regs[ins[1]] = regs[ins[2]]
                                 pc += 1
-                            else:  # _IF, target known; .item() because comparing NumPy scalars costs ~1 us
+                            else:  # IF, target known; .item() because comparing NumPy scalars costs ~1 us
                                 test = regs[ins[1]]
                                 if test.__class__ is not int:
                                     test = test.item()
                                 pc = ins[3] if test == ins[2] else ins[4]
-                        elif op == 10:  # _GOTO
+                        elif op == 10:  # GOTO
                             pc = ins[1]
-                        else:  # _RET
+                        else:  # RET
                             result = regs[ins[1]]
                             if not frames:
                                 return result
                             code, pc, regs, dst, fidx = frames.pop()
                             regs[dst] = result
                     elif op < 14:
-                        if op == 12:  # _INVOKE
+                        if op == 12:  # INVOKE
                             frames.append((code, pc + 1, regs, ins[1], fidx))
                             if len(frames) > GC_PAUSE_DEPTH:
                                 gc_paused = _deep_stack(frames, gc_paused)
@@ -634,70 +628,70 @@ class VirtualMachine:
                             callee = funcs[fidx]
                             code = callee.code
                             regs = [*ins[3](regs), *([None] * (callee.num_regs - len(callee.params)))]
-                        else:  # _TAIL_INVOKE: the callee takes over this frame
+                        else:  # TAIL_INVOKE: the callee takes over this frame
                             fidx = ins[1]
                             callee = funcs[fidx]
                             code = callee.code
                             regs = [*ins[2](regs), *([None] * (callee.num_regs - len(callee.params)))]
                         pc = 0
-                    elif op == 14:  # _GET_FIELD
+                    elif op == 14:  # GET_FIELD
                         regs[ins[1]] = regs[ins[2]].fields[ins[3]]
                         pc += 1
-                    else:  # _GET_TAG
+                    else:  # GET_TAG
                         regs[ins[1]] = regs[ins[2]].tag
                         pc += 1
                 elif op < 24:  # --- dynamic shapes and the rest of the common ones
                     if op < 20:
                         if op < 18:
-                            if op == 16:  # _SHAPE_FUNC_T1
+                            if op == 16:  # SHAPE_FUNC_T1
                                 regs[ins[1]] = ins[2](*ins[3](regs))[0]
-                            else:  # _ALLOC_STORAGE_T: the size from a shape tuple
+                            else:  # ALLOC_STORAGE_T: the size from a shape tuple
                                 shape = regs[ins[2]]
                                 if shape and min(shape) < 0:
                                     raise ShapeError(f"alloc_storage: negative dimension in shape {shape}")
                                 regs[ins[1]] = ins[5](prod(shape) * ins[6], ins[3], ins[4])
-                        elif op == 18:  # _LOAD
+                        elif op == 18:  # LOAD
                             regs[ins[1]] = ins[2]
-                        else:  # _KILL
+                        else:  # KILL
                             regs[ins[1]] = None
                     elif op < 22:
-                        if op == 20:  # _ALLOC_ADT
+                        if op == 20:  # ALLOC_ADT
                             regs[ins[1]] = ADT(ins[2], ins[3](regs))
-                        else:  # _RESHAPE_T
+                        else:  # RESHAPE
                             regs[ins[1]] = ins[4](regs[ins[2]], regs[ins[3]])
-                    elif op == 22:  # _SHAPE_FUNC_TN
+                    elif op == 22:  # SHAPE_FUNC_TN
                         for reg, shape in zip(ins[1], ins[2](*ins[3](regs))):
                             regs[reg] = shape
-                    else:  # _ALLOC_STORAGE_REG
+                    else:  # ALLOC_STORAGE_REG
                         regs[ins[1]] = ins[5](int(regs[ins[2]]), ins[3], ins[4])
                     pc += 1
                 elif op < 32:  # --- fused pairs and closures
                     if op < 28:
                         if op < 26:
-                            # _ALLOC_PACKED2/3: a static tensor (in bounds, checked at decode), then the kernel
+                            # ALLOC_PACKED2 / ALLOC_PACKED3: a static tensor (in bounds, checked at decode), then the kernel
                             regs[ins[1]] = ins[6](ins[4], ins[5], regs[ins[2]], ins[3])
                             if op == 24:
                                 ins[7](regs[ins[8]], regs[ins[9]])
                             else:
                                 ins[7](regs[ins[8]], regs[ins[9]], regs[ins[10]])
-                        elif op == 26:  # _ALLOC_DYN: a storage sized by a shape tuple and its one tensor
+                        elif op == 26:  # ALLOC_DYN: a storage sized by a shape tuple and its one tensor
                             shape = regs[ins[2]]
                             if shape and min(shape) < 0:
                                 raise ShapeError(f"alloc_storage: negative dimension in shape {shape}")
                             storage = regs[ins[1]] = ins[5](prod(shape) * ins[6], ins[3], ins[4])
                             regs[ins[7]] = ins[9](shape, ins[8], storage, 0)
-                        else:  # _KILL2
+                        else:  # KILL2
                             regs[ins[1]] = regs[ins[2]] = None
                         pc += 1
-                    elif op == 28:  # _SHAPES_FUNC_T1: the ShapeOfs feeding a shape function, then the call
+                    elif op == 28:  # SHAPES_FUNC_T1: the ShapeOfs feeding a shape function, then the call
                         for dst, src in ins[4]:
                             regs[dst] = regs[src].shape
                         regs[ins[1]] = ins[2](*ins[3](regs))[0]
                         pc += 1
-                    elif op == 31:  # _ALLOC_CLOSURE
+                    elif op == 31:  # ALLOC_CLOSURE
                         regs[ins[1]] = VMClosure(ins[2], ins[3](regs), ins[4], ins[5])
                         pc += 1
-                    else:  # _INVOKE_CLOSURE / _TAIL_INVOKE_CLOSURE
+                    else:  # INVOKE_CLOSURE / TAIL_INVOKE_CLOSURE
                         if op == 29:
                             clo = regs[ins[2]]
                             argregs = ins[3]
@@ -721,30 +715,24 @@ class VirtualMachine:
                         new += [None] * (callee.num_regs - len(new))
                         regs = new
                         pc = 0
-                elif op == 32:  # --- rare; _ALLOC_STORAGE_SHAPE
+                elif op == 32:  # --- rare; ALLOC_STORAGE_SHAPE
                     regs[ins[1]] = ins[5](shape_nbytes(regs[ins[2]], ins[6]), ins[3], ins[4])
                     pc += 1
-                elif op == 33:  # _SHAPE_OF
-                    regs[ins[1]] = ins[3](regs[ins[2]])
-                    pc += 1
-                elif op == 34:  # _ALLOC_TENSOR_REG
+                elif op == 33:  # ALLOC_TENSOR_REG
                     offset = ins[7] if ins[7] is not None else _offset(regs[ins[3]])
                     regs[ins[1]] = ins[6](tuple(regs[ins[4]].tolist()), ins[5], regs[ins[2]], offset)
                     pc += 1
-                elif op == 35:  # _RESHAPE
-                    regs[ins[1]] = ins[4](regs[ins[2]], regs[ins[3]])
-                    pc += 1
-                elif op == 36:  # _IF_REG
+                elif op == 34:  # IF_REG
                     pc = ins[3] if _scalar(regs[ins[1]]) == _scalar(regs[ins[2]]) else ins[4]
-                elif op == 37:  # _PACKED_FLAT
+                elif op == 35:  # PACKED_FLAT
                     ins[1](*flatten_args([regs[r] for r in ins[2]]))
                     pc += 1
-                elif op == 38:  # _ALLOC_TENSOR_DYN_OFFSET
+                elif op == 36:  # ALLOC_TENSOR_DYN_OFFSET
                     regs[ins[1]] = ins[6](ins[4], ins[5], regs[ins[2]], _offset(regs[ins[3]]))
                     pc += 1
-                elif op == 39:  # _FATAL
+                elif op == 37:  # FATAL
                     raise ExecutionError("the VM reached a Fatal instruction (no match clause applies)")
-                else:  # pragma: no cover - the decoder emits only the opcodes above
+                else:  # pragma: no cover - the decoder emits only the handlers of decoded.FORMS
                     raise ExecutionError(f"bad decoded opcode {op}")
         except Exception as err:
             raise self._located_error(err, fidx, pc, info if code is info.code else None) from err
@@ -766,7 +754,7 @@ class VirtualMachine:
             args = list(args)
             for k in info.owned:
                 args[k] = args[k].copy()
-        if self._native_rt is not None:  # (the C functions compute shapes themselves: no specializing)
+        if self._native_rt is not None and self._mode != "instrument":  # (no specializing: the C computes shapes)
             self._calls["generic"] += 1
             return self._call_native(self._native_rt, info.index, tuple(args))
         if info.shape_slice is not None and self._mode == "plain":
@@ -801,7 +789,7 @@ class VirtualMachine:
                                  private=plan.private)
         results = info.num_regs  # one more register: the tuple of the slice's results
         sliced = _FunctionInfo(fn, info.index, num_regs=results + 1)
-        sliced.code = (*code, (_ALLOC_ADT, results, 0, _tuple_getter(plan.preset)), (_RET, results))
+        sliced.code = (*code, (D.ALLOC_ADT, results, 0, _tuple_getter(plan.preset)), (D.RET, results))
         sliced.pcs = (*pcs, -1, -1)
         values = self._run(sliced, args).fields
         body = _FunctionInfo(fn, info.index)
@@ -834,10 +822,13 @@ class VirtualMachine:
     def exec_stats(self) -> dict:
         """What ran: the exec mode, the calls made through the API (``invoke``, ``run``, ``benchmark``...) by
         the code they ran (``generic``, or a body ``specialized`` to its argument shapes), where specialized
-        bodies run (``"compiled code"`` or ``"dispatch loop"``) and how many shapes are specialized now."""
+        bodies run (``"compiled code"`` or ``"dispatch loop"``), where calls run while an instrument callback
+        is set (native mode: the dispatch loop, calling the same C kernels) and how many shapes are
+        specialized now."""
         return {"exec_mode": self._exec_mode, "calls": dict(self._calls),
                 "specialized_runs_in": {"compiled": "compiled code", "native": "nowhere (native code)"}.get(
                     self._exec_mode, "dispatch loop"),
+                "instrumented_runs_in": "compiled code" if self._exec_mode == "compiled" else "dispatch loop",
                 "specialized_shapes": sum(len(info.specialized) for info in self._funcs)}
 
     def _function(self, func_name: str) -> _FunctionInfo:
@@ -1021,7 +1012,9 @@ class VirtualMachine:
     def set_instrument(self, fn) -> None:
         """Call ``fn(func_name, before_run, ret_value, *args)`` around every kernel call; ``None`` removes it.
 
-        Returning ``SKIP_RUN`` from the before-call skips the kernel (and the after-call).
+        Returning ``SKIP_RUN`` from the before-call skips the kernel (and the after-call). In native mode,
+        calls run through the dispatch loop while a callback is set (the same C kernels, called from
+        Python so that the callback sees each one; docs/native_mode.md).
         """
         self._one_call("set_instrument", self._set_instrument, fn)
 
@@ -1053,6 +1046,8 @@ class VirtualMachine:
         func_name = info.name
         values = self._convert_inputs(info, args, kwargs) if (args or kwargs or not info.params) \
             else self._stored_inputs(info)
+        if self._native_rt is not None:
+            return self._profile_native(info, values, warmup)
         for _ in range(warmup - 1):
             self._call(info, values)
         previous = self._mode
@@ -1071,6 +1066,38 @@ class VirtualMachine:
             self._select_program(previous)
             self._profile_recorder = None
         return ProfileReport.from_recorder(recorder, total_ns, func_name, self._exec_mode,
+                                           result=self._to_user(result))
+
+    def _profile_native(self, info: _FunctionInfo, values: list, warmup: int):
+        """Native mode's profile: the C code times each kernel and shape-function call (``tv_native.c``);
+        the rows are named as the bytecode VM's (the time between them is the C code's own work)."""
+        from .native_mode import profiled_call
+        from .profiler import ProfileRecorder, ProfileReport
+
+        previous = self._mode
+        self._select_program("plain")  # (an instrument set: the profile runs the C code all the same)
+        try:
+            for _ in range(warmup):
+                self._call(info, values)
+            span = []
+
+            def run():
+                start = time.perf_counter_ns()
+                try:
+                    return self._call(info, values)
+                finally:
+                    span.append(time.perf_counter_ns() - start)
+            rows, result = profiled_call(self.exe.c_library.native, len(self._kernel_names), run)
+            total_ns = span[-1]
+        finally:
+            self._select_program(previous)
+        recorder = ProfileRecorder()
+        for name, (calls, ns) in zip(self._kernel_names, rows.tolist()):
+            if calls:
+                entry = recorder.entries.setdefault(name, ["kernel", 0, 0, []])
+                entry[1] += calls
+                entry[2] += ns
+        return ProfileReport.from_recorder(recorder, total_ns, info.name, self._exec_mode,
                                            result=self._to_user(result))
 
     def benchmark(self, func_name: str = "main", *args, number: int = 10, repeat: int = 5, **kwargs):
@@ -1410,32 +1437,32 @@ def _fuse(code: list, pcs: list, fn: bc.VMFunction, known: dict) -> tuple:
         ins = code[i]
         nxt = code[i + 1] if i + 1 < len(code) and reachable_only_from_before(i + 1) else None
         op = ins[0]
-        if nxt is not None and op == _ALLOC_TENSOR and nxt[0] in (_PACKED2, _PACKED3) \
+        if nxt is not None and op == D.ALLOC_TENSOR and nxt[0] in (D.PACKED2, D.PACKED3) \
                 and ins[2] in storages and ins[3] + math.prod(ins[4]) * ins[5].itemsize <= storages[ins[2]]:
-            kind = _ALLOC_PACKED2 if nxt[0] == _PACKED2 else _ALLOC_PACKED3
+            kind = D.ALLOC_PACKED2 if nxt[0] == D.PACKED2 else D.ALLOC_PACKED3
             out_code.append((kind, *ins[1:7], *nxt[1:]))
             out_pcs.append(pcs[i + 1])
             i += 2
             continue
-        if nxt is not None and op == _ALLOC_STORAGE_T and nxt[0] == _ALLOC_TENSOR_REG_T and nxt[2] == ins[1] \
+        if nxt is not None and op == D.ALLOC_STORAGE_T and nxt[0] == D.ALLOC_TENSOR_REG_T and nxt[2] == ins[1] \
                 and nxt[4] == ins[2] and nxt[7] == 0 and nxt[5].itemsize == ins[6]:
-            out_code.append((_ALLOC_DYN, *ins[1:7], nxt[1], nxt[5], nxt[6]))
+            out_code.append((D.ALLOC_DYN, *ins[1:7], nxt[1], nxt[5], nxt[6]))
             out_pcs.append(pcs[i])
             i += 2
             continue
-        if nxt is not None and op == _KILL and nxt[0] == _KILL:
-            out_code.append((_KILL2, ins[1], nxt[1]))
+        if nxt is not None and op == D.KILL and nxt[0] == D.KILL:
+            out_code.append((D.KILL2, ins[1], nxt[1]))
             out_pcs.append(pcs[i])
             i += 2
             continue
-        if op == _SHAPE_OF_T:  # a run of tuple ShapeOfs (plain .shape) ending at a one-output shape function
+        if op == D.SHAPE_OF:  # a run of tuple ShapeOfs (plain .shape) ending at a one-output shape function
             j = i
-            while j < len(code) and code[j][0] == _SHAPE_OF_T and code[j][3] is tuple_shape_of \
+            while j < len(code) and code[j][0] == D.SHAPE_OF and code[j][3] is tuple_shape_of \
                     and (j == i or reachable_only_from_before(j)):
                 j += 1
-            if j > i and j < len(code) and code[j][0] == _SHAPE_FUNC_T1 and reachable_only_from_before(j):
+            if j > i and j < len(code) and code[j][0] == D.SHAPE_FUNC_T1 and reachable_only_from_before(j):
                 shapes = tuple((c[1], c[2]) for c in code[i:j])
-                out_code.append((_SHAPES_FUNC_T1, *code[j][1:4], shapes))
+                out_code.append((D.SHAPES_FUNC_T1, *code[j][1:4], shapes))
                 out_pcs.append(pcs[j])
                 i = j + 1
                 continue

@@ -255,6 +255,7 @@ TVX_PROGRAMS = (  # (program of tests/programs.py, target, exec mode)
     ("dynamic_dense_bias", "c", "compiled"),
     ("dynamic_elementwise", "c", "bytecode"),
     ("dynamic_elementwise", "c+embed", "bytecode"),  # with its prebuilt library in the file (KLIB)
+    ("sum_up_recursion", "c", "native"),  # the program's functions are in the prebuilt library too
 )
 
 

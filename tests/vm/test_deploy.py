@@ -53,8 +53,10 @@ ALLOWED = {
     "tensorvm.runtime", "tensorvm.runtime.blas", "tensorvm.runtime.convert", "tensorvm.runtime.library",
     "tensorvm.runtime.memory",
     "tensorvm.runtime.ndarray", "tensorvm.runtime.object", "tensorvm.runtime.stack",
-    "tensorvm.vm", "tensorvm.vm.bytecode", "tensorvm.vm.compiled", "tensorvm.vm.compiler", "tensorvm.vm.executable",
-    "tensorvm.vm.fastcall", "tensorvm.vm.kernel_abi", "tensorvm.vm.kernel_c", "tensorvm.vm.serialize",
+    "tensorvm.vm", "tensorvm.vm.bytecode", "tensorvm.vm.compiled", "tensorvm.vm.compiler", "tensorvm.vm.decoded",
+    "tensorvm.vm.executable",
+    "tensorvm.vm.fastcall", "tensorvm.vm.kernel_abi", "tensorvm.vm.kernel_c", "tensorvm.vm.native_mode",
+    "tensorvm.vm.serialize",
     "tensorvm.vm.shape_plan", "tensorvm.vm.specialize", "tensorvm.vm.vm",
 }
 
@@ -101,7 +103,9 @@ def _run_fresh(path: Path, args: list, tmp_path: Path, **env) -> dict:
     (MLP, _mlp_args(5), _mlp_reference, "bytecode"),
     (LOOP, [np.linspace(-1, 1, 8, dtype="float32").reshape(2, 4), np.int32(3)], _loop_reference, "bytecode"),
     (LOOP, [np.linspace(-1, 1, 8, dtype="float32").reshape(2, 4), np.int32(4)], _loop_reference, "compiled"),
-], ids=["mlp", "loop", "loop-compiled"])
+    (LOOP, [np.linspace(-1, 1, 8, dtype="float32").reshape(2, 4), np.int32(4)], _loop_reference, "native"),
+    (MLP, _mlp_args(3), _mlp_reference, "native"),
+], ids=["mlp", "loop", "loop-compiled", "loop-native", "mlp-native"])
 def test_a_saved_executable_runs_in_a_fresh_interpreter_importing_only_the_runtime(program, args, reference,
                                                                                   exec_mode, tmp_path):
     path = tmp_path / "model.tvx"
@@ -249,6 +253,61 @@ def test_a_changed_c_text_or_description_is_never_run_on_the_prebuilt_library(tm
     assert altered != kabi
     lib = load([(t, altered if t == b"KABI" else p) for t, p in sections])
     assert lib["origin"] == "compiled" and "not trusted" in lib["load_reason"]
+
+
+def test_a_native_library_runs_only_the_program_it_was_generated_from():
+    """Native mode's library holds the program's functions: a file whose program differs from the one the
+    library's C names (here a constant: the loop starts at 1, not 0) is rebuilt, never run on it."""
+    loop_from_one = LOOP.replace("@loop(0, %n, %x)", "@loop(1, %n, %x)")
+    first = tv.vm.compile(tv.parse(LOOP), target="c", exec_mode="native")
+    second = tv.vm.compile(tv.parse(loop_from_one), target="c", exec_mode="native")
+    x, n = np.linspace(-1, 1, 8, dtype="float32").reshape(2, 4), np.int32(3)
+    loaded = load_executable(first.save_bytes())
+    assert loaded.c_library.origin == "kernel cache", loaded.c_library.load_reason
+    np.testing.assert_allclose(VirtualMachine(loaded).run(x, n).numpy(), _loop_reference(x, n), rtol=1e-6)
+    header, sections = split(second.save_bytes())
+    library = dict(split(first.save_bytes())[1])
+    swapped = [(t, library[t] if t in (b"CLIB", b"KABI") else p) for t, p in sections]
+    loaded = load_executable(join(header, swapped))
+    lib = loaded.stats()["kernel_library"]
+    assert lib["origin"] == "compiled" and "not generated from this file's program" in lib["load_reason"]
+    np.testing.assert_allclose(VirtualMachine(loaded).run(x, n).numpy(), _loop_reference(x, n - 1), rtol=1e-6)
+
+
+def test_a_trusted_embedded_native_library_runs_profiles_and_instruments(tmp_path, monkeypatch):
+    """On another machine (an empty cache): the embedded library runs the program natively; its profile
+    is timed in C and an instrument callback sees the prebuilt kernels, as on a freshly built library."""
+    exe = tv.vm.compile(tv.parse(LOOP), target="c", exec_mode="native")
+    data = exe.save_bytes(embed_library=True)
+    (tmp_path / "cache").mkdir(mode=0o700)
+    monkeypatch.setenv("TENSORVM_CACHE_DIR", str(tmp_path / "cache"))
+    loaded = load_executable(data, trust_library=True)
+    assert loaded.c_library.origin.startswith("embedded"), loaded.c_library.load_reason
+    x, n = np.linspace(-1, 1, 8, dtype="float32").reshape(2, 4), np.int32(3)
+    vm = VirtualMachine(loaded)
+    np.testing.assert_allclose(vm.run(x, n).numpy(), _loop_reference(x, n), rtol=1e-6)
+    report = vm.profile("main", x, n)
+    want = VirtualMachine(exe.with_exec_mode("bytecode")).profile("main", x, n)
+    assert {r.name: r.calls for r in report.rows} == {r.name: r.calls for r in want.rows if r.kind == "kernel"}
+    seen = []
+    vm.set_instrument(lambda name, before, ret, *args: seen.append(name))
+    np.testing.assert_allclose(vm.run(x, n).numpy(), _loop_reference(x, n), rtol=1e-6)
+    assert len(seen) == 2 * sum(r.calls for r in report.rows)
+
+
+def test_native_errors_on_the_prebuilt_library_are_the_bytecode_vm_s():
+    text = "def @main(%x: Tensor[(?), int32], %y: Tensor[(?), int32]) { floor_divide(%x, %y) }"
+    exe = load_executable(tv.vm.compile(tv.parse(text), target="c", exec_mode="native").save_bytes())
+    assert exe.c_library.origin == "kernel cache", exe.c_library.load_reason
+    vm, reference = VirtualMachine(exe), VirtualMachine(exe.with_exec_mode("bytecode"))
+    x = np.array([7, -7, 9], "int32")
+    np.testing.assert_array_equal(vm.run(x, np.array([2, 2, 4], "int32")).numpy(), [3, -4, 2])
+    for y, error in ((np.array([2, 0, 1], "int32"), tv.ExecutionError), (np.array([1, 2], "int32"), tv.ShapeError)):
+        with pytest.raises(error) as native_error:
+            vm.run(x, y)
+        with pytest.raises(error):
+            reference.run(x, y)
+        assert "main" in str(native_error.value)
 
 
 def _clib(payload: bytes, extra: str) -> bytes:

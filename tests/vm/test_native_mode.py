@@ -274,19 +274,150 @@ def test_native_needs_target_c():
         tv.vm.compile(tv.parse(DYN), target="python", exec_mode="native")
 
 
-def test_an_instruction_it_cannot_translate_is_refused_when_compiled():
+def test_device_copy_is_a_new_tensor_with_the_same_bytes():
+    """DeviceCopy (host to host): a copy into a new tensor of the pool in native mode, an alias in the
+    bytecode VM; the values are the same."""
     fn = bc.VMFunction("main", ("x",), (bc.DeviceCopy(0, 0, 0, 1), bc.Ret(1)), 2)
     exe = Executable([fn], exec_mode="native", target="c")
-    with pytest.raises(UnsupportedError, match="DeviceCopy"):
+    vm = VirtualMachine(exe)
+    for x in (np.arange(6, dtype="float32").reshape(2, 3), np.array([True, False]), np.zeros((0, 4), "int64")):
+        got = vm.run(x).numpy()
+        assert got.dtype == x.dtype and got.shape == x.shape
+        np.testing.assert_array_equal(got, x)
+        np.testing.assert_array_equal(got, VirtualMachine(exe.with_exec_mode("bytecode")).run(x).numpy())
+        assert x.size == 0 or not np.shares_memory(got, x)
+    assert vm.memory_stats()["num_allocations"] >= 2
+
+
+def test_device_copy_of_a_tuple_shares_its_fields_as_the_bytecode_vm_does():
+    fn = bc.VMFunction("main", ("x",), (bc.AllocADT(0, (0, 0), 1), bc.DeviceCopy(1, 0, 0, 2), bc.Ret(2)), 3)
+    exe = Executable([fn], exec_mode="native", target="c")
+    x = np.arange(3, dtype="int32")
+    got = VirtualMachine(exe).run(x)
+    want = VirtualMachine(exe.with_exec_mode("bytecode")).run(x)
+    assert isinstance(got, tuple) and len(got) == 2
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(g.numpy(), w.numpy())
+
+
+def test_an_integer_register_copied_as_a_value_is_refused_when_compiled():
+    fn = bc.VMFunction("main", ("x",), (bc.LoadConsti(3, 1), bc.DeviceCopy(1, 0, 0, 2), bc.Ret(0)), 3)
+    exe = Executable([fn], exec_mode="native", target="c")
+    with pytest.raises(UnsupportedError, match="integer register"):
         exe.kernels  # noqa: B018
-    with pytest.raises(UnsupportedError, match="DeviceCopy"):
+    with pytest.raises(UnsupportedError, match="integer register"):
         VirtualMachine(exe)
 
 
-def test_instrument_hooks_are_refused_not_ignored():
-    vm = VirtualMachine(native(DYN))
-    with pytest.raises(UnsupportedError, match="instrument"):
-        vm.set_instrument(lambda *a: None)
+def _kernel_calls(report) -> dict:
+    return {r.name: r.calls for r in report.rows if r.kind == "kernel"}
+
+
+@pytest.mark.parametrize("text, args", [
+    (DYN, lambda: (f32(3, 6), f32(5, 6, seed=4))),
+    (LOOP, lambda: (np.array(30, "int32"),)),
+    (LIST, lambda: (np.float32(1), np.float32(2), np.float32(3))),
+], ids=["dynamic", "loop", "adt"])
+def test_profile_counts_every_kernel_and_shape_function_call_as_the_bytecode_vm_does(text, args):
+    exe = native(text)
+    report = VirtualMachine(exe).profile("main", *args())
+    reference = VirtualMachine(exe.with_exec_mode("bytecode")).profile("main", *args())
+    assert report.exec_mode == "native"
+    assert _kernel_calls(report) == _kernel_calls(reference) and report.rows
+    assert all(r.kind == "kernel" and r.total_us >= 0 for r in report.rows)
+    assert report.kernel_us <= report.total_us
+    assert_same(report.result, oracle(text, *args()))
+    assert "fused" in str(report) and report.json()
+
+
+def test_profile_of_a_call_run_again_on_a_deep_stack_counts_that_run_once():
+    """A call reaching the end of its thread's C stack runs again on a large stack (``call_native``): the
+    profile counts the run that finished, on the thread that ran it."""
+    import threading
+
+    n, outcome = 30_000, {}
+
+    def run():
+        try:
+            outcome["report"] = VirtualMachine(native(SUM_UP)).profile("main", np.array(n, "int64"), warmup=0)
+        except Exception as err:  # noqa: BLE001 - reported below
+            outcome["error"] = err
+
+    previous = threading.stack_size(2 << 20)
+    try:
+        worker = threading.Thread(target=run)
+        worker.start()
+        worker.join()
+    finally:
+        threading.stack_size(previous)
+    assert "error" not in outcome, outcome.get("error")
+    report = outcome["report"]
+    assert int(report.result.numpy()) == n * (n + 1) // 2
+    calls = _kernel_calls(report)
+    assert calls == _kernel_calls(VirtualMachine(native(SUM_UP).with_exec_mode("bytecode")).profile(
+        "main", np.array(n, "int64"), warmup=0))
+    assert max(calls.values()) == n + 1  # (the base-case test runs once more than the recursion)
+
+
+def test_profile_counts_only_its_own_thread_s_calls():
+    """Another VM running the same library on another thread meanwhile is not in the profile."""
+    import threading
+
+    exe, n = native(LOOP), np.array(200, "int32")
+    want = _kernel_calls(VirtualMachine(exe.with_exec_mode("bytecode")).profile("main", n, warmup=0))
+    stop, other_calls = threading.Event(), []
+
+    def busy():
+        vm = VirtualMachine(exe)
+        while not stop.is_set():
+            vm.run(n)
+            other_calls.append(1)
+    worker = threading.Thread(target=busy)
+    worker.start()
+    try:
+        vm = VirtualMachine(exe)
+        reports = [vm.profile("main", n, warmup=0) for _ in range(20)]
+    finally:
+        stop.set()
+        worker.join()
+    assert other_calls
+    assert all(_kernel_calls(r) == want for r in reports)
+
+
+def test_instrument_sees_the_calls_the_bytecode_vm_shows_and_can_skip_them():
+    exe = native(DYN)
+    x, w = f32(3, 6), f32(5, 6, seed=4)
+
+    def record(into):
+        def fn(name, before, ret, *args):
+            into.append((name, before, [(str(a.dtype), tuple(a.shape)) for a in args]))
+        return fn
+    seen, want = [], []
+    vm, reference = VirtualMachine(exe), VirtualMachine(exe.with_exec_mode("bytecode"))
+    vm.set_instrument(record(seen))
+    reference.set_instrument(record(want))
+    assert_same(vm.run(x, w), oracle(DYN, x, w))
+    reference.run(x, w)
+    assert seen == want and seen
+    assert vm.exec_stats()["instrumented_runs_in"] == "dispatch loop"
+    from tensorvm.vm import SKIP_RUN
+
+    def skip_dense(into):
+        def fn(name, before, ret, *args):
+            into.append((name, before))
+            return SKIP_RUN if before and name.startswith("fused_nn_dense") else None
+        return fn
+    skipped, skipped_reference = [], []
+    vm.set_instrument(skip_dense(skipped))
+    reference.set_instrument(skip_dense(skipped_reference))
+    vm.run(x, w)  # (the skipped kernel leaves its output as allocated: only the calls are compared)
+    reference.run(x, w)
+    assert skipped == skipped_reference
+    assert ("fused_nn_dense_nn_relu", True) in skipped and ("fused_nn_dense_nn_relu", False) not in skipped
+    vm.set_instrument(None)  # back to the C functions
+    before = vm.memory_stats()["num_allocations"]
+    assert_same(vm.run(x, w), oracle(DYN, x, w))
+    assert vm.memory_stats()["num_allocations"] > before
 
 
 @pytest.mark.parametrize("text", [DYN, LIST, CLOSURE, SUM_UP], ids=["dynamic", "adt", "closure", "recursion"])

@@ -4,6 +4,8 @@
    the arity of VM function f (-1 when there is none) and its C function. See docs/native_mode.md. */
 #include "tv_runtime.c"
 
+#include <time.h>
+
 static int32_t tvn_function_arity(int32_t f);
 static tv_function tvn_function(int32_t f);
 
@@ -187,4 +189,52 @@ TV_UNUSED static int32_t tvn_call_closure(tv_ctx* ctx, const tv_obj* o, tv_obj* 
   const int32_t rc = tvn_function(c->func)(ctx, all, ret);
   ctx->depth -= 1;
   return rc;
+}
+
+/* DeviceCopy: the host is the one device, so a copy of a tensor is a new tensor of the pool with the same
+   dtype, shape and bytes; any other value is shared (the bytecode VM's copy is an alias: same values). */
+TV_UNUSED static int32_t tvn_device_copy(tv_ctx* ctx, tv_obj* o, tv_obj** dst, int32_t fidx, int32_t pc) {
+  if (o == NULL || o->kind != TV_KIND_TENSOR) {
+    tv_incref(o);
+    tv_decref(*dst);
+    *dst = o;
+    return 0;
+  }
+  const tv_tensor* t = (const tv_tensor*)o;
+  const int64_t nbytes = tv_numel(t) * tv_itemsize(t);
+  tv_storage* s = tv_pool_alloc(ctx->pool, nbytes);
+  if (s == NULL) return tv_error_set(ctx, TV_ERR_EXEC, fidx, pc, "out of memory (device_copy of %lld bytes)", (long long)nbytes);
+  if (nbytes > 0) memcpy(s->data, t->data, (size_t)nbytes);
+  tv_tensor* r = tv_tensor_new(ctx->pool, s, s->data, t->dtype_code, t->dtype_bits, t->ndim, t->shape);
+  tv_decref(&s->h);
+  if (r == NULL) return tv_error_set(ctx, TV_ERR_EXEC, fidx, pc, "out of memory (device_copy)");
+  tv_decref(*dst);
+  *dst = &r->h;
+  return 0;
+}
+
+/* Profiling (VirtualMachine.profile in native mode): a thread sets its buffer of (calls, ns) rows, one per
+   packed index, with tvn_profile_swap; tvn_invoke hands it to the call's context, and every kernel and
+   shape-function call adds itself to its row. Thread-local, so VMs running this library on other threads
+   are not counted. */
+static __thread int64_t* tvn_profile_buffer;
+static int32_t tvn_profiling_threads; /* threads with a buffer set: tvn_invoke reads the thread-local only then */
+
+__attribute__((visibility("default"))) int64_t* tvn_profile_swap(int64_t* buffer) {
+  int64_t* previous = tvn_profile_buffer;
+  tvn_profile_buffer = buffer;
+  __atomic_add_fetch(&tvn_profiling_threads, (buffer != NULL) - (previous != NULL), __ATOMIC_SEQ_CST);
+  return previous;
+}
+TV_UNUSED static inline int64_t* tvn_profile_of_thread(void) {
+  return __atomic_load_n(&tvn_profiling_threads, __ATOMIC_RELAXED) != 0 ? tvn_profile_buffer : NULL;
+}
+TV_UNUSED __attribute__((cold, noinline)) static int64_t tvn_now(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (int64_t)t.tv_sec * 1000000000 + (int64_t)t.tv_nsec;
+}
+TV_UNUSED __attribute__((cold, noinline)) static void tvn_profile_add(tv_ctx* ctx, int32_t packed, int64_t start) {
+  ctx->profile[2 * packed] += 1;
+  ctx->profile[2 * packed + 1] += tvn_now() - start;
 }

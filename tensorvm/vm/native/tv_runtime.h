@@ -107,6 +107,7 @@ typedef struct tv_ctx {
   int64_t depth, max_depth;
   const char* stack_limit;   /* the lowest stack address calls may reach (NULL: no check) */
   tv_error error;
+  int64_t* profile;          /* while profiling: (calls, ns) per packed index (tvn_invoke sets it), else NULL */
 } tv_ctx;
 
 typedef int32_t (*tv_function)(tv_ctx* ctx, tv_obj* const* args, tv_obj** ret);
