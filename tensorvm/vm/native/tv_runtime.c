@@ -168,42 +168,50 @@ static inline void tv_incref(tv_obj* o) {
 
 static void tv_decref(tv_obj* o);
 
+/* Frees o (its refcount reached 0). An ADT's or closure's last value is freed in the same loop, not by
+   recursion, so a long list goes in constant stack. */
 static void tv_free(tv_obj* o) {
-  switch (o->kind) {
-    case TV_KIND_TENSOR: {
-      tv_tensor* t = (tv_tensor*)o;
-      tv_storage* storage = t->storage;
-      tv_pool* pool = t->pool;
-      if (pool == NULL) {
-        free(t);
-        tv_decref(&storage->h);
+  while (o != NULL) {
+    tv_obj* last = NULL;
+    switch (o->kind) {
+      case TV_KIND_TENSOR: {
+        tv_tensor* t = (tv_tensor*)o;
+        tv_storage* storage = t->storage;
+        tv_pool* pool = t->pool;
+        if (pool == NULL) {
+          free(t);
+          tv_decref(&storage->h);
+          return;
+        }
+        tv_pool_keep(&pool->spare_tensors, &pool->num_spare_tensors, t);
+        tv_decref(&storage->h);  /* (may give its block back to the pool: still alive, t held it) */
+        tv_pool_decref(pool);
         return;
       }
-      tv_pool_keep(&pool->spare_tensors, &pool->num_spare_tensors, t);
-      tv_decref(&storage->h);  /* (may give its block back to the pool: still alive, t held it) */
-      tv_pool_decref(pool);
-      return;
+      case TV_KIND_STORAGE: {
+        tv_storage* s = (tv_storage*)o;
+        if (s->release != NULL) s->release(s); /* (frees or keeps the struct) */
+        else free(s);
+        return;
+      }
+      case TV_KIND_ADT: {
+        tv_adt* a = (tv_adt*)o;
+        for (int32_t i = 0; i + 1 < a->nfields; ++i) tv_decref(a->fields[i]);
+        if (a->nfields > 0) last = a->fields[a->nfields - 1];
+        break;
+      }
+      case TV_KIND_CLOSURE: {
+        tv_closure* c = (tv_closure*)o;
+        for (int32_t i = 0; i + 1 < c->nfree; ++i) tv_decref(c->free_vars[i]);
+        if (c->nfree > 0) last = c->free_vars[c->nfree - 1];
+        break;
+      }
+      default:
+        break;
     }
-    case TV_KIND_STORAGE: {
-      tv_storage* s = (tv_storage*)o;
-      if (s->release != NULL) s->release(s); /* (frees or keeps the struct) */
-      else free(s);
-      return;
-    }
-    case TV_KIND_ADT: {
-      tv_adt* a = (tv_adt*)o;
-      for (int32_t i = 0; i < a->nfields; ++i) tv_decref(a->fields[i]);
-      break;
-    }
-    case TV_KIND_CLOSURE: {
-      tv_closure* c = (tv_closure*)o;
-      for (int32_t i = 0; i < c->nfree; ++i) tv_decref(c->free_vars[i]);
-      break;
-    }
-    default:
-      break;
+    free(o);
+    o = last != NULL && --last->refcount == 0 ? last : NULL;
   }
-  free(o);
 }
 
 static void tv_decref(tv_obj* o) {
