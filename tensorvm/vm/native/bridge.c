@@ -13,6 +13,7 @@
 #include <numpy/arrayobject.h>
 #include <pthread.h>
 #include <stdint.h>
+#include <time.h>
 
 #include "tv_runtime.c"
 
@@ -631,6 +632,92 @@ static PyObject* runtime_new(PyTypeObject* type, PyObject* args, PyObject* kwarg
   return (PyObject*)self;
 }
 
+/* ---- the benchmarks' floor: kernels called from C ---------------------------------------------------
+   time_calls(addresses: tuple, words: tuple of tuples, repeat) -> seconds: calls the C function at
+   addresses[i] with the 64-bit integer words[i] (data pointers, then dims: the kernel ABI), one after the
+   other, repeat times; returns the fastest pass. What native mode's kernel calls cost without the VM
+   (benchmarks/vm_overhead.py). */
+typedef int32_t (*tv_w0)(void);
+typedef int32_t (*tv_w1)(intptr_t);
+typedef int32_t (*tv_w2)(intptr_t, intptr_t);
+typedef int32_t (*tv_w3)(intptr_t, intptr_t, intptr_t);
+typedef int32_t (*tv_w4)(intptr_t, intptr_t, intptr_t, intptr_t);
+typedef int32_t (*tv_w5)(intptr_t, intptr_t, intptr_t, intptr_t, intptr_t);
+typedef int32_t (*tv_w6)(intptr_t, intptr_t, intptr_t, intptr_t, intptr_t, intptr_t);
+typedef int32_t (*tv_w7)(intptr_t, intptr_t, intptr_t, intptr_t, intptr_t, intptr_t, intptr_t);
+typedef int32_t (*tv_w8)(intptr_t, intptr_t, intptr_t, intptr_t, intptr_t, intptr_t, intptr_t, intptr_t);
+
+static int32_t call_words(void* fn, const intptr_t* w, int n) {
+  switch (n) {
+    case 0: return ((tv_w0)fn)();
+    case 1: return ((tv_w1)fn)(w[0]);
+    case 2: return ((tv_w2)fn)(w[0], w[1]);
+    case 3: return ((tv_w3)fn)(w[0], w[1], w[2]);
+    case 4: return ((tv_w4)fn)(w[0], w[1], w[2], w[3]);
+    case 5: return ((tv_w5)fn)(w[0], w[1], w[2], w[3], w[4]);
+    case 6: return ((tv_w6)fn)(w[0], w[1], w[2], w[3], w[4], w[5]);
+    case 7: return ((tv_w7)fn)(w[0], w[1], w[2], w[3], w[4], w[5], w[6]);
+    default: return ((tv_w8)fn)(w[0], w[1], w[2], w[3], w[4], w[5], w[6], w[7]);
+  }
+}
+
+static double now_seconds(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static PyObject* time_calls(PyObject* module, PyObject* args) {
+  (void)module;
+  PyObject *addresses, *words;
+  long repeat;
+  if (!PyArg_ParseTuple(args, "O!O!l", &PyTuple_Type, &addresses, &PyTuple_Type, &words, &repeat)) return NULL;
+  const Py_ssize_t n = PyTuple_GET_SIZE(addresses);
+  if (PyTuple_GET_SIZE(words) != n || repeat < 1) {
+    PyErr_SetString(PyExc_ValueError, "time_calls: one words tuple per address, repeat >= 1");
+    return NULL;
+  }
+  void** fns = (void**)calloc((size_t)(n > 0 ? n : 1), sizeof(void*));
+  intptr_t* w = (intptr_t*)calloc((size_t)(n > 0 ? n : 1) * 8, sizeof(intptr_t));
+  int* counts = (int*)calloc((size_t)(n > 0 ? n : 1), sizeof(int));
+  PyObject* result = NULL;
+  if (fns == NULL || w == NULL || counts == NULL) { PyErr_NoMemory(); goto done; }
+  for (Py_ssize_t i = 0; i < n; ++i) {
+    PyObject* ws = PyTuple_GET_ITEM(words, i);
+    if (!PyTuple_Check(ws) || PyTuple_GET_SIZE(ws) > 8) {
+      PyErr_SetString(PyExc_ValueError, "time_calls: at most 8 words per call");
+      goto done;
+    }
+    fns[i] = PyLong_AsVoidPtr(PyTuple_GET_ITEM(addresses, i));
+    counts[i] = (int)PyTuple_GET_SIZE(ws);
+    for (int k = 0; k < counts[i]; ++k) w[8 * i + k] = (intptr_t)PyLong_AsSsize_t(PyTuple_GET_ITEM(ws, k));
+    if (PyErr_Occurred()) goto done;
+    if (fns[i] == NULL) { PyErr_SetString(PyExc_ValueError, "time_calls: a null address"); goto done; }
+  }
+  double best = -1.0;
+  for (long r = 0; r < repeat; ++r) {
+    const double start = now_seconds();
+    for (Py_ssize_t i = 0; i < n; ++i)
+      if (call_words(fns[i], &w[8 * i], counts[i]) != 0) {
+        PyErr_Format(PyExc_RuntimeError, "time_calls: call %zd returned an error", i);
+        goto done;
+      }
+    const double t = now_seconds() - start;
+    if (best < 0 || t < best) best = t;
+  }
+  result = PyFloat_FromDouble(best);
+done:
+  free(fns);
+  free(w);
+  free(counts);
+  return result;
+}
+
+static PyMethodDef module_methods[] = {
+    {"time_calls", time_calls, METH_VARARGS, "time_calls(addresses, words, repeat) -> the fastest pass's seconds"},
+    {NULL, NULL, 0, NULL},
+};
+
 static PyMethodDef runtime_methods[] = {
     {"call", (PyCFunction)(void (*)(void))runtime_call, METH_FASTCALL, "call(index, args) -> result"},
     {"invoke", (PyCFunction)(void (*)(void))runtime_invoke, METH_FASTCALL,
@@ -653,8 +740,8 @@ static PyTypeObject RuntimeType = {
     .tp_doc = "One VM's native-mode context: calls the library's tvn_invoke.",
 };
 
-static struct PyModuleDef moduledef = {PyModuleDef_HEAD_INIT, "_tensorvm_native", NULL, -1, NULL, NULL, NULL, NULL,
-                                       NULL};
+static struct PyModuleDef moduledef = {PyModuleDef_HEAD_INIT, "_tensorvm_native", NULL, -1, module_methods, NULL, NULL,
+                                       NULL, NULL};
 
 PyMODINIT_FUNC PyInit__tensorvm_native(void) {
   import_array();
