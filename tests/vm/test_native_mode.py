@@ -553,3 +553,61 @@ def test_deep_arguments_on_a_small_thread_stack_run_on_a_deep_stack():
         threading.stack_size(old)
     np.testing.assert_allclose(out[0][0].numpy(), np.full(2, n, "float32"))
     assert len(tv.prelude.to_python_list(out[0][1])) == n
+
+
+# --- the GIL is released during the C call ---------------------------------------------------------------
+COUNT = """
+def @main(%n: int64) -> float32 { @loop(%n, 0f) }
+def @loop(%i: int64, %acc: float32) -> float32 {
+  if (equal(%i, 0i64)) { %acc } else { @loop(subtract(%i, 1i64), add(%acc, 1f)) }
+}
+"""
+
+
+def test_the_gil_is_released_during_a_call_and_results_freed_meanwhile_come_back_after_it():
+    import threading
+
+    vm = VirtualMachine(native(COUNT))
+    kept = [vm.run(np.array(3, "int64")) for _ in range(50)]  # results viewing the VM's pool
+    vm.reset_memory_stats()
+    n = 2_000_000  # a call long enough for this thread to run beside it
+    out: list = []
+    worker = threading.Thread(target=lambda: out.append(vm.run(np.array(n, "int64"))))
+    seen_busy = False
+    worker.start()
+    while worker.is_alive() and not seen_busy:
+        try:
+            vm._native_rt.reset_stats()  # refused only while a call runs: this thread ran during it
+        except RuntimeError:
+            seen_busy = True
+            kept.clear()  # their storages go back to the pool after the call, not during it
+    worker.join()
+    assert seen_busy
+    assert out.pop().numpy() == np.float32(n)
+    stats = vm.memory_stats()  # (with every result dropped)
+    assert stats["bytes_live"] == 0 and stats["num_frees"] >= 50
+
+
+def test_two_vms_of_one_executable_run_in_parallel_threads():
+    import threading
+
+    exe = native(TREE)
+    mod = tv.parse(TREE)
+    trees = [tree_of(mod, 6, seed=k) for k in range(2)]
+    want = [plain(oracle(TREE, t, np.array(1.5, "float32"))) for t in trees]
+    errors: list = []
+
+    def work(k):
+        vm = VirtualMachine(exe)
+        try:
+            for _ in range(30):
+                assert_same(vm.run(trees[k], np.array(1.5, "float32")), want[k])
+        except Exception as err:  # noqa: BLE001 - reported below
+            errors.append(err)
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors

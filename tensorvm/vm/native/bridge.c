@@ -2,8 +2,11 @@
    tensorvm/vm/native_mode.py through the code generator's cache, like fastcall.c). A Runtime object holds
    one VM's context (pool, constants, depth limit) and calls the library's entry point tvn_invoke once per
    invocation: ndarrays, tuples/ADTs and closures in (arrays are borrowed, never copied), results out as
-   ndarrays whose base object holds a reference to the C storage (no copy). The GIL is held during the
-   call (the pool is shared with the arrays' deallocation). See docs/native_mode.md.
+   ndarrays whose base object holds a reference to the C storage (no copy). The GIL is released during the
+   C call (run_native): the call touches no Python object, and a result array of an earlier call that
+   Python frees meanwhile (on another thread) gives its storage back after the call (Runtime.deferred),
+   since the pool and the constants' storages are the call's. A VirtualMachine runs one call at a time,
+   and a Runtime refuses a second call while one runs. See docs/native_mode.md.
 
    native_mode.py puts the runtime's text (tv_runtime.c with tv_runtime.h) in place of the #include
    below, so this file and the generated library share one definition of every value. */
@@ -21,19 +24,28 @@ typedef int32_t (*tv_invoke_fn)(tv_ctx*, int32_t, tv_obj* const*, int32_t, tv_ob
 
 /* ---- storages of NumPy arrays (arguments and constants) -------------------------------------------- */
 static void release_py_owner(tv_storage* s) {
+  /* (run while holding the GIL: the bridge holds every argument and constant until the call is over, but
+     a release without it must not corrupt the interpreter) */
+  const PyGILState_STATE gil = PyGILState_Ensure();
   Py_XDECREF((PyObject*)s->py_owner);
+  PyGILState_Release(gil);
   free(s);
 }
 
-/* The base object of a result array: one reference to a C storage. */
+/* The base object of a result array: one reference to a C storage, and to the Runtime whose call made it
+   (while that Runtime runs a call without the GIL, the storage is given back after the call). */
 typedef struct {
   PyObject_HEAD
   tv_storage* storage;
+  PyObject* runtime;
 } StorageRef;
+
+static void runtime_defer(PyObject* runtime, tv_storage* storage);
 
 static void storage_ref_dealloc(PyObject* op) {
   StorageRef* self = (StorageRef*)op;
-  tv_decref(&self->storage->h);
+  runtime_defer(self->runtime, self->storage);
+  Py_XDECREF(self->runtime);
   PyObject_Free(self);
 }
 
@@ -96,7 +108,31 @@ typedef struct {
   Py_ssize_t nsymbols;     /* symbolic dims named in the specs */
   PyObject* wrap;          /* NDArray.wrap: a result array in the user's form */
   PyObject* user_tags;     /* dict: VM tag -> (user tag, constructor name) */
+  /* a call runs without the GIL (run_native): storages Python drops meanwhile wait here */
+  int busy;
+  tv_storage** deferred;
+  Py_ssize_t ndeferred, cap_deferred;
+  int64_t stats_at_call[7]; /* the pool's counters when the running call began (stats() while busy) */
 } Runtime;
+
+/* Drops a result array's reference to storage: now, or after the running call of runtime. */
+static void runtime_defer(PyObject* runtime, tv_storage* storage) {
+  Runtime* rt = (Runtime*)runtime;
+  if (rt == NULL || !rt->busy) {
+    tv_decref(&storage->h);
+    return;
+  }
+  if (rt->ndeferred == rt->cap_deferred) {
+    const Py_ssize_t cap = rt->cap_deferred ? 2 * rt->cap_deferred : 16;
+    tv_storage** grown = (tv_storage**)realloc(rt->deferred, (size_t)cap * sizeof(tv_storage*));
+    if (grown == NULL) return; /* out of memory: the storage is leaked, never freed while the call uses the pool */
+    rt->deferred = grown;
+    rt->cap_deferred = cap;
+  }
+  rt->deferred[rt->ndeferred++] = storage;
+}
+
+static int32_t run_native(Runtime* rt, int32_t index, tv_obj* const* values, int32_t n, tv_obj** ret);
 
 /* The lowest address this thread's stack may reach, keeping a margin for the bridge and the kernels.
    Found once per thread: pthread_getattr_np reads /proc/self/maps for the main thread (milliseconds). */
@@ -219,7 +255,7 @@ static tv_obj* to_native(Runtime* rt, PyObject* value, int depth) {
 
 static PyObject* from_native(Runtime* rt, tv_obj* o, int depth);
 
-static PyObject* tensor_to_array(tv_tensor* t) {
+static PyObject* tensor_to_array(Runtime* rt, tv_tensor* t) {
   const int type_num = type_num_of(t->dtype_code, t->dtype_bits);
   if (type_num < 0) {
     PyErr_SetString(PyExc_TypeError, "native mode: a result has an unknown dtype");
@@ -229,6 +265,8 @@ static PyObject* tensor_to_array(tv_tensor* t) {
   if (ref == NULL) return NULL;
   ref->storage = t->storage;
   tv_incref(&t->storage->h);
+  Py_INCREF(rt);
+  ref->runtime = (PyObject*)rt;
   npy_intp dims[TV_MAX_RANK];
   for (int32_t i = 0; i < t->ndim; ++i) dims[i] = (npy_intp)t->shape[i];
   PyObject* arr = PyArray_NewFromDescr(&PyArray_Type, PyArray_DescrFromType(type_num), t->ndim, dims, NULL,
@@ -262,7 +300,7 @@ static PyObject* from_native(Runtime* rt, tv_obj* o, int depth) {
   if (stack_exhausted(rt)) return NULL;
   switch (o->kind) {
     case TV_KIND_TENSOR:
-      return tensor_to_array((tv_tensor*)o);
+      return tensor_to_array(rt, (tv_tensor*)o);
     case TV_KIND_ADT: {
       tv_adt* a = (tv_adt*)o;
       PyObject* fields = values_to_tuple(rt, a->fields, a->nfields, depth);
@@ -285,6 +323,32 @@ static PyObject* from_native(Runtime* rt, tv_obj* o, int depth) {
   }
 }
 
+static int refuse_if_busy(Runtime* rt) {
+  if (!rt->busy) return 0;
+  PyErr_SetString(PyExc_RuntimeError, "native mode: this runtime is running a call (a VirtualMachine runs one call "
+                  "at a time)");
+  return 1;
+}
+
+/* The library's entry point, without the GIL (the call touches no Python object); then the storages of
+   result arrays Python dropped meanwhile go back. */
+static int32_t run_native(Runtime* rt, int32_t index, tv_obj* const* values, int32_t n, tv_obj** ret) {
+  const tv_pool* p = rt->ctx.pool;
+  const int64_t now[7] = {p->bytes_live, p->peak_bytes, p->bytes_reserved, p->num_allocations, p->num_frees,
+                          p->reuse_hits, p->bytes_cached};
+  memcpy(rt->stats_at_call, now, sizeof now);
+  rt->ctx.stack_limit = stack_limit();
+  rt->busy = 1;
+  int32_t rc;
+  Py_BEGIN_ALLOW_THREADS
+  rc = rt->invoke(&rt->ctx, index, values, n, ret);
+  Py_END_ALLOW_THREADS
+  rt->busy = 0;
+  for (Py_ssize_t i = 0; i < rt->ndeferred; ++i) tv_decref(&rt->deferred[i]->h);
+  rt->ndeferred = 0;
+  return rc;
+}
+
 /* rt.call(index, args: tuple) -> the result in the VM's Python form */
 static PyObject* runtime_call(PyObject* op, PyObject* const* args, Py_ssize_t nargs) {
   Runtime* rt = (Runtime*)op;
@@ -292,6 +356,7 @@ static PyObject* runtime_call(PyObject* op, PyObject* const* args, Py_ssize_t na
     PyErr_SetString(PyExc_TypeError, "call(index: int, args: tuple)");
     return NULL;
   }
+  if (refuse_if_busy(rt)) return NULL;
   const long index = PyLong_AsLong(args[0]);
   const Py_ssize_t n = PyTuple_GET_SIZE(args[1]);
   tv_obj** values = (tv_obj**)calloc((size_t)(n > 0 ? n : 1), sizeof(tv_obj*));
@@ -304,8 +369,7 @@ static PyObject* runtime_call(PyObject* op, PyObject* const* args, Py_ssize_t na
   }
   if (i == n) {
     tv_obj* ret = NULL;
-    rt->ctx.stack_limit = stack_limit();
-    const int32_t rc = rt->invoke(&rt->ctx, (int32_t)index, values, (int32_t)n, &ret);
+    const int32_t rc = run_native(rt, (int32_t)index, values, (int32_t)n, &ret);
     if (rc == 0) {
       result = from_native(rt, ret, 0);
       tv_decref(ret);
@@ -459,7 +523,7 @@ static PyObject* fields_to_user(Runtime* rt, tv_adt* a) {
 static PyObject* to_user(Runtime* rt, tv_obj* o) {
   if (o == NULL || o->kind != TV_KIND_ADT) {
     if (o != NULL && o->kind == TV_KIND_TENSOR) {
-      PyObject* arr = tensor_to_array((tv_tensor*)o);
+      PyObject* arr = tensor_to_array(rt, (tv_tensor*)o);
       if (arr == NULL) return NULL;
       PyObject* r = PyObject_CallOneArg(rt->wrap, arr);
       Py_DECREF(arr);
@@ -492,6 +556,7 @@ static PyObject* runtime_invoke(PyObject* op, PyObject* const* args, Py_ssize_t 
     PyErr_SetString(PyExc_TypeError, "invoke(index: int, params: tuple, args: tuple) after set_argument_specs");
     return NULL;
   }
+  if (refuse_if_busy(rt)) return NULL;
   const long index = PyLong_AsLong(args[0]);
   const Py_ssize_t n = PyTuple_GET_SIZE(args[2]);
   if (PyTuple_GET_SIZE(args[1]) != n) Py_RETURN_NOTIMPLEMENTED;
@@ -518,8 +583,7 @@ static PyObject* runtime_invoke(PyObject* op, PyObject* const* args, Py_ssize_t 
     result = Py_NewRef(Py_NotImplemented);
   } else if (rc == SPEC_OK) {
     tv_obj* ret = NULL;
-    rt->ctx.stack_limit = stack_limit();
-    const int32_t status = rt->invoke(&rt->ctx, (int32_t)index, values, (int32_t)n, &ret);
+    const int32_t status = run_native(rt, (int32_t)index, values, (int32_t)n, &ret);
     if (status == 0) {
       result = to_user(rt, ret);
       tv_decref(ret);
@@ -554,18 +618,23 @@ static PyObject* runtime_set_argument_specs(PyObject* op, PyObject* args) {
   Py_RETURN_NONE;
 }
 
+/* The pool's statistics (while a call runs on another thread: as they were when it began). */
 static PyObject* runtime_stats(PyObject* op, PyObject* unused) {
   (void)unused;
-  tv_pool* p = ((Runtime*)op)->ctx.pool;
+  Runtime* rt = (Runtime*)op;
+  const tv_pool* p = rt->ctx.pool;
+  const int64_t now[7] = {p->bytes_live, p->peak_bytes, p->bytes_reserved, p->num_allocations, p->num_frees,
+                          p->reuse_hits, p->bytes_cached};
+  const int64_t* v = rt->busy ? rt->stats_at_call : now;
   return Py_BuildValue("{s:s,s:L,s:L,s:L,s:L,s:L,s:L,s:L}", "allocator", "native-pooled", "bytes_live",
-                       (long long)p->bytes_live, "peak_bytes", (long long)p->peak_bytes, "bytes_reserved",
-                       (long long)p->bytes_reserved, "num_allocations", (long long)p->num_allocations,
-                       "num_frees", (long long)p->num_frees, "reuse_hits", (long long)p->reuse_hits,
-                       "bytes_cached", (long long)p->bytes_cached);
+                       (long long)v[0], "peak_bytes", (long long)v[1], "bytes_reserved", (long long)v[2],
+                       "num_allocations", (long long)v[3], "num_frees", (long long)v[4], "reuse_hits",
+                       (long long)v[5], "bytes_cached", (long long)v[6]);
 }
 
 static PyObject* runtime_reset_stats(PyObject* op, PyObject* unused) {
   (void)unused;
+  if (refuse_if_busy((Runtime*)op)) return NULL;
   tv_pool* p = ((Runtime*)op)->ctx.pool;
   p->peak_bytes = p->bytes_live;
   p->num_allocations = p->num_frees = p->reuse_hits = 0;
@@ -574,6 +643,7 @@ static PyObject* runtime_reset_stats(PyObject* op, PyObject* unused) {
 
 static PyObject* runtime_release_cached(PyObject* op, PyObject* unused) {
   (void)unused;
+  if (refuse_if_busy((Runtime*)op)) return NULL;
   return PyLong_FromLongLong((long long)tv_pool_release_cached(((Runtime*)op)->ctx.pool));
 }
 
@@ -588,6 +658,7 @@ static void runtime_dealloc(PyObject* op) {
   Py_XDECREF(self->specs);
   Py_XDECREF(self->wrap);
   Py_XDECREF(self->user_tags);
+  free(self->deferred);
   PyObject_Free(self);
 }
 
@@ -615,6 +686,9 @@ static PyObject* runtime_new(PyTypeObject* type, PyObject* args, PyObject* kwarg
   Py_INCREF(on_error); self->on_error = on_error;
   self->specs = self->wrap = self->user_tags = NULL;
   self->nsymbols = 0;
+  self->busy = 0;
+  self->deferred = NULL;
+  self->ndeferred = self->cap_deferred = 0;
   self->ctx.pool = tv_pool_new(limit);
   const Py_ssize_t n = PyTuple_GET_SIZE(constants);
   self->constants = (tv_obj**)calloc((size_t)(n > 0 ? n : 1), sizeof(tv_obj*));
