@@ -611,3 +611,20 @@ def test_two_vms_of_one_executable_run_in_parallel_threads():
     for t in threads:
         t.join()
     assert not errors, errors
+
+
+def test_shape_of_read_only_by_shape_functions_allocates_nothing():
+    # a ShapeOf whose register only a C shape function reads is the tensor itself (its dims are the shape):
+    # a straight-line call allocates one storage per AllocStorage instruction and no more
+    text = "def @main(%x: Tensor[(?, 3), float32], %y: Tensor[(?, 3), float32]) { multiply(add(%x, %y), %y) }"
+    exe = tv.vm.compile(tv.parse(text), target="c", exec_mode="native", opt_level=0)
+    main = exe.function("main")
+    assert any(isinstance(ins, bc.ShapeOf) for ins in main.instructions)
+    storages = sum(isinstance(ins, bc.AllocStorage) for ins in main.instructions)
+    vm = VirtualMachine(exe)
+    for rows in (2, 5, 2):
+        x, y = f32(rows, 3, seed=rows), f32(rows, 3, seed=rows + 1)
+        vm.reset_memory_stats()
+        got = vm.run(x, y)
+        assert vm.memory_stats()["num_allocations"] == storages
+        np.testing.assert_allclose(got.numpy(), (x + y) * y, rtol=1e-6)
