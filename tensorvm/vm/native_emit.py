@@ -218,6 +218,30 @@ static int32_t tvn_k{p}(tv_ctx* ctx, tv_obj* const* a, int32_t n, int32_t fidx, 
 }}"""
 
 
+def _constant_int_registers(fn: bc.VMFunction, ints: set, constants) -> set:
+    """Registers written only by ``LoadConst`` of one-element integer constants (or killed) and read only
+    where the emitter takes a C integer (offsets, sizes, If operands): C integers, as ``LoadConsti``'s
+    (no reference counting of the constant, no reading of its tensor at each use)."""
+    writers: dict = {}
+    for ins in fn.instructions:
+        for reg in ins.writes():
+            writers.setdefault(reg, []).append(ins)
+
+    def integer_constant(ins) -> bool:
+        value = constants[ins.const_index] if 0 <= ins.const_index < len(constants) else None
+        return isinstance(value, np.ndarray) and value.size == 1 and value.dtype.kind in "iu"
+
+    candidates = {r for r, ws in writers.items()
+                  if r >= len(fn.params) and r not in ints and any(isinstance(i, bc.LoadConst) for i in ws)
+                  and all(isinstance(i, bc.KillRegister) or (isinstance(i, bc.LoadConst) and integer_constant(i))
+                          for i in ws)}
+    for ins in fn.instructions:
+        for reg in set(ins.reads()) & candidates:
+            if isinstance(ins, bc.Move) or not _int_operand_ok(ins, reg):
+                candidates.discard(reg)
+    return candidates
+
+
 def _shape_of_registers(fn: bc.VMFunction, ints: set, shape_funcs: dict, primitives) -> set:
     """Registers that need not hold a shape tensor: written only by ``ShapeOf`` (or killed) and read only as
     an input a C shape function reads by shape. Such a register holds the tensor itself and the shape
@@ -307,6 +331,7 @@ class _FunctionEmitter:
     def __init__(self, exe, index: int, fn: bc.VMFunction, shape_funcs: dict):
         self.exe, self.index, self.fn = exe, index, fn
         self.ints = _int_registers(fn)
+        self.ints |= _constant_int_registers(fn, self.ints, exe.constants)
         self.shape_of = _shape_of_registers(fn, self.ints, shape_funcs, exe.primitives)
         regs = set(range(len(fn.params)))
         for ins in fn.instructions:
@@ -379,6 +404,9 @@ class _FunctionEmitter:
         if op == O.Ret:
             return f"*ret = r{ins.result}; tv_incref(r{ins.result}); rc = 0; goto tv_exit;"
         if op == O.LoadConst:
+            if ins.dst in self.ints:  # (a one-element integer constant: _constant_int_registers)
+                value = int(np.asarray(self.exe.constants[ins.const_index]).reshape(()).astype(np.int64))
+                return f"i{ins.dst} = INT64_C({value});"
             return f"tv_incref(ctx->constants[{ins.const_index}]); " + self._set(ins.dst, f"ctx->constants[{ins.const_index}]")
         if op == O.LoadConsti:
             return f"i{ins.dst} = INT64_C({int(ins.value)});"
