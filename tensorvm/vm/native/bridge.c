@@ -349,6 +349,27 @@ static int32_t run_native(Runtime* rt, int32_t index, tv_obj* const* values, int
   return rc;
 }
 
+static PyObject* to_user(Runtime* rt, tv_obj* o);
+
+/* Runs function index on values; its result in the user's form (user) or the VM's, or NULL with the
+   Python error on_error makes of the call's error record. */
+static PyObject* call_converted(Runtime* rt, int32_t index, tv_obj* const* values, int32_t n, int user) {
+  tv_obj* ret = NULL;
+  if (run_native(rt, index, values, n, &ret) == 0) {
+    PyObject* result = user ? to_user(rt, ret) : from_native(rt, ret, 0);
+    tv_decref(ret);
+    return result;
+  }
+  const tv_error* e = &rt->ctx.error;
+  PyObject* exc = PyObject_CallFunction(rt->on_error, "iiiiis", (int)e->kind, (int)e->func, (int)e->pc,
+                                        (int)e->packed, (int)e->code, e->message);
+  if (exc != NULL) {
+    PyErr_SetObject((PyObject*)Py_TYPE(exc), exc);
+    Py_DECREF(exc);
+  }
+  return NULL;
+}
+
 /* rt.call(index, args: tuple) -> the result in the VM's Python form */
 static PyObject* runtime_call(PyObject* op, PyObject* const* args, Py_ssize_t nargs) {
   Runtime* rt = (Runtime*)op;
@@ -367,22 +388,7 @@ static PyObject* runtime_call(PyObject* op, PyObject* const* args, Py_ssize_t na
     values[i] = to_native(rt, PyTuple_GET_ITEM(args[1], i), 0);
     if (values[i] == NULL) break;
   }
-  if (i == n) {
-    tv_obj* ret = NULL;
-    const int32_t rc = run_native(rt, (int32_t)index, values, (int32_t)n, &ret);
-    if (rc == 0) {
-      result = from_native(rt, ret, 0);
-      tv_decref(ret);
-    } else {
-      tv_error* e = &rt->ctx.error;
-      PyObject* exc = PyObject_CallFunction(rt->on_error, "iiiiis", (int)e->kind, (int)e->func, (int)e->pc,
-                                            (int)e->packed, (int)e->code, e->message);
-      if (exc != NULL) {
-        PyErr_SetObject((PyObject*)Py_TYPE(exc), exc);
-        Py_DECREF(exc);
-      }
-    }
-  }
+  if (i == n) result = call_converted(rt, (int32_t)index, values, (int32_t)n, 0);
   for (Py_ssize_t j = 0; j < i; ++j) tv_decref(values[j]);
   free(values);
   return result;
@@ -505,8 +511,6 @@ static int spec_convert(Runtime* rt, Py_ssize_t node, PyObject* value, spec_symb
   }
 }
 
-static PyObject* to_user(Runtime* rt, tv_obj* o);
-
 static PyObject* fields_to_user(Runtime* rt, tv_adt* a) {
   PyObject* tuple = PyTuple_New(a->nfields);
   if (tuple == NULL) return NULL;
@@ -582,20 +586,7 @@ static PyObject* runtime_invoke(PyObject* op, PyObject* const* args, Py_ssize_t 
   if (rc == SPEC_DECLINE) {
     result = Py_NewRef(Py_NotImplemented);
   } else if (rc == SPEC_OK) {
-    tv_obj* ret = NULL;
-    const int32_t status = run_native(rt, (int32_t)index, values, (int32_t)n, &ret);
-    if (status == 0) {
-      result = to_user(rt, ret);
-      tv_decref(ret);
-    } else {
-      tv_error* e = &rt->ctx.error;
-      PyObject* exc = PyObject_CallFunction(rt->on_error, "iiiiis", (int)e->kind, (int)e->func, (int)e->pc,
-                                            (int)e->packed, (int)e->code, e->message);
-      if (exc != NULL) {
-        PyErr_SetObject((PyObject*)Py_TYPE(exc), exc);
-        Py_DECREF(exc);
-      }
-    }
+    result = call_converted(rt, (int32_t)index, values, (int32_t)n, 1);
   }
   if (values != NULL)
     for (Py_ssize_t j = 0; j < i; ++j) tv_decref(values[j]);
