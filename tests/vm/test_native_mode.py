@@ -628,3 +628,22 @@ def test_shape_of_read_only_by_shape_functions_allocates_nothing():
         got = vm.run(x, y)
         assert vm.memory_stats()["num_allocations"] == storages
         np.testing.assert_allclose(got.numpy(), (x + y) * y, rtol=1e-6)
+
+
+def test_time_calls_calls_c_functions_by_address_and_reports_their_errors():
+    # the benchmarks' floor (kernels called from C): a C function of integer words, its return code checked
+    import ctypes
+    import ctypes.util
+
+    from tensorvm.vm.native_mode import bridge_module
+
+    libc = ctypes.CDLL(ctypes.util.find_library("c"))
+    labs = ctypes.cast(libc.labs, ctypes.c_void_p).value
+    time_calls = bridge_module().time_calls
+    assert time_calls((labs, labs), ((0,), (0,)), 3) >= 0.0
+    with pytest.raises(RuntimeError, match="call 1 returned an error"):
+        time_calls((labs, labs), ((0,), (-7,)), 1)
+    with pytest.raises(ValueError, match="one words tuple per address"):
+        time_calls((labs,), (), 1)
+    with pytest.raises(ValueError, match="at most 8 words"):
+        time_calls((labs,), (tuple(range(9)),), 1)
