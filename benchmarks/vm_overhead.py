@@ -18,7 +18,9 @@ Sections:
    with and without ``MemoryPlan`` (naive allocator, so freed memory really leaves).
 5. Per-kernel-call overhead in a real program: a chain of 64 tiny ops, each its own kernel (opt_level=0),
    with a static and with a dynamic shape: VM time per kernel call minus the kernels called directly
-   (from Python: native mode calls them from C, below that floor, so its total per call is shown too).
+   (from Python: native mode calls them from C, below that floor, so its total per call is shown too;
+   and native mode's cost above the kernel itself: its run minus an invoke without kernels minus the same
+   kernels called from C, per kernel call).
 6. Static vs dynamic: the 784-512-512-10 MLP compiled for the exact batch and with a ``?`` batch, run on
    the same inputs (the bar: the dynamic executable within 10% of the static one).
 """
@@ -291,7 +293,46 @@ def section_chain(length: int, repeat: int, targets) -> dict:
                 print(f"   [{target:<6}] {label:<7} {mode:<9} {t * 1e6:8.1f} us per run, kernels alone "
                       f"{floor * 1e6:7.1f} us -> {per_call * 1e9:6.0f} ns VM overhead per kernel call "
                       f"({len(kernel_names)} kernels, {calls} calls; {t / calls * 1e9:5.0f} ns per call in all)")
+                if mode == "native":
+                    rows[(target, label, "native-c")] = native_overhead(vm, exe, dim, x, y, calls, repeat)
     return rows
+
+
+def native_overhead(vm, exe, dim: str, x, y, calls: int, repeat: int) -> float:
+    """Native mode's cost per kernel call above the kernel itself: (the run - one invoke of a program with
+    the same arguments and no kernel - the same kernel calls made from C) / kernel calls."""
+    import ctypes
+
+    from tensorvm.vm.native_mode import bridge_module
+
+    library = exe.c_library
+    if library is None or library.abi is None:
+        print("   (native, kernels from C: the library has no kernel ABI to call them by)")
+        return float("nan")
+    cdll = ctypes.CDLL(library.library_path)
+    out = np.empty(8, "float32")
+    addresses, words = [], []
+    for fn in exe.functions:
+        for ins in fn.instructions:
+            if isinstance(ins, bc.InvokePacked) and exe.primitives[ins.packed_index].kind == "kernel":
+                abi = library.abi.kernels[exe.primitives[ins.packed_index].name]
+                arrays = (x, y, out) if ins.arity == 3 else (x, out)
+                dims = tuple(arrays[k].shape[axis] for k, axis in abi.dim_positions())
+                addresses.append(ctypes.cast(getattr(cdll, abi.symbol), ctypes.c_void_p).value)
+                words.append(tuple(a.ctypes.data for a in arrays) + dims)
+    time_calls = bridge_module().time_calls
+    c_floor = min(time_calls(tuple(addresses), tuple(words), 50) for _ in range(repeat))
+    empty = VirtualMachine(tv.vm.compile(tv.parse(
+        f"def @main(%x: Tensor[({dim},), float32], %y: Tensor[({dim},), float32]) {{ %x }}"),
+        target="c", exec_mode="native"))
+    t_empty, t = float("inf"), float("inf")
+    for _ in range(10):  # interleaved, many runs: the difference of two small times
+        t_empty = min(t_empty, best_of(lambda: empty.invoke("main", x, y), repeat))
+        t = min(t, best_of(lambda: vm.invoke("main", x, y), repeat))
+    per_call = (t - t_empty - c_floor) / calls
+    print(f"   [c     ]         native    {t * 1e6:8.1f} us per run = invoke without kernels {t_empty * 1e6:5.2f} us "
+          f"+ kernels from C {c_floor * 1e6:5.2f} us + {per_call * 1e9:5.0f} ns per kernel call above the kernel")
+    return per_call
 
 
 MLP_784 = """

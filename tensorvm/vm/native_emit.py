@@ -145,7 +145,7 @@ def emit_program(exe, kernels: dict, shape_funcs: dict) -> str:
             raise UnsupportedError(f"native mode: the {what} {info.name!r} has no C function (it runs in Python "
                                    f"in the other modes; see exe.stats())")
     for i, fn in enumerate(exe.functions):
-        out.append(_FunctionEmitter(exe, i, fn).emit())
+        out.append(_FunctionEmitter(exe, i, fn, shape_funcs).emit())
     out.append(f"""
 __attribute__((visibility("default"))) int32_t tvn_invoke(tv_ctx* ctx, int32_t index, tv_obj* const* args,
                                                           int32_t nargs, tv_obj** ret) {{
@@ -210,9 +210,62 @@ static int32_t tvn_k{p}(tv_ctx* ctx, tv_obj* const* a, int32_t n, int32_t fidx, 
 }}"""
 
 
+def _constant_int_registers(fn: bc.VMFunction, ints: set, constants) -> set:
+    """Registers written only by ``LoadConst`` of one-element integer constants (or killed) and read only
+    where the emitter takes a C integer (offsets, sizes, If operands): C integers, as ``LoadConsti``'s
+    (no reference counting of the constant, no reading of its tensor at each use)."""
+    writers: dict = {}
+    for ins in fn.instructions:
+        for reg in ins.writes():
+            writers.setdefault(reg, []).append(ins)
+
+    def integer_constant(ins) -> bool:
+        value = constants[ins.const_index] if 0 <= ins.const_index < len(constants) else None
+        return isinstance(value, np.ndarray) and value.size == 1 and value.dtype.kind in "iu"
+
+    candidates = {r for r, ws in writers.items()
+                  if r >= len(fn.params) and r not in ints and any(isinstance(i, bc.LoadConst) for i in ws)
+                  and all(isinstance(i, bc.KillRegister) or (isinstance(i, bc.LoadConst) and integer_constant(i))
+                          for i in ws)}
+    for ins in fn.instructions:
+        for reg in set(ins.reads()) & candidates:
+            if isinstance(ins, bc.Move) or not _int_operand_ok(ins, reg):
+                candidates.discard(reg)
+    return candidates
+
+
+def _shape_of_registers(fn: bc.VMFunction, ints: set, shape_funcs: dict, primitives) -> set:
+    """Registers that need not hold a shape tensor: written only by ``ShapeOf`` (or killed) and read only as
+    an input a C shape function reads by shape. Such a register holds the tensor itself and the shape
+    function reads its dims (``tvn_s<p>``'s ``of_tensor``): no allocation, no copy of the dims."""
+    writers: dict = {}
+    for ins in fn.instructions:
+        for reg in ins.writes():
+            writers.setdefault(reg, []).append(ins)
+    candidates = {r for r, ws in writers.items()
+                  if r >= len(fn.params) and r not in ints and any(isinstance(i, bc.ShapeOf) for i in ws)
+                  and all(isinstance(i, (bc.ShapeOf, bc.KillRegister)) for i in ws)}
+    for ins in fn.instructions:
+        if not candidates:
+            break
+        readers = set(ins.reads()) & candidates
+        if not readers:
+            continue
+        spec = shape_funcs.get(ins.packed_index) if isinstance(ins, bc.InvokePacked) else None
+        if spec is None or primitives[ins.packed_index].kind != "shape_func":
+            candidates -= readers
+            continue
+        nin = len(spec.flat_is_input)
+        for k, reg in enumerate(ins.args):
+            if reg in candidates and (k >= min(nin, 64) or spec.flat_is_input[k]):
+                candidates.discard(reg)  # (an output, read by data, or past the mask)
+    return candidates
+
+
 def _shape_wrapper(p: int, spec) -> str:
     """``tvn_s<p>``: a C shape function called as the VM calls shape functions (DPS: inputs are tensors
-    read by data or int64 shape tensors, outputs int64 shape tensors)."""
+    read by data or int64 shape tensors, outputs int64 shape tensors). Bit ``i`` of ``of_tensor`` says
+    input ``i`` is a tensor whose dims are the shape (a ``ShapeOf`` not made, ``_shape_of_registers``)."""
     if spec.deferred:
         raise UnsupportedError(f"native mode: the C shape function of {spec.label} defers some cases to Python")
     nin, nout = len(spec.flat_is_input), len(spec.out_ranks)
@@ -223,6 +276,14 @@ def _shape_wrapper(p: int, spec) -> str:
             lines.append(f"  if (t[{i}]->dtype_code != {code} || t[{i}]->dtype_bits != {bits} || t[{i}]->ndim != {rank}) "
                          f"return tvn_arg_error(ctx, fidx, pc, {p}, {i}, t[{i}], {_c_string(dtype)}, {rank});")
             lines.append(f"  shapes[{i}] = t[{i}]->shape; data[{i}] = t[{i}]->data;")
+        elif i < 64:
+            lines.append(f"  if (of_tensor >> {i} & 1) {{\n"
+                         f"    if (t[{i}]->ndim != {rank}) return tvn_arg_error(ctx, fidx, pc, {p}, {i}, t[{i}], "
+                         f"\"tensor (its shape) of rank {rank}\", {rank});\n"
+                         f"    shapes[{i}] = t[{i}]->shape;\n  }} else {{\n"
+                         f"    if (!tvn_is_shape(t[{i}], {rank})) return tvn_arg_error(ctx, fidx, pc, {p}, {i}, t[{i}], "
+                         f"\"int64 shape of rank {rank}\", 1);\n"
+                         f"    shapes[{i}] = (const int64_t*)t[{i}]->data;\n  }}\n  data[{i}] = NULL;")
         else:
             lines.append(f"  if (!tvn_is_shape(t[{i}], {rank})) return tvn_arg_error(ctx, fidx, pc, {p}, {i}, t[{i}], "
                          f"\"int64 shape of rank {rank}\", 1);")
@@ -236,12 +297,15 @@ def _shape_wrapper(p: int, spec) -> str:
     return f"""
 int32_t {spec.name}(const int64_t* const* shapes, const void* const* data, int64_t* const* out);
 extern const char* const {spec.name}_messages[];
-static int32_t tvn_s{p}(tv_ctx* ctx, tv_obj* const* a, int32_t n, int32_t fidx, int32_t pc) {{
+static int32_t tvn_s{p}(tv_ctx* ctx, tv_obj* const* a, int32_t n, int32_t fidx, int32_t pc, uint64_t of_tensor) {{
   tv_tensor* t[{nin + nout}];
   const int64_t* shapes[{max(nin, 1)}];
   const void* data[{max(nin, 1)}];
   int64_t* out[{max(nout, 1)}];
-  if (tvn_flatten(a, n, t, {nin + nout}) != {nin + nout}) return tvn_count_error(ctx, fidx, pc, {p}, {nin + nout});
+  (void)of_tensor;
+  /* (of_tensor names arguments: they are the flattened values only when no argument is a tuple) */
+  if (tvn_flatten(a, n, t, {nin + nout}) != {nin + nout} || (of_tensor != 0 && n != {nin + nout}))
+    return tvn_count_error(ctx, fidx, pc, {p}, {nin + nout});
 {chr(10).join(lines)}
   int32_t code;
   if (__builtin_expect(ctx->profile == NULL, 1)) code = {spec.name}(shapes, data, out);
@@ -258,9 +322,11 @@ static int32_t tvn_s{p}(tv_ctx* ctx, tv_obj* const* a, int32_t n, int32_t fidx, 
 
 
 class _FunctionEmitter:
-    def __init__(self, exe, index: int, fn: bc.VMFunction):
+    def __init__(self, exe, index: int, fn: bc.VMFunction, shape_funcs: dict):
         self.exe, self.index, self.fn = exe, index, fn
         self.ints = _int_registers(fn)
+        self.ints |= _constant_int_registers(fn, self.ints, exe.constants)
+        self.shape_of = _shape_of_registers(fn, self.ints, shape_funcs, exe.primitives)
         regs = set(range(len(fn.params)))
         for ins in fn.instructions:
             regs.update(ins.reads())
@@ -332,6 +398,9 @@ class _FunctionEmitter:
         if op == O.Ret:
             return f"*ret = r{ins.result}; tv_incref(r{ins.result}); rc = 0; goto tv_exit;"
         if op == O.LoadConst:
+            if ins.dst in self.ints:  # (a one-element integer constant: _constant_int_registers)
+                value = int(np.asarray(self.exe.constants[ins.const_index]).reshape(()).astype(np.int64))
+                return f"i{ins.dst} = INT64_C({value});"
             return f"tv_incref(ctx->constants[{ins.const_index}]); " + self._set(ins.dst, f"ctx->constants[{ins.const_index}]")
         if op == O.LoadConsti:
             return f"i{ins.dst} = INT64_C({int(ins.value)});"
@@ -353,9 +422,12 @@ class _FunctionEmitter:
             return self._fail(pc, "TV_ERR_EXEC", "the VM reached a Fatal instruction (no match clause applies)")
         if op == O.InvokePacked:
             info = self.exe.primitives[ins.packed_index]
-            wrapper = "tvn_s" if info.kind == "shape_func" else "tvn_k"
-            return (f"{{ tv_obj* a_[] = {self._args(ins.args)}; "
-                    + self._check(f"{wrapper}{ins.packed_index}(ctx, a_, {len(ins.args)}, {f}, {pc})") + " }")
+            if info.kind == "shape_func":
+                mask = sum(1 << k for k, reg in enumerate(ins.args) if reg in self.shape_of)
+                call = f"tvn_s{ins.packed_index}(ctx, a_, {len(ins.args)}, {f}, {pc}, UINT64_C({mask}))"
+            else:
+                call = f"tvn_k{ins.packed_index}(ctx, a_, {len(ins.args)}, {f}, {pc})"
+            return f"{{ tv_obj* a_[] = {self._args(ins.args)}; " + self._check(call) + " }"
         if op == O.AllocStorage:
             if ins.size_from_shape:
                 itemsize = np.dtype(ins.dtype_hint).itemsize
@@ -382,6 +454,10 @@ class _FunctionEmitter:
         if op == O.DeviceCopy:
             return self._check(f"tvn_device_copy(ctx, r{ins.src}, &r{ins.dst}, {f}, {pc})")
         if op == O.ShapeOf:
+            if ins.dst in self.shape_of:  # the tensor itself (its dims are the shape the shape function reads)
+                return (f"if (r{ins.tensor} == NULL || r{ins.tensor}->kind != TV_KIND_TENSOR) "
+                        + self._fail(pc, "TV_ERR_EXEC", "shape_of: expected a tensor")
+                        + f"\n  tv_incref(r{ins.tensor}); " + self._set(ins.dst, f"r{ins.tensor}"))
             return self._check(f"tvn_shape_of(ctx, r{ins.tensor}, &r{ins.dst}, {f}, {pc})")
         if op == O.ReshapeTensor:
             return self._check(f"tvn_reshape(ctx, r{ins.tensor}, r{ins.newshape}, &r{ins.dst}, {f}, {pc})")

@@ -24,7 +24,7 @@ import numpy as np
 from ..errors import ExecutionError, ShapeError, UnsupportedError
 
 __all__ = ["NativeLibrary", "runtime_for", "bridge_module", "bridge_source", "call_native", "MAX_DEPTH",
-           "StackExhausted", "profiled_call"]
+           "StackExhausted", "profiled_call", "argument_specs", "native_invoker"]
 
 #: Nested (non-tail) calls allowed before a native call fails with a clear error (the C stack is
 #: checked too: a call that would come within 256 KiB of the thread's stack end fails the same way).
@@ -223,6 +223,109 @@ def runtime_for(exe, vm, limit_bytes: int | None = None):
     constants = tuple(exe.constants) + tuple(np.asarray(c, order="C") for c in native.constants)  # (0-d stays 0-d)
     return bridge_module().Runtime(native.invoke_address, constants, -1 if limit_bytes is None else limit_bytes,
                                    MAX_DEPTH, ADT, make_closure, on_error)
+
+
+#: Spec nodes one executable's parameter types may take (a polymorphically recursive ADT would not end).
+MAX_SPEC_NODES = 4096
+
+
+def argument_specs(exe, param_types, adt_by_name: dict) -> tuple:
+    """``(nodes, params, nsymbols)``: the bridge's description of the parameter types (``bridge.c``,
+    ``runtime_invoke``) so that ``Runtime.invoke`` checks and converts arguments in C. ``params[i]`` is
+    the tuple of node indices of function ``i``'s parameters, or None when one of them has a type only
+    the Python conversion handles (functions, references, unannotated, an ADT not described here).
+    ``adt_by_name`` maps a constructor's name to its VM tag (``VirtualMachine._adt_by_name``)."""
+    from ..ir.types import GlobalTypeVar, SymDim, TensorType, TupleType, TypeCall
+    from ..runtime.convert import substitute_type
+
+    definitions = None
+    nodes: list = []
+    memo: dict = {}
+    symbols: dict = {}
+
+    class Declined(Exception):
+        pass
+
+    def node(ty) -> int:
+        nonlocal definitions
+        key = ty
+        if key in memo:
+            return memo[key]
+        if len(nodes) >= MAX_SPEC_NODES:
+            raise Declined
+        index = len(nodes)
+        if isinstance(ty, TensorType):
+            dims = tuple(d if isinstance(d, int) else -2 - symbols.setdefault(d.name, len(symbols))
+                         if isinstance(d, SymDim) else -1 for d in ty.shape)
+            nodes.append((0, np.dtype(ty.dtype), dims))
+            memo[key] = index
+            return index
+        if isinstance(ty, TupleType):
+            nodes.append(None)
+            memo[key] = index
+            nodes[index] = (1, tuple(node(f) for f in ty.fields))
+            return index
+        if isinstance(ty, (TypeCall, GlobalTypeVar)):
+            header = ty.func if isinstance(ty, TypeCall) else ty
+            if definitions is None:
+                definitions = exe.type_definitions()
+            tdef = definitions.get(header)
+            if tdef is None:
+                raise Declined
+            mapping = dict(zip(tdef.type_vars, ty.args if isinstance(ty, TypeCall) else (), strict=False))
+            nodes.append(None)
+            memo[key] = index  # (before the fields: a recursive type refers to itself)
+            ctors = {}
+            for ctor in tdef.constructors:
+                if ctor.name in adt_by_name:  # (others: the Python conversion says it is not in this executable)
+                    fields = tuple(node(substitute_type(t, mapping)) for t in ctor.inputs)
+                    ctors[ctor.name] = (ctor.tag, adt_by_name[ctor.name], fields)
+            nodes[index] = (2, ctors)
+            return index
+        raise Declined
+
+    params = []
+    for types in param_types:
+        try:
+            params.append(None if types is None else tuple(node(t) for t in types))
+        except (Declined, TypeError):  # (TypeError: an unhashable type, not described)
+            params.append(None)
+    if len(nodes) >= MAX_SPEC_NODES or any(n is None for n in nodes):
+        return (), [None] * len(params), 0
+    return tuple(nodes), params, len(symbols)
+
+
+def native_invoker(vm, generic):
+    """``VirtualMachine._invoke`` for native mode: arguments checked and converted in C, the call, and its
+    result in the user's form, in one ``Runtime.invoke``; ``generic(info, args, kwargs)`` (the Python
+    conversion, then ``call_native``) for keyword arguments, stored inputs, parameters the function
+    writes, and arguments the C checks decline (so errors are the Python conversion's, word for word)."""
+    from ..runtime.ndarray import NDArray
+    from ..runtime.stack import run_on_deep_stack
+
+    rt = vm._native_rt
+    nodes, params, nsymbols = argument_specs(vm.exe, [info.param_types for info in vm._funcs], vm._adt_by_name)
+    rt.set_argument_specs(nodes, nsymbols, NDArray.wrap,
+                          {tag: (index, name) for tag, (index, name) in vm._adt_tags.items()})
+    for info in vm._funcs:
+        if info.owned:  # (the Python path copies these arguments first)
+            params[info.index] = None
+    calls = vm._calls
+    invoke = rt.invoke
+
+    def native_invoke(info, args: tuple, kwargs: dict):
+        spec = params[info.index]
+        if spec is not None and not kwargs and len(args) == len(spec):
+            try:
+                result = invoke(info.index, spec, args)
+            except StackExhausted:
+                result = run_on_deep_stack(invoke, (info.index, spec, args), _DEEP_STACK_BYTES, 0)
+            if result is not NotImplemented:
+                calls["generic"] += 1
+                return result
+        return generic(info, args, kwargs)
+
+    return native_invoke
 
 
 def native_error(exe, native, kind, func, pc, packed, code, message) -> Exception:

@@ -328,6 +328,9 @@ class VirtualMachine:
 
             self._native_rt = runtime_for(exe, self, self.allocator.limit_bytes)
             self._call_native = call_native
+            from .native_mode import native_invoker
+
+            self._invoke = native_invoker(self, self._invoke)  # (arguments checked and converted in C)
         self._select_program("plain")
 
     # --- one call at a time -----------------------------------------------------------------------

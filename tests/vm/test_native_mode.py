@@ -509,3 +509,272 @@ def test_a_closure_returned_by_one_call_is_passed_to_the_next():
     np.testing.assert_allclose(vm.invoke("apply", scale, x).numpy(), x * 3, rtol=1e-6)
     np.testing.assert_allclose(VirtualMachine(native(APPLY)).invoke("apply", scale, x).numpy(), x * 3, rtol=1e-6)
     assert_same(vm.run(x), oracle(APPLY, x))
+
+
+# --- arguments checked and converted in C (Runtime.invoke; bridge.c) ------------------------------------
+TREE = """
+type Tree {
+  Leaf(Tensor[(1, 4), float32]),
+  Node(Tree, Tree, Tensor[(1, 4), float32]),
+}
+def @sum(%t: Tree) -> Tensor[(1, 4), float32] {
+  match (%t) { Leaf(%x) => %x, Node(%l, %r, %x) => add(add(@sum(%l), @sum(%r)), %x), }
+}
+def @main(%t: Tree, %s: float32) -> (Tensor[(1, 4), float32], Tree) { (multiply(@sum(%t), %s), %t) }
+"""
+
+LIST_SUM = """
+def @total(%l: List[Tensor[(n), float32]], %acc: Tensor[(n), float32]) -> Tensor[(n), float32] {
+  match (%l) { Cons(%h, %t) => @total(%t, add(%acc, %h)), Nil => %acc, }
+}
+def @main(%l: List[Tensor[(n), float32]], %x: Tensor[(n), float32], %p: (Tensor[(2), int32], float32))
+    -> (Tensor[(n), float32], List[Tensor[(n), float32]], int32) {
+  (multiply(@total(%l, %x), %p.1), %l, sum(%p.0))
+}
+"""
+
+
+def tree_of(mod, depth: int, seed: int = 0, left_deep: bool = False):
+    """A full binary tree of the given depth (or a left-deep chain), built with the module's constructors."""
+    rng = np.random.default_rng(seed)
+    leaf, node = mod.constructor("Leaf"), mod.constructor("Node")
+    if left_deep:
+        tree = leaf.value(rng.standard_normal((1, 4)).astype("float32"))
+        for _ in range(depth):
+            tree = node.value(tree, leaf.value(np.ones((1, 4), "float32")), np.full((1, 4), 0.5, "float32"))
+        return tree
+    if depth == 0:
+        return leaf.value(rng.standard_normal((1, 4)).astype("float32"))
+    return node.value(tree_of(mod, depth - 1, seed + 1), tree_of(mod, depth - 1, seed + 2),
+                      rng.standard_normal((1, 4)).astype("float32"))
+
+
+def no_python_conversion(vm, monkeypatch):
+    def refuse(*args):
+        raise AssertionError("the arguments went through the Python conversion")
+
+    monkeypatch.setattr(vm, "_convert_inputs", refuse)
+
+
+def test_adt_arguments_take_the_c_path_and_match_the_interpreter(monkeypatch):
+    mod = tv.parse(TREE)
+    vm = VirtualMachine(native(TREE))
+    no_python_conversion(vm, monkeypatch)
+    for depth in (0, 1, 4):
+        tree, s = tree_of(mod, depth, seed=depth), np.array(2.0, "float32")
+        got = vm.run(tree, s)
+        assert_same(got, oracle(TREE, tree, s))
+        assert_same(vm.run(tree, s), got)  # repeated: the same answer from pooled memory
+
+
+def test_symbolic_dims_new_shapes_and_tuples_in_c(monkeypatch):
+    vm = VirtualMachine(native(LIST_SUM))
+    no_python_conversion(vm, monkeypatch)
+    for n in (3, 7, 3, 1):  # new shapes, then one seen before
+        xs = [np.full(n, i, "float32") for i in range(4)]
+        args = (tv.prelude.make_list(xs), np.arange(n, dtype="float32"),
+                (np.array([1, 2], "int32"), np.array(0.5, "float32")))
+        got = vm.run(*args)
+        assert_same(got, oracle(LIST_SUM, *args))
+
+
+def _bad_tree_arguments(mod):
+    leaf, node = mod.constructor("Leaf"), mod.constructor("Node")
+    good = np.ones((1, 4), "float32")
+    leaf_tag, node_tag = leaf.value(good).tag, node.value(leaf.value(good), leaf.value(good), good).tag
+    return {
+        "dtype inside the ADT": leaf.value(np.ones((1, 4))),
+        "static dim": node.value(leaf.value(good), leaf.value(np.ones((1, 5), "float32")), good),
+        "rank": leaf.value(np.ones(4, "float32")),
+        "field count": ADT(node_tag, (leaf.value(good), good), constructor="Node"),
+        "tag of its name": ADT(leaf_tag + 7, (good,), constructor="Leaf"),
+        "unknown tag": ADT(99, (good,)),
+        "constructor of another type": tv.prelude.make_some(good),
+        "a tuple for the ADT": (good,),
+        "a tensor for the ADT": good,
+        "a Python object": object(),
+        "a tuple inside": node.value(leaf.value(good), (good,), good),
+    }
+
+
+@pytest.mark.parametrize("case", sorted(_bad_tree_arguments(tv.parse(TREE))))
+def test_argument_errors_are_the_bytecode_vm_s(case):
+    tree = _bad_tree_arguments(tv.parse(TREE))[case]
+    s = np.array(2.0, "float32")
+    with pytest.raises(Exception) as expected:  # noqa: PT011 - the bytecode VM's exception is the oracle
+        VirtualMachine(tv.vm.compile(tv.parse(TREE), target="c")).run(tree, s)
+    assert isinstance(expected.value, (ExecutionError, ShapeError))
+    with pytest.raises(type(expected.value)) as got:
+        VirtualMachine(native(TREE)).run(tree, s)
+    assert type(got.value) is type(expected.value) and str(got.value) == str(expected.value)
+
+
+def test_symbolic_dim_and_tuple_errors_are_the_bytecode_vm_s():
+    ones = np.ones(3, "float32")
+    pair = (np.array([1, 2], "int32"), np.array(0.5, "float32"))
+    cases = [
+        (tv.prelude.make_list([ones, np.ones(4, "float32")]), ones, pair),  # n differs inside the list
+        (tv.prelude.make_list([ones]), np.ones(4, "float32"), pair),        # n differs between arguments
+        (tv.prelude.make_list([ones]), ones, (np.array([1, 2, 3], "int32"), np.array(0.5, "float32"))),
+        (tv.prelude.make_list([ones]), ones, (np.array([1, 2], "int64"), np.array(0.5, "float32"))),
+        (tv.prelude.make_list([ones]), ones, pair[:1]),
+        (tv.prelude.make_list([ones]), ones, ADT(1, pair)),
+    ]
+    bytecode = tv.vm.compile(tv.parse(LIST_SUM), target="c")
+    for args in cases:
+        with pytest.raises(Exception) as expected:  # noqa: PT011 - the bytecode VM's exception is the oracle
+            VirtualMachine(bytecode).run(*args)
+        assert isinstance(expected.value, (ExecutionError, ShapeError))
+        with pytest.raises(type(expected.value)) as got:
+            VirtualMachine(native(LIST_SUM)).run(*args)
+        assert str(got.value) == str(expected.value)
+
+
+def test_values_only_python_converts_still_convert():
+    # forms the C checks decline (nested lists, Python numbers, non-contiguous arrays, NDArrays) take the
+    # Python conversion and give the interpreter's answer
+    mod = tv.parse(TREE)
+    leaf, node = mod.constructor("Leaf"), mod.constructor("Node")
+    strided = np.arange(8, dtype="float32").reshape(1, 8)[:, ::2]
+    tree = node.value(leaf.value([[1, 2, 3, 4]]), leaf.value(strided), NDArray(np.ones((1, 4), "float32")))
+    want = oracle(TREE, tree, 3.0)
+    assert_same(VirtualMachine(native(TREE)).run(tree, 3.0), want)
+    ones = np.ones(3, "float32")
+    args = (tv.prelude.make_list([ones]), ones, [np.array([1, 2], "int32"), 0.5])  # a list for the tuple
+    assert_same(VirtualMachine(native(LIST_SUM)).run(*args), oracle(LIST_SUM, *args))
+
+
+def test_deep_adts_in_and_out_without_recursion_error():
+    # a list of 10,000 elements and a tree 10,000 deep go into C and come back (no RecursionError, no crash)
+    n = 10_000
+    xs = [np.full(2, i % 7, "float32") for i in range(n)]
+    args = (tv.prelude.make_list(xs), np.zeros(2, "float32"), (np.array([1, 2], "int32"), np.array(1.0, "float32")))
+    total, back, _ = VirtualMachine(native(LIST_SUM)).run(*args)
+    np.testing.assert_allclose(total.numpy(), np.sum(xs, axis=0))
+    got = tv.prelude.to_python_list(back)
+    assert len(got) == n and all(np.array_equal(g.numpy(), x) for g, x in zip(got, xs))
+
+    mod = tv.parse(TREE)
+    tree = tree_of(mod, n, left_deep=True)
+    total, back = VirtualMachine(native(TREE)).run(tree, np.array(1.0, "float32"))
+    want = tree
+    while want.constructor == "Node":
+        want = want.fields[0]
+    np.testing.assert_allclose(total.numpy(), want.fields[0] + n * 1.5, rtol=1e-5)
+    depth = 0
+    while back.constructor == "Node":
+        back, depth = back.fields[0], depth + 1
+    assert depth == n
+
+
+def test_deep_arguments_on_a_small_thread_stack_run_on_a_deep_stack():
+    import threading
+
+    n = 10_000
+    args = (tv.prelude.make_list([np.ones(2, "float32")] * n), np.zeros(2, "float32"),
+            (np.array([1, 2], "int32"), np.array(1.0, "float32")))
+    vm = VirtualMachine(native(LIST_SUM))
+    out: list = []
+    old = threading.stack_size(2 << 20)  # 2 MiB: the conversions come near its end
+    try:
+        worker = threading.Thread(target=lambda: out.append(vm.run(*args)))
+        worker.start()
+        worker.join()
+    finally:
+        threading.stack_size(old)
+    np.testing.assert_allclose(out[0][0].numpy(), np.full(2, n, "float32"))
+    assert len(tv.prelude.to_python_list(out[0][1])) == n
+
+
+# --- the GIL is released during the C call ---------------------------------------------------------------
+COUNT = """
+def @main(%n: int64) -> float32 { @loop(%n, 0f) }
+def @loop(%i: int64, %acc: float32) -> float32 {
+  if (equal(%i, 0i64)) { %acc } else { @loop(subtract(%i, 1i64), add(%acc, 1f)) }
+}
+"""
+
+
+def test_the_gil_is_released_during_a_call_and_results_freed_meanwhile_come_back_after_it():
+    import threading
+
+    vm = VirtualMachine(native(COUNT))
+    kept = [vm.run(np.array(3, "int64")) for _ in range(50)]  # results viewing the VM's pool
+    vm.reset_memory_stats()
+    n = 2_000_000  # a call long enough for this thread to run beside it
+    out: list = []
+    worker = threading.Thread(target=lambda: out.append(vm.run(np.array(n, "int64"))))
+    seen_busy = False
+    worker.start()
+    while worker.is_alive() and not seen_busy:
+        try:
+            vm._native_rt.reset_stats()  # refused only while a call runs: this thread ran during it
+        except RuntimeError:
+            seen_busy = True
+            kept.clear()  # their storages go back to the pool after the call, not during it
+    worker.join()
+    assert seen_busy
+    assert out.pop().numpy() == np.float32(n)
+    stats = vm.memory_stats()  # (with every result dropped)
+    assert stats["bytes_live"] == 0 and stats["num_frees"] >= 50
+
+
+def test_two_vms_of_one_executable_run_in_parallel_threads():
+    import threading
+
+    exe = native(TREE)
+    mod = tv.parse(TREE)
+    trees = [tree_of(mod, 6, seed=k) for k in range(2)]
+    want = [plain(oracle(TREE, t, np.array(1.5, "float32"))) for t in trees]
+    errors: list = []
+
+    def work(k):
+        vm = VirtualMachine(exe)
+        try:
+            for _ in range(30):
+                assert_same(vm.run(trees[k], np.array(1.5, "float32")), want[k])
+        except Exception as err:  # noqa: BLE001 - reported below
+            errors.append(err)
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+
+
+def test_shape_of_read_only_by_shape_functions_allocates_nothing():
+    # a ShapeOf whose register only a C shape function reads is the tensor itself (its dims are the shape):
+    # a straight-line call allocates one storage per AllocStorage instruction and no more
+    text = "def @main(%x: Tensor[(?, 3), float32], %y: Tensor[(?, 3), float32]) { multiply(add(%x, %y), %y) }"
+    exe = tv.vm.compile(tv.parse(text), target="c", exec_mode="native", opt_level=0)
+    main = exe.function("main")
+    assert any(isinstance(ins, bc.ShapeOf) for ins in main.instructions)
+    storages = sum(isinstance(ins, bc.AllocStorage) for ins in main.instructions)
+    vm = VirtualMachine(exe)
+    for rows in (2, 5, 2):
+        x, y = f32(rows, 3, seed=rows), f32(rows, 3, seed=rows + 1)
+        vm.reset_memory_stats()
+        got = vm.run(x, y)
+        assert vm.memory_stats()["num_allocations"] == storages
+        np.testing.assert_allclose(got.numpy(), (x + y) * y, rtol=1e-6)
+
+
+def test_time_calls_calls_c_functions_by_address_and_reports_their_errors():
+    # the benchmarks' floor (kernels called from C): a C function of integer words, its return code checked
+    import ctypes
+    import ctypes.util
+
+    from tensorvm.vm.native_mode import bridge_module
+
+    libc = ctypes.CDLL(ctypes.util.find_library("c"))
+    labs = ctypes.cast(libc.labs, ctypes.c_void_p).value
+    time_calls = bridge_module().time_calls
+    assert time_calls((labs, labs), ((0,), (0,)), 3) >= 0.0
+    with pytest.raises(RuntimeError, match="call 1 returned an error"):
+        time_calls((labs, labs), ((0,), (-7,)), 1)
+    with pytest.raises(ValueError, match="one words tuple per address"):
+        time_calls((labs,), (), 1)
+    with pytest.raises(ValueError, match="at most 8 words"):
+        time_calls((labs,), (tuple(range(9)),), 1)

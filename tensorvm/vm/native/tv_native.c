@@ -25,7 +25,13 @@ TV_UNUSED static int32_t tvn_flatten_into(tv_obj* o, tv_tensor** out, int32_t at
 }
 TV_UNUSED static int32_t tvn_flatten(tv_obj* const* a, int32_t n, tv_tensor** out, int32_t max) {
   int32_t at = 0;
-  for (int32_t i = 0; i < n && at >= 0; ++i) at = tvn_flatten_into(a[i], out, at, max);
+  if (n <= max) { /* the common case: every argument a tensor */
+    while (at < n && a[at] != NULL && a[at]->kind == TV_KIND_TENSOR) {
+      out[at] = (tv_tensor*)a[at];
+      ++at;
+    }
+  }
+  for (int32_t i = at; i < n && at >= 0; ++i) at = tvn_flatten_into(a[i], out, at, max);
   return at;
 }
 TV_UNUSED static int tvn_is_shape(const tv_tensor* t, int64_t rank) {
