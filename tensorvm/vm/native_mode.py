@@ -315,7 +315,8 @@ def native_invoker(vm, generic):
 
     def native_invoke(info, args: tuple, kwargs: dict):
         spec = params[info.index]
-        if spec is not None and not kwargs and len(args) == len(spec):
+        # (an instrument callback set: calls run through the dispatch loop, which the generic path takes)
+        if spec is not None and not kwargs and len(args) == len(spec) and vm._mode != "instrument":
             try:
                 result = invoke(info.index, spec, args)
             except StackExhausted:
