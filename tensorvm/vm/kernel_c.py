@@ -283,16 +283,16 @@ def _compile(library: CLibrary, plans: dict, emitted: dict, shape_specs: dict, n
     caller (``fastcall``)."""
 
     from ..codegen.c_emit import library_text
-    from ..codegen.module import build_module
+    from ..codegen.module import NATIVE_FLAGS, build_module
     from .shape_c import SHAPE_LIBRARY
 
     funcs = [func for plan in plans.values() for func in _plan_funcs(plan)]
-    shape_source = ""
+    extra = []
     if shape_specs:
-        shape_source = library_text([SHAPE_LIBRARY]) + "\n".join(s.source for s in shape_specs.values())
-    if native_source:
-        shape_source += "\n" + native_source
-    module = build_module(funcs, extra_source=shape_source,
+        extra.append(library_text([SHAPE_LIBRARY]) + "\n".join(s.source for s in shape_specs.values()))
+    if native_source:  # (its own unit, at NATIVE_FLAGS: it declares the kernels and shape functions it calls)
+        extra.append((native_source, NATIVE_FLAGS))
+    module = build_module(funcs, extra_source=extra,
                           emitted=[kernel for kernels in emitted.values() for kernel in kernels])
     library.source = module.source
     library.build_info = module.build_info
