@@ -41,6 +41,7 @@ __attribute__((weak)) int32_t tv_set_blas(void* sgemm, void* dgemm, void* sgemv,
 }
 
 #ifdef _OPENMP
+#include "tv_pool.h"
 static inline int tv_omp_max_threads(void) { return tv_threads(); }
 static inline int tv_omp_in_parallel(void) { return omp_in_parallel(); }
 static inline int tv_omp_thread(void) { return omp_get_thread_num(); }
@@ -50,6 +51,11 @@ static inline int tv_omp_max_threads(void) { return 1; }
 static inline int tv_omp_in_parallel(void) { return 0; }
 static inline int tv_omp_thread(void) { return 0; }
 static inline int tv_omp_team(void) { return 1; }
+typedef void (*tv_pool_fn)(void* ctx, int64_t chunk);
+static inline void tv_pool_run(int64_t chunks, int threads, tv_pool_fn fn, void* ctx) {
+  (void)threads;
+  for (int64_t i = 0; i < chunks; ++i) fn(ctx, i);
+}
 #endif
 
 /* One operand of a batched product of outer x inner entries: entry i starts at
@@ -76,8 +82,14 @@ static inline int tv_gemm_layout(int64_t rows, int64_t cols, int64_t outer_step,
   return 0;
 }
 
-/* Below this many multiply-adds a product runs on the calling thread only. */
+/* Below this many multiply-adds a product runs on the calling thread only (host.py: parallel_work
+   derives it from the host's vector width; this default is its value for AVX2). */
+#ifndef TV_GEMM_PARALLEL_WORK
 #define TV_GEMM_PARALLEL_WORK 262144.0
+#endif
+static inline int tv_gemm_parallel(double work) {
+  return work >= TV_GEMM_PARALLEL_WORK && !tv_omp_in_parallel() && tv_omp_max_threads() > 1;
+}
 
 /* A product whose B fits in L2 runs on the packed product's register tiles, B packed on the fly
    (defined with the tiles below; 0: not taken, BLAS then). */
@@ -143,6 +155,15 @@ static inline int tv_gemm_onthefly_f64(double alpha, int64_t m, int64_t n, int64
                           b + tv_gemm_entry(bv, i, inner), ldb, tb, c + tv_gemm_entry(cv, i, inner) + m0 * ldc, ldc); \
     }                                                                                              \
   }                                                                                                \
+  typedef struct {                                                                                 \
+    T alpha; int64_t batch, inner, m, n, k, chunks; const T* a; tv_gemm_view av; const T* b;        \
+    tv_gemm_view bv; T* c; tv_gemm_view cv;                                                         \
+  } tv_gemm_job_##S;                                                                               \
+  static void tv_gemm_chunk_##S(void* arg, int64_t i) {                                            \
+    const tv_gemm_job_##S* j = (const tv_gemm_job_##S*)arg;                                        \
+    tv_gemm_share_##S((int)i, (int)j->chunks, j->alpha, j->batch, j->inner, j->m, j->n, j->k, j->a, j->av, \
+                      j->b, j->bv, j->c, j->cv);                                                   \
+  }                                                                                                \
   static int32_t tv_gemm_run_##S(T alpha, int64_t batch, int64_t inner, int64_t m, int64_t n, int64_t k, \
                                  const T* a, tv_gemm_view av, const T* b, tv_gemm_view bv, T* c,   \
                                  tv_gemm_view cv) {                                                \
@@ -154,14 +175,14 @@ static inline int tv_gemm_onthefly_f64(double alpha, int64_t m, int64_t n, int64
       return 0;                                                                                    \
     }                                                                                              \
     const int most = tv_omp_max_threads();                                                         \
-    const int threads = (double)batch * m * n * k >= TV_GEMM_PARALLEL_WORK && !tv_omp_in_parallel() ? most : 1; \
+    const int threads = tv_gemm_parallel((double)batch * m * n * k) ? most : 1;                    \
     /* BLAS single-threaded while the kernels may run in parallel: its spinning workers would take \
        the cores the kernels' threads need (its setting is restored after the call). */            \
     const int blas_threads = most > 1 && tv_blas_get_threads && tv_blas_set_threads ? tv_blas_get_threads() : 1; \
     if (blas_threads != 1) tv_blas_set_threads(1);                                                 \
-    if (threads > 1) {                                                                             \
-      _Pragma("omp parallel num_threads(threads)")                                                 \
-      tv_gemm_share_##S(tv_omp_thread(), tv_omp_team(), alpha, batch, inner, m, n, k, a, av, b, bv, c, cv); \
+    if (threads > 1) { /* one share per thread; the caller runs those of workers not started */    \
+      tv_gemm_job_##S job = {alpha, batch, inner, m, n, k, threads, a, av, b, bv, c, cv};           \
+      tv_pool_run(threads, threads, tv_gemm_chunk_##S, &job);                                      \
     } else {                                                                                       \
       tv_gemm_share_##S(0, 1, alpha, batch, inner, m, n, k, a, av, b, bv, c, cv);                  \
     }                                                                                              \
