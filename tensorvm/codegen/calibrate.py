@@ -154,12 +154,14 @@ def _remember(desc: HostDescription, choice: Choice) -> Choice:
 
 def report() -> dict:
     """Which product kernels run and why, for ``Executable.stats()``: the packed product's instance (its
-    ISA, tile and blocks, derived from the host description, and where that description came from) and
-    the calibrated choices of this process."""
+    ISA, tile and blocks, derived from the host description, and where that description came from), the
+    softmax's vector width, the thresholds of ``host.kernel_rules`` with their rules, and the calibrated
+    choices of this process."""
     from . import host as hostmod
 
     desc = host()
     params = hostmod.gemm_params(desc)
+    rules = hostmod.kernel_rules(desc)
     source = ("set_host" if hostmod._OVERRIDE[0] is not None
               else "$TENSORVM_HOST" if os.environ.get("TENSORVM_HOST", "").strip() else "detected")
     return {
@@ -173,6 +175,9 @@ def report() -> dict:
             "why": "tv_vconv.h instantiated with the packed product's vectors: output channels x 2 rows x one "
                    "vector of columns (the tile's channels are the product's tile rows)",
         },
+        "softmax": {"vector_bytes": desc.vector_bytes,
+                    "why": "tv_softmax_f32 written once over tv_vec.h's vector, instantiated at the host's width"},
+        "thresholds": {name: {"value": getattr(rules, name), "why": why} for name, why in rules.why().items()},
         "calibrated": [{"op": c.op, "shape_class": c.shape_class, "variant": c.variant, "why": c.why}
                        for c in choices()],
     }

@@ -98,11 +98,19 @@ from .loop_ir import (
 )
 
 __all__ = ["lower", "lower_parts", "lower_dispatch", "LoweredParts", "map_stmt", "rebind", "known_multiple",
-           "PARALLEL_WORK_THRESHOLD"]
+           "parallel_work_threshold"]
 
-# Below this many inner iterations a parallel loop costs more to fork than it saves (on a busy machine a
-# fork waits for a worker the OS has not scheduled yet, so the bar is set high).
-PARALLEL_WORK_THRESHOLD = 1 << 16
+
+def parallel_work_threshold() -> int:
+    """Below this many inner iterations a parallel loop costs more to fork than it saves: the host's
+    ``kernel_rules().parallel_elements`` (a fork-join's cycles x half a vector per cycle; 2^16 on AVX2,
+    2^17 on AVX-512). On a busy machine a fork waits for a worker the OS has not scheduled yet, so the
+    bar is set by a fork-join's full cost."""
+    from .host import kernel_rules
+
+    return kernel_rules().parallel_elements
+
+
 # An inlined expression larger than this (``_printed_size``) materializes the computes its stage reads.
 MAX_INLINED_NODES = 4096
 _CHEAP_CALLS = {"abs", "sign", "isnan", "isinf", "isfinite", "floor", "ceil", "round", "trunc"}
@@ -651,11 +659,12 @@ def _parallel_nest(loop_vars, extents, body, work):
 
 
 def _parallel_kind(work, extents):
+    threshold = parallel_work_threshold()
     if isinstance(work, Const):
-        return (PARALLEL, None) if work.value >= PARALLEL_WORK_THRESHOLD else (SERIAL, None)
+        return (PARALLEL, None) if work.value >= threshold else (SERIAL, None)
     if all(isinstance(e, Const) and e.value <= 1 for e in extents):
         return SERIAL, None
-    return PARALLEL, work >= PARALLEL_WORK_THRESHOLD
+    return PARALLEL, work >= threshold
 
 
 def _simd_safe(expr) -> bool:

@@ -16,9 +16,6 @@
 #ifndef TV_VGEMM_H
 #define TV_VGEMM_H
 
-#ifndef TV_VEC_BYTES
-#define TV_VEC_BYTES 32
-#endif
 #ifndef TV_VGEMM_MR
 #define TV_VGEMM_MR 6
 #endif
@@ -34,25 +31,8 @@
 #if TV_VGEMM_MR < 1 || TV_VGEMM_MR > 14
 #error "TV_VGEMM_MR must be between 1 and 14"
 #endif
-#define TV_VLANES (TV_VEC_BYTES / 4)
+#include "tv_vec.h"
 #define TV_VGEMM_NR (2 * TV_VLANES)
-
-/* tv_vf: a vector of floats; tv_vfu: the same read from any float address (unaligned, may alias). */
-typedef float tv_vf __attribute__((vector_size(TV_VEC_BYTES)));
-typedef float tv_vfu __attribute__((vector_size(TV_VEC_BYTES), aligned(4), may_alias));
-#define TV_VLOAD(p) (*(const tv_vfu*)(p))
-#define TV_VSTORE(p, v) (*(tv_vfu*)(p) = (v))
-/* A vector of s in every lane, written out (``(tv_vf){0} + s`` would cost an addition: 0 + -0 is +0). */
-#define TV_VSPLAT4(s) s, s, s, s
-#if TV_VLANES == 4
-#define TV_VSPLAT(s) ((tv_vf){TV_VSPLAT4(s)})
-#elif TV_VLANES == 8
-#define TV_VSPLAT(s) ((tv_vf){TV_VSPLAT4(s), TV_VSPLAT4(s)})
-#elif TV_VLANES == 16
-#define TV_VSPLAT(s) ((tv_vf){TV_VSPLAT4(s), TV_VSPLAT4(s), TV_VSPLAT4(s), TV_VSPLAT4(s)})
-#else
-#error "TV_VEC_BYTES must be 16, 32 or 64"
-#endif
 
 /* Prefetch the weight 2 KB ahead of the step being read, one hint per cache line of a panel row: with few
    rows the weight streams from DRAM and the hardware prefetchers alone fall behind. */
