@@ -270,9 +270,11 @@ def kernel_rules(desc: HostDescription | None = None) -> KernelRules:
 def rule_defines(desc: HostDescription | None = None) -> tuple:
     """The ``-D`` flags that give the C library its thresholds and vector width for ``desc``
     (``c_emit.prelude`` writes them into every shared library's text)."""
+    desc = desc or host()
     rules = kernel_rules(desc)
-    return (f"-DTV_VEC_BYTES={(desc or host()).vector_bytes}", f"-DTV_GEMM_PARALLEL_WORK={rules.parallel_work}.0",
-            f"-DTV_PARALLEL_ELEMENTS={rules.parallel_elements}", f"-DTV_LIB_PARALLEL_WORK={rules.sort_parallel_elements}")
+    return (f"-DTV_VEC_BYTES={desc.vector_bytes}", f"-DTV_GEMM_PARALLEL_WORK={rules.parallel_work}.0",
+            f"-DTV_PARALLEL_ELEMENTS={rules.parallel_elements}", f"-DTV_LIB_PARALLEL_WORK={rules.sort_parallel_elements}",
+            f"-DTV_L1D={desc.l1d}", f"-DTV_L2={desc.l2}", f"-DTV_L3={desc.l3}")
 
 
 def gemm_defines(params: GemmParams) -> tuple:

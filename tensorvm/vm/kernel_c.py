@@ -296,6 +296,9 @@ def _compile(library: CLibrary, plans: dict, emitted: dict, shape_specs: dict, n
                           emitted=[kernel for kernels in emitted.values() for kernel in kernels])
     library.source = module.source
     library.build_info = module.build_info
+    from ..codegen.calibrate import attach_library
+
+    attach_library(module.library._cdll)  # (the user's pin or the cached product choices)
     python_module = module.library._python_module
     library.python_module = python_module.__name__ if python_module is not None else ""
     library.library_path = module.build_info.path

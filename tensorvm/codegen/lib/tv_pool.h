@@ -20,7 +20,8 @@
 
    One pool per library (weak hidden symbols shared by the library's translation units). A nested call
    (from a chunk), or a call while another thread of the process runs a job on this pool, runs serially.
-   After a fork the child starts with no workers. Shared libraries only (tv_gemm.h includes it). */
+   After a fork the child starts with no workers. Shared libraries only (tv_gemm.h includes it, after
+   defining tv_now_ns). */
 #ifndef TV_POOL_H
 #define TV_POOL_H
 
@@ -71,12 +72,6 @@ static inline void tv_pool_relax(void) {
 #endif
 }
 
-static inline int64_t tv_pool_now_ns(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
-}
-
 /* Claim and run chunks of the current job until none is left or the job changed; returns how many ran. */
 __attribute__((weak, visibility("hidden"))) int64_t tv_pool_work(void) {
   int64_t ran = 0;
@@ -101,11 +96,11 @@ __attribute__((weak, visibility("hidden"))) void* tv_pool_worker(void* arg) {
   const int32_t index = (int32_t)(intptr_t)arg;  /* 1 .. workers: the caller is 0 */
   uint32_t seen = TV_POOL_LOAD(&tv_pool.sequence);
   for (;;) {
-    const int64_t start = tv_pool_now_ns();
+    const int64_t start = tv_now_ns();
     int spins = 0;
     while (TV_POOL_LOAD(&tv_pool.sequence) == seen) {
       tv_pool_relax();
-      if (++spins % 64 == 0 && tv_pool_now_ns() - start > TV_POOL_SPIN_NS) {
+      if (++spins % 64 == 0 && tv_now_ns() - start > TV_POOL_SPIN_NS) {
         pthread_mutex_lock(&tv_pool.lock);
         TV_POOL_ADD(&tv_pool.sleepers, 1);
         while (TV_POOL_LOAD(&tv_pool.sequence) == seen) pthread_cond_wait(&tv_pool.wake, &tv_pool.lock);
