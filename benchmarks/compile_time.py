@@ -7,8 +7,9 @@ uses) and -O3, interleaved in one process. ``--native`` does the same for the na
 (``codegen.module.NATIVE_FLAGS``) on the corpus's GRU: its C compiler time and its latency per call at
 -O1 and -O3, each cold in a fresh kernel cache, the calls interleaved.
 
-    .venv/bin/python benchmarks/compile_time.py                     # resnet18 mobilenetv3 ssdlite
+    .venv/bin/python benchmarks/compile_time.py                     # resnet18 mobilenetv3 ssdlite gru
     .venv/bin/python benchmarks/compile_time.py mobilenetv3 --rounds 3
+    .venv/bin/python benchmarks/compile_time.py gru                 # the BiGRU in native exec mode
     .venv/bin/python benchmarks/compile_time.py --wrappers
     .venv/bin/python benchmarks/compile_time.py --native
 
@@ -30,7 +31,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 SHAPES = {"resnet18": {"images": [None, 3, 224, 224]}, "mobilenetv3": {"images": [None, 3, 224, 224]},
-          "ssdlite": {"images": [1, 3, 320, 320]}}
+          "ssdlite": {"images": [1, 3, 320, 320]}, "gru": {"x": [None, None, 64]}}
+EXEC_MODES = {"gru": "native"}  # (the corpus measures the BiGRU in native mode too; its program is the big unit)
 
 
 def find_onnx(key: str, onnx_dir: str | None) -> Path | None:
@@ -74,7 +76,7 @@ def child(key: str, path: str, twice: bool) -> dict:
         before = build_stats()["compile_seconds"]
         cpu_before = _children_cpu()
         start = time.perf_counter()
-        exe = tv.vm.compile(mod, target="c", params=params)
+        exe = tv.vm.compile(mod, target="c", params=params, exec_mode=EXEC_MODES.get(key, "bytecode"))
         total = time.perf_counter() - start
         library = exe.stats()["kernel_library"]
         result[label] = {"compile_s": total, "kernel_lowering_s": library["lower_seconds"],
