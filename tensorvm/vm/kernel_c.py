@@ -117,9 +117,25 @@ class CLibrary:
             "load_reason": self.load_reason,
             "saved_source_matches": self.saved_source_matches,
             "threads": library_threads(self.library_path) if self.library_path else 1,  # what its OpenMP loops use
+            # the library products' pool (codegen/lib/tv_pool.h): jobs, chunks run by callers / workers
+            "product_pool": _pool_stats(self.library_path) if self.library_path else None,
             # exec_mode="native": bytes of the generated C of the VM functions (part of the library)
             "native_source_bytes": len(self.native.source) if self.native is not None else None,
         }
+
+
+def _pool_stats(path: str) -> dict | None:
+    """What the library's product pool ran so far (None without one: no OpenMP, or no product)."""
+    import ctypes
+
+    try:
+        stats = ctypes.CDLL(path).tv_pool_stats  # (dlopen: the loaded copy)
+    except (OSError, AttributeError):
+        return None
+    stats.argtypes, stats.restype = [ctypes.c_void_p], ctypes.c_int32
+    values = (ctypes.c_int64 * 4)()
+    stats(values)
+    return {"jobs": values[0], "caller_chunks": values[1], "worker_chunks": values[2], "workers": values[3]}
 
 
 def build_c_library(prims: dict, shape_prims: dict | None = None, native=None) -> CLibrary:

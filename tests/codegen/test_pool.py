@@ -115,3 +115,22 @@ def test_forked_child_starts_its_own_workers(product, threads):
             os._exit(1)
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
+
+
+def test_exe_stats_report_the_pool(threads):
+    """``exe.stats()["kernel_library"]["product_pool"]`` counts the jobs of a library's products and where
+    their chunks ran (every chunk once: the chunks of a job split by panels add up)."""
+    import tensorvm as tv
+
+    threads(2)
+    exe = tv.vm.compile(tv.parse("""
+def @main(%a: Tensor[(?, 256), float32], %b: Tensor[(512, 256), float32]) { nn.matmul(%a, %b, transpose_b=True) }
+"""), target="c")
+    rng = np.random.default_rng(0)
+    a, b = rng.standard_normal((64, 256)).astype(np.float32), rng.standard_normal((512, 256)).astype(np.float32)
+    before = exe.stats()["kernel_library"]["product_pool"]
+    got = tv.vm.VirtualMachine(exe).run(a, b).numpy()
+    np.testing.assert_allclose(got, a.astype(np.float64) @ b.T.astype(np.float64), rtol=1e-4, atol=1e-3)
+    after = exe.stats()["kernel_library"]["product_pool"]
+    assert after["jobs"] > before["jobs"] and after["workers"] >= 1
+    assert after["caller_chunks"] + after["worker_chunks"] > before["caller_chunks"] + before["worker_chunks"]
