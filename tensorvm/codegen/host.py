@@ -229,7 +229,8 @@ class KernelRules:
     blas_min_flops_dynamic: int  # ... with N or K dynamic
     blas_thread_factor: int  # the BLAS thresholds grow by this per extra kernel thread
     vector_width: int  # the "vec" variant's multiple for a dynamic N (one vector of float32)
-    reduction_width: int  # ... and for a dynamic K (two vectors)
+    reduction_width: int  # ... and for a dynamic K (two vectors); a reduction this short is not vectorized along
+    jam: int  # outputs a generated reduction computes per pass when they share an input (register blocking)
 
     def why(self) -> dict:
         return {
@@ -247,6 +248,7 @@ class KernelRules:
             "blas_thread_factor": "2 x lanes: the generated kernels scale with the threads, BLAS through NumPy "
                                   "runs on one (measured 16 at 8 lanes and 2 threads)",
             "vector_width": "float32 lanes per vector", "reduction_width": "two vectors of float32",
+            "jam": "a quarter of the vector registers (accumulators and their loads stay in registers)",
         }
 
 
@@ -264,7 +266,7 @@ def kernel_rules(desc: HostDescription | None = None) -> KernelRules:
         parallel_elements=FORK_JOIN_CYCLES * max(1, lanes // 2), sort_parallel_elements=FORK_JOIN_CYCLES * 2,
         gemm_min_work=LIBRARY_CALL_CYCLES * macs, blas_min_rows=lanes, blas_min_flops=blas_min_flops,
         blas_min_flops_dynamic=blas_min_flops // 16, blas_thread_factor=2 * lanes, vector_width=lanes,
-        reduction_width=2 * lanes)
+        reduction_width=2 * lanes, jam=max(2, desc.vector_registers // 4))
 
 
 def rule_defines(desc: HostDescription | None = None) -> tuple:

@@ -39,7 +39,7 @@ def test_avx2_rule_gives_the_values_measured_there(fake_host):
     assert rules.macs_per_cycle == 16
     assert (rules.parallel_work, rules.parallel_elements, rules.gemm_min_work) == (1 << 18, 1 << 16, 1 << 14)
     assert (rules.blas_min_flops, rules.blas_min_flops_dynamic, rules.blas_min_rows) == (1 << 20, 1 << 16, 8)
-    assert (rules.blas_thread_factor, rules.vector_width, rules.reduction_width) == (16, 8, 16)
+    assert (rules.blas_thread_factor, rules.vector_width, rules.reduction_width, rules.jam) == (16, 8, 16, 4)
     assert rules.sort_parallel_elements == 1 << 15
 
 
@@ -49,7 +49,7 @@ def test_a_fake_avx512_server_gets_other_thresholds_by_the_same_rule(fake_host):
     xeon = host.kernel_rules(xeon_host)
     assert xeon.macs_per_cycle == 2 * avx2.macs_per_cycle == 32
     for field in ("parallel_work", "parallel_elements", "gemm_min_work", "blas_min_flops", "blas_min_rows",
-                  "vector_width", "reduction_width"):
+                  "vector_width", "reduction_width", "jam"):
         assert getattr(xeon, field) == 2 * getattr(avx2, field), field
     # one FMA pipe (a client AVX-512 part): half the work per cycle, half the work thresholds
     one_pipe = host.kernel_rules(host.dataclasses.replace(xeon_host, fma_units=1))
@@ -128,3 +128,33 @@ def @main(%x: Tensor[(?, ?), float32]) {{ {op}(%x, axis=-1) }}''')
     assert report["softmax"]["vector_bytes"] == desc.vector_bytes
     assert report["thresholds"]["parallel_work"]["value"] == host.kernel_rules(desc).parallel_work
     assert "multiply-adds per cycle" in report["thresholds"]["parallel_work"]["why"]
+
+
+@pytest.mark.skipif(not have_compiler(), reason="no C compiler")
+@pytest.mark.parametrize("units", [24, 12, 6])
+def test_generated_dense_jams_by_the_registers_and_stays_right(fake_host, monkeypatch, units):
+    """The generic dense kernel computes ``jam`` outputs per pass: 8 on the fake 32-register host when the
+    units are a multiple of 8 (24), else the largest power-of-two divisor from 4 (12), else none (6)."""
+    from tensorvm.codegen.c_emit import emit_kernel
+    from tensorvm.codegen.lower import lower
+    from tensorvm.codegen.module import build_module
+    from tensorvm.te import compute, placeholder, reduce_axis
+    from tensorvm.te import sum as te_sum
+
+    fake_host(XEON)
+    assert host.kernel_rules().jam == 8
+    x = placeholder((5, 32), "float32", "x")
+    w = placeholder((units, 32), "float32", "w")
+    r = reduce_axis(32, "r")
+    y = compute((5, units), lambda i, j: te_sum(x[i, r] * w[j, r], axis=r), "y")
+    func = lower("jam_dense", [x, w], [y])
+    text = emit_kernel(func).source
+    expected = 8 if units % 8 == 0 else 4 if units % 4 == 0 and units >= 8 else 1
+    accumulators = {name for name in ("y_acc0", "y_acc3", "y_acc4", "y_acc7") if f"float {name};" in text}
+    assert accumulators == {1: set(), 4: {"y_acc0", "y_acc3"}, 8: {"y_acc0", "y_acc3", "y_acc4", "y_acc7"}}[expected]
+    kernel = build_module([func])["jam_dense"]
+    rng = np.random.default_rng(units)
+    a, b = rng.standard_normal((5, 32)).astype(np.float32), rng.standard_normal((units, 32)).astype(np.float32)
+    out = np.empty((5, units), np.float32)
+    kernel(a, b, out)
+    np.testing.assert_allclose(out, a.astype(np.float64) @ b.T.astype(np.float64), rtol=1e-5, atol=1e-5)
