@@ -3,11 +3,15 @@ cached in a new process (the kernel libraries on disk; lowering runs again) and 
 process (a fresh ONNX import compiled again: the kernel memo of ``tensorvm.codegen.signature`` skips
 lowering and C emission), with where the time goes (VM lowering, kernel lowering, C compiler).
 ``--wrappers`` compares the call cost of a kernel's Python wrapper built at -O1 (what ``codegen.module``
-uses) and -O3, interleaved in one process.
+uses) and -O3, interleaved in one process. ``--native`` does the same for the native exec mode's program
+(``codegen.module.NATIVE_FLAGS``) on the corpus's GRU: its C compiler time and its latency per call at
+-O1 and -O3, each cold in a fresh kernel cache, the calls interleaved.
 
-    .venv/bin/python benchmarks/compile_time.py                     # resnet18 mobilenetv3 ssdlite
+    .venv/bin/python benchmarks/compile_time.py                     # resnet18 mobilenetv3 ssdlite gru
     .venv/bin/python benchmarks/compile_time.py mobilenetv3 --rounds 3
+    .venv/bin/python benchmarks/compile_time.py gru                 # the BiGRU in native exec mode
     .venv/bin/python benchmarks/compile_time.py --wrappers
+    .venv/bin/python benchmarks/compile_time.py --native
 
 The ONNX files are the corpus's exports in the benchmark cache (``benchmarks/run.py`` makes them:
 ``$TENSORVM_BENCH_CACHE``, default ``~/.cache/tensorvm-bench``), or ``--onnx-dir`` with ``<key>.onnx``.
@@ -27,7 +31,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 SHAPES = {"resnet18": {"images": [None, 3, 224, 224]}, "mobilenetv3": {"images": [None, 3, 224, 224]},
-          "ssdlite": {"images": [1, 3, 320, 320]}}
+          "ssdlite": {"images": [1, 3, 320, 320]}, "gru": {"x": [None, None, 64]}}
+EXEC_MODES = {"gru": "native"}  # (the corpus measures the BiGRU in native mode too; its program is the big unit)
 
 
 def find_onnx(key: str, onnx_dir: str | None) -> Path | None:
@@ -71,7 +76,7 @@ def child(key: str, path: str, twice: bool) -> dict:
         before = build_stats()["compile_seconds"]
         cpu_before = _children_cpu()
         start = time.perf_counter()
-        exe = tv.vm.compile(mod, target="c", params=params)
+        exe = tv.vm.compile(mod, target="c", params=params, exec_mode=EXEC_MODES.get(key, "bytecode"))
         total = time.perf_counter() - start
         library = exe.stats()["kernel_library"]
         result[label] = {"compile_s": total, "kernel_lowering_s": library["lower_seconds"],
@@ -122,12 +127,56 @@ def wrappers(rounds: int = 7, calls: int = 100_000) -> None:
         print(f"wrapper built {k}: {sorted(values)[len(values) // 2]:.0f} ns per call (median of {rounds} rounds)")
 
 
+def native(onnx_dir: str | None, rounds: int = 7, calls: int = 20) -> None:
+    import numpy as np
+    import onnx
+
+    import tensorvm as tv
+    import tensorvm.frontend  # noqa: F401
+    from tensorvm.codegen import build, module
+
+    path = find_onnx("gru", onnx_dir)
+    if path is None:
+        raise SystemExit("gru: no ONNX export found (run benchmarks/run.py --models gru once, or give --onnx-dir)")
+    x = np.random.default_rng(0).standard_normal((3, 40, 64)).astype("float32")
+    vms, saved, outputs = {}, module.NATIVE_FLAGS, {}
+    try:
+        for flags in (("-O1",), ("-O3",)):
+            module.NATIVE_FLAGS = flags
+            with tempfile.TemporaryDirectory(prefix="tensorvm-native-flags-") as cache:
+                os.environ["TENSORVM_CACHE_DIR"] = cache
+                mod, params = tv.frontend.from_onnx(onnx.load(str(path)), shape={"x": [None, None, 64]})
+                before = build.build_stats()["compile_seconds"]
+                exe = tv.vm.compile(mod, target="c", params=params, exec_mode="native")
+                seconds = build.build_stats()["compile_seconds"] - before
+            vm = tv.vm.VirtualMachine(exe)
+            outputs[flags[0]] = vm.invoke("main", x)
+            vms[flags[0]] = vm
+            print(f"native program at {flags[0]}: C compiler {seconds:.2f} s (cold)")
+    finally:
+        module.NATIVE_FLAGS = saved
+        os.environ.pop("TENSORVM_CACHE_DIR", None)
+    first, second = (np.asarray(o[0].numpy() if hasattr(o[0], "numpy") else o[0]) for o in outputs.values())
+    assert np.allclose(first, second, atol=1e-5), "the two builds disagree"
+    times = {k: [] for k in vms}
+    for _ in range(rounds):
+        for k, vm in vms.items():
+            start = time.perf_counter()
+            for _ in range(calls):
+                vm.invoke("main", x)
+            times[k].append((time.perf_counter() - start) / calls * 1e3)
+    for k, values in times.items():
+        print(f"native program built {k}: {sorted(values)[len(values) // 2]:.3f} ms per call, GRU batch 3 x 40 steps "
+              f"(median of {rounds} interleaved rounds)")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("models", nargs="*", default=list(SHAPES))
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--onnx-dir")
     parser.add_argument("--wrappers", action="store_true")
+    parser.add_argument("--native", action="store_true")
     parser.add_argument("--tree", type=Path, default=ROOT, help="the tensorvm checkout to measure (default: this one)")
     parser.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
     parser.add_argument("--twice", action="store_true", help=argparse.SUPPRESS)
@@ -137,6 +186,9 @@ def main():
         return
     if args.wrappers:
         wrappers()
+        return
+    if args.native:
+        native(args.onnx_dir)
         return
     try:
         load = os.getloadavg()[0]

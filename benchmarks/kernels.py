@@ -11,7 +11,7 @@ Sections:
 2. Dense: the generated ``nn.dense`` kernel against BLAS (``x @ w.T`` through NumPy) at several sizes,
    in GFLOP/s, with this machine's BLAS peak (a 2048^3 matmul) for scale.
    Each size also runs the *dispatched* kernel (``tensorvm.codegen.strategy``: BLAS from
-   ``BLAS_MIN_FLOPS`` multiply-adds and ``BLAS_MIN_ROWS`` rows, else C) and names the variant it chose,
+   ``rules().blas_min_flops`` multiply-adds and ``rules().blas_min_rows`` rows, else C) and names the variant it chose,
    so the threshold can be checked against the two columns it chooses between.
 3. Generic against specialized: the same kernels compiled with ``?`` dims (dims passed at run time) and
    with static shapes (dims are constants in the C code); a fully dynamic dense (every dim ``?``) as the
@@ -316,8 +316,8 @@ def _worker(quick: bool) -> dict:
         case["gflops_blas"] = flops / case["numpy"] / 1e9
     return {"threads": os.environ.get("TENSORVM_NUM_THREADS"), "blas_peak_gflops": blas_peak, "pools": pools,
             "call_overhead_us": {"c_kernel": c_overhead * 1e6, "np_add": np_overhead * 1e6},
-            "dispatch": dispatch, "blas_min_flops": strategy.BLAS_MIN_FLOPS, "blas_min_rows": strategy.BLAS_MIN_ROWS,
-            "blas_thread_factor": strategy.BLAS_THREAD_FACTOR,
+            "dispatch": dispatch, "blas_min_flops": strategy.rules().blas_min_flops, "blas_min_rows": strategy.rules().blas_min_rows,
+            "blas_thread_factor": strategy.rules().blas_thread_factor,
             "compile": compile_report, "cases": cases, "build_stats": {
                 k: v for k, v in build_mod.build_stats().items() if k != "history"}}
 

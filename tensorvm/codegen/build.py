@@ -614,8 +614,11 @@ def _compile(units: list, toolchain: Toolchain, directory: Path, digest: str, li
                 obj = f"{tmp_lib}.{k}.o"
                 objects.append(obj)
                 jobs.append(([toolchain.compiler, *compile_flags, *extra, "-c", str(src_path), "-o", obj], src_path))
+            # Largest unit first: with fewer workers than units, the longest compile starts at once
+            # instead of after the short ones (the library is ready when the last unit is).
+            order = sorted(range(len(jobs)), key=lambda k: -len(units[k][0]))
             with ThreadPoolExecutor(max_workers=max(1, min(len(jobs), compile_workers()))) as pool:
-                for future in [pool.submit(_run_compiler, cmd, src) for cmd, src in jobs]:
+                for future in [pool.submit(_run_compiler, *jobs[k]) for k in order]:
                     future.result()
             _run_compiler([toolchain.compiler, *toolchain.flags, *objects, "-o", tmp_lib, "-lm"], lib_path)
         record_library(tmp_lib, lib_path)

@@ -14,10 +14,19 @@ bare ``name`` for every op that has it); a pin naming no candidate raises ``Attr
 Shape classes: rows (``m``) in 1, up to 16, up to 128, more; the weight's size (``n x k`` floats) against
 the host's L1, L2, L3 (a product whose weight stays in cache behaves differently from one streaming from
 memory). Timing never decides correctness: every candidate computes the same result.
+
+**In the C dispatch.** A product that the kernels compute with ``tv_gemm_f32`` (``tv_gemm.h``) and whose
+B fits the on-the-fly register tiles can also run on the host BLAS: op ``gemm``, variants ``tiles`` and
+``blas``. The C side keeps one choice per shape class (the classes above, computed in C from the same
+host caches) and calibrates a class on its first product (each variant twice on the real operands).
+``attach_library`` hands a freshly built library the user's pin (all classes, no calibration) or this
+host's cached choices; ``collect_library`` reads what the library calibrated into ``choices()`` and the
+disk cache (``Executable.stats()`` calls it).
 """
 
 from __future__ import annotations
 
+import ctypes
 import hashlib
 import json
 import os
@@ -28,7 +37,8 @@ from dataclasses import dataclass
 from ..errors import AttrError
 from .host import HostDescription, host
 
-__all__ = ["Choice", "shape_class", "choose", "pin", "choices", "reset"]
+__all__ = ["Choice", "shape_class", "choose", "pin", "choices", "reset", "attach_library", "collect_library",
+           "GEMM_OP", "GEMM_VARIANTS"]
 
 
 @dataclass(frozen=True)
@@ -154,12 +164,14 @@ def _remember(desc: HostDescription, choice: Choice) -> Choice:
 
 def report() -> dict:
     """Which product kernels run and why, for ``Executable.stats()``: the packed product's instance (its
-    ISA, tile and blocks, derived from the host description, and where that description came from) and
-    the calibrated choices of this process."""
+    ISA, tile and blocks, derived from the host description, and where that description came from), the
+    softmax's vector width, the thresholds of ``host.kernel_rules`` with their rules, and the calibrated
+    choices of this process."""
     from . import host as hostmod
 
     desc = host()
     params = hostmod.gemm_params(desc)
+    rules = hostmod.kernel_rules(desc)
     source = ("set_host" if hostmod._OVERRIDE[0] is not None
               else "$TENSORVM_HOST" if os.environ.get("TENSORVM_HOST", "").strip() else "detected")
     return {
@@ -173,6 +185,93 @@ def report() -> dict:
             "why": "tv_vconv.h instantiated with the packed product's vectors: output channels x 2 rows x one "
                    "vector of columns (the tile's channels are the product's tile rows)",
         },
+        "softmax": {"vector_bytes": desc.vector_bytes,
+                    "why": "tv_softmax_f32 written once over tv_vec.h's vector, instantiated at the host's width"},
+        "thresholds": {name: {"value": getattr(rules, name), "why": why} for name, why in rules.why().items()},
         "calibrated": [{"op": c.op, "shape_class": c.shape_class, "variant": c.variant, "why": c.why}
                        for c in choices()],
     }
+
+
+GEMM_OP = "gemm"
+GEMM_VARIANTS = ("tiles", "blas")  # tv_gemm.h: TV_GEMM_TILES = 1, TV_GEMM_BLAS = 2 (0: not chosen yet)
+_ROWS, _FITS = ("m1", "m16", "m128", "mbig"), ("l1", "l2", "l3", "dram")
+_CLASSES = [f"{rows}-{fits}" for rows in _ROWS for fits in _FITS]  # tv_gemm_class's order
+
+
+def _gemm_table(cdll):
+    try:
+        return cdll.tv_gemm_set_choice, cdll.tv_gemm_choices
+    except AttributeError:  # (a library without the BLAS bridge)
+        return None
+
+
+def attach_library(cdll, desc: HostDescription | None = None) -> None:
+    """Give a kernel library the product variant pinned for ``gemm`` (every class, no calibration), else
+    the choices cached on disk for this host (the other classes calibrate in C on first use)."""
+    table = _gemm_table(cdll)
+    if table is None:
+        return
+    setter = table[0]
+    setter.argtypes, setter.restype = [ctypes.c_int32] * 3, ctypes.c_int32
+    desc = desc or host()
+    pinned = _pinned(GEMM_OP)
+    explicit = GEMM_OP in _PINS or any(item.strip().startswith(f"{GEMM_OP}=")
+                                       for item in os.environ.get("TENSORVM_VARIANT", "").split(","))
+    if pinned is not None and pinned not in GEMM_VARIANTS:
+        if explicit:
+            raise AttrError(f"calibrate: the variant {pinned!r} pinned for {GEMM_OP} is not one of {list(GEMM_VARIANTS)}")
+        pinned = None  # (a pin for every op naming another op's variant)
+    if pinned is not None:
+        for index in range(len(_CLASSES)):
+            setter(index, GEMM_VARIANTS.index(pinned) + 1, 0)
+        with _LOCK:
+            for cls in _CLASSES:
+                _MEMORY.pop((desc.key, GEMM_OP, cls), None)
+        _remember(desc, Choice(GEMM_OP, "*", pinned, "pinned"))
+        return
+    stored = _read(_cache_file(desc))
+    for index, cls in enumerate(_CLASSES):
+        entry = stored.get(f"{GEMM_OP}|{cls}")
+        variant = entry.get("variant") if isinstance(entry, dict) else None
+        setter(index, GEMM_VARIANTS.index(variant) + 1 if variant in GEMM_VARIANTS else 0, 1)
+        if variant in GEMM_VARIANTS:
+            _remember(desc, Choice(GEMM_OP, cls, variant, "cached", tuple(entry.get("seconds", ()))))
+
+
+def collect_library(cdll, desc: HostDescription | None = None) -> list:
+    """The product variants a library chose (``Choice``s), recording those it calibrated in ``choices()``
+    and in this host's disk cache."""
+    table = _gemm_table(cdll)
+    if table is None:
+        return []
+    getter = table[1]
+    getter.argtypes, getter.restype = [ctypes.c_void_p, ctypes.c_void_p], ctypes.c_int32
+    variants = (ctypes.c_int32 * len(_CLASSES))()
+    nanoseconds = (ctypes.c_int64 * (2 * len(_CLASSES)))()
+    getter(variants, nanoseconds)
+    desc = desc or host()
+    found, new = [], []
+    for index, cls in enumerate(_CLASSES):
+        if not 1 <= variants[index] <= len(GEMM_VARIANTS):
+            continue
+        with _LOCK:
+            known = _MEMORY.get((desc.key, GEMM_OP, cls))
+        if known is None and not nanoseconds[2 * index]:  # (set, not calibrated: the pin, listed as class "*")
+            continue
+        if known is None:
+            seconds = tuple((name, nanoseconds[2 * index + k] / 1e9) for k, name in enumerate(GEMM_VARIANTS))
+            known = _remember(desc, Choice(GEMM_OP, cls, GEMM_VARIANTS[variants[index] - 1], "calibrated", seconds))
+            new.append(known)
+        found.append(known)
+    if new:
+        with _LOCK:
+            from .build import _atomic_write
+
+            path = _cache_file(desc)
+            data = _read(path)
+            for choice in new:
+                data[f"{GEMM_OP}|{choice.shape_class}"] = {"variant": choice.variant, "host": desc.key,
+                                                           "seconds": [list(t) for t in choice.seconds]}
+            _atomic_write(path, json.dumps(data, indent=1, sort_keys=True).encode())
+    return found

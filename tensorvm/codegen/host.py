@@ -25,8 +25,8 @@ from pathlib import Path
 
 from ..errors import AttrError
 
-__all__ = ["HostDescription", "GemmParams", "host", "detect_host", "set_host", "isa_host", "gemm_params",
-           "gemm_defines", "ISAS"]
+__all__ = ["HostDescription", "GemmParams", "KernelRules", "host", "detect_host", "set_host", "isa_host",
+           "gemm_params", "gemm_defines", "kernel_rules", "rule_defines", "ISAS"]
 
 # The ISAs a kernel is instantiated for: vector bytes, vector registers, FMA.
 ISAS = {
@@ -44,6 +44,7 @@ class HostDescription:
     vector_bytes: int = 16
     vector_registers: int = 16
     fma: bool = False
+    fma_units: int = 2  # vector FMA (or multiply + add) pipes per core: 2 on Zen 3 and server AVX-512 parts
     l1d: int = 32 * 1024
     l2: int = 256 * 1024
     l3: int = 8 * 1024 * 1024
@@ -203,6 +204,79 @@ def gemm_params(desc: HostDescription | None = None) -> GemmParams:
     mc = -(-128 // mr) * mr
     kc = max(256, round(0.75 * desc.l2 / (4 * (mc + nr)) / 256) * 256)
     return GemmParams(desc.vector_bytes, lanes, mr, nr, kc, mc, desc.l2 // 8)
+
+
+# Costs that are fixed in *time* (cycles), measured on the development machine (Zen 3, 2 cores); the
+# rules of ``kernel_rules`` turn them into thresholds in *work* by the host's throughput, so that a
+# host that does twice the work per cycle (AVX-512: 16 lanes) needs twice the work to amortize them.
+FORK_JOIN_CYCLES = 16384  # waking the other threads of a parallel split and joining them (~5 us)
+LIBRARY_CALL_CYCLES = 1024  # a call of a library product from a kernel (packing B on the fly, the call)
+PYTHON_CALL_CYCLES = 65536  # an external variant's Python dispatcher and NumPy's BLAS call (~20 us)
+
+
+@dataclass(frozen=True)
+class KernelRules:
+    """The thresholds the kernels choose by, derived from the host by ``kernel_rules`` (see there); each
+    field's rule is in ``why``."""
+
+    macs_per_cycle: int
+    parallel_work: int  # multiply-adds from which a library product is split over threads
+    parallel_elements: int  # elements from which a vector loop (generated, softmax) runs in parallel
+    sort_parallel_elements: int  # elements from which lines are sorted / scanned in parallel (algorithm.c)
+    gemm_min_work: int  # multiply-adds from which a product calls the library (tv_gemm_*) from C
+    blas_min_rows: int  # rows from which BLAS through NumPy may pay off (fewer: GEMV-like, memory-bound)
+    blas_min_flops: int  # ... and multiply-adds (static N and K)
+    blas_min_flops_dynamic: int  # ... with N or K dynamic
+    blas_thread_factor: int  # the BLAS thresholds grow by this per extra kernel thread
+    vector_width: int  # the "vec" variant's multiple for a dynamic N (one vector of float32)
+    reduction_width: int  # ... and for a dynamic K (two vectors); a reduction this short is not vectorized along
+    jam: int  # outputs a generated reduction computes per pass when they share an input (register blocking)
+
+    def why(self) -> dict:
+        return {
+            "macs_per_cycle": "float32 lanes per vector x FMA pipes (x 1 without FMA)",
+            "parallel_work": f"FORK_JOIN_CYCLES ({FORK_JOIN_CYCLES}) x multiply-adds per cycle",
+            "parallel_elements": "FORK_JOIN_CYCLES x half a vector per cycle (a load, an operation and a store "
+                                 "per vector)",
+            "sort_parallel_elements": "FORK_JOIN_CYCLES x 2 elements per cycle (comparisons, not vectors)",
+            "gemm_min_work": f"LIBRARY_CALL_CYCLES ({LIBRARY_CALL_CYCLES}) x multiply-adds per cycle",
+            "blas_min_rows": "one vector's lanes: with fewer rows each weight vector read serves fewer FMAs "
+                             "than it has lanes (memory-bound; BLAS has no edge there)",
+            "blas_min_flops": f"PYTHON_CALL_CYCLES ({PYTHON_CALL_CYCLES}) x multiply-adds per cycle",
+            "blas_min_flops_dynamic": "blas_min_flops / 16: a generated kernel over dynamic N or K (no constant "
+                                      "strides) crossed BLAS 16x earlier",
+            "blas_thread_factor": "2 x lanes: the generated kernels scale with the threads, BLAS through NumPy "
+                                  "runs on one (measured 16 at 8 lanes and 2 threads)",
+            "vector_width": "float32 lanes per vector", "reduction_width": "two vectors of float32",
+            "jam": "a quarter of the vector registers (accumulators and their loads stay in registers)",
+        }
+
+
+def kernel_rules(desc: HostDescription | None = None) -> KernelRules:
+    """The kernels' thresholds for ``desc`` (see ``KernelRules.why``): fixed costs in cycles times the
+    host's work per cycle. On AVX2 with 2 FMA pipes (16 multiply-adds per cycle) they are the values that
+    had been measured there (parallel product 2^18, parallel loop 2^16, library call 2^14, BLAS through
+    NumPy 2^20); an AVX-512 host doubles each work threshold and the vector multiples."""
+    desc = desc or host()
+    lanes = max(1, desc.vector_bytes // 4)
+    macs = lanes * (max(1, desc.fma_units) if desc.fma else 1)
+    blas_min_flops = PYTHON_CALL_CYCLES * macs
+    return KernelRules(
+        macs_per_cycle=macs, parallel_work=FORK_JOIN_CYCLES * macs,
+        parallel_elements=FORK_JOIN_CYCLES * max(1, lanes // 2), sort_parallel_elements=FORK_JOIN_CYCLES * 2,
+        gemm_min_work=LIBRARY_CALL_CYCLES * macs, blas_min_rows=lanes, blas_min_flops=blas_min_flops,
+        blas_min_flops_dynamic=blas_min_flops // 16, blas_thread_factor=2 * lanes, vector_width=lanes,
+        reduction_width=2 * lanes, jam=max(2, desc.vector_registers // 4))
+
+
+def rule_defines(desc: HostDescription | None = None) -> tuple:
+    """The ``-D`` flags that give the C library its thresholds and vector width for ``desc``
+    (``c_emit.prelude`` writes them into every shared library's text)."""
+    desc = desc or host()
+    rules = kernel_rules(desc)
+    return (f"-DTV_VEC_BYTES={desc.vector_bytes}", f"-DTV_GEMM_PARALLEL_WORK={rules.parallel_work}.0",
+            f"-DTV_PARALLEL_ELEMENTS={rules.parallel_elements}", f"-DTV_LIB_PARALLEL_WORK={rules.sort_parallel_elements}",
+            f"-DTV_L1D={desc.l1d}", f"-DTV_L2={desc.l2}", f"-DTV_L3={desc.l3}")
 
 
 def gemm_defines(params: GemmParams) -> tuple:

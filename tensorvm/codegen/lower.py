@@ -98,15 +98,26 @@ from .loop_ir import (
 )
 
 __all__ = ["lower", "lower_parts", "lower_dispatch", "LoweredParts", "map_stmt", "rebind", "known_multiple",
-           "PARALLEL_WORK_THRESHOLD"]
+           "parallel_work_threshold"]
 
-# Below this many inner iterations a parallel loop costs more to fork than it saves (on a busy machine a
-# fork waits for a worker the OS has not scheduled yet, so the bar is set high).
-PARALLEL_WORK_THRESHOLD = 1 << 16
+
+def _rules():
+    from .host import kernel_rules
+
+    return kernel_rules()
+
+
+def parallel_work_threshold() -> int:
+    """Below this many inner iterations a parallel loop costs more to fork than it saves: the host's
+    ``kernel_rules().parallel_elements`` (a fork-join's cycles x half a vector per cycle; 2^16 on AVX2,
+    2^17 on AVX-512). On a busy machine a fork waits for a worker the OS has not scheduled yet, so the
+    bar is set by a fork-join's full cost."""
+    return _rules().parallel_elements
+
+
 # An inlined expression larger than this (``_printed_size``) materializes the computes its stage reads.
 MAX_INLINED_NODES = 4096
 _CHEAP_CALLS = {"abs", "sign", "isnan", "isinf", "isfinite", "floor", "ceil", "round", "trunc"}
-_SHORT_REDUCTION = 16
 
 
 @dataclass(eq=False)
@@ -527,9 +538,6 @@ def _access(read: TensorRead, v: Var) -> str:
     return "strided:outer"
 
 
-_JAM = 4
-
-
 def known_multiple(expr: PrimExpr, multiples: dict) -> int:
     """The largest m known to divide ``expr`` (constants, dims declared multiples, sums and products)."""
     if isinstance(expr, Const):
@@ -546,22 +554,26 @@ def known_multiple(expr: PrimExpr, multiples: dict) -> int:
 
 
 def _jam_factor(st: _Stage, multiples: dict) -> int:
-    """Compute ``_JAM`` outputs along the innermost axis per pass over the reduction when an input is
-    shared by them (``x[i, k]`` in ``x @ w.T``): fewer loads per multiply-add, more accumulators."""
+    """Compute ``jam`` outputs (``host.kernel_rules``: a quarter of the vector registers, 4 with 16) along
+    the innermost axis per pass over the reduction when an input is shared by them (``x[i, k]`` in
+    ``x @ w.T``): fewer loads per multiply-add, more accumulators. The largest of ``jam``, ``jam / 2``, ...
+    down to 4 that divides the axis and leaves at least two passes."""
     if not st.op.is_reduction or st.rank == 0:
         return 1
     red = st.bodies[0]
     inner = st.op.axes[-1]
     if red.combiner not in ("sum", "prod") or red.condition is not None or not _simd_safe(red.sources[0]):
         return 1
-    if known_multiple(inner.extent, multiples) % _JAM:  # 0 (an empty axis) is a multiple too
-        return 1
-    if isinstance(inner.extent, Const) and inner.extent.value < 2 * _JAM:
+    jam, multiple = _rules().jam, known_multiple(inner.extent, multiples)
+    while jam >= 4 and (multiple % jam  # (0, an empty axis, is a multiple too)
+                        or isinstance(inner.extent, Const) and inner.extent.value < 2 * jam):
+        jam //= 2
+    if jam < 4:
         return 1
     reads = _reads(red.sources[0])
     shared = any(_access(rd, inner.var) == "invariant" and _access(rd, red.axes[-1].var) == "contiguous"
                  for rd in reads)
-    return _JAM if shared else 1
+    return jam if shared else 1
 
 
 def _wants_interchange(st: _Stage) -> bool:
@@ -579,7 +591,7 @@ def _wants_interchange(st: _Stage) -> bool:
     if not any(a == "contiguous" or a in ("strided:2", "strided:-2") for a in along_out):
         return False  # (a stride-2 read -- a pooling window with stride 2 -- vectorizes as two loads)
     along_red = [_access(rd, r.var) for rd in reads]
-    short = isinstance(r.extent, Const) and r.extent.value <= _SHORT_REDUCTION
+    short = isinstance(r.extent, Const) and r.extent.value <= _rules().reduction_width  # (two vectors or less)
     return short or any(a not in ("invariant", "contiguous") for a in along_red)
 
 
@@ -651,11 +663,12 @@ def _parallel_nest(loop_vars, extents, body, work):
 
 
 def _parallel_kind(work, extents):
+    threshold = parallel_work_threshold()
     if isinstance(work, Const):
-        return (PARALLEL, None) if work.value >= PARALLEL_WORK_THRESHOLD else (SERIAL, None)
+        return (PARALLEL, None) if work.value >= threshold else (SERIAL, None)
     if all(isinstance(e, Const) and e.value <= 1 for e in extents):
         return SERIAL, None
-    return PARALLEL, work >= PARALLEL_WORK_THRESHOLD
+    return PARALLEL, work >= threshold
 
 
 def _simd_safe(expr) -> bool:

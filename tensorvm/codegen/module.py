@@ -187,6 +187,11 @@ _UNIT_BYTES = 160_000
 # call (186 vs 182 ns, within 2-3%; ``benchmarks/compile_time.py --wrappers``), and the VM calls plain
 # kernels through its own fast caller (``vm/fastcall.py``), not through these wrappers.
 _WRAPPER_FLAGS = ("-O1",)
+# The native exec mode's program (``vm/native_emit.py``: each VM function as one C function of gotos,
+# refcounts and calls into the kernels) is control flow, not loops, and one function per VM function: a
+# bidirectional 2-layer GRU's main function is 1,350 lines, on which -O3 (tree PRE, VRP) spent 28 s of the
+# model's 31 s cold compile and -O1 2 s, with the same run time (``benchmarks/compile_time.py --native``).
+NATIVE_FLAGS = ("-O1",)
 
 
 def split_units(emitted: list, workers: int, units: int | None = None) -> list[list]:
@@ -212,11 +217,12 @@ def split_units(emitted: list, workers: int, units: int | None = None) -> list[l
 
 
 def build_module(funcs: list[PrimFunc], toolchain: Toolchain | None = None, jobs: int | None = None,
-                 extra_source: str = "", emitted: list[EmittedKernel] | None = None) -> CompiledModule:
+                 extra_source: str | list = "", emitted: list[EmittedKernel] | None = None) -> CompiledModule:
     """Compile ``funcs`` into one library; big modules compile as several translation units in parallel
-    (``jobs`` of them when given, else as ``split_units`` decides). ``extra_source``: one more
-    self-contained translation unit linked in (the C shape functions). ``emitted``: the ``emit_kernel``
-    of each of ``funcs`` when the caller has it already (not emitted again)."""
+    (``jobs`` of them when given, else as ``split_units`` decides). ``extra_source``: more self-contained
+    translation units linked in (the C shape functions, the native program): a text, or a list of texts and
+    ``(text, extra flags)`` pairs. ``emitted``: the ``emit_kernel`` of each of ``funcs`` when the caller has
+    it already (not emitted again)."""
     names = [f.name for f in funcs]
     duplicates = {n for n in names if names.count(n) > 1}
     if duplicates:
@@ -228,9 +234,11 @@ def build_module(funcs: list[PrimFunc], toolchain: Toolchain | None = None, jobs
     source = emit_library(emitted)
     groups = split_units(emitted, compile_workers(), jobs)
     units = [source] if len(groups) <= 1 else [emit_library(group) for group in groups]  # (no kernels: the prelude alone)
-    if extra_source:
-        units.append(extra_source)
-        source += "\n" + extra_source
+    for extra in [extra_source] if isinstance(extra_source, str) else extra_source:
+        text = extra if isinstance(extra, str) else extra[0]
+        if text:
+            units.append(extra)
+            source += "\n" + text
     toolchain = toolchain or find_toolchain()
     module_name = ""
     if toolchain.python_include:

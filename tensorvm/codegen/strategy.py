@@ -33,15 +33,17 @@ graph executor and AOT call a kernel with variants exactly like any other. Exter
 Python caller: ``DispatchKernel`` evaluates their conditions (compiled to Python from the same te
 expressions) before falling back to the C kernel.
 
-Thresholds come from ``benchmarks/kernels.py`` on the development machine (2 cores; BLAS peaks at 91
-GFLOP/s on one thread, 186 on two). On one thread the generated dense kernel (static K and N) runs at
-25-36 GFLOP/s, as fast as BLAS plus the ~4 us of the Python dispatcher below about 2^20 multiply-adds
-(8x256x256: C 27-30 us, BLAS 29 us + dispatch) and on fewer than 8 rows (GEMV-like, memory-bound:
-4x768x768: C 140 us, BLAS 198 us); above that BLAS is up to 2.6x faster (128x768x768: 4.5 ms vs 1.7
-ms): ``BLAS_MIN_FLOPS``, ``BLAS_MIN_ROWS``. With N or K dynamic the C kernel is about twice slower and
-BLAS wins from 2^16 (``BLAS_MIN_FLOPS_DYNAMIC``). With parallel kernels BLAS runs single-threaded
-(``blas_single_thread``: OpenBLAS's spinning workers made a 2-thread layer norm over 100x slower) and the
-thresholds grow by ``BLAS_THREAD_FACTOR`` per extra thread.
+Thresholds are rules on the host (``host.kernel_rules``), costs in cycles measured with
+``benchmarks/kernels.py`` on the development machine (2 cores, AVX2; BLAS peaks at 91 GFLOP/s on one
+thread, 186 on two) times the host's multiply-adds per cycle. There the generated dense kernel (static K
+and N) runs at 25-36 GFLOP/s, as fast as BLAS plus the ~4 us of the Python dispatcher below about 2^20
+multiply-adds (8x256x256: C 27-30 us, BLAS 29 us + dispatch; ``blas_min_flops``) and on fewer rows than
+a vector has lanes (GEMV-like, memory-bound: 4x768x768: C 140 us, BLAS 198 us; ``blas_min_rows``); above
+that BLAS is up to 2.6x faster (128x768x768: 4.5 ms vs 1.7 ms). With N or K dynamic the C kernel is
+about twice slower and BLAS wins 16x earlier (``blas_min_flops_dynamic``). With parallel kernels BLAS runs
+single-threaded (``blas_single_thread``: OpenBLAS's spinning workers made a 2-thread layer norm over 100x
+slower) and the thresholds grow by ``blas_thread_factor`` per extra thread (measured at 2 threads: C 165
+us vs BLAS 252 us at 8x768x768, C 681 vs 560 us at 32x768x768). An AVX-512 host doubles each.
 
     with strategy.specialize(n=[1, 128]):       # static variants for the named dim n
         module, kernels = build_fused_module(prims)
@@ -95,27 +97,29 @@ from .lower import LoweredParts, lower_dispatch, lower_parts, rebind
 
 __all__ = [
     "Implementation", "strategy_of", "specialize", "KernelPlan", "ExternalPlan",
-    "DispatchKernel", "PackedGemmCall", "plan", "BLAS_MIN_FLOPS", "BLAS_MIN_FLOPS_DYNAMIC", "BLAS_THREAD_FACTOR", "blas_single_thread", "BLAS_MIN_ROWS", "VECTOR_WIDTH",
+    "DispatchKernel", "PackedGemmCall", "plan", "rules", "gemm_min_work", "blas_single_thread",
     "variants_enabled",
 ]
 
-# BLAS pays off from this many multiply-adds (M*N*K) and this many rows M (below, GEMV-like products
-# are memory-bound and the generated kernel is as fast, without the Python call in between).
-BLAS_MIN_FLOPS = 1 << 20
-BLAS_MIN_ROWS = 8
-# With N or K dynamic the generated kernel is about twice slower (no constant strides; register
-# blocking only in the vector variant), so BLAS pays off from smaller products.
-BLAS_MIN_FLOPS_DYNAMIC = 1 << 16
-# With T threads the generated kernels run ~T times faster while BLAS runs on one thread (see
-# ``blas_single_thread``): the thresholds grow by this factor per extra thread (measured at 2 threads:
-# C 165 us vs BLAS 252 us at 8x768x768, C 681 vs 560 us at 32x768x768).
-BLAS_THREAD_FACTOR = 16
-# BLAS called from C (``tv_gemm_*``) pays off from this many multiply-adds (no Python in between).
-GEMM_MIN_WORK = 1 << 14
+# The thresholds the variants are chosen by (BLAS through NumPy from ``blas_min_flops`` multiply-adds and
+# ``blas_min_rows`` rows, ``blas_min_flops_dynamic`` with N or K dynamic, growing by ``blas_thread_factor``
+# per extra kernel thread; a library product called from C from ``gemm_min_work``; the "vec" variant for
+# dynamic N and K that are multiples of ``vector_width`` and ``reduction_width``) come from the host by the
+# rules of ``host.kernel_rules``: fixed costs in cycles times the host's work per cycle.
 GEMM_SUFFIX = {"float32": "f32", "float64": "f64"}
-# Vector-friendly variants assume inner dims that are multiples of these.
-VECTOR_WIDTH = 8
-REDUCTION_WIDTH = 16
+
+
+def rules():
+    """This host's ``host.KernelRules`` (the thresholds of the module docstring)."""
+    from .host import kernel_rules
+
+    return kernel_rules()
+
+
+def gemm_min_work() -> int:
+    """Multiply-adds from which a product calls the library (``tv_gemm_*``, BLAS or the packed tiles) from
+    C: ``LIBRARY_CALL_CYCLES`` x the host's multiply-adds per cycle (2^14 on AVX2, 2^15 on AVX-512)."""
+    return rules().gemm_min_work
 
 
 @dataclass(frozen=True)
@@ -1109,12 +1113,12 @@ def blas_single_thread():
 
 def _work_scale() -> int:
     """How much more work an external variant needs with the kernels' current thread count:
-    ``BLAS_THREAD_FACTOR`` per extra thread, or never (when the kernels run in parallel and NumPy's
+    ``rules().blas_thread_factor`` per extra thread, or never (when the kernels run in parallel and NumPy's
     BLAS cannot be kept off their cores)."""
     threads = min(kernel_threads(), 16)
     if threads > 1 and _blas_threads().get is None:
         return 1 << 62
-    return BLAS_THREAD_FACTOR ** (threads - 1)
+    return rules().blas_thread_factor ** (threads - 1)
 
 
 def _compile_test(plan: KernelPlan, ext: ExternalPlan, kernel):
@@ -1203,15 +1207,19 @@ def matmul_implementations(rows, n, k, inputs, out_type, external, gemm=None) ->
     if len(dtypes) == 1 and dtypes <= set(GEMM_SUFFIX) and blas_mode != "off":
         if gemm is not None and blas_mode == "c":
             work = _prod([gemm.call.batch, gemm.call.m, gemm.call.n, gemm.call.k])
-            condition = work >= GEMM_MIN_WORK
+            condition = work >= gemm_min_work()
             if gemm.condition is not None:
                 condition = logical_and(gemm.condition, condition)
             impls.append(Implementation("blas", condition, plevel=20, call=gemm.call))
         elif external is not None:  # (also in mode "c" for a product the bridge does not cover)
-            min_flops = BLAS_MIN_FLOPS if isinstance(n, Const) and isinstance(k, Const) else BLAS_MIN_FLOPS_DYNAMIC
-            impls.append(Implementation("blas", rows >= BLAS_MIN_ROWS, plevel=20, external=external,
+            host_rules = rules()
+            static = isinstance(n, Const) and isinstance(k, Const)
+            min_flops = host_rules.blas_min_flops if static else host_rules.blas_min_flops_dynamic
+            impls.append(Implementation("blas", rows >= host_rules.blas_min_rows, plevel=20, external=external,
                                         work=_prod([rows, n, k]), min_work=min_flops))
-    multiples = {d: m for d, m in ((n, VECTOR_WIDTH), (k, REDUCTION_WIDTH)) if isinstance(d, DimVar)}
+    host_rules = rules()
+    multiples = {d: m for d, m in ((n, host_rules.vector_width), (k, host_rules.reduction_width))
+                 if isinstance(d, DimVar)}
     if multiples:
         condition = const(True)
         for d, m in multiples.items():

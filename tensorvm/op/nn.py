@@ -1107,7 +1107,7 @@ def _conv2d_strategy(attrs, inputs, out_type):
     code (a depthwise library kernel measured no faster than it on MobileNetV3's layers: the generated
     loops have static strides and the epilogue fused)."""
     from ..codegen import blas
-    from ..codegen.strategy import GEMM_MIN_WORK, GEMM_SUFFIX, Conv2dCall, Implementation, index_expr
+    from ..codegen.strategy import GEMM_SUFFIX, Conv2dCall, Implementation, gemm_min_work, index_expr
 
     x, w = inputs
     dtypes = {x.dtype, w.dtype, out_type.dtype}
@@ -1127,7 +1127,7 @@ def _conv2d_strategy(attrs, inputs, out_type):
     work = product([n, w.shape[0], oh, ow, c]) * (kh * kw)
     # named after the C kernel that runs (exe.stats()' "product_kernels" gives its tile for this host)
     name = "direct" if call.direct(GEMM_SUFFIX[out_type.dtype]) else "blas"
-    return [Implementation(name, work >= GEMM_MIN_WORK, plevel=20, call=call)]
+    return [Implementation(name, work >= gemm_min_work(), plevel=20, call=call)]
 
 
 define_shaped(

@@ -373,8 +373,12 @@ class Executable:
             self.kernels  # noqa: B018 - the library is built with the kernels
             stats["kernel_library"] = self.c_library.summary()
             if self.c_library.origin == "compiled":  # (a prebuilt library's variants were chosen when it was built)
-                from ..codegen.calibrate import report
+                from ..codegen.calibrate import collect_library, report
 
+                if self.c_library.library_path:  # (what its C dispatch calibrated so far; dlopen: the same copy)
+                    import ctypes
+
+                    collect_library(ctypes.CDLL(self.c_library.library_path))
                 stats["product_kernels"] = report()  # which product variants run and why
         return stats
 

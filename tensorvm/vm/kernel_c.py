@@ -117,9 +117,25 @@ class CLibrary:
             "load_reason": self.load_reason,
             "saved_source_matches": self.saved_source_matches,
             "threads": library_threads(self.library_path) if self.library_path else 1,  # what its OpenMP loops use
+            # the library products' pool (codegen/lib/tv_pool.h): jobs, chunks run by callers / workers
+            "product_pool": _pool_stats(self.library_path) if self.library_path else None,
             # exec_mode="native": bytes of the generated C of the VM functions (part of the library)
             "native_source_bytes": len(self.native.source) if self.native is not None else None,
         }
+
+
+def _pool_stats(path: str) -> dict | None:
+    """What the library's product pool ran so far (None without one: no OpenMP, or no product)."""
+    import ctypes
+
+    try:
+        stats = ctypes.CDLL(path).tv_pool_stats  # (dlopen: the loaded copy)
+    except (OSError, AttributeError):
+        return None
+    stats.argtypes, stats.restype = [ctypes.c_void_p], ctypes.c_int32
+    values = (ctypes.c_int64 * 4)()
+    stats(values)
+    return {"jobs": values[0], "caller_chunks": values[1], "worker_chunks": values[2], "workers": values[3]}
 
 
 def build_c_library(prims: dict, shape_prims: dict | None = None, native=None) -> CLibrary:
@@ -283,19 +299,22 @@ def _compile(library: CLibrary, plans: dict, emitted: dict, shape_specs: dict, n
     caller (``fastcall``)."""
 
     from ..codegen.c_emit import library_text
-    from ..codegen.module import build_module
+    from ..codegen.module import NATIVE_FLAGS, build_module
     from .shape_c import SHAPE_LIBRARY
 
     funcs = [func for plan in plans.values() for func in _plan_funcs(plan)]
-    shape_source = ""
+    extra = []
     if shape_specs:
-        shape_source = library_text([SHAPE_LIBRARY]) + "\n".join(s.source for s in shape_specs.values())
-    if native_source:
-        shape_source += "\n" + native_source
-    module = build_module(funcs, extra_source=shape_source,
+        extra.append(library_text([SHAPE_LIBRARY]) + "\n".join(s.source for s in shape_specs.values()))
+    if native_source:  # (its own unit, at NATIVE_FLAGS: it declares the kernels and shape functions it calls)
+        extra.append((native_source, NATIVE_FLAGS))
+    module = build_module(funcs, extra_source=extra,
                           emitted=[kernel for kernels in emitted.values() for kernel in kernels])
     library.source = module.source
     library.build_info = module.build_info
+    from ..codegen.calibrate import attach_library
+
+    attach_library(module.library._cdll)  # (the user's pin or the cached product choices)
     python_module = module.library._python_module
     library.python_module = python_module.__name__ if python_module is not None else ""
     library.library_path = module.build_info.path

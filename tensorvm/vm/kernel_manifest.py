@@ -277,6 +277,9 @@ def bind(key: str, library, prims: dict, kernel_names: dict, shape_names: set, r
     library.python_module = data["python_module"]
     library.library_path = built.info.path
     library.from_manifest = True
+    from ..codegen.calibrate import attach_library
+
+    attach_library(built._cdll)  # (the user's pin or the cached product choices, as for a fresh build)
     library.reused += sum(not record["externals"] for record in data["kernels"].values())
     library.abi_missing = abi_missing
     describe_if_complete(library, abis, {name: spec for name, (spec, _) in shape_funcs.items()})

@@ -16,7 +16,7 @@ from tensorvm.codegen import blas, build, c_emit
 from tensorvm.codegen.c_emit import prelude
 from tensorvm.codegen.fused import build_fused_module, lower_primitive
 from tensorvm.codegen.loop_ir import find_dispatch
-from tensorvm.codegen.strategy import GEMM_MIN_WORK
+from tensorvm.codegen.strategy import gemm_min_work
 from tensorvm.ir.expr import Function, Let, Tuple, Var, const
 from tensorvm.ir.types import Any, TensorType
 
@@ -369,7 +369,7 @@ def test_without_a_host_blas_the_bridge_runs_plain_loops():
 def test_threshold_is_the_documented_work():
     prim, _ = _dense((None,), 8, 16)  # 128 multiply-adds per row
     _, kernel = _build(prim)
-    rows = GEMM_MIN_WORK // 128
+    rows = gemm_min_work() // 128
     for m, expected in ((rows - 1, "generic"), (rows, "blas")):
         x, w = np.zeros((m, 16), F32), np.zeros((8, 16), F32)
         assert kernel.select_variant(x, w, np.empty((m, 8), F32)) == expected
@@ -437,7 +437,7 @@ def test_a_call_taken_at_every_nonempty_shape_is_the_only_variant(channels, blas
     the generic variant. Either way every batch, 0 included, matches the reference op."""
     x, w, b = Var("x", _t(None, channels, 6, 6)), Var("w", _t(32, channels, 3, 3)), Var("b", _t(32, 1, 1))
     _, kernel = _build(_fn([x, w, b], op.nn.relu(op.add(op.nn.conv2d(x, w, padding=[1, 1, 1, 1]), b))))
-    assert (32 * channels * 9 * 36 >= GEMM_MIN_WORK) == blas_at_batch_1
+    assert (32 * channels * 9 * 36 >= gemm_min_work()) == blas_at_batch_1
     assert kernel.variants == (("direct",) if blas_at_batch_1 else ("direct", "generic"))
     from tensorvm.op.registry import get_op
 

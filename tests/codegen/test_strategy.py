@@ -1,8 +1,8 @@
 """Strategies: kernel variants chosen by conditions on dims, at compile time or by a dispatch function.
 
 The oracle is NumPy for results; the expected variant is computed here from the documented conditions
-(BLAS from ``BLAS_MIN_FLOPS`` multiply-adds -- ``BLAS_MIN_FLOPS_DYNAMIC`` when N or K is dynamic -- and
-``BLAS_MIN_ROWS`` rows, the vector variant when the
+(BLAS from ``blas_min_flops`` multiply-adds -- ``blas_min_flops_dynamic`` when N or K is dynamic -- and
+``blas_min_rows`` rows (``strategy.rules()``), the vector variant when the
 dynamic N is a multiple of 8 and the dynamic K of 16, the first matching static specialization).
 """
 
@@ -24,9 +24,6 @@ from tensorvm.codegen.loop_ir import find_dispatch
 from tensorvm.codegen.lower import lower
 from tensorvm.codegen.module import build_module
 from tensorvm.codegen.strategy import (
-    BLAS_MIN_FLOPS,
-    BLAS_MIN_FLOPS_DYNAMIC,
-    BLAS_MIN_ROWS,
     DispatchKernel,
     Implementation,
 )
@@ -138,11 +135,12 @@ def kernels():
 
 
 def _expected_matmul_variant(rows, k, n, dynamic_n=True, dynamic_k=True):
-    min_flops = BLAS_MIN_FLOPS_DYNAMIC if dynamic_n or dynamic_k else BLAS_MIN_FLOPS
-    if rows * k * n >= min_flops and rows >= BLAS_MIN_ROWS:
+    rules = strategy.rules()
+    min_flops = rules.blas_min_flops_dynamic if dynamic_n or dynamic_k else rules.blas_min_flops
+    if rows * k * n >= min_flops and rows >= rules.blas_min_rows:
         return "blas"
-    if (dynamic_n or dynamic_k) and (not dynamic_n or n % strategy.VECTOR_WIDTH == 0) \
-            and (not dynamic_k or k % strategy.REDUCTION_WIDTH == 0):
+    if (dynamic_n or dynamic_k) and (not dynamic_n or n % rules.vector_width == 0) \
+            and (not dynamic_k or k % rules.reduction_width == 0):
         return "vec"
     return "generic"
 

@@ -10,7 +10,9 @@
    NULL. A line is sorted as (key, position) pairs, stable in either direction: insertion-sorted runs
    of 16, then a bottom-up merge sort (the pairs keep the keys next to their positions: no indirect
    reads). */
-#define TV_LIB_PARALLEL_WORK (1 << 15) /* lines of this many elements in all are sorted in parallel */
+#ifndef TV_LIB_PARALLEL_WORK /* lines of this many elements in all are sorted in parallel (host.py: kernel_rules) */
+#define TV_LIB_PARALLEL_WORK (1 << 15)
+#endif
 #define TV_LIB_SELECT_MAX 64 /* topk with k up to this (and n >= 16 k) selects in one pass instead */
 #define TV_LIB_SORT(CODE, T, S, F)                                                                  \
   typedef struct { T key; int64_t at; } tv_lib_pair_##S;                                            \

@@ -8,6 +8,7 @@
 #define TV_GEMM_H
 
 #include "tv_kernel.h"
+#include <time.h>
 
 /* ---- BLAS from C (shared libraries only; see tensorvm/codegen/strategy.py) ----
    The host hands over its CBLAS entry points (64-bit integers, as NumPy's OpenBLAS) with tv_set_blas.
@@ -40,7 +41,15 @@ __attribute__((weak)) int32_t tv_set_blas(void* sgemm, void* dgemm, void* sgemv,
   return 0;
 }
 
+/* A monotonic clock (the pool's spin, the calibration of tv_gemm_choice). */
+static inline int64_t tv_now_ns(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
+}
+
 #ifdef _OPENMP
+#include "tv_pool.h"
 static inline int tv_omp_max_threads(void) { return tv_threads(); }
 static inline int tv_omp_in_parallel(void) { return omp_in_parallel(); }
 static inline int tv_omp_thread(void) { return omp_get_thread_num(); }
@@ -50,6 +59,11 @@ static inline int tv_omp_max_threads(void) { return 1; }
 static inline int tv_omp_in_parallel(void) { return 0; }
 static inline int tv_omp_thread(void) { return 0; }
 static inline int tv_omp_team(void) { return 1; }
+typedef void (*tv_pool_fn)(void* ctx, int64_t chunk);
+static inline void tv_pool_run(int64_t chunks, int threads, tv_pool_fn fn, void* ctx) {
+  (void)threads;
+  for (int64_t i = 0; i < chunks; ++i) fn(ctx, i);
+}
 #endif
 
 /* One operand of a batched product of outer x inner entries: entry i starts at
@@ -76,13 +90,62 @@ static inline int tv_gemm_layout(int64_t rows, int64_t cols, int64_t outer_step,
   return 0;
 }
 
-/* Below this many multiply-adds a product runs on the calling thread only. */
+/* Below this many multiply-adds a product runs on the calling thread only (host.py: parallel_work
+   derives it from the host's vector width; this default is its value for AVX2). */
+#ifndef TV_GEMM_PARALLEL_WORK
 #define TV_GEMM_PARALLEL_WORK 262144.0
+#endif
+static inline int tv_gemm_parallel(double work) {
+  return work >= TV_GEMM_PARALLEL_WORK && !tv_omp_in_parallel() && tv_omp_max_threads() > 1;
+}
 
 /* A product whose B fits in L2 runs on the packed product's register tiles, B packed on the fly
    (defined with the tiles below; 0: not taken, BLAS then). */
 static int tv_gemm_onthefly_f32(float alpha, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
                                 int64_t ta, const float* b, int64_t ldb, int64_t tb, float* c, int64_t ldc);
+static inline int tv_gemm_tiles_fit_f32(int64_t n, int64_t k, int64_t ta);
+static inline int tv_gemm_tiles_fit_f64(int64_t n, int64_t k, int64_t ta) { (void)n, (void)k, (void)ta; return 0; }
+
+/* The variant a product whose B fits the on-the-fly tiles runs, per shape class (calibrate.py's classes:
+   rows 1 / <= 16 / <= 128 / more, x B's floats within L1d / L2 / L3 / beyond, TV_L1D.. from host.py):
+   TV_GEMM_RULE (0: not chosen yet, the rule: the tiles), TV_GEMM_TILES or TV_GEMM_BLAS. A class not
+   chosen yet is calibrated on its first product when tv_gemm_calibration is set: each variant runs twice
+   on the real operands (every run computes the same C) and the faster stays. Python pins a variant or
+   loads a cached choice with tv_gemm_set_choice and reads the table with tv_gemm_choices. */
+#define TV_GEMM_RULE 0
+#define TV_GEMM_TILES 1
+#define TV_GEMM_BLAS 2
+#define TV_GEMM_CLASSES 16
+#ifndef TV_L1D
+#define TV_L1D 32768
+#endif
+#ifndef TV_L2
+#define TV_L2 524288
+#endif
+#ifndef TV_L3
+#define TV_L3 33554432
+#endif
+__attribute__((weak, visibility("hidden"))) int32_t tv_gemm_choice[TV_GEMM_CLASSES];
+__attribute__((weak, visibility("hidden"))) int64_t tv_gemm_calibration_ns[TV_GEMM_CLASSES][2];
+__attribute__((weak, visibility("hidden"))) int32_t tv_gemm_calibration = 1;
+__attribute__((weak)) int32_t tv_gemm_set_choice(int32_t cls, int32_t variant, int32_t calibrate) {
+  if (cls >= 0 && cls < TV_GEMM_CLASSES) __atomic_store_n(&tv_gemm_choice[cls], variant, __ATOMIC_RELAXED);
+  __atomic_store_n(&tv_gemm_calibration, calibrate, __ATOMIC_RELAXED);
+  return 0;
+}
+__attribute__((weak)) int32_t tv_gemm_choices(int32_t* variants, int64_t* nanoseconds) {
+  for (int c = 0; c < TV_GEMM_CLASSES; ++c) {
+    variants[c] = __atomic_load_n(&tv_gemm_choice[c], __ATOMIC_RELAXED);
+    nanoseconds[2 * c] = tv_gemm_calibration_ns[c][0], nanoseconds[2 * c + 1] = tv_gemm_calibration_ns[c][1];
+  }
+  return TV_GEMM_CLASSES;
+}
+static inline int tv_gemm_class(int64_t m, int64_t n, int64_t k) {
+  const int rows = m <= 1 ? 0 : m <= 16 ? 1 : m <= 128 ? 2 : 3;
+  const double bytes = 4.0 * (double)n * (double)k;
+  const int fits = bytes <= TV_L1D ? 0 : bytes <= TV_L2 ? 1 : bytes <= TV_L3 ? 2 : 3;
+  return rows * 4 + fits;
+}
 static inline int tv_gemm_onthefly_f64(double alpha, int64_t m, int64_t n, int64_t k, const double* a, int64_t lda,
                                        int64_t ta, const double* b, int64_t ldb, int64_t tb, double* c, int64_t ldc) {
   (void)alpha, (void)m, (void)n, (void)k, (void)a, (void)lda, (void)ta, (void)b, (void)ldb, (void)tb, (void)c, (void)ldc;
@@ -92,7 +155,8 @@ static inline int tv_gemm_onthefly_f64(double alpha, int64_t m, int64_t n, int64
 #define TV_GEMM(T, S)                                                                                \
   /* c (m x n, row stride ldc) = alpha op(a) op(b); op(a) is m x k, op(b) is k x n. */               \
   static void tv_gemm_block_##S(T alpha, int64_t m, int64_t n, int64_t k, const T* a, int64_t lda,   \
-                                int64_t ta, const T* b, int64_t ldb, int64_t tb, T* c, int64_t ldc) { \
+                                int64_t ta, const T* b, int64_t ldb, int64_t tb, T* c, int64_t ldc,  \
+                                int variant) {                                                     \
     if (m <= 0 || n <= 0) return;                                                                  \
     /* one column (a 1x1 convolution of a 1x1 image: squeeze-and-excitation): a GEMV, not panels of   \
        which all columns but one are padding */                                                    \
@@ -100,7 +164,8 @@ static inline int tv_gemm_onthefly_f64(double alpha, int64_t m, int64_t n, int64
       tv_blas_gemv_##S(101, ta ? 112 : 111, ta ? k : m, ta ? m : k, alpha, a, lda, b, tb ? 1 : ldb, (T)0, c, ldc); \
       return;                                                                                      \
     }                                                                                              \
-    if (m > 1 && tv_gemm_onthefly_##S(alpha, m, n, k, a, lda, ta, b, ldb, tb, c, ldc)) return;       \
+    if (m > 1 && variant != TV_GEMM_BLAS && tv_gemm_onthefly_##S(alpha, m, n, k, a, lda, ta, b, ldb, tb, c, ldc)) \
+      return;                                                                                      \
     if (tv_blas_gemm_##S != NULL) {                                                               \
       if (m == 1 && !ta && tv_blas_gemv_##S != NULL) {                                            \
         if (tb) tv_blas_gemv_##S(101, 111, n, k, alpha, b, ldb, a, 1, (T)0, c, 1);                \
@@ -121,26 +186,46 @@ static inline int tv_gemm_onthefly_f64(double alpha, int64_t m, int64_t n, int64
   /* For t of nt threads: its share of the batch, of the columns or of the rows. */                \
   static void tv_gemm_share_##S(int t, int nt, T alpha, int64_t batch, int64_t inner, int64_t m, int64_t n, \
                                 int64_t k, const T* a, tv_gemm_view av, const T* b, tv_gemm_view bv, \
-                                T* c, tv_gemm_view cv) {                                           \
+                                T* c, tv_gemm_view cv, int variant) {                              \
     const int64_t lda = av.ld, ta = av.transposed, ldb = bv.ld, tb = bv.transposed, ldc = cv.ld;    \
     if (nt == 1 || batch >= 4 * nt || (batch >= nt && batch % nt == 0)) {                          \
       const int64_t per = (batch + nt - 1) / nt, b0 = t * per, b1 = b0 + per < batch ? b0 + per : batch; \
       for (int64_t i = b0; i < b1; ++i)                                                            \
         tv_gemm_block_##S(alpha, m, n, k, a + tv_gemm_entry(av, i, inner), lda, ta, b + tv_gemm_entry(bv, i, inner), \
-                          ldb, tb, c + tv_gemm_entry(cv, i, inner), ldc);                          \
+                          ldb, tb, c + tv_gemm_entry(cv, i, inner), ldc, variant);                 \
     } else if (m == 1 || n >= 32 * nt) {                                                           \
       const int64_t per = ((n + nt - 1) / nt + 15) / 16 * 16;                                      \
       const int64_t n0 = t * per < n ? t * per : n, n1 = n0 + per < n ? n0 + per : n;              \
       for (int64_t i = 0; i < batch; ++i)                                                          \
         tv_gemm_block_##S(alpha, m, n1 - n0, k, a + tv_gemm_entry(av, i, inner), lda, ta,          \
                           b + tv_gemm_entry(bv, i, inner) + (tb ? n0 * ldb : n0), ldb, tb,         \
-                          c + tv_gemm_entry(cv, i, inner) + n0, ldc);                              \
+                          c + tv_gemm_entry(cv, i, inner) + n0, ldc, variant);                     \
     } else {                                                                                       \
       const int64_t per = (m + nt - 1) / nt;                                                       \
       const int64_t m0 = t * per < m ? t * per : m, m1 = m0 + per < m ? m0 + per : m;              \
       for (int64_t i = 0; i < batch; ++i)                                                          \
         tv_gemm_block_##S(alpha, m1 - m0, n, k, a + tv_gemm_entry(av, i, inner) + (ta ? m0 : m0 * lda), lda, ta, \
-                          b + tv_gemm_entry(bv, i, inner), ldb, tb, c + tv_gemm_entry(cv, i, inner) + m0 * ldc, ldc); \
+                          b + tv_gemm_entry(bv, i, inner), ldb, tb, c + tv_gemm_entry(cv, i, inner) + m0 * ldc, ldc, \
+                          variant);                                                                \
+    }                                                                                              \
+  }                                                                                                \
+  typedef struct {                                                                                 \
+    T alpha; int64_t batch, inner, m, n, k, chunks; const T* a; tv_gemm_view av; const T* b;        \
+    tv_gemm_view bv; T* c; tv_gemm_view cv; int variant;                                            \
+  } tv_gemm_job_##S;                                                                               \
+  static void tv_gemm_chunk_##S(void* arg, int64_t i) {                                            \
+    const tv_gemm_job_##S* j = (const tv_gemm_job_##S*)arg;                                        \
+    tv_gemm_share_##S((int)i, (int)j->chunks, j->alpha, j->batch, j->inner, j->m, j->n, j->k, j->a, j->av, \
+                      j->b, j->bv, j->c, j->cv, j->variant);                                       \
+  }                                                                                                \
+  static void tv_gemm_split_##S(int threads, int variant, T alpha, int64_t batch, int64_t inner, int64_t m, \
+                                int64_t n, int64_t k, const T* a, tv_gemm_view av, const T* b,       \
+                                tv_gemm_view bv, T* c, tv_gemm_view cv) {                          \
+    if (threads > 1) { /* one share per thread; the caller runs those of workers not started */    \
+      tv_gemm_job_##S job = {alpha, batch, inner, m, n, k, threads, a, av, b, bv, c, cv, variant};  \
+      tv_pool_run(threads, threads, tv_gemm_chunk_##S, &job);                                      \
+    } else {                                                                                       \
+      tv_gemm_share_##S(0, 1, alpha, batch, inner, m, n, k, a, av, b, bv, c, cv, variant);         \
     }                                                                                              \
   }                                                                                                \
   static int32_t tv_gemm_run_##S(T alpha, int64_t batch, int64_t inner, int64_t m, int64_t n, int64_t k, \
@@ -154,16 +239,30 @@ static inline int tv_gemm_onthefly_f64(double alpha, int64_t m, int64_t n, int64
       return 0;                                                                                    \
     }                                                                                              \
     const int most = tv_omp_max_threads();                                                         \
-    const int threads = (double)batch * m * n * k >= TV_GEMM_PARALLEL_WORK && !tv_omp_in_parallel() ? most : 1; \
+    const int threads = tv_gemm_parallel((double)batch * m * n * k) ? most : 1;                    \
     /* BLAS single-threaded while the kernels may run in parallel: its spinning workers would take \
        the cores the kernels' threads need (its setting is restored after the call). */            \
     const int blas_threads = most > 1 && tv_blas_get_threads && tv_blas_set_threads ? tv_blas_get_threads() : 1; \
     if (blas_threads != 1) tv_blas_set_threads(1);                                                 \
-    if (threads > 1) {                                                                             \
-      _Pragma("omp parallel num_threads(threads)")                                                 \
-      tv_gemm_share_##S(tv_omp_thread(), tv_omp_team(), alpha, batch, inner, m, n, k, a, av, b, bv, c, cv); \
+    /* Tiles or BLAS, when both can run it: the class's choice (see tv_gemm_choice), calibrated now    \
+       on a first product of a class not chosen yet. */                                            \
+    const int contest = m > 1 && n > 1 && tv_blas_gemm_##S != NULL && !tv_omp_in_parallel()          \
+                        && tv_gemm_tiles_fit_##S(n, k, av.transposed);                              \
+    const int cls = contest ? tv_gemm_class(m, n, k) : 0;                                          \
+    const int variant = contest ? __atomic_load_n(&tv_gemm_choice[cls], __ATOMIC_RELAXED) : TV_GEMM_RULE; \
+    if (contest && variant == TV_GEMM_RULE && __atomic_load_n(&tv_gemm_calibration, __ATOMIC_RELAXED)) { \
+      int64_t best[2] = {INT64_MAX, INT64_MAX};                                                    \
+      for (int v = 0; v < 2; ++v)                                                                  \
+        for (int run = 0; run < 2; ++run) { /* (the first run also warms the caches) */            \
+          const int64_t start = tv_now_ns();                                                  \
+          tv_gemm_split_##S(threads, v + 1, alpha, batch, inner, m, n, k, a, av, b, bv, c, cv);    \
+          const int64_t took = tv_now_ns() - start;                                           \
+          best[v] = took < best[v] ? took : best[v];                                               \
+        }                                                                                          \
+      tv_gemm_calibration_ns[cls][0] = best[0], tv_gemm_calibration_ns[cls][1] = best[1];          \
+      __atomic_store_n(&tv_gemm_choice[cls], best[0] <= best[1] ? TV_GEMM_TILES : TV_GEMM_BLAS, __ATOMIC_RELAXED); \
     } else {                                                                                       \
-      tv_gemm_share_##S(0, 1, alpha, batch, inner, m, n, k, a, av, b, bv, c, cv);                  \
+      tv_gemm_split_##S(threads, variant, alpha, batch, inner, m, n, k, a, av, b, bv, c, cv);      \
     }                                                                                              \
     if (blas_threads != 1) tv_blas_set_threads(blas_threads);                                      \
     return 0;                                                                                      \
@@ -259,6 +358,9 @@ __attribute__((unused)) static int32_t tv_gemm_packed_f32(int64_t m, int64_t n, 
    products (Q K^T with k = 64, P V with n = 64) were 4% and 9% faster than OpenBLAS at BERT-small's 256
    tokens on AVX2. */
 #if defined(__FMA__) || defined(__ARM_FEATURE_FMA)
+static inline int tv_gemm_tiles_fit_f32(int64_t n, int64_t k, int64_t ta) {
+  return !ta && k * ((n + TV_VGEMM_NR - 1) / TV_VGEMM_NR * TV_VGEMM_NR) <= TV_VGEMM_ONTHEFLY;
+}
 static int tv_gemm_onthefly_f32(float alpha, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
                                 int64_t ta, const float* b, int64_t ldb, int64_t tb, float* c, int64_t ldc) {
   const int64_t nr = TV_VGEMM_NR, panels = (n + nr - 1) / nr;
@@ -295,6 +397,7 @@ static int tv_gemm_onthefly_f32(float alpha, int64_t m, int64_t n, int64_t k, co
   return 1;
 }
 #else
+static inline int tv_gemm_tiles_fit_f32(int64_t n, int64_t k, int64_t ta) { (void)n, (void)k, (void)ta; return 0; }
 static int tv_gemm_onthefly_f32(float alpha, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
                                 int64_t ta, const float* b, int64_t ldb, int64_t tb, float* c, int64_t ldc) {
   (void)alpha, (void)m, (void)n, (void)k, (void)a, (void)lda, (void)ta, (void)b, (void)ldb, (void)tb, (void)c, (void)ldc;
@@ -304,6 +407,7 @@ static int tv_gemm_onthefly_f32(float alpha, int64_t m, int64_t n, int64_t k, co
 
 #include "tv_vconv.h"
 #else
+static inline int tv_gemm_tiles_fit_f32(int64_t n, int64_t k, int64_t ta) { (void)n, (void)k, (void)ta; return 0; }
 static int tv_gemm_onthefly_f32(float alpha, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
                                 int64_t ta, const float* b, int64_t ldb, int64_t tb, float* c, int64_t ldc) {
   (void)alpha, (void)m, (void)n, (void)k, (void)a, (void)lda, (void)ta, (void)b, (void)ldb, (void)tb, (void)c, (void)ldc;

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <math.h>
 #include <string.h>
+#include "tv_vec.h"
 
 /* Marks a kernel holding a select between two loads. GCC 12.2 at -O3 with AVX2 vectorizes such a select
    wrongly after loop if-conversion (a concatenate of a tensor with itself had one element 0); where the
@@ -167,38 +168,88 @@ static inline float tv_exp_nonpositive_f32(float x) {
   return x < -87.0f ? 0.0f : p;
 }
 
-/* softmax (or log_softmax) over the last axis of a rows x n float32 array. Per row: one pass for the
-   maximum, one computing exp and its sum together (log_softmax: the sum only), one scaling by 1 / sum
-   (log_softmax: subtracting the maximum, then log(sum)). A NaN in a row makes the row NaN, as in the generated
-   kernel. Rows run in parallel from 65536 elements, as generated loops do. */
+/* tv_exp_nonpositive_f32 on a vector (the same steps lane by lane; a*b + c contracts to an FMA where the
+   target has one, else rounds twice: the reduction's k * ln2_hi is exact either way). */
+static inline void tv_vexp_nonpositive_f32(tv_vf* v) {  /* (in place: see TV_VSELECT) */
+  const tv_vf x = *v, lowest = TV_VSPLAT(-87.0f), magic = TV_VSPLAT(12582912.0f);
+  const tv_vmask below = x < lowest;  /* (false for NaN: it passes) */
+  const tv_vf clamped = TV_VSELECT(below, lowest, x);
+  const tv_vf shifted = clamped * TV_VSPLAT(1.44269504088896341f) + magic;
+  const tv_vf k = shifted - magic;
+  tv_vf r = k * TV_VSPLAT(-0.693359375f) + clamped;
+  r = k * TV_VSPLAT(2.12194440e-4f) + r;
+  tv_vf p = TV_VSPLAT(1.9875691500e-4f);
+  p = p * r + TV_VSPLAT(1.3981999507e-3f);
+  p = p * r + TV_VSPLAT(8.3334519073e-3f);
+  p = p * r + TV_VSPLAT(4.1665795894e-2f);
+  p = p * r + TV_VSPLAT(1.6666665459e-1f);
+  p = p * r + TV_VSPLAT(5.0000001201e-1f);
+  p = p * (r * r) + r + TV_VSPLAT(1.0f);
+  const tv_vbits bits = (tv_vbits)p + ((tv_vbits)shifted << 23);
+  *v = (tv_vf)(bits & ~(tv_vbits)below);
+}
+
+#ifndef TV_PARALLEL_ELEMENTS
+#define TV_PARALLEL_ELEMENTS 65536
+#endif
+
+/* softmax (or log_softmax) over the last axis of a rows x n float32 array, written once over the host's
+   vector (tv_vec.h: TV_VLANES floats; 16 on AVX-512, where gcc's auto-vectorizer would keep 256 bits),
+   each pass a vector loop and a scalar tail. Per row: one pass for the maximum, one computing exp and its
+   sum together (log_softmax: the sum only), one scaling by 1 / sum (log_softmax: subtracting the maximum,
+   then log(sum)). A NaN in a row makes the row NaN, as in the generated kernel. Rows run in parallel from
+   TV_PARALLEL_ELEMENTS elements (host.py: kernel_rules, as generated loops). */
 __attribute__((unused)) static int32_t tv_softmax_f32(int64_t rows, int64_t n, const float* restrict x,
                                                       float* restrict y, int64_t log_softmax) {
-  #pragma omp parallel for schedule(static) num_threads(tv_threads()) if(rows * n >= 65536)
+  const int64_t whole = n / TV_VLANES * TV_VLANES;
+  #pragma omp parallel for schedule(static) num_threads(tv_threads()) if(rows * n >= TV_PARALLEL_ELEMENTS)
   for (int64_t i = 0; i < rows; ++i) {
     const float* restrict row = x + i * n;
     float* restrict result = y + i * n;
+    tv_vf peaks = TV_VSPLAT(-INFINITY);
+    tv_vmask nans = {0};
+    for (int64_t j = 0; j < whole; j += TV_VLANES) {
+      const tv_vf v = TV_VLOAD(row + j);
+      peaks = TV_VSELECT(v > peaks, v, peaks);
+      nans |= v != v;
+    }
     float peak = -INFINITY;
     int32_t nan = 0;
-    #pragma omp simd reduction(max:peak) reduction(|:nan)
-    for (int64_t j = 0; j < n; ++j) { const float v = row[j]; peak = v > peak ? v : peak; nan |= (int32_t)(v != v); }
+    for (int l = 0; l < TV_VLANES; ++l) { peak = peaks[l] > peak ? peaks[l] : peak; nan |= nans[l]; }
+    for (int64_t j = whole; j < n; ++j) { const float v = row[j]; peak = v > peak ? v : peak; nan |= (int32_t)(v != v); }
     if (nan) peak = NAN;
-    float total = 0.0f;
+    const tv_vf peak_v = TV_VSPLAT(peak);
+    tv_vf totals = TV_VSPLAT(0.0f);
     if (log_softmax) {
-      #pragma omp simd reduction(+:total)
-      for (int64_t j = 0; j < n; ++j) total += tv_exp_nonpositive_f32(row[j] - peak);
+      for (int64_t j = 0; j < whole; j += TV_VLANES) {
+        tv_vf e = TV_VLOAD(row + j) - peak_v;
+        tv_vexp_nonpositive_f32(&e);
+        totals += e;
+      }
+      float total = tv_vsum(&totals);
+      for (int64_t j = whole; j < n; ++j) total += tv_exp_nonpositive_f32(row[j] - peak);
       const float log_total = logf(total);
-      #pragma omp simd  /* (x - peak) first: rounding peak + log_total would cost precision */
-      for (int64_t j = 0; j < n; ++j) result[j] = (row[j] - peak) - log_total;
+      const tv_vf log_total_v = TV_VSPLAT(log_total);
+      /* (x - peak) first: rounding peak + log_total would cost precision */
+      for (int64_t j = 0; j < whole; j += TV_VLANES) TV_VSTORE(result + j, (TV_VLOAD(row + j) - peak_v) - log_total_v);
+      for (int64_t j = whole; j < n; ++j) result[j] = (row[j] - peak) - log_total;
     } else {
-      #pragma omp simd reduction(+:total)
-      for (int64_t j = 0; j < n; ++j) {
+      for (int64_t j = 0; j < whole; j += TV_VLANES) {
+        tv_vf e = TV_VLOAD(row + j) - peak_v;
+        tv_vexp_nonpositive_f32(&e);
+        TV_VSTORE(result + j, e);
+        totals += e;
+      }
+      float total = tv_vsum(&totals);
+      for (int64_t j = whole; j < n; ++j) {
         const float e = tv_exp_nonpositive_f32(row[j] - peak);
         result[j] = e;
         total += e;
       }
       const float scale = 1.0f / total;
-      #pragma omp simd
-      for (int64_t j = 0; j < n; ++j) result[j] *= scale;
+      const tv_vf scale_v = TV_VSPLAT(scale);
+      for (int64_t j = 0; j < whole; j += TV_VLANES) TV_VSTORE(result + j, TV_VLOAD(result + j) * scale_v);
+      for (int64_t j = whole; j < n; ++j) result[j] *= scale;
     }
   }
   return 0;

@@ -16,9 +16,6 @@
 #ifndef TV_VGEMM_H
 #define TV_VGEMM_H
 
-#ifndef TV_VEC_BYTES
-#define TV_VEC_BYTES 32
-#endif
 #ifndef TV_VGEMM_MR
 #define TV_VGEMM_MR 6
 #endif
@@ -34,25 +31,8 @@
 #if TV_VGEMM_MR < 1 || TV_VGEMM_MR > 14
 #error "TV_VGEMM_MR must be between 1 and 14"
 #endif
-#define TV_VLANES (TV_VEC_BYTES / 4)
+#include "tv_vec.h"
 #define TV_VGEMM_NR (2 * TV_VLANES)
-
-/* tv_vf: a vector of floats; tv_vfu: the same read from any float address (unaligned, may alias). */
-typedef float tv_vf __attribute__((vector_size(TV_VEC_BYTES)));
-typedef float tv_vfu __attribute__((vector_size(TV_VEC_BYTES), aligned(4), may_alias));
-#define TV_VLOAD(p) (*(const tv_vfu*)(p))
-#define TV_VSTORE(p, v) (*(tv_vfu*)(p) = (v))
-/* A vector of s in every lane, written out (``(tv_vf){0} + s`` would cost an addition: 0 + -0 is +0). */
-#define TV_VSPLAT4(s) s, s, s, s
-#if TV_VLANES == 4
-#define TV_VSPLAT(s) ((tv_vf){TV_VSPLAT4(s)})
-#elif TV_VLANES == 8
-#define TV_VSPLAT(s) ((tv_vf){TV_VSPLAT4(s), TV_VSPLAT4(s)})
-#elif TV_VLANES == 16
-#define TV_VSPLAT(s) ((tv_vf){TV_VSPLAT4(s), TV_VSPLAT4(s), TV_VSPLAT4(s), TV_VSPLAT4(s)})
-#else
-#error "TV_VEC_BYTES must be 16, 32 or 64"
-#endif
 
 /* Prefetch the weight 2 KB ahead of the step being read, one hint per cache line of a panel row: with few
    rows the weight streams from DRAM and the hardware prefetchers alone fall behind. */
@@ -258,20 +238,25 @@ static void tv_vgemm_block(int64_t m0, int64_t m1, int64_t p0, int64_t p1, int64
   }
 }
 
-/* For thread t of nt: its panels, or (with fewer panels than threads) its rows. */
-static void tv_vgemm_share(int t, int nt, int64_t m, int64_t n, int64_t k, const float* x, const float* packed,
-                           float* out) {
-  const int64_t panels = (n + TV_VGEMM_NR - 1) / TV_VGEMM_NR;
-  if (nt == 1) { tv_vgemm_block(0, m, 0, panels, n, k, x, packed, out); return; }
-  if (panels >= 2 * nt || m < 2 * TV_VGEMM_MR) {
-    const int64_t per = (panels + nt - 1) / nt, p0 = t * per < panels ? t * per : panels;
-    const int64_t p1 = p0 + per < panels ? p0 + per : panels;
-    tv_vgemm_block(0, m, p0, p1, n, k, x, packed, out);
-  } else {
-    const int64_t per = ((m + nt - 1) / nt + TV_VGEMM_MR - 1) / TV_VGEMM_MR * TV_VGEMM_MR;
-    const int64_t m0 = t * per < m ? t * per : m, m1 = m0 + per < m ? m0 + per : m;
-    tv_vgemm_block(m0, m1, 0, panels, n, k, x, packed, out);
-  }
+/* A parallel product in chunks (tv_pool_run: the caller runs the chunks of workers that have not
+   started): panels, or (with fewer panels than 2 per thread, and enough rows) row blocks of whole tiles,
+   about TV_VGEMM_CHUNKS per thread so that a late worker leaves the caller little to wait for. */
+#define TV_VGEMM_CHUNKS 4
+typedef struct {
+  int64_t m, n, k, panels, per;
+  int rows;
+  const float* x;
+  const float* packed;
+  float* out;
+} tv_vgemm_job;
+
+static void tv_vgemm_chunk(void* arg, int64_t i) {
+  const tv_vgemm_job* job = (const tv_vgemm_job*)arg;
+  const int64_t count = job->rows ? job->m : job->panels;
+  const int64_t lo = i * job->per < count ? i * job->per : count, hi = lo + job->per < count ? lo + job->per : count;
+  if (lo >= hi) return;
+  if (job->rows) tv_vgemm_block(lo, hi, 0, job->panels, job->n, job->k, job->x, job->packed, job->out);
+  else tv_vgemm_block(0, job->m, lo, hi, job->n, job->k, job->x, job->packed, job->out);
 }
 
 /* out (m x n) = x (m x k) W^T, W packed in panels of TV_VGEMM_NR columns (see above). */
@@ -279,13 +264,14 @@ __attribute__((unused)) static int32_t tv_vgemm_packed_f32(int64_t m, int64_t n,
                                                            const float* packed, float* out) {
   if (m <= 0 || n <= 0) return 0;
   if (k <= 0) { for (int64_t i = 0; i < m * n; ++i) out[i] = 0; return 0; }
-  const int threads = (double)m * n * k >= TV_GEMM_PARALLEL_WORK && !tv_omp_in_parallel() ? tv_omp_max_threads() : 1;
-  if (threads > 1) {
-    _Pragma("omp parallel num_threads(threads)")
-    tv_vgemm_share(tv_omp_thread(), tv_omp_team(), m, n, k, x, packed, out);
-  } else {
-    tv_vgemm_share(0, 1, m, n, k, x, packed, out);
-  }
+  const int threads = tv_gemm_parallel((double)m * n * k) ? tv_omp_max_threads() : 1;
+  const int64_t panels = (n + TV_VGEMM_NR - 1) / TV_VGEMM_NR;
+  if (threads <= 1) { tv_vgemm_block(0, m, 0, panels, n, k, x, packed, out); return 0; }
+  tv_vgemm_job job = {m, n, k, panels, 0, !(panels >= 2 * threads || m < 2 * TV_VGEMM_MR), x, packed, out};
+  const int64_t units = job.rows ? (m + TV_VGEMM_MR - 1) / TV_VGEMM_MR : panels;
+  const int64_t chunks = units < TV_VGEMM_CHUNKS * threads ? units : TV_VGEMM_CHUNKS * threads;
+  job.per = (units + chunks - 1) / chunks * (job.rows ? TV_VGEMM_MR : 1);
+  tv_pool_run(chunks, threads, tv_vgemm_chunk, &job);
   return 0;
 }
 

@@ -1,0 +1,45 @@
+/* The vector type every hand-written vector kernel is written in (GCC vector extensions), one vector of
+   the host's width: TV_VEC_BYTES (16, 32 or 64) comes from tensorvm/codegen/host.py (rule_defines; the
+   default is the portable 128-bit width). A vector wider than the target's is lowered by gcc to several
+   native ones, so every instance is correct on any x86-64 (and fast where the width is native).
+   Used by the softmax (tv_kernel.h), the packed product (tv_vgemm.h) and the direct convolution. */
+#ifndef TV_VEC_H
+#define TV_VEC_H
+
+#include <stdint.h>
+
+#ifndef TV_VEC_BYTES
+#define TV_VEC_BYTES 16
+#endif
+#define TV_VLANES (TV_VEC_BYTES / 4)
+
+/* tv_vf: a vector of floats; tv_vfu: the same read from any float address (unaligned, may alias);
+   tv_vmask: what comparing two tv_vf gives (-1 where true, 0 where false); tv_vbits: unsigned lanes. */
+typedef float tv_vf __attribute__((vector_size(TV_VEC_BYTES)));
+typedef float tv_vfu __attribute__((vector_size(TV_VEC_BYTES), aligned(4), may_alias));
+typedef int32_t tv_vmask __attribute__((vector_size(TV_VEC_BYTES)));
+typedef uint32_t tv_vbits __attribute__((vector_size(TV_VEC_BYTES)));  /* (shifts without overflow) */
+#define TV_VLOAD(p) (*(const tv_vfu*)(p))
+#define TV_VSTORE(p, v) (*(tv_vfu*)(p) = (v))
+/* A vector of s in every lane, written out (``(tv_vf){0} + s`` would cost an addition: 0 + -0 is +0). */
+#define TV_VSPLAT4(s) s, s, s, s
+#if TV_VLANES == 4
+#define TV_VSPLAT(s) ((tv_vf){TV_VSPLAT4(s)})
+#elif TV_VLANES == 8
+#define TV_VSPLAT(s) ((tv_vf){TV_VSPLAT4(s), TV_VSPLAT4(s)})
+#elif TV_VLANES == 16
+#define TV_VSPLAT(s) ((tv_vf){TV_VSPLAT4(s), TV_VSPLAT4(s), TV_VSPLAT4(s), TV_VSPLAT4(s)})
+#else
+#error "TV_VEC_BYTES must be 16, 32 or 64"
+#endif
+/* Where mask, a, else b (C has no vector ?:). Macros and pointers, not vector arguments: passing a vector
+   wider than the target's by value changes the ABI (gcc warns), and the 64-byte instance is built on
+   AVX2 machines too. */
+#define TV_VSELECT(mask, a, b) ((tv_vf)(((tv_vmask)(a) & (mask)) | ((tv_vmask)(b) & ~(mask))))
+static inline float tv_vsum(const tv_vf* v) {
+  float total = 0.0f;
+  for (int i = 0; i < TV_VLANES; ++i) total += (*v)[i];
+  return total;
+}
+
+#endif /* TV_VEC_H */

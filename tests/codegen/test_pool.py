@@ -1,0 +1,136 @@
+"""The library products' parallel-for (``codegen/lib/tv_pool.h``): the caller claims chunks from the same
+counter as the workers, so every chunk runs exactly once, on whichever thread got to it; nested and
+concurrent calls run serially; a forked child starts its own workers. Oracle: NumPy (float64)."""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import threading
+
+import numpy as np
+import pytest
+
+from tensorvm.codegen import build
+from tensorvm.codegen import host as hostmod
+from tensorvm.codegen.build import have_compiler
+
+pytestmark = pytest.mark.skipif(not have_compiler() or not build.find_toolchain().openmp,
+                                reason="the pool is built with the kernels' threads (OpenMP toolchains)")
+
+
+@pytest.fixture(scope="module")
+def product():
+    params = hostmod.gemm_params()
+    library = hostmod.vgemm_library(params)
+    fn = library.function("tv_vgemm_call", 3, 0)
+    fn.argtypes = [ctypes.c_int64] * 3 + [ctypes.c_void_p] * 3
+    stats = library._cdll.tv_pool_stats
+    stats.argtypes, stats.restype = [ctypes.c_void_p], ctypes.c_int32
+    return fn, params, stats
+
+
+@pytest.fixture
+def threads():
+    previous = build._NUM_THREADS[0]
+    yield build.set_num_threads
+    build.set_num_threads(previous)
+
+
+def _check(fn, params, m, n, k, seed=0):
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((m, k)).astype(np.float32)
+    w = rng.standard_normal((n, k)).astype(np.float32)
+    out = np.full((m, n), np.nan, np.float32)
+    assert fn(m, n, k, x.ctypes.data, hostmod.pack_panels(w, params.nr).ctypes.data, out.ctypes.data) == 0
+    np.testing.assert_allclose(out, x.astype(np.float64) @ w.T.astype(np.float64), rtol=1e-4, atol=1e-3,
+                               err_msg=f"m={m} n={n} k={k}")
+
+
+def _stats(stats) -> np.ndarray:
+    out = np.zeros(4, np.int64)
+    assert stats(out.ctypes.data) == 0
+    return out
+
+
+def test_every_chunk_runs_once_on_caller_or_worker(product, threads):
+    """A product above the parallel threshold is one job of min(units, 4 x threads) chunks; the chunks
+    the caller and the workers ran add up to exactly that, and the result is right."""
+    fn, params, stats = product
+    threads(2)
+    m, n, k = 64, 32 * params.nr, 256  # 32 panels >= 2 per thread: split by panels
+    before = _stats(stats)
+    for seed in range(5):
+        _check(fn, params, m, n, k, seed)
+    after = _stats(stats)
+    assert after[0] - before[0] == 5
+    assert (after[1] - before[1]) + (after[2] - before[2]) == 5 * min(32, 4 * 2)
+    assert after[3] >= 1
+
+
+def test_more_threads_than_cores_and_rows_split(product, threads):
+    """Oversubscribed (8 threads here: workers that are not scheduled leave their chunks to the caller),
+    panels and row blocks, with remainders."""
+    fn, params, stats = product
+    threads(8)
+    for m, n, k in [(97, 3 * params.nr + 5, 300), (400, params.nr, 700), (33, 40 * params.nr - 1, 129)]:
+        _check(fn, params, m, n, k)
+
+
+def test_concurrent_callers_run_serially_and_correctly(product, threads):
+    """Two Python threads (ctypes drops the GIL) call products at once: one holds the pool, the other
+    runs its chunks itself."""
+    fn, params, _ = product
+    threads(2)
+    errors = []
+
+    def work(seed):
+        try:
+            for i in range(6):
+                _check(fn, params, 48 + i, 20 * params.nr, 200, seed * 10 + i)
+        except AssertionError as err:
+            errors.append(err)
+
+    workers = [threading.Thread(target=work, args=(s,)) for s in range(3)]
+    for t in workers:
+        t.start()
+    for t in workers:
+        t.join()
+    assert not errors, errors[0]
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="fork is POSIX only")
+def test_forked_child_starts_its_own_workers(product, threads):
+    """The parent's workers do not exist in a forked child: the child starts its own (a pool that
+    waited for the parent's would hang) and computes the same product."""
+    fn, params, _ = product
+    threads(2)
+    _check(fn, params, 64, 32 * params.nr, 256)  # the parent's workers are running
+    pid = os.fork()
+    if pid == 0:  # the child: exit status 0 when the product is right
+        try:
+            _check(fn, params, 64, 32 * params.nr, 256, seed=3)
+            os._exit(0)
+        except BaseException:  # noqa: BLE001 - reported by the exit status
+            os._exit(1)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+
+
+def test_exe_stats_report_the_pool(threads):
+    """``exe.stats()["kernel_library"]["product_pool"]`` counts the jobs of a library's products and where
+    their chunks ran (every chunk once: the chunks of a job split by panels add up)."""
+    import tensorvm as tv
+
+    threads(2)
+    exe = tv.vm.compile(tv.parse("""
+def @main(%a: Tensor[(?, 256), float32], %b: Tensor[(512, 256), float32]) { nn.matmul(%a, %b, transpose_b=True) }
+"""), target="c")
+    rng = np.random.default_rng(0)
+    a, b = rng.standard_normal((64, 256)).astype(np.float32), rng.standard_normal((512, 256)).astype(np.float32)
+    before = exe.stats()["kernel_library"]["product_pool"]
+    got = tv.vm.VirtualMachine(exe).run(a, b).numpy()
+    np.testing.assert_allclose(got, a.astype(np.float64) @ b.T.astype(np.float64), rtol=1e-4, atol=1e-3)
+    after = exe.stats()["kernel_library"]["product_pool"]
+    assert after["jobs"] > before["jobs"] and after["workers"] >= 1
+    assert after["caller_chunks"] + after["worker_chunks"] > before["caller_chunks"] + before["worker_chunks"]
