@@ -117,7 +117,7 @@ class CLibrary:
             "load_reason": self.load_reason,
             "saved_source_matches": self.saved_source_matches,
             "threads": library_threads(self.library_path) if self.library_path else 1,  # what its OpenMP loops use
-            # the library products' pool (codegen/lib/tv_pool.h): jobs, chunks run by callers / workers
+            # the library products' pool (codegen/lib/tv_team.h): jobs, chunks run by callers / workers
             "product_pool": _pool_stats(self.library_path) if self.library_path else None,
             # exec_mode="native": bytes of the generated C of the VM functions (part of the library)
             "native_source_bytes": len(self.native.source) if self.native is not None else None,
@@ -129,7 +129,7 @@ def _pool_stats(path: str) -> dict | None:
     import ctypes
 
     try:
-        stats = ctypes.CDLL(path).tv_pool_stats  # (dlopen: the loaded copy)
+        stats = ctypes.CDLL(path).tv_team_stats  # (dlopen: the loaded copy)
     except (OSError, AttributeError):
         return None
     stats.argtypes, stats.restype = [ctypes.c_void_p], ctypes.c_int32

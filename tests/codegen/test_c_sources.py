@@ -145,7 +145,7 @@ def test_generated_text_is_the_files_text():
     gemm = (LIBRARY_DIR / "tv_gemm.h").read_text().replace('#include "tv_kernel.h"\n', "")
     gemm = gemm.replace('#include "tv_vgemm.h"\n', vgemm)
     gemm = gemm.replace('#include "tv_vconv.h"\n', (LIBRARY_DIR / "tv_vconv.h").read_text())
-    gemm = gemm.replace('#include "tv_pool.h"\n', (LIBRARY_DIR / "tv_pool.h").read_text())
+    gemm = gemm.replace('#include "tv_team.h"\n', (LIBRARY_DIR / "tv_team.h").read_text())
     assert c_emit.PRELUDE.endswith(kernel) and c_emit.prelude().endswith(gemm)
     # the packed product is instantiated for the host by macros in the text (so the cache keys on them)
     from tensorvm.codegen.host import gemm_params

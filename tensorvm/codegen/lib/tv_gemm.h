@@ -49,7 +49,7 @@ static inline int64_t tv_now_ns(void) {
 }
 
 #ifdef _OPENMP
-#include "tv_pool.h"
+#include "tv_team.h"
 static inline int tv_omp_max_threads(void) { return tv_threads(); }
 static inline int tv_omp_in_parallel(void) { return omp_in_parallel(); }
 static inline int tv_omp_thread(void) { return omp_get_thread_num(); }
@@ -59,8 +59,8 @@ static inline int tv_omp_max_threads(void) { return 1; }
 static inline int tv_omp_in_parallel(void) { return 0; }
 static inline int tv_omp_thread(void) { return 0; }
 static inline int tv_omp_team(void) { return 1; }
-typedef void (*tv_pool_fn)(void* ctx, int64_t chunk);
-static inline void tv_pool_run(int64_t chunks, int threads, tv_pool_fn fn, void* ctx) {
+typedef void (*tv_team_fn)(void* ctx, int64_t chunk);
+static inline void tv_team_run(int64_t chunks, int threads, tv_team_fn fn, void* ctx) {
   (void)threads;
   for (int64_t i = 0; i < chunks; ++i) fn(ctx, i);
 }
@@ -223,7 +223,7 @@ static inline int tv_gemm_onthefly_f64(double alpha, int64_t m, int64_t n, int64
                                 tv_gemm_view bv, T* c, tv_gemm_view cv) {                          \
     if (threads > 1) { /* one share per thread; the caller runs those of workers not started */    \
       tv_gemm_job_##S job = {alpha, batch, inner, m, n, k, threads, a, av, b, bv, c, cv, variant};  \
-      tv_pool_run(threads, threads, tv_gemm_chunk_##S, &job);                                      \
+      tv_team_run(threads, threads, tv_gemm_chunk_##S, &job);                                      \
     } else {                                                                                       \
       tv_gemm_share_##S(0, 1, alpha, batch, inner, m, n, k, a, av, b, bv, c, cv, variant);         \
     }                                                                                              \

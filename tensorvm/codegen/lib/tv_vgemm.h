@@ -238,7 +238,7 @@ static void tv_vgemm_block(int64_t m0, int64_t m1, int64_t p0, int64_t p1, int64
   }
 }
 
-/* A parallel product in chunks (tv_pool_run: the caller runs the chunks of workers that have not
+/* A parallel product in chunks (tv_team_run: the caller runs the chunks of workers that have not
    started): panels, or (with fewer panels than 2 per thread, and enough rows) row blocks of whole tiles,
    about TV_VGEMM_CHUNKS per thread so that a late worker leaves the caller little to wait for. */
 #define TV_VGEMM_CHUNKS 4
@@ -271,7 +271,7 @@ __attribute__((unused)) static int32_t tv_vgemm_packed_f32(int64_t m, int64_t n,
   const int64_t units = job.rows ? (m + TV_VGEMM_MR - 1) / TV_VGEMM_MR : panels;
   const int64_t chunks = units < TV_VGEMM_CHUNKS * threads ? units : TV_VGEMM_CHUNKS * threads;
   job.per = (units + chunks - 1) / chunks * (job.rows ? TV_VGEMM_MR : 1);
-  tv_pool_run(chunks, threads, tv_vgemm_chunk, &job);
+  tv_team_run(chunks, threads, tv_vgemm_chunk, &job);
   return 0;
 }
 

@@ -1,4 +1,4 @@
-"""The library products' parallel-for (``codegen/lib/tv_pool.h``): the caller claims chunks from the same
+"""The library products' parallel-for (``codegen/lib/tv_team.h``): the caller claims chunks from the same
 counter as the workers, so every chunk runs exactly once, on whichever thread got to it; nested and
 concurrent calls run serially; a forked child starts its own workers. Oracle: NumPy (float64)."""
 
@@ -25,7 +25,7 @@ def product():
     library = hostmod.vgemm_library(params)
     fn = library.function("tv_vgemm_call", 3, 0)
     fn.argtypes = [ctypes.c_int64] * 3 + [ctypes.c_void_p] * 3
-    stats = library._cdll.tv_pool_stats
+    stats = library._cdll.tv_team_stats
     stats.argtypes, stats.restype = [ctypes.c_void_p], ctypes.c_int32
     return fn, params, stats
 

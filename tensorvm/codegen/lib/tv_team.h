@@ -1,0 +1,181 @@
+/* tensorvm's parallel-for for the library products (tv_gemm.h, tv_vgemm.h): the caller takes unstarted work.
+
+   tv_team_run(chunks, threads, fn, ctx) runs fn(ctx, i) for every chunk i in [0, chunks) on the calling
+   thread and up to threads - 1 pool workers. Unlike an OpenMP parallel region, whose end is a barrier
+   that waits until every thread of the team has been scheduled, the caller claims chunks itself from the
+   same counter as the workers and returns once every chunk is done: a worker whose core is busy with
+   another process (and that has therefore not started) costs nothing, the caller does its chunks. Only
+   a chunk a worker has already claimed is waited for, so chunks are kept small (a few per thread).
+
+   Workers spin for TV_TEAM_SPIN_NS after their last job (the gap between the kernel calls of one
+   inference, like GOMP_SPINCOUNT for the OpenMP threads), then sleep on a condition variable; the
+   caller wakes sleepers only when there are some.
+
+   The job is one 64-bit word, generation << 32 | next chunk, so a worker that read an older job can
+   never claim a chunk of a newer one (its compare-and-swap fails once the generation moves on). A job is
+   published in three steps: the word is closed (the new generation, chunk TV_TEAM_CLOSED), the job's
+   function, context and chunk count are written, then the word opens at chunk 0. A claim reads the
+   word, then the job, then swaps the word to the next chunk: if the job it read was not the word's, the
+   word was closed before and the swap fails. All of it with sequentially consistent atomics.
+
+   One pool per library (weak hidden symbols shared by the library's translation units). A nested call
+   (from a chunk), or a call while another thread of the process runs a job on this pool, runs serially.
+   After a fork the child starts with no workers. Shared libraries only (tv_gemm.h includes it, after
+   defining tv_now_ns). */
+#ifndef TV_TEAM_H
+#define TV_TEAM_H
+
+#include <pthread.h>
+#include <sched.h>
+#include <stdint.h>
+#include <time.h>
+#include <unistd.h>
+
+#define TV_TEAM_MAX_WORKERS 255
+#define TV_TEAM_CLOSED 0xffffffffu
+#ifndef TV_TEAM_SPIN_NS
+#define TV_TEAM_SPIN_NS 20000
+#endif
+
+typedef void (*tv_team_fn)(void* ctx, int64_t chunk);
+
+typedef struct {
+  uint64_t word;          /* generation << 32 | next chunk */
+  tv_team_fn fn;
+  void* ctx;
+  int64_t chunks;
+  int64_t done;           /* chunks finished, of the current job */
+  int32_t team;           /* threads the current job may use (caller included) */
+  int32_t busy;           /* a caller is running a job */
+  int32_t started;        /* workers started */
+  int32_t sleepers;
+  uint32_t sequence;      /* bumped once per job: what sleeping workers wait on */
+  int32_t pid;            /* the process that started the workers */
+  pthread_mutex_t lock;
+  pthread_cond_t wake;
+} tv_team_state;
+
+__attribute__((weak, visibility("hidden"))) tv_team_state tv_team = {
+  .lock = PTHREAD_MUTEX_INITIALIZER, .wake = PTHREAD_COND_INITIALIZER};
+/* How many chunks the callers ran themselves and how many the workers ran (tv_team_stats). */
+__attribute__((weak, visibility("hidden"))) int64_t tv_team_caller_chunks, tv_team_worker_chunks, tv_team_jobs;
+
+#define TV_TEAM_LOAD(p) __atomic_load_n((p), __ATOMIC_SEQ_CST)
+#define TV_TEAM_STORE(p, v) __atomic_store_n((p), (v), __ATOMIC_SEQ_CST)
+#define TV_TEAM_ADD(p, v) __atomic_add_fetch((p), (v), __ATOMIC_SEQ_CST)
+
+static inline void tv_team_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  __asm__ __volatile__("yield");
+#endif
+}
+
+/* Claim and run chunks of the current job until none is left or the job changed; returns how many ran. */
+__attribute__((weak, visibility("hidden"))) int64_t tv_team_work(void) {
+  int64_t ran = 0;
+  for (;;) {
+    const uint64_t word = TV_TEAM_LOAD(&tv_team.word);
+    const uint32_t next = (uint32_t)word;
+    if (next == TV_TEAM_CLOSED) return ran;
+    const tv_team_fn fn = TV_TEAM_LOAD(&tv_team.fn);
+    void* const ctx = TV_TEAM_LOAD(&tv_team.ctx);
+    const int64_t chunks = TV_TEAM_LOAD(&tv_team.chunks);
+    if ((int64_t)next >= chunks) return ran;
+    uint64_t expected = word;
+    if (!__atomic_compare_exchange_n(&tv_team.word, &expected, word + 1, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST))
+      continue;
+    fn(ctx, (int64_t)next);
+    TV_TEAM_ADD(&tv_team.done, 1);
+    ++ran;
+  }
+}
+
+__attribute__((weak, visibility("hidden"))) void* tv_team_worker(void* arg) {
+  const int32_t index = (int32_t)(intptr_t)arg;  /* 1 .. workers: the caller is 0 */
+  uint32_t seen = TV_TEAM_LOAD(&tv_team.sequence);
+  for (;;) {
+    const int64_t start = tv_now_ns();
+    int spins = 0;
+    while (TV_TEAM_LOAD(&tv_team.sequence) == seen) {
+      tv_team_relax();
+      if (++spins % 64 == 0 && tv_now_ns() - start > TV_TEAM_SPIN_NS) {
+        pthread_mutex_lock(&tv_team.lock);
+        TV_TEAM_ADD(&tv_team.sleepers, 1);
+        while (TV_TEAM_LOAD(&tv_team.sequence) == seen) pthread_cond_wait(&tv_team.wake, &tv_team.lock);
+        TV_TEAM_ADD(&tv_team.sleepers, -1);
+        pthread_mutex_unlock(&tv_team.lock);
+      }
+    }
+    seen = TV_TEAM_LOAD(&tv_team.sequence);
+    if (index < TV_TEAM_LOAD(&tv_team.team)) {
+      const int64_t ran = tv_team_work();
+      if (ran) TV_TEAM_ADD(&tv_team_worker_chunks, ran);
+    }
+  }
+  return NULL;
+}
+
+/* Start workers until there are `want` (fewer if the system refuses threads); returns how many there are. */
+static int32_t tv_team_start(int32_t want) {
+  if (tv_team.pid != (int32_t)getpid()) {  /* a forked child: the parent's workers do not exist here */
+    tv_team.started = 0, tv_team.sleepers = 0;
+    tv_team.pid = (int32_t)getpid();
+  }
+  while (tv_team.started < want && tv_team.started < TV_TEAM_MAX_WORKERS) {
+    pthread_t thread;
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    const int failed = pthread_create(&thread, &attr, tv_team_worker, (void*)(intptr_t)(tv_team.started + 1));
+    pthread_attr_destroy(&attr);
+    if (failed) break;
+    ++tv_team.started;
+  }
+  return tv_team.started;
+}
+
+/* fn(ctx, i) for i in [0, chunks), on the caller and up to threads - 1 workers (see the top). */
+__attribute__((weak, visibility("hidden"))) void tv_team_run(int64_t chunks, int threads, tv_team_fn fn, void* ctx) {
+  int32_t idle = 0;
+  if (threads <= 1 || chunks <= 1 || chunks >= TV_TEAM_CLOSED
+      || !__atomic_compare_exchange_n(&tv_team.busy, &idle, 1, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST)) {
+    for (int64_t i = 0; i < chunks; ++i) fn(ctx, i);
+    return;
+  }
+  const int32_t workers = tv_team_start(threads - 1 < TV_TEAM_MAX_WORKERS ? threads - 1 : TV_TEAM_MAX_WORKERS);
+  const int32_t team = workers + 1 < threads ? workers + 1 : threads;
+  const uint64_t generation = (TV_TEAM_LOAD(&tv_team.word) >> 32) + 1;
+  TV_TEAM_STORE(&tv_team.word, generation << 32 | TV_TEAM_CLOSED);
+  TV_TEAM_STORE(&tv_team.fn, fn);
+  TV_TEAM_STORE(&tv_team.ctx, ctx);
+  TV_TEAM_STORE(&tv_team.chunks, chunks);
+  TV_TEAM_STORE(&tv_team.done, 0);
+  TV_TEAM_STORE(&tv_team.team, team);
+  TV_TEAM_STORE(&tv_team.word, generation << 32);
+  TV_TEAM_ADD(&tv_team.sequence, 1);
+  if (TV_TEAM_LOAD(&tv_team.sleepers) > 0) {
+    pthread_mutex_lock(&tv_team.lock);
+    pthread_cond_broadcast(&tv_team.wake);
+    pthread_mutex_unlock(&tv_team.lock);
+  }
+  TV_TEAM_ADD(&tv_team_caller_chunks, tv_team_work());
+  TV_TEAM_ADD(&tv_team_jobs, 1);
+  /* Every chunk is claimed: wait for those that workers are still running. */
+  for (int spins = 0; TV_TEAM_LOAD(&tv_team.done) < chunks; ++spins) {
+    if (spins < 4096) tv_team_relax(); else sched_yield();
+  }
+  TV_TEAM_STORE(&tv_team.busy, 0);
+}
+
+/* (jobs run, chunks the callers ran, chunks the workers ran, workers started): what ran where. */
+__attribute__((weak)) int32_t tv_team_stats(int64_t* out) {
+  out[0] = TV_TEAM_LOAD(&tv_team_jobs);
+  out[1] = TV_TEAM_LOAD(&tv_team_caller_chunks);
+  out[2] = TV_TEAM_LOAD(&tv_team_worker_chunks);
+  out[3] = TV_TEAM_LOAD(&tv_team.started);
+  return 0;
+}
+
+#endif /* TV_TEAM_H */
