@@ -1102,20 +1102,21 @@ def _conv2d_compute(attrs, inputs, out_type):
 
 
 def _conv2d_strategy(attrs, inputs, out_type):
-    """C library calls for NCHW/OIHW convolutions without groups (when BLAS is called from C): the vector
-    direct kernel or im2col + product (``Conv2dCall``). Grouped and depthwise convolutions stay generated
-    code (a depthwise library kernel measured no faster than it on MobileNetV3's layers: the generated
-    loops have static strides and the epilogue fused)."""
+    """C library calls for NCHW/OIHW convolutions (when BLAS is called from C): without groups the vector
+    direct kernel or im2col + product, depthwise ones (groups = channels = out channels, static) the vector
+    depthwise kernel (``Conv2dCall``). Other grouped convolutions stay generated code."""
     from ..codegen import blas
     from ..codegen.strategy import GEMM_MIN_WORK, GEMM_SUFFIX, Conv2dCall, Implementation, index_expr
 
     x, w = inputs
     dtypes = {x.dtype, w.dtype, out_type.dtype}
-    if blas.mode() != "c" or len(dtypes) != 1 or not dtypes <= set(GEMM_SUFFIX) or attrs.groups != 1 \
+    n, c, h, width = x.shape
+    depthwise = attrs.groups > 1 and isinstance(c, Const) and c.value == attrs.groups \
+        and isinstance(w.shape[0], Const) and w.shape[0].value == attrs.groups and out_type.dtype == "float32"
+    if blas.mode() != "c" or len(dtypes) != 1 or not dtypes <= set(GEMM_SUFFIX) or (attrs.groups != 1 and not depthwise) \
             or attrs.data_layout != "NCHW" or attrs.kernel_layout != "OIHW" or (attrs.out_layout or "NCHW") != "NCHW" \
             or not isinstance(w.shape[2], Const) or not isinstance(w.shape[3], Const):
         return []
-    n, c, h, width = x.shape
     kh, kw = w.shape[2].value, w.shape[3].value
     pt, pl, pb, pr = (int(p) for p in attrs.padding)
     (sh, sw), (dh, dw) = (tuple(int(v) for v in attrs.strides), tuple(int(v) for v in attrs.dilation))
@@ -1123,10 +1124,10 @@ def _conv2d_strategy(attrs, inputs, out_type):
     ow = E.floordiv(width + (pl + pr - dw * (kw - 1) - 1), sw) + 1
     call = Conv2dCall(tuple(index_expr(d) for d in (n, c, h, width, w.shape[0], oh, ow)),
                       (kh, kw), (sh, sw), (dh, dw), (pt, pl), (pt, pl, pb, pr),
-                      c.value if isinstance(c, Const) else None)
-    work = product([n, w.shape[0], oh, ow, c]) * (kh * kw)
+                      c.value if isinstance(c, Const) else None, depthwise)
+    work = product([n, w.shape[0], oh, ow, 1 if depthwise else c]) * (kh * kw)
     # named after the C kernel that runs (exe.stats()' "product_kernels" gives its tile for this host)
-    name = "direct" if call.direct(GEMM_SUFFIX[out_type.dtype]) else "blas"
+    name = "depthwise" if depthwise else "direct" if call.direct(GEMM_SUFFIX[out_type.dtype]) else "blas"
     return [Implementation(name, work >= GEMM_MIN_WORK, plevel=20, call=call)]
 
 

@@ -1,4 +1,5 @@
-"""The direct convolution of ``tv_vconv.h`` (``tv_conv2d_direct_f32``): any strides, dilation and padding,
+"""The direct and depthwise convolutions of ``tv_vconv.h`` (``tv_conv2d_direct_f32``,
+``tv_conv2d_depthwise_f32``): any strides, dilation and padding,
 every tail of its tiles, each instance the host description can ask for (the 64-byte AVX-512 one is
 lowered by gcc to pairs of 256-bit operations on an AVX2 machine), called directly and through the kernels
 the code generator builds (dynamic batch). The oracle is the reference op's NumPy kernel in float64."""
@@ -54,6 +55,10 @@ int32_t tv_test_direct(int64_t* d, const float* x, const float* weights, const f
   return tv_conv2d_direct_f32(d[0], d[1], d[2], d[3], d[4], d[5], d[6], d[7], d[8], d[9], d[10], d[11], d[12], d[13],
                               d[14], x, weights, bias, d[15], d[16], d[17], padded, out);
 }
+int32_t tv_test_depthwise(int64_t* d, const float* x, const float* weights, const float* bias, float* out) {
+  return tv_conv2d_depthwise_f32(d[0], d[1], d[2], d[3], d[4], d[5], d[6], d[7], d[8], d[9], d[10], d[11], d[12],
+                                 d[13], x, weights, bias, d[14], d[15], out);
+}
 """
 
 
@@ -67,7 +72,14 @@ def _library(isa):
     function = library._cdll.tv_test_direct
     function.restype = ctypes.c_int32
     function.argtypes = [ctypes.c_void_p] * 6
+    depthwise = library._cdll.tv_test_depthwise
+    depthwise.restype = ctypes.c_int32
+    depthwise.argtypes = [ctypes.c_void_p] * 5
+    _DEPTHWISE[isa] = depthwise
     return library, lanes, function
+
+
+_DEPTHWISE: dict = {}
 
 
 def _padded(c, oh, ow, kh, kw, sh, sw, dh, dw, lanes):
@@ -122,18 +134,59 @@ def test_vector_convolutions_of_every_instance(isa, kernel_threads):
                 assert np.isnan(padded[-GUARD:]).all()
 
 
+# (data shape, kernel, strides, dilation, padding (top, left, bottom, right)): one filter per channel
+DEPTHWISE = [
+    ((1, 16, 112, 112), (3, 3), (2, 2), (1, 1), (1, 1, 1, 1)),   # MobileNet's strided layers, even size
+    ((2, 5, 13, 11), (3, 3), (2, 2), (1, 1), (1, 1, 1, 1)),      # odd sizes, batch 2, rows a tile's tail
+    ((1, 7, 14, 14), (5, 5), (1, 1), (1, 1), (2, 2, 2, 2)),
+    ((1, 3, 7, 7), (5, 5), (2, 2), (1, 1), (2, 2, 2, 2)),        # output narrower than a vector
+    ((1, 4, 20, 37), (3, 3), (1, 1), (2, 3), (2, 3, 2, 3)),      # dilated
+    ((1, 3, 17, 40), (3, 2), (3, 2), (1, 2), (0, 2, 1, 0)),      # stride 3 rows, asymmetric padding
+    ((1, 2, 9, 70), (3, 3), (1, 2), (1, 1), (0, 0, 0, 0)),       # no padding, a wide row
+    ((1, 2, 5, 3), (3, 3), (2, 2), (1, 1), (4, 5, 1, 0)),        # padding wider than the image
+]
+
+
+@pytest.mark.parametrize("isa", ["avx2", "avx512", "portable"])
+def test_depthwise_convolutions_of_every_instance(isa, kernel_threads):
+    """The depthwise kernel of each instance (4, 8 and 16 lanes) against NumPy: strides 1-3 (stride 2 runs
+    the vector phase split of the padded copy), dilation, padding wider than the image, odd sizes, batch
+    2, outputs narrower than a vector, with and without the bias and relu, at 1 and 2 threads."""
+    _library(isa)
+    depthwise = _DEPTHWISE[isa]
+    rng = np.random.default_rng(7 + len(isa))
+    for threads in (1, 2):
+        kernel_threads(threads)
+        for (n, c, h, w), (kh, kw), (sh, sw), (dh, dw), pad in DEPTHWISE:
+            x = rng.standard_normal((n, c, h, w)).astype(np.float32)
+            weights = rng.standard_normal((c, 1, kh, kw)).astype(np.float32)
+            bias = rng.standard_normal(c).astype(np.float32)
+            attrs = {"padding": list(pad), "strides": [sh, sw], "dilation": [dh, dw], "groups": c}
+            want = _reference(x, weights, attrs)
+            oh, ow = want.shape[2:]
+            for has_bias, relu in [(0, 0), (1, 1), (1, 0)]:
+                expected = want + bias[:, None, None] if has_bias else want
+                expected = np.maximum(expected, 0) if relu else expected
+                out = np.full(expected.shape, np.nan, np.float32)
+                dims = np.array([n, c, h, w, oh, ow, kh, kw, sh, sw, dh, dw, pad[0], pad[1], has_bias, relu], np.int64)
+                assert depthwise(dims.ctypes.data, x.ctypes.data, weights.ctypes.data, bias.ctypes.data,
+                                 out.ctypes.data) == 0
+                _close(out, expected)
+
+
 def _hardswish(v):
     return v * np.clip(v + 3, 0, 6) / 6
 
 
 @pytest.mark.parametrize("isa", [None, "avx512"])
 @pytest.mark.parametrize("case", ["strided-bias-relu", "strided-hardswish", "dilated-residual", "strided-long",
-                                  "unit-long", "depthwise"])
+                                  "unit-long", "depthwise", "grouped"])
 def test_convolution_kernels_over_a_dynamic_batch(case, isa):
     """Convolution groups as FuseOps forms them from ONNX (an (O, 1, 1) bias), over a dynamic batch (0, 1,
     3): strided and dilated convolutions with a short reduction run the direct kernel, bias and relu in its
     tiles (no loop after the call), anything else (hard-swish, a residual) generated after it in place;
-    a long reduction runs im2col + the product; a depthwise one stays generated code."""
+    a long reduction runs im2col + the product; a depthwise one runs the depthwise kernel (bias and relu in
+    its tiles as well), other grouped ones generated code."""
     c, size = 12, 15
     kernel, c, o, attrs = {
         "strided-bias-relu": ((3, 3), c, 10, dict(padding=[1, 1, 1, 1], strides=[2, 2])),
@@ -142,6 +195,7 @@ def test_convolution_kernels_over_a_dynamic_batch(case, isa):
         "strided-long": ((3, 3), 48, 8, dict(padding=[1, 1, 1, 1], strides=[2, 2])),
         "unit-long": ((3, 3), 48, 8, dict(padding=[1, 1, 1, 1])),
         "depthwise": ((3, 3), c, c, dict(padding=[1, 1, 1, 1], strides=[2, 2], groups=c)),
+        "grouped": ((3, 3), c, c, dict(padding=[1, 1, 1, 1], groups=3)),
     }[case]
     groups = attrs.get("groups", 1)
     x, w, b = Var("x", _t(None, c, size, size)), Var("w", _t(o, c // groups, *kernel)), Var("b", _t(o, 1, 1))
@@ -164,11 +218,11 @@ def test_convolution_kernels_over_a_dynamic_batch(case, isa):
     k = kernels["k"]
     source = k.source.rsplit("\nint32_t ", 1)[-1]
     assert 48 * 9 > direct_max_reduction() >= 12 * 9  # (the rule, for the detected and the faked host)
-    expected = {"strided-long": "blas", "unit-long": "blas", "depthwise": "generic"}.get(case, "direct")
+    expected = {"strided-long": "blas", "unit-long": "blas", "depthwise": "depthwise", "grouped": "generic"}.get(case, "direct")
     assert k.variants[0] == expected
-    if expected == "direct":
-        assert "tv_conv2d_direct_f32(" in source
-    if case.endswith("bias-relu"):
+    if expected in ("direct", "depthwise"):
+        assert f"tv_conv2d_{expected}_f32(" in source
+    if case.endswith("bias-relu") or case == "depthwise":
         assert "for (" not in source.split("/* variant generic */")[0]
     rng = np.random.default_rng(len(case))
     weights = rng.standard_normal((o, c // groups, *kernel)).astype(np.float32)

@@ -11,6 +11,9 @@
    Included by tv_gemm.h (TV_PACKED_KERNELS), after tv_vgemm.h. */
 #ifndef TV_VCONV_H
 #define TV_VCONV_H
+#ifndef TV_ERROR_OUT_OF_MEMORY
+#define TV_ERROR_OUT_OF_MEMORY 1003 /* (as tv_lib.h and c_emit.ERROR_OUT_OF_MEMORY) */
+#endif
 
 /* The padded copy of one image: C planes of HP rows of SW x WQ floats. at[kx] is where tap kx of a vector
    of output columns starts in its row: phase kx DW % SW, index kx DW / SW (KW of them; computed once per
@@ -29,11 +32,54 @@ static inline void tv_vconv_taps(int64_t kw, int64_t sw, int64_t dw, tv_vconv_ge
   for (int64_t kx = 0; kx < kw; ++kx) at[kx] = kx * dw % sw * g.wq + kx * dw / sw;
 }
 
+/* The even and the odd lanes of two vectors (lo, hi), in order: a row split into its two column phases. */
+typedef int32_t tv_vi __attribute__((vector_size(TV_VEC_BYTES)));
+#if TV_VLANES == 4
+#define TV_VEVEN_OF_TWO ((tv_vi){0, 2, 4, 6})
+#define TV_VODD_OF_TWO ((tv_vi){1, 3, 5, 7})
+#elif TV_VLANES == 8
+#define TV_VEVEN_OF_TWO ((tv_vi){0, 2, 4, 6, 8, 10, 12, 14})
+#define TV_VODD_OF_TWO ((tv_vi){1, 3, 5, 7, 9, 11, 13, 15})
+#else
+#define TV_VEVEN_OF_TWO ((tv_vi){0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30})
+#define TV_VODD_OF_TWO ((tv_vi){1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31})
+#endif
+
+/* Floats of one row of the linear padded copy a stride-2 pad goes through (tv_vconv_pad): room for the
+   left padding and the image row, and for the two vectors read per output vector of the phases. */
+static inline int64_t tv_vconv_line(int64_t w, int64_t pl, tv_vconv_geometry g) {
+  const int64_t reads = 2 * ((g.wq + TV_VLANES - 1) / TV_VLANES * TV_VLANES);
+  return reads > pl + w ? reads : pl + w;
+}
+
+/* n floats zeroed, then m (<= n) of them from s copied to d + at, in whole vectors (n >= TV_VLANES; the last
+   vector of each overlaps the one before): a padded row is a few vectors, and a call to memset / memcpy per
+   border and per row had cost more than the row's copy. */
+static inline void tv_vconv_fill(float* d, int64_t n, const float* s, int64_t at, int64_t m) {
+  const tv_vf zero = TV_VSPLAT(0.0f);
+  for (int64_t i = 0; i + TV_VLANES <= n; i += TV_VLANES) TV_VSTORE(d + i, zero);
+  TV_VSTORE(d + n - TV_VLANES, zero);
+  d += at;
+  if (m < TV_VLANES) {
+    for (int64_t i = 0; i < m; ++i) d[i] = s[i];
+    return;
+  }
+  for (int64_t i = 0; i + TV_VLANES <= m; i += TV_VLANES) TV_VSTORE(d + i, TV_VLOAD(s + i));
+  TV_VSTORE(d + m - TV_VLANES, TV_VLOAD(s + m - TV_VLANES));
+}
+
 /* Channels [c0, c1) of the image x (C x H x W) into their padded, phase-split planes (see above): per
-   phase, zeros, the image's columns, zeros. */
+   phase, zeros, the image's columns, zeros. With column stride 2 (``line``: h x tv_vconv_line floats, else
+   unused) a channel's rows are first copied whole into zero-padded linear rows, then split into their two
+   phases a pair of vectors at a time (even and odd lanes): a gather per float had been most of a strided
+   depthwise convolution's time, and splitting at the image's borders straight from the row (a partial
+   copy, then a vector load of it) stalled on store forwarding. */
 static void tv_vconv_pad(const float* x, int64_t c0, int64_t c1, int64_t h, int64_t w, int64_t sw, int64_t pt,
-                         int64_t pl, tv_vconv_geometry g, float* padded) {
-  for (int64_t ci = c0; ci < c1; ++ci)
+                         int64_t pl, tv_vconv_geometry g, float* line, float* padded) {
+  const int64_t lw = sw == 2 ? tv_vconv_line(w, pl, g) : 0;
+  for (int64_t ci = c0; ci < c1; ++ci) {
+    if (sw == 2)
+      for (int64_t iy = 0; iy < h; ++iy) tv_vconv_fill(line + iy * lw, lw, x + (ci * h + iy) * w, pl, w);
     for (int64_t r = 0; r < g.hp; ++r) {
       float* d = padded + ci * g.plane + r * g.row;
       const int64_t iy = r - pt;
@@ -41,10 +87,18 @@ static void tv_vconv_pad(const float* x, int64_t c0, int64_t c1, int64_t h, int6
       const float* src = x + (ci * h + iy) * w;
       if (sw == 1) {  /* one phase: the row copied whole, the border cleared around it */
         const int64_t left = pl < g.wq ? pl : g.wq, cols = w < g.wq - left ? w : g.wq - left;
-        memset(d, 0, (size_t)left * sizeof(float));
-        if (cols > 0) memcpy(d + left, src, (size_t)cols * sizeof(float));
-        const int64_t done = left + (cols > 0 ? cols : 0);
-        memset(d + done, 0, (size_t)(g.wq - done) * sizeof(float));
+        tv_vconv_fill(d, g.wq, src, left, cols > 0 ? cols : 0);
+        continue;
+      }
+      if (sw == 2) {  /* (the last pair of vectors overlaps the one before: wq >= TV_VLANES) */
+        const float* l = line + iy * lw;
+        float* d1 = d + g.wq;
+        for (int64_t q = 0; q < g.wq; q += TV_VLANES) {
+          if (q + TV_VLANES > g.wq) q = g.wq - TV_VLANES;
+          const tv_vf lo = TV_VLOAD(l + 2 * q), hi = TV_VLOAD(l + 2 * q + TV_VLANES);
+          TV_VSTORE(d + q, __builtin_shuffle(lo, hi, TV_VEVEN_OF_TWO));
+          TV_VSTORE(d1 + q, __builtin_shuffle(lo, hi, TV_VODD_OF_TWO));
+        }
         continue;
       }
       for (int64_t p = 0; p < sw; ++p, d += g.wq) {
@@ -57,6 +111,7 @@ static void tv_vconv_pad(const float* x, int64_t c0, int64_t c1, int64_t h, int6
         for (int64_t q = hi; q < g.wq; ++q) d[q] = 0.0f;
       }
     }
+  }
 }
 
 /* What the direct convolution applies to its tiles in registers before the store: a per-channel bias
@@ -65,7 +120,6 @@ static void tv_vconv_pad(const float* x, int64_t c0, int64_t c1, int64_t h, int6
    dropped as max_pool2d does without ceil mode). Max pooling commutes with the bias and the clamp. */
 typedef struct { const float* bias; int relu, pool; } tv_conv_epilogue;
 
-typedef int32_t tv_vi __attribute__((vector_size(TV_VEC_BYTES)));
 /* v = max(v, 0) lane by lane (0 where v is NaN, as the AVX max this replaced); a macro: a function
    returning a vector wider than the target's would change the ABI (-Wpsabi) */
 #define TV_VRELU(v) (v) = (tv_vf)((tv_vi)(v) & ((v) > (tv_vf){0}))
@@ -218,8 +272,10 @@ __attribute__((unused)) static int32_t tv_conv2d_direct_f32(int64_t n, int64_t c
   const int64_t image_out = pool ? o * (oh / 2) * (ow / 2) : o * oh * ow;
   const int parallel = (double)o * oh * ow * c * kh * kw >= TV_GEMM_PARALLEL_WORK && !tv_omp_in_parallel();
   (void)parallel;  /* (read by the OpenMP pragma only) */
+  float* line = sw == 2 ? (float*)malloc(sizeof(float) * (size_t)(h * tv_vconv_line(w, pl, g))) : NULL;
+  if (sw == 2 && line == NULL) return TV_ERROR_OUT_OF_MEMORY;
   for (int64_t b = 0; b < n; ++b) {
-    tv_vconv_pad(x + b * c * h * w, 0, c, h, w, sw, pt, pl, g, padded);
+    tv_vconv_pad(x + b * c * h * w, 0, c, h, w, sw, pt, pl, g, line, padded);
     float* image = out + b * image_out;
     /* channel blocks vary fastest: neighbouring tiles read the same input rows (kept in L1), and each
        thread's share of the static schedule has every channel block (blocks of MR and 4 differ in work);
@@ -247,6 +303,91 @@ __attribute__((unused)) static int32_t tv_conv2d_direct_f32(int64_t n, int64_t c
                            image);
     }
   }
+  free(line);
+  return 0;
+}
+
+/* ---- the depthwise convolution (groups = channels, one filter per channel): tv_conv2d_depthwise_f32 ----
+   Each channel is padded into its own phase-split plane (tv_vconv_pad, as above) by the thread that
+   convolves it, so the plane is still in L1/L2 when its tiles read it. A tile is TV_VDW_ROWS output rows x
+   one vector of columns: per tap one weight broadcast and TV_VDW_ROWS vector loads feed TV_VDW_ROWS FMAs
+   (a depthwise tap has no other output channel to share its input load with). A missing row repeats the
+   last one (not stored); a partial column block goes through a small buffer. Bias and relu are applied in
+   registers (tv_conv_epilogue; no pool). */
+#define TV_VDW_ROWS 4
+#define TV_VDW_ACC(i) tv_vf a##i = TV_VSPLAT(start);
+#define TV_VDW_FMA(i) a##i += wv * TV_VLOAD(r##i + tap);
+#define TV_VDW_ROW(i) const float* r##i = plane + (row##i * sh + ky * dh) * g.row + x0;
+#define TV_VDW_Y(i) const int64_t row##i = y0 + i < oh ? y0 + i : oh - 1;
+#define TV_VDW_RELU(i) TV_VRELU(a##i);
+#define TV_VDW_KEEP(i) TV_VSTORE(tile[i], a##i);
+#define TV_VDW_EACH(F) F(0) F(1) F(2) F(3)
+#define TV_VDW_CHANNEL(KIND, AT)                                                                     \
+  static void tv_vdw_channel_##KIND(const float* plane, tv_vconv_geometry g, const int64_t* at, int64_t sh,   \
+                                    int64_t dh, const float* wt, int64_t kh, int64_t kw, float start, int relu, \
+                                    int64_t oh, int64_t ow, float* out) {                            \
+    (void)at;                                                                                        \
+    for (int64_t y0 = 0; y0 < oh; y0 += TV_VDW_ROWS) {                                               \
+      TV_VDW_EACH(TV_VDW_Y)                                                                          \
+      for (int64_t x0 = 0; x0 < ow; x0 += TV_VLANES) {                                               \
+        TV_VDW_EACH(TV_VDW_ACC)                                                                      \
+        for (int64_t ky = 0; ky < kh; ++ky) {                                                        \
+          TV_VDW_EACH(TV_VDW_ROW)                                                                    \
+          const float* wk = wt + ky * kw;                                                            \
+          _Pragma("GCC unroll 5")                                                                    \
+          for (int64_t kx = 0; kx < kw; ++kx) {                                                      \
+            const tv_vf wv = TV_VSPLAT(wk[kx]);                                                      \
+            const int64_t tap = AT(kx);                                                              \
+            TV_VDW_EACH(TV_VDW_FMA)                                                                  \
+          }                                                                                          \
+        }                                                                                            \
+        if (relu) { TV_VDW_EACH(TV_VDW_RELU) }                                                       \
+        float tile[TV_VDW_ROWS][TV_VLANES];                                                          \
+        TV_VDW_EACH(TV_VDW_KEEP)                                                                     \
+        const int64_t cols = ow - x0 < TV_VLANES ? ow - x0 : TV_VLANES;                              \
+        for (int64_t i = 0; i < TV_VDW_ROWS && y0 + i < oh; ++i) {                                   \
+          if (cols == TV_VLANES) TV_VSTORE(out + (y0 + i) * ow + x0, TV_VLOAD(tile[i]));             \
+          else memcpy(out + (y0 + i) * ow + x0, tile[i], sizeof(float) * (size_t)cols);              \
+        }                                                                                            \
+      }                                                                                              \
+    }                                                                                                \
+  }
+TV_VDW_CHANNEL(unit, TV_VCONV_AT_UNIT)
+TV_VDW_CHANNEL(any, TV_VCONV_AT_TABLE)
+
+/* x (n x c x h x w) convolved channel by channel with weights (c x 1 x kh x kw) into out (n x c x oh x ow).
+   Each thread pads one plane at a time into its own buffer (tv_vconv_geometry(...).plane floats, a few KB:
+   a buffer for every channel, allocated per call, cost page faults on each call and left L2). Returns
+   TV_ERROR_OUT_OF_MEMORY when a buffer cannot be allocated. */
+__attribute__((unused)) static int32_t tv_conv2d_depthwise_f32(int64_t n, int64_t c, int64_t h, int64_t w,
+    int64_t oh, int64_t ow, int64_t kh, int64_t kw, int64_t sh, int64_t sw, int64_t dh, int64_t dw, int64_t pt,
+    int64_t pl, const float* x, const float* weights, const float* bias, int64_t has_bias, int64_t relu,
+    float* out) {
+  if (n <= 0 || c <= 0 || oh <= 0 || ow <= 0) return 0;
+  const tv_vconv_geometry g = tv_vconv_geometry_of(oh, ow, kh, kw, sh, sw, dh, dw);
+  int64_t at[kw];
+  tv_vconv_taps(kw, sw, dw, g, at);
+  const int unit = sw == 1 && dw == 1;
+  const int64_t planes = n * c;
+  const int parallel = (double)planes * oh * ow * kh * kw >= TV_GEMM_PARALLEL_WORK && !tv_omp_in_parallel();
+  const int threads = parallel ? tv_omp_max_threads() : 1;
+  const int64_t each = g.plane + (sw == 2 ? h * tv_vconv_line(w, pl, g) : 0);
+  float* buffers = (float*)malloc(sizeof(float) * (size_t)(threads * each));
+  if (buffers == NULL) return TV_ERROR_OUT_OF_MEMORY;
+  _Pragma("omp parallel for schedule(static) num_threads(threads) if(parallel)")
+  for (int64_t p = 0; p < planes; ++p) {
+    float* plane = buffers + tv_omp_thread() * each;
+    const int64_t ci = p % c;
+    tv_vconv_pad(x + p * h * w, 0, 1, h, w, sw, pt, pl, g, plane + g.plane, plane);
+    const float start = has_bias ? bias[ci] : 0.0f;
+    if (unit)
+      tv_vdw_channel_unit(plane, g, at, sh, dh, weights + ci * kh * kw, kh, kw, start, relu != 0, oh, ow,
+                          out + p * oh * ow);
+    else
+      tv_vdw_channel_any(plane, g, at, sh, dh, weights + ci * kh * kw, kh, kw, start, relu != 0, oh, ow,
+                         out + p * oh * ow);
+  }
+  free(buffers);
   return 0;
 }
 
