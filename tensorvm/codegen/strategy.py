@@ -253,6 +253,7 @@ class Conv2dCall(LibraryCall):
     padding_all: tuple  # (top, left, bottom, right)
     channels: int | None = None  # the input channels when static
     depthwise: bool = False  # groups = channels = out channels: ``tv_conv2d_depthwise_f32`` (float32 only)
+    packed: bool = False  # ``nn.conv2d_packed``: ``tv_conv2d_packed_f32`` over the packed weight (float32 only)
 
     def direct(self, suffix: str) -> bool:
         """Whether the direct kernel of ``tv_vconv.h`` computes it, by this rule: its tile broadcasts one
@@ -264,7 +265,7 @@ class Conv2dCall(LibraryCall):
         L1d); beyond, im2col + the product won by 1.1-1.5x (ResNet-18's layers, 576 to 4608). With
         dynamic channels a unit-stride convolution keeps the direct kernel. A depthwise convolution is
         always direct (its own kernel, float32 only)."""
-        if self.depthwise:
+        if self.depthwise or self.packed:
             return suffix == "f32"
         if suffix != "f32" or self.kernel == (1, 1):
             return False
@@ -294,6 +295,12 @@ class Conv2dCall(LibraryCall):
         if self.direct(suffix):
             epilogue = epilogue or TileEpilogue()
             bias = args[1] if epilogue.bias is None else args[epilogue.bias]
+            if self.packed:  # (its channel-blocked copy of the image is allocated by the kernel)
+                if epilogue.pool:
+                    raise UnsupportedError("the packed convolution kernel has no max pool epilogue")
+                flags = [const(int(v), "int64") for v in (epilogue.bias is not None, epilogue.relu)]
+                return CallExtern("tv_conv2d_packed_f32", (n, c, h, w, o, oh, ow, *geometry, args[0], args[1], bias,
+                                                           *flags, target))
             if self.depthwise:  # (its padded planes are per thread, allocated by the kernel)
                 if epilogue.pool:
                     raise UnsupportedError("the depthwise convolution kernel has no max pool epilogue")
@@ -877,7 +884,7 @@ def _tile_epilogue_call(call, split, args: list, generic: LoweredParts, outputs:
     epilogue_fn, epilogue_inputs = split
     channels = anchor.out_type.shape[1]
     match = tile_epilogue(epilogue_fn, channels) if isinstance(channels, int) else None
-    if match is None or (call.depthwise and match[0].pool):
+    if match is None or ((call.depthwise or call.packed) and match[0].pool):
         return None
     epilogue, bias = match
     buffers = list(args)

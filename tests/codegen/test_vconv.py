@@ -55,6 +55,10 @@ int32_t tv_test_direct(int64_t* d, const float* x, const float* weights, const f
   return tv_conv2d_direct_f32(d[0], d[1], d[2], d[3], d[4], d[5], d[6], d[7], d[8], d[9], d[10], d[11], d[12], d[13],
                               d[14], x, weights, bias, d[15], d[16], d[17], padded, out);
 }
+int32_t tv_test_packed(int64_t* d, const float* x, const float* packed, const float* bias, float* out) {
+  return tv_conv2d_packed_f32(d[0], d[1], d[2], d[3], d[4], d[5], d[6], d[7], d[8], d[9], d[10], d[11], d[12], d[13],
+                              d[14], x, packed, bias, d[15], d[16], out);
+}
 int32_t tv_test_depthwise(int64_t* d, const float* x, const float* weights, const float* bias, float* out) {
   return tv_conv2d_depthwise_f32(d[0], d[1], d[2], d[3], d[4], d[5], d[6], d[7], d[8], d[9], d[10], d[11], d[12],
                                  d[13], x, weights, bias, d[14], d[15], out);
@@ -76,7 +80,14 @@ def _library(isa):
     depthwise.restype = ctypes.c_int32
     depthwise.argtypes = [ctypes.c_void_p] * 5
     _DEPTHWISE[isa] = depthwise
+    packed = library._cdll.tv_test_packed
+    packed.restype = ctypes.c_int32
+    packed.argtypes = [ctypes.c_void_p] * 5
+    _PACKED[isa] = packed
     return library, lanes, function
+
+
+_PACKED: dict = {}
 
 
 _DEPTHWISE: dict = {}
@@ -172,6 +183,101 @@ def test_depthwise_convolutions_of_every_instance(isa, kernel_threads):
                 assert depthwise(dims.ctypes.data, x.ctypes.data, weights.ctypes.data, bias.ctypes.data,
                                  out.ctypes.data) == 0
                 _close(out, expected)
+
+
+# (data shape, out channels, kernel, strides, dilation, padding (top, left, bottom, right))
+PACKED = [
+    ((1, 64, 14, 14), 64, (3, 3), (1, 1), (1, 1), (1, 1, 1, 1)),   # ResNet's 3x3 layers, small
+    ((2, 13, 9, 11), 21, (3, 3), (2, 2), (1, 1), (1, 1, 1, 1)),    # channels not whole blocks, batch 2, odd
+    ((1, 9, 7, 7), 40, (5, 3), (1, 2), (2, 1), (2, 0, 3, 1)),      # dilated, asymmetric, rectangular kernel
+    ((1, 17, 5, 6), 7, (3, 3), (3, 1), (1, 1), (0, 2, 0, 0)),      # fewer channels than a panel, stride 3
+    ((1, 8, 3, 3), 33, (3, 3), (1, 1), (1, 1), (4, 4, 4, 4)),      # padding wider than the image
+]
+
+
+@pytest.mark.parametrize("isa", ["avx2", "avx512", "portable"])
+def test_packed_convolutions_of_every_instance(isa, kernel_threads):
+    """The packed convolution of each instance (panels of 8, 16 and 32 channels, tiles of 6 and 14 pixels)
+    against NumPy over the weight packed by ``pack_conv_weight`` for that instance's panel width: channel
+    counts that are not whole blocks, out channels that are not whole panels, pixel counts that are not
+    whole tiles, strides, dilation, asymmetric padding, batch 2, with and without bias and relu, at 1 and
+    2 threads."""
+    from tensorvm.op.nn import pack_conv_weight
+
+    _library(isa)
+    function = _PACKED[isa]
+    host.set_host(isa)
+    nr = host.gemm_params().nr
+    host.set_host(None)
+    rng = np.random.default_rng(11 + len(isa))
+    for threads in (1, 2):
+        kernel_threads(threads)
+        for (n, c, h, w), o, (kh, kw), (sh, sw), (dh, dw), pad in PACKED:
+            x = rng.standard_normal((n, c, h, w)).astype(np.float32)
+            weights = rng.standard_normal((o, c, kh, kw)).astype(np.float32)
+            packed = pack_conv_weight(weights, nr)
+            bias = rng.standard_normal(o).astype(np.float32)
+            attrs = {"padding": list(pad), "strides": [sh, sw], "dilation": [dh, dw]}
+            want = _reference(x, weights, attrs)
+            oh, ow = want.shape[2:]
+            for has_bias, relu in [(0, 0), (1, 1)]:
+                expected = want + bias[:, None, None] if has_bias else want
+                expected = np.maximum(expected, 0) if relu else expected
+                out = np.full(expected.shape, np.nan, np.float32)
+                dims = np.array([n, c, h, w, o, oh, ow, kh, kw, sh, sw, dh, dw, pad[0], pad[1], has_bias, relu], np.int64)
+                assert function(dims.ctypes.data, x.ctypes.data, packed.ctypes.data, bias.ctypes.data,
+                                out.ctypes.data) == 0
+                _close(out, expected)
+
+
+def test_conv_weights_pack_and_unpack():
+    """``pack_conv_weight`` / ``unpack_conv_weight`` are inverse, and ``nn.conv2d_packed``'s NumPy kernel is
+    the convolution of the unpacked weight (the interpreter's oracle)."""
+    from tensorvm.op.nn import CONV_BLOCK, pack_conv_weight, unpack_conv_weight
+
+    rng = np.random.default_rng(3)
+    weights = rng.standard_normal((21, 13, 3, 2)).astype(np.float32)
+    packed = pack_conv_weight(weights, 16)
+    assert packed.shape == (2, -(-13 // CONV_BLOCK) * CONV_BLOCK * 6, 16)
+    np.testing.assert_array_equal(unpack_conv_weight(packed, 21, 13, (3, 2)), weights)
+    x = rng.standard_normal((2, 13, 9, 8)).astype(np.float32)
+    attrs = {"padding": [1, 0, 1, 1], "strides": [2, 1], "dilation": [1, 2]}
+    op_def = get_op("nn.conv2d_packed")
+    got = op_def.kernel(op_def.normalize_attrs(dict(attrs, channels=21, in_channels=13, kernel_size=[3, 2])), x, packed)
+    np.testing.assert_allclose(got, _reference(x, weights, attrs), rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.parametrize("variants", ["1", "0"])
+def test_long_reduction_convolutions_run_packed_over_a_dynamic_batch(variants, monkeypatch):
+    """A ResNet block (3x3 convolutions of 48 channels: a reduction longer than the direct kernel takes,
+    the weights constants) compiled for the VM: PackWeights makes both ``nn.conv2d_packed``, whose kernel
+    runs with bias and relu in its tiles and the residual add after it; the generated kernel over the
+    packed layout (variants off) gives the same. Batch 0, 1, 3 through one executable, against the
+    interpreter of the original program."""
+    import tensorvm as tv
+    from tensorvm.ir.module import IRModule
+
+    monkeypatch.setenv("TENSORVM_KERNEL_VARIANTS", variants)
+    c = 48
+    assert c * 9 > direct_max_reduction()
+    rng = np.random.default_rng(9)
+    w1, w2 = (const(rng.standard_normal((c, c, 3, 3)).astype(np.float32) * 0.1) for _ in range(2))
+    b1, b2 = (const(rng.standard_normal((c, 1, 1)).astype(np.float32)) for _ in range(2))
+    x = Var("x", _t(None, c, 9, 10))
+    y = op.nn.relu(op.add(op.nn.conv2d(x, w1, padding=[1, 1, 1, 1]), b1))
+    z = op.nn.relu(op.add(op.add(op.nn.conv2d(y, w2, padding=[1, 1, 1, 1]), b2), x))
+    mod = IRModule.from_expr(Function([x], z))
+    exe = tv.vm.compile(mod, target="c")
+    if variants == "1":
+        assert exe.stats()["kernel_library"]["variants"].get("packed") == 2
+        assert any("tv_conv2d_packed_f32(" in source for source in exe.c_library.sources.values())
+    vm = tv.vm.VirtualMachine(exe)
+    reference = tv.create_executor("debug", mod)
+    for batch in (0, 1, 3):
+        data = rng.standard_normal((batch, c, 9, 10)).astype(np.float32)
+        got = vm.invoke("main", data)
+        got = np.asarray(got.numpy() if hasattr(got, "numpy") else got)
+        _close(got, np.asarray(reference.evaluate()(data).numpy()))
 
 
 def _hardswish(v):

@@ -391,4 +391,113 @@ __attribute__((unused)) static int32_t tv_conv2d_depthwise_f32(int64_t n, int64_
   return 0;
 }
 
+/* ---- the packed convolution (nn.conv2d_packed): tv_conv2d_packed_f32 ----
+   A convolution with a long reduction as the packed product's register tile over the image itself (no
+   im2col): out[o][q] = sum_k panel[o / NR][k][o % NR] x[k][q] for output pixels q, k = (channel block,
+   ky, kx, channel in block) as the weight was packed at compile time (pack_conv_weight in op/nn.py). The
+   image is first copied into channel blocks of TV_VCONV_BLOCK (B) floats per pixel, zero padded
+   (ceil(C / B) x HP x WP x B): a tile's reduction then reads each pixel's B channels in a row, one tap
+   after the other, where NCHW jumps a whole plane per channel (the direct kernel above, whose every
+   channel step waited on L2, ran at half the FMA rate on ResNet's 3x3 layers). A tile is MR output pixels
+   (TV_VGEMM_MR, consecutive in the flattened image, so a narrow image fills its tiles) x NR output
+   channels: per step two weight vectors and MR broadcast inputs feed 2 MR FMAs, as in the product. A
+   pixel past the end repeats the last one (not stored). The tile is stored through a small buffer (MR
+   floats per channel); bias and relu are applied there. Panels go in groups whose weights fill at most
+   half of L2 (TV_VCONV_L2): a tile of pixels meets every panel of its group while its inputs are in L1. */
+#ifndef TV_VCONV_BLOCK
+#define TV_VCONV_BLOCK 8
+#endif
+#ifndef TV_VCONV_L2
+#define TV_VCONV_L2 524288
+#endif
+#define TV_PCONV_ACC(r) tv_vf lo##r = {0}, hi##r = {0};                                              \
+  const int64_t pix##r = first + r < pixels ? first + r : pixels - 1;                                \
+  const float* p##r = blocked + ((pix##r / ow) * sh * wp + (pix##r % ow) * sw) * TV_VCONV_BLOCK;
+#define TV_PCONV_FMA(r) { const tv_vf a = TV_VSPLAT(p##r[tap + ci]); lo##r += a * b0; hi##r += a * b1; }
+#define TV_PCONV_KEEP(r) TV_VSTORE(buf[r], lo##r); TV_VSTORE(buf[r] + TV_VLANES, hi##r);
+#define TV_PCONV_TILE(R)                                                                             \
+  static void tv_pconv_tile##R(const float* blocked, int64_t cblocks, int64_t hp, int64_t wp, int64_t kh, \
+      int64_t kw, int64_t sh, int64_t sw, int64_t dh, int64_t dw, const float* panel, int64_t first,  \
+      int64_t pixels, int64_t o0, int64_t o, int64_t ow, const float* bias, int relu, float* out) {  \
+    TV_VROWS##R(TV_PCONV_ACC)                                                                        \
+    const float* w = panel;                                                                          \
+    for (int64_t cb = 0; cb < cblocks; ++cb)                                                         \
+      for (int64_t ky = 0; ky < kh; ++ky)                                                            \
+        for (int64_t kx = 0; kx < kw; ++kx) {                                                        \
+          const int64_t tap = ((cb * hp + ky * dh) * wp + kx * dw) * TV_VCONV_BLOCK;                 \
+          _Pragma("GCC unroll 8")                                                                    \
+          for (int ci = 0; ci < TV_VCONV_BLOCK; ++ci, w += TV_VGEMM_NR) {                            \
+            const tv_vf b0 = TV_VLOAD(w), b1 = TV_VLOAD(w + TV_VLANES);                              \
+            TV_VROWS##R(TV_PCONV_FMA)                                                                \
+          }                                                                                          \
+        }                                                                                            \
+    float buf[R][TV_VGEMM_NR];                                                                       \
+    TV_VROWS##R(TV_PCONV_KEEP)                                                                       \
+    const int64_t channels = o - o0 < TV_VGEMM_NR ? o - o0 : TV_VGEMM_NR;                            \
+    const int64_t cols = pixels - first < R ? pixels - first : R;                                    \
+    for (int64_t i = 0; i < channels; ++i) {                                                         \
+      float* d = out + (o0 + i) * pixels + first;                                                    \
+      const float b = bias ? bias[o0 + i] : 0.0f;                                                    \
+      for (int64_t j = 0; j < cols; ++j) {                                                           \
+        const float v = buf[j][i] + b;                                                               \
+        d[j] = relu && !(v > 0.0f) ? 0.0f : v;  /* (NaN to 0, as TV_VRELU) */                        \
+      }                                                                                              \
+    }                                                                                                \
+  }
+#define TV_PCONV_TILE_OF(R) TV_PCONV_TILE(R)
+#define TV_PCONV_NAME(R) TV_PCONV_NAME_(R)
+#define TV_PCONV_NAME_(R) tv_pconv_tile##R
+TV_PCONV_TILE_OF(TV_VGEMM_MR)
+
+/* The image x (c x h x w) into ``blocked`` (ceil(c / B) x hp x wp x B floats), zero padded: pt rows and pl
+   columns before the image, the rest after it. */
+static void tv_pconv_block(const float* x, int64_t c, int64_t h, int64_t w, int64_t pt, int64_t pl, int64_t hp,
+                           int64_t wp, float* blocked) {
+  const int64_t cblocks = (c + TV_VCONV_BLOCK - 1) / TV_VCONV_BLOCK;
+  memset(blocked, 0, sizeof(float) * (size_t)(cblocks * hp * wp * TV_VCONV_BLOCK));
+  const int64_t x0 = pl < 0 ? -pl : 0, x1 = w < wp - pl ? w : wp - pl;
+  for (int64_t ci = 0; ci < c; ++ci) {
+    float* plane = blocked + (ci / TV_VCONV_BLOCK) * hp * wp * TV_VCONV_BLOCK + ci % TV_VCONV_BLOCK;
+    for (int64_t iy = 0; iy < h; ++iy) {
+      if (iy + pt < 0 || iy + pt >= hp) continue;
+      float* d = plane + ((iy + pt) * wp + pl) * TV_VCONV_BLOCK;
+      const float* s = x + (ci * h + iy) * w;
+      for (int64_t ix = x0; ix < x1; ++ix) d[ix * TV_VCONV_BLOCK] = s[ix];
+    }
+  }
+}
+
+/* ``bias`` is read only when ``has_bias``. Returns TV_ERROR_OUT_OF_MEMORY when the blocked copy cannot be
+   allocated. */
+__attribute__((unused)) static int32_t tv_conv2d_packed_f32(int64_t n, int64_t c, int64_t h, int64_t w, int64_t o,
+    int64_t oh, int64_t ow, int64_t kh, int64_t kw, int64_t sh, int64_t sw, int64_t dh, int64_t dw, int64_t pt,
+    int64_t pl, const float* x, const float* packed, const float* bias, int64_t has_bias, int64_t relu, float* out) {
+  if (n <= 0 || o <= 0 || oh <= 0 || ow <= 0) return 0;
+  const int64_t cblocks = (c + TV_VCONV_BLOCK - 1) / TV_VCONV_BLOCK, pixels = oh * ow;
+  const int64_t qblocks = (pixels + TV_VGEMM_MR - 1) / TV_VGEMM_MR;
+  const int64_t hp = (oh - 1) * sh + (kh - 1) * dh + 1, wp = (ow - 1) * sw + (kw - 1) * dw + 1;
+  const int64_t k = cblocks * TV_VCONV_BLOCK * kh * kw, panels = (o + TV_VGEMM_NR - 1) / TV_VGEMM_NR;
+  const int64_t tiles = panels * qblocks;
+  int64_t group = (TV_VCONV_L2 / 2) / (k * TV_VGEMM_NR * 4);
+  group = group < 1 ? 1 : group > panels ? panels : group;
+  const int parallel = (double)o * pixels * k >= TV_GEMM_PARALLEL_WORK && !tv_omp_in_parallel();
+  (void)parallel;  /* (read by the OpenMP pragma only) */
+  float* blocked = (float*)malloc(sizeof(float) * (size_t)(cblocks * hp * wp * TV_VCONV_BLOCK));
+  if (blocked == NULL) return TV_ERROR_OUT_OF_MEMORY;
+  const float* b = has_bias ? bias : NULL;
+  for (int64_t image = 0; image < n; ++image) {
+    tv_pconv_block(x + image * c * h * w, c, h, w, pt, pl, hp, wp, blocked);
+    float* dst = out + image * o * pixels;
+    _Pragma("omp parallel for schedule(static) num_threads(tv_threads()) if(parallel)")
+    for (int64_t t = 0; t < tiles; ++t) {
+      const int64_t g0 = t / (group * qblocks) * group, size = panels - g0 < group ? panels - g0 : group;
+      const int64_t r = t - g0 * qblocks, qb = r / size, p = g0 + r % size;
+      TV_PCONV_NAME(TV_VGEMM_MR)(blocked, cblocks, hp, wp, kh, kw, sh, sw, dh, dw, packed + p * k * TV_VGEMM_NR,
+                                 qb * TV_VGEMM_MR, pixels, p * TV_VGEMM_NR, o, ow, b, relu != 0, dst);
+    }
+  }
+  free(blocked);
+  return 0;
+}
+
 #endif /* TV_VCONV_H */
