@@ -1154,17 +1154,27 @@ CONV_BLOCK = 8  # channels per block: a pixel's 8 floats are 32 bytes, 8 reducti
 
 def pack_conv_weight(weight: np.ndarray, lanes: int | None = None) -> np.ndarray:
     """The (O, C, KH, KW) weight of ``nn.conv2d`` as ``nn.conv2d_packed``'s panels (read-only, 64-byte aligned)."""
-    from ..codegen.host import pack_panels
+    from ..codegen.host import aligned_zeros
 
     weight = np.asarray(weight)
     if weight.ndim != 4:
         raise ShapeError(f"pack_conv_weight: expected a 4-D (O, C, KH, KW) weight, got shape {weight.shape}")
     o, c, kh, kw = weight.shape
-    blocks = -(-c // CONV_BLOCK)
-    padded = np.zeros((o, blocks * CONV_BLOCK, kh, kw), weight.dtype)
-    padded[:, :c] = weight
-    ordered = padded.reshape(o, blocks, CONV_BLOCK, kh, kw).transpose(0, 1, 3, 4, 2).reshape(o, -1)
-    packed = pack_panels(np.ascontiguousarray(ordered), lanes or packed_lanes(), weight.dtype)
+    lanes = lanes or packed_lanes()
+    blocks, panels = -(-c // CONV_BLOCK), -(-o // lanes)
+    # one strided copy into the panels (the weights of a model are packed on every compile)
+    packed = aligned_zeros((panels, blocks * CONV_BLOCK * kh * kw, lanes), weight.dtype)
+    view = packed.reshape(panels, blocks, kh, kw, CONV_BLOCK, lanes)
+    whole = o // lanes
+    for first, last in ((0, whole), (whole, panels)):  # whole panels, then the last one (partial) alone
+        if first == last:
+            continue
+        rows = weight[first * lanes:min(o, last * lanes)]
+        if rows.shape[0] != (last - first) * lanes or c != blocks * CONV_BLOCK:
+            full = np.zeros(((last - first) * lanes, blocks * CONV_BLOCK, kh, kw), weight.dtype)
+            full[:rows.shape[0], :c] = rows
+            rows = full
+        view[first:last] = rows.reshape(last - first, lanes, blocks, CONV_BLOCK, kh, kw).transpose(0, 2, 4, 5, 3, 1)
     packed.setflags(write=False)
     return packed
 
