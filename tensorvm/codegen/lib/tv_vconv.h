@@ -401,8 +401,8 @@ __attribute__((unused)) static int32_t tv_conv2d_depthwise_f32(int64_t n, int64_
    channel step waited on L2, ran at half the FMA rate on ResNet's 3x3 layers). A tile is MR output pixels
    (TV_VGEMM_MR, consecutive in the flattened image, so a narrow image fills its tiles) x NR output
    channels: per step two weight vectors and MR broadcast inputs feed 2 MR FMAs, as in the product. A
-   pixel past the end repeats the last one (not stored). The tile is stored through a small buffer (MR
-   floats per channel); bias and relu are applied there. Panels go in groups whose weights fill at most
+   pixel past the end repeats the last one (not stored). Bias and relu are applied in registers, the tile
+   stored through a small buffer (MR floats per channel: the NCHW output is strided by channel). Panels go in groups whose weights fill at most
    half of L2 (TV_VCONV_L2): a tile of pixels meets every panel of its group while its inputs are in L1. */
 #ifndef TV_VCONV_BLOCK
 #define TV_VCONV_BLOCK 8
@@ -415,6 +415,8 @@ __attribute__((unused)) static int32_t tv_conv2d_depthwise_f32(int64_t n, int64_
   const float* p##r = blocked + ((pix##r / ow) * sh * wp + (pix##r % ow) * sw) * TV_VCONV_BLOCK;
 #define TV_PCONV_FMA(r) { const tv_vf a = TV_VSPLAT(p##r[tap + ci]); lo##r += a * b0; hi##r += a * b1; }
 #define TV_PCONV_KEEP(r) TV_VSTORE(buf[r], lo##r); TV_VSTORE(buf[r] + TV_VLANES, hi##r);
+#define TV_PCONV_BIAS(r) lo##r += bias_lo; hi##r += bias_hi;
+#define TV_PCONV_RELU(r) TV_VRELU(lo##r); TV_VRELU(hi##r);
 #define TV_PCONV_TILE(R)                                                                             \
   static void tv_pconv_tile##R(const float* blocked, int64_t cblocks, int64_t hp, int64_t wp, int64_t kh, \
       int64_t kw, int64_t sh, int64_t sw, int64_t dh, int64_t dw, const float* panel, int64_t first,  \
@@ -431,18 +433,21 @@ __attribute__((unused)) static int32_t tv_conv2d_depthwise_f32(int64_t n, int64_
             TV_VROWS##R(TV_PCONV_FMA)                                                                \
           }                                                                                          \
         }                                                                                            \
+    const tv_vf bias_lo = TV_VLOAD(bias), bias_hi = TV_VLOAD(bias + TV_VLANES);                      \
+    TV_VROWS##R(TV_PCONV_BIAS)                                                                       \
+    if (relu) { TV_VROWS##R(TV_PCONV_RELU) }                                                         \
     float buf[R][TV_VGEMM_NR];                                                                       \
     TV_VROWS##R(TV_PCONV_KEEP)                                                                       \
     const int64_t channels = o - o0 < TV_VGEMM_NR ? o - o0 : TV_VGEMM_NR;                            \
-    const int64_t cols = pixels - first < R ? pixels - first : R;                                    \
-    for (int64_t i = 0; i < channels; ++i) {                                                         \
-      float* d = out + (o0 + i) * pixels + first;                                                    \
-      const float b = bias ? bias[o0 + i] : 0.0f;                                                    \
-      for (int64_t j = 0; j < cols; ++j) {                                                           \
-        const float v = buf[j][i] + b;                                                               \
-        d[j] = relu && !(v > 0.0f) ? 0.0f : v;  /* (NaN to 0, as TV_VRELU) */                        \
+    if (first + R <= pixels) { /* a whole tile: R floats per channel, no test per float */          \
+      for (int64_t i = 0; i < channels; ++i) {                                                       \
+        float* d = out + (o0 + i) * pixels + first;                                                  \
+        _Pragma("GCC unroll 16") for (int j = 0; j < R; ++j) d[j] = buf[j][i];                       \
       }                                                                                              \
+      return;                                                                                        \
     }                                                                                                \
+    for (int64_t i = 0; i < channels; ++i)                                                           \
+      for (int64_t j = 0; first + j < pixels; ++j) out[(o0 + i) * pixels + first + j] = buf[j][i];  \
   }
 #define TV_PCONV_TILE_OF(R) TV_PCONV_TILE(R)
 #define TV_PCONV_NAME(R) TV_PCONV_NAME_(R)
@@ -482,9 +487,12 @@ __attribute__((unused)) static int32_t tv_conv2d_packed_f32(int64_t n, int64_t c
   group = group < 1 ? 1 : group > panels ? panels : group;
   const int parallel = (double)o * pixels * k >= TV_GEMM_PARALLEL_WORK && !tv_omp_in_parallel();
   (void)parallel;  /* (read by the OpenMP pragma only) */
-  float* blocked = (float*)malloc(sizeof(float) * (size_t)(cblocks * hp * wp * TV_VCONV_BLOCK));
+  /* the blocked copy, then the bias of every panel's channels (zeros past o and without a bias) */
+  const int64_t floats = cblocks * hp * wp * TV_VCONV_BLOCK;
+  float* blocked = (float*)malloc(sizeof(float) * (size_t)(floats + panels * TV_VGEMM_NR));
   if (blocked == NULL) return TV_ERROR_OUT_OF_MEMORY;
-  const float* b = has_bias ? bias : NULL;
+  float* b = blocked + floats;
+  for (int64_t i = 0; i < panels * TV_VGEMM_NR; ++i) b[i] = has_bias && i < o ? bias[i] : 0.0f;
   for (int64_t image = 0; image < n; ++image) {
     tv_pconv_block(x + image * c * h * w, c, h, w, pt, pl, hp, wp, blocked);
     float* dst = out + image * o * pixels;
@@ -493,7 +501,7 @@ __attribute__((unused)) static int32_t tv_conv2d_packed_f32(int64_t n, int64_t c
       const int64_t g0 = t / (group * qblocks) * group, size = panels - g0 < group ? panels - g0 : group;
       const int64_t r = t - g0 * qblocks, qb = r / size, p = g0 + r % size;
       TV_PCONV_NAME(TV_VGEMM_MR)(blocked, cblocks, hp, wp, kh, kw, sh, sw, dh, dw, packed + p * k * TV_VGEMM_NR,
-                                 qb * TV_VGEMM_MR, pixels, p * TV_VGEMM_NR, o, ow, b, relu != 0, dst);
+                                 qb * TV_VGEMM_MR, pixels, p * TV_VGEMM_NR, o, ow, b + p * TV_VGEMM_NR, relu != 0, dst);
     }
   }
   free(blocked);
