@@ -14,11 +14,12 @@ for a plain matmul). ``P`` replaces the constant: a weight used only by products
 and a weight shared by several products is packed once.
 
 Likewise no ``nn.conv2d(x, W)`` remains with NCHW data, an OIHW float32 ``Constant`` weight, no groups, a
-float32 result, a kernel other than 1x1 and a reduction C x KH x KW longer than the direct kernel takes
-(``strategy.direct_max_reduction``: ResNet's 3x3 layers): each became ``nn.conv2d_packed(x,
-pack_conv_weight(W), ...)`` with the same type, run by the packed convolution kernel (``tv_vconv.h``; 1.1-1.4x
-faster than im2col + BLAS on ResNet-18's layers). 1x1 convolutions stay the product over the image
-itself, short reductions the direct kernel.
+float32 result and a reduction C x KH x KW longer than the direct kernel takes
+(``strategy.direct_max_reduction``: ResNet's 3x3 layers, MobileNet's 576-channel 1x1 layers) whose output
+has at least a tile of pixels when the kernel is 1x1 (``_takes_packed``): each became
+``nn.conv2d_packed(x, pack_conv_weight(W), ...)`` with the same type, run by the packed convolution
+kernel (``tv_vconv.h``; 1.1-1.4x faster than im2col + BLAS on ResNet-18's layers). Shorter reductions stay
+the direct kernel or, 1x1, the product over the image itself.
 """
 
 from __future__ import annotations
@@ -87,8 +88,6 @@ class _Packer(TypedMutator):
 
 
     def _packed_conv(self, new: Call, call: Call):
-        from ..codegen.strategy import direct_max_reduction
-
         data, weight = new.args
         if not isinstance(weight, Constant) or weight.data.ndim != 4 or weight.data.dtype != np.float32:
             return new
@@ -99,7 +98,7 @@ class _Packer(TypedMutator):
         o, c, kh, kw = weight.data.shape
         if attrs.groups != 1 or attrs.data_layout != "NCHW" or attrs.kernel_layout != "OIHW" \
                 or (attrs.out_layout or "NCHW") != "NCHW" or attrs.out_dtype not in ("", "float32") \
-                or (kh, kw) == (1, 1) or c * kh * kw <= direct_max_reduction() or min(o, c) < 1 \
+                or not _takes_packed(data, attrs, kh, kw, c * kh * kw) or min(o, c) < 1 \
                 or (attrs.channels is not None and attrs.channels != o) \
                 or (attrs.kernel_size is not None and tuple(attrs.kernel_size) != (kh, kw)):
             return new
@@ -113,6 +112,29 @@ class _Packer(TypedMutator):
         if attrs.out_dtype:
             packed_attrs["out_dtype"] = attrs.out_dtype
         return copy_type(Call(_PACKED_CONV_OP, (data, entry[0]), Attrs(**packed_attrs), span=new.span), call)
+
+
+def _takes_packed(data, attrs, kh: int, kw: int, reduction: int) -> bool:
+    """Whether the packed convolution computes this one, by this rule: a reduction longer than the direct
+    kernel takes (``direct_max_reduction``; below, a tile's fixed cost, its setup and the store through a
+    buffer, is too large a share: a 1x1 convolution of 16 or 96 channels ran 1.3-1.6x slower packed than
+    as the product over the image), and, for a 1x1 kernel, an output of at least a tile of pixels
+    (``mr``; squeeze-excitation's 1x1 images stay a GEMV)."""
+    from ..codegen.host import gemm_params
+    from ..codegen.strategy import direct_max_reduction
+
+    if reduction <= direct_max_reduction():
+        return False
+    if (kh, kw) != (1, 1):
+        return True
+    shape = getattr(getattr(data, "checked_type", None), "shape", None)
+    if shape is None or len(shape) != 4:
+        return False
+    h, w = (d.value if hasattr(d, "value") else d for d in shape[2:])
+    if not isinstance(h, int) or not isinstance(w, int):
+        return True
+    (sh, sw), (pt, pl, pb, pr) = attrs.strides, attrs.padding
+    return ((h + pt + pb - 1) // sh + 1) * ((w + pl + pr - 1) // sw + 1) >= gemm_params().mr
 
 
 class PackWeights(BodyRewritePass):

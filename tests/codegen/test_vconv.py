@@ -280,6 +280,28 @@ def test_long_reduction_convolutions_run_packed_over_a_dynamic_batch(variants, m
         _close(got, np.asarray(reference.evaluate()(data).numpy()))
 
 
+@pytest.mark.parametrize("channels, size, packed", [(400, 5, True), (400, 1, False), (96, 5, False)])
+def test_a_1x1_convolution_is_packed_when_its_reduction_is_long_and_its_image_fills_a_tile(channels, size, packed):
+    """PackWeights' rule for 1x1 kernels: a reduction longer than the direct kernel's bound and at least a
+    tile of output pixels (else the product over the image, or a GEMV for a 1x1 image); the result
+    against the interpreter either way."""
+    import tensorvm as tv
+    from tensorvm.ir.module import IRModule
+
+    assert 96 <= direct_max_reduction() < 400 and size * size in (1, 25)
+    rng = np.random.default_rng(channels + size)
+    w = const(rng.standard_normal((24, channels, 1, 1)).astype(np.float32) * 0.05)
+    b = const(rng.standard_normal((24, 1, 1)).astype(np.float32))
+    x = Var("x", _t(None, channels, size, size))
+    mod = IRModule.from_expr(Function([x], op.add(op.nn.conv2d(x, w), b)))
+    exe = tv.vm.compile(mod, target="c")
+    assert (exe.stats()["kernel_library"]["variants"].get("packed") == 1) == packed
+    data = rng.standard_normal((2, channels, size, size)).astype(np.float32)
+    got = tv.vm.VirtualMachine(exe).invoke("main", data)
+    _close(np.asarray(got.numpy() if hasattr(got, "numpy") else got),
+           np.asarray(tv.create_executor("debug", mod).evaluate()(data).numpy()))
+
+
 def _hardswish(v):
     return v * np.clip(v + 3, 0, 6) / 6
 
