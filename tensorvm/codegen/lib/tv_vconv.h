@@ -312,7 +312,8 @@ __attribute__((unused)) static int32_t tv_conv2d_direct_f32(int64_t n, int64_t c
    convolves it, so the plane is still in L1/L2 when its tiles read it. A tile is TV_VDW_ROWS output rows x
    one vector of columns: per tap one weight broadcast and TV_VDW_ROWS vector loads feed TV_VDW_ROWS FMAs
    (a depthwise tap has no other output channel to share its input load with). A missing row repeats the
-   last one (not stored); a partial column block goes through a small buffer. Bias and relu are applied in
+   last one (not stored); the last column block overlaps the one before (a row narrower than a vector
+   goes through a small buffer). Bias and relu are applied in
    registers (tv_conv_epilogue; no pool). */
 #define TV_VDW_ROWS 4
 #define TV_VDW_ACC(i) tv_vf a##i = TV_VSPLAT(start);
@@ -329,7 +330,9 @@ __attribute__((unused)) static int32_t tv_conv2d_direct_f32(int64_t n, int64_t c
     (void)at;                                                                                        \
     for (int64_t y0 = 0; y0 < oh; y0 += TV_VDW_ROWS) {                                               \
       TV_VDW_EACH(TV_VDW_Y)                                                                          \
-      for (int64_t x0 = 0; x0 < ow; x0 += TV_VLANES) {                                               \
+      for (int64_t x = 0; x < ow; x += TV_VLANES) {                                                  \
+        /* (the last block overlaps the one before when the row has a vector: whole stores only) */   \
+        const int64_t x0 = ow >= TV_VLANES && x + TV_VLANES > ow ? ow - TV_VLANES : x;                \
         TV_VDW_EACH(TV_VDW_ACC)                                                                      \
         for (int64_t ky = 0; ky < kh; ++ky) {                                                        \
           TV_VDW_EACH(TV_VDW_ROW)                                                                    \
