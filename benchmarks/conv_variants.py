@@ -1,7 +1,8 @@
 """The packed convolution (``nn.conv2d_packed``) against the paths it replaced, on a corpus CNN in one
 process: the model compiled twice, once as ``PackWeights`` packs it and once with its convolution rule
 switched off (long reductions then run im2col + the product or the direct kernel, as before), both
-called interleaved with ONNX Runtime. On a shared machine only these ratios mean anything.
+called interleaved with ONNX Runtime (its thread pool not spinning between calls). On a shared machine
+only these ratios mean anything.
 
     .venv/bin/python benchmarks/conv_variants.py                    # resnet18, 1 thread
     .venv/bin/python benchmarks/conv_variants.py mobilenetv3 --threads 2 --rounds 40
@@ -62,8 +63,11 @@ def main() -> int:
         pack_weights._takes_packed = rule
     options = ort.SessionOptions()
     options.intra_op_num_threads = args.threads
+    # (its idle workers would otherwise spin after each call, on the cores the next call runs on: at 2
+    # threads whichever variant ran right after ONNX Runtime measured 2-3x slower)
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
-    calls = {"packed": lambda: packed.invoke("main", x), "without": lambda: before.invoke("main", x),
+    calls = {"without": lambda: before.invoke("main", x), "packed": lambda: packed.invoke("main", x),
              "onnxruntime": lambda: session.run(None, {"images": x})}
     times: dict = {name: [] for name in calls}
     for call in calls.values():

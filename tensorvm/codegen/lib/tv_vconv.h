@@ -486,8 +486,10 @@ __attribute__((unused)) static int32_t tv_conv2d_packed_f32(int64_t n, int64_t c
   const int64_t tiles = panels * qblocks;
   int64_t group = (TV_VCONV_L2 / 2) / (k * TV_VGEMM_NR * 4);
   group = group < 1 ? 1 : group > panels ? panels : group;
+  const int64_t runs = qblocks / (4 * (int64_t)tv_threads());
+  const int64_t chunk = group * (runs > 1 ? runs : 1);
   const int parallel = (double)o * pixels * k >= TV_GEMM_PARALLEL_WORK && !tv_omp_in_parallel();
-  (void)parallel;  /* (read by the OpenMP pragma only) */
+  (void)parallel, (void)chunk;  /* (read by the OpenMP pragmas only) */
   /* the blocked copy, then the bias of every panel's channels (zeros past o and without a bias) */
   const int64_t floats = cblocks * hp * wp * TV_VCONV_BLOCK;
   float* blocked = (float*)malloc(sizeof(float) * (size_t)(floats + panels * TV_VGEMM_NR));
@@ -501,10 +503,12 @@ __attribute__((unused)) static int32_t tv_conv2d_packed_f32(int64_t n, int64_t c
     for (int64_t cb = 0; cb < cblocks; ++cb) tv_pconv_block(x + image * c * h * w, cb, c, h, w, pt, pl, hp, wp, blocked);
     _Pragma("omp parallel num_threads(tv_threads()) if(parallel)")
     {
-    /* dynamic: a thread whose core is shared with other work takes fewer tiles instead of holding the
-       others at the barrier (static shares made 2 threads under load 1.5x slower than 1); a chunk is one
-       tile of pixels over the panels of its group, which share its inputs */
-    _Pragma("omp for schedule(dynamic, group)")
+    /* dynamic: a thread whose core is shared with other work takes fewer chunks instead of holding the
+       others at the barrier (static shares made 2 threads under load 1.5x slower than 1). A chunk is a
+       run of tiles of pixels over the panels of their group, about a quarter of a thread's share: chunks
+       of one tile of pixels had the threads store into the same cache lines of the output (a tile is MR
+       floats of each channel's row), which made 2 threads slower than 1 */
+    _Pragma("omp for schedule(dynamic, chunk)")
     for (int64_t t = 0; t < tiles; ++t) {
       const int64_t g0 = t / (group * qblocks) * group, size = panels - g0 < group ? panels - g0 : group;
       const int64_t r = t - g0 * qblocks, qb = r / size, p = g0 + r % size;
