@@ -486,7 +486,7 @@ __attribute__((unused)) static int32_t tv_conv2d_packed_f32(int64_t n, int64_t c
   const int64_t tiles = panels * qblocks;
   int64_t group = (TV_VCONV_L2 / 2) / (k * TV_VGEMM_NR * 4);
   group = group < 1 ? 1 : group > panels ? panels : group;
-  const int64_t runs = qblocks / (4 * (int64_t)tv_threads());
+  const int64_t runs = qblocks / (4 * (int64_t)tv_omp_max_threads());
   const int64_t chunk = group * (runs > 1 ? runs : 1);
   const int parallel = (double)o * pixels * k >= TV_GEMM_PARALLEL_WORK && !tv_omp_in_parallel();
   (void)parallel, (void)chunk;  /* (read by the OpenMP pragmas only) */
