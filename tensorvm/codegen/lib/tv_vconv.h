@@ -506,9 +506,9 @@ __attribute__((unused)) static int32_t tv_conv2d_packed_f32(int64_t n, int64_t c
     /* dynamic: a thread whose core is shared with other work takes fewer chunks instead of holding the
        others at the barrier (not measured apart: the loaded runs that suggested it were disturbed by
        another runtime's spinning pool, see benchmarks/conv_variants.py). A chunk is a
-       run of tiles of pixels over the panels of their group, about a quarter of a thread's share: chunks
-       of one tile of pixels had the threads store into the same cache lines of the output (a tile is MR
-       floats of each channel's row), which made 2 threads slower than 1 */
+       run of tiles of pixels over the panels of their group, about a quarter of a thread's share, so that
+       two threads rarely store into the same cache lines of the output (a tile is MR floats of each
+       channel's row) */
     _Pragma("omp for schedule(dynamic, chunk)")
     for (int64_t t = 0; t < tiles; ++t) {
       const int64_t g0 = t / (group * qblocks) * group, size = panels - g0 < group ? panels - g0 : group;
