@@ -295,14 +295,22 @@ def pack_panels(weight, nr: int, dtype="float32"):
     weight = np.asarray(weight, dtype)
     units, in_dim = weight.shape
     panels = -(-units // nr)
-    size = panels * in_dim * nr * dtype.itemsize
-    raw = np.zeros(size + 64, np.uint8)
-    start = -raw.ctypes.data % 64
-    packed = raw[start:start + size].view(dtype).reshape(panels, in_dim, nr)
+    packed = aligned_zeros((panels, in_dim, nr), dtype)
     padded = np.zeros((panels * nr, in_dim), dtype)
     padded[:units] = weight
     packed[...] = padded.reshape(panels, nr, in_dim).transpose(0, 2, 1)
     return packed
+
+
+def aligned_zeros(shape: tuple, dtype):
+    """A zero array of ``shape`` whose data starts on a 64-byte boundary (a cache line)."""
+    import numpy as np
+
+    dtype = np.dtype(dtype)
+    size = int(np.prod(shape)) * dtype.itemsize
+    raw = np.zeros(size + 64, np.uint8)
+    start = -raw.ctypes.data % 64
+    return raw[start:start + size].view(dtype).reshape(shape)
 
 
 def vgemm_library(params: GemmParams):

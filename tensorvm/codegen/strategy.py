@@ -256,6 +256,8 @@ class Conv2dCall(LibraryCall):
     padding: tuple  # (top, left)
     padding_all: tuple  # (top, left, bottom, right)
     channels: int | None = None  # the input channels when static
+    depthwise: bool = False  # groups = channels = out channels: ``tv_conv2d_depthwise_f32`` (float32 only)
+    packed: bool = False  # ``nn.conv2d_packed``: ``tv_conv2d_packed_f32`` over the packed weight (float32 only)
 
     def direct(self, suffix: str) -> bool:
         """Whether the direct kernel of ``tv_vconv.h`` computes it, by this rule: its tile broadcasts one
@@ -265,7 +267,10 @@ class Conv2dCall(LibraryCall):
         input once per tile where im2col copies it KH x KW times, and it beat im2col + the product
         (BLAS) by 1.2-1.8x on first layers and the small CNN (C x KH x KW of 27 to 288 on AVX2, 32 KB
         L1d); beyond, im2col + the product won by 1.1-1.5x (ResNet-18's layers, 576 to 4608). With
-        dynamic channels a unit-stride convolution keeps the direct kernel."""
+        dynamic channels a unit-stride convolution keeps the direct kernel. A depthwise convolution is
+        always direct (its own kernel, float32 only)."""
+        if self.depthwise or self.packed:
+            return suffix == "f32"
         if suffix != "f32" or self.kernel == (1, 1):
             return False
         if self.channels is None:
@@ -293,9 +298,21 @@ class Conv2dCall(LibraryCall):
         geometry = [const(v, "int64") for v in (kh, kw, sh, sw, dh, dw, pt, pl)]
         if self.direct(suffix):
             epilogue = epilogue or TileEpilogue()
-            padded = Buffer("padded", args[0].dtype, (self.padded_size(),), "local")
             bias = args[1] if epilogue.bias is None else args[epilogue.bias]
+            if self.packed:  # (its channel-blocked copy of the image is allocated by the kernel)
+                if epilogue.pool:
+                    raise UnsupportedError("the packed convolution kernel has no max pool epilogue")
+                flags = [const(int(v), "int64") for v in (epilogue.bias is not None, epilogue.relu)]
+                return CallExtern("tv_conv2d_packed_f32", (n, c, h, w, o, oh, ow, *geometry, args[0], args[1], bias,
+                                                           *flags, target))
+            if self.depthwise:  # (its padded planes are per thread, allocated by the kernel)
+                if epilogue.pool:
+                    raise UnsupportedError("the depthwise convolution kernel has no max pool epilogue")
+                flags = [const(int(v), "int64") for v in (epilogue.bias is not None, epilogue.relu)]
+                return CallExtern("tv_conv2d_depthwise_f32", (n, c, h, w, oh, ow, *geometry, args[0], args[1], bias,
+                                                              *flags, target))
             flags = [const(int(v), "int64") for v in (epilogue.bias is not None, epilogue.relu, epilogue.pool)]
+            padded = Buffer("padded", args[0].dtype, (self.padded_size(),), "local")
             call = CallExtern("tv_conv2d_direct_f32", (n, c, h, w, o, oh, ow, *geometry, args[0], args[1], bias,
                                                        *flags, padded, target))
             return Allocate(padded, call)
@@ -871,7 +888,7 @@ def _tile_epilogue_call(call, split, args: list, generic: LoweredParts, outputs:
     epilogue_fn, epilogue_inputs = split
     channels = anchor.out_type.shape[1]
     match = tile_epilogue(epilogue_fn, channels) if isinstance(channels, int) else None
-    if match is None:
+    if match is None or ((call.depthwise or call.packed) and match[0].pool):
         return None
     epilogue, bias = match
     buffers = list(args)

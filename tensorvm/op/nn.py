@@ -1102,20 +1102,21 @@ def _conv2d_compute(attrs, inputs, out_type):
 
 
 def _conv2d_strategy(attrs, inputs, out_type):
-    """C library calls for NCHW/OIHW convolutions without groups (when BLAS is called from C): the vector
-    direct kernel or im2col + product (``Conv2dCall``). Grouped and depthwise convolutions stay generated
-    code (a depthwise library kernel measured no faster than it on MobileNetV3's layers: the generated
-    loops have static strides and the epilogue fused)."""
+    """C library calls for NCHW/OIHW convolutions (when BLAS is called from C): without groups the vector
+    direct kernel or im2col + product, depthwise ones (groups = channels = out channels, static) the vector
+    depthwise kernel (``Conv2dCall``). Other grouped convolutions stay generated code."""
     from ..codegen import blas
     from ..codegen.strategy import GEMM_SUFFIX, Conv2dCall, Implementation, gemm_min_work, index_expr
 
     x, w = inputs
     dtypes = {x.dtype, w.dtype, out_type.dtype}
-    if blas.mode() != "c" or len(dtypes) != 1 or not dtypes <= set(GEMM_SUFFIX) or attrs.groups != 1 \
+    n, c, h, width = x.shape
+    depthwise = attrs.groups > 1 and isinstance(c, Const) and c.value == attrs.groups \
+        and isinstance(w.shape[0], Const) and w.shape[0].value == attrs.groups and out_type.dtype == "float32"
+    if blas.mode() != "c" or len(dtypes) != 1 or not dtypes <= set(GEMM_SUFFIX) or (attrs.groups != 1 and not depthwise) \
             or attrs.data_layout != "NCHW" or attrs.kernel_layout != "OIHW" or (attrs.out_layout or "NCHW") != "NCHW" \
             or not isinstance(w.shape[2], Const) or not isinstance(w.shape[3], Const):
         return []
-    n, c, h, width = x.shape
     kh, kw = w.shape[2].value, w.shape[3].value
     pt, pl, pb, pr = (int(p) for p in attrs.padding)
     (sh, sw), (dh, dw) = (tuple(int(v) for v in attrs.strides), tuple(int(v) for v in attrs.dilation))
@@ -1123,10 +1124,10 @@ def _conv2d_strategy(attrs, inputs, out_type):
     ow = E.floordiv(width + (pl + pr - dw * (kw - 1) - 1), sw) + 1
     call = Conv2dCall(tuple(index_expr(d) for d in (n, c, h, width, w.shape[0], oh, ow)),
                       (kh, kw), (sh, sw), (dh, dw), (pt, pl), (pt, pl, pb, pr),
-                      c.value if isinstance(c, Const) else None)
-    work = product([n, w.shape[0], oh, ow, c]) * (kh * kw)
+                      c.value if isinstance(c, Const) else None, depthwise)
+    work = product([n, w.shape[0], oh, ow, 1 if depthwise else c]) * (kh * kw)
     # named after the C kernel that runs (exe.stats()' "product_kernels" gives its tile for this host)
-    name = "direct" if call.direct(GEMM_SUFFIX[out_type.dtype]) else "blas"
+    name = "depthwise" if depthwise else "direct" if call.direct(GEMM_SUFFIX[out_type.dtype]) else "blas"
     return [Implementation(name, work >= gemm_min_work(), plevel=20, call=call)]
 
 
@@ -1139,6 +1140,140 @@ define_shaped(
     dtype_rule=_out_dtype, check_types=_check_same_dtype("nn.conv2d", "weight"),
     doc="2-D convolution (grouped/depthwise with ``groups``); weight (O, I/groups, KH, KW) in OIHW.",
     compute=_conv2d_compute, strategy=_conv2d_strategy,
+)
+
+
+# nn.conv2d_packed: an NCHW convolution (no groups) whose constant OIHW weight is stored as the panels of the
+# packed product over a reduction ordered (channel block, ky, kx, channel in block): W (O, C, KH, KW), its
+# channels zero padded to a multiple of CONV_BLOCK, becomes (O, C/B, B, KH, KW) -> (O, C/B, KH, KW, B) ->
+# (O, K) -> pack_panels, shape (ceil(O / L), K, L) for the panel width L (``packed_lanes()``). The C kernel
+# (tv_conv2d_packed_f32, tv_vconv.h) reads the image in the same channel blocks, so that a tile's reduction
+# walks memory in order (tensorvm/transform/pack_weights.py makes it from constants).
+CONV_BLOCK = 8  # channels per block: a pixel's 8 floats are 32 bytes, 8 reduction steps unrolled per tap
+
+
+def pack_conv_weight(weight: np.ndarray, lanes: int | None = None) -> np.ndarray:
+    """The (O, C, KH, KW) weight of ``nn.conv2d`` as ``nn.conv2d_packed``'s panels (read-only, 64-byte aligned)."""
+    from ..codegen.host import aligned_zeros
+
+    weight = np.asarray(weight)
+    if weight.ndim != 4:
+        raise ShapeError(f"pack_conv_weight: expected a 4-D (O, C, KH, KW) weight, got shape {weight.shape}")
+    o, c, kh, kw = weight.shape
+    lanes = lanes or packed_lanes()
+    blocks, panels = -(-c // CONV_BLOCK), -(-o // lanes)
+    # one strided copy into the panels (the weights of a model are packed on every compile)
+    packed = aligned_zeros((panels, blocks * CONV_BLOCK * kh * kw, lanes), weight.dtype)
+    view = packed.reshape(panels, blocks, kh, kw, CONV_BLOCK, lanes)
+    whole = o // lanes
+    for first, last in ((0, whole), (whole, panels)):  # whole panels, then the last one (partial) alone
+        if first == last:
+            continue
+        rows = weight[first * lanes:min(o, last * lanes)]
+        if rows.shape[0] != (last - first) * lanes or c != blocks * CONV_BLOCK:
+            full = np.zeros(((last - first) * lanes, blocks * CONV_BLOCK, kh, kw), weight.dtype)
+            full[:rows.shape[0], :c] = rows
+            rows = full
+        view[first:last] = rows.reshape(last - first, lanes, blocks, CONV_BLOCK, kh, kw).transpose(0, 2, 4, 5, 3, 1)
+    packed.setflags(write=False)
+    return packed
+
+
+def unpack_conv_weight(packed: np.ndarray, channels: int, in_channels: int, kernel: tuple) -> np.ndarray:
+    """The inverse of ``pack_conv_weight``: the (O, C, KH, KW) weight."""
+    kh, kw = kernel
+    blocks = -(-in_channels // CONV_BLOCK)
+    ordered = unpack_dense_weight(packed, channels).reshape(channels, blocks, kh, kw, CONV_BLOCK)
+    return ordered.transpose(0, 1, 4, 2, 3).reshape(channels, blocks * CONV_BLOCK, kh, kw)[:, :in_channels]
+
+
+def _conv_packed_reduction(attrs) -> int:
+    return -(-attrs.in_channels // CONV_BLOCK) * CONV_BLOCK * attrs.kernel_size[0] * attrs.kernel_size[1]
+
+
+@traceable
+def _conv2d_packed_logic(op, attrs, shapes, err):
+    data, packed = shapes
+    _expect_rank(op, data, 4, "data", err)
+    _expect_rank(op, packed, 3, "packed_weight (panels, reduction, lanes)", err)
+    n, c, h, w = data
+    unify_dim(op, c, attrs.in_channels, "the data's channels and in_channels", err)
+    lanes = packed[2] if isinstance(packed[2], int) else packed_lanes()
+    lanes = unify_dim(op, packed[2], lanes, "the packed weight's dim 2 and its panel width", err)
+    if not isinstance(lanes, int) or lanes < 1:
+        raise err(f"{op}: the packed weight's panel width (dim 2) must be positive, got {lanes}")
+    unify_dim(op, packed[0], -(-attrs.channels // lanes), f"the packed weight's dim 0 and ceil(channels / {lanes})",
+              err)
+    unify_dim(op, packed[1], _conv_packed_reduction(attrs), "the packed weight's dim 1 and the padded reduction", err)
+    (kh, kw), (pt, pl, pb, pr) = attrs.kernel_size, attrs.padding
+    oh = _window_out(op, h, kh, pt + pb, attrs.strides[0], attrs.dilation[0], False, err, "kernel height")
+    ow = _window_out(op, w, kw, pl + pr, attrs.strides[1], attrs.dilation[1], False, err, "kernel width")
+    return (n, attrs.channels, oh, ow)
+
+
+def _conv2d_packed_kernel(attrs, shape, x, packed):
+    weight = unpack_conv_weight(packed, attrs.channels, attrs.in_channels, attrs.kernel_size)
+    return _conv2d_nchw(x, weight, attrs.strides, attrs.padding, attrs.dilation, 1, attrs.out_dtype or x.dtype.name)
+
+
+def _conv2d_packed_compute(attrs, inputs, out_type):
+    x, w = inputs
+    dtype = output_dtype(out_type)
+    lanes = w.shape[2].value if isinstance(w.shape[2], Const) else packed_lanes()
+    (kh_, kw_), (pt, pl, pb, pr) = attrs.kernel_size, attrs.padding
+    (sh, sw), (dh, dw) = attrs.strides, attrs.dilation
+    oh, room_h = _window_extent(x.shape[2], kh_, pt + pb, sh, dh, False)
+    ow, room_w = _window_extent(x.shape[3], kw_, pl + pr, sw, dw, False)
+    requires = require_equal("nn.conv2d_packed", x.shape[1], const(attrs.in_channels), "the data's channels and "
+                             "in_channels")
+    requires += require_equal("nn.conv2d_packed", w.shape[2], const(lanes), f"the packed weight's dim 2 and {lanes}")
+    requires += [(room_h >= 0, "nn.conv2d_packed: the kernel is taller than the padded input"),
+                 (room_w >= 0, "nn.conv2d_packed: the kernel is wider than the padded input")]
+    _, x_read = layout_reader(_padded(x, "NCHW", pt, pl, pb, pr, "conv2d_pad"), "NCHW", "NCHW")
+    ci, kh, kw = reduce_axis(attrs.in_channels, "ci"), reduce_axis(kh_, "kh"), reduce_axis(kw_, "kw")
+
+    def f(N, C, H, W):
+        step = ((E.floordiv(ci.var, CONV_BLOCK) * kh_ + kh.var) * kw_ + kw.var) * CONV_BLOCK + E.floormod(ci.var,
+                                                                                                        CONV_BLOCK)
+        value = cast(x_read(N=N, C=ci.var, H=H * sh + kh.var * dh, W=W * sw + kw.var * dw), dtype)
+        return te_sum(value * cast(w[E.floordiv(C, lanes), step, E.floormod(C, lanes)], dtype), [ci, kh, kw])
+
+    return [compute((x.shape[0], const(attrs.channels), oh, ow), f, "conv2d_packed", requires)]
+
+
+def _conv2d_packed_strategy(attrs, inputs, out_type):
+    """float32 with this host's panel width: the packed convolution kernel (``Conv2dCall`` with ``packed``);
+    otherwise the generated kernel over the packed layout."""
+    from ..codegen.strategy import Conv2dCall, Implementation, index_expr
+
+    x, w = inputs
+    lanes = w.shape[2].value if isinstance(w.shape[2], Const) else packed_lanes()
+    if {x.dtype, w.dtype, out_type.dtype} != {"float32"} or lanes != packed_lanes():
+        return []
+    n, c, h, width = x.shape
+    (kh, kw), (pt, pl, pb, pr) = attrs.kernel_size, attrs.padding
+    (sh, sw), (dh, dw) = attrs.strides, attrs.dilation
+    oh = E.floordiv(h + (pt + pb - dh * (kh - 1) - 1), sh) + 1
+    ow = E.floordiv(width + (pl + pr - dw * (kw - 1) - 1), sw) + 1
+    call = Conv2dCall(tuple(index_expr(d) for d in (n, const(attrs.in_channels), h, width, const(attrs.channels), oh,
+                                                     ow)),
+                      (kh, kw), (sh, sw), (dh, dw), (pt, pl), (pt, pl, pb, pr), attrs.in_channels, packed=True)
+    return [Implementation("packed", True, plevel=20, call=call)]
+
+
+define_shaped(
+    "nn.conv2d_packed", 2, _conv2d_packed_logic, _conv2d_packed_kernel, OpPattern.OUT_ELEMWISE_FUSABLE,
+    attrs=(AttrDef("channels", REQUIRED, _positive_int, "output channels"),
+           AttrDef("in_channels", REQUIRED, _positive_int, "input channels"),
+           AttrDef("kernel_size", REQUIRED, int_pair(1)),
+           AttrDef("strides", (1, 1), int_pair(1)),
+           AttrDef("padding", (0, 0, 0, 0), padding4, "(top, left, bottom, right); 1 or 2 values are expanded"),
+           AttrDef("dilation", (1, 1), int_pair(1)),
+           _OUT_DTYPE),
+    dtype_rule=_out_dtype, check_types=_check_same_dtype("nn.conv2d_packed", "packed_weight"),
+    doc="nn.conv2d (NCHW, no groups) with a pre-packed weight: ``pack_conv_weight`` of the (O, C, KH, KW) weight, "
+        "panels of L output channels over the reduction (channel block of 8, ky, kx, channel in block).",
+    compute=_conv2d_packed_compute, strategy=_conv2d_packed_strategy,
 )
 
 

@@ -1,4 +1,5 @@
-"""The direct convolution of ``tv_vconv.h`` (``tv_conv2d_direct_f32``): any strides, dilation and padding,
+"""The direct and depthwise convolutions of ``tv_vconv.h`` (``tv_conv2d_direct_f32``,
+``tv_conv2d_depthwise_f32``): any strides, dilation and padding,
 every tail of its tiles, each instance the host description can ask for (the 64-byte AVX-512 one is
 lowered by gcc to pairs of 256-bit operations on an AVX2 machine), called directly and through the kernels
 the code generator builds (dynamic batch). The oracle is the reference op's NumPy kernel in float64."""
@@ -54,6 +55,14 @@ int32_t tv_test_direct(int64_t* d, const float* x, const float* weights, const f
   return tv_conv2d_direct_f32(d[0], d[1], d[2], d[3], d[4], d[5], d[6], d[7], d[8], d[9], d[10], d[11], d[12], d[13],
                               d[14], x, weights, bias, d[15], d[16], d[17], padded, out);
 }
+int32_t tv_test_packed(int64_t* d, const float* x, const float* packed, const float* bias, float* out) {
+  return tv_conv2d_packed_f32(d[0], d[1], d[2], d[3], d[4], d[5], d[6], d[7], d[8], d[9], d[10], d[11], d[12], d[13],
+                              d[14], x, packed, bias, d[15], d[16], out);
+}
+int32_t tv_test_depthwise(int64_t* d, const float* x, const float* weights, const float* bias, float* out) {
+  return tv_conv2d_depthwise_f32(d[0], d[1], d[2], d[3], d[4], d[5], d[6], d[7], d[8], d[9], d[10], d[11], d[12],
+                                 d[13], x, weights, bias, d[14], d[15], out);
+}
 """
 
 
@@ -67,7 +76,21 @@ def _library(isa):
     function = library._cdll.tv_test_direct
     function.restype = ctypes.c_int32
     function.argtypes = [ctypes.c_void_p] * 6
+    depthwise = library._cdll.tv_test_depthwise
+    depthwise.restype = ctypes.c_int32
+    depthwise.argtypes = [ctypes.c_void_p] * 5
+    _DEPTHWISE[isa] = depthwise
+    packed = library._cdll.tv_test_packed
+    packed.restype = ctypes.c_int32
+    packed.argtypes = [ctypes.c_void_p] * 5
+    _PACKED[isa] = packed
     return library, lanes, function
+
+
+_PACKED: dict = {}
+
+
+_DEPTHWISE: dict = {}
 
 
 def _padded(c, oh, ow, kh, kw, sh, sw, dh, dw, lanes):
@@ -122,18 +145,176 @@ def test_vector_convolutions_of_every_instance(isa, kernel_threads):
                 assert np.isnan(padded[-GUARD:]).all()
 
 
+# (data shape, kernel, strides, dilation, padding (top, left, bottom, right)): one filter per channel
+DEPTHWISE = [
+    ((1, 16, 112, 112), (3, 3), (2, 2), (1, 1), (1, 1, 1, 1)),   # MobileNet's strided layers, even size
+    ((2, 5, 13, 11), (3, 3), (2, 2), (1, 1), (1, 1, 1, 1)),      # odd sizes, batch 2, rows a tile's tail
+    ((1, 7, 14, 14), (5, 5), (1, 1), (1, 1), (2, 2, 2, 2)),
+    ((1, 3, 7, 7), (5, 5), (2, 2), (1, 1), (2, 2, 2, 2)),        # output narrower than a vector
+    ((1, 4, 20, 37), (3, 3), (1, 1), (2, 3), (2, 3, 2, 3)),      # dilated
+    ((1, 3, 17, 40), (3, 2), (3, 2), (1, 2), (0, 2, 1, 0)),      # stride 3 rows, asymmetric padding
+    ((1, 2, 9, 70), (3, 3), (1, 2), (1, 1), (0, 0, 0, 0)),       # no padding, a wide row
+    ((1, 2, 5, 3), (3, 3), (2, 2), (1, 1), (4, 5, 1, 0)),        # padding wider than the image
+]
+
+
+@pytest.mark.parametrize("isa", ["avx2", "avx512", "portable"])
+def test_depthwise_convolutions_of_every_instance(isa, kernel_threads):
+    """The depthwise kernel of each instance (4, 8 and 16 lanes) against NumPy: strides 1-3 (stride 2 runs
+    the vector phase split of the padded copy), dilation, padding wider than the image, odd sizes, batch
+    2, outputs narrower than a vector, with and without the bias and relu, at 1 and 2 threads."""
+    _library(isa)
+    depthwise = _DEPTHWISE[isa]
+    rng = np.random.default_rng(7 + len(isa))
+    for threads in (1, 2):
+        kernel_threads(threads)
+        for (n, c, h, w), (kh, kw), (sh, sw), (dh, dw), pad in DEPTHWISE:
+            x = rng.standard_normal((n, c, h, w)).astype(np.float32)
+            weights = rng.standard_normal((c, 1, kh, kw)).astype(np.float32)
+            bias = rng.standard_normal(c).astype(np.float32)
+            attrs = {"padding": list(pad), "strides": [sh, sw], "dilation": [dh, dw], "groups": c}
+            want = _reference(x, weights, attrs)
+            oh, ow = want.shape[2:]
+            for has_bias, relu in [(0, 0), (1, 1), (1, 0)]:
+                expected = want + bias[:, None, None] if has_bias else want
+                expected = np.maximum(expected, 0) if relu else expected
+                out = np.full(expected.shape, np.nan, np.float32)
+                dims = np.array([n, c, h, w, oh, ow, kh, kw, sh, sw, dh, dw, pad[0], pad[1], has_bias, relu], np.int64)
+                assert depthwise(dims.ctypes.data, x.ctypes.data, weights.ctypes.data, bias.ctypes.data,
+                                 out.ctypes.data) == 0
+                _close(out, expected)
+
+
+# (data shape, out channels, kernel, strides, dilation, padding (top, left, bottom, right))
+PACKED = [
+    ((1, 64, 14, 14), 64, (3, 3), (1, 1), (1, 1), (1, 1, 1, 1)),   # ResNet's 3x3 layers, small
+    ((2, 13, 9, 11), 21, (3, 3), (2, 2), (1, 1), (1, 1, 1, 1)),    # channels not whole blocks, batch 2, odd
+    ((1, 9, 7, 7), 40, (5, 3), (1, 2), (2, 1), (2, 0, 3, 1)),      # dilated, asymmetric, rectangular kernel
+    ((1, 17, 5, 6), 7, (3, 3), (3, 1), (1, 1), (0, 2, 0, 0)),      # fewer channels than a panel, stride 3
+    ((1, 8, 3, 3), 33, (3, 3), (1, 1), (1, 1), (4, 4, 4, 4)),      # padding wider than the image
+]
+
+
+@pytest.mark.parametrize("isa", ["avx2", "avx512", "portable"])
+def test_packed_convolutions_of_every_instance(isa, kernel_threads):
+    """The packed convolution of each instance (panels of 8, 16 and 32 channels, tiles of 6 and 14 pixels)
+    against NumPy over the weight packed by ``pack_conv_weight`` for that instance's panel width: channel
+    counts that are not whole blocks, out channels that are not whole panels, pixel counts that are not
+    whole tiles, strides, dilation, asymmetric padding, batch 2, with and without bias and relu, at 1 and
+    2 threads."""
+    from tensorvm.op.nn import pack_conv_weight
+
+    _library(isa)
+    function = _PACKED[isa]
+    host.set_host(isa)
+    nr = host.gemm_params().nr
+    host.set_host(None)
+    rng = np.random.default_rng(11 + len(isa))
+    for threads in (1, 2):
+        kernel_threads(threads)
+        for (n, c, h, w), o, (kh, kw), (sh, sw), (dh, dw), pad in PACKED:
+            x = rng.standard_normal((n, c, h, w)).astype(np.float32)
+            weights = rng.standard_normal((o, c, kh, kw)).astype(np.float32)
+            packed = pack_conv_weight(weights, nr)
+            bias = rng.standard_normal(o).astype(np.float32)
+            attrs = {"padding": list(pad), "strides": [sh, sw], "dilation": [dh, dw]}
+            want = _reference(x, weights, attrs)
+            oh, ow = want.shape[2:]
+            for has_bias, relu in [(0, 0), (1, 1)]:
+                expected = want + bias[:, None, None] if has_bias else want
+                expected = np.maximum(expected, 0) if relu else expected
+                out = np.full(expected.shape, np.nan, np.float32)
+                dims = np.array([n, c, h, w, o, oh, ow, kh, kw, sh, sw, dh, dw, pad[0], pad[1], has_bias, relu], np.int64)
+                assert function(dims.ctypes.data, x.ctypes.data, packed.ctypes.data, bias.ctypes.data,
+                                out.ctypes.data) == 0
+                _close(out, expected)
+
+
+def test_conv_weights_pack_and_unpack():
+    """``pack_conv_weight`` / ``unpack_conv_weight`` are inverse, and ``nn.conv2d_packed``'s NumPy kernel is
+    the convolution of the unpacked weight (the interpreter's oracle)."""
+    from tensorvm.op.nn import CONV_BLOCK, pack_conv_weight, unpack_conv_weight
+
+    rng = np.random.default_rng(3)
+    weights = rng.standard_normal((21, 13, 3, 2)).astype(np.float32)
+    packed = pack_conv_weight(weights, 16)
+    assert packed.shape == (2, -(-13 // CONV_BLOCK) * CONV_BLOCK * 6, 16)
+    np.testing.assert_array_equal(unpack_conv_weight(packed, 21, 13, (3, 2)), weights)
+    x = rng.standard_normal((2, 13, 9, 8)).astype(np.float32)
+    attrs = {"padding": [1, 0, 1, 1], "strides": [2, 1], "dilation": [1, 2]}
+    op_def = get_op("nn.conv2d_packed")
+    got = op_def.kernel(op_def.normalize_attrs(dict(attrs, channels=21, in_channels=13, kernel_size=[3, 2])), x, packed)
+    np.testing.assert_allclose(got, _reference(x, weights, attrs), rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.parametrize("variants", ["1", "0"])
+def test_long_reduction_convolutions_run_packed_over_a_dynamic_batch(variants, monkeypatch):
+    """A ResNet block (3x3 convolutions of 48 channels: a reduction longer than the direct kernel takes,
+    the weights constants) compiled for the VM: PackWeights makes both ``nn.conv2d_packed``, whose kernel
+    runs with bias and relu in its tiles and the residual add after it; the generated kernel over the
+    packed layout (variants off) gives the same. Batch 0, 1, 3 through one executable, against the
+    interpreter of the original program."""
+    import tensorvm as tv
+    from tensorvm.ir.module import IRModule
+
+    monkeypatch.setenv("TENSORVM_KERNEL_VARIANTS", variants)
+    c = 48
+    assert c * 9 > direct_max_reduction()
+    rng = np.random.default_rng(9)
+    w1, w2 = (const(rng.standard_normal((c, c, 3, 3)).astype(np.float32) * 0.1) for _ in range(2))
+    b1, b2 = (const(rng.standard_normal((c, 1, 1)).astype(np.float32)) for _ in range(2))
+    x = Var("x", _t(None, c, 9, 10))
+    y = op.nn.relu(op.add(op.nn.conv2d(x, w1, padding=[1, 1, 1, 1]), b1))
+    z = op.nn.relu(op.add(op.add(op.nn.conv2d(y, w2, padding=[1, 1, 1, 1]), b2), x))
+    mod = IRModule.from_expr(Function([x], z))
+    exe = tv.vm.compile(mod, target="c")
+    if variants == "1":
+        assert exe.stats()["kernel_library"]["variants"].get("packed") == 2
+        assert any("tv_conv2d_packed_f32(" in source for source in exe.c_library.sources.values())
+    vm = tv.vm.VirtualMachine(exe)
+    reference = tv.create_executor("debug", mod)
+    for batch in (0, 1, 3):
+        data = rng.standard_normal((batch, c, 9, 10)).astype(np.float32)
+        got = vm.invoke("main", data)
+        got = np.asarray(got.numpy() if hasattr(got, "numpy") else got)
+        _close(got, np.asarray(reference.evaluate()(data).numpy()))
+
+
+@pytest.mark.parametrize("channels, size, packed", [(400, 5, True), (400, 1, False), (96, 5, False)])
+def test_a_1x1_convolution_is_packed_when_its_reduction_is_long_and_its_image_fills_a_tile(channels, size, packed):
+    """PackWeights' rule for 1x1 kernels: a reduction longer than the direct kernel's bound and at least a
+    tile of output pixels (else the product over the image, or a GEMV for a 1x1 image); the result
+    against the interpreter either way."""
+    import tensorvm as tv
+    from tensorvm.ir.module import IRModule
+
+    assert 96 <= direct_max_reduction() < 400 and size * size in (1, 25)
+    rng = np.random.default_rng(channels + size)
+    w = const(rng.standard_normal((24, channels, 1, 1)).astype(np.float32) * 0.05)
+    b = const(rng.standard_normal((24, 1, 1)).astype(np.float32))
+    x = Var("x", _t(None, channels, size, size))
+    mod = IRModule.from_expr(Function([x], op.add(op.nn.conv2d(x, w), b)))
+    exe = tv.vm.compile(mod, target="c")
+    assert (exe.stats()["kernel_library"]["variants"].get("packed") == 1) == packed
+    data = rng.standard_normal((2, channels, size, size)).astype(np.float32)
+    got = tv.vm.VirtualMachine(exe).invoke("main", data)
+    _close(np.asarray(got.numpy() if hasattr(got, "numpy") else got),
+           np.asarray(tv.create_executor("debug", mod).evaluate()(data).numpy()))
+
+
 def _hardswish(v):
     return v * np.clip(v + 3, 0, 6) / 6
 
 
 @pytest.mark.parametrize("isa", [None, "avx512"])
 @pytest.mark.parametrize("case", ["strided-bias-relu", "strided-hardswish", "dilated-residual", "strided-long",
-                                  "unit-long", "depthwise"])
+                                  "unit-long", "depthwise", "grouped"])
 def test_convolution_kernels_over_a_dynamic_batch(case, isa):
     """Convolution groups as FuseOps forms them from ONNX (an (O, 1, 1) bias), over a dynamic batch (0, 1,
     3): strided and dilated convolutions with a short reduction run the direct kernel, bias and relu in its
     tiles (no loop after the call), anything else (hard-swish, a residual) generated after it in place;
-    a long reduction runs im2col + the product; a depthwise one stays generated code."""
+    a long reduction runs im2col + the product; a depthwise one runs the depthwise kernel (bias and relu in
+    its tiles as well), other grouped ones generated code."""
     c, size = 12, 15
     kernel, c, o, attrs = {
         "strided-bias-relu": ((3, 3), c, 10, dict(padding=[1, 1, 1, 1], strides=[2, 2])),
@@ -142,6 +323,7 @@ def test_convolution_kernels_over_a_dynamic_batch(case, isa):
         "strided-long": ((3, 3), 48, 8, dict(padding=[1, 1, 1, 1], strides=[2, 2])),
         "unit-long": ((3, 3), 48, 8, dict(padding=[1, 1, 1, 1])),
         "depthwise": ((3, 3), c, c, dict(padding=[1, 1, 1, 1], strides=[2, 2], groups=c)),
+        "grouped": ((3, 3), c, c, dict(padding=[1, 1, 1, 1], groups=3)),
     }[case]
     groups = attrs.get("groups", 1)
     x, w, b = Var("x", _t(None, c, size, size)), Var("w", _t(o, c // groups, *kernel)), Var("b", _t(o, 1, 1))
@@ -164,11 +346,11 @@ def test_convolution_kernels_over_a_dynamic_batch(case, isa):
     k = kernels["k"]
     source = k.source.rsplit("\nint32_t ", 1)[-1]
     assert 48 * 9 > direct_max_reduction() >= 12 * 9  # (the rule, for the detected and the faked host)
-    expected = {"strided-long": "blas", "unit-long": "blas", "depthwise": "generic"}.get(case, "direct")
+    expected = {"strided-long": "blas", "unit-long": "blas", "depthwise": "depthwise", "grouped": "generic"}.get(case, "direct")
     assert k.variants[0] == expected
-    if expected == "direct":
-        assert "tv_conv2d_direct_f32(" in source
-    if case.endswith("bias-relu"):
+    if expected in ("direct", "depthwise"):
+        assert f"tv_conv2d_{expected}_f32(" in source
+    if case.endswith("bias-relu") or case == "depthwise":
         assert "for (" not in source.split("/* variant generic */")[0]
     rng = np.random.default_rng(len(case))
     weights = rng.standard_normal((o, c // groups, *kernel)).astype(np.float32)
@@ -207,6 +389,7 @@ def test_stats_name_the_convolution_tiles():
     conv = exe.stats()["product_kernels"]["convolution"]
     params = host.gemm_params()
     assert conv["isa"] == host.host().isa and conv["direct_tile"].startswith(f"{max(params.mr, 4)}x2x{params.lanes}")
+    assert conv["packed_tile"] == f"{params.mr}x{params.nr}" and conv["depthwise_tile"] == f"4x{params.lanes}"
     assert exe.stats()["kernel_library"]["variants"] == {"direct": 1}  # the variant each kernel can run
 
 

@@ -373,6 +373,18 @@ def _dense_packed(rng):
     return {"units": units}, [_f32(rng, (_side(rng), k)), packed]
 
 
+def _conv2d_packed(rng):
+    o, c = int(rng.choice([3, 16, 17])), int(rng.choice([1, 9]))
+    kh, kw = _side(rng, (1, 2, 3)), _side(rng, (1, 2))
+    panels = -(-o // 16) if rng.random() < 0.8 else 3
+    k = -(-c // 8) * 8 * kh * kw
+    packed = _f32(rng, (panels, k if rng.random() < 0.8 else k + 1, 16))
+    attrs = {"channels": o, "in_channels": c, "kernel_size": (kh, kw), "strides": (_side(rng, (1, 2)), 1),
+             "padding": (_side(rng, (0, 1)), 0, 1, 0)}
+    return attrs, [_f32(rng, (_side(rng), c if rng.random() < 0.9 else c + 1, _side(rng, (1, 3, 4)), _side(rng, (2, 3)))),
+                   packed]
+
+
 def _adaptive(rng):
     x = _f32(rng, (1, 2, _side(rng, (0, 2, 3)), _side(rng, (1, 4))))
     return {"output_size": (_side(rng, (1, 2)), _side(rng, (1, 3)))}, [x]
@@ -932,7 +944,8 @@ GENERATORS: dict = {
     "scatter_elements": _cases(_scatter_elements), "scatter_nd": _cases(_scatter_nd),
     "nn.instance_norm": _cases(_instance_norm), "nn.group_norm": _cases(_group_norm),
     "nn.depth_to_space": _cases(_space_depth(True)), "nn.space_to_depth": _cases(_space_depth(False)),
-    "nn.dense_packed": _cases(_dense_packed), "nn.adaptive_avg_pool2d": _cases(_adaptive),
+    "nn.dense_packed": _cases(_dense_packed), "nn.conv2d_packed": _cases(_conv2d_packed),
+    "nn.adaptive_avg_pool2d": _cases(_adaptive),
     "nn.adaptive_max_pool2d": _cases(_adaptive), "strided_slice": _cases(_strided_slice),
     "reverse": _cases(_axis_only), "repeat": _cases(_repeat), "tile": _cases(_tile), "one_hot": _cases(_one_hot),
     "sequence_mask": _cases(_sequence_mask), "reverse_reshape": _cases(_reverse_reshape),

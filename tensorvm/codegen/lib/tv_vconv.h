@@ -11,6 +11,9 @@
    Included by tv_gemm.h (TV_PACKED_KERNELS), after tv_vgemm.h. */
 #ifndef TV_VCONV_H
 #define TV_VCONV_H
+#ifndef TV_ERROR_OUT_OF_MEMORY
+#define TV_ERROR_OUT_OF_MEMORY 1003 /* (as tv_lib.h and c_emit.ERROR_OUT_OF_MEMORY) */
+#endif
 
 /* The padded copy of one image: C planes of HP rows of SW x WQ floats. at[kx] is where tap kx of a vector
    of output columns starts in its row: phase kx DW % SW, index kx DW / SW (KW of them; computed once per
@@ -29,11 +32,54 @@ static inline void tv_vconv_taps(int64_t kw, int64_t sw, int64_t dw, tv_vconv_ge
   for (int64_t kx = 0; kx < kw; ++kx) at[kx] = kx * dw % sw * g.wq + kx * dw / sw;
 }
 
+/* The even and the odd lanes of two vectors (lo, hi), in order: a row split into its two column phases. */
+typedef int32_t tv_vi __attribute__((vector_size(TV_VEC_BYTES)));
+#if TV_VLANES == 4
+#define TV_VEVEN_OF_TWO ((tv_vi){0, 2, 4, 6})
+#define TV_VODD_OF_TWO ((tv_vi){1, 3, 5, 7})
+#elif TV_VLANES == 8
+#define TV_VEVEN_OF_TWO ((tv_vi){0, 2, 4, 6, 8, 10, 12, 14})
+#define TV_VODD_OF_TWO ((tv_vi){1, 3, 5, 7, 9, 11, 13, 15})
+#else
+#define TV_VEVEN_OF_TWO ((tv_vi){0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30})
+#define TV_VODD_OF_TWO ((tv_vi){1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31})
+#endif
+
+/* Floats of one row of the linear padded copy a stride-2 pad goes through (tv_vconv_pad): room for the
+   left padding and the image row, and for the two vectors read per output vector of the phases. */
+static inline int64_t tv_vconv_line(int64_t w, int64_t pl, tv_vconv_geometry g) {
+  const int64_t reads = 2 * ((g.wq + TV_VLANES - 1) / TV_VLANES * TV_VLANES);
+  return reads > pl + w ? reads : pl + w;
+}
+
+/* n floats zeroed, then m (<= n) of them from s copied to d + at, in whole vectors (n >= TV_VLANES; the last
+   vector of each overlaps the one before): a padded row is a few vectors, and a call to memset / memcpy per
+   border and per row had cost more than the row's copy. */
+static inline void tv_vconv_fill(float* d, int64_t n, const float* s, int64_t at, int64_t m) {
+  const tv_vf zero = TV_VSPLAT(0.0f);
+  for (int64_t i = 0; i + TV_VLANES <= n; i += TV_VLANES) TV_VSTORE(d + i, zero);
+  TV_VSTORE(d + n - TV_VLANES, zero);
+  d += at;
+  if (m < TV_VLANES) {
+    for (int64_t i = 0; i < m; ++i) d[i] = s[i];
+    return;
+  }
+  for (int64_t i = 0; i + TV_VLANES <= m; i += TV_VLANES) TV_VSTORE(d + i, TV_VLOAD(s + i));
+  TV_VSTORE(d + m - TV_VLANES, TV_VLOAD(s + m - TV_VLANES));
+}
+
 /* Channels [c0, c1) of the image x (C x H x W) into their padded, phase-split planes (see above): per
-   phase, zeros, the image's columns, zeros. */
+   phase, zeros, the image's columns, zeros. With column stride 2 (``line``: h x tv_vconv_line floats, else
+   unused) a channel's rows are first copied whole into zero-padded linear rows, then split into their two
+   phases a pair of vectors at a time (even and odd lanes): a gather per float had been most of a strided
+   depthwise convolution's time, and splitting at the image's borders straight from the row (a partial
+   copy, then a vector load of it) stalled on store forwarding. */
 static void tv_vconv_pad(const float* x, int64_t c0, int64_t c1, int64_t h, int64_t w, int64_t sw, int64_t pt,
-                         int64_t pl, tv_vconv_geometry g, float* padded) {
-  for (int64_t ci = c0; ci < c1; ++ci)
+                         int64_t pl, tv_vconv_geometry g, float* line, float* padded) {
+  const int64_t lw = sw == 2 ? tv_vconv_line(w, pl, g) : 0;
+  for (int64_t ci = c0; ci < c1; ++ci) {
+    if (sw == 2)
+      for (int64_t iy = 0; iy < h; ++iy) tv_vconv_fill(line + iy * lw, lw, x + (ci * h + iy) * w, pl, w);
     for (int64_t r = 0; r < g.hp; ++r) {
       float* d = padded + ci * g.plane + r * g.row;
       const int64_t iy = r - pt;
@@ -41,10 +87,18 @@ static void tv_vconv_pad(const float* x, int64_t c0, int64_t c1, int64_t h, int6
       const float* src = x + (ci * h + iy) * w;
       if (sw == 1) {  /* one phase: the row copied whole, the border cleared around it */
         const int64_t left = pl < g.wq ? pl : g.wq, cols = w < g.wq - left ? w : g.wq - left;
-        memset(d, 0, (size_t)left * sizeof(float));
-        if (cols > 0) memcpy(d + left, src, (size_t)cols * sizeof(float));
-        const int64_t done = left + (cols > 0 ? cols : 0);
-        memset(d + done, 0, (size_t)(g.wq - done) * sizeof(float));
+        tv_vconv_fill(d, g.wq, src, left, cols > 0 ? cols : 0);
+        continue;
+      }
+      if (sw == 2) {  /* (the last pair of vectors overlaps the one before: wq >= TV_VLANES) */
+        const float* l = line + iy * lw;
+        float* d1 = d + g.wq;
+        for (int64_t q = 0; q < g.wq; q += TV_VLANES) {
+          if (q + TV_VLANES > g.wq) q = g.wq - TV_VLANES;
+          const tv_vf lo = TV_VLOAD(l + 2 * q), hi = TV_VLOAD(l + 2 * q + TV_VLANES);
+          TV_VSTORE(d + q, __builtin_shuffle(lo, hi, TV_VEVEN_OF_TWO));
+          TV_VSTORE(d1 + q, __builtin_shuffle(lo, hi, TV_VODD_OF_TWO));
+        }
         continue;
       }
       for (int64_t p = 0; p < sw; ++p, d += g.wq) {
@@ -57,6 +111,7 @@ static void tv_vconv_pad(const float* x, int64_t c0, int64_t c1, int64_t h, int6
         for (int64_t q = hi; q < g.wq; ++q) d[q] = 0.0f;
       }
     }
+  }
 }
 
 /* What the direct convolution applies to its tiles in registers before the store: a per-channel bias
@@ -65,7 +120,6 @@ static void tv_vconv_pad(const float* x, int64_t c0, int64_t c1, int64_t h, int6
    dropped as max_pool2d does without ceil mode). Max pooling commutes with the bias and the clamp. */
 typedef struct { const float* bias; int relu, pool; } tv_conv_epilogue;
 
-typedef int32_t tv_vi __attribute__((vector_size(TV_VEC_BYTES)));
 /* v = max(v, 0) lane by lane (0 where v is NaN, as the AVX max this replaced); a macro: a function
    returning a vector wider than the target's would change the ABI (-Wpsabi) */
 #define TV_VRELU(v) (v) = (tv_vf)((tv_vi)(v) & ((v) > (tv_vf){0}))
@@ -218,8 +272,10 @@ __attribute__((unused)) static int32_t tv_conv2d_direct_f32(int64_t n, int64_t c
   const int64_t image_out = pool ? o * (oh / 2) * (ow / 2) : o * oh * ow;
   const int parallel = (double)o * oh * ow * c * kh * kw >= TV_GEMM_PARALLEL_WORK && !tv_omp_in_parallel();
   (void)parallel;  /* (read by the OpenMP pragma only) */
+  float* line = sw == 2 ? (float*)malloc(sizeof(float) * (size_t)(h * tv_vconv_line(w, pl, g))) : NULL;
+  if (sw == 2 && line == NULL) return TV_ERROR_OUT_OF_MEMORY;
   for (int64_t b = 0; b < n; ++b) {
-    tv_vconv_pad(x + b * c * h * w, 0, c, h, w, sw, pt, pl, g, padded);
+    tv_vconv_pad(x + b * c * h * w, 0, c, h, w, sw, pt, pl, g, line, padded);
     float* image = out + b * image_out;
     /* channel blocks vary fastest: neighbouring tiles read the same input rows (kept in L1), and each
        thread's share of the static schedule has every channel block (blocks of MR and 4 differ in work);
@@ -247,6 +303,222 @@ __attribute__((unused)) static int32_t tv_conv2d_direct_f32(int64_t n, int64_t c
                            image);
     }
   }
+  free(line);
+  return 0;
+}
+
+/* ---- the depthwise convolution (groups = channels, one filter per channel): tv_conv2d_depthwise_f32 ----
+   Each channel is padded into its own phase-split plane (tv_vconv_pad, as above) by the thread that
+   convolves it, so the plane is still in L1/L2 when its tiles read it. A tile is TV_VDW_ROWS output rows x
+   one vector of columns: per tap one weight broadcast and TV_VDW_ROWS vector loads feed TV_VDW_ROWS FMAs
+   (a depthwise tap has no other output channel to share its input load with). A missing row repeats the
+   last one (not stored); the last column block overlaps the one before (a row narrower than a vector
+   goes through a small buffer). Bias and relu are applied in
+   registers (tv_conv_epilogue; no pool). */
+#define TV_VDW_ROWS 4
+#define TV_VDW_ACC(i) tv_vf a##i = TV_VSPLAT(start);
+#define TV_VDW_FMA(i) a##i += wv * TV_VLOAD(r##i + tap);
+#define TV_VDW_ROW(i) const float* r##i = plane + (row##i * sh + ky * dh) * g.row + x0;
+#define TV_VDW_Y(i) const int64_t row##i = y0 + i < oh ? y0 + i : oh - 1;
+#define TV_VDW_RELU(i) TV_VRELU(a##i);
+#define TV_VDW_KEEP(i) TV_VSTORE(tile[i], a##i);
+#define TV_VDW_EACH(F) F(0) F(1) F(2) F(3)
+#define TV_VDW_CHANNEL(KIND, AT)                                                                     \
+  static void tv_vdw_channel_##KIND(const float* plane, tv_vconv_geometry g, const int64_t* at, int64_t sh,   \
+                                    int64_t dh, const float* wt, int64_t kh, int64_t kw, float start, int relu, \
+                                    int64_t oh, int64_t ow, float* out) {                            \
+    (void)at;                                                                                        \
+    for (int64_t y0 = 0; y0 < oh; y0 += TV_VDW_ROWS) {                                               \
+      TV_VDW_EACH(TV_VDW_Y)                                                                          \
+      for (int64_t x = 0; x < ow; x += TV_VLANES) {                                                  \
+        /* (the last block overlaps the one before when the row has a vector: whole stores only) */   \
+        const int64_t x0 = ow >= TV_VLANES && x + TV_VLANES > ow ? ow - TV_VLANES : x;                \
+        TV_VDW_EACH(TV_VDW_ACC)                                                                      \
+        for (int64_t ky = 0; ky < kh; ++ky) {                                                        \
+          TV_VDW_EACH(TV_VDW_ROW)                                                                    \
+          const float* wk = wt + ky * kw;                                                            \
+          _Pragma("GCC unroll 5")                                                                    \
+          for (int64_t kx = 0; kx < kw; ++kx) {                                                      \
+            const tv_vf wv = TV_VSPLAT(wk[kx]);                                                      \
+            const int64_t tap = AT(kx);                                                              \
+            TV_VDW_EACH(TV_VDW_FMA)                                                                  \
+          }                                                                                          \
+        }                                                                                            \
+        if (relu) { TV_VDW_EACH(TV_VDW_RELU) }                                                       \
+        float tile[TV_VDW_ROWS][TV_VLANES];                                                          \
+        TV_VDW_EACH(TV_VDW_KEEP)                                                                     \
+        const int64_t cols = ow - x0 < TV_VLANES ? ow - x0 : TV_VLANES;                              \
+        for (int64_t i = 0; i < TV_VDW_ROWS && y0 + i < oh; ++i) {                                   \
+          if (cols == TV_VLANES) TV_VSTORE(out + (y0 + i) * ow + x0, TV_VLOAD(tile[i]));             \
+          else memcpy(out + (y0 + i) * ow + x0, tile[i], sizeof(float) * (size_t)cols);              \
+        }                                                                                            \
+      }                                                                                              \
+    }                                                                                                \
+  }
+TV_VDW_CHANNEL(unit, TV_VCONV_AT_UNIT)
+TV_VDW_CHANNEL(any, TV_VCONV_AT_TABLE)
+
+/* x (n x c x h x w) convolved channel by channel with weights (c x 1 x kh x kw) into out (n x c x oh x ow).
+   Each thread pads one plane at a time into its own buffer (tv_vconv_geometry(...).plane floats, a few KB:
+   a buffer for every channel, allocated per call, cost page faults on each call and left L2). Returns
+   TV_ERROR_OUT_OF_MEMORY when a buffer cannot be allocated. */
+__attribute__((unused)) static int32_t tv_conv2d_depthwise_f32(int64_t n, int64_t c, int64_t h, int64_t w,
+    int64_t oh, int64_t ow, int64_t kh, int64_t kw, int64_t sh, int64_t sw, int64_t dh, int64_t dw, int64_t pt,
+    int64_t pl, const float* x, const float* weights, const float* bias, int64_t has_bias, int64_t relu,
+    float* out) {
+  if (n <= 0 || c <= 0 || oh <= 0 || ow <= 0) return 0;
+  const tv_vconv_geometry g = tv_vconv_geometry_of(oh, ow, kh, kw, sh, sw, dh, dw);
+  int64_t at[kw];
+  tv_vconv_taps(kw, sw, dw, g, at);
+  const int unit = sw == 1 && dw == 1;
+  const int64_t planes = n * c;
+  const int parallel = (double)planes * oh * ow * kh * kw >= TV_GEMM_PARALLEL_WORK && !tv_omp_in_parallel();
+  const int threads = parallel ? tv_omp_max_threads() : 1;
+  const int64_t each = g.plane + (sw == 2 ? h * tv_vconv_line(w, pl, g) : 0);
+  float* buffers = (float*)malloc(sizeof(float) * (size_t)(threads * each));
+  if (buffers == NULL) return TV_ERROR_OUT_OF_MEMORY;
+  _Pragma("omp parallel for schedule(static) num_threads(threads) if(parallel)")
+  for (int64_t p = 0; p < planes; ++p) {
+    float* plane = buffers + tv_omp_thread() * each;
+    const int64_t ci = p % c;
+    tv_vconv_pad(x + p * h * w, 0, 1, h, w, sw, pt, pl, g, plane + g.plane, plane);
+    const float start = has_bias ? bias[ci] : 0.0f;
+    if (unit)
+      tv_vdw_channel_unit(plane, g, at, sh, dh, weights + ci * kh * kw, kh, kw, start, relu != 0, oh, ow,
+                          out + p * oh * ow);
+    else
+      tv_vdw_channel_any(plane, g, at, sh, dh, weights + ci * kh * kw, kh, kw, start, relu != 0, oh, ow,
+                         out + p * oh * ow);
+  }
+  free(buffers);
+  return 0;
+}
+
+/* ---- the packed convolution (nn.conv2d_packed): tv_conv2d_packed_f32 ----
+   A convolution with a long reduction as the packed product's register tile over the image itself (no
+   im2col): out[o][q] = sum_k panel[o / NR][k][o % NR] x[k][q] for output pixels q, k = (channel block,
+   ky, kx, channel in block) as the weight was packed at compile time (pack_conv_weight in op/nn.py). The
+   image is first copied into channel blocks of TV_VCONV_BLOCK (B) floats per pixel, zero padded
+   (ceil(C / B) x HP x WP x B): a tile's reduction then reads each pixel's B channels in a row, one tap
+   after the other, where NCHW jumps a whole plane per channel (the direct kernel above, whose every
+   channel step waited on L2, ran at half the FMA rate on ResNet's 3x3 layers). A tile is MR output pixels
+   (TV_VGEMM_MR, consecutive in the flattened image, so a narrow image fills its tiles) x NR output
+   channels: per step two weight vectors and MR broadcast inputs feed 2 MR FMAs, as in the product. A
+   pixel past the end repeats the last one (not stored). Bias and relu are applied in registers, the tile
+   stored through a small buffer (MR floats per channel: the NCHW output is strided by channel). Panels go in groups whose weights fill at most
+   half of L2 (TV_VCONV_L2): a tile of pixels meets every panel of its group while its inputs are in L1. */
+#ifndef TV_VCONV_BLOCK
+#define TV_VCONV_BLOCK 8
+#endif
+#ifndef TV_VCONV_L2
+#define TV_VCONV_L2 524288
+#endif
+#define TV_PCONV_ACC(r) tv_vf lo##r = {0}, hi##r = {0};                                              \
+  const int64_t pix##r = first + r < pixels ? first + r : pixels - 1;                                \
+  const float* p##r = blocked + ((pix##r / ow) * sh * wp + (pix##r % ow) * sw) * TV_VCONV_BLOCK;
+#define TV_PCONV_FMA(r) { const tv_vf a = TV_VSPLAT(p##r[tap + ci]); lo##r += a * b0; hi##r += a * b1; }
+#define TV_PCONV_KEEP(r) TV_VSTORE(buf[r], lo##r); TV_VSTORE(buf[r] + TV_VLANES, hi##r);
+#define TV_PCONV_BIAS(r) lo##r += bias_lo; hi##r += bias_hi;
+#define TV_PCONV_RELU(r) TV_VRELU(lo##r); TV_VRELU(hi##r);
+#define TV_PCONV_TILE(R)                                                                             \
+  static void tv_pconv_tile##R(const float* blocked, int64_t cblocks, int64_t hp, int64_t wp, int64_t kh, \
+      int64_t kw, int64_t sh, int64_t sw, int64_t dh, int64_t dw, const float* panel, int64_t first,  \
+      int64_t pixels, int64_t o0, int64_t o, int64_t ow, const float* bias, int relu, float* out) {  \
+    TV_VROWS##R(TV_PCONV_ACC)                                                                        \
+    const float* w = panel;                                                                          \
+    for (int64_t cb = 0; cb < cblocks; ++cb)                                                         \
+      for (int64_t ky = 0; ky < kh; ++ky)                                                            \
+        for (int64_t kx = 0; kx < kw; ++kx) {                                                        \
+          const int64_t tap = ((cb * hp + ky * dh) * wp + kx * dw) * TV_VCONV_BLOCK;                 \
+          _Pragma("GCC unroll 8")                                                                    \
+          for (int ci = 0; ci < TV_VCONV_BLOCK; ++ci, w += TV_VGEMM_NR) {                            \
+            const tv_vf b0 = TV_VLOAD(w), b1 = TV_VLOAD(w + TV_VLANES);                              \
+            TV_VROWS##R(TV_PCONV_FMA)                                                                \
+          }                                                                                          \
+        }                                                                                            \
+    const tv_vf bias_lo = TV_VLOAD(bias), bias_hi = TV_VLOAD(bias + TV_VLANES);                      \
+    TV_VROWS##R(TV_PCONV_BIAS)                                                                       \
+    if (relu) { TV_VROWS##R(TV_PCONV_RELU) }                                                         \
+    float buf[R][TV_VGEMM_NR];                                                                       \
+    TV_VROWS##R(TV_PCONV_KEEP)                                                                       \
+    const int64_t channels = o - o0 < TV_VGEMM_NR ? o - o0 : TV_VGEMM_NR;                            \
+    if (first + R <= pixels) { /* a whole tile: R floats per channel, no test per float */          \
+      for (int64_t i = 0; i < channels; ++i) {                                                       \
+        float* d = out + (o0 + i) * pixels + first;                                                  \
+        _Pragma("GCC unroll 16") for (int j = 0; j < R; ++j) d[j] = buf[j][i];                       \
+      }                                                                                              \
+      return;                                                                                        \
+    }                                                                                                \
+    for (int64_t i = 0; i < channels; ++i)                                                           \
+      for (int64_t j = 0; first + j < pixels; ++j) out[(o0 + i) * pixels + first + j] = buf[j][i];  \
+  }
+#define TV_PCONV_TILE_OF(R) TV_PCONV_TILE(R)
+#define TV_PCONV_NAME(R) TV_PCONV_NAME_(R)
+#define TV_PCONV_NAME_(R) tv_pconv_tile##R
+TV_PCONV_TILE_OF(TV_VGEMM_MR)
+
+/* Block cb of the image x (c x h x w) into ``blocked`` (ceil(c / B) x hp x wp x B floats), zero padded: pt
+   rows and pl columns before the image, the rest after it. */
+static void tv_pconv_block(const float* x, int64_t cb, int64_t c, int64_t h, int64_t w, int64_t pt, int64_t pl,
+                           int64_t hp, int64_t wp, float* blocked) {
+  float* plane = blocked + cb * hp * wp * TV_VCONV_BLOCK;
+  memset(plane, 0, sizeof(float) * (size_t)(hp * wp * TV_VCONV_BLOCK));
+  const int64_t last = c < (cb + 1) * TV_VCONV_BLOCK ? c : (cb + 1) * TV_VCONV_BLOCK;
+  const int64_t cols = w < wp - pl ? w : wp - pl;
+  for (int64_t ci = cb * TV_VCONV_BLOCK; ci < last; ++ci)
+    for (int64_t iy = 0; iy < h && iy + pt < hp; ++iy) {
+      float* d = plane + ((iy + pt) * wp + pl) * TV_VCONV_BLOCK + ci % TV_VCONV_BLOCK;
+      const float* src = x + (ci * h + iy) * w;
+      for (int64_t ix = 0; ix < cols; ++ix) d[ix * TV_VCONV_BLOCK] = src[ix];
+    }
+}
+
+/* ``bias`` is read only when ``has_bias``. Returns TV_ERROR_OUT_OF_MEMORY when the blocked copy cannot be
+   allocated. */
+__attribute__((unused)) static int32_t tv_conv2d_packed_f32(int64_t n, int64_t c, int64_t h, int64_t w, int64_t o,
+    int64_t oh, int64_t ow, int64_t kh, int64_t kw, int64_t sh, int64_t sw, int64_t dh, int64_t dw, int64_t pt,
+    int64_t pl, const float* x, const float* packed, const float* bias, int64_t has_bias, int64_t relu, float* out) {
+  if (n <= 0 || o <= 0 || oh <= 0 || ow <= 0) return 0;
+  const int64_t cblocks = (c + TV_VCONV_BLOCK - 1) / TV_VCONV_BLOCK, pixels = oh * ow;
+  const int64_t qblocks = (pixels + TV_VGEMM_MR - 1) / TV_VGEMM_MR;
+  const int64_t hp = (oh - 1) * sh + (kh - 1) * dh + 1, wp = (ow - 1) * sw + (kw - 1) * dw + 1;
+  const int64_t k = cblocks * TV_VCONV_BLOCK * kh * kw, panels = (o + TV_VGEMM_NR - 1) / TV_VGEMM_NR;
+  const int64_t tiles = panels * qblocks;
+  int64_t group = (TV_VCONV_L2 / 2) / (k * TV_VGEMM_NR * 4);
+  group = group < 1 ? 1 : group > panels ? panels : group;
+  const int64_t runs = qblocks / (4 * (int64_t)tv_omp_max_threads());
+  const int64_t chunk = group * (runs > 1 ? runs : 1);
+  const int parallel = (double)o * pixels * k >= TV_GEMM_PARALLEL_WORK && !tv_omp_in_parallel();
+  (void)parallel, (void)chunk;  /* (read by the OpenMP pragmas only) */
+  /* the blocked copy, then the bias of every panel's channels (zeros past o and without a bias) */
+  const int64_t floats = cblocks * hp * wp * TV_VCONV_BLOCK;
+  float* blocked = (float*)malloc(sizeof(float) * (size_t)(floats + panels * TV_VGEMM_NR));
+  if (blocked == NULL) return TV_ERROR_OUT_OF_MEMORY;
+  float* b = blocked + floats;
+  for (int64_t i = 0; i < panels * TV_VGEMM_NR; ++i) b[i] = has_bias && i < o ? bias[i] : 0.0f;
+  for (int64_t image = 0; image < n; ++image) {
+    float* dst = out + image * o * pixels;
+    /* (the copy before the threads: in their region it needed a second barrier, and under load each barrier
+       waits for a thread whose core is busy) */
+    for (int64_t cb = 0; cb < cblocks; ++cb) tv_pconv_block(x + image * c * h * w, cb, c, h, w, pt, pl, hp, wp, blocked);
+    _Pragma("omp parallel num_threads(tv_threads()) if(parallel)")
+    {
+    /* dynamic: a thread whose core is shared with other work takes fewer chunks instead of holding the
+       others at the barrier (not measured apart: the loaded runs that suggested it were disturbed by
+       another runtime's spinning pool, see benchmarks/conv_variants.py). A chunk is a
+       run of tiles of pixels over the panels of their group, about a quarter of a thread's share, so that
+       two threads rarely store into the same cache lines of the output (a tile is MR floats of each
+       channel's row) */
+    _Pragma("omp for schedule(dynamic, chunk)")
+    for (int64_t t = 0; t < tiles; ++t) {
+      const int64_t g0 = t / (group * qblocks) * group, size = panels - g0 < group ? panels - g0 : group;
+      const int64_t r = t - g0 * qblocks, qb = r / size, p = g0 + r % size;
+      TV_PCONV_NAME(TV_VGEMM_MR)(blocked, cblocks, hp, wp, kh, kw, sh, sw, dh, dw, packed + p * k * TV_VGEMM_NR,
+                                 qb * TV_VGEMM_MR, pixels, p * TV_VGEMM_NR, o, ow, b + p * TV_VGEMM_NR, relu != 0, dst);
+    }
+    }
+  }
+  free(blocked);
   return 0;
 }
 
