@@ -252,6 +252,55 @@ static void tv_vconv_blocks(int64_t o, int64_t* big, int64_t* fours) {
   }
 }
 
+/* The tiles of the direct and depthwise kernels run as about TV_VCONV_CHUNKS chunks per thread through
+   tv_team_run (tv_team.h: the caller runs the chunks of workers that have not started, so a busy core no
+   longer holds a convolution at an OpenMP barrier). A chunk is a contiguous run of tiles (of planes for
+   the depthwise kernel); each output float is written by one tile, computed the same way whichever thread
+   runs it, so the result does not depend on the thread count. */
+#define TV_VCONV_CHUNKS 4
+static inline int64_t tv_vconv_chunks(int64_t units, int threads) {
+  if (threads <= 1) return units < 1 ? units : 1;
+  return units < (int64_t)TV_VCONV_CHUNKS * threads ? units : (int64_t)TV_VCONV_CHUNKS * threads;
+}
+
+typedef struct {
+  const float* padded;
+  const float* weights;
+  const int64_t* at;
+  float* image;
+  tv_conv_epilogue epi;
+  tv_vconv_geometry g;
+  int64_t c, o, oh, ow, kh, kw, sh, dh, dw, big, oblocks, xblocks, tiles, chunks;
+  int unit;
+} tv_vconv_job;
+
+static void tv_vconv_chunk(void* arg, int64_t i) {
+  const tv_vconv_job* j = (const tv_vconv_job*)arg;
+  const int64_t mr = TV_VGEMM_MR > 4 ? TV_VGEMM_MR : 4;
+  const int64_t lo = i * j->tiles / j->chunks, hi = (i + 1) * j->tiles / j->chunks;
+  for (int64_t t = lo; t < hi; ++t) {
+    const int64_t ob = t % j->oblocks, xb = (t / j->oblocks) % j->xblocks, yb = t / (j->oblocks * j->xblocks);
+    const int64_t o0 = ob < j->big ? ob * mr : j->big * mr + (ob - j->big) * 4;
+#if TV_VGEMM_MR > 4
+    if (ob < j->big) {
+      if (j->unit)
+        TV_VCONV_NAME(TV_VGEMM_MR, unit)(j->padded, j->c, j->g, j->sh, j->at, j->dh, j->dw, j->weights, j->kh, j->kw,
+                                         j->o, j->oh, j->ow, o0, yb * 2, xb * TV_VLANES, j->epi, j->image);
+      else
+        TV_VCONV_NAME(TV_VGEMM_MR, any)(j->padded, j->c, j->g, j->sh, j->at, j->dh, j->dw, j->weights, j->kh, j->kw,
+                                        j->o, j->oh, j->ow, o0, yb * 2, xb * TV_VLANES, j->epi, j->image);
+      continue;
+    }
+#endif
+    if (j->unit)
+      tv_vconv_tile4_unit(j->padded, j->c, j->g, j->sh, j->at, j->dh, j->dw, j->weights, j->kh, j->kw, j->o, j->oh,
+                          j->ow, o0, yb * 2, xb * TV_VLANES, j->epi, j->image);
+    else
+      tv_vconv_tile4_any(j->padded, j->c, j->g, j->sh, j->at, j->dh, j->dw, j->weights, j->kh, j->kw, j->o, j->oh,
+                         j->ow, o0, yb * 2, xb * TV_VLANES, j->epi, j->image);
+  }
+}
+
 /* ``bias`` is read only when ``has_bias`` (callers without one pass any float pointer); ``padded`` holds
    c * tv_vconv_geometry(...).plane floats (conv2d_padded_size in tensorvm/codegen/strategy.py). */
 __attribute__((unused)) static int32_t tv_conv2d_direct_f32(int64_t n, int64_t c, int64_t h, int64_t w,
@@ -262,46 +311,24 @@ __attribute__((unused)) static int32_t tv_conv2d_direct_f32(int64_t n, int64_t c
   const tv_vconv_geometry g = tv_vconv_geometry_of(oh, ow, kh, kw, sh, sw, dh, dw);
   int64_t at[kw];
   tv_vconv_taps(kw, sw, dw, g, at);
-  const tv_conv_epilogue epi = {has_bias ? bias : NULL, relu != 0, pool != 0};
   int64_t big, fours;
   tv_vconv_blocks(o, &big, &fours);
-  const int64_t mr = TV_VGEMM_MR > 4 ? TV_VGEMM_MR : 4;
+  /* channel blocks vary fastest: neighbouring tiles read the same input rows (kept in L1), and each
+     chunk of consecutive tiles has every channel block (blocks of MR and 4 differ in work); tiles over the
+     spatial positions first measured no faster on deep layers (512 x 512 x 3 x 3 at 7 x 7) */
   const int64_t yblocks = pool ? oh / 2 : (oh + 1) / 2, xblocks = (ow + TV_VLANES - 1) / TV_VLANES;
-  const int64_t oblocks = big + fours, tiles = oblocks * yblocks * xblocks;
-  const int unit = sw == 1 && dw == 1;
+  const int threads = tv_gemm_parallel((double)o * oh * ow * c * kh * kw) ? tv_omp_max_threads() : 1;
+  tv_vconv_job job = {padded, weights, at, out, {has_bias ? bias : NULL, relu != 0, pool != 0}, g, c, o, oh, ow,
+                      kh, kw, sh, dh, dw, big, big + fours, xblocks, (big + fours) * yblocks * xblocks, 0,
+                      sw == 1 && dw == 1};
+  job.chunks = tv_vconv_chunks(job.tiles, threads);
   const int64_t image_out = pool ? o * (oh / 2) * (ow / 2) : o * oh * ow;
-  const int parallel = (double)o * oh * ow * c * kh * kw >= TV_GEMM_PARALLEL_WORK && !tv_omp_in_parallel();
-  (void)parallel;  /* (read by the OpenMP pragma only) */
   float* line = sw == 2 ? (float*)malloc(sizeof(float) * (size_t)(h * tv_vconv_line(w, pl, g))) : NULL;
   if (sw == 2 && line == NULL) return TV_ERROR_OUT_OF_MEMORY;
   for (int64_t b = 0; b < n; ++b) {
     tv_vconv_pad(x + b * c * h * w, 0, c, h, w, sw, pt, pl, g, line, padded);
-    float* image = out + b * image_out;
-    /* channel blocks vary fastest: neighbouring tiles read the same input rows (kept in L1), and each
-       thread's share of the static schedule has every channel block (blocks of MR and 4 differ in work);
-       tiles over the spatial positions first measured no faster on deep layers (512 x 512 x 3 x 3 at 7 x 7) */
-    _Pragma("omp parallel for schedule(static) num_threads(tv_threads()) if(parallel)")
-    for (int64_t t = 0; t < tiles; ++t) {
-      const int64_t ob = t % oblocks, xb = (t / oblocks) % xblocks, yb = t / (oblocks * xblocks);
-      const int64_t o0 = ob < big ? ob * mr : big * mr + (ob - big) * 4;
-#if TV_VGEMM_MR > 4
-      if (ob < big) {
-        if (unit)
-          TV_VCONV_NAME(TV_VGEMM_MR, unit)(padded, c, g, sh, at, dh, dw, weights, kh, kw, o, oh, ow, o0, yb * 2,
-                                           xb * TV_VLANES, epi, image);
-        else
-          TV_VCONV_NAME(TV_VGEMM_MR, any)(padded, c, g, sh, at, dh, dw, weights, kh, kw, o, oh, ow, o0, yb * 2,
-                                          xb * TV_VLANES, epi, image);
-        continue;
-      }
-#endif
-      if (unit)
-        tv_vconv_tile4_unit(padded, c, g, sh, at, dh, dw, weights, kh, kw, o, oh, ow, o0, yb * 2, xb * TV_VLANES, epi,
-                            image);
-      else
-        tv_vconv_tile4_any(padded, c, g, sh, at, dh, dw, weights, kh, kw, o, oh, ow, o0, yb * 2, xb * TV_VLANES, epi,
-                           image);
-    }
+    job.image = out + b * image_out;
+    tv_team_run(job.chunks, threads, tv_vconv_chunk, &job);
   }
   free(line);
   return 0;
@@ -358,8 +385,37 @@ __attribute__((unused)) static int32_t tv_conv2d_direct_f32(int64_t n, int64_t c
 TV_VDW_CHANNEL(unit, TV_VCONV_AT_UNIT)
 TV_VDW_CHANNEL(any, TV_VCONV_AT_TABLE)
 
+typedef struct {
+  const float* x;
+  const float* weights;
+  const float* bias;
+  const int64_t* at;
+  float* buffers;
+  float* out;
+  tv_vconv_geometry g;
+  int64_t c, h, w, oh, ow, kh, kw, sh, sw, dh, pt, pl, each, planes, chunks;
+  int has_bias, relu, unit;
+} tv_vdw_job;
+
+/* A run of planes, padded one at a time into the chunk's own buffer (buffers + i * each): a chunk may run
+   on any thread, the caller included, so the buffer belongs to the chunk, not to a thread number. */
+static void tv_vdw_chunk(void* arg, int64_t i) {
+  const tv_vdw_job* j = (const tv_vdw_job*)arg;
+  float* plane = j->buffers + i * j->each;
+  const int64_t lo = i * j->planes / j->chunks, hi = (i + 1) * j->planes / j->chunks;
+  for (int64_t p = lo; p < hi; ++p) {
+    const int64_t ci = p % j->c;
+    tv_vconv_pad(j->x + p * j->h * j->w, 0, 1, j->h, j->w, j->sw, j->pt, j->pl, j->g, plane + j->g.plane, plane);
+    const float start = j->has_bias ? j->bias[ci] : 0.0f;
+    const float* wt = j->weights + ci * j->kh * j->kw;
+    float* dst = j->out + p * j->oh * j->ow;
+    if (j->unit) tv_vdw_channel_unit(plane, j->g, j->at, j->sh, j->dh, wt, j->kh, j->kw, start, j->relu, j->oh, j->ow, dst);
+    else tv_vdw_channel_any(plane, j->g, j->at, j->sh, j->dh, wt, j->kh, j->kw, start, j->relu, j->oh, j->ow, dst);
+  }
+}
+
 /* x (n x c x h x w) convolved channel by channel with weights (c x 1 x kh x kw) into out (n x c x oh x ow).
-   Each thread pads one plane at a time into its own buffer (tv_vconv_geometry(...).plane floats, a few KB:
+   Each chunk pads one plane at a time into its own buffer (tv_vconv_geometry(...).plane floats, a few KB:
    a buffer for every channel, allocated per call, cost page faults on each call and left L2). Returns
    TV_ERROR_OUT_OF_MEMORY when a buffer cannot be allocated. */
 __attribute__((unused)) static int32_t tv_conv2d_depthwise_f32(int64_t n, int64_t c, int64_t h, int64_t w,
@@ -370,27 +426,15 @@ __attribute__((unused)) static int32_t tv_conv2d_depthwise_f32(int64_t n, int64_
   const tv_vconv_geometry g = tv_vconv_geometry_of(oh, ow, kh, kw, sh, sw, dh, dw);
   int64_t at[kw];
   tv_vconv_taps(kw, sw, dw, g, at);
-  const int unit = sw == 1 && dw == 1;
   const int64_t planes = n * c;
-  const int parallel = (double)planes * oh * ow * kh * kw >= TV_GEMM_PARALLEL_WORK && !tv_omp_in_parallel();
-  const int threads = parallel ? tv_omp_max_threads() : 1;
-  const int64_t each = g.plane + (sw == 2 ? h * tv_vconv_line(w, pl, g) : 0);
-  float* buffers = (float*)malloc(sizeof(float) * (size_t)(threads * each));
-  if (buffers == NULL) return TV_ERROR_OUT_OF_MEMORY;
-  _Pragma("omp parallel for schedule(static) num_threads(threads) if(parallel)")
-  for (int64_t p = 0; p < planes; ++p) {
-    float* plane = buffers + tv_omp_thread() * each;
-    const int64_t ci = p % c;
-    tv_vconv_pad(x + p * h * w, 0, 1, h, w, sw, pt, pl, g, plane + g.plane, plane);
-    const float start = has_bias ? bias[ci] : 0.0f;
-    if (unit)
-      tv_vdw_channel_unit(plane, g, at, sh, dh, weights + ci * kh * kw, kh, kw, start, relu != 0, oh, ow,
-                          out + p * oh * ow);
-    else
-      tv_vdw_channel_any(plane, g, at, sh, dh, weights + ci * kh * kw, kh, kw, start, relu != 0, oh, ow,
-                         out + p * oh * ow);
-  }
-  free(buffers);
+  const int threads = tv_gemm_parallel((double)planes * oh * ow * kh * kw) ? tv_omp_max_threads() : 1;
+  tv_vdw_job job = {x, weights, bias, at, NULL, out, g, c, h, w, oh, ow, kh, kw, sh, sw, dh, pt, pl,
+                    g.plane + (sw == 2 ? h * tv_vconv_line(w, pl, g) : 0), planes, tv_vconv_chunks(planes, threads),
+                    has_bias != 0, relu != 0, sw == 1 && dw == 1};
+  job.buffers = (float*)malloc(sizeof(float) * (size_t)(job.chunks * job.each));
+  if (job.buffers == NULL) return TV_ERROR_OUT_OF_MEMORY;
+  tv_team_run(job.chunks, threads, tv_vdw_chunk, &job);
+  free(job.buffers);
   return 0;
 }
 
@@ -473,6 +517,31 @@ static void tv_pconv_block(const float* x, int64_t cb, int64_t c, int64_t h, int
     }
 }
 
+/* A chunk is a run of tiles of pixels over the panels of their group, about a quarter of a thread's share
+   (tv_team_run: a thread whose core is shared with other work takes fewer chunks, the caller runs those of
+   workers that have not started), so that two threads rarely store into the same cache lines of the
+   output (a tile is MR floats of each channel's row). */
+typedef struct {
+  const float* blocked;
+  const float* packed;
+  const float* b;
+  float* dst;
+  int64_t cblocks, hp, wp, kh, kw, sh, sw, dh, dw, pixels, o, ow, k, panels, qblocks, group, tiles, per;
+  int relu;
+} tv_pconv_job;
+
+static void tv_pconv_chunk(void* arg, int64_t i) {
+  const tv_pconv_job* j = (const tv_pconv_job*)arg;
+  const int64_t lo = i * j->per, hi = lo + j->per < j->tiles ? lo + j->per : j->tiles;
+  for (int64_t t = lo; t < hi; ++t) {
+    const int64_t g0 = t / (j->group * j->qblocks) * j->group, size = j->panels - g0 < j->group ? j->panels - g0 : j->group;
+    const int64_t r = t - g0 * j->qblocks, qb = r / size, p = g0 + r % size;
+    TV_PCONV_NAME(TV_VGEMM_MR)(j->blocked, j->cblocks, j->hp, j->wp, j->kh, j->kw, j->sh, j->sw, j->dh, j->dw,
+                               j->packed + p * j->k * TV_VGEMM_NR, qb * TV_VGEMM_MR, j->pixels, p * TV_VGEMM_NR, j->o,
+                               j->ow, j->b + p * TV_VGEMM_NR, j->relu, j->dst);
+  }
+}
+
 /* ``bias`` is read only when ``has_bias``. Returns TV_ERROR_OUT_OF_MEMORY when the blocked copy cannot be
    allocated. */
 __attribute__((unused)) static int32_t tv_conv2d_packed_f32(int64_t n, int64_t c, int64_t h, int64_t w, int64_t o,
@@ -483,40 +552,26 @@ __attribute__((unused)) static int32_t tv_conv2d_packed_f32(int64_t n, int64_t c
   const int64_t qblocks = (pixels + TV_VGEMM_MR - 1) / TV_VGEMM_MR;
   const int64_t hp = (oh - 1) * sh + (kh - 1) * dh + 1, wp = (ow - 1) * sw + (kw - 1) * dw + 1;
   const int64_t k = cblocks * TV_VCONV_BLOCK * kh * kw, panels = (o + TV_VGEMM_NR - 1) / TV_VGEMM_NR;
-  const int64_t tiles = panels * qblocks;
   int64_t group = (TV_VCONV_L2 / 2) / (k * TV_VGEMM_NR * 4);
   group = group < 1 ? 1 : group > panels ? panels : group;
-  const int64_t runs = qblocks / (4 * (int64_t)tv_omp_max_threads());
-  const int64_t chunk = group * (runs > 1 ? runs : 1);
-  const int parallel = (double)o * pixels * k >= TV_GEMM_PARALLEL_WORK && !tv_omp_in_parallel();
-  (void)parallel, (void)chunk;  /* (read by the OpenMP pragmas only) */
+  const int threads = tv_gemm_parallel((double)o * pixels * k) ? tv_omp_max_threads() : 1;
+  const int64_t runs = qblocks / ((int64_t)TV_VCONV_CHUNKS * threads);
   /* the blocked copy, then the bias of every panel's channels (zeros past o and without a bias) */
   const int64_t floats = cblocks * hp * wp * TV_VCONV_BLOCK;
   float* blocked = (float*)malloc(sizeof(float) * (size_t)(floats + panels * TV_VGEMM_NR));
   if (blocked == NULL) return TV_ERROR_OUT_OF_MEMORY;
   float* b = blocked + floats;
   for (int64_t i = 0; i < panels * TV_VGEMM_NR; ++i) b[i] = has_bias && i < o ? bias[i] : 0.0f;
+  tv_pconv_job job = {blocked, packed, b, out, cblocks, hp, wp, kh, kw, sh, sw, dh, dw, pixels, o, ow, k, panels,
+                      qblocks, group, panels * qblocks, group * (runs > 1 ? runs : 1), relu != 0};
+  const int64_t chunks = threads > 1 ? (job.tiles + job.per - 1) / job.per : 1;
+  if (threads <= 1) job.per = job.tiles;
   for (int64_t image = 0; image < n; ++image) {
-    float* dst = out + image * o * pixels;
-    /* (the copy before the threads: in their region it needed a second barrier, and under load each barrier
-       waits for a thread whose core is busy) */
+    job.dst = out + image * o * pixels;
+    /* (the copy before the chunks: a copy per chunk would repeat it, and splitting it needs a second job
+       whose end waits for every worker) */
     for (int64_t cb = 0; cb < cblocks; ++cb) tv_pconv_block(x + image * c * h * w, cb, c, h, w, pt, pl, hp, wp, blocked);
-    _Pragma("omp parallel num_threads(tv_threads()) if(parallel)")
-    {
-    /* dynamic: a thread whose core is shared with other work takes fewer chunks instead of holding the
-       others at the barrier (not measured apart: the loaded runs that suggested it were disturbed by
-       another runtime's spinning pool, see benchmarks/conv_variants.py). A chunk is a
-       run of tiles of pixels over the panels of their group, about a quarter of a thread's share, so that
-       two threads rarely store into the same cache lines of the output (a tile is MR floats of each
-       channel's row) */
-    _Pragma("omp for schedule(dynamic, chunk)")
-    for (int64_t t = 0; t < tiles; ++t) {
-      const int64_t g0 = t / (group * qblocks) * group, size = panels - g0 < group ? panels - g0 : group;
-      const int64_t r = t - g0 * qblocks, qb = r / size, p = g0 + r % size;
-      TV_PCONV_NAME(TV_VGEMM_MR)(blocked, cblocks, hp, wp, kh, kw, sh, sw, dh, dw, packed + p * k * TV_VGEMM_NR,
-                                 qb * TV_VGEMM_MR, pixels, p * TV_VGEMM_NR, o, ow, b + p * TV_VGEMM_NR, relu != 0, dst);
-    }
-    }
+    tv_team_run(chunks, threads, tv_pconv_chunk, &job);
   }
   free(blocked);
   return 0;
