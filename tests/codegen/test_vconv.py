@@ -7,6 +7,7 @@ the code generator builds (dynamic batch). The oracle is the reference op's NumP
 from __future__ import annotations
 
 import ctypes
+import os
 
 import numpy as np
 import pytest
@@ -103,6 +104,18 @@ def _padded(c, oh, ow, kh, kw, sh, sw, dh, dw, lanes):
 
 GUARD = 64
 
+# 1, 2, and more threads than this machine has cores (workers that are not scheduled leave their chunks to
+# the caller): the kernels split their tiles in chunks through tv_team_run (tv_team.h)
+THREADS = (1, 2, max(5, (os.cpu_count() or 1) + 1))
+
+
+def _same_bits(first, key, out, threads):
+    """Every thread count gives the bits of the first one (each output is computed by one tile)."""
+    if key not in first:
+        first[key] = out.copy()
+    else:
+        np.testing.assert_array_equal(out, first[key], err_msg=f"{threads} threads, case {key}")
+
 
 # (data shape, out channels, kernel, strides, dilation, padding (top, left, bottom, right))
 DIRECT = [
@@ -117,12 +130,14 @@ DIRECT = [
 @pytest.mark.parametrize("isa", ["avx2", "avx512", "portable"])
 def test_vector_convolutions_of_every_instance(isa, kernel_threads):
     """Each instance of the host description (16, 8 and 4 lanes; tiles of 6 or 14 channels) on strides,
-    dilation, asymmetric padding and every tail, with each tile epilogue, at 1 and 2 threads."""
+    dilation, asymmetric padding and every tail, with each tile epilogue, at 1, 2 and more threads than
+    cores; every thread count gives the same bits (each output is one tile's, whichever thread ran it)."""
     _, lanes, direct = _library(isa)
-    rng = np.random.default_rng(len(isa))
-    for threads in (1, 2):
+    first: dict = {}
+    for threads in THREADS:
         kernel_threads(threads)
-        for (n, c, h, w), o, (kh, kw), (sh, sw), (dh, dw), pad in DIRECT:
+        rng = np.random.default_rng(len(isa))
+        for case, ((n, c, h, w), o, (kh, kw), (sh, sw), (dh, dw), pad) in enumerate(DIRECT):
             x = rng.standard_normal((n, c, h, w)).astype(np.float32)
             weights = rng.standard_normal((o, c, kh, kw)).astype(np.float32)
             bias = rng.standard_normal(o).astype(np.float32)
@@ -142,6 +157,7 @@ def test_vector_convolutions_of_every_instance(isa, kernel_threads):
                 assert direct(dims.ctypes.data, x.ctypes.data, weights.ctypes.data, bias.ctypes.data,
                               padded.ctypes.data, out.ctypes.data) == 0
                 _close(out, expected)
+                _same_bits(first, (case, has_bias, relu, pool), out, threads)
                 assert np.isnan(padded[-GUARD:]).all()
 
 
@@ -162,13 +178,15 @@ DEPTHWISE = [
 def test_depthwise_convolutions_of_every_instance(isa, kernel_threads):
     """The depthwise kernel of each instance (4, 8 and 16 lanes) against NumPy: strides 1-3 (stride 2 runs
     the vector phase split of the padded copy), dilation, padding wider than the image, odd sizes, batch
-    2, outputs narrower than a vector, with and without the bias and relu, at 1 and 2 threads."""
+    2, outputs narrower than a vector, with and without the bias and relu, at 1, 2 and more threads than
+    cores (the same bits at every count: each chunk pads its planes into its own buffer)."""
     _library(isa)
     depthwise = _DEPTHWISE[isa]
-    rng = np.random.default_rng(7 + len(isa))
-    for threads in (1, 2):
+    first: dict = {}
+    for threads in THREADS:
         kernel_threads(threads)
-        for (n, c, h, w), (kh, kw), (sh, sw), (dh, dw), pad in DEPTHWISE:
+        rng = np.random.default_rng(7 + len(isa))
+        for case, ((n, c, h, w), (kh, kw), (sh, sw), (dh, dw), pad) in enumerate(DEPTHWISE):
             x = rng.standard_normal((n, c, h, w)).astype(np.float32)
             weights = rng.standard_normal((c, 1, kh, kw)).astype(np.float32)
             bias = rng.standard_normal(c).astype(np.float32)
@@ -183,6 +201,7 @@ def test_depthwise_convolutions_of_every_instance(isa, kernel_threads):
                 assert depthwise(dims.ctypes.data, x.ctypes.data, weights.ctypes.data, bias.ctypes.data,
                                  out.ctypes.data) == 0
                 _close(out, expected)
+                _same_bits(first, (case, has_bias, relu), out, threads)
 
 
 # (data shape, out channels, kernel, strides, dilation, padding (top, left, bottom, right))
@@ -200,8 +219,8 @@ def test_packed_convolutions_of_every_instance(isa, kernel_threads):
     """The packed convolution of each instance (panels of 8, 16 and 32 channels, tiles of 6 and 14 pixels)
     against NumPy over the weight packed by ``pack_conv_weight`` for that instance's panel width: channel
     counts that are not whole blocks, out channels that are not whole panels, pixel counts that are not
-    whole tiles, strides, dilation, asymmetric padding, batch 2, with and without bias and relu, at 1 and
-    2 threads."""
+    whole tiles, strides, dilation, asymmetric padding, batch 2, with and without bias and relu, at 1, 2
+    and more threads than cores (the same bits at every count)."""
     from tensorvm.op.nn import pack_conv_weight
 
     _library(isa)
@@ -209,10 +228,11 @@ def test_packed_convolutions_of_every_instance(isa, kernel_threads):
     host.set_host(isa)
     nr = host.gemm_params().nr
     host.set_host(None)
-    rng = np.random.default_rng(11 + len(isa))
-    for threads in (1, 2):
+    first: dict = {}
+    for threads in THREADS:
         kernel_threads(threads)
-        for (n, c, h, w), o, (kh, kw), (sh, sw), (dh, dw), pad in PACKED:
+        rng = np.random.default_rng(11 + len(isa))
+        for case, ((n, c, h, w), o, (kh, kw), (sh, sw), (dh, dw), pad) in enumerate(PACKED):
             x = rng.standard_normal((n, c, h, w)).astype(np.float32)
             weights = rng.standard_normal((o, c, kh, kw)).astype(np.float32)
             packed = pack_conv_weight(weights, nr)
@@ -228,6 +248,7 @@ def test_packed_convolutions_of_every_instance(isa, kernel_threads):
                 assert function(dims.ctypes.data, x.ctypes.data, packed.ctypes.data, bias.ctypes.data,
                                 out.ctypes.data) == 0
                 _close(out, expected)
+                _same_bits(first, (case, has_bias, relu), out, threads)
 
 
 def test_conv_weights_pack_and_unpack():
@@ -411,3 +432,59 @@ def test_direct_convolution_over_dynamic_image_sizes():
         out = np.full(want.shape, np.nan, np.float32)
         k(data, weights, bias, out)
         _close(out, want)
+
+
+def test_convolutions_run_in_team_chunks(kernel_threads):
+    """At 2 threads each image of the direct and packed kernels, and each depthwise call, is one job of
+    tv_team_run (tv_team.h) whose chunks (about 4 per thread) all run, on the caller or a worker, once."""
+    from tensorvm.op.nn import pack_conv_weight
+
+    library, lanes, direct = _library("portable")
+    if not build.find_toolchain().openmp:
+        pytest.skip("the pool is built with the kernels' threads (OpenMP toolchains)")
+    stats = library._cdll.tv_team_stats
+    stats.argtypes, stats.restype = [ctypes.c_void_p], ctypes.c_int32
+
+    def jobs_and_chunks():
+        out = np.zeros(4, np.int64)
+        assert stats(out.ctypes.data) == 0
+        return out[0], out[1] + out[2]
+
+    kernel_threads(2)
+    rng = np.random.default_rng(3)
+    # direct: 2 images of 16 x 32 x 32 outputs, far more tiles than 4 x 2 chunks
+    x = rng.standard_normal((2, 8, 32, 32)).astype(np.float32)
+    weights = rng.standard_normal((16, 8, 3, 3)).astype(np.float32)
+    bias = np.zeros(16, np.float32)
+    out = np.full((2, 16, 32, 32), np.nan, np.float32)
+    dims = np.array([2, 8, 32, 32, 16, 32, 32, 3, 3, 1, 1, 1, 1, 1, 1, 0, 0, 0], np.int64)
+    padded = _padded(8, 32, 32, 3, 3, 1, 1, 1, 1, lanes)
+    jobs, chunks = jobs_and_chunks()
+    assert direct(dims.ctypes.data, x.ctypes.data, weights.ctypes.data, bias.ctypes.data, padded.ctypes.data,
+                  out.ctypes.data) == 0
+    _close(out, _reference(x, weights, {"padding": [1, 1, 1, 1]}))
+    assert jobs_and_chunks() == (jobs + 2, chunks + 2 * 8)
+    # depthwise: 16 planes, one job of 8 chunks
+    x = rng.standard_normal((1, 16, 112, 112)).astype(np.float32)
+    weights = rng.standard_normal((16, 1, 3, 3)).astype(np.float32)
+    out = np.full((1, 16, 56, 56), np.nan, np.float32)
+    dims = np.array([1, 16, 112, 112, 56, 56, 3, 3, 2, 2, 1, 1, 1, 1, 0, 0], np.int64)
+    jobs, chunks = jobs_and_chunks()
+    assert _DEPTHWISE["portable"](dims.ctypes.data, x.ctypes.data, weights.ctypes.data, bias.ctypes.data,
+                                  out.ctypes.data) == 0
+    _close(out, _reference(x, weights, {"padding": [1, 1, 1, 1], "strides": [2, 2], "groups": 16}))
+    assert jobs_and_chunks() == (jobs + 1, chunks + 8)
+    # packed: one job per image, several chunks each
+    host.set_host("portable")
+    nr = host.gemm_params().nr
+    host.set_host(None)
+    x = rng.standard_normal((2, 64, 14, 14)).astype(np.float32)
+    weights = rng.standard_normal((64, 64, 3, 3)).astype(np.float32)
+    out = np.full((2, 64, 14, 14), np.nan, np.float32)
+    dims = np.array([2, 64, 14, 14, 64, 14, 14, 3, 3, 1, 1, 1, 1, 1, 1, 0, 0], np.int64)
+    jobs, chunks = jobs_and_chunks()
+    assert _PACKED["portable"](dims.ctypes.data, x.ctypes.data, pack_conv_weight(weights, nr).ctypes.data,
+                               bias.ctypes.data, out.ctypes.data) == 0
+    _close(out, _reference(x, weights, {"padding": [1, 1, 1, 1]}))
+    now_jobs, now_chunks = jobs_and_chunks()
+    assert now_jobs == jobs + 2 and now_chunks >= chunks + 2 * 2
