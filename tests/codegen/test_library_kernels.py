@@ -433,3 +433,61 @@ def test_library_kernels_on_drawn_shapes(fuzz_kernels, name, seed, dims):
     fuzz_kernels[name](*arrays, *outputs)
     for out, ref in zip(outputs, expected, strict=True):
         np.testing.assert_array_equal(out, ref)
+
+
+# ---- topk's partial selection (k of at most half the axis: quickselect, then a sort of the k best) -----
+
+SELECTION = {  # name: (dtype, axis, attrs); k is a run-time argument (dynamic k), every dim ?
+    "f32_desc": ("float32", 1, {"axis": 1}),
+    "f32_asc_axis0": ("float32", 0, {"axis": 0, "is_ascend": True}),
+    "f64_values": ("float64", 1, {"axis": -1, "ret_type": "values"}),
+    "i8_indices": ("int8", 1, {"axis": 1, "ret_type": "indices", "dtype": "int64"}),
+    "u16_asc": ("uint16", 0, {"axis": 0, "is_ascend": True}),
+}
+
+
+@pytest.fixture(scope="module")
+def selection_kernels():
+    prims = {}
+    for name, (dtype, _, attrs) in SELECTION.items():
+        params = [Var("x", TensorType((Any(), Any()), dtype)), Var("k", TensorType((), "int64"))]
+        prims[name] = Function(params, Call(Op("topk"), tuple(params), Attrs(attrs)), attrs={"Primitive": 1})
+    return build_fused_module(prims)[1]
+
+
+def _lines_of(kind: str, rng, n: int) -> np.ndarray:
+    """One line of n keys: few distinct values (ties), distinct, sorted, reversed, all equal, organ pipe."""
+    if kind == "ties":
+        return rng.integers(0, 5, n)
+    if kind == "distinct":
+        return rng.permutation(n)
+    if kind == "sorted":
+        return np.arange(n)
+    if kind == "reversed":
+        return np.arange(n)[::-1]
+    if kind == "equal":
+        return np.zeros(n, int)
+    return np.concatenate([np.arange(n // 2), np.arange(n - n // 2)[::-1]])  # organ pipe
+
+
+@pytest.mark.parametrize("kind", ["ties", "distinct", "sorted", "reversed", "equal", "pipe"])
+@pytest.mark.parametrize("name", sorted(SELECTION))
+def test_topk_selection_matches_the_stable_sort(selection_kernels, name, kind):
+    """Lines long enough for the partition (k from 1 to the whole axis, around half of it), ties in
+    the order of the stable sort, NaN and infinities among floats, against the NumPy kernel."""
+    dtype, axis, attrs = SELECTION[name]
+    rng = np.random.default_rng([ord(c) for c in name + kind])
+    for n in (17, 33, 200, 1000):
+        lines = np.stack([_lines_of(kind, rng, n) for _ in range(3)])
+        data = lines if axis == 1 else lines.T
+        data = (data if np.dtype(dtype).kind != "i" else data % 100 - 50).astype(dtype)
+        if np.dtype(dtype).kind == "f" and kind == "ties":
+            data.flat[rng.integers(0, data.size, 4)] = [np.nan, np.inf, -np.inf, np.nan]
+        data = np.ascontiguousarray(data)
+        for k in sorted({1, 2, 5, n // 4, n // 2 - 1, n // 2, n // 2 + 1, n - 1, n}):
+            arrays = [data, np.array(k, "int64")]
+            expected = _reference("topk", attrs, arrays)
+            outputs = [np.empty(e.shape, e.dtype) for e in expected]
+            selection_kernels[name](*arrays, *outputs)
+            for out, ref in zip(outputs, expected, strict=True):
+                np.testing.assert_array_equal(out, ref, err_msg=f"{name} {kind} n={n} k={k}")

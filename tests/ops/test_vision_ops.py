@@ -334,6 +334,27 @@ def test_all_class_nms_everywhere(output_format, max_out, iou_threshold, score_t
                             np.float32(score_threshold)], expected)
 
 
+@pytest.mark.parametrize("max_out,iou_threshold", [(-1, 0.3), (40, 0.1), (-1, 0.0), (-1, -0.5), (70, 1.0)])
+def test_all_class_nms_with_many_kept_boxes(max_out, iou_threshold):
+    """More kept boxes than one block of the C kernel's IoU loop (32), flipped corners, scores already
+    sorted (class 0), tied (class 1, rounded) and unsorted (class 2), a negative IoU threshold (a
+    disjoint box has IoU 0 > -0.5: suppressed)."""
+    rng = np.random.default_rng(11)
+    num_boxes = 150
+    corners = rng.uniform(0, 30, (1, num_boxes, 2))
+    boxes = np.concatenate([corners, corners + rng.uniform(-3, 3, (1, num_boxes, 2))], axis=2).astype("float32")
+    scores = rng.uniform(0, 1, (1, 3, num_boxes))
+    scores[0, 0] = np.sort(scores[0, 0])[::-1]
+    scores[0, 1] = np.round(scores[0, 1], 1)
+    scores = scores.astype("float32")
+    text = ("def @main(%b: Tensor[(?, ?, 4), float32], %s: Tensor[(?, 3, ?), float32], %m: Tensor[(1), int64], "
+            "%i: float32, %t: float32) {\n  vision.all_class_non_max_suppression(%b, %s, %m, %i, %t)\n}")
+    expected = all_class_oracle(boxes, scores, max_out, iou_threshold, 0.05)
+    assert expected[1][0] > 3 * 32 or iou_threshold <= 0 or max_out >= 0  # (several blocks of kept boxes)
+    check_everywhere(text, [boxes, scores, np.array([max_out], np.int64), np.float32(iou_threshold),
+                            np.float32(0.05)], expected)
+
+
 def test_all_class_nms_static_types():
     rel = get_op("vision.all_class_non_max_suppression").type_rel
     args = [TensorType((2, 10, 4), "float32"), TensorType((2, 3, 10), "float32"), TensorType((1,), "int64"),

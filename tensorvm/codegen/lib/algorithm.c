@@ -7,9 +7,11 @@
 
 /* Sorts each line of data (outer, n, inner) and writes its first k elements into values (outer, k,
    inner) and/or their positions along the axis into indices (of dtype index_dtype); either may be
-   NULL. A line is sorted as (key, position) pairs, stable in either direction: insertion-sorted runs
-   of 16, then a bottom-up merge sort (the pairs keep the keys next to their positions: no indirect
-   reads). */
+   NULL. A line is ordered as (key, position) pairs: by key in either direction, equal keys by
+   position (a stable sort's order, and a strict total order: any algorithm gives the same result).
+   A full line is sorted by insertion-sorted runs of 16, then a bottom-up merge sort (the pairs keep
+   the keys next to their positions: no indirect reads); a small k selects in one pass; a k of at most
+   half the line partitions first (quickselect) and sorts only the k best. */
 #ifndef TV_LIB_PARALLEL_WORK /* lines of this many elements in all are sorted in parallel (host.py: kernel_rules) */
 #define TV_LIB_PARALLEL_WORK (1 << 15)
 #endif
@@ -19,6 +21,11 @@
   static inline bool tv_lib_before_##S(T a, T b, bool ascending) {                                  \
     return ascending ? tv_lib_less_##S(a, b) : tv_lib_less_##S(b, a);                               \
   }                                                                                                 \
+  static inline bool tv_lib_pair_before_##S(const tv_lib_pair_##S* a, const tv_lib_pair_##S* b,     \
+                                            bool ascending) {                                       \
+    return tv_lib_before_##S(a->key, b->key, ascending) ||                                          \
+           (a->at < b->at && !tv_lib_before_##S(b->key, a->key, ascending));                        \
+  }                                                                                                 \
   static tv_lib_pair_##S* tv_lib_sort_line_##S(tv_lib_pair_##S* line, tv_lib_pair_##S* tmp, int64_t n, \
                                                bool ascending) {                                    \
     for (int64_t lo = 0; lo < n; lo += 16) {                                                        \
@@ -26,7 +33,7 @@
       for (int64_t i = lo + 1; i < hi; i++) {                                                       \
         const tv_lib_pair_##S p = line[i];                                                          \
         int64_t j = i;                                                                              \
-        for (; j > lo && tv_lib_before_##S(p.key, line[j - 1].key, ascending); j--) line[j] = line[j - 1]; \
+        for (; j > lo && tv_lib_pair_before_##S(&p, &line[j - 1], ascending); j--) line[j] = line[j - 1]; \
         line[j] = p;                                                                                \
       }                                                                                             \
     }                                                                                               \
@@ -36,7 +43,7 @@
         const int64_t hi = lo + 2 * width < n ? lo + 2 * width : n;                                 \
         int64_t a = lo, b = mid, k = lo;                                                            \
         while (a < mid && b < hi) /* the right run goes first only when strictly before */         \
-          tmp[k++] = tv_lib_before_##S(line[b].key, line[a].key, ascending) ? line[b++] : line[a++]; \
+          tmp[k++] = tv_lib_pair_before_##S(&line[b], &line[a], ascending) ? line[b++] : line[a++]; \
         while (a < mid) tmp[k++] = line[a++];                                                       \
         while (b < hi) tmp[k++] = line[b++];                                                        \
       }                                                                                             \
@@ -45,6 +52,38 @@
       tmp = swap;                                                                                   \
     }                                                                                               \
     return line;                                                                                    \
+  }                                                                                                 \
+  /* Moves the k first pairs of the line (in the pair order) to its front, in any order: quickselect \
+     with a median-of-three pivot. False after more rounds than a fair split needs by far (then the  \
+     line is sorted in full instead: no quadratic case). */                                         \
+  static bool tv_lib_partition_##S(tv_lib_pair_##S* line, int64_t n, int64_t k, bool ascending) {   \
+    int64_t lo = 0, hi = n, rounds = 16;                                                            \
+    for (int64_t m = n; m > 1; m /= 2) rounds += 2;                                                 \
+    while (hi - lo > 1) {                                                                           \
+      if (rounds-- == 0) return false;                                                              \
+      tv_lib_pair_##S* a = &line[lo];                                                               \
+      tv_lib_pair_##S* b = &line[lo + (hi - lo) / 2];                                               \
+      tv_lib_pair_##S* c = &line[hi - 1];                                                           \
+      tv_lib_pair_##S* median = tv_lib_pair_before_##S(a, b, ascending)                             \
+          ? (tv_lib_pair_before_##S(b, c, ascending) ? b : (tv_lib_pair_before_##S(a, c, ascending) ? c : a)) \
+          : (tv_lib_pair_before_##S(a, c, ascending) ? a : (tv_lib_pair_before_##S(b, c, ascending) ? c : b)); \
+      const tv_lib_pair_##S pivot = *median;                                                        \
+      *median = line[hi - 1];                                                                       \
+      int64_t at = lo;                                                                              \
+      for (int64_t j = lo; j < hi - 1; j++) {                                                       \
+        if (tv_lib_pair_before_##S(&line[j], &pivot, ascending)) {                                  \
+          const tv_lib_pair_##S t = line[j];                                                        \
+          line[j] = line[at];                                                                       \
+          line[at++] = t;                                                                           \
+        }                                                                                           \
+      }                                                                                             \
+      line[hi - 1] = line[at];                                                                      \
+      line[at] = pivot; /* in its final place: [lo, at) before it, (at, hi) after */                \
+      if (at == k - 1 || at == k) return true;                                                      \
+      if (at > k) hi = at;                                                                          \
+      else lo = at + 1;                                                                             \
+    }                                                                                               \
+    return true;                                                                                    \
   }                                                                                                 \
   /* The first k of a line in sorted order, for a small k: one pass keeping the best k in order (an  \
      element equal to one kept goes after it, so the earlier position wins, as in a stable sort). */ \
@@ -86,7 +125,16 @@
             pairs[j].key = data[(o * n + j) * inner + i];                                           \
             pairs[j].at = j;                                                                        \
           }                                                                                         \
-          sorted = tv_lib_sort_line_##S(pairs, pairs + n, n, ascending);                            \
+          int64_t m = n; /* the pairs to sort: the k best after a partition, else all */            \
+          if (2 * k <= n && tv_lib_partition_##S(pairs, n, k, ascending)) {                         \
+            m = k;                                                                                  \
+          } else if (2 * k <= n) { /* (the partition gave up: the line again, in position order) */ \
+            for (int64_t j = 0; j < n; j++) {                                                       \
+              pairs[j].key = data[(o * n + j) * inner + i];                                         \
+              pairs[j].at = j;                                                                      \
+            }                                                                                       \
+          }                                                                                         \
+          sorted = tv_lib_sort_line_##S(pairs, pairs + n, m, ascending);                            \
         }                                                                                           \
         for (int64_t j = 0; j < k; j++) {                                                           \
           const int64_t at = (o * k + j) * inner + i;                                               \

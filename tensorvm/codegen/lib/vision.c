@@ -55,6 +55,36 @@ static int tv_vision_by_score(const void* pa, const void* pb) {
   if (!na && a->score != b->score) return a->score > b->score ? -1 : 1;
   return (a->at > b->at) - (a->at < b->at);
 }
+/* Sorts candidates by tv_vision_by_score; one pass first, as they often come sorted (from a topk). */
+static void tv_vision_sort_scored(tv_vision_scored* order, int64_t n) {
+  int64_t j = 1;
+  while (j < n && tv_vision_by_score(&order[j - 1], &order[j]) < 0) j++;
+  if (j < n) qsort(order, (size_t)n, sizeof(tv_vision_scored), tv_vision_by_score);
+}
+
+/* Whether the box (x1, y1, x2, y2) overlaps one of n kept boxes with IoU > limit: tv_vision_iou(kept,
+   box) with the kept boxes' corners ordered once and stored as columns (left, top, right, bottom), in
+   the same arithmetic, so the loop vectorizes; blocks of 32 stop early at the first overlap. */
+static bool tv_vision_overlaps(const double* restrict left, const double* restrict top,
+                               const double* restrict right, const double* restrict bottom, int64_t n,
+                               const double* box, double limit) {
+  const double bl = box[0] < box[2] ? box[0] : box[2], br = box[0] < box[2] ? box[2] : box[0];
+  const double bt = box[1] < box[3] ? box[1] : box[3], bb = box[1] < box[3] ? box[3] : box[1];
+  for (int64_t start = 0; start < n; start += 32) {
+    const int64_t end = start + 32 < n ? start + 32 : n;
+    int hit = 0;
+    for (int64_t k = start; k < end; k++) {
+      const double al = left[k], ar = right[k], at = top[k], ab = bottom[k];
+      const double w = (ar < br ? ar : br) - (al > bl ? al : bl);
+      const double h = (ab < bb ? ab : bb) - (at > bt ? at : bt);
+      const double inter = (w > 0 ? w : 0) * (h > 0 ? h : 0);
+      const double u = (ar - al) * (ab - at) + (br - bl) * (bb - bt) - inter;
+      hit |= (u > 0 ? inter / u : 0.0) > limit;
+    }
+    if (hit) return true;
+  }
+  return false;
+}
 
 /* ---- get_valid_counts -------------------------------------------------------------------------- */
 
@@ -123,7 +153,7 @@ static int32_t tv_vision_nms(const void* data, int64_t dtype, int64_t batch, int
       order[j].score = tv_vision_load(data, (b * anchors + j) * elems + score_index, dtype);
       order[j].at = j;
     }
-    qsort(order, (size_t)n, sizeof(tv_vision_scored), tv_vision_by_score);
+    tv_vision_sort_scored(order, n);
     const int64_t nkeep = top_k > 0 && top_k < n ? top_k : n;
     int64_t num_kept = 0;
     for (int64_t j = 0; j < nkeep; j++) {
@@ -222,6 +252,7 @@ static int32_t tv_vision_all_class_nms(const void* boxes, int64_t dtype, const v
     free(kept_boxes);
     return TV_ERROR_OUT_OF_MEMORY;
   }
+  double *left = kept_boxes, *top = left + room, *right = top + room, *bottom = right + room;
   int64_t total = 0;
   for (int64_t b = 0; b < batch; b++) {
     int64_t in_batch = 0;
@@ -234,14 +265,16 @@ static int32_t tv_vision_all_class_nms(const void* boxes, int64_t dtype, const v
           order[n++].at = i;
         }
       }
-      qsort(order, (size_t)n, sizeof(tv_vision_scored), tv_vision_by_score);
+      tv_vision_sort_scored(order, n);
       int64_t kept = 0;
       for (int64_t j = 0; j < n && (max_out < 0 || kept < max_out); j++) {
-        double* box = kept_boxes + 4 * kept;
+        double box[4];
         for (int64_t k = 0; k < 4; k++) box[k] = tv_vision_load(boxes, (b * num_boxes + order[j].at) * 4 + k, dtype);
-        bool keep = true;
-        for (int64_t k = 0; k < kept && keep; k++) keep = !(tv_vision_iou(kept_boxes + 4 * k, box) > iou_limit);
-        if (!keep) continue;
+        if (tv_vision_overlaps(left, top, right, bottom, kept, box, iou_limit)) continue;
+        left[kept] = box[0] < box[2] ? box[0] : box[2];
+        right[kept] = box[0] < box[2] ? box[2] : box[0];
+        top[kept] = box[1] < box[3] ? box[1] : box[3];
+        bottom[kept] = box[1] < box[3] ? box[3] : box[1];
         kept++;
         if (tf) {  /* (at: the place in class-major order, a stable tie-break for the sort by score) */
           chosen[in_batch].score = order[j].score;
@@ -255,7 +288,7 @@ static int32_t tv_vision_all_class_nms(const void* boxes, int64_t dtype, const v
       }
     }
     if (tf) {
-      qsort(chosen, (size_t)in_batch, sizeof(tv_vision_scored), tv_vision_by_score);
+      tv_vision_sort_scored(chosen, in_batch);
       for (int64_t j = 0; j < per_batch; j++) {
         int64_t* row = indices + (b * per_batch + j) * 2;
         row[0] = j < in_batch ? chosen[j].at / num_boxes : 0;
