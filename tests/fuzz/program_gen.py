@@ -20,10 +20,18 @@ concatenate and split, reductions, dense, batch_matmul, conv2d, ``if`` on tensor
 loops as tail recursion (with a fixed or a growing accumulator), non-tail recursion, tuples, closures
 (called directly and through ``@map``), ADTs (``List`` through ``@map``/``@foldl``/``match``, ``Option``,
 ``Tree``) and value-dependent shapes (``argwhere``).
+
+Exactness: inputs are small integers, and every op but ``tanh``, ``sigmoid``, ``mean`` and a division by a
+value keeps float32 values exact dyadic numbers (a division by a power of two included), whose sums do
+not depend on the order of summation. Only exact values decide control flow or an integer result (an
+``if`` condition, ``argmax``, ``argwhere``): an inexact one (a sum whose exact value is 1.00000003 compared
+with 1) may legitimately take another branch on an executor that rounds differently. The generator
+tracks which names hold inexact values (``Generator.inexact``).
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 from hypothesis import strategies as st
@@ -163,6 +171,10 @@ class _Program:
 UNARY = ("negative", "abs", "nn.relu", "tanh", "sigmoid")
 BINARY = ("add", "subtract", "multiply", "maximum", "minimum")
 REDUCE = ("sum", "max", "min", "mean")
+# ops whose float32 result is rounded, so it depends on how an executor computes it (``add(abs(`` is the
+# denominator of a division by a value, see ``s_binary``)
+INEXACT_OPS = re.compile(r"\b(?:tanh|sigmoid|mean)\(|\badd\(abs\(")
+NAME = re.compile(r"[%@][A-Za-z_]\w*")
 MAX_ELEMENTS = 400  # a bound on a generated tensor's size for the largest draw of every variable
 
 
@@ -177,6 +189,30 @@ class Generator:
         self.prog = _Program()
         self.depth = 0
         self.in_global = False  # in a global function's body: no new parameters of @main
+        # names holding values that may be inexact: results of INEXACT_OPS, what is computed from them, and
+        # function parameters (their arguments are not known while the body is built)
+        self.inexact: set[str] = set()
+
+    def is_inexact(self, text: str, params: tuple = ()) -> bool:
+        """Whether ``text`` computes an inexact value: it uses an inexact op or names an inexact value
+        (other than ``params``)."""
+        return bool(INEXACT_OPS.search(text)) or any(n in self.inexact and n not in params
+                                                     for n in NAME.findall(text))
+
+    def note(self, name: str, text: str, params: tuple = ()) -> None:
+        """Record whether ``name``, defined by ``text``, holds an inexact value."""
+        if self.is_inexact(text, params):
+            self.inexact.add(name)
+
+    def add_global(self, name: str, text: str) -> None:
+        """A global function: inexact when its body uses an inexact op (it names only its parameters and
+        locals, so a call is exact when the function and the arguments are)."""
+        self.prog.globals.append(text)
+        if INEXACT_OPS.search(text):
+            self.inexact.add(name)
+
+    def exact(self, t: Tensor) -> bool:
+        return t.expr not in self.inexact
 
     # --- helpers ---
     def choice(self, seq):
@@ -217,6 +253,7 @@ class Generator:
     def bind(self, lines: list, scope: _Scope, expr: str, shape: tuple, dtype: str = "float32") -> Tensor:
         name = self.fresh()
         lines.append(f"let {name} = {expr};")
+        self.note(name, expr)
         t = Tensor(name, tuple(shape), dtype)
         if dtype == "float32":
             scope.own.append(t)
@@ -331,7 +368,9 @@ class Generator:
         shape = a.shape if broadcasts_into(b.shape, a.shape) else b.shape
         op = self.choice(BINARY + ("divide",))
         x, y = (a.expr, b.expr) if self.chance() else (b.expr, a.expr)
-        if op == "divide":  # a denominator of at least 1: no inf or NaN
+        if op == "divide" and self.chance():  # by a power of two: the result stays exact
+            return self.bind(lines, scope, f"divide({a.expr}, {self.choice(('2f', '4f', '0.5f'))})", a.shape)
+        if op == "divide":  # a denominator of at least 1: no inf or NaN (inexact: see INEXACT_OPS)
             return self.bind(lines, scope, f"divide({x}, add(abs({y}), 1f))", shape)
         return self.bind(lines, scope, f"{op}({x}, {y})", shape)
 
@@ -469,10 +508,11 @@ class Generator:
         return self.bind(lines, scope, f"{tup.expr}.{i}", t.shape[:axis] + (Dim.const(size),) + t.shape[axis + 1:])
 
     def s_reduce(self, lines, scope):
-        t = self.pick(scope, lambda u: u.rank >= 1)
+        op = self.choice(REDUCE + ("argmax",))
+        # argmax decides an integer: only of an exact value (else near-ties may pick another index)
+        t = self.pick(scope, lambda u: u.rank >= 1 and (op != "argmax" or self.exact(u)))
         if t is None:
             return None
-        op = self.choice(REDUCE + ("argmax",))
         if self.may_be_empty(t.shape):  # max, min, mean and argmax of nothing are errors or NaN
             op = "sum"
         if op == "argmax":
@@ -543,11 +583,11 @@ class Generator:
             return None
         axis = self.draw(st.integers(0, t.rank - 1))
         stop = f'cast(take(shape_of({t.expr}), {axis}), dtype="float32")'
-        r = self.bind(lines, scope, f"arange(0f, {stop}, 1f)", (t.shape[axis],))
+        r = self.bind(lines, scope, f"arange(0f, {stop}, 1f, dtype=\"float32\")", (t.shape[axis],))
         return r
 
     def s_argwhere(self, lines, scope):
-        t = self.pick(scope, lambda u: 1 <= u.rank <= 3)
+        t = self.pick(scope, lambda u: 1 <= u.rank <= 3 and self.exact(u))  # its shape depends on signs
         if t is None:
             return None
         cond = self.choice(("greater", "less_equal"))
@@ -578,6 +618,8 @@ class Generator:
         if t.rank and self.chance(0.3):
             axis = self.draw(st.integers(0, t.rank - 1))
             return f"less(take(shape_of({t.expr}), {axis}), 3)"  # a shape condition
+        t = self.pick(scope, self.exact)  # a tensor condition: of an exact value (@main's parameters are)
+        assert t is not None, "a condition needs an exact value in scope"
         return f"greater(sum({t.expr}), {self.choice(('0f', '1f', '-2f'))})"
 
     def s_if(self, lines, scope):
@@ -600,6 +642,7 @@ class Generator:
         s = _Scope()
         for name, shape in params:
             s.own.append(Tensor(name, shape))
+            self.inexact.add(name)
         return s
 
     def s_loop(self, lines, scope):
@@ -612,7 +655,7 @@ class Generator:
         self.depth, self.in_global = 2, True
         bindings, step = self.block_parts(body_scope, acc.shape, "    ", min_stmts=1)
         self.depth, self.in_global = saved
-        self.prog.globals.append(
+        self.add_global(name,
             f"def {name}(%i: int32, %acc: {self.type_of(acc.shape)}, %n: int32, %k: {self.type_of(extra.shape)}) {{\n"
             f"  if (less(%i, %n)) {{\n{bindings}"
             f"    {name}(add(%i, 1), {step}, %n, %k)\n"
@@ -629,7 +672,7 @@ class Generator:
         shape = acc.shape
         dyn = (Dim.var(10_000),) + shape[1:]  # a placeholder dim for the body's text
         ty = self.type_of(dyn)
-        self.prog.globals.append(
+        self.add_global(name,
             f"def {name}(%i: int32, %acc: {ty}, %n: int32) -> {ty} {{\n"
             f"  if (less(%i, %n)) {{\n"
             f"    let %row = {self.choice(('negative', 'nn.relu', 'abs'))}(strided_slice(%acc, begin=[0], end=[1], axes=[0]));\n"
@@ -649,7 +692,7 @@ class Generator:
             return None
         name = f"@fill{len(self.prog.globals)}"
         ty = self.type_of(src.shape)
-        self.prog.globals.append(
+        self.add_global(name,
             f"def {name}(%i: int32, %buf: {ty}, %src: {ty}) -> {ty} {{\n"
             f"  if (less(%i, cast(take(shape_of(%buf), 0), dtype=\"int32\"))) {{\n"
             f"    let %row = {self.choice(('negative', 'nn.relu', 'abs'))}(take(%src, %i, axis=0, mode=\"clip\"));\n"
@@ -669,7 +712,7 @@ class Generator:
         h = self.block(self.function_scope([("%x", x.shape), ("%r", x.shape)]), x.shape, "    ")
         self.depth, self.in_global = saved
         ty = self.type_of(x.shape)
-        self.prog.globals.append(
+        self.add_global(name,
             f"def {name}(%i: int32, %x: {ty}) -> {ty} {{\n"
             f"  if (equal(%i, 0)) {{\n    %x\n  }} else {{\n{g_lines}"
             f"    let %r = {name}(subtract(%i, 1), {g_val});\n{h}\n  }}\n}}")
@@ -682,6 +725,7 @@ class Generator:
         pname = self.fresh("a")
         inner = _Scope(scope)
         inner.own.append(Tensor(pname, shape))
+        self.inexact.add(pname)  # the arguments are not known here
         saved, self.depth = self.depth, 2
         body_lines: list[str] = []
         for _ in range(self.draw(st.integers(0, 1))):
@@ -689,6 +733,8 @@ class Generator:
         result = self.to_shape(body_lines, _only(inner, pname, shape), shape)
         self.depth = saved
         body = "\n".join("  " + s for s in body_lines + [result.expr])
+        local = tuple(NAME.findall(" ".join(line.split("=")[0] for line in body_lines if line.startswith("let "))))
+        self.note(name, body, params=(pname,) + local)  # inexact ops or captured inexact values
         return name, f"let {name} = fn ({pname}: {self.type_of(shape)}) {{\n{body}\n}};"
 
     def s_closure(self, lines, scope):
@@ -708,6 +754,7 @@ class Generator:
             text = f"Cons({item}, {text})"
         name = self.fresh("l")
         lines.append(f"let {name} = {text};")
+        self.note(name, text)
         return name
 
     def s_list(self, lines, scope):
@@ -719,6 +766,7 @@ class Generator:
             lines.append(text)
             mapped = self.fresh("l")
             lines.append(f"let {mapped} = @map({fname}, {lst});")
+            self.note(mapped, f"{fname} {lst}")
             lst = mapped
         if form in ("map_fold", "fold"):
             op = self.choice(("add", "maximum", "subtract"))
