@@ -128,6 +128,9 @@ def build_dynamic(mod, name: str, params: dict | None = None, opt_level: int = 3
     library = exe.c_library
     if library is None or library.native is None or not library.native.source:
         raise UnsupportedError("AOT dynamic: the program's kernel library has no native functions")
+    if library.native.callbacks:  # (native mode calls these in Python; this library has no Python)
+        raise UnsupportedError("AOT dynamic: the library runs without Python, and the program needs it for "
+                               + "; ".join(f"PackedFunc[{p}]: {why}" for p, why in sorted(library.native.callbacks.items())))
     return _Emitter(exe, mod, name).run()
 
 

@@ -121,6 +121,8 @@ class CLibrary:
             "product_pool": _pool_stats(self.library_path) if self.library_path else None,
             # exec_mode="native": bytes of the generated C of the VM functions (part of the library)
             "native_source_bytes": len(self.native.source) if self.native is not None else None,
+            # exec_mode="native": primitives its C calls back into Python for (PackedFunc index -> why)
+            "native_python_callbacks": dict(sorted(self.native.callbacks.items())) if self.native is not None else None,
         }
 
 
@@ -277,7 +279,7 @@ def _plan_funcs(plan) -> list:
 def _native_parts(exe, plans: dict, shape_specs: dict, aliases: dict) -> tuple:
     """The native translation unit of ``exe`` over these kernels and shape functions (a primitive sharing
     another's signature calls that one's kernel), and its ``NativeLibrary`` (filled in by ``_compile``)."""
-    from .native_emit import NativeKernel, emit_program
+    from .native_emit import NativeKernel, emit_program, python_primitives
     from .native_mode import NativeLibrary
 
     kernels, shape_funcs, constants = {}, {}, []
@@ -291,7 +293,7 @@ def _native_parts(exe, plans: dict, shape_specs: dict, aliases: dict) -> tuple:
         elif info.kind == "shape_func" and info.name in shape_specs:
             shape_funcs[p] = shape_specs[info.name]
     source = emit_program(exe, kernels, shape_funcs)
-    return source, NativeLibrary(tuple(constants), kernels, source)
+    return source, NativeLibrary(tuple(constants), kernels, source, python_primitives(exe, kernels, shape_funcs))
 
 
 def _compile(library: CLibrary, plans: dict, emitted: dict, shape_specs: dict, native_source: str = "") -> None:

@@ -7,7 +7,10 @@ the runtime (``native/tv_runtime.c``), one checked wrapper per kernel and per C 
 bytecode calls, one C function per VM function and the entry point ``tvn_invoke``.
 
 Invariant: the C does what the bytecode VM does for every instruction it emits, or fails with the
-error the VM raises for the same fault; nothing falls back to Python inside a native call.
+error the VM raises for the same fault. A primitive with no C function (a NumPy kernel, a Python shape
+function, the cases a C shape function leaves to Python) is called through the host's callback
+(``tv_ctx.callback``: under Python the bridge calls the bytecode VM's callable for it; the standalone AOT
+library has none and refuses such programs, ``python_primitives``).
 
 Registers are C locals: ``r<n>`` (``tv_obj*``, owning one reference) or, for registers written only by
 ``GetTag``/``LoadConsti`` (and ``Move``s of them), ``i<n>`` (``int64_t``). Control flow is ``goto``
@@ -24,7 +27,7 @@ from ..errors import UnsupportedError
 from . import bytecode as bc
 from .native_mode import RUNTIME_SOURCE, native_header, runtime_text
 
-__all__ = ["check_program", "emit_program", "NativeKernel", "RUNTIME_SOURCE", "runtime_text"]
+__all__ = ["check_program", "emit_program", "python_primitives", "NativeKernel", "RUNTIME_SOURCE", "runtime_text"]
 
 HELPERS_SOURCE = "tv_native.c"
 
@@ -48,30 +51,29 @@ def _where(fn, pc, ins) -> str:
 
 
 def _int_registers(fn: bc.VMFunction) -> set:
-    """Registers holding C integers: written only by GetTag/LoadConsti or Moves of such registers.
-    A register also written otherwise is refused (the C types of its values would differ)."""
+    """Registers holding C integers: written only by GetTag/LoadConsti (or Moves of such registers, or
+    killed) and read only where the emitter takes a C integer (``_int_operand_ok``). Any other register an
+    integer is written to is a value register: the integer is boxed as a 0-d int64 tensor (``tvn_box_int``),
+    which every reader takes as the bytecode VM takes its Python int."""
     writers: dict = {}
-    for pc, ins in enumerate(fn.instructions):
+    for ins in fn.instructions:
         for reg in ins.writes():
-            writers.setdefault(reg, []).append((pc, ins))
-    ints = {r for r, ws in writers.items() if any(isinstance(i, _INT_WRITERS) for _, i in ws)}
+            writers.setdefault(reg, []).append(ins)
+    ints = {r for r, ws in writers.items()
+            if r >= len(fn.params) and any(isinstance(i, _INT_WRITERS) for i in ws)
+            and all(isinstance(i, (*_INT_WRITERS, bc.Move, bc.KillRegister)) for i in ws)}
     changed = True
-    while changed:
+    while changed:  # (to the fixed point: dropping one register may drop those moved from or to it)
         changed = False
-        for r, ws in writers.items():
-            if r not in ints and any(isinstance(i, bc.Move) and i.src in ints for _, i in ws):
-                ints.add(r)
+        for r in sorted(ints):
+            if any(isinstance(i, bc.Move) and i.src not in ints for i in writers[r]):
+                ints.discard(r)
                 changed = True
-    for r in ints:
-        if r < len(fn.params):
-            raise UnsupportedError(f"native mode: parameter register ${r} of {fn.name!r} is also written as an "
-                                   f"integer")
-        for pc, ins in writers[r]:
-            if isinstance(ins, _INT_WRITERS) or (isinstance(ins, bc.Move) and ins.src in ints) \
-                    or isinstance(ins, bc.KillRegister):
-                continue
-            raise UnsupportedError(f"native mode: register ${r} holds both integers and values "
-                                   f"({_where(fn, pc, ins)})")
+        for ins in fn.instructions:
+            for reg in set(ins.reads()) & ints:
+                if not _int_operand_ok(ins, reg):
+                    ints.discard(reg)
+                    changed = True
     return ints
 
 
@@ -87,24 +89,16 @@ def _int_operand_ok(ins, reg) -> bool:
 
 
 def check_program(exe) -> None:
-    """``UnsupportedError`` for the first instruction or case the native emitter does not translate."""
+    """``UnsupportedError`` for what the native emitter does not translate (docs/native_mode.md says why)."""
     if exe.target != "c":
         raise UnsupportedError(f"exec_mode='native' needs target 'c' (the VM functions become C in the kernel "
                                f"library); got target {exe.target!r}")
     for fn in exe.functions:
-        ints = _int_registers(fn)
         for pc, ins in enumerate(fn.instructions):
             if ins.opcode not in _SUPPORTED:
                 raise UnsupportedError(f"native mode does not support {ins.name} yet ({_where(fn, pc, ins)})")
             if isinstance(ins, bc.AllocStorage) and ins.alignment > 64:
                 raise UnsupportedError(f"native mode: alignment {ins.alignment} > 64 ({_where(fn, pc, ins)})")
-            for reg in ins.reads():
-                if reg in ints and not _int_operand_ok(ins, reg):
-                    raise UnsupportedError(f"native mode: integer register ${reg} used as a value "
-                                           f"({_where(fn, pc, ins)})")
-            if isinstance(ins, bc.Move) and (ins.src in ints) != (ins.dst in ints):
-                raise UnsupportedError(f"native mode: a move between an integer and a value register "
-                                       f"({_where(fn, pc, ins)})")
 
 
 # --- emission ---------------------------------------------------------------------------------------
@@ -135,15 +129,16 @@ def emit_program(exe, kernels: dict, shape_funcs: dict) -> str:
     used = sorted({ins.packed_index for fn in exe.functions for ins in fn.instructions
                    if isinstance(ins, bc.InvokePacked)})
     for p in used:
-        info = exe.primitives[p]
         if p in kernels:
             out.append(_kernel_wrapper(p, kernels[p], C_TYPES))
         elif p in shape_funcs:
             out.append(_shape_wrapper(p, shape_funcs[p]))
+        elif exe.primitives[p].kind == "shape_func":
+            out.append(f"static int32_t tvn_s{p}(tv_ctx* ctx, tv_obj* const* a, int32_t n, int32_t fidx, int32_t pc, "
+                       f"uint64_t of_tensor) {{\n  return tvn_callback(ctx, a, n, fidx, pc, {p}, of_tensor);\n}}")
         else:
-            what = "shape function" if info.kind == "shape_func" else "kernel"
-            raise UnsupportedError(f"native mode: the {what} {info.name!r} has no C function (it runs in Python "
-                                   f"in the other modes; see exe.stats())")
+            out.append(f"static int32_t tvn_k{p}(tv_ctx* ctx, tv_obj* const* a, int32_t n, int32_t fidx, int32_t pc) "
+                       f"{{\n  return tvn_callback(ctx, a, n, fidx, pc, {p}, 0);\n}}")
     for i, fn in enumerate(exe.functions):
         out.append(_FunctionEmitter(exe, i, fn, shape_funcs).emit())
     out.append(f"""
@@ -157,6 +152,25 @@ __attribute__((visibility("default"))) int32_t tvn_invoke(tv_ctx* ctx, int32_t i
 }}
 """)
     return "\n".join(out)
+
+
+def python_primitives(exe, kernels: dict, shape_funcs: dict) -> dict:
+    """Packed index -> why native code calls that primitive's Python callable (the bytecode VM's) through
+    the bridge's callback: it has no C function, or its C shape function leaves some cases to Python. (A C
+    shape function's failures also run the Python one, which raises the bytecode VM's precise error; that
+    path exists only under Python and is not listed.)"""
+    used = sorted({ins.packed_index for fn in exe.functions for ins in fn.instructions
+                   if isinstance(ins, bc.InvokePacked)})
+    out = {}
+    for p in used:
+        info = exe.primitives[p]
+        if info.kind == "kernel" and p not in kernels:
+            out[p] = f"kernel {info.name} has no C function (it runs on NumPy)"
+        elif info.kind == "shape_func" and p not in shape_funcs:
+            out[p] = f"shape function {info.name} has no C version (a Python shape function)"
+        elif info.kind == "shape_func" and shape_funcs[p].deferred:
+            out[p] = f"the C shape function {info.name} leaves some cases to its Python shape function"
+    return out
 
 
 def _kernel_wrapper(p: int, kernel: NativeKernel, c_types: dict) -> str:
@@ -266,8 +280,6 @@ def _shape_wrapper(p: int, spec) -> str:
     """``tvn_s<p>``: a C shape function called as the VM calls shape functions (DPS: inputs are tensors
     read by data or int64 shape tensors, outputs int64 shape tensors). Bit ``i`` of ``of_tensor`` says
     input ``i`` is a tensor whose dims are the shape (a ``ShapeOf`` not made, ``_shape_of_registers``)."""
-    if spec.deferred:
-        raise UnsupportedError(f"native mode: the C shape function of {spec.label} defers some cases to Python")
     nin, nout = len(spec.flat_is_input), len(spec.out_ranks)
     lines = []
     for i, (by_data, rank, dtype) in enumerate(zip(spec.flat_is_input, spec.in_ranks, spec.in_dtypes)):
@@ -302,7 +314,6 @@ static int32_t tvn_s{p}(tv_ctx* ctx, tv_obj* const* a, int32_t n, int32_t fidx, 
   const int64_t* shapes[{max(nin, 1)}];
   const void* data[{max(nin, 1)}];
   int64_t* out[{max(nout, 1)}];
-  (void)of_tensor;
   /* (of_tensor names arguments: they are the flattened values only when no argument is a tuple) */
   if (tvn_flatten(a, n, t, {nin + nout}) != {nin + nout} || (of_tensor != 0 && n != {nin + nout}))
     return tvn_count_error(ctx, fidx, pc, {p}, {nin + nout});
@@ -311,6 +322,8 @@ static int32_t tvn_s{p}(tv_ctx* ctx, tv_obj* const* a, int32_t n, int32_t fidx, 
   if (__builtin_expect(ctx->profile == NULL, 1)) code = {spec.name}(shapes, data, out);
   else {{ const int64_t start = tvn_now(); code = {spec.name}(shapes, data, out); tvn_profile_add(ctx, {p}, start); }}
   if (code != 0) {{
+    /* under Python: the Python shape function answers a deferred case or raises the bytecode VM's error */
+    if (ctx->callback != NULL) return tvn_callback(ctx, a, n, fidx, pc, {p}, of_tensor);
     const int32_t k = code - 2000;
     tv_error_set(ctx, TV_ERR_SHAPE_FUNC, fidx, pc, "%s", (k >= 0 && k < {nmsg}) ? {spec.name}_messages[k] : "unknown error");
     ctx->error.packed = {p};
@@ -372,6 +385,10 @@ class _FunctionEmitter:
     def _fail(self, pc: int, kind: str, message: str) -> str:
         return f"{{ rc = tv_error_set(ctx, {kind}, {self.index}, {pc}, \"%s\", {_c_string(message)}); goto tv_exit; }}"
 
+    def _box(self, pc: int, value: str, dst: int) -> str:
+        """Value register ``dst`` takes the integer ``value`` (a 0-d int64 tensor: ``_int_registers``)."""
+        return self._check(f"tvn_box_int(ctx, {value}, &r{dst}, {self.index}, {pc})")
+
     def _check(self, call: str) -> str:
         return f"if ((rc = {call}) != 0) goto tv_exit;"
 
@@ -394,6 +411,8 @@ class _FunctionEmitter:
         if op == O.Move:
             if ins.dst in self.ints:
                 return f"i{ins.dst} = i{ins.src};"
+            if ins.src in self.ints:
+                return self._box(pc, f"i{ins.src}", ins.dst)
             return f"tv_incref(r{ins.src}); " + self._set(ins.dst, f"r{ins.src}")
         if op == O.Ret:
             return f"*ret = r{ins.result}; tv_incref(r{ins.result}); rc = 0; goto tv_exit;"
@@ -403,6 +422,8 @@ class _FunctionEmitter:
                 return f"i{ins.dst} = INT64_C({value});"
             return f"tv_incref(ctx->constants[{ins.const_index}]); " + self._set(ins.dst, f"ctx->constants[{ins.const_index}]")
         if op == O.LoadConsti:
+            if ins.dst not in self.ints:
+                return self._box(pc, f"INT64_C({int(ins.value)})", ins.dst)
             return f"i{ins.dst} = INT64_C({int(ins.value)});"
         if op == O.KillRegister:
             return "" if ins.dst in self.ints else f"tv_decref(r{ins.dst}); r{ins.dst} = NULL;"
@@ -472,7 +493,8 @@ class _FunctionEmitter:
         if op == O.GetTag:
             return (f"if (r{ins.object} == NULL || r{ins.object}->kind != TV_KIND_ADT) "
                     + self._fail(pc, "TV_ERR_EXEC", "get_tag: expected an ADT or tuple value")
-                    + f"\n  i{ins.dst} = ((const tv_adt*)r{ins.object})->tag;")
+                    + "\n  " + (f"i{ins.dst} = ((const tv_adt*)r{ins.object})->tag;" if ins.dst in self.ints
+                                 else self._box(pc, f"((const tv_adt*)r{ins.object})->tag", ins.dst)))
         if op == O.GetField:
             return self._check(f"tvn_get_field(ctx, r{ins.object}, {ins.field_index}, &r{ins.dst}, {f}, {pc})")
         if op == O.Invoke:

@@ -41,7 +41,7 @@ _MODULE: list = []
 _PROFILING = threading.local()  # .current: (NativeLibrary, rows) while this thread runs a profiled call
 
 # error kinds of tv_runtime.h
-_ERR_EXEC, _ERR_SHAPE, _ERR_KERNEL, _ERR_SHAPE_FUNC, _ERR_DEPTH = 1, 2, 3, 4, 5
+_ERR_EXEC, _ERR_SHAPE, _ERR_KERNEL, _ERR_SHAPE_FUNC, _ERR_DEPTH, _ERR_PYTHON = 1, 2, 3, 4, 5, 6
 
 
 class StackExhausted(ExecutionError):
@@ -79,10 +79,12 @@ class NativeLibrary:
     ``invoke_address`` and ``kernel_functions`` (packed index -> ``KernelFunction``: its error table);
     ``source`` is the generated translation unit."""
 
-    def __init__(self, constants: tuple, kernels: dict, source: str = ""):
+    def __init__(self, constants: tuple, kernels: dict, source: str = "", callbacks: dict | None = None):
         self.constants = constants
         self.kernels = kernels
         self.source = source
+        # packed index -> why the native code calls that primitive's Python callable (native_emit.python_primitives)
+        self.callbacks = dict(callbacks or {})
         self.invoke_address = None
         self.kernel_functions: dict = {}
         self.profile_swap = None  # tvn_profile_swap (ctypes): sets this thread's profile buffer
@@ -138,12 +140,17 @@ def prebuilt_native(exe, cdll, c_source: str, abi, checked: dict) -> NativeLibra
     native part was generated from ``exe``'s program): the kernels' constants in the order the emitter
     gave them (packed index order, each kernel's after the executable's), the entry point and the kernels'
     error tables (``checked``: kernel name -> ``CheckedKernel``)."""
-    constants, functions = [], {}
+    from .native_emit import python_primitives
+
+    constants, functions, shape_specs = [], {}, {}
     for p, info in enumerate(exe.primitives):
         if info.kind == "kernel":
             constants.extend(abi.kernels[info.source].constants)
             functions[p] = checked[info.source]
-    native = NativeLibrary(tuple(constants), {}, native_source_of(exe, c_source) or "")
+        else:
+            shape_specs[p] = abi.shape_funcs[info.name]
+    native = NativeLibrary(tuple(constants), {}, native_source_of(exe, c_source) or "",
+                           python_primitives(exe, functions, shape_specs))
     native.attach_library(cdll)
     native.kernel_functions = functions
     return native
@@ -221,8 +228,9 @@ def runtime_for(exe, vm, limit_bytes: int | None = None):
         return native_error(exe, native, kind, func, pc, packed, code, message)
 
     constants = tuple(exe.constants) + tuple(np.asarray(c, order="C") for c in native.constants)  # (0-d stays 0-d)
+    # (the callables the bytecode VM calls, by packed index: the C calls back those without C functions)
     return bridge_module().Runtime(native.invoke_address, constants, -1 if limit_bytes is None else limit_bytes,
-                                   MAX_DEPTH, ADT, make_closure, on_error)
+                                   MAX_DEPTH, ADT, make_closure, on_error, tuple(exe.kernels))
 
 
 #: Spec nodes one executable's parameter types may take (a polymorphically recursive ADT would not end).
@@ -349,6 +357,14 @@ def native_error(exe, native, kind, func, pc, packed, code, message) -> Exceptio
 
             runtime = code in RUNTIME_ERRORS
         return (ExecutionError if runtime else ShapeError)(f"{name}: {text}{where}")
+    if kind == _ERR_PYTHON:  # (message: the exception the primitive's Python callable raised)
+        from .vm import located_error
+
+        if not (0 <= func < len(exe.functions)) or not isinstance(message, BaseException):
+            return ExecutionError(f"a Python callback failed: {message}{where}")
+        located = located_error(message, fn.name, pc, ins)
+        located.__cause__ = message  # (as the bytecode VM's ``raise ... from err``)
+        return located
     if kind == _ERR_SHAPE_FUNC:
         label = exe.primitives[packed].name if 0 <= packed < len(exe.primitives) else "?"
         return ShapeError(f"{message} (shape function {label}){where}")

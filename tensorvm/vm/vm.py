@@ -827,8 +827,10 @@ class VirtualMachine:
         the code they ran (``generic``, or a body ``specialized`` to its argument shapes), where specialized
         bodies run (``"compiled code"`` or ``"dispatch loop"``), where calls run while an instrument callback
         is set (native mode: the dispatch loop, calling the same C kernels) and how many shapes are
-        specialized now."""
-        return {"exec_mode": self._exec_mode, "calls": dict(self._calls),
+        specialized now; native mode: ``python_callbacks``, the calls its C made back into Python (primitives
+        without C functions: ``exe.stats()["kernel_library"]["native_python_callbacks"]`` lists them)."""
+        extra = {"python_callbacks": self._native_rt.python_calls()} if self._native_rt is not None else {}
+        return {"exec_mode": self._exec_mode, "calls": dict(self._calls), **extra,
                 "specialized_runs_in": {"compiled": "compiled code", "native": "nowhere (native code)"}.get(
                     self._exec_mode, "dispatch loop"),
                 "instrumented_runs_in": "compiled code" if self._exec_mode == "compiled" else "dispatch loop",

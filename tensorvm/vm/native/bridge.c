@@ -113,6 +113,10 @@ typedef struct {
   tv_storage** deferred;
   Py_ssize_t ndeferred, cap_deferred;
   int64_t stats_at_call[7]; /* the pool's counters when the running call began (stats() while busy) */
+  /* primitives without C functions: the native code calls back (python_callback) */
+  PyObject* callbacks;     /* tuple: the bytecode VM's callable per packed index (exe.kernels) */
+  PyObject* py_error;      /* the exception the last failed callback raised (until the call reports it) */
+  int64_t python_calls;    /* callbacks made */
 } Runtime;
 
 /* Drops a result array's reference to storage: now, or after the running call of runtime. */
@@ -280,6 +284,53 @@ static PyObject* tensor_to_array(Runtime* rt, tv_tensor* t) {
   return arr;
 }
 
+/* ctx->callback: primitive `packed` run by its Python callable (the one the bytecode VM calls), with the GIL
+   taken back for it. The tensors go in as arrays over their data, no copies (the outputs are written in
+   place: destination passing, as the VM calls kernels); an input standing for its shape (of_tensor) as an
+   int64 array of its dims. A Python exception is kept for the call's error report (TV_ERR_PYTHON). */
+static int32_t python_callback(tv_ctx* ctx, int32_t packed, tv_tensor* const* t, int32_t n, uint64_t of_tensor) {
+  Runtime* rt = (Runtime*)(void*)((char*)ctx - offsetof(Runtime, ctx));
+  const PyGILState_STATE gil = PyGILState_Ensure();
+  rt->python_calls += 1;
+  int32_t rc = 0;
+  PyObject* args = PyTuple_New(n);
+  if (args == NULL) rc = 1;
+  for (int32_t i = 0; rc == 0 && i < n; ++i) {
+    PyObject* v;
+    if (i < 64 && (of_tensor >> i & 1)) {
+      npy_intp rank = t[i]->ndim;
+      v = PyArray_SimpleNew(1, &rank, NPY_INT64);
+      if (v != NULL) memcpy(PyArray_DATA((PyArrayObject*)v), t[i]->shape, sizeof(int64_t) * (size_t)rank);
+    } else {
+      v = tensor_to_array(rt, t[i]);
+    }
+    if (v == NULL) { rc = 1; break; }
+    PyTuple_SET_ITEM(args, i, v);
+  }
+  if (rc == 0) {
+    if (packed < 0 || packed >= PyTuple_GET_SIZE(rt->callbacks)) {
+      PyErr_Format(PyExc_IndexError, "native mode: no Python callable for PackedFunc[%d]", (int)packed);
+      rc = 1;
+    } else {
+      PyObject* r = PyObject_Call(PyTuple_GET_ITEM(rt->callbacks, packed), args, NULL);
+      if (r == NULL) rc = 1;
+      Py_XDECREF(r);
+    }
+  }
+  Py_XDECREF(args); /* (storages of the arrays go back after the call: runtime_defer) */
+  if (rc != 0) {
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    PyErr_NormalizeException(&type, &value, &tb);
+    if (value != NULL && tb != NULL) PyException_SetTraceback(value, tb);
+    Py_XDECREF(type);
+    Py_XDECREF(tb);
+    Py_XSETREF(rt->py_error, value);
+  }
+  PyGILState_Release(gil);
+  return rc;
+}
+
 static PyObject* values_to_tuple(Runtime* rt, tv_obj* const* values, int32_t n, int depth) {
   PyObject* tuple = PyTuple_New(n);
   if (tuple == NULL) return NULL;
@@ -361,8 +412,17 @@ static PyObject* call_converted(Runtime* rt, int32_t index, tv_obj* const* value
     return result;
   }
   const tv_error* e = &rt->ctx.error;
-  PyObject* exc = PyObject_CallFunction(rt->on_error, "iiiiis", (int)e->kind, (int)e->func, (int)e->pc,
-                                        (int)e->packed, (int)e->code, e->message);
+  PyObject* exc;
+  if (e->kind == TV_ERR_PYTHON && rt->py_error != NULL) { /* (on_error locates the callable's exception) */
+    PyObject* raised = rt->py_error;
+    rt->py_error = NULL;
+    exc = PyObject_CallFunction(rt->on_error, "iiiiiO", (int)e->kind, (int)e->func, (int)e->pc, (int)e->packed,
+                                (int)e->code, raised);
+    Py_DECREF(raised);
+  } else {
+    exc = PyObject_CallFunction(rt->on_error, "iiiiis", (int)e->kind, (int)e->func, (int)e->pc, (int)e->packed,
+                                (int)e->code, e->message);
+  }
   if (exc != NULL) {
     PyErr_SetObject((PyObject*)Py_TYPE(exc), exc);
     Py_DECREF(exc);
@@ -623,6 +683,11 @@ static PyObject* runtime_stats(PyObject* op, PyObject* unused) {
                        (long long)v[5], "bytes_cached", (long long)v[6]);
 }
 
+static PyObject* runtime_python_calls(PyObject* op, PyObject* unused) {
+  (void)unused;
+  return PyLong_FromLongLong((long long)((Runtime*)op)->python_calls);
+}
+
 static PyObject* runtime_reset_stats(PyObject* op, PyObject* unused) {
   (void)unused;
   if (refuse_if_busy((Runtime*)op)) return NULL;
@@ -649,18 +714,21 @@ static void runtime_dealloc(PyObject* op) {
   Py_XDECREF(self->specs);
   Py_XDECREF(self->wrap);
   Py_XDECREF(self->user_tags);
+  Py_XDECREF(self->callbacks);
+  Py_XDECREF(self->py_error);
   free(self->deferred);
   PyObject_Free(self);
 }
 
-/* Runtime(invoke_address, constants: tuple of ndarrays, limit_bytes, max_depth, adt_type, make_closure, on_error) */
+/* Runtime(invoke_address, constants: tuple of ndarrays, limit_bytes, max_depth, adt_type, make_closure, on_error,
+           callbacks: tuple, the Python callable per packed index) */
 static PyObject* runtime_new(PyTypeObject* type, PyObject* args, PyObject* kwargs) {
   (void)kwargs;
   unsigned long long address;
   long long limit, max_depth;
-  PyObject *constants, *adt_type, *make_closure, *on_error;
-  if (!PyArg_ParseTuple(args, "KO!LLOOO", &address, &PyTuple_Type, &constants, &limit, &max_depth, &adt_type,
-                        &make_closure, &on_error))
+  PyObject *constants, *adt_type, *make_closure, *on_error, *callbacks;
+  if (!PyArg_ParseTuple(args, "KO!LLOOOO!", &address, &PyTuple_Type, &constants, &limit, &max_depth, &adt_type,
+                        &make_closure, &on_error, &PyTuple_Type, &callbacks))
     return NULL;
   if (address == 0 || !PyType_Check(adt_type)) {
     PyErr_SetString(PyExc_ValueError, "Runtime: no entry point, or adt_type is not a type");
@@ -675,6 +743,9 @@ static PyObject* runtime_new(PyTypeObject* type, PyObject* args, PyObject* kwarg
   Py_INCREF(adt_type); self->adt_type = adt_type;
   Py_INCREF(make_closure); self->make_closure = make_closure;
   Py_INCREF(on_error); self->on_error = on_error;
+  Py_INCREF(callbacks); self->callbacks = callbacks;
+  self->py_error = NULL;
+  self->python_calls = 0;
   self->specs = self->wrap = self->user_tags = NULL;
   self->nsymbols = 0;
   self->busy = 0;
@@ -694,6 +765,7 @@ static PyObject* runtime_new(PyTypeObject* type, PyObject* args, PyObject* kwarg
   self->ctx.constants = self->constants;
   self->ctx.nconstants = n;
   self->ctx.max_depth = max_depth;
+  self->ctx.callback = python_callback;
   return (PyObject*)self;
 }
 
@@ -789,6 +861,7 @@ static PyMethodDef runtime_methods[] = {
      "invoke(index, params, args) -> the result in the user's form, or NotImplemented"},
     {"set_argument_specs", runtime_set_argument_specs, METH_VARARGS, "set_argument_specs(nodes, nsymbols, wrap, user_tags)"},
     {"stats", runtime_stats, METH_NOARGS, "the pool's statistics"},
+    {"python_calls", runtime_python_calls, METH_NOARGS, "how many calls went through Python callbacks"},
     {"reset_stats", runtime_reset_stats, METH_NOARGS, "zero the counters"},
     {"release_cached", runtime_release_cached, METH_NOARGS, "free the cached blocks; returns the bytes"},
     {NULL, NULL, 0, NULL},

@@ -244,3 +244,59 @@ TV_UNUSED __attribute__((cold, noinline)) static void tvn_profile_add(tv_ctx* ct
   ctx->profile[2 * packed] += 1;
   ctx->profile[2 * packed + 1] += tvn_now() - start;
 }
+
+/* An integer (GetTag, LoadConsti) in a register that also holds values: a 0-d int64 tensor from the pool,
+   which every reader of the register takes as the VM takes the Python int (If, sizes, offsets: tv_scalar). */
+TV_UNUSED static int32_t tvn_box_int(tv_ctx* ctx, int64_t value, tv_obj** dst, int32_t fidx, int32_t pc) {
+  tv_storage* s = tv_pool_alloc(ctx->pool, 8);
+  if (s == NULL) return tv_error_set(ctx, TV_ERR_EXEC, fidx, pc, "out of memory (an integer register)");
+  *(int64_t*)s->data = value;
+  tv_tensor* t = tv_tensor_new(ctx->pool, s, s->data, 0, 64, 0, NULL);
+  tv_decref(&s->h);
+  if (t == NULL) return tv_error_set(ctx, TV_ERR_EXEC, fidx, pc, "out of memory (an integer register)");
+  tv_decref(*dst);
+  *dst = &t->h;
+  return 0;
+}
+
+/* The number of tensors a kernel's arguments flatten to (tuples expanded), or -1 (a value is neither). */
+TV_UNUSED static int32_t tvn_flat_count(tv_obj* const* a, int32_t n) {
+  int32_t count = 0;
+  for (int32_t i = 0; i < n; ++i) {
+    if (a[i] == NULL) return -1;
+    if (a[i]->kind == TV_KIND_TENSOR) { ++count; continue; }
+    if (a[i]->kind != TV_KIND_ADT) return -1;
+    const tv_adt* adt = (const tv_adt*)a[i];
+    const int32_t k = tvn_flat_count(adt->fields, adt->nfields);
+    if (k < 0) return -1;
+    count += k;
+  }
+  return count;
+}
+
+/* Primitive `packed` run by the host's Python callable (a kernel or shape function with no C function, or a
+   case a C shape function leaves to Python): the arguments flattened as for a kernel, the call timed like a
+   kernel's when profiling. Without a host callback (the standalone AOT library) it is an error, which its
+   builder refuses before (aot/dynamic.py). */
+TV_UNUSED __attribute__((noinline)) static int32_t tvn_callback(tv_ctx* ctx, tv_obj* const* a, int32_t n, int32_t fidx,
+                                                                 int32_t pc, int32_t packed, uint64_t of_tensor) {
+  if (ctx->callback == NULL)
+    return tv_error_set(ctx, TV_ERR_EXEC, fidx, pc, "PackedFunc[%d] runs in Python, and this library runs without "
+                        "Python", packed);
+  const int32_t count = tvn_flat_count(a, n);
+  if (count < 0) return tvn_count_error(ctx, fidx, pc, packed, n);
+  tv_tensor* local[16];
+  tv_tensor** t = count <= 16 ? local : (tv_tensor**)malloc(sizeof(tv_tensor*) * (size_t)count);
+  if (t == NULL) return tv_error_set(ctx, TV_ERR_EXEC, fidx, pc, "out of memory (PackedFunc[%d]'s arguments)", packed);
+  tvn_flatten(a, n, t, count);
+  int32_t rc;
+  if (__builtin_expect(ctx->profile == NULL, 1)) rc = ctx->callback(ctx, packed, t, count, of_tensor);
+  else { const int64_t start = tvn_now(); rc = ctx->callback(ctx, packed, t, count, of_tensor); tvn_profile_add(ctx, packed, start); }
+  if (t != local) free(t);
+  if (rc != 0) {
+    tv_error_set(ctx, TV_ERR_PYTHON, fidx, pc, "PackedFunc[%d]: its Python callable raised", packed);
+    ctx->error.packed = packed;
+    return TV_ERR_PYTHON;
+  }
+  return 0;
+}

@@ -21,7 +21,8 @@ enum {
   TV_ERR_SHAPE = 2,   /* ShapeError */
   TV_ERR_KERNEL = 3,  /* a kernel's nonzero return code (error.code): its message table says which */
   TV_ERR_SHAPE_FUNC = 4, /* a C shape function's code (ShapeError through its message table) */
-  TV_ERR_DEPTH = 5    /* recursion deeper than the limit (ExecutionError) */
+  TV_ERR_DEPTH = 5,   /* recursion deeper than the limit (ExecutionError) */
+  TV_ERR_PYTHON = 6   /* a Python callback raised (the bridge holds the exception) */
 };
 
 typedef struct tv_obj {
@@ -108,6 +109,11 @@ typedef struct tv_ctx {
   const char* stack_limit;   /* the lowest stack address calls may reach (NULL: no check) */
   tv_error error;
   int64_t* profile;          /* while profiling: (calls, ns) per packed index (tvn_invoke sets it), else NULL */
+  /* Under Python (bridge.c; NULL elsewhere, e.g. the standalone AOT library): runs primitive `packed` with the
+     Python callable the bytecode VM uses, on the flattened tensors (DPS: outputs written in place); bit i
+     of of_tensor: t[i] stands for its shape. Nonzero: it raised (error kind TV_ERR_PYTHON). Last in the
+     struct: a library generated before it existed never reads it. */
+  int32_t (*callback)(struct tv_ctx* ctx, int32_t packed, tv_tensor* const* t, int32_t n, uint64_t of_tensor);
 } tv_ctx;
 
 typedef int32_t (*tv_function)(tv_ctx* ctx, tv_obj* const* args, tv_obj** ret);
