@@ -302,15 +302,6 @@ def test_device_copy_of_a_tuple_shares_its_fields_as_the_bytecode_vm_does():
         np.testing.assert_array_equal(g.numpy(), w.numpy())
 
 
-def test_an_integer_register_copied_as_a_value_is_refused_when_compiled():
-    fn = bc.VMFunction("main", ("x",), (bc.LoadConsti(3, 1), bc.DeviceCopy(1, 0, 0, 2), bc.Ret(0)), 3)
-    exe = Executable([fn], exec_mode="native", target="c")
-    with pytest.raises(UnsupportedError, match="integer register"):
-        exe.kernels  # noqa: B018
-    with pytest.raises(UnsupportedError, match="integer register"):
-        VirtualMachine(exe)
-
-
 def _kernel_calls(report) -> dict:
     return {r.name: r.calls for r in report.rows if r.kind == "kernel"}
 
