@@ -12,13 +12,15 @@ function, the cases a C shape function leaves to Python) is called through the h
 (``tv_ctx.callback``: under Python the bridge calls the bytecode VM's callable for it; the standalone AOT
 library has none and refuses such programs, ``python_primitives``).
 
-Registers are C locals: ``r<n>`` (``tv_obj*``, owning one reference) or, for registers written only by
-``GetTag``/``LoadConsti`` (and ``Move``s of them), ``i<n>`` (``int64_t``). Control flow is ``goto``
+Registers are slots of a C array (``reg_``; written ``r<n>`` while a statement is made), each a ``tv_obj*``
+owning one reference, or, for registers written only by ``GetTag``/``LoadConsti`` (and ``Move``s of them)
+and read only as integers, C locals ``i<n>`` (``int64_t``). Control flow is ``goto``
 between labels at jump targets; a self tail call jumps back to the start (constant stack).
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 import numpy as np
@@ -34,6 +36,7 @@ HELPERS_SOURCE = "tv_native.c"
 # The instructions the emitter translates: all of them.
 _SUPPORTED = frozenset(bc.Opcode)
 _INT_WRITERS = (bc.GetTag, bc.LoadConsti)
+_REGISTER = re.compile(r"\br(\d+)\b")  # a value register's name in a statement (``_FunctionEmitter.emit``)
 
 
 @dataclass(frozen=True)
@@ -357,21 +360,29 @@ class _FunctionEmitter:
         fn, lines = self.fn, []
         lines.append(f"/* {_comment(fn.name)}({', '.join(_comment(p) for p in fn.params)}) */")
         lines.append(f"static int32_t tvn_f{self.index}(tv_ctx* ctx, tv_obj* const* args, tv_obj** ret) {{")
+        # Value registers are the slots of one array (reg_), not C locals: every error exit then jumps to the
+        # one loop releasing them, where separate locals made the compiler materialize each register's
+        # state at each of the hundreds of exits (half a megabyte of code for a 64-kernel chain).
+        slot = {r: k for k, r in enumerate(self.objs)}
+
+        def registers(text: str) -> str:  # (the statements hold no user text: names are in comments only)
+            return _REGISTER.sub(lambda m: f"reg_[{slot[int(m.group(1))]}]" if int(m.group(1)) in slot
+                                 else m.group(0), text)
         lines.append("  int32_t rc = 0;")
-        lines.extend(f"  tv_obj* r{r} = NULL;" for r in self.objs)
+        lines.append(f"  tv_obj* reg_[{max(len(self.objs), 1)}] = {{NULL}};")
         lines.extend(f"  int64_t i{r} = 0;" for r in sorted(self.ints))
         lines.append("  (void)args;\n  (void)ret;")
-        lines.extend(f"  r{i} = args[{i}]; tv_incref(r{i});" for i in range(len(fn.params)))
+        lines.extend(registers(f"  r{i} = args[{i}]; tv_incref(r{i});") for i in range(len(fn.params)))
         lines.append("tv_start:;")
         for pc, ins in enumerate(fn.instructions):
             if pc in self.targets:
                 lines.append(f"L{pc}:;")
             lines.append(f"  /* {pc}: {_comment(str(ins))} */")
-            lines.extend("  " + line for line in self._statement(pc, ins).split("\n"))
+            lines.extend("  " + line for line in registers(self._statement(pc, ins)).split("\n"))
         lines.append(f"  rc = tv_error_set(ctx, TV_ERR_EXEC, {self.index}, {len(fn.instructions)}, "
                      f"\"the function ends without ret\");")
         lines.append("tv_exit:")
-        lines.extend(f"  tv_decref(r{r});" for r in self.objs)
+        lines.append(f"  for (int32_t k_ = 0; k_ < {len(self.objs)}; ++k_) tv_decref(reg_[k_]);")
         lines.append("  return rc;")
         lines.append("}")
         if pc_targets := [t for t in self.targets if not 0 <= t < len(fn.instructions)]:
@@ -502,7 +513,8 @@ class _FunctionEmitter:
                 self._uses_start = True
                 n = len(ins.args)
                 new = " ".join(f"tv_obj* n{k}_ = r{a}; tv_incref(n{k}_);" for k, a in enumerate(ins.args))
-                release = " ".join(f"tv_decref(r{r}); r{r} = NULL;" for r in self.objs)
+                release = (f"for (int32_t k_ = 0; k_ < {len(self.objs)}; ++k_) {{ tv_decref(reg_[k_]); "
+                           f"reg_[k_] = NULL; }}")
                 assign = " ".join(f"r{k} = n{k}_;" for k in range(n))
                 return "{ " + new + "\n  " + release + "\n  " + assign + "\n  goto tv_start; }"
             return (f"{{ tv_obj* a_[] = {self._args(ins.args)}; tv_obj* v_ = NULL;\n"

@@ -93,10 +93,8 @@ TV_UNUSED static int tvn_shape_operand(tv_ctx* ctx, const tv_obj* o, int64_t* di
 /* nbytes of a tensor of these dims and itemsize; -1 on overflow. */
 TV_UNUSED static int64_t tvn_nbytes(const int64_t* dims, int32_t ndim, int64_t itemsize) {
   int64_t n = itemsize;
-  for (int32_t i = 0; i < ndim; ++i) {
-    if (dims[i] != 0 && n > INT64_MAX / dims[i]) return -1;
-    n *= dims[i];
-  }
+  for (int32_t i = 0; i < ndim; ++i)
+    if (__builtin_mul_overflow(n, dims[i], &n)) return -1; /* (no division: this runs per allocation) */
   return n;
 }
 TV_UNUSED static int32_t tvn_alloc_storage(tv_ctx* ctx, int64_t nbytes, tv_obj** dst, int32_t fidx, int32_t pc) {
