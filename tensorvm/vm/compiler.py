@@ -18,9 +18,10 @@ def compile(mod, target: str | None = None, params: dict | None = None, opt_leve
     compiler is found, else ``"python"`` (``tensorvm.codegen.build.default_target``). ``target="python"`` builds NumPy
     kernels; ``target="c"`` compiles the kernels into one shared library with the system C compiler (shape
     functions stay Python; a primitive the C generator cannot handle runs on NumPy, listed in
-    ``exe.stats()``). ``exec_mode="compiled"`` runs each VM function as generated Python instead of through the
-    dispatch loop (same results and API); ``exec_mode="native"`` (target "c") compiles every VM function to C
-    in the kernel library, called once per invocation (docs/native_mode.md). ``memory_plan=False`` skips
+    ``exe.stats()``). ``exec_mode="compiled"`` runs each VM function compiled for the target instead of through
+    the dispatch loop (same results and API): on target "c" that is ``exec_mode="native"``, every VM function
+    as C in the kernel library, called once per invocation (docs/native_mode.md); on target "python",
+    generated Python (``exe.as_python()``). ``memory_plan=False`` skips
     storage coalescing (to measure it).
     """
     if target is None:

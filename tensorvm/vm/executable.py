@@ -19,9 +19,16 @@ import numpy as np
 from ..errors import FormatError, UnsupportedError
 from . import bytecode as bc
 
-__all__ = ["Executable", "PrimitiveInfo", "AdtInfo", "ExecutableStats", "EXEC_MODES"]
+__all__ = ["Executable", "PrimitiveInfo", "AdtInfo", "ExecutableStats", "EXEC_MODES", "resolve_exec_mode"]
 
 EXEC_MODES = ("bytecode", "compiled", "native")
+
+
+def resolve_exec_mode(exec_mode: str, target: str) -> str:
+    """The exec mode an executable runs: ``"compiled"`` is each VM function compiled for the target, C on
+    target "c" (native mode, docs/native_mode.md) and generated Python on target "python" (``vm/compiled.py``,
+    ``exe.as_python()`` shows it on either target)."""
+    return "native" if exec_mode == "compiled" and target == "c" else exec_mode
 
 
 @dataclass(frozen=True)
@@ -116,6 +123,7 @@ class Executable:
     def __post_init__(self):
         if self.exec_mode not in EXEC_MODES:
             raise ValueError(f"exec_mode must be one of {EXEC_MODES}, got {self.exec_mode!r}")
+        self.exec_mode = resolve_exec_mode(self.exec_mode, self.target)
         self.functions = list(self.functions)
         self.constants = [_frozen_array(c) for c in self.constants]
         self.primitives = list(self.primitives)
@@ -173,6 +181,7 @@ class Executable:
     def with_exec_mode(self, exec_mode: str) -> Executable:
         """The same program to run in another exec mode (kernels and closures are shared)."""
         # native mode compiles the VM functions into the library: a library built without them is not shared
+        exec_mode = resolve_exec_mode(exec_mode, self.target)
         shared = exec_mode != "native" or (self.c_library is not None and self.c_library.native is not None)
         other = Executable(self.functions, self.constants, self.primitives, dict(self.prim_texts), self.adts,
                            exec_mode, self.target, dict(self.prim_functions), self._kernels if shared else None,
@@ -339,7 +348,8 @@ class Executable:
         return self.as_text()
 
     def as_python(self) -> str:
-        """The Python source the compiled exec mode runs (generated from the bytecode)."""
+        """The Python source the compiled exec mode runs on target "python" (generated from the bytecode; on
+        target "c" compiled mode runs the native C, and this stays for inspection)."""
         if self._python_source is None:
             from .compiled import generate_source
 

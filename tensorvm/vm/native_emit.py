@@ -27,7 +27,7 @@ import numpy as np
 
 from ..errors import UnsupportedError
 from . import bytecode as bc
-from .native_mode import RUNTIME_SOURCE, native_header, runtime_text
+from .native_mode import RUNTIME_SOURCE, native_header, python_primitives, runtime_text
 
 __all__ = ["check_program", "emit_program", "python_primitives", "NativeKernel", "RUNTIME_SOURCE", "runtime_text"]
 
@@ -155,25 +155,6 @@ __attribute__((visibility("default"))) int32_t tvn_invoke(tv_ctx* ctx, int32_t i
 }}
 """)
     return "\n".join(out)
-
-
-def python_primitives(exe, kernels: dict, shape_funcs: dict) -> dict:
-    """Packed index -> why native code calls that primitive's Python callable (the bytecode VM's) through
-    the bridge's callback: it has no C function, or its C shape function leaves some cases to Python. (A C
-    shape function's failures also run the Python one, which raises the bytecode VM's precise error; that
-    path exists only under Python and is not listed.)"""
-    used = sorted({ins.packed_index for fn in exe.functions for ins in fn.instructions
-                   if isinstance(ins, bc.InvokePacked)})
-    out = {}
-    for p in used:
-        info = exe.primitives[p]
-        if info.kind == "kernel" and p not in kernels:
-            out[p] = f"kernel {info.name} has no C function (it runs on NumPy)"
-        elif info.kind == "shape_func" and p not in shape_funcs:
-            out[p] = f"shape function {info.name} has no C version (a Python shape function)"
-        elif info.kind == "shape_func" and shape_funcs[p].deferred:
-            out[p] = f"the C shape function {info.name} leaves some cases to its Python shape function"
-    return out
 
 
 def _kernel_wrapper(p: int, kernel: NativeKernel, c_types: dict) -> str:

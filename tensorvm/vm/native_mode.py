@@ -24,7 +24,7 @@ import numpy as np
 from ..errors import ExecutionError, ShapeError, UnsupportedError
 
 __all__ = ["NativeLibrary", "runtime_for", "bridge_module", "bridge_source", "call_native", "MAX_DEPTH",
-           "StackExhausted", "profiled_call", "argument_specs", "native_invoker"]
+           "StackExhausted", "profiled_call", "argument_specs", "native_invoker", "python_primitives"]
 
 #: Nested (non-tail) calls allowed before a native call fails with a clear error (the C stack is
 #: checked too: a call that would come within 256 KiB of the thread's stack end fails the same way).
@@ -140,8 +140,6 @@ def prebuilt_native(exe, cdll, c_source: str, abi, checked: dict) -> NativeLibra
     native part was generated from ``exe``'s program): the kernels' constants in the order the emitter
     gave them (packed index order, each kernel's after the executable's), the entry point and the kernels'
     error tables (``checked``: kernel name -> ``CheckedKernel``)."""
-    from .native_emit import python_primitives
-
     constants, functions, shape_specs = [], {}, {}
     for p, info in enumerate(exe.primitives):
         if info.kind == "kernel":
@@ -154,6 +152,28 @@ def prebuilt_native(exe, cdll, c_source: str, abi, checked: dict) -> NativeLibra
     native.attach_library(cdll)
     native.kernel_functions = functions
     return native
+
+
+def python_primitives(exe, kernels: dict, shape_funcs: dict) -> dict:
+    """Packed index -> why native code calls that primitive's Python callable (the bytecode VM's) through
+    the bridge's callback: it has no C function, or its C shape function leaves some cases to Python. (A C
+    shape function's failures also run the Python one, which raises the bytecode VM's precise error; that
+    path exists only under Python and is not listed.) Here, not in ``native_emit``: a loader of a prebuilt
+    library (``prebuilt_native``) lists them without importing the emitter."""
+    from .bytecode import InvokePacked
+
+    used = sorted({ins.packed_index for fn in exe.functions for ins in fn.instructions
+                   if isinstance(ins, InvokePacked)})
+    out = {}
+    for p in used:
+        info = exe.primitives[p]
+        if info.kind == "kernel" and p not in kernels:
+            out[p] = f"kernel {info.name} has no C function (it runs on NumPy)"
+        elif info.kind == "shape_func" and p not in shape_funcs:
+            out[p] = f"shape function {info.name} has no C version (a Python shape function)"
+        elif info.kind == "shape_func" and shape_funcs[p].deferred:
+            out[p] = f"the C shape function {info.name} leaves some cases to its Python shape function"
+    return out
 
 
 def runtime_text(name: str = RUNTIME_SOURCE) -> str:

@@ -50,12 +50,12 @@ def _executor(kind: str, target: str):
     return build
 
 
+# exec mode "compiled" is native mode on target "c" (executable.resolve_exec_mode): one name for it here
 EXECUTORS: dict[str, Callable] = {
     f"vm-{target}-{mode}{'-saved' if saved else ''}": _vm(target, mode, saved)
-    for target in ("python", "c") for mode in ("bytecode", "compiled") for saved in (False, True)
+    for target, mode in (("python", "bytecode"), ("python", "compiled"), ("c", "bytecode"), ("c", "native"))
+    for saved in (False, True)
 }
-# native mode compiles the VM functions to C: target "c" only (a program it refuses is not applicable)
-EXECUTORS.update({f"vm-c-native{'-saved' if saved else ''}": _vm("c", "native", saved) for saved in (False, True)})
 EXECUTORS["graph-python"] = _executor("graph", "python")
 EXECUTORS["graph-c"] = _executor("graph", "c")
 EXECUTORS["aot"] = _executor("aot", "c")

@@ -93,7 +93,7 @@ def @main(%p1: Tensor[(1, 1), float32]) {
   }
 }
 """,
-        {k: pf.EXECUTORS[k] for k in ("vm-python-bytecode", "vm-c-compiled")},
+        {k: pf.EXECUTORS[k] for k in ("vm-python-bytecode", "vm-python-compiled", "vm-c-native")},
         id="option_from_a_folded_if"),  # FoldConstant's folded if keeps the if's type
 ]
 

@@ -231,10 +231,11 @@ def test_missing_compiler_is_a_clear_error(monkeypatch):
         reset_toolchain()
 
 
-def test_compiled_exec_mode_calls_the_same_c_kernels(dense_exe):
+def test_compiled_exec_mode_on_target_c_is_native_and_as_python_still_shows_python(dense_exe):
     compiled = dense_exe.with_exec_mode("compiled")
-    assert compiled.kernels == dense_exe.kernels  # shared, not rebuilt
-    source = compiled.as_python()
+    assert compiled.exec_mode == "native"  # (executable.resolve_exec_mode)
+    assert compiled.stats()["kernel_library"]["native_source_bytes"]
+    source = compiled.as_python()  # (for inspection: generated from the same bytecode)
     kernel = next(iter(_kernel_calls(dense_exe)))
     assert f"# {kernel}" in source
     x, w, b = _dense_args(6)
