@@ -104,7 +104,7 @@ def group(key: str, seq_lengths=SEQ_LENGTHS, vocab_size: int = VOCAB_SIZE) -> Mo
         return lambda grp, ctx: TensorVMRunner(
             lambda: import_from_onnx(ctx["artifacts"] / f"{key}.onnx", shape={"input_ids": [1, None]}),
             lambda case, mod: [(ids(case.units),)], compile_twice=ctx.get("compile_twice", True),
-            exec_mode=exec_mode, **({"targets": ("c",)} if exec_mode == "native" else {}))
+            exec_mode=exec_mode)
 
     def torch_runner(grp, ctx):
         return TorchRunner(lambda torch: torch_bert(torch, config, ctx["artifacts"] / f"{key}.pt",
@@ -118,7 +118,6 @@ def group(key: str, seq_lengths=SEQ_LENGTHS, vocab_size: int = VOCAB_SIZE) -> Mo
     runtimes = (
         RuntimeSpec("tvm-onnx-vm", "tensorvm ONNX import · VM", TENSORVM, tvm_runner("bytecode")),
         RuntimeSpec("tvm-onnx-vm-compiled", "tensorvm ONNX import · VM compiled", TENSORVM, tvm_runner("compiled")),
-        RuntimeSpec("tvm-onnx-vm-native", "tensorvm ONNX import · VM native", TENSORVM, tvm_runner("native")),
         RuntimeSpec("torch", "PyTorch eager", PEER, torch_runner),
         RuntimeSpec("ort", "ONNX Runtime", PEER, ort_runner),
     )

@@ -421,7 +421,7 @@ class Artifacts:
 
 def static_runtimes(build_ir: Callable, inputs: Callable, build_torch: Callable, onnx_file: str,
                     input_name: str) -> tuple[RuntimeSpec, ...]:
-    """The runtimes of a static model: tensorvm's VM (bytecode, compiled, native), graph executor and AOT
+    """The runtimes of a static model: tensorvm's VM (bytecode and compiled), graph executor and AOT
     on the IR, PyTorch eager, and ONNX Runtime on the export in ``onnx_file``.
 
     ``inputs(case)`` returns the model's one input array; ``build_torch(torch)`` the PyTorch module."""
@@ -432,14 +432,11 @@ def static_runtimes(build_ir: Callable, inputs: Callable, build_torch: Callable,
         return [(torch.from_numpy(inputs(case)),)]
 
     def tvm(executor, exec_mode="bytecode"):
-        targets = ("c",) if exec_mode == "native" else ("c", "python")  # (native mode: VM functions as C)
-        return lambda grp, ctx: TensorVMRunner(build_ir, tvm_args, executor=executor, exec_mode=exec_mode,
-                                               targets=targets)
+        return lambda grp, ctx: TensorVMRunner(build_ir, tvm_args, executor=executor, exec_mode=exec_mode)
 
     return (
         RuntimeSpec("tvm-vm", "tensorvm VM", TENSORVM, tvm("vm")),
         RuntimeSpec("tvm-vm-compiled", "tensorvm VM compiled", TENSORVM, tvm("vm", "compiled")),
-        RuntimeSpec("tvm-vm-native", "tensorvm VM native", TENSORVM, tvm("vm", "native")),
         RuntimeSpec("tvm-graph", "tensorvm graph executor", TENSORVM, tvm("graph")),
         RuntimeSpec("tvm-aot", "tensorvm AOT", TENSORVM, tvm("aot")),
         RuntimeSpec("torch", "PyTorch eager", PEER,
