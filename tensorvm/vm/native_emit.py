@@ -306,8 +306,12 @@ static int32_t tvn_s{p}(tv_ctx* ctx, tv_obj* const* a, int32_t n, int32_t fidx, 
   if (__builtin_expect(ctx->profile == NULL, 1)) code = {spec.name}(shapes, data, out);
   else {{ const int64_t start = tvn_now(); code = {spec.name}(shapes, data, out); tvn_profile_add(ctx, {p}, start); }}
   if (code != 0) {{
-    /* under Python: the Python shape function answers a deferred case or raises the bytecode VM's error */
-    if (ctx->callback != NULL) return tvn_callback(ctx, a, n, fidx, pc, {p}, of_tensor);
+    /* under Python: the Python shape function answers a deferred case or raises the bytecode VM's error (one
+       call, as the bytecode VM counts it: the callback's count replaces this one's, its time adds) */
+    if (ctx->callback != NULL) {{
+      if (ctx->profile != NULL) ctx->profile[2 * {p}] -= 1;
+      return tvn_callback(ctx, a, n, fidx, pc, {p}, of_tensor);
+    }}
     const int32_t k = code - 2000;
     tv_error_set(ctx, TV_ERR_SHAPE_FUNC, fidx, pc, "%s", (k >= 0 && k < {nmsg}) ? {spec.name}_messages[k] : "unknown error");
     ctx->error.packed = {p};

@@ -142,3 +142,16 @@ def test_integer_registers_that_also_hold_values_are_boxed():
         want = VirtualMachine(Executable([fn], exec_mode="bytecode", target="c")).run(*args)
         got = VirtualMachine(Executable([fn], exec_mode="native", target="c")).run(*args)
         np.testing.assert_array_equal(got.numpy(), want.numpy())
+
+
+def test_profile_counts_callbacks_as_the_bytecode_vm_counts_their_calls(no_c_sin):
+    exe = _compile("native")
+    x, s = np.ones((4, 3), "float32"), np.array([-3], "int64")
+    report = VirtualMachine(exe).profile("main", x, s)
+    reference = VirtualMachine(exe.with_exec_mode("bytecode")).profile("main", x, s)
+
+    def calls(r):
+        return {row.name: row.calls for row in r.rows if row.kind == "kernel"}
+    assert calls(report) == calls(reference)
+    assert any("sin" in name for name in calls(report)), calls(report)
+    np.testing.assert_allclose(report.result.numpy(), _oracle(x, s), rtol=1e-6)
