@@ -238,6 +238,22 @@ def @scale_rows(%x: Tensor[(n, 2), float32], %v: Tensor[(n), float32]) -> Tensor
   multiply(%x, expand_dims(%v, axis=1))
 }
 def @main(%x: Tensor[(?), float32]) -> Tensor[(?), float32] { @apply(@make(2f), %x) }
+type Tree[A] { Leaf(A), Node(Tree[A], Tree[A]) }
+def @tree_sum(%t: Tree[Tensor[(n, 2), float32]]) -> Tensor[(n, 2), float32] {
+  match (%t) { Leaf(%x) => %x, Node(%l, %r) => add(@tree_sum(%l), @tree_sum(%r)) }
+}
+def @tree_plus(%t: Tree[Tensor[(n, 2), float32]], %x: Tensor[(n, 2), float32]) -> Tensor[(n, 2), float32] {
+  add(@tree_sum(%t), %x)
+}
+def @pair_plus(%p: (Tensor[(n), float32], Tensor[(n), float32]), %x: Tensor[(n), float32]) -> Tensor[(n), float32] {
+  add(add(%p.0, %p.1), %x)
+}
+def @make_add() -> fn (Tensor[(?), float32], Tensor[(?), float32]) -> Tensor[(?), float32] {
+  fn (%a: Tensor[(?), float32], %b: Tensor[(?), float32]) -> Tensor[(?), float32] { add(%a, %b) }
+}
+def @make_neg() -> fn (Tensor[(?), int32]) -> Tensor[(?), int32] {
+  fn (%a: Tensor[(?), int32]) -> Tensor[(?), int32] { negative(%a) }
+}
 """
 
 
@@ -420,8 +436,124 @@ def test_a_named_dim_has_one_value_across_the_parameters(misc):
     np.testing.assert_allclose(lib.numpy(result)[0], oracle.evaluate("scale_rows")(x, v).numpy())
     lib.release(result)
     rc, result, message = lib.call("scale_rows", x, np.ones(4, "float32"))
-    assert rc == 6 and "dimension 0 of %v is n = 4, but dimension 0 of %x has n = 3" in message, message
+    assert rc == 6 and ("@scale_rows: parameter %v: expected Tensor[(n), float32], got a tensor of shape (4): "
+                        "dimension 0 is n = 4, but @scale_rows: parameter %x has n = 3") in message, message
     assert not result and lib.live_bytes() == 0
+
+
+def _tree(lib, spec):
+    """A Tree[Tensor] built with the constructors from ("leaf", array) / ("node", left, right)."""
+    out = ctypes.c_void_p()
+    if spec[0] == "leaf":
+        x = lib.value(spec[1])
+        assert lib.fn("Tree_Leaf")(lib.model, x, ctypes.byref(out)) == 0, lib.fn("last_error")(lib.model)
+        lib.release(x)
+    else:
+        left, right = _tree(lib, spec[1]), _tree(lib, spec[2])
+        assert lib.fn("Tree_Node")(lib.model, left, right, ctypes.byref(out)) == 0, lib.fn("last_error")(lib.model)
+        lib.release(left)
+        lib.release(right)
+    return out
+
+
+def _tree_value(mod, spec):
+    if spec[0] == "leaf":
+        return mod.constructor("Leaf")(spec[1])
+    return mod.constructor("Node")(_tree_value(mod, spec[1]), _tree_value(mod, spec[2]))
+
+
+def _interpreter_error(oracle, name, *args) -> str:
+    """The interpreter's refusal of these arguments (it must refuse them: the C library's checks are its)."""
+    from tensorvm.errors import TensorVMError
+
+    with pytest.raises(TensorVMError) as info:
+        oracle.evaluate(name)(*args)
+    return str(info.value)
+
+
+@pytest.mark.parametrize("case", ["ok", "leaves_differ", "tree_vs_x", "deep_leaf_differs"])
+def test_named_dims_inside_adt_fields_bind_across_parameters(misc, case):
+    lib, oracle = misc
+    mod = tv.parse(MISC)
+    a, b = np.ones((3, 2), "float32"), np.full((3, 2), 2, "float32")
+    x = np.arange(6, dtype="float32").reshape(3, 2)
+    spec = ("node", ("leaf", a), ("node", ("leaf", b), ("leaf", a)))
+    if case == "leaves_differ":
+        spec = ("node", ("leaf", a), ("leaf", np.ones((4, 2), "float32")))
+    elif case == "tree_vs_x":
+        x = np.ones((5, 2), "float32")
+    elif case == "deep_leaf_differs":
+        spec = ("node", ("leaf", a), ("node", ("leaf", b), ("leaf", np.ones((2, 2), "float32"))))
+    tree = _tree(lib, spec)
+    rc, result, message = lib.call("tree_plus", tree, x)
+    if case == "ok":
+        assert rc == 0, message
+        want = oracle.evaluate("tree_plus")(_tree_value(mod, spec), x).numpy()
+        np.testing.assert_allclose(lib.numpy(result)[0], want)
+        lib.release(result)
+    else:
+        assert "n =" in _interpreter_error(oracle, "tree_plus", _tree_value(mod, spec), x)
+        assert rc == 6 and not result, message
+        got, bound = {"leaves_differ": ("(4, 2)", 3), "tree_vs_x": ("(5, 2)", 3), "deep_leaf_differs": ("(2, 2)", 3)}[case]
+        where = "@tree_plus: parameter %x" if case == "tree_vs_x" else "@tree_plus: parameter %t"
+        assert (f"{where}: expected Tensor[(n, 2), float32], got a tensor of shape {got}: dimension 0 is "
+                f"n = {got[1]}, but @tree_plus: parameter %t has n = {bound}") in message, message
+    lib.release(tree)
+    assert lib.live_bytes() == 0
+
+
+@pytest.mark.parametrize("case", ["ok", "fields_differ", "pair_vs_x"])
+def test_named_dims_inside_tuple_fields_bind_across_parameters(misc, case):
+    lib, oracle = misc
+    p0, p1, x = np.ones(3, "float32"), np.arange(3, dtype="float32"), np.full(3, 5, "float32")
+    if case == "fields_differ":
+        p1 = np.arange(4, dtype="float32")
+    elif case == "pair_vs_x":
+        x = np.ones(2, "float32")
+    v0, v1, pair = lib.value(p0), lib.value(p1), ctypes.c_void_p()
+    assert lib.fn("tuple")(lib.model, 2, (ctypes.c_void_p * 2)(v0, v1), ctypes.byref(pair)) == 0
+    lib.release(v0)
+    lib.release(v1)
+    rc, result, message = lib.call("pair_plus", pair, x)
+    if case == "ok":
+        assert rc == 0, message
+        np.testing.assert_allclose(lib.numpy(result)[0], oracle.evaluate("pair_plus")((p0, p1), x).numpy())
+        lib.release(result)
+    else:
+        assert "n =" in _interpreter_error(oracle, "pair_plus", (p0, p1), x)
+        got, where = ("(4)", "%p") if case == "fields_differ" else ("(2)", "%x")
+        assert rc == 6 and not result and (f"@pair_plus: parameter {where}: expected Tensor[(n), float32], got a tensor "
+                                           f"of shape {got}: dimension 0 is n = {got[1]}, but @pair_plus: parameter %p "
+                                           f"has n = 3") in message, message
+    lib.release(pair)
+    assert lib.live_bytes() == 0
+
+
+def test_a_function_parameter_checks_the_closures_arity_and_types(misc):
+    """Each closure records its VM function; the program's closure-making functions are known at build time, so
+    the check accepts exactly those whose signature fits the parameter's function type."""
+    lib, _ = misc
+    x = np.arange(3, dtype="float32")
+    rc, add2, message = lib.call("make_add")
+    assert rc == 0, message
+    rc, result, message = lib.call("apply", add2, x)
+    assert rc == 6 and not result, message
+    assert ("@apply: parameter %f: expected a function of 1 argument(s) fn (Tensor[(?), float32]) -> Tensor[(?), "
+            "float32], got a closure of 2 argument(s) fn (Tensor[(?), float32], Tensor[(?), float32]) -> "
+            "Tensor[(?), float32] (VM function 'make_add_") in message, message
+    rc, neg, message = lib.call("make_neg")
+    assert rc == 0, message
+    rc, result, message = lib.call("apply", neg, x)
+    assert rc == 6 and not result, message
+    assert ("@apply: parameter %f: expected a function fn (Tensor[(?), float32]) -> Tensor[(?), float32], got a "
+            "closure of another signature fn (Tensor[(?), int32]) -> Tensor[(?), int32] (VM function 'make_neg") \
+        in message, message
+    rc, scale, message = lib.call("make", np.array(2.0, "float32"))
+    rc, result, message = lib.call("apply", scale, x)
+    assert rc == 0 and lib.numpy(result)[0].tolist() == (2 * x).tolist(), message
+    for value in (add2, neg, scale, result):
+        lib.release(value)
+    assert lib.live_bytes() == 0
 
 
 def test_parameter_names_that_are_c_keywords_or_locals_are_renamed(tmp_path):

@@ -17,6 +17,8 @@ typedef struct {
 static int64_t tvd_num_constants(void);
 static const tvd_constant* tvd_constant_info(int64_t k);
 static const char* tvd_function_name(int32_t f);   /* the VM function's name ("?" when out of range) */
+static const char* tvd_closure_signature(int32_t f); /* its type as a closure's ("?": the program makes none) */
+static const char* tvd_sym_name(int32_t k);          /* a named dim of the parameters' types (tvd_syms) */
 /* A kernel's (packed index) name and the message of its error code; *runtime: a run-time fault (else a shape
    check). */
 static const char* tvd_kernel_error(int32_t packed, int32_t code, const char** kernel, int* runtime);
@@ -374,9 +376,49 @@ TV_UNUSED static int32_t tvd_check_adt(tvd_model* m, const tv_obj* o, int32_t ty
   return TVD_OK;
 }
 
-TV_UNUSED static int32_t tvd_check_closure(tvd_model* m, const tv_obj* o, const char* where) {
+/* A closure of this program taking nargs arguments whose function is one of accept (those whose signature fits
+   the parameter's function type; the generated check lists them). */
+TV_UNUSED static int32_t tvd_check_closure(tvd_model* m, const tv_obj* o, int32_t nargs, int32_t naccept,
+                                           const int32_t* accept, const char* where, const char* type) {
   if (o == NULL || o->kind != TV_KIND_CLOSURE)
-    return tvd_fail(m, TVD_ERR_ARGUMENT, "%s: expected a function (a closure returned by the program)", where);
+    return tvd_fail(m, TVD_ERR_ARGUMENT, "%s: expected a function %s (a closure returned by the program), got %s", where,
+                    type, o == NULL ? "NULL" : o->kind == TV_KIND_TENSOR ? "a tensor" : "an ADT value or tuple");
+  const tv_closure* c = (const tv_closure*)o;
+  const int32_t arity = tvn_function_arity(c->func);
+  if (arity < 0 || arity - c->nfree != nargs)
+    return tvd_fail(m, TVD_ERR_ARGUMENT, "%s: expected a function of %d argument(s) %s, got a closure of %d argument(s) "
+                    "%s (VM function '%s')", where, nargs, type, arity - c->nfree, tvd_closure_signature(c->func),
+                    tvd_function_name(c->func));
+  for (int32_t i = 0; i < naccept; ++i)
+    if (accept[i] == c->func) return TVD_OK;
+  return tvd_fail(m, TVD_ERR_ARGUMENT, "%s: expected a function %s, got a closure of another signature %s (VM function "
+                  "'%s')", where, type, tvd_closure_signature(c->func), tvd_function_name(c->func));
+}
+
+/* The values the named dims (Tensor[(n, 4)]) take in one call's arguments: bound at their first tensor, in
+   parameter order and depth first through tuples and ADT fields, as the VM binds them; where[k] NULL: unbound. */
+typedef struct {
+  int64_t value[TVD_NUM_SYMS];
+  const char* where[TVD_NUM_SYMS];
+} tvd_syms;
+
+/* Binds or checks the named dims of a tensor of type `type` (sym[i] >= 0: dimension i is named dim sym[i]). */
+TV_UNUSED static int32_t tvd_bind_dims(tvd_model* m, tvd_syms* s, int32_t ndim, const int64_t* shape, const int32_t* sym,
+                                       const char* where, const char* type) {
+  for (int32_t i = 0; i < ndim; ++i) {
+    const int32_t k = sym[i];
+    if (k < 0) continue;
+    if (s->where[k] == NULL) {
+      s->value[k] = shape[i];
+      s->where[k] = where;
+    } else if (s->value[k] != shape[i]) {
+      char got[200];
+      tvd_shape_text(got, sizeof got, ndim, shape);
+      return tvd_fail(m, TVD_ERR_ARGUMENT, "%s: expected %s, got a tensor of shape %s: dimension %d is %s = %lld, but %s "
+                      "has %s = %lld", where, type, got, i, tvd_sym_name(k), (long long)shape[i], s->where[k],
+                      tvd_sym_name(k), (long long)s->value[k]);
+    }
+  }
   return TVD_OK;
 }
 
