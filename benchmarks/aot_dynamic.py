@@ -61,7 +61,8 @@ def main():
     host = [f for f in find_toolchain().flags if f.startswith(("-march", "-mtune"))]
     exe = work / "bench"
     start = time.perf_counter()
-    subprocess.run(["cc", "-std=c11", "-O2", *library.c_flags, *host, f"-I{work / 'include'}", str(HERE / "aot_dynamic_bench.c"),
+    subprocess.run(["cc", "-std=c11", "-O2", *library.c_flags, *host, f"-I{work / 'include'}", f"-I{HERE.parent / 'tests' / 'aot'}",
+                    str(HERE / "aot_dynamic_bench.c"),
                     *map(str, layout["sources"]), "-o", str(exe), "-lm", "-lpthread"], check=True)
     compile_seconds = time.perf_counter() - start
     print(f"library: {len(library.sources['tree.c']) / 1e6:.2f} MB of C ({library.constants_size / 1e6:.2f} MB of "

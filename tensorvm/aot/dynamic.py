@@ -26,6 +26,7 @@ See docs/aot_dynamic.md for the C API.
 
 from __future__ import annotations
 
+import hashlib
 import re
 import sys
 from dataclasses import dataclass, field
@@ -48,7 +49,8 @@ _BYTES_AS_STRING = 4096  # constants of at least this many bytes are written as 
 #: library's own build uses them too, codegen/build.py). Add -O2/-O3, -march=..., -fopenmp as wanted.
 C_FLAGS = ("-fwrapv",)
 # API functions of every library (an entry point or constructor may not take these names)
-_API = ("create", "destroy", "last_error", "set_num_threads", "trim", "memory_stats", "retain", "release",
+_API = ("create", "destroy", "load_params", "load_params_file", "last_error", "set_num_threads", "trim",
+        "memory_stats", "retain", "release",
         "is_tensor", "is_closure", "tag", "num_fields", "field", "tensor_get", "tensor", "tuple")
 _EXPORTED = '__attribute__((visibility("default"))) '
 _INVOKE = _EXPORTED + 'int32_t tvn_invoke('
@@ -91,6 +93,11 @@ class DynamicAOTModule:
     constants_size: int  # bytes of the embedded constants
     relay_text: str = field(default="", repr=False)
     c_flags: tuple = C_FLAGS  # what compiling <name>.c needs (integer wrap-around, as NumPy)
+    blob: bytes | None = field(default=None, repr=False)  # constants="blob": the params blob (docs/aot_dynamic.md)
+
+    @property
+    def blob_name(self) -> str:
+        return f"{self.name}.params"
 
     @property
     def prefix(self) -> str:
@@ -109,19 +116,28 @@ class DynamicAOTModule:
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(text)
             paths[fname] = path
-        return {"include_dirs": [directory / "include"],
-                "sources": [p for f, p in paths.items() if f.endswith(".c")]}
+        out = {"include_dirs": [directory / "include"], "sources": [p for f, p in paths.items() if f.endswith(".c")]}
+        if self.blob is not None:
+            out["blob"] = directory / self.blob_name
+            out["blob"].write_bytes(self.blob)
+        return out
 
     def __repr__(self):
         return (f"<DynamicAOTModule {self.name}: {len(self.entry_points)} entry points, "
                 f"{len(self.constructors)} constructors, {self.constants_size} bytes of constants>")
 
 
-def build_dynamic(mod, name: str, params: dict | None = None, opt_level: int = 3) -> DynamicAOTModule:
+def build_dynamic(mod, name: str, params: dict | None = None, opt_level: int = 3,
+                  constants: str = "embed") -> DynamicAOTModule:
     """Compile every function of ``mod`` (recursion, ADTs, closures, dynamic shapes) to a standalone C library;
-    ``params`` binds parameters of ``@main`` by name as embedded constants. See the module docstring."""
+    ``params`` binds parameters of ``@main`` by name as constants. ``constants="embed"`` writes the constants
+    into the C; ``"blob"`` into a params blob (``DynamicAOTModule.blob``) the application loads at run time
+    (``tvd_<name>_load_params``), checked against the program's hash. See the module docstring."""
     from .. import vm as tvvm
     from ..vm.native_emit import check_program
+
+    if constants not in ("embed", "blob"):
+        raise UnsupportedError(f"AOT dynamic: constants must be 'embed' or 'blob', got {constants!r}")
 
     exe = tvvm.compile(mod, target="c", params=params, opt_level=opt_level, exec_mode="native")
     check_program(exe)
@@ -129,7 +145,7 @@ def build_dynamic(mod, name: str, params: dict | None = None, opt_level: int = 3
     library = exe.c_library
     if library is None or library.native is None or not library.native.source:
         raise UnsupportedError("AOT dynamic: the program's kernel library has no native functions")
-    return _Emitter(exe, mod, name).run()
+    return _Emitter(exe, mod, name, constants == "blob").run()
 
 
 def _unit_text(name: str) -> str:
@@ -146,8 +162,8 @@ def _type_text(ty) -> str:
 
 
 class _Emitter:
-    def __init__(self, exe, mod, name: str):
-        self.exe, self.mod, self.name = exe, mod, name
+    def __init__(self, exe, mod, name: str, blob: bool = False):
+        self.exe, self.mod, self.name, self.blob = exe, mod, name, blob
         self.prefix = f"tvd_{name}"
         self.macro = self.prefix.upper()
         self.defs = {h.name: d for h, d in exe.type_definitions().items()}
@@ -169,10 +185,16 @@ class _Emitter:
                 raise UnsupportedError(f"AOT dynamic: the C name tvd_{self.name}_{c_name} of {what} is taken by "
                                        f"{used.get(c_name, 'the API')}; rename it")
             used[c_name] = what
-        source, constants_size = self._source(entries, ctors)
+        source, constants = self._source(entries, ctors)
+        blob = None
+        if self.blob:  # (the hash covers the whole unit but its own line: code, names and the constants' shapes)
+            digest = hashlib.sha256(source.encode()).digest()
+            source = source.replace(_HASH_PLACEHOLDER, ", ".join(map(str, digest)))
+            blob = _params_blob(constants, digest)
         sources = {f"{self.name}.c": source, f"{self.name}.h": self._header(entries, ctors),
                    COMMON_HEADER: _unit_text(COMMON_HEADER)}
-        return DynamicAOTModule(self.name, sources, tuple(entries), tuple(ctors), constants_size, str(self.mod))
+        return DynamicAOTModule(self.name, sources, tuple(entries), tuple(ctors),
+                                sum(int(c.nbytes) for c in constants), str(self.mod), blob=blob)
 
     def _entries(self) -> list:
         exe = self.exe
@@ -233,15 +255,19 @@ class _Emitter:
                library,
                f"#define TVD_FN(x) {self.prefix}_##x",
                f"#define TVD_NUM_SYMS {max(len(self.syms), 1)} /* the named dims of the parameters' types */",
+               *(["#define TVD_BLOB_PARAMS /* constants from a params blob (tvd_blob.c) */"] if self.blob else []),
                _unit_text("tvd_api.c"),
                "/* ---- tables ---- */"]
         out += self._constant_tables(constants)
         out += self._name_tables(native)
         names = ", ".join(_c_string(n) for n in self.syms) or '"?"'
+        if self.blob:
+            out += [f"static const unsigned char tvd_program_hash[32] = {{{_HASH_PLACEHOLDER}}};",
+                    _unit_text("tvd_blob.c")]
         out += [f"static const char* const tvd_sym_names[TVD_NUM_SYMS] = {{{names}}};",
                 "TV_UNUSED static const char* tvd_sym_name(int32_t k) { return tvd_sym_names[k]; }"]
         out += ["/* ---- type checks ---- */"] + self.check_protos + self.check_code + ["/* ---- entry points ---- */"] + body
-        return "\n".join(out) + "\n", sum(int(c.nbytes) for c in constants)
+        return "\n".join(out) + "\n", constants
 
     def _constant_tables(self, constants) -> list:
         from ..codegen.c_emit import C_TYPES
@@ -254,7 +280,9 @@ class _Emitter:
             dtype = array.dtype.name
             if dtype not in C_TYPES:
                 raise UnsupportedError(f"AOT dynamic: constant {k} has dtype {dtype}, which C cannot hold here")
-            if array.nbytes >= _BYTES_AS_STRING:
+            if self.blob:
+                data = "NULL"  # (tvd_blob.c: from the params blob)
+            elif array.nbytes >= _BYTES_AS_STRING:
                 lines += _bytes_initializer(f"tvd_c{k}", C_TYPES[dtype], array)
                 data = f"tvd_c{k}.values"
             else:
@@ -276,7 +304,7 @@ class _Emitter:
         lines.append("};")
         lines.append(f"static int64_t tvd_num_constants(void) {{ return {n}; }}")
         lines.append("static const tvd_constant* tvd_constant_info(int64_t k) { return &tvd_constant_table[k]; }")
-        if any(np.asarray(c).nbytes >= _BYTES_AS_STRING for c in constants):  # (their bytes are this host's)
+        if self.blob or any(np.asarray(c).nbytes >= _BYTES_AS_STRING for c in constants):  # (bytes: little-endian)
             order = "__ORDER_LITTLE_ENDIAN__" if sys.byteorder == "little" else "__ORDER_BIG_ENDIAN__"
             lines[:0] = [f"#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != {order}",
                          f'#error "{self.name}.c holds its constants as {sys.byteorder}-endian bytes"', "#endif"]
@@ -338,7 +366,8 @@ class _Emitter:
             dims = ", ".join(str(d) if isinstance(d, int) else "-1" for d in ty.shape) or "0"
             body = [f"  static const int64_t dims[{max(len(ty.shape), 1)}] = {{{dims}}};",
                     f"  int32_t rc = tvd_check_tensor(m, o, {code}, {bits}, {len(ty.shape)}, dims, where, {text});"]
-            body += self._bind(ty, "((const tv_tensor*)o)->shape", text) + ["  return rc;"]
+            body += self._bind(ty, "((const tv_tensor*)o)->shape", text) or ["  (void)s;"]
+            body.append("  return rc;")
         elif isinstance(ty, TupleType):
             body = [f"  int32_t rc = tvd_check_adt(m, o, -1, 0, NULL, {len(ty.fields)}, where, {text});",
                     "  if (rc != TVD_OK) return rc;"]
@@ -505,6 +534,12 @@ class _Emitter:
                  f"int32_t {p}_num_fields(const tvd_value* v); /* -1: not an ADT value or tuple */",
                  "/* Field i of an ADT value or tuple, borrowed (valid while v is; retain to keep it); NULL if none. */",
                  f"tvd_value* {p}_field(const tvd_value* v, int32_t i);", ""]
+        if self.blob:
+            lines += [f"/* ---- the constants: from the params blob {self.name}.params, loaded once per model before any",
+                      "   call (copied: the caller's buffer may go at once). A blob that is truncated, corrupted, another",
+                      "   program's or another version's is refused with TVD_ERR_FORMAT and a message ---- */",
+                      f"int32_t {p}_load_params(tvd_model* m, const void* data, size_t size);",
+                      f"int32_t {p}_load_params_file(tvd_model* m, const char* path);", ""]
         if ctors:
             lines.append("/* ---- ADT constructors: fields borrowed (the value takes its own references), checked ---- */")
         for c in ctors:
@@ -519,6 +554,33 @@ class _Emitter:
             lines.append(f"{self._entry_signature(e)};")
         lines += ["", "#ifdef __cplusplus", "}", "#endif", "", f"#endif /* {m}_H_ */"]
         return "\n".join(lines) + "\n"
+
+
+_HASH_PLACEHOLDER = "TVD_PROGRAM_HASH"
+_BLOB_HEADER = 80
+
+
+def _params_blob(constants, digest: bytes) -> bytes:
+    """The params blob of these constants (layout and checksum: dynamic_c/tvd_blob.c, docs/aot_dynamic.md)."""
+    datas = [np.ascontiguousarray(c).astype(c.dtype.newbyteorder("<"), copy=False).tobytes() for c in constants]
+    table, at = [], _round64(_BLOB_HEADER + 16 * len(datas))
+    for data in datas:
+        table.append((at, len(data)))
+        at = _round64(at + len(data))
+    body = bytearray(at - _BLOB_HEADER)
+    for k, ((offset, nbytes), data) in enumerate(zip(table, datas, strict=True)):
+        body[16 * k:16 * k + 16] = np.array([offset, nbytes], "<u8").tobytes()
+        body[offset - _BLOB_HEADER:offset - _BLOB_HEADER + nbytes] = data
+    words = np.frombuffer(bytes(body), "<u8")
+    total = int(words.sum(dtype=np.uint64))
+    weighted = int((words * np.arange(1, len(words) + 1, dtype=np.uint64)).sum(dtype=np.uint64))
+    header = b"TVDPARAM" + np.array([1, len(datas)], "<u4").tobytes() + np.array([at, total, weighted], "<u8").tobytes() \
+        + digest + bytes(8)
+    return header + bytes(body)
+
+
+def _round64(n: int) -> int:
+    return (n + 63) // 64 * 64
 
 
 _ESCAPES = tuple(f"\\x{b:02x}" for b in range(256))

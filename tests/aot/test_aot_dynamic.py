@@ -49,12 +49,15 @@ def app(tmp_path_factory):
     lstm_params = {"w_ih": lstm_w["w_ih"], "w_hh": lstm_w["w_hh"], "bias": lstm_w["b_ih"] + lstm_w["b_hh"]}
     lstm_mod = tv.parse(lstm.lstm_relay_text(LSTM_I, LSTM_H))
     libraries = [tv.aot.build(tree_mod, name="tree", params=tree_w, dynamic=True),
-                 tv.aot.build(lstm_mod, name="lstm", params=lstm_params, dynamic=True)]
+                 tv.aot.build(lstm_mod, name="lstm", params=lstm_params, dynamic=True),
+                 tv.aot.build(lstm_mod, name="lstmb", params=lstm_params, dynamic=True, constants="blob"),
+                 tv.aot.build(tv.parse(MISC), name="misc", dynamic=True)]
     sources = []
     for library in libraries:
         sources += library.write_sources(directory)["sources"]
     data = directory / "data"
     data.mkdir()
+    (data / "lstmb.params").write_bytes(libraries[2].blob)
     trees = treelstm.make_trees(4, TREE_I, min_nodes=1, max_nodes=9, seed=3)
     trees.append(("leaf", np.ones((1, TREE_I), np.float32)))
     lines = [f"{len(trees)} {TREE_I}"]
@@ -82,6 +85,7 @@ def _cached_build(name: str, directory: Path, sources: list, flags: list, extra:
 
     version = subprocess.run([CC, "--version"], capture_output=True, text=True).stdout
     texts = [p.read_bytes() for p in sorted((directory / "include").iterdir())]
+    texts += [p.read_bytes() for p in sorted(MAIN.parent.glob("*.h"))]  # (tree_text.h)
     texts += [Path(p).read_bytes() for p in sources] + [" ".join([*flags, *extra]).encode(), version.encode()]
     key = hashlib.sha256(b"\0".join(texts)).hexdigest()[:24]
     out = cache_dir() / f"aotdyn_test_{name}_{key}"
@@ -98,7 +102,8 @@ def _cached_build(name: str, directory: Path, sources: list, flags: list, extra:
 
 def _build(app, flags) -> Path:
     """The application built with flags."""
-    return _cached_build("app", app["directory"], [MAIN, *app["sources"]], flags, ("-lm", "-lpthread"))
+    return _cached_build("app", app["directory"], [MAIN, *app["sources"]], [*flags, f"-I{MAIN.parent}"],
+                         ("-lm", "-lpthread"))
 
 
 def _run(app, flags, env=None):
@@ -121,11 +126,12 @@ def _check_outputs(app):
     assert len(got) == len(want) == 2 * len(app["tree"])
     for g, w in zip(got, want):
         np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5)
-    got = _outputs(app["data"] / "lstm_out.txt")
-    want = [np.asarray(part.numpy()).reshape(-1) for h_c in app["lstm"] for part in h_c]
-    assert len(got) == len(want) == 2 * len(LENGTHS)
-    for g, w in zip(got, want):
-        np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5)
+    for name in ("lstm", "lstmb"):  # (constants embedded; from the params blob)
+        got = _outputs(app["data"] / f"{name}_out.txt")
+        want = [np.asarray(part.numpy()).reshape(-1) for h_c in app["lstm"] for part in h_c]
+        assert len(got) == len(want) == 2 * len(LENGTHS)
+        for g, w in zip(got, want):
+            np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5)
 
 
 def _errors(app) -> dict:
@@ -160,6 +166,50 @@ def test_errors_come_back_as_codes_and_messages(app):
     assert "tree_lstm" in errors["tree_depth"][1]  # (names the VM function)
     assert errors["tree_shallow_ok"] == (0, "")
     assert errors["tree_memory_limit"][0] == memory and "out of memory" in errors["tree_memory_limit"][1]
+
+
+def test_the_params_blob_is_checked_and_every_corruption_tried_is_refused(app):
+    """dynamic_main.c loads the LSTM's constants from its blob; before that, every truncation and bit flip of
+    the header and table and a sample of the data's (also under ASan, next test) must be TVD_ERR_FORMAT."""
+    _run(app, PLAIN)
+    errors = _errors(app)
+    argument, fmt = 6, 8  # TVD_ERR_ARGUMENT, TVD_ERR_FORMAT (tensorvm_dynamic.h)
+    size = len(app["libraries"][2].blob)
+    assert errors["blob_not_loaded"][0] == argument and "params are not loaded" in errors["blob_not_loaded"][1]
+    assert errors["blob_no_file"][0] == fmt and "cannot open" in errors["blob_no_file"][1]
+    assert errors["blob_truncated"] == (fmt, f"load_params: the params blob says it has {size} bytes, got {size - 64} "
+                                             f"(truncated or padded)")
+    assert errors["blob_header_truncated"][0] == fmt and "fewer than its 80-byte header" in errors["blob_header_truncated"][1]
+    assert errors["blob_magic"][0] == fmt and "expected the magic TVDPARAM" in errors["blob_magic"][1]
+    assert errors["blob_version"] == (fmt, "load_params: params blob version 3, this library reads version 1")
+    assert errors["blob_hash"][0] == fmt and "belongs to another program" in errors["blob_hash"][1]
+    assert errors["blob_checksum"][0] == fmt and "checksum does not match" in errors["blob_checksum"][1]
+    assert errors["blob_count"][0] == fmt and "constants, this library has" in errors["blob_count"][1]
+    refused, blob_size = map(int, errors["blob_refused"][1].split()), size
+    assert next(iter(refused)) > 3000
+    assert errors["blob_load"] == (0, "") and errors["blob_run"] == (0, "")
+    assert errors["blob_twice"][0] == argument and "loaded already" in errors["blob_twice"][1]
+    assert blob_size % 64 == 0
+
+
+def test_the_c_application_sees_the_argument_checks_of_named_dims_and_closures(app):
+    _run(app, PLAIN)
+    errors = _errors(app)
+    assert errors["misc_tree_ok"] == (0, "")
+    assert errors["misc_tree_vs_x"] == (6, "@tree_plus: parameter %x: expected Tensor[(n, 2), float32], got a tensor "
+                                           "of shape (5, 2): dimension 0 is n = 5, but @tree_plus: parameter %t has n = 3")
+    assert errors["misc_leaves_differ"] == (6, "@tree_plus: parameter %t: expected Tensor[(n, 2), float32], got a "
+                                               "tensor of shape (4, 2): dimension 0 is n = 4, but @tree_plus: parameter "
+                                               "%t has n = 3")
+    assert errors["misc_pair_fields_differ"] == (6, "@pair_plus: parameter %p: expected Tensor[(n), float32], got a "
+                                                    "tensor of shape (4): dimension 0 is n = 4, but @pair_plus: "
+                                                    "parameter %p has n = 3")
+    assert errors["misc_pair_vs_x"] == (6, "@pair_plus: parameter %x: expected Tensor[(n), float32], got a tensor of "
+                                           "shape (2): dimension 0 is n = 2, but @pair_plus: parameter %p has n = 3")
+    assert errors["misc_closure_arity"][0] == 6 and "expected a function of 1 argument(s)" in \
+        errors["misc_closure_arity"][1] and "got a closure of 2 argument(s)" in errors["misc_closure_arity"][1]
+    assert errors["misc_closure_types"][0] == 6 and "got a closure of another signature fn (Tensor[(?), int32]) -> " \
+        "Tensor[(?), int32]" in errors["misc_closure_types"][1]
 
 
 def test_clean_under_address_and_undefined_sanitizers_with_leak_detection(app, tmp_path):

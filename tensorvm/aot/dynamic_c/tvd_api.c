@@ -31,7 +31,8 @@ struct tvd_model {
   tv_ctx ctx;
   tv_pool* pool;
   tv_obj** constants;
-  int64_t nconstants;
+  int64_t nconstants;   /* (0 until a params blob is loaded, in a library built with constants="blob") */
+  unsigned char* blob; /* that blob's block (tvd_blob.c), which the constants view; NULL: embedded constants */
   char message[1024]; /* the last error ("" after a success) */
 };
 
@@ -100,15 +101,20 @@ static tvd_scope tvd_enter(tvd_model* m) {
 static void tvd_leave(tvd_scope scope) { tvd_current_pool = scope.saved; }
 
 /* ---- the model ------------------------------------------------------------------------------------- */
-static int32_t tvd_constant_object(tvd_model* m, const tvd_constant* c, tv_obj** out) {
+static int64_t tvd_constant_bytes(const tvd_constant* c) {
+  int64_t n = c->bits == 1 ? 1 : c->bits / 8;
+  for (int32_t i = 0; i < c->ndim; ++i) n *= c->shape[i];
+  return n;
+}
+
+static int32_t tvd_constant_object(tvd_model* m, const tvd_constant* c, const void* data, tv_obj** out) {
   tv_pool* pool = m->pool;
   tv_storage* s = (tv_storage*)tv_pool_take(pool, &pool->spare_storages, &pool->num_spare_storages, sizeof *s);
   if (s == NULL) return TVD_ERR_MEMORY;
-  int64_t n = c->bits == 1 ? 1 : c->bits / 8;
-  for (int32_t i = 0; i < c->ndim; ++i) n *= c->shape[i];
+  const int64_t n = tvd_constant_bytes(c);
   s->h.refcount = 1;
   s->h.kind = TV_KIND_STORAGE;
-  s->data = (void*)(uintptr_t)c->data; /* (read only: results viewing a constant are copied, tvd_own) */
+  s->data = (void*)(uintptr_t)data; /* (read only: results viewing a constant are copied, tvd_own) */
   s->nbytes = n;
   s->block_bytes = 0;
   s->pool = pool;
@@ -128,6 +134,7 @@ void TVD_FN(destroy)(tvd_model* m) {
   for (int64_t k = 0; k < m->nconstants; ++k) tv_decref(m->constants[k]);
   tv_pool* pool = m->pool;
   if (m->constants != NULL) pool->allocator.free(pool->allocator.user, m->constants);
+  if (m->blob != NULL) pool->allocator.free(pool->allocator.user, m->blob); /* (no value views a constant) */
   pool->allocator.free(pool->allocator.user, m);
   tvd_leave(scope);
   tv_pool_decref(pool); /* (freed when the last value made by the model goes too) */
@@ -157,15 +164,17 @@ int32_t TVD_FN(create)(const tvd_options* options, tvd_model** out) {
     TVD_FN(destroy)(m);
     return TVD_ERR_MEMORY;
   }
+#ifndef TVD_BLOB_PARAMS /* (else the constants come with load_params, tvd_blob.c) */
   for (int64_t k = 0; k < n; ++k) {
-    if (tvd_constant_object(m, tvd_constant_info(k), &m->constants[k]) != TVD_OK) {
+    if (tvd_constant_object(m, tvd_constant_info(k), tvd_constant_info(k)->data, &m->constants[k]) != TVD_OK) {
       TVD_FN(destroy)(m);
       return TVD_ERR_MEMORY;
     }
     m->nconstants = k + 1;
   }
+#endif
   m->ctx.constants = m->constants;
-  m->ctx.nconstants = n;
+  m->ctx.nconstants = m->nconstants;
   *out = m;
   return TVD_OK;
 }
@@ -513,6 +522,9 @@ static int32_t tvd_call_error(tvd_model* m, const char* what) {
 /* Runs VM function f on args (borrowed); *result a new reference the caller owns. */
 TV_UNUSED static int32_t tvd_call(tvd_model* m, int32_t f, tv_obj* const* args, const char* what, tvd_value** result) {
   tv_obj* ret = NULL;
+  if (m->nconstants != tvd_num_constants())
+    return tvd_fail(m, TVD_ERR_ARGUMENT, "%s: the model's params are not loaded (load_params or load_params_file first)",
+                    what);
   m->ctx.depth = 0;
   m->ctx.stack_limit = tvd_stack_limit();
   m->ctx.error.kind = 0;
