@@ -261,6 +261,29 @@ def @main(%x: Tensor[(2), float32]) { @release(%x) }
         tv.aot.build(mod, name="m", dynamic=True)
 
 
+def test_constants_must_be_embed_or_blob_and_blob_is_for_dynamic_only():
+    mod = tv.parse("def @main(%x: Tensor[(2), float32]) { add(%x, %x) }")
+    with pytest.raises(UnsupportedError, match="constants must be 'embed' or 'blob', got 'file'"):
+        tv.aot.build(mod, name="m", dynamic=True, constants="file")
+    with pytest.raises(UnsupportedError, match="constants='blob' is for dynamic=True"):
+        tv.aot.build(mod, name="m", constants="blob")
+
+
+def test_the_blob_holds_the_constants_and_the_c_only_their_shapes(app):
+    """Layout (docs/aot_dynamic.md): a table of 64-aligned constants within the file, as many bytes as the
+    embedded library's constants (that they are the right bytes: the C application's LSTM outputs); the C of the
+    blob library has no weights; the hash in the blob is the one in the C."""
+    embedded, blob = app["libraries"][1], app["libraries"][2]
+    data = blob.blob
+    count = int(np.frombuffer(data[12:16], "<u4")[0])
+    table = np.frombuffer(data[80:80 + 16 * count], "<u8").reshape(count, 2)
+    assert all(offset % 64 == 0 and offset + nbytes <= len(data) for offset, nbytes in table)
+    assert int(table[:, 1].sum()) == blob.constants_size == embedded.constants_size > 16384
+    assert len(embedded.sources["lstm.c"]) - len(blob.sources["lstmb.c"]) > 3 * blob.constants_size  # (>= 4 chars a byte)
+    digest = ", ".join(map(str, data[40:72]))
+    assert f"tvd_program_hash[32] = {{{digest}}};" in blob.sources["lstmb.c"]
+
+
 # --- more programs, called through ctypes from the library built as a shared object -------------------
 MISC = """
 def @total(%xs: List[Tensor[(3), float32]], %acc: Tensor[(3), float32]) -> Tensor[(3), float32] {
