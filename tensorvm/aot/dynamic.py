@@ -15,9 +15,11 @@ and that library's C text becomes one translation unit with internal linkage eve
 * the kernels, the C shape functions and the native functions, unchanged but ``static``, their OpenMP
   pragmas kept under ``#ifdef _OPENMP``;
 * the program's constants (the executable's, with ``params`` bound, and the kernels' constant arrays) as
-  ``static const`` arrays;
+  ``static const`` arrays, or with ``constants="blob"`` only their dtypes and shapes, the bytes going to a
+  params blob the application loads (``dynamic_c/tvd_blob.c`` checks it against the program's hash);
 * the API (``dynamic_c/tvd_api.c``: model, values, tensors, errors) and, generated here, an entry point
-  per Relay function, a constructor per ADT constructor and the type checks they run.
+  per Relay function, a constructor per ADT constructor and the type checks they run (named dims bound
+  across the arguments as the VM binds them; closures checked against the program's closure functions).
 
 Invariant: the library runs exactly the native functions the VM's native mode runs (same C), so its
 results are native mode's; everything it adds is argument checking, ownership and error reporting.
