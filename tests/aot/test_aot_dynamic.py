@@ -321,6 +321,10 @@ def @tree_plus(%t: Tree[Tensor[(n, 2), float32]], %x: Tensor[(n, 2), float32]) -
 def @pair_plus(%p: (Tensor[(n), float32], Tensor[(n), float32]), %x: Tensor[(n), float32]) -> Tensor[(n), float32] {
   add(add(%p.0, %p.1), %x)
 }
+type Rows { Rows(Tensor[(n, 2), float32], Tensor[(n), float32]) }
+def @rows(%r: Rows, %x: Tensor[(n, 2), float32]) -> Tensor[(n, 2), float32] {
+  match (%r) { Rows(%a, %b) => add(%a, %x) }
+}
 def @make_add() -> fn (Tensor[(?), float32], Tensor[(?), float32]) -> Tensor[(?), float32] {
   fn (%a: Tensor[(?), float32], %b: Tensor[(?), float32]) -> Tensor[(?), float32] { add(%a, %b) }
 }
@@ -599,6 +603,31 @@ def test_named_dims_inside_tuple_fields_bind_across_parameters(misc, case):
                                            f"of shape {got}: dimension 0 is n = {got[1]}, but @pair_plus: parameter %p "
                                            f"has n = 3") in message, message
     lib.release(pair)
+    assert lib.live_bytes() == 0
+
+
+def test_named_dims_in_a_monomorphic_adt_bind_in_its_constructor_and_across_parameters(misc):
+    lib, oracle = misc
+    mod = tv.parse(MISC)
+    a, b, x = np.ones((3, 2), "float32"), np.arange(3, dtype="float32"), np.full((3, 2), 4, "float32")
+    va, vb, v4, rows = lib.value(a), lib.value(b), lib.value(np.ones(4, "float32")), ctypes.c_void_p()
+    make = lib.fn("Rows_Rows")
+    assert "n =" in _interpreter_error(oracle, "rows", mod.constructor("Rows")(a, np.ones(4, "float32")), x)
+    assert make(lib.model, va, v4, ctypes.byref(rows)) == 6 and not rows
+    assert ("Rows.Rows: field 1: expected Tensor[(n), float32], got a tensor of shape (4): dimension 0 is n = 4, but "
+            "Rows.Rows: field 0 has n = 3") in lib.fn("last_error")(lib.model).decode()
+    assert make(lib.model, va, vb, ctypes.byref(rows)) == 0
+    rc, result, message = lib.call("rows", rows, x)
+    assert rc == 0, message
+    np.testing.assert_allclose(lib.numpy(result)[0], oracle.evaluate("rows")(mod.constructor("Rows")(a, b), x).numpy())
+    lib.release(result)
+    wide = np.ones((5, 2), "float32")
+    assert "n =" in _interpreter_error(oracle, "rows", mod.constructor("Rows")(a, b), wide)
+    rc, result, message = lib.call("rows", rows, wide)
+    assert rc == 6 and not result and ("@rows: parameter %x: expected Tensor[(n, 2), float32], got a tensor of shape "
+                                       "(5, 2): dimension 0 is n = 5, but @rows: parameter %r has n = 3") in message
+    for value in (va, vb, v4, rows):
+        lib.release(value)
     assert lib.live_bytes() == 0
 
 
