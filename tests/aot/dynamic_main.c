@@ -331,6 +331,18 @@ static void run_misc_errors(FILE* out) {
   v.shape = n2;
   report(out, "misc_pair_vs_x", tvd_misc_pair_plus(m, pair, &v, &result), tvd_misc_last_error(m));
   tvd_misc_release(pair);
+  /* a monomorphic ADT whose fields share n: its constructor binds n, the entry point binds it across parameters */
+  tvd_value* rows = NULL;
+  int64_t rows3[2] = {3, 2};
+  tvd_tensor r = {data, {TVD_DEVICE_CPU, 0}, 2, {TVD_FLOAT, 32, 1}, rows3, NULL, 0};
+  tvd_value* a32 = NULL;
+  if (tvd_misc_tensor(m, &r, &a32) != TVD_OK) fail("misc tensor", -1, tvd_misc_last_error(m));
+  report(out, "misc_rows_ctor", tvd_misc_Rows_Rows(m, a32, b, &rows), tvd_misc_last_error(m)); /* (n = 3, then 4) */
+  if (rows != NULL || tvd_misc_Rows_Rows(m, a32, a, &rows) != TVD_OK) fail("misc Rows", -1, tvd_misc_last_error(m));
+  x.shape = x5;
+  report(out, "misc_rows_vs_x", tvd_misc_rows(m, rows, &x, &result), tvd_misc_last_error(m));
+  tvd_misc_release(rows);
+  tvd_misc_release(a32);
   tvd_misc_release(a);
   tvd_misc_release(b);
   tvd_value* f = NULL;

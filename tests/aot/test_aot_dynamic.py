@@ -206,6 +206,10 @@ def test_the_c_application_sees_the_argument_checks_of_named_dims_and_closures(a
                                                     "parameter %p has n = 3")
     assert errors["misc_pair_vs_x"] == (6, "@pair_plus: parameter %x: expected Tensor[(n), float32], got a tensor of "
                                            "shape (2): dimension 0 is n = 2, but @pair_plus: parameter %p has n = 3")
+    assert errors["misc_rows_ctor"] == (6, "Rows.Rows: field 1: expected Tensor[(n), float32], got a tensor of shape "
+                                           "(4): dimension 0 is n = 4, but Rows.Rows: field 0 has n = 3")
+    assert errors["misc_rows_vs_x"] == (6, "@rows: parameter %x: expected Tensor[(n, 2), float32], got a tensor of "
+                                           "shape (5, 2): dimension 0 is n = 5, but @rows: parameter %r has n = 3")
     assert errors["misc_closure_arity"][0] == 6 and "expected a function of 1 argument(s)" in \
         errors["misc_closure_arity"][1] and "got a closure of 2 argument(s)" in errors["misc_closure_arity"][1]
     assert errors["misc_closure_types"][0] == 6 and "got a closure of another signature fn (Tensor[(?), int32]) -> " \
