@@ -455,7 +455,7 @@ class _Emitter:
                 if any(isinstance(d, SymDim) for d in ty.shape):
                     lines.append("  if (rc == TVD_OK) {")
                     lines += ["  " + line for line in self._bind(ty, f"((const tv_tensor*)args[{i}])->shape",
-                                                                  _c_string(_type_text(ty)), where)]
+                                                                  _c_string(_type_text(ty)), where, "&s")]
                     lines.append("  }")
             else:
                 lines.append(f"  if (rc == TVD_OK && (rc = {self._check(ty)}(m, tvd_obj({c}), {where}, &s)) == TVD_OK) "
@@ -465,18 +465,17 @@ class _Emitter:
         lines += ["  tvd_leave(scope);", "  return rc;", "}"]
         return "\n".join(lines)
 
-    def _bind(self, ty, shape: str, text: str, where: str = "where") -> list:
+    def _bind(self, ty, shape: str, text: str, where: str = "where", syms: str = "s") -> list:
         """C lines binding the named dims of tensor type ``ty`` (its value's shape at ``shape``) in the call's
-        bindings ``s`` (a pointer in a check, the entry's own table there), or failing with what the earlier
-        binding said, as the VM binds them: at their first tensor in parameter order, depth first."""
+        bindings ``syms`` (a ``tvd_syms*``), or failing with what the earlier binding said, as the VM binds
+        them: at their first tensor in parameter order, depth first."""
         dims = [(axis, self.syms.setdefault(d.name, len(self.syms))) for axis, d in enumerate(ty.shape)
                 if isinstance(d, SymDim)]
         if not dims:
             return []
         table = ", ".join(str(self.syms[d.name]) if isinstance(d, SymDim) else "-1" for d in ty.shape)
-        ref = "s" if where == "where" else "&s"
         return [f"  static const int32_t syms[{len(ty.shape)}] = {{{table}}};",
-                f"  if (rc == TVD_OK) rc = tvd_bind_dims(m, {ref}, {len(ty.shape)}, {shape}, syms, {where}, {text});"]
+                f"  if (rc == TVD_OK) rc = tvd_bind_dims(m, {syms}, {len(ty.shape)}, {shape}, syms, {where}, {text});"]
 
     def _entry_signature(self, e: EntryPoint) -> str:
         params = ["tvd_model* m"] + [f"const tvd_tensor* {c}" if t else f"tvd_value* {c}" for c, _, t in e.params]
