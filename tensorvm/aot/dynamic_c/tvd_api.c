@@ -394,7 +394,10 @@ TV_UNUSED static int32_t tvd_check_closure(tvd_model* m, const tv_obj* o, int32_
                     type, o == NULL ? "NULL" : o->kind == TV_KIND_TENSOR ? "a tensor" : "an ADT value or tuple");
   const tv_closure* c = (const tv_closure*)o;
   const int32_t arity = tvn_function_arity(c->func);
-  if (arity < 0 || arity - c->nfree != nargs)
+  if (arity < 0)
+    return tvd_fail(m, TVD_ERR_ARGUMENT, "%s: expected a function %s, got a closure of no function of this program "
+                    "(index %d: another model's?)", where, type, c->func);
+  if (arity - c->nfree != nargs)
     return tvd_fail(m, TVD_ERR_ARGUMENT, "%s: expected a function of %d argument(s) %s, got a closure of %d argument(s) "
                     "%s (VM function '%s')", where, nargs, type, arity - c->nfree, tvd_closure_signature(c->func),
                     tvd_function_name(c->func));
