@@ -449,13 +449,11 @@ __attribute__((unused)) static int32_t tv_conv2d_depthwise_f32(int64_t n, int64_
    (TV_VGEMM_MR, consecutive in the flattened image, so a narrow image fills its tiles) x NR output
    channels: per step two weight vectors and MR broadcast inputs feed 2 MR FMAs, as in the product. A
    pixel past the end repeats the last one (not stored). Bias and relu are applied in registers, the tile
-   stored through a small buffer (MR floats per channel: the NCHW output is strided by channel). Panels go in groups whose weights fill at most
-   half of L2 (TV_VCONV_L2): a tile of pixels meets every panel of its group while its inputs are in L1. */
+   stored through a small buffer (MR floats per channel: the NCHW output is strided by channel). The
+   reduction runs in runs of channel blocks whose slice of a panel fills at most half of L1d (TV_L1D, from
+   the host description; see tv_pconv_chunk). */
 #ifndef TV_VCONV_BLOCK
 #define TV_VCONV_BLOCK 8
-#endif
-#ifndef TV_VCONV_L2
-#define TV_VCONV_L2 524288
 #endif
 #define TV_PCONV_ACC(r) tv_vf lo##r = {0}, hi##r = {0};                                              \
   const int64_t pix##r = first + r < pixels ? first + r : pixels - 1;                                \
