@@ -66,6 +66,23 @@ static inline void tv_team_run(int64_t chunks, int threads, tv_team_fn fn, void*
 }
 #endif
 
+/* The chunks of a generated parallel loop (c_emit.py: its outlined body runs through tv_team_run) of
+   `iterations` iterations of about `work` elements each: TV_TEAM_LOOP_CHUNKS per thread, so that a thread
+   whose core is busy leaves little to the others; fewer when a chunk would hold fewer than
+   TV_TEAM_CHUNK_ELEMENTS elements (host.py: kernel_rules); one on one thread; none for no iteration. */
+#ifndef TV_TEAM_CHUNK_ELEMENTS
+#define TV_TEAM_CHUNK_ELEMENTS 4096
+#endif
+#define TV_TEAM_LOOP_CHUNKS 4
+static inline int64_t tv_team_chunks(int64_t iterations, int64_t work, int threads) {
+  if (iterations <= 1 || threads <= 1) return iterations < 1 ? 0 : 1;
+  const double total = (double)iterations * (double)(work > 1 ? work : 1);
+  double chunks = (double)TV_TEAM_LOOP_CHUNKS * threads;
+  if (chunks > total / TV_TEAM_CHUNK_ELEMENTS) chunks = total / TV_TEAM_CHUNK_ELEMENTS;
+  if (chunks > (double)iterations) chunks = (double)iterations;
+  return chunks < 1 ? 1 : (int64_t)chunks;
+}
+
 /* One operand of a batched product of outer x inner entries: entry i starts at
    (i / inner) * outer_step + (i % inner) * inner_step elements; its rows (its columns when transposed)
    are ld apart. */
