@@ -568,7 +568,7 @@ class _Emitter:
         init = "".join(f"tv_c{index}.{name} = {name}; " for name in captured)
         self.emit(depth, "{")
         self.emit(depth + 1, f"const int64_t tv_n{index} = {extent};")
-        self.emit(depth + 1, f"const int tv_t{index} = tv_omp_max_threads();")
+        self.emit(depth + 1, f"const int tv_t{index} = tv_team_threads();")
         self.emit(depth + 1, f"{fn}_ctx tv_c{index};")
         self.emit(depth + 1, f"{init}tv_c{index}.tv_err = &tv_err; tv_c{index}.tv_n = tv_n{index};")
         self.emit(depth + 1, f"tv_c{index}.tv_chunks = {chunks};")

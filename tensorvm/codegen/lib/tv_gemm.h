@@ -74,6 +74,7 @@ static inline void tv_team_run(int64_t chunks, int threads, tv_team_fn fn, void*
 #define TV_TEAM_CHUNK_ELEMENTS 4096
 #endif
 #define TV_TEAM_LOOP_CHUNKS 4
+static inline int tv_team_threads(void) { return tv_omp_max_threads(); }  /* (the budget, tv_set_num_threads) */
 static inline int64_t tv_team_chunks(int64_t iterations, int64_t work, int threads) {
   if (iterations <= 1 || threads <= 1) return iterations < 1 ? 0 : 1;
   const double total = (double)iterations * (double)(work > 1 ? work : 1);
