@@ -163,8 +163,8 @@ def test_kernel_called_from_a_pool_worker_does_not_deadlock(threads):
         threads(count)
         out = np.full_like(x, np.nan)
         result = []
-        worker = threading.Thread(target=lambda: result.append(nested(rows, parts, x.ctypes.data, out.ctypes.data)),
-                                  daemon=True)
+        worker = threading.Thread(target=lambda out=out, result=result: result.append(
+            nested(rows, parts, x.ctypes.data, out.ctypes.data)), daemon=True)
         worker.start()
         worker.join(timeout=120)
         assert not worker.is_alive(), f"a nested parallel loop did not finish at {count} threads"
