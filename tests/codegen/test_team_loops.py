@@ -184,3 +184,26 @@ def test_no_openmp_parallel_pragma_in_team_kernels():
         omp = emit_kernel(func, EmitOptions(team=False)).source
         assert "#pragma omp parallel for" in omp and "tv_team_run" not in omp
 
+
+
+@pytest.mark.parametrize("log", [0, 1])
+def test_shared_library_softmax_rows_on_the_pool(threads, log):
+    """In a shared library ``tv_softmax_f32`` is the pool's row split (``tv_softmax_team_f32``): above the
+    parallel threshold, at 1, 2 and 3 threads, rows fewer than the threads included, against NumPy."""
+    source = emit_library([]) + ("int32_t softmax_rows(int64_t rows, int64_t n, const float* x, float* y, int64_t log)"
+                                 " { return tv_softmax_f32(rows, n, x, y, log); }\n")
+    assert "#define tv_softmax_f32 tv_softmax_team_f32" in source
+    library = build_library(source)
+    fn = library._cdll.softmax_rows
+    fn.argtypes = [ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64]
+    fn.restype = ctypes.c_int32
+    for count in (1, 2, 3):
+        threads(count)
+        for rows, n in [(0, 5), (1, 70000), (2, 40000), (300, 1001)]:
+            x = np.random.default_rng(rows + count).standard_normal((rows, n)).astype(np.float32) * 4
+            y = np.full_like(x, np.nan)
+            assert fn(rows, n, x.ctypes.data, y.ctypes.data, log) == 0
+            shifted = x.astype(np.float64) - x.max(1, keepdims=True) if rows else x
+            total = np.exp(shifted).sum(1, keepdims=True)
+            expected = shifted - np.log(total) if log else np.exp(shifted) / total
+            np.testing.assert_allclose(y, expected, rtol=1e-5, atol=1e-6, err_msg=f"{rows}x{n} at {count}")
