@@ -1,10 +1,11 @@
 """Kernel threads with and without other work on the machine, beside ONNX Runtime in the same run.
 
     .venv/bin/python benchmarks/threads_under_load.py [--threads 1,2] [--calls 200] [--rounds 5]
-        [--models mlp-b1,mlp-b32,attention-b1[,bert-small]]
+        [--models mlp-b1,mlp-b32,attention-b1[,bert-small][,mobilenetv3]]
 
 Each model is one ONNX file (built here with ``onnx.helper``, or for ``bert-small`` exported from PyTorch
-as ``benchmarks/models/bert.py`` does, 16 tokens; random weights, nothing downloaded) that
+as ``benchmarks/models/bert.py`` does, 16 tokens, or for ``mobilenetv3`` / ``resnet18`` the corpus's
+export that ``benchmarks/run.py`` left in its cache, batch 1; random weights, nothing downloaded) that
 both runtimes load: tensorvm compiles it for target "c", ONNX Runtime runs it with its CPU provider.
 For each thread count (``tv.set_num_threads`` and ORT's ``intra_op_num_threads``) the two runtimes are
 timed alternately in rounds (so that a change in the machine's load hits both), first on the machine as
@@ -106,11 +107,25 @@ def _bert_small(directory: Path, length: int = 16):
     return directory / "bert-small.onnx", {"input_ids": bert.make_input_ids(length)}
 
 
+def _corpus_cnn(name: str):
+    """A corpus CNN's ONNX export (``benchmarks/run.py --models NAME`` makes it) and a batch-1 image."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from compile_time import SHAPES, find_onnx
+
+    path = find_onnx(name, None)
+    if path is None:
+        raise SystemExit(f"no ONNX export of {name}: run benchmarks/run.py --models {name} first")
+    dims = [1 if d is None else d for d in SHAPES[name]["images"]]
+    return path, {"images": np.random.default_rng(0).standard_normal(dims).astype(np.float32)}
+
+
 def _onnx_file(name: str, directory: Path):
     from onnx import helper
 
     if name == "bert-small":  # (needs PyTorch and transformers)
         return _bert_small(directory)
+    if name in ("mobilenetv3", "resnet18"):
+        return _corpus_cnn(name)
     graph, inputs = MODELS[name]()
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8

@@ -260,13 +260,18 @@ class _Kernel:
     libraries: tuple = ()  # the library files (codegen/lib) the kernel calls
 
 
+# The static AOT model keeps OpenMP for its parallel loops (``#pragma omp parallel for`` under ``#ifdef
+# _OPENMP``) rather than tensorvm's pool: its translation unit holds only the prelude (no BLAS bridge, no
+# tv_team.h), allocates nothing and starts no threads of its own, so that it embeds in an application
+# with whatever OpenMP runtime (or none) the application links; the pool's workers are detached threads
+# living for the process, which such a library should not start behind its host's back.
 def _lower_kernel(prim, cname: str, schedule: AotSchedule, prefix: str) -> _Kernel:
-    from ..codegen.c_emit import emit_kernel
+    from ..codegen.c_emit import EmitOptions, emit_kernel
     from ..codegen.fused import lower_primitive
 
     try:
         lowered = lower_primitive(prim, cname)
-        emitted = emit_kernel(lowered.func)
+        emitted = emit_kernel(lowered.func, EmitOptions(team=False))
     except UnsupportedError as err:
         message = str(err).replace('; use target="python" for it', "").replace(
             '; use target="python" to run with NumPy kernels instead', "")

@@ -20,7 +20,9 @@ output and a hint to use target "python".
 
 Threads: one budget, ``set_num_threads(n)`` (initially ``$TENSORVM_NUM_THREADS``, else the first value
 of ``$OMP_NUM_THREADS``, else the cores this process may run on, ``os.sched_getaffinity``), shared by the
-kernels' OpenMP loops and the host BLAS: NumPy's OpenBLAS gets the same count, and a kernel that calls
+kernels' parallel loops (in a shared library the generated loops, the softmax, the products and the
+convolutions all run on the library's pool, ``lib/tv_team.h``; a few hand-written library regions, im2col,
+sort/scan and NMS, and the static AOT form still use OpenMP) and the host BLAS: NumPy's OpenBLAS gets the same count, and a kernel that calls
 BLAS inside its own parallel split calls it single-threaded (``c_emit``), so no second pool competes
 for the cores. Idle OpenMP threads spin briefly, then sleep (``GOMP_SPINCOUNT=20000`` is set before the OpenMP
 runtime loads, unless ``$OMP_WAIT_POLICY`` or ``$GOMP_SPINCOUNT`` is already set): libgomp's default spinning

@@ -15,8 +15,14 @@ The semantics follow NumPy wherever C differs: integer arithmetic wraps (compile
 narrow integer results are cast back to their type, integer division by zero reports an error instead
 of trapping, ``floor_divide``/``floor_mod`` on floats reproduce NumPy's ``divmod``, ``maximum``/``max``
 propagate NaN, shifts outside ``[0, bits)`` give 0 or -1, float16 is computed in float and rounded after
-every operation. Parallel loops carry ``#pragma omp parallel for`` and vector loops ``#pragma omp simd``
-(ignored when the compiler runs without OpenMP).
+every operation. Vector loops carry ``#pragma omp simd`` (ignored when the compiler runs without OpenMP).
+A parallel loop's body is outlined into a static function ``<kernel>_tvpar<k>(ctx, chunk)`` that runs one
+chunk of its iterations; the kernel fills a context struct with what the body reads from outside (pointers,
+sizes, loop-invariant values; the kernel's error word by address) and hands it to ``tv_team_run``
+(``codegen/lib/tv_team.h``: the pool of the products and convolutions too, so one process has one pool,
+and a worker whose core is busy does not hold the loop up). ``tv_team_chunks`` picks the chunk count
+from the extent, the work of one iteration and the host's rules. ``EmitOptions(team=False)`` prints the
+former ``#pragma omp parallel for`` instead (the static AOT flow, see ``tensorvm/aot/build.py``).
 
 The hand-written helpers the kernels call are C files of ``codegen/lib`` (``tv_kernel.h``, ``tv_gemm.h``,
 ``tv_python.h`` and the library functions of ops), whose text each translation unit includes.
@@ -33,6 +39,7 @@ from pathlib import Path
 
 from ..errors import UnsupportedError
 from ..te.expr import Binary, Call, Cast, Const, PrimExpr, Reduce, Select, TensorRead, Unary, Var, dtype_kind
+from ..te.tensor import walk
 from .loop_ir import (
     PARALLEL,
     VECTORIZED,
@@ -152,7 +159,9 @@ class EmitOptions:
     * ``storage``: written before each function definition, e.g. ``"static"`` (default: none, exported);
     * ``alloc`` / ``free``: the functions heap temporaries come from and go back to (``void* alloc(size_t)``,
       ``void free(void*)``), e.g. a workspace's stack allocator;
-    * ``parallel``: False drops the ``omp parallel`` pragmas (the kernels then run serially);
+    * ``parallel``: False emits parallel loops as serial loops (the kernels then run serially);
+    * ``team``: parallel loops run on tensorvm's pool (``tv_team_run``, outlined bodies: needs the prelude's
+      ``BLAS_BRIDGE``); False prints ``#pragma omp parallel for`` loops instead;
     * ``parallel_guard`` / ``simd_guard``: preprocessor conditions put around the ``omp parallel`` and
       ``omp simd`` pragmas (``"defined(_OPENMP)"``), so that compilers without OpenMP see no unknown pragma.
     """
@@ -161,6 +170,7 @@ class EmitOptions:
     alloc: str = "malloc"
     free: str = "free"
     parallel: bool = True
+    team: bool = True
     parallel_guard: str = ""
     simd_guard: str = ""
 
@@ -332,6 +342,9 @@ class _Emitter:
         self.errors: dict = dict(RUNTIME_ERRORS)
         self.lines: list = []
         self.libraries: set = set()  # CallExtern sources
+        self.decls: dict = {}  # C name -> its C type, for what an outlined parallel body may capture
+        self.outlined: list = []  # the outlined parallel bodies' text (context struct and chunk function)
+        self.in_team = False  # emitting an outlined body (a parallel loop inside it runs serially)
 
     # -- names --
 
@@ -357,9 +370,11 @@ class _Emitter:
         for i, buf in enumerate(f.params):
             qualifier = "const " if i < f.num_inputs else ""
             params.append(f"{qualifier}{C_TYPES[buf.dtype]}*{restrict} {self.name(buf, buf.name)}")
+            self.decls[self.name(buf, buf.name)] = f"{qualifier}{C_TYPES[buf.dtype]}*"
         dims = []
         for v in f.dim_params:
             dims.append(f"int64_t {self.name(v, v.name)}")
+            self.decls[self.name(v, v.name)] = "int64_t"
             self.nonneg.add(id(v))
         signature = f"int32_t {f.name}({', '.join(params + dims) or 'void'})"
         self.prototype = signature + ";"
@@ -372,9 +387,9 @@ class _Emitter:
         self.lines.append("  return tv_err;")
         self.lines.append("}")
         self._mark_unused(2, [self.names[id(p)] for p in f.params + f.dim_params])
-        self._mark_unused_constants()
+        self._mark_unused_constants(self.lines)
         head = self._dispatch_function(storage, dims)
-        return head + "\n".join(self.lines) + "\n"
+        return head + "".join(self.outlined) + "\n".join(self.lines) + "\n"
 
     def _mark_unused(self, at: int, names: list, lines: list | None = None):
         """``(void)name;`` for parameters the body never reads (a tuple field a kernel ignores), so
@@ -385,13 +400,13 @@ class _Emitter:
         if unused:
             lines.insert(at, "  " + " ".join(f"(void){n};" for n in unused))
 
-    def _mark_unused_constants(self):
+    def _mark_unused_constants(self, lines: list):
         """``(void)name;`` after a ``const`` binding nothing reads (a dim of an unused tuple field)."""
-        counts = Counter(re.findall(r"\w+", "\n".join(self.lines)))
-        for i, line in enumerate(self.lines):
+        counts = Counter(re.findall(r"\w+", "\n".join(lines)))
+        for i, line in enumerate(lines):
             match = re.match(r"\s*const [\w ]+? (\w+) = .*;$", line)
             if match and counts[match.group(1)] == 1:
-                self.lines[i] = f"{line} (void){match.group(1)};"
+                lines[i] = f"{line} (void){match.group(1)};"
 
     def _dispatch_function(self, storage: str, dims: list) -> str:
         """``int32_t <kernel>_dispatch(dims...)``: the index of the variant to run for these dims."""
@@ -429,6 +444,7 @@ class _Emitter:
                 self.nonneg.add(id(s.var))
             value = self.expr(s.value)
             self.emit(depth, f"const {C_TYPES[s.var.dtype]} {self.name(s.var, s.var.name)} = {value};")
+            self.decls[self.names[id(s.var)]] = C_TYPES[s.var.dtype]
             self.stmt(s.body, depth)
         elif isinstance(s, IfThenElse):
             self.emit(depth, f"if ({self.expr(s.condition)}) {{")
@@ -463,6 +479,8 @@ class _Emitter:
             args = ", ".join(self.name(a, a.name) if isinstance(a, Buffer) else self.expr(a) for a in s.args)
             self.emit(depth, f"{{ const int32_t tv_rc = {s.name}({args}); if (tv_rc) tv_err = tv_rc; }}")
         elif isinstance(s, Assert):
+            if self.in_team:  # (a check inside a parallel loop: the lowering puts them at the entry)
+                raise UnsupportedError("codegen: an entry check inside a parallel loop")
             code = len([c for c in self.errors if c < min(RUNTIME_ERRORS)]) + 1
             self.errors[code] = s.message
             self.emit(depth, f"if (!({self.expr(s.condition)})) return {code};")
@@ -470,8 +488,12 @@ class _Emitter:
             raise UnsupportedError(f"codegen: cannot emit the statement {type(s).__name__}")
 
     def for_loop(self, s: For, depth: int):
-        if s.kind == PARALLEL and self.options.parallel and s.parallel_if is not None \
-                and not isinstance(s.parallel_if, Const):
+        parallel = s.kind == PARALLEL and self.options.parallel and not self.in_team and not (
+            isinstance(s.parallel_if, Const) and not s.parallel_if.value)
+        if parallel and self.options.team:
+            self.team_loop(s, depth)
+            return
+        if parallel and s.parallel_if is not None and not isinstance(s.parallel_if, Const):
             # A run-time choice: the serial copy skips the OpenMP runtime, which ``parallel ... if(0)``
             # still enters (~1 us per call, the whole cost of a small dynamic kernel's epilogue).
             self.emit(depth, f"if ({self.expr(s.parallel_if)}) {{")
@@ -482,8 +504,6 @@ class _Emitter:
             self._loop(s, depth + 1, parallel=False)
             self.emit(depth, "}")
             return
-        parallel = s.kind == PARALLEL and self.options.parallel and not (
-            isinstance(s.parallel_if, Const) and not s.parallel_if.value)
         self._loop(s, depth, parallel)
 
     def _loop(self, s: For, depth: int, parallel: bool):
@@ -491,6 +511,7 @@ class _Emitter:
             del self.names[id(s.loop_var)]
         self.nonneg.add(id(s.loop_var))
         i = self.name(s.loop_var, s.loop_var.name)
+        self.decls[i] = "int64_t"
         extent = self.expr(s.extent)
         if s.kind == PARALLEL and parallel:
             self.pragma(depth, "#pragma omp parallel for schedule(static) num_threads(tv_threads())",
@@ -501,6 +522,88 @@ class _Emitter:
         self.emit(depth, f"for (int64_t {i} = 0; {i} < {extent}; ++{i}) {{")
         self.stmt(s.body, depth + 1)
         self.emit(depth, "}")
+
+    def team_loop(self, s: For, depth: int):
+        """The parallel loop ``s`` as a call of ``tv_team_run`` on its outlined body (see the top): the body
+        reads what it captures from a context struct, by value (``const``: a write to a variable of the
+        kernel inside a parallel body would have been a race, and now fails to compile) or, for buffers,
+        by pointer; the kernel's error word is passed by address and set once per chunk that failed."""
+        index = len(self.outlined)
+        fn = f"{self.func.name}_tvpar{index}"
+        extent = self.expr(s.extent)
+        work = self._iteration_work(s.body)
+        condition = None if s.parallel_if is None or isinstance(s.parallel_if, Const) \
+            else self.expr(s.parallel_if)
+        outside = dict(self.decls)
+        if id(s.loop_var) in self.names:
+            del self.names[id(s.loop_var)]
+        self.nonneg.add(id(s.loop_var))
+        i = self.name(s.loop_var, s.loop_var.name)
+        self.decls[i] = "int64_t"
+        lines, self.lines, self.in_team = self.lines, [], True
+        try:
+            self.emit(2, f"for (int64_t {i} = tv_first; {i} < tv_end; ++{i}) {{")
+            self.stmt(s.body, 3)
+            self.emit(2, "}")
+        finally:
+            body, self.lines, self.in_team = self.lines, lines, False
+        used = set(re.findall(r"\w+", "\n".join(body)))
+        captured = [name for name in outside if name in used and name != "tv_err"]
+        fields = "".join(f" {self.decls[name]} {name};" for name in captured)
+        loads = [f"  {self._local_decl(name)} = tv_c->{name};" for name in captured]
+        chunk = ["  const int64_t tv_first = tv_chunk * tv_c->tv_n / tv_c->tv_chunks;",
+                 "  const int64_t tv_end = (tv_chunk + 1) * tv_c->tv_n / tv_c->tv_chunks;",
+                 "  int32_t tv_err = 0;"]
+        text = [f"typedef struct {{{fields} int32_t* tv_err; int64_t tv_n, tv_chunks; }} {fn}_ctx;",
+                f"static void {fn}(void* tv_ctx, int64_t tv_chunk) {{",
+                f"  const {fn}_ctx* tv_c = (const {fn}_ctx*)tv_ctx;", *loads, *chunk,
+                "  {", *body, "  }", "  if (tv_err) tv_fail(tv_c->tv_err, tv_err);", "}"]
+        self._mark_unused_constants(text)
+        if self.select_of_loads:  # (a select of loads in the body: the attribute goes on its function)
+            text[1] = "TV_SELECT_OF_LOADS " + text[1]
+        self.outlined.append("\n".join(text) + "\n\n")
+        chunks = f"tv_team_chunks(tv_n{index}, {work}, tv_t{index})"
+        if condition is not None:  # (below the threshold: one chunk, run on the caller)
+            chunks = f"({condition}) ? {chunks} : (tv_n{index} > 0)"
+        init = "".join(f"tv_c{index}.{name} = {name}; " for name in captured)
+        self.emit(depth, "{")
+        self.emit(depth + 1, f"const int64_t tv_n{index} = {extent};")
+        self.emit(depth + 1, f"const int tv_t{index} = tv_team_threads();")
+        self.emit(depth + 1, f"{fn}_ctx tv_c{index};")
+        self.emit(depth + 1, f"{init}tv_c{index}.tv_err = &tv_err; tv_c{index}.tv_n = tv_n{index};")
+        self.emit(depth + 1, f"tv_c{index}.tv_chunks = {chunks};")
+        self.emit(depth + 1, f"tv_team_run(tv_c{index}.tv_chunks, tv_t{index}, {fn}, &tv_c{index});")
+        self.emit(depth, "}")
+
+    def _local_decl(self, name: str) -> str:
+        ctype = self.decls[name]
+        return f"{ctype} restrict {name}" if ctype.endswith("*") else f"const {ctype} {name}"
+
+    def _iteration_work(self, s) -> str:
+        """A C expression estimating the elements one iteration of a loop over ``s`` computes: the trip
+        counts of the loops inside, multiplied (an extent that depends on a value bound inside the body
+        counts as 1), summed over statements."""
+        def work(s) -> list:
+            if isinstance(s, Seq):
+                return [term for item in s.stmts for term in work(item)]
+            if isinstance(s, For):
+                inner = work(s.body) or ["1"]
+                if isinstance(s.extent, Const):
+                    factor = str(max(int(s.extent.value), 0))
+                elif all(id(n) in self.names for n in walk(s.extent) if isinstance(n, Var)):
+                    factor = f"({self.expr(s.extent)})"
+                else:
+                    factor = "1"
+                return [f"{factor} * {term}" if term != "1" else factor for term in inner]
+            if isinstance(s, (LetStmt, Allocate)):
+                return work(s.body)
+            if isinstance(s, IfThenElse):
+                return work(s.then_case) + (work(s.else_case) if s.else_case is not None else [])
+            if isinstance(s, Dispatch):
+                return work(s.default)
+            return ["1"]
+        terms = work(s)
+        return "(int64_t)(" + " + ".join(f"(int64_t){t}" for t in terms) + ")" if terms else "(int64_t)1"
 
     def pragma(self, depth: int, text: str, guard: str):
         if guard:
@@ -514,6 +617,7 @@ class _Emitter:
         ctype = C_TYPES[buf.dtype]
         name = self.name(buf, buf.name)
         self.emit(depth, "{")
+        self.decls[name] = ctype if not buf.shape else f"{ctype}*"
         if not buf.shape:
             self.scalars.add(id(buf))
             self.emit(depth + 1, f"{ctype} {name};")

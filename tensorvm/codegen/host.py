@@ -222,6 +222,7 @@ class KernelRules:
     macs_per_cycle: int
     parallel_work: int  # multiply-adds from which a library product is split over threads
     parallel_elements: int  # elements from which a vector loop (generated, softmax) runs in parallel
+    team_chunk_elements: int  # the least elements a chunk of a generated parallel loop holds (tv_team_chunks)
     sort_parallel_elements: int  # elements from which lines are sorted / scanned in parallel (algorithm.c)
     gemm_min_work: int  # multiply-adds from which a product calls the library (tv_gemm_*) from C
     blas_min_rows: int  # rows from which BLAS through NumPy may pay off (fewer: GEMV-like, memory-bound)
@@ -238,6 +239,9 @@ class KernelRules:
             "parallel_work": f"FORK_JOIN_CYCLES ({FORK_JOIN_CYCLES}) x multiply-adds per cycle",
             "parallel_elements": "FORK_JOIN_CYCLES x half a vector per cycle (a load, an operation and a store "
                                  "per vector)",
+            "team_chunk_elements": "parallel_elements / 16: a loop just above the parallel threshold still "
+                                   "splits into 16 chunks (4 per thread at 4 threads), each ~1000 cycles, ten "
+                                   "times the claim of a chunk (a compare-and-swap on a shared line and a call)",
             "sort_parallel_elements": "FORK_JOIN_CYCLES x 2 elements per cycle (comparisons, not vectors)",
             "gemm_min_work": f"LIBRARY_CALL_CYCLES ({LIBRARY_CALL_CYCLES}) x multiply-adds per cycle",
             "blas_min_rows": "one vector's lanes: with fewer rows each weight vector read serves fewer FMAs "
@@ -263,7 +267,8 @@ def kernel_rules(desc: HostDescription | None = None) -> KernelRules:
     blas_min_flops = PYTHON_CALL_CYCLES * macs
     return KernelRules(
         macs_per_cycle=macs, parallel_work=FORK_JOIN_CYCLES * macs,
-        parallel_elements=FORK_JOIN_CYCLES * max(1, lanes // 2), sort_parallel_elements=FORK_JOIN_CYCLES * 2,
+        parallel_elements=FORK_JOIN_CYCLES * max(1, lanes // 2),
+        team_chunk_elements=max(1, FORK_JOIN_CYCLES * max(1, lanes // 2) // 16), sort_parallel_elements=FORK_JOIN_CYCLES * 2,
         gemm_min_work=LIBRARY_CALL_CYCLES * macs, blas_min_rows=lanes, blas_min_flops=blas_min_flops,
         blas_min_flops_dynamic=blas_min_flops // 16, blas_thread_factor=2 * lanes, vector_width=lanes,
         reduction_width=2 * lanes, jam=max(2, desc.vector_registers // 4))
@@ -275,7 +280,8 @@ def rule_defines(desc: HostDescription | None = None) -> tuple:
     desc = desc or host()
     rules = kernel_rules(desc)
     return (f"-DTV_VEC_BYTES={desc.vector_bytes}", f"-DTV_GEMM_PARALLEL_WORK={rules.parallel_work}.0",
-            f"-DTV_PARALLEL_ELEMENTS={rules.parallel_elements}", f"-DTV_LIB_PARALLEL_WORK={rules.sort_parallel_elements}",
+            f"-DTV_PARALLEL_ELEMENTS={rules.parallel_elements}", f"-DTV_TEAM_CHUNK_ELEMENTS={rules.team_chunk_elements}",
+            f"-DTV_LIB_PARALLEL_WORK={rules.sort_parallel_elements}",
             f"-DTV_L1D={desc.l1d}", f"-DTV_L2={desc.l2}", f"-DTV_L3={desc.l3}")
 
 

@@ -278,7 +278,8 @@ def test_constant_factor_after_the_product_becomes_blas_alpha():
         call = "tv_gemm_strided_f32(" if args is qk else "tv_gemm_f32("
         assert call in kernel.source
         blas_case = kernel.source.split("/* variant blas */")[1].split("break;")[0]
-        assert ("for (" not in blas_case) == folded  # folded: the call alone, no loop after it
+        # folded: the call alone, no loop after it (inline, or a parallel loop outlined for tv_team_run)
+        assert ("for (" not in blas_case and "tv_team_run(" not in blas_case) == folded
         (got,) = _run(kernel, args, [shape])
         _close(got, expected)
         assert kernel.select_variant(*args, got) == "blas"

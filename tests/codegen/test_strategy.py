@@ -457,8 +457,8 @@ def _int_pow_and_unused_tuple_field():
 def test_options_for_private_kernels():
     func = lower_primitive(_softmax_named(), "k", strategies=False).func
     default = emit_kernel(func).source
-    assert default.startswith("int32_t k(") and "#pragma omp parallel" in default
-    options = EmitOptions(storage="static", alloc="ws_alloc", free="ws_free", parallel_guard="defined(_OPENMP)",
+    assert "int32_t k(" in default and "tv_team_run(" in default and "#pragma omp parallel" not in default
+    options = EmitOptions(storage="static", alloc="ws_alloc", free="ws_free", team=False, parallel_guard="defined(_OPENMP)",
                           simd_guard="defined(_OPENMP) || defined(SIMD)")
     private = emit_kernel(func, options).source
     assert private.startswith("static int32_t k(")
@@ -484,11 +484,16 @@ def test_generated_c_is_clean_under_wextra(tmp_path):
     tuple field, a dispatch function, kernels made static with a static prelude)."""
     toolchain = find_toolchain()
     funcs = [lower_primitive(_int_pow_and_unused_tuple_field(), "pow_u8"), lower_primitive(_dense_dyn(), "dense")]
-    source = emit_library([emit_kernel(f.func, EmitOptions(storage="static")) for f in funcs], static_functions=True)
-    source += "void* keep[] = {(void*)pow_u8, (void*)dense};\n"
-    path = tmp_path / "k.c"
-    path.write_text(source)
-    flags = [f for f in toolchain.flags if f not in ("-shared",)]
-    result = subprocess.run([toolchain.compiler, *flags, "-Wall", "-Wextra", "-Werror", "-c", str(path),
-                             "-o", str(tmp_path / "k.o")], capture_output=True, text=True, timeout=120)
-    assert result.returncode == 0, result.stderr[:3000]
+    static = emit_library([emit_kernel(f.func, EmitOptions(storage="static", team=False)) for f in funcs],
+                          static_functions=True)
+    static += "void* keep[] = {(void*)pow_u8, (void*)dense};\n"
+    kernels = [emit_kernel(f.func) for f in funcs]  # (parallel loops on tv_team: outlined bodies)
+    assert all("tv_team_run(" in k.source and "omp parallel" not in k.source for k in kernels)
+    shared = emit_library(kernels)
+    for name, source in (("static", static), ("shared", shared)):
+        path = tmp_path / f"{name}.c"
+        path.write_text(source)
+        flags = [f for f in toolchain.flags if f not in ("-shared",)]
+        result = subprocess.run([toolchain.compiler, *flags, "-Wall", "-Wextra", "-Werror", "-c", str(path),
+                                 "-o", str(tmp_path / f"{name}.o")], capture_output=True, text=True, timeout=120)
+        assert result.returncode == 0, (name, result.stderr[:3000])

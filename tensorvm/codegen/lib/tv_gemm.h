@@ -66,6 +66,41 @@ static inline void tv_team_run(int64_t chunks, int threads, tv_team_fn fn, void*
 }
 #endif
 
+/* The chunks of a generated parallel loop (c_emit.py: its outlined body runs through tv_team_run) of
+   `iterations` iterations of about `work` elements each: TV_TEAM_LOOP_CHUNKS per thread, so that a thread
+   whose core is busy leaves little to the others; fewer when a chunk would hold fewer than
+   TV_TEAM_CHUNK_ELEMENTS elements (host.py: kernel_rules); one on one thread; none for no iteration. */
+#ifndef TV_TEAM_CHUNK_ELEMENTS
+#define TV_TEAM_CHUNK_ELEMENTS 4096
+#endif
+#define TV_TEAM_LOOP_CHUNKS 4
+static inline int tv_team_threads(void) { return tv_omp_max_threads(); }  /* (the budget, tv_set_num_threads) */
+static inline int64_t tv_team_chunks(int64_t iterations, int64_t work, int threads) {
+  if (iterations <= 1 || threads <= 1) return iterations < 1 ? 0 : 1;
+  const double total = (double)iterations * (double)(work > 1 ? work : 1);
+  double chunks = (double)TV_TEAM_LOOP_CHUNKS * threads;
+  if (chunks > total / TV_TEAM_CHUNK_ELEMENTS) chunks = total / TV_TEAM_CHUNK_ELEMENTS;
+  if (chunks > (double)iterations) chunks = (double)iterations;
+  return chunks < 1 ? 1 : (int64_t)chunks;
+}
+
+/* The softmax of the kernels of a shared library (tv_kernel.h's tv_softmax_f32 is the static AOT form):
+   its rows in chunks on the pool, from TV_PARALLEL_ELEMENTS elements. The kernels, emitted after this
+   file, call it through the macro. */
+typedef struct { int64_t rows, n, log_softmax, chunks; const float* x; float* y; } tv_softmax_job;
+static void tv_softmax_chunk(void* ctx, int64_t i) {
+  const tv_softmax_job* j = (const tv_softmax_job*)ctx;
+  tv_softmax_rows_f32(i * j->rows / j->chunks, (i + 1) * j->rows / j->chunks, j->n, j->x, j->y, j->log_softmax);
+}
+__attribute__((unused)) static int32_t tv_softmax_team_f32(int64_t rows, int64_t n, const float* x, float* y,
+                                                           int64_t log_softmax) {
+  const int threads = rows * n >= TV_PARALLEL_ELEMENTS ? tv_team_threads() : 1;
+  tv_softmax_job job = {rows, n, log_softmax, tv_team_chunks(rows, n, threads), x, y};
+  tv_team_run(job.chunks, threads, tv_softmax_chunk, &job);
+  return 0;
+}
+#define tv_softmax_f32 tv_softmax_team_f32
+
 /* One operand of a batched product of outer x inner entries: entry i starts at
    (i / inner) * outer_step + (i % inner) * inner_step elements; its rows (its columns when transposed)
    are ld apart. */

@@ -198,12 +198,13 @@ static inline void tv_vexp_nonpositive_f32(tv_vf* v) {  /* (in place: see TV_VSE
    each pass a vector loop and a scalar tail. Per row: one pass for the maximum, one computing exp and its
    sum together (log_softmax: the sum only), one scaling by 1 / sum (log_softmax: subtracting the maximum,
    then log(sum)). A NaN in a row makes the row NaN, as in the generated kernel. Rows run in parallel from
-   TV_PARALLEL_ELEMENTS elements (host.py: kernel_rules, as generated loops). */
-__attribute__((unused)) static int32_t tv_softmax_f32(int64_t rows, int64_t n, const float* restrict x,
-                                                      float* restrict y, int64_t log_softmax) {
+   TV_PARALLEL_ELEMENTS elements (host.py: kernel_rules, as generated loops): on OpenMP here (the static
+   AOT form); shared libraries redirect the name to tv_softmax_team_f32 (beside the products), whose rows run on
+   tensorvm's pool like the generated loops. tv_softmax_rows_f32 does rows [first, end). */
+static inline void tv_softmax_rows_f32(int64_t first, int64_t end, int64_t n, const float* restrict x,
+                                       float* restrict y, int64_t log_softmax) {
   const int64_t whole = n / TV_VLANES * TV_VLANES;
-  #pragma omp parallel for schedule(static) num_threads(tv_threads()) if(rows * n >= TV_PARALLEL_ELEMENTS)
-  for (int64_t i = 0; i < rows; ++i) {
+  for (int64_t i = first; i < end; ++i) {
     const float* restrict row = x + i * n;
     float* restrict result = y + i * n;
     tv_vf peaks = TV_VSPLAT(-INFINITY);
@@ -252,6 +253,11 @@ __attribute__((unused)) static int32_t tv_softmax_f32(int64_t rows, int64_t n, c
       for (int64_t j = whole; j < n; ++j) result[j] *= scale;
     }
   }
+}
+__attribute__((unused)) static int32_t tv_softmax_f32(int64_t rows, int64_t n, const float* restrict x,
+                                                      float* restrict y, int64_t log_softmax) {
+  #pragma omp parallel for schedule(static) num_threads(tv_threads()) if(rows * n >= TV_PARALLEL_ELEMENTS)
+  for (int64_t i = 0; i < rows; ++i) tv_softmax_rows_f32(i, i + 1, n, x, y, log_softmax);
   return 0;
 }
 

@@ -1,4 +1,5 @@
-/* tensorvm's parallel-for for the library products (tv_gemm.h, tv_vgemm.h): the caller takes unstarted work.
+/* tensorvm's parallel-for for every parallel loop of a shared kernel library (the generated loops, outlined by
+   c_emit.py, the softmax, the products of tv_gemm.h / tv_vgemm.h, the convolutions): the caller takes unstarted work.
 
    tv_team_run(chunks, threads, fn, ctx) runs fn(ctx, i) for every chunk i in [0, chunks) on the calling
    thread and up to threads - 1 pool workers. Unlike an OpenMP parallel region, whose end is a barrier
