@@ -63,7 +63,9 @@ class GemmParams:
     """The packed product's shape for one host: ``lanes`` floats per vector, register tile ``mr`` rows x
     ``nr`` columns (``nr`` = the packed weight's panel width, ``packed_lanes()``), reduction blocks of at
     most ``kc`` steps and row blocks of ``mc`` rows; a product packs its B on the fly when B has at most
-    ``onthefly`` floats."""
+    ``onthefly`` floats. A product whose x rows and one panel fit in ``l1_bytes`` runs panel after panel
+    (the panel stays in L1 for every row tile); else in groups of panels of at most ``group_bytes`` (the
+    group stays in L2 while each row tile sweeps it)."""
 
     vector_bytes: int
     lanes: int
@@ -72,6 +74,8 @@ class GemmParams:
     kc: int
     mc: int
     onthefly: int = 65536
+    l1_bytes: int = 16384
+    group_bytes: int = 262144
 
 
 def _cpuinfo() -> tuple[str, tuple]:
@@ -195,7 +199,13 @@ def gemm_params(desc: HostDescription | None = None) -> GemmParams:
     * ``kc`` makes the x block (``mc`` x ``kc``) and one weight panel block (``kc`` x ``nr``) fill 3/4
       of L2, rounded to the nearest multiple of 256 (at least 256): each reduction block after the
       first reloads the output tiles, so blocks are as long as L2 allows;
-    * a product's B is packed on the fly (``onthefly``) when it fills at most half of L2.
+    * a product's B is packed on the fly (``onthefly``) when it fills at most half of L2;
+    * panels run one after the other (each in L1 while every row tile reads it) when x's rows and one
+      panel fill at most half of L1d (``l1_bytes``: few rows, a product bound by the weight's stream from
+      memory), else in groups filling at most half of L2 (``group_bytes``): a row tile then sweeps a group
+      with its x rows in L1 and stores runs of consecutive outputs (with 128 rows of a 50257-column LM
+      head, one panel at a time read x from L2 and stored one line in each of 128 rows per panel: 1.4x
+      the time).
     """
     desc = desc or host()
     lanes = max(1, desc.vector_bytes // 4)
@@ -203,7 +213,7 @@ def gemm_params(desc: HostDescription | None = None) -> GemmParams:
     nr = 2 * lanes
     mc = -(-128 // mr) * mr
     kc = max(256, round(0.75 * desc.l2 / (4 * (mc + nr)) / 256) * 256)
-    return GemmParams(desc.vector_bytes, lanes, mr, nr, kc, mc, desc.l2 // 8)
+    return GemmParams(desc.vector_bytes, lanes, mr, nr, kc, mc, desc.l2 // 8, desc.l1d // 2, desc.l2 // 2)
 
 
 # Costs that are fixed in *time* (cycles), measured on the development machine (Zen 3, 2 cores); the
@@ -288,7 +298,8 @@ def rule_defines(desc: HostDescription | None = None) -> tuple:
 def gemm_defines(params: GemmParams) -> tuple:
     """The ``-D`` flags that instantiate ``tv_vgemm.h`` for ``params``."""
     return (f"-DTV_VEC_BYTES={params.vector_bytes}", f"-DTV_VGEMM_MR={params.mr}", f"-DTV_VGEMM_KC={params.kc}",
-            f"-DTV_VGEMM_MC={params.mc}", f"-DTV_VGEMM_ONTHEFLY={params.onthefly}")
+            f"-DTV_VGEMM_MC={params.mc}", f"-DTV_VGEMM_ONTHEFLY={params.onthefly}",
+            f"-DTV_VGEMM_L1_BYTES={params.l1_bytes}", f"-DTV_VGEMM_GROUP_BYTES={params.group_bytes}")
 
 
 def pack_panels(weight, nr: int, dtype="float32"):

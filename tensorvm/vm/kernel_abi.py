@@ -37,22 +37,32 @@ SHAPE_CACHE_MAX_DATA = 64
 
 
 
+def _shape_key(value) -> tuple:
+    """A by-shape input as a hashable shape: a tuple as it is, an int64 shape tensor (what ``ShapeOf``
+    leaves when the shape is also used as data) by its values (GPT-2's decode step met two such shape
+    functions per call, each computed again through ctypes: 5% of the step)."""
+    return value if value.__class__ is tuple else tuple(np.asarray(value).reshape(-1).tolist())
+
+
 def memoized_shape_func(compute, flat_is_input: tuple, out_ranks: tuple, label: str):
     """``compute(*inputs) -> shapes`` memoized by its input shapes and small data inputs (see
     ``build_shape_func_tuples``), carrying ``flat_is_input``, ``num_outputs``, ``out_ranks``, ``label``."""
     cache: dict = {}
     if not any(flat_is_input):
         def shape_func(*inputs) -> tuple:
+            key = inputs
             try:
-                return cache[inputs]
+                return cache[key]
             except KeyError:
                 pass
-            except TypeError:  # an unhashable input (an int64 shape tensor): compute without the cache
-                return compute(*inputs)
+            except TypeError:  # an int64 shape tensor (unhashable): keyed by its values, the shape it holds
+                key = tuple(_shape_key(value) for value in inputs)
+                if key in cache:
+                    return cache[key]
             result = compute(*inputs)
             if len(cache) >= SHAPE_CACHE_SIZE:
                 cache.clear()
-            cache[inputs] = result
+            cache[key] = result
             return result
     else:
         data_positions = tuple(i for i, flag in enumerate(flat_is_input) if flag)

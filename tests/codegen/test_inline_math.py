@@ -50,3 +50,35 @@ def test_exp_of_nonpositive_values_is_within_one_and_a_bit_ulp(library):
     assert float(_ulps(_apply(library, "tv_test_exp", x), np.exp(x.astype(np.float64))).max()) <= 1.05
     special = _apply(library, "tv_test_exp", np.array([-87.01, -100.0, -np.inf, np.nan], np.float32))
     assert special[0] == 0.0 and special[1] == 0.0 and special[2] == 0.0 and np.isnan(special[3])
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64", "float16"])
+@pytest.mark.parametrize("exponent", [2.0, 3.0, 2.5])
+def test_constant_square_and_cube_match_numpy(dtype, exponent):
+    """x ** 2 and x ** 3 with a constant exponent are emitted as products (tv_pow2/3: libmvec's vector
+    powf was 10x slower, GPT-2's tanh GELU); other exponents still call pow. Special values as NumPy."""
+    from tensorvm import te
+    from tensorvm.codegen.lower import lower
+    from tensorvm.codegen.module import build_module
+
+    n = te.var("n")
+    x = te.placeholder((n,), dtype, "x")
+    name = f"pow_{dtype}_{str(exponent).replace('.', '_')}"
+    module = build_module([lower(name, [x], [te.compute((n,), lambda i: te.power(x[i], exponent), "y")])])
+    helper = f"tv_pow{int(exponent)}_" if exponent in (2.0, 3.0) else "pow"
+    assert helper in module.kernel_source(name)
+    rng = np.random.default_rng(3)
+    finite = {"float16": 30.0, "float32": 1e12, "float64": 1e100}[dtype]
+    values = np.concatenate([rng.standard_normal(1001) * 3, rng.uniform(-finite, finite, 200),
+                             [0.0, -0.0, np.inf, -np.inf, np.nan, 1e-30, -1e-30]]).astype(dtype)
+    if exponent == 2.5:
+        values = np.abs(values)
+    out = np.empty_like(values)
+    module[name](values, out)
+    with np.errstate(all="ignore"):
+        want = np.power(values.astype(np.float64), exponent).astype(dtype)
+    np.testing.assert_array_equal(np.isnan(out), np.isnan(want))
+    np.testing.assert_array_equal(np.signbit(out), np.signbit(want))
+    ok = ~np.isnan(want)
+    np.testing.assert_allclose(out[ok].astype(np.float64), want[ok].astype(np.float64),
+                               rtol=4 * np.finfo(dtype).eps, atol=0)

@@ -79,7 +79,8 @@ def test_gemm_params_follow_the_rule(isa, l2, want):
     assert 2 * p.mr + 3 <= desc.vector_registers  # accumulators + 2 weight vectors + 1 broadcast
     assert hostmod.gemm_defines(p) == (f"-DTV_VEC_BYTES={p.vector_bytes}", f"-DTV_VGEMM_MR={p.mr}",
                                        f"-DTV_VGEMM_KC={p.kc}", f"-DTV_VGEMM_MC={p.mc}",
-                                       f"-DTV_VGEMM_ONTHEFLY={l2 // 8}")  # B packed on the fly up to L2 / 2
+                                       f"-DTV_VGEMM_ONTHEFLY={l2 // 8}",  # B packed on the fly up to L2 / 2
+                                       f"-DTV_VGEMM_L1_BYTES={desc.l1d // 2}", f"-DTV_VGEMM_GROUP_BYTES={l2 // 2}")
 
 
 def test_pack_panels_layout():
@@ -93,7 +94,8 @@ def test_pack_panels_layout():
 
 # ---- every instance against NumPy ---------------------------------------------------------------------
 
-# Small KC/MC as well, so that reduction and row blocks have remainders at small sizes.
+# Small KC/MC as well, so that reduction and row blocks have remainders at small sizes, and small cache
+# budgets, so that panels go in groups of 3 or more with a remainder group.
 _INSTANCES = {f"{isa}{'-small' if small else ''}": (isa, small) for isa in hostmod.ISAS for small in (False, True)}
 
 
@@ -103,7 +105,8 @@ def instances():
     for name, (isa, small) in _INSTANCES.items():
         params = hostmod.gemm_params(hostmod.isa_host(isa))
         if small:
-            params = dataclasses.replace(params, kc=48, mc=2 * params.mr + 1)
+            params = dataclasses.replace(params, kc=48, mc=2 * params.mr + 1, l1_bytes=1024,
+                                         group_bytes=3 * 48 * params.nr * 4 + 4)
         fn = hostmod.vgemm_library(params).function("tv_vgemm_call", 3, 0)
         fn.argtypes = [ctypes.c_int64] * 3 + [ctypes.c_void_p] * 3
         made[name] = (fn, params)
@@ -111,7 +114,10 @@ def instances():
 
 
 _SHAPES = [(1, 1, 1), (1, 17, 3), (2, 5, 1), (7, 33, 5), (13, 31, 97), (29, 64, 130), (3, 100, 2000),
-           (1, 40, 4099), (150, 20, 7), (64, 10, 512), (5, 3, 0), (0, 3, 4)]
+           (1, 40, 4099), (150, 20, 7), (64, 10, 512), (5, 3, 0), (0, 3, 4),
+           # many panels (groups of them, a last partial panel) and row counts that are not multiples of
+           # the tile (tiles of balanced sizes)
+           (8, 301, 9), (29, 301, 130), (43, 517, 64), (128, 2057, 40)]
 
 
 @needs_cc

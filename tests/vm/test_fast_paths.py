@@ -248,3 +248,23 @@ def test_a_tensor_that_does_not_fit_its_storage_fails_at_its_own_pc(mode):
                      [PrimitiveInfo("add", num_inputs=2, num_outputs=1)], exec_mode=mode, kernel_overrides=[add])
     with pytest.raises(ShapeError, match=r"alloc_tensor.*at pc 3"):
         VirtualMachine(exe).invoke("main", np.arange(4, dtype="int64"))
+
+
+def test_memoized_shape_function_keys_a_shape_tensor_by_its_values():
+    """A by-shape input that arrives as an int64 shape tensor (unhashable) is memoized by the shape it
+    holds, like the same shape as a tuple; a different shape is computed again (it was computed on every
+    call: two per GPT-2 decode step)."""
+    from tensorvm.vm.kernel_abi import memoized_shape_func
+
+    calls = []
+
+    def compute(a, b):
+        calls.append((a, b))
+        return (tuple(int(d) for d in np.asarray(a).reshape(-1)[::-1]),)
+
+    shape_func = memoized_shape_func(compute, (False, False), (2,), "test")
+    first = shape_func(np.array([2, 3], "int64"), np.array([4], "int64"))
+    assert first == ((3, 2),) and len(calls) == 1
+    assert shape_func(np.array([2, 3], "int64"), np.array([4], "int64")) == first and len(calls) == 1
+    assert shape_func((2, 3), (4,)) == first and len(calls) == 1  # the tuple form of the same shapes
+    assert shape_func(np.array([5, 3], "int64"), np.array([4], "int64")) == ((3, 5),) and len(calls) == 2

@@ -139,7 +139,12 @@ static inline bool tv_max_b(bool a, bool b) { return a || b; }
     T e = exp##F(-fabs##F(x)), r = (T)1 / ((T)1 + e);                                              \
     return x >= 0 ? r : e * r;                                                                     \
   }                                                                                                \
-  static inline T tv_sign_##S(T x) { return x > 0 ? (T)1 : (x < 0 ? (T)-1 : (x == 0 ? (T)0 : x)); }
+  static inline T tv_sign_##S(T x) { return x > 0 ? (T)1 : (x < 0 ? (T)-1 : (x == 0 ? (T)0 : x)); }  \
+  /* x ** 2 and x ** 3 (a constant exponent, GPT-2's tanh GELU): products, which vectorize inline;     \
+     libmvec's vector powf took 15 ns per element here. Within 1.5 ulp of pow; the same inf, nan and  \
+     signed zeros. */                                                                              \
+  static inline T tv_pow2_##S(T x) { return x * x; }                                               \
+  static inline T tv_pow3_##S(T x) { return x * x * x; }
 TV_FLOAT(float, f32, f) TV_FLOAT(double, f64, )
 
 /* exp(x) for x <= 0 (or NaN), as softmax needs it after subtracting the row's maximum: Cody-Waite

@@ -3,7 +3,8 @@
 
      TV_VEC_BYTES  bytes per vector: 16 (portable, 128-bit), 32 (AVX2), 64 (AVX-512);
      TV_VGEMM_MR   rows of the register tile (1..14): 2 MR accumulators + 3 registers fit the register file;
-     TV_VGEMM_KC   the longest reduction block;  TV_VGEMM_MC  rows per block (the x block stays in L2).
+     TV_VGEMM_KC   the longest reduction block;  TV_VGEMM_MC  rows per block (the x block stays in L2);
+     TV_VGEMM_L1_BYTES, TV_VGEMM_GROUP_BYTES  half of L1d and of L2 (panel order, see tv_vgemm_block).
 
    The weight W (n x k) is packed as ceil(n / NR) panels of k x NR floats, NR = 2 vectors (TV_VGEMM_NR):
    output column j reads panel j / NR, lane j % NR (zero padded). tv_vgemm_packed_f32 computes
@@ -197,45 +198,62 @@ static void tv_vgemm_rows(int rows, const float* x, int64_t ldx, const float* pa
     for (int r = 0; r < rows; ++r) for (int64_t j = 0; j < cols; ++j) c[r * ldc + j] = tile[r * TV_VGEMM_NR + j];
 }
 
+#ifndef TV_VGEMM_L1_BYTES
+#define TV_VGEMM_L1_BYTES 16384
+#endif
+#ifndef TV_VGEMM_GROUP_BYTES
+#define TV_VGEMM_GROUP_BYTES 262144
+#endif
+/* Row tiles [i0, i1) x panels [g0, g1), reduction steps [k0, k0 + kc): each row tile meets every panel of
+   the group while its x rows (MR x kc) are in L1, and writes a run of consecutive outputs in each of its
+   rows (a few store streams the prefetchers follow, not one line in each of MC rows per panel). The rows
+   are cut into as few tiles as MR allows, of sizes differing by at most one (128 rows: 18 tiles of 6 and
+   4 of 5, not 21 of 6 and one of 2 whose 4 accumulators leave the FMA units waiting on latency). */
+static void tv_vgemm_group(int64_t i0, int64_t i1, int64_t g0, int64_t g1, int64_t k0, int64_t kc, int64_t n,
+                           int64_t k, const float* x, const float* packed, float* out) {
+  const int64_t tiles = (i1 - i0 + TV_VGEMM_MR - 1) / TV_VGEMM_MR;
+  const int64_t base = (i1 - i0) / tiles, longer = (i1 - i0) % tiles;
+  for (int64_t t = 0, i = i0; t < tiles; ++t) {
+    const int rows = (int)(base + (t < longer));
+    for (int64_t p = g0; p < g1; ++p) {
+      const int64_t cols = n - p * TV_VGEMM_NR < TV_VGEMM_NR ? n - p * TV_VGEMM_NR : TV_VGEMM_NR;
+      tv_vgemm_rows(rows, x + i * k + k0, k, packed + (p * k + k0) * TV_VGEMM_NR, kc,
+                    out + i * n + p * TV_VGEMM_NR, n, cols, k0 > 0);
+    }
+    i += rows;
+  }
+}
+
 /* Rows [m0, m1) x panels [p0, p1) of the product. The reduction runs in equal blocks of at most KC steps
-   (each block after the first reloads the output tiles). */
+   (each block after the first reloads the output tiles). Panels go in groups whose block of weight fills
+   at most half of L2: the first row tile reads a group from memory, the others from L2. */
 static void tv_vgemm_block(int64_t m0, int64_t m1, int64_t p0, int64_t p1, int64_t n, int64_t k, const float* x,
                            const float* packed, float* out) {
   /* One row tile reads each panel once: whole panels then, the weight streams in order. */
   const int64_t splits = (k + TV_VGEMM_KC - 1) / TV_VGEMM_KC;
   const int64_t block = m1 - m0 <= TV_VGEMM_MR ? k : (k + splits - 1) / splits;
+  /* x's rows and one panel fit in half of L1 (TV_VGEMM_L1_BYTES): each panel read from memory stays in L1
+     for every row tile (panel after panel: the weight streams from memory all the time, what a product
+     with few rows is bound by). Else groups of panels, each in at most half of L2 (TV_VGEMM_GROUP_BYTES). */
+  const int64_t l1_panel = (m1 - m0 + TV_VGEMM_NR) * block * (int64_t)sizeof(float) <= TV_VGEMM_L1_BYTES;
+  const int64_t fit = TV_VGEMM_GROUP_BYTES / (block * TV_VGEMM_NR * (int64_t)sizeof(float));
+  const int64_t group = l1_panel || fit < 1 ? 1 : fit;
   if (m1 - m0 <= TV_VGEMM_MC) {
-    /* Up to MC rows (their x stays in L2): panel after panel, each block of a panel read by every row tile
-       while it is in cache, so the weight is read once from memory, in memory order (one sequential
-       stream, what the prefetchers serve best). */
-    for (int64_t p = p0; p < p1; ++p) {
-      const int64_t cols = n - p * TV_VGEMM_NR < TV_VGEMM_NR ? n - p * TV_VGEMM_NR : TV_VGEMM_NR;
-      for (int64_t k0 = 0; k0 < k; k0 += block) {
-        const int64_t kc = k - k0 < block ? k - k0 : block;
-        const float* panel = packed + (p * k + k0) * TV_VGEMM_NR;
-        for (int64_t i = m0; i < m1; i += TV_VGEMM_MR) {
-          const int rows = m1 - i < TV_VGEMM_MR ? (int)(m1 - i) : TV_VGEMM_MR;
-          tv_vgemm_rows(rows, x + i * k + k0, k, panel, kc, out + i * n + p * TV_VGEMM_NR, n, cols, k0 > 0);
-        }
-      }
-    }
+    /* Up to MC rows (their x stays in L2): group after group, every reduction block of a group read by
+       every row tile while it is in cache, so the weight is read once from memory, in memory order (one
+       sequential stream, what the prefetchers serve best). */
+    for (int64_t g = p0; g < p1; g += group)
+      for (int64_t k0 = 0; k0 < k; k0 += block)
+        tv_vgemm_group(m0, m1, g, p1 - g < group ? p1 : g + group, k0, k - k0 < block ? k - k0 : block, n, k, x,
+                       packed, out);
     return;
   }
   /* More rows: row blocks of MC (an x block of MC x kc stays in L2) under each reduction block. */
-  for (int64_t k0 = 0; k0 < k; k0 += block) {
-    const int64_t kc = k - k0 < block ? k - k0 : block;
-    for (int64_t i0 = m0; i0 < m1; i0 += TV_VGEMM_MC) {
-      const int64_t i1 = m1 - i0 < TV_VGEMM_MC ? m1 : i0 + TV_VGEMM_MC;
-      for (int64_t p = p0; p < p1; ++p) {
-        const float* panel = packed + (p * k + k0) * TV_VGEMM_NR;
-        const int64_t cols = n - p * TV_VGEMM_NR < TV_VGEMM_NR ? n - p * TV_VGEMM_NR : TV_VGEMM_NR;
-        for (int64_t i = i0; i < i1; i += TV_VGEMM_MR) {
-          const int rows = i1 - i < TV_VGEMM_MR ? (int)(i1 - i) : TV_VGEMM_MR;
-          tv_vgemm_rows(rows, x + i * k + k0, k, panel, kc, out + i * n + p * TV_VGEMM_NR, n, cols, k0 > 0);
-        }
-      }
-    }
-  }
+  for (int64_t k0 = 0; k0 < k; k0 += block)
+    for (int64_t i0 = m0; i0 < m1; i0 += TV_VGEMM_MC)
+      for (int64_t g = p0; g < p1; g += group)
+        tv_vgemm_group(i0, m1 - i0 < TV_VGEMM_MC ? m1 : i0 + TV_VGEMM_MC, g, p1 - g < group ? p1 : g + group, k0,
+                       k - k0 < block ? k - k0 : block, n, k, x, packed, out);
 }
 
 /* A parallel product in chunks (tv_team_run: the caller runs the chunks of workers that have not
