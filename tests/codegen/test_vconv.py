@@ -332,10 +332,11 @@ def _hardswish(v):
                                   "unit-long", "depthwise", "grouped"])
 def test_convolution_kernels_over_a_dynamic_batch(case, isa):
     """Convolution groups as FuseOps forms them from ONNX (an (O, 1, 1) bias), over a dynamic batch (0, 1,
-    3): strided and dilated convolutions with a short reduction run the direct kernel, bias and relu in its
-    tiles (no loop after the call), anything else (hard-swish, a residual) generated after it in place;
-    a long reduction runs im2col + the product; a depthwise one runs the depthwise kernel (bias and relu in
-    its tiles as well), other grouped ones generated code."""
+    3): strided and dilated convolutions with a short reduction run the direct kernel, bias and relu,
+    hard-swish, or a residual and relu in its tiles (no loop after the call; with the residual's batch
+    dynamic, only when it equals the output's, generated code after the call otherwise); a long reduction
+    runs im2col + the product; a depthwise one runs the depthwise kernel (bias and relu in its tiles as
+    well), other grouped ones generated code."""
     c, size = 12, 15
     kernel, c, o, attrs = {
         "strided-bias-relu": ((3, 3), c, 10, dict(padding=[1, 1, 1, 1], strides=[2, 2])),
@@ -370,8 +371,9 @@ def test_convolution_kernels_over_a_dynamic_batch(case, isa):
     expected = {"strided-long": "blas", "unit-long": "blas", "depthwise": "depthwise", "grouped": "generic"}.get(case, "direct")
     assert k.variants[0] == expected
     if expected in ("direct", "depthwise"):
-        assert f"tv_conv2d_{expected}_f32(" in source
-    if case.endswith("bias-relu") or case == "depthwise":
+        entry = "_act" if "hardswish" in case or "residual" in case else ""
+        assert f"tv_conv2d_{expected}{entry}_f32(" in source
+    if case.endswith("bias-relu") or case == "depthwise" or "hardswish" in case:
         assert "for (" not in source.split("/* variant generic */")[0]
     rng = np.random.default_rng(len(case))
     weights = rng.standard_normal((o, c // groups, *kernel)).astype(np.float32)
