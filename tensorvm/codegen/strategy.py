@@ -515,7 +515,8 @@ def activation_epilogue(fn: Function, out_type) -> tuple[TileEpilogue, Var | Non
         for v, gate in (expr.args, expr.args[::-1]):
             found = _clamped_affine(gate, rank)
             if found is not None and found[-1] is v:
-                (bits, alpha, beta, lo, hi, _), expr, act = found, v, found[0] | ACT_GATE
+                _, alpha, beta, lo, hi, _ = found
+                expr, act = v, found[0] | ACT_GATE
                 break
     if not act:
         found = _clamped_affine(expr, rank)
