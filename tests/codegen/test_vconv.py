@@ -272,7 +272,8 @@ def test_conv_weights_pack_and_unpack():
 def test_long_reduction_convolutions_run_packed_over_a_dynamic_batch(variants, monkeypatch):
     """A ResNet block (3x3 convolutions of 48 channels: a reduction longer than the direct kernel takes,
     the weights constants) compiled for the VM: PackWeights makes both ``nn.conv2d_packed``, whose kernel
-    runs with bias and relu in its tiles and the residual add after it; the generated kernel over the
+    runs with bias and relu in its tiles, the second with the residual add before the relu there too
+    (``tv_conv2d_packed_act_f32``, the batches being equal); the generated kernel over the
     packed layout (variants off) gives the same. Batch 0, 1, 3 through one executable, against the
     interpreter of the original program."""
     import tensorvm as tv
@@ -292,6 +293,7 @@ def test_long_reduction_convolutions_run_packed_over_a_dynamic_batch(variants, m
     if variants == "1":
         assert exe.stats()["kernel_library"]["variants"].get("packed") == 2
         assert any("tv_conv2d_packed_f32(" in source for source in exe.c_library.sources.values())
+        assert any("tv_conv2d_packed_act_f32(" in source for source in exe.c_library.sources.values())
     vm = tv.vm.VirtualMachine(exe)
     reference = tv.create_executor("debug", mod)
     for batch in (0, 1, 3):
