@@ -407,6 +407,7 @@ __attribute__((unused)) static int32_t tv_conv2d_direct_f32(int64_t n, int64_t c
                                     const tv_conv_epilogue* epi, const float* res, int64_t oh, int64_t ow, \
                                     float* out) {                                                    \
     (void)at;                                                                                        \
+    const tv_conv_epilogue e = *epi; /* (a copy: the stores to out could alias its floats) */        \
     for (int64_t y0 = 0; y0 < oh; y0 += TV_VDW_ROWS) {                                               \
       TV_VDW_EACH(TV_VDW_Y)                                                                          \
       for (int64_t x = 0; x < ow; x += TV_VLANES) {                                                  \
@@ -423,7 +424,7 @@ __attribute__((unused)) static int32_t tv_conv2d_direct_f32(int64_t n, int64_t c
             TV_VDW_EACH(TV_VDW_FMA)                                                                  \
           }                                                                                          \
         }                                                                                            \
-        if (epi->relu) { TV_VDW_EACH(TV_VDW_RELU) }                                                  \
+        if (e.relu) { TV_VDW_EACH(TV_VDW_RELU) }                                                     \
         float tile[TV_VDW_ROWS][TV_VLANES];                                                          \
         TV_VDW_EACH(TV_VDW_KEEP)                                                                     \
         const int64_t cols = ow - x0 < TV_VLANES ? ow - x0 : TV_VLANES;                              \
@@ -432,10 +433,10 @@ __attribute__((unused)) static int32_t tv_conv2d_direct_f32(int64_t n, int64_t c
           if (cols == TV_VLANES) {                                                                   \
             tv_vf v = TV_VLOAD(tile[i]);                                                             \
             if (res) v += TV_VLOAD(res + at);                                                        \
-            if (epi->act) TV_VACT(v, *epi)                                                           \
+            if (e.act) TV_VACT(v, e)                                                                 \
             TV_VSTORE(out + at, v);                                                                  \
-          } else if (res || epi->act) {                                                              \
-            for (int64_t j = 0; j < cols; ++j) out[at + j] = tv_conv_act1(res ? tile[i][j] + res[at + j] : tile[i][j], epi); \
+          } else if (res || e.act) {                                                                 \
+            for (int64_t j = 0; j < cols; ++j) out[at + j] = tv_conv_act1(res ? tile[i][j] + res[at + j] : tile[i][j], &e); \
           } else {                                                                                   \
             memcpy(out + at, tile[i], sizeof(float) * (size_t)cols);                                 \
           }                                                                                          \
@@ -539,7 +540,7 @@ __attribute__((unused)) static int32_t tv_conv2d_depthwise_f32(int64_t n, int64_
 #define TV_PCONV_KEEP(r) TV_VSTORE(buf[r], lo##r); TV_VSTORE(buf[r] + TV_VLANES, hi##r);
 #define TV_PCONV_BIAS(r) lo##r += bias_lo; hi##r += bias_hi;
 #define TV_PCONV_RELU(r) TV_VRELU(lo##r); TV_VRELU(hi##r);
-#define TV_PCONV_ACT(r) TV_VACT(lo##r, *epi) TV_VACT(hi##r, *epi)
+#define TV_PCONV_ACT(r) TV_VACT(lo##r, e) TV_VACT(hi##r, e)
 #define TV_PCONV_TILE(R)                                                                             \
   static void tv_pconv_tile##R(const float* blocked, int64_t cblocks, int64_t hp, int64_t wp, int64_t kh, \
       int64_t kw, int64_t sh, int64_t sw, int64_t dh, int64_t dw, const float* panel, int64_t first,  \
@@ -560,15 +561,16 @@ __attribute__((unused)) static int32_t tv_conv2d_depthwise_f32(int64_t n, int64_
     const tv_vf bias_lo = TV_VLOAD(bias), bias_hi = TV_VLOAD(bias + TV_VLANES);                      \
     TV_VROWS##R(TV_PCONV_BIAS)                                                                       \
     if (relu) { TV_VROWS##R(TV_PCONV_RELU) }                                                         \
-    if (epi->act && !epi->residual) { TV_VROWS##R(TV_PCONV_ACT) }                                    \
+    const tv_conv_epilogue e = *epi; /* (a copy: the stores to out could alias its floats) */        \
+    if (e.act && !e.residual) { TV_VROWS##R(TV_PCONV_ACT) }                                          \
     float buf[R][TV_VGEMM_NR];                                                                       \
     TV_VROWS##R(TV_PCONV_KEEP)                                                                       \
     const int64_t channels = o - o0 < TV_VGEMM_NR ? o - o0 : TV_VGEMM_NR;                            \
-    if (epi->residual) { /* the residual before the activation, both per float (NCHW: strided by channel) */ \
+    if (e.residual) { /* the residual before the activation, both per float (NCHW: strided by channel) */ \
       for (int64_t i = 0; i < channels; ++i) {                                                       \
         const int64_t at = (o0 + i) * pixels + first;                                                \
         for (int64_t j = 0; j < R && first + j < pixels; ++j)                                        \
-          out[at + j] = tv_conv_act1(buf[j][i] + epi->residual[at + j], epi);                        \
+          out[at + j] = tv_conv_act1(buf[j][i] + e.residual[at + j], &e);                            \
       }                                                                                              \
       return;                                                                                        \
     }                                                                                                \
