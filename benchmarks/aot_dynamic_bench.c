@@ -10,6 +10,7 @@
 #include <time.h>
 
 #include "tree.h"
+#include "tree_text.h" /* (tests/aot/) */
 
 static void check(int32_t rc, tvd_model* m, const char* what) {
   if (rc != TVD_OK) {
@@ -19,28 +20,13 @@ static void check(int32_t rc, tvd_model* m, const char* what) {
 }
 
 static tvd_value* read_tree(tvd_model* m, FILE* in, int64_t input_size) {
-  char kind[2];
-  if (fscanf(in, "%1s", kind) != 1) exit(2);
-  tvd_value* left = NULL;
-  tvd_value* right = NULL;
-  if (kind[0] == 'N') {
-    left = read_tree(m, in, input_size);
-    right = read_tree(m, in, input_size);
+  int32_t rc = TVD_OK;
+  tvd_value* tree = tree_from_text(m, in, input_size, &rc);
+  if (tree == NULL) {
+    if (rc < 0) exit(2); /* (the text does not parse) */
+    check(rc, m, "building a tree");
   }
-  float* x = (float*)malloc(sizeof(float) * (size_t)input_size);
-  for (int64_t i = 0; i < input_size; ++i)
-    if (fscanf(in, "%f", &x[i]) != 1) exit(2);
-  int64_t shape[2] = {1, input_size};
-  tvd_tensor t = {x, {TVD_DEVICE_CPU, 0}, 2, {TVD_FLOAT, 32, 1}, shape, NULL, 0};
-  tvd_value* xv = NULL;
-  tvd_value* node = NULL;
-  check(tvd_tree_tensor(m, &t, &xv), m, "tensor");
-  free(x);
-  check(kind[0] == 'N' ? tvd_tree_Tree_Node(m, left, right, xv, &node) : tvd_tree_Tree_Leaf(m, xv, &node), m, "ctor");
-  tvd_tree_release(xv);
-  tvd_tree_release(left);
-  tvd_tree_release(right);
-  return node;
+  return tree;
 }
 
 static double now(void) {

@@ -197,7 +197,7 @@ class AOTModule:
 
 def build(mod: IRModule, name: str = "default", params: dict | None = None, target: str = "c",
           workspace: str = "internal", planner: str = "greedy_by_size", alignment: int = 16,
-          opt_level: int = 3, dynamic: bool = False) -> AOTModule:
+          opt_level: int = 3, dynamic: bool = False, constants: str = "embed") -> AOTModule:
     """Compile the static ``@main`` of ``mod`` to C; see the module docstring.
 
     ``dynamic=True``: every function of ``mod`` (recursion, ADTs, closures, dynamic shapes) becomes a
@@ -208,12 +208,17 @@ def build(mod: IRModule, name: str = "default", params: dict | None = None, targ
     ``"internal"`` (a static buffer in the model file) or ``"external"`` (the run function takes a
     ``void* workspace`` of ``TVMGEN_<NAME>_WORKSPACE_SIZE`` bytes). ``planner`` is a
     ``plan_memory`` algorithm; ``alignment`` the byte alignment of every workspace tensor.
+    ``constants`` (``dynamic=True`` only): ``"embed"`` (in the C) or ``"blob"`` (a params blob loaded at run
+    time, docs/aot_dynamic.md); static AOT always links its params (``<name>_params.c``).
     """
     _check_options(name, target, workspace, planner, alignment)
     if dynamic:
         from .dynamic import build_dynamic
 
-        return build_dynamic(mod, name, params, opt_level)
+        return build_dynamic(mod, name, params, opt_level, constants)
+    if constants != "embed":
+        raise UnsupportedError(f"AOT: constants={constants!r} is for dynamic=True; static AOT links its params "
+                               f"into <name>_params.c")
     schedule = lower_static(mod, params, opt_level)
     return _Emitter(schedule, name, workspace == "external", planner, alignment,
                     relay_text=_module_text(mod)).run()

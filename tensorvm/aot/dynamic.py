@@ -15,9 +15,11 @@ and that library's C text becomes one translation unit with internal linkage eve
 * the kernels, the C shape functions and the native functions, unchanged but ``static``, their OpenMP
   pragmas kept under ``#ifdef _OPENMP``;
 * the program's constants (the executable's, with ``params`` bound, and the kernels' constant arrays) as
-  ``static const`` arrays;
+  ``static const`` arrays, or with ``constants="blob"`` only their dtypes and shapes, the bytes going to a
+  params blob the application loads (``dynamic_c/tvd_blob.c`` checks it against the program's hash);
 * the API (``dynamic_c/tvd_api.c``: model, values, tensors, errors) and, generated here, an entry point
-  per Relay function, a constructor per ADT constructor and the type checks they run.
+  per Relay function, a constructor per ADT constructor and the type checks they run (named dims bound
+  across the arguments as the VM binds them; closures checked against the program's closure functions).
 
 Invariant: the library runs exactly the native functions the VM's native mode runs (same C), so its
 results are native mode's; everything it adds is argument checking, ownership and error reporting.
@@ -26,6 +28,7 @@ See docs/aot_dynamic.md for the C API.
 
 from __future__ import annotations
 
+import hashlib
 import re
 import sys
 from dataclasses import dataclass, field
@@ -34,6 +37,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import UnsupportedError
+from ..ir.types import SymDim
 from ..vm.native_emit import _c_string, _comment, _dtype_pair
 from .build import _C_RESERVED, _c_initializer, _optional_pragmas
 from .lower import c_identifier
@@ -47,7 +51,8 @@ _BYTES_AS_STRING = 4096  # constants of at least this many bytes are written as 
 #: library's own build uses them too, codegen/build.py). Add -O2/-O3, -march=..., -fopenmp as wanted.
 C_FLAGS = ("-fwrapv",)
 # API functions of every library (an entry point or constructor may not take these names)
-_API = ("create", "destroy", "last_error", "set_num_threads", "trim", "memory_stats", "retain", "release",
+_API = ("create", "destroy", "load_params", "load_params_file", "last_error", "set_num_threads", "trim",
+        "memory_stats", "retain", "release",
         "is_tensor", "is_closure", "tag", "num_fields", "field", "tensor_get", "tensor", "tuple")
 _EXPORTED = '__attribute__((visibility("default"))) '
 _INVOKE = _EXPORTED + 'int32_t tvn_invoke('
@@ -90,6 +95,11 @@ class DynamicAOTModule:
     constants_size: int  # bytes of the embedded constants
     relay_text: str = field(default="", repr=False)
     c_flags: tuple = C_FLAGS  # what compiling <name>.c needs (integer wrap-around, as NumPy)
+    blob: bytes | None = field(default=None, repr=False)  # constants="blob": the params blob (docs/aot_dynamic.md)
+
+    @property
+    def blob_name(self) -> str:
+        return f"{self.name}.params"
 
     @property
     def prefix(self) -> str:
@@ -108,19 +118,28 @@ class DynamicAOTModule:
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(text)
             paths[fname] = path
-        return {"include_dirs": [directory / "include"],
-                "sources": [p for f, p in paths.items() if f.endswith(".c")]}
+        out = {"include_dirs": [directory / "include"], "sources": [p for f, p in paths.items() if f.endswith(".c")]}
+        if self.blob is not None:
+            out["blob"] = directory / self.blob_name
+            out["blob"].write_bytes(self.blob)
+        return out
 
     def __repr__(self):
         return (f"<DynamicAOTModule {self.name}: {len(self.entry_points)} entry points, "
                 f"{len(self.constructors)} constructors, {self.constants_size} bytes of constants>")
 
 
-def build_dynamic(mod, name: str, params: dict | None = None, opt_level: int = 3) -> DynamicAOTModule:
+def build_dynamic(mod, name: str, params: dict | None = None, opt_level: int = 3,
+                  constants: str = "embed") -> DynamicAOTModule:
     """Compile every function of ``mod`` (recursion, ADTs, closures, dynamic shapes) to a standalone C library;
-    ``params`` binds parameters of ``@main`` by name as embedded constants. See the module docstring."""
+    ``params`` binds parameters of ``@main`` by name as constants. ``constants="embed"`` writes the constants
+    into the C; ``"blob"`` into a params blob (``DynamicAOTModule.blob``) the application loads at run time
+    (``tvd_<name>_load_params``), checked against the program's hash. See the module docstring."""
     from .. import vm as tvvm
     from ..vm.native_emit import check_program
+
+    if constants not in ("embed", "blob"):
+        raise UnsupportedError(f"AOT dynamic: constants must be 'embed' or 'blob', got {constants!r}")
 
     exe = tvvm.compile(mod, target="c", params=params, opt_level=opt_level, exec_mode="native")
     check_program(exe)
@@ -128,7 +147,7 @@ def build_dynamic(mod, name: str, params: dict | None = None, opt_level: int = 3
     library = exe.c_library
     if library is None or library.native is None or not library.native.source:
         raise UnsupportedError("AOT dynamic: the program's kernel library has no native functions")
-    return _Emitter(exe, mod, name).run()
+    return _Emitter(exe, mod, name, constants == "blob").run()
 
 
 def _unit_text(name: str) -> str:
@@ -145,13 +164,15 @@ def _type_text(ty) -> str:
 
 
 class _Emitter:
-    def __init__(self, exe, mod, name: str):
-        self.exe, self.mod, self.name = exe, mod, name
+    def __init__(self, exe, mod, name: str, blob: bool = False):
+        self.exe, self.mod, self.name, self.blob = exe, mod, name, blob
         self.prefix = f"tvd_{name}"
         self.macro = self.prefix.upper()
         self.defs = {h.name: d for h, d in exe.type_definitions().items()}
         self.type_index = {adt.name: i for i, adt in enumerate(exe.adts)}
         self.checks: dict = {}  # key -> C function name
+        self.syms: dict = {}  # named dim -> its index in a call's bindings (tvd_syms)
+        self.closure_targets = _closure_targets(exe)  # VM function -> (its signature, captured count)
         self.check_protos: list = []  # (the checks of recursive types call each other)
         self.check_code: list = []
 
@@ -166,10 +187,16 @@ class _Emitter:
                 raise UnsupportedError(f"AOT dynamic: the C name tvd_{self.name}_{c_name} of {what} is taken by "
                                        f"{used.get(c_name, 'the API')}; rename it")
             used[c_name] = what
-        source, constants_size = self._source(entries, ctors)
+        source, constants = self._source(entries, ctors)
+        blob = None
+        if self.blob:  # (the hash covers the whole unit but its own line: code, names and the constants' shapes)
+            digest = hashlib.sha256(source.encode()).digest()
+            source = source.replace(_HASH_PLACEHOLDER, ", ".join(map(str, digest)))
+            blob = _params_blob(constants, digest)
         sources = {f"{self.name}.c": source, f"{self.name}.h": self._header(entries, ctors),
                    COMMON_HEADER: _unit_text(COMMON_HEADER)}
-        return DynamicAOTModule(self.name, sources, tuple(entries), tuple(ctors), constants_size, str(self.mod))
+        return DynamicAOTModule(self.name, sources, tuple(entries), tuple(ctors),
+                                sum(int(c.nbytes) for c in constants), str(self.mod), blob=blob)
 
     def _entries(self) -> list:
         exe = self.exe
@@ -220,6 +247,7 @@ class _Emitter:
         native_text = _KERNEL_PROTO.sub("", native.source.replace(_EXPORTED, "TV_UNUSED static "))
         library = kernels + native_text
         constants = [np.asarray(c) for c in exe.constants] + [np.asarray(c) for c in native.constants]
+        body = [self._entry(e) for e in entries] + [self._constructor(c) for c in ctors]
         out = [f"/* {self.name}.c: the tensorvm program {self.name!r} as a standalone C library (generated by "
                f"tensorvm/aot/dynamic.py; do not edit). API: {self.name}.h, docs/aot_dynamic.md. */",
                _unit_text("tvd_prologue.h"),
@@ -228,17 +256,20 @@ class _Emitter:
                f'#include "{self.name}.h"',
                library,
                f"#define TVD_FN(x) {self.prefix}_##x",
+               f"#define TVD_NUM_SYMS {max(len(self.syms), 1)} /* the named dims of the parameters' types */",
+               *(["#define TVD_BLOB_PARAMS /* constants from a params blob (tvd_blob.c) */"] if self.blob else []),
                _unit_text("tvd_api.c"),
                "/* ---- tables ---- */"]
         out += self._constant_tables(constants)
         out += self._name_tables(native)
-        body = []
-        for e in entries:
-            body.append(self._entry(e))
-        for c in ctors:
-            body.append(self._constructor(c))
+        names = ", ".join(_c_string(n) for n in self.syms) or '"?"'
+        if self.blob:
+            out += [f"static const unsigned char tvd_program_hash[32] = {{{_HASH_PLACEHOLDER}}};",
+                    _unit_text("tvd_blob.c")]
+        out += [f"static const char* const tvd_sym_names[TVD_NUM_SYMS] = {{{names}}};",
+                "TV_UNUSED static const char* tvd_sym_name(int32_t k) { return tvd_sym_names[k]; }"]
         out += ["/* ---- type checks ---- */"] + self.check_protos + self.check_code + ["/* ---- entry points ---- */"] + body
-        return "\n".join(out) + "\n", sum(int(c.nbytes) for c in constants)
+        return "\n".join(out) + "\n", constants
 
     def _constant_tables(self, constants) -> list:
         from ..codegen.c_emit import C_TYPES
@@ -251,7 +282,9 @@ class _Emitter:
             dtype = array.dtype.name
             if dtype not in C_TYPES:
                 raise UnsupportedError(f"AOT dynamic: constant {k} has dtype {dtype}, which C cannot hold here")
-            if array.nbytes >= _BYTES_AS_STRING:
+            if self.blob:
+                data = "NULL"  # (tvd_blob.c: from the params blob)
+            elif array.nbytes >= _BYTES_AS_STRING:
                 lines += _bytes_initializer(f"tvd_c{k}", C_TYPES[dtype], array)
                 data = f"tvd_c{k}.values"
             else:
@@ -273,7 +306,7 @@ class _Emitter:
         lines.append("};")
         lines.append(f"static int64_t tvd_num_constants(void) {{ return {n}; }}")
         lines.append("static const tvd_constant* tvd_constant_info(int64_t k) { return &tvd_constant_table[k]; }")
-        if any(np.asarray(c).nbytes >= _BYTES_AS_STRING for c in constants):  # (their bytes are this host's)
+        if self.blob or any(np.asarray(c).nbytes >= _BYTES_AS_STRING for c in constants):  # (bytes: little-endian)
             order = "__ORDER_LITTLE_ENDIAN__" if sys.byteorder == "little" else "__ORDER_BIG_ENDIAN__"
             lines[:0] = [f"#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != {order}",
                          f'#error "{self.name}.c holds its constants as {sys.byteorder}-endian bytes"', "#endif"]
@@ -287,6 +320,11 @@ class _Emitter:
         lines = [f"static const char* const tvd_function_names[{max(len(exe.functions), 1)}] = {{{names}}};",
                  f"static const char* tvd_function_name(int32_t f) {{ return f >= 0 && f < {len(exe.functions)} ? "
                  f"tvd_function_names[f] : \"?\"; }}"]
+        signatures = ", ".join(_c_string(_type_text(self.closure_targets[f][0])) if f in self.closure_targets
+                               else '"?"' for f in range(len(exe.functions))) or '"?"'
+        lines += [f"static const char* const tvd_closure_signatures[{max(len(exe.functions), 1)}] = {{{signatures}}};",
+                  f"TV_UNUSED static const char* tvd_closure_signature(int32_t f) {{ return f >= 0 && "
+                  f"f < {len(exe.functions)} ? tvd_closure_signatures[f] : \"?\"; }}"]
         prims = ", ".join(_c_string(p.name) for p in exe.primitives) or '"?"'
         lines += [f"static const char* const tvd_packed_names[{max(len(exe.primitives), 1)}] = {{{prims}}};",
                   f"static const char* tvd_packed_name(int32_t p) {{ return p >= 0 && p < {len(exe.primitives)} ? "
@@ -321,29 +359,41 @@ class _Emitter:
             return self.checks[key]
         fname = f"tvd_ty{len(self.checks)}"
         self.checks[key] = fname
-        self.check_protos.append(f"static int32_t {fname}(tvd_model* m, const tv_obj* o, const char* where);")
-        head = f"static int32_t {fname}(tvd_model* m, const tv_obj* o, const char* where) {{  /* {_comment(_type_text(ty))} */"
+        signature = f"static int32_t {fname}(tvd_model* m, const tv_obj* o, const char* where, tvd_syms* s)"
+        self.check_protos.append(signature + ";")
+        head = f"{signature} {{  /* {_comment(_type_text(ty))} */"
         text = _c_string(_type_text(ty))
         if isinstance(ty, TensorType):
             code, bits = _dtype_pair(ty.dtype)
             dims = ", ".join(str(d) if isinstance(d, int) else "-1" for d in ty.shape) or "0"
             body = [f"  static const int64_t dims[{max(len(ty.shape), 1)}] = {{{dims}}};",
-                    f"  return tvd_check_tensor(m, o, {code}, {bits}, {len(ty.shape)}, dims, where, {text});"]
+                    f"  int32_t rc = tvd_check_tensor(m, o, {code}, {bits}, {len(ty.shape)}, dims, where, {text});"]
+            body += self._bind(ty, "((const tv_tensor*)o)->shape", text) or ["  (void)s;"]
+            body.append("  return rc;")
         elif isinstance(ty, TupleType):
             body = [f"  int32_t rc = tvd_check_adt(m, o, -1, 0, NULL, {len(ty.fields)}, where, {text});",
                     "  if (rc != TVD_OK) return rc;"]
             for i, f in enumerate(ty.fields):
-                body.append(f"  if ((rc = {self._check(f)}(m, ((const tv_adt*)o)->fields[{i}], where)) != TVD_OK) return rc;")
+                body.append(f"  if ((rc = {self._check(f)}(m, ((const tv_adt*)o)->fields[{i}], where, s)) != TVD_OK) return rc;")
             body.append("  return TVD_OK;")
         elif isinstance(ty, (GlobalTypeVar, TypeCall)):
             body = self._adt_check(ty, fname, text)
         elif isinstance(ty, FuncType):
-            body = ["  return tvd_check_closure(m, o, where);"]
+            body = self._closure_check(ty, text)
         else:  # a type variable, or a type the program leaves open: any value
-            body = ["  if (o == NULL) return tvd_fail(m, TVD_ERR_ARGUMENT, \"%s: a value is NULL\", where);",
+            body = ["  (void)s;", "  if (o == NULL) return tvd_fail(m, TVD_ERR_ARGUMENT, \"%s: a value is NULL\", where);",
                     "  return TVD_OK;"]
         self.check_code += [head] + body + ["}"]
         return fname
+
+    def _closure_check(self, ty, text: str) -> list:
+        """A closure of this program whose function takes ``len(ty.arg_types)`` arguments beyond what it
+        captured, of types and result fitting ``ty``: the program's closures (its ``AllocClosure``
+        functions) are known here, so the C check is a lookup of the closure's function."""
+        accept = [f for f, (sig, _) in sorted(self.closure_targets.items()) if _fits(ty, sig)]
+        table = ", ".join(map(str, accept)) or "-1"
+        return [f"  static const int32_t accept[{max(len(accept), 1)}] = {{{table}}};", "  (void)s;",
+                f"  return tvd_check_closure(m, o, {len(ty.arg_types)}, {len(accept)}, accept, where, {text});"]
 
     def _adt_check(self, ty, fname: str, text: str) -> list:
         from ..ir.types import TypeCall
@@ -358,10 +408,12 @@ class _Emitter:
         lines = [f"  static const int32_t arity[{max(len(tdef.constructors), 1)}] = {{{arity}}};"]
         top = (f"int32_t rc = tvd_check_adt(m, o, {index}, {len(tdef.constructors)}, arity, 0, where, {text}); "
                f"if (rc != TVD_OK) return rc;")
-        deep = bool(tdef.type_vars) and bool(args) and not any(_has_type_var(a) for a in args)
-        if not deep:
-            return lines + [f"  {top}", "  return TVD_OK;"]
         mapping = dict(zip(tdef.type_vars, args, strict=False))
+        # (fields with named dims are checked too: the dims bind across the call's arguments, as the VM binds them)
+        deep = (bool(tdef.type_vars) and bool(args) and not any(_has_type_var(a) for a in args)) or any(
+            _has_sym_dim(substitute_type(t, mapping)) for c in tdef.constructors for t in c.inputs)
+        if not deep:
+            return lines + ["  (void)s;", f"  {top}", "  return TVD_OK;"]
         lines += ["  for (;;) {", f"    {top}", "    const tv_adt* a = (const tv_adt*)o;",
                   "    switch (a->tag & ((1 << 24) - 1)) {"]
         for c, ctor in enumerate(tdef.constructors):
@@ -373,7 +425,7 @@ class _Emitter:
                     lines.append(f"        o = a->fields[{i}];")
                     lines.append("        continue;")
                     break
-                lines.append(f"        if ((rc = {self._check(f)}(m, a->fields[{i}], where)) != TVD_OK) return rc;")
+                lines.append(f"        if ((rc = {self._check(f)}(m, a->fields[{i}], where, s)) != TVD_OK) return rc;")
             else:
                 lines.append("        return TVD_OK;")
         lines += ["      default:", "        return TVD_OK;", "    }", "  }"]
@@ -390,7 +442,8 @@ class _Emitter:
                  "  *result = NULL;",
                  "  tvd_scope scope = tvd_enter(m);",
                  f"  tv_obj* args[{max(n, 1)}] = {{NULL}};",
-                 "  int32_t rc = TVD_OK;"]
+                 "  int32_t rc = TVD_OK;",
+                 "  tvd_syms s = {{0}, {NULL}};  /* (the named dims of this call's arguments) */", "  (void)s;"]
         for i, (c, ty, is_tensor) in enumerate(e.params):
             where = _c_string(f"@{e.name}: parameter %{c}")
             if is_tensor:
@@ -399,35 +452,30 @@ class _Emitter:
                 lines.append(f"  static const int64_t dims{i}[{max(len(ty.shape), 1)}] = {{{dims}}};")
                 lines.append(f"  if (rc == TVD_OK) rc = tvd_tensor_object(m, {c}, 0, {code}, {bits}, {len(ty.shape)}, "
                              f"dims{i}, {where}, &args[{i}]);")
+                if any(isinstance(d, SymDim) for d in ty.shape):
+                    lines.append("  if (rc == TVD_OK) {")
+                    lines += ["  " + line for line in self._bind(ty, f"((const tv_tensor*)args[{i}])->shape",
+                                                                  _c_string(_type_text(ty)), where, "&s")]
+                    lines.append("  }")
             else:
-                lines.append(f"  if (rc == TVD_OK && (rc = {self._check(ty)}(m, tvd_obj({c}), {where})) == TVD_OK) "
+                lines.append(f"  if (rc == TVD_OK && (rc = {self._check(ty)}(m, tvd_obj({c}), {where}, &s)) == TVD_OK) "
                              f"{{ args[{i}] = tvd_obj({c}); tv_incref(args[{i}]); }}")
-        lines += self._symbolic_dims(e, what)
         lines.append(f"  if (rc == TVD_OK) rc = tvd_call(m, {f}, args, {what}, result);")
         lines.append(f"  for (int32_t i = 0; i < {n}; ++i) tv_decref(args[i]);")
         lines += ["  tvd_leave(scope);", "  return rc;", "}"]
         return "\n".join(lines)
 
-    def _symbolic_dims(self, e: EntryPoint, what: str) -> list:
-        """Checks that a named dim (``Tensor[(n, 4)]``, ``Tensor[(n)]``) has one value across the tensor
-        parameters, as the VM checks its arguments."""
-        from ..ir.types import SymDim
-
-        first, lines = {}, []
-        for i, (c, ty, is_tensor) in enumerate(e.params):
-            for axis, dim in enumerate(ty.shape if is_tensor else ()):
-                if not isinstance(dim, SymDim):
-                    continue
-                if dim.name not in first:
-                    first[dim.name] = (i, c, axis)
-                    continue
-                j, other, other_axis = first[dim.name]
-                here, there = f"((const tv_tensor*)args[{i}])->shape[{axis}]", f"((const tv_tensor*)args[{j}])->shape[{other_axis}]"
-                lines.append(f"  if (rc == TVD_OK && {here} != {there}) rc = tvd_fail(m, TVD_ERR_ARGUMENT, \"%s: dimension "
-                             f"{axis} of %s is {dim.name} = %lld, but dimension {other_axis} of %s has {dim.name} = "
-                             f"%lld\", {what}, {_c_string('%' + c)}, (long long){here}, {_c_string('%' + other)}, "
-                             f"(long long){there});")
-        return lines
+    def _bind(self, ty, shape: str, text: str, where: str = "where", syms: str = "s") -> list:
+        """C lines binding the named dims of tensor type ``ty`` (its value's shape at ``shape``) in the call's
+        bindings ``syms`` (a ``tvd_syms*``), or failing with what the earlier binding said, as the VM binds
+        them: at their first tensor in parameter order, depth first."""
+        dims = [(axis, self.syms.setdefault(d.name, len(self.syms))) for axis, d in enumerate(ty.shape)
+                if isinstance(d, SymDim)]
+        if not dims:
+            return []
+        table = ", ".join(str(self.syms[d.name]) if isinstance(d, SymDim) else "-1" for d in ty.shape)
+        return [f"  static const int32_t syms[{len(ty.shape)}] = {{{table}}};",
+                f"  if (rc == TVD_OK) rc = tvd_bind_dims(m, {syms}, {len(ty.shape)}, {shape}, syms, {where}, {text});"]
 
     def _entry_signature(self, e: EntryPoint) -> str:
         params = ["tvd_model* m"] + [f"const tvd_tensor* {c}" if t else f"tvd_value* {c}" for c, _, t in e.params]
@@ -436,10 +484,11 @@ class _Emitter:
     def _constructor(self, c: Constructor) -> str:
         n = len(c.fields)
         check = f"tvd_ctor_{c.type_name}_{c.name}"
-        lines = [f"static int32_t {check}(tvd_model* m, tv_obj* const* f) {{", "  int32_t rc = TVD_OK;", "  (void)f;"]
+        lines = [f"static int32_t {check}(tvd_model* m, tv_obj* const* f) {{", "  int32_t rc = TVD_OK;", "  (void)f;",
+                 "  tvd_syms s = {{0}, {NULL}};  /* (named dims bind across the fields of one constructor call) */", "  (void)s;"]
         for i, ty in enumerate(c.fields):
             where = _c_string(f"{c.type_name}.{c.name}: field {i}")
-            lines.append(f"  if ((rc = {self._check(ty)}(m, f[{i}], {where})) != TVD_OK) return rc;")
+            lines.append(f"  if ((rc = {self._check(ty)}(m, f[{i}], {where}, &s)) != TVD_OK) return rc;")
         lines += ["  (void)m;", "  return rc;", "}"]
         fields = "{" + (", ".join(f"f{i}" for i in range(n)) or "NULL") + "}"
         lines += [f"{self._constructor_signature(c)} {{", f"  tvd_value* const fields[] = {fields};",
@@ -486,6 +535,12 @@ class _Emitter:
                  f"int32_t {p}_num_fields(const tvd_value* v); /* -1: not an ADT value or tuple */",
                  "/* Field i of an ADT value or tuple, borrowed (valid while v is; retain to keep it); NULL if none. */",
                  f"tvd_value* {p}_field(const tvd_value* v, int32_t i);", ""]
+        if self.blob:
+            lines += [f"/* ---- the constants: from the params blob {self.name}.params, loaded once per model before any",
+                      "   call (copied: the caller's buffer may go at once). A blob that is truncated, corrupted, another",
+                      "   program's or another version's is refused with TVD_ERR_FORMAT and a message ---- */",
+                      f"int32_t {p}_load_params(tvd_model* m, const void* data, size_t size);",
+                      f"int32_t {p}_load_params_file(tvd_model* m, const char* path);", ""]
         if ctors:
             lines.append("/* ---- ADT constructors: fields borrowed (the value takes its own references), checked ---- */")
         for c in ctors:
@@ -500,6 +555,33 @@ class _Emitter:
             lines.append(f"{self._entry_signature(e)};")
         lines += ["", "#ifdef __cplusplus", "}", "#endif", "", f"#endif /* {m}_H_ */"]
         return "\n".join(lines) + "\n"
+
+
+_HASH_PLACEHOLDER = "TVD_PROGRAM_HASH"
+_BLOB_HEADER = 80
+
+
+def _params_blob(constants, digest: bytes) -> bytes:
+    """The params blob of these constants (layout and checksum: dynamic_c/tvd_blob.c, docs/aot_dynamic.md)."""
+    datas = [np.ascontiguousarray(c).astype(c.dtype.newbyteorder("<"), copy=False).tobytes() for c in constants]
+    table, at = [], _round64(_BLOB_HEADER + 16 * len(datas))
+    for data in datas:
+        table.append((at, len(data)))
+        at = _round64(at + len(data))
+    body = bytearray(at - _BLOB_HEADER)
+    for k, ((offset, nbytes), data) in enumerate(zip(table, datas, strict=True)):
+        body[16 * k:16 * k + 16] = np.array([offset, nbytes], "<u8").tobytes()
+        body[offset - _BLOB_HEADER:offset - _BLOB_HEADER + nbytes] = data
+    words = np.frombuffer(bytes(body), "<u8")
+    total = int(words.sum(dtype=np.uint64))
+    weighted = int((words * np.arange(1, len(words) + 1, dtype=np.uint64)).sum(dtype=np.uint64))
+    header = b"TVDPARAM" + np.array([1, len(datas)], "<u4").tobytes() + np.array([at, total, weighted], "<u8").tobytes() \
+        + digest + bytes(8)
+    return header + bytes(body)
+
+
+def _round64(n: int) -> int:
+    return (n + 63) // 64 * 64
 
 
 _ESCAPES = tuple(f"\\x{b:02x}" for b in range(256))
@@ -526,6 +608,60 @@ def _is_tensor_type(ty) -> bool:
     from ..ir.types import TensorType
 
     return isinstance(ty, TensorType)
+
+
+def _closure_targets(exe) -> dict:
+    """VM function -> (its signature as a closure: a FuncType of the parameters it does not capture, and the
+    number it captures), for every function the program makes closures of."""
+    from ..ir.types import FuncType
+    from ..vm import bytecode as bc
+
+    out = {}
+    for fn in exe.functions:
+        for ins in fn.instructions:
+            if isinstance(ins, bc.AllocClosure):
+                target = exe.functions[ins.func_index]
+                nfree = len(ins.free_vars)
+                types = target.param_types if target.param_types is not None else (None,) * len(target.params)
+                out[ins.func_index] = (FuncType(tuple(types[nfree:]), target.ret_type), nfree)
+    return out
+
+
+def _fits(want, got) -> bool:
+    """Whether a value of type ``got`` may stand where ``want`` is expected: the same structure, where an
+    unknown (``?``, named dim, type variable, missing type) fits anything."""
+    from ..ir.types import FuncType, GlobalTypeVar, TensorType, TupleType, TypeCall
+
+    if want is None or got is None:
+        return True
+    if isinstance(want, TensorType) or isinstance(got, TensorType):
+        return (isinstance(want, TensorType) and isinstance(got, TensorType) and want.dtype == got.dtype
+                and len(want.shape) == len(got.shape)
+                and all(not isinstance(a, int) or not isinstance(b, int) or a == b for a, b in zip(want.shape, got.shape)))
+    if isinstance(want, TupleType) or isinstance(got, TupleType):
+        return (isinstance(want, TupleType) and isinstance(got, TupleType) and len(want.fields) == len(got.fields)
+                and all(map(_fits, want.fields, got.fields)))
+    if isinstance(want, FuncType) or isinstance(got, FuncType):
+        return (isinstance(want, FuncType) and isinstance(got, FuncType) and len(want.arg_types) == len(got.arg_types)
+                and all(map(_fits, want.arg_types, got.arg_types)) and _fits(want.ret_type, got.ret_type))
+    if isinstance(want, (TypeCall, GlobalTypeVar)) or isinstance(got, (TypeCall, GlobalTypeVar)):
+        head = [t.func.name if isinstance(t, TypeCall) else getattr(t, "name", None) for t in (want, got)]
+        args = [t.args if isinstance(t, TypeCall) else () for t in (want, got)]
+        return (head[0] == head[1] and isinstance(want, (TypeCall, GlobalTypeVar)) and isinstance(got, (TypeCall, GlobalTypeVar))
+                and (not args[0] or not args[1] or (len(args[0]) == len(args[1]) and all(map(_fits, *args)))))
+    return True  # a type variable or an incomplete type
+
+
+def _has_sym_dim(ty) -> bool:
+    from ..ir.types import TensorType, TupleType, TypeCall
+
+    if isinstance(ty, TensorType):
+        return any(isinstance(d, SymDim) for d in ty.shape)
+    if isinstance(ty, TupleType):
+        return any(map(_has_sym_dim, ty.fields))
+    if isinstance(ty, TypeCall):
+        return any(map(_has_sym_dim, ty.args))
+    return False
 
 
 def _has_type_var(ty) -> bool:

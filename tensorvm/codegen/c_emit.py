@@ -133,14 +133,14 @@ def _product_defines() -> str:
     """``TV_PACKED_KERNELS`` and the macros instantiating ``tv_vgemm.h`` for the host (``codegen.host``):
     in the text, so that the kernel cache keys on them."""
     from ..op.nn import CONV_BLOCK
-    from .host import gemm_defines, gemm_params, host
+    from .host import gemm_defines, gemm_params
 
     lines = ["#define TV_PACKED_KERNELS"]
     for flag in gemm_defines(gemm_params()):
         name, _, value = flag[2:].partition("=")
         if name != "TV_VEC_BYTES":  # (_rule_defines has it)
             lines.append(f"#define {name} {value}")
-    lines += [f"#define TV_VCONV_BLOCK {CONV_BLOCK}", f"#define TV_VCONV_L2 {host().l2}"]
+    lines.append(f"#define TV_VCONV_BLOCK {CONV_BLOCK}")
     return "\n".join(lines) + "\n"
 
 

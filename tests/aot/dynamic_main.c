@@ -1,10 +1,13 @@
-/* A C application of two standalone dynamic-program libraries (tensorvm AOT, dynamic=True; built by
-   tests/aot/test_aot_dynamic.py): the Tree-LSTM ("tree") over trees built here with its constructors, and
-   an LSTM ("lstm") over sequences of several lengths; then error cases. Both models allocate through a
-   counting allocator of this file, which must end with every block given back.
+/* A C application of four standalone dynamic-program libraries (tensorvm AOT, dynamic=True; built by
+   tests/aot/test_aot_dynamic.py): the Tree-LSTM ("tree") over trees built here with its constructors (from
+   text, tree_text.h), and an LSTM over sequences of several lengths, once with embedded constants ("lstm")
+   and once with its constants from a params blob ("lstmb"); then error cases, among them corrupted blobs and
+   the argument checks of a third program ("misc": named dims inside tuples and ADTs, closures). Every model
+   allocates through a counting allocator of this file, which must end with every block given back.
 
-   usage: dynamic_main DIR   reads DIR/trees.txt and DIR/lstm.txt, writes DIR/trees_out.txt,
-                             DIR/lstm_out.txt and DIR/errors.txt; prints DYNAMIC_TEST_SUCCESS at the end.
+   usage: dynamic_main DIR   reads DIR/trees.txt, DIR/lstm.txt and DIR/lstmb.params, writes DIR/trees_out.txt,
+                             DIR/lstm_out.txt, DIR/lstmb_out.txt and DIR/errors.txt; prints DYNAMIC_TEST_SUCCESS
+                             at the end.
    trees.txt: "T I", then T trees in preorder: "L x1..xI" or "N <left> <right> x1..xI".
    lstm.txt: "S I", then S sequences: "T" and T*I floats. Outputs: one line per tensor, "%.9g" values. */
 #define _POSIX_C_SOURCE 200112L /* posix_memalign */
@@ -13,7 +16,10 @@
 #include <string.h>
 
 #include "lstm.h"
+#include "lstmb.h"
+#include "misc.h"
 #include "tree.h"
+#include "tree_text.h"
 
 /* ---- the application's allocator: counts what is outstanding ---- */
 typedef struct {
@@ -71,27 +77,10 @@ static tvd_value* tensor_1xI(tvd_model* m, float* data, int64_t* shape) {
 }
 
 static tvd_value* read_tree(tvd_model* m, FILE* in, int64_t input_size) {
-  char kind[2];
-  if (fscanf(in, "%1s", kind) != 1) fail("reading a tree", -1, "end of file");
-  tvd_value* left = NULL;
-  tvd_value* right = NULL;
-  if (kind[0] == 'N') {
-    left = read_tree(m, in, input_size);
-    right = read_tree(m, in, input_size);
-  }
-  float* x = (float*)malloc(sizeof(float) * (size_t)input_size);
-  for (int64_t i = 0; i < input_size; ++i)
-    if (fscanf(in, "%f", &x[i]) != 1) fail("reading a tree's x", -1, "");
-  int64_t shape[2] = {1, input_size};
-  tvd_value* xv = tensor_1xI(m, x, shape);
-  free(x); /* (the value holds a copy) */
-  tvd_value* node = NULL;
-  int32_t rc = kind[0] == 'N' ? tvd_tree_Tree_Node(m, left, right, xv, &node) : tvd_tree_Tree_Leaf(m, xv, &node);
-  if (rc != TVD_OK) fail("a Tree constructor", rc, tvd_tree_last_error(m));
-  tvd_tree_release(xv); /* (the node holds its own references) */
-  tvd_tree_release(left);
-  tvd_tree_release(right);
-  return node;
+  int32_t rc = TVD_OK;
+  tvd_value* tree = tree_from_text(m, in, input_size, &rc);
+  if (tree == NULL) fail("reading a tree (tree_text.h)", rc, rc < 0 ? "bad text" : tvd_tree_last_error(m));
+  return tree;
 }
 
 static tvd_value* deep_tree(tvd_model* m, int depth, int64_t input_size) {
@@ -149,12 +138,38 @@ static int64_t run_trees(const char* dir) {
   return stats.bytes_live;
 }
 
-/* ---- LSTM ---- */
-static int64_t run_lstm(const char* dir) {
+/* ---- errors: each case writes "name status message" ---- */
+static void report(FILE* out, const char* name, int32_t rc, const char* message) {
+  fprintf(out, "%s %d %s\n", name, rc, message);
+}
+
+/* ---- LSTM: the same program with embedded constants ("lstm") and from a params blob ("lstmb") ---- */
+typedef struct {
+  const char* name;
+  int32_t (*create)(const tvd_options*, tvd_model**);
+  int32_t (*load_params_file)(tvd_model*, const char*); /* NULL: constants embedded */
+  int32_t (*main)(tvd_model*, const tvd_tensor*, tvd_value**);
+  const char* (*last_error)(const tvd_model*);
+  int32_t (*set_num_threads)(int32_t);
+  tvd_value* (*field)(const tvd_value*, int32_t);
+  tensor_getter tensor_get;
+  void (*release)(tvd_value*);
+  void (*memory_stats)(const tvd_model*, tvd_memory_stats*);
+  void (*destroy)(tvd_model*);
+} lstm_api;
+
+static const lstm_api lstm_embedded = {"lstm", tvd_lstm_create, NULL, tvd_lstm_main, tvd_lstm_last_error,
+                                       tvd_lstm_set_num_threads, tvd_lstm_field, tvd_lstm_tensor_get,
+                                       tvd_lstm_release, tvd_lstm_memory_stats, tvd_lstm_destroy};
+static const lstm_api lstm_blob = {"lstmb", tvd_lstmb_create, tvd_lstmb_load_params_file, tvd_lstmb_main,
+                                   tvd_lstmb_last_error, tvd_lstmb_set_num_threads, tvd_lstmb_field,
+                                   tvd_lstmb_tensor_get, tvd_lstmb_release, tvd_lstmb_memory_stats, tvd_lstmb_destroy};
+
+static int64_t run_lstm(const char* dir, const lstm_api* api) {
   char path[4096];
   snprintf(path, sizeof path, "%s/lstm.txt", dir);
   FILE* in = fopen(path, "r");
-  snprintf(path, sizeof path, "%s/lstm_out.txt", dir);
+  snprintf(path, sizeof path, "%s/%s_out.txt", dir, api->name);
   FILE* out = fopen(path, "w");
   if (in == NULL || out == NULL) fail("opening the LSTM files", -1, path);
   int count = 0;
@@ -162,9 +177,13 @@ static int64_t run_lstm(const char* dir) {
   if (fscanf(in, "%d %lld", &count, &input_size) != 2) fail("reading lstm.txt", -1, "");
   const tvd_options options = {&allocator, -1, 0};
   tvd_model* m = NULL;
-  int32_t rc = tvd_lstm_create(&options, &m);
-  if (rc != TVD_OK) fail("tvd_lstm_create", rc, "");
-  tvd_lstm_set_num_threads(1);
+  int32_t rc = api->create(&options, &m);
+  if (rc != TVD_OK) fail(api->name, rc, "create");
+  if (api->load_params_file != NULL) {
+    snprintf(path, sizeof path, "%s/%s.params", dir, api->name);
+    if ((rc = api->load_params_file(m, path)) != TVD_OK) fail("load_params_file", rc, api->last_error(m));
+  }
+  api->set_num_threads(1);
   for (int k = 0; k < count; ++k) {
     long long length = 0;
     if (fscanf(in, "%lld", &length) != 1) fail("reading a length", -1, "");
@@ -174,24 +193,171 @@ static int64_t run_lstm(const char* dir) {
     int64_t shape[3] = {length, 1, input_size};
     tvd_tensor t = {xs, {TVD_DEVICE_CPU, 0}, 3, {TVD_FLOAT, 32, 1}, shape, NULL, 0};
     tvd_value* result = NULL;
-    if ((rc = tvd_lstm_main(m, &t, &result)) != TVD_OK) fail("tvd_lstm_main", rc, tvd_lstm_last_error(m));
+    if ((rc = api->main(m, &t, &result)) != TVD_OK) fail(api->name, rc, api->last_error(m));
     free(xs); /* (the result owns its memory: the input was only read during the call) */
-    print_tensor(out, tvd_lstm_field(result, 0), tvd_lstm_tensor_get);
-    print_tensor(out, tvd_lstm_field(result, 1), tvd_lstm_tensor_get);
-    tvd_lstm_release(result);
+    print_tensor(out, api->field(result, 0), api->tensor_get);
+    print_tensor(out, api->field(result, 1), api->tensor_get);
+    api->release(result);
   }
   tvd_memory_stats stats;
-  tvd_lstm_memory_stats(m, &stats);
-  tvd_lstm_destroy(m);
+  api->memory_stats(m, &stats);
+  api->destroy(m);
   fclose(in);
   fclose(out);
   return stats.bytes_live;
 }
 
-/* ---- errors: each case writes "name status message" ---- */
-static void report(FILE* out, const char* name, int32_t rc, const char* message) {
-  fprintf(out, "%s %d %s\n", name, rc, message);
+/* ---- the params blob: every truncation and bit flip tried is refused with TVD_ERR_FORMAT (run under ASan too:
+   no read outside the blob); then the intact blob loads once ---- */
+static unsigned char* read_file(const char* path, size_t* size) {
+  FILE* f = fopen(path, "rb");
+  if (f == NULL || fseek(f, 0, SEEK_END) != 0) fail("opening the blob", -1, path);
+  const long n = ftell(f);
+  unsigned char* data = (unsigned char*)malloc((size_t)n + 1);
+  if (n < 0 || data == NULL || fseek(f, 0, SEEK_SET) != 0 || fread(data, 1, (size_t)n, f) != (size_t)n)
+    fail("reading the blob", -1, path);
+  fclose(f);
+  *size = (size_t)n;
+  return data;
 }
+
+static long refused = 0;
+
+/* Loads `size` bytes of blob (after flipping bit `bit` of byte `at`, when at >= 0) and expects a refusal. */
+static void expect_refused(tvd_model* m, const unsigned char* blob, size_t size, long at, int bit, FILE* out,
+                           const char* name) {
+  unsigned char* copy = (unsigned char*)malloc(size + 1); /* (exactly size bytes are passed) */
+  memcpy(copy, blob, size);
+  if (at >= 0) copy[at] ^= (unsigned char)(1u << bit);
+  const int32_t rc = tvd_lstmb_load_params(m, copy, size);
+  free(copy);
+  if (rc != TVD_ERR_FORMAT) {
+    fprintf(stderr, "FAILED: a blob of %zu bytes with bit %d of byte %ld flipped: status %d (%s)\n", size, bit, at, rc,
+            tvd_lstmb_last_error(m));
+    exit(1);
+  }
+  refused += 1;
+  if (name != NULL) report(out, name, rc, tvd_lstmb_last_error(m));
+}
+
+static void run_blob_errors(const char* dir, FILE* out, int64_t lstm_input) {
+  char path[4096];
+  snprintf(path, sizeof path, "%s/lstmb.params", dir);
+  size_t size = 0;
+  unsigned char* blob = read_file(path, &size);
+  const tvd_options options = {&allocator, -1, 0};
+  tvd_model* m = NULL;
+  if (tvd_lstmb_create(&options, &m) != TVD_OK) fail("tvd_lstmb_create", -1, "");
+  float data[4096] = {0};
+  int64_t shape[3] = {2, 1, lstm_input};
+  tvd_tensor t = {data, {TVD_DEVICE_CPU, 0}, 3, {TVD_FLOAT, 32, 1}, shape, NULL, 0};
+  tvd_value* result = NULL;
+  report(out, "blob_not_loaded", tvd_lstmb_main(m, &t, &result), tvd_lstmb_last_error(m));
+  snprintf(path, sizeof path, "%s/no_such.params", dir);
+  report(out, "blob_no_file", tvd_lstmb_load_params_file(m, path), tvd_lstmb_last_error(m));
+  const size_t table_end = 80 + 16 * (size_t)(blob[12] | blob[13] << 8);
+  expect_refused(m, blob, size - 64, -1, 0, out, "blob_truncated");
+  expect_refused(m, blob, 40, -1, 0, out, "blob_header_truncated");
+  expect_refused(m, blob, size, 0, 0, out, "blob_magic");
+  expect_refused(m, blob, size, 8, 1, out, "blob_version");
+  expect_refused(m, blob, size, 50, 3, out, "blob_hash");
+  expect_refused(m, blob, size, (long)table_end + 5, 6, out, "blob_checksum");
+  expect_refused(m, blob, size, 12, 0, out, "blob_count");
+  for (size_t n = 0; n < size; n += n < table_end + 64 ? 1 : 61) expect_refused(m, blob, n, -1, 0, out, NULL);
+  for (size_t at = 0; at < size; at += at < table_end ? 1 : 37)
+    for (int bit = 0; bit < 8; bit += at < table_end ? 1 : 3) expect_refused(m, blob, size, (long)at, bit, out, NULL);
+  fprintf(out, "blob_refused %ld %zu\n", refused, size);
+  report(out, "blob_load", tvd_lstmb_load_params(m, blob, size), tvd_lstmb_last_error(m));
+  free(blob); /* (the model keeps its own copy) */
+  report(out, "blob_twice", tvd_lstmb_load_params_file(m, path), tvd_lstmb_last_error(m));
+  const int32_t rc = tvd_lstmb_main(m, &t, &result);
+  report(out, "blob_run", rc, tvd_lstmb_last_error(m));
+  tvd_lstmb_release(result);
+  tvd_lstmb_destroy(m);
+}
+
+/* ---- named dims inside tuple and ADT fields, and closures' signatures ("misc", tests/aot/test_aot_dynamic.py) ---- */
+static tvd_value* misc_leaf(tvd_model* m, float* data, int64_t rows) {
+  int64_t shape[2] = {rows, 2};
+  tvd_tensor t = {data, {TVD_DEVICE_CPU, 0}, 2, {TVD_FLOAT, 32, 1}, shape, NULL, 0};
+  tvd_value *x = NULL, *leaf = NULL;
+  if (tvd_misc_tensor(m, &t, &x) != TVD_OK || tvd_misc_Tree_Leaf(m, x, &leaf) != TVD_OK)
+    fail("a misc leaf", -1, tvd_misc_last_error(m));
+  tvd_misc_release(x);
+  return leaf;
+}
+
+static tvd_value* misc_node(tvd_model* m, tvd_value* left, tvd_value* right) {
+  tvd_value* node = NULL;
+  if (tvd_misc_Tree_Node(m, left, right, &node) != TVD_OK) fail("a misc node", -1, tvd_misc_last_error(m));
+  tvd_misc_release(left);
+  tvd_misc_release(right);
+  return node;
+}
+
+static void run_misc_errors(FILE* out) {
+  const tvd_options options = {&allocator, -1, 0};
+  tvd_model* m = NULL;
+  if (tvd_misc_create(&options, &m) != TVD_OK) fail("tvd_misc_create", -1, "");
+  float data[64] = {0};
+  tvd_value* result = NULL;
+  int64_t x3[2] = {3, 2}, x5[2] = {5, 2};
+  tvd_tensor x = {data, {TVD_DEVICE_CPU, 0}, 2, {TVD_FLOAT, 32, 1}, x3, NULL, 0};
+  tvd_value* tree = misc_node(m, misc_leaf(m, data, 3), misc_node(m, misc_leaf(m, data, 3), misc_leaf(m, data, 3)));
+  int32_t rc = tvd_misc_tree_plus(m, tree, &x, &result);
+  report(out, "misc_tree_ok", rc, tvd_misc_last_error(m));
+  tvd_misc_release(result);
+  result = NULL;
+  x.shape = x5;
+  report(out, "misc_tree_vs_x", tvd_misc_tree_plus(m, tree, &x, &result), tvd_misc_last_error(m));
+  tvd_misc_release(tree);
+  x.shape = x3;
+  tree = misc_node(m, misc_leaf(m, data, 3), misc_node(m, misc_leaf(m, data, 3), misc_leaf(m, data, 4)));
+  report(out, "misc_leaves_differ", tvd_misc_tree_plus(m, tree, &x, &result), tvd_misc_last_error(m));
+  tvd_misc_release(tree);
+  int64_t n3[1] = {3}, n4[1] = {4}, n2[1] = {2};
+  tvd_tensor v = {data, {TVD_DEVICE_CPU, 0}, 1, {TVD_FLOAT, 32, 1}, n3, NULL, 0};
+  tvd_value *a = NULL, *b = NULL, *pair = NULL;
+  if (tvd_misc_tensor(m, &v, &a) != TVD_OK) fail("misc tensor", -1, tvd_misc_last_error(m));
+  v.shape = n4;
+  if (tvd_misc_tensor(m, &v, &b) != TVD_OK) fail("misc tensor", -1, tvd_misc_last_error(m));
+  tvd_value* fields[2] = {a, b};
+  if (tvd_misc_tuple(m, 2, fields, &pair) != TVD_OK) fail("misc tuple", -1, tvd_misc_last_error(m));
+  v.shape = n3;
+  report(out, "misc_pair_fields_differ", tvd_misc_pair_plus(m, pair, &v, &result), tvd_misc_last_error(m));
+  tvd_misc_release(pair);
+  fields[1] = a;
+  if (tvd_misc_tuple(m, 2, fields, &pair) != TVD_OK) fail("misc tuple", -1, tvd_misc_last_error(m));
+  v.shape = n2;
+  report(out, "misc_pair_vs_x", tvd_misc_pair_plus(m, pair, &v, &result), tvd_misc_last_error(m));
+  tvd_misc_release(pair);
+  /* a monomorphic ADT whose fields share n: its constructor binds n, the entry point binds it across parameters */
+  tvd_value* rows = NULL;
+  int64_t rows3[2] = {3, 2};
+  tvd_tensor r = {data, {TVD_DEVICE_CPU, 0}, 2, {TVD_FLOAT, 32, 1}, rows3, NULL, 0};
+  tvd_value* a32 = NULL;
+  if (tvd_misc_tensor(m, &r, &a32) != TVD_OK) fail("misc tensor", -1, tvd_misc_last_error(m));
+  report(out, "misc_rows_ctor", tvd_misc_Rows_Rows(m, a32, b, &rows), tvd_misc_last_error(m)); /* (n = 3, then 4) */
+  if (rows != NULL || tvd_misc_Rows_Rows(m, a32, a, &rows) != TVD_OK) fail("misc Rows", -1, tvd_misc_last_error(m));
+  x.shape = x5;
+  report(out, "misc_rows_vs_x", tvd_misc_rows(m, rows, &x, &result), tvd_misc_last_error(m));
+  tvd_misc_release(rows);
+  tvd_misc_release(a32);
+  tvd_misc_release(a);
+  tvd_misc_release(b);
+  tvd_value* f = NULL;
+  if (tvd_misc_make_add(m, &f) != TVD_OK) fail("make_add", -1, tvd_misc_last_error(m));
+  report(out, "misc_closure_arity", tvd_misc_apply(m, f, &v, &result), tvd_misc_last_error(m));
+  tvd_misc_release(f);
+  if (tvd_misc_make_neg(m, &f) != TVD_OK) fail("make_neg", -1, tvd_misc_last_error(m));
+  report(out, "misc_closure_types", tvd_misc_apply(m, f, &v, &result), tvd_misc_last_error(m));
+  tvd_misc_release(f);
+  tvd_memory_stats stats;
+  tvd_misc_memory_stats(m, &stats);
+  if (stats.bytes_live != 0 || result != NULL) fail("misc: every value released", -1, "");
+  tvd_misc_destroy(m);
+}
+
 
 static void run_errors(const char* dir, int64_t input_size, int64_t lstm_input) {
   char path[4096];
@@ -261,6 +427,8 @@ static void run_errors(const char* dir, int64_t input_size, int64_t lstm_input) 
   report(out, "tree_memory_limit", tvd_tree_tensor(tree, &xt, &x), tvd_tree_last_error(tree));
   tvd_tree_release(x);
   tvd_tree_destroy(tree);
+  run_blob_errors(dir, out, lstm_input);
+  run_misc_errors(out);
   fclose(out);
 }
 
@@ -270,7 +438,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   const int64_t tree_live = run_trees(argv[1]);
-  const int64_t lstm_live = run_lstm(argv[1]);
+  const int64_t lstm_live = run_lstm(argv[1], &lstm_embedded) + run_lstm(argv[1], &lstm_blob);
   if (tree_live != 0 || lstm_live != 0) fail("every value released", -1, "bytes still live in a pool");
   if (usage.blocks != 0) {
     fprintf(stderr, "FAILED: %ld blocks (%lld bytes) not given back to the allocator\n", usage.blocks, usage.bytes);

@@ -49,12 +49,15 @@ def app(tmp_path_factory):
     lstm_params = {"w_ih": lstm_w["w_ih"], "w_hh": lstm_w["w_hh"], "bias": lstm_w["b_ih"] + lstm_w["b_hh"]}
     lstm_mod = tv.parse(lstm.lstm_relay_text(LSTM_I, LSTM_H))
     libraries = [tv.aot.build(tree_mod, name="tree", params=tree_w, dynamic=True),
-                 tv.aot.build(lstm_mod, name="lstm", params=lstm_params, dynamic=True)]
+                 tv.aot.build(lstm_mod, name="lstm", params=lstm_params, dynamic=True),
+                 tv.aot.build(lstm_mod, name="lstmb", params=lstm_params, dynamic=True, constants="blob"),
+                 tv.aot.build(tv.parse(MISC), name="misc", dynamic=True)]
     sources = []
     for library in libraries:
         sources += library.write_sources(directory)["sources"]
     data = directory / "data"
     data.mkdir()
+    (data / "lstmb.params").write_bytes(libraries[2].blob)
     trees = treelstm.make_trees(4, TREE_I, min_nodes=1, max_nodes=9, seed=3)
     trees.append(("leaf", np.ones((1, TREE_I), np.float32)))
     lines = [f"{len(trees)} {TREE_I}"]
@@ -82,6 +85,7 @@ def _cached_build(name: str, directory: Path, sources: list, flags: list, extra:
 
     version = subprocess.run([CC, "--version"], capture_output=True, text=True).stdout
     texts = [p.read_bytes() for p in sorted((directory / "include").iterdir())]
+    texts += [p.read_bytes() for p in sorted(MAIN.parent.glob("*.h"))]  # (tree_text.h)
     texts += [Path(p).read_bytes() for p in sources] + [" ".join([*flags, *extra]).encode(), version.encode()]
     key = hashlib.sha256(b"\0".join(texts)).hexdigest()[:24]
     out = cache_dir() / f"aotdyn_test_{name}_{key}"
@@ -98,7 +102,8 @@ def _cached_build(name: str, directory: Path, sources: list, flags: list, extra:
 
 def _build(app, flags) -> Path:
     """The application built with flags."""
-    return _cached_build("app", app["directory"], [MAIN, *app["sources"]], flags, ("-lm", "-lpthread"))
+    return _cached_build("app", app["directory"], [MAIN, *app["sources"]], [*flags, f"-I{MAIN.parent}"],
+                         ("-lm", "-lpthread"))
 
 
 def _run(app, flags, env=None):
@@ -121,11 +126,12 @@ def _check_outputs(app):
     assert len(got) == len(want) == 2 * len(app["tree"])
     for g, w in zip(got, want):
         np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5)
-    got = _outputs(app["data"] / "lstm_out.txt")
-    want = [np.asarray(part.numpy()).reshape(-1) for h_c in app["lstm"] for part in h_c]
-    assert len(got) == len(want) == 2 * len(LENGTHS)
-    for g, w in zip(got, want):
-        np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5)
+    for name in ("lstm", "lstmb"):  # (constants embedded; from the params blob)
+        got = _outputs(app["data"] / f"{name}_out.txt")
+        want = [np.asarray(part.numpy()).reshape(-1) for h_c in app["lstm"] for part in h_c]
+        assert len(got) == len(want) == 2 * len(LENGTHS)
+        for g, w in zip(got, want):
+            np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5)
 
 
 def _errors(app) -> dict:
@@ -160,6 +166,54 @@ def test_errors_come_back_as_codes_and_messages(app):
     assert "tree_lstm" in errors["tree_depth"][1]  # (names the VM function)
     assert errors["tree_shallow_ok"] == (0, "")
     assert errors["tree_memory_limit"][0] == memory and "out of memory" in errors["tree_memory_limit"][1]
+
+
+def test_the_params_blob_is_checked_and_every_corruption_tried_is_refused(app):
+    """dynamic_main.c loads the LSTM's constants from its blob; before that, every truncation and bit flip of
+    the header and table and a sample of the data's (also under ASan, next test) must be TVD_ERR_FORMAT."""
+    _run(app, PLAIN)
+    errors = _errors(app)
+    argument, fmt = 6, 8  # TVD_ERR_ARGUMENT, TVD_ERR_FORMAT (tensorvm_dynamic.h)
+    size = len(app["libraries"][2].blob)
+    assert errors["blob_not_loaded"][0] == argument and "params are not loaded" in errors["blob_not_loaded"][1]
+    assert errors["blob_no_file"][0] == fmt and "cannot open" in errors["blob_no_file"][1]
+    assert errors["blob_truncated"] == (fmt, f"load_params: the params blob says it has {size} bytes, got {size - 64} "
+                                             f"(truncated or padded)")
+    assert errors["blob_header_truncated"][0] == fmt and "fewer than its 80-byte header" in errors["blob_header_truncated"][1]
+    assert errors["blob_magic"][0] == fmt and "expected the magic TVDPARAM" in errors["blob_magic"][1]
+    assert errors["blob_version"] == (fmt, "load_params: params blob version 3, this library reads version 1")
+    assert errors["blob_hash"][0] == fmt and "belongs to another program" in errors["blob_hash"][1]
+    assert errors["blob_checksum"][0] == fmt and "checksum does not match" in errors["blob_checksum"][1]
+    assert errors["blob_count"][0] == fmt and "constants, this library has" in errors["blob_count"][1]
+    refused, blob_size = map(int, errors["blob_refused"][1].split()), size
+    assert next(iter(refused)) > 3000
+    assert errors["blob_load"] == (0, "") and errors["blob_run"] == (0, "")
+    assert errors["blob_twice"][0] == argument and "loaded already" in errors["blob_twice"][1]
+    assert blob_size % 64 == 0
+
+
+def test_the_c_application_sees_the_argument_checks_of_named_dims_and_closures(app):
+    _run(app, PLAIN)
+    errors = _errors(app)
+    assert errors["misc_tree_ok"] == (0, "")
+    assert errors["misc_tree_vs_x"] == (6, "@tree_plus: parameter %x: expected Tensor[(n, 2), float32], got a tensor "
+                                           "of shape (5, 2): dimension 0 is n = 5, but @tree_plus: parameter %t has n = 3")
+    assert errors["misc_leaves_differ"] == (6, "@tree_plus: parameter %t: expected Tensor[(n, 2), float32], got a "
+                                               "tensor of shape (4, 2): dimension 0 is n = 4, but @tree_plus: parameter "
+                                               "%t has n = 3")
+    assert errors["misc_pair_fields_differ"] == (6, "@pair_plus: parameter %p: expected Tensor[(n), float32], got a "
+                                                    "tensor of shape (4): dimension 0 is n = 4, but @pair_plus: "
+                                                    "parameter %p has n = 3")
+    assert errors["misc_pair_vs_x"] == (6, "@pair_plus: parameter %x: expected Tensor[(n), float32], got a tensor of "
+                                           "shape (2): dimension 0 is n = 2, but @pair_plus: parameter %p has n = 3")
+    assert errors["misc_rows_ctor"] == (6, "Rows.Rows: field 1: expected Tensor[(n), float32], got a tensor of shape "
+                                           "(4): dimension 0 is n = 4, but Rows.Rows: field 0 has n = 3")
+    assert errors["misc_rows_vs_x"] == (6, "@rows: parameter %x: expected Tensor[(n, 2), float32], got a tensor of "
+                                           "shape (5, 2): dimension 0 is n = 5, but @rows: parameter %r has n = 3")
+    assert errors["misc_closure_arity"][0] == 6 and "expected a function of 1 argument(s)" in \
+        errors["misc_closure_arity"][1] and "got a closure of 2 argument(s)" in errors["misc_closure_arity"][1]
+    assert errors["misc_closure_types"][0] == 6 and "got a closure of another signature fn (Tensor[(?), int32]) -> " \
+        "Tensor[(?), int32]" in errors["misc_closure_types"][1]
 
 
 def test_clean_under_address_and_undefined_sanitizers_with_leak_detection(app, tmp_path):
@@ -211,6 +265,29 @@ def @main(%x: Tensor[(2), float32]) { @release(%x) }
         tv.aot.build(mod, name="m", dynamic=True)
 
 
+def test_constants_must_be_embed_or_blob_and_blob_is_for_dynamic_only():
+    mod = tv.parse("def @main(%x: Tensor[(2), float32]) { add(%x, %x) }")
+    with pytest.raises(UnsupportedError, match="constants must be 'embed' or 'blob', got 'file'"):
+        tv.aot.build(mod, name="m", dynamic=True, constants="file")
+    with pytest.raises(UnsupportedError, match="constants='blob' is for dynamic=True"):
+        tv.aot.build(mod, name="m", constants="blob")
+
+
+def test_the_blob_holds_the_constants_and_the_c_only_their_shapes(app):
+    """Layout (docs/aot_dynamic.md): a table of 64-aligned constants within the file, as many bytes as the
+    embedded library's constants (that they are the right bytes: the C application's LSTM outputs); the C of the
+    blob library has no weights; the hash in the blob is the one in the C."""
+    embedded, blob = app["libraries"][1], app["libraries"][2]
+    data = blob.blob
+    count = int(np.frombuffer(data[12:16], "<u4")[0])
+    table = np.frombuffer(data[80:80 + 16 * count], "<u8").reshape(count, 2)
+    assert all(offset % 64 == 0 and offset + nbytes <= len(data) for offset, nbytes in table)
+    assert int(table[:, 1].sum()) == blob.constants_size == embedded.constants_size > 16384
+    assert len(embedded.sources["lstm.c"]) - len(blob.sources["lstmb.c"]) > 3 * blob.constants_size  # (>= 4 chars a byte)
+    digest = ", ".join(map(str, data[40:72]))
+    assert f"tvd_program_hash[32] = {{{digest}}};" in blob.sources["lstmb.c"]
+
+
 # --- more programs, called through ctypes from the library built as a shared object -------------------
 MISC = """
 def @total(%xs: List[Tensor[(3), float32]], %acc: Tensor[(3), float32]) -> Tensor[(3), float32] {
@@ -238,6 +315,26 @@ def @scale_rows(%x: Tensor[(n, 2), float32], %v: Tensor[(n), float32]) -> Tensor
   multiply(%x, expand_dims(%v, axis=1))
 }
 def @main(%x: Tensor[(?), float32]) -> Tensor[(?), float32] { @apply(@make(2f), %x) }
+type Tree[A] { Leaf(A), Node(Tree[A], Tree[A]) }
+def @tree_sum(%t: Tree[Tensor[(n, 2), float32]]) -> Tensor[(n, 2), float32] {
+  match (%t) { Leaf(%x) => %x, Node(%l, %r) => add(@tree_sum(%l), @tree_sum(%r)) }
+}
+def @tree_plus(%t: Tree[Tensor[(n, 2), float32]], %x: Tensor[(n, 2), float32]) -> Tensor[(n, 2), float32] {
+  add(@tree_sum(%t), %x)
+}
+def @pair_plus(%p: (Tensor[(n), float32], Tensor[(n), float32]), %x: Tensor[(n), float32]) -> Tensor[(n), float32] {
+  add(add(%p.0, %p.1), %x)
+}
+type Rows { Rows(Tensor[(n, 2), float32], Tensor[(n), float32]) }
+def @rows(%r: Rows, %x: Tensor[(n, 2), float32]) -> Tensor[(n, 2), float32] {
+  match (%r) { Rows(%a, %b) => add(%a, %x) }
+}
+def @make_add() -> fn (Tensor[(?), float32], Tensor[(?), float32]) -> Tensor[(?), float32] {
+  fn (%a: Tensor[(?), float32], %b: Tensor[(?), float32]) -> Tensor[(?), float32] { add(%a, %b) }
+}
+def @make_neg() -> fn (Tensor[(?), int32]) -> Tensor[(?), int32] {
+  fn (%a: Tensor[(?), int32]) -> Tensor[(?), int32] { negative(%a) }
+}
 """
 
 
@@ -420,8 +517,149 @@ def test_a_named_dim_has_one_value_across_the_parameters(misc):
     np.testing.assert_allclose(lib.numpy(result)[0], oracle.evaluate("scale_rows")(x, v).numpy())
     lib.release(result)
     rc, result, message = lib.call("scale_rows", x, np.ones(4, "float32"))
-    assert rc == 6 and "dimension 0 of %v is n = 4, but dimension 0 of %x has n = 3" in message, message
+    assert rc == 6 and ("@scale_rows: parameter %v: expected Tensor[(n), float32], got a tensor of shape (4): "
+                        "dimension 0 is n = 4, but @scale_rows: parameter %x has n = 3") in message, message
     assert not result and lib.live_bytes() == 0
+
+
+def _tree(lib, spec):
+    """A Tree[Tensor] built with the constructors from ("leaf", array) / ("node", left, right)."""
+    out = ctypes.c_void_p()
+    if spec[0] == "leaf":
+        x = lib.value(spec[1])
+        assert lib.fn("Tree_Leaf")(lib.model, x, ctypes.byref(out)) == 0, lib.fn("last_error")(lib.model)
+        lib.release(x)
+    else:
+        left, right = _tree(lib, spec[1]), _tree(lib, spec[2])
+        assert lib.fn("Tree_Node")(lib.model, left, right, ctypes.byref(out)) == 0, lib.fn("last_error")(lib.model)
+        lib.release(left)
+        lib.release(right)
+    return out
+
+
+def _tree_value(mod, spec):
+    if spec[0] == "leaf":
+        return mod.constructor("Leaf")(spec[1])
+    return mod.constructor("Node")(_tree_value(mod, spec[1]), _tree_value(mod, spec[2]))
+
+
+def _interpreter_error(oracle, name, *args) -> str:
+    """The interpreter's refusal of these arguments (it must refuse them: the C library's checks are its)."""
+    from tensorvm.errors import TensorVMError
+
+    with pytest.raises(TensorVMError) as info:
+        oracle.evaluate(name)(*args)
+    return str(info.value)
+
+
+@pytest.mark.parametrize("case", ["ok", "leaves_differ", "tree_vs_x", "deep_leaf_differs"])
+def test_named_dims_inside_adt_fields_bind_across_parameters(misc, case):
+    lib, oracle = misc
+    mod = tv.parse(MISC)
+    a, b = np.ones((3, 2), "float32"), np.full((3, 2), 2, "float32")
+    x = np.arange(6, dtype="float32").reshape(3, 2)
+    spec = ("node", ("leaf", a), ("node", ("leaf", b), ("leaf", a)))
+    if case == "leaves_differ":
+        spec = ("node", ("leaf", a), ("leaf", np.ones((4, 2), "float32")))
+    elif case == "tree_vs_x":
+        x = np.ones((5, 2), "float32")
+    elif case == "deep_leaf_differs":
+        spec = ("node", ("leaf", a), ("node", ("leaf", b), ("leaf", np.ones((2, 2), "float32"))))
+    tree = _tree(lib, spec)
+    rc, result, message = lib.call("tree_plus", tree, x)
+    if case == "ok":
+        assert rc == 0, message
+        want = oracle.evaluate("tree_plus")(_tree_value(mod, spec), x).numpy()
+        np.testing.assert_allclose(lib.numpy(result)[0], want)
+        lib.release(result)
+    else:
+        assert "n =" in _interpreter_error(oracle, "tree_plus", _tree_value(mod, spec), x)
+        assert rc == 6 and not result, message
+        got, bound = {"leaves_differ": ("(4, 2)", 3), "tree_vs_x": ("(5, 2)", 3), "deep_leaf_differs": ("(2, 2)", 3)}[case]
+        where = "@tree_plus: parameter %x" if case == "tree_vs_x" else "@tree_plus: parameter %t"
+        assert (f"{where}: expected Tensor[(n, 2), float32], got a tensor of shape {got}: dimension 0 is "
+                f"n = {got[1]}, but @tree_plus: parameter %t has n = {bound}") in message, message
+    lib.release(tree)
+    assert lib.live_bytes() == 0
+
+
+@pytest.mark.parametrize("case", ["ok", "fields_differ", "pair_vs_x"])
+def test_named_dims_inside_tuple_fields_bind_across_parameters(misc, case):
+    lib, oracle = misc
+    p0, p1, x = np.ones(3, "float32"), np.arange(3, dtype="float32"), np.full(3, 5, "float32")
+    if case == "fields_differ":
+        p1 = np.arange(4, dtype="float32")
+    elif case == "pair_vs_x":
+        x = np.ones(2, "float32")
+    v0, v1, pair = lib.value(p0), lib.value(p1), ctypes.c_void_p()
+    assert lib.fn("tuple")(lib.model, 2, (ctypes.c_void_p * 2)(v0, v1), ctypes.byref(pair)) == 0
+    lib.release(v0)
+    lib.release(v1)
+    rc, result, message = lib.call("pair_plus", pair, x)
+    if case == "ok":
+        assert rc == 0, message
+        np.testing.assert_allclose(lib.numpy(result)[0], oracle.evaluate("pair_plus")((p0, p1), x).numpy())
+        lib.release(result)
+    else:
+        assert "n =" in _interpreter_error(oracle, "pair_plus", (p0, p1), x)
+        got, where = ("(4)", "%p") if case == "fields_differ" else ("(2)", "%x")
+        assert rc == 6 and not result and (f"@pair_plus: parameter {where}: expected Tensor[(n), float32], got a tensor "
+                                           f"of shape {got}: dimension 0 is n = {got[1]}, but @pair_plus: parameter %p "
+                                           f"has n = 3") in message, message
+    lib.release(pair)
+    assert lib.live_bytes() == 0
+
+
+def test_named_dims_in_a_monomorphic_adt_bind_in_its_constructor_and_across_parameters(misc):
+    lib, oracle = misc
+    mod = tv.parse(MISC)
+    a, b, x = np.ones((3, 2), "float32"), np.arange(3, dtype="float32"), np.full((3, 2), 4, "float32")
+    va, vb, v4, rows = lib.value(a), lib.value(b), lib.value(np.ones(4, "float32")), ctypes.c_void_p()
+    make = lib.fn("Rows_Rows")
+    assert "n =" in _interpreter_error(oracle, "rows", mod.constructor("Rows")(a, np.ones(4, "float32")), x)
+    assert make(lib.model, va, v4, ctypes.byref(rows)) == 6 and not rows
+    assert ("Rows.Rows: field 1: expected Tensor[(n), float32], got a tensor of shape (4): dimension 0 is n = 4, but "
+            "Rows.Rows: field 0 has n = 3") in lib.fn("last_error")(lib.model).decode()
+    assert make(lib.model, va, vb, ctypes.byref(rows)) == 0
+    rc, result, message = lib.call("rows", rows, x)
+    assert rc == 0, message
+    np.testing.assert_allclose(lib.numpy(result)[0], oracle.evaluate("rows")(mod.constructor("Rows")(a, b), x).numpy())
+    lib.release(result)
+    wide = np.ones((5, 2), "float32")
+    assert "n =" in _interpreter_error(oracle, "rows", mod.constructor("Rows")(a, b), wide)
+    rc, result, message = lib.call("rows", rows, wide)
+    assert rc == 6 and not result and ("@rows: parameter %x: expected Tensor[(n, 2), float32], got a tensor of shape "
+                                       "(5, 2): dimension 0 is n = 5, but @rows: parameter %r has n = 3") in message
+    for value in (va, vb, v4, rows):
+        lib.release(value)
+    assert lib.live_bytes() == 0
+
+
+def test_a_function_parameter_checks_the_closures_arity_and_types(misc):
+    """Each closure records its VM function; the program's closure-making functions are known at build time, so
+    the check accepts exactly those whose signature fits the parameter's function type."""
+    lib, _ = misc
+    x = np.arange(3, dtype="float32")
+    rc, add2, message = lib.call("make_add")
+    assert rc == 0, message
+    rc, result, message = lib.call("apply", add2, x)
+    assert rc == 6 and not result, message
+    assert ("@apply: parameter %f: expected a function of 1 argument(s) fn (Tensor[(?), float32]) -> Tensor[(?), "
+            "float32], got a closure of 2 argument(s) fn (Tensor[(?), float32], Tensor[(?), float32]) -> "
+            "Tensor[(?), float32] (VM function 'make_add_") in message, message
+    rc, neg, message = lib.call("make_neg")
+    assert rc == 0, message
+    rc, result, message = lib.call("apply", neg, x)
+    assert rc == 6 and not result, message
+    assert ("@apply: parameter %f: expected a function fn (Tensor[(?), float32]) -> Tensor[(?), float32], got a "
+            "closure of another signature fn (Tensor[(?), int32]) -> Tensor[(?), int32] (VM function 'make_neg") \
+        in message, message
+    rc, scale, message = lib.call("make", np.array(2.0, "float32"))
+    rc, result, message = lib.call("apply", scale, x)
+    assert rc == 0 and lib.numpy(result)[0].tolist() == (2 * x).tolist(), message
+    for value in (add2, neg, scale, result):
+        lib.release(value)
+    assert lib.live_bytes() == 0
 
 
 def test_parameter_names_that_are_c_keywords_or_locals_are_renamed(tmp_path):

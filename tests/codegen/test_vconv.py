@@ -211,6 +211,8 @@ PACKED = [
     ((1, 9, 7, 7), 40, (5, 3), (1, 2), (2, 1), (2, 0, 3, 1)),      # dilated, asymmetric, rectangular kernel
     ((1, 17, 5, 6), 7, (3, 3), (3, 1), (1, 1), (0, 2, 0, 0)),      # fewer channels than a panel, stride 3
     ((1, 8, 3, 3), 33, (3, 3), (1, 1), (1, 1), (4, 4, 4, 4)),      # padding wider than the image
+    ((1, 300, 4, 5), 19, (1, 1), (1, 1), (1, 1), (0, 0, 0, 0)),    # a 1x1 reduction over several L1 runs
+    ((2, 131, 5, 4), 40, (3, 2), (1, 1), (1, 1), (1, 0, 1, 1)),    # 3x2 over several runs, the last partial
 ]
 
 

@@ -607,13 +607,16 @@ def _bad_tree_arguments(mod):
 
 @pytest.mark.parametrize("case", sorted(_bad_tree_arguments(tv.parse(TREE))))
 def test_argument_errors_are_the_bytecode_vm_s(case):
-    tree = _bad_tree_arguments(tv.parse(TREE))[case]
-    s = np.array(2.0, "float32")
+    _assert_the_bytecode_vm_s_argument_error(TREE, _bad_tree_arguments(tv.parse(TREE))[case], np.array(2.0, "float32"))
+
+
+def _assert_the_bytecode_vm_s_argument_error(text: str, *args):
+    """Native mode refuses ``args`` with the bytecode VM's exception: the same class and message."""
     with pytest.raises(Exception) as expected:  # noqa: PT011 - the bytecode VM's exception is the oracle
-        VirtualMachine(tv.vm.compile(tv.parse(TREE), target="c")).run(tree, s)
+        VirtualMachine(native(text).with_exec_mode("bytecode")).run(*args)
     assert isinstance(expected.value, (ExecutionError, ShapeError))
     with pytest.raises(type(expected.value)) as got:
-        VirtualMachine(native(TREE)).run(tree, s)
+        VirtualMachine(native(text)).run(*args)
     assert type(got.value) is type(expected.value) and str(got.value) == str(expected.value)
 
 
@@ -628,14 +631,8 @@ def test_symbolic_dim_and_tuple_errors_are_the_bytecode_vm_s():
         (tv.prelude.make_list([ones]), ones, pair[:1]),
         (tv.prelude.make_list([ones]), ones, ADT(1, pair)),
     ]
-    bytecode = tv.vm.compile(tv.parse(LIST_SUM), target="c")
     for args in cases:
-        with pytest.raises(Exception) as expected:  # noqa: PT011 - the bytecode VM's exception is the oracle
-            VirtualMachine(bytecode).run(*args)
-        assert isinstance(expected.value, (ExecutionError, ShapeError))
-        with pytest.raises(type(expected.value)) as got:
-            VirtualMachine(native(LIST_SUM)).run(*args)
-        assert str(got.value) == str(expected.value)
+        _assert_the_bytecode_vm_s_argument_error(LIST_SUM, *args)
 
 
 def test_values_only_python_converts_still_convert():

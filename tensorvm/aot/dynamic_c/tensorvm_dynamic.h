@@ -19,7 +19,8 @@ enum {
   TVD_ERR_SHAPE = 2,      /* shapes that do not fit (a kernel's entry check, a shape function, a view) */
   TVD_ERR_DEPTH = 5,      /* recursion deeper than the model's max_depth, or than the thread's C stack */
   TVD_ERR_ARGUMENT = 6,   /* an argument of an API call: wrong kind, dtype, rank, shape, NULL, device... */
-  TVD_ERR_MEMORY = 7      /* the allocator returned NULL, or the memory limit was reached */
+  TVD_ERR_MEMORY = 7,     /* the allocator returned NULL, or the memory limit was reached */
+  TVD_ERR_FORMAT = 8      /* a params blob that cannot be read, is malformed or corrupted, or is another program's */
 };
 
 /* DLPack's data type (DLDataType): code TVD_INT, TVD_UINT or TVD_FLOAT, bits, lanes (always 1). A bool

@@ -17,6 +17,8 @@ typedef struct {
 static int64_t tvd_num_constants(void);
 static const tvd_constant* tvd_constant_info(int64_t k);
 static const char* tvd_function_name(int32_t f);   /* the VM function's name ("?" when out of range) */
+static const char* tvd_closure_signature(int32_t f); /* its type as a closure's ("?": the program makes none) */
+static const char* tvd_sym_name(int32_t k);          /* a named dim of the parameters' types (tvd_syms) */
 /* A kernel's (packed index) name and the message of its error code; *runtime: a run-time fault (else a shape
    check). */
 static const char* tvd_kernel_error(int32_t packed, int32_t code, const char** kernel, int* runtime);
@@ -29,7 +31,8 @@ struct tvd_model {
   tv_ctx ctx;
   tv_pool* pool;
   tv_obj** constants;
-  int64_t nconstants;
+  int64_t nconstants;   /* (0 until a params blob is loaded, in a library built with constants="blob") */
+  unsigned char* blob; /* that blob's block (tvd_blob.c), which the constants view; NULL: embedded constants */
   char message[1024]; /* the last error ("" after a success) */
 };
 
@@ -98,15 +101,20 @@ static tvd_scope tvd_enter(tvd_model* m) {
 static void tvd_leave(tvd_scope scope) { tvd_current_pool = scope.saved; }
 
 /* ---- the model ------------------------------------------------------------------------------------- */
-static int32_t tvd_constant_object(tvd_model* m, const tvd_constant* c, tv_obj** out) {
+static int64_t tvd_constant_bytes(const tvd_constant* c) {
+  int64_t n = c->bits == 1 ? 1 : c->bits / 8;
+  for (int32_t i = 0; i < c->ndim; ++i) n *= c->shape[i];
+  return n;
+}
+
+static int32_t tvd_constant_object(tvd_model* m, const tvd_constant* c, const void* data, tv_obj** out) {
   tv_pool* pool = m->pool;
   tv_storage* s = (tv_storage*)tv_pool_take(pool, &pool->spare_storages, &pool->num_spare_storages, sizeof *s);
   if (s == NULL) return TVD_ERR_MEMORY;
-  int64_t n = c->bits == 1 ? 1 : c->bits / 8;
-  for (int32_t i = 0; i < c->ndim; ++i) n *= c->shape[i];
+  const int64_t n = tvd_constant_bytes(c);
   s->h.refcount = 1;
   s->h.kind = TV_KIND_STORAGE;
-  s->data = (void*)(uintptr_t)c->data; /* (read only: results viewing a constant are copied, tvd_own) */
+  s->data = (void*)(uintptr_t)data; /* (read only: results viewing a constant are copied, tvd_own) */
   s->nbytes = n;
   s->block_bytes = 0;
   s->pool = pool;
@@ -126,6 +134,7 @@ void TVD_FN(destroy)(tvd_model* m) {
   for (int64_t k = 0; k < m->nconstants; ++k) tv_decref(m->constants[k]);
   tv_pool* pool = m->pool;
   if (m->constants != NULL) pool->allocator.free(pool->allocator.user, m->constants);
+  if (m->blob != NULL) pool->allocator.free(pool->allocator.user, m->blob); /* (no value views a constant) */
   pool->allocator.free(pool->allocator.user, m);
   tvd_leave(scope);
   tv_pool_decref(pool); /* (freed when the last value made by the model goes too) */
@@ -155,15 +164,17 @@ int32_t TVD_FN(create)(const tvd_options* options, tvd_model** out) {
     TVD_FN(destroy)(m);
     return TVD_ERR_MEMORY;
   }
+#ifndef TVD_BLOB_PARAMS /* (else the constants come with load_params, tvd_blob.c) */
   for (int64_t k = 0; k < n; ++k) {
-    if (tvd_constant_object(m, tvd_constant_info(k), &m->constants[k]) != TVD_OK) {
+    if (tvd_constant_object(m, tvd_constant_info(k), tvd_constant_info(k)->data, &m->constants[k]) != TVD_OK) {
       TVD_FN(destroy)(m);
       return TVD_ERR_MEMORY;
     }
     m->nconstants = k + 1;
   }
+#endif
   m->ctx.constants = m->constants;
-  m->ctx.nconstants = n;
+  m->ctx.nconstants = m->nconstants;
   *out = m;
   return TVD_OK;
 }
@@ -374,9 +385,52 @@ TV_UNUSED static int32_t tvd_check_adt(tvd_model* m, const tv_obj* o, int32_t ty
   return TVD_OK;
 }
 
-TV_UNUSED static int32_t tvd_check_closure(tvd_model* m, const tv_obj* o, const char* where) {
+/* A closure of this program taking nargs arguments whose function is one of accept (those whose signature fits
+   the parameter's function type; the generated check lists them). */
+TV_UNUSED static int32_t tvd_check_closure(tvd_model* m, const tv_obj* o, int32_t nargs, int32_t naccept,
+                                           const int32_t* accept, const char* where, const char* type) {
   if (o == NULL || o->kind != TV_KIND_CLOSURE)
-    return tvd_fail(m, TVD_ERR_ARGUMENT, "%s: expected a function (a closure returned by the program)", where);
+    return tvd_fail(m, TVD_ERR_ARGUMENT, "%s: expected a function %s (a closure returned by the program), got %s", where,
+                    type, o == NULL ? "NULL" : o->kind == TV_KIND_TENSOR ? "a tensor" : "an ADT value or tuple");
+  const tv_closure* c = (const tv_closure*)o;
+  const int32_t arity = tvn_function_arity(c->func);
+  if (arity < 0)
+    return tvd_fail(m, TVD_ERR_ARGUMENT, "%s: expected a function %s, got a closure of no function of this program "
+                    "(index %d: another model's?)", where, type, c->func);
+  if (arity - c->nfree != nargs)
+    return tvd_fail(m, TVD_ERR_ARGUMENT, "%s: expected a function of %d argument(s) %s, got a closure of %d argument(s) "
+                    "%s (VM function '%s')", where, nargs, type, arity - c->nfree, tvd_closure_signature(c->func),
+                    tvd_function_name(c->func));
+  for (int32_t i = 0; i < naccept; ++i)
+    if (accept[i] == c->func) return TVD_OK;
+  return tvd_fail(m, TVD_ERR_ARGUMENT, "%s: expected a function %s, got a closure of another signature %s (VM function "
+                  "'%s')", where, type, tvd_closure_signature(c->func), tvd_function_name(c->func));
+}
+
+/* The values the named dims (Tensor[(n, 4)]) take in one call's arguments: bound at their first tensor, in
+   parameter order and depth first through tuples and ADT fields, as the VM binds them; where[k] NULL: unbound. */
+typedef struct {
+  int64_t value[TVD_NUM_SYMS];
+  const char* where[TVD_NUM_SYMS];
+} tvd_syms;
+
+/* Binds or checks the named dims of a tensor of type `type` (sym[i] >= 0: dimension i is named dim sym[i]). */
+TV_UNUSED static int32_t tvd_bind_dims(tvd_model* m, tvd_syms* s, int32_t ndim, const int64_t* shape, const int32_t* sym,
+                                       const char* where, const char* type) {
+  for (int32_t i = 0; i < ndim; ++i) {
+    const int32_t k = sym[i];
+    if (k < 0) continue;
+    if (s->where[k] == NULL) {
+      s->value[k] = shape[i];
+      s->where[k] = where;
+    } else if (s->value[k] != shape[i]) {
+      char got[200];
+      tvd_shape_text(got, sizeof got, ndim, shape);
+      return tvd_fail(m, TVD_ERR_ARGUMENT, "%s: expected %s, got a tensor of shape %s: dimension %d is %s = %lld, but %s "
+                      "has %s = %lld", where, type, got, i, tvd_sym_name(k), (long long)shape[i], s->where[k],
+                      tvd_sym_name(k), (long long)s->value[k]);
+    }
+  }
   return TVD_OK;
 }
 
@@ -471,6 +525,9 @@ static int32_t tvd_call_error(tvd_model* m, const char* what) {
 /* Runs VM function f on args (borrowed); *result a new reference the caller owns. */
 TV_UNUSED static int32_t tvd_call(tvd_model* m, int32_t f, tv_obj* const* args, const char* what, tvd_value** result) {
   tv_obj* ret = NULL;
+  if (m->nconstants != tvd_num_constants())
+    return tvd_fail(m, TVD_ERR_ARGUMENT, "%s: the model's params are not loaded (load_params or load_params_file first)",
+                    what);
   m->ctx.depth = 0;
   m->ctx.stack_limit = tvd_stack_limit();
   m->ctx.error.kind = 0;

@@ -534,30 +534,36 @@ __attribute__((unused)) static int32_t tv_conv2d_depthwise_f32(int64_t n, int64_
    (TV_VGEMM_MR, consecutive in the flattened image, so a narrow image fills its tiles) x NR output
    channels: per step two weight vectors and MR broadcast inputs feed 2 MR FMAs, as in the product. A
    pixel past the end repeats the last one (not stored). Bias and relu are applied in registers, the tile
-   stored through a small buffer (MR floats per channel: the NCHW output is strided by channel). Panels go in groups whose weights fill at most
-   half of L2 (TV_VCONV_L2): a tile of pixels meets every panel of its group while its inputs are in L1. */
+   stored through a small buffer (MR floats per channel: the NCHW output is strided by channel). The
+   reduction runs in runs of channel blocks whose slice of a panel fills at most half of L1d (TV_L1D, from
+   the host description; see tv_pconv_chunk). */
 #ifndef TV_VCONV_BLOCK
 #define TV_VCONV_BLOCK 8
-#endif
-#ifndef TV_VCONV_L2
-#define TV_VCONV_L2 524288
 #endif
 #define TV_PCONV_ACC(r) tv_vf lo##r = {0}, hi##r = {0};                                              \
   const int64_t pix##r = first + r < pixels ? first + r : pixels - 1;                                \
   const float* p##r = blocked + ((pix##r / ow) * sh * wp + (pix##r % ow) * sw) * TV_VCONV_BLOCK;
 #define TV_PCONV_FMA(r) { const tv_vf a = TV_VSPLAT(p##r[tap + ci]); lo##r += a * b0; hi##r += a * b1; }
 #define TV_PCONV_KEEP(r) TV_VSTORE(buf[r], lo##r); TV_VSTORE(buf[r] + TV_VLANES, hi##r);
+#define TV_PCONV_LOAD(r) lo##r += TV_VLOAD(acc_in + r * TV_VGEMM_NR);                                 \
+                         hi##r += TV_VLOAD(acc_in + r * TV_VGEMM_NR + TV_VLANES);
+#define TV_PCONV_SAVE(r) TV_VSTORE(acc_out + r * TV_VGEMM_NR, lo##r);                                 \
+                         TV_VSTORE(acc_out + r * TV_VGEMM_NR + TV_VLANES, hi##r);
 #define TV_PCONV_BIAS(r) lo##r += bias_lo; hi##r += bias_hi;
 #define TV_PCONV_RELU(r) TV_VRELU(lo##r); TV_VRELU(hi##r);
 #define TV_PCONV_ACT(r) TV_VACT(lo##r, e) TV_VACT(hi##r, e)
+/* The tile over channel blocks [cb0, cb1) (the panel's rows from cb0 on): its sums start from acc_in (the
+   tile's R x NR partial sums over the blocks before, as TV_PCONV_SAVE left them) unless NULL, and go to
+   acc_out (the same layout) unless NULL, else, the reduction complete, through the bias and relu (or
+   the activation and residual of epi, tv_conv_epilogue) to out. */
 #define TV_PCONV_TILE(R)                                                                             \
-  static void tv_pconv_tile##R(const float* blocked, int64_t cblocks, int64_t hp, int64_t wp, int64_t kh, \
-      int64_t kw, int64_t sh, int64_t sw, int64_t dh, int64_t dw, const float* panel, int64_t first,  \
-      int64_t pixels, int64_t o0, int64_t o, int64_t ow, const float* bias, int relu,               \
-      const tv_conv_epilogue* epi, float* out) {                                                     \
+  static void tv_pconv_tile##R(const float* blocked, int64_t cb0, int64_t cb1, int64_t hp, int64_t wp,  \
+      int64_t kh, int64_t kw, int64_t sh, int64_t sw, int64_t dh, int64_t dw, const float* panel,     \
+      int64_t first, int64_t pixels, int64_t o0, int64_t o, int64_t ow, const float* acc_in,         \
+      float* acc_out, const float* bias, int relu, const tv_conv_epilogue* epi, float* out) {        \
     TV_VROWS##R(TV_PCONV_ACC)                                                                        \
-    const float* w = panel;                                                                          \
-    for (int64_t cb = 0; cb < cblocks; ++cb)                                                         \
+    const float* w = panel + cb0 * kh * kw * TV_VCONV_BLOCK * TV_VGEMM_NR;                           \
+    for (int64_t cb = cb0; cb < cb1; ++cb)                                                           \
       for (int64_t ky = 0; ky < kh; ++ky)                                                            \
         for (int64_t kx = 0; kx < kw; ++kx) {                                                        \
           const int64_t tap = ((cb * hp + ky * dh) * wp + kx * dw) * TV_VCONV_BLOCK;                 \
@@ -567,6 +573,8 @@ __attribute__((unused)) static int32_t tv_conv2d_depthwise_f32(int64_t n, int64_
             TV_VROWS##R(TV_PCONV_FMA)                                                                \
           }                                                                                          \
         }                                                                                            \
+    if (acc_in) { TV_VROWS##R(TV_PCONV_LOAD) }                                                       \
+    if (acc_out) { TV_VROWS##R(TV_PCONV_SAVE) return; }                                              \
     const tv_vf bias_lo = TV_VLOAD(bias), bias_hi = TV_VLOAD(bias + TV_VLANES);                      \
     TV_VROWS##R(TV_PCONV_BIAS)                                                                       \
     if (relu) { TV_VROWS##R(TV_PCONV_RELU) }                                                         \
@@ -614,29 +622,39 @@ static void tv_pconv_block(const float* x, int64_t cb, int64_t c, int64_t h, int
     }
 }
 
-/* A chunk is a run of tiles of pixels over the panels of their group, about a quarter of a thread's share
-   (tv_team_run: a thread whose core is shared with other work takes fewer chunks, the caller runs those of
-   workers that have not started), so that two threads rarely store into the same cache lines of the
-   output (a tile is MR floats of each channel's row). */
+/* A chunk is a range of panels x a range of tiles of pixels (panels split first, so that each panel's
+   weights are read by one chunk: a deep layer's weights are larger than its image; about TV_VCONV_CHUNKS
+   chunks per thread, tv_team_run: a thread whose core is shared with other work takes fewer). Within a
+   chunk the reduction runs in runs of ``span`` channel blocks whose slice of a panel fills at most half
+   of L1d: the slice meets every tile of the chunk from L1 (a whole panel, 36 to 295 KB on ResNet-18's
+   3x3 layers, was streamed from L2 for every tile), the tiles' partial sums kept in ``acc`` between
+   runs (R x NR floats per tile, stored and reloaded as whole vectors). */
 typedef struct {
   const float* blocked;
   const float* packed;
   const float* b;
   float* dst;
-  int64_t cblocks, hp, wp, kh, kw, sh, sw, dh, dw, pixels, o, ow, k, panels, qblocks, group, tiles, per;
+  float* acc;
+  int64_t cblocks, span, hp, wp, kh, kw, sh, sw, dh, dw, pixels, o, ow, k, panels, qblocks, pchunks, qchunks;
   int relu;
   tv_conv_epilogue epi;  /* (the activation, and the residual of the image at dst) */
 } tv_pconv_job;
 
 static void tv_pconv_chunk(void* arg, int64_t i) {
   const tv_pconv_job* j = (const tv_pconv_job*)arg;
-  const int64_t lo = i * j->per, hi = lo + j->per < j->tiles ? lo + j->per : j->tiles;
-  for (int64_t t = lo; t < hi; ++t) {
-    const int64_t g0 = t / (j->group * j->qblocks) * j->group, size = j->panels - g0 < j->group ? j->panels - g0 : j->group;
-    const int64_t r = t - g0 * j->qblocks, qb = r / size, p = g0 + r % size;
-    TV_PCONV_NAME(TV_VGEMM_MR)(j->blocked, j->cblocks, j->hp, j->wp, j->kh, j->kw, j->sh, j->sw, j->dh, j->dw,
-                               j->packed + p * j->k * TV_VGEMM_NR, qb * TV_VGEMM_MR, j->pixels, p * TV_VGEMM_NR, j->o,
-                               j->ow, j->b + p * TV_VGEMM_NR, j->relu, &j->epi, j->dst);
+  const int64_t pc = i % j->pchunks, qc = i / j->pchunks;
+  const int64_t p0 = pc * j->panels / j->pchunks, p1 = (pc + 1) * j->panels / j->pchunks;
+  const int64_t q0 = qc * j->qblocks / j->qchunks, q1 = (qc + 1) * j->qblocks / j->qchunks;
+  for (int64_t cb0 = 0; cb0 < j->cblocks; cb0 += j->span) {
+    const int64_t cb1 = cb0 + j->span < j->cblocks ? cb0 + j->span : j->cblocks;
+    for (int64_t p = p0; p < p1; ++p)
+      for (int64_t qb = q0; qb < q1; ++qb) {
+        float* acc = j->acc + (p * j->qblocks + qb) * (TV_VGEMM_MR * TV_VGEMM_NR);
+        TV_PCONV_NAME(TV_VGEMM_MR)(j->blocked, cb0, cb1, j->hp, j->wp, j->kh, j->kw, j->sh, j->sw, j->dh, j->dw,
+                                   j->packed + p * j->k * TV_VGEMM_NR, qb * TV_VGEMM_MR, j->pixels, p * TV_VGEMM_NR,
+                                   j->o, j->ow, cb0 > 0 ? acc : NULL, cb1 < j->cblocks ? acc : NULL,
+                                   j->b + p * TV_VGEMM_NR, j->relu, &j->epi, j->dst);
+      }
   }
 }
 
@@ -652,28 +670,31 @@ __attribute__((unused)) static int32_t tv_conv2d_packed_act_f32(int64_t n, int64
   const int64_t qblocks = (pixels + TV_VGEMM_MR - 1) / TV_VGEMM_MR;
   const int64_t hp = (oh - 1) * sh + (kh - 1) * dh + 1, wp = (ow - 1) * sw + (kw - 1) * dw + 1;
   const int64_t k = cblocks * TV_VCONV_BLOCK * kh * kw, panels = (o + TV_VGEMM_NR - 1) / TV_VGEMM_NR;
-  int64_t group = (TV_VCONV_L2 / 2) / (k * TV_VGEMM_NR * 4);
-  group = group < 1 ? 1 : group > panels ? panels : group;
+  /* channel blocks per run: a panel's slice of them fills at most half of L1d (at least one block) */
+  int64_t span = (TV_L1D / 2) / (kh * kw * TV_VCONV_BLOCK * TV_VGEMM_NR * (int64_t)sizeof(float));
+  span = span < 1 ? 1 : span > cblocks ? cblocks : span;
   const int threads = tv_gemm_parallel((double)o * pixels * k) ? tv_omp_max_threads() : 1;
-  const int64_t runs = qblocks / ((int64_t)TV_VCONV_CHUNKS * threads);
-  /* the blocked copy, then the bias of every panel's channels (zeros past o and without a bias) */
-  const int64_t floats = cblocks * hp * wp * TV_VCONV_BLOCK;
-  float* blocked = (float*)malloc(sizeof(float) * (size_t)(floats + panels * TV_VGEMM_NR));
+  const int64_t want = threads > 1 ? (int64_t)TV_VCONV_CHUNKS * threads : 1;
+  const int64_t pchunks = panels < want ? panels : want;
+  int64_t qchunks = (want + pchunks - 1) / pchunks;
+  qchunks = qchunks < qblocks ? qchunks : qblocks;
+  /* the blocked copy, the bias of every panel's channels (zeros past o and without a bias), and the tiles'
+     partial sums when the reduction takes several runs */
+  const int64_t floats = cblocks * hp * wp * TV_VCONV_BLOCK, sums = span < cblocks ? panels * qblocks * TV_VGEMM_MR * TV_VGEMM_NR : 0;
+  float* blocked = (float*)malloc(sizeof(float) * (size_t)(floats + panels * TV_VGEMM_NR + sums));
   if (blocked == NULL) return TV_ERROR_OUT_OF_MEMORY;
   float* b = blocked + floats;
   for (int64_t i = 0; i < panels * TV_VGEMM_NR; ++i) b[i] = has_bias && i < o ? bias[i] : 0.0f;
-  tv_pconv_job job = {blocked, packed, b, out, cblocks, hp, wp, kh, kw, sh, sw, dh, dw, pixels, o, ow, k, panels,
-                      qblocks, group, panels * qblocks, group * (runs > 1 ? runs : 1), relu != 0,
+  tv_pconv_job job = {blocked, packed, b, out, b + panels * TV_VGEMM_NR, cblocks, span, hp, wp, kh, kw, sh, sw, dh,
+                      dw, pixels, o, ow, k, panels, qblocks, pchunks, qchunks, relu != 0,
                       {NULL, 0, 0, (int)act, alpha, beta, lo, hi, NULL}};
-  const int64_t chunks = threads > 1 ? (job.tiles + job.per - 1) / job.per : 1;
-  if (threads <= 1) job.per = job.tiles;
   for (int64_t image = 0; image < n; ++image) {
     job.dst = out + image * o * pixels;
     job.epi.residual = has_residual ? residual + image * o * pixels : NULL;
     /* (the copy before the chunks: a copy per chunk would repeat it, and splitting it needs a second job
        whose end waits for every worker) */
     for (int64_t cb = 0; cb < cblocks; ++cb) tv_pconv_block(x + image * c * h * w, cb, c, h, w, pt, pl, hp, wp, blocked);
-    tv_team_run(chunks, threads, tv_pconv_chunk, &job);
+    tv_team_run(pchunks * qchunks, threads, tv_pconv_chunk, &job);
   }
   free(blocked);
   return 0;
