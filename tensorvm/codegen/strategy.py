@@ -299,6 +299,8 @@ class Conv2dCall(LibraryCall):
         if self.direct(suffix):
             epilogue = epilogue or TileEpilogue()
             bias = args[1] if epilogue.bias is None else args[epilogue.bias]
+            if epilogue.act or epilogue.residual is not None:
+                return self._act_statement(args, target, epilogue, bias, geometry)
             if self.packed:  # (its channel-blocked copy of the image is allocated by the kernel)
                 if epilogue.pool:
                     raise UnsupportedError("the packed convolution kernel has no max pool epilogue")
@@ -326,6 +328,30 @@ class Conv2dCall(LibraryCall):
         return Allocate(col, call)
 
 
+    def _act_statement(self, args: list, target, epilogue: TileEpilogue, bias, geometry: list):
+        """The ``*_act_f32`` entry of the direct, depthwise or packed kernel: the epilogue's bias, residual and
+        activation applied in its tiles (``tv_conv_epilogue`` in ``tv_vconv.h``)."""
+        if epilogue.pool or epilogue.relu:
+            raise UnsupportedError("a convolution tile epilogue has a pool or relu beside an activation or residual")
+        n, c, h, w, o, oh, ow = self.dims
+        residual = args[1] if epilogue.residual is None else args[epilogue.residual]
+        has_bias = const(int(epilogue.bias is not None), "int64")
+        off = const(0, "int64")  # (relu, and the direct kernel's pool)
+        tail = (const(int(epilogue.act), "int64"),
+                *(const(float(v), "float32") for v in (epilogue.alpha, epilogue.beta, epilogue.lo, epilogue.hi)),
+                residual, const(int(epilogue.residual is not None), "int64"))
+        if self.packed:
+            return CallExtern("tv_conv2d_packed_act_f32", (n, c, h, w, o, oh, ow, *geometry, args[0], args[1], bias,
+                                                           has_bias, off, *tail, target))
+        if self.depthwise:
+            return CallExtern("tv_conv2d_depthwise_act_f32", (n, c, h, w, oh, ow, *geometry, args[0], args[1], bias,
+                                                              has_bias, off, *tail, target))
+        padded = Buffer("padded", args[0].dtype, (self.padded_size(),), "local")
+        call = CallExtern("tv_conv2d_direct_act_f32", (n, c, h, w, o, oh, ow, *geometry, args[0], args[1], bias,
+                                                       has_bias, off, off, *tail, padded, target))
+        return Allocate(padded, call)
+
+
 def direct_max_reduction(desc=None) -> int:
     """The longest reduction (C x KH x KW) the direct convolution takes on this host (``Conv2dCall.direct``):
     a block of ``mr`` output channels' weights fills at most a quarter of L1d (341 on AVX2 with 32 KB,
@@ -340,11 +366,24 @@ def direct_max_reduction(desc=None) -> int:
 class TileEpilogue:
     """What the direct convolution kernel applies to each output tile in registers before storing it:
     a per-channel bias (``bias``: the position of the bias among the call's argument buffers), a relu,
-    and a 2x2 stride-2 max pool (FuseOps puts such a pool in the convolution's group)."""
+    and a 2x2 stride-2 max pool (FuseOps puts such a pool in the convolution's group). Without the relu
+    and the pool (``activation_epilogue``): a residual (``residual``: the position of an array of the
+    output's shape, added after the bias) and an activation after it, ``act`` of the ``ACT_*`` bits:
+    s = alpha v + beta, clamped below at ``lo`` (``ACT_LO``) and above at ``hi`` (``ACT_HI``), times v with
+    ``ACT_GATE`` (the direct, depthwise and packed kernels; ``tv_conv_epilogue`` in ``tv_vconv.h``)."""
 
     bias: int | None = None
     relu: bool = False
     pool: bool = False
+    act: int = 0
+    alpha: float = 1.0
+    beta: float = 0.0
+    lo: float = 0.0
+    hi: float = 0.0
+    residual: int | None = None
+
+
+ACT_LO, ACT_HI, ACT_GATE = 1, 2, 4  # (TV_ACT_* in tv_vconv.h)
 
 
 def tile_epilogue(fn: Function, channels) -> tuple[TileEpilogue, Var | None] | None:
@@ -387,6 +426,122 @@ def tile_epilogue(fn: Function, channels) -> tuple[TileEpilogue, Var | None] | N
             return None
         found.append(kind)
     return TileEpilogue(None, "relu" in found, "pool" in found), bias
+
+
+def _scalar(expr, rank: int) -> float | None:
+    """The value of a float32 constant of one element and at most ``rank`` dims (no broadcast beyond the
+    result), finite; else None."""
+    if not isinstance(expr, Constant) or expr.data.size != 1 or expr.data.dtype != np.float32 \
+            or expr.data.ndim > rank:
+        return None
+    value = float(expr.data.reshape(()))
+    return value if np.isfinite(value) else None
+
+
+def _op_call(expr, *names) -> bool:
+    return isinstance(expr, Call) and isinstance(expr.op, Op) and expr.op.name in names and bool(expr.args)
+
+
+def _with_scalar(expr, rank: int):
+    """``(other operand, constant)`` of a binary call with one scalar constant operand (the constant second
+    for subtract and divide); else None."""
+    if len(expr.args) != 2:
+        return None
+    first, second = expr.args
+    k = _scalar(second, rank)
+    if k is not None:
+        return first, k
+    k = _scalar(first, rank)
+    if k is not None and expr.op.name in ("add", "multiply"):
+        return second, k
+    return None
+
+
+def _clamped_affine(expr, rank: int):
+    """``(bits, alpha, beta, lo, hi, v)`` when ``expr`` is clamp(alpha v + beta, lo, hi) (``ACT_LO`` /
+    ``ACT_HI`` for the bounds it has: relu, clip, maximum and minimum by constants, an affine map by
+    constants inside and a division or product by a positive constant outside: hard-sigmoid, relu6,
+    ``clip(v + 3, 0, 6) / 6``); else None."""
+    scale = 1.0
+    if _op_call(expr, "divide", "multiply"):
+        found = _with_scalar(expr, rank)
+        if found is None or found[1] <= 0:
+            return None
+        scale = 1.0 / found[1] if expr.op.name == "divide" else found[1]
+        expr = found[0]
+    bits, lo, hi = 0, 0.0, 0.0
+    if _op_call(expr, "nn.relu"):
+        bits, expr = ACT_LO, expr.args[0]
+    elif _op_call(expr, "clip"):
+        attrs = get_op("clip").normalize_attrs(expr.attrs)
+        lo, hi, expr = float(attrs.a_min), float(attrs.a_max), expr.args[0]
+        bits = (ACT_LO if np.isfinite(lo) else 0) | (ACT_HI if np.isfinite(hi) else 0)
+        lo, hi = (lo if bits & ACT_LO else 0.0), (hi if bits & ACT_HI else 0.0)
+    else:
+        while _op_call(expr, "maximum", "minimum"):
+            bit = ACT_LO if expr.op.name == "maximum" else ACT_HI
+            found = _with_scalar(expr, rank)
+            if found is None or bits & bit:
+                return None
+            bits |= bit
+            expr, lo, hi = (found[0], found[1], hi) if bit == ACT_LO else (found[0], lo, found[1])
+    if not bits or (bits == ACT_LO | ACT_HI and lo > hi):
+        return None
+    alpha, beta = 1.0, 0.0
+    if _op_call(expr, "add", "subtract"):
+        found = _with_scalar(expr, rank)
+        if found is not None:
+            expr, beta = found[0], (found[1] if expr.op.name == "add" else -found[1])
+    if _op_call(expr, "multiply", "divide"):
+        found = _with_scalar(expr, rank)
+        if found is not None and found[1] != 0:
+            expr, alpha = found[0], (found[1] if expr.op.name == "multiply" else 1.0 / found[1])
+    return bits, alpha * scale, beta * scale, lo * scale, hi * scale, expr
+
+
+def activation_epilogue(fn: Function, out_type) -> tuple[TileEpilogue, Var | None, Var | None] | None:
+    """The ``TileEpilogue`` with an activation and/or a residual that computes ``fn`` (as ``tile_epilogue``
+    takes it; ``out_type`` the convolution's result type), with the parameters holding the bias and the
+    residual (or None): act(v + residual) where v is the result plus an optional per-channel bias (as
+    ``tile_epilogue`` recognizes it), the residual a float32 parameter of the result's rank whose static
+    dims equal the result's (dynamic ones are checked per call, ``residual_condition``), and act a clamped
+    affine map (``_clamped_affine``), optionally times its own input (hard-swish: ``x * hard_sigmoid(x)``),
+    or nothing. None when ``fn`` is something else or has neither an activation nor a residual."""
+    from .fused import _param_type
+
+    result, expr, rank = fn.params[0], fn.body, len(out_type.shape)
+    act, alpha, beta, lo, hi = 0, 1.0, 0.0, 0.0, 0.0
+    if _op_call(expr, "multiply") and len(expr.args) == 2:  # the gate: v * clamp(alpha v + beta, lo, hi)
+        for v, gate in (expr.args, expr.args[::-1]):
+            found = _clamped_affine(gate, rank)
+            if found is not None and found[-1] is v:
+                _, alpha, beta, lo, hi, _ = found
+                expr, act = v, found[0] | ACT_GATE
+                break
+    if not act:
+        found = _clamped_affine(expr, rank)
+        if found is not None:
+            act, alpha, beta, lo, hi, expr = found
+    residual = None
+    if _op_call(expr, "add") and len(expr.args) == 2:
+        for v, other in (expr.args, expr.args[::-1]):
+            ty = _param_type(other) if isinstance(other, Var) and other is not result else None
+            if isinstance(ty, TensorType) and ty.dtype == "float32" and len(ty.shape) == rank and all(
+                    a == b if isinstance(a, int) and isinstance(b, int) else not isinstance(a, int) and not isinstance(b, int)
+                    for a, b in zip(ty.shape, out_type.shape)):
+                residual, expr = other, v
+                break
+    if not act and residual is None:
+        return None
+    bias = None
+    if expr is not result:
+        match = tile_epilogue(Function(fn.params, expr, None), out_type.shape[1])
+        if match is None or match[0].relu or match[0].pool or match[1] is None:
+            return None
+        bias = match[1]
+    if residual is not None and residual is bias:
+        return None
+    return TileEpilogue(None, act=act, alpha=alpha, beta=beta, lo=lo, hi=hi), bias, residual
 
 
 def strategy_of(opdef):
@@ -797,8 +952,8 @@ def _call_variant(prim: Function, name: str, graph, generic: LoweredParts, ancho
         return call.statement(args, target, GEMM_SUFFIX[result.dtype])
 
     fused = _tile_epilogue_call(call, split, args, generic, outputs, anchor) if split is not None else None
-    if fused is not None:
-        body = fused
+    if fused is not None and fused[1] is None:
+        body = fused[0]
     elif split is None:
         if len(outputs) != 1 or outputs[0].dtype != result.dtype:
             return None
@@ -840,6 +995,8 @@ def _call_variant(prim: Function, name: str, graph, generic: LoweredParts, ancho
                     body = IfThenElse(same, in_place, body)
         except TensorVMError:
             return None
+        if fused is not None:  # (the tiles' epilogue where the residual has the output's shape)
+            body = IfThenElse(fused[1], fused[0], body)
     return LoweredParts(name, generic.params, generic.num_inputs, generic.dim_params, generic.dim_positions,
                         [], [], body)
 
@@ -879,7 +1036,9 @@ def _transposed_result(split) -> tuple | None:
 
 def _tile_epilogue_call(call, split, args: list, generic: LoweredParts, outputs: list, anchor):
     """The direct convolution writing the group's output itself, when the rest of the group (``split``,
-    from ``_epilogue_function``) is a ``TileEpilogue``; else None."""
+    from ``_epilogue_function``) is a ``TileEpilogue``: ``(statement, condition)``, the condition (or None)
+    under which it computes the group (a residual's dynamic dims equal to the output's: else it would
+    broadcast); else None."""
     from .fused import _flatten_types, _param_type
 
     if not isinstance(call, Conv2dCall) or not call.direct(GEMM_SUFFIX.get(anchor.results[0].dtype)) \
@@ -888,19 +1047,36 @@ def _tile_epilogue_call(call, split, args: list, generic: LoweredParts, outputs:
     epilogue_fn, epilogue_inputs = split
     channels = anchor.out_type.shape[1]
     match = tile_epilogue(epilogue_fn, channels) if isinstance(channels, int) else None
+    residual = None
+    if match is None and isinstance(channels, int):
+        found = activation_epilogue(epilogue_fn, anchor.out_type)
+        if found is not None:
+            match, residual = found[:2], found[2]
     if match is None or ((call.depthwise or call.packed) and match[0].pool):
         return None
     epilogue, bias = match
     buffers = list(args)
-    if bias is not None:
-        offset = 0  # the bias's flattened position among the epilogue's inputs
-        for param in epilogue_fn.params[1:]:
-            if param is bias:
+
+    def buffer_of(param):
+        offset = 0  # the parameter's flattened position among the epilogue's inputs
+        for candidate in epilogue_fn.params[1:]:
+            if candidate is param:
                 break
-            offset += len(_flatten_types(_param_type(param)))
+            offset += len(_flatten_types(_param_type(candidate)))
         buffers.append(generic.params[epilogue_inputs[offset]])
-        epilogue = dataclasses.replace(epilogue, bias=len(buffers) - 1)
-    return call.statement(buffers, outputs[0], "f32", epilogue)
+        return len(buffers) - 1
+
+    if bias is not None:
+        epilogue = dataclasses.replace(epilogue, bias=buffer_of(bias))
+    condition = None
+    if residual is not None:
+        epilogue = dataclasses.replace(epilogue, residual=buffer_of(residual))
+        out, held = outputs[0], buffers[epilogue.residual]
+        for a, b in zip(held.shape, out.shape):
+            if not (isinstance(a, (int, Const)) and isinstance(b, (int, Const))):
+                same = eq(a, b)
+                condition = same if condition is None else logical_and(condition, same)
+    return call.statement(buffers, outputs[0], "f32", epilogue), condition
 
 
 def _constant_position(graph, source) -> int | None:

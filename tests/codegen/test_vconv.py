@@ -274,7 +274,8 @@ def test_conv_weights_pack_and_unpack():
 def test_long_reduction_convolutions_run_packed_over_a_dynamic_batch(variants, monkeypatch):
     """A ResNet block (3x3 convolutions of 48 channels: a reduction longer than the direct kernel takes,
     the weights constants) compiled for the VM: PackWeights makes both ``nn.conv2d_packed``, whose kernel
-    runs with bias and relu in its tiles and the residual add after it; the generated kernel over the
+    runs with bias and relu in its tiles, the second with the residual add before the relu there too
+    (``tv_conv2d_packed_act_f32``, the batches being equal); the generated kernel over the
     packed layout (variants off) gives the same. Batch 0, 1, 3 through one executable, against the
     interpreter of the original program."""
     import tensorvm as tv
@@ -294,6 +295,7 @@ def test_long_reduction_convolutions_run_packed_over_a_dynamic_batch(variants, m
     if variants == "1":
         assert exe.stats()["kernel_library"]["variants"].get("packed") == 2
         assert any("tv_conv2d_packed_f32(" in source for source in exe.c_library.sources.values())
+        assert any("tv_conv2d_packed_act_f32(" in source for source in exe.c_library.sources.values())
     vm = tv.vm.VirtualMachine(exe)
     reference = tv.create_executor("debug", mod)
     for batch in (0, 1, 3):
@@ -334,10 +336,11 @@ def _hardswish(v):
                                   "unit-long", "depthwise", "grouped"])
 def test_convolution_kernels_over_a_dynamic_batch(case, isa):
     """Convolution groups as FuseOps forms them from ONNX (an (O, 1, 1) bias), over a dynamic batch (0, 1,
-    3): strided and dilated convolutions with a short reduction run the direct kernel, bias and relu in its
-    tiles (no loop after the call), anything else (hard-swish, a residual) generated after it in place;
-    a long reduction runs im2col + the product; a depthwise one runs the depthwise kernel (bias and relu in
-    its tiles as well), other grouped ones generated code."""
+    3): strided and dilated convolutions with a short reduction run the direct kernel, bias and relu,
+    hard-swish, or a residual and relu in its tiles (no loop after the call; with the residual's batch
+    dynamic, only when it equals the output's, generated code after the call otherwise); a long reduction
+    runs im2col + the product; a depthwise one runs the depthwise kernel (bias and relu in its tiles as
+    well), other grouped ones generated code."""
     c, size = 12, 15
     kernel, c, o, attrs = {
         "strided-bias-relu": ((3, 3), c, 10, dict(padding=[1, 1, 1, 1], strides=[2, 2])),
@@ -372,8 +375,9 @@ def test_convolution_kernels_over_a_dynamic_batch(case, isa):
     expected = {"strided-long": "blas", "unit-long": "blas", "depthwise": "depthwise", "grouped": "generic"}.get(case, "direct")
     assert k.variants[0] == expected
     if expected in ("direct", "depthwise"):
-        assert f"tv_conv2d_{expected}_f32(" in source
-    if case.endswith("bias-relu") or case == "depthwise":
+        entry = "_act" if "hardswish" in case or "residual" in case else ""
+        assert f"tv_conv2d_{expected}{entry}_f32(" in source
+    if case.endswith("bias-relu") or case == "depthwise" or "hardswish" in case:
         assert "for (" not in source.split("/* variant generic */")[0]
     rng = np.random.default_rng(len(case))
     weights = rng.standard_normal((o, c // groups, *kernel)).astype(np.float32)
@@ -490,3 +494,151 @@ def test_convolutions_run_in_team_chunks(kernel_threads):
     _close(out, _reference(x, weights, {"padding": [1, 1, 1, 1]}))
     now_jobs, now_chunks = jobs_and_chunks()
     assert now_jobs == jobs + 2 and now_chunks >= chunks + 2 * 2
+
+
+_ACT_CALLERS = """
+int32_t tv_test_direct_act(int64_t* d, float* f, const float* x, const float* weights, const float* bias,
+                           const float* residual, float* padded, float* out) {
+  return tv_conv2d_direct_act_f32(d[0], d[1], d[2], d[3], d[4], d[5], d[6], d[7], d[8], d[9], d[10], d[11], d[12],
+                                  d[13], d[14], x, weights, bias, d[15], 0, 0, d[16], f[0], f[1], f[2], f[3], residual,
+                                  d[17], padded, out);
+}
+int32_t tv_test_packed_act(int64_t* d, float* f, const float* x, const float* packed, const float* bias,
+                           const float* residual, float* out) {
+  return tv_conv2d_packed_act_f32(d[0], d[1], d[2], d[3], d[4], d[5], d[6], d[7], d[8], d[9], d[10], d[11], d[12],
+                                  d[13], d[14], x, packed, bias, d[15], 0, d[16], f[0], f[1], f[2], f[3], residual,
+                                  d[17], out);
+}
+int32_t tv_test_depthwise_act(int64_t* d, float* f, const float* x, const float* weights, const float* bias,
+                              const float* residual, float* out) {
+  return tv_conv2d_depthwise_act_f32(d[0], d[1], d[2], d[3], d[4], d[5], d[6], d[7], d[8], d[9], d[10], d[11], d[12],
+                                     d[13], x, weights, bias, d[14], 0, d[15], f[0], f[1], f[2], f[3], residual, d[16],
+                                     out);
+}
+"""
+
+# (act bits: 1 clamp below, 2 above, 4 times v; alpha, beta, lo, hi): none, relu, relu6, hard-sigmoid,
+# hard-swish, a clamp above only times v
+ACTIVATIONS = [(0, 1.0, 0.0, 0.0, 0.0), (1, 1.0, 0.0, 0.0, 0.0), (3, 1.0, 0.0, 0.0, 6.0), (3, 0.2, 0.5, 0.0, 1.0),
+               (7, 1 / 6, 0.5, 0.0, 1.0), (6, 0.5, -0.25, 0.0, 0.75)]
+
+
+def _activation(v, act, alpha, beta, lo, hi):
+    if not act:
+        return v
+    s = v * alpha + beta
+    s = np.maximum(s, lo) if act & 1 else s
+    s = np.minimum(s, hi) if act & 2 else s
+    return v * s if act & 4 else s
+
+
+@pytest.mark.parametrize("isa", ["avx2", "avx512", "portable"])
+def test_convolution_tiles_apply_a_residual_and_an_activation(isa, kernel_threads):
+    """The ``*_act_f32`` entries of the direct, packed and depthwise kernels of each instance (4, 8 and 16
+    lanes) against NumPy: the bias, a residual of the output's shape and a clamped affine activation
+    (relu, relu6, hard-sigmoid, hard-swish, a gated upper clamp) applied in the tiles, on the odd shapes
+    of the tests above (every tail of a tile: rows, columns, channels, pixels), batch 2, at 1 and more
+    threads than cores (the same bits at each count). A NaN in the input stays NaN, as NumPy keeps it."""
+    from tensorvm.op.nn import pack_conv_weight
+
+    host.set_host(isa)
+    try:
+        library = build.build_library([(prelude() + _ACT_CALLERS, ())])
+        lanes, nr = host.gemm_params().lanes, host.gemm_params().nr
+    finally:
+        host.set_host(None)
+    functions = {}
+    for name, count in (("direct", 8), ("packed", 7), ("depthwise", 7)):
+        functions[name] = getattr(library._cdll, f"tv_test_{name}_act")
+        functions[name].restype = ctypes.c_int32
+        functions[name].argtypes = [ctypes.c_void_p] * count
+    first: dict = {}
+    for threads in (1, THREADS[-1]):
+        kernel_threads(threads)
+        rng = np.random.default_rng(23 + len(isa))
+        cases = [("direct", c) for c in DIRECT[:5]] + [("packed", c) for c in PACKED[1:4]] \
+            + [("depthwise", (c[0], c[0][1], *c[1:])) for c in DEPTHWISE[1:6]]
+        for case, (kind, ((n, c, h, w), o, (kh, kw), (sh, sw), (dh, dw), pad)) in enumerate(cases):
+            n = 2
+            x = rng.standard_normal((n, c, h, w)).astype(np.float32)
+            x[0, 0, 0, : min(2, w)] = np.nan  # (a NaN reaches the outputs it feeds, whatever the activation)
+            groups = c if kind == "depthwise" else 1
+            weights = rng.standard_normal((o, c // groups, kh, kw)).astype(np.float32)
+            bias = rng.standard_normal(o).astype(np.float32)
+            attrs = {"padding": list(pad), "strides": [sh, sw], "dilation": [dh, dw], "groups": groups}
+            want = _reference(x, weights, attrs)
+            oh, ow = want.shape[2:]
+            for index, activation in enumerate(ACTIVATIONS):
+                has_residual = index % 2 == 0 or kind == "packed"
+                residual = rng.standard_normal(want.shape).astype(np.float32)
+                expected = want + bias[:, None, None] + (residual if has_residual else 0)
+                expected = _activation(expected, *activation)
+                out = np.full(want.shape, np.nan, np.float32)
+                floats = np.array(activation[1:], np.float32)
+                if kind == "depthwise":
+                    dims = [n, c, h, w, oh, ow, kh, kw, sh, sw, dh, dw, pad[0], pad[1], 1, activation[0], has_residual]
+                    arrays = [x, weights, bias, residual, out]
+                else:
+                    dims = [n, c, h, w, o, oh, ow, kh, kw, sh, sw, dh, dw, pad[0], pad[1], 1, activation[0], has_residual]
+                    packed = pack_conv_weight(weights, nr) if kind == "packed" else weights
+                    arrays = [x, packed, bias, residual] + ([_padded(c, oh, ow, kh, kw, sh, sw, dh, dw, lanes)]
+                                                            if kind == "direct" else []) + [out]
+                dims = np.array(dims, np.int64)
+                assert functions[kind](dims.ctypes.data, floats.ctypes.data, *(a.ctypes.data for a in arrays)) == 0
+                assert np.array_equal(np.isnan(out), np.isnan(expected)), (kind, case, index)
+                finite = ~np.isnan(expected)
+                _close(out[finite], expected[finite])
+                _same_bits(first, (case, index), out, threads)
+
+
+@pytest.mark.parametrize("case", ["direct-hardswish", "depthwise-hardswish", "depthwise-residual",
+                                  "direct-residual-broadcast", "depthwise-residual-dynamic-broadcast"])
+def test_mobilenet_groups_run_their_epilogue_in_the_tiles(case):
+    """MobileNetV3's groups through the code generator: hard-swish after a strided first layer and after
+    a depthwise layer, a depthwise layer's residual, each in the kernel's tiles (its ``_act`` entry, no
+    loop after it); a residual whose batch is 1 where the output's is 3 broadcasts, and runs the
+    generated epilogue instead (the tiles' path is taken only where the shapes are equal: a batch of 1 in
+    the residual's type is refused when the kernel is built, a dynamic one checked per call). Against
+    NumPy at batch 0, 1 and 3."""
+    kind, epilogue = case.split("-", 1)
+    c, size = 6, 13
+    kernel, c, o, attrs = {
+        "direct": ((3, 3), 3, 10, dict(padding=[1, 1, 1, 1], strides=[2, 2])),
+        "depthwise": ((5, 5), c, c, dict(padding=[2, 2, 2, 2], strides=[2, 2], groups=c)),
+    }[kind]
+    oh = (size + 2 * attrs["padding"][0] - kernel[0]) // attrs["strides"][0] + 1
+    groups = attrs.get("groups", 1)
+    x, w, b = Var("x", _t(None, c, size, size)), Var("w", _t(o, c // groups, *kernel)), Var("b", _t(o, 1, 1))
+    y = op.add(op.nn.conv2d(x, w, **attrs), b)
+    params = [x, w, b]
+    if epilogue == "hardswish":
+        scalar = [const(np.array(v, np.float32)) for v in (1 / 6, 0.5, 0.0, 1.0)]
+        body = op.multiply(y, op.minimum(op.maximum(op.add(op.multiply(y, scalar[0]), scalar[1]), scalar[2]),
+                                         scalar[3]))
+    else:
+        r = Var("r", _t(1 if epilogue == "residual-broadcast" else None, o, oh, oh))
+        params.append(r)
+        body = op.add(y, r)
+    _, kernels = build_fused_module({"k": Function(params, body, attrs={"Primitive": 1})})
+    k = kernels["k"]
+    source = k.source.rsplit("\nint32_t ", 1)[-1]
+    assert k.variants[0] == kind
+    fused = epilogue != "residual-broadcast"
+    assert (f"tv_conv2d_{kind}_act_f32(" in source) == fused
+    if epilogue == "hardswish":
+        assert "for (" not in source.split("/* variant generic */")[0]
+    rng = np.random.default_rng(len(case))
+    weights = rng.standard_normal((o, c // groups, *kernel)).astype(np.float32)
+    bias = rng.standard_normal((o, 1, 1)).astype(np.float32)
+    for batch in (0, 1, 3):
+        data = rng.standard_normal((batch, c, size, size)).astype(np.float32)
+        want = _reference(data, weights, attrs) + bias
+        arrays = [data, weights, bias]
+        if epilogue == "hardswish":
+            want = _hardswish(want)
+        else:
+            arrays.append(rng.standard_normal((1 if "broadcast" in epilogue else batch, o, oh, oh)).astype(np.float32))
+            want = want + arrays[-1]
+        out = np.full(want.shape, np.nan, np.float32)
+        k(*arrays, out)
+        _close(out, want)

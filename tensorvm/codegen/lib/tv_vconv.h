@@ -55,11 +55,16 @@ static inline int64_t tv_vconv_line(int64_t w, int64_t pl, tv_vconv_geometry g) 
 /* n floats zeroed, then m (<= n) of them from s copied to d + at, in whole vectors (n >= TV_VLANES; the last
    vector of each overlaps the one before): a padded row is a few vectors, and a call to memset / memcpy per
    border and per row had cost more than the row's copy. */
+static inline void tv_vconv_copy(float* d, const float* s, int64_t m);
 static inline void tv_vconv_fill(float* d, int64_t n, const float* s, int64_t at, int64_t m) {
   const tv_vf zero = TV_VSPLAT(0.0f);
   for (int64_t i = 0; i + TV_VLANES <= n; i += TV_VLANES) TV_VSTORE(d + i, zero);
   TV_VSTORE(d + n - TV_VLANES, zero);
-  d += at;
+  tv_vconv_copy(d + at, s, m);
+}
+/* m floats from s to d in whole vectors (the last overlapping the one before), or one by one when m is
+   less than a vector */
+static inline void tv_vconv_copy(float* d, const float* s, int64_t m) {
   if (m < TV_VLANES) {
     for (int64_t i = 0; i < m; ++i) d[i] = s[i];
     return;
@@ -73,12 +78,16 @@ static inline void tv_vconv_fill(float* d, int64_t n, const float* s, int64_t at
    unused) a channel's rows are first copied whole into zero-padded linear rows, then split into their two
    phases a pair of vectors at a time (even and odd lanes): a gather per float had been most of a strided
    depthwise convolution's time, and splitting at the image's borders straight from the row (a partial
-   copy, then a vector load of it) stalled on store forwarding. */
+   copy, then a vector load of it) stalled on store forwarding. The linear rows' zero borders are the same
+   for every channel: they are written once, where ``line_ready`` is 0 (the first call on that buffer),
+   and later channels only copy their rows (zeroing every row had been a third of the copy's time). */
 static void tv_vconv_pad(const float* x, int64_t c0, int64_t c1, int64_t h, int64_t w, int64_t sw, int64_t pt,
-                         int64_t pl, tv_vconv_geometry g, float* line, float* padded) {
+                         int64_t pl, tv_vconv_geometry g, float* line, int line_ready, float* padded) {
   const int64_t lw = sw == 2 ? tv_vconv_line(w, pl, g) : 0;
   for (int64_t ci = c0; ci < c1; ++ci) {
-    if (sw == 2)
+    if (sw == 2 && (line_ready || ci > c0))
+      for (int64_t iy = 0; iy < h; ++iy) tv_vconv_copy(line + iy * lw + pl, x + (ci * h + iy) * w, w);
+    else if (sw == 2)
       for (int64_t iy = 0; iy < h; ++iy) tv_vconv_fill(line + iy * lw, lw, x + (ci * h + iy) * w, pl, w);
     for (int64_t r = 0; r < g.hp; ++r) {
       float* d = padded + ci * g.plane + r * g.row;
@@ -117,12 +126,38 @@ static void tv_vconv_pad(const float* x, int64_t c0, int64_t c1, int64_t h, int6
 /* What the direct convolution applies to its tiles in registers before the store: a per-channel bias
    (starts the accumulators), a clamp at 0, and a 2x2 stride-2 max pool (each tile of 2 rows x TV_VLANES
    columns stores 1 row x TV_VLANES / 2; the output is then C x OH/2 x OW/2, an odd last row or column
-   dropped as max_pool2d does without ceil mode). Max pooling commutes with the bias and the clamp. */
-typedef struct { const float* bias; int relu, pool; } tv_conv_epilogue;
+   dropped as max_pool2d does without ceil mode). Max pooling commutes with the bias and the clamp.
+   Without a pool (and then instead of ``relu``), also a residual (an array of the output's shape, added
+   after the bias) and an activation after it: s = alpha v + beta, clamped below at lo (TV_ACT_LO) and above
+   at hi (TV_ACT_HI), times v itself with TV_ACT_GATE (relu, relu6 and clip, hard-sigmoid, hard-swish; see
+   strategy.tile_epilogue). A NaN stays NaN, as NumPy's maximum and minimum keep it. */
+typedef struct {
+  const float* bias;
+  int relu, pool;
+  int act;  /* TV_ACT_* bits; 0: no activation */
+  float alpha, beta, lo, hi;
+  const float* residual;  /* NULL, or the output's shape (of the image the call is at) */
+} tv_conv_epilogue;
+#define TV_ACT_LO 1
+#define TV_ACT_HI 2
+#define TV_ACT_GATE 4
+static inline float tv_conv_act1(float v, const tv_conv_epilogue* e) {
+  if (!e->act) return v;
+  float s = v * e->alpha + e->beta;
+  if ((e->act & TV_ACT_LO) && s < e->lo) s = e->lo;
+  if ((e->act & TV_ACT_HI) && s > e->hi) s = e->hi;
+  return e->act & TV_ACT_GATE ? v * s : s;
+}
 
 /* v = max(v, 0) lane by lane (0 where v is NaN, as the AVX max this replaced); a macro: a function
    returning a vector wider than the target's would change the ABI (-Wpsabi) */
 #define TV_VRELU(v) (v) = (tv_vf)((tv_vi)(v) & ((v) > (tv_vf){0}))
+/* v = the activation of tv_conv_epilogue e (e.act != 0) lane by lane, as tv_conv_act1 */
+#define TV_VACT(v, e) {                                                                              \
+    tv_vf s_ = (v) * TV_VSPLAT((e).alpha) + TV_VSPLAT((e).beta);                                     \
+    if ((e).act & TV_ACT_LO) s_ = TV_VSELECT(s_ < TV_VSPLAT((e).lo), TV_VSPLAT((e).lo), s_);          \
+    if ((e).act & TV_ACT_HI) s_ = TV_VSELECT(s_ > TV_VSPLAT((e).hi), TV_VSPLAT((e).hi), s_);          \
+    (v) = (e).act & TV_ACT_GATE ? (v) * s_ : s_; }
 
 /* The direct convolution's tile: OC output channels x 2 rows x one vector of columns, 2 OC accumulators in
    registers (named per channel by TV_VROWS<OC>, see tv_vgemm.h) over (c, ky, kx): 2 input vectors and OC
@@ -133,6 +168,9 @@ typedef struct { const float* bias; int relu, pool; } tv_conv_epilogue;
 #define TV_VCONV_ACC(i) tv_vf a##i##0 = TV_VSPLAT(start[i]), a##i##1 = a##i##0;
 #define TV_VCONV_FMA(i) { const tv_vf wv = TV_VSPLAT(wt[i][t + kx]); a##i##0 += wv * v0; a##i##1 += wv * v1; }
 #define TV_VCONV_RELU(i) TV_VRELU(a##i##0); TV_VRELU(a##i##1);
+#define TV_VCONV_RESIDUAL(i) a##i##0 += TV_VLOAD(epi.residual + ((o0 + i) * oh + y0) * ow + x0);         \
+                             a##i##1 += TV_VLOAD(epi.residual + ((o0 + i) * oh + y0 + 1) * ow + x0);
+#define TV_VCONV_ACT(i) TV_VACT(a##i##0, epi) TV_VACT(a##i##1, epi)
 #define TV_VCONV_KEEP(i) TV_VSTORE(tile[i][0], a##i##0); TV_VSTORE(tile[i][1], a##i##1);
 #define TV_VCONV_STORE(i) TV_VSTORE(out + ((o0 + i) * oh + y0) * ow + x0, a##i##0);                      \
                           TV_VSTORE(out + ((o0 + i) * oh + y0 + 1) * ow + x0, a##i##1);
@@ -192,6 +230,8 @@ typedef struct { const float* bias; int relu, pool; } tv_conv_epilogue;
     TV_VCONV_SUM(OC, AT)                                                                             \
     if (epi.relu) { TV_VROWS##OC(TV_VCONV_RELU) }                                                    \
     if (o0 + OC <= o && y0 + 1 < oh && x0 + TV_VLANES <= ow) { /* a whole tile: straight to the output */ \
+      if (epi.residual) { TV_VROWS##OC(TV_VCONV_RESIDUAL) }                                          \
+      if (epi.act) { TV_VROWS##OC(TV_VCONV_ACT) }                                                    \
       if (epi.pool) {                                                                                \
         const int64_t ph = oh / 2, pw = ow / 2;                                                      \
         TV_VROWS##OC(TV_VCONV_STORE_POOL)                                                            \
@@ -202,13 +242,15 @@ typedef struct { const float* bias; int relu, pool; } tv_conv_epilogue;
     }                                                                                                \
     float tile[OC][2][TV_VLANES];                                                                    \
     TV_VROWS##OC(TV_VCONV_KEEP)                                                                      \
-    tv_vconv_store(&tile[0][0][0], OC, o, oh, ow, o0, y0, x0, epi.pool, out);                        \
+    tv_vconv_store(&tile[0][0][0], OC, o, oh, ow, o0, y0, x0, &epi, out);                            \
   }
 
-/* A tile kept in tile[channel][row][lane] to the output: the rows and columns inside it, or (pool) the 2x2
-   maxima of its row pair (the driver visits only whole row pairs then). */
+/* A tile kept in tile[channel][row][lane] to the output: the rows and columns inside it (with the
+   epilogue's residual and activation), or (pool) the 2x2 maxima of its row pair (the driver visits only
+   whole row pairs then). */
 static void tv_vconv_store(const float* tile, int channels, int64_t o, int64_t oh, int64_t ow, int64_t o0,
-                           int64_t y0, int64_t x0, int pool, float* out) {
+                           int64_t y0, int64_t x0, const tv_conv_epilogue* epi, float* out) {
+  const int pool = epi->pool;
   const int64_t cols = ow - x0 < TV_VLANES ? ow - x0 : TV_VLANES, ph = oh / 2, pw = ow / 2;
   for (int i = 0; i < channels && o0 + i < o; ++i) {
     const float* t0 = tile + (2 * i) * TV_VLANES;
@@ -223,8 +265,12 @@ static void tv_vconv_store(const float* tile, int channels, int64_t o, int64_t o
       continue;
     }
     for (int r = 0; r < 2 && y0 + r < oh; ++r) {
-      float* d = out + ((o0 + i) * oh + y0 + r) * ow + x0;
-      for (int64_t j = 0; j < cols; ++j) d[j] = (r ? t1 : t0)[j];
+      const int64_t at = ((o0 + i) * oh + y0 + r) * ow + x0;
+      for (int64_t j = 0; j < cols; ++j) {
+        float v = (r ? t1 : t0)[j];
+        if (epi->residual) v += epi->residual[at + j];
+        out[at + j] = tv_conv_act1(v, epi);
+      }
     }
   }
 }
@@ -301,12 +347,15 @@ static void tv_vconv_chunk(void* arg, int64_t i) {
   }
 }
 
-/* ``bias`` is read only when ``has_bias`` (callers without one pass any float pointer); ``padded`` holds
-   c * tv_vconv_geometry(...).plane floats (conv2d_padded_size in tensorvm/codegen/strategy.py). */
-__attribute__((unused)) static int32_t tv_conv2d_direct_f32(int64_t n, int64_t c, int64_t h, int64_t w,
+/* ``bias`` is read only when ``has_bias`` (callers without one pass any float pointer), ``residual`` (the
+   output's shape) only when ``has_residual``; ``act``, ``alpha``... are tv_conv_epilogue's (no pool with
+   either); ``padded`` holds c * tv_vconv_geometry(...).plane floats (conv2d_padded_size in
+   tensorvm/codegen/strategy.py). */
+__attribute__((unused)) static int32_t tv_conv2d_direct_act_f32(int64_t n, int64_t c, int64_t h, int64_t w,
     int64_t o, int64_t oh, int64_t ow, int64_t kh, int64_t kw, int64_t sh, int64_t sw, int64_t dh, int64_t dw,
     int64_t pt, int64_t pl, const float* x, const float* weights, const float* bias, int64_t has_bias,
-    int64_t relu, int64_t pool, float* padded, float* out) {
+    int64_t relu, int64_t pool, int64_t act, float alpha, float beta, float lo, float hi, const float* residual,
+    int64_t has_residual, float* padded, float* out) {
   if (n <= 0 || o <= 0 || oh <= 0 || ow <= 0) return 0;
   const tv_vconv_geometry g = tv_vconv_geometry_of(oh, ow, kh, kw, sh, sw, dh, dw);
   int64_t at[kw];
@@ -318,7 +367,8 @@ __attribute__((unused)) static int32_t tv_conv2d_direct_f32(int64_t n, int64_t c
      spatial positions first measured no faster on deep layers (512 x 512 x 3 x 3 at 7 x 7) */
   const int64_t yblocks = pool ? oh / 2 : (oh + 1) / 2, xblocks = (ow + TV_VLANES - 1) / TV_VLANES;
   const int threads = tv_gemm_parallel((double)o * oh * ow * c * kh * kw) ? tv_omp_max_threads() : 1;
-  tv_vconv_job job = {padded, weights, at, out, {has_bias ? bias : NULL, relu != 0, pool != 0}, g, c, o, oh, ow,
+  tv_vconv_job job = {padded, weights, at, out, {has_bias ? bias : NULL, relu != 0, pool != 0, (int)act, alpha, beta,
+                      lo, hi, NULL}, g, c, o, oh, ow,
                       kh, kw, sh, dh, dw, big, big + fours, xblocks, (big + fours) * yblocks * xblocks, 0,
                       sw == 1 && dw == 1};
   job.chunks = tv_vconv_chunks(job.tiles, threads);
@@ -326,12 +376,22 @@ __attribute__((unused)) static int32_t tv_conv2d_direct_f32(int64_t n, int64_t c
   float* line = sw == 2 ? (float*)malloc(sizeof(float) * (size_t)(h * tv_vconv_line(w, pl, g))) : NULL;
   if (sw == 2 && line == NULL) return TV_ERROR_OUT_OF_MEMORY;
   for (int64_t b = 0; b < n; ++b) {
-    tv_vconv_pad(x + b * c * h * w, 0, c, h, w, sw, pt, pl, g, line, padded);
+    tv_vconv_pad(x + b * c * h * w, 0, c, h, w, sw, pt, pl, g, line, b > 0, padded);
     job.image = out + b * image_out;
+    job.epi.residual = has_residual ? residual + b * image_out : NULL;
     tv_team_run(job.chunks, threads, tv_vconv_chunk, &job);
   }
   free(line);
   return 0;
+}
+
+/* The direct convolution with bias, relu and pool only. */
+__attribute__((unused)) static int32_t tv_conv2d_direct_f32(int64_t n, int64_t c, int64_t h, int64_t w,
+    int64_t o, int64_t oh, int64_t ow, int64_t kh, int64_t kw, int64_t sh, int64_t sw, int64_t dh, int64_t dw,
+    int64_t pt, int64_t pl, const float* x, const float* weights, const float* bias, int64_t has_bias,
+    int64_t relu, int64_t pool, float* padded, float* out) {
+  return tv_conv2d_direct_act_f32(n, c, h, w, o, oh, ow, kh, kw, sh, sw, dh, dw, pt, pl, x, weights, bias, has_bias,
+                                  relu, pool, 0, 1.0f, 0.0f, 0.0f, 0.0f, bias, 0, padded, out);
 }
 
 /* ---- the depthwise convolution (groups = channels, one filter per channel): tv_conv2d_depthwise_f32 ----
@@ -352,9 +412,11 @@ __attribute__((unused)) static int32_t tv_conv2d_direct_f32(int64_t n, int64_t c
 #define TV_VDW_EACH(F) F(0) F(1) F(2) F(3)
 #define TV_VDW_CHANNEL(KIND, AT)                                                                     \
   static void tv_vdw_channel_##KIND(const float* plane, tv_vconv_geometry g, const int64_t* at, int64_t sh,   \
-                                    int64_t dh, const float* wt, int64_t kh, int64_t kw, float start, int relu, \
-                                    int64_t oh, int64_t ow, float* out) {                            \
+                                    int64_t dh, const float* wt, int64_t kh, int64_t kw, float start,     \
+                                    const tv_conv_epilogue* epi, const float* res, int64_t oh, int64_t ow, \
+                                    float* out) {                                                    \
     (void)at;                                                                                        \
+    const tv_conv_epilogue e = *epi; /* (a copy: the stores to out could alias its floats) */        \
     for (int64_t y0 = 0; y0 < oh; y0 += TV_VDW_ROWS) {                                               \
       TV_VDW_EACH(TV_VDW_Y)                                                                          \
       for (int64_t x = 0; x < ow; x += TV_VLANES) {                                                  \
@@ -371,13 +433,22 @@ __attribute__((unused)) static int32_t tv_conv2d_direct_f32(int64_t n, int64_t c
             TV_VDW_EACH(TV_VDW_FMA)                                                                  \
           }                                                                                          \
         }                                                                                            \
-        if (relu) { TV_VDW_EACH(TV_VDW_RELU) }                                                       \
+        if (e.relu) { TV_VDW_EACH(TV_VDW_RELU) }                                                     \
         float tile[TV_VDW_ROWS][TV_VLANES];                                                          \
         TV_VDW_EACH(TV_VDW_KEEP)                                                                     \
         const int64_t cols = ow - x0 < TV_VLANES ? ow - x0 : TV_VLANES;                              \
         for (int64_t i = 0; i < TV_VDW_ROWS && y0 + i < oh; ++i) {                                   \
-          if (cols == TV_VLANES) TV_VSTORE(out + (y0 + i) * ow + x0, TV_VLOAD(tile[i]));             \
-          else memcpy(out + (y0 + i) * ow + x0, tile[i], sizeof(float) * (size_t)cols);              \
+          const int64_t at = (y0 + i) * ow + x0; /* (res: the output's plane, read at the same place) */ \
+          if (cols == TV_VLANES) {                                                                   \
+            tv_vf v = TV_VLOAD(tile[i]);                                                             \
+            if (res) v += TV_VLOAD(res + at);                                                        \
+            if (e.act) TV_VACT(v, e)                                                                 \
+            TV_VSTORE(out + at, v);                                                                  \
+          } else if (res || e.act) {                                                                 \
+            for (int64_t j = 0; j < cols; ++j) out[at + j] = tv_conv_act1(res ? tile[i][j] + res[at + j] : tile[i][j], &e); \
+          } else {                                                                                   \
+            memcpy(out + at, tile[i], sizeof(float) * (size_t)cols);                                 \
+          }                                                                                          \
         }                                                                                            \
       }                                                                                              \
     }                                                                                                \
@@ -395,6 +466,7 @@ typedef struct {
   tv_vconv_geometry g;
   int64_t c, h, w, oh, ow, kh, kw, sh, sw, dh, pt, pl, each, planes, chunks;
   int has_bias, relu, unit;
+  tv_conv_epilogue epi;  /* (relu, the activation and the residual of the whole batch) */
 } tv_vdw_job;
 
 /* A run of planes, padded one at a time into the chunk's own buffer (buffers + i * each): a chunk may run
@@ -405,22 +477,25 @@ static void tv_vdw_chunk(void* arg, int64_t i) {
   const int64_t lo = i * j->planes / j->chunks, hi = (i + 1) * j->planes / j->chunks;
   for (int64_t p = lo; p < hi; ++p) {
     const int64_t ci = p % j->c;
-    tv_vconv_pad(j->x + p * j->h * j->w, 0, 1, j->h, j->w, j->sw, j->pt, j->pl, j->g, plane + j->g.plane, plane);
+    tv_vconv_pad(j->x + p * j->h * j->w, 0, 1, j->h, j->w, j->sw, j->pt, j->pl, j->g, plane + j->g.plane, p > lo, plane);
     const float start = j->has_bias ? j->bias[ci] : 0.0f;
     const float* wt = j->weights + ci * j->kh * j->kw;
     float* dst = j->out + p * j->oh * j->ow;
-    if (j->unit) tv_vdw_channel_unit(plane, j->g, j->at, j->sh, j->dh, wt, j->kh, j->kw, start, j->relu, j->oh, j->ow, dst);
-    else tv_vdw_channel_any(plane, j->g, j->at, j->sh, j->dh, wt, j->kh, j->kw, start, j->relu, j->oh, j->ow, dst);
+    const float* res = j->epi.residual ? j->epi.residual + p * j->oh * j->ow : NULL;
+    if (j->unit) tv_vdw_channel_unit(plane, j->g, j->at, j->sh, j->dh, wt, j->kh, j->kw, start, &j->epi, res, j->oh, j->ow, dst);
+    else tv_vdw_channel_any(plane, j->g, j->at, j->sh, j->dh, wt, j->kh, j->kw, start, &j->epi, res, j->oh, j->ow, dst);
   }
 }
 
 /* x (n x c x h x w) convolved channel by channel with weights (c x 1 x kh x kw) into out (n x c x oh x ow).
    Each chunk pads one plane at a time into its own buffer (tv_vconv_geometry(...).plane floats, a few KB:
    a buffer for every channel, allocated per call, cost page faults on each call and left L2). Returns
-   TV_ERROR_OUT_OF_MEMORY when a buffer cannot be allocated. */
-__attribute__((unused)) static int32_t tv_conv2d_depthwise_f32(int64_t n, int64_t c, int64_t h, int64_t w,
+   TV_ERROR_OUT_OF_MEMORY when a buffer cannot be allocated. ``act`` ... ``has_residual``: as
+   tv_conv2d_direct_act_f32's. */
+__attribute__((unused)) static int32_t tv_conv2d_depthwise_act_f32(int64_t n, int64_t c, int64_t h, int64_t w,
     int64_t oh, int64_t ow, int64_t kh, int64_t kw, int64_t sh, int64_t sw, int64_t dh, int64_t dw, int64_t pt,
     int64_t pl, const float* x, const float* weights, const float* bias, int64_t has_bias, int64_t relu,
+    int64_t act, float alpha, float beta, float lo, float hi, const float* residual, int64_t has_residual,
     float* out) {
   if (n <= 0 || c <= 0 || oh <= 0 || ow <= 0) return 0;
   const tv_vconv_geometry g = tv_vconv_geometry_of(oh, ow, kh, kw, sh, sw, dh, dw);
@@ -430,12 +505,22 @@ __attribute__((unused)) static int32_t tv_conv2d_depthwise_f32(int64_t n, int64_
   const int threads = tv_gemm_parallel((double)planes * oh * ow * kh * kw) ? tv_omp_max_threads() : 1;
   tv_vdw_job job = {x, weights, bias, at, NULL, out, g, c, h, w, oh, ow, kh, kw, sh, sw, dh, pt, pl,
                     g.plane + (sw == 2 ? h * tv_vconv_line(w, pl, g) : 0), planes, tv_vconv_chunks(planes, threads),
-                    has_bias != 0, relu != 0, sw == 1 && dw == 1};
+                    has_bias != 0, relu != 0, sw == 1 && dw == 1,
+                    {NULL, relu != 0, 0, (int)act, alpha, beta, lo, hi, has_residual ? residual : NULL}};
   job.buffers = (float*)malloc(sizeof(float) * (size_t)(job.chunks * job.each));
   if (job.buffers == NULL) return TV_ERROR_OUT_OF_MEMORY;
   tv_team_run(job.chunks, threads, tv_vdw_chunk, &job);
   free(job.buffers);
   return 0;
+}
+
+/* The depthwise convolution with bias and relu only. */
+__attribute__((unused)) static int32_t tv_conv2d_depthwise_f32(int64_t n, int64_t c, int64_t h, int64_t w,
+    int64_t oh, int64_t ow, int64_t kh, int64_t kw, int64_t sh, int64_t sw, int64_t dh, int64_t dw, int64_t pt,
+    int64_t pl, const float* x, const float* weights, const float* bias, int64_t has_bias, int64_t relu,
+    float* out) {
+  return tv_conv2d_depthwise_act_f32(n, c, h, w, oh, ow, kh, kw, sh, sw, dh, dw, pt, pl, x, weights, bias, has_bias,
+                                     relu, 0, 1.0f, 0.0f, 0.0f, 0.0f, bias, 0, out);
 }
 
 /* ---- the packed convolution (nn.conv2d_packed): tv_conv2d_packed_f32 ----
@@ -466,14 +551,16 @@ __attribute__((unused)) static int32_t tv_conv2d_depthwise_f32(int64_t n, int64_
                          TV_VSTORE(acc_out + r * TV_VGEMM_NR + TV_VLANES, hi##r);
 #define TV_PCONV_BIAS(r) lo##r += bias_lo; hi##r += bias_hi;
 #define TV_PCONV_RELU(r) TV_VRELU(lo##r); TV_VRELU(hi##r);
+#define TV_PCONV_ACT(r) TV_VACT(lo##r, e) TV_VACT(hi##r, e)
 /* The tile over channel blocks [cb0, cb1) (the panel's rows from cb0 on): its sums start from acc_in (the
    tile's R x NR partial sums over the blocks before, as TV_PCONV_SAVE left them) unless NULL, and go to
-   acc_out (the same layout) unless NULL, else, the reduction complete, through the bias and relu to out. */
+   acc_out (the same layout) unless NULL, else, the reduction complete, through the bias and relu (or
+   the activation and residual of epi, tv_conv_epilogue) to out. */
 #define TV_PCONV_TILE(R)                                                                             \
   static void tv_pconv_tile##R(const float* blocked, int64_t cb0, int64_t cb1, int64_t hp, int64_t wp,  \
       int64_t kh, int64_t kw, int64_t sh, int64_t sw, int64_t dh, int64_t dw, const float* panel,     \
       int64_t first, int64_t pixels, int64_t o0, int64_t o, int64_t ow, const float* acc_in,         \
-      float* acc_out, const float* bias, int relu, float* out) {                                     \
+      float* acc_out, const float* bias, int relu, const tv_conv_epilogue* epi, float* out) {        \
     TV_VROWS##R(TV_PCONV_ACC)                                                                        \
     const float* w = panel + cb0 * kh * kw * TV_VCONV_BLOCK * TV_VGEMM_NR;                           \
     for (int64_t cb = cb0; cb < cb1; ++cb)                                                           \
@@ -491,9 +578,19 @@ __attribute__((unused)) static int32_t tv_conv2d_depthwise_f32(int64_t n, int64_
     const tv_vf bias_lo = TV_VLOAD(bias), bias_hi = TV_VLOAD(bias + TV_VLANES);                      \
     TV_VROWS##R(TV_PCONV_BIAS)                                                                       \
     if (relu) { TV_VROWS##R(TV_PCONV_RELU) }                                                         \
+    const tv_conv_epilogue e = *epi; /* (a copy: the stores to out could alias its floats) */        \
+    if (e.act && !e.residual) { TV_VROWS##R(TV_PCONV_ACT) }                                          \
     float buf[R][TV_VGEMM_NR];                                                                       \
     TV_VROWS##R(TV_PCONV_KEEP)                                                                       \
     const int64_t channels = o - o0 < TV_VGEMM_NR ? o - o0 : TV_VGEMM_NR;                            \
+    if (e.residual) { /* the residual before the activation, both per float (NCHW: strided by channel) */ \
+      for (int64_t i = 0; i < channels; ++i) {                                                       \
+        const int64_t at = (o0 + i) * pixels + first;                                                \
+        for (int64_t j = 0; j < R && first + j < pixels; ++j)                                        \
+          out[at + j] = tv_conv_act1(buf[j][i] + e.residual[at + j], &e);                            \
+      }                                                                                              \
+      return;                                                                                        \
+    }                                                                                                \
     if (first + R <= pixels) { /* a whole tile: R floats per channel, no test per float */          \
       for (int64_t i = 0; i < channels; ++i) {                                                       \
         float* d = out + (o0 + i) * pixels + first;                                                  \
@@ -540,6 +637,7 @@ typedef struct {
   float* acc;
   int64_t cblocks, span, hp, wp, kh, kw, sh, sw, dh, dw, pixels, o, ow, k, panels, qblocks, pchunks, qchunks;
   int relu;
+  tv_conv_epilogue epi;  /* (the activation, and the residual of the image at dst) */
 } tv_pconv_job;
 
 static void tv_pconv_chunk(void* arg, int64_t i) {
@@ -555,16 +653,18 @@ static void tv_pconv_chunk(void* arg, int64_t i) {
         TV_PCONV_NAME(TV_VGEMM_MR)(j->blocked, cb0, cb1, j->hp, j->wp, j->kh, j->kw, j->sh, j->sw, j->dh, j->dw,
                                    j->packed + p * j->k * TV_VGEMM_NR, qb * TV_VGEMM_MR, j->pixels, p * TV_VGEMM_NR,
                                    j->o, j->ow, cb0 > 0 ? acc : NULL, cb1 < j->cblocks ? acc : NULL,
-                                   j->b + p * TV_VGEMM_NR, j->relu, j->dst);
+                                   j->b + p * TV_VGEMM_NR, j->relu, &j->epi, j->dst);
       }
   }
 }
 
-/* ``bias`` is read only when ``has_bias``. Returns TV_ERROR_OUT_OF_MEMORY when the blocked copy cannot be
-   allocated. */
-__attribute__((unused)) static int32_t tv_conv2d_packed_f32(int64_t n, int64_t c, int64_t h, int64_t w, int64_t o,
-    int64_t oh, int64_t ow, int64_t kh, int64_t kw, int64_t sh, int64_t sw, int64_t dh, int64_t dw, int64_t pt,
-    int64_t pl, const float* x, const float* packed, const float* bias, int64_t has_bias, int64_t relu, float* out) {
+/* ``bias`` is read only when ``has_bias``; ``act`` ... ``has_residual``: as tv_conv2d_direct_act_f32's.
+   Returns TV_ERROR_OUT_OF_MEMORY when the blocked copy cannot be allocated. */
+__attribute__((unused)) static int32_t tv_conv2d_packed_act_f32(int64_t n, int64_t c, int64_t h, int64_t w,
+    int64_t o, int64_t oh, int64_t ow, int64_t kh, int64_t kw, int64_t sh, int64_t sw, int64_t dh, int64_t dw,
+    int64_t pt, int64_t pl, const float* x, const float* packed, const float* bias, int64_t has_bias, int64_t relu,
+    int64_t act, float alpha, float beta, float lo, float hi, const float* residual, int64_t has_residual,
+    float* out) {
   if (n <= 0 || o <= 0 || oh <= 0 || ow <= 0) return 0;
   const int64_t cblocks = (c + TV_VCONV_BLOCK - 1) / TV_VCONV_BLOCK, pixels = oh * ow;
   const int64_t qblocks = (pixels + TV_VGEMM_MR - 1) / TV_VGEMM_MR;
@@ -586,9 +686,11 @@ __attribute__((unused)) static int32_t tv_conv2d_packed_f32(int64_t n, int64_t c
   float* b = blocked + floats;
   for (int64_t i = 0; i < panels * TV_VGEMM_NR; ++i) b[i] = has_bias && i < o ? bias[i] : 0.0f;
   tv_pconv_job job = {blocked, packed, b, out, b + panels * TV_VGEMM_NR, cblocks, span, hp, wp, kh, kw, sh, sw, dh,
-                      dw, pixels, o, ow, k, panels, qblocks, pchunks, qchunks, relu != 0};
+                      dw, pixels, o, ow, k, panels, qblocks, pchunks, qchunks, relu != 0,
+                      {NULL, 0, 0, (int)act, alpha, beta, lo, hi, NULL}};
   for (int64_t image = 0; image < n; ++image) {
     job.dst = out + image * o * pixels;
+    job.epi.residual = has_residual ? residual + image * o * pixels : NULL;
     /* (the copy before the chunks: a copy per chunk would repeat it, and splitting it needs a second job
        whose end waits for every worker) */
     for (int64_t cb = 0; cb < cblocks; ++cb) tv_pconv_block(x + image * c * h * w, cb, c, h, w, pt, pl, hp, wp, blocked);
@@ -596,6 +698,14 @@ __attribute__((unused)) static int32_t tv_conv2d_packed_f32(int64_t n, int64_t c
   }
   free(blocked);
   return 0;
+}
+
+/* The packed convolution with bias and relu only. */
+__attribute__((unused)) static int32_t tv_conv2d_packed_f32(int64_t n, int64_t c, int64_t h, int64_t w, int64_t o,
+    int64_t oh, int64_t ow, int64_t kh, int64_t kw, int64_t sh, int64_t sw, int64_t dh, int64_t dw, int64_t pt,
+    int64_t pl, const float* x, const float* packed, const float* bias, int64_t has_bias, int64_t relu, float* out) {
+  return tv_conv2d_packed_act_f32(n, c, h, w, o, oh, ow, kh, kw, sh, sw, dh, dw, pt, pl, x, packed, bias, has_bias,
+                                  relu, 0, 1.0f, 0.0f, 0.0f, 0.0f, bias, 0, out);
 }
 
 #endif /* TV_VCONV_H */

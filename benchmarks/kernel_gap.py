@@ -1,0 +1,129 @@
+"""Where a corpus CNN loses time against ONNX Runtime, kernel by kernel: tensorvm's VM profile and ONNX
+Runtime's node profile of the same model and input in one process, each kernel's best over several
+rounds, matched by (first input shape, output shape) (a fused group and the ONNX nodes it replaces read
+and write the same arrays; ONNX Runtime's layout reorders are reported apart). Rows are ranked by the time
+lost (tensorvm's minus the peer's); a row without a peer has nothing of that shape in ONNX Runtime's
+profile. On a shared machine only the ranking and the ratios mean anything.
+
+    .venv/bin/python benchmarks/kernel_gap.py mobilenetv3 --batch 8 --rounds 10
+    .venv/bin/python benchmarks/kernel_gap.py resnet18 --threads 2
+
+The ONNX files are the corpus's exports in the benchmark cache (``benchmarks/run.py`` makes them).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from compile_time import SHAPES, find_onnx  # noqa: E402
+
+_REORDERS = ("ReorderInput", "ReorderOutput")
+
+
+def _shapes(text: str) -> list:
+    return [tuple(int(d) for d in dims.split(",")) if dims.strip() else () for dims in re.findall(r"\[([^\]]*)\]", text)]
+
+
+def tensorvm_kernels(vm, x, rounds: int) -> dict:
+    """{kernel name: (calls, best total us, (first input shape, output shape) or None)}."""
+    best: dict = {}
+    for _ in range(rounds):
+        for row in vm.profile("main", x, warmup=1).rows:
+            shapes = _shapes(str(row.arg_shapes[0])) if row.arg_shapes else []
+            key = (shapes[0], shapes[-1]) if row.kind == "kernel" and len(shapes) >= 2 else None
+            previous = best.get(row.name)
+            if previous is None or row.total_us < previous[1]:
+                best[row.name] = (row.calls, row.total_us, key)
+    return best
+
+
+def onnxruntime_nodes(path, x, input_name: str, threads: int, rounds: int) -> tuple[dict, dict]:
+    """({(first input shape, output shape): best us summed over the nodes}, {op type: best us})."""
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads
+    options.enable_profiling = True
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    for _ in range(rounds + 1):
+        session.run(None, {input_name: x})
+    with open(session.end_profiling()) as f:
+        events = [e for e in json.load(f) if e.get("cat") == "Node" and e["name"].endswith("_kernel_time")]
+    times, meta = defaultdict(list), {}
+    for event in events:
+        args = event["args"]
+        times[event["name"]].append(event["dur"])
+        inputs = [tuple(next(iter(d.values()))) for d in args.get("input_type_shape", [])]
+        outputs = [tuple(next(iter(d.values()))) for d in args.get("output_type_shape", [])]
+        meta[event["name"]] = (args["op_name"], (inputs[0], outputs[0]) if inputs and outputs else None)
+    by_shape, by_op = defaultdict(float), defaultdict(float)
+    for name, durations in times.items():
+        best = float(min(durations[1:] or durations))  # (the first run warms up)
+        op, key = meta[name]
+        by_op[op] += best
+        if op not in _REORDERS and key is not None:
+            by_shape[key] += best
+    return by_shape, by_op
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("model", nargs="?", default="mobilenetv3", choices=sorted(SHAPES))
+    parser.add_argument("--batch", type=int, default=1)
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--rounds", type=int, default=8)
+    parser.add_argument("--rows", type=int, default=25)
+    parser.add_argument("--onnx-dir")
+    args = parser.parse_args()
+    path = find_onnx(args.model, args.onnx_dir)
+    if path is None:
+        print(f"no ONNX export of {args.model}: run benchmarks/run.py --models {args.model} first")
+        return 1
+
+    from models.common import import_from_onnx
+
+    import tensorvm as tv
+
+    tv.set_num_threads(args.threads)
+    shape = SHAPES[args.model]
+    (input_name, dims), = shape.items()
+    x = np.random.default_rng(0).standard_normal([args.batch if d is None else d for d in dims]).astype(np.float32)
+    mod, params = import_from_onnx(path, shape=shape)
+    vm = tv.vm.VirtualMachine(tv.vm.compile(mod, target="c", params=params))
+    kernels = tensorvm_kernels(vm, x, args.rounds)
+    peer, ops = onnxruntime_nodes(path, x, input_name, args.threads, args.rounds)
+
+    groups: dict = defaultdict(lambda: [0.0, 0, []])
+    for name, (calls, us, key) in kernels.items():
+        group = groups[key if key is not None else ("vm", name)]
+        group[0] += us
+        group[1] += calls
+        group[2].append(name.replace("fused_nn_", "").replace("fused_", ""))
+    rows = sorted(((us, peer.get(key), key, names) for key, (us, _, names) in groups.items()),
+                  key=lambda r: -(r[0] - (r[1] or 0.0)))
+    total, reorders = sum(us for _, us, _ in kernels.values()), sum(ops.get(op, 0.0) for op in _REORDERS)
+    print(f"{args.model}, batch {args.batch}, {args.threads} thread(s), best of {args.rounds}: tensorvm kernels "
+          f"{total:,.0f} us, ONNX Runtime nodes {sum(ops.values()):,.0f} us (its reorders {reorders:,.0f})")
+    print(f"{'tensorvm kernels (same input and output shapes)':60s} {'tensorvm':>9s} {'peer':>9s} {'lost':>9s}  shapes")
+    for us, peer_us, key, names in rows[:args.rows]:
+        lost = us - (peer_us or 0.0)
+        peer_text = f"{peer_us:9.0f}" if peer_us is not None else f"{'-':>9s}"
+        shapes = f"{key[0]} -> {key[1]}" if key[0] != "vm" else ""
+        print(f"{'+'.join(names)[:60]:60s} {us:9.0f} {peer_text} {lost:9.0f}  {shapes}")
+    print("ONNX Runtime by op (us): " + ", ".join(f"{op} {us:,.0f}" for op, us in sorted(ops.items(), key=lambda kv: -kv[1])))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
