@@ -212,3 +212,20 @@ def test_static_aot_unit_with_every_library_file_compiles_warning_free(tmp_path,
     result = subprocess.run([cc, "-std=c11", "-O1", "-Wall", "-Wextra", "-Werror", *openmp, "-c", str(source),
                              "-o", str(tmp_path / "unit.o")], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr[:4000]
+
+
+@pytest.mark.parametrize("openmp", [(), ("-fopenmp",)], ids=["serial", "openmp"])
+@pytest.mark.parametrize("header", ["tv_lib.h", "tv_shape.h"])
+def test_library_header_compiles_without_the_prelude(tmp_path, header, openmp):
+    """The C shape functions are a unit of their own (tv_shape.h, which includes tv_lib.h) built with the
+    kernels' flags but no prelude (regression: tv_lib_run's thread budget called the prelude's tv_threads,
+    undeclared there with OpenMP)."""
+    import shutil
+    import subprocess
+
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        pytest.skip("no C compiler")
+    result = subprocess.run([cc, "-std=gnu11", "-O1", "-Wall", "-Wextra", "-Werror", *openmp, "-x", "c", "-c",
+                             str(LIBRARY_DIR / header), "-o", str(tmp_path / "unit.o")], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr[:4000]

@@ -26,9 +26,10 @@
    in the static AOT model, which has no pool (tensorvm/aot/build.py), an OpenMP loop over the chunks
    where compiled with OpenMP, else serially. */
 typedef void (*tv_lib_chunk_fn)(void* ctx, int64_t chunk);
-/* The thread budget of the prelude (tv_set_num_threads) where the unit has threads, else 1. */
+/* The thread budget of the prelude (tv_set_num_threads) where the unit has threads, else 1 (also in a
+   unit without the prelude: the C shape functions' includes this file through tv_shape.h). */
 static inline int tv_lib_threads(void) {
-#ifdef _OPENMP
+#if defined(_OPENMP) && defined(TV_KERNEL_H)
   return tv_threads();
 #else
   return 1;
