@@ -411,6 +411,36 @@ def test_roi_align_rejects_a_batch_index_outside_the_data():
         tv.vm.VirtualMachine(tv.vm.compile(mod, target="c")).invoke("main", *args)
 
 
+@pytest.fixture
+def kernel_threads():
+    """``kernel_threads(n)`` sets the C kernels' thread count for the test."""
+    from tensorvm.codegen import build
+
+    previous = build._NUM_THREADS[0]
+    yield build.set_num_threads
+    build.set_num_threads(previous)
+
+
+@pytest.mark.parametrize("count", [1, 2, 3])
+def test_roi_align_in_chunks_at_any_thread_count(kernel_threads, count):
+    """37 regions x 16 channels x 9 bins: above the parallel threshold, in chunks on the kernels' pool
+    (tv_lib_run); no region, and a region of a batch outside the data (an error from whichever chunk)."""
+    text = ("def @main(%d: Tensor[(?, ?, ?, ?), float32], %r: Tensor[(?, 5), float32]) {\n"
+            '  vision.roi_align(%d, %r, pooled_size=[3, 3], spatial_scale=0.5f, sample_ratio=2, mode="avg")\n}')
+    mod = tv.parse('#[version = "0.0.5"]\n' + text)
+    vm = tv.vm.VirtualMachine(tv.vm.compile(mod, target="c"))
+    kernel_threads(count)
+    rng = np.random.default_rng(count)
+    data = rng.standard_normal((2, 16, 11, 13)).astype("float32")
+    for rois in (_rois(num=37, seed=count), _rois(num=0)):
+        got = vm.invoke("main", data, rois).numpy()
+        np.testing.assert_allclose(got, roi_align_oracle(data, rois, (3, 3), 0.5, 2), rtol=1e-5, atol=1e-5)
+    rois = _rois(num=37, seed=count)
+    rois[29, 0] = 2  # (batch 2 of a batch of 2)
+    with pytest.raises(ExecutionError):
+        vm.invoke("main", data, rois)
+
+
 # ---- sparse_fill_empty_rows -----------------------------------------------------------------------------
 
 SPARSE_CASES = {

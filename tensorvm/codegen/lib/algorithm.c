@@ -99,51 +99,60 @@
       best[pos].at = j;                                                                             \
     }                                                                                               \
   }                                                                                                 \
-  static int32_t tv_lib_topk_##S(const T* data, int64_t outer, int64_t n, int64_t inner, int64_t k, \
-                                 bool ascending, T* values, void* indices, int64_t index_dtype) {   \
-    const bool select = k <= TV_LIB_SELECT_MAX && k * 16 <= n;                                      \
-    const int64_t lines = outer * inner;                                                            \
-    const bool parallel = lines > 1 && lines * n >= TV_LIB_PARALLEL_WORK;                           \
-    int32_t rc = 0;                                                                                 \
-    (void)parallel; /* (without OpenMP) */                                                          \
-    TV_LIB_OMP(omp parallel num_threads(tv_threads()) if(parallel))                                 \
-    {                                                                                               \
-      tv_lib_pair_##S* pairs = (tv_lib_pair_##S*)malloc(sizeof(tv_lib_pair_##S) * (size_t)(select ? k : 2 * n)); \
-      if (pairs == NULL) {                                                                          \
-        TV_LIB_OMP(omp atomic write)                                                                \
-        rc = TV_ERROR_OUT_OF_MEMORY;                                                                \
-      }                                                                                             \
-      TV_LIB_OMP(omp for schedule(static))                                                          \
-      for (int64_t line = 0; line < lines; line++) {                                                \
-        if (pairs == NULL) continue;                                                                \
-        const int64_t o = line / inner, i = line % inner;                                           \
-        const tv_lib_pair_##S* sorted = pairs;                                                      \
-        if (select) {                                                                               \
-          tv_lib_select_##S(data + o * n * inner + i, inner, n, k, ascending, pairs);               \
-        } else {                                                                                    \
+  /* The lines of chunk i (of tv_lib_topk_##S's job), with one buffer of pairs. */                  \
+  typedef struct {                                                                                  \
+    const T* data; T* values; void* indices; int32_t* rc;                                           \
+    int64_t n, inner, k, index_dtype, lines, chunks; bool select, ascending;                        \
+  } tv_lib_topk_job_##S;                                                                            \
+  static void tv_lib_topk_chunk_##S(void* ctx, int64_t chunk) {                                     \
+    const tv_lib_topk_job_##S* job = (const tv_lib_topk_job_##S*)ctx;                               \
+    const T* data = job->data;                                                                      \
+    const int64_t n = job->n, inner = job->inner, k = job->k;                                       \
+    const bool ascending = job->ascending;                                                          \
+    tv_lib_pair_##S* pairs = (tv_lib_pair_##S*)malloc(sizeof(tv_lib_pair_##S) * (size_t)(job->select ? k : 2 * n)); \
+    if (pairs == NULL) {                                                                            \
+      __atomic_store_n(job->rc, TV_ERROR_OUT_OF_MEMORY, __ATOMIC_RELAXED);                          \
+      return;                                                                                       \
+    }                                                                                               \
+    const int64_t first = chunk * job->lines / job->chunks, last = (chunk + 1) * job->lines / job->chunks; \
+    for (int64_t line = first; line < last; line++) {                                               \
+      const int64_t o = line / inner, i = line % inner;                                             \
+      const tv_lib_pair_##S* sorted = pairs;                                                        \
+      if (job->select) {                                                                            \
+        tv_lib_select_##S(data + o * n * inner + i, inner, n, k, ascending, pairs);                 \
+      } else {                                                                                      \
+        for (int64_t j = 0; j < n; j++) {                                                           \
+          pairs[j].key = data[(o * n + j) * inner + i];                                             \
+          pairs[j].at = j;                                                                          \
+        }                                                                                           \
+        int64_t m = n; /* the pairs to sort: the k best after a partition, else all */              \
+        if (2 * k <= n && tv_lib_partition_##S(pairs, n, k, ascending)) {                           \
+          m = k;                                                                                    \
+        } else if (2 * k <= n) { /* (the partition gave up: the line again, in position order) */   \
           for (int64_t j = 0; j < n; j++) {                                                         \
             pairs[j].key = data[(o * n + j) * inner + i];                                           \
             pairs[j].at = j;                                                                        \
           }                                                                                         \
-          int64_t m = n; /* the pairs to sort: the k best after a partition, else all */            \
-          if (2 * k <= n && tv_lib_partition_##S(pairs, n, k, ascending)) {                         \
-            m = k;                                                                                  \
-          } else if (2 * k <= n) { /* (the partition gave up: the line again, in position order) */ \
-            for (int64_t j = 0; j < n; j++) {                                                       \
-              pairs[j].key = data[(o * n + j) * inner + i];                                         \
-              pairs[j].at = j;                                                                      \
-            }                                                                                       \
-          }                                                                                         \
-          sorted = tv_lib_sort_line_##S(pairs, pairs + n, m, ascending);                            \
         }                                                                                           \
-        for (int64_t j = 0; j < k; j++) {                                                           \
-          const int64_t at = (o * k + j) * inner + i;                                               \
-          if (values != NULL) values[at] = sorted[j].key;                                           \
-          if (indices != NULL) tv_lib_store_int(indices, at, sorted[j].at, index_dtype);            \
-        }                                                                                           \
+        sorted = tv_lib_sort_line_##S(pairs, pairs + n, m, ascending);                              \
       }                                                                                             \
-      free(pairs);                                                                                  \
+      for (int64_t j = 0; j < k; j++) {                                                             \
+        const int64_t at = (o * k + j) * inner + i;                                                 \
+        if (job->values != NULL) job->values[at] = sorted[j].key;                                   \
+        if (job->indices != NULL) tv_lib_store_int(job->indices, at, sorted[j].at, job->index_dtype); \
+      }                                                                                             \
     }                                                                                               \
+    free(pairs);                                                                                    \
+  }                                                                                                 \
+  /* The lines in chunks, in parallel from TV_LIB_PARALLEL_WORK elements (tv_lib_run). */           \
+  static int32_t tv_lib_topk_##S(const T* data, int64_t outer, int64_t n, int64_t inner, int64_t k, \
+                                 bool ascending, T* values, void* indices, int64_t index_dtype) {   \
+    const int64_t lines = outer * inner;                                                            \
+    const int threads = lines > 1 && lines * n >= TV_LIB_PARALLEL_WORK ? tv_lib_threads() : 1;      \
+    int32_t rc = 0;                                                                                 \
+    tv_lib_topk_job_##S job = {data, values, indices, &rc, n, inner, k, index_dtype, lines,         \
+                               tv_lib_chunks(lines, n, threads), k <= TV_LIB_SELECT_MAX && k * 16 <= n, ascending}; \
+    tv_lib_run(job.chunks, threads, tv_lib_topk_chunk_##S, &job);                                   \
     return rc;                                                                                      \
   }
 TV_LIB_DTYPES(TV_LIB_SORT)

@@ -12,7 +12,7 @@
 
 /* ---- BLAS from C (shared libraries only; see tensorvm/codegen/strategy.py) ----
    The host hands over its CBLAS entry points (64-bit integers, as NumPy's OpenBLAS) with tv_set_blas.
-   tv_gemm_<dtype> computes a batch of products C = op(A) op(B) on the kernels' OpenMP threads, each
+   tv_gemm_<dtype> computes a batch of products C = op(A) op(B) on the kernels' threads (tv_team.h), each
    thread one single-threaded BLAS call on its share (batch entries, column or row blocks), so BLAS's
    own thread pool never competes with the kernels' for the cores. Without BLAS, plain loops run. */
 typedef void (*tv_sgemm_fn)(int, int, int, int64_t, int64_t, int64_t, float, const float*, int64_t,
@@ -326,12 +326,19 @@ TV_GEMM(float, f32) TV_GEMM(double, f64)
    col (C*KH*KW rows of OH*OW; im2col), then out = weights (O x C*KH*KW) . col. direct: a 1x1 kernel
    with unit strides and no padding, whose patches are the image itself. */
 #define TV_CONV2D(T, S)                                                                              \
-  static void tv_im2col_##S(const T* x, int64_t c, int64_t h, int64_t w, int64_t oh, int64_t ow,     \
-                            int64_t kh, int64_t kw, int64_t sh, int64_t sw, int64_t dh, int64_t dw,  \
-                            int64_t pt, int64_t pl, T* col) {                                        \
-    const int64_t rows = c * kh * kw;                                                              \
-    _Pragma("omp parallel for schedule(static) num_threads(tv_threads()) if(rows * oh * ow >= 65536)") \
-    for (int64_t r = 0; r < rows; ++r) {                                                           \
+  /* The rows of col of chunk i (one row per channel and kernel tap: oh * ow elements). */          \
+  typedef struct {                                                                                 \
+    const T* x; T* col;                                                                            \
+    int64_t h, w, oh, ow, kh, kw, sh, sw, dh, dw, pt, pl, rows, chunks;                            \
+  } tv_im2col_job_##S;                                                                             \
+  static void tv_im2col_chunk_##S(void* ctx, int64_t chunk) {                                      \
+    const tv_im2col_job_##S* job = (const tv_im2col_job_##S*)ctx;                                  \
+    const T* x = job->x;                                                                           \
+    T* col = job->col;                                                                             \
+    const int64_t h = job->h, w = job->w, oh = job->oh, ow = job->ow, kh = job->kh, kw = job->kw;   \
+    const int64_t sh = job->sh, sw = job->sw, dh = job->dh, dw = job->dw, pt = job->pt, pl = job->pl; \
+    const int64_t first = chunk * job->rows / job->chunks, last = (chunk + 1) * job->rows / job->chunks; \
+    for (int64_t r = first; r < last; ++r) {                                                       \
       const int64_t ci = r / (kh * kw), ki = (r / kw) % kh, kj = r % kw;                          \
       const T* src = x + ci * h * w;                                                               \
       const int64_t x0 = kj * dw - pl;                                                             \
@@ -354,6 +361,16 @@ TV_GEMM(float, f32) TV_GEMM(double, f64)
         }                                                                                          \
       }                                                                                            \
     }                                                                                              \
+  }                                                                                                \
+  /* col = the patches of image x, its rows in chunks on the pool from TV_PARALLEL_ELEMENTS elements. */ \
+  static void tv_im2col_##S(const T* x, int64_t c, int64_t h, int64_t w, int64_t oh, int64_t ow,     \
+                            int64_t kh, int64_t kw, int64_t sh, int64_t sw, int64_t dh, int64_t dw,  \
+                            int64_t pt, int64_t pl, T* col) {                                        \
+    const int64_t rows = c * kh * kw;                                                              \
+    const int threads = rows * oh * ow >= TV_PARALLEL_ELEMENTS ? tv_team_threads() : 1;            \
+    tv_im2col_job_##S job = {x, col, h, w, oh, ow, kh, kw, sh, sw, dh, dw, pt, pl, rows,            \
+                             tv_team_chunks(rows, oh * ow, threads)};                              \
+    tv_team_run(job.chunks, threads, tv_im2col_chunk_##S, &job);                                   \
   }                                                                                                \
   __attribute__((unused)) static int32_t tv_conv2d_##S(int64_t n, int64_t c, int64_t h, int64_t w, \
       int64_t o, int64_t oh, int64_t ow, int64_t kh, int64_t kw, int64_t sh, int64_t sw, int64_t dh, \

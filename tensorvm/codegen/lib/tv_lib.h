@@ -13,12 +13,47 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* An OpenMP directive, where the compiler runs with OpenMP (the kernels' threads); else nothing. Parallel
-   regions ask for num_threads(tv_threads()), the thread budget of the prelude (c_emit.PRELUDE). */
+/* An OpenMP directive, where the compiler runs with OpenMP; else nothing (tv_lib_run's static AOT form). */
 #ifdef _OPENMP
 #define TV_LIB_OMP(directive) _Pragma(#directive)
 #else
 #define TV_LIB_OMP(directive)
+#endif
+
+/* A library function's parallel loop: fn(ctx, i) for every chunk i in [0, chunks), each chunk a
+   contiguous run of iterations (tv_lib_chunks of them: a few per thread). In a shared library, whose
+   prelude holds tv_gemm.h, on tensorvm's pool (tv_team_run), the one every other kernel loop runs on;
+   in the static AOT model, which has no pool (tensorvm/aot/build.py), an OpenMP loop over the chunks
+   where compiled with OpenMP, else serially. */
+typedef void (*tv_lib_chunk_fn)(void* ctx, int64_t chunk);
+/* The thread budget of the prelude (tv_set_num_threads) where the unit has threads, else 1 (also in a
+   unit without the prelude: the C shape functions' includes this file through tv_shape.h). */
+static inline int tv_lib_threads(void) {
+#if defined(_OPENMP) && defined(TV_KERNEL_H)
+  return tv_threads();
+#else
+  return 1;
+#endif
+}
+#ifdef TV_GEMM_H
+static inline int64_t tv_lib_chunks(int64_t iterations, int64_t work, int threads) {
+  return tv_team_chunks(iterations, work, threads);
+}
+static inline void tv_lib_run(int64_t chunks, int threads, tv_lib_chunk_fn fn, void* ctx) {
+  tv_team_run(chunks, threads, fn, ctx);
+}
+#else
+static inline int64_t tv_lib_chunks(int64_t iterations, int64_t work, int threads) {
+  (void)work;
+  if (iterations <= 1 || threads <= 1) return iterations < 1 ? 0 : 1;
+  return iterations < 4 * (int64_t)threads ? iterations : 4 * (int64_t)threads;
+}
+static inline void tv_lib_run(int64_t chunks, int threads, tv_lib_chunk_fn fn, void* ctx) {
+  (void)threads; /* (without OpenMP) */
+  /* the static AOT model's only parallel region of a library file */
+  TV_LIB_OMP(omp parallel for schedule(dynamic) num_threads(threads) if(threads > 1 && chunks > 1))
+  for (int64_t i = 0; i < chunks; i++) fn(ctx, i);
+}
 #endif
 
 /* The dtype codes (tensorvm/op/library.py: DTYPE_CODES, in this order). */

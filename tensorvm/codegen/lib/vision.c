@@ -393,6 +393,76 @@ static tv_vision_tap tv_vision_bilinear_tap(int64_t height, int64_t width, int64
 TV_VISION_FLOATS(TV_VISION_ROI_POOL)
 #undef TV_VISION_ROI_POOL
 
+/* One roi_align call's arguments (tv_roi_align below) and its regions in chunks on the kernels' threads. */
+typedef struct {
+  const void *data, *rois, *batches;
+  void* out;
+  int32_t* rc;
+  int64_t dtype, nhwc, batch, channels, height, width, rois_dtype, roi_stride, roi_first, batches_dtype,
+      batch_stride, pooled_h, pooled_w, min_size, sample_ratio, mode, pixel_stride, channel_stride, bins,
+      num_rois, chunks;
+  double scale, offset;
+} tv_vision_roi_job;
+
+/* Region r of the job: 0, or the error code. */
+static int32_t tv_vision_roi_align_region(const tv_vision_roi_job* j, int64_t r) {
+  const double batch_value = tv_vision_load(j->batches, r * j->batch_stride, j->batches_dtype);
+  const int64_t n = (int64_t)batch_value;
+  if (!(batch_value >= 0) || n >= j->batch) {
+    return TV_ERROR_INDEX;
+  }
+  const int64_t at = r * j->roi_stride + j->roi_first;
+  const double x1 = tv_vision_load(j->rois, at, j->rois_dtype) * j->scale - j->offset;
+  const double y1 = tv_vision_load(j->rois, at + 1, j->rois_dtype) * j->scale - j->offset;
+  double rw = tv_vision_load(j->rois, at + 2, j->rois_dtype) * j->scale - j->offset - x1;
+  double rh = tv_vision_load(j->rois, at + 3, j->rois_dtype) * j->scale - j->offset - y1;
+  if (!isfinite(x1) || !isfinite(y1) || !isfinite(rw) || !isfinite(rh)) { /* (no sample count to take) */
+    return TV_ERROR_INDEX;
+  }
+  if (j->min_size) {
+    rw = rw > 1.0 ? rw : 1.0;
+    rh = rh > 1.0 ? rh : 1.0;
+  }
+  const double bin_h = rh / (double)j->pooled_h, bin_w = rw / (double)j->pooled_w;
+  int64_t sy = j->sample_ratio > 0 ? j->sample_ratio : (int64_t)ceil(bin_h);
+  int64_t sx = j->sample_ratio > 0 ? j->sample_ratio : (int64_t)ceil(bin_w);
+  sy = sy > 0 ? sy : 1;
+  sx = sx > 0 ? sx : 1;
+  tv_vision_tap* taps = (tv_vision_tap*)malloc(sizeof(tv_vision_tap) * (size_t)(j->bins * sy * sx));
+  if (taps == NULL) {
+    return TV_ERROR_OUT_OF_MEMORY;
+  }
+  tv_vision_tap* tap = taps;
+  for (int64_t ph = 0; ph < j->pooled_h; ph++)
+    for (int64_t pw = 0; pw < j->pooled_w; pw++)
+      for (int64_t iy = 0; iy < sy; iy++)
+        for (int64_t ix = 0; ix < sx; ix++)
+          *tap++ = tv_vision_bilinear_tap(j->height, j->width, j->pixel_stride,
+                                          y1 + ((double)ph + ((double)iy + 0.5) / (double)sy) * bin_h,
+                                          x1 + ((double)pw + ((double)ix + 0.5) / (double)sx) * bin_w);
+  const int64_t image = n * j->channels * j->height * j->width, out_at = r * j->channels * j->bins;
+  switch (j->dtype) {
+#define TV_VISION_POOL_CASE(CODE, T, S, F)                                                          \
+  case CODE:                                                                                        \
+    tv_vision_roi_pool_##S((const T*)j->data + image, j->channel_stride, j->channels, taps, j->bins, sy * sx, \
+                           j->mode, (T*)j->out + out_at, j->nhwc ? 1 : j->bins, j->nhwc ? j->channels : 1); \
+    break;
+    TV_VISION_FLOATS(TV_VISION_POOL_CASE)
+#undef TV_VISION_POOL_CASE
+    default: break;
+  }
+  free(taps);
+  return 0;
+}
+
+static void tv_vision_roi_align_chunk(void* ctx, int64_t chunk) {
+  const tv_vision_roi_job* j = (const tv_vision_roi_job*)ctx;
+  for (int64_t r = chunk * j->num_rois / j->chunks; r < (chunk + 1) * j->num_rois / j->chunks; r++) {
+    const int32_t rc = tv_vision_roi_align_region(j, r);
+    if (rc) __atomic_store_n(j->rc, rc, __ATOMIC_RELAXED);
+  }
+}
+
 /* Each region r (rois[r * roi_stride + roi_first ...]: x1, y1, x2, y2, scaled by spatial_scale, minus
    offset; of batch batches[r * batch_stride]) split into pooled_h x pooled_w bins of sample_ratio^2
    samples (> 0; else ceil(bin size) per axis); each output the average of the bin's samples (mode 0),
@@ -417,63 +487,13 @@ __attribute__((unused)) static int32_t tv_roi_align(const void* data, int64_t dt
   const double scale = tv_vision_double(spatial_scale_bits), offset = tv_vision_double(offset_bits);
   const int64_t pixel_stride = nhwc ? channels : 1, channel_stride = nhwc ? 1 : height * width;
   const int64_t bins = pooled_h * pooled_w;
+  const int threads = num_rois > 1 && num_rois * channels * bins > 4096 ? tv_lib_threads() : 1;
   int32_t rc = 0;
-  TV_LIB_OMP(omp parallel for schedule(dynamic) num_threads(tv_threads())
-             if(num_rois > 1 && num_rois * channels * bins > 4096))
-  for (int64_t r = 0; r < num_rois; r++) {
-    const double batch_value = tv_vision_load(batches, r * batch_stride, batches_dtype);
-    const int64_t n = (int64_t)batch_value;
-    if (!(batch_value >= 0) || n >= batch) {
-      TV_LIB_OMP(omp atomic write)
-      rc = TV_ERROR_INDEX;
-      continue;
-    }
-    const int64_t at = r * roi_stride + roi_first;
-    const double x1 = tv_vision_load(rois, at, rois_dtype) * scale - offset;
-    const double y1 = tv_vision_load(rois, at + 1, rois_dtype) * scale - offset;
-    double rw = tv_vision_load(rois, at + 2, rois_dtype) * scale - offset - x1;
-    double rh = tv_vision_load(rois, at + 3, rois_dtype) * scale - offset - y1;
-    if (!isfinite(x1) || !isfinite(y1) || !isfinite(rw) || !isfinite(rh)) { /* (no sample count to take) */
-      TV_LIB_OMP(omp atomic write)
-      rc = TV_ERROR_INDEX;
-      continue;
-    }
-    if (min_size) {
-      rw = rw > 1.0 ? rw : 1.0;
-      rh = rh > 1.0 ? rh : 1.0;
-    }
-    const double bin_h = rh / (double)pooled_h, bin_w = rw / (double)pooled_w;
-    int64_t sy = sample_ratio > 0 ? sample_ratio : (int64_t)ceil(bin_h);
-    int64_t sx = sample_ratio > 0 ? sample_ratio : (int64_t)ceil(bin_w);
-    sy = sy > 0 ? sy : 1;
-    sx = sx > 0 ? sx : 1;
-    tv_vision_tap* taps = (tv_vision_tap*)malloc(sizeof(tv_vision_tap) * (size_t)(bins * sy * sx));
-    if (taps == NULL) {
-      TV_LIB_OMP(omp atomic write)
-      rc = TV_ERROR_OUT_OF_MEMORY;
-      continue;
-    }
-    tv_vision_tap* tap = taps;
-    for (int64_t ph = 0; ph < pooled_h; ph++)
-      for (int64_t pw = 0; pw < pooled_w; pw++)
-        for (int64_t iy = 0; iy < sy; iy++)
-          for (int64_t ix = 0; ix < sx; ix++)
-            *tap++ = tv_vision_bilinear_tap(height, width, pixel_stride,
-                                            y1 + ((double)ph + ((double)iy + 0.5) / (double)sy) * bin_h,
-                                            x1 + ((double)pw + ((double)ix + 0.5) / (double)sx) * bin_w);
-    const int64_t image = n * channels * height * width, out_at = r * channels * bins;
-    switch (dtype) {
-#define TV_VISION_POOL_CASE(CODE, T, S, F)                                                          \
-  case CODE:                                                                                        \
-    tv_vision_roi_pool_##S((const T*)data + image, channel_stride, channels, taps, bins, sy * sx, mode,  \
-                           (T*)out + out_at, nhwc ? 1 : bins, nhwc ? channels : 1);                 \
-    break;
-      TV_VISION_FLOATS(TV_VISION_POOL_CASE)
-#undef TV_VISION_POOL_CASE
-      default: break;
-    }
-    free(taps);
-  }
+  tv_vision_roi_job job = {data, rois, batches, out, &rc, dtype, nhwc, batch, channels, height, width, rois_dtype,
+                           roi_stride, roi_first, batches_dtype, batch_stride, pooled_h, pooled_w, min_size,
+                           sample_ratio, mode, pixel_stride, channel_stride, bins, num_rois,
+                           tv_lib_chunks(num_rois, channels * bins, threads), scale, offset};
+  tv_lib_run(job.chunks, threads, tv_vision_roi_align_chunk, &job);
   return rc;
 }
 
