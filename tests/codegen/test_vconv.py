@@ -379,20 +379,30 @@ def test_convolution_kernels_over_a_dynamic_batch(case, isa):
         assert f"tv_conv2d_{expected}{entry}_f32(" in source
     if case.endswith("bias-relu") or case == "depthwise" or "hardswish" in case:
         assert "for (" not in source.split("/* variant generic */")[0]
-    rng = np.random.default_rng(len(case))
-    weights = rng.standard_normal((o, c // groups, *kernel)).astype(np.float32)
+
+    def epilogue(want, arrays, batch, rng):
+        if "hardswish" in case:
+            return _hardswish(want)
+        if "residual" in case:
+            arrays.append(rng.standard_normal(want.shape).astype(np.float32))
+            return np.maximum(want + arrays[-1], 0)
+        return np.maximum(want, 0)
+
+    _check_over_batches(k, len(case), (o, c, size, kernel, attrs), epilogue)
+
+
+def _check_over_batches(k, seed, geometry, epilogue):
+    """Runs the fused kernel ``k`` (data, weights, bias[, extra inputs], out) at batch 0, 1 and 3 against
+    NumPy: the convolution plus bias, then ``epilogue(want, arrays, batch, rng)``, which may append
+    inputs to ``arrays`` and returns the expected output."""
+    o, c, size, kernel, attrs = geometry
+    rng = np.random.default_rng(seed)
+    weights = rng.standard_normal((o, c // attrs.get("groups", 1), *kernel)).astype(np.float32)
     bias = rng.standard_normal((o, 1, 1)).astype(np.float32)
     for batch in (0, 1, 3):
         data = rng.standard_normal((batch, c, size, size)).astype(np.float32)
-        want = _reference(data, weights, attrs) + bias
         arrays = [data, weights, bias]
-        if "hardswish" in case:
-            want = _hardswish(want)
-        elif "residual" in case:
-            arrays.append(rng.standard_normal(want.shape).astype(np.float32))
-            want = np.maximum(want + arrays[-1], 0)
-        else:
-            want = np.maximum(want, 0)
+        want = epilogue(_reference(data, weights, attrs) + bias, arrays, batch, rng)
         out = np.full(want.shape, np.nan, np.float32)
         k(*arrays, out)
         _close(out, want)
@@ -627,18 +637,11 @@ def test_mobilenet_groups_run_their_epilogue_in_the_tiles(case):
     assert (f"tv_conv2d_{kind}_act_f32(" in source) == fused
     if epilogue == "hardswish":
         assert "for (" not in source.split("/* variant generic */")[0]
-    rng = np.random.default_rng(len(case))
-    weights = rng.standard_normal((o, c // groups, *kernel)).astype(np.float32)
-    bias = rng.standard_normal((o, 1, 1)).astype(np.float32)
-    for batch in (0, 1, 3):
-        data = rng.standard_normal((batch, c, size, size)).astype(np.float32)
-        want = _reference(data, weights, attrs) + bias
-        arrays = [data, weights, bias]
+
+    def expected(want, arrays, batch, rng):
         if epilogue == "hardswish":
-            want = _hardswish(want)
-        else:
-            arrays.append(rng.standard_normal((1 if "broadcast" in epilogue else batch, o, oh, oh)).astype(np.float32))
-            want = want + arrays[-1]
-        out = np.full(want.shape, np.nan, np.float32)
-        k(*arrays, out)
-        _close(out, want)
+            return _hardswish(want)
+        arrays.append(rng.standard_normal((1 if "broadcast" in epilogue else batch, o, oh, oh)).astype(np.float32))
+        return want + arrays[-1]
+
+    _check_over_batches(k, len(case), (o, c, size, kernel, attrs), expected)
