@@ -166,7 +166,7 @@ class CShapeFunction:
                 shape = value.shape
                 datas.append(value.ctypes.data)
             else:
-                shape = value if value.__class__ is tuple else tuple(np.asarray(value).reshape(-1).tolist())
+                shape = _shape_key(value)
                 datas.append(None)
             if len(shape) != rank:
                 raise ShapeError(f"shape function of {spec.label}: input {i} has shape {tuple(shape)}, expected "
