@@ -13,6 +13,11 @@ tensorvm and ONNX Runtime calls are interleaved, round after round, and the medi
 with the ratio tensorvm / ONNX Runtime (the machine may be shared: medians of interleaved rounds, not
 minima of back-to-back runs). Outputs are checked against ONNX Runtime. ``--profile`` prints the VM
 profiler's table of one call per shape instead.
+
+The LSTM's rows also give µs per token against **the floor**: one bare ``1x512 . 512x2048`` product (the
+recurrent ``h W_hh^T`` every token must do), the fastest of NumPy's BLAS and tensorvm's dense kernel
+(``floors.dense_floor_runs``), timed in the same rounds. The runtime column names the exec mode that ran
+(exec mode "compiled" on target c is native mode).
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ import warnings
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+HERE = Path(__file__).resolve().parent
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "TENSORVM_NUM_THREADS")
 GRU_INPUT, GRU_HIDDEN = 64, 128
 LSTM_INPUT, LSTM_HIDDEN = 256, 512
@@ -86,6 +92,10 @@ def worker(args) -> None:
 
     import tensorvm as tv
 
+    sys.path.insert(0, str(HERE))
+    from floors import dense_floor_runs
+
+    ran = "native" if args.exec_mode == "compiled" else args.exec_mode  # target c: compiled is native mode
     rows = []
     for kind in args.models:
         path = Path(args.artifacts) / f"{kind}.onnx"
@@ -113,13 +123,23 @@ def worker(args) -> None:
             run_tv = functools.partial(vm.invoke, "main", x)
             run_ort = functools.partial(session.run, None, {"x": x})
             calls = max(1, int(0.05 / max(_time_once(run_ort), 1e-6)))  # about 50 ms of ORT per round
-            tv_times, ort_times = [], []
+            floors = dense_floor_runs(4 * LSTM_HIDDEN, LSTM_HIDDEN, "floor") if kind == "lstm" else {}
+            floor_calls = calls * seq  # about as long as a round of the model
+            tv_times, ort_times, floor_times = [], [], {name: [] for name in floors}
             for _ in range(args.rounds):
                 tv_times.append(_time_calls(run_tv, calls))
                 ort_times.append(_time_calls(run_ort, calls))
+                for name, fn in floors.items():
+                    floor_times[name].append(_time_calls(fn, floor_calls))
             tv_ms, ort_ms = statistics.median(tv_times) * 1e3, statistics.median(ort_times) * 1e3
-            rows.append({"model": kind, "batch": batch, "seq": seq, "threads": args.threads, "tensorvm_ms": tv_ms,
-                         "ort_ms": ort_ms, "ratio": tv_ms / ort_ms, "max_abs_err": err, "compile_s": compile_s})
+            row = {"model": kind, "batch": batch, "seq": seq, "threads": args.threads, "runtime": f"VM {ran}",
+                   "tensorvm_ms": tv_ms, "ort_ms": ort_ms, "ratio": tv_ms / ort_ms, "max_abs_err": err,
+                   "compile_s": compile_s}
+            if floors:
+                medians = {name: statistics.median(ts) * 1e6 for name, ts in floor_times.items()}
+                best = min(medians, key=medians.get)
+                row.update(floor_us=medians[best], floor_kernel=best.removeprefix("floor "))
+            rows.append(row)
     if not args.profile:
         print(json.dumps(rows))
 
@@ -170,11 +190,18 @@ def main() -> None:
             if not args.profile:
                 rows += json.loads(out.stdout.strip().splitlines()[-1])
     if rows:
-        print(f"{'model':6} {'batch':>5} {'seq':>5} {'thr':>3} {'tensorvm ms':>12} {'ORT ms':>9} {'ratio':>6} "
+        print(f"{'model':6} {'batch':>5} {'seq':>5} {'thr':>3} {'tensorvm':>11} {'ms':>9} {'ORT ms':>9} {'ratio':>6} "
               f"{'max err':>8} {'compile s':>9}")
         for r in rows:
-            print(f"{r['model']:6} {r['batch']:5} {r['seq']:5} {r['threads']:3} {r['tensorvm_ms']:12.3f} "
-                  f"{r['ort_ms']:9.3f} {r['ratio']:6.2f} {r['max_abs_err']:8.1e} {r['compile_s']:9.1f}")
+            print(f"{r['model']:6} {r['batch']:5} {r['seq']:5} {r['threads']:3} {r['runtime']:>11} "
+                  f"{r['tensorvm_ms']:9.3f} {r['ort_ms']:9.3f} {r['ratio']:6.2f} {r['max_abs_err']:8.1e} "
+                  f"{r['compile_s']:9.1f}")
+        for r in (r for r in rows if "floor_us" in r):
+            token = r["tensorvm_ms"] * 1e3 / r["seq"]
+            print(f"{r['model']} seq {r['seq']}, {r['threads']} thread(s): {token:.1f} us per token = "
+                  f"{token / r['floor_us']:.2f}x the floor ({r['floor_us']:.1f} us, one bare 1x{LSTM_HIDDEN} . "
+                  f"{LSTM_HIDDEN}x{4 * LSTM_HIDDEN} product, {r['floor_kernel']}); ONNX Runtime "
+                  f"{r['ort_ms'] * 1e3 / r['seq']:.1f} us per token")
 
 
 if __name__ == "__main__":

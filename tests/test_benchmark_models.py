@@ -222,3 +222,22 @@ def test_cpu_time_is_read_from_a_live_process_and_not_from_a_gone_one():
         child.kill()
         child.wait()
     assert harness._cpu_ns(child.pid) is None  # gone: no CPU time to read
+
+
+@pytest.mark.parametrize("target, ran", [("c", "native"), ("python", "compiled")])
+def test_the_vm_compiled_row_is_named_for_the_exec_mode_that_ran(target, ran):
+    """Exec mode "compiled" is native mode on target c: the one row says "native" there and "compiled" on
+    target python (a fall back), and the recurrent models list no second row for native mode."""
+    from models.common import RuntimeSpec, TensorVMRunner
+
+    weights = lstm.make_weights(8, 6, seed=1)
+    runner = TensorVMRunner(lambda: lstm.build_ir(8, 6, weights), lambda case, mod: [], exec_mode="compiled",
+                            targets=(target,), compile_twice=False)
+    info = runner.setup()
+    assert (info["target"], info["exec_mode"]) == (target, ran)
+    spec = RuntimeSpec("tvm-ir-vm-compiled", "tensorvm IR · VM compiled", "tensorvm", lambda grp, ctx: runner)
+    assert spec.label_for(info) == f"tensorvm IR · VM {ran}"
+    assert RuntimeSpec("ort", "ONNX Runtime", "peer", spec.make).label_for(info) == "ONNX Runtime"
+    for module in (lstm, treelstm):
+        labels = [r.label for r in module.group().runtimes]
+        assert "tensorvm IR · VM compiled" in labels and "tensorvm IR · VM native" not in labels

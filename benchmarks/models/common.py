@@ -45,6 +45,14 @@ class RuntimeSpec:
     family: str  # TENSORVM or PEER
     make: Callable
 
+    def label_for(self, info: dict) -> str:
+        """The row's name for what ran: a VM in exec mode "compiled" on target "c" ran native mode
+        (``info["exec_mode"]``, set by ``TensorVMRunner``), so its row says "native"; after a fall back
+        to target "python" it says "compiled"."""
+        if info.get("exec_mode") == "native" and self.label.endswith(" compiled"):
+            return self.label.removesuffix(" compiled") + " native"
+        return self.label
+
 
 @dataclass(frozen=True)
 class ModelGroup:
@@ -222,6 +230,7 @@ class TensorVMRunner:
             info["compile_cached_s"] = time.perf_counter() - start
         if notes:
             info["fallback"] = "; ".join(notes)
+        info["exec_mode"] = self._exec_mode_run(info["target"])
         self.info = info
         if self.executor == "vm":
             import tensorvm as tv
@@ -245,6 +254,7 @@ class TensorVMRunner:
         note = f"target {current} failed at run time: {_short(err)}"
         self.info["fallback"] = "; ".join(filter(None, [self.info.get("fallback"), note]))
         self.info["target"] = target
+        self.info["exec_mode"] = self._exec_mode_run(target)
         self.info["runtime_fallback"] = True
         if self.executor == "vm":
             import tensorvm as tv
@@ -253,6 +263,12 @@ class TensorVMRunner:
         else:
             self.function = built
         return self.info
+
+    def _exec_mode_run(self, target: str) -> str | None:
+        """The VM's exec mode as it ran on ``target``: "compiled" on target "c" is native mode."""
+        if self.executor != "vm":
+            return None
+        return "native" if self.exec_mode == "compiled" and target == "c" else self.exec_mode
 
     def _arguments(self, case: Case) -> list:
         if case.name not in self.arguments:
