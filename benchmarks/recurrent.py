@@ -17,7 +17,9 @@ profiler's table of one call per shape instead.
 The LSTM's rows also give µs per token against **the floor**: one bare ``1x512 . 512x2048`` product (the
 recurrent ``h W_hh^T`` every token must do), the fastest of NumPy's BLAS and tensorvm's dense kernel
 (``floors.dense_floor_runs``), timed in the same rounds. The runtime column names the exec mode that ran
-(exec mode "compiled" on target c is native mode).
+(exec mode "compiled" on target c is native mode). At 1 thread the same ratios are also given in CPU time of
+the process, which a shared machine's time slicing does not inflate (at 2 threads it would count the
+pool's spinning workers, so it is not shown there).
 """
 
 from __future__ import annotations
@@ -131,14 +133,18 @@ def worker(args) -> None:
                 ort_times.append(_time_calls(run_ort, calls))
                 for name, fn in floors.items():
                     floor_times[name].append(_time_calls(fn, floor_calls))
-            tv_ms, ort_ms = statistics.median(tv_times) * 1e3, statistics.median(ort_times) * 1e3
+            tv_ms, ort_ms = (statistics.median(t[0] for t in ts) * 1e3 for ts in (tv_times, ort_times))
             row = {"model": kind, "batch": batch, "seq": seq, "threads": args.threads, "runtime": f"VM {ran}",
                    "tensorvm_ms": tv_ms, "ort_ms": ort_ms, "ratio": tv_ms / ort_ms, "max_abs_err": err,
                    "compile_s": compile_s}
             if floors:
-                medians = {name: statistics.median(ts) * 1e6 for name, ts in floor_times.items()}
+                medians = {name: statistics.median(t[0] for t in ts) * 1e6 for name, ts in floor_times.items()}
                 best = min(medians, key=medians.get)
                 row.update(floor_us=medians[best], floor_kernel=best.removeprefix("floor "))
+                if args.threads == 1:  # CPU time: what a loaded machine's time slicing does not inflate
+                    row["cpu_us"] = {what: statistics.median(t[1] for t in ts) * 1e6 / units for what, ts, units in
+                                     (("tensorvm", tv_times, seq), ("ort", ort_times, seq),
+                                      ("floor", floor_times[best], 1))}
             rows.append(row)
     if not args.profile:
         print(json.dumps(rows))
@@ -151,11 +157,12 @@ def _time_once(fn) -> float:
     return time.perf_counter() - start
 
 
-def _time_calls(fn, calls: int) -> float:
-    start = time.perf_counter()
+def _time_calls(fn, calls: int) -> tuple[float, float]:
+    """Seconds per call: wall time, and CPU time of the process (all its threads)."""
+    start, cpu = time.perf_counter(), time.process_time()
     for _ in range(calls):
         fn()
-    return (time.perf_counter() - start) / calls
+    return (time.perf_counter() - start) / calls, (time.process_time() - cpu) / calls
 
 
 def main() -> None:
@@ -202,6 +209,10 @@ def main() -> None:
                   f"{token / r['floor_us']:.2f}x the floor ({r['floor_us']:.1f} us, one bare 1x{LSTM_HIDDEN} . "
                   f"{LSTM_HIDDEN}x{4 * LSTM_HIDDEN} product, {r['floor_kernel']}); ONNX Runtime "
                   f"{r['ort_ms'] * 1e3 / r['seq']:.1f} us per token")
+            if "cpu_us" in r:
+                cpu = r["cpu_us"]
+                print(f"    CPU time: {cpu['tensorvm']:.1f} us per token = {cpu['tensorvm'] / cpu['floor']:.2f}x the floor "
+                      f"({cpu['floor']:.1f} us), {cpu['tensorvm'] / cpu['ort']:.2f}x ONNX Runtime ({cpu['ort']:.1f} us)")
 
 
 if __name__ == "__main__":
