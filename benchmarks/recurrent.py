@@ -97,7 +97,6 @@ def worker(args) -> None:
     sys.path.insert(0, str(HERE))
     from floors import dense_floor_runs
 
-    ran = "native" if args.exec_mode == "compiled" else args.exec_mode  # target c: compiled is native mode
     rows = []
     for kind in args.models:
         path = Path(args.artifacts) / f"{kind}.onnx"
@@ -105,6 +104,7 @@ def worker(args) -> None:
         mod, params = tv.frontend.from_onnx(onnx.load(str(path)))
         exe = tv.vm.compile(mod, target="c", params=params or None, exec_mode=args.exec_mode)
         compile_s = time.perf_counter() - start
+        ran = exe.exec_mode  # what runs: exec mode "compiled" is native mode on target c
         vm = tv.vm.VirtualMachine(exe)
         options = ort.SessionOptions()
         options.intra_op_num_threads = args.threads

@@ -230,7 +230,8 @@ class TensorVMRunner:
             info["compile_cached_s"] = time.perf_counter() - start
         if notes:
             info["fallback"] = "; ".join(notes)
-        info["exec_mode"] = self._exec_mode_run(info["target"])
+        if self.executor == "vm":  # what ran: exec mode "compiled" is native mode on target c
+            info["exec_mode"] = built.exec_mode
         self.info = info
         if self.executor == "vm":
             import tensorvm as tv
@@ -254,7 +255,8 @@ class TensorVMRunner:
         note = f"target {current} failed at run time: {_short(err)}"
         self.info["fallback"] = "; ".join(filter(None, [self.info.get("fallback"), note]))
         self.info["target"] = target
-        self.info["exec_mode"] = self._exec_mode_run(target)
+        if self.executor == "vm":
+            self.info["exec_mode"] = built.exec_mode
         self.info["runtime_fallback"] = True
         if self.executor == "vm":
             import tensorvm as tv
@@ -263,12 +265,6 @@ class TensorVMRunner:
         else:
             self.function = built
         return self.info
-
-    def _exec_mode_run(self, target: str) -> str | None:
-        """The VM's exec mode as it ran on ``target``: "compiled" on target "c" is native mode."""
-        if self.executor != "vm":
-            return None
-        return "native" if self.exec_mode == "compiled" and target == "c" else self.exec_mode
 
     def _arguments(self, case: Case) -> list:
         if case.name not in self.arguments:
