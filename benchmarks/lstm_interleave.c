@@ -91,14 +91,16 @@ static void fused_panel(const float* panel, float* out, const float* xb, const f
   LI_ROWS(LI_ZERO)
 #define LI_LOAD(r) plo##r = TV_VLOAD(pc + r * G), phi##r = TV_VLOAD(pc + r * G + TV_VLANES);
   if (steps) { LI_ROWS(LI_LOAD) }
-  const int64_t chunk = steps ? (H / steps) & ~(int64_t)1 : H; /* GEMV steps per projection step, even */
+  /* The panel read as two streams (its two halves of the reduction, as tv_vgemm_tile1 reads it); ``chunk``
+     steps of each between two projection steps. */
+  const int64_t half = H / 2, chunk = steps ? half / steps : half;
+  const float* second = panel + half * NR;
   int64_t p = 0;
   for (int64_t q = 0; q < steps; ++q) {
-    for (int64_t e = p + chunk; p < e; p += 2) {
-      const tv_vf a0 = TV_VSPLAT(h[p]), a1 = TV_VSPLAT(h[p + 1]);
-      const float* b = panel + p * NR;
-      lo0 += a0 * TV_VLOAD(b), hi0 += a0 * TV_VLOAD(b + TV_VLANES);
-      lo1 += a1 * TV_VLOAD(b + NR), hi1 += a1 * TV_VLOAD(b + NR + TV_VLANES);
+    for (int64_t e = p + chunk; p < e; ++p) {
+      const tv_vf a0 = TV_VSPLAT(h[p]), a1 = TV_VSPLAT(h[half + p]);
+      lo0 += a0 * TV_VLOAD(panel + p * NR), hi0 += a0 * TV_VLOAD(panel + p * NR + TV_VLANES);
+      lo1 += a1 * TV_VLOAD(second + p * NR), hi1 += a1 * TV_VLOAD(second + p * NR + TV_VLANES);
     }
     const int64_t k = k0 + q;
     const tv_vf w0 = TV_VLOAD(ipanel + k * NR), w1 = TV_VLOAD(ipanel + k * NR + TV_VLANES);
@@ -109,9 +111,10 @@ static void fused_panel(const float* panel, float* out, const float* xb, const f
   }
     LI_ROWS(LI_FMA)
   }
-  for (; p < H; ++p) {
-    const tv_vf a = TV_VSPLAT(h[p]);
-    lo0 += a * TV_VLOAD(panel + p * NR), hi0 += a * TV_VLOAD(panel + p * NR + TV_VLANES);
+  for (; p < half; ++p) {
+    const tv_vf a0 = TV_VSPLAT(h[p]), a1 = TV_VSPLAT(h[half + p]);
+    lo0 += a0 * TV_VLOAD(panel + p * NR), hi0 += a0 * TV_VLOAD(panel + p * NR + TV_VLANES);
+    lo1 += a1 * TV_VLOAD(second + p * NR), hi1 += a1 * TV_VLOAD(second + p * NR + TV_VLANES);
   }
   TV_VSTORE(out, lo0 + lo1);
   TV_VSTORE(out + TV_VLANES, hi0 + hi1);
