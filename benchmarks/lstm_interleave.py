@@ -23,11 +23,12 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 
 
-def build(out: Path) -> Path:
+def build(out: Path, params=None) -> Path:
+    """The experiment built into ``out`` for ``params`` (``host.gemm_params()``: this host's instance)."""
     sys.path.insert(0, str(ROOT))
     from tensorvm.codegen import host
 
-    params = host.gemm_params()
+    params = params or host.gemm_params()
     exe = out / "lstm_interleave"
     cc = shutil.which("gcc") or shutil.which("cc")
     if cc is None:

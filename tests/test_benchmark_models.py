@@ -241,3 +241,22 @@ def test_the_vm_compiled_row_is_named_for_the_exec_mode_that_ran(target, ran):
     for module in (lstm, treelstm):
         labels = [r.label for r in module.group().runtimes]
         assert "tensorvm IR · VM compiled" in labels and "tensorvm IR · VM native" not in labels
+
+
+@pytest.mark.parametrize("isa", [None, "portable"])
+def test_the_interleave_experiment_builds_and_its_fused_pass_matches_the_separate_one(tmp_path, isa):
+    """benchmarks/lstm_interleave.c (warning-clean) checks the fused pass's final h against tensorvm's order
+    before it times anything: short sequences, a partial last block and one token, at the host's instance
+    and the 16-byte one (the 64-byte one builds in about 30 s of CPU here: run by hand)."""
+    import subprocess
+
+    import lstm_interleave
+
+    from tensorvm.codegen import host
+
+    params = host.gemm_params(host.isa_host(isa) if isa else None)
+    exe = lstm_interleave.build(tmp_path, params)
+    for tokens in (1, 7, 2 * max(1, params.mr - 2) + 3):
+        done = subprocess.run([str(exe), str(tokens), "1", "20", "24"], capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr
+        assert f"T={tokens} I=20 H=24" in done.stdout
