@@ -182,7 +182,7 @@ def run_group(group, threads: int, first_pass: bool, settings: Settings, scratch
         compile_note = ""
         if "compile_cold_s" in info:
             compile_note = f", compile {info['compile_cold_s']:.2f} s ({info.get('target')})"
-        _say(f"    {spec.label}: ready in {entry['setup_wall_s']:.1f} s{compile_note}")
+        _say(f"    {entry['label']}: ready in {entry['setup_wall_s']:.1f} s{compile_note}")
 
     for case in group.cases:
         _run_case(group, case, workers, result, settings, scratch, threads)
