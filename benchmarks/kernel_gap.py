@@ -82,8 +82,9 @@ def onnxruntime_nodes(path, feeds: dict, threads: int, rounds: int) -> tuple[dic
     return by_shape, by_op
 
 
-def _feeds(model: str, batch: int, tokens: int) -> tuple[dict, dict]:
-    """The import's shapes and the inputs of one call."""
+def model_feeds(model: str, batch: int, tokens: int) -> tuple[dict, dict]:
+    """The import's shapes and the inputs of one call (an encoder: ``batch`` rows of ``tokens`` ids and the
+    corpus's padding mask; a CNN: ``batch`` random images)."""
     if model in ENCODERS:
         from models.corpus import padding_mask, token_ids
 
@@ -116,7 +117,7 @@ def main() -> int:
     import tensorvm as tv
 
     tv.set_num_threads(args.threads)
-    shape, feeds = _feeds(args.model, args.batch, args.tokens)
+    shape, feeds = model_feeds(args.model, args.batch, args.tokens)
     mod, params = import_from_onnx(path, shape=shape)
     vm = tv.vm.VirtualMachine(tv.vm.compile(mod, target="c", params=params))
     kernels = tensorvm_kernels(vm, [feeds[p.name_hint] for p in mod["main"].params], args.rounds)

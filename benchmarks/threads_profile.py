@@ -29,6 +29,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 from compile_time import SHAPES, find_onnx  # noqa: E402
+from kernel_gap import model_feeds  # noqa: E402
 from models.text import ENCODERS  # noqa: E402
 
 
@@ -48,12 +49,9 @@ def _model(key: str, tokens: int, batch: int):
     if path is None:
         raise SystemExit(f"no ONNX export of {key}: run benchmarks/run.py --models {key} first")
     if key in ENCODERS:
-        from models.corpus import padding_mask, token_ids
-
-        mod, params = import_from_onnx(path, shape={"input_ids": [None, None], "attention_mask": [None, None]})
-        vocab = ENCODERS[key][3]
-        return path, mod, params, {"input_ids": token_ids(key, batch, tokens, vocab - 3) + 3,
-                                   "attention_mask": padding_mask(batch, tokens)}
+        shape, feeds = model_feeds(key, batch, tokens)
+        mod, params = import_from_onnx(path, shape=shape)
+        return path, mod, params, feeds
     dims = [1 if d is None else d for d in SHAPES[key]["images"]]
     mod, params = import_from_onnx(path, shape=SHAPES[key])
     return path, mod, params, {"images": np.random.default_rng(0).standard_normal(dims).astype(np.float32)}
