@@ -257,10 +257,10 @@ static inline int tv_gemm_onthefly_f64(double alpha, int64_t m, int64_t n, int64
                                 int64_t n, int64_t k, const T* a, tv_gemm_view av, const T* b,       \
                                 tv_gemm_view bv, T* c, tv_gemm_view cv) {                          \
     if (threads > 1) { /* the caller runs the shares of workers not started (tv_team_run) */      \
-      /* A batch of as many entries as threads or more (the heads of an attention times its batch) \
-         goes by whole entries, up to TV_TEAM_LOOP_CHUNKS shares per thread: a worker that starts   \
-         late leaves the caller a few entries, not half of the batch. Fewer entries than threads:    \
-         one share of the columns or of the rows per thread. */                                     \
+      /* A batch of TV_TEAM_LOOP_CHUNKS entries per thread or more, or of a multiple of the threads \
+         (the heads of an attention times its batch), goes by whole entries in up to                 \
+         TV_TEAM_LOOP_CHUNKS shares per thread: a worker that starts late leaves the caller a few    \
+         entries, not half of the batch. Else one share of the columns or of the rows per thread. */ \
       const int by_entries = batch >= TV_TEAM_LOOP_CHUNKS * threads || (batch >= threads && batch % threads == 0); \
       const int64_t most = (int64_t)TV_TEAM_LOOP_CHUNKS * threads;                                  \
       const int64_t chunks = by_entries ? (batch < most ? batch : most) : threads;                  \
