@@ -556,6 +556,7 @@ __attribute__((unused)) static int32_t tv_conv2d_depthwise_f32(int64_t n, int64_
 #define TV_PCONV_BIAS(r) lo##r += bias_lo; hi##r += bias_hi;
 #define TV_PCONV_RELU(r) TV_VRELU(lo##r); TV_VRELU(hi##r);
 #define TV_PCONV_ACT(r) TV_VACT(lo##r, e) TV_VACT(hi##r, e)
+#define TV_PCONV_RESIDUAL(r) lo##r += TV_VLOAD(buf[r]); hi##r += TV_VLOAD(buf[r] + TV_VLANES);
 /* The tile's sums start from acc_in (the tile's R x NR partial sums over the taps before, as
    TV_PCONV_SAVE left them) unless NULL, and go to acc_out (the same layout) unless NULL, else, the
    reduction complete, through the bias and relu (or the activation and residual of epi,
@@ -581,17 +582,18 @@ __attribute__((unused)) static int32_t tv_conv2d_depthwise_f32(int64_t n, int64_
     TV_VROWS##R(TV_PCONV_BIAS)                                                                       \
     if (relu) { TV_VROWS##R(TV_PCONV_RELU) }                                                         \
     const tv_conv_epilogue e = *epi; /* (a copy: the stores to out could alias its floats) */        \
-    if (e.act && !e.residual) { TV_VROWS##R(TV_PCONV_ACT) }                                          \
-    float buf[R][TV_VGEMM_NR];                                                                       \
-    TV_VROWS##R(TV_PCONV_KEEP)                                                                       \
     const int64_t channels = o - o0 < TV_VGEMM_NR ? o - o0 : TV_VGEMM_NR;                            \
-    if (e.residual) { /* the residual before the activation, both per float (NCHW: strided by channel) */ \
+    float buf[R][TV_VGEMM_NR];                                                                       \
+    if (e.residual) { /* gathered into the tile's layout (NCHW: R floats per channel), added in registers */ \
+      if (rows < R || channels < TV_VGEMM_NR) memset(buf, 0, sizeof(buf));                           \
       for (int64_t i = 0; i < channels; ++i) {                                                       \
-        const int64_t to = (o0 + i) * pixels + first;                                                \
-        for (int64_t j = 0; j < rows; ++j) out[to + j] = tv_conv_act1(buf[j][i] + e.residual[to + j], &e); \
+        const float* from = e.residual + (o0 + i) * pixels + first;                                  \
+        for (int64_t j = 0; j < rows; ++j) buf[j][i] = from[j];                                      \
       }                                                                                              \
-      return;                                                                                        \
+      TV_VROWS##R(TV_PCONV_RESIDUAL)                                                                 \
     }                                                                                                \
+    if (e.act) { TV_VROWS##R(TV_PCONV_ACT) }                                                         \
+    TV_VROWS##R(TV_PCONV_KEEP)                                                                       \
     if (rows == R) { /* a whole tile: R floats per channel, no test per float */                     \
       for (int64_t i = 0; i < channels; ++i) {                                                       \
         float* d = out + (o0 + i) * pixels + first;                                                  \
