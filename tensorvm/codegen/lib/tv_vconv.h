@@ -531,10 +531,10 @@ __attribute__((unused)) static int32_t tv_conv2d_depthwise_f32(int64_t n, int64_
    (ceil(C / B) x HP x WP x B): a tile's reduction then reads each pixel's B channels in a row, one tap
    after the other, where NCHW jumps a whole plane per channel (the direct kernel above, whose every
    channel step waited on L2, ran at half the FMA rate on ResNet's 3x3 layers). A tile is MR output pixels
-   (TV_VGEMM_MR, consecutive in the flattened image, so a narrow image fills its tiles) x NR output
-   channels: per step two weight vectors and MR broadcast inputs feed 2 MR FMAs, as in the product. A
-   pixel past the end repeats the last one (not stored). Bias and relu are applied in registers, the tile
-   stored through a small buffer (MR floats per channel: the NCHW output is strided by channel). The
+   (TV_VGEMM_MR, consecutive in the flattened image, so a narrow image fills its tiles; the pixels dealt
+   out evenly, tiles of MR and MR - 1) x NR output channels: per step two weight vectors and MR broadcast
+   inputs feed 2 MR FMAs, as in the product. Bias, residual and activation are applied in registers, the
+   tile stored through a small buffer (MR floats per channel: the NCHW output is strided by channel). The
    reduction runs in runs of channel blocks whose slice of a panel fills at most half of L1d (TV_L1D, from
    the host description; see tv_pconv_chunk). */
 #ifndef TV_VCONV_BLOCK
