@@ -213,6 +213,7 @@ PACKED = [
     ((1, 8, 3, 3), 33, (3, 3), (1, 1), (1, 1), (4, 4, 4, 4)),      # padding wider than the image
     ((1, 300, 4, 5), 19, (1, 1), (1, 1), (1, 1), (0, 0, 0, 0)),    # a 1x1 reduction over several L1 runs
     ((2, 131, 5, 4), 40, (3, 2), (1, 1), (1, 1), (1, 0, 1, 1)),    # 3x2 over several runs, the last partial
+    ((1, 5, 2, 3), 6, (1, 1), (4, 3), (1, 1), (5, 4, 0, 0)),       # the padding before reaches past every tap
 ]
 
 

@@ -650,19 +650,32 @@ TV_PCONV_TILE_OF(TV_PCONV_SHORT)
 #endif
 
 /* Block cb of the image x (c x h x w) into ``blocked`` (ceil(c / B) x hp x wp x B floats), zero padded: pt
-   rows and pl columns before the image, the rest after it. */
+   rows and pl columns before the image, the rest after it. Pixel by pixel, its B channels in a row (one
+   store stream; channel by channel, each plane of the block was written B times, once per channel, at
+   a stride of B floats, after a memset of the whole block), only the borders zeroed apart. */
 static void tv_pconv_block(const float* x, int64_t cb, int64_t c, int64_t h, int64_t w, int64_t pt, int64_t pl,
                            int64_t hp, int64_t wp, float* blocked) {
-  float* plane = blocked + cb * hp * wp * TV_VCONV_BLOCK;
-  memset(plane, 0, sizeof(float) * (size_t)(hp * wp * TV_VCONV_BLOCK));
-  const int64_t last = c < (cb + 1) * TV_VCONV_BLOCK ? c : (cb + 1) * TV_VCONV_BLOCK;
-  const int64_t cols = w < wp - pl ? w : wp - pl;
-  for (int64_t ci = cb * TV_VCONV_BLOCK; ci < last; ++ci)
-    for (int64_t iy = 0; iy < h && iy + pt < hp; ++iy) {
-      float* d = plane + ((iy + pt) * wp + pl) * TV_VCONV_BLOCK + ci % TV_VCONV_BLOCK;
-      const float* src = x + (ci * h + iy) * w;
-      for (int64_t ix = 0; ix < cols; ++ix) d[ix * TV_VCONV_BLOCK] = src[ix];
+  const int64_t row = wp * TV_VCONV_BLOCK, plane = h * w;
+  float* block = blocked + cb * hp * row;
+  const int64_t count = c - cb * TV_VCONV_BLOCK < TV_VCONV_BLOCK ? c - cb * TV_VCONV_BLOCK : TV_VCONV_BLOCK;
+  const int64_t top = pt < hp ? pt : hp, rows = h < hp - top ? h : hp - top;
+  const int64_t left = pl < wp ? pl : wp, cols = w < wp - left ? w : wp - left;
+  memset(block, 0, sizeof(float) * (size_t)(top * row));
+  memset(block + (top + rows) * row, 0, sizeof(float) * (size_t)((hp - top - rows) * row));
+  for (int64_t iy = 0; iy < rows; ++iy) {
+    float* d = block + (top + iy) * row;
+    const float* s = x + cb * TV_VCONV_BLOCK * plane + iy * w;
+    memset(d, 0, sizeof(float) * (size_t)(left * TV_VCONV_BLOCK));
+    memset(d + (left + cols) * TV_VCONV_BLOCK, 0, sizeof(float) * (size_t)((wp - left - cols) * TV_VCONV_BLOCK));
+    d += left * TV_VCONV_BLOCK;
+    if (count == TV_VCONV_BLOCK) {
+      for (int64_t ix = 0; ix < cols; ++ix)
+        _Pragma("GCC unroll 16") for (int ci = 0; ci < TV_VCONV_BLOCK; ++ci) d[ix * TV_VCONV_BLOCK + ci] = s[ci * plane + ix];
+    } else {
+      for (int64_t ix = 0; ix < cols; ++ix)
+        for (int ci = 0; ci < TV_VCONV_BLOCK; ++ci) d[ix * TV_VCONV_BLOCK + ci] = ci < count ? s[ci * plane + ix] : 0.0f;
     }
+  }
 }
 
 /* A chunk is a range of panels x a range of tiles of pixels (panels split first, so that each panel's
