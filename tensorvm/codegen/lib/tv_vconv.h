@@ -547,8 +547,8 @@ __attribute__((unused)) static int32_t tv_conv2d_depthwise_f32(int64_t n, int64_
    every 3 taps, and recomputed every row's pointer per ky. Per input channel two weight vectors and R
    broadcasts feed 2 R FMAs. Unless NULL, ``ahead`` is the next slice of weights the chunk will read (as
    long as this one), fetched into L2 line by line as the taps go: a deep layer's weights (9.4 MB at 512
-   channels) come from L3 or memory, and the first tile of each slice had waited on them (7-8% of
-   ResNet-18's 7x7 layers). */
+   channels) come from L3 or memory, and the first tile of each slice had waited on them (2-6% of
+   ResNet-18's 512-channel layers). */
 #define TV_PCONV_ACC(r) tv_vf lo##r = {0}, hi##r = {0}; const float* p##r = blocked + at[r];
 #define TV_PCONV_FMA(r) { const tv_vf a = TV_VSPLAT(p##r[d + ci]); lo##r += a * b0; hi##r += a * b1; }
 #define TV_PCONV_KEEP(r) TV_VSTORE(buf[r], lo##r); TV_VSTORE(buf[r] + TV_VLANES, hi##r);
@@ -567,8 +567,8 @@ __attribute__((unused)) static int32_t tv_conv2d_depthwise_f32(int64_t n, int64_
    pixel and are not stored), channels o0 .. min(o0 + NR, o). */
 #define TV_PCONV_TILE(R)                                                                             \
   static void tv_pconv_tile##R(const float* blocked, const int64_t* at, const int64_t* taps,         \
-      int64_t count, const float* w, const float* ahead, int64_t first, int64_t rows, int64_t pixels, int64_t o0,        \
-      int64_t o, const float* acc_in, float* acc_out, const float* bias, int relu,                   \
+      int64_t count, const float* w, const float* ahead, int64_t first, int64_t rows, int64_t pixels, \
+      int64_t o0, int64_t o, const float* acc_in, float* acc_out, const float* bias, int relu,       \
       const tv_conv_epilogue* epi, float* out) {                                                     \
     TV_VROWS##R(TV_PCONV_ACC)                                                                        \
     for (int64_t t = 0; t < count; ++t) {                                                            \
@@ -617,7 +617,7 @@ __attribute__((unused)) static int32_t tv_conv2d_depthwise_f32(int64_t n, int64_
 TV_PCONV_TILE_OF(TV_VGEMM_MR)
 /* The tile one pixel shorter (TV_PCONV_SHORT rows): the pixels are dealt out evenly, ceil(P / MR) tiles
    of MR or MR - 1 pixels where they fit (7 x 7 = 49 pixels at MR 6: four tiles of 6 and five of 5, not
-   eight of 6 and one of 1 whose 5 repeated rows cost 9% of the layer). */
+   eight of 6 and one of 1: 5 of 54 rows repeated, a tenth of the layer's work). */
 #if TV_VGEMM_MR == 2
 #define TV_PCONV_SHORT 1
 #elif TV_VGEMM_MR == 3
