@@ -402,15 +402,15 @@ __attribute__((unused)) static int32_t tv_conv2d_direct_f32(int64_t n, int64_t c
    last one (not stored); the last column block overlaps the one before (a row narrower than a vector
    goes through a small buffer). Bias and relu are applied in
    registers (tv_conv_epilogue; no pool). */
-#define TV_VDW_ROWS 4
+#define TV_VDW_ROWS 8
 #define TV_VDW_ACC(i) tv_vf a##i = TV_VSPLAT(start);
 #define TV_VDW_FMA(i) a##i += wv * TV_VLOAD(r##i + tap);
 #define TV_VDW_ROW(i) const float* r##i = plane + (row##i * sh + ky * dh) * g.row + x0;
 #define TV_VDW_Y(i) const int64_t row##i = y0 + i < oh ? y0 + i : oh - 1;
 #define TV_VDW_RELU(i) TV_VRELU(a##i);
 #define TV_VDW_KEEP(i) TV_VSTORE(tile[i], a##i);
-#define TV_VDW_EACH(F) F(0) F(1) F(2) F(3)
-#define TV_VDW_CHANNEL(KIND, AT)                                                                     \
+#define TV_VDW_EACH(F) F(0) F(1) F(2) F(3) F(4) F(5) F(6) F(7)
+#define TV_VDW_CHANNEL(KIND, AT, KW)                                                                 \
   static void tv_vdw_channel_##KIND(const float* plane, tv_vconv_geometry g, const int64_t* at, int64_t sh,   \
                                     int64_t dh, const float* wt, int64_t kh, int64_t kw, float start,     \
                                     const tv_conv_epilogue* epi, const float* res, int64_t oh, int64_t ow, \
@@ -426,8 +426,8 @@ __attribute__((unused)) static int32_t tv_conv2d_direct_f32(int64_t n, int64_t c
         for (int64_t ky = 0; ky < kh; ++ky) {                                                        \
           TV_VDW_EACH(TV_VDW_ROW)                                                                    \
           const float* wk = wt + ky * kw;                                                            \
-          _Pragma("GCC unroll 5")                                                                    \
-          for (int64_t kx = 0; kx < kw; ++kx) {                                                      \
+          _Pragma("GCC unroll 7")                                                                    \
+          for (int64_t kx = 0; kx < (KW); ++kx) {                                                    \
             const tv_vf wv = TV_VSPLAT(wk[kx]);                                                      \
             const int64_t tap = AT(kx);                                                              \
             TV_VDW_EACH(TV_VDW_FMA)                                                                  \
@@ -453,8 +453,15 @@ __attribute__((unused)) static int32_t tv_conv2d_direct_f32(int64_t n, int64_t c
       }                                                                                              \
     }                                                                                                \
   }
-TV_VDW_CHANNEL(unit, TV_VCONV_AT_UNIT)
-TV_VDW_CHANNEL(any, TV_VCONV_AT_TABLE)
+TV_VDW_CHANNEL(unit, TV_VCONV_AT_UNIT, kw)
+TV_VDW_CHANNEL(any, TV_VCONV_AT_TABLE, kw)
+/* Column stride 2, dilation 1 and a kernel 3, 5 or 7 wide: tap kx reads phase kx % 2 at kx / 2 (an offset
+   the compiler folds once kw is a constant, every tap's loop unrolled: through at[] and a loop of unknown
+   length, the strided layers of MobileNetV3 ran at under half the FMA rate of the unit-stride ones). */
+#define TV_VDW_AT_PHASE(kx) ((kx) % 2 * g.wq + (kx) / 2)
+TV_VDW_CHANNEL(s2k3, TV_VDW_AT_PHASE, 3)
+TV_VDW_CHANNEL(s2k5, TV_VDW_AT_PHASE, 5)
+TV_VDW_CHANNEL(s2k7, TV_VDW_AT_PHASE, 7)
 
 typedef struct {
   const float* x;
@@ -465,9 +472,16 @@ typedef struct {
   float* out;
   tv_vconv_geometry g;
   int64_t c, h, w, oh, ow, kh, kw, sh, sw, dh, pt, pl, each, planes, chunks;
-  int has_bias, relu, unit;
+  int has_bias, relu;
+  int path;  /* 1: unit column stride and dilation; 3, 5, 7: column stride 2, dilation 1, that kernel width; 0: any */
   tv_conv_epilogue epi;  /* (relu, the activation and the residual of the whole batch) */
 } tv_vdw_job;
+
+/* The next plane's input asked for while this one is convolved: an image of a few hundred KB had left L2
+   by the time the chunk padded it, and the pad then waited on every load. */
+static inline void tv_vdw_prefetch(const float* x, int64_t floats) {
+  for (int64_t i = 0; i < floats; i += 64 / (int64_t)sizeof(float)) __builtin_prefetch(x + i, 0, 2);
+}
 
 /* A run of planes, padded one at a time into the chunk's own buffer (buffers + i * each): a chunk may run
    on any thread, the caller included, so the buffer belongs to the chunk, not to a thread number. */
@@ -478,13 +492,42 @@ static void tv_vdw_chunk(void* arg, int64_t i) {
   for (int64_t p = lo; p < hi; ++p) {
     const int64_t ci = p % j->c;
     tv_vconv_pad(j->x + p * j->h * j->w, 0, 1, j->h, j->w, j->sw, j->pt, j->pl, j->g, plane + j->g.plane, p > lo, plane);
+    if (p + 1 < hi) tv_vdw_prefetch(j->x + (p + 1) * j->h * j->w, j->h * j->w);
     const float start = j->has_bias ? j->bias[ci] : 0.0f;
     const float* wt = j->weights + ci * j->kh * j->kw;
     float* dst = j->out + p * j->oh * j->ow;
     const float* res = j->epi.residual ? j->epi.residual + p * j->oh * j->ow : NULL;
-    if (j->unit) tv_vdw_channel_unit(plane, j->g, j->at, j->sh, j->dh, wt, j->kh, j->kw, start, &j->epi, res, j->oh, j->ow, dst);
-    else tv_vdw_channel_any(plane, j->g, j->at, j->sh, j->dh, wt, j->kh, j->kw, start, &j->epi, res, j->oh, j->ow, dst);
+#define TV_VDW_CALL(KIND) tv_vdw_channel_##KIND(plane, j->g, j->at, j->sh, j->dh, wt, j->kh, j->kw, start, &j->epi, res, \
+                                               j->oh, j->ow, dst)
+    switch (j->path) {
+      case 1: TV_VDW_CALL(unit); break;
+      case 3: TV_VDW_CALL(s2k3); break;
+      case 5: TV_VDW_CALL(s2k5); break;
+      case 7: TV_VDW_CALL(s2k7); break;
+      default: TV_VDW_CALL(any);
+    }
+#undef TV_VDW_CALL
   }
+}
+
+/* The depthwise kernel's padded plane: tv_vconv_geometry_of's with rows only as long as its tiles read
+   (max(OW, TV_VLANES) plus the taps' reach, where the direct kernel rounds OW up to whole vectors): its
+   last column block overlaps the one before instead of running past OW, and at column stride 2 each
+   vector the copy saves is a pair of loads, two shuffles and two stores (28 output columns: 4 pairs a
+   row, not 5). */
+static inline tv_vconv_geometry tv_vdw_geometry_of(int64_t oh, int64_t ow, int64_t kh, int64_t kw, int64_t sh,
+                                                   int64_t sw, int64_t dh, int64_t dw) {
+  tv_vconv_geometry g = tv_vconv_geometry_of(oh, ow, kh, kw, sh, sw, dh, dw);
+  g.wq = (ow > TV_VLANES ? ow : TV_VLANES) + (kw - 1) * dw / sw;
+  g.row = sw * g.wq;
+  g.plane = g.hp * g.row;
+  return g;
+}
+
+/* Which tile a depthwise convolution runs (tv_vdw_job.path). */
+static inline int tv_vdw_path(int64_t kw, int64_t sw, int64_t dw) {
+  if (sw == 1 && dw == 1) return 1;
+  return sw == 2 && dw == 1 && (kw == 3 || kw == 5 || kw == 7) ? (int)kw : 0;
 }
 
 /* x (n x c x h x w) convolved channel by channel with weights (c x 1 x kh x kw) into out (n x c x oh x ow).
@@ -498,14 +541,14 @@ __attribute__((unused)) static int32_t tv_conv2d_depthwise_act_f32(int64_t n, in
     int64_t act, float alpha, float beta, float lo, float hi, const float* residual, int64_t has_residual,
     float* out) {
   if (n <= 0 || c <= 0 || oh <= 0 || ow <= 0) return 0;
-  const tv_vconv_geometry g = tv_vconv_geometry_of(oh, ow, kh, kw, sh, sw, dh, dw);
+  const tv_vconv_geometry g = tv_vdw_geometry_of(oh, ow, kh, kw, sh, sw, dh, dw);
   int64_t at[kw];
   tv_vconv_taps(kw, sw, dw, g, at);
   const int64_t planes = n * c;
   const int threads = tv_gemm_parallel((double)planes * oh * ow * kh * kw) ? tv_omp_max_threads() : 1;
   tv_vdw_job job = {x, weights, bias, at, NULL, out, g, c, h, w, oh, ow, kh, kw, sh, sw, dh, pt, pl,
                     g.plane + (sw == 2 ? h * tv_vconv_line(w, pl, g) : 0), planes, tv_vconv_chunks(planes, threads),
-                    has_bias != 0, relu != 0, sw == 1 && dw == 1,
+                    has_bias != 0, relu != 0, tv_vdw_path(kw, sw, dw),
                     {NULL, relu != 0, 0, (int)act, alpha, beta, lo, hi, has_residual ? residual : NULL}};
   job.buffers = (float*)malloc(sizeof(float) * (size_t)(job.chunks * job.each));
   if (job.buffers == NULL) return TV_ERROR_OUT_OF_MEMORY;
