@@ -80,7 +80,10 @@ static inline void tv_vconv_copy(float* d, const float* s, int64_t m) {
    depthwise convolution's time, and splitting at the image's borders straight from the row (a partial
    copy, then a vector load of it) stalled on store forwarding. The linear rows' zero borders are the same
    for every channel: they are written once, where ``line_ready`` is 0 (the first call on that buffer),
-   and later channels only copy their rows (zeroing every row had been a third of the copy's time). */
+   and later channels only copy their rows (zeroing every row had been a third of the copy's time). So
+   are the padded planes' rows above and below the image, when ``line_ready`` says an earlier call filled
+   this ``padded`` with the same geometry (the depthwise kernel's plane per chunk, the direct kernel's
+   planes per image). */
 static void tv_vconv_pad(const float* x, int64_t c0, int64_t c1, int64_t h, int64_t w, int64_t sw, int64_t pt,
                          int64_t pl, tv_vconv_geometry g, float* line, int line_ready, float* padded) {
   const int64_t lw = sw == 2 ? tv_vconv_line(w, pl, g) : 0;
@@ -92,7 +95,10 @@ static void tv_vconv_pad(const float* x, int64_t c0, int64_t c1, int64_t h, int6
     for (int64_t r = 0; r < g.hp; ++r) {
       float* d = padded + ci * g.plane + r * g.row;
       const int64_t iy = r - pt;
-      if (iy < 0 || iy >= h) { memset(d, 0, (size_t)g.row * sizeof(float)); continue; }
+      if (iy < 0 || iy >= h) {  /* (a zero row: the earlier call on this buffer left it) */
+        if (!line_ready) memset(d, 0, (size_t)g.row * sizeof(float));
+        continue;
+      }
       const float* src = x + (ci * h + iy) * w;
       if (sw == 1) {  /* one phase: the row copied whole, the border cleared around it */
         const int64_t left = pl < g.wq ? pl : g.wq, cols = w < g.wq - left ? w : g.wq - left;
