@@ -67,25 +67,29 @@ int32_t tv_test_depthwise(int64_t* d, const float* x, const float* weights, cons
 """
 
 
-def _library(isa):
+def _built(isa, callers):
+    """The library of the kernels and ``callers`` built for the instance ``isa``, and that instance's
+    product parameters (``host.gemm_params``: its lanes, its tile)."""
     host.set_host(isa)
     try:
-        library = build.build_library([(prelude() + _CALLERS, ())])
-        lanes = host.gemm_params().lanes
+        return build.build_library([(prelude() + callers, ())]), host.gemm_params()
     finally:
         host.set_host(None)
-    function = library._cdll.tv_test_direct
+
+
+def _entry(library, name, pointers):
+    """The test caller ``name`` of ``library``: ``pointers`` pointer arguments, an int32 status."""
+    function = getattr(library._cdll, name)
     function.restype = ctypes.c_int32
-    function.argtypes = [ctypes.c_void_p] * 6
-    depthwise = library._cdll.tv_test_depthwise
-    depthwise.restype = ctypes.c_int32
-    depthwise.argtypes = [ctypes.c_void_p] * 5
-    _DEPTHWISE[isa] = depthwise
-    packed = library._cdll.tv_test_packed
-    packed.restype = ctypes.c_int32
-    packed.argtypes = [ctypes.c_void_p] * 5
-    _PACKED[isa] = packed
-    return library, lanes, function
+    function.argtypes = [ctypes.c_void_p] * pointers
+    return function
+
+
+def _library(isa):
+    library, params = _built(isa, _CALLERS)
+    _DEPTHWISE[isa] = _entry(library, "tv_test_depthwise", 5)
+    _PACKED[isa] = _entry(library, "tv_test_packed", 5)
+    return library, params.lanes, _entry(library, "tv_test_direct", 6)
 
 
 _PACKED: dict = {}
@@ -233,20 +237,13 @@ def test_strided_depthwise_tiles_of_every_width(isa, kernel_threads):
     generic tile beside them, against NumPy on every output-width tail of each instance (4, 8 and 16
     lanes), odd images, padding 0 to 2 (and wider than the kernel), row strides 1 to 3, batch 1 and 2, with
     the bias and relu or a hard-swish, at 1, 2 and 3 threads (the same bits at each count)."""
-    host.set_host(isa)
-    try:
-        library = build.build_library([(prelude() + _ACT_CALLERS, ())])
-        lanes = host.gemm_params().lanes
-    finally:
-        host.set_host(None)
-    depthwise = library._cdll.tv_test_depthwise_act
-    depthwise.restype = ctypes.c_int32
-    depthwise.argtypes = [ctypes.c_void_p] * 7
+    library, params = _built(isa, _ACT_CALLERS)
+    depthwise = _entry(library, "tv_test_depthwise_act", 7)
     first: dict = {}
-    cases = _strided_depthwise_cases(lanes)
+    cases = _strided_depthwise_cases(params.lanes)
     for threads in (1, 2, 3):
         kernel_threads(threads)
-        rng = np.random.default_rng(41 + lanes)
+        rng = np.random.default_rng(41 + params.lanes)
         for case, ((n, c, h, w), (kh, kw), (sh, sw), (dh, dw), pad) in enumerate(cases):
             x = rng.standard_normal((n, c, h, w)).astype(np.float32)
             weights = rng.standard_normal((c, 1, kh, kw)).astype(np.float32)
@@ -612,17 +609,10 @@ def test_convolution_tiles_apply_a_residual_and_an_activation(isa, kernel_thread
     threads than cores (the same bits at each count). A NaN in the input stays NaN, as NumPy keeps it."""
     from tensorvm.op.nn import pack_conv_weight
 
-    host.set_host(isa)
-    try:
-        library = build.build_library([(prelude() + _ACT_CALLERS, ())])
-        lanes, nr = host.gemm_params().lanes, host.gemm_params().nr
-    finally:
-        host.set_host(None)
-    functions = {}
-    for name, count in (("direct", 8), ("packed", 7), ("depthwise", 7)):
-        functions[name] = getattr(library._cdll, f"tv_test_{name}_act")
-        functions[name].restype = ctypes.c_int32
-        functions[name].argtypes = [ctypes.c_void_p] * count
+    library, params = _built(isa, _ACT_CALLERS)
+    lanes, nr = params.lanes, params.nr
+    functions = {name: _entry(library, f"tv_test_{name}_act", count)
+                 for name, count in (("direct", 8), ("packed", 7), ("depthwise", 7))}
     first: dict = {}
     for threads in (1, THREADS[-1]):
         kernel_threads(threads)
