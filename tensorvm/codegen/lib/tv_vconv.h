@@ -450,9 +450,15 @@ __attribute__((unused)) static int32_t tv_conv2d_direct_f32(int64_t n, int64_t c
             if (res) v += TV_VLOAD(res + at);                                                        \
             if (e.act) TV_VACT(v, e)                                                                 \
             TV_VSTORE(out + at, v);                                                                  \
-          } else if (res || e.act) {                                                                 \
-            for (int64_t j = 0; j < cols; ++j) out[at + j] = tv_conv_act1(res ? tile[i][j] + res[at + j] : tile[i][j], &e); \
-          } else {                                                                                   \
+          } else { /* (a row narrower than a vector: the epilogue still in a vector, then cols floats) */ \
+            tv_vf v = TV_VLOAD(tile[i]);                                                             \
+            if (res) {                                                                               \
+              float r[TV_VLANES] = {0};                                                              \
+              memcpy(r, res + at, sizeof(float) * (size_t)cols);                                     \
+              v += TV_VLOAD(r);                                                                      \
+            }                                                                                        \
+            if (e.act) TV_VACT(v, e)                                                                 \
+            TV_VSTORE(tile[i], v);                                                                   \
             memcpy(out + at, tile[i], sizeof(float) * (size_t)cols);                                 \
           }                                                                                          \
         }                                                                                            \
