@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import ctypes
 import time
-from pathlib import Path
 
 import numpy as np
 
@@ -85,32 +84,20 @@ def main() -> int:
     args = parser.parse_args()
 
     import onnxruntime as ort
+    from checkouts import libraries
 
     import tensorvm as tv
-    from tensorvm.codegen import c_emit
-    from tensorvm.codegen.build import build_library
     from tensorvm.op.nn import pack_conv_weight
 
     tv.set_num_threads(args.threads)
 
-    def library():
-        return build_library(c_emit._rule_defines() + c_emit._product_defines()
-                             + c_emit.library_text(["tv_kernel.h", "tv_gemm.h"]) + _COPY + _CALL)._cdll
-
-    here = library()
-    copy = here.tv_bench_block_copy
+    built = libraries(_COPY + _CALL, args.against)  # (the other checkout's headers read anew: checkouts.py)
+    copy = built["here"].tv_bench_block_copy
     copy.argtypes = [ctypes.c_int64] * 7 + [ctypes.c_void_p, ctypes.c_int64]
     copy.restype = ctypes.c_double
-    kernels = {}
-    if args.against:
-        own = c_emit.LIBRARY_DIR
-        c_emit.LIBRARY_DIR = Path(args.against) / "tensorvm" / "codegen" / "lib"
-        try:
-            kernels = {"kernel here": here.tv_bench_packed, "kernel there": library().tv_bench_packed}
-        finally:
-            c_emit.LIBRARY_DIR = own
-        for kernel in kernels.values():
-            kernel.argtypes = [ctypes.c_void_p] * 5
+    kernels = {f"kernel {name}": lib.tv_bench_packed for name, lib in built.items()} if args.against else {}
+    for kernel in kernels.values():
+        kernel.argtypes = [ctypes.c_void_p] * 5
     options = ort.SessionOptions()
     options.intra_op_num_threads = args.threads
     options.add_session_config_entry("session.intra_op.allow_spinning", "0")  # (see conv_variants.py)

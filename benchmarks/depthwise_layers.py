@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import ctypes
 import time
-from pathlib import Path
 
 import numpy as np
 
@@ -70,31 +69,16 @@ def main() -> int:
     args = parser.parse_args()
 
     import onnxruntime as ort
+    from checkouts import libraries as built
 
     import tensorvm as tv
-    from tensorvm.codegen import c_emit
-    from tensorvm.codegen.build import build_library
     from tensorvm.codegen.host import gemm_params
 
     tv.set_num_threads(args.threads)
-
-    def library():
-        lib = build_library(c_emit._rule_defines() + c_emit._product_defines()
-                            + c_emit.library_text(["tv_kernel.h", "tv_gemm.h"]) + _CALLS)._cdll
+    libraries = built(_CALLS, args.against)
+    for lib in libraries.values():
         lib.tv_bench_depthwise.argtypes = [ctypes.c_void_p] * 6
         lib.tv_bench_direct.argtypes = [ctypes.c_void_p] * 7
-        return lib
-
-    libraries = {"here": library()}
-    if args.against:
-        own = c_emit.LIBRARY_DIR
-        c_emit.LIBRARY_DIR = Path(args.against) / "tensorvm" / "codegen" / "lib"
-        c_emit._library_file.cache_clear()  # (it keeps each file's text once read: this checkout's)
-        try:
-            libraries["there"] = library()
-        finally:
-            c_emit.LIBRARY_DIR = own
-            c_emit._library_file.cache_clear()
     options = ort.SessionOptions()
     options.intra_op_num_threads = args.threads
     options.add_session_config_entry("session.intra_op.allow_spinning", "0")  # (see conv_variants.py)
