@@ -17,7 +17,6 @@ the whole model's kernels).
 
 from __future__ import annotations
 
-import argparse
 import ctypes
 import time
 
@@ -44,32 +43,13 @@ int32_t tv_bench_direct(const int64_t* d, const float* f, const float* x, const 
 _HARD_SWISH = np.array([1 / 6, 0.5, 0.0, 1.0], np.float32)  # (alpha, beta, lo, hi: v min(max(v/6 + 1/2, 0), 1))
 
 
-def _onnx_layer(c: int, side: int, o: int, k: int, stride: int, groups: int, swish: bool, batch: int, rng):
-    from onnx import TensorProto, helper, numpy_helper
-
-    weight = (rng.standard_normal((o, c // groups, k, k)) / np.sqrt(k * k * c // groups)).astype(np.float32)
-    bias = rng.standard_normal(o).astype(np.float32)
-    graph = helper.make_graph(
-        [helper.make_node("Conv", ["x", "W", "B"], ["y"], pads=[k // 2] * 4, strides=[stride] * 2, group=groups),
-         helper.make_node("HardSwish" if swish else "Relu", ["y"], ["z"])], "layer",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, c, side, side])],
-        [helper.make_tensor_value_info("z", TensorProto.FLOAT, None)],
-        [numpy_helper.from_array(weight, "W"), numpy_helper.from_array(bias, "B")])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    return model, weight, bias
-
-
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--batch", type=int, default=1)
-    parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--rounds", type=int, default=40)
-    parser.add_argument("--against", help="another tensorvm checkout whose kernels to time beside this one's")
-    args = parser.parse_args()
+    from lone_layers import layer_arguments, onnx_conv_layer
+    from lone_layers import libraries as built
+
+    args = layer_arguments(__doc__.split("\n\n")[0], 40, "kernels")
 
     import onnxruntime as ort
-    from checkouts import libraries as built
 
     import tensorvm as tv
     from tensorvm.codegen.host import gemm_params
@@ -90,7 +70,8 @@ def main() -> int:
     totals: dict = {}
     cases = [(*STEM, 3, 2, True, True)] + [(c, side, c, k, stride, swish, False) for c, side, k, stride, swish in LAYERS]
     for c, side, o, k, stride, swish, stem in cases:
-        model, weight, bias = _onnx_layer(c, side, o, k, stride, 1 if stem else c, swish, n, rng)
+        model, weight, bias = onnx_conv_layer(c, side, o, k, stride, 1 if stem else c, "HardSwish" if swish else "Relu",
+                                              n, rng)
         session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
         x = rng.standard_normal((n, c, side, side)).astype(np.float32)
         want = session.run(None, {"x": x})[0]
