@@ -18,10 +18,8 @@ per-layer cost there.
 
 from __future__ import annotations
 
-import argparse
 import ctypes
 import time
-from pathlib import Path
 
 import numpy as np
 
@@ -56,71 +54,29 @@ double tv_bench_block_copy(int64_t n, int64_t c, int64_t h, int64_t w, int64_t o
 """
 
 
-def _onnx_layer(c: int, side: int, o: int, stride: int, batch, rng):
-    from onnx import TensorProto, helper, numpy_helper
-
-    weight = (rng.standard_normal((o, c, 3, 3)) / np.sqrt(9 * c)).astype(np.float32)
-    bias = rng.standard_normal(o).astype(np.float32)
-    graph = helper.make_graph(
-        [helper.make_node("Conv", ["x", "W", "B"], ["y"], pads=[1] * 4, strides=[stride] * 2),
-         helper.make_node("Relu", ["y"], ["z"])], "layer",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, c, side, side])],
-        [helper.make_tensor_value_info("z", TensorProto.FLOAT, None)],
-        [numpy_helper.from_array(weight, "W"), numpy_helper.from_array(bias, "B")])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    return model, weight, bias
-
-
-def library_source(library_dir=None) -> str:
-    """The C text of this benchmark's library (the packed kernel, the copy's timer), from the C library
-    files of ``library_dir`` (another checkout's ``tensorvm/codegen/lib``) when given. ``c_emit`` caches
-    the files by name: the cache is emptied around the switch, else the other checkout's kernel would be
-    this one's (and their ratio 1 whatever they are)."""
-    from tensorvm.codegen import c_emit
-
-    own = c_emit.LIBRARY_DIR
-    if library_dir is not None:
-        c_emit.LIBRARY_DIR = Path(library_dir)
-        c_emit._library_file.cache_clear()
-    try:
-        return (c_emit._rule_defines() + c_emit._product_defines()
-                + c_emit.library_text(["tv_kernel.h", "tv_gemm.h"]) + _COPY + _CALL)
-    finally:
-        if library_dir is not None:
-            c_emit.LIBRARY_DIR = own
-            c_emit._library_file.cache_clear()
-
-
 def _kernel_call(kernel, dims, x, packed, bias, out):
     return lambda: kernel(dims.ctypes.data, x.ctypes.data, packed.ctypes.data, bias.ctypes.data, out.ctypes.data)
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--batch", type=int, default=1)
-    parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--rounds", type=int, default=30)
-    parser.add_argument("--against", help="another tensorvm checkout whose packed kernel to time beside this one")
-    args = parser.parse_args()
+    from lone_layers import layer_arguments, libraries, onnx_conv_layer
+
+    args = layer_arguments(__doc__.split("\n\n")[0], 30, "packed kernel")
 
     import onnxruntime as ort
 
     import tensorvm as tv
-    from tensorvm.codegen.build import build_library
     from tensorvm.op.nn import pack_conv_weight
 
     tv.set_num_threads(args.threads)
-    here = build_library(library_source())._cdll
-    copy = here.tv_bench_block_copy
+
+    built = libraries(_COPY + _CALL, args.against)  # (the other checkout's headers read anew: lone_layers.py)
+    copy = built["here"].tv_bench_block_copy
     copy.argtypes = [ctypes.c_int64] * 7 + [ctypes.c_void_p, ctypes.c_int64]
     copy.restype = ctypes.c_double
-    kernels = {}
-    if args.against:
-        there = build_library(library_source(Path(args.against) / "tensorvm" / "codegen" / "lib"))._cdll
-        kernels = {"kernel here": here.tv_bench_packed, "kernel there": there.tv_bench_packed}
-        for kernel in kernels.values():
-            kernel.argtypes = [ctypes.c_void_p] * 5
+    kernels = {f"kernel {name}": lib.tv_bench_packed for name, lib in built.items()} if args.against else {}
+    for kernel in kernels.values():
+        kernel.argtypes = [ctypes.c_void_p] * 5
     options = ort.SessionOptions()
     options.intra_op_num_threads = args.threads
     options.add_session_config_entry("session.intra_op.allow_spinning", "0")  # (see conv_variants.py)
@@ -131,7 +87,7 @@ def main() -> int:
     print(f"  {'layer':24s} {'tensorvm':>16s} {'onnxruntime':>16s} {'ratio':>6s} {'copy share':>10s}")
     totals = np.zeros(5)
     for c, side, o, stride, count in LAYERS:
-        model, weight, bias = _onnx_layer(c, side, o, stride, n, rng)
+        model, weight, bias = onnx_conv_layer(c, side, o, 3, stride, 1, "Relu", n, rng)
         session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
         mod, params = tv.frontend.from_onnx(model)
         exe = tv.vm.compile(mod, target="c", params=params)

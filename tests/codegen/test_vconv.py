@@ -67,25 +67,29 @@ int32_t tv_test_depthwise(int64_t* d, const float* x, const float* weights, cons
 """
 
 
-def _library(isa):
+def _built(isa, callers):
+    """The library of the kernels and ``callers`` built for the instance ``isa``, and that instance's
+    product parameters (``host.gemm_params``: its lanes, its tile)."""
     host.set_host(isa)
     try:
-        library = build.build_library([(prelude() + _CALLERS, ())])
-        lanes = host.gemm_params().lanes
+        return build.build_library([(prelude() + callers, ())]), host.gemm_params()
     finally:
         host.set_host(None)
-    function = library._cdll.tv_test_direct
+
+
+def _entry(library, name, pointers):
+    """The test caller ``name`` of ``library``: ``pointers`` pointer arguments, an int32 status."""
+    function = getattr(library._cdll, name)
     function.restype = ctypes.c_int32
-    function.argtypes = [ctypes.c_void_p] * 6
-    depthwise = library._cdll.tv_test_depthwise
-    depthwise.restype = ctypes.c_int32
-    depthwise.argtypes = [ctypes.c_void_p] * 5
-    _DEPTHWISE[isa] = depthwise
-    packed = library._cdll.tv_test_packed
-    packed.restype = ctypes.c_int32
-    packed.argtypes = [ctypes.c_void_p] * 5
-    _PACKED[isa] = packed
-    return library, lanes, function
+    function.argtypes = [ctypes.c_void_p] * pointers
+    return function
+
+
+def _library(isa):
+    library, params = _built(isa, _CALLERS)
+    _DEPTHWISE[isa] = _entry(library, "tv_test_depthwise", 5)
+    _PACKED[isa] = _entry(library, "tv_test_packed", 5)
+    return library, params.lanes, _entry(library, "tv_test_direct", 6)
 
 
 _PACKED: dict = {}
@@ -202,6 +206,60 @@ def test_depthwise_convolutions_of_every_instance(isa, kernel_threads):
                                  out.ctypes.data) == 0
                 _close(out, expected)
                 _same_bits(first, (case, has_bias, relu), out, threads)
+
+
+def _strided_depthwise_cases(lanes):
+    """(data shape, kernel, strides, dilation, padding) of column stride 2: kernel widths 3, 5 and 7 (each a
+    tile of its own) and 1 and 4 (the generic one), padding 0, 1 and 2 (and a wider one), output widths of
+    every tail of a vector and of two (1 .. 2 lanes + 1 columns; an odd image for every other), row strides
+    1, 2 and 3, output rows that leave every tail of the tile's 8, batch 2; and dilation 2 (the generic
+    tile)."""
+    cases = []
+    for kw in (3, 5, 7):
+        for pad in (0, 1, 2):
+            for ow in range(1, 2 * lanes + 2):
+                w = 2 * (ow - 1) + kw - 2 * pad + (ow % 2)  # (an odd image where ow is odd: the last column unread)
+                if w < 1:
+                    continue
+                sh = 1 + ow % 3
+                h = 2 + (ow * 5) % 17 + (kw - 2 * pad if kw > 2 * pad else 0)
+                cases.append(((1 + ow % 2, 2, h, w), (kw - 2 * (ow % 2 and kw > 3), kw), (sh, 2), (1, 1),
+                              (pad, pad, pad + ow % 2, pad)))
+    cases += [((2, 3, 11, 23), (3, 1), (2, 2), (1, 1), (1, 0, 1, 0)), ((1, 3, 9, 30), (2, 4), (2, 2), (1, 1), (0, 1, 0, 2)),
+              ((1, 3, 13, 37), (3, 3), (2, 2), (1, 2), (1, 2, 1, 2)), ((1, 2, 6, 9), (5, 7), (2, 2), (1, 1), (4, 5, 3, 6))]
+    return cases
+
+
+@pytest.mark.parametrize("isa", ["avx2", "avx512", "portable"])
+def test_strided_depthwise_tiles_of_every_width(isa, kernel_threads):
+    """The column stride 2 tiles of the depthwise kernel (one per kernel width 3, 5, 7: taps folded into the
+    even and odd column phases of its padded plane, whose rows are only as long as the tiles read) and the
+    generic tile beside them, against NumPy on every output-width tail of each instance (4, 8 and 16
+    lanes), odd images, padding 0 to 2 (and wider than the kernel), row strides 1 to 3, batch 1 and 2, with
+    the bias and relu or a hard-swish, at 1, 2 and 3 threads (the same bits at each count)."""
+    library, params = _built(isa, _ACT_CALLERS)
+    depthwise = _entry(library, "tv_test_depthwise_act", 7)
+    first: dict = {}
+    cases = _strided_depthwise_cases(params.lanes)
+    for threads in (1, 2, 3):
+        kernel_threads(threads)
+        rng = np.random.default_rng(41 + params.lanes)
+        for case, ((n, c, h, w), (kh, kw), (sh, sw), (dh, dw), pad) in enumerate(cases):
+            x = rng.standard_normal((n, c, h, w)).astype(np.float32)
+            weights = rng.standard_normal((c, 1, kh, kw)).astype(np.float32)
+            bias = rng.standard_normal(c).astype(np.float32)
+            attrs = {"padding": list(pad), "strides": [sh, sw], "dilation": [dh, dw], "groups": c}
+            want = _reference(x, weights, attrs) + bias[:, None, None]
+            oh, ow = want.shape[2:]
+            activation = ACTIVATIONS[1] if case % 2 else (7, 1 / 6, 0.5, 0.0, 1.0)  # (relu; hard-swish)
+            expected = _activation(want, *activation)
+            out = np.full(want.shape, np.nan, np.float32)
+            dims = np.array([n, c, h, w, oh, ow, kh, kw, sh, sw, dh, dw, pad[0], pad[1], 1, activation[0], 0], np.int64)
+            floats = np.array(activation[1:], np.float32)
+            assert depthwise(dims.ctypes.data, floats.ctypes.data, x.ctypes.data, weights.ctypes.data, bias.ctypes.data,
+                             bias.ctypes.data, out.ctypes.data) == 0
+            _close(out, expected)
+            _same_bits(first, case, out, threads)
 
 
 # (data shape, out channels, kernel, strides, dilation, padding (top, left, bottom, right))
@@ -490,7 +548,7 @@ def test_stats_name_the_convolution_tiles():
     conv = exe.stats()["product_kernels"]["convolution"]
     params = host.gemm_params()
     assert conv["isa"] == host.host().isa and conv["direct_tile"].startswith(f"{max(params.mr, 4)}x2x{params.lanes}")
-    assert conv["packed_tile"] == f"{params.mr}x{params.nr}" and conv["depthwise_tile"] == f"4x{params.lanes}"
+    assert conv["packed_tile"] == f"{params.mr}x{params.nr}" and conv["depthwise_tile"].startswith(f"8x{params.lanes} (4x{params.lanes}")
     assert exe.stats()["kernel_library"]["variants"] == {"direct": 1}  # the variant each kernel can run
 
 
@@ -615,17 +673,10 @@ def test_convolution_tiles_apply_a_residual_and_an_activation(isa, kernel_thread
     threads than cores (the same bits at each count). A NaN in the input stays NaN, as NumPy keeps it."""
     from tensorvm.op.nn import pack_conv_weight
 
-    host.set_host(isa)
-    try:
-        library = build.build_library([(prelude() + _ACT_CALLERS, ())])
-        lanes, nr = host.gemm_params().lanes, host.gemm_params().nr
-    finally:
-        host.set_host(None)
-    functions = {}
-    for name, count in (("direct", 8), ("packed", 7), ("depthwise", 7)):
-        functions[name] = getattr(library._cdll, f"tv_test_{name}_act")
-        functions[name].restype = ctypes.c_int32
-        functions[name].argtypes = [ctypes.c_void_p] * count
+    library, params = _built(isa, _ACT_CALLERS)
+    lanes, nr = params.lanes, params.nr
+    functions = {name: _entry(library, f"tv_test_{name}_act", count)
+                 for name, count in (("direct", 8), ("packed", 7), ("depthwise", 7))}
     first: dict = {}
     for threads in (1, THREADS[-1]):
         kernel_threads(threads)

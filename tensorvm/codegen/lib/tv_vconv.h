@@ -80,7 +80,10 @@ static inline void tv_vconv_copy(float* d, const float* s, int64_t m) {
    depthwise convolution's time, and splitting at the image's borders straight from the row (a partial
    copy, then a vector load of it) stalled on store forwarding. The linear rows' zero borders are the same
    for every channel: they are written once, where ``line_ready`` is 0 (the first call on that buffer),
-   and later channels only copy their rows (zeroing every row had been a third of the copy's time). */
+   and later channels only copy their rows (zeroing every row had been a third of the copy's time). So
+   are the padded planes' rows above and below the image, when ``line_ready`` says an earlier call filled
+   this ``padded`` with the same geometry (the depthwise kernel's plane per chunk, the direct kernel's
+   planes per image). */
 static void tv_vconv_pad(const float* x, int64_t c0, int64_t c1, int64_t h, int64_t w, int64_t sw, int64_t pt,
                          int64_t pl, tv_vconv_geometry g, float* line, int line_ready, float* padded) {
   const int64_t lw = sw == 2 ? tv_vconv_line(w, pl, g) : 0;
@@ -92,7 +95,10 @@ static void tv_vconv_pad(const float* x, int64_t c0, int64_t c1, int64_t h, int6
     for (int64_t r = 0; r < g.hp; ++r) {
       float* d = padded + ci * g.plane + r * g.row;
       const int64_t iy = r - pt;
-      if (iy < 0 || iy >= h) { memset(d, 0, (size_t)g.row * sizeof(float)); continue; }
+      if (iy < 0 || iy >= h) {  /* (a zero row: the earlier call on this buffer left it) */
+        if (!line_ready) memset(d, 0, (size_t)g.row * sizeof(float));
+        continue;
+      }
       const float* src = x + (ci * h + iy) * w;
       if (sw == 1) {  /* one phase: the row copied whole, the border cleared around it */
         const int64_t left = pl < g.wq ? pl : g.wq, cols = w < g.wq - left ? w : g.wq - left;
@@ -396,65 +402,80 @@ __attribute__((unused)) static int32_t tv_conv2d_direct_f32(int64_t n, int64_t c
 
 /* ---- the depthwise convolution (groups = channels, one filter per channel): tv_conv2d_depthwise_f32 ----
    Each channel is padded into its own phase-split plane (tv_vconv_pad, as above) by the thread that
-   convolves it, so the plane is still in L1/L2 when its tiles read it. A tile is TV_VDW_ROWS output rows x
-   one vector of columns: per tap one weight broadcast and TV_VDW_ROWS vector loads feed TV_VDW_ROWS FMAs
-   (a depthwise tap has no other output channel to share its input load with). A missing row repeats the
+   convolves it, so the plane is still in L1/L2 when its tiles read it. A tile is ROWS output rows x one
+   vector of columns: per tap one weight broadcast and ROWS vector loads feed ROWS FMAs (a depthwise tap
+   has no other output channel to share its input load with). ROWS is 8 (5x5 layers measured 6-7% faster
+   than with 4), but 4 for the stride-2 3x3 tile (8 measured 8-11% slower there: 9 taps over 8 rows' 24
+   row pointers). A missing row repeats the
    last one (not stored); the last column block overlaps the one before (a row narrower than a vector
    goes through a small buffer). Bias and relu are applied in
    registers (tv_conv_epilogue; no pool). */
-#define TV_VDW_ROWS 4
 #define TV_VDW_ACC(i) tv_vf a##i = TV_VSPLAT(start);
 #define TV_VDW_FMA(i) a##i += wv * TV_VLOAD(r##i + tap);
 #define TV_VDW_ROW(i) const float* r##i = plane + (row##i * sh + ky * dh) * g.row + x0;
 #define TV_VDW_Y(i) const int64_t row##i = y0 + i < oh ? y0 + i : oh - 1;
 #define TV_VDW_RELU(i) TV_VRELU(a##i);
 #define TV_VDW_KEEP(i) TV_VSTORE(tile[i], a##i);
-#define TV_VDW_EACH(F) F(0) F(1) F(2) F(3)
-#define TV_VDW_CHANNEL(KIND, AT)                                                                     \
+#define TV_VDW_EACH4(F) F(0) F(1) F(2) F(3)
+#define TV_VDW_EACH8(F) TV_VDW_EACH4(F) F(4) F(5) F(6) F(7)
+#define TV_VDW_CHANNEL(KIND, AT, KW, ROWS)                                                           \
   static void tv_vdw_channel_##KIND(const float* plane, tv_vconv_geometry g, const int64_t* at, int64_t sh,   \
                                     int64_t dh, const float* wt, int64_t kh, int64_t kw, float start,     \
                                     const tv_conv_epilogue* epi, const float* res, int64_t oh, int64_t ow, \
                                     float* out) {                                                    \
     (void)at;                                                                                        \
     const tv_conv_epilogue e = *epi; /* (a copy: the stores to out could alias its floats) */        \
-    for (int64_t y0 = 0; y0 < oh; y0 += TV_VDW_ROWS) {                                               \
-      TV_VDW_EACH(TV_VDW_Y)                                                                          \
+    for (int64_t y0 = 0; y0 < oh; y0 += ROWS) {                                               \
+      TV_VDW_EACH##ROWS(TV_VDW_Y)                                                                          \
       for (int64_t x = 0; x < ow; x += TV_VLANES) {                                                  \
         /* (the last block overlaps the one before when the row has a vector: whole stores only) */   \
         const int64_t x0 = ow >= TV_VLANES && x + TV_VLANES > ow ? ow - TV_VLANES : x;                \
-        TV_VDW_EACH(TV_VDW_ACC)                                                                      \
+        TV_VDW_EACH##ROWS(TV_VDW_ACC)                                                                      \
         for (int64_t ky = 0; ky < kh; ++ky) {                                                        \
-          TV_VDW_EACH(TV_VDW_ROW)                                                                    \
+          TV_VDW_EACH##ROWS(TV_VDW_ROW)                                                                    \
           const float* wk = wt + ky * kw;                                                            \
-          _Pragma("GCC unroll 5")                                                                    \
-          for (int64_t kx = 0; kx < kw; ++kx) {                                                      \
+          _Pragma("GCC unroll 7")                                                                    \
+          for (int64_t kx = 0; kx < (KW); ++kx) {                                                    \
             const tv_vf wv = TV_VSPLAT(wk[kx]);                                                      \
             const int64_t tap = AT(kx);                                                              \
-            TV_VDW_EACH(TV_VDW_FMA)                                                                  \
+            TV_VDW_EACH##ROWS(TV_VDW_FMA)                                                                  \
           }                                                                                          \
         }                                                                                            \
-        if (e.relu) { TV_VDW_EACH(TV_VDW_RELU) }                                                     \
-        float tile[TV_VDW_ROWS][TV_VLANES];                                                          \
-        TV_VDW_EACH(TV_VDW_KEEP)                                                                     \
+        if (e.relu) { TV_VDW_EACH##ROWS(TV_VDW_RELU) }                                                     \
+        float tile[ROWS][TV_VLANES];                                                          \
+        TV_VDW_EACH##ROWS(TV_VDW_KEEP)                                                                     \
         const int64_t cols = ow - x0 < TV_VLANES ? ow - x0 : TV_VLANES;                              \
-        for (int64_t i = 0; i < TV_VDW_ROWS && y0 + i < oh; ++i) {                                   \
+        for (int64_t i = 0; i < ROWS && y0 + i < oh; ++i) {                                   \
           const int64_t at = (y0 + i) * ow + x0; /* (res: the output's plane, read at the same place) */ \
           if (cols == TV_VLANES) {                                                                   \
             tv_vf v = TV_VLOAD(tile[i]);                                                             \
             if (res) v += TV_VLOAD(res + at);                                                        \
             if (e.act) TV_VACT(v, e)                                                                 \
             TV_VSTORE(out + at, v);                                                                  \
-          } else if (res || e.act) {                                                                 \
-            for (int64_t j = 0; j < cols; ++j) out[at + j] = tv_conv_act1(res ? tile[i][j] + res[at + j] : tile[i][j], &e); \
-          } else {                                                                                   \
+          } else { /* (a row narrower than a vector: the epilogue still in a vector, then cols floats) */ \
+            tv_vf v = TV_VLOAD(tile[i]);                                                             \
+            if (res) {                                                                               \
+              float r[TV_VLANES] = {0};                                                              \
+              memcpy(r, res + at, sizeof(float) * (size_t)cols);                                     \
+              v += TV_VLOAD(r);                                                                      \
+            }                                                                                        \
+            if (e.act) TV_VACT(v, e)                                                                 \
+            TV_VSTORE(tile[i], v);                                                                   \
             memcpy(out + at, tile[i], sizeof(float) * (size_t)cols);                                 \
           }                                                                                          \
         }                                                                                            \
       }                                                                                              \
     }                                                                                                \
   }
-TV_VDW_CHANNEL(unit, TV_VCONV_AT_UNIT)
-TV_VDW_CHANNEL(any, TV_VCONV_AT_TABLE)
+TV_VDW_CHANNEL(unit, TV_VCONV_AT_UNIT, kw, 8)
+TV_VDW_CHANNEL(any, TV_VCONV_AT_TABLE, kw, 8)
+/* Column stride 2, dilation 1 and a kernel 3, 5 or 7 wide: tap kx reads phase kx % 2 at kx / 2 (an offset
+   the compiler folds once kw is a constant, every tap's loop unrolled: through at[] and a loop of unknown
+   length, the strided layers of MobileNetV3 ran at under half the FMA rate of the unit-stride ones). */
+#define TV_VDW_AT_PHASE(kx) ((kx) % 2 * g.wq + (kx) / 2)
+TV_VDW_CHANNEL(s2k3, TV_VDW_AT_PHASE, 3, 4)
+TV_VDW_CHANNEL(s2k5, TV_VDW_AT_PHASE, 5, 8)
+TV_VDW_CHANNEL(s2k7, TV_VDW_AT_PHASE, 7, 8)
 
 typedef struct {
   const float* x;
@@ -465,9 +486,16 @@ typedef struct {
   float* out;
   tv_vconv_geometry g;
   int64_t c, h, w, oh, ow, kh, kw, sh, sw, dh, pt, pl, each, planes, chunks;
-  int has_bias, relu, unit;
+  int has_bias, relu;
+  int path;  /* 1: unit column stride and dilation; 3, 5, 7: column stride 2, dilation 1, that kernel width; 0: any */
   tv_conv_epilogue epi;  /* (relu, the activation and the residual of the whole batch) */
 } tv_vdw_job;
+
+/* The next plane's input asked for while this one is convolved: an image of a few hundred KB had left L2
+   by the time the chunk padded it, and the pad then waited on every load. */
+static inline void tv_vdw_prefetch(const float* x, int64_t floats) {
+  for (int64_t i = 0; i < floats; i += 64 / (int64_t)sizeof(float)) __builtin_prefetch(x + i, 0, 2);
+}
 
 /* A run of planes, padded one at a time into the chunk's own buffer (buffers + i * each): a chunk may run
    on any thread, the caller included, so the buffer belongs to the chunk, not to a thread number. */
@@ -478,13 +506,42 @@ static void tv_vdw_chunk(void* arg, int64_t i) {
   for (int64_t p = lo; p < hi; ++p) {
     const int64_t ci = p % j->c;
     tv_vconv_pad(j->x + p * j->h * j->w, 0, 1, j->h, j->w, j->sw, j->pt, j->pl, j->g, plane + j->g.plane, p > lo, plane);
+    if (p + 1 < hi) tv_vdw_prefetch(j->x + (p + 1) * j->h * j->w, j->h * j->w);
     const float start = j->has_bias ? j->bias[ci] : 0.0f;
     const float* wt = j->weights + ci * j->kh * j->kw;
     float* dst = j->out + p * j->oh * j->ow;
     const float* res = j->epi.residual ? j->epi.residual + p * j->oh * j->ow : NULL;
-    if (j->unit) tv_vdw_channel_unit(plane, j->g, j->at, j->sh, j->dh, wt, j->kh, j->kw, start, &j->epi, res, j->oh, j->ow, dst);
-    else tv_vdw_channel_any(plane, j->g, j->at, j->sh, j->dh, wt, j->kh, j->kw, start, &j->epi, res, j->oh, j->ow, dst);
+#define TV_VDW_CALL(KIND) tv_vdw_channel_##KIND(plane, j->g, j->at, j->sh, j->dh, wt, j->kh, j->kw, start, &j->epi, res, \
+                                               j->oh, j->ow, dst)
+    switch (j->path) {
+      case 1: TV_VDW_CALL(unit); break;
+      case 3: TV_VDW_CALL(s2k3); break;
+      case 5: TV_VDW_CALL(s2k5); break;
+      case 7: TV_VDW_CALL(s2k7); break;
+      default: TV_VDW_CALL(any);
+    }
+#undef TV_VDW_CALL
   }
+}
+
+/* The depthwise kernel's padded plane: tv_vconv_geometry_of's with rows only as long as its tiles read
+   (max(OW, TV_VLANES) plus the taps' reach, where the direct kernel rounds OW up to whole vectors): its
+   last column block overlaps the one before instead of running past OW, and at column stride 2 each
+   vector the copy saves is a pair of loads, two shuffles and two stores (28 output columns: 4 pairs a
+   row, not 5). */
+static inline tv_vconv_geometry tv_vdw_geometry_of(int64_t oh, int64_t ow, int64_t kh, int64_t kw, int64_t sh,
+                                                   int64_t sw, int64_t dh, int64_t dw) {
+  tv_vconv_geometry g = tv_vconv_geometry_of(oh, ow, kh, kw, sh, sw, dh, dw);
+  g.wq = (ow > TV_VLANES ? ow : TV_VLANES) + (kw - 1) * dw / sw;
+  g.row = sw * g.wq;
+  g.plane = g.hp * g.row;
+  return g;
+}
+
+/* Which tile a depthwise convolution runs (tv_vdw_job.path). */
+static inline int tv_vdw_path(int64_t kw, int64_t sw, int64_t dw) {
+  if (sw == 1 && dw == 1) return 1;
+  return sw == 2 && dw == 1 && (kw == 3 || kw == 5 || kw == 7) ? (int)kw : 0;
 }
 
 /* x (n x c x h x w) convolved channel by channel with weights (c x 1 x kh x kw) into out (n x c x oh x ow).
@@ -498,14 +555,14 @@ __attribute__((unused)) static int32_t tv_conv2d_depthwise_act_f32(int64_t n, in
     int64_t act, float alpha, float beta, float lo, float hi, const float* residual, int64_t has_residual,
     float* out) {
   if (n <= 0 || c <= 0 || oh <= 0 || ow <= 0) return 0;
-  const tv_vconv_geometry g = tv_vconv_geometry_of(oh, ow, kh, kw, sh, sw, dh, dw);
+  const tv_vconv_geometry g = tv_vdw_geometry_of(oh, ow, kh, kw, sh, sw, dh, dw);
   int64_t at[kw];
   tv_vconv_taps(kw, sw, dw, g, at);
   const int64_t planes = n * c;
   const int threads = tv_gemm_parallel((double)planes * oh * ow * kh * kw) ? tv_omp_max_threads() : 1;
   tv_vdw_job job = {x, weights, bias, at, NULL, out, g, c, h, w, oh, ow, kh, kw, sh, sw, dh, pt, pl,
                     g.plane + (sw == 2 ? h * tv_vconv_line(w, pl, g) : 0), planes, tv_vconv_chunks(planes, threads),
-                    has_bias != 0, relu != 0, sw == 1 && dw == 1,
+                    has_bias != 0, relu != 0, tv_vdw_path(kw, sw, dw),
                     {NULL, relu != 0, 0, (int)act, alpha, beta, lo, hi, has_residual ? residual : NULL}};
   job.buffers = (float*)malloc(sizeof(float) * (size_t)(job.chunks * job.each));
   if (job.buffers == NULL) return TV_ERROR_OUT_OF_MEMORY;

@@ -1,0 +1,72 @@
+"""What the lone-layer benchmarks (``conv_layers.py``, ``depthwise_layers.py``) share: their command line,
+the ONNX model of one convolution layer (for ONNX Runtime), and the hand-written C kernels of this
+checkout and of another one side by side in one process (``--against``): the text of the C library
+(``tensorvm/codegen/lib``) with a benchmark's own callers appended, built once from each checkout's
+files."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+LIBRARY_FILES = ["tv_kernel.h", "tv_gemm.h"]
+
+
+def library_text(calls: str, checkout: str | None = None) -> str:
+    """The C library of ``checkout`` (this one when None), instantiated for this host, then ``calls``.
+    ``c_emit`` keeps each file's text once read, so that cache is emptied before and after reading
+    another checkout's (else both texts are this checkout's)."""
+    from tensorvm.codegen import c_emit
+
+    defines = c_emit._rule_defines() + c_emit._product_defines()
+    if checkout is None:
+        return defines + c_emit.library_text(LIBRARY_FILES) + calls
+    own = c_emit.LIBRARY_DIR
+    c_emit.LIBRARY_DIR = Path(checkout) / "tensorvm" / "codegen" / "lib"
+    c_emit._library_file.cache_clear()
+    try:
+        return defines + c_emit.library_text(LIBRARY_FILES) + calls
+    finally:
+        c_emit.LIBRARY_DIR = own
+        c_emit._library_file.cache_clear()
+
+
+def libraries(calls: str, against: str | None) -> dict:
+    """{"here": this checkout's library (a ctypes CDLL), "there": ``against``'s when given}."""
+    from tensorvm.codegen.build import build_library
+
+    built = {"here": build_library(library_text(calls))._cdll}
+    if against:
+        built["there"] = build_library(library_text(calls, against))._cdll
+    return built
+
+
+def layer_arguments(description: str, rounds: int, kernels: str):
+    """The command line of a lone-layer benchmark: --batch, --threads, --rounds, --against (another
+    checkout whose ``kernels`` to time beside this one's)."""
+    import argparse
+
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--batch", type=int, default=1)
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--rounds", type=int, default=rounds)
+    parser.add_argument("--against", help=f"another tensorvm checkout whose {kernels} to time beside this one's")
+    return parser.parse_args()
+
+
+def onnx_conv_layer(c: int, side: int, o: int, k: int, stride: int, groups: int, activation: str, batch: int, rng):
+    """A k x k convolution (padding k // 2, ``groups``) then ``activation`` (an ONNX op: Relu, HardSwish) as an
+    ONNX model, with its weight and bias (random, the weight scaled by 1 / sqrt(its fan-in))."""
+    import numpy as np
+    from onnx import TensorProto, helper, numpy_helper
+
+    weight = (rng.standard_normal((o, c // groups, k, k)) / np.sqrt(k * k * c // groups)).astype(np.float32)
+    bias = rng.standard_normal(o).astype(np.float32)
+    graph = helper.make_graph(
+        [helper.make_node("Conv", ["x", "W", "B"], ["y"], pads=[k // 2] * 4, strides=[stride] * 2, group=groups),
+         helper.make_node(activation, ["y"], ["z"])], "layer",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, c, side, side])],
+        [helper.make_tensor_value_info("z", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(weight, "W"), numpy_helper.from_array(bias, "B")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model, weight, bias
