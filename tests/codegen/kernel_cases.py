@@ -92,6 +92,18 @@ def primitive(case: Case, shapes, dtype, dynamic: bool) -> Function:
     return Function(params, Call(Op(case.op), args, Attrs(case.attrs)), attrs={"Primitive": 1})
 
 
+# ops whose outputs are sums of products of their inputs (their error bound scales with the terms)
+SUMS_OF_PRODUCTS = {"nn.conv2d", "nn.conv2d_packed", "nn.conv2d_transpose", "nn.dense", "nn.dense_packed",
+                    "nn.matmul", "nn.batch_matmul", "onnx.matmul"}
+
+
+def magnitudes(case: Case, arrays) -> list | None:
+    """For a sum-of-products op, the op over the inputs' absolute values: each output's sum of |terms|."""
+    if case.op not in SUMS_OF_PRODUCTS or any(np.asarray(a).dtype.kind != "f" for a in arrays):
+        return None
+    return reference(case, [np.abs(a) for a in arrays])
+
+
 def reference(case: Case, arrays) -> list:
     opdef = get_op(case.op)
     args = [tuple(arrays)] if case.tuple_input else arrays
@@ -101,11 +113,21 @@ def reference(case: Case, arrays) -> list:
     return [np.asarray(r) for r in results]
 
 
-def check_close(out: np.ndarray, ref: np.ndarray, what: str):
+def check_close(out: np.ndarray, ref: np.ndarray, what: str, magnitude: np.ndarray | None = None):
+    """``out`` equals ``ref`` within the dtype's tolerance; for a sum of products, ``magnitude`` (the same
+    sum over the terms' absolute values) widens the absolute tolerance where the terms cancel: two
+    summation orders may differ by a few roundings of the terms, not of the (near zero) sum."""
     assert out.shape == ref.shape, f"{what}: shape {out.shape} != {ref.shape}"
     assert out.dtype == ref.dtype, f"{what}: dtype {out.dtype} != {ref.dtype}"
     if out.dtype.kind == "f":
         rtol, atol = TOLERANCE[out.dtype.name]
+        if magnitude is not None:
+            atol = atol + rtol * np.nan_to_num(magnitude.astype("float64"), nan=0.0)
+            excess = np.abs(out.astype("float64") - ref.astype("float64")) - atol - rtol * np.abs(ref.astype("float64"))
+            same_nan = np.isnan(out) == np.isnan(ref)
+            assert same_nan.all() and not (np.nan_to_num(excess, nan=0.0) > 0).any(), (
+                f"{what}: {int((excess > 0).sum())} elements beyond the tolerance, the worst by {np.nanmax(excess)}")
+            return
         np.testing.assert_allclose(out.astype("float64"), ref.astype("float64"), rtol=rtol, atol=atol,
                                    equal_nan=True, err_msg=what)
     else:
