@@ -65,10 +65,20 @@ from ..runtime.library import (  # noqa: F401 - the runtime's part (loading, thr
     hash_path,
     load_cdll,
     set_num_threads,
+    set_pool_provider,
     untrusted_directory,
     verified_library,
 )
 from ..runtime.library import library_threads as _library_threads
+
+
+def _pool_table() -> int:
+    from .pool import pool_table
+
+    return pool_table()
+
+
+set_pool_provider(_pool_table)  # every library loaded from now on runs on the process's one pool (codegen/pool.py)
 
 __all__ = [
     "CompilerError", "Toolchain", "BuildInfo", "Library", "find_toolchain", "have_compiler", "default_target",
