@@ -21,7 +21,7 @@ output and a hint to use target "python".
 Threads: one budget, ``set_num_threads(n)`` (initially ``$TENSORVM_NUM_THREADS``, else the first value
 of ``$OMP_NUM_THREADS``, else the cores this process may run on, ``os.sched_getaffinity``), shared by the
 kernels' parallel loops (in a shared library the generated loops, the softmax, the products and the
-convolutions all run on the library's pool, ``lib/tv_team.h``; a few hand-written library regions, im2col,
+convolutions all run on the process's one pool, ``lib/tv_team.h`` and ``codegen/pool.py``; a few hand-written library regions, im2col,
 sort/scan and NMS, and the static AOT form still use OpenMP) and the host BLAS: NumPy's OpenBLAS gets the same count, and a kernel that calls
 BLAS inside its own parallel split calls it single-threaded (``c_emit``), so no second pool competes
 for the cores. Idle OpenMP threads spin briefly, then sleep (``GOMP_SPINCOUNT=20000`` is set before the OpenMP
