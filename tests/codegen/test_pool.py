@@ -174,6 +174,14 @@ def test_pool_timings_are_measured_once_and_read_from_the_cache(tmp_path, monkey
 
 
 @needs_pool
+def test_the_pool_spins_as_the_host_rule_says():
+    pool.pool_table()
+    spin = pool.process_pool().tv_pool_spin_ns
+    spin.restype, spin.argtypes = ctypes.c_int64, []
+    assert spin() == kernel_rules(hostmod.host()).team_spin_ns > 0
+
+
+@needs_pool
 def test_the_detected_host_carries_the_pool_timings():
     detected = hostmod.detect_host()
     timings = pool.pool_timings(detected.key)

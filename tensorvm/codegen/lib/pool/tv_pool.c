@@ -22,6 +22,9 @@ static const tv_team_pool tv_pool_table = {tv_team_run_here, tv_team_stats_here,
 
 const void* tv_pool(void) { return &tv_pool_table; }
 
+/* How long the pool's idle workers spin now (ns; 0: TV_TEAM_SPIN_NS). */
+int64_t tv_pool_spin_ns(void) { return TV_TEAM_LOAD(&tv_team.spin_ns); }
+
 typedef struct {
   int64_t chunks;
   int64_t arrived;
