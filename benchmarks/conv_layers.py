@@ -72,6 +72,26 @@ def _onnx_layer(c: int, side: int, o: int, stride: int, batch, rng):
     return model, weight, bias
 
 
+def library_source(library_dir=None) -> str:
+    """The C text of this benchmark's library (the packed kernel, the copy's timer), from the C library
+    files of ``library_dir`` (another checkout's ``tensorvm/codegen/lib``) when given. ``c_emit`` caches
+    the files by name: the cache is emptied around the switch, else the other checkout's kernel would be
+    this one's (and their ratio 1 whatever they are)."""
+    from tensorvm.codegen import c_emit
+
+    own = c_emit.LIBRARY_DIR
+    if library_dir is not None:
+        c_emit.LIBRARY_DIR = Path(library_dir)
+        c_emit._library_file.cache_clear()
+    try:
+        return (c_emit._rule_defines() + c_emit._product_defines()
+                + c_emit.library_text(["tv_kernel.h", "tv_gemm.h"]) + _COPY + _CALL)
+    finally:
+        if library_dir is not None:
+            c_emit.LIBRARY_DIR = own
+            c_emit._library_file.cache_clear()
+
+
 def _kernel_call(kernel, dims, x, packed, bias, out):
     return lambda: kernel(dims.ctypes.data, x.ctypes.data, packed.ctypes.data, bias.ctypes.data, out.ctypes.data)
 
@@ -87,28 +107,18 @@ def main() -> int:
     import onnxruntime as ort
 
     import tensorvm as tv
-    from tensorvm.codegen import c_emit
     from tensorvm.codegen.build import build_library
     from tensorvm.op.nn import pack_conv_weight
 
     tv.set_num_threads(args.threads)
-
-    def library():
-        return build_library(c_emit._rule_defines() + c_emit._product_defines()
-                             + c_emit.library_text(["tv_kernel.h", "tv_gemm.h"]) + _COPY + _CALL)._cdll
-
-    here = library()
+    here = build_library(library_source())._cdll
     copy = here.tv_bench_block_copy
     copy.argtypes = [ctypes.c_int64] * 7 + [ctypes.c_void_p, ctypes.c_int64]
     copy.restype = ctypes.c_double
     kernels = {}
     if args.against:
-        own = c_emit.LIBRARY_DIR
-        c_emit.LIBRARY_DIR = Path(args.against) / "tensorvm" / "codegen" / "lib"
-        try:
-            kernels = {"kernel here": here.tv_bench_packed, "kernel there": library().tv_bench_packed}
-        finally:
-            c_emit.LIBRARY_DIR = own
+        there = build_library(library_source(Path(args.against) / "tensorvm" / "codegen" / "lib"))._cdll
+        kernels = {"kernel here": here.tv_bench_packed, "kernel there": there.tv_bench_packed}
         for kernel in kernels.values():
             kernel.argtypes = [ctypes.c_void_p] * 5
     options = ort.SessionOptions()

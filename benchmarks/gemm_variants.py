@@ -7,6 +7,7 @@ products.
     .venv/bin/python benchmarks/gemm_variants.py               # 1 thread
     .venv/bin/python benchmarks/gemm_variants.py --threads 2
     .venv/bin/python benchmarks/gemm_variants.py --quick
+    .venv/bin/python benchmarks/gemm_variants.py --encoders --threads 2   # the corpus encoders' shapes
 
 Times are medians over rounds in which every variant runs once (interleaved), in microseconds; GFLOP/s
 in brackets. The last column is what ``tensorvm.codegen.calibrate`` picks between this host's packed product
@@ -30,12 +31,16 @@ SHAPES = [  # (label, m, n, k)
     ("mlp-b64 784-512", 64, 512, 784), ("mlp-b64 512-512", 64, 512, 512), ("mlp-b64 512-10", 64, 10, 512),
     ("cnn conv 32x288", 32, 1024, 288), ("cnn fc 64x3136", 1, 128, 3136),
 ]
+# The corpus's encoders (hidden 256, feed-forward 1024) at 128 and 256 token rows (batch 1 x 128, 4 x 64)
+ENCODER_SHAPES = [(f"enc-{m} {label}", m, n, k) for m in (128, 256)
+                  for label, n, k in (("qkv/out", 256, 256), ("ffn1", 1024, 256), ("ffn2", 256, 1024))]
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--encoders", action="store_true", help="the corpus encoders' shapes instead")
     args = parser.parse_args()
     for name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "TENSORVM_NUM_THREADS"):
         os.environ[name] = str(args.threads)
@@ -132,7 +137,7 @@ def main():
         print(f"{label:<18} {m:>4} {n:>5} {k:>5}  " + "".join(f"{c:>21}" for c in cells[:-1]) + cells[-1])
 
 
-    for shape in SHAPES:
+    for shape in ENCODER_SHAPES if args.encoders else SHAPES:
         row(*shape)
 
 if __name__ == "__main__":

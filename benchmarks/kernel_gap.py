@@ -1,4 +1,4 @@
-"""Where a corpus CNN loses time against ONNX Runtime, kernel by kernel: tensorvm's VM profile and ONNX
+"""Where a corpus model loses time against ONNX Runtime, kernel by kernel: tensorvm's VM profile and ONNX
 Runtime's node profile of the same model and input in one process, each kernel's best over several
 rounds, matched by (first input shape, output shape) (a fused group and the ONNX nodes it replaces read
 and write the same arrays; ONNX Runtime's layout reorders are reported apart). Rows are ranked by the time
@@ -7,6 +7,10 @@ profile. On a shared machine only the ranking and the ratios mean anything.
 
     .venv/bin/python benchmarks/kernel_gap.py mobilenetv3 --batch 8 --rounds 10
     .venv/bin/python benchmarks/kernel_gap.py resnet18 --threads 2
+    .venv/bin/python benchmarks/kernel_gap.py distilbert --batch 4 --tokens 64 --threads 2
+
+The CNNs take ``--batch`` images; the encoders (distilbert, roberta, t5-encoder) ``--batch`` rows of
+``--tokens`` tokens with the corpus's padding mask.
 
 The ONNX files are the corpus's exports in the benchmark cache (``benchmarks/run.py`` makes them).
 """
@@ -26,6 +30,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 from compile_time import SHAPES, find_onnx  # noqa: E402
+from models.text import ENCODERS  # noqa: E402
 
 _REORDERS = ("ReorderInput", "ReorderOutput")
 
@@ -34,11 +39,11 @@ def _shapes(text: str) -> list:
     return [tuple(int(d) for d in dims.split(",")) if dims.strip() else () for dims in re.findall(r"\[([^\]]*)\]", text)]
 
 
-def tensorvm_kernels(vm, x, rounds: int) -> dict:
+def tensorvm_kernels(vm, inputs: list, rounds: int) -> dict:
     """{kernel name: (calls, best total us, (first input shape, output shape) or None)}."""
     best: dict = {}
     for _ in range(rounds):
-        for row in vm.profile("main", x, warmup=1).rows:
+        for row in vm.profile("main", *inputs, warmup=1).rows:
             shapes = _shapes(str(row.arg_shapes[0])) if row.arg_shapes else []
             key = (shapes[0], shapes[-1]) if row.kind == "kernel" and len(shapes) >= 2 else None
             previous = best.get(row.name)
@@ -47,7 +52,7 @@ def tensorvm_kernels(vm, x, rounds: int) -> dict:
     return best
 
 
-def onnxruntime_nodes(path, x, input_name: str, threads: int, rounds: int) -> tuple[dict, dict]:
+def onnxruntime_nodes(path, feeds: dict, threads: int, rounds: int) -> tuple[dict, dict]:
     """({(first input shape, output shape): best us summed over the nodes}, {op type: best us})."""
     import onnxruntime as ort
 
@@ -57,7 +62,7 @@ def onnxruntime_nodes(path, x, input_name: str, threads: int, rounds: int) -> tu
     options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
     for _ in range(rounds + 1):
-        session.run(None, {input_name: x})
+        session.run(None, feeds)
     with open(session.end_profiling()) as f:
         events = [e for e in json.load(f) if e.get("cat") == "Node" and e["name"].endswith("_kernel_time")]
     times, meta = defaultdict(list), {}
@@ -77,10 +82,26 @@ def onnxruntime_nodes(path, x, input_name: str, threads: int, rounds: int) -> tu
     return by_shape, by_op
 
 
+def model_feeds(model: str, batch: int, tokens: int) -> tuple[dict, dict]:
+    """The import's shapes and the inputs of one call (an encoder: ``batch`` rows of ``tokens`` ids and the
+    corpus's padding mask; a CNN: ``batch`` random images)."""
+    if model in ENCODERS:
+        from models.corpus import padding_mask, token_ids
+
+        vocab = ENCODERS[model][3]
+        return ({"input_ids": [None, None], "attention_mask": [None, None]},
+                {"input_ids": token_ids(model, batch, tokens, vocab - 3) + 3,
+                 "attention_mask": padding_mask(batch, tokens)})
+    (name, dims), = SHAPES[model].items()
+    x = np.random.default_rng(0).standard_normal([batch if d is None else d for d in dims]).astype(np.float32)
+    return SHAPES[model], {name: x}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("model", nargs="?", default="mobilenetv3", choices=sorted(SHAPES))
+    parser.add_argument("model", nargs="?", default="mobilenetv3", choices=sorted(SHAPES) + sorted(ENCODERS))
     parser.add_argument("--batch", type=int, default=1)
+    parser.add_argument("--tokens", type=int, default=64, help="tokens per row (the encoders)")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--rounds", type=int, default=8)
     parser.add_argument("--rows", type=int, default=25)
@@ -96,13 +117,11 @@ def main() -> int:
     import tensorvm as tv
 
     tv.set_num_threads(args.threads)
-    shape = SHAPES[args.model]
-    (input_name, dims), = shape.items()
-    x = np.random.default_rng(0).standard_normal([args.batch if d is None else d for d in dims]).astype(np.float32)
+    shape, feeds = model_feeds(args.model, args.batch, args.tokens)
     mod, params = import_from_onnx(path, shape=shape)
     vm = tv.vm.VirtualMachine(tv.vm.compile(mod, target="c", params=params))
-    kernels = tensorvm_kernels(vm, x, args.rounds)
-    peer, ops = onnxruntime_nodes(path, x, input_name, args.threads, args.rounds)
+    kernels = tensorvm_kernels(vm, [feeds[p.name_hint] for p in mod["main"].params], args.rounds)
+    peer, ops = onnxruntime_nodes(path, feeds, args.threads, args.rounds)
 
     groups: dict = defaultdict(lambda: [0.0, 0, []])
     for name, (calls, us, key) in kernels.items():
@@ -113,7 +132,7 @@ def main() -> int:
     rows = sorted(((us, peer.get(key), key, names) for key, (us, _, names) in groups.items()),
                   key=lambda r: -(r[0] - (r[1] or 0.0)))
     total, reorders = sum(us for _, us, _ in kernels.values()), sum(ops.get(op, 0.0) for op in _REORDERS)
-    print(f"{args.model}, batch {args.batch}, {args.threads} thread(s), best of {args.rounds}: tensorvm kernels "
+    print(f"{args.model}, batch {args.batch}{f' x {args.tokens} tokens' if args.model in ENCODERS else ''}, {args.threads} thread(s), best of {args.rounds}: tensorvm kernels "
           f"{total:,.0f} us, ONNX Runtime nodes {sum(ops.values()):,.0f} us (its reorders {reorders:,.0f})")
     print(f"{'tensorvm kernels (same input and output shapes)':60s} {'tensorvm':>9s} {'peer':>9s} {'lost':>9s}  shapes")
     for us, peer_us, key, names in rows[:args.rows]:

@@ -13,6 +13,13 @@ tensorvm and ONNX Runtime calls are interleaved, round after round, and the medi
 with the ratio tensorvm / ONNX Runtime (the machine may be shared: medians of interleaved rounds, not
 minima of back-to-back runs). Outputs are checked against ONNX Runtime. ``--profile`` prints the VM
 profiler's table of one call per shape instead.
+
+The LSTM's rows also give µs per token against **the floor**: one bare ``1x512 . 512x2048`` product (the
+recurrent ``h W_hh^T`` every token must do), the fastest of NumPy's BLAS and tensorvm's dense kernel
+(``floors.dense_floor_runs``), timed in the same rounds. The runtime column names the exec mode that ran
+(exec mode "compiled" on target c is native mode). At 1 thread the same ratios are also given in CPU time of
+the process, which a shared machine's time slicing does not inflate (at 2 threads it would count the
+pool's spinning workers, so it is not shown there).
 """
 
 from __future__ import annotations
@@ -30,6 +37,7 @@ import warnings
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+HERE = Path(__file__).resolve().parent
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "TENSORVM_NUM_THREADS")
 GRU_INPUT, GRU_HIDDEN = 64, 128
 LSTM_INPUT, LSTM_HIDDEN = 256, 512
@@ -86,6 +94,9 @@ def worker(args) -> None:
 
     import tensorvm as tv
 
+    sys.path.insert(0, str(HERE))
+    from floors import dense_floor_runs
+
     rows = []
     for kind in args.models:
         path = Path(args.artifacts) / f"{kind}.onnx"
@@ -93,6 +104,7 @@ def worker(args) -> None:
         mod, params = tv.frontend.from_onnx(onnx.load(str(path)))
         exe = tv.vm.compile(mod, target="c", params=params or None, exec_mode=args.exec_mode)
         compile_s = time.perf_counter() - start
+        ran = exe.exec_mode  # what runs: exec mode "compiled" is native mode on target c
         vm = tv.vm.VirtualMachine(exe)
         options = ort.SessionOptions()
         options.intra_op_num_threads = args.threads
@@ -113,13 +125,27 @@ def worker(args) -> None:
             run_tv = functools.partial(vm.invoke, "main", x)
             run_ort = functools.partial(session.run, None, {"x": x})
             calls = max(1, int(0.05 / max(_time_once(run_ort), 1e-6)))  # about 50 ms of ORT per round
-            tv_times, ort_times = [], []
+            floors = dense_floor_runs(4 * LSTM_HIDDEN, LSTM_HIDDEN, "floor") if kind == "lstm" else {}
+            floor_calls = calls * seq  # about as long as a round of the model
+            tv_times, ort_times, floor_times = [], [], {name: [] for name in floors}
             for _ in range(args.rounds):
                 tv_times.append(_time_calls(run_tv, calls))
                 ort_times.append(_time_calls(run_ort, calls))
-            tv_ms, ort_ms = statistics.median(tv_times) * 1e3, statistics.median(ort_times) * 1e3
-            rows.append({"model": kind, "batch": batch, "seq": seq, "threads": args.threads, "tensorvm_ms": tv_ms,
-                         "ort_ms": ort_ms, "ratio": tv_ms / ort_ms, "max_abs_err": err, "compile_s": compile_s})
+                for name, fn in floors.items():
+                    floor_times[name].append(_time_calls(fn, floor_calls))
+            tv_ms, ort_ms = (statistics.median(t[0] for t in ts) * 1e3 for ts in (tv_times, ort_times))
+            row = {"model": kind, "batch": batch, "seq": seq, "threads": args.threads, "runtime": f"VM {ran}",
+                   "tensorvm_ms": tv_ms, "ort_ms": ort_ms, "ratio": tv_ms / ort_ms, "max_abs_err": err,
+                   "compile_s": compile_s}
+            if floors:
+                medians = {name: statistics.median(t[0] for t in ts) * 1e6 for name, ts in floor_times.items()}
+                best = min(medians, key=medians.get)
+                row.update(floor_us=medians[best], floor_kernel=best.removeprefix("floor "))
+                if args.threads == 1:  # CPU time: what a loaded machine's time slicing does not inflate
+                    row["cpu_us"] = {what: statistics.median(t[1] for t in ts) * 1e6 / units for what, ts, units in
+                                     (("tensorvm", tv_times, seq), ("ort", ort_times, seq),
+                                      ("floor", floor_times[best], 1))}
+            rows.append(row)
     if not args.profile:
         print(json.dumps(rows))
 
@@ -131,11 +157,12 @@ def _time_once(fn) -> float:
     return time.perf_counter() - start
 
 
-def _time_calls(fn, calls: int) -> float:
-    start = time.perf_counter()
+def _time_calls(fn, calls: int) -> tuple[float, float]:
+    """Seconds per call: wall time, and CPU time of the process (all its threads)."""
+    start, cpu = time.perf_counter(), time.process_time()
     for _ in range(calls):
         fn()
-    return (time.perf_counter() - start) / calls
+    return (time.perf_counter() - start) / calls, (time.process_time() - cpu) / calls
 
 
 def main() -> None:
@@ -170,11 +197,22 @@ def main() -> None:
             if not args.profile:
                 rows += json.loads(out.stdout.strip().splitlines()[-1])
     if rows:
-        print(f"{'model':6} {'batch':>5} {'seq':>5} {'thr':>3} {'tensorvm ms':>12} {'ORT ms':>9} {'ratio':>6} "
+        print(f"{'model':6} {'batch':>5} {'seq':>5} {'thr':>3} {'tensorvm':>11} {'ms':>9} {'ORT ms':>9} {'ratio':>6} "
               f"{'max err':>8} {'compile s':>9}")
         for r in rows:
-            print(f"{r['model']:6} {r['batch']:5} {r['seq']:5} {r['threads']:3} {r['tensorvm_ms']:12.3f} "
-                  f"{r['ort_ms']:9.3f} {r['ratio']:6.2f} {r['max_abs_err']:8.1e} {r['compile_s']:9.1f}")
+            print(f"{r['model']:6} {r['batch']:5} {r['seq']:5} {r['threads']:3} {r['runtime']:>11} "
+                  f"{r['tensorvm_ms']:9.3f} {r['ort_ms']:9.3f} {r['ratio']:6.2f} {r['max_abs_err']:8.1e} "
+                  f"{r['compile_s']:9.1f}")
+        for r in (r for r in rows if "floor_us" in r):
+            token = r["tensorvm_ms"] * 1e3 / r["seq"]
+            print(f"{r['model']} seq {r['seq']}, {r['threads']} thread(s): {token:.1f} us per token = "
+                  f"{token / r['floor_us']:.2f}x the floor ({r['floor_us']:.1f} us, one bare 1x{LSTM_HIDDEN} . "
+                  f"{LSTM_HIDDEN}x{4 * LSTM_HIDDEN} product, {r['floor_kernel']}); ONNX Runtime "
+                  f"{r['ort_ms'] * 1e3 / r['seq']:.1f} us per token")
+            if "cpu_us" in r:
+                cpu = r["cpu_us"]
+                print(f"    CPU time: {cpu['tensorvm']:.1f} us per token = {cpu['tensorvm'] / cpu['floor']:.2f}x the floor "
+                      f"({cpu['floor']:.1f} us), {cpu['tensorvm'] / cpu['ort']:.2f}x ONNX Runtime ({cpu['ort']:.1f} us)")
 
 
 if __name__ == "__main__":

@@ -175,13 +175,14 @@ def run_group(group, threads: int, first_pass: bool, settings: Settings, scratch
             continue
         entry["setup_wall_s"] = time.perf_counter() - started
         entry["info"] = reply["info"]
+        entry["label"] = spec.label_for(reply["info"])
         entry["rss_start_mb"], entry["rss_setup_mb"] = reply["rss_start_mb"], reply["rss_setup_mb"]
         workers[spec.key] = worker
         info = reply["info"]
         compile_note = ""
         if "compile_cold_s" in info:
             compile_note = f", compile {info['compile_cold_s']:.2f} s ({info.get('target')})"
-        _say(f"    {spec.label}: ready in {entry['setup_wall_s']:.1f} s{compile_note}")
+        _say(f"    {entry['label']}: ready in {entry['setup_wall_s']:.1f} s{compile_note}")
 
     for case in group.cases:
         _run_case(group, case, workers, result, settings, scratch, threads)
@@ -219,6 +220,7 @@ def _run_case(group, case, workers: dict, result: dict, settings: Settings, scra
             first_call[key] = reply["seconds"]
             if reply.get("info"):  # the worker fell back to another target
                 runtimes[key]["info"] = reply["info"]
+                runtimes[key]["label"] = next(s for s in group.runtimes if s.key == key).label_for(reply["info"])
                 _say(f"    {runtimes[key]['label']}: {reply['info'].get('fallback')}")
         except harness.WorkerError as err:
             _fail(runtimes[key], err, case)

@@ -3,8 +3,11 @@ with busy background processes, and the VM profiler's per-kernel time at 1 and 2
 
     .venv/bin/python benchmarks/threads_profile.py mobilenetv3 [--rounds 20] [--load 1] [--profile]
     .venv/bin/python benchmarks/threads_profile.py bert-small --tokens 128
+    .venv/bin/python benchmarks/threads_profile.py distilbert --batch 4 --tokens 64 --profile
 
-Batch 1 (the CNNs: static 224x224 input; ``bert-small``: the suite's export, ``--tokens`` tokens). The two
+Batch 1 (the CNNs: static 224x224 input; ``bert-small``: the suite's export, ``--tokens`` tokens); the
+corpus's encoders (distilbert, roberta, t5-encoder) take ``--batch`` rows of ``--tokens`` tokens and the
+corpus's padding mask. The two
 runtimes are timed interleaved (rounds of two calls, the order alternating); medians in microseconds
 and the ratio tensorvm / ONNX Runtime. ``--profile`` prints the kernels whose time changes most between
 1 and 2 threads (medians of 5 profiles): a kernel much slower at 2 threads waits for a thread. The ONNX
@@ -26,9 +29,11 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 from compile_time import SHAPES, find_onnx  # noqa: E402
+from kernel_gap import model_feeds  # noqa: E402
+from models.text import ENCODERS  # noqa: E402
 
 
-def _model(key: str, tokens: int):
+def _model(key: str, tokens: int, batch: int):
     from models.common import import_from_onnx
 
     if key == "bert-small":
@@ -43,6 +48,10 @@ def _model(key: str, tokens: int):
     path = find_onnx(key, None)
     if path is None:
         raise SystemExit(f"no ONNX export of {key}: run benchmarks/run.py --models {key} first")
+    if key in ENCODERS:
+        shape, feeds = model_feeds(key, batch, tokens)
+        mod, params = import_from_onnx(path, shape=shape)
+        return path, mod, params, feeds
     dims = [1 if d is None else d for d in SHAPES[key]["images"]]
     mod, params = import_from_onnx(path, shape=SHAPES[key])
     return path, mod, params, {"images": np.random.default_rng(0).standard_normal(dims).astype(np.float32)}
@@ -50,9 +59,10 @@ def _model(key: str, tokens: int):
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("model", choices=sorted(SHAPES) + ["bert-small"])
+    parser.add_argument("model", choices=sorted(SHAPES) + ["bert-small"] + sorted(ENCODERS))
     parser.add_argument("--rounds", type=int, default=20)
     parser.add_argument("--tokens", type=int, default=128)
+    parser.add_argument("--batch", type=int, default=1, help="rows of tokens (the corpus's encoders)")
     parser.add_argument("--load", type=int, default=0, help="busy background processes while timing")
     parser.add_argument("--profile", action="store_true")
     args = parser.parse_args()
@@ -61,7 +71,7 @@ def main() -> int:
 
     import tensorvm as tv
 
-    path, mod, params, feeds = _model(args.model, args.tokens)
+    path, mod, params, feeds = _model(args.model, args.tokens, args.batch)
     vm = tv.vm.VirtualMachine(tv.vm.compile(mod, target="c", params=params))
     inputs = [feeds[p.name_hint] for p in mod["main"].params]
     sessions = {}

@@ -249,3 +249,22 @@ def test_corpus_models_are_listed_and_selectable():
             assert math.isfinite(grp.budget_s) and len(grp.cases) >= 2
     assert "tvm-native" in {r.key for r in next(g for g in models.groups() if g.key == "gru").runtimes}
     assert os.path.basename(run.__file__) == "run.py"
+
+
+def test_conv_layers_builds_the_other_checkouts_kernel_from_its_files(tmp_path):
+    """``conv_layers.py --against`` times another checkout's packed kernel: its library text comes from
+    that checkout's files, not from the C library files already read (c_emit caches them by name: the
+    "other" kernel had been this one's, their ratio 1 whatever the change)."""
+    import shutil
+
+    import conv_layers
+
+    from tensorvm.codegen import c_emit
+
+    here = conv_layers.library_source()
+    other = tmp_path / "lib"
+    shutil.copytree(c_emit.LIBRARY_DIR, other)
+    marker = "/* another checkout's packed convolution */\n"
+    (other / "tv_vconv.h").write_text(marker + (other / "tv_vconv.h").read_text())
+    assert marker in conv_layers.library_source(other)
+    assert marker not in here and conv_layers.library_source() == here

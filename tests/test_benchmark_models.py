@@ -222,3 +222,41 @@ def test_cpu_time_is_read_from_a_live_process_and_not_from_a_gone_one():
         child.kill()
         child.wait()
     assert harness._cpu_ns(child.pid) is None  # gone: no CPU time to read
+
+
+@pytest.mark.parametrize("target, ran", [("c", "native"), ("python", "compiled")])
+def test_the_vm_compiled_row_is_named_for_the_exec_mode_that_ran(target, ran):
+    """Exec mode "compiled" is native mode on target c: the one row says "native" there and "compiled" on
+    target python (a fall back), and the recurrent models list no second row for native mode."""
+    from models.common import RuntimeSpec, TensorVMRunner
+
+    weights = lstm.make_weights(8, 6, seed=1)
+    runner = TensorVMRunner(lambda: lstm.build_ir(8, 6, weights), lambda case, mod: [], exec_mode="compiled",
+                            targets=(target,), compile_twice=False)
+    info = runner.setup()
+    assert (info["target"], info["exec_mode"]) == (target, ran)
+    spec = RuntimeSpec("tvm-ir-vm-compiled", "tensorvm IR · VM compiled", "tensorvm", lambda grp, ctx: runner)
+    assert spec.label_for(info) == f"tensorvm IR · VM {ran}"
+    assert RuntimeSpec("ort", "ONNX Runtime", "peer", spec.make).label_for(info) == "ONNX Runtime"
+    for module in (lstm, treelstm):
+        labels = [r.label for r in module.group().runtimes]
+        assert "tensorvm IR · VM compiled" in labels and "tensorvm IR · VM native" not in labels
+
+
+@pytest.mark.parametrize("isa", [None, "portable"])
+def test_the_interleave_experiment_builds_and_its_fused_pass_matches_the_separate_one(tmp_path, isa):
+    """benchmarks/lstm_interleave.c (warning-clean) checks the fused pass's final h against tensorvm's order
+    before it times anything: short sequences, a partial last block and one token, at the host's instance
+    and the 16-byte one (the 64-byte one builds in about 30 s of CPU here: run by hand)."""
+    import subprocess
+
+    import lstm_interleave
+
+    from tensorvm.codegen import host
+
+    params = host.gemm_params(host.isa_host(isa) if isa else None)
+    exe = lstm_interleave.build(tmp_path, params)
+    for tokens in (1, 7, 2 * max(1, params.mr - 2) + 3):
+        done = subprocess.run([str(exe), str(tokens), "1", "20", "24"], capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr
+        assert f"T={tokens} I=20 H=24" in done.stdout

@@ -45,6 +45,14 @@ class RuntimeSpec:
     family: str  # TENSORVM or PEER
     make: Callable
 
+    def label_for(self, info: dict) -> str:
+        """The row's name for what ran: a VM in exec mode "compiled" on target "c" ran native mode
+        (``info["exec_mode"]``, set by ``TensorVMRunner``), so its row says "native"; after a fall back
+        to target "python" it says "compiled"."""
+        if info.get("exec_mode") == "native" and self.label.endswith(" compiled"):
+            return self.label.removesuffix(" compiled") + " native"
+        return self.label
+
 
 @dataclass(frozen=True)
 class ModelGroup:
@@ -222,6 +230,8 @@ class TensorVMRunner:
             info["compile_cached_s"] = time.perf_counter() - start
         if notes:
             info["fallback"] = "; ".join(notes)
+        if self.executor == "vm":  # what ran: exec mode "compiled" is native mode on target c
+            info["exec_mode"] = built.exec_mode
         self.info = info
         if self.executor == "vm":
             import tensorvm as tv
@@ -245,6 +255,8 @@ class TensorVMRunner:
         note = f"target {current} failed at run time: {_short(err)}"
         self.info["fallback"] = "; ".join(filter(None, [self.info.get("fallback"), note]))
         self.info["target"] = target
+        if self.executor == "vm":
+            self.info["exec_mode"] = built.exec_mode
         self.info["runtime_fallback"] = True
         if self.executor == "vm":
             import tensorvm as tv

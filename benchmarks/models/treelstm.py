@@ -178,15 +178,13 @@ def group(input_size: int = INPUT_SIZE, hidden_size: int = HIDDEN_SIZE, num_tree
     def torch_args(case, torch):
         return [(torch_tree(torch, t),) for t in trees()]
 
-    def ir_runner(exec_mode):
-        targets = ("c",) if exec_mode == "native" else ("c", "python")  # (native mode: VM functions as C)
+    def ir_runner(exec_mode):  # exec mode "compiled" runs native mode on target c (the row says which ran)
         return lambda grp, ctx: TensorVMRunner(lambda: build_ir(input_size, hidden_size, weights()), tvm_args,
-                                               exec_mode=exec_mode, targets=targets)
+                                               exec_mode=exec_mode)
 
     runtimes = (
         RuntimeSpec("tvm-ir-vm", "tensorvm IR · VM", TENSORVM, ir_runner("bytecode")),
         RuntimeSpec("tvm-ir-vm-compiled", "tensorvm IR · VM compiled", TENSORVM, ir_runner("compiled")),
-        RuntimeSpec("tvm-ir-vm-native", "tensorvm IR · VM native", TENSORVM, ir_runner("native")),
         RuntimeSpec("torch", "PyTorch eager (recursive)", PEER,
                     lambda grp, ctx: TorchRunner(lambda torch: torch_tree_lstm(torch, weights()), torch_args,
                                                  ctx["threads"])),

@@ -15,6 +15,7 @@ from tensorvm import op
 from tensorvm.codegen import blas, build, c_emit
 from tensorvm.codegen.c_emit import prelude
 from tensorvm.codegen.fused import build_fused_module, lower_primitive
+from tensorvm.codegen.host import kernel_rules
 from tensorvm.codegen.loop_ir import find_dispatch
 from tensorvm.codegen.strategy import gemm_min_work
 from tensorvm.ir.expr import Function, Let, Tuple, Var, const
@@ -196,23 +197,40 @@ int32_t tv_test_strided(const int64_t* d, const float* a, const float* b, float*
 """
 
 
-def test_strided_product_takes_any_view_with_a_unit_stride(kernel_threads):
-    """``tv_gemm_strided_f32`` called directly on NumPy views (strides in elements): transposed and
-    row-strided operands, a result written with a leading dimension, single rows and columns whose
-    other stride is arbitrary; a matrix with no unit stride is refused with its error code."""
+@pytest.fixture(scope="module")
+def strided():
+    """``strided(a, b, c, alpha)``: ``tv_gemm_strided_f32`` on NumPy views a (outer, inner, m, k), b (outer,
+    inner, k, n) and c (outer, inner, m, n) (strides in elements); ``strided.stats()``: the library
+    pool's (jobs, chunks the callers ran, chunks the workers ran, workers)."""
     library = build.build_library([(prelude() + _STRIDED_CALLER, ())])
     function = library._cdll.tv_test_strided
     function.restype = ctypes.c_int32
     function.argtypes = [ctypes.c_void_p] * 4 + [ctypes.c_float]
-    rng = np.random.default_rng(11)
+    pool = library._cdll.tv_team_stats
+    pool.argtypes, pool.restype = [ctypes.c_void_p], ctypes.c_int32
 
-    def run(a, b, c, alpha=1.0):  # a (outer, inner, m, k), b (outer, inner, k, n), c (outer, inner, m, n): views
+    def run(a, b, c, alpha=1.0):
         steps = [[s // 4 for s in v.strides] for v in (a, b, c)]
         dims = np.array([*a.shape[:3], b.shape[3], a.shape[3], *steps[0], *steps[1], *steps[2]], np.int64)
         bases = [v.base if v.base is not None else v for v in (a, b, c)]
         offsets = [v.__array_interface__["data"][0] - base.__array_interface__["data"][0] for v, base in zip((a, b, c), bases)]
         return function(dims.ctypes.data, *(base.ctypes.data + off for base, off in zip(bases, offsets)), alpha)
 
+    def stats() -> np.ndarray:
+        out = np.zeros(4, np.int64)
+        assert pool(out.ctypes.data) == 0
+        return out
+
+    run.stats = stats
+    return run
+
+
+def test_strided_product_takes_any_view_with_a_unit_stride(strided, kernel_threads):
+    """``tv_gemm_strided_f32`` called directly on NumPy views (strides in elements): transposed and
+    row-strided operands, a result written with a leading dimension, single rows and columns whose
+    other stride is arbitrary; a matrix with no unit stride is refused with its error code."""
+    run = strided
+    rng = np.random.default_rng(11)
     for threads in (1, 2):
         kernel_threads(threads)
         for m, n, k in ((20, 30, 16), (1, 40, 8), (30, 1, 8), (24, 24, 1)):
@@ -227,6 +245,41 @@ def test_strided_product_takes_any_view_with_a_unit_stride(kernel_threads):
     square = rng.standard_normal((1, 1, 8, 8)).astype(np.float32)
     no_unit = square[:, :, ::2, ::2]
     assert run(no_unit, no_unit, np.zeros((1, 1, 4, 4), np.float32)) == c_emit.ERROR_STRIDES
+
+
+@pytest.mark.parametrize("outer, inner, m, n, k", [
+    (4, 4, 64, 64, 32),   # attention scores of 4 sequences x 4 heads: by entries, 4 shares per thread
+    (1, 6, 40, 48, 40),   # 6 heads: by entries (a multiple of 2 and 3 threads; one entry a share at 3)
+    (5, 1, 33, 72, 50),   # 5 entries: fewer than 4 per thread and not a multiple: by rows or columns
+    (3, 3, 17, 40, 130),  # 9 entries: by entries at 2 threads, odd shares; rows / columns at 3 and 4
+    (1, 1, 300, 45, 40),  # one product: by rows
+    (1, 2, 9, 600, 40),   # two products of few rows: by entries at 2 threads, by columns at 3
+])
+def test_batched_product_shares_match_numpy_at_every_thread_count(outer, inner, m, n, k, strided, kernel_threads):
+    """A batched product above the parallel threshold, read transposed and written transposed in place
+    (the attention's layout), at 1 to 4 threads against NumPy. A batch of at least 4 entries per thread,
+    or a multiple of the threads, runs as min(entries, 4 x threads) shares of whole entries (so a worker
+    that starts late leaves the caller little); else one share of rows or columns per thread. The
+    pool's counts say how many shares ran."""
+    rng = np.random.default_rng(outer * 100 + inner)
+    a = rng.standard_normal((outer, m, inner, k)).astype(np.float32).transpose(0, 2, 1, 3)
+    b = rng.standard_normal((outer, inner, n, k)).astype(np.float32).transpose(0, 1, 3, 2)
+    want = a.astype(np.float64) @ b.astype(np.float64)
+    parallel = outer * inner * m * n * k >= kernel_rules().parallel_work  # (else one thread: no job)
+    for threads in (1, 2, 3, 4):
+        kernel_threads(threads)
+        out = np.full((outer, m, inner, n), np.nan, np.float32)
+        before = strided.stats()
+        assert strided(a, b, out.transpose(0, 2, 1, 3)) == 0
+        _close(out.transpose(0, 2, 1, 3), want)
+        jobs, caller, worker, _ = strided.stats() - before
+        batch = outer * inner
+        by_entries = batch >= 4 * threads or (batch >= threads and batch % threads == 0)
+        shares = min(batch, 4 * threads) if by_entries else threads
+        if threads == 1 or not parallel:
+            assert jobs == 0
+        else:  # (a product class calibrated on this call runs both variants twice: four jobs)
+            assert jobs in (1, 4) and caller + worker == jobs * shares, (threads, batch, jobs, caller, worker)
 
 
 def test_zero_sized_reduction_gives_zeros_and_empty_rows_nothing():

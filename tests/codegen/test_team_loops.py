@@ -131,6 +131,32 @@ def test_big_loop_is_one_pool_job_of_several_chunks(threads):
     assert run()[0] == 0
 
 
+def test_threshold_counts_the_work_of_every_stage(threads):
+    """A kernel of several stages over the same rows (a row maximum, exp, a row sum, the quotient) forks
+    from the work of all its stages, not from that of its largest alone: rows whose single stage is
+    below the parallel threshold but whose four stages are above it run as one pool job at 2 threads;
+    at 1 to 3 threads the result matches NumPy."""
+    from tensorvm.codegen.lower import parallel_work_threshold
+
+    func = _funcs()[2]
+    library = build_library(emit_library([emit_kernel(func)]))
+    stats = library._cdll.tv_team_stats
+    stats.argtypes, stats.restype = [ctypes.c_void_p], ctypes.c_int32
+    kernel = library.function("soft", 2, 2)
+    rows = parallel_work_threshold() // (2 * WIDTH)  # one stage: half the threshold; all four: twice it
+    x = np.random.default_rng(1).standard_normal((rows, WIDTH)).astype(np.float32)
+    e = np.exp(x.astype(np.float64) - x.max(1, keepdims=True))
+    for count in (1, 2, 3):
+        threads(count)
+        before, after = np.zeros(4, np.int64), np.zeros(4, np.int64)
+        out = np.full_like(x, np.nan)
+        stats(before.ctypes.data)
+        assert kernel(x.ctypes.data, out.ctypes.data, rows, rows) == 0
+        stats(after.ctypes.data)
+        np.testing.assert_allclose(out, e / e.sum(1, keepdims=True), rtol=1e-5, atol=1e-7)
+        assert (after - before)[0] == (count > 1), count  # (one job from 2 threads; none at 1)
+
+
 _NESTED = """
 typedef struct { int64_t rows, parts; const float* x; float* out; int32_t rc[16]; } nest_job;
 static void nest_chunk(void* ctx, int64_t i) {

@@ -213,6 +213,7 @@ PACKED = [
     ((1, 8, 3, 3), 33, (3, 3), (1, 1), (1, 1), (4, 4, 4, 4)),      # padding wider than the image
     ((1, 300, 4, 5), 19, (1, 1), (1, 1), (1, 1), (0, 0, 0, 0)),    # a 1x1 reduction over several L1 runs
     ((2, 131, 5, 4), 40, (3, 2), (1, 1), (1, 1), (1, 0, 1, 1)),    # 3x2 over several runs, the last partial
+    ((1, 5, 2, 3), 6, (1, 1), (4, 3), (1, 1), (5, 4, 0, 0)),       # the padding before reaches past every tap
 ]
 
 
@@ -251,6 +252,69 @@ def test_packed_convolutions_of_every_instance(isa, kernel_threads):
                                 out.ctypes.data) == 0
                 _close(out, expected)
                 _same_bits(first, (case, has_bias, relu), out, threads)
+
+
+def _pixel_counts(mr):
+    """Output images (oh, ow) of every pixel count from 1 to 2 MR + 1 (one row, and several rows when the
+    count has a factor: tiles then cross rows), so that the pixels dealt out over ceil(P / MR) tiles make
+    every mix of whole tiles (MR), one pixel short (MR - 1) and shorter ones (fewer than MR - 1 pixels in
+    all: the rows past them repeat a pixel)."""
+    shapes = []
+    for pixels in range(1, 2 * mr + 2):
+        shapes.append((1, pixels))
+        factor = next((f for f in range(2, pixels) if pixels % f == 0), None)
+        if factor:
+            shapes.append((pixels // factor, factor))
+    return shapes
+
+
+@pytest.mark.parametrize("isa", ["avx2", "avx512", "portable"])
+def test_packed_tiles_of_every_pixel_count(isa, kernel_threads):
+    """The packed convolution of each instance (tiles of 6 and 14 pixels) over images of every pixel count
+    up to two tiles and one (``_pixel_counts``), stride 1 and 2, with a reduction over several L1 runs
+    (29 channels at 3x3: the last block partial) and out channels not whole panels, batch 2, through the
+    entry with a residual and hard-swish (the tile's epilogue of a short tile) and the plain one with
+    bias and relu, at 1 and 3 threads (the same bits), against NumPy."""
+    from tensorvm.op.nn import pack_conv_weight
+
+    _library(isa)
+    plain = _PACKED[isa]
+    host.set_host(isa)
+    try:
+        params = host.gemm_params()
+        with_act = build.build_library([(prelude() + _ACT_CALLERS, ())])._cdll.tv_test_packed_act
+    finally:
+        host.set_host(None)
+    with_act.restype = ctypes.c_int32
+    with_act.argtypes = [ctypes.c_void_p] * 7
+    rng = np.random.default_rng(5 + len(isa))
+    c, o, n = 29, params.nr + 3, 2
+    weights = rng.standard_normal((o, c, 3, 3)).astype(np.float32)
+    packed, bias = pack_conv_weight(weights, params.nr), rng.standard_normal(o).astype(np.float32)
+    hard_swish = np.array([1 / 6, 0.5, 0.0, 1.0], np.float32)
+    first: dict = {}
+    for oh, ow in _pixel_counts(params.mr):
+        for stride in (1, 2):
+            h, w = (oh - 1) * stride + 1, (ow - 1) * stride + 1
+            x = rng.standard_normal((n, c, h, w)).astype(np.float32)
+            want = _reference(x, weights, {"padding": [1, 1, 1, 1], "strides": [stride, stride]})
+            assert want.shape[2:] == (oh, ow)
+            residual = rng.standard_normal(want.shape).astype(np.float32)
+            for threads in (1, 3):
+                kernel_threads(threads)
+                out = np.full(want.shape, np.nan, np.float32)
+                dims = np.array([n, c, h, w, o, oh, ow, 3, 3, stride, stride, 1, 1, 1, 1, 1, 1], np.int64)
+                assert plain(dims.ctypes.data, x.ctypes.data, packed.ctypes.data, bias.ctypes.data,
+                             out.ctypes.data) == 0
+                _close(out, np.maximum(want + bias[:, None, None], 0))
+                _same_bits(first, (oh, ow, stride, "relu"), out, threads)
+                dims[15:] = [1, 7]
+                dims = np.append(dims, 1)
+                out = np.full(want.shape, np.nan, np.float32)
+                assert with_act(dims.ctypes.data, hard_swish.ctypes.data, x.ctypes.data, packed.ctypes.data,
+                                bias.ctypes.data, residual.ctypes.data, out.ctypes.data) == 0
+                _close(out, _activation(want + bias[:, None, None] + residual, 7, *hard_swish))
+                _same_bits(first, (oh, ow, stride, "residual"), out, threads)
 
 
 def test_conv_weights_pack_and_unpack():

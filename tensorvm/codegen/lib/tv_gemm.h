@@ -213,13 +213,13 @@ static inline int tv_gemm_onthefly_f64(double alpha, int64_t m, int64_t n, int64
         c[i * ldc + j] = alpha * acc;                                                              \
       }                                                                                            \
   }                                                                                                \
-  /* For t of nt threads: its share of the batch, of the columns or of the rows. */                \
-  static void tv_gemm_share_##S(int t, int nt, T alpha, int64_t batch, int64_t inner, int64_t m, int64_t n, \
-                                int64_t k, const T* a, tv_gemm_view av, const T* b, tv_gemm_view bv, \
-                                T* c, tv_gemm_view cv, int variant) {                              \
+  /* For t of nt shares: its batch entries (by_entries), else its columns or its rows. */           \
+  static void tv_gemm_share_##S(int t, int nt, int by_entries, T alpha, int64_t batch, int64_t inner, \
+                                int64_t m, int64_t n, int64_t k, const T* a, tv_gemm_view av, const T* b, \
+                                tv_gemm_view bv, T* c, tv_gemm_view cv, int variant) {             \
     const int64_t lda = av.ld, ta = av.transposed, ldb = bv.ld, tb = bv.transposed, ldc = cv.ld;    \
-    if (nt == 1 || batch >= 4 * nt || (batch >= nt && batch % nt == 0)) {                          \
-      const int64_t per = (batch + nt - 1) / nt, b0 = t * per, b1 = b0 + per < batch ? b0 + per : batch; \
+    if (nt == 1 || by_entries) {                                                                   \
+      const int64_t b0 = t * batch / nt, b1 = (t + 1) * batch / nt;                                \
       for (int64_t i = b0; i < b1; ++i)                                                            \
         tv_gemm_block_##S(alpha, m, n, k, a + tv_gemm_entry(av, i, inner), lda, ta, b + tv_gemm_entry(bv, i, inner), \
                           ldb, tb, c + tv_gemm_entry(cv, i, inner), ldc, variant);                 \
@@ -240,22 +240,29 @@ static inline int tv_gemm_onthefly_f64(double alpha, int64_t m, int64_t n, int64
     }                                                                                              \
   }                                                                                                \
   typedef struct {                                                                                 \
-    T alpha; int64_t batch, inner, m, n, k, chunks; const T* a; tv_gemm_view av; const T* b;        \
-    tv_gemm_view bv; T* c; tv_gemm_view cv; int variant;                                            \
+    T alpha; int64_t batch, inner, m, n, k, chunks; int by_entries; const T* a; tv_gemm_view av;    \
+    const T* b; tv_gemm_view bv; T* c; tv_gemm_view cv; int variant;                                \
   } tv_gemm_job_##S;                                                                               \
   static void tv_gemm_chunk_##S(void* arg, int64_t i) {                                            \
     const tv_gemm_job_##S* j = (const tv_gemm_job_##S*)arg;                                        \
-    tv_gemm_share_##S((int)i, (int)j->chunks, j->alpha, j->batch, j->inner, j->m, j->n, j->k, j->a, j->av, \
-                      j->b, j->bv, j->c, j->cv, j->variant);                                       \
+    tv_gemm_share_##S((int)i, (int)j->chunks, j->by_entries, j->alpha, j->batch, j->inner, j->m, j->n, j->k, \
+                      j->a, j->av, j->b, j->bv, j->c, j->cv, j->variant);                          \
   }                                                                                                \
   static void tv_gemm_split_##S(int threads, int variant, T alpha, int64_t batch, int64_t inner, int64_t m, \
                                 int64_t n, int64_t k, const T* a, tv_gemm_view av, const T* b,       \
                                 tv_gemm_view bv, T* c, tv_gemm_view cv) {                          \
-    if (threads > 1) { /* one share per thread; the caller runs those of workers not started */    \
-      tv_gemm_job_##S job = {alpha, batch, inner, m, n, k, threads, a, av, b, bv, c, cv, variant};  \
-      tv_team_run(threads, threads, tv_gemm_chunk_##S, &job);                                      \
+    if (threads > 1) { /* the caller runs the shares of workers not started (tv_team_run) */      \
+      /* A batch of TV_TEAM_LOOP_CHUNKS entries per thread or more, or of a multiple of the threads \
+         (the heads of an attention times its batch), goes by whole entries in up to                 \
+         TV_TEAM_LOOP_CHUNKS shares per thread: a worker that starts late leaves the caller a few    \
+         entries, not half of the batch. Else one share of the columns or of the rows per thread. */ \
+      const int by_entries = batch >= TV_TEAM_LOOP_CHUNKS * threads || (batch >= threads && batch % threads == 0); \
+      const int64_t most = (int64_t)TV_TEAM_LOOP_CHUNKS * threads;                                  \
+      const int64_t chunks = by_entries ? (batch < most ? batch : most) : threads;                  \
+      tv_gemm_job_##S job = {alpha, batch, inner, m, n, k, chunks, by_entries, a, av, b, bv, c, cv, variant}; \
+      tv_team_run(chunks, threads, tv_gemm_chunk_##S, &job);                                       \
     } else {                                                                                       \
-      tv_gemm_share_##S(0, 1, alpha, batch, inner, m, n, k, a, av, b, bv, c, cv, variant);         \
+      tv_gemm_share_##S(0, 1, 1, alpha, batch, inner, m, n, k, a, av, b, bv, c, cv, variant);      \
     }                                                                                              \
   }                                                                                                \
   static int32_t tv_gemm_run_##S(T alpha, int64_t batch, int64_t inner, int64_t m, int64_t n, int64_t k, \

@@ -531,19 +531,26 @@ __attribute__((unused)) static int32_t tv_conv2d_depthwise_f32(int64_t n, int64_
    (ceil(C / B) x HP x WP x B): a tile's reduction then reads each pixel's B channels in a row, one tap
    after the other, where NCHW jumps a whole plane per channel (the direct kernel above, whose every
    channel step waited on L2, ran at half the FMA rate on ResNet's 3x3 layers). A tile is MR output pixels
-   (TV_VGEMM_MR, consecutive in the flattened image, so a narrow image fills its tiles) x NR output
-   channels: per step two weight vectors and MR broadcast inputs feed 2 MR FMAs, as in the product. A
-   pixel past the end repeats the last one (not stored). Bias and relu are applied in registers, the tile
-   stored through a small buffer (MR floats per channel: the NCHW output is strided by channel). The
+   (TV_VGEMM_MR, consecutive in the flattened image, so a narrow image fills its tiles; the pixels dealt
+   out evenly, tiles of MR and MR - 1) x NR output channels: per step two weight vectors and MR broadcast
+   inputs feed 2 MR FMAs, as in the product. Bias, residual and activation are applied in registers, the
+   tile stored through a small buffer (MR floats per channel: the NCHW output is strided by channel). The
    reduction runs in runs of channel blocks whose slice of a panel fills at most half of L1d (TV_L1D, from
    the host description; see tv_pconv_chunk). */
 #ifndef TV_VCONV_BLOCK
 #define TV_VCONV_BLOCK 8
 #endif
-#define TV_PCONV_ACC(r) tv_vf lo##r = {0}, hi##r = {0};                                              \
-  const int64_t pix##r = first + r < pixels ? first + r : pixels - 1;                                \
-  const float* p##r = blocked + ((pix##r / ow) * sh * wp + (pix##r % ow) * sw) * TV_VCONV_BLOCK;
-#define TV_PCONV_FMA(r) { const tv_vf a = TV_VSPLAT(p##r[tap + ci]); lo##r += a * b0; hi##r += a * b1; }
+/* The register tile: R output pixels (their offsets in the blocked copy at at[0..R)) x NR output channels,
+   over ``count`` taps (a channel block at one (ky, kx): offsets ``taps``, relative to a pixel's) whose
+   weights follow each other from w (B x NR floats per tap). One flat loop over the taps, whatever the
+   kernel's size: three nested loops of 3 (channel block, ky, kx) cost a loop exit, and its misprediction,
+   every 3 taps, and recomputed every row's pointer per ky. Per input channel two weight vectors and R
+   broadcasts feed 2 R FMAs. Unless NULL, ``ahead`` is the next slice of weights the chunk will read (as
+   long as this one), fetched into L2 line by line as the taps go: a deep layer's weights (9.4 MB at 512
+   channels) come from L3 or memory, and the first tile of each slice had waited on them (2-6% of
+   ResNet-18's 512-channel layers). */
+#define TV_PCONV_ACC(r) tv_vf lo##r = {0}, hi##r = {0}; const float* p##r = blocked + at[r];
+#define TV_PCONV_FMA(r) { const tv_vf a = TV_VSPLAT(p##r[d + ci]); lo##r += a * b0; hi##r += a * b1; }
 #define TV_PCONV_KEEP(r) TV_VSTORE(buf[r], lo##r); TV_VSTORE(buf[r] + TV_VLANES, hi##r);
 #define TV_PCONV_LOAD(r) lo##r += TV_VLOAD(acc_in + r * TV_VGEMM_NR);                                 \
                          hi##r += TV_VLOAD(acc_in + r * TV_VGEMM_NR + TV_VLANES);
@@ -552,46 +559,49 @@ __attribute__((unused)) static int32_t tv_conv2d_depthwise_f32(int64_t n, int64_
 #define TV_PCONV_BIAS(r) lo##r += bias_lo; hi##r += bias_hi;
 #define TV_PCONV_RELU(r) TV_VRELU(lo##r); TV_VRELU(hi##r);
 #define TV_PCONV_ACT(r) TV_VACT(lo##r, e) TV_VACT(hi##r, e)
-/* The tile over channel blocks [cb0, cb1) (the panel's rows from cb0 on): its sums start from acc_in (the
-   tile's R x NR partial sums over the blocks before, as TV_PCONV_SAVE left them) unless NULL, and go to
-   acc_out (the same layout) unless NULL, else, the reduction complete, through the bias and relu (or
-   the activation and residual of epi, tv_conv_epilogue) to out. */
+#define TV_PCONV_RESIDUAL(r) lo##r += TV_VLOAD(buf[r]); hi##r += TV_VLOAD(buf[r] + TV_VLANES);
+/* The tile's sums start from acc_in (the tile's R x NR partial sums over the taps before, as
+   TV_PCONV_SAVE left them) unless NULL, and go to acc_out (the same layout) unless NULL, else, the
+   reduction complete, through the bias and relu (or the activation and residual of epi,
+   tv_conv_epilogue) to out: ``rows`` (<= R) output pixels from ``first`` (the rows past them repeat a
+   pixel and are not stored), channels o0 .. min(o0 + NR, o). */
 #define TV_PCONV_TILE(R)                                                                             \
-  static void tv_pconv_tile##R(const float* blocked, int64_t cb0, int64_t cb1, int64_t hp, int64_t wp,  \
-      int64_t kh, int64_t kw, int64_t sh, int64_t sw, int64_t dh, int64_t dw, const float* panel,     \
-      int64_t first, int64_t pixels, int64_t o0, int64_t o, int64_t ow, const float* acc_in,         \
-      float* acc_out, const float* bias, int relu, const tv_conv_epilogue* epi, float* out) {        \
+  static void tv_pconv_tile##R(const float* blocked, const int64_t* at, const int64_t* taps,         \
+      int64_t count, const float* w, const float* ahead, int64_t first, int64_t rows, int64_t pixels, \
+      int64_t o0, int64_t o, const float* acc_in, float* acc_out, const float* bias, int relu,       \
+      const tv_conv_epilogue* epi, float* out) {                                                     \
     TV_VROWS##R(TV_PCONV_ACC)                                                                        \
-    const float* w = panel + cb0 * kh * kw * TV_VCONV_BLOCK * TV_VGEMM_NR;                           \
-    for (int64_t cb = cb0; cb < cb1; ++cb)                                                           \
-      for (int64_t ky = 0; ky < kh; ++ky)                                                            \
-        for (int64_t kx = 0; kx < kw; ++kx) {                                                        \
-          const int64_t tap = ((cb * hp + ky * dh) * wp + kx * dw) * TV_VCONV_BLOCK;                 \
-          _Pragma("GCC unroll 8")                                                                    \
-          for (int ci = 0; ci < TV_VCONV_BLOCK; ++ci, w += TV_VGEMM_NR) {                            \
-            const tv_vf b0 = TV_VLOAD(w), b1 = TV_VLOAD(w + TV_VLANES);                              \
-            TV_VROWS##R(TV_PCONV_FMA)                                                                \
-          }                                                                                          \
-        }                                                                                            \
+    for (int64_t t = 0; t < count; ++t) {                                                            \
+      const int64_t d = taps[t];                                                                     \
+      if (ahead) {                                                                                   \
+        _Pragma("GCC unroll 16") for (int l = 0; l < TV_VCONV_BLOCK * TV_VGEMM_NR * 4; l += 64)       \
+          __builtin_prefetch((const char*)(ahead + t * TV_VCONV_BLOCK * TV_VGEMM_NR) + l, 0, 2);      \
+      }                                                                                              \
+      _Pragma("GCC unroll 16")                                                                       \
+      for (int ci = 0; ci < TV_VCONV_BLOCK; ++ci, w += TV_VGEMM_NR) {                                \
+        const tv_vf b0 = TV_VLOAD(w), b1 = TV_VLOAD(w + TV_VLANES);                                  \
+        TV_VROWS##R(TV_PCONV_FMA)                                                                    \
+      }                                                                                              \
+    }                                                                                                \
     if (acc_in) { TV_VROWS##R(TV_PCONV_LOAD) }                                                       \
     if (acc_out) { TV_VROWS##R(TV_PCONV_SAVE) return; }                                              \
     const tv_vf bias_lo = TV_VLOAD(bias), bias_hi = TV_VLOAD(bias + TV_VLANES);                      \
     TV_VROWS##R(TV_PCONV_BIAS)                                                                       \
     if (relu) { TV_VROWS##R(TV_PCONV_RELU) }                                                         \
     const tv_conv_epilogue e = *epi; /* (a copy: the stores to out could alias its floats) */        \
-    if (e.act && !e.residual) { TV_VROWS##R(TV_PCONV_ACT) }                                          \
-    float buf[R][TV_VGEMM_NR];                                                                       \
-    TV_VROWS##R(TV_PCONV_KEEP)                                                                       \
     const int64_t channels = o - o0 < TV_VGEMM_NR ? o - o0 : TV_VGEMM_NR;                            \
-    if (e.residual) { /* the residual before the activation, both per float (NCHW: strided by channel) */ \
+    float buf[R][TV_VGEMM_NR];                                                                       \
+    if (e.residual) { /* gathered into the tile's layout (NCHW: R floats per channel), added in registers */ \
+      if (rows < R || channels < TV_VGEMM_NR) memset(buf, 0, sizeof(buf));                           \
       for (int64_t i = 0; i < channels; ++i) {                                                       \
-        const int64_t at = (o0 + i) * pixels + first;                                                \
-        for (int64_t j = 0; j < R && first + j < pixels; ++j)                                        \
-          out[at + j] = tv_conv_act1(buf[j][i] + e.residual[at + j], &e);                            \
+        const float* from = e.residual + (o0 + i) * pixels + first;                                  \
+        for (int64_t j = 0; j < rows; ++j) buf[j][i] = from[j];                                      \
       }                                                                                              \
-      return;                                                                                        \
+      TV_VROWS##R(TV_PCONV_RESIDUAL)                                                                 \
     }                                                                                                \
-    if (first + R <= pixels) { /* a whole tile: R floats per channel, no test per float */          \
+    if (e.act) { TV_VROWS##R(TV_PCONV_ACT) }                                                         \
+    TV_VROWS##R(TV_PCONV_KEEP)                                                                       \
+    if (rows == R) { /* a whole tile: R floats per channel, no test per float */                     \
       for (int64_t i = 0; i < channels; ++i) {                                                       \
         float* d = out + (o0 + i) * pixels + first;                                                  \
         _Pragma("GCC unroll 16") for (int j = 0; j < R; ++j) d[j] = buf[j][i];                       \
@@ -599,27 +609,73 @@ __attribute__((unused)) static int32_t tv_conv2d_depthwise_f32(int64_t n, int64_
       return;                                                                                        \
     }                                                                                                \
     for (int64_t i = 0; i < channels; ++i)                                                           \
-      for (int64_t j = 0; first + j < pixels; ++j) out[(o0 + i) * pixels + first + j] = buf[j][i];  \
+      for (int64_t j = 0; j < rows; ++j) out[(o0 + i) * pixels + first + j] = buf[j][i];             \
   }
 #define TV_PCONV_TILE_OF(R) TV_PCONV_TILE(R)
 #define TV_PCONV_NAME(R) TV_PCONV_NAME_(R)
 #define TV_PCONV_NAME_(R) tv_pconv_tile##R
 TV_PCONV_TILE_OF(TV_VGEMM_MR)
+/* The tile one pixel shorter (TV_PCONV_SHORT rows): the pixels are dealt out evenly, ceil(P / MR) tiles
+   of MR or MR - 1 pixels where they fit (7 x 7 = 49 pixels at MR 6: four tiles of 6 and five of 5, not
+   eight of 6 and one of 1: 5 of 54 rows repeated, a tenth of the layer's work). */
+#if TV_VGEMM_MR == 2
+#define TV_PCONV_SHORT 1
+#elif TV_VGEMM_MR == 3
+#define TV_PCONV_SHORT 2
+#elif TV_VGEMM_MR == 4
+#define TV_PCONV_SHORT 3
+#elif TV_VGEMM_MR == 5
+#define TV_PCONV_SHORT 4
+#elif TV_VGEMM_MR == 6
+#define TV_PCONV_SHORT 5
+#elif TV_VGEMM_MR == 7
+#define TV_PCONV_SHORT 6
+#elif TV_VGEMM_MR == 8
+#define TV_PCONV_SHORT 7
+#elif TV_VGEMM_MR == 9
+#define TV_PCONV_SHORT 8
+#elif TV_VGEMM_MR == 10
+#define TV_PCONV_SHORT 9
+#elif TV_VGEMM_MR == 11
+#define TV_PCONV_SHORT 10
+#elif TV_VGEMM_MR == 12
+#define TV_PCONV_SHORT 11
+#elif TV_VGEMM_MR == 13
+#define TV_PCONV_SHORT 12
+#elif TV_VGEMM_MR == 14
+#define TV_PCONV_SHORT 13
+#endif
+#ifdef TV_PCONV_SHORT
+TV_PCONV_TILE_OF(TV_PCONV_SHORT)
+#endif
 
 /* Block cb of the image x (c x h x w) into ``blocked`` (ceil(c / B) x hp x wp x B floats), zero padded: pt
-   rows and pl columns before the image, the rest after it. */
+   rows and pl columns before the image, the rest after it. Pixel by pixel, its B channels in a row (one
+   store stream; channel by channel, each plane of the block was written B times, once per channel, at
+   a stride of B floats, after a memset of the whole block), only the borders zeroed apart. */
 static void tv_pconv_block(const float* x, int64_t cb, int64_t c, int64_t h, int64_t w, int64_t pt, int64_t pl,
                            int64_t hp, int64_t wp, float* blocked) {
-  float* plane = blocked + cb * hp * wp * TV_VCONV_BLOCK;
-  memset(plane, 0, sizeof(float) * (size_t)(hp * wp * TV_VCONV_BLOCK));
-  const int64_t last = c < (cb + 1) * TV_VCONV_BLOCK ? c : (cb + 1) * TV_VCONV_BLOCK;
-  const int64_t cols = w < wp - pl ? w : wp - pl;
-  for (int64_t ci = cb * TV_VCONV_BLOCK; ci < last; ++ci)
-    for (int64_t iy = 0; iy < h && iy + pt < hp; ++iy) {
-      float* d = plane + ((iy + pt) * wp + pl) * TV_VCONV_BLOCK + ci % TV_VCONV_BLOCK;
-      const float* src = x + (ci * h + iy) * w;
-      for (int64_t ix = 0; ix < cols; ++ix) d[ix * TV_VCONV_BLOCK] = src[ix];
+  const int64_t row = wp * TV_VCONV_BLOCK, plane = h * w;
+  float* block = blocked + cb * hp * row;
+  const int64_t count = c - cb * TV_VCONV_BLOCK < TV_VCONV_BLOCK ? c - cb * TV_VCONV_BLOCK : TV_VCONV_BLOCK;
+  const int64_t top = pt < hp ? pt : hp, rows = h < hp - top ? h : hp - top;
+  const int64_t left = pl < wp ? pl : wp, cols = w < wp - left ? w : wp - left;
+  memset(block, 0, sizeof(float) * (size_t)(top * row));
+  memset(block + (top + rows) * row, 0, sizeof(float) * (size_t)((hp - top - rows) * row));
+  for (int64_t iy = 0; iy < rows; ++iy) {
+    float* d = block + (top + iy) * row;
+    const float* s = x + cb * TV_VCONV_BLOCK * plane + iy * w;
+    memset(d, 0, sizeof(float) * (size_t)(left * TV_VCONV_BLOCK));
+    memset(d + (left + cols) * TV_VCONV_BLOCK, 0, sizeof(float) * (size_t)((wp - left - cols) * TV_VCONV_BLOCK));
+    d += left * TV_VCONV_BLOCK;
+    if (count == TV_VCONV_BLOCK) {
+      for (int64_t ix = 0; ix < cols; ++ix)
+        _Pragma("GCC unroll 16") for (int ci = 0; ci < TV_VCONV_BLOCK; ++ci) d[ix * TV_VCONV_BLOCK + ci] = s[ci * plane + ix];
+    } else {
+      for (int64_t ix = 0; ix < cols; ++ix)
+        for (int ci = 0; ci < TV_VCONV_BLOCK; ++ci) d[ix * TV_VCONV_BLOCK + ci] = ci < count ? s[ci * plane + ix] : 0.0f;
     }
+  }
 }
 
 /* A chunk is a range of panels x a range of tiles of pixels (panels split first, so that each panel's
@@ -635,7 +691,9 @@ typedef struct {
   const float* b;
   float* dst;
   float* acc;
-  int64_t cblocks, span, hp, wp, kh, kw, sh, sw, dh, dw, pixels, o, ow, k, panels, qblocks, pchunks, qchunks;
+  const int64_t* at;    /* each output pixel's offset in the blocked copy */
+  const int64_t* taps;  /* each tap's (channel block, ky, kx) offset from a pixel's, in the panel's order */
+  int64_t cblocks, span, pixels, o, k, panels, qblocks, pchunks, qchunks, window;
   int relu;
   tv_conv_epilogue epi;  /* (the activation, and the residual of the image at dst) */
 } tv_pconv_job;
@@ -647,14 +705,35 @@ static void tv_pconv_chunk(void* arg, int64_t i) {
   const int64_t q0 = qc * j->qblocks / j->qchunks, q1 = (qc + 1) * j->qblocks / j->qchunks;
   for (int64_t cb0 = 0; cb0 < j->cblocks; cb0 += j->span) {
     const int64_t cb1 = cb0 + j->span < j->cblocks ? cb0 + j->span : j->cblocks;
-    for (int64_t p = p0; p < p1; ++p)
+    const int64_t* taps = j->taps + cb0 * j->window;
+    const int64_t count = (cb1 - cb0) * j->window;
+    for (int64_t p = p0; p < p1; ++p) {
+      const float* w = j->packed + (p * j->k + cb0 * j->window * TV_VCONV_BLOCK) * TV_VGEMM_NR;
+      /* the slice after this one, as long: the next panel's, else the next run's first panel's when that
+         run is whole */
+      const float* next = p + 1 < p1 ? w + j->k * TV_VGEMM_NR
+                        : cb1 + j->span <= j->cblocks
+                        ? j->packed + (p0 * j->k + cb1 * j->window * TV_VCONV_BLOCK) * TV_VGEMM_NR : NULL;
       for (int64_t qb = q0; qb < q1; ++qb) {
+        const float* ahead = qb == q0 ? next : NULL; /* (by the chunk's first tile: the others find it there) */
         float* acc = j->acc + (p * j->qblocks + qb) * (TV_VGEMM_MR * TV_VGEMM_NR);
-        TV_PCONV_NAME(TV_VGEMM_MR)(j->blocked, cb0, cb1, j->hp, j->wp, j->kh, j->kw, j->sh, j->sw, j->dh, j->dw,
-                                   j->packed + p * j->k * TV_VGEMM_NR, qb * TV_VGEMM_MR, j->pixels, p * TV_VGEMM_NR,
-                                   j->o, j->ow, cb0 > 0 ? acc : NULL, cb1 < j->cblocks ? acc : NULL,
-                                   j->b + p * TV_VGEMM_NR, j->relu, &j->epi, j->dst);
+        const int64_t first = qb * j->pixels / j->qblocks, rows = (qb + 1) * j->pixels / j->qblocks - first;
+        const float* acc_in = cb0 > 0 ? acc : NULL;
+        float* acc_out = cb1 < j->cblocks ? acc : NULL;
+        if (rows == TV_VGEMM_MR) {
+          TV_PCONV_NAME(TV_VGEMM_MR)(j->blocked, j->at + first, taps, count, w, ahead, first, rows, j->pixels,
+                                     p * TV_VGEMM_NR, j->o, acc_in, acc_out, j->b + p * TV_VGEMM_NR, j->relu, &j->epi,
+                                     j->dst);
+          continue;
+        }
+#ifdef TV_PCONV_SHORT /* (rows < MR = 1 cannot be) */
+        int64_t short_at[TV_PCONV_SHORT]; /* its rows past the pixels repeat the last one */
+        for (int64_t r = 0; r < TV_PCONV_SHORT; ++r) short_at[r] = j->at[first + (r < rows ? r : rows - 1)];
+        TV_PCONV_NAME(TV_PCONV_SHORT)(j->blocked, short_at, taps, count, w, ahead, first, rows, j->pixels, p * TV_VGEMM_NR,
+                                      j->o, acc_in, acc_out, j->b + p * TV_VGEMM_NR, j->relu, &j->epi, j->dst);
+#endif
       }
+    }
   }
 }
 
@@ -666,12 +745,12 @@ __attribute__((unused)) static int32_t tv_conv2d_packed_act_f32(int64_t n, int64
     int64_t act, float alpha, float beta, float lo, float hi, const float* residual, int64_t has_residual,
     float* out) {
   if (n <= 0 || o <= 0 || oh <= 0 || ow <= 0) return 0;
-  const int64_t cblocks = (c + TV_VCONV_BLOCK - 1) / TV_VCONV_BLOCK, pixels = oh * ow;
+  const int64_t cblocks = (c + TV_VCONV_BLOCK - 1) / TV_VCONV_BLOCK, pixels = oh * ow, window = kh * kw;
   const int64_t qblocks = (pixels + TV_VGEMM_MR - 1) / TV_VGEMM_MR;
   const int64_t hp = (oh - 1) * sh + (kh - 1) * dh + 1, wp = (ow - 1) * sw + (kw - 1) * dw + 1;
-  const int64_t k = cblocks * TV_VCONV_BLOCK * kh * kw, panels = (o + TV_VGEMM_NR - 1) / TV_VGEMM_NR;
+  const int64_t k = cblocks * TV_VCONV_BLOCK * window, panels = (o + TV_VGEMM_NR - 1) / TV_VGEMM_NR;
   /* channel blocks per run: a panel's slice of them fills at most half of L1d (at least one block) */
-  int64_t span = (TV_L1D / 2) / (kh * kw * TV_VCONV_BLOCK * TV_VGEMM_NR * (int64_t)sizeof(float));
+  int64_t span = (TV_L1D / 2) / (window * TV_VCONV_BLOCK * TV_VGEMM_NR * (int64_t)sizeof(float));
   span = span < 1 ? 1 : span > cblocks ? cblocks : span;
   const int threads = tv_gemm_parallel((double)o * pixels * k) ? tv_omp_max_threads() : 1;
   const int64_t want = threads > 1 ? (int64_t)TV_VCONV_CHUNKS * threads : 1;
@@ -679,15 +758,24 @@ __attribute__((unused)) static int32_t tv_conv2d_packed_act_f32(int64_t n, int64
   int64_t qchunks = (want + pchunks - 1) / pchunks;
   qchunks = qchunks < qblocks ? qchunks : qblocks;
   /* the blocked copy, the bias of every panel's channels (zeros past o and without a bias), and the tiles'
-     partial sums when the reduction takes several runs */
+     partial sums when the reduction takes several runs; then the pixels' and the taps' offsets */
   const int64_t floats = cblocks * hp * wp * TV_VCONV_BLOCK, sums = span < cblocks ? panels * qblocks * TV_VGEMM_MR * TV_VGEMM_NR : 0;
   float* blocked = (float*)malloc(sizeof(float) * (size_t)(floats + panels * TV_VGEMM_NR + sums));
-  if (blocked == NULL) return TV_ERROR_OUT_OF_MEMORY;
+  int64_t* at = (int64_t*)malloc(sizeof(int64_t) * (size_t)(pixels + cblocks * window));
+  if (blocked == NULL || at == NULL) {
+    free(blocked);
+    free(at);
+    return TV_ERROR_OUT_OF_MEMORY;
+  }
   float* b = blocked + floats;
   for (int64_t i = 0; i < panels * TV_VGEMM_NR; ++i) b[i] = has_bias && i < o ? bias[i] : 0.0f;
-  tv_pconv_job job = {blocked, packed, b, out, b + panels * TV_VGEMM_NR, cblocks, span, hp, wp, kh, kw, sh, sw, dh,
-                      dw, pixels, o, ow, k, panels, qblocks, pchunks, qchunks, relu != 0,
-                      {NULL, 0, 0, (int)act, alpha, beta, lo, hi, NULL}};
+  for (int64_t q = 0; q < pixels; ++q) at[q] = ((q / ow) * sh * wp + (q % ow) * sw) * TV_VCONV_BLOCK;
+  int64_t* taps = at + pixels;
+  for (int64_t cb = 0, t = 0; cb < cblocks; ++cb)
+    for (int64_t ky = 0; ky < kh; ++ky)
+      for (int64_t kx = 0; kx < kw; ++kx) taps[t++] = ((cb * hp + ky * dh) * wp + kx * dw) * TV_VCONV_BLOCK;
+  tv_pconv_job job = {blocked, packed, b, out, b + panels * TV_VGEMM_NR, at, taps, cblocks, span, pixels, o, k,
+                      panels, qblocks, pchunks, qchunks, window, relu != 0, {NULL, 0, 0, (int)act, alpha, beta, lo, hi, NULL}};
   for (int64_t image = 0; image < n; ++image) {
     job.dst = out + image * o * pixels;
     job.epi.residual = has_residual ? residual + image * o * pixels : NULL;
@@ -697,6 +785,7 @@ __attribute__((unused)) static int32_t tv_conv2d_packed_act_f32(int64_t n, int64
     tv_team_run(pchunks * qchunks, threads, tv_pconv_chunk, &job);
   }
   free(blocked);
+  free(at);
   return 0;
 }
 
