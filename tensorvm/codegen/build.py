@@ -21,7 +21,7 @@ output and a hint to use target "python".
 Threads: one budget, ``set_num_threads(n)`` (initially ``$TENSORVM_NUM_THREADS``, else the first value
 of ``$OMP_NUM_THREADS``, else the cores this process may run on, ``os.sched_getaffinity``), shared by the
 kernels' parallel loops (in a shared library the generated loops, the softmax, the products and the
-convolutions all run on the library's pool, ``lib/tv_team.h``; a few hand-written library regions, im2col,
+convolutions all run on the process's one pool, ``lib/tv_team.h`` and ``codegen/pool.py``; a few hand-written library regions, im2col,
 sort/scan and NMS, and the static AOT form still use OpenMP) and the host BLAS: NumPy's OpenBLAS gets the same count, and a kernel that calls
 BLAS inside its own parallel split calls it single-threaded (``c_emit``), so no second pool competes
 for the cores. Idle OpenMP threads spin briefly, then sleep (``GOMP_SPINCOUNT=20000`` is set before the OpenMP
@@ -65,10 +65,20 @@ from ..runtime.library import (  # noqa: F401 - the runtime's part (loading, thr
     hash_path,
     load_cdll,
     set_num_threads,
+    set_pool_provider,
     untrusted_directory,
     verified_library,
 )
 from ..runtime.library import library_threads as _library_threads
+
+
+def _pool_table() -> int:
+    from .pool import pool_table
+
+    return pool_table()
+
+
+set_pool_provider(_pool_table)  # every library loaded from now on runs on the process's one pool (codegen/pool.py)
 
 __all__ = [
     "CompilerError", "Toolchain", "BuildInfo", "Library", "find_toolchain", "have_compiler", "default_target",

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 import platform
 from dataclasses import dataclass
@@ -50,6 +51,9 @@ class HostDescription:
     l3: int = 8 * 1024 * 1024
     model: str = ""
     flags: tuple = ()
+    clock_ghz: float = 0.0  # the cores' clock (/proc/cpuinfo's "cpu MHz"; 0: unknown)
+    fork_join_ns: float = 0.0  # a split over two threads of the process's pool (codegen/pool.py; 0: unmeasured)
+    wake_ns: float = 0.0  # ... when its worker sleeps (0: unmeasured)
 
     @property
     def key(self) -> str:
@@ -78,12 +82,13 @@ class GemmParams:
     group_bytes: int = 262144
 
 
-def _cpuinfo() -> tuple[str, tuple]:
+def _cpuinfo() -> tuple[str, tuple, float]:
+    """The model name, the feature flags and the highest clock (GHz, 0 when not given) of /proc/cpuinfo."""
     try:
         text = Path("/proc/cpuinfo").read_text()
     except OSError:
-        return platform.processor() or platform.machine(), ()
-    model, flags = "", ()
+        return platform.processor() or platform.machine(), (), 0.0
+    model, flags, mhz = "", (), 0.0
     for line in text.splitlines():
         name, _, value = line.partition(":")
         name = name.strip()
@@ -91,7 +96,12 @@ def _cpuinfo() -> tuple[str, tuple]:
             model = value.strip()
         elif name in ("flags", "Features") and not flags:
             flags = tuple(sorted(value.split()))
-    return model or platform.machine(), flags
+        elif name == "cpu MHz":
+            try:
+                mhz = max(mhz, float(value))
+            except ValueError:
+                pass
+    return model or platform.machine(), flags, mhz / 1000
 
 
 def _size(text: str) -> int:
@@ -127,14 +137,14 @@ def _caches() -> dict:
 
 def detect_host() -> HostDescription:
     """This CPU, as far as /proc and /sys tell (the portable ISA when they do not)."""
-    model, flags = _cpuinfo()
+    model, flags, ghz = _cpuinfo()
     if "avx512f" in flags:
         isa = "avx512"
     elif "avx2" in flags and "fma" in flags:
         isa = "avx2"
     else:
         isa = "portable"
-    return isa_host(isa, HostDescription(model=model, flags=flags, **_caches()))
+    return isa_host(isa, HostDescription(model=model, flags=flags, clock_ghz=ghz, **_caches()))
 
 
 def isa_host(isa: str, base: HostDescription | None = None) -> HostDescription:
@@ -182,8 +192,20 @@ def host() -> HostDescription:
     if _OVERRIDE[0] is not None:
         return _OVERRIDE[0]
     if _DETECTED[0] is None:
-        _DETECTED[0] = detect_host()
+        _DETECTED[0] = detect_host()  # (first, so that a call of host() while the pool is measured has one)
+        _DETECTED[0] = _with_pool_timings(_DETECTED[0])
     return _from_environment(_DETECTED[0]) or _DETECTED[0]
+
+
+def _with_pool_timings(desc: HostDescription) -> HostDescription:
+    """``desc`` with the process pool's timings on this host (measured once per CPU model and cached,
+    ``codegen/pool.py``), or as it is where there is no pool."""
+    from .pool import pool_timings
+
+    timings = pool_timings(desc.key)
+    if timings is None:
+        return desc
+    return dataclasses.replace(desc, fork_join_ns=timings.fork_join_ns, wake_ns=timings.wake_ns)
 
 
 def gemm_params(desc: HostDescription | None = None) -> GemmParams:
@@ -222,6 +244,17 @@ def gemm_params(desc: HostDescription | None = None) -> GemmParams:
 FORK_JOIN_CYCLES = 16384  # waking the other threads of a parallel split and joining them (~5 us)
 LIBRARY_CALL_CYCLES = 1024  # a call of a library product from a kernel (packing B on the fly, the call)
 PYTHON_CALL_CYCLES = 65536  # an external variant's Python dispatcher and NumPy's BLAS call (~20 us)
+TEAM_SPIN_NS = (20000, 2000, 200000)  # an idle worker's spin: unmeasured, and the bounds of the measured rule
+
+
+def fork_join_cycles(desc: HostDescription) -> int:
+    """A split's cost in cycles on ``desc``: its measured ``fork_join_ns`` times its clock, rounded to a power
+    of two (a measurement's noise does not change the kernels' text) and kept within 8x of
+    ``FORK_JOIN_CYCLES``, which it is when either is unknown."""
+    if desc.fork_join_ns <= 0 or desc.clock_ghz <= 0:
+        return FORK_JOIN_CYCLES
+    cycles = 2 ** round(math.log2(max(1.0, desc.fork_join_ns * desc.clock_ghz)))
+    return min(max(cycles, FORK_JOIN_CYCLES // 8), FORK_JOIN_CYCLES * 8)
 
 
 @dataclass(frozen=True)
@@ -233,6 +266,7 @@ class KernelRules:
     parallel_work: int  # multiply-adds from which a library product is split over threads
     parallel_elements: int  # elements from which a vector loop (generated, softmax) runs in parallel
     team_chunk_elements: int  # the least elements a chunk of a generated parallel loop holds (tv_team_chunks)
+    team_spin_ns: int  # how long an idle worker of the pool spins before it sleeps (tv_team_set_spin_ns)
     sort_parallel_elements: int  # elements from which lines are sorted / scanned in parallel (algorithm.c)
     gemm_min_work: int  # multiply-adds from which a product calls the library (tv_gemm_*) from C
     blas_min_rows: int  # rows from which BLAS through NumPy may pay off (fewer: GEMV-like, memory-bound)
@@ -249,9 +283,16 @@ class KernelRules:
             "parallel_work": f"FORK_JOIN_CYCLES ({FORK_JOIN_CYCLES}) x multiply-adds per cycle",
             "parallel_elements": "FORK_JOIN_CYCLES x half a vector per cycle (a load, an operation and a store "
                                  "per vector)",
-            "team_chunk_elements": "parallel_elements / 16: a loop just above the parallel threshold still "
-                                   "splits into 16 chunks (4 per thread at 4 threads), each ~1000 cycles, ten "
-                                   "times the claim of a chunk (a compare-and-swap on a shared line and a call)",
+            "team_chunk_elements": "the measured fork-join (fork_join_cycles: fork_join_ns x clock, else "
+                                   "FORK_JOIN_CYCLES) x half a vector per cycle / 16: a loop that just pays for "
+                                   "a split still splits into 16 chunks (4 per thread at 4 threads), each a "
+                                   "sixteenth of a fork-join, several times the claim of a chunk (a "
+                                   "compare-and-swap on a shared line and a call)",
+            "team_spin_ns": "the measured cost of waking a sleeping worker (wake_ns, within "
+                            f"{TEAM_SPIN_NS[1]}..{TEAM_SPIN_NS[2]} ns; else {TEAM_SPIN_NS[0]}): spinning longer "
+                            "than a sleep and a wake cost wastes more than it saves (at most twice the best "
+                            "choice, whatever the gap to the next job), and a spinning worker holds a core "
+                            "another process may need",
             "sort_parallel_elements": "FORK_JOIN_CYCLES x 2 elements per cycle (comparisons, not vectors)",
             "gemm_min_work": f"LIBRARY_CALL_CYCLES ({LIBRARY_CALL_CYCLES}) x multiply-adds per cycle",
             "blas_min_rows": "one vector's lanes: with fewer rows each weight vector read serves fewer FMAs "
@@ -278,10 +319,17 @@ def kernel_rules(desc: HostDescription | None = None) -> KernelRules:
     return KernelRules(
         macs_per_cycle=macs, parallel_work=FORK_JOIN_CYCLES * macs,
         parallel_elements=FORK_JOIN_CYCLES * max(1, lanes // 2),
-        team_chunk_elements=max(1, FORK_JOIN_CYCLES * max(1, lanes // 2) // 16), sort_parallel_elements=FORK_JOIN_CYCLES * 2,
+        team_chunk_elements=max(1, fork_join_cycles(desc) * max(1, lanes // 2) // 16),
+        team_spin_ns=_spin_ns(desc), sort_parallel_elements=FORK_JOIN_CYCLES * 2,
         gemm_min_work=LIBRARY_CALL_CYCLES * macs, blas_min_rows=lanes, blas_min_flops=blas_min_flops,
         blas_min_flops_dynamic=blas_min_flops // 16, blas_thread_factor=2 * lanes, vector_width=lanes,
         reduction_width=2 * lanes, jam=max(2, desc.vector_registers // 4))
+
+
+def _spin_ns(desc: HostDescription) -> int:
+    if desc.wake_ns <= 0:
+        return TEAM_SPIN_NS[0]
+    return int(min(max(desc.wake_ns, TEAM_SPIN_NS[1]), TEAM_SPIN_NS[2]))
 
 
 def rule_defines(desc: HostDescription | None = None) -> tuple:

@@ -4,7 +4,7 @@ The code generator (``tensorvm.codegen.build``) compiles libraries into the kern
 the part a deployed executable needs to *use* them (``vm.kernel_abi``): a library is loaded only when its
 bytes hash to what was recorded beside it when it was built (``verified_library``) and the cache directory
 is this user's and not group/world-writable (``untrusted_directory``); every loaded library gets the
-process's thread budget and the host BLAS (``load_cdll``). ``cpu_features()`` reads the running CPU's
+process's thread budget, the process's one thread pool and the host BLAS (``load_cdll``). ``cpu_features()`` reads the running CPU's
 instruction-set extensions from ``/proc/cpuinfo`` (``$TENSORVM_CPU_FEATURES`` replaces them, to test a
 machine without some of them).
 
@@ -35,6 +35,7 @@ _LOADED: dict = {}  # path -> ctypes.CDLL (and, for extension modules, (name, pa
 _LOADED_ANY: list = [False]
 _NUM_THREADS: list = [None]  # set_num_threads' choice, applied to libraries loaded later too
 _THREAD_SETTERS: list = []  # other libraries' setters (AOT models: ``follow_thread_budget``)
+_POOL: list = [0, None]  # the process pool's table of entry points (0: none yet), and what provides it
 
 
 def _threads_from_environment():
@@ -134,10 +135,38 @@ def library_threads(path: str) -> int:
     return int(getter())
 
 
+def set_pool_provider(provider) -> None:
+    """``provider()`` gives the address of the process's pool (``tv_team_pool``, see
+    ``tensorvm.codegen.pool``), or 0 while there is none; asked on each load until it gives one."""
+    _POOL[1] = provider
+
+
+def _process_pool() -> int:
+    if not _POOL[0] and _POOL[1] is not None:
+        table = _POOL[1]()
+        if table:
+            with _LOCK:
+                _POOL[0] = table
+                for cdll in _LOADED.values():  # (those loaded before: the pool library, or without the provider)
+                    if isinstance(cdll, ctypes.CDLL):
+                        _attach_pool(cdll)
+    return _POOL[0]
+
+
+def _attach_pool(cdll):
+    try:
+        attach = cdll.tv_team_attach
+    except AttributeError:  # a library without threads (no OpenMP) or AOT style: nothing to attach
+        return
+    attach.restype, attach.argtypes = ctypes.c_int32, [ctypes.c_void_p]
+    attach(_POOL[0] or None)
+
+
 def load_cdll(path: str) -> ctypes.CDLL:
     """Load the kernel library at ``path`` once per process (``OSError`` if it cannot be), giving it the
-    thread budget and the host BLAS. The caller has checked that the file may be loaded."""
+    thread budget, the process's pool and the host BLAS. The caller has checked that the file may be loaded."""
     key = str(path)
+    _process_pool()
     with _LOCK:
         cdll = _LOADED.get(key)
         if cdll is None:
@@ -147,6 +176,7 @@ def load_cdll(path: str) -> ctypes.CDLL:
                 _LOADED_ANY[0] = True
                 _apply_blas_threads()
             _apply_threads(cdll)
+            _attach_pool(cdll)
             blas.attach(cdll)
         return cdll
 

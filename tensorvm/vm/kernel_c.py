@@ -117,7 +117,8 @@ class CLibrary:
             "load_reason": self.load_reason,
             "saved_source_matches": self.saved_source_matches,
             "threads": library_threads(self.library_path) if self.library_path else 1,  # what its OpenMP loops use
-            # the library products' pool (codegen/lib/tv_team.h): jobs, chunks run by callers / workers
+            # the pool the library's loops run on (codegen/lib/tv_team.h, the process's one: codegen/pool.py):
+            # jobs, chunks run by callers / workers, workers started, which pool
             "product_pool": _pool_stats(self.library_path) if self.library_path else None,
             # exec_mode="native": bytes of the generated C of the VM functions (part of the library)
             "native_source_bytes": len(self.native.source) if self.native is not None else None,
@@ -137,7 +138,11 @@ def _pool_stats(path: str) -> dict | None:
     stats.argtypes, stats.restype = [ctypes.c_void_p], ctypes.c_int32
     values = (ctypes.c_int64 * 4)()
     stats(values)
-    return {"jobs": values[0], "caller_chunks": values[1], "worker_chunks": values[2], "workers": values[3]}
+    pool_id = ctypes.CDLL(path).tv_team_pool_id
+    pool_id.argtypes, pool_id.restype = [], ctypes.c_int64
+    # ("pool": which pool; the same for every library of the process that runs on the process's one)
+    return {"jobs": values[0], "caller_chunks": values[1], "worker_chunks": values[2], "workers": values[3],
+            "pool": int(pool_id())}
 
 
 def build_c_library(prims: dict, shape_prims: dict | None = None, native=None) -> CLibrary:

@@ -145,6 +145,7 @@ def test_generated_text_is_the_files_text():
     gemm = (LIBRARY_DIR / "tv_gemm.h").read_text().replace('#include "tv_kernel.h"\n', "")
     gemm = gemm.replace('#include "tv_vgemm.h"\n', vgemm)
     gemm = gemm.replace('#include "tv_vconv.h"\n', (LIBRARY_DIR / "tv_vconv.h").read_text())
+    gemm = gemm.replace('#include "tv_clock.h"\n', (LIBRARY_DIR / "tv_clock.h").read_text())
     gemm = gemm.replace('#include "tv_team.h"\n', (LIBRARY_DIR / "tv_team.h").read_text())
     assert c_emit.PRELUDE.endswith(kernel) and c_emit.prelude().endswith(gemm)
     # the packed product is instantiated for the host by macros in the text (so the cache keys on them)
@@ -174,3 +175,11 @@ def test_every_c_file_is_package_data():
     assert "vm/native/fastcall.c" in files and "codegen/lib/tv_gemm.h" in files
     missing = [f for f in files if not any(fnmatch.fnmatchcase(f, pattern) for pattern in patterns)]
     assert missing == []
+
+
+@pytest.mark.parametrize("opt", ["-O0", "-O2"])
+def test_pool_library_compiles_warning_free(tmp_path, opt):
+    """The process pool's library (codegen/lib/pool/tv_pool.c with tv_team.h), as codegen/pool.py builds it."""
+    if not _accepted(tmp_path, ["-fopenmp"]):
+        pytest.skip("the pool is built with OpenMP toolchains only")
+    _compile(tmp_path, c_emit.library_text(["pool/tv_pool.c"]), ["-std=gnu11", opt, "-fPIC", "-fopenmp"])

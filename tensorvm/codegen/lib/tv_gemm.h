@@ -41,12 +41,7 @@ __attribute__((weak)) int32_t tv_set_blas(void* sgemm, void* dgemm, void* sgemv,
   return 0;
 }
 
-/* A monotonic clock (the pool's spin, the calibration of tv_gemm_choice). */
-static inline int64_t tv_now_ns(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
-}
+#include "tv_clock.h"
 
 #ifdef _OPENMP
 #include "tv_team.h"

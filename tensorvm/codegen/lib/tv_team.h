@@ -8,9 +8,11 @@
    another process (and that has therefore not started) costs nothing, the caller does its chunks. Only
    a chunk a worker has already claimed is waited for, so chunks are kept small (a few per thread).
 
-   Workers spin for TV_TEAM_SPIN_NS after their last job (the gap between the kernel calls of one
-   inference, like GOMP_SPINCOUNT for the OpenMP threads), then sleep on a condition variable; the
-   caller wakes sleepers only when there are some.
+   Workers spin for the pool's spin_ns after their last job (the gap between the kernel calls of one
+   inference, like GOMP_SPINCOUNT for the OpenMP threads; TV_TEAM_SPIN_NS until tv_team_set_spin_ns gives
+   the host's rule, host.py: team_spin_ns), then sleep on a condition variable; the caller wakes sleepers
+   only when there are some. While spinning a worker yields its core every TV_TEAM_YIELD_ROUNDS pauses,
+   so that on an oversubscribed core the other process's thread runs instead of a worker that has no work.
 
    The job is one 64-bit word, generation << 32 | next chunk, so a worker that read an older job can
    never claim a chunk of a newer one (its compare-and-swap fails once the generation moves on). A job is
@@ -19,10 +21,15 @@
    word, then the job, then swaps the word to the next chunk: if the job it read was not the word's, the
    word was closed before and the swap fails. All of it with sequentially consistent atomics.
 
-   One pool per library (weak hidden symbols shared by the library's translation units). A nested call
-   (from a chunk), or a call while another thread of the process runs a job on this pool, runs serially.
-   After a fork the child starts with no workers. Shared libraries only (tv_gemm.h includes it, after
-   defining tv_now_ns). */
+   One pool per process: every library has the code of a pool (weak hidden symbols shared by its
+   translation units), but once the host hands it the process's pool with tv_team_attach (the pool
+   library, pool/tv_pool.c, that tensorvm/codegen/pool.py loads once; runtime/library.py: load_cdll attaches
+   it to every library it loads), its tv_team_run and tv_team_stats forward there, so that the kernels
+   of every library tensorvm loads share one set of workers instead of each library's workers
+   competing for the cores. A library nobody attaches (the standalone dynamic AOT library in an
+   application) runs its own. A nested call (from a chunk, of this library or another one on the same
+   pool), or a call while another thread of the process runs a job on the pool, runs serially. After a
+   fork the child starts with no workers. Shared libraries only (tv_gemm.h, pool/tv_pool.c include it). */
 #ifndef TV_TEAM_H
 #define TV_TEAM_H
 
@@ -32,11 +39,16 @@
 #include <time.h>
 #include <unistd.h>
 
+#ifndef TV_CLOCK_H
+#include "tv_clock.h"
+#endif
+
 #define TV_TEAM_MAX_WORKERS 255
 #define TV_TEAM_CLOSED 0xffffffffu
 #ifndef TV_TEAM_SPIN_NS
 #define TV_TEAM_SPIN_NS 20000
 #endif
+#define TV_TEAM_YIELD_ROUNDS 64
 
 typedef void (*tv_team_fn)(void* ctx, int64_t chunk);
 
@@ -52,6 +64,7 @@ typedef struct {
   int32_t sleepers;
   uint32_t sequence;      /* bumped once per job: what sleeping workers wait on */
   int32_t pid;            /* the process that started the workers */
+  int64_t spin_ns;        /* how long an idle worker spins before it sleeps (0: TV_TEAM_SPIN_NS) */
   pthread_mutex_t lock;
   pthread_cond_t wake;
 } tv_team_state;
@@ -98,10 +111,13 @@ __attribute__((weak, visibility("hidden"))) void* tv_team_worker(void* arg) {
   uint32_t seen = TV_TEAM_LOAD(&tv_team.sequence);
   for (;;) {
     const int64_t start = tv_now_ns();
+    const int64_t spin = TV_TEAM_LOAD(&tv_team.spin_ns);
     int spins = 0;
     while (TV_TEAM_LOAD(&tv_team.sequence) == seen) {
       tv_team_relax();
-      if (++spins % 64 == 0 && tv_now_ns() - start > TV_TEAM_SPIN_NS) {
+      if (++spins % TV_TEAM_YIELD_ROUNDS) continue;
+      sched_yield();  /* (returns at once unless another thread waits for this core) */
+      if (tv_now_ns() - start >= (spin > 0 ? spin : TV_TEAM_SPIN_NS)) {
         pthread_mutex_lock(&tv_team.lock);
         TV_TEAM_ADD(&tv_team.sleepers, 1);
         while (TV_TEAM_LOAD(&tv_team.sequence) == seen) pthread_cond_wait(&tv_team.wake, &tv_team.lock);
@@ -137,8 +153,10 @@ static int32_t tv_team_start(int32_t want) {
   return tv_team.started;
 }
 
-/* fn(ctx, i) for i in [0, chunks), on the caller and up to threads - 1 workers (see the top). */
-__attribute__((weak, visibility("hidden"))) void tv_team_run(int64_t chunks, int threads, tv_team_fn fn, void* ctx) {
+/* fn(ctx, i) for i in [0, chunks), on the caller and up to threads - 1 workers of this library's pool (see
+   the top). */
+__attribute__((weak, visibility("hidden"))) void tv_team_run_here(int64_t chunks, int threads, tv_team_fn fn,
+                                                                   void* ctx) {
   int32_t idle = 0;
   if (threads <= 1 || chunks <= 1 || chunks >= TV_TEAM_CLOSED
       || !__atomic_compare_exchange_n(&tv_team.busy, &idle, 1, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST)) {
@@ -170,13 +188,54 @@ __attribute__((weak, visibility("hidden"))) void tv_team_run(int64_t chunks, int
   TV_TEAM_STORE(&tv_team.busy, 0);
 }
 
-/* (jobs run, chunks the callers ran, chunks the workers ran, workers started): what ran where. */
-__attribute__((weak)) int32_t tv_team_stats(int64_t* out) {
+__attribute__((weak, visibility("hidden"))) int32_t tv_team_stats_here(int64_t* out) {
   out[0] = TV_TEAM_LOAD(&tv_team_jobs);
   out[1] = TV_TEAM_LOAD(&tv_team_caller_chunks);
   out[2] = TV_TEAM_LOAD(&tv_team_worker_chunks);
   out[3] = TV_TEAM_LOAD(&tv_team.started);
   return 0;
+}
+
+__attribute__((weak, visibility("hidden"))) void tv_team_set_spin_here(int64_t ns) {
+  TV_TEAM_STORE(&tv_team.spin_ns, ns > 0 ? ns : 0);
+}
+
+/* A pool's entry points, as the pool library hands them to every other library (tv_team_attach). */
+typedef struct {
+  void (*run)(int64_t chunks, int threads, tv_team_fn fn, void* ctx);
+  int32_t (*stats)(int64_t* out);
+  void (*set_spin)(int64_t ns);
+  const void* state;  /* identifies the pool (tv_team_pool_id) */
+} tv_team_pool;
+
+/* The pool this library's jobs run on: NULL for its own (tv_team_run_here). */
+__attribute__((weak, visibility("hidden"))) const tv_team_pool* tv_team_shared;
+
+/* Run this library's jobs on `pool` (the process's, from pool/tv_pool.c), or on its own pool for NULL. Called
+   by the host when it loads the library, before any kernel of it runs. */
+__attribute__((weak)) int32_t tv_team_attach(const void* pool) {
+  TV_TEAM_STORE(&tv_team_shared, (const tv_team_pool*)pool);
+  return 0;
+}
+
+/* fn(ctx, i) for i in [0, chunks) on the process's pool where attached, else on this library's own. */
+__attribute__((weak, visibility("hidden"))) void tv_team_run(int64_t chunks, int threads, tv_team_fn fn, void* ctx) {
+  const tv_team_pool* pool = TV_TEAM_LOAD(&tv_team_shared);
+  if (pool) pool->run(chunks, threads, fn, ctx);
+  else tv_team_run_here(chunks, threads, fn, ctx);
+}
+
+/* (jobs run, chunks the callers ran, chunks the workers ran, workers started) of the pool this library's
+   jobs run on: what ran where. */
+__attribute__((weak)) int32_t tv_team_stats(int64_t* out) {
+  const tv_team_pool* pool = TV_TEAM_LOAD(&tv_team_shared);
+  return pool ? pool->stats(out) : tv_team_stats_here(out);
+}
+
+/* Which pool this library's jobs run on (equal for two libraries exactly when they share one). */
+__attribute__((weak)) int64_t tv_team_pool_id(void) {
+  const tv_team_pool* pool = TV_TEAM_LOAD(&tv_team_shared);
+  return (int64_t)(intptr_t)(pool ? pool->state : (const void*)&tv_team);
 }
 
 #endif /* TV_TEAM_H */

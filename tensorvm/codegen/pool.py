@@ -1,0 +1,126 @@
+"""The process's one thread pool, and what a split costs on this host.
+
+Every kernel library carries the code of a pool (``lib/tv_team.h``), but the host gives them all one:
+``process_pool()`` builds the small pool library (``lib/pool/tv_pool.c``, through the kernel cache like any
+library) once per process, and ``runtime.library.load_cdll`` hands its table of entry points to every
+library it loads (``tv_team_attach``), so that two models, or a model and the C libraries of its ops, run
+their parallel loops on the same workers instead of two sets of spinning workers competing for the cores.
+Without a compiler with OpenMP there is no pool library and each library runs its own pool (the
+standalone AOT library in an application always does).
+
+``pool_timings()`` measures the pool on first use (``tv_pool_fork_join_ns``: the median time of a split
+over two threads whose workers spin, and of one whose workers sleep) and caches the result in the kernel
+cache, keyed like the calibration by the CPU's model and features (``HostDescription.key``), so each host
+measures once. ``host.host()`` puts the numbers into the description (``fork_join_ns``, ``wake_ns``), from
+which ``host.kernel_rules`` derives the least work of a chunk of a parallel loop (``team_chunk_elements``)
+and the idle workers' spin (``team_spin_ns``).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import json
+import threading
+from dataclasses import dataclass
+
+__all__ = ["process_pool", "pool_timings", "PoolTimings"]
+
+_LOCK = threading.RLock()
+_POOL: list = [None]  # the loaded pool library (ctypes.CDLL), False when there is none
+_TIMINGS: dict = {}  # host key -> PoolTimings
+_MEASURE_ROUNDS = 200
+
+
+@dataclass(frozen=True)
+class PoolTimings:
+    """A split's cost over two threads with the workers spinning, and with them asleep (nanoseconds)."""
+
+    fork_join_ns: float
+    wake_ns: float
+
+
+def process_pool():
+    """The loaded pool library (``ctypes.CDLL``), built on first use; None without a compiler with OpenMP
+    (or when building it failed: the libraries then keep their own pools)."""
+    with _LOCK:
+        if _POOL[0] is None:
+            _POOL[0] = False  # (while it builds: the pool library itself is loaded without a pool)
+            _POOL[0] = _build() or False
+        return _POOL[0] or None
+
+
+def _build():
+    from .build import CompilerError, build_library, find_toolchain, have_compiler
+    from .c_emit import library_text
+
+    if not have_compiler() or not find_toolchain().openmp:
+        return None
+    try:
+        cdll = build_library(library_text(["pool/tv_pool.c"]))._cdll
+    except CompilerError:
+        return None
+    cdll.tv_pool.restype, cdll.tv_pool.argtypes = ctypes.c_void_p, []
+    cdll.tv_pool_fork_join_ns.restype = ctypes.c_int64
+    cdll.tv_pool_fork_join_ns.argtypes = [ctypes.c_int32, ctypes.c_int32, ctypes.c_int32]
+    return cdll
+
+
+def pool_table() -> int:
+    """The address of the process pool's entry points (``tv_team_pool``), 0 without a pool library."""
+    pool = process_pool()
+    if pool is None:
+        return 0
+    from .host import host, kernel_rules
+
+    set_spin_ns(kernel_rules(host()).team_spin_ns)
+    return int(pool.tv_pool())
+
+
+def set_spin_ns(ns: int) -> None:
+    """How long the pool's idle workers spin before they sleep (``host.kernel_rules().team_spin_ns``)."""
+    pool = process_pool()
+    if pool is not None:
+        table = ctypes.cast(pool.tv_pool(), ctypes.POINTER(_Table)).contents
+        table.set_spin(int(ns))
+
+
+class _Table(ctypes.Structure):
+    _fields_ = [("run", ctypes.c_void_p), ("stats", ctypes.c_void_p),
+                ("set_spin", ctypes.CFUNCTYPE(None, ctypes.c_int64)), ("state", ctypes.c_void_p)]
+
+
+def pool_timings(key: str) -> PoolTimings | None:
+    """This host's ``PoolTimings`` (``key``: ``HostDescription.key``): from the kernel cache, else
+    measured now (a fraction of a second) and cached; None without a pool library."""
+    with _LOCK:
+        if key in _TIMINGS:
+            return _TIMINGS[key]
+        from .build import _atomic_write, cache_dir
+
+        path = cache_dir() / f"pool-{hashlib.sha256(key.encode()).hexdigest()[:16]}.json"
+        timings = _read(path)
+        if timings is None:
+            pool = process_pool()
+            if pool is None:
+                return None
+            # (the least of three medians: a round that another process's time slice delayed says
+            # nothing about the pool)
+            timings = PoolTimings(min(float(pool.tv_pool_fork_join_ns(2, _MEASURE_ROUNDS, 0)) for _ in range(3)),
+                                  min(float(pool.tv_pool_fork_join_ns(2, _MEASURE_ROUNDS // 10, 1)) for _ in range(3)))
+            _atomic_write(path, json.dumps({"fork_join_ns": timings.fork_join_ns, "wake_ns": timings.wake_ns,
+                                            "host": key}).encode())
+        _TIMINGS[key] = timings
+        return timings
+
+
+def _read(path) -> PoolTimings | None:
+    """The timings a file of this cache holds, or None when it is missing or not exactly that (data)."""
+    try:
+        data = json.loads(path.read_text())
+        values = data["fork_join_ns"], data["wake_ns"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    if not all(isinstance(v, (int, float)) and not isinstance(v, bool) and 0 < v < 1e9 for v in values):
+        return None
+    return PoolTimings(float(values[0]), float(values[1]))

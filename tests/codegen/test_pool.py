@@ -1,0 +1,218 @@
+"""One thread pool per process (``codegen/pool.py``, ``lib/tv_pool.c``): every library tensorvm loads runs
+its parallel loops on it, results stay right at 1..3 threads and across thread-count changes, a kernel
+called from a pool worker runs (serially) instead of deadlocking, a library nobody attaches keeps its own
+pool; and the rules derived from the pool's measured timings (``host.kernel_rules``), with fake hosts.
+Oracle: NumPy (float64) and hand-computed rule values."""
+
+from __future__ import annotations
+
+import ctypes
+import dataclasses
+import json
+import threading
+
+import numpy as np
+import pytest
+
+import tensorvm as tv
+from tensorvm.codegen import build, pool
+from tensorvm.codegen import host as hostmod
+from tensorvm.codegen.build import have_compiler
+from tensorvm.codegen.host import FORK_JOIN_CYCLES, TEAM_SPIN_NS, HostDescription, kernel_rules
+
+needs_pool = pytest.mark.skipif(not have_compiler() or not build.find_toolchain().openmp,
+                                reason="the pool is built with the kernels' threads (OpenMP toolchains)")
+
+
+@pytest.fixture
+def threads():
+    previous = build._NUM_THREADS[0]
+    yield build.set_num_threads
+    build.set_num_threads(previous)
+
+
+_MATMUL = """
+def @main(%a: Tensor[(?, {k}), float32], %b: Tensor[({n}, {k}), float32]) {{ nn.matmul(%a, %b, transpose_b=True) }}
+"""
+_SOFTMAX_ADD = """
+def @main(%a: Tensor[(?, {n}), float32], %b: Tensor[(?, {n}), float32]) {{ nn.softmax(add(%a, %b), axis=-1) }}
+"""
+
+
+def _executables():
+    """Two executables with different kernels (so two libraries) whose loops split over threads."""
+    first = tv.vm.compile(tv.parse(_MATMUL.format(k=200, n=520)), target="c")
+    second = tv.vm.compile(tv.parse(_SOFTMAX_ADD.format(n=1031)), target="c")
+    return first, second
+
+
+def _run_both(first, second, rows: int, seed: int):
+    rng = np.random.default_rng(seed)
+    a, b = rng.standard_normal((rows, 200)).astype(np.float32), rng.standard_normal((520, 200)).astype(np.float32)
+    got = tv.vm.VirtualMachine(first).run(a, b).numpy()
+    np.testing.assert_allclose(got, a.astype(np.float64) @ b.T.astype(np.float64), rtol=1e-4, atol=1e-3)
+    x, y = rng.standard_normal((rows, 1031)).astype(np.float32), rng.standard_normal((rows, 1031)).astype(np.float32)
+    s = (x.astype(np.float64) + y) - (x.astype(np.float64) + y).max(axis=-1, keepdims=True)
+    want = np.exp(s) / np.exp(s).sum(axis=-1, keepdims=True)
+    np.testing.assert_allclose(tv.vm.VirtualMachine(second).run(x, y).numpy(), want, rtol=1e-4, atol=1e-6)
+
+
+@needs_pool
+def test_two_executables_share_the_process_pool(threads):
+    """Both executables' libraries report the same pool, the process's (the pool library's), and the jobs
+    of either are counted on it: one set of workers, whichever model runs."""
+    first, second = _executables()
+    assert first.c_library.library_path != second.c_library.library_path
+    threads(2)
+    _run_both(first, second, 97, 0)
+    one, two = (exe.stats()["kernel_library"]["product_pool"] for exe in (first, second))
+    table = ctypes.cast(pool.pool_table(), ctypes.POINTER(pool._Table)).contents
+    assert one["pool"] == two["pool"] == table.state
+    before = two["jobs"]
+    _run_both(first, second, 64, 1)
+    after = first.stats()["kernel_library"]["product_pool"]
+    assert after["jobs"] > before and after == second.stats()["kernel_library"]["product_pool"]
+    assert after["workers"] >= 1
+
+
+@needs_pool
+def test_results_at_one_to_three_threads_and_changing_between_calls(threads):
+    """Against NumPy at 1, 2, 3 threads, the count changed between calls and back (the pool starts the
+    workers a larger count needs; a smaller one leaves the extra workers idle)."""
+    first, second = _executables()
+    for seed, count in enumerate([1, 2, 3, 1, 3, 2, 1]):
+        threads(count)
+        _run_both(first, second, 33 + 16 * seed, seed)
+
+
+@needs_pool
+def test_a_kernel_called_from_a_pool_worker_runs_serially(threads):
+    """A chunk of a job on the process pool calls a product of another library (itself parallel, on the
+    same pool): the nested call finds the pool busy and runs on the calling thread, on every worker, with
+    the right result; nothing waits for itself (the job finishes within the timeout)."""
+    threads(2)
+    params = hostmod.gemm_params()
+    library = hostmod.vgemm_library(params)  # (loaded through load_cdll: attached to the process pool)
+    product = library.function("tv_vgemm_call", 3, 0)
+    product.argtypes = [ctypes.c_int64] * 3 + [ctypes.c_void_p] * 3
+    m, n, k = 64, 32 * params.nr, 256  # above the product's parallel threshold: a job of its own when alone
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((4, m, k)).astype(np.float32)
+    w = rng.standard_normal((n, k)).astype(np.float32)
+    packed = hostmod.pack_panels(w, params.nr)
+    out = np.full((4, m, n), np.nan, np.float32)
+    codes = [None] * 4
+    chunk_type = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64)
+
+    def chunk(_ctx, i):
+        codes[i] = product(m, n, k, x[i].ctypes.data, packed.ctypes.data, out[i].ctypes.data)
+
+    callback = chunk_type(chunk)
+    table = ctypes.cast(pool.pool_table(), ctypes.POINTER(pool._Table)).contents
+    run = ctypes.CFUNCTYPE(None, ctypes.c_int64, ctypes.c_int, chunk_type, ctypes.c_void_p)(table.run)
+    job = threading.Thread(target=run, args=(4, 2, callback, None), daemon=True)
+    job.start()
+    job.join(timeout=120)
+    assert not job.is_alive(), "the job on the process pool did not finish (a nested call waited for itself?)"
+    assert codes == [0] * 4
+    np.testing.assert_allclose(out, x.astype(np.float64) @ w.T.astype(np.float64), rtol=1e-4, atol=1e-3)
+
+
+@needs_pool
+def test_a_library_detached_runs_its_own_pool(threads):
+    """``tv_team_attach(NULL)`` (what a library nobody attaches has: the standalone AOT library) runs the
+    library's own pool, with the same results; attaching it again joins the process pool."""
+    threads(2)
+    params = hostmod.gemm_params()
+    cdll = hostmod.vgemm_library(params)._cdll
+    product = cdll.tv_vgemm_call
+    product.argtypes, product.restype = [ctypes.c_int64] * 3 + [ctypes.c_void_p] * 3, ctypes.c_int32
+    pool_id = cdll.tv_team_pool_id
+    pool_id.restype, pool_id.argtypes = ctypes.c_int64, []
+    attach = cdll.tv_team_attach
+    attach.restype, attach.argtypes = ctypes.c_int32, [ctypes.c_void_p]
+    shared = pool_id()
+    table = pool.pool_table()
+    assert shared == ctypes.cast(table, ctypes.POINTER(pool._Table)).contents.state
+    m, n, k = 70, 24 * params.nr + 3, 300
+    rng = np.random.default_rng(1)
+    x, w = rng.standard_normal((m, k)).astype(np.float32), rng.standard_normal((n, k)).astype(np.float32)
+    packed = hostmod.pack_panels(w, params.nr)
+    try:
+        attach(None)
+        assert pool_id() != shared
+        for table_now in (None, table):
+            attach(table_now)
+            out = np.full((m, n), np.nan, np.float32)
+            assert product(m, n, k, x.ctypes.data, packed.ctypes.data, out.ctypes.data) == 0
+            np.testing.assert_allclose(out, x.astype(np.float64) @ w.T.astype(np.float64), rtol=1e-4, atol=1e-3)
+    finally:
+        attach(table)
+    assert pool_id() == shared
+
+
+@needs_pool
+def test_pool_timings_are_measured_once_and_read_from_the_cache(tmp_path, monkeypatch):
+    """A host key without a cached file is measured (positive times) and written; a file with other values
+    is what a later process reads (the memo cleared); a malformed file is measured again."""
+    monkeypatch.setenv("TENSORVM_CACHE_DIR", str(tmp_path))
+    key = "fake cpu for test_pool|avx2|avx2|1/2/3"
+    try:
+        measured = pool.pool_timings(key)
+        assert measured.fork_join_ns > 0 and measured.wake_ns > 0
+        (path,) = tmp_path.glob("pool-*.json")
+        assert json.loads(path.read_text())["fork_join_ns"] == measured.fork_join_ns
+        path.write_text(json.dumps({"fork_join_ns": 1234.0, "wake_ns": 56789.0}))
+        pool._TIMINGS.pop(key)
+        assert pool.pool_timings(key) == pool.PoolTimings(1234.0, 56789.0)
+        path.write_text(json.dumps({"fork_join_ns": "fast", "wake_ns": 1.0}))
+        pool._TIMINGS.pop(key)
+        again = pool.pool_timings(key)
+        assert again.fork_join_ns > 0 and again != pool.PoolTimings(1234.0, 56789.0)
+    finally:
+        pool._TIMINGS.pop(key, None)
+
+
+@needs_pool
+def test_the_pool_spins_as_the_host_rule_says():
+    pool.pool_table()
+    spin = pool.process_pool().tv_pool_spin_ns
+    spin.restype, spin.argtypes = ctypes.c_int64, []
+    assert spin() == kernel_rules(hostmod.host()).team_spin_ns > 0
+
+
+@needs_pool
+def test_the_detected_host_carries_the_pool_timings():
+    detected = hostmod.detect_host()
+    timings = pool.pool_timings(detected.key)
+    described = hostmod._with_pool_timings(detected)
+    assert (described.fork_join_ns, described.wake_ns) == (timings.fork_join_ns, timings.wake_ns)
+
+
+_AVX2 = HostDescription(isa="avx2", vector_bytes=32, vector_registers=16, fma=True)
+
+
+@pytest.mark.parametrize("fork_join_ns, ghz, cycles", [
+    (0.0, 3.0, FORK_JOIN_CYCLES),  # unmeasured: the constant
+    (1000.0, 0.0, FORK_JOIN_CYCLES),  # no clock: the constant
+    (1000.0, 4.0, 4096),  # 4000 cycles -> the nearest power of two
+    (2500.0, 2.0, 4096),  # 5000 -> 4096 (log2 12.29 rounds down)
+    (3500.0, 2.0, 8192),  # 7000 -> 8192 (12.77 rounds up)
+    (100.0, 3.0, FORK_JOIN_CYCLES // 8),  # 300 cycles: at least an eighth of the constant
+    (1e6, 3.0, FORK_JOIN_CYCLES * 8),  # a loaded machine's millisecond: at most eight times it
+])
+def test_team_chunk_elements_follow_the_measured_fork_join(fork_join_ns, ghz, cycles):
+    """A fake AVX2 host (8 lanes: 4 elements per cycle): a chunk holds at least a sixteenth of what a
+    fork-join costs in elements; AVX-512 (16 lanes) twice that."""
+    desc = dataclasses.replace(_AVX2, fork_join_ns=fork_join_ns, clock_ghz=ghz)
+    assert hostmod.fork_join_cycles(desc) == cycles
+    assert kernel_rules(desc).team_chunk_elements == cycles * 4 // 16
+    wide = dataclasses.replace(hostmod.isa_host("avx512", desc), fork_join_ns=fork_join_ns, clock_ghz=ghz)
+    assert kernel_rules(wide).team_chunk_elements == cycles * 8 // 16
+    assert f"-DTV_TEAM_CHUNK_ELEMENTS={cycles * 4 // 16}" in hostmod.rule_defines(desc)
+
+
+@pytest.mark.parametrize("wake_ns, spin", [
+    (0.0, TEAM_SPIN_NS[0]), (45000.0, 45000), (10.0, TEAM_SPIN_NS[1]), (5e7, TEAM_SPIN_NS[2])])
+def test_workers_spin_as_long_as_a_wake_costs(wake_ns, spin):
+    assert kernel_rules(dataclasses.replace(_AVX2, wake_ns=wake_ns)).team_spin_ns == spin
