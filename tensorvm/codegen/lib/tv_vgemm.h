@@ -453,8 +453,9 @@ __attribute__((unused)) static int32_t tv_vgemm_packed_any_f32(int64_t m, int64_
 
 /* The product with its epilogue, as generated kernels call it (strategy.PackedGemmCall): ``col_bias``
    (n floats) is read only when ``has_col_bias``, ``row_bias`` (m floats) only when ``has_row_bias``,
-   ``residual`` (m x n) only when ``has_residual``; ``act``, ``alpha``... as tv_vgemm_epilogue's. */
-__attribute__((unused)) static int32_t tv_vgemm_packed_epi_f32(
+   ``residual`` (m x n) only when ``has_residual``; ``act``, ``alpha``... as tv_vgemm_epilogue's. (Named tv_gemm_*:
+   c_emit.PRODUCT_CALLS then gives the calling translation unit the products.) */
+__attribute__((unused)) static int32_t tv_gemm_packed_epi_f32(
     int64_t m, int64_t n, int64_t k, int64_t lanes, const float* x, const float* packed, const float* col_bias,
     int64_t has_col_bias, const float* row_bias, int64_t has_row_bias, const float* residual, int64_t has_residual,
     int64_t act, float alpha, float beta, float lo, float hi, float* out) {
