@@ -227,10 +227,10 @@ class PackedGemmCall(LibraryCall):
             raise UnsupportedError("the packed product's epilogue has no pool and no separate relu")
         bias = args[0] if epilogue.bias is None else args[epilogue.bias]  # (a pointer never read when absent)
         residual = args[0] if epilogue.residual is None else args[epilogue.residual]
-        flag = (lambda present: const(int(present), "int64"))
+        has_bias, has_residual = (const(int(v is not None), "int64") for v in (epilogue.bias, epilogue.residual))
         return CallExtern("tv_gemm_packed_epi_f32", (
             self.m, self.n, self.k, const(self.lanes, "int64"), args[0], args[1],
-            bias, flag(epilogue.bias is not None), args[0], flag(False), residual, flag(epilogue.residual is not None),
+            bias, has_bias, args[0], const(0, "int64"), residual, has_residual,
             const(int(epilogue.act), "int64"),
             *(const(float(v), "float32") for v in (epilogue.alpha, epilogue.beta, epilogue.lo, epilogue.hi)), target))
 

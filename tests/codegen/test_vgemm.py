@@ -288,7 +288,10 @@ def _epi_function(params):
 
 def _epi_call(fn, x, packed, lanes, n, out, col_bias=None, row_bias=None, residual=None, act=(0, 1.0, 0.0, 0.0, 0.0)):
     m, k = x.shape
-    ptr = (lambda a: None if a is None else a.ctypes.data)
+
+    def ptr(a):
+        return None if a is None else a.ctypes.data
+
     return fn(m, n, k, lanes, x.ctypes.data, packed.ctypes.data, ptr(col_bias), int(col_bias is not None),
               ptr(row_bias), int(row_bias is not None), ptr(residual), int(residual is not None), *act,
               out.ctypes.data)
