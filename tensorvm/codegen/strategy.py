@@ -517,15 +517,16 @@ def _clamped_affine(expr, rank: int):
 def _activation(expr, rank: int, gelu: bool = False):
     """``(act, alpha, beta, lo, hi, v)`` when ``expr`` is an activation of ``v`` a tile epilogue applies: a
     clamped affine map (``_clamped_affine``), optionally times its own input (hard-swish:
-    ``x * hard_sigmoid(x)``), or (``gelu``: the packed product's epilogue) GELU, ``nn.gelu`` or the erf form
-    ONNX exports (``_gelu_erf``); ``(0, 1, 0, 0, 0, expr)`` for none."""
+    ``x * hard_sigmoid(x)``), or (``gelu``: the packed product's epilogue) GELU, ``nn.gelu`` or the forms
+    ONNX exports (``_gelu_erf``, ``_gelu_tanh``); ``(0, 1, 0, 0, 0, expr)`` for none."""
     if gelu and _op_call(expr, "nn.gelu") and len(expr.args) == 1:
         tanh = get_op("nn.gelu").normalize_attrs(expr.attrs).approximate == "tanh"
         return ACT_GELU_TANH if tanh else ACT_GELU, 1.0, 0.0, 0.0, 0.0, expr.args[0]
     if gelu:
-        v = _gelu_erf(expr, rank)
-        if v is not None:
-            return ACT_GELU, 1.0, 0.0, 0.0, 0.0, v
+        for act, match in ((ACT_GELU, _gelu_erf), (ACT_GELU_TANH, _gelu_tanh)):
+            v = match(expr, rank)
+            if v is not None:
+                return act, 1.0, 0.0, 0.0, 0.0, v
     if _op_call(expr, "multiply") and len(expr.args) == 2:  # the gate: v * clamp(alpha v + beta, lo, hi)
         for v, gate in (expr.args, expr.args[::-1]):
             found = _clamped_affine(gate, rank)
@@ -554,23 +555,50 @@ def _close(a: float, b: float) -> bool:
     return abs(a - b) <= 1e-6 * abs(b)
 
 
-def _gelu_erf(expr, rank: int):
-    """``v`` when ``expr`` is 0.5 v (1 + erf(v / sqrt 2)) (factors in any order and grouping, the division as
-    a product by 1/sqrt 2: torch's GELU exported to ONNX); else None."""
+def _scaled(expr, rank: int):
+    """``(constant factor, [other factors])`` of ``expr`` (``_factors``)."""
     factors = _factors(expr, rank, [])
-    scale = float(np.prod([f for f in factors if isinstance(f, float)]))
-    terms = [f for f in factors if not isinstance(f, float)]
-    if len(terms) != 2 or not _close(scale, 0.5):
-        return None
-    for v, phi in (terms, terms[::-1]):
-        if not (_op_call(phi, "add") and len(phi.args) == 2):
+    return float(np.prod([f for f in factors if isinstance(f, float)])), [f for f in factors if not isinstance(f, float)]
+
+
+def _half_v_one_plus(expr, rank: int, fn: str):
+    """``[(v, argument)]``: the candidates for 0.5 v (1 + fn(argument)) in ``expr`` (factors in any order and
+    grouping)."""
+    scale, terms = _scaled(expr, rank)
+    found = []
+    if len(terms) == 2 and _close(scale, 0.5):
+        for v, phi in (terms, terms[::-1]):
+            if _op_call(phi, "add") and len(phi.args) == 2:
+                for call, one in (phi.args, phi.args[::-1]):
+                    if _scalar(one, rank) == 1.0 and _op_call(call, fn) and len(call.args) == 1:
+                        found.append((v, call.args[0]))
+    return found
+
+
+def _gelu_erf(expr, rank: int):
+    """``v`` when ``expr`` is 0.5 v (1 + erf(v / sqrt 2)) (the division possibly a product by 1/sqrt 2:
+    torch's GELU exported to ONNX); else None."""
+    for v, argument in _half_v_one_plus(expr, rank, "erf"):
+        k, terms = _scaled(argument, rank)
+        if terms == [v] and _close(k, 1 / np.sqrt(2.0)):
+            return v
+    return None
+
+
+def _gelu_tanh(expr, rank: int):
+    """``v`` when ``expr`` is 0.5 v (1 + tanh(sqrt(2 / pi) (v + 0.044715 v^3))) (GPT-2's GELU exported to
+    ONNX; the cube as ``power(v, 3)`` or a product); else None."""
+    for v, argument in _half_v_one_plus(expr, rank, "tanh"):
+        k, terms = _scaled(argument, rank)
+        if len(terms) != 1 or not _close(k, np.sqrt(2 / np.pi)) or not _op_call(terms[0], "add") \
+                or len(terms[0].args) != 2:
             continue
-        for erf, one in (phi.args, phi.args[::-1]):
-            if _scalar(one, rank) != 1.0 or not (_op_call(erf, "erf") and len(erf.args) == 1):
-                continue
-            inner = _factors(erf.args[0], rank, [])
-            k = float(np.prod([f for f in inner if isinstance(f, float)]))
-            if [f for f in inner if not isinstance(f, float)] == [v] and _close(k, 1 / np.sqrt(2.0)):
+        for linear, cubic in (terms[0].args, terms[0].args[::-1]):
+            c, cube = _scaled(cubic, rank)
+            if len(cube) == 1 and _op_call(cube[0], "power") and len(cube[0].args) == 2 \
+                    and cube[0].args[0] is v and _scalar(cube[0].args[1], rank) == 3.0:
+                cube = [v, v, v]
+            if linear is v and _close(c, 0.044715) and len(cube) == 3 and all(f is v for f in cube):
                 return v
     return None
 

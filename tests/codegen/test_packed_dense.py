@@ -360,7 +360,26 @@ def _epilogue_programs(rng, n=45, k=37):
         ("bias+hard-swish", lambda p, b, r: hard_swish(op.add(p, b)), False,
          lambda p, b, r: (p + b) * np.clip(p + b + 3, 0, 6) / 6),
         ("relu", lambda p, b, r: op.nn.relu(op.add(p, b)), False, lambda p, b, r: np.maximum(p + b, 0)),
+        ("bias+erf gelu regrouped", lambda p, b, r: _erf_gelu_regrouped(op.add(b, p)), False,
+         lambda p, b, r: _gelu(p + b)),
+        ("bias+tanh gelu as exported", lambda p, b, r: _tanh_gelu_as_exported(op.add(p, b)), False,
+         lambda p, b, r: _gelu_tanh(p + b)),
     ]
+
+
+def _f32(value):
+    return const(np.float32(value))
+
+
+def _erf_gelu_regrouped(v):
+    """(0.5 v) (erf(v * (1 / sqrt 2)) + 1)."""
+    return op.multiply(op.multiply(_f32(0.5), v), op.add(op.erf(op.multiply(v, _f32(1 / np.sqrt(2)))), _f32(1)))
+
+
+def _tanh_gelu_as_exported(v):
+    """0.5 v (1 + tanh(sqrt(2 / pi) (v + 0.044715 v^3))), the cube a power (GPT-2's GELU in ONNX)."""
+    inner = op.multiply(_f32(np.sqrt(2 / np.pi)), op.add(v, op.multiply(_f32(0.044715), op.power(v, _f32(3)))))
+    return op.multiply(op.multiply(_f32(0.5), v), op.add(_f32(1), op.tanh(inner)))
 
 
 @needs_cc
@@ -414,6 +433,16 @@ def test_product_epilogue_keeps_the_second_pass_where_it_cannot_apply():
     for res_rows in (6, 1):
         res = rng.standard_normal((res_rows, n)).astype(np.float32)
         _close(vm.invoke("main", data, res).numpy(), data.astype(np.float64) @ w.T.astype(np.float64) + res)
+    # not GELU (erf(v / 2)): the generated second pass
+    d = op.nn.dense(x, const(w))
+    mod = IRModule.from_expr(Function([x], op.multiply(op.multiply(_f32(0.5), d), op.add(op.erf(op.divide(d, _f32(2))),
+                                                                                       _f32(1)))))
+    exe = generate(lower_for_vm(mod, target="c"), target="c")
+    assert "= tv_gemm_packed_epi_f32(" not in exe.as_text(kernels=True)
+    from math import erf
+
+    p = data.astype(np.float64) @ w.T.astype(np.float64)
+    _close(VirtualMachine(exe).invoke("main", data).numpy(), 0.5 * p * (1 + np.vectorize(erf)(p / 2)))
     column = Var("c", _t(None, 1))
     mod = IRModule.from_expr(Function([x, column], op.add(op.nn.dense(x, const(w)), column)))
     exe = generate(lower_for_vm(mod, target="c"), target="c")
