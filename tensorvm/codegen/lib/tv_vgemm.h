@@ -284,8 +284,9 @@ static inline void tv_vgemm_activate(tv_vf* v, const tv_vgemm_epilogue* e) {
    the tile just written, still in L1), a vector at a time: ((v + column bias) + row bias) + residual, then
    the activation, in the order (and float32 roundings) of the group it replaces. A partial vector (the
    last panel's columns) goes through zero-padded copies. */
-static void tv_vgemm_finish(const tv_vgemm_epilogue* e, int rows, int64_t i, int64_t j, int64_t cols, int64_t n,
+static void tv_vgemm_finish(const tv_vgemm_epilogue* epi, int rows, int64_t i, int64_t j, int64_t cols, int64_t n,
                             float* c, int64_t ldc) {
+  const tv_vgemm_epilogue copy = *epi, *e = &copy;  /* (a copy: the stores to c could alias its floats) */
   for (int r = 0; r < rows; ++r)
     for (int64_t h = 0; h < cols; h += TV_VLANES) {
       float* d = c + r * ldc + h;
