@@ -399,6 +399,12 @@ class TileEpilogue:
 
 ACT_LO, ACT_HI, ACT_GATE = 1, 2, 4  # (TV_ACT_* in tv_vconv.h and tv_vgemm.h)
 ACT_GELU, ACT_GELU_TANH = 8, 16  # (the packed product's epilogue only: v Phi(v) with erf, its tanh approximation)
+# Whether nn.dense_packed groups run their epilogue in the product's tiles (``product_epilogue``,
+# ``tv_gemm_packed_epi_f32``) instead of the product then a generated second pass. Off: on DistilBERT at 128
+# tokens (VM profile, 1 thread, loaded machine, two runs each) its product groups took 1.2-1.3x their time
+# with it, the bias-only ones included, so the cost is in the tiles' store path, not the GELU; see
+# docs/kernels.md. Tests turn it on.
+PRODUCT_EPILOGUE = False
 
 
 def tile_epilogue(fn: Function, channels) -> tuple[TileEpilogue, Var | None] | None:
@@ -1176,7 +1182,7 @@ def _tile_epilogue_call(call, split, args: list, generic: LoweredParts, outputs:
     epilogue_fn, epilogue_inputs = split
     residual = None
     if isinstance(call, PackedGemmCall):
-        found = product_epilogue(epilogue_fn, anchor.out_type)
+        found = product_epilogue(epilogue_fn, anchor.out_type) if PRODUCT_EPILOGUE else None
         if found is None:
             return None
         match, residual = found[:2], found[2]

@@ -281,7 +281,7 @@ def test_vm_results_match_numpy_for_dynamic_rows(threads, kernel_threads):
     for mod, params, oracle in _programs(rng):
         exes = {target: generate(lower_for_vm(mod, params=params, target=target), target=target)
                 for target in ("c", "python")}
-        assert "= tv_gemm_packed_epi_f32(" in exes["c"].as_text(kernels=True)  # (the bias, the GELU in the tiles)
+        assert "= tv_gemm_packed_f32(" in exes["c"].as_text(kernels=True)
         assert "nn.dense_packed" not in exes["python"].as_text()
         for rows in (1, 5, 64, 300):
             data = rng.standard_normal((rows, 48)).astype(np.float32)
@@ -331,6 +331,14 @@ def test_executable_holds_only_the_packed_weight_and_round_trips():
 
 
 # ---- the epilogue in the product's tiles (strategy.product_epilogue, tv_gemm_packed_epi_f32) ------------
+
+
+@pytest.fixture
+def product_epilogue(monkeypatch):
+    """The routing on (``strategy.PRODUCT_EPILOGUE``, off by default until measured faster)."""
+    from tensorvm.codegen import strategy
+
+    monkeypatch.setattr(strategy, "PRODUCT_EPILOGUE", True)
 
 
 def _gelu_tanh(v):
@@ -384,7 +392,7 @@ def _tanh_gelu_as_exported(v):
 
 @needs_cc
 @pytest.mark.parametrize("threads", [1, 2])
-def test_product_epilogue_runs_in_the_tiles_and_matches_numpy(threads, kernel_threads):
+def test_product_epilogue_runs_in_the_tiles_and_matches_numpy(threads, kernel_threads, product_epilogue):
     """Each fused tail of a dense with a constant weight runs in the product's tiles (one call, no second
     pass), at dynamic rows (1 to 300, a partial last panel of 45 columns), with NaN and inf inputs."""
     kernel_threads(threads)
@@ -418,7 +426,7 @@ def test_product_epilogue_runs_in_the_tiles_and_matches_numpy(threads, kernel_th
 
 
 @needs_cc
-def test_product_epilogue_keeps_the_second_pass_where_it_cannot_apply():
+def test_product_epilogue_keeps_the_second_pass_where_it_cannot_apply(product_epilogue):
     """A residual that broadcasts over the rows (one row for many) and a bias per row are not the tiles'
     epilogue: the product then its second pass, with the same results as NumPy."""
     rng = np.random.default_rng(20)
@@ -449,3 +457,12 @@ def test_product_epilogue_keeps_the_second_pass_where_it_cannot_apply():
     assert "= tv_gemm_packed_epi_f32(" not in exe.as_text(kernels=True)
     col = rng.standard_normal((6, 1)).astype(np.float32)
     _close(VirtualMachine(exe).invoke("main", data, col).numpy(), data.astype(np.float64) @ w.T.astype(np.float64) + col)
+
+
+@needs_cc
+def test_product_epilogue_is_off_by_default():
+    """Without ``strategy.PRODUCT_EPILOGUE`` a dense + bias + GELU group is the product then its pass."""
+    mod, params, oracle = _programs(np.random.default_rng(7))[0]
+    exe = generate(lower_for_vm(mod, params=params, target="c"), target="c")
+    text = exe.as_text(kernels=True)
+    assert "= tv_gemm_packed_f32(" in text and "= tv_gemm_packed_epi_f32(" not in text
