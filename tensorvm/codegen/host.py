@@ -379,7 +379,8 @@ def aligned_zeros(shape: tuple, dtype):
 
 
 def vgemm_library(params: GemmParams):
-    """A library holding ``tv_vgemm_packed_f32`` for ``params`` alone (tests, benchmarks, calibration),
+    """A library holding ``tv_vgemm_packed_f32`` (``tv_vgemm_call``) and its epilogue entry
+    ``tv_gemm_packed_epi_f32`` (``tv_vgemm_epi_call``) for ``params`` alone (tests, benchmarks, calibration),
     built with the toolchain's flags (``-march=native``: a kernel wider than the machine's vectors is
     lowered to several native operations)."""
     from .build import build_library
@@ -387,5 +388,11 @@ def vgemm_library(params: GemmParams):
 
     text = '#define TV_PACKED_KERNELS\n' + library_text(["tv_gemm.h"]) + (
         "int32_t tv_vgemm_call(int64_t m, int64_t n, int64_t k, const float* x, const float* packed, float* out) {\n"
-        "  return tv_vgemm_packed_f32(m, n, k, x, packed, out);\n}\n")
+        "  return tv_vgemm_packed_f32(m, n, k, x, packed, out);\n}\n"
+        "int32_t tv_vgemm_epi_call(int64_t m, int64_t n, int64_t k, int64_t lanes, const float* x, const float* packed,\n"
+        "    const float* col_bias, int64_t has_col_bias, const float* row_bias, int64_t has_row_bias,\n"
+        "    const float* residual, int64_t has_residual, int64_t act, float alpha, float beta, float lo, float hi,\n"
+        "    float* out) {\n"
+        "  return tv_gemm_packed_epi_f32(m, n, k, lanes, x, packed, col_bias, has_col_bias, row_bias, has_row_bias,\n"
+        "                                 residual, has_residual, act, alpha, beta, lo, hi, out);\n}\n")
     return build_library([(text, gemm_defines(params))])

@@ -216,9 +216,23 @@ class PackedGemmCall(LibraryCall):
     k: object
     lanes: int = 16
 
-    def statement(self, args: list, target, suffix: str):
-        return CallExtern(f"tv_gemm_packed_{suffix}", (self.m, self.n, self.k, const(self.lanes, "int64"),
-                                                       args[0], args[1], target))
+    def statement(self, args: list, target, suffix: str, epilogue: TileEpilogue | None = None):
+        """With ``epilogue`` (``product_epilogue``; float32) ``target`` receives it applied in the tiles
+        (``tv_gemm_packed_epi_f32``): ``args[epilogue.bias]`` a bias per column, ``args[epilogue.residual]``
+        a residual of the product's shape, when there are."""
+        if epilogue is None:
+            return CallExtern(f"tv_gemm_packed_{suffix}", (self.m, self.n, self.k, const(self.lanes, "int64"),
+                                                           args[0], args[1], target))
+        if epilogue.pool or epilogue.relu:
+            raise UnsupportedError("the packed product's epilogue has no pool and no separate relu")
+        bias = args[0] if epilogue.bias is None else args[epilogue.bias]  # (a pointer never read when absent)
+        residual = args[0] if epilogue.residual is None else args[epilogue.residual]
+        has_bias, has_residual = (const(int(v is not None), "int64") for v in (epilogue.bias, epilogue.residual))
+        return CallExtern("tv_gemm_packed_epi_f32", (
+            self.m, self.n, self.k, const(self.lanes, "int64"), args[0], args[1],
+            bias, has_bias, args[0], const(0, "int64"), residual, has_residual,
+            const(int(epilogue.act), "int64"),
+            *(const(float(v), "float32") for v in (epilogue.alpha, epilogue.beta, epilogue.lo, epilogue.hi)), target))
 
 
 @dataclass(frozen=True)
@@ -383,7 +397,14 @@ class TileEpilogue:
     residual: int | None = None
 
 
-ACT_LO, ACT_HI, ACT_GATE = 1, 2, 4  # (TV_ACT_* in tv_vconv.h)
+ACT_LO, ACT_HI, ACT_GATE = 1, 2, 4  # (TV_ACT_* in tv_vconv.h and tv_vgemm.h)
+ACT_GELU, ACT_GELU_TANH = 8, 16  # (the packed product's epilogue only: v Phi(v) with erf, its tanh approximation)
+# Whether nn.dense_packed groups run their epilogue in the product's tiles (``product_epilogue``,
+# ``tv_gemm_packed_epi_f32``) instead of the product then a generated second pass. Off until measured faster:
+# on DistilBERT at 128 tokens (VM profile, 1 thread, a loaded machine) its product groups took 1.2-1.3x
+# their time with it, within what the load there made of identical code (0.87-1.24x); see docs/kernels.md.
+# Tests turn it on.
+PRODUCT_EPILOGUE = False
 
 
 def tile_epilogue(fn: Function, channels) -> tuple[TileEpilogue, Var | None] | None:
@@ -499,38 +520,122 @@ def _clamped_affine(expr, rank: int):
     return bits, alpha * scale, beta * scale, lo * scale, hi * scale, expr
 
 
-def activation_epilogue(fn: Function, out_type) -> tuple[TileEpilogue, Var | None, Var | None] | None:
-    """The ``TileEpilogue`` with an activation and/or a residual that computes ``fn`` (as ``tile_epilogue``
-    takes it; ``out_type`` the convolution's result type), with the parameters holding the bias and the
-    residual (or None): act(v + residual) where v is the result plus an optional per-channel bias (as
-    ``tile_epilogue`` recognizes it), the residual a float32 parameter of the result's rank whose static
-    dims equal the result's (dynamic ones are checked per call, ``residual_condition``), and act a clamped
-    affine map (``_clamped_affine``), optionally times its own input (hard-swish: ``x * hard_sigmoid(x)``),
-    or nothing. None when ``fn`` is something else or has neither an activation nor a residual."""
-    from .fused import _param_type
-
-    result, expr, rank = fn.params[0], fn.body, len(out_type.shape)
-    act, alpha, beta, lo, hi = 0, 1.0, 0.0, 0.0, 0.0
+def _activation(expr, rank: int, gelu: bool = False):
+    """``(act, alpha, beta, lo, hi, v)`` when ``expr`` is an activation of ``v`` a tile epilogue applies: a
+    clamped affine map (``_clamped_affine``), optionally times its own input (hard-swish:
+    ``x * hard_sigmoid(x)``), or (``gelu``: the packed product's epilogue) GELU, ``nn.gelu`` or the forms
+    ONNX exports (``_gelu_erf``, ``_gelu_tanh``); ``(0, 1, 0, 0, 0, expr)`` for none."""
+    if gelu and _op_call(expr, "nn.gelu") and len(expr.args) == 1:
+        tanh = get_op("nn.gelu").normalize_attrs(expr.attrs).approximate == "tanh"
+        return ACT_GELU_TANH if tanh else ACT_GELU, 1.0, 0.0, 0.0, 0.0, expr.args[0]
+    if gelu:
+        for act, match in ((ACT_GELU, _gelu_erf), (ACT_GELU_TANH, _gelu_tanh)):
+            v = match(expr, rank)
+            if v is not None:
+                return act, 1.0, 0.0, 0.0, 0.0, v
     if _op_call(expr, "multiply") and len(expr.args) == 2:  # the gate: v * clamp(alpha v + beta, lo, hi)
         for v, gate in (expr.args, expr.args[::-1]):
             found = _clamped_affine(gate, rank)
             if found is not None and found[-1] is v:
-                _, alpha, beta, lo, hi, _ = found
-                expr, act = v, found[0] | ACT_GATE
-                break
-    if not act:
-        found = _clamped_affine(expr, rank)
-        if found is not None:
-            act, alpha, beta, lo, hi, expr = found
-    residual = None
+                return (found[0] | ACT_GATE, *found[1:5], v)
+    found = _clamped_affine(expr, rank)
+    return found if found is not None else (0, 1.0, 0.0, 0.0, 0.0, expr)
+
+
+def _factors(expr, rank: int, out: list) -> list:
+    """The factors of a tree of ``multiply`` calls (a division by a scalar constant as a factor 1/c)."""
+    if _op_call(expr, "multiply") and len(expr.args) == 2:
+        for arg in expr.args:
+            _factors(arg, rank, out)
+    elif _op_call(expr, "divide") and _with_scalar(expr, rank) is not None and _with_scalar(expr, rank)[1] != 0:
+        found = _with_scalar(expr, rank)
+        _factors(found[0], rank, out)
+        out.append(1.0 / found[1])
+    else:
+        k = _scalar(expr, rank)
+        out.append(expr if k is None else k)
+    return out
+
+
+def _close(a: float, b: float) -> bool:
+    return abs(a - b) <= 1e-6 * abs(b)
+
+
+def _scaled(expr, rank: int):
+    """``(constant factor, [other factors])`` of ``expr`` (``_factors``)."""
+    factors = _factors(expr, rank, [])
+    return float(np.prod([f for f in factors if isinstance(f, float)])), [f for f in factors if not isinstance(f, float)]
+
+
+def _half_v_one_plus(expr, rank: int, fn: str):
+    """``[(v, argument)]``: the candidates for 0.5 v (1 + fn(argument)) in ``expr`` (factors in any order and
+    grouping)."""
+    scale, terms = _scaled(expr, rank)
+    found = []
+    if len(terms) == 2 and _close(scale, 0.5):
+        for v, phi in (terms, terms[::-1]):
+            if _op_call(phi, "add") and len(phi.args) == 2:
+                for call, one in (phi.args, phi.args[::-1]):
+                    if _scalar(one, rank) == 1.0 and _op_call(call, fn) and len(call.args) == 1:
+                        found.append((v, call.args[0]))
+    return found
+
+
+def _gelu_erf(expr, rank: int):
+    """``v`` when ``expr`` is 0.5 v (1 + erf(v / sqrt 2)) (the division possibly a product by 1/sqrt 2:
+    torch's GELU exported to ONNX); else None."""
+    for v, argument in _half_v_one_plus(expr, rank, "erf"):
+        k, terms = _scaled(argument, rank)
+        if terms == [v] and _close(k, 1 / np.sqrt(2.0)):
+            return v
+    return None
+
+
+def _gelu_tanh(expr, rank: int):
+    """``v`` when ``expr`` is 0.5 v (1 + tanh(sqrt(2 / pi) (v + 0.044715 v^3))) (GPT-2's GELU exported to
+    ONNX; the cube as ``power(v, 3)`` or a product); else None."""
+    for v, argument in _half_v_one_plus(expr, rank, "tanh"):
+        k, terms = _scaled(argument, rank)
+        if len(terms) != 1 or not _close(k, np.sqrt(2 / np.pi)) or not _op_call(terms[0], "add") \
+                or len(terms[0].args) != 2:
+            continue
+        for linear, cubic in (terms[0].args, terms[0].args[::-1]):
+            c, cube = _scaled(cubic, rank)
+            if len(cube) == 1 and _op_call(cube[0], "power") and len(cube[0].args) == 2 \
+                    and cube[0].args[0] is v and _scalar(cube[0].args[1], rank) == 3.0:
+                cube = [v, v, v]
+            if linear is v and _close(c, 0.044715) and len(cube) == 3 and all(f is v for f in cube):
+                return v
+    return None
+
+
+def _residual(expr, result, out_type):
+    """``(residual, rest)`` when ``expr`` is ``rest + residual`` with the residual a float32 parameter of the
+    result's rank whose static dims equal the result's (dynamic ones are checked per call); else
+    ``(None, expr)``."""
+    from .fused import _param_type
+
+    rank = len(out_type.shape)
     if _op_call(expr, "add") and len(expr.args) == 2:
         for v, other in (expr.args, expr.args[::-1]):
             ty = _param_type(other) if isinstance(other, Var) and other is not result else None
             if isinstance(ty, TensorType) and ty.dtype == "float32" and len(ty.shape) == rank and all(
                     a == b if isinstance(a, int) and isinstance(b, int) else not isinstance(a, int) and not isinstance(b, int)
                     for a, b in zip(ty.shape, out_type.shape)):
-                residual, expr = other, v
-                break
+                return other, v
+    return None, expr
+
+
+def activation_epilogue(fn: Function, out_type) -> tuple[TileEpilogue, Var | None, Var | None] | None:
+    """The ``TileEpilogue`` with an activation and/or a residual that computes ``fn`` (as ``tile_epilogue``
+    takes it; ``out_type`` the convolution's result type), with the parameters holding the bias and the
+    residual (or None): act(v + residual) where v is the result plus an optional per-channel bias (as
+    ``tile_epilogue`` recognizes it), the residual as ``_residual`` finds it, and act a clamped affine map,
+    optionally times its own input (``_activation``), or nothing. None when ``fn`` is something else or
+    has neither an activation nor a residual."""
+    result, rank = fn.params[0], len(out_type.shape)
+    act, alpha, beta, lo, hi, expr = _activation(fn.body, rank)
+    residual, expr = _residual(expr, result, out_type)
     if not act and residual is None:
         return None
     bias = None
@@ -540,6 +645,37 @@ def activation_epilogue(fn: Function, out_type) -> tuple[TileEpilogue, Var | Non
             return None
         bias = match[1]
     if residual is not None and residual is bias:
+        return None
+    return TileEpilogue(None, act=act, alpha=alpha, beta=beta, lo=lo, hi=hi), bias, residual
+
+
+def product_epilogue(fn: Function, out_type) -> tuple[TileEpilogue, Var | None, Var | None] | None:
+    """The epilogue of the packed product (``tv_vgemm_epilogue``) that computes ``fn`` (the rest of an
+    ``nn.dense_packed`` group, its result the first parameter; ``out_type`` the product's type), with the
+    parameters holding the bias and the residual (or None): act(v + residual), v the result plus an
+    optional bias per output column (``add`` of a float32 parameter shaped (N,) or (1, ..., N) of at most
+    the result's rank, or ``nn.bias_add`` over the last axis; N the result's static last dim), the residual
+    as ``_residual`` finds it, act as ``_activation`` with GELU. None when ``fn`` is something else or is
+    nothing of these."""
+    from .fused import _param_type
+
+    result, rank = fn.params[0], len(out_type.shape)
+    act, alpha, beta, lo, hi, expr = _activation(fn.body, rank, gelu=True)
+    residual, expr = _residual(expr, result, out_type)
+    bias, units = None, out_type.shape[-1]
+    if expr is not result and isinstance(units, int):
+        if _op_call(expr, "nn.bias_add") and len(expr.args) == 2:
+            if get_op("nn.bias_add").normalize_attrs(expr.attrs).axis in (-1, rank - 1):
+                expr, bias = expr.args
+        elif _op_call(expr, "add") and len(expr.args) == 2:
+            first, second = expr.args
+            expr, bias = (first, second) if first is result else (second, first)
+        ty = _param_type(bias) if isinstance(bias, Var) and bias is not result else None
+        if not isinstance(ty, TensorType) or ty.dtype != "float32" or not 1 <= len(ty.shape) <= rank \
+                or tuple(ty.shape) != (1,) * (len(ty.shape) - 1) + (units,):
+            return None
+    if expr is not result or (residual is not None and residual is bias) or (bias is None and residual is None
+                                                                            and not act):
         return None
     return TileEpilogue(None, act=act, alpha=alpha, beta=beta, lo=lo, hi=hi), bias, residual
 
@@ -1035,24 +1171,31 @@ def _transposed_result(split) -> tuple | None:
 
 
 def _tile_epilogue_call(call, split, args: list, generic: LoweredParts, outputs: list, anchor):
-    """The direct convolution writing the group's output itself, when the rest of the group (``split``,
-    from ``_epilogue_function``) is a ``TileEpilogue``: ``(statement, condition)``, the condition (or None)
-    under which it computes the group (a residual's dynamic dims equal to the output's: else it would
-    broadcast); else None."""
+    """The direct convolution or the packed product writing the group's output itself, when the rest of the
+    group (``split``, from ``_epilogue_function``) is a ``TileEpilogue`` it applies: ``(statement,
+    condition)``, the condition (or None) under which it computes the group (a residual's dynamic dims equal
+    to the output's, else it would broadcast, and then the product's too); else None."""
     from .fused import _flatten_types, _param_type
 
-    if not isinstance(call, Conv2dCall) or not call.direct(GEMM_SUFFIX.get(anchor.results[0].dtype)) \
-            or len(outputs) != 1 or outputs[0].dtype != "float32":
+    if len(outputs) != 1 or outputs[0].dtype != "float32" or anchor.results[0].dtype != "float32":
         return None
     epilogue_fn, epilogue_inputs = split
-    channels = anchor.out_type.shape[1]
-    match = tile_epilogue(epilogue_fn, channels) if isinstance(channels, int) else None
     residual = None
-    if match is None and isinstance(channels, int):
-        found = activation_epilogue(epilogue_fn, anchor.out_type)
-        if found is not None:
-            match, residual = found[:2], found[2]
-    if match is None or ((call.depthwise or call.packed) and match[0].pool):
+    if isinstance(call, PackedGemmCall):
+        found = product_epilogue(epilogue_fn, anchor.out_type) if PRODUCT_EPILOGUE else None
+        if found is None:
+            return None
+        match, residual = found[:2], found[2]
+    elif isinstance(call, Conv2dCall) and call.direct("f32"):
+        channels = anchor.out_type.shape[1]
+        match = tile_epilogue(epilogue_fn, channels) if isinstance(channels, int) else None
+        if match is None and isinstance(channels, int):
+            found = activation_epilogue(epilogue_fn, anchor.out_type)
+            if found is not None:
+                match, residual = found[:2], found[2]
+        if match is None or ((call.depthwise or call.packed) and match[0].pool):
+            return None
+    else:
         return None
     epilogue, bias = match
     buffers = list(args)
@@ -1068,14 +1211,21 @@ def _tile_epilogue_call(call, split, args: list, generic: LoweredParts, outputs:
 
     if bias is not None:
         epilogue = dataclasses.replace(epilogue, bias=buffer_of(bias))
-    condition = None
+    condition, shapes = None, []
     if residual is not None:
         epilogue = dataclasses.replace(epilogue, residual=buffer_of(residual))
-        out, held = outputs[0], buffers[epilogue.residual]
-        for a, b in zip(held.shape, out.shape):
+        shapes.append(buffers[epilogue.residual].shape)
+        if isinstance(call, PackedGemmCall):  # (it stores m x n floats: the output must not broadcast the product)
+            shapes.append(anchor.results[0].shape)
+    for shape in shapes:
+        if len(shape) != len(outputs[0].shape):
+            return None
+        for a, b in zip(shape, outputs[0].shape):
             if not (isinstance(a, (int, Const)) and isinstance(b, (int, Const))):
                 same = eq(a, b)
                 condition = same if condition is None else logical_and(condition, same)
+            elif int(a.value if isinstance(a, Const) else a) != int(b.value if isinstance(b, Const) else b):
+                return None
     return call.statement(buffers, outputs[0], "f32", epilogue), condition
 
 

@@ -281,7 +281,7 @@ def test_vm_results_match_numpy_for_dynamic_rows(threads, kernel_threads):
     for mod, params, oracle in _programs(rng):
         exes = {target: generate(lower_for_vm(mod, params=params, target=target), target=target)
                 for target in ("c", "python")}
-        assert "tv_gemm_packed_f32(" in exes["c"].as_text(kernels=True)
+        assert "= tv_gemm_packed_f32(" in exes["c"].as_text(kernels=True)
         assert "nn.dense_packed" not in exes["python"].as_text()
         for rows in (1, 5, 64, 300):
             data = rng.standard_normal((rows, 48)).astype(np.float32)
@@ -328,3 +328,141 @@ def test_executable_holds_only_the_packed_weight_and_round_trips():
     data = np.random.default_rng(6).standard_normal((9, 48)).astype(np.float32)
     loaded = load_executable(exe.save_bytes())
     _close(VirtualMachine(loaded).invoke("main", data).numpy(), oracle(data))
+
+
+# ---- the epilogue in the product's tiles (strategy.product_epilogue, tv_gemm_packed_epi_f32) ------------
+
+
+@pytest.fixture
+def product_epilogue(monkeypatch):
+    """The routing on (``strategy.PRODUCT_EPILOGUE``, off by default until measured faster)."""
+    from tensorvm.codegen import strategy
+
+    monkeypatch.setattr(strategy, "PRODUCT_EPILOGUE", True)
+
+
+def _gelu_tanh(v):
+    return v / (1 + np.exp(-2 * np.sqrt(2 / np.pi) * (v + 0.044715 * v ** 3)))
+
+
+def _erf_gelu_as_exported(v):
+    """0.5 v (1 + erf(v / sqrt 2)) in the ops torch's GELU becomes in ONNX (and another grouping)."""
+    first = op.multiply(op.multiply(v, op.add(op.erf(op.divide(v, const(np.float32(np.sqrt(2))))),
+                                              const(np.float32(1)))), const(np.float32(0.5)))
+    return first
+
+
+def _epilogue_programs(rng, n=45, k=37):
+    """(name, body(product, bias, residual) -> expr, uses residual, oracle(product64, bias, residual))."""
+    def hard_swish(v):
+        return op.multiply(v, op.divide(op.clip(op.add(v, const(np.float32(3))), a_min=0.0, a_max=6.0),
+                                        const(np.float32(6))))
+    return [
+        ("bias", lambda p, b, r: op.add(b, p), False, lambda p, b, r: p + b),
+        ("bias_add+residual", lambda p, b, r: op.add(op.nn.bias_add(p, b, axis=-1), r), True, lambda p, b, r: p + b + r),
+        ("residual", lambda p, b, r: op.add(r, p), True, lambda p, b, r: p + r),
+        ("bias+erf gelu", lambda p, b, r: _erf_gelu_as_exported(op.add(p, b)), False,
+         lambda p, b, r: _gelu(p + b)),
+        ("bias+residual+tanh gelu", lambda p, b, r: op.nn.gelu(op.add(op.add(p, b), r), approximate="tanh"), True,
+         lambda p, b, r: _gelu_tanh(p + b + r)),
+        ("bias+hard-swish", lambda p, b, r: hard_swish(op.add(p, b)), False,
+         lambda p, b, r: (p + b) * np.clip(p + b + 3, 0, 6) / 6),
+        ("relu", lambda p, b, r: op.nn.relu(op.add(p, b)), False, lambda p, b, r: np.maximum(p + b, 0)),
+        ("bias+erf gelu regrouped", lambda p, b, r: _erf_gelu_regrouped(op.add(b, p)), False,
+         lambda p, b, r: _gelu(p + b)),
+        ("bias+tanh gelu as exported", lambda p, b, r: _tanh_gelu_as_exported(op.add(p, b)), False,
+         lambda p, b, r: _gelu_tanh(p + b)),
+    ]
+
+
+def _f32(value):
+    return const(np.float32(value))
+
+
+def _erf_gelu_regrouped(v):
+    """(0.5 v) (erf(v * (1 / sqrt 2)) + 1)."""
+    return op.multiply(op.multiply(_f32(0.5), v), op.add(op.erf(op.multiply(v, _f32(1 / np.sqrt(2)))), _f32(1)))
+
+
+def _tanh_gelu_as_exported(v):
+    """0.5 v (1 + tanh(sqrt(2 / pi) (v + 0.044715 v^3))), the cube a power (GPT-2's GELU in ONNX)."""
+    inner = op.multiply(_f32(np.sqrt(2 / np.pi)), op.add(v, op.multiply(_f32(0.044715), op.power(v, _f32(3)))))
+    return op.multiply(op.multiply(_f32(0.5), v), op.add(_f32(1), op.tanh(inner)))
+
+
+@needs_cc
+@pytest.mark.parametrize("threads", [1, 2])
+def test_product_epilogue_runs_in_the_tiles_and_matches_numpy(threads, kernel_threads, product_epilogue):
+    """Each fused tail of a dense with a constant weight runs in the product's tiles (one call, no second
+    pass), at dynamic rows (1 to 300, a partial last panel of 45 columns), with NaN and inf inputs."""
+    kernel_threads(threads)
+    rng = np.random.default_rng(10 + threads)
+    n, k = 45, 37
+    w = (rng.standard_normal((n, k)) * 0.3).astype(np.float32)
+    bias = rng.standard_normal(n).astype(np.float32)
+    for name, body, uses_residual, oracle in _epilogue_programs(rng, n, k):
+        x, r = Var("x", _t(None, k)), Var("r", _t(None, n))
+        params = [x, r] if uses_residual else [x]
+        mod = IRModule.from_expr(Function(params, body(op.nn.dense(x, const(w)), const(bias), r)))
+        exe = generate(lower_for_vm(mod, target="c"), target="c")
+        text = exe.as_text(kernels=True)
+        assert "= tv_gemm_packed_epi_f32(" in text, name
+        # (with a residual of dynamic rows, the product then its second pass stays for a residual that broadcasts)
+        assert ("= tv_gemm_packed_f32(" in text) == uses_residual, name
+        vm = VirtualMachine(exe)
+        for rows in (1, 5, 64, 300):
+            data = (rng.standard_normal((rows, k)) * 2).astype(np.float32)
+            data[0, 3] = np.nan if rows > 1 else 1.0
+            if rows > 5:
+                data[4, :] = np.inf
+            res = rng.standard_normal((rows, n)).astype(np.float32)
+            got = vm.invoke("main", *([data, res] if uses_residual else [data])).numpy()
+            with np.errstate(all="ignore"):
+                want = oracle(data.astype(np.float64) @ w.T.astype(np.float64), bias, res)
+            np.testing.assert_array_equal(np.isnan(got), np.isnan(want), err_msg=f"{name}, {rows} rows")
+            finite = np.isfinite(want)
+            np.testing.assert_array_equal(got[~finite & ~np.isnan(want)], want[~finite & ~np.isnan(want)])
+            _close(got[finite], want[finite])
+
+
+@needs_cc
+def test_product_epilogue_keeps_the_second_pass_where_it_cannot_apply(product_epilogue):
+    """A residual that broadcasts over the rows (one row for many) and a bias per row are not the tiles'
+    epilogue: the product then its second pass, with the same results as NumPy."""
+    rng = np.random.default_rng(20)
+    n, k = 21, 11
+    w = rng.standard_normal((n, k)).astype(np.float32)
+    x, r = Var("x", _t(None, k)), Var("r", _t(None, n))
+    mod = IRModule.from_expr(Function([x, r], op.add(op.nn.dense(x, const(w)), r)))
+    exe = generate(lower_for_vm(mod, target="c"), target="c")
+    assert "= tv_gemm_packed_epi_f32(" in exe.as_text(kernels=True)  # (under a check of the residual's rows)
+    vm = VirtualMachine(exe)
+    data = rng.standard_normal((6, k)).astype(np.float32)
+    for res_rows in (6, 1):
+        res = rng.standard_normal((res_rows, n)).astype(np.float32)
+        _close(vm.invoke("main", data, res).numpy(), data.astype(np.float64) @ w.T.astype(np.float64) + res)
+    # not GELU (erf(v / 2)): the generated second pass
+    d = op.nn.dense(x, const(w))
+    mod = IRModule.from_expr(Function([x], op.multiply(op.multiply(_f32(0.5), d), op.add(op.erf(op.divide(d, _f32(2))),
+                                                                                       _f32(1)))))
+    exe = generate(lower_for_vm(mod, target="c"), target="c")
+    assert "= tv_gemm_packed_epi_f32(" not in exe.as_text(kernels=True)
+    from math import erf
+
+    p = data.astype(np.float64) @ w.T.astype(np.float64)
+    _close(VirtualMachine(exe).invoke("main", data).numpy(), 0.5 * p * (1 + np.vectorize(erf)(p / 2)))
+    column = Var("c", _t(None, 1))
+    mod = IRModule.from_expr(Function([x, column], op.add(op.nn.dense(x, const(w)), column)))
+    exe = generate(lower_for_vm(mod, target="c"), target="c")
+    assert "= tv_gemm_packed_epi_f32(" not in exe.as_text(kernels=True)
+    col = rng.standard_normal((6, 1)).astype(np.float32)
+    _close(VirtualMachine(exe).invoke("main", data, col).numpy(), data.astype(np.float64) @ w.T.astype(np.float64) + col)
+
+
+@needs_cc
+def test_product_epilogue_is_off_by_default():
+    """Without ``strategy.PRODUCT_EPILOGUE`` a dense + bias + GELU group is the product then its pass."""
+    mod, params, oracle = _programs(np.random.default_rng(7))[0]
+    exe = generate(lower_for_vm(mod, params=params, target="c"), target="c")
+    text = exe.as_text(kernels=True)
+    assert "= tv_gemm_packed_f32(" in text and "= tv_gemm_packed_epi_f32(" not in text

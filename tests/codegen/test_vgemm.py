@@ -11,6 +11,7 @@ from __future__ import annotations
 import ctypes
 import dataclasses
 import json
+import math
 import shutil
 import subprocess
 
@@ -249,3 +250,125 @@ def test_report_names_the_instance_and_where_the_description_came_from(calibrati
     monkeypatch.setenv("TENSORVM_HOST", "avx512")
     product = calibration.report()["packed_product"]
     assert product["isa"] == "avx512" and product["tile"] == "14x32" and "$TENSORVM_HOST" in product["why"]
+
+
+# ---- the epilogue in the tiles (tv_vgemm_epilogue) against float64 NumPy -------------------------------
+
+_ACT_LO, _ACT_HI, _ACT_GATE, _GELU, _GELU_TANH = 1, 2, 4, 8, 16
+_ERFC = np.vectorize(math.erfc, otypes=[np.float64])  # (1 + erf(-z) cancels in the tail)
+
+
+def _gelu64(v, act):
+    with np.errstate(all="ignore"):
+        if act == _GELU:
+            return 0.5 * v * _ERFC(-v / math.sqrt(2.0))
+        # 0.5 v (1 + tanh(u)) = v / (1 + exp(-2 u)), which does not cancel in the tail
+        return v / (1.0 + np.exp(-2.0 * math.sqrt(2.0 / math.pi) * (v + 0.044715 * v ** 3)))
+
+
+def _activation64(v, act, alpha, beta, lo, hi):
+    if act & (_GELU | _GELU_TANH):
+        return _gelu64(v, act)
+    if not act:
+        return v
+    s = alpha * v + beta
+    if act & _ACT_LO:
+        s = np.where(s < lo, lo, s)
+    if act & _ACT_HI:
+        s = np.where(s > hi, hi, s)
+    return v * s if act & _ACT_GATE else s
+
+
+def _epi_function(params):
+    fn = hostmod.vgemm_library(params).function("tv_vgemm_epi_call", 0, 0)
+    fn.argtypes = ([ctypes.c_int64] * 4 + [ctypes.c_void_p] * 3 + [ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64,
+                   ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64] + [ctypes.c_float] * 4 + [ctypes.c_void_p])
+    return fn
+
+
+def _epi_call(fn, x, packed, lanes, n, out, col_bias=None, row_bias=None, residual=None, act=(0, 1.0, 0.0, 0.0, 0.0)):
+    m, k = x.shape
+
+    def ptr(a):
+        return None if a is None else a.ctypes.data
+
+    return fn(m, n, k, lanes, x.ctypes.data, packed.ctypes.data, ptr(col_bias), int(col_bias is not None),
+              ptr(row_bias), int(row_bias is not None), ptr(residual), int(residual is not None), *act,
+              out.ctypes.data)
+
+
+# (bits, alpha, beta, lo, hi): relu, hard-swish (the gate), clip to [-1, 2], GELU with erf and with tanh
+_ACTS = [(0, 1.0, 0.0, 0.0, 0.0), (_ACT_LO, 1.0, 0.0, 0.0, 0.0),
+         (_ACT_LO | _ACT_HI | _ACT_GATE, 1 / 6, 0.5, 0.0, 1.0), (_ACT_LO | _ACT_HI, 1.0, 0.0, -1.0, 2.0),
+         (_GELU, 1.0, 0.0, 0.0, 0.0), (_GELU_TANH, 1.0, 0.0, 0.0, 0.0)]
+_EPI_SHAPES = [(1, 1, 1), (1, 17, 3), (7, 33, 5), (13, 31, 97), (29, 64, 130), (150, 20, 7), (3, 100, 2000),
+               (43, 517, 64), (5, 3, 0)]
+
+
+@needs_cc
+@pytest.mark.parametrize("name", list(_INSTANCES))
+@pytest.mark.parametrize("threads", [1, 2])
+def test_epilogue_of_every_instance_matches_numpy(instances, name, threads):
+    """Bias per column and per row, a residual and each activation, on every tail of rows, panels and
+    reduction blocks (the small instances cut the reduction in blocks: the epilogue runs after the last)."""
+    _, params = instances[name]
+    fn = _epi_function(params)
+    previous = build._NUM_THREADS[0]
+    build.set_num_threads(threads)
+    try:
+        rng = np.random.default_rng(len(name) + threads)
+        for index, (m, n, k) in enumerate(_EPI_SHAPES):
+            x = rng.standard_normal((m, k)).astype(np.float32)
+            w = rng.standard_normal((n, k)).astype(np.float32)
+            packed = hostmod.pack_panels(w, params.nr)
+            col = rng.standard_normal(n).astype(np.float32)
+            row = rng.standard_normal(m).astype(np.float32)
+            res = rng.standard_normal((m, n)).astype(np.float32)
+            product = x.astype(np.float64) @ w.T.astype(np.float64)
+            for act in _ACTS:
+                use_row = act[0] in (0, _GELU)  # (the row bias, a 1x1 convolution's, with and without the others)
+                out = np.full((m, n), np.nan, np.float32)
+                assert _epi_call(fn, x, packed, params.nr, n, out, col, row if use_row else None,
+                                 res if index % 2 else None, act) == 0
+                v = product + col + (row[:, None] if use_row else 0) + (res if index % 2 else 0)
+                want = _activation64(v, *act)
+                np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-4 * max(1.0, np.sqrt(k)),
+                                           err_msg=f"{name} at m={m} n={n} k={k}, act {act}, {threads} thread(s)")
+            # weights packed for another width: the plain loops, the same epilogue
+            other = hostmod.pack_panels(w, 8 if params.nr != 8 else 16)
+            out = np.full((m, n), np.nan, np.float32)
+            assert _epi_call(fn, x, other, other.shape[2], n, out, col, None, res, _ACTS[4]) == 0
+            np.testing.assert_allclose(out, _gelu64(product + col + res, _GELU), rtol=1e-4,
+                                       atol=1e-4 * max(1.0, np.sqrt(k)))
+    finally:
+        build.set_num_threads(previous)
+
+
+@needs_cc
+@pytest.mark.parametrize("name", ["avx2", "avx512", "portable"])
+@pytest.mark.parametrize("act", [_GELU, _GELU_TANH])
+def test_gelu_is_accurate_on_the_whole_line_and_keeps_nan_and_inf(instances, name, act):
+    """The values reach the activation exactly (a zero product plus the residual): GELU within 2e-6 of
+    float64 math relative to the value itself (the tanh form: 2e-6 |v|), tails included (down to ~1e-30),
+    and NaN, +-inf as the formula gives them."""
+    _, params = instances[name]
+    fn = _epi_function(params)
+    values = np.concatenate([np.linspace(-14, 14, 4001), np.geomspace(1e-7, 30, 300), -np.geomspace(1e-7, 30, 300),
+                             [0.0, -0.0, 1e30, -1e30, np.inf, -np.inf, np.nan]]).astype(np.float32)
+    n = 37  # (a partial last vector in every row)
+    values = np.concatenate([values, np.zeros(-len(values) % n, np.float32)]).reshape(-1, n)
+    m = values.shape[0]
+    x = np.zeros((m, 1), np.float32)
+    packed = hostmod.pack_panels(np.ones((n, 1), np.float32), params.nr)
+    out = np.full((m, n), 7.0, np.float32)
+    assert _epi_call(fn, x, packed, params.nr, n, out, residual=values, act=(act, 1.0, 0.0, 0.0, 0.0)) == 0
+    want = _gelu64(values.astype(np.float64), act)
+    np.testing.assert_array_equal(np.isnan(out), np.isnan(want))
+    finite = np.isfinite(want) & (np.abs(want) > 1e-30)
+    # (the tanh form's argument 2u, up to ~30 where the value is above 1e-30, is rounded to float32 first)
+    rtol = 2e-6 * (np.maximum(1.0, np.abs(values[finite])) if act == _GELU_TANH else 1.0)
+    assert np.all(np.abs(out[finite] - want[finite]) <= rtol * np.abs(want[finite])), \
+        np.max(np.abs(out[finite] / want[finite] - 1))
+    np.testing.assert_array_equal(out[np.isinf(want)], want[np.isinf(want)])
+    small = np.isfinite(want) & ~finite
+    assert np.all(np.abs(out[small]) <= 1e-30)

@@ -198,6 +198,125 @@ static void tv_vgemm_rows(int rows, const float* x, int64_t ldx, const float* pa
     for (int r = 0; r < rows; ++r) for (int64_t j = 0; j < cols; ++j) c[r * ldc + j] = tile[r * TV_VGEMM_NR + j];
 }
 
+/* ---- the epilogue applied where the tiles are stored (tv_vgemm_epilogue) ----
+   A product's fused elementwise tail, applied to each output tile right after its last reduction block
+   stores it (the tile is then in L1), instead of a second pass over the whole output: a bias per output
+   column (nn.dense's) and/or per row (a 1x1 convolution's channels, its rows), then a residual (an array
+   of the output's m x n shape), then an activation: the clamped affine family of the convolutions
+   (TV_ACT_LO/HI/GATE, tv_conv_epilogue in tv_vconv.h: relu, clip, hard-sigmoid, hard-swish) or GELU
+   (TV_ACT_GELU: v Phi(v) with erf; TV_ACT_GELU_TANH: its tanh approximation). strategy.product_epilogue
+   recognizes the groups. */
+#define TV_ACT_LO 1
+#define TV_ACT_HI 2
+#define TV_ACT_GATE 4
+#define TV_ACT_GELU 8
+#define TV_ACT_GELU_TANH 16
+typedef struct {
+  const float* col_bias;  /* n floats, or NULL */
+  const float* row_bias;  /* m floats, or NULL */
+  const float* residual;  /* m x n (row stride n), or NULL */
+  int act;                /* TV_ACT_* bits; 0: none */
+  float alpha, beta, lo, hi;
+} tv_vgemm_epilogue;
+
+/* v Phi(v) lane by lane, Phi(v) = erfc(-v / sqrt 2) / 2, with erfc(a) = t P(t) exp(-a^2) for a = |v| / sqrt 2,
+   t = 1 / (1 + a / 2): P is a degree-9 polynomial fitted (weighted least squares toward minimax, float64)
+   to erfc(a) exp(a^2) / t on [0, 10], relative error 2e-8, 2e-7 evaluated in float32. exp(-a^2) is
+   exp(-h) exp(-l) with h + l = a^2, h exact, so the tail v < 0, where
+   Phi is tiny, keeps its relative accuracy (no 1 + erf cancelling): within about 1e-6 of float64 math on
+   the whole line. Beyond a = 10 Phi(-|v|) is under 1e-44: a is clamped there (exp flushes to 0). NaN
+   stays NaN; -inf gives NaN and +inf gives +inf, as 0.5 v (1 + erf(v / sqrt 2)) does. */
+static inline void tv_vgelu_erf_f32(tv_vf* v) {  /* (in place: see TV_VSELECT) */
+  const tv_vf x = *v, most = TV_VSPLAT(14.142135f);  /* (|v| / sqrt 2 = 10) */
+  tv_vf u = TV_VSELECT(x < (tv_vf){0}, -x, x);
+  u = TV_VSELECT(u > most, most, u);
+  const tv_vf a = u * TV_VSPLAT(0.70710678118654752f);
+  /* a^2 = u^2 / 2 = h + l, h exact: half the square of u's leading 12 bits (not from a, whose rounding
+     would cost a^2 6e-8 of relative error in exp(-a^2); and a contracted FMA for l is not to be counted
+     on: gcc shares u * u with h) */
+  const tv_vf top = (tv_vf)((tv_vbits)u & 0xFFFFF000u);
+  const tv_vf h = top * top * TV_VSPLAT(0.5f), l = (u - top) * (u + top) * TV_VSPLAT(0.5f);
+  tv_vf e = -h;
+  tv_vexp_nonpositive_f32(&e);
+  /* times exp(-l), l < 0.05: its Taylor polynomial to l^4 (the next term is under 3e-9) */
+  e = e * (TV_VSPLAT(1.0f) - l * (TV_VSPLAT(1.0f) - l * TV_VSPLAT(0.5f) * (TV_VSPLAT(1.0f) - l * TV_VSPLAT(1.0f / 3) *
+                                                                         (TV_VSPLAT(1.0f) - l * TV_VSPLAT(0.25f)))));
+  const tv_vf t = TV_VSPLAT(1.0f) / (TV_VSPLAT(1.0f) + TV_VSPLAT(0.5f) * a);
+  tv_vf p = TV_VSPLAT(1.228326803e-02f);
+  p = p * t + TV_VSPLAT(-1.232550674e-01f);
+  p = p * t + TV_VSPLAT(4.289379842e-01f);
+  p = p * t + TV_VSPLAT(-6.700466977e-01f);
+  p = p * t + TV_VSPLAT(4.213036258e-01f);
+  p = p * t + TV_VSPLAT(-9.833802623e-02f);
+  p = p * t + TV_VSPLAT(2.255503447e-01f);
+  p = p * t + TV_VSPLAT(2.386427541e-01f);
+  p = p * t + TV_VSPLAT(2.828573106e-01f);
+  p = p * t + TV_VSPLAT(2.820644841e-01f);
+  const tv_vf q = TV_VSPLAT(0.5f) * t * p * e;  /* Phi(-|v|) */
+  *v = x * TV_VSELECT(x < (tv_vf){0}, q, TV_VSPLAT(1.0f) - q);
+}
+
+/* 0.5 v (1 + tanh(u)), u = sqrt(2 / pi) (v + 0.044715 v^3), as v sigmoid(2 u) = v / (1 + exp(-2 u)), and for
+   u < 0 as v e / (1 + e) with e = exp(2 u): exp of a non-positive argument either way (no overflow, the
+   tail keeps its relative accuracy). NaN stays NaN; -inf gives NaN and +inf gives +inf, as the formula. */
+static inline void tv_vgelu_tanh_f32(tv_vf* v) {
+  const tv_vf x = *v;
+  const tv_vf u = TV_VSPLAT(0.79788456080286536f) * (x + TV_VSPLAT(0.044715f) * x * x * x);
+  const tv_vmask positive = u >= (tv_vf){0};
+  tv_vf e = TV_VSELECT(positive, TV_VSPLAT(-2.0f) * u, TV_VSPLAT(2.0f) * u);
+  tv_vexp_nonpositive_f32(&e);
+  *v = x * TV_VSELECT(positive, TV_VSPLAT(1.0f), e) / (TV_VSPLAT(1.0f) + e);
+}
+
+/* The activation of e (e->act != 0) lane by lane: GELU, or s = alpha v + beta clamped to [lo, hi] (the
+   bounds of its TV_ACT_LO/HI bits), times v with TV_ACT_GATE; a NaN stays NaN (a failed comparison keeps
+   s), as tv_conv_act1. */
+static inline void tv_vgemm_activate(tv_vf* v, const tv_vgemm_epilogue* e) {
+  if (e->act & TV_ACT_GELU) { tv_vgelu_erf_f32(v); return; }
+  if (e->act & TV_ACT_GELU_TANH) { tv_vgelu_tanh_f32(v); return; }
+  tv_vf s = *v * TV_VSPLAT(e->alpha) + TV_VSPLAT(e->beta);
+  if (e->act & TV_ACT_LO) s = TV_VSELECT(s < TV_VSPLAT(e->lo), TV_VSPLAT(e->lo), s);
+  if (e->act & TV_ACT_HI) s = TV_VSELECT(s > TV_VSPLAT(e->hi), TV_VSPLAT(e->hi), s);
+  *v = e->act & TV_ACT_GATE ? *v * s : s;
+}
+
+/* The epilogue on rows [i, i + rows) x columns [j, j + cols) of the output, stored at c (row stride ldc;
+   the tile just written, still in L1), a vector at a time: ((v + column bias) + row bias) + residual, then
+   the activation, in the order (and float32 roundings) of the group it replaces. A partial vector (the
+   last panel's columns) goes through zero-padded copies. */
+static void tv_vgemm_finish(const tv_vgemm_epilogue* epi, int rows, int64_t i, int64_t j, int64_t cols, int64_t n,
+                            float* c, int64_t ldc) {
+  const tv_vgemm_epilogue copy = *epi, *e = &copy;  /* (a copy: the stores to c could alias its floats) */
+  for (int r = 0; r < rows; ++r)
+    for (int64_t h = 0; h < cols; h += TV_VLANES) {
+      float* d = c + r * ldc + h;
+      const float* res = e->residual ? e->residual + (i + r) * n + j + h : NULL;
+      const float* bias = e->col_bias ? e->col_bias + j + h : NULL;
+      const int64_t width = cols - h < TV_VLANES ? cols - h : TV_VLANES;
+      float vs[TV_VLANES], bs[TV_VLANES], rs[TV_VLANES];
+      const float* src = d;
+      if (width < TV_VLANES) {
+        for (int64_t l = 0; l < TV_VLANES; ++l) {
+          vs[l] = l < width ? d[l] : 0.0f;
+          bs[l] = bias && l < width ? bias[l] : 0.0f;
+          rs[l] = res && l < width ? res[l] : 0.0f;
+        }
+        src = vs, bias = bias ? bs : NULL, res = res ? rs : NULL;
+      }
+      tv_vf v = TV_VLOAD(src);
+      if (bias) v += TV_VLOAD(bias);
+      if (e->row_bias) v += TV_VSPLAT(e->row_bias[i + r]);
+      if (res) v += TV_VLOAD(res);
+      if (e->act) tv_vgemm_activate(&v, e);
+      if (width == TV_VLANES) {
+        TV_VSTORE(d, v);
+      } else {
+        TV_VSTORE(vs, v);
+        for (int64_t l = 0; l < width; ++l) d[l] = vs[l];
+      }
+    }
+}
+
 #ifndef TV_VGEMM_L1_BYTES
 #define TV_VGEMM_L1_BYTES 16384
 #endif
@@ -210,7 +329,9 @@ static void tv_vgemm_rows(int rows, const float* x, int64_t ldx, const float* pa
    are cut into as few tiles as MR allows, of sizes differing by at most one (128 rows: 18 tiles of 6 and
    4 of 5, not 21 of 6 and one of 2 whose 4 accumulators leave the FMA units waiting on latency). */
 static void tv_vgemm_group(int64_t i0, int64_t i1, int64_t g0, int64_t g1, int64_t k0, int64_t kc, int64_t n,
-                           int64_t k, const float* x, const float* packed, float* out) {
+                           int64_t k, const float* x, const float* packed, const tv_vgemm_epilogue* epi,
+                           float* out) {
+  const int finish = epi != NULL && k0 + kc >= k;  /* (the tiles' last reduction block: the epilogue follows) */
   const int64_t tiles = (i1 - i0 + TV_VGEMM_MR - 1) / TV_VGEMM_MR;
   const int64_t base = (i1 - i0) / tiles, longer = (i1 - i0) % tiles;
   for (int64_t t = 0, i = i0; t < tiles; ++t) {
@@ -219,6 +340,7 @@ static void tv_vgemm_group(int64_t i0, int64_t i1, int64_t g0, int64_t g1, int64
       const int64_t cols = n - p * TV_VGEMM_NR < TV_VGEMM_NR ? n - p * TV_VGEMM_NR : TV_VGEMM_NR;
       tv_vgemm_rows(rows, x + i * k + k0, k, packed + (p * k + k0) * TV_VGEMM_NR, kc,
                     out + i * n + p * TV_VGEMM_NR, n, cols, k0 > 0);
+      if (finish) tv_vgemm_finish(epi, rows, i, p * TV_VGEMM_NR, cols, n, out + i * n + p * TV_VGEMM_NR, n);
     }
     i += rows;
   }
@@ -228,7 +350,7 @@ static void tv_vgemm_group(int64_t i0, int64_t i1, int64_t g0, int64_t g1, int64
    (each block after the first reloads the output tiles). Panels go in groups whose block of weight fills
    at most half of L2: the first row tile reads a group from memory, the others from L2. */
 static void tv_vgemm_block(int64_t m0, int64_t m1, int64_t p0, int64_t p1, int64_t n, int64_t k, const float* x,
-                           const float* packed, float* out) {
+                           const float* packed, const tv_vgemm_epilogue* epi, float* out) {
   /* One row tile reads each panel once: whole panels then, the weight streams in order. */
   const int64_t splits = (k + TV_VGEMM_KC - 1) / TV_VGEMM_KC;
   const int64_t block = m1 - m0 <= TV_VGEMM_MR ? k : (k + splits - 1) / splits;
@@ -245,7 +367,7 @@ static void tv_vgemm_block(int64_t m0, int64_t m1, int64_t p0, int64_t p1, int64
     for (int64_t g = p0; g < p1; g += group)
       for (int64_t k0 = 0; k0 < k; k0 += block)
         tv_vgemm_group(m0, m1, g, p1 - g < group ? p1 : g + group, k0, k - k0 < block ? k - k0 : block, n, k, x,
-                       packed, out);
+                       packed, epi, out);
     return;
   }
   /* More rows: row blocks of MC (an x block of MC x kc stays in L2) under each reduction block. */
@@ -253,7 +375,7 @@ static void tv_vgemm_block(int64_t m0, int64_t m1, int64_t p0, int64_t p1, int64
     for (int64_t i0 = m0; i0 < m1; i0 += TV_VGEMM_MC)
       for (int64_t g = p0; g < p1; g += group)
         tv_vgemm_group(i0, m1 - i0 < TV_VGEMM_MC ? m1 : i0 + TV_VGEMM_MC, g, p1 - g < group ? p1 : g + group, k0,
-                       k - k0 < block ? k - k0 : block, n, k, x, packed, out);
+                       k - k0 < block ? k - k0 : block, n, k, x, packed, epi, out);
 }
 
 /* A parallel product in chunks (tv_team_run: the caller runs the chunks of workers that have not
@@ -265,6 +387,7 @@ typedef struct {
   int rows;
   const float* x;
   const float* packed;
+  const tv_vgemm_epilogue* epi;
   float* out;
 } tv_vgemm_job;
 
@@ -273,19 +396,24 @@ static void tv_vgemm_chunk(void* arg, int64_t i) {
   const int64_t count = job->rows ? job->m : job->panels;
   const int64_t lo = i * job->per < count ? i * job->per : count, hi = lo + job->per < count ? lo + job->per : count;
   if (lo >= hi) return;
-  if (job->rows) tv_vgemm_block(lo, hi, 0, job->panels, job->n, job->k, job->x, job->packed, job->out);
-  else tv_vgemm_block(0, job->m, lo, hi, job->n, job->k, job->x, job->packed, job->out);
+  if (job->rows) tv_vgemm_block(lo, hi, 0, job->panels, job->n, job->k, job->x, job->packed, job->epi, job->out);
+  else tv_vgemm_block(0, job->m, lo, hi, job->n, job->k, job->x, job->packed, job->epi, job->out);
 }
 
-/* out (m x n) = x (m x k) W^T, W packed in panels of TV_VGEMM_NR columns (see above). */
-__attribute__((unused)) static int32_t tv_vgemm_packed_f32(int64_t m, int64_t n, int64_t k, const float* x,
-                                                           const float* packed, float* out) {
+/* out (m x n) = x (m x k) W^T, W packed in panels of TV_VGEMM_NR columns (see above), then the epilogue
+   epi (NULL: none) in the tiles. */
+static int32_t tv_vgemm_product(int64_t m, int64_t n, int64_t k, const float* x, const float* packed,
+                                const tv_vgemm_epilogue* epi, float* out) {
   if (m <= 0 || n <= 0) return 0;
-  if (k <= 0) { for (int64_t i = 0; i < m * n; ++i) out[i] = 0; return 0; }
+  if (k <= 0) {
+    for (int64_t i = 0; i < m * n; ++i) out[i] = 0;
+    if (epi) for (int64_t i = 0; i < m; ++i) tv_vgemm_finish(epi, 1, i, 0, n, n, out + i * n, n);
+    return 0;
+  }
   const int threads = tv_gemm_parallel((double)m * n * k) ? tv_omp_max_threads() : 1;
   const int64_t panels = (n + TV_VGEMM_NR - 1) / TV_VGEMM_NR;
-  if (threads <= 1) { tv_vgemm_block(0, m, 0, panels, n, k, x, packed, out); return 0; }
-  tv_vgemm_job job = {m, n, k, panels, 0, !(panels >= 2 * threads || m < 2 * TV_VGEMM_MR), x, packed, out};
+  if (threads <= 1) { tv_vgemm_block(0, m, 0, panels, n, k, x, packed, epi, out); return 0; }
+  tv_vgemm_job job = {m, n, k, panels, 0, !(panels >= 2 * threads || m < 2 * TV_VGEMM_MR), x, packed, epi, out};
   const int64_t units = job.rows ? (m + TV_VGEMM_MR - 1) / TV_VGEMM_MR : panels;
   const int64_t chunks = units < TV_VGEMM_CHUNKS * threads ? units : TV_VGEMM_CHUNKS * threads;
   job.per = (units + chunks - 1) / chunks * (job.rows ? TV_VGEMM_MR : 1);
@@ -293,24 +421,48 @@ __attribute__((unused)) static int32_t tv_vgemm_packed_f32(int64_t m, int64_t n,
   return 0;
 }
 
+__attribute__((unused)) static int32_t tv_vgemm_packed_f32(int64_t m, int64_t n, int64_t k, const float* x,
+                                                           const float* packed, float* out) {
+  return tv_vgemm_product(m, n, k, x, packed, NULL, out);
+}
+
 /* The panel width this translation unit was built for. */
 __attribute__((weak)) int32_t tv_vgemm_lanes(void) { return TV_VGEMM_NR; }
 
-/* out = x W^T for W packed in panels of ``lanes`` columns: the tiles when ``lanes`` is the width they were
-   built for, else (weights packed for another CPU, an executable moved between machines) plain loops over
-   that layout: slow, never wrong. */
-__attribute__((unused)) static int32_t tv_vgemm_packed_any_f32(int64_t m, int64_t n, int64_t k, int64_t lanes,
-                                                               const float* x, const float* packed, float* out) {
-  if (lanes == TV_VGEMM_NR) return tv_vgemm_packed_f32(m, n, k, x, packed, out);
+/* out = x W^T (then the epilogue epi, NULL: none) for W packed in panels of ``lanes`` columns: the tiles
+   when ``lanes`` is the width they were built for, else (weights packed for another CPU, an executable
+   moved between machines) plain loops over that layout: slow, never wrong. */
+static int32_t tv_vgemm_packed_lanes_f32(int64_t m, int64_t n, int64_t k, int64_t lanes, const float* x,
+                                         const float* packed, const tv_vgemm_epilogue* epi, float* out) {
+  if (lanes == TV_VGEMM_NR) return tv_vgemm_product(m, n, k, x, packed, epi, out);
   if (lanes <= 0) return 1005;
-  for (int64_t i = 0; i < m; ++i)
+  for (int64_t i = 0; i < m; ++i) {
     for (int64_t j = 0; j < n; ++j) {
       const float* w = packed + (j / lanes) * k * lanes + j % lanes;
       float acc = 0.0f;
       for (int64_t p = 0; p < k; ++p) acc += x[i * k + p] * w[p * lanes];
       out[i * n + j] = acc;
     }
+    if (epi) tv_vgemm_finish(epi, 1, i, 0, n, n, out + i * n, n);
+  }
   return 0;
+}
+__attribute__((unused)) static int32_t tv_vgemm_packed_any_f32(int64_t m, int64_t n, int64_t k, int64_t lanes,
+                                                               const float* x, const float* packed, float* out) {
+  return tv_vgemm_packed_lanes_f32(m, n, k, lanes, x, packed, NULL, out);
+}
+
+/* The product with its epilogue, as generated kernels call it (strategy.PackedGemmCall): ``col_bias``
+   (n floats) is read only when ``has_col_bias``, ``row_bias`` (m floats) only when ``has_row_bias``,
+   ``residual`` (m x n) only when ``has_residual``; ``act``, ``alpha``... as tv_vgemm_epilogue's. (Named tv_gemm_*:
+   c_emit.PRODUCT_CALLS then gives the calling translation unit the products.) */
+__attribute__((unused)) static int32_t tv_gemm_packed_epi_f32(
+    int64_t m, int64_t n, int64_t k, int64_t lanes, const float* x, const float* packed, const float* col_bias,
+    int64_t has_col_bias, const float* row_bias, int64_t has_row_bias, const float* residual, int64_t has_residual,
+    int64_t act, float alpha, float beta, float lo, float hi, float* out) {
+  const tv_vgemm_epilogue epi = {has_col_bias ? col_bias : NULL, has_row_bias ? row_bias : NULL,
+                                 has_residual ? residual : NULL, (int)act, alpha, beta, lo, hi};
+  return tv_vgemm_packed_lanes_f32(m, n, k, lanes, x, packed, &epi, out);
 }
 
 #endif /* TV_VGEMM_H */
