@@ -400,10 +400,9 @@ class TileEpilogue:
 ACT_LO, ACT_HI, ACT_GATE = 1, 2, 4  # (TV_ACT_* in tv_vconv.h and tv_vgemm.h)
 ACT_GELU, ACT_GELU_TANH = 8, 16  # (the packed product's epilogue only: v Phi(v) with erf, its tanh approximation)
 # Whether nn.dense_packed groups run their epilogue in the product's tiles (``product_epilogue``,
-# ``tv_gemm_packed_epi_f32``) instead of the product then a generated second pass. Off until measured faster:
-# on DistilBERT at 128 tokens (VM profile, 1 thread, a loaded machine) its product groups took 1.2-1.3x
-# their time with it, within what the load there made of identical code (0.87-1.24x); see docs/kernels.md.
-# Tests turn it on.
+# ``tv_gemm_packed_epi_f32``) instead of the product then a generated second pass. Off: measured slower on
+# a quiet machine (DistilBERT/RoBERTa's dense groups side by side, 1 thread: bias + erf GELU 1.14-1.21x,
+# bias + residual 1.01-1.12x the second pass's time); see docs/kernels.md. Tests turn it on.
 PRODUCT_EPILOGUE = False
 
 
