@@ -173,27 +173,6 @@ static inline float tv_exp_nonpositive_f32(float x) {
   return x < -87.0f ? 0.0f : p;
 }
 
-/* tv_exp_nonpositive_f32 on a vector (the same steps lane by lane; a*b + c contracts to an FMA where the
-   target has one, else rounds twice: the reduction's k * ln2_hi is exact either way). */
-static inline void tv_vexp_nonpositive_f32(tv_vf* v) {  /* (in place: see TV_VSELECT) */
-  const tv_vf x = *v, lowest = TV_VSPLAT(-87.0f), magic = TV_VSPLAT(12582912.0f);
-  const tv_vmask below = x < lowest;  /* (false for NaN: it passes) */
-  const tv_vf clamped = TV_VSELECT(below, lowest, x);
-  const tv_vf shifted = clamped * TV_VSPLAT(1.44269504088896341f) + magic;
-  const tv_vf k = shifted - magic;
-  tv_vf r = k * TV_VSPLAT(-0.693359375f) + clamped;
-  r = k * TV_VSPLAT(2.12194440e-4f) + r;
-  tv_vf p = TV_VSPLAT(1.9875691500e-4f);
-  p = p * r + TV_VSPLAT(1.3981999507e-3f);
-  p = p * r + TV_VSPLAT(8.3334519073e-3f);
-  p = p * r + TV_VSPLAT(4.1665795894e-2f);
-  p = p * r + TV_VSPLAT(1.6666665459e-1f);
-  p = p * r + TV_VSPLAT(5.0000001201e-1f);
-  p = p * (r * r) + r + TV_VSPLAT(1.0f);
-  const tv_vbits bits = (tv_vbits)p + ((tv_vbits)shifted << 23);
-  *v = (tv_vf)(bits & ~(tv_vbits)below);
-}
-
 #ifndef TV_PARALLEL_ELEMENTS
 #define TV_PARALLEL_ELEMENTS 65536
 #endif
