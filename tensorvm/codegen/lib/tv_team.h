@@ -9,7 +9,7 @@
    a chunk a worker has already claimed is waited for, so chunks are kept small (a few per thread).
 
    Workers spin for the pool's spin_ns after their last job (the gap between the kernel calls of one
-   inference, like GOMP_SPINCOUNT for the OpenMP threads; TV_TEAM_SPIN_NS until tv_team_set_spin_ns gives
+   inference, like GOMP_SPINCOUNT for the OpenMP threads; TV_TEAM_SPIN_NS until tv_team_set_spin_here gives
    the host's rule, host.py: team_spin_ns), then sleep on a condition variable; the caller wakes sleepers
    only when there are some. While spinning a worker yields its core every TV_TEAM_YIELD_ROUNDS pauses,
    so that on an oversubscribed core the other process's thread runs instead of a worker that has no work.
@@ -106,18 +106,24 @@ __attribute__((weak, visibility("hidden"))) int64_t tv_team_work(void) {
   }
 }
 
+/* How long an idle worker spins now before it sleeps (ns): the host's rule once set, else the default. */
+static inline int64_t tv_team_spin(void) {
+  const int64_t spin = TV_TEAM_LOAD(&tv_team.spin_ns);
+  return spin > 0 ? spin : TV_TEAM_SPIN_NS;
+}
+
 __attribute__((weak, visibility("hidden"))) void* tv_team_worker(void* arg) {
   const int32_t index = (int32_t)(intptr_t)arg;  /* 1 .. workers: the caller is 0 */
   uint32_t seen = TV_TEAM_LOAD(&tv_team.sequence);
   for (;;) {
     const int64_t start = tv_now_ns();
-    const int64_t spin = TV_TEAM_LOAD(&tv_team.spin_ns);
+    const int64_t spin = tv_team_spin();
     int spins = 0;
     while (TV_TEAM_LOAD(&tv_team.sequence) == seen) {
       tv_team_relax();
       if (++spins % TV_TEAM_YIELD_ROUNDS) continue;
       sched_yield();  /* (returns at once unless another thread waits for this core) */
-      if (tv_now_ns() - start >= (spin > 0 ? spin : TV_TEAM_SPIN_NS)) {
+      if (tv_now_ns() - start >= spin) {
         pthread_mutex_lock(&tv_team.lock);
         TV_TEAM_ADD(&tv_team.sleepers, 1);
         while (TV_TEAM_LOAD(&tv_team.sequence) == seen) pthread_cond_wait(&tv_team.wake, &tv_team.lock);

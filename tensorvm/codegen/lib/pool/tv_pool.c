@@ -49,7 +49,7 @@ int64_t tv_pool_fork_join_ns(int32_t threads, int32_t rounds, int32_t asleep) {
   int64_t took[TV_POOL_MAX_ROUNDS];
   if (threads < 2 || rounds < 1) return 0;
   if (rounds > TV_POOL_MAX_ROUNDS) rounds = TV_POOL_MAX_ROUNDS;
-  const int64_t spin = TV_TEAM_LOAD(&tv_team.spin_ns) > 0 ? TV_TEAM_LOAD(&tv_team.spin_ns) : TV_TEAM_SPIN_NS;
+  const int64_t spin = tv_team_spin();
   for (int32_t r = -1; r < rounds; ++r) { /* (round -1 starts the workers) */
     if (asleep) {
       const int64_t pause = 2 * spin + 100000;
