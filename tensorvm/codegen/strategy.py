@@ -397,8 +397,8 @@ class TileEpilogue:
     residual: int | None = None
 
 
-ACT_LO, ACT_HI, ACT_GATE = 1, 2, 4  # (TV_ACT_* in tv_vconv.h and tv_vgemm.h)
-ACT_GELU, ACT_GELU_TANH = 8, 16  # (the packed product's epilogue only: v Phi(v) with erf, its tanh approximation)
+ACT_LO, ACT_HI, ACT_GATE = 1, 2, 4  # (TV_ACT_* in tv_vec.h)
+ACT_GELU, ACT_GELU_TANH = 8, 16  # (tv_vgemm.h; the packed product's epilogue only: v Phi(v) with erf, its tanh approximation)
 # Whether nn.dense_packed groups run their epilogue in the product's tiles (``product_epilogue``,
 # ``tv_gemm_packed_epi_f32``) instead of the product then a generated second pass. Off: measured slower on
 # a quiet machine (DistilBERT/RoBERTa's dense groups side by side, 1 thread: bias + erf GELU 1.14-1.21x,
@@ -546,8 +546,7 @@ def _factors(expr, rank: int, out: list) -> list:
     if _op_call(expr, "multiply") and len(expr.args) == 2:
         for arg in expr.args:
             _factors(arg, rank, out)
-    elif _op_call(expr, "divide") and _with_scalar(expr, rank) is not None and _with_scalar(expr, rank)[1] != 0:
-        found = _with_scalar(expr, rank)
+    elif _op_call(expr, "divide") and (found := _with_scalar(expr, rank)) is not None and found[1] != 0:
         _factors(found[0], rank, out)
         out.append(1.0 / found[1])
     else:

@@ -136,7 +136,8 @@ static void tv_vconv_pad(const float* x, int64_t c0, int64_t c1, int64_t h, int6
    Without a pool (and then instead of ``relu``), also a residual (an array of the output's shape, added
    after the bias) and an activation after it: s = alpha v + beta, clamped below at lo (TV_ACT_LO) and above
    at hi (TV_ACT_HI), times v itself with TV_ACT_GATE (relu, relu6 and clip, hard-sigmoid, hard-swish; see
-   strategy.tile_epilogue). A NaN stays NaN, as NumPy's maximum and minimum keep it. */
+   strategy.tile_epilogue; TV_VACT in tv_vec.h is the vector form). A NaN stays NaN, as NumPy's maximum
+   and minimum keep it. */
 typedef struct {
   const float* bias;
   int relu, pool;
@@ -144,9 +145,6 @@ typedef struct {
   float alpha, beta, lo, hi;
   const float* residual;  /* NULL, or the output's shape (of the image the call is at) */
 } tv_conv_epilogue;
-#define TV_ACT_LO 1
-#define TV_ACT_HI 2
-#define TV_ACT_GATE 4
 static inline float tv_conv_act1(float v, const tv_conv_epilogue* e) {
   if (!e->act) return v;
   float s = v * e->alpha + e->beta;
@@ -158,12 +156,6 @@ static inline float tv_conv_act1(float v, const tv_conv_epilogue* e) {
 /* v = max(v, 0) lane by lane (0 where v is NaN, as the AVX max this replaced); a macro: a function
    returning a vector wider than the target's would change the ABI (-Wpsabi) */
 #define TV_VRELU(v) (v) = (tv_vf)((tv_vi)(v) & ((v) > (tv_vf){0}))
-/* v = the activation of tv_conv_epilogue e (e.act != 0) lane by lane, as tv_conv_act1 */
-#define TV_VACT(v, e) {                                                                              \
-    tv_vf s_ = (v) * TV_VSPLAT((e).alpha) + TV_VSPLAT((e).beta);                                     \
-    if ((e).act & TV_ACT_LO) s_ = TV_VSELECT(s_ < TV_VSPLAT((e).lo), TV_VSPLAT((e).lo), s_);          \
-    if ((e).act & TV_ACT_HI) s_ = TV_VSELECT(s_ > TV_VSPLAT((e).hi), TV_VSPLAT((e).hi), s_);          \
-    (v) = (e).act & TV_ACT_GATE ? (v) * s_ : s_; }
 
 /* The direct convolution's tile: OC output channels x 2 rows x one vector of columns, 2 OC accumulators in
    registers (named per channel by TV_VROWS<OC>, see tv_vgemm.h) over (c, ky, kx): 2 input vectors and OC

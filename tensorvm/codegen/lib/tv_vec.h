@@ -36,6 +36,19 @@ typedef uint32_t tv_vbits __attribute__((vector_size(TV_VEC_BYTES)));  /* (shift
    wider than the target's by value changes the ABI (gcc warns), and the 64-byte instance is built on
    AVX2 machines too. */
 #define TV_VSELECT(mask, a, b) ((tv_vf)(((tv_vmask)(a) & (mask)) | ((tv_vmask)(b) & ~(mask))))
+/* The clamped affine activations of the convolutions' and the product's epilogues (relu, relu6 and clip,
+   hard-sigmoid, hard-swish; strategy.ACT_*): s = alpha v + beta, clamped below at lo (TV_ACT_LO) and above
+   at hi (TV_ACT_HI), times v itself with TV_ACT_GATE. TV_VACT(v, e): v = that, lane by lane, for an
+   epilogue e (e.act != 0) with the fields act, alpha, beta, lo and hi; a NaN stays NaN (a failed
+   comparison keeps s). A macro, as TV_VSELECT. */
+#define TV_ACT_LO 1
+#define TV_ACT_HI 2
+#define TV_ACT_GATE 4
+#define TV_VACT(v, e) {                                                                              \
+    tv_vf s_ = (v) * TV_VSPLAT((e).alpha) + TV_VSPLAT((e).beta);                                     \
+    if ((e).act & TV_ACT_LO) s_ = TV_VSELECT(s_ < TV_VSPLAT((e).lo), TV_VSPLAT((e).lo), s_);          \
+    if ((e).act & TV_ACT_HI) s_ = TV_VSELECT(s_ > TV_VSPLAT((e).hi), TV_VSPLAT((e).hi), s_);          \
+    (v) = (e).act & TV_ACT_GATE ? (v) * s_ : s_; }
 static inline float tv_vsum(const tv_vf* v) {
   float total = 0.0f;
   for (int i = 0; i < TV_VLANES; ++i) total += (*v)[i];

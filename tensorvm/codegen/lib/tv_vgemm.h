@@ -203,13 +203,10 @@ static void tv_vgemm_rows(int rows, const float* x, int64_t ldx, const float* pa
    stores it (the tile is then in L1), instead of a second pass over the whole output: a bias per output
    column (nn.dense's) and/or per row (a 1x1 convolution's channels, its rows), then a residual (an array
    of the output's m x n shape), then an activation: the clamped affine family of the convolutions
-   (TV_ACT_LO/HI/GATE, tv_conv_epilogue in tv_vconv.h: relu, clip, hard-sigmoid, hard-swish) or GELU
+   (TV_ACT_LO/HI/GATE and TV_VACT in tv_vec.h: relu, clip, hard-sigmoid, hard-swish) or GELU
    (TV_ACT_GELU: v Phi(v) with erf; TV_ACT_GELU_TANH: its tanh approximation). strategy.product_epilogue
    recognizes the groups. */
-#define TV_ACT_LO 1
-#define TV_ACT_HI 2
-#define TV_ACT_GATE 4
-#define TV_ACT_GELU 8
+#define TV_ACT_GELU 8  /* (after tv_vec.h's TV_ACT_LO/HI/GATE) */
 #define TV_ACT_GELU_TANH 16
 typedef struct {
   const float* col_bias;  /* n floats, or NULL */
@@ -270,14 +267,11 @@ static inline void tv_vgelu_tanh_f32(tv_vf* v) {
 
 /* The activation of e (e->act != 0) lane by lane: GELU, or s = alpha v + beta clamped to [lo, hi] (the
    bounds of its TV_ACT_LO/HI bits), times v with TV_ACT_GATE; a NaN stays NaN (a failed comparison keeps
-   s), as tv_conv_act1. */
+   s: TV_VACT), as tv_conv_act1. */
 static inline void tv_vgemm_activate(tv_vf* v, const tv_vgemm_epilogue* e) {
   if (e->act & TV_ACT_GELU) { tv_vgelu_erf_f32(v); return; }
   if (e->act & TV_ACT_GELU_TANH) { tv_vgelu_tanh_f32(v); return; }
-  tv_vf s = *v * TV_VSPLAT(e->alpha) + TV_VSPLAT(e->beta);
-  if (e->act & TV_ACT_LO) s = TV_VSELECT(s < TV_VSPLAT(e->lo), TV_VSPLAT(e->lo), s);
-  if (e->act & TV_ACT_HI) s = TV_VSELECT(s > TV_VSPLAT(e->hi), TV_VSPLAT(e->hi), s);
-  *v = e->act & TV_ACT_GATE ? *v * s : s;
+  TV_VACT(*v, *e);
 }
 
 /* The epilogue on rows [i, i + rows) x columns [j, j + cols) of the output, stored at c (row stride ldc;
