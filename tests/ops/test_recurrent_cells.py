@@ -1,0 +1,127 @@
+"""``nn.lstm_cell`` and ``nn.gru_cell`` (tensorvm/op/recurrent.py): the NumPy kernel, the type relation and
+shape function (``check_op``), and the generated C kernel (target "c", bytecode VM and native mode, 1 and 2
+threads, after save/load) against an oracle written here from the ONNX formulas, in double precision."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from op_testing import check_op
+
+import tensorvm as tv
+from tensorvm.codegen.build import have_compiler
+from tensorvm.errors import TypeInferenceError
+from tensorvm.vm import VirtualMachine, load_executable
+
+
+def _sigmoid(v):
+    return 1.0 / (1.0 + np.exp(-v))
+
+
+def _oracle(op, x, r, state, clip=None):
+    """ONNX's LSTM (gates iofc, c' then h = o tanh(c')) / GRU (gates zrh, linear_before_reset=1) cell."""
+    x, r, state = (np.asarray(a, np.float64) for a in (x, r, state))
+    hidden = state.shape[1]
+
+    def part(a, k):
+        return a[:, k * hidden:(k + 1) * hidden]
+
+    def bound(v):
+        return v if clip is None else np.clip(v, -clip, clip)
+
+    if op == "nn.lstm_cell":
+        i, o, f = (_sigmoid(bound(part(x, k) + part(r, k))) for k in range(3))
+        c = f * state + i * np.tanh(bound(part(x, 3) + part(r, 3)))
+        return o * np.tanh(c), c
+    z, s = (_sigmoid(bound(part(x, k) + part(r, k))) for k in range(2))
+    n = np.tanh(bound(part(x, 2) + s * part(r, 2)))
+    return ((1 - z) * n + z * state,)
+
+
+def _inputs(op, batch, hidden, dtype="float32", seed=0):
+    gates = 4 if op == "nn.lstm_cell" else 3
+    rng = np.random.default_rng(seed + batch * 100 + hidden)
+    return [rng.uniform(-3, 3, shape).astype(dtype) for shape in
+            ((batch, gates * hidden), (batch, gates * hidden), (batch, hidden))]
+
+
+OPS = ["nn.lstm_cell", "nn.gru_cell"]
+
+
+@pytest.mark.parametrize("op", OPS)
+@pytest.mark.parametrize("batch, hidden", [(1, 1), (1, 5), (3, 7), (2, 33), (0, 4)])
+@pytest.mark.parametrize("clip", [None, 0.7])
+def test_numpy_kernel_types_and_shape_function(op, batch, hidden, clip):
+    inputs = _inputs(op, batch, hidden)
+    want = tuple(w.astype(np.float32) for w in _oracle(op, *inputs, clip=clip))
+    check_op(op, inputs, {"clip": clip}, expected=want if len(want) > 1 else want[0], rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("op", OPS)
+def test_mismatched_shapes_and_dtypes_are_type_errors(op):
+    x, r, state = _inputs(op, 3, 5)
+    rel = tv.op.get_op(op).type_rel
+    t = tv.ir.types.TensorType
+    with pytest.raises(TypeInferenceError, match="x's dim 1"):
+        rel([t((3, 21), "float32"), t(r.shape, "float32"), t(state.shape, "float32")], {})
+    with pytest.raises(TypeInferenceError, match="batch dims of r"):
+        rel([t(x.shape, "float32"), t((2, r.shape[1]), "float32"), t(state.shape, "float32")], {})
+    with pytest.raises(TypeInferenceError, match="one float dtype"):
+        rel([t(x.shape, "float32"), t(r.shape, "float32"), t(state.shape, "float64")], {})
+    with pytest.raises(TypeInferenceError, match="2-d"):
+        rel([t((15,), "float32"), t(r.shape, "float32"), t(state.shape, "float32")], {})
+
+
+def _program(op, dtype, clip):
+    """A function of dynamic batch applying the cell, and (LSTM) returning both states."""
+    gates = 4 if op == "nn.lstm_cell" else 3
+    call = f"{op}(%x, %r, %s" + ("" if clip is None else f", clip={clip}") + ")"
+    ret = f"(Tensor[(?, ?), {dtype}], Tensor[(?, ?), {dtype}])" if gates == 4 else f"Tensor[(?, ?), {dtype}]"
+    return tv.parse(f"""
+def @main(%x: Tensor[(?, ?), {dtype}], %r: Tensor[(?, ?), {dtype}], %s: Tensor[(?, ?), {dtype}]) -> {ret} {{
+  {call}
+}}
+""")
+
+
+def _values(result):
+    items = result if isinstance(result, (tuple, list)) else (result,)
+    return [np.asarray(v.numpy() if hasattr(v, "numpy") else v) for v in items]
+
+
+@pytest.mark.skipif(not have_compiler(), reason="target c compiles C (no C compiler here)")
+@pytest.mark.parametrize("op", OPS)
+@pytest.mark.parametrize("dtype, tol", [("float32", 2e-6), ("float64", 1e-12), ("float16", 2e-3)])
+def test_generated_kernel_matches_the_oracle(op, dtype, tol):
+    for clip in (None, 0.7):
+        exe = tv.vm.compile(_program(op, dtype, clip), target="c", exec_mode="native")
+        loaded = load_executable(exe.save_bytes())
+        for mode in ("bytecode", "native"):
+            for which in (exe, loaded):
+                vm = VirtualMachine(which.with_exec_mode(mode))
+                for batch, hidden in ((1, 1), (1, 5), (3, 7), (2, 33), (1, 512)):
+                    inputs = _inputs(op, batch, hidden, dtype)
+                    want = _oracle(op, *inputs, clip=clip)
+                    got = _values(vm.invoke("main", *inputs))
+                    for g, w in zip(got, want, strict=True):
+                        assert g.dtype == np.dtype(dtype)
+                        np.testing.assert_allclose(g, w, rtol=tol, atol=tol, err_msg=f"{mode} {batch}x{hidden}")
+
+
+@pytest.mark.skipif(not have_compiler(), reason="target c compiles C (no C compiler here)")
+@pytest.mark.parametrize("threads", [1, 2])
+def test_generated_kernel_at_one_and_two_threads(threads, monkeypatch):
+    monkeypatch.setenv("TENSORVM_NUM_THREADS", str(threads))
+    for op in OPS:
+        vm = VirtualMachine(tv.vm.compile(_program(op, "float32", None), target="c"))
+        inputs = _inputs(op, 64, 96, seed=threads)
+        for g, w in zip(_values(vm.invoke("main", *inputs)), _oracle(op, *inputs), strict=True):
+            np.testing.assert_allclose(g, w, rtol=2e-6, atol=2e-6)
+
+
+@pytest.mark.skipif(not have_compiler(), reason="target c compiles C (no C compiler here)")
+def test_a_wrong_width_is_an_error_at_run_time():
+    vm = VirtualMachine(tv.vm.compile(_program("nn.lstm_cell", "float32", None), target="c"))
+    x, r, state = _inputs("nn.lstm_cell", 2, 5)
+    with pytest.raises(tv.errors.TensorVMError):
+        vm.invoke("main", x[:, :-1], r[:, :-1], state)
