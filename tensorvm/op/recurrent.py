@@ -43,8 +43,18 @@ from .transform import define, is_float_dtype, mul_dims, unify_dim
 __all__ = []
 
 _GATES = {"nn.lstm_cell": 4, "nn.gru_cell": 3}
-_CLIP = AttrDef("clip", None, lambda v: None if v is None else abs(float(v)),
-                "bound of the pre-activations (None: not clipped)")
+
+
+def _clip_bound(value):
+    if value is None:
+        return None
+    value = float(value)
+    if not value >= 0:  # (NaN too)
+        raise ValueError(f"expected a bound >= 0 or None, got {value}")
+    return value
+
+
+_CLIP = AttrDef("clip", None, _clip_bound, "bound of the pre-activations (None: not clipped)")
 
 
 @traceable
@@ -81,7 +91,7 @@ def _np_clip(attrs, v):
     return v if attrs.clip is None else np.clip(v, -attrs.clip, attrs.clip)
 
 
-def _np_parts(attrs, x, r, count):
+def _np_parts(x, r, count):
     acc = acc_float(x.dtype.name)
     x, r = x.astype(acc, copy=False), r.astype(acc, copy=False)
     return np.split(x, count, axis=1), np.split(r, count, axis=1)
@@ -89,7 +99,7 @@ def _np_parts(attrs, x, r, count):
 
 def _lstm_kernel(attrs, x, r, c):
     dtype = x.dtype
-    xs, rs = _np_parts(attrs, x, r, 4)
+    xs, rs = _np_parts(x, r, 4)
     i, o, f = (_sigmoid(_np_clip(attrs, xs[k] + rs[k])) for k in range(3))
     g = np.tanh(_np_clip(attrs, xs[3] + rs[3]))
     c_next = (f * c.astype(g.dtype) + i * g).astype(dtype)  # h reads c' as stored, as the C kernel does
@@ -98,7 +108,7 @@ def _lstm_kernel(attrs, x, r, c):
 
 def _gru_kernel(attrs, x, r, h):
     dtype = x.dtype
-    xs, rs = _np_parts(attrs, x, r, 3)
+    xs, rs = _np_parts(x, r, 3)
     z, s = (_sigmoid(_np_clip(attrs, xs[k] + rs[k])) for k in range(2))
     n = np.tanh(_np_clip(attrs, xs[2] + s * rs[2]))
     return ((1 - z) * n + z * h.astype(n.dtype)).astype(dtype)

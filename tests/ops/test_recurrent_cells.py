@@ -125,3 +125,9 @@ def test_a_wrong_width_is_an_error_at_run_time():
     x, r, state = _inputs("nn.lstm_cell", 2, 5)
     with pytest.raises(tv.errors.TensorVMError):
         vm.invoke("main", x[:, :-1], r[:, :-1], state)
+
+
+@pytest.mark.parametrize("clip", [-0.5, float("nan")])
+def test_a_negative_clip_is_an_attribute_error(clip):
+    with pytest.raises(tv.errors.AttrError, match="clip"):
+        tv.op.get_op("nn.lstm_cell").normalize_attrs({"clip": clip})
