@@ -18,8 +18,7 @@ computes the first for the whole sequence at once, before the loop, as one ``nn.
 
 Per step the VM runs the recurrent product, one fused kernel for the gates (reading the step's row
 of ``%proj``) and the write of ``Y``'s row. With the default activations (LSTM without peepholes and
-``input_forget``; GRU with ``linear_before_reset=1``, whose ``Rb_h`` becomes the product's bias
-``(0, 0, Rb_h)``) the cell math is one op, ``nn.lstm_cell`` / ``nn.gru_cell`` (``op/recurrent.py``), into
+``input_forget``; GRU with ``linear_before_reset=1``) the cell math is one op, ``nn.lstm_cell`` / ``nn.gru_cell`` (``op/recurrent.py``), into
 which the ``take`` of the row fuses: one kernel reading the row and the product in place, where the
 elementwise form was a copy of the row (added in the product's epilogue), a ``split`` into four copies and
 two gate kernels (``c'`` feeds both states). Other layers keep the elementwise ops below. Two details keep that gate kernel a vector loop (it was
@@ -230,8 +229,10 @@ def _gru_step(ctx, layer, acts, x_t, states, weights):
     (h,) = states
     f_act, g_act = acts
     if layer.linear_before_reset and acts == _CELL_ACTIVATIONS[:2]:
-        recurrent = _add(ctx, ctx.call("nn.dense", h, weights["R"]), weights.get("Rb_h"))
-        return [ctx.call("nn.gru_cell", x_t, recurrent, h, clip=layer.clip)]
+        rb = weights.get("Rb_h")
+        if rb is None:
+            rb = ctx.constant(np.zeros(layer.hidden_size, ctx.dtype(h)))
+        return [ctx.call("nn.gru_cell", x_t, ctx.call("nn.dense", h, weights["R"]), h, rb, clip=layer.clip)]
     x_z, x_r, x_h = _parts(ctx, x_t, 3)
     if layer.linear_before_reset:
         r_z, r_r, r_h = _parts(ctx, ctx.call("nn.dense", h, weights["R"]), 3)
@@ -401,10 +402,7 @@ def _direction_weights(ctx, layer, W, R, B, P, d):
         if B is not None:
             keep = np.concatenate([np.ones(2 * hidden), np.zeros(hidden)]).astype(ctx.dtype(B))
             proj_bias = ctx.call("add", w_bias, ctx.call("multiply", r_bias, ctx.constant(keep)))
-            if layer.activations[d] == _CELL_ACTIVATIONS[:2]:  # nn.gru_cell: the product's bias (0, 0, Rb_h)
-                step["Rb_h"] = ctx.call("multiply", r_bias, ctx.constant(1 - keep))
-            else:
-                step["Rb_h"] = _rows(ctx, r_bias, 2 * hidden, 3 * hidden)
+            step["Rb_h"] = _rows(ctx, r_bias, 2 * hidden, 3 * hidden)
         return w, proj_bias, step
     step = {"R_zr": _rows(ctx, r, 0, 2 * hidden), "R_h": _rows(ctx, r, 2 * hidden, gates * hidden)}
     return w, (None if B is None else ctx.call("add", w_bias, r_bias)), step

@@ -13,10 +13,10 @@ states. The math runs in float32 for float16 (rounded once, like the NumPy kerne
       i, o, f = sigmoid(clip(x_k + r_k)),  g = tanh(clip(x_g + r_g))
       c' = f c + i g,  h' = o tanh(c')
 
-* ``nn.gru_cell(x, r, h)`` -> ``h'``, gates ``z, r, n`` (ONNX's ``zrh``, ``linear_before_reset=1``: ``r``'s
-  third part already holds ``h R_h^T + Rb_h``)::
+* ``nn.gru_cell(x, r, h, rb)`` -> ``h'``, gates ``z, r, n`` (ONNX's ``zrh``, ``linear_before_reset=1``), ``rb``
+  the ``(hidden,)`` bias ``Rb_h`` that the reset gate scales with ``r_n``::
 
-      z, s = sigmoid(clip(x_z + r_z)), sigmoid(clip(x_r + r_r)),  n = tanh(clip(x_n + s r_n))
+      z, s = sigmoid(clip(x_z + r_z)), sigmoid(clip(x_r + r_r)),  n = tanh(clip(x_n + s (r_n + rb)))
       h' = (1 - z) n + z h
 
 ``clip`` (attribute, None: none) bounds the pre-activations to ``[-clip, clip]`` as ONNX's ``clip`` does.
@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..errors import TypeInferenceError
+from ..errors import ShapeError, TypeInferenceError
 from ..ir.types import TensorType, TupleType
 from ..te import expr as E
 from ..te import intrin as M
@@ -59,8 +59,9 @@ _CLIP = AttrDef("clip", None, _clip_bound, "bound of the pre-activations (None: 
 
 @traceable
 def _cell_logic(op, attrs, shapes, err):
-    """``x``, ``r``: ``(batch, gates * hidden)``; the state ``(batch, hidden)``; outputs shaped like the state."""
-    x, r, state = shapes
+    """``x``, ``r``: ``(batch, gates * hidden)``; the state ``(batch, hidden)``; GRU's ``rb`` ``(hidden,)``;
+    outputs shaped like the state."""
+    x, r, state = shapes[:3]
     for shape, what in ((x, "x"), (r, "r"), (state, "the state")):
         if len(shape) != 2:
             raise err(f"{op}: {what} must be 2-d (batch, units), got rank {len(shape)}")
@@ -69,7 +70,12 @@ def _cell_logic(op, attrs, shapes, err):
     batch = unify_dim(op, r[0], batch, "the batch dims of r and the state", err)
     unify_dim(op, x[1], gates, f"x's dim 1 and {_GATES[op]} x the state's dim 1", err)
     unify_dim(op, r[1], gates, f"r's dim 1 and {_GATES[op]} x the state's dim 1", err)
-    out = (batch, state[1])
+    hidden = state[1]
+    for rb in shapes[3:]:
+        if len(rb) != 1:
+            raise err(f"{op}: rb must be 1-d (hidden,), got rank {len(rb)}")
+        hidden = unify_dim(op, rb[0], hidden, "rb's dim 0 and the state's dim 1", err)
+    out = (batch, hidden)
     return [out, out] if op == "nn.lstm_cell" else [out]
 
 
@@ -78,7 +84,7 @@ def _cell_rel(name):
         tensors = [expect_tensor(name, t, f"argument {i}") for i, t in enumerate(types)]
         dtypes = {t.dtype for t in tensors}
         if len(dtypes) != 1 or not is_float_dtype(tensors[0].dtype):
-            raise TypeInferenceError(f"{name}: x, r and the state must have one float dtype, got "
+            raise TypeInferenceError(f"{name}: x, r, the state (and rb) must have one float dtype, got "
                                      f"{', '.join(t.dtype for t in tensors)}")
         shapes = _cell_logic(name, attrs, [t.shape for t in tensors], TypeInferenceError)
         outs = tuple(TensorType(tuple(s), tensors[0].dtype) for s in shapes)
@@ -97,7 +103,14 @@ def _np_parts(x, r, count):
     return np.split(x, count, axis=1), np.split(r, count, axis=1)
 
 
+def _checked(name, *arrays):
+    """The kernel's arrays, after the shape logic's checks (NumPy would broadcast a batch of 1)."""
+    _cell_logic(name, None, [a.shape for a in arrays], ShapeError)
+    return arrays
+
+
 def _lstm_kernel(attrs, x, r, c):
+    x, r, c = _checked("nn.lstm_cell", x, r, c)
     dtype = x.dtype
     xs, rs = _np_parts(x, r, 4)
     i, o, f = (_sigmoid(_np_clip(attrs, xs[k] + rs[k])) for k in range(3))
@@ -106,27 +119,31 @@ def _lstm_kernel(attrs, x, r, c):
     return (o * np.tanh(c_next.astype(g.dtype))).astype(dtype), c_next
 
 
-def _gru_kernel(attrs, x, r, h):
+def _gru_kernel(attrs, x, r, h, rb):
+    x, r, h, rb = _checked("nn.gru_cell", x, r, h, rb)
     dtype = x.dtype
     xs, rs = _np_parts(x, r, 3)
     z, s = (_sigmoid(_np_clip(attrs, xs[k] + rs[k])) for k in range(2))
-    n = np.tanh(_np_clip(attrs, xs[2] + s * rs[2]))
+    n = np.tanh(_np_clip(attrs, xs[2] + s * (rs[2] + rb.astype(z.dtype))))
     return ((1 - z) * n + z * h.astype(n.dtype)).astype(dtype)
 
 
 def _cell_compute(name, outputs):
-    """The TE compute of a cell. ``outputs(cell)`` builds the outputs with ``cell(fn)``, a tensor shaped
-    like the state whose element ``(b, j)`` is ``fn(b, j, pre, state)`` (in the math dtype, stored in the
-    data's), ``pre(k, scale=None)`` reading gate ``k``'s clipped pre-activation ``x + scale * r``."""
+    """The TE compute of a cell. ``outputs(cell, extra)`` builds the outputs with ``cell(fn)``, a tensor
+    shaped like the state whose element ``(b, j)`` is ``fn(b, j, pre, state)`` (in the math dtype, stored in
+    the data's), ``pre(k, scale=None, bias=None)`` reading gate ``k``'s clipped pre-activation
+    ``x + scale * (r + bias)``; ``extra`` are the inputs after the state."""
 
     def compute_fn(attrs, inputs, out_type):
-        x, r, state = inputs
+        x, r, state = inputs[:3]
         dtype, acc = state.dtype, acc_float(state.dtype)
         hidden, count = state.shape[1], _GATES[name]
         requires = []
         for t, what in ((x, "x"), (r, "r")):
             requires += require_equal(name, t.shape[1], hidden * count, f"{what}'s dim 1 and {count} x the hidden dim")
             requires += require_equal(name, t.shape[0], state.shape[0], f"the batch dims of {what} and the state")
+        for t in inputs[3:]:
+            requires += require_equal(name, t.shape[0], hidden, "rb's dim 0 and the hidden dim")
         built = []
 
         def clip(v):
@@ -136,8 +153,9 @@ def _cell_compute(name, outputs):
 
         def cell(fn):
             def element(b, j):
-                def pre(k, scale=None):
+                def pre(k, scale=None, bias=None):
                     rv = cast(r[b, j + hidden * k], acc)
+                    rv = rv if bias is None else rv + bias
                     return clip(cast(x[b, j + hidden * k], acc) + (rv if scale is None else scale * rv))
 
                 return cast(fn(b, j, pre, cast(state[b, j], acc)), dtype)
@@ -146,22 +164,24 @@ def _cell_compute(name, outputs):
                                  () if built else requires))
             return built[-1]
 
-        return outputs(cell)
+        return outputs(cell, inputs[3:])
 
     return compute_fn
 
 
-def _lstm_outputs(cell):
+def _lstm_outputs(cell, extra):
     # h reads c' from its output (a stage of the kernel), so c''s gates are computed once per element.
     c_next = cell(lambda b, j, pre, c: M.sigmoid(pre(2)) * c + M.sigmoid(pre(0)) * M.tanh(pre(3)))
     h = cell(lambda b, j, pre, c: M.sigmoid(pre(1)) * M.tanh(cast(c_next[b, j], c.dtype)))
     return [h, c_next]
 
 
-def _gru_outputs(cell):
+def _gru_outputs(cell, extra):
+    (rb,) = extra
+
     def h_next(b, j, pre, h):
         z = M.sigmoid(pre(0))
-        return (const(1, z.dtype) - z) * M.tanh(pre(2, M.sigmoid(pre(1)))) + z * h
+        return (const(1, z.dtype) - z) * M.tanh(pre(2, M.sigmoid(pre(1)), cast(rb[j], h.dtype))) + z * h
 
     return [cell(h_next)]
 
@@ -174,8 +194,8 @@ define(
 )
 
 define(
-    "nn.gru_cell", 3, _cell_rel("nn.gru_cell"), _gru_kernel, OpPattern.INJECTIVE, attrs=(_CLIP,),
+    "nn.gru_cell", 4, _cell_rel("nn.gru_cell"), _gru_kernel, OpPattern.INJECTIVE, attrs=(_CLIP,),
     shape_logic=_cell_logic, compute=_cell_compute("nn.gru_cell", _gru_outputs),
     doc="One GRU step's cell math (linear_before_reset=1): h' from the input projection's row x, the "
-        "recurrent product r (both (batch, 3 hidden), gates zrh, r's third part with Rb_h) and h.",
+        "recurrent product r (both (batch, 3 hidden), gates zrh), h and the (hidden,) bias Rb_h.",
 )

@@ -18,8 +18,9 @@ def _sigmoid(v):
     return 1.0 / (1.0 + np.exp(-v))
 
 
-def _oracle(op, x, r, state, clip=None):
-    """ONNX's LSTM (gates iofc, c' then h = o tanh(c')) / GRU (gates zrh, linear_before_reset=1) cell."""
+def _oracle(op, x, r, state, rb=None, clip=None):
+    """ONNX's LSTM (gates iofc, c' then h = o tanh(c')) / GRU (gates zrh, linear_before_reset=1, Rb_h = rb)
+    cell."""
     x, r, state = (np.asarray(a, np.float64) for a in (x, r, state))
     hidden = state.shape[1]
 
@@ -34,15 +35,15 @@ def _oracle(op, x, r, state, clip=None):
         c = f * state + i * np.tanh(bound(part(x, 3) + part(r, 3)))
         return o * np.tanh(c), c
     z, s = (_sigmoid(bound(part(x, k) + part(r, k))) for k in range(2))
-    n = np.tanh(bound(part(x, 2) + s * part(r, 2)))
+    n = np.tanh(bound(part(x, 2) + s * (part(r, 2) + np.asarray(rb, np.float64))))
     return ((1 - z) * n + z * state,)
 
 
 def _inputs(op, batch, hidden, dtype="float32", seed=0):
     gates = 4 if op == "nn.lstm_cell" else 3
     rng = np.random.default_rng(seed + batch * 100 + hidden)
-    return [rng.uniform(-3, 3, shape).astype(dtype) for shape in
-            ((batch, gates * hidden), (batch, gates * hidden), (batch, hidden))]
+    shapes = [(batch, gates * hidden), (batch, gates * hidden), (batch, hidden)] + [(hidden,)] * (gates == 3)
+    return [rng.uniform(-3, 3, shape).astype(dtype) for shape in shapes]
 
 
 OPS = ["nn.lstm_cell", "nn.gru_cell"]
@@ -59,26 +60,33 @@ def test_numpy_kernel_types_and_shape_function(op, batch, hidden, clip):
 
 @pytest.mark.parametrize("op", OPS)
 def test_mismatched_shapes_and_dtypes_are_type_errors(op):
-    x, r, state = _inputs(op, 3, 5)
+    x, r, state, *rb = (tv.ir.types.TensorType(a.shape, "float32") for a in _inputs(op, 3, 5))
     rel = tv.op.get_op(op).type_rel
     t = tv.ir.types.TensorType
     with pytest.raises(TypeInferenceError, match="x's dim 1"):
-        rel([t((3, 21), "float32"), t(r.shape, "float32"), t(state.shape, "float32")], {})
+        rel([t((3, 21), "float32"), r, state, *rb], {})
     with pytest.raises(TypeInferenceError, match="batch dims of r"):
-        rel([t(x.shape, "float32"), t((2, r.shape[1]), "float32"), t(state.shape, "float32")], {})
+        rel([x, t((2, r.shape[1]), "float32"), state, *rb], {})
     with pytest.raises(TypeInferenceError, match="one float dtype"):
-        rel([t(x.shape, "float32"), t(r.shape, "float32"), t(state.shape, "float64")], {})
+        rel([x, r, t(state.shape, "float64"), *rb], {})
     with pytest.raises(TypeInferenceError, match="2-d"):
-        rel([t((15,), "float32"), t(r.shape, "float32"), t(state.shape, "float32")], {})
+        rel([t((15,), "float32"), r, state, *rb], {})
+    if rb:
+        with pytest.raises(TypeInferenceError, match="rb's dim 0"):
+            rel([x, r, state, t((4,), "float32")], {})
+        with pytest.raises(TypeInferenceError, match="rb must be 1-d"):
+            rel([x, r, state, t((1, 5), "float32")], {})
 
 
 def _program(op, dtype, clip):
     """A function of dynamic batch applying the cell, and (LSTM) returning both states."""
     gates = 4 if op == "nn.lstm_cell" else 3
-    call = f"{op}(%x, %r, %s" + ("" if clip is None else f", clip={clip}") + ")"
+    rb = ", %rb" if gates == 3 else ""
+    call = f"{op}(%x, %r, %s{rb}" + ("" if clip is None else f", clip={clip}") + ")"
+    param = f", %rb: Tensor[(?,), {dtype}]" if gates == 3 else ""
     ret = f"(Tensor[(?, ?), {dtype}], Tensor[(?, ?), {dtype}])" if gates == 4 else f"Tensor[(?, ?), {dtype}]"
     return tv.parse(f"""
-def @main(%x: Tensor[(?, ?), {dtype}], %r: Tensor[(?, ?), {dtype}], %s: Tensor[(?, ?), {dtype}]) -> {ret} {{
+def @main(%x: Tensor[(?, ?), {dtype}], %r: Tensor[(?, ?), {dtype}], %s: Tensor[(?, ?), {dtype}]{param}) -> {ret} {{
   {call}
 }}
 """)
@@ -125,9 +133,22 @@ def test_a_wrong_width_is_an_error_at_run_time():
     x, r, state = _inputs("nn.lstm_cell", 2, 5)
     with pytest.raises(tv.errors.TensorVMError):
         vm.invoke("main", x[:, :-1], r[:, :-1], state)
+    vm = VirtualMachine(tv.vm.compile(_program("nn.gru_cell", "float32", None), target="c"))
+    x, r, h, rb = _inputs("nn.gru_cell", 2, 5)
+    with pytest.raises(tv.errors.TensorVMError):
+        vm.invoke("main", x, r, h, rb[:-1])
 
 
 @pytest.mark.parametrize("clip", [-0.5, float("nan")])
 def test_a_negative_clip_is_an_attribute_error(clip):
     with pytest.raises(tv.errors.AttrError, match="clip"):
         tv.op.get_op("nn.lstm_cell").normalize_attrs({"clip": clip})
+
+
+@pytest.mark.parametrize("op", OPS)
+def test_the_numpy_kernel_does_not_broadcast_a_batch_of_one(op):
+    # Regression: the kernel broadcast r of batch 1 against x of batch 2 where the C kernel and the shape
+    # function raise (tests/ops/test_shape_logic.py found it).
+    x, r, state, *rb = _inputs(op, 2, 3)
+    with pytest.raises(tv.errors.ShapeError, match="batch dims of r"):
+        tv.op.get_op(op).kernel({}, x, r[:1], state, *rb)

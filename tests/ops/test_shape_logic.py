@@ -138,13 +138,14 @@ def _dense(rng):
 
 
 def _recurrent_cell(gates):
-    """nn.lstm_cell / nn.gru_cell: x and r (batch, gates * hidden), the state (batch, hidden); sometimes a
-    batch or width that disagrees."""
+    """nn.lstm_cell / nn.gru_cell: x and r (batch, gates * hidden), the state (batch, hidden), GRU's rb
+    (hidden,); sometimes a batch or width that disagrees."""
     def make(rng):
         batch, hidden = _side(rng), _side(rng)
         widths = [gates * hidden if rng.random() < 0.8 else gates * hidden + 1 for _ in range(2)]
         batches = [batch if rng.random() < 0.8 else batch + 1 for _ in range(2)]
-        return {}, [_f32(rng, (b, w)) for b, w in zip(batches, widths)] + [_f32(rng, (batch, hidden))]
+        rb = [_f32(rng, (hidden if rng.random() < 0.8 else hidden + 1,))] if gates == 3 else []
+        return {}, [_f32(rng, (b, w)) for b, w in zip(batches, widths)] + [_f32(rng, (batch, hidden))] + rb
 
     return make
 
