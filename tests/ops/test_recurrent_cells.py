@@ -118,11 +118,22 @@ def test_generated_kernel_matches_the_oracle(op, dtype, tol):
 
 @pytest.mark.skipif(not have_compiler(), reason="target c compiles C (no C compiler here)")
 @pytest.mark.parametrize("threads", [1, 2])
-def test_generated_kernel_at_one_and_two_threads(threads, monkeypatch):
-    monkeypatch.setenv("TENSORVM_NUM_THREADS", str(threads))
+def test_generated_kernel_at_one_and_two_threads(threads):
+    from tensorvm.codegen import build
+
+    previous = build._NUM_THREADS[0]
+    build.set_num_threads(threads)
+    try:
+        _check_threaded(seed=threads)
+    finally:
+        build.set_num_threads(previous)
+
+
+def _check_threaded(seed):
     for op in OPS:
+        # 64 x 96 elements: the kernel runs as a parallel loop (in chunks on the kernels' pool)
         vm = VirtualMachine(tv.vm.compile(_program(op, "float32", None), target="c"))
-        inputs = _inputs(op, 64, 96, seed=threads)
+        inputs = _inputs(op, 64, 96, seed=seed)
         for g, w in zip(_values(vm.invoke("main", *inputs)), _oracle(op, *inputs), strict=True):
             np.testing.assert_allclose(g, w, rtol=2e-6, atol=2e-6)
 
