@@ -13,8 +13,8 @@
    least NR pixels starts NR before its end (overlapping the one before: every lane a real pixel, so the
    residual is read in place), its new columns stored through a small buffer; an image of fewer than NR
    pixels is first copied into rows of NR floats (zero padded) and its epilogue applied float by float.
-   One pixel per image (P = 1: squeeze-and-excitation's layers at 1 x 1) is a product of vectors over C
-   instead (tv_vpw_dot): the tile would waste NR - 1 of its lanes.
+   One pixel per image (P = 1: squeeze-and-excitation's layers at 1 x 1) is the product over the batch
+   instead (tv_vpw_vectors: the host's GEMV at batch 1): the tile would waste NR - 1 of its lanes.
    Included by tv_gemm.h (TV_PACKED_KERNELS), after tv_vconv.h (tv_conv_epilogue, tv_vconv_blocks,
    tv_vconv_chunks, TV_VRELU). */
 #ifndef TV_VPOINTWISE_H
@@ -28,15 +28,18 @@
 #define TV_VPW_ACT(i) TV_VACT(lo##i, e) TV_VACT(hi##i, e)
 #define TV_VPW_STORE(i) TV_VSTORE(out + row[i] + x0, lo##i); TV_VSTORE(out + row[i] + x0 + TV_VLANES, hi##i);
 #define TV_VPW_KEEP(i) TV_VSTORE(tile[i], lo##i); TV_VSTORE(tile[i] + TV_VLANES, hi##i);
-/* The tile of R channels from o0 over NR pixels from x0: x's rows ``ldx`` floats apart (P, or NR for the
-   padded copy), out's (and the residual's) P apart. Stores ``cols`` pixels from x0 + skip. With
-   ``in_registers`` the whole epilogue is applied to the accumulators (every lane a real pixel), else
-   the bias only, the rest as the floats are stored. */
+/* The tiles of R channels from o0 over the pixel blocks [s0, s1) of NR pixels: x's rows ``ldx`` floats
+   apart (P, or NR for the padded copy), out's (and the residual's) P apart; the channels' weights, bias
+   and the epilogue read once for the run (per tile, that setup had cost as much as a 16-channel
+   reduction). A block starts at its first pixel, or NR before the image's end for the last one (then it
+   stores its pixels past the block before). With every lane a real pixel (P >= NR) the whole epilogue is
+   applied to the accumulators, else the bias only, the rest as the floats are stored. */
 #define TV_VPW_TILE(R)                                                                               \
   static void tv_vpw_tile##R(const float* x, int64_t ldx, const float* weights, int64_t c, int64_t o, \
-                             int64_t o0, int64_t x0, int64_t skip, int64_t cols, int64_t pixels,     \
-                             int in_registers, const tv_conv_epilogue* epi, float* out) {            \
+                             int64_t o0, int64_t s0, int64_t s1, int64_t pixels,                     \
+                             const tv_conv_epilogue* epi, float* out) {                              \
     const tv_conv_epilogue e = *epi; /* (a copy: the stores to out could alias its floats) */        \
+    const int in_registers = pixels >= TV_VGEMM_NR, whole = o0 + R <= o;                             \
     const float* wt[R];                                                                              \
     float start[R];                                                                                  \
     int64_t row[R];                                                                                  \
@@ -46,25 +49,31 @@
       start[i] = e.bias ? e.bias[oc] : 0.0f;                                                         \
       row[i] = oc * pixels;                                                                          \
     }                                                                                                \
-    TV_VROWS##R(TV_VPW_ACC)                                                                          \
-    const float* b = x + x0;                                                                         \
-    _Pragma("GCC unroll 4")                                                                          \
-    for (int64_t k = 0; k < c; ++k, b += ldx) {                                                      \
-      const tv_vf b0 = TV_VLOAD(b), b1 = TV_VLOAD(b + TV_VLANES);                                    \
-      TV_VROWS##R(TV_VPW_FMA)                                                                        \
-    }                                                                                                \
-    if (in_registers) {                                                                              \
-      if (e.relu) { TV_VROWS##R(TV_VPW_RELU) }                                                       \
-      if (e.residual) { TV_VROWS##R(TV_VPW_RESIDUAL) }                                               \
-      if (e.act) { TV_VROWS##R(TV_VPW_ACT) }                                                         \
-      if (o0 + R <= o && skip == 0 && cols == TV_VGEMM_NR) { /* a whole tile: straight to out */     \
-        TV_VROWS##R(TV_VPW_STORE)                                                                    \
-        return;                                                                                      \
+    for (int64_t s = s0; s < s1; ++s) {                                                              \
+      const int64_t first = s * TV_VGEMM_NR;                                                         \
+      const int64_t x0 = !in_registers ? 0 : first + TV_VGEMM_NR <= pixels ? first : pixels - TV_VGEMM_NR; \
+      const int64_t skip = first - x0;                                                               \
+      const int64_t cols = pixels - first < TV_VGEMM_NR ? pixels - first : TV_VGEMM_NR;              \
+      TV_VROWS##R(TV_VPW_ACC)                                                                        \
+      const float* b = x + x0;                                                                       \
+      _Pragma("GCC unroll 4")                                                                        \
+      for (int64_t k = 0; k < c; ++k, b += ldx) {                                                    \
+        const tv_vf b0 = TV_VLOAD(b), b1 = TV_VLOAD(b + TV_VLANES);                                  \
+        TV_VROWS##R(TV_VPW_FMA)                                                                      \
       }                                                                                              \
+      if (in_registers) {                                                                            \
+        if (e.relu) { TV_VROWS##R(TV_VPW_RELU) }                                                     \
+        if (e.residual) { TV_VROWS##R(TV_VPW_RESIDUAL) }                                             \
+        if (e.act) { TV_VROWS##R(TV_VPW_ACT) }                                                       \
+        if (whole && skip == 0) { /* a whole tile: straight to out */                                \
+          TV_VROWS##R(TV_VPW_STORE)                                                                  \
+          continue;                                                                                  \
+        }                                                                                            \
+      }                                                                                              \
+      float tile[R][TV_VGEMM_NR];                                                                    \
+      TV_VROWS##R(TV_VPW_KEEP)                                                                       \
+      tv_vpw_store(&tile[0][0], R, o, o0, first, skip, cols, pixels, in_registers, &e, out);         \
     }                                                                                                \
-    float tile[R][TV_VGEMM_NR];                                                                      \
-    TV_VROWS##R(TV_VPW_KEEP)                                                                         \
-    tv_vpw_store(&tile[0][0], R, o, o0, x0 + skip, skip, cols, pixels, in_registers, &e, out);       \
   }
 
 /* The kept tile's channels inside o, ``cols`` pixels from column ``skip`` of the tile to out at ``at``;
@@ -94,41 +103,35 @@ TV_VPW_TILE(4)
 TV_VPW_TILE_OF(TV_VGEMM_MR)
 #endif
 
-/* P = 1: out[b][oc] = x[b] . W[oc] over C, 4 channels at a time (one vector accumulator each, a
-   horizontal sum at the end), the epilogue float by float. */
-static void tv_vpw_dot(const float* x, const float* weights, int64_t c, int64_t o, int64_t o0,
-                       const tv_conv_epilogue* e, float* out) {
-  const int64_t count = o - o0 < 4 ? o - o0 : 4;
-  const float* w[4];
-  for (int i = 0; i < 4; ++i) w[i] = weights + (o0 + (i < count ? i : count - 1)) * c;
-  tv_vf a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0};
-  int64_t k = 0;
-  for (; k + TV_VLANES <= c; k += TV_VLANES) {
-    const tv_vf v = TV_VLOAD(x + k);
-    a0 += v * TV_VLOAD(w[0] + k), a1 += v * TV_VLOAD(w[1] + k);
-    a2 += v * TV_VLOAD(w[2] + k), a3 += v * TV_VLOAD(w[3] + k);
+/* One pixel per image: the product out (n x o) = x (n x c) W^T (tv_gemm_f32: one image is a GEMV, the
+   host's BLAS), then the epilogue over its n x o floats. */
+static int32_t tv_vpw_vectors(int64_t n, int64_t c, int64_t o, const float* x, const float* weights,
+    const float* bias, int64_t has_bias, int64_t relu, int64_t act, float alpha, float beta, float lo, float hi,
+    const float* residual, int64_t has_residual, float* out) {
+  const int32_t status = n == 1 ? tv_gemm_f32(1, o, 1, c, weights, 0, 0, x, 0, 0, out, 1.0f)
+                                : tv_gemm_f32(1, n, o, c, x, 0, 0, weights, 0, 1, out, 1.0f);
+  if (status != 0) return status;
+  const tv_conv_epilogue e = {NULL, relu != 0, 0, (int)act, alpha, beta, lo, hi, NULL};
+  for (int64_t i = 0; i < n * o; ++i) {
+    float v = out[i] + (has_bias ? bias[i % o] : 0.0f);
+    if (e.relu) v = v > 0.0f ? v : 0.0f;
+    if (has_residual) v += residual[i];
+    out[i] = tv_conv_act1(v, &e);
   }
-  float sums[4] = {tv_vsum(&a0), tv_vsum(&a1), tv_vsum(&a2), tv_vsum(&a3)};
-  for (; k < c; ++k)
-    for (int i = 0; i < 4; ++i) sums[i] += x[k] * w[i][k];
-  for (int64_t i = 0; i < count; ++i) {
-    float v = sums[i] + (e->bias ? e->bias[o0 + i] : 0.0f);
-    if (e->relu) v = v > 0.0f ? v : 0.0f;
-    if (e->residual) v += e->residual[o0 + i];
-    out[o0 + i] = tv_conv_act1(v, e);
-  }
+  return 0;
 }
 
-/* The tiles of a call: (image, pixel block, channel block), channel blocks varying fastest (the tiles
-   of one pixel block read the same NR columns of x's rows, kept in L1), in contiguous runs per chunk
-   (tv_team_run; as the direct kernel's). */
+/* The tiles of a call: (image, run of pixel blocks, channel block), channel blocks varying fastest, in
+   contiguous ranges per chunk (tv_team_run; as the direct kernel's). A run's columns of x (``span``
+   blocks of NR pixels, C rows) fill at most TV_VGEMM_L1_BYTES (half of L1d): every channel block reads
+   them from L1. */
 typedef struct {
   const float* x;  /* the images, or (fewer pixels than NR) their copy in rows of NR floats */
   const float* weights;
   const float* residual;
   float* out;
   tv_conv_epilogue epi;
-  int64_t c, o, pixels, ldx, big, oblocks, xblocks, tiles, chunks;
+  int64_t c, o, pixels, ldx, big, oblocks, xblocks, span, runs, tiles, chunks;
 } tv_vpw_job;
 
 static void tv_vpw_chunk(void* arg, int64_t i) {
@@ -136,29 +139,24 @@ static void tv_vpw_chunk(void* arg, int64_t i) {
   const int64_t mr = TV_VGEMM_MR > 4 ? TV_VGEMM_MR : 4, p = j->pixels;
   const int64_t lo = i * j->tiles / j->chunks, hi = (i + 1) * j->tiles / j->chunks;
   tv_conv_epilogue e = j->epi;
+  /* (the first tile's indices divided out once, the others counted) */
+  int64_t ob = lo % j->oblocks, run = (lo / j->oblocks) % j->runs, image = lo / (j->oblocks * j->runs);
   for (int64_t t = lo; t < hi; ++t) {
-    const int64_t ob = t % j->oblocks, xb = (t / j->oblocks) % j->xblocks, image = t / (j->oblocks * j->xblocks);
     const int64_t o0 = ob < j->big ? ob * mr : j->big * mr + (ob - j->big) * 4;
     const float* x = j->x + image * j->c * j->ldx;
     float* out = j->out + image * j->o * p;
+    const int64_t s0 = run * j->span, s1 = s0 + j->span < j->xblocks ? s0 + j->span : j->xblocks;
     e.residual = j->residual ? j->residual + image * j->o * p : NULL;
-    if (p == 1) {
-      tv_vpw_dot(x, j->weights, j->c, j->o, o0, &e, out);
-      continue;
-    }
-    /* the block's first pixel, where the tile starts (NR before the end for the last one), and the
-       pixels it stores */
-    const int64_t first = xb * TV_VGEMM_NR;
-    const int64_t x0 = p < TV_VGEMM_NR ? 0 : first + TV_VGEMM_NR <= p ? first : p - TV_VGEMM_NR;
-    const int64_t skip = first - x0, cols = (p - first < TV_VGEMM_NR ? p - first : TV_VGEMM_NR);
-    const int in_registers = p >= TV_VGEMM_NR;
 #if TV_VGEMM_MR > 4
-    if (ob < j->big) {
-      TV_VPW_NAME(TV_VGEMM_MR)(x, j->ldx, j->weights, j->c, j->o, o0, x0, skip, cols, p, in_registers, &e, out);
-      continue;
-    }
+    if (ob < j->big)
+      TV_VPW_NAME(TV_VGEMM_MR)(x, j->ldx, j->weights, j->c, j->o, o0, s0, s1, p, &e, out);
+    else
 #endif
-    tv_vpw_tile4(x, j->ldx, j->weights, j->c, j->o, o0, x0, skip, cols, p, in_registers, &e, out);
+      tv_vpw_tile4(x, j->ldx, j->weights, j->c, j->o, o0, s0, s1, p, &e, out);
+    if (++ob == j->oblocks) {
+      ob = 0;
+      if (++run == j->runs) run = 0, ++image;
+    }
   }
 }
 
@@ -171,6 +169,8 @@ __attribute__((unused)) static int32_t tv_conv2d_pointwise_act_f32(int64_t n, in
     const float* x, const float* weights, const float* bias, int64_t has_bias, int64_t relu, int64_t act,
     float alpha, float beta, float lo, float hi, const float* residual, int64_t has_residual, float* out) {
   if (n <= 0 || o <= 0 || p <= 0) return 0;
+  if (p == 1 && c > 0) return tv_vpw_vectors(n, c, o, x, weights, bias, has_bias, relu, act, alpha, beta, lo, hi,
+                                            residual, has_residual, out);
   float* copy = NULL;
   int64_t ldx = p;
   if (c > 0 && p > 1 && p < TV_VGEMM_NR) {  /* (c = 0: no float of x is read, the epilogue of zeros) */
@@ -182,12 +182,14 @@ __attribute__((unused)) static int32_t tv_conv2d_pointwise_act_f32(int64_t n, in
   }
   int64_t big, fours;
   tv_vconv_blocks(o, &big, &fours);
-  if (p == 1) big = 0, fours = (o + 3) / 4;  /* (the products of vectors take 4 channels at a time) */
   const int64_t xblocks = (p + TV_VGEMM_NR - 1) / TV_VGEMM_NR;
+  int64_t span = TV_VGEMM_L1_BYTES / ((c > 1 ? c : 1) * TV_VGEMM_NR * (int64_t)sizeof(float));
+  span = span < 1 ? 1 : span > xblocks ? xblocks : span;
+  const int64_t runs = (xblocks + span - 1) / span;
   const int threads = tv_gemm_parallel((double)n * o * p * c) ? tv_omp_max_threads() : 1;
   tv_vpw_job job = {x, weights, has_residual ? residual : NULL, out,
                     {has_bias ? bias : NULL, relu != 0, 0, (int)act, alpha, beta, lo, hi, NULL},
-                    c, o, p, ldx, big, big + fours, xblocks, n * xblocks * (big + fours), 0};
+                    c, o, p, ldx, big, big + fours, xblocks, span, runs, n * runs * (big + fours), 0};
   job.chunks = tv_vconv_chunks(job.tiles, threads);
   tv_team_run(job.chunks, threads, tv_vpw_chunk, &job);
   free(copy);
