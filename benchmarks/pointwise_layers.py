@@ -16,7 +16,6 @@ compares the whole model's kernels.
 from __future__ import annotations
 
 import ctypes
-import time
 
 import numpy as np
 
@@ -63,7 +62,7 @@ KERNELS = ("pointwise", "product", "packed")
 
 
 def main() -> int:
-    from lone_layers import layer_arguments, onnx_conv_layer
+    from lone_layers import interleaved_minimum, layer_arguments, onnx_conv_layer, ort_options
     from lone_layers import libraries as built
 
     args = layer_arguments(__doc__.split("\n\n")[0], 40, "pointwise kernel")
@@ -79,9 +78,7 @@ def main() -> int:
     for lib in libraries.values():
         for kernel in KERNELS:
             getattr(lib, f"tv_bench_{kernel}").argtypes = [ctypes.c_void_p] * 6
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = args.threads
-    options.add_session_config_entry("session.intra_op.allow_spinning", "0")  # (see conv_variants.py)
+    options = ort_options(args.threads)
     rng = np.random.default_rng(0)
     n, nr = args.batch, gemm_params().nr
     print(f"MobileNetV3-small's 1x1 layers, batch {n}, {args.threads} thread(s), {args.rounds} interleaved rounds; "
@@ -109,14 +106,7 @@ def main() -> int:
                 np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-4)
                 # (the arrays ride along: the pointers alone would outlive them)
                 calls[f"{kernel} {where}"] = lambda function=function, pointers=pointers, keep=args_: function(*pointers)
-        times: dict = {name: [] for name in calls}
-        names = list(calls)
-        for round_ in range(args.rounds):
-            for name in names[round_ % len(names):] + names[:round_ % len(names)]:  # (see depthwise_layers.py)
-                start = time.perf_counter()
-                calls[name]()
-                times[name].append(time.perf_counter() - start)
-        best = {name: min(v) * 1e6 for name, v in times.items()}
+        best = interleaved_minimum(calls, args.rounds)
         for name, us in best.items():
             totals[name] = totals.get(name, 0.0) + us
         label = f"{c}x{side}x{side} -> {o} {activation}"

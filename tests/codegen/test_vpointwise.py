@@ -9,14 +9,15 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import test_vconv as vconv
+from test_vconv import ACTIVATIONS, THREADS, _activation, _built, _close, _entry, _same_bits, _t
 
 from tensorvm import op
 from tensorvm.codegen.fused import build_fused_module
 from tensorvm.codegen.strategy import direct_max_reduction
 from tensorvm.ir.expr import Function, Var, const
 
-from test_vconv import ACTIVATIONS, THREADS, _activation, _built, _close, _entry, _same_bits, _t, bridge_mode, \
-    kernel_threads  # noqa: F401  (fixtures)
+bridge_mode, kernel_threads = vconv.bridge_mode, vconv.kernel_threads  # (test_vconv's fixtures)
 
 _CALLER = """
 int32_t tv_test_pointwise(int64_t* d, float* f, const float* x, const float* weights, const float* bias,
