@@ -254,7 +254,9 @@ class SoftmaxCall(LibraryCall):
 
 @dataclass(frozen=True)
 class Conv2dCall(LibraryCall):
-    """An NCHW / OIHW convolution as a C library call (``c_emit.BLAS_BRIDGE``). A float32 convolution other
+    """An NCHW / OIHW convolution as a C library call (``c_emit.BLAS_BRIDGE``). A float32 1x1 convolution
+    with unit strides, no padding and a short static reduction runs the pointwise kernel
+    ``tv_conv2d_pointwise_act_f32`` (``tv_vpointwise.h``; ``pointwise``). A float32 convolution other
     than 1x1 with a short reduction (``direct``: an image's first layers, small CNNs), at any strides and
     dilation, runs the direct kernel ``tv_conv2d_direct_f32`` (``tv_vconv.h``, vectors of the
     host's width), which can also apply a ``TileEpilogue`` to its output tiles. The rest runs

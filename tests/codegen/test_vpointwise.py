@@ -122,6 +122,18 @@ def test_pointwise_groups_run_their_epilogue_in_the_tiles(epilogue, c, size):
         _close(out, want)
 
 
+def test_stats_name_the_pointwise_tile():
+    import tensorvm as tv
+    from tensorvm.codegen import host
+
+    text = ("def @main(%x: Tensor[(1, 8, 16, 16), float32], %w: Tensor[(24, 8, 1, 1), float32]) "
+            "{ nn.conv2d(%x, %w) }")
+    exe = tv.vm.compile(tv.parse(text), target="c")
+    params = host.gemm_params()
+    assert exe.stats()["product_kernels"]["convolution"]["pointwise_tile"].startswith(f"{max(params.mr, 4)}x{params.nr}")
+    assert exe.stats()["kernel_library"]["variants"] == {"pointwise": 1}
+
+
 def test_pointwise_routing_follows_the_reduction_bound():
     """Longer reductions than ``direct_max_reduction`` (packed at compile time when their weight is
     constant) and strided or padded 1x1 layers keep the product."""
