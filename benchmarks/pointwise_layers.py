@@ -23,7 +23,8 @@ import numpy as np
 # excitation layers at 1 x 1 last; 576 -> 96 has a reduction longer than direct_max_reduction on AVX2
 LAYERS = [(16, 56, 72, "Relu"), (72, 28, 24, "Identity"), (24, 28, 88, "Relu"), (88, 28, 24, "Identity"),
           (24, 28, 96, "HardSwish"), (96, 14, 40, "Identity"), (40, 14, 240, "HardSwish"), (240, 14, 40, "Identity"),
-          (48, 14, 288, "HardSwish"), (288, 7, 96, "Identity"), (96, 7, 576, "HardSwish"), (576, 7, 96, "Identity"),
+          (120, 14, 48, "Identity"), (144, 14, 48, "Identity"), (48, 14, 288, "HardSwish"),
+          (288, 7, 96, "Identity"), (96, 7, 576, "HardSwish"), (576, 7, 96, "Identity"),
           (576, 1, 144, "Relu"), (144, 1, 576, "HardSigmoid")]
 # (act bits of tv_vec.h, alpha, beta, lo, hi; relu as the kernels' relu flag)
 ACTS = {"Relu": (0, 1.0, 0.0, 0.0, 0.0), "Identity": (0, 1.0, 0.0, 0.0, 0.0), "HardSwish": (7, 1 / 6, 0.5, 0.0, 1.0),
