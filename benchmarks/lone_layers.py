@@ -53,6 +53,33 @@ def layer_arguments(description: str, rounds: int, kernels: str):
     return parser.parse_args()
 
 
+def ort_options(threads: int):
+    """ONNX Runtime's session options for a lone layer: ``threads`` intra-op threads that do not spin
+    (see conv_variants.py)."""
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    return options
+
+
+def interleaved_minimum(calls: dict, rounds: int) -> dict:
+    """{name: the least us of ``rounds`` calls of ``calls[name]()``}, the calls interleaved, each round in
+    another order (a call right after one that read the same input finds it in cache, which had favoured
+    whichever came second)."""
+    import time
+
+    times: dict = {name: [] for name in calls}
+    names = list(calls)
+    for round_ in range(rounds):
+        for name in names[round_ % len(names):] + names[:round_ % len(names)]:
+            start = time.perf_counter()
+            calls[name]()
+            times[name].append(time.perf_counter() - start)
+    return {name: min(v) * 1e6 for name, v in times.items()}
+
+
 def onnx_conv_layer(c: int, side: int, o: int, k: int, stride: int, groups: int, activation: str, batch: int, rng):
     """A k x k convolution (padding k // 2, ``groups``) then ``activation`` (an ONNX op: Relu, HardSwish) as an
     ONNX model, with its weight and bias (random, the weight scaled by 1 / sqrt(its fan-in))."""
