@@ -382,12 +382,21 @@ def _packed_chunk_tiles(params, c, kernel, stride):
     return params.group_bytes // (params.mr * (span * 8 * stride[0] * stride[1] + params.nr) * 4)
 
 
+def _packed_group(params, n, c, o, padded, kernel):
+    """As tv_conv2d_packed_act_f32 reckons it: the images copied and convolved by one job (their blocked
+    copies in half of L2, or as many as the weights outweigh)."""
+    image = -(-c // 8) * 8 * padded[0] * padded[1]
+    weights = -(-o // params.nr) * params.nr * -(-c // 8) * 8 * kernel[0] * kernel[1]
+    return min(n, max(1, params.group_bytes // (4 * image), weights // image))
+
+
 @pytest.mark.parametrize("isa", ["avx2", "avx512", "portable"])
 def test_packed_batches_share_chunks_across_images(isa, kernel_threads):
-    """One job runs the tiles of every image of a batch: small images (several to a chunk, a chunk's tiles
-    ending inside an image) and images larger than a chunk's share of L2 (one chunk or more each), the
-    reduction over several L1 runs (partial sums) or one, with the residual of each image and hard-swish
-    and with bias and relu, against NumPy at 1, 2 and more threads (the same bits at every count)."""
+    """One job runs the tiles of a group of images: small images (several to a chunk, a chunk's tiles
+    ending inside an image), groups of two images and a last one of one, and images larger than a chunk's
+    share of L2 (one chunk or more each, a group each), the reduction over several L1 runs (partial sums)
+    or one, with the residual of each image and hard-swish and with bias and relu, against NumPy at 1, 2
+    and more threads (the same bits at every count)."""
     from tensorvm.op.nn import pack_conv_weight
 
     host.set_host(isa)
@@ -399,10 +408,13 @@ def test_packed_batches_share_chunks_across_images(isa, kernel_threads):
     plain, with_act = _entry(library, "tv_test_packed", 5), _entry(library, "tv_test_packed_act", 7)
     hard_swish = np.array([1 / 6, 0.5, 0.0, 1.0], np.float32)
     # (batch, channels, image, kernel, stride, padding): 5 images of 3x3 (many to a chunk), 3 of 4x7 over
-    # several runs, and 3 images larger than a chunk's tiles (a 1x1 stride 2 layer, one run)
+    # several runs, 3 images larger than a chunk's tiles (a 1x1 stride 2 layer, one run), and 5 images
+    # whose copies fill a third of half of L2 (groups of 2, 2 and 1)
     cases = [(5, 20, (3, 3), (3, 3), (1, 1), 1), (3, 131, (4, 7), (3, 3), (1, 1), 1)]
     side = 2 * int(np.sqrt(params.mr * _packed_chunk_tiles(params, 40, (1, 1), (2, 2)))) + 6
     cases.append((3, 40, (side, side - 1), (1, 1), (2, 2), 0))
+    side = int(np.sqrt(params.group_bytes / (2.4 * 4 * 8)))
+    cases.append((5, 8, (side - 2, side - 3), (3, 3), (1, 1), 1))
     first: dict = {}
     for case, (n, c, (h, w), (kh, kw), stride, pad) in enumerate(cases):
         rng = np.random.default_rng(case + len(isa))
@@ -413,10 +425,13 @@ def test_packed_batches_share_chunks_across_images(isa, kernel_threads):
         want = _reference(x, weights, {"padding": [pad] * 4, "strides": list(stride)}) + bias[:, None, None]
         oh, ow = want.shape[2:]
         tiles = -(-oh * ow // params.mr)
-        if case == 2:
-            assert tiles > _packed_chunk_tiles(params, c, (kh, kw), stride)  # (the premise: an image per chunk)
+        group = _packed_group(params, n, c, o, (h + 2 * pad, w + 2 * pad), (kh, kw))
+        if case == 2:  # (the premises: an image per chunk and per group; all in one share; groups of 2)
+            assert tiles > _packed_chunk_tiles(params, c, (kh, kw), stride) and group == 1
+        elif case == 3:
+            assert group == 2
         else:
-            assert n * tiles <= _packed_chunk_tiles(params, c, (kh, kw), stride)  # (all images in one share)
+            assert n * tiles <= _packed_chunk_tiles(params, c, (kh, kw), stride) and group == n
         residual = rng.standard_normal(want.shape).astype(np.float32)
         dims = np.array([n, c, h, w, o, oh, ow, kh, kw, *stride, 1, 1, pad, pad, 1, 1], np.int64)
         for threads in THREADS:
