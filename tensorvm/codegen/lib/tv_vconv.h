@@ -792,8 +792,7 @@ static void tv_pconv_chunk(void* arg, int64_t i) {
   }
 }
 
-/* The blocked copy of the batch, (image, channel block) units in chunks on the pool: one thread copying
-   while the others waited was 5-10% of a 56 x 56 layer at 2 threads. */
+/* The blocked copies of a group of images, (image, channel block) units in chunks on the pool. */
 typedef struct {
   const float* x;
   float* blocked;
@@ -869,10 +868,11 @@ __attribute__((unused)) static int32_t tv_conv2d_packed_act_f32(int64_t n, int64
                       {NULL, 0, 0, (int)act, alpha, beta, lo, hi, NULL}};
   for (int64_t g0 = 0; g0 < n; g0 += group) {
     const int64_t count = n - g0 < group ? n - g0 : group;
-    /* the copy on the pool (its (image, channel block) units in chunks; one thread copying while the
-       others waited), then the tiles */
+    /* the copy (of several images on the pool, in chunks of (image, channel block) units; of one image on
+       the caller: about 1% of a layer, less than a second fork-join per image would risk on a loaded
+       machine, where a worker preempted inside a chunk holds the caller), then the tiles */
     tv_pconv_copy_job copy = {x + g0 * c * h * w, blocked, c, h, w, pt, pl, hp, wp, cblocks, count * cblocks, 1};
-    copy.chunks = threads > 1 ? tv_team_chunks(copy.units, hp * wp * TV_VCONV_BLOCK, threads) : 1;
+    copy.chunks = threads > 1 && count > 1 ? tv_team_chunks(copy.units, hp * wp * TV_VCONV_BLOCK, threads) : 1;
     tv_team_run(copy.chunks, threads, tv_pconv_copy_chunk, &copy);
     job.out = out + g0 * o * pixels;
     job.residual = has_residual ? residual + g0 * o * pixels : NULL;
