@@ -727,11 +727,10 @@ static void tv_pconv_block(const float* x, int64_t cb, int64_t c, int64_t h, int
   }
 }
 
-/* A chunk is a range of panels x a range of tiles of pixels, the tiles of every image of the batch in one
-   sequence (panels split first, so that each panel's weights are read by one chunk: a deep layer's
-   weights are larger than its image, and a panel slice then meets the tiles of several images, not of
-   one; about TV_VCONV_CHUNKS chunks per thread, tv_team_run: a thread whose core is shared with other
-   work takes fewer). Within a chunk the reduction runs in runs of ``span`` channel blocks whose slice of
+/* A chunk is a range of panels x a range of tiles of pixels, the tiles of a group of images in one
+   sequence (the panels split first when the weights are larger than the images, so that each panel's
+   weights are read by one chunk, else the tiles; about TV_VCONV_CHUNKS chunks per thread, tv_team_run:
+   a thread whose core is shared with other work takes fewer). Within a chunk the reduction runs in runs of ``span`` channel blocks whose slice of
    a panel fills at most half of L1d: the slice meets every tile of the chunk from L1 (a whole panel, 36
    to 295 KB on ResNet-18's 3x3 layers, was streamed from L2 for every tile), the tiles' partial sums kept
    in ``acc`` between runs (R x NR floats per tile, stored and reloaded as whole vectors). */
@@ -835,7 +834,15 @@ __attribute__((unused)) static int32_t tv_conv2d_packed_act_f32(int64_t n, int64
   group = group < 1 ? 1 : group > n ? n : group;
   const int64_t tiles = group * qblocks;
   const int64_t want = threads > 1 ? (int64_t)TV_VCONV_CHUNKS * threads : 1;
-  const int64_t pchunks = panels < want ? panels : want;
+  /* What is split first is read by one chunk only: the panels when the weights outweigh the group's
+     copies (a deep layer), else the tiles (a 56 x 56 image: its pixels, a run slice from L3, then meet
+     every panel from L2, where split by panels each chunk of one panel read them from L3 again) */
+  int64_t pchunks = panels < want ? panels : want, qchunks = (want + pchunks - 1) / pchunks;
+  if (weights < group * image) {
+    qchunks = tiles < want ? tiles : want;
+    pchunks = (want + qchunks - 1) / qchunks;
+    pchunks = pchunks < panels ? pchunks : panels;
+  }
   /* A run of a chunk reads its tiles' pixels in ``span`` blocks (about sh x sw input pixels per output
      pixel) and their partial sums: the tiles of several small images share a chunk while that fits half
      of L2; a larger image keeps a chunk (at least) of its own, as one whole image per chunk on one thread
@@ -843,7 +850,7 @@ __attribute__((unused)) static int32_t tv_conv2d_packed_act_f32(int64_t n, int64
   const int64_t tile_bytes = TV_VGEMM_MR * (span * TV_VCONV_BLOCK * sh * sw + TV_VGEMM_NR) * (int64_t)sizeof(float);
   int64_t most = (TV_L2 / 2) / tile_bytes;
   most = most > qblocks ? most : qblocks;
-  int64_t qchunks = (want + pchunks - 1) / pchunks, fit = (tiles + most - 1) / most;
+  const int64_t fit = (tiles + most - 1) / most;
   qchunks = qchunks > fit ? qchunks : fit;
   qchunks = qchunks < tiles ? qchunks : tiles;
   /* a group's blocked copies, the bias of every panel's channels (zeros past o and without a bias), and
