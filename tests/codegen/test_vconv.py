@@ -375,6 +375,79 @@ def test_packed_tiles_of_every_pixel_count(isa, kernel_threads):
                 _same_bits(first, (oh, ow, stride, "residual"), out, threads)
 
 
+def _packed_chunk_tiles(params, c, kernel, stride):
+    """As tv_conv2d_packed_act_f32 reckons them: the tiles whose run fills half of L2 (a chunk's share)."""
+    window, cblocks = kernel[0] * kernel[1], -(-c // 8)
+    span = min(cblocks, max(1, params.l1_bytes // (window * 8 * params.nr * 4)))
+    return params.group_bytes // (params.mr * (span * 8 * stride[0] * stride[1] + params.nr) * 4)
+
+
+def _packed_group(params, n, c, o, padded, kernel):
+    """As tv_conv2d_packed_act_f32 reckons it: the images copied and convolved by one job (their blocked
+    copies in half of L2, or as many as the weights outweigh)."""
+    image = -(-c // 8) * 8 * padded[0] * padded[1]
+    weights = -(-o // params.nr) * params.nr * -(-c // 8) * 8 * kernel[0] * kernel[1]
+    return min(n, max(1, params.group_bytes // (4 * image), weights // image))
+
+
+@pytest.mark.parametrize("isa", ["avx2", "avx512", "portable"])
+def test_packed_batches_share_chunks_across_images(isa, kernel_threads):
+    """One job runs the tiles of a group of images: small images (several to a chunk, a chunk's tiles
+    ending inside an image), groups of two images and a last one of one, and images larger than a chunk's
+    share of L2 (one chunk or more each, a group each), the reduction over several L1 runs (partial sums)
+    or one, with the residual of each image and hard-swish and with bias and relu, against NumPy at 1, 2
+    and more threads (the same bits at every count)."""
+    from tensorvm.op.nn import pack_conv_weight
+
+    host.set_host(isa)
+    try:
+        params = host.gemm_params()
+        library = build.build_library([(prelude() + _CALLERS + _ACT_CALLERS, ())])
+    finally:
+        host.set_host(None)
+    plain, with_act = _entry(library, "tv_test_packed", 5), _entry(library, "tv_test_packed_act", 7)
+    hard_swish = np.array([1 / 6, 0.5, 0.0, 1.0], np.float32)
+    # (batch, channels, image, kernel, stride, padding): 5 images of 3x3 (many to a chunk), 3 of 4x7 over
+    # several runs, 3 images larger than a chunk's tiles (a 1x1 stride 2 layer, one run), and 5 images
+    # whose copies fill a third of half of L2 (groups of 2, 2 and 1)
+    cases = [(5, 20, (3, 3), (3, 3), (1, 1), 1), (3, 131, (4, 7), (3, 3), (1, 1), 1)]
+    side = 2 * int(np.sqrt(params.mr * _packed_chunk_tiles(params, 40, (1, 1), (2, 2)))) + 6
+    cases.append((3, 40, (side, side - 1), (1, 1), (2, 2), 0))
+    side = int(np.sqrt(params.group_bytes / (2.4 * 4 * 8)))
+    cases.append((5, 8, (side - 2, side - 3), (3, 3), (1, 1), 1))
+    first: dict = {}
+    for case, (n, c, (h, w), (kh, kw), stride, pad) in enumerate(cases):
+        rng = np.random.default_rng(case + len(isa))
+        o = params.nr + 3
+        x = rng.standard_normal((n, c, h, w)).astype(np.float32)
+        weights = rng.standard_normal((o, c, kh, kw)).astype(np.float32)
+        packed, bias = pack_conv_weight(weights, params.nr), rng.standard_normal(o).astype(np.float32)
+        want = _reference(x, weights, {"padding": [pad] * 4, "strides": list(stride)}) + bias[:, None, None]
+        oh, ow = want.shape[2:]
+        tiles = -(-oh * ow // params.mr)
+        group = _packed_group(params, n, c, o, (h + 2 * pad, w + 2 * pad), (kh, kw))
+        if case == 2:  # (the premises: an image per chunk and per group; all in one share; groups of 2)
+            assert tiles > _packed_chunk_tiles(params, c, (kh, kw), stride) and group == 1
+        elif case == 3:
+            assert group == 2
+        else:
+            assert n * tiles <= _packed_chunk_tiles(params, c, (kh, kw), stride) and group == n
+        residual = rng.standard_normal(want.shape).astype(np.float32)
+        dims = np.array([n, c, h, w, o, oh, ow, kh, kw, *stride, 1, 1, pad, pad, 1, 1], np.int64)
+        for threads in THREADS:
+            kernel_threads(threads)
+            out = np.full(want.shape, np.nan, np.float32)
+            assert plain(dims.ctypes.data, x.ctypes.data, packed.ctypes.data, bias.ctypes.data, out.ctypes.data) == 0
+            _close(out, np.maximum(want, 0))
+            _same_bits(first, (case, "relu"), out, threads)
+            out = np.full(want.shape, np.nan, np.float32)
+            act = np.append(dims[:16], [7, 1])
+            assert with_act(act.ctypes.data, hard_swish.ctypes.data, x.ctypes.data, packed.ctypes.data,
+                            bias.ctypes.data, residual.ctypes.data, out.ctypes.data) == 0
+            _close(out, _activation(want + residual, 7, *hard_swish))
+            _same_bits(first, (case, "residual"), out, threads)
+
+
 def test_conv_weights_pack_and_unpack():
     """``pack_conv_weight`` / ``unpack_conv_weight`` are inverse, and ``nn.conv2d_packed``'s NumPy kernel is
     the convolution of the unpacked weight (the interpreter's oracle)."""

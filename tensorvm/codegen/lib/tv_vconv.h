@@ -727,31 +727,33 @@ static void tv_pconv_block(const float* x, int64_t cb, int64_t c, int64_t h, int
   }
 }
 
-/* A chunk is a range of panels x a range of tiles of pixels (panels split first, so that each panel's
-   weights are read by one chunk: a deep layer's weights are larger than its image; about TV_VCONV_CHUNKS
-   chunks per thread, tv_team_run: a thread whose core is shared with other work takes fewer). Within a
-   chunk the reduction runs in runs of ``span`` channel blocks whose slice of a panel fills at most half
-   of L1d: the slice meets every tile of the chunk from L1 (a whole panel, 36 to 295 KB on ResNet-18's
-   3x3 layers, was streamed from L2 for every tile), the tiles' partial sums kept in ``acc`` between
-   runs (R x NR floats per tile, stored and reloaded as whole vectors). */
+/* A chunk is a range of panels x a range of tiles of pixels, the tiles of a group of images in one
+   sequence (the panels split first when the weights are larger than the images, so that each panel's
+   weights are read by one chunk, else the tiles; about TV_VCONV_CHUNKS chunks per thread, tv_team_run:
+   a thread whose core is shared with other work takes fewer). Within a chunk the reduction runs in runs of ``span`` channel blocks whose slice of
+   a panel fills at most half of L1d: the slice meets every tile of the chunk from L1 (a whole panel, 36
+   to 295 KB on ResNet-18's 3x3 layers, was streamed from L2 for every tile), the tiles' partial sums kept
+   in ``acc`` between runs (R x NR floats per tile, stored and reloaded as whole vectors). */
 typedef struct {
-  const float* blocked;
+  const float* blocked;  /* every image's blocked copy, ``image`` floats apart */
   const float* packed;
   const float* b;
-  float* dst;
+  float* out;
   float* acc;
-  const int64_t* at;    /* each output pixel's offset in the blocked copy */
+  const float* residual;  /* (NULL without one) */
+  const int64_t* at;    /* each output pixel's offset in an image's blocked copy */
   const int64_t* taps;  /* each tap's (channel block, ky, kx) offset from a pixel's, in the panel's order */
-  int64_t cblocks, span, pixels, o, k, panels, qblocks, pchunks, qchunks, window;
+  int64_t cblocks, span, pixels, o, k, panels, qblocks, tiles, pchunks, qchunks, window, image;
   int relu;
-  tv_conv_epilogue epi;  /* (the activation, and the residual of the image at dst) */
+  tv_conv_epilogue epi;  /* (the activation; its residual is set per image) */
 } tv_pconv_job;
 
 static void tv_pconv_chunk(void* arg, int64_t i) {
   const tv_pconv_job* j = (const tv_pconv_job*)arg;
   const int64_t pc = i % j->pchunks, qc = i / j->pchunks;
   const int64_t p0 = pc * j->panels / j->pchunks, p1 = (pc + 1) * j->panels / j->pchunks;
-  const int64_t q0 = qc * j->qblocks / j->qchunks, q1 = (qc + 1) * j->qblocks / j->qchunks;
+  const int64_t q0 = qc * j->tiles / j->qchunks, q1 = (qc + 1) * j->tiles / j->qchunks;
+  tv_conv_epilogue epi = j->epi;
   for (int64_t cb0 = 0; cb0 < j->cblocks; cb0 += j->span) {
     const int64_t cb1 = cb0 + j->span < j->cblocks ? cb0 + j->span : j->cblocks;
     const int64_t* taps = j->taps + cb0 * j->window;
@@ -763,26 +765,45 @@ static void tv_pconv_chunk(void* arg, int64_t i) {
       const float* next = p + 1 < p1 ? w + j->k * TV_VGEMM_NR
                         : cb1 + j->span <= j->cblocks
                         ? j->packed + (p0 * j->k + cb1 * j->window * TV_VCONV_BLOCK) * TV_VGEMM_NR : NULL;
-      for (int64_t qb = q0; qb < q1; ++qb) {
-        const float* ahead = qb == q0 ? next : NULL; /* (by the chunk's first tile: the others find it there) */
-        float* acc = j->acc + (p * j->qblocks + qb) * (TV_VGEMM_MR * TV_VGEMM_NR);
+      for (int64_t tile = q0; tile < q1; ++tile) {
+        const float* ahead = tile == q0 ? next : NULL; /* (by the chunk's first tile: the others find it there) */
+        float* acc = j->acc + (p * j->tiles + tile) * (TV_VGEMM_MR * TV_VGEMM_NR);
+        const int64_t image = tile / j->qblocks, qb = tile % j->qblocks;
+        const float* blocked = j->blocked + image * j->image;
+        float* dst = j->out + image * j->o * j->pixels;
+        epi.residual = j->residual ? j->residual + image * j->o * j->pixels : NULL;
         const int64_t first = qb * j->pixels / j->qblocks, rows = (qb + 1) * j->pixels / j->qblocks - first;
         const float* acc_in = cb0 > 0 ? acc : NULL;
         float* acc_out = cb1 < j->cblocks ? acc : NULL;
         if (rows == TV_VGEMM_MR) {
-          TV_PCONV_NAME(TV_VGEMM_MR)(j->blocked, j->at + first, taps, count, w, ahead, first, rows, j->pixels,
-                                     p * TV_VGEMM_NR, j->o, acc_in, acc_out, j->b + p * TV_VGEMM_NR, j->relu, &j->epi,
-                                     j->dst);
+          TV_PCONV_NAME(TV_VGEMM_MR)(blocked, j->at + first, taps, count, w, ahead, first, rows, j->pixels,
+                                     p * TV_VGEMM_NR, j->o, acc_in, acc_out, j->b + p * TV_VGEMM_NR, j->relu, &epi, dst);
           continue;
         }
 #ifdef TV_PCONV_SHORT /* (rows < MR = 1 cannot be) */
         int64_t short_at[TV_PCONV_SHORT]; /* its rows past the pixels repeat the last one */
         for (int64_t r = 0; r < TV_PCONV_SHORT; ++r) short_at[r] = j->at[first + (r < rows ? r : rows - 1)];
-        TV_PCONV_NAME(TV_PCONV_SHORT)(j->blocked, short_at, taps, count, w, ahead, first, rows, j->pixels, p * TV_VGEMM_NR,
-                                      j->o, acc_in, acc_out, j->b + p * TV_VGEMM_NR, j->relu, &j->epi, j->dst);
+        TV_PCONV_NAME(TV_PCONV_SHORT)(blocked, short_at, taps, count, w, ahead, first, rows, j->pixels, p * TV_VGEMM_NR,
+                                      j->o, acc_in, acc_out, j->b + p * TV_VGEMM_NR, j->relu, &epi, dst);
 #endif
       }
     }
+  }
+}
+
+/* The blocked copies of a group of images, (image, channel block) units in chunks on the pool. */
+typedef struct {
+  const float* x;
+  float* blocked;
+  int64_t c, h, w, pt, pl, hp, wp, cblocks, units, chunks;
+} tv_pconv_copy_job;
+
+static void tv_pconv_copy_chunk(void* arg, int64_t i) {
+  const tv_pconv_copy_job* j = (const tv_pconv_copy_job*)arg;
+  for (int64_t u = i * j->units / j->chunks; u < (i + 1) * j->units / j->chunks; ++u) {
+    const int64_t image = u / j->cblocks, cb = u % j->cblocks;
+    tv_pconv_block(j->x + image * j->c * j->h * j->w, cb, j->c, j->h, j->w, j->pt, j->pl, j->hp, j->wp,
+                   j->blocked + image * j->cblocks * j->hp * j->wp * TV_VCONV_BLOCK);
   }
 }
 
@@ -801,37 +822,70 @@ __attribute__((unused)) static int32_t tv_conv2d_packed_act_f32(int64_t n, int64
   /* channel blocks per run: a panel's slice of them fills at most half of L1d (at least one block) */
   int64_t span = (TV_L1D / 2) / (window * TV_VCONV_BLOCK * TV_VGEMM_NR * (int64_t)sizeof(float));
   span = span < 1 ? 1 : span > cblocks ? cblocks : span;
-  const int threads = tv_gemm_parallel((double)o * pixels * k) ? tv_omp_max_threads() : 1;
+  const int threads = tv_gemm_parallel((double)n * o * pixels * k) ? tv_omp_max_threads() : 1;
+  /* The images go in groups, each copied then convolved by one job: as many as their blocked copies fill
+     half of L2, or as the weights outweigh (a deep layer's 9.4 MB of weights read once for the group
+     instead of once per image, its 7 x 7 copies then read back from L3); else one image at a time, its
+     copy still in the caches when its tiles read it (all the copies of a batch of 56 x 56 images first
+     made the stride-2 layers 6-7% slower at 1 thread). */
+  const int64_t image = cblocks * hp * wp * TV_VCONV_BLOCK, weights = panels * k * TV_VGEMM_NR;
+  int64_t group = (TV_L2 / 2) / ((int64_t)sizeof(float) * image);
+  group = group > weights / image ? group : weights / image;
+  group = group < 1 ? 1 : group > n ? n : group;
+  const int64_t tiles = group * qblocks;
   const int64_t want = threads > 1 ? (int64_t)TV_VCONV_CHUNKS * threads : 1;
-  const int64_t pchunks = panels < want ? panels : want;
-  int64_t qchunks = (want + pchunks - 1) / pchunks;
-  qchunks = qchunks < qblocks ? qchunks : qblocks;
-  /* the blocked copy, the bias of every panel's channels (zeros past o and without a bias), and the tiles'
-     partial sums when the reduction takes several runs; then the pixels' and the taps' offsets */
-  const int64_t floats = cblocks * hp * wp * TV_VCONV_BLOCK, sums = span < cblocks ? panels * qblocks * TV_VGEMM_MR * TV_VGEMM_NR : 0;
-  float* blocked = (float*)malloc(sizeof(float) * (size_t)(floats + panels * TV_VGEMM_NR + sums));
+  /* What is split first is read by one chunk only: the panels when the weights outweigh the group's
+     copies (a deep layer), else the tiles (a 56 x 56 image: its pixels, a run slice from L3, then meet
+     every panel from L2, where split by panels each chunk of one panel read them from L3 again) */
+  int64_t pchunks = panels < want ? panels : want, qchunks = (want + pchunks - 1) / pchunks;
+  if (weights < group * image) {
+    qchunks = tiles < want ? tiles : want;
+    pchunks = (want + qchunks - 1) / qchunks;
+    pchunks = pchunks < panels ? pchunks : panels;
+  }
+  /* A run of a chunk reads its tiles' pixels in ``span`` blocks (about sh x sw input pixels per output
+     pixel) and their partial sums: the tiles of several small images share a chunk while that fits half
+     of L2; a larger image keeps a chunk (at least) of its own, as one whole image per chunk on one thread
+     had been. */
+  const int64_t tile_bytes = TV_VGEMM_MR * (span * TV_VCONV_BLOCK * sh * sw + TV_VGEMM_NR) * (int64_t)sizeof(float);
+  int64_t most = (TV_L2 / 2) / tile_bytes;
+  most = most > qblocks ? most : qblocks;
+  const int64_t fit = (tiles + most - 1) / most;
+  qchunks = qchunks > fit ? qchunks : fit;
+  qchunks = qchunks < tiles ? qchunks : tiles;
+  /* a group's blocked copies, the bias of every panel's channels (zeros past o and without a bias), and
+     the tiles' partial sums when the reduction takes several runs; then the pixels' and the taps' offsets */
+  const int64_t sums = span < cblocks ? panels * tiles * TV_VGEMM_MR * TV_VGEMM_NR : 0;
+  float* blocked = (float*)malloc(sizeof(float) * (size_t)(group * image + panels * TV_VGEMM_NR + sums));
   int64_t* at = (int64_t*)malloc(sizeof(int64_t) * (size_t)(pixels + cblocks * window));
   if (blocked == NULL || at == NULL) {
     free(blocked);
     free(at);
     return TV_ERROR_OUT_OF_MEMORY;
   }
-  float* b = blocked + floats;
+  float* b = blocked + group * image;
   for (int64_t i = 0; i < panels * TV_VGEMM_NR; ++i) b[i] = has_bias && i < o ? bias[i] : 0.0f;
   for (int64_t q = 0; q < pixels; ++q) at[q] = ((q / ow) * sh * wp + (q % ow) * sw) * TV_VCONV_BLOCK;
   int64_t* taps = at + pixels;
   for (int64_t cb = 0, t = 0; cb < cblocks; ++cb)
     for (int64_t ky = 0; ky < kh; ++ky)
       for (int64_t kx = 0; kx < kw; ++kx) taps[t++] = ((cb * hp + ky * dh) * wp + kx * dw) * TV_VCONV_BLOCK;
-  tv_pconv_job job = {blocked, packed, b, out, b + panels * TV_VGEMM_NR, at, taps, cblocks, span, pixels, o, k,
-                      panels, qblocks, pchunks, qchunks, window, relu != 0, {NULL, 0, 0, (int)act, alpha, beta, lo, hi, NULL}};
-  for (int64_t image = 0; image < n; ++image) {
-    job.dst = out + image * o * pixels;
-    job.epi.residual = has_residual ? residual + image * o * pixels : NULL;
-    /* (the copy before the chunks: a copy per chunk would repeat it, and splitting it needs a second job
-       whose end waits for every worker) */
-    for (int64_t cb = 0; cb < cblocks; ++cb) tv_pconv_block(x + image * c * h * w, cb, c, h, w, pt, pl, hp, wp, blocked);
-    tv_team_run(pchunks * qchunks, threads, tv_pconv_chunk, &job);
+  tv_pconv_job job = {blocked, packed, b, out, b + panels * TV_VGEMM_NR, NULL, at, taps, cblocks, span, pixels, o,
+                      k, panels, qblocks, tiles, pchunks, qchunks, window, image, relu != 0,
+                      {NULL, 0, 0, (int)act, alpha, beta, lo, hi, NULL}};
+  for (int64_t g0 = 0; g0 < n; g0 += group) {
+    const int64_t count = n - g0 < group ? n - g0 : group;
+    /* the copy (of several images on the pool, in chunks of (image, channel block) units; of one image on
+       the caller: about 1% of a layer, less than a second fork-join per image would risk on a loaded
+       machine, where a worker preempted inside a chunk holds the caller), then the tiles */
+    tv_pconv_copy_job copy = {x + g0 * c * h * w, blocked, c, h, w, pt, pl, hp, wp, cblocks, count * cblocks, 1};
+    copy.chunks = threads > 1 && count > 1 ? tv_team_chunks(copy.units, hp * wp * TV_VCONV_BLOCK, threads) : 1;
+    tv_team_run(copy.chunks, threads, tv_pconv_copy_chunk, &copy);
+    job.out = out + g0 * o * pixels;
+    job.residual = has_residual ? residual + g0 * o * pixels : NULL;
+    job.tiles = count * qblocks; /* (a last group of fewer images: as many chunks, each shorter) */
+    job.qchunks = qchunks < job.tiles ? qchunks : job.tiles;
+    tv_team_run(pchunks * job.qchunks, threads, tv_pconv_chunk, &job);
   }
   free(blocked);
   free(at);
