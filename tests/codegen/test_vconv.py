@@ -209,11 +209,11 @@ def test_depthwise_convolutions_of_every_instance(isa, kernel_threads):
 
 
 def _strided_depthwise_cases(lanes):
-    """(data shape, kernel, strides, dilation, padding) of column stride 2: kernel widths 3, 5 and 7 (each a
-    tile of its own) and 1 and 4 (the generic one), padding 0, 1 and 2 (and a wider one), output widths of
-    every tail of a vector and of two (1 .. 2 lanes + 1 columns; an odd image for every other), row strides
-    1, 2 and 3, output rows that leave every tail of the tile's 8, batch 2; and dilation 2 (the generic
-    tile)."""
+    """(data shape, kernel, strides, dilation, padding) of column stride 2: square kernels 3, 5 and 7 at
+    stride 2 (each a tile of its own, split in registers) and the rest (1, 4 and non-square kernels, row
+    strides 1 and 3, dilation 2: the generic tile), padding 0, 1 and 2 (and wider than the kernel's
+    reach), output widths of every tail of a vector and of two (1 .. 2 lanes + 1 columns; an odd image for
+    every other), output rows that leave tails of the tiles' 8, 7 and 5 rows, batch 2."""
     cases = []
     for kw in (3, 5, 7):
         for pad in (0, 1, 2):
@@ -221,12 +221,14 @@ def _strided_depthwise_cases(lanes):
                 w = 2 * (ow - 1) + kw - 2 * pad + (ow % 2)  # (an odd image where ow is odd: the last column unread)
                 if w < 1:
                     continue
-                sh = 1 + ow % 3
+                sh = (2, 2, 1, 3)[ow % 4]
                 h = 2 + (ow * 5) % 17 + (kw - 2 * pad if kw > 2 * pad else 0)
-                cases.append(((1 + ow % 2, 2, h, w), (kw - 2 * (ow % 2 and kw > 3), kw), (sh, 2), (1, 1),
+                cases.append(((1 + ow % 2, 2, h, w), (kw - 2 * (ow % 4 == 1 and kw > 3), kw), (sh, 2), (1, 1),
                               (pad, pad, pad + ow % 2, pad)))
     cases += [((2, 3, 11, 23), (3, 1), (2, 2), (1, 1), (1, 0, 1, 0)), ((1, 3, 9, 30), (2, 4), (2, 2), (1, 1), (0, 1, 0, 2)),
-              ((1, 3, 13, 37), (3, 3), (2, 2), (1, 2), (1, 2, 1, 2)), ((1, 2, 6, 9), (5, 7), (2, 2), (1, 1), (4, 5, 3, 6))]
+              ((1, 3, 13, 37), (3, 3), (2, 2), (1, 2), (1, 2, 1, 2)), ((1, 2, 6, 9), (5, 7), (2, 2), (1, 1), (4, 5, 3, 6)),
+              ((1, 2, 5, 6), (3, 3), (2, 2), (1, 1), (4, 4, 4, 4)), ((2, 3, 9, 19), (5, 5), (2, 2), (1, 1), (3, 3, 4, 3)),
+              ((1, 2, 23, 40), (7, 7), (2, 2), (1, 1), (3, 4, 3, 2))]
     return cases
 
 

@@ -402,11 +402,34 @@ __attribute__((unused)) static int32_t tv_conv2d_direct_f32(int64_t n, int64_t c
    last one (not stored); the last column block overlaps the one before (a row narrower than a vector
    goes through a small buffer). Bias and relu are applied in
    registers (tv_conv_epilogue; no pool). */
+/* One row of a tile (TV_VLANES floats, output columns x0 on; ``cols`` = OW - x0 of them are the output's)
+   through the epilogue's relu, residual (``res``: the output's plane, read at the same place) and
+   activation into out + at: whole vectors, and a row narrower than a vector still in one before its floats
+   are copied out. */
+static inline void tv_vdw_put(const float* row, const tv_conv_epilogue* e, const float* res, int64_t at,
+                              int64_t cols, float* out) {
+  tv_vf v = TV_VLOAD(row);
+  if (e->relu) TV_VRELU(v);
+  if (cols >= TV_VLANES) {
+    if (res) v += TV_VLOAD(res + at);
+    if (e->act) TV_VACT(v, *e)
+    TV_VSTORE(out + at, v);
+    return;
+  }
+  if (res) {
+    float r[TV_VLANES] = {0};
+    memcpy(r, res + at, sizeof(float) * (size_t)cols);
+    v += TV_VLOAD(r);
+  }
+  if (e->act) TV_VACT(v, *e)
+  float kept[TV_VLANES];
+  TV_VSTORE(kept, v);
+  memcpy(out + at, kept, sizeof(float) * (size_t)cols);
+}
 #define TV_VDW_ACC(i) tv_vf a##i = TV_VSPLAT(start);
 #define TV_VDW_FMA(i) a##i += wv * TV_VLOAD(r##i + tap);
 #define TV_VDW_ROW(i) const float* r##i = plane + (row##i * sh + ky * dh) * g.row + x0;
 #define TV_VDW_Y(i) const int64_t row##i = y0 + i < oh ? y0 + i : oh - 1;
-#define TV_VDW_RELU(i) TV_VRELU(a##i);
 #define TV_VDW_KEEP(i) TV_VSTORE(tile[i], a##i);
 #define TV_VDW_EACH4(F) F(0) F(1) F(2) F(3)
 #define TV_VDW_EACH8(F) TV_VDW_EACH4(F) F(4) F(5) F(6) F(7)
@@ -433,41 +456,89 @@ __attribute__((unused)) static int32_t tv_conv2d_direct_f32(int64_t n, int64_t c
             TV_VDW_EACH##ROWS(TV_VDW_FMA)                                                                  \
           }                                                                                          \
         }                                                                                            \
-        if (e.relu) { TV_VDW_EACH##ROWS(TV_VDW_RELU) }                                                     \
-        float tile[ROWS][TV_VLANES];                                                          \
-        TV_VDW_EACH##ROWS(TV_VDW_KEEP)                                                                     \
-        const int64_t cols = ow - x0 < TV_VLANES ? ow - x0 : TV_VLANES;                              \
-        for (int64_t i = 0; i < ROWS && y0 + i < oh; ++i) {                                   \
-          const int64_t at = (y0 + i) * ow + x0; /* (res: the output's plane, read at the same place) */ \
-          if (cols == TV_VLANES) {                                                                   \
-            tv_vf v = TV_VLOAD(tile[i]);                                                             \
-            if (res) v += TV_VLOAD(res + at);                                                        \
-            if (e.act) TV_VACT(v, e)                                                                 \
-            TV_VSTORE(out + at, v);                                                                  \
-          } else { /* (a row narrower than a vector: the epilogue still in a vector, then cols floats) */ \
-            tv_vf v = TV_VLOAD(tile[i]);                                                             \
-            if (res) {                                                                               \
-              float r[TV_VLANES] = {0};                                                              \
-              memcpy(r, res + at, sizeof(float) * (size_t)cols);                                     \
-              v += TV_VLOAD(r);                                                                      \
-            }                                                                                        \
-            if (e.act) TV_VACT(v, e)                                                                 \
-            TV_VSTORE(tile[i], v);                                                                   \
-            memcpy(out + at, tile[i], sizeof(float) * (size_t)cols);                                 \
-          }                                                                                          \
-        }                                                                                            \
+        float tile[ROWS][TV_VLANES];                                                                 \
+        TV_VDW_EACH##ROWS(TV_VDW_KEEP)                                                               \
+        for (int64_t i = 0; i < ROWS && y0 + i < oh; ++i) tv_vdw_put(tile[i], &e, res, (y0 + i) * ow + x0, ow - x0, out); \
       }                                                                                              \
     }                                                                                                \
   }
 TV_VDW_CHANNEL(unit, TV_VCONV_AT_UNIT, kw, 8)
 TV_VDW_CHANNEL(any, TV_VCONV_AT_TABLE, kw, 8)
-/* Column stride 2, dilation 1 and a kernel 3, 5 or 7 wide: tap kx reads phase kx % 2 at kx / 2 (an offset
-   the compiler folds once kw is a constant, every tap's loop unrolled: through at[] and a loop of unknown
-   length, the strided layers of MobileNetV3 ran at under half the FMA rate of the unit-stride ones). */
-#define TV_VDW_AT_PHASE(kx) ((kx) % 2 * g.wq + (kx) / 2)
-TV_VDW_CHANNEL(s2k3, TV_VDW_AT_PHASE, 3, 4)
-TV_VDW_CHANNEL(s2k5, TV_VDW_AT_PHASE, 5, 8)
-TV_VDW_CHANNEL(s2k7, TV_VDW_AT_PHASE, 7, 8)
+/* Column stride 2, dilation 1 and a kernel 3, 5 or 7 wide (KW, a constant): no phase-split copy. Each
+   input row of a column block is split into its even and odd columns in registers as the tile reads it:
+   a pair of vector loads at padded column 2 x0 + 2 m gives, through its even and odd lanes, taps 2 m and
+   2 m + 1 of the block's output columns (TV_VDW2_EVEN / ODD). The split keeps every lane inside its 128
+   bits (one shuffle on x86, where the in-order split also crosses lanes), so the accumulators hold the
+   block's columns in the order TV_VDW2_ORDER puts back once per stored vector. A tile is ROWS output rows
+   that share their input rows: each input row is split once and feeds every output row whose taps reach
+   it (kh / stride of them), and input rows above and below the image are skipped (a clamped tap range,
+   no zero rows). The rows are read from ``line``: the plane's rows copied whole behind PL zeros, with
+   zeros after (as many as the last block reads; tv_vdw2_line), as in tv_vconv_pad's first step. */
+#if TV_VLANES == 4
+#define TV_VDW2_EVEN TV_VEVEN_OF_TWO
+#define TV_VDW2_ODD TV_VODD_OF_TWO
+#define TV_VDW2_ORDER ((tv_vi){0, 1, 2, 3})
+#elif TV_VLANES == 8
+#define TV_VDW2_EVEN ((tv_vi){0, 2, 8, 10, 4, 6, 12, 14})
+#define TV_VDW2_ODD ((tv_vi){1, 3, 9, 11, 5, 7, 13, 15})
+#define TV_VDW2_ORDER ((tv_vi){0, 1, 4, 5, 2, 3, 6, 7})
+#else
+#define TV_VDW2_EVEN ((tv_vi){0, 2, 16, 18, 4, 6, 20, 22, 8, 10, 24, 26, 12, 14, 28, 30})
+#define TV_VDW2_ODD ((tv_vi){1, 3, 17, 19, 5, 7, 21, 23, 9, 11, 25, 27, 13, 15, 29, 31})
+#define TV_VDW2_ORDER ((tv_vi){0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15})
+#endif
+/* Floats of one row of the linear copy: the image row behind PL zeros, and every float a block reads
+   (the last block starts at output column max(OW - lanes, 0) and reads 2 lanes + KW - 1 floats, the last
+   of them past its taps: the odd lanes of the last pair). */
+static inline int64_t tv_vdw2_line(int64_t w, int64_t ow, int64_t kw, int64_t pl) {
+  const int64_t last = ow > TV_VLANES ? ow - TV_VLANES : 0, reads = 2 * last + kw - 1 + 2 * TV_VLANES;
+  return reads > pl + w ? reads : pl + w;
+}
+#define TV_VDW2_ACC(i) tv_vf a##i = TV_VSPLAT(start);
+#define TV_VDW2_ROW(i) {                                                                             \
+    const int ky = t - 2 * (i);                                                                      \
+    if (ky >= 0 && ky < kw) {                                                                        \
+      _Pragma("GCC unroll 7")                                                                        \
+      for (int kx = 0; kx < kw; ++kx) a##i += TV_VSPLAT(wt[ky * kw + kx]) * v[kx];                   \
+    } }
+#define TV_VDW2_KEEP(i) TV_VSTORE(tile[i], __builtin_shuffle(a##i, TV_VDW2_ORDER));
+/* The tile of a KW x KW kernel at stride 2: the loop over the block's input rows (2 (ROWS - 1) + KW) is
+   unrolled whole, so which output rows each one feeds, and with which weights, is known to the compiler
+   (no test per row and input row); an input row outside the image reads ``zero`` instead. */
+#define TV_VDW2_CHANNEL(KW, ROWS)                                                                    \
+  static void tv_vdw2_channel_k##KW(const float* line, int64_t lw, const float* zero, int64_t h, int64_t pt, \
+                                    const float* wt, float start, const tv_conv_epilogue* epi,         \
+                                    const float* res, int64_t oh, int64_t ow, float* out) {          \
+    const tv_conv_epilogue e = *epi; /* (a copy: the stores to out could alias its floats) */        \
+    enum { kw = KW, reach = 2 * (ROWS - 1) + KW };  /* (for TV_VDW2_ROW) */                          \
+    for (int64_t y0 = 0; y0 < oh; y0 += ROWS) {                                                      \
+      const int64_t rows = oh - y0 < ROWS ? oh - y0 : ROWS, top = y0 * 2 - pt;                      \
+      for (int64_t x = 0; x < ow; x += TV_VLANES) {                                                  \
+        /* (the last block overlaps the one before when the row has a vector: whole stores only) */   \
+        const int64_t x0 = ow >= TV_VLANES && x + TV_VLANES > ow ? ow - TV_VLANES : x;                \
+        TV_VROWS##ROWS(TV_VDW2_ACC)                                                               \
+        _Pragma("GCC unroll 32")                                                                     \
+        for (int t = 0; t < reach; ++t) {                                                            \
+          const int64_t iy = top + t;                                                                \
+          const float* r = (iy >= 0 && iy < h ? line + iy * lw : zero) + 2 * x0;                     \
+          tv_vf v[KW];                                                                               \
+          _Pragma("GCC unroll 4")                                                                    \
+          for (int m = 0; 2 * m < (KW); ++m) {                                                       \
+            const tv_vf lo = TV_VLOAD(r + 2 * m), hi = TV_VLOAD(r + 2 * m + TV_VLANES);              \
+            v[2 * m] = __builtin_shuffle(lo, hi, TV_VDW2_EVEN);                                      \
+            if (2 * m + 1 < (KW)) v[2 * m + 1] = __builtin_shuffle(lo, hi, TV_VDW2_ODD);             \
+          }                                                                                          \
+          TV_VROWS##ROWS(TV_VDW2_ROW)                                                             \
+        }                                                                                            \
+        float tile[ROWS][TV_VLANES];                                                                 \
+        TV_VROWS##ROWS(TV_VDW2_KEEP)                                                              \
+        for (int64_t i = 0; i < rows; ++i) tv_vdw_put(tile[i], &e, res, (y0 + i) * ow + x0, ow - x0, out); \
+      }                                                                                              \
+    }                                                                                                \
+  }
+TV_VDW2_CHANNEL(3, 8)
+TV_VDW2_CHANNEL(5, 7)
+TV_VDW2_CHANNEL(7, 5)
 
 typedef struct {
   const float* x;
@@ -478,6 +549,7 @@ typedef struct {
   float* out;
   tv_vconv_geometry g;
   int64_t c, h, w, oh, ow, kh, kw, sh, sw, dh, pt, pl, each, planes, chunks;
+  int64_t lw;  /* (paths 3, 5, 7: the floats of a row of the linear copy, tv_vdw2_line) */
   int has_bias, relu;
   int path;  /* 1: unit column stride and dilation; 3, 5, 7: column stride 2, dilation 1, that kernel width; 0: any */
   tv_conv_epilogue epi;  /* (relu, the activation and the residual of the whole batch) */
@@ -497,7 +569,15 @@ static void tv_vdw_chunk(void* arg, int64_t i) {
   const int64_t lo = i * j->planes / j->chunks, hi = (i + 1) * j->planes / j->chunks;
   for (int64_t p = lo; p < hi; ++p) {
     const int64_t ci = p % j->c;
-    tv_vconv_pad(j->x + p * j->h * j->w, 0, 1, j->h, j->w, j->sw, j->pt, j->pl, j->g, plane + j->g.plane, p > lo, plane);
+    const float* src = j->x + p * j->h * j->w;
+    if (j->path >= 3) { /* (the linear rows' zeros, and the zero row after them, are the same for every
+                           plane: written for the first one) */
+      for (int64_t iy = 0; iy < j->h; ++iy)
+        if (p > lo) tv_vconv_copy(plane + iy * j->lw + j->pl, src + iy * j->w, j->w);
+        else tv_vconv_fill(plane + iy * j->lw, j->lw, src + iy * j->w, j->pl, j->w);
+      if (p == lo) memset(plane + j->h * j->lw, 0, sizeof(float) * (size_t)j->lw);
+    } else
+      tv_vconv_pad(src, 0, 1, j->h, j->w, j->sw, j->pt, j->pl, j->g, plane + j->g.plane, p > lo, plane);
     if (p + 1 < hi) tv_vdw_prefetch(j->x + (p + 1) * j->h * j->w, j->h * j->w);
     const float start = j->has_bias ? j->bias[ci] : 0.0f;
     const float* wt = j->weights + ci * j->kh * j->kw;
@@ -505,14 +585,17 @@ static void tv_vdw_chunk(void* arg, int64_t i) {
     const float* res = j->epi.residual ? j->epi.residual + p * j->oh * j->ow : NULL;
 #define TV_VDW_CALL(KIND) tv_vdw_channel_##KIND(plane, j->g, j->at, j->sh, j->dh, wt, j->kh, j->kw, start, &j->epi, res, \
                                                j->oh, j->ow, dst)
+#define TV_VDW2_CALL(KW) tv_vdw2_channel_k##KW(plane, j->lw, plane + j->h * j->lw, j->h, j->pt, wt, start, &j->epi, res, \
+                                              j->oh, j->ow, dst)
     switch (j->path) {
       case 1: TV_VDW_CALL(unit); break;
-      case 3: TV_VDW_CALL(s2k3); break;
-      case 5: TV_VDW_CALL(s2k5); break;
-      case 7: TV_VDW_CALL(s2k7); break;
+      case 3: TV_VDW2_CALL(3); break;
+      case 5: TV_VDW2_CALL(5); break;
+      case 7: TV_VDW2_CALL(7); break;
       default: TV_VDW_CALL(any);
     }
 #undef TV_VDW_CALL
+#undef TV_VDW2_CALL
   }
 }
 
@@ -531,9 +614,9 @@ static inline tv_vconv_geometry tv_vdw_geometry_of(int64_t oh, int64_t ow, int64
 }
 
 /* Which tile a depthwise convolution runs (tv_vdw_job.path). */
-static inline int tv_vdw_path(int64_t kw, int64_t sw, int64_t dw) {
+static inline int tv_vdw_path(int64_t kh, int64_t kw, int64_t sh, int64_t sw, int64_t dh, int64_t dw) {
   if (sw == 1 && dw == 1) return 1;
-  return sw == 2 && dw == 1 && (kw == 3 || kw == 5 || kw == 7) ? (int)kw : 0;
+  return sh == 2 && sw == 2 && dh == 1 && dw == 1 && kh == kw && (kw == 3 || kw == 5 || kw == 7) ? (int)kw : 0;
 }
 
 /* x (n x c x h x w) convolved channel by channel with weights (c x 1 x kh x kw) into out (n x c x oh x ow).
@@ -552,9 +635,11 @@ __attribute__((unused)) static int32_t tv_conv2d_depthwise_act_f32(int64_t n, in
   tv_vconv_taps(kw, sw, dw, g, at);
   const int64_t planes = n * c;
   const int threads = tv_gemm_parallel((double)planes * oh * ow * kh * kw) ? tv_omp_max_threads() : 1;
+  const int path = tv_vdw_path(kh, kw, sh, sw, dh, dw);
+  const int64_t lw = path >= 3 ? tv_vdw2_line(w, ow, kw, pl) : 0;
   tv_vdw_job job = {x, weights, bias, at, NULL, out, g, c, h, w, oh, ow, kh, kw, sh, sw, dh, pt, pl,
-                    g.plane + (sw == 2 ? h * tv_vconv_line(w, pl, g) : 0), planes, tv_vconv_chunks(planes, threads),
-                    has_bias != 0, relu != 0, tv_vdw_path(kw, sw, dw),
+                    path >= 3 ? (h + 1) * lw : g.plane + (sw == 2 ? h * tv_vconv_line(w, pl, g) : 0), planes,
+                    tv_vconv_chunks(planes, threads), lw, has_bias != 0, relu != 0, path,
                     {NULL, relu != 0, 0, (int)act, alpha, beta, lo, hi, has_residual ? residual : NULL}};
   job.buffers = (float*)malloc(sizeof(float) * (size_t)(job.chunks * job.each));
   if (job.buffers == NULL) return TV_ERROR_OUT_OF_MEMORY;
