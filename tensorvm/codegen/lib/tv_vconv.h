@@ -471,9 +471,11 @@ TV_VDW_CHANNEL(any, TV_VCONV_AT_TABLE, kw, 8)
    bits (one shuffle on x86, where the in-order split also crosses lanes), so the accumulators hold the
    block's columns in the order TV_VDW2_ORDER puts back once per stored vector. A tile is ROWS output rows
    that share their input rows: each input row is split once and feeds every output row whose taps reach
-   it (kh / stride of them), and input rows above and below the image are skipped (a clamped tap range,
-   no zero rows). The rows are read from ``line``: the plane's rows copied whole behind PL zeros, with
-   zeros after (as many as the last block reads; tv_vdw2_line), as in tv_vconv_pad's first step. */
+   it (KW / 2 of them). The rows are read from a linear copy of the plane (``line``, tv_vdw2_lines): PT
+   zero rows, then each image row behind PL zeros with zeros after it (as many as the last block reads),
+   then zero rows down to the last one the last tile reads; the zeros are written once per buffer. (A
+   test per input row instead of the zero rows had cost 8 instructions each; reading the blocks inside
+   the image straight from it, the copy only of the border columns, measured 1.12-1.19x slower.) */
 #if TV_VLANES == 4
 #define TV_VDW2_EVEN TV_VEVEN_OF_TWO
 #define TV_VDW2_ODD TV_VODD_OF_TWO
@@ -487,12 +489,20 @@ TV_VDW_CHANNEL(any, TV_VCONV_AT_TABLE, kw, 8)
 #define TV_VDW2_ODD ((tv_vi){1, 3, 17, 19, 5, 7, 21, 23, 9, 11, 25, 27, 13, 15, 29, 31})
 #define TV_VDW2_ORDER ((tv_vi){0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15})
 #endif
-/* Floats of one row of the linear copy: the image row behind PL zeros, and every float a block reads
-   (the last block starts at output column max(OW - lanes, 0) and reads 2 lanes + KW - 1 floats, the last
-   of them past its taps: the odd lanes of the last pair). */
-static inline int64_t tv_vdw2_line(int64_t w, int64_t ow, int64_t kw, int64_t pl) {
+/* The tile's output rows per kernel width (TV_VDW2_CHANNEL below): as many as fit the 16 vector registers
+   of AVX2 and SSE beside the KW split taps, two loads and a weight (at most 8; 8 rows of a 5x5 tile spilled
+   its accumulators and measured 1.2-1.4x slower than 7). */
+static inline int64_t tv_vdw2_rows(int64_t kw) { return kw == 3 ? 8 : kw == 5 ? 7 : 5; }
+/* The linear copy's geometry: floats per row (the image row behind PL zeros, and every float a block
+   reads: the last block starts at output column max(OW - lanes, 0) and reads 2 lanes + KW - 1 floats,
+   the last of them past its taps: the odd lanes of the last pair) and rows (PT zero rows, the image's,
+   and zero rows down to the last the last tile reads, whole tiles of tv_vdw2_rows). */
+static inline void tv_vdw2_lines(int64_t h, int64_t w, int64_t oh, int64_t ow, int64_t kw, int64_t pt, int64_t pl,
+                                 int64_t* lw, int64_t* rows) {
   const int64_t last = ow > TV_VLANES ? ow - TV_VLANES : 0, reads = 2 * last + kw - 1 + 2 * TV_VLANES;
-  return reads > pl + w ? reads : pl + w;
+  const int64_t tile = tv_vdw2_rows(kw), below = ((oh + tile - 1) / tile * tile - 1) * 2 + kw - pt;
+  *lw = reads > pl + w ? reads : pl + w;
+  *rows = pt + (below > h ? below : h);
 }
 #define TV_VDW2_ACC(i) tv_vf a##i = TV_VSPLAT(start);
 #define TV_VDW2_ROW(i) {                                                                             \
@@ -502,25 +512,31 @@ static inline int64_t tv_vdw2_line(int64_t w, int64_t ow, int64_t kw, int64_t pl
       for (int kx = 0; kx < kw; ++kx) a##i += TV_VSPLAT(wt[ky * kw + kx]) * v[kx];                   \
     } }
 #define TV_VDW2_KEEP(i) TV_VSTORE(tile[i], __builtin_shuffle(a##i, TV_VDW2_ORDER));
+#define TV_VDW2_STORE(i) {                                                                           \
+    tv_vf v = __builtin_shuffle(a##i, TV_VDW2_ORDER);                                                \
+    if (e.relu) TV_VRELU(v);                                                                         \
+    if (res) v += TV_VLOAD(res + (y0 + i) * ow + x0);                                                \
+    if (e.act) TV_VACT(v, e)                                                                         \
+    TV_VSTORE(out + (y0 + i) * ow + x0, v); }
 /* The tile of a KW x KW kernel at stride 2: the loop over the block's input rows (2 (ROWS - 1) + KW) is
    unrolled whole, so which output rows each one feeds, and with which weights, is known to the compiler
-   (no test per row and input row); an input row outside the image reads ``zero`` instead. */
+   (no test per row and input row). A whole tile (ROWS rows of a whole vector) goes through the epilogue in
+   registers, others through tv_vdw_put. */
 #define TV_VDW2_CHANNEL(KW, ROWS)                                                                    \
-  static void tv_vdw2_channel_k##KW(const float* line, int64_t lw, const float* zero, int64_t h, int64_t pt, \
-                                    const float* wt, float start, const tv_conv_epilogue* epi,         \
-                                    const float* res, int64_t oh, int64_t ow, float* out) {          \
+  static void tv_vdw2_channel_k##KW(const float* line, int64_t lw, const float* wt, float start,       \
+                                    const tv_conv_epilogue* epi, const float* res, int64_t oh, int64_t ow, \
+                                    float* out) {                                                    \
     const tv_conv_epilogue e = *epi; /* (a copy: the stores to out could alias its floats) */        \
     enum { kw = KW, reach = 2 * (ROWS - 1) + KW };  /* (for TV_VDW2_ROW) */                          \
     for (int64_t y0 = 0; y0 < oh; y0 += ROWS) {                                                      \
-      const int64_t rows = oh - y0 < ROWS ? oh - y0 : ROWS, top = y0 * 2 - pt;                      \
+      const int64_t rows = oh - y0 < ROWS ? oh - y0 : ROWS;                                          \
       for (int64_t x = 0; x < ow; x += TV_VLANES) {                                                  \
         /* (the last block overlaps the one before when the row has a vector: whole stores only) */   \
         const int64_t x0 = ow >= TV_VLANES && x + TV_VLANES > ow ? ow - TV_VLANES : x;                \
         TV_VROWS##ROWS(TV_VDW2_ACC)                                                               \
         _Pragma("GCC unroll 32")                                                                     \
         for (int t = 0; t < reach; ++t) {                                                            \
-          const int64_t iy = top + t;                                                                \
-          const float* r = (iy >= 0 && iy < h ? line + iy * lw : zero) + 2 * x0;                     \
+          const float* r = line + (y0 * 2 + t) * lw + 2 * x0;                                        \
           tv_vf v[KW];                                                                               \
           _Pragma("GCC unroll 4")                                                                    \
           for (int m = 0; 2 * m < (KW); ++m) {                                                       \
@@ -530,8 +546,12 @@ static inline int64_t tv_vdw2_line(int64_t w, int64_t ow, int64_t kw, int64_t pl
           }                                                                                          \
           TV_VROWS##ROWS(TV_VDW2_ROW)                                                             \
         }                                                                                            \
+        if (rows == ROWS && ow >= TV_VLANES) {                                                       \
+          TV_VROWS##ROWS(TV_VDW2_STORE)                                                              \
+          continue;                                                                                  \
+        }                                                                                            \
         float tile[ROWS][TV_VLANES];                                                                 \
-        TV_VROWS##ROWS(TV_VDW2_KEEP)                                                              \
+        TV_VROWS##ROWS(TV_VDW2_KEEP)                                                                 \
         for (int64_t i = 0; i < rows; ++i) tv_vdw_put(tile[i], &e, res, (y0 + i) * ow + x0, ow - x0, out); \
       }                                                                                              \
     }                                                                                                \
@@ -549,7 +569,7 @@ typedef struct {
   float* out;
   tv_vconv_geometry g;
   int64_t c, h, w, oh, ow, kh, kw, sh, sw, dh, pt, pl, each, planes, chunks;
-  int64_t lw;  /* (paths 3, 5, 7: the floats of a row of the linear copy, tv_vdw2_line) */
+  int64_t lw;  /* (paths 3, 5, 7: the floats of a row of the linear copy, tv_vdw2_lines) */
   int has_bias, relu;
   int path;  /* 1: unit column stride and dilation; 3, 5, 7: column stride 2, dilation 1, that kernel width; 0: any */
   tv_conv_epilogue epi;  /* (relu, the activation and the residual of the whole batch) */
@@ -570,12 +590,9 @@ static void tv_vdw_chunk(void* arg, int64_t i) {
   for (int64_t p = lo; p < hi; ++p) {
     const int64_t ci = p % j->c;
     const float* src = j->x + p * j->h * j->w;
-    if (j->path >= 3) { /* (the linear rows' zeros, and the zero row after them, are the same for every
-                           plane: written for the first one) */
-      for (int64_t iy = 0; iy < j->h; ++iy)
-        if (p > lo) tv_vconv_copy(plane + iy * j->lw + j->pl, src + iy * j->w, j->w);
-        else tv_vconv_fill(plane + iy * j->lw, j->lw, src + iy * j->w, j->pl, j->w);
-      if (p == lo) memset(plane + j->h * j->lw, 0, sizeof(float) * (size_t)j->lw);
+    if (j->path >= 3) { /* (the linear copy's zeros are the same for every plane: written for the first) */
+      if (p == lo) memset(plane, 0, sizeof(float) * (size_t)j->each);
+      for (int64_t iy = 0; iy < j->h; ++iy) tv_vconv_copy(plane + (j->pt + iy) * j->lw + j->pl, src + iy * j->w, j->w);
     } else
       tv_vconv_pad(src, 0, 1, j->h, j->w, j->sw, j->pt, j->pl, j->g, plane + j->g.plane, p > lo, plane);
     if (p + 1 < hi) tv_vdw_prefetch(j->x + (p + 1) * j->h * j->w, j->h * j->w);
@@ -585,8 +602,7 @@ static void tv_vdw_chunk(void* arg, int64_t i) {
     const float* res = j->epi.residual ? j->epi.residual + p * j->oh * j->ow : NULL;
 #define TV_VDW_CALL(KIND) tv_vdw_channel_##KIND(plane, j->g, j->at, j->sh, j->dh, wt, j->kh, j->kw, start, &j->epi, res, \
                                                j->oh, j->ow, dst)
-#define TV_VDW2_CALL(KW) tv_vdw2_channel_k##KW(plane, j->lw, plane + j->h * j->lw, j->h, j->pt, wt, start, &j->epi, res, \
-                                              j->oh, j->ow, dst)
+#define TV_VDW2_CALL(KW) tv_vdw2_channel_k##KW(plane, j->lw, wt, start, &j->epi, res, j->oh, j->ow, dst)
     switch (j->path) {
       case 1: TV_VDW_CALL(unit); break;
       case 3: TV_VDW2_CALL(3); break;
@@ -636,9 +652,10 @@ __attribute__((unused)) static int32_t tv_conv2d_depthwise_act_f32(int64_t n, in
   const int64_t planes = n * c;
   const int threads = tv_gemm_parallel((double)planes * oh * ow * kh * kw) ? tv_omp_max_threads() : 1;
   const int path = tv_vdw_path(kh, kw, sh, sw, dh, dw);
-  const int64_t lw = path >= 3 ? tv_vdw2_line(w, ow, kw, pl) : 0;
+  int64_t lw = 0, lines = 0;
+  if (path >= 3) tv_vdw2_lines(h, w, oh, ow, kw, pt, pl, &lw, &lines);
   tv_vdw_job job = {x, weights, bias, at, NULL, out, g, c, h, w, oh, ow, kh, kw, sh, sw, dh, pt, pl,
-                    path >= 3 ? (h + 1) * lw : g.plane + (sw == 2 ? h * tv_vconv_line(w, pl, g) : 0), planes,
+                    path >= 3 ? lines * lw : g.plane + (sw == 2 ? h * tv_vconv_line(w, pl, g) : 0), planes,
                     tv_vconv_chunks(planes, threads), lw, has_bias != 0, relu != 0, path,
                     {NULL, relu != 0, 0, (int)act, alpha, beta, lo, hi, has_residual ? residual : NULL}};
   job.buffers = (float*)malloc(sizeof(float) * (size_t)(job.chunks * job.each));
