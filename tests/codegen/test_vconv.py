@@ -113,6 +113,14 @@ GUARD = 64
 THREADS = (1, 2, max(5, (os.cpu_count() or 1) + 1))
 
 
+def _guarded(shape):
+    """An output array of ``shape`` (NaN) and the NaN floats just after it (a vector of the widest
+    instance), for a test that the kernel wrote none of them."""
+    size = int(np.prod(shape))
+    buffer = np.full(size + 16, np.nan, np.float32)
+    return buffer[:size].reshape(shape), buffer[size:]
+
+
 def _same_bits(first, key, out, threads):
     """Every thread count gives the bits of the first one (each output is computed by one tile)."""
     if key not in first:
@@ -200,11 +208,12 @@ def test_depthwise_convolutions_of_every_instance(isa, kernel_threads):
             for has_bias, relu in [(0, 0), (1, 1), (1, 0)]:
                 expected = want + bias[:, None, None] if has_bias else want
                 expected = np.maximum(expected, 0) if relu else expected
-                out = np.full(expected.shape, np.nan, np.float32)
+                out, guard = _guarded(expected.shape)
                 dims = np.array([n, c, h, w, oh, ow, kh, kw, sh, sw, dh, dw, pad[0], pad[1], has_bias, relu], np.int64)
                 assert depthwise(dims.ctypes.data, x.ctypes.data, weights.ctypes.data, bias.ctypes.data,
                                  out.ctypes.data) == 0
                 _close(out, expected)
+                assert np.isnan(guard).all(), "the kernel wrote past its output"
                 _same_bits(first, (case, has_bias, relu), out, threads)
 
 
@@ -255,12 +264,13 @@ def test_strided_depthwise_tiles_of_every_width(isa, kernel_threads):
             oh, ow = want.shape[2:]
             activation = ACTIVATIONS[1] if case % 2 else (7, 1 / 6, 0.5, 0.0, 1.0)  # (relu; hard-swish)
             expected = _activation(want, *activation)
-            out = np.full(want.shape, np.nan, np.float32)
+            out, guard = _guarded(want.shape)
             dims = np.array([n, c, h, w, oh, ow, kh, kw, sh, sw, dh, dw, pad[0], pad[1], 1, activation[0], 0], np.int64)
             floats = np.array(activation[1:], np.float32)
             assert depthwise(dims.ctypes.data, floats.ctypes.data, x.ctypes.data, weights.ctypes.data, bias.ctypes.data,
                              bias.ctypes.data, out.ctypes.data) == 0
             _close(out, expected)
+            assert np.isnan(guard).all(), "the kernel wrote past its output"
             _same_bits(first, case, out, threads)
 
 
