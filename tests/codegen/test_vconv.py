@@ -243,9 +243,10 @@ def _strided_depthwise_cases(lanes):
 
 @pytest.mark.parametrize("isa", ["avx2", "avx512", "portable"])
 def test_strided_depthwise_tiles_of_every_width(isa, kernel_threads):
-    """The column stride 2 tiles of the depthwise kernel (one per kernel width 3, 5, 7: taps folded into the
-    even and odd column phases of its padded plane, whose rows are only as long as the tiles read) and the
-    generic tile beside them, against NumPy on every output-width tail of each instance (4, 8 and 16
+    """The column stride 2 tiles of the depthwise kernel (one per square kernel 3, 5, 7 at stride 2: each
+    input row split into its even and odd columns in registers, in a lane order put back at the store;
+    input rows shared by 8, 7 or 5 output rows, zero rows above and below) and the generic tile beside
+    them, against NumPy on every output-width tail of each instance (4, 8 and 16
     lanes), odd images, padding 0 to 2 (and wider than the kernel), row strides 1 to 3, batch 1 and 2, with
     the bias and relu or a hard-swish, at 1, 2 and 3 threads (the same bits at each count)."""
     library, params = _built(isa, _ACT_CALLERS)
@@ -635,7 +636,7 @@ def test_stats_name_the_convolution_tiles():
     conv = exe.stats()["product_kernels"]["convolution"]
     params = host.gemm_params()
     assert conv["isa"] == host.host().isa and conv["direct_tile"].startswith(f"{max(params.mr, 4)}x2x{params.lanes}")
-    assert conv["packed_tile"] == f"{params.mr}x{params.nr}" and conv["depthwise_tile"].startswith(f"8x{params.lanes} (4x{params.lanes}")
+    assert conv["packed_tile"] == f"{params.mr}x{params.nr}" and conv["depthwise_tile"].startswith(f"8x{params.lanes} (stride 2")
     assert exe.stats()["kernel_library"]["variants"] == {"direct": 1}  # the variant each kernel can run
 
 
