@@ -188,10 +188,11 @@ DEPTHWISE = [
 
 @pytest.mark.parametrize("isa", ["avx2", "avx512", "portable"])
 def test_depthwise_convolutions_of_every_instance(isa, kernel_threads):
-    """The depthwise kernel of each instance (4, 8 and 16 lanes) against NumPy: strides 1-3 (stride 2 runs
-    the vector phase split of the padded copy), dilation, padding wider than the image, odd sizes, batch
-    2, outputs narrower than a vector, with and without the bias and relu, at 1, 2 and more threads than
-    cores (the same bits at every count: each chunk pads its planes into its own buffer)."""
+    """The depthwise kernel of each instance (4, 8 and 16 lanes) against NumPy: strides 1-3 (square
+    kernels at stride 2 run the split in registers, other strided shapes the phase-split copy), dilation,
+    padding wider than the image, odd sizes, batch 2, outputs narrower than a vector, with and without the
+    bias and relu, at 1, 2 and more threads than cores (the same bits at every count: each chunk pads its
+    planes into its own buffer), nothing written past the output."""
     _library(isa)
     depthwise = _DEPTHWISE[isa]
     first: dict = {}
