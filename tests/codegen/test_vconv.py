@@ -113,6 +113,14 @@ GUARD = 64
 THREADS = (1, 2, max(5, (os.cpu_count() or 1) + 1))
 
 
+def _guarded(shape):
+    """An output array of ``shape`` (NaN) and the NaN floats just after it (a vector of the widest
+    instance), for a test that the kernel wrote none of them."""
+    size = int(np.prod(shape))
+    buffer = np.full(size + 16, np.nan, np.float32)
+    return buffer[:size].reshape(shape), buffer[size:]
+
+
 def _same_bits(first, key, out, threads):
     """Every thread count gives the bits of the first one (each output is computed by one tile)."""
     if key not in first:
@@ -180,10 +188,11 @@ DEPTHWISE = [
 
 @pytest.mark.parametrize("isa", ["avx2", "avx512", "portable"])
 def test_depthwise_convolutions_of_every_instance(isa, kernel_threads):
-    """The depthwise kernel of each instance (4, 8 and 16 lanes) against NumPy: strides 1-3 (stride 2 runs
-    the vector phase split of the padded copy), dilation, padding wider than the image, odd sizes, batch
-    2, outputs narrower than a vector, with and without the bias and relu, at 1, 2 and more threads than
-    cores (the same bits at every count: each chunk pads its planes into its own buffer)."""
+    """The depthwise kernel of each instance (4, 8 and 16 lanes) against NumPy: strides 1-3 (square
+    kernels at stride 2 run the split in registers, other strided shapes the phase-split copy), dilation,
+    padding wider than the image, odd sizes, batch 2, outputs narrower than a vector, with and without the
+    bias and relu, at 1, 2 and more threads than cores (the same bits at every count: each chunk pads its
+    planes into its own buffer), nothing written past the output."""
     _library(isa)
     depthwise = _DEPTHWISE[isa]
     first: dict = {}
@@ -200,20 +209,21 @@ def test_depthwise_convolutions_of_every_instance(isa, kernel_threads):
             for has_bias, relu in [(0, 0), (1, 1), (1, 0)]:
                 expected = want + bias[:, None, None] if has_bias else want
                 expected = np.maximum(expected, 0) if relu else expected
-                out = np.full(expected.shape, np.nan, np.float32)
+                out, guard = _guarded(expected.shape)
                 dims = np.array([n, c, h, w, oh, ow, kh, kw, sh, sw, dh, dw, pad[0], pad[1], has_bias, relu], np.int64)
                 assert depthwise(dims.ctypes.data, x.ctypes.data, weights.ctypes.data, bias.ctypes.data,
                                  out.ctypes.data) == 0
                 _close(out, expected)
+                assert np.isnan(guard).all(), "the kernel wrote past its output"
                 _same_bits(first, (case, has_bias, relu), out, threads)
 
 
 def _strided_depthwise_cases(lanes):
-    """(data shape, kernel, strides, dilation, padding) of column stride 2: kernel widths 3, 5 and 7 (each a
-    tile of its own) and 1 and 4 (the generic one), padding 0, 1 and 2 (and a wider one), output widths of
-    every tail of a vector and of two (1 .. 2 lanes + 1 columns; an odd image for every other), row strides
-    1, 2 and 3, output rows that leave every tail of the tile's 8, batch 2; and dilation 2 (the generic
-    tile)."""
+    """(data shape, kernel, strides, dilation, padding) of column stride 2: square kernels 3, 5 and 7 at
+    stride 2 (each a tile of its own, split in registers) and the rest (1, 4 and non-square kernels, row
+    strides 1 and 3, dilation 2: the generic tile), padding 0, 1 and 2 (and wider than the kernel's
+    reach), output widths of every tail of a vector and of two (1 .. 2 lanes + 1 columns; an odd image for
+    every other), output rows that leave tails of the tiles' 8, 7 and 5 rows, batch 2."""
     cases = []
     for kw in (3, 5, 7):
         for pad in (0, 1, 2):
@@ -221,20 +231,23 @@ def _strided_depthwise_cases(lanes):
                 w = 2 * (ow - 1) + kw - 2 * pad + (ow % 2)  # (an odd image where ow is odd: the last column unread)
                 if w < 1:
                     continue
-                sh = 1 + ow % 3
+                sh = (2, 2, 1, 3)[ow % 4]
                 h = 2 + (ow * 5) % 17 + (kw - 2 * pad if kw > 2 * pad else 0)
-                cases.append(((1 + ow % 2, 2, h, w), (kw - 2 * (ow % 2 and kw > 3), kw), (sh, 2), (1, 1),
+                cases.append(((1 + ow % 2, 2, h, w), (kw - 2 * (ow % 4 == 1 and kw > 3), kw), (sh, 2), (1, 1),
                               (pad, pad, pad + ow % 2, pad)))
     cases += [((2, 3, 11, 23), (3, 1), (2, 2), (1, 1), (1, 0, 1, 0)), ((1, 3, 9, 30), (2, 4), (2, 2), (1, 1), (0, 1, 0, 2)),
-              ((1, 3, 13, 37), (3, 3), (2, 2), (1, 2), (1, 2, 1, 2)), ((1, 2, 6, 9), (5, 7), (2, 2), (1, 1), (4, 5, 3, 6))]
+              ((1, 3, 13, 37), (3, 3), (2, 2), (1, 2), (1, 2, 1, 2)), ((1, 2, 6, 9), (5, 7), (2, 2), (1, 1), (4, 5, 3, 6)),
+              ((1, 2, 5, 6), (3, 3), (2, 2), (1, 1), (4, 4, 4, 4)), ((2, 3, 9, 19), (5, 5), (2, 2), (1, 1), (3, 3, 4, 3)),
+              ((1, 2, 23, 40), (7, 7), (2, 2), (1, 1), (3, 4, 3, 2))]
     return cases
 
 
 @pytest.mark.parametrize("isa", ["avx2", "avx512", "portable"])
 def test_strided_depthwise_tiles_of_every_width(isa, kernel_threads):
-    """The column stride 2 tiles of the depthwise kernel (one per kernel width 3, 5, 7: taps folded into the
-    even and odd column phases of its padded plane, whose rows are only as long as the tiles read) and the
-    generic tile beside them, against NumPy on every output-width tail of each instance (4, 8 and 16
+    """The column stride 2 tiles of the depthwise kernel (one per square kernel 3, 5, 7 at stride 2: each
+    input row split into its even and odd columns in registers, in a lane order put back at the store;
+    input rows shared by 8, 7 or 5 output rows, zero rows above and below) and the generic tile beside
+    them, against NumPy on every output-width tail of each instance (4, 8 and 16
     lanes), odd images, padding 0 to 2 (and wider than the kernel), row strides 1 to 3, batch 1 and 2, with
     the bias and relu or a hard-swish, at 1, 2 and 3 threads (the same bits at each count)."""
     library, params = _built(isa, _ACT_CALLERS)
@@ -253,12 +266,13 @@ def test_strided_depthwise_tiles_of_every_width(isa, kernel_threads):
             oh, ow = want.shape[2:]
             activation = ACTIVATIONS[1] if case % 2 else (7, 1 / 6, 0.5, 0.0, 1.0)  # (relu; hard-swish)
             expected = _activation(want, *activation)
-            out = np.full(want.shape, np.nan, np.float32)
+            out, guard = _guarded(want.shape)
             dims = np.array([n, c, h, w, oh, ow, kh, kw, sh, sw, dh, dw, pad[0], pad[1], 1, activation[0], 0], np.int64)
             floats = np.array(activation[1:], np.float32)
             assert depthwise(dims.ctypes.data, floats.ctypes.data, x.ctypes.data, weights.ctypes.data, bias.ctypes.data,
                              bias.ctypes.data, out.ctypes.data) == 0
             _close(out, expected)
+            assert np.isnan(guard).all(), "the kernel wrote past its output"
             _same_bits(first, case, out, threads)
 
 
@@ -623,7 +637,7 @@ def test_stats_name_the_convolution_tiles():
     conv = exe.stats()["product_kernels"]["convolution"]
     params = host.gemm_params()
     assert conv["isa"] == host.host().isa and conv["direct_tile"].startswith(f"{max(params.mr, 4)}x2x{params.lanes}")
-    assert conv["packed_tile"] == f"{params.mr}x{params.nr}" and conv["depthwise_tile"].startswith(f"8x{params.lanes} (4x{params.lanes}")
+    assert conv["packed_tile"] == f"{params.mr}x{params.nr}" and conv["depthwise_tile"].startswith(f"8x{params.lanes} (stride 2")
     assert exe.stats()["kernel_library"]["variants"] == {"direct": 1}  # the variant each kernel can run
 
 

@@ -402,11 +402,36 @@ __attribute__((unused)) static int32_t tv_conv2d_direct_f32(int64_t n, int64_t c
    last one (not stored); the last column block overlaps the one before (a row narrower than a vector
    goes through a small buffer). Bias and relu are applied in
    registers (tv_conv_epilogue; no pool). */
+/* One row of a tile (TV_VLANES floats, output columns x0 on; ``cols`` = OW - x0 of them are the output's)
+   through the epilogue's relu, residual (``res``: the output's plane, read at the same place) and
+   activation into out + at, of a plane of ``plane`` floats: whole vectors, and a row narrower than a
+   vector still in one. Such a row is stored whole too, its last lanes over the start of the next row, when
+   the plane goes on that far: the tiles store a plane's rows in order, so the next row overwrites them (a
+   memcpy call per 7-float row had been a fifth of a 7x7 layer's time); the last rows' floats are copied. */
+static inline void tv_vdw_put(const float* row, const tv_conv_epilogue* e, const float* res, int64_t at,
+                              int64_t cols, int64_t plane, float* out) {
+  tv_vf v = TV_VLOAD(row);
+  if (e->relu) TV_VRELU(v);
+  if (cols >= TV_VLANES || at + TV_VLANES <= plane) {
+    if (res) v += TV_VLOAD(res + at);
+    if (e->act) TV_VACT(v, *e)
+    TV_VSTORE(out + at, v);
+    return;
+  }
+  if (res) {
+    float r[TV_VLANES] = {0};
+    memcpy(r, res + at, sizeof(float) * (size_t)cols);
+    v += TV_VLOAD(r);
+  }
+  if (e->act) TV_VACT(v, *e)
+  float kept[TV_VLANES];
+  TV_VSTORE(kept, v);
+  memcpy(out + at, kept, sizeof(float) * (size_t)cols);
+}
 #define TV_VDW_ACC(i) tv_vf a##i = TV_VSPLAT(start);
 #define TV_VDW_FMA(i) a##i += wv * TV_VLOAD(r##i + tap);
 #define TV_VDW_ROW(i) const float* r##i = plane + (row##i * sh + ky * dh) * g.row + x0;
 #define TV_VDW_Y(i) const int64_t row##i = y0 + i < oh ? y0 + i : oh - 1;
-#define TV_VDW_RELU(i) TV_VRELU(a##i);
 #define TV_VDW_KEEP(i) TV_VSTORE(tile[i], a##i);
 #define TV_VDW_EACH4(F) F(0) F(1) F(2) F(3)
 #define TV_VDW_EACH8(F) TV_VDW_EACH4(F) F(4) F(5) F(6) F(7)
@@ -433,41 +458,114 @@ __attribute__((unused)) static int32_t tv_conv2d_direct_f32(int64_t n, int64_t c
             TV_VDW_EACH##ROWS(TV_VDW_FMA)                                                                  \
           }                                                                                          \
         }                                                                                            \
-        if (e.relu) { TV_VDW_EACH##ROWS(TV_VDW_RELU) }                                                     \
-        float tile[ROWS][TV_VLANES];                                                          \
-        TV_VDW_EACH##ROWS(TV_VDW_KEEP)                                                                     \
-        const int64_t cols = ow - x0 < TV_VLANES ? ow - x0 : TV_VLANES;                              \
-        for (int64_t i = 0; i < ROWS && y0 + i < oh; ++i) {                                   \
-          const int64_t at = (y0 + i) * ow + x0; /* (res: the output's plane, read at the same place) */ \
-          if (cols == TV_VLANES) {                                                                   \
-            tv_vf v = TV_VLOAD(tile[i]);                                                             \
-            if (res) v += TV_VLOAD(res + at);                                                        \
-            if (e.act) TV_VACT(v, e)                                                                 \
-            TV_VSTORE(out + at, v);                                                                  \
-          } else { /* (a row narrower than a vector: the epilogue still in a vector, then cols floats) */ \
-            tv_vf v = TV_VLOAD(tile[i]);                                                             \
-            if (res) {                                                                               \
-              float r[TV_VLANES] = {0};                                                              \
-              memcpy(r, res + at, sizeof(float) * (size_t)cols);                                     \
-              v += TV_VLOAD(r);                                                                      \
-            }                                                                                        \
-            if (e.act) TV_VACT(v, e)                                                                 \
-            TV_VSTORE(tile[i], v);                                                                   \
-            memcpy(out + at, tile[i], sizeof(float) * (size_t)cols);                                 \
-          }                                                                                          \
-        }                                                                                            \
+        float tile[ROWS][TV_VLANES];                                                                 \
+        TV_VDW_EACH##ROWS(TV_VDW_KEEP)                                                               \
+        for (int64_t i = 0; i < ROWS && y0 + i < oh; ++i) tv_vdw_put(tile[i], &e, res, (y0 + i) * ow + x0, ow - x0, oh * ow, out); \
       }                                                                                              \
     }                                                                                                \
   }
 TV_VDW_CHANNEL(unit, TV_VCONV_AT_UNIT, kw, 8)
 TV_VDW_CHANNEL(any, TV_VCONV_AT_TABLE, kw, 8)
-/* Column stride 2, dilation 1 and a kernel 3, 5 or 7 wide: tap kx reads phase kx % 2 at kx / 2 (an offset
-   the compiler folds once kw is a constant, every tap's loop unrolled: through at[] and a loop of unknown
-   length, the strided layers of MobileNetV3 ran at under half the FMA rate of the unit-stride ones). */
-#define TV_VDW_AT_PHASE(kx) ((kx) % 2 * g.wq + (kx) / 2)
-TV_VDW_CHANNEL(s2k3, TV_VDW_AT_PHASE, 3, 4)
-TV_VDW_CHANNEL(s2k5, TV_VDW_AT_PHASE, 5, 8)
-TV_VDW_CHANNEL(s2k7, TV_VDW_AT_PHASE, 7, 8)
+/* Column stride 2, dilation 1 and a kernel 3, 5 or 7 wide (KW, a constant): no phase-split copy. Each
+   input row of a column block is split into its even and odd columns in registers as the tile reads it:
+   a pair of vector loads at padded column 2 x0 + 2 m gives, through its even and odd lanes, taps 2 m and
+   2 m + 1 of the block's output columns (TV_VDW2_EVEN / ODD). The split keeps every lane inside its 128
+   bits (one shuffle on x86, where the in-order split also crosses lanes), so the accumulators hold the
+   block's columns in the order TV_VDW2_ORDER puts back once per stored vector. A tile is ROWS output rows
+   that share their input rows: each input row is split once and feeds every output row whose taps reach
+   it (KW / 2 of them). The rows are read from a linear copy of the plane (``line``, tv_vdw2_lines): PT
+   zero rows, then each image row behind PL zeros with zeros after it (as many as the last block reads),
+   then zero rows down to the last one the last tile reads; the zeros are written once per buffer. (A
+   test per input row instead of the zero rows had cost 8 instructions each; reading the blocks inside
+   the image straight from it, the copy only of the border columns, measured 1.12-1.19x slower.) */
+#if TV_VLANES == 4
+#define TV_VDW2_EVEN TV_VEVEN_OF_TWO
+#define TV_VDW2_ODD TV_VODD_OF_TWO
+#define TV_VDW2_ORDER ((tv_vi){0, 1, 2, 3})
+#elif TV_VLANES == 8
+#define TV_VDW2_EVEN ((tv_vi){0, 2, 8, 10, 4, 6, 12, 14})
+#define TV_VDW2_ODD ((tv_vi){1, 3, 9, 11, 5, 7, 13, 15})
+#define TV_VDW2_ORDER ((tv_vi){0, 1, 4, 5, 2, 3, 6, 7})
+#else
+#define TV_VDW2_EVEN ((tv_vi){0, 2, 16, 18, 4, 6, 20, 22, 8, 10, 24, 26, 12, 14, 28, 30})
+#define TV_VDW2_ODD ((tv_vi){1, 3, 17, 19, 5, 7, 21, 23, 9, 11, 25, 27, 13, 15, 29, 31})
+#define TV_VDW2_ORDER ((tv_vi){0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15})
+#endif
+/* The tile's output rows per kernel width (TV_VDW2_CHANNEL below): as many as fit the 16 vector registers
+   of AVX2 and SSE beside the KW split taps, two loads and a weight (at most 8; 8 rows of a 5x5 tile spilled
+   its accumulators and measured 1.2-1.4x slower than 7). */
+static inline int64_t tv_vdw2_rows(int64_t kw) { return kw == 3 ? 8 : kw == 5 ? 7 : 5; }
+/* The linear copy's geometry: floats per row (the image row behind PL zeros, and every float a block
+   reads: the last block starts at output column max(OW - lanes, 0) and reads 2 lanes + KW - 1 floats,
+   the last of them past its taps: the odd lanes of the last pair) and rows (PT zero rows, the image's,
+   and zero rows down to the last the last tile reads, whole tiles of tv_vdw2_rows). */
+static inline void tv_vdw2_lines(int64_t h, int64_t w, int64_t oh, int64_t ow, int64_t kw, int64_t pt, int64_t pl,
+                                 int64_t* lw, int64_t* rows) {
+  const int64_t last = ow > TV_VLANES ? ow - TV_VLANES : 0, reads = 2 * last + kw - 1 + 2 * TV_VLANES;
+  const int64_t tile = tv_vdw2_rows(kw), below = ((oh + tile - 1) / tile * tile - 1) * 2 + kw - pt;
+  *lw = reads > pl + w ? reads : pl + w;
+  *rows = pt + (below > h ? below : h);
+}
+#define TV_VDW2_ACC(i) tv_vf a##i = TV_VSPLAT(start);
+/* (an input row's taps are summed apart, then added to the row's accumulator: in one chain, the 9 or 25
+   dependent FMAs of each output row, whose rows the input-row order runs nearly one after the other, had
+   held the tile to about a fifth of the FMA rate) */
+#define TV_VDW2_ROW(i) {                                                                             \
+    const int ky = t - 2 * (i);                                                                      \
+    if (ky >= 0 && ky < kw) {                                                                        \
+      tv_vf part = TV_VSPLAT(wt[ky * kw]) * v[0];                                                    \
+      _Pragma("GCC unroll 7")                                                                        \
+      for (int kx = 1; kx < kw; ++kx) part += TV_VSPLAT(wt[ky * kw + kx]) * v[kx];                   \
+      a##i += part;                                                                                  \
+    } }
+#define TV_VDW2_KEEP(i) TV_VSTORE(tile[i], __builtin_shuffle(a##i, TV_VDW2_ORDER));
+#define TV_VDW2_STORE(i) {                                                                           \
+    tv_vf v = __builtin_shuffle(a##i, TV_VDW2_ORDER);                                                \
+    if (e.relu) TV_VRELU(v);                                                                         \
+    if (res) v += TV_VLOAD(res + (y0 + i) * ow + x0);                                                \
+    if (e.act) TV_VACT(v, e)                                                                         \
+    TV_VSTORE(out + (y0 + i) * ow + x0, v); }
+/* The tile of a KW x KW kernel at stride 2: the loop over the block's input rows (2 (ROWS - 1) + KW) is
+   unrolled whole, so which output rows each one feeds, and with which weights, is known to the compiler
+   (no test per row and input row). A whole tile (ROWS rows of a whole vector) goes through the epilogue in
+   registers, others through tv_vdw_put. */
+#define TV_VDW2_CHANNEL(KW, ROWS)                                                                    \
+  static void tv_vdw2_channel_k##KW(const float* line, int64_t lw, const float* wt, float start,       \
+                                    const tv_conv_epilogue* epi, const float* res, int64_t oh, int64_t ow, \
+                                    float* out) {                                                    \
+    const tv_conv_epilogue e = *epi; /* (a copy: the stores to out could alias its floats) */        \
+    enum { kw = KW, reach = 2 * (ROWS - 1) + KW };  /* (for TV_VDW2_ROW) */                          \
+    for (int64_t y0 = 0; y0 < oh; y0 += ROWS) {                                                      \
+      const int64_t rows = oh - y0 < ROWS ? oh - y0 : ROWS;                                          \
+      for (int64_t x = 0; x < ow; x += TV_VLANES) {                                                  \
+        /* (the last block overlaps the one before when the row has a vector: whole stores only) */   \
+        const int64_t x0 = ow >= TV_VLANES && x + TV_VLANES > ow ? ow - TV_VLANES : x;                \
+        TV_VROWS##ROWS(TV_VDW2_ACC)                                                               \
+        _Pragma("GCC unroll 32")                                                                     \
+        for (int t = 0; t < reach; ++t) {                                                            \
+          const float* r = line + (y0 * 2 + t) * lw + 2 * x0;                                        \
+          tv_vf v[KW];                                                                               \
+          _Pragma("GCC unroll 4")                                                                    \
+          for (int m = 0; 2 * m < (KW); ++m) {                                                       \
+            const tv_vf lo = TV_VLOAD(r + 2 * m), hi = TV_VLOAD(r + 2 * m + TV_VLANES);              \
+            v[2 * m] = __builtin_shuffle(lo, hi, TV_VDW2_EVEN);                                      \
+            if (2 * m + 1 < (KW)) v[2 * m + 1] = __builtin_shuffle(lo, hi, TV_VDW2_ODD);             \
+          }                                                                                          \
+          TV_VROWS##ROWS(TV_VDW2_ROW)                                                             \
+        }                                                                                            \
+        if (rows == ROWS && ow >= TV_VLANES) {                                                       \
+          TV_VROWS##ROWS(TV_VDW2_STORE)                                                              \
+          continue;                                                                                  \
+        }                                                                                            \
+        float tile[ROWS][TV_VLANES];                                                                 \
+        TV_VROWS##ROWS(TV_VDW2_KEEP)                                                                 \
+        for (int64_t i = 0; i < rows; ++i) tv_vdw_put(tile[i], &e, res, (y0 + i) * ow + x0, ow - x0, oh * ow, out); \
+      }                                                                                              \
+    }                                                                                                \
+  }
+TV_VDW2_CHANNEL(3, 8)
+TV_VDW2_CHANNEL(5, 7)
+TV_VDW2_CHANNEL(7, 5)
 
 typedef struct {
   const float* x;
@@ -478,16 +576,13 @@ typedef struct {
   float* out;
   tv_vconv_geometry g;
   int64_t c, h, w, oh, ow, kh, kw, sh, sw, dh, pt, pl, each, planes, chunks;
+  /* the plane's zero-padded copy of paths 1, 3, 5, 7: lines rows of lw floats, the image at row pt, column pl
+     (path 1: tv_vdw_geometry_of's, 3, 5, 7: tv_vdw2_lines), copied row by row into zeros written once */
+  int64_t lw, lines;
   int has_bias, relu;
   int path;  /* 1: unit column stride and dilation; 3, 5, 7: column stride 2, dilation 1, that kernel width; 0: any */
   tv_conv_epilogue epi;  /* (relu, the activation and the residual of the whole batch) */
 } tv_vdw_job;
-
-/* The next plane's input asked for while this one is convolved: an image of a few hundred KB had left L2
-   by the time the chunk padded it, and the pad then waited on every load. */
-static inline void tv_vdw_prefetch(const float* x, int64_t floats) {
-  for (int64_t i = 0; i < floats; i += 64 / (int64_t)sizeof(float)) __builtin_prefetch(x + i, 0, 2);
-}
 
 /* A run of planes, padded one at a time into the chunk's own buffer (buffers + i * each): a chunk may run
    on any thread, the caller included, so the buffer belongs to the chunk, not to a thread number. */
@@ -497,22 +592,33 @@ static void tv_vdw_chunk(void* arg, int64_t i) {
   const int64_t lo = i * j->planes / j->chunks, hi = (i + 1) * j->planes / j->chunks;
   for (int64_t p = lo; p < hi; ++p) {
     const int64_t ci = p % j->c;
-    tv_vconv_pad(j->x + p * j->h * j->w, 0, 1, j->h, j->w, j->sw, j->pt, j->pl, j->g, plane + j->g.plane, p > lo, plane);
-    if (p + 1 < hi) tv_vdw_prefetch(j->x + (p + 1) * j->h * j->w, j->h * j->w);
+    const float* src = j->x + p * j->h * j->w;
+    /* (no software prefetch of the next plane: the copies read rows in order, a stream the hardware
+       prefetcher follows; a prefetch per line of the next plane measured 1.07-1.15x slower on the strided
+       layers, its instructions waiting for fill buffers) */
+    if (j->path >= 1) { /* (the zeros around the image are the same for every plane: written for the first) */
+      const int64_t cols = j->w < j->lw - j->pl ? j->w : j->lw - j->pl, rows = j->h < j->lines - j->pt ? j->h : j->lines - j->pt;
+      if (p == lo) memset(plane, 0, sizeof(float) * (size_t)(j->lines * j->lw));
+      for (int64_t iy = 0; iy < rows && cols > 0; ++iy)
+        tv_vconv_copy(plane + (j->pt + iy) * j->lw + j->pl, src + iy * j->w, cols);
+    } else
+      tv_vconv_pad(src, 0, 1, j->h, j->w, j->sw, j->pt, j->pl, j->g, plane + j->g.plane, p > lo, plane);
     const float start = j->has_bias ? j->bias[ci] : 0.0f;
     const float* wt = j->weights + ci * j->kh * j->kw;
     float* dst = j->out + p * j->oh * j->ow;
     const float* res = j->epi.residual ? j->epi.residual + p * j->oh * j->ow : NULL;
 #define TV_VDW_CALL(KIND) tv_vdw_channel_##KIND(plane, j->g, j->at, j->sh, j->dh, wt, j->kh, j->kw, start, &j->epi, res, \
                                                j->oh, j->ow, dst)
+#define TV_VDW2_CALL(KW) tv_vdw2_channel_k##KW(plane, j->lw, wt, start, &j->epi, res, j->oh, j->ow, dst)
     switch (j->path) {
       case 1: TV_VDW_CALL(unit); break;
-      case 3: TV_VDW_CALL(s2k3); break;
-      case 5: TV_VDW_CALL(s2k5); break;
-      case 7: TV_VDW_CALL(s2k7); break;
+      case 3: TV_VDW2_CALL(3); break;
+      case 5: TV_VDW2_CALL(5); break;
+      case 7: TV_VDW2_CALL(7); break;
       default: TV_VDW_CALL(any);
     }
 #undef TV_VDW_CALL
+#undef TV_VDW2_CALL
   }
 }
 
@@ -531,9 +637,9 @@ static inline tv_vconv_geometry tv_vdw_geometry_of(int64_t oh, int64_t ow, int64
 }
 
 /* Which tile a depthwise convolution runs (tv_vdw_job.path). */
-static inline int tv_vdw_path(int64_t kw, int64_t sw, int64_t dw) {
+static inline int tv_vdw_path(int64_t kh, int64_t kw, int64_t sh, int64_t sw, int64_t dh, int64_t dw) {
   if (sw == 1 && dw == 1) return 1;
-  return sw == 2 && dw == 1 && (kw == 3 || kw == 5 || kw == 7) ? (int)kw : 0;
+  return sh == 2 && sw == 2 && dh == 1 && dw == 1 && kh == kw && (kw == 3 || kw == 5 || kw == 7) ? (int)kw : 0;
 }
 
 /* x (n x c x h x w) convolved channel by channel with weights (c x 1 x kh x kw) into out (n x c x oh x ow).
@@ -552,9 +658,12 @@ __attribute__((unused)) static int32_t tv_conv2d_depthwise_act_f32(int64_t n, in
   tv_vconv_taps(kw, sw, dw, g, at);
   const int64_t planes = n * c;
   const int threads = tv_gemm_parallel((double)planes * oh * ow * kh * kw) ? tv_omp_max_threads() : 1;
+  const int path = tv_vdw_path(kh, kw, sh, sw, dh, dw);
+  int64_t lw = g.row, lines = g.hp;
+  if (path >= 3) tv_vdw2_lines(h, w, oh, ow, kw, pt, pl, &lw, &lines);
   tv_vdw_job job = {x, weights, bias, at, NULL, out, g, c, h, w, oh, ow, kh, kw, sh, sw, dh, pt, pl,
-                    g.plane + (sw == 2 ? h * tv_vconv_line(w, pl, g) : 0), planes, tv_vconv_chunks(planes, threads),
-                    has_bias != 0, relu != 0, tv_vdw_path(kw, sw, dw),
+                    path >= 3 ? lines * lw : g.plane + (sw == 2 ? h * tv_vconv_line(w, pl, g) : 0), planes,
+                    tv_vconv_chunks(planes, threads), lw, lines, has_bias != 0, relu != 0, path,
                     {NULL, relu != 0, 0, (int)act, alpha, beta, lo, hi, has_residual ? residual : NULL}};
   job.buffers = (float*)malloc(sizeof(float) * (size_t)(job.chunks * job.each));
   if (job.buffers == NULL) return TV_ERROR_OUT_OF_MEMORY;
