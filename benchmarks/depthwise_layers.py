@@ -37,34 +37,25 @@ int32_t tv_bench_direct(const int64_t* d, const float* f, const float* x, const 
                                   7, f[0], f[1], f[2], f[3], b, 0, padded, out);
 }
 """
-_HARD_SWISH = np.array([1 / 6, 0.5, 0.0, 1.0], np.float32)  # (alpha, beta, lo, hi: v min(max(v/6 + 1/2, 0), 1))
 
 
 def main() -> int:
-    from lone_layers import (
-        checked_call,
-        interleaved,
-        onnx_conv_layer,
-        peer_call,
-        prepare,
-        ratio_line,
-        table_header,
-    )
+    import lone_layers as lone
 
-    args, libraries, options = prepare(__doc__.split("\n\n")[0], 40, _CALLS, {"tv_bench_depthwise": 6, "tv_bench_direct": 7})
+    args, libraries, options = lone.prepare(__doc__.split("\n\n")[0], 40, _CALLS, {"tv_bench_depthwise": 6, "tv_bench_direct": 7})
 
     from tensorvm.codegen.host import gemm_params
 
     rng = np.random.default_rng(0)
     n, lanes = args.batch, gemm_params().lanes
-    table_header("MobileNetV3-small's depthwise layers and stem", 30, args)
+    lone.table_header("MobileNetV3-small's depthwise layers and stem", 30, args)
     totals: dict = {}
     cases = [(*STEM, 3, 2, True, True)] + [(c, side, c, k, stride, swish, False) for c, side, k, stride, swish in LAYERS]
     for c, side, o, k, stride, swish, stem in cases:
-        model, weight, bias = onnx_conv_layer(c, side, o, k, stride, 1 if stem else c, "HardSwish" if swish else "Relu",
+        model, weight, bias = lone.onnx_conv_layer(c, side, o, k, stride, 1 if stem else c, "HardSwish" if swish else "Relu",
                                               n, rng)
         x = rng.standard_normal((n, c, side, side)).astype(np.float32)
-        want, calls = peer_call(model, options, x)
+        want, calls = lone.peer_call(model, options, x)
         out_side = want.shape[2]
         for name, lib in libraries.items():
             out = np.empty(want.shape, np.float32)
@@ -72,18 +63,18 @@ def main() -> int:
                 wq = -(-out_side // lanes) * lanes + 1  # (tv_vconv_geometry_of: 3x3, stride 2)
                 padded = np.empty(c * (2 * out_side + 1) * 2 * wq, np.float32)
                 dims = np.array([n, c, side, side, o, out_side, out_side], np.int64)
-                args_ = (dims, _HARD_SWISH, x, weight, bias, padded, out)
+                args_ = (dims, lone.HARD_SWISH, x, weight, bias, padded, out)
                 kernel = lib.tv_bench_direct
             else:
                 dims = np.array([n, c, side, side, out_side, out_side, k, stride, k // 2, 0 if swish else 1], np.int64)
-                args_ = (dims, _HARD_SWISH, x, weight, bias, out)
+                args_ = (dims, lone.HARD_SWISH, x, weight, bias, out)
                 kernel = lib.tv_bench_depthwise
-            calls[f"tensorvm {name}"] = checked_call(kernel, args_, out, want)
-        best = interleaved(calls, args.rounds)
+            calls[f"tensorvm {name}"] = lone.checked_call(kernel, args_, out, want)
+        best = lone.interleaved(calls, args.rounds)
         for name, us in best.items():
             totals[name] = totals.get(name, 0.0) + us
         label = f"{c}x{side}x{side} -> {o}, {k}x{k} s{stride}" + (" (stem)" if stem else "")
-        print(ratio_line(label, 30, best, bool(args.against)))
+        print(lone.ratio_line(label, 30, best, bool(args.against)))
     line = (f"  all layers: tensorvm {totals['tensorvm here']:.0f} us, onnxruntime {totals['onnxruntime']:.0f} us, "
             f"ratio {totals['tensorvm here'] / totals['onnxruntime']:.3f}")
     if args.against:

@@ -8,6 +8,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
+
+# hard-swish as the convolution kernels' clamped affine activation: (alpha, beta, lo, hi), v min(max(v/6 + 1/2, 0), 1)
+HARD_SWISH = np.array([1 / 6, 0.5, 0.0, 1.0], np.float32)
+
 LIBRARY_FILES = ["tv_kernel.h", "tv_gemm.h"]
 
 

@@ -28,7 +28,6 @@ int32_t tv_bench_stem(const int64_t* d, const float* f, const float* x, const fl
                                   out);
 }
 """
-_HARD_SWISH = np.array([1 / 6, 0.5, 0.0, 1.0], np.float32)  # (alpha, beta, lo, hi: v min(max(v/6 + 1/2, 0), 1))
 
 
 def padded_floats(c: int, out_side: int, k: int, lanes: int) -> int:
@@ -38,37 +37,29 @@ def padded_floats(c: int, out_side: int, k: int, lanes: int) -> int:
 
 
 def main() -> int:
-    from lone_layers import (
-        checked_call,
-        interleaved,
-        onnx_conv_layer,
-        peer_call,
-        prepare,
-        ratio_line,
-        table_header,
-    )
+    import lone_layers as lone
 
-    args, libraries, options = prepare(__doc__.split("\n\n")[0], 20, _CALLS, {"tv_bench_stem": 7})
+    args, libraries, options = lone.prepare(__doc__.split("\n\n")[0], 20, _CALLS, {"tv_bench_stem": 7})
 
     from tensorvm.codegen.host import gemm_params
 
     rng = np.random.default_rng(0)
     n, lanes = args.batch, gemm_params().lanes
-    table_header("The corpus CNNs' stems", 36, args)
+    lone.table_header("The corpus CNNs' stems", 36, args)
     for name, c, side, o, k, swish in STEMS:
-        model, weight, bias = onnx_conv_layer(c, side, o, k, 2, 1, "HardSwish" if swish else "Relu", n, rng)
+        model, weight, bias = lone.onnx_conv_layer(c, side, o, k, 2, 1, "HardSwish" if swish else "Relu", n, rng)
         x = rng.standard_normal((n, c, side, side)).astype(np.float32)
-        want, calls = peer_call(model, options, x)
+        want, calls = lone.peer_call(model, options, x)
         out_side = want.shape[2]
         for where, lib in libraries.items():
             out = np.empty(want.shape, np.float32)
             padded = np.empty(padded_floats(c, out_side, k, lanes), np.float32)
             dims = np.array([n, c, side, side, o, out_side, out_side, k, 0 if swish else 1], np.int64)
-            calls[f"tensorvm {where}"] = checked_call(lib.tv_bench_stem, (dims, _HARD_SWISH, x, weight, bias, padded, out),
+            calls[f"tensorvm {where}"] = lone.checked_call(lib.tv_bench_stem, (dims, lone.HARD_SWISH, x, weight, bias, padded, out),
                                                       out, want)
-        best = interleaved(calls, args.rounds)
+        best = lone.interleaved(calls, args.rounds)
         label = f"{name}: {c}x{side}x{side} -> {o}, {k}x{k} s2"
-        print(ratio_line(label, 36, best, bool(args.against)))
+        print(lone.ratio_line(label, 36, best, bool(args.against)))
     return 0
 
 
