@@ -217,7 +217,7 @@ static inline float tv_conv_act1(float v, const tv_conv_epilogue* e) {
     for (int i = 0; i < OC; ++i) start[i] = epi.bias ? epi.bias[o0 + i < o ? o0 + i : o - 1] : 0.0f; \
     const int64_t y1 = y0 + 1 < oh ? y0 + 1 : y0;                                                    \
     TV_VROWS##OC(TV_VCONV_ACC)                                                                       \
-    TV_VCONV_SUM(OC)                                                                             \
+    TV_VCONV_SUM(OC)                                                                                 \
     if (epi.relu) { TV_VROWS##OC(TV_VCONV_RELU) }                                                    \
     if (o0 + OC <= o && y0 + 1 < oh && x0 + TV_VLANES <= ow) { /* a whole tile: straight to the output */ \
       if (epi.residual) { TV_VROWS##OC(TV_VCONV_RESIDUAL) }                                          \
