@@ -70,7 +70,7 @@ def main() -> int:
                 args_ = (dims, lone.HARD_SWISH, x, weight, bias, out)
                 kernel = lib.tv_bench_depthwise
             calls[f"tensorvm {name}"] = lone.checked_call(kernel, args_, out, want)
-        best = lone.interleaved(calls, args.rounds)
+        best = lone.interleaved_minimum(calls, args.rounds)
         for name, us in best.items():
             totals[name] = totals.get(name, 0.0) + us
         label = f"{c}x{side}x{side} -> {o}, {k}x{k} s{stride}" + (" (stem)" if stem else "")

@@ -27,6 +27,7 @@ Outputs for the correctness check travel as ``.npz`` files in the run's scratch 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import os
@@ -322,6 +323,21 @@ def repetitions(estimate_s: float, budget_s: float, min_reps: int, max_reps: int
     if reps * estimate_s > cap_s:
         reps = max(floor_reps, int(cap_s / estimate_s))
     return reps
+
+
+@contextlib.contextmanager
+def background_load(count: int):
+    """``count`` processes spinning in a busy loop while the block runs (the "one busy core" the corpus is
+    also measured beside), killed and reaped when it ends, however it ends."""
+    processes = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(count)]
+    try:
+        if processes:
+            time.sleep(0.2)  # let the load reach the scheduler
+        yield processes
+    finally:
+        for process in processes:
+            process.kill()
+            process.wait()
 
 
 def _cpu_ns(pid: int) -> int | None:

@@ -58,6 +58,33 @@ def layer_arguments(description: str, rounds: int, kernels: str):
     return parser.parse_args()
 
 
+def ort_options(threads: int):
+    """ONNX Runtime's session options for a lone layer: ``threads`` intra-op threads that do not spin
+    (see conv_variants.py)."""
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    return options
+
+
+def interleaved_minimum(calls: dict, rounds: int) -> dict:
+    """{name: the least us of ``rounds`` calls of ``calls[name]()``}, the calls interleaved, each round in
+    another order (a call right after one that read the same input finds it in cache, which had favoured
+    whichever came second)."""
+    import time
+
+    times: dict = {name: [] for name in calls}
+    names = list(calls)
+    for round_ in range(rounds):
+        for name in names[round_ % len(names):] + names[:round_ % len(names)]:
+            start = time.perf_counter()
+            calls[name]()
+            times[name].append(time.perf_counter() - start)
+    return {name: min(v) * 1e6 for name, v in times.items()}
+
+
 def onnx_conv_layer(c: int, side: int, o: int, k: int, stride: int, groups: int, activation: str, batch: int, rng):
     """A k x k convolution (padding k // 2, ``groups``) then ``activation`` (an ONNX op: Relu, HardSwish) as an
     ONNX model, with its weight and bias (random, the weight scaled by 1 / sqrt(its fan-in))."""
@@ -75,33 +102,6 @@ def onnx_conv_layer(c: int, side: int, o: int, k: int, stride: int, groups: int,
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8
     return model, weight, bias
-
-
-def interleaved(calls: dict, rounds: int) -> dict:
-    """{name: the least time of ``calls[name]()`` in us} over ``rounds`` rounds, each round calling every one
-    once, in another order each round: a call right after one that read the same input finds it in cache,
-    which had favoured whichever came second."""
-    import time
-
-    times: dict = {name: [] for name in calls}
-    names = list(calls)
-    for round_ in range(rounds):
-        for name in names[round_ % len(names):] + names[:round_ % len(names)]:
-            start = time.perf_counter()
-            calls[name]()
-            times[name].append(time.perf_counter() - start)
-    return {name: min(v) * 1e6 for name, v in times.items()}
-
-
-def peer_options(threads: int):
-    """ONNX Runtime's session options for a lone layer: ``threads`` intra-op threads that do not spin
-    (see conv_variants.py)."""
-    import onnxruntime as ort
-
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = threads
-    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-    return options
 
 
 def checked_call(entry, arrays: tuple, out, want):
@@ -137,7 +137,7 @@ def prepare(description: str, rounds: int, calls: str, entries: dict):
     for lib in built.values():
         for entry, count in entries.items():
             getattr(lib, entry).argtypes = [ctypes.c_void_p] * count
-    return args, built, peer_options(args.threads)
+    return args, built, ort_options(args.threads)
 
 
 def table_header(title: str, width: int, args) -> None:

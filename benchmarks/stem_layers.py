@@ -57,7 +57,7 @@ def main() -> int:
             dims = np.array([n, c, side, side, o, out_side, out_side, k, 0 if swish else 1], np.int64)
             calls[f"tensorvm {where}"] = lone.checked_call(lib.tv_bench_stem, (dims, lone.HARD_SWISH, x, weight, bias, padded, out),
                                                       out, want)
-        best = lone.interleaved(calls, args.rounds)
+        best = lone.interleaved_minimum(calls, args.rounds)
         label = f"{name}: {c}x{side}x{side} -> {o}, {k}x{k} s2"
         print(lone.ratio_line(label, 36, best, bool(args.against)))
     return 0

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -29,6 +28,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 from compile_time import SHAPES, find_onnx  # noqa: E402
+from harness import background_load  # noqa: E402
 from kernel_gap import model_feeds  # noqa: E402
 from models.text import ENCODERS  # noqa: E402
 
@@ -80,9 +80,7 @@ def main() -> int:
         options.intra_op_num_threads, options.inter_op_num_threads = threads, 1
         options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         sessions[threads] = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
-    busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(args.load)]
-    try:
-        time.sleep(0.2)
+    with background_load(args.load):
         for threads in (1, 2):
             tv.set_num_threads(threads)
             calls = {"tensorvm": lambda: vm.invoke("main", *inputs),
@@ -100,10 +98,6 @@ def main() -> int:
             tvm_us, ort_us = (statistics.median(samples[k]) for k in calls)
             print(f"{args.model} threads={threads} load={args.load}: tensorvm {tvm_us:.0f} us, "
                   f"ONNX Runtime {ort_us:.0f} us, ratio {tvm_us / ort_us:.2f}", flush=True)
-    finally:
-        for process in busy:
-            process.kill()
-            process.wait()
     if args.profile:
         totals = {}
         for threads in (1, 2):

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -28,6 +27,9 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from harness import background_load  # noqa: E402
 
 import tensorvm as tv  # noqa: E402
 
@@ -171,16 +173,6 @@ def _time(runtimes: _Runtimes, calls: int, rounds: int) -> dict:
     return {key: statistics.median(values) for key, values in samples.items()}
 
 
-def _start_load(count: int) -> list:
-    return [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(count)]
-
-
-def _stop_load(processes: list):
-    for process in processes:
-        process.kill()
-        process.wait()
-
-
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--threads", default="1,2", help="comma-separated thread counts")
@@ -199,12 +191,8 @@ def main(argv=None):
                 np.testing.assert_allclose(runtimes.call("tensorvm"), runtimes.call("onnxruntime"), rtol=1e-3,
                                            atol=1e-4)
                 quiet = _time(runtimes, args.calls, args.rounds)
-                load = _start_load(args.load)
-                try:
-                    time.sleep(0.2)  # let the load reach the scheduler
+                with background_load(args.load):
                     loaded = _time(runtimes, args.calls, args.rounds)
-                finally:
-                    _stop_load(load)
                 rows.append((name, threads, quiet, loaded))
                 print(f"# {name} threads={threads} done", file=sys.stderr, flush=True)
     print(f"| model | threads | quiet tensorvm ms | quiet ORT ms | ratio | loaded ({args.load} busy) tensorvm ms "

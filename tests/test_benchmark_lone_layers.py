@@ -31,7 +31,7 @@ def test_the_other_checkouts_library_is_its_own_text(tmp_path):
 def test_interleaved_rounds_call_each_once_per_round_in_rotating_order():
     order = []
     calls = {name: (lambda name=name: order.append(name)) for name in "abc"}
-    best = lone_layers.interleaved(calls, 3)
+    best = lone_layers.interleaved_minimum(calls, 3)
     assert order == list("abcbcacab")
     assert set(best) == set("abc") and all(us >= 0 for us in best.values())
 

@@ -9,6 +9,7 @@ statistics helpers.
 from __future__ import annotations
 
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -222,6 +223,20 @@ def test_cpu_time_is_read_from_a_live_process_and_not_from_a_gone_one():
         child.kill()
         child.wait()
     assert harness._cpu_ns(child.pid) is None  # gone: no CPU time to read
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="per-process CPU time comes from Linux /proc")
+def test_the_background_load_spins_during_the_block_and_is_gone_after_it_even_on_an_error():
+    with pytest.raises(RuntimeError, match="inside"):
+        with harness.background_load(2) as busy:
+            assert len(busy) == 2 and all(p.poll() is None for p in busy)
+            before = [harness._cpu_ns(p.pid) for p in busy]
+            time.sleep(0.3)
+            assert all(harness._cpu_ns(p.pid) > b for p, b in zip(busy, before))  # they burn CPU
+            raise RuntimeError("inside")
+    assert all(p.poll() is not None for p in busy) and all(harness._cpu_ns(p.pid) is None for p in busy)
+    with harness.background_load(0) as none:
+        assert none == []
 
 
 @pytest.mark.parametrize("target, ran", [("c", "native"), ("python", "compiled")])

@@ -182,11 +182,12 @@ def report() -> dict:
         },
         "convolution": {
             "isa": desc.isa, "direct_tile": f"{max(params.mr, 4)}x2x{params.lanes} and 4x2x{params.lanes}",
-            "packed_tile": f"{params.mr}x{params.nr}", "depthwise_tile": f"8x{params.lanes} (4x{params.lanes} at column stride 2, 3x3)",
+            "packed_tile": f"{params.mr}x{params.nr}",
+            "pointwise_tile": f"{max(params.mr, 4)}x{params.nr} and 4x{params.nr}", "depthwise_tile": f"8x{params.lanes} (4x{params.lanes} at column stride 2, 3x3)",
             "why": "tv_vconv.h instantiated with the packed product's vectors: direct, output channels x 2 rows "
                    "x one vector of columns (the tile's channels are the product's tile rows); packed "
                    "(nn.conv2d_packed), the product's tile of output pixels x output channels over channel "
-                   "blocks of the image; depthwise, 8 rows (4 for a stride-2 3x3 layer) x one vector of columns per channel",
+                   "blocks of the image; pointwise (1x1), output channels x the product's two vectors of pixels read from the image's rows in place; depthwise, 8 rows (4 for a stride-2 3x3 layer) x one vector of columns per channel",
         },
         "softmax": {"vector_bytes": desc.vector_bytes,
                     "why": "tv_softmax_f32 written once over tv_vec.h's vector, instantiated at the host's width"},

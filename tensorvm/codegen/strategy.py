@@ -254,7 +254,9 @@ class SoftmaxCall(LibraryCall):
 
 @dataclass(frozen=True)
 class Conv2dCall(LibraryCall):
-    """An NCHW / OIHW convolution as a C library call (``c_emit.BLAS_BRIDGE``). A float32 convolution other
+    """An NCHW / OIHW convolution as a C library call (``c_emit.BLAS_BRIDGE``). A float32 1x1 convolution
+    with unit strides, no padding and a short static reduction runs the pointwise kernel
+    ``tv_conv2d_pointwise_act_f32`` (``tv_vpointwise.h``; ``pointwise``). A float32 convolution other
     than 1x1 with a short reduction (``direct``: an image's first layers, small CNNs), at any strides and
     dilation, runs the direct kernel ``tv_conv2d_direct_f32`` (``tv_vconv.h``, vectors of the
     host's width), which can also apply a ``TileEpilogue`` to its output tiles. The rest runs
@@ -285,11 +287,22 @@ class Conv2dCall(LibraryCall):
         always direct (its own kernel, float32 only)."""
         if self.depthwise or self.packed:
             return suffix == "f32"
+        if self.pointwise(suffix):
+            return True
         if suffix != "f32" or self.kernel == (1, 1):
             return False
         if self.channels is None:
             return (*self.strides, *self.dilation) == (1, 1, 1, 1)
         return self.channels * self.kernel[0] * self.kernel[1] <= direct_max_reduction()
+
+    def pointwise(self, suffix: str) -> bool:
+        """Whether ``tv_conv2d_pointwise_act_f32`` (``tv_vpointwise.h``) computes it: float32, 1x1, unit
+        strides, no padding, static channels up to ``direct_max_reduction`` (longer ones are packed at
+        compile time, ``PackWeights``). Its register tile reads the image's rows in place and writes its
+        epilogue straight into the output, where the product took a copy of the image and a second pass."""
+        return (suffix == "f32" and not (self.depthwise or self.packed) and self.kernel == (1, 1)
+                and self.strides == (1, 1) and not any(self.padding_all) and self.channels is not None
+                and self.channels <= direct_max_reduction())
 
     def padded_size(self):
         """Floats of the zero-padded, column-phase-split copy of one image the direct kernel reads
@@ -313,6 +326,8 @@ class Conv2dCall(LibraryCall):
         if self.direct(suffix):
             epilogue = epilogue or TileEpilogue()
             bias = args[1] if epilogue.bias is None else args[epilogue.bias]
+            if self.pointwise(suffix):
+                return self._pointwise_statement(args, target, epilogue, bias)
             if epilogue.act or epilogue.residual is not None:
                 return self._act_statement(args, target, epilogue, bias, geometry)
             if self.packed:  # (its channel-blocked copy of the image is allocated by the kernel)
@@ -341,6 +356,18 @@ class Conv2dCall(LibraryCall):
                                                   args[0], args[1], col, target))
         return Allocate(col, call)
 
+
+    def _pointwise_statement(self, args: list, target, epilogue: TileEpilogue, bias):
+        """``tv_conv2d_pointwise_act_f32`` with the epilogue's bias, relu or residual and activation."""
+        if epilogue.pool:
+            raise UnsupportedError("the pointwise convolution kernel has no max pool epilogue")
+        n, c, h, w, o, _, _ = self.dims
+        residual = args[1] if epilogue.residual is None else args[epilogue.residual]
+        flags = [const(int(v), "int64") for v in (epilogue.bias is not None, epilogue.relu, epilogue.act)]
+        return CallExtern("tv_conv2d_pointwise_act_f32", (
+            n, c, h * w, o, args[0], args[1], bias, *flags,
+            *(const(float(v), "float32") for v in (epilogue.alpha, epilogue.beta, epilogue.lo, epilogue.hi)),
+            residual, const(int(epilogue.residual is not None), "int64"), target))
 
     def _act_statement(self, args: list, target, epilogue: TileEpilogue, bias, geometry: list):
         """The ``*_act_f32`` entry of the direct, depthwise or packed kernel: the epilogue's bias, residual and
@@ -1191,7 +1218,7 @@ def _tile_epilogue_call(call, split, args: list, generic: LoweredParts, outputs:
             found = activation_epilogue(epilogue_fn, anchor.out_type)
             if found is not None:
                 match, residual = found[:2], found[2]
-        if match is None or ((call.depthwise or call.packed) and match[0].pool):
+        if match is None or ((call.depthwise or call.packed or call.pointwise("f32")) and match[0].pool):
             return None
     else:
         return None

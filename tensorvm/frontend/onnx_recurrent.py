@@ -17,7 +17,11 @@ computes the first for the whole sequence at once, before the loop, as one ``nn.
     }
 
 Per step the VM runs the recurrent product, one fused kernel for the gates (reading the step's row
-of ``%proj``) and the write of ``Y``'s row. Two details keep that gate kernel a vector loop (it was
+of ``%proj``) and the write of ``Y``'s row. With the default activations (LSTM without peepholes and
+``input_forget``; GRU with ``linear_before_reset=1``) the cell math is one op, ``nn.lstm_cell`` / ``nn.gru_cell`` (``op/recurrent.py``), into
+which the ``take`` of the row fuses: one kernel reading the row and the product in place, where the
+elementwise form was a copy of the row (added in the product's epilogue), a ``split`` into four copies and
+two gate kernels (``c'`` feeds both states). Other layers keep the elementwise ops below. Two details keep that gate kernel a vector loop (it was
 20-40x slower without them): the row is taken with ``mode="clip"`` (``t < length`` there, so the
 clip never moves it; a checked index is tested per element in C), and a dynamic batch is one
 symbol ``B`` (``SymDim``) in the step's types: with an unrelated ``?`` per operand every read is a
@@ -78,6 +82,8 @@ ACTIVATIONS = {
 }
 _DEFAULT_ACTIVATIONS = {"lstm": ("sigmoid", "tanh", "tanh"), "gru": ("sigmoid", "tanh"), "rnn": ("tanh",)}
 _GATES = {"lstm": 4, "gru": 3, "rnn": 1}
+# The activations (with ONNX's default alpha, beta) of the cell ops nn.lstm_cell / nn.gru_cell (op/recurrent.py).
+_CELL_ACTIVATIONS = (("sigmoid", 1.0, 0.0), ("tanh", 1.0, 0.0), ("tanh", 1.0, 0.0))
 
 
 @dataclass(frozen=True)
@@ -195,7 +201,11 @@ def _add(ctx, x, y):
 def _lstm_step(ctx, layer, acts, x_t, states, weights):
     h, c = states
     f_act, g_act, h_act = acts
-    gates = ctx.call("add", x_t, ctx.call("nn.dense", h, weights["R"]))
+    recurrent = ctx.call("nn.dense", h, weights["R"])
+    if acts == _CELL_ACTIVATIONS and weights.get("P") is None and not layer.input_forget:
+        cell = ctx.call("nn.lstm_cell", x_t, recurrent, c, clip=layer.clip)
+        return [ctx.get_item(cell, 0), ctx.get_item(cell, 1)]
+    gates = ctx.call("add", x_t, recurrent)
     i, o, f, cell = _parts(ctx, gates, 4)
     peep = weights.get("P")
     if peep is not None:
@@ -218,6 +228,11 @@ def _lstm_step(ctx, layer, acts, x_t, states, weights):
 def _gru_step(ctx, layer, acts, x_t, states, weights):
     (h,) = states
     f_act, g_act = acts
+    if layer.linear_before_reset and acts == _CELL_ACTIVATIONS[:2]:
+        rb = weights.get("Rb_h")
+        if rb is None:
+            rb = ctx.constant(np.zeros(layer.hidden_size, ctx.dtype(h)))
+        return [ctx.call("nn.gru_cell", x_t, ctx.call("nn.dense", h, weights["R"]), h, rb, clip=layer.clip)]
     x_z, x_r, x_h = _parts(ctx, x_t, 3)
     if layer.linear_before_reset:
         r_z, r_r, r_h = _parts(ctx, ctx.call("nn.dense", h, weights["R"]), 3)

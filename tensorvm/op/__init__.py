@@ -18,6 +18,7 @@ from . import (  # noqa: F401
     nn,
     nn_relay,
     onnx_ops,
+    recurrent,
     reduce,
     tensor,
     transform,

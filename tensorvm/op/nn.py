@@ -1127,7 +1127,9 @@ def _conv2d_strategy(attrs, inputs, out_type):
                       c.value if isinstance(c, Const) else None, depthwise)
     work = product([n, w.shape[0], oh, ow, 1 if depthwise else c]) * (kh * kw)
     # named after the C kernel that runs (exe.stats()' "product_kernels" gives its tile for this host)
-    name = "depthwise" if depthwise else "direct" if call.direct(GEMM_SUFFIX[out_type.dtype]) else "blas"
+    suffix = GEMM_SUFFIX[out_type.dtype]
+    name = "depthwise" if depthwise else "pointwise" if call.pointwise(suffix) else "direct" if call.direct(suffix) \
+        else "blas"
     return [Implementation(name, work >= gemm_min_work(), plevel=20, call=call)]
 
 

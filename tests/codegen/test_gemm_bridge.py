@@ -478,10 +478,13 @@ def test_convolutions_match_the_reference_op(data_shape, weight_shape, attrs, dt
     want = np.maximum(reference + arrays[2].astype(np.float64)[:, None, None], 0)
     (got,) = _run(kernel, arrays, [want.shape], dtype)
     _close(got, want, dtype)
-    # static shapes: one body, the C call (the vector kernels for float32 but 1x1, else im2col + product)
+    # static shapes: one body, the C call (the vector kernels for float32: the pointwise one for 1x1 at
+    # unit strides, else the direct one but 1x1; else im2col + product)
+    pointwise = dtype == F32 and weight_shape[2:] == (1, 1) and "strides" not in attrs
     vector = dtype == F32 and weight_shape[2:] != (1, 1)
-    assert kernel.variants == (("direct",) if vector else ("blas",))
-    assert ("tv_conv2d_direct_f32(" if vector else "tv_conv2d_") in kernel.source.split("*/", 1)[-1]
+    assert kernel.variants == (("pointwise",) if pointwise else ("direct",) if vector else ("blas",))
+    source = kernel.source.split("*/", 1)[-1]
+    assert ("tv_conv2d_pointwise_act_f32(" if pointwise else "tv_conv2d_direct_f32(" if vector else "tv_conv2d_") in source
 
 
 @pytest.mark.parametrize("channels, blas_at_batch_1", [(16, True), (1, False)])

@@ -428,15 +428,17 @@ def test_long_reduction_convolutions_run_packed_over_a_dynamic_batch(variants, m
         _close(got, np.asarray(reference.evaluate()(data).numpy()))
 
 
-@pytest.mark.parametrize("channels, size, packed", [(400, 5, True), (400, 1, False), (96, 5, False)])
+@pytest.mark.parametrize("channels, size, packed", [(400, 5, True), (400, 1, False), (96, 5, True), (96, 16, False),
+                                                    (96, 1, False)])
 def test_a_1x1_convolution_is_packed_when_its_reduction_is_long_and_its_image_fills_a_tile(channels, size, packed):
-    """PackWeights' rule for 1x1 kernels: a reduction longer than the direct kernel's bound and at least a
-    tile of output pixels (else the product over the image, or a GEMV for a 1x1 image); the result
-    against the interpreter either way."""
+    """PackWeights' rule for 1x1 kernels: at least a tile of output pixels (else the product of vectors for
+    a 1x1 image) and a reduction longer than the direct kernel's bound, or a shorter one whose pixels
+    would leave more than an eighth of the pointwise kernel's columns empty (25 pixels in tiles of 8, 16
+    or 32: 7 empty; 256 fill them); the result against the interpreter either way."""
     import tensorvm as tv
     from tensorvm.ir.module import IRModule
 
-    assert 96 <= direct_max_reduction() < 400 and size * size in (1, 25)
+    assert 96 <= direct_max_reduction() < 400 and size * size in (1, 25, 256)
     rng = np.random.default_rng(channels + size)
     w = const(rng.standard_normal((24, channels, 1, 1)).astype(np.float32) * 0.05)
     b = const(rng.standard_normal((24, 1, 1)).astype(np.float32))

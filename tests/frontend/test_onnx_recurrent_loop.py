@@ -44,6 +44,7 @@ CASES = {
         dict(bias=True, initial=True, layout=1),
         dict(bias=True, layout=1, direction="bidirectional"),
         dict(bias=True, peephole=True, clip=0.6),
+        dict(bias=True, initial=True, clip=0.4),
         dict(bias=True, input_forget=1),
         dict(bias=True, activations=["HardSigmoid", "Softsign", "Softplus"], activation_alpha=[0.3],
              activation_beta=[0.4]),
@@ -57,6 +58,7 @@ CASES = {
         dict(bias=True, initial=True),
         dict(bias=True, linear_before_reset=1),
         dict(bias=True, initial=True, linear_before_reset=1, direction="bidirectional"),
+        dict(linear_before_reset=1, clip=0.3, direction="reverse"),
         dict(bias=True, direction="reverse", layout=1),
         dict(bias=True, clip=0.5, direction="bidirectional", activations=["HardSigmoid", "Elu", "HardSigmoid",
              "LeakyRelu"], activation_alpha=[0.25, 0.3, 0.15, 0.05], activation_beta=[0.6]),
@@ -426,3 +428,65 @@ def test_bad_attributes_are_clear_errors(attrs, error, match):
         model.graph.node[0].attribute.append(helper.make_attribute("direction", attrs["direction"]))
     with pytest.raises(error, match=match):
         from_onnx(model)
+
+
+def _cell_ops(fn):
+    return [node.op.name for node in post_order(fn.body) if isinstance(node, Call) and isinstance(node.op, Op)
+            and node.op.name in ("nn.lstm_cell", "nn.gru_cell")]
+
+
+@pytest.mark.parametrize("op", ["LSTM", "GRU"])
+def test_steps_with_the_default_activations_use_the_cell_op(op):
+    # nn.lstm_cell / nn.gru_cell (op/recurrent.py) replace the step's add, split and gate math where the
+    # layer has the default activations, no peepholes, no input_forget and (GRU) linear_before_reset=1.
+    mod, _ = imported(op)
+    _, cases = recurrent_model(op)
+    steps = iter(_step_functions(mod))
+    for index, case, _read in cases:
+        for d in range(_num_directions(case)):
+            fn = next(steps)
+            cell = ("activations" not in case and not case.get("peephole") and not case.get("input_forget")
+                    and (op == "LSTM" or case.get("linear_before_reset")))
+            assert _cell_ops(fn) == ([f"nn.{op.lower()}_cell"] if cell else []), (index, case, d)
+            if cell:
+                names = {node.op.name for node in post_order(fn.body) if isinstance(node, Call)
+                         and isinstance(node.op, Op)}
+                assert "split" not in names and "sigmoid" not in names
+
+
+@pytest.mark.parametrize("exec_mode", ["bytecode", "native"])
+@pytest.mark.parametrize("op, attrs", [("LSTM", {}), ("LSTM", dict(direction="bidirectional")),
+                                       ("GRU", dict(linear_before_reset=1, direction="bidirectional"))])
+def test_cell_steps_match_the_interpreter_after_save_and_load(op, attrs, exec_mode):
+    # Two stacked layers (the second reads the first's Y), batch 1 and 3, sequence lengths 1 and 6.
+    gates, nd = GATES[op], 2 if attrs.get("direction") == "bidirectional" else 1
+    rng = np.random.default_rng(5)
+    nodes, inits, x_name = [], [], "X"
+    for layer, width in enumerate((INPUT, nd * HIDDEN)):
+        names = [f"W{layer}", f"R{layer}", f"B{layer}"]
+        for name, shape in zip(names, ((nd, gates * HIDDEN, width), (nd, gates * HIDDEN, HIDDEN),
+                                       (nd, 2 * gates * HIDDEN)), strict=True):
+            inits.append(numpy_helper.from_array(rng.uniform(-0.6, 0.6, shape).astype(np.float32), name))
+        outs = [f"Y{layer}", f"H{layer}"]
+        nodes.append(helper.make_node(op, [x_name] + names, outs, hidden_size=HIDDEN, **attrs))
+        nodes.append(helper.make_node("Transpose", [f"Y{layer}"], [f"T{layer}"], perm=[0, 2, 1, 3]))
+        nodes.append(helper.make_node("Reshape", [f"T{layer}", "flat"], [f"F{layer}"]))
+        x_name = f"F{layer}"
+    inits.append(numpy_helper.from_array(np.array([0, 0, -1], np.int64), "flat"))
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("X", TensorProto.FLOAT,
+                                                                         ["seq", "batch", INPUT])],
+                              [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in ("F1", "H1")],
+                              inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 14)], ir_version=8)
+    mod, params = from_onnx(model)
+    assert _cell_ops(_step_functions(mod)[0])
+    exe = tv.vm.compile(mod, target="c", params=params, exec_mode=exec_mode)
+    vm = tv.vm.VirtualMachine(tv.vm.load_executable(exe.save_bytes()))
+    interpreter = tv.create_executor("debug", mod).evaluate()
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    for seq, batch in ((1, 1), (6, 1), (1, 3), (6, 3)):
+        x = rng.standard_normal((seq, batch, INPUT)).astype(np.float32)
+        want = [np.asarray(v.numpy()) for v in interpreter(x, **(params or {}))]
+        for g, w, o in zip(vm.invoke("main", x), want, session.run(None, {"X": x}), strict=True):
+            np.testing.assert_allclose(g.numpy(), w, atol=ATOL, rtol=1e-4)
+            np.testing.assert_allclose(g.numpy(), o, atol=ATOL, rtol=1e-4)

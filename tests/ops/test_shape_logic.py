@@ -137,6 +137,19 @@ def _dense(rng):
     return ({"units": _side(rng)} if rng.random() < 0.3 else {}), [x, w]
 
 
+def _recurrent_cell(gates):
+    """nn.lstm_cell / nn.gru_cell: x and r (batch, gates * hidden), the state (batch, hidden), GRU's rb
+    (hidden,); sometimes a batch or width that disagrees."""
+    def make(rng):
+        batch, hidden = _side(rng), _side(rng)
+        widths = [gates * hidden if rng.random() < 0.8 else gates * hidden + 1 for _ in range(2)]
+        batches = [batch if rng.random() < 0.8 else batch + 1 for _ in range(2)]
+        rb = [_f32(rng, (hidden if rng.random() < 0.8 else hidden + 1,))] if gates == 3 else []
+        return {}, [_f32(rng, (b, w)) for b, w in zip(batches, widths)] + [_f32(rng, (batch, hidden))] + rb
+
+    return make
+
+
 def _matmul(rng):
     ta, tb = bool(rng.random() < 0.5), bool(rng.random() < 0.5)
     k, k2 = _side(rng, (2, 3)), _side(rng, (2, 3))
@@ -926,7 +939,8 @@ def _onnx_resize(rng):
 
 #: Generators of the ops whose logic is neither elementwise, broadcast nor a reduction.
 GENERATORS: dict = {
-    "copy": _elementwise_cases, "nn.dense": _cases(_dense), "nn.matmul": _cases(_matmul),
+    "copy": _elementwise_cases, "nn.dense": _cases(_dense),
+    "nn.lstm_cell": _cases(_recurrent_cell(4)), "nn.gru_cell": _cases(_recurrent_cell(3)), "nn.matmul": _cases(_matmul),
     "nn.batch_matmul": _cases(_batch_matmul), "nn.bias_add": _cases(_vectors(1)), "nn.prelu": _cases(_vectors(1)),
     "nn.softmax": _cases(_axis), "nn.log_softmax": _cases(_axis), "nn.lrn": _cases(_axis),
     "nn.layer_norm": _cases(_vectors(2)), "nn.rms_norm": _cases(_vectors(1)), "nn.conv2d": _cases(_conv2d),

@@ -460,6 +460,7 @@ static int tv_gemm_onthefly_f32(float alpha, int64_t m, int64_t n, int64_t k, co
 #endif
 
 #include "tv_vconv.h"
+#include "tv_vpointwise.h"
 #else
 static inline int tv_gemm_tiles_fit_f32(int64_t n, int64_t k, int64_t ta) { (void)n, (void)k, (void)ta; return 0; }
 static int tv_gemm_onthefly_f32(float alpha, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
