@@ -17,9 +17,6 @@ the whole model's kernels).
 
 from __future__ import annotations
 
-import ctypes
-import time
-
 import numpy as np
 
 # (channels, image side, kernel, stride, hard-swish (else relu)): MobileNetV3-small's depthwise layers
@@ -40,79 +37,44 @@ int32_t tv_bench_direct(const int64_t* d, const float* f, const float* x, const 
                                   7, f[0], f[1], f[2], f[3], b, 0, padded, out);
 }
 """
-_HARD_SWISH = np.array([1 / 6, 0.5, 0.0, 1.0], np.float32)  # (alpha, beta, lo, hi: v min(max(v/6 + 1/2, 0), 1))
 
 
 def main() -> int:
-    from lone_layers import layer_arguments, onnx_conv_layer
-    from lone_layers import libraries as built
+    import lone_layers as lone
 
-    args = layer_arguments(__doc__.split("\n\n")[0], 40, "kernels")
+    args, libraries, options = lone.prepare(__doc__.split("\n\n")[0], 40, _CALLS, {"tv_bench_depthwise": 6, "tv_bench_direct": 7})
 
-    import onnxruntime as ort
-
-    import tensorvm as tv
     from tensorvm.codegen.host import gemm_params
 
-    tv.set_num_threads(args.threads)
-    libraries = built(_CALLS, args.against)
-    for lib in libraries.values():
-        lib.tv_bench_depthwise.argtypes = [ctypes.c_void_p] * 6
-        lib.tv_bench_direct.argtypes = [ctypes.c_void_p] * 7
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = args.threads
-    options.add_session_config_entry("session.intra_op.allow_spinning", "0")  # (see conv_variants.py)
     rng = np.random.default_rng(0)
     n, lanes = args.batch, gemm_params().lanes
-    print(f"MobileNetV3-small's depthwise layers and stem, batch {n}, {args.threads} thread(s), {args.rounds} "
-          "interleaved rounds; us per call, min")
-    print(f"  {'layer':30s} {'tensorvm':>9s} {'onnxruntime':>11s} {'ratio':>6s}" + ("  here / there" if args.against else ""))
+    lone.table_header("MobileNetV3-small's depthwise layers and stem", 30, args)
     totals: dict = {}
     cases = [(*STEM, 3, 2, True, True)] + [(c, side, c, k, stride, swish, False) for c, side, k, stride, swish in LAYERS]
     for c, side, o, k, stride, swish, stem in cases:
-        model, weight, bias = onnx_conv_layer(c, side, o, k, stride, 1 if stem else c, "HardSwish" if swish else "Relu",
+        model, weight, bias = lone.onnx_conv_layer(c, side, o, k, stride, 1 if stem else c, "HardSwish" if swish else "Relu",
                                               n, rng)
-        session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
         x = rng.standard_normal((n, c, side, side)).astype(np.float32)
-        want = session.run(None, {"x": x})[0]
+        want, calls = lone.peer_call(model, options, x)
         out_side = want.shape[2]
-        calls = {"onnxruntime": lambda session=session, x=x: session.run(None, {"x": x})}
         for name, lib in libraries.items():
             out = np.empty(want.shape, np.float32)
             if stem:
                 wq = -(-out_side // lanes) * lanes + 1  # (tv_vconv_geometry_of: 3x3, stride 2)
                 padded = np.empty(c * (2 * out_side + 1) * 2 * wq, np.float32)
                 dims = np.array([n, c, side, side, o, out_side, out_side], np.int64)
-                args_ = (dims, _HARD_SWISH, x, weight, bias, padded, out)
+                args_ = (dims, lone.HARD_SWISH, x, weight, bias, padded, out)
                 kernel = lib.tv_bench_direct
             else:
                 dims = np.array([n, c, side, side, out_side, out_side, k, stride, k // 2, 0 if swish else 1], np.int64)
-                args_ = (dims, _HARD_SWISH, x, weight, bias, out)
+                args_ = (dims, lone.HARD_SWISH, x, weight, bias, out)
                 kernel = lib.tv_bench_depthwise
-            pointers = [a.ctypes.data for a in args_]
-            assert kernel(*pointers) == 0
-            np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-4)
-            # (the arrays ride along: the pointers alone would outlive them)
-            calls[f"tensorvm {name}"] = lambda kernel=kernel, pointers=pointers, keep=args_: kernel(*pointers)
-        times: dict = {name: [] for name in calls}
-        names = list(calls)
-        for round_ in range(args.rounds):
-            # (each round in another order: a call right after one that read the same input finds it in
-            # cache, which had favoured whichever came second)
-            for name in names[round_ % len(names):] + names[:round_ % len(names)]:
-                call = calls[name]
-                start = time.perf_counter()
-                call()
-                times[name].append(time.perf_counter() - start)
-        best = {name: min(v) * 1e6 for name, v in times.items()}
+            calls[f"tensorvm {name}"] = lone.checked_call(kernel, args_, out, want)
+        best = lone.interleaved_minimum(calls, args.rounds)
         for name, us in best.items():
             totals[name] = totals.get(name, 0.0) + us
         label = f"{c}x{side}x{side} -> {o}, {k}x{k} s{stride}" + (" (stem)" if stem else "")
-        line = (f"  {label:30s} {best['tensorvm here']:9.1f} {best['onnxruntime']:11.1f} "
-                f"{best['tensorvm here'] / best['onnxruntime']:6.2f}")
-        if args.against:
-            line += f"  {best['tensorvm here'] / best['tensorvm there']:.3f}"
-        print(line)
+        print(lone.ratio_line(label, 30, best, bool(args.against)))
     line = (f"  all layers: tensorvm {totals['tensorvm here']:.0f} us, onnxruntime {totals['onnxruntime']:.0f} us, "
             f"ratio {totals['tensorvm here'] / totals['onnxruntime']:.3f}")
     if args.against:

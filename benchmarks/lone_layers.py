@@ -8,6 +8,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
+
+# hard-swish as the convolution kernels' clamped affine activation: (alpha, beta, lo, hi), v min(max(v/6 + 1/2, 0), 1)
+HARD_SWISH = np.array([1 / 6, 0.5, 0.0, 1.0], np.float32)
+
 LIBRARY_FILES = ["tv_kernel.h", "tv_gemm.h"]
 
 
@@ -97,3 +102,54 @@ def onnx_conv_layer(c: int, side: int, o: int, k: int, stride: int, groups: int,
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8
     return model, weight, bias
+
+
+def checked_call(entry, arrays: tuple, out, want):
+    """A callable running the C ``entry`` over ``arrays`` (NumPy arrays passed as pointers, ``out`` among
+    them), after one call whose ``out`` must equal ``want``."""
+    import numpy as np
+
+    pointers = [a.ctypes.data for a in arrays]
+    assert entry(*pointers) == 0
+    np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-4)
+    # (the arrays ride along: the pointers alone would outlive them)
+    return lambda keep=arrays: entry(*pointers)
+
+
+def ratio_line(label: str, width: int, best: dict, against: bool) -> str:
+    """A layer's row: this checkout's time, ONNX Runtime's, their ratio (and this checkout's over the other's)."""
+    line = (f"  {label:{width}s} {best['tensorvm here']:9.1f} {best['onnxruntime']:11.1f} "
+            f"{best['tensorvm here'] / best['onnxruntime']:6.2f}")
+    return line + (f"  {best['tensorvm here'] / best['tensorvm there']:.3f}" if against else "")
+
+
+def prepare(description: str, rounds: int, calls: str, entries: dict):
+    """What a lone-layer benchmark of hand-written kernels sets up: its command line (``layer_arguments``),
+    tensorvm's thread count, the libraries of ``calls`` (``libraries``; ``entries``: {C function: number of
+    pointer arguments}) and ONNX Runtime's session options. Returns (args, libraries, options)."""
+    import ctypes
+
+    import tensorvm as tv
+
+    args = layer_arguments(description, rounds, "kernels")
+    tv.set_num_threads(args.threads)
+    built = libraries(calls, args.against)
+    for lib in built.values():
+        for entry, count in entries.items():
+            getattr(lib, entry).argtypes = [ctypes.c_void_p] * count
+    return args, built, ort_options(args.threads)
+
+
+def table_header(title: str, width: int, args) -> None:
+    """The title line of a lone-layer table (batch, threads, rounds) and its column heads."""
+    print(f"{title}, batch {args.batch}, {args.threads} thread(s), {args.rounds} interleaved rounds; us per call, min")
+    print(f"  {'layer':{width}s} {'tensorvm':>9s} {'onnxruntime':>11s} {'ratio':>6s}" + ("  here / there" if args.against else ""))
+
+
+def peer_call(model, options, x) -> tuple:
+    """ONNX Runtime's session of a lone-layer ``model`` (input "x"): its output for ``x`` and {"onnxruntime": a
+    call of it}, the dict a benchmark adds tensorvm's calls to."""
+    import onnxruntime as ort
+
+    session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    return session.run(None, {"x": x})[0], {"onnxruntime": lambda: session.run(None, {"x": x})}

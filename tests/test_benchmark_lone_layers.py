@@ -26,3 +26,31 @@ def test_the_other_checkouts_library_is_its_own_text(tmp_path):
     here_after = lone_layers.library_text("/* calls */")
     assert marker in there and there.endswith("/* calls */")
     assert marker not in here_before and here_after == here_before
+
+
+def test_interleaved_rounds_call_each_once_per_round_in_rotating_order():
+    order = []
+    calls = {name: (lambda name=name: order.append(name)) for name in "abc"}
+    best = lone_layers.interleaved_minimum(calls, 3)
+    assert order == list("abcbcacab")
+    assert set(best) == set("abc") and all(us >= 0 for us in best.values())
+
+
+def test_a_checked_call_refuses_an_output_unlike_the_peers():
+    import numpy as np
+    import pytest
+
+    out, want = np.zeros(3, np.float32), np.arange(3, dtype=np.float32)
+    writes = []
+
+    def entry(*pointers):  # (a stand-in for the C entry: fills ``out`` with what it is told)
+        out[:] = writes[-1]
+        return 0
+
+    writes.append(want + 1)
+    with pytest.raises(AssertionError):
+        lone_layers.checked_call(entry, (out,), out, want)
+    writes.append(want)
+    call = lone_layers.checked_call(entry, (out,), out, want)
+    out[:] = 0
+    assert call() == 0 and np.array_equal(out, want)

@@ -138,6 +138,7 @@ DIRECT = [
     ((1, 5, 9, 9), 33, (1, 3), (1, 2), (1, 1), (0, 1, 0, 1)),
     ((1, 2, 6, 9), 1, (3, 3), (1, 1), (1, 1), (1, 1, 1, 1)),
     ((1, 3, 8, 40), 14, (3, 3), (1, 1), (1, 1), (1, 1, 1, 1)),
+    ((2, 3, 21, 30), 50, (7, 7), (2, 2), (1, 1), (3, 3, 3, 3)),  # weights past half of L1d: column blocks first
 ]
 @pytest.mark.parametrize("isa", ["avx2", "avx512", "portable"])
 def test_vector_convolutions_of_every_instance(isa, kernel_threads):

@@ -164,7 +164,7 @@ static inline float tv_conv_act1(float v, const tv_conv_epilogue* e) {
    past the end repeats the last one and a missing row the last row (neither stored); a partial column block
    goes through a small buffer. */
 #define TV_VCONV_ACC(i) tv_vf a##i##0 = TV_VSPLAT(start[i]), a##i##1 = a##i##0;
-#define TV_VCONV_FMA(i) { const tv_vf wv = TV_VSPLAT(wt[i][t + kx]); a##i##0 += wv * v0; a##i##1 += wv * v1; }
+#define TV_VCONV_FMA(i) { const tv_vf wv = TV_VSPLAT(wt[i][t]); a##i##0 += wv * v0; a##i##1 += wv * v1; }
 #define TV_VCONV_RELU(i) TV_VRELU(a##i##0); TV_VRELU(a##i##1);
 #define TV_VCONV_RESIDUAL(i) a##i##0 += TV_VLOAD(epi.residual + ((o0 + i) * oh + y0) * ow + x0);         \
                              a##i##1 += TV_VLOAD(epi.residual + ((o0 + i) * oh + y0 + 1) * ow + x0);
@@ -172,19 +172,20 @@ static inline float tv_conv_act1(float v, const tv_conv_epilogue* e) {
 #define TV_VCONV_KEEP(i) TV_VSTORE(tile[i][0], a##i##0); TV_VSTORE(tile[i][1], a##i##1);
 #define TV_VCONV_STORE(i) TV_VSTORE(out + ((o0 + i) * oh + y0) * ow + x0, a##i##0);                      \
                           TV_VSTORE(out + ((o0 + i) * oh + y0 + 1) * ow + x0, a##i##1);
-/* The reduction over (c, ky, kx); AT(kx) is the tap's offset in its row. */
-#define TV_VCONV_SUM(OC, AT)                                                                         \
-    for (int64_t ci = 0; ci < c; ++ci)                                                               \
-      for (int64_t ky = 0; ky < kh; ++ky) {                                                          \
-        const float* r0 = padded + ci * g.plane + (y0 * sh + ky * dh) * g.row + x0;                  \
-        const float* r1 = padded + ci * g.plane + (y1 * sh + ky * dh) * g.row + x0;                  \
-        const int64_t t = (ci * kh + ky) * kw;                                                       \
-        _Pragma("GCC unroll 3")                                                                      \
-        for (int64_t kx = 0; kx < kw; ++kx) {                                                        \
-          const tv_vf v0 = TV_VLOAD(r0 + AT(kx)), v1 = TV_VLOAD(r1 + AT(kx));                        \
-          TV_VROWS##OC(TV_VCONV_FMA)                                                                 \
-        }                                                                                            \
-      }
+/* The reduction over the C KH KW taps as one flat loop: tap t reads its two input vectors at off[t] from
+   the output rows' start in the padded image (tv_vconv_offsets) and one weight of each of the OC channels.
+   A loop per channel and kernel row had run a few taps each (3 for a 3x3 kernel), and its overhead, not
+   the FMAs, had been most of a first layer's time. */
+#define TV_VCONV_SUM(OC)                                                                             \
+    const float* wt[OC];                                                                             \
+    for (int i = 0; i < OC; ++i) wt[i] = weights + (o0 + i < o ? o0 + i : o - 1) * taps;             \
+    const float* r0 = padded + y0 * sh * g.row + x0;                                                 \
+    const float* r1 = padded + y1 * sh * g.row + x0;                                                 \
+    _Pragma("GCC unroll 4")                                                                          \
+    for (int64_t t = 0; t < taps; ++t) {                                                             \
+      const tv_vf v0 = TV_VLOAD(r0 + off[t]), v1 = TV_VLOAD(r1 + off[t]);                            \
+      TV_VROWS##OC(TV_VCONV_FMA)                                                                     \
+    }
 /* 2x2 max pool of a whole tile in registers: the rows' maximum, each lane's with its pair's, the even
    lanes gathered into the first half, half a vector stored (max(a, b) is b where either is NaN, as the
    scalar path and the AVX max before). */
@@ -204,28 +205,19 @@ static inline float tv_conv_act1(float v, const tv_conv_epilogue* e) {
     const tv_vf pairs = TV_VMAX(rows, __builtin_shuffle(rows, TV_VPAIRS));                           \
     const tv_vf evens = __builtin_shuffle(pairs, TV_VEVENS);                                          \
     memcpy(out + ((o0 + i) * ph + y0 / 2) * pw + x0 / 2, &evens, sizeof(float) * (TV_VLANES / 2)); }
-/* Two copies of each tile: unit column stride and dilation, whose taps are consecutive floats (offset kx:
-   a table lookup per step made the small CNN 15% slower), and any other, through at[] (tv_vconv_taps). */
+/* A tap's offset in its row: kx at unit column stride and dilation (the depthwise kernel's copy for them:
+   a table lookup per step made its layers 15% slower), else at[kx] (tv_vconv_taps). */
 #define TV_VCONV_AT_UNIT(kx) (kx)
 #define TV_VCONV_AT_TABLE(kx) (at[kx])
-#define TV_VCONV_TILE(OC) TV_VCONV_TILE_AT(OC, unit, TV_VCONV_AT_UNIT) TV_VCONV_TILE_AT(OC, any, TV_VCONV_AT_TABLE)
-#define TV_VCONV_TILE_AT(OC, KIND, AT)                                                               \
-  static void tv_vconv_tile##OC##_##KIND(const float* padded, int64_t c, tv_vconv_geometry g, int64_t sh,     \
-                                const int64_t* at, int64_t dh, int64_t dw, const float* weights, int64_t kh, \
-                                int64_t kw, int64_t o, int64_t oh, int64_t ow, int64_t o0, int64_t y0, \
-                                int64_t x0, tv_conv_epilogue epi, float* out) {                      \
-    const int64_t taps = c * kh * kw;                                                                \
-    const float* wt[OC];                                                                             \
+#define TV_VCONV_TILE(OC)                                                                            \
+  static void tv_vconv_tile##OC(const float* padded, tv_vconv_geometry g, int64_t sh, const int64_t* off,     \
+                                int64_t taps, const float* weights, int64_t o, int64_t oh, int64_t ow, \
+                                int64_t o0, int64_t y0, int64_t x0, tv_conv_epilogue epi, float* out) { \
     float start[OC];                                                                                 \
-    for (int i = 0; i < OC; ++i) {                                                                   \
-      const int64_t oc = o0 + i < o ? o0 + i : o - 1;                                                \
-      wt[i] = weights + oc * taps;                                                                   \
-      start[i] = epi.bias ? epi.bias[oc] : 0.0f;                                                     \
-    }                                                                                                \
+    for (int i = 0; i < OC; ++i) start[i] = epi.bias ? epi.bias[o0 + i < o ? o0 + i : o - 1] : 0.0f; \
     const int64_t y1 = y0 + 1 < oh ? y0 + 1 : y0;                                                    \
     TV_VROWS##OC(TV_VCONV_ACC)                                                                       \
-    (void)at, (void)dw;                                                                              \
-    TV_VCONV_SUM(OC, AT)                                                                             \
+    TV_VCONV_SUM(OC)                                                                                 \
     if (epi.relu) { TV_VROWS##OC(TV_VCONV_RELU) }                                                    \
     if (o0 + OC <= o && y0 + 1 < oh && x0 + TV_VLANES <= ow) { /* a whole tile: straight to the output */ \
       if (epi.residual) { TV_VROWS##OC(TV_VCONV_RESIDUAL) }                                          \
@@ -275,8 +267,8 @@ static void tv_vconv_store(const float* tile, int channels, int64_t o, int64_t o
 
 /* (through these, TV_VGEMM_MR is expanded to its number before it is pasted into a name) */
 #define TV_VCONV_TILE_OF(OC) TV_VCONV_TILE(OC)
-#define TV_VCONV_NAME(OC, KIND) TV_VCONV_NAME_(OC, KIND)
-#define TV_VCONV_NAME_(OC, KIND) tv_vconv_tile##OC##_##KIND
+#define TV_VCONV_NAME(OC) TV_VCONV_NAME_(OC)
+#define TV_VCONV_NAME_(OC) tv_vconv_tile##OC
 TV_VCONV_TILE(4)
 #if TV_VGEMM_MR > 4
 TV_VCONV_TILE_OF(TV_VGEMM_MR)
@@ -310,12 +302,12 @@ static inline int64_t tv_vconv_chunks(int64_t units, int threads) {
 typedef struct {
   const float* padded;
   const float* weights;
-  const int64_t* at;
+  const int64_t* off;
   float* image;
   tv_conv_epilogue epi;
   tv_vconv_geometry g;
-  int64_t c, o, oh, ow, kh, kw, sh, dh, dw, big, oblocks, xblocks, tiles, chunks;
-  int unit;
+  int64_t taps, o, oh, ow, sh, big, oblocks, xblocks, tiles, chunks;
+  int columns_first;
 } tv_vconv_job;
 
 static void tv_vconv_chunk(void* arg, int64_t i) {
@@ -323,26 +315,29 @@ static void tv_vconv_chunk(void* arg, int64_t i) {
   const int64_t mr = TV_VGEMM_MR > 4 ? TV_VGEMM_MR : 4;
   const int64_t lo = i * j->tiles / j->chunks, hi = (i + 1) * j->tiles / j->chunks;
   for (int64_t t = lo; t < hi; ++t) {
-    const int64_t ob = t % j->oblocks, xb = (t / j->oblocks) % j->xblocks, yb = t / (j->oblocks * j->xblocks);
+    const int64_t inner = j->columns_first ? j->xblocks : j->oblocks, yb = t / (j->oblocks * j->xblocks);
+    const int64_t ob = j->columns_first ? t / inner % j->oblocks : t % inner;
+    const int64_t xb = j->columns_first ? t % inner : t / inner % j->xblocks;
     const int64_t o0 = ob < j->big ? ob * mr : j->big * mr + (ob - j->big) * 4;
 #if TV_VGEMM_MR > 4
     if (ob < j->big) {
-      if (j->unit)
-        TV_VCONV_NAME(TV_VGEMM_MR, unit)(j->padded, j->c, j->g, j->sh, j->at, j->dh, j->dw, j->weights, j->kh, j->kw,
-                                         j->o, j->oh, j->ow, o0, yb * 2, xb * TV_VLANES, j->epi, j->image);
-      else
-        TV_VCONV_NAME(TV_VGEMM_MR, any)(j->padded, j->c, j->g, j->sh, j->at, j->dh, j->dw, j->weights, j->kh, j->kw,
-                                        j->o, j->oh, j->ow, o0, yb * 2, xb * TV_VLANES, j->epi, j->image);
+      TV_VCONV_NAME(TV_VGEMM_MR)(j->padded, j->g, j->sh, j->off, j->taps, j->weights, j->o, j->oh, j->ow, o0, yb * 2,
+                                 xb * TV_VLANES, j->epi, j->image);
       continue;
     }
 #endif
-    if (j->unit)
-      tv_vconv_tile4_unit(j->padded, j->c, j->g, j->sh, j->at, j->dh, j->dw, j->weights, j->kh, j->kw, j->o, j->oh,
-                          j->ow, o0, yb * 2, xb * TV_VLANES, j->epi, j->image);
-    else
-      tv_vconv_tile4_any(j->padded, j->c, j->g, j->sh, j->at, j->dh, j->dw, j->weights, j->kh, j->kw, j->o, j->oh,
-                         j->ow, o0, yb * 2, xb * TV_VLANES, j->epi, j->image);
+    tv_vconv_tile4(j->padded, j->g, j->sh, j->off, j->taps, j->weights, j->o, j->oh, j->ow, o0, yb * 2, xb * TV_VLANES,
+                   j->epi, j->image);
   }
+}
+
+/* Where each tap (c, ky, kx) of a vector of output columns starts in the padded image, from its output
+   row's start: channel c's plane, kernel row ky's padded row, and at[kx] in it. */
+static void tv_vconv_offsets(int64_t c, int64_t kh, int64_t kw, int64_t dh, const int64_t* at, tv_vconv_geometry g,
+                             int64_t* off) {
+  for (int64_t ci = 0, t = 0; ci < c; ++ci)
+    for (int64_t ky = 0; ky < kh; ++ky)
+      for (int64_t kx = 0; kx < kw; ++kx, ++t) off[t] = ci * g.plane + ky * dh * g.row + at[kx];
 }
 
 /* ``bias`` is read only when ``has_bias`` (callers without one pass any float pointer), ``residual`` (the
@@ -360,26 +355,32 @@ __attribute__((unused)) static int32_t tv_conv2d_direct_act_f32(int64_t n, int64
   tv_vconv_taps(kw, sw, dw, g, at);
   int64_t big, fours;
   tv_vconv_blocks(o, &big, &fours);
-  /* channel blocks vary fastest: neighbouring tiles read the same input rows (kept in L1), and each
-     chunk of consecutive tiles has every channel block (blocks of MR and 4 differ in work); tiles over the
-     spatial positions first measured no faster on deep layers (512 x 512 x 3 x 3 at 7 x 7) */
+  /* Within a pair of output rows, the channel blocks vary fastest (neighbouring tiles read the same input
+     rows, kept in L1), unless the weights of all blocks fill more than half of L1d: then the column blocks
+     do, and a block's weights stay in L1 while the rows stream (ResNet-18's first layer, 64 x 3 x 7 x 7:
+     1.14x faster; the same speed on layers whose weights fit) */
   const int64_t yblocks = pool ? oh / 2 : (oh + 1) / 2, xblocks = (ow + TV_VLANES - 1) / TV_VLANES;
   const int threads = tv_gemm_parallel((double)o * oh * ow * c * kh * kw) ? tv_omp_max_threads() : 1;
-  tv_vconv_job job = {padded, weights, at, out, {has_bias ? bias : NULL, relu != 0, pool != 0, (int)act, alpha, beta,
-                      lo, hi, NULL}, g, c, o, oh, ow,
-                      kh, kw, sh, dh, dw, big, big + fours, xblocks, (big + fours) * yblocks * xblocks, 0,
-                      sw == 1 && dw == 1};
+  const int64_t taps = c * kh * kw;
+  int64_t* off = (int64_t*)malloc(sizeof(int64_t) * (size_t)taps);
+  float* line = sw == 2 ? (float*)malloc(sizeof(float) * (size_t)(h * tv_vconv_line(w, pl, g))) : NULL;
+  if (off == NULL || (sw == 2 && line == NULL)) {
+    free(off), free(line);
+    return TV_ERROR_OUT_OF_MEMORY;
+  }
+  tv_vconv_offsets(c, kh, kw, dh, at, g, off);
+  tv_vconv_job job = {padded, weights, off, out, {has_bias ? bias : NULL, relu != 0, pool != 0, (int)act, alpha, beta,
+                      lo, hi, NULL}, g, taps, o, oh, ow, sh, big, big + fours, xblocks,
+                      (big + fours) * yblocks * xblocks, 0, o * taps * (int64_t)sizeof(float) > TV_L1D / 2};
   job.chunks = tv_vconv_chunks(job.tiles, threads);
   const int64_t image_out = pool ? o * (oh / 2) * (ow / 2) : o * oh * ow;
-  float* line = sw == 2 ? (float*)malloc(sizeof(float) * (size_t)(h * tv_vconv_line(w, pl, g))) : NULL;
-  if (sw == 2 && line == NULL) return TV_ERROR_OUT_OF_MEMORY;
   for (int64_t b = 0; b < n; ++b) {
     tv_vconv_pad(x + b * c * h * w, 0, c, h, w, sw, pt, pl, g, line, b > 0, padded);
     job.image = out + b * image_out;
     job.epi.residual = has_residual ? residual + b * image_out : NULL;
     tv_team_run(job.chunks, threads, tv_vconv_chunk, &job);
   }
-  free(line);
+  free(off), free(line);
   return 0;
 }
 
