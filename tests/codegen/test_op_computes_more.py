@@ -402,7 +402,8 @@ def test_a_program_of_these_ops_runs_on_target_c_without_numpy_fallbacks():
 # dyn.* ops are tested through the importer, against ONNX Runtime / ONNX's reference evaluator.
 _TESTED_WITH_THEIR_OPS = {"tensorvm.op.image": "ops/test_image_ops.py", "tensorvm.op.nn_relay": "ops/test_nn_relay_ops.py",
                           "tensorvm.op.transform_relay": "ops/test_transform_relay_ops.py",
-                          "tensorvm.op.dynamic": "frontend/test_onnx_dynamic_lowering.py"}
+                          "tensorvm.op.dynamic": "frontend/test_onnx_dynamic_lowering.py",
+                          "tensorvm.op.recurrent": "ops/test_recurrent_cells.py"}
 
 
 def _own_test_file(name: str, module: str) -> Path | None:
