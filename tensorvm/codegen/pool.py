@@ -92,7 +92,8 @@ class _Table(ctypes.Structure):
 
 def pool_timings(key: str) -> PoolTimings | None:
     """This host's ``PoolTimings`` (``key``: ``HostDescription.key``): from the kernel cache, else
-    measured now (a fraction of a second) and cached; None without a pool library."""
+    measured now (a fraction of a second) and cached; None without a pool library, or when the
+    measurement was disturbed by other work on the machine (``_plausible``)."""
     with _LOCK:
         if key in _TIMINGS:
             return _TIMINGS[key]
@@ -108,10 +109,25 @@ def pool_timings(key: str) -> PoolTimings | None:
             # nothing about the pool)
             timings = PoolTimings(min(float(pool.tv_pool_fork_join_ns(2, _MEASURE_ROUNDS, 0)) for _ in range(3)),
                                   min(float(pool.tv_pool_fork_join_ns(2, _MEASURE_ROUNDS // 10, 1)) for _ in range(3)))
+            if not _plausible(timings):
+                # Every round waited for a time slice of another process (a busy machine: ~1 ms, the
+                # scheduler's tick): that says nothing about this host, so it is neither cached nor used;
+                # the rules keep their unmeasured defaults and a later process measures again.
+                _TIMINGS[key] = None
+                return None
             _atomic_write(path, json.dumps({"fork_join_ns": timings.fork_join_ns, "wake_ns": timings.wake_ns,
                                             "host": key}).encode())
         _TIMINGS[key] = timings
         return timings
+
+
+# Above these a measurement was disturbed by other processes: a split over two spinning workers takes
+# 0.2-5 us on the CPUs measured, a wake of a sleeping one 5-100 us; a preempted round takes a tick.
+_MAX_FORK_JOIN_NS, _MAX_WAKE_NS = 50_000.0, 500_000.0
+
+
+def _plausible(timings: PoolTimings) -> bool:
+    return timings.fork_join_ns <= _MAX_FORK_JOIN_NS and timings.wake_ns <= _MAX_WAKE_NS
 
 
 def _read(path) -> PoolTimings | None:
@@ -123,4 +139,5 @@ def _read(path) -> PoolTimings | None:
         return None
     if not all(isinstance(v, (int, float)) and not isinstance(v, bool) and 0 < v < 1e9 for v in values):
         return None
-    return PoolTimings(float(values[0]), float(values[1]))
+    timings = PoolTimings(float(values[0]), float(values[1]))
+    return timings if _plausible(timings) else None  # (a disturbed measurement an older version cached)

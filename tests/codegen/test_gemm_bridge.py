@@ -93,28 +93,29 @@ def _onnx_matmul(a_rank, b_rank, dtype=F32):
 
 
 CASES = [
-    # (name, prim and oracle, operand shapes, blas expected)
+    # (name, prim and oracle, operand shapes, blas expected); a product expected to reach the library has at
+    # least 2^15 multiply-adds, gemm_min_work on AVX-512 with two FMA pipes (2^14 on AVX2)
     ("dense", _dense((None,), 48, 40), [(33, 40), (48, 40)], True),
-    ("dense-1-row (gemv)", _dense((None,), 300, 64), [(1, 64), (300, 64)], True),
+    ("dense-1-row (gemv)", _dense((None,), 600, 64), [(1, 64), (600, 64)], True),
     # B over TV_ONTHEFLY_B floats: host BLAS itself (below it the packed tiles, B packed on the fly)
     ("dense-wide-b (host BLAS)", _dense((None,), 330, 256), [(40, 256), (330, 256)], True),
     ("matmul-wide-b (host BLAS)", _matmul(False, False), [(21, 300), (300, 250)], True),
-    ("dense-3d", _dense((None, None), 24, 32), [(3, 9, 32), (24, 32)], True),
+    ("dense-3d", _dense((None, None), 24, 32), [(3, 18, 32), (24, 32)], True),
     ("dense-tiny (generated code)", _dense((None,), 4, 4), [(2, 4), (4, 4)], False),
-    ("matmul", _matmul(False, False), [(20, 30), (30, 40)], True),
-    ("matmul-ta", _matmul(True, False), [(30, 20), (30, 40)], True),
-    ("matmul-tb", _matmul(False, True), [(20, 30), (40, 30)], True),
-    ("matmul-ta-tb", _matmul(True, True), [(30, 20), (40, 30)], True),
+    ("matmul", _matmul(False, False), [(20, 30), (30, 60)], True),
+    ("matmul-ta", _matmul(True, False), [(30, 20), (30, 60)], True),
+    ("matmul-tb", _matmul(False, True), [(20, 30), (60, 30)], True),
+    ("matmul-ta-tb", _matmul(True, True), [(30, 20), (60, 30)], True),
     # one column: BLAS's GEMV on op(A) (not panels of which one column is used), every transpose
-    ("matmul-one-column", _matmul(False, False), [(300, 70), (70, 1)], True),
-    ("matmul-one-column-ta", _matmul(True, False), [(70, 300), (70, 1)], True),
-    ("matmul-one-column-tb", _matmul(False, True), [(300, 70), (1, 70)], True),
-    ("matmul-one-column-ta-tb", _matmul(True, True), [(70, 300), (1, 70)], True),
+    ("matmul-one-column", _matmul(False, False), [(300, 120), (120, 1)], True),
+    ("matmul-one-column-ta", _matmul(True, False), [(120, 300), (120, 1)], True),
+    ("matmul-one-column-tb", _matmul(False, True), [(300, 120), (1, 120)], True),
+    ("matmul-one-column-ta-tb", _matmul(True, True), [(120, 300), (1, 120)], True),
     ("batch_matmul", _batch_matmul(False, True), [(5, 17, 32), (5, 24, 32)], True),
     ("batch_matmul-ta", _batch_matmul(True, False), [(3, 32, 17), (3, 32, 24)], True),
     ("batch_matmul-broadcast-x", _batch_matmul(False, True), [(1, 17, 32), (4, 24, 32)], True),
     ("batch_matmul-broadcast-y", _batch_matmul(False, False), [(4, 17, 32), (1, 32, 24)], True),
-    ("onnx.matmul-4d", _onnx_matmul(4, 4), [(1, 3, 20, 16), (1, 3, 16, 20)], True),
+    ("onnx.matmul-4d", _onnx_matmul(4, 4), [(1, 3, 20, 32), (1, 3, 32, 20)], True),
     ("onnx.matmul-b-matrix", _onnx_matmul(3, 2), [(2, 20, 30), (30, 40)], True),
     ("onnx.matmul-a-matrix", _onnx_matmul(2, 3), [(20, 30), (3, 30, 40)], True),
     ("onnx.matmul-broadcast (generated code)", _onnx_matmul(3, 3), [(1, 20, 30), (3, 30, 40)], False),
@@ -165,8 +166,8 @@ CASES += [
     ("strided-scores-one-batch-entry", _attention_scores(), [(1, 60, 1, 16), (1, 64, 1, 16)], True),
     ("strided-scores-float64", _attention_scores("float64"), [(1, 30, 2, 16), (1, 40, 2, 16)], True),
     ("strided-context", _attention_context(), [(2, 3, 25, 30), (2, 30, 3, 16)], True),
-    ("strided-batch_matmul", _transposed_batch_matmul(), [(4, 20, 24), (96, 16)], True),
-    ("strided-batch_matmul-broadcast", _transposed_batch_matmul(), [(1, 20, 24), (96, 16)], True),
+    ("strided-batch_matmul", _transposed_batch_matmul(), [(4, 40, 24), (96, 16)], True),
+    ("strided-batch_matmul-broadcast", _transposed_batch_matmul(), [(1, 40, 24), (96, 16)], True),
     ("strided-matmul-3d", _transposed_matrix(), [(3, 20, 30), (3, 40, 30)], True),
     ("strided-tiny (generated code)", _attention_scores(), [(1, 2, 2, 16), (1, 2, 2, 16)], False),
     ("reshaped-transpose (generated code)", _reshaped_transpose(), [(3, 20, 30), (3, 40, 30)], False),
@@ -447,15 +448,15 @@ def test_private_kernels_and_other_modes_have_no_bridge(monkeypatch):
 # ---- convolutions: im2col + BLAS ----------------------------------------------------------------------
 
 CONVS = [
-    # (data shape, weight shape, conv2d attrs)
-    ((1, 3, 12, 12), (8, 3, 3, 3), dict(padding=[1, 1, 1, 1])),
-    ((2, 4, 13, 11), (6, 4, 3, 2), dict(padding=[0, 1, 2, 0], strides=[2, 1])),
-    ((1, 5, 13, 13), (7, 5, 3, 3), dict(padding=[2, 2, 2, 2], dilation=[2, 2], strides=[1, 3])),
+    # (data shape, weight shape, conv2d attrs); each at least 2^15 multiply-adds (a library call on AVX-512)
+    ((1, 3, 12, 12), (16, 3, 3, 3), dict(padding=[1, 1, 1, 1])),
+    ((2, 4, 13, 11), (12, 4, 3, 2), dict(padding=[0, 1, 2, 0], strides=[2, 1])),
+    ((1, 5, 13, 13), (14, 5, 3, 3), dict(padding=[2, 2, 2, 2], dilation=[2, 2], strides=[1, 3])),
     ((2, 16, 7, 7), (24, 16, 1, 1), {}),  # 1x1: the image is its own patch matrix
     ((1, 32, 15, 15), (64, 32, 1, 1), dict(strides=[2, 2])),
     # unit strides (the direct kernel): channel, row and column tails, asymmetric kernels and padding
     ((2, 5, 9, 13), (7, 5, 3, 2), dict(padding=[1, 0, 2, 1])),
-    ((1, 4, 7, 5), (13, 4, 5, 3), dict(padding=[2, 1, 2, 1])),
+    ((1, 4, 7, 5), (26, 4, 5, 3), dict(padding=[2, 1, 2, 1])),
     ((1, 16, 16, 16), (32, 16, 3, 3), dict(padding=[1, 1, 1, 1])),
 ]
 

@@ -9,6 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tensorvm import te
+from tensorvm.codegen.host import kernel_rules
 from tensorvm.codegen.c_emit import emit_kernel
 from tensorvm.codegen.loop_ir import PARALLEL, VECTORIZED, Allocate, For, Seq
 from tensorvm.codegen.lower import lower
@@ -96,7 +97,7 @@ def test_epilogue_is_fused_after_a_register_blocked_reduction():
     loops = _loops(func)
     assert loops[0].kind == PARALLEL and len([s for s in loops if s.kind == PARALLEL]) == 1
     reduction = next(s for s in loops if s.reductions)
-    assert len(reduction.reductions) == 4  # four outputs per pass over k share the loads of x
+    assert len(reduction.reductions) == kernel_rules().jam  # outputs per pass over k share the loads of x
     epilogue = [s for s in _stmts(loops[0].body) if isinstance(s, For) and s.kind == VECTORIZED
                 and not s.reductions]
     assert epilogue  # tanh(dense + b) runs inside the same row loop, from the row temporary

@@ -35,6 +35,7 @@ from tensorvm.codegen.fused import build_fused_module
 from tensorvm.errors import ExecutionError, ShapeError, TensorVMError
 from tensorvm.ir.attrs import Attrs
 from tensorvm.op import get_op
+from tensorvm.op.nn import packed_lanes
 
 F32, F64, F16 = "float32", "float64", "float16"
 INT_MIX = ("int32", "int8", "uint8")
@@ -289,7 +290,7 @@ CASES = [
     Case("nn.dense", lambda rng: [(3, 8), (4, 8)], (F16,), dynamic=False),
     Case("nn.dense_packed", lambda rng: [(int(rng.integers(0, 5)), 8), (2, 8, 16)], (F32, F64), attrs={"units": 20},
          static=((1,), "all")),
-    Case("nn.dense_packed", lambda rng: [(2, int(rng.integers(1, 4)), 5), (1, 5, 16)], (F32,), attrs={"units": 16},
+    Case("nn.dense_packed", lambda rng: [(2, int(rng.integers(1, 4)), 5), (1, 5, packed_lanes())], (F32,), attrs={"units": 16},
          label="nd"),
     Case("nn.conv2d_packed", lambda rng: [(int(rng.integers(0, 3)), 9, 6, 7), (2, 16 * 6, 16)], (F32, F64),
          attrs={"channels": 20, "in_channels": 9, "kernel_size": (3, 2), "strides": (2, 1), "padding": (1, 0, 1, 1),

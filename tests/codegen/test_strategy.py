@@ -99,6 +99,10 @@ def _dense_two_outputs():
     return _fn([x, w], Let(d, op.nn.dense(x, w), Tuple([d, op.multiply(d, const(2.0))])))
 
 
+# The sizes below were chosen against AVX2's thresholds (16 multiply-adds per cycle); the rows of the
+# products meant to reach BLAS grow with this host's throughput, as its thresholds do (host.kernel_rules).
+SCALE = max(1, strategy.rules().macs_per_cycle // 16)
+
 PRIMS = {
     "dense_dyn": _dense_dyn(),
     "dense_bias_tanh": _dense_bias_tanh(),
@@ -109,7 +113,7 @@ PRIMS = {
     "matmul_tt": _matmul_transposed(),
     "dense_f16": _dense_f16(),
     "dense_small": _dense_static(2, 16, 8),
-    "dense_big": _dense_static(256, 64, 64),
+    "dense_big": _dense_static(256 * SCALE, 64, 64),
     "dense_two_outputs": _dense_two_outputs(),
 }
 
@@ -161,7 +165,7 @@ def test_variants_resolved_at_compile_time(kernels):
     small, big = kernels["dense_small"], kernels["dense_big"]
     assert isinstance(small, FusedKernel) and small.variants == ("generic",)  # 2 rows: never BLAS
     assert isinstance(big, DispatchKernel) and big.variants == ("blas", "generic")
-    x, w, out = np.ones((256, 64), F32), np.ones((64, 64), F32), np.empty((256, 64), F32)
+    x, w, out = np.ones((256 * SCALE, 64), F32), np.ones((64, 64), F32), np.empty((256 * SCALE, 64), F32)
     assert big.select_variant(x, w, out) == "blas"  # its condition folded to True: no test at run time
     assert kernels["softmax_named"].variants == ("n_1", "n_4", "generic")
 
@@ -303,8 +307,9 @@ def test_dense_epilogue_from_a_temporary(kernels):
     kernel = kernels["dense_softmax"]
     assert not kernel._plan.externals[0].inplace  # softmax reads whole rows of the product
     rng = np.random.default_rng(1)
-    x, w = _rand(rng, 2000, 16), _rand(rng, 40, 16)
-    blas, c = np.empty((2000, 40), F32), np.empty((2000, 40), F32)
+    rows = 2000 * SCALE
+    x, w = _rand(rng, rows, 16), _rand(rng, 40, 16)
+    blas, c = np.empty((rows, 40), F32), np.empty((rows, 40), F32)
     assert kernel.select_variant(x, w, blas) == "blas"
     kernel(x, w, blas)
     kernel.kernel(x, w, c)
@@ -330,7 +335,7 @@ def test_constant_weights_reach_blas(kernels):
     kernel = kernels["dense_const_weight"]
     weight = np.random.default_rng(7).standard_normal((64, 16)).astype(F32)
     rng = np.random.default_rng(4)
-    for rows, expected in [(2, "generic"), (1100, "blas")]:
+    for rows, expected in [(2, "generic"), (1100 * SCALE, "blas")]:
         x, out = _rand(rng, rows, 16), np.empty((rows, 64), F32)
         assert kernel.num_inputs == 1 and kernel.select_variant(x, out) == expected
         kernel(x, out)
@@ -363,8 +368,8 @@ def test_parallel_kernels_raise_the_threshold_and_keep_blas_on_one_thread(monkey
         build.set_num_threads(2)
         blas_controlled = strategy._blas_threads().get is not None
         assert kernel.select_variant(xs, ws, out) == "generic"
-        big = _rand(rng, 200, 10)
-        big_out = np.empty((200, 10), F32)
+        big = _rand(rng, 200 * SCALE, 10)
+        big_out = np.empty((200 * SCALE, 10), F32)
         assert kernel.select_variant(big, ws, big_out) == ("blas" if blas_controlled else "generic")
         kernel(big, ws, big_out)
         np.testing.assert_allclose(big_out, big @ ws.T, rtol=1e-5, atol=1e-5)
@@ -381,14 +386,15 @@ def test_parallel_kernels_raise_the_threshold_and_keep_blas_on_one_thread(monkey
 
 def test_bad_arrays_get_the_c_kernels_errors(kernels):
     kernel = kernels["dense_bias_tanh"]
-    x, w, b = np.ones((700, 24), F32), np.ones((64, 24), F32), np.ones(64, F32)
-    assert kernel.select_variant(x, w, b, np.empty((700, 64), F32)) == "blas"  # these errors skip BLAS
+    rows = 700 * SCALE
+    x, w, b = np.ones((rows, 24), F32), np.ones((64, 24), F32), np.ones(64, F32)
+    assert kernel.select_variant(x, w, b, np.empty((rows, 64), F32)) == "blas"  # these errors skip BLAS
     with pytest.raises(ShapeError, match="out0 dim 0"):
-        kernel(x, w, b, np.empty((699, 64), F32))
+        kernel(x, w, b, np.empty((rows - 1, 64), F32))
     with pytest.raises(ExecutionError, match="dtype float32"):
-        kernel(x.astype("float64"), w, b, np.empty((700, 64), F32))
+        kernel(x.astype("float64"), w, b, np.empty((rows, 64), F32))
     with pytest.raises(ExecutionError, match="C-contiguous"):
-        kernel(np.ones((24, 700), F32).T, w, b, np.empty((700, 64), F32))
+        kernel(np.ones((24, rows), F32).T, w, b, np.empty((rows, 64), F32))
     with pytest.raises(ExecutionError, match="expected"):
         kernel(x, w)
 

@@ -20,6 +20,7 @@ from tensorvm.errors import ExecutionError, ShapeError, TypeInferenceError
 from tensorvm.ir.expr import Call, Function, Op, Var
 from tensorvm.ir.types import Any, TensorType, TupleType
 from tensorvm.op import get_op
+from tensorvm.op.nn import packed_lanes
 from tensorvm.op.registry import op_names
 from tensorvm.op.shape_coverage import NOT_TRACED, c_shape_function
 from tensorvm.op.shape_logic import ShapeLogicTraceError
@@ -381,17 +382,19 @@ def _space_depth(to_space):
 def _dense_packed(rng):
     units = int(rng.choice([3, 16, 17]))
     k = _side(rng, (2, 3))
-    panels = -(-units // 16) if rng.random() < 0.8 else 3
-    packed = _f32(rng, (panels, k if rng.random() < 0.8 else k + 1, 16))
+    lanes = packed_lanes()  # (a dynamic panel width is this host's, as the C shape function checks)
+    panels = -(-units // lanes) if rng.random() < 0.8 else 3
+    packed = _f32(rng, (panels, k if rng.random() < 0.8 else k + 1, lanes))
     return {"units": units}, [_f32(rng, (_side(rng), k)), packed]
 
 
 def _conv2d_packed(rng):
     o, c = int(rng.choice([3, 16, 17])), int(rng.choice([1, 9]))
     kh, kw = _side(rng, (1, 2, 3)), _side(rng, (1, 2))
-    panels = -(-o // 16) if rng.random() < 0.8 else 3
+    lanes = packed_lanes()
+    panels = -(-o // lanes) if rng.random() < 0.8 else 3
     k = -(-c // 8) * 8 * kh * kw
-    packed = _f32(rng, (panels, k if rng.random() < 0.8 else k + 1, 16))
+    packed = _f32(rng, (panels, k if rng.random() < 0.8 else k + 1, lanes))
     attrs = {"channels": o, "in_channels": c, "kernel_size": (kh, kw), "strides": (_side(rng, (1, 2)), 1),
              "padding": (_side(rng, (0, 1)), 0, 1, 0)}
     return attrs, [_f32(rng, (_side(rng), c if rng.random() < 0.9 else c + 1, _side(rng, (1, 3, 4)), _side(rng, (2, 3)))),
