@@ -58,8 +58,8 @@ def test_pointwise_tiles_of_every_instance(isa, kernel_threads):
                 has_bias, has_residual = index % 3 != 1, not relu and index % 2 == 0
                 residual = rng.standard_normal(product.shape).astype(np.float32)
                 expected = product + (bias[:, None] if has_bias else 0) + (residual if has_residual else 0)
-                # (relu is 0 at a NaN, as the direct kernel's TV_VRELU, tv_vconv.h)
-                expected = np.where(expected > 0, expected, 0) if relu else _activation(expected, *act)
+                # (relu keeps a NaN, as np.maximum and the direct kernel's TV_VRELU, tv_vconv.h)
+                expected = np.maximum(expected, 0) if relu else _activation(expected, *act)
                 out = np.full(n * o * p + 16, -7.0, np.float32)  # (16 floats past the output stay)
                 dims = np.array([n, c, p, o, has_bias, relu, act[0], has_residual], np.int64)
                 floats = np.array(act[1:], np.float32)

@@ -25,7 +25,7 @@ static double tv_rnn_apply(tv_rnn_act f, double x) {
   switch (f.code) {
     case TV_ACT_SIGMOID: return 1.0 / (1.0 + exp(-x));
     case TV_ACT_TANH: return tanh(x);
-    case TV_ACT_RELU: return x > 0.0 ? x : 0.0;
+    case TV_ACT_RELU: return x <= 0.0 ? 0.0 : x; /* (np.maximum(x, 0): NaN stays NaN) */
     case TV_ACT_AFFINE: return f.alpha * x + f.beta;
     case TV_ACT_LEAKYRELU: return x >= 0.0 ? x : f.alpha * x;
     case TV_ACT_THRESHOLDEDRELU: return x > f.alpha ? x : 0.0;

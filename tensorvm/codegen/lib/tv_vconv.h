@@ -130,7 +130,7 @@ static void tv_vconv_pad(const float* x, int64_t c0, int64_t c1, int64_t h, int6
 }
 
 /* What the direct convolution applies to its tiles in registers before the store: a per-channel bias
-   (starts the accumulators), a clamp at 0, and a 2x2 stride-2 max pool (each tile of 2 rows x TV_VLANES
+   (starts the accumulators), a clamp at 0 (TV_VRELU), and a 2x2 stride-2 max pool (each tile of 2 rows x TV_VLANES
    columns stores 1 row x TV_VLANES / 2; the output is then C x OH/2 x OW/2, an odd last row or column
    dropped as max_pool2d does without ceil mode). Max pooling commutes with the bias and the clamp.
    Without a pool (and then instead of ``relu``), also a residual (an array of the output's shape, added
@@ -153,9 +153,13 @@ static inline float tv_conv_act1(float v, const tv_conv_epilogue* e) {
   return e->act & TV_ACT_GATE ? v * s : s;
 }
 
-/* v = max(v, 0) lane by lane (0 where v is NaN, as the AVX max this replaced); a macro: a function
-   returning a vector wider than the target's would change the ABI (-Wpsabi) */
-#define TV_VRELU(v) (v) = (tv_vf)((tv_vi)(v) & ((v) > (tv_vf){0}))
+/* v = max(v, 0) lane by lane as NumPy's maximum: NaN stays NaN, -0 gives +0. The mask is "not v <= 0" (an
+   unordered comparison is false, so a NaN lane is kept), where "v > 0" had zeroed NaN; the same compare
+   and one logical operation either way. A macro: a function returning a vector wider than the target's
+   would change the ABI (-Wpsabi) */
+#define TV_VRELU(v) (v) = (tv_vf)((tv_vi)(v) & ~((v) <= (tv_vf){0}))
+/* max(a, b) of two floats as NumPy's maximum: a NaN in either wins (a > b alone returns b for a NaN a) */
+static inline float tv_vconv_max1(float a, float b) { return a > b || a != a ? a : b; }
 
 /* The direct convolution's tile: OC output channels x 2 rows x one vector of columns, 2 OC accumulators in
    registers (named per channel by TV_VROWS<OC>, see tv_vgemm.h) over (c, ky, kx): 2 input vectors and OC
@@ -187,9 +191,10 @@ static inline float tv_conv_act1(float v, const tv_conv_epilogue* e) {
       TV_VROWS##OC(TV_VCONV_FMA)                                                                     \
     }
 /* 2x2 max pool of a whole tile in registers: the rows' maximum, each lane's with its pair's, the even
-   lanes gathered into the first half, half a vector stored (max(a, b) is b where either is NaN, as the
-   scalar path and the AVX max before). */
-#define TV_VMAX(a, b) ((tv_vf)(((tv_vi)(a) & ((a) > (b))) | ((tv_vi)(b) & ~((a) > (b)))))
+   lanes gathered into the first half, half a vector stored. max(a, b) as tv_vconv_max1: a where a > b or
+   a is NaN, else b (NaN when b is); "a > b" alone (the AVX max_ps rule) drops a NaN a. One compare and one
+   OR more per pool of 4 outputs, next to C KH KW FMAs for each of them. */
+#define TV_VMAX(a, b) ((tv_vf)(((tv_vi)(a) & (((a) > (b)) | ((a) != (a)))) | ((tv_vi)(b) & ~(((a) > (b)) | ((a) != (a))))))
 #if TV_VLANES == 4
 #define TV_VPAIRS ((tv_vi){1, 0, 3, 2})
 #define TV_VEVENS ((tv_vi){0, 2, 0, 2})
@@ -248,9 +253,7 @@ static void tv_vconv_store(const float* tile, int channels, int64_t o, int64_t o
     if (pool) {
       float* d = out + ((o0 + i) * ph + y0 / 2) * pw + x0 / 2;
       for (int64_t j = 0; j < cols / 2; ++j) {
-        const float a = t0[2 * j] > t0[2 * j + 1] ? t0[2 * j] : t0[2 * j + 1];
-        const float b = t1[2 * j] > t1[2 * j + 1] ? t1[2 * j] : t1[2 * j + 1];
-        d[j] = a > b ? a : b;
+        d[j] = tv_vconv_max1(tv_vconv_max1(t0[2 * j], t0[2 * j + 1]), tv_vconv_max1(t1[2 * j], t1[2 * j + 1]));
       }
       continue;
     }

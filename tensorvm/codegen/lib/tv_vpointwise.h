@@ -86,7 +86,7 @@ static void tv_vpw_store(const float* tile, int channels, int64_t o, int64_t o0,
     for (int64_t j = 0; j < cols; ++j) {
       float v = t[j];
       if (!done) {
-        if (e->relu) v = v > 0.0f ? v : 0.0f;
+        if (e->relu) v = v <= 0.0f ? 0.0f : v;  /* (NaN stays: TV_VRELU) */
         if (e->residual) v += e->residual[base + j];
         v = tv_conv_act1(v, e);
       }
@@ -114,7 +114,7 @@ static int32_t tv_vpw_vectors(int64_t n, int64_t c, int64_t o, const float* x, c
   const tv_conv_epilogue e = {NULL, relu != 0, 0, (int)act, alpha, beta, lo, hi, NULL};
   for (int64_t i = 0; i < n * o; ++i) {
     float v = out[i] + (has_bias ? bias[i % o] : 0.0f);
-    if (e.relu) v = v > 0.0f ? v : 0.0f;
+    if (e.relu) v = v <= 0.0f ? 0.0f : v;  /* (NaN stays: TV_VRELU) */
     if (has_residual) v += residual[i];
     out[i] = tv_conv_act1(v, &e);
   }

@@ -378,13 +378,13 @@ static tv_vision_tap tv_vision_bilinear_tap(int64_t height, int64_t width, int64
             v = tap->w[0] * (double)plane[tap->at[0]];                                              \
             for (int k = 1; k < 4; k++) {                                                           \
               const double corner = tap->w[k] * (double)plane[tap->at[k]];                          \
-              v = corner > v ? corner : v;                                                          \
+              v = corner > v || corner != corner ? corner : v; /* (NaN wins, as np.maximum) */      \
             }                                                                                       \
           } else {                                                                                  \
             v = tap->w[0] * (double)plane[tap->at[0]] + tap->w[1] * (double)plane[tap->at[1]] +     \
                 tap->w[2] * (double)plane[tap->at[2]] + tap->w[3] * (double)plane[tap->at[3]];      \
           }                                                                                         \
-          acc = mode == 0 ? acc + v : (s == 0 || v > acc ? v : acc);                                \
+          acc = mode == 0 ? acc + v : (s == 0 || v > acc || v != v ? v : acc);                      \
         }                                                                                           \
         out[c * out_channel_stride + bin * out_bin_stride] = (T)(mode == 0 ? acc / (double)samples : acc); \
       }                                                                                             \
