@@ -470,4 +470,7 @@ static int tv_gemm_onthefly_f32(float alpha, int64_t m, int64_t n, int64_t k, co
 }
 #endif /* TV_PACKED_KERNELS */
 
+/* The max pool (its own row buffers and vectors; no products): in every unit, as the softmax. */
+#include "tv_vpool.h"
+
 #endif /* TV_GEMM_H */
