@@ -114,7 +114,7 @@ static inline void tv_vpool_vmax(const float* const* rows, int64_t n, int64_t ow
 static void tv_vpool_rows(const tv_vpool_job* j, const float* src, float* dst, int64_t oy0, int64_t oy1,
                           float* row, float* ring) {
   const float* rows[j->kh];
-  int64_t next = 0;  /* the first input row whose horizontal maximum is not in the ring yet */
+  int64_t begin = 0, end = 0;  /* the input rows [begin, end) whose horizontal maxima the ring holds (the last span) */
   for (int64_t oy = oy0; oy < oy1; ++oy) {
     const int64_t first = oy * j->sh - j->pt;
     const int64_t ky0 = first < 0 ? (-first + j->dh - 1) / j->dh : 0;
@@ -126,14 +126,16 @@ static void tv_vpool_rows(const tv_vpool_job* j, const float* src, float* dst, i
       continue;
     }
     const int64_t last = first + (ky1 - 1) * j->dh;
-    for (int64_t iy = next > first + ky0 * j->dh ? next : first + ky0 * j->dh; iy <= last; ++iy) {
+    const int64_t lo = first + ky0 * j->dh;  /* (above the rows of the window before with dilation at the top) */
+    if (lo < begin || lo >= end) begin = end = lo;
+    for (int64_t iy = end; iy <= last; ++iy) {
       tv_vpool_fill(src + iy * j->w, j->w, j->pl, j->sw, j->wq, row);
       float* h = ring + iy % j->span * j->owv;
       if (j->kw == 3) tv_vpool_hmax(row, j->at, 3, j->owv, h);
       else if (j->kw == 2) tv_vpool_hmax(row, j->at, 2, j->owv, h);
       else tv_vpool_hmax(row, j->at, j->kw, j->owv, h);
     }
-    if (last + 1 > next) next = last + 1;
+    if (last + 1 > end) end = last + 1;
     for (int64_t ky = ky0; ky < ky1; ++ky) rows[ky - ky0] = ring + (first + ky * j->dh) % j->span * j->owv;
     const int64_t n = ky1 - ky0;
     if (n == 3) tv_vpool_vmax(rows, 3, j->ow, out);
