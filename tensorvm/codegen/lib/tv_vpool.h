@@ -23,21 +23,48 @@
 #define TV_ERROR_OUT_OF_MEMORY 1003 /* (as tv_lib.h and c_emit.ERROR_OUT_OF_MEMORY) */
 #endif
 
+/* The pool's vectors: the host's (tv_vec.h) up to 32 bytes. On the development machine (AMD EPYC, AVX-512
+   run as two 256-bit halves) 64-byte vectors took 1.2x the time of 32-byte ones on ResNet's pool (56 output
+   columns: 3.5 vectors of 16 lanes, the 16-lane even/odd split of two vectors one two-source permute). */
+#if TV_VEC_BYTES > 32
+#define TV_VPOOL_BYTES 32
+#else
+#define TV_VPOOL_BYTES TV_VEC_BYTES
+#endif
+#define TV_VPLANES (TV_VPOOL_BYTES / 4)
+typedef float tv_vpf __attribute__((vector_size(TV_VPOOL_BYTES)));
+typedef float tv_vpfu __attribute__((vector_size(TV_VPOOL_BYTES), aligned(4), may_alias));
+typedef int32_t tv_vpm __attribute__((vector_size(TV_VPOOL_BYTES)));
+#define TV_VPLOAD(p) (*(const tv_vpfu*)(p))
+#define TV_VPSTORE(p, v) (*(tv_vpfu*)(p) = (v))
+#if TV_VPLANES == 4
+#define TV_VPSPLAT(s) ((tv_vpf){TV_VSPLAT4(s)})
+#else
+#define TV_VPSPLAT(s) ((tv_vpf){TV_VSPLAT4(s), TV_VSPLAT4(s)})
+#endif
+#define TV_VPSELECT(mask, a, b) ((tv_vpf)(((tv_vpm)(a) & (mask)) | ((tv_vpm)(b) & ~(mask))))
+
 /* acc = max(acc, v) with NumPy's NaN rule: v where v > acc or v is NaN; a NaN acc stays (both comparisons
    fail). A macro: a vector wider than the target's must not be passed by value (tv_vec.h). */
-#define TV_VPOOL_MAX(acc, v) ((acc) = TV_VSELECT(((v) > (acc)) | ((v) != (v)), (v), (acc)))
+#define TV_VPOOL_MAX(acc, v) ((acc) = TV_VPSELECT(((v) > (acc)) | ((v) != (v)), (v), (acc)))
 static inline float tv_vpool_max1(float acc, float v) { return v > acc || v != v ? v : acc; }
+/* acc = max(acc, v) where neither is NaN: v > acc ? v : acc, which is the x86 max instruction (gcc makes a
+   comparison and a blend of TV_VPSELECT's form: two dependent instructions a tap) where the width is native. */
+#if TV_VPOOL_BYTES == 32 && defined(__AVX__)
+#define TV_VPOOL_FMAX(acc, v) ((acc) = __builtin_ia32_maxps256((v), (acc)))
+#elif TV_VPOOL_BYTES == 16 && defined(__SSE__)
+#define TV_VPOOL_FMAX(acc, v) ((acc) = __builtin_ia32_maxps((v), (acc)))
+#else
+#define TV_VPOOL_FMAX(acc, v) ((acc) = TV_VPSELECT((v) > (acc), (v), (acc)))
+#endif
 
-typedef int32_t tv_vpool_vi __attribute__((vector_size(TV_VEC_BYTES)));
-#if TV_VLANES == 4
+typedef int32_t tv_vpool_vi __attribute__((vector_size(TV_VPOOL_BYTES)));
+#if TV_VPLANES == 4
 #define TV_VPOOL_EVEN ((tv_vpool_vi){0, 2, 4, 6})
 #define TV_VPOOL_ODD ((tv_vpool_vi){1, 3, 5, 7})
-#elif TV_VLANES == 8
+#else
 #define TV_VPOOL_EVEN ((tv_vpool_vi){0, 2, 4, 6, 8, 10, 12, 14})
 #define TV_VPOOL_ODD ((tv_vpool_vi){1, 3, 5, 7, 9, 11, 13, 15})
-#else
-#define TV_VPOOL_EVEN ((tv_vpool_vi){0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30})
-#define TV_VPOOL_ODD ((tv_vpool_vi){1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31})
 #endif
 #define TV_VPOOL_CHUNKS 4
 #define TV_VPOOL_BLOCK_ROWS 17
@@ -56,30 +83,31 @@ typedef struct {
    interior vector by vector (at stride 2 pairs of vectors split into even and odd lanes in registers), the
    last vector overlapping the one before, the rest (the padding) -inf vectors, whose lanes past wq land in
    the room between phases.
-   *bad gathers NaN lanes (v != v) of what was read. */
+   *bad gathers the NaN lanes (v != v) of the vectors read, *scalar_bad whether a float read alone is NaN (a
+   lane of a vector updated alone costs an insert). */
 static inline void tv_vpool_fill(const float* src, int64_t w, int64_t pl, int64_t sw, int64_t wq, float* row,
-                                 tv_vmask* bad) {
-  const int64_t ps = wq + TV_VLANES;
-  const tv_vf low = TV_VSPLAT(-INFINITY);
+                                 tv_vpm* bad, int* scalar_bad) {
+  const int64_t ps = wq + TV_VPLANES;
+  const tv_vpf low = TV_VPSPLAT(-INFINITY);
   if (sw == 1) {
-    for (int64_t q = 0; q < pl && q < wq; q += TV_VLANES) TV_VSTORE(row + q, low);  /* (the copy overwrites past pl) */
+    for (int64_t q = 0; q < pl && q < wq; q += TV_VPLANES) TV_VPSTORE(row + q, low);  /* (the copy overwrites past pl) */
     const int64_t copied = w < wq - pl ? w : wq - pl;
     int64_t c = 0;
-    for (; c + TV_VLANES <= copied; c += TV_VLANES) {
-      const tv_vf v = TV_VLOAD(src + c);
-      *bad |= (tv_vmask)(v != v);
-      TV_VSTORE(row + pl + c, v);
+    for (; c + TV_VPLANES <= copied; c += TV_VPLANES) {
+      const tv_vpf v = TV_VPLOAD(src + c);
+      *bad |= (tv_vpm)(v != v);
+      TV_VPSTORE(row + pl + c, v);
     }
-    if (c < copied && copied >= TV_VLANES) {
-      const tv_vf v = TV_VLOAD(src + copied - TV_VLANES);
-      *bad |= (tv_vmask)(v != v);
-      TV_VSTORE(row + pl + copied - TV_VLANES, v);
+    if (c < copied && copied >= TV_VPLANES) {
+      const tv_vpf v = TV_VPLOAD(src + copied - TV_VPLANES);
+      *bad |= (tv_vpm)(v != v);
+      TV_VPSTORE(row + pl + copied - TV_VPLANES, v);
     } else
       for (; c < copied; ++c) {
         row[pl + c] = src[c];
-        (*bad)[0] |= -(src[c] != src[c]);
+        *scalar_bad |= src[c] != src[c];
       }
-    for (int64_t q = pl + (copied > 0 ? copied : 0); q < wq; q += TV_VLANES) TV_VSTORE(row + q, low);
+    for (int64_t q = pl + (copied > 0 ? copied : 0); q < wq; q += TV_VPLANES) TV_VPSTORE(row + q, low);
     return;
   }
   int64_t q = 0;
@@ -88,22 +116,22 @@ static inline void tv_vpool_fill(const float* src, int64_t w, int64_t pl, int64_
       const int64_t c = 2 * q + 1 - pl;
       row[q] = -INFINITY;
       row[ps + q] = c >= 0 && c < w ? src[c] : -INFINITY;
-      if (c >= 0 && c < w) (*bad)[0] |= -(src[c] != src[c]);
+      if (c >= 0 && c < w) *scalar_bad |= src[c] != src[c];
     }
     const int64_t left = q;
-    for (; q + TV_VLANES <= wq && 2 * q - pl + 2 * TV_VLANES <= w; q += TV_VLANES) {
-      const tv_vf lo = TV_VLOAD(src + 2 * q - pl), hi = TV_VLOAD(src + 2 * q - pl + TV_VLANES);
-      *bad |= (tv_vmask)(lo != lo) | (tv_vmask)(hi != hi);
-      TV_VSTORE(row + q, __builtin_shuffle(lo, hi, TV_VPOOL_EVEN));
-      TV_VSTORE(row + ps + q, __builtin_shuffle(lo, hi, TV_VPOOL_ODD));
+    for (; q + TV_VPLANES <= wq && 2 * q - pl + 2 * TV_VPLANES <= w; q += TV_VPLANES) {
+      const tv_vpf lo = TV_VPLOAD(src + 2 * q - pl), hi = TV_VPLOAD(src + 2 * q - pl + TV_VPLANES);
+      *bad |= (tv_vpm)(lo != lo) | (tv_vpm)(hi != hi);
+      TV_VPSTORE(row + q, __builtin_shuffle(lo, hi, TV_VPOOL_EVEN));
+      TV_VPSTORE(row + ps + q, __builtin_shuffle(lo, hi, TV_VPOOL_ODD));
     }
-    const int64_t last = (w + pl - 2 * TV_VLANES) / 2;  /* (the last pair inside the row, when there is one) */
-    if (w + pl >= 2 * TV_VLANES && last >= left && last <= q && last + TV_VLANES > q && last + TV_VLANES <= wq) {
-      const tv_vf lo = TV_VLOAD(src + 2 * last - pl), hi = TV_VLOAD(src + 2 * last - pl + TV_VLANES);
-      *bad |= (tv_vmask)(lo != lo) | (tv_vmask)(hi != hi);
-      TV_VSTORE(row + last, __builtin_shuffle(lo, hi, TV_VPOOL_EVEN));
-      TV_VSTORE(row + ps + last, __builtin_shuffle(lo, hi, TV_VPOOL_ODD));
-      q = last + TV_VLANES;
+    const int64_t last = (w + pl - 2 * TV_VPLANES) / 2;  /* (the last pair inside the row, when there is one) */
+    if (w + pl >= 2 * TV_VPLANES && last >= left && last <= q && last + TV_VPLANES > q && last + TV_VPLANES <= wq) {
+      const tv_vpf lo = TV_VPLOAD(src + 2 * last - pl), hi = TV_VPLOAD(src + 2 * last - pl + TV_VPLANES);
+      *bad |= (tv_vpm)(lo != lo) | (tv_vpm)(hi != hi);
+      TV_VPSTORE(row + last, __builtin_shuffle(lo, hi, TV_VPOOL_EVEN));
+      TV_VPSTORE(row + ps + last, __builtin_shuffle(lo, hi, TV_VPOOL_ODD));
+      q = last + TV_VPLANES;
     }
   }
   for (; q < wq && q * sw - pl < w; ++q)  /* the rest of the row element by element (any stride) */
@@ -111,38 +139,38 @@ static inline void tv_vpool_fill(const float* src, int64_t w, int64_t pl, int64_
       const int64_t c = q * sw + p - pl;
       const float v = c >= 0 && c < w ? src[c] : -INFINITY;
       row[p * ps + q] = v;
-      (*bad)[0] |= -(v != v);
+      *scalar_bad |= v != v;
     }
   for (int64_t p = 0; p < sw; ++p)  /* the right padding */
-    for (int64_t r = q; r < wq; r += TV_VLANES) TV_VSTORE(row + p * ps + r, low);
+    for (int64_t r = q; r < wq; r += TV_VPLANES) TV_VPSTORE(row + p * ps + r, low);
 }
 
 /* out[j] for j in [0, owv): the maximum of the kw taps of the phase-split row (inline: kw = 2, 3 unroll);
    with exact, NumPy's NaN rule (TV_VPOOL_MAX), else one comparison per tap (no NaN in the rows). */
 static inline void tv_vpool_hmax(const float* row, const int64_t* at, int64_t kw, int64_t owv, int exact,
                                  float* out) {
-  for (int64_t j = 0; j < owv; j += TV_VLANES) {
-    tv_vf acc = TV_VLOAD(row + at[0] + j);
+  for (int64_t j = 0; j < owv; j += TV_VPLANES) {
+    tv_vpf acc = TV_VPLOAD(row + at[0] + j);
     for (int64_t t = 1; t < kw; ++t) {
-      const tv_vf v = TV_VLOAD(row + at[t] + j);
+      const tv_vpf v = TV_VPLOAD(row + at[t] + j);
       if (exact) TV_VPOOL_MAX(acc, v);
-      else acc = TV_VSELECT(v > acc, v, acc);
+      else TV_VPOOL_FMAX(acc, v);
     }
-    TV_VSTORE(out + j, acc);
+    TV_VPSTORE(out + j, acc);
   }
 }
 
 /* dst[j] for j in [0, ow): the maximum of the n rows of maxima rows[0..n) (n >= 1; the last vector's lanes
    past ow not stored). */
 static inline void tv_vpool_vmax(const float* const* rows, int64_t n, int64_t ow, int exact, float* dst) {
-  for (int64_t j = 0; j < ow; j += TV_VLANES) {
-    tv_vf acc = TV_VLOAD(rows[0] + j);
+  for (int64_t j = 0; j < ow; j += TV_VPLANES) {
+    tv_vpf acc = TV_VPLOAD(rows[0] + j);
     for (int64_t t = 1; t < n; ++t) {
-      const tv_vf v = TV_VLOAD(rows[t] + j);
+      const tv_vpf v = TV_VPLOAD(rows[t] + j);
       if (exact) TV_VPOOL_MAX(acc, v);
-      else acc = TV_VSELECT(v > acc, v, acc);
+      else TV_VPOOL_FMAX(acc, v);
     }
-    if (j + TV_VLANES <= ow) TV_VSTORE(dst + j, acc);
+    if (j + TV_VPLANES <= ow) TV_VPSTORE(dst + j, acc);
     else
       for (int64_t l = 0; l < ow - j; ++l) dst[j + l] = acc[l];
   }
@@ -156,16 +184,16 @@ static inline void tv_vpool_vmax(const float* const* rows, int64_t n, int64_t ow
 static void tv_vpool_rows(const tv_vpool_job* j, const float* src, float* dst, int64_t oy0, int64_t oy1,
                           float* split, float* maxima) {
   const float* rows[j->kh];
-  const int64_t stride = j->sw * (j->wq + TV_VLANES);
+  const int64_t stride = j->sw * (j->wq + TV_VPLANES);
   for (int64_t b0 = oy0; b0 < oy1; b0 += j->block) {
     const int64_t b1 = b0 + j->block < oy1 ? b0 + j->block : oy1;
     const int64_t top = b0 * j->sh - j->pt, bottom = (b1 - 1) * j->sh - j->pt + (j->kh - 1) * j->dh;
     const int64_t ilo = top > 0 ? top : 0, ihi = bottom < j->h - 1 ? bottom : j->h - 1;
-    tv_vmask bad = (tv_vmask)(TV_VSPLAT(0.0f) != TV_VSPLAT(0.0f));
-    for (int64_t iy = ilo; iy <= ihi; ++iy)
-      tv_vpool_fill(src + iy * j->w, j->w, j->pl, j->sw, j->wq, split + (iy - ilo) * stride, &bad);
+    tv_vpm bad = (tv_vpm)(TV_VPSPLAT(0.0f) != TV_VPSPLAT(0.0f));
     int exact = 0;
-    for (int i = 0; i < TV_VLANES; ++i) exact |= bad[i] != 0;
+    for (int64_t iy = ilo; iy <= ihi; ++iy)
+      tv_vpool_fill(src + iy * j->w, j->w, j->pl, j->sw, j->wq, split + (iy - ilo) * stride, &bad, &exact);
+    for (int i = 0; i < TV_VPLANES; ++i) exact |= bad[i] != 0;
     for (int64_t iy = ilo; iy <= ihi; ++iy) {
       const float* row = split + (iy - ilo) * stride;
       float* out = maxima + (iy - ilo) * j->owv;
@@ -197,7 +225,7 @@ static void tv_vpool_rows(const tv_vpool_job* j, const float* src, float* dst, i
 static void tv_vpool_chunk(void* arg, int64_t i) {
   const tv_vpool_job* j = (const tv_vpool_job*)arg;
   float* split = j->buffers + i * j->each;
-  float* maxima = split + j->rows * j->sw * (j->wq + TV_VLANES);
+  float* maxima = split + j->rows * j->sw * (j->wq + TV_VPLANES);
   const int64_t lo = i * j->units / j->chunks, hi = (i + 1) * j->units / j->chunks;
   for (int64_t u = lo; u < hi; ++u) {
     const int64_t plane = u / j->bands, band = u % j->bands;
@@ -219,11 +247,11 @@ __attribute__((unused)) static int32_t tv_max_pool2d_f32(int64_t n, int64_t c, i
   }
   const int64_t planes = n * c;
   const int threads = tv_gemm_parallel((double)planes * oh * ow * kh * kw) ? tv_omp_max_threads() : 1;
-  const int64_t owv = (ow + TV_VLANES - 1) / TV_VLANES * TV_VLANES;
+  const int64_t owv = (ow + TV_VPLANES - 1) / TV_VPLANES * TV_VPLANES;
   /* phases of wq floats: the output vectors plus the taps' reach, a whole number of vectors */
-  const int64_t wq = (owv + (kw - 1) * dw / sw + TV_VLANES - 1) / TV_VLANES * TV_VLANES;
+  const int64_t wq = (owv + (kw - 1) * dw / sw + TV_VPLANES - 1) / TV_VPLANES * TV_VPLANES;
   int64_t at[kw];
-  for (int64_t kx = 0; kx < kw; ++kx) at[kx] = kx * dw % sw * (wq + TV_VLANES) + kx * dw / sw;
+  for (int64_t kx = 0; kx < kw; ++kx) at[kx] = kx * dw % sw * (wq + TV_VPLANES) + kx * dw / sw;
   /* bands of output rows when there are fewer planes than chunks (each band recomputes the rows it shares) */
   const int64_t want = threads > 1 ? (int64_t)TV_VPOOL_CHUNKS * threads : 1;
   int64_t bands = planes >= want ? 1 : (want + planes - 1) / planes;
@@ -235,7 +263,7 @@ __attribute__((unused)) static int32_t tv_max_pool2d_f32(int64_t n, int64_t c, i
   const int64_t block = span >= TV_VPOOL_BLOCK_ROWS ? 1 : (TV_VPOOL_BLOCK_ROWS - span) / sh + 1;
   const int64_t rows = (block - 1) * sh + span;
   tv_vpool_job job = {x, y, NULL, at, h, w, oh, ow, kh, kw, sh, sw, dh, pt, pl, wq, owv, block, rows,
-                      (rows * (sw * (wq + TV_VLANES) + owv) + 15) / 16 * 16, bands, units, units < want ? units : want};
+                      (rows * (sw * (wq + TV_VPLANES) + owv) + 15) / 16 * 16, bands, units, units < want ? units : want};
   job.buffers = (float*)malloc(sizeof(float) * (size_t)(job.chunks * job.each));
   if (job.buffers == NULL) return TV_ERROR_OUT_OF_MEMORY;
   tv_team_run(job.chunks, threads, tv_vpool_chunk, &job);
