@@ -1,22 +1,28 @@
 /* The float32 NCHW max pool (nn.max_pool2d; codegen/strategy.py: MaxPool2dCall): tv_max_pool2d_f32, any
-   window, strides, dilation, padding and ceil mode, in the vectors of tv_vec.h (TV_VLANES floats).
+   window, strides, dilation, padding and ceil mode, in GCC vectors of the host's width up to 32 bytes
+   (tv_vpf below: TV_VPLANES floats).
 
-   Per (image, channel) plane, in bands of output rows: each input row a window reads is copied once into a
-   small buffer padded with -inf (the padding and the ceil-mode overhang) and, at column stride SW > 1, split
-   into its SW column phases (phase p holds the padded columns p, p + SW, ...; stride 2 in registers, even
-   and odd lanes), so that every horizontal tap of a vector of output columns is one contiguous load (tap
-   kx: phase kx DW % SW, index + kx DW / SW). The row's horizontal maximum (one float per output column)
-   goes into a ring of (KH - 1) DH + 1 rows, and each output row is the vertical maximum of the ring rows
-   its window covers: for 3x3 stride 2 each input row's horizontal maximum serves two output rows, and
-   nothing of the size of the image is copied.
+   Per (image, channel) plane, in bands of output rows, TV_VPOOL_BLOCK_ROWS input rows at a time, in three
+   passes over the block:
+   1. each input row the block's windows read is copied into a small buffer padded with -inf (the padding
+      and the ceil-mode overhang) and split into its SW column phases (phase p holds the padded columns p,
+      p + SW, ...; at stride 2 two vectors split into even and odd lanes in registers), so that each
+      horizontal tap of a vector of output columns is one contiguous load (tap kx: phase kx DW % SW, index
+      + kx DW / SW) -- no padded copy of the whole image;
+   2. each row's horizontal window maximum (one float per output column);
+   3. each output row as the vertical maximum of the rows its window covers: for 3x3 stride 2 each input
+      row's horizontal maximum serves two output rows (6 maxima per output where the window has 8).
+   Whole passes, not one row through all three: a load that overlaps a just-stored vector at another
+   alignment waits for the store (no store forwarding); row by row that made the kernel slower than the
+   generated one.
 
-   NaN propagates as NumPy's maximum does (a NaN anywhere in a window gives NaN): the copy notes the rows
-   with a NaN, whose maxima take the exact rule (TV_VPOOL_MAX, two comparisons per tap), the others one
-   comparison. A window with no input element (entirely in padding) gives -inf, as the reference's -inf
+   NaN propagates as NumPy's maximum does (a NaN anywhere in a window gives NaN): the copy notes whether the
+   block has a NaN; then its maxima take the exact rule (TV_VPOOL_MAX: two comparisons a tap), else the max
+   instruction. A window with no input element (entirely in padding) gives -inf, as the reference's -inf
    padding does. Planes (or bands of rows, when there are fewer planes than chunks) run as about
-   TV_VPOOL_CHUNKS chunks per thread on the
-   thread team (tv_team_run); each output is computed the same way on any thread. Included by tv_gemm.h
-   (after tv_gemm_parallel and tv_team_run), in every shared library's prelude. */
+   TV_VPOOL_CHUNKS chunks per thread on the thread team (tv_team_run); each output is computed the same way
+   on any thread. Included by tv_gemm.h (after tv_gemm_parallel and tv_team_run), outside its
+   TV_PACKED_KERNELS part: in every shared library's prelude. */
 #ifndef TV_VPOOL_H
 #define TV_VPOOL_H
 #ifndef TV_ERROR_OUT_OF_MEMORY
