@@ -63,6 +63,15 @@ static inline float tv_vpool_max1(float acc, float v) { return v > acc || v != v
 #else
 #define TV_VPOOL_FMAX(acc, v) ((acc) = TV_VPSELECT((v) > (acc), (v), (acc)))
 #endif
+/* bad |= the lanes where a or b is NaN: one unordered comparison for two vectors (a != a in gcc's form is an
+   AVX-512 mask register, then turned back into a vector: two more instructions a vector of the copy). */
+#if TV_VPOOL_BYTES == 32 && defined(__AVX__)
+#define TV_VPOOL_NANS(bad, a, b) ((bad) |= (tv_vpm)__builtin_ia32_cmpps256((a), (b), 3))
+#elif TV_VPOOL_BYTES == 16 && defined(__SSE__)
+#define TV_VPOOL_NANS(bad, a, b) ((bad) |= (tv_vpm)__builtin_ia32_cmpunordps((a), (b)))
+#else
+#define TV_VPOOL_NANS(bad, a, b) ((bad) |= (tv_vpm)((a) != (a)) | (tv_vpm)((b) != (b)))
+#endif
 
 typedef int32_t tv_vpool_vi __attribute__((vector_size(TV_VPOOL_BYTES)));
 #if TV_VPLANES == 4
@@ -73,6 +82,10 @@ typedef int32_t tv_vpool_vi __attribute__((vector_size(TV_VPOOL_BYTES)));
 #define TV_VPOOL_ODD ((tv_vpool_vi){1, 3, 5, 7, 9, 11, 13, 15})
 #endif
 #define TV_VPOOL_CHUNKS 4
+/* The row functions must be inlined where they are called with a constant kw, stride or row count (the
+   unrolled taps): in a translation unit as large as a kernel library's prelude gcc's unit-growth limit
+   left them calls, and the pool took 1.8x the time. */
+#define TV_VPOOL_INLINE static inline __attribute__((always_inline))
 #define TV_VPOOL_BLOCK_ROWS 17
 
 typedef struct {
@@ -91,8 +104,8 @@ typedef struct {
    the room between phases.
    *bad gathers the NaN lanes (v != v) of the vectors read, *scalar_bad whether a float read alone is NaN (a
    lane of a vector updated alone costs an insert). */
-static inline void tv_vpool_fill(const float* src, int64_t w, int64_t pl, int64_t sw, int64_t wq, float* row,
-                                 tv_vpm* bad, int* scalar_bad) {
+TV_VPOOL_INLINE void tv_vpool_fill(const float* src, int64_t w, int64_t pl, int64_t sw, int64_t wq, float* row,
+                                   tv_vpm* bad, int* scalar_bad) {
   const int64_t ps = wq + TV_VPLANES;
   const tv_vpf low = TV_VPSPLAT(-INFINITY);
   if (sw == 1) {
@@ -101,12 +114,12 @@ static inline void tv_vpool_fill(const float* src, int64_t w, int64_t pl, int64_
     int64_t c = 0;
     for (; c + TV_VPLANES <= copied; c += TV_VPLANES) {
       const tv_vpf v = TV_VPLOAD(src + c);
-      *bad |= (tv_vpm)(v != v);
+      TV_VPOOL_NANS(*bad, v, v);
       TV_VPSTORE(row + pl + c, v);
     }
     if (c < copied && copied >= TV_VPLANES) {
       const tv_vpf v = TV_VPLOAD(src + copied - TV_VPLANES);
-      *bad |= (tv_vpm)(v != v);
+      TV_VPOOL_NANS(*bad, v, v);
       TV_VPSTORE(row + pl + copied - TV_VPLANES, v);
     } else
       for (; c < copied; ++c) {
@@ -127,14 +140,14 @@ static inline void tv_vpool_fill(const float* src, int64_t w, int64_t pl, int64_
     const int64_t left = q;
     for (; q + TV_VPLANES <= wq && 2 * q - pl + 2 * TV_VPLANES <= w; q += TV_VPLANES) {
       const tv_vpf lo = TV_VPLOAD(src + 2 * q - pl), hi = TV_VPLOAD(src + 2 * q - pl + TV_VPLANES);
-      *bad |= (tv_vpm)(lo != lo) | (tv_vpm)(hi != hi);
+      TV_VPOOL_NANS(*bad, lo, hi);
       TV_VPSTORE(row + q, __builtin_shuffle(lo, hi, TV_VPOOL_EVEN));
       TV_VPSTORE(row + ps + q, __builtin_shuffle(lo, hi, TV_VPOOL_ODD));
     }
     const int64_t last = (w + pl - 2 * TV_VPLANES) / 2;  /* (the last pair inside the row, when there is one) */
     if (w + pl >= 2 * TV_VPLANES && last >= left && last <= q && last + TV_VPLANES > q && last + TV_VPLANES <= wq) {
       const tv_vpf lo = TV_VPLOAD(src + 2 * last - pl), hi = TV_VPLOAD(src + 2 * last - pl + TV_VPLANES);
-      *bad |= (tv_vpm)(lo != lo) | (tv_vpm)(hi != hi);
+      TV_VPOOL_NANS(*bad, lo, hi);
       TV_VPSTORE(row + last, __builtin_shuffle(lo, hi, TV_VPOOL_EVEN));
       TV_VPSTORE(row + ps + last, __builtin_shuffle(lo, hi, TV_VPOOL_ODD));
       q = last + TV_VPLANES;
@@ -153,8 +166,8 @@ static inline void tv_vpool_fill(const float* src, int64_t w, int64_t pl, int64_
 
 /* out[j] for j in [0, owv): the maximum of the kw taps of the phase-split row (inline: kw = 2, 3 unroll);
    with exact, NumPy's NaN rule (TV_VPOOL_MAX), else one comparison per tap (no NaN in the rows). */
-static inline void tv_vpool_hmax(const float* row, const int64_t* at, int64_t kw, int64_t owv, int exact,
-                                 float* out) {
+TV_VPOOL_INLINE void tv_vpool_hmax(const float* row, const int64_t* at, int64_t kw, int64_t owv, int exact,
+                                   float* out) {
   for (int64_t j = 0; j < owv; j += TV_VPLANES) {
     tv_vpf acc = TV_VPLOAD(row + at[0] + j);
     for (int64_t t = 1; t < kw; ++t) {
@@ -168,7 +181,7 @@ static inline void tv_vpool_hmax(const float* row, const int64_t* at, int64_t kw
 
 /* dst[j] for j in [0, ow): the maximum of the n rows of maxima rows[0..n) (n >= 1; the last vector's lanes
    past ow not stored). */
-static inline void tv_vpool_vmax(const float* const* rows, int64_t n, int64_t ow, int exact, float* dst) {
+TV_VPOOL_INLINE void tv_vpool_vmax(const float* const* rows, int64_t n, int64_t ow, int exact, float* dst) {
   for (int64_t j = 0; j < ow; j += TV_VPLANES) {
     tv_vpf acc = TV_VPLOAD(rows[0] + j);
     for (int64_t t = 1; t < n; ++t) {
@@ -189,41 +202,51 @@ static inline void tv_vpool_vmax(const float* const* rows, int64_t n, int64_t ow
    slower than the generated kernel.) */
 static void tv_vpool_rows(const tv_vpool_job* j, const float* src, float* dst, int64_t oy0, int64_t oy1,
                           float* split, float* maxima) {
-  const float* rows[j->kh];
-  const int64_t stride = j->sw * (j->wq + TV_VPLANES);
-  for (int64_t b0 = oy0; b0 < oy1; b0 += j->block) {
-    const int64_t b1 = b0 + j->block < oy1 ? b0 + j->block : oy1;
-    const int64_t top = b0 * j->sh - j->pt, bottom = (b1 - 1) * j->sh - j->pt + (j->kh - 1) * j->dh;
-    const int64_t ilo = top > 0 ? top : 0, ihi = bottom < j->h - 1 ? bottom : j->h - 1;
+  /* (the job's fields in locals: a store through the may_alias vector type could change *j for all gcc
+     knows, so it reloaded every field after each store and unrolled nothing: 1.8x the time) */
+  const int64_t h = j->h, w = j->w, ow = j->ow, kh = j->kh, kw = j->kw, sh = j->sh, sw = j->sw, dh = j->dh;
+  const int64_t pt = j->pt, pl = j->pl, wq = j->wq, owv = j->owv, block = j->block;
+  int64_t at[kw];
+  for (int64_t t = 0; t < kw; ++t) at[t] = j->at[t];
+  const float* rows[kh];
+  const int64_t stride = sw * (wq + TV_VPLANES);
+  for (int64_t b0 = oy0; b0 < oy1; b0 += block) {
+    const int64_t b1 = b0 + block < oy1 ? b0 + block : oy1;
+    const int64_t top = b0 * sh - pt, bottom = (b1 - 1) * sh - pt + (kh - 1) * dh;
+    const int64_t ilo = top > 0 ? top : 0, ihi = bottom < h - 1 ? bottom : h - 1;
     tv_vpm bad = (tv_vpm)(TV_VPSPLAT(0.0f) != TV_VPSPLAT(0.0f));
     int exact = 0;
-    for (int64_t iy = ilo; iy <= ihi; ++iy)
-      tv_vpool_fill(src + iy * j->w, j->w, j->pl, j->sw, j->wq, split + (iy - ilo) * stride, &bad, &exact);
+    if (sw == 2)
+      for (int64_t iy = ilo; iy <= ihi; ++iy)
+        tv_vpool_fill(src + iy * w, w, pl, 2, wq, split + (iy - ilo) * stride, &bad, &exact);
+    else
+      for (int64_t iy = ilo; iy <= ihi; ++iy)
+        tv_vpool_fill(src + iy * w, w, pl, sw, wq, split + (iy - ilo) * stride, &bad, &exact);
     for (int i = 0; i < TV_VPLANES; ++i) exact |= bad[i] != 0;
     for (int64_t iy = ilo; iy <= ihi; ++iy) {
       const float* row = split + (iy - ilo) * stride;
-      float* out = maxima + (iy - ilo) * j->owv;
-      if (exact) tv_vpool_hmax(row, j->at, j->kw, j->owv, 1, out);
-      else if (j->kw == 3) tv_vpool_hmax(row, j->at, 3, j->owv, 0, out);
-      else if (j->kw == 2) tv_vpool_hmax(row, j->at, 2, j->owv, 0, out);
-      else tv_vpool_hmax(row, j->at, j->kw, j->owv, 0, out);
+      float* out = maxima + (iy - ilo) * owv;
+      if (exact) tv_vpool_hmax(row, at, kw, owv, 1, out);
+      else if (kw == 3) tv_vpool_hmax(row, at, 3, owv, 0, out);
+      else if (kw == 2) tv_vpool_hmax(row, at, 2, owv, 0, out);
+      else tv_vpool_hmax(row, at, kw, owv, 0, out);
     }
     for (int64_t oy = b0; oy < b1; ++oy) {
-      const int64_t first = oy * j->sh - j->pt;
-      const int64_t ky0 = first < 0 ? (-first + j->dh - 1) / j->dh : 0;
-      int64_t ky1 = j->h - first > 0 ? (j->h - first + j->dh - 1) / j->dh : 0;
-      if (ky1 > j->kh) ky1 = j->kh;
-      float* out = dst + oy * j->ow;
+      const int64_t first = oy * sh - pt;
+      const int64_t ky0 = first < 0 ? (-first + dh - 1) / dh : 0;
+      int64_t ky1 = h - first > 0 ? (h - first + dh - 1) / dh : 0;
+      if (ky1 > kh) ky1 = kh;
+      float* out = dst + oy * ow;
       if (ky0 >= ky1) {  /* a window entirely in the padding */
-        for (int64_t x = 0; x < j->ow; ++x) out[x] = -INFINITY;
+        for (int64_t x = 0; x < ow; ++x) out[x] = -INFINITY;
         continue;
       }
-      for (int64_t ky = ky0; ky < ky1; ++ky) rows[ky - ky0] = maxima + (first + ky * j->dh - ilo) * j->owv;
+      for (int64_t ky = ky0; ky < ky1; ++ky) rows[ky - ky0] = maxima + (first + ky * dh - ilo) * owv;
       const int64_t n = ky1 - ky0;
-      if (exact) tv_vpool_vmax(rows, n, j->ow, 1, out);
-      else if (n == 3) tv_vpool_vmax(rows, 3, j->ow, 0, out);
-      else if (n == 2) tv_vpool_vmax(rows, 2, j->ow, 0, out);
-      else tv_vpool_vmax(rows, n, j->ow, 0, out);
+      if (exact) tv_vpool_vmax(rows, n, ow, 1, out);
+      else if (n == 3) tv_vpool_vmax(rows, 3, ow, 0, out);
+      else if (n == 2) tv_vpool_vmax(rows, 2, ow, 0, out);
+      else tv_vpool_vmax(rows, n, ow, 0, out);
     }
   }
 }
