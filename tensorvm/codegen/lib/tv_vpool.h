@@ -21,7 +21,7 @@
    instruction. A window with no input element (entirely in padding) gives -inf, as the reference's -inf
    padding does. Planes (or bands of rows, when there are fewer planes than chunks) run as about
    TV_VPOOL_CHUNKS chunks per thread on the thread team (tv_team_run); each output is computed the same way
-   on any thread. Included by tv_gemm.h (after tv_gemm_parallel and tv_team_run), outside its
+   on any thread. Included by tv_gemm.h (after tv_gemm_parallel and tv_team_run), before its
    TV_PACKED_KERNELS part: in every shared library's prelude. */
 #ifndef TV_VPOOL_H
 #define TV_VPOOL_H
