@@ -15,6 +15,7 @@ ceil-mode pool (64 x 112 x 112).
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import random
 import time
@@ -92,8 +93,9 @@ def main() -> int:
         for threads in args.threads:
             build.set_num_threads(threads)
             session = sessions[threads]
-            calls = {"vector_pool": lambda: vector(x, out_v), "generated": lambda: generic(x, out_g),
-                     "onnxruntime": lambda: session.run(None, {"x": x})}
+            calls = {"vector_pool": functools.partial(vector, x, out_v),
+                     "generated": functools.partial(generic, x, out_g),
+                     "onnxruntime": functools.partial(session.run, None, {"x": x})}
             times: dict = {name: [] for name in calls}
             for name in calls:  # (warm up: the workers, the caches)
                 for _ in range(3):

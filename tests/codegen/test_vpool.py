@@ -82,7 +82,7 @@ def test_pool_of_every_instance(isa, kernel_threads):
     """Each case against the reference kernel at 1, 2 and more threads than cores; nothing past the output
     written."""
     library, _ = _built(isa, _CALLER)
-    function = getattr(library._cdll, "tv_test_pool")
+    function = library._cdll.tv_test_pool
     function.restype = ctypes.c_int32
     function.argtypes = [ctypes.c_void_p] * 3
     for threads in THREADS:

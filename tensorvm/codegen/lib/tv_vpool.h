@@ -82,10 +82,9 @@ typedef int32_t tv_vpool_vi __attribute__((vector_size(TV_VPOOL_BYTES)));
 #define TV_VPOOL_ODD ((tv_vpool_vi){1, 3, 5, 7, 9, 11, 13, 15})
 #endif
 #define TV_VPOOL_CHUNKS 4
-/* The row functions must be inlined where they are called with a constant kw, stride or row count (the
+/* The row functions are always inlined where they are called with a constant kw, stride or row count (the
    unrolled taps): in a translation unit as large as a kernel library's prelude gcc's unit-growth limit
-   left them calls, and the pool took 1.8x the time. */
-#define TV_VPOOL_INLINE static inline __attribute__((always_inline))
+   may leave them calls. Definitions start with "static" (the AOT flow's text rules, aot/build.py). */
 #define TV_VPOOL_BLOCK_ROWS 17
 
 typedef struct {
@@ -104,12 +103,13 @@ typedef struct {
    the room between phases.
    *bad gathers the NaN lanes (v != v) of the vectors read, *scalar_bad whether a float read alone is NaN (a
    lane of a vector updated alone costs an insert). */
-TV_VPOOL_INLINE void tv_vpool_fill(const float* src, int64_t w, int64_t pl, int64_t sw, int64_t wq, float* row,
-                                   tv_vpm* bad, int* scalar_bad) {
+static inline __attribute__((always_inline)) void tv_vpool_fill(const float* src, int64_t w, int64_t pl,
+    int64_t sw, int64_t wq, float* row, tv_vpm* bad, int* scalar_bad) {
   const int64_t ps = wq + TV_VPLANES;
   const tv_vpf low = TV_VPSPLAT(-INFINITY);
   if (sw == 1) {
-    for (int64_t q = 0; q < pl && q < wq; q += TV_VPLANES) TV_VPSTORE(row + q, low);  /* (the copy overwrites past pl) */
+    /* (the copy overwrites what these stores put past pl) */
+    for (int64_t q = 0; q < pl && q < wq; q += TV_VPLANES) TV_VPSTORE(row + q, low);
     const int64_t copied = w < wq - pl ? w : wq - pl;
     int64_t c = 0;
     for (; c + TV_VPLANES <= copied; c += TV_VPLANES) {
@@ -166,8 +166,8 @@ TV_VPOOL_INLINE void tv_vpool_fill(const float* src, int64_t w, int64_t pl, int6
 
 /* out[j] for j in [0, owv): the maximum of the kw taps of the phase-split row (inline: kw = 2, 3 unroll);
    with exact, NumPy's NaN rule (TV_VPOOL_MAX), else one comparison per tap (no NaN in the rows). */
-TV_VPOOL_INLINE void tv_vpool_hmax(const float* row, const int64_t* at, int64_t kw, int64_t owv, int exact,
-                                   float* out) {
+static inline __attribute__((always_inline)) void tv_vpool_hmax(const float* row, const int64_t* at,
+    int64_t kw, int64_t owv, int exact, float* out) {
   for (int64_t j = 0; j < owv; j += TV_VPLANES) {
     tv_vpf acc = TV_VPLOAD(row + at[0] + j);
     for (int64_t t = 1; t < kw; ++t) {
@@ -181,7 +181,8 @@ TV_VPOOL_INLINE void tv_vpool_hmax(const float* row, const int64_t* at, int64_t 
 
 /* dst[j] for j in [0, ow): the maximum of the n rows of maxima rows[0..n) (n >= 1; the last vector's lanes
    past ow not stored). */
-TV_VPOOL_INLINE void tv_vpool_vmax(const float* const* rows, int64_t n, int64_t ow, int exact, float* dst) {
+static inline __attribute__((always_inline)) void tv_vpool_vmax(const float* const* rows, int64_t n,
+    int64_t ow, int exact, float* dst) {
   for (int64_t j = 0; j < ow; j += TV_VPLANES) {
     tv_vpf acc = TV_VPLOAD(rows[0] + j);
     for (int64_t t = 1; t < n; ++t) {
@@ -292,7 +293,8 @@ __attribute__((unused)) static int32_t tv_max_pool2d_f32(int64_t n, int64_t c, i
   const int64_t block = span >= TV_VPOOL_BLOCK_ROWS ? 1 : (TV_VPOOL_BLOCK_ROWS - span) / sh + 1;
   const int64_t rows = (block - 1) * sh + span;
   tv_vpool_job job = {x, y, NULL, at, h, w, oh, ow, kh, kw, sh, sw, dh, pt, pl, wq, owv, block, rows,
-                      (rows * (sw * (wq + TV_VPLANES) + owv) + 15) / 16 * 16, bands, units, units < want ? units : want};
+                      (rows * (sw * (wq + TV_VPLANES) + owv) + 15) / 16 * 16, bands, units,
+                      units < want ? units : want};
   job.buffers = (float*)malloc(sizeof(float) * (size_t)(job.chunks * job.each));
   if (job.buffers == NULL) return TV_ERROR_OUT_OF_MEMORY;
   tv_team_run(job.chunks, threads, tv_vpool_chunk, &job);
