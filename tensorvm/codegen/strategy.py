@@ -97,7 +97,7 @@ from .lower import LoweredParts, lower_dispatch, lower_parts, rebind
 
 __all__ = [
     "Implementation", "strategy_of", "specialize", "KernelPlan", "ExternalPlan",
-    "DispatchKernel", "PackedGemmCall", "plan", "rules", "gemm_min_work", "blas_single_thread",
+    "DispatchKernel", "PackedGemmCall", "MaxPool2dCall", "plan", "rules", "gemm_min_work", "blas_single_thread",
     "variants_enabled",
 ]
 
@@ -250,6 +250,26 @@ class SoftmaxCall(LibraryCall):
 
     def statement(self, args: list, target, suffix: str):
         return CallExtern(f"tv_softmax_{suffix}", (self.rows, self.n, args[0], target, const(int(self.log), "int64")))
+
+
+@dataclass(frozen=True)
+class MaxPool2dCall(LibraryCall):
+    """A float32 NCHW ``nn.max_pool2d`` as ``tv_max_pool2d_f32(n, c, h, w, oh, ow, kh, kw, sh, sw, dh, dw, pt,
+    pl, x, y)`` (``tv_vpool.h``, in ``c_emit.BLAS_BRIDGE``: it runs on the thread team): per plane each input
+    row's horizontal window maximum is computed once, in vectors along the output columns, and the output
+    rows are the vertical maxima of those; NaN propagates as NumPy's maximum does. ``dims`` are te
+    expressions (batch, channels, height, width, out height, out width); the bottom and right padding and
+    ceil mode are in the out dims."""
+
+    dims: tuple
+    kernel: tuple  # (kh, kw), static
+    strides: tuple
+    dilation: tuple
+    padding: tuple  # (top, left)
+
+    def statement(self, args: list, target, suffix: str):
+        geometry = [const(int(v), "int64") for v in (*self.kernel, *self.strides, *self.dilation, *self.padding)]
+        return CallExtern(f"tv_max_pool2d_{suffix}", (*self.dims, *geometry, args[0], target))
 
 
 @dataclass(frozen=True)

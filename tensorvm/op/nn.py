@@ -1512,10 +1512,30 @@ def _max_pool2d_compute(attrs, inputs, out_type):
     return [_pool_te(attrs, inputs[0], "max")]
 
 
+def _max_pool2d_strategy(attrs, inputs, out_type):
+    """float32 NCHW in and out, any window: ``tv_max_pool2d_f32`` (``MaxPool2dCall``, ``tv_vpool.h``: the
+    vector kernel, no padded copy of the input); otherwise the generated kernel. In a convolution's group
+    (the 2x2 pool of its tiles' epilogue) the convolution is the anchor, not the pool."""
+    from ..codegen.strategy import Implementation, MaxPool2dCall, index_expr
+
+    (x,) = inputs
+    if x.ndim != 4 or {x.dtype, out_type.dtype} != {"float32"} or attrs.layout != "NCHW" \
+            or (attrs.out_layout or "NCHW") != "NCHW":
+        return []
+    n, c, h, w = x.shape
+    pt, pl, pb, pr = (int(p) for p in attrs.padding)
+    (kh, kw), (sh, sw), (dh, dw) = attrs.pool_size, attrs.strides, attrs.dilation
+    oh, _ = _window_extent(h, kh, pt + pb, sh, dh, attrs.ceil_mode)
+    ow, _ = _window_extent(w, kw, pl + pr, sw, dw, attrs.ceil_mode)
+    call = MaxPool2dCall(tuple(index_expr(d) for d in (n, c, h, w, oh, ow)), (int(kh), int(kw)),
+                         (int(sh), int(sw)), (int(dh), int(dw)), (pt, pl))
+    return [Implementation("vector_pool", True, plevel=20, call=call)]
+
+
 define_shaped(
     "nn.max_pool2d", 1, _pool_logic, lambda attrs, shape, x: _pool2d(attrs, shape, x, "max"),
     OpPattern.OUT_ELEMWISE_FUSABLE, attrs=_POOL_ATTRS, doc="2-D max pooling.",
-    compute=_max_pool2d_compute,
+    compute=_max_pool2d_compute, strategy=_max_pool2d_strategy,
 )
 
 

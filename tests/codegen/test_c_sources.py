@@ -146,6 +146,7 @@ def test_generated_text_is_the_files_text():
     gemm = gemm.replace('#include "tv_vgemm.h"\n', vgemm)
     gemm = gemm.replace('#include "tv_vconv.h"\n', (LIBRARY_DIR / "tv_vconv.h").read_text())
     gemm = gemm.replace('#include "tv_vpointwise.h"\n', (LIBRARY_DIR / "tv_vpointwise.h").read_text())
+    gemm = gemm.replace('#include "tv_vpool.h"\n', (LIBRARY_DIR / "tv_vpool.h").read_text())
     gemm = gemm.replace('#include "tv_clock.h"\n', (LIBRARY_DIR / "tv_clock.h").read_text())
     gemm = gemm.replace('#include "tv_team.h"\n', (LIBRARY_DIR / "tv_team.h").read_text())
     assert c_emit.PRELUDE.endswith(kernel) and c_emit.prelude().endswith(gemm)

@@ -389,6 +389,9 @@ TV_GEMM(float, f32) TV_GEMM(double, f64)
   }
 TV_CONV2D(float, f32) TV_CONV2D(double, f64)
 
+/* The max pool (its own row buffers and vectors; no products): in every unit, as the softmax. */
+#include "tv_vpool.h"
+
 /* The register-tiled products and the direct convolution below are most of the cost of
    compiling a small library (0.7 s of a 0.9 s build of one softmax kernel): a translation unit has them only
    when one of its kernels multiplies matrices or convolves (c_emit.emit_library then has prelude() define
