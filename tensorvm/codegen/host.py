@@ -332,6 +332,16 @@ def _spin_ns(desc: HostDescription) -> int:
     return int(min(max(desc.wake_ns, TEAM_SPIN_NS[1]), TEAM_SPIN_NS[2]))
 
 
+def codegen_view(desc: HostDescription | None = None) -> str:
+    """``desc`` as the generated C depends on it, for keys of kernels kept across processes: its measured
+    fields (``clock_ghz``, ``fork_join_ns``, ``wake_ns``: they differ a little in every process, and a
+    disturbed measurement is not cached) replaced by the rounded thresholds derived from them
+    (``kernel_rules``; ``team_spin_ns`` is set on the running pool, in no kernel's text)."""
+    desc = desc or host()
+    rules = dataclasses.replace(kernel_rules(desc), team_spin_ns=0)
+    return f"{dataclasses.replace(desc, clock_ghz=0.0, fork_join_ns=0.0, wake_ns=0.0)!r} {rules!r}"
+
+
 def rule_defines(desc: HostDescription | None = None) -> tuple:
     """The ``-D`` flags that give the C library its thresholds and vector width for ``desc``
     (``c_emit.prelude`` writes them into every shared library's text)."""

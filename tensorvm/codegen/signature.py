@@ -10,7 +10,8 @@ the same kernel of them (same C text, same variants, same external plans). The k
 - ``generator_stamp()``: a digest of the package's own source (every ``.py``, ``.c`` and ``.h`` file of
   ``tensorvm``), so an edited generator, op compute or C library never matches an old key;
 - ``codegen_settings()``: everything outside the function that changes what is generated: the host
-  description (``host.host()``, fake or detected), whether kernel variants are on, the BLAS mode, the
+  description (``host.host()``, fake or detected; its measured timings by the rounded thresholds they
+  give, ``host.codegen_view``), whether kernel variants are on, the BLAS mode, the
   variant pins (``calibrate``), the C toolchain's fingerprint and features, and the value of every
   upper-case module constant of the loaded code generator, op and te modules (a bound such as
   ``MAX_INLINED_NODES`` changed at run time changes the key);
@@ -67,7 +68,7 @@ def codegen_settings() -> str:
     """The settings outside a primitive function that change the kernel made of it (see the module doc)."""
     from . import blas, calibrate
     from .build import find_toolchain
-    from .host import host
+    from .host import codegen_view
     from .strategy import variants_enabled
 
     toolchain = find_toolchain()
@@ -75,7 +76,7 @@ def codegen_settings() -> str:
         pins = sorted(calibrate._PINS.items())
     env_pins = calibrate.os.environ.get("TENSORVM_VARIANT", "")
     return "\n".join([
-        repr(host()), f"variants={variants_enabled()}", f"blas={blas.mode()}", f"pins={pins}|{env_pins}",
+        codegen_view(), f"variants={variants_enabled()}", f"blas={blas.mode()}", f"pins={pins}|{env_pins}",
         f"toolchain={toolchain.fingerprint}|openmp={toolchain.openmp}|simd={toolchain.simd_pragmas}"
         f"|float16={toolchain.float16}|python={bool(toolchain.python_include)}",
         _module_constants(),
