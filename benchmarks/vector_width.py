@@ -10,7 +10,9 @@ output shape) as ``kernel_gap.py`` matches them.
 On a double-pumped AVX-512 machine (Zen 4) the question is which kernels gain from the wider vectors; on
 an Intel server with two 512-bit FMA units most should. On a shared machine only the ratios mean
 anything. ``--variants`` takes other ``$TENSORVM_HOST`` values (ISA names or JSON), comma-separated with
-``;`` between JSON objects.
+``;`` between JSON objects: ``'{"isa": "avx512", "fma_bits": 512};{"isa": "avx512", "fma_bits": 256}'`` is
+the default before and after the FMA-width rule on a Zen 4 (64-byte vectors with thresholds for 32
+multiply-adds per cycle, against 32-byte vectors with thresholds for 16).
 """
 
 from __future__ import annotations
@@ -43,7 +45,9 @@ def _describe(value: str):
         base = hostmod.host()
         if "isa" in fields:
             base = hostmod.isa_host(fields["isa"], base)
-        return dataclasses.replace(base, **fields)
+        desc = dataclasses.replace(base, **fields)
+        # (a datapath width without vectors: the vectors follow it by the rule, as with $TENSORVM_HOST)
+        return hostmod.fma_vector_host(desc) if "fma_bits" in fields and "vector_bytes" not in fields else desc
     return hostmod.isa_host(value, hostmod.host())
 
 
