@@ -84,6 +84,8 @@ def main() -> int:
         inputs = [feeds[p.name_hint] for p in mod["main"].params]
         vms[value] = tv.vm.VirtualMachine(tv.vm.compile(mod, target="c", params=params))
         vms[value].invoke("main", *inputs)  # (builds, calibrates: not timed)
+        print(f"{value}: {hostmod.width_why(hostmod.host())}; macs_per_cycle "
+              f"{hostmod.kernel_rules(hostmod.host()).macs_per_cycle}")
     hostmod.set_host(None)
     options = ort.SessionOptions()
     options.intra_op_num_threads = args.threads
