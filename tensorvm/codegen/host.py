@@ -165,9 +165,10 @@ def fma_vector_host(desc: HostDescription) -> HostDescription:
     AVX-512 on Zen 4), the vectors and registers of the widest ISA of ``ISAS`` that fits the datapath (the
     ``avx2`` instance: 32-byte vectors, 16 registers; the instructions stay the host's, ``-march=native``).
     The rule: a vector wider than the FMA datapath retires no more multiply-adds per cycle, and costs
-    registers, longer tails and wider tiles; measured on Zen 4 (docs/kernels.md) the 32-byte build is
-    as fast or faster in every family but the product at 16 rows (ResNet-18's stem 2.4x, products of 64+
-    rows 1.04-1.25x, ResNet-18 1.09x). ``$TENSORVM_HOST`` (an ISA name, or JSON with ``vector_bytes`` or
+    registers, and tiles padded further past small images and channel counts; measured on Zen 4
+    (docs/kernels.md) the 32-byte build with the thresholds of the real throughput ran MobileNetV3 and
+    DistilBERT-128 1.07-1.13x faster at 1 and 2 threads, products of 64+ rows 1.03-1.26x, and lost
+    only on products of 16 rows (0.90) and long softmax rows. ``$TENSORVM_HOST`` (an ISA name, or JSON with ``vector_bytes`` or
     ``fma_bits``) pins either."""
     width, registers, fma = ISAS.get(desc.isa, (desc.vector_bytes, desc.vector_registers, desc.fma))
     if 0 < desc.fma_bits < 8 * width:
