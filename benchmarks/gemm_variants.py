@@ -55,6 +55,7 @@ def main():
     desc = hostmod.host()
     print(f"host: {desc.model} ({desc.isa}, {desc.vector_bytes}-byte vectors, {desc.vector_registers} registers, "
           f"L1d {desc.l1d // 1024} KB, L2 {desc.l2 // 1024} KB); {args.threads} thread(s)")
+    print(f"  kernels built here: {hostmod.width_why(desc)}")
 
     def signature(fn):
         fn.argtypes = [ctypes.c_int64] * 3 + [ctypes.c_void_p] * 3

@@ -102,9 +102,23 @@ def _git_revision() -> str:
         return "unknown"
 
 
+def _kernel_width() -> str:
+    """The vectors tensorvm's C kernels are built with here and why (``host.width_why``: the ISA's, or the
+    FMA datapath's where narrower; ``$TENSORVM_HOST`` pins either); the workers inherit the environment."""
+    try:
+        if str(ROOT) not in sys.path:
+            sys.path.insert(0, str(ROOT))
+        from tensorvm.codegen import host as hostmod
+
+        return hostmod.width_why(hostmod.host())
+    except Exception as err:  # (a report line: never the reason a run fails)
+        return f"unknown ({type(err).__name__})"
+
+
 def machine_info(thread_counts, settings: Settings) -> dict:
     return {
         "date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
+        "kernel_width": _kernel_width(),
         "cpu": _cpu_model(), "logical_cpus": os.cpu_count(), "memory_gb": round(_memory_gb(), 1),
         "os": platform.platform(), "python": platform.python_version(),
         "versions": {name: _version(name) for name in
@@ -474,6 +488,7 @@ def write_markdown(report: dict, path: Path) -> None:
         "# tensorvm benchmarks" + (" (quick smoke run)" if meta["quick"] else ""), "",
         f"- date: {meta['date']}; run took {meta.get('elapsed_s', 0) / 60:.1f} min",
         f"- machine: {meta['cpu']}, {meta['logical_cpus']} logical CPUs, {meta['memory_gb']} GB RAM; {meta['os']}",
+        f"- tensorvm's C kernels: {meta.get('kernel_width', 'unknown')}",
         f"- software: Python {meta['python']}; {versions}; tensorvm revision {meta['tensorvm_revision']}",
         f"- threads: {', '.join(map(str, meta['threads']))} (the same count for every runtime: OMP/OpenBLAS/MKL "
         "variables, `torch.set_num_threads`, ORT `intra_op_num_threads`)",

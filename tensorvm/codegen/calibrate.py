@@ -163,7 +163,8 @@ def _remember(desc: HostDescription, choice: Choice) -> Choice:
 
 
 def report() -> dict:
-    """Which product kernels run and why, for ``Executable.stats()``: the packed product's instance (its
+    """Which product kernels run and why, for ``Executable.stats()``: the kernels' vector width (and the
+    FMA datapath it follows, ``host.fma_vector_host``), the packed product's instance (its
     ISA, tile and blocks, derived from the host description, and where that description came from), the
     softmax's vector width, the thresholds of ``host.kernel_rules`` with their rules, and the calibrated
     choices of this process."""
@@ -175,6 +176,8 @@ def report() -> dict:
     source = ("set_host" if hostmod._OVERRIDE[0] is not None
               else "$TENSORVM_HOST" if os.environ.get("TENSORVM_HOST", "").strip() else "detected")
     return {
+        "vector_width": {"vector_bytes": desc.vector_bytes, "vector_registers": desc.vector_registers,
+                         "fma_bits": desc.fma_bits, "source": source, "why": hostmod.width_why(desc)},
         "packed_product": {
             "isa": desc.isa, "tile": f"{params.mr}x{params.nr}", "kc": params.kc, "mc": params.mc,
             "why": f"rule of host.gemm_params on the {source} host: {desc.vector_bytes}-byte vectors, "

@@ -27,7 +27,7 @@ from pathlib import Path
 from ..errors import AttrError
 
 __all__ = ["HostDescription", "GemmParams", "KernelRules", "host", "detect_host", "set_host", "isa_host",
-           "gemm_params", "gemm_defines", "kernel_rules", "rule_defines", "ISAS"]
+           "fma_vector_host", "width_why", "gemm_params", "gemm_defines", "kernel_rules", "rule_defines", "ISAS"]
 
 # The ISAs a kernel is instantiated for: vector bytes, vector registers, FMA.
 ISAS = {
@@ -54,6 +54,11 @@ class HostDescription:
     clock_ghz: float = 0.0  # the cores' clock (/proc/cpuinfo's "cpu MHz"; 0: unknown)
     fork_join_ns: float = 0.0  # a split over two threads of the process's pool (codegen/pool.py; 0: unmeasured)
     wake_ns: float = 0.0  # ... when its worker sleeps (0: unmeasured)
+    # The FMA datapath's width in bits (codegen/fma.py's probe): 512 where 64-byte FMAs are full width
+    # (Intel servers with two 512-bit units), 256 where a 512-bit operation runs as two 256-bit halves
+    # (Zen 4); 0: unmeasured, taken to be the vectors' width. ``fma_vector_host`` builds the kernels with
+    # vectors no wider than it, and ``kernel_rules`` counts the multiply-adds per cycle by it.
+    fma_bits: int = 0
 
     @property
     def key(self) -> str:
@@ -155,6 +160,40 @@ def isa_host(isa: str, base: HostDescription | None = None) -> HostDescription:
     return dataclasses.replace(base or detect_host(), isa=isa, vector_bytes=width, vector_registers=registers, fma=fma)
 
 
+def fma_vector_host(desc: HostDescription) -> HostDescription:
+    """``desc`` with its ISA's vectors, or, where the FMA datapath is narrower than them (``fma_bits``:
+    AVX-512 on Zen 4), the vectors and registers of the widest ISA of ``ISAS`` that fits the datapath (the
+    ``avx2`` instance: 32-byte vectors, 16 registers; the instructions stay the host's, ``-march=native``).
+    The rule: a vector wider than the FMA datapath retires no more multiply-adds per cycle, and costs
+    registers, and tiles padded further past small images and channel counts; measured on Zen 4
+    (docs/kernels.md) the 32-byte build with the thresholds of the real throughput ran MobileNetV3 and
+    DistilBERT-128 1.07-1.13x faster at 1 and 2 threads, products of 64+ rows 1.03-1.26x, and lost
+    only on products of 16 rows (0.90) and long softmax rows. ``$TENSORVM_HOST`` (an ISA name, or JSON with ``vector_bytes`` or
+    ``fma_bits``) pins either."""
+    width, registers, fma = ISAS.get(desc.isa, (desc.vector_bytes, desc.vector_registers, desc.fma))
+    if 0 < desc.fma_bits < 8 * width:
+        fitting = [spec for spec in ISAS.values() if 8 * spec[0] <= desc.fma_bits and spec[2] == fma]
+        if fitting:
+            width, registers, _ = max(fitting)
+    return dataclasses.replace(desc, vector_bytes=width, vector_registers=registers)
+
+
+def width_why(desc: HostDescription) -> str:
+    """Why ``desc``'s kernels have the vectors they have (for ``calibrate.report`` and ``exe.stats()``)."""
+    own = ISAS.get(desc.isa, (desc.vector_bytes,))[0]
+    if desc.fma_bits <= 0:
+        datapath = "FMA datapath unmeasured (taken as the vectors' width)"
+    else:
+        datapath = f"{desc.fma_bits}-bit FMA datapath (codegen/fma.py's probe, or pinned)"
+    if desc.vector_bytes < own:
+        return (f"{desc.vector_bytes}-byte vectors, {desc.vector_registers} registers: {desc.isa}'s {own}-byte "
+                f"vectors run as halves on this {datapath} (no more multiply-adds per cycle, measured slower)")
+    if 0 < desc.fma_bits < 8 * desc.vector_bytes:
+        return (f"{desc.vector_bytes}-byte vectors as pinned, over a {datapath}: thresholds count "
+                f"{desc.fma_bits // 32} lanes of work per FMA")
+    return f"{desc.isa}'s {desc.vector_bytes}-byte vectors, {desc.vector_registers} registers; {datapath}"
+
+
 _OVERRIDE: list = [None]  # set_host's description
 _DETECTED: list = [None]
 
@@ -184,6 +223,9 @@ def _from_environment(detected: HostDescription) -> HostDescription | None:
         detected = isa_host(fields["isa"], detected)
     if "flags" in fields:
         fields["flags"] = tuple(fields["flags"])
+    if "fma_bits" in fields and not {"vector_bytes", "vector_registers"} & set(fields):
+        # (a pinned datapath width: the vectors follow it by the rule, from the ISA's own)
+        return fma_vector_host(dataclasses.replace(isa_host(detected.isa, detected), **fields))
     return dataclasses.replace(detected, **fields)
 
 
@@ -193,8 +235,18 @@ def host() -> HostDescription:
         return _OVERRIDE[0]
     if _DETECTED[0] is None:
         _DETECTED[0] = detect_host()  # (first, so that a call of host() while the pool is measured has one)
-        _DETECTED[0] = _with_pool_timings(_DETECTED[0])
+        _DETECTED[0] = _with_fma_width(_with_pool_timings(_DETECTED[0]))
     return _from_environment(_DETECTED[0]) or _DETECTED[0]
+
+
+def _with_fma_width(desc: HostDescription) -> HostDescription:
+    """``desc`` with its FMA datapath's width (measured once per CPU model and cached, ``codegen/fma.py``;
+    only AVX-512 hosts have a choice) and the vectors that follow from it (``fma_vector_host``)."""
+    if desc.isa != "avx512":
+        return desc
+    from .fma import fma_bits
+
+    return fma_vector_host(dataclasses.replace(desc, fma_bits=fma_bits(desc.key)))
 
 
 def _with_pool_timings(desc: HostDescription) -> HostDescription:
@@ -279,10 +331,11 @@ class KernelRules:
 
     def why(self) -> dict:
         return {
-            "macs_per_cycle": "float32 lanes per vector x FMA pipes (x 1 without FMA)",
+            "macs_per_cycle": "float32 lanes per vector, at most the FMA datapath's (fma_bits / 32: a 64-byte "
+                              "FMA on a 256-bit datapath is two operations), x FMA pipes (x 1 without FMA)",
             "parallel_work": f"FORK_JOIN_CYCLES ({FORK_JOIN_CYCLES}) x multiply-adds per cycle",
             "parallel_elements": "FORK_JOIN_CYCLES x half a vector per cycle (a load, an operation and a store "
-                                 "per vector)",
+                                 "per vector; the datapath's lanes where narrower than the vector)",
             "team_chunk_elements": "the measured fork-join (fork_join_cycles: fork_join_ns x clock, else "
                                    "FORK_JOIN_CYCLES) x half a vector per cycle / 16: a loop that just pays for "
                                    "a split still splits into 16 chunks (4 per thread at 4 threads), each a "
@@ -314,16 +367,24 @@ def kernel_rules(desc: HostDescription | None = None) -> KernelRules:
     NumPy 2^20); an AVX-512 host doubles each work threshold and the vector multiples."""
     desc = desc or host()
     lanes = max(1, desc.vector_bytes // 4)
-    macs = lanes * (max(1, desc.fma_units) if desc.fma else 1)
+    work_lanes = _work_lanes(desc)
+    macs = work_lanes * (max(1, desc.fma_units) if desc.fma else 1)
     blas_min_flops = PYTHON_CALL_CYCLES * macs
     return KernelRules(
         macs_per_cycle=macs, parallel_work=FORK_JOIN_CYCLES * macs,
-        parallel_elements=FORK_JOIN_CYCLES * max(1, lanes // 2),
-        team_chunk_elements=max(1, fork_join_cycles(desc) * max(1, lanes // 2) // 16),
+        parallel_elements=FORK_JOIN_CYCLES * max(1, work_lanes // 2),
+        team_chunk_elements=max(1, fork_join_cycles(desc) * max(1, work_lanes // 2) // 16),
         team_spin_ns=_spin_ns(desc), sort_parallel_elements=FORK_JOIN_CYCLES * 2,
         gemm_min_work=LIBRARY_CALL_CYCLES * macs, blas_min_rows=lanes, blas_min_flops=blas_min_flops,
         blas_min_flops_dynamic=blas_min_flops // 16, blas_thread_factor=2 * lanes, vector_width=lanes,
         reduction_width=2 * lanes, jam=max(2, desc.vector_registers // 4))
+
+
+def _work_lanes(desc: HostDescription) -> int:
+    """The float32 lanes the vector unit works on per operation: the vector's, or the FMA datapath's where
+    that is narrower (a 64-byte operation on a 256-bit datapath takes two issue slots: Zen 4)."""
+    lanes = max(1, desc.vector_bytes // 4)
+    return min(lanes, desc.fma_bits // 32) if desc.fma_bits > 0 else lanes
 
 
 def _spin_ns(desc: HostDescription) -> int:

@@ -313,7 +313,7 @@ class Conv2dCall(LibraryCall):
             return False
         if self.channels is None:
             return (*self.strides, *self.dilation) == (1, 1, 1, 1)
-        return self.channels * self.kernel[0] * self.kernel[1] <= direct_max_reduction()
+        return direct_takes(self.channels, *self.kernel)
 
     def pointwise(self, suffix: str) -> bool:
         """Whether ``tv_conv2d_pointwise_act_f32`` (``tv_vpointwise.h``) computes it: float32, 1x1, unit
@@ -421,6 +421,19 @@ def direct_max_reduction(desc=None) -> int:
 
     desc = desc or host()
     return desc.l1d // 4 // (4 * max(gemm_params(desc).mr, 4))
+
+
+def direct_takes(channels: int, kh: int, kw: int, desc=None) -> bool:
+    """Whether the direct convolution takes a (channels x kh x kw) reduction rather than the packed one:
+    up to ``direct_max_reduction``, stretched by the work the packed kernel would waste on channels padded
+    to its blocks of ``CONV_BLOCK`` (ceil(C / 8) x 8 / C: 8/3 for an RGB stem). Past its L1 bound the
+    direct kernel slows by less than that: ResNet-18's 3 -> 64 7x7 stem (147, one past the bound of 146
+    with the 14-row tile of 64-byte vectors and 32 KB L1d) took 2474 us direct against 6006 packed; 4 input
+    channels (waste 2): 3175 against 5991 (docs/kernels.md, "Vector width and the FMA datapath")."""
+    from ..op.nn import CONV_BLOCK
+
+    padded = -(-channels // CONV_BLOCK) * CONV_BLOCK
+    return channels * kh * kw * channels <= direct_max_reduction(desc) * padded
 
 
 @dataclass(frozen=True)

@@ -126,10 +126,10 @@ def _takes_packed(data, attrs, kh: int, kw: int, reduction: int) -> bool:
     output of at least a tile of pixels (``mr``; squeeze-excitation's 1x1 images stay a product of
     vectors)."""
     from ..codegen.host import gemm_params
-    from ..codegen.strategy import direct_max_reduction
+    from ..codegen.strategy import direct_max_reduction, direct_takes
 
     if (kh, kw) != (1, 1):
-        return reduction > direct_max_reduction()
+        return not direct_takes(reduction // (kh * kw), kh, kw)  # (channels padded to blocks: see there)
     shape = getattr(getattr(data, "checked_type", None), "shape", None)
     if shape is None or len(shape) != 4:
         return False

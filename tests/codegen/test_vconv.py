@@ -629,6 +629,35 @@ def test_the_direct_kernels_reduction_bound_follows_the_host():
     assert direct_max_reduction(wide) == 12288 // (4 * 14)
 
 
+@pytest.mark.parametrize("channels, packed", [(3, False), (4, False), (8, True)])
+def test_few_input_channels_stay_direct_past_the_bound(channels, packed):
+    """The packed kernel pads the input channels to blocks of 8: an RGB 7x7 stem (147, just past the bound
+    of 146 with 64-byte vectors and 32 KB L1d) would do 8/3 of its work, so the direct kernel keeps it
+    (``strategy.direct_takes``); 8 channels waste nothing and are packed. Against the interpreter."""
+    import tensorvm as tv
+    from tensorvm.codegen.strategy import direct_takes
+    from tensorvm.ir.module import IRModule
+
+    desc = host.isa_host("avx512", host.dataclasses.replace(host.detect_host(), l1d=32 * 1024))
+    assert direct_max_reduction(desc) == 146
+    assert direct_takes(channels, 7, 7, desc) != packed
+    assert direct_takes(3, 3, 3, desc) and not direct_takes(64, 3, 3, desc)
+    host.set_host(desc)
+    try:
+        rng = np.random.default_rng(channels)
+        w = const(rng.standard_normal((16, channels, 7, 7)).astype(np.float32) * 0.05)
+        x = Var("x", _t(None, channels, 20, 20))
+        mod = IRModule.from_expr(Function([x], op.nn.relu(op.nn.conv2d(x, w, strides=(2, 2), padding=(3, 3)))))
+        exe = tv.vm.compile(mod, target="c")
+        assert (exe.stats()["kernel_library"]["variants"].get("packed") == 1) == packed
+        data = rng.standard_normal((1, channels, 20, 20)).astype(np.float32)
+        got = tv.vm.VirtualMachine(exe).invoke("main", data)
+        _close(np.asarray(got.numpy() if hasattr(got, "numpy") else got),
+               np.asarray(tv.create_executor("debug", mod).evaluate()(data).numpy()))
+    finally:
+        host.set_host(None)
+
+
 def test_stats_name_the_convolution_tiles():
     import tensorvm as tv
 
