@@ -110,8 +110,15 @@ def fresh_cache(monkeypatch, tmp_path):
 def test_a_disturbed_probe_is_not_cached_and_a_clean_one_is(fresh_cache, monkeypatch):
     disturbed = _times(100_000, 200_000)
     disturbed[32][2:6] = [1_000_000.0] * 4
-    assert fma.fma_bits("host-a", measure_fn=lambda: disturbed) == 0
-    assert not list(fresh_cache.glob("fma-*.json"))
+    probes = []
+    assert fma.fma_bits("host-a", measure_fn=lambda: probes.append(1) or disturbed) == 0
+    assert len(probes) == fma._ATTEMPTS and not list(fresh_cache.glob("fma-*.json"))
+    monkeypatch.setattr(fma, "_BITS", {})
+    answers = iter([disturbed, _times(100_000, 100_000)])  # (disturbed once, then clean: full width)
+    assert fma.fma_bits("host-d", measure_fn=lambda: next(answers)) == 512
+    assert len(list(fresh_cache.glob("fma-*.json"))) == 1
+    for path in fresh_cache.glob("fma-*.json"):
+        path.unlink()
     monkeypatch.setattr(fma, "_BITS", {})  # (a later process)
     assert fma.fma_bits("host-a", measure_fn=lambda: _times(100_000, 200_000)) == 256
     files = list(fresh_cache.glob("fma-*.json"))
