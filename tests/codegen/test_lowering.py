@@ -9,8 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tensorvm import te
-from tensorvm.codegen.host import kernel_rules
 from tensorvm.codegen.c_emit import emit_kernel
+from tensorvm.codegen.host import kernel_rules
 from tensorvm.codegen.loop_ir import PARALLEL, VECTORIZED, Allocate, For, Seq
 from tensorvm.codegen.lower import lower
 from tensorvm.codegen.module import build_module
