@@ -253,6 +253,20 @@ class SoftmaxCall(LibraryCall):
 
 
 @dataclass(frozen=True)
+class MeanCall(LibraryCall):
+    """``mean`` of a float32 array over its trailing axes as ``tv_mean_f32(rows, n, x, y)`` (``c_emit.PRELUDE``,
+    every translation unit has it): each of ``rows`` contiguous runs of ``n`` floats summed in vectors
+    (a global average pool). ``rows`` and ``n`` are te expressions over the op's dims."""
+
+    portable: ClassVar[bool] = True
+    rows: object
+    n: object
+
+    def statement(self, args: list, target, suffix: str):
+        return CallExtern(f"tv_mean_{suffix}", (self.rows, self.n, args[0], target))
+
+
+@dataclass(frozen=True)
 class MaxPool2dCall(LibraryCall):
     """A float32 NCHW ``nn.max_pool2d`` as ``tv_max_pool2d_f32(n, c, h, w, oh, ow, kh, kw, sh, sw, dh, dw, pt,
     pl, x, y)`` (``tv_vpool.h``, in ``c_emit.BLAS_BRIDGE``: it runs on the thread team): per plane each input
