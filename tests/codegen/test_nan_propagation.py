@@ -129,10 +129,10 @@ def test_direct_convolution_relu_2x2_max_pool(relu, width):
 
 @pytest.mark.parametrize("act, kernel", [(_relu, "tv_conv2d_depthwise_f32"), (_relu6, "tv_conv2d_depthwise_act_f32"),
                                          (_hardswish, "tv_conv2d_depthwise_act_f32")])
-@pytest.mark.parametrize("strides, k, h, w", [(1, 3, 20, 36), (2, 3, 20, 36), (1, 5, 14, 14), (1, 3, 7, 7)])
+@pytest.mark.parametrize("strides, k, h, w", [(1, 3, 20, 36), (2, 3, 20, 36), (1, 5, 14, 14), (1, 3, 14, 13), (1, 7, 7, 7)])
 def test_depthwise_convolution_activations(act, kernel, strides, k, h, w):
     """Column tiles (3x3 at 20 x 36), and the channel-blocked tiles at unit stride (5x5 at 14 x 14, 3x3
-    at 7 x 7; 29 channels: a partial channel block)."""
+    at 14 x 13, 7x7 at 7 x 7; 29 channels: a partial channel block)."""
     rng = np.random.default_rng(3)
     c = 32 if k == 3 and h == 20 else 29
     x = Var("x", TensorType((1, c, h, w), F32))
