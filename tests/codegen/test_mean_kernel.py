@@ -98,3 +98,27 @@ def test_aot_model_has_the_library_function():
     assert model_c.count("tv_mean_f32(") >= 2  # its definition (the prelude) and a kernel's call
     x = np.random.default_rng(3).standard_normal((8, 24, 9, 9)).astype(np.float32)
     np.testing.assert_allclose(np.asarray(module.load()(x)), x.mean(axis=(2, 3), keepdims=True), rtol=1e-5, atol=1e-6)
+
+
+def test_a_mean_inside_a_fused_group_calls_the_library_only_where_the_rest_is_elementwise_over_it():
+    """A fused group of a mean and ops over its result of the same shape (a scale) calls the library
+    function; a group where the rest broadcasts the mean back over its input (a layer norm's x - mean(x))
+    keeps the generated loop nest. Against NumPy."""
+    from tensorvm import op
+    from tensorvm.codegen.fused import build_fused_module
+    from tensorvm.ir.expr import Function, Var, const
+    from tensorvm.ir.types import Any, TensorType
+
+    x = Var("x", TensorType((Any(), 8, 5, 5), "float32"))
+    pooled = op.mean(x, axis=[2, 3], keepdims=True)
+    scaled = Function([x], op.multiply(pooled, const(np.float32(3.0))), attrs={"Primitive": 1})
+    centred = Function([x], op.subtract(x, pooled), attrs={"Primitive": 1})
+    _, kernels = build_fused_module({"scaled": scaled, "centred": centred})
+    data = np.random.default_rng(4).standard_normal((3, 8, 5, 5)).astype(np.float32)
+    for name, called, want in (("scaled", True, 3 * data.mean(axis=(2, 3), keepdims=True)),
+                               ("centred", False, data - data.mean(axis=(2, 3), keepdims=True))):
+        k = kernels[name]
+        assert ("tv_mean_f32(" in k.source.rsplit("\nint32_t ", 1)[-1]) == called, name
+        out = np.full(want.shape, np.nan, np.float32)
+        k(data, out)
+        np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-6)
