@@ -79,10 +79,10 @@ def main() -> int:
                     os.environ["TENSORVM_KERNEL_VARIANTS"] = previous
             np.testing.assert_allclose(vm.invoke("main", x).numpy(), x.mean(axis=(2, 3), keepdims=True), rtol=1e-5,
                                        atol=1e-6)
-            calls[name] = lambda vm=vm: vm.invoke("main", x)
+            calls[name] = lambda vm=vm, x=x: vm.invoke("main", x)
         session = ort.InferenceSession(_onnx(c, side, args.batch).SerializeToString(), ort_options(args.threads),
                                        providers=["CPUExecutionProvider"])
-        calls["onnxruntime"] = lambda: session.run(None, {"x": x})
+        calls["onnxruntime"] = lambda session=session, x=x: session.run(None, {"x": x})
         best = interleaved_minimum(calls, args.rounds)
         for name, us in best.items():
             totals[name] = totals.get(name, 0.0) + us
