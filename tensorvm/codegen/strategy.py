@@ -150,6 +150,9 @@ class LibraryCall:
     (AOT's too); else in ``BLAS_BRIDGE``, shared libraries only."""
 
     portable: ClassVar[bool] = False
+    # only where the rest of the group is elementwise over the op's result (else the generated kernel: a
+    # reduction inside a fused layer norm stays in its one loop nest)
+    rest_elementwise: ClassVar[bool] = False
 
 
 @dataclass(frozen=True)
@@ -250,6 +253,21 @@ class SoftmaxCall(LibraryCall):
 
     def statement(self, args: list, target, suffix: str):
         return CallExtern(f"tv_softmax_{suffix}", (self.rows, self.n, args[0], target, const(int(self.log), "int64")))
+
+
+@dataclass(frozen=True)
+class MeanCall(LibraryCall):
+    """``mean`` of a float32 array over its trailing axes as ``tv_mean_f32(rows, n, x, y)`` (``c_emit.PRELUDE``,
+    every translation unit has it): each of ``rows`` contiguous runs of ``n`` floats summed in vectors
+    (a global average pool). ``rows`` and ``n`` are te expressions over the op's dims."""
+
+    portable: ClassVar[bool] = True
+    rest_elementwise: ClassVar[bool] = True
+    rows: object
+    n: object
+
+    def statement(self, args: list, target, suffix: str):
+        return CallExtern(f"tv_mean_{suffix}", (self.rows, self.n, args[0], target))
 
 
 @dataclass(frozen=True)
@@ -1123,6 +1141,12 @@ def _call_variant(prim: Function, name: str, graph, generic: LoweredParts, ancho
     positions = _anchor_positions(graph, anchor)
     call = impl.call
     split = _epilogue_function(prim, anchor)
+    if call.rest_elementwise and split is not None:
+        try:
+            if not _elementwise_of_first_input(build_graph(split[0], f"{name}_epilogue")):
+                return None
+        except TensorVMError:
+            return None
     out_axes = _transposed_result(split)
     if isinstance(call, GemmCall) and (positions is None or out_axes is not None):
         # operands that are transposes read in place, a transposed result written in place

@@ -75,9 +75,9 @@ def _kernel_axes(name: str, x: np.ndarray, attrs) -> tuple:
 
 
 def _register_reduce(name: str, fn, allowed: tuple, out_dtype: str | None = None, needs_identity: bool = False,
-                     doc: str = "", extra_attrs: tuple = (), compute=None):
+                     doc: str = "", extra_attrs: tuple = (), compute=None, strategy=None):
     """``fn(x, axes, keepdims, attrs)`` computes the reduction of ``x`` over the tuple ``axes``; ``compute`` is
-    the op's tensor-expression compute."""
+    the op's tensor-expression compute, ``strategy`` its implementation strategy (or None)."""
 
     def rel(types, attrs, consts=None):
         data = expect_tensor(name, types[0], "data")
@@ -96,7 +96,7 @@ def _register_reduce(name: str, fn, allowed: tuple, out_dtype: str | None = None
     register_checked(OpDef(
         name=name, num_inputs=1, type_rel=rel, kernel=kernel, pattern=OpPattern.COMM_REDUCE,
         attrs=REDUCE_ATTRS + extra_attrs, shape_logic=_reduce_logic(needs_identity), compute=compute,
-        doc=doc or f"Reduce by {name} over the given axes.",
+        strategy=strategy, doc=doc or f"Reduce by {name} over the given axes.",
     ))
 
 
@@ -222,6 +222,22 @@ def _mean_compute(attrs, inputs, out_type):
     return [red.output(total, lambda v: cast(finish(v), x.dtype), "mean")]
 
 
+def _mean_strategy(attrs, inputs, out_type):
+    """float32 over trailing axes (a global average pool): ``tv_mean_f32`` (``MeanCall``); otherwise the
+    generated reduction."""
+    from ..codegen.strategy import Implementation, MeanCall, index_expr
+
+    (x,) = inputs
+    if x.ndim == 0 or {x.dtype, out_type.dtype} != {"float32"}:
+        return []
+    axes = reduce_axes("mean", x.ndim, attrs.axis, attrs.exclude, TypeInferenceError)
+    if not axes or axes != tuple(range(x.ndim - len(axes), x.ndim)):
+        return []
+    k = x.ndim - len(axes)
+    call = MeanCall(index_expr(product(x.shape[:k])), index_expr(product(x.shape[k:])))
+    return [Implementation("rows", True, plevel=20, call=call)]
+
+
 def _logsumexp_compute(attrs, inputs, out_type):
     x = inputs[0]
     red = _Reduction("logsumexp", x, attrs)
@@ -256,7 +272,7 @@ _register_reduce("sum", lambda x, axes, k, a: np.sum(x, axis=axes, keepdims=k, d
                  compute=_simple_reduction_compute("sum", lambda v, axes: te_sum(v, axes)))
 _register_reduce("prod", lambda x, axes, k, a: np.prod(x, axis=axes, keepdims=k, dtype=x.dtype), NUMERIC_DTYPES,
                  compute=_simple_reduction_compute("prod", lambda v, axes: te_prod(v, axes)))
-_register_reduce("mean", _mean, NUMERIC_DTYPES, compute=_mean_compute,
+_register_reduce("mean", _mean, NUMERIC_DTYPES, compute=_mean_compute, strategy=_mean_strategy,
                  doc="Arithmetic mean; for integers the quotient is truncated toward zero.")
 _register_reduce("max", lambda x, axes, k, a: np.max(x, axis=axes, keepdims=k), ALL_DTYPES, needs_identity=True,
                  compute=_simple_reduction_compute("max", lambda v, axes: te_max(v, axes), needs_identity=True))

@@ -129,16 +129,18 @@ def test_direct_convolution_relu_2x2_max_pool(relu, width):
 
 @pytest.mark.parametrize("act, kernel", [(_relu, "tv_conv2d_depthwise_f32"), (_relu6, "tv_conv2d_depthwise_act_f32"),
                                          (_hardswish, "tv_conv2d_depthwise_act_f32")])
-@pytest.mark.parametrize("strides", [1, 2])
-def test_depthwise_convolution_activations(act, kernel, strides):
+@pytest.mark.parametrize("strides, k, h, w", [(1, 3, 20, 36), (2, 3, 20, 36), (1, 5, 14, 14), (1, 3, 14, 13), (1, 7, 7, 7)])
+def test_depthwise_convolution_activations(act, kernel, strides, k, h, w):
+    """Column tiles (3x3 at 20 x 36), and the channel-blocked tiles at unit stride (5x5 at 14 x 14, 3x3
+    at 14 x 13, 7x7 at 7 x 7; 29 channels: a partial channel block)."""
     rng = np.random.default_rng(3)
-    c = 32
-    x = Var("x", TensorType((1, c, 20, 36), F32))
-    w = const(rng.standard_normal((c, 1, 3, 3)).astype(np.float32))
+    c = 32 if k == 3 and h == 20 else 29
+    x = Var("x", TensorType((1, c, h, w), F32))
+    wt = const(rng.standard_normal((c, 1, k, k)).astype(np.float32))
     b = const(rng.standard_normal((c,)).astype(np.float32))
-    conv = op.nn.conv2d(x, w, padding=[1, 1, 1, 1], strides=[strides, strides], groups=c)
+    conv = op.nn.conv2d(x, wt, padding=[k // 2] * 4, strides=[strides, strides], groups=c)
     body = act(op.nn.bias_add(conv, b))
-    _check(body, [x], [_specials((1, c, 20, 36), rng)], kernel)
+    _check(body, [x], [_specials((1, c, h, w), rng)], kernel)
 
 
 @pytest.mark.parametrize("act", [_relu, _relu6])

@@ -277,6 +277,113 @@ def test_strided_depthwise_tiles_of_every_width(isa, kernel_threads):
             _same_bits(first, case, out, threads)
 
 
+def _blocked_depthwise_cases(lanes):
+    """(data shape, kernel, padding) at unit stride that the channel-blocked tiles take (tv_vdwb_takes:
+    kernels 5 and 7 wide at any width, 3 wide on rows of at most two vectors): output widths of every tail
+    of the tiles' 8 pixels and of a vector (1 .. 2 lanes + 3), channels of a partial block (1, lanes - 1,
+    lanes + 3) and whole blocks, kernel heights 1 to 7, padding 0 to 3 (asymmetric, wider than the kernel's
+    reach), planes of fewer pixels than a vector, batch 1 to 3."""
+    cases = []
+    for kw in (3, 5, 7):
+        for ow in range(1, 2 * lanes + 4):
+            if kw == 3 and ow > 2 * lanes:
+                continue
+            kh = (kw, 1, 3, 7, 5)[ow % 5]
+            pad = (ow % 3, (ow + kw) % 4, (ow + 1) % 3, (2 * ow + kw) % 4)  # (top, left, bottom, right)
+            w = ow + kw - 1 - pad[1] - pad[3]
+            h = 1 + (ow * 3) % 11 + max(0, kh - 1 - pad[0] - pad[2])
+            if w < 1:
+                continue
+            c = (1, lanes - 1, lanes + 3, 2 * lanes)[ow % 4]
+            cases.append(((1 + ow % 3, c, h, w), (kh, kw), pad))
+    return cases
+
+
+@pytest.mark.parametrize("isa", ["avx2", "avx512", "portable"])
+def test_channel_blocked_depthwise_tiles(isa, kernel_threads):
+    """The unit-stride depthwise layers the channel-blocked tiles take (a block of channels transposed
+    into pixels of lanes floats, tiles of 8 output pixels, transposed back through the epilogue) against
+    NumPy in float64, each instance (4, 8 and 16 lanes): every tail (output widths, channel blocks, planes
+    smaller than a vector), with the bias, a residual and each activation (relu, hard-swish, ...), a NaN
+    and an inf in the input kept where NumPy keeps them, at 1, 2 and 3 threads (the same bits at each),
+    nothing written past the output."""
+    library, params = _built(isa, _ACT_CALLERS)
+    depthwise = _entry(library, "tv_test_depthwise_act", 7)
+    first: dict = {}
+    cases = _blocked_depthwise_cases(params.lanes)
+    for threads in (1, 2, 3):
+        kernel_threads(threads)
+        rng = np.random.default_rng(5 + params.lanes)
+        for case, ((n, c, h, w), (kh, kw), pad) in enumerate(cases):
+            x = rng.standard_normal((n, c, h, w)).astype(np.float32)
+            x.reshape(-1)[(case * 7) % x.size] = np.nan
+            x.reshape(-1)[(case * 11 + 3) % x.size] = np.inf if case % 2 else -np.inf
+            weights = rng.standard_normal((c, 1, kh, kw)).astype(np.float32)
+            bias = rng.standard_normal(c).astype(np.float32)
+            attrs = {"padding": list(pad), "groups": c}
+            with np.errstate(invalid="ignore"):
+                want = _reference(x, weights, attrs) + bias[:, None, None]
+            oh, ow = want.shape[2:]
+            activation = ACTIVATIONS[case % len(ACTIVATIONS)]
+            has_residual = case % 3 == 0
+            residual = rng.standard_normal(want.shape).astype(np.float32)
+            with np.errstate(invalid="ignore"):
+                expected = _activation(want + (residual if has_residual else 0), *activation)
+            out, guard = _guarded(want.shape)
+            dims = np.array([n, c, h, w, oh, ow, kh, kw, 1, 1, 1, 1, pad[0], pad[1], 1, activation[0], has_residual],
+                            np.int64)
+            floats = np.array(activation[1:], np.float32)
+            assert depthwise(dims.ctypes.data, floats.ctypes.data, x.ctypes.data, weights.ctypes.data, bias.ctypes.data,
+                             residual.ctypes.data, out.ctypes.data) == 0
+            for special in (np.isnan, np.isposinf, np.isneginf):
+                np.testing.assert_array_equal(special(out), special(expected), err_msg=f"case {case}")
+            finite = np.isfinite(expected)
+            _close(out[finite], expected[finite])
+            assert np.isnan(guard).all(), "the kernel wrote past its output"
+            _same_bits(first, case, out, threads)
+
+
+def test_channel_blocked_depthwise_layers_through_one_dynamic_executable():
+    """Two unit-stride depthwise layers the channel-blocked tiles take (5x5 + bias + hard-swish, then 3x3 +
+    bias + the block's input as a residual + relu; 21 channels, a partial block; a 9 x 9 image) compiled
+    once for target "c" with a dynamic batch, called at batches 1, 2 and 5 against the reference
+    interpreter: NaN and inf where it has them (relu keeps a NaN, as np.maximum does), the rest to float
+    tolerance."""
+    import tensorvm as tv
+    from tensorvm.ir.module import IRModule
+
+    rng = np.random.default_rng(11)
+    c, size = 21, 9
+    x = Var("x", _t(None, c, size, size))
+
+    def layer(v, k):
+        w = const(rng.standard_normal((c, 1, k, k)).astype(np.float32) / k)
+        b = const(rng.standard_normal((c, 1, 1)).astype(np.float32))
+        return op.add(op.nn.conv2d(v, w, padding=[k // 2] * 4, groups=c), b)
+
+    y = layer(x, 5)
+    y = op.multiply(y, op.divide(op.clip(op.add(y, const(np.float32(3.0))), a_min=0.0, a_max=6.0),
+                                 const(np.float32(6.0))))
+    body = op.nn.relu(op.add(layer(y, 3), y))
+    mod = IRModule.from_expr(Function([x], body))
+    exe = tv.vm.compile(mod, target="c")
+    assert exe.c_library.source.count("tv_conv2d_depthwise_act_f32(") >= 3  # (its definition and both layers)
+    vm = tv.vm.VirtualMachine(exe)
+    reference = tv.create_executor("debug", mod).evaluate()
+    for batch in (1, 2, 5):
+        data = rng.standard_normal((batch, c, size, size)).astype(np.float32)
+        data[0, 3, 4, 4] = np.nan
+        data[-1, c - 1, 0, size - 1] = np.inf
+        got = np.asarray(vm.invoke("main", data).numpy())
+        with np.errstate(invalid="ignore"):
+            want = np.asarray(reference(data).numpy())
+        assert np.isnan(want).any()
+        for special in (np.isnan, np.isposinf, np.isneginf):
+            np.testing.assert_array_equal(special(got), special(want), err_msg=f"batch {batch}")
+        finite = np.isfinite(want)
+        _close(got[finite], want[finite])
+
+
 # (data shape, out channels, kernel, strides, dilation, padding (top, left, bottom, right))
 PACKED = [
     ((1, 64, 14, 14), 64, (3, 3), (1, 1), (1, 1), (1, 1, 1, 1)),   # ResNet's 3x3 layers, small
@@ -545,7 +652,7 @@ def _hardswish(v):
 
 @pytest.mark.parametrize("isa", [None, "avx512"])
 @pytest.mark.parametrize("case", ["strided-bias-relu", "strided-hardswish", "dilated-residual", "strided-long",
-                                  "unit-long", "depthwise", "grouped"])
+                                  "unit-long", "depthwise", "depthwise-unit", "grouped"])
 def test_convolution_kernels_over_a_dynamic_batch(case, isa):
     """Convolution groups as FuseOps forms them from ONNX (an (O, 1, 1) bias), over a dynamic batch (0, 1,
     3): strided and dilated convolutions with a short reduction run the direct kernel, bias and relu,
@@ -561,6 +668,7 @@ def test_convolution_kernels_over_a_dynamic_batch(case, isa):
         "strided-long": ((3, 3), 48, 8, dict(padding=[1, 1, 1, 1], strides=[2, 2])),
         "unit-long": ((3, 3), 48, 8, dict(padding=[1, 1, 1, 1])),
         "depthwise": ((3, 3), c, c, dict(padding=[1, 1, 1, 1], strides=[2, 2], groups=c)),
+        "depthwise-unit": ((5, 5), c, c, dict(padding=[2, 2, 2, 2], groups=c)),  # (the channel-blocked tiles)
         "grouped": ((3, 3), c, c, dict(padding=[1, 1, 1, 1], groups=3)),
     }[case]
     groups = attrs.get("groups", 1)
@@ -584,12 +692,13 @@ def test_convolution_kernels_over_a_dynamic_batch(case, isa):
     k = kernels["k"]
     source = k.source.rsplit("\nint32_t ", 1)[-1]
     assert 48 * 9 > direct_max_reduction() >= 12 * 9  # (the rule, for the detected and the faked host)
-    expected = {"strided-long": "blas", "unit-long": "blas", "depthwise": "depthwise", "grouped": "generic"}.get(case, "direct")
+    expected = {"strided-long": "blas", "unit-long": "blas", "depthwise": "depthwise", "depthwise-unit": "depthwise",
+                "grouped": "generic"}.get(case, "direct")
     assert k.variants[0] == expected
     if expected in ("direct", "depthwise"):
         entry = "_act" if "hardswish" in case or "residual" in case else ""
         assert f"tv_conv2d_{expected}{entry}_f32(" in source
-    if case.endswith("bias-relu") or case == "depthwise" or "hardswish" in case:
+    if case.endswith("bias-relu") or case.startswith("depthwise") or "hardswish" in case:
         assert "for (" not in source.split("/* variant generic */")[0]
 
     def epilogue(want, arrays, batch, rng):

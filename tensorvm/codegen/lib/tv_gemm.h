@@ -96,6 +96,21 @@ __attribute__((unused)) static int32_t tv_softmax_team_f32(int64_t rows, int64_t
 }
 #define tv_softmax_f32 tv_softmax_team_f32
 
+/* The row means of the kernels of a shared library (tv_kernel.h's tv_mean_f32 is the static AOT form), as
+   the softmax above. */
+typedef struct { int64_t rows, n, chunks; const float* x; float* y; } tv_mean_job;
+static void tv_mean_chunk(void* ctx, int64_t i) {
+  const tv_mean_job* j = (const tv_mean_job*)ctx;
+  tv_mean_rows_f32(i * j->rows / j->chunks, (i + 1) * j->rows / j->chunks, j->n, j->x, j->y);
+}
+__attribute__((unused)) static int32_t tv_mean_team_f32(int64_t rows, int64_t n, const float* x, float* y) {
+  const int threads = rows * n >= TV_PARALLEL_ELEMENTS ? tv_team_threads() : 1;
+  tv_mean_job job = {rows, n, tv_team_chunks(rows, n, threads), x, y};
+  tv_team_run(job.chunks, threads, tv_mean_chunk, &job);
+  return 0;
+}
+#define tv_mean_f32 tv_mean_team_f32
+
 /* One operand of a batched product of outer x inner entries: entry i starts at
    (i / inner) * outer_step + (i % inner) * inner_step elements; its rows (its columns when transposed)
    are ld apart. */
