@@ -316,6 +316,7 @@ class KernelRules:
 
     macs_per_cycle: int
     parallel_work: int  # multiply-adds from which a library product is split over threads
+    parallel_work_narrow: int  # ... when it has fewer rows than a vector has lanes (memory-bound)
     parallel_elements: int  # elements from which a vector loop (generated, softmax) runs in parallel
     team_chunk_elements: int  # the least elements a chunk of a generated parallel loop holds (tv_team_chunks)
     team_spin_ns: int  # how long an idle worker of the pool spins before it sleeps (tv_team_set_spin_ns)
@@ -334,6 +335,12 @@ class KernelRules:
             "macs_per_cycle": "float32 lanes per vector, at most the FMA datapath's (fma_bits / 32: a 64-byte "
                               "FMA on a 256-bit datapath is two operations), x FMA pipes (x 1 without FMA)",
             "parallel_work": f"FORK_JOIN_CYCLES ({FORK_JOIN_CYCLES}) x multiply-adds per cycle",
+            "parallel_work_narrow": "twice the measured fork-join (fork_join_cycles), at most FORK_JOIN_CYCLES "
+                                    "(also its value unmeasured), x multiply-adds per cycle: a split pays once "
+                                    "the half of the work it hands the other thread outlasts it; and a product "
+                                    "this narrow streams its weights (each read serves fewer FMAs than a vector "
+                                    "has lanes), so two threads also bring two cores' caches and bandwidth "
+                                    "(a Tree-LSTM's 1.1 MB of weights: half in each 1 MB L2)",
             "parallel_elements": "FORK_JOIN_CYCLES x half a vector per cycle (a load, an operation and a store "
                                  "per vector; the datapath's lanes where narrower than the vector)",
             "team_chunk_elements": "the measured fork-join (fork_join_cycles: fork_join_ns x clock, else "
@@ -372,6 +379,7 @@ def kernel_rules(desc: HostDescription | None = None) -> KernelRules:
     blas_min_flops = PYTHON_CALL_CYCLES * macs
     return KernelRules(
         macs_per_cycle=macs, parallel_work=FORK_JOIN_CYCLES * macs,
+        parallel_work_narrow=min(FORK_JOIN_CYCLES, 2 * fork_join_cycles(desc)) * macs,
         parallel_elements=FORK_JOIN_CYCLES * max(1, work_lanes // 2),
         team_chunk_elements=max(1, fork_join_cycles(desc) * max(1, work_lanes // 2) // 16),
         team_spin_ns=_spin_ns(desc), sort_parallel_elements=FORK_JOIN_CYCLES * 2,
@@ -409,6 +417,7 @@ def rule_defines(desc: HostDescription | None = None) -> tuple:
     desc = desc or host()
     rules = kernel_rules(desc)
     return (f"-DTV_VEC_BYTES={desc.vector_bytes}", f"-DTV_GEMM_PARALLEL_WORK={rules.parallel_work}.0",
+            f"-DTV_GEMM_PARALLEL_WORK_NARROW={rules.parallel_work_narrow}.0",
             f"-DTV_PARALLEL_ELEMENTS={rules.parallel_elements}", f"-DTV_TEAM_CHUNK_ELEMENTS={rules.team_chunk_elements}",
             f"-DTV_LIB_PARALLEL_WORK={rules.sort_parallel_elements}",
             f"-DTV_L1D={desc.l1d}", f"-DTV_L2={desc.l2}", f"-DTV_L3={desc.l3}")

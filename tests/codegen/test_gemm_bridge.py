@@ -255,6 +255,7 @@ def test_strided_product_takes_any_view_with_a_unit_stride(strided, kernel_threa
     (3, 3, 17, 40, 130),  # 9 entries: by entries at 2 threads, odd shares; rows / columns at 3 and 4
     (1, 1, 300, 45, 40),  # one product: by rows
     (1, 2, 9, 600, 40),   # two products of few rows: by entries at 2 threads, by columns at 3
+    (1, 1, 2, 300, 150),  # two rows (memory-bound): split from the narrow threshold (a measured pool)
 ])
 def test_batched_product_shares_match_numpy_at_every_thread_count(outer, inner, m, n, k, strided, kernel_threads):
     """A batched product above the parallel threshold, read transposed and written transposed in place
@@ -266,7 +267,9 @@ def test_batched_product_shares_match_numpy_at_every_thread_count(outer, inner, 
     a = rng.standard_normal((outer, m, inner, k)).astype(np.float32).transpose(0, 2, 1, 3)
     b = rng.standard_normal((outer, inner, n, k)).astype(np.float32).transpose(0, 1, 3, 2)
     want = a.astype(np.float64) @ b.astype(np.float64)
-    parallel = outer * inner * m * n * k >= kernel_rules().parallel_work  # (else one thread: no job)
+    rules = kernel_rules()  # (below its threshold one thread: no job; fewer rows than lanes: the narrow one)
+    parallel = outer * inner * m * n * k >= (rules.parallel_work_narrow if m < rules.vector_width
+                                             else rules.parallel_work)
     for threads in (1, 2, 3, 4):
         kernel_threads(threads)
         out = np.full((outer, m, inner, n), np.nan, np.float32)

@@ -22,12 +22,13 @@ XEON = {"isa": "avx512", "l1d": 48 * 1024, "l2": 2 * 1024 * 1024, "l3": 60 * 102
 @pytest.fixture
 def fake_host():
     def use(description):
-        if isinstance(description, dict):
-            fields = dict(description)
-            base = host.isa_host(fields.pop("isa"))
-            fields["flags"] = tuple(fields.get("flags", ()))
-            description = host.dataclasses.replace(base, **fields)
-        host.set_host(description)
+        """The host of ``description`` (an ISA name or fields), without this machine's measured pool timings
+        unless ``description`` gives them (they move thresholds: ``test_a_measured_fork_join_...``)."""
+        fields = dict(description) if isinstance(description, dict) else {"isa": description}
+        base = host.dataclasses.replace(host.isa_host(fields.pop("isa")), fork_join_ns=0.0, wake_ns=0.0)
+        if "flags" in fields:
+            fields["flags"] = tuple(fields["flags"])
+        host.set_host(host.dataclasses.replace(base, **fields))
         return host.host()
 
     yield use
@@ -41,6 +42,23 @@ def test_avx2_rule_gives_the_values_measured_there(fake_host):
     assert (rules.blas_min_flops, rules.blas_min_flops_dynamic, rules.blas_min_rows) == (1 << 20, 1 << 16, 8)
     assert (rules.blas_thread_factor, rules.vector_width, rules.reduction_width, rules.jam) == (16, 8, 16, 4)
     assert rules.sort_parallel_elements == 1 << 15
+
+
+def test_a_measured_fork_join_lowers_the_narrow_product_threshold_down_to_twice_its_cost(fake_host):
+    """A split pays once the half of the work it hands the other thread outlasts the split: with the pool's
+    fork-join measured at 1,000 cycles (rounded to 1024, kept >= 2048) a product of fewer rows than a
+    vector's lanes splits from 4096 cycles of work; a slow measured pool never raises the threshold above
+    the unmeasured FORK_JOIN_CYCLES, and wider products keep it."""
+    unmeasured = host.kernel_rules(fake_host("avx2"))
+    assert unmeasured.parallel_work_narrow == unmeasured.parallel_work == 1 << 18
+    fast = host.kernel_rules(fake_host({"isa": "avx2", "clock_ghz": 2.0, "fork_join_ns": 500.0}))
+    assert fast.parallel_work_narrow == 2 * 2048 * fast.macs_per_cycle == unmeasured.parallel_work // 4
+    assert fast.parallel_work == unmeasured.parallel_work
+    assert f"#define TV_GEMM_PARALLEL_WORK_NARROW {fast.parallel_work_narrow}.0\n" in c_emit.prelude()
+    pool = host.kernel_rules(fake_host({"isa": "avx2", "clock_ghz": 2.0, "fork_join_ns": 3000.0}))  # 8192 cycles
+    assert pool.parallel_work_narrow == host.FORK_JOIN_CYCLES * pool.macs_per_cycle == unmeasured.parallel_work
+    slow = host.kernel_rules(fake_host({"isa": "avx2", "clock_ghz": 2.0, "fork_join_ns": 40000.0}))
+    assert slow.parallel_work_narrow == unmeasured.parallel_work
 
 
 def test_a_fake_avx512_server_gets_other_thresholds_by_the_same_rule(fake_host):

@@ -143,6 +143,16 @@ static inline int tv_gemm_layout(int64_t rows, int64_t cols, int64_t outer_step,
 static inline int tv_gemm_parallel(double work) {
   return work >= TV_GEMM_PARALLEL_WORK && !tv_omp_in_parallel() && tv_omp_max_threads() > 1;
 }
+/* A product of fewer rows than a vector has lanes streams its weights (memory-bound): it splits from
+   TV_GEMM_PARALLEL_WORK_NARROW (host.py: parallel_work_narrow, from the pool's measured fork-join), as
+   each thread then reads its part of the weights from its own core's cache. */
+#ifndef TV_GEMM_PARALLEL_WORK_NARROW
+#define TV_GEMM_PARALLEL_WORK_NARROW TV_GEMM_PARALLEL_WORK
+#endif
+static inline int tv_gemm_parallel_rows(double work, int64_t rows) {
+  const double least = rows < TV_VLANES ? TV_GEMM_PARALLEL_WORK_NARROW : TV_GEMM_PARALLEL_WORK;
+  return work >= least && !tv_omp_in_parallel() && tv_omp_max_threads() > 1;
+}
 
 /* A product whose B fits in L2 runs on the packed product's register tiles, B packed on the fly
    (defined with the tiles below; 0: not taken, BLAS then). */
@@ -291,7 +301,7 @@ static inline int tv_gemm_onthefly_f64(double alpha, int64_t m, int64_t n, int64
       return 0;                                                                                    \
     }                                                                                              \
     const int most = tv_omp_max_threads();                                                         \
-    const int threads = tv_gemm_parallel((double)batch * m * n * k) ? most : 1;                    \
+    const int threads = tv_gemm_parallel_rows((double)batch * m * n * k, m) ? most : 1;            \
     /* BLAS single-threaded while the kernels may run in parallel: its spinning workers would take \
        the cores the kernels' threads need (its setting is restored after the call). */            \
     const int blas_threads = most > 1 && tv_blas_get_threads && tv_blas_set_threads ? tv_blas_get_threads() : 1; \

@@ -404,7 +404,7 @@ static int32_t tv_vgemm_product(int64_t m, int64_t n, int64_t k, const float* x,
     if (epi) for (int64_t i = 0; i < m; ++i) tv_vgemm_finish(epi, 1, i, 0, n, n, out + i * n, n);
     return 0;
   }
-  const int threads = tv_gemm_parallel((double)m * n * k) ? tv_omp_max_threads() : 1;
+  const int threads = tv_gemm_parallel_rows((double)m * n * k, m) ? tv_omp_max_threads() : 1;
   const int64_t panels = (n + TV_VGEMM_NR - 1) / TV_VGEMM_NR;
   if (threads <= 1) { tv_vgemm_block(0, m, 0, panels, n, k, x, packed, epi, out); return 0; }
   tv_vgemm_job job = {m, n, k, panels, 0, !(panels >= 2 * threads || m < 2 * TV_VGEMM_MR), x, packed, epi, out};
