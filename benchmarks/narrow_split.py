@@ -64,7 +64,8 @@ def products(rounds: int, old: int) -> None:
         vms = {"rule": _compiled(mod, None), "pinned": _compiled(mod, old)}
         for vm in vms.values():
             np.testing.assert_allclose(vm.invoke("main", x, w).numpy(), x @ w.T, rtol=1e-4, atol=1e-4)
-        t = _interleaved({key: (lambda vm=vm: vm.invoke("main", x, w)) for key, vm in vms.items()}, rounds, 100)
+        calls = {key: (lambda vm=vm, x=x, w=w: vm.invoke("main", x, w)) for key, vm in vms.items()}
+        t = _interleaved(calls, rounds, 100)
         print(f"| {m} x {n} x {k} | {m * n * k} | {t['rule']:.2f} | {t['pinned']:.2f} | "
               f"{t['rule'] / t['pinned']:.2f} |")
 
