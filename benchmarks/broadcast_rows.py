@@ -3,11 +3,14 @@ the generated kernel with its trailing axes collapsed into one vector loop over 
 ``lower._collapse_rows``) against the same kernel with a vector loop per row of ``W`` ("rows": the lowering
 with the collapse switched off), and ONNX Runtime's ``Mul``, interleaved in one process (each round in
 another order). Two levels: the bare kernels called on preallocated arrays, and the whole program through
-the VM (which allocates the output). Medians (and minima) of the rounds, us per call. On a shared machine
-only the ratios mean anything.
+the VM (which allocates the output). Medians (and minima) of the rounds, us per call. With ``--model``:
+MobileNetV3-small itself compiled both ways, profiled in alternating rounds (``vm.profile``), the time of
+its standalone multiply kernels and of all kernels (medians over the rounds). On a shared machine only
+the ratios mean anything.
 
     .venv/bin/python benchmarks/broadcast_rows.py --batch 8 --rounds 300
     .venv/bin/python benchmarks/broadcast_rows.py --batch 1 --threads 2
+    .venv/bin/python benchmarks/broadcast_rows.py --model --batch 8 --rounds 15
 """
 
 from __future__ import annotations
@@ -95,7 +98,10 @@ def main() -> int:
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--rounds", type=int, default=300)
+    parser.add_argument("--model", action="store_true", help="MobileNetV3-small's kernels instead of lone layers")
     args = parser.parse_args()
+    if args.model:
+        return _model(args)
 
     import onnxruntime as ort
 
@@ -156,6 +162,47 @@ def main() -> int:
     print(f"  all layers (sum of medians): kernel rows {totals['kernel rows']:.0f} us, kernel flat "
           f"{totals['kernel flat']:.0f} us; VM rows {totals['VM rows']:.0f} us, VM flat {totals['VM flat']:.0f} us, "
           f"onnxruntime {totals['onnxruntime']:.0f} us")
+    return 0
+
+
+def _model(args) -> int:
+    from compile_time import find_onnx
+    from kernel_gap import model_feeds
+    from models.common import import_from_onnx
+
+    import tensorvm as tv
+
+    path = find_onnx("mobilenetv3", None)
+    if path is None:
+        print("no ONNX export of mobilenetv3: run benchmarks/run.py --models mobilenetv3 first")
+        return 1
+    tv.set_num_threads(args.threads)
+    shape, feeds = model_feeds("mobilenetv3", args.batch, 64)
+    vms, outputs = {}, {}
+    for kind in ("rows", "flat"):
+        mod, params = import_from_onnx(path, shape=shape)
+        if kind == "rows":
+            with _rows_only():
+                exe = tv.vm.compile(mod, target="c", params=params)
+        else:
+            exe = tv.vm.compile(mod, target="c", params=params)
+        vms[kind] = tv.vm.VirtualMachine(exe)
+        inputs = [feeds[p.name_hint] for p in mod["main"].params]
+        outputs[kind] = vms[kind].invoke("main", *inputs).numpy()
+    np.testing.assert_allclose(outputs["flat"], outputs["rows"], rtol=1e-5, atol=1e-5)
+    times: dict = {(kind, what): [] for kind in vms for what in ("multiply", "all")}
+    for round_ in range(args.rounds):
+        for kind in ("rows", "flat") if round_ % 2 == 0 else ("flat", "rows"):
+            rows = [r for r in vms[kind].profile("main", *inputs, warmup=1).rows if r.kind == "kernel"]
+            times[(kind, "multiply")].append(sum(r.total_us for r in rows if r.name.startswith("fused_multiply")))
+            times[(kind, "all")].append(sum(r.total_us for r in rows))
+    med = {key: statistics.median(v) for key, v in times.items()}
+    print(f"MobileNetV3-small, batch {args.batch}, {args.threads} thread(s), {args.rounds} alternating profiled "
+          f"rounds; us, median")
+    for what in ("multiply", "all"):
+        label = "standalone multiply kernels" if what == "multiply" else "all kernels"
+        print(f"  {label:28s} rows {med[('rows', what)]:9.0f}  flat {med[('flat', what)]:9.0f}  "
+              f"flat/rows {med[('flat', what)] / med[('rows', what)]:.2f}")
     return 0
 
 
