@@ -125,14 +125,13 @@ def main() -> int:
         x = rng.standard_normal((args.batch, c, side, side)).astype(np.float32)
         s = rng.standard_normal((args.batch, c, 1, 1)).astype(np.float32)
         want = x * s
-        outs, calls, sources = {}, {}, {}
+        calls, sources = {}, {}
         for kind in ("rows", "flat"):
             out = np.empty_like(x)
             fn = module[f"{kind}_{c}_{side}"]
             fn(x, s, out)
             np.testing.assert_array_equal(out, want)
-            outs[kind] = out
-            calls[f"kernel {kind}"] = lambda fn=fn, out=out: fn(x, s, out)
+            calls[f"kernel {kind}"] = lambda fn=fn, out=out, x=x, s=s: fn(x, s, out)
         for kind in ("rows", "flat"):
             if kind == "rows":
                 with _rows_only():
@@ -142,13 +141,13 @@ def main() -> int:
             sources[kind] = "".join(exe.kernel_source(p.name) for p in exe.primitives if "shape_func" not in p.name)
             vm = tv.vm.VirtualMachine(exe)
             np.testing.assert_array_equal(vm.invoke("main", x, s).numpy(), want)
-            calls[f"VM {kind}"] = lambda vm=vm: vm.invoke("main", x, s)
+            calls[f"VM {kind}"] = lambda vm=vm, x=x, s=s: vm.invoke("main", x, s)
         # (the program's batch is dynamic, as in the imported model: with fewer than MIN_PARALLEL_ROWS
         # channels the rows stay rows, and both VM columns run the same kernel)
         same = " same kernel" if sources["rows"] == sources["flat"] else ""
         session = ort.InferenceSession(_onnx(c, side, args.batch).SerializeToString(), ort_options(args.threads),
                                        providers=["CPUExecutionProvider"])
-        calls["onnxruntime"] = lambda session=session: session.run(None, {"x": x, "s": s})
+        calls["onnxruntime"] = lambda session=session, x=x, s=s: session.run(None, {"x": x, "s": s})
         result = _interleaved(calls, args.rounds)
         for name, (median, _) in result.items():
             totals[name] = totals.get(name, 0.0) + median
