@@ -21,7 +21,10 @@ Decisions, in order:
    moves inside the reduction with a row of accumulators (vectorized along the row). When an input
    does not depend on the innermost output axis (``x`` in ``x @ w.T``), four outputs share each pass
    over the reduced axis (register blocking).
-4. **Parallelism.** The shared prefix loops (except the innermost one when only straight-line stores
+4. **Rows.** An elementwise stage's trailing axes run as one vector loop when every access lays them
+   out as one contiguous run: read exactly by them (over dims equal to their extents) or broadcast over
+   all of them (``_collapse_rows``): ``(N, C, H, W) * (N, C, 1, 1)`` loops over ``H*W`` per ``(n, c)``.
+5. **Parallelism.** The shared prefix loops (except the innermost one when only straight-line stores
    are inside it) are fused into one parallel loop, forked only when the work is large enough;
    without a shared prefix, each stage fuses its own outer loops into a parallel loop.
 
