@@ -190,3 +190,16 @@ def test_nan_propagates_through_a_collapsed_maximum(kernel_threads):
     _run(mod, [((8, 96, 7, 7), (8, 96, 1, 1))], 3, kernel_threads, "INT64_C(49)")
     mod = _program("8, 96, 7, 7", "8, 96, 1, 1", "minimum(%y, %x)")
     _run(mod, [((8, 96, 7, 7), (8, 96, 1, 1))], 4, kernel_threads, "INT64_C(49)")
+
+
+def test_a_broadcast_decided_at_run_time_keeps_the_rows(kernel_threads):
+    """Both operands (?, 96, ?, ?): either may broadcast over h or w at run time (a ``select`` in its
+    index), so no axis collapses, and every combination still computes right."""
+    mod = _program("?, 96, ?, ?", "?, 96, ?, ?", HARD_SIGMOID_MULTIPLY)
+    exe = tv.vm.compile(mod, target="c")
+    source = "".join(exe.kernel_source(p.name) for p in exe.primitives if "shape_func" not in p.name)
+    loops = re.findall(r"#pragma omp simd\n\s*for \(int64_t (\w+) = 0;", source)
+    assert loops and all(v == "i3" for v in loops), loops  # (a collapsed loop would be i2_i3)
+    shapes = [((2, 96, 7, 5), (2, 96, 1, 1)), ((2, 96, 7, 5), (2, 96, 7, 5)), ((1, 96, 1, 5), (3, 96, 7, 1)),
+              ((2, 96, 7, 1), (1, 96, 1, 5))]
+    _run(mod, shapes, 11, kernel_threads)
