@@ -21,7 +21,10 @@ Decisions, in order:
    moves inside the reduction with a row of accumulators (vectorized along the row). When an input
    does not depend on the innermost output axis (``x`` in ``x @ w.T``), four outputs share each pass
    over the reduced axis (register blocking).
-4. **Parallelism.** The shared prefix loops (except the innermost one when only straight-line stores
+4. **Rows.** An elementwise stage's trailing axes run as one vector loop when every access lays them
+   out as one contiguous run: read exactly by them (over dims equal to their extents) or broadcast over
+   all of them (``_collapse_rows``): ``(N, C, H, W) * (N, C, 1, 1)`` loops over ``H*W`` per ``(n, c)``.
+5. **Parallelism.** The shared prefix loops (except the innermost one when only straight-line stores
    are inside it) are fused into one parallel loop, forked only when the work is large enough;
    without a shared prefix, each stage fuses its own outer loops into a parallel loop.
 
@@ -706,7 +709,11 @@ def _stage_nest(st: _Stage, k: int, prefix_vars, buffers, parallel_outer: bool):
 
     own = list(axes[k:])
     if not st.op.is_reduction:
-        values = [_convert(b, k, buffers, axis_map) for b in st.bodies]
+        rows = _collapse_rows(st, k, own, buffers, axis_map, index_vars, parallel_outer)
+        if rows is not None:
+            own, values, store_index = rows
+        else:
+            values = [_convert(b, k, buffers, axis_map) for b in st.bodies]
         body = seq(*(Store(st.buffers[i], store_index(st.buffers[i]), v) for i, v in enumerate(values)))
         simd = all(_simd_safe(v) for v in values)
         return _loops(own, body, st, VECTORIZED if simd else SERIAL, parallel_outer, keep_inner=True)
@@ -717,6 +724,102 @@ def _stage_nest(st: _Stage, k: int, prefix_vars, buffers, parallel_outer: bool):
         return _jammed_reduction(st, reduce, own, store_index, parallel_outer)
     body = _scalar_reduction(st, reduce, store_index)
     return _loops(own, body, st, SERIAL, parallel_outer)
+
+
+# A row of this many vectors is long enough: its loop overhead and scalar tail no longer matter.
+ROW_VECTORS = 16
+# Collapsing stops before the parallel loop has fewer iterations than this (the static part of its trip
+# count): 4 chunks per thread (``tv_team_chunks``) on 16 threads.
+MIN_PARALLEL_ROWS = 64
+
+
+def _collapse_rows(st: _Stage, k: int, own: list, buffers: dict, axis_map: dict, index_vars: list,
+                   parallel_outer: bool):
+    """The trailing axes of an elementwise stage as one loop, when every access lays them out as one
+    contiguous run: ``(own axes, values, store_index)`` with the collapsed axes replaced by one, or None.
+
+    A broadcast multiply of ``(N, C, H, W)`` by ``(N, C, 1, 1)`` then runs a vector loop over ``H*W``
+    floats per ``(n, c)``, not over ``W`` (7 or 14 floats: one vector and a scalar tail per row). The
+    axes ``a_j..a_last`` collapse when each read (and the store) either indexes its last dims exactly by
+    them, over dims equal to their extents (so they are one run in its row-major layout), and uses them
+    nowhere else, or does not use them at all (broadcast over all of them); no other use of them (a
+    condition, an index arithmetic) may remain. Collapsing goes outward while the row is shorter than
+    ``ROW_VECTORS`` vectors (or dynamic) and, under a parallel loop, leaves it an axis and at least
+    ``MIN_PARALLEL_ROWS`` iterations."""
+    limit = len(own) - (1 if parallel_outer else 0)
+    if limit < 2:
+        return None
+    work = _work([st])
+    serial = isinstance(work, Const) and work.value < parallel_work_threshold()
+    long_row = ROW_VECTORS * _rules().vector_width
+    best = None
+    for m in range(2, limit + 1):
+        row = _product(a.extent for a in own[len(own) - m + 1:])
+        if isinstance(row, Const) and row.value >= long_row:
+            break
+        if parallel_outer and not serial:
+            outer = _product(a.extent for a in own[:len(own) - m] if isinstance(a.extent, Const))
+            if outer.value < MIN_PARALLEL_ROWS:
+                break
+        attempt = _collapsed(st, k, own, m, buffers, axis_map, index_vars)
+        if attempt is None:  # (a read that fails for m axes fails for more)
+            break
+        best = attempt
+    return best
+
+
+def _product(extents) -> PrimExpr:
+    size = const(1)
+    for e in extents:
+        size = size * e
+    return size
+
+
+def _collapsed(st: _Stage, k: int, own: list, m: int, buffers: dict, axis_map: dict, index_vars: list):
+    """``_collapse_rows`` for the last ``m`` axes, or None when an access does not allow it."""
+    tail = own[-m:]
+    tail_vars = [a.var for a in tail]
+    extents = [a.extent for a in tail]
+    flat = IterVar(var("_".join(v.name for v in tail_vars)), _product(extents), "spatial")
+    failed = []
+
+    def uses_tail(e) -> bool:
+        return any(n is v for n in walk(e) for v in tail_vars)
+
+    def row_index(buf: Buffer, indices) -> PrimExpr | None:
+        """``buf[indices]`` with the tail as one run at ``flat``; None when the layout differs."""
+        uses = [uses_tail(i) for i in indices]
+        if not any(uses):
+            return buf.flat_index(tuple(indices))  # broadcast over the whole tail
+        if len(indices) < m or any(uses[:-m]) or any(i is not v for i, v in zip(indices[-m:], tail_vars)) \
+                or not all(d == e for d, e in zip(buf.shape[-m:], extents)):
+            return None
+        return buf.flat_index(tuple(indices[:-m]) + (const(0),) * m) + flat.var
+
+    def fn(node):
+        if isinstance(node, Var):
+            return axis_map.get(node)
+        if isinstance(node, TensorRead):
+            buf, local = buffers[node.tensor]
+            index = row_index(buf, node.indices[k:] if local else node.indices)
+            if index is None:
+                failed.append(node)
+                return None
+            return BufferLoad(buf, index, buf.dtype)
+        return None
+
+    memo: dict = {}
+    values = [transform(b, fn, memo) for b in st.bodies]
+    if failed or any(uses_tail(v) for v in values):
+        return None
+
+    def store_index(buf: Buffer):
+        indices = index_vars[k:] if buf.scope == "local" else index_vars
+        return row_index(buf, indices)
+
+    if any(store_index(buf) is None for buf in st.buffers.values()):
+        return None
+    return own[:-m] + [flat], values, store_index
 
 
 def _loops(axes, body, st, innermost_kind, parallel, keep_inner: bool = False):
