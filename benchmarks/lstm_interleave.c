@@ -28,7 +28,7 @@
 #include <time.h>
 
 /* tv_vgemm.h's parallel entry point (unused here) names the thread pool: one thread. */
-static inline int tv_gemm_parallel(double work) { (void)work; return 0; }
+static inline int tv_gemm_parallel_rows(double work, int64_t rows) { (void)work, (void)rows; return 0; }
 static inline int tv_omp_max_threads(void) { return 1; }
 static inline void tv_team_run(int64_t chunks, int threads, void (*fn)(void*, int64_t), void* arg) {
   (void)threads;

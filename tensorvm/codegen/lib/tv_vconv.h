@@ -721,13 +721,13 @@ typedef struct {
 } tv_vdwb_job;
 
 /* The tile of KW (a constant) taps per kernel row: TV_VDWB_R output pixels of row oy from column x0 (sums
-   of every channel of the block) into sums. */
-#define TV_VDWB_ACC(i) tv_vf a##i = start;
+   of every channel of the block, from the block's biases at start) into sums. */
+#define TV_VDWB_ACC(i) tv_vf a##i = TV_VLOAD(start);
 #define TV_VDWB_FMA(i) a##i += wv * in[(i) + kx];
 #define TV_VDWB_KEEP(i) if ((i) < keep) TV_VSTORE(dst + (i) * TV_VLANES, a##i);
 #define TV_VDWB_TILE(KW)                                                                                 \
-  static void tv_vdwb_row_k##KW(const float* padded, int64_t wp, const float* wt, int64_t kh, tv_vf start, \
-                                int64_t oy, int64_t ow, float* sums) {                                     \
+  static void tv_vdwb_row_k##KW(const float* padded, int64_t wp, const float* wt, int64_t kh,              \
+                                const float* start, int64_t oy, int64_t ow, float* sums) {                 \
     for (int64_t x = 0; x < ow; x += TV_VDWB_R) {                                                          \
       /* (the last block overlaps the one before: the same sums again) */                                 \
       const int64_t x0 = ow >= TV_VDWB_R && x + TV_VDWB_R > ow ? ow - TV_VDWB_R : x;                      \
@@ -784,7 +784,8 @@ static void tv_vdwb_chunk(void* arg, int64_t i) {
         for (int l = 0; l < TV_VLANES; ++l) padded[j->at[p] + l] = src[l][p];
     }
     const float* wt = j->weights + block * j->kh * j->kw * TV_VLANES;
-    const tv_vf start = TV_VLOAD(j->bias + block * TV_VLANES);
+    /* (the block's biases by address: a vector wider than the target's is not passed by value) */
+    const float* start = j->bias + block * TV_VLANES;
     for (int64_t oy = 0; oy < j->oh; ++oy) {
       switch (j->kw) {
         case 3: tv_vdwb_row_k3(padded, j->wp, wt, j->kh, start, oy, j->ow, sums); break;
