@@ -8,7 +8,8 @@ the rest of the step became a copy of ``x``'s row, a ``split`` into four copies 
 ``r`` in place (an injective producer such as ``take`` of the row fuses into it) and writes the new
 states. The math runs in float32 for float16 (rounded once, like the NumPy kernels).
 
-* ``nn.lstm_cell(x, r, c)`` -> ``(h', c')``, gates ``i, o, f, g`` (ONNX's ``iofc``)::
+* ``nn.lstm_cell(x, r, c)`` -> ``(h', c')``, gates ``i, o, f, g`` (ONNX's ``iofc``; the attribute ``gates``
+  names another order, e.g. PyTorch's ``"ifco"``, the order ``FuseLSTMCell`` finds written out)::
 
       i, o, f = sigmoid(clip(x_k + r_k)),  g = tanh(clip(x_g + r_g))
       c' = f c + i g,  h' = o tanh(c')
@@ -55,6 +56,23 @@ def _clip_bound(value):
 
 
 _CLIP = AttrDef("clip", None, _clip_bound, "bound of the pre-activations (None: not clipped)")
+
+
+def _gate_order(value):
+    value = str(value)
+    if sorted(value) != sorted("iofc"):
+        raise ValueError(f"expected the gates i, o, f, c in some order (ONNX's 'iofc'), got {value!r}")
+    return value
+
+
+_GATE_ORDER = AttrDef("gates", "iofc", _gate_order,
+                      "the order of the gate blocks in x and r: i, o, f, c (ONNX's 'iofc'; PyTorch's 'ifco')")
+
+
+def _lstm_gates(attrs):
+    """Gate name -> its block's index in x and r."""
+    order = getattr(attrs, "gates", None) or "iofc"
+    return {name: order.index(name) for name in "iofc"}
 
 
 @traceable
@@ -113,8 +131,9 @@ def _lstm_kernel(attrs, x, r, c):
     x, r, c = _checked("nn.lstm_cell", x, r, c)
     dtype = x.dtype
     xs, rs = _np_parts(x, r, 4)
-    i, o, f = (_sigmoid(_np_clip(attrs, xs[k] + rs[k])) for k in range(3))
-    g = np.tanh(_np_clip(attrs, xs[3] + rs[3]))
+    k = _lstm_gates(attrs)
+    i, o, f = (_sigmoid(_np_clip(attrs, xs[k[n]] + rs[k[n]])) for n in "iof")
+    g = np.tanh(_np_clip(attrs, xs[k["c"]] + rs[k["c"]]))
     c_next = (f * c.astype(g.dtype) + i * g).astype(dtype)  # h reads c' as stored, as the C kernel does
     return (o * np.tanh(c_next.astype(g.dtype))).astype(dtype), c_next
 
@@ -164,19 +183,20 @@ def _cell_compute(name, outputs):
                                  () if built else requires))
             return built[-1]
 
-        return outputs(cell, inputs[3:])
+        return outputs(cell, inputs[3:], attrs)
 
     return compute_fn
 
 
-def _lstm_outputs(cell, extra):
+def _lstm_outputs(cell, extra, attrs):
     # h reads c' from its output (a stage of the kernel), so c''s gates are computed once per element.
-    c_next = cell(lambda b, j, pre, c: M.sigmoid(pre(2)) * c + M.sigmoid(pre(0)) * M.tanh(pre(3)))
-    h = cell(lambda b, j, pre, c: M.sigmoid(pre(1)) * M.tanh(cast(c_next[b, j], c.dtype)))
+    k = _lstm_gates(attrs)
+    c_next = cell(lambda b, j, pre, c: M.sigmoid(pre(k["f"])) * c + M.sigmoid(pre(k["i"])) * M.tanh(pre(k["c"])))
+    h = cell(lambda b, j, pre, c: M.sigmoid(pre(k["o"])) * M.tanh(cast(c_next[b, j], c.dtype)))
     return [h, c_next]
 
 
-def _gru_outputs(cell, extra):
+def _gru_outputs(cell, extra, attrs):
     (rb,) = extra
 
     def h_next(b, j, pre, h):
@@ -187,10 +207,11 @@ def _gru_outputs(cell, extra):
 
 
 define(
-    "nn.lstm_cell", 3, _cell_rel("nn.lstm_cell"), _lstm_kernel, OpPattern.INJECTIVE, attrs=(_CLIP,),
+    "nn.lstm_cell", 3, _cell_rel("nn.lstm_cell"), _lstm_kernel, OpPattern.INJECTIVE,
+    attrs=(_CLIP, _GATE_ORDER),
     shape_logic=_cell_logic, compute=_cell_compute("nn.lstm_cell", _lstm_outputs),
     doc="One LSTM step's cell math: (h', c') from the input projection's row x, the recurrent product r "
-        "(both (batch, 4 hidden), gates iofc) and the cell state c.",
+        "(both (batch, 4 hidden), gates iofc unless the attribute gates says otherwise) and the cell state c.",
 )
 
 define(

@@ -55,6 +55,7 @@ from .dead_code import DeadCodeElimination
 from .eliminate_common_subexpr import EliminateCommonSubexpr
 from .eta_expand import EtaExpand
 from .fold_constant import FoldConstant
+from .fuse_lstm_cell import FuseLSTMCell
 from .fuse_ops import FuseOps
 from .infer_type import InferType
 from .inline_primitives import InlinePrimitives
@@ -84,6 +85,7 @@ def vm_passes(opt_level: int = 3, memory_plan: bool = True, target: str | None =
         DeadCodeElimination(),
         PackWeights() if target == "c" else None,  # after folding (W^T becomes a constant), before fusion
         Legalize(),  # (after folding: a constant unique was computed whole)
+        FuseLSTMCell() if opt_level >= 1 else None,  # an LSTM's cell math written out: one nn.lstm_cell
         InferType(),
         FuseOps(fuse_opt_level=1 if opt_level >= 1 else 0),
         ToANormalForm(),

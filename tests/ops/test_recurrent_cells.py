@@ -163,3 +163,36 @@ def test_the_numpy_kernel_does_not_broadcast_a_batch_of_one(op):
     x, r, state, *rb = _inputs(op, 2, 3)
     with pytest.raises(tv.errors.ShapeError, match="batch dims of r"):
         tv.op.get_op(op).kernel({}, x, r[:1], state, *rb)
+
+
+def _to_iofc(a, order):
+    """``a``'s gate blocks, laid out in ``order``, rearranged into ONNX's ``iofc``."""
+    blocks = np.split(np.asarray(a), 4, axis=1)
+    return np.concatenate([blocks[order.index(g)] for g in "iofc"], axis=1)
+
+
+@pytest.mark.parametrize("order", ["ifco", "cfoi", "iofc"])
+def test_the_gate_order_attribute(order):
+    # PyTorch's order (ifco) and an arbitrary one: the kernels read the blocks where `gates` puts them
+    x, r, state = _inputs("nn.lstm_cell", 3, 7, seed=5)
+    want = _oracle("nn.lstm_cell", _to_iofc(x, order), _to_iofc(r, order), state)
+    for got, w in zip(tv.op.get_op("nn.lstm_cell").kernel(
+            tv.op.get_op("nn.lstm_cell").normalize_attrs({"gates": order}), x, r, state), want, strict=True):
+        np.testing.assert_allclose(got, w, rtol=2e-6, atol=2e-6)
+    if not have_compiler():
+        return
+    mod = tv.parse(f"""
+def @main(%x: Tensor[(?, ?), float32], %r: Tensor[(?, ?), float32], %s: Tensor[(?, ?), float32]) {{
+  nn.lstm_cell(%x, %r, %s, gates="{order}")
+}}
+""")
+    for mode in ("bytecode", "native"):
+        vm = VirtualMachine(tv.vm.compile(mod, target="c", exec_mode="native").with_exec_mode(mode))
+        for g, w in zip(_values(vm.invoke("main", x, r, state)), want, strict=True):
+            np.testing.assert_allclose(g, w, rtol=2e-6, atol=2e-6, err_msg=mode)
+
+
+@pytest.mark.parametrize("order", ["ifc", "iofo", "iofcx", ""])
+def test_a_gate_order_that_is_not_a_permutation_is_an_attribute_error(order):
+    with pytest.raises(tv.errors.AttrError, match="gates"):
+        tv.op.get_op("nn.lstm_cell").normalize_attrs({"gates": order})
