@@ -12,9 +12,9 @@ interleave everything:
 * a native-mode loop of T bare products (``@loop`` below: the product and a ``tanh`` of a slice to keep
   ``h`` bounded) per token: the floor as the runtime can run it back to back;
 * the LSTM in native mode per token (whole calls, fastest of the round), and its native profile split
-  into the recurrent product, the input projection, the cell's kernels, row copies (``take``,
-  ``split``), the loop's scalar kernels and the C runtime's own work between kernels (dispatch,
-  allocation).
+  into the recurrent product, the input projection, the cell's kernels (one ``nn.lstm_cell`` since
+  ``FuseLSTMCell``; two gate kernels before), row copies (``take``, ``split``: none left since), the
+  loop's scalar kernels and the C runtime's own work between kernels (dispatch, allocation).
 
 Medians over rounds. The machine may be shared: compare ratios measured in the same rounds.
 """
@@ -50,10 +50,11 @@ def @loop(%t: int32, %n: int32, %h: Tensor[(1, {h}), float32], %w: Tensor[({g}, 
 """
 
 
-def classify(name: str) -> str:
-    """The part of a step a kernel of the LSTM's native profile belongs to."""
+def classify(name: str, calls: int) -> str:
+    """The part of a step a kernel of the LSTM's native profile belongs to (the projection is the product
+    called once per call, the recurrent product the one called per token)."""
     if name.startswith("fused_nn_dense"):
-        return "product" if name.endswith("_1") else "projection"
+        return "projection" if calls == 1 else "product"
     if "sigmoid" in name or "tanh" in name or "lstm_cell" in name:
         return "cell"
     if "take" in name or "split" in name:
@@ -110,7 +111,8 @@ def worker(threads: int, tokens: int, rounds: int) -> dict:
         report = vm.profile("main", xs, warmup=1)
         parts: dict = {}
         for row in report.rows:
-            parts[classify(row.name)] = parts.get(classify(row.name), 0.0) + row.total_us
+            part = classify(row.name, row.calls)
+            parts[part] = parts.get(part, 0.0) + row.total_us
         parts["runtime between kernels"] = report.total_us - report.kernel_us
         for key, us in parts.items():
             add(f"LSTM profile: {key}", us / tokens)
