@@ -116,11 +116,14 @@ def test_compiled_against_the_interpreter_and_the_unfused_program(cell, batch, r
     exe, fused = compiled(text, True, mode)
     assert any("lstm_cell" in name for name in [k.name for k in exe.primitives])
     assert not any("split" in name or "sigmoid" in name for name in [k.name for k in exe.primitives])
+    loaded = tv.vm.VirtualMachine(tv.vm.load_executable(exe.save_bytes()).with_exec_mode(mode))
     _, unfused = compiled(text, False, mode)
     for length in (0, 1, 7):
         args = inputs(batch, length, seed=length)
         want = reference(text, args)
         got = [v.numpy() for v in fused.invoke("main", *args)]
+        for g, again in zip(got, loaded.invoke("main", *args), strict=True):  # saved and loaded
+            np.testing.assert_array_equal(g, again.numpy())
         for g, w, u in zip(got, want, unfused.invoke("main", *args), strict=True):
             np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)
             if cell is TORCH:
