@@ -1,5 +1,5 @@
-"""A corpus CNN at batch 1 with the kernel library built as before and after two rules of the 2-thread
-path, interleaved in one process (each variant its own library, each library on its own pool, built
+"""A corpus CNN at batch 1 with the kernel library built as before and after three changes of the
+2-thread path, interleaved in one process (each variant its own library, each library on its own pool, built
 from its own text), beside ONNX Runtime:
 
 * ``TV_TEAM_IDLE_FROM_JOBS`` (``tv_team.h``): an idle worker's spin counted from its last job only, as
@@ -8,7 +8,9 @@ from its own text), beside ONNX Runtime:
   products, a multiply, 20-60 us) do not put the worker to sleep before the next split;
 * ``TV_GEMM_NARROW_ROWS_ONLY`` (``tv_gemm.h``): a product splits from ``parallel_work_narrow`` only when
   it has few rows, as before; without it also when it has few columns (a 1 x 1 image's 1x1
-  convolution, a GEMV per image).
+  convolution, a GEMV per image);
+* ``TV_VCONV_PAD_SERIAL`` (``tv_vconv.h``): the direct convolution's padded copy of the image on the
+  caller alone, as before; without it in chunks of rows on the pool (the stem: 3 x 224 x 224, stride 2).
 
     .venv/bin/python benchmarks/serial_gaps.py                       # mobilenetv3, 1 and 2 threads
     .venv/bin/python benchmarks/serial_gaps.py --rounds 20 --threads 2
@@ -34,8 +36,9 @@ sys.path.insert(0, str(HERE))
 from compile_time import SHAPES, find_onnx  # noqa: E402
 from kernel_gap import model_feeds  # noqa: E402
 
-VARIANTS = {"before": ("TV_TEAM_IDLE_FROM_JOBS", "TV_GEMM_NARROW_ROWS_ONLY"),
-            "narrow columns": ("TV_TEAM_IDLE_FROM_JOBS",), "after": ()}
+VARIANTS = {"before": ("TV_TEAM_IDLE_FROM_JOBS", "TV_GEMM_NARROW_ROWS_ONLY", "TV_VCONV_PAD_SERIAL"),
+            "narrow columns": ("TV_TEAM_IDLE_FROM_JOBS", "TV_VCONV_PAD_SERIAL"), "+ spin from calls": ("TV_VCONV_PAD_SERIAL",),
+            "after": ()}
 
 
 def build_variant(mod, params, defines: tuple):
@@ -109,12 +112,12 @@ def main() -> int:
     print(f"{args.model}, batch 1, {args.rounds} rounds of {args.calls} calls, us per call (median of the rounds' "
           f"medians; in brackets the median of the per-round ratios before / this)")
     names = list(runners) + ["onnxruntime"]
-    print(f"{'threads':8s}" + "".join(f"{n:>26s}" for n in names))
+    print(f"{'threads':8s}" + "".join(f"{n:>20s}" for n in names))
     for count in threads:
         before = np.array(times[(count, "before")])
-        cells = [f"{np.median(times[(count, n)]):9.0f} ({np.median(before / np.array(times[(count, n)])):5.3f}x)"
+        cells = [f"{np.median(times[(count, n)]):6.0f} ({np.median(before / np.array(times[(count, n)])):5.3f}x)"
                  for n in names]
-        print(f"{count:<8d}" + "".join(f"{c:>26s}" for c in cells))
+        print(f"{count:<8d}" + "".join(f"{c:>20s}" for c in cells))
     return 0
 
 
