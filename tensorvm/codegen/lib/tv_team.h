@@ -15,8 +15,9 @@
    below its split threshold still calls tv_team_run with its budget of threads): a run of small serial
    kernels inside an inference (a squeeze-and-excitation block: mean, two 1 x 1 products, a multiply,
    20-60 us) is not idle time, and a worker that slept through it made the next split wait for its wake
-   (wake_ns, 17-48 us measured on a 2-core VM) with the caller doing the work alone. While spinning a worker yields its core every TV_TEAM_YIELD_ROUNDS pauses,
-   so that on an oversubscribed core the other process's thread runs instead of a worker that has no work.
+   (wake_ns, 17-48 us measured on a 2-core VM) with the caller doing the work alone. While spinning a
+   worker yields its core every TV_TEAM_YIELD_ROUNDS pauses, so that on an oversubscribed core the other
+   process's thread runs instead of a worker that has no work.
 
    The job is one 64-bit word, generation << 32 | next chunk, so a worker that read an older job can
    never claim a chunk of a newer one (its compare-and-swap fails once the generation moves on). A job is
