@@ -145,9 +145,16 @@ static inline int tv_gemm_parallel(double work) {
 }
 /* A product of fewer rows than a vector has lanes streams its weights (memory-bound): it splits from
    TV_GEMM_PARALLEL_WORK_NARROW (host.py: parallel_work_narrow, from the pool's measured fork-join), as
-   each thread then reads its part of the weights from its own core's cache. */
+   each thread then reads its part of the weights from its own core's cache. tv_gemm_run passes its
+   narrower side (rows or columns): a product of one column (a 1 x 1 image's 1x1 convolution, the
+   squeeze-and-excitation layers) reads each weight for one multiply-add, as one row does. */
 #ifndef TV_GEMM_PARALLEL_WORK_NARROW
 #define TV_GEMM_PARALLEL_WORK_NARROW TV_GEMM_PARALLEL_WORK
+#endif
+#ifdef TV_GEMM_NARROW_ROWS_ONLY
+#define TV_GEMM_NARROW_COLUMNS 0
+#else
+#define TV_GEMM_NARROW_COLUMNS 1
 #endif
 static inline int tv_gemm_parallel_rows(double work, int64_t rows) {
   const double least = rows < TV_VLANES ? TV_GEMM_PARALLEL_WORK_NARROW : TV_GEMM_PARALLEL_WORK;
@@ -301,7 +308,10 @@ static inline int tv_gemm_onthefly_f64(double alpha, int64_t m, int64_t n, int64
       return 0;                                                                                    \
     }                                                                                              \
     const int most = tv_omp_max_threads();                                                         \
-    const int threads = tv_gemm_parallel_rows((double)batch * m * n * k, m) ? most : 1;            \
+    /* (the narrower side: see tv_gemm_parallel_rows; TV_GEMM_NARROW_ROWS_ONLY, a define: rows only, \
+       as before, for benchmarks) */                                                             \
+    const int64_t narrow = TV_GEMM_NARROW_COLUMNS && n < m ? n : m;                               \
+    const int threads = tv_gemm_parallel_rows((double)batch * m * n * k, narrow) ? most : 1;       \
     /* BLAS single-threaded while the kernels may run in parallel: its spinning workers would take \
        the cores the kernels' threads need (its setting is restored after the call). */            \
     const int blas_threads = most > 1 && tv_blas_get_threads && tv_blas_set_threads ? tv_blas_get_threads() : 1; \

@@ -11,8 +11,13 @@
    Workers spin for the pool's spin_ns after their last job (the gap between the kernel calls of one
    inference, like GOMP_SPINCOUNT for the OpenMP threads; TV_TEAM_SPIN_NS until tv_team_set_spin_here gives
    the host's rule, host.py: team_spin_ns), then sleep on a condition variable; the caller wakes sleepers
-   only when there are some. While spinning a worker yields its core every TV_TEAM_YIELD_ROUNDS pauses,
-   so that on an oversubscribed core the other process's thread runs instead of a worker that has no work.
+   only when there are some. The spin counts from the caller's last call, serial ones included (a kernel
+   below its split threshold still calls tv_team_run with its budget of threads): a run of small serial
+   kernels inside an inference (a squeeze-and-excitation block: mean, two 1 x 1 products, a multiply,
+   20-60 us) is not idle time, and a worker that slept through it made the next split wait for its wake
+   (wake_ns, 17-48 us measured on a 2-core VM) with the caller doing the work alone. While spinning a
+   worker yields its core every TV_TEAM_YIELD_ROUNDS pauses, so that on an oversubscribed core the other
+   process's thread runs instead of a worker that has no work.
 
    The job is one 64-bit word, generation << 32 | next chunk, so a worker that read an older job can
    never claim a chunk of a newer one (its compare-and-swap fails once the generation moves on). A job is
@@ -65,6 +70,7 @@ typedef struct {
   uint32_t sequence;      /* bumped once per job: what sleeping workers wait on */
   int32_t pid;            /* the process that started the workers */
   int64_t spin_ns;        /* how long an idle worker spins before it sleeps (0: TV_TEAM_SPIN_NS) */
+  int64_t called_ns;      /* when a caller with a budget of several threads last called (tv_now_ns) */
   pthread_mutex_t lock;
   pthread_cond_t wake;
 } tv_team_state;
@@ -123,7 +129,12 @@ __attribute__((weak, visibility("hidden"))) void* tv_team_worker(void* arg) {
       tv_team_relax();
       if (++spins % TV_TEAM_YIELD_ROUNDS) continue;
       sched_yield();  /* (returns at once unless another thread waits for this core) */
-      if (tv_now_ns() - start >= spin) {
+#ifdef TV_TEAM_IDLE_FROM_JOBS /* (the spin counted from the last job only, as before: benchmarks) */
+      const int64_t since = start;
+#else
+      const int64_t called = TV_TEAM_LOAD(&tv_team.called_ns), since = called > start ? called : start;
+#endif
+      if (tv_now_ns() - since >= spin) {
         pthread_mutex_lock(&tv_team.lock);
         TV_TEAM_ADD(&tv_team.sleepers, 1);
         while (TV_TEAM_LOAD(&tv_team.sequence) == seen) pthread_cond_wait(&tv_team.wake, &tv_team.lock);
@@ -166,6 +177,8 @@ __attribute__((weak, visibility("hidden"))) void tv_team_run_here(int64_t chunks
   int32_t idle = 0;
   if (threads <= 1 || chunks <= 1 || chunks >= TV_TEAM_CLOSED
       || !__atomic_compare_exchange_n(&tv_team.busy, &idle, 1, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST)) {
+    /* a serial call with a budget of several threads keeps started workers spinning (see the top) */
+    if (threads > 1 && TV_TEAM_LOAD(&tv_team.started) > 0) TV_TEAM_STORE(&tv_team.called_ns, tv_now_ns());
     for (int64_t i = 0; i < chunks; ++i) fn(ctx, i);
     return;
   }

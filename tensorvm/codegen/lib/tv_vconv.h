@@ -84,15 +84,19 @@ static inline void tv_vconv_copy(float* d, const float* s, int64_t m) {
    are the padded planes' rows above and below the image, when ``line_ready`` says an earlier call filled
    this ``padded`` with the same geometry (the depthwise kernel's plane per chunk, the direct kernel's
    planes per image). */
-static void tv_vconv_pad(const float* x, int64_t c0, int64_t c1, int64_t h, int64_t w, int64_t sw, int64_t pt,
-                         int64_t pl, tv_vconv_geometry g, float* line, int line_ready, float* padded) {
+/* Only the padded rows [r0, r1) of each channel (and the linear rows they read): disjoint row ranges can be
+   padded at once (tv_vconv_pad_chunk). */
+static void tv_vconv_pad_rows(const float* x, int64_t c0, int64_t c1, int64_t h, int64_t w, int64_t sw, int64_t pt,
+                              int64_t pl, tv_vconv_geometry g, float* line, int line_ready, float* padded,
+                              int64_t r0, int64_t r1) {
   const int64_t lw = sw == 2 ? tv_vconv_line(w, pl, g) : 0;
+  const int64_t y0 = r0 - pt > 0 ? r0 - pt : 0, y1 = r1 - pt < h ? r1 - pt : h;
   for (int64_t ci = c0; ci < c1; ++ci) {
     if (sw == 2 && (line_ready || ci > c0))
-      for (int64_t iy = 0; iy < h; ++iy) tv_vconv_copy(line + iy * lw + pl, x + (ci * h + iy) * w, w);
+      for (int64_t iy = y0; iy < y1; ++iy) tv_vconv_copy(line + iy * lw + pl, x + (ci * h + iy) * w, w);
     else if (sw == 2)
-      for (int64_t iy = 0; iy < h; ++iy) tv_vconv_fill(line + iy * lw, lw, x + (ci * h + iy) * w, pl, w);
-    for (int64_t r = 0; r < g.hp; ++r) {
+      for (int64_t iy = y0; iy < y1; ++iy) tv_vconv_fill(line + iy * lw, lw, x + (ci * h + iy) * w, pl, w);
+    for (int64_t r = r0; r < r1; ++r) {
       float* d = padded + ci * g.plane + r * g.row;
       const int64_t iy = r - pt;
       if (iy < 0 || iy >= h) {  /* (a zero row: the earlier call on this buffer left it) */
@@ -127,6 +131,29 @@ static void tv_vconv_pad(const float* x, int64_t c0, int64_t c1, int64_t h, int6
       }
     }
   }
+}
+static void tv_vconv_pad(const float* x, int64_t c0, int64_t c1, int64_t h, int64_t w, int64_t sw, int64_t pt,
+                         int64_t pl, tv_vconv_geometry g, float* line, int line_ready, float* padded) {
+  tv_vconv_pad_rows(x, c0, c1, h, w, sw, pt, pl, g, line, line_ready, padded, 0, g.hp);
+}
+
+/* The direct kernel's copy of an image, in chunks of padded rows on the pool: a stem's image (3 x 224 x
+   224, stride 2: copied whole, then split into its two phases) had been copied on the caller alone, a
+   serial stretch before every split of its tiles (MobileNetV3's stem at 2 threads: 0.76x the time
+   with the copy split too, benchmarks/stem_layers.py). */
+typedef struct {
+  const float* x;
+  float* line;
+  float* padded;
+  tv_vconv_geometry g;
+  int64_t c, h, w, sw, pt, pl, chunks;
+  int line_ready;
+} tv_vconv_pad_job;
+
+static void tv_vconv_pad_chunk(void* arg, int64_t i) {
+  const tv_vconv_pad_job* j = (const tv_vconv_pad_job*)arg;
+  tv_vconv_pad_rows(j->x, 0, j->c, j->h, j->w, j->sw, j->pt, j->pl, j->g, j->line, j->line_ready, j->padded,
+                    i * j->g.hp / j->chunks, (i + 1) * j->g.hp / j->chunks);
 }
 
 /* What the direct convolution applies to its tiles in registers before the store: a per-channel bias
@@ -378,7 +405,12 @@ __attribute__((unused)) static int32_t tv_conv2d_direct_act_f32(int64_t n, int64
   job.chunks = tv_vconv_chunks(job.tiles, threads);
   const int64_t image_out = pool ? o * (oh / 2) * (ow / 2) : o * oh * ow;
   for (int64_t b = 0; b < n; ++b) {
-    tv_vconv_pad(x + b * c * h * w, 0, c, h, w, sw, pt, pl, g, line, b > 0, padded);
+    tv_vconv_pad_job pad = {x + b * c * h * w, line, padded, g, c, h, w, sw, pt, pl, tv_vconv_chunks(g.hp, threads),
+                            b > 0};
+#ifdef TV_VCONV_PAD_SERIAL /* (the copy on the caller alone, as before: benchmarks) */
+    pad.chunks = 1;
+#endif
+    tv_team_run(pad.chunks, threads, tv_vconv_pad_chunk, &pad);
     job.image = out + b * image_out;
     job.epi.residual = has_residual ? residual + b * image_out : NULL;
     tv_team_run(job.chunks, threads, tv_vconv_chunk, &job);
