@@ -48,14 +48,6 @@ def bridge_mode(monkeypatch):
     monkeypatch.setenv("TENSORVM_BLAS", "c")
 
 
-@pytest.fixture
-def kernel_threads():
-    """``kernel_threads(n)`` sets the kernels' thread count for the test."""
-    previous = build._NUM_THREADS[0]
-    yield build.set_num_threads
-    build.set_num_threads(previous)
-
-
 def _build(prim):
     module, kernels = build_fused_module({"k": prim})
     return module, kernels["k"]

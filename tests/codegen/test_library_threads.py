@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from tensorvm import op
-from tensorvm.codegen import build, host
+from tensorvm.codegen import host
 from tensorvm.codegen.build import have_compiler
 from tensorvm.codegen.c_emit import LIBRARY_DIR, PRELUDE, library_text
 from tensorvm.codegen.fused import build_fused_module
@@ -52,13 +52,6 @@ def library():
     stats = module.library._cdll.tv_team_stats
     stats.argtypes, stats.restype = [ctypes.c_void_p], ctypes.c_int32
     return kernels, stats
-
-
-@pytest.fixture
-def threads():
-    previous = build._NUM_THREADS[0]
-    yield build.set_num_threads
-    build.set_num_threads(previous)
 
 
 def _jobs(stats) -> int:

@@ -10,14 +10,6 @@ import pytest
 
 import tensorvm as tv
 from tensorvm import aot
-from tensorvm.codegen import build
-
-
-@pytest.fixture
-def kernel_threads():
-    previous = build._NUM_THREADS[0]
-    yield build.set_num_threads
-    build.set_num_threads(previous)
 
 
 def _program(shape, axis, keepdims, dtype="float32", exclude=False):

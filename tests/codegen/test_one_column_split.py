@@ -17,13 +17,6 @@ pytestmark = pytest.mark.skipif(not have_compiler() or not build.find_toolchain(
                                 reason="the split runs on the kernels' pool (OpenMP toolchains)")
 
 
-@pytest.fixture
-def threads():
-    previous = build._NUM_THREADS[0]
-    yield build.set_num_threads
-    build.set_num_threads(previous)
-
-
 def _layer(c: int, o: int, act: str) -> str:
     body = "nn.bias_add(nn.conv2d(%x, %w), %b)"
     body = {"relu": f"nn.relu({body})", "none": body}[act]

@@ -45,14 +45,6 @@ def _close(got, want):
 needs_cc = pytest.mark.skipif(not build.have_compiler(), reason="no C compiler")
 
 
-@pytest.fixture
-def kernel_threads():
-    """``kernel_threads(n)`` sets the kernels' thread count for the test."""
-    previous = build._NUM_THREADS[0]
-    yield build.set_num_threads
-    build.set_num_threads(previous)
-
-
 # ---- the op -------------------------------------------------------------------------------------------
 
 

@@ -25,13 +25,6 @@ needs_pool = pytest.mark.skipif(not have_compiler() or not build.find_toolchain(
                                 reason="the pool is built with the kernels' threads (OpenMP toolchains)")
 
 
-@pytest.fixture
-def threads():
-    previous = build._NUM_THREADS[0]
-    yield build.set_num_threads
-    build.set_num_threads(previous)
-
-
 _MATMUL = """
 def @main(%a: Tensor[(?, {k}), float32], %b: Tensor[({n}, {k}), float32]) {{ nn.matmul(%a, %b, transpose_b=True) }}
 """

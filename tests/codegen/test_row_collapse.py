@@ -13,7 +13,6 @@ import pytest
 
 import tensorvm as tv
 from tensorvm import te
-from tensorvm.codegen import build
 from tensorvm.codegen.c_emit import emit_kernel
 from tensorvm.codegen.loop_ir import PARALLEL, VECTORIZED, For, Seq
 from tensorvm.codegen.lower import lower
@@ -112,13 +111,6 @@ def test_a_shared_row_loop_collapses_everything_inside_it():
 
 
 # ---- compiled programs against the interpreter ------------------------------------------------------
-
-
-@pytest.fixture
-def kernel_threads():
-    previous = build._NUM_THREADS[0]
-    yield build.set_num_threads
-    build.set_num_threads(previous)
 
 
 def _program(x_dims, y_dims, body):

@@ -30,13 +30,6 @@ def product():
     return fn, params, stats
 
 
-@pytest.fixture
-def threads():
-    previous = build._NUM_THREADS[0]
-    yield build.set_num_threads
-    build.set_num_threads(previous)
-
-
 def _check(fn, params, m, n, k, seed=0):
     rng = np.random.default_rng(seed)
     x = rng.standard_normal((m, k)).astype(np.float32)

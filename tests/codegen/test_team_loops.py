@@ -14,7 +14,6 @@ import numpy as np
 import pytest
 
 from tensorvm import te
-from tensorvm.codegen import build
 from tensorvm.codegen.build import build_library, have_compiler
 from tensorvm.codegen.c_emit import EmitOptions, emit_kernel, emit_library
 from tensorvm.codegen.loop_ir import PARALLEL, For
@@ -64,13 +63,6 @@ def _stmts(stmt):
             yield from _stmts(child)
     for child in getattr(stmt, "stmts", ()):
         yield from _stmts(child)
-
-
-@pytest.fixture
-def threads():
-    previous = build._NUM_THREADS[0]
-    yield build.set_num_threads
-    build.set_num_threads(previous)
 
 
 @pytest.mark.parametrize("count", [1, 2, 3])

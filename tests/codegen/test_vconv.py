@@ -32,13 +32,6 @@ def bridge_mode(monkeypatch):
     monkeypatch.setenv("TENSORVM_BLAS", "c")
 
 
-@pytest.fixture
-def kernel_threads():
-    previous = build._NUM_THREADS[0]
-    yield build.set_num_threads
-    build.set_num_threads(previous)
-
-
 def _t(*shape):
     return TensorType(tuple(Any() if d is None else d for d in shape), F32)
 

@@ -411,16 +411,6 @@ def test_roi_align_rejects_a_batch_index_outside_the_data():
         tv.vm.VirtualMachine(tv.vm.compile(mod, target="c")).invoke("main", *args)
 
 
-@pytest.fixture
-def kernel_threads():
-    """``kernel_threads(n)`` sets the C kernels' thread count for the test."""
-    from tensorvm.codegen import build
-
-    previous = build._NUM_THREADS[0]
-    yield build.set_num_threads
-    build.set_num_threads(previous)
-
-
 @pytest.mark.parametrize("count", [1, 2, 3])
 def test_roi_align_in_chunks_at_any_thread_count(kernel_threads, count):
     """37 regions x 16 channels x 9 bins: above the parallel threshold, in chunks on the kernels' pool
