@@ -44,6 +44,7 @@ from .loop_ir import (
     LetStmt,
     Seq,
     Store,
+    walk_stmts,
 )
 
 __all__ = ["optimize_loops", "MAX_UNSWITCH"]
@@ -125,7 +126,7 @@ class _Optimizer:
     # ---- unswitching -----------------------------------------------------------------------------
 
     def unswitch(self, loop: For):
-        if loop.kind != VECTORIZED or any(isinstance(x, For) for x in _stmts(loop.body)):
+        if loop.kind != VECTORIZED or any(isinstance(x, For) for x in walk_stmts(loop.body)):
             return loop
         inner = _defined(loop.body) | {loop.loop_var}
         conds = _invariant_conditions(loop.body, inner)
@@ -148,7 +149,7 @@ class _Optimizer:
 
     def renamed(self, s):
         """``s`` with fresh variables for its ``let`` bindings (a copy beside the original)."""
-        lets = [x.var for x in _stmts(s) if isinstance(x, LetStmt)]
+        lets = [x.var for x in walk_stmts(s) if isinstance(x, LetStmt)]
         if not lets:
             return s
         mapping = {v: self.fresh(v.dtype) for v in lets}
@@ -232,32 +233,15 @@ def _replace(e, mapping: dict):
     return go(e)
 
 
-def _stmts(s):
-    """Every statement of ``s`` (pre-order)."""
-    stack = [s]
-    while stack:
-        x = stack.pop()
-        yield x
-        if isinstance(x, Seq):
-            stack.extend(reversed(x.stmts))
-        elif isinstance(x, (For, LetStmt, Allocate)):
-            stack.append(x.body)
-        elif isinstance(x, IfThenElse):
-            stack.extend(y for y in (x.then_case, x.else_case) if y is not None)
-        elif isinstance(x, Dispatch):
-            stack.extend(c.body for c in x.cases)
-            stack.append(x.default)
-
-
 def _defined(s) -> set:
     """The loop and let variables bound inside ``s``."""
-    return {x.loop_var if isinstance(x, For) else x.var for x in _stmts(s) if isinstance(x, (For, LetStmt))}
+    return {x.loop_var if isinstance(x, For) else x.var for x in walk_stmts(s) if isinstance(x, (For, LetStmt))}
 
 
 def _written(s) -> set:
     """The buffers ``s`` may write (stores, library calls) or allocates."""
     out = set()
-    for x in _stmts(s):
+    for x in walk_stmts(s):
         if isinstance(x, Store):
             out.add(x.buffer)
         elif isinstance(x, Allocate):
@@ -290,7 +274,7 @@ def _unconditional_exprs(s):
 
 
 def _all_exprs(s):
-    for x in _stmts(s):
+    for x in walk_stmts(s):
         if isinstance(x, For):
             yield x.extent
         elif isinstance(x, LetStmt):

@@ -32,7 +32,7 @@ from ..te.expr import INDEX_DTYPE, PrimExpr, Var, _node, as_expr, const
 __all__ = [
     "SERIAL", "PARALLEL", "VECTORIZED", "Buffer", "BufferLoad", "Stmt", "For", "Store", "LetStmt", "IfThenElse",
     "Allocate", "Evaluate", "Seq", "Assert", "CallExtern", "Dispatch", "DispatchCase", "PrimFunc", "seq", "stmt_to_str",
-    "find_dispatch",
+    "find_dispatch", "walk_stmts",
 ]
 
 SERIAL, PARALLEL, VECTORIZED = "serial", "parallel", "vectorized"
@@ -238,6 +238,25 @@ def stmt_to_str(stmt: Stmt, indent: int = 0) -> str:
             text += f"{pad}variant {case.name} if {case.condition!r}:\n" + stmt_to_str(case.body, indent + 1)
         return text + f"{pad}variant {stmt.default_name} otherwise:\n" + stmt_to_str(stmt.default, indent + 1)
     raise TypeError(f"not a loop-IR statement: {stmt!r}")
+
+
+def walk_stmts(stmt: Stmt):
+    """Every statement of ``stmt``, each before the statements inside it (a sequence's in order; a
+    condition's else branch before its then branch, a dispatch's default before its cases): the bodies of
+    loops, lets and allocations, both branches, every case."""
+    stack = [stmt]
+    while stack:
+        s = stack.pop()
+        yield s
+        if isinstance(s, Seq):
+            stack.extend(reversed(s.stmts))
+        elif isinstance(s, (For, LetStmt, Allocate)):
+            stack.append(s.body)
+        elif isinstance(s, IfThenElse):
+            stack.extend(branch for branch in (s.then_case, s.else_case) if branch is not None)
+        elif isinstance(s, Dispatch):
+            stack.extend(case.body for case in s.cases)
+            stack.append(s.default)
 
 
 def find_dispatch(stmt: Stmt) -> Dispatch | None:

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from tensorvm import te
-from tensorvm.codegen.loop_ir import VECTORIZED, For, IfThenElse, LetStmt, Seq, Store
+from tensorvm.codegen.loop_ir import VECTORIZED, For, IfThenElse, LetStmt, Store, walk_stmts
 from tensorvm.codegen.lower import lower
 from tensorvm.codegen.module import build_module
 from tensorvm.errors import ExecutionError, ShapeError
@@ -17,25 +17,12 @@ from tensorvm.te.expr import Call, Select
 from tensorvm.te.tensor import walk
 
 
-def _stmts(stmt):
-    stack = [stmt]
-    while stack:
-        s = stack.pop()
-        yield s
-        if isinstance(s, Seq):
-            stack.extend(s.stmts)
-        for attr in ("body", "then_case", "else_case"):
-            child = getattr(s, attr, None)
-            if child is not None:
-                stack.append(child)
-
-
 def _inner_loops(func):
-    return [s for s in _stmts(func.body) if isinstance(s, For) and s.kind == VECTORIZED]
+    return [s for s in walk_stmts(func.body) if isinstance(s, For) and s.kind == VECTORIZED]
 
 
 def _inner_exprs(loop):
-    for s in _stmts(loop.body):
+    for s in walk_stmts(loop.body):
         if isinstance(s, Store):
             yield s.index
             yield s.value
@@ -130,11 +117,11 @@ def test_broadcast_mismatch_still_raises(module):
 def test_index_check_runs_once_per_row():
     inputs, out = _take_rows()
     func = lower("take_rows", inputs, [out])
-    loops = [s for s in _stmts(func.body) if isinstance(s, For) and s.loop_var.name == "j"]
+    loops = [s for s in walk_stmts(func.body) if isinstance(s, For) and s.loop_var.name == "j"]
     assert loops
     for loop in loops:
         assert not any(isinstance(n, Call) and n.name == "index_check" for e in _inner_exprs(loop) for n in walk(e))
-    guards = [s for s in _stmts(func.body) if isinstance(s, IfThenElse)]
+    guards = [s for s in walk_stmts(func.body) if isinstance(s, IfThenElse)]
     assert guards  # the hoisted check (which reads idx) runs only when the row loop runs
 
 

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from tensorvm import te
 from tensorvm.codegen.c_emit import emit_kernel
 from tensorvm.codegen.host import kernel_rules
-from tensorvm.codegen.loop_ir import PARALLEL, VECTORIZED, Allocate, For, Seq
+from tensorvm.codegen.loop_ir import PARALLEL, VECTORIZED, Allocate, For, walk_stmts
 from tensorvm.codegen.lower import lower
 from tensorvm.codegen.module import build_module
 from tensorvm.errors import ShapeError, UnsupportedError
@@ -21,23 +21,8 @@ from tensorvm.te.tensor import walk
 # ---- helpers ----------------------------------------------------------------------------------------
 
 
-def _stmts(stmt):
-    """Every statement of a loop-IR tree."""
-    stack, out = [stmt], []
-    while stack:
-        s = stack.pop()
-        out.append(s)
-        for attr in ("body", "then_case", "else_case"):
-            child = getattr(s, attr, None)
-            if child is not None:
-                stack.append(child)
-        if isinstance(s, Seq):
-            stack.extend(s.stmts)
-    return out
-
-
 def _loops(func):
-    return [s for s in _stmts(func.body) if isinstance(s, For)]
+    return [s for s in walk_stmts(func.body) if isinstance(s, For)]
 
 
 def _layer_norm(n, width=64):
@@ -83,9 +68,9 @@ def test_layer_norm_shares_one_parallel_row_loop():
     n = te.var("n")
     x, out = _layer_norm(n)
     func = lower("ln", [x], [out])
-    top = [s for s in _stmts(func.body) if isinstance(s, For) and s.kind == PARALLEL]
+    top = [s for s in walk_stmts(func.body) if isinstance(s, For) and s.kind == PARALLEL]
     assert len(top) == 1 and top[0].parallel_if is not None  # dynamic size: fork only when worth it
-    temps = [s.buffer for s in _stmts(top[0].body) if isinstance(s, Allocate)]
+    temps = [s.buffer for s in walk_stmts(top[0].body) if isinstance(s, Allocate)]
     assert {b.name for b in temps} >= {"total", "sq"} and all(b.shape == () for b in temps)
     reductions = [s for s in _loops(func) if s.reductions]
     assert len(reductions) == 2 and all(s.kind == VECTORIZED and s.reductions[0][0] == "+" for s in reductions)
@@ -98,7 +83,7 @@ def test_epilogue_is_fused_after_a_register_blocked_reduction():
     assert loops[0].kind == PARALLEL and len([s for s in loops if s.kind == PARALLEL]) == 1
     reduction = next(s for s in loops if s.reductions)
     assert len(reduction.reductions) == kernel_rules().jam  # outputs per pass over k share the loads of x
-    epilogue = [s for s in _stmts(loops[0].body) if isinstance(s, For) and s.kind == VECTORIZED
+    epilogue = [s for s in walk_stmts(loops[0].body) if isinstance(s, For) and s.kind == VECTORIZED
                 and not s.reductions]
     assert epilogue  # tanh(dense + b) runs inside the same row loop, from the row temporary
 
@@ -267,5 +252,5 @@ def test_no_stray_calls_in_index_math():
     x = te.placeholder((n, 12), "float32", "x")
     y = te.compute((n, 3, 4), lambda i, j, k: x[i, j * 4 + k], "y")
     func = lower("r", [x], [y])
-    assert not any(isinstance(node, Call) for s in _stmts(func.body) for v in (getattr(s, "value", None),)
+    assert not any(isinstance(node, Call) for s in walk_stmts(func.body) for v in (getattr(s, "value", None),)
                    if v is not None for node in walk(v))

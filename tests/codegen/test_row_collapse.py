@@ -14,27 +14,13 @@ import pytest
 import tensorvm as tv
 from tensorvm import te
 from tensorvm.codegen.c_emit import emit_kernel
-from tensorvm.codegen.loop_ir import PARALLEL, VECTORIZED, For, Seq
+from tensorvm.codegen.loop_ir import PARALLEL, VECTORIZED, For, walk_stmts
 from tensorvm.codegen.lower import lower
 from tensorvm.te.expr import Const
 
 
-def _stmts(stmt):
-    stack, out = [stmt], []
-    while stack:
-        s = stack.pop()
-        out.append(s)
-        for attr in ("body", "then_case", "else_case"):
-            child = getattr(s, attr, None)
-            if child is not None:
-                stack.append(child)
-        if isinstance(s, Seq):
-            stack.extend(s.stmts)
-    return out
-
-
 def _loops(func, kind=None):
-    return [s for s in _stmts(func.body) if isinstance(s, For) and (kind is None or s.kind == kind)]
+    return [s for s in walk_stmts(func.body) if isinstance(s, For) and (kind is None or s.kind == kind)]
 
 
 def _vector_extents(func):

@@ -16,7 +16,7 @@ import pytest
 from tensorvm import te
 from tensorvm.codegen.build import build_library, have_compiler
 from tensorvm.codegen.c_emit import EmitOptions, emit_kernel, emit_library
-from tensorvm.codegen.loop_ir import PARALLEL, For
+from tensorvm.codegen.loop_ir import PARALLEL, For, walk_stmts
 from tensorvm.codegen.lower import lower
 from tensorvm.codegen.module import build_module
 
@@ -51,18 +51,10 @@ def _funcs():
 def kernels():
     funcs = _funcs()
     for func in funcs:  # (each has a parallel loop for the pool to run)
-        assert any(isinstance(s, For) and s.kind == PARALLEL for s in _stmts(func.body)), func.name
+        assert any(isinstance(s, For) and s.kind == PARALLEL for s in walk_stmts(func.body)), func.name
     return build_module(funcs)
 
 
-def _stmts(stmt):
-    yield stmt
-    for name in ("body", "then_case", "else_case", "default"):
-        child = getattr(stmt, name, None)
-        if child is not None:
-            yield from _stmts(child)
-    for child in getattr(stmt, "stmts", ()):
-        yield from _stmts(child)
 
 
 @pytest.mark.parametrize("count", [1, 2, 3])
@@ -196,7 +188,7 @@ def test_no_openmp_parallel_pragma_in_team_kernels():
     for func in _funcs():
         source = emit_kernel(func).source
         assert "omp parallel" not in source and "omp_" not in source, func.name
-        loops = sum(1 for s in _stmts(func.body) if isinstance(s, For) and s.kind == PARALLEL)
+        loops = sum(1 for s in walk_stmts(func.body) if isinstance(s, For) and s.kind == PARALLEL)
         assert len(re.findall(r"\btv_team_run\(", source)) == loops
         assert len(re.findall(rf"static void {func.name}_tvpar\d+\(", source)) == loops
         omp = emit_kernel(func, EmitOptions(team=False)).source
