@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
-import time
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -26,7 +25,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from lone_layers import ort_options  # noqa: E402
+from lone_layers import interleaved_times, ort_options  # noqa: E402
 
 # (channels, side): the squeeze-and-excitation blocks of MobileNetV3-small (224 x 224 input)
 LAYERS = [(16, 56), (96, 14), (240, 14), (120, 14), (144, 14), (288, 7), (576, 7)]
@@ -82,15 +81,8 @@ def _onnx(c: int, side: int, batch: int):
 
 
 def _interleaved(calls: dict, rounds: int) -> dict:
-    """{name: (median, min) us of ``rounds`` calls}, interleaved, each round starting elsewhere."""
-    times: dict = {name: [] for name in calls}
-    names = list(calls)
-    for round_ in range(rounds):
-        for name in names[round_ % len(names):] + names[:round_ % len(names)]:
-            start = time.perf_counter()
-            calls[name]()
-            times[name].append(time.perf_counter() - start)
-    return {name: (statistics.median(v) * 1e6, min(v) * 1e6) for name, v in times.items()}
+    """{name: (median, min) us of ``rounds`` interleaved calls} (``lone_layers.interleaved_times``)."""
+    return {name: (statistics.median(v), min(v)) for name, v in interleaved_times(calls, rounds).items()}
 
 
 def main() -> int:

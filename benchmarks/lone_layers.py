@@ -69,10 +69,10 @@ def ort_options(threads: int):
     return options
 
 
-def interleaved_minimum(calls: dict, rounds: int) -> dict:
-    """{name: the least us of ``rounds`` calls of ``calls[name]()``}, the calls interleaved, each round in
-    another order (a call right after one that read the same input finds it in cache, which had favoured
-    whichever came second)."""
+def interleaved_times(calls: dict, rounds: int) -> dict:
+    """{name: the us of each of ``rounds`` calls of ``calls[name]()``}, the calls interleaved, each round
+    in another order (a call right after one that read the same input finds it in cache, which had
+    favoured whichever came second)."""
     import time
 
     times: dict = {name: [] for name in calls}
@@ -81,8 +81,13 @@ def interleaved_minimum(calls: dict, rounds: int) -> dict:
         for name in names[round_ % len(names):] + names[:round_ % len(names)]:
             start = time.perf_counter()
             calls[name]()
-            times[name].append(time.perf_counter() - start)
-    return {name: min(v) * 1e6 for name, v in times.items()}
+            times[name].append((time.perf_counter() - start) * 1e6)
+    return times
+
+
+def interleaved_minimum(calls: dict, rounds: int) -> dict:
+    """{name: the least us of ``rounds`` interleaved calls of ``calls[name]()``} (``interleaved_times``)."""
+    return {name: min(v) for name, v in interleaved_times(calls, rounds).items()}
 
 
 def onnx_conv_layer(c: int, side: int, o: int, k: int, stride: int, groups: int, activation: str, batch: int, rng):

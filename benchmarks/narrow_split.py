@@ -15,7 +15,6 @@ import argparse
 import dataclasses
 import statistics
 import sys
-import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -23,6 +22,7 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
 
 import numpy as np  # noqa: E402
+from lone_layers import interleaved_times  # noqa: E402
 
 import tensorvm as tv  # noqa: E402
 from tensorvm.codegen import host  # noqa: E402
@@ -43,14 +43,15 @@ def _compiled(mod, narrow: int | None, exec_mode: str = "bytecode"):
 
 
 def _interleaved(calls: dict, rounds: int, repeat: int) -> dict:
-    times = {key: [] for key in calls}
-    for _ in range(rounds):
-        for key, call in calls.items():
-            start = time.perf_counter_ns()
+    """{name: median us of one call}, ``repeat`` calls per sample (``lone_layers.interleaved_times``)."""
+    def repeated(call):
+        def run():
             for _ in range(repeat):
                 call()
-            times[key].append((time.perf_counter_ns() - start) / repeat / 1000)
-    return {key: statistics.median(values) for key, values in times.items()}
+        return run
+
+    times = interleaved_times({key: repeated(call) for key, call in calls.items()}, rounds)
+    return {key: statistics.median(values) / repeat for key, values in times.items()}
 
 
 def products(rounds: int, old: int) -> None:
