@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import subprocess
 import sys
@@ -31,7 +30,6 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "TENSORVM_NUM_THREADS")
 
 
 def best_in(fn, seconds: float) -> float:
@@ -233,8 +231,10 @@ def main() -> int:
     if args.worker is not None:
         print(json.dumps(worker(args.worker, args.rounds, args.round_seconds)))
         return 0
+    from harness import thread_environment  # (the benchmarks directory: this script's own)
+
     for threads in args.threads:
-        env = {**os.environ, **dict.fromkeys(THREAD_VARIABLES, str(threads))}
+        env = thread_environment(threads)
         out = subprocess.run([sys.executable, __file__, "--worker", str(threads), "--rounds", str(args.rounds),
                               "--round-seconds", str(args.round_seconds)], env=env, check=True,
                              capture_output=True, text=True).stdout

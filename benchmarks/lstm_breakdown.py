@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import subprocess
 import sys
@@ -31,7 +30,6 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "TENSORVM_NUM_THREADS")
 
 BARE_LOOP = """
 def @main(%h: Tensor[(1, {h}), float32], %n: int32, %w: Tensor[({g}, {h}), float32]) -> Tensor[(1, {h}), float32] {{
@@ -139,8 +137,10 @@ def main() -> int:
     if args.worker is not None:
         print(json.dumps(worker(args.worker, args.tokens, args.rounds)))
         return 0
+    from harness import thread_environment  # (the benchmarks directory: this script's own)
+
     for threads in args.threads:
-        env = {**os.environ, **dict.fromkeys(THREAD_VARIABLES, str(threads))}
+        env = thread_environment(threads)
         out = subprocess.run([sys.executable, __file__, "--worker", str(threads), "--tokens", str(args.tokens),
                               "--rounds", str(args.rounds)], env=env, check=True, capture_output=True,
                              text=True).stdout
