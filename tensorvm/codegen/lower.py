@@ -73,6 +73,7 @@ from ..te.expr import (
     min_value,
     minimum,
     ne,
+    product,
     select,
     var,
 )
@@ -754,11 +755,11 @@ def _collapse_rows(st: _Stage, k: int, own: list, buffers: dict, axis_map: dict,
     long_row = ROW_VECTORS * _rules().vector_width
     best = None
     for m in range(2, limit + 1):
-        row = _product(a.extent for a in own[len(own) - m + 1:])
+        row = product(a.extent for a in own[len(own) - m + 1:])
         if isinstance(row, Const) and row.value >= long_row:
             break
         if parallel_outer and not serial:
-            outer = _product(a.extent for a in own[:len(own) - m] if isinstance(a.extent, Const))
+            outer = product(a.extent for a in own[:len(own) - m] if isinstance(a.extent, Const))
             if outer.value < MIN_PARALLEL_ROWS:
                 break
         attempt = _collapsed(st, k, own, m, buffers, axis_map, index_vars)
@@ -768,19 +769,12 @@ def _collapse_rows(st: _Stage, k: int, own: list, buffers: dict, axis_map: dict,
     return best
 
 
-def _product(extents) -> PrimExpr:
-    size = const(1)
-    for e in extents:
-        size = size * e
-    return size
-
-
 def _collapsed(st: _Stage, k: int, own: list, m: int, buffers: dict, axis_map: dict, index_vars: list):
     """``_collapse_rows`` for the last ``m`` axes, or None when an access does not allow it."""
     tail = own[-m:]
     tail_vars = [a.var for a in tail]
     extents = [a.extent for a in tail]
-    flat = IterVar(var("_".join(v.name for v in tail_vars)), _product(extents), "spatial")
+    flat = IterVar(var("_".join(v.name for v in tail_vars)), product(extents), "spatial")
     failed = []
 
     def uses_tail(e) -> bool:

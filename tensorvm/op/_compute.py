@@ -17,7 +17,7 @@ from __future__ import annotations
 from ..errors import ShapeError, TypeInferenceError, UnsupportedError
 from ..ir.types import TupleType
 from ..te import expr as E
-from ..te.expr import INDEX_DTYPE, Const, PrimExpr, cast, const, eq, select
+from ..te.expr import INDEX_DTYPE, Const, PrimExpr, cast, const, eq, product, select
 from ..te.tensor import Tensor, compute
 
 __all__ = [
@@ -92,13 +92,6 @@ def broadcast_read_dim(dim, index, out_dim):
     if isinstance(dim, Const) or same(dim, out_dim):
         return index
     return select(eq(dim, 1), 0, index)
-
-
-def product(dims) -> PrimExpr:
-    total = const(1)
-    for d in dims:
-        total = total * d
-    return total
 
 
 def require_equal(op: str, a, b, what: str) -> list:

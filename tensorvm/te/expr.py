@@ -32,7 +32,7 @@ __all__ = [
     "Reduce", "IterVar", "const", "as_expr", "var", "eq", "ne", "logical_and", "logical_or", "logical_not",
     "logical_xor", "bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_not", "left_shift", "right_shift",
     "floordiv", "floormod", "truncdiv", "truncmod", "true_divide", "minimum", "maximum", "power", "select",
-    "if_then_else", "cast", "call", "all_of", "any_of", "is_const", "const_value", "dtype_kind", "max_value",
+    "if_then_else", "cast", "call", "all_of", "any_of", "product", "is_const", "const_value", "dtype_kind", "max_value",
     "min_value", "INTRINSICS", "index_check",
 ]
 
@@ -562,6 +562,14 @@ def any_of(*conds) -> PrimExpr:
     for c in conds:
         result = logical_or(result, c)
     return result
+
+
+def product(dims) -> PrimExpr:
+    """The product of ``dims`` (ints or expressions; 1 for none), folded where they are constants."""
+    total = const(1)
+    for d in dims:
+        total = total * d
+    return total
 
 
 def _integer_binary(op: str, a, b) -> PrimExpr:
