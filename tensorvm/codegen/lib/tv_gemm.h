@@ -79,35 +79,34 @@ static inline int64_t tv_team_chunks(int64_t iterations, int64_t work, int threa
   return chunks < 1 ? 1 : (int64_t)chunks;
 }
 
-/* The softmax of the kernels of a shared library (tv_kernel.h's tv_softmax_f32 is the static AOT form):
-   its rows in chunks on the pool, from TV_PARALLEL_ELEMENTS elements. The kernels, emitted after this
-   file, call it through the macro. */
-typedef struct { int64_t rows, n, log_softmax, chunks; const float* x; float* y; } tv_softmax_job;
-static void tv_softmax_chunk(void* ctx, int64_t i) {
-  const tv_softmax_job* j = (const tv_softmax_job*)ctx;
-  tv_softmax_rows_f32(i * j->rows / j->chunks, (i + 1) * j->rows / j->chunks, j->n, j->x, j->y, j->log_softmax);
+/* The row-wise library functions of the kernels of a shared library (tv_kernel.h's tv_softmax_f32 and
+   tv_mean_f32 are their static AOT forms): the rows in chunks on the pool, from TV_PARALLEL_ELEMENTS
+   elements. rows_fn computes rows [first, end) of n floats; flag is its one option (the softmax's log).
+   The kernels, emitted after this file, call the team forms through the macros. */
+typedef void (*tv_rows_fn)(int64_t first, int64_t end, int64_t n, const float* x, float* y, int64_t flag);
+typedef struct { tv_rows_fn rows_fn; int64_t rows, n, flag, chunks; const float* x; float* y; } tv_rows_job;
+static void tv_rows_chunk(void* ctx, int64_t i) {
+  const tv_rows_job* j = (const tv_rows_job*)ctx;
+  j->rows_fn(i * j->rows / j->chunks, (i + 1) * j->rows / j->chunks, j->n, j->x, j->y, j->flag);
+}
+static int32_t tv_rows_team_f32(tv_rows_fn rows_fn, int64_t rows, int64_t n, const float* x, float* y,
+                                int64_t flag) {
+  const int threads = rows * n >= TV_PARALLEL_ELEMENTS ? tv_team_threads() : 1;
+  tv_rows_job job = {rows_fn, rows, n, flag, tv_team_chunks(rows, n, threads), x, y};
+  tv_team_run(job.chunks, threads, tv_rows_chunk, &job);
+  return 0;
 }
 __attribute__((unused)) static int32_t tv_softmax_team_f32(int64_t rows, int64_t n, const float* x, float* y,
                                                            int64_t log_softmax) {
-  const int threads = rows * n >= TV_PARALLEL_ELEMENTS ? tv_team_threads() : 1;
-  tv_softmax_job job = {rows, n, log_softmax, tv_team_chunks(rows, n, threads), x, y};
-  tv_team_run(job.chunks, threads, tv_softmax_chunk, &job);
-  return 0;
+  return tv_rows_team_f32(tv_softmax_rows_f32, rows, n, x, y, log_softmax);
 }
 #define tv_softmax_f32 tv_softmax_team_f32
-
-/* The row means of the kernels of a shared library (tv_kernel.h's tv_mean_f32 is the static AOT form), as
-   the softmax above. */
-typedef struct { int64_t rows, n, chunks; const float* x; float* y; } tv_mean_job;
-static void tv_mean_chunk(void* ctx, int64_t i) {
-  const tv_mean_job* j = (const tv_mean_job*)ctx;
-  tv_mean_rows_f32(i * j->rows / j->chunks, (i + 1) * j->rows / j->chunks, j->n, j->x, j->y);
+static void tv_mean_rows_any_f32(int64_t first, int64_t end, int64_t n, const float* x, float* y, int64_t flag) {
+  (void)flag;
+  tv_mean_rows_f32(first, end, n, x, y);
 }
 __attribute__((unused)) static int32_t tv_mean_team_f32(int64_t rows, int64_t n, const float* x, float* y) {
-  const int threads = rows * n >= TV_PARALLEL_ELEMENTS ? tv_team_threads() : 1;
-  tv_mean_job job = {rows, n, tv_team_chunks(rows, n, threads), x, y};
-  tv_team_run(job.chunks, threads, tv_mean_chunk, &job);
-  return 0;
+  return tv_rows_team_f32(tv_mean_rows_any_f32, rows, n, x, y, 0);
 }
 #define tv_mean_f32 tv_mean_team_f32
 
