@@ -17,7 +17,7 @@ from tensorvm.codegen.fused import build_fused_module
 from tensorvm.codegen.strategy import direct_max_reduction
 from tensorvm.ir.expr import Function, Var, const
 
-bridge_mode, kernel_threads = vconv.bridge_mode, vconv.kernel_threads  # (test_vconv's fixtures)
+bridge_mode = vconv.bridge_mode  # (test_vconv's fixture; kernel_threads: tests/conftest.py)
 
 _CALLER = """
 int32_t tv_test_pointwise(int64_t* d, float* f, const float* x, const float* weights, const float* bias,

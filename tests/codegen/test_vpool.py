@@ -21,7 +21,7 @@ from tensorvm.codegen.fused import build_fused_module
 from tensorvm.ir.expr import Function, Var
 from tensorvm.op.registry import get_op
 
-bridge_mode, kernel_threads = vconv.bridge_mode, vconv.kernel_threads  # (test_vconv's fixtures)
+bridge_mode = vconv.bridge_mode  # (test_vconv's fixture; kernel_threads: tests/conftest.py)
 POOL = get_op("nn.max_pool2d")
 
 _CALLER = """
