@@ -64,7 +64,7 @@ import numpy as np
 
 from ..errors import TensorVMError, UnsupportedError
 from ..ir.analysis import free_vars
-from ..ir.expr import Call, Constant, Function, Op, Var
+from ..ir.expr import Call, Constant, Function, Op, Var, is_op_call
 from ..ir.functor import ExprMutator
 from ..ir.types import TensorType, TupleType
 from ..op.nn import halves_nchw_map
@@ -537,7 +537,7 @@ def _scalar(expr, rank: int) -> float | None:
 
 
 def _op_call(expr, *names) -> bool:
-    return isinstance(expr, Call) and isinstance(expr.op, Op) and expr.op.name in names and bool(expr.args)
+    return is_op_call(expr, *names) and bool(expr.args)
 
 
 def _with_scalar(expr, rank: int):
@@ -1226,7 +1226,7 @@ def _scale_after(split, anchor) -> float | None:
         return None
     fn, _ = split
     body, result = fn.body, fn.params[0]
-    if not (isinstance(body, Call) and isinstance(body.op, Op) and body.op.name == "multiply" and len(body.args) == 2
+    if not (is_op_call(body, "multiply") and len(body.args) == 2
             and result in body.args):
         return None
     factor = body.args[1] if body.args[0] is result else body.args[0]
@@ -1244,7 +1244,7 @@ def _transposed_result(split) -> tuple | None:
         return None
     fn, _ = split
     body = fn.body
-    if not (isinstance(body, Call) and isinstance(body.op, Op) and body.op.name == "transpose"
+    if not (is_op_call(body, "transpose")
             and len(fn.params) == 1 and body.args[0] is fn.params[0]):
         return None
     ndim = len(fn.params[0].type_annotation.shape)

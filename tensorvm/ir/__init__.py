@@ -37,6 +37,8 @@ _LAZY = {
     "TupleGetItem": "expr",
     "Var": "expr",
     "const": "expr",
+    "is_op_call": "expr",
+    "op_name": "expr",
     "ExprFunctor": "functor",
     "ExprMutator": "functor",
     "ExprVisitor": "functor",

@@ -18,7 +18,7 @@ from .types import GlobalTypeVar, TensorType, Type, normalize_dtype
 __all__ = [
     "Span", "Expr", "Var", "GlobalVar", "Op", "Constant", "Call", "Tuple", "TupleGetItem", "Let", "If",
     "Function", "Constructor", "Match", "Clause", "Pattern", "PatternWildcard", "PatternVar",
-    "PatternConstructor", "PatternTuple", "RefCreate", "RefRead", "RefWrite", "const",
+    "PatternConstructor", "PatternTuple", "RefCreate", "RefRead", "RefWrite", "const", "op_name", "is_op_call",
 ]
 
 
@@ -156,6 +156,18 @@ class Call(Expr):
         object.__setattr__(self, "type_args", tuple(self.type_args))
         if not isinstance(self.attrs, Attrs):
             object.__setattr__(self, "attrs", Attrs(self.attrs or {}))
+
+
+def op_name(expr) -> str | None:
+    """The op's name when ``expr`` is a call of an ``Op``; None for anything else (a call of a global, a
+    closure or a constructor, or not a call)."""
+    return expr.op.name if isinstance(expr, Call) and isinstance(expr.op, Op) else None
+
+
+def is_op_call(expr, *names: str) -> bool:
+    """Whether ``expr`` is a call of one of the ops ``names`` (of any op when none is given)."""
+    name = op_name(expr)
+    return name is not None and (not names or name in names)
 
 
 @dataclass(**_NODE)

@@ -22,7 +22,7 @@ the same order (``c'`` rounded to the dtype before ``h'`` reads it, as the separ
 from __future__ import annotations
 
 from ..ir.analysis import post_order
-from ..ir.expr import Call, Op, TupleGetItem
+from ..ir.expr import TupleGetItem, is_op_call
 from ..ir.types import TensorType, TupleType
 from ..op.registry import make_call
 from .pass_infra import BodyRewritePass
@@ -33,13 +33,9 @@ __all__ = ["FuseLSTMCell"]
 _GATE_LETTERS = {"i": "i", "f": "f", "g": "c", "o": "o"}  # PyTorch's names -> nn.lstm_cell's (ONNX's)
 
 
-def _is(expr, name: str) -> bool:
-    return isinstance(expr, Call) and isinstance(expr.op, Op) and expr.op.name == name
-
-
 def _pairs(expr, name: str):
     """The operands of a binary ``name`` call both ways round (none if ``expr`` is not one)."""
-    if _is(expr, name) and len(expr.args) == 2:
+    if is_op_call(expr, name) and len(expr.args) == 2:
         a, b = expr.args
         return ((a, b), (b, a))
     return ()
@@ -47,7 +43,7 @@ def _pairs(expr, name: str):
 
 def _gate(expr, fn: str):
     """``fn(TupleGetItem(split, k))`` -> ``(split, k)``, else None."""
-    if _is(expr, fn) and isinstance(expr.args[0], TupleGetItem):
+    if is_op_call(expr, fn) and isinstance(expr.args[0], TupleGetItem):
         item = expr.args[0]
         return item.tuple_value, item.index
     return None
@@ -88,7 +84,7 @@ def _match(h_next):
     """``h' = o tanh(c')`` -> ``(c', x, r, c, gate order)``, else None."""
     for sig_o, tanh_c in _pairs(h_next, "multiply"):
         o = _gate(sig_o, "sigmoid")
-        if o is None or not _is(tanh_c, "tanh"):
+        if o is None or not is_op_call(tanh_c, "tanh"):
             continue
         c_next = tanh_c.args[0]
         found = _match_c(c_next)
@@ -96,7 +92,7 @@ def _match(h_next):
             continue
         split, index, c = found
         index["o"] = o[1]
-        if sorted(index.values()) != [0, 1, 2, 3] or not _is(split, "split"):
+        if sorted(index.values()) != [0, 1, 2, 3] or not is_op_call(split, "split"):
             continue
         sections, axis = split.attrs.get("indices_or_sections"), split.attrs.get("axis")
         gates = _tensor(split.args[0])
@@ -155,7 +151,7 @@ class _Rewriter:
     def visit(self, body):
         matches = {}
         for node in post_order(body):
-            if not _is(node, "multiply"):
+            if not is_op_call(node, "multiply"):
                 continue
             found = _match(node)
             if found is not None and id(found[0]) not in matches:

@@ -52,6 +52,8 @@ from ..ir.expr import (
     Tuple,
     TupleGetItem,
     Var,
+    is_op_call,
+    op_name,
 )
 from ..ir.functor import call_nested
 from ..ir.module import IRModule
@@ -107,15 +109,15 @@ def _is_tensor_tree(ty) -> bool:
 
 
 def _is_memory_op(call: Expr) -> bool:
-    return isinstance(call, Call) and isinstance(call.op, Op) and call.op.name.startswith(_MEMORY_PREFIXES)
+    return (op_name(call) or "").startswith(_MEMORY_PREFIXES)
 
 
 def _is_stop_fusion(expr: Expr) -> bool:
-    return isinstance(expr, Call) and isinstance(expr.op, Op) and expr.op.name == STOP_FUSION
+    return is_op_call(expr, STOP_FUSION)
 
 
 def _is_op_call(expr: Expr) -> bool:
-    return isinstance(expr, Call) and isinstance(expr.op, Op) and not _is_memory_op(expr)
+    return is_op_call(expr) and not _is_memory_op(expr)
 
 
 def _type_of(expr: Expr):
@@ -165,8 +167,7 @@ def _pools_convolution_tiles(anchor: Expr | None, consumer: Expr) -> bool:
     """Whether ``consumer`` is a 2x2 stride-2 max pool (no padding, floor mode, NCHW) and ``anchor`` a
     float32 NCHW/OIHW convolution with unit strides and dilation, one group, a kernel larger than 1x1:
     the pair the direct convolution kernel fuses (see the module docstring)."""
-    if not (isinstance(anchor, Call) and isinstance(consumer, Call) and isinstance(anchor.op, Op)
-            and isinstance(consumer.op, Op) and anchor.op.name == "nn.conv2d" and consumer.op.name == "nn.max_pool2d"):
+    if not (is_op_call(anchor, "nn.conv2d") and is_op_call(consumer, "nn.max_pool2d")):
         return False
     conv, pool = get_op("nn.conv2d").normalize_attrs(anchor.attrs), get_op("nn.max_pool2d").normalize_attrs(consumer.attrs)
     types = [_type_of(anchor), *(_type_of(a) for a in anchor.args)]
@@ -186,9 +187,7 @@ def _transpose_of_strided_product(transpose: Expr, product: Expr) -> tuple | Non
     ``codegen.strategy.StridedGemmCall`` computes); else None."""
     from ..op.transform import transpose_axes
 
-    if not (isinstance(transpose, Call) and isinstance(product, Call) and isinstance(transpose.op, Op)
-            and isinstance(product.op, Op) and transpose.op.name == "transpose"
-            and product.op.name in _STRIDED_PRODUCTS):
+    if not (is_op_call(transpose, "transpose") and is_op_call(product, *_STRIDED_PRODUCTS)):
         return None
     types = [_type_of(a) for a in product.args] + [_type_of(product), _type_of(transpose.args[0])]
     if not all(isinstance(t, TensorType) and t.dtype in ("float32", "float64") for t in types):

@@ -22,7 +22,7 @@ Static buffers are left to ``MemoryPlan``'s arenas.
 
 from __future__ import annotations
 
-from ..ir.expr import Call, Clause, Constant, Expr, Function, If, Match, Op, Var
+from ..ir.expr import Call, Clause, Constant, Expr, Function, If, Match, Op, Var, is_op_call
 from ..ir.module import IRModule
 from ..ir.types import TensorType, TupleType
 from ..op.memory import UNIT_TYPE
@@ -44,7 +44,7 @@ def _is_dynamic_type(ty) -> bool:
 
 
 def _is_dynamic_storage(value: Expr) -> bool:
-    return (isinstance(value, Call) and isinstance(value.op, Op) and value.op.name == "memory.alloc_storage"
+    return (is_op_call(value, "memory.alloc_storage")
             and (value.attrs.get("size_from_shape") or not isinstance(value.args[0], Constant)))
 
 

@@ -49,6 +49,7 @@ from ..ir.expr import (
     Tuple,
     TupleGetItem,
     Var,
+    is_op_call,
 )
 from ..ir.module import IRModule
 from ..op.memory import STORAGE_TYPE
@@ -176,7 +177,7 @@ class UseInfo:
 
 def _static_alloc_size(value: Expr) -> int | None:
     """The byte size of a static ``memory.alloc_storage`` call, else None."""
-    if not (isinstance(value, Call) and isinstance(value.op, Op) and value.op.name == "memory.alloc_storage"):
+    if not is_op_call(value, "memory.alloc_storage"):
         return None
     if value.attrs.get("size_from_shape") or not isinstance(value.args[0], Constant):
         return None
@@ -184,7 +185,7 @@ def _static_alloc_size(value: Expr) -> int | None:
 
 
 def _is_alloc_tensor(value: Expr) -> bool:
-    return isinstance(value, Call) and isinstance(value.op, Op) and value.op.name == "memory.alloc_tensor"
+    return is_op_call(value, "memory.alloc_tensor")
 
 
 def _round_up(n: int, align: int) -> int:

@@ -29,7 +29,7 @@ import numpy as np
 
 from ..errors import TensorVMError
 from ..ir.attrs import Attrs
-from ..ir.expr import Call, Constant, Function, Op
+from ..ir.expr import Call, Constant, Function, Op, is_op_call
 from ..op.nn import pack_conv_weight, pack_dense_weight
 from ..op.registry import get_op
 from .pass_infra import BodyRewritePass
@@ -59,9 +59,9 @@ class _Packer(TypedMutator):
 
     def visit_call(self, call: Call):
         new = super().visit_call(call)
-        if isinstance(new.op, Op) and new.op.name == "nn.conv2d" and len(new.args) == 2:
+        if is_op_call(new, "nn.conv2d") and len(new.args) == 2:
             return self._packed_conv(new, call)
-        if not isinstance(new.op, Op) or new.op.name not in ("nn.dense", "nn.matmul") or len(new.args) != 2:
+        if not is_op_call(new, "nn.dense", "nn.matmul") or len(new.args) != 2:
             return new
         data, weight = new.args
         if not isinstance(weight, Constant) or weight.data.ndim != 2 or weight.data.dtype != np.float32:

@@ -14,7 +14,7 @@ After it, none of these remain:
 from __future__ import annotations
 
 from ..ir.attrs import Attrs
-from ..ir.expr import Call, Function, Op
+from ..ir.expr import Call, Function, Op, is_op_call
 from ..ir.types import TensorType
 from .pass_infra import BodyRewritePass
 from .to_anf import TypedMutator, copy_type, known_type
@@ -47,7 +47,7 @@ class _Simplifier(TypedMutator):
                 return data
         if name in ("cast", "cast_like", "copy") and isinstance(in_ty, TensorType) and in_ty == out_ty:
             return data
-        if name == "reshape" and isinstance(data, Call) and isinstance(data.op, Op) and data.op.name == "reshape":
+        if name == "reshape" and is_op_call(data, "reshape"):
             if isinstance(out_ty, TensorType) and out_ty.is_static:
                 inner = data.args[0]
                 if _same_static_type(known_type(inner), out_ty):

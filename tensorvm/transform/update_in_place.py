@@ -40,13 +40,13 @@ from ..ir.expr import (
     If,
     Let,
     Match,
-    Op,
     RefCreate,
     RefRead,
     RefWrite,
     Tuple,
     TupleGetItem,
     Var,
+    is_op_call,
 )
 from ..ir.module import IRModule
 from ..ir.types import TensorType
@@ -144,7 +144,7 @@ def _is_update(mod: IRModule, value: Expr) -> bool:
     """``value`` calls a primitive whose body is one update op of its parameters, data first."""
     fn = _primitive(mod, value.op) if isinstance(value, Call) else None
     body = fn.body if fn is not None else None
-    return (isinstance(body, Call) and isinstance(body.op, Op) and body.op.name in UPDATE_OPS
+    return (is_op_call(body, *UPDATE_OPS)
             and tuple(body.args) == tuple(fn.params))
 
 
@@ -155,7 +155,7 @@ def _is_fresh_buffer(mod: IRModule, value: Expr) -> bool:
     if fn is None or fn.attrs.get("reshape_only") or not isinstance(fn.ret_type, TensorType):
         return False
     body = fn.body
-    return not (isinstance(body, Call) and isinstance(body.op, Op) and body.op.name == "shape_of")
+    return not is_op_call(body, "shape_of")
 
 
 def _direct_calls(expr: Expr, callee: GlobalVar) -> list:

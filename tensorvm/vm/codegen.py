@@ -48,6 +48,7 @@ from ..ir.expr import (
     Tuple,
     TupleGetItem,
     Var,
+    is_op_call,
 )
 from ..ir.types import FuncType, RefType, TupleType, TypeCall, TypeVar
 from . import bytecode as bc
@@ -293,7 +294,7 @@ class _FunctionCompiler:
         return reg
 
     def bind(self, var: Var, value) -> None:
-        if isinstance(value, Call) and isinstance(value.op, Op) and value.op.name in _UNIT_OPS:
+        if is_op_call(value, *_UNIT_OPS):
             self.call(value)
             self.regs[var] = self.new_reg()
             self.unit_vars.add(var)
