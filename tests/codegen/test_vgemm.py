@@ -118,7 +118,10 @@ _SHAPES = [(1, 1, 1), (1, 17, 3), (2, 5, 1), (7, 33, 5), (13, 31, 97), (29, 64, 
            (1, 40, 4099), (150, 20, 7), (64, 10, 512), (5, 3, 0), (0, 3, 4),
            # many panels (groups of them, a last partial panel) and row counts that are not multiples of
            # the tile (tiles of balanced sizes)
-           (8, 301, 9), (29, 301, 130), (43, 517, 64), (128, 2057, 40)]
+           (8, 301, 9), (29, 301, 130), (43, 517, 64), (128, 2057, 40),
+           # two and three rows (their tiles read the reduction as two halves): odd reductions, several
+           # reduction blocks (the small instances' kc), a last partial panel
+           (2, 37, 131), (3, 19, 97), (2, 64, 1001), (3, 33, 3), (2, 16, 2)]
 
 
 @needs_cc

@@ -12,6 +12,26 @@
 #define TV_VEC_BYTES 16
 #endif
 #define TV_VLANES (TV_VEC_BYTES / 4)
+/* How many tv_vf the register file of the target gcc compiles for holds (a rule of the ISA, for tiles that
+   choose how many accumulators to keep): AVX-512 has 32 registers (of 32 bytes as well, with AVX-512VL),
+   AArch64 32, AVX2 and SSE 16; a vector wider than the native ones takes several of them. */
+#if (defined(__AVX512F__) && (TV_VEC_BYTES == 64 || defined(__AVX512VL__))) || defined(__aarch64__)
+#define TV_NATIVE_REGISTERS 32
+#else
+#define TV_NATIVE_REGISTERS 16
+#endif
+#if defined(__AVX512F__)
+#define TV_NATIVE_BYTES 64
+#elif defined(__AVX__)
+#define TV_NATIVE_BYTES 32
+#else
+#define TV_NATIVE_BYTES 16
+#endif
+#if TV_VEC_BYTES <= TV_NATIVE_BYTES
+#define TV_VREGISTERS TV_NATIVE_REGISTERS
+#else
+#define TV_VREGISTERS (TV_NATIVE_REGISTERS * TV_NATIVE_BYTES / TV_VEC_BYTES)
+#endif
 
 /* tv_vf: a vector of floats; tv_vfu: the same read from any float address (unaligned, may alias);
    tv_vmask: what comparing two tv_vf gives (-1 where true, 0 where false); tv_vbits: unsigned lanes. */
