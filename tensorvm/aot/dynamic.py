@@ -3,7 +3,7 @@
     lib = tv.aot.build(mod, name="tree", params=weights, dynamic=True)   # a DynamicAOTModule
     lib.sources     # {"tree.c": ..., "tree.h": ..., "tensorvm_dynamic.h": ...}
     lib.write_sources(directory)                                          # include/*.h, src/tree.c
-    # cc -std=c11 -O2 -fwrapv -Iinclude app.c src/tree.c -lm -lpthread   (lib.c_flags: -fwrapv)
+    # cc -std=c11 -O2 -fwrapv -ffp-contract=fast -Iinclude app.c src/tree.c -lm -lpthread   (lib.c_flags)
 
 The program is compiled as for ``exec_mode="native"`` (``vm/native_emit.py`` writes one C function per
 VM function from the lowered module; kernels and C shape functions come from the same kernel library),
@@ -47,9 +47,11 @@ __all__ = ["DynamicAOTModule", "build_dynamic", "COMMON_HEADER", "C_FLAGS"]
 _DIR = Path(__file__).parent / "dynamic_c"
 COMMON_HEADER = "tensorvm_dynamic.h"
 _BYTES_AS_STRING = 4096  # constants of at least this many bytes are written as bytes (_bytes_initializer)
-#: Flags the library must be compiled with: integer kernels wrap on overflow, as NumPy does (the kernel
-#: library's own build uses them too, codegen/build.py). Add -O2/-O3, -march=..., -fopenmp as wanted.
-C_FLAGS = ("-fwrapv",)
+#: Flags the library must be compiled with (the kernel library's own build uses them too, codegen/build.py):
+#: integer kernels wrap on overflow, as NumPy does; the vector kernels' ``a * b + c`` become FMAs where the
+#: target has them (``-std=c11`` turns that off: the products then run at about half their speed). Add
+#: -O2/-O3, -march=..., -fopenmp as wanted.
+C_FLAGS = ("-fwrapv", "-ffp-contract=fast")
 # API functions of every library (an entry point or constructor may not take these names)
 _API = ("create", "destroy", "load_params", "load_params_file", "last_error", "set_num_threads", "trim",
         "memory_stats", "retain", "release",
