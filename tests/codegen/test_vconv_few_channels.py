@@ -47,6 +47,11 @@ CASES = [
     ((1, 2, 9, 27), 12, (2, 4), (2, 3), (1, 2), (1, 0, 0, 3)),    # rectangular kernel, mixed strides
     ((3, 5, 15, 15), 10, (3, 3), (2, 2), (1, 1), (1, 1, 1, 1)),   # 5 channels: the 2-row tile
     ((1, 3, 8, 5), 1, (7, 7), (1, 2), (1, 1), (3, 3, 3, 3)),      # output narrower than a vector
+    # column stride 2: the rows split straight from the image (tv_vconv_split2), each border
+    ((1, 2, 7, 16), 5, (3, 3), (2, 2), (1, 1), (0, 0, 0, 0)),
+    ((1, 3, 9, 17), 4, (5, 5), (2, 2), (1, 1), (2, 2, 2, 2)),
+    ((1, 1, 6, 33), 6, (3, 3), (2, 2), (1, 1), (4, 5, 1, 0)),
+    ((2, 3, 10, 31), 8, (3, 3), (2, 2), (2, 2), (1, 3, 1, 1)),
 ]
 
 HARD_SWISH = (7, 1 / 6, 0.5, 0.0, 1.0)   # (TV_ACT_LO | HI | GATE, alpha, beta, lo, hi)

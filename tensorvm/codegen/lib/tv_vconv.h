@@ -73,6 +73,37 @@ static inline void tv_vconv_copy(float* d, const float* s, int64_t m) {
   TV_VSTORE(d + m - TV_VLANES, TV_VLOAD(s + m - TV_VLANES));
 }
 
+/* One image row (w floats from src, pl zeros before it) split straight into its two column phases d0 and d1
+   (wq floats each): pairs of vectors loaded from the row where both lie inside it (the even and the odd
+   lanes; the last pair overlaps the one before), float by float at the borders (pl / 2 + 1 and a few
+   more at the right). Nothing it reads was just written (no store to load forwarding), and no linear
+   zero-padded copy of the row goes through L2 first: on a stem (3 x 224 x 224) that copy and its second
+   read had been half of the padding's time. */
+static inline void tv_vconv_split2(float* d0, float* d1, const float* src, int64_t w, int64_t pl, int64_t wq) {
+  const int64_t qa = (pl + 1) / 2; /* first index whose pair starts inside the row (2 q - pl >= 0) */
+  int64_t qz = (w + pl) / 2 - TV_VLANES; /* last one whose pair ends inside it */
+  qz = qz < wq - TV_VLANES ? qz : wq - TV_VLANES;
+  int64_t q = 0;
+  if (qz >= qa) {
+    for (; q < qa; ++q) {
+      const int64_t k = 2 * q - pl;
+      d0[q] = k >= 0 ? src[k] : 0.0f, d1[q] = k + 1 >= 0 ? src[k + 1] : 0.0f;
+    }
+    for (;; q += TV_VLANES) {
+      if (q > qz) q = qz;
+      const tv_vf lo = TV_VLOAD(src + 2 * q - pl), hi = TV_VLOAD(src + 2 * q - pl + TV_VLANES);
+      TV_VSTORE(d0 + q, __builtin_shuffle(lo, hi, TV_VEVEN_OF_TWO));
+      TV_VSTORE(d1 + q, __builtin_shuffle(lo, hi, TV_VODD_OF_TWO));
+      if (q == qz) break;
+    }
+    q = qz + TV_VLANES;
+  }
+  for (; q < wq; ++q) {
+    const int64_t k = 2 * q - pl;
+    d0[q] = k >= 0 && k < w ? src[k] : 0.0f, d1[q] = k + 1 >= 0 && k + 1 < w ? src[k + 1] : 0.0f;
+  }
+}
+
 /* Channels [c0, c1) of the image x (C x H x W) into their padded, phase-split planes (see above): per
    phase, zeros, the image's columns, zeros. With column stride 2 (``line``: h x tv_vconv_line floats, else
    unused) a channel's rows are first copied whole into zero-padded linear rows, then split into their two
@@ -83,7 +114,8 @@ static inline void tv_vconv_copy(float* d, const float* s, int64_t m) {
    and later channels only copy their rows (zeroing every row had been a third of the copy's time). So
    are the padded planes' rows above and below the image, when ``line_ready`` says an earlier call filled
    this ``padded`` with the same geometry (the depthwise kernel's plane per chunk, the direct kernel's
-   planes per image). */
+   planes per image). With ``line`` NULL (the direct kernel) each row is split straight from the image
+   instead (tv_vconv_split2). */
 /* Only the padded rows [r0, r1) of each channel (and the linear rows they read): disjoint row ranges can be
    padded at once (tv_vconv_pad_chunk). */
 static void tv_vconv_pad_rows(const float* x, int64_t c0, int64_t c1, int64_t h, int64_t w, int64_t sw, int64_t pt,
@@ -92,7 +124,8 @@ static void tv_vconv_pad_rows(const float* x, int64_t c0, int64_t c1, int64_t h,
   const int64_t lw = sw == 2 ? tv_vconv_line(w, pl, g) : 0;
   const int64_t y0 = r0 - pt > 0 ? r0 - pt : 0, y1 = r1 - pt < h ? r1 - pt : h;
   for (int64_t ci = c0; ci < c1; ++ci) {
-    if (sw == 2 && (line_ready || ci > c0))
+    if (sw == 2 && line == NULL) { /* (the direct kernel: the rows split straight from the image) */
+    } else if (sw == 2 && (line_ready || ci > c0))
       for (int64_t iy = y0; iy < y1; ++iy) tv_vconv_copy(line + iy * lw + pl, x + (ci * h + iy) * w, w);
     else if (sw == 2)
       for (int64_t iy = y0; iy < y1; ++iy) tv_vconv_fill(line + iy * lw, lw, x + (ci * h + iy) * w, pl, w);
@@ -107,6 +140,10 @@ static void tv_vconv_pad_rows(const float* x, int64_t c0, int64_t c1, int64_t h,
       if (sw == 1) {  /* one phase: the row copied whole, the border cleared around it */
         const int64_t left = pl < g.wq ? pl : g.wq, cols = w < g.wq - left ? w : g.wq - left;
         tv_vconv_fill(d, g.wq, src, left, cols > 0 ? cols : 0);
+        continue;
+      }
+      if (sw == 2 && line == NULL) {
+        tv_vconv_split2(d, d + g.wq, src, w, pl, g.wq);
         continue;
       }
       if (sw == 2) {  /* (the last pair of vectors overlaps the one before: wq >= TV_VLANES) */
@@ -544,11 +581,11 @@ __attribute__((unused)) static int32_t tv_conv2d_direct_act_f32(int64_t n, int64
   const int threads = tv_gemm_parallel((double)o * oh * ow * c * kh * kw) ? tv_omp_max_threads() : 1;
   const int64_t taps = c * kh * kw;
   int64_t* off = (int64_t*)malloc(sizeof(int64_t) * (size_t)taps);
-  float* line = sw == 2 ? (float*)malloc(sizeof(float) * (size_t)(h * tv_vconv_line(w, pl, g))) : NULL;
+  float* const line = NULL; /* (its rows split straight from the image: tv_vconv_split2) */
   const int64_t blocked = big * (tall ? TV_VCONV_TALL_OC : TV_VGEMM_MR) + 4 * fours;
   float* packed = tall ? (float*)malloc(sizeof(float) * (size_t)(blocked * taps)) : NULL;
-  if (off == NULL || (sw == 2 && line == NULL) || (tall && packed == NULL)) {
-    free(off), free(line), free(packed);
+  if (off == NULL || (tall && packed == NULL)) {
+    free(off), free(packed);
     return TV_ERROR_OUT_OF_MEMORY;
   }
   tv_vconv_offsets(c, kh, kw, dh, at, g, off);
@@ -569,7 +606,7 @@ __attribute__((unused)) static int32_t tv_conv2d_direct_act_f32(int64_t n, int64
     job.epi.residual = has_residual ? residual + b * image_out : NULL;
     tv_team_run(job.chunks, threads, tall ? tv_vconv_tall_chunk : tv_vconv_chunk, &job);
   }
-  free(off), free(line), free(packed);
+  free(off), free(packed);
   return 0;
 }
 
