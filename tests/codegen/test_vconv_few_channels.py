@@ -1,7 +1,7 @@
-"""The direct convolution's tall tiles for few input channels (``tv_vconv_tall*``, ``tv_vconv.h``: up to
-``TV_VCONV_FEW_CHANNELS`` = 4 input channels, no pool): odd channel counts (1-5: 5 takes the 2-row tile),
-kernels 1x1 to 7x7, strides 1-3, dilation 2, odd image sizes and asymmetric padding, batch 1 and 3, every
-channel, row and column tail, each fused epilogue (bias, relu, hard-swish, clip, a residual), NaN and inf
+"""The direct convolution's tall tiles (``tv_vconv_tall*``, ``tv_vconv.h``: every direct convolution without
+a pool) on layers with few input channels, the RGB stems' and odd ones: 1 to 5 channels, kernels 1x1 to
+7x7, strides 1-3, dilation 2, odd image sizes and asymmetric padding, batch 1 and 3, every channel, row
+and column tail, each fused epilogue (bias, relu, hard-swish, clip, a residual), NaN and inf
 in the input, at 1, 2 and 3 threads (the same bits at each), for both tile shapes (8 x 3 with 32 vector
 registers, 6 x 2 with 16) and each vector width. Oracle: the reference op's NumPy kernel in float64 with
 NumPy's maximum/minimum (NaN kept), and end to end the interpreter (``create_executor("debug")``)."""
@@ -45,7 +45,7 @@ CASES = [
     ((1, 3, 19, 23), 9, (3, 3), (1, 1), (2, 2), (2, 2, 2, 2)),    # dilation 2
     ((1, 4, 11, 9), 3, (1, 1), (1, 1), (1, 1), (0, 0, 0, 0)),     # 1x1, fewer channels than a tile
     ((1, 2, 9, 27), 12, (2, 4), (2, 3), (1, 2), (1, 0, 0, 3)),    # rectangular kernel, mixed strides
-    ((3, 5, 15, 15), 10, (3, 3), (2, 2), (1, 1), (1, 1, 1, 1)),   # 5 channels: the 2-row tile
+    ((3, 5, 15, 15), 10, (3, 3), (2, 2), (1, 1), (1, 1, 1, 1)),   # 5 channels
     ((1, 3, 8, 5), 1, (7, 7), (1, 2), (1, 1), (3, 3, 3, 3)),      # output narrower than a vector
     # column stride 2: the rows split straight from the image (tv_vconv_split2), each border
     ((1, 2, 7, 16), 5, (3, 3), (2, 2), (1, 1), (0, 0, 0, 0)),

@@ -400,23 +400,21 @@ static void tv_vconv_chunk(void* arg, int64_t i) {
   }
 }
 
-/* ---- few input channels: the tall tile (tv_vconv_tall*) ----
-   A layer with few input channels (an RGB stem: 3 x 3 x 3 = 27 taps, 3 x 7 x 7 = 147) has a short reduction
-   per output, so what the 2-row tile pays once per tile (the biases and weight pointers, the taps' loop
-   that does not divide by its unroll, the epilogue's branches) had been 40% of its time on MobileNetV3's
-   stem (perf, 1 thread). Where the compiler has 32 vector registers (AVX-512VL, or 64-byte vectors;
-   NEON), the tile is OC = TV_VCONV_TALL_OC channels x TV_VCONV_TALL_ROWS output rows x one vector: per tap
-   ROWS input loads and OC weight broadcasts feed OC x ROWS FMAs (8 x 3: 11 loads per 24 FMAs, against 8
-   per 12), and its setup and loop tail are paid once per 24 vectors. The weights are repacked per call
-   block by block, tap-major (the OC weights of a tap side by side: one pointer instead of OC). Tails of
-   the channels run a 4-channel tile; a channel past the end repeats the last one and a row past the end
-   the last row (neither stored); a partial column block goes through tv_vconv_store. Same padded,
-   phase-split image and tap offsets as the 2-row tile, so any kernel size, stride, dilation and padding. */
-/* (at most this many input channels take the tall tiles: up to 4 the packed convolution would pad them to
-   its block of 8, so the direct kernel takes any kernel size; strategy.direct_takes) */
-#ifndef TV_VCONV_FEW_CHANNELS
-#define TV_VCONV_FEW_CHANNELS 4
-#endif
+/* ---- the tall tile (tv_vconv_tall*): every direct convolution without a pool ----
+   An RGB stem (3 x 3 x 3 = 27 taps per output) has a short reduction, so what the 2-row tile pays once per
+   tile (the biases and OC weight pointers, the taps' loop that does not divide by its unroll, the
+   epilogue's tests per vector) had been 40% of its time on MobileNetV3's stem (perf, 1 thread). Where the
+   compiler has 32 vector registers (AVX-512VL, or 64-byte vectors; NEON), the tile is OC =
+   TV_VCONV_TALL_OC channels x TV_VCONV_TALL_ROWS output rows x one vector: per tap ROWS input loads and OC
+   weight broadcasts feed OC x ROWS FMAs (8 x 3: 11 loads per 24 FMAs, against 8 per 12), and its setup and
+   loop tail are paid once per 24 vectors (16 registers: 6 x 2, the 2-row tile's shape). The weights are
+   repacked per call block by block, tap-major (the OC weights of a tap side by side: one pointer instead
+   of OC), and a whole tile's epilogue runs without a test per vector (tv_vconv_tall_put). Tails of the
+   channels run a 4-channel tile; a channel past the end repeats the last one and a row past the end the
+   last row (neither stored); a partial column block goes through tv_vconv_store. Same padded,
+   phase-split image and tap offsets as the 2-row tile, so any kernel size, stride, dilation and padding.
+   The 2-row tile (TV_VCONV_TILE) is left to the 2x2 max pool epilogue (a pool needs row pairs), and to
+   every layer with TV_VCONV_TWO_ROWS defined (benchmarks: the kernel before). */
 #if defined(__AVX512VL__) || defined(__aarch64__) || TV_VLANES >= 16
 #define TV_VCONV_VREGS 32
 #else
@@ -568,8 +566,11 @@ __attribute__((unused)) static int32_t tv_conv2d_direct_act_f32(int64_t n, int64
   const tv_vconv_geometry g = tv_vconv_geometry_of(oh, ow, kh, kw, sh, sw, dh, dw);
   int64_t at[kw];
   tv_vconv_taps(kw, sw, dw, g, at);
-  /* few input channels (and no pool): the tall tiles, a reduction of any length (TV_VCONV_FEW_CHANNELS) */
-  const int tall = !pool && c <= TV_VCONV_FEW_CHANNELS;
+#ifdef TV_VCONV_TWO_ROWS
+  const int tall = 0;
+#else
+  const int tall = !pool; /* (the tall tiles; a pool needs the 2-row tile) */
+#endif
   int64_t big, fours;
   tv_vconv_blocks_of(o, tall ? TV_VCONV_TALL_OC : TV_VGEMM_MR, &big, &fours);
   const int64_t rows = tall ? TV_VCONV_TALL_ROWS : 2;
