@@ -591,9 +591,10 @@ __attribute__((unused)) static int32_t tv_conv2d_direct_act_f32(int64_t n, int64
   }
   tv_vconv_offsets(c, kh, kw, dh, at, g, off);
   if (tall) tv_vconv_tall_pack(weights, o, taps, big, fours, packed);
-  tv_vconv_job job = {padded, tall ? packed : weights, off, out, {has_bias ? bias : NULL, relu != 0, pool != 0, (int)act, alpha, beta,
-                      lo, hi, NULL}, g, taps, o, oh, ow, sh, big, big + fours, xblocks,
-                      (big + fours) * yblocks * xblocks, 0, o * taps * (int64_t)sizeof(float) > TV_L1D / 2};
+  tv_vconv_job job = {padded, tall ? packed : weights, off, out,
+                      {has_bias ? bias : NULL, relu != 0, pool != 0, (int)act, alpha, beta, lo, hi, NULL},
+                      g, taps, o, oh, ow, sh, big, big + fours, xblocks, (big + fours) * yblocks * xblocks, 0,
+                      o * taps * (int64_t)sizeof(float) > TV_L1D / 2};
   job.chunks = tv_vconv_chunks(job.tiles, threads);
   const int64_t image_out = pool ? o * (oh / 2) * (ow / 2) : o * oh * ow;
   for (int64_t b = 0; b < n; ++b) {
