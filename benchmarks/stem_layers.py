@@ -10,6 +10,11 @@ shared machine only the ratios mean anything; the minimum over the rounds is the
 ``--against`` builds the same calls from the other checkout's C library (``tensorvm/codegen/lib`` there)
 and times them beside this one's (the ratio "here / there"). ONNX Runtime's lone layer includes its
 reorders to and from its channel-blocked layout (in the whole model it keeps that layout between layers).
+
+``--cold N`` rotates each call over N copies of the input (and tensorvm's over N outputs), so that they
+come from L3 as in a whole model (where the layer had measured 1.3-1.5x its time with them hot in L2):
+
+    .venv/bin/python benchmarks/stem_layers.py --cold 6 --against ../main
 """
 
 from __future__ import annotations
@@ -36,27 +41,58 @@ def padded_floats(c: int, out_side: int, k: int, lanes: int) -> int:
     return c * ((out_side - 1) * 2 + k) * 2 * wq
 
 
+def _rotating(calls: list):
+    """One call that runs ``calls`` in turn."""
+    turn = [0]
+
+    def call():
+        calls[turn[0]]()
+        turn[0] = (turn[0] + 1) % len(calls)
+    return call
+
+
+def _peer_rotation(model, options, xs: list):
+    """ONNX Runtime's session of ``model`` run on each of ``xs`` in turn."""
+    import onnxruntime as ort
+
+    session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    return _rotating([lambda xi=xi: session.run(None, {"x": xi}) for xi in xs])
+
+
 def main() -> int:
+    import sys
+
     import lone_layers as lone
 
+    cold = 1
+    if "--cold" in sys.argv:  # (its own option: lone.prepare parses the shared ones)
+        at = sys.argv.index("--cold")
+        cold = int(sys.argv[at + 1])
+        del sys.argv[at:at + 2]
     args, libraries, options = lone.prepare(__doc__.split("\n\n")[0], 20, _CALLS, {"tv_bench_stem": 7})
 
     from tensorvm.codegen.host import gemm_params
 
     rng = np.random.default_rng(0)
     n, lanes = args.batch, gemm_params().lanes
-    lone.table_header("The corpus CNNs' stems", 36, args)
+    lone.table_header("The corpus CNNs' stems" + (f", {cold} inputs and outputs in turn" if cold > 1 else ""), 36, args)
     for name, c, side, o, k, swish in STEMS:
         model, weight, bias = lone.onnx_conv_layer(c, side, o, k, 2, 1, "HardSwish" if swish else "Relu", n, rng)
         x = rng.standard_normal((n, c, side, side)).astype(np.float32)
         want, calls = lone.peer_call(model, options, x)
+        xs = [x] + [x.copy() for _ in range(cold - 1)]
+        if cold > 1:
+            calls["onnxruntime"] = _peer_rotation(model, options, xs)
         out_side = want.shape[2]
         for where, lib in libraries.items():
-            out = np.empty(want.shape, np.float32)
             padded = np.empty(padded_floats(c, out_side, k, lanes), np.float32)
             dims = np.array([n, c, side, side, o, out_side, out_side, k, 0 if swish else 1], np.int64)
-            calls[f"tensorvm {where}"] = lone.checked_call(lib.tv_bench_stem, (dims, lone.HARD_SWISH, x, weight, bias, padded, out),
-                                                      out, want)
+            each = []
+            for xi in xs:
+                out = np.empty(want.shape, np.float32)
+                each.append(lone.checked_call(lib.tv_bench_stem, (dims, lone.HARD_SWISH, xi, weight, bias, padded, out),
+                                              out, want))
+            calls[f"tensorvm {where}"] = _rotating(each)
         best = lone.interleaved_minimum(calls, args.rounds)
         label = f"{name}: {c}x{side}x{side} -> {o}, {k}x{k} s2"
         print(lone.ratio_line(label, 36, best, bool(args.against)))

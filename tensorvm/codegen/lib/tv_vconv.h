@@ -73,6 +73,37 @@ static inline void tv_vconv_copy(float* d, const float* s, int64_t m) {
   TV_VSTORE(d + m - TV_VLANES, TV_VLOAD(s + m - TV_VLANES));
 }
 
+/* One image row (w floats from src, pl zeros before it) split straight into its two column phases d0 and d1
+   (wq floats each): pairs of vectors loaded from the row where both lie inside it (the even and the odd
+   lanes; the last pair overlaps the one before), float by float at the borders (pl / 2 + 1 and a few
+   more at the right). Nothing it reads was just written (no store to load forwarding), and no linear
+   zero-padded copy of the row goes through L2 first: on a stem (3 x 224 x 224) that copy and its second
+   read had been half of the padding's time. */
+static inline void tv_vconv_split2(float* d0, float* d1, const float* src, int64_t w, int64_t pl, int64_t wq) {
+  const int64_t qa = (pl + 1) / 2; /* first index whose pair starts inside the row (2 q - pl >= 0) */
+  int64_t qz = (w + pl) / 2 - TV_VLANES; /* last one whose pair ends inside it */
+  qz = qz < wq - TV_VLANES ? qz : wq - TV_VLANES;
+  int64_t q = 0;
+  if (qz >= qa) {
+    for (; q < qa; ++q) {
+      const int64_t k = 2 * q - pl;
+      d0[q] = k >= 0 ? src[k] : 0.0f, d1[q] = k + 1 >= 0 ? src[k + 1] : 0.0f;
+    }
+    for (;; q += TV_VLANES) {
+      if (q > qz) q = qz;
+      const tv_vf lo = TV_VLOAD(src + 2 * q - pl), hi = TV_VLOAD(src + 2 * q - pl + TV_VLANES);
+      TV_VSTORE(d0 + q, __builtin_shuffle(lo, hi, TV_VEVEN_OF_TWO));
+      TV_VSTORE(d1 + q, __builtin_shuffle(lo, hi, TV_VODD_OF_TWO));
+      if (q == qz) break;
+    }
+    q = qz + TV_VLANES;
+  }
+  for (; q < wq; ++q) {
+    const int64_t k = 2 * q - pl;
+    d0[q] = k >= 0 && k < w ? src[k] : 0.0f, d1[q] = k + 1 >= 0 && k + 1 < w ? src[k + 1] : 0.0f;
+  }
+}
+
 /* Channels [c0, c1) of the image x (C x H x W) into their padded, phase-split planes (see above): per
    phase, zeros, the image's columns, zeros. With column stride 2 (``line``: h x tv_vconv_line floats, else
    unused) a channel's rows are first copied whole into zero-padded linear rows, then split into their two
@@ -83,7 +114,8 @@ static inline void tv_vconv_copy(float* d, const float* s, int64_t m) {
    and later channels only copy their rows (zeroing every row had been a third of the copy's time). So
    are the padded planes' rows above and below the image, when ``line_ready`` says an earlier call filled
    this ``padded`` with the same geometry (the depthwise kernel's plane per chunk, the direct kernel's
-   planes per image). */
+   planes per image). With ``line`` NULL (the direct kernel) each row is split straight from the image
+   instead (tv_vconv_split2). */
 /* Only the padded rows [r0, r1) of each channel (and the linear rows they read): disjoint row ranges can be
    padded at once (tv_vconv_pad_chunk). */
 static void tv_vconv_pad_rows(const float* x, int64_t c0, int64_t c1, int64_t h, int64_t w, int64_t sw, int64_t pt,
@@ -92,7 +124,8 @@ static void tv_vconv_pad_rows(const float* x, int64_t c0, int64_t c1, int64_t h,
   const int64_t lw = sw == 2 ? tv_vconv_line(w, pl, g) : 0;
   const int64_t y0 = r0 - pt > 0 ? r0 - pt : 0, y1 = r1 - pt < h ? r1 - pt : h;
   for (int64_t ci = c0; ci < c1; ++ci) {
-    if (sw == 2 && (line_ready || ci > c0))
+    if (sw == 2 && line == NULL) { /* (the direct kernel: the rows split straight from the image) */
+    } else if (sw == 2 && (line_ready || ci > c0))
       for (int64_t iy = y0; iy < y1; ++iy) tv_vconv_copy(line + iy * lw + pl, x + (ci * h + iy) * w, w);
     else if (sw == 2)
       for (int64_t iy = y0; iy < y1; ++iy) tv_vconv_fill(line + iy * lw, lw, x + (ci * h + iy) * w, pl, w);
@@ -107,6 +140,10 @@ static void tv_vconv_pad_rows(const float* x, int64_t c0, int64_t c1, int64_t h,
       if (sw == 1) {  /* one phase: the row copied whole, the border cleared around it */
         const int64_t left = pl < g.wq ? pl : g.wq, cols = w < g.wq - left ? w : g.wq - left;
         tv_vconv_fill(d, g.wq, src, left, cols > 0 ? cols : 0);
+        continue;
+      }
+      if (sw == 2 && line == NULL) {
+        tv_vconv_split2(d, d + g.wq, src, w, pl, g.wq);
         continue;
       }
       if (sw == 2) {  /* (the last pair of vectors overlaps the one before: wq >= TV_VLANES) */
@@ -264,18 +301,18 @@ static inline float tv_vconv_max1(float a, float b) { return a > b || a != a ? a
     }                                                                                                \
     float tile[OC][2][TV_VLANES];                                                                    \
     TV_VROWS##OC(TV_VCONV_KEEP)                                                                      \
-    tv_vconv_store(&tile[0][0][0], OC, o, oh, ow, o0, y0, x0, &epi, out);                            \
+    tv_vconv_store(&tile[0][0][0], OC, 2, o, oh, ow, o0, y0, x0, &epi, out);                         \
   }
 
-/* A tile kept in tile[channel][row][lane] to the output: the rows and columns inside it (with the
-   epilogue's residual and activation), or (pool) the 2x2 maxima of its row pair (the driver visits only
-   whole row pairs then). */
-static void tv_vconv_store(const float* tile, int channels, int64_t o, int64_t oh, int64_t ow, int64_t o0,
+/* A tile kept in tile[channel][row][lane] (``rows`` rows) to the output: the rows and columns inside it (with
+   the epilogue's residual and activation), or (pool, 2 rows) the 2x2 maxima of its row pair (the driver
+   visits only whole row pairs then). */
+static void tv_vconv_store(const float* tile, int channels, int rows, int64_t o, int64_t oh, int64_t ow, int64_t o0,
                            int64_t y0, int64_t x0, const tv_conv_epilogue* epi, float* out) {
   const int pool = epi->pool;
   const int64_t cols = ow - x0 < TV_VLANES ? ow - x0 : TV_VLANES, ph = oh / 2, pw = ow / 2;
   for (int i = 0; i < channels && o0 + i < o; ++i) {
-    const float* t0 = tile + (2 * i) * TV_VLANES;
+    const float* t0 = tile + (rows * i) * TV_VLANES;
     const float* t1 = t0 + TV_VLANES;
     if (pool) {
       float* d = out + ((o0 + i) * ph + y0 / 2) * pw + x0 / 2;
@@ -284,10 +321,10 @@ static void tv_vconv_store(const float* tile, int channels, int64_t o, int64_t o
       }
       continue;
     }
-    for (int r = 0; r < 2 && y0 + r < oh; ++r) {
+    for (int r = 0; r < rows && y0 + r < oh; ++r) {
       const int64_t at = ((o0 + i) * oh + y0 + r) * ow + x0;
       for (int64_t j = 0; j < cols; ++j) {
-        float v = (r ? t1 : t0)[j];
+        float v = t0[r * TV_VLANES + j];
         if (epi->residual) v += epi->residual[at + j];
         out[at + j] = tv_conv_act1(v, epi);
       }
@@ -304,19 +341,21 @@ TV_VCONV_TILE(4)
 TV_VCONV_TILE_OF(TV_VGEMM_MR)
 #endif
 
-/* Output channels in blocks of MR and of 4: the split of o that stores the fewest repeated channels (the
-   most blocks of MR among equals); 32 = 4 x 6 + 2 x 4 on AVX2. */
-static void tv_vconv_blocks(int64_t o, int64_t* big, int64_t* fours) {
+/* Output channels in blocks of ``wide`` and of 4: the split of o that stores the fewest repeated channels
+   (the most blocks of ``wide`` among equals). */
+static void tv_vconv_blocks_of(int64_t o, int64_t wide, int64_t* big, int64_t* fours) {
   int64_t best_waste = -1;
   *big = 0, *fours = (o + 3) / 4;
-  for (int64_t f = 0; f < TV_VGEMM_MR && 4 * f <= o + 3; ++f) {
+  for (int64_t f = 0; f < wide && 4 * f <= o + 3; ++f) {
     const int64_t rest = o - 4 * f > 0 ? o - 4 * f : 0;
-    const int64_t q = TV_VGEMM_MR > 4 ? (rest + TV_VGEMM_MR - 1) / TV_VGEMM_MR : 0;
-    if (TV_VGEMM_MR <= 4 && rest > 0) continue;
-    const int64_t waste = q * TV_VGEMM_MR + 4 * f - o;
+    const int64_t q = wide > 4 ? (rest + wide - 1) / wide : 0;
+    if (wide <= 4 && rest > 0) continue;
+    const int64_t waste = q * wide + 4 * f - o;
     if (best_waste < 0 || waste < best_waste) best_waste = waste, *big = q, *fours = f;
   }
 }
+/* Output channels in blocks of MR and of 4 (32 = 4 x 6 + 2 x 4 on AVX2). */
+static void tv_vconv_blocks(int64_t o, int64_t* big, int64_t* fours) { tv_vconv_blocks_of(o, TV_VGEMM_MR, big, fours); }
 
 /* The tiles of the direct and depthwise kernels run as about TV_VCONV_CHUNKS chunks per thread through
    tv_team_run (tv_team.h: the caller runs the chunks of workers that have not started, so a busy core no
@@ -361,6 +400,150 @@ static void tv_vconv_chunk(void* arg, int64_t i) {
   }
 }
 
+/* ---- the tall tile (tv_vconv_tall*): every direct convolution without a pool ----
+   An RGB stem (3 x 3 x 3 = 27 taps per output) has a short reduction, so what the 2-row tile pays once per
+   tile (the biases and OC weight pointers, the taps' loop that does not divide by its unroll, the
+   epilogue's tests per vector) had been 40% of its time on MobileNetV3's stem (perf, 1 thread). Where the
+   compiler has 32 vector registers (AVX-512VL, or 64-byte vectors; NEON), the tile is OC =
+   TV_VCONV_TALL_OC channels x TV_VCONV_TALL_ROWS output rows x one vector: per tap ROWS input loads and OC
+   weight broadcasts feed OC x ROWS FMAs (8 x 3: 11 loads per 24 FMAs, against 8 per 12), and its setup and
+   loop tail are paid once per 24 vectors (16 registers: 6 x 2, the 2-row tile's shape). The weights are
+   repacked per call block by block, tap-major (the OC weights of a tap side by side: one pointer instead
+   of OC), and a whole tile's epilogue runs without a test per vector (tv_vconv_tall_put). Tails of the
+   channels run a 4-channel tile; a channel past the end repeats the last one and a row past the end the
+   last row (neither stored); a partial column block goes through tv_vconv_store. Same padded,
+   phase-split image and tap offsets as the 2-row tile, so any kernel size, stride, dilation and padding.
+   The 2-row tile (TV_VCONV_TILE) is left to the 2x2 max pool epilogue (a pool needs row pairs), and to
+   every layer with TV_VCONV_TWO_ROWS defined (benchmarks: the kernel before). */
+#if defined(__AVX512VL__) || defined(__aarch64__) || TV_VLANES >= 16
+#define TV_VCONV_VREGS 32
+#else
+#define TV_VCONV_VREGS 16
+#endif
+#ifndef TV_VCONV_TALL_ROWS
+#if TV_VCONV_VREGS >= 32
+#define TV_VCONV_TALL_ROWS 3
+#define TV_VCONV_TALL_OC 8  /* (3 x 8 accumulators + 3 inputs + 1 broadcast = 28 registers) */
+#else
+#define TV_VCONV_TALL_ROWS 2
+#define TV_VCONV_TALL_OC 6  /* (the 2-row tile's shape: 12 + 2 + 1) */
+#endif
+#endif
+/* A whole tall tile (``acc``: channels x rows vectors, kept in memory) through the residual (``res`` at the
+   tile's first float, NULL for none) and the activation to d (the same place in the output): branch-free
+   per vector, a missing clamp being one at -inf or +inf (a NaN still passes: both compares are false) and
+   the gate a select between v and 1 made once. TV_VACT's tests per vector, its constants broadcast again
+   each time, had been a quarter of the tile's time on a 27-tap stem with hard-swish. Out of line: the
+   tile's registers are stored once for it. */
+static void tv_vconv_tall_put(const tv_vf* acc, int channels, int rows, const tv_conv_epilogue* e, const float* res,
+                              int64_t plane, int64_t ow, float* d) {
+  const tv_vf alpha = TV_VSPLAT(e->alpha), beta = TV_VSPLAT(e->beta), one = TV_VSPLAT(1.0f);
+  const tv_vf lo = TV_VSPLAT(e->act & TV_ACT_LO ? e->lo : -__builtin_inff());
+  const tv_vf hi = TV_VSPLAT(e->act & TV_ACT_HI ? e->hi : __builtin_inff());
+  const tv_vmask gate = e->act & TV_ACT_GATE ? one == one : one != one;  /* (all lanes set, or none) */
+  const int act = e->act != 0;
+  for (int i = 0; i < channels; ++i, d += plane, res = res ? res + plane : NULL)
+    for (int k = 0; k < rows; ++k) {
+      tv_vf v = acc[i * rows + k];
+      if (res) v += TV_VLOAD(res + k * ow);
+      if (act) {
+        tv_vf s = v * alpha + beta;
+        s = TV_VSELECT(s < lo, lo, s);
+        s = TV_VSELECT(s > hi, hi, s);
+        v = s * TV_VSELECT(gate, v, one);
+      }
+      TV_VSTORE(d + k * ow, v);
+    }
+}
+
+#define TV_VCONV_TALL(OC, R)                                                                         \
+  static void tv_vconv_tall##OC(const float* padded, tv_vconv_geometry g, int64_t sh, const int64_t* off,     \
+                                int64_t taps, const float* wp, int64_t o, int64_t oh, int64_t ow,     \
+                                int64_t o0, int64_t y0, int64_t x0, const tv_conv_epilogue* epi,      \
+                                float* out) {                                                        \
+    const tv_conv_epilogue e = *epi; /* (a copy: the stores to out could alias its floats) */        \
+    tv_vf a[OC][R];                                                                                  \
+    const float* r[R];                                                                               \
+    _Pragma("GCC unroll 16") for (int i = 0; i < (OC); ++i) {                                        \
+      const tv_vf b = TV_VSPLAT(e.bias ? e.bias[o0 + i < o ? o0 + i : o - 1] : 0.0f);                \
+      _Pragma("GCC unroll 8") for (int k = 0; k < (R); ++k) a[i][k] = b;                             \
+    }                                                                                                \
+    _Pragma("GCC unroll 8") for (int k = 0; k < (R); ++k)                                            \
+      r[k] = padded + (y0 + k < oh ? y0 + k : oh - 1) * sh * g.row + x0;                             \
+    _Pragma("GCC unroll 2") for (int64_t t = 0; t < taps; ++t, wp += (OC)) {                         \
+      tv_vf v[R];                                                                                    \
+      _Pragma("GCC unroll 8") for (int k = 0; k < (R); ++k) v[k] = TV_VLOAD(r[k] + off[t]);          \
+      _Pragma("GCC unroll 16") for (int i = 0; i < (OC); ++i) {                                      \
+        const tv_vf wv = TV_VSPLAT(wp[i]);                                                           \
+        _Pragma("GCC unroll 8") for (int k = 0; k < (R); ++k) a[i][k] += wv * v[k];                  \
+      }                                                                                              \
+    }                                                                                                \
+    if (e.relu) {                                                                                    \
+      _Pragma("GCC unroll 16") for (int i = 0; i < (OC); ++i)                                        \
+        _Pragma("GCC unroll 8") for (int k = 0; k < (R); ++k) TV_VRELU(a[i][k]);                     \
+    }                                                                                                \
+    if (o0 + (OC) <= o && y0 + (R) <= oh && x0 + TV_VLANES <= ow) { /* a whole tile */               \
+      float* d = out + (o0 * oh + y0) * ow + x0;                                                     \
+      const float* res = e.residual ? e.residual + (o0 * oh + y0) * ow + x0 : NULL;                  \
+      if (e.act || res) {                                                                            \
+        tv_vf kept[OC][R];                                                                           \
+        _Pragma("GCC unroll 16") for (int i = 0; i < (OC); ++i)                                      \
+          _Pragma("GCC unroll 8") for (int k = 0; k < (R); ++k) kept[i][k] = a[i][k];                \
+        tv_vconv_tall_put(&kept[0][0], OC, R, &e, res, oh * ow, ow, d);                              \
+        return;                                                                                      \
+      }                                                                                              \
+      _Pragma("GCC unroll 16") for (int i = 0; i < (OC); ++i)                                        \
+        _Pragma("GCC unroll 8") for (int k = 0; k < (R); ++k) TV_VSTORE(d + i * oh * ow + k * ow, a[i][k]); \
+      return;                                                                                        \
+    }                                                                                                \
+    float tile[OC][R][TV_VLANES];                                                                    \
+    _Pragma("GCC unroll 16") for (int i = 0; i < (OC); ++i)                                          \
+      _Pragma("GCC unroll 8") for (int k = 0; k < (R); ++k) TV_VSTORE(tile[i][k], a[i][k]);          \
+    tv_vconv_store(&tile[0][0][0], OC, R, o, oh, ow, o0, y0, x0, &e, out);                           \
+  }
+#define TV_VCONV_TALL_OF(OC, R) TV_VCONV_TALL(OC, R)
+#define TV_VCONV_TALL_NAME(OC) TV_VCONV_TALL_NAME_(OC)
+#define TV_VCONV_TALL_NAME_(OC) tv_vconv_tall##OC
+TV_VCONV_TALL(4, TV_VCONV_TALL_ROWS)
+#if TV_VCONV_TALL_OC > 4
+TV_VCONV_TALL_OF(TV_VCONV_TALL_OC, TV_VCONV_TALL_ROWS)
+#endif
+
+/* A run of tall tiles (tv_vconv_job with weights repacked per block, rows TV_VCONV_TALL_ROWS per tile). */
+static void tv_vconv_tall_chunk(void* arg, int64_t i) {
+  const tv_vconv_job* j = (const tv_vconv_job*)arg;
+  const int64_t lo = i * j->tiles / j->chunks, hi = (i + 1) * j->tiles / j->chunks;
+  for (int64_t t = lo; t < hi; ++t) {
+    const int64_t inner = j->columns_first ? j->xblocks : j->oblocks, yb = t / (j->oblocks * j->xblocks);
+    const int64_t ob = j->columns_first ? t / inner % j->oblocks : t % inner;
+    const int64_t xb = j->columns_first ? t % inner : t / inner % j->xblocks;
+    const int64_t o0 = ob < j->big ? ob * TV_VCONV_TALL_OC : j->big * TV_VCONV_TALL_OC + (ob - j->big) * 4;
+#if TV_VCONV_TALL_OC > 4
+    if (ob < j->big) {
+      TV_VCONV_TALL_NAME(TV_VCONV_TALL_OC)(j->padded, j->g, j->sh, j->off, j->taps, j->weights + o0 * j->taps, j->o,
+                                           j->oh, j->ow, o0, yb * TV_VCONV_TALL_ROWS, xb * TV_VLANES, &j->epi, j->image);
+      continue;
+    }
+#endif
+    tv_vconv_tall4(j->padded, j->g, j->sh, j->off, j->taps, j->weights + o0 * j->taps, j->o, j->oh, j->ow, o0,
+                   yb * TV_VCONV_TALL_ROWS, xb * TV_VLANES, &j->epi, j->image);
+  }
+}
+
+/* The weights of each block of the tall tiles (``big`` of TV_VCONV_TALL_OC channels, then 4s) tap-major: block
+   b from channel o0, ``width`` channels, at packed + o0 taps, its tap t's weights side by side (a channel
+   past o repeats the last). */
+static void tv_vconv_tall_pack(const float* weights, int64_t o, int64_t taps, int64_t big, int64_t fours,
+                               float* packed) {
+  for (int64_t b = 0, o0 = 0; b < big + fours; ++b) {
+    const int64_t width = b < big ? TV_VCONV_TALL_OC : 4;
+    float* d = packed + o0 * taps;
+    for (int64_t t = 0; t < taps; ++t)
+      for (int64_t i = 0; i < width; ++i) d[t * width + i] = weights[(o0 + i < o ? o0 + i : o - 1) * taps + t];
+    o0 += width;
+  }
+}
+
 /* Where each tap (c, ky, kx) of a vector of output columns starts in the padded image, from its output
    row's start: channel c's plane, kernel row ky's padded row, and at[kx] in it. */
 static void tv_vconv_offsets(int64_t c, int64_t kh, int64_t kw, int64_t dh, const int64_t* at, tv_vconv_geometry g,
@@ -383,25 +566,35 @@ __attribute__((unused)) static int32_t tv_conv2d_direct_act_f32(int64_t n, int64
   const tv_vconv_geometry g = tv_vconv_geometry_of(oh, ow, kh, kw, sh, sw, dh, dw);
   int64_t at[kw];
   tv_vconv_taps(kw, sw, dw, g, at);
+#ifdef TV_VCONV_TWO_ROWS
+  const int tall = 0;
+#else
+  const int tall = !pool; /* (the tall tiles; a pool needs the 2-row tile) */
+#endif
   int64_t big, fours;
-  tv_vconv_blocks(o, &big, &fours);
+  tv_vconv_blocks_of(o, tall ? TV_VCONV_TALL_OC : TV_VGEMM_MR, &big, &fours);
+  const int64_t rows = tall ? TV_VCONV_TALL_ROWS : 2;
   /* Within a pair of output rows, the channel blocks vary fastest (neighbouring tiles read the same input
      rows, kept in L1), unless the weights of all blocks fill more than half of L1d: then the column blocks
      do, and a block's weights stay in L1 while the rows stream (ResNet-18's first layer, 64 x 3 x 7 x 7:
      1.14x faster; the same speed on layers whose weights fit) */
-  const int64_t yblocks = pool ? oh / 2 : (oh + 1) / 2, xblocks = (ow + TV_VLANES - 1) / TV_VLANES;
+  const int64_t yblocks = pool ? oh / 2 : (oh + rows - 1) / rows, xblocks = (ow + TV_VLANES - 1) / TV_VLANES;
   const int threads = tv_gemm_parallel((double)o * oh * ow * c * kh * kw) ? tv_omp_max_threads() : 1;
   const int64_t taps = c * kh * kw;
   int64_t* off = (int64_t*)malloc(sizeof(int64_t) * (size_t)taps);
-  float* line = sw == 2 ? (float*)malloc(sizeof(float) * (size_t)(h * tv_vconv_line(w, pl, g))) : NULL;
-  if (off == NULL || (sw == 2 && line == NULL)) {
-    free(off), free(line);
+  float* const line = NULL; /* (its rows split straight from the image: tv_vconv_split2) */
+  const int64_t blocked = big * (tall ? TV_VCONV_TALL_OC : TV_VGEMM_MR) + 4 * fours;
+  float* packed = tall ? (float*)malloc(sizeof(float) * (size_t)(blocked * taps)) : NULL;
+  if (off == NULL || (tall && packed == NULL)) {
+    free(off), free(packed);
     return TV_ERROR_OUT_OF_MEMORY;
   }
   tv_vconv_offsets(c, kh, kw, dh, at, g, off);
-  tv_vconv_job job = {padded, weights, off, out, {has_bias ? bias : NULL, relu != 0, pool != 0, (int)act, alpha, beta,
-                      lo, hi, NULL}, g, taps, o, oh, ow, sh, big, big + fours, xblocks,
-                      (big + fours) * yblocks * xblocks, 0, o * taps * (int64_t)sizeof(float) > TV_L1D / 2};
+  if (tall) tv_vconv_tall_pack(weights, o, taps, big, fours, packed);
+  tv_vconv_job job = {padded, tall ? packed : weights, off, out,
+                      {has_bias ? bias : NULL, relu != 0, pool != 0, (int)act, alpha, beta, lo, hi, NULL},
+                      g, taps, o, oh, ow, sh, big, big + fours, xblocks, (big + fours) * yblocks * xblocks, 0,
+                      o * taps * (int64_t)sizeof(float) > TV_L1D / 2};
   job.chunks = tv_vconv_chunks(job.tiles, threads);
   const int64_t image_out = pool ? o * (oh / 2) * (ow / 2) : o * oh * ow;
   for (int64_t b = 0; b < n; ++b) {
@@ -413,9 +606,9 @@ __attribute__((unused)) static int32_t tv_conv2d_direct_act_f32(int64_t n, int64
     tv_team_run(pad.chunks, threads, tv_vconv_pad_chunk, &pad);
     job.image = out + b * image_out;
     job.epi.residual = has_residual ? residual + b * image_out : NULL;
-    tv_team_run(job.chunks, threads, tv_vconv_chunk, &job);
+    tv_team_run(job.chunks, threads, tall ? tv_vconv_tall_chunk : tv_vconv_chunk, &job);
   }
-  free(off), free(line);
+  free(off), free(packed);
   return 0;
 }
 
