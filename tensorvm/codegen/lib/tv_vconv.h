@@ -404,7 +404,7 @@ static void tv_vconv_chunk(void* arg, int64_t i) {
    An RGB stem (3 x 3 x 3 = 27 taps per output) has a short reduction, so what the 2-row tile pays once per
    tile (the biases and OC weight pointers, the taps' loop that does not divide by its unroll, the
    epilogue's tests per vector) had been 40% of its time on MobileNetV3's stem (perf, 1 thread). Where the
-   compiler has 32 vector registers (AVX-512VL, or 64-byte vectors; NEON), the tile is OC =
+   compiler has 32 vector registers (TV_VREGISTERS: AVX-512, NEON), the tile is OC =
    TV_VCONV_TALL_OC channels x TV_VCONV_TALL_ROWS output rows x one vector: per tap ROWS input loads and OC
    weight broadcasts feed OC x ROWS FMAs (8 x 3: 11 loads per 24 FMAs, against 8 per 12), and its setup and
    loop tail are paid once per 24 vectors (16 registers: 6 x 2, the 2-row tile's shape). The weights are
@@ -415,13 +415,8 @@ static void tv_vconv_chunk(void* arg, int64_t i) {
    phase-split image and tap offsets as the 2-row tile, so any kernel size, stride, dilation and padding.
    The 2-row tile (TV_VCONV_TILE) is left to the 2x2 max pool epilogue (a pool needs row pairs), and to
    every layer with TV_VCONV_TWO_ROWS defined (benchmarks: the kernel before). */
-#if defined(__AVX512VL__) || defined(__aarch64__) || TV_VLANES >= 16
-#define TV_VCONV_VREGS 32
-#else
-#define TV_VCONV_VREGS 16
-#endif
 #ifndef TV_VCONV_TALL_ROWS
-#if TV_VCONV_VREGS >= 32
+#if TV_VREGISTERS >= 32 /* (tv_vec.h: the register file gcc compiles for, in vectors of this width) */
 #define TV_VCONV_TALL_ROWS 3
 #define TV_VCONV_TALL_OC 8  /* (3 x 8 accumulators + 3 inputs + 1 broadcast = 28 registers) */
 #else
