@@ -146,6 +146,39 @@ def test_every_instance_matches_numpy(instances, name, threads):
         build.set_num_threads(previous)
 
 
+# Products of 1-3 rows (the tiles' reductions in blocks of 2 or 4 steps: odd K leaves 1-3 steps after the
+# last block), odd N that is no multiple of any panel width, enough work to split over
+# threads (TV_GEMM_PARALLEL_WORK: 2^18 multiply-adds), and one that does not split; the last three stream
+# a weight larger than L2 panel after panel (tv_vgemm_rows_stream's tiles).
+_NARROW_SHAPES = [(1, 1001, 515), (1, 517, 1022), (2, 777, 389), (3, 1001, 131), (1, 45, 7), (3, 19, 4097),
+                  (1, 8001, 67), (2, 4001, 67), (3, 4001, 67)]
+
+
+@needs_cc
+@pytest.mark.parametrize("name", list(_INSTANCES))
+def test_narrow_products_match_numpy_and_agree_at_1_2_3_threads(instances, name, kernel_threads):
+    fn, params = instances[name]
+    rng = np.random.default_rng(7)
+    for m, n, k in _NARROW_SHAPES:
+        x = rng.standard_normal((m, k)).astype(np.float32)
+        if m > 1 or n < 100:
+            x[-1, k // 2] = np.nan  # (the last row's outputs are NaN, as NumPy's)
+        w = rng.standard_normal((n, k)).astype(np.float32)
+        packed = hostmod.pack_panels(w, params.nr)
+        want = x.astype(np.float64) @ w.T.astype(np.float64)
+        outs = []
+        for threads in (1, 2, 3):
+            kernel_threads(threads)
+            out = np.full((m, n), -7.0, np.float32)
+            assert fn(m, n, k, x.ctypes.data, packed.ctypes.data, out.ctypes.data) == 0
+            np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-4 * np.sqrt(k),
+                                       err_msg=f"{name} at m={m} n={n} k={k}, {threads} thread(s)")
+            outs.append(out)
+        # a split hands out whole panels: every output is the same sum in the same order at every count
+        for threads, out in zip((2, 3), outs[1:]):
+            np.testing.assert_array_equal(out, outs[0], err_msg=f"{name} m={m} n={n} k={k}: {threads} threads")
+
+
 @needs_cc
 @pytest.mark.parametrize("isa", list(hostmod.ISAS))
 def test_kernel_reports_its_panel_width(instances, isa):

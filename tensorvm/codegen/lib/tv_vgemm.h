@@ -245,6 +245,176 @@ static void tv_vgemm_rows(int rows, const float* x, int64_t ldx, const float* pa
     for (int r = 0; r < rows; ++r) for (int64_t j = 0; j < cols; ++j) c[r * ldc + j] = tile[r * TV_VGEMM_NR + j];
 }
 
+/* ---- tiles for a weight that streams past once (tv_vgemm_rows_stream) ----
+   Where the panels come one after another from beyond L2 (tv_vgemm_block: few rows, a weight larger than
+   L2), the tiles read each panel in memory order without software prefetch: the hardware prefetchers
+   follow that one stream better. The tiles above measured slower there, over GPT-2's LM head (25.7 MB of
+   8 KB panels): their prefetch hints (tiles of 4-8 rows: 1.2x the time) and the two-halves reading of 2
+   and 3 rows (two streams jumping at every 4 KB page: 1.9x). Separate functions, so that the tiles above
+   stay the code they are elsewhere. The 2- and 3-row tiles keep their two accumulator sets
+   (TV_VTILE2_FITS) on the even and the odd steps. */
+#define TV_VSTREAM(R)                                                                                \
+  static void tv_vgemm_stream##R(const float* x, int64_t ldx, const float* panel, int64_t kc, float* c, \
+                                 int64_t ldc, int accumulate) {                                      \
+    TV_VROWS##R(TV_VTILE_ZERO)                                                                       \
+    if (accumulate) { TV_VROWS##R(TV_VTILE_LOAD) }                                                   \
+    _Pragma("GCC unroll 4")                                                                          \
+    for (int64_t p = 0; p < kc; ++p) {                                                               \
+      const float* row = panel + p * TV_VGEMM_NR;                                                    \
+      const tv_vf b0 = TV_VLOAD(row), b1 = TV_VLOAD(row + TV_VLANES);                                \
+      TV_VROWS##R(TV_VTILE_FMA)                                                                      \
+    }                                                                                                \
+    TV_VROWS##R(TV_VTILE_STORE)                                                                      \
+  }
+#define TV_VSTREAM2_FMA(r)                                                                         \
+  {                                                                                                \
+    const tv_vf a = TV_VSPLAT(x[r * ldx + p]), e = TV_VSPLAT(x[r * ldx + p + 1]);                  \
+    lo##r += a * b0, hi##r += a * b1, LO##r += e * d0, HI##r += e * d1;                            \
+  }
+#define TV_VSTREAM2(R)                                                                               \
+  static void tv_vgemm_stream##R(const float* x, int64_t ldx, const float* panel, int64_t kc, float* c, \
+                                 int64_t ldc, int accumulate) {                                      \
+    TV_VROWS##R(TV_VTILE2_ZERO)                                                                      \
+    if (accumulate) { TV_VROWS##R(TV_VTILE_LOAD) }                                                   \
+    const int64_t pairs = kc / 2 * 2;                                                                \
+    _Pragma("GCC unroll 2")                                                                          \
+    for (int64_t p = 0; p < pairs; p += 2) {                                                         \
+      const float* row = panel + p * TV_VGEMM_NR;                                                    \
+      const tv_vf b0 = TV_VLOAD(row), b1 = TV_VLOAD(row + TV_VLANES);                                \
+      const tv_vf d0 = TV_VLOAD(row + TV_VGEMM_NR), d1 = TV_VLOAD(row + TV_VGEMM_NR + TV_VLANES);    \
+      TV_VROWS##R(TV_VSTREAM2_FMA)                                                                   \
+    }                                                                                                \
+    for (int64_t p = pairs; p < kc; ++p) {                                                           \
+      const float* row = panel + p * TV_VGEMM_NR;                                                    \
+      const tv_vf b0 = TV_VLOAD(row), b1 = TV_VLOAD(row + TV_VLANES);                                \
+      TV_VROWS##R(TV_VTILE2_TAIL)                                                                    \
+    }                                                                                                \
+    TV_VROWS##R(TV_VTILE2_STORE)                                                                     \
+  }
+/* One row: four consecutive steps into 8 accumulators (tv_vgemm_tile1's two halves of a short panel made
+   the LM head at one row 1.5x the two-row tile's time; a software prefetch here measured slower too). */
+static void tv_vgemm_stream1(const float* x, int64_t ldx, const float* panel, int64_t kc, float* c, int64_t ldc,
+                             int accumulate) {
+  (void)ldx, (void)ldc;
+  tv_vf lo0 = {0}, hi0 = {0}, lo1 = {0}, hi1 = {0}, lo2 = {0}, hi2 = {0}, lo3 = {0}, hi3 = {0};
+  if (accumulate) lo0 = TV_VLOAD(c), hi0 = TV_VLOAD(c + TV_VLANES);
+  const int64_t body = kc / 4 * 4;
+  for (int64_t p = 0; p < body; p += 4) {
+    const float* b = panel + p * TV_VGEMM_NR;
+    const tv_vf a0 = TV_VSPLAT(x[p]), a1 = TV_VSPLAT(x[p + 1]), a2 = TV_VSPLAT(x[p + 2]), a3 = TV_VSPLAT(x[p + 3]);
+    lo0 += a0 * TV_VLOAD(b), hi0 += a0 * TV_VLOAD(b + TV_VLANES);
+    lo1 += a1 * TV_VLOAD(b + TV_VGEMM_NR), hi1 += a1 * TV_VLOAD(b + TV_VGEMM_NR + TV_VLANES);
+    lo2 += a2 * TV_VLOAD(b + 2 * TV_VGEMM_NR), hi2 += a2 * TV_VLOAD(b + 2 * TV_VGEMM_NR + TV_VLANES);
+    lo3 += a3 * TV_VLOAD(b + 3 * TV_VGEMM_NR), hi3 += a3 * TV_VLOAD(b + 3 * TV_VGEMM_NR + TV_VLANES);
+  }
+  for (int64_t p = body; p < kc; ++p) {
+    const tv_vf a = TV_VSPLAT(x[p]);
+    lo0 += a * TV_VLOAD(panel + p * TV_VGEMM_NR), hi0 += a * TV_VLOAD(panel + p * TV_VGEMM_NR + TV_VLANES);
+  }
+  TV_VSTORE(c, (lo0 + lo1) + (lo2 + lo3));
+  TV_VSTORE(c + TV_VLANES, (hi0 + hi1) + (hi2 + hi3));
+}
+
+#if TV_VTILE2_FITS(2)
+TV_VSTREAM2(2)
+#else
+TV_VSTREAM(2)
+#endif
+#if TV_VGEMM_MR >= 3 && TV_VTILE2_FITS(3)
+TV_VSTREAM2(3)
+#elif TV_VGEMM_MR >= 3
+TV_VSTREAM(3)
+#endif
+#if TV_VGEMM_MR >= 4
+TV_VSTREAM(4)
+#endif
+#if TV_VGEMM_MR >= 5
+TV_VSTREAM(5)
+#endif
+#if TV_VGEMM_MR >= 6
+TV_VSTREAM(6)
+#endif
+#if TV_VGEMM_MR >= 7
+TV_VSTREAM(7)
+#endif
+#if TV_VGEMM_MR >= 8
+TV_VSTREAM(8)
+#endif
+#if TV_VGEMM_MR >= 9
+TV_VSTREAM(9)
+#endif
+#if TV_VGEMM_MR >= 10
+TV_VSTREAM(10)
+#endif
+#if TV_VGEMM_MR >= 11
+TV_VSTREAM(11)
+#endif
+#if TV_VGEMM_MR >= 12
+TV_VSTREAM(12)
+#endif
+#if TV_VGEMM_MR >= 13
+TV_VSTREAM(13)
+#endif
+#if TV_VGEMM_MR >= 14
+TV_VSTREAM(14)
+#endif
+
+#define TV_VSCASE(R) case R: tv_vgemm_stream##R(x, ldx, panel, kc, target, ld, accumulate); break;
+/* tv_vgemm_rows with the streaming tiles. */
+static void tv_vgemm_rows_stream(int rows, const float* x, int64_t ldx, const float* panel, int64_t kc, float* c,
+                                 int64_t ldc, int64_t cols, int accumulate) {
+  float tile[TV_VGEMM_MR * TV_VGEMM_NR];
+  float* target = c;
+  int64_t ld = ldc;
+  if (cols < TV_VGEMM_NR) {
+    target = tile, ld = TV_VGEMM_NR;
+    if (accumulate)
+      for (int r = 0; r < rows; ++r) for (int64_t j = 0; j < cols; ++j) tile[r * TV_VGEMM_NR + j] = c[r * ldc + j];
+  }
+  switch (rows) {
+    TV_VSCASE(1) TV_VSCASE(2)
+#if TV_VGEMM_MR >= 3
+    TV_VSCASE(3)
+#endif
+#if TV_VGEMM_MR >= 4
+    TV_VSCASE(4)
+#endif
+#if TV_VGEMM_MR >= 5
+    TV_VSCASE(5)
+#endif
+#if TV_VGEMM_MR >= 6
+    TV_VSCASE(6)
+#endif
+#if TV_VGEMM_MR >= 7
+    TV_VSCASE(7)
+#endif
+#if TV_VGEMM_MR >= 8
+    TV_VSCASE(8)
+#endif
+#if TV_VGEMM_MR >= 9
+    TV_VSCASE(9)
+#endif
+#if TV_VGEMM_MR >= 10
+    TV_VSCASE(10)
+#endif
+#if TV_VGEMM_MR >= 11
+    TV_VSCASE(11)
+#endif
+#if TV_VGEMM_MR >= 12
+    TV_VSCASE(12)
+#endif
+#if TV_VGEMM_MR >= 13
+    TV_VSCASE(13)
+#endif
+#if TV_VGEMM_MR >= 14
+    TV_VSCASE(14)
+#endif
+    default: break;
+  }
+  if (cols < TV_VGEMM_NR)
+    for (int r = 0; r < rows; ++r) for (int64_t j = 0; j < cols; ++j) c[r * ldc + j] = tile[r * TV_VGEMM_NR + j];
+}
+
 /* ---- the epilogue applied where the tiles are stored (tv_vgemm_epilogue) ----
    A product's fused elementwise tail, applied to each output tile right after its last reduction block
    stores it (the tile is then in L1), instead of a second pass over the whole output: a bias per output
@@ -371,7 +541,7 @@ static void tv_vgemm_finish(const tv_vgemm_epilogue* epi, int rows, int64_t i, i
    4 of 5, not 21 of 6 and one of 2 whose 4 accumulators leave the FMA units waiting on latency). */
 static void tv_vgemm_group(int64_t i0, int64_t i1, int64_t g0, int64_t g1, int64_t k0, int64_t kc, int64_t n,
                            int64_t k, const float* x, const float* packed, const tv_vgemm_epilogue* epi,
-                           float* out) {
+                           float* out, int stream) {
   const int finish = epi != NULL && k0 + kc >= k;  /* (the tiles' last reduction block: the epilogue follows) */
   const int64_t tiles = (i1 - i0 + TV_VGEMM_MR - 1) / TV_VGEMM_MR;
   const int64_t base = (i1 - i0) / tiles, longer = (i1 - i0) % tiles;
@@ -379,8 +549,12 @@ static void tv_vgemm_group(int64_t i0, int64_t i1, int64_t g0, int64_t g1, int64
     const int rows = (int)(base + (t < longer));
     for (int64_t p = g0; p < g1; ++p) {
       const int64_t cols = n - p * TV_VGEMM_NR < TV_VGEMM_NR ? n - p * TV_VGEMM_NR : TV_VGEMM_NR;
-      tv_vgemm_rows(rows, x + i * k + k0, k, packed + (p * k + k0) * TV_VGEMM_NR, kc,
-                    out + i * n + p * TV_VGEMM_NR, n, cols, k0 > 0);
+      if (stream)
+        tv_vgemm_rows_stream(rows, x + i * k + k0, k, packed + (p * k + k0) * TV_VGEMM_NR, kc,
+                             out + i * n + p * TV_VGEMM_NR, n, cols, k0 > 0);
+      else
+        tv_vgemm_rows(rows, x + i * k + k0, k, packed + (p * k + k0) * TV_VGEMM_NR, kc,
+                      out + i * n + p * TV_VGEMM_NR, n, cols, k0 > 0);
       if (finish) tv_vgemm_finish(epi, rows, i, p * TV_VGEMM_NR, cols, n, out + i * n + p * TV_VGEMM_NR, n);
     }
     i += rows;
@@ -401,6 +575,10 @@ static void tv_vgemm_block(int64_t m0, int64_t m1, int64_t p0, int64_t p1, int64
   const int64_t l1_panel = (m1 - m0 + TV_VGEMM_NR) * block * (int64_t)sizeof(float) <= TV_VGEMM_L1_BYTES;
   const int64_t fit = TV_VGEMM_GROUP_BYTES / (block * TV_VGEMM_NR * (int64_t)sizeof(float));
   const int64_t group = l1_panel || fit < 1 ? 1 : fit;
+  /* Panel after panel over a weight larger than L2 (twice TV_VGEMM_GROUP_BYTES): it streams past once, the
+     streaming tiles (tv_vgemm_rows_stream). */
+  const int64_t weight = (n + TV_VGEMM_NR - 1) / TV_VGEMM_NR * k * TV_VGEMM_NR * (int64_t)sizeof(float);
+  const int stream = l1_panel && weight > 2 * (int64_t)TV_VGEMM_GROUP_BYTES;
   if (m1 - m0 <= TV_VGEMM_MC) {
     /* Up to MC rows (their x stays in L2): group after group, every reduction block of a group read by
        every row tile while it is in cache, so the weight is read once from memory, in memory order (one
@@ -408,7 +586,7 @@ static void tv_vgemm_block(int64_t m0, int64_t m1, int64_t p0, int64_t p1, int64
     for (int64_t g = p0; g < p1; g += group)
       for (int64_t k0 = 0; k0 < k; k0 += block)
         tv_vgemm_group(m0, m1, g, p1 - g < group ? p1 : g + group, k0, k - k0 < block ? k - k0 : block, n, k, x,
-                       packed, epi, out);
+                       packed, epi, out, stream);
     return;
   }
   /* More rows: row blocks of MC (an x block of MC x kc stays in L2) under each reduction block. */
@@ -416,7 +594,7 @@ static void tv_vgemm_block(int64_t m0, int64_t m1, int64_t p0, int64_t p1, int64
     for (int64_t i0 = m0; i0 < m1; i0 += TV_VGEMM_MC)
       for (int64_t g = p0; g < p1; g += group)
         tv_vgemm_group(i0, m1 - i0 < TV_VGEMM_MC ? m1 : i0 + TV_VGEMM_MC, g, p1 - g < group ? p1 : g + group, k0,
-                       k - k0 < block ? k - k0 : block, n, k, x, packed, epi, out);
+                       k - k0 < block ? k - k0 : block, n, k, x, packed, epi, out, stream);
 }
 
 /* A parallel product in chunks (tv_team_run: the caller runs the chunks of workers that have not
