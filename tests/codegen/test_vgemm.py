@@ -149,7 +149,7 @@ def test_every_instance_matches_numpy(instances, name, threads):
 # Products of 1-3 rows (the tiles' reductions in blocks of 2 or 4 steps: odd K leaves 1-3 steps after the
 # last block), odd N that is no multiple of any panel width, enough work to split over
 # threads (TV_GEMM_PARALLEL_WORK: 2^18 multiply-adds), and one that does not split; the last three stream
-# a weight larger than L2 panel after panel (tv_vgemm_rows_stream's tiles).
+# a weight larger than L2 panel after panel (the streaming tiles).
 _NARROW_SHAPES = [(1, 1001, 515), (1, 517, 1022), (2, 777, 389), (3, 1001, 131), (1, 45, 7), (3, 19, 4097),
                   (1, 8001, 67), (2, 4001, 67), (3, 4001, 67)]
 

@@ -481,7 +481,7 @@ static int tv_gemm_onthefly_f32(float alpha, int64_t m, int64_t n, int64_t k, co
     const int64_t cols = n - p * nr < nr ? n - p * nr : nr;
     for (int64_t i = 0; i < m; i += TV_VGEMM_MR) {
       const int rows = m - i < TV_VGEMM_MR ? (int)(m - i) : TV_VGEMM_MR;
-      tv_vgemm_rows(rows, a + i * lda, lda, packed + p * k * nr, k, c + i * ldc + p * nr, ldc, cols, 0);
+      tv_vgemm_rows(rows, a + i * lda, lda, packed + p * k * nr, k, c + i * ldc + p * nr, ldc, cols, 0, 0);
     }
   }
   free(packed);

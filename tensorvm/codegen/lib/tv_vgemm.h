@@ -189,63 +189,7 @@ static void tv_vgemm_tile1(const float* x, int64_t ldx, const float* panel, int6
   TV_VSTORE(c + TV_VLANES, (hi0 + hi1) + (hi2 + hi3));
 }
 
-#define TV_VCASE(R) case R: tv_vgemm_tile##R(x, ldx, panel, kc, target, ld, accumulate); break;
-/* A tile of ``rows`` (<= MR) rows; the last panel's tile (cols < NR) goes through a local buffer. */
-static void tv_vgemm_rows(int rows, const float* x, int64_t ldx, const float* panel, int64_t kc, float* c,
-                          int64_t ldc, int64_t cols, int accumulate) {
-  float tile[TV_VGEMM_MR * TV_VGEMM_NR];
-  float* target = c;
-  int64_t ld = ldc;
-  if (cols < TV_VGEMM_NR) {
-    target = tile, ld = TV_VGEMM_NR;
-    if (accumulate)
-      for (int r = 0; r < rows; ++r) for (int64_t j = 0; j < cols; ++j) tile[r * TV_VGEMM_NR + j] = c[r * ldc + j];
-  }
-  switch (rows) {
-    TV_VCASE(1) TV_VCASE(2)
-#if TV_VGEMM_MR >= 3
-    TV_VCASE(3)
-#endif
-#if TV_VGEMM_MR >= 4
-    TV_VCASE(4)
-#endif
-#if TV_VGEMM_MR >= 5
-    TV_VCASE(5)
-#endif
-#if TV_VGEMM_MR >= 6
-    TV_VCASE(6)
-#endif
-#if TV_VGEMM_MR >= 7
-    TV_VCASE(7)
-#endif
-#if TV_VGEMM_MR >= 8
-    TV_VCASE(8)
-#endif
-#if TV_VGEMM_MR >= 9
-    TV_VCASE(9)
-#endif
-#if TV_VGEMM_MR >= 10
-    TV_VCASE(10)
-#endif
-#if TV_VGEMM_MR >= 11
-    TV_VCASE(11)
-#endif
-#if TV_VGEMM_MR >= 12
-    TV_VCASE(12)
-#endif
-#if TV_VGEMM_MR >= 13
-    TV_VCASE(13)
-#endif
-#if TV_VGEMM_MR >= 14
-    TV_VCASE(14)
-#endif
-    default: break;
-  }
-  if (cols < TV_VGEMM_NR)
-    for (int r = 0; r < rows; ++r) for (int64_t j = 0; j < cols; ++j) c[r * ldc + j] = tile[r * TV_VGEMM_NR + j];
-}
-
-/* ---- tiles for a weight that streams past once (tv_vgemm_rows_stream) ----
+/* ---- tiles for a weight that streams past once (tv_vgemm_stream*: tv_vgemm_rows with stream set) ----
    Where the panels come one after another from beyond L2 (tv_vgemm_block: few rows, a weight larger than
    L2), the tiles read each panel in memory order without software prefetch: the hardware prefetchers
    follow that one stream better. The tiles above measured slower there, over GPT-2's LM head (25.7 MB of
@@ -359,10 +303,12 @@ TV_VSTREAM(13)
 TV_VSTREAM(14)
 #endif
 
-#define TV_VSCASE(R) case R: tv_vgemm_stream##R(x, ldx, panel, kc, target, ld, accumulate); break;
-/* tv_vgemm_rows with the streaming tiles. */
-static void tv_vgemm_rows_stream(int rows, const float* x, int64_t ldx, const float* panel, int64_t kc, float* c,
-                                 int64_t ldc, int64_t cols, int accumulate) {
+#define TV_VCASE(R) \
+  case R: (stream ? tv_vgemm_stream##R : tv_vgemm_tile##R)(x, ldx, panel, kc, target, ld, accumulate); break;
+/* A tile of ``rows`` (<= MR) rows, of the streaming tiles when ``stream``; the last panel's tile (cols < NR)
+   goes through a local buffer. */
+static void tv_vgemm_rows(int rows, const float* x, int64_t ldx, const float* panel, int64_t kc, float* c,
+                          int64_t ldc, int64_t cols, int accumulate, int stream) {
   float tile[TV_VGEMM_MR * TV_VGEMM_NR];
   float* target = c;
   int64_t ld = ldc;
@@ -372,42 +318,42 @@ static void tv_vgemm_rows_stream(int rows, const float* x, int64_t ldx, const fl
       for (int r = 0; r < rows; ++r) for (int64_t j = 0; j < cols; ++j) tile[r * TV_VGEMM_NR + j] = c[r * ldc + j];
   }
   switch (rows) {
-    TV_VSCASE(1) TV_VSCASE(2)
+    TV_VCASE(1) TV_VCASE(2)
 #if TV_VGEMM_MR >= 3
-    TV_VSCASE(3)
+    TV_VCASE(3)
 #endif
 #if TV_VGEMM_MR >= 4
-    TV_VSCASE(4)
+    TV_VCASE(4)
 #endif
 #if TV_VGEMM_MR >= 5
-    TV_VSCASE(5)
+    TV_VCASE(5)
 #endif
 #if TV_VGEMM_MR >= 6
-    TV_VSCASE(6)
+    TV_VCASE(6)
 #endif
 #if TV_VGEMM_MR >= 7
-    TV_VSCASE(7)
+    TV_VCASE(7)
 #endif
 #if TV_VGEMM_MR >= 8
-    TV_VSCASE(8)
+    TV_VCASE(8)
 #endif
 #if TV_VGEMM_MR >= 9
-    TV_VSCASE(9)
+    TV_VCASE(9)
 #endif
 #if TV_VGEMM_MR >= 10
-    TV_VSCASE(10)
+    TV_VCASE(10)
 #endif
 #if TV_VGEMM_MR >= 11
-    TV_VSCASE(11)
+    TV_VCASE(11)
 #endif
 #if TV_VGEMM_MR >= 12
-    TV_VSCASE(12)
+    TV_VCASE(12)
 #endif
 #if TV_VGEMM_MR >= 13
-    TV_VSCASE(13)
+    TV_VCASE(13)
 #endif
 #if TV_VGEMM_MR >= 14
-    TV_VSCASE(14)
+    TV_VCASE(14)
 #endif
     default: break;
   }
@@ -549,12 +495,8 @@ static void tv_vgemm_group(int64_t i0, int64_t i1, int64_t g0, int64_t g1, int64
     const int rows = (int)(base + (t < longer));
     for (int64_t p = g0; p < g1; ++p) {
       const int64_t cols = n - p * TV_VGEMM_NR < TV_VGEMM_NR ? n - p * TV_VGEMM_NR : TV_VGEMM_NR;
-      if (stream)
-        tv_vgemm_rows_stream(rows, x + i * k + k0, k, packed + (p * k + k0) * TV_VGEMM_NR, kc,
-                             out + i * n + p * TV_VGEMM_NR, n, cols, k0 > 0);
-      else
-        tv_vgemm_rows(rows, x + i * k + k0, k, packed + (p * k + k0) * TV_VGEMM_NR, kc,
-                      out + i * n + p * TV_VGEMM_NR, n, cols, k0 > 0);
+      tv_vgemm_rows(rows, x + i * k + k0, k, packed + (p * k + k0) * TV_VGEMM_NR, kc, out + i * n + p * TV_VGEMM_NR,
+                    n, cols, k0 > 0, stream);
       if (finish) tv_vgemm_finish(epi, rows, i, p * TV_VGEMM_NR, cols, n, out + i * n + p * TV_VGEMM_NR, n);
     }
     i += rows;
@@ -576,7 +518,7 @@ static void tv_vgemm_block(int64_t m0, int64_t m1, int64_t p0, int64_t p1, int64
   const int64_t fit = TV_VGEMM_GROUP_BYTES / (block * TV_VGEMM_NR * (int64_t)sizeof(float));
   const int64_t group = l1_panel || fit < 1 ? 1 : fit;
   /* Panel after panel over a weight larger than L2 (twice TV_VGEMM_GROUP_BYTES): it streams past once, the
-     streaming tiles (tv_vgemm_rows_stream). */
+     streaming tiles (tv_vgemm_rows' stream). */
   const int64_t weight = (n + TV_VGEMM_NR - 1) / TV_VGEMM_NR * k * TV_VGEMM_NR * (int64_t)sizeof(float);
   const int stream = l1_panel && weight > 2 * (int64_t)TV_VGEMM_GROUP_BYTES;
   if (m1 - m0 <= TV_VGEMM_MC) {
