@@ -1126,6 +1126,16 @@ def _conv2d_strategy(attrs, inputs, out_type):
                       (kh, kw), (sh, sw), (dh, dw), (pt, pl), (pt, pl, pb, pr),
                       c.value if isinstance(c, Const) else None, depthwise)
     work = product([n, w.shape[0], oh, ow, 1 if depthwise else c]) * (kh * kw)
+    # The generated kernel's vectors run along an output row: a row narrower than a vector fills only ow of
+    # its lanes (a 1 x 1 image: one scalar chain of FMAs per output; MobileNetV3's 240 -> 64
+    # squeeze-excitation product took 10 us so, 1.4 us through the library), so its work counts
+    # ceil(lanes / ow) times against the library call's threshold.
+    if isinstance(width, Const):
+        from ..codegen.strategy import rules
+
+        lanes, columns = rules().vector_width, (width.value + pl + pr - dw * (kw - 1) - 1) // sw + 1
+        if 0 < columns < lanes:
+            work = work * -(-lanes // columns)
     # named after the C kernel that runs (exe.stats()' "product_kernels" gives its tile for this host)
     suffix = GEMM_SUFFIX[out_type.dtype]
     name = "depthwise" if depthwise else "pointwise" if call.pointwise(suffix) else "direct" if call.direct(suffix) \
