@@ -483,23 +483,25 @@ def test_convolutions_match_the_reference_op(data_shape, weight_shape, attrs, dt
     assert ("tv_conv2d_pointwise_act_f32(" if pointwise else "tv_conv2d_direct_f32(" if vector else "tv_conv2d_") in source
 
 
-@pytest.mark.parametrize("channels, blas_at_batch_1", [(16, True), (1, False)])
-def test_a_call_taken_at_every_nonempty_shape_is_the_only_variant(channels, blas_at_batch_1):
+@pytest.mark.parametrize("channels, out, blas_at_batch_1", [(16, 32, True), (1, 8, False)])
+def test_a_call_taken_at_every_nonempty_shape_is_the_only_variant(channels, out, blas_at_batch_1):
     """A convolution over a dynamic batch whose work passes the threshold already at batch 1 compiles
     the call alone (no generic copy, which would only ever have run at batch 0); a smaller one keeps
-    the generic variant. Either way every batch, 0 included, matches the reference op."""
-    x, w, b = Var("x", _t(None, channels, 6, 6)), Var("w", _t(32, channels, 3, 3)), Var("b", _t(32, 1, 1))
+    the generic variant (its 6-pixel rows, narrower than a vector, count ceil(lanes / 6) times: see
+    test_narrow_row_conv_rule.py). Either way every batch, 0 included, matches the reference op."""
+    x, w, b = Var("x", _t(None, channels, 6, 6)), Var("w", _t(out, channels, 3, 3)), Var("b", _t(out, 1, 1))
     _, kernel = _build(_fn([x, w, b], op.nn.relu(op.add(op.nn.conv2d(x, w, padding=[1, 1, 1, 1]), b))))
-    assert (32 * channels * 9 * 36 >= gemm_min_work()) == blas_at_batch_1
+    lanes = kernel_rules().vector_width
+    assert (out * channels * 9 * 36 * -(-lanes // 6) >= gemm_min_work()) == blas_at_batch_1
     assert kernel.variants == (("direct",) if blas_at_batch_1 else ("direct", "generic"))
     from tensorvm.op.registry import get_op
 
     conv = get_op("nn.conv2d")
     rng = np.random.default_rng(3)
-    weights, bias = rng.standard_normal((32, channels, 3, 3)).astype(F32), rng.standard_normal((32, 1, 1)).astype(F32)
+    weights, bias = rng.standard_normal((out, channels, 3, 3)).astype(F32), rng.standard_normal((out, 1, 1)).astype(F32)
     for batch in (0, 1, 3):
         data = rng.standard_normal((batch, channels, 6, 6)).astype(F32)
-        (got,) = _run(kernel, [data, weights, bias], [(batch, 32, 6, 6)])
+        (got,) = _run(kernel, [data, weights, bias], [(batch, out, 6, 6)])
         want = conv.kernel(conv.normalize_attrs({"padding": [1, 1, 1, 1]}), data.astype(np.float64),
                            weights.astype(np.float64))
         _close(got, np.maximum(want + bias, 0))
