@@ -369,7 +369,7 @@ typedef struct {
      and (``raw`` not NULL) each block's weights from raw into weights (tv_vconv_tall_pack_block) */
   const float* x;
   const float* raw;
-  int32_t* rows_state;   /* per unit of padded rows: 0 to make, 1 being made, 2 made */
+  int32_t* rows_state;   /* per unit of padded rows (TV_VCONV_STATE apart): 0 to make, 1 being made, 2 made */
   int32_t* block_state;  /* per block of output channels, alike */
   int64_t c, h, w, sw, pt, pl, kh, dh, rows, unit;
   int rows_ready;        /* (the rows above and below the image are zeros already: an earlier image's) */
@@ -391,6 +391,7 @@ static inline int tv_vconv_claim(int32_t* state) {
   return 0;
 }
 static inline void tv_vconv_made(int32_t* state) { __atomic_store_n(state, 2, __ATOMIC_RELEASE); }
+#define TV_VCONV_STATE 16 /* (int32s from one state to the next: a cache line each) */
 
 /* Padded rows [r0, r1) of the job's image, in units of ``unit`` rows (a band's advance: about one claim
    per band; a claim per row had made an RGB layer 3% slower at 1 thread), each unit made here unless made
@@ -404,11 +405,11 @@ static int64_t tv_vconv_need_rows(const tv_vconv_job* j, int64_t r0, int64_t r1)
     return end;
   }
   for (int64_t u = u0; u < u1; ++u)
-    if (tv_vconv_claim(j->rows_state + u)) {
+    if (tv_vconv_claim(j->rows_state + u * TV_VCONV_STATE)) {
       const int64_t e = (u + 1) * j->unit < j->g.hp ? (u + 1) * j->unit : j->g.hp;
       tv_vconv_pad_rows(j->x, 0, j->c, j->h, j->w, j->sw, j->pt, j->pl, j->g, NULL, j->rows_ready,
                         (float*)j->padded, u * j->unit, e);
-      tv_vconv_made(j->rows_state + u);
+      tv_vconv_made(j->rows_state + u * TV_VCONV_STATE);
     }
   return end;
 }
@@ -586,9 +587,9 @@ static void tv_vconv_tall_chunk(void* arg, int64_t i) {
     const int64_t xb = j->columns_first ? t % inner : t / inner % j->xblocks;
     const int64_t o0 = ob < j->big ? ob * TV_VCONV_TALL_OC : j->big * TV_VCONV_TALL_OC + (ob - j->big) * 4;
     TV_VCONV_NEED_ROWS(j, yb, band, made_to)
-    if (j->raw && tv_vconv_claim(j->block_state + ob)) {
+    if (j->raw && tv_vconv_claim(j->block_state + ob * TV_VCONV_STATE)) {
       tv_vconv_tall_pack_block(j->raw, j->o, j->taps, ob < j->big ? TV_VCONV_TALL_OC : 4, o0, (float*)j->weights);
-      tv_vconv_made(j->block_state + ob);
+      tv_vconv_made(j->block_state + ob * TV_VCONV_STATE);
     }
 #if TV_VCONV_TALL_OC > 4
     if (ob < j->big) {
@@ -640,17 +641,21 @@ __attribute__((unused)) static int32_t tv_conv2d_direct_act_f32(int64_t n, int64
   const int threads = tv_gemm_parallel((double)o * oh * ow * c * kh * kw) ? tv_omp_max_threads() : 1;
   const int64_t taps = c * kh * kw;
   const int64_t oblocks = big + fours, blocked = big * (tall ? TV_VCONV_TALL_OC : TV_VGEMM_MR) + 4 * fours;
-  /* the taps' offsets, then the rows' and the blocks' states (int32) */
-  int64_t* off = (int64_t*)malloc(sizeof(int64_t) * (size_t)taps + sizeof(int32_t) * (size_t)(g.hp + oblocks));
+  /* the taps' offsets, then the units' and the blocks' states, a cache line each from the next line on:
+     the tiles read the offsets at every tap while other cores swap the states */
+  const int64_t lines = (taps * (int64_t)sizeof(int64_t) + 63) / 64 + 1 + (g.hp + oblocks);
+  char* scratch = (char*)malloc((size_t)(lines * 64));
   float* packed = tall ? (float*)malloc(sizeof(float) * (size_t)(blocked * taps)) : NULL;
-  if (off == NULL || (tall && packed == NULL)) {
-    free(off), free(packed);
+  if (scratch == NULL || (tall && packed == NULL)) {
+    free(scratch), free(packed);
     return TV_ERROR_OUT_OF_MEMORY;
   }
-  int32_t* rows_state = (int32_t*)(off + taps);
-  int32_t* block_state = rows_state + g.hp;
+  int64_t* off = (int64_t*)scratch;
+  int32_t* rows_state = (int32_t*)(scratch + (((uintptr_t)scratch + (uintptr_t)taps * sizeof(int64_t)) / 64 + 1) * 64
+                                   - (uintptr_t)scratch);
+  int32_t* block_state = rows_state + g.hp * TV_VCONV_STATE;
   tv_vconv_offsets(c, kh, kw, dh, at, g, off);
-  for (int64_t b = 0; b < oblocks; ++b) block_state[b] = 0;
+  for (int64_t b = 0; b < oblocks; ++b) block_state[b * TV_VCONV_STATE] = 0;
   tv_vconv_job job = {padded, tall ? packed : weights, off, out,
                       {has_bias ? bias : NULL, relu != 0, pool != 0, (int)act, alpha, beta, lo, hi, NULL},
                       g, taps, o, oh, ow, sh, big, oblocks, xblocks, oblocks * yblocks * xblocks, 0,
@@ -665,16 +670,16 @@ __attribute__((unused)) static int32_t tv_conv2d_direct_act_f32(int64_t n, int64
     job.rows_ready = b > 0;
     /* the rows above and below the image stay zeros from one image to the next */
     for (int64_t u = 0; u < units; ++u) /* (a unit of zero rows only is made) */
-      rows_state[u] = b > 0 && ((u + 1) * job.unit <= pt || u * job.unit - pt >= h) ? 2 : 0;
+      rows_state[u * TV_VCONV_STATE] = b > 0 && ((u + 1) * job.unit <= pt || u * job.unit - pt >= h) ? 2 : 0;
 #ifdef TV_VCONV_PAD_SERIAL /* (the copy on the caller alone, before the tiles: benchmarks) */
     tv_vconv_pad(job.x, 0, c, h, w, sw, pt, pl, g, NULL, b > 0, padded);
-    for (int64_t u = 0; u < units; ++u) rows_state[u] = 2;
+    for (int64_t u = 0; u < units; ++u) rows_state[u * TV_VCONV_STATE] = 2;
 #endif
     job.image = out + b * image_out;
     job.epi.residual = has_residual ? residual + b * image_out : NULL;
     tv_team_run(job.chunks, threads, tall ? tv_vconv_tall_chunk : tv_vconv_chunk, &job);
   }
-  free(off), free(packed);
+  free(scratch), free(packed);
   return 0;
 }
 
