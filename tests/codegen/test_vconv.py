@@ -796,7 +796,7 @@ def test_direct_convolution_over_dynamic_image_sizes():
 def test_convolutions_run_in_team_chunks(kernel_threads):
     """At 2 threads each image of the direct and packed kernels, and each depthwise call, is one job of
     tv_team_run (tv_team.h) whose chunks (about 4 per thread) all run, on the caller or a worker, once;
-    the direct kernel's padded copy of each image is one more job (chunks of padded rows)."""
+    the direct kernel's chunks pad the rows of the image they read themselves (no job of its own)."""
     from tensorvm.op.nn import pack_conv_weight
 
     library, lanes, direct = _library("portable")
@@ -823,7 +823,7 @@ def test_convolutions_run_in_team_chunks(kernel_threads):
     assert direct(dims.ctypes.data, x.ctypes.data, weights.ctypes.data, bias.ctypes.data, padded.ctypes.data,
                   out.ctypes.data) == 0
     _close(out, _reference(x, weights, {"padding": [1, 1, 1, 1]}))
-    assert jobs_and_chunks() == (jobs + 2 * 2, chunks + 2 * 8 + 2 * 8)  # (per image: the copy's 8 chunks of 34 rows, the tiles')
+    assert jobs_and_chunks() == (jobs + 2, chunks + 2 * 8)  # (per image: one job, the tiles' 8 chunks)
     # depthwise: 16 planes, one job of 8 chunks
     x = rng.standard_normal((1, 16, 112, 112)).astype(np.float32)
     weights = rng.standard_normal((16, 1, 3, 3)).astype(np.float32)

@@ -11,6 +11,7 @@
    Included by tv_gemm.h (TV_PACKED_KERNELS), after tv_vgemm.h. */
 #ifndef TV_VCONV_H
 #define TV_VCONV_H
+#include <sched.h>
 #ifndef TV_ERROR_OUT_OF_MEMORY
 #define TV_ERROR_OUT_OF_MEMORY 1003 /* (as tv_lib.h and c_emit.ERROR_OUT_OF_MEMORY) */
 #endif
@@ -117,7 +118,7 @@ static inline void tv_vconv_split2(float* d0, float* d1, const float* src, int64
    planes per image). With ``line`` NULL (the direct kernel) each row is split straight from the image
    instead (tv_vconv_split2). */
 /* Only the padded rows [r0, r1) of each channel (and the linear rows they read): disjoint row ranges can be
-   padded at once (tv_vconv_pad_chunk). */
+   padded at once (the direct kernel's tiles pad the rows they read: tv_vconv_need_rows). */
 static void tv_vconv_pad_rows(const float* x, int64_t c0, int64_t c1, int64_t h, int64_t w, int64_t sw, int64_t pt,
                               int64_t pl, tv_vconv_geometry g, float* line, int line_ready, float* padded,
                               int64_t r0, int64_t r1) {
@@ -172,25 +173,6 @@ static void tv_vconv_pad_rows(const float* x, int64_t c0, int64_t c1, int64_t h,
 static void tv_vconv_pad(const float* x, int64_t c0, int64_t c1, int64_t h, int64_t w, int64_t sw, int64_t pt,
                          int64_t pl, tv_vconv_geometry g, float* line, int line_ready, float* padded) {
   tv_vconv_pad_rows(x, c0, c1, h, w, sw, pt, pl, g, line, line_ready, padded, 0, g.hp);
-}
-
-/* The direct kernel's copy of an image, in chunks of padded rows on the pool: a stem's image (3 x 224 x
-   224, stride 2: copied whole, then split into its two phases) had been copied on the caller alone, a
-   serial stretch before every split of its tiles (MobileNetV3's stem at 2 threads: 0.76x the time
-   with the copy split too, benchmarks/stem_layers.py). */
-typedef struct {
-  const float* x;
-  float* line;
-  float* padded;
-  tv_vconv_geometry g;
-  int64_t c, h, w, sw, pt, pl, chunks;
-  int line_ready;
-} tv_vconv_pad_job;
-
-static void tv_vconv_pad_chunk(void* arg, int64_t i) {
-  const tv_vconv_pad_job* j = (const tv_vconv_pad_job*)arg;
-  tv_vconv_pad_rows(j->x, 0, j->c, j->h, j->w, j->sw, j->pt, j->pl, j->g, j->line, j->line_ready, j->padded,
-                    i * j->g.hp / j->chunks, (i + 1) * j->g.hp / j->chunks);
 }
 
 /* What the direct convolution applies to its tiles in registers before the store: a per-channel bias
@@ -368,6 +350,12 @@ static inline int64_t tv_vconv_chunks(int64_t units, int threads) {
   return units < (int64_t)TV_VCONV_CHUNKS * threads ? units : (int64_t)TV_VCONV_CHUNKS * threads;
 }
 
+/* One job per image pads the image's rows as its tiles need them and (the tall tile) packs each block's
+   weights, instead of a copy job, then a tile job: each padded row (all channels) and each block is made
+   once, by the first chunk that needs it (tv_vconv_claim), and waited for by the others. A separate copy
+   job had cost a second fork and join per image and, split over 2 threads, took longer than on the
+   caller alone (1-2 us of copy in 8 chunks: 2.9-6.3 us, the worker's cache lines and the join's wait),
+   and the tall tile's serial repack (64 x 288 weights: 7 us) had left the worker idle. */
 typedef struct {
   const float* padded;
   const float* weights;
@@ -377,17 +365,76 @@ typedef struct {
   tv_vconv_geometry g;
   int64_t taps, o, oh, ow, sh, big, oblocks, xblocks, tiles, chunks;
   int columns_first;
+  /* what the chunks make on demand: rows of ``padded`` from the image x (tv_vconv_pad_rows' arguments),
+     and (``raw`` not NULL) each block's weights from raw into weights (tv_vconv_tall_pack_block) */
+  const float* x;
+  const float* raw;
+  int32_t* rows_state;   /* per unit of padded rows (TV_VCONV_STATE apart): 0 to make, 1 being made, 2 made */
+  int32_t* block_state;  /* per block of output channels, alike */
+  int64_t c, h, w, sw, pt, pl, kh, dh, rows, unit;
+  int rows_ready;        /* (the rows above and below the image are zeros already: an earlier image's) */
 } tv_vconv_job;
+
+/* Whether the caller is to make the unit whose state is *state (it was 0; it is now 1): else the unit is
+   made, or another chunk was making it and this one waited. A chunk holds a claim only while it makes the
+   unit (it waits for nothing then), so no two chunks wait on each other. */
+static inline int tv_vconv_claim(int32_t* state) {
+  int32_t seen = __atomic_load_n(state, __ATOMIC_ACQUIRE);
+  if (seen == 2) return 0;
+  if (seen == 0 && __atomic_compare_exchange_n(state, &seen, 1, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) return 1;
+  for (int spins = 0; __atomic_load_n(state, __ATOMIC_ACQUIRE) != 2; ++spins) {
+#ifdef TV_TEAM_H
+    if (spins < 4096) { tv_team_relax(); continue; }
+#endif
+    sched_yield();
+  }
+  return 0;
+}
+static inline void tv_vconv_made(int32_t* state) { __atomic_store_n(state, 2, __ATOMIC_RELEASE); }
+#define TV_VCONV_STATE 16 /* (int32s from one state to the next: a cache line each) */
+
+/* Padded rows [r0, r1) of the job's image, in units of ``unit`` rows (a band's advance: about one claim
+   per band; a claim per row had made an RGB layer 3% slower at 1 thread), each unit made here unless made
+   or being made by another chunk. Returns where the last unit ends. */
+static int64_t tv_vconv_need_rows(const tv_vconv_job* j, int64_t r0, int64_t r1) {
+  const int64_t u0 = r0 / j->unit, u1 = (r1 + j->unit - 1) / j->unit;
+  const int64_t end = u1 * j->unit < j->g.hp ? u1 * j->unit : j->g.hp;
+  for (int64_t u = u0; u < u1; ++u)
+    if (tv_vconv_claim(j->rows_state + u * TV_VCONV_STATE)) {
+      const int64_t e = (u + 1) * j->unit < j->g.hp ? (u + 1) * j->unit : j->g.hp;
+      tv_vconv_pad_rows(j->x, 0, j->c, j->h, j->w, j->sw, j->pt, j->pl, j->g, NULL, j->rows_ready,
+                        (float*)j->padded, u * j->unit, e);
+      tv_vconv_made(j->rows_state + u * TV_VCONV_STATE);
+    }
+  return end;
+}
+
+/* The padded rows the tiles [lo, hi) of a chunk read, made (or waited for) as its tiles reach them: the
+   tiles go by bands of output rows (``rows`` each, a pool's 2), so the rows needed only move down;
+   checked once per band (``band``: the last one seen). */
+#define TV_VCONV_NEED_ROWS(j, yb, band, made_to)                                                     \
+  if ((yb) != (band)) { /* (a new band of output rows) */                                            \
+    (band) = (yb);                                                                                   \
+    const int64_t last_ = (yb) * (j)->rows + (j)->rows - 1 < (j)->oh ? (yb) * (j)->rows + (j)->rows - 1 \
+                                                                     : (j)->oh - 1;                 \
+    const int64_t need_ = last_ * (j)->sh + ((j)->kh - 1) * (j)->dh + 1;                             \
+    if (need_ > (made_to)) {                                                                         \
+      const int64_t first_ = (yb) * (j)->rows * (j)->sh;                                             \
+      (made_to) = tv_vconv_need_rows((j), (made_to) > first_ ? (made_to) : first_, need_);           \
+    }                                                                                                \
+  }
 
 static void tv_vconv_chunk(void* arg, int64_t i) {
   const tv_vconv_job* j = (const tv_vconv_job*)arg;
   const int64_t mr = TV_VGEMM_MR > 4 ? TV_VGEMM_MR : 4;
   const int64_t lo = i * j->tiles / j->chunks, hi = (i + 1) * j->tiles / j->chunks;
+  int64_t made_to = 0, band = -1;
   for (int64_t t = lo; t < hi; ++t) {
     const int64_t inner = j->columns_first ? j->xblocks : j->oblocks, yb = t / (j->oblocks * j->xblocks);
     const int64_t ob = j->columns_first ? t / inner % j->oblocks : t % inner;
     const int64_t xb = j->columns_first ? t % inner : t / inner % j->xblocks;
     const int64_t o0 = ob < j->big ? ob * mr : j->big * mr + (ob - j->big) * 4;
+    TV_VCONV_NEED_ROWS(j, yb, band, made_to)
 #if TV_VGEMM_MR > 4
     if (ob < j->big) {
       TV_VCONV_NAME(TV_VGEMM_MR)(j->padded, j->g, j->sh, j->off, j->taps, j->weights, j->o, j->oh, j->ow, o0, yb * 2,
@@ -504,15 +551,41 @@ TV_VCONV_TALL(4, TV_VCONV_TALL_ROWS)
 TV_VCONV_TALL_OF(TV_VCONV_TALL_OC, TV_VCONV_TALL_ROWS)
 #endif
 
+/* The weights of one block of the tall tiles (``width`` channels from o0: TV_VCONV_TALL_OC, or 4 for the
+   tails) tap-major at packed + o0 taps: tap t's weights side by side (a channel past o repeats the last).
+   The width a constant, each tap's channels unrolled from a pointer per channel: with the width and the
+   channel's clamp in the loop, ResNet-size blocks had packed at a fifth of the speed (64 x 288 weights:
+   7 us, near a quarter of an 8 x 8 layer's time at 1 thread). */
+#define TV_VCONV_PACK_BLOCK(W)                                                                      \
+  {                                                                                                \
+    const float* s[W];                                                                             \
+    for (int i = 0; i < (W); ++i) s[i] = weights + (o0 + i < o ? o0 + i : o - 1) * taps;           \
+    for (int64_t t = 0; t < taps; ++t, d += (W)) {                                                 \
+      _Pragma("GCC unroll 16") for (int i = 0; i < (W); ++i) d[i] = s[i][t];                     \
+    }                                                                                              \
+  }
+static void tv_vconv_tall_pack_block(const float* weights, int64_t o, int64_t taps, int64_t width, int64_t o0,
+                                     float* packed) {
+  float* d = packed + o0 * taps;
+  if (width == TV_VCONV_TALL_OC) TV_VCONV_PACK_BLOCK(TV_VCONV_TALL_OC)
+  else TV_VCONV_PACK_BLOCK(4)
+}
+
 /* A run of tall tiles (tv_vconv_job with weights repacked per block, rows TV_VCONV_TALL_ROWS per tile). */
 static void tv_vconv_tall_chunk(void* arg, int64_t i) {
   const tv_vconv_job* j = (const tv_vconv_job*)arg;
   const int64_t lo = i * j->tiles / j->chunks, hi = (i + 1) * j->tiles / j->chunks;
+  int64_t made_to = 0, band = -1;
   for (int64_t t = lo; t < hi; ++t) {
     const int64_t inner = j->columns_first ? j->xblocks : j->oblocks, yb = t / (j->oblocks * j->xblocks);
     const int64_t ob = j->columns_first ? t / inner % j->oblocks : t % inner;
     const int64_t xb = j->columns_first ? t % inner : t / inner % j->xblocks;
     const int64_t o0 = ob < j->big ? ob * TV_VCONV_TALL_OC : j->big * TV_VCONV_TALL_OC + (ob - j->big) * 4;
+    TV_VCONV_NEED_ROWS(j, yb, band, made_to)
+    if (j->raw && tv_vconv_claim(j->block_state + ob * TV_VCONV_STATE)) {
+      tv_vconv_tall_pack_block(j->raw, j->o, j->taps, ob < j->big ? TV_VCONV_TALL_OC : 4, o0, (float*)j->weights);
+      tv_vconv_made(j->block_state + ob * TV_VCONV_STATE);
+    }
 #if TV_VCONV_TALL_OC > 4
     if (ob < j->big) {
       TV_VCONV_TALL_NAME(TV_VCONV_TALL_OC)(j->padded, j->g, j->sh, j->off, j->taps, j->weights + o0 * j->taps, j->o,
@@ -522,20 +595,6 @@ static void tv_vconv_tall_chunk(void* arg, int64_t i) {
 #endif
     tv_vconv_tall4(j->padded, j->g, j->sh, j->off, j->taps, j->weights + o0 * j->taps, j->o, j->oh, j->ow, o0,
                    yb * TV_VCONV_TALL_ROWS, xb * TV_VLANES, &j->epi, j->image);
-  }
-}
-
-/* The weights of each block of the tall tiles (``big`` of TV_VCONV_TALL_OC channels, then 4s) tap-major: block
-   b from channel o0, ``width`` channels, at packed + o0 taps, its tap t's weights side by side (a channel
-   past o repeats the last). */
-static void tv_vconv_tall_pack(const float* weights, int64_t o, int64_t taps, int64_t big, int64_t fours,
-                               float* packed) {
-  for (int64_t b = 0, o0 = 0; b < big + fours; ++b) {
-    const int64_t width = b < big ? TV_VCONV_TALL_OC : 4;
-    float* d = packed + o0 * taps;
-    for (int64_t t = 0; t < taps; ++t)
-      for (int64_t i = 0; i < width; ++i) d[t * width + i] = weights[(o0 + i < o ? o0 + i : o - 1) * taps + t];
-    o0 += width;
   }
 }
 
@@ -576,34 +635,50 @@ __attribute__((unused)) static int32_t tv_conv2d_direct_act_f32(int64_t n, int64
   const int64_t yblocks = pool ? oh / 2 : (oh + rows - 1) / rows, xblocks = (ow + TV_VLANES - 1) / TV_VLANES;
   const int threads = tv_gemm_parallel((double)o * oh * ow * c * kh * kw) ? tv_omp_max_threads() : 1;
   const int64_t taps = c * kh * kw;
-  int64_t* off = (int64_t*)malloc(sizeof(int64_t) * (size_t)taps);
-  float* const line = NULL; /* (its rows split straight from the image: tv_vconv_split2) */
-  const int64_t blocked = big * (tall ? TV_VCONV_TALL_OC : TV_VGEMM_MR) + 4 * fours;
+  const int64_t oblocks = big + fours, blocked = big * (tall ? TV_VCONV_TALL_OC : TV_VGEMM_MR) + 4 * fours;
+  /* the taps' offsets, then the units' and the blocks' states, a cache line each from the next line on:
+     the tiles read the offsets at every tap while other cores swap the states */
+  const int64_t lines = (taps * (int64_t)sizeof(int64_t) + 63) / 64 + 1 + (g.hp + oblocks);
+  char* scratch = (char*)malloc((size_t)(lines * 64));
   float* packed = tall ? (float*)malloc(sizeof(float) * (size_t)(blocked * taps)) : NULL;
-  if (off == NULL || (tall && packed == NULL)) {
-    free(off), free(packed);
+  if (scratch == NULL || (tall && packed == NULL)) {
+    free(scratch), free(packed);
     return TV_ERROR_OUT_OF_MEMORY;
   }
+  int64_t* off = (int64_t*)scratch;
+  int32_t* rows_state = (int32_t*)(scratch + (((uintptr_t)scratch + (uintptr_t)taps * sizeof(int64_t)) / 64 + 1) * 64
+                                   - (uintptr_t)scratch);
+  int32_t* block_state = rows_state + g.hp * TV_VCONV_STATE;
   tv_vconv_offsets(c, kh, kw, dh, at, g, off);
-  if (tall) tv_vconv_tall_pack(weights, o, taps, big, fours, packed);
+  for (int64_t b = 0; b < oblocks; ++b) block_state[b * TV_VCONV_STATE] = 0;
   tv_vconv_job job = {padded, tall ? packed : weights, off, out,
                       {has_bias ? bias : NULL, relu != 0, pool != 0, (int)act, alpha, beta, lo, hi, NULL},
-                      g, taps, o, oh, ow, sh, big, big + fours, xblocks, (big + fours) * yblocks * xblocks, 0,
-                      o * taps * (int64_t)sizeof(float) > TV_L1D / 2};
+                      g, taps, o, oh, ow, sh, big, oblocks, xblocks, oblocks * yblocks * xblocks, 0,
+                      o * taps * (int64_t)sizeof(float) > TV_L1D / 2,
+                      x, tall ? weights : NULL, rows_state, block_state, c, h, w, sw, pt, pl, kh, dh,
+                      pool ? 2 : rows, (pool ? 2 : rows) * sh, 0};
   job.chunks = tv_vconv_chunks(job.tiles, threads);
+  const int64_t units = (g.hp + job.unit - 1) / job.unit;
   const int64_t image_out = pool ? o * (oh / 2) * (ow / 2) : o * oh * ow;
   for (int64_t b = 0; b < n; ++b) {
-    tv_vconv_pad_job pad = {x + b * c * h * w, line, padded, g, c, h, w, sw, pt, pl, tv_vconv_chunks(g.hp, threads),
-                            b > 0};
-#ifdef TV_VCONV_PAD_SERIAL /* (the copy on the caller alone, as before: benchmarks) */
-    pad.chunks = 1;
+    job.x = x + b * c * h * w;
+    job.rows_ready = b > 0;
+    /* the rows above and below the image stay zeros from one image to the next */
+    for (int64_t u = 0; u < units; ++u) /* (a unit of zero rows only is made) */
+      rows_state[u * TV_VCONV_STATE] = b > 0 && ((u + 1) * job.unit <= pt || u * job.unit - pt >= h) ? 2 : 0;
+#ifdef TV_VCONV_PAD_SERIAL /* (the copy on the caller alone, before the tiles, at any thread count: benchmarks) */
+    if (1) {
+#else
+    if (job.chunks == 1) { /* (one chunk: the whole copy in one pass first, 2-4% faster than band by band) */
 #endif
-    tv_team_run(pad.chunks, threads, tv_vconv_pad_chunk, &pad);
+      tv_vconv_pad(job.x, 0, c, h, w, sw, pt, pl, g, NULL, b > 0, padded);
+      for (int64_t u = 0; u < units; ++u) rows_state[u * TV_VCONV_STATE] = 2;
+    }
     job.image = out + b * image_out;
     job.epi.residual = has_residual ? residual + b * image_out : NULL;
     tv_team_run(job.chunks, threads, tall ? tv_vconv_tall_chunk : tv_vconv_chunk, &job);
   }
-  free(off), free(packed);
+  free(scratch), free(packed);
   return 0;
 }
 
