@@ -1,9 +1,10 @@
-"""A corpus CNN at batch 1 built twice in one process, once with this checkout's kernel library and once with
+"""A corpus CNN (or the suite's small CNN) at batch 1 built twice in one process, once with this checkout's kernel library and once with
 another checkout's (``--against``: its ``tensorvm/codegen/lib`` text, the same code generator), each
 library on its own pool, timed interleaved at each thread count beside ONNX Runtime (not spinning).
 
     .venv/bin/python benchmarks/model_against.py --against /work/main                 # mobilenetv3, 1 and 2 threads
     .venv/bin/python benchmarks/model_against.py resnet18 --against ../main --rounds 20
+    .venv/bin/python benchmarks/model_against.py cnn --against ../main --calls 200   # the suite's small CNN
 
 Rounds alternate the order of the runtimes; each round times ``--calls`` calls of each and keeps their
 median; the table gives the median over the rounds, the median of the per-round ratios here / there, and
@@ -16,6 +17,7 @@ from __future__ import annotations
 import argparse
 import ctypes
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -58,32 +60,49 @@ def build(mod, params, lib_dir: Path | None):
     return tv.vm.VirtualMachine(exe), exe.c_library.library_path
 
 
+def small_cnn(directory: Path) -> tuple:
+    """The suite's small CNN (benchmarks/models/cnn.py): its IR, params, feeds and ONNX export in ``directory``."""
+    import torch
+    from models import cnn
+    from models.common import export_static_onnx
+
+    weights, x = cnn.make_weights(), cnn.make_input()
+    mod, params = cnn.build_ir(weights)
+    path = directory / "cnn.onnx"
+    export_static_onnx(cnn.torch_cnn(torch, weights), x, path, "x")
+    return mod, params, {"x": x}, path
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("model", nargs="?", default="mobilenetv3", choices=sorted(SHAPES))
+    parser.add_argument("model", nargs="?", default="mobilenetv3", choices=sorted(SHAPES) + ["cnn"])
     parser.add_argument("--against", required=True, help="another tensorvm checkout")
     parser.add_argument("--threads", default="1,2")
     parser.add_argument("--rounds", type=int, default=12)
     parser.add_argument("--calls", type=int, default=20)
     args = parser.parse_args()
-    path = find_onnx(args.model, None)
-    if path is None:
-        print(f"no ONNX export of {args.model}: run benchmarks/run.py --models {args.model} first")
-        return 1
     import onnxruntime as ort
-    from models.common import import_from_onnx
 
     import tensorvm as tv
 
-    shape, feeds = model_feeds(args.model, 1, 0)
-    mod, params = import_from_onnx(path, shape=shape)
+    if args.model == "cnn":
+        mod, params, feeds, path = small_cnn(Path(tempfile.mkdtemp(prefix="tv-against-")))
+    else:
+        path = find_onnx(args.model, None)
+        if path is None:
+            print(f"no ONNX export of {args.model}: run benchmarks/run.py --models {args.model} first")
+            return 1
+        from models.common import import_from_onnx
+
+        shape, feeds = model_feeds(args.model, 1, 0)
+        mod, params = import_from_onnx(path, shape=shape)
     (there, there_path), (here, here_path) = (build(mod, params, Path(args.against) / "tensorvm" / "codegen" / "lib"),
                                               build(mod, params, None))
     if there_path == here_path:
         print(f"the two checkouts' libraries are the same ({here_path})")
         return 1
     runners = {"there": there, "here": here}
-    inputs = [feeds[p.name_hint] for p in mod["main"].params]
+    inputs = [feeds[p.name_hint] for p in mod["main"].params if p.name_hint not in params]
     threads = [int(t) for t in args.threads.split(",")]
     sessions = {}
     for count in threads:

@@ -150,11 +150,6 @@ static inline int tv_gemm_parallel(double work) {
 #ifndef TV_GEMM_PARALLEL_WORK_NARROW
 #define TV_GEMM_PARALLEL_WORK_NARROW TV_GEMM_PARALLEL_WORK
 #endif
-#ifdef TV_GEMM_NARROW_ROWS_ONLY
-#define TV_GEMM_NARROW_COLUMNS 0
-#else
-#define TV_GEMM_NARROW_COLUMNS 1
-#endif
 static inline int tv_gemm_parallel_rows(double work, int64_t rows) {
   const double least = rows < TV_VLANES ? TV_GEMM_PARALLEL_WORK_NARROW : TV_GEMM_PARALLEL_WORK;
   return work >= least && !tv_omp_in_parallel() && tv_omp_max_threads() > 1;
@@ -307,9 +302,7 @@ static inline int tv_gemm_onthefly_f64(double alpha, int64_t m, int64_t n, int64
       return 0;                                                                                    \
     }                                                                                              \
     const int most = tv_omp_max_threads();                                                         \
-    /* (the narrower side: see tv_gemm_parallel_rows; TV_GEMM_NARROW_ROWS_ONLY, a define: rows only, \
-       as before, for benchmarks) */                                                             \
-    const int64_t narrow = TV_GEMM_NARROW_COLUMNS && n < m ? n : m;                               \
+    const int64_t narrow = n < m ? n : m; /* (the narrower side: see tv_gemm_parallel_rows) */     \
     const int threads = tv_gemm_parallel_rows((double)batch * m * n * k, narrow) ? most : 1;       \
     /* BLAS single-threaded while the kernels may run in parallel: its spinning workers would take \
        the cores the kernels' threads need (its setting is restored after the call). */            \

@@ -129,11 +129,7 @@ __attribute__((weak, visibility("hidden"))) void* tv_team_worker(void* arg) {
       tv_team_relax();
       if (++spins % TV_TEAM_YIELD_ROUNDS) continue;
       sched_yield();  /* (returns at once unless another thread waits for this core) */
-#ifdef TV_TEAM_IDLE_FROM_JOBS /* (the spin counted from the last job only, as before: benchmarks) */
-      const int64_t since = start;
-#else
       const int64_t called = TV_TEAM_LOAD(&tv_team.called_ns), since = called > start ? called : start;
-#endif
       if (tv_now_ns() - since >= spin) {
         pthread_mutex_lock(&tv_team.lock);
         TV_TEAM_ADD(&tv_team.sleepers, 1);

@@ -460,8 +460,7 @@ static void tv_vconv_chunk(void* arg, int64_t i) {
    channels run a 4-channel tile; a channel past the end repeats the last one and a row past the end the
    last row (neither stored); a partial column block goes through tv_vconv_store. Same padded,
    phase-split image and tap offsets as the 2-row tile, so any kernel size, stride, dilation and padding.
-   The 2-row tile (TV_VCONV_TILE) is left to the 2x2 max pool epilogue (a pool needs row pairs), and to
-   every layer with TV_VCONV_TWO_ROWS defined (benchmarks: the kernel before). */
+   The 2-row tile (TV_VCONV_TILE) is left to the 2x2 max pool epilogue (a pool needs row pairs). */
 #ifndef TV_VCONV_TALL_ROWS
 #if TV_VREGISTERS >= 32 /* (tv_vec.h: the register file gcc compiles for, in vectors of this width) */
 #define TV_VCONV_TALL_ROWS 3
@@ -620,11 +619,7 @@ __attribute__((unused)) static int32_t tv_conv2d_direct_act_f32(int64_t n, int64
   const tv_vconv_geometry g = tv_vconv_geometry_of(oh, ow, kh, kw, sh, sw, dh, dw);
   int64_t at[kw];
   tv_vconv_taps(kw, sw, dw, g, at);
-#ifdef TV_VCONV_TWO_ROWS
-  const int tall = 0;
-#else
   const int tall = !pool; /* (the tall tiles; a pool needs the 2-row tile) */
-#endif
   int64_t big, fours;
   tv_vconv_blocks_of(o, tall ? TV_VCONV_TALL_OC : TV_VGEMM_MR, &big, &fours);
   const int64_t rows = tall ? TV_VCONV_TALL_ROWS : 2;
@@ -666,11 +661,7 @@ __attribute__((unused)) static int32_t tv_conv2d_direct_act_f32(int64_t n, int64
     /* the rows above and below the image stay zeros from one image to the next */
     for (int64_t u = 0; u < units; ++u) /* (a unit of zero rows only is made) */
       rows_state[u * TV_VCONV_STATE] = b > 0 && ((u + 1) * job.unit <= pt || u * job.unit - pt >= h) ? 2 : 0;
-#ifdef TV_VCONV_PAD_SERIAL /* (the copy on the caller alone, before the tiles, at any thread count: benchmarks) */
-    if (1) {
-#else
     if (job.chunks == 1) { /* (one chunk: the whole copy in one pass first, 2-4% faster than band by band) */
-#endif
       tv_vconv_pad(job.x, 0, c, h, w, sw, pt, pl, g, NULL, b > 0, padded);
       for (int64_t u = 0; u < units; ++u) rows_state[u * TV_VCONV_STATE] = 2;
     }
