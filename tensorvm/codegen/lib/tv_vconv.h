@@ -424,16 +424,25 @@ static int64_t tv_vconv_need_rows(const tv_vconv_job* j, int64_t r0, int64_t r1)
     }                                                                                                \
   }
 
+/* Tile t of a direct job as (band of output rows, block of output channels, block of columns) and the
+   block's first channel: blocks of ``width`` channels (the tile's), then of 4 (j->big of the former). */
+static inline int64_t tv_vconv_tile_at(const tv_vconv_job* j, int64_t t, int64_t width, int64_t* yb, int64_t* ob,
+                                       int64_t* xb) {
+  const int64_t inner = j->columns_first ? j->xblocks : j->oblocks;
+  *yb = t / (j->oblocks * j->xblocks);
+  *ob = j->columns_first ? t / inner % j->oblocks : t % inner;
+  *xb = j->columns_first ? t % inner : t / inner % j->xblocks;
+  return *ob < j->big ? *ob * width : j->big * width + (*ob - j->big) * 4;
+}
+
 static void tv_vconv_chunk(void* arg, int64_t i) {
   const tv_vconv_job* j = (const tv_vconv_job*)arg;
   const int64_t mr = TV_VGEMM_MR > 4 ? TV_VGEMM_MR : 4;
   const int64_t lo = i * j->tiles / j->chunks, hi = (i + 1) * j->tiles / j->chunks;
   int64_t made_to = 0, band = -1;
   for (int64_t t = lo; t < hi; ++t) {
-    const int64_t inner = j->columns_first ? j->xblocks : j->oblocks, yb = t / (j->oblocks * j->xblocks);
-    const int64_t ob = j->columns_first ? t / inner % j->oblocks : t % inner;
-    const int64_t xb = j->columns_first ? t % inner : t / inner % j->xblocks;
-    const int64_t o0 = ob < j->big ? ob * mr : j->big * mr + (ob - j->big) * 4;
+    int64_t yb, ob, xb;
+    const int64_t o0 = tv_vconv_tile_at(j, t, mr, &yb, &ob, &xb);
     TV_VCONV_NEED_ROWS(j, yb, band, made_to)
 #if TV_VGEMM_MR > 4
     if (ob < j->big) {
@@ -576,10 +585,8 @@ static void tv_vconv_tall_chunk(void* arg, int64_t i) {
   const int64_t lo = i * j->tiles / j->chunks, hi = (i + 1) * j->tiles / j->chunks;
   int64_t made_to = 0, band = -1;
   for (int64_t t = lo; t < hi; ++t) {
-    const int64_t inner = j->columns_first ? j->xblocks : j->oblocks, yb = t / (j->oblocks * j->xblocks);
-    const int64_t ob = j->columns_first ? t / inner % j->oblocks : t % inner;
-    const int64_t xb = j->columns_first ? t % inner : t / inner % j->xblocks;
-    const int64_t o0 = ob < j->big ? ob * TV_VCONV_TALL_OC : j->big * TV_VCONV_TALL_OC + (ob - j->big) * 4;
+    int64_t yb, ob, xb;
+    const int64_t o0 = tv_vconv_tile_at(j, t, TV_VCONV_TALL_OC, &yb, &ob, &xb);
     TV_VCONV_NEED_ROWS(j, yb, band, made_to)
     if (j->raw && tv_vconv_claim(j->block_state + ob * TV_VCONV_STATE)) {
       tv_vconv_tall_pack_block(j->raw, j->o, j->taps, ob < j->big ? TV_VCONV_TALL_OC : 4, o0, (float*)j->weights);
