@@ -76,15 +76,7 @@ def main() -> int:
             dims = np.array([n, c, side, o, int(pool)], np.int64)
             calls[f"tensorvm {where}"] = lone.checked_call(lib.tv_bench_cnn, (dims, x, weight, bias, padded, out),
                                                            out, want)
-        times: dict = {name: [] for name in calls}
-        order = list(calls)
-        for round_ in range(args.rounds):  # (as lone.interleaved_times, the sleep outside the timed call)
-            for name in order[round_ % len(order):] + order[:round_ % len(order)]:
-                if gap:
-                    time.sleep(gap)
-                start = time.perf_counter()
-                calls[name]()
-                times[name].append((time.perf_counter() - start) * 1e6)
+        times = lone.interleaved_times(calls, args.rounds, before=(lambda: time.sleep(gap)) if gap else None)
         med = {name: float(np.median(v)) for name, v in times.items()}
         low = {name: min(v) for name, v in times.items()}
         label = f"{c}x{side}x{side} -> {o}" + (" pool" if pool else "")

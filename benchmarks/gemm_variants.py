@@ -70,25 +70,16 @@ def main():
         print(f"  vgemm-{isa}: {params}")
 
     try:
-        import onnx
         import onnxruntime as ort
-        from onnx import TensorProto, helper, numpy_helper
+        from lone_layers import onnx_matmul
     except ImportError:
         ort = None
 
     def ort_session(w):
-        graph = helper.make_graph(
-            [helper.make_node("MatMul", ["x", "wt"], ["y"])], "g",
-            [helper.make_tensor_value_info("x", TensorProto.FLOAT, [None, w.shape[1]])],
-            [helper.make_tensor_value_info("y", TensorProto.FLOAT, [None, w.shape[0]])],
-            [numpy_helper.from_array(np.ascontiguousarray(w.T), "wt")])
-        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-        model.ir_version = 8
         options = ort.SessionOptions()
         options.intra_op_num_threads = args.threads
         options.inter_op_num_threads = 1
-        return ort.InferenceSession(onnx._serialize(model) if hasattr(onnx, "_serialize") else model.SerializeToString(),
-                                    options, providers=["CPUExecutionProvider"])
+        return ort.InferenceSession(onnx_matmul(w).SerializeToString(), options, providers=["CPUExecutionProvider"])
 
     rounds = 15 if args.quick else 60
     from tensorvm.codegen import calibrate

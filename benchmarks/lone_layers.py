@@ -69,16 +69,18 @@ def ort_options(threads: int):
     return options
 
 
-def interleaved_times(calls: dict, rounds: int) -> dict:
+def interleaved_times(calls: dict, rounds: int, before=None) -> dict:
     """{name: the us of each of ``rounds`` calls of ``calls[name]()``}, the calls interleaved, each round
     in another order (a call right after one that read the same input finds it in cache, which had
-    favoured whichever came second)."""
+    favoured whichever came second). ``before()``, when given, runs ahead of each call, untimed."""
     import time
 
     times: dict = {name: [] for name in calls}
     names = list(calls)
     for round_ in range(rounds):
         for name in names[round_ % len(names):] + names[:round_ % len(names)]:
+            if before is not None:
+                before()
             start = time.perf_counter()
             calls[name]()
             times[name].append((time.perf_counter() - start) * 1e6)
@@ -107,6 +109,21 @@ def onnx_conv_layer(c: int, side: int, o: int, k: int, stride: int, groups: int,
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8
     return model, weight, bias
+
+
+def onnx_matmul(w):
+    """``y = x w^T`` (``w``: out x in, ``x``: any rows) as an ONNX model of one MatMul, input "x"."""
+    import numpy as np
+    from onnx import TensorProto, helper, numpy_helper
+
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "wt"], ["y"])], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [None, w.shape[1]])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [None, w.shape[0]])],
+        [numpy_helper.from_array(np.ascontiguousarray(w.T), "wt")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model
 
 
 def checked_call(entry, arrays: tuple, out, want):

@@ -80,22 +80,15 @@ def main():
     stream.argtypes, stream.restype = [ctypes.c_void_p, ctypes.c_int64], ctypes.c_float
 
     import onnxruntime as ort
-    from onnx import TensorProto, helper, numpy_helper
+    from lone_layers import onnx_matmul, ort_options
 
     def ort_run(w, x):
-        graph = helper.make_graph(
-            [helper.make_node("MatMul", ["x", "wt"], ["y"])], "g",
-            [helper.make_tensor_value_info("x", TensorProto.FLOAT, [None, w.shape[1]])],
-            [helper.make_tensor_value_info("y", TensorProto.FLOAT, [None, w.shape[0]])],
-            [numpy_helper.from_array(np.ascontiguousarray(w.T), "wt")])
-        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-        model.ir_version = 8
-        options = ort.SessionOptions()
-        options.intra_op_num_threads, options.inter_op_num_threads = args.threads, 1
-        # (its workers would spin on a core for tens of ms after each run, while this process's other
-        # variants run: in one process that took the second core from tensorvm's pool)
-        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-        session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+        # (ort_options: its workers do not spin; they would take a core for tens of ms after each run,
+        # while this process's other variants run: in one process that took the second core from
+        # tensorvm's pool)
+        options = ort_options(args.threads)
+        options.inter_op_num_threads = 1
+        session = ort.InferenceSession(onnx_matmul(w).SerializeToString(), options, providers=["CPUExecutionProvider"])
         return lambda: session.run(None, {"x": x})
 
     rng = np.random.default_rng(0)
