@@ -27,7 +27,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 from compile_time import SHAPES, find_onnx  # noqa: E402
-from kernel_gap import model_feeds  # noqa: E402
+from kernel_gap import ENCODERS, model_feeds  # noqa: E402
 
 
 def library_text(lib_dir: Path) -> tuple[str, str]:
@@ -75,7 +75,8 @@ def small_cnn(directory: Path) -> tuple:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("model", nargs="?", default="mobilenetv3", choices=sorted(SHAPES) + ["cnn"])
+    parser.add_argument("model", nargs="?", default="mobilenetv3", choices=sorted(SHAPES) + sorted(ENCODERS) + ["cnn"])
+    parser.add_argument("--tokens", type=int, default=64, help="tokens per row (the encoders)")
     parser.add_argument("--against", required=True, help="another tensorvm checkout")
     parser.add_argument("--threads", default="1,2")
     parser.add_argument("--rounds", type=int, default=12)
@@ -94,7 +95,7 @@ def main() -> int:
             return 1
         from models.common import import_from_onnx
 
-        shape, feeds = model_feeds(args.model, 1, 0)
+        shape, feeds = model_feeds(args.model, 1, args.tokens)
         mod, params = import_from_onnx(path, shape=shape)
     (there, there_path), (here, here_path) = (build(mod, params, Path(args.against) / "tensorvm" / "codegen" / "lib"),
                                               build(mod, params, None))
@@ -114,7 +115,8 @@ def main() -> int:
     for count in threads:
         tv.set_num_threads(count)
         for name, vm in runners.items():
-            got = vm.invoke("main", *inputs).numpy()
+            got = vm.invoke("main", *inputs)
+            got = (got[0] if isinstance(got, tuple) else got).numpy()
             assert np.allclose(got, reference, rtol=1e-3, atol=1e-3), name
     times: dict = {}
     names = list(runners) + ["onnxruntime"]

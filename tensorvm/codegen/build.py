@@ -85,11 +85,22 @@ __all__ = [
     "default_target_reason", "cache_dir", "build_library", "build_stats", "reset_toolchain", "run_tool",
     "compile_timeout", "compile_workers", "set_num_threads", "get_num_threads", "follow_thread_budget",
     "available_cores", "kernel_threads", "library_threads", "record_library", "verified_library", "CompilerTimeout",
-    "load_built_library", "portable_toolchain", "HOST_FLAGS",
+    "load_built_library", "portable_toolchain", "HOST_FLAGS", "SharedUnit",
 ]
 
 _BASE_FLAGS = ("-O3", "-fPIC", "-shared", "-std=gnu11", "-fwrapv", "-fno-math-errno", "-fno-trapping-math")
 _HINT = 'use target="python" to run with NumPy kernels instead'
+
+
+@dataclass(frozen=True)
+class SharedUnit:
+    """A translation unit that many libraries link: a part of the kernel library (``c_emit.library_part``).
+    Its object file is compiled once per compiler, flags and text, kept in the kernel cache beside the
+    libraries (``tvo_<hash>.o`` with its SHA-256, checked before each link like a library before loading)
+    and linked into every library that lists it."""
+
+    text: str
+    flags: tuple = ()
 
 
 class CompilerError(UnsupportedError):
@@ -407,14 +418,14 @@ class Library:
 def build_library(source: str | list, toolchain: Toolchain | None = None, python_module: str = "") -> Library:
     """Compile ``source`` into a shared library (or reuse the cached one) and load it.
 
-    ``source`` may be a list of translation units (each a text, or a ``(text, extra_flags)`` pair):
-    they are compiled concurrently (one per core) and linked into the one library, which is what makes
-    large modules build fast. ``python_module`` names the CPython extension module one of the units
+    ``source`` may be a list of translation units (each a text, a ``(text, extra_flags)`` pair or a
+    ``SharedUnit``): they are compiled concurrently (one per core) and linked into the one library, which
+    is what makes large modules build fast; a ``SharedUnit`` already in the cache is not compiled again. ``python_module`` names the CPython extension module one of the units
     defines (``PyInit_<name>``), imported from the library once it is loaded.
     """
     toolchain = toolchain or find_toolchain()
     units = [source] if isinstance(source, str) else list(source)
-    units = [u if isinstance(u, tuple) else (u, ()) for u in units]
+    units = [_unit(u) for u in units]
     directory = cache_dir()
     digest, lib_path = _library_path(units, toolchain, directory)
     portable = ""
@@ -471,6 +482,15 @@ def load_built_library(path: str, python_module: str = "", flags: tuple = (), po
     return _load(lib_path, lib_path.stem[3:], True, 0.0, tuple(flags), portable, python_module)
 
 
+def _unit(unit) -> tuple:
+    """A unit as ``(text, extra flags, shared)``."""
+    if isinstance(unit, SharedUnit):
+        return unit.text, tuple(unit.flags), True
+    if isinstance(unit, tuple):
+        return unit[0], tuple(unit[1]), False
+    return unit, (), False
+
+
 def _load(lib_path: Path, digest: str, cached: bool, compile_seconds: float, flags: tuple, portable: str,
           python_module: str) -> Library:
     key = str(lib_path)
@@ -500,7 +520,7 @@ def portable_toolchain(toolchain: Toolchain) -> Toolchain | None:
 
 
 def _library_path(units: list, toolchain: Toolchain, directory: Path) -> tuple[str, Path]:
-    identity = "\0".join(f"{' '.join(extra)}\0{text}" for text, extra in units)
+    identity = "\0".join(f"{' '.join(extra)}\0{'shared' if shared else ''}\0{text}" for text, extra, shared in units)
     digest = hashlib.sha256(f"{toolchain.fingerprint}\0{len(units)}\0{identity}".encode()).hexdigest()[:32]
     return digest, directory / f"tv_{digest}.so"
 
@@ -609,33 +629,53 @@ def _compile(units: list, toolchain: Toolchain, directory: Path, digest: str, li
     fd, tmp_lib = tempfile.mkstemp(dir=directory, prefix=f"tv_{digest}.", suffix=".so.tmp")
     os.close(fd)
     start = time.perf_counter()
-    objects = []
+    objects, temporary = [], []
     try:
-        if len(units) == 1:
-            text, extra = units[0]
+        if len(units) == 1 and not units[0][2]:
+            text, extra, _ = units[0]
             src_path = directory / f"tv_{digest}.c"
             _atomic_write(src_path, text.encode())
             _run_compiler([toolchain.compiler, *toolchain.flags, *extra, str(src_path), "-o", tmp_lib, "-lm"],
                           src_path)
         else:
             compile_flags = [f for f in toolchain.flags if f != "-shared"]
-            jobs = []
-            for k, (text, extra) in enumerate(units):
-                src_path = directory / f"tv_{digest}_{k}.c"
+            jobs, shared = [], []
+            for k, (text, extra, is_shared) in enumerate(units):
+                if is_shared:
+                    obj_path = _shared_object_path(text, extra, toolchain, directory)
+                    objects.append(str(obj_path))
+                    if verified_library(obj_path):
+                        continue
+                    src_path = obj_path.with_suffix(".c")
+                    fd, obj = tempfile.mkstemp(dir=directory, prefix=obj_path.name + ".", suffix=".tmp.o")
+                    os.close(fd)
+                    shared.append((obj, obj_path))
+                else:
+                    src_path = directory / f"tv_{digest}_{k}.c"
+                    obj = f"{tmp_lib}.{k}.o"
+                    objects.append(obj)
+                temporary.append(obj)
                 _atomic_write(src_path, text.encode())
-                obj = f"{tmp_lib}.{k}.o"
-                objects.append(obj)
-                jobs.append(([toolchain.compiler, *compile_flags, *extra, "-c", str(src_path), "-o", obj], src_path))
+                jobs.append(([toolchain.compiler, *compile_flags, *extra, "-c", str(src_path), "-o", obj], src_path,
+                             len(text)))
             # Largest unit first: with fewer workers than units, the longest compile starts at once
             # instead of after the short ones (the library is ready when the last unit is).
-            order = sorted(range(len(jobs)), key=lambda k: -len(units[k][0]))
+            jobs.sort(key=lambda job: -job[2])
             with ThreadPoolExecutor(max_workers=max(1, min(len(jobs), compile_workers()))) as pool:
-                for future in [pool.submit(_run_compiler, *jobs[k]) for k in order]:
+                for future in [pool.submit(_run_compiler, command, src_path) for command, src_path, _ in jobs]:
                     future.result()
+            for obj, obj_path in shared:  # (another process may have recorded the same object meanwhile)
+                record_library(obj, obj_path)
             _run_compiler([toolchain.compiler, *toolchain.flags, *objects, "-o", tmp_lib, "-lm"], lib_path)
         record_library(tmp_lib, lib_path)
     finally:
         Path(tmp_lib).unlink(missing_ok=True)
-        for obj in objects:
+        for obj in temporary:
             Path(obj).unlink(missing_ok=True)
     return time.perf_counter() - start
+
+
+def _shared_object_path(text: str, extra: tuple, toolchain: Toolchain, directory: Path) -> Path:
+    """Where a ``SharedUnit``'s object is cached: named by its compiler, flags and text."""
+    identity = f"{toolchain.fingerprint}\0{' '.join(extra)}\0{text}"
+    return directory / f"tvo_{hashlib.sha256(identity.encode()).hexdigest()[:32]}.o"

@@ -61,7 +61,8 @@ from .loop_ir import (
 
 __all__ = ["emit_kernel", "emit_library", "emit_python_wrappers", "PYTHON_BAD_ARGUMENTS", "EmittedKernel", "EmitOptions",
            "C_TYPES", "PRELUDE", "BLAS_BRIDGE", "prelude", "ERROR_DIVIDE_BY_ZERO", "ERROR_INDEX", "ERROR_OUT_OF_MEMORY",
-           "RUNTIME_ERRORS", "ERROR_SIZE", "ERROR_DTYPE", "LIBRARY_DIR", "library_text"]
+           "RUNTIME_ERRORS", "ERROR_SIZE", "ERROR_DTYPE", "LIBRARY_DIR", "library_text", "LIBRARY_PARTS",
+           "LIBRARY_PART_FLAGS", "library_parts", "library_part"]
 
 C_TYPES = {
     "bool": "bool", "int8": "int8_t", "int16": "int16_t", "int32": "int32_t", "int64": "int64_t",
@@ -204,13 +205,64 @@ class EmittedKernel:
 PRODUCT_CALLS = ("tv_gemm_", "tv_conv2d_")
 
 
-def emit_library(kernels: list[EmittedKernel], static_functions: bool = False) -> str:
+def emit_library(kernels: list[EmittedKernel], static_functions: bool = False, linked_parts: bool = False) -> str:
     """One C translation unit: the prelude (its products only when a kernel calls one), the library files
-    the kernels call, and every kernel."""
+    the kernels call, and every kernel. With ``linked_parts`` the kernels call the entry points of
+    ``LIBRARY_PARTS`` in the parts' own objects (``library_part``, linked into the same library) instead
+    of compiling their bodies again here."""
     libraries = library_text(sorted({s for k in kernels for s in k.libraries}))
     bodies = [k.source for k in kernels]
     products = any(name in text for text in bodies for name in PRODUCT_CALLS)
-    return prelude(static_functions, products) + "\n" + libraries + "\n".join(bodies)
+    linked = _ENTRY_DECLARATIONS if linked_parts and products and not static_functions else ""
+    return prelude(static_functions, products) + linked + "\n" + libraries + "\n".join(bodies)
+
+
+# The kernel library's parts: its product and convolution entry points, in groups each compiled once per
+# host (and per compiler, flags and library text) into an object the kernel cache keeps and every library
+# that calls one of them links (``build.SharedUnit``). Compiled into each library's own unit instead, they
+# were most of a CNN's cold build (MobileNetV3-small: 6.5 of 7.1 s in one unit) and all of it again for
+# every other model. A part is a set of entry points of about equal compile time, so that a cold build
+# compiles them in parallel; the kernels' own unit then holds only the generated code.
+LIBRARY_PARTS = {
+    "products": ("tv_gemm_f32", "tv_gemm_f64", "tv_gemm_strided_f32", "tv_gemm_strided_f64", "tv_gemm_packed_f32",
+                 "tv_gemm_packed_epi_f32", "tv_conv2d_f32", "tv_conv2d_f64"),
+    "pointwise": ("tv_conv2d_pointwise_act_f32", "tv_conv2d_packed_f32", "tv_conv2d_packed_act_f32"),
+    "direct": ("tv_conv2d_direct_f32", "tv_conv2d_direct_act_f32"),
+    "depthwise": ("tv_conv2d_depthwise_f32", "tv_conv2d_depthwise_act_f32"),
+}
+# The convolution parts build at -O2: their hot loops are the hand-written vector tiles, which -O3's loop
+# vectorizer and unrolling do not change, while it spent half their compile time on the scalar loops
+# around them (the direct part 2.4 -> 0.6 s, the pointwise part 2.5 -> 1.3 s); the whole CNNs ran within the
+# noise of the -O3 build, interleaved in one process (ResNet-18 1.00x / 0.98x, MobileNetV3-small 0.98x /
+# 0.99x at 1 / 2 threads). The products keep -O3 (0.9 against 1.2 s, not worth a question).
+LIBRARY_PART_FLAGS = {"pointwise": ("-O2",), "direct": ("-O2",), "depthwise": ("-O2",)}
+_PART_OF = {name: part for part, names in LIBRARY_PARTS.items() for name in names}
+_ENTRY_CALL = re.compile(r"\b(" + "|".join(sorted(_PART_OF, key=len, reverse=True)) + r")\s*\(")
+
+
+def _linked_name(name: str) -> str:
+    return "tvl_" + name[len("tv_"):]
+
+
+# A unit whose kernels call the parts: each entry point declared as the part's hidden symbol, with the
+# type of the prelude's (unused, so never compiled) definition, and its name mapped to it.
+_ENTRY_DECLARATIONS = "".join(
+    f'extern __typeof__({name}) {_linked_name(name)} __attribute__((visibility("hidden")));\n'
+    f"#define {name} {_linked_name(name)}\n" for name in _PART_OF)
+
+
+def library_parts(kernels: list[EmittedKernel]) -> list[str]:
+    """The ``LIBRARY_PARTS`` whose entry points ``kernels`` call, in the table's order."""
+    called = {_PART_OF[m.group(1)] for k in kernels for m in _ENTRY_CALL.finditer(k.source)}
+    return [part for part in LIBRARY_PARTS if part in called]
+
+
+def library_part(part: str) -> str:
+    """The translation unit of one of ``LIBRARY_PARTS``: the prelude with the products, and the part's
+    entry points exported under their linked names (hidden: visible to the library's other units only)."""
+    aliases = "".join(f'extern __typeof__({name}) {_linked_name(name)} __attribute__((alias("{name}"), '
+                      f'visibility("hidden")));\n' for name in LIBRARY_PARTS[part])
+    return prelude(False, True) + "\n/* the library part " + part + " */\n" + aliases
 
 
 _LOCAL_INCLUDE = re.compile(r'^#include "([\w.]+)"[ \t]*$', re.M)

@@ -26,14 +26,17 @@ import numpy as np
 
 from ..errors import ExecutionError, ShapeError
 from ..te.expr import Const
-from .build import BuildInfo, Library, Toolchain, build_library, compile_workers, find_toolchain
+from .build import BuildInfo, Library, SharedUnit, Toolchain, build_library, compile_workers, find_toolchain
 from .c_emit import (
+    LIBRARY_PART_FLAGS,
     PYTHON_BAD_ARGUMENTS,
     RUNTIME_ERRORS,
     EmittedKernel,
     emit_kernel,
     emit_library,
     emit_python_wrappers,
+    library_part,
+    library_parts,
 )
 from .loop_ir import PrimFunc
 
@@ -231,9 +234,14 @@ def build_module(funcs: list[PrimFunc], toolchain: Toolchain | None = None, jobs
         emitted = [emit_kernel(f) for f in funcs]
     elif [k.func for k in emitted] != list(funcs):
         raise ValueError("codegen: build_module's emitted kernels must be those of funcs, in order")
-    source = emit_library(emitted)
+    source = emit_library(emitted)  # (the whole library as one unit: what an AOT build or a reader gets)
     groups = split_units(emitted, compile_workers(), jobs)
-    units = [source] if len(groups) <= 1 else [emit_library(group) for group in groups]  # (no kernels: the prelude alone)
+    parts = library_parts(emitted)
+    if parts:  # the kernels call the library parts' cached objects (c_emit.LIBRARY_PARTS)
+        units = [emit_library(group, linked_parts=True) for group in groups]
+        units += [SharedUnit(library_part(part), LIBRARY_PART_FLAGS.get(part, ())) for part in parts]
+    else:
+        units = [source] if len(groups) <= 1 else [emit_library(group) for group in groups]  # (no kernels: the prelude alone)
     for extra in [extra_source] if isinstance(extra_source, str) else extra_source:
         text = extra if isinstance(extra, str) else extra[0]
         if text:
