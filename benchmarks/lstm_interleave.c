@@ -66,16 +66,16 @@ static void next_h(void) {
 static void run_floor(void) {
   memcpy(h, h0, sizeof(float) * (size_t)H);
   for (int64_t t = 0; t < T; ++t) {
-    tv_vgemm_block(0, 1, 0, P, G, H, h, whh, NULL, gates);
+    tv_vgemm_block(0, 1, 0, P, G, H, h, whh, NULL, gates, 0);
     next_h();
   }
 }
 
 static void run_separate(void) {
   memcpy(h, h0, sizeof(float) * (size_t)H);
-  tv_vgemm_block(0, T, 0, P, G, I, xs, wih, NULL, proj);
+  tv_vgemm_block(0, T, 0, P, G, I, xs, wih, NULL, proj, 0);
   for (int64_t t = 0; t < T; ++t) {
-    tv_vgemm_block(0, 1, 0, P, G, H, h, whh, NULL, gates);
+    tv_vgemm_block(0, 1, 0, P, G, H, h, whh, NULL, gates, 0);
     for (int64_t j = 0; j < G; ++j) gates[j] += proj[t * G + j];
     next_h();
   }
@@ -127,7 +127,7 @@ static void fused_panel(const float* panel, float* out, const float* xb, const f
 static void run_fused(void) {
   memcpy(h, h0, sizeof(float) * (size_t)H);
   const int64_t first = T < LI_FB ? T : LI_FB;
-  tv_vgemm_block(0, first, 0, P, G, I, xs, wih, NULL, proj);
+  tv_vgemm_block(0, first, 0, P, G, I, xs, wih, NULL, proj, 0);
   const int64_t share = (I + LI_FB - 1) / LI_FB;
   for (int64_t t = 0; t < T; ++t) {
     const int64_t next = (t / LI_FB + 1) * LI_FB, part = t % LI_FB;
@@ -137,7 +137,7 @@ static void run_fused(void) {
     for (int64_t p = 0; p < P; ++p)
       fused_panel(whh + p * H * NR, gates + p * NR, carry ? xs + next * I : NULL, wih + p * I * NR, k0, k1,
                   proj + next * G + p * NR);
-    if (!carry && next < T && part == LI_FB - 1) tv_vgemm_block(next, T, 0, P, G, I, xs, wih, NULL, proj);
+    if (!carry && next < T && part == LI_FB - 1) tv_vgemm_block(next, T, 0, P, G, I, xs, wih, NULL, proj, 0);
     for (int64_t j = 0; j < G; ++j) gates[j] += proj[t * G + j];
     next_h();
   }

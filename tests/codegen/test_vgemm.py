@@ -180,6 +180,36 @@ def test_narrow_products_match_numpy_and_agree_at_1_2_3_threads(instances, name,
 
 
 @needs_cc
+@pytest.mark.parametrize("name", list(_INSTANCES))
+def test_a_weight_beyond_l2_read_back_and_forth_gives_the_same_bits_every_call(instances, name, kernel_threads):
+    """One row tile over a weight larger than L2 reads its panels last to first on every other call of the
+    same weight (tv_vgemm_turn: the panels read last are still in L2); another weight between two calls
+    starts it over. Every call gives NumPy's result and the same bits."""
+    fn, params = instances[name]
+    rng = np.random.default_rng(11)
+    n, k = 2 * params.group_bytes // (4 * 67) + 3 * params.nr + 5, 67  # (past 2 x the group budget, a partial panel)
+    other = hostmod.pack_panels(rng.standard_normal((n, k)).astype(np.float32), params.nr)
+    for m in (1, 2, params.mr):
+        x = rng.standard_normal((m, k)).astype(np.float32)
+        w = rng.standard_normal((n, k)).astype(np.float32)
+        packed = hostmod.pack_panels(w, params.nr)
+        want = x.astype(np.float64) @ w.T.astype(np.float64)
+        for threads in (1, 2):
+            kernel_threads(threads)
+            outs = []
+            for call in range(5):
+                if call == 3:  # (another weight: the next call reads in order again)
+                    scratch = np.empty((m, n), np.float32)
+                    assert fn(m, n, k, x.ctypes.data, other.ctypes.data, scratch.ctypes.data) == 0
+                out = np.full((m, n), -7.0, np.float32)
+                assert fn(m, n, k, x.ctypes.data, packed.ctypes.data, out.ctypes.data) == 0
+                outs.append(out)
+            np.testing.assert_allclose(outs[0], want, rtol=1e-4, atol=1e-4 * np.sqrt(k))
+            for call, out in enumerate(outs[1:], 1):
+                np.testing.assert_array_equal(out, outs[0], err_msg=f"{name} m={m}: call {call}, {threads} threads")
+
+
+@needs_cc
 @pytest.mark.parametrize("isa", list(hostmod.ISAS))
 def test_kernel_reports_its_panel_width(instances, isa):
     fn, params = instances[isa]

@@ -503,24 +503,60 @@ static void tv_vgemm_group(int64_t i0, int64_t i1, int64_t g0, int64_t g1, int64
   }
 }
 
+/* The reduction block of a product of ``rows`` rows: one row tile reads each panel once, whole panels
+   then (the weight streams in order); more rows, equal blocks of at most KC steps. */
+static inline int64_t tv_vgemm_kblock(int64_t rows, int64_t k) {
+  const int64_t splits = (k + TV_VGEMM_KC - 1) / TV_VGEMM_KC;
+  return rows <= TV_VGEMM_MR ? k : (k + splits - 1) / splits;
+}
+/* Whether x's ``rows`` rows and one panel of a block fit in half of L1 (TV_VGEMM_L1_BYTES): each panel read
+   from memory then stays in L1 for every row tile (panel after panel: the weight streams from memory all
+   the time, what a product with few rows is bound by). */
+static inline int tv_vgemm_l1_panel(int64_t rows, int64_t k) {
+  return (rows + TV_VGEMM_NR) * tv_vgemm_kblock(rows, k) * (int64_t)sizeof(float) <= TV_VGEMM_L1_BYTES;
+}
+/* Whether the packed weight of n x k is larger than L2 (twice TV_VGEMM_GROUP_BYTES). */
+static inline int tv_vgemm_beyond_l2(int64_t n, int64_t k) {
+  const int64_t weight = (n + TV_VGEMM_NR - 1) / TV_VGEMM_NR * k * TV_VGEMM_NR * (int64_t)sizeof(float);
+  return weight > 2 * (int64_t)TV_VGEMM_GROUP_BYTES;
+}
+/* Whether the product streams its weight: panel after panel over a weight larger than L2, read past
+   once, with the streaming tiles (tv_vgemm_rows' stream). */
+static inline int tv_vgemm_streams(int64_t rows, int64_t n, int64_t k) {
+  return tv_vgemm_l1_panel(rows, k) && tv_vgemm_beyond_l2(n, k);
+}
+
+/* One row tile over a weight larger than L2 reads it in the opposite order from one call to the next
+   when the same weight comes again (a recurrent product, step after step): L2 still holds the panels read
+   last, and they are read first. The tile's sums for each panel are the same either way (the order of
+   its reduction does not change), so the results are too. One weight remembered per library (atomics:
+   only the speed depends on it when several threads call products at once). */
+__attribute__((weak, visibility("hidden"))) const float* tv_vgemm_last_weight;
+__attribute__((weak, visibility("hidden"))) int32_t tv_vgemm_last_reverse;
+static inline int tv_vgemm_turn(const float* packed) {
+  const float* last = __atomic_exchange_n(&tv_vgemm_last_weight, packed, __ATOMIC_RELAXED);
+  const int reverse = last == packed && !__atomic_load_n(&tv_vgemm_last_reverse, __ATOMIC_RELAXED);
+  __atomic_store_n(&tv_vgemm_last_reverse, reverse, __ATOMIC_RELAXED);
+  return reverse;
+}
+
 /* Rows [m0, m1) x panels [p0, p1) of the product. The reduction runs in equal blocks of at most KC steps
    (each block after the first reloads the output tiles). Panels go in groups whose block of weight fills
-   at most half of L2: the first row tile reads a group from memory, the others from L2. */
+   at most half of L2: the first row tile reads a group from memory, the others from L2. ``reverse``: one
+   row tile's panels last to first (tv_vgemm_turn). */
 static void tv_vgemm_block(int64_t m0, int64_t m1, int64_t p0, int64_t p1, int64_t n, int64_t k, const float* x,
-                           const float* packed, const tv_vgemm_epilogue* epi, float* out) {
-  /* One row tile reads each panel once: whole panels then, the weight streams in order. */
-  const int64_t splits = (k + TV_VGEMM_KC - 1) / TV_VGEMM_KC;
-  const int64_t block = m1 - m0 <= TV_VGEMM_MR ? k : (k + splits - 1) / splits;
-  /* x's rows and one panel fit in half of L1 (TV_VGEMM_L1_BYTES): each panel read from memory stays in L1
-     for every row tile (panel after panel: the weight streams from memory all the time, what a product
-     with few rows is bound by). Else groups of panels, each in at most half of L2 (TV_VGEMM_GROUP_BYTES). */
-  const int64_t l1_panel = (m1 - m0 + TV_VGEMM_NR) * block * (int64_t)sizeof(float) <= TV_VGEMM_L1_BYTES;
+                           const float* packed, const tv_vgemm_epilogue* epi, float* out, int reverse) {
+  const int64_t block = tv_vgemm_kblock(m1 - m0, k);
+  /* Panels one at a time when one stays in L1 for every row tile (tv_vgemm_l1_panel); else groups of
+     panels, each in at most half of L2 (TV_VGEMM_GROUP_BYTES). */
+  const int64_t l1_panel = tv_vgemm_l1_panel(m1 - m0, k);
   const int64_t fit = TV_VGEMM_GROUP_BYTES / (block * TV_VGEMM_NR * (int64_t)sizeof(float));
   const int64_t group = l1_panel || fit < 1 ? 1 : fit;
-  /* Panel after panel over a weight larger than L2 (twice TV_VGEMM_GROUP_BYTES): it streams past once, the
-     streaming tiles (tv_vgemm_rows' stream). */
-  const int64_t weight = (n + TV_VGEMM_NR - 1) / TV_VGEMM_NR * k * TV_VGEMM_NR * (int64_t)sizeof(float);
-  const int stream = l1_panel && weight > 2 * (int64_t)TV_VGEMM_GROUP_BYTES;
+  const int stream = tv_vgemm_streams(m1 - m0, n, k);
+  if (reverse && m1 - m0 <= TV_VGEMM_MR) {  /* (one row tile, the whole reduction: the tiles of the order below) */
+    for (int64_t p = p1 - 1; p >= p0; --p) tv_vgemm_group(m0, m1, p, p + 1, 0, k, n, k, x, packed, epi, out, stream);
+    return;
+  }
   if (m1 - m0 <= TV_VGEMM_MC) {
     /* Up to MC rows (their x stays in L2): group after group, every reduction block of a group read by
        every row tile while it is in cache, so the weight is read once from memory, in memory order (one
@@ -545,7 +581,7 @@ static void tv_vgemm_block(int64_t m0, int64_t m1, int64_t p0, int64_t p1, int64
 #define TV_VGEMM_CHUNKS 4
 typedef struct {
   int64_t m, n, k, panels, per;
-  int rows;
+  int rows, reverse;
   const float* x;
   const float* packed;
   const tv_vgemm_epilogue* epi;
@@ -557,8 +593,10 @@ static void tv_vgemm_chunk(void* arg, int64_t i) {
   const int64_t count = job->rows ? job->m : job->panels;
   const int64_t lo = i * job->per < count ? i * job->per : count, hi = lo + job->per < count ? lo + job->per : count;
   if (lo >= hi) return;
-  if (job->rows) tv_vgemm_block(lo, hi, 0, job->panels, job->n, job->k, job->x, job->packed, job->epi, job->out);
-  else tv_vgemm_block(0, job->m, lo, hi, job->n, job->k, job->x, job->packed, job->epi, job->out);
+  if (job->rows) tv_vgemm_block(lo, hi, 0, job->panels, job->n, job->k, job->x, job->packed, job->epi, job->out, 0);
+  else if (job->reverse)  /* (chunk i the mirror of its range: the chunks, too, go last to first) */
+    tv_vgemm_block(0, job->m, count - hi, count - lo, job->n, job->k, job->x, job->packed, job->epi, job->out, 1);
+  else tv_vgemm_block(0, job->m, lo, hi, job->n, job->k, job->x, job->packed, job->epi, job->out, 0);
 }
 
 /* out (m x n) = x (m x k) W^T, W packed in panels of TV_VGEMM_NR columns (see above), then the epilogue
@@ -573,8 +611,10 @@ static int32_t tv_vgemm_product(int64_t m, int64_t n, int64_t k, const float* x,
   }
   const int threads = tv_gemm_parallel_rows((double)m * n * k, m) ? tv_omp_max_threads() : 1;
   const int64_t panels = (n + TV_VGEMM_NR - 1) / TV_VGEMM_NR;
-  if (threads <= 1) { tv_vgemm_block(0, m, 0, panels, n, k, x, packed, epi, out); return 0; }
-  tv_vgemm_job job = {m, n, k, panels, 0, !(panels >= 2 * threads || m < 2 * TV_VGEMM_MR), x, packed, epi, out};
+  const int reverse = m <= TV_VGEMM_MR && tv_vgemm_beyond_l2(n, k) && tv_vgemm_turn(packed);
+  if (threads <= 1) { tv_vgemm_block(0, m, 0, panels, n, k, x, packed, epi, out, reverse); return 0; }
+  tv_vgemm_job job = {m, n, k, panels, 0, !(panels >= 2 * threads || m < 2 * TV_VGEMM_MR), reverse, x, packed, epi,
+                      out};
   const int64_t units = job.rows ? (m + TV_VGEMM_MR - 1) / TV_VGEMM_MR : panels;
   const int64_t chunks = units < TV_VGEMM_CHUNKS * threads ? units : TV_VGEMM_CHUNKS * threads;
   job.per = (units + chunks - 1) / chunks * (job.rows ? TV_VGEMM_MR : 1);
