@@ -1,5 +1,6 @@
-"""The library products' parallel-for (``codegen/lib/tv_team.h``): the caller claims chunks from the same
-counter as the workers, so every chunk runs exactly once, on whichever thread got to it; nested and
+"""The library products' parallel-for (``codegen/lib/tv_team.h``): the caller and the workers claim chunks
+from the same words (each thread its home range first, then the others'), so every chunk runs exactly
+once, on whichever thread got to it; nested and
 concurrent calls run serially; a forked child starts its own workers. Oracle: NumPy (float64)."""
 
 from __future__ import annotations
@@ -68,6 +69,22 @@ def test_more_threads_than_cores_and_rows_split(product, threads):
     threads(8)
     for m, n, k in [(97, 3 * params.nr + 5, 300), (400, params.nr, 700), (33, 40 * params.nr - 1, 129)]:
         _check(fn, params, m, n, k)
+
+
+def test_jobs_of_other_team_sizes_one_after_another_run_every_chunk_once(product, threads):
+    """Each job's chunks are cut into home ranges, one per thread of its team: jobs of 8, 2, 3 and 5
+    threads alternate, so a job finds the words of ranges it does not use left by a larger job before it.
+    Every chunk still runs exactly once (the counts add up) and every result is right."""
+    fn, params, stats = product
+    m, n, k = 64, 29 * params.nr + 3, 128  # 30 panels: split by panels, min(30, 4 x threads) chunks
+    for round_ in range(3):
+        for count in (8, 2, 3, 5):
+            threads(count)
+            before = _stats(stats)
+            _check(fn, params, m, n, k, seed=round_ * 10 + count)
+            after = _stats(stats)
+            assert after[0] - before[0] == 1
+            assert (after[1] - before[1]) + (after[2] - before[2]) == min(30, 4 * count)
 
 
 def test_concurrent_callers_run_serially_and_correctly(product, threads):

@@ -183,8 +183,9 @@ def test_narrow_products_match_numpy_and_agree_at_1_2_3_threads(instances, name,
 @pytest.mark.parametrize("name", list(_INSTANCES))
 def test_a_weight_beyond_l2_read_back_and_forth_gives_the_same_bits_every_call(instances, name, kernel_threads):
     """One row tile over a weight larger than L2 reads its panels last to first on every other call of the
-    same weight (tv_vgemm_turn: the panels read last are still in L2); another weight between two calls
-    starts it over. Every call gives NumPy's result and the same bits."""
+    same weight (tv_vgemm_turn: the panels read last are still in L2; with threads, each reverses its home
+    range of chunks, tv_team_mirror); another weight between two calls starts it over. Every call gives
+    NumPy's result and the same bits."""
     fn, params = instances[name]
     rng = np.random.default_rng(11)
     n, k = 2 * params.group_bytes // (4 * 67) + 3 * params.nr + 5, 67  # (past 2 x the group budget, a partial panel)
@@ -194,7 +195,7 @@ def test_a_weight_beyond_l2_read_back_and_forth_gives_the_same_bits_every_call(i
         w = rng.standard_normal((n, k)).astype(np.float32)
         packed = hostmod.pack_panels(w, params.nr)
         want = x.astype(np.float64) @ w.T.astype(np.float64)
-        for threads in (1, 2):
+        for threads in (1, 2, 3):
             kernel_threads(threads)
             outs = []
             for call in range(5):

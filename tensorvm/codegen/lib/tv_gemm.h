@@ -59,6 +59,10 @@ static inline void tv_team_run(int64_t chunks, int threads, tv_team_fn fn, void*
   (void)threads;
   for (int64_t i = 0; i < chunks; ++i) fn(ctx, i);
 }
+static inline int64_t tv_team_mirror(int64_t i, int64_t chunks, int64_t threads) {
+  (void)threads;
+  return chunks - 1 - i;  /* (one thread: its home range is the whole job) */
+}
 #endif
 
 /* The chunks of a generated parallel loop (c_emit.py: its outlined body runs through tv_team_run) of

@@ -19,12 +19,23 @@
    worker yields its core every TV_TEAM_YIELD_ROUNDS pauses, so that on an oversubscribed core the other
    process's thread runs instead of a worker that has no work.
 
-   The job is one 64-bit word, generation << 32 | next chunk, so a worker that read an older job can
-   never claim a chunk of a newer one (its compare-and-swap fails once the generation moves on). A job is
-   published in three steps: the word is closed (the new generation, chunk TV_TEAM_CLOSED), the job's
-   function, context and chunk count are written, then the word opens at chunk 0. A claim reads the
-   word, then the job, then swaps the word to the next chunk: if the job it read was not the word's, the
-   word was closed before and the swap fails. All of it with sequentially consistent atomics.
+   Home ranges: a job's chunks are cut into as many contiguous ranges as its team has threads (at most
+   TV_TEAM_RANGES), and thread t (the caller 0, worker w) claims the chunks of range t first, in order,
+   then those left in the others. With every core free each thread runs the same chunks call after call,
+   so the weights and activations a chunk reads are in that core's caches from the call before (a product
+   splits its panels, a convolution its pixels, the same way each call); a late thread's range is taken by
+   the others as before. tv_team_mirror gives a chunk's place mirrored within its range (a product that
+   reads its weight back and forth: each thread reverses its own part).
+
+   Each range is one 64-bit word, generation << 32 | next chunk, and its end, so a thread that read an
+   older job can never claim a chunk of a newer one (its compare-and-swap fails once the generation moves
+   on). A job is published in three steps: its ranges' words are closed (the new generation, chunk
+   TV_TEAM_CLOSED), the job's function, context and chunk count and each range's end are written, then
+   each word opens at its range's first chunk. A claim reads a range's word, then the job and the range's
+   end, then swaps the word to the next chunk: if what it read was not the word's job, the word was closed
+   before and the swap fails. A range the new job does not use keeps the old job's word, exhausted (every
+   chunk of a job is claimed before the next is published), and its end: it is never claimed. All of it
+   with sequentially consistent atomics.
 
    One pool per process: every library has the code of a pool (weak hidden symbols shared by its
    translation units), but once the host hands it the process's pool with tv_team_attach (the pool
@@ -50,6 +61,7 @@
 
 #define TV_TEAM_MAX_WORKERS 255
 #define TV_TEAM_CLOSED 0xffffffffu
+#define TV_TEAM_RANGES 16
 #ifndef TV_TEAM_SPIN_NS
 #define TV_TEAM_SPIN_NS 20000
 #endif
@@ -58,7 +70,14 @@
 typedef void (*tv_team_fn)(void* ctx, int64_t chunk);
 
 typedef struct {
-  uint64_t word;          /* generation << 32 | next chunk */
+  uint64_t word;          /* generation << 32 | next chunk of the range (TV_TEAM_CLOSED while published) */
+  int64_t end;            /* the range's end */
+  char pad[48];           /* (a cache line per range: each thread claims from its own) */
+} tv_team_range;
+
+typedef struct {
+  tv_team_range range[TV_TEAM_RANGES];
+  uint64_t generation;    /* of the current job */
   tv_team_fn fn;
   void* ctx;
   int64_t chunks;
@@ -92,24 +111,45 @@ static inline void tv_team_relax(void) {
 #endif
 }
 
-/* Claim and run chunks of the current job until none is left or the job changed; returns how many ran. */
-__attribute__((weak, visibility("hidden"))) int64_t tv_team_work(void) {
+/* The home ranges of a job of `chunks` chunks on a team of `threads`, and the first chunk of range r. */
+static inline int64_t tv_team_ranges(int64_t chunks, int64_t threads) {
+  const int64_t ranges = threads < TV_TEAM_RANGES ? threads : TV_TEAM_RANGES;
+  return ranges < chunks ? (ranges > 1 ? ranges : 1) : (chunks > 1 ? chunks : 1);
+}
+static inline int64_t tv_team_range_start(int64_t r, int64_t chunks, int64_t ranges) { return r * chunks / ranges; }
+
+/* Chunk i's place mirrored within its home range (a job of `chunks` chunks on `threads` threads): the
+   thread that runs a range's chunks first to last, runs the mirrored ones last to first. */
+static inline int64_t tv_team_mirror(int64_t i, int64_t chunks, int64_t threads) {
+  const int64_t ranges = tv_team_ranges(chunks, threads);
+  int64_t r = i * ranges / chunks;  /* (then corrected: the starts are rounded down) */
+  while (r + 1 < ranges && tv_team_range_start(r + 1, chunks, ranges) <= i) ++r;
+  while (r > 0 && tv_team_range_start(r, chunks, ranges) > i) --r;
+  return tv_team_range_start(r, chunks, ranges) + tv_team_range_start(r + 1, chunks, ranges) - 1 - i;
+}
+
+/* Claim and run chunks of the current job, those of range `home` first, then those left in the others,
+   until none is left or the job changed; returns how many ran. */
+__attribute__((weak, visibility("hidden"))) int64_t tv_team_work(int32_t home) {
   int64_t ran = 0;
-  for (;;) {
-    const uint64_t word = TV_TEAM_LOAD(&tv_team.word);
-    const uint32_t next = (uint32_t)word;
-    if (next == TV_TEAM_CLOSED) return ran;
-    const tv_team_fn fn = TV_TEAM_LOAD(&tv_team.fn);
-    void* const ctx = TV_TEAM_LOAD(&tv_team.ctx);
-    const int64_t chunks = TV_TEAM_LOAD(&tv_team.chunks);
-    if ((int64_t)next >= chunks) return ran;
-    uint64_t expected = word;
-    if (!__atomic_compare_exchange_n(&tv_team.word, &expected, word + 1, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST))
-      continue;
-    fn(ctx, (int64_t)next);
-    TV_TEAM_ADD(&tv_team.done, 1);
-    ++ran;
+  for (int32_t step = 0; step < TV_TEAM_RANGES; ++step) {
+    tv_team_range* range = &tv_team.range[(home + step) % TV_TEAM_RANGES];
+    for (;;) {
+      const uint64_t word = TV_TEAM_LOAD(&range->word);
+      const uint32_t next = (uint32_t)word;
+      if (next == TV_TEAM_CLOSED) return ran;  /* (a job is being published: this one is over) */
+      const tv_team_fn fn = TV_TEAM_LOAD(&tv_team.fn);
+      void* const ctx = TV_TEAM_LOAD(&tv_team.ctx);
+      if ((int64_t)next >= TV_TEAM_LOAD(&range->end)) break;  /* (exhausted, or unused by this job) */
+      uint64_t expected = word;
+      if (!__atomic_compare_exchange_n(&range->word, &expected, word + 1, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST))
+        continue;
+      fn(ctx, (int64_t)next);
+      TV_TEAM_ADD(&tv_team.done, 1);
+      ++ran;
+    }
   }
+  return ran;
 }
 
 /* How long an idle worker spins now before it sleeps (ns): the host's rule once set, else the default. */
@@ -139,8 +179,9 @@ __attribute__((weak, visibility("hidden"))) void* tv_team_worker(void* arg) {
       }
     }
     seen = TV_TEAM_LOAD(&tv_team.sequence);
-    if (index < TV_TEAM_LOAD(&tv_team.team)) {
-      const int64_t ran = tv_team_work();
+    const int32_t team = TV_TEAM_LOAD(&tv_team.team);
+    if (index < team) {
+      const int64_t ran = tv_team_work(index < TV_TEAM_RANGES ? index : index % TV_TEAM_RANGES);
       if (ran) TV_TEAM_ADD(&tv_team_worker_chunks, ran);
     }
   }
@@ -180,21 +221,28 @@ __attribute__((weak, visibility("hidden"))) void tv_team_run_here(int64_t chunks
   }
   const int32_t workers = tv_team_start(threads - 1 < TV_TEAM_MAX_WORKERS ? threads - 1 : TV_TEAM_MAX_WORKERS);
   const int32_t team = workers + 1 < threads ? workers + 1 : threads;
-  const uint64_t generation = (TV_TEAM_LOAD(&tv_team.word) >> 32) + 1;
-  TV_TEAM_STORE(&tv_team.word, generation << 32 | TV_TEAM_CLOSED);
+  /* (the ranges of the team asked for, as tv_team_mirror's callers count them; a thread not started
+     leaves its range to the others) */
+  const int64_t ranges = tv_team_ranges(chunks, threads);
+  const uint64_t generation = TV_TEAM_LOAD(&tv_team.generation) + 1;
+  TV_TEAM_STORE(&tv_team.generation, generation);
+  for (int64_t r = 0; r < ranges; ++r) TV_TEAM_STORE(&tv_team.range[r].word, generation << 32 | TV_TEAM_CLOSED);
   TV_TEAM_STORE(&tv_team.fn, fn);
   TV_TEAM_STORE(&tv_team.ctx, ctx);
   TV_TEAM_STORE(&tv_team.chunks, chunks);
   TV_TEAM_STORE(&tv_team.done, 0);
   TV_TEAM_STORE(&tv_team.team, team);
-  TV_TEAM_STORE(&tv_team.word, generation << 32);
+  for (int64_t r = 0; r < ranges; ++r) {
+    TV_TEAM_STORE(&tv_team.range[r].end, tv_team_range_start(r + 1, chunks, ranges));
+    TV_TEAM_STORE(&tv_team.range[r].word, generation << 32 | (uint64_t)tv_team_range_start(r, chunks, ranges));
+  }
   TV_TEAM_ADD(&tv_team.sequence, 1);
   if (TV_TEAM_LOAD(&tv_team.sleepers) > 0) {
     pthread_mutex_lock(&tv_team.lock);
     pthread_cond_broadcast(&tv_team.wake);
     pthread_mutex_unlock(&tv_team.lock);
   }
-  TV_TEAM_ADD(&tv_team_caller_chunks, tv_team_work());
+  TV_TEAM_ADD(&tv_team_caller_chunks, tv_team_work(0));
   TV_TEAM_ADD(&tv_team_jobs, 1);
   /* Every chunk is claimed: wait for those that workers are still running. */
   for (int spins = 0; TV_TEAM_LOAD(&tv_team.done) < chunks; ++spins) {

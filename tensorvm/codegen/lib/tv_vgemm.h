@@ -580,8 +580,8 @@ static void tv_vgemm_block(int64_t m0, int64_t m1, int64_t p0, int64_t p1, int64
    about TV_VGEMM_CHUNKS per thread so that a late worker leaves the caller little to wait for. */
 #define TV_VGEMM_CHUNKS 4
 typedef struct {
-  int64_t m, n, k, panels, per;
-  int rows, reverse;
+  int64_t m, n, k, panels, per, chunks;
+  int rows, reverse, threads;
   const float* x;
   const float* packed;
   const tv_vgemm_epilogue* epi;
@@ -590,13 +590,13 @@ typedef struct {
 
 static void tv_vgemm_chunk(void* arg, int64_t i) {
   const tv_vgemm_job* job = (const tv_vgemm_job*)arg;
+  /* (reversed: the thread whose home range this chunk is in runs its panels last to first, tv_team.h) */
+  if (job->reverse) i = tv_team_mirror(i, job->chunks, job->threads);
   const int64_t count = job->rows ? job->m : job->panels;
   const int64_t lo = i * job->per < count ? i * job->per : count, hi = lo + job->per < count ? lo + job->per : count;
   if (lo >= hi) return;
   if (job->rows) tv_vgemm_block(lo, hi, 0, job->panels, job->n, job->k, job->x, job->packed, job->epi, job->out, 0);
-  else if (job->reverse)  /* (chunk i the mirror of its range: the chunks, too, go last to first) */
-    tv_vgemm_block(0, job->m, count - hi, count - lo, job->n, job->k, job->x, job->packed, job->epi, job->out, 1);
-  else tv_vgemm_block(0, job->m, lo, hi, job->n, job->k, job->x, job->packed, job->epi, job->out, 0);
+  else tv_vgemm_block(0, job->m, lo, hi, job->n, job->k, job->x, job->packed, job->epi, job->out, job->reverse);
 }
 
 /* out (m x n) = x (m x k) W^T, W packed in panels of TV_VGEMM_NR columns (see above), then the epilogue
@@ -613,11 +613,11 @@ static int32_t tv_vgemm_product(int64_t m, int64_t n, int64_t k, const float* x,
   const int64_t panels = (n + TV_VGEMM_NR - 1) / TV_VGEMM_NR;
   const int reverse = m <= TV_VGEMM_MR && tv_vgemm_beyond_l2(n, k) && tv_vgemm_turn(packed);
   if (threads <= 1) { tv_vgemm_block(0, m, 0, panels, n, k, x, packed, epi, out, reverse); return 0; }
-  tv_vgemm_job job = {m, n, k, panels, 0, !(panels >= 2 * threads || m < 2 * TV_VGEMM_MR), reverse, x, packed, epi,
-                      out};
-  const int64_t units = job.rows ? (m + TV_VGEMM_MR - 1) / TV_VGEMM_MR : panels;
+  const int rows = !(panels >= 2 * threads || m < 2 * TV_VGEMM_MR);
+  const int64_t units = rows ? (m + TV_VGEMM_MR - 1) / TV_VGEMM_MR : panels;
   const int64_t chunks = units < TV_VGEMM_CHUNKS * threads ? units : TV_VGEMM_CHUNKS * threads;
-  job.per = (units + chunks - 1) / chunks * (job.rows ? TV_VGEMM_MR : 1);
+  tv_vgemm_job job = {m, n, k, panels, (units + chunks - 1) / chunks * (rows ? TV_VGEMM_MR : 1), chunks,
+                      rows, reverse && !rows, threads, x, packed, epi, out};
   tv_team_run(chunks, threads, tv_vgemm_chunk, &job);
   return 0;
 }
