@@ -34,6 +34,10 @@ static inline void tv_team_run(int64_t chunks, int threads, void (*fn)(void*, in
   (void)threads;
   for (int64_t i = 0; i < chunks; ++i) fn(arg, i);
 }
+static inline int64_t tv_team_mirror(int64_t i, int64_t chunks, int64_t threads) {
+  (void)threads;
+  return chunks - 1 - i;
+}
 #include "tv_vgemm.h"
 
 #ifndef LI_FB

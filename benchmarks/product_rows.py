@@ -32,6 +32,10 @@ static inline void tv_team_run(int64_t chunks, int threads, void (*fn)(void*, in
   (void)threads;
   for (int64_t i = 0; i < chunks; ++i) fn(arg, i);
 }
+static inline int64_t tv_team_mirror(int64_t i, int64_t chunks, int64_t threads) {
+  (void)threads;
+  return chunks - 1 - i;
+}
 #include "tv_vgemm.h"
 int32_t NAME(int64_t m, int64_t n, int64_t k, const float* x, const float* w, float* out) {
   return tv_vgemm_product(m, n, k, x, w, NULL, out);
