@@ -520,17 +520,26 @@ static inline int tv_vgemm_beyond_l2(int64_t n, int64_t k) {
   const int64_t weight = (n + TV_VGEMM_NR - 1) / TV_VGEMM_NR * k * TV_VGEMM_NR * (int64_t)sizeof(float);
   return weight > 2 * (int64_t)TV_VGEMM_GROUP_BYTES;
 }
+/* Whether L2 (twice TV_VGEMM_GROUP_BYTES) holds at least a quarter of the packed weight of n x k. */
+static inline int tv_vgemm_l2_quarter(int64_t n, int64_t k) {
+  const int64_t weight = (n + TV_VGEMM_NR - 1) / TV_VGEMM_NR * k * TV_VGEMM_NR * (int64_t)sizeof(float);
+  return weight <= 8 * (int64_t)TV_VGEMM_GROUP_BYTES;
+}
 /* Whether the product streams its weight: panel after panel over a weight larger than L2, read past
    once, with the streaming tiles (tv_vgemm_rows' stream). */
 static inline int tv_vgemm_streams(int64_t rows, int64_t n, int64_t k) {
   return tv_vgemm_l1_panel(rows, k) && tv_vgemm_beyond_l2(n, k);
 }
 
-/* One row tile over a weight larger than L2 reads it in the opposite order from one call to the next
-   when the same weight comes again (a recurrent product, step after step): L2 still holds the panels read
-   last, and they are read first. The tile's sums for each panel are the same either way (the order of
+/* One row tile over a weight larger than L2, of which L2 holds at least a quarter, reads it in the
+   opposite order from one call to the next when the same weight comes again (a recurrent product, step
+   after step): L2 still holds the panels read last, and they are read first. (Over a weight many times
+   L2, GPT-2's 25.7 MB LM head, what L2 keeps is a few percent and reading backwards cost more.) The tile's sums for each panel are the same either way (the order of
    its reduction does not change), so the results are too. One weight remembered per library (atomics:
    only the speed depends on it when several threads call products at once). */
+#ifndef TV_VGEMM_BACK_BYTES
+#define TV_VGEMM_BACK_BYTES 65536
+#endif
 __attribute__((weak, visibility("hidden"))) const float* tv_vgemm_last_weight;
 __attribute__((weak, visibility("hidden"))) int32_t tv_vgemm_last_reverse;
 static inline int tv_vgemm_turn(const float* packed) {
@@ -553,8 +562,16 @@ static void tv_vgemm_block(int64_t m0, int64_t m1, int64_t p0, int64_t p1, int64
   const int64_t fit = TV_VGEMM_GROUP_BYTES / (block * TV_VGEMM_NR * (int64_t)sizeof(float));
   const int64_t group = l1_panel || fit < 1 ? 1 : fit;
   const int stream = tv_vgemm_streams(m1 - m0, n, k);
-  if (reverse && m1 - m0 <= TV_VGEMM_MR) {  /* (one row tile, the whole reduction: the tiles of the order below) */
-    for (int64_t p = p1 - 1; p >= p0; --p) tv_vgemm_group(m0, m1, p, p + 1, 0, k, n, k, x, packed, epi, out, stream);
+  if (reverse && m1 - m0 <= TV_VGEMM_MR) {
+    /* One row tile, the whole reduction: the tiles of the order below. Runs of panels of about
+       TV_VGEMM_BACK_BYTES go last to first, the panels of a run in memory order: panel by panel last to
+       first, a weight streamed from L3 or memory lost the prefetchers at every panel (GPT-2's LM head,
+       8 KB panels: 1.7x slower). */
+    const int64_t run = TV_VGEMM_BACK_BYTES / (k * TV_VGEMM_NR * (int64_t)sizeof(float)) + 1;
+    for (int64_t end = p1; end > p0; end -= run) {
+      const int64_t start = end - run > p0 ? end - run : p0;
+      tv_vgemm_group(m0, m1, start, end, 0, k, n, k, x, packed, epi, out, stream);
+    }
     return;
   }
   if (m1 - m0 <= TV_VGEMM_MC) {
@@ -611,7 +628,7 @@ static int32_t tv_vgemm_product(int64_t m, int64_t n, int64_t k, const float* x,
   }
   const int threads = tv_gemm_parallel_rows((double)m * n * k, m) ? tv_omp_max_threads() : 1;
   const int64_t panels = (n + TV_VGEMM_NR - 1) / TV_VGEMM_NR;
-  const int reverse = m <= TV_VGEMM_MR && tv_vgemm_beyond_l2(n, k) && tv_vgemm_turn(packed);
+  const int reverse = m <= TV_VGEMM_MR && tv_vgemm_beyond_l2(n, k) && tv_vgemm_l2_quarter(n, k) && tv_vgemm_turn(packed);
   if (threads <= 1) { tv_vgemm_block(0, m, 0, panels, n, k, x, packed, epi, out, reverse); return 0; }
   const int rows = !(panels >= 2 * threads || m < 2 * TV_VGEMM_MR);
   const int64_t units = rows ? (m + TV_VGEMM_MR - 1) / TV_VGEMM_MR : panels;
