@@ -120,6 +120,7 @@ class Toolchain:
     simd_pragmas: bool
     float16: bool
     python_include: str = ""  # where Python.h is, when a C wrapper for Python calls can be built
+    aliases: bool = False  # hidden aliases of static functions link (the kernel library's parts: build.SharedUnit)
 
     @property
     def fingerprint(self) -> str:
@@ -276,7 +277,7 @@ def _probe() -> Toolchain:
     from .c_emit import PRELUDE
 
     identity = (f"{compiler}|{first_line}|{binary.st_mtime_ns}|{binary.st_size}|{_BASE_FLAGS}|{PRELUDE}"
-                f"|{_IF_CONVERSION_PROBE}")
+                f"|{_IF_CONVERSION_PROBE}|{_ALIAS_PROBE}")
     key = hashlib.sha256(identity.encode()).hexdigest()[:16]
     probe_file = cache_dir() / f"toolchain-{key}.json"
     try:
@@ -308,12 +309,12 @@ def _toolchain_from_json(data, compiler: str, version: str) -> Toolchain | None:
     if tuple(flags[:len(_BASE_FLAGS)]) != _BASE_FLAGS or len(set(extra)) != len(extra) \
             or not all(isinstance(f, str) and f in _OPTIONAL_FLAGS for f in extra):
         return None
-    if not all(isinstance(data[k], bool) for k in ("openmp", "simd_pragmas", "float16")) \
+    if not all(isinstance(data[k], bool) for k in ("openmp", "simd_pragmas", "float16", "aliases")) \
             or data["openmp"] != ("-fopenmp" in extra) \
             or data["python_include"] not in ("", sysconfig.get_paths().get("include") or ""):
         return None
     return Toolchain(compiler, version, tuple(flags), data["openmp"], data["simd_pragmas"], data["float16"],
-                     data["python_include"])
+                     data["python_include"], data["aliases"])
 
 
 def _probe_flags(compiler: str, version: str) -> Toolchain:
@@ -340,11 +341,19 @@ def _probe_flags(compiler: str, version: str) -> Toolchain:
             flags.append("-DTV_VECTOR_MATH")
         if not _if_conversion_sound(compiler, flags, tmp):
             flags.append("-DTV_NO_LOOP_IF_CONVERSION")  # PRELUDE's TV_SELECT_OF_LOADS turns it off
+        # (ELF has them; Mach-O, for one, does not: there the library stays one unit per model)
+        aliases = accepts(tuple(flags), _ALIAS_PROBE)
         include = sysconfig.get_paths().get("include") or ""
         python_code = "#define PY_SSIZE_T_CLEAN\n#include <Python.h>\nint tv_probe(PyObject* o) { return PyTuple_Check(o); }\n"
         if not include or not accepts(("-I" + include,), python_code):
             include = ""
-    return Toolchain(compiler, version, tuple(_BASE_FLAGS) + tuple(flags), openmp, simd, float16, include)
+    return Toolchain(compiler, version, tuple(_BASE_FLAGS) + tuple(flags), openmp, simd, float16, include, aliases)
+
+
+# What a library part's unit does (c_emit.library_part): export a static function under a hidden alias of its type.
+_ALIAS_PROBE = ("__attribute__((unused)) static int tv_twice(int a) { return 2 * a; }\n"
+                'extern __typeof__(tv_twice) tv_probe __attribute__((alias("tv_twice"), visibility("hidden")));\n'
+                "int tv_probe_call(int a) { return tv_probe(a); }\n")
 
 
 def _vector_math_works(compiler: str, flags: list, tmp: str) -> bool:

@@ -236,7 +236,8 @@ def build_module(funcs: list[PrimFunc], toolchain: Toolchain | None = None, jobs
         raise ValueError("codegen: build_module's emitted kernels must be those of funcs, in order")
     source = emit_library(emitted)  # (the whole library as one unit: what an AOT build or a reader gets)
     groups = split_units(emitted, compile_workers(), jobs)
-    parts = library_parts(emitted)
+    toolchain = toolchain or find_toolchain()
+    parts = library_parts(emitted) if toolchain.aliases else []
     if parts:  # the kernels call the library parts' cached objects (c_emit.LIBRARY_PARTS)
         units = [emit_library(group, linked_parts=True) for group in groups]
         units += [SharedUnit(library_part(part), LIBRARY_PART_FLAGS.get(part, ())) for part in parts]
@@ -247,7 +248,6 @@ def build_module(funcs: list[PrimFunc], toolchain: Toolchain | None = None, jobs
         if text:
             units.append(extra)
             source += "\n" + text
-    toolchain = toolchain or find_toolchain()
     module_name = ""
     if toolchain.python_include:
         # Named after the kernels, so that different libraries never share a module name.

@@ -6,13 +6,14 @@ again, not linked; a part's unit compiles warning-clean on its own."""
 
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 
 import numpy as np
 import pytest
 
 from tensorvm import op
-from tensorvm.codegen import blas, build, c_emit
+from tensorvm.codegen import blas, build, c_emit, module
 from tensorvm.codegen.fused import build_fused_module
 from tensorvm.ir.expr import Function, Var
 from tensorvm.ir.types import Any, TensorType
@@ -110,3 +111,14 @@ def test_each_part_compiles_warning_clean_and_exports_its_entry_points(part, tmp
     if nm.returncode == 0:
         defined = {line.split()[-1] for line in nm.stdout.splitlines() if " T " in line}
         assert {"tvl_" + name[3:] for name in c_emit.LIBRARY_PARTS[part]} <= defined
+
+
+def test_a_toolchain_without_aliases_builds_the_library_as_one_unit(fresh_cache, monkeypatch):
+    """Where hidden aliases do not link (Mach-O, for one; the toolchain probe says), no part object is
+    made: the kernels' unit compiles the entry points itself, as before the parts, and computes the same."""
+    assert build.find_toolchain().aliases  # (this machine's gcc on ELF)
+    plain = dataclasses.replace(build.find_toolchain(), aliases=False)
+    monkeypatch.setattr(module, "find_toolchain", lambda: plain)
+    built, _ = _conv_kernel(8, 3)
+    _check(built["k"], 8, 3)
+    assert _objects(fresh_cache) == []
