@@ -3,8 +3,8 @@
 
    tv_team_run(chunks, threads, fn, ctx) runs fn(ctx, i) for every chunk i in [0, chunks) on the calling
    thread and up to threads - 1 pool workers. Unlike an OpenMP parallel region, whose end is a barrier
-   that waits until every thread of the team has been scheduled, the caller claims chunks itself from the
-   same counter as the workers and returns once every chunk is done: a worker whose core is busy with
+   that waits until every thread of the team has been scheduled, the caller claims chunks itself, as the
+   workers do (its home range first, then any left: below), and returns once every chunk is done: a worker whose core is busy with
    another process (and that has therefore not started) costs nothing, the caller does its chunks. Only
    a chunk a worker has already claimed is waited for, so chunks are kept small (a few per thread).
 
