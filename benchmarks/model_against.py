@@ -2,7 +2,7 @@
 another checkout's (``--against``: its ``tensorvm/codegen/lib`` text, the same code generator), each
 library on its own pool, timed interleaved at each thread count beside ONNX Runtime (not spinning).
 
-    .venv/bin/python benchmarks/model_against.py --against /work/main                 # mobilenetv3, 1 and 2 threads
+    .venv/bin/python benchmarks/model_against.py --against ../main                     # mobilenetv3, 1 and 2 threads
     .venv/bin/python benchmarks/model_against.py resnet18 --against ../main --rounds 20
     .venv/bin/python benchmarks/model_against.py cnn --against ../main --calls 200   # the suite's small CNN
 
