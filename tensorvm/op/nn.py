@@ -1130,12 +1130,12 @@ def _conv2d_strategy(attrs, inputs, out_type):
     # its lanes (a 1 x 1 image: one scalar chain of FMAs per output; MobileNetV3's 240 -> 64
     # squeeze-excitation product took 10 us so, 1.4 us through the library), so its work counts
     # ceil(lanes / ow) times against the library call's threshold.
-    if isinstance(width, Const):
+    if isinstance(ow, Const):  # (a static width: ow folds to its value)
         from ..codegen.strategy import rules
 
-        lanes, columns = rules().vector_width, (width.value + pl + pr - dw * (kw - 1) - 1) // sw + 1
-        if 0 < columns < lanes:
-            work = work * -(-lanes // columns)
+        lanes = rules().vector_width
+        if 0 < ow.value < lanes:
+            work = work * -(-lanes // ow.value)
     # named after the C kernel that runs (exe.stats()' "product_kernels" gives its tile for this host)
     suffix = GEMM_SUFFIX[out_type.dtype]
     name = "depthwise" if depthwise else "pointwise" if call.pointwise(suffix) else "direct" if call.direct(suffix) \
