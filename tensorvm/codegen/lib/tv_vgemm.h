@@ -515,15 +515,17 @@ static inline int64_t tv_vgemm_kblock(int64_t rows, int64_t k) {
 static inline int tv_vgemm_l1_panel(int64_t rows, int64_t k) {
   return (rows + TV_VGEMM_NR) * tv_vgemm_kblock(rows, k) * (int64_t)sizeof(float) <= TV_VGEMM_L1_BYTES;
 }
+/* The bytes of the packed weight of n x k (whole panels). */
+static inline int64_t tv_vgemm_weight_bytes(int64_t n, int64_t k) {
+  return (n + TV_VGEMM_NR - 1) / TV_VGEMM_NR * k * TV_VGEMM_NR * (int64_t)sizeof(float);
+}
 /* Whether the packed weight of n x k is larger than L2 (twice TV_VGEMM_GROUP_BYTES). */
 static inline int tv_vgemm_beyond_l2(int64_t n, int64_t k) {
-  const int64_t weight = (n + TV_VGEMM_NR - 1) / TV_VGEMM_NR * k * TV_VGEMM_NR * (int64_t)sizeof(float);
-  return weight > 2 * (int64_t)TV_VGEMM_GROUP_BYTES;
+  return tv_vgemm_weight_bytes(n, k) > 2 * (int64_t)TV_VGEMM_GROUP_BYTES;
 }
 /* Whether L2 (twice TV_VGEMM_GROUP_BYTES) holds at least a quarter of the packed weight of n x k. */
 static inline int tv_vgemm_l2_quarter(int64_t n, int64_t k) {
-  const int64_t weight = (n + TV_VGEMM_NR - 1) / TV_VGEMM_NR * k * TV_VGEMM_NR * (int64_t)sizeof(float);
-  return weight <= 8 * (int64_t)TV_VGEMM_GROUP_BYTES;
+  return tv_vgemm_weight_bytes(n, k) <= 8 * (int64_t)TV_VGEMM_GROUP_BYTES;
 }
 /* Whether the product streams its weight: panel after panel over a weight larger than L2, read past
    once, with the streaming tiles (tv_vgemm_rows' stream). */
@@ -534,9 +536,10 @@ static inline int tv_vgemm_streams(int64_t rows, int64_t n, int64_t k) {
 /* One row tile over a weight larger than L2, of which L2 holds at least a quarter, reads it in the
    opposite order from one call to the next when the same weight comes again (a recurrent product, step
    after step): L2 still holds the panels read last, and they are read first. (Over a weight many times
-   L2, GPT-2's 25.7 MB LM head, what L2 keeps is a few percent and reading backwards cost more.) The tile's sums for each panel are the same either way (the order of
-   its reduction does not change), so the results are too. One weight remembered per library (atomics:
-   only the speed depends on it when several threads call products at once). */
+   L2, GPT-2's 25.7 MB LM head, what L2 keeps is a few percent and reading backwards cost more.) The
+   tile's sums for each panel are the same either way (the order of its reduction does not change), so the
+   results are too. One weight remembered per library (atomics: only the speed depends on it when several
+   threads call products at once). */
 #ifndef TV_VGEMM_BACK_BYTES
 #define TV_VGEMM_BACK_BYTES 65536
 #endif
