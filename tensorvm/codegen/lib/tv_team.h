@@ -30,7 +30,7 @@
    Each range is one 64-bit word, generation << 32 | next chunk, and its end, so a thread that read an
    older job can never claim a chunk of a newer one (its compare-and-swap fails once the generation moves
    on). A job is published in three steps: its ranges' words are closed (the new generation, chunk
-   TV_TEAM_CLOSED), the job's function, context and chunk count and each range's end are written, then
+   TV_TEAM_CLOSED), the job's function and context and each range's end are written, then
    each word opens at its range's first chunk. A claim reads a range's word, then the job and the range's
    end, then swaps the word to the next chunk: if what it read was not the word's job, the word was closed
    before and the swap fails. A range the new job does not use keeps the old job's word, exhausted (every
@@ -80,7 +80,6 @@ typedef struct {
   uint64_t generation;    /* of the current job */
   tv_team_fn fn;
   void* ctx;
-  int64_t chunks;
   int64_t done;           /* chunks finished, of the current job */
   int32_t team;           /* threads the current job may use (caller included) */
   int32_t busy;           /* a caller is running a job */
@@ -122,14 +121,12 @@ static inline int64_t tv_team_range_start(int64_t r, int64_t chunks, int64_t ran
    thread that runs a range's chunks first to last, runs the mirrored ones last to first. */
 static inline int64_t tv_team_mirror(int64_t i, int64_t chunks, int64_t threads) {
   const int64_t ranges = tv_team_ranges(chunks, threads);
-  int64_t r = i * ranges / chunks;  /* (then corrected: the starts are rounded down) */
-  while (r + 1 < ranges && tv_team_range_start(r + 1, chunks, ranges) <= i) ++r;
-  while (r > 0 && tv_team_range_start(r, chunks, ranges) > i) --r;
+  const int64_t r = ((i + 1) * ranges - 1) / chunks;  /* (the last range whose start r * chunks / ranges <= i) */
   return tv_team_range_start(r, chunks, ranges) + tv_team_range_start(r + 1, chunks, ranges) - 1 - i;
 }
 
-/* Claim and run chunks of the current job, those of range `home` first, then those left in the others,
-   until none is left or the job changed; returns how many ran. */
+/* Claim and run chunks of the current job, those of range `home` (modulo TV_TEAM_RANGES) first, then
+   those left in the others, until none is left or the job changed; returns how many ran. */
 __attribute__((weak, visibility("hidden"))) int64_t tv_team_work(int32_t home) {
   int64_t ran = 0;
   for (int32_t step = 0; step < TV_TEAM_RANGES; ++step) {
@@ -179,9 +176,8 @@ __attribute__((weak, visibility("hidden"))) void* tv_team_worker(void* arg) {
       }
     }
     seen = TV_TEAM_LOAD(&tv_team.sequence);
-    const int32_t team = TV_TEAM_LOAD(&tv_team.team);
-    if (index < team) {
-      const int64_t ran = tv_team_work(index < TV_TEAM_RANGES ? index : index % TV_TEAM_RANGES);
+    if (index < TV_TEAM_LOAD(&tv_team.team)) {
+      const int64_t ran = tv_team_work(index);
       if (ran) TV_TEAM_ADD(&tv_team_worker_chunks, ran);
     }
   }
@@ -229,7 +225,6 @@ __attribute__((weak, visibility("hidden"))) void tv_team_run_here(int64_t chunks
   for (int64_t r = 0; r < ranges; ++r) TV_TEAM_STORE(&tv_team.range[r].word, generation << 32 | TV_TEAM_CLOSED);
   TV_TEAM_STORE(&tv_team.fn, fn);
   TV_TEAM_STORE(&tv_team.ctx, ctx);
-  TV_TEAM_STORE(&tv_team.chunks, chunks);
   TV_TEAM_STORE(&tv_team.done, 0);
   TV_TEAM_STORE(&tv_team.team, team);
   for (int64_t r = 0; r < ranges; ++r) {
