@@ -32,6 +32,7 @@ a VM running the same executable.
 
 from __future__ import annotations
 
+import bisect
 import math
 import os
 import sys
@@ -49,9 +50,10 @@ from ..errors import ExecutionError, ShapeError, TensorVMError, UnsupportedError
 from ..ir.types import Any as AnyDim
 from ..ir.types import FuncType, GlobalTypeVar, SymDim, TensorType, TupleType, TypeCall
 from ..runtime.convert import convert_argument
-from ..runtime.memory import make_allocator
+from ..runtime.memory import NaiveAllocator, make_allocator
 from ..runtime.ndarray import NDArray
 from ..runtime.object import ADT, Closure
+from ..runtime.placement import TensorLifetime, plan_memory
 from ..runtime.stack import (
     DEEP_RECURSION_LIMIT,
     GC_PAUSERS,
@@ -104,6 +106,9 @@ _SPECIALIZE_LIMIT = 32
 _ARENA_LIMIT = 256 << 20
 
 _INT64 = np.dtype("int64")
+# The storages a shape slice makes for its arena only to learn their tensors' layout: fresh, never written
+# (the body writes the arena, in the placed block), dropped once placed (``VirtualMachine._placed``).
+_scratch_alloc = NaiveAllocator().alloc
 
 
 # --- builtins shared by the dispatch loop and compiled mode ---------------------------------------
@@ -416,7 +421,7 @@ class VirtualMachine:
         return [self._decode(fn, *parts) for fn in self.exe.functions]
 
     def _decode(self, fn: bc.VMFunction, kernels: list, builtins: dict, forms: list, keep=None,
-                skip=frozenset(), placeholders=frozenset(), private=frozenset()) -> tuple:
+                skip=frozenset(), placeholders=frozenset(), private=frozenset(), scratch=frozenset()) -> tuple:
         """``fn``'s instructions as decoded tuples, plus the bytecode pc of each (for error messages).
 
         Registers written once by ``LoadConst``/``LoadConsti`` and read only where an immediate fits
@@ -424,7 +429,7 @@ class VirtualMachine:
         Shapes stay tuples where ``shape_plan`` proves it safe. ``keep`` (the pcs to decode, default all)
         and ``skip`` select part of a straight-line function (a shape slice or the body after it); the
         tensors allocated at ``placeholders`` get their shape and no memory, those at ``private`` memory of
-        their own.
+        their own; the storages allocated at ``scratch`` come from a throwaway allocator (``_scratch_alloc``).
         """
         O = bc.Opcode
         instrs = fn.instructions
@@ -434,9 +439,9 @@ class VirtualMachine:
         tails = bc.tail_call_pcs(fn)
         plan = shape_plan(fn, forms, consts)
         tuple_regs = plan.tuple_regs
-        alloc = builtins["alloc"]
         code, pcs = [], []
         for pc, ins in enumerate(instrs):
+            alloc = _scratch_alloc if pc in scratch else builtins["alloc"]
             op = ins.opcode
             if (op in (O.LoadConst, O.LoadConsti) and ins.dst in folded) or pc in plan.dropped or pc in skip \
                     or (keep is not None and pc not in keep):
@@ -445,7 +450,7 @@ class VirtualMachine:
             if pc in placeholders:
                 view = view_reg = _shape_placeholder
             elif pc in private:
-                view = view_reg = _private_view(builtins["view"], alloc)
+                view = view_reg = _private_view(builtins["view"], builtins["alloc"])
             else:
                 view, view_reg = builtins["view"], builtins["view_reg"]
             if op == O.InvokePacked:
@@ -789,12 +794,14 @@ class VirtualMachine:
         fn = self.exe.functions[info.index]
         plan = info.shape_slice
         code, pcs = self._decode(fn, *self._plain_parts, keep=plan.slice_pcs, placeholders=plan.placeholders,
-                                 private=plan.private)
+                                 private=plan.private, scratch=plan.scratch)
         results = info.num_regs  # one more register: the tuple of the slice's results
         sliced = _FunctionInfo(fn, info.index, num_regs=results + 1)
-        sliced.code = (*code, (D.ALLOC_ADT, results, 0, _tuple_getter(plan.preset)), (D.RET, results))
+        returned = (*plan.preset, *(storage for storage, *_ in plan.arena))
+        sliced.code = (*code, (D.ALLOC_ADT, results, 0, _tuple_getter(returned)), (D.RET, results))
         sliced.pcs = (*pcs, -1, -1)
         values = self._run(sliced, args).fields
+        values = self._placed(plan.arena, values[:len(plan.preset)], values[len(plan.preset):])
         body = _FunctionInfo(fn, info.index)
         body.code, body.pcs = self._decode(fn, *self._plain_parts, skip=plan.body_skip)
         tail = list(body.tail)
@@ -811,6 +818,35 @@ class VirtualMachine:
         info.specialized[key] = body
         info.sightings.pop(key, None)
         return body
+
+    def _placed(self, arena: tuple, values: tuple, scratch: tuple) -> tuple:
+        """``values`` with every view of a scratch storage of the ``arena`` moved to that storage's place in
+        one block of this VM's allocator: storages whose body spans do not overlap share bytes
+        (``specialize.py``; placed by ``plan_memory``, checked by the plan's own ``check``)."""
+        # (a storage of shapes the decoder keeps as tuples is not made: ``shape_plan``'s dropped storages)
+        made = [(entry, storage) for entry, storage in zip(arena, scratch, strict=True)
+                if isinstance(storage, np.ndarray)]
+        if not made:
+            return values
+        alignment = max(64, *(align for (_, align, _, _), _ in made))
+        plan = plan_memory([TensorLifetime(str(reg), storage.nbytes, first, last)
+                            for (reg, _, first, last), storage in made], "greedy_by_size", alignment).check()
+        block = self.allocator.alloc(plan.total_bytes, alignment, "uint8")
+        # the scratch storages' address ranges, sorted, with where each one's bytes go in the block
+        ranges = sorted((storage.ctypes.data, storage.nbytes, plan.offsets[str(reg)])
+                        for (reg, *_), storage in made if storage.nbytes)
+        starts = [start for start, _, _ in ranges]
+        placed = []
+        for value in values:
+            if isinstance(value, np.ndarray) and value.nbytes:
+                address = value.ctypes.data
+                index = bisect.bisect_right(starts, address) - 1
+                if index >= 0 and address < starts[index] + ranges[index][1]:
+                    start, _, offset = ranges[index]
+                    value = np.ndarray(value.shape, value.dtype, buffer=block, offset=offset + address - start,
+                                       strides=value.strides)
+            placed.append(value)
+        return tuple(placed)
 
     def _body_maker(self, info: _FunctionInfo):
         """Compiled mode: the maker of ``info``'s specialized body as generated code (one per function)."""

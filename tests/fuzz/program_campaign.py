@@ -8,6 +8,7 @@ the mismatches in a comment on top).
     python tests/fuzz/program_campaign.py --programs 2000 --seed 7 --out fuzz-failures
     python tests/fuzz/program_campaign.py --programs 300 --flavor dataflow --executors vm-python-bytecode \\
         --break specialize     # a reintroduced defect: must report mismatches
+    python tests/fuzz/program_campaign.py --programs 300 --flavor dataflow --break arena
     python tests/fuzz/program_campaign.py --replay fuzz-failures/*.rly
 
 Exit status 1 when any mismatch (or a program the interpreter rejects) was found.
@@ -29,6 +30,8 @@ from program_gen import FLAVORS, programs  # noqa: E402
 
 CHUNK = 50  # programs per Hypothesis run (a failure ends its run, after shrinking)
 SHRINK_STEPS = 150  # programs tried while shrinking one failure (each may compile C)
+# reintroduced defects (``--break``): each must make the campaign report mismatches
+_BREAKAGES = {"specialize": pf.broken_specialization, "arena": pf.broken_arena_placement}
 
 
 def campaign(max_programs: int | None, minutes: float | None, first_seed: int, flavor: str | None,
@@ -120,7 +123,7 @@ def main(argv=None) -> int:
     parser.add_argument("--out", default="fuzz-failures", help="directory for shrunk failing programs")
     parser.add_argument("--replay", nargs="+", metavar="FILE", default=None,
                         help="run saved programs (.rly) instead of generating any")
-    parser.add_argument("--break", dest="breakage", choices=("specialize",), default=None,
+    parser.add_argument("--break", dest="breakage", choices=tuple(_BREAKAGES), default=None,
                         help="reintroduce a known defect (the run must then report mismatches)")
     args = parser.parse_args(argv)
     if args.programs is None and args.minutes is None:
@@ -130,7 +133,7 @@ def main(argv=None) -> int:
     if unknown:
         parser.error(f"unknown executors {unknown}; expected some of {', '.join(pf.EXECUTORS)}")
     executors = {n: pf.EXECUTORS[n] for n in names}
-    breakage = pf.broken_specialization() if args.breakage == "specialize" else contextlib.nullcontext()
+    breakage = _BREAKAGES[args.breakage]() if args.breakage else contextlib.nullcontext()
     start = time.monotonic()
     with breakage:
         if args.replay:

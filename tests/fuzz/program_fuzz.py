@@ -323,3 +323,25 @@ def broken_specialization():
     finally:
         for m in modules:
             m.shape_slice = original
+
+
+@contextlib.contextmanager
+def broken_arena_placement():
+    """Shortens every arena storage's span by its last instruction while active (an off-by-one: the last use
+    taken as exclusive), so the VM's placement of a specialized body's arena lets a kernel's output share
+    bytes with an input it still reads. Without placed arenas this changes nothing."""
+    from tensorvm.vm import specialize
+
+    original = getattr(specialize, "_arena_spans", None)
+    if original is None:
+        yield
+        return
+
+    def shortened(*args):
+        return {storage: [first, max(first, last - 1)] for storage, (first, last) in original(*args).items()}
+
+    specialize._arena_spans = shortened
+    try:
+        yield
+    finally:
+        specialize._arena_spans = original

@@ -21,6 +21,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import program_fuzz as pf  # noqa: E402
 from program_gen import programs  # noqa: E402
 
+from tensorvm.codegen.build import have_compiler  # noqa: E402
+
 # examples per flavor, tuned to about a minute each on one core (compiling C kernels dominates)
 BUDGET = {"static": 25, "dataflow": 35, "full": 30}
 
@@ -92,6 +94,27 @@ def test_the_fuzzer_finds_the_reintroduced_specialization_defect():
 
     if "private" in ShapeSlice.__dataclass_fields__:
         assert not fails(case), case.text
+
+
+@pytest.mark.skipif(not have_compiler(), reason="the defect shows only in C kernels (NumPy's read all inputs first)")
+def test_the_fuzzer_finds_a_misplaced_arena():
+    """An off-by-one in the spans of a specialized body's arena storages (``broken_arena_placement``: the
+    last use taken as exclusive, so a kernel's output may share bytes with an input it still reads): the
+    fuzzer must report a mismatch within its budget on the C VM, and the program it found must pass once
+    the defect is gone."""
+    executors = {"vm-c-bytecode": pf.EXECUTORS["vm-c-bytecode"]}
+    tried = []
+
+    def fails(case) -> bool:
+        tried.append(case)
+        return bool(pf.run_case(case, pf.Stats(), executors))
+
+    with pf.broken_arena_placement():
+        try:
+            case = find(programs("dataflow"), fails, settings=_settings(600, phases=(Phase.generate,)))
+        except NoSuchExample:
+            pytest.fail(f"the fuzzer missed the misplaced arena in {len(tried)} programs")
+    assert not fails(case), case.text
 
 
 def test_an_earlier_result_that_changes_is_reported():

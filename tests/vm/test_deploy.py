@@ -51,7 +51,7 @@ def @main(%x: Tensor[(?, 4), float32], %n: int32) { @loop(0, %n, %x) }
 ALLOWED = {
     "tensorvm", "tensorvm.errors", "tensorvm.ir", "tensorvm.ir.types",
     "tensorvm.runtime", "tensorvm.runtime.blas", "tensorvm.runtime.convert", "tensorvm.runtime.library",
-    "tensorvm.runtime.memory",
+    "tensorvm.runtime.memory", "tensorvm.runtime.placement",
     "tensorvm.runtime.ndarray", "tensorvm.runtime.object", "tensorvm.runtime.stack",
     "tensorvm.vm", "tensorvm.vm.bytecode", "tensorvm.vm.compiled", "tensorvm.vm.compiler", "tensorvm.vm.decoded",
     "tensorvm.vm.executable",
