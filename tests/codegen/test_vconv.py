@@ -177,6 +177,10 @@ DEPTHWISE = [
     ((1, 3, 17, 40), (3, 2), (3, 2), (1, 2), (0, 2, 1, 0)),      # stride 3 rows, asymmetric padding
     ((1, 2, 9, 70), (3, 3), (1, 2), (1, 1), (0, 0, 0, 0)),       # no padding, a wide row
     ((1, 2, 5, 3), (3, 3), (2, 2), (1, 1), (4, 5, 1, 0)),        # padding wider than the image
+    # unit column stride, 3 wide (the unit tile's 3-tap instance where rows are wider than two vectors)
+    ((1, 3, 28, 28), (3, 3), (1, 1), (1, 1), (1, 1, 1, 1)),      # MobileNet's 88-channel layer's planes
+    ((2, 3, 11, 45), (1, 3), (1, 1), (1, 1), (0, 1, 0, 1)),      # one kernel row, an odd wide row
+    ((1, 2, 19, 40), (3, 3), (1, 1), (2, 1), (2, 1, 2, 1)),      # dilated rows
 ]
 
 

@@ -762,6 +762,9 @@ static inline void tv_vdw_put(const float* row, const tv_conv_epilogue* e, const
     }                                                                                                \
   }
 TV_VDW_CHANNEL(unit, TV_VCONV_AT_UNIT, kw, 8)
+/* (3 taps a row, a constant: the rows wider than the channel-blocked tiles take (MobileNet's 88-channel
+   28x28 layer at 8 lanes) ran 1.24x faster than through the tile whose tap count is a variable) */
+TV_VDW_CHANNEL(unit3, TV_VCONV_AT_UNIT, 3, 8)
 TV_VDW_CHANNEL(any, TV_VCONV_AT_TABLE, kw, 8)
 /* Column stride 2, dilation 1 and a kernel 3, 5 or 7 wide (KW, a constant): no phase-split copy. Each
    input row of a column block is split into its even and odd columns in registers as the tile reads it:
@@ -908,7 +911,9 @@ static void tv_vdw_chunk(void* arg, int64_t i) {
                                                j->oh, j->ow, dst)
 #define TV_VDW2_CALL(KW) tv_vdw2_channel_k##KW(plane, j->lw, wt, start, &j->epi, res, j->oh, j->ow, dst)
     switch (j->path) {
-      case 1: TV_VDW_CALL(unit); break;
+      case 1:
+        if (j->kw == 3) TV_VDW_CALL(unit3); else TV_VDW_CALL(unit);
+        break;
       case 3: TV_VDW2_CALL(3); break;
       case 5: TV_VDW2_CALL(5); break;
       case 7: TV_VDW2_CALL(7); break;
