@@ -234,8 +234,10 @@ def _constant_int_registers(fn: bc.VMFunction, ints: set, constants) -> set:
 
 def _shape_of_registers(fn: bc.VMFunction, ints: set, shape_funcs: dict, primitives) -> set:
     """Registers that need not hold a shape tensor: written only by ``ShapeOf`` (or killed) and read only as
-    an input a C shape function reads by shape. Such a register holds the tensor itself and the shape
-    function reads its dims (``tvn_s<p>``'s ``of_tensor``): no allocation, no copy of the dims."""
+    an input a C shape function reads by shape. Such a register holds a tensor of the dims alone (no
+    storage: ``tvn_shape_header``; holding the tensor itself kept its memory to the end of the call, as the
+    compiler never kills shapes) and the shape function reads its dims (``tvn_s<p>``'s ``of_tensor``): no
+    storage allocated for the shape."""
     writers: dict = {}
     for ins in fn.instructions:
         for reg in ins.writes():
@@ -471,10 +473,8 @@ class _FunctionEmitter:
         if op == O.DeviceCopy:
             return self._check(f"tvn_device_copy(ctx, r{ins.src}, &r{ins.dst}, {f}, {pc})")
         if op == O.ShapeOf:
-            if ins.dst in self.shape_of:  # the tensor itself (its dims are the shape the shape function reads)
-                return (f"if (r{ins.tensor} == NULL || r{ins.tensor}->kind != TV_KIND_TENSOR) "
-                        + self._fail(pc, "TV_ERR_EXEC", "shape_of: expected a tensor")
-                        + f"\n  tv_incref(r{ins.tensor}); " + self._set(ins.dst, f"r{ins.tensor}"))
+            if ins.dst in self.shape_of:  # the tensor's dims alone (the shape the shape function reads)
+                return self._check(f"tvn_shape_header(ctx, r{ins.tensor}, &r{ins.dst}, {f}, {pc})")
             return self._check(f"tvn_shape_of(ctx, r{ins.tensor}, &r{ins.dst}, {f}, {pc})")
         if op == O.ReshapeTensor:
             return self._check(f"tvn_reshape(ctx, r{ins.tensor}, r{ins.newshape}, &r{ins.dst}, {f}, {pc})")

@@ -135,6 +135,19 @@ TV_UNUSED static int32_t tvn_shape_of(tv_ctx* ctx, const tv_obj* o, tv_obj** dst
   *dst = &r->h;
   return 0;
 }
+/* ShapeOf into a register that only shape functions read, and only its dims (native_emit's shape_of
+   registers): a tensor of the dims alone, no storage. Such a register is never killed, and had it held the
+   tensor itself, every intermediate whose shape was taken stayed allocated to the end of the call
+   (MobileNetV3-small at batch 8: 54 MB live at once instead of 9). */
+TV_UNUSED static int32_t tvn_shape_header(tv_ctx* ctx, const tv_obj* o, tv_obj** dst, int32_t fidx, int32_t pc) {
+  if (o == NULL || o->kind != TV_KIND_TENSOR) return tv_error_set(ctx, TV_ERR_EXEC, fidx, pc, "shape_of: expected a tensor");
+  const tv_tensor* t = (const tv_tensor*)o;
+  tv_tensor* r = tv_tensor_new(ctx->pool, NULL, NULL, t->dtype_code, t->dtype_bits, t->ndim, t->shape);
+  if (r == NULL) return tv_error_set(ctx, TV_ERR_EXEC, fidx, pc, "out of memory (shape_of)");
+  tv_decref(*dst);
+  *dst = &r->h;
+  return 0;
+}
 TV_UNUSED static int32_t tvn_reshape(tv_ctx* ctx, const tv_obj* o, const tv_obj* shape, tv_obj** dst, int32_t fidx, int32_t pc) {
   int64_t dims[TV_MAX_RANK];
   int32_t ndim;

@@ -207,11 +207,11 @@ static void tv_free(tv_obj* o) {
         tv_pool* pool = t->pool;
         if (pool == NULL) {
           TV_OBJ_FREE(t);
-          tv_decref(&storage->h);
+          if (storage != NULL) tv_decref(&storage->h);
           return;
         }
         tv_pool_keep(pool, &pool->spare_tensors, &pool->num_spare_tensors, t);
-        tv_decref(&storage->h);  /* (may give its block back to the pool: still alive, t held it) */
+        if (storage != NULL) tv_decref(&storage->h);  /* (may give its block back to the pool: still alive, t held it) */
         tv_pool_decref(pool);
         return;
       }
@@ -253,7 +253,8 @@ TV_UNUSED static int64_t tv_numel(const tv_tensor* t) {
 }
 
 /* A tensor viewing storage at data (new reference; takes a new reference to storage), or NULL; its
-   struct comes from pool's spares when pool is not NULL. */
+   struct comes from pool's spares when pool is not NULL. A NULL storage (and data) makes a tensor of dims
+   alone, which only a reader of its shape may be given (tvn_shape_header). */
 TV_UNUSED static tv_tensor* tv_tensor_new(tv_pool* pool, tv_storage* storage, void* data, int32_t code, int32_t bits,
                                           int32_t ndim, const int64_t* shape) {
   if (ndim < 0 || ndim > TV_MAX_RANK) return NULL;
@@ -263,7 +264,7 @@ TV_UNUSED static tv_tensor* tv_tensor_new(tv_pool* pool, tv_storage* storage, vo
   t->h.refcount = 1;
   t->h.kind = TV_KIND_TENSOR;
   t->storage = storage;
-  tv_incref(&storage->h);
+  if (storage != NULL) tv_incref(&storage->h);
   t->pool = pool;
   if (pool != NULL) pool->refcount += 1;
   t->data = data;
