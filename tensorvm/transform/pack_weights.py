@@ -17,7 +17,9 @@ Likewise no ``nn.conv2d(x, W)`` remains with NCHW data, an OIHW float32 ``Consta
 float32 result and a reduction C x KH x KW longer than the direct kernel takes
 (``strategy.direct_max_reduction``: ResNet's 3x3 layers, MobileNet's 576-channel 1x1 layers) whose output
 has at least a tile of pixels when the kernel is 1x1, or a 1x1 one of a short reduction whose image fills the
-pointwise kernel's tiles badly (``_takes_packed``): each became
+pointwise kernel's tiles badly, or a k x k one of a short reduction whose output rows are narrower than two of
+the direct kernel's vectors, whose channels fill whole blocks and that no 2x2 max pool follows
+(``_takes_packed``): each became
 ``nn.conv2d_packed(x, pack_conv_weight(W), ...)`` with the same type, run by the packed convolution
 kernel (``tv_vconv.h``; 1.1-1.4x faster than im2col + BLAS on ResNet-18's layers). Other shorter reductions
 stay the direct kernel or, 1x1, the pointwise kernel over the image itself (``tv_vpointwise.h``).
@@ -29,11 +31,11 @@ import numpy as np
 
 from ..errors import TensorVMError
 from ..ir.attrs import Attrs
-from ..ir.expr import Call, Constant, Function, Op, is_op_call
-from ..op.nn import pack_conv_weight, pack_dense_weight
+from ..ir.expr import Call, Constant, Function, Let, Op, Var, is_op_call
+from ..op.nn import CONV_BLOCK, halves_nchw_map, pack_conv_weight, pack_dense_weight
 from ..op.registry import get_op
 from .pass_infra import BodyRewritePass
-from .to_anf import TypedMutator, copy_type
+from .to_anf import TypedMutator, copy_type, post_order_iter
 
 __all__ = ["PackWeights"]
 
@@ -45,6 +47,12 @@ class _Packer(TypedMutator):
     def __init__(self):
         super().__init__()
         self.packed = {}  # id(weight Constant) -> (Constant of the panels, the weight itself)
+        self.pooled = None  # ids of the body's convolutions whose result a 2x2 max pool reads
+
+    def visit(self, expr):
+        if self.pooled is None:  # (the first visit is the body's root)
+            self.pooled = _pooled_convolutions(expr)
+        return super().visit(expr)
 
     def visit_function(self, fn: Function):
         return fn if fn.is_primitive else super().visit_function(fn)
@@ -99,7 +107,7 @@ class _Packer(TypedMutator):
         o, c, kh, kw = weight.data.shape
         if attrs.groups != 1 or attrs.data_layout != "NCHW" or attrs.kernel_layout != "OIHW" \
                 or (attrs.out_layout or "NCHW") != "NCHW" or attrs.out_dtype not in ("", "float32") \
-                or not _takes_packed(data, attrs, kh, kw, c * kh * kw) or min(o, c) < 1 \
+                or not _takes_packed(data, attrs, kh, kw, c * kh * kw, id(call) in self.pooled) or min(o, c) < 1 \
                 or (attrs.channels is not None and attrs.channels != o) \
                 or (attrs.kernel_size is not None and tuple(attrs.kernel_size) != (kh, kw)):
             return new
@@ -115,25 +123,51 @@ class _Packer(TypedMutator):
         return copy_type(Call(_PACKED_CONV_OP, (data, entry[0]), Attrs(**packed_attrs), span=new.span), call)
 
 
-def _takes_packed(data, attrs, kh: int, kw: int, reduction: int) -> bool:
+def _pooled_convolutions(root) -> set:
+    """ids of the ``nn.conv2d`` calls under ``root`` whose result a 2x2 stride-2 max pool reads, through a
+    bias and a relu (the pool the direct kernel applies in its tiles: ``strategy.tile_epilogue``), let-bound
+    or nested."""
+    nodes = post_order_iter(root)
+    bound = {id(n.var): n.value for n in nodes if isinstance(n, Let)}
+    pooled = set()
+    for node in nodes:
+        if not is_op_call(node, "nn.max_pool2d") or not node.args \
+                or not halves_nchw_map(get_op("nn.max_pool2d").normalize_attrs(node.attrs)):
+            continue
+        expr = node.args[0]
+        for _ in range(4):  # (pool, relu, bias: at most a few steps)
+            while isinstance(expr, Var) and id(expr) in bound:
+                expr = bound[id(expr)]
+            if is_op_call(expr, "nn.conv2d"):
+                pooled.add(id(expr))
+                break
+            if not is_op_call(expr, "nn.relu", "nn.bias_add", "add") or not expr.args:
+                break
+            expr = expr.args[0]
+    return pooled
+
+
+def _takes_packed(data, attrs, kh: int, kw: int, reduction: int, pooled: bool = False) -> bool:
     """Whether the packed convolution computes this one, by this rule: a reduction longer than the direct
     kernel takes (``direct_max_reduction``), or a 1x1 one with unit strides and no padding whose pixels
     leave more than an eighth of the pointwise kernel's columns empty (``tv_vpointwise.h``: tiles of ``nr``
     pixels; 49 pixels fill 49 of 64 columns, 196 fill 196 of 208: measured with MobileNetV3's layers
     side by side, the packed kernel (tiles of pixels x channels) was 1.2x faster at 7 x 7, the
-    pointwise one 1.1-1.4x faster at 14 x 14 and above). Below, a tile's fixed cost, its setup and the
-    store through a buffer, is too large a share: 3x3 layers stay the direct kernel. For a 1x1 kernel, an
-    output of at least a tile of pixels (``mr``; squeeze-excitation's 1x1 images stay a product of
-    vectors)."""
+    pointwise one 1.1-1.4x faster at 14 x 14 and above), or a k x k one with narrow output rows
+    (``_narrow_rows_packed``). For a 1x1 kernel, an output of at least a tile of pixels (``mr``;
+    squeeze-excitation's 1x1 images stay a product of vectors)."""
     from ..codegen.host import gemm_params
     from ..codegen.strategy import direct_max_reduction, direct_takes
 
-    if (kh, kw) != (1, 1):
-        return not direct_takes(reduction // (kh * kw), kh, kw)  # (channels padded to blocks: see there)
+    channels = reduction // (kh * kw)
+    if (kh, kw) != (1, 1) and not direct_takes(channels, kh, kw):  # (channels padded to blocks: see there)
+        return True
     shape = getattr(getattr(data, "checked_type", None), "shape", None)
     if shape is None or len(shape) != 4:
         return False
     h, w = (d.value if hasattr(d, "value") else d for d in shape[2:])
+    if (kh, kw) != (1, 1):
+        return _narrow_rows_packed(h, w, attrs, kh, kw, channels, pooled)
     if not isinstance(h, int) or not isinstance(w, int):
         return reduction > direct_max_reduction()
     (sh, sw), (pt, pl, pb, pr) = attrs.strides, attrs.padding
@@ -145,6 +179,25 @@ def _takes_packed(data, attrs, kh: int, kw: int, reduction: int) -> bool:
         return True
     pointwise = (sh, sw) == (1, 1) and not any(attrs.padding)
     return pointwise and 8 * (-(-pixels // params.nr) * params.nr - pixels) > pixels
+
+
+def _narrow_rows_packed(h, w, attrs, kh: int, kw: int, channels: int, pooled: bool) -> bool:
+    """A k x k convolution the direct kernel could take still runs packed when its output rows are narrower
+    than two of the direct kernel's vectors (``lanes``: the direct tile is one vector of a row's columns,
+    and a short row wastes lanes or pays a tile's setup per few pixels), its image has at least a packed
+    tile of pixels, its input channels fill whole blocks (no padded channels) and no 2x2 max pool follows
+    it (which the direct kernel applies in its tiles, the packed one in a kernel of its own). Measured
+    side by side, 1 and 2 threads: 32 -> 64 channels at 8 x 8 packed / direct 0.80 / 0.84, 32 -> 32 at 8 x 8
+    0.80 / 0.74, 32 -> 64 at 12 x 12 0.74, at 4 x 4 0.36; 32 -> 64 at 16 x 16 0.91 but 16 -> 16 at 32 x 32
+    1.11, 20 input channels at 16 x 16 1.27, with a pool at 8 x 8 1.30: those stay direct."""
+    from ..codegen.host import gemm_params
+
+    if not isinstance(h, int) or not isinstance(w, int) or pooled or channels % CONV_BLOCK:
+        return False
+    (sh, sw), (dh, dw), (pt, pl, pb, pr) = attrs.strides, attrs.dilation, attrs.padding
+    oh, ow = (h + pt + pb - dh * (kh - 1) - 1) // sh + 1, (w + pl + pr - dw * (kw - 1) - 1) // sw + 1
+    params = gemm_params()
+    return oh * ow >= params.mr and 0 < ow < 2 * params.lanes
 
 
 class PackWeights(BodyRewritePass):

@@ -643,6 +643,34 @@ def test_a_1x1_convolution_is_packed_when_its_reduction_is_long_and_its_image_fi
            np.asarray(tv.create_executor("debug", mod).evaluate()(data).numpy()))
 
 
+@pytest.mark.parametrize("channels, width, pool, packed", [(32, 1, False, True), (16, 1, False, True),
+                                                          (32, 1, True, False), (20, 1, False, False),
+                                                          (32, 2, False, False)])
+def test_a_3x3_convolution_with_narrow_rows_is_packed(channels, width, pool, packed):
+    """PackWeights' rule for a k x k convolution the direct kernel could take: packed when its output rows
+    are narrower than two of the direct kernel's vectors (``width`` vectors wide here, ``lanes`` each),
+    unless its input channels do not fill whole blocks of 8 or a 2x2 max pool follows it (the direct
+    kernel applies the pool in its tiles); against the interpreter either way."""
+    import tensorvm as tv
+    from tensorvm.ir.module import IRModule
+
+    lanes = host.gemm_params().lanes
+    side = width * lanes
+    assert 9 * channels <= direct_max_reduction()
+    rng = np.random.default_rng(channels + side)
+    w = const((rng.standard_normal((24, channels, 3, 3)) / np.sqrt(9 * channels)).astype(np.float32))
+    b = const(rng.standard_normal(24).astype(np.float32))
+    x = Var("x", _t(None, channels, side, side))
+    y = op.nn.relu(op.nn.bias_add(op.nn.conv2d(x, w, padding=(1, 1)), b))
+    mod = IRModule.from_expr(Function([x], op.nn.max_pool2d(y, pool_size=(2, 2), strides=(2, 2)) if pool else y))
+    exe = tv.vm.compile(mod, target="c")
+    assert (exe.stats()["kernel_library"]["variants"].get("packed") == 1) == packed
+    data = rng.standard_normal((2, channels, side, side)).astype(np.float32)
+    got = tv.vm.VirtualMachine(exe).invoke("main", data)
+    _close(np.asarray(got.numpy() if hasattr(got, "numpy") else got),
+           np.asarray(tv.create_executor("debug", mod).evaluate()(data).numpy()))
+
+
 def _hardswish(v):
     return v * np.clip(v + 3, 0, 6) / 6
 
