@@ -560,8 +560,9 @@ class Generator:
         n, c, h, w = a.shape
         kh, kw = self.choice((1, 2, 3)), self.choice((1, 3))
         pad = self.choice((0, 1)) if (kh, kw) != (1, 1) else 0
+        # (a dynamic side may be 1 at run time, a dim another convolution shrank: its window must fit 1 + padding)
         if not (h.is_const and h.value + 2 * pad < kh) and not (w.is_const and w.value + 2 * pad < kw) \
-                and (h.is_const or kh <= 2 + 2 * pad) and (w.is_const or kw <= 2 + 2 * pad):
+                and (h.is_const or kh <= 1 + 2 * pad) and (w.is_const or kw <= 1 + 2 * pad):
             o = Dim.const(self.choice((1, 2)))
             weight = self.new_param((o, c, Dim.const(kh), Dim.const(kw)))
             oh = h + Dim.const(2 * pad - kh + 1)
