@@ -143,7 +143,8 @@ def _pooled_convolutions(root) -> set:
                 break
             if not is_op_call(expr, "nn.relu", "nn.bias_add", "add") or not expr.args:
                 break
-            expr = expr.args[0]
+            # (an add's bias may come first: ONNX's Conv imports as add(conv, B), a user may write add(B, conv))
+            expr = expr.args[1] if is_op_call(expr, "add") and isinstance(expr.args[0], Constant) else expr.args[0]
     return pooled
 
 
@@ -187,9 +188,11 @@ def _narrow_rows_packed(h, w, attrs, kh: int, kw: int, channels: int, pooled: bo
     and a short row wastes lanes or pays a tile's setup per few pixels), its image has at least a packed
     tile of pixels, its input channels fill whole blocks (no padded channels) and no 2x2 max pool follows
     it (which the direct kernel applies in its tiles, the packed one in a kernel of its own). Measured
-    side by side, 1 and 2 threads: 32 -> 64 channels at 8 x 8 packed / direct 0.80 / 0.84, 32 -> 32 at 8 x 8
-    0.80 / 0.74, 32 -> 64 at 12 x 12 0.74, at 4 x 4 0.36; 32 -> 64 at 16 x 16 0.91 but 16 -> 16 at 32 x 32
-    1.11, 20 input channels at 16 x 16 1.27, with a pool at 8 x 8 1.30: those stay direct."""
+    side by side with 8 lanes, packed / direct at 1 (and 2) threads: rows of one vector or less, 32 -> 64
+    channels at 8 x 8 0.80 (0.84), 32 -> 32 at 8 x 8 0.80 (0.74), 16 -> 64 at 8 x 8 0.81, 32 -> 64 at 4 x 4
+    0.36, at 12 x 12 0.74; but with a pool after it at 8 x 8 1.30 (1.32), 20 input channels at 8 x 8 1.05
+    and at 16 x 16 1.27; rows of two vectors (16 x 16) 0.91-0.94 without a pool, 1.14 with one; four
+    (32 x 32) 1.04-1.11: the rule stops below two vectors."""
     from ..codegen.host import gemm_params
 
     if not isinstance(h, int) or not isinstance(w, int) or pooled or channels % CONV_BLOCK:
