@@ -626,18 +626,24 @@ def test_a_1x1_convolution_is_packed_when_its_reduction_is_long_and_its_image_fi
     a 1x1 image) and a reduction longer than the direct kernel's bound, or a shorter one whose pixels
     would leave more than an eighth of the pointwise kernel's columns empty (25 pixels in tiles of 8, 16
     or 32: 7 empty; 256 fill them); the result against the interpreter either way."""
-    import tensorvm as tv
-    from tensorvm.ir.module import IRModule
-
     assert 96 <= direct_max_reduction() < 400 and size * size in (1, 25, 256)
     rng = np.random.default_rng(channels + size)
     w = const(rng.standard_normal((24, channels, 1, 1)).astype(np.float32) * 0.05)
     b = const(rng.standard_normal((24, 1, 1)).astype(np.float32))
     x = Var("x", _t(None, channels, size, size))
-    mod = IRModule.from_expr(Function([x], op.add(op.nn.conv2d(x, w), b)))
+    _check_packing(Function([x], op.add(op.nn.conv2d(x, w), b)), packed,
+                   rng.standard_normal((2, channels, size, size)).astype(np.float32))
+
+
+def _check_packing(fn, packed: bool, data) -> None:
+    """``fn`` compiled for the VM on target "c": one packed convolution kernel or none as ``packed`` says,
+    and its result for ``data`` the interpreter's."""
+    import tensorvm as tv
+    from tensorvm.ir.module import IRModule
+
+    mod = IRModule.from_expr(fn)
     exe = tv.vm.compile(mod, target="c")
     assert (exe.stats()["kernel_library"]["variants"].get("packed") == 1) == packed
-    data = rng.standard_normal((2, channels, size, size)).astype(np.float32)
     got = tv.vm.VirtualMachine(exe).invoke("main", data)
     _close(np.asarray(got.numpy() if hasattr(got, "numpy") else got),
            np.asarray(tv.create_executor("debug", mod).evaluate()(data).numpy()))
@@ -651,9 +657,6 @@ def test_a_3x3_convolution_with_narrow_rows_is_packed(channels, width, pool, pac
     are narrower than two of the direct kernel's vectors (``width`` vectors wide here, ``lanes`` each),
     unless its input channels do not fill whole blocks of 8 or a 2x2 max pool follows it (the direct
     kernel applies the pool in its tiles); against the interpreter either way."""
-    import tensorvm as tv
-    from tensorvm.ir.module import IRModule
-
     lanes = host.gemm_params().lanes
     side = width * lanes
     assert 9 * channels <= direct_max_reduction()
@@ -662,13 +665,8 @@ def test_a_3x3_convolution_with_narrow_rows_is_packed(channels, width, pool, pac
     b = const(rng.standard_normal(24).astype(np.float32))
     x = Var("x", _t(None, channels, side, side))
     y = op.nn.relu(op.nn.bias_add(op.nn.conv2d(x, w, padding=(1, 1)), b))
-    mod = IRModule.from_expr(Function([x], op.nn.max_pool2d(y, pool_size=(2, 2), strides=(2, 2)) if pool else y))
-    exe = tv.vm.compile(mod, target="c")
-    assert (exe.stats()["kernel_library"]["variants"].get("packed") == 1) == packed
-    data = rng.standard_normal((2, channels, side, side)).astype(np.float32)
-    got = tv.vm.VirtualMachine(exe).invoke("main", data)
-    _close(np.asarray(got.numpy() if hasattr(got, "numpy") else got),
-           np.asarray(tv.create_executor("debug", mod).evaluate()(data).numpy()))
+    _check_packing(Function([x], op.nn.max_pool2d(y, pool_size=(2, 2), strides=(2, 2)) if pool else y), packed,
+                   rng.standard_normal((2, channels, side, side)).astype(np.float32))
 
 
 def _hardswish(v):
