@@ -230,15 +230,17 @@ LIBRARY_PARTS = {
     "direct": ("tv_conv2d_direct_f32", "tv_conv2d_direct_act_f32"),
     "depthwise": ("tv_conv2d_depthwise_f32", "tv_conv2d_depthwise_act_f32"),
 }
-# The pointwise and direct parts build at -O2: their hot loops are the hand-written vector tiles, which
-# -O3's loop vectorizer and unrolling do not change, while it spent half their compile time on the scalar
-# loops around them (the direct part 2.4 -> 0.6 s, the pointwise part 2.5 -> 1.3 s); MobileNetV3-small ran
-# the same with either (1852 / 1854 us at batch 1, 1 thread). The depthwise part keeps -O3 (1.0 against
-# 0.8 s): at -O2 MobileNetV3-small's 88-channel 3x3 layer took 80 instead of 58 us and the whole model 6%
-# longer (1965 / 15555 against 1852 / 14580 us at batch 1 / 8); no single flag of -O3's added to -O2 gave
-# it back (cloning, unswitching, peeling, unrolling, the loop vectorizer). The products keep -O3 too
-# (0.9 against 1.2 s, not worth a question).
-LIBRARY_PART_FLAGS = {"pointwise": ("-O2",), "direct": ("-O2",)}
+# The direct part builds at -O2: its hot loops are the hand-written vector tiles, which -O3's loop vectorizer
+# and unrolling do not change, while it spent three quarters of the part's compile time on the scalar loops
+# around them (2.4 -> 0.6 s); the small CNN, whose first two layers it runs, ran the same with either
+# (71.2-72.3 us). The pointwise part (the 1x1 tiles and the packed convolution) keeps -O3 (2.5 against
+# 1.3 s): ResNet-18, whose 3x3 layers run packed, took 35.4-35.7 ms with it against 36.1-36.4 ms at -O2
+# (three alternating pairs, batch 1, 1 thread). The depthwise part keeps -O3 (1.0 against 0.8 s): at -O2
+# MobileNetV3-small's 88-channel 3x3 layer took 80 instead of 58 us and the whole model 6% longer (1965 /
+# 15555 against 1852 / 14580 us at batch 1 / 8); no single flag of -O3's added to -O2 gave it back
+# (cloning, unswitching, peeling, unrolling, the loop vectorizer). The products keep -O3 too (0.9 against
+# 1.2 s, not worth a question).
+LIBRARY_PART_FLAGS = {"direct": ("-O2",)}
 _PART_OF = {name: part for part, names in LIBRARY_PARTS.items() for name in names}
 _ENTRY_CALL = re.compile(r"\b(" + "|".join(sorted(_PART_OF, key=len, reverse=True)) + r")\s*\(")
 
