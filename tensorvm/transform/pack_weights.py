@@ -107,7 +107,7 @@ class _Packer(TypedMutator):
         o, c, kh, kw = weight.data.shape
         if attrs.groups != 1 or attrs.data_layout != "NCHW" or attrs.kernel_layout != "OIHW" \
                 or (attrs.out_layout or "NCHW") != "NCHW" or attrs.out_dtype not in ("", "float32") \
-                or not _takes_packed(data, attrs, kh, kw, c * kh * kw, id(call) in self.pooled) or min(o, c) < 1 \
+                or not _takes_packed(call, attrs, kh, kw, c * kh * kw, id(call) in self.pooled) or min(o, c) < 1 \
                 or (attrs.channels is not None and attrs.channels != o) \
                 or (attrs.kernel_size is not None and tuple(attrs.kernel_size) != (kh, kw)):
             return new
@@ -148,10 +148,11 @@ def _pooled_convolutions(root) -> set:
     return pooled
 
 
-def _takes_packed(data, attrs, kh: int, kw: int, reduction: int, pooled: bool = False) -> bool:
-    """Whether the packed convolution computes this one, by this rule: a reduction longer than the direct
-    kernel takes (``direct_max_reduction``), or a 1x1 one with unit strides and no padding whose pixels
-    leave more than an eighth of the pointwise kernel's columns empty (``tv_vpointwise.h``: tiles of ``nr``
+def _takes_packed(call, attrs, kh: int, kw: int, reduction: int, pooled: bool = False) -> bool:
+    """Whether the packed convolution computes ``call`` (its output's image size read from its type), by
+    this rule: a reduction longer than the direct kernel takes (``direct_max_reduction``), or a 1x1 one
+    with unit strides and no padding whose pixels leave more than an eighth of the pointwise kernel's
+    columns empty (``tv_vpointwise.h``: tiles of ``nr``
     pixels; 49 pixels fill 49 of 64 columns, 196 fill 196 of 208: measured with MobileNetV3's layers
     side by side, the packed kernel (tiles of pixels x channels) was 1.2x faster at 7 x 7, the
     pointwise one 1.1-1.4x faster at 14 x 14 and above), or a k x k one with narrow output rows
@@ -163,28 +164,29 @@ def _takes_packed(data, attrs, kh: int, kw: int, reduction: int, pooled: bool = 
     channels = reduction // (kh * kw)
     if (kh, kw) != (1, 1) and not direct_takes(channels, kh, kw):  # (channels padded to blocks: see there)
         return True
-    shape = getattr(getattr(data, "checked_type", None), "shape", None)
+    shape = getattr(getattr(call, "checked_type", None), "shape", None)
     if shape is None or len(shape) != 4:
         return False
-    h, w = (d.value if hasattr(d, "value") else d for d in shape[2:])
+    oh, ow = (d.value if hasattr(d, "value") else d for d in shape[2:])
+    static = isinstance(oh, int) and isinstance(ow, int)
     if (kh, kw) != (1, 1):
-        return _narrow_rows_packed(h, w, attrs, kh, kw, channels, pooled)
-    if not isinstance(h, int) or not isinstance(w, int):
+        return static and _narrow_rows_packed(oh, ow, channels, pooled)
+    if not static:
         return reduction > direct_max_reduction()
-    (sh, sw), (pt, pl, pb, pr) = attrs.strides, attrs.padding
-    pixels = ((h + pt + pb - 1) // sh + 1) * ((w + pl + pr - 1) // sw + 1)
+    pixels = oh * ow
     params = gemm_params()
     if pixels < params.mr:
         return False
     if reduction > direct_max_reduction():
         return True
-    pointwise = (sh, sw) == (1, 1) and not any(attrs.padding)
+    pointwise = tuple(attrs.strides) == (1, 1) and not any(attrs.padding)
     return pointwise and 8 * (-(-pixels // params.nr) * params.nr - pixels) > pixels
 
 
-def _narrow_rows_packed(h, w, attrs, kh: int, kw: int, channels: int, pooled: bool) -> bool:
-    """A k x k convolution the direct kernel could take still runs packed when its output rows are narrower
-    than two of the direct kernel's vectors (``lanes``: the direct tile is one vector of a row's columns,
+def _narrow_rows_packed(oh: int, ow: int, channels: int, pooled: bool) -> bool:
+    """A k x k convolution the direct kernel could take (an output of ``oh`` x ``ow``) still runs packed
+    when its output rows are narrower than two of the direct kernel's vectors (``lanes``: the direct tile
+    is one vector of a row's columns,
     and a short row wastes lanes or pays a tile's setup per few pixels), its image has at least a packed
     tile of pixels, its input channels fill whole blocks (no padded channels) and no 2x2 max pool follows
     it (which the direct kernel applies in its tiles, the packed one in a kernel of its own). Measured
@@ -195,10 +197,8 @@ def _narrow_rows_packed(h, w, attrs, kh: int, kw: int, channels: int, pooled: bo
     (32 x 32) 1.04-1.11: the rule stops below two vectors."""
     from ..codegen.host import gemm_params
 
-    if not isinstance(h, int) or not isinstance(w, int) or pooled or channels % CONV_BLOCK:
+    if pooled or channels % CONV_BLOCK:
         return False
-    (sh, sw), (dh, dw), (pt, pl, pb, pr) = attrs.strides, attrs.dilation, attrs.padding
-    oh, ow = (h + pt + pb - dh * (kh - 1) - 1) // sh + 1, (w + pl + pr - dw * (kw - 1) - 1) // sw + 1
     params = gemm_params()
     return oh * ow >= params.mr and 0 < ow < 2 * params.lanes
 
