@@ -85,6 +85,7 @@ class GemmParams:
     onthefly: int = 65536
     l1_bytes: int = 16384
     group_bytes: int = 262144
+    conv_mr: int = 0  # the packed convolution's tile rows (0: ``mr``)
 
 
 def _cpuinfo() -> tuple[str, tuple, float]:
@@ -284,10 +285,19 @@ def gemm_params(desc: HostDescription | None = None) -> GemmParams:
     desc = desc or host()
     lanes = max(1, desc.vector_bytes // 4)
     mr = max(1, (desc.vector_registers - 3) // 2)
+    conv_mr = max(mr, _isa_registers(desc) // 4)
     nr = 2 * lanes
     mc = -(-128 // mr) * mr
     kc = max(256, round(0.75 * desc.l2 / (4 * (mc + nr)) / 256) * 256)
-    return GemmParams(desc.vector_bytes, lanes, mr, nr, kc, mc, desc.l2 // 8, desc.l1d // 2, desc.l2 // 2)
+    return GemmParams(desc.vector_bytes, lanes, mr, nr, kc, mc, desc.l2 // 8, desc.l1d // 2, desc.l2 // 2, conv_mr)
+
+
+def _isa_registers(desc: HostDescription) -> int:
+    """The vector registers the host's instructions address at ``desc``'s vector width: AVX-512's 32 for
+    its 32- and 16-byte vectors too (AVX-512VL encodes ymm16-31), else the description's own."""
+    if desc.isa == "avx512" and ("avx512vl" in desc.flags or not desc.flags):
+        return max(desc.vector_registers, ISAS["avx512"][1])
+    return desc.vector_registers
 
 
 # Costs that are fixed in *time* (cycles), measured on the development machine (Zen 3, 2 cores); the
@@ -427,7 +437,8 @@ def gemm_defines(params: GemmParams) -> tuple:
     """The ``-D`` flags that instantiate ``tv_vgemm.h`` for ``params``."""
     return (f"-DTV_VEC_BYTES={params.vector_bytes}", f"-DTV_VGEMM_MR={params.mr}", f"-DTV_VGEMM_KC={params.kc}",
             f"-DTV_VGEMM_MC={params.mc}", f"-DTV_VGEMM_ONTHEFLY={params.onthefly}",
-            f"-DTV_VGEMM_L1_BYTES={params.l1_bytes}", f"-DTV_VGEMM_GROUP_BYTES={params.group_bytes}")
+            f"-DTV_VGEMM_L1_BYTES={params.l1_bytes}", f"-DTV_VGEMM_GROUP_BYTES={params.group_bytes}",
+            f"-DTV_PCONV_MR={params.conv_mr or params.mr}")
 
 
 def pack_panels(weight, nr: int, dtype="float32"):

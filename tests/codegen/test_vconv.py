@@ -7,6 +7,7 @@ the code generator builds (dynamic batch). The oracle is the reference op's NumP
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import os
 
 import numpy as np
@@ -60,10 +61,20 @@ int32_t tv_test_depthwise(int64_t* d, const float* x, const float* weights, cons
 """
 
 
+def _instance(isa):
+    """The host description of the instance ``isa``: an ISA name, or "avx512-ymm", an AVX-512 host whose
+    FMA datapath is 256 bits wide (Zen 4): 32-byte vectors, the packed convolution's tile taller than the
+    product's (``gemm_params``: ``conv_mr``, from AVX-512VL's 32 registers)."""
+    if isa != "avx512-ymm":
+        return isa
+    avx512 = host.isa_host("avx512")
+    return host.fma_vector_host(dataclasses.replace(avx512, fma_bits=256, flags=("avx512f", "avx512vl")))
+
+
 def _built(isa, callers):
     """The library of the kernels and ``callers`` built for the instance ``isa``, and that instance's
     product parameters (``host.gemm_params``: its lanes, its tile)."""
-    host.set_host(isa)
+    host.set_host(_instance(isa))
     try:
         return build.build_library([(prelude() + callers, ())]), host.gemm_params()
     finally:
@@ -445,9 +456,9 @@ def _pixel_counts(mr):
     return shapes
 
 
-@pytest.mark.parametrize("isa", ["avx2", "avx512", "portable"])
+@pytest.mark.parametrize("isa", ["avx2", "avx512", "portable", "avx512-ymm"])
 def test_packed_tiles_of_every_pixel_count(isa, kernel_threads):
-    """The packed convolution of each instance (tiles of 6 and 14 pixels) over images of every pixel count
+    """The packed convolution of each instance (tiles of 6, 8 and 14 pixels) over images of every pixel count
     up to two tiles and one (``_pixel_counts``), stride 1 and 2, with a reduction over several L1 runs
     (29 channels at 3x3: the last block partial) and out channels not whole panels, batch 2, through the
     entry with a residual and hard-swish (the tile's epilogue of a short tile) and the plain one with
@@ -456,9 +467,10 @@ def test_packed_tiles_of_every_pixel_count(isa, kernel_threads):
 
     _library(isa)
     plain = _PACKED[isa]
-    host.set_host(isa)
+    host.set_host(_instance(isa))
     try:
         params = host.gemm_params()
+        assert params.conv_mr == (8 if isa == "avx512-ymm" else params.mr)
         with_act = build.build_library([(prelude() + _ACT_CALLERS, ())])._cdll.tv_test_packed_act
     finally:
         host.set_host(None)
@@ -470,7 +482,7 @@ def test_packed_tiles_of_every_pixel_count(isa, kernel_threads):
     packed, bias = pack_conv_weight(weights, params.nr), rng.standard_normal(o).astype(np.float32)
     hard_swish = np.array([1 / 6, 0.5, 0.0, 1.0], np.float32)
     first: dict = {}
-    for oh, ow in _pixel_counts(params.mr):
+    for oh, ow in _pixel_counts(params.conv_mr):
         for stride in (1, 2):
             h, w = (oh - 1) * stride + 1, (ow - 1) * stride + 1
             x = rng.standard_normal((n, c, h, w)).astype(np.float32)
@@ -498,7 +510,7 @@ def _packed_chunk_tiles(params, c, kernel, stride):
     """As tv_conv2d_packed_act_f32 reckons them: the tiles whose run fills half of L2 (a chunk's share)."""
     window, cblocks = kernel[0] * kernel[1], -(-c // 8)
     span = min(cblocks, max(1, params.l1_bytes // (window * 8 * params.nr * 4)))
-    return params.group_bytes // (params.mr * (span * 8 * stride[0] * stride[1] + params.nr) * 4)
+    return params.group_bytes // (params.conv_mr * (span * 8 * stride[0] * stride[1] + params.nr) * 4)
 
 
 def _packed_group(params, n, c, o, padded, kernel):
@@ -509,7 +521,7 @@ def _packed_group(params, n, c, o, padded, kernel):
     return min(n, max(1, params.group_bytes // (4 * image), weights // image))
 
 
-@pytest.mark.parametrize("isa", ["avx2", "avx512", "portable"])
+@pytest.mark.parametrize("isa", ["avx2", "avx512", "portable", "avx512-ymm"])
 def test_packed_batches_share_chunks_across_images(isa, kernel_threads):
     """One job runs the tiles of a group of images: small images (several to a chunk, a chunk's tiles
     ending inside an image), groups of two images and a last one of one, and images larger than a chunk's
@@ -518,7 +530,7 @@ def test_packed_batches_share_chunks_across_images(isa, kernel_threads):
     and more threads (the same bits at every count)."""
     from tensorvm.op.nn import pack_conv_weight
 
-    host.set_host(isa)
+    host.set_host(_instance(isa))
     try:
         params = host.gemm_params()
         library = build.build_library([(prelude() + _CALLERS + _ACT_CALLERS, ())])
@@ -530,7 +542,7 @@ def test_packed_batches_share_chunks_across_images(isa, kernel_threads):
     # several runs, 3 images larger than a chunk's tiles (a 1x1 stride 2 layer, one run), and 5 images
     # whose copies fill a third of half of L2 (groups of 2, 2 and 1)
     cases = [(5, 20, (3, 3), (3, 3), (1, 1), 1), (3, 131, (4, 7), (3, 3), (1, 1), 1)]
-    side = 2 * int(np.sqrt(params.mr * _packed_chunk_tiles(params, 40, (1, 1), (2, 2)))) + 6
+    side = 2 * int(np.sqrt(params.conv_mr * _packed_chunk_tiles(params, 40, (1, 1), (2, 2)))) + 6
     cases.append((3, 40, (side, side - 1), (1, 1), (2, 2), 0))
     side = int(np.sqrt(params.group_bytes / (2.4 * 4 * 8)))
     cases.append((5, 8, (side - 2, side - 3), (3, 3), (1, 1), 1))
@@ -543,7 +555,7 @@ def test_packed_batches_share_chunks_across_images(isa, kernel_threads):
         packed, bias = pack_conv_weight(weights, params.nr), rng.standard_normal(o).astype(np.float32)
         want = _reference(x, weights, {"padding": [pad] * 4, "strides": list(stride)}) + bias[:, None, None]
         oh, ow = want.shape[2:]
-        tiles = -(-oh * ow // params.mr)
+        tiles = -(-oh * ow // params.conv_mr)
         group = _packed_group(params, n, c, o, (h + 2 * pad, w + 2 * pad), (kh, kw))
         if case == 2:  # (the premises: an image per chunk and per group; all in one share; groups of 2)
             assert tiles > _packed_chunk_tiles(params, c, (kh, kw), stride) and group == 1
@@ -799,7 +811,7 @@ def test_stats_name_the_convolution_tiles():
     conv = exe.stats()["product_kernels"]["convolution"]
     params = host.gemm_params()
     assert conv["isa"] == host.host().isa and conv["direct_tile"].startswith(f"{max(params.mr, 4)}x2x{params.lanes}")
-    assert conv["packed_tile"] == f"{params.mr}x{params.nr}" and conv["depthwise_tile"].startswith(f"8x{params.lanes} (stride 2")
+    assert conv["packed_tile"] == f"{params.conv_mr}x{params.nr}" and conv["depthwise_tile"].startswith(f"8x{params.lanes} (stride 2")
     assert exe.stats()["kernel_library"]["variants"] == {"direct": 1}  # the variant each kernel can run
 
 

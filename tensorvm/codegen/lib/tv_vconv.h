@@ -1238,6 +1238,10 @@ __attribute__((unused)) static int32_t tv_conv2d_depthwise_f32(int64_t n, int64_
                                      relu, 0, 1.0f, 0.0f, 0.0f, 0.0f, bias, 0, out);
 }
 
+/* The packed convolution's tile rows (host.gemm_params: conv_mr; the product's own rows where not given). */
+#ifndef TV_PCONV_MR
+#define TV_PCONV_MR TV_VGEMM_MR
+#endif
 /* ---- the packed convolution (nn.conv2d_packed): tv_conv2d_packed_f32 ----
    A convolution with a long reduction as the packed product's register tile over the image itself (no
    im2col): out[o][q] = sum_k panel[o / NR][k][o % NR] x[k][q] for output pixels q, k = (channel block,
@@ -1246,7 +1250,7 @@ __attribute__((unused)) static int32_t tv_conv2d_depthwise_f32(int64_t n, int64_
    (ceil(C / B) x HP x WP x B): a tile's reduction then reads each pixel's B channels in a row, one tap
    after the other, where NCHW jumps a whole plane per channel (the direct kernel above, whose every
    channel step waited on L2, ran at half the FMA rate on ResNet's 3x3 layers). A tile is MR output pixels
-   (TV_VGEMM_MR, consecutive in the flattened image, so a narrow image fills its tiles; the pixels dealt
+   (TV_PCONV_MR, consecutive in the flattened image, so a narrow image fills its tiles; the pixels dealt
    out evenly, tiles of MR and MR - 1) x NR output channels: per step two weight vectors and MR broadcast
    inputs feed 2 MR FMAs, as in the product. Bias, residual and activation are applied in registers, the
    tile stored through a small buffer (MR floats per channel: the NCHW output is strided by channel). The
@@ -1329,35 +1333,35 @@ __attribute__((unused)) static int32_t tv_conv2d_depthwise_f32(int64_t n, int64_
 #define TV_PCONV_TILE_OF(R) TV_PCONV_TILE(R)
 #define TV_PCONV_NAME(R) TV_PCONV_NAME_(R)
 #define TV_PCONV_NAME_(R) tv_pconv_tile##R
-TV_PCONV_TILE_OF(TV_VGEMM_MR)
+TV_PCONV_TILE_OF(TV_PCONV_MR)
 /* The tile one pixel shorter (TV_PCONV_SHORT rows): the pixels are dealt out evenly, ceil(P / MR) tiles
    of MR or MR - 1 pixels where they fit (7 x 7 = 49 pixels at MR 6: four tiles of 6 and five of 5, not
    eight of 6 and one of 1: 5 of 54 rows repeated, a tenth of the layer's work). */
-#if TV_VGEMM_MR == 2
+#if TV_PCONV_MR == 2
 #define TV_PCONV_SHORT 1
-#elif TV_VGEMM_MR == 3
+#elif TV_PCONV_MR == 3
 #define TV_PCONV_SHORT 2
-#elif TV_VGEMM_MR == 4
+#elif TV_PCONV_MR == 4
 #define TV_PCONV_SHORT 3
-#elif TV_VGEMM_MR == 5
+#elif TV_PCONV_MR == 5
 #define TV_PCONV_SHORT 4
-#elif TV_VGEMM_MR == 6
+#elif TV_PCONV_MR == 6
 #define TV_PCONV_SHORT 5
-#elif TV_VGEMM_MR == 7
+#elif TV_PCONV_MR == 7
 #define TV_PCONV_SHORT 6
-#elif TV_VGEMM_MR == 8
+#elif TV_PCONV_MR == 8
 #define TV_PCONV_SHORT 7
-#elif TV_VGEMM_MR == 9
+#elif TV_PCONV_MR == 9
 #define TV_PCONV_SHORT 8
-#elif TV_VGEMM_MR == 10
+#elif TV_PCONV_MR == 10
 #define TV_PCONV_SHORT 9
-#elif TV_VGEMM_MR == 11
+#elif TV_PCONV_MR == 11
 #define TV_PCONV_SHORT 10
-#elif TV_VGEMM_MR == 12
+#elif TV_PCONV_MR == 12
 #define TV_PCONV_SHORT 11
-#elif TV_VGEMM_MR == 13
+#elif TV_PCONV_MR == 13
 #define TV_PCONV_SHORT 12
-#elif TV_VGEMM_MR == 14
+#elif TV_PCONV_MR == 14
 #define TV_PCONV_SHORT 13
 #endif
 #ifdef TV_PCONV_SHORT
@@ -1433,7 +1437,7 @@ static void tv_pconv_chunk(void* arg, int64_t i) {
                         ? j->packed + (p0 * j->k + cb1 * j->window * TV_VCONV_BLOCK) * TV_VGEMM_NR : NULL;
       for (int64_t tile = q0; tile < q1; ++tile) {
         const float* ahead = tile == q0 ? next : NULL; /* (by the chunk's first tile: the others find it there) */
-        float* acc = j->acc + (p * j->tiles + tile) * (TV_VGEMM_MR * TV_VGEMM_NR);
+        float* acc = j->acc + (p * j->tiles + tile) * (TV_PCONV_MR * TV_VGEMM_NR);
         const int64_t image = tile / j->qblocks, qb = tile % j->qblocks;
         const float* blocked = j->blocked + image * j->image;
         float* dst = j->out + image * j->o * j->pixels;
@@ -1441,8 +1445,8 @@ static void tv_pconv_chunk(void* arg, int64_t i) {
         const int64_t first = qb * j->pixels / j->qblocks, rows = (qb + 1) * j->pixels / j->qblocks - first;
         const float* acc_in = cb0 > 0 ? acc : NULL;
         float* acc_out = cb1 < j->cblocks ? acc : NULL;
-        if (rows == TV_VGEMM_MR) {
-          TV_PCONV_NAME(TV_VGEMM_MR)(blocked, j->at + first, taps, count, w, ahead, first, rows, j->pixels,
+        if (rows == TV_PCONV_MR) {
+          TV_PCONV_NAME(TV_PCONV_MR)(blocked, j->at + first, taps, count, w, ahead, first, rows, j->pixels,
                                      p * TV_VGEMM_NR, j->o, acc_in, acc_out, j->b + p * TV_VGEMM_NR, j->relu, &epi, dst);
           continue;
         }
@@ -1482,7 +1486,7 @@ __attribute__((unused)) static int32_t tv_conv2d_packed_act_f32(int64_t n, int64
     float* out) {
   if (n <= 0 || o <= 0 || oh <= 0 || ow <= 0) return 0;
   const int64_t cblocks = (c + TV_VCONV_BLOCK - 1) / TV_VCONV_BLOCK, pixels = oh * ow, window = kh * kw;
-  const int64_t qblocks = (pixels + TV_VGEMM_MR - 1) / TV_VGEMM_MR;
+  const int64_t qblocks = (pixels + TV_PCONV_MR - 1) / TV_PCONV_MR;
   const int64_t hp = (oh - 1) * sh + (kh - 1) * dh + 1, wp = (ow - 1) * sw + (kw - 1) * dw + 1;
   const int64_t k = cblocks * TV_VCONV_BLOCK * window, panels = (o + TV_VGEMM_NR - 1) / TV_VGEMM_NR;
   /* channel blocks per run: a panel's slice of them fills at most half of L1d (at least one block) */
@@ -1513,7 +1517,7 @@ __attribute__((unused)) static int32_t tv_conv2d_packed_act_f32(int64_t n, int64
      pixel) and their partial sums: the tiles of several small images share a chunk while that fits half
      of L2; a larger image keeps a chunk (at least) of its own, as one whole image per chunk on one thread
      had been. */
-  const int64_t tile_bytes = TV_VGEMM_MR * (span * TV_VCONV_BLOCK * sh * sw + TV_VGEMM_NR) * (int64_t)sizeof(float);
+  const int64_t tile_bytes = TV_PCONV_MR * (span * TV_VCONV_BLOCK * sh * sw + TV_VGEMM_NR) * (int64_t)sizeof(float);
   int64_t most = (TV_L2 / 2) / tile_bytes;
   most = most > qblocks ? most : qblocks;
   const int64_t fit = (tiles + most - 1) / most;
@@ -1521,7 +1525,7 @@ __attribute__((unused)) static int32_t tv_conv2d_packed_act_f32(int64_t n, int64
   qchunks = qchunks < tiles ? qchunks : tiles;
   /* a group's blocked copies, the bias of every panel's channels (zeros past o and without a bias), and
      the tiles' partial sums when the reduction takes several runs; then the pixels' and the taps' offsets */
-  const int64_t sums = span < cblocks ? panels * tiles * TV_VGEMM_MR * TV_VGEMM_NR : 0;
+  const int64_t sums = span < cblocks ? panels * tiles * TV_PCONV_MR * TV_VGEMM_NR : 0;
   float* blocked = (float*)malloc(sizeof(float) * (size_t)(group * image + panels * TV_VGEMM_NR + sums));
   int64_t* at = (int64_t*)malloc(sizeof(int64_t) * (size_t)(pixels + cblocks * window));
   if (blocked == NULL || at == NULL) {
