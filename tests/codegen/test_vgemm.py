@@ -211,6 +211,36 @@ def test_a_weight_beyond_l2_read_back_and_forth_gives_the_same_bits_every_call(i
 
 
 @needs_cc
+@pytest.mark.parametrize("name", list(_INSTANCES))
+def test_weights_taking_turns_read_back_and_forth_give_the_same_bits_every_call(instances, name, kernel_threads):
+    """Three weights below L2 (but of at least TV_VGEMM_TURN_BYTES) called in turn, as a Tree-LSTM node's
+    are: each is read in the opposite order from its call before (its own slot of tv_vgemm_turn's table),
+    and every call of each gives NumPy's result and the same bits, at 1-3 threads."""
+    fn, params = instances[name]
+    rng = np.random.default_rng(12)
+    k = 75
+    sizes = (65536 // (4 * k) + params.nr + 3, 2 * params.nr + 1, 3 * 65536 // (4 * k))  # (one below the size)
+    weights = [rng.standard_normal((n, k)).astype(np.float32) for n in sizes]
+    packed = [hostmod.pack_panels(w, params.nr) for w in weights]
+    for m in (1, 2):
+        x = rng.standard_normal((m, k)).astype(np.float32)
+        for threads in (1, 2, 3):
+            kernel_threads(threads)
+            outs: list = [[] for _ in weights]
+            for _ in range(4):
+                for w, p, got in zip(weights, packed, outs):
+                    out = np.full((m, w.shape[0]), -7.0, np.float32)
+                    assert fn(m, w.shape[0], k, x.ctypes.data, p.ctypes.data, out.ctypes.data) == 0
+                    got.append(out)
+            for w, got in zip(weights, outs):
+                np.testing.assert_allclose(got[0], x.astype(np.float64) @ w.T.astype(np.float64), rtol=1e-4,
+                                           atol=1e-4 * np.sqrt(k))
+                for call, out in enumerate(got[1:], 1):
+                    np.testing.assert_array_equal(out, got[0], err_msg=f"{name} m={m} n={w.shape[0]}: call {call}, "
+                                                                       f"{threads} threads")
+
+
+@needs_cc
 @pytest.mark.parametrize("isa", list(hostmod.ISAS))
 def test_kernel_reports_its_panel_width(instances, isa):
     fn, params = instances[isa]
