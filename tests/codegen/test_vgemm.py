@@ -67,21 +67,28 @@ def test_set_host_overrides_the_environment(monkeypatch):
 
 
 @pytest.mark.parametrize("isa,l2,want", [
-    # (registers - 3) // 2 rows, two vectors of columns; mc covers 128 rows; kc: (mc + nr) kc 4 bytes ~ 3/4 L2
-    ("avx2", 512 << 10, (8, 6, 16, 132, 768)),      # Zen 3: today's hand-set constants
-    ("avx512", 1 << 20, (16, 14, 32, 140, 1024)),   # Skylake/Ice Lake server
-    ("avx512", 2 << 20, (16, 14, 32, 140, 2304)),   # Sapphire Rapids
-    ("portable", 256 << 10, (4, 6, 8, 132, 256)),
+    # (registers - 3) // 2 rows, two vectors of columns; mc covers 128 rows; kc: (mc + nr) kc 4 bytes ~ 3/4 L2;
+    # the packed convolution's rows: max(mr, the ISA's registers / 4)
+    ("avx2", 512 << 10, (8, 6, 16, 132, 768, 6)),      # Zen 3: today's hand-set constants
+    ("avx512", 1 << 20, (16, 14, 32, 140, 1024, 14)),  # Skylake/Ice Lake server
+    ("avx512", 2 << 20, (16, 14, 32, 140, 2304, 14)),  # Sapphire Rapids
+    ("avx512-ymm", 1 << 20, (8, 6, 16, 132, 1280, 8)),  # Zen 4: a 256-bit FMA datapath, AVX-512VL's 32 registers
+    ("portable", 256 << 10, (4, 6, 8, 132, 256, 6)),
 ])
 def test_gemm_params_follow_the_rule(isa, l2, want):
-    desc = dataclasses.replace(hostmod.isa_host(isa), l2=l2)
+    if isa == "avx512-ymm":
+        avx512 = dataclasses.replace(hostmod.isa_host("avx512"), fma_bits=256, flags=("avx512f", "avx512vl"))
+        desc = dataclasses.replace(hostmod.fma_vector_host(avx512), l2=l2)
+    else:
+        desc = dataclasses.replace(hostmod.isa_host(isa), l2=l2)
     p = hostmod.gemm_params(desc)
-    assert (p.lanes, p.mr, p.nr, p.mc, p.kc) == want
+    assert (p.lanes, p.mr, p.nr, p.mc, p.kc, p.conv_mr) == want
     assert 2 * p.mr + 3 <= desc.vector_registers  # accumulators + 2 weight vectors + 1 broadcast
     assert hostmod.gemm_defines(p) == (f"-DTV_VEC_BYTES={p.vector_bytes}", f"-DTV_VGEMM_MR={p.mr}",
                                        f"-DTV_VGEMM_KC={p.kc}", f"-DTV_VGEMM_MC={p.mc}",
                                        f"-DTV_VGEMM_ONTHEFLY={l2 // 8}",  # B packed on the fly up to L2 / 2
-                                       f"-DTV_VGEMM_L1_BYTES={desc.l1d // 2}", f"-DTV_VGEMM_GROUP_BYTES={l2 // 2}")
+                                       f"-DTV_VGEMM_L1_BYTES={desc.l1d // 2}", f"-DTV_VGEMM_GROUP_BYTES={l2 // 2}",
+                                       f"-DTV_PCONV_MR={p.conv_mr}")
 
 
 def test_pack_panels_layout():
