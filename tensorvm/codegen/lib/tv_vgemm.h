@@ -160,35 +160,6 @@ TV_VTILE(13)
 TV_VTILE(14)
 #endif
 
-/* One row (GEMV): two accumulators per half-row cannot hide the FMA latency, so the panel is read as two
-   streams (its first and second halves) of two steps each into 8 accumulators; two streams also keep more
-   of the weight in flight from memory. */
-static void tv_vgemm_tile1(const float* x, int64_t ldx, const float* panel, int64_t kc, float* c, int64_t ldc,
-                           int accumulate) {
-  (void)ldx, (void)ldc;
-  tv_vf lo0 = {0}, hi0 = {0}, lo1 = {0}, hi1 = {0}, lo2 = {0}, hi2 = {0}, lo3 = {0}, hi3 = {0};
-  if (accumulate) lo0 = TV_VLOAD(c), hi0 = TV_VLOAD(c + TV_VLANES);
-  const int64_t half = kc / 4 * 2;
-  const float* first = panel;
-  const float* second = panel + half * TV_VGEMM_NR;
-  for (int64_t p = 0; p < half; p += 2) {
-    const tv_vf a0 = TV_VSPLAT(x[p]), a1 = TV_VSPLAT(x[p + 1]);
-    const tv_vf a2 = TV_VSPLAT(x[half + p]), a3 = TV_VSPLAT(x[half + p + 1]);
-    const float* b = first + p * TV_VGEMM_NR;
-    const float* d = second + p * TV_VGEMM_NR;
-    lo0 += a0 * TV_VLOAD(b), hi0 += a0 * TV_VLOAD(b + TV_VLANES);
-    lo1 += a1 * TV_VLOAD(b + TV_VGEMM_NR), hi1 += a1 * TV_VLOAD(b + TV_VGEMM_NR + TV_VLANES);
-    lo2 += a2 * TV_VLOAD(d), hi2 += a2 * TV_VLOAD(d + TV_VLANES);
-    lo3 += a3 * TV_VLOAD(d + TV_VGEMM_NR), hi3 += a3 * TV_VLOAD(d + TV_VGEMM_NR + TV_VLANES);
-  }
-  for (int64_t p = 2 * half; p < kc; ++p) {
-    const tv_vf a = TV_VSPLAT(x[p]);
-    lo0 += a * TV_VLOAD(panel + p * TV_VGEMM_NR), hi0 += a * TV_VLOAD(panel + p * TV_VGEMM_NR + TV_VLANES);
-  }
-  TV_VSTORE(c, (lo0 + lo1) + (lo2 + lo3));
-  TV_VSTORE(c + TV_VLANES, (hi0 + hi1) + (hi2 + hi3));
-}
-
 /* ---- tiles for a weight that streams past once (tv_vgemm_stream*: tv_vgemm_rows with stream set) ----
    Where the panels come one after another from beyond L2 (tv_vgemm_block: few rows, a weight larger than
    L2), the tiles read each panel in memory order without software prefetch: the hardware prefetchers
@@ -235,8 +206,13 @@ static void tv_vgemm_tile1(const float* x, int64_t ldx, const float* panel, int6
     }                                                                                                \
     TV_VROWS##R(TV_VTILE2_STORE)                                                                     \
   }
-/* One row: four consecutive steps into 8 accumulators (tv_vgemm_tile1's two halves of a short panel made
-   the LM head at one row 1.5x the two-row tile's time; a software prefetch here measured slower too). */
+/* One row (GEMV), streaming or not: four consecutive steps into 8 accumulators (two per half-row could not
+   hide the FMA latency). It is the only one-row tile: the panel is read once by a one-row product in any
+   case, and a tile reading the panel's two halves as two streams was slower everywhere measured (one C
+   program calling both, 1 thread, medians of 400 calls): 512 x 2048 from L3 (the LSTM's) 52.1 -> 50.3 us,
+   L2-resident 150 x 448 2.45 -> 2.33, 128 x 384 1.84 -> 1.70, 512 x 256 4.97 -> 4.87; the LM head at one
+   row had taken 1.5x the two-row tile's time with it (two streams jumping at every 4 KB page); a software
+   prefetch here measured slower too. */
 static void tv_vgemm_stream1(const float* x, int64_t ldx, const float* panel, int64_t kc, float* c, int64_t ldc,
                              int accumulate) {
   (void)ldx, (void)ldc;
@@ -305,6 +281,8 @@ TV_VSTREAM(14)
 
 #define TV_VCASE(R) \
   case R: (stream ? tv_vgemm_stream##R : tv_vgemm_tile##R)(x, ldx, panel, kc, target, ld, accumulate); break;
+/* (one row: tv_vgemm_stream1 whether the weight streams or not) */
+#define tv_vgemm_tile1 tv_vgemm_stream1
 /* A tile of ``rows`` (<= MR) rows, of the streaming tiles when ``stream``; the last panel's tile (cols < NR)
    goes through a local buffer. */
 static void tv_vgemm_rows(int rows, const float* x, int64_t ldx, const float* panel, int64_t kc, float* c,
