@@ -192,6 +192,9 @@ DEPTHWISE = [
     ((1, 3, 28, 28), (3, 3), (1, 1), (1, 1), (1, 1, 1, 1)),      # MobileNet's 88-channel layer's planes
     ((2, 3, 11, 45), (1, 3), (1, 1), (1, 1), (0, 1, 0, 1)),      # one kernel row, an odd wide row
     ((1, 2, 19, 40), (3, 3), (1, 1), (2, 1), (2, 1, 2, 1)),      # dilated rows
+    # unit strides, 3 x 3, rows wider than two vectors (the tile that loads each input row once)
+    ((2, 3, 5, 21), (3, 3), (1, 1), (1, 1), (1, 1, 1, 1)),       # one short tile: its rows past the plane
+    ((1, 2, 12, 33), (3, 3), (1, 1), (1, 1), (0, 2, 2, 0)),      # asymmetric padding, a tile and a half
 ]
 
 
@@ -946,7 +949,7 @@ def test_convolution_tiles_apply_a_residual_and_an_activation(isa, kernel_thread
         kernel_threads(threads)
         rng = np.random.default_rng(23 + len(isa))
         cases = [("direct", c) for c in DIRECT[:5]] + [("packed", c) for c in PACKED[1:4]] \
-            + [("depthwise", (c[0], c[0][1], *c[1:])) for c in DEPTHWISE[1:6]]
+            + [("depthwise", (c[0], c[0][1], *c[1:])) for c in DEPTHWISE[1:6] + DEPTHWISE[-3:]]
         for case, (kind, ((n, c, h, w), o, (kh, kw), (sh, sw), (dh, dw), pad)) in enumerate(cases):
             n = 2
             x = rng.standard_normal((n, c, h, w)).astype(np.float32)

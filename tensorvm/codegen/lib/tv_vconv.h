@@ -766,6 +766,46 @@ TV_VDW_CHANNEL(unit, TV_VCONV_AT_UNIT, kw, 8)
    28x28 layer at 8 lanes) ran 1.24x faster than through the tile whose tap count is a variable) */
 TV_VDW_CHANNEL(unit3, TV_VCONV_AT_UNIT, 3, 8)
 TV_VDW_CHANNEL(any, TV_VCONV_AT_TABLE, kw, 8)
+/* Unit strides and a 3 x 3 kernel (MobileNetV2's every depthwise layer, V3's 88-channel one): the same 8
+   output rows x one vector, but each of the tile's 10 input rows is loaded once, as its 3 shifted vectors,
+   and feeds every output row it reaches (up to 3): 30 loads for 72 FMAs, where the tile above loads a row
+   once per output row it feeds (72 loads, half of them straddling a cache line). The input rows go in
+   order, so each output row still sums bias, then ky, then kx, as above: the same bits. Rows of the last
+   tile past the image read the plane's last row (in bounds) and are not stored. */
+#define TV_VDW33_TAPS(i, ky) a##i += w##ky##0 * v0; a##i += w##ky##1 * v1; a##i += w##ky##2 * v2;
+#define TV_VDW33_ROW(j)                                                                              \
+  const float* in##j = plane + (y0 + j < g.hp ? y0 + j : g.hp - 1) * g.row + x0;
+#define TV_VDW33_LOAD const tv_vf v0 = TV_VLOAD(in), v1 = TV_VLOAD(in + 1), v2 = TV_VLOAD(in + 2);
+static void tv_vdw_channel_unit33(const float* plane, tv_vconv_geometry g, const float* wt, float start,
+                                  const tv_conv_epilogue* epi, const float* res, int64_t oh, int64_t ow,
+                                  float* out) {
+  const tv_conv_epilogue e = *epi; /* (a copy: the stores to out could alias its floats) */
+  const tv_vf w00 = TV_VSPLAT(wt[0]), w01 = TV_VSPLAT(wt[1]), w02 = TV_VSPLAT(wt[2]);
+  const tv_vf w10 = TV_VSPLAT(wt[3]), w11 = TV_VSPLAT(wt[4]), w12 = TV_VSPLAT(wt[5]);
+  const tv_vf w20 = TV_VSPLAT(wt[6]), w21 = TV_VSPLAT(wt[7]), w22 = TV_VSPLAT(wt[8]);
+  for (int64_t y0 = 0; y0 < oh; y0 += 8) {
+    for (int64_t x = 0; x < ow; x += TV_VLANES) {
+      /* (the last block overlaps the one before when the row has a vector: whole stores only) */
+      const int64_t x0 = ow >= TV_VLANES && x + TV_VLANES > ow ? ow - TV_VLANES : x;
+      TV_VDW_EACH8(TV_VDW_ACC)
+      TV_VDW33_ROW(0) TV_VDW33_ROW(1) TV_VDW33_ROW(2) TV_VDW33_ROW(3) TV_VDW33_ROW(4)
+      TV_VDW33_ROW(5) TV_VDW33_ROW(6) TV_VDW33_ROW(7) TV_VDW33_ROW(8) TV_VDW33_ROW(9)
+      { const float* in = in0; TV_VDW33_LOAD TV_VDW33_TAPS(0, 0) }
+      { const float* in = in1; TV_VDW33_LOAD TV_VDW33_TAPS(0, 1) TV_VDW33_TAPS(1, 0) }
+      { const float* in = in2; TV_VDW33_LOAD TV_VDW33_TAPS(0, 2) TV_VDW33_TAPS(1, 1) TV_VDW33_TAPS(2, 0) }
+      { const float* in = in3; TV_VDW33_LOAD TV_VDW33_TAPS(1, 2) TV_VDW33_TAPS(2, 1) TV_VDW33_TAPS(3, 0) }
+      { const float* in = in4; TV_VDW33_LOAD TV_VDW33_TAPS(2, 2) TV_VDW33_TAPS(3, 1) TV_VDW33_TAPS(4, 0) }
+      { const float* in = in5; TV_VDW33_LOAD TV_VDW33_TAPS(3, 2) TV_VDW33_TAPS(4, 1) TV_VDW33_TAPS(5, 0) }
+      { const float* in = in6; TV_VDW33_LOAD TV_VDW33_TAPS(4, 2) TV_VDW33_TAPS(5, 1) TV_VDW33_TAPS(6, 0) }
+      { const float* in = in7; TV_VDW33_LOAD TV_VDW33_TAPS(5, 2) TV_VDW33_TAPS(6, 1) TV_VDW33_TAPS(7, 0) }
+      { const float* in = in8; TV_VDW33_LOAD TV_VDW33_TAPS(6, 2) TV_VDW33_TAPS(7, 1) }
+      { const float* in = in9; TV_VDW33_LOAD TV_VDW33_TAPS(7, 2) }
+      float tile[8][TV_VLANES];
+      TV_VDW_EACH8(TV_VDW_KEEP)
+      for (int64_t i = 0; i < 8 && y0 + i < oh; ++i) tv_vdw_put(tile[i], &e, res, (y0 + i) * ow + x0, ow - x0, oh * ow, out);
+    }
+  }
+}
 /* Column stride 2, dilation 1 and a kernel 3, 5 or 7 wide (KW, a constant): no phase-split copy. Each
    input row of a column block is split into its even and odd columns in registers as the tile reads it:
    a pair of vector loads at padded column 2 x0 + 2 m gives, through its even and odd lanes, taps 2 m and
@@ -912,7 +952,12 @@ static void tv_vdw_chunk(void* arg, int64_t i) {
 #define TV_VDW2_CALL(KW) tv_vdw2_channel_k##KW(plane, j->lw, wt, start, &j->epi, res, j->oh, j->ow, dst)
     switch (j->path) {
       case 1:
-        if (j->kw == 3) TV_VDW_CALL(unit3); else TV_VDW_CALL(unit);
+        if (j->kw == 3 && j->kh == 3 && j->sh == 1 && j->dh == 1)
+          tv_vdw_channel_unit33(plane, j->g, wt, start, &j->epi, res, j->oh, j->ow, dst);
+        else if (j->kw == 3)
+          TV_VDW_CALL(unit3);
+        else
+          TV_VDW_CALL(unit);
         break;
       case 3: TV_VDW2_CALL(3); break;
       case 5: TV_VDW2_CALL(5); break;
