@@ -184,7 +184,7 @@ def report() -> dict:
                    f"{desc.vector_registers} registers, L2 {desc.l2 // 1024} KB ({desc.model or 'unknown model'})",
         },
         "convolution": {
-            "isa": desc.isa, "direct_tile": f"{max(params.mr, 4)}x2x{params.lanes} and 4x2x{params.lanes}",
+            "isa": desc.isa, "direct_tile": f"{max(params.conv_mr, 4)}x2x{params.lanes} and 4x2x{params.lanes}",
             "packed_tile": f"{params.conv_mr}x{params.nr}",
             "pointwise_tile": f"{max(params.mr, 4)}x{params.nr} and 4x{params.nr}", "depthwise_tile": f"8x{params.lanes} (stride 2, square 3, 5, 7: 8, 7, 5 x{params.lanes}, split in registers)",
             "why": "tv_vconv.h instantiated with the packed product's vectors: direct, output channels x 2 rows "

@@ -281,7 +281,8 @@ def gemm_params(desc: HostDescription | None = None) -> GemmParams:
       with its x rows in L1 and stores runs of consecutive outputs (with 128 rows of a 50257-column LM
       head, one panel at a time read x from L2 and stored one line in each of 128 rows per panel: 1.4x
       the time);
-    * the packed convolution's tile has ``conv_mr = max(mr, isa_registers / 4)`` rows, ``isa_registers``
+    * the convolutions' tiles (the packed one's pixels, the direct 2-row tile's output channels) have
+      ``conv_mr = max(mr, isa_registers / 4)`` rows, ``isa_registers``
       being the registers the instructions address at this width (32 for an AVX-512 host's 32-byte
       instance: AVX-512VL), accumulators in at most half of them: 8 on Zen 4, where the product keeps 6
       (8 rows: ResNet-18 2-3% faster; the product at 8 rows no faster and 9% slower on 128 x 1024 x 256;

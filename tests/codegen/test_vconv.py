@@ -143,10 +143,11 @@ DIRECT = [
     ((1, 2, 6, 9), 1, (3, 3), (1, 1), (1, 1), (1, 1, 1, 1)),
     ((1, 3, 8, 40), 14, (3, 3), (1, 1), (1, 1), (1, 1, 1, 1)),
     ((2, 3, 21, 30), 50, (7, 7), (2, 2), (1, 1), (3, 3, 3, 3)),  # weights past half of L1d: column blocks first
+    ((1, 3, 10, 18), 20, (3, 3), (1, 1), (1, 1), (1, 1, 1, 1)),   # 20 channels: blocks of 8 and a 4
 ]
-@pytest.mark.parametrize("isa", ["avx2", "avx512", "portable"])
+@pytest.mark.parametrize("isa", ["avx2", "avx512", "portable", "avx512-ymm"])
 def test_vector_convolutions_of_every_instance(isa, kernel_threads):
-    """Each instance of the host description (16, 8 and 4 lanes; tiles of 6 or 14 channels) on strides,
+    """Each instance of the host description (16, 8 and 4 lanes; 2-row tiles of 6, 8 or 14 channels) on strides,
     dilation, asymmetric padding and every tail, with each tile epilogue, at 1, 2 and more threads than
     cores; every thread count gives the same bits (each output is one tile's, whichever thread ran it)."""
     _, lanes, direct = _library(isa)
@@ -813,7 +814,7 @@ def test_stats_name_the_convolution_tiles():
     exe = tv.vm.compile(tv.parse(text), target="c")
     conv = exe.stats()["product_kernels"]["convolution"]
     params = host.gemm_params()
-    assert conv["isa"] == host.host().isa and conv["direct_tile"].startswith(f"{max(params.mr, 4)}x2x{params.lanes}")
+    assert conv["isa"] == host.host().isa and conv["direct_tile"].startswith(f"{max(params.conv_mr, 4)}x2x{params.lanes}")
     assert conv["packed_tile"] == f"{params.conv_mr}x{params.nr}" and conv["depthwise_tile"].startswith(f"8x{params.lanes} (stride 2")
     assert exe.stats()["kernel_library"]["variants"] == {"direct": 1}  # the variant each kernel can run
 

@@ -12,6 +12,12 @@
 #ifndef TV_VCONV_H
 #define TV_VCONV_H
 #include <sched.h>
+/* The convolutions' tile rows where the register file holds more than the product's tile
+   (host.gemm_params: conv_mr; the product's own rows where not given): the packed convolution's pixels and
+   the direct kernel's 2-row tile's output channels. */
+#ifndef TV_PCONV_MR
+#define TV_PCONV_MR TV_VGEMM_MR
+#endif
 #ifndef TV_ERROR_OUT_OF_MEMORY
 #define TV_ERROR_OUT_OF_MEMORY 1003 /* (as tv_lib.h and c_emit.ERROR_OUT_OF_MEMORY) */
 #endif
@@ -209,8 +215,9 @@ static inline float tv_vconv_max1(float a, float b) { return a > b || a != a ? a
 
 /* The direct convolution's tile: OC output channels x 2 rows x one vector of columns, 2 OC accumulators in
    registers (named per channel by TV_VROWS<OC>, see tv_vgemm.h) over (c, ky, kx): 2 input vectors and OC
-   weight broadcasts feed 2 OC FMAs. OC is TV_VGEMM_MR (the rule of host.gemm_params: 2 OC accumulators + 2
-   inputs + 1 broadcast fit the register file: 6 on AVX2, 14 on AVX-512) or 4 for the tails. A channel
+   weight broadcasts feed 2 OC FMAs. OC is TV_PCONV_MR (the rule of host.gemm_params: 2 OC accumulators + 2
+   inputs + 1 broadcast fit the register file: 6 on AVX2, 14 on AVX-512, 8 on the 32-byte instance of an
+   AVX-512 host; 8 there made the small CNN's pooled layers 3-10% faster than 6) or 4 for the tails. A channel
    past the end repeats the last one and a missing row the last row (neither stored); a partial column block
    goes through a small buffer. */
 #define TV_VCONV_ACC(i) tv_vf a##i##0 = TV_VSPLAT(start[i]), a##i##1 = a##i##0;
@@ -319,8 +326,8 @@ static void tv_vconv_store(const float* tile, int channels, int rows, int64_t o,
 #define TV_VCONV_NAME(OC) TV_VCONV_NAME_(OC)
 #define TV_VCONV_NAME_(OC) tv_vconv_tile##OC
 TV_VCONV_TILE(4)
-#if TV_VGEMM_MR > 4
-TV_VCONV_TILE_OF(TV_VGEMM_MR)
+#if TV_PCONV_MR > 4
+TV_VCONV_TILE_OF(TV_PCONV_MR)
 #endif
 
 /* Output channels in blocks of ``wide`` and of 4: the split of o that stores the fewest repeated channels
@@ -437,16 +444,16 @@ static inline int64_t tv_vconv_tile_at(const tv_vconv_job* j, int64_t t, int64_t
 
 static void tv_vconv_chunk(void* arg, int64_t i) {
   const tv_vconv_job* j = (const tv_vconv_job*)arg;
-  const int64_t mr = TV_VGEMM_MR > 4 ? TV_VGEMM_MR : 4;
+  const int64_t mr = TV_PCONV_MR > 4 ? TV_PCONV_MR : 4;
   const int64_t lo = i * j->tiles / j->chunks, hi = (i + 1) * j->tiles / j->chunks;
   int64_t made_to = 0, band = -1;
   for (int64_t t = lo; t < hi; ++t) {
     int64_t yb, ob, xb;
     const int64_t o0 = tv_vconv_tile_at(j, t, mr, &yb, &ob, &xb);
     TV_VCONV_NEED_ROWS(j, yb, band, made_to)
-#if TV_VGEMM_MR > 4
+#if TV_PCONV_MR > 4
     if (ob < j->big) {
-      TV_VCONV_NAME(TV_VGEMM_MR)(j->padded, j->g, j->sh, j->off, j->taps, j->weights, j->o, j->oh, j->ow, o0, yb * 2,
+      TV_VCONV_NAME(TV_PCONV_MR)(j->padded, j->g, j->sh, j->off, j->taps, j->weights, j->o, j->oh, j->ow, o0, yb * 2,
                                  xb * TV_VLANES, j->epi, j->image);
       continue;
     }
@@ -628,7 +635,7 @@ __attribute__((unused)) static int32_t tv_conv2d_direct_act_f32(int64_t n, int64
   tv_vconv_taps(kw, sw, dw, g, at);
   const int tall = !pool; /* (the tall tiles; a pool needs the 2-row tile) */
   int64_t big, fours;
-  tv_vconv_blocks_of(o, tall ? TV_VCONV_TALL_OC : TV_VGEMM_MR, &big, &fours);
+  tv_vconv_blocks_of(o, tall ? TV_VCONV_TALL_OC : TV_PCONV_MR, &big, &fours);
   const int64_t rows = tall ? TV_VCONV_TALL_ROWS : 2;
   /* Within a pair of output rows, the channel blocks vary fastest (neighbouring tiles read the same input
      rows, kept in L1), unless the weights of all blocks fill more than half of L1d: then the column blocks
@@ -637,7 +644,7 @@ __attribute__((unused)) static int32_t tv_conv2d_direct_act_f32(int64_t n, int64
   const int64_t yblocks = pool ? oh / 2 : (oh + rows - 1) / rows, xblocks = (ow + TV_VLANES - 1) / TV_VLANES;
   const int threads = tv_gemm_parallel((double)o * oh * ow * c * kh * kw) ? tv_omp_max_threads() : 1;
   const int64_t taps = c * kh * kw;
-  const int64_t oblocks = big + fours, blocked = big * (tall ? TV_VCONV_TALL_OC : TV_VGEMM_MR) + 4 * fours;
+  const int64_t oblocks = big + fours, blocked = big * (tall ? TV_VCONV_TALL_OC : TV_PCONV_MR) + 4 * fours;
   /* the taps' offsets, then the units' and the blocks' states, a cache line each from the next line on:
      the tiles read the offsets at every tap while other cores swap the states */
   const int64_t lines = (taps * (int64_t)sizeof(int64_t) + 63) / 64 + 1 + (g.hp + oblocks);
@@ -1283,10 +1290,6 @@ __attribute__((unused)) static int32_t tv_conv2d_depthwise_f32(int64_t n, int64_
                                      relu, 0, 1.0f, 0.0f, 0.0f, 0.0f, bias, 0, out);
 }
 
-/* The packed convolution's tile rows (host.gemm_params: conv_mr; the product's own rows where not given). */
-#ifndef TV_PCONV_MR
-#define TV_PCONV_MR TV_VGEMM_MR
-#endif
 /* ---- the packed convolution (nn.conv2d_packed): tv_conv2d_packed_f32 ----
    A convolution with a long reduction as the packed product's register tile over the image itself (no
    im2col): out[o][q] = sum_k panel[o / NR][k][o % NR] x[k][q] for output pixels q, k = (channel block,
