@@ -95,8 +95,8 @@ static void fused_panel(const float* panel, float* out, const float* xb, const f
   LI_ROWS(LI_ZERO)
 #define LI_LOAD(r) plo##r = TV_VLOAD(pc + r * G), phi##r = TV_VLOAD(pc + r * G + TV_VLANES);
   if (steps) { LI_ROWS(LI_LOAD) }
-  /* The panel read as two streams (its two halves of the reduction, as tv_vgemm_tile1 reads it); ``chunk``
-     steps of each between two projection steps. */
+  /* The panel read as two streams (its two halves of the reduction, as the one-row tile tv_vgemm_tile1 read
+     it then); ``chunk`` steps of each between two projection steps. */
   const int64_t half = H / 2, chunk = steps ? half / steps : half;
   const float* second = panel + half * NR;
   int64_t p = 0;

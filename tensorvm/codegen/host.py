@@ -444,7 +444,7 @@ def gemm_defines(params: GemmParams) -> tuple:
     return (f"-DTV_VEC_BYTES={params.vector_bytes}", f"-DTV_VGEMM_MR={params.mr}", f"-DTV_VGEMM_KC={params.kc}",
             f"-DTV_VGEMM_MC={params.mc}", f"-DTV_VGEMM_ONTHEFLY={params.onthefly}",
             f"-DTV_VGEMM_L1_BYTES={params.l1_bytes}", f"-DTV_VGEMM_GROUP_BYTES={params.group_bytes}",
-            f"-DTV_PCONV_MR={params.conv_mr or params.mr}")
+            f"-DTV_CONV_MR={params.conv_mr or params.mr}")
 
 
 def pack_panels(weight, nr: int, dtype="float32"):

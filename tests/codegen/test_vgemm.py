@@ -88,7 +88,7 @@ def test_gemm_params_follow_the_rule(isa, l2, want):
                                        f"-DTV_VGEMM_KC={p.kc}", f"-DTV_VGEMM_MC={p.mc}",
                                        f"-DTV_VGEMM_ONTHEFLY={l2 // 8}",  # B packed on the fly up to L2 / 2
                                        f"-DTV_VGEMM_L1_BYTES={desc.l1d // 2}", f"-DTV_VGEMM_GROUP_BYTES={l2 // 2}",
-                                       f"-DTV_PCONV_MR={p.conv_mr}")
+                                       f"-DTV_CONV_MR={p.conv_mr}")
 
 
 def test_pack_panels_layout():

@@ -15,8 +15,8 @@
 /* The convolutions' tile rows where the register file holds more than the product's tile
    (host.gemm_params: conv_mr; the product's own rows where not given): the packed convolution's pixels and
    the direct kernel's 2-row tile's output channels. */
-#ifndef TV_PCONV_MR
-#define TV_PCONV_MR TV_VGEMM_MR
+#ifndef TV_CONV_MR
+#define TV_CONV_MR TV_VGEMM_MR
 #endif
 #ifndef TV_ERROR_OUT_OF_MEMORY
 #define TV_ERROR_OUT_OF_MEMORY 1003 /* (as tv_lib.h and c_emit.ERROR_OUT_OF_MEMORY) */
@@ -215,7 +215,7 @@ static inline float tv_vconv_max1(float a, float b) { return a > b || a != a ? a
 
 /* The direct convolution's tile: OC output channels x 2 rows x one vector of columns, 2 OC accumulators in
    registers (named per channel by TV_VROWS<OC>, see tv_vgemm.h) over (c, ky, kx): 2 input vectors and OC
-   weight broadcasts feed 2 OC FMAs. OC is TV_PCONV_MR (the rule of host.gemm_params: 2 OC accumulators + 2
+   weight broadcasts feed 2 OC FMAs. OC is TV_CONV_MR (the rule of host.gemm_params: 2 OC accumulators + 2
    inputs + 1 broadcast fit the register file: 6 on AVX2, 14 on AVX-512, 8 on the 32-byte instance of an
    AVX-512 host; 8 there made the small CNN's pooled layers 3-10% faster than 6) or 4 for the tails. A channel
    past the end repeats the last one and a missing row the last row (neither stored); a partial column block
@@ -326,8 +326,8 @@ static void tv_vconv_store(const float* tile, int channels, int rows, int64_t o,
 #define TV_VCONV_NAME(OC) TV_VCONV_NAME_(OC)
 #define TV_VCONV_NAME_(OC) tv_vconv_tile##OC
 TV_VCONV_TILE(4)
-#if TV_PCONV_MR > 4
-TV_VCONV_TILE_OF(TV_PCONV_MR)
+#if TV_CONV_MR > 4
+TV_VCONV_TILE_OF(TV_CONV_MR)
 #endif
 
 /* Output channels in blocks of ``wide`` and of 4: the split of o that stores the fewest repeated channels
@@ -444,16 +444,16 @@ static inline int64_t tv_vconv_tile_at(const tv_vconv_job* j, int64_t t, int64_t
 
 static void tv_vconv_chunk(void* arg, int64_t i) {
   const tv_vconv_job* j = (const tv_vconv_job*)arg;
-  const int64_t mr = TV_PCONV_MR > 4 ? TV_PCONV_MR : 4;
+  const int64_t mr = TV_CONV_MR > 4 ? TV_CONV_MR : 4;
   const int64_t lo = i * j->tiles / j->chunks, hi = (i + 1) * j->tiles / j->chunks;
   int64_t made_to = 0, band = -1;
   for (int64_t t = lo; t < hi; ++t) {
     int64_t yb, ob, xb;
     const int64_t o0 = tv_vconv_tile_at(j, t, mr, &yb, &ob, &xb);
     TV_VCONV_NEED_ROWS(j, yb, band, made_to)
-#if TV_PCONV_MR > 4
+#if TV_CONV_MR > 4
     if (ob < j->big) {
-      TV_VCONV_NAME(TV_PCONV_MR)(j->padded, j->g, j->sh, j->off, j->taps, j->weights, j->o, j->oh, j->ow, o0, yb * 2,
+      TV_VCONV_NAME(TV_CONV_MR)(j->padded, j->g, j->sh, j->off, j->taps, j->weights, j->o, j->oh, j->ow, o0, yb * 2,
                                  xb * TV_VLANES, j->epi, j->image);
       continue;
     }
@@ -635,7 +635,7 @@ __attribute__((unused)) static int32_t tv_conv2d_direct_act_f32(int64_t n, int64
   tv_vconv_taps(kw, sw, dw, g, at);
   const int tall = !pool; /* (the tall tiles; a pool needs the 2-row tile) */
   int64_t big, fours;
-  tv_vconv_blocks_of(o, tall ? TV_VCONV_TALL_OC : TV_PCONV_MR, &big, &fours);
+  tv_vconv_blocks_of(o, tall ? TV_VCONV_TALL_OC : TV_CONV_MR, &big, &fours);
   const int64_t rows = tall ? TV_VCONV_TALL_ROWS : 2;
   /* Within a pair of output rows, the channel blocks vary fastest (neighbouring tiles read the same input
      rows, kept in L1), unless the weights of all blocks fill more than half of L1d: then the column blocks
@@ -644,7 +644,7 @@ __attribute__((unused)) static int32_t tv_conv2d_direct_act_f32(int64_t n, int64
   const int64_t yblocks = pool ? oh / 2 : (oh + rows - 1) / rows, xblocks = (ow + TV_VLANES - 1) / TV_VLANES;
   const int threads = tv_gemm_parallel((double)o * oh * ow * c * kh * kw) ? tv_omp_max_threads() : 1;
   const int64_t taps = c * kh * kw;
-  const int64_t oblocks = big + fours, blocked = big * (tall ? TV_VCONV_TALL_OC : TV_PCONV_MR) + 4 * fours;
+  const int64_t oblocks = big + fours, blocked = big * (tall ? TV_VCONV_TALL_OC : TV_CONV_MR) + 4 * fours;
   /* the taps' offsets, then the units' and the blocks' states, a cache line each from the next line on:
      the tiles read the offsets at every tap while other cores swap the states */
   const int64_t lines = (taps * (int64_t)sizeof(int64_t) + 63) / 64 + 1 + (g.hp + oblocks);
@@ -780,9 +780,9 @@ TV_VDW_CHANNEL(any, TV_VCONV_AT_TABLE, kw, 8)
    order, so each output row still sums bias, then ky, then kx, as above: the same bits. Rows of the last
    tile past the image read the plane's last row (in bounds) and are not stored. */
 #define TV_VDW33_TAPS(i, ky) a##i += w##ky##0 * v0; a##i += w##ky##1 * v1; a##i += w##ky##2 * v2;
-#define TV_VDW33_ROW(j)                                                                              \
-  const float* in##j = plane + (y0 + j < g.hp ? y0 + j : g.hp - 1) * g.row + x0;
-#define TV_VDW33_LOAD const tv_vf v0 = TV_VLOAD(in), v1 = TV_VLOAD(in + 1), v2 = TV_VLOAD(in + 2);
+#define TV_VDW33_LOAD(j)                                                                             \
+  const float* in = plane + (y0 + j < g.hp ? y0 + j : g.hp - 1) * g.row + x0;                        \
+  const tv_vf v0 = TV_VLOAD(in), v1 = TV_VLOAD(in + 1), v2 = TV_VLOAD(in + 2);
 static void tv_vdw_channel_unit33(const float* plane, tv_vconv_geometry g, const float* wt, float start,
                                   const tv_conv_epilogue* epi, const float* res, int64_t oh, int64_t ow,
                                   float* out) {
@@ -795,18 +795,16 @@ static void tv_vdw_channel_unit33(const float* plane, tv_vconv_geometry g, const
       /* (the last block overlaps the one before when the row has a vector: whole stores only) */
       const int64_t x0 = ow >= TV_VLANES && x + TV_VLANES > ow ? ow - TV_VLANES : x;
       TV_VDW_EACH8(TV_VDW_ACC)
-      TV_VDW33_ROW(0) TV_VDW33_ROW(1) TV_VDW33_ROW(2) TV_VDW33_ROW(3) TV_VDW33_ROW(4)
-      TV_VDW33_ROW(5) TV_VDW33_ROW(6) TV_VDW33_ROW(7) TV_VDW33_ROW(8) TV_VDW33_ROW(9)
-      { const float* in = in0; TV_VDW33_LOAD TV_VDW33_TAPS(0, 0) }
-      { const float* in = in1; TV_VDW33_LOAD TV_VDW33_TAPS(0, 1) TV_VDW33_TAPS(1, 0) }
-      { const float* in = in2; TV_VDW33_LOAD TV_VDW33_TAPS(0, 2) TV_VDW33_TAPS(1, 1) TV_VDW33_TAPS(2, 0) }
-      { const float* in = in3; TV_VDW33_LOAD TV_VDW33_TAPS(1, 2) TV_VDW33_TAPS(2, 1) TV_VDW33_TAPS(3, 0) }
-      { const float* in = in4; TV_VDW33_LOAD TV_VDW33_TAPS(2, 2) TV_VDW33_TAPS(3, 1) TV_VDW33_TAPS(4, 0) }
-      { const float* in = in5; TV_VDW33_LOAD TV_VDW33_TAPS(3, 2) TV_VDW33_TAPS(4, 1) TV_VDW33_TAPS(5, 0) }
-      { const float* in = in6; TV_VDW33_LOAD TV_VDW33_TAPS(4, 2) TV_VDW33_TAPS(5, 1) TV_VDW33_TAPS(6, 0) }
-      { const float* in = in7; TV_VDW33_LOAD TV_VDW33_TAPS(5, 2) TV_VDW33_TAPS(6, 1) TV_VDW33_TAPS(7, 0) }
-      { const float* in = in8; TV_VDW33_LOAD TV_VDW33_TAPS(6, 2) TV_VDW33_TAPS(7, 1) }
-      { const float* in = in9; TV_VDW33_LOAD TV_VDW33_TAPS(7, 2) }
+      { TV_VDW33_LOAD(0) TV_VDW33_TAPS(0, 0) }
+      { TV_VDW33_LOAD(1) TV_VDW33_TAPS(0, 1) TV_VDW33_TAPS(1, 0) }
+      { TV_VDW33_LOAD(2) TV_VDW33_TAPS(0, 2) TV_VDW33_TAPS(1, 1) TV_VDW33_TAPS(2, 0) }
+      { TV_VDW33_LOAD(3) TV_VDW33_TAPS(1, 2) TV_VDW33_TAPS(2, 1) TV_VDW33_TAPS(3, 0) }
+      { TV_VDW33_LOAD(4) TV_VDW33_TAPS(2, 2) TV_VDW33_TAPS(3, 1) TV_VDW33_TAPS(4, 0) }
+      { TV_VDW33_LOAD(5) TV_VDW33_TAPS(3, 2) TV_VDW33_TAPS(4, 1) TV_VDW33_TAPS(5, 0) }
+      { TV_VDW33_LOAD(6) TV_VDW33_TAPS(4, 2) TV_VDW33_TAPS(5, 1) TV_VDW33_TAPS(6, 0) }
+      { TV_VDW33_LOAD(7) TV_VDW33_TAPS(5, 2) TV_VDW33_TAPS(6, 1) TV_VDW33_TAPS(7, 0) }
+      { TV_VDW33_LOAD(8) TV_VDW33_TAPS(6, 2) TV_VDW33_TAPS(7, 1) }
+      { TV_VDW33_LOAD(9) TV_VDW33_TAPS(7, 2) }
       float tile[8][TV_VLANES];
       TV_VDW_EACH8(TV_VDW_KEEP)
       for (int64_t i = 0; i < 8 && y0 + i < oh; ++i) tv_vdw_put(tile[i], &e, res, (y0 + i) * ow + x0, ow - x0, oh * ow, out);
@@ -1298,7 +1296,7 @@ __attribute__((unused)) static int32_t tv_conv2d_depthwise_f32(int64_t n, int64_
    (ceil(C / B) x HP x WP x B): a tile's reduction then reads each pixel's B channels in a row, one tap
    after the other, where NCHW jumps a whole plane per channel (the direct kernel above, whose every
    channel step waited on L2, ran at half the FMA rate on ResNet's 3x3 layers). A tile is MR output pixels
-   (TV_PCONV_MR, consecutive in the flattened image, so a narrow image fills its tiles; the pixels dealt
+   (TV_CONV_MR, consecutive in the flattened image, so a narrow image fills its tiles; the pixels dealt
    out evenly, tiles of MR and MR - 1) x NR output channels: per step two weight vectors and MR broadcast
    inputs feed 2 MR FMAs, as in the product. Bias, residual and activation are applied in registers, the
    tile stored through a small buffer (MR floats per channel: the NCHW output is strided by channel). The
@@ -1381,35 +1379,35 @@ __attribute__((unused)) static int32_t tv_conv2d_depthwise_f32(int64_t n, int64_
 #define TV_PCONV_TILE_OF(R) TV_PCONV_TILE(R)
 #define TV_PCONV_NAME(R) TV_PCONV_NAME_(R)
 #define TV_PCONV_NAME_(R) tv_pconv_tile##R
-TV_PCONV_TILE_OF(TV_PCONV_MR)
+TV_PCONV_TILE_OF(TV_CONV_MR)
 /* The tile one pixel shorter (TV_PCONV_SHORT rows): the pixels are dealt out evenly, ceil(P / MR) tiles
    of MR or MR - 1 pixels where they fit (7 x 7 = 49 pixels at MR 6: four tiles of 6 and five of 5, not
    eight of 6 and one of 1: 5 of 54 rows repeated, a tenth of the layer's work). */
-#if TV_PCONV_MR == 2
+#if TV_CONV_MR == 2
 #define TV_PCONV_SHORT 1
-#elif TV_PCONV_MR == 3
+#elif TV_CONV_MR == 3
 #define TV_PCONV_SHORT 2
-#elif TV_PCONV_MR == 4
+#elif TV_CONV_MR == 4
 #define TV_PCONV_SHORT 3
-#elif TV_PCONV_MR == 5
+#elif TV_CONV_MR == 5
 #define TV_PCONV_SHORT 4
-#elif TV_PCONV_MR == 6
+#elif TV_CONV_MR == 6
 #define TV_PCONV_SHORT 5
-#elif TV_PCONV_MR == 7
+#elif TV_CONV_MR == 7
 #define TV_PCONV_SHORT 6
-#elif TV_PCONV_MR == 8
+#elif TV_CONV_MR == 8
 #define TV_PCONV_SHORT 7
-#elif TV_PCONV_MR == 9
+#elif TV_CONV_MR == 9
 #define TV_PCONV_SHORT 8
-#elif TV_PCONV_MR == 10
+#elif TV_CONV_MR == 10
 #define TV_PCONV_SHORT 9
-#elif TV_PCONV_MR == 11
+#elif TV_CONV_MR == 11
 #define TV_PCONV_SHORT 10
-#elif TV_PCONV_MR == 12
+#elif TV_CONV_MR == 12
 #define TV_PCONV_SHORT 11
-#elif TV_PCONV_MR == 13
+#elif TV_CONV_MR == 13
 #define TV_PCONV_SHORT 12
-#elif TV_PCONV_MR == 14
+#elif TV_CONV_MR == 14
 #define TV_PCONV_SHORT 13
 #endif
 #ifdef TV_PCONV_SHORT
@@ -1485,7 +1483,7 @@ static void tv_pconv_chunk(void* arg, int64_t i) {
                         ? j->packed + (p0 * j->k + cb1 * j->window * TV_VCONV_BLOCK) * TV_VGEMM_NR : NULL;
       for (int64_t tile = q0; tile < q1; ++tile) {
         const float* ahead = tile == q0 ? next : NULL; /* (by the chunk's first tile: the others find it there) */
-        float* acc = j->acc + (p * j->tiles + tile) * (TV_PCONV_MR * TV_VGEMM_NR);
+        float* acc = j->acc + (p * j->tiles + tile) * (TV_CONV_MR * TV_VGEMM_NR);
         const int64_t image = tile / j->qblocks, qb = tile % j->qblocks;
         const float* blocked = j->blocked + image * j->image;
         float* dst = j->out + image * j->o * j->pixels;
@@ -1493,8 +1491,8 @@ static void tv_pconv_chunk(void* arg, int64_t i) {
         const int64_t first = qb * j->pixels / j->qblocks, rows = (qb + 1) * j->pixels / j->qblocks - first;
         const float* acc_in = cb0 > 0 ? acc : NULL;
         float* acc_out = cb1 < j->cblocks ? acc : NULL;
-        if (rows == TV_PCONV_MR) {
-          TV_PCONV_NAME(TV_PCONV_MR)(blocked, j->at + first, taps, count, w, ahead, first, rows, j->pixels,
+        if (rows == TV_CONV_MR) {
+          TV_PCONV_NAME(TV_CONV_MR)(blocked, j->at + first, taps, count, w, ahead, first, rows, j->pixels,
                                      p * TV_VGEMM_NR, j->o, acc_in, acc_out, j->b + p * TV_VGEMM_NR, j->relu, &epi, dst);
           continue;
         }
@@ -1534,7 +1532,7 @@ __attribute__((unused)) static int32_t tv_conv2d_packed_act_f32(int64_t n, int64
     float* out) {
   if (n <= 0 || o <= 0 || oh <= 0 || ow <= 0) return 0;
   const int64_t cblocks = (c + TV_VCONV_BLOCK - 1) / TV_VCONV_BLOCK, pixels = oh * ow, window = kh * kw;
-  const int64_t qblocks = (pixels + TV_PCONV_MR - 1) / TV_PCONV_MR;
+  const int64_t qblocks = (pixels + TV_CONV_MR - 1) / TV_CONV_MR;
   const int64_t hp = (oh - 1) * sh + (kh - 1) * dh + 1, wp = (ow - 1) * sw + (kw - 1) * dw + 1;
   const int64_t k = cblocks * TV_VCONV_BLOCK * window, panels = (o + TV_VGEMM_NR - 1) / TV_VGEMM_NR;
   /* channel blocks per run: a panel's slice of them fills at most half of L1d (at least one block) */
@@ -1565,7 +1563,7 @@ __attribute__((unused)) static int32_t tv_conv2d_packed_act_f32(int64_t n, int64
      pixel) and their partial sums: the tiles of several small images share a chunk while that fits half
      of L2; a larger image keeps a chunk (at least) of its own, as one whole image per chunk on one thread
      had been. */
-  const int64_t tile_bytes = TV_PCONV_MR * (span * TV_VCONV_BLOCK * sh * sw + TV_VGEMM_NR) * (int64_t)sizeof(float);
+  const int64_t tile_bytes = TV_CONV_MR * (span * TV_VCONV_BLOCK * sh * sw + TV_VGEMM_NR) * (int64_t)sizeof(float);
   int64_t most = (TV_L2 / 2) / tile_bytes;
   most = most > qblocks ? most : qblocks;
   const int64_t fit = (tiles + most - 1) / most;
@@ -1573,7 +1571,7 @@ __attribute__((unused)) static int32_t tv_conv2d_packed_act_f32(int64_t n, int64
   qchunks = qchunks < tiles ? qchunks : tiles;
   /* a group's blocked copies, the bias of every panel's channels (zeros past o and without a bias), and
      the tiles' partial sums when the reduction takes several runs; then the pixels' and the taps' offsets */
-  const int64_t sums = span < cblocks ? panels * tiles * TV_PCONV_MR * TV_VGEMM_NR : 0;
+  const int64_t sums = span < cblocks ? panels * tiles * TV_CONV_MR * TV_VGEMM_NR : 0;
   float* blocked = (float*)malloc(sizeof(float) * (size_t)(group * image + panels * TV_VGEMM_NR + sums));
   int64_t* at = (int64_t*)malloc(sizeof(int64_t) * (size_t)(pixels + cblocks * window));
   if (blocked == NULL || at == NULL) {

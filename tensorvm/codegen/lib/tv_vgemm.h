@@ -281,8 +281,6 @@ TV_VSTREAM(14)
 
 #define TV_VCASE(R) \
   case R: (stream ? tv_vgemm_stream##R : tv_vgemm_tile##R)(x, ldx, panel, kc, target, ld, accumulate); break;
-/* (one row: tv_vgemm_stream1 whether the weight streams or not) */
-#define tv_vgemm_tile1 tv_vgemm_stream1
 /* A tile of ``rows`` (<= MR) rows, of the streaming tiles when ``stream``; the last panel's tile (cols < NR)
    goes through a local buffer. */
 static void tv_vgemm_rows(int rows, const float* x, int64_t ldx, const float* panel, int64_t kc, float* c,
@@ -296,7 +294,8 @@ static void tv_vgemm_rows(int rows, const float* x, int64_t ldx, const float* pa
       for (int r = 0; r < rows; ++r) for (int64_t j = 0; j < cols; ++j) tile[r * TV_VGEMM_NR + j] = c[r * ldc + j];
   }
   switch (rows) {
-    TV_VCASE(1) TV_VCASE(2)
+    case 1: tv_vgemm_stream1(x, ldx, panel, kc, target, ld, accumulate); break;  /* (streaming or not) */
+    TV_VCASE(2)
 #if TV_VGEMM_MR >= 3
     TV_VCASE(3)
 #endif
