@@ -101,7 +101,7 @@ for _name in _VECTOR_INCLUDES:
 
 
 _FLOAT_FUNCS = {  # intrinsic -> C function stem (f suffix for float32)
-    "exp": "exp", "log": "log", "log2": "log2", "log10": "log10", "sqrt": "sqrt", "tanh": "tanh", "erf": "erf",
+    "exp": "exp", "log": "log", "log2": "log2", "log10": "log10", "log1p": "log1p", "sqrt": "sqrt", "tanh": "tanh", "erf": "erf",
     "sin": "sin", "cos": "cos", "tan": "tan", "floor": "floor", "ceil": "ceil", "round": "rint",
     "trunc": "trunc", "abs": "fabs",
 }

@@ -207,7 +207,7 @@ _unary("round", _integer_identity(np.round), doc="Round half to even (like NumPy
        element=lambda x, a: M.round(x))
 _unary("trunc", _integer_identity(np.trunc), element=lambda x, a: M.trunc(x))
 for _name, _fn, _element in [("exp", np.exp, M.exp), ("log", np.log, M.log), ("log2", np.log2, M.log2),
-                             ("log10", np.log10, M.log10), ("sqrt", np.sqrt, M.sqrt),
+                             ("log10", np.log10, M.log10), ("log1p", np.log1p, M.log1p), ("sqrt", np.sqrt, M.sqrt),
                              ("rsqrt", lambda x: 1 / np.sqrt(x), M.rsqrt), ("tanh", np.tanh, M.tanh),
                              ("sigmoid", _sigmoid, M.sigmoid), ("sin", np.sin, M.sin), ("cos", np.cos, M.cos),
                              ("tan", np.tan, M.tan)]:

@@ -68,6 +68,7 @@ from .intrin import (  # noqa: F401
     isinf,
     isnan,
     log,
+    log1p,
     log2,
     log10,
     round,

@@ -697,7 +697,7 @@ def _np_sigmoid(x):
 # name -> (number of args, allowed dtype kinds, result dtype ("" = the argument's), NumPy fold function)
 INTRINSICS = {
     "exp": (1, "f", "", np.exp), "log": (1, "f", "", np.log), "log2": (1, "f", "", np.log2),
-    "log10": (1, "f", "", np.log10), "sqrt": (1, "f", "", np.sqrt), "rsqrt": (1, "f", "", lambda x: 1 / np.sqrt(x)),
+    "log10": (1, "f", "", np.log10), "log1p": (1, "f", "", np.log1p), "sqrt": (1, "f", "", np.sqrt), "rsqrt": (1, "f", "", lambda x: 1 / np.sqrt(x)),
     "tanh": (1, "f", "", np.tanh), "sigmoid": (1, "f", "", _np_sigmoid),
     "erf": (1, "f", "", np.vectorize(math.erf)), "sin": (1, "f", "", np.sin), "cos": (1, "f", "", np.cos),
     "tan": (1, "f", "", np.tan), "floor": (1, "f", "", np.floor), "ceil": (1, "f", "", np.ceil),

@@ -9,7 +9,7 @@ from __future__ import annotations
 from .expr import PrimExpr, as_expr, call, dtype_kind
 
 __all__ = [
-    "exp", "log", "log2", "log10", "sqrt", "rsqrt", "tanh", "sigmoid", "erf", "sin", "cos", "tan", "floor",
+    "exp", "log", "log2", "log10", "log1p", "sqrt", "rsqrt", "tanh", "sigmoid", "erf", "sin", "cos", "tan", "floor",
     "ceil", "round", "trunc", "abs", "sign", "isnan", "isinf", "isfinite",
 ]
 
@@ -28,6 +28,11 @@ def log2(x) -> PrimExpr:
 
 def log10(x) -> PrimExpr:
     return call("log10", x)
+
+
+def log1p(x) -> PrimExpr:
+    """log(1 + x), exact near 0."""
+    return call("log1p", x)
 
 
 def sqrt(x) -> PrimExpr:

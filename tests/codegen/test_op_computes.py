@@ -179,7 +179,7 @@ CASES = [
     Case("sign", unary(), (F32, "int32", "uint8"), values=with_nans),
     *[Case(op, unary(), (F32, F16, "int32"), values=halves) for op in ("floor", "ceil", "round", "trunc")],
     *[Case(op, unary(), (F32, F64, F16)) for op in ("exp", "tanh", "sigmoid", "erf", "sin", "cos", "tan")],
-    *[Case(op, unary(), (F32, F64, F16), values=positive) for op in ("log", "log2", "log10", "sqrt", "rsqrt")],
+    *[Case(op, unary(), (F32, F64, F16), values=positive) for op in ("log", "log2", "log10", "log1p", "sqrt", "rsqrt")],
     *[Case(op, unary(), (F32, "int32"), values=with_nans) for op in ("isnan", "isinf", "isfinite")],
     Case("logical_not", unary(), ("bool",)),
     Case("bitwise_not", unary(), ("int32", "uint8", "bool")),

@@ -254,6 +254,7 @@ TRANSCENDENTAL = {
     "log": (0.01, 100, math.log),
     "log2": (0.01, 100, math.log2),
     "log10": (0.01, 100, math.log10),
+    "log1p": (-0.99, 100, math.log1p),
     "sqrt": (0, 100, math.sqrt),
     "rsqrt": (0.01, 100, lambda x: 1 / math.sqrt(x)),
     "tanh": (-10, 10, math.tanh),
