@@ -167,7 +167,10 @@ def hard_swish_14(ctx, X):
 
 @converter("Softplus", 1)
 def softplus_1(ctx, X):
-    return ctx.call("log", ctx.call("add", ctx.call("exp", X), scalar_like(ctx, X, 1)))
+    """log(1 + exp(x)) as max(x, 0) + log1p(exp(-|x|)): the same function, whose exp never overflows
+    (float32's exp(x) is inf from x = 88.7 on, where softplus is x) and exact where it is tiny."""
+    tail = ctx.call("exp", ctx.call("negative", ctx.call("abs", X)))
+    return ctx.call("add", ctx.call("maximum", X, scalar_like(ctx, X, 0)), ctx.call("log1p", tail))
 
 
 @converter("PRelu", 1)

@@ -433,6 +433,9 @@ def reduce(ctx, data, mode, axes, keepdims, noop_with_empty_axes=0):
     empty = any(isinstance(shape[a], int) and shape[a] == 0 for a in axes)
     if not empty and ctx.dtype(data) == "bool" and mode in ("max", "min"):
         return ctx.call("any" if mode == "max" else "all", data, axis=axes, keepdims=keepdims)
+    # (max and min have no value over nothing, where ONNX 18 gives -inf / +inf: a reduced dim that may be 0
+    # at run time goes through dyn.reduce too)
+    empty = empty or (mode in ("max", "min") and not all(isinstance(shape[a], int) for a in axes))
     if empty or ctx.dtype(data) == "bool":  # (dyn.reduce gives the identity of an empty reduction)
         return run_time_reduce(ctx, data, mode, ctx.constant(np.array(axes, np.int64)), keepdims, True)
     if mode in _STATIC_REDUCE:

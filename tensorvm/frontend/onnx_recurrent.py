@@ -71,6 +71,7 @@ from ..errors import TypeInferenceError, UnsupportedError
 from ..ir.expr import Call, Constant, Function, Var
 from ..ir.types import Any, SymDim, TensorType, TupleType
 from .onnx_context import DimOf, generalize
+from .onnx_elementwise import softplus_1
 
 __all__ = ["RecurrentLayer", "convert_recurrent", "ACTIVATIONS"]
 
@@ -169,7 +170,7 @@ def _activation(ctx, spec, x):
     if name == "softsign":
         return ctx.call("divide", x, ctx.call("add", s(1), ctx.call("abs", x)))
     if name == "softplus":
-        return ctx.call("log", ctx.call("add", s(1), ctx.call("exp", x)))
+        return softplus_1(ctx, x)  # (the Softplus op's form, whose exp never overflows)
     raise UnsupportedError(f"unknown activation {name!r}")  # layer_activations checked the names
 
 

@@ -346,15 +346,15 @@ def gather_1(ctx, data, indices, *, axis=0):
     size = ctx.shape(data)[axis] if 0 <= axis < ndim else None
     if isinstance(size, int) and idx_values is not None and idx_values.size:
         low, high = int(idx_values.min()), int(idx_values.max())
-        if low < -size or high >= size:  # ONNX leaves them undefined; "wrap" would pick a wrong element
+        if low < -size or high >= size:  # (ONNX leaves them undefined; the kernel raises at run time)
             raise ModelImportError(f"Gather: expected indices in [{-size}, {size - 1}] (axis {axis} has size "
                                    f"{size}), got {low if low < -size else high}")
     entries = _entries_1d(ctx, data) if ndim == 1 else None
     if entries is not None and idx_values is not None and idx_values.ndim <= 1:
         picked = [entries[int(i)] for i in idx_values.reshape(-1)]
-        out = ctx.call("take", data, indices, axis=0, mode="wrap")
+        out = ctx.call("take", data, indices, axis=0, mode="fast")
         return _track(ctx, out, picked)
-    return ctx.call("take", data, indices, axis=axis, mode="wrap")
+    return ctx.call("take", data, indices, axis=axis, mode="fast")
 
 
 @converter("GatherElements", 11)

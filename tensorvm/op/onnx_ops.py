@@ -527,13 +527,14 @@ def _resize_kernel(attrs, x, roi, scales, sizes):
     axes = _norm_axes("image.resize", attrs.axes, x.ndim, ShapeError) if attrs.axes else tuple(range(x.ndim))
     scale_values = _floats(scales)
     roi = _floats(roi)
+    ratio = _kept_ratio(attrs, [x.shape[a] for a in axes], sizes, np.size(sizes) != 0, np.minimum, np.maximum)
     work = x.astype(np.float64)
     for j, axis in enumerate(axes):
         out_size = out_shape[axis]
         if scale_values is not None and np.size(sizes) == 0:
             scale = scale_values[j]
         else:
-            scale = out_size / x.shape[axis]
+            scale = out_size / x.shape[axis] if ratio is None else ratio
         if out_size == x.shape[axis] and scale == 1.0 and attrs.coordinate_transformation_mode != \
                 "tf_crop_and_resize" and not (attrs.mode == "cubic" and attrs.exclude_outside):
             continue
@@ -546,6 +547,21 @@ def _resize_kernel(attrs, x, roi, scales, sizes):
         info = np.iinfo(x.dtype)
         work = np.clip(np.round(work), info.min, info.max)
     return work.astype(x.dtype)
+
+
+def _kept_ratio(attrs, in_dims, sizes, has_sizes: bool, smaller, larger):
+    """With ``sizes`` and keep_aspect_ratio_policy not_larger / not_smaller, the one scale of every resized
+    axis: the smallest / largest of sizes[j] / in[j] (the spec samples with it, not with out / in, which the
+    rounding of each output dim makes differ per axis); None otherwise (``smaller`` / ``larger``: the min
+    and max of the kernel's or the compute's numbers)."""
+    if not has_sizes or attrs.keep_aspect_ratio_policy == "stretch":
+        return None
+    pick = smaller if attrs.keep_aspect_ratio_policy == "not_larger" else larger
+    ratio = None
+    for j, n_in in enumerate(in_dims):
+        r = sizes[j] / n_in
+        ratio = r if ratio is None else pick(ratio, r)
+    return ratio
 
 
 def _static_length(t, what: str) -> int:
@@ -577,9 +593,15 @@ def _resize_compute(attrs, inputs, out_type):
     requires = [(E.logical_or(E.all_of(*(x.shape[a] > 0 for a in axes)), E.eq(_prod(out_dims), 0)),
                  "image.resize: cannot resize an empty input to a non-empty output")]
     stage = compute(x.shape, lambda *i: cast(x[i], F64), "resize_in", requires)
+    n_sizes = _static_length(sizes, "sizes")
+    ratio = _kept_ratio(attrs, [cast(x.shape[a], F64) for a in axes], [cast(sizes[(const(j),)], F64) for j in
+                                                                       range(n_sizes)], n_sizes != 0, E.minimum, E.maximum)
     for j, a in enumerate(axes):
         n_in, n_out = x.shape[a], out_dims[a]
-        scale = cast(scales[(const(j),)], F64) if use_scales else cast(n_out, F64) / cast(n_in, F64)
+        if use_scales:
+            scale = cast(scales[(const(j),)], F64)
+        else:
+            scale = cast(n_out, F64) / cast(n_in, F64) if ratio is None else ratio
         if n_roi == 2 * len(axes):
             start, end = cast(roi[(const(j),)], F64), cast(roi[(const(j + len(axes)),)], F64)
         else:
@@ -1246,7 +1268,7 @@ _ACTIVATIONS = {
     "hardsigmoid": lambda x, a, b: np.clip(a * x + b, 0, 1),
     "elu": lambda x, a, b: np.where(x >= 0, x, a * (np.exp(x) - 1)),
     "softsign": lambda x, a, b: x / (1 + np.abs(x)),
-    "softplus": lambda x, a, b: np.log1p(np.exp(x)),
+    "softplus": lambda x, a, b: np.maximum(x, 0) + np.log1p(np.exp(-np.abs(x))),  # (exp never overflows)
 }
 _ACT_DEFAULT_ALPHA = {"leakyrelu": 0.01, "thresholdedrelu": 1.0, "scaledtanh": 1.0, "hardsigmoid": 0.2,
                       "elu": 1.0, "affine": 1.0}

@@ -27,7 +27,7 @@ def make_model(nodes, inputs, outputs, initializers=(), opset=18):
     return make_model_17(nodes, inputs, outputs, initializers, opset)
 
 
-def check_lowered(model, *args, ops=(), expected=None, rtol=1e-6):
+def check_lowered(model, *args, ops=(), expected=None, rtol=1e-6, atol=0.0):
     """Import ``model``: no onnx.* op, each of ``ops`` present; then every executor matches the reference,
     and the C build has a C kernel for every fused group but those of ops in ``NO_COMPUTE_YET``."""
     mod, params = from_onnx(model)
@@ -51,7 +51,7 @@ def check_lowered(model, *args, ops=(), expected=None, rtol=1e-6):
         for got, want in zip(outs, expected, strict=True):
             assert got.shape == want.shape, (where, got.shape, want.shape)
             assert got.dtype == want.dtype, (where, got.dtype, want.dtype)
-            np.testing.assert_allclose(got, want, rtol=rtol, err_msg=where)
+            np.testing.assert_allclose(got, want, rtol=rtol, atol=atol, err_msg=where)
 
 
 X = np.arange(4 * 5 * 6, dtype=np.float32).reshape(4, 5, 6)

@@ -147,6 +147,58 @@ def test_reduce_over_an_empty_axis_gives_the_identity(op_type):
     check_lowered(model, x, ops=("dyn.reduce",), expected=[np.full((2, 3), identity, np.int32)])
 
 
+@pytest.mark.parametrize("policy", ["not_larger", "not_smaller"])
+@pytest.mark.parametrize("mode", ["linear", "nearest", "cubic"])
+def test_resize_to_sizes_keeping_the_aspect_ratio_samples_with_one_scale(policy, mode):
+    """Resize (opset 18) to ``sizes`` with keep_aspect_ratio_policy: every resized axis is sampled with the
+    one kept ratio (min / max of sizes / input), not with its own output / input (which the rounding of
+    each output dim makes differ: 4 x 6 to at most 5 x 5 is 3 x 5, ratio 5/6, but 3/4 and 5/6 per axis),
+    against ONNX's reference evaluator."""
+    node = helper.make_node("Resize", ["x", "", "", "sizes"], ["y"], mode=mode, axes=[2, 3],
+                            keep_aspect_ratio_policy=policy)
+    model = make_model([node], [("x", F32, [1, 2, "h", "w"])], [("y", F32, None)], {"sizes": np.array([5, 5], np.int64)})
+    for shape in ((1, 2, 4, 6), (1, 2, 7, 3)):
+        check_lowered(model, np.random.default_rng(sum(shape)).standard_normal(shape).astype(np.float32), rtol=1e-5,
+                      atol=1e-6)  # (the reference sums its cubic taps in float32)
+
+
+def test_softplus_of_large_inputs_is_finite():
+    """Softplus as max(x, 0) + log1p(exp(-|x|)): log(1 + exp(x)) overflowed float32 to inf from x = 88.7 on,
+    where softplus is x itself, and lost every digit below x = -17 (where it is exp(x), not 0)."""
+    x = np.array([[-1000, -100, -20, -1, 0, 1, 20, 80, 89, 100, 1000, 3e38]], np.float32)
+    model = make_model([helper.make_node("Softplus", ["x"], ["y"])], [("x", F32, [1, "n"])], [("y", F32, None)])
+    check_lowered(model, x, expected=[np.logaddexp(np.float32(0), x)], rtol=1e-6)
+
+
+def test_gather_with_an_index_out_of_range_at_run_time_is_an_error():
+    """Gather's indices known only at run time: those in [-n, n) pick their element (negative ones from the
+    end), one outside is an ExecutionError on every executor (it had wrapped around: index 3 of 3 elements
+    gave the first, as an embedding lookup of an unknown token would give another token's row)."""
+    node = helper.make_node("Gather", ["x", "i"], ["y"], axis=0)
+    model = make_model([node], [("x", F32, [3, 2]), ("i", I64, ["k"])], [("y", F32, None)])
+    x = np.arange(6, dtype=np.float32).reshape(3, 2)
+    check_lowered(model, x, np.array([2, -3, 0, -1], np.int64))
+    mod, params = from_onnx(model)
+    runs = [tv.vm.VirtualMachine(tv.vm.compile(mod, target=target, params=params)).invoke for target in ("c", "python")]
+    runs.append(lambda name, *args: tv.create_executor("debug", mod).evaluate()(*args))
+    for run in runs:
+        for bad in (3, -4, 1000):
+            with pytest.raises(ExecutionError, match="out of range"):
+                run("main", x, np.array([0, bad], np.int64))
+
+
+@pytest.mark.parametrize("op_type, identity", [("ReduceMax", -np.inf), ("ReduceMin", np.inf)])
+def test_max_and_min_over_a_symbolic_dim_that_is_empty_at_run_time(op_type, identity):
+    """ONNX 18's identity of an empty max / min when the reduced dim is symbolic in the model (it was a
+    ShapeError there, and -inf / +inf only where the dim was a static 0); the same executable also reduces
+    that dim when it is not empty."""
+    node = helper.make_node(op_type, ["x", "axes"], ["y"], keepdims=0)
+    model = make_model([node], [("x", F32, [2, "n"])], [("y", F32, None)], {"axes": np.array([1], np.int64)})
+    check_lowered(model, np.zeros((2, 0), np.float32), expected=[np.full(2, identity, np.float32)])
+    x = np.random.default_rng(3).standard_normal((2, 5)).astype(np.float32)
+    check_lowered(model, x, expected=[x.max(axis=1) if op_type == "ReduceMax" else x.min(axis=1)])
+
+
 @pytest.mark.parametrize("op_type", ["ReduceMax", "ReduceMin"])
 def test_bool_reduce_with_run_time_axes(op_type):
     node = helper.make_node(op_type, ["x", "axes"], ["y"], keepdims=0)

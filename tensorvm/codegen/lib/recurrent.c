@@ -36,7 +36,7 @@ static double tv_rnn_apply(tv_rnn_act f, double x) {
     }
     case TV_ACT_ELU: return x >= 0.0 ? x : f.alpha * (exp(x) - 1.0);
     case TV_ACT_SOFTSIGN: return x / (1.0 + fabs(x));
-    default: return log1p(exp(x)); /* TV_ACT_SOFTPLUS */
+    default: return x > 0.0 ? x + log1p(exp(-x)) : log1p(exp(x)); /* TV_ACT_SOFTPLUS (exp never overflows) */
   }
 }
 
