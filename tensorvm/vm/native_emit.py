@@ -121,7 +121,9 @@ def emit_program(exe, kernels: dict, shape_funcs: dict) -> str:
     from ..codegen.c_emit import C_TYPES
 
     check_program(exe)
-    out = [native_header(exe), runtime_text(HELPERS_SOURCE)]
+    # (the most values a function takes: the arguments a tail call moves, tv_native.c's tvn_tail)
+    most = max((len(fn.params) for fn in exe.functions), default=0)
+    out = [native_header(exe), f"#define TVN_MAX_ARGS {most}", runtime_text(HELPERS_SOURCE)]
     n = len(exe.functions)
     out.extend(f"static int32_t tvn_f{i}(tv_ctx* ctx, tv_obj* const* args, tv_obj** ret);" for i in range(n))
     out.append(f"static const tv_function tvn_funcs[{max(n, 1)}] = {{{', '.join(f'tvn_f{i}' for i in range(n)) or '0'}}};")
@@ -151,7 +153,7 @@ __attribute__((visibility("default"))) int32_t tvn_invoke(tv_ctx* ctx, int32_t i
     return tv_error_set(ctx, TV_ERR_EXEC, index, -1, "tvn_invoke: no function %d taking %d arguments", index, nargs);
   ctx->depth = 0;
   ctx->profile = tvn_profile_of_thread();
-  return tvn_funcs[index](ctx, args, ret);
+  return tvn_call(ctx, index, args, ret);
 }}
 """)
     return "\n".join(out)
@@ -502,11 +504,18 @@ class _FunctionEmitter:
                            f"reg_[k_] = NULL; }}")
                 assign = " ".join(f"r{k} = n{k}_;" for k in range(n))
                 return "{ " + new + "\n  " + release + "\n  " + assign + "\n  goto tv_start; }"
+            if pc in self.tails:  # (another function: its caller's frame calls it, tv_native.c's tvn_tail)
+                return (f"{{ tv_obj* a_[] = {self._args(ins.args)};\n"
+                        f"  rc = tvn_tail_invoke({ins.func_index}, a_, {len(ins.args)}); goto tv_exit; }}")
             return (f"{{ tv_obj* a_[] = {self._args(ins.args)}; tv_obj* v_ = NULL;\n"
                     f"  if (tvn_too_deep(ctx, &v_)) {{ rc = tvn_depth_error(ctx, {f}, {pc}); goto tv_exit; }}\n"
-                    f"  rc = tvn_f{ins.func_index}(ctx, a_, &v_); ctx->depth -= 1;\n"
+                    f"  rc = tvn_f{ins.func_index}(ctx, a_, &v_);\n"
+                    f"  if (rc == TVN_TAIL) rc = tvn_trampoline(ctx, &v_);\n  ctx->depth -= 1;\n"
                     f"  if (rc != 0) goto tv_exit;\n  " + self._set(ins.dst, "v_") + " }")
         if op == O.InvokeClosure:
+            if pc in self.tails:
+                return (f"{{ tv_obj* a_[] = {self._args(ins.args)};\n"
+                        f"  rc = tvn_tail_closure(ctx, r{ins.closure}, a_, {len(ins.args)}, {f}, {pc}); goto tv_exit; }}")
             return (f"{{ tv_obj* a_[] = {self._args(ins.args)}; tv_obj* v_ = NULL;\n  "
                     + self._check(f"tvn_call_closure(ctx, r{ins.closure}, a_, {len(ins.args)}, &v_, {f}, {pc})")
                     + "\n  " + self._set(ins.dst, "v_") + " }")

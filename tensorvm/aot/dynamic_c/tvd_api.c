@@ -531,7 +531,7 @@ TV_UNUSED static int32_t tvd_call(tvd_model* m, int32_t f, tv_obj* const* args, 
   m->ctx.depth = 0;
   m->ctx.stack_limit = tvd_stack_limit();
   m->ctx.error.kind = 0;
-  int32_t rc = tvn_function(f)(&m->ctx, args, &ret);
+  int32_t rc = tvn_call(&m->ctx, f, args, &ret);
   if (rc != 0) {
     tv_decref(ret);
     return tvd_call_error(m, what);

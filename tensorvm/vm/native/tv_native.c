@@ -188,24 +188,88 @@ TV_UNUSED static int32_t tvn_depth_error(tv_ctx* ctx, int32_t fidx, int32_t pc) 
 TV_UNUSED static inline int tvn_too_deep(tv_ctx* ctx, const void* here) {
   return ++ctx->depth > ctx->max_depth || (ctx->stack_limit != NULL && (const char*)here < ctx->stack_limit);
 }
+/* Tail calls of other functions and of closures: the calling function's frame ends first, and the frame
+   that called it makes the call (tvn_trampoline), so that a loop of any length through several functions or
+   closures runs in constant stack, as the bytecode VM reuses its frames (a self tail call is a goto, in the
+   function itself). The function leaving asks for the call by moving the callee and its arguments into
+   tvn_tail (tvn_tail_invoke, tvn_tail_closure: the references are the slot's) and returning TVN_TAIL; the
+   code of every call checks for it. Per thread: the slot is filled and emptied with no call between. */
+#define TVN_TAIL 0x5441494c /* (no error kind: those are small) */
+#ifndef TVN_MAX_ARGS /* (the generated code defines it first: the most values one of its functions takes) */
+#define TVN_MAX_ARGS 16
+#endif
+typedef struct {
+  int32_t func, n;
+  tv_obj* args[TVN_MAX_ARGS > 0 ? TVN_MAX_ARGS : 1];
+} tvn_tail_call;
+static _Thread_local tvn_tail_call tvn_tail;
+
+TV_UNUSED static int32_t tvn_tail_invoke(int32_t f, tv_obj* const* args, int32_t n) {
+  tvn_tail.func = f;
+  tvn_tail.n = n;
+  for (int32_t i = 0; i < n; ++i) {
+    tvn_tail.args[i] = args[i];
+    tv_incref(args[i]);
+  }
+  return TVN_TAIL;
+}
+/* The tail calls asked for, one after the other (each callee may ask for the next); *ret the last one's. */
+TV_UNUSED static int32_t tvn_trampoline(tv_ctx* ctx, tv_obj** ret) {
+  int32_t rc = TVN_TAIL;
+  while (rc == TVN_TAIL) {
+    tv_obj* a[TVN_MAX_ARGS > 0 ? TVN_MAX_ARGS : 1];
+    a[0] = NULL;  /* (a function of no parameters reads none) */
+    const int32_t n = tvn_tail.n;
+    for (int32_t i = 0; i < n; ++i) a[i] = tvn_tail.args[i];
+    rc = tvn_function(tvn_tail.func)(ctx, a, ret);
+    for (int32_t i = 0; i < n; ++i) tv_decref(a[i]);
+  }
+  return rc;
+}
+/* VM function f on args (borrowed), its tail calls included; *ret a new reference. */
+TV_UNUSED static int32_t tvn_call(tv_ctx* ctx, int32_t f, tv_obj* const* args, tv_obj** ret) {
+  const int32_t rc = tvn_function(f)(ctx, args, ret);
+  return rc == TVN_TAIL ? tvn_trampoline(ctx, ret) : rc;
+}
+/* The closure o's function (checked) and the number of values it takes, captured + nargs. */
+static int32_t tvn_closure_of(tv_ctx* ctx, const tv_obj* o, int32_t nargs, int32_t fidx, int32_t pc,
+                              const tv_closure** c) {
+  if (o == NULL || o->kind != TV_KIND_CLOSURE)
+    return tv_error_set(ctx, TV_ERR_EXEC, fidx, pc, "invoke_closure: expected a closure");
+  *c = (const tv_closure*)o;
+  const int32_t n = (*c)->nfree + nargs;
+  if (tvn_function_arity((*c)->func) != n)
+    return tv_error_set(ctx, TV_ERR_EXEC, fidx, pc, "invoke_closure: the closure's function takes a different number "
+                        "of values (captured + arguments = %d)", n);
+  return 0;
+}
 /* InvokeClosure: the closure's function with its captured values then args; *ret a new reference. */
 TV_UNUSED static int32_t tvn_call_closure(tv_ctx* ctx, const tv_obj* o, tv_obj* const* args, int32_t nargs, tv_obj** ret,
                                 int32_t fidx, int32_t pc) {
-  if (o == NULL || o->kind != TV_KIND_CLOSURE)
-    return tv_error_set(ctx, TV_ERR_EXEC, fidx, pc, "invoke_closure: expected a closure");
-  const tv_closure* c = (const tv_closure*)o;
+  const tv_closure* c = NULL;
+  const int32_t bad = tvn_closure_of(ctx, o, nargs, fidx, pc, &c);
+  if (bad) return bad;
   const int32_t n = c->nfree + nargs;
-  if (tvn_function_arity(c->func) != n)
-    return tv_error_set(ctx, TV_ERR_EXEC, fidx, pc, "invoke_closure: the closure's function takes a different number "
-                        "of values (captured + arguments = %d)", n);
   tv_obj* all[n > 0 ? n : 1];
   all[0] = NULL;
   for (int32_t i = 0; i < c->nfree; ++i) all[i] = c->free_vars[i];
   for (int32_t i = 0; i < nargs; ++i) all[c->nfree + i] = args[i];
   if (tvn_too_deep(ctx, all)) return tvn_depth_error(ctx, fidx, pc);
-  const int32_t rc = tvn_function(c->func)(ctx, all, ret);
+  const int32_t rc = tvn_call(ctx, c->func, all, ret);
   ctx->depth -= 1;
   return rc;
+}
+/* InvokeClosure in tail position: the call asked for (TVN_TAIL), or the error. */
+TV_UNUSED static int32_t tvn_tail_closure(tv_ctx* ctx, const tv_obj* o, tv_obj* const* args, int32_t nargs, int32_t fidx,
+                                          int32_t pc) {
+  const tv_closure* c = NULL;
+  const int32_t bad = tvn_closure_of(ctx, o, nargs, fidx, pc, &c);
+  if (bad) return bad;
+  tv_obj* all[c->nfree + nargs > 0 ? c->nfree + nargs : 1];
+  all[0] = NULL;
+  for (int32_t i = 0; i < c->nfree; ++i) all[i] = c->free_vars[i];
+  for (int32_t i = 0; i < nargs; ++i) all[c->nfree + i] = args[i];
+  return tvn_tail_invoke(c->func, all, c->nfree + nargs);
 }
 
 /* DeviceCopy: the host is the one device, so a copy of a tensor is a new tensor of the pool with the same
