@@ -17,9 +17,10 @@ from __future__ import annotations
 import numpy as np
 
 from .errors import ExecutionError, UnsupportedError
-from .interpreter import Interpreter, bind_arguments, deep_recursion
+from .interpreter import Interpreter, bind_arguments
 from .ir.expr import Constant, Expr, Function, GlobalVar
 from .ir.module import IRModule
+from .runtime.convert import Node, rebuild
 from .runtime.ndarray import NDArray
 from .runtime.object import ADT
 from .transform.bind_params import bind_params
@@ -179,12 +180,17 @@ class VMExecutor(CompiledExecutor):
 
 
 def to_user_value(value):
-    """Convert a run-time value for users: arrays to ``NDArray``, tuples and ADT fields recursively."""
-    with deep_recursion():
-        return _to_user(value)
+    """Convert a run-time value for users: arrays to ``NDArray``, tuples and ADT fields (``rebuild``: no
+    recursion, whatever the value's depth)."""
+    return _to_user(value)
 
 
 def _to_user(value):
+    return rebuild(value, _user_step)
+
+
+def _user_step(value):
+    """One value of ``_to_user``'s walk (``rebuild``: a list of any length, no recursion)."""
     if isinstance(value, NDArray):
         return value
     if isinstance(value, (np.ndarray, np.generic)):
@@ -192,7 +198,8 @@ def _to_user(value):
         # Constants are read-only and kernels may return views of them: hand out writable arrays.
         return NDArray(array if array.flags.writeable else array.copy())
     if isinstance(value, tuple):
-        return tuple([_to_user(v) for v in value])
+        return Node(value, tuple)
     if isinstance(value, ADT):
-        return ADT(value.tag, tuple([_to_user(v) for v in value.fields]), constructor=value.constructor)
+        tag, constructor = value.tag, value.constructor
+        return Node(value.fields, lambda fields: ADT(tag, tuple(fields), constructor=constructor))
     return value  # closures and references stay opaque

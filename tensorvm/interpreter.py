@@ -64,6 +64,7 @@ from .runtime.convert import (  # noqa: F401 - (moved there; the VM shares them)
     _NUMPY_DTYPES,
     convert_argument,
     describe_value,
+    result_checker,
     substitute_type,
     type_str,
 )
@@ -138,6 +139,7 @@ class Interpreter:
             raise TypeError(f"Interpreter expects an IRModule, got {type(mod).__name__}")
         self.mod = mod if mod is not None else IRModule()
         self._globals: dict[str, FunctionValue] = {}
+        self._param_checks: dict = {}  # id(Function) -> (it, ((index, check), ...) of its statically shaped parameters)
 
     # --- public API ---------------------------------------------------------------------------
     def evaluate(self, expr_or_global_name: Expr | str = "main"):
@@ -161,7 +163,11 @@ class Interpreter:
         values = bind_arguments(function.func, args, kwargs, where)
         converted = convert_arguments(function.func, values, where, self.mod)
         with deep_recursion():
-            return self._guarded(lambda: self._apply(function, converted))
+            result = self._guarded(lambda: self._apply(function, converted))
+        check = result_checker(function.func.ret_type, f"the result of {where}")
+        if check is not None:
+            check(result)
+        return result
 
     # --- evaluation ---------------------------------------------------------------------------
     def _guarded(self, thunk):
@@ -192,6 +198,15 @@ class Interpreter:
         if len(params) != len(args):
             what = f"@{function.name}" if function.name else "closure"
             raise ExecutionError(f"{what} takes {len(params)} argument(s), got {len(args)}")
+        func = function.func
+        known = self._param_checks.get(id(func))  # (by identity: hashing a function hashes its whole body)
+        if known is None or known[0] is not func:  # (the declared static dims of its parameters, once)
+            what = f"@{function.name}" if function.name else "the closure"
+            known = self._param_checks[id(func)] = (func, tuple(
+                (i, check) for i, p in enumerate(params)
+                if (check := result_checker(p.type_annotation, f"{what}'s parameter %{p.name_hint}")) is not None))
+        for i, check in known[1]:
+            check(args[i])
         return Frame(dict(zip(params, args, strict=True)), function.env)
 
     def _value(self, expr: Expr, frame: Frame):
@@ -446,11 +461,8 @@ def convert_arguments(func: Function, values: list, where: str, mod: IRModule | 
     Symbolic dimensions (``n``) must agree across all parameters.
     """
     symbols: dict = {}
-    with deep_recursion():
-        return [
-            convert_argument(v, p.type_annotation, f"{where}: parameter %{p.name_hint}", mod, symbols)
-            for p, v in zip(func.params, values, strict=True)
-        ]
+    return [convert_argument(v, p.type_annotation, f"{where}: parameter %{p.name_hint}", mod, symbols)
+            for p, v in zip(func.params, values, strict=True)]
 
 
 def _describe_args(args: list) -> str:

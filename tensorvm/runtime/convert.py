@@ -32,7 +32,7 @@ from .object import ADT, Closure, RefValue
 if TYPE_CHECKING:
     from ..ir.module import IRModule  # (any object with ``type_definitions`` will do)
 
-__all__ = ["convert_argument", "substitute_type", "type_str", "describe_value"]
+__all__ = ["convert_argument", "rebuild", "Node", "result_checker", "substitute_type", "type_str", "describe_value"]
 
 
 def _interpreter_types() -> tuple:
@@ -51,25 +51,110 @@ def convert_argument(value, ty, where: str, mod: IRModule | None = None, symbols
     """Convert one user value to a run-time value, checking it against type ``ty`` (``None``: unchecked).
 
     Raises ``ExecutionError`` for a wrong kind or dtype and ``ShapeError`` for a wrong rank or dim;
-    the message names ``where``, what was expected and what came.
+    the message names ``where``, what was expected and what came. Tuples and ADT values are walked by
+    ``rebuild``, fields first to last (the order of a recursive walk, so the same symbolic dim binds where
+    it is met first).
     """
     symbols = {} if symbols is None else symbols
+
+    def step(item):
+        value, ty, where = item
+        converted = _convert_one(value, ty, where, mod)
+        return _convert_tensor(value, ty, where, symbols) if converted is _TENSOR else converted
+
+    return rebuild((value, ty, where), step)
+
+
+def result_checker(ty, where: str):
+    """A function raising ``ShapeError`` when a result does not have the static rank and dims of ``ty`` (a
+    tensor type, or a tuple of them, as far as its fields are tensors), or None when ``ty`` fixes none.
+    Gradual typing lets a ``?`` dim meet a declared static one (``-> Tensor[(3), float32]`` on a body of
+    type ``Tensor[(?), float32]``): type inference then says 3, and only the value at run time can tell."""
+    if isinstance(ty, TensorType):
+        static = tuple((axis, d) for axis, d in enumerate(ty.shape) if isinstance(d, int))
+        if not static:  # (a rank cannot differ: it has no unknown)
+            return None
+        rank = len(ty.shape)
+
+        def check(value):
+            shape = getattr(value, "shape", None)
+            if shape is None or len(shape) != rank or any(shape[axis] != d for axis, d in static):
+                raise ShapeError(f"{where} is {describe_value(value)}, but its type is {type_str(ty)} (a dim unknown "
+                                 f"until run time met a declared static one, and differs from it)")
+        return check
+    if isinstance(ty, TupleType):
+        fields = [result_checker(t, f"{where}.{i}") for i, t in enumerate(ty.fields)]
+        if not any(fields):
+            return None
+
+        def check_fields(value):
+            items = value.fields if isinstance(value, ADT) else value
+            if isinstance(items, (tuple, list)) and len(items) == len(fields):
+                for check, item in zip(fields, items, strict=True):
+                    if check is not None:
+                        check(item)
+        return check_fields
+    return None
+
+
+class Node:
+    """A container ``rebuild`` met: the items of its fields (each given to the step in turn) and how to build
+    it from their results (``build(fields)``, a list)."""
+
+    __slots__ = ("items", "build")
+
+    def __init__(self, items, build):
+        self.items, self.build = items, build
+
+
+_BUILD = object()  # (a finishing step of ``rebuild``)
+
+
+def rebuild(root, step):
+    """``step(root)``, where a ``Node`` answer is built from ``step`` of each of its items, and so on down:
+    bottom-up with a stack of its own, the items of a node first to last. A list of a million elements is
+    as deep as a value gets in a program that runs in constant stack (tuples and ADT values nest without
+    bound), so Python's recursion limit must not decide whether it converts."""
+    result: list = [None]
+    work = [(root, result, 0)]  # (item, the list its result goes in, at), or (_BUILD, node, fields, ...)
+    while work:
+        entry = work.pop()
+        if entry[0] is _BUILD:
+            _, node, fields, into, at = entry
+            into[at] = node.build(fields)
+            continue
+        item, into, at = entry
+        answer = step(item)
+        if not isinstance(answer, Node):
+            into[at] = answer
+            continue
+        fields = [None] * len(answer.items)
+        work.append((_BUILD, answer, fields, into, at))
+        work.extend((answer.items[i], fields, i) for i in range(len(answer.items) - 1, -1, -1))
+    return result[0]
+
+
+_TENSOR = object()  # (_convert_one's answer for a tensor: converted with the walk's symbols)
+
+
+def _convert_one(value, ty, where, mod):
+    """One step of ``convert_argument``: a leaf value converted, ``_TENSOR``, or a container's ``Node``."""
     expr = sys.modules.get("tensorvm.ir.expr")  # (without it loaded, no value is an IR call)
     if expr is not None and isinstance(value, expr.Call) and isinstance(value.op, expr.Constructor) and not value.args:
         value = value.op.value()  # ``Nil()`` built in Python is the value Nil
     if ty is None or isinstance(ty, (TypeVar, IncompleteType)):
         return _convert_untyped(value, where)
     if isinstance(ty, TensorType):
-        return _convert_tensor(value, ty, where, symbols)
+        return _TENSOR
     if isinstance(ty, TupleType):
         if isinstance(value, ADT) or not isinstance(value, (tuple, list)):
             raise ExecutionError(f"{where} expects a tuple {type_str(ty)}, got {describe_value(value)}")
         if len(value) != len(ty.fields):
             raise ExecutionError(f"{where} expects a tuple of {len(ty.fields)} field(s), got {len(value)}")
-        fields = zip(value, ty.fields, strict=True)
-        return tuple([convert_argument(v, t, _Path(where, f".{i}"), mod, symbols) for i, (v, t) in enumerate(fields)])
+        return Node([(v, t, _Path(where, f".{i}")) for i, (v, t) in enumerate(zip(value, ty.fields, strict=True))],
+                    tuple)
     if isinstance(ty, (TypeCall, GlobalTypeVar)):
-        return _convert_adt(value, ty, where, mod, symbols)
+        return _convert_adt(value, ty, where, mod)
     if isinstance(ty, FuncType):
         if not isinstance(value, (_interpreter_types()[0] or Closure, Closure)):
             raise ExecutionError(f"{where} expects a function {type_str(ty)}, got {describe_value(value)}")
@@ -174,13 +259,16 @@ def _kind_name(kind: str) -> str:
 
 
 def _convert_untyped(value, where: str):
-    """A value for an unannotated parameter: Python numbers default to float32/int32."""
+    """A value for an unannotated parameter: Python numbers default to float32/int32 (a tuple's or ADT
+    value's fields: a ``Node`` of items of no type, which ``convert_argument`` walks)."""
     if isinstance(value, (*_callable_types(), Closure, RefValue)):
         return value
     if isinstance(value, ADT):
-        return ADT(value.tag, tuple([_convert_untyped(f, where) for f in value.fields]), value.constructor)
+        tag, constructor = value.tag, value.constructor
+        return Node([(f, None, where) for f in value.fields],
+                       lambda fields: ADT(tag, tuple(fields), constructor))
     if isinstance(value, tuple):
-        return tuple([_convert_untyped(f, _Path(where, f".{i}")) for i, f in enumerate(value)])
+        return Node([(f, None, _Path(where, f".{i}")) for i, f in enumerate(value)], tuple)
     arr, from_numpy = _to_array(value, where)
     if not from_numpy:
         if arr.dtype == np.float64:
@@ -190,7 +278,7 @@ def _convert_untyped(value, where: str):
     return arr
 
 
-def _convert_adt(value, ty, where: str, mod: IRModule | None, symbols: dict) -> ADT:
+def _convert_adt(value, ty, where: str, mod: IRModule | None):
     header = ty.func if isinstance(ty, TypeCall) else ty
     type_args = ty.args if isinstance(ty, TypeCall) else ()
     if not isinstance(value, ADT):
@@ -213,12 +301,10 @@ def _convert_adt(value, ty, where: str, mod: IRModule | None, symbols: dict) -> 
         raise ExecutionError(f"{where}: constructor {ctor.name} takes {len(ctor.inputs)} field(s), "
                              f"got {len(value.fields)}")
     mapping = dict(zip(tdef.type_vars, type_args, strict=False))
-    # A list comprehension (not a generator) so deep lists recurse in Python frames only.
-    fields = tuple([
-        convert_argument(f, substitute_type(t, mapping), _Path(where, f".{ctor.name}[{i}]"), mod, symbols)
-        for i, (f, t) in enumerate(zip(value.fields, ctor.inputs, strict=True))
-    ])
-    return ADT(ctor.tag, fields, constructor=ctor.name)
+    tag, name = ctor.tag, ctor.name
+    return Node([(f, substitute_type(t, mapping), _Path(where, f".{name}[{i}]"))
+                    for i, (f, t) in enumerate(zip(value.fields, ctor.inputs, strict=True))],
+                   lambda fields: ADT(tag, tuple(fields), constructor=name))
 
 
 def substitute_type(ty, mapping: dict):

@@ -31,7 +31,7 @@ def compile(mod, target: str | None = None, params: dict | None = None, opt_leve
     if target not in TARGETS:
         raise UnsupportedError(f"unknown target {target!r}; expected one of {TARGETS}")
     if exec_mode not in EXEC_MODES:
-        raise ValueError(f"exec_mode must be one of {EXEC_MODES}, got {exec_mode!r}")
+        raise UnsupportedError(f"unknown exec_mode {exec_mode!r}; expected one of {EXEC_MODES}")
     if exec_mode == "native" and target != "c":
         raise UnsupportedError(f"exec_mode='native' compiles the VM functions to C: it needs target 'c', got "
                                f"{target!r}")

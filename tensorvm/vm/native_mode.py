@@ -351,6 +351,8 @@ def native_invoker(vm, generic):
                 result = run_on_deep_stack(invoke, (info.index, spec, args), _DEEP_STACK_BYTES, 0)
             if result is not NotImplemented:
                 calls["generic"] += 1
+                if info.result_check is not None:
+                    info.result_check(result)
                 return result
         return generic(info, args, kwargs)
 

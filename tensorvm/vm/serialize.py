@@ -257,8 +257,9 @@ def executable_to_bytes(exe: Executable, embed_library: bool = False) -> bytes:
             sections[b"KABI"] = exe.c_library.abi_payload
             if embed_library:
                 sections[b"KLIB"] = _library_bytes(exe.c_library)
-        elif embed_library:
-            raise UnsupportedError(f"cannot embed the kernel library: {exe.c_library.abi_missing if exe.c_library else 'none'}")
+        elif embed_library and exe.c_library is not None and exe.c_library.source:
+            # (an executable without kernels or native code has no library: nothing to embed)
+            raise UnsupportedError(f"cannot embed the kernel library: {exe.c_library.abi_missing or 'it is not described'}")
     elif embed_library:
         raise UnsupportedError(f"embed_library needs target 'c', the executable's is {exe.target!r}")
     for tag in SECTIONS + OPTIONAL_SECTIONS:

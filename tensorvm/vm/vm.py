@@ -39,6 +39,7 @@ import sys
 import threading
 import time
 from enum import IntEnum
+from functools import partial
 from math import prod
 from operator import itemgetter
 from threading import get_ident as _get_ident
@@ -49,17 +50,15 @@ import numpy as np
 from ..errors import ExecutionError, ShapeError, TensorVMError, UnsupportedError
 from ..ir.types import Any as AnyDim
 from ..ir.types import FuncType, GlobalTypeVar, SymDim, TensorType, TupleType, TypeCall
-from ..runtime.convert import convert_argument
+from ..runtime.convert import Node, convert_argument, rebuild, result_checker
 from ..runtime.memory import NaiveAllocator, make_allocator
 from ..runtime.ndarray import NDArray
 from ..runtime.object import ADT, Closure
 from ..runtime.placement import TensorLifetime, plan_memory
 from ..runtime.stack import (
-    DEEP_RECURSION_LIMIT,
     GC_PAUSERS,
     caller_ident,
     pause_gc,
-    recursion_users,
     resume_gc,
 )
 from . import bytecode as bc
@@ -251,7 +250,7 @@ class _FunctionInfo:
     """What the VM knows about one function: decoded code, register count, and argument checkers."""
 
     __slots__ = ("name", "index", "code", "pcs", "num_regs", "params", "param_types", "ret_type", "fast_specs",
-                 "tail", "shape_slice", "specialized", "sightings", "arena_bytes", "entry", "owned")
+                 "tail", "shape_slice", "specialized", "sightings", "arena_bytes", "entry", "owned", "result_check")
 
     def __init__(self, fn: bc.VMFunction, index: int, num_regs: int | None = None):
         self.name, self.index = fn.name, index
@@ -260,6 +259,8 @@ class _FunctionInfo:
         self.code: tuple = ()  # decoded instructions
         self.pcs: tuple = ()   # the bytecode pc of each decoded instruction
         self.fast_specs = _fast_specs(fn.param_types)
+        # (the static dims of the declared result, checked on what invoke returns: runtime.convert.result_checker)
+        self.result_check = result_checker(fn.ret_type, f"the result of {fn.name}")
         self.tail = (None,) * (self.num_regs - len(fn.params))  # the register file after the arguments
         self.shape_slice = None  # specialize.ShapeSlice when the function can run specialized to its shapes
         self.specialized: dict = {}  # parameter shapes -> _FunctionInfo of the body with the slice's results
@@ -897,6 +898,8 @@ class VirtualMachine:
         else:
             values = self._stored_inputs(info)
         result = self._call(info, values)
+        if info.result_check is not None:
+            info.result_check(result)
         return self._to_user(result) if result.__class__ is not ADT else self._adt_result(result)
 
     def run(self, *args, **kwargs):
@@ -1220,24 +1223,27 @@ class VirtualMachine:
             # the VM's form of the value
             if self._type_module is None:  # (what convert_argument reads of a module)
                 self._type_module = SimpleNamespace(type_definitions=self.exe.type_definitions())
-            with deep_recursion():
-                checked = convert_argument(value, ty, where, self._type_module, sym_dims)
-                return self._vm_value(checked, where)
+            checked = convert_argument(value, ty, where, self._type_module, sym_dims)
+            return self._vm_value(checked, where)
         return self._convert_untyped(value, where)
 
     def _vm_value(self, value, where: str):
         """A value in the interpreter's form (``convert_argument``) in the VM's: tuples become ADTs with tag
-        0, constructors get their bytecode tags, arrays are C-contiguous, closures must be ours."""
-        cls = value.__class__
-        if cls is np.ndarray:
-            return _contiguous(value)
-        if cls is ADT:
-            return ADT(self._vm_tag(value, where), [self._vm_value(f, where) for f in value.fields])
-        if cls is tuple:
-            return ADT(0, [self._vm_value(f, where) for f in value])
-        if isinstance(value, Closure):
-            return self._own_closure(value, where)
-        raise ExecutionError(f"{where}: cannot pass {_describe(value)} to the VM")
+        0, constructors get their bytecode tags, arrays are C-contiguous, closures must be ours (nested
+        values through ``rebuild``: no recursion)."""
+        def step(value):
+            cls = value.__class__
+            if cls is np.ndarray:
+                return _contiguous(value)
+            if cls is ADT:
+                return Node(value.fields, partial(ADT, self._vm_tag(value, where)))
+            if cls is tuple:
+                return Node(value, partial(ADT, 0))
+            if isinstance(value, Closure):
+                return self._own_closure(value, where)
+            raise ExecutionError(f"{where}: cannot pass {_describe(value)} to the VM")
+
+        return rebuild(value, step)
 
     def _vm_tag(self, value: ADT, where: str) -> int:
         if value.constructor is None:
@@ -1260,19 +1266,20 @@ class VirtualMachine:
                                  f"nothing here); pass a closure only to a VM running the executable that made it")
         return value
 
-    def _convert_adt(self, value: ADT, where: str) -> ADT:
-        return ADT(self._vm_tag(value, where), [self._convert_untyped(f, where) for f in value.fields])
-
     def _convert_untyped(self, value, where: str):
+        return rebuild(value, lambda v: self._untyped_step(v, where))
+
+    def _untyped_step(self, value, where: str):
+        """One value of ``_convert_untyped``'s walk (``rebuild``): converted, or a tuple's or ADT's ``Node``."""
         if isinstance(value, np.ndarray):
             return _contiguous(value)
         if isinstance(value, NDArray):
             return _contiguous(value.numpy())
         value = _nullary_constructor_value(value)
         if isinstance(value, ADT):
-            return self._convert_adt(value, where)
+            return Node(value.fields, partial(ADT, self._vm_tag(value, where)))
         if isinstance(value, tuple):
-            return ADT(0, [self._convert_untyped(v, where) for v in value])
+            return Node(value, partial(ADT, 0))
         if isinstance(value, Closure):
             return self._own_closure(value, where)
         if isinstance(value, (bool, np.bool_)):
@@ -1287,23 +1294,24 @@ class VirtualMachine:
 
     # --- results ----------------------------------------------------------------------------------
     def _adt_result(self, value: ADT):
-        """An ADT result for the user: nested values are converted as a recursion user (``runtime.stack``),
-        so that no other thread lowers the recursion limit beneath the conversion."""
-        with deep_recursion():
-            return self._to_user(value)
+        """An ADT result for the user (``_to_user``: no recursion, whatever its depth)."""
+        return self._to_user(value)
 
     def _to_user(self, value):
+        return rebuild(value, self._user_step)
+
+    def _user_step(self, value):
+        """One value of ``_to_user``'s walk (``rebuild``): converted, or an ADT's ``Node``."""
         cls = value.__class__
         if cls is np.ndarray:
             return _wrap(value)
         if cls is ADT:
-            fields = [self._to_user(f) for f in value.fields]
             if value.tag == 0:
-                return tuple(fields)
+                return Node(value.fields, tuple)
             known = self._adt_tags.get(value.tag)
             if known is None:
-                return ADT(value.tag, fields)
-            return ADT(known[0], fields, constructor=known[1])
+                return Node(value.fields, partial(ADT, value.tag))
+            return Node(value.fields, partial(_user_adt, known[0], known[1]))
         if isinstance(value, np.ndarray):  # a Storage or other subclass
             return NDArray(np.asarray(value))
         if isinstance(value, int | np.generic):
@@ -1311,12 +1319,11 @@ class VirtualMachine:
         return value
 
 
+def _user_adt(tag: int, constructor: str, fields: list) -> ADT:
+    return ADT(tag, fields, constructor=constructor)
+
+
 _MISSING = object()
-def deep_recursion():
-    """Python's recursion limit raised for the duration (``runtime.stack.recursion_users``)."""
-    return recursion_users(DEEP_RECURSION_LIMIT)
-
-
 def _nullary_constructor_value(value):
     """``mod.constructor("Nil")()`` builds an IR call (it cannot tell values from expressions without
     arguments); as an argument it means the value ``Nil``."""
@@ -1342,7 +1349,8 @@ _NP_DTYPES = {name: np.dtype(name) for name in (
 
 def _convert_tensor(value, ty: TensorType, where: str, sym_dims: dict) -> np.ndarray:
     """A NumPy array for a tensor parameter: arrays must match the dtype exactly; Python numbers and lists
-    take the parameter's dtype when that keeps their kind (bool to bool, int to int/float, float to float)."""
+    take the parameter's dtype when that keeps their kind (bool to bool, int to int/float, float to float).
+    A Python tuple is not a tensor (the value of a tuple-typed parameter: as the interpreter says)."""
     dtype = _NP_DTYPES[ty.dtype]
     if value.__class__ is NDArray:
         value = value.numpy()
@@ -1350,7 +1358,7 @@ def _convert_tensor(value, ty: TensorType, where: str, sym_dims: dict) -> np.nda
         arr = value
     elif isinstance(value, np.generic):
         arr = np.asarray(value)
-    elif isinstance(value, (bool, int, float, list, tuple)):
+    elif isinstance(value, (bool, int, float, list)):
         try:
             arr = np.asarray(value)
         except (TypeError, ValueError) as err:

@@ -358,6 +358,20 @@ def test_long_lists_through_non_tail_recursion(run):
     check_result(run(text, i32_list(values)), (np.int32(1500), np.int32(sum(values) + 1500)))
 
 
+def test_a_list_longer_than_python_recursion_goes_in_and_comes_back(run):
+    """A list of 200,000 elements as an argument (checked against ``List[int32]``) and as a result: the
+    conversions walk values with a stack of their own (``runtime.convert.rebuild``); they recursed, and
+    Python's recursion limit ended lists of about 62,000 elements going in and 125,000 coming out with a
+    RecursionError on every executor."""
+    from tensorvm.prelude import to_python_list
+
+    text = "def @main(%l: List[int32]) -> (int32, List[int32]) { (@length(%l), %l) }"
+    values = list(range(200_000))
+    length, back = run(text, i32_list(values))
+    assert int(length.numpy()) == len(values)
+    assert [int(np.asarray(v.numpy() if hasattr(v, "numpy") else v)) for v in to_python_list(back)] == values
+
+
 # --- ADT arguments are checked against the parameter's type -----------------------------------------
 def test_python_numbers_in_an_adt_argument_take_the_element_dtype(run):
     text = "def @main(%l: List[float64]) -> float64 { @hd(%l) }"

@@ -444,6 +444,22 @@ def test_reshape_to_a_wrong_size_is_a_clear_error(run):
         run(main(X2, "reshape(%x, newshape=[5, -1])"), rand(2, 3))
 
 
+def test_a_declared_static_dim_that_a_dynamic_value_misses_is_a_shape_error(run):
+    """Gradual typing: a ``?`` dim meets a declared static one (a result declared ``Tensor[(3), float32]``
+    on a body of type ``Tensor[(?), float32]``; a ``(3)`` parameter given a ``(?)`` value); type inference
+    says 3, so only the run can tell. Every executor raises a ShapeError where the value at run time
+    differs (the result had come back as a (5,) tensor; the interpreter had blamed itself with an
+    "internal error"), and returns the value where it fits."""
+    result = "def @main(%x: Tensor[(?), float32]) -> Tensor[(3), float32] { %x * 2f }"
+    parameter = "def @f(%y: Tensor[(3), float32]) { %y * 2f }\ndef @main(%x: Tensor[(?), float32]) { @f(%x) }"
+    for text in (result, parameter):
+        with pytest.raises(ShapeError, match="3"):
+            run(text, rand(5))
+        check_result(run(text, np.arange(3, dtype=np.float32)), np.arange(3, dtype=np.float32) * 2)
+    with pytest.raises(ShapeError, match="the result of @?main is .*5.*, but its type is Tensor\\[\\(3\\), float32\\]"):
+        run(result, rand(5))
+
+
 def test_argwhere_shapes_follow_the_data(run):
     function = run.function(main("%x: Tensor[(?, ?), int32]", "argwhere(%x)"))
     for x in (np.eye(3, dtype="int32"), np.zeros((2, 2), "int32"), np.ones((1, 4), "int32")):

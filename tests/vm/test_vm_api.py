@@ -255,11 +255,34 @@ def test_deep_non_tail_recursion(mode):
     assert vm.invoke("main", n).numpy() == n * (n + 1) // 2
 
 
+@pytest.mark.parametrize("mode", ["bytecode", "native"])
+def test_a_python_tuple_is_not_a_tensor_argument(mode):
+    """A tuple given for a tensor parameter is an ExecutionError in the VM, as in the interpreter (the VM had
+    made it a tensor); a list still is one."""
+    mod = tv.parse("def @main(%x: Tensor[(?), float32]) { %x * 2f }")
+    runs = {"vm": VirtualMachine(tv.vm.compile(mod, target="c", exec_mode=mode))["main"],
+            "interpreter": tv.create_executor("debug", mod).evaluate()}
+    for where, run in runs.items():
+        with pytest.raises(ExecutionError, match="tuple"):
+            run((1.0, 2.0))
+        np.testing.assert_array_equal(run([1.0, 2.0]).numpy(), np.array([2, 4], np.float32), err_msg=where)
+
+
+def test_an_executable_without_kernels_saves_with_embed_library(tmp_path):
+    """``embed_library=True`` on an executable that has no kernel library (no kernels, bytecode): nothing to
+    embed, the file is written and runs after loading (it was refused with an empty reason)."""
+    mod = tv.parse("def @main(%x: int32) -> Option[int32] { Some(%x) }")
+    path = tmp_path / "some.tvx"
+    tv.vm.compile(mod, target="c", exec_mode="bytecode").save(str(path), embed_library=True)
+    got = VirtualMachine(tv.vm.load_executable(str(path)))["main"](np.int32(3))
+    assert got.constructor == "Some" and int(got.fields[0].numpy()) == 3
+
+
 def test_compile_options_and_python_view():
     mod = tv.parse(DYNAMIC_ADD)
     with pytest.raises(UnsupportedError, match="unknown target 'cuda'"):
         tv.vm.compile(mod, target="cuda")
-    with pytest.raises(ValueError, match="exec_mode"):
+    with pytest.raises(UnsupportedError, match="unknown exec_mode 'jit'"):
         tv.vm.compile(mod, exec_mode="jit")
     exe = tv.vm.compile(mod, exec_mode="compiled")
     source = exe.as_python()
