@@ -420,12 +420,16 @@ def _check_against_type(name: str, call: Call, outputs: list) -> None:
     if len(types) != len(outputs) or not all(isinstance(t, TensorType) for t in types):
         return
     for out, t in zip(outputs, types, strict=True):
-        fits = out.dtype == _NUMPY_DTYPES.get(t.dtype) and out.ndim == len(t.shape) and all(
-            not isinstance(d, int) or d == n for d, n in zip(t.shape, out.shape, strict=True))
-        if not fits:
+        if out.dtype != _NUMPY_DTYPES.get(t.dtype) or out.ndim != len(t.shape):
             raise ExecutionError(
                 f"internal error in op {name}: the kernel returned {describe_value(out)} but type inference "
                 f"says {type_str(t)}"
+            )
+        if not all(not isinstance(d, int) or d == n for d, n in zip(t.shape, out.shape, strict=True)):
+            # (gradual typing: a ``?`` dim unified with a declared static one, which the value misses)
+            raise ShapeError(
+                f"op {name}: its result is {describe_value(out)}, but the program's types say {type_str(t)} (a "
+                f"dim unknown until run time met a declared static one, and differs from it)"
             )
 
 

@@ -446,13 +446,15 @@ def test_reshape_to_a_wrong_size_is_a_clear_error(run):
 
 def test_a_declared_static_dim_that_a_dynamic_value_misses_is_a_shape_error(run):
     """Gradual typing: a ``?`` dim meets a declared static one (a result declared ``Tensor[(3), float32]``
-    on a body of type ``Tensor[(?), float32]``; a ``(3)`` parameter given a ``(?)`` value); type inference
+    on a body of type ``Tensor[(?), float32]``; a ``(3)`` parameter given a ``(?)`` value; a let so
+    annotated); type inference
     says 3, so only the run can tell. Every executor raises a ShapeError where the value at run time
     differs (the result had come back as a (5,) tensor; the interpreter had blamed itself with an
     "internal error"), and returns the value where it fits."""
     result = "def @main(%x: Tensor[(?), float32]) -> Tensor[(3), float32] { %x * 2f }"
     parameter = "def @f(%y: Tensor[(3), float32]) { %y * 2f }\ndef @main(%x: Tensor[(?), float32]) { @f(%x) }"
-    for text in (result, parameter):
+    let = "def @main(%x: Tensor[(?), float32]) { let %y: Tensor[(3), float32] = %x * 2f; %y + 0f }"
+    for text in (result, parameter, let):
         with pytest.raises(ShapeError, match="3"):
             run(text, rand(5))
         check_result(run(text, np.arange(3, dtype=np.float32)), np.arange(3, dtype=np.float32) * 2)
