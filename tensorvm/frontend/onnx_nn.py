@@ -389,6 +389,24 @@ def upsample_9(ctx, X, scales, *, mode="nearest"):
     return resize_10(ctx, X, scales, mode=mode)
 
 
+_GRID_SAMPLE_MODES = {"bilinear": "bilinear", "linear": "bilinear", "nearest": "nearest", "bicubic": "bicubic",
+                      "cubic": "bicubic"}  # (opset 16's names, then opset 20's)
+
+
+@converter("GridSample", 16)
+def grid_sample_16(ctx, X, grid, *, align_corners=0, mode="bilinear", padding_mode="zeros"):
+    """ONNX's grid (N, H_out, W_out[, D_out], 2 or 3) is image.grid_sample's with the coordinates first:
+    (N, 2 or 3, ...). The same sampling as PyTorch's grid_sample (nearest half to even, cubic a = -0.75)."""
+    ndim = ctx.ndim(X)
+    if mode not in _GRID_SAMPLE_MODES or ndim not in (4, 5):
+        raise UnsupportedError(f"GridSample: expected mode bilinear/linear, nearest or bicubic/cubic on a 4-D or "
+                               f"5-D input, got mode {mode!r} on a {ndim}-D input")
+    coordinates_first = ctx.call("transpose", grid, axes=(0, ndim - 1, *range(1, ndim - 1)))
+    return ctx.call("image.grid_sample", X, coordinates_first, method=_GRID_SAMPLE_MODES[mode],
+                    layout="NCHW" if ndim == 4 else "NCDHW", padding_mode=padding_mode,
+                    align_corners=bool(align_corners))
+
+
 @converter("Resize", 11)
 def resize_11(ctx, X, roi=None, scales=None, sizes=None, *, antialias=0, axes=None,
               coordinate_transformation_mode="half_pixel", cubic_coeff_a=-0.75, exclude_outside=0,

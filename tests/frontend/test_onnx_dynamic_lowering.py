@@ -187,6 +187,29 @@ def test_gather_with_an_index_out_of_range_at_run_time_is_an_error():
                 run("main", x, np.array([0, bad], np.int64))
 
 
+@pytest.mark.parametrize("opset, mode, padding, align", [
+    (16, "bilinear", "zeros", 0), (16, "bilinear", "reflection", 1), (16, "nearest", "border", 0),
+    (16, "nearest", "reflection", 0), (16, "bicubic", "border", 1), (16, "bicubic", "zeros", 0),
+    (20, "linear", "border", 1), (20, "cubic", "reflection", 0), (20, "nearest", "zeros", 1)])
+def test_grid_sample_matches_onnxruntime(opset, mode, padding, align):
+    """GridSample (opset 16's mode names and opset 20's) as image.grid_sample over the grid with its coordinates
+    moved first, against onnxruntime (PyTorch's sampling: ONNX's reference evaluator pads cubic taps
+    differently at the border), grid points inside and outside [-1, 1], two shapes through one executable."""
+    ort = pytest.importorskip("onnxruntime")
+    node = helper.make_node("GridSample", ["x", "g"], ["y"], mode=mode, padding_mode=padding, align_corners=align)
+    model = make_model([node], [("x", F32, ["n", 3, "h", "w"]), ("g", F32, ["n", "ho", "wo", 2])], [("y", F32, None)],
+                       opset=opset)
+    mod, params = from_onnx(model)
+    vm = tv.vm.VirtualMachine(tv.vm.compile(mod, target="c", params=params))
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(opset + len(mode) + align)
+    for shape, grid_shape in (((2, 3, 5, 7), (2, 4, 6, 2)), ((1, 3, 9, 4), (1, 3, 2, 2))):
+        x = rng.standard_normal(shape).astype(np.float32)
+        grid = rng.uniform(-1.3, 1.3, grid_shape).astype(np.float32)
+        want = session.run(None, {"x": x, "g": grid})[0]
+        np.testing.assert_allclose(vm.invoke("main", x, grid).numpy(), want, rtol=1e-5, atol=1e-5)
+
+
 @pytest.mark.parametrize("op_type, identity", [("ReduceMax", -np.inf), ("ReduceMin", np.inf)])
 def test_max_and_min_over_a_symbolic_dim_that_is_empty_at_run_time(op_type, identity):
     """ONNX 18's identity of an empty max / min when the reduced dim is symbolic in the model (it was a
