@@ -102,7 +102,8 @@ for _name in _VECTOR_INCLUDES:
 
 _FLOAT_FUNCS = {  # intrinsic -> C function stem (f suffix for float32)
     "exp": "exp", "log": "log", "log2": "log2", "log10": "log10", "log1p": "log1p", "sqrt": "sqrt", "tanh": "tanh", "erf": "erf",
-    "sin": "sin", "cos": "cos", "tan": "tan", "floor": "floor", "ceil": "ceil", "round": "rint",
+    "sin": "sin", "cos": "cos", "tan": "tan", "asin": "asin", "acos": "acos", "atan": "atan",
+    "sinh": "sinh", "cosh": "cosh", "asinh": "asinh", "acosh": "acosh", "atanh": "atanh", "floor": "floor", "ceil": "ceil", "round": "rint",
     "trunc": "trunc", "abs": "fabs",
 }
 _C_KEYWORDS = {

@@ -88,8 +88,9 @@ def _unary(op_type, op_name, *versions):
 for _op_type, _op_name in [
     ("Neg", "negative"), ("Abs", "abs"), ("Sqrt", "sqrt"), ("Exp", "exp"), ("Log", "log"), ("Erf", "erf"),
     ("Tanh", "tanh"), ("Sigmoid", "sigmoid"), ("Relu", "nn.relu"), ("Floor", "floor"), ("Ceil", "ceil"),
-    ("Round", "round"), ("Sign", "sign"), ("Sin", "sin"), ("Cos", "cos"), ("Tan", "tan"),
-    ("Not", "logical_not"), ("IsNaN", "isnan"), ("BitwiseNot", "bitwise_not"),
+    ("Round", "round"), ("Sign", "sign"), ("Sin", "sin"), ("Cos", "cos"), ("Tan", "tan"), ("Asin", "asin"),
+    ("Acos", "acos"), ("Atan", "atan"), ("Sinh", "sinh"), ("Cosh", "cosh"), ("Asinh", "asinh"), ("Acosh", "acosh"),
+    ("Atanh", "atanh"), ("Not", "logical_not"), ("IsNaN", "isnan"), ("BitwiseNot", "bitwise_not"),
 ]:
     _unary(_op_type, _op_name, 1)
 
@@ -171,6 +172,18 @@ def softplus_1(ctx, X):
     (float32's exp(x) is inf from x = 88.7 on, where softplus is x) and exact where it is tiny."""
     tail = ctx.call("exp", ctx.call("negative", ctx.call("abs", X)))
     return ctx.call("add", ctx.call("maximum", X, scalar_like(ctx, X, 0)), ctx.call("log1p", tail))
+
+
+@converter("Mish", 18)
+def mish_18(ctx, X):
+    return ctx.call("multiply", X, ctx.call("tanh", softplus_1(ctx, X)))
+
+
+@converter("BitShift", 11)
+def bit_shift_11(ctx, X, Y, *, direction):
+    if direction not in ("LEFT", "RIGHT"):
+        raise UnsupportedError(f"BitShift: direction must be 'LEFT' or 'RIGHT', got {direction!r}")
+    return ctx.call("left_shift" if direction == "LEFT" else "right_shift", X, Y)
 
 
 @converter("PRelu", 1)

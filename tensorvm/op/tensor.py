@@ -210,7 +210,10 @@ for _name, _fn, _element in [("exp", np.exp, M.exp), ("log", np.log, M.log), ("l
                              ("log10", np.log10, M.log10), ("log1p", np.log1p, M.log1p), ("sqrt", np.sqrt, M.sqrt),
                              ("rsqrt", lambda x: 1 / np.sqrt(x), M.rsqrt), ("tanh", np.tanh, M.tanh),
                              ("sigmoid", _sigmoid, M.sigmoid), ("sin", np.sin, M.sin), ("cos", np.cos, M.cos),
-                             ("tan", np.tan, M.tan)]:
+                             ("tan", np.tan, M.tan), ("asin", np.arcsin, M.asin), ("acos", np.arccos, M.acos),
+                             ("atan", np.arctan, M.atan), ("sinh", np.sinh, M.sinh), ("cosh", np.cosh, M.cosh),
+                             ("asinh", np.arcsinh, M.asinh), ("acosh", np.arccosh, M.acosh),
+                             ("atanh", np.arctanh, M.atanh)]:
     _unary(_name, _fn, FLOAT_DTYPES, element=lambda x, a, f=_element: f(x))
 _unary("erf", erf, FLOAT_DTYPES, element=float_math(lambda x, a: M.erf(x)))
 _unary("isnan", np.isnan, NUMERIC_DTYPES, "bool", element=lambda x, a: M.isnan(x))

@@ -59,8 +59,15 @@ from .expr import (  # noqa: F401
 )
 from .intrin import (  # noqa: F401
     abs,
+    acos,
+    acosh,
+    asin,
+    asinh,
+    atan,
+    atanh,
     ceil,
     cos,
+    cosh,
     erf,
     exp,
     floor,
@@ -76,6 +83,7 @@ from .intrin import (  # noqa: F401
     sigmoid,
     sign,
     sin,
+    sinh,
     sqrt,
     tan,
     tanh,

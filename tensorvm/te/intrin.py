@@ -9,7 +9,7 @@ from __future__ import annotations
 from .expr import PrimExpr, as_expr, call, dtype_kind
 
 __all__ = [
-    "exp", "log", "log2", "log10", "log1p", "sqrt", "rsqrt", "tanh", "sigmoid", "erf", "sin", "cos", "tan", "floor",
+    "exp", "log", "log2", "log10", "log1p", "sqrt", "rsqrt", "tanh", "sigmoid", "erf", "sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh", "atanh", "floor",
     "ceil", "round", "trunc", "abs", "sign", "isnan", "isinf", "isfinite",
 ]
 
@@ -67,6 +67,38 @@ def cos(x) -> PrimExpr:
 
 def tan(x) -> PrimExpr:
     return call("tan", x)
+
+
+def asin(x) -> PrimExpr:
+    return call("asin", x)
+
+
+def acos(x) -> PrimExpr:
+    return call("acos", x)
+
+
+def atan(x) -> PrimExpr:
+    return call("atan", x)
+
+
+def sinh(x) -> PrimExpr:
+    return call("sinh", x)
+
+
+def cosh(x) -> PrimExpr:
+    return call("cosh", x)
+
+
+def asinh(x) -> PrimExpr:
+    return call("asinh", x)
+
+
+def acosh(x) -> PrimExpr:
+    return call("acosh", x)
+
+
+def atanh(x) -> PrimExpr:
+    return call("atanh", x)
 
 
 def _rounding(name: str, x) -> PrimExpr:

@@ -177,6 +177,16 @@ def positive(rng, shape, dtype, index):
     return (rng.random(shape) * 5 + 0.05).astype(dtype)
 
 
+def unit(rng, shape, dtype, index):
+    """Inside (-1, 1): asin, acos and atanh's domain."""
+    return (rng.random(shape) * 1.98 - 0.99).astype(dtype)
+
+
+def above_one(rng, shape, dtype, index):
+    """At least 1: acosh's domain."""
+    return (rng.random(shape) * 20 + 1).astype(dtype)
+
+
 def nonzero_divisor(rng, shape, dtype, index):
     if index == 1 and np.dtype(dtype).kind in "iu":
         values = default_values(rng, shape, dtype)

@@ -13,6 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from kernel_cases import (
     Case,
+    above_one,
     broadcast_pair,
     check_close,
     default_values,
@@ -28,6 +29,7 @@ from kernel_cases import (
     same_shapes,
     small_ints,
     unary,
+    unit,
     with_nans,
 )
 
@@ -178,7 +180,10 @@ CASES = [
     Case("abs", unary(), (F32, "int8", "int64")),
     Case("sign", unary(), (F32, "int32", "uint8"), values=with_nans),
     *[Case(op, unary(), (F32, F16, "int32"), values=halves) for op in ("floor", "ceil", "round", "trunc")],
-    *[Case(op, unary(), (F32, F64, F16)) for op in ("exp", "tanh", "sigmoid", "erf", "sin", "cos", "tan")],
+    *[Case(op, unary(), (F32, F64, F16)) for op in ("exp", "tanh", "sigmoid", "erf", "sin", "cos", "tan", "atan", "sinh",
+                                                    "cosh", "asinh")],
+    *[Case(op, unary(), (F32, F64, F16), values=unit) for op in ("asin", "acos", "atanh")],
+    Case("acosh", unary(), (F32, F64, F16), values=above_one),
     *[Case(op, unary(), (F32, F64, F16), values=positive) for op in ("log", "log2", "log10", "log1p", "sqrt", "rsqrt")],
     *[Case(op, unary(), (F32, "int32"), values=with_nans) for op in ("isnan", "isinf", "isfinite")],
     Case("logical_not", unary(), ("bool",)),

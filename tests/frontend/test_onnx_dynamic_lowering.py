@@ -210,6 +210,31 @@ def test_grid_sample_matches_onnxruntime(opset, mode, padding, align):
         np.testing.assert_allclose(vm.invoke("main", x, grid).numpy(), want, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("op_type, low, high", [("Asin", -1, 1), ("Acos", -1, 1), ("Atan", -50, 50), ("Sinh", -9, 9),
+                                                ("Cosh", -9, 9), ("Asinh", -50, 50), ("Acosh", 1, 50),
+                                                ("Atanh", -0.99, 0.99), ("Mish", -30, 100)])
+def test_inverse_and_hyperbolic_trigonometry_and_mish(op_type, low, high):
+    """The ONNX ops that were refused as unsupported, against ONNX's reference evaluator (NumPy) on every
+    executor, a dynamic length."""
+    x = np.random.default_rng(len(op_type)).uniform(low, high, (1, 37)).astype(np.float32)
+    model = make_model([helper.make_node(op_type, ["x"], ["y"])], [("x", F32, [1, "n"])], [("y", F32, None)])
+    check_lowered(model, x, rtol=2e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("direction", ["LEFT", "RIGHT"])
+@pytest.mark.parametrize("dtype", [TensorProto.UINT8, TensorProto.UINT32, TensorProto.UINT64])
+def test_bit_shift(direction, dtype):
+    """BitShift of unsigned integers by a broadcast amount, against ONNX's reference evaluator."""
+    np_dtype = helper.tensor_dtype_to_np_dtype(dtype)
+    bits = np.dtype(np_dtype).itemsize * 8
+    rng = np.random.default_rng(bits)
+    x = rng.integers(0, np.iinfo(np_dtype).max, (3, 5), dtype=np_dtype)
+    amount = rng.integers(0, bits, (1, 5)).astype(np_dtype)
+    node = helper.make_node("BitShift", ["x", "s"], ["y"], direction=direction)
+    model = make_model([node], [("x", dtype, ["m", 5]), ("s", dtype, [1, 5])], [("y", dtype, None)])
+    check_lowered(model, x, amount)
+
+
 @pytest.mark.parametrize("op_type, identity", [("ReduceMax", -np.inf), ("ReduceMin", np.inf)])
 def test_max_and_min_over_a_symbolic_dim_that_is_empty_at_run_time(op_type, identity):
     """ONNX 18's identity of an empty max / min when the reduced dim is symbolic in the model (it was a

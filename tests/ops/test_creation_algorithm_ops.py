@@ -421,7 +421,8 @@ def test_searchsorted_errors():
 
 PART_A_OPS = {
     "tensor": """add subtract multiply divide floor_divide mod floor_mod power maximum minimum negative exp log
-        log2 log10 log1p sqrt rsqrt tanh sigmoid erf abs floor ceil round trunc sign sin cos tan clip cast cast_like
+        log2 log10 log1p sqrt rsqrt tanh sigmoid erf abs floor ceil round trunc sign sin cos tan asin acos atan
+        sinh cosh asinh acosh atanh clip cast cast_like
         isnan isinf isfinite logical_and logical_or logical_not logical_xor bitwise_and bitwise_or bitwise_xor
         bitwise_not left_shift right_shift equal not_equal less less_equal greater greater_equal where""",
     "reduce": "sum mean max min prod all any logsumexp argmax argmin variance std",
