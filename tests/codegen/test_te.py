@@ -107,7 +107,7 @@ def test_dtype_rules():
     with pytest.raises(TypeError, match="truth value"):
         bool(i64 > 0)
     with pytest.raises(TypeInferenceError, match="unknown intrinsic"):
-        te.expr.call("cosh", f32)
+        te.expr.call("cotanh", f32)
     with pytest.raises(TypeInferenceError, match="not defined for int64"):
         te.exp(i64)
 
