@@ -14,7 +14,7 @@ import math
 
 import numpy as np
 
-from ..errors import ExecutionError, ShapeError, TypeInferenceError
+from ..errors import ExecutionError, ShapeError, TypeInferenceError, UnsupportedError
 from ..ir.types import TensorType
 from ..te import expr as E
 from ..te import intrin as M
@@ -210,6 +210,8 @@ def _mean_of(red: _Reduction, x: Tensor, name: str):
         acc = acc_float(x.dtype)
         total = red.reduce(lambda idx, raxes: te_sum(cast(x[idx], acc), raxes), f"{name}_sum")
         return total, lambda v: v / cast(red.count, acc)
+    if x.dtype in ("int64", "uint64"):  # (their sum can overflow 64 bits: the NumPy kernel sums exactly)
+        raise UnsupportedError(f"{name}: no compute for {x.dtype} (an exact sum needs more than 64 bits)")
     acc = "uint64" if dtype_kind(x.dtype) == "u" else "int64"
     total = red.reduce(lambda idx, raxes: te_sum(cast(x[idx], acc), raxes), f"{name}_sum")
     return total, lambda v: E.truncdiv(v, cast(red.count, acc))

@@ -1596,7 +1596,11 @@ def _dyn_strided_slice_compute(attrs, inputs, out_type):
     is computed here, from the begin/strides tensors, with Python's slice rules."""
     x, begin, _, strides = inputs
     shape = output_dims("dyn.strided_slice", out_type)
-    count = begin.shape[0].value if isinstance(begin.shape[0], Const) else x.ndim
+    # (begin's length says which axes are sliced, strides' what steps: with either known only at run time the
+    # NumPy kernel runs the op; a compute that took every axis and unit steps had sliced the wrong elements)
+    if not isinstance(begin.shape[0], Const) or (attrs.slice_mode != "size" and not isinstance(strides.shape[0], Const)):
+        raise UnsupportedError("dyn.strided_slice: no compute for begin or strides of a length known only at run time")
+    count = begin.shape[0].value
     axes = range(count) if attrs.axes is None else [a + x.ndim if a < 0 else a for a in attrs.axes[:count]]
     starts, steps = [const(0)] * x.ndim, [const(1)] * x.ndim
     for position, axis in enumerate(axes):

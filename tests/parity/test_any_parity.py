@@ -462,6 +462,28 @@ def test_a_declared_static_dim_that_a_dynamic_value_misses_is_a_shape_error(run)
         run(result, rand(5))
 
 
+@pytest.mark.parametrize("begin, end, step", [(3, 11, 2), (-1, 3, -1), (9, 0, -3), (-20, 20, 4)])
+def test_dyn_strided_slice_with_bounds_of_run_time_length(run, begin, end, step):
+    """begin / end / strides whose length is known only at run time: Python's slice rules on every executor
+    (target c had ignored the strides and read past the input; such calls now run the NumPy kernel)."""
+    text = ("def @main(%x: Tensor[(?), float32], %b: Tensor[(?), int64], %e: Tensor[(?), int64], "
+            "%s: Tensor[(?), int64]) { dyn.strided_slice(%x, %b, %e, %s) }")
+    x = np.arange(10, dtype=np.float32)
+    got = run(text, x, np.array([begin]), np.array([end]), np.array([step]))
+    check_result(got, x[begin:end:step])
+
+
+@pytest.mark.parametrize("dtype", ["int64", "uint64"])
+def test_the_mean_of_64_bit_integers_is_exact(run, dtype):
+    """The integer mean truncates the exact quotient (the docs): 64-bit sums that overflow 64 bits too (target
+    c had wrapped them: 0 for eight 2**62; such means now run the NumPy kernel)."""
+    info = np.iinfo(dtype)
+    values = [2**62] * 8 if dtype == "int64" else [info.max] * 3
+    x = np.array(values, dtype=dtype)
+    got = run(f"def @main(%x: Tensor[(?), {dtype}]) {{ mean(%x, axis=[0]) }}", x)
+    check_result(got, np.array(sum(values) // len(values), dtype=dtype))
+
+
 def test_argwhere_shapes_follow_the_data(run):
     function = run.function(main("%x: Tensor[(?, ?), int32]", "argwhere(%x)"))
     for x in (np.eye(3, dtype="int32"), np.zeros((2, 2), "int32"), np.ones((1, 4), "int32")):
