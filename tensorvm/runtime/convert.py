@@ -115,8 +115,18 @@ def rebuild(root, step):
     bottom-up with a stack of its own, the items of a node first to last. A list of a million elements is
     as deep as a value gets in a program that runs in constant stack (tuples and ADT values nest without
     bound), so Python's recursion limit must not decide whether it converts."""
+    answer = step(root)
+    if not isinstance(answer, Node):  # (a leaf: what most calls convert, a tensor)
+        return answer
     result: list = [None]
-    work = [(root, result, 0)]  # (item, the list its result goes in, at), or (_BUILD, node, fields, ...)
+    work: list = []  # (item, the list its result goes in, at), or (_BUILD, node, fields, into, at)
+
+    def expand(node: Node, into: list, at: int) -> None:
+        fields = [None] * len(node.items)
+        work.append((_BUILD, node, fields, into, at))
+        work.extend((node.items[i], fields, i) for i in range(len(node.items) - 1, -1, -1))
+
+    expand(answer, result, 0)
     while work:
         entry = work.pop()
         if entry[0] is _BUILD:
@@ -125,12 +135,10 @@ def rebuild(root, step):
             continue
         item, into, at = entry
         answer = step(item)
-        if not isinstance(answer, Node):
+        if isinstance(answer, Node):
+            expand(answer, into, at)
+        else:
             into[at] = answer
-            continue
-        fields = [None] * len(answer.items)
-        work.append((_BUILD, answer, fields, into, at))
-        work.extend((answer.items[i], fields, i) for i in range(len(answer.items) - 1, -1, -1))
     return result[0]
 
 
@@ -265,8 +273,7 @@ def _convert_untyped(value, where: str):
         return value
     if isinstance(value, ADT):
         tag, constructor = value.tag, value.constructor
-        return Node([(f, None, where) for f in value.fields],
-                       lambda fields: ADT(tag, tuple(fields), constructor))
+        return Node([(f, None, where) for f in value.fields], lambda fields: ADT(tag, tuple(fields), constructor))
     if isinstance(value, tuple):
         return Node([(f, None, _Path(where, f".{i}")) for i, f in enumerate(value)], tuple)
     arr, from_numpy = _to_array(value, where)
@@ -303,8 +310,8 @@ def _convert_adt(value, ty, where: str, mod: IRModule | None):
     mapping = dict(zip(tdef.type_vars, type_args, strict=False))
     tag, name = ctor.tag, ctor.name
     return Node([(f, substitute_type(t, mapping), _Path(where, f".{name}[{i}]"))
-                    for i, (f, t) in enumerate(zip(value.fields, ctor.inputs, strict=True))],
-                   lambda fields: ADT(tag, tuple(fields), constructor=name))
+                 for i, (f, t) in enumerate(zip(value.fields, ctor.inputs, strict=True))],
+                lambda fields: ADT(tag, tuple(fields), constructor=name))
 
 
 def substitute_type(ty, mapping: dict):

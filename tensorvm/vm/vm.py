@@ -900,7 +900,7 @@ class VirtualMachine:
         result = self._call(info, values)
         if info.result_check is not None:
             info.result_check(result)
-        return self._to_user(result) if result.__class__ is not ADT else self._adt_result(result)
+        return self._to_user(result)
 
     def run(self, *args, **kwargs):
         """``invoke("main", *args)`` (the Relay VM's ``run``)."""
@@ -1293,10 +1293,6 @@ class VirtualMachine:
         raise ExecutionError(f"{where}: cannot pass a {type(value).__name__} to the VM")
 
     # --- results ----------------------------------------------------------------------------------
-    def _adt_result(self, value: ADT):
-        """An ADT result for the user (``_to_user``: no recursion, whatever its depth)."""
-        return self._to_user(value)
-
     def _to_user(self, value):
         return rebuild(value, self._user_step)
 
@@ -1324,6 +1320,8 @@ def _user_adt(tag: int, constructor: str, fields: list) -> ADT:
 
 
 _MISSING = object()
+
+
 def _nullary_constructor_value(value):
     """``mod.constructor("Nil")()`` builds an IR call (it cannot tell values from expressions without
     arguments); as an argument it means the value ``Nil``."""

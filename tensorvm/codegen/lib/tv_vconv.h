@@ -881,12 +881,7 @@ static inline void tv_vdw2_lines(int64_t h, int64_t w, int64_t oh, int64_t ow, i
       a##i += part;                                                                                  \
     } }
 #define TV_VDW2_KEEP(i) TV_VSTORE(tile[i], __builtin_shuffle(a##i, TV_VDW2_ORDER));
-#define TV_VDW2_STORE(i) {                                                                           \
-    tv_vf v = __builtin_shuffle(a##i, TV_VDW2_ORDER);                                                \
-    if (e.relu) TV_VRELU(v);                                                                         \
-    if (res) v += TV_VLOAD(res + (y0 + i) * ow + x0);                                                \
-    if (e.act) TV_VACT(v, e)                                                                         \
-    TV_VSTORE(out + (y0 + i) * ow + x0, v); }
+#define TV_VDW2_STORE(i) { a##i = __builtin_shuffle(a##i, TV_VDW2_ORDER); TV_VDW_STORE(i) }
 /* The tile of a KW x KW kernel at stride 2: the loop over the block's input rows (2 (ROWS - 1) + KW) is
    unrolled whole, so which output rows each one feeds, and with which weights, is known to the compiler
    (no test per row and input row). A whole tile (ROWS rows of a whole vector) goes through the epilogue in
