@@ -417,21 +417,29 @@ def _spin_ns(desc: HostDescription) -> int:
     return int(min(max(desc.wake_ns, TEAM_SPIN_NS[1]), TEAM_SPIN_NS[2]))
 
 
+def unmeasured(desc: HostDescription) -> HostDescription:
+    """``desc`` without its measured fields (``clock_ghz``, ``fork_join_ns``, ``wake_ns``): they differ a
+    little in every process, and a busy machine disturbs them (a disturbed measurement is neither cached nor
+    used, so one process can have a measurement and the next none)."""
+    return dataclasses.replace(desc, clock_ghz=0.0, fork_join_ns=0.0, wake_ns=0.0)
+
+
 def codegen_view(desc: HostDescription | None = None) -> str:
-    """``desc`` as the generated C depends on it, for keys of kernels kept across processes: its measured
-    fields (``clock_ghz``, ``fork_join_ns``, ``wake_ns``: they differ a little in every process, and a
-    disturbed measurement is not cached) replaced by the rounded thresholds derived from them
-    (``kernel_rules``; ``team_spin_ns`` is set on the running pool, in no kernel's text)."""
-    desc = desc or host()
-    rules = dataclasses.replace(kernel_rules(desc), team_spin_ns=0)
-    return f"{dataclasses.replace(desc, clock_ghz=0.0, fork_join_ns=0.0, wake_ns=0.0)!r} {rules!r}"
+    """``desc`` as the generated C depends on it, for keys of kernels kept across processes: its
+    ``unmeasured`` form and the thresholds of that. The thresholds derived from measurements
+    (``team_spin_ns``, ``parallel_work_narrow``, ``team_chunk_elements``) are set on the running pool
+    (``pool.pool_table``) and are in no kernel's text: libraries built with and without a measurement are
+    the same file."""
+    static = unmeasured(desc or host())
+    return f"{static!r} {kernel_rules(static)!r}"
 
 
 def rule_defines(desc: HostDescription | None = None) -> tuple:
     """The ``-D`` flags that give the C library its thresholds and vector width for ``desc``
-    (``c_emit.prelude`` writes them into every shared library's text)."""
+    (``c_emit.prelude`` writes them into every shared library's text): the rules of its ``unmeasured``
+    form (the measured ones are set on the running pool, see ``codegen_view``)."""
     desc = desc or host()
-    rules = kernel_rules(desc)
+    rules = kernel_rules(unmeasured(desc))
     return (f"-DTV_VEC_BYTES={desc.vector_bytes}", f"-DTV_GEMM_PARALLEL_WORK={rules.parallel_work}.0",
             f"-DTV_GEMM_PARALLEL_WORK_NARROW={rules.parallel_work_narrow}.0",
             f"-DTV_PARALLEL_ELEMENTS={rules.parallel_elements}", f"-DTV_TEAM_CHUNK_ELEMENTS={rules.team_chunk_elements}",

@@ -12,8 +12,11 @@ standalone AOT library in an application always does).
 over two threads whose workers spin, and of one whose workers sleep) and caches the result in the kernel
 cache, keyed like the calibration by the CPU's model and features (``HostDescription.key``), so each host
 measures once. ``host.host()`` puts the numbers into the description (``fork_join_ns``, ``wake_ns``), from
-which ``host.kernel_rules`` derives the least work of a chunk of a parallel loop (``team_chunk_elements``)
-and the idle workers' spin (``team_spin_ns``).
+which ``host.kernel_rules`` derives the least work of a chunk of a parallel loop (``team_chunk_elements``),
+the work from which a narrow product splits (``parallel_work_narrow``) and the idle workers' spin
+(``team_spin_ns``). These three are set on the running pool (``pool_table``), never written into a
+kernel's text: a library's text, and so its kernel cache key, does not depend on whether this process's
+measurement succeeded (``host.codegen_view``).
 """
 
 from __future__ import annotations
@@ -73,7 +76,9 @@ def pool_table() -> int:
         return 0
     from .host import host, kernel_rules
 
-    set_spin_ns(kernel_rules(host()).team_spin_ns)
+    rules = kernel_rules(host())
+    set_spin_ns(rules.team_spin_ns)
+    set_tunables(rules.parallel_work_narrow, rules.team_chunk_elements)
     return int(pool.tv_pool())
 
 
@@ -85,9 +90,20 @@ def set_spin_ns(ns: int) -> None:
         table.set_spin(int(ns))
 
 
+def set_tunables(narrow_work: int, chunk_elements: int) -> None:
+    """The pool's thresholds from its measured fork-join (``host.kernel_rules``' ``parallel_work_narrow`` and
+    ``team_chunk_elements``), which every kernel running on it reads at each call; 0 gives back the values
+    the libraries were built with (the unmeasured host's rules)."""
+    pool = process_pool()
+    if pool is not None:
+        table = ctypes.cast(pool.tv_pool(), ctypes.POINTER(_Table)).contents
+        table.set_tunables(int(narrow_work), int(chunk_elements))
+
+
 class _Table(ctypes.Structure):
     _fields_ = [("run", ctypes.c_void_p), ("stats", ctypes.c_void_p),
-                ("set_spin", ctypes.CFUNCTYPE(None, ctypes.c_int64)), ("state", ctypes.c_void_p)]
+                ("set_spin", ctypes.CFUNCTYPE(None, ctypes.c_int64)), ("state", ctypes.c_void_p),
+                ("set_tunables", ctypes.CFUNCTYPE(None, ctypes.c_int64, ctypes.c_int64))]
 
 
 def pool_timings(key: str) -> PoolTimings | None:

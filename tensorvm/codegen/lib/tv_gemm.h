@@ -63,12 +63,15 @@ static inline int64_t tv_team_mirror(int64_t i, int64_t chunks, int64_t threads)
   (void)threads;
   return chunks - 1 - i;  /* (one thread: its home range is the whole job) */
 }
+static inline int64_t tv_team_narrow_work(int64_t built) { return built; }
+static inline int64_t tv_team_chunk_elements(int64_t built) { return built; }
 #endif
 
 /* The chunks of a generated parallel loop (c_emit.py: its outlined body runs through tv_team_run) of
    `iterations` iterations of about `work` elements each: TV_TEAM_LOOP_CHUNKS per thread, so that a thread
    whose core is busy leaves little to the others; fewer when a chunk would hold fewer than
-   TV_TEAM_CHUNK_ELEMENTS elements (host.py: kernel_rules); one on one thread; none for no iteration. */
+   the pool's chunk_elements (host.py: kernel_rules, set on the running pool; TV_TEAM_CHUNK_ELEMENTS, the
+   rule for an unmeasured host, where unset); one on one thread; none for no iteration. */
 #ifndef TV_TEAM_CHUNK_ELEMENTS
 #define TV_TEAM_CHUNK_ELEMENTS 4096
 #endif
@@ -78,7 +81,8 @@ static inline int64_t tv_team_chunks(int64_t iterations, int64_t work, int threa
   if (iterations <= 1 || threads <= 1) return iterations < 1 ? 0 : 1;
   const double total = (double)iterations * (double)(work > 1 ? work : 1);
   double chunks = (double)TV_TEAM_LOOP_CHUNKS * threads;
-  if (chunks > total / TV_TEAM_CHUNK_ELEMENTS) chunks = total / TV_TEAM_CHUNK_ELEMENTS;
+  const double least = (double)tv_team_chunk_elements(TV_TEAM_CHUNK_ELEMENTS);
+  if (chunks > total / least) chunks = total / least;
   if (chunks > (double)iterations) chunks = (double)iterations;
   return chunks < 1 ? 1 : (int64_t)chunks;
 }
@@ -147,7 +151,8 @@ static inline int tv_gemm_parallel(double work) {
   return work >= TV_GEMM_PARALLEL_WORK && !tv_omp_in_parallel() && tv_omp_max_threads() > 1;
 }
 /* A product of fewer rows than a vector has lanes streams its weights (memory-bound): it splits from
-   TV_GEMM_PARALLEL_WORK_NARROW (host.py: parallel_work_narrow, from the pool's measured fork-join), as
+   the pool's narrow_work (host.py: parallel_work_narrow, from its measured fork-join, set on the running
+   pool; TV_GEMM_PARALLEL_WORK_NARROW, the rule for an unmeasured host, where unset), as
    each thread then reads its part of the weights from its own core's cache. tv_gemm_run passes its
    narrower side (rows or columns): a product of one column (a 1 x 1 image's 1x1 convolution, the
    squeeze-and-excitation layers) reads each weight for one multiply-add, as one row does. */
@@ -155,7 +160,8 @@ static inline int tv_gemm_parallel(double work) {
 #define TV_GEMM_PARALLEL_WORK_NARROW TV_GEMM_PARALLEL_WORK
 #endif
 static inline int tv_gemm_parallel_rows(double work, int64_t rows) {
-  const double least = rows < TV_VLANES ? TV_GEMM_PARALLEL_WORK_NARROW : TV_GEMM_PARALLEL_WORK;
+  const double least = rows < TV_VLANES ? (double)tv_team_narrow_work((int64_t)TV_GEMM_PARALLEL_WORK_NARROW)
+                                        : TV_GEMM_PARALLEL_WORK;
   return work >= least && !tv_omp_in_parallel() && tv_omp_max_threads() > 1;
 }
 

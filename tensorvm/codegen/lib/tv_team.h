@@ -88,6 +88,8 @@ typedef struct {
   uint32_t sequence;      /* bumped once per job: what sleeping workers wait on */
   int32_t pid;            /* the process that started the workers */
   int64_t spin_ns;        /* how long an idle worker spins before it sleeps (0: TV_TEAM_SPIN_NS) */
+  int64_t narrow_work;    /* the split threshold of narrow products (0: the library's TV_GEMM_PARALLEL_WORK_NARROW) */
+  int64_t chunk_elements; /* the least elements of a parallel loop's chunk (0: the library's TV_TEAM_CHUNK_ELEMENTS) */
   int64_t called_ns;      /* when a caller with a budget of several threads last called (tv_now_ns) */
   pthread_mutex_t lock;
   pthread_cond_t wake;
@@ -258,12 +260,23 @@ __attribute__((weak, visibility("hidden"))) void tv_team_set_spin_here(int64_t n
   TV_TEAM_STORE(&tv_team.spin_ns, ns > 0 ? ns : 0);
 }
 
+/* The thresholds that follow from the pool's measured fork-join (host.py: parallel_work_narrow,
+   team_chunk_elements; 0 for either keeps the value each library was built with, its rule for an unmeasured
+   host). They are set on the running pool rather than written into the kernels' text, so that a
+   measurement (which a busy machine can disturb, and which differs a little in every process) never
+   changes a library's text and with it the key its kernel cache entry is found by. */
+__attribute__((weak, visibility("hidden"))) void tv_team_set_tunables_here(int64_t narrow_work, int64_t chunk_elements) {
+  TV_TEAM_STORE(&tv_team.narrow_work, narrow_work > 0 ? narrow_work : 0);
+  TV_TEAM_STORE(&tv_team.chunk_elements, chunk_elements > 0 ? chunk_elements : 0);
+}
+
 /* A pool's entry points, as the pool library hands them to every other library (tv_team_attach). */
 typedef struct {
   void (*run)(int64_t chunks, int threads, tv_team_fn fn, void* ctx);
   int32_t (*stats)(int64_t* out);
   void (*set_spin)(int64_t ns);
-  const void* state;  /* identifies the pool (tv_team_pool_id) */
+  const void* state;  /* the pool's tv_team_state (tv_team_pool_id; its tunables) */
+  void (*set_tunables)(int64_t narrow_work, int64_t chunk_elements);
 } tv_team_pool;
 
 /* The pool this library's jobs run on: NULL for its own (tv_team_run_here). */
@@ -288,6 +301,20 @@ __attribute__((weak, visibility("hidden"))) void tv_team_run(int64_t chunks, int
 __attribute__((weak)) int32_t tv_team_stats(int64_t* out) {
   const tv_team_pool* pool = TV_TEAM_LOAD(&tv_team_shared);
   return pool ? pool->stats(out) : tv_team_stats_here(out);
+}
+
+/* The tunables of the pool this library's jobs run on (tv_team_set_tunables_here), `built` where unset. */
+static inline int64_t tv_team_narrow_work(int64_t built) {
+  const tv_team_pool* pool = TV_TEAM_LOAD(&tv_team_shared);
+  const tv_team_state* state = pool ? (const tv_team_state*)pool->state : &tv_team;
+  const int64_t value = TV_TEAM_LOAD(&state->narrow_work);
+  return value > 0 ? value : built;
+}
+static inline int64_t tv_team_chunk_elements(int64_t built) {
+  const tv_team_pool* pool = TV_TEAM_LOAD(&tv_team_shared);
+  const tv_team_state* state = pool ? (const tv_team_state*)pool->state : &tv_team;
+  const int64_t value = TV_TEAM_LOAD(&state->chunk_elements);
+  return value > 0 ? value : built;
 }
 
 /* Which pool this library's jobs run on (equal for two libraries exactly when they share one). */

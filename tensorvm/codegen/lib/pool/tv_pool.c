@@ -18,7 +18,8 @@
 #define TV_POOL_WAIT_NS 1000000 /* a chunk gives up waiting for the others (a worker that is not scheduled) */
 #define TV_POOL_MAX_ROUNDS 1024
 
-static const tv_team_pool tv_pool_table = {tv_team_run_here, tv_team_stats_here, tv_team_set_spin_here, &tv_team};
+static const tv_team_pool tv_pool_table = {tv_team_run_here, tv_team_stats_here, tv_team_set_spin_here, &tv_team,
+                                            tv_team_set_tunables_here};
 
 const void* tv_pool(void) { return &tv_pool_table; }
 
