@@ -237,6 +237,9 @@ def host() -> HostDescription:
     if _DETECTED[0] is None:
         _DETECTED[0] = detect_host()  # (first, so that a call of host() while the pool is measured has one)
         _DETECTED[0] = _with_fma_width(_with_pool_timings(_DETECTED[0]))
+        from .pool import share_fork_join
+
+        share_fork_join()
     return _from_environment(_DETECTED[0]) or _DETECTED[0]
 
 
@@ -417,6 +420,15 @@ def _spin_ns(desc: HostDescription) -> int:
     return int(min(max(desc.wake_ns, TEAM_SPIN_NS[1]), TEAM_SPIN_NS[2]))
 
 
+def machine_fork_join_cycles() -> int:
+    """``fork_join_cycles`` of this machine's measured description (whatever ``set_host`` or
+    ``$TENSORVM_HOST`` describe: the measurement is the machine's), 0 when it was not measured."""
+    if _DETECTED[0] is None:
+        host()
+    detected = _DETECTED[0]
+    return fork_join_cycles(detected) if detected.fork_join_ns > 0 and detected.clock_ghz > 0 else 0
+
+
 def unmeasured(desc: HostDescription) -> HostDescription:
     """``desc`` without its measured fields (``clock_ghz``, ``fork_join_ns``, ``wake_ns``): they differ a
     little in every process, and a busy machine disturbs them (a disturbed measurement is neither cached nor
@@ -426,10 +438,10 @@ def unmeasured(desc: HostDescription) -> HostDescription:
 
 def codegen_view(desc: HostDescription | None = None) -> str:
     """``desc`` as the generated C depends on it, for keys of kernels kept across processes: its
-    ``unmeasured`` form and the thresholds of that. The thresholds derived from measurements
-    (``team_spin_ns``, ``parallel_work_narrow``, ``team_chunk_elements``) are set on the running pool
-    (``pool.pool_table``) and are in no kernel's text: libraries built with and without a measurement are
-    the same file."""
+    ``unmeasured`` form and the thresholds of that. The measurements are in no kernel's text: the running
+    pool holds them (``pool.share_fork_join``, ``team_spin_ns``) and each library derives
+    ``parallel_work_narrow`` and ``team_chunk_elements`` from the pool's split cost at run time, so
+    libraries built with and without a measurement are the same file."""
     static = unmeasured(desc or host())
     return f"{static!r} {kernel_rules(static)!r}"
 
@@ -437,13 +449,16 @@ def codegen_view(desc: HostDescription | None = None) -> str:
 def rule_defines(desc: HostDescription | None = None) -> tuple:
     """The ``-D`` flags that give the C library its thresholds and vector width for ``desc``
     (``c_emit.prelude`` writes them into every shared library's text): the rules of its ``unmeasured``
-    form (the measured ones are set on the running pool, see ``codegen_view``)."""
+    form, and what the library needs to apply the two measured ones to the split cost the running pool
+    holds (``pool.share_fork_join``; see ``codegen_view``)."""
     desc = desc or host()
     rules = kernel_rules(unmeasured(desc))
     return (f"-DTV_VEC_BYTES={desc.vector_bytes}", f"-DTV_GEMM_PARALLEL_WORK={rules.parallel_work}.0",
             f"-DTV_GEMM_PARALLEL_WORK_NARROW={rules.parallel_work_narrow}.0",
             f"-DTV_PARALLEL_ELEMENTS={rules.parallel_elements}", f"-DTV_TEAM_CHUNK_ELEMENTS={rules.team_chunk_elements}",
             f"-DTV_LIB_PARALLEL_WORK={rules.sort_parallel_elements}",
+            f"-DTV_MACS_PER_CYCLE={rules.macs_per_cycle}", f"-DTV_WORK_LANES={_work_lanes(desc)}",
+            f"-DTV_FORK_JOIN_CYCLES={FORK_JOIN_CYCLES}",
             f"-DTV_L1D={desc.l1d}", f"-DTV_L2={desc.l2}", f"-DTV_L3={desc.l3}")
 
 

@@ -14,9 +14,10 @@ cache, keyed like the calibration by the CPU's model and features (``HostDescrip
 measures once. ``host.host()`` puts the numbers into the description (``fork_join_ns``, ``wake_ns``), from
 which ``host.kernel_rules`` derives the least work of a chunk of a parallel loop (``team_chunk_elements``),
 the work from which a narrow product splits (``parallel_work_narrow``) and the idle workers' spin
-(``team_spin_ns``). These three are set on the running pool (``pool_table``), never written into a
-kernel's text: a library's text, and so its kernel cache key, does not depend on whether this process's
-measurement succeeded (``host.codegen_view``).
+(``team_spin_ns``). The measurement is given to the running pool (``share_fork_join``), never written into
+a kernel's text: each library derives the two thresholds from it by its own rules at run time, so a
+library's text, and its kernel cache key, does not depend on whether this process's measurement
+succeeded (``host.codegen_view``).
 """
 
 from __future__ import annotations
@@ -76,9 +77,8 @@ def pool_table() -> int:
         return 0
     from .host import host, kernel_rules
 
-    rules = kernel_rules(host())
-    set_spin_ns(rules.team_spin_ns)
-    set_tunables(rules.parallel_work_narrow, rules.team_chunk_elements)
+    set_spin_ns(kernel_rules(host()).team_spin_ns)
+    share_fork_join()
     return int(pool.tv_pool())
 
 
@@ -90,20 +90,29 @@ def set_spin_ns(ns: int) -> None:
         table.set_spin(int(ns))
 
 
-def set_tunables(narrow_work: int, chunk_elements: int) -> None:
-    """The pool's thresholds from its measured fork-join (``host.kernel_rules``' ``parallel_work_narrow`` and
-    ``team_chunk_elements``), which every kernel running on it reads at each call; 0 gives back the values
-    the libraries were built with (the unmeasured host's rules)."""
+def share_fork_join() -> None:
+    """Give the running pool this machine's measured split cost (``host.machine_fork_join_cycles``), from
+    which every library running on it derives its split thresholds by its own rules; nothing before the
+    pool is built (``pool_table`` does it then)."""
+    if _POOL[0]:
+        from .host import machine_fork_join_cycles
+
+        set_fork_join_cycles(machine_fork_join_cycles())
+
+
+def set_fork_join_cycles(cycles: int) -> None:
+    """The split cost (cycles, 0: unmeasured) the kernels on the pool derive ``parallel_work_narrow`` and
+    ``team_chunk_elements`` from at each call (``tv_team_narrow_work``, ``tv_team_chunk_elements``)."""
     pool = process_pool()
     if pool is not None:
         table = ctypes.cast(pool.tv_pool(), ctypes.POINTER(_Table)).contents
-        table.set_tunables(int(narrow_work), int(chunk_elements))
+        table.set_fork_join(int(cycles))
 
 
 class _Table(ctypes.Structure):
     _fields_ = [("run", ctypes.c_void_p), ("stats", ctypes.c_void_p),
                 ("set_spin", ctypes.CFUNCTYPE(None, ctypes.c_int64)), ("state", ctypes.c_void_p),
-                ("set_tunables", ctypes.CFUNCTYPE(None, ctypes.c_int64, ctypes.c_int64))]
+                ("set_fork_join", ctypes.CFUNCTYPE(None, ctypes.c_int64))]
 
 
 def pool_timings(key: str) -> PoolTimings | None:

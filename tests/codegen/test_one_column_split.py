@@ -81,30 +81,30 @@ def test_a_small_one_column_product_stays_serial(threads):
         assert after["jobs"] == before["jobs"]
 
 
-def test_the_narrow_threshold_is_the_running_pool_s(threads):
-    """The narrow threshold comes from the pool's measured fork-join and is set on the running pool, not
-    built into the library: the same executable splits the same product or not as the pool's value says."""
+def test_the_narrow_threshold_follows_the_running_pool_s_measurement(threads):
+    """The narrow threshold follows the split cost the running pool measured (``pool.share_fork_join``),
+    which is in no library's text: the same executable splits the same product or not as that cost says,
+    twice it in multiply-adds (``kernel_rules``' rule, applied by the library)."""
     from tensorvm.codegen import pool
 
-    c, o = 64, 64  # 4096 multiply-adds
+    macs = hostmod.kernel_rules().macs_per_cycle
+    c, o = 128 * macs, 64  # 8192 cycles of multiply-adds: above a cheap split's threshold, below a dear one's
     mod = tv.parse(_layer(c, o, "none"))
     rng = np.random.default_rng(2)
     x, w, b = (rng.standard_normal(s).astype(np.float32) for s in ((1, c, 1, 1), (o, c, 1, 1), (o,)))
     exe = tv.vm.compile(mod, target="c")
-    if exe.stats()["kernel_library"]["product_pool"] is None or exe.stats()["kernel_library"]["variants"] != {
-            "pointwise": 1}:
-        pytest.skip("this host runs the layer without the pool's product")
+    if exe.stats()["kernel_library"]["product_pool"] is None:
+        pytest.skip("no process pool on this host")
     threads(2)
     vm = tv.vm.VirtualMachine(exe)
     want = vm.run(x, w, b).numpy()
-    rules = hostmod.kernel_rules()
     jobs = {}
     try:
-        for narrow in (c * o * 4, c * o // 2):
-            pool.set_tunables(narrow, rules.team_chunk_elements)
+        for cycles in (hostmod.FORK_JOIN_CYCLES, hostmod.FORK_JOIN_CYCLES // 8):  # thresholds 16384, 4096 x macs
+            pool.set_fork_join_cycles(cycles)
             before = exe.stats()["kernel_library"]["product_pool"]["jobs"]
             np.testing.assert_array_equal(vm.run(x, w, b).numpy(), want)
-            jobs[narrow] = exe.stats()["kernel_library"]["product_pool"]["jobs"] - before
+            jobs[cycles] = exe.stats()["kernel_library"]["product_pool"]["jobs"] - before
     finally:
-        pool.set_tunables(rules.parallel_work_narrow, rules.team_chunk_elements)
-    assert jobs == {c * o * 4: 0, c * o // 2: 1}
+        pool.share_fork_join()
+    assert jobs == {hostmod.FORK_JOIN_CYCLES: 0, hostmod.FORK_JOIN_CYCLES // 8: 1}

@@ -70,8 +70,9 @@ static inline int64_t tv_team_chunk_elements(int64_t built) { return built; }
 /* The chunks of a generated parallel loop (c_emit.py: its outlined body runs through tv_team_run) of
    `iterations` iterations of about `work` elements each: TV_TEAM_LOOP_CHUNKS per thread, so that a thread
    whose core is busy leaves little to the others; fewer when a chunk would hold fewer than
-   the pool's chunk_elements (host.py: kernel_rules, set on the running pool; TV_TEAM_CHUNK_ELEMENTS, the
-   rule for an unmeasured host, where unset); one on one thread; none for no iteration. */
+   tv_team_chunk_elements (host.py: team_chunk_elements, from the split cost the running pool measured;
+   TV_TEAM_CHUNK_ELEMENTS, the rule for an unmeasured host, without one); one on one thread; none for no
+   iteration. */
 #ifndef TV_TEAM_CHUNK_ELEMENTS
 #define TV_TEAM_CHUNK_ELEMENTS 4096
 #endif
@@ -151,8 +152,8 @@ static inline int tv_gemm_parallel(double work) {
   return work >= TV_GEMM_PARALLEL_WORK && !tv_omp_in_parallel() && tv_omp_max_threads() > 1;
 }
 /* A product of fewer rows than a vector has lanes streams its weights (memory-bound): it splits from
-   the pool's narrow_work (host.py: parallel_work_narrow, from its measured fork-join, set on the running
-   pool; TV_GEMM_PARALLEL_WORK_NARROW, the rule for an unmeasured host, where unset), as
+   tv_team_narrow_work (host.py: parallel_work_narrow, from the split cost the running pool measured;
+   TV_GEMM_PARALLEL_WORK_NARROW, the rule for an unmeasured host, without one), as
    each thread then reads its part of the weights from its own core's cache. tv_gemm_run passes its
    narrower side (rows or columns): a product of one column (a 1 x 1 image's 1x1 convolution, the
    squeeze-and-excitation layers) reads each weight for one multiply-add, as one row does. */

@@ -88,8 +88,7 @@ typedef struct {
   uint32_t sequence;      /* bumped once per job: what sleeping workers wait on */
   int32_t pid;            /* the process that started the workers */
   int64_t spin_ns;        /* how long an idle worker spins before it sleeps (0: TV_TEAM_SPIN_NS) */
-  int64_t narrow_work;    /* the split threshold of narrow products (0: the library's TV_GEMM_PARALLEL_WORK_NARROW) */
-  int64_t chunk_elements; /* the least elements of a parallel loop's chunk (0: the library's TV_TEAM_CHUNK_ELEMENTS) */
+  int64_t fork_join_cycles; /* a split's cost measured on this machine (host.py: fork_join_cycles; 0: unmeasured) */
   int64_t called_ns;      /* when a caller with a budget of several threads last called (tv_now_ns) */
   pthread_mutex_t lock;
   pthread_cond_t wake;
@@ -260,14 +259,14 @@ __attribute__((weak, visibility("hidden"))) void tv_team_set_spin_here(int64_t n
   TV_TEAM_STORE(&tv_team.spin_ns, ns > 0 ? ns : 0);
 }
 
-/* The thresholds that follow from the pool's measured fork-join (host.py: parallel_work_narrow,
-   team_chunk_elements; 0 for either keeps the value each library was built with, its rule for an unmeasured
-   host). They are set on the running pool rather than written into the kernels' text, so that a
-   measurement (which a busy machine can disturb, and which differs a little in every process) never
-   changes a library's text and with it the key its kernel cache entry is found by. */
-__attribute__((weak, visibility("hidden"))) void tv_team_set_tunables_here(int64_t narrow_work, int64_t chunk_elements) {
-  TV_TEAM_STORE(&tv_team.narrow_work, narrow_work > 0 ? narrow_work : 0);
-  TV_TEAM_STORE(&tv_team.chunk_elements, chunk_elements > 0 ? chunk_elements : 0);
+/* The cost of a split measured on this machine (host.py: fork_join_cycles, a power of two; 0: unmeasured),
+   kept by the running pool rather than written into the kernels' text: a measurement (which a busy
+   machine can disturb, and which differs a little in every process) never changes a library's text and
+   with it the key its kernel cache entry is found by. Each library applies its own rules to it
+   (tv_team_narrow_work, tv_team_chunk_elements), so a library keeps the rules of the host it was built
+   for. */
+__attribute__((weak, visibility("hidden"))) void tv_team_set_fork_join_here(int64_t cycles) {
+  TV_TEAM_STORE(&tv_team.fork_join_cycles, cycles > 0 ? cycles : 0);
 }
 
 /* A pool's entry points, as the pool library hands them to every other library (tv_team_attach). */
@@ -275,8 +274,8 @@ typedef struct {
   void (*run)(int64_t chunks, int threads, tv_team_fn fn, void* ctx);
   int32_t (*stats)(int64_t* out);
   void (*set_spin)(int64_t ns);
-  const void* state;  /* the pool's tv_team_state (tv_team_pool_id; its tunables) */
-  void (*set_tunables)(int64_t narrow_work, int64_t chunk_elements);
+  const void* state;  /* the pool's tv_team_state (tv_team_pool_id; its fork_join_cycles) */
+  void (*set_fork_join)(int64_t cycles);
 } tv_team_pool;
 
 /* The pool this library's jobs run on: NULL for its own (tv_team_run_here). */
@@ -303,18 +302,34 @@ __attribute__((weak)) int32_t tv_team_stats(int64_t* out) {
   return pool ? pool->stats(out) : tv_team_stats_here(out);
 }
 
-/* The tunables of the pool this library's jobs run on (tv_team_set_tunables_here), `built` where unset. */
-static inline int64_t tv_team_narrow_work(int64_t built) {
+/* The measured cost of a split on the pool this library's jobs run on (0: unmeasured). */
+static inline int64_t tv_team_fork_join(void) {
   const tv_team_pool* pool = TV_TEAM_LOAD(&tv_team_shared);
   const tv_team_state* state = pool ? (const tv_team_state*)pool->state : &tv_team;
-  const int64_t value = TV_TEAM_LOAD(&state->narrow_work);
-  return value > 0 ? value : built;
+  return TV_TEAM_LOAD(&state->fork_join_cycles);
+}
+
+/* host.py kernel_rules' two thresholds that follow the measured split, by the same rules over this
+   library's TV_MACS_PER_CYCLE and TV_WORK_LANES: a product of fewer rows than a vector's lanes splits
+   from twice a split's cost (at most TV_FORK_JOIN_CYCLES) in multiply-adds (parallel_work_narrow); a
+   parallel loop's chunk holds at least a sixteenth of a split's cost in elements, half a vector per cycle
+   (team_chunk_elements). `built`, the rule for an unmeasured host, where the pool has no measurement. */
+static inline int64_t tv_team_narrow_work(int64_t built) {
+#if defined(TV_MACS_PER_CYCLE) && defined(TV_FORK_JOIN_CYCLES)
+  const int64_t cycles = tv_team_fork_join();
+  if (cycles > 0) return (2 * cycles < TV_FORK_JOIN_CYCLES ? 2 * cycles : TV_FORK_JOIN_CYCLES) * TV_MACS_PER_CYCLE;
+#endif
+  return built;
 }
 static inline int64_t tv_team_chunk_elements(int64_t built) {
-  const tv_team_pool* pool = TV_TEAM_LOAD(&tv_team_shared);
-  const tv_team_state* state = pool ? (const tv_team_state*)pool->state : &tv_team;
-  const int64_t value = TV_TEAM_LOAD(&state->chunk_elements);
-  return value > 0 ? value : built;
+#if defined(TV_WORK_LANES)
+  const int64_t cycles = tv_team_fork_join();
+  if (cycles > 0) {
+    const int64_t least = cycles * (TV_WORK_LANES / 2 > 1 ? TV_WORK_LANES / 2 : 1) / 16;
+    return least > 1 ? least : 1;
+  }
+#endif
+  return built;
 }
 
 /* Which pool this library's jobs run on (equal for two libraries exactly when they share one). */

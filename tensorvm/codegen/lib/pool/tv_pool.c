@@ -19,7 +19,7 @@
 #define TV_POOL_MAX_ROUNDS 1024
 
 static const tv_team_pool tv_pool_table = {tv_team_run_here, tv_team_stats_here, tv_team_set_spin_here, &tv_team,
-                                            tv_team_set_tunables_here};
+                                            tv_team_set_fork_join_here};
 
 const void* tv_pool(void) { return &tv_pool_table; }
 
