@@ -234,13 +234,19 @@ def host() -> HostDescription:
     """The description kernels are built for: ``set_host``'s, else ``$TENSORVM_HOST``'s, else this CPU."""
     if _OVERRIDE[0] is not None:
         return _OVERRIDE[0]
+    detected = _detected()
+    return _from_environment(detected) or detected
+
+
+def _detected() -> HostDescription:
+    """This CPU's description with its measurements, detected once per process whatever ``set_host`` says."""
     if _DETECTED[0] is None:
         _DETECTED[0] = detect_host()  # (first, so that a call of host() while the pool is measured has one)
         _DETECTED[0] = _with_fma_width(_with_pool_timings(_DETECTED[0]))
         from .pool import share_fork_join
 
         share_fork_join()
-    return _from_environment(_DETECTED[0]) or _DETECTED[0]
+    return _DETECTED[0]
 
 
 def _with_fma_width(desc: HostDescription) -> HostDescription:
@@ -423,9 +429,7 @@ def _spin_ns(desc: HostDescription) -> int:
 def machine_fork_join_cycles() -> int:
     """``fork_join_cycles`` of this machine's measured description (whatever ``set_host`` or
     ``$TENSORVM_HOST`` describe: the measurement is the machine's), 0 when it was not measured."""
-    if _DETECTED[0] is None:
-        host()
-    detected = _DETECTED[0]
+    detected = _detected()
     return fork_join_cycles(detected) if detected.fork_join_ns > 0 and detected.clock_ghz > 0 else 0
 
 

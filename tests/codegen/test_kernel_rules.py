@@ -54,7 +54,8 @@ def test_a_measured_fork_join_lowers_the_narrow_product_threshold_down_to_twice_
     fast = host.kernel_rules(fake_host({"isa": "avx2", "clock_ghz": 2.0, "fork_join_ns": 500.0}))
     assert fast.parallel_work_narrow == 2 * 2048 * fast.macs_per_cycle == unmeasured.parallel_work // 4
     assert fast.parallel_work == unmeasured.parallel_work
-    # (the libraries' text holds the unmeasured rule; the measured one is set on the running pool)
+    # (the libraries' text holds the unmeasured rule; each library applies the rule to the split cost the
+    # running pool measured, at run time)
     assert f"#define TV_GEMM_PARALLEL_WORK_NARROW {unmeasured.parallel_work_narrow}.0\n" in c_emit.prelude()
     pool = host.kernel_rules(fake_host({"isa": "avx2", "clock_ghz": 2.0, "fork_join_ns": 3000.0}))  # 8192 cycles
     assert pool.parallel_work_narrow == host.FORK_JOIN_CYCLES * pool.macs_per_cycle == unmeasured.parallel_work

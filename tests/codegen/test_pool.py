@@ -248,7 +248,8 @@ def test_team_chunk_elements_follow_the_measured_fork_join(fork_join_ns, ghz, cy
     assert kernel_rules(desc).team_chunk_elements == cycles * 4 // 16
     wide = dataclasses.replace(hostmod.isa_host("avx512", desc), fork_join_ns=fork_join_ns, clock_ghz=ghz)
     assert kernel_rules(wide).team_chunk_elements == cycles * 8 // 16
-    # (a library's text holds the unmeasured host's rule, the same in every process; the pool gets this one)
+    # (a library's text holds the unmeasured host's rule, the same in every process; it derives this one at
+    # run time from the split cost the running pool holds)
     assert f"-DTV_TEAM_CHUNK_ELEMENTS={FORK_JOIN_CYCLES * 4 // 16}" in hostmod.rule_defines(desc)
 
 
@@ -256,3 +257,28 @@ def test_team_chunk_elements_follow_the_measured_fork_join(fork_join_ns, ghz, cy
     (0.0, TEAM_SPIN_NS[0]), (45000.0, 45000), (10.0, TEAM_SPIN_NS[1]), (5e7, TEAM_SPIN_NS[2])])
 def test_workers_spin_as_long_as_a_wake_costs(wake_ns, spin):
     assert kernel_rules(dataclasses.replace(_AVX2, wake_ns=wake_ns)).team_spin_ns == spin
+
+
+def test_a_process_whose_first_library_is_built_for_a_set_host_gets_the_machine_s_split_cost():
+    """The pool's split cost is the machine's measurement even when the process builds its first library
+    under ``set_host`` (no detection had run: getting the cost then failed the build). A fresh process sets
+    a portable host, compiles and runs a product on target c, and its pool holds the detected host's cost."""
+    import subprocess
+    import sys
+
+    program = """
+import numpy as np
+import tensorvm as tv
+from tensorvm.codegen import host, pool
+host.set_host("portable")
+mod = tv.parse('def @main(%x: Tensor[(4, 8), float32], %w: Tensor[(3, 8), float32]) { nn.dense(%x, %w) }')
+x, w = np.ones((4, 8), np.float32), np.ones((3, 8), np.float32)
+got = tv.vm.VirtualMachine(tv.vm.compile(mod, target="c")).run(x, w).numpy()
+assert (got == 8).all(), got
+host.set_host(None)
+print(host.machine_fork_join_cycles(), host.fork_join_cycles(host.host()) if host.host().fork_join_ns > 0 else 0)
+"""
+    done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    machine, detected = done.stdout.split()
+    assert machine == detected

@@ -105,9 +105,9 @@ def test_the_host_description_is_part_of_the_key(monkeypatch):
 
 def test_the_measured_timings_are_in_no_key(monkeypatch):
     """Another process measures the pool a little differently (or not at all, when the machine was busy):
-    the key stays, even where the thresholds derived from the timings change (they are set on the running
-    pool, not written into the kernels: a first process whose measurement was disturbed built every
-    library a second time for the next)."""
+    the key stays, even where the thresholds derived from the timings change (the running pool holds the
+    measurement and each library derives them at run time: a first process whose measurement was disturbed
+    had built every library a second time for the next)."""
     import dataclasses
 
     base = dataclasses.replace(host.detect_host(), clock_ghz=3.0, fork_join_ns=2000.0, wake_ns=30000.0)
