@@ -513,7 +513,8 @@ def test_packed_tiles_of_every_pixel_count(isa, kernel_threads):
 def _packed_chunk_tiles(params, c, kernel, stride):
     """As tv_conv2d_packed_act_f32 reckons them: the tiles whose run fills half of L2 (a chunk's share)."""
     window, cblocks = kernel[0] * kernel[1], -(-c // 8)
-    span = min(cblocks, max(1, params.l1_bytes // (window * 8 * params.nr * 4)))
+    least = -(-192 // (window * 8))  # (runs of at least TV_PCONV_RUN_STEPS steps)
+    span = min(cblocks, max(least, params.l1_bytes // (window * 8 * params.nr * 4)))
     return params.group_bytes // (params.conv_mr * (span * 8 * stride[0] * stride[1] + params.nr) * 4)
 
 

@@ -52,6 +52,34 @@ typedef int32_t tv_vi __attribute__((vector_size(TV_VEC_BYTES)));
 #define TV_VODD_OF_TWO ((tv_vi){1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31})
 #endif
 
+/* The first n (<= TV_VLANES) lanes of a vector stored to d, or loaded from s (the other lanes zero), touching
+   no float past them: masked moves where the target has them (a masked-off lane neither faults nor is
+   written: the floats after may be another thread's), else lane by lane. */
+#if defined(__AVX2__) && (TV_VEC_BYTES == 64 || TV_VEC_BYTES == 32)
+#include <immintrin.h>
+#endif
+static inline void tv_vstore_first(float* d, const tv_vf* v, int64_t n) {
+#if defined(__AVX512F__) && TV_VEC_BYTES == 64
+  _mm512_mask_storeu_ps(d, (__mmask16)((1u << n) - 1), (__m512)*v);
+#elif defined(__AVX2__) && TV_VEC_BYTES == 32
+  const __m256i lanes = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+  _mm256_maskstore_ps(d, _mm256_cmpgt_epi32(_mm256_set1_epi32((int)n), lanes), (__m256)*v);
+#else
+  for (int64_t l = 0; l < n; ++l) d[l] = (*v)[l];
+#endif
+}
+static inline void tv_vload_first(tv_vf* v, const float* s, int64_t n) {
+#if defined(__AVX512F__) && TV_VEC_BYTES == 64
+  *v = (tv_vf)_mm512_maskz_loadu_ps((__mmask16)((1u << n) - 1), s);
+#elif defined(__AVX2__) && TV_VEC_BYTES == 32
+  const __m256i lanes = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+  *v = (tv_vf)_mm256_maskload_ps(s, _mm256_cmpgt_epi32(_mm256_set1_epi32((int)n), lanes));
+#else
+  *v = (tv_vf){0};
+  for (int64_t l = 0; l < n; ++l) (*v)[l] = s[l];
+#endif
+}
+
 /* Floats of one row of the linear padded copy a stride-2 pad goes through (tv_vconv_pad): room for the
    left padding and the image row, and for the two vectors read per output vector of the phases. */
 static inline int64_t tv_vconv_line(int64_t w, int64_t pl, tv_vconv_geometry g) {
@@ -1317,6 +1345,14 @@ __attribute__((unused)) static int32_t tv_conv2d_depthwise_f32(int64_t n, int64_
 #ifndef TV_VCONV_BLOCK
 #define TV_VCONV_BLOCK 8
 #endif
+/* The shortest run of the reduction, in steps (input channels x taps): between runs a tile stores its
+   2 MR partial-sum vectors and reloads them (from L2 or L3: 0.8 MB for a 56 x 56 layer), about as long
+   as 8 steps of FMAs, whatever MR. With 64-byte vectors the L1 bound alone gives a 3x3 layer runs of one
+   channel block (72 steps): 9-14% slower than runs of 2 or 3 blocks on a Cascade Lake Xeon; with AVX2's
+   16-wide panels it gives 3 blocks (216 steps) already. */
+#ifndef TV_PCONV_RUN_STEPS
+#define TV_PCONV_RUN_STEPS 192
+#endif
 /* The register tile: R output pixels (their offsets in the blocked copy at at[0..R)) x NR output channels,
    over ``count`` taps (a channel block at one (ky, kx): offsets ``taps``, relative to a pixel's) whose
    weights follow each other from w (B x NR floats per tap). One flat loop over the taps, whatever the
@@ -1337,6 +1373,68 @@ __attribute__((unused)) static int32_t tv_conv2d_depthwise_f32(int64_t n, int64_
 #define TV_PCONV_RELU(r) TV_VRELU(lo##r); TV_VRELU(hi##r);
 #define TV_PCONV_ACT(r) TV_VACT(lo##r, e) TV_VACT(hi##r, e)
 #define TV_PCONV_RESIDUAL(r) lo##r += TV_VLOAD(buf[r]); hi##r += TV_VLOAD(buf[r] + TV_VLANES);
+/* The finished tile (bias and relu applied) to the NCHW output, where a channel's R pixels are consecutive:
+   where R fits a vector, each half of the tile (R pixels x TV_VLANES channels) is transposed in registers
+   (tv_vtranspose; the rows past R are zeros) into one vector per channel, to which the residual is added
+   and the activation applied as it is stored, R floats by masked moves. Else through a buffer of R floats
+   per channel, stored (and the residual gathered into it) a float at a time: 14 x 32 scalar loads and
+   stores per AVX-512 tile, where the transposition is 64 shuffles. */
+#define TV_PCONV_TLO(r) t[r] = lo##r;
+#define TV_PCONV_THI(r) t[r] = hi##r;
+#if TV_CONV_MR <= TV_VLANES
+#define TV_PCONV_STORE(R)                                                                            \
+    const float* res = e.residual ? e.residual + o0 * pixels + first : NULL;                         \
+    tv_vf t[TV_VLANES];                                                                              \
+    for (int r = R; r < TV_VLANES; ++r) t[r] = (tv_vf){0};                                           \
+    TV_VROWS##R(TV_PCONV_TLO)                                                                        \
+    tv_vtranspose(t);                                                                                \
+    tv_pconv_channels(t, 0, channels, rows, pixels, &e, res, out + o0 * pixels + first);             \
+    if (channels > TV_VLANES) {                                                                      \
+      TV_VROWS##R(TV_PCONV_THI)                                                                      \
+      for (int r = R; r < TV_VLANES; ++r) t[r] = (tv_vf){0};                                         \
+      tv_vtranspose(t);                                                                              \
+      tv_pconv_channels(t, TV_VLANES, channels, rows, pixels, &e, res, out + o0 * pixels + first);   \
+    }
+#else
+#define TV_PCONV_STORE(R)                                                                            \
+    float buf[R][TV_VGEMM_NR];                                                                       \
+    if (e.residual) { /* gathered into the tile's layout (NCHW: R floats per channel), added in registers */ \
+      if (rows < R || channels < TV_VGEMM_NR) memset(buf, 0, sizeof(buf));                           \
+      for (int64_t i = 0; i < channels; ++i) {                                                       \
+        const float* from = e.residual + (o0 + i) * pixels + first;                                  \
+        for (int64_t j = 0; j < rows; ++j) buf[j][i] = from[j];                                      \
+      }                                                                                              \
+      TV_VROWS##R(TV_PCONV_RESIDUAL)                                                                 \
+    }                                                                                                \
+    if (e.act) { TV_VROWS##R(TV_PCONV_ACT) }                                                         \
+    TV_VROWS##R(TV_PCONV_KEEP)                                                                       \
+    if (rows == R) { /* a whole tile: R floats per channel, no test per float */                     \
+      for (int64_t i = 0; i < channels; ++i) {                                                       \
+        float* d = out + (o0 + i) * pixels + first;                                                  \
+        _Pragma("GCC unroll 16") for (int j = 0; j < R; ++j) d[j] = buf[j][i];                       \
+      }                                                                                              \
+      return;                                                                                        \
+    }                                                                                                \
+    for (int64_t i = 0; i < channels; ++i)                                                           \
+      for (int64_t j = 0; j < rows; ++j) out[(o0 + i) * pixels + first + j] = buf[j][i];
+#endif
+/* Channels c0 .. min(c0 + TV_VLANES, channels) of a transposed tile half (t[i]: channel c0 + i's ``rows``
+   pixels) to d (channel 0's first pixel; channels ``pixels`` floats apart), with ``res`` (laid out as d;
+   unless NULL) added and e's activation applied. */
+static inline void tv_pconv_channels(const tv_vf* t, int64_t c0, int64_t channels, int64_t rows, int64_t pixels,
+                                     const tv_conv_epilogue* e, const float* res, float* d) {
+  const int64_t end = channels - c0 < TV_VLANES ? channels - c0 : TV_VLANES;
+  for (int64_t i = 0; i < end; ++i) {
+    tv_vf v = t[i];
+    if (res) {
+      tv_vf r;
+      tv_vload_first(&r, res + (c0 + i) * pixels, rows);
+      v += r;
+    }
+    if (e->act) TV_VACT(v, *e)
+    tv_vstore_first(d + (c0 + i) * pixels, &v, rows);
+  }
+}
 /* The tile's sums start from acc_in (the tile's R x NR partial sums over the taps before, as
    TV_PCONV_SAVE left them) unless NULL, and go to acc_out (the same layout) unless NULL, else, the
    reduction complete, through the bias and relu (or the activation and residual of epi,
@@ -1367,26 +1465,7 @@ __attribute__((unused)) static int32_t tv_conv2d_depthwise_f32(int64_t n, int64_
     if (relu) { TV_VROWS##R(TV_PCONV_RELU) }                                                         \
     const tv_conv_epilogue e = *epi; /* (a copy: the stores to out could alias its floats) */        \
     const int64_t channels = o - o0 < TV_VGEMM_NR ? o - o0 : TV_VGEMM_NR;                            \
-    float buf[R][TV_VGEMM_NR];                                                                       \
-    if (e.residual) { /* gathered into the tile's layout (NCHW: R floats per channel), added in registers */ \
-      if (rows < R || channels < TV_VGEMM_NR) memset(buf, 0, sizeof(buf));                           \
-      for (int64_t i = 0; i < channels; ++i) {                                                       \
-        const float* from = e.residual + (o0 + i) * pixels + first;                                  \
-        for (int64_t j = 0; j < rows; ++j) buf[j][i] = from[j];                                      \
-      }                                                                                              \
-      TV_VROWS##R(TV_PCONV_RESIDUAL)                                                                 \
-    }                                                                                                \
-    if (e.act) { TV_VROWS##R(TV_PCONV_ACT) }                                                         \
-    TV_VROWS##R(TV_PCONV_KEEP)                                                                       \
-    if (rows == R) { /* a whole tile: R floats per channel, no test per float */                     \
-      for (int64_t i = 0; i < channels; ++i) {                                                       \
-        float* d = out + (o0 + i) * pixels + first;                                                  \
-        _Pragma("GCC unroll 16") for (int j = 0; j < R; ++j) d[j] = buf[j][i];                       \
-      }                                                                                              \
-      return;                                                                                        \
-    }                                                                                                \
-    for (int64_t i = 0; i < channels; ++i)                                                           \
-      for (int64_t j = 0; j < rows; ++j) out[(o0 + i) * pixels + first + j] = buf[j][i];             \
+    TV_PCONV_STORE(R)                                                                                \
   }
 #define TV_PCONV_TILE_OF(R) TV_PCONV_TILE(R)
 #define TV_PCONV_NAME(R) TV_PCONV_NAME_(R)
@@ -1547,9 +1626,12 @@ __attribute__((unused)) static int32_t tv_conv2d_packed_act_f32(int64_t n, int64
   const int64_t qblocks = (pixels + TV_CONV_MR - 1) / TV_CONV_MR;
   const int64_t hp = (oh - 1) * sh + (kh - 1) * dh + 1, wp = (ow - 1) * sw + (kw - 1) * dw + 1;
   const int64_t k = cblocks * TV_VCONV_BLOCK * window, panels = (o + TV_VGEMM_NR - 1) / TV_VGEMM_NR;
-  /* channel blocks per run: a panel's slice of them fills at most half of L1d (at least one block) */
+  /* channel blocks per run: a panel's slice of them fills at most half of L1d, but a run is at least
+     TV_PCONV_RUN_STEPS reduction steps long (each run stores and reloads every tile's 2 MR sums) */
   int64_t span = (TV_L1D / 2) / (window * TV_VCONV_BLOCK * TV_VGEMM_NR * (int64_t)sizeof(float));
-  span = span < 1 ? 1 : span > cblocks ? cblocks : span;
+  const int64_t least = (TV_PCONV_RUN_STEPS + window * TV_VCONV_BLOCK - 1) / (window * TV_VCONV_BLOCK);
+  span = span < least ? least : span;
+  span = span > cblocks ? cblocks : span;
   const int threads = tv_gemm_parallel((double)n * o * pixels * k) ? tv_omp_max_threads() : 1;
   /* The images go in groups, each copied then convolved by one job: as many as their blocked copies fill
      half of L2, or as the weights outweigh (a deep layer's 9.4 MB of weights read once for the group
