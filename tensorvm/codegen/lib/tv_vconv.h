@@ -1063,27 +1063,36 @@ static inline int tv_vdw_path(int64_t kh, int64_t kw, int64_t sh, int64_t sw, in
 #define TV_VZIP_LO ((tv_vi){0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23})
 #define TV_VZIP_HI ((tv_vi){8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31})
 #endif
+/* Eight vectors of 8 floats (32 bytes whatever the instance's width) transposed in place: tv_vtranspose's
+   8 lanes, and the packed convolution's blocked copy (a pixel's channel block is 8 floats) at any width. */
+typedef float tv_v8f __attribute__((vector_size(32)));
+typedef float tv_v8fu __attribute__((vector_size(32), aligned(4), may_alias));
+typedef int32_t tv_v8i __attribute__((vector_size(32)));
+static inline void tv_v8_transpose(tv_v8f* r) {
+  tv_v8f t[8];
+  for (int i = 0; i < 4; ++i) {
+    t[2 * i] = __builtin_shuffle(r[2 * i], r[2 * i + 1], ((tv_v8i){0, 8, 1, 9, 4, 12, 5, 13}));
+    t[2 * i + 1] = __builtin_shuffle(r[2 * i], r[2 * i + 1], ((tv_v8i){2, 10, 3, 11, 6, 14, 7, 15}));
+  }
+  for (int k = 0; k < 2; ++k)
+    for (int h = 0; h < 2; ++h) {
+      r[4 * k + 2 * h] = __builtin_shuffle(t[4 * k + h], t[4 * k + h + 2], ((tv_v8i){0, 1, 8, 9, 4, 5, 12, 13}));
+      r[4 * k + 2 * h + 1] = __builtin_shuffle(t[4 * k + h], t[4 * k + h + 2], ((tv_v8i){2, 3, 10, 11, 6, 7, 14, 15}));
+    }
+  for (int i = 0; i < 4; ++i) {
+    t[i] = __builtin_shuffle(r[i], r[i + 4], ((tv_v8i){0, 1, 2, 3, 8, 9, 10, 11}));
+    t[i + 4] = __builtin_shuffle(r[i], r[i + 4], ((tv_v8i){4, 5, 6, 7, 12, 13, 14, 15}));
+  }
+  for (int i = 0; i < 8; ++i) r[i] = t[i];
+}
+
 /* r[0 .. TV_VLANES - 1] transposed in place (after it r[j] holds lane j of every row, in order). 8 lanes:
    the classic three rounds, two of them inside 128-bit halves (unpack, shufps: cheap on x86), one across
    (a generic interleave is a two-source permute in every round, and the transposes were then most of a
    14x14 5x5 layer's time); other widths: log2(lanes) rounds of interleaving row i with row i + lanes / 2. */
 static inline void tv_vtranspose(tv_vf* r) {
 #if TV_VLANES == 8
-  tv_vf t[8];
-  for (int i = 0; i < 4; ++i) {
-    t[2 * i] = __builtin_shuffle(r[2 * i], r[2 * i + 1], ((tv_vi){0, 8, 1, 9, 4, 12, 5, 13}));
-    t[2 * i + 1] = __builtin_shuffle(r[2 * i], r[2 * i + 1], ((tv_vi){2, 10, 3, 11, 6, 14, 7, 15}));
-  }
-  for (int k = 0; k < 2; ++k)
-    for (int h = 0; h < 2; ++h) {
-      r[4 * k + 2 * h] = __builtin_shuffle(t[4 * k + h], t[4 * k + h + 2], ((tv_vi){0, 1, 8, 9, 4, 5, 12, 13}));
-      r[4 * k + 2 * h + 1] = __builtin_shuffle(t[4 * k + h], t[4 * k + h + 2], ((tv_vi){2, 3, 10, 11, 6, 7, 14, 15}));
-    }
-  for (int i = 0; i < 4; ++i) {
-    t[i] = __builtin_shuffle(r[i], r[i + 4], ((tv_vi){0, 1, 2, 3, 8, 9, 10, 11}));
-    t[i + 4] = __builtin_shuffle(r[i], r[i + 4], ((tv_vi){4, 5, 6, 7, 12, 13, 14, 15}));
-  }
-  for (int i = 0; i < 8; ++i) r[i] = t[i];
+  tv_v8_transpose(r);
 #else
   for (int step = 1; step < TV_VLANES; step *= 2) {
     tv_vf t[TV_VLANES];
@@ -1529,34 +1538,11 @@ TV_PCONV_TILE_OF(TV_CONV_MR)
 TV_PCONV_TILE_OF(TV_PCONV_SHORT)
 #endif
 
-/* Eight vectors of 8 floats (32 bytes whatever the instance's width: a pixel's channel block) transposed in
-   place, in the three rounds of tv_vtranspose's 8 lanes. The blocked copy below goes through it 8 pixels
-   at a time: a float at a time, it was 28% of a 1 x 1 layer's time (240 -> 40 channels at 14 x 14, on a
-   Cascade Lake Xeon). */
-typedef float tv_v8f __attribute__((vector_size(32)));
-typedef float tv_v8fu __attribute__((vector_size(32), aligned(4), may_alias));
-typedef int32_t tv_v8i __attribute__((vector_size(32)));
-static inline void tv_v8_transpose(tv_v8f* r) {
-  tv_v8f t[8];
-  for (int i = 0; i < 4; ++i) {
-    t[2 * i] = __builtin_shuffle(r[2 * i], r[2 * i + 1], ((tv_v8i){0, 8, 1, 9, 4, 12, 5, 13}));
-    t[2 * i + 1] = __builtin_shuffle(r[2 * i], r[2 * i + 1], ((tv_v8i){2, 10, 3, 11, 6, 14, 7, 15}));
-  }
-  for (int k = 0; k < 2; ++k)
-    for (int h = 0; h < 2; ++h) {
-      r[4 * k + 2 * h] = __builtin_shuffle(t[4 * k + h], t[4 * k + h + 2], ((tv_v8i){0, 1, 8, 9, 4, 5, 12, 13}));
-      r[4 * k + 2 * h + 1] = __builtin_shuffle(t[4 * k + h], t[4 * k + h + 2], ((tv_v8i){2, 3, 10, 11, 6, 7, 14, 15}));
-    }
-  for (int i = 0; i < 4; ++i) {
-    t[i] = __builtin_shuffle(r[i], r[i + 4], ((tv_v8i){0, 1, 2, 3, 8, 9, 10, 11}));
-    t[i + 4] = __builtin_shuffle(r[i], r[i + 4], ((tv_v8i){4, 5, 6, 7, 12, 13, 14, 15}));
-  }
-  for (int i = 0; i < 8; ++i) r[i] = t[i];
-}
 
 /* n consecutive pixels of a whole block of planes (s: the first plane's first pixel) to d, each pixel's
    B channels in a row: 8 pixels at a time through tv_v8_transpose (the last 8 overlapping the ones
-   before), a float at a time when there are fewer. */
+   before), a float at a time when there are fewer (as every pixel was: 28% of a 1 x 1 layer's time,
+   240 -> 40 channels at 14 x 14, on a Cascade Lake Xeon). */
 static inline void tv_pconv_block_pixels(float* d, const float* s, int64_t n, int64_t plane) {
 #if TV_VCONV_BLOCK == 8
   if (n >= 8) {
