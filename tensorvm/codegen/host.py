@@ -243,9 +243,6 @@ def _detected() -> HostDescription:
     if _DETECTED[0] is None:
         _DETECTED[0] = detect_host()  # (first, so that a call of host() while the pool is measured has one)
         _DETECTED[0] = _with_fma_width(_with_pool_timings(_DETECTED[0]))
-        from .pool import share_fork_join
-
-        share_fork_join()
     return _DETECTED[0]
 
 

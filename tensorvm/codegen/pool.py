@@ -82,11 +82,16 @@ def pool_table() -> int:
     return int(pool.tv_pool())
 
 
+def _table():
+    """The process pool's table of entry points (``tv_team_pool``), None without a pool library."""
+    pool = process_pool()
+    return None if pool is None else ctypes.cast(pool.tv_pool(), ctypes.POINTER(_Table)).contents
+
+
 def set_spin_ns(ns: int) -> None:
     """How long the pool's idle workers spin before they sleep (``host.kernel_rules().team_spin_ns``)."""
-    pool = process_pool()
-    if pool is not None:
-        table = ctypes.cast(pool.tv_pool(), ctypes.POINTER(_Table)).contents
+    table = _table()
+    if table is not None:
         table.set_spin(int(ns))
 
 
@@ -103,9 +108,8 @@ def share_fork_join() -> None:
 def set_fork_join_cycles(cycles: int) -> None:
     """The split cost (cycles, 0: unmeasured) the kernels on the pool derive ``parallel_work_narrow`` and
     ``team_chunk_elements`` from at each call (``tv_team_narrow_work``, ``tv_team_chunk_elements``)."""
-    pool = process_pool()
-    if pool is not None:
-        table = ctypes.cast(pool.tv_pool(), ctypes.POINTER(_Table)).contents
+    table = _table()
+    if table is not None:
         table.set_fork_join(int(cycles))
 
 
