@@ -666,10 +666,12 @@ def _compile(units: list, toolchain: Toolchain, directory: Path, digest: str, li
                 temporary.append(obj)
                 _atomic_write(src_path, text.encode())
                 jobs.append(([toolchain.compiler, *compile_flags, *extra, "-c", str(src_path), "-o", obj], src_path,
-                             len(text)))
-            # Largest unit first: with fewer workers than units, the longest compile starts at once
-            # instead of after the short ones (the library is ready when the last unit is).
-            jobs.sort(key=lambda job: -job[2])
+                             (0, 0) if is_shared else (1, -len(text))))
+            # The longest compiles first: with fewer workers than units, the longest starts at once instead
+            # of after the short ones (the library is ready when the last unit is). The shared parts, in
+            # their table's order (c_emit.LIBRARY_PARTS: the longest first; most of their text is a prelude
+            # they do not compile), then the other units, the largest text first.
+            jobs.sort(key=lambda job: job[2])
             with ThreadPoolExecutor(max_workers=max(1, min(len(jobs), compile_workers()))) as pool:
                 for future in [pool.submit(_run_compiler, command, src_path) for command, src_path, _ in jobs]:
                     future.result()

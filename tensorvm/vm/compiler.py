@@ -35,6 +35,10 @@ def compile(mod, target: str | None = None, params: dict | None = None, opt_leve
     if exec_mode == "native" and target != "c":
         raise UnsupportedError(f"exec_mode='native' compiles the VM functions to C: it needs target 'c', got "
                                f"{target!r}")
+    if target == "c":
+        from .fastcall import build_in_background
+
+        build_in_background()  # (the VM's kernel caller: built on a cold cache while the module is lowered)
     from ..runtime.memory import LARGE_MODEL_BYTES, return_free_memory
     from ..transform.vm_pipeline import lower_for_vm
     from .codegen import generate

@@ -316,7 +316,8 @@ def _compile(library: CLibrary, plans: dict, emitted: dict, shape_specs: dict, n
     if native_source:  # (its own unit, at NATIVE_FLAGS: it declares the kernels and shape functions it calls)
         extra.append((native_source, NATIVE_FLAGS))
     module = build_module(funcs, extra_source=extra,
-                          emitted=[kernel for kernels in emitted.values() for kernel in kernels])
+                          emitted=[kernel for kernels in emitted.values() for kernel in kernels],
+                          wrappers=_wrapped(plans, emitted))
     library.source = module.source
     library.build_info = module.build_info
     from ..codegen.calibrate import attach_library
@@ -337,6 +338,23 @@ def _compile(library: CLibrary, plans: dict, emitted: dict, shape_specs: dict, n
                                                      tuple(plan.lowered.constants), bool(plan.externals), abis)
         library.abi_missing = missing or library.abi_missing
     describe_if_complete(library, abis, shape_specs)
+
+
+def _wrapped(plans: dict, emitted: dict):
+    """The kernels the VM calls as ``KernelFunction`` objects, which get CPython wrappers (``build_module``'s
+    ``wrappers``): those of plans with external variants (``DispatchKernel`` calls its C kernel and
+    epilogues), and those the fast caller cannot call; all of them (None) when there is no fast caller
+    (``fastcall``) in this process."""
+    from .fastcall import can_call, fastcall_module
+
+    if fastcall_module() is None:
+        return None
+    names = set()
+    for name, plan in plans.items():
+        abi = _kernel_abi(name, plan.lowered.func, tuple(plan.lowered.constants), emitted[name][0].errors)
+        if plan.externals or abi is None or not can_call(abi):
+            names.update(f.name for f in _plan_funcs(plan))
+    return names
 
 
 def fast_kernel(name: str, kernel, func, built, constants: tuple, externals: bool, abis: dict) -> tuple:

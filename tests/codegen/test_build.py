@@ -174,6 +174,24 @@ def test_without_python_headers_kernels_are_called_through_ctypes(fresh_cache):
         kernel(np.zeros(3, "float64"), out)
 
 
+def test_only_the_kernels_asked_for_get_python_wrappers(fresh_cache):
+    """``wrappers`` names the kernels that get a CPython wrapper; the others are called through ctypes, with
+    the same results and checks; none asked for builds no wrapper module at all."""
+    funcs = [_scale_kernel("wrapped", 2.0), _scale_kernel("plain", 3.0)]
+    module = build_module(funcs, wrappers={"wrapped"})
+    wrapped, plain = module["wrapped"], module["plain"]
+    assert wrapped.entry != wrapped._call_through_ctypes and plain.entry == plain._call_through_ctypes
+    for kernel, factor in ((wrapped, 2.0), (plain, 3.0)):
+        out = np.empty(3, "float32")
+        kernel(np.array([1, 2, 3], "float32"), out)
+        np.testing.assert_array_equal(out, np.array([1, 2, 3]) * factor + 1)
+        with pytest.raises(ShapeError, match="out0 dim 0"):
+            kernel(np.zeros(3, "float32"), np.empty(4, "float32"))
+    none = build_module([_scale_kernel("unwrapped", 4.0)], wrappers=set())
+    assert none.library._python_module is None
+    assert none["unwrapped"].entry == none["unwrapped"]._call_through_ctypes
+
+
 def test_rejected_calls_are_explained(fresh_cache):
     kernel = build_module([_scale_kernel("explained", 2.0)])["explained"]
     assert kernel.entry != kernel._call_through_ctypes  # the C wrapper (Python headers are here)

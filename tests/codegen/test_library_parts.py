@@ -7,6 +7,7 @@ again, not linked; a part's unit compiles warning-clean on its own."""
 from __future__ import annotations
 
 import dataclasses
+import re
 import subprocess
 
 import numpy as np
@@ -122,3 +123,57 @@ def test_a_toolchain_without_aliases_builds_the_library_as_one_unit(fresh_cache,
     built, _ = _conv_kernel(8, 3)
     _check(built["k"], 8, 3)
     assert _objects(fresh_cache) == []
+
+
+def _one_pixel_pointwise():
+    """A 1x1 convolution of 1 x 1 images (the pointwise kernel's product-of-vectors case) with a dynamic batch."""
+    x = Var("x", TensorType((Any(), 24, 1, 1), "float32"))
+    w = Var("w", TensorType((10, 24, 1, 1), "float32"))
+    module, kernels = build_fused_module({"k": Function([x, w], op.nn.conv2d(x, w), attrs={"Primitive": 1})})
+    return module, kernels["k"]
+
+
+def test_the_pointwise_part_links_the_products_part_for_its_one_pixel_case(fresh_cache):
+    """The pointwise part's one pixel per image is a product (tv_gemm_f32): its object calls the products
+    part's symbol instead of holding a second copy of the register tiles, and a library calling the pointwise
+    part links both."""
+    module, kernel = _one_pixel_pointwise()
+    assert c_emit.library_parts([kernel]) == ["pointwise", "products"]
+    rng = np.random.default_rng(5)
+    w = rng.standard_normal((10, 24, 1, 1)).astype(np.float32)
+    for batch in (1, 3):
+        x = rng.standard_normal((batch, 24, 1, 1)).astype(np.float32)
+        want = np.einsum("oc,nchw->nohw", w[:, :, 0, 0].astype(np.float64), x.astype(np.float64))
+        got = np.full(want.shape, np.nan, np.float32)
+        module["k"](x, w, got)
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    assert len(_objects(fresh_cache)) == 2
+    pointwise = build._shared_object_path(c_emit.library_part("pointwise"), (), build.find_toolchain(), fresh_cache)
+    nm = subprocess.run(["nm", str(pointwise)], capture_output=True, text=True)
+    if nm.returncode == 0:
+        symbols = {line.split()[-1]: line.split()[-2] for line in nm.stdout.splitlines()}
+        assert symbols.get("tvl_gemm_f32") == "U"
+        assert not [name for name in symbols if name.startswith("tv_vgemm_tile")]
+
+
+def test_a_cold_build_starts_the_parts_first_in_the_tables_order(fresh_cache, monkeypatch):
+    """The parts' compiles (most of a cold build) start before the kernels' own units, the longest first as
+    ``LIBRARY_PARTS`` lists them; with one worker the order is the order of the compiles."""
+    monkeypatch.setenv("TENSORVM_COMPILE_JOBS", "1")
+    started = []
+    run = build._run_compiler
+
+    def record(command, src_path):
+        started.append(src_path.name)
+        return run(command, src_path)
+
+    monkeypatch.setattr(build, "_run_compiler", record)
+    module, _ = _one_pixel_pointwise()
+    toolchain = build.find_toolchain()
+    parts = [build._shared_object_path(c_emit.library_part(p), (), toolchain, fresh_cache).with_suffix(".c").name
+             for p in ("pointwise", "products")]
+    assert list(c_emit.LIBRARY_PARTS)[:2] == ["pointwise", "products"]
+    # (the units of the library: the parts' objects and the kernels' numbered units; not the pool's library,
+    # the host probes or the link before and after them)
+    units = [name for name in started if name.startswith("tvo_") or re.fullmatch(r"tv_[0-9a-f]+_\d+\.c", name)]
+    assert units[:2] == parts and len(units) > 2

@@ -226,6 +226,32 @@ def test_fast_kernel_calls_fall_back_to_the_checked_call_for_clear_errors():
 
 
 @needs_native
+def test_only_the_kernels_the_vm_calls_from_python_get_wrappers(monkeypatch):
+    """The VM calls plain kernels through the fast caller: their library has no CPython wrappers for them
+    (``kernel_c._wrapped``), while a kernel with a BLAS variant, which its dispatcher calls from Python,
+    keeps its wrapper; both compute what NumPy does."""
+    monkeypatch.setenv("TENSORVM_BLAS", "numpy")  # (a BLAS variant for the dense kernel)
+    exe = tv.vm.compile(tv.parse("""
+def @main(%x: Tensor[(?, 64), float32], %w: Tensor[(64, 64), float32]) { tanh(nn.dense(add(%x, %x), %w)) }"""),
+                        target="c")
+    kernels = exe.c_library.kernels
+    assert type(kernels["fused_add"]).__name__ == "Caller"
+    dispatch = kernels["fused_nn_dense_tanh"]
+    assert type(dispatch).__name__ == "DispatchKernel"
+    c_kernel = dispatch.kernel.kernel
+    assert c_kernel.entry != c_kernel._call_through_ctypes  # (the wrapper)
+    plain = tv.vm.compile(tv.parse("""
+def @main(%x: Tensor[(?, 4), float32], %y: Tensor[(?, 4), float32]) { add(%x, %y) }"""), target="c")
+    assert plain.c_library.python_module == ""  # (no kernel of it is called from Python: no wrapper module)
+    for rows in (3, 300):
+        x, w = _rand(rows, 64), _rand(64, 64, seed=2)
+        np.testing.assert_allclose(VirtualMachine(exe).invoke("main", x, w).numpy(), np.tanh((x + x) @ w.T),
+                                   rtol=1e-5, atol=1e-5)
+    np.testing.assert_array_equal(VirtualMachine(plain).invoke("main", _rand(2, 4), _rand(2, 4)).numpy(),
+                                  _rand(2, 4) + _rand(2, 4))
+
+
+@needs_native
 def test_broadcast_errors_through_the_vm_on_target_c():
     exe = _c_add_exe()
     for mode in MODES:
@@ -268,3 +294,39 @@ def test_memoized_shape_function_keys_a_shape_tensor_by_its_values():
     assert shape_func(np.array([2, 3], "int64"), np.array([4], "int64")) == first and len(calls) == 1
     assert shape_func((2, 3), (4,)) == first and len(calls) == 1  # the tuple form of the same shapes
     assert shape_func(np.array([5, 3], "int64"), np.array([4], "int64")) == ((3, 5),) and len(calls) == 2
+
+
+_BACKGROUND_BUILD = """
+import threading
+
+import tensorvm as tv
+from tensorvm.codegen import host
+from tensorvm.vm import fastcall
+
+started = []
+start = threading.Thread.start
+
+
+def recording_start(thread):
+    started.append((thread.name, host._DETECTED[0] is not None))
+    start(thread)
+
+
+threading.Thread.start = recording_start
+exe = tv.vm.compile(tv.parse("def @main(%x: Tensor[(?, 4), float32]) { add(%x, %x) }"), target="c")
+print([s for s in started if s[0] == "tensorvm-fastcall-build"], fastcall.fastcall_module() is not None)
+"""
+
+
+@needs_native
+def test_a_cold_compile_builds_the_fast_caller_in_the_background_after_measuring_the_host(tmp_path):
+    """On an empty kernel cache ``tv.vm.compile(target="c")`` builds the fast caller on a thread of its own
+    (while the module is lowered), started only once the host's timings are measured (a compiler on the other
+    core would disturb them); the compile then uses it."""
+    import os
+    import subprocess
+
+    done = subprocess.run([sys.executable, "-c", _BACKGROUND_BUILD], capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "TENSORVM_CACHE_DIR": str(tmp_path)})
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["[('tensorvm-fastcall-build',", "True)]", "True"]
