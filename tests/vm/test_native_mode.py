@@ -188,6 +188,50 @@ def test_an_intermediate_is_freed_when_killed_though_its_shape_was_taken():
     assert vm.memory_stats()["peak_bytes"] < 3 * one
 
 
+WIDENING = """
+def @main(%x: Tensor[(?, 64), float32], %a: Tensor[(160, 64), float32], %b: Tensor[(224, 160), float32],
+          %c: Tensor[(288, 224), float32]) {
+  %0 = nn.dense(%x, %a);
+  %1 = nn.dense(%0, %b);
+  %2 = nn.dense(%1, %c);
+  sum(%2, axis=[1])
+}
+"""
+
+
+def test_large_blocks_go_back_to_the_heap_and_small_ones_stay_cached():
+    """Intermediates of 256 KB up to 32 MB (three sizes here, each its own size class, at two batch sizes)
+    are given back to the allocator when freed, so that the next request of any size reuses the heap's
+    memory: after the calls none of them is held, where a cache of size classes would hold a block of each
+    (2.4 MB); the small results' blocks stay cached and are reused."""
+    vm = VirtualMachine(native(WIDENING))
+    rng = np.random.default_rng(3)
+    a, b, c = (rng.standard_normal(s).astype(np.float32) / 8 for s in ((160, 64), (224, 160), (288, 224)))
+    for rows in (512, 448, 512, 448):
+        x = rng.standard_normal((rows, 64)).astype(np.float32)
+        got = vm.run(x, a, b, c).numpy()
+        np.testing.assert_allclose(got, (x @ a.T @ b.T @ c.T).sum(axis=1), rtol=1e-4, atol=1e-3)
+        del got
+    stats = vm.memory_stats()
+    assert stats["bytes_live"] == 0 and stats["reuse_hits"] >= 2
+    assert stats["peak_bytes"] >= 512 * (224 + 288) * 4  # two intermediates were live at once
+    assert stats["bytes_reserved"] == stats["bytes_cached"] <= 2 * 512 * 4 + 128
+
+
+def test_large_results_kept_by_the_caller_are_not_reused():
+    """Results of the heap's sizes that the caller still holds keep their memory while later calls allocate
+    and free blocks of the same and other sizes."""
+    vm = VirtualMachine(native(WIDENING.replace("  %2 = nn.dense(%1, %c);\n  sum(%2, axis=[1])", "  nn.dense(%1, %c)")))
+    rng = np.random.default_rng(4)
+    a, b, c = (rng.standard_normal(s).astype(np.float32) / 8 for s in ((160, 64), (224, 160), (288, 224)))
+    kept = []
+    for rows in (512, 448, 512, 640, 448):
+        x = rng.standard_normal((rows, 64)).astype(np.float32)
+        kept.append((vm.run(x, a, b, c).numpy(), x @ a.T @ b.T @ c.T))
+    for got, want in kept:
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-3)
+
+
 def test_if():
     vm = VirtualMachine(native(IF))
     x = f32(5)

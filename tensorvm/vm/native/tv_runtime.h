@@ -11,6 +11,10 @@
 #define TV_MAX_RANK 16
 #define TV_POOL_BUCKETS 64
 #define TV_POOL_SPARE 256  /* freed tensor and storage structs a pool keeps for reuse, per kind */
+/* Blocks from TV_POOL_HEAP_MIN up to TV_POOL_HEAP_MAX bytes are not kept by size class: they go back to
+   the allocator at once and the next request of any size takes from its heap (docs/native_mode.md) */
+#define TV_POOL_HEAP_MIN ((int64_t)1 << 18)
+#define TV_POOL_HEAP_MAX ((int64_t)1 << 25)
 
 enum { TV_KIND_TENSOR = 1, TV_KIND_ADT = 2, TV_KIND_CLOSURE = 3, TV_KIND_STORAGE = 4 };
 
