@@ -224,6 +224,55 @@ def test_static_mlp_storage_is_coalesced():
     assert stats[True]["peak_bytes"] < stats[False]["peak_bytes"]
 
 
+def test_pooled_allocator_frees_blocks_of_the_heaps_sizes_and_caches_the_rest(mode):
+    """Results of 256 KB up to 32 MB go back to the C library's heap when dropped (nothing of them stays
+    reserved and nothing is reused from a class cache); small ones stay cached and are reused."""
+    vm = vm_for(DYNAMIC_ADD, mode)
+    y = rand(1, 2, seed=1)
+    for rows in (40000, 36000, 40000):  # 320,000 and 288,000 bytes
+        x = rand(rows, 2, seed=rows)
+        out = vm.invoke("main", x, y)
+        np.testing.assert_allclose(out.numpy(), x + y, rtol=1e-6)
+        del out
+    stats = vm.memory_stats()
+    assert stats["bytes_live"] == 0 and stats["bytes_reserved"] == 0 and stats["reuse_hits"] == 0
+    for seed in (2, 3):
+        x = rand(16, 2, seed=seed)
+        np.testing.assert_allclose(vm.invoke("main", x, y).numpy(), x + y, rtol=1e-6)
+    stats = vm.memory_stats()
+    assert stats["reuse_hits"] == 1 and stats["bytes_reserved"] == 128
+
+
+def test_python_pool_frees_blocks_of_the_heaps_sizes():
+    """The same rule on the pool's Python path (no compiled helper attached)."""
+    from tensorvm.runtime.memory import PooledAllocator
+
+    pool = PooledAllocator()
+    for nbytes in (300_000, 1 << 25, 1000, 1000, 300_000, 1 << 25):
+        storage = pool.alloc(nbytes)
+        assert storage.nbytes == nbytes
+        del storage
+    stats = pool.stats()  # the 32 MB block (above the heap's sizes) and the 1 KB one are cached and reused
+    assert stats["reuse_hits"] == 2 and stats["bytes_live"] == 0
+    assert stats["bytes_reserved"] == (1 << 25) + 1024
+
+
+def test_the_heaps_sizes_are_the_same_in_python_the_helper_and_the_native_runtime():
+    import re
+    from pathlib import Path
+
+    from tensorvm.runtime.memory import HEAP_BLOCKS
+
+    native = Path(tv.__file__).parent / "vm" / "native"
+    header = (native / "tv_runtime.h").read_text()
+    bounds = [int(re.search(rf"#define TV_POOL_HEAP_{end} \(\(int64_t\)1 << (\d+)\)", header).group(1))
+              for end in ("MIN", "MAX")]
+    helper = re.search(r"heap_block\(Py_ssize_t size\) \{ return size >= \(\(Py_ssize_t\)1 << (\d+)\) && "
+                       r"size < \(\(Py_ssize_t\)1 << (\d+)\)", (native / "fastcall.c").read_text())
+    assert (1 << bounds[0], 1 << bounds[1]) == (HEAP_BLOCKS.start, HEAP_BLOCKS.stop)
+    assert [int(g) for g in helper.groups()] == bounds
+
+
 def test_pooled_allocator_reuses_blocks_across_calls(mode):
     vm = vm_for(DYNAMIC_ADD, mode)
     vm.invoke("main", rand(16, 2), rand(1, 2))

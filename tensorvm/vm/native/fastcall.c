@@ -325,8 +325,12 @@ typedef struct {
     PyObject_HEAD
     PyObject* owner;
     PyObject* free;
-    Py_ssize_t num_allocations, num_frees, reuse_hits, bytes_live, peak_bytes;
+    Py_ssize_t num_allocations, num_frees, reuse_hits, bytes_live, peak_bytes, bytes_reserved;
 } Pool;
+
+/* Blocks of these sizes are not cached but dropped (runtime.memory.HEAP_BLOCKS, tv_runtime.h's
+   TV_POOL_HEAP_MIN / TV_POOL_HEAP_MAX: the C library's heap reuses them for requests of any size). */
+static int heap_block(Py_ssize_t size) { return size >= ((Py_ssize_t)1 << 18) && size < ((Py_ssize_t)1 << 25); }
 
 static Py_ssize_t size_class(Py_ssize_t n) {
     if (n <= 64) return 64;
@@ -341,6 +345,10 @@ static void pool_release(PyObject* op, PyObject* block, Py_ssize_t nbytes) {
     self->num_frees += 1;
     self->bytes_live -= nbytes;
     if (self->free == NULL || !PyArray_Check(block)) return;
+    if (heap_block(PyArray_NBYTES((PyArrayObject*)block))) {
+        self->bytes_reserved -= PyArray_NBYTES((PyArrayObject*)block);
+        return;
+    }
     PyObject* key = PyLong_FromSsize_t(PyArray_NBYTES((PyArrayObject*)block));
     if (key == NULL) { PyErr_Clear(); return; }
     PyObject* list = PyDict_GetItemWithError(self->free, key);
@@ -370,7 +378,7 @@ static PyObject* pool_alloc(PyObject* op, PyObject* const* args, Py_ssize_t narg
         if (key == NULL) return NULL;
         PyObject* list = PyDict_GetItemWithError(self->free, key);
         PyObject* block = NULL;
-        if (list != NULL && PyList_Check(list) && PyList_GET_SIZE(list) > 0) {
+        if (!heap_block(cls) && list != NULL && PyList_Check(list) && PyList_GET_SIZE(list) > 0) {
             Py_ssize_t n = PyList_GET_SIZE(list);
             block = PyList_GET_ITEM(list, n - 1);
             Py_INCREF(block);
@@ -439,6 +447,7 @@ static PyObject* pool_new(PyTypeObject* type, PyObject* args, PyObject* kwargs) 
     Py_INCREF(owner); self->owner = owner;
     Py_INCREF(free); self->free = free;
     self->num_allocations = self->num_frees = self->reuse_hits = self->bytes_live = self->peak_bytes = 0;
+    self->bytes_reserved = 0;
     PyObject_GC_Track((PyObject*)self);
     return (PyObject*)self;
 }
@@ -449,6 +458,7 @@ static PyMemberDef pool_members[] = {
     {"reuse_hits", T_PYSSIZET, offsetof(Pool, reuse_hits), 0, NULL},
     {"bytes_live", T_PYSSIZET, offsetof(Pool, bytes_live), 0, NULL},
     {"peak_bytes", T_PYSSIZET, offsetof(Pool, peak_bytes), 0, NULL},
+    {"bytes_reserved", T_PYSSIZET, offsetof(Pool, bytes_reserved), 0, NULL},
     {NULL, 0, 0, 0, NULL},
 };
 
