@@ -144,19 +144,29 @@ def test_depthwise_convolution_activations(act, kernel, strides, k, h, w):
 
 
 @pytest.mark.parametrize("act", [_relu, _relu6])
-@pytest.mark.parametrize("pixels", [(16, 24), (1, 1)])  # (the register tiles; one pixel: GEMV + scalar epilogue)
-def test_pointwise_convolution(act, pixels):
+@pytest.mark.parametrize("pixels, weight, kernel", [
+    ((16, 24), "constant", "tv_conv2d_pointwise_act_f32"),  # the register tiles
+    ((1, 1), "parameter", "tv_conv2d_pointwise_act_f32"),  # one pixel: GEMV + scalar epilogue
+    ((1, 1), "constant", "tv_conv2d_packed"),  # one pixel, packed weight: one product of the batch's rows
+])
+def test_pointwise_convolution(act, pixels, weight, kernel):
     rng = np.random.default_rng(4)
     c, o, n = 48, 40, 2 if pixels != (1, 1) else 32  # (a batch of 1x1 images long enough for the library call)
     assert c <= min(64, direct_max_reduction())
     x = Var("x", TensorType((n, c, *pixels), F32))
-    w = const(rng.standard_normal((o, c, 1, 1)).astype(np.float32))
+    weights = rng.standard_normal((o, c, 1, 1)).astype(np.float32)
+    w = const(weights) if weight == "constant" else Var("w", TensorType((o, c, 1, 1), F32))
     b = const(rng.standard_normal((o,)).astype(np.float32))
     body = act(op.nn.bias_add(op.nn.conv2d(x, w), b))
     data = _specials((n, c, *pixels), rng) if pixels != (1, 1) else rng.standard_normal((n, c, 1, 1)).astype(F32)
     if pixels == (1, 1):
         data[0, 7, 0, 0], data[1, 3, 0, 0], data[5, 0, 0, 0] = np.nan, np.inf, -np.inf
-    _check(body, [x], [data], "tv_conv2d_pointwise_act_f32")
+    if kernel == "tv_conv2d_packed":  # (its entry with relu alone, or with the activation's epilogue)
+        _check(body, [x], [data], "tv_conv2d_packed_f32" if act is _relu else "tv_conv2d_packed_act_f32")
+    elif weight == "constant":
+        _check(body, [x], [data], kernel)
+    else:
+        _check(body, [x, w], [data, weights], kernel)
 
 
 @pytest.mark.parametrize("act, kernel", [(_relu, "tv_conv2d_packed_f32"), (_clip, "tv_conv2d_packed_act_f32")])

@@ -406,6 +406,8 @@ PACKED = [
     ((1, 300, 4, 5), 19, (1, 1), (1, 1), (1, 1), (0, 0, 0, 0)),    # a 1x1 reduction over several L1 runs
     ((2, 131, 5, 4), 40, (3, 2), (1, 1), (1, 1), (1, 0, 1, 1)),    # 3x2 over several runs, the last partial
     ((1, 5, 2, 3), 6, (1, 1), (4, 3), (1, 1), (5, 4, 0, 0)),       # the padding before reaches past every tap
+    ((3, 13, 1, 1), 40, (1, 1), (1, 1), (1, 1), (0, 0, 0, 0)),     # one pixel: a product of the batch's rows,
+    ((2, 64, 1, 1), 7, (1, 1), (2, 2), (1, 1), (0, 0, 0, 0)),      # ... channels padded or whole blocks
 ]
 
 
@@ -636,20 +638,46 @@ def test_long_reduction_convolutions_run_packed_over_a_dynamic_batch(variants, m
         _close(got, np.asarray(reference.evaluate()(data).numpy()))
 
 
-@pytest.mark.parametrize("channels, size, packed", [(400, 5, True), (400, 1, False), (96, 5, True), (96, 16, False),
-                                                    (96, 1, False)])
+@pytest.mark.parametrize("channels, size, packed", [(400, 5, True), (400, 1, True), (96, 5, True), (96, 16, False),
+                                                    (96, 1, True), (13, 1, True), (96, 2, False)])
 def test_a_1x1_convolution_is_packed_when_its_reduction_is_long_and_its_image_fills_a_tile(channels, size, packed):
-    """PackWeights' rule for 1x1 kernels: at least a tile of output pixels (else the product of vectors for
-    a 1x1 image) and a reduction longer than the direct kernel's bound, or a shorter one whose pixels
-    would leave more than an eighth of the pointwise kernel's columns empty (25 pixels in tiles of 8, 16
-    or 32: 7 empty; 256 fill them); the result against the interpreter either way."""
-    assert 96 <= direct_max_reduction() < 400 and size * size in (1, 25, 256)
+    """PackWeights' rule for 1x1 kernels: at least a tile of output pixels and a reduction longer than the
+    direct kernel's bound, or a shorter one whose pixels would leave more than an eighth of the pointwise
+    kernel's columns empty (25 pixels in tiles of 8, 16 or 32: 7 empty; 256 fill them), or 1x1 images
+    (the batch's rows as one product; 13 channels padded to blocks), but not other images of fewer pixels
+    than a tile; the result against the interpreter either way."""
+    assert 96 <= direct_max_reduction() < 400 and size * size in (1, 4, 25, 256)
     rng = np.random.default_rng(channels + size)
     w = const(rng.standard_normal((24, channels, 1, 1)).astype(np.float32) * 0.05)
     b = const(rng.standard_normal((24, 1, 1)).astype(np.float32))
     x = Var("x", _t(None, channels, size, size))
     _check_packing(Function([x], op.add(op.nn.conv2d(x, w), b)), packed,
                    rng.standard_normal((2, channels, size, size)).astype(np.float32))
+
+
+def test_squeeze_and_excitation_products_run_packed_over_a_dynamic_batch():
+    """A squeeze-and-excitation block's two 1x1 convolutions of the pooled 1x1 image (bias and relu, bias
+    and hard-sigmoid, then a residual add in the second's epilogue) run as the packed kernel's product of
+    the batch's rows: batch 0, 1 and 5 through one executable against the interpreter."""
+    import tensorvm as tv
+    from tensorvm.ir.module import IRModule
+
+    rng = np.random.default_rng(21)
+    w1 = const(rng.standard_normal((20, 36, 1, 1)).astype(np.float32) * 0.2)
+    w2 = const(rng.standard_normal((36, 20, 1, 1)).astype(np.float32) * 0.2)
+    b1, b2 = (const(rng.standard_normal((n, 1, 1)).astype(np.float32)) for n in (20, 36))
+    x = Var("x", _t(None, 36, 1, 1))
+    y = op.nn.relu(op.add(op.nn.conv2d(x, w1), b1))
+    z = op.add(op.clip(op.add(op.multiply(op.add(op.nn.conv2d(y, w2), b2), const(np.float32(1 / 6))),
+                              const(np.float32(0.5))), a_min=0.0, a_max=1.0), x)
+    mod = IRModule.from_expr(Function([x], z))
+    exe = tv.vm.compile(mod, target="c")
+    assert exe.stats()["kernel_library"]["variants"].get("packed") == 2
+    vm = tv.vm.VirtualMachine(exe)
+    for batch in (0, 1, 5):
+        data = rng.standard_normal((batch, 36, 1, 1)).astype(np.float32)
+        got = vm.invoke("main", data)
+        _close(np.asarray(got.numpy()), np.asarray(tv.create_executor("debug", mod).evaluate()(data).numpy()))
 
 
 def _check_packing(fn, packed: bool, data) -> None:

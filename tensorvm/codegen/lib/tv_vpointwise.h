@@ -119,15 +119,8 @@ static int32_t tv_vpw_vectors(int64_t n, int64_t c, int64_t o, const float* x, c
     const float* bias, int64_t has_bias, int64_t relu, int64_t act, float alpha, float beta, float lo, float hi,
     const float* residual, int64_t has_residual, float* out) {
   const int32_t status = TV_VPW_GEMV(n, o, 1, c, weights, 0, 0, x, c, 0, out, 1.0f);
-  if (status != 0) return status;
-  const tv_conv_epilogue e = {NULL, relu != 0, 0, (int)act, alpha, beta, lo, hi, NULL};
-  for (int64_t i = 0; i < n * o; ++i) {
-    float v = out[i] + (has_bias ? bias[i % o] : 0.0f);
-    if (e.relu) v = v <= 0.0f ? 0.0f : v;  /* (NaN stays: TV_VRELU) */
-    if (has_residual) v += residual[i];
-    out[i] = tv_conv_act1(v, &e);
-  }
-  return 0;
+  if (status == 0) tv_conv_finish_pixels(n, o, bias, has_bias, relu, act, alpha, beta, lo, hi, residual, has_residual, out);
+  return status;
 }
 
 /* The tiles of a call: (image, run of pixel blocks, channel block), channel blocks varying fastest, in
