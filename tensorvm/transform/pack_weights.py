@@ -159,7 +159,7 @@ def _takes_packed(call, attrs, kh: int, kw: int, reduction: int, pooled: bool = 
     pointwise one 1.1-1.4x faster at 14 x 14 and above), or a k x k one with narrow output rows
     (``_narrow_rows_packed``). For a 1x1 kernel, an output of at least a tile of pixels (``mr``), or
     squeeze-excitation's 1x1 images unpadded: the packed kernel runs them as one product of the batch's rows
-    over the packed weight (MobileNetV3-small's 144 -> 576 at batch 3: 7.8 against 15.6 us with a BLAS GEMV
+    over the packed weight (MobileNetV3-small's 144 -> 576 at batch 3: 8.5 against 15.6 us with a BLAS GEMV
     per image on a Zen 5 EPYC), smaller images with fewer pixels than a tile stay the pointwise kernel."""
     from ..codegen.host import gemm_params
     from ..codegen.strategy import direct_max_reduction, direct_takes
