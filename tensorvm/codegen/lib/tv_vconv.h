@@ -1706,19 +1706,20 @@ static void tv_pconv_copy_chunk(void* arg, int64_t i) {
   }
 }
 
-/* ``bias`` is read only when ``has_bias``; ``act`` ... ``has_residual``: as tv_conv2d_direct_act_f32's.
-   Returns TV_ERROR_OUT_OF_MEMORY when the blocked copy cannot be allocated. */
 /* One pixel per image (squeeze-and-excitation's 1x1 convolutions of a 1x1 image; PackWeights packs them):
    the panels of a 1x1 weight are nn.dense_packed's, over the channels padded to whole blocks, so the batch
    is one product of n rows that reads the weights once for all images, by the products' tiles for few
    rows (through the products part in a library part: TV_LINKED_PRODUCTS), then the epilogue. The host's
    BLAS GEMV per image it replaces took 4.7 us for 576 x 144 (a Zen 5 EPYC), the packed product 1 us per row
-   at batch 3. */
+   at batch 3. (TV_VPW_GEMV: the pointwise kernel's GEMV per image, tv_vpointwise.h.) */
 #ifdef TV_LINKED_PRODUCTS
 extern __typeof__(tv_gemm_packed_f32) tvl_gemm_packed_f32 __attribute__((visibility("hidden")));
+extern __typeof__(tv_gemm_f32) tvl_gemm_f32 __attribute__((visibility("hidden")));
 #define TV_PCONV_PRODUCT tvl_gemm_packed_f32
+#define TV_VPW_GEMV tvl_gemm_f32
 #else
 #define TV_PCONV_PRODUCT tv_gemm_packed_f32
+#define TV_VPW_GEMV tv_gemm_f32
 #endif
 static int32_t tv_pconv_one_pixel(int64_t n, int64_t c, int64_t o, const float* x, const float* packed,
     const float* bias, int64_t has_bias, int64_t relu, int64_t act, float alpha, float beta, float lo, float hi,
@@ -1739,6 +1740,8 @@ static int32_t tv_pconv_one_pixel(int64_t n, int64_t c, int64_t o, const float* 
   return status;
 }
 
+/* ``bias`` is read only when ``has_bias``; ``act`` ... ``has_residual``: as tv_conv2d_direct_act_f32's.
+   Returns TV_ERROR_OUT_OF_MEMORY when the blocked copy cannot be allocated. */
 __attribute__((unused)) static int32_t tv_conv2d_packed_act_f32(int64_t n, int64_t c, int64_t h, int64_t w,
     int64_t o, int64_t oh, int64_t ow, int64_t kh, int64_t kw, int64_t sh, int64_t sw, int64_t dh, int64_t dw,
     int64_t pt, int64_t pl, const float* x, const float* packed, const float* bias, int64_t has_bias, int64_t relu,

@@ -108,13 +108,7 @@ TV_VPW_TILE_OF(TV_VGEMM_MR)
    epilogue over the n x o floats. In the library part of this kernel (c_emit.library_part, which defines
    TV_LINKED_PRODUCTS) the product is the products part's entry point, linked into the same library, not a
    second copy of the products' register tiles in this part (1.2-1.5 s of its 6.5 s compile on a Cascade
-   Lake Xeon). */
-#ifdef TV_LINKED_PRODUCTS
-extern __typeof__(tv_gemm_f32) tvl_gemm_f32 __attribute__((visibility("hidden")));
-#define TV_VPW_GEMV tvl_gemm_f32
-#else
-#define TV_VPW_GEMV tv_gemm_f32
-#endif
+   Lake Xeon; TV_VPW_GEMV, declared in tv_vconv.h beside the packed convolution's product). */
 static int32_t tv_vpw_vectors(int64_t n, int64_t c, int64_t o, const float* x, const float* weights,
     const float* bias, int64_t has_bias, int64_t relu, int64_t act, float alpha, float beta, float lo, float hi,
     const float* residual, int64_t has_residual, float* out) {
