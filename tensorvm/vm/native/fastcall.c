@@ -345,11 +345,12 @@ static void pool_release(PyObject* op, PyObject* block, Py_ssize_t nbytes) {
     self->num_frees += 1;
     self->bytes_live -= nbytes;
     if (self->free == NULL || !PyArray_Check(block)) return;
-    if (heap_block(PyArray_NBYTES((PyArrayObject*)block))) {
-        self->bytes_reserved -= PyArray_NBYTES((PyArrayObject*)block);
+    const Py_ssize_t size = PyArray_NBYTES((PyArrayObject*)block);
+    if (heap_block(size)) {
+        self->bytes_reserved -= size;
         return;
     }
-    PyObject* key = PyLong_FromSsize_t(PyArray_NBYTES((PyArrayObject*)block));
+    PyObject* key = PyLong_FromSsize_t(size);
     if (key == NULL) { PyErr_Clear(); return; }
     PyObject* list = PyDict_GetItemWithError(self->free, key);
     if (list == NULL) {
@@ -378,7 +379,7 @@ static PyObject* pool_alloc(PyObject* op, PyObject* const* args, Py_ssize_t narg
         if (key == NULL) return NULL;
         PyObject* list = PyDict_GetItemWithError(self->free, key);
         PyObject* block = NULL;
-        if (!heap_block(cls) && list != NULL && PyList_Check(list) && PyList_GET_SIZE(list) > 0) {
+        if (list != NULL && PyList_Check(list) && PyList_GET_SIZE(list) > 0) {  /* (never a heap block) */
             Py_ssize_t n = PyList_GET_SIZE(list);
             block = PyList_GET_ITEM(list, n - 1);
             Py_INCREF(block);

@@ -139,16 +139,14 @@ static void tv_pool_give_back(tv_storage* s) {
   if (tv_pool_heap_block(s->block_bytes)) {
     pool->allocator.free(pool->allocator.user, s->data);
     pool->bytes_reserved -= s->block_bytes;
-    tv_pool_keep(pool, &pool->spare_storages, &pool->num_spare_storages, s);
-    tv_pool_decref(pool);
-    return;
+  } else {
+    tv_free_block* block = (tv_free_block*)s->data;
+    block->size = s->block_bytes;
+    const int b = tv_bit_length((uint64_t)s->block_bytes) % TV_POOL_BUCKETS;
+    block->next = pool->buckets[b];
+    pool->buckets[b] = block;
+    pool->bytes_cached += s->block_bytes;
   }
-  tv_free_block* block = (tv_free_block*)s->data;
-  block->size = s->block_bytes;
-  const int b = tv_bit_length((uint64_t)s->block_bytes) % TV_POOL_BUCKETS;
-  block->next = pool->buckets[b];
-  pool->buckets[b] = block;
-  pool->bytes_cached += s->block_bytes;
   tv_pool_keep(pool, &pool->spare_storages, &pool->num_spare_storages, s);
   tv_pool_decref(pool);
 }
@@ -169,7 +167,7 @@ TV_UNUSED static tv_storage* tv_pool_alloc(tv_pool* pool, int64_t nbytes) {
   const int64_t size = tv_size_class(nbytes);
   const int b = tv_bit_length((uint64_t)size) % TV_POOL_BUCKETS;
   void* data = NULL;
-  for (tv_free_block** at = &pool->buckets[b]; !tv_pool_heap_block(size) && *at != NULL; at = &(*at)->next) {
+  for (tv_free_block** at = &pool->buckets[b]; *at != NULL; at = &(*at)->next) {  /* (never a heap block) */
     if ((*at)->size == size) {
       tv_free_block* block = *at;
       *at = block->next;
