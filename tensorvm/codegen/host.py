@@ -319,16 +319,20 @@ FORK_JOIN_CYCLES = 16384  # waking the other threads of a parallel split and joi
 LIBRARY_CALL_CYCLES = 1024  # a call of a library product from a kernel (packing B on the fly, the call)
 PYTHON_CALL_CYCLES = 65536  # an external variant's Python dispatcher and NumPy's BLAS call (~20 us)
 TEAM_SPIN_NS = (20000, 2000, 200000)  # an idle worker's spin: unmeasured, and the bounds of the measured rule
+# A product narrower than a vector streams its weights: each FMA reads a vector of them, and a core brings in
+# at most one 64-byte line from its L2 per cycle, so it does at most 16 float32 multiply-adds a cycle
+# however wide its vectors (a 450 x 300 GEMV ran at 7 a cycle on a Zen 5, 1 thread).
+STREAM_MACS_PER_CYCLE = 16
 
 
 def fork_join_cycles(desc: HostDescription) -> int:
     """A split's cost in cycles on ``desc``: its measured ``fork_join_ns`` times its clock, rounded to a power
-    of two (a measurement's noise does not change the kernels' text) and kept within 8x of
+    of two (a measurement's noise does not change the kernels' text) and kept within 16x of
     ``FORK_JOIN_CYCLES``, which it is when either is unknown."""
     if desc.fork_join_ns <= 0 or desc.clock_ghz <= 0:
         return FORK_JOIN_CYCLES
     cycles = 2 ** round(math.log2(max(1.0, desc.fork_join_ns * desc.clock_ghz)))
-    return min(max(cycles, FORK_JOIN_CYCLES // 8), FORK_JOIN_CYCLES * 8)
+    return min(max(cycles, FORK_JOIN_CYCLES // 16), FORK_JOIN_CYCLES * 16)
 
 
 @dataclass(frozen=True)
@@ -337,6 +341,7 @@ class KernelRules:
     field's rule is in ``why``."""
 
     macs_per_cycle: int
+    narrow_macs_per_cycle: int  # ... of a product narrower than a vector (it streams its weights)
     parallel_work: int  # multiply-adds from which a library product is split over threads
     parallel_work_narrow: int  # ... when it has fewer rows than a vector has lanes (memory-bound)
     parallel_elements: int  # elements from which a vector loop (generated, softmax) runs in parallel
@@ -356,13 +361,15 @@ class KernelRules:
         return {
             "macs_per_cycle": "float32 lanes per vector, at most the FMA datapath's (fma_bits / 32: a 64-byte "
                               "FMA on a 256-bit datapath is two operations), x FMA pipes (x 1 without FMA)",
+            "narrow_macs_per_cycle": "multiply-adds per cycle, at most STREAM_MACS_PER_CYCLE "
+                                     f"({STREAM_MACS_PER_CYCLE}: a 64-byte line of weights per cycle)",
             "parallel_work": f"FORK_JOIN_CYCLES ({FORK_JOIN_CYCLES}) x multiply-adds per cycle",
             "parallel_work_narrow": "twice the measured fork-join (fork_join_cycles), at most FORK_JOIN_CYCLES "
-                                    "(also its value unmeasured), x multiply-adds per cycle: a split pays once "
-                                    "the half of the work it hands the other thread outlasts it; and a product "
-                                    "this narrow streams its weights (each read serves fewer FMAs than a vector "
-                                    "has lanes), so two threads also bring two cores' caches and bandwidth "
-                                    "(a Tree-LSTM's 1.1 MB of weights: half in each 1 MB L2)",
+                                    "(also its value unmeasured), x the narrow multiply-adds per cycle: a split "
+                                    "pays once the half of the work it hands the other thread outlasts it; and "
+                                    "a product this narrow streams its weights (each read serves fewer FMAs "
+                                    "than a vector has lanes), so two threads also bring two cores' caches and "
+                                    "bandwidth (a Tree-LSTM's 1.1 MB of weights: half in each 1 MB L2)",
             "parallel_elements": "FORK_JOIN_CYCLES x half a vector per cycle (a load, an operation and a store "
                                  "per vector; the datapath's lanes where narrower than the vector)",
             "team_chunk_elements": "the measured fork-join (fork_join_cycles: fork_join_ns x clock, else "
@@ -398,10 +405,11 @@ def kernel_rules(desc: HostDescription | None = None) -> KernelRules:
     lanes = max(1, desc.vector_bytes // 4)
     work_lanes = _work_lanes(desc)
     macs = work_lanes * (max(1, desc.fma_units) if desc.fma else 1)
+    narrow_macs = min(macs, STREAM_MACS_PER_CYCLE)
     blas_min_flops = PYTHON_CALL_CYCLES * macs
     return KernelRules(
-        macs_per_cycle=macs, parallel_work=FORK_JOIN_CYCLES * macs,
-        parallel_work_narrow=min(FORK_JOIN_CYCLES, 2 * fork_join_cycles(desc)) * macs,
+        macs_per_cycle=macs, narrow_macs_per_cycle=narrow_macs, parallel_work=FORK_JOIN_CYCLES * macs,
+        parallel_work_narrow=min(FORK_JOIN_CYCLES, 2 * fork_join_cycles(desc)) * narrow_macs,
         parallel_elements=FORK_JOIN_CYCLES * max(1, work_lanes // 2),
         team_chunk_elements=max(1, fork_join_cycles(desc) * max(1, work_lanes // 2) // 16),
         team_spin_ns=_spin_ns(desc), sort_parallel_elements=FORK_JOIN_CYCLES * 2,
@@ -458,7 +466,7 @@ def rule_defines(desc: HostDescription | None = None) -> tuple:
             f"-DTV_GEMM_PARALLEL_WORK_NARROW={rules.parallel_work_narrow}.0",
             f"-DTV_PARALLEL_ELEMENTS={rules.parallel_elements}", f"-DTV_TEAM_CHUNK_ELEMENTS={rules.team_chunk_elements}",
             f"-DTV_LIB_PARALLEL_WORK={rules.sort_parallel_elements}",
-            f"-DTV_MACS_PER_CYCLE={rules.macs_per_cycle}", f"-DTV_WORK_LANES={_work_lanes(desc)}",
+            f"-DTV_NARROW_MACS_PER_CYCLE={rules.narrow_macs_per_cycle}", f"-DTV_WORK_LANES={_work_lanes(desc)}",
             f"-DTV_FORK_JOIN_CYCLES={FORK_JOIN_CYCLES}",
             f"-DTV_L1D={desc.l1d}", f"-DTV_L2={desc.l2}", f"-DTV_L3={desc.l3}")
 

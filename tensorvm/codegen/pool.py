@@ -54,14 +54,20 @@ def process_pool():
         return _POOL[0] or None
 
 
+def _pool_text() -> str:
+    """The pool library's C text."""
+    from .c_emit import library_text
+
+    return library_text(["pool/tv_pool.c"])
+
+
 def _build():
     from .build import CompilerError, build_library, find_toolchain, have_compiler
-    from .c_emit import library_text
 
     if not have_compiler() or not find_toolchain().openmp:
         return None
     try:
-        cdll = build_library(library_text(["pool/tv_pool.c"]))._cdll
+        cdll = build_library(_pool_text())._cdll
     except CompilerError:
         return None
     cdll.tv_pool.restype, cdll.tv_pool.argtypes = ctypes.c_void_p, []
@@ -119,6 +125,15 @@ class _Table(ctypes.Structure):
                 ("set_fork_join", ctypes.CFUNCTYPE(None, ctypes.c_int64))]
 
 
+def timings_path(key: str):
+    """Where the kernel cache keeps the timings of host ``key``'s pool: keyed by the pool's code too, since a
+    pool that publishes its jobs otherwise splits at another cost."""
+    from .build import cache_dir
+
+    identity = f"{key}\0{_pool_text()}"
+    return cache_dir() / f"pool-{hashlib.sha256(identity.encode()).hexdigest()[:16]}.json"
+
+
 def pool_timings(key: str) -> PoolTimings | None:
     """This host's ``PoolTimings`` (``key``: ``HostDescription.key``): from the kernel cache, else
     measured now (a fraction of a second) and cached; None without a pool library, or when the
@@ -126,9 +141,9 @@ def pool_timings(key: str) -> PoolTimings | None:
     with _LOCK:
         if key in _TIMINGS:
             return _TIMINGS[key]
-        from .build import _atomic_write, cache_dir
+        from .build import _atomic_write
 
-        path = cache_dir() / f"pool-{hashlib.sha256(key.encode()).hexdigest()[:16]}.json"
+        path = timings_path(key)
         timings = _read(path)
         if timings is None:
             pool = process_pool()

@@ -153,10 +153,19 @@ def _process_pool() -> int:
     return _POOL[0]
 
 
+# The layout of the pool's state and table the process's pool library is built with (lib/tv_team.h:
+# TV_TEAM_ABI, which the pool library is always built from): a library of another layout (prebuilt by an
+# older tensorvm, or before the pool had a layout number) keeps its own pool.
+TEAM_ABI = 2
+
+
 def _attach_pool(cdll):
     try:
-        attach = cdll.tv_team_attach
-    except AttributeError:  # a library without threads (no OpenMP) or AOT style: nothing to attach
+        attach, abi = cdll.tv_team_attach, cdll.tv_team_abi
+    except AttributeError:  # a library without threads (no OpenMP), AOT style, or of an older layout: its own pool
+        return
+    abi.restype, abi.argtypes = ctypes.c_int32, []
+    if abi() != TEAM_ABI:
         return
     attach.restype, attach.argtypes = ctypes.c_int32, [ctypes.c_void_p]
     attach(_POOL[0] or None)

@@ -46,13 +46,14 @@ def test_avx2_rule_gives_the_values_measured_there(fake_host):
 
 def test_a_measured_fork_join_lowers_the_narrow_product_threshold_down_to_twice_its_cost(fake_host):
     """A split pays once the half of the work it hands the other thread outlasts the split: with the pool's
-    fork-join measured at 1,000 cycles (rounded to 1024, kept >= 2048) a product of fewer rows than a
-    vector's lanes splits from 4096 cycles of work; a slow measured pool never raises the threshold above
-    the unmeasured FORK_JOIN_CYCLES, and wider products keep it."""
+    fork-join measured at 1,000 cycles (rounded to 1024) a product of fewer rows than a vector's lanes
+    splits from 2048 cycles of work, at the narrow product's 16 multiply-adds a cycle; a slow measured pool
+    never raises the threshold above the unmeasured FORK_JOIN_CYCLES, and wider products keep it."""
     unmeasured = host.kernel_rules(fake_host("avx2"))
     assert unmeasured.parallel_work_narrow == unmeasured.parallel_work == 1 << 18
     fast = host.kernel_rules(fake_host({"isa": "avx2", "clock_ghz": 2.0, "fork_join_ns": 500.0}))
-    assert fast.parallel_work_narrow == 2 * 2048 * fast.macs_per_cycle == unmeasured.parallel_work // 4
+    assert fast.narrow_macs_per_cycle == fast.macs_per_cycle == 16
+    assert fast.parallel_work_narrow == 2 * 1024 * 16 == unmeasured.parallel_work // 8
     assert fast.parallel_work == unmeasured.parallel_work
     # (the libraries' text holds the unmeasured rule; each library applies the rule to the split cost the
     # running pool measured, at run time)
@@ -61,6 +62,20 @@ def test_a_measured_fork_join_lowers_the_narrow_product_threshold_down_to_twice_
     assert pool.parallel_work_narrow == host.FORK_JOIN_CYCLES * pool.macs_per_cycle == unmeasured.parallel_work
     slow = host.kernel_rules(fake_host({"isa": "avx2", "clock_ghz": 2.0, "fork_join_ns": 40000.0}))
     assert slow.parallel_work_narrow == unmeasured.parallel_work
+
+
+def test_a_narrow_product_streams_at_most_a_line_of_weights_a_cycle(fake_host):
+    """AVX-512 does 32 multiply-adds a cycle where its operands are in registers, but a product narrower
+    than a vector reads a vector of weights per FMA: its threshold counts 16 a cycle (a 64-byte line), so
+    with the same measured split it splits from half the work a compute rate would give; a portable host
+    (4 lanes, no FMA) is below the line's rate and keeps its own."""
+    wide = host.kernel_rules(fake_host({"isa": "avx512", "clock_ghz": 2.0, "fork_join_ns": 500.0}))
+    assert (wide.macs_per_cycle, wide.narrow_macs_per_cycle) == (32, host.STREAM_MACS_PER_CYCLE)
+    assert wide.parallel_work_narrow == 2 * 1024 * 16
+    assert host.kernel_rules(fake_host("avx512")).parallel_work_narrow == host.FORK_JOIN_CYCLES * 16
+    portable = host.kernel_rules(fake_host({"isa": "portable", "clock_ghz": 2.0, "fork_join_ns": 500.0}))
+    assert portable.narrow_macs_per_cycle == portable.macs_per_cycle < 16
+    assert portable.parallel_work_narrow == 2 * 1024 * portable.macs_per_cycle
 
 
 def test_a_fake_avx512_server_gets_other_thresholds_by_the_same_rule(fake_host):

@@ -87,8 +87,8 @@ def test_the_narrow_threshold_follows_the_running_pool_s_measurement(threads):
     twice it in multiply-adds (``kernel_rules``' rule, applied by the library)."""
     from tensorvm.codegen import pool
 
-    macs = hostmod.kernel_rules().macs_per_cycle
-    c, o = 128 * macs, 64  # 8192 cycles of multiply-adds: above a cheap split's threshold, below a dear one's
+    macs = hostmod.kernel_rules().narrow_macs_per_cycle
+    c, o = 128 * macs, 64  # 8192 cycles of a narrow product's multiply-adds: above a cheap split's threshold, below a dear one's
     mod = tv.parse(_layer(c, o, "none"))
     rng = np.random.default_rng(2)
     x, w, b = (rng.standard_normal(s).astype(np.float32) for s in ((1, c, 1, 1), (o, c, 1, 1), (o,)))

@@ -34,8 +34,13 @@
    each word opens at its range's first chunk. A claim reads a range's word, then the job and the range's
    end, then swaps the word to the next chunk: if what it read was not the word's job, the word was closed
    before and the swap fails. A range the new job does not use keeps the old job's word, exhausted (every
-   chunk of a job is claimed before the next is published), and its end: it is never claimed. All of it
-   with sequentially consistent atomics.
+   chunk of a job is claimed before the next is published), and its end: it is never claimed. The stores
+   that publish are release stores and the claim's loads acquire loads, so a claim that read a job or an end
+   written after the word was closed swaps against the closed word (a read-modify-write reads the latest
+   value) and fails; a worker that sees the new sequence sees the job. The sequence's bump and the count of
+   sleepers are sequentially consistent: a caller that bumps and a worker that goes to sleep cannot both
+   miss each other. The job, the count of chunks done and the callers' time are each in a line of their
+   own: a split then costs about two crossings between the cores (the job to a worker, its done back).
 
    One pool per process: every library has the code of a pool (weak hidden symbols shared by its
    translation units), but once the host hands it the process's pool with tv_team_attach (the pool
@@ -77,19 +82,25 @@ typedef struct {
 
 typedef struct {
   tv_team_range range[TV_TEAM_RANGES];
-  uint64_t generation;    /* of the current job */
+  /* The job, in one line: the caller writes it as it publishes, the workers spin on `sequence` and read the
+     rest on the same miss. */
+  _Alignas(64) uint32_t sequence; /* bumped once per job: what spinning and sleeping workers wait on */
+  int32_t team;           /* threads the current job may use (caller included) */
   tv_team_fn fn;
   void* ctx;
-  int64_t done;           /* chunks finished, of the current job */
-  int32_t team;           /* threads the current job may use (caller included) */
-  int32_t busy;           /* a caller is running a job */
+  uint64_t generation;    /* of the current job (the caller's alone) */
+  /* Chunks finished of the current job: the workers add, the caller waits (a line of its own). */
+  _Alignas(64) int64_t done;
+  /* When a caller with a budget of several threads last called (tv_now_ns): written at every such call,
+     read now and then by spinning workers (a line of its own, so that neither slows the job's lines). */
+  _Alignas(64) int64_t called_ns;
+  /* The callers' and the settings. */
+  _Alignas(64) int32_t busy; /* a caller is running a job */
   int32_t started;        /* workers started */
   int32_t sleepers;
-  uint32_t sequence;      /* bumped once per job: what sleeping workers wait on */
   int32_t pid;            /* the process that started the workers */
   int64_t spin_ns;        /* how long an idle worker spins before it sleeps (0: TV_TEAM_SPIN_NS) */
   int64_t fork_join_cycles; /* a split's cost measured on this machine (host.py: fork_join_cycles; 0: unmeasured) */
-  int64_t called_ns;      /* when a caller with a budget of several threads last called (tv_now_ns) */
   pthread_mutex_t lock;
   pthread_cond_t wake;
 } tv_team_state;
@@ -102,6 +113,11 @@ __attribute__((weak, visibility("hidden"))) int64_t tv_team_caller_chunks, tv_te
 #define TV_TEAM_LOAD(p) __atomic_load_n((p), __ATOMIC_SEQ_CST)
 #define TV_TEAM_STORE(p, v) __atomic_store_n((p), (v), __ATOMIC_SEQ_CST)
 #define TV_TEAM_ADD(p, v) __atomic_add_fetch((p), (v), __ATOMIC_SEQ_CST)
+/* A job's words are published with release stores and read with acquire loads (see the top): on x86 a
+   sequentially consistent store is a locked exchange that waits for its line to cross to the caller's core,
+   one such round trip per store, while release stores leave the core together. */
+#define TV_TEAM_PUBLISH(p, v) __atomic_store_n((p), (v), __ATOMIC_RELEASE)
+#define TV_TEAM_READ(p) __atomic_load_n((p), __ATOMIC_ACQUIRE)
 
 static inline void tv_team_relax(void) {
 #if defined(__x86_64__) || defined(__i386__)
@@ -133,17 +149,17 @@ __attribute__((weak, visibility("hidden"))) int64_t tv_team_work(int32_t home) {
   for (int32_t step = 0; step < TV_TEAM_RANGES; ++step) {
     tv_team_range* range = &tv_team.range[(home + step) % TV_TEAM_RANGES];
     for (;;) {
-      const uint64_t word = TV_TEAM_LOAD(&range->word);
+      const uint64_t word = TV_TEAM_READ(&range->word);
       const uint32_t next = (uint32_t)word;
       if (next == TV_TEAM_CLOSED) return ran;  /* (a job is being published: this one is over) */
-      const tv_team_fn fn = TV_TEAM_LOAD(&tv_team.fn);
-      void* const ctx = TV_TEAM_LOAD(&tv_team.ctx);
-      if ((int64_t)next >= TV_TEAM_LOAD(&range->end)) break;  /* (exhausted, or unused by this job) */
+      const tv_team_fn fn = TV_TEAM_READ(&tv_team.fn);
+      void* const ctx = TV_TEAM_READ(&tv_team.ctx);
+      if ((int64_t)next >= TV_TEAM_READ(&range->end)) break;  /* (exhausted, or unused by this job) */
       uint64_t expected = word;
-      if (!__atomic_compare_exchange_n(&range->word, &expected, word + 1, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST))
+      if (!__atomic_compare_exchange_n(&range->word, &expected, word + 1, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
         continue;
       fn(ctx, (int64_t)next);
-      TV_TEAM_ADD(&tv_team.done, 1);
+      __atomic_add_fetch(&tv_team.done, 1, __ATOMIC_RELEASE);
       ++ran;
     }
   }
@@ -163,11 +179,11 @@ __attribute__((weak, visibility("hidden"))) void* tv_team_worker(void* arg) {
     const int64_t start = tv_now_ns();
     const int64_t spin = tv_team_spin();
     int spins = 0;
-    while (TV_TEAM_LOAD(&tv_team.sequence) == seen) {
+    while (TV_TEAM_READ(&tv_team.sequence) == seen) {
       tv_team_relax();
       if (++spins % TV_TEAM_YIELD_ROUNDS) continue;
       sched_yield();  /* (returns at once unless another thread waits for this core) */
-      const int64_t called = TV_TEAM_LOAD(&tv_team.called_ns), since = called > start ? called : start;
+      const int64_t called = TV_TEAM_READ(&tv_team.called_ns), since = called > start ? called : start;
       if (tv_now_ns() - since >= spin) {
         pthread_mutex_lock(&tv_team.lock);
         TV_TEAM_ADD(&tv_team.sleepers, 1);
@@ -176,8 +192,8 @@ __attribute__((weak, visibility("hidden"))) void* tv_team_worker(void* arg) {
         pthread_mutex_unlock(&tv_team.lock);
       }
     }
-    seen = TV_TEAM_LOAD(&tv_team.sequence);
-    if (index < TV_TEAM_LOAD(&tv_team.team)) {
+    seen = TV_TEAM_READ(&tv_team.sequence);
+    if (index < TV_TEAM_READ(&tv_team.team)) {
       const int64_t ran = tv_team_work(index);
       if (ran) TV_TEAM_ADD(&tv_team_worker_chunks, ran);
     }
@@ -212,7 +228,7 @@ __attribute__((weak, visibility("hidden"))) void tv_team_run_here(int64_t chunks
   if (threads <= 1 || chunks <= 1 || chunks >= TV_TEAM_CLOSED
       || !__atomic_compare_exchange_n(&tv_team.busy, &idle, 1, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST)) {
     /* a serial call with a budget of several threads keeps started workers spinning (see the top) */
-    if (threads > 1 && TV_TEAM_LOAD(&tv_team.started) > 0) TV_TEAM_STORE(&tv_team.called_ns, tv_now_ns());
+    if (threads > 1 && TV_TEAM_LOAD(&tv_team.started) > 0) TV_TEAM_PUBLISH(&tv_team.called_ns, tv_now_ns());
     for (int64_t i = 0; i < chunks; ++i) fn(ctx, i);
     return;
   }
@@ -221,16 +237,16 @@ __attribute__((weak, visibility("hidden"))) void tv_team_run_here(int64_t chunks
   /* (the ranges of the team asked for, as tv_team_mirror's callers count them; a thread not started
      leaves its range to the others) */
   const int64_t ranges = tv_team_ranges(chunks, threads);
-  const uint64_t generation = TV_TEAM_LOAD(&tv_team.generation) + 1;
-  TV_TEAM_STORE(&tv_team.generation, generation);
-  for (int64_t r = 0; r < ranges; ++r) TV_TEAM_STORE(&tv_team.range[r].word, generation << 32 | TV_TEAM_CLOSED);
-  TV_TEAM_STORE(&tv_team.fn, fn);
-  TV_TEAM_STORE(&tv_team.ctx, ctx);
-  TV_TEAM_STORE(&tv_team.done, 0);
-  TV_TEAM_STORE(&tv_team.team, team);
+  const uint64_t generation = tv_team.generation + 1;
+  tv_team.generation = generation;
+  for (int64_t r = 0; r < ranges; ++r) TV_TEAM_PUBLISH(&tv_team.range[r].word, generation << 32 | TV_TEAM_CLOSED);
+  TV_TEAM_PUBLISH(&tv_team.fn, fn);
+  TV_TEAM_PUBLISH(&tv_team.ctx, ctx);
+  TV_TEAM_PUBLISH(&tv_team.done, 0);
+  TV_TEAM_PUBLISH(&tv_team.team, team);
   for (int64_t r = 0; r < ranges; ++r) {
-    TV_TEAM_STORE(&tv_team.range[r].end, tv_team_range_start(r + 1, chunks, ranges));
-    TV_TEAM_STORE(&tv_team.range[r].word, generation << 32 | (uint64_t)tv_team_range_start(r, chunks, ranges));
+    TV_TEAM_PUBLISH(&tv_team.range[r].end, tv_team_range_start(r + 1, chunks, ranges));
+    TV_TEAM_PUBLISH(&tv_team.range[r].word, generation << 32 | (uint64_t)tv_team_range_start(r, chunks, ranges));
   }
   TV_TEAM_ADD(&tv_team.sequence, 1);
   if (TV_TEAM_LOAD(&tv_team.sleepers) > 0) {
@@ -241,7 +257,7 @@ __attribute__((weak, visibility("hidden"))) void tv_team_run_here(int64_t chunks
   TV_TEAM_ADD(&tv_team_caller_chunks, tv_team_work(0));
   TV_TEAM_ADD(&tv_team_jobs, 1);
   /* Every chunk is claimed: wait for those that workers are still running. */
-  for (int spins = 0; TV_TEAM_LOAD(&tv_team.done) < chunks; ++spins) {
+  for (int spins = 0; TV_TEAM_READ(&tv_team.done) < chunks; ++spins) {
     if (spins < 4096) tv_team_relax(); else sched_yield();
   }
   TV_TEAM_STORE(&tv_team.busy, 0);
@@ -278,6 +294,12 @@ typedef struct {
   void (*set_fork_join)(int64_t cycles);
 } tv_team_pool;
 
+/* The layout of tv_team_state and tv_team_pool this library was built with. The host attaches a library
+   to the process's pool only when its layout is the pool's (runtime/library.py: TEAM_ABI), so that a
+   prebuilt library of an older layout runs its own pool instead of misreading the process's. */
+#define TV_TEAM_ABI 2
+__attribute__((weak)) int32_t tv_team_abi(void) { return TV_TEAM_ABI; }
+
 /* The pool this library's jobs run on: NULL for its own (tv_team_run_here). */
 __attribute__((weak, visibility("hidden"))) const tv_team_pool* tv_team_shared;
 
@@ -310,14 +332,14 @@ static inline int64_t tv_team_fork_join(void) {
 }
 
 /* host.py kernel_rules' two thresholds that follow the measured split, by the same rules over this
-   library's TV_MACS_PER_CYCLE and TV_WORK_LANES: a product of fewer rows than a vector's lanes splits
-   from twice a split's cost (at most TV_FORK_JOIN_CYCLES) in multiply-adds (parallel_work_narrow); a
+   library's TV_NARROW_MACS_PER_CYCLE and TV_WORK_LANES: a product of fewer rows than a vector's lanes splits
+   from twice a split's cost (at most TV_FORK_JOIN_CYCLES) in its multiply-adds (parallel_work_narrow); a
    parallel loop's chunk holds at least a sixteenth of a split's cost in elements, half a vector per cycle
    (team_chunk_elements). `built`, the rule for an unmeasured host, where the pool has no measurement. */
 static inline int64_t tv_team_narrow_work(int64_t built) {
-#if defined(TV_MACS_PER_CYCLE) && defined(TV_FORK_JOIN_CYCLES)
+#if defined(TV_NARROW_MACS_PER_CYCLE) && defined(TV_FORK_JOIN_CYCLES)
   const int64_t cycles = tv_team_fork_join();
-  if (cycles > 0) return (2 * cycles < TV_FORK_JOIN_CYCLES ? 2 * cycles : TV_FORK_JOIN_CYCLES) * TV_MACS_PER_CYCLE;
+  if (cycles > 0) return (2 * cycles < TV_FORK_JOIN_CYCLES ? 2 * cycles : TV_FORK_JOIN_CYCLES) * TV_NARROW_MACS_PER_CYCLE;
 #endif
   return built;
 }
