@@ -323,6 +323,10 @@ TEAM_SPIN_NS = (20000, 2000, 200000)  # an idle worker's spin: unmeasured, and t
 # at most one 64-byte line from its L2 per cycle, so it does at most 16 float32 multiply-adds a cycle
 # however wide its vectors (a 450 x 300 GEMV ran at 7 a cycle on a Zen 5, 1 thread).
 STREAM_MACS_PER_CYCLE = 16
+# A product or convolution splits from this many measured fork-joins of work at its peak rate: a small one
+# runs at a fraction of the peak (so its time is longer than the work says), but a split also costs each
+# thread its setup (a padded copy, a packed panel) and the last chunk's wait.
+WIDE_SPLITS = 4
 
 
 def fork_join_cycles(desc: HostDescription) -> int:
@@ -363,7 +367,9 @@ class KernelRules:
                               "FMA on a 256-bit datapath is two operations), x FMA pipes (x 1 without FMA)",
             "narrow_macs_per_cycle": "multiply-adds per cycle, at most STREAM_MACS_PER_CYCLE "
                                      f"({STREAM_MACS_PER_CYCLE}: a 64-byte line of weights per cycle)",
-            "parallel_work": f"FORK_JOIN_CYCLES ({FORK_JOIN_CYCLES}) x multiply-adds per cycle",
+            "parallel_work": f"WIDE_SPLITS ({WIDE_SPLITS}) x the measured fork-join (fork_join_cycles), at most "
+                             f"FORK_JOIN_CYCLES ({FORK_JOIN_CYCLES}, also its value unmeasured), x multiply-adds "
+                             "per cycle",
             "parallel_work_narrow": "twice the measured fork-join (fork_join_cycles), at most FORK_JOIN_CYCLES "
                                     "(also its value unmeasured), x the narrow multiply-adds per cycle: a split "
                                     "pays once the half of the work it hands the other thread outlasts it; and "
@@ -408,7 +414,8 @@ def kernel_rules(desc: HostDescription | None = None) -> KernelRules:
     narrow_macs = min(macs, STREAM_MACS_PER_CYCLE)
     blas_min_flops = PYTHON_CALL_CYCLES * macs
     return KernelRules(
-        macs_per_cycle=macs, narrow_macs_per_cycle=narrow_macs, parallel_work=FORK_JOIN_CYCLES * macs,
+        macs_per_cycle=macs, narrow_macs_per_cycle=narrow_macs,
+        parallel_work=min(FORK_JOIN_CYCLES, WIDE_SPLITS * fork_join_cycles(desc)) * macs,
         parallel_work_narrow=min(FORK_JOIN_CYCLES, 2 * fork_join_cycles(desc)) * narrow_macs,
         parallel_elements=FORK_JOIN_CYCLES * max(1, work_lanes // 2),
         team_chunk_elements=max(1, fork_join_cycles(desc) * max(1, work_lanes // 2) // 16),
@@ -466,8 +473,9 @@ def rule_defines(desc: HostDescription | None = None) -> tuple:
             f"-DTV_GEMM_PARALLEL_WORK_NARROW={rules.parallel_work_narrow}.0",
             f"-DTV_PARALLEL_ELEMENTS={rules.parallel_elements}", f"-DTV_TEAM_CHUNK_ELEMENTS={rules.team_chunk_elements}",
             f"-DTV_LIB_PARALLEL_WORK={rules.sort_parallel_elements}",
-            f"-DTV_NARROW_MACS_PER_CYCLE={rules.narrow_macs_per_cycle}", f"-DTV_WORK_LANES={_work_lanes(desc)}",
-            f"-DTV_FORK_JOIN_CYCLES={FORK_JOIN_CYCLES}",
+            f"-DTV_MACS_PER_CYCLE={rules.macs_per_cycle}", f"-DTV_NARROW_MACS_PER_CYCLE={rules.narrow_macs_per_cycle}",
+            f"-DTV_WORK_LANES={_work_lanes(desc)}",
+            f"-DTV_FORK_JOIN_CYCLES={FORK_JOIN_CYCLES}", f"-DTV_TEAM_WIDE_SPLITS={WIDE_SPLITS}",
             f"-DTV_L1D={desc.l1d}", f"-DTV_L2={desc.l2}", f"-DTV_L3={desc.l3}")
 
 

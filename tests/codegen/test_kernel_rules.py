@@ -48,13 +48,15 @@ def test_a_measured_fork_join_lowers_the_narrow_product_threshold_down_to_twice_
     """A split pays once the half of the work it hands the other thread outlasts the split: with the pool's
     fork-join measured at 1,000 cycles (rounded to 1024) a product of fewer rows than a vector's lanes
     splits from 2048 cycles of work, at the narrow product's 16 multiply-adds a cycle; a slow measured pool
-    never raises the threshold above the unmeasured FORK_JOIN_CYCLES, and wider products keep it."""
+    never raises the threshold above the unmeasured FORK_JOIN_CYCLES; wider products split from WIDE_SPLITS
+    fork-joins of work."""
     unmeasured = host.kernel_rules(fake_host("avx2"))
     assert unmeasured.parallel_work_narrow == unmeasured.parallel_work == 1 << 18
     fast = host.kernel_rules(fake_host({"isa": "avx2", "clock_ghz": 2.0, "fork_join_ns": 500.0}))
     assert fast.narrow_macs_per_cycle == fast.macs_per_cycle == 16
     assert fast.parallel_work_narrow == 2 * 1024 * 16 == unmeasured.parallel_work // 8
-    assert fast.parallel_work == unmeasured.parallel_work
+    # (a product as wide as a vector splits from WIDE_SPLITS fork-joins of work at the peak rate)
+    assert fast.parallel_work == host.WIDE_SPLITS * 1024 * fast.macs_per_cycle == unmeasured.parallel_work // 4
     # (the libraries' text holds the unmeasured rule; each library applies the rule to the split cost the
     # running pool measured, at run time)
     assert f"#define TV_GEMM_PARALLEL_WORK_NARROW {unmeasured.parallel_work_narrow}.0\n" in c_emit.prelude()

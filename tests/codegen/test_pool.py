@@ -320,6 +320,7 @@ _RULE_CALLER = """
 int32_t tv_test_measured_rules(int64_t* out) {
   out[0] = tv_team_narrow_work((int64_t)TV_GEMM_PARALLEL_WORK_NARROW);
   out[1] = tv_team_chunk_elements(TV_TEAM_CHUNK_ELEMENTS);
+  out[2] = tv_team_wide_work((int64_t)TV_GEMM_PARALLEL_WORK);
   return 0;
 }
 """
@@ -328,8 +329,9 @@ int32_t tv_test_measured_rules(int64_t* out) {
 @needs_pool
 @pytest.mark.parametrize("isa", ["avx2", "avx512", "portable"])
 def test_a_library_derives_the_measured_rules_as_kernel_rules_does(isa):
-    """The two thresholds that follow the measured split cost are written twice: ``kernel_rules`` (Python,
-    for strategy and reports) and ``tv_team_narrow_work`` / ``tv_team_chunk_elements`` (``tv_team.h``, each
+    """The three thresholds that follow the measured split cost are written twice: ``kernel_rules`` (Python,
+    for strategy and reports) and ``tv_team_narrow_work`` / ``tv_team_chunk_elements`` /
+    ``tv_team_wide_work`` (``tv_team.h``, each
     library applying them at run time to the cost the running pool holds). Built for each instance and
     called with the pool holding costs from the low to the high clamp, the library's values are
     ``kernel_rules``' for that instance measured at that cost; with no measurement, its built-in ones,
@@ -344,17 +346,19 @@ def test_a_library_derives_the_measured_rules_as_kernel_rules_does(isa):
         hostmod.set_host(None)
     call = library._cdll.tv_test_measured_rules
     call.restype, call.argtypes = ctypes.c_int32, [ctypes.c_void_p]
-    out = np.zeros(2, np.int64)
+    out = np.zeros(3, np.int64)
     try:
-        for cycles in (FORK_JOIN_CYCLES // 8, FORK_JOIN_CYCLES // 2, FORK_JOIN_CYCLES, FORK_JOIN_CYCLES * 8):
+        for cycles in (FORK_JOIN_CYCLES // 16, FORK_JOIN_CYCLES // 8, FORK_JOIN_CYCLES // 2, FORK_JOIN_CYCLES,
+                       FORK_JOIN_CYCLES * 16):
             pool.set_fork_join_cycles(cycles)
             assert call(out.ctypes.data) == 0
             # (a description measured at `cycles` ns on a 1 GHz clock: fork_join_cycles gives `cycles` back)
             measured = kernel_rules(dataclasses.replace(desc, fork_join_ns=float(cycles), clock_ghz=1.0))
-            assert out.tolist() == [measured.parallel_work_narrow, measured.team_chunk_elements], cycles
+            assert out.tolist() == [measured.parallel_work_narrow, measured.team_chunk_elements,
+                                    measured.parallel_work], cycles
         pool.set_fork_join_cycles(0)
         assert call(out.ctypes.data) == 0
         built = kernel_rules(hostmod.unmeasured(desc))
-        assert out.tolist() == [built.parallel_work_narrow, built.team_chunk_elements]
+        assert out.tolist() == [built.parallel_work_narrow, built.team_chunk_elements, built.parallel_work]
     finally:
         pool.share_fork_join()

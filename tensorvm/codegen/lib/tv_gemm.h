@@ -64,6 +64,7 @@ static inline int64_t tv_team_mirror(int64_t i, int64_t chunks, int64_t threads)
   return chunks - 1 - i;  /* (one thread: its home range is the whole job) */
 }
 static inline int64_t tv_team_narrow_work(int64_t built) { return built; }
+static inline int64_t tv_team_wide_work(int64_t built) { return built; }
 static inline int64_t tv_team_chunk_elements(int64_t built) { return built; }
 #endif
 
@@ -144,12 +145,14 @@ static inline int tv_gemm_layout(int64_t rows, int64_t cols, int64_t outer_step,
 }
 
 /* Below this many multiply-adds a product runs on the calling thread only (host.py: parallel_work
-   derives it from the host's vector width; this default is its value for AVX2). */
+   derives it from the host's vector width; this default is its value for AVX2), or below tv_team_wide_work's
+   (the same rule over the split cost the running pool measured). */
 #ifndef TV_GEMM_PARALLEL_WORK
 #define TV_GEMM_PARALLEL_WORK 262144.0
 #endif
 static inline int tv_gemm_parallel(double work) {
-  return work >= TV_GEMM_PARALLEL_WORK && !tv_omp_in_parallel() && tv_omp_max_threads() > 1;
+  return work >= (double)tv_team_wide_work((int64_t)TV_GEMM_PARALLEL_WORK) && !tv_omp_in_parallel()
+         && tv_omp_max_threads() > 1;
 }
 /* A product of fewer rows than a vector has lanes streams its weights (memory-bound): it splits from
    tv_team_narrow_work (host.py: parallel_work_narrow, from the split cost the running pool measured;
@@ -162,7 +165,7 @@ static inline int tv_gemm_parallel(double work) {
 #endif
 static inline int tv_gemm_parallel_rows(double work, int64_t rows) {
   const double least = rows < TV_VLANES ? (double)tv_team_narrow_work((int64_t)TV_GEMM_PARALLEL_WORK_NARROW)
-                                        : TV_GEMM_PARALLEL_WORK;
+                                        : (double)tv_team_wide_work((int64_t)TV_GEMM_PARALLEL_WORK);
   return work >= least && !tv_omp_in_parallel() && tv_omp_max_threads() > 1;
 }
 

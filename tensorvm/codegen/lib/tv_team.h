@@ -331,8 +331,10 @@ static inline int64_t tv_team_fork_join(void) {
   return TV_TEAM_LOAD(&state->fork_join_cycles);
 }
 
-/* host.py kernel_rules' two thresholds that follow the measured split, by the same rules over this
-   library's TV_NARROW_MACS_PER_CYCLE and TV_WORK_LANES: a product of fewer rows than a vector's lanes splits
+/* host.py kernel_rules' three thresholds that follow the measured split, by the same rules over this
+   library's TV_MACS_PER_CYCLE, TV_NARROW_MACS_PER_CYCLE and TV_WORK_LANES: a product or convolution splits
+   from TV_TEAM_WIDE_SPLITS (host.py: WIDE_SPLITS) times a split's cost (at most TV_FORK_JOIN_CYCLES) in
+   multiply-adds (parallel_work); a product of fewer rows than a vector's lanes splits
    from twice a split's cost (at most TV_FORK_JOIN_CYCLES) in its multiply-adds (parallel_work_narrow); a
    parallel loop's chunk holds at least a sixteenth of a split's cost in elements, half a vector per cycle
    (team_chunk_elements). `built`, the rule for an unmeasured host, where the pool has no measurement. */
@@ -340,6 +342,16 @@ static inline int64_t tv_team_narrow_work(int64_t built) {
 #if defined(TV_NARROW_MACS_PER_CYCLE) && defined(TV_FORK_JOIN_CYCLES)
   const int64_t cycles = tv_team_fork_join();
   if (cycles > 0) return (2 * cycles < TV_FORK_JOIN_CYCLES ? 2 * cycles : TV_FORK_JOIN_CYCLES) * TV_NARROW_MACS_PER_CYCLE;
+#endif
+  return built;
+}
+static inline int64_t tv_team_wide_work(int64_t built) {
+#if defined(TV_MACS_PER_CYCLE) && defined(TV_FORK_JOIN_CYCLES) && defined(TV_TEAM_WIDE_SPLITS)
+  const int64_t cycles = tv_team_fork_join();
+  if (cycles > 0) {
+    const int64_t most = TV_TEAM_WIDE_SPLITS * cycles;
+    return (most < TV_FORK_JOIN_CYCLES ? most : TV_FORK_JOIN_CYCLES) * TV_MACS_PER_CYCLE;
+  }
 #endif
   return built;
 }
