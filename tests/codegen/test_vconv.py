@@ -291,14 +291,14 @@ def test_strided_depthwise_tiles_of_every_width(isa, kernel_threads):
 
 def _blocked_depthwise_cases(lanes):
     """(data shape, kernel, padding) at unit stride that the channel-blocked tiles take (tv_vdwb_takes:
-    kernels 5 and 7 wide at any width, 3 wide on rows of at most two vectors): output widths of every tail
+    kernels 5 and 7 wide at any width, 3 wide on rows shorter than a vector): output widths of every tail
     of the tiles' 8 pixels and of a vector (1 .. 2 lanes + 3), channels of a partial block (1, lanes - 1,
     lanes + 3) and whole blocks, kernel heights 1 to 7, padding 0 to 3 (asymmetric, wider than the kernel's
     reach), planes of fewer pixels than a vector, batch 1 to 3."""
     cases = []
     for kw in (3, 5, 7):
         for ow in range(1, 2 * lanes + 4):
-            if kw == 3 and ow > 2 * lanes:
+            if kw == 3 and ow >= lanes:
                 continue
             kh = (kw, 1, 3, 7, 5)[ow % 5]
             pad = (ow % 3, (ow + kw) % 4, (ow + 1) % 3, (2 * ow + kw) % 4)  # (top, left, bottom, right)

@@ -1295,16 +1295,19 @@ static void tv_vdwb_chunk(void* arg, int64_t i) {
 
 /* Whether the channel-blocked tiles take a depthwise convolution: unit strides, no dilation, a kernel 3, 5
    or 7 wide (any height), and either a kernel 5 or 7 wide (25 or 49 taps per pixel carry the two
-   transposes) or an output row of at most two vectors (where the column tiles waste lanes and rows). 3x3
-   layers at 28 x 28 and 56 x 56 measured 1.08-1.15x slower blocked (8 lanes); at 112 x 112 0.76-0.83x, not
-   taken yet. TV_VDWB_OFF (a define) keeps every layer on the column tiles (benchmarks). */
+   transposes) or an output row shorter than a vector (where the column tiles leave lanes of every vector
+   idle). 3x3 layers, relu, 1 thread, through the VM, blocked / column tiles on a Zen 5: with 16 lanes
+   rows of 7 0.66, 14 1.03, 16 1.38, 20 0.93, 28 1.33 (MobileNetV3's 88 x 28 x 28: 28.2 against 21.3 us), 30
+   1.41, 56 and 112 1.00; with 8 lanes rows of 7 0.76, 14 1.15, 16 1.33, 20 to 112 1.00. (Rows of up to
+   two vectors had been the rule, from 8-lane measurements of the 28- and 56-pixel rows only.)
+   TV_VDWB_OFF (a define) keeps every layer on the column tiles (benchmarks). */
 static inline int tv_vdwb_takes(int64_t ow, int64_t kw, int64_t sh, int64_t sw, int64_t dh, int64_t dw) {
 #ifdef TV_VDWB_OFF
   (void)ow; (void)kw; (void)sh; (void)sw; (void)dh; (void)dw;
   return 0;
 #else
   return sh == 1 && sw == 1 && dh == 1 && dw == 1 && (kw == 3 || kw == 5 || kw == 7) &&
-         (kw >= 5 || ow <= 2 * TV_VLANES);
+         (kw >= 5 || ow < TV_VLANES);
 #endif
 }
 
