@@ -290,30 +290,34 @@ def test_strided_depthwise_tiles_of_every_width(isa, kernel_threads):
 
 
 def _blocked_depthwise_cases(lanes):
-    """(data shape, kernel, padding) at unit stride that the channel-blocked tiles take (tv_vdwb_takes:
-    kernels 5 and 7 wide at any width, 3 wide on rows shorter than a vector): output widths of every tail
-    of the tiles' 8 pixels and of a vector (1 .. 2 lanes + 3), channels of a partial block (1, lanes - 1,
-    lanes + 3) and whole blocks, kernel heights 1 to 7, padding 0 to 3 (asymmetric, wider than the kernel's
-    reach), planes of fewer pixels than a vector, batch 1 to 3."""
+    """(data shape, kernel, stride, padding) that the channel-blocked tiles take (tv_vdwb_takes: strides 1
+    and 2, at stride 1 kernels 5 and 7 wide at any width and 3 wide on rows shorter than a vector, at stride 2
+    rows of at most half a vector): output widths of every
+    tail of the tiles' 8 pixels and of a vector (1 .. 2 lanes + 3), channels of a partial block (1,
+    lanes - 1, lanes + 3) and whole blocks, kernel heights 1 to 7, padding 0 to 3 (asymmetric, wider than
+    the kernel's reach), at stride 2 an image with a column and a row past what the taps read, planes of
+    fewer pixels than a vector, batch 1 to 3."""
     cases = []
-    for kw in (3, 5, 7):
-        for ow in range(1, 2 * lanes + 4):
-            if kw == 3 and ow >= lanes:
-                continue
-            kh = (kw, 1, 3, 7, 5)[ow % 5]
-            pad = (ow % 3, (ow + kw) % 4, (ow + 1) % 3, (2 * ow + kw) % 4)  # (top, left, bottom, right)
-            w = ow + kw - 1 - pad[1] - pad[3]
-            h = 1 + (ow * 3) % 11 + max(0, kh - 1 - pad[0] - pad[2])
-            if w < 1:
-                continue
-            c = (1, lanes - 1, lanes + 3, 2 * lanes)[ow % 4]
-            cases.append(((1 + ow % 3, c, h, w), (kh, kw), pad))
+    for stride in (1, 2):
+        for kw in (3, 5, 7):
+            for ow in range(1, 2 * lanes + 4):
+                if (kw == 3 and ow >= lanes) or (stride == 2 and 2 * ow > lanes):
+                    continue
+                kh = (kw, 1, 3, 7, 5)[ow % 5]
+                pad = (ow % 3, (ow + kw) % 4, (ow + 1) % 3, (2 * ow + kw) % 4)  # (top, left, bottom, right)
+                extra = (ow + kw) % stride  # (a last column no tap reads)
+                w = stride * (ow - 1) + kw - pad[1] - pad[3] + extra
+                h = 1 + (ow * 3) % 11 + max(0, kh - 1 - pad[0] - pad[2]) + (stride - 1) * (ow % 2)
+                if w < 1:
+                    continue
+                c = (1, lanes - 1, lanes + 3, 2 * lanes)[ow % 4]
+                cases.append(((1 + ow % 3, c, h, w), (kh, kw), stride, pad))
     return cases
 
 
 @pytest.mark.parametrize("isa", ["avx2", "avx512", "portable"])
 def test_channel_blocked_depthwise_tiles(isa, kernel_threads):
-    """The unit-stride depthwise layers the channel-blocked tiles take (a block of channels transposed
+    """The depthwise layers (strides 1 and 2) the channel-blocked tiles take (a block of channels transposed
     into pixels of lanes floats, tiles of 8 output pixels, transposed back through the epilogue) against
     NumPy in float64, each instance (4, 8 and 16 lanes): every tail (output widths, channel blocks, planes
     smaller than a vector), with the bias, a residual and each activation (relu, hard-swish, ...), a NaN
@@ -326,13 +330,13 @@ def test_channel_blocked_depthwise_tiles(isa, kernel_threads):
     for threads in (1, 2, 3):
         kernel_threads(threads)
         rng = np.random.default_rng(5 + params.lanes)
-        for case, ((n, c, h, w), (kh, kw), pad) in enumerate(cases):
+        for case, ((n, c, h, w), (kh, kw), stride, pad) in enumerate(cases):
             x = rng.standard_normal((n, c, h, w)).astype(np.float32)
             x.reshape(-1)[(case * 7) % x.size] = np.nan
             x.reshape(-1)[(case * 11 + 3) % x.size] = np.inf if case % 2 else -np.inf
             weights = rng.standard_normal((c, 1, kh, kw)).astype(np.float32)
             bias = rng.standard_normal(c).astype(np.float32)
-            attrs = {"padding": list(pad), "groups": c}
+            attrs = {"padding": list(pad), "strides": [stride, stride], "groups": c}
             with np.errstate(invalid="ignore"):
                 want = _reference(x, weights, attrs) + bias[:, None, None]
             oh, ow = want.shape[2:]
@@ -342,7 +346,8 @@ def test_channel_blocked_depthwise_tiles(isa, kernel_threads):
             with np.errstate(invalid="ignore"):
                 expected = _activation(want + (residual if has_residual else 0), *activation)
             out, guard = _guarded(want.shape)
-            dims = np.array([n, c, h, w, oh, ow, kh, kw, 1, 1, 1, 1, pad[0], pad[1], 1, activation[0], has_residual],
+            dims = np.array([n, c, h, w, oh, ow, kh, kw, stride, stride, 1, 1, pad[0], pad[1], 1, activation[0],
+                             has_residual],
                             np.int64)
             floats = np.array(activation[1:], np.float32)
             assert depthwise(dims.ctypes.data, floats.ctypes.data, x.ctypes.data, weights.ctypes.data, bias.ctypes.data,

@@ -1072,17 +1072,18 @@ static inline int tv_vdw_path(int64_t kh, int64_t kw, int64_t sh, int64_t sw, in
   return sh == 2 && sw == 2 && dh == 1 && dw == 1 && kh == kw && (kw == 3 || kw == 5 || kw == 7) ? (int)kw : 0;
 }
 
-/* Unit stride, no dilation, a kernel 3, 5 or 7 wide: channel-blocked tiles (tv_vdwb_*). The column tiles
-   above waste lanes and rows on small planes (a 14x14 plane computes 16 x 16 outputs, a 7x7 one 8 x 8) and
-   their shifted loads straddle cache lines; per plane they also pay a copy and a tile setup. Here the
-   lanes are TV_VLANES channels instead: each unit (an image x a block of channels) transposes the block's
-   planes into one zero-padded buffer of pixels (TV_VLANES floats each, the channels of that pixel), runs
-   tiles of TV_VDWB_R output pixels of a row x every channel of the block, writes the sums pixel by pixel
-   into a second buffer, and transposes them back into the NCHW planes, applying the epilogue there (relu,
-   the residual, the activation: as tv_vdw_put, on whole vectors of one channel's pixels). Per kernel row a
-   tile loads its R + KW - 1 input pixels once and feeds R x KW FMAs (a weight vector per tap, read from
-   the block's repacked weights): no lane is wasted but the channel tail of the last block, whose missing
-   channels repeat the last one and are not stored. */
+/* Stride 1 or 2 (both ways), no dilation, a kernel 3, 5 or 7 wide: channel-blocked tiles (tv_vdwb_*). The
+   column tiles above waste lanes and rows on small planes (a 14x14 plane computes 16 x 16 outputs, a 7x7 one
+   8 x 8) and their shifted loads straddle cache lines; per plane they also pay a copy and a tile setup. Here
+   the lanes are TV_VLANES channels instead: each unit (an image x a block of channels) transposes the
+   block's planes into one zero-padded buffer of pixels (TV_VLANES floats each, the channels of that pixel),
+   runs tiles of TV_VDWB_R output pixels of a row x every channel of the block (at stride 2, of every other
+   input pixel: the tile loads each of its taps' input vectors where it uses it), writes the sums pixel by
+   pixel into a second buffer, and transposes them back into the NCHW planes, applying the epilogue there
+   (relu, the residual, the activation: as tv_vdw_put, on whole vectors of one channel's pixels). Per kernel
+   row a tile loads its R + KW - 1 input pixels once and feeds R x KW FMAs (a weight vector per tap, read
+   from the block's repacked weights): no lane is wasted but the channel tail of the last block, whose
+   missing channels repeat the last one and are not stored. */
 /* (8 pixels: 8 accumulators hide the FMA's latency; 4 measured 1.15-1.3x slower) */
 #ifndef TV_VDWB_R
 #define TV_VDWB_R 8
@@ -1150,7 +1151,7 @@ typedef struct {
   const int32_t* at;     /* per input pixel: where its vector goes in the padded buffer */
   float* buffers;
   float* out;
-  int64_t c, h, w, oh, ow, kh, kw, pt, pl, blocks, units, chunks;
+  int64_t c, h, w, oh, ow, kh, kw, pt, pl, blocks, units, chunks, stride;
   int64_t wp, hp, each, sums;  /* padded pixels per row and rows; floats per chunk, of them the sums' */
   tv_conv_epilogue epi;
 } tv_vdwb_job;
@@ -1210,6 +1211,31 @@ static void tv_vdwb_pack(const tv_vdwb_job* j, int64_t block, float* wt, float* 
 TV_VDWB_TILE(3)
 TV_VDWB_TILE(5)
 TV_VDWB_TILE(7)
+/* The same at stride 2: output pixel x0 + i reads input columns 2 (x0 + i) + kx, loaded as used (2 R + KW - 2
+   of them would not stay in the registers beside the sums). */
+#define TV_VDWB_FMA2(i) a##i += wv * TV_VLOAD(row + (2 * (i) + kx) * TV_VLANES);
+#define TV_VDWB_TILE2(KW)                                                                                \
+  static void tv_vdwb_row2_k##KW(const float* padded, int64_t wp, const float* wt, int64_t kh,             \
+                                 const float* start, int64_t oy, int64_t ow, float* sums) {                \
+    for (int64_t x = 0; x < ow; x += TV_VDWB_R) {                                                          \
+      const int64_t x0 = ow >= TV_VDWB_R && x + TV_VDWB_R > ow ? ow - TV_VDWB_R : x;                      \
+      const int64_t keep = ow < TV_VDWB_R ? ow : TV_VDWB_R;                                               \
+      TV_VDWB_EACH(TV_VDWB_ACC)                                                                               \
+      for (int64_t ky = 0; ky < kh; ++ky) {                                                                \
+        const float* row = padded + ((2 * oy + ky) * wp + 2 * x0) * TV_VLANES;                             \
+        _Pragma("GCC unroll 7")                                                                            \
+        for (int kx = 0; kx < (KW); ++kx) {                                                                \
+          const tv_vf wv = TV_VLOAD(wt + (ky * (KW) + kx) * TV_VLANES);                                     \
+          TV_VDWB_EACH(TV_VDWB_FMA2)                                                                          \
+        }                                                                                                  \
+      }                                                                                                    \
+      float* dst = sums + (oy * ow + x0) * TV_VLANES;                                                      \
+      TV_VDWB_EACH(TV_VDWB_KEEP)                                                                              \
+    }                                                                                                      \
+  }
+TV_VDWB_TILE2(3)
+TV_VDWB_TILE2(5)
+TV_VDWB_TILE2(7)
 
 static void tv_vdwb_chunk(void* arg, int64_t i) {
   const tv_vdwb_job* j = (const tv_vdwb_job*)arg;
@@ -1255,10 +1281,13 @@ static void tv_vdwb_chunk(void* arg, int64_t i) {
     }
     /* (the block's biases by address, start: a vector wider than the target's is not passed by value) */
     for (int64_t oy = 0; oy < j->oh; ++oy) {
-      switch (j->kw) {
-        case 3: tv_vdwb_row_k3(padded, j->wp, wt, j->kh, start, oy, j->ow, sums); break;
-        case 5: tv_vdwb_row_k5(padded, j->wp, wt, j->kh, start, oy, j->ow, sums); break;
-        default: tv_vdwb_row_k7(padded, j->wp, wt, j->kh, start, oy, j->ow, sums);
+      switch (j->stride * 8 + j->kw) {
+        case 11: tv_vdwb_row_k3(padded, j->wp, wt, j->kh, start, oy, j->ow, sums); break;
+        case 13: tv_vdwb_row_k5(padded, j->wp, wt, j->kh, start, oy, j->ow, sums); break;
+        case 15: tv_vdwb_row_k7(padded, j->wp, wt, j->kh, start, oy, j->ow, sums); break;
+        case 19: tv_vdwb_row2_k3(padded, j->wp, wt, j->kh, start, oy, j->ow, sums); break;
+        case 21: tv_vdwb_row2_k5(padded, j->wp, wt, j->kh, start, oy, j->ow, sums); break;
+        default: tv_vdwb_row2_k7(padded, j->wp, wt, j->kh, start, oy, j->ow, sums);
       }
     }
     /* the sums back into the block's planes, TV_VLANES pixels of one channel per vector, through the
@@ -1293,34 +1322,42 @@ static void tv_vdwb_chunk(void* arg, int64_t i) {
   }
 }
 
-/* Whether the channel-blocked tiles take a depthwise convolution: unit strides, no dilation, a kernel 3, 5
-   or 7 wide (any height), and either a kernel 5 or 7 wide (25 or 49 taps per pixel carry the two
-   transposes) or an output row shorter than a vector (where the column tiles leave lanes of every vector
-   idle). 3x3 layers, relu, 1 thread, through the VM, blocked / column tiles on a Zen 5: with 16 lanes
-   rows of 7 0.66, 14 1.03, 16 1.38, 20 0.93, 28 1.33 (MobileNetV3's 88 x 28 x 28: 28.2 against 21.3 us), 30
-   1.41, 56 and 112 1.00; with 8 lanes rows of 7 0.76, 14 1.15, 16 1.33, 20 to 112 1.00. (Rows of up to
-   two vectors had been the rule, from 8-lane measurements of the 28- and 56-pixel rows only.)
-   TV_VDWB_OFF (a define) keeps every layer on the column tiles (benchmarks). */
+/* Whether the channel-blocked tiles take a depthwise convolution: strides 1 or 2 (the same both ways), no
+   dilation, a kernel 3, 5 or 7 wide (any height); at stride 1 either a kernel 5 or 7 wide (25 or 49 taps per
+   pixel carry the two transposes) or an output row shorter than a vector (where the column tiles leave lanes
+   of every vector idle). 3x3 layers, relu, 1 thread, through the VM, blocked / column tiles on a Zen 5: with
+   16 lanes rows of 7 0.66, 14 1.03, 16 1.38, 20 0.93, 28 1.33 (MobileNetV3's 88 x 28 x 28: 28.2 against 21.3
+   us), 30 1.41, 56 and 112 1.00; with 8 lanes rows of 7 0.76, 14 1.15, 16 1.33, 20 to 112 1.00. (Rows of up
+   to two vectors had been the rule, from 8-lane measurements of the 28- and 56-pixel rows only.) At stride 2
+   the tile reads an input vector per FMA where the column tiles' even/odd path does not, and it takes only
+   rows of at most half a vector, where the column tiles leave half of every vector idle
+   (`benchmarks/depthwise_layers.py --against` the kernels before, 1 thread, blocked / column: 16 lanes, 288
+   x 14 x 14 5x5, rows of 7: 0.575 at batch 1, 0.42 at 8; 96 x 28 x 28 5x5, rows of 14: 0.97 and 1.41; 8
+   lanes: 1.09 and 1.37 at batch 1). TV_VDWB_OFF (a define) keeps every layer on the column tiles
+   (benchmarks). */
 static inline int tv_vdwb_takes(int64_t ow, int64_t kw, int64_t sh, int64_t sw, int64_t dh, int64_t dw) {
 #ifdef TV_VDWB_OFF
   (void)ow; (void)kw; (void)sh; (void)sw; (void)dh; (void)dw;
   return 0;
 #else
-  return sh == 1 && sw == 1 && dh == 1 && dw == 1 && (kw == 3 || kw == 5 || kw == 7) &&
-         (kw >= 5 || ow < TV_VLANES);
+  return (sh == 1 || sh == 2) && sw == sh && dh == 1 && dw == 1 && (kw == 3 || kw == 5 || kw == 7) &&
+         (sh == 1 ? kw >= 5 || ow < TV_VLANES : 2 * ow <= TV_VLANES);
 #endif
 }
 
 /* tv_conv2d_depthwise_act_f32 through the channel-blocked tiles (tv_vdwb_takes). */
 static int32_t tv_vdwb_run(int64_t n, int64_t c, int64_t h, int64_t w, int64_t oh, int64_t ow, int64_t kh,
-                           int64_t kw, int64_t pt, int64_t pl, const float* x, const float* weights,
+                           int64_t kw, int64_t s, int64_t pt, int64_t pl, const float* x, const float* weights,
                            const float* bias, int64_t has_bias, tv_conv_epilogue epi, float* out) {
   const int64_t blocks = (c + TV_VLANES - 1) / TV_VLANES, taps = kh * kw;
-  const int64_t wp = (ow > TV_VDWB_R ? ow : TV_VDWB_R) + kw - 1, hp = oh + kh - 1;
+  /* the columns and rows the tiles read (a tile of R pixels, the last overlapping the one before), and
+     at least the image's place in the padding (at stride 2 an image may reach past what the taps read) */
+  int64_t wp = s * ((ow > TV_VDWB_R ? ow : TV_VDWB_R) - 1) + kw, hp = s * (oh - 1) + kh;
+  wp = wp > pl + w ? wp : pl + w, hp = hp > pt + h ? hp : pt + h;
   const int64_t outs = (oh * ow + TV_VLANES - 1) / TV_VLANES * TV_VLANES;  /* (whole vectors of pixels) */
   const int threads = tv_gemm_parallel((double)n * c * oh * ow * taps) ? tv_omp_max_threads() : 1;
   tv_vdwb_job job = {x, weights, has_bias ? bias : NULL, NULL, NULL, out, c, h, w, oh, ow, kh, kw, pt, pl, blocks,
-                     n * blocks, 0, wp, hp, (hp * wp + outs) * TV_VLANES, outs * TV_VLANES, epi};
+                     n * blocks, 0, s, wp, hp, (hp * wp + outs) * TV_VLANES, outs * TV_VLANES, epi};
   job.chunks = tv_vconv_chunks(job.units, threads);
   /* (the padded image reaches every input pixel: wp >= pl + w, hp >= pt + h, the padding after it being >= 0)
      per chunk its buffers and its block's packed weights and biases; then the pixels' offsets */
@@ -1348,9 +1385,10 @@ __attribute__((unused)) static int32_t tv_conv2d_depthwise_act_f32(int64_t n, in
     int64_t act, float alpha, float beta, float lo, float hi, const float* residual, int64_t has_residual,
     float* out) {
   if (n <= 0 || c <= 0 || oh <= 0 || ow <= 0) return 0;
-  if (tv_vdwb_takes(ow, kw, sh, sw, dh, dw) && (oh + kh) * (ow + kw + TV_VDWB_R) < INT32_MAX / TV_VLANES) {
+  if (tv_vdwb_takes(ow, kw, sh, sw, dh, dw) && (sh * oh + kh + pt + h) * (sw * ow + kw + 2 * TV_VDWB_R + pl + w)
+                                                  < INT32_MAX / TV_VLANES) {
     const tv_conv_epilogue epi = {NULL, relu != 0, 0, (int)act, alpha, beta, lo, hi, has_residual ? residual : NULL};
-    return tv_vdwb_run(n, c, h, w, oh, ow, kh, kw, pt, pl, x, weights, bias, has_bias, epi, out);
+    return tv_vdwb_run(n, c, h, w, oh, ow, kh, kw, sh, pt, pl, x, weights, bias, has_bias, epi, out);
   }
   const tv_vconv_geometry g = tv_vdw_geometry_of(oh, ow, kh, kw, sh, sw, dh, dw);
   int64_t at[kw];
