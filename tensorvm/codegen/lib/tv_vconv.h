@@ -1180,62 +1180,45 @@ static void tv_vdwb_pack(const tv_vdwb_job* j, int64_t block, float* wt, float* 
     for (int l = 0; l < TV_VLANES; ++l) wt[t * TV_VLANES + l] = src[l][t];
 }
 
-/* The tile of KW (a constant) taps per kernel row: TV_VDWB_R output pixels of row oy from column x0 (sums
-   of every channel of the block, from the block's biases at start) into sums. */
+/* The tile of KW (a constant) taps per kernel row at stride S (1 or 2): TV_VDWB_R output pixels of row oy
+   from column x0 (sums of every channel of the block, from the block's biases at start) into sums. At
+   stride 1 the row's R + KW - 1 input vectors are loaded once; at stride 2 output pixel x0 + i reads input
+   columns 2 (x0 + i) + kx, each loaded where its FMA uses it (2 R + KW - 2 of them would not stay in the
+   registers beside the sums). */
 #define TV_VDWB_ACC(i) tv_vf a##i = TV_VLOAD(start);
 #define TV_VDWB_FMA(i) a##i += wv * in[(i) + kx];
-#define TV_VDWB_KEEP(i) if ((i) < keep) TV_VSTORE(dst + (i) * TV_VLANES, a##i);
-#define TV_VDWB_TILE(KW)                                                                                 \
-  static void tv_vdwb_row_k##KW(const float* padded, int64_t wp, const float* wt, int64_t kh,              \
-                                const float* start, int64_t oy, int64_t ow, float* sums) {                 \
-    for (int64_t x = 0; x < ow; x += TV_VDWB_R) {                                                          \
-      /* (the last block overlaps the one before: the same sums again) */                                 \
-      const int64_t x0 = ow >= TV_VDWB_R && x + TV_VDWB_R > ow ? ow - TV_VDWB_R : x;                      \
-      const int64_t keep = ow < TV_VDWB_R ? ow : TV_VDWB_R;                                               \
-      TV_VDWB_EACH(TV_VDWB_ACC)                                                                               \
-      for (int64_t ky = 0; ky < kh; ++ky) {                                                                \
-        const float* row = padded + ((oy + ky) * wp + x0) * TV_VLANES;                                     \
-        tv_vf in[TV_VDWB_R + (KW) - 1];                                                                    \
-        _Pragma("GCC unroll 16")                                                                           \
-        for (int j = 0; j < TV_VDWB_R + (KW) - 1; ++j) in[j] = TV_VLOAD(row + j * TV_VLANES);              \
-        _Pragma("GCC unroll 7")                                                                            \
-        for (int kx = 0; kx < (KW); ++kx) {                                                                \
-          const tv_vf wv = TV_VLOAD(wt + (ky * (KW) + kx) * TV_VLANES);                                     \
-          TV_VDWB_EACH(TV_VDWB_FMA)                                                                           \
-        }                                                                                                  \
-      }                                                                                                    \
-      float* dst = sums + (oy * ow + x0) * TV_VLANES;                                                      \
-      TV_VDWB_EACH(TV_VDWB_KEEP)                                                                              \
-    }                                                                                                      \
-  }
-TV_VDWB_TILE(3)
-TV_VDWB_TILE(5)
-TV_VDWB_TILE(7)
-/* The same at stride 2: output pixel x0 + i reads input columns 2 (x0 + i) + kx, loaded as used (2 R + KW - 2
-   of them would not stay in the registers beside the sums). */
 #define TV_VDWB_FMA2(i) a##i += wv * TV_VLOAD(row + (2 * (i) + kx) * TV_VLANES);
-#define TV_VDWB_TILE2(KW)                                                                                \
-  static void tv_vdwb_row2_k##KW(const float* padded, int64_t wp, const float* wt, int64_t kh,             \
-                                 const float* start, int64_t oy, int64_t ow, float* sums) {                \
-    for (int64_t x = 0; x < ow; x += TV_VDWB_R) {                                                          \
-      const int64_t x0 = ow >= TV_VDWB_R && x + TV_VDWB_R > ow ? ow - TV_VDWB_R : x;                      \
-      const int64_t keep = ow < TV_VDWB_R ? ow : TV_VDWB_R;                                               \
-      TV_VDWB_EACH(TV_VDWB_ACC)                                                                               \
-      for (int64_t ky = 0; ky < kh; ++ky) {                                                                \
-        const float* row = padded + ((2 * oy + ky) * wp + 2 * x0) * TV_VLANES;                             \
-        _Pragma("GCC unroll 7")                                                                            \
-        for (int kx = 0; kx < (KW); ++kx) {                                                                \
+#define TV_VDWB_KEEP(i) if ((i) < keep) TV_VSTORE(dst + (i) * TV_VLANES, a##i);
+#define TV_VDWB_TILE(KW, S, NAME)                                                                           \
+  static void NAME##KW(const float* padded, int64_t wp, const float* wt, int64_t kh, const float* start,    \
+                       int64_t oy, int64_t ow, float* sums) {                                               \
+    for (int64_t x = 0; x < ow; x += TV_VDWB_R) {                                                           \
+      /* (the last block overlaps the one before: the same sums again) */                                   \
+      const int64_t x0 = ow >= TV_VDWB_R && x + TV_VDWB_R > ow ? ow - TV_VDWB_R : x;                        \
+      const int64_t keep = ow < TV_VDWB_R ? ow : TV_VDWB_R;                                                 \
+      TV_VDWB_EACH(TV_VDWB_ACC)                                                                             \
+      for (int64_t ky = 0; ky < kh; ++ky) {                                                                 \
+        const float* row = padded + (((S) * oy + ky) * wp + (S) * x0) * TV_VLANES;                          \
+        tv_vf in[TV_VDWB_R + (KW) - 1]; /* (stride 1: every input vector of the row, loaded once) */        \
+        _Pragma("GCC unroll 16")                                                                            \
+        for (int j = 0; j < TV_VDWB_R + (KW) - 1; ++j)                                                      \
+          if ((S) == 1) in[j] = TV_VLOAD(row + j * TV_VLANES); else in[j] = (tv_vf){0};                     \
+        _Pragma("GCC unroll 7")                                                                             \
+        for (int kx = 0; kx < (KW); ++kx) {                                                                 \
           const tv_vf wv = TV_VLOAD(wt + (ky * (KW) + kx) * TV_VLANES);                                     \
-          TV_VDWB_EACH(TV_VDWB_FMA2)                                                                          \
-        }                                                                                                  \
-      }                                                                                                    \
-      float* dst = sums + (oy * ow + x0) * TV_VLANES;                                                      \
-      TV_VDWB_EACH(TV_VDWB_KEEP)                                                                              \
-    }                                                                                                      \
+          if ((S) == 1) { TV_VDWB_EACH(TV_VDWB_FMA) } else { TV_VDWB_EACH(TV_VDWB_FMA2) }                   \
+        }                                                                                                   \
+      }                                                                                                     \
+      float* dst = sums + (oy * ow + x0) * TV_VLANES;                                                       \
+      TV_VDWB_EACH(TV_VDWB_KEEP)                                                                            \
+    }                                                                                                       \
   }
-TV_VDWB_TILE2(3)
-TV_VDWB_TILE2(5)
-TV_VDWB_TILE2(7)
+TV_VDWB_TILE(3, 1, tv_vdwb_row_k)
+TV_VDWB_TILE(5, 1, tv_vdwb_row_k)
+TV_VDWB_TILE(7, 1, tv_vdwb_row_k)
+TV_VDWB_TILE(3, 2, tv_vdwb_row2_k)
+TV_VDWB_TILE(5, 2, tv_vdwb_row2_k)
+TV_VDWB_TILE(7, 2, tv_vdwb_row2_k)
 
 static void tv_vdwb_chunk(void* arg, int64_t i) {
   const tv_vdwb_job* j = (const tv_vdwb_job*)arg;
