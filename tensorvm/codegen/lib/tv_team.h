@@ -338,22 +338,28 @@ static inline int64_t tv_team_fork_join(void) {
    from twice a split's cost (at most TV_FORK_JOIN_CYCLES) in its multiply-adds (parallel_work_narrow); a
    parallel loop's chunk holds at least a sixteenth of a split's cost in elements, half a vector per cycle
    (team_chunk_elements). `built`, the rule for an unmeasured host, where the pool has no measurement. */
+#ifdef TV_FORK_JOIN_CYCLES
+/* `splits` measured splits (at most TV_FORK_JOIN_CYCLES cycles) of work at `macs` multiply-adds a cycle;
+   `built` where the pool has no measurement. */
+static inline int64_t tv_team_split_work(int64_t built, int64_t splits, int64_t macs) {
+  const int64_t cycles = tv_team_fork_join();
+  if (cycles <= 0) return built;
+  return (splits * cycles < TV_FORK_JOIN_CYCLES ? splits * cycles : TV_FORK_JOIN_CYCLES) * macs;
+}
+#endif
 static inline int64_t tv_team_narrow_work(int64_t built) {
 #if defined(TV_NARROW_MACS_PER_CYCLE) && defined(TV_FORK_JOIN_CYCLES)
-  const int64_t cycles = tv_team_fork_join();
-  if (cycles > 0) return (2 * cycles < TV_FORK_JOIN_CYCLES ? 2 * cycles : TV_FORK_JOIN_CYCLES) * TV_NARROW_MACS_PER_CYCLE;
-#endif
+  return tv_team_split_work(built, 2, TV_NARROW_MACS_PER_CYCLE);
+#else
   return built;
+#endif
 }
 static inline int64_t tv_team_wide_work(int64_t built) {
 #if defined(TV_MACS_PER_CYCLE) && defined(TV_FORK_JOIN_CYCLES) && defined(TV_TEAM_WIDE_SPLITS)
-  const int64_t cycles = tv_team_fork_join();
-  if (cycles > 0) {
-    const int64_t most = TV_TEAM_WIDE_SPLITS * cycles;
-    return (most < TV_FORK_JOIN_CYCLES ? most : TV_FORK_JOIN_CYCLES) * TV_MACS_PER_CYCLE;
-  }
-#endif
+  return tv_team_split_work(built, TV_TEAM_WIDE_SPLITS, TV_MACS_PER_CYCLE);
+#else
   return built;
+#endif
 }
 static inline int64_t tv_team_chunk_elements(int64_t built) {
 #if defined(TV_WORK_LANES)

@@ -1219,6 +1219,12 @@ TV_VDWB_TILE(7, 1, tv_vdwb_row_k)
 TV_VDWB_TILE(3, 2, tv_vdwb_row2_k)
 TV_VDWB_TILE(5, 2, tv_vdwb_row2_k)
 TV_VDWB_TILE(7, 2, tv_vdwb_row2_k)
+typedef void (*tv_vdwb_row_fn)(const float*, int64_t, const float*, int64_t, const float*, int64_t, int64_t, float*);
+/* The tile for a kernel `kw` wide (3, 5 or 7, tv_vdwb_takes) at stride `s` (1 or 2). */
+static tv_vdwb_row_fn tv_vdwb_row_of(int64_t s, int64_t kw) {
+  if (s == 1) return kw == 3 ? tv_vdwb_row_k3 : kw == 5 ? tv_vdwb_row_k5 : tv_vdwb_row_k7;
+  return kw == 3 ? tv_vdwb_row2_k3 : kw == 5 ? tv_vdwb_row2_k5 : tv_vdwb_row2_k7;
+}
 
 static void tv_vdwb_chunk(void* arg, int64_t i) {
   const tv_vdwb_job* j = (const tv_vdwb_job*)arg;
@@ -1230,6 +1236,7 @@ static void tv_vdwb_chunk(void* arg, int64_t i) {
   const int64_t lo = i * j->units / j->chunks, hi = (i + 1) * j->units / j->chunks;
   const int64_t pixels = j->h * j->w, outs = j->oh * j->ow, images = j->units / j->blocks;
   const tv_conv_epilogue e = j->epi; /* (a copy: the stores to out could alias its floats) */
+  const tv_vdwb_row_fn row = tv_vdwb_row_of(j->stride, j->kw);
   /* (the zeros around the image are the same for every unit: written once, and only they, since every
      unit writes the image's pixels; so are the sums' tail lanes past the last pixel, which the last
      transpose reads and no store keeps) */
@@ -1263,16 +1270,7 @@ static void tv_vdwb_chunk(void* arg, int64_t i) {
         for (int l = 0; l < TV_VLANES; ++l) padded[j->at[p] + l] = src[l][p];
     }
     /* (the block's biases by address, start: a vector wider than the target's is not passed by value) */
-    for (int64_t oy = 0; oy < j->oh; ++oy) {
-      switch (j->stride * 8 + j->kw) {
-        case 11: tv_vdwb_row_k3(padded, j->wp, wt, j->kh, start, oy, j->ow, sums); break;
-        case 13: tv_vdwb_row_k5(padded, j->wp, wt, j->kh, start, oy, j->ow, sums); break;
-        case 15: tv_vdwb_row_k7(padded, j->wp, wt, j->kh, start, oy, j->ow, sums); break;
-        case 19: tv_vdwb_row2_k3(padded, j->wp, wt, j->kh, start, oy, j->ow, sums); break;
-        case 21: tv_vdwb_row2_k5(padded, j->wp, wt, j->kh, start, oy, j->ow, sums); break;
-        default: tv_vdwb_row2_k7(padded, j->wp, wt, j->kh, start, oy, j->ow, sums);
-      }
-    }
+    for (int64_t oy = 0; oy < j->oh; ++oy) row(padded, j->wp, wt, j->kh, start, oy, j->ow, sums);
     /* the sums back into the block's planes, TV_VLANES pixels of one channel per vector, through the
        epilogue; the tail's pixels (fewer than a vector) through a small buffer, so no output float is
        written twice (the residual may be the output's own floats) */
