@@ -61,6 +61,7 @@ from .infer_type import InferType
 from .inline_primitives import InlinePrimitives
 from .lambda_lift import LambdaLift
 from .legalize import Legalize
+from .local_refs import LocalRefsToValues
 from .manifest_alloc import ManifestAlloc
 from .manifest_lifetimes import ManifestLifetimes
 from .memory_plan import MemoryPlan
@@ -76,7 +77,8 @@ def vm_passes(opt_level: int = 3, memory_plan: bool = True, target: str | None =
     """The lowering passes, in order (``opt_level`` 0 puts every op in its own kernel). ``target`` "c"
     adds ``PackWeights`` (products with constant weights read them pre-packed, a C kernel's layout)."""
     passes = [
-        EtaExpand(),  # first: type inference rejects an op used as a value
+        LocalRefsToValues(),  # first: a reference that stays in its function is values (the VM holds none)
+        EtaExpand(),  # type inference rejects an op used as a value
         ConstantArguments(),  # a recursive loop's weights become constants (folded, packed below)
         InferType(),
         SimplifyExpr(),

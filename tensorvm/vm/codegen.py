@@ -265,7 +265,9 @@ class _FunctionCompiler:
         if isinstance(e, Function):
             raise UnsupportedError(f"{self.name}: a function literal remains after lambda lifting")
         if isinstance(e, (RefCreate, RefRead, RefWrite)):
-            raise UnsupportedError("the VM does not support references (ref, ref_read, ref_write); "
+            raise UnsupportedError("the VM holds no references: those read and written only in the function "
+                                   "that creates them become values (LocalRefsToValues), but this one may "
+                                   "leave the function (captured by a closure, passed, stored or returned); "
                                    "use the interpreter")
         raise UnsupportedError(f"{self.name}: the VM cannot compile a {type(e).__name__}")
 

@@ -337,7 +337,7 @@ class Generator:
             kinds += ["arange", "argwhere", "shape_arith", "shape_tensor", "dense"]
         elif not self.static:
             kinds += ["arange", "argwhere", "if", "if", "loop", "grow_loop", "fill_loop", "recursion", "closure",
-                      "list", "option", "tree"]
+                      "list", "option", "tree", "ref"]
         if self.depth >= 2:  # bounded nesting: blocks inside blocks only use dataflow
             kinds = kinds[:14]
         for _ in range(4):  # a kind may not apply to the values at hand: try another
@@ -629,6 +629,25 @@ class Generator:
         then = self.block(scope, t.shape, "  ")
         other = self.block(scope, t.shape, "  ")
         return self.bind(lines, scope, f"if ({cond}) {{\n{then}\n}} else {{\n{other}\n}}", t.shape)
+
+    def s_ref(self, lines, scope):
+        """A reference read and written in this block only (some writes under an ``if``): the VM's
+        LocalRefsToValues makes it values, the interpreter keeps a mutable cell."""
+        t = self.pick(scope)
+        r = self.fresh("r")
+        lines.append(f"let {r} = ref({t.expr});")
+        sources = [t.expr]
+        for _ in range(self.draw(st.integers(1, 3))):
+            u = self.pick(scope, lambda v: broadcasts_into(v.shape, t.shape))
+            update = f"{self.choice(BINARY)}(ref_read({r}), {u.expr})"
+            sources.append(update)
+            if self.chance(0.4):
+                lines.append(f"if ({self.condition(scope)}) {{ ref_write({r}, {update}) }} else {{ () }};")
+            else:
+                lines.append(f"ref_write({r}, {update});")
+        value = self.bind(lines, scope, f"ref_read({r})", t.shape)
+        self.note(value.expr, " ".join(sources))
+        return value
 
     def bound(self, scope: _Scope) -> str:
         """A loop or recursion count: a literal or a dim of a parameter (shape_of)."""
