@@ -8,6 +8,7 @@ from . import (  # noqa: F401
     onnx_detection,
     onnx_elementwise,
     onnx_nn,
+    onnx_quantize,
     onnx_sequence,
     onnx_shape,
 )

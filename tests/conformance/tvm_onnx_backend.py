@@ -39,6 +39,7 @@ RotaryEmbedding RMSNormalization Trilu CumSum Shape Size Reshape Flatten Squeeze
 Slice Gather GatherElements GatherND ScatterElements ScatterND Expand Tile Pad Range ConstantOfShape Constant Cast
 CastLike OneHot ReduceSum ReduceMean ReduceMax ReduceMin ReduceProd ReduceL2 ReduceSumSquare ReduceLogSumExp
 ArgMax ArgMin NonMaxSuppression TopK NonZero RoiAlign Compress Unique If Loop Scan
+QuantizeLinear DequantizeLinear DynamicQuantizeLinear MatMulInteger ConvInteger QLinearMatMul QLinearConv
 """.split())
 
 TARGET = os.environ.get("TENSORVM_ONNX_TARGET", "c")
