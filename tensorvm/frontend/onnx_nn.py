@@ -535,3 +535,19 @@ def _arg(op_name):
 
 converter("ArgMax", 1)(_arg("argmax"))
 converter("ArgMin", 1)(_arg("argmin"))
+
+
+@converter("LpNormalization", 1)
+def lp_normalization_1(ctx, input, *, axis=-1, p=2):  # noqa: A002
+    """input / its L1 or L2 norm along axis; a zero norm divides by 1 (zeros stay zeros, as ONNX Runtime
+    gives)."""
+    if p not in (1, 2):
+        raise TypeInferenceError(f"LpNormalization: p must be 1 or 2, got {p}")
+    dtype = ctx.dtype(input)
+    axis = axis + ctx.ndim(input) if axis < 0 else axis
+    if p == 1:
+        norm = ctx.call("sum", ctx.call("abs", input), axis=(axis,), keepdims=True)
+    else:
+        norm = ctx.call("sqrt", ctx.call("sum", ctx.call("multiply", input, input), axis=(axis,), keepdims=True))
+    zero, one = ctx.constant(np.array(0, dtype)), ctx.constant(np.array(1, dtype))
+    return ctx.call("divide", input, ctx.call("where", ctx.call("equal", norm, zero), one, norm))

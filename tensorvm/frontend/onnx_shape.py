@@ -588,3 +588,25 @@ def eye_like_9(ctx, input, *, dtype=None, k=0):  # noqa: A002
 
 
 __all__ = ["reshape_to", "split_sizes", "slice_static", "squeeze_axes", "unsqueeze_axes"]
+
+
+@converter("ReverseSequence", 10)
+def reverse_sequence_10(ctx, input, sequence_lens, *, batch_axis=1, time_axis=0):  # noqa: A002
+    """Each batch entry's first sequence_lens[b] steps along time_axis reversed, the rest kept: a gather
+    along time_axis at index len - 1 - t where t < len, else t."""
+    if {batch_axis, time_axis} != {0, 1}:
+        raise TypeInferenceError(f"ReverseSequence: batch_axis and time_axis must be 0 and 1, got {batch_axis} and {time_axis}")
+    i64 = "int64"
+    steps = ctx.call("arange", ctx.constant(np.array(0, i64)), ctx.dim_value(input, time_axis),
+                     ctx.constant(np.array(1, i64)), dtype=i64)
+    lengths = ctx.cast(sequence_lens, i64)
+    # (time, batch) grids: steps down the time axis, lengths across the batch axis
+    t = ctx.call("expand_dims", steps, axis=1) if time_axis == 0 else ctx.call("expand_dims", steps, axis=0)
+    n = ctx.call("expand_dims", lengths, axis=0) if time_axis == 0 else ctx.call("expand_dims", lengths, axis=1)
+    last = ctx.call("subtract", ctx.call("subtract", n, t), ctx.constant(np.array(1, i64)))
+    index = ctx.call("where", ctx.call("less", t, n), last, ctx.call("add", t, ctx.call("zeros_like", n)))
+    rank = ctx.ndim(input)
+    if rank > 2:
+        index = ctx.call("expand_dims", index, axis=2, num_newaxis=rank - 2)
+    index = ctx.call("broadcast_to_like", index, input)
+    return ctx.call("gather", input, index, axis=time_axis)
