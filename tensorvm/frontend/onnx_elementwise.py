@@ -362,3 +362,20 @@ def constant_1(ctx, *, value=None, value_float=None, value_floats=None, value_in
         return ctx.constant(np.array(value_ints, "int64"))
     raise UnsupportedError("Constant: only tensor, float(s) and int(s) values are supported (not strings "
                            "or sparse tensors)")
+
+
+def _swish(ctx, x, alpha):
+    scaled = x if alpha == 1.0 else ctx.call("multiply", x, scalar_like(ctx, x, alpha))
+    return ctx.call("multiply", x, ctx.call("sigmoid", scaled))
+
+
+@converter("Swish", 24)
+def swish_24(ctx, X, *, alpha=1.0):
+    return _swish(ctx, X, float(alpha))
+
+
+@converter("SwiGLU", 28)
+def swiglu_28(ctx, A, B, *, alpha=1.0):
+    if ctx.shape(A) != ctx.shape(B) and all(isinstance(d, int) for d in ctx.shape(A) + ctx.shape(B)):
+        raise TypeInferenceError(f"SwiGLU: A and B must have one shape, got {ctx.shape(A)} and {ctx.shape(B)}")
+    return ctx.call("multiply", _swish(ctx, A, float(alpha)), B)

@@ -536,20 +536,39 @@ def one_hot_9(ctx, indices, depth, values, *, axis=-1):
     return ctx.call("dyn.one_hot", index, on, off, depth, axis=axis)
 
 
-@converter("CumSum", 11)
-def cumsum_11(ctx, x, axis, *, exclusive=0, reverse=0):
+def _cumulative(ctx, op: str, x, axis, exclusive, reverse):
+    """``op`` (cumsum, cumprod) along a constant axis, reversed before and after for ``reverse``."""
+    name = {"cumsum": "CumSum", "cumprod": "CumProd"}[op]
     axis_value = ctx.scalar_value(axis)
-    if axis_value is None:
+    if axis_value is None and op == "cumsum":
         return ctx.call("dyn.cumsum", x, _int64(ctx, _scalar(ctx, axis)), exclusive=bool(exclusive),
                         reverse=bool(reverse))
+    if axis_value is None:  # one branch per axis, chosen at run time (the rank is known)
+        ndim = ctx.ndim(x)
+        chosen = ctx.call("floor_mod", _int64(ctx, _scalar(ctx, axis)), ctx.constant(np.array(ndim, np.int64)))
+        out = _cumulative(ctx, op, x, ctx.constant(np.array(ndim - 1, np.int64)), exclusive, reverse)
+        for a in range(ndim - 2, -1, -1):
+            taken = ctx.call("equal", chosen, ctx.constant(np.array(a, np.int64)))
+            out = ctx.if_(taken, _cumulative(ctx, op, x, ctx.constant(np.array(a, np.int64)), exclusive, reverse), out)
+        return out
     ndim = ctx.ndim(x)
     axis_value = int(axis_value)
     if not -ndim <= axis_value < ndim:
-        raise TypeInferenceError(f"CumSum: axis {axis_value} is out of range for rank {ndim}")
+        raise TypeInferenceError(f"{name}: axis {axis_value} is out of range for rank {ndim}")
     axis_value %= ndim
     data = ctx.call("reverse", x, axis=axis_value) if reverse else x
-    out = ctx.call("cumsum", data, axis=axis_value, exclusive=bool(exclusive))
+    out = ctx.call(op, data, axis=axis_value, exclusive=bool(exclusive))
     return ctx.call("reverse", out, axis=axis_value) if reverse else out
+
+
+@converter("CumSum", 11)
+def cumsum_11(ctx, x, axis, *, exclusive=0, reverse=0):
+    return _cumulative(ctx, "cumsum", x, axis, exclusive, reverse)
+
+
+@converter("CumProd", 26)
+def cumprod_26(ctx, x, axis, *, exclusive=0, reverse=0):
+    return _cumulative(ctx, "cumprod", x, axis, exclusive, reverse)
 
 
 @converter("Trilu", 14)
@@ -610,3 +629,103 @@ def reverse_sequence_10(ctx, input, sequence_lens, *, batch_axis=1, time_axis=0)
         index = ctx.call("expand_dims", index, axis=2, num_newaxis=rank - 2)
     index = ctx.call("broadcast_to_like", index, input)
     return ctx.call("gather", input, index, axis=time_axis)
+
+
+def _window(ctx, op: str, size, periodic: int, output_datatype: int, terms: tuple):
+    """sum_k terms[k] cos(2 pi k n / N) over n = 0 .. size - 1, N = size (periodic) or size - 1, computed in
+    float64 as ONNX's reference does, then cast to ``output_datatype``."""
+    from .onnx_context import onnx_dtype
+
+    dtype = onnx_dtype(output_datatype, f"{op} output_datatype")
+    f64 = "float64"
+    count = ctx.cast(_scalar(ctx, size), f64)
+    n = ctx.call("arange", ctx.constant(np.array(0, f64)), count, ctx.constant(np.array(1, f64)), dtype=f64)
+    span = count if periodic else ctx.call("subtract", count, ctx.constant(np.array(1, f64)))
+    phase = ctx.call("divide", ctx.call("multiply", n, ctx.constant(np.array(2 * np.pi, f64))), span)
+    out = ctx.call("full_like", n, ctx.constant(np.array(terms[0], f64)))
+    for k, weight in enumerate(terms[1:], start=1):
+        wave = ctx.call("cos", ctx.call("multiply", phase, ctx.constant(np.array(float(k), f64))))
+        out = ctx.call("add", out, ctx.call("multiply", wave, ctx.constant(np.array(weight, f64))))
+    return ctx.cast(out, dtype)
+
+
+@converter("HannWindow", 17)
+def hann_window_17(ctx, size, *, output_datatype=1, periodic=1):
+    return _window(ctx, "HannWindow", size, periodic, output_datatype, (0.5, -0.5))
+
+
+@converter("HammingWindow", 17)
+def hamming_window_17(ctx, size, *, output_datatype=1, periodic=1):
+    return _window(ctx, "HammingWindow", size, periodic, output_datatype, (25 / 46, -(1 - 25 / 46)))
+
+
+@converter("BlackmanWindow", 17)
+def blackman_window_17(ctx, size, *, output_datatype=1, periodic=1):
+    return _window(ctx, "BlackmanWindow", size, periodic, output_datatype, (0.42, -0.5, 0.08))
+
+
+@converter("CenterCropPad", 18)
+def center_crop_pad_18(ctx, input_data, shape, *, axes=None):
+    """Each listed axis cropped to the centre (the extra element on the right) or zero padded around it
+    (the extra element on the right): the target sizes must be constants."""
+    sizes = ctx.int_list(shape)
+    ndim = ctx.ndim(input_data)
+    axes = [a % ndim for a in (axes if axes is not None else range(ndim))]
+    if sizes is None or not all(isinstance(ctx.shape(input_data)[a], int) for a in axes):
+        return _center_crop_pad_at_run_time(ctx, input_data, shape, axes)
+    if len(axes) != len(sizes):
+        raise TypeInferenceError(f"CenterCropPad: {len(sizes)} sizes for {len(axes)} axes")
+    out = input_data
+    for axis, target in zip(axes, sizes):
+        length = ctx.shape(out)[axis]
+        if not isinstance(length, int):
+            raise UnsupportedError(f"CenterCropPad: axis {axis} has no static length")
+        if target < length:
+            begin = (length - target) // 2
+            out = ctx.call("strided_slice", out, begin=(begin,), end=(begin + target,), axes=(axis,))
+        elif target > length:
+            before = (target - length) // 2
+            width = [(0, 0)] * ndim
+            width[axis] = (before, target - length - before)
+            out = ctx.call("nn.pad", out, ctx.constant(np.array(0, ctx.dtype(out))), pad_width=tuple(width))
+    return out if out is not input_data else ctx.call("copy", input_data)
+
+
+def _center_crop_pad_at_run_time(ctx, data, shape, axes: list):
+    """CenterCropPad with a run-time target or input length: a Slice then a Pad of run-time bounds."""
+    i64 = "int64"
+    axes_const = ctx.constant(np.array(axes, i64))
+    lengths = ctx.call("take", ctx.shape_of(data, i64), axes_const, axis=0)
+    target = _int64(ctx, shape)
+    zero, two = ctx.constant(np.array(0, i64)), ctx.constant(np.array(2, i64))
+    begin = ctx.call("floor_divide", ctx.call("maximum", ctx.call("subtract", lengths, target), zero), two)
+    end = ctx.call("add", begin, ctx.call("minimum", lengths, target))
+    cropped = slice_10(ctx, data, begin, end, axes_const)
+    total = ctx.call("maximum", ctx.call("subtract", target, lengths), zero)
+    before = ctx.call("floor_divide", total, two)
+    pads = ctx.call("concatenate", ctx.tuple([before, ctx.call("subtract", total, before)]), axis=0)
+    return pad_11(ctx, cropped, pads, None, axes_const)
+
+
+@converter("TensorScatter", 24)
+def tensor_scatter_24(ctx, past_cache, update, write_indices=None, *, mode="linear", axis=-2):
+    """present = past_cache with update's entries along ``axis`` written from each batch row's write index
+    (modulo the cache's length in ``circular`` mode): a scatter_elements whose indices are
+    write_indices[b] + s along axis. Linear writes past the cache's end are an index error."""
+    if mode not in ("linear", "circular"):
+        raise UnsupportedError(f"TensorScatter: mode {mode!r}")
+    ndim = ctx.ndim(past_cache)
+    axis %= ndim
+    if axis == 0:
+        raise TypeInferenceError("TensorScatter: axis 0 is the batch axis")
+    i64 = "int64"
+    steps = ctx.call("arange", ctx.constant(np.array(0, i64)), ctx.dim_value(update, axis),
+                     ctx.constant(np.array(1, i64)), dtype=i64)
+    steps = ctx.call("reshape", steps, newshape=tuple(-1 if i == axis else 1 for i in range(ndim)))
+    if write_indices is not None:
+        starts = ctx.call("reshape", ctx.cast(write_indices, i64), newshape=(-1,) + (1,) * (ndim - 1))
+        steps = ctx.call("add", steps, starts)
+    if mode == "circular":
+        steps = ctx.call("floor_mod", steps, ctx.dim_value(past_cache, axis))
+    index = ctx.call("broadcast_to_like", steps, update)
+    return ctx.call("scatter_elements", past_cache, index, update, axis=axis, reduction="update")

@@ -40,7 +40,7 @@ Slice Gather GatherElements GatherND ScatterElements ScatterND Expand Tile Pad R
 CastLike OneHot ReduceSum ReduceMean ReduceMax ReduceMin ReduceProd ReduceL2 ReduceSumSquare ReduceLogSumExp
 ArgMax ArgMin NonMaxSuppression TopK NonZero RoiAlign Compress Unique If Loop Scan
 QuantizeLinear DequantizeLinear DynamicQuantizeLinear MatMulInteger ConvInteger QLinearMatMul QLinearConv
-LpNormalization ReverseSequence
+LpNormalization ReverseSequence Swish SwiGLU CumProd HannWindow HammingWindow BlackmanWindow CenterCropPad TensorScatter
 """.split())
 
 TARGET = os.environ.get("TENSORVM_ONNX_TARGET", "c")

@@ -1,0 +1,71 @@
+"""Recent ONNX ops written with core ops (Swish, SwiGLU, CumProd, the Hann/Hamming/Blackman windows,
+CenterCropPad, TensorScatter) against ONNX's reference evaluator, on one executable over several
+shapes and run-time values (bytecode and native); ONNX's node tests check them too."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper
+from onnx.reference import ReferenceEvaluator
+
+import tensorvm as tv
+
+VI = helper.make_tensor_value_info
+F, I64 = TensorProto.FLOAT, TensorProto.INT64
+
+
+def _check(node, inputs, outputs, feeds_list, opset=28):
+    graph = helper.make_graph([node], "g", inputs, outputs)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = 11
+    reference = ReferenceEvaluator(model)
+    mod, params = tv.frontend.from_onnx(model)
+    for mode in ("bytecode", "native"):
+        vm = tv.vm.VirtualMachine(tv.vm.compile(mod, target="c", params=params, exec_mode=mode))
+        for feeds in feeds_list:
+            want = reference.run(None, feeds)[0]
+            got = np.asarray(vm.invoke("main", *feeds.values()).numpy())
+            assert got.dtype == want.dtype and got.shape == want.shape, mode
+            np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6, err_msg=mode)
+
+
+@pytest.mark.parametrize("mode", ["linear", "circular"])
+def test_tensor_scatter_updates_a_kv_cache(mode):
+    rng = np.random.default_rng(0)
+    node = helper.make_node("TensorScatter", ["past", "update", "at"], ["present"], mode=mode, axis=2)
+    dims = ["b", 2, 8, 3]
+    feeds = []
+    for batch, steps in ((2, 3), (3, 1), (1, 5)):
+        at = rng.integers(0, 8 - steps + 1, batch) if mode == "linear" else rng.integers(0, 8, batch)
+        feeds.append({"past": rng.standard_normal((batch, 2, 8, 3)).astype(np.float32),
+                      "update": rng.standard_normal((batch, 2, steps, 3)).astype(np.float32),
+                      "at": at.astype(np.int64)})
+    _check(node, [VI("past", F, dims), VI("update", F, ["b", 2, "s", 3]), VI("at", I64, ["b"])],
+           [VI("present", F, dims)], feeds)
+
+
+def test_center_crop_pad_with_a_run_time_target():
+    rng = np.random.default_rng(1)
+    node = helper.make_node("CenterCropPad", ["x", "shape"], ["y"], axes=[1, 2])
+    feeds = [{"x": rng.standard_normal((2, h, w)).astype(np.float32), "shape": np.array(t, np.int64)}
+             for h, w, t in ((5, 6, (3, 9)), (4, 4, (4, 1)), (7, 2, (8, 2)))]
+    _check(node, [VI("x", F, [2, "h", "w"]), VI("shape", I64, [2])], [VI("y", F, [2, "a", "b"])], feeds)
+
+
+@pytest.mark.parametrize("op", ["HannWindow", "HammingWindow", "BlackmanWindow"])
+@pytest.mark.parametrize("periodic", [0, 1])
+def test_windows_of_run_time_sizes(op, periodic):
+    node = helper.make_node(op, ["n"], ["w"], periodic=periodic)
+    _check(node, [VI("n", I64, [])], [VI("w", F, ["m"])], [{"n": np.array(k, np.int64)} for k in (1, 2, 10, 33)])
+
+
+def test_cumprod_over_a_run_time_axis_and_swiglu():
+    rng = np.random.default_rng(2)
+    node = helper.make_node("CumProd", ["x", "axis"], ["y"], exclusive=1, reverse=1)
+    feeds = [{"x": rng.uniform(0.5, 1.5, (3, 4)).astype(np.float32), "axis": np.array(a, np.int64)} for a in (0, 1, -1)]
+    _check(node, [VI("x", F, ["n", 4]), VI("axis", I64, [])], [VI("y", F, ["n", 4])], feeds)
+    node = helper.make_node("SwiGLU", ["a", "b"], ["y"], alpha=1.702)
+    feeds = [{"a": rng.standard_normal((n, 6)).astype(np.float32), "b": rng.standard_normal((n, 6)).astype(np.float32)}
+             for n in (1, 4)]
+    _check(node, [VI("a", F, ["n", 6]), VI("b", F, ["n", 6])], [VI("y", F, ["n", 6])], feeds)
