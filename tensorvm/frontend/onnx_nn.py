@@ -551,3 +551,54 @@ def lp_normalization_1(ctx, input, *, axis=-1, p=2):  # noqa: A002
         norm = ctx.call("sqrt", ctx.call("sum", ctx.call("multiply", input, input), axis=(axis,), keepdims=True))
     zero, one = ctx.constant(np.array(0, dtype)), ctx.constant(np.array(1, dtype))
     return ctx.call("divide", input, ctx.call("where", ctx.call("equal", norm, zero), one, norm))
+
+
+def _nll(ctx, x, target, weight, reduction: str, ignore_index, op: str):
+    """ONNX's negative log likelihood over x (N, C, d...) at target (N, d...), as its reference computes it:
+    -x[n, target, d] times the target's weight (zero where target is ignore_index); ``mean`` divides the
+    sum by the weights' sum (by the element count when there are neither weights nor an ignore_index
+    other than -1, ignored elements counting as zeros there, as the reference does)."""
+    if reduction not in ("none", "sum", "mean"):
+        raise UnsupportedError(f"{op}: reduction {reduction!r}")
+    if ctx.ndim(x) < 2:
+        raise TypeInferenceError(f"{op}: the input needs a class axis (rank >= 2), got rank {ctx.ndim(x)}")
+    dtype, i64 = ctx.dtype(x), "int64"
+    target = ctx.cast(target, i64)
+    ignored = None
+    if ignore_index is not None:
+        ignored = ctx.call("equal", target, ctx.constant(np.array(ignore_index, i64)))
+        target = ctx.call("where", ignored, ctx.constant(np.array(0, i64)), target)  # (a safe index)
+    picked = ctx.call("squeeze", ctx.call("gather", x, ctx.call("expand_dims", target, axis=1), axis=1), axis=(1,))
+    loss = ctx.call("negative", picked)
+    zero, one = ctx.constant(np.array(0, dtype)), ctx.constant(np.array(1, dtype))
+    weights = None
+    if weight is not None:
+        weights = ctx.call("take", weight, target, axis=0, mode="clip")
+    elif ignore_index != -1:
+        weights = ctx.call("full_like", loss, one)
+    if ignored is not None:
+        loss = ctx.call("where", ignored, zero, loss)
+        if weights is not None:
+            weights = ctx.call("where", ignored, zero, weights)
+    if weights is not None:
+        loss = ctx.call("multiply", loss, weights)
+    if reduction == "none":
+        return loss
+    total = ctx.call("sum", loss)
+    if reduction == "sum":
+        return total
+    if weights is not None:
+        return ctx.call("divide", total, ctx.call("sum", weights))
+    return ctx.call("mean", loss)
+
+
+@converter("NegativeLogLikelihoodLoss", 12)
+def negative_log_likelihood_loss_12(ctx, input, target, weight=None, *, ignore_index=None, reduction="mean"):  # noqa: A002
+    return _nll(ctx, input, target, weight, reduction, ignore_index, "NegativeLogLikelihoodLoss")
+
+
+@converter("SoftmaxCrossEntropyLoss", 12)
+def softmax_cross_entropy_loss_12(ctx, scores, labels, weights=None, *, ignore_index=None, reduction="mean"):
+    log_prob = ctx.call("nn.log_softmax", scores, axis=1)
+    loss = _nll(ctx, log_prob, labels, weights, reduction, ignore_index, "SoftmaxCrossEntropyLoss")
+    return loss, log_prob
