@@ -11,4 +11,5 @@ from . import (  # noqa: F401
     onnx_quantize,
     onnx_sequence,
     onnx_shape,
+    onnx_signal,
 )

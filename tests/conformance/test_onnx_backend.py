@@ -37,6 +37,11 @@ XFAIL = {
     # float16 end to end through the expanded Attention graph: 2 of 192 outputs differ from the reference
     # by one float16 ulp (about 5e-4), just over the suite's rtol of 1e-3 at those values.
     r"^test_attention_4d_causal_fp16_expanded_cpu$": "float16 rounding in the expanded graph",
+    # The recorded outputs are NumPy's inverse FFT in single precision (complex64 in, complex64 out: they
+    # match it exactly); tensorvm's DFT computes in float64, and where the exact value is 0 the
+    # reference's own rounding (1.9e-7) is just over the suite's atol of 1e-7 (double precision differs
+    # from the recording by up to 1.5e-6 elsewhere, within its rtol).
+    r"^test_dft_inverse(_opset19)?_cpu$": "the recording's single-precision FFT rounding",
 }
 if TARGET == "c":
     # float16 end to end through the expanded grouped-query Attention graph: 1 of 576 outputs differs from the
