@@ -729,3 +729,31 @@ def tensor_scatter_24(ctx, past_cache, update, write_indices=None, *, mode="line
         steps = ctx.call("floor_mod", steps, ctx.dim_value(past_cache, axis))
     index = ctx.call("broadcast_to_like", steps, update)
     return ctx.call("scatter_elements", past_cache, index, update, axis=axis, reduction="update")
+
+
+@converter("MaxUnpool", 9)
+def max_unpool_9(ctx, X, I, output_shape=None, *, kernel_shape, pads=None, strides=None):  # noqa: E741
+    """X's values written at I's flat indices (over the whole tensor, as MaxPool's Indices) into zeros of
+    ``output_shape`` when given, else of the shape MaxPool's attributes give back, ``(x - 1) stride - pads
+    + kernel`` per spatial axis. With ``output_shape`` the indices address that tensor, as in ONNX Runtime
+    and PyTorch (ONNX's reference writes them into the inferred shape and pads it to output_shape)."""
+    rank, spatial = ctx.ndim(X), len(kernel_shape)
+    if rank != spatial + 2:
+        raise TypeInferenceError(f"MaxUnpool: {spatial} kernel dims for a rank-{rank} input")
+    if output_shape is not None:
+        shape = _run_time_shape(ctx, output_shape, "MaxUnpool")
+    else:
+        strides = list(strides or [1] * spatial)
+        pads = list(pads or [0] * (2 * spatial))
+        entries = [d if isinstance(d, int) else DimOf(X, a, d) for a, d in enumerate(ctx.shape(X)[:2])]
+        for d in range(spatial):
+            size = ctx.shape(X)[d + 2]
+            if not isinstance(size, int):
+                raise UnsupportedError("MaxUnpool: without output_shape the input's spatial dims must be static")
+            entries.append((size - 1) * strides[d] - (pads[d] + pads[spatial + d]) + kernel_shape[d])
+        shape = ctx.shape_vector(entries)
+    zeros = ctx.call("dyn.broadcast_to", ctx.constant(np.zeros((), ctx.dtype(X))), shape)
+    flat = ctx.call("reshape", zeros, newshape=(-1,))
+    index = ctx.call("reshape", ctx.cast(I, "int64"), newshape=(-1,))
+    values = ctx.call("reshape", X, newshape=(-1,))
+    return ctx.call("dyn.reshape", ctx.call("scatter_elements", flat, index, values, axis=0, reduction="update"), shape)

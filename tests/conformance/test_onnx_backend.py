@@ -42,6 +42,10 @@ XFAIL = {
     # reference's own rounding (1.9e-7) is just over the suite's atol of 1e-7 (double precision differs
     # from the recording by up to 1.5e-6 elsewhere, within its rtol).
     r"^test_dft_inverse(_opset19)?_cpu$": "the recording's single-precision FFT rounding",
+    # With output_shape, ONNX's reference writes the indices into the shape inferred from the attributes
+    # and pads that to output_shape; ONNX Runtime and PyTorch (whose MaxPool indices address the original
+    # image) index the output_shape tensor itself, and so does tensorvm (the same result without it).
+    r"^test_maxunpool_export_with_output_shape_cpu$": "indices address output_shape, as in ONNX Runtime",
 }
 if TARGET == "c":
     # float16 end to end through the expanded grouped-query Attention graph: 1 of 576 outputs differs from the
