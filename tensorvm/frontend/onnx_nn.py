@@ -602,3 +602,47 @@ def softmax_cross_entropy_loss_12(ctx, scores, labels, weights=None, *, ignore_i
     log_prob = ctx.call("nn.log_softmax", scores, axis=1)
     loss = _nll(ctx, log_prob, labels, weights, reduction, ignore_index, "SoftmaxCrossEntropyLoss")
     return loss, log_prob
+
+
+@converter("AffineGrid", 20)
+def affine_grid_20(ctx, theta, size, *, align_corners=0):
+    """The sampling grid of a spatial transformer: theta (N, 2, 3) or (N, 3, 4) times the homogeneous
+    coordinates (x, y[, z], 1) of every output pixel, x along W, y along H, z along D, each in [-1, 1]
+    (pixel centres, or the corners with ``align_corners``); (N, H, W, 2) or (N, D, H, W, 3). Computed in
+    float64 and cast to theta's type, as ONNX's reference does; ``size`` may be known only at run time."""
+    sizes = ctx.shape(size)
+    if len(sizes) != 1 or sizes[0] not in (4, 5):
+        raise TypeInferenceError(f"AffineGrid: size must hold 4 (2-D) or 5 (3-D) entries, got shape {sizes}")
+    spatial = sizes[0] - 2
+    f64, i64 = "float64", "int64"
+    size = ctx.cast(size, i64)
+
+    def entry(i):
+        return ctx.call("take", size, ctx.constant(np.array(i, np.int64)), axis=0)
+
+    dims = [entry(2 + i) for i in range(spatial)]  # (D,) H, W
+    one = ctx.constant(np.array(1.0))
+
+    def coords(count):  # -1 + (2 i + 1) / count, or -1 + 2 i / (count - 1)
+        i = ctx.cast(ctx.call("arange", ctx.constant(np.array(0, np.int64)), count, ctx.constant(np.array(1, np.int64)),
+                              dtype=i64), f64)
+        n = ctx.cast(count, f64)
+        if align_corners:
+            return ctx.call("subtract", ctx.call("divide", ctx.call("multiply", i, ctx.constant(np.array(2.0))),
+                                                 ctx.call("subtract", n, one)), one)
+        twice = ctx.call("add", ctx.call("multiply", i, ctx.constant(np.array(2.0))), one)
+        return ctx.call("subtract", ctx.call("divide", twice, n), one)
+
+    shape = ctx.call("concatenate", ctx.tuple([ctx.call("expand_dims", d, axis=0) for d in dims]), axis=0)
+    axes = []
+    for position in reversed(range(spatial)):  # x (the last axis), y, z
+        newshape = tuple(-1 if i == position else 1 for i in range(spatial))
+        values = ctx.call("reshape", coords(dims[position]), newshape=newshape)
+        axes.append(ctx.call("dyn.broadcast_to", values, shape))
+    axes.append(ctx.call("dyn.broadcast_to", ctx.call("reshape", one, newshape=(1,) * spatial), shape))
+    base = ctx.call("concatenate", ctx.tuple([ctx.call("expand_dims", a, axis=spatial) for a in axes]), axis=spatial)
+    base = ctx.call("reshape", base, newshape=(1, -1, spatial + 1))  # (1, pixels, spatial + 1)
+    grid = ctx.call("onnx.matmul", base, ctx.call("transpose", ctx.cast(theta, f64), axes=(0, 2, 1)))
+    out_shape = ctx.call("concatenate", ctx.tuple([ctx.call("expand_dims", entry(0), axis=0), shape,
+                                                  ctx.constant(np.array([spatial], np.int64))]), axis=0)
+    return ctx.cast(ctx.call("dyn.reshape", grid, out_shape), ctx.dtype(theta))

@@ -46,6 +46,10 @@ XFAIL = {
     # and pads that to output_shape; ONNX Runtime and PyTorch (whose MaxPool indices address the original
     # image) index the output_shape tensor itself, and so does tensorvm (the same result without it).
     r"^test_maxunpool_export_with_output_shape_cpu$": "indices address output_shape, as in ONNX Runtime",
+    # AffineGrid's function body squeezes, without axes, a value whose dims are known only at run time
+    # there: the result's rank would depend on the data, and a tensorvm type has a static rank (the op
+    # itself, not expanded, passes).
+    r"^test_affine_grid_(2d|2d_align_corners|3d_align_corners)_expanded_cpu$": "Squeeze without axes of run-time dims",
 }
 if TARGET == "c":
     # float16 end to end through the expanded grouped-query Attention graph: 1 of 576 outputs differs from the
