@@ -5,11 +5,9 @@ align_corners (bytecode and native)."""
 from __future__ import annotations
 
 import numpy as np
-import onnx
 import pytest
 from onnx import TensorProto, helper
-
-import tensorvm as tv
+from onnx_cases import onnx_model, tensorvm_runs
 
 ort = pytest.importorskip("onnxruntime")
 VI = helper.make_tensor_value_info
@@ -21,20 +19,14 @@ def test_spatial_transformer_matches_onnx_runtime(align_corners):
     nodes = [helper.make_node("Shape", ["x"], ["size"]),
              helper.make_node("AffineGrid", ["theta", "size"], ["grid"], align_corners=align_corners),
              helper.make_node("GridSample", ["x", "grid"], ["y"], align_corners=align_corners)]
-    graph = helper.make_graph(nodes, "stn", [VI("x", TensorProto.FLOAT, ["n", 3, "h", "w"]),
-                                             VI("theta", TensorProto.FLOAT, ["n", 2, 3])],
-                              [VI("y", TensorProto.FLOAT, ["n", 3, "h", "w"]), VI("grid", TensorProto.FLOAT, ["n", "h", "w", 2])])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)])
-    model.ir_version = 9
-    onnx.checker.check_model(model)
+    model = onnx_model(nodes, [VI("x", TensorProto.FLOAT, ["n", 3, "h", "w"]), VI("theta", TensorProto.FLOAT, ["n", 2, 3])],
+                       [VI("y", TensorProto.FLOAT, ["n", 3, "h", "w"]), VI("grid", TensorProto.FLOAT, ["n", "h", "w", 2])],
+                       opset=20, ir_version=9)
     session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-    mod, params = tv.frontend.from_onnx(model)
-    for mode in ("bytecode", "native"):
-        vm = tv.vm.VirtualMachine(tv.vm.compile(mod, target="c", params=params, exec_mode=mode))
+    for mode, run in tensorvm_runs(model):
         for n, h, w in ((1, 5, 7), (2, 8, 8)):
             x = rng.standard_normal((n, 3, h, w)).astype(np.float32)
             theta = (np.eye(2, 3)[None] + 0.2 * rng.standard_normal((n, 2, 3))).astype(np.float32)
             want = session.run(None, {"x": x, "theta": theta})
-            got = vm.invoke("main", x, theta)
-            for g, e in zip(got, want):
-                np.testing.assert_allclose(np.asarray(g.numpy()), e, rtol=1e-5, atol=1e-5, err_msg=mode)
+            for got, expected in zip(run(x, theta), want, strict=True):
+                np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5, err_msg=mode)

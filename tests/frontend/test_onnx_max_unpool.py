@@ -4,11 +4,9 @@ without output_shape, and with output_shape giving back an odd-sized image, over
 from __future__ import annotations
 
 import numpy as np
-import onnx
 import pytest
 from onnx import TensorProto, helper
-
-import tensorvm as tv
+from onnx_cases import onnx_model, tensorvm_runs
 
 ort = pytest.importorskip("onnxruntime")
 VI = helper.make_tensor_value_info
@@ -24,18 +22,11 @@ def test_pool_then_unpool_matches_onnx_runtime(side, with_shape):
                               kernel_shape=[2, 2], strides=[2, 2])]
     out = side if with_shape else 2 * pooled
     inputs = [VI("x", TensorProto.FLOAT, ["n", 3, side, side])]
-    inits = []
     if with_shape:
         nodes.insert(0, helper.make_node("Shape", ["x"], ["shape"]))
-    graph = helper.make_graph(nodes, "g", inputs, [VI("y", TensorProto.FLOAT, ["n", 3, out, out])], inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
-    model.ir_version = 8
-    onnx.checker.check_model(model)
+    model = onnx_model(nodes, inputs, [VI("y", TensorProto.FLOAT, ["n", 3, out, out])])
     session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-    mod, params = tv.frontend.from_onnx(model)
-    for mode in ("bytecode", "native"):
-        vm = tv.vm.VirtualMachine(tv.vm.compile(mod, target="c", params=params, exec_mode=mode))
+    for mode, run in tensorvm_runs(model):
         for n in (1, 3):
             x = rng.standard_normal((n, 3, side, side)).astype(np.float32)
-            np.testing.assert_array_equal(np.asarray(vm.invoke("main", x).numpy()), session.run(None, {"x": x})[0],
-                                          err_msg=mode)
+            np.testing.assert_array_equal(run(x)[0], session.run(None, {"x": x})[0], err_msg=mode)

@@ -8,24 +8,19 @@ import numpy as np
 import pytest
 from onnx import TensorProto, helper
 from onnx.reference import ReferenceEvaluator
-
-import tensorvm as tv
+from onnx_cases import onnx_model, tensorvm_runs
 
 VI = helper.make_tensor_value_info
 F, I64 = TensorProto.FLOAT, TensorProto.INT64
 
 
 def _check(node, inputs, outputs, feeds_list, opset=28):
-    graph = helper.make_graph([node], "g", inputs, outputs)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
-    model.ir_version = 11
+    model = onnx_model([node], inputs, outputs, opset=opset, ir_version=11)
     reference = ReferenceEvaluator(model)
-    mod, params = tv.frontend.from_onnx(model)
-    for mode in ("bytecode", "native"):
-        vm = tv.vm.VirtualMachine(tv.vm.compile(mod, target="c", params=params, exec_mode=mode))
+    for mode, run in tensorvm_runs(model):
         for feeds in feeds_list:
             want = reference.run(None, feeds)[0]
-            got = np.asarray(vm.invoke("main", *feeds.values()).numpy())
+            got = run(*feeds.values())[0]
             assert got.dtype == want.dtype and got.shape == want.shape, mode
             np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6, err_msg=mode)
 

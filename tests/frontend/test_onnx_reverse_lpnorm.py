@@ -4,29 +4,21 @@ dims (one compiled executable, several shapes), both axis layouts, rank 3 inputs
 from __future__ import annotations
 
 import numpy as np
-import onnx
 import pytest
 from onnx import TensorProto, helper
-
-import tensorvm as tv
+from onnx_cases import onnx_model, tensorvm_runs
 
 ort = pytest.importorskip("onnxruntime")
 VI = helper.make_tensor_value_info
 
 
 def _both(node, inputs, output, feeds_list):
-    graph = helper.make_graph([node], "g", inputs, [output])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
-    model.ir_version = 8
-    onnx.checker.check_model(model)
+    model = onnx_model([node], inputs, [output])
     session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-    mod, params = tv.frontend.from_onnx(model)
-    for mode in ("bytecode", "native"):
-        vm = tv.vm.VirtualMachine(tv.vm.compile(mod, target="c", params=params, exec_mode=mode))
+    for mode, run in tensorvm_runs(model):
         for feeds in feeds_list:
             want = session.run(None, feeds)[0]
-            got = np.asarray(vm.invoke("main", *feeds.values()).numpy())
-            np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-7, err_msg=mode)
+            np.testing.assert_allclose(run(*feeds.values())[0], want, rtol=1e-6, atol=1e-7, err_msg=mode)
 
 
 @pytest.mark.parametrize("batch_axis", [0, 1])

@@ -6,28 +6,19 @@ dynamic batch on bytecode and native; ONNX's node tests also cover run-time leng
 from __future__ import annotations
 
 import numpy as np
-import onnx
 import pytest
 from onnx import TensorProto, helper
 from onnx import numpy_helper as nh
-
-import tensorvm as tv
+from onnx_cases import onnx_model, tensorvm_runs
 
 VI = helper.make_tensor_value_info
 F = TensorProto.FLOAT
 
 
 def _run(node, inits, x, out_dims):
-    graph = helper.make_graph([node], "g", [VI("x", F, ["b", *x.shape[1:]])], [VI("y", F, out_dims)], inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)])
-    model.ir_version = 9
-    onnx.checker.check_model(model)
-    mod, params = tv.frontend.from_onnx(model)
-    results = []
-    for mode in ("bytecode", "native"):
-        vm = tv.vm.VirtualMachine(tv.vm.compile(mod, target="c", params=params, exec_mode=mode))
-        results.append(np.asarray(vm.invoke("main", x).numpy()))
-    return results
+    model = onnx_model([node], [VI("x", F, ["b", *x.shape[1:]])], [VI("y", F, out_dims)], inits, opset=20,
+                       ir_version=9)
+    return [run(x)[0] for _, run in tensorvm_runs(model)]
 
 
 def _complex(y):
