@@ -11,6 +11,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 from onnx import numpy_helper as nh
+from onnx_cases import onnx_model
 
 import tensorvm as tv
 from tensorvm.errors import UnsupportedError
@@ -20,11 +21,7 @@ VI = helper.make_tensor_value_info
 
 
 def _model(nodes, inputs, outputs, inits, opset=13):
-    graph = helper.make_graph(nodes, "quantized", inputs, outputs, inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
-    model.ir_version = 8
-    onnx.checker.check_model(model)
-    return model
+    return onnx_model(nodes, inputs, outputs, inits, opset=opset)
 
 
 def _peer(model, feeds: dict) -> list:
