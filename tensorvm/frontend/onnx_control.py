@@ -260,3 +260,26 @@ def scan_9(ctx, *inputs, body, num_scan_inputs, scan_input_axes=None, scan_input
             out = ctx.call("transpose", out, axes=tuple(order))
         results.append(out)
     return results if len(results) != 1 else results[0]
+
+
+# ---- optionals: a present value is its tensor; an absent input (no name) is known absent at import ----
+@converter("Optional", 15)
+def optional_15(ctx, input=None, *, type=None):  # noqa: A002
+    if input is None:
+        raise UnsupportedError("Optional: an empty optional value is not supported (tensorvm represents a "
+                               "present optional by its tensor; an absent one only as an omitted input)")
+    return ctx.call("copy", input)
+
+
+@converter("OptionalHasElement", 15)
+def optional_has_element_15(ctx, input=None):  # noqa: A002
+    if input is not None and not isinstance(ctx.type_of(input), TensorType):
+        raise UnsupportedError(f"OptionalHasElement: a {ctx.type_of(input)!r} input is not supported")
+    return ctx.constant(np.array(input is not None))
+
+
+@converter("OptionalGetElement", 15)
+def optional_get_element_15(ctx, input):  # noqa: A002
+    if not isinstance(ctx.type_of(input), TensorType):
+        raise UnsupportedError(f"OptionalGetElement: a {ctx.type_of(input)!r} input is not supported")
+    return ctx.call("copy", input)

@@ -41,7 +41,8 @@ CastLike OneHot ReduceSum ReduceMean ReduceMax ReduceMin ReduceProd ReduceL2 Red
 ArgMax ArgMin NonMaxSuppression TopK NonZero RoiAlign Compress Unique If Loop Scan
 QuantizeLinear DequantizeLinear DynamicQuantizeLinear MatMulInteger ConvInteger QLinearMatMul QLinearConv
 LpNormalization ReverseSequence Swish SwiGLU CumProd HannWindow HammingWindow BlackmanWindow CenterCropPad TensorScatter
-NegativeLogLikelihoodLoss SoftmaxCrossEntropyLoss DFT STFT MaxUnpool AffineGrid
+NegativeLogLikelihoodLoss SoftmaxCrossEntropyLoss DFT STFT MaxUnpool AffineGrid Optional OptionalHasElement
+OptionalGetElement
 """.split())
 
 TARGET = os.environ.get("TENSORVM_ONNX_TARGET", "c")

@@ -64,3 +64,19 @@ def test_cumprod_over_a_run_time_axis_and_swiglu():
     feeds = [{"a": rng.standard_normal((n, 6)).astype(np.float32), "b": rng.standard_normal((n, 6)).astype(np.float32)}
              for n in (1, 4)]
     _check(node, [VI("a", F, ["n", 6]), VI("b", F, ["n", 6])], [VI("y", F, ["n", 6])], feeds)
+
+
+def test_optionals_of_tensors_and_of_omitted_inputs():
+    # a present optional is its tensor (has an element, gets it back); an omitted input has none
+    nodes = [helper.make_node("Optional", ["x"], ["o"]),
+             helper.make_node("OptionalHasElement", ["o"], ["has"]),
+             helper.make_node("OptionalGetElement", ["o"], ["got"]),
+             helper.make_node("OptionalHasElement", [], ["none"]),
+             helper.make_node("Add", ["got", "got"], ["twice"]),
+             helper.make_node("Where", ["has", "twice", "x"], ["y"])]
+    model = onnx_model(nodes, [VI("x", F, ["n"])], [VI("y", F, ["n"]), VI("none", TensorProto.BOOL, [])], opset=18)
+    x = np.arange(4, dtype=np.float32) - 1.5
+    for mode, run in tensorvm_runs(model):
+        y, none = run(x)
+        np.testing.assert_array_equal(y, 2 * x, err_msg=mode)  # (has an element, and it is x)
+        assert none.dtype == np.bool_ and none.shape == () and not none, mode
