@@ -203,3 +203,60 @@ def stft_17(ctx, signal, frame_step, window=None, frame_length=None, *, onesided
         framed = ctx.call("multiply", framed, shaped)
     known = _known(ctx, size)
     return _transform(ctx, framed, 2, known if known is not None else size, False, bool(onesided), "STFT")
+
+
+@converter("MelWeightMatrix", 17)
+def mel_weight_matrix_17(ctx, num_mel_bins, dft_length, sample_rate, lower_edge_hertz, upper_edge_hertz, *,
+                         output_datatype=1):
+    """(dft_length // 2 + 1, num_mel_bins) triangular filters between num_mel_bins + 2 edges spaced evenly
+    on the mel scale (2595 log10(1 + f / 700)), each edge rounded down to a spectrogram bin as ONNX's
+    reference does ((dft_length + 1) f // sample_rate): filter i rises from edge i to edge i + 1 and falls
+    to edge i + 2 (exclusive); any of the inputs may be run-time values."""
+    from .onnx_context import onnx_dtype
+
+    dtype = onnx_dtype(output_datatype, "MelWeightMatrix output_datatype")
+    mels, n, rate = (_int_scalar(ctx, v) for v in (num_mel_bins, dft_length, sample_rate))
+    edge_type = ctx.dtype(lower_edge_hertz)
+
+    def scalar(value):
+        return value if ctx.ndim(value) == 0 else ctx.call("reshape", value, newshape=())
+
+    def const(value, of=F64):
+        return ctx.constant(np.array(value, of))
+
+    def to_mel(hertz):  # (in the edges' type, as the reference)
+        ratio = ctx.call("divide", scalar(hertz), const(700, edge_type))
+        return ctx.call("divide", ctx.call("multiply", const(2595, edge_type), ctx.call("log1p", ratio)),
+                        const(np.log(10), edge_type))
+
+    low, high = to_mel(lower_edge_hertz), to_mel(upper_edge_hertz)
+    count = ctx.call("add", mels, ctx.constant(np.array(2, np.int64)))
+    step = ctx.call("divide", ctx.call("subtract", high, low), ctx.cast(count, edge_type))
+    mel = ctx.call("add", ctx.call("multiply", ctx.cast(_arange(ctx, count), F64), ctx.cast(step, F64)), ctx.cast(low, F64))
+    hertz = ctx.call("multiply", const(700),
+                     ctx.call("subtract", ctx.call("exp", ctx.call("multiply", ctx.call("divide", mel, const(2595)),
+                                                                  const(np.log(10)))), const(1)))
+    scaled = ctx.call("multiply", ctx.cast(ctx.call("add", n, ctx.constant(np.array(1, np.int64))), F64), hertz)
+    edges = ctx.call("floor", ctx.call("divide", scaled, ctx.cast(rate, F64)))  # (float64, whole numbers)
+    i = _arange(ctx, mels)
+
+    def edge(offset):  # edge i + offset per column, as a (1, mels) row
+        index = ctx.call("add", i, ctx.constant(np.array(offset, np.int64)))
+        return ctx.call("expand_dims", ctx.call("take", edges, index, axis=0, mode="fast"), axis=0)
+
+    left, centre, right = edge(0), edge(1), edge(2)
+    bins = ctx.call("add", ctx.call("floor_divide", n, ctx.constant(np.array(2, np.int64))), ctx.constant(np.array(1, np.int64)))
+    j = ctx.call("expand_dims", ctx.cast(_arange(ctx, bins), F64), axis=1)  # (bins, 1)
+    zero, one = const(0.0), const(1.0)
+    rise_width = ctx.call("subtract", centre, left)
+    rise = ctx.call("divide", ctx.call("subtract", j, left),
+                    ctx.call("where", ctx.call("equal", rise_width, zero), one, rise_width))
+    rise = ctx.call("where", ctx.call("equal", rise_width, zero),
+                    ctx.cast(ctx.call("equal", j, centre), F64), rise)
+    rising = ctx.call("logical_and", ctx.call("greater_equal", j, left), ctx.call("less_equal", j, centre))
+    fall_width = ctx.call("subtract", right, centre)
+    fall = ctx.call("divide", ctx.call("subtract", right, j), ctx.call("where", ctx.call("equal", fall_width, zero), one,
+                                                                       fall_width))
+    falling = ctx.call("logical_and", ctx.call("greater_equal", j, centre), ctx.call("less", j, right))
+    out = ctx.call("where", falling, fall, ctx.call("where", rising, rise, zero))
+    return ctx.cast(out, dtype)

@@ -71,3 +71,19 @@ def test_stft_with_a_hann_window_matches_numpy_frames():
     want = np.fft.rfft(framed.astype(np.float64), axis=2)
     for got in _run(node, inits, x, ["b", frames, size // 2 + 1, 2]):
         np.testing.assert_allclose(_complex(got), want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("mels, n, rate, low, high", [(80, 400, 16000, 0.0, 8000.0), (40, 512, 22050, 20.0, 8000.0),
+                                                      (8, 64, 8000, 100.0, 3000.0)])
+def test_mel_weight_matrix_matches_onnx_reference(mels, n, rate, low, high):
+    from onnx.reference import ReferenceEvaluator
+
+    I64 = TensorProto.INT64
+    node = helper.make_node("MelWeightMatrix", ["mels", "n", "rate", "low", "high"], ["w"])
+    inputs = [VI("mels", I64, []), VI("n", I64, []), VI("rate", I64, []), VI("low", F, []), VI("high", F, [])]
+    model = onnx_model([node], inputs, [VI("w", F, ["bins", "mels_out"])], opset=17, ir_version=9)
+    feeds = {"mels": np.array(mels, np.int64), "n": np.array(n, np.int64), "rate": np.array(rate, np.int64),
+             "low": np.array(low, np.float32), "high": np.array(high, np.float32)}
+    want = ReferenceEvaluator(model).run(None, feeds)[0]
+    for mode, run in tensorvm_runs(model):
+        np.testing.assert_allclose(run(*feeds.values())[0], want, rtol=1e-6, atol=1e-7, err_msg=mode)
