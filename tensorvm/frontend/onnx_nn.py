@@ -646,3 +646,49 @@ def affine_grid_20(ctx, theta, size, *, align_corners=0):
     out_shape = ctx.call("concatenate", ctx.tuple([ctx.call("expand_dims", entry(0), axis=0), shape,
                                                   ctx.constant(np.array([spatial], np.int64))]), axis=0)
     return ctx.cast(ctx.call("dyn.reshape", grid, out_shape), ctx.dtype(theta))
+
+
+@converter("Det", 11)
+def det_11(ctx, X):
+    """The determinant of each (n, n) matrix of X (..., n, n), by Gaussian elimination with partial pivoting
+    written out for the static n: per column, the row of the largest magnitude swapped up (the sign
+    flipped), the pivot multiplied in, the rows below eliminated. A zero pivot column gives 0."""
+    shape = ctx.shape(X)
+    if len(shape) < 2 or not isinstance(shape[-1], int) or shape[-1] != shape[-2]:
+        raise UnsupportedError(f"Det: needs square matrices of a static size, got shape {shape}")
+    n, rank, dtype = shape[-1], len(shape), ctx.dtype(X)
+    rows, cols = rank - 2, rank - 1
+
+    def part(x, axis, begin, end):
+        return ctx.call("strided_slice", x, begin=(begin,), end=(end,), axes=(axis,))
+
+    def const(value):
+        return ctx.constant(np.array(value, dtype))
+
+    a = X
+    det = None
+    sign = None
+    order = ctx.constant(np.arange(n, dtype=np.int64))
+    for k in range(n):
+        column = part(part(a, cols, k, k + 1), rows, k, n)  # (..., n - k, 1)
+        offset = ctx.call("argmax", ctx.call("abs", column), axis=(rows,), keepdims=True)  # (..., 1, 1)
+        pivot_row = ctx.call("add", ctx.cast(offset, "int64"), ctx.constant(np.array(k, np.int64)))
+        # rows k and pivot_row swapped: a gather of the rows at the permuted order
+        at_k = ctx.call("equal", order, ctx.constant(np.array(k, np.int64)))
+        at_pivot = ctx.call("equal", ctx.call("reshape", order, newshape=(1,) * (rank - 2) + (n, 1)), pivot_row)
+        permuted = ctx.call("where", ctx.call("reshape", at_k, newshape=(n, 1)), pivot_row,
+                            ctx.call("where", at_pivot, ctx.constant(np.array(k, np.int64)),
+                                     ctx.call("reshape", order, newshape=(n, 1))))  # (..., n, 1)
+        a = ctx.call("gather", a, ctx.call("broadcast_to_like", permuted, a), axis=rows)
+        swapped = ctx.call("not_equal", offset, ctx.call("zeros_like", offset))
+        flip = ctx.call("where", swapped, const(-1), const(1))
+        sign = flip if sign is None else ctx.call("multiply", sign, flip)
+        pivot = part(part(a, rows, k, k + 1), cols, k, k + 1)  # (..., 1, 1)
+        det = pivot if det is None else ctx.call("multiply", det, pivot)
+        if k + 1 < n:
+            safe = ctx.call("where", ctx.call("equal", pivot, const(0)), const(1), pivot)
+            factors = ctx.call("divide", part(part(a, rows, k + 1, n), cols, k, k + 1), safe)  # (..., n-k-1, 1)
+            below = ctx.call("subtract", part(a, rows, k + 1, n),
+                             ctx.call("multiply", factors, part(a, rows, k, k + 1)))
+            a = ctx.call("concatenate", ctx.tuple([part(a, rows, 0, k + 1), below]), axis=rows)
+    return ctx.call("squeeze", ctx.call("multiply", det, sign), axis=(rows, cols))

@@ -42,7 +42,7 @@ ArgMax ArgMin NonMaxSuppression TopK NonZero RoiAlign Compress Unique If Loop Sc
 QuantizeLinear DequantizeLinear DynamicQuantizeLinear MatMulInteger ConvInteger QLinearMatMul QLinearConv
 LpNormalization ReverseSequence Swish SwiGLU CumProd HannWindow HammingWindow BlackmanWindow CenterCropPad TensorScatter
 NegativeLogLikelihoodLoss SoftmaxCrossEntropyLoss DFT STFT MaxUnpool AffineGrid Optional OptionalHasElement
-OptionalGetElement MelWeightMatrix
+OptionalGetElement MelWeightMatrix Det
 """.split())
 
 TARGET = os.environ.get("TENSORVM_ONNX_TARGET", "c")

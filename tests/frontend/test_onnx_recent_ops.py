@@ -80,3 +80,18 @@ def test_optionals_of_tensors_and_of_omitted_inputs():
         y, none = run(x)
         np.testing.assert_array_equal(y, 2 * x, err_msg=mode)  # (has an element, and it is x)
         assert none.dtype == np.bool_ and none.shape == () and not none, mode
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 6])
+def test_det_of_batches_with_pivoting_and_singular_matrices(n):
+    rng = np.random.default_rng(n)
+    node = helper.make_node("Det", ["x"], ["d"])
+    model = onnx_model([node], [VI("x", F, ["b", 3, n, n])], [VI("d", F, ["b", 3])], opset=13)
+    x = rng.standard_normal((2, 3, n, n)).astype(np.float32)
+    x[0, 0, 0, 0] = 0  # (a zero first pivot: a row swap)
+    if n > 1:
+        x[1, 2, 1] = 2 * x[1, 2, 0]  # (a singular matrix)
+    want = np.linalg.det(x.astype(np.float64))
+    for mode, run in tensorvm_runs(model):
+        got = run(x)[0]
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5, err_msg=mode)
