@@ -285,6 +285,17 @@ class BuildContext:
             return self.constant(np.array(entries, dtype=dtype))
         return self.with_entries(self.call("shape_of", x, dtype=dtype), entries)
 
+    def indices(self, count: Expr) -> Expr:
+        """0, 1, ..., count - 1 as int64 (``count``: an int64 scalar, a constant or a run-time value)."""
+        zero, one = (self.constant(np.array(v, np.int64)) for v in (0, 1))
+        return self.call("arange", zero, count, one, dtype="int64")
+
+    def divisor(self, x: Expr) -> Expr:
+        """x with its zeros replaced by ones: a divisor that raises no 0 / 0 (the caller gives those
+        elements their value)."""
+        zero, one = (self.constant(np.array(v, self.dtype(x))) for v in (0, 1))
+        return self.call("where", self.call("equal", x, zero), one, x)
+
     def dim_value(self, x: Expr, axis: int, dtype: str = "int64") -> Expr:
         """x.shape[axis] as a 0-d tensor (a constant when static)."""
         shape = self.shape(x)

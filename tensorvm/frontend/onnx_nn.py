@@ -543,14 +543,12 @@ def lp_normalization_1(ctx, input, *, axis=-1, p=2):  # noqa: A002
     gives)."""
     if p not in (1, 2):
         raise TypeInferenceError(f"LpNormalization: p must be 1 or 2, got {p}")
-    dtype = ctx.dtype(input)
     axis = axis + ctx.ndim(input) if axis < 0 else axis
     if p == 1:
         norm = ctx.call("sum", ctx.call("abs", input), axis=(axis,), keepdims=True)
     else:
         norm = ctx.call("sqrt", ctx.call("sum", ctx.call("multiply", input, input), axis=(axis,), keepdims=True))
-    zero, one = ctx.constant(np.array(0, dtype)), ctx.constant(np.array(1, dtype))
-    return ctx.call("divide", input, ctx.call("where", ctx.call("equal", norm, zero), one, norm))
+    return ctx.call("divide", input, ctx.divisor(norm))
 
 
 def _nll(ctx, x, target, weight, reduction: str, ignore_index, op: str):
@@ -624,8 +622,7 @@ def affine_grid_20(ctx, theta, size, *, align_corners=0):
     one = ctx.constant(np.array(1.0))
 
     def coords(count):  # -1 + (2 i + 1) / count, or -1 + 2 i / (count - 1)
-        i = ctx.cast(ctx.call("arange", ctx.constant(np.array(0, np.int64)), count, ctx.constant(np.array(1, np.int64)),
-                              dtype=i64), f64)
+        i = ctx.cast(ctx.indices(count), f64)
         n = ctx.cast(count, f64)
         if align_corners:
             return ctx.call("subtract", ctx.call("divide", ctx.call("multiply", i, ctx.constant(np.array(2.0))),
@@ -686,8 +683,7 @@ def det_11(ctx, X):
         pivot = part(part(a, rows, k, k + 1), cols, k, k + 1)  # (..., 1, 1)
         det = pivot if det is None else ctx.call("multiply", det, pivot)
         if k + 1 < n:
-            safe = ctx.call("where", ctx.call("equal", pivot, const(0)), const(1), pivot)
-            factors = ctx.call("divide", part(part(a, rows, k + 1, n), cols, k, k + 1), safe)  # (..., n-k-1, 1)
+            factors = ctx.call("divide", part(part(a, rows, k + 1, n), cols, k, k + 1), ctx.divisor(pivot))
             below = ctx.call("subtract", part(a, rows, k + 1, n),
                              ctx.call("multiply", factors, part(a, rows, k, k + 1)))
             a = ctx.call("concatenate", ctx.tuple([part(a, rows, 0, k + 1), below]), axis=rows)

@@ -112,7 +112,7 @@ def dynamic_quantize_linear_11(ctx, x):
     low = ctx.call("minimum", ctx.call("min", x), zero_f)
     high = ctx.call("maximum", ctx.call("max", x), zero_f)
     scale = ctx.call("divide", ctx.call("subtract", high, low), ctx.constant(np.array(255, f)))
-    safe = ctx.call("where", ctx.call("equal", scale, zero_f), ctx.constant(np.array(1, f)), scale)
+    safe = ctx.divisor(scale)
     zero = ctx.call("clip", ctx.call("round", ctx.call("divide", ctx.call("negative", low), safe)), a_min=0.0, a_max=255.0)
     y = ctx.call("clip", ctx.call("add", ctx.call("round", ctx.call("divide", x, safe)), zero), a_min=0.0, a_max=255.0)
     return ctx.cast(y, "uint8"), safe, ctx.cast(zero, "uint8")

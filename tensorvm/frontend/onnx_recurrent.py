@@ -72,6 +72,7 @@ from ..ir.expr import Call, Constant, Function, Var
 from ..ir.types import Any, SymDim, TensorType, TupleType
 from .onnx_context import DimOf, generalize
 from .onnx_elementwise import softplus_1
+from .onnx_shape import reversed_within
 
 __all__ = ["RecurrentLayer", "convert_recurrent", "ACTIVATIONS"]
 
@@ -342,14 +343,11 @@ def _reversal_index(ctx, x, lens):
     """``(seq, batch)`` flat row indices into ``(seq*batch, ...)`` rows: row ``t`` of batch entry ``b`` is
     ``lens[b] - 1 - t`` while ``t < lens[b]``, else ``t`` (reversal within each sequence's length).
     A length above ``seq`` counts as ``seq`` (as it does for the forward direction's mask)."""
-    i64 = "int64"
-    zero, one, seq = _scalar(ctx, 0, i64), _scalar(ctx, 1, i64), ctx.dim_value(x, 0)
-    steps = ctx.call("expand_dims", ctx.call("arange", zero, seq, one, dtype=i64), axis=1)
-    ends = ctx.call("expand_dims", ctx.call("minimum", lens, seq), axis=0)
-    within = ctx.call("less", steps, ends)
-    index = ctx.call("where", within, ctx.call("subtract", ctx.call("subtract", ends, one), steps), steps)
+    seq = ctx.dim_value(x, 0)
+    steps = ctx.call("expand_dims", ctx.indices(seq), axis=1)
+    index = reversed_within(ctx, steps, ctx.call("expand_dims", ctx.call("minimum", lens, seq), axis=0))
     batch = ctx.dim_value(x, 1)
-    return ctx.call("add", ctx.call("multiply", index, batch), ctx.call("arange", zero, batch, one, dtype=i64))
+    return ctx.call("add", ctx.call("multiply", index, batch), ctx.indices(batch))
 
 
 def _reverse_time(ctx, x, flat_index):

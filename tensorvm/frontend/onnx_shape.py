@@ -606,24 +606,27 @@ def eye_like_9(ctx, input, *, dtype=None, k=0):  # noqa: A002
     return ctx.constant(np.eye(shape[0], shape[1], k=k, dtype=out_dtype))
 
 
-__all__ = ["reshape_to", "split_sizes", "slice_static", "squeeze_axes", "unsqueeze_axes"]
+__all__ = ["reshape_to", "reversed_within", "split_sizes", "slice_static", "squeeze_axes", "unsqueeze_axes"]
+
+
+def reversed_within(ctx, steps, lengths):
+    """The index that reverses each sequence within its length: ``lengths - 1 - t`` for the steps t below
+    the length, else t (``steps`` and ``lengths``, int64, broadcast against each other)."""
+    last = ctx.call("subtract", lengths, ctx.constant(np.array(1, np.int64)))
+    return ctx.call("where", ctx.call("less", steps, lengths), ctx.call("subtract", last, steps), steps)
 
 
 @converter("ReverseSequence", 10)
 def reverse_sequence_10(ctx, input, sequence_lens, *, batch_axis=1, time_axis=0):  # noqa: A002
     """Each batch entry's first sequence_lens[b] steps along time_axis reversed, the rest kept: a gather
-    along time_axis at index len - 1 - t where t < len, else t."""
+    along time_axis at ``reversed_within``'s index."""
     if {batch_axis, time_axis} != {0, 1}:
         raise TypeInferenceError(f"ReverseSequence: batch_axis and time_axis must be 0 and 1, got {batch_axis} and {time_axis}")
-    i64 = "int64"
-    steps = ctx.call("arange", ctx.constant(np.array(0, i64)), ctx.dim_value(input, time_axis),
-                     ctx.constant(np.array(1, i64)), dtype=i64)
-    lengths = ctx.cast(sequence_lens, i64)
+    steps = ctx.indices(ctx.dim_value(input, time_axis))
+    lengths = _int64(ctx, sequence_lens)
     # (time, batch) grids: steps down the time axis, lengths across the batch axis
-    t = ctx.call("expand_dims", steps, axis=1) if time_axis == 0 else ctx.call("expand_dims", steps, axis=0)
-    n = ctx.call("expand_dims", lengths, axis=0) if time_axis == 0 else ctx.call("expand_dims", lengths, axis=1)
-    last = ctx.call("subtract", ctx.call("subtract", n, t), ctx.constant(np.array(1, i64)))
-    index = ctx.call("where", ctx.call("less", t, n), last, ctx.call("add", t, ctx.call("zeros_like", n)))
+    t = ctx.call("expand_dims", steps, axis=1 - time_axis)
+    index = reversed_within(ctx, t, ctx.call("expand_dims", lengths, axis=time_axis))
     rank = ctx.ndim(input)
     if rank > 2:
         index = ctx.call("expand_dims", index, axis=2, num_newaxis=rank - 2)
@@ -638,8 +641,8 @@ def _window(ctx, op: str, size, periodic: int, output_datatype: int, terms: tupl
 
     dtype = onnx_dtype(output_datatype, f"{op} output_datatype")
     f64 = "float64"
-    count = ctx.cast(_scalar(ctx, size), f64)
-    n = ctx.call("arange", ctx.constant(np.array(0, f64)), count, ctx.constant(np.array(1, f64)), dtype=f64)
+    size = _int64(ctx, _scalar(ctx, size))
+    count, n = ctx.cast(size, f64), ctx.cast(ctx.indices(size), f64)
     span = count if periodic else ctx.call("subtract", count, ctx.constant(np.array(1, f64)))
     phase = ctx.call("divide", ctx.call("multiply", n, ctx.constant(np.array(2 * np.pi, f64))), span)
     out = ctx.call("full_like", n, ctx.constant(np.array(terms[0], f64)))
@@ -718,12 +721,10 @@ def tensor_scatter_24(ctx, past_cache, update, write_indices=None, *, mode="line
     axis %= ndim
     if axis == 0:
         raise TypeInferenceError("TensorScatter: axis 0 is the batch axis")
-    i64 = "int64"
-    steps = ctx.call("arange", ctx.constant(np.array(0, i64)), ctx.dim_value(update, axis),
-                     ctx.constant(np.array(1, i64)), dtype=i64)
-    steps = ctx.call("reshape", steps, newshape=tuple(-1 if i == axis else 1 for i in range(ndim)))
+    steps = ctx.call("reshape", ctx.indices(ctx.dim_value(update, axis)),
+                     newshape=tuple(-1 if i == axis else 1 for i in range(ndim)))
     if write_indices is not None:
-        starts = ctx.call("reshape", ctx.cast(write_indices, i64), newshape=(-1,) + (1,) * (ndim - 1))
+        starts = ctx.call("reshape", _int64(ctx, write_indices), newshape=(-1,) + (1,) * (ndim - 1))
         steps = ctx.call("add", steps, starts)
     if mode == "circular":
         steps = ctx.call("floor_mod", steps, ctx.dim_value(past_cache, axis))

@@ -16,19 +16,16 @@ import numpy as np
 
 from ..errors import TypeInferenceError, UnsupportedError
 from .onnx_context import converter
+from .onnx_shape import _int64, _scalar
 
 F64 = "float64"
-
-
-I64 = "int64"
 
 
 def _int_scalar(ctx, value):
     """A scalar int64 operand: a Python int as a constant, a tensor of one element reshaped."""
     if isinstance(value, int):
         return ctx.constant(np.array(value, np.int64))
-    value = ctx.cast(value, I64)
-    return value if ctx.ndim(value) == 0 else ctx.call("reshape", value, newshape=())
+    return _int64(ctx, _scalar(ctx, value))
 
 
 def _known(ctx, value):
@@ -39,18 +36,13 @@ def _known(ctx, value):
     return None if known is None else int(known)
 
 
-def _arange(ctx, count):
-    zero, one = ctx.constant(np.array(0, np.int64)), ctx.constant(np.array(1, np.int64))
-    return ctx.call("arange", zero, count, one, dtype=I64)
-
-
 def _basis(ctx, rows, cols, n, irfft: bool):
     """(C, S), float64 matrices of ``rows`` x ``cols`` (ints or int64 scalar expressions): entry (r, q) is
     cos / sin of 2 pi ((r q) mod n) / n. Forward and inverse transforms: r a sample (rows r >= n zero),
     q a bin. ``irfft``: r an input bin, weighted 1 (the first, and the last of an even n), 2 (the others)
     or 0 (past n // 2), q a sample, all divided by n."""
-    r = ctx.call("expand_dims", _arange(ctx, _int_scalar(ctx, rows)), axis=1)
-    q = ctx.call("expand_dims", _arange(ctx, cols), axis=0)
+    r = ctx.call("expand_dims", ctx.indices(_int_scalar(ctx, rows)), axis=1)
+    q = ctx.call("expand_dims", ctx.indices(cols), axis=0)
     turns = ctx.cast(ctx.call("floor_mod", ctx.call("multiply", r, q), n), F64)
     angle = ctx.call("divide", ctx.call("multiply", turns, ctx.constant(np.array(2 * np.pi))), ctx.cast(n, F64))
     c, s = ctx.call("cos", angle), ctx.call("sin", angle)
@@ -68,12 +60,12 @@ def _basis(ctx, rows, cols, n, irfft: bool):
     return ctx.call("multiply", c, weight), ctx.call("multiply", s, weight)
 
 
-def _parts(ctx, x):
+def _parts(ctx, x, op: str):
     """x (..., 1 or 2) as its real and imaginary parts (rank one less; None for a real signal), float64."""
     last = ctx.ndim(x) - 1
     channels = ctx.shape(x)[last]
     if channels not in (1, 2):
-        raise TypeInferenceError(f"DFT: the last axis holds 1 (real) or 2 (complex) values, got {channels}")
+        raise TypeInferenceError(f"{op}: the last axis holds 1 (real) or 2 (complex) values, got {channels}")
     wide = ctx.cast(x, F64)
     re = ctx.call("squeeze", ctx.call("strided_slice", wide, begin=(0,), end=(1,), axes=(last,)), axis=(last,))
     if channels == 1:
@@ -95,7 +87,7 @@ def _transform(ctx, x, axis: int, n, inverse: bool, onesided: bool, op: str):
     if isinstance(n, int) and n <= 0:
         raise TypeInferenceError(f"{op}: dft_length must be positive, got {n}")
     n = _int_scalar(ctx, n)
-    re, im = _parts(ctx, x)
+    re, im = _parts(ctx, x, op)
     order = [d for d in range(rank - 1) if d != axis] + [axis]  # (the signal axis last, for the products)
     back = [order.index(d) for d in range(rank - 1)]
     re = ctx.call("transpose", re, axes=tuple(order))
@@ -195,8 +187,8 @@ def stft_17(ctx, signal, frame_step, window=None, frame_length=None, *, onesided
     step = _int_scalar(ctx, frame_step)
     frames = ctx.call("add", ctx.call("floor_divide", ctx.call("subtract", ctx.constant(np.array(length, np.int64)),
                                                                 size), step), ctx.constant(np.array(1, np.int64)))
-    starts = ctx.call("multiply", ctx.call("expand_dims", _arange(ctx, frames), axis=1), step)
-    index = ctx.call("add", starts, ctx.call("expand_dims", _arange(ctx, size), axis=0))
+    starts = ctx.call("multiply", ctx.call("expand_dims", ctx.indices(frames), axis=1), step)
+    index = ctx.call("add", starts, ctx.call("expand_dims", ctx.indices(size), axis=0))
     framed = ctx.call("take", signal, index, axis=1)  # (batch, frames, size, 1 or 2)
     if window is not None:
         shaped = ctx.call("reshape", ctx.cast(window, ctx.dtype(signal)), newshape=(1, 1, -1, 1))
@@ -218,27 +210,24 @@ def mel_weight_matrix_17(ctx, num_mel_bins, dft_length, sample_rate, lower_edge_
     mels, n, rate = (_int_scalar(ctx, v) for v in (num_mel_bins, dft_length, sample_rate))
     edge_type = ctx.dtype(lower_edge_hertz)
 
-    def scalar(value):
-        return value if ctx.ndim(value) == 0 else ctx.call("reshape", value, newshape=())
-
     def const(value, of=F64):
         return ctx.constant(np.array(value, of))
 
     def to_mel(hertz):  # (in the edges' type, as the reference)
-        ratio = ctx.call("divide", scalar(hertz), const(700, edge_type))
+        ratio = ctx.call("divide", _scalar(ctx, hertz), const(700, edge_type))
         return ctx.call("divide", ctx.call("multiply", const(2595, edge_type), ctx.call("log1p", ratio)),
                         const(np.log(10), edge_type))
 
     low, high = to_mel(lower_edge_hertz), to_mel(upper_edge_hertz)
     count = ctx.call("add", mels, ctx.constant(np.array(2, np.int64)))
     step = ctx.call("divide", ctx.call("subtract", high, low), ctx.cast(count, edge_type))
-    mel = ctx.call("add", ctx.call("multiply", ctx.cast(_arange(ctx, count), F64), ctx.cast(step, F64)), ctx.cast(low, F64))
+    mel = ctx.call("add", ctx.call("multiply", ctx.cast(ctx.indices(count), F64), ctx.cast(step, F64)), ctx.cast(low, F64))
     hertz = ctx.call("multiply", const(700),
                      ctx.call("subtract", ctx.call("exp", ctx.call("multiply", ctx.call("divide", mel, const(2595)),
                                                                   const(np.log(10)))), const(1)))
     scaled = ctx.call("multiply", ctx.cast(ctx.call("add", n, ctx.constant(np.array(1, np.int64))), F64), hertz)
     edges = ctx.call("floor", ctx.call("divide", scaled, ctx.cast(rate, F64)))  # (float64, whole numbers)
-    i = _arange(ctx, mels)
+    i = ctx.indices(mels)
 
     def edge(offset):  # edge i + offset per column, as a (1, mels) row
         index = ctx.call("add", i, ctx.constant(np.array(offset, np.int64)))
@@ -246,17 +235,15 @@ def mel_weight_matrix_17(ctx, num_mel_bins, dft_length, sample_rate, lower_edge_
 
     left, centre, right = edge(0), edge(1), edge(2)
     bins = ctx.call("add", ctx.call("floor_divide", n, ctx.constant(np.array(2, np.int64))), ctx.constant(np.array(1, np.int64)))
-    j = ctx.call("expand_dims", ctx.cast(_arange(ctx, bins), F64), axis=1)  # (bins, 1)
-    zero, one = const(0.0), const(1.0)
+    j = ctx.call("expand_dims", ctx.cast(ctx.indices(bins), F64), axis=1)  # (bins, 1)
+    zero = const(0.0)
     rise_width = ctx.call("subtract", centre, left)
-    rise = ctx.call("divide", ctx.call("subtract", j, left),
-                    ctx.call("where", ctx.call("equal", rise_width, zero), one, rise_width))
+    rise = ctx.call("divide", ctx.call("subtract", j, left), ctx.divisor(rise_width))
     rise = ctx.call("where", ctx.call("equal", rise_width, zero),
                     ctx.cast(ctx.call("equal", j, centre), F64), rise)
     rising = ctx.call("logical_and", ctx.call("greater_equal", j, left), ctx.call("less_equal", j, centre))
     fall_width = ctx.call("subtract", right, centre)
-    fall = ctx.call("divide", ctx.call("subtract", right, j), ctx.call("where", ctx.call("equal", fall_width, zero), one,
-                                                                       fall_width))
+    fall = ctx.call("divide", ctx.call("subtract", right, j), ctx.divisor(fall_width))
     falling = ctx.call("logical_and", ctx.call("greater_equal", j, centre), ctx.call("less", j, right))
     out = ctx.call("where", falling, fall, ctx.call("where", rising, rise, zero))
     return ctx.cast(out, dtype)
