@@ -53,10 +53,11 @@ def _integer(ctx, dtype: str, op: str):
 
 
 def _quantize(ctx, x, scale, zero, dtype: str, op: str):
-    """saturate(round_half_even(x / scale) + zero) as ``dtype`` (x, scale float32; zero of ``dtype``)."""
+    """saturate(round_half_even(x / scale) + zero) as ``dtype`` (x, scale float32; zero of ``dtype``; no
+    scale: x is in the quantized units already)."""
     low, high = _integer(ctx, dtype, op)
     f = ctx.dtype(x)
-    q = ctx.call("round", ctx.call("divide", x, ctx.cast(scale, f)))
+    q = ctx.call("round", x if scale is None else ctx.call("divide", x, ctx.cast(scale, f)))
     if zero is not None:
         q = ctx.call("add", q, ctx.cast(zero, f))
     q = ctx.call("clip", q, a_min=float(low), a_max=float(high))
@@ -118,22 +119,28 @@ def dynamic_quantize_linear_11(ctx, x):
     return ctx.cast(y, "uint8"), safe, ctx.cast(zero, "uint8")
 
 
-def _centered(ctx, x, zero, rank_axis=None):
-    """x - zero in int32 (``zero`` broadcast along ``rank_axis`` = (rank, axis) when 1-D)."""
+def _centered(ctx, x, zero, axis: int | None = None):
+    """x - zero in int32 (a 1-D ``zero`` along x's ``axis``)."""
     value = ctx.cast(x, "int32")
     if zero is None:
         return value
-    if rank_axis is not None:
-        zero = _along(ctx, zero, rank_axis[0], rank_axis[1], "zero point")
+    if axis is not None and ctx.ndim(zero) == 1:
+        zero = _along(ctx, zero, ctx.ndim(x), axis, "zero point")
     return ctx.call("subtract", value, ctx.cast(zero, "int32"))
+
+
+def _requantize(ctx, acc, scale, y_scale, y_zero_point, op: str):
+    """The int32 sum ``acc``, in units of ``scale`` (the inputs' scales multiplied), as y's quantized type:
+    acc times scale / y_scale in float32, rounded and saturated around y_zero_point."""
+    f = ctx.dtype(scale)
+    real = ctx.call("multiply", ctx.cast(acc, f), ctx.call("divide", scale, ctx.cast(y_scale, f)))
+    return _quantize(ctx, real, None, y_zero_point, ctx.dtype(y_zero_point), op)
 
 
 def _integer_matmul(ctx, A, B, a_zero_point, b_zero_point, op: str):
     for t in (A, B):
         _integer(ctx, ctx.dtype(t), op)
-    a = _centered(ctx, A, a_zero_point, (ctx.ndim(A), -2) if a_zero_point is not None and ctx.ndim(a_zero_point) == 1 else None)
-    b = _centered(ctx, B, b_zero_point, (ctx.ndim(B), -1) if b_zero_point is not None and ctx.ndim(b_zero_point) == 1 else None)
-    return matmul_1(ctx, a, b)
+    return matmul_1(ctx, _centered(ctx, A, a_zero_point, -2), _centered(ctx, B, b_zero_point, -1))
 
 
 @converter("MatMulInteger", 10)
@@ -144,22 +151,15 @@ def matmul_integer_10(ctx, A, B, a_zero_point=None, b_zero_point=None):
 @converter("QLinearMatMul", 10)
 def qlinear_matmul_10(ctx, a, a_scale, a_zero_point, b, b_scale, b_zero_point, y_scale, y_zero_point):
     acc = _integer_matmul(ctx, a, b, a_zero_point, b_zero_point, "QLinearMatMul")
-    f = ctx.dtype(a_scale)
-    a_s = _along(ctx, a_scale, ctx.ndim(a), -2, "QLinearMatMul")
-    b_s = _along(ctx, b_scale, ctx.ndim(b), -1, "QLinearMatMul")
-    multiplier = ctx.call("divide", ctx.call("multiply", a_s, b_s), ctx.cast(y_scale, f))
-    real = ctx.call("multiply", ctx.cast(acc, f), multiplier)
-    return _quantize(ctx, real, ctx.constant(np.array(1, f)), y_zero_point, ctx.dtype(y_zero_point),
-                     "QLinearMatMul")
+    scale = ctx.call("multiply", _along(ctx, a_scale, ctx.ndim(a), -2, "QLinearMatMul"),
+                     _along(ctx, b_scale, ctx.ndim(b), -1, "QLinearMatMul"))
+    return _requantize(ctx, acc, scale, y_scale, y_zero_point, "QLinearMatMul")
 
 
 def _integer_conv(ctx, x, w, x_zero_point, w_zero_point, attrs, op: str):
     _integer(ctx, ctx.dtype(x), op)
     _integer(ctx, ctx.dtype(w), op)
-    rank = ctx.ndim(w)
-    xc = _centered(ctx, x, x_zero_point)
-    wc = _centered(ctx, w, w_zero_point, (rank, 0) if w_zero_point is not None and ctx.ndim(w_zero_point) == 1 else None)
-    return conv_1(ctx, xc, wc, **attrs)
+    return conv_1(ctx, _centered(ctx, x, x_zero_point), _centered(ctx, w, w_zero_point, 0), **attrs)
 
 
 @converter("ConvInteger", 10)
@@ -178,8 +178,5 @@ def qlinear_conv_10(ctx, x, x_scale, x_zero_point, w, w_scale, w_zero_point, y_s
     acc = _integer_conv(ctx, x, w, x_zero_point, w_zero_point, attrs, "QLinearConv")
     if B is not None:  # int32, quantized with x_scale * w_scale and zero point 0
         acc = ctx.call("add", acc, _along(ctx, ctx.cast(B, "int32"), ctx.ndim(acc), 1, "QLinearConv"))
-    f = ctx.dtype(x_scale)
-    w_s = _along(ctx, w_scale, ctx.ndim(acc), 1, "QLinearConv")
-    multiplier = ctx.call("divide", ctx.call("multiply", x_scale, w_s), ctx.cast(y_scale, f))
-    real = ctx.call("multiply", ctx.cast(acc, f), multiplier)
-    return _quantize(ctx, real, ctx.constant(np.array(1, f)), y_zero_point, ctx.dtype(y_zero_point), "QLinearConv")
+    scale = ctx.call("multiply", x_scale, _along(ctx, w_scale, ctx.ndim(acc), 1, "QLinearConv"))
+    return _requantize(ctx, acc, scale, y_scale, y_zero_point, "QLinearConv")
