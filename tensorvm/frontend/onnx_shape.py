@@ -536,6 +536,17 @@ def one_hot_9(ctx, indices, depth, values, *, axis=-1):
     return ctx.call("dyn.one_hot", index, on, off, depth, axis=axis)
 
 
+def run_time_axis(ctx, axis, rank: int):
+    """A run-time axis (an int64 scalar in [-rank, rank)) as 0 .. rank - 1; one out of that range fails at
+    run time with an index error (a lookup of axis + rank in a table of the 2 rank valid values, a negative
+    position sent past the table's end), not wrapped around."""
+    table = ctx.constant(np.arange(2 * rank, dtype=np.int64) % rank)
+    shifted = ctx.call("add", _int64(ctx, _scalar(ctx, axis)), ctx.constant(np.array(rank, np.int64)))
+    past_end = ctx.constant(np.array(2 * rank, np.int64))
+    shifted = ctx.call("where", ctx.call("less", shifted, ctx.constant(np.array(0, np.int64))), past_end, shifted)
+    return ctx.call("take", table, shifted, axis=0, mode="fast")
+
+
 def _cumulative(ctx, op: str, x, axis, exclusive, reverse):
     """``op`` (cumsum, cumprod) along a constant axis, reversed before and after for ``reverse``."""
     name = {"cumsum": "CumSum", "cumprod": "CumProd"}[op]
@@ -545,7 +556,7 @@ def _cumulative(ctx, op: str, x, axis, exclusive, reverse):
                         reverse=bool(reverse))
     if axis_value is None:  # one branch per axis, chosen at run time (the rank is known)
         ndim = ctx.ndim(x)
-        chosen = ctx.call("floor_mod", _int64(ctx, _scalar(ctx, axis)), ctx.constant(np.array(ndim, np.int64)))
+        chosen = run_time_axis(ctx, axis, ndim)
         out = _cumulative(ctx, op, x, ctx.constant(np.array(ndim - 1, np.int64)), exclusive, reverse)
         for a in range(ndim - 2, -1, -1):
             taken = ctx.call("equal", chosen, ctx.constant(np.array(a, np.int64)))
@@ -606,7 +617,7 @@ def eye_like_9(ctx, input, *, dtype=None, k=0):  # noqa: A002
     return ctx.constant(np.eye(shape[0], shape[1], k=k, dtype=out_dtype))
 
 
-__all__ = ["reshape_to", "reversed_within", "split_sizes", "slice_static", "squeeze_axes", "unsqueeze_axes"]
+__all__ = ["reshape_to", "reversed_within", "run_time_axis", "split_sizes", "slice_static", "squeeze_axes", "unsqueeze_axes"]
 
 
 def reversed_within(ctx, steps, lengths):

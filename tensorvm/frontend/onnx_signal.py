@@ -16,7 +16,7 @@ import numpy as np
 
 from ..errors import TypeInferenceError, UnsupportedError
 from .onnx_context import converter
-from .onnx_shape import _int64, _scalar
+from .onnx_shape import _int64, _scalar, run_time_axis
 
 F64 = "float64"
 
@@ -137,8 +137,7 @@ def _dft(ctx, x, axis, dft_length, inverse: bool, onesided: bool):
     # then fails with an index error at run time rather than transforming another axis
     slots = np.full(rank, len(valid), np.int64)
     slots[valid] = np.arange(len(valid))
-    chosen = ctx.call("floor_mod", _int_scalar(ctx, axis), ctx.constant(np.array(rank, np.int64)))
-    slot = ctx.call("take", ctx.constant(slots), chosen, axis=0, mode="fast")
+    slot = ctx.call("take", ctx.constant(slots), run_time_axis(ctx, axis, rank), axis=0, mode="fast")
     chosen = ctx.call("take", ctx.constant(np.array(valid, np.int64)), slot, axis=0, mode="fast")
     out = branches[valid[-1]]
     for a in reversed(valid[:-1]):

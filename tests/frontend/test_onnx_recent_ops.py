@@ -10,6 +10,8 @@ from onnx import TensorProto, helper
 from onnx.reference import ReferenceEvaluator
 from onnx_cases import onnx_model, tensorvm_runs
 
+from tensorvm.errors import ExecutionError
+
 VI = helper.make_tensor_value_info
 F, I64 = TensorProto.FLOAT, TensorProto.INT64
 
@@ -95,3 +97,20 @@ def test_det_of_batches_with_pivoting_and_singular_matrices(n):
     for mode, run in tensorvm_runs(model):
         got = run(x)[0]
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5, err_msg=mode)
+
+
+@pytest.mark.parametrize("op, axis", [("CumProd", 2), ("CumProd", -3), ("DFT", 3), ("DFT", -4)])
+def test_a_run_time_axis_out_of_range_is_an_error_not_wrapped(op, axis):
+    # (rank 2 for CumProd, rank 3 for DFT: a wrapped axis would compute along another axis)
+    if op == "CumProd":
+        model = onnx_model([helper.make_node(op, ["x", "axis"], ["y"])], [VI("x", F, [2, 3]), VI("axis", I64, [])],
+                           [VI("y", F, [2, 3])], opset=26, ir_version=11)
+        x = np.ones((2, 3), np.float32)
+    else:
+        model = onnx_model([helper.make_node(op, ["x", "", "axis"], ["y"])], [VI("x", F, [2, 4, 1]), VI("axis", I64, [])],
+                           [VI("y", F, ["d0", "d1", 2])], opset=20, ir_version=11)
+        x = np.ones((2, 4, 1), np.float32)
+    for mode, run in tensorvm_runs(model):
+        with pytest.raises(ExecutionError, match="out of range"):
+            run(x, np.array(axis, np.int64))
+        assert run(x, np.array(1, np.int64))[0].shape[0] == 2, mode  # (a valid axis still runs)
