@@ -681,7 +681,8 @@ def blackman_window_17(ctx, size, *, output_datatype=1, periodic=1):
 @converter("CenterCropPad", 18)
 def center_crop_pad_18(ctx, input_data, shape, *, axes=None):
     """Each listed axis cropped to the centre (the extra element on the right) or zero padded around it
-    (the extra element on the right): the target sizes must be constants."""
+    (the extra element on the right). Constant sizes over static lengths become static slices and pads;
+    otherwise the bounds are computed at run time."""
     sizes = ctx.int_list(shape)
     ndim = ctx.ndim(input_data)
     axes = [a % ndim for a in (axes if axes is not None else range(ndim))]
@@ -691,9 +692,7 @@ def center_crop_pad_18(ctx, input_data, shape, *, axes=None):
         raise TypeInferenceError(f"CenterCropPad: {len(sizes)} sizes for {len(axes)} axes")
     out = input_data
     for axis, target in zip(axes, sizes):
-        length = ctx.shape(out)[axis]
-        if not isinstance(length, int):
-            raise UnsupportedError(f"CenterCropPad: axis {axis} has no static length")
+        length = ctx.shape(out)[axis]  # (static: checked above, and only other axes changed since)
         if target < length:
             begin = (length - target) // 2
             out = ctx.call("strided_slice", out, begin=(begin,), end=(begin + target,), axes=(axis,))

@@ -31,7 +31,6 @@ from ..ir.expr import (
     TupleGetItem,
     Var,
 )
-from ..ir.functor import ExprMutator
 from ..ir.module import IRModule
 from .pass_infra import Pass
 from .to_anf import build_lets, expr_children, flatten_lets, post_order_iter, rebuild_function, to_anf
@@ -47,31 +46,26 @@ def _local_refs(body: Expr) -> set:
     """The variables bound to ``ref(...)`` in ``body`` (nested functions apart) whose every use is the
     reference operand of a ``ref_read`` / ``ref_write`` outside any nested function."""
     created, escaped = set(), set()
-
-    def scan(expr: Expr, nested: bool) -> None:
-        stack = [(expr, nested)]
-        seen = set()
-        while stack:
-            node, inside = stack.pop()
-            if (node, inside) in seen:
-                continue
-            seen.add((node, inside))
-            if isinstance(node, Let) and isinstance(node.value, RefCreate) and not inside:
-                created.add(node.var)
-            children = expr_children(node)
-            if isinstance(node, (RefRead, RefWrite)) and not inside:
-                children = children[1:]  # (the reference operand is the one allowed use)
-            elif isinstance(node, Let):
-                children = children[1:]  # (the bound var is a binding, not a use)
-            elif isinstance(node, Function):
-                children = [] if node.is_primitive else [node.body]
-            for child in children:
-                if isinstance(child, Var):
-                    escaped.add(child)
-                else:
-                    stack.append((child, inside or isinstance(child, Function)))
-
-    scan(body, False)
+    stack, seen = [(body, False)], set()
+    while stack:
+        node, inside = stack.pop()
+        if (node, inside) in seen:
+            continue
+        seen.add((node, inside))
+        if isinstance(node, Let) and isinstance(node.value, RefCreate) and not inside:
+            created.add(node.var)
+        children = expr_children(node)
+        if isinstance(node, (RefRead, RefWrite)) and not inside:
+            children = children[1:]  # (the reference operand is the one allowed use)
+        elif isinstance(node, Let):
+            children = children[1:]  # (the bound var is a binding, not a use)
+        elif isinstance(node, Function):
+            children = [] if node.is_primitive else [node.body]
+        for child in children:
+            if isinstance(child, Var):
+                escaped.add(child)
+            else:
+                stack.append((child, inside or isinstance(child, Function)))
     return created - escaped
 
 
@@ -113,10 +107,10 @@ class _Rewriter:
             out.append((var, env[value.ref]))
         elif isinstance(value, (If, Match)):
             self.branches(var, value, env, out)
-        elif isinstance(value, Function) and not value.is_primitive:
-            out.append((var, _function(value)))
+        elif isinstance(value, Function):  # (A-normal form let-binds every function literal)
+            out.append((var, _rewritten(value)))
         else:
-            out.append((var, _nested_functions(value)))
+            out.append((var, value))
 
     def branches(self, var: Var, value: Expr, env: dict, out: list) -> None:
         """An ``if`` / ``match``: each branch rewritten; the references created before it that some
@@ -148,23 +142,15 @@ class _Rewriter:
             env[ref] = current
 
 
-class _NestedFunctions(ExprMutator):
-    """Function literals inside a value (a call's argument, a tuple's field) rewritten on their own."""
-
-    def visit_function(self, fn: Function):
-        return _function(fn)
-
-
-def _nested_functions(value: Expr) -> Expr:
-    return _NestedFunctions().visit(value) if any(
-        isinstance(node, Function) and not node.is_primitive for node in post_order_iter(value)) else value
-
-
 def _function(fn: Function) -> Function:
     """``fn`` with its local references (and those of the functions it contains) turned into values."""
+    return _rewritten(to_anf(fn)) if not fn.is_primitive and _creates_ref(fn) else fn
+
+
+def _rewritten(fn: Function) -> Function:
+    """``_function`` of a function already in A-normal form."""
     if fn.is_primitive or not _creates_ref(fn):
         return fn
-    fn = to_anf(fn)
     body, _ = _Rewriter(_local_refs(fn.body)).block(fn.body, {})
     return rebuild_function(fn, body)
 
