@@ -117,14 +117,22 @@ def test_forked_child_starts_its_own_workers(product, threads):
     threads(2)
     _check(fn, params, 64, 32 * params.nr, 256)  # the parent's workers are running
     pid = os.fork()
-    if pid == 0:  # the child: exit status 0 when the product is right
+    if pid == 0:  # the child: exit status 0 when the product is right, 2 when no worker was started
         try:
+            m, n, k = 64, 32 * params.nr, 256
+            x, w = np.ones((m, k), np.float32), np.ones((n, k), np.float32)
+            packed, out = hostmod.pack_panels(w, params.nr), np.zeros((m, n), np.float32)
+            tasks = len(os.listdir("/proc/self/task")) if os.path.isdir("/proc/self/task") else None
+            assert fn(m, n, k, x.ctypes.data, packed.ctypes.data, out.ctypes.data) == 0
+            if tasks is not None and len(os.listdir("/proc/self/task")) != tasks + 1:
+                os._exit(2)  # (the child believed the parent's worker was its own)
+            np.testing.assert_array_equal(out, np.full((m, n), k, np.float32))
             _check(fn, params, 64, 32 * params.nr, 256, seed=3)
             os._exit(0)
         except BaseException:  # noqa: BLE001 - reported by the exit status
             os._exit(1)
     _, status = os.waitpid(pid, 0)
-    assert os.waitstatus_to_exitcode(status) == 0
+    assert os.waitstatus_to_exitcode(status) == 0, "the child computed a wrong product or started no worker"
 
 
 def test_exe_stats_report_the_pool(threads):

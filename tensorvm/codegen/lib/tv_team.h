@@ -98,7 +98,7 @@ typedef struct {
   _Alignas(64) int32_t busy; /* a caller is running a job */
   int32_t started;        /* workers started */
   int32_t sleepers;
-  int32_t pid;            /* the process that started the workers */
+  int32_t pid;            /* the process that started the workers (0: none yet, no fork handler) */
   int64_t spin_ns;        /* how long an idle worker spins before it sleeps (0: TV_TEAM_SPIN_NS) */
   int64_t fork_join_cycles; /* a split's cost measured on this machine (host.py: fork_join_cycles; 0: unmeasured) */
   pthread_mutex_t lock;
@@ -201,11 +201,19 @@ __attribute__((weak, visibility("hidden"))) void* tv_team_worker(void* arg) {
   return NULL;
 }
 
+/* In a forked child the parent's workers do not exist: it starts its own. (Run by fork in the child, so
+   that a job does not pay a getpid system call to find out; glibc drops the handler if the library is
+   unloaded.) */
+static void tv_team_forked(void) {
+  tv_team.started = 0, tv_team.sleepers = 0, tv_team.busy = 0;
+  tv_team.pid = (int32_t)getpid();
+}
+
 /* Start workers until there are `want` (fewer if the system refuses threads); returns how many there are. */
 static int32_t tv_team_start(int32_t want) {
-  if (tv_team.pid != (int32_t)getpid()) {  /* a forked child: the parent's workers do not exist here */
-    tv_team.started = 0, tv_team.sleepers = 0;
+  if (tv_team.pid == 0) {  /* (the first start: from now on a fork resets the workers) */
     tv_team.pid = (int32_t)getpid();
+    pthread_atfork(NULL, NULL, tv_team_forked);
   }
   while (tv_team.started < want && tv_team.started < TV_TEAM_MAX_WORKERS) {
     pthread_t thread;
