@@ -37,6 +37,22 @@ def _single(ctx, outputs):
     return outputs[0] if len(outputs) == 1 else ctx.tuple(outputs)
 
 
+def _check_joinable(tt, et) -> None:
+    """An output of both branches: tensors of one rank and dtype, or sequences (tuples) of one length
+    whose tensors are."""
+    if isinstance(tt, TupleType) and isinstance(et, TupleType):
+        if len(tt.fields) != len(et.fields):
+            raise UnsupportedError(f"If: the branches produce sequences of {len(tt.fields)} and {len(et.fields)} "
+                                   "tensors; tensorvm needs a sequence's length known at import")
+        for a, b in zip(tt.fields, et.fields, strict=True):
+            _check_joinable(a, b)
+        return
+    if not isinstance(tt, TensorType) or not isinstance(et, TensorType):
+        raise UnsupportedError(f"If: the branches produce {tt} and {et}; expected tensors or sequences of both")
+    if tt.ndim != et.ndim or tt.dtype != et.dtype:
+        raise UnsupportedError(f"If: the branches produce {tt!r} and {et!r}; tensorvm needs one rank and dtype")
+
+
 @converter("If", 1)
 def if_1(ctx, cond, *, then_branch, else_branch):
     condition = _scalar_bool(ctx, cond)
@@ -51,11 +67,7 @@ def if_1(ctx, cond, *, then_branch, else_branch):
     if len(then_outs) != len(else_outs):
         raise TypeInferenceError(f"If: the branches have {len(then_outs)} and {len(else_outs)} outputs")
     for t, e in zip(then_outs, else_outs, strict=True):
-        tt, et = ctx.type_of(t), ctx.type_of(e)
-        if not isinstance(tt, TensorType) or not isinstance(et, TensorType):
-            raise UnsupportedError("If: only tensor outputs are supported (not sequences or optionals)")
-        if tt.ndim != et.ndim or tt.dtype != et.dtype:
-            raise UnsupportedError(f"If: the branches produce {tt!r} and {et!r}; tensorvm needs one rank and dtype")
+        _check_joinable(ctx.type_of(t), ctx.type_of(e))
     node = ctx.if_(condition, _single(ctx, then_outs), _single(ctx, else_outs))
     if len(then_outs) == 1:
         return node

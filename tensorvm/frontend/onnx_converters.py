@@ -7,6 +7,7 @@ from . import (  # noqa: F401
     onnx_control,
     onnx_detection,
     onnx_elementwise,
+    onnx_lists,
     onnx_nn,
     onnx_quantize,
     onnx_sequence,

@@ -458,9 +458,13 @@ class OnnxImporter:
                 raise UnsupportedError(f"{label}: output {i} ({name!r}) is not supported")
             scope.values[name] = outputs[i]
 
-    def import_branch(self, graph, scope: Scope) -> list[Expr]:
-        """A subgraph that sees the enclosing values directly (an ``If`` branch)."""
-        return self.convert_graph(graph, Scope(self, scope))
+    def import_branch(self, graph, scope: Scope, inputs: list | None = None) -> list[Expr]:
+        """A subgraph that sees the enclosing values directly (an ``If`` branch; with ``inputs``, the
+        expressions its graph inputs stand for: a ``SequenceMap`` body applied to one element)."""
+        branch = Scope(self, scope)
+        for inp, value in zip(graph.input, inputs or (), strict=inputs is not None):
+            branch.values[inp.name] = value
+        return self.convert_graph(graph, branch)
 
     def import_body(self, graph, scope: Scope, param_types: list) -> tuple[list[Var], list[Expr], dict]:
         """A subgraph that becomes a function body (a loop): its inputs become parameters of the given

@@ -536,15 +536,21 @@ def one_hot_9(ctx, indices, depth, values, *, axis=-1):
     return ctx.call("dyn.one_hot", index, on, off, depth, axis=axis)
 
 
-def run_time_axis(ctx, axis, rank: int):
-    """A run-time axis (an int64 scalar in [-rank, rank)) as 0 .. rank - 1; one out of that range fails at
-    run time with an index error (a lookup of axis + rank in a table of the 2 rank valid values, a negative
-    position sent past the table's end), not wrapped around."""
-    table = ctx.constant(np.arange(2 * rank, dtype=np.int64) % rank)
-    shifted = ctx.call("add", _int64(ctx, _scalar(ctx, axis)), ctx.constant(np.array(rank, np.int64)))
-    past_end = ctx.constant(np.array(2 * rank, np.int64))
+def run_time_index(ctx, index, low: int, high: int, base: int):
+    """A run-time index (an integer scalar) valid in [low, high), a negative one counting back from
+    ``base``, as its place (``index + base`` when negative, else ``index``). One out of that range fails at
+    run time with an index error, not wrapped around: a lookup of ``index - low`` in a table of the
+    ``high - low`` places, a negative position sent past the table's end."""
+    table = ctx.constant(np.array([i + base if i < 0 else i for i in range(low, high)], np.int64))
+    shifted = ctx.call("subtract", _int64(ctx, _scalar(ctx, index)), ctx.constant(np.array(low, np.int64)))
+    past_end = ctx.constant(np.array(high - low, np.int64))
     shifted = ctx.call("where", ctx.call("less", shifted, ctx.constant(np.array(0, np.int64))), past_end, shifted)
     return ctx.call("take", table, shifted, axis=0, mode="fast")
+
+
+def run_time_axis(ctx, axis, rank: int):
+    """A run-time axis (an int64 scalar in [-rank, rank)) as 0 .. rank - 1 (``run_time_index``)."""
+    return run_time_index(ctx, axis, -rank, rank, rank)
 
 
 def _cumulative(ctx, op: str, x, axis, exclusive, reverse):
@@ -617,7 +623,7 @@ def eye_like_9(ctx, input, *, dtype=None, k=0):  # noqa: A002
     return ctx.constant(np.eye(shape[0], shape[1], k=k, dtype=out_dtype))
 
 
-__all__ = ["reshape_to", "reversed_within", "run_time_axis", "split_sizes", "slice_static", "squeeze_axes", "unsqueeze_axes"]
+__all__ = ["reshape_to", "reversed_within", "run_time_axis", "run_time_index", "split_sizes", "slice_static", "squeeze_axes", "unsqueeze_axes"]
 
 
 def reversed_within(ctx, steps, lengths):

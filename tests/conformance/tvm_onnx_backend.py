@@ -42,7 +42,8 @@ ArgMax ArgMin NonMaxSuppression TopK NonZero RoiAlign Compress Unique If Loop Sc
 QuantizeLinear DequantizeLinear DynamicQuantizeLinear MatMulInteger ConvInteger QLinearMatMul QLinearConv
 LpNormalization ReverseSequence Swish SwiGLU CumProd HannWindow HammingWindow BlackmanWindow CenterCropPad TensorScatter
 NegativeLogLikelihoodLoss SoftmaxCrossEntropyLoss DFT STFT MaxUnpool AffineGrid Optional OptionalHasElement
-OptionalGetElement MelWeightMatrix Det
+OptionalGetElement MelWeightMatrix Det SequenceEmpty SequenceConstruct SequenceInsert SequenceErase SequenceAt
+SequenceLength SplitToSequence ConcatFromSequence SequenceMap
 """.split())
 
 TARGET = os.environ.get("TENSORVM_ONNX_TARGET", "c")
@@ -130,7 +131,14 @@ def model_test_ops(kind: str) -> dict:
 
 
 def _unsupported_io(model) -> str | None:
+    outputs = {v.name for v in model.graph.output}
     for v in list(model.graph.input) + list(model.graph.output):
+        if v.name in outputs and v.type.HasField("sequence_type") \
+                and v.type.sequence_type.elem_type.HasField("tensor_type"):
+            v = v.type.sequence_type.elem_type  # noqa: PLW2901 - (a sequence output is a tuple of its tensors)
+            if v.tensor_type.elem_type not in ONNX_DTYPES:
+                return f"a sequence output has element type {v.tensor_type.elem_type}"
+            continue
         if not v.type.HasField("tensor_type"):
             return f"{v.name!r} is a {v.type.WhichOneof('value')}, not a tensor"
         if v.type.tensor_type.elem_type not in ONNX_DTYPES:
@@ -148,7 +156,14 @@ class TensorVMRep(BackendRep):
         arrays = [np.asarray(x) for x in (inputs if isinstance(inputs, (list, tuple)) else [inputs])]
         out = self.vm.invoke("main", *arrays)
         outs = list(out) if self.num_outputs > 1 else [out]
-        return [np.asarray(o.numpy() if hasattr(o, "numpy") else o) for o in outs]
+        return [_as_numpy(o) for o in outs]
+
+
+def _as_numpy(value):
+    """A tensor as an array; a sequence output (a tuple of tensors) as a list of arrays."""
+    if isinstance(value, (list, tuple)):
+        return [_as_numpy(v) for v in value]
+    return np.asarray(value.numpy() if hasattr(value, "numpy") else value)
 
 
 class TensorVMBackend(Backend):

@@ -1,0 +1,165 @@
+"""ONNX sequence ops (``frontend/onnx_lists.py``: a sequence of a length known at import is a tuple)
+against ONNX Runtime, with run-time positions over every valid place (bytecode and native); positions
+out of range are errors, at import when constant and at run time otherwise. (ONNX Runtime rather than
+ONNX's reference evaluator: the reference wraps an insert at position n, the end, around to the front,
+where the spec and ONNX Runtime append.)"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper
+from onnx_cases import onnx_model, tensorvm_runs
+
+import tensorvm as tv
+from tensorvm.errors import ExecutionError, ModelImportError, UnsupportedError
+
+VI = helper.make_tensor_value_info
+F, I64 = TensorProto.FLOAT, TensorProto.INT64
+node = helper.make_node
+rng = np.random.default_rng(0)
+
+
+def _tensors():
+    """Three tensors of one rank and different first dims (a sequence may hold differing shapes)."""
+    return {"a": rng.standard_normal((2, 3)).astype(np.float32), "b": rng.standard_normal((1, 3)).astype(np.float32),
+            "c": rng.standard_normal((4, 3)).astype(np.float32)}
+
+
+ABC = [VI("a", F, [2, 3]), VI("b", F, [1, 3]), VI("c", F, [4, 3])]
+
+
+def _check(model, feeds_list):
+    reference = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    for mode, run in tensorvm_runs(model):
+        for feeds in feeds_list:
+            want = reference.run(None, feeds)
+            got = run(*feeds.values())
+            for g, w in zip(got, want, strict=True):
+                assert g.dtype == w.dtype and g.shape == w.shape, (mode, feeds)
+                np.testing.assert_allclose(g, w, rtol=1e-6, err_msg=f"{mode} {feeds}")
+
+
+def test_sequence_at_a_run_time_position_over_tensors_of_different_shapes():
+    nodes = [node("SequenceConstruct", ["a", "b", "c"], ["s"]), node("SequenceAt", ["s", "p"], ["y"]),
+             node("SequenceLength", ["s"], ["n"])]
+    model = onnx_model(nodes, ABC + [VI("p", I64, [])], [VI("y", F, ["r", 3]), VI("n", I64, [])], opset=18)
+    _check(model, [{**_tensors(), "p": np.array(p, np.int64)} for p in range(-3, 3)])
+    for _, run in tensorvm_runs(model):
+        for p in (3, -4):
+            with pytest.raises(ExecutionError, match="out of range"):
+                run(*_tensors().values(), np.array(p, np.int64))
+
+
+@pytest.mark.parametrize("new_axis", [0, 1])
+def test_insert_and_erase_at_run_time_positions_then_concatenate(new_axis):
+    same = [VI(name, F, [2, 3]) for name in "abc"]  # (new_axis stacks: one shape)
+    nodes = [node("SequenceConstruct", ["a", "b"], ["s"]), node("SequenceInsert", ["s", "c", "p"], ["t"]),
+             node("SequenceErase", ["t", "q"], ["u"]),
+             node("ConcatFromSequence", ["t"], ["y"], axis=-1 if new_axis else 0, new_axis=new_axis),
+             node("ConcatFromSequence", ["u"], ["z"], axis=0, new_axis=new_axis)]
+    model = onnx_model(nodes, same + [VI("p", I64, []), VI("q", I64, [])],
+                       [VI("y", F, ["d0", "d1", "d2"][:2 + new_axis]), VI("z", F, ["e0", "e1", "e2"][:2 + new_axis])],
+                       opset=18)
+    feeds = []
+    for p in range(-2, 3):  # every place of an insert into 2 tensors
+        for q in range(-3, 3):  # every place of an erase from 3
+            tensors = {k: rng.standard_normal((2, 3)).astype(np.float32) for k in "abc"}
+            feeds.append({**tensors, "p": np.array(p, np.int64), "q": np.array(q, np.int64)})
+    _check(model, feeds)
+    for _, run in tensorvm_runs(model):
+        arrays = [np.ones((2, 3), np.float32)] * 3
+        with pytest.raises(ExecutionError, match="out of range"):
+            run(*arrays, np.array(3, np.int64), np.array(0, np.int64))
+        with pytest.raises(ExecutionError, match="out of range"):
+            run(*arrays, np.array(0, np.int64), np.array(-4, np.int64))
+
+
+def test_constant_positions_and_appends():
+    nodes = [node("SequenceEmpty", [], ["e"]), node("SequenceInsert", ["e", "a"], ["s1"]),
+             node("SequenceInsert", ["s1", "b", "zero"], ["s2"]), node("SequenceInsert", ["s2", "c"], ["s3"]),
+             node("SequenceErase", ["s3"], ["s4"]), node("SequenceAt", ["s4", "minus1"], ["y"]),
+             node("ConcatFromSequence", ["s3"], ["z"], axis=0)]
+    inits = [helper.make_tensor("zero", I64, [], [0]), helper.make_tensor("minus1", I64, [], [-1])]
+    model = onnx_model(nodes, ABC, [VI("y", F, [2, 3]), VI("z", F, [7, 3])], inits=inits, opset=18)
+    _check(model, [_tensors()])
+
+
+@pytest.mark.parametrize("keepdims", [0, 1])
+def test_split_to_sequence_by_ones_sizes_and_run_time_sizes(keepdims):
+    nodes = [node("SplitToSequence", ["x"], ["ones"], axis=1, keepdims=keepdims),
+             node("SplitToSequence", ["x", "two"], ["twos"], axis=0),
+             node("SplitToSequence", ["x", "sizes"], ["parts"], axis=0),
+             node("ConcatFromSequence", ["ones"], ["y1"], axis=-1, new_axis=0 if keepdims else 1),
+             node("SequenceAt", ["twos", "last"], ["y2"]), node("SequenceLength", ["twos"], ["n2"]),
+             node("SequenceAt", ["parts", "at"], ["y3"])]
+    inits = [helper.make_tensor("two", I64, [], [2]), helper.make_tensor("last", I64, [], [-1])]
+    model = onnx_model(nodes, [VI("x", F, [5, 3]), VI("sizes", I64, [3]), VI("at", I64, [])],
+                       [VI("y1", F, ["r1", "c1"]), VI("y2", F, ["r2", 3]),
+                        VI("n2", I64, []), VI("y3", F, ["r3", 3])],
+                       inits=inits, opset=18)
+    x = rng.standard_normal((5, 3)).astype(np.float32)
+    _check(model, [{"x": x, "sizes": np.array(s, np.int64), "at": np.array(a, np.int64)}
+                   for s, a in (([1, 2, 2], 0), ([0, 5, 0], 1), ([3, 1, 1], -1))])
+
+
+def test_a_sequence_output_is_a_tuple_of_its_tensors():
+    model = onnx_model([node("SplitToSequence", ["x"], ["s"], axis=0, keepdims=0)], [VI("x", F, [3, 2])],
+                       [helper.make_tensor_sequence_value_info("s", F, None)], opset=18)
+    x = rng.standard_normal((3, 2)).astype(np.float32)
+    mod, params = tv.frontend.from_onnx(model)
+    got = tv.vm.VirtualMachine(tv.vm.compile(mod, target="c", params=params)).invoke("main", x)
+    assert len(got) == 3
+    for part, row in zip(got, x, strict=True):
+        np.testing.assert_array_equal(part.numpy(), row)
+
+
+def test_what_cannot_be_a_tuple_is_refused_by_name():
+    bad_at = onnx_model([node("SequenceConstruct", ["a", "b"], ["s"]), node("SequenceAt", ["s", "p"], ["y"])],
+                        ABC[:2], [VI("y", F, ["r", 3])], inits=[helper.make_tensor("p", I64, [], [2])], opset=18)
+    with pytest.raises(ModelImportError, match=r"SequenceAt: position 2 is out of range \[-2, 1\]"):
+        tv.frontend.from_onnx(bad_at)
+    run_time_count = onnx_model([node("SplitToSequence", ["x", "k"], ["s"]), node("SequenceLength", ["s"], ["n"])],
+                                [VI("x", F, [6]), VI("k", I64, [])], [VI("n", I64, [])], opset=18)
+    with pytest.raises(UnsupportedError, match="run-time split size"):
+        tv.frontend.from_onnx(run_time_count)
+    mixed = onnx_model([node("SequenceConstruct", ["a", "k"], ["s"])], [VI("a", F, [2]), VI("k", I64, [])],
+                       [helper.make_tensor_sequence_value_info("s", F, None)], opset=18)
+    with pytest.raises(Exception, match="share one dtype"):
+        tv.frontend.from_onnx(mixed)
+
+
+def test_sequence_map_applies_its_body_to_each_element_with_tensors_and_sequences_beside_it():
+    body = helper.make_graph(
+        [node("Add", ["elem", "bias"], ["shifted"]), node("Mul", ["shifted", "other"], ["y"]),
+         node("ReduceSum", ["elem"], ["total"], keepdims=0)], "body",
+        [VI("elem", F, ["r", 3]), VI("bias", F, [3]), VI("other", F, ["r", 3])],
+        [VI("y", F, ["r", 3]), VI("total", F, [])])
+    nodes = [node("SplitToSequence", ["x", "sizes"], ["xs"], axis=0),
+             node("SplitToSequence", ["z", "sizes"], ["zs"], axis=0),
+             node("SequenceMap", ["xs", "bias", "zs"], ["ys", "totals"], body=body),
+             node("ConcatFromSequence", ["ys"], ["y"], axis=0),
+             node("ConcatFromSequence", ["totals"], ["t"], axis=0, new_axis=1)]
+    model = onnx_model(nodes, [VI("x", F, [6, 3]), VI("z", F, [6, 3]), VI("sizes", I64, [3]), VI("bias", F, [3])],
+                       [VI("y", F, [6, 3]), VI("t", F, [3])], opset=18)
+    feeds = [{"x": rng.standard_normal((6, 3)).astype(np.float32), "z": rng.standard_normal((6, 3)).astype(np.float32),
+              "sizes": np.array(s, np.int64), "bias": rng.standard_normal(3).astype(np.float32)}
+             for s in ([1, 2, 3], [6, 0, 0], [2, 2, 2])]
+    _check(model, feeds)
+
+
+def test_if_branches_give_sequences_of_one_length_or_are_refused():
+    def branch(names, name):
+        return helper.make_graph([node("SequenceConstruct", names, ["s_" + name])], name, [],
+                                 [helper.make_tensor_sequence_value_info("s_" + name, F, None)])
+
+    def model(else_names):
+        nodes = [node("If", ["cond"], ["s"], then_branch=branch(["a", "b"], "then"),
+                      else_branch=branch(else_names, "else")), node("ConcatFromSequence", ["s"], ["y"], axis=0)]
+        return onnx_model(nodes, [VI("cond", TensorProto.BOOL, [])] + ABC, [VI("y", F, ["r", 3])], opset=18)
+
+    feeds = [{"cond": np.array(c), **_tensors()} for c in (True, False)]
+    _check(model(["c", "a"]), feeds)
+    with pytest.raises(UnsupportedError, match="sequences of 2 and 3 tensors"):
+        tv.frontend.from_onnx(model(["a", "b", "c"]))
