@@ -13,4 +13,5 @@ from . import (  # noqa: F401
     onnx_sequence,
     onnx_shape,
     onnx_signal,
+    onnx_state,
 )
