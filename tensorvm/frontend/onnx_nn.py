@@ -9,7 +9,7 @@ from ..errors import TypeInferenceError, UnsupportedError
 from ..op.onnx_ops import explicit_pads, window_count
 from .onnx_context import converter
 from .onnx_elementwise import scalar_like
-from .onnx_shape import reshape_to
+from .onnx_shape import reshape_to, slice_10
 
 # ---- matrix products --------------------------------------------------------------------------------
 
@@ -688,3 +688,99 @@ def det_11(ctx, X):
                              ctx.call("multiply", factors, part(a, rows, k, k + 1)))
             a = ctx.call("concatenate", ctx.tuple([part(a, rows, 0, k + 1), below]), axis=rows)
     return ctx.call("squeeze", ctx.call("multiply", det, sign), axis=(rows, cols))
+
+
+@converter("Col2Im", 18)
+def col2im_18(ctx, input, image_shape, block_shape, *, dilations=None, pads=None, strides=None):  # noqa: A002
+    """Column blocks summed back into the image (PyTorch's fold): every output pixel gathers the entries
+    of the blocks that cover it (a map computed at import from the constant image and block shapes;
+    positions no block covers gather an appended zero) and sums them."""
+    image = ctx.int_list(image_shape)
+    block = ctx.int_list(block_shape)
+    if image is None or block is None:
+        return _col2im_at_run_time(ctx, input, image_shape, block_shape, dilations, pads, strides)
+    dims = len(image)
+    if len(block) != dims or ctx.ndim(input) != 3:
+        raise TypeInferenceError(f"Col2Im: {dims} image dims, {len(block)} block dims, input of rank "
+                                 f"{ctx.ndim(input)} (expected N x C*prod(block) x L)")
+    dilations, strides = list(dilations or [1] * dims), list(strides or [1] * dims)
+    pads = list(pads or [0] * (2 * dims))
+    counts = [(image[d] + pads[d] + pads[d + dims] - dilations[d] * (block[d] - 1) - 1) // strides[d] + 1
+              for d in range(dims)]
+    kernel, blocks = int(np.prod(block)), int(np.prod(counts))
+    width, length = ctx.shape(input)[1], ctx.shape(input)[2]
+    if min(counts) < 1 or (isinstance(length, int) and length != blocks) \
+            or (isinstance(width, int) and width % kernel):
+        raise TypeInferenceError(f"Col2Im: input {ctx.shape(input)} does not hold the {kernel}-element blocks at "
+                                 f"{counts} positions of an image {image}")
+    # entry (k, l) (kernel offset k, block position l) lands on pixel sum_d x_d, x_d = l_d s_d - p_d + k_d r_d
+    offsets = np.stack(np.meshgrid(*[np.arange(b) for b in block], indexing="ij"), -1).reshape(kernel, 1, dims)
+    places = np.stack(np.meshgrid(*[np.arange(c) for c in counts], indexing="ij"), -1).reshape(1, blocks, dims)
+    at = places * np.array(strides) - np.array(pads[:dims]) + offsets * np.array(dilations)
+    inside = np.all((at >= 0) & (at < np.array(image)), axis=-1)
+    pixel = np.ravel_multi_index(tuple(np.where(inside[..., None], at, 0).transpose(2, 0, 1)), image)
+    pixels = int(np.prod(image))
+    covering = [[] for _ in range(pixels)]
+    for entry, (p, ok) in enumerate(zip(pixel.reshape(-1), inside.reshape(-1), strict=True)):
+        if ok:
+            covering[p].append(entry)
+    most = max(1, max(len(c) for c in covering))
+    zero = kernel * blocks  # (the appended zero entry)
+    index = np.array([c + [zero] * (most - len(c)) for c in covering], np.int64)  # (pixels, most)
+    channels = ctx.call("reshape", input, newshape=(0, -1, kernel * blocks))  # (N, C, K * L)
+    padded = ctx.call("nn.pad", channels, ctx.constant(np.array(0, ctx.dtype(input))), pad_width=((0, 0), (0, 0), (0, 1)))
+    summed = ctx.call("sum", ctx.call("take", padded, ctx.constant(index), axis=2, mode="clip"), axis=(3,))
+    return ctx.call("reshape", summed, newshape=(0, 0, *image))
+
+
+def _col2im_at_run_time(ctx, data, image_shape, block_shape, dilations, pads, strides):
+    """Col2Im with a run-time image or block shape: each entry's pixel computed at run time from the
+    shapes, the entries added into zeros there (``scatter_elements`` with ``add``; entries outside the
+    image go to one extra slot, dropped)."""
+    i64 = "int64"
+    dims = ctx.shape(image_shape)[0] if ctx.ndim(image_shape) == 1 else None
+    if not isinstance(dims, int) or ctx.shape(block_shape) != (dims,) or ctx.ndim(data) != 3:
+        raise TypeInferenceError("Col2Im: image_shape and block_shape must be 1-D of one static length, the input "
+                                 "N x C*prod(block) x L")
+    dilations, strides = list(dilations or [1] * dims), list(strides or [1] * dims)
+    pads = list(pads or [0] * (2 * dims))
+    image, block = ctx.cast(image_shape, i64), ctx.cast(block_shape, i64)
+
+    def const(v):
+        return ctx.constant(np.array(v, np.int64))
+
+    def at(vec, d):
+        return ctx.call("take", vec, const(d), axis=0)
+
+    sizes = [at(image, d) for d in range(dims)]
+    taps = [at(block, d) for d in range(dims)]
+    counts = [ctx.call("add", ctx.call("floor_divide", ctx.call("subtract", ctx.call(
+        "subtract", ctx.call("add", sizes[d], const(pads[d] + pads[d + dims])),
+        ctx.call("multiply", const(dilations[d]), ctx.call("subtract", taps[d], const(1)))), const(1)),
+        const(strides[d])), const(1)) for d in range(dims)]
+    kernel = ctx.call("prod", block, axis=(0,))
+    blocks = ctx.dim_value(data, 2)
+    k = ctx.call("expand_dims", ctx.indices(kernel), axis=1)  # (K, 1)
+    l = ctx.call("expand_dims", ctx.indices(blocks), axis=0)  # (1, L)  # noqa: E741
+    pixel, inside, k_rest, l_rest, pixels = const(0), None, k, l, const(1)
+    for d in range(dims - 1, -1, -1):  # the last dim varies fastest in k, l and the pixel index
+        k_d, k_rest = ctx.call("floor_mod", k_rest, taps[d]), ctx.call("floor_divide", k_rest, taps[d])
+        l_d, l_rest = ctx.call("floor_mod", l_rest, counts[d]), ctx.call("floor_divide", l_rest, counts[d])
+        x_d = ctx.call("add", ctx.call("subtract", ctx.call("multiply", l_d, const(strides[d])), const(pads[d])),
+                       ctx.call("multiply", k_d, const(dilations[d])))
+        ok = ctx.call("logical_and", ctx.call("greater_equal", x_d, const(0)), ctx.call("less", x_d, sizes[d]))
+        inside = ok if inside is None else ctx.call("logical_and", inside, ok)
+        pixel = ctx.call("add", pixel, ctx.call("multiply", x_d, pixels))
+        pixels = ctx.call("multiply", pixels, sizes[d])
+    target = ctx.call("reshape", ctx.call("where", inside, pixel, pixels), newshape=(1, 1, -1))  # (1, 1, K * L)
+    values = ctx.call("reshape", data, newshape=(0, -1, 0))  # (N, C * K, L)
+    channels_vec = ctx.shape_vector([ctx.dim_value(data, 0), -1, ctx.call("multiply", kernel, blocks)])
+    values = reshape_to(ctx, values, channels_vec)  # (N, C, K * L)
+    index = ctx.call("add", target, ctx.call("zeros_like", ctx.cast(values, i64)))  # (one per entry)
+    out_shape = ctx.shape_vector([ctx.dim_value(data, 0), ctx.dim_value(values, 1),
+                                  ctx.call("add", pixels, const(1))])
+    zeros = ctx.call("dyn.zeros", out_shape, dtype=ctx.dtype(data))
+    summed = ctx.call("scatter_elements", zeros, index, values, axis=2, reduction="add")
+    kept = slice_10(ctx, summed, ctx.constant(np.array([0], np.int64)), ctx.call("expand_dims", pixels, axis=0),
+                    ctx.constant(np.array([2], np.int64)))
+    return reshape_to(ctx, kept, ctx.shape_vector([ctx.dim_value(data, 0), ctx.dim_value(values, 1), *sizes]))
