@@ -784,3 +784,73 @@ def _col2im_at_run_time(ctx, data, image_shape, block_shape, dilations, pads, st
     kept = slice_10(ctx, summed, ctx.constant(np.array([0], np.int64)), ctx.call("expand_dims", pixels, axis=0),
                     ctx.constant(np.array([2], np.int64)))
     return reshape_to(ctx, kept, ctx.shape_vector([ctx.dim_value(data, 0), ctx.dim_value(values, 1), *sizes]))
+
+
+@converter("DeformConv", 19)
+def deform_conv_19(ctx, X, W, offset, B=None, mask=None, *, dilations=None, group=1, kernel_shape=None,
+                   offset_group=1, pads=None, strides=None):
+    """2-D deformable convolution: each output pixel's kernel taps sample X bilinearly (zero outside the
+    image) at their place moved by the offsets, times the mask, then a grouped product with the weights.
+    The samples are four gathers (the corners) weighted per tap; the product one ``onnx.matmul`` of the
+    (group, out/group, in/group * taps) weights with the (N, group, in/group * taps, pixels) samples."""
+    if ctx.ndim(X) != 4:
+        raise UnsupportedError(f"DeformConv: {ctx.ndim(X) - 2}-D input; tensorvm converts the 2-D one")
+    _, channels, height, width = ctx.shape(X)
+    out_channels, group_channels, kh, kw = ctx.shape(W)
+    if not all(isinstance(d, int) for d in (channels, height, width, out_channels, kh, kw)):
+        raise UnsupportedError("DeformConv: the input's channels and size and the weight's shape must be static")
+    if kernel_shape is not None and tuple(kernel_shape) != (kh, kw):
+        raise TypeInferenceError(f"DeformConv: kernel_shape {kernel_shape} does not match the weight {ctx.shape(W)}")
+    if channels != group_channels * group or out_channels % group or channels % offset_group:
+        raise TypeInferenceError(f"DeformConv: {channels} input channels, weight {ctx.shape(W)}, group {group}, "
+                                 f"offset_group {offset_group}")
+    sh, sw = strides or (1, 1)
+    dh, dw = dilations or (1, 1)
+    pt, pl, pb, pr = pads or (0, 0, 0, 0)
+    oh = (height + pt + pb - (kh - 1) * dh - 1) // sh + 1
+    ow = (width + pl + pr - (kw - 1) * dw - 1) // sw + 1
+    taps, pixels, f = kh * kw, oh * ow, ctx.dtype(X)
+    if any(isinstance(got, int) and got != want
+           for got, want in zip(ctx.shape(offset)[1:], (offset_group * taps * 2, oh, ow), strict=True)):
+        raise TypeInferenceError(f"DeformConv: offset {ctx.shape(offset)}, expected (N, {offset_group * taps * 2}, "
+                                 f"{oh}, {ow})")
+    # where each tap of each output pixel reads before the offsets: (taps, pixels)
+    tap_y, tap_x = np.meshgrid(np.arange(kh) * dh, np.arange(kw) * dw, indexing="ij")
+    out_y, out_x = np.meshgrid(np.arange(oh) * sh - pt, np.arange(ow) * sw - pl, indexing="ij")
+    base_y = (tap_y.reshape(-1, 1) + out_y.reshape(1, -1)).astype(f)
+    base_x = (tap_x.reshape(-1, 1) + out_x.reshape(1, -1)).astype(f)
+    moves = ctx.call("reshape", offset, newshape=(0, offset_group, taps, 2, pixels))
+    y = ctx.call("add", ctx.constant(base_y), ctx.call("take", moves, ctx.constant(np.array(0)), axis=3))
+    x = ctx.call("add", ctx.constant(base_x), ctx.call("take", moves, ctx.constant(np.array(1)), axis=3))
+    y0, x0 = ctx.call("floor", y), ctx.call("floor", x)
+    fy, fx = ctx.call("subtract", y, y0), ctx.call("subtract", x, x0)
+    one = ctx.constant(np.array(1, f))
+    images = ctx.call("reshape", X, newshape=(0, offset_group, channels // offset_group, height * width))
+    spread = ctx.constant(np.zeros((1, 1, channels // offset_group, 1), np.int64))  # (the channels' axis)
+    sampled = None
+    for dy, wy in ((0, ctx.call("subtract", one, fy)), (1, fy)):
+        for dx, wx in ((0, ctx.call("subtract", one, fx)), (1, fx)):
+            yy = ctx.call("add", y0, ctx.constant(np.array(dy, f)))
+            xx = ctx.call("add", x0, ctx.constant(np.array(dx, f)))
+            inside = ctx.call("logical_and", _within(ctx, yy, height), _within(ctx, xx, width))
+            weight = ctx.call("where", inside, ctx.call("multiply", wy, wx), ctx.constant(np.array(0, f)))
+            row = ctx.call("clip", ctx.cast(yy, "int64"), a_min=0, a_max=height - 1)
+            col = ctx.call("clip", ctx.cast(xx, "int64"), a_min=0, a_max=width - 1)
+            flat = ctx.call("add", ctx.call("multiply", row, ctx.constant(np.array(width, np.int64))), col)
+            index = ctx.call("add", ctx.call("reshape", flat, newshape=(0, offset_group, 1, taps * pixels)), spread)
+            corner = ctx.call("multiply", ctx.call("gather", images, index, axis=3),
+                              ctx.call("reshape", weight, newshape=(0, offset_group, 1, taps * pixels)))
+            sampled = corner if sampled is None else ctx.call("add", sampled, corner)
+    if mask is not None:
+        sampled = ctx.call("multiply", sampled, ctx.call("reshape", mask, newshape=(0, offset_group, 1, taps * pixels)))
+    columns = ctx.call("reshape", sampled, newshape=(0, group, group_channels * taps, pixels))
+    kernels = ctx.call("reshape", W, newshape=(group, out_channels // group, group_channels * taps))
+    out = ctx.call("reshape", ctx.call("onnx.matmul", kernels, columns), newshape=(0, out_channels, oh, ow))
+    return _add_bias(ctx, out, B)
+
+
+def _within(ctx, v, size: int):
+    """0 <= v < size, elementwise (v a float tensor of whole numbers)."""
+    f = ctx.dtype(v)
+    return ctx.call("logical_and", ctx.call("greater_equal", v, ctx.constant(np.array(0, f))),
+                    ctx.call("less", v, ctx.constant(np.array(size, f))))

@@ -43,7 +43,7 @@ QuantizeLinear DequantizeLinear DynamicQuantizeLinear MatMulInteger ConvInteger 
 LpNormalization ReverseSequence Swish SwiGLU CumProd HannWindow HammingWindow BlackmanWindow CenterCropPad TensorScatter
 NegativeLogLikelihoodLoss SoftmaxCrossEntropyLoss DFT STFT MaxUnpool AffineGrid Optional OptionalHasElement
 OptionalGetElement MelWeightMatrix Det SequenceEmpty SequenceConstruct SequenceInsert SequenceErase SequenceAt
-SequenceLength SplitToSequence ConcatFromSequence SequenceMap CausalConvWithState LinearAttention Col2Im
+SequenceLength SplitToSequence ConcatFromSequence SequenceMap CausalConvWithState LinearAttention Col2Im DeformConv
 """.split())
 
 TARGET = os.environ.get("TENSORVM_ONNX_TARGET", "c")
