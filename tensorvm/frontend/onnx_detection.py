@@ -131,3 +131,59 @@ def roi_align_16(ctx, X, rois, batch_indices, *, coordinate_transformation_mode=
     return ctx.call("vision.onnx_roi_align", X, rois, batch_indices, mode=mode, output_height=output_height,
                     output_width=output_width, sampling_ratio=sampling_ratio, spatial_scale=float(spatial_scale),
                     coordinate_transformation_mode=coordinate_transformation_mode)
+
+
+@converter("MaxRoiPool", 1)
+def max_roi_pool_1(ctx, X, rois, *, pooled_shape, spatial_scale=1.0):
+    """Fast R-CNN's RoI pooling as ONNX Runtime computes it: a RoI's corners scaled and rounded half away
+    from zero, its size at least 1, bin (i, j) spanning rows floor(i h / PH) .. ceil((i + 1) h / PH) past its
+    top (clipped to the image), likewise columns; the maximum over the bin, 0 for an empty bin. Computed as a
+    masked maximum over the columns, then over the rows (each a fused reduction)."""
+    if ctx.ndim(X) != 4 or ctx.ndim(rois) != 2:
+        raise TypeInferenceError(f"MaxRoiPool: X must be (N, C, H, W) and rois (R, 5), got {ctx.shape(X)} and "
+                                 f"{ctx.shape(rois)}")
+    pooled_h, pooled_w = (int(v) for v in pooled_shape)
+    f, i64 = ctx.dtype(X), "int64"
+
+    def col(k):  # (R,) column k of the rois
+        return ctx.call("take", rois, ctx.constant(np.array(k, np.int64)), axis=1)
+
+    def rounded(v):  # scaled, rounded half away from zero, as C's round
+        v = ctx.call("multiply", v, ctx.constant(np.array(spatial_scale, f)))
+        return ctx.call("multiply", ctx.call("sign", v),
+                        ctx.call("floor", ctx.call("add", ctx.call("abs", v), ctx.constant(np.array(0.5, f)))))
+
+    one = ctx.constant(np.array(1, f))
+    batch = ctx.cast(col(0), i64)
+    x1, y1, x2, y2 = (rounded(col(k)) for k in (1, 2, 3, 4))
+    images = ctx.call("take", X, batch, axis=0, mode="fast")  # (R, C, H, W)
+
+    def bins(start, end, pooled, size):
+        """(R, pooled, size): whether position p of the axis is in bin i of each RoI."""
+        extent = ctx.call("maximum", ctx.call("add", ctx.call("subtract", end, start), one), one)
+        step = ctx.call("expand_dims", ctx.call("divide", extent, ctx.constant(np.array(pooled, f))), axis=1)
+        index = ctx.constant(np.arange(pooled, dtype=f).reshape(1, pooled))
+        lo = ctx.call("add", ctx.call("floor", ctx.call("multiply", index, step)), ctx.call("expand_dims", start, axis=1))
+        hi = ctx.call("add", ctx.call("ceil", ctx.call("multiply", ctx.call("add", index, one), step)),
+                      ctx.call("expand_dims", start, axis=1))
+        lo = ctx.call("clip", lo, a_min=0.0, a_max=float(size))
+        hi = ctx.call("clip", hi, a_min=0.0, a_max=float(size))
+        where = ctx.constant(np.arange(size, dtype=f).reshape(1, 1, size))
+        return ctx.call("logical_and", ctx.call("greater_equal", where, ctx.call("expand_dims", lo, axis=2)),
+                        ctx.call("less", where, ctx.call("expand_dims", hi, axis=2)))
+
+    height, width = ctx.shape(X)[2], ctx.shape(X)[3]
+    if not isinstance(height, int) or not isinstance(width, int):
+        raise TypeInferenceError("MaxRoiPool: the feature map's height and width must be static")
+    rows, cols = bins(y1, y2, pooled_h, height), bins(x1, x2, pooled_w, width)  # (R, PH, H), (R, PW, W)
+    lowest = ctx.constant(np.array(-np.inf, f))
+    # over the columns: (R, C, H, 1, W) against (R, 1, 1, PW, W) -> (R, C, H, PW)
+    in_cols = ctx.call("reshape", cols, newshape=(0, 1, 1, pooled_w, width))
+    by_cols = ctx.call("max", ctx.call("where", in_cols, ctx.call("expand_dims", images, axis=3), lowest), axis=(4,))
+    # over the rows: (R, C, 1, H, PW) against (R, 1, PH, H, 1) -> (R, C, PH, PW)
+    in_rows = ctx.call("reshape", rows, newshape=(0, 1, pooled_h, height, 1))
+    pooled = ctx.call("max", ctx.call("where", in_rows, ctx.call("expand_dims", by_cols, axis=2), lowest), axis=(3,))
+    row_any = ctx.call("expand_dims", ctx.call("any", rows, axis=(2,)), axis=2)  # (R, PH, 1)
+    col_any = ctx.call("expand_dims", ctx.call("any", cols, axis=(2,)), axis=1)  # (R, 1, PW)
+    filled = ctx.call("expand_dims", ctx.call("logical_and", row_any, col_any), axis=1)  # (R, 1, PH, PW)
+    return ctx.call("where", filled, pooled, ctx.constant(np.array(0, f)))
