@@ -216,6 +216,32 @@ def @main(%x: Tensor[(3, 4), float32], %y: Tensor[(1, 4), float32]) -> Tensor[(3
 )
 
 program(
+    "reinterpret_float_bits",
+    """
+def @main(%x: Tensor[(2, 5), float32]) -> Tensor[(2, 5), int32] {
+  %0 = reinterpret(multiply(%x, 2f), dtype="int32");
+  bitwise_and(right_shift(%0, 23), 255)
+}
+""",
+    lambda: _normal("reinterpret_float_bits", (2, 5)),
+    lambda x: ((x * np.float32(2)).view(np.int32) >> 23) & 255,  # (the biased exponents)
+    "static",
+)
+
+program(
+    "reinterpret_dynamic_round_trip",
+    """
+def @main(%x: Tensor[(?), int64]) -> Tensor[(?), int64] {
+  %0 = reinterpret(%x, dtype="float64");
+  reinterpret(negative(%0), dtype="int64")
+}
+""",
+    lambda: (np.array([4607182418800017408, 0, -4616189618054758400, 123456789], np.int64),),
+    lambda x: (-(x.view(np.float64))).view(np.int64),
+    "dynamic",
+)
+
+program(
     "let_scalar_arith",
     """
 def @main(%a: float32, %b: float32) -> float32 {

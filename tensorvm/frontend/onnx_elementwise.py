@@ -319,6 +319,12 @@ def cast_like_15(ctx, input, target_type, *, saturate=1, round_mode="up"):  # no
     return ctx.call("cast", input, dtype=ctx.dtype(target_type))
 
 
+@converter("BitCast", 26)
+def bit_cast_26(ctx, input, *, to):  # noqa: A002
+    """The same bits as dtype ``to`` (``reinterpret``: the widths must match; to bool only from bool)."""
+    return ctx.call("reinterpret", input, dtype=onnx_dtype(to, "BitCast: to"))
+
+
 @converter("Identity", 1)
 def identity_1(ctx, input):  # noqa: A002
     return input

@@ -40,7 +40,8 @@ from ._common import (
     to_float,
 )
 from ._compute import broadcast_read, broadcast_shape, float_math, kernel_name, output_dtype, unary_compute
-from .registry import REQUIRED, AttrDef, OpDef, OpPattern
+from ._library import product
+from .registry import REQUIRED, AttrDef, LibraryKernel, OpDef, OpPattern
 
 BOOL = ("bool",)
 INT_OR_BOOL = ("bool",) + INT_DTYPES
@@ -338,6 +339,32 @@ register_checked(OpDef(
     type_rel=lambda types, attrs, consts=None: TensorType(expect_tensor("cast", types[0]).shape, attrs.dtype),
     kernel=_cast_kernel, pattern=OpPattern.ELEMWISE, attrs=(AttrDef("dtype", REQUIRED, to_dtype),),
     shape_func=identity_shape_func, doc="Convert to another dtype (C conversion rules).",
+))
+
+
+def _reinterpret_rel(types, attrs, consts=None):
+    data = expect_tensor("reinterpret", types[0])
+    source, target = np.dtype(data.dtype), np.dtype(attrs.dtype)
+    if source.itemsize != target.itemsize:
+        raise TypeInferenceError(f"reinterpret: {data.dtype} ({8 * source.itemsize} bits) as {attrs.dtype} "
+                                 f"({8 * target.itemsize} bits): the widths must be equal")
+    if target == np.bool_ and source != np.bool_:
+        raise TypeInferenceError(f"reinterpret: {data.dtype} as bool (a byte other than 0 or 1 is no bool)")
+    return TensorType(data.shape, attrs.dtype)
+
+
+def _reinterpret_arguments(attrs, inputs, outputs):
+    (data,), (out,) = inputs, outputs
+    return [data, product(data.shape) * np.dtype(data.dtype).itemsize, out], []
+
+
+register_checked(OpDef(
+    name="reinterpret", num_inputs=1, type_rel=_reinterpret_rel,
+    kernel=lambda attrs, x: (x if x.flags.c_contiguous else x.copy()).view(attrs.dtype), pattern=OpPattern.OPAQUE,
+    attrs=(AttrDef("dtype", REQUIRED, to_dtype),), shape_func=identity_shape_func,
+    library=LibraryKernel("tv_reinterpret", "algorithm.c", _reinterpret_arguments),
+    doc="The same bits read as another dtype of the same width (little endian), as Relay's reinterpret "
+        "and ONNX's BitCast; no conversion.",
 ))
 
 

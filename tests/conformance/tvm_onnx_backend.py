@@ -44,7 +44,7 @@ LpNormalization ReverseSequence Swish SwiGLU CumProd HannWindow HammingWindow Bl
 NegativeLogLikelihoodLoss SoftmaxCrossEntropyLoss DFT STFT MaxUnpool AffineGrid Optional OptionalHasElement
 OptionalGetElement MelWeightMatrix Det SequenceEmpty SequenceConstruct SequenceInsert SequenceErase SequenceAt
 SequenceLength SplitToSequence ConcatFromSequence SequenceMap CausalConvWithState LinearAttention Col2Im DeformConv
-MaxRoiPool
+MaxRoiPool BitCast
 """.split())
 
 TARGET = os.environ.get("TENSORVM_ONNX_TARGET", "c")

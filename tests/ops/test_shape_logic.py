@@ -59,7 +59,7 @@ def _pick_dtype(name: str, arity: int) -> str:
     return "float32"
 
 
-_ATTRS = {"clip": {"a_min": -1.0, "a_max": 1.0}, "cast": {"dtype": "int32"}}
+_ATTRS = {"clip": {"a_min": -1.0, "a_max": 1.0}, "cast": {"dtype": "int32"}, "reinterpret": {"dtype": "int32"}}
 
 
 def _elementwise_cases(name, rng):

@@ -414,6 +414,27 @@ def test_cast_and_cast_like(data):
     check_op("cast_like", [x, like], expected=expected)
 
 
+@SETTINGS
+@given(data=st.data())
+def test_reinterpret_reads_the_same_bytes_as_another_dtype_of_the_width(data):
+    source = data.draw(st.sampled_from(NUMERIC), "source dtype")
+    width = np.dtype(source).itemsize
+    target = data.draw(st.sampled_from([d for d in NUMERIC if np.dtype(d).itemsize == width]), "target dtype")
+    x = data.draw(arrays_of(source, shapes()), "x")
+    raw = x.tobytes()  # (the oracle: the bytes themselves, read back as the target)
+    expected = np.frombuffer(raw, dtype=target).reshape(x.shape) if x.size else np.zeros(x.shape, target)
+    got = check_op("reinterpret", [x], {"dtype": target})
+    assert got.tobytes() == expected.tobytes()
+
+
+def test_reinterpret_refuses_other_widths_and_non_bool_to_bool():
+    with pytest.raises(TypeInferenceError, match="the widths must be equal"):
+        get_op("reinterpret").type_rel([TensorType((3,), "float32")], {"dtype": "int64"})
+    with pytest.raises(TypeInferenceError, match="as bool"):
+        get_op("reinterpret").type_rel([TensorType((3,), "uint8")], {"dtype": "bool"})
+    assert get_op("reinterpret").type_rel([TensorType((3,), "bool")], {"dtype": "uint8"}) == TensorType((3,), "uint8")
+
+
 # ---- broadcasting, dtype rules, Any -----------------------------------------------------------------
 
 BINARY_OPS = sorted(ARITHMETIC) + ["power"] + sorted(COMPARISONS) + sorted(LOGICAL) + sorted(BITWISE) + [

@@ -458,6 +458,13 @@ __attribute__((unused)) static int32_t tv_argwhere(const void* cond, int64_t dty
   return found == count ? 0 : TV_ERROR_SIZE;
 }
 
+/* ---- reinterpret: the same bytes as another dtype of the same width ------------------------------- */
+
+__attribute__((unused)) static int32_t tv_reinterpret(const void* in, int64_t bytes, void* out) {
+  if (bytes > 0) memcpy(out, in, (size_t)bytes);
+  return 0;
+}
+
 /* ---- unique, given the sorted order ------------------------------------------------------------- */
 
 /* Groups the n elements of data by value along their stable ascending order (argsort's, checked here:
