@@ -11,7 +11,10 @@ loop-carried values, one accumulator per scan output and every outer value the b
       } else { (%v..., %acc...) }
     }
 
-A scan output grows by one slice per iteration (``concatenate``; the first slice starts it).
+A scan output is collected as a list (the prelude's ``List``, newest slice first: one ``Cons`` per
+iteration, no tensor copied) and stacked once after the loop, into one buffer the size of the iteration
+count that a second recursive function fills row by row in place (``transform/update_in_place.py``): linear
+in the number of iterations, where growing a tensor by ``concatenate`` every iteration was quadratic.
 Loop-carried values whose shape changes between iterations get ``Any`` dims: the body is converted
 once with the initial types and again with the differing dims generalized.
 """
@@ -21,8 +24,8 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import ModelImportError, TypeInferenceError, UnsupportedError
-from ..ir.expr import Call, Function, Let, Var
-from ..ir.types import Any, TensorType, TupleType
+from ..ir.expr import Call, Clause, Function, Let, Match, PatternConstructor, PatternVar, PatternWildcard, Var
+from ..ir.types import Any, GlobalTypeVar, TensorType, TupleType, TypeCall
 from .onnx_context import converter, generalize, join_types
 
 INT64_MAX = np.iinfo(np.int64).max
@@ -99,14 +102,62 @@ def _acc_type(elem_type: TensorType) -> TensorType:
 
 
 def _acc_init(ctx, elem_type: TensorType):
+    """A scan output of no iteration: 0 rows, and 0 for every dim not known at import."""
     dims = [0] + [d if isinstance(d, int) else 0 for d in elem_type.shape]
     return ctx.constant(np.zeros(dims, dtype=elem_type.dtype))
 
 
-def _append(ctx, is_first, acc, elem):
-    piece = ctx.call("expand_dims", elem, axis=0)
-    grown = ctx.call("concatenate", ctx.tuple([acc, piece]), axis=0)
-    return ctx.if_(is_first, piece, grown)
+def _list_adt(importer):
+    """The prelude's ``List`` (added to the imported module on first use): (Cons, Nil)."""
+    if "List" not in importer.type_defs:
+        from ..prelude import prelude_module
+
+        importer.type_defs["List"] = prelude_module().get_type("List")
+    cons, nil = importer.type_defs["List"].constructors
+    return cons, nil
+
+
+def _list_of(elem_type: TensorType) -> TypeCall:
+    return TypeCall(GlobalTypeVar("List"), (generalize(elem_type),))
+
+
+def _stacked(ctx, slices, count, elem_type: TensorType):
+    """The scan output from its slices (a List, newest first) and the iteration count: one buffer of
+    ``count`` rows (the newest slice's shape) filled from the last row up by a recursive function whose
+    ``scatter_nd`` runs in place; no iteration gives ``_acc_init``'s empty tensor."""
+    importer = ctx.importer
+    cons, nil = _list_adt(importer)
+    list_type, out_type = _list_of(elem_type), _acc_type(elem_type)
+    scalar_i64 = TensorType((), "int64")
+    one = ctx.constant(np.array(1, np.int64))
+
+    fill = importer.fresh_global("scan_fill")  # @fill(xs, i, buf): row i from xs's head, then i - 1 ...
+    xs, i, buf = Var("xs", list_type), Var("i", scalar_i64), Var("buf", out_type)
+    head, rest = Var("x", generalize(elem_type)), Var("rest", list_type)
+    written = ctx.call("scatter_nd", buf, ctx.call("expand_dims", i, axis=0), head)
+    step = Call(fill, (rest, ctx.call("subtract", i, one), written))
+    step.with_type(out_type)
+    fill_body = Match(xs, (Clause(PatternConstructor(cons, (PatternVar(head), PatternVar(rest))), step),
+                           Clause(PatternConstructor(nil, ()), buf)))
+    fill_body.with_type(out_type)
+    importer.globals[fill] = Function((xs, i, buf), fill_body, out_type)
+
+    stack = importer.fresh_global("scan_stack")  # @stack(xs, n): the buffer shaped by the newest slice
+    xs2, n = Var("xs", list_type), Var("n", scalar_i64)
+    newest = Var("x", generalize(elem_type))
+    shape = ctx.call("concatenate", ctx.tuple([ctx.call("expand_dims", n, axis=0),
+                                               ctx.shape_of(newest)]), axis=0)
+    fresh = ctx.call("dyn.zeros", shape, dtype=elem_type.dtype)
+    start = Call(fill, (xs2, ctx.call("subtract", n, one), fresh))
+    start.with_type(out_type)
+    empty = _acc_init(ctx, elem_type)
+    stack_body = Match(xs2, (Clause(PatternConstructor(cons, (PatternVar(newest), PatternWildcard())), start),
+                             Clause(PatternConstructor(nil, ()), empty)))
+    stack_body.with_type(out_type)
+    importer.globals[stack] = Function((xs2, n), stack_body, out_type)
+    call = Call(stack, (slices, count))
+    call.with_type(out_type)
+    return call
 
 
 def _convert_body(ctx, body, fixed_types, carried_types, tries=3):
@@ -149,7 +200,12 @@ def loop_1(ctx, M=None, cond=None, *v_initial, body):
     params, outs, captured, carried_types = _convert_body(ctx, body, [iter_decl, cond_decl], carried_types)
     iter_param, cond_param, carried_params = params[0], params[1], params[2:]
     scan_elems = outs[1 + n_carried:]
-    acc_types = [_acc_type(ctx.type_of(e)) for e in scan_elems]
+    elem_types = [ctx.type_of(e) for e in scan_elems]
+    for ty in elem_types:
+        if not isinstance(ty, TensorType):
+            raise UnsupportedError("Loop: only tensor scan outputs are supported (not sequences or optionals)")
+    acc_types = [_list_of(ty) for ty in elem_types]
+    cons, nil = _list_adt(importer) if scan_elems else (None, None)
 
     i = Var("i", scalar_i64)
     limit = Var("limit", scalar_i64)
@@ -158,10 +214,13 @@ def loop_1(ctx, M=None, cond=None, *v_initial, body):
     captured_vars = [var for var, _ in captured.values()]
     captured_values = [outer for _, outer in captured.values()]
     gv = importer.fresh_global("loop")
-    ret_type = TupleType(tuple(carried_types) + tuple(acc_types))
+    ret_type = TupleType(tuple(carried_types) + tuple(acc_types) + (scalar_i64,))  # (and the iterations run)
 
-    is_first = ctx.call("equal", i, ctx.constant(np.array(0, np.int64)))
-    new_accs = [_append(ctx, is_first, acc, elem) for acc, elem in zip(accs, scan_elems, strict=True)]
+    new_accs = []
+    for acc, elem in zip(accs, scan_elems, strict=True):  # (the slice in front: newest first)
+        grown = Call(cons, (elem, acc))
+        grown.with_type(acc.type_annotation)
+        new_accs.append(grown)
     next_i = ctx.call("add", i, ctx.constant(np.array(1, np.int64)))
     recurse = Call(gv, (next_i, limit, _scalar_bool(ctx, outs[0])) + tuple(outs[1:1 + n_carried])
                    + tuple(new_accs) + tuple(captured_vars))
@@ -171,7 +230,7 @@ def loop_1(ctx, M=None, cond=None, *v_initial, body):
     step = Let(cond_param, _as_declared(ctx, go, body.input[1]), step)
     step = Let(iter_param, _as_declared(ctx, i, body.input[0]), step)
     step.with_type(ret_type)
-    done = ctx.tuple(list(carried_params) + accs)
+    done = ctx.tuple(list(carried_params) + accs + [i])
     keep_going = ctx.call("logical_and", ctx.call("less", i, limit), go)
     fn_body = ctx.if_(keep_going, step, done)
     fn = Function((i, limit, go) + tuple(carried_params) + tuple(accs) + tuple(captured_vars), fn_body, ret_type)
@@ -179,11 +238,13 @@ def loop_1(ctx, M=None, cond=None, *v_initial, body):
 
     trip = _scalar(ctx, ctx.cast(M, "int64")) if M is not None else ctx.constant(np.array(INT64_MAX, np.int64))
     start_cond = _scalar_bool(ctx, cond) if cond is not None else ctx.constant(np.array(True))
-    init_accs = [_acc_init(ctx, ctx.type_of(e)) for e in scan_elems]
+    init_accs = [nil] * len(acc_types)  # (Nil: the lists start empty)
     call = Call(gv, (ctx.constant(np.array(0, np.int64)), trip, start_cond) + tuple(v_initial) + tuple(init_accs)
                 + tuple(captured_values))
     call.with_type(ret_type)
-    results = [ctx.get_item(call, k) for k in range(n_carried + n_scan)]
+    count = ctx.get_item(call, n_carried + n_scan)
+    results = [ctx.get_item(call, k) for k in range(n_carried)]
+    results += [_stacked(ctx, ctx.get_item(call, n_carried + k), count, ty) for k, ty in enumerate(elem_types)]
     return results if len(results) != 1 else results[0]
 
 
@@ -229,15 +290,20 @@ def scan_9(ctx, *inputs, body, num_scan_inputs, scan_input_axes=None, scan_input
         raise TypeInferenceError("Scan: the body's state values do not settle on a type")
     state_params, elem_params = params[:n_state], params[n_state:]
     scan_elems = outs[n_state:]
-    acc_types = [_acc_type(ctx.type_of(e)) for e in scan_elems]
+    scan_types = [ctx.tensor_type(e, "scan output") for e in scan_elems]
+    acc_types = [_list_of(ty) for ty in scan_types]
     accs = [Var(f"acc{k}", t) for k, t in enumerate(acc_types)]
     captured_vars = [var for var, _ in captured.values()]
     captured_values = [outer for _, outer in captured.values()]
     gv = importer.fresh_global("scan")
     ret_type = TupleType(tuple(state_types) + tuple(acc_types))
 
-    is_first = ctx.call("equal", i, ctx.constant(np.array(0, np.int64)))
-    new_accs = [_append(ctx, is_first, acc, elem) for acc, elem in zip(accs, scan_elems, strict=True)]
+    cons, nil = _list_adt(importer)
+    new_accs = []
+    for acc, elem in zip(accs, scan_elems, strict=True):  # (the slice in front: newest first)
+        grown = Call(cons, (elem, acc))
+        grown.with_type(acc.type_annotation)
+        new_accs.append(grown)
     next_i = ctx.call("add", i, ctx.constant(np.array(1, np.int64)))
     recurse = Call(gv, (next_i, length) + tuple(outs[:n_state]) + tuple(new_accs) + tuple(full_inputs)
                    + tuple(captured_vars))
@@ -257,13 +323,12 @@ def scan_9(ctx, *inputs, body, num_scan_inputs, scan_input_axes=None, scan_input
     if not scan_inputs:
         raise UnsupportedError("Scan without scan inputs")
     trip = ctx.dim_value(scan_inputs[0], in_axes[0])
-    init_accs = [_acc_init(ctx, ctx.type_of(e)) for e in scan_elems]
-    call = Call(gv, (ctx.constant(np.array(0, np.int64)), trip) + tuple(states) + tuple(init_accs)
+    call = Call(gv, (ctx.constant(np.array(0, np.int64)), trip) + tuple(states) + (nil,) * len(acc_types)
                 + tuple(scan_inputs) + tuple(captured_values))
     call.with_type(ret_type)
     results = [ctx.get_item(call, k) for k in range(n_state)]
     for k in range(n_scan_out):
-        out = ctx.get_item(call, n_state + k)
+        out = _stacked(ctx, ctx.get_item(call, n_state + k), trip, scan_types[k])
         if out_dirs[k]:
             out = ctx.call("reverse", out, axis=0)
         axis = out_axes[k] % ctx.ndim(out)

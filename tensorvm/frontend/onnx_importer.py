@@ -323,6 +323,7 @@ class OnnxImporter:
         self.ctx.importer = self
         self.ctx.accumulate_dtype = normalize_dtype(accumulate_dtype) if accumulate_dtype else None
         self.globals: dict[GlobalVar, Function] = {}
+        self.type_defs: dict = {}  # ADTs the converters use (a Loop's scan outputs: the prelude's List)
         self._global_names: set[str] = set()
         self.params: dict[str, np.ndarray] = {}
         self.progress = progress  # progress(text) for long imports (the tensorvm command)
@@ -373,6 +374,8 @@ class OnnxImporter:
         body = outputs[0] if len(outputs) == 1 else self.ctx.tuple(outputs)
         main = Function(tuple(params), body)
         mod = IRModule()
+        for tdef in self.type_defs.values():
+            mod.add_type(tdef)
         for gv, fn in self.globals.items():
             mod.add(gv, fn)
         mod.add("main", main)

@@ -19,6 +19,7 @@ from tensorvm.frontend import from_onnx  # noqa: E402
 from tensorvm.ir.expr import Call  # noqa: E402
 from tensorvm.ir.functor import ExprVisitor  # noqa: E402
 from tensorvm.ir.types import Any, SymDim, TensorType  # noqa: E402
+from tensorvm.vm import bytecode as bc  # noqa: E402
 
 F32, I64, BOOL = TensorProto.FLOAT, TensorProto.INT64, TensorProto.BOOL
 
@@ -240,9 +241,14 @@ def test_loop_with_run_time_trip_count_becomes_recursion(trips):
         assert out[1].numpy().shape[0] == 0
         return
     mod = run_everywhere(model, *args, oracle="ort")
-    loops = [gv for gv in mod.functions if gv.name != "main"]
+    loops = [gv for gv in mod.functions if gv.name.startswith("loop")]
     assert len(loops) == 1  # the body became one recursive global function
     assert f"@{loops[0].name}(" in str(mod[loops[0]].body)
+    # the scan output: a list of slices, stacked after the loop by a fill whose update runs in place
+    assert {gv.name for gv in mod.functions} == {"main", loops[0].name, "scan_fill", "scan_stack"}
+    exe = tv.vm.compile(mod, target="c")
+    fill = next(f for f in exe.functions if f.name == "scan_fill")
+    assert any(isinstance(ins, bc.InvokePacked) and set(ins.outputs) & set(ins.inputs) for ins in fill.instructions)
 
 
 def test_long_loop_runs_in_constant_stack_on_the_vm():
