@@ -24,9 +24,10 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import ModelImportError, TypeInferenceError, UnsupportedError
-from ..ir.expr import Call, Clause, Function, Let, Match, PatternConstructor, PatternVar, PatternWildcard, Var
-from ..ir.types import Any, GlobalTypeVar, TensorType, TupleType, TypeCall
+from ..ir.expr import Call, Function, Let, Var
+from ..ir.types import TensorType, TupleType
 from .onnx_context import converter, generalize, join_types
+from .onnx_lists import as_list, is_list, list_adt, list_type, stacked, widen_sequence
 
 INT64_MAX = np.iinfo(np.int64).max
 
@@ -92,72 +93,10 @@ def _as_declared(ctx, value, value_info):
 
 
 def _widen(declared, produced):
-    """``declared`` with every dim that ``produced`` does not match turned into ``Any``."""
-    joined = join_types(declared, produced)
-    return joined
-
-
-def _acc_type(elem_type: TensorType) -> TensorType:
-    return TensorType((Any(),) + tuple(generalize(elem_type).shape), elem_type.dtype)
-
-
-def _acc_init(ctx, elem_type: TensorType):
-    """A scan output of no iteration: 0 rows, and 0 for every dim not known at import."""
-    dims = [0] + [d if isinstance(d, int) else 0 for d in elem_type.shape]
-    return ctx.constant(np.zeros(dims, dtype=elem_type.dtype))
-
-
-def _list_adt(importer):
-    """The prelude's ``List`` (added to the imported module on first use): (Cons, Nil)."""
-    if "List" not in importer.type_defs:
-        from ..prelude import prelude_module
-
-        importer.type_defs["List"] = prelude_module().get_type("List")
-    cons, nil = importer.type_defs["List"].constructors
-    return cons, nil
-
-
-def _list_of(elem_type: TensorType) -> TypeCall:
-    return TypeCall(GlobalTypeVar("List"), (generalize(elem_type),))
-
-
-def _stacked(ctx, slices, count, elem_type: TensorType):
-    """The scan output from its slices (a List, newest first) and the iteration count: one buffer of
-    ``count`` rows (the newest slice's shape) filled from the last row up by a recursive function whose
-    ``scatter_nd`` runs in place; no iteration gives ``_acc_init``'s empty tensor."""
-    importer = ctx.importer
-    cons, nil = _list_adt(importer)
-    list_type, out_type = _list_of(elem_type), _acc_type(elem_type)
-    scalar_i64 = TensorType((), "int64")
-    one = ctx.constant(np.array(1, np.int64))
-
-    fill = importer.fresh_global("scan_fill")  # @fill(xs, i, buf): row i from xs's head, then i - 1 ...
-    xs, i, buf = Var("xs", list_type), Var("i", scalar_i64), Var("buf", out_type)
-    head, rest = Var("x", generalize(elem_type)), Var("rest", list_type)
-    written = ctx.call("scatter_nd", buf, ctx.call("expand_dims", i, axis=0), head)
-    step = Call(fill, (rest, ctx.call("subtract", i, one), written))
-    step.with_type(out_type)
-    fill_body = Match(xs, (Clause(PatternConstructor(cons, (PatternVar(head), PatternVar(rest))), step),
-                           Clause(PatternConstructor(nil, ()), buf)))
-    fill_body.with_type(out_type)
-    importer.globals[fill] = Function((xs, i, buf), fill_body, out_type)
-
-    stack = importer.fresh_global("scan_stack")  # @stack(xs, n): the buffer shaped by the newest slice
-    xs2, n = Var("xs", list_type), Var("n", scalar_i64)
-    newest = Var("x", generalize(elem_type))
-    shape = ctx.call("concatenate", ctx.tuple([ctx.call("expand_dims", n, axis=0),
-                                               ctx.shape_of(newest)]), axis=0)
-    fresh = ctx.call("dyn.zeros", shape, dtype=elem_type.dtype)
-    start = Call(fill, (xs2, ctx.call("subtract", n, one), fresh))
-    start.with_type(out_type)
-    empty = _acc_init(ctx, elem_type)
-    stack_body = Match(xs2, (Clause(PatternConstructor(cons, (PatternVar(newest), PatternWildcard())), start),
-                             Clause(PatternConstructor(nil, ()), empty)))
-    stack_body.with_type(out_type)
-    importer.globals[stack] = Function((xs2, n), stack_body, out_type)
-    call = Call(stack, (slices, count))
-    call.with_type(out_type)
-    return call
+    """``declared`` with every dim that ``produced`` does not match turned into ``Any``; a carried
+    sequence whose length the body changes becomes a ``List`` (``onnx_lists.widen_sequence``)."""
+    sequence = widen_sequence(declared, produced)
+    return sequence if sequence is not None else join_types(declared, produced)
 
 
 def _convert_body(ctx, body, fixed_types, carried_types, tries=3):
@@ -196,16 +135,18 @@ def loop_1(ctx, M=None, cond=None, *v_initial, body):
     scalar_i64, scalar_bool = TensorType((), "int64"), TensorType((), "bool")
     iter_decl = TensorType((1,), "int64") if _declared_rank(body.input[0]) == 1 else scalar_i64
     cond_decl = TensorType((1,), "bool") if _declared_rank(body.input[1]) == 1 else scalar_bool
-    carried_types = _tensor_types(ctx, v_initial, "Loop")
+    carried_types = [generalize(ctx.type_of(v)) for v in v_initial]  # (tensors, or sequences: onnx_lists)
     params, outs, captured, carried_types = _convert_body(ctx, body, [iter_decl, cond_decl], carried_types)
+    v_initial = [as_list(ctx, v, ty.args[0]) if is_list(ty) else v for v, ty in zip(v_initial, carried_types,
+                                                                                   strict=True)]
     iter_param, cond_param, carried_params = params[0], params[1], params[2:]
     scan_elems = outs[1 + n_carried:]
     elem_types = [ctx.type_of(e) for e in scan_elems]
     for ty in elem_types:
         if not isinstance(ty, TensorType):
             raise UnsupportedError("Loop: only tensor scan outputs are supported (not sequences or optionals)")
-    acc_types = [_list_of(ty) for ty in elem_types]
-    cons, nil = _list_adt(importer) if scan_elems else (None, None)
+    acc_types = [list_type(ty) for ty in elem_types]
+    cons, nil = list_adt(importer) if scan_elems else (None, None)
 
     i = Var("i", scalar_i64)
     limit = Var("limit", scalar_i64)
@@ -244,7 +185,7 @@ def loop_1(ctx, M=None, cond=None, *v_initial, body):
     call.with_type(ret_type)
     count = ctx.get_item(call, n_carried + n_scan)
     results = [ctx.get_item(call, k) for k in range(n_carried)]
-    results += [_stacked(ctx, ctx.get_item(call, n_carried + k), count, ty) for k, ty in enumerate(elem_types)]
+    results += [stacked(ctx, ctx.get_item(call, n_carried + k), count, ty) for k, ty in enumerate(elem_types)]
     return results if len(results) != 1 else results[0]
 
 
@@ -291,14 +232,14 @@ def scan_9(ctx, *inputs, body, num_scan_inputs, scan_input_axes=None, scan_input
     state_params, elem_params = params[:n_state], params[n_state:]
     scan_elems = outs[n_state:]
     scan_types = [ctx.tensor_type(e, "scan output") for e in scan_elems]
-    acc_types = [_list_of(ty) for ty in scan_types]
+    acc_types = [list_type(ty) for ty in scan_types]
     accs = [Var(f"acc{k}", t) for k, t in enumerate(acc_types)]
     captured_vars = [var for var, _ in captured.values()]
     captured_values = [outer for _, outer in captured.values()]
     gv = importer.fresh_global("scan")
     ret_type = TupleType(tuple(state_types) + tuple(acc_types))
 
-    cons, nil = _list_adt(importer)
+    cons, nil = list_adt(importer)
     new_accs = []
     for acc, elem in zip(accs, scan_elems, strict=True):  # (the slice in front: newest first)
         grown = Call(cons, (elem, acc))
@@ -328,7 +269,7 @@ def scan_9(ctx, *inputs, body, num_scan_inputs, scan_input_axes=None, scan_input
     call.with_type(ret_type)
     results = [ctx.get_item(call, k) for k in range(n_state)]
     for k in range(n_scan_out):
-        out = _stacked(ctx, ctx.get_item(call, n_state + k), trip, scan_types[k])
+        out = stacked(ctx, ctx.get_item(call, n_state + k), trip, scan_types[k])
         if out_dirs[k]:
             out = ctx.call("reverse", out, axis=0)
         axis = out_axes[k] % ctx.ndim(out)

@@ -324,6 +324,7 @@ class OnnxImporter:
         self.ctx.accumulate_dtype = normalize_dtype(accumulate_dtype) if accumulate_dtype else None
         self.globals: dict[GlobalVar, Function] = {}
         self.type_defs: dict = {}  # ADTs the converters use (a Loop's scan outputs: the prelude's List)
+        self.list_helpers: dict = {}  # (kind, type) -> the global function onnx_lists made for it
         self._global_names: set[str] = set()
         self.params: dict[str, np.ndarray] = {}
         self.progress = progress  # progress(text) for long imports (the tensorvm command)

@@ -1,13 +1,19 @@
-"""Converters of ONNX's sequence ops (lists of tensors) whose length is known at import: a sequence is a
-tuple of its tensors.
+"""Converters of ONNX's sequence ops (lists of tensors), and the lists a ``Loop`` grows.
 
-SequenceEmpty, SequenceConstruct, SequenceInsert, SequenceErase, SequenceAt, SequenceLength,
-SplitToSequence, ConcatFromSequence and SequenceMap (its body imported once per element). The tensors may differ in shape (ONNX allows it); they share a
-dtype. A position is a constant or a run-time scalar: a constant one is checked at import, a run-time one
-picks the tensors with ``if`` chains (their types joined: differing dims become ``Any``, so a run-time
-position over tensors of different ranks is refused) and is an index error at run time when out of range,
-never wrapped. A sequence whose length depends on run-time values (one grown in a ``Loop``, split into a
-run-time number of parts) is refused by name, as are sequences as graph inputs or outputs.
+A sequence whose length is known at import is a tuple of its tensors: SequenceEmpty, SequenceConstruct,
+SequenceInsert, SequenceErase, SequenceAt, SequenceLength, SplitToSequence, ConcatFromSequence and
+SequenceMap (its body imported once per element). The tensors may differ in shape (ONNX allows it); they
+share a dtype. A position is a constant or a run-time scalar: a constant one is checked at import, a
+run-time one picks the tensors with ``if`` chains (their types joined: differing dims become ``Any``, so
+a run-time position over tensors of different ranks is refused) and is an index error at run time when
+out of range, never wrapped.
+
+A sequence a ``Loop`` carries and changes the length of (``xs.append(h)`` in a loop) becomes the
+prelude's ``List``, newest tensor first, of one rank and dtype (``widen_sequence``): appending is a
+``Cons``; SequenceLength and SequenceAt walk it (tail loops ``@seq_length``, ``@seq_at``; a position -k
+needs no length); ConcatFromSequence stacks it into one buffer (``stacked``: the scan outputs' helper) and
+moves or merges the new axis. Inserting at a position, erasing, splitting into or mapping over such a
+list are refused by name, as are sequences as graph inputs, and a split into a run-time number of parts.
 """
 
 from __future__ import annotations
@@ -15,9 +21,19 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import ModelImportError, TypeInferenceError, UnsupportedError
-from ..ir.expr import Tuple
-from ..ir.types import TupleType
-from .onnx_context import converter
+from ..ir.expr import (
+    Call,
+    Clause,
+    Function,
+    Match,
+    PatternConstructor,
+    PatternVar,
+    PatternWildcard,
+    Tuple,
+    Var,
+)
+from ..ir.types import Any, GlobalTypeVar, TensorType, TupleType, TypeCall
+from .onnx_context import converter, generalize
 from .onnx_shape import _int64, run_time_index, split_sizes, squeeze_axes, unsqueeze_axes
 
 
@@ -75,11 +91,22 @@ def sequence_construct_11(ctx, *inputs):
 
 @converter("SequenceLength", 11)
 def sequence_length_11(ctx, input_sequence):
+    if is_list(ctx.type_of(input_sequence)):
+        return list_length(ctx, input_sequence)
     return ctx.constant(np.array(len(_items(ctx, input_sequence, "SequenceLength")), np.int64))
 
 
 @converter("SequenceAt", 11)
 def sequence_at_11(ctx, input_sequence, position):
+    if is_list(ctx.type_of(input_sequence)):  # (newest first: place p is count - 1 - p from the head)
+        known = ctx.value(position)
+        if known is not None and known.size == 1 and int(known.reshape(())) < 0:  # (-k: k - 1 from the head,
+            back = -int(known.reshape(())) - 1  # past the list's end: seq_at's match fails, naming it)
+            return _list_at(ctx, input_sequence, ctx.constant(np.array(back, np.int64)))
+        count = list_length(ctx, input_sequence)
+        place = _checked_place(ctx, position, count)
+        last = ctx.call("subtract", count, ctx.constant(np.array(1, np.int64)))
+        return _list_at(ctx, input_sequence, ctx.call("subtract", last, place))
     items = _items(ctx, input_sequence, "SequenceAt")
     if not items:
         raise ModelImportError("SequenceAt: the sequence is empty")
@@ -89,6 +116,16 @@ def sequence_at_11(ctx, input_sequence, position):
 
 @converter("SequenceInsert", 11)
 def sequence_insert_11(ctx, input_sequence, tensor, position=None):
+    ty = ctx.type_of(input_sequence)
+    if is_list(ty):  # (an append is a Cons: newest first)
+        if position is not None:
+            raise UnsupportedError("SequenceInsert: at a position of a sequence whose length is known only at "
+                                   "run time (appending, without a position, is supported)")
+        out_type = list_type(_joined_elem([ty.args[0], ctx.type_of(tensor)], "SequenceInsert"))
+        cons, _ = list_adt(ctx.importer)
+        grown = Call(cons, (tensor, input_sequence))
+        grown.with_type(out_type)
+        return grown
     items = _items(ctx, input_sequence, "SequenceInsert")
     n = len(items)
     place = n if position is None else _position(ctx, position, -n, n + 1, n, "SequenceInsert")
@@ -152,6 +189,9 @@ def split_to_sequence_11(ctx, input, split=None, *, axis=0, keepdims=1):  # noqa
 
 @converter("ConcatFromSequence", 11)
 def concat_from_sequence_11(ctx, input_sequence, *, axis, new_axis=0):
+    ty = ctx.type_of(input_sequence)
+    if is_list(ty):
+        return _concat_list(ctx, input_sequence, ty.args[0], axis, new_axis)
     items = _items(ctx, input_sequence, "ConcatFromSequence")
     if not items:
         raise ModelImportError("ConcatFromSequence: the sequence is empty")
@@ -187,3 +227,223 @@ def sequence_map_17(ctx, input_sequence, *additional_inputs, body):
                for i, item in enumerate(items)]
     outputs = [_sequence(ctx, [outs[k] for outs in applied]) for k in range(len(body.output))]
     return outputs if len(outputs) != 1 else outputs[0]
+
+
+# ---- sequences whose length is known only at run time: the prelude's List, newest tensor first ----------
+def _rows_type(elem_type: TensorType) -> TensorType:
+    """Tensors of ``elem_type`` stacked along a new first axis of a run-time length."""
+    return TensorType((Any(),) + tuple(generalize(elem_type).shape), elem_type.dtype)
+
+
+def _no_rows(ctx, elem_type: TensorType):
+    """No tensor stacked: 0 rows, and 0 for every dim not known at import."""
+    dims = [0] + [d if isinstance(d, int) else 0 for d in elem_type.shape]
+    return ctx.constant(np.zeros(dims, dtype=elem_type.dtype))
+
+
+def list_adt(importer):
+    """The prelude's ``List`` (added to the imported module on first use): (Cons, Nil)."""
+    if "List" not in importer.type_defs:
+        from ..prelude import prelude_module
+
+        importer.type_defs["List"] = prelude_module().get_type("List")
+    cons, nil = importer.type_defs["List"].constructors
+    return cons, nil
+
+
+def list_type(elem_type: TensorType) -> TypeCall:
+    return TypeCall(GlobalTypeVar("List"), (generalize(elem_type),))
+
+
+def stacked(ctx, slices, count, elem_type: TensorType):
+    """The scan output from its slices (a List, newest first) and the iteration count: one buffer of
+    ``count`` rows (the newest slice's shape) filled from the last row up by a recursive function whose
+    ``scatter_nd`` runs in place; no iteration gives ``_acc_init``'s empty tensor."""
+    elem_type = generalize(elem_type)
+    stack = _helper(ctx.importer, "stack", elem_type, lambda: _build_stack(ctx, elem_type))
+    call = Call(stack, (slices, count))
+    call.with_type(_rows_type(elem_type))
+    return call
+
+
+def _build_stack(ctx, elem_type: TensorType):
+    """``@scan_stack(xs, n)`` and the ``@scan_fill`` it calls, for slices of ``elem_type``."""
+    importer = ctx.importer
+    cons, nil = list_adt(importer)
+    slices_type, out_type = list_type(elem_type), _rows_type(elem_type)
+    scalar_i64 = TensorType((), "int64")
+    one = ctx.constant(np.array(1, np.int64))
+
+    fill = importer.fresh_global("scan_fill")  # @fill(xs, i, buf): row i from xs's head, then i - 1 ...
+    xs, i, buf = Var("xs", slices_type), Var("i", scalar_i64), Var("buf", out_type)
+    head, rest = Var("x", generalize(elem_type)), Var("rest", slices_type)
+    written = ctx.call("scatter_nd", buf, ctx.call("expand_dims", i, axis=0), head)
+    step = Call(fill, (rest, ctx.call("subtract", i, one), written))
+    step.with_type(out_type)
+    fill_body = Match(xs, (Clause(PatternConstructor(cons, (PatternVar(head), PatternVar(rest))), step),
+                           Clause(PatternConstructor(nil, ()), buf)))
+    fill_body.with_type(out_type)
+    importer.globals[fill] = Function((xs, i, buf), fill_body, out_type)
+
+    stack = importer.fresh_global("scan_stack")  # @stack(xs, n): the buffer shaped by the newest slice
+    xs2, n = Var("xs", slices_type), Var("n", scalar_i64)
+    newest = Var("x", generalize(elem_type))
+    shape = ctx.call("concatenate", ctx.tuple([ctx.call("expand_dims", n, axis=0),
+                                               ctx.shape_of(newest)]), axis=0)
+    fresh = ctx.call("dyn.zeros", shape, dtype=elem_type.dtype)
+    start = Call(fill, (xs2, ctx.call("subtract", n, one), fresh))
+    start.with_type(out_type)
+    empty = _no_rows(ctx, elem_type)
+    stack_body = Match(xs2, (Clause(PatternConstructor(cons, (PatternVar(newest), PatternWildcard())), start),
+                             Clause(PatternConstructor(nil, ()), empty)))
+    stack_body.with_type(out_type)
+    importer.globals[stack] = Function((xs2, n), stack_body, out_type)
+    return stack
+
+
+def is_list(ty) -> bool:
+    """Whether ``ty`` is a run-time-length sequence (a ``List`` of tensors)."""
+    return isinstance(ty, TypeCall) and ty.func.name == "List"
+
+
+def as_list(ctx, seq, elem_type: TensorType):
+    """A sequence as a ``List`` of ``elem_type`` (newest first): a tuple's tensors consed from the first."""
+    ty = ctx.type_of(seq)
+    if is_list(ty):
+        return seq
+    cons, nil = list_adt(ctx.importer)
+    out, out_type = nil, list_type(elem_type)
+    for item in _items(ctx, seq, "a sequence"):
+        out = Call(cons, (item, out))
+        out.with_type(out_type)
+    return out
+
+
+def _joined_elem(ctx_types: list, what: str) -> TensorType:
+    """One tensor type for every tensor a sequence may hold: dims that differ become ``Any``."""
+    joined = None
+    for ty in ctx_types:
+        if not isinstance(ty, TensorType):
+            raise UnsupportedError(f"{what}: a sequence of {ty}; tensorvm's sequences hold tensors")
+        ty = generalize(ty)
+        if joined is None:
+            joined = ty
+            continue
+        if ty.dtype != joined.dtype or ty.ndim != joined.ndim:
+            raise UnsupportedError(f"{what}: a sequence of {joined} and {ty}; a run-time-length sequence needs "
+                                   "one rank and dtype")
+        joined = TensorType(tuple(a if a == b else Any() for a, b in zip(joined.shape, ty.shape, strict=True)),
+                            joined.dtype)
+    return joined
+
+
+def widen_sequence(declared, produced):
+    """The type a loop-carried sequence settles on: a tuple whose length the body changes becomes a
+    ``List`` of its tensors' joined type; None when ``declared`` is no sequence."""
+    if not (isinstance(declared, TupleType) or is_list(declared)):
+        return None
+    if declared == produced:
+        return declared
+    parts = []
+    for ty in (declared, produced):
+        if isinstance(ty, TupleType):
+            parts.extend(ty.fields)
+        elif is_list(ty):
+            parts.append(ty.args[0])
+        else:
+            raise UnsupportedError(f"Loop: a carried sequence becomes a {ty}")
+    if not parts:
+        return declared
+    return list_type(_joined_elem(parts, "Loop"))
+
+
+def _helper(importer, kind: str, ty, build):
+    """The importer's one helper function ``kind`` for the type ``ty`` (built by ``build()`` on first use)."""
+    key = (kind, ty)
+    if key not in importer.list_helpers:
+        importer.list_helpers[key] = build()
+    return importer.list_helpers[key]
+
+
+def _length_function(ctx, list_ty):
+    return _helper(ctx.importer, "length", list_ty, lambda: _build_length(ctx, list_ty))
+
+
+def _build_length(ctx, list_ty):
+    """``@seq_length(xs, n)``: n plus the length of xs (a tail loop over the list)."""
+    importer = ctx.importer
+    cons, nil = list_adt(importer)
+    gv = importer.fresh_global("seq_length")
+    scalar_i64 = TensorType((), "int64")
+    xs, n, rest = Var("xs", list_ty), Var("n", scalar_i64), Var("rest", list_ty)
+    step = Call(gv, (rest, ctx.call("add", n, ctx.constant(np.array(1, np.int64)))))
+    step.with_type(scalar_i64)
+    body = Match(xs, (Clause(PatternConstructor(cons, (PatternWildcard(), PatternVar(rest))), step),
+                      Clause(PatternConstructor(nil, ()), n)))
+    body.with_type(scalar_i64)
+    importer.globals[gv] = Function((xs, n), body, scalar_i64)
+    return gv
+
+
+def list_length(ctx, xs):
+    gv = _length_function(ctx, ctx.type_of(xs))
+    call = Call(gv, (xs, ctx.constant(np.array(0, np.int64))))
+    call.with_type(TensorType((), "int64"))
+    return call
+
+
+def _list_at(ctx, xs, from_head):
+    """The tensor ``from_head`` places after the newest (a run-time int64 already checked to be in range):
+    ``@seq_at``, a tail loop over the list (its match has no ``Nil`` arm: the check made it unreachable)."""
+    list_ty = ctx.type_of(xs)
+    elem_ty = list_ty.args[0]
+    gv = _helper(ctx.importer, "at", list_ty, lambda: _build_at(ctx, list_ty))
+    call = Call(gv, (xs, from_head))
+    call.with_type(elem_ty)
+    return call
+
+
+def _build_at(ctx, list_ty):
+    """``@seq_at(xs, k)``: the k-th tensor from the head."""
+    importer = ctx.importer
+    cons, _ = list_adt(importer)
+    elem_ty = list_ty.args[0]
+    gv = importer.fresh_global("seq_at")
+    scalar_i64 = TensorType((), "int64")
+    ys, k = Var("xs", list_ty), Var("k", scalar_i64)
+    head, rest = Var("x", elem_ty), Var("rest", list_ty)
+    deeper = Call(gv, (rest, ctx.call("subtract", k, ctx.constant(np.array(1, np.int64)))))
+    deeper.with_type(elem_ty)
+    found = ctx.if_(ctx.call("equal", k, ctx.constant(np.array(0, np.int64))), head, deeper)
+    body = Match(ys, (Clause(PatternConstructor(cons, (PatternVar(head), PatternVar(rest))), found),), complete=False)
+    body.with_type(elem_ty)
+    importer.globals[gv] = Function((ys, k), body, elem_ty)
+    return gv
+
+
+def _checked_place(ctx, position, count):
+    """A run-time position in [-count, count) (a negative one counting back from ``count``) as its place;
+    out of range it is an index error at run time (a lookup in the ``count`` places, a negative place sent
+    past their end)."""
+    pos = ctx.cast(position if ctx.ndim(position) == 0 else ctx.call("reshape", position, newshape=()), "int64")
+    zero = ctx.constant(np.array(0, np.int64))
+    place = ctx.call("where", ctx.call("less", pos, zero), ctx.call("add", pos, count), pos)
+    place = ctx.call("where", ctx.call("less", place, zero), count, place)
+    return ctx.call("take", ctx.indices(count), place, axis=0, mode="fast")
+
+
+def _concat_list(ctx, xs, elem_type: TensorType, axis: int, new_axis: int):
+    """ConcatFromSequence of a run-time-length sequence: its tensors stacked (one buffer, ``stacked``),
+    the new axis moved into place, and merged with the next one when no new axis was asked for (the
+    tensors must then share their shape: otherwise the fill is a shape error)."""
+    rank = elem_type.ndim + (1 if new_axis else 0)
+    if not -rank <= axis < rank:
+        raise ModelImportError(f"ConcatFromSequence: axis {axis} is out of range for rank {rank}")
+    axis %= rank
+    rows = stacked(ctx, xs, list_length(ctx, xs), elem_type)  # (count, *shape)
+    if axis:
+        order = list(range(1, axis + 1)) + [0] + list(range(axis + 1, elem_type.ndim + 1))
+        rows = ctx.call("transpose", rows, axes=tuple(order))
+    if new_axis:
+        return rows
+    return ctx.call("reshape", rows, newshape=(0,) * axis + (-3, -2))

@@ -163,3 +163,44 @@ def test_if_branches_give_sequences_of_one_length_or_are_refused():
     _check(model(["c", "a"]), feeds)
     with pytest.raises(UnsupportedError, match="sequences of 2 and 3 tensors"):
         tv.frontend.from_onnx(model(["a", "b", "c"]))
+
+
+def _growing_loop_model(reads_inside: bool):
+    """A Loop appending one (1, 3) tensor per iteration to a sequence that starts empty (TorchScript's
+    ``xs.append(h)`` in a loop); after it: the length, the last and a run-time-chosen tensor, and both
+    concatenations. With ``reads_inside`` the body also reads the newest tensor back (``xs[-1]``)."""
+    body_nodes = [node("Identity", ["cond_in"], ["cond_out"]), node("Add", ["h_in", "step"], ["h_out"]),
+                  node("SequenceInsert", ["seq_in", "h_out"], ["seq_out"])]
+    if reads_inside:
+        body_nodes += [node("SequenceAt", ["seq_out", "minus1"], ["newest"]),
+                       node("Mul", ["newest", "two"], ["scan"])]
+    else:
+        body_nodes += [node("Identity", ["h_out"], ["scan"])]
+    body = helper.make_graph(
+        body_nodes, "body",
+        [VI("i", I64, []), VI("cond_in", TensorProto.BOOL, []), VI("h_in", F, [1, 3]),
+         helper.make_tensor_sequence_value_info("seq_in", F, None)],
+        [VI("cond_out", TensorProto.BOOL, []), VI("h_out", F, [1, 3]),
+         helper.make_tensor_sequence_value_info("seq_out", F, None), VI("scan", F, [1, 3])],
+        [helper.make_tensor("minus1", I64, [], [-1]), helper.make_tensor("two", F, [], [2.0])])
+    nodes = [node("SequenceEmpty", [], ["empty"], dtype=F),
+             node("Loop", ["M", "", "h0", "empty"], ["h", "seq", "scans"], body=body),
+             node("SequenceLength", ["seq"], ["n"]), node("SequenceAt", ["seq", "p"], ["picked"]),
+             node("ConcatFromSequence", ["seq"], ["stacked"], axis=1, new_axis=1),
+             node("ConcatFromSequence", ["seq"], ["joined"], axis=0)]
+    return onnx_model(nodes, [VI("M", I64, []), VI("h0", F, [1, 3]), VI("step", F, [1, 3]), VI("p", I64, [])],
+                      [VI("n", I64, []), VI("picked", F, [1, 3]), VI("stacked", F, [1, "T", 3]),
+                       VI("joined", F, ["T", 3]), VI("scans", F, ["T", 1, 3])], opset=17)
+
+
+@pytest.mark.parametrize("reads_inside", [False, True])
+def test_a_sequence_grown_in_a_loop_is_a_list(reads_inside):
+    model = _growing_loop_model(reads_inside)
+    h0, step = np.array([[1, -2, 3]], np.float32), np.array([[0.5, 0.25, -1]], np.float32)
+    _check(model, [{"M": np.array(m, np.int64), "h0": h0, "step": step, "p": np.array(p, np.int64)}
+                   for m, p in ((1, 0), (5, -5), (5, 4), (40, 17), (40, -1))])
+    for _, run in tensorvm_runs(model):
+        with pytest.raises(ExecutionError, match="out of range"):
+            run(np.array(3, np.int64), h0, step, np.array(3, np.int64))
+        with pytest.raises(ExecutionError, match="out of range"):
+            run(np.array(3, np.int64), h0, step, np.array(-4, np.int64))
