@@ -32,6 +32,7 @@ from ..ir.expr import Constant, Expr, Function, GlobalVar, Var
 from ..ir.module import IRModule
 from ..ir.types import Any, SymDim, TensorType, normalize_dtype
 from .onnx_context import BuildContext, converter_parameters, lookup_converter, onnx_dtype
+from .onnx_lists import in_order
 
 __all__ = ["from_onnx", "OnnxImporter", "unsupported_ops", "sanitize_name"]
 
@@ -371,7 +372,7 @@ class OnnxImporter:
                 self.params[var.name_hint] = array
                 scope.values[name] = var
                 params.append(var)
-        outputs = self.convert_graph(graph, scope)
+        outputs = [in_order(self.ctx, out) for out in self.convert_graph(graph, scope)]
         body = outputs[0] if len(outputs) == 1 else self.ctx.tuple(outputs)
         main = Function(tuple(params), body)
         mod = IRModule()

@@ -12,8 +12,10 @@ A sequence a ``Loop`` carries and changes the length of (``xs.append(h)`` in a l
 prelude's ``List``, newest tensor first, of one rank and dtype (``widen_sequence``): appending is a
 ``Cons``; SequenceLength and SequenceAt walk it (tail loops ``@seq_length``, ``@seq_at``; a position -k
 needs no length); ConcatFromSequence stacks it into one buffer (``stacked``: the scan outputs' helper) and
-moves or merges the new axis. Inserting at a position, erasing, splitting into or mapping over such a
-list are refused by name, as are sequences as graph inputs, and a split into a run-time number of parts.
+moves or merges the new axis. SplitToSequence into a run-time number of parts builds such a list
+(``@split_parts``), and a list that is a graph output is reversed into the sequence's order (``in_order``).
+Inserting at a position into, erasing from or mapping over such a list are refused by name, as are
+sequences as graph inputs.
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ from ..ir.expr import (
 )
 from ..ir.types import Any, GlobalTypeVar, TensorType, TupleType, TypeCall
 from .onnx_context import converter, generalize
-from .onnx_shape import _int64, run_time_index, split_sizes, squeeze_axes, unsqueeze_axes
+from .onnx_shape import _int64, run_time_index, slice_10, split_sizes, squeeze_axes, unsqueeze_axes
 
 
 def _items(ctx, seq, op: str) -> list:
@@ -172,14 +174,13 @@ def split_to_sequence_11(ctx, input, split=None, *, axis=0, keepdims=1):  # noqa
             return _sequence(ctx, split_sizes(ctx, input, axis, sizes, count) if count else [])
         parts = ctx.call("dyn.split", input, _int64(ctx, split), axis=axis, num_outputs=count)
         return _sequence(ctx, [ctx.get_item(parts, i) for i in range(count)])
-    if not isinstance(dim, int):
-        raise UnsupportedError(f"SplitToSequence: the number of parts depends on axis {axis}'s run-time length")
+    size = ctx.value(split) if split is not None else np.array(1)
+    if not isinstance(dim, int) or size is None:  # a run-time number of parts: a List
+        chunk = ctx.constant(np.array(1, np.int64)) if split is None else _int64(ctx, split)
+        return _split_list(ctx, input, axis, chunk, squeeze=split is None and not keepdims)
     if split is None:  # parts of one, the axis dropped unless keepdims
         parts = split_sizes(ctx, input, axis, [1] * dim, dim) if dim else []
         return _sequence(ctx, parts if keepdims else [squeeze_axes(ctx, p, [axis]) for p in parts])
-    size = ctx.value(split)
-    if size is None:
-        raise UnsupportedError("SplitToSequence: the number of parts depends on a run-time split size")
     size = int(np.asarray(size).reshape(()))
     if size <= 0:
         raise ModelImportError(f"SplitToSequence: the split size must be positive, got {size}")
@@ -447,3 +448,72 @@ def _concat_list(ctx, xs, elem_type: TensorType, axis: int, new_axis: int):
     if new_axis:
         return rows
     return ctx.call("reshape", rows, newshape=(0,) * axis + (-3, -2))
+
+
+def _split_list(ctx, x, axis: int, size, squeeze: bool):
+    """SplitToSequence into parts of a run-time ``size`` (the last one shorter) along ``axis``: a List built
+    by ``@split_parts``, a tail loop slicing part after part (newest first, like every such list). A size
+    below 1 is an index error at run time (it would never end)."""
+    i64 = np.int64
+    size = size if ctx.ndim(size) == 0 else ctx.call("reshape", size, newshape=())
+    positive = ctx.call("take", ctx.constant(np.array([0], i64)),
+                        ctx.call("where", ctx.call("greater", size, ctx.constant(np.array(0, i64))),
+                                 ctx.constant(np.array(0, i64)), ctx.constant(np.array(1, i64))), axis=0, mode="fast")
+    size = ctx.call("add", size, positive)  # (+ 0: the check runs first)
+    part_type = generalize(ctx.tensor_type(x))
+    part_type = TensorType(tuple(Any() if a == axis else d for a, d in enumerate(part_type.shape)), part_type.dtype)
+    if squeeze:
+        part_type = TensorType(part_type.shape[:axis] + part_type.shape[axis + 1:], part_type.dtype)
+    slices_type = list_type(part_type)
+    importer = ctx.importer
+    cons, nil = list_adt(importer)
+    gv = importer.fresh_global("split_parts")
+    scalar_i64 = TensorType((), "int64")
+    data = Var("x", generalize(ctx.tensor_type(x)))
+    start, step, length, acc = (Var("start", scalar_i64), Var("size", scalar_i64), Var("length", scalar_i64),
+                                Var("acc", slices_type))
+    end = ctx.call("minimum", ctx.call("add", start, step), length)
+    part = slice_10(ctx, data, ctx.call("expand_dims", start, axis=0), ctx.call("expand_dims", end, axis=0),
+                    ctx.constant(np.array([axis], i64)))
+    if squeeze:
+        part = ctx.call("squeeze", part, axis=(axis,))
+    grown = Call(cons, (part, acc))
+    grown.with_type(slices_type)
+    again = Call(gv, (data, end, step, length, grown))
+    again.with_type(slices_type)
+    body = ctx.if_(ctx.call("less", start, length), again, acc)
+    importer.globals[gv] = Function((data, start, step, length, acc), body, slices_type)
+    call = Call(gv, (x, ctx.constant(np.array(0, i64)), size, ctx.dim_value(x, axis), nil))
+    call.with_type(slices_type)
+    return call
+
+
+def in_order(ctx, value):
+    """A graph output: a List (newest first) reversed into the order of its sequence, oldest first, so
+    that the caller reads it front to back (``tensorvm.prelude.to_python_list``); anything else as is."""
+    ty = ctx.type_of(value)
+    if not is_list(ty):
+        return value
+    gv = _helper(ctx.importer, "reverse", ty, lambda: _build_reverse(ctx, ty))
+    cons, nil = list_adt(ctx.importer)
+    call = Call(gv, (value, nil))
+    call.with_type(ty)
+    return call
+
+
+def _build_reverse(ctx, list_ty):
+    """``@seq_reversed(xs, acc)``: xs reversed onto acc (a tail loop)."""
+    importer = ctx.importer
+    cons, nil = list_adt(importer)
+    gv = importer.fresh_global("seq_reversed")
+    xs, acc, rest = Var("xs", list_ty), Var("acc", list_ty), Var("rest", list_ty)
+    head = Var("x", list_ty.args[0])
+    moved = Call(cons, (head, acc))
+    moved.with_type(list_ty)
+    step = Call(gv, (rest, moved))
+    step.with_type(list_ty)
+    body = Match(xs, (Clause(PatternConstructor(cons, (PatternVar(head), PatternVar(rest))), step),
+                      Clause(PatternConstructor(nil, ()), acc)))
+    body.with_type(list_ty)
+    importer.globals[gv] = Function((xs, acc), body, list_ty)
+    return gv

@@ -50,9 +50,6 @@ XFAIL = {
     # there: the result's rank would depend on the data, and a tensorvm type has a static rank (the op
     # itself, not expanded, passes).
     r"^test_affine_grid_(2d|2d_align_corners|3d_align_corners)_expanded_cpu$": "Squeeze without axes of run-time dims",
-    # The split size is a graph input, so the number of parts (the sequence's length) is only known at run
-    # time; tensorvm's ONNX sequences are tuples of a length known at import, and the importer says so.
-    r"^test_split_to_sequence_1_cpu$": "a sequence whose length depends on a run-time input",
 }
 if TARGET == "c":
     # float16 end to end through the expanded grouped-query Attention graph: 1 of 576 outputs differs from the
@@ -69,6 +66,6 @@ for _pattern in XFAIL:
 
 # No exclusions: what tensorvm cannot run (ops without a converter, dtypes such as bfloat16, float8 and
 # strings, sequence inputs) is skipped by the backend itself, with the reason. A sequence output comes back
-# as a tuple of its tensors.
+# as a tuple of its tensors (a prelude List, in order, when its length is known only at run time).
 
 globals().update(backend_test.test_cases)

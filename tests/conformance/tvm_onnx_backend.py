@@ -27,6 +27,8 @@ import tensorvm as tv  # noqa: E402
 from tensorvm.errors import UnsupportedError  # noqa: E402
 from tensorvm.frontend import from_onnx, unsupported_ops  # noqa: E402
 from tensorvm.frontend.onnx_context import ONNX_DTYPES  # noqa: E402
+from tensorvm.prelude import to_python_list  # noqa: E402
+from tensorvm.runtime import ADT  # noqa: E402
 
 # The issue's core op set.
 CORE_OPS = frozenset("""
@@ -161,7 +163,10 @@ class TensorVMRep(BackendRep):
 
 
 def _as_numpy(value):
-    """A tensor as an array; a sequence output (a tuple of tensors) as a list of arrays."""
+    """A tensor as an array; a sequence output (a tuple of tensors, or a prelude List when its length is
+    known only at run time) as a list of arrays."""
+    if isinstance(value, ADT):
+        return [_as_numpy(v) for v in to_python_list(value)]
     if isinstance(value, (list, tuple)):
         return [_as_numpy(v) for v in value]
     return np.asarray(value.numpy() if hasattr(value, "numpy") else value)

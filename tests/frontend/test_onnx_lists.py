@@ -14,6 +14,7 @@ from onnx_cases import onnx_model, tensorvm_runs
 
 import tensorvm as tv
 from tensorvm.errors import ExecutionError, ModelImportError, UnsupportedError
+from tensorvm.prelude import to_python_list
 
 VI = helper.make_tensor_value_info
 F, I64 = TensorProto.FLOAT, TensorProto.INT64
@@ -120,10 +121,6 @@ def test_what_cannot_be_a_tuple_is_refused_by_name():
                         ABC[:2], [VI("y", F, ["r", 3])], inits=[helper.make_tensor("p", I64, [], [2])], opset=18)
     with pytest.raises(ModelImportError, match=r"SequenceAt: position 2 is out of range \[-2, 1\]"):
         tv.frontend.from_onnx(bad_at)
-    run_time_count = onnx_model([node("SplitToSequence", ["x", "k"], ["s"]), node("SequenceLength", ["s"], ["n"])],
-                                [VI("x", F, [6]), VI("k", I64, [])], [VI("n", I64, [])], opset=18)
-    with pytest.raises(UnsupportedError, match="run-time split size"):
-        tv.frontend.from_onnx(run_time_count)
     mixed = onnx_model([node("SequenceConstruct", ["a", "k"], ["s"])], [VI("a", F, [2]), VI("k", I64, [])],
                        [helper.make_tensor_sequence_value_info("s", F, None)], opset=18)
     with pytest.raises(Exception, match="share one dtype"):
@@ -204,3 +201,33 @@ def test_a_sequence_grown_in_a_loop_is_a_list(reads_inside):
             run(np.array(3, np.int64), h0, step, np.array(3, np.int64))
         with pytest.raises(ExecutionError, match="out of range"):
             run(np.array(3, np.int64), h0, step, np.array(-4, np.int64))
+
+
+@pytest.mark.parametrize("keepdims", [0, 1])
+def test_a_run_time_number_of_parts_is_a_list_returned_in_order(keepdims):
+    """SplitToSequence by a run-time size (or of a run-time length into parts of one) gives a List; as a
+    graph output it comes back oldest first, as ONNX Runtime returns the sequence."""
+    nodes = [node("SplitToSequence", ["x", "k"], ["by_k"], axis=1),
+             node("SplitToSequence", ["x"], ["ones"], axis=0, keepdims=keepdims),
+             node("SequenceLength", ["by_k"], ["n"]), node("SequenceAt", ["by_k", "p"], ["picked"]),
+             node("ConcatFromSequence", ["ones"], ["back"], axis=0, new_axis=1 - keepdims)]
+    model = onnx_model(nodes, [VI("x", F, ["r", "c"]), VI("k", I64, []), VI("p", I64, [])],
+                       [helper.make_tensor_sequence_value_info("by_k", F, None), VI("n", I64, []),
+                        VI("picked", F, ["r", "w"]), VI("back", F, ["r", "c"])], opset=18)
+    reference = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    mod, params = tv.frontend.from_onnx(model)
+    for mode in ("bytecode", "native"):
+        vm = tv.vm.VirtualMachine(tv.vm.compile(mod, target="c", params=params, exec_mode=mode))
+        for rows, cols, k, p in ((2, 7, 3, 2), (3, 4, 4, 0), (1, 5, 9, -1), (4, 6, 1, -6)):
+            x = rng.standard_normal((rows, cols)).astype(np.float32)
+            feeds = {"x": x, "k": np.array(k, np.int64), "p": np.array(p, np.int64)}
+            want = reference.run(None, feeds)
+            parts, n, picked, back = vm.invoke("main", *feeds.values())
+            got_parts = [t.numpy() for t in to_python_list(parts)]
+            assert len(got_parts) == len(want[0]) == int(n.numpy()) == int(want[1]), mode
+            for g, w in zip(got_parts, want[0], strict=True):
+                np.testing.assert_array_equal(g, w)
+            np.testing.assert_array_equal(picked.numpy(), want[2])
+            np.testing.assert_array_equal(back.numpy(), want[3])
+        with pytest.raises(ExecutionError, match="out of range"):  # (a size of 0 would never end)
+            vm.invoke("main", np.ones((2, 3), np.float32), np.array(0, np.int64), np.array(0, np.int64))
