@@ -281,23 +281,31 @@ def scan_9(ctx, *inputs, body, num_scan_inputs, scan_input_axes=None, scan_input
 
 
 # ---- optionals: a present value is its tensor; an absent input (no name) is known absent at import ----
+def _optional_content(ctx, value, op: str):
+    """A present optional's value: a tensor, or a sequence (a tuple or a List of tensors)."""
+    ty = ctx.type_of(value)
+    if isinstance(ty, TensorType):
+        return ctx.call("copy", value)
+    if is_list(ty) or (isinstance(ty, TupleType) and all(isinstance(f, TensorType) for f in ty.fields)):
+        return value  # (values are immutable: no copy needed)
+    raise UnsupportedError(f"{op}: a {ty!r} input is not supported")
+
+
 @converter("Optional", 15)
 def optional_15(ctx, input=None, *, type=None):  # noqa: A002
     if input is None:
         raise UnsupportedError("Optional: an empty optional value is not supported (tensorvm represents a "
-                               "present optional by its tensor; an absent one only as an omitted input)")
-    return ctx.call("copy", input)
+                               "present optional by its value; an absent one only as an omitted input)")
+    return _optional_content(ctx, input, "Optional")
 
 
 @converter("OptionalHasElement", 15)
 def optional_has_element_15(ctx, input=None):  # noqa: A002
-    if input is not None and not isinstance(ctx.type_of(input), TensorType):
-        raise UnsupportedError(f"OptionalHasElement: a {ctx.type_of(input)!r} input is not supported")
+    if input is not None:
+        _optional_content(ctx, input, "OptionalHasElement")
     return ctx.constant(np.array(input is not None))
 
 
 @converter("OptionalGetElement", 15)
 def optional_get_element_15(ctx, input):  # noqa: A002
-    if not isinstance(ctx.type_of(input), TensorType):
-        raise UnsupportedError(f"OptionalGetElement: a {ctx.type_of(input)!r} input is not supported")
-    return ctx.call("copy", input)
+    return _optional_content(ctx, input, "OptionalGetElement")

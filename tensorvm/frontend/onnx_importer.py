@@ -32,7 +32,7 @@ from ..ir.expr import Constant, Expr, Function, GlobalVar, Var
 from ..ir.module import IRModule
 from ..ir.types import Any, SymDim, TensorType, normalize_dtype
 from .onnx_context import BuildContext, converter_parameters, lookup_converter, onnx_dtype
-from .onnx_lists import in_order
+from .onnx_lists import in_order, list_type
 
 __all__ = ["from_onnx", "OnnxImporter", "unsupported_ops", "sanitize_name"]
 
@@ -356,7 +356,7 @@ class OnnxImporter:
             if inp.name in initializers:
                 continue
             var = Var(sanitize_name(inp.name), self._input_type(inp))
-            scope.values[inp.name] = var
+            scope.values[inp.name] = in_order(self.ctx, var)  # (a List: newest first inside)
             params.append(var)
         unknown = set(self.shape_overrides) - {inp.name for inp in graph.input} - {v.name_hint for v in params}
         if unknown:
@@ -383,10 +383,18 @@ class OnnxImporter:
         mod.add("main", main)
         return mod, dict(self.params)
 
-    def _input_type(self, inp) -> TensorType:
+    def _input_type(self, inp):
+        if inp.type.HasField("sequence_type") and inp.type.sequence_type.elem_type.HasField("tensor_type"):
+            # a sequence input: a prelude List of its tensors, in order (onnx_lists.in_order reverses it)
+            tt = inp.type.sequence_type.elem_type.tensor_type
+            if not tt.HasField("shape"):
+                raise UnsupportedError(f"graph input {inp.name!r}: a sequence of tensors of unknown rank")
+            return list_type(TensorType(tuple(Any() for _ in tt.shape.dim),
+                                        onnx_dtype(tt.elem_type, f"graph input {inp.name!r}")))
         if not inp.type.HasField("tensor_type"):
             kind = inp.type.WhichOneof("value")
-            raise UnsupportedError(f"graph input {inp.name!r}: only tensor inputs are supported, got a {kind}")
+            raise UnsupportedError(f"graph input {inp.name!r}: tensor and sequence inputs are supported, got a "
+                                   f"{kind}")
         tt = inp.type.tensor_type
         dtype = onnx_dtype(tt.elem_type, f"graph input {inp.name!r}")
         override = self.dtype_override

@@ -120,14 +120,17 @@ def sequence_at_11(ctx, input_sequence, position):
 def sequence_insert_11(ctx, input_sequence, tensor, position=None):
     ty = ctx.type_of(input_sequence)
     if is_list(ty):  # (an append is a Cons: newest first)
-        if position is not None:
-            raise UnsupportedError("SequenceInsert: at a position of a sequence whose length is known only at "
-                                   "run time (appending, without a position, is supported)")
         out_type = list_type(_joined_elem([ty.args[0], ctx.type_of(tensor)], "SequenceInsert"))
-        cons, _ = list_adt(ctx.importer)
-        grown = Call(cons, (tensor, input_sequence))
-        grown.with_type(out_type)
-        return grown
+        if out_type != ty:
+            raise UnsupportedError(f"SequenceInsert: a {ctx.type_of(tensor)} into a {ty}")
+        if position is None:
+            cons, _ = list_adt(ctx.importer)
+            grown = Call(cons, (tensor, input_sequence))
+            grown.with_type(out_type)
+            return grown
+        count = list_length(ctx, input_sequence)  # (place p in [0, n]: n - p tensors are newer)
+        place = _checked_place(ctx, position, count, extra=1)
+        return _list_edit(ctx, input_sequence, ctx.call("subtract", count, place), tensor)
     items = _items(ctx, input_sequence, "SequenceInsert")
     n = len(items)
     place = n if position is None else _position(ctx, position, -n, n + 1, n, "SequenceInsert")
@@ -144,6 +147,13 @@ def sequence_insert_11(ctx, input_sequence, tensor, position=None):
 
 @converter("SequenceErase", 11)
 def sequence_erase_11(ctx, input_sequence, position=None):
+    if is_list(ctx.type_of(input_sequence)):
+        if position is None:  # (the newest: the head)
+            return _list_edit(ctx, input_sequence, ctx.constant(np.array(0, np.int64)))
+        count = list_length(ctx, input_sequence)
+        place = _checked_place(ctx, position, count)
+        last = ctx.call("subtract", count, ctx.constant(np.array(1, np.int64)))
+        return _list_edit(ctx, input_sequence, ctx.call("subtract", last, place))
     items = _items(ctx, input_sequence, "SequenceErase")
     n = len(items)
     if not n:
@@ -422,15 +432,66 @@ def _build_at(ctx, list_ty):
     return gv
 
 
-def _checked_place(ctx, position, count):
-    """A run-time position in [-count, count) (a negative one counting back from ``count``) as its place;
-    out of range it is an index error at run time (a lookup in the ``count`` places, a negative place sent
-    past their end)."""
+def _checked_place(ctx, position, count, extra: int = 0):
+    """A run-time position in [-count, count + extra) (a negative one counting back from ``count``) as its
+    place; out of range it is an index error at run time (a lookup in the ``count + extra`` places, a
+    negative place sent past their end)."""
     pos = ctx.cast(position if ctx.ndim(position) == 0 else ctx.call("reshape", position, newshape=()), "int64")
     zero = ctx.constant(np.array(0, np.int64))
+    places = ctx.call("add", count, ctx.constant(np.array(extra, np.int64))) if extra else count
     place = ctx.call("where", ctx.call("less", pos, zero), ctx.call("add", pos, count), pos)
-    place = ctx.call("where", ctx.call("less", place, zero), count, place)
-    return ctx.call("take", ctx.indices(count), place, axis=0, mode="fast")
+    place = ctx.call("where", ctx.call("less", place, zero), places, place)
+    return ctx.call("take", ctx.indices(places), place, axis=0, mode="fast")
+
+
+def _list_edit(ctx, xs, from_head, inserted=None):
+    """``xs`` with ``inserted`` put before the tensor ``from_head`` places after the newest (from_head may
+    be the length: after the oldest), or without that tensor (``inserted`` None): ``@seq_insert`` /
+    ``@seq_erase``, tail loops moving the tensors they pass onto a prefix, then ``@seq_reversed`` puts the
+    prefix back in front."""
+    list_ty = ctx.type_of(xs)
+    kind = "erase" if inserted is None else "insert"
+    gv = _helper(ctx.importer, kind, list_ty, lambda: _build_edit(ctx, list_ty, kind))
+    cons, nil = list_adt(ctx.importer)
+    args = (xs, from_head) + (() if inserted is None else (inserted,)) + (nil,)
+    call = Call(gv, args)
+    call.with_type(list_ty)
+    return call
+
+
+def _build_edit(ctx, list_ty, kind: str):
+    importer = ctx.importer
+    cons, nil = list_adt(importer)
+    reverse = _helper(importer, "reverse", list_ty, lambda: _build_reverse(ctx, list_ty))
+    gv = importer.fresh_global(f"seq_{kind}")
+    scalar_i64 = TensorType((), "int64")
+    xs, k, prefix, rest = Var("xs", list_ty), Var("k", scalar_i64), Var("prefix", list_ty), Var("rest", list_ty)
+    head = Var("x", list_ty.args[0])
+    t = Var("t", list_ty.args[0]) if kind == "insert" else None
+
+    def typed(node):
+        node.with_type(list_ty)
+        return node
+
+    moved = typed(Call(cons, (head, prefix)))
+    deeper = typed(Call(gv, (rest, ctx.call("subtract", k, ctx.constant(np.array(1, np.int64))))
+                        + ((t,) if t is not None else ()) + (moved,)))
+    at_k = ctx.call("equal", k, ctx.constant(np.array(0, np.int64)))
+    if kind == "insert":  # (k == 0: here; the Nil arm is reached only with k == 0, the list's end)
+        here = typed(Call(reverse, (prefix, typed(Call(cons, (t, xs))))))
+        walk = Match(xs, (Clause(PatternConstructor(cons, (PatternVar(head), PatternVar(rest))), deeper),
+                          Clause(PatternConstructor(nil, ()), here)))
+        walk.with_type(list_ty)
+        body = ctx.if_(at_k, here, walk)
+        params = (xs, k, t, prefix)
+    else:
+        dropped = typed(Call(reverse, (prefix, rest)))
+        body = Match(xs, (Clause(PatternConstructor(cons, (PatternVar(head), PatternVar(rest))),
+                                 ctx.if_(at_k, dropped, deeper)),), complete=False)
+        body.with_type(list_ty)
+        params = (xs, k, prefix)
+    importer.globals[gv] = Function(params, body, list_ty)
+    return gv
 
 
 def _concat_list(ctx, xs, elem_type: TensorType, axis: int, new_axis: int):
@@ -489,8 +550,9 @@ def _split_list(ctx, x, axis: int, size, squeeze: bool):
 
 
 def in_order(ctx, value):
-    """A graph output: a List (newest first) reversed into the order of its sequence, oldest first, so
-    that the caller reads it front to back (``tensorvm.prelude.to_python_list``); anything else as is."""
+    """A List reversed: a graph output (newest first inside) into the order of its sequence, oldest first,
+    as the caller reads it (``tensorvm.prelude.to_python_list``); a graph input (in order) into the newest
+    first order inside. Anything else as is."""
     ty = ctx.type_of(value)
     if not is_list(ty):
         return value

@@ -27,7 +27,7 @@ import tensorvm as tv  # noqa: E402
 from tensorvm.errors import UnsupportedError  # noqa: E402
 from tensorvm.frontend import from_onnx, unsupported_ops  # noqa: E402
 from tensorvm.frontend.onnx_context import ONNX_DTYPES  # noqa: E402
-from tensorvm.prelude import to_python_list  # noqa: E402
+from tensorvm.prelude import make_list, to_python_list  # noqa: E402
 from tensorvm.runtime import ADT  # noqa: E402
 
 # The core op set.
@@ -134,11 +134,11 @@ def model_test_ops(kind: str) -> dict:
 
 
 def _unsupported_io(model) -> str | None:
-    outputs = {v.name for v in model.graph.output}
     for v in list(model.graph.input) + list(model.graph.output):
-        if v.name in outputs and v.type.HasField("sequence_type") \
-                and v.type.sequence_type.elem_type.HasField("tensor_type"):
-            v = v.type.sequence_type.elem_type  # noqa: PLW2901 - (a sequence output is a tuple of its tensors)
+        if v.type.HasField("sequence_type") and v.type.sequence_type.elem_type.HasField("tensor_type"):
+            v = v.type.sequence_type.elem_type  # noqa: PLW2901 - (a sequence: a tuple or List of its tensors)
+            if not v.tensor_type.HasField("shape"):
+                return "a sequence of tensors of unknown rank"
             if v.tensor_type.elem_type not in ONNX_DTYPES:
                 return f"a sequence output has element type {v.tensor_type.elem_type}"
             continue
@@ -156,7 +156,9 @@ class TensorVMRep(BackendRep):
         self.num_outputs = num_outputs
 
     def run(self, inputs, **kwargs):
-        arrays = [np.asarray(x) for x in (inputs if isinstance(inputs, (list, tuple)) else [inputs])]
+        given = inputs if isinstance(inputs, (list, tuple)) else [inputs]
+        # (a sequence input, a Python list of arrays, is a prelude List)
+        arrays = [make_list([np.asarray(t) for t in x]) if isinstance(x, list) else np.asarray(x) for x in given]
         out = self.vm.invoke("main", *arrays)
         outs = list(out) if self.num_outputs > 1 else [out]
         return [_as_numpy(o) for o in outs]

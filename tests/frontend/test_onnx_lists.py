@@ -14,7 +14,7 @@ from onnx_cases import onnx_model, tensorvm_runs
 
 import tensorvm as tv
 from tensorvm.errors import ExecutionError, ModelImportError, UnsupportedError
-from tensorvm.prelude import to_python_list
+from tensorvm.prelude import make_list, to_python_list
 
 VI = helper.make_tensor_value_info
 F, I64 = TensorProto.FLOAT, TensorProto.INT64
@@ -231,3 +231,33 @@ def test_a_run_time_number_of_parts_is_a_list_returned_in_order(keepdims):
             np.testing.assert_array_equal(back.numpy(), want[3])
         with pytest.raises(ExecutionError, match="out of range"):  # (a size of 0 would never end)
             vm.invoke("main", np.ones((2, 3), np.float32), np.array(0, np.int64), np.array(0, np.int64))
+
+
+def test_a_sequence_input_is_a_list_and_edits_at_run_time_positions():
+    """A sequence graph input (a prelude List, in order) with an insert and an erase at run-time positions,
+    every valid one, against ONNX Runtime; out of range an error."""
+    seq_type = helper.make_tensor_sequence_value_info
+    nodes = [node("SequenceInsert", ["xs", "t", "p"], ["inserted"]), node("SequenceErase", ["xs", "q"], ["erased"]),
+             node("SequenceErase", ["xs"], ["popped"]), node("SequenceLength", ["inserted"], ["n"])]
+    model = onnx_model(nodes, [seq_type("xs", F, ["r", 2]), VI("t", F, ["s", 2]), VI("p", I64, []), VI("q", I64, [])],
+                       [seq_type("inserted", F, ["r", 2]), seq_type("erased", F, ["r", 2]),
+                        seq_type("popped", F, ["r", 2]), VI("n", I64, [])], opset=18)
+    reference = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    mod, params = tv.frontend.from_onnx(model)
+    tensors = [rng.standard_normal((k, 2)).astype(np.float32) for k in (1, 3, 2)]
+    t = rng.standard_normal((4, 2)).astype(np.float32)
+    for mode in ("bytecode", "native"):
+        vm = tv.vm.VirtualMachine(tv.vm.compile(mod, target="c", params=params, exec_mode=mode))
+        for p in range(-3, 4):
+            q = p if p < 3 else -1
+            want = reference.run(None, {"xs": tensors, "t": t, "p": np.array(p, np.int64), "q": np.array(q, np.int64)})
+            got = vm.invoke("main", make_list(tensors), t, np.array(p, np.int64), np.array(q, np.int64))
+            for g, w in zip(got[:3], want[:3], strict=True):
+                got_list = [x.numpy() for x in to_python_list(g)]
+                assert len(got_list) == len(w), (mode, p)
+                for a, b in zip(got_list, w, strict=True):
+                    np.testing.assert_array_equal(a, b)
+            assert int(got[3].numpy()) == int(want[3]) == 4
+        for p, q in ((4, 0), (0, 3), (-4, 0), (0, -4)):
+            with pytest.raises(ExecutionError, match="out of range"):
+                vm.invoke("main", make_list(tensors), t, np.array(p, np.int64), np.array(q, np.int64))
