@@ -12,10 +12,10 @@ A sequence a ``Loop`` carries and changes the length of (``xs.append(h)`` in a l
 prelude's ``List``, newest tensor first, of one rank and dtype (``widen_sequence``): appending is a
 ``Cons``; SequenceLength and SequenceAt walk it (tail loops ``@seq_length``, ``@seq_at``; a position -k
 needs no length); ConcatFromSequence stacks it into one buffer (``stacked``: the scan outputs' helper) and
-moves or merges the new axis. SplitToSequence into a run-time number of parts builds such a list
-(``@split_parts``), and a list that is a graph output is reversed into the sequence's order (``in_order``).
-Inserting at a position into, erasing from or mapping over such a list are refused by name, as are
-sequences as graph inputs.
+moves or merges the new axis; SequenceInsert and SequenceErase at positions move the tensors before the
+place onto a prefix (``@seq_insert``, ``@seq_erase``); SequenceMap walks the lists together (``@seq_map``).
+SplitToSequence into a run-time number of parts builds such a list (``@split_parts``). A sequence graph
+input is a List in order, and so is a List graph output: ``in_order`` reverses them at the boundary.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from ..ir.expr import (
     Call,
     Clause,
     Function,
+    Let,
     Match,
     PatternConstructor,
     PatternVar,
@@ -220,7 +221,13 @@ def concat_from_sequence_11(ctx, input_sequence, *, axis, new_axis=0):
 @converter("SequenceMap", 17)
 def sequence_map_17(ctx, input_sequence, *additional_inputs, body):
     """Each output sequence's i-th tensor is the body's output for the i-th tensors of the input sequences
-    (a tensor input is given to every application): the body imported once per element."""
+    (a tensor input is given to every application): the body imported once per element of a sequence of
+    a length known at import; over a List, a loop applying the body imported once (``_map_lists``)."""
+    if len(body.input) != 1 + len(additional_inputs):
+        raise ModelImportError(f"SequenceMap: the body takes {len(body.input)} inputs, the node gives "
+                               f"{1 + len(additional_inputs)}")
+    if any(is_list(ctx.type_of(v)) for v in (input_sequence, *additional_inputs)):
+        return _map_lists(ctx, body, [input_sequence, *additional_inputs])
     items = _items(ctx, input_sequence, "SequenceMap")
     columns = []
     for extra in additional_inputs:
@@ -231,9 +238,6 @@ def sequence_map_17(ctx, input_sequence, *additional_inputs, body):
             columns.append(extra_items)
         else:
             columns.append([extra] * len(items))
-    if len(body.input) != 1 + len(additional_inputs):
-        raise ModelImportError(f"SequenceMap: the body takes {len(body.input)} inputs, the node gives "
-                               f"{1 + len(additional_inputs)}")
     applied = [ctx.importer.import_branch(body, ctx.scope, [item, *(column[i] for column in columns)])
                for i, item in enumerate(items)]
     outputs = [_sequence(ctx, [outs[k] for outs in applied]) for k in range(len(body.output))]
@@ -579,3 +583,58 @@ def _build_reverse(ctx, list_ty):
     body.with_type(list_ty)
     importer.globals[gv] = Function((xs, acc), body, list_ty)
     return gv
+
+
+def _map_lists(ctx, body, inputs: list):
+    """SequenceMap over Lists (a sequence of a length known at import among them becomes a List too):
+    ``@seq_map`` walks them together, binds the body's inputs to their heads (and to the tensor inputs),
+    and conses the body's outputs onto one list per output; those come out oldest first and are reversed.
+    Lists of different lengths fail the walk's match (an error naming ``seq_map``)."""
+    importer = ctx.importer
+    cons, nil = list_adt(importer)
+    is_sequence = [isinstance(ctx.type_of(v), TupleType) or is_list(ctx.type_of(v)) for v in inputs]
+    values, param_types = [], []
+    for value, sequence in zip(inputs, is_sequence, strict=True):
+        ty = ctx.type_of(value)
+        if sequence:
+            elem = ty.args[0] if is_list(ty) else _joined_elem(list(ty.fields), "SequenceMap")
+            value = as_list(ctx, value, elem)
+            param_types.append(elem)
+        else:
+            param_types.append(generalize(ctx.tensor_type(value, "SequenceMap input")))
+        values.append(value)
+    body_params, outs, captured = importer.import_body(body, ctx.scope, param_types)
+    out_types = [list_type(_joined_elem([ctx.type_of(o)], "SequenceMap")) for o in outs]
+    gv = importer.fresh_global("seq_map")
+    walked = [Var(f"xs{k}", ctx.type_of(v)) if s else Var(f"t{k}", param_types[k])
+              for k, (v, s) in enumerate(zip(values, is_sequence, strict=True))]
+    captured_vars = [var for var, _ in captured.values()]
+    accs = [Var(f"acc{k}", t) for k, t in enumerate(out_types)]
+    ret_type = TupleType(tuple(out_types))
+    rests = {k: Var(f"rest{k}", ctx.type_of(values[k])) for k, s in enumerate(is_sequence) if s}
+    grown = []
+    for acc, out, ty in zip(accs, outs, out_types, strict=True):
+        node = Call(cons, (out, acc))
+        node.with_type(ty)
+        grown.append(node)
+    step = Call(gv, tuple(rests.get(k, walked[k]) for k in range(len(walked))) + tuple(captured_vars) + tuple(grown))
+    step.with_type(ret_type)
+    # bind the body's inputs: a head for a sequence, the tensor itself otherwise
+    heads = {k: body_params[k] for k in rests}
+    expr = step
+    for k in range(len(walked) - 1, -1, -1):
+        if k not in rests:
+            expr = Let(body_params[k], walked[k], expr)
+            expr.with_type(ret_type)
+    first = min(rests)
+    for k in sorted(rests, reverse=True):  # (the first list's match has the Nil arm: the walk's end)
+        clauses = [Clause(PatternConstructor(cons, (PatternVar(heads[k]), PatternVar(rests[k]))), expr)]
+        if k == first:
+            clauses.append(Clause(PatternConstructor(nil, ()), ctx.tuple(accs)))
+        expr = Match(walked[k], tuple(clauses), complete=k == first)
+        expr.with_type(ret_type)
+    importer.globals[gv] = Function(tuple(walked) + tuple(captured_vars) + tuple(accs), expr, ret_type)
+    call = Call(gv, tuple(values) + tuple(outer for _, outer in captured.values()) + (nil,) * len(accs))
+    call.with_type(ret_type)
+    results = [in_order(ctx, ctx.get_item(call, k)) for k in range(len(outs))]  # (oldest first -> newest first)
+    return results if len(results) != 1 else results[0]

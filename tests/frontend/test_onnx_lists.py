@@ -261,3 +261,33 @@ def test_a_sequence_input_is_a_list_and_edits_at_run_time_positions():
         for p, q in ((4, 0), (0, 3), (-4, 0), (0, -4)):
             with pytest.raises(ExecutionError, match="out of range"):
                 vm.invoke("main", make_list(tensors), t, np.array(p, np.int64), np.array(q, np.int64))
+
+
+def test_sequence_map_over_lists_zips_them_and_reads_outer_values():
+    seq_type = helper.make_tensor_sequence_value_info
+    body = helper.make_graph(
+        [node("Add", ["a", "b"], ["s"]), node("Mul", ["s", "scale"], ["y"]), node("Shape", ["a"], ["shape"])],
+        "body", [VI("a", F, ["n", 2]), VI("b", F, ["n", 2])], [VI("y", F, ["n", 2]), VI("shape", I64, [2])])
+    model = onnx_model([node("SequenceMap", ["xs", "ys"], ["outs", "shapes"], body=body)],
+                       [seq_type("xs", F, ["n", 2]), seq_type("ys", F, ["n", 2])],
+                       [seq_type("outs", F, ["n", 2]), seq_type("shapes", I64, [2])],
+                       inits=[helper.make_tensor("scale", F, [], [3.0])], opset=18)
+    reference = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    mod, params = tv.frontend.from_onnx(model)
+    for mode in ("bytecode", "native"):
+        vm = tv.vm.VirtualMachine(tv.vm.compile(mod, target="c", params=params, exec_mode=mode))
+        for lengths in ((1,), (2, 4, 1), ()):
+            xs = [rng.standard_normal((k, 2)).astype(np.float32) for k in lengths]
+            ys = [rng.standard_normal((k, 2)).astype(np.float32) for k in lengths]
+            got = vm.invoke("main", make_list(xs), make_list(ys))
+            if not lengths:
+                assert to_python_list(got[0]) == [] and to_python_list(got[1]) == []
+                continue
+            want = reference.run(None, {"xs": xs, "ys": ys})
+            for g, w in zip(got, want, strict=True):
+                got_list = [x.numpy() for x in to_python_list(g)]
+                assert len(got_list) == len(w), mode
+                for a, b in zip(got_list, w, strict=True):
+                    np.testing.assert_allclose(a, b, rtol=1e-6)
+        with pytest.raises(ExecutionError, match="seq_map"):  # (lists of different lengths)
+            vm.invoke("main", make_list([np.ones((1, 2), np.float32)] * 2), make_list([np.ones((1, 2), np.float32)]))
