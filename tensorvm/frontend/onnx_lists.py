@@ -126,8 +126,7 @@ def sequence_insert_11(ctx, input_sequence, tensor, position=None):
             raise UnsupportedError(f"SequenceInsert: a {ctx.type_of(tensor)} into a {ty}")
         if position is None:
             cons, _ = list_adt(ctx.importer)
-            grown = Call(cons, (tensor, input_sequence))
-            grown.with_type(out_type)
+            grown = _typed(Call(cons, (tensor, input_sequence)), out_type)
             return grown
         count = list_length(ctx, input_sequence)  # (place p in [0, n]: n - p tensors are newer)
         place = _checked_place(ctx, position, count, extra=1)
@@ -266,6 +265,12 @@ def list_adt(importer):
     return cons, nil
 
 
+def _typed(node, ty):
+    """``node`` with its checked type set (the converters type what they build as they go)."""
+    node.with_type(ty)
+    return node
+
+
 def list_type(elem_type: TensorType) -> TypeCall:
     return TypeCall(GlobalTypeVar("List"), (generalize(elem_type),))
 
@@ -276,8 +281,7 @@ def stacked(ctx, slices, count, elem_type: TensorType):
     ``scatter_nd`` runs in place; no iteration gives ``_acc_init``'s empty tensor."""
     elem_type = generalize(elem_type)
     stack = _helper(ctx.importer, "stack", elem_type, lambda: _build_stack(ctx, elem_type))
-    call = Call(stack, (slices, count))
-    call.with_type(_rows_type(elem_type))
+    call = _typed(Call(stack, (slices, count)), _rows_type(elem_type))
     return call
 
 
@@ -293,8 +297,7 @@ def _build_stack(ctx, elem_type: TensorType):
     xs, i, buf = Var("xs", slices_type), Var("i", scalar_i64), Var("buf", out_type)
     head, rest = Var("x", generalize(elem_type)), Var("rest", slices_type)
     written = ctx.call("scatter_nd", buf, ctx.call("expand_dims", i, axis=0), head)
-    step = Call(fill, (rest, ctx.call("subtract", i, one), written))
-    step.with_type(out_type)
+    step = _typed(Call(fill, (rest, ctx.call("subtract", i, one), written)), out_type)
     fill_body = Match(xs, (Clause(PatternConstructor(cons, (PatternVar(head), PatternVar(rest))), step),
                            Clause(PatternConstructor(nil, ()), buf)))
     fill_body.with_type(out_type)
@@ -306,8 +309,7 @@ def _build_stack(ctx, elem_type: TensorType):
     shape = ctx.call("concatenate", ctx.tuple([ctx.call("expand_dims", n, axis=0),
                                                ctx.shape_of(newest)]), axis=0)
     fresh = ctx.call("dyn.zeros", shape, dtype=elem_type.dtype)
-    start = Call(fill, (xs2, ctx.call("subtract", n, one), fresh))
-    start.with_type(out_type)
+    start = _typed(Call(fill, (xs2, ctx.call("subtract", n, one), fresh)), out_type)
     empty = _no_rows(ctx, elem_type)
     stack_body = Match(xs2, (Clause(PatternConstructor(cons, (PatternVar(newest), PatternWildcard())), start),
                              Clause(PatternConstructor(nil, ()), empty)))
@@ -329,8 +331,7 @@ def as_list(ctx, seq, elem_type: TensorType):
     cons, nil = list_adt(ctx.importer)
     out, out_type = nil, list_type(elem_type)
     for item in _items(ctx, seq, "a sequence"):
-        out = Call(cons, (item, out))
-        out.with_type(out_type)
+        out = _typed(Call(cons, (item, out)), out_type)
     return out
 
 
@@ -391,8 +392,7 @@ def _build_length(ctx, list_ty):
     gv = importer.fresh_global("seq_length")
     scalar_i64 = TensorType((), "int64")
     xs, n, rest = Var("xs", list_ty), Var("n", scalar_i64), Var("rest", list_ty)
-    step = Call(gv, (rest, ctx.call("add", n, ctx.constant(np.array(1, np.int64)))))
-    step.with_type(scalar_i64)
+    step = _typed(Call(gv, (rest, ctx.call("add", n, ctx.constant(np.array(1, np.int64))))), scalar_i64)
     body = Match(xs, (Clause(PatternConstructor(cons, (PatternWildcard(), PatternVar(rest))), step),
                       Clause(PatternConstructor(nil, ()), n)))
     body.with_type(scalar_i64)
@@ -402,8 +402,7 @@ def _build_length(ctx, list_ty):
 
 def list_length(ctx, xs):
     gv = _length_function(ctx, ctx.type_of(xs))
-    call = Call(gv, (xs, ctx.constant(np.array(0, np.int64))))
-    call.with_type(TensorType((), "int64"))
+    call = _typed(Call(gv, (xs, ctx.constant(np.array(0, np.int64)))), TensorType((), "int64"))
     return call
 
 
@@ -413,8 +412,7 @@ def _list_at(ctx, xs, from_head):
     list_ty = ctx.type_of(xs)
     elem_ty = list_ty.args[0]
     gv = _helper(ctx.importer, "at", list_ty, lambda: _build_at(ctx, list_ty))
-    call = Call(gv, (xs, from_head))
-    call.with_type(elem_ty)
+    call = _typed(Call(gv, (xs, from_head)), elem_ty)
     return call
 
 
@@ -427,8 +425,7 @@ def _build_at(ctx, list_ty):
     scalar_i64 = TensorType((), "int64")
     ys, k = Var("xs", list_ty), Var("k", scalar_i64)
     head, rest = Var("x", elem_ty), Var("rest", list_ty)
-    deeper = Call(gv, (rest, ctx.call("subtract", k, ctx.constant(np.array(1, np.int64)))))
-    deeper.with_type(elem_ty)
+    deeper = _typed(Call(gv, (rest, ctx.call("subtract", k, ctx.constant(np.array(1, np.int64))))), elem_ty)
     found = ctx.if_(ctx.call("equal", k, ctx.constant(np.array(0, np.int64))), head, deeper)
     body = Match(ys, (Clause(PatternConstructor(cons, (PatternVar(head), PatternVar(rest))), found),), complete=False)
     body.with_type(elem_ty)
@@ -458,8 +455,7 @@ def _list_edit(ctx, xs, from_head, inserted=None):
     gv = _helper(ctx.importer, kind, list_ty, lambda: _build_edit(ctx, list_ty, kind))
     cons, nil = list_adt(ctx.importer)
     args = (xs, from_head) + (() if inserted is None else (inserted,)) + (nil,)
-    call = Call(gv, args)
-    call.with_type(list_ty)
+    call = _typed(Call(gv, args), list_ty)
     return call
 
 
@@ -473,23 +469,19 @@ def _build_edit(ctx, list_ty, kind: str):
     head = Var("x", list_ty.args[0])
     t = Var("t", list_ty.args[0]) if kind == "insert" else None
 
-    def typed(node):
-        node.with_type(list_ty)
-        return node
-
-    moved = typed(Call(cons, (head, prefix)))
-    deeper = typed(Call(gv, (rest, ctx.call("subtract", k, ctx.constant(np.array(1, np.int64))))
-                        + ((t,) if t is not None else ()) + (moved,)))
+    moved = _typed(Call(cons, (head, prefix)), list_ty)
+    deeper = _typed(Call(gv, (rest, ctx.call("subtract", k, ctx.constant(np.array(1, np.int64))))
+                         + ((t,) if t is not None else ()) + (moved,)), list_ty)
     at_k = ctx.call("equal", k, ctx.constant(np.array(0, np.int64)))
     if kind == "insert":  # (k == 0: here; the Nil arm is reached only with k == 0, the list's end)
-        here = typed(Call(reverse, (prefix, typed(Call(cons, (t, xs))))))
+        here = _typed(Call(reverse, (prefix, _typed(Call(cons, (t, xs)), list_ty))), list_ty)
         walk = Match(xs, (Clause(PatternConstructor(cons, (PatternVar(head), PatternVar(rest))), deeper),
                           Clause(PatternConstructor(nil, ()), here)))
         walk.with_type(list_ty)
         body = ctx.if_(at_k, here, walk)
         params = (xs, k, t, prefix)
     else:
-        dropped = typed(Call(reverse, (prefix, rest)))
+        dropped = _typed(Call(reverse, (prefix, rest)), list_ty)
         body = Match(xs, (Clause(PatternConstructor(cons, (PatternVar(head), PatternVar(rest))),
                                  ctx.if_(at_k, dropped, deeper)),), complete=False)
         body.with_type(list_ty)
@@ -542,14 +534,11 @@ def _split_list(ctx, x, axis: int, size, squeeze: bool):
                     ctx.constant(np.array([axis], i64)))
     if squeeze:
         part = ctx.call("squeeze", part, axis=(axis,))
-    grown = Call(cons, (part, acc))
-    grown.with_type(slices_type)
-    again = Call(gv, (data, end, step, length, grown))
-    again.with_type(slices_type)
+    grown = _typed(Call(cons, (part, acc)), slices_type)
+    again = _typed(Call(gv, (data, end, step, length, grown)), slices_type)
     body = ctx.if_(ctx.call("less", start, length), again, acc)
     importer.globals[gv] = Function((data, start, step, length, acc), body, slices_type)
-    call = Call(gv, (x, ctx.constant(np.array(0, i64)), size, ctx.dim_value(x, axis), nil))
-    call.with_type(slices_type)
+    call = _typed(Call(gv, (x, ctx.constant(np.array(0, i64)), size, ctx.dim_value(x, axis), nil)), slices_type)
     return call
 
 
@@ -562,8 +551,7 @@ def in_order(ctx, value):
         return value
     gv = _helper(ctx.importer, "reverse", ty, lambda: _build_reverse(ctx, ty))
     cons, nil = list_adt(ctx.importer)
-    call = Call(gv, (value, nil))
-    call.with_type(ty)
+    call = _typed(Call(gv, (value, nil)), ty)
     return call
 
 
@@ -574,10 +562,8 @@ def _build_reverse(ctx, list_ty):
     gv = importer.fresh_global("seq_reversed")
     xs, acc, rest = Var("xs", list_ty), Var("acc", list_ty), Var("rest", list_ty)
     head = Var("x", list_ty.args[0])
-    moved = Call(cons, (head, acc))
-    moved.with_type(list_ty)
-    step = Call(gv, (rest, moved))
-    step.with_type(list_ty)
+    moved = _typed(Call(cons, (head, acc)), list_ty)
+    step = _typed(Call(gv, (rest, moved)), list_ty)
     body = Match(xs, (Clause(PatternConstructor(cons, (PatternVar(head), PatternVar(rest))), step),
                       Clause(PatternConstructor(nil, ()), acc)))
     body.with_type(list_ty)
@@ -614,8 +600,7 @@ def _map_lists(ctx, body, inputs: list):
     rests = {k: Var(f"rest{k}", ctx.type_of(values[k])) for k, s in enumerate(is_sequence) if s}
     grown = []
     for acc, out, ty in zip(accs, outs, out_types, strict=True):
-        node = Call(cons, (out, acc))
-        node.with_type(ty)
+        node = _typed(Call(cons, (out, acc)), ty)
         grown.append(node)
     step = Call(gv, tuple(rests.get(k, walked[k]) for k in range(len(walked))) + tuple(captured_vars) + tuple(grown))
     step.with_type(ret_type)
@@ -631,8 +616,7 @@ def _map_lists(ctx, body, inputs: list):
         clauses = [Clause(PatternConstructor(cons, (PatternVar(heads[k]), PatternVar(rests[k]))), expr)]
         if k == first:
             clauses.append(Clause(PatternConstructor(nil, ()), ctx.tuple(accs)))
-        expr = Match(walked[k], tuple(clauses), complete=k == first)
-        expr.with_type(ret_type)
+        expr = _typed(Match(walked[k], tuple(clauses), complete=k == first), ret_type)
     importer.globals[gv] = Function(tuple(walked) + tuple(captured_vars) + tuple(accs), expr, ret_type)
     call = Call(gv, tuple(values) + tuple(outer for _, outer in captured.values()) + (nil,) * len(accs))
     call.with_type(ret_type)
