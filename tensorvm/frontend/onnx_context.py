@@ -28,7 +28,7 @@ import numpy as np
 from ..errors import TensorVMError, TypeInferenceError, UnsupportedError
 from ..ir.attrs import Attrs
 from ..ir.expr import Call, Constant, Expr, If, Op, Tuple, TupleGetItem, Var
-from ..ir.types import Any, SymDim, TensorType, TupleType, Type
+from ..ir.types import Any, SymDim, TensorType, TupleType, Type, TypeCall
 from ..op.registry import get_op
 
 __all__ = ["converter", "lookup_converter", "converter_versions", "DimOf", "BuildContext", "ONNX_DTYPES",
@@ -453,6 +453,8 @@ def join_types(a: Type, b: Type) -> Type:
         return TensorType(tuple(join_dims(x, y) for x, y in zip(a.shape, b.shape, strict=True)), a.dtype)
     if isinstance(a, TupleType) and isinstance(b, TupleType) and len(a.fields) == len(b.fields):
         return TupleType(tuple(join_types(x, y) for x, y in zip(a.fields, b.fields, strict=True)))
+    if isinstance(a, TypeCall) and isinstance(b, TypeCall) and a.func == b.func and len(a.args) == len(b.args):
+        return TypeCall(a.func, tuple(join_types(x, y) for x, y in zip(a.args, b.args, strict=True)))
     if a == b:
         return a
     raise TypeInferenceError(f"the two branches produce different types: {a!r} and {b!r}")

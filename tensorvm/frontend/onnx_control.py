@@ -24,10 +24,21 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import ModelImportError, TypeInferenceError, UnsupportedError
-from ..ir.expr import Call, Function, Let, Var
+from ..ir.expr import Call, Clause, Function, Let, Match, PatternConstructor, PatternVar, PatternWildcard, Var
 from ..ir.types import TensorType, TupleType
 from .onnx_context import converter, generalize, join_types
-from .onnx_lists import as_list, is_list, list_adt, list_type, stacked, widen_sequence
+from .onnx_lists import (
+    as_list,
+    is_list,
+    is_option,
+    joined_elem,
+    list_adt,
+    list_type,
+    option_adt,
+    option_type,
+    stacked,
+    widen_sequence,
+)
 
 INT64_MAX = np.iinfo(np.int64).max
 
@@ -50,6 +61,9 @@ def _check_joinable(tt, et) -> None:
                                    "tensors; tensorvm needs a sequence's length known at import")
         for a, b in zip(tt.fields, et.fields, strict=True):
             _check_joinable(a, b)
+        return
+    if (is_list(tt) and is_list(et)) or (is_option(tt) and is_option(et)):
+        _check_joinable(tt.args[0], et.args[0])
         return
     if not isinstance(tt, TensorType) or not isinstance(et, TensorType):
         raise UnsupportedError(f"If: the branches produce {tt} and {et}; expected tensors or sequences of both")
@@ -280,32 +294,64 @@ def scan_9(ctx, *inputs, body, num_scan_inputs, scan_input_axes=None, scan_input
     return results if len(results) != 1 else results[0]
 
 
-# ---- optionals: a present value is its tensor; an absent input (no name) is known absent at import ----
-def _optional_content(ctx, value, op: str):
-    """A present optional's value: a tensor, or a sequence (a tuple or a List of tensors)."""
+# ---- optionals: the prelude's Option (an omitted input is known absent at import) ------------------------
+def _option_of(ctx, value, op: str):
+    """``value`` as an optional: an Option as is; a tensor or a sequence as present (Some)."""
     ty = ctx.type_of(value)
-    if isinstance(ty, TensorType):
-        return ctx.call("copy", value)
-    if is_list(ty) or (isinstance(ty, TupleType) and all(isinstance(f, TensorType) for f in ty.fields)):
-        return value  # (values are immutable: no copy needed)
-    raise UnsupportedError(f"{op}: a {ty!r} input is not supported")
+    if is_option(ty):
+        return value
+    if not (isinstance(ty, TensorType) or is_list(ty)
+            or (isinstance(ty, TupleType) and all(isinstance(f, TensorType) for f in ty.fields))):
+        raise UnsupportedError(f"{op}: a {ty!r} input is not supported")
+    if isinstance(ty, TupleType):  # (an optional sequence is an optional List, whatever its length)
+        value = as_list(ctx, value, joined_elem(list(ty.fields), op))
+        ty = ctx.type_of(value)
+    some, _ = option_adt(ctx.importer)
+    node = Call(some, (value,))
+    node.with_type(option_type(ty))
+    return node
 
 
 @converter("Optional", 15)
 def optional_15(ctx, input=None, *, type=None):  # noqa: A002
-    if input is None:
-        raise UnsupportedError("Optional: an empty optional value is not supported (tensorvm represents a "
-                               "present optional by its value; an absent one only as an omitted input)")
-    return _optional_content(ctx, input, "Optional")
+    if input is not None:
+        return _option_of(ctx, input, "Optional")
+    if type is None:
+        raise ModelImportError("Optional: an empty optional needs its type attribute")
+    from .onnx_importer import value_type
+
+    ty = option_type(value_type(type, "Optional: type"))
+    # (None through a one-line function returning it: the call carries the optional's type, where the
+    # constructor node itself is shared by every use)
+    gv = ctx.importer.fresh_global("optional_none")
+    ctx.importer.globals[gv] = Function((), option_adt(ctx.importer)[1], ty)
+    call = Call(gv, ())
+    call.with_type(ty)
+    return call
 
 
 @converter("OptionalHasElement", 15)
 def optional_has_element_15(ctx, input=None):  # noqa: A002
-    if input is not None:
-        _optional_content(ctx, input, "OptionalHasElement")
-    return ctx.constant(np.array(input is not None))
+    if input is None:
+        return ctx.constant(np.array(False))
+    option = _option_of(ctx, input, "OptionalHasElement")
+    if not is_option(ctx.type_of(input)):
+        return ctx.constant(np.array(True))
+    some, none = option_adt(ctx.importer)
+    node = Match(option, (Clause(PatternConstructor(some, (PatternWildcard(),)), ctx.constant(np.array(True))),
+                          Clause(PatternConstructor(none, ()), ctx.constant(np.array(False)))))
+    node.with_type(TensorType((), "bool"))
+    return node
 
 
 @converter("OptionalGetElement", 15)
 def optional_get_element_15(ctx, input):  # noqa: A002
-    return _optional_content(ctx, input, "OptionalGetElement")
+    ty = ctx.type_of(input)
+    if not is_option(ty):
+        _option_of(ctx, input, "OptionalGetElement")  # (the check)
+        return ctx.call("copy", input) if isinstance(ty, TensorType) else input
+    some, _ = option_adt(ctx.importer)
+    inner = Var("value", ty.args[0])
+    node = Match(input, (Clause(PatternConstructor(some, (PatternVar(inner),)), inner),), complete=False)
+    node.with_type(ty.args[0])  # (an empty optional fails the match: an error)
+    return node

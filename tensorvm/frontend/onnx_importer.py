@@ -32,7 +32,7 @@ from ..ir.expr import Constant, Expr, Function, GlobalVar, Var
 from ..ir.module import IRModule
 from ..ir.types import Any, SymDim, TensorType, normalize_dtype
 from .onnx_context import BuildContext, converter_parameters, lookup_converter, onnx_dtype
-from .onnx_lists import in_order, list_type
+from .onnx_lists import in_order, list_type, option_type
 
 __all__ = ["from_onnx", "OnnxImporter", "unsupported_ops", "sanitize_name"]
 
@@ -164,9 +164,31 @@ def _attribute_value(attr, base_dir=None):
         return [s.decode("utf-8", errors="replace") for s in attr.strings]
     if kind == A.GRAPHS:
         return list(attr.graphs)
+    if kind == A.TYPE_PROTO:
+        return attr.tp
     if kind == A.SPARSE_TENSOR:
         raise UnsupportedError(f"attribute {attr.name}: sparse tensors are not supported")
     raise ModelImportError(f"attribute {attr.name}: expected a known attribute kind, got kind {kind}")
+
+
+def value_type(proto, what: str):
+    """The IR type of an ONNX TypeProto: a tensor (its rank must be known; dims not given are ``Any``), a
+    sequence of tensors (a prelude ``List``) or an optional (a prelude ``Option``)."""
+    kind = proto.WhichOneof("value")
+    if kind == "tensor_type":
+        tt = proto.tensor_type
+        if not tt.HasField("shape"):
+            raise UnsupportedError(f"{what}: a tensor of unknown rank")
+        dims = tuple(int(d.dim_value) if d.HasField("dim_value") else Any() for d in tt.shape.dim)
+        return TensorType(dims, onnx_dtype(tt.elem_type, what))
+    if kind == "sequence_type":
+        elem = value_type(proto.sequence_type.elem_type, what)
+        if not isinstance(elem, TensorType):
+            raise UnsupportedError(f"{what}: a sequence of {elem}; tensorvm's sequences hold tensors")
+        return list_type(elem)
+    if kind == "optional_type":
+        return option_type(value_type(proto.optional_type.elem_type, what))
+    raise UnsupportedError(f"{what}: a {kind} value is not supported")
 
 
 _TYPED_FIELDS = ("float_data", "int32_data", "string_data", "int64_data", "double_data", "uint64_data")
@@ -384,13 +406,10 @@ class OnnxImporter:
         return mod, dict(self.params)
 
     def _input_type(self, inp):
-        if inp.type.HasField("sequence_type") and inp.type.sequence_type.elem_type.HasField("tensor_type"):
-            # a sequence input: a prelude List of its tensors, in order (onnx_lists.in_order reverses it)
-            tt = inp.type.sequence_type.elem_type.tensor_type
-            if not tt.HasField("shape"):
-                raise UnsupportedError(f"graph input {inp.name!r}: a sequence of tensors of unknown rank")
-            return list_type(TensorType(tuple(Any() for _ in tt.shape.dim),
-                                        onnx_dtype(tt.elem_type, f"graph input {inp.name!r}")))
+        if inp.type.HasField("sequence_type") or inp.type.HasField("optional_type"):
+            # a sequence is a prelude List of its tensors (in order at the boundary: onnx_lists.in_order), an
+            # optional a prelude Option
+            return value_type(inp.type, f"graph input {inp.name!r}")
         if not inp.type.HasField("tensor_type"):
             kind = inp.type.WhichOneof("value")
             raise UnsupportedError(f"graph input {inp.name!r}: tensor and sequence inputs are supported, got a "

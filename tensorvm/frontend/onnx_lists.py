@@ -121,7 +121,7 @@ def sequence_at_11(ctx, input_sequence, position):
 def sequence_insert_11(ctx, input_sequence, tensor, position=None):
     ty = ctx.type_of(input_sequence)
     if is_list(ty):  # (an append is a Cons: newest first)
-        out_type = list_type(_joined_elem([ty.args[0], ctx.type_of(tensor)], "SequenceInsert"))
+        out_type = list_type(joined_elem([ty.args[0], ctx.type_of(tensor)], "SequenceInsert"))
         if out_type != ty:
             raise UnsupportedError(f"SequenceInsert: a {ctx.type_of(tensor)} into a {ty}")
         if position is None:
@@ -335,7 +335,7 @@ def as_list(ctx, seq, elem_type: TensorType):
     return out
 
 
-def _joined_elem(ctx_types: list, what: str) -> TensorType:
+def joined_elem(ctx_types: list, what: str) -> TensorType:
     """One tensor type for every tensor a sequence may hold: dims that differ become ``Any``."""
     joined = None
     for ty in ctx_types:
@@ -370,7 +370,7 @@ def widen_sequence(declared, produced):
             raise UnsupportedError(f"Loop: a carried sequence becomes a {ty}")
     if not parts:
         return declared
-    return list_type(_joined_elem(parts, "Loop"))
+    return list_type(joined_elem(parts, "Loop"))
 
 
 def _helper(importer, kind: str, ty, build):
@@ -542,11 +542,35 @@ def _split_list(ctx, x, axis: int, size, squeeze: bool):
     return call
 
 
+def option_adt(importer):
+    """The prelude's ``Option`` (added to the imported module on first use): (Some, None)."""
+    if "Option" not in importer.type_defs:
+        from ..prelude import prelude_module
+
+        importer.type_defs["Option"] = prelude_module().get_type("Option")
+    some, none = importer.type_defs["Option"].constructors
+    return some, none
+
+
+def option_type(inner) -> TypeCall:
+    return TypeCall(GlobalTypeVar("Option"), (inner,))
+
+
+def is_option(ty) -> bool:
+    return isinstance(ty, TypeCall) and ty.func.name == "Option"
+
+
 def in_order(ctx, value):
     """A List reversed: a graph output (newest first inside) into the order of its sequence, oldest first,
     as the caller reads it (``tensorvm.prelude.to_python_list``); a graph input (in order) into the newest
-    first order inside. Anything else as is."""
+    first order inside; an optional List likewise inside its ``Some``. Anything else as is."""
     ty = ctx.type_of(value)
+    if is_option(ty) and is_list(ty.args[0]):
+        some, none = option_adt(ctx.importer)
+        inner = Var("xs", ty.args[0])
+        clauses = (Clause(PatternConstructor(some, (PatternVar(inner),)), _typed(Call(some, (in_order(ctx, inner),)), ty)),
+                   Clause(PatternConstructor(none, ()), none))
+        return _typed(Match(value, clauses), ty)
     if not is_list(ty):
         return value
     gv = _helper(ctx.importer, "reverse", ty, lambda: _build_reverse(ctx, ty))
@@ -583,14 +607,14 @@ def _map_lists(ctx, body, inputs: list):
     for value, sequence in zip(inputs, is_sequence, strict=True):
         ty = ctx.type_of(value)
         if sequence:
-            elem = ty.args[0] if is_list(ty) else _joined_elem(list(ty.fields), "SequenceMap")
+            elem = ty.args[0] if is_list(ty) else joined_elem(list(ty.fields), "SequenceMap")
             value = as_list(ctx, value, elem)
             param_types.append(elem)
         else:
             param_types.append(generalize(ctx.tensor_type(value, "SequenceMap input")))
         values.append(value)
     body_params, outs, captured = importer.import_body(body, ctx.scope, param_types)
-    out_types = [list_type(_joined_elem([ctx.type_of(o)], "SequenceMap")) for o in outs]
+    out_types = [list_type(joined_elem([ctx.type_of(o)], "SequenceMap")) for o in outs]
     gv = importer.fresh_global("seq_map")
     walked = [Var(f"xs{k}", ctx.type_of(v)) if s else Var(f"t{k}", param_types[k])
               for k, (v, s) in enumerate(zip(values, is_sequence, strict=True))]

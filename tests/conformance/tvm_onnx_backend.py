@@ -27,7 +27,7 @@ import tensorvm as tv  # noqa: E402
 from tensorvm.errors import UnsupportedError  # noqa: E402
 from tensorvm.frontend import from_onnx, unsupported_ops  # noqa: E402
 from tensorvm.frontend.onnx_context import ONNX_DTYPES  # noqa: E402
-from tensorvm.prelude import make_list, to_python_list  # noqa: E402
+from tensorvm.prelude import make_list, make_none, make_some, to_python_list  # noqa: E402
 from tensorvm.runtime import ADT  # noqa: E402
 
 # The issue's core op set.
@@ -133,45 +133,68 @@ def model_test_ops(kind: str) -> dict:
     return out
 
 
-def _unsupported_io(model) -> str | None:
-    for v in list(model.graph.input) + list(model.graph.output):
-        if v.type.HasField("sequence_type") and v.type.sequence_type.elem_type.HasField("tensor_type"):
-            v = v.type.sequence_type.elem_type  # noqa: PLW2901 - (a sequence: a tuple or List of its tensors)
-            if not v.tensor_type.HasField("shape"):
-                return "a sequence of tensors of unknown rank"
-            if v.tensor_type.elem_type not in ONNX_DTYPES:
-                return f"a sequence output has element type {v.tensor_type.elem_type}"
-            continue
-        if not v.type.HasField("tensor_type"):
-            return f"{v.name!r} is a {v.type.WhichOneof('value')}, not a tensor"
-        if v.type.tensor_type.elem_type not in ONNX_DTYPES:
-            name = onnx.TensorProto.DataType.Name(v.type.tensor_type.elem_type)
-            return f"{v.name!r} has element type {name}"
+def _unsupported_type(proto, name: str) -> str | None:
+    """Why a graph input or output of this TypeProto cannot be given to or read from tensorvm, or None:
+    tensors, sequences of tensors of a known rank (tuples or prelude Lists) and optionals of either."""
+    kind = proto.WhichOneof("value")
+    if kind == "optional_type":
+        return _unsupported_type(proto.optional_type.elem_type, name)
+    if kind == "sequence_type":
+        elem = proto.sequence_type.elem_type
+        if not elem.HasField("tensor_type"):
+            return f"{name!r} is a sequence of {elem.WhichOneof('value')}"
+        if not elem.tensor_type.HasField("shape"):
+            return "a sequence of tensors of unknown rank"
+        return _unsupported_type(elem, name)
+    if kind != "tensor_type":
+        return f"{name!r} is a {kind}, not a tensor"
+    if proto.tensor_type.elem_type not in ONNX_DTYPES:
+        return f"{name!r} has element type {onnx.TensorProto.DataType.Name(proto.tensor_type.elem_type)}"
     return None
 
 
+def _unsupported_io(model) -> str | None:
+    for v in list(model.graph.input) + list(model.graph.output):
+        reason = _unsupported_type(v.type, v.name)
+        if reason:
+            return reason
+    return None
+
+
+def _to_vm(value, proto):
+    """An input as the VM takes it: an optional as a prelude Option, a sequence as a prelude List."""
+    kind = proto.WhichOneof("value")
+    if kind == "optional_type":
+        return make_none() if value is None else make_some(_to_vm(value, proto.optional_type.elem_type))
+    if kind == "sequence_type":
+        return make_list([np.asarray(t) for t in value])
+    return np.asarray(value)
+
+
+def _from_vm(value, proto):
+    """An output as ONNX's runner reads it: None for an empty optional, a list of arrays for a sequence."""
+    kind = proto.WhichOneof("value")
+    if kind == "optional_type":
+        return None if value.constructor == "None" else _from_vm(value.fields[0], proto.optional_type.elem_type)
+    if isinstance(value, ADT):  # (a sequence whose length is known only at run time: a List)
+        return [_from_vm(v, proto.sequence_type.elem_type) for v in to_python_list(value)]
+    if isinstance(value, (list, tuple)):
+        return [_from_vm(v, proto.sequence_type.elem_type) for v in value]
+    return np.asarray(value.numpy() if hasattr(value, "numpy") else value)
+
+
 class TensorVMRep(BackendRep):
-    def __init__(self, exe, num_outputs: int):
+    def __init__(self, exe, graph):
         self.vm = tv.vm.VirtualMachine(exe)
-        self.num_outputs = num_outputs
+        initializers = {init.name for init in graph.initializer}
+        self.inputs = [v.type for v in graph.input if v.name not in initializers]
+        self.outputs = [v.type for v in graph.output]
 
     def run(self, inputs, **kwargs):
         given = inputs if isinstance(inputs, (list, tuple)) else [inputs]
-        # (a sequence input, a Python list of arrays, is a prelude List)
-        arrays = [make_list([np.asarray(t) for t in x]) if isinstance(x, list) else np.asarray(x) for x in given]
-        out = self.vm.invoke("main", *arrays)
-        outs = list(out) if self.num_outputs > 1 else [out]
-        return [_as_numpy(o) for o in outs]
-
-
-def _as_numpy(value):
-    """A tensor as an array; a sequence output (a tuple of tensors, or a prelude List when its length is
-    known only at run time) as a list of arrays."""
-    if isinstance(value, ADT):
-        return [_as_numpy(v) for v in to_python_list(value)]
-    if isinstance(value, (list, tuple)):
-        return [_as_numpy(v) for v in value]
-    return np.asarray(value.numpy() if hasattr(value, "numpy") else value)
+        out = self.vm.invoke("main", *[_to_vm(x, t) for x, t in zip(given, self.inputs, strict=True)])
+        outs = list(out) if len(self.outputs) > 1 else [out]
+        return [_from_vm(o, t) for o, t in zip(outs, self.outputs, strict=True)]
 
 
 class TensorVMBackend(Backend):
@@ -190,7 +213,7 @@ class TensorVMBackend(Backend):
                 raise unittest.SkipTest(str(err)) from None
             raise
         exe = tv.vm.compile(mod, target=TARGET, params=params)
-        return TensorVMRep(exe, len(model.graph.output))
+        return TensorVMRep(exe, model.graph)
 
     @classmethod
     def supports_device(cls, device: str) -> bool:

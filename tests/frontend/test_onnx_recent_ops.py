@@ -10,7 +10,9 @@ from onnx import TensorProto, helper
 from onnx.reference import ReferenceEvaluator
 from onnx_cases import onnx_model, tensorvm_runs
 
+import tensorvm as tv
 from tensorvm.errors import ExecutionError
+from tensorvm.prelude import make_none, make_some
 
 VI = helper.make_tensor_value_info
 F, I64 = TensorProto.FLOAT, TensorProto.INT64
@@ -114,3 +116,33 @@ def test_a_run_time_axis_out_of_range_is_an_error_not_wrapped(op, axis):
         with pytest.raises(ExecutionError, match="out of range"):
             run(x, np.array(axis, np.int64))
         assert run(x, np.array(1, np.int64))[0].shape[0] == 2, mode  # (a valid axis still runs)
+
+
+def test_optionals_that_may_be_empty_at_run_time_are_options():
+    """An optional graph input (a prelude Option: pass make_some(x) or make_none()) and an If choosing
+    between Optional(x) and an empty Optional: OptionalHasElement is decided at run time, and
+    OptionalGetElement of an empty one is an error."""
+    opt_in = helper.make_tensor_type_proto(F, ["n"])
+    empty = helper.make_node("Optional", [], ["none_opt"], type=opt_in)
+    then_branch = helper.make_graph([helper.make_node("Optional", ["x"], ["o1"])], "then", [],
+                                    [helper.make_value_info("o1", helper.make_optional_type_proto(opt_in))])
+    else_branch = helper.make_graph([empty], "else", [],
+                                    [helper.make_value_info("none_opt", helper.make_optional_type_proto(opt_in))])
+    nodes = [helper.make_node("If", ["c"], ["chosen"], then_branch=then_branch, else_branch=else_branch),
+             helper.make_node("OptionalHasElement", ["chosen"], ["has_chosen"]),
+             helper.make_node("OptionalHasElement", ["maybe"], ["has_given"]),
+             helper.make_node("OptionalGetElement", ["maybe"], ["given"])]
+    model = onnx_model(nodes, [VI("c", TensorProto.BOOL, []), VI("x", F, ["n"]),
+                               helper.make_value_info("maybe", helper.make_optional_type_proto(opt_in))],
+                       [VI("has_chosen", TensorProto.BOOL, []), VI("has_given", TensorProto.BOOL, []),
+                        VI("given", F, ["n"])], opset=18)
+    mod, params = tv.frontend.from_onnx(model)
+    x = np.arange(3, dtype=np.float32)
+    for mode in ("bytecode", "native"):
+        vm = tv.vm.VirtualMachine(tv.vm.compile(mod, target="c", params=params, exec_mode=mode))
+        for cond in (True, False):
+            has_chosen, has_given, given = vm.invoke("main", np.array(cond), x, make_some(x + 1))
+            assert bool(has_chosen.numpy()) is cond and bool(has_given.numpy()), mode
+            np.testing.assert_array_equal(given.numpy(), x + 1)
+        with pytest.raises(ExecutionError, match="no match"):  # (the element of an empty optional)
+            vm.invoke("main", np.array(True), x, make_none())
