@@ -304,6 +304,8 @@ def _option_of(ctx, value, op: str):
             or (isinstance(ty, TupleType) and all(isinstance(f, TensorType) for f in ty.fields))):
         raise UnsupportedError(f"{op}: a {ty!r} input is not supported")
     if isinstance(ty, TupleType):  # (an optional sequence is an optional List, whatever its length)
+        if not ty.fields:
+            raise UnsupportedError(f"{op}: an empty sequence, whose tensors' type is unknown")
         value = as_list(ctx, value, joined_elem(list(ty.fields), op))
         ty = ctx.type_of(value)
     some, _ = option_adt(ctx.importer)

@@ -278,7 +278,7 @@ def list_type(elem_type: TensorType) -> TypeCall:
 def stacked(ctx, slices, count, elem_type: TensorType):
     """The scan output from its slices (a List, newest first) and the iteration count: one buffer of
     ``count`` rows (the newest slice's shape) filled from the last row up by a recursive function whose
-    ``scatter_nd`` runs in place; no iteration gives ``_acc_init``'s empty tensor."""
+    ``scatter_nd`` runs in place; no iteration gives ``_no_rows``'s empty tensor."""
     elem_type = generalize(elem_type)
     stack = _helper(ctx.importer, "stack", elem_type, lambda: _build_stack(ctx, elem_type))
     call = _typed(Call(stack, (slices, count)), _rows_type(elem_type))
@@ -328,11 +328,25 @@ def as_list(ctx, seq, elem_type: TensorType):
     ty = ctx.type_of(seq)
     if is_list(ty):
         return seq
-    cons, nil = list_adt(ctx.importer)
-    out, out_type = nil, list_type(elem_type)
+    cons, _ = list_adt(ctx.importer)
+    out_type = list_type(elem_type)
+    out = _empty_list(ctx, out_type)
     for item in _items(ctx, seq, "a sequence"):
         out = _typed(Call(cons, (item, out)), out_type)
     return out
+
+
+def _empty_list(ctx, list_ty):
+    """``Nil`` as a value of ``list_ty``: a call of ``@seq_nil``, a function returning it (the call carries
+    the type, where the constructor node itself is shared by every use)."""
+    gv = _helper(ctx.importer, "nil", list_ty, lambda: _build_nil(ctx, list_ty))
+    return _typed(Call(gv, ()), list_ty)
+
+
+def _build_nil(ctx, list_ty):
+    gv = ctx.importer.fresh_global("seq_nil")
+    ctx.importer.globals[gv] = Function((), list_adt(ctx.importer)[1], list_ty)
+    return gv
 
 
 def joined_elem(ctx_types: list, what: str) -> TensorType:
