@@ -82,6 +82,12 @@ def _before(ctx, place, k: int):
     return ctx.call("less", ctx.constant(np.array(k, np.int64)), place)
 
 
+# A split into more parts than this is a List even when their number is known at import: a tuple is unrolled
+# at import (an expression per part, and SequenceMap imports its body per part), and the number of parts
+# comes from a dim, not from anything the model file has to hold.
+MAX_TUPLE_PARTS = 256
+
+
 @converter("SequenceEmpty", 11)
 def sequence_empty_11(ctx, *, dtype=None):
     return ctx.tuple([])
@@ -184,16 +190,16 @@ def split_to_sequence_11(ctx, input, split=None, *, axis=0, keepdims=1):  # noqa
             return _sequence(ctx, split_sizes(ctx, input, axis, sizes, count) if count else [])
         parts = ctx.call("dyn.split", input, _int64(ctx, split), axis=axis, num_outputs=count)
         return _sequence(ctx, [ctx.get_item(parts, i) for i in range(count)])
-    size = ctx.value(split) if split is not None else np.array(1)
-    if not isinstance(dim, int) or size is None:  # a run-time number of parts: a List
+    known = ctx.value(split) if split is not None else np.array(1)
+    size = None if known is None else int(np.asarray(known).reshape(()))
+    if size is not None and size <= 0:
+        raise ModelImportError(f"SplitToSequence: the split size must be positive, got {size}")
+    if not isinstance(dim, int) or size is None or -(-dim // size) > MAX_TUPLE_PARTS:  # (a List)
         chunk = ctx.constant(np.array(1, np.int64)) if split is None else _int64(ctx, split)
         return _split_list(ctx, input, axis, chunk, squeeze=split is None and not keepdims)
     if split is None:  # parts of one, the axis dropped unless keepdims
         parts = split_sizes(ctx, input, axis, [1] * dim, dim) if dim else []
         return _sequence(ctx, parts if keepdims else [squeeze_axes(ctx, p, [axis]) for p in parts])
-    size = int(np.asarray(size).reshape(()))
-    if size <= 0:
-        raise ModelImportError(f"SplitToSequence: the split size must be positive, got {size}")
     sizes = [size] * (dim // size) + ([dim % size] if dim % size else [])
     return _sequence(ctx, split_sizes(ctx, input, axis, sizes, len(sizes)) if sizes else [])
 
