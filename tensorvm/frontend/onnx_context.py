@@ -46,6 +46,15 @@ _ONNX_DTYPE_NAMES = {0: "undefined", 8: "string", 14: "complex64", 15: "complex1
 
 # Folding at import time is skipped when it would create a constant much larger than its inputs.
 _FOLD_LIMIT = 1 << 20
+# A converter that writes a computation out at import time (a tap, a pivot, an index map per element)
+# does so only up to this many elements: the count comes from dims a model file may declare at any size.
+UNROLL_LIMIT = 1 << 20
+
+
+def check_unrolled(op: str, count: int, what: str) -> None:
+    """The project's error for a computation ``op`` would write out for ``count`` elements, too many."""
+    if count > UNROLL_LIMIT:
+        raise UnsupportedError(f"{op}: {what} is {count}; tensorvm writes at most {UNROLL_LIMIT} out at import")
 
 
 def onnx_dtype(elem_type: int, what: str) -> str:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import TypeInferenceError
-from .onnx_context import converter
+from .onnx_context import check_unrolled, converter
 
 
 @converter("NonZero", 9)
@@ -175,6 +175,7 @@ def max_roi_pool_1(ctx, X, rois, *, pooled_shape, spatial_scale=1.0):
     height, width = ctx.shape(X)[2], ctx.shape(X)[3]
     if not isinstance(height, int) or not isinstance(width, int):
         raise TypeInferenceError("MaxRoiPool: the feature map's height and width must be static")
+    check_unrolled("MaxRoiPool", max(height, width, pooled_h, pooled_w), "the feature map's or the pooled size")
     rows, cols = bins(y1, y2, pooled_h, height), bins(x1, x2, pooled_w, width)  # (R, PH, H), (R, PW, W)
     lowest = ctx.constant(np.array(-np.inf, f))
     # over the columns: (R, C, H, 1, W) against (R, 1, 1, PW, W) -> (R, C, H, PW)

@@ -3,11 +3,13 @@ resizing, reductions and arg-reductions."""
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from ..errors import TypeInferenceError, UnsupportedError
 from ..op.onnx_ops import explicit_pads, window_count
-from .onnx_context import converter
+from .onnx_context import UNROLL_LIMIT, check_unrolled, converter
 from .onnx_elementwise import scalar_like
 from .onnx_shape import reshape_to, slice_10
 
@@ -654,6 +656,7 @@ def det_11(ctx, X):
     if len(shape) < 2 or not isinstance(shape[-1], int) or shape[-1] != shape[-2]:
         raise UnsupportedError(f"Det: needs square matrices of a static size, got shape {shape}")
     n, rank, dtype = shape[-1], len(shape), ctx.dtype(X)
+    check_unrolled("Det", n, "the matrix size (a step per column)")
     rows, cols = rank - 2, rank - 1
 
     def part(x, axis, begin, end):
@@ -707,7 +710,9 @@ def col2im_18(ctx, input, image_shape, block_shape, *, dilations=None, pads=None
     pads = list(pads or [0] * (2 * dims))
     counts = [(image[d] + pads[d] + pads[d + dims] - dilations[d] * (block[d] - 1) - 1) // strides[d] + 1
               for d in range(dims)]
-    kernel, blocks = int(np.prod(block)), int(np.prod(counts))
+    kernel, blocks = math.prod(block), math.prod(counts)
+    if kernel * blocks > UNROLL_LIMIT or math.prod(image) > UNROLL_LIMIT:  # (the map: computed at run time)
+        return _col2im_at_run_time(ctx, input, image_shape, block_shape, dilations, pads, strides)
     width, length = ctx.shape(input)[1], ctx.shape(input)[2]
     if min(counts) < 1 or (isinstance(length, int) and length != blocks) \
             or (isinstance(width, int) and width % kernel):
@@ -810,6 +815,7 @@ def deform_conv_19(ctx, X, W, offset, B=None, mask=None, *, dilations=None, grou
     oh = (height + pt + pb - (kh - 1) * dh - 1) // sh + 1
     ow = (width + pl + pr - (kw - 1) * dw - 1) // sw + 1
     taps, pixels, f = kh * kw, oh * ow, ctx.dtype(X)
+    check_unrolled("DeformConv", taps * pixels, "the kernel's taps times the output's pixels")
     if any(isinstance(got, int) and got != want
            for got, want in zip(ctx.shape(offset)[1:], (offset_group * taps * 2, oh, ow), strict=True)):
         raise TypeInferenceError(f"DeformConv: offset {ctx.shape(offset)}, expected (N, {offset_group * taps * 2}, "

@@ -21,7 +21,7 @@ import numpy as np
 from ..errors import ModelImportError, TypeInferenceError
 from ..ir.expr import Call, Function, Var
 from ..ir.types import TensorType, TupleType
-from .onnx_context import converter, generalize
+from .onnx_context import check_unrolled, converter, generalize
 from .onnx_elementwise import _swish
 
 F32 = "float32"
@@ -37,6 +37,7 @@ def causal_conv_with_state_27(ctx, input, weight, bias=None, past_state=None, *,
     k = ctx.shape(weight)[2]
     if not isinstance(k, int) or k < 1:
         raise TypeInferenceError(f"CausalConvWithState: the kernel size (weight's last dim) must be static, got {k}")
+    check_unrolled("CausalConvWithState", k, "the kernel size (a term per tap)")
     dtype = ctx.dtype(input)
     # float16 data: the taps summed in float32 and rounded once, as the reference's convolution
     wide = F32 if dtype == "float16" else dtype

@@ -266,3 +266,27 @@ def test_a_converter_failure_inside_a_branch_names_both_nodes_and_keeps_its_caus
     model = make_model([node], [("x", F32, [2]), ("c", TensorProto.BOOL, [])], [("y", F32, [2])])
     err = import_error(model, "'outer' (If)", "'inner' (Relu)", "KeyError")
     assert isinstance(err.__cause__, KeyError)
+
+
+@pytest.mark.parametrize("op", ["DeformConv", "MaxRoiPool", "CausalConvWithState", "Det"])
+def test_converters_that_write_out_per_element_refuse_huge_declared_sizes(op):
+    """A declared dim sets how much these converters write out at import: past the limit it is the
+    project's error naming the node, not a hang or a MemoryError."""
+    big = 2 ** 40
+    if op == "DeformConv":
+        node = helper.make_node(op, ["x", "w", "off"], ["y"], name="n")
+        inputs = [("x", F32, [1, 1, big, 4]), ("w", F32, [1, 1, 3, 3]), ("off", F32, [1, 18, big - 2, 2])]
+    elif op == "MaxRoiPool":
+        node = helper.make_node(op, ["x", "rois"], ["y"], name="n", pooled_shape=[2, 2])
+        inputs = [("x", F32, [1, 1, big, 4]), ("rois", F32, [3, 5])]
+    elif op == "CausalConvWithState":
+        node = helper.make_node(op, ["x", "w"], ["y", "s"], name="n")
+        inputs = [("x", F32, [1, 2, 8]), ("w", F32, [2, 1, big])]
+    else:
+        node = helper.make_node(op, ["x"], ["y"], name="n")
+        inputs = [("x", F32, [big, big])]
+    outputs = [("y", F32, None)] + ([("s", F32, None)] if op == "CausalConvWithState" else [])
+    opset = {"DeformConv": 22, "MaxRoiPool": 13, "CausalConvWithState": 27, "Det": 13}[op]
+    model = make_model([node], inputs, outputs, opset=opset)
+    with pytest.raises(TensorVMError, match=f"'n' \\({op}\\).*at most"):
+        from_onnx(model)
