@@ -68,6 +68,7 @@ from .memory_plan import MemoryPlan
 from .pack_weights import PackWeights
 from .pass_infra import Sequential
 from .simplify_expr import SimplifyExpr
+from .stack_shared_products import StackSharedProducts
 from .to_anf import ToANormalForm
 
 __all__ = ["lower_for_vm", "vm_passes"]
@@ -85,6 +86,8 @@ def vm_passes(opt_level: int = 3, memory_plan: bool = True, target: str | None =
         FoldConstant(),
         EliminateCommonSubexpr(),  # after folding: constants are compared by value
         DeadCodeElimination(),
+        StackSharedProducts() if opt_level >= 1 else None,  # after folding and CSE (one node per weight)
+        InferType(),
         PackWeights() if target == "c" else None,  # after folding (W^T becomes a constant), before fusion
         Legalize(),  # (after folding: a constant unique was computed whole)
         FuseLSTMCell() if opt_level >= 1 else None,  # an LSTM's cell math written out: one nn.lstm_cell
