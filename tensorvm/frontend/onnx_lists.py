@@ -54,18 +54,18 @@ def _sequence(ctx, items: list) -> Tuple:
     return ctx.tuple(items)
 
 
-def _position(ctx, position, low: int, high: int, count: int, op: str):
-    """``position`` (valid in [low, high), negative counting back from ``count``) as a Python int when
-    constant (checked), else as a run-time int64 place (an index error at run time when out of range)."""
+def _position(ctx, position, count: int, extra: int, op: str):
+    """``position`` (valid in [-count, count + extra), a negative one counting back from ``count``) as a
+    Python int when constant (checked), else as a run-time int64 place (``run_time_index``)."""
     value = ctx.value(position)
     if value is None:
-        return run_time_index(ctx, position, low, high, count)
+        return run_time_index(ctx, position, count, extra)
     if value.size != 1:
         raise ModelImportError(f"{op}: expected a scalar position, got shape {value.shape}")
     index = int(value.reshape(()))
-    if not low <= index < high:
-        raise ModelImportError(f"{op}: position {index} is out of range [{low}, {high - 1}] for a sequence of "
-                               f"{count} tensors")
+    if not -count <= index < count + extra:
+        raise ModelImportError(f"{op}: position {index} is out of range [{-count}, {count + extra - 1}] for a "
+                               f"sequence of {count} tensors")
     return index + count if index < 0 else index
 
 
@@ -113,13 +113,13 @@ def sequence_at_11(ctx, input_sequence, position):
             back = -int(known.reshape(())) - 1  # past the list's end: seq_at's match fails, naming it)
             return _list_at(ctx, input_sequence, ctx.constant(np.array(back, np.int64)))
         count = list_length(ctx, input_sequence)
-        place = _checked_place(ctx, position, count)
+        place = run_time_index(ctx, position, count)
         last = ctx.call("subtract", count, ctx.constant(np.array(1, np.int64)))
         return _list_at(ctx, input_sequence, ctx.call("subtract", last, place))
     items = _items(ctx, input_sequence, "SequenceAt")
     if not items:
         raise ModelImportError("SequenceAt: the sequence is empty")
-    place = _position(ctx, position, -len(items), len(items), len(items), "SequenceAt")
+    place = _position(ctx, position, len(items), 0, "SequenceAt")
     return items[place] if isinstance(place, int) else _pick(ctx, place, items)
 
 
@@ -135,11 +135,11 @@ def sequence_insert_11(ctx, input_sequence, tensor, position=None):
             grown = _typed(Call(cons, (tensor, input_sequence)), out_type)
             return grown
         count = list_length(ctx, input_sequence)  # (place p in [0, n]: n - p tensors are newer)
-        place = _checked_place(ctx, position, count, extra=1)
+        place = run_time_index(ctx, position, count, extra=1)
         return _list_edit(ctx, input_sequence, ctx.call("subtract", count, place), tensor)
     items = _items(ctx, input_sequence, "SequenceInsert")
     n = len(items)
-    place = n if position is None else _position(ctx, position, -n, n + 1, n, "SequenceInsert")
+    place = n if position is None else _position(ctx, position, n, 1, "SequenceInsert")
     if isinstance(place, int):
         return _sequence(ctx, items[:place] + [tensor] + items[place:])
     # out[j] is items[j] before the place, the tensor at it, items[j - 1] after it
@@ -157,14 +157,14 @@ def sequence_erase_11(ctx, input_sequence, position=None):
         if position is None:  # (the newest: the head)
             return _list_edit(ctx, input_sequence, ctx.constant(np.array(0, np.int64)))
         count = list_length(ctx, input_sequence)
-        place = _checked_place(ctx, position, count)
+        place = run_time_index(ctx, position, count)
         last = ctx.call("subtract", count, ctx.constant(np.array(1, np.int64)))
         return _list_edit(ctx, input_sequence, ctx.call("subtract", last, place))
     items = _items(ctx, input_sequence, "SequenceErase")
     n = len(items)
     if not n:
         raise ModelImportError("SequenceErase: the sequence is empty")
-    place = n - 1 if position is None else _position(ctx, position, -n, n, n, "SequenceErase")
+    place = n - 1 if position is None else _position(ctx, position, n, 0, "SequenceErase")
     if isinstance(place, int):
         return _sequence(ctx, items[:place] + items[place + 1:])
     # out[j] is items[j] before the erased place, items[j + 1] from it on
@@ -261,14 +261,19 @@ def _no_rows(ctx, elem_type: TensorType):
     return ctx.constant(np.zeros(dims, dtype=elem_type.dtype))
 
 
-def list_adt(importer):
-    """The prelude's ``List`` (added to the imported module on first use): (Cons, Nil)."""
-    if "List" not in importer.type_defs:
+def _prelude_adt(importer, name: str) -> tuple:
+    """The constructors of the prelude's ADT ``name``, its definition added to the imported module on
+    first use."""
+    if name not in importer.type_defs:
         from ..prelude import prelude_module
 
-        importer.type_defs["List"] = prelude_module().get_type("List")
-    cons, nil = importer.type_defs["List"].constructors
-    return cons, nil
+        importer.type_defs[name] = prelude_module().get_type(name)
+    return importer.type_defs[name].constructors
+
+
+def list_adt(importer):
+    """The prelude's ``List``: (Cons, Nil)."""
+    return _prelude_adt(importer, "List")
 
 
 def _typed(node, ty):
@@ -453,18 +458,6 @@ def _build_at(ctx, list_ty):
     return gv
 
 
-def _checked_place(ctx, position, count, extra: int = 0):
-    """A run-time position in [-count, count + extra) (a negative one counting back from ``count``) as its
-    place; out of range it is an index error at run time (a lookup in the ``count + extra`` places, a
-    negative place sent past their end)."""
-    pos = ctx.cast(position if ctx.ndim(position) == 0 else ctx.call("reshape", position, newshape=()), "int64")
-    zero = ctx.constant(np.array(0, np.int64))
-    places = ctx.call("add", count, ctx.constant(np.array(extra, np.int64))) if extra else count
-    place = ctx.call("where", ctx.call("less", pos, zero), ctx.call("add", pos, count), pos)
-    place = ctx.call("where", ctx.call("less", place, zero), places, place)
-    return ctx.call("take", ctx.indices(places), place, axis=0, mode="fast")
-
-
 def _list_edit(ctx, xs, from_head, inserted=None):
     """``xs`` with ``inserted`` put before the tensor ``from_head`` places after the newest (from_head may
     be the length: after the oldest), or without that tensor (``inserted`` None): ``@seq_insert`` /
@@ -563,13 +556,8 @@ def _split_list(ctx, x, axis: int, size, squeeze: bool):
 
 
 def option_adt(importer):
-    """The prelude's ``Option`` (added to the imported module on first use): (Some, None)."""
-    if "Option" not in importer.type_defs:
-        from ..prelude import prelude_module
-
-        importer.type_defs["Option"] = prelude_module().get_type("Option")
-    some, none = importer.type_defs["Option"].constructors
-    return some, none
+    """The prelude's ``Option``: (Some, None)."""
+    return _prelude_adt(importer, "Option")
 
 
 def option_type(inner) -> TypeCall:

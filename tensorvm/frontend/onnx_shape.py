@@ -536,21 +536,24 @@ def one_hot_9(ctx, indices, depth, values, *, axis=-1):
     return ctx.call("dyn.one_hot", index, on, off, depth, axis=axis)
 
 
-def run_time_index(ctx, index, low: int, high: int, base: int):
-    """A run-time index (an integer scalar) valid in [low, high), a negative one counting back from
-    ``base``, as its place (``index + base`` when negative, else ``index``). One out of that range fails at
-    run time with an index error, not wrapped around: a lookup of ``index - low`` in a table of the
-    ``high - low`` places, a negative position sent past the table's end."""
-    table = ctx.constant(np.array([i + base if i < 0 else i for i in range(low, high)], np.int64))
-    shifted = ctx.call("subtract", _int64(ctx, _scalar(ctx, index)), ctx.constant(np.array(low, np.int64)))
-    past_end = ctx.constant(np.array(high - low, np.int64))
-    shifted = ctx.call("where", ctx.call("less", shifted, ctx.constant(np.array(0, np.int64))), past_end, shifted)
-    return ctx.call("take", table, shifted, axis=0, mode="fast")
+def run_time_index(ctx, index, count, extra: int = 0):
+    """A run-time index (an integer scalar) valid in [-count, count + extra), a negative one counting back
+    from ``count`` (an int, or a run-time int64 scalar), as its place in [0, count + extra). One out of that
+    range fails at run time with an index error, not wrapped around: a lookup in the ``count + extra``
+    places, a place still negative sent past their end."""
+    i64 = np.int64
+    count = ctx.constant(np.array(count, i64)) if isinstance(count, int) else count
+    places = ctx.call("add", count, ctx.constant(np.array(extra, i64))) if extra else count
+    zero = ctx.constant(np.array(0, i64))
+    index = _int64(ctx, _scalar(ctx, index))
+    place = ctx.call("where", ctx.call("less", index, zero), ctx.call("add", index, count), index)
+    place = ctx.call("where", ctx.call("less", place, zero), places, place)
+    return ctx.call("take", ctx.indices(places), place, axis=0, mode="fast")
 
 
 def run_time_axis(ctx, axis, rank: int):
     """A run-time axis (an int64 scalar in [-rank, rank)) as 0 .. rank - 1 (``run_time_index``)."""
-    return run_time_index(ctx, axis, -rank, rank, rank)
+    return run_time_index(ctx, axis, rank)
 
 
 def _cumulative(ctx, op: str, x, axis, exclusive, reverse):
