@@ -16,12 +16,12 @@ sum a tile of several rows in another order than a one-row kernel.
 
 from __future__ import annotations
 
-from ..ir.expr import Call, Constant, If, Let, Match, Tuple, TupleGetItem, is_op_call
+from ..ir.expr import Constant, Function, If, Let, Match, Tuple, TupleGetItem, is_op_call
 from ..ir.functor import ExprMutator
 from ..ir.types import TensorType
 from ..op.registry import make_call
 from .pass_infra import BodyRewritePass
-from .to_anf import known_type, post_order_iter
+from .to_anf import expr_children, known_type, post_order_iter
 
 __all__ = ["StackSharedProducts", "MAX_ROWS"]
 
@@ -37,26 +37,21 @@ def _rows(call) -> int | None:
     return ty.shape[0]
 
 
+def _in_scope(node) -> list:
+    """``expr_children`` that are evaluated whenever ``node`` is: an ``if``'s condition and a ``match``'s
+    data, not their branches and arms; nothing inside a function."""
+    if isinstance(node, If):
+        return [node.cond]
+    if isinstance(node, Match):
+        return [node.data]
+    if isinstance(node, Function):
+        return []
+    return expr_children(node)
+
+
 def _scope_nodes(root) -> list:
     """The nodes evaluated whenever ``root`` is: reachable without entering a branch, arm or function."""
-    order, seen, stack = [], set(), [root]
-    while stack:
-        node = stack.pop()
-        if id(node) in seen:
-            continue
-        seen.add(id(node))
-        order.append(node)
-        if isinstance(node, If):
-            stack.append(node.cond)
-        elif isinstance(node, Match):
-            stack.append(node.data)
-        elif isinstance(node, Call):
-            stack.extend((node.op, *node.args))
-        elif isinstance(node, Tuple):
-            stack.extend(node.fields)
-        elif isinstance(node, TupleGetItem):
-            stack.append(node.tuple_value)
-    return order
+    return post_order_iter(root, children=_in_scope)
 
 
 def _scopes(body) -> list:
