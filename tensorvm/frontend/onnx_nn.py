@@ -724,14 +724,17 @@ def col2im_18(ctx, input, image_shape, block_shape, *, dilations=None, pads=None
     at = places * np.array(strides) - np.array(pads[:dims]) + offsets * np.array(dilations)
     inside = np.all((at >= 0) & (at < np.array(image)), axis=-1)
     pixel = np.ravel_multi_index(tuple(np.where(inside[..., None], at, 0).transpose(2, 0, 1)), image)
-    pixels = int(np.prod(image))
-    covering = [[] for _ in range(pixels)]
-    for entry, (p, ok) in enumerate(zip(pixel.reshape(-1), inside.reshape(-1), strict=True)):
-        if ok:
-            covering[p].append(entry)
-    most = max(1, max(len(c) for c in covering))
-    zero = kernel * blocks  # (the appended zero entry)
-    index = np.array([c + [zero] * (most - len(c)) for c in covering], np.int64)  # (pixels, most)
+    pixels = math.prod(image)
+    # each pixel's entries, in entry order: the entries inside sorted (stably) by pixel, the j-th of a pixel
+    # in its row's column j; the columns a pixel does not fill gather the appended zero entry
+    entries = np.flatnonzero(inside.reshape(-1))
+    targets = pixel.reshape(-1)[entries]
+    order = np.argsort(targets, kind="stable")
+    entries, targets = entries[order], targets[order]
+    counts = np.bincount(targets, minlength=pixels)
+    column = np.arange(len(targets)) - (np.cumsum(counts) - counts)[targets]
+    index = np.full((pixels, max(1, int(counts.max(initial=0)))), kernel * blocks, np.int64)  # (pixels, most)
+    index[targets, column] = entries
     channels = ctx.call("reshape", input, newshape=(0, -1, kernel * blocks))  # (N, C, K * L)
     padded = ctx.call("nn.pad", channels, ctx.constant(np.array(0, ctx.dtype(input))), pad_width=((0, 0), (0, 0), (0, 1)))
     summed = ctx.call("sum", ctx.call("take", padded, ctx.constant(index), axis=2, mode="clip"), axis=(3,))
