@@ -9,6 +9,7 @@ from __future__ import annotations
 import ctypes
 import dataclasses
 import os
+import platform
 
 import numpy as np
 import pytest
@@ -65,18 +66,32 @@ def _instance(isa):
     """The host description of the instance ``isa``: an ISA name, or "avx512-ymm", an AVX-512 host whose
     FMA datapath is 256 bits wide (Zen 4): 32-byte vectors, the packed convolution's tile taller than the
     product's (``gemm_params``: ``conv_mr``, from AVX-512VL's 32 registers)."""
+    if isa == "avx2-only":
+        return "avx2"
     if isa != "avx512-ymm":
         return isa
     avx512 = host.isa_host("avx512")
     return host.fma_vector_host(dataclasses.replace(avx512, fma_bits=256, flags=("avx512f", "avx512vl")))
 
 
+def _flags(isa):
+    """The compiler flags of the instance ``isa`` beyond the toolchain's: "avx2-only" is the AVX2 instance
+    compiled without AVX-512 (as on an AVX2 machine, whose masked moves are VMASKMOVPS: an AVX-512 machine's
+    32-byte instance uses AVX-512VL's)."""
+    if isa != "avx2-only":
+        return ()
+    if platform.machine().lower() not in ("x86_64", "amd64"):
+        pytest.skip("the AVX2 instance without AVX-512 is an x86-64 build")
+    return ("-mno-avx512f",)
+
+
 def _built(isa, callers):
     """The library of the kernels and ``callers`` built for the instance ``isa``, and that instance's
     product parameters (``host.gemm_params``: its lanes, its tile)."""
+    flags = _flags(isa)
     host.set_host(_instance(isa))
     try:
-        return build.build_library([(prelude() + callers, ())]), host.gemm_params()
+        return build.build_library([(prelude() + callers, flags)]), host.gemm_params()
     finally:
         host.set_host(None)
 
@@ -467,7 +482,7 @@ def _pixel_counts(mr):
     return shapes
 
 
-@pytest.mark.parametrize("isa", ["avx2", "avx512", "portable", "avx512-ymm"])
+@pytest.mark.parametrize("isa", ["avx2", "avx512", "portable", "avx512-ymm", "avx2-only"])
 def test_packed_tiles_of_every_pixel_count(isa, kernel_threads):
     """The packed convolution of each instance (tiles of 6, 8 and 14 pixels) over images of every pixel count
     up to two tiles and one (``_pixel_counts``), stride 1 and 2, with a reduction over several L1 runs
@@ -482,7 +497,7 @@ def test_packed_tiles_of_every_pixel_count(isa, kernel_threads):
     try:
         params = host.gemm_params()
         assert params.conv_mr == (8 if isa == "avx512-ymm" else params.mr)
-        with_act = build.build_library([(prelude() + _ACT_CALLERS, ())])._cdll.tv_test_packed_act
+        with_act = build.build_library([(prelude() + _ACT_CALLERS, _flags(isa))])._cdll.tv_test_packed_act
     finally:
         host.set_host(None)
     with_act.restype = ctypes.c_int32
@@ -533,7 +548,7 @@ def _packed_group(params, n, c, o, padded, kernel):
     return min(n, max(1, params.group_bytes // (4 * image), weights // image))
 
 
-@pytest.mark.parametrize("isa", ["avx2", "avx512", "portable", "avx512-ymm"])
+@pytest.mark.parametrize("isa", ["avx2", "avx512", "portable", "avx512-ymm", "avx2-only"])
 def test_packed_batches_share_chunks_across_images(isa, kernel_threads):
     """One job runs the tiles of a group of images: small images (several to a chunk, a chunk's tiles
     ending inside an image), groups of two images and a last one of one, and images larger than a chunk's
@@ -545,7 +560,7 @@ def test_packed_batches_share_chunks_across_images(isa, kernel_threads):
     host.set_host(_instance(isa))
     try:
         params = host.gemm_params()
-        library = build.build_library([(prelude() + _CALLERS + _ACT_CALLERS, ())])
+        library = build.build_library([(prelude() + _CALLERS + _ACT_CALLERS, _flags(isa))])
     finally:
         host.set_host(None)
     plain, with_act = _entry(library, "tv_test_packed", 5), _entry(library, "tv_test_packed_act", 7)

@@ -53,35 +53,55 @@ typedef int32_t tv_vi __attribute__((vector_size(TV_VEC_BYTES)));
 #endif
 
 /* The first n (<= TV_VLANES) lanes of a vector stored to d, or loaded from s (the other lanes zero), touching
-   no float past them: masked moves where the target has them (a masked-off lane neither faults nor is
-   written: the floats after may be another thread's), else lane by lane. The compiler's builtins, not
-   <immintrin.h>: parsing that header was half the cost of parsing a translation unit's prelude (0.3 of
-   0.6 s on a Cascade Lake Xeon), paid by every unit with products. */
+   no float past them: a plain move when n is every lane, else masked moves where the target has them (a
+   masked-off lane neither faults nor is written: the floats after may be another thread's), else lane by
+   lane. AVX-512's k-masks also for 32-byte vectors where AVX-512VL has them: AVX2's VMASKMOVPS store is
+   slow on AMD cores, even with every lane set (Zen 4, the packed convolution's 24 -> 72 1x1 layer on 28 x
+   28 images: 47 GFLOP/s through it, 75 with these moves; benchmarks/conv_layers.py). The compiler's
+   builtins, not <immintrin.h>: parsing that header was half the cost of parsing a translation unit's
+   prelude (0.3 of 0.6 s on a Cascade Lake Xeon), paid by every unit with products. */
 #if defined(__AVX512F__) && TV_VEC_BYTES == 64
 #define TV_VMASKED 1
 typedef unsigned short tv_vlane_bits;
 static inline tv_vlane_bits tv_vfirst_lanes(int64_t n) { return (tv_vlane_bits)((1u << n) - 1); }
+#elif defined(__AVX512VL__) && TV_VEC_BYTES == 32
+#define TV_VMASKED 1
+typedef unsigned char tv_vlane_bits;
+static inline tv_vlane_bits tv_vfirst_lanes(int64_t n) { return (tv_vlane_bits)((1u << n) - 1); }
 #elif defined(__AVX2__) && TV_VEC_BYTES == 32
 #define TV_VMASKED 1
+#define TV_VMASKED_AVX2 1
 typedef tv_vi tv_vlane_bits;
 static inline tv_vlane_bits tv_vfirst_lanes(int64_t n) {
   return (tv_vi){0, 1, 2, 3, 4, 5, 6, 7} < (tv_vi){0} + (int32_t)n; /* (lanes below n: all ones) */
 }
 #endif
 static inline void tv_vstore_first(float* d, const tv_vf* v, int64_t n) {
+  if (n == TV_VLANES) {
+    __builtin_memcpy(d, v, sizeof(tv_vf));
+    return;
+  }
 #if defined(TV_VMASKED) && TV_VEC_BYTES == 64
   __builtin_ia32_storeups512_mask(d, *v, tv_vfirst_lanes(n));
-#elif defined(TV_VMASKED)
+#elif defined(TV_VMASKED_AVX2)
   __builtin_ia32_maskstoreps256((tv_vf*)d, tv_vfirst_lanes(n), *v);
+#elif defined(TV_VMASKED)
+  __builtin_ia32_storeups256_mask(d, *v, tv_vfirst_lanes(n));
 #else
   for (int64_t l = 0; l < n; ++l) d[l] = (*v)[l];
 #endif
 }
 static inline void tv_vload_first(tv_vf* v, const float* s, int64_t n) {
+  if (n == TV_VLANES) {
+    __builtin_memcpy(v, s, sizeof(tv_vf));
+    return;
+  }
 #if defined(TV_VMASKED) && TV_VEC_BYTES == 64
   *v = __builtin_ia32_loadups512_mask(s, (tv_vf){0}, tv_vfirst_lanes(n));
-#elif defined(TV_VMASKED)
+#elif defined(TV_VMASKED_AVX2)
   *v = __builtin_ia32_maskloadps256((const tv_vf*)s, tv_vfirst_lanes(n));
+#elif defined(TV_VMASKED)
+  *v = __builtin_ia32_loadups256_mask(s, (tv_vf){0}, tv_vfirst_lanes(n));
 #else
   *v = (tv_vf){0};
   for (int64_t l = 0; l < n; ++l) (*v)[l] = s[l];
@@ -1648,6 +1668,26 @@ static void tv_pconv_block(const float* x, int64_t cb, int64_t c, int64_t h, int
   }
 }
 
+/* The lines of a tile's outputs (channels o0 .. min(o0 + NR, o), ``rows`` pixels from ``first``; each
+   channel's pixels are consecutive, ``pixels`` floats from the next's) and of its residual (unless NULL),
+   fetched into the cache ahead of the tile's last run, whose reduction then hides their latency: at a batch
+   whose outputs outgrow L2 the epilogue had waited on them (ResNet-18's 64-channel 3x3 layers at batch 8:
+   4-5% of the layer with a residual, 1-2% without, on Zen 4). Not for 1x1 kernels, whose last run can be
+   a few steps long and whose outputs were not late (the prefetches cost 2-10% there). */
+static inline void tv_pconv_fetch_outputs(const float* out, const float* residual, int64_t o0, int64_t o,
+                                          int64_t pixels, int64_t first, int64_t rows) {
+  const int64_t channels = o - o0 < TV_VGEMM_NR ? o - o0 : TV_VGEMM_NR;
+  for (int64_t i = 0; i < channels; ++i) {
+    const int64_t at = (o0 + i) * pixels + first;
+    __builtin_prefetch(out + at, 1, 3);
+    __builtin_prefetch(out + at + rows - 1, 1, 3);  /* (the same line or the next one) */
+    if (residual) {
+      __builtin_prefetch(residual + at, 0, 3);
+      __builtin_prefetch(residual + at + rows - 1, 0, 3);
+    }
+  }
+}
+
 /* A chunk is a range of panels x a range of tiles of pixels, the tiles of a group of images in one
    sequence (the panels split first when the weights are larger than the images, so that each panel's
    weights are read by one chunk, else the tiles; about TV_VCONV_CHUNKS chunks per thread, tv_team_run:
@@ -1696,6 +1736,8 @@ static void tv_pconv_chunk(void* arg, int64_t i) {
         const int64_t first = qb * j->pixels / j->qblocks, rows = (qb + 1) * j->pixels / j->qblocks - first;
         const float* acc_in = cb0 > 0 ? acc : NULL;
         float* acc_out = cb1 < j->cblocks ? acc : NULL;
+        if (acc_out == NULL && j->window > 1)
+          tv_pconv_fetch_outputs(dst, epi.residual, p * TV_VGEMM_NR, j->o, j->pixels, first, rows);
         if (rows == TV_CONV_MR) {
           TV_PCONV_NAME(TV_CONV_MR)(blocked, j->at + first, taps, count, w, ahead, first, rows, j->pixels,
                                      p * TV_VGEMM_NR, j->o, acc_in, acc_out, j->b + p * TV_VGEMM_NR, j->relu, &epi, dst);
