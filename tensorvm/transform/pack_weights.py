@@ -157,7 +157,12 @@ def _takes_packed(call, attrs, kh: int, kw: int, reduction: int, pooled: bool = 
     pixels; 49 pixels fill 49 of 64 columns, 196 fill 196 of 208: measured with MobileNetV3's layers
     side by side, the packed kernel (tiles of pixels x channels) was 1.2x faster at 7 x 7, the
     pointwise one 1.1-1.4x faster at 14 x 14 and above), or a k x k one with narrow output rows
-    (``_narrow_rows_packed``). For a 1x1 kernel, an output of at least a tile of pixels (``mr``), or
+    (``_narrow_rows_packed``), or a strided or padded 1x1 one (which the pointwise kernel does not take)
+    whose channels fill whole blocks: ResNet's downsampling layers, 64 -> 128 at 56 x 56 stride 2 208 us
+    direct against 155 packed at 1 thread, 220 against 114 at 2 (the direct kernel's phase-split copy
+    did not split over threads), 128 -> 256 at 28 x 28 190 against 128, 32 -> 64 at 112 x 112 level,
+    16 -> 32 at 56 x 56 26 against 16 (Zen 4, the kernels called from C). For a 1x1 kernel, an output
+    of at least a tile of pixels (``mr``), or
     squeeze-excitation's 1x1 images unpadded: the packed kernel runs them as one product of the batch's rows
     over the packed weight (MobileNetV3-small's 144 -> 576 at batch 3: 8.5 against 15.6 us with a BLAS GEMV
     per image on a Zen 5 EPYC), smaller images with fewer pixels than a tile stay the pointwise kernel."""
@@ -184,8 +189,9 @@ def _takes_packed(call, attrs, kh: int, kw: int, reduction: int, pooled: bool = 
         return False
     if reduction > direct_max_reduction():
         return True
-    pointwise = tuple(attrs.strides) == (1, 1) and not any(attrs.padding)
-    return pointwise and 8 * (-(-pixels // params.nr) * params.nr - pixels) > pixels
+    if tuple(attrs.strides) != (1, 1) or any(attrs.padding):  # (the pointwise kernel does not take it)
+        return channels % CONV_BLOCK == 0
+    return 8 * (-(-pixels // params.nr) * params.nr - pixels) > pixels
 
 
 def _one_pixel_images(call) -> bool:

@@ -675,6 +675,22 @@ def test_a_1x1_convolution_is_packed_when_its_reduction_is_long_and_its_image_fi
                    rng.standard_normal((2, channels, size, size)).astype(np.float32))
 
 
+@pytest.mark.parametrize("channels, strides, padding, packed", [(64, (2, 2), 0, True), (16, (2, 1), 0, True),
+                                                             (8, (1, 1), 1, True), (20, (2, 2), 0, False)])
+def test_a_strided_or_padded_1x1_convolution_is_packed_when_its_channels_fill_blocks(channels, strides, padding,
+                                                                                       packed):
+    """PackWeights' rule for the 1x1 kernels the pointwise kernel does not take (strides, padding: ResNet's
+    downsampling): packed when the input channels fill whole blocks, else the direct kernel; odd image
+    sides (a last tile partial), the result against the interpreter either way."""
+    rng = np.random.default_rng(channels + strides[1])
+    w = const(rng.standard_normal((40, channels, 1, 1)).astype(np.float32) * 0.1)
+    b = const(rng.standard_normal((40, 1, 1)).astype(np.float32))
+    x = Var("x", _t(None, channels, 15, 13))
+    conv = op.nn.conv2d(x, w, strides=strides, padding=(padding, padding))
+    _check_packing(Function([x], op.nn.relu(op.add(conv, b))), packed,
+                   rng.standard_normal((2, channels, 15, 13)).astype(np.float32))
+
+
 def test_squeeze_and_excitation_products_run_packed_over_a_dynamic_batch():
     """A squeeze-and-excitation block's two 1x1 convolutions of the pooled 1x1 image (bias and relu, bias
     and hard-sigmoid, then a residual add in the second's epilogue) run as the packed kernel's product of
