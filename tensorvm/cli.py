@@ -187,7 +187,7 @@ def cmd_compile(args, progress: Progress) -> int:
         args.target = default_target()
         progress.stage(f"target {args.target!r} by default ({default_target_reason()})")
     progress.stage(f"compiling for target {args.target!r} (opt level {args.opt_level})")
-    exe = vm.compile(mod, target=args.target, params=params, opt_level=args.opt_level)
+    exe = vm.compile(mod, target=args.target, params=params, opt_level=args.opt_level, exec_mode=args.exec_mode)
     output = args.output or os.path.splitext(args.model)[0] + ".tvx"
     progress.stage(f"saving {output}")
     exe.save(output)
@@ -195,7 +195,7 @@ def cmd_compile(args, progress: Progress) -> int:
     stats = exe.stats()
     print(f"wrote {output}: {stats['num_functions']} function(s), {stats['num_instructions']} instructions, "
           f"{stats['num_kernels']} kernels, {stats['num_constants']} constants ({stats['constant_bytes']} bytes), "
-          f"target {args.target}")
+          f"target {args.target}, exec mode {exe.exec_mode}")
     return 0
 
 
@@ -318,6 +318,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--shape", action="append", metavar="NAME=D1,D2,...",
                    help="override an input's shape: ints, ? for unknown, a name for a symbolic dim")
     p.add_argument("--opt-level", type=int, default=3)
+    p.add_argument("--exec-mode", choices=("auto", "bytecode", "native", "compiled"), default="auto",
+                   help='how the VM runs the program (default "auto": native on target c for a program with '
+                        'control flow, else the bytecode loop)')
     p.set_defaults(run=cmd_compile)
 
     p = sub.add_parser("run", parents=[common], help="run an executable on inputs from .npy/.npz files")

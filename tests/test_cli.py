@@ -134,6 +134,34 @@ def test_compile_for_target_c(relay_model, tmp_path, capsys):
         np.testing.assert_allclose(saved["output_0"], np.full((4, 3), 9, "float32"))
 
 
+LOOP = """
+def @halve(%i: int32, %x: Tensor[(?, 3), float32]) -> Tensor[(?, 3), float32] {
+  if (equal(%i, 0)) { %x } else { @halve(subtract(%i, 1), multiply(%x, 0.5f)) }
+}
+def @main(%x: Tensor[(?, 3), float32]) { @halve(3, %x) }
+"""
+
+
+@pytest.mark.skipif(not build.have_compiler(), reason="target c needs a C compiler")
+@pytest.mark.parametrize("option, mode", [([], "native"), (["--exec-mode", "bytecode"], "bytecode")])
+def test_compile_picks_native_mode_for_a_loop_unless_told(tmp_path, capsys, option, mode):
+    """``tensorvm compile``: exec mode "auto" by default (native for a program with control flow, on target
+    c), ``--exec-mode`` to choose; the file runs in that mode and gives the loop's result."""
+    model = tmp_path / "loop.rly"
+    model.write_text(LOOP)
+    exe = tmp_path / "loop.tvx"
+    assert main(["compile", str(model), "-o", str(exe), "--target", "c", "-q", *option]) == 0
+    assert f"exec mode {mode}" in capsys.readouterr().out
+    from tensorvm.vm import load_executable
+
+    assert load_executable(str(exe)).exec_mode == mode
+    np.save(tmp_path / "x.npy", np.full((2, 3), 8, "float32"))
+    out_file = tmp_path / "out.npz"
+    assert main(["run", str(exe), "--input", f"x={tmp_path / 'x.npy'}", "--output", str(out_file)]) == 0
+    with np.load(out_file) as saved:
+        np.testing.assert_allclose(saved["output_0"], np.ones((2, 3), "float32"))
+
+
 @pytest.fixture
 def restore_threads():
     previous = build._NUM_THREADS[0]

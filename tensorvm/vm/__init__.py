@@ -7,10 +7,10 @@
 """
 
 from .bytecode import Opcode, VMFunction  # noqa: F401
-from .compiler import compile  # noqa: F401
+from .compiler import auto_exec_mode, compile  # noqa: F401
 from .executable import AdtInfo, Executable, PrimitiveInfo  # noqa: F401
 from .serialize import load_executable  # noqa: F401
 from .vm import SKIP_RUN, InstrumentReturn, VirtualMachine  # noqa: F401
 
-__all__ = ["compile", "VirtualMachine", "Executable", "load_executable", "SKIP_RUN", "InstrumentReturn",
+__all__ = ["compile", "auto_exec_mode", "VirtualMachine", "Executable", "load_executable", "SKIP_RUN", "InstrumentReturn",
            "Opcode", "VMFunction", "PrimitiveInfo", "AdtInfo"]

@@ -56,3 +56,53 @@ def test_an_unknown_target_in_the_environment_is_an_error(monkeypatch):
     monkeypatch.setenv("TENSORVM_TARGET", "gpu")
     with pytest.raises(UnsupportedError, match="'c' or 'python', got 'gpu'"):
         tv.vm.compile(tv.parse(SOURCE))
+
+
+LOOP = """
+def @count(%i: int32, %acc: Tensor[(?, 3), float32]) -> Tensor[(?, 3), float32] {
+  if (equal(%i, 0)) { %acc } else { @count(subtract(%i, 1), add(multiply(%acc, 0.5f), 1f)) }
+}
+def @main(%x: Tensor[(?, 3), float32], %n: int32) { @count(%n, %x) }
+"""
+MATCH = """
+def @main(%x: Tensor[(?, 3), float32]) {
+  let %o = Some(%x);
+  match (%o) { Some(%y) => add(%y, 1f), None => %x }
+}
+"""
+
+
+@pytest.mark.skipif(not build.have_compiler(), reason="no C compiler")
+@pytest.mark.parametrize("source, args, mode", [(SOURCE, (), "bytecode"), (LOOP, (np.int32(5),), "native"),
+                                                (MATCH, (), "native")])
+def test_the_default_exec_mode_is_native_for_control_flow_on_target_c(source, args, mode):
+    """``exec_mode="auto"``: native mode for a program with calls or branches (a recursive loop, a match), the
+    bytecode loop for a straight-line one, bytecode on target python; explicit modes kept as asked; the
+    results the interpreter's either way, also after saving and loading (the file records the mode)."""
+    mod = tv.parse(source)
+    x = np.arange(6, dtype="float32").reshape(2, 3)
+    want = tv.create_executor("debug", mod).evaluate()(x, *args).numpy()
+    exe = tv.vm.compile(mod, target="c")
+    assert exe.exec_mode == mode == tv.vm.auto_exec_mode(exe)
+    assert tv.vm.compile(mod, target="python").exec_mode == "bytecode"
+    assert tv.vm.compile(mod, target="c", exec_mode="bytecode").exec_mode == "bytecode"
+    assert tv.vm.compile(mod, target="c", exec_mode="native").exec_mode == "native"
+    np.testing.assert_allclose(tv.vm.VirtualMachine(exe).invoke("main", x, *args).numpy(), want, rtol=1e-6)
+
+
+@pytest.mark.skipif(not build.have_compiler(), reason="no C compiler")
+def test_an_auto_exec_mode_executable_saves_and_loads_in_its_mode(tmp_path):
+    mod = tv.parse(LOOP)
+    exe = tv.vm.compile(mod, target="c")
+    path = tmp_path / "loop.tvx"
+    exe.save(str(path))
+    loaded = tv.vm.load_executable(str(path))
+    assert loaded.exec_mode == "native"
+    x = np.ones((4, 3), "float32")
+    want = tv.create_executor("debug", mod).evaluate()(x, np.int32(7)).numpy()
+    np.testing.assert_allclose(tv.vm.VirtualMachine(loaded).invoke("main", x, np.int32(7)).numpy(), want, rtol=1e-6)
+
+
+def test_an_unknown_exec_mode_is_an_error():
+    with pytest.raises(UnsupportedError, match="unknown exec_mode 'fast'; expected one of"):
+        tv.vm.compile(tv.parse(SOURCE), exec_mode="fast")
