@@ -172,8 +172,8 @@ def main() -> None:
     parser.add_argument("--models", nargs="+", default=list(MODELS), choices=list(MODELS))
     parser.add_argument("--quick", action="store_true", help="one shape per model")
     parser.add_argument("--profile", action="store_true", help="print the VM profile of one call per shape")
-    parser.add_argument("--exec-mode", default="bytecode", choices=["bytecode", "compiled", "native"],
-                        help="the VM's execution mode")
+    parser.add_argument("--exec-mode", default="auto", choices=["auto", "bytecode", "compiled", "native"],
+                        help="the VM's execution mode (default: tv.vm.compile's, native for these loops)")
     parser.add_argument("--source", default=str(ROOT),
                         help="the checkout whose tensorvm is measured (default: this one; to compare two)")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
