@@ -18,9 +18,9 @@ _CONTROL_FLOW = ("Invoke", "InvokeClosure", "If", "Goto")
 def auto_exec_mode(exe: Executable) -> str:
     """The exec mode ``exec_mode="auto"`` runs ``exe`` in, by this rule: native mode on target "c" when a VM
     function has control flow (a call of a VM function or a closure, a branch: a loop, recursion, a match),
-    where the dispatch loop interprets every instruction of every step (ONNX Runtime's time over tensorvm's
-    on the corpus's bidirectional GRU at 2 x 200 steps: 2.07x bytecode, 0.93-1.08x native; the suite's
-    Tree-LSTM: docs/native_mode.md); the bytecode loop for a straight-line program, whose time is its
+    where the dispatch loop interprets every instruction of every step (tensorvm's time over ONNX Runtime's
+    on the corpus's bidirectional GRU at 2 x 200 steps, 1 thread: 2.07x bytecode, 1.08-1.10x native; the
+    suite's Tree-LSTM: docs/native_mode.md); the bytecode loop for a straight-line program, whose time is its
     kernels' (a CNN or an encoder: native within the noise of bytecode) and which native mode's C of the
     VM functions would only add compile time to."""
     if exe.target != "c":
@@ -68,8 +68,8 @@ def compile(mod, target: str | None = None, params: dict | None = None, opt_leve
         return_free_memory()  # what the caller freed (an ONNX import's protobuf), before weights are packed
     lowered = lower_for_vm(mod, params=params, opt_level=opt_level, memory_plan=memory_plan, target=target)
     exe = generate(lowered, exec_mode="bytecode" if exec_mode == "auto" else exec_mode, target=target)
-    if exec_mode == "auto" and auto_exec_mode(exe) != exe.exec_mode:
-        exe = exe.with_exec_mode(auto_exec_mode(exe))  # (before its library is built: built once, for the mode)
+    if exec_mode == "auto" and (picked := auto_exec_mode(exe)) != exe.exec_mode:
+        exe = exe.with_exec_mode(picked)  # (before its library is built: built once, for the mode picked)
     exe.kernels  # noqa: B018 - build the kernels now so a compile error surfaces here
     if large:
         del lowered
