@@ -76,8 +76,8 @@ def _instance(isa):
 
 def _flags(isa):
     """The compiler flags of the instance ``isa`` beyond the toolchain's: "avx2-only" is the AVX2 instance
-    compiled without AVX-512 (as on an AVX2 machine, whose masked moves are VMASKMOVPS: an AVX-512 machine's
-    32-byte instance uses AVX-512VL's)."""
+    compiled without AVX-512, as on an AVX2 machine (its partial rows stored by split plain moves and loaded
+    by VMASKMOVPS, where an AVX-512 machine's 32-byte instance uses AVX-512VL's masks)."""
     if isa != "avx2-only":
         return ()
     if platform.machine().lower() not in ("x86_64", "amd64"):

@@ -53,13 +53,16 @@ typedef int32_t tv_vi __attribute__((vector_size(TV_VEC_BYTES)));
 #endif
 
 /* The first n (<= TV_VLANES) lanes of a vector stored to d, or loaded from s (the other lanes zero), touching
-   no float past them: a plain move when n is every lane, else masked moves where the target has them (a
-   masked-off lane neither faults nor is written: the floats after may be another thread's), else lane by
-   lane. AVX-512's k-masks also for 32-byte vectors where AVX-512VL has them: AVX2's VMASKMOVPS store is
-   slow on AMD cores, even with every lane set (Zen 4, the packed convolution's 24 -> 72 1x1 layer on 28 x
-   28 images: 47 GFLOP/s through it, 75 with these moves; benchmarks/conv_layers.py). The compiler's
-   builtins, not <immintrin.h>: parsing that header was half the cost of parsing a translation unit's
-   prelude (0.3 of 0.6 s on a Cascade Lake Xeon), paid by every unit with products. */
+   no float past them (the floats after may be another thread's): a plain move when n is every lane. Else
+   a store is AVX-512's k-masked move where the host has one (for 32-byte vectors too, with AVX-512VL), and
+   elsewhere plain moves of halves, quarters and a float (4 + 2 of AVX2's 6 lanes): AVX2's VMASKMOVPS store
+   is slow on AMD cores, even with every lane set (Zen 4, the packed convolution's 24 -> 72 1x1 layer on 28 x
+   28 images at batch 8: 47 GFLOP/s through it, 75 with the k-masks; built for AVX2 alone, where its 6-pixel
+   tiles store every channel partially, 37 against 62 with the split moves; benchmarks/conv_layers.py and a
+   C harness). A load is the k-masked move, or AVX2's VMASKMOVPS (its load form is not the slow one), or
+   lane by lane. The compiler's builtins, not <immintrin.h>: parsing that header was half the cost of
+   parsing a translation unit's prelude (0.3 of 0.6 s on a Cascade Lake Xeon), paid by every unit with
+   products. */
 #if defined(__AVX512F__) && TV_VEC_BYTES == 64
 #define TV_VMASKED 1
 typedef unsigned short tv_vlane_bits;
@@ -69,8 +72,7 @@ static inline tv_vlane_bits tv_vfirst_lanes(int64_t n) { return (tv_vlane_bits)(
 typedef unsigned char tv_vlane_bits;
 static inline tv_vlane_bits tv_vfirst_lanes(int64_t n) { return (tv_vlane_bits)((1u << n) - 1); }
 #elif defined(__AVX2__) && TV_VEC_BYTES == 32
-#define TV_VMASKED 1
-#define TV_VMASKED_AVX2 1
+#define TV_VMASKED_LOAD 1
 typedef tv_vi tv_vlane_bits;
 static inline tv_vlane_bits tv_vfirst_lanes(int64_t n) {
   return (tv_vi){0, 1, 2, 3, 4, 5, 6, 7} < (tv_vi){0} + (int32_t)n; /* (lanes below n: all ones) */
@@ -83,12 +85,16 @@ static inline void tv_vstore_first(float* d, const tv_vf* v, int64_t n) {
   }
 #if defined(TV_VMASKED) && TV_VEC_BYTES == 64
   __builtin_ia32_storeups512_mask(d, *v, tv_vfirst_lanes(n));
-#elif defined(TV_VMASKED_AVX2)
-  __builtin_ia32_maskstoreps256((tv_vf*)d, tv_vfirst_lanes(n), *v);
 #elif defined(TV_VMASKED)
   __builtin_ia32_storeups256_mask(d, *v, tv_vfirst_lanes(n));
 #else
-  for (int64_t l = 0; l < n; ++l) d[l] = (*v)[l];
+  const float* f = (const float*)v;
+  int64_t i = 0;
+  _Pragma("GCC unroll 8") for (int64_t w = TV_VLANES / 2; w >= 1; w /= 2)
+    if (n - i >= w) {
+      __builtin_memcpy(d + i, f + i, sizeof(float) * (size_t)w);
+      i += w;
+    }
 #endif
 }
 static inline void tv_vload_first(tv_vf* v, const float* s, int64_t n) {
@@ -98,10 +104,10 @@ static inline void tv_vload_first(tv_vf* v, const float* s, int64_t n) {
   }
 #if defined(TV_VMASKED) && TV_VEC_BYTES == 64
   *v = __builtin_ia32_loadups512_mask(s, (tv_vf){0}, tv_vfirst_lanes(n));
-#elif defined(TV_VMASKED_AVX2)
-  *v = __builtin_ia32_maskloadps256((const tv_vf*)s, tv_vfirst_lanes(n));
 #elif defined(TV_VMASKED)
   *v = __builtin_ia32_loadups256_mask(s, (tv_vf){0}, tv_vfirst_lanes(n));
+#elif defined(TV_VMASKED_LOAD)
+  *v = __builtin_ia32_maskloadps256((const tv_vf*)s, tv_vfirst_lanes(n));
 #else
   *v = (tv_vf){0};
   for (int64_t l = 0; l < n; ++l) (*v)[l] = s[l];
