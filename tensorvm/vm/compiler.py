@@ -29,6 +29,41 @@ def auto_exec_mode(exe: Executable) -> str:
     return "native" if branches else "bytecode"
 
 
+def _native_unless_refused(exe: Executable, lowered) -> Executable:
+    """``exe`` in native mode, its library built, or ``exe`` itself (bytecode) for a program native mode
+    refuses (docs/native_mode.md, "Refused": a tensor of rank above 16, read from the types, since a rank
+    known only at run time would be refused only then; an alignment above 64), which the dispatch loop runs."""
+    from .native_emit import NATIVE_MAX_RANK
+
+    if _largest_rank(lowered) > NATIVE_MAX_RANK:
+        return exe
+    native = exe.with_exec_mode("native")
+    try:
+        native.kernels  # noqa: B018 - the emitter's refusals surface as the library is built
+    except UnsupportedError:
+        return exe
+    return native
+
+
+def _largest_rank(mod) -> int:
+    """The largest rank of a tensor in the types of ``mod``'s expressions (tuples, ADTs, closures, refs)."""
+    from ..ir.expr import Function
+    from ..ir.types import FuncType, RefType, TensorType, TupleType, TypeCall
+    from ..transform.to_anf import post_order_iter
+
+    def ranks(ty):
+        if isinstance(ty, TensorType):
+            yield len(ty.shape)
+        elif isinstance(ty, (TupleType, TypeCall, FuncType, RefType)):
+            parts = {TupleType: lambda t: t.fields, TypeCall: lambda t: t.args, RefType: lambda t: (t.value,),
+                     FuncType: lambda t: (*t.arg_types, t.ret_type)}[type(ty)](ty)
+            for part in parts:
+                yield from ranks(part)
+
+    return max((r for fn in mod.functions.values() if isinstance(fn, Function)
+                for node in post_order_iter(fn) for r in ranks(getattr(node, "_checked_type", None))), default=0)
+
+
 def compile(mod, target: str | None = None, params: dict | None = None, opt_level: int = 3,  # noqa: A001
             exec_mode: str = "auto", memory_plan: bool = True) -> Executable:
     """Compile ``mod`` for the VM.
@@ -68,8 +103,8 @@ def compile(mod, target: str | None = None, params: dict | None = None, opt_leve
         return_free_memory()  # what the caller freed (an ONNX import's protobuf), before weights are packed
     lowered = lower_for_vm(mod, params=params, opt_level=opt_level, memory_plan=memory_plan, target=target)
     exe = generate(lowered, exec_mode="bytecode" if exec_mode == "auto" else exec_mode, target=target)
-    if exec_mode == "auto" and (picked := auto_exec_mode(exe)) != exe.exec_mode:
-        exe = exe.with_exec_mode(picked)  # (before its library is built: built once, for the mode picked)
+    if exec_mode == "auto" and auto_exec_mode(exe) == "native":
+        exe = _native_unless_refused(exe, lowered)
     exe.kernels  # noqa: B018 - build the kernels now so a compile error surfaces here
     if large:
         del lowered

@@ -91,6 +91,9 @@ def _int_operand_ok(ins, reg) -> bool:
     return isinstance(ins, (bc.Move, bc.KillRegister))
 
 
+NATIVE_MAX_RANK = 16  # (tv_runtime.h: TV_MAX_RANK, a tensor's dims in its struct)
+
+
 def check_program(exe) -> None:
     """``UnsupportedError`` for what the native emitter does not translate (docs/native_mode.md says why)."""
     if exe.target != "c":
@@ -464,8 +467,9 @@ class _FunctionEmitter:
             if op == O.AllocTensor:
                 dims = f"const int64_t d_[{max(len(ins.shape), 1)}] = {{{', '.join(map(str, ins.shape)) or '0'}}}; " \
                        f"const int32_t n_ = {len(ins.shape)};"
-                if len(ins.shape) > 16:
-                    raise UnsupportedError(f"native mode: rank {len(ins.shape)} > 16 ({_where(self.fn, pc, ins)})")
+                if len(ins.shape) > NATIVE_MAX_RANK:
+                    raise UnsupportedError(f"native mode: rank {len(ins.shape)} > {NATIVE_MAX_RANK} "
+                                           f"({_where(self.fn, pc, ins)})")
             else:
                 dims = (f"int64_t d_[TV_MAX_RANK]; int32_t n_; if (tvn_shape_operand(ctx, r{ins.shape_register}, d_, "
                         f"&n_, {f}, {pc}, \"alloc_tensor_reg\")) {{ rc = ctx->error.kind; goto tv_exit; }}")

@@ -106,3 +106,30 @@ def test_an_auto_exec_mode_executable_saves_and_loads_in_its_mode(tmp_path):
 def test_an_unknown_exec_mode_is_an_error():
     with pytest.raises(UnsupportedError, match="unknown exec_mode 'fast'; expected one of"):
         tv.vm.compile(tv.parse(SOURCE), exec_mode="fast")
+
+
+@pytest.mark.skipif(not build.have_compiler(), reason="no C compiler")
+def test_auto_keeps_bytecode_for_a_program_native_mode_refuses(monkeypatch):
+    """A program with control flow that native mode refuses (docs/native_mode.md, "Refused") runs in the
+    bytecode loop under ``exec_mode="auto"`` instead of failing to compile: a tensor of rank 17 (read from
+    the types), and any refusal of the emitter (here a stand-in for one)."""
+    from tensorvm.vm import native_emit
+
+    for first in ("1", "?"):  # (static: the emitter refuses; dynamic: native mode would refuse the call)
+        dims = ", ".join([first] + ["1"] * 16)
+        mod = tv.parse(f"def @main(%x: Tensor[({dims}), float32], %c: bool) {{ if (%c) {{ add(%x, 1f) }} else {{ %x }} }}")
+        exe = tv.vm.compile(mod, target="c")
+        assert exe.exec_mode == "bytecode"
+        x = np.full((1,) * 17, 2, "float32")
+        np.testing.assert_array_equal(tv.vm.VirtualMachine(exe).invoke("main", x, np.bool_(True)).numpy(), x + 1)
+
+    def refuse(exe):
+        raise UnsupportedError("native mode: refused for the test")
+
+    monkeypatch.setattr(native_emit, "check_program", refuse)
+    loop = tv.parse(LOOP)
+    exe = tv.vm.compile(loop, target="c")
+    assert exe.exec_mode == "bytecode"
+    x = np.ones((2, 3), "float32")
+    want = tv.create_executor("debug", loop).evaluate()(x, np.int32(3)).numpy()
+    np.testing.assert_allclose(tv.vm.VirtualMachine(exe).invoke("main", x, np.int32(3)).numpy(), want, rtol=1e-6)
