@@ -62,6 +62,7 @@ from .types import (
     TypeCall,
     TypeData,
     TypeVar,
+    component_types,
 )
 
 __all__ = ["parse_module", "parse_expr", "parse_type", "tokenize", "Token"]
@@ -1225,17 +1226,8 @@ def _collect_type_references(ty, types: set) -> None:
         types.add(ty.name)
     elif isinstance(ty, TypeCall):
         types.add(ty.func.name)
-        for a in ty.args:
-            _collect_type_references(a, types)
-    elif isinstance(ty, TupleType):
-        for f in ty.fields:
-            _collect_type_references(f, types)
-    elif isinstance(ty, FuncType):
-        for a in ty.arg_types:
-            _collect_type_references(a, types)
-        _collect_type_references(ty.ret_type, types)
-    elif isinstance(ty, RefType):
-        _collect_type_references(ty.value, types)
+    for part in component_types(ty):
+        _collect_type_references(part, types)
 
 
 def _collect_type_data_references(tdef: TypeData, types: set) -> None:

@@ -15,7 +15,7 @@ import numpy as np
 __all__ = [
     "Any", "SymDim", "Dim", "Type", "TensorType", "TupleType", "FuncType", "TypeVar", "GlobalTypeVar",
     "TypeCall", "TypeData", "IncompleteType", "RefType", "scalar_type", "is_static_dim", "is_static_shape",
-    "normalize_dtype", "DTYPES",
+    "normalize_dtype", "component_types", "DTYPES",
 ]
 
 # Canonical dtype names; aliases accepted by ``normalize_dtype``.
@@ -191,6 +191,20 @@ class IncompleteType(Type):
 
     def __repr__(self) -> str:
         return "_"
+
+
+def component_types(ty) -> tuple:
+    """The types ``ty`` is made of, one level down: a tuple's fields, an ADT's type arguments, a function's
+    argument and result types, a reference's value type; none for the others."""
+    if isinstance(ty, TupleType):
+        return ty.fields
+    if isinstance(ty, TypeCall):
+        return ty.args
+    if isinstance(ty, FuncType):
+        return (*ty.arg_types, ty.ret_type)
+    if isinstance(ty, RefType):
+        return (ty.value,)
+    return ()
 
 
 @dataclass(frozen=True, slots=True, eq=False)

@@ -50,7 +50,7 @@ from ..ir.expr import (
     Var,
     is_op_call,
 )
-from ..ir.types import FuncType, RefType, TupleType, TypeCall, TypeVar
+from ..ir.types import FuncType, TupleType, TypeVar, component_types
 from . import bytecode as bc
 from .executable import AdtInfo, Executable, PrimitiveInfo
 from .serialize import type_to_text
@@ -86,15 +86,8 @@ def _adt_field_types(tdef, ctors) -> tuple:
 def _type_vars_in(ty) -> set:
     if isinstance(ty, TypeVar):
         return {ty}
-    if isinstance(ty, TupleType):
-        return set().union(*map(_type_vars_in, ty.fields))
-    if isinstance(ty, TypeCall):
-        return set().union(*map(_type_vars_in, ty.args))
-    if isinstance(ty, FuncType):
-        return set().union(_type_vars_in(ty.ret_type), *map(_type_vars_in, ty.arg_types)) - set(ty.type_params)
-    if isinstance(ty, RefType):
-        return _type_vars_in(ty.value)
-    return set()
+    found = set().union(*map(_type_vars_in, component_types(ty)))
+    return found - set(ty.type_params) if isinstance(ty, FuncType) else found
 
 
 def _type_of(expr):

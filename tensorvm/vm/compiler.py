@@ -48,17 +48,14 @@ def _native_unless_refused(exe: Executable, lowered) -> Executable:
 def _largest_rank(mod) -> int:
     """The largest rank of a tensor in the types of ``mod``'s expressions (tuples, ADTs, closures, refs)."""
     from ..ir.expr import Function
-    from ..ir.types import FuncType, RefType, TensorType, TupleType, TypeCall
+    from ..ir.types import TensorType, component_types
     from ..transform.to_anf import post_order_iter
 
     def ranks(ty):
         if isinstance(ty, TensorType):
             yield len(ty.shape)
-        elif isinstance(ty, (TupleType, TypeCall, FuncType, RefType)):
-            parts = {TupleType: lambda t: t.fields, TypeCall: lambda t: t.args, RefType: lambda t: (t.value,),
-                     FuncType: lambda t: (*t.arg_types, t.ret_type)}[type(ty)](ty)
-            for part in parts:
-                yield from ranks(part)
+        for part in component_types(ty):
+            yield from ranks(part)
 
     return max((r for fn in mod.functions.values() if isinstance(fn, Function)
                 for node in post_order_iter(fn) for r in ranks(getattr(node, "_checked_type", None))), default=0)
