@@ -1496,7 +1496,7 @@ __attribute__((unused)) static int32_t tv_conv2d_depthwise_f32(int64_t n, int64_
 /* The finished tile (bias and relu applied) to the NCHW output, where a channel's R pixels are consecutive:
    where R fits a vector, each half of the tile (R pixels x TV_VLANES channels) is transposed in registers
    (tv_vtranspose; the rows past R are zeros) into one vector per channel, to which the residual is added
-   and the activation applied as it is stored, R floats by masked moves. Else through a buffer of R floats
+   and the activation applied as it is stored, R floats (tv_vstore_first). Else through a buffer of R floats
    per channel, stored (and the residual gathered into it) a float at a time: 14 x 32 scalar loads and
    stores per AVX-512 tile, where the transposition is 64 shuffles. */
 #define TV_PCONV_TLO(r) t[r] = lo##r;
