@@ -163,6 +163,11 @@ def run_on_deep_stack(fn, args, stack_bytes: int, limit: int):
         _start(worker, stack_bytes)
     except BaseException as err:  # noqa: BLE001 - interrupted while starting: has the worker begun?
         if claim.setdefault("by", "caller") == "caller":
+            if isinstance(err, RuntimeError):  # no thread: the process's address space is short of the stack
+                from ..errors import ExecutionError
+
+                raise ExecutionError(f"a recursion too deep for this thread's stack was to run again on one of "
+                                     f"{stack_bytes >> 20} MB, which could not be made ({err})") from None
             raise  # it will not run fn (if it exists at all)
         interrupted = err
         _raise_in(worker, type(err), finished)

@@ -464,13 +464,32 @@ def call_compiled(funcs: list, index: int, args: list, exe, nests: bool = True):
         raise _locate(err, exe) from err
 
 
+def deep_recursion_limit(exe) -> int:
+    """The recursion limit of a deep stack for ``exe``: at most ``_DEEP_RECURSION_LIMIT`` calls, fewer when
+    frames of the largest function a non-tail call can enter would hold more than the VM's
+    ``MAX_STACK_REGISTERS`` in all (each call is a Python frame whose locals are its registers), so that a
+    recursion that never ends meets the limit before it exhausts the memory."""
+    from .vm import MAX_STACK_REGISTERS
+
+    callees = set()
+    for fn in exe.functions:
+        tails = bc.tail_call_pcs(fn)
+        for pc, ins in enumerate(fn.instructions):
+            if isinstance(ins, bc.InvokeClosure) and pc not in tails:
+                callees.update(range(len(exe.functions)))  # (its target is known only at run time)
+            elif isinstance(ins, bc.Invoke) and pc not in tails and 0 <= ins.func_index < len(exe.functions):
+                callees.add(ins.func_index)
+    largest = max((exe.functions[i].register_file_size for i in callees), default=1)
+    return max(1000, min(_DEEP_RECURSION_LIMIT, MAX_STACK_REGISTERS // max(largest, 1)))
+
+
 def _call_on_deep_stack(funcs, index, args, exe):
     """Re-run a call that exceeded Python's recursion limit on a thread with a large stack."""
+    limit = deep_recursion_limit(exe)
     try:
-        return run_on_deep_stack(lambda: trampoline(funcs[index](*args)), (), _DEEP_STACK_BYTES,
-                                 _DEEP_RECURSION_LIMIT)
+        return run_on_deep_stack(lambda: trampoline(funcs[index](*args)), (), _DEEP_STACK_BYTES, limit)
     except RecursionError as err:
-        raise ExecutionError(f"recursion deeper than {_DEEP_RECURSION_LIMIT} calls in compiled mode") from err
+        raise ExecutionError(f"recursion deeper than {limit} calls in compiled mode") from err
     except Exception as err:
         raise _locate(err, exe) from err
 

@@ -95,6 +95,12 @@ SKIP_RUN = InstrumentReturn.SKIP_RUN
 
 #: Frames deeper than this raise ExecutionError (non-tail recursion that never ends).
 MAX_STACK_DEPTH = 1_000_000
+#: Registers the frames of one call may hold in all: the frame stack's memory (about 100 bytes a register
+#: in values and lists) stays far below the process's, so that a recursion that never ends is reported
+#: while the error can still be built. A frame's register count comes from the file; its depth from the run.
+MAX_STACK_REGISTERS = 1 << 22
+# Frames per chunk of the stack whose register count is taken at once (``_deep_stack``).
+_STACK_CHUNK = 1024
 #: Past this many frames the cyclic garbage collector pauses until the call returns: deep non-tail
 #: recursion keeps every frame's objects alive, and the collector's repeated full scans of them doubled
 #: the run time (measured on a 100,000-deep @sum_up). VM values never form cycles.
@@ -161,13 +167,25 @@ def tuple_shape_of(tensor) -> tuple:
     return tensor.shape
 
 
-def _deep_stack(frames: list, gc_paused: bool) -> bool:
-    """Called when the frame stack is deep: enforce the depth limit, pause the cyclic GC once."""
-    if len(frames) > MAX_STACK_DEPTH:
+def _deep_stack(frames: list, deep: list | None) -> list:
+    """Called on each call made when the frame stack is deep: pause the cyclic GC once, and enforce the
+    limits on depth and on registers held. ``deep`` (None before the first call) holds the register count
+    of each whole chunk of ``_STACK_CHUNK`` frames; frames below the top are never changed, so a chunk is
+    counted when its last frame is pushed and its count stays right until it is popped."""
+    depth = len(frames)
+    if depth > MAX_STACK_DEPTH:
         raise ExecutionError(f"stack overflow: more than {MAX_STACK_DEPTH} nested calls")
-    if not gc_paused:
+    if deep is None:
         pause_gc(id(frames))  # counted: other threads may be deep too
-    return True
+        deep = []
+    if depth % _STACK_CHUNK == 0:
+        del deep[depth // _STACK_CHUNK - 1:]
+        deep.append(sum([len(frame[2]) for frame in frames[depth - _STACK_CHUNK:]]))
+        held = sum(deep)
+        if held > MAX_STACK_REGISTERS:
+            raise ExecutionError(f"stack overflow: {depth} nested calls hold {held} registers, more than the "
+                                 f"{MAX_STACK_REGISTERS} a call's frames may hold")
+    return deep
 
 
 def _offset(value) -> int:
@@ -582,7 +600,7 @@ class VirtualMachine:
         regs = [*args, *info.tail]
         frames = []
         pc = 0
-        gc_paused = False
+        deep = None  # the frame stack's state once it is deep (_deep_stack)
         try:
             while True:
                 ins = code[pc]
@@ -632,7 +650,7 @@ class VirtualMachine:
                         if op == 12:  # INVOKE
                             frames.append((code, pc + 1, regs, ins[1], fidx))
                             if len(frames) > GC_PAUSE_DEPTH:
-                                gc_paused = _deep_stack(frames, gc_paused)
+                                deep = _deep_stack(frames, deep)
                             fidx = ins[2]
                             callee = funcs[fidx]
                             code = callee.code
@@ -718,7 +736,7 @@ class VirtualMachine:
                         if op == 29:
                             frames.append((code, pc + 1, regs, ins[1], fidx))
                             if len(frames) > GC_PAUSE_DEPTH:
-                                gc_paused = _deep_stack(frames, gc_paused)
+                                deep = _deep_stack(frames, deep)
                         fidx = callee.index
                         code = callee.code
                         new += [None] * (callee.num_regs - len(new))
@@ -744,9 +762,12 @@ class VirtualMachine:
                 else:  # pragma: no cover - the decoder emits only the handlers of decoded.FORMS
                     raise ExecutionError(f"bad decoded opcode {op}")
         except Exception as err:
+            # The callers' frames go before the error is built: a recursion that ran out of memory holds it
+            # there (a stack past GC_PAUSE_DEPTH keeps that many, for the test below).
+            del frames[GC_PAUSE_DEPTH + 1:]
             raise self._located_error(err, fidx, pc, info if code is info.code else None) from err
         finally:
-            if gc_paused or len(frames) > GC_PAUSE_DEPTH:  # (also when an interrupt came inside pause_gc)
+            if deep is not None or len(frames) > GC_PAUSE_DEPTH:  # (also when an interrupt came inside pause_gc)
                 GC_PAUSERS.discard(id(frames))  # (in C, before an interrupt can be raised: runtime.stack.leave)
                 resume_gc(id(frames))
 

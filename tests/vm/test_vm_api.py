@@ -4,6 +4,7 @@ benchmarking, recovery after errors, memory statistics and storage coalescing.""
 from __future__ import annotations
 
 import json
+import os
 
 import numpy as np
 import pytest
@@ -302,6 +303,54 @@ def test_deep_non_tail_recursion(mode):
     vm = vm_for(SUM_UP, mode)
     n = 5000
     assert vm.invoke("main", n).numpy() == n * (n + 1) // 2
+
+
+@pytest.mark.parametrize("mode", ["bytecode", "compiled"])
+def test_a_recursion_whose_frames_hold_too_many_registers_is_a_clear_error(mode, monkeypatch):
+    """The registers all frames of a call hold are bounded, not only their count: with a bound of 60,000
+    registers (``@sum_up`` has about 20), 1,500 nested calls run and 30,000 are an error."""
+    import gc
+
+    from tensorvm.vm import vm as vm_module
+
+    monkeypatch.setattr(vm_module, "MAX_STACK_REGISTERS", 60_000)
+    vm = vm_for(SUM_UP, mode)
+    assert vm.invoke("main", 1500).numpy() == 1500 * 1501 // 2
+    with pytest.raises(ExecutionError, match="registers|recursion deeper than 2"):
+        vm.invoke("main", 30_000)
+    assert vm.invoke("main", 100).numpy() == 5050 and gc.isenabled()
+
+
+def test_a_recursion_that_never_ends_is_an_error_within_2_gb(tmp_path):
+    """A recursion that never ends (what a mutated file made of ``@sum_up``: the loader fuzzer) meets the
+    VM's limits before the memory runs out, in a process of 2 GB of address space: a clear error, not a
+    crash while the error is built (every exec mode)."""
+    import subprocess
+    import sys
+    import textwrap
+    from pathlib import Path
+
+    script = tmp_path / "never_ends.py"
+    script.write_text(textwrap.dedent(f"""
+        import resource
+        import tensorvm as tv
+        from tensorvm.errors import ExecutionError
+        modes = (("python", "bytecode"), ("python", "compiled"), ("c", "native"))
+        exes = [tv.vm.compile(tv.parse({SUM_UP!r}), target=target, exec_mode=mode) for target, mode in modes]
+        resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))  # (after the C compiler's run)
+        for exe in exes:
+            vm = tv.vm.VirtualMachine(exe)
+            try:
+                vm.invoke("main", -1)
+                raise AssertionError("no error")
+            except ExecutionError as err:
+                assert any(w in str(err) for w in ("stack overflow", "recursion deeper", "recursion too deep")), err
+            assert int(vm.invoke("main", 10).numpy()) == 55
+        print("ok")
+    """))
+    env = dict(os.environ, PYTHONPATH=str(Path(tv.__file__).resolve().parents[1]))
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300, env=env)
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-3000:]
 
 
 @pytest.mark.parametrize("mode", ["bytecode", "native"])
