@@ -406,28 +406,46 @@ class OnnxImporter:
         return mod, dict(self.params)
 
     def _input_type(self, inp):
-        if inp.type.HasField("sequence_type") or inp.type.HasField("optional_type"):
+        seq = inp.type.sequence_type.elem_type if inp.type.HasField("sequence_type") else None
+        if seq is not None and seq.HasField("tensor_type") and self._overridden(inp.name):
+            # a sequence of tensors whose dims or dtype the caller gives (those of each tensor; ONNX often
+            # leaves a sequence's rank unknown)
+            return list_type(self._tensor_input_type(inp.name, seq.tensor_type, "each tensor of the sequence"))
+        if seq is not None or inp.type.HasField("optional_type"):
             # a sequence is a prelude List of its tensors (in order at the boundary: onnx_lists.in_order), an
             # optional a prelude Option
+            if seq is not None and seq.HasField("tensor_type") and not seq.tensor_type.HasField("shape"):
+                raise UnsupportedError(f"graph input {inp.name!r} is a sequence of tensors of unknown rank; give "
+                                       f"the dims of its tensors with shape={{{inp.name!r}: [...]}}")
             return value_type(inp.type, f"graph input {inp.name!r}")
         if not inp.type.HasField("tensor_type"):
             kind = inp.type.WhichOneof("value")
             raise UnsupportedError(f"graph input {inp.name!r}: tensor and sequence inputs are supported, got a "
                                    f"{kind}")
-        tt = inp.type.tensor_type
-        dtype = onnx_dtype(tt.elem_type, f"graph input {inp.name!r}")
+        return self._tensor_input_type(inp.name, inp.type.tensor_type, "the tensor")
+
+    def _overridden(self, name: str) -> bool:
+        keys = (name, sanitize_name(name))
+        override = self.dtype_override
+        return (any(k in self.shape_overrides for k in keys)
+                or (isinstance(override, Mapping) and any(k in override for k in keys)))
+
+    def _tensor_input_type(self, name: str, tt, what: str) -> TensorType:
+        """The type of input ``name``'s tensors (``tt``: their TensorTypeProto; ``what`` they are, for errors)
+        with the caller's dtype and shape overrides."""
+        dtype = onnx_dtype(tt.elem_type, f"graph input {name!r}")
         override = self.dtype_override
         if isinstance(override, Mapping):
-            override = override.get(inp.name, override.get(sanitize_name(inp.name)))
+            override = override.get(name, override.get(sanitize_name(name)))
         if override is not None:
             dtype = normalize_dtype(override)
-        key = inp.name if inp.name in self.shape_overrides else sanitize_name(inp.name)
+        key = name if name in self.shape_overrides else sanitize_name(name)
         if key in self.shape_overrides:
-            dims = tuple(_dim_from_override(d, inp.name) for d in self.shape_overrides[key])
+            dims = tuple(_dim_from_override(d, name) for d in self.shape_overrides[key])
             return TensorType(dims, dtype)
         if not tt.HasField("shape"):
-            raise UnsupportedError(f"graph input {inp.name!r} has no shape (not even a rank); give one with "
-                                   f"shape={{{inp.name!r}: [...]}}")
+            raise UnsupportedError(f"graph input {name!r}: {what} has no shape (not even a rank); give one with "
+                                   f"shape={{{name!r}: [...]}}")
         dims = []
         for d in tt.shape.dim:
             if d.HasField("dim_value") and d.dim_value >= 0:

@@ -12,7 +12,8 @@ A sequence a ``Loop`` carries and changes the length of (``xs.append(h)`` in a l
 prelude's ``List``, newest tensor first, of one rank and dtype (``widen_sequence``): appending is a
 ``Cons``; SequenceLength and SequenceAt walk it (tail loops ``@seq_length``, ``@seq_at``; a position -k
 needs no length); ConcatFromSequence stacks it into one buffer (``stacked``: the scan outputs' helper) and
-moves or merges the new axis; SequenceInsert and SequenceErase at positions move the tensors before the
+moves the new axis, or without a new axis writes each tensor into its rows of one buffer (their lengths
+along the axis may differ); SequenceInsert and SequenceErase at positions move the tensors before the
 place onto a prefix (``@seq_insert``, ``@seq_erase``); SequenceMap walks the lists together (``@seq_map``).
 SplitToSequence into a run-time number of parts builds such a list (``@split_parts``). A sequence graph
 input is a List in order, and so is a List graph output: ``in_order`` reverses them at the boundary.
@@ -504,20 +505,81 @@ def _build_edit(ctx, list_ty, kind: str):
 
 
 def _concat_list(ctx, xs, elem_type: TensorType, axis: int, new_axis: int):
-    """ConcatFromSequence of a run-time-length sequence: its tensors stacked (one buffer, ``stacked``),
-    the new axis moved into place, and merged with the next one when no new axis was asked for (the
-    tensors must then share their shape: otherwise the fill is a shape error)."""
+    """ConcatFromSequence of a run-time-length sequence. With a new axis its tensors (of one shape) are
+    stacked in one buffer (``stacked``) and the new axis moved into place; without one they may differ
+    along ``axis`` (ONNX allows it): ``@concat_list`` writes each into its rows of one buffer."""
     rank = elem_type.ndim + (1 if new_axis else 0)
     if not -rank <= axis < rank:
         raise ModelImportError(f"ConcatFromSequence: axis {axis} is out of range for rank {rank}")
     axis %= rank
+    if not new_axis:
+        elem_type = generalize(elem_type)
+        concat = _helper(ctx.importer, "concat", (elem_type, axis), lambda: _build_concat(ctx, elem_type, axis))
+        rows = _typed(Call(concat, (xs,)), _axis_first(elem_type, axis))  # (the axis first)
+        if not axis:
+            return rows
+        return ctx.call("transpose", rows, axes=tuple(range(1, axis + 1)) + (0,) + tuple(range(axis + 1, rank)))
     rows = stacked(ctx, xs, list_length(ctx, xs), elem_type)  # (count, *shape)
     if axis:
         order = list(range(1, axis + 1)) + [0] + list(range(axis + 1, elem_type.ndim + 1))
         rows = ctx.call("transpose", rows, axes=tuple(order))
-    if new_axis:
-        return rows
-    return ctx.call("reshape", rows, newshape=(0,) * axis + (-3, -2))
+    return rows
+
+
+def _axis_first(elem_type: TensorType, axis: int) -> TensorType:
+    """The type of tensors of ``elem_type`` concatenated along ``axis``, moved first."""
+    rest = tuple(d for a, d in enumerate(elem_type.shape) if a != axis)
+    return TensorType((Any(),) + rest, elem_type.dtype)
+
+
+def _build_concat(ctx, elem_type: TensorType, axis: int):
+    """``@concat_list(xs)``: the tensors of ``xs`` (newest first) concatenated in order along ``axis``, the
+    axis moved first; ``@concat_extent`` sums their lengths along it (a tail loop), and ``@concat_fill``
+    writes each from the newest, ending where the one after it begins (``scatter_nd`` of its rows). The
+    other dims must agree: ``scatter_nd`` checks them, a shape error at run time."""
+    importer = ctx.importer
+    cons, nil = list_adt(importer)
+    xs_type, out_type, scalar_i64 = list_type(elem_type), _axis_first(elem_type, axis), TensorType((), "int64")
+    at_axis = ctx.constant(np.array(axis, np.int64))
+    moved = tuple([axis] + [a for a in range(elem_type.ndim) if a != axis])
+
+    def length(x):
+        return ctx.call("take", ctx.shape_of(x), at_axis, axis=0)
+
+    extent = importer.fresh_global("concat_extent")  # @extent(xs, n): n plus the lengths along axis
+    xs, n, head, rest = Var("xs", xs_type), Var("n", scalar_i64), Var("x", elem_type), Var("rest", xs_type)
+    step = _typed(Call(extent, (rest, ctx.call("add", n, length(head)))), scalar_i64)
+    body = Match(xs, (Clause(PatternConstructor(cons, (PatternVar(head), PatternVar(rest))), step),
+                      Clause(PatternConstructor(nil, ()), n)))
+    importer.globals[extent] = Function((xs, n), _typed(body, scalar_i64), scalar_i64)
+
+    fill = importer.fresh_global("concat_fill")  # @fill(xs, end, buf): xs's head into rows [end - len, end)
+    xs, end, buf, head, rest = (Var("xs", xs_type), Var("end", scalar_i64), Var("buf", out_type),
+                                Var("x", elem_type), Var("rest", xs_type))
+    start = ctx.call("subtract", end, length(head))
+    rows = ctx.call("expand_dims", ctx.call("arange", start, end, ctx.constant(np.array(1, np.int64)),
+                                            dtype="int64"), axis=0)
+    data = ctx.call("transpose", head, axes=moved) if axis else head
+    step = _typed(Call(fill, (rest, start, ctx.call("scatter_nd", buf, rows, data))), out_type)
+    body = Match(xs, (Clause(PatternConstructor(cons, (PatternVar(head), PatternVar(rest))), step),
+                      Clause(PatternConstructor(nil, ()), buf)))
+    importer.globals[fill] = Function((xs, end, buf), _typed(body, out_type), out_type)
+
+    concat = importer.fresh_global("concat_list")  # @concat(xs): the buffer shaped by the newest tensor
+    xs, newest = Var("xs", xs_type), Var("x", elem_type)
+    total = _typed(Call(extent, (xs, ctx.constant(np.array(0, np.int64)))), scalar_i64)
+    dims = [ctx.call("expand_dims", total, axis=0)]
+    if elem_type.ndim > 1:
+        others = ctx.constant(np.array(moved[1:], np.int64))
+        dims.append(ctx.call("take", ctx.shape_of(newest), others, axis=0))
+    shape = ctx.call("concatenate", ctx.tuple(dims), axis=0) if len(dims) > 1 else dims[0]
+    start = _typed(Call(fill, (xs, total, ctx.call("dyn.zeros", shape, dtype=elem_type.dtype))), out_type)
+    empty = ctx.constant(np.zeros([0] + [d if isinstance(d, int) else 0 for d in out_type.shape[1:]],
+                                  dtype=elem_type.dtype))
+    body = Match(xs, (Clause(PatternConstructor(cons, (PatternVar(newest), PatternWildcard())), start),
+                      Clause(PatternConstructor(nil, ()), empty)))
+    importer.globals[concat] = Function((xs,), _typed(body, out_type), out_type)
+    return concat
 
 
 def _split_list(ctx, x, axis: int, size, squeeze: bool):

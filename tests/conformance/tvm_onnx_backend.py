@@ -143,8 +143,8 @@ def _unsupported_type(proto, name: str) -> str | None:
         elem = proto.sequence_type.elem_type
         if not elem.HasField("tensor_type"):
             return f"{name!r} is a sequence of {elem.WhichOneof('value')}"
-        if not elem.tensor_type.HasField("shape"):
-            return "a sequence of tensors of unknown rank"
+        if not elem.tensor_type.HasField("shape"):  # (an input's rank comes from the data: _unknown_ranks)
+            return _unsupported_type(onnx.helper.make_tensor_type_proto(elem.tensor_type.elem_type, []), name)
         return _unsupported_type(elem, name)
     if kind != "tensor_type":
         return f"{name!r} is a {kind}, not a tensor"
@@ -183,15 +183,46 @@ def _from_vm(value, proto):
     return np.asarray(value.numpy() if hasattr(value, "numpy") else value)
 
 
+def _unknown_ranks(graph) -> list:
+    """Names of the graph inputs that are sequences of tensors of unknown rank."""
+    return [v.name for v in graph.input if v.type.HasField("sequence_type")
+            and v.type.sequence_type.elem_type.HasField("tensor_type")
+            and not v.type.sequence_type.elem_type.tensor_type.HasField("shape")]
+
+
+def _compile(model, shape=None):
+    try:
+        mod, params = from_onnx(model, shape=shape)
+    except UnsupportedError as err:
+        if "element type" in str(err) or "not supported; tensorvm supports" in str(err):
+            raise unittest.SkipTest(str(err)) from None
+        raise
+    return tv.vm.compile(mod, target=TARGET, params=params)
+
+
 class TensorVMRep(BackendRep):
-    def __init__(self, exe, graph):
-        self.vm = tv.vm.VirtualMachine(exe)
-        initializers = {init.name for init in graph.initializer}
-        self.inputs = [v.type for v in graph.input if v.name not in initializers]
-        self.outputs = [v.type for v in graph.output]
+    """``exe`` compiled, or None when a sequence input's rank is unknown: then the first run compiles it with
+    that input's tensors' rank (every dim unknown) as a user would give it, ``from_onnx(shape=...)``."""
+
+    def __init__(self, exe, model):
+        self.model = model
+        self.vm = None if exe is None else tv.vm.VirtualMachine(exe)
+        initializers = {init.name for init in model.graph.initializer}
+        self.names = [v.name for v in model.graph.input if v.name not in initializers]
+        self.inputs = [v.type for v in model.graph.input if v.name not in initializers]
+        self.outputs = [v.type for v in model.graph.output]
 
     def run(self, inputs, **kwargs):
         given = inputs if isinstance(inputs, (list, tuple)) else [inputs]
+        if self.vm is None:
+            shape = {}
+            for name, value in zip(self.names, given, strict=True):
+                if name in _unknown_ranks(self.model.graph):
+                    ranks = {np.ndim(t) for t in value}
+                    if len(ranks) != 1:
+                        raise unittest.SkipTest(f"input {name!r}: a sequence of tensors of ranks {sorted(ranks)}")
+                    shape[name] = [None] * ranks.pop()
+            self.vm = tv.vm.VirtualMachine(_compile(self.model, shape))
         out = self.vm.invoke("main", *[_to_vm(x, t) for x, t in zip(given, self.inputs, strict=True)])
         outs = list(out) if len(self.outputs) > 1 else [out]
         return [_from_vm(o, t) for o, t in zip(outs, self.outputs, strict=True)]
@@ -206,14 +237,7 @@ class TensorVMBackend(Backend):
         bad_io = _unsupported_io(model)
         if bad_io:
             raise unittest.SkipTest(f"unsupported input/output: {bad_io}")
-        try:
-            mod, params = from_onnx(model)
-        except UnsupportedError as err:
-            if "element type" in str(err) or "not supported; tensorvm supports" in str(err):
-                raise unittest.SkipTest(str(err)) from None
-            raise
-        exe = tv.vm.compile(mod, target=TARGET, params=params)
-        return TensorVMRep(exe, model.graph)
+        return TensorVMRep(None if _unknown_ranks(model.graph) else _compile(model), model)
 
     @classmethod
     def supports_device(cls, device: str) -> bool:

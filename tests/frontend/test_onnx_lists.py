@@ -13,7 +13,7 @@ from onnx import TensorProto, helper
 from onnx_cases import onnx_model, tensorvm_runs
 
 import tensorvm as tv
-from tensorvm.errors import ExecutionError, ModelImportError, UnsupportedError
+from tensorvm.errors import ExecutionError, ModelImportError, ShapeError, UnsupportedError
 from tensorvm.prelude import make_list, to_python_list
 
 VI = helper.make_tensor_value_info
@@ -114,6 +114,57 @@ def test_a_sequence_output_is_a_tuple_of_its_tensors():
     assert len(got) == 3
     for part, row in zip(got, x, strict=True):
         np.testing.assert_array_equal(part.numpy(), row)
+
+
+@pytest.mark.parametrize("shapes,axis", [([(2, 3, 4), (2, 1, 4), (2, 5, 4)], 1), ([(2, 3, 1), (2, 3, 4)], -1),
+                                         ([(3,), (1,), (4,)], 0), ([(1, 2, 2), (3, 2, 2)], 0)])
+def test_concatenating_a_run_time_sequence_whose_tensors_differ_along_the_axis(shapes, axis):
+    """ConcatFromSequence without a new axis over a List (a sequence input): the tensors' lengths along the
+    axis may differ (ONNX allows it; the stacking buffer had required one shape), in every exec mode and
+    for 0 to 3 tensors; other dims that differ are a shape error at run time."""
+    rank = len(shapes[0])
+    model = onnx_model([node("ConcatFromSequence", ["s"], ["y"], axis=axis)],
+                       [helper.make_tensor_sequence_value_info("s", F, [None] * rank)],
+                       [VI("y", F, [None] * rank)], opset=18)
+    reference = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    for mode, run in tensorvm_runs(model):
+        for count in range(1, len(shapes) + 1):
+            tensors = [rng.standard_normal(sh).astype(np.float32) for sh in shapes[:count]]
+            want = reference.run(None, {"s": tensors})[0]
+            got = run(make_list(tensors))[0]
+            assert got.shape == want.shape, (mode, count)
+            np.testing.assert_array_equal(got, want, err_msg=f"{mode} {count}")
+        assert run(make_list([]))[0].shape[axis] == 0
+        if rank > 1:
+            other = (axis + 1) % rank
+            bad = [np.zeros(shapes[0], np.float32),
+                   np.zeros([d + (a == other) for a, d in enumerate(shapes[0])], np.float32)]
+            with pytest.raises(ShapeError):
+                run(make_list(bad))
+
+
+def test_a_sequence_input_of_unknown_rank_takes_its_tensors_dims_from_shape():
+    """ONNX often declares a sequence input without its tensors' shape: the import says to give it, and with
+    ``shape={name: dims}`` (or only a dtype override, where the rank is declared) runs as ONNX Runtime."""
+    model = onnx_model([node("SequenceInsert", ["s", "x"], ["t"]), node("ConcatFromSequence", ["t"], ["y"], axis=0)],
+                       [helper.make_tensor_sequence_value_info("s", F, None), VI("x", F, [None, 3])],
+                       [VI("y", F, [None, 3])], opset=18)
+    with pytest.raises(UnsupportedError, match="'s' is a sequence of tensors of unknown rank.*shape="):
+        tv.frontend.from_onnx(model)
+    mod, params = tv.frontend.from_onnx(model, shape={"s": [None, 3]})
+    vm = tv.vm.VirtualMachine(tv.vm.compile(mod, target="c", params=params))
+    reference = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    tensors = list(_tensors().values())
+    for count in (0, 1, 3):
+        x = rng.standard_normal((2, 3)).astype(np.float32)
+        want = reference.run(None, {"s": tensors[:count], "x": x})[0]
+        np.testing.assert_array_equal(vm.invoke("main", make_list(tensors[:count]), x).numpy(), want)
+    ranked = onnx_model([node("SequenceLength", ["s"], ["n"])], [helper.make_tensor_sequence_value_info("s", F, [2])],
+                        [VI("n", I64, [])], opset=18)
+    mod, _ = tv.frontend.from_onnx(ranked, dtype={"s": "float64"})
+    assert "List[Tensor[(2), float64]]" in mod.astext()
+    assert int(tv.vm.VirtualMachine(tv.vm.compile(mod, target="c")).invoke(
+        "main", make_list([np.zeros(2), np.ones(2)])).numpy()) == 2
 
 
 def test_what_cannot_be_a_tuple_is_refused_by_name():
