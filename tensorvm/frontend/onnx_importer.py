@@ -97,15 +97,38 @@ def check_model(model) -> None:
     if not 1 <= opset <= newest:
         raise ModelImportError(f"the ONNX model's opset is {opset}; expected 1 to {newest} (what onnx "
                                f"{onnx.__version__} knows)")
+    _check_text([entry.domain for entry in model.opset_import], "an opset import's domain")
     pending = [(model.graph, 0)]
     while pending:
         graph, depth = pending.pop()
+        _check_names(graph)
         for index, node in enumerate(graph.node):
             for sub in _subgraphs(node):
                 if depth + 1 > MAX_GRAPH_NESTING:
                     raise ModelImportError(f"ONNX node {node.name or '#' + str(index)!r} ({node.op_type}): "
                                            f"subgraphs nest more than {MAX_GRAPH_NESTING} levels deep")
                 pending.append((sub, depth + 1))
+
+
+def _check_text(values, what: str) -> None:
+    """protobuf hands a string field that is not UTF-8 over as bytes: a name must be text."""
+    for value in values:
+        if not isinstance(value, str):
+            raise ModelImportError(f"the ONNX model's {what} is not UTF-8 text: {bytes(value)[:40]!r}")
+
+
+def _check_names(graph) -> None:
+    """The names a graph's values, nodes and attributes go by are text (``_check_text``)."""
+    _check_text([graph.name], "graph name")
+    for kind, values in (("graph input", graph.input), ("graph output", graph.output),
+                         ("value_info", graph.value_info)):
+        _check_text([v.name for v in values], f"{kind} name")
+    _check_text([t.name for t in graph.initializer], "initializer name")
+    for node in graph.node:
+        _check_text([node.name, node.op_type, node.domain], "node name, op type or domain")
+        _check_text(node.input, f"node {node.name!r} input name")
+        _check_text(node.output, f"node {node.name!r} output name")
+        _check_text([a.name for a in node.attribute], f"node {node.name!r} attribute name")
 
 
 def _subgraphs(node):
