@@ -53,6 +53,8 @@ def _onnx():
 
 def sanitize_name(name: str, prefix: str = "v") -> str:
     """A name usable in the text format: letters, digits and underscores, not starting with a digit."""
+    if not isinstance(name, str):  # (a protobuf string field that is not UTF-8: _check_text)
+        _check_text([name], "name or symbolic dim")
     clean = re.sub(r"[^0-9A-Za-z_]", "_", name) or prefix
     if clean[0].isdigit():
         clean = f"{prefix}{clean}"

@@ -292,11 +292,12 @@ def test_converters_that_write_out_per_element_refuse_huge_declared_sizes(op):
         from_onnx(model)
 
 
-@pytest.mark.parametrize("name", [b"xin", b"relu_node", b"LeakyRelu", b"alpha"])
+@pytest.mark.parametrize("name", [b"xin", b"relu_node", b"LeakyRelu", b"alpha", b"batch"])
 def test_a_name_that_is_not_utf8_is_an_import_error(name):
     """protobuf hands a string field holding invalid UTF-8 over as bytes (the loader fuzzer flipped a bit of
-    an input's name; the importer raised TypeError from its name cleaner): every name is checked."""
+    an input's name, then a symbolic dim's; the importer raised TypeError from its name cleaner): every
+    name is checked."""
     node = helper.make_node("LeakyRelu", ["xin"], ["y"], name="relu_node", alpha=0.5)
-    data = make_model([node], [("xin", F32, [2])], [("y", F32, [2])]).SerializeToString()
+    data = make_model([node], [("xin", F32, ["batch"])], [("y", F32, ["batch"])]).SerializeToString()
     assert name in data
     import_error(data.replace(name, b"\xff" + name[1:]), "not UTF-8")
