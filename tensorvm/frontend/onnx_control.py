@@ -25,7 +25,7 @@ import numpy as np
 
 from ..errors import ModelImportError, TypeInferenceError, UnsupportedError
 from ..ir.expr import Call, Clause, Function, Let, Match, PatternConstructor, PatternVar, PatternWildcard, Var
-from ..ir.types import TensorType, TupleType
+from ..ir.types import Any, TensorType, TupleType
 from .onnx_context import converter, generalize, join_types
 from .onnx_lists import (
     as_list,
@@ -210,30 +210,71 @@ def _scalar(ctx, x):
 @converter("Scan", 9)
 def scan_9(ctx, *inputs, body, num_scan_inputs, scan_input_axes=None, scan_input_directions=None,
            scan_output_axes=None, scan_output_directions=None):
-    importer = ctx.importer
     if not 1 <= num_scan_inputs <= len(inputs):
         raise ModelImportError(f"Scan: expected num_scan_inputs in [1, {len(inputs)}] (the node's inputs), got "
                                f"{num_scan_inputs}")
-    n_scan_in = num_scan_inputs
-    n_state = len(inputs) - n_scan_in
+    n_state = len(inputs) - num_scan_inputs
     states, scan_inputs = inputs[:n_state], inputs[n_state:]
-    in_axes = [a % ctx.ndim(x) for a, x in zip(scan_input_axes or [0] * n_scan_in, scan_inputs, strict=True)]
-    in_dirs = list(scan_input_directions or [0] * n_scan_in)
+    in_axes = [a % ctx.ndim(x) for a, x in zip(scan_input_axes or [0] * num_scan_inputs, scan_inputs, strict=True)]
     n_scan_out = len(body.output) - n_state
     out_axes = list(scan_output_axes or [0] * n_scan_out)
     out_dirs = list(scan_output_directions or [0] * n_scan_out)
-
-    state_types = _tensor_types(ctx, states, "Scan")
     elem_types = []
     for x, axis in zip(scan_inputs, in_axes, strict=True):
         ty = generalize(ctx.tensor_type(x))
         elem_types.append(TensorType(ty.shape[:axis] + ty.shape[axis + 1:], ty.dtype))
-    # The scan inputs come in as parameters of the body function: the element of step t is a take().
+    scan = _scan_function(ctx, body, _tensor_types(ctx, states, "Scan"), elem_types,
+                          [generalize(ctx.type_of(x)) for x in scan_inputs], in_axes,
+                          list(scan_input_directions or [0] * num_scan_inputs))
+    trip = ctx.dim_value(scan_inputs[0], in_axes[0])
+    call = scan.call(ctx, trip, list(states), list(scan_inputs), scan.captured_values)
+    results = [ctx.get_item(call, k) for k in range(n_state)]
+    for k in range(n_scan_out):
+        out = stacked(ctx, ctx.get_item(call, n_state + k), trip, scan.scan_types[k])
+        if out_dirs[k]:
+            out = ctx.call("reverse", out, axis=0)
+        axis = out_axes[k] % ctx.ndim(out)
+        if axis:
+            order = list(range(1, axis + 1)) + [0] + list(range(axis + 1, ctx.ndim(out)))
+            out = ctx.call("transpose", out, axes=tuple(order))
+        results.append(out)
+    return results if len(results) != 1 else results[0]
+
+
+def _typed_call(node, ty):
+    node.with_type(ty)
+    return node
+
+
+def _stacked_type(elem_type: TensorType) -> TensorType:
+    """The type of tensors of ``elem_type`` stacked along a new first axis (``stacked``)."""
+    return TensorType((Any(),) + tuple(generalize(elem_type).shape), elem_type.dtype)
+
+
+class _ScanFunction:
+    """``@scan(i, length, states..., accs..., inputs..., captured...)``, made from a Scan's body: steps
+    ``i`` to ``length`` - 1 of the scan (an input's element of step ``i`` a ``take`` along its axis, from
+    the end for a reversed one), each scan output collected in a List; returns (states..., Lists...)."""
+
+    def __init__(self, gv, ret_type, n_accs, captured_values, state_types, scan_types):
+        self.gv, self.ret_type, self.n_accs = gv, ret_type, n_accs
+        self.captured_values, self.state_types, self.scan_types = captured_values, state_types, scan_types
+
+    def call(self, ctx, trip, states: list, scan_inputs: list, captured: list):
+        _, nil = list_adt(ctx.importer)
+        call = Call(self.gv, (ctx.constant(np.array(0, np.int64)), trip) + tuple(states) + (nil,) * self.n_accs
+                    + tuple(scan_inputs) + tuple(captured))
+        call.with_type(self.ret_type)
+        return call
+
+
+def _scan_function(ctx, body, state_types, elem_types, input_types, in_axes, in_dirs) -> _ScanFunction:
+    importer = ctx.importer
+    n_state = len(state_types)
     scalar_i64 = TensorType((), "int64")
     i = Var("i", scalar_i64)
     length = Var("length", scalar_i64)
-    full_inputs = [Var(f"scan_in{k}", generalize(ctx.type_of(x))) for k, x in enumerate(scan_inputs)]
-
+    full_inputs = [Var(f"scan_in{k}", ty) for k, ty in enumerate(input_types)]
     for _ in range(3):
         params, outs, captured = importer.import_body(body, ctx.scope, list(state_types) + elem_types)
         produced = [ctx.type_of(o) for o in outs[:n_state]]
@@ -249,11 +290,10 @@ def scan_9(ctx, *inputs, body, num_scan_inputs, scan_input_axes=None, scan_input
     acc_types = [list_type(ty) for ty in scan_types]
     accs = [Var(f"acc{k}", t) for k, t in enumerate(acc_types)]
     captured_vars = [var for var, _ in captured.values()]
-    captured_values = [outer for _, outer in captured.values()]
     gv = importer.fresh_global("scan")
     ret_type = TupleType(tuple(state_types) + tuple(acc_types))
 
-    cons, nil = list_adt(importer)
+    cons, _ = list_adt(importer)
     new_accs = []
     for acc, elem in zip(accs, scan_elems, strict=True):  # (the slice in front: newest first)
         grown = Call(cons, (elem, acc))
@@ -271,26 +311,99 @@ def scan_9(ctx, *inputs, body, num_scan_inputs, scan_input_axes=None, scan_input
     step.with_type(ret_type)
     done = ctx.tuple(list(state_params) + accs)
     fn_body = ctx.if_(ctx.call("less", i, length), step, done)
-    fn = Function((i, length) + tuple(state_params) + tuple(accs) + tuple(full_inputs) + tuple(captured_vars),
-                  fn_body, ret_type)
-    importer.globals[gv] = fn
+    importer.globals[gv] = Function((i, length) + tuple(state_params) + tuple(accs) + tuple(full_inputs)
+                                    + tuple(captured_vars), fn_body, ret_type)
+    return _ScanFunction(gv, ret_type, len(acc_types), [outer for _, outer in captured.values()],
+                         list(state_types), scan_types)
 
-    if not scan_inputs:
-        raise UnsupportedError("Scan without scan inputs")
-    trip = ctx.dim_value(scan_inputs[0], in_axes[0])
-    call = Call(gv, (ctx.constant(np.array(0, np.int64)), trip) + tuple(states) + (nil,) * len(acc_types)
-                + tuple(scan_inputs) + tuple(captured_values))
-    call.with_type(ret_type)
-    results = [ctx.get_item(call, k) for k in range(n_state)]
-    for k in range(n_scan_out):
-        out = stacked(ctx, ctx.get_item(call, n_state + k), trip, scan_types[k])
-        if out_dirs[k]:
-            out = ctx.call("reverse", out, axis=0)
-        axis = out_axes[k] % ctx.ndim(out)
-        if axis:
-            order = list(range(1, axis + 1)) + [0] + list(range(axis + 1, ctx.ndim(out)))
-            out = ctx.call("transpose", out, axes=tuple(order))
-        results.append(out)
+
+@converter("Scan", 8)
+def scan_8(ctx, sequence_lens=None, *inputs, body, num_scan_inputs, directions=None):
+    """Opset 8's Scan: every state and scan input has a batch axis first (a scan input's sequence axis
+    second), the body sees one batch entry, and ``sequence_lens`` (per entry, in [1, the sequence axis's
+    length] as ONNX Runtime requires; all of it when absent) says how many steps each runs; a scan
+    output's steps past its entry's length are zeros. A
+    recursive ``@scan8`` walks the batch, running the scan function of opset 9's Scan on each entry's slices
+    (``_scan_function``) and collecting each entry's final states and stacked outputs in Lists, stacked
+    after it."""
+    if not 1 <= num_scan_inputs <= len(inputs):
+        raise ModelImportError(f"Scan: expected num_scan_inputs in [1, {len(inputs)}] (the node's inputs after "
+                               f"sequence_lens), got {num_scan_inputs}")
+    importer = ctx.importer
+    n_state = len(inputs) - num_scan_inputs
+    states, scan_inputs = list(inputs[:n_state]), list(inputs[n_state:])
+    if any(ctx.ndim(x) < 1 for x in states) or any(ctx.ndim(x) < 2 for x in scan_inputs):
+        raise ModelImportError("Scan (opset 8): expected a batch axis first on every state and a sequence axis "
+                               "after it on every scan input, got ranks "
+                               f"{[ctx.ndim(x) for x in states]} and {[ctx.ndim(x) for x in scan_inputs]}")
+    in_dirs = list(directions or [0] * num_scan_inputs)
+    if len(in_dirs) != num_scan_inputs:
+        raise ModelImportError(f"Scan: expected {num_scan_inputs} directions, got {len(in_dirs)}")
+    full_types = [generalize(ctx.tensor_type(v)) for v in states + scan_inputs]
+
+    def drop(ty, count):
+        return TensorType(ty.shape[count:], ty.dtype)
+
+    state_types = [drop(ty, 1) for ty in full_types[:n_state]]
+    entry_types = [drop(ty, 1) for ty in full_types[n_state:]]
+    scan = _scan_function(ctx, body, state_types, [drop(ty, 2) for ty in full_types[n_state:]], entry_types,
+                          [0] * num_scan_inputs, in_dirs)
+    scalar_i64 = TensorType((), "int64")
+    seq = ctx.dim_value(scan_inputs[0], 1)
+    cons, nil = list_adt(importer)
+
+    # @scan8(b, n, seq, lens, states..., inputs..., final Lists..., output Lists..., captured...)
+    b, n, seq_var = Var("b", scalar_i64), Var("n", scalar_i64), Var("seq", scalar_i64)
+    lens = None if sequence_lens is None else Var("lens", generalize(ctx.tensor_type(sequence_lens)))
+    full_vars = [Var(f"full{k}", ty) for k, ty in enumerate(full_types)]
+    captured_vars = [Var(f"captured{k}", ctx.type_of(v)) for k, v in enumerate(scan.captured_values)]
+    rows_types = [_stacked_type(ty) for ty in scan.scan_types]
+    final_lists = [Var(f"finals{k}", list_type(ty)) for k, ty in enumerate(scan.state_types)]
+    output_lists = [Var(f"outputs{k}", list_type(ty)) for k, ty in enumerate(rows_types)]
+    at_b = [ctx.call("take", v, b, axis=0, mode="fast") for v in full_vars]
+    if lens is None:
+        trip = seq_var
+    else:  # (a length outside [1, seq], as ONNX Runtime's, is an index error: a place past the places 0 .. seq)
+        given = ctx.cast(ctx.call("take", lens, b, axis=0, mode="fast"), "int64")
+        past = ctx.call("add", seq_var, ctx.constant(np.array(1, np.int64)))
+        place = ctx.call("where", ctx.call("less", given, ctx.constant(np.array(1, np.int64))), past, given)
+        trip = ctx.call("take", ctx.call("arange", ctx.constant(np.array(0, np.int64)), past,
+                                         ctx.constant(np.array(1, np.int64)), dtype="int64"), place, axis=0,
+                        mode="fast")
+    entry = Var("entry", scan.ret_type)
+    length = Var("length", scalar_i64)
+    grown = []
+    for k, lst in enumerate(final_lists):
+        grown.append(_typed_call(Call(cons, (ctx.get_item(entry, k), lst)), lst.type_annotation))
+    for k, (lst, ty) in enumerate(zip(output_lists, scan.scan_types, strict=True)):
+        rows = stacked(ctx, ctx.get_item(entry, n_state + k), length, ty)
+        if lens is not None:  # zeros after the entry's steps, up to the sequence axis's length
+            dims = [ctx.call("expand_dims", ctx.call("subtract", seq_var, length), axis=0)]
+            if ty.ndim:
+                dims.append(ctx.call("take", ctx.shape_of(rows), ctx.constant(np.arange(1, ty.ndim + 1)), axis=0))
+            pad_shape = ctx.call("concatenate", ctx.tuple(dims), axis=0) if ty.ndim else dims[0]
+            zeros = ctx.call("dyn.zeros", pad_shape, dtype=ty.dtype)
+            rows = ctx.call("concatenate", ctx.tuple([rows, zeros]), axis=0)
+        grown.append(_typed_call(Call(cons, (rows, lst)), lst.type_annotation))
+    gv = importer.fresh_global("scan8")
+    lens_params = (lens,) if lens is not None else ()
+    ret_type = TupleType(tuple(v.type_annotation for v in final_lists + output_lists))
+    recurse = _typed_call(Call(gv, (ctx.call("add", b, ctx.constant(np.array(1, np.int64))), n, seq_var)
+                               + lens_params + tuple(full_vars) + tuple(grown) + tuple(captured_vars)), ret_type)
+    step = Let(length, trip, Let(entry, scan.call(ctx, length, at_b[:n_state], at_b[n_state:], captured_vars),
+                                 recurse))
+    step.with_type(ret_type)
+    done = ctx.tuple(final_lists + output_lists)
+    importer.globals[gv] = Function((b, n, seq_var) + lens_params + tuple(full_vars) + tuple(final_lists)
+                                    + tuple(output_lists) + tuple(captured_vars),
+                                    ctx.if_(ctx.call("less", b, n), step, done), ret_type)
+    batch = ctx.dim_value(states[0] if states else scan_inputs[0], 0)
+    lens_args = (sequence_lens,) if sequence_lens is not None else ()
+    call = _typed_call(Call(gv, (ctx.constant(np.array(0, np.int64)), batch, seq) + lens_args
+                            + tuple(states + scan_inputs) + (nil,) * (len(final_lists) + len(output_lists))
+                            + tuple(scan.captured_values)), ret_type)
+    results = [stacked(ctx, ctx.get_item(call, k), batch, ty) for k, ty in enumerate(scan.state_types)]
+    results += [stacked(ctx, ctx.get_item(call, n_state + k), batch, ty) for k, ty in enumerate(rows_types)]
     return results if len(results) != 1 else results[0]
 
 

@@ -276,6 +276,49 @@ def test_scan_cumulative_sum_with_reverse_input():
     run_everywhere(model, np.zeros(2, "float32"), xs, oracle="ort")
 
 
+@pytest.mark.parametrize("with_lengths", [False, True])
+def test_scan_of_opset_8_over_a_run_time_batch(with_lengths):
+    """Opset 8's Scan: a batch axis first on the states and scan inputs (a run-time batch here), two states,
+    two scan inputs (one read in reverse), a value of the graph the body reads, and optionally
+    ``sequence_lens`` (each entry runs its own number of steps; its outputs past them are zeros), against
+    ONNX Runtime on the VM (target python, and each exec mode of target c) and the interpreter."""
+    vi = helper.make_tensor_value_info
+    body = helper.make_graph(
+        [helper.make_node("Add", ["sum_in", "a"], ["sum_out"]),
+         helper.make_node("Mul", ["b", "scale"], ["scaled"]),
+         helper.make_node("Max", ["peak_in", "scaled"], ["peak_out"]),
+         helper.make_node("Sub", ["sum_out", "scaled"], ["diff"])], "scan_body",
+        [vi("sum_in", F32, [3]), vi("peak_in", F32, [3]), vi("a", F32, [3]), vi("b", F32, [3])],
+        [vi("sum_out", F32, [3]), vi("peak_out", F32, [3]), vi("diff", F32, [3])])
+    names = (["lens"] if with_lengths else [""]) + ["s0", "p0", "xa", "xb"]
+    node = helper.make_node("Scan", names, ["sum", "peak", "diffs"], body=body, num_scan_inputs=2,
+                            directions=[0, 1])
+    inputs = ([("lens", I64, ["batch"])] if with_lengths else []) + [
+        ("s0", F32, ["batch", 3]), ("p0", F32, ["batch", 3]), ("xa", F32, ["batch", "seq", 3]),
+        ("xb", F32, ["batch", "seq", 3])]
+    model = make_model([node], inputs, [("sum", F32, None), ("peak", F32, None), ("diffs", F32, None)],
+                       {"scale": np.array([1.0, -2.0, 0.5], np.float32)}, opset=8)
+    rng = np.random.default_rng(3)
+    mod = None
+    for batch, seq in ((2, 4), (3, 1)):
+        args = [rng.standard_normal(shape).astype(np.float32) for shape in
+                ((batch, 3), (batch, 3), (batch, seq, 3), (batch, seq, 3))]
+        if with_lengths:
+            args.insert(0, np.array([seq, 1, max(seq - 2, 1)][:batch], np.int64))
+        mod = run_everywhere(model, *args, oracle="ort")
+        expected = reference(model, *args, oracle="ort")
+        for mode in ("bytecode", "native"):
+            vm = tv.vm.VirtualMachine(tv.vm.compile(mod, target="c", exec_mode=mode))
+            for got, want in zip(_as_list(vm.invoke("main", *args)), expected, strict=True):
+                np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6, err_msg=mode)
+    if with_lengths:
+        vm = tv.vm.VirtualMachine(tv.vm.compile(mod, target="c"))
+        args = [np.zeros((1, 3), np.float32)] * 2 + [np.zeros((1, 2, 3), np.float32)] * 2
+        for bad in (3, 0):
+            with pytest.raises(tv.errors.TensorVMError):
+                vm.invoke("main", np.array([bad], np.int64), *args)
+
+
 # ---- data-dependent ops ----------------------------------------------------------------------------------------
 
 
