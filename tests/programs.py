@@ -836,6 +836,58 @@ def @main(%x: Tensor[(?), float32], %k: float32) {
 )
 
 program(
+    "references_shared_by_closures",
+    """
+def @bump(%r: ref(Tensor[(?), float32]), %by: Tensor[(?), float32]) -> () {
+  ref_write(%r, add(ref_read(%r), %by))
+}
+
+def @main(%x: Tensor[(?), float32], %n: int32) -> (Tensor[(?), float32], Tensor[(?), float32], int32) {
+  let %acc = ref(%x);
+  let %count = ref(0);
+  let %step = fn (%v: Tensor[(?), float32]) -> () {
+    let %_ = @bump(%acc, %v);
+    ref_write(%count, add(ref_read(%count), 1))
+  };
+  let %pair = (%acc, %step);
+  let %cells = Cons(%acc, Cons(ref(%x), Nil));
+  let %_1 = %pair.1(%x);
+  let %_2 = %step(multiply(%x, 2f));
+  let %first = match (%cells) { Cons(%c, _) => ref_read(%c), Nil => %x, };
+  let %again = ref_read(%pair.0);
+  let %_3 = ref_write(%pair.0, zeros_like(%x));
+  (%first, add(%again, ref_read(%acc)), add(ref_read(%count), %n))
+}
+""",
+    lambda: (f32([1.0, -2.0, 0.5]), i32(10)),
+    lambda x, n: (x * 4, x * 4, i32(int(n) + 2)),
+    "closure ref adt tuple dynamic",
+)
+
+program(
+    "reference_counter_returned_with_its_closure",
+    """
+def @counter(%start: int32) -> (fn () -> int32, ref(int32)) {
+  let %cell = ref(%start);
+  (fn () -> int32 { let %_ = ref_write(%cell, add(ref_read(%cell), 1)); ref_read(%cell) }, %cell)
+}
+
+def @main(%start: int32) -> (int32, int32, int32) {
+  let %made = @counter(%start);
+  let %next = %made.0;
+  let %a = %next();
+  let %b = %next();
+  let %c = @counter(100).0();
+  let %_ = ref_write(%made.1, 50);
+  (%a, add(%b, %c), %next())
+}
+""",
+    lambda: (i32(3),),
+    lambda start: (i32(int(start) + 1), i32(int(start) + 2 + 101), i32(51)),
+    "closure ref tuple",
+)
+
+program(
     "currying",
     """
 def @main(%a: int32, %b: int32) -> int32 {

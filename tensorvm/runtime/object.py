@@ -57,5 +57,10 @@ class RefValue:
     def __init__(self, value):
         self.value = value
 
+    @property
+    def fields(self) -> tuple:
+        """``(value,)``: the VM reads a cell as the one field of an ADT (``GetField``, bytecode.REF_TAG)."""
+        return (self.value,)
+
     def __repr__(self) -> str:
         return f"RefValue({self.value!r})"

@@ -30,7 +30,7 @@ __all__ = [
     "AllocTensorReg", "AllocADT", "AllocClosure", "GetField", "If", "LoadConst", "Goto", "GetTag", "LoadConsti",
     "Fatal", "AllocStorage", "ShapeOf", "ReshapeTensor", "DeviceCopy", "KillRegister", "VMFunction",
     "INSTRUCTION_CLASSES", "decode_instruction", "dtype_to_code", "code_to_dtype", "adt_tag", "split_adt_tag",
-    "verify_function", "tail_call_pcs",
+    "verify_function", "tail_call_pcs", "REF_TAG", "REF_WRITE_TAG",
 ]
 
 
@@ -99,6 +99,16 @@ def adt_tag(type_index: int, constructor_index: int) -> int:
 def split_adt_tag(tag: int) -> tuple[int, int]:
     """``(type_index, constructor_index)`` of a constructor tag; type_index is -1 for a tuple (tag 0)."""
     return (tag >> _TAG_SHIFT) - 1, tag & ((1 << _TAG_SHIFT) - 1)
+
+
+# Reference cells (``ref``, ``ref_read``, ``ref_write`` that leave the function creating them) run on
+# AllocADT and GetField with two reserved tags, of a type index no executable's ADTs reach:
+# ``AllocADT(REF_TAG, [value])`` makes a cell, ``GetField(cell, 0)`` reads it, and
+# ``AllocADT(REF_WRITE_TAG, [cell, value])`` stores the value in the cell and is ``()``.
+_REF_TYPE = (1 << 30) - 2
+REF_TAG = adt_tag(_REF_TYPE, 0)
+REF_WRITE_TAG = adt_tag(_REF_TYPE, 1)
+_REF_FIELDS = {REF_TAG: 1, REF_WRITE_TAG: 2}
 
 
 def _regs(regs) -> str:
@@ -363,6 +373,9 @@ class AllocADT(Instruction):
         n = _count(w, 2, 4)
         if w[1] < 0:
             raise FormatError("alloc_data: negative tag")
+        if w[1] in _REF_FIELDS and n != _REF_FIELDS[w[1]]:
+            raise FormatError(f"alloc_data: a reference {'cell' if w[1] == REF_TAG else 'write'} takes "
+                              f"{_REF_FIELDS[w[1]]} field(s), got {n}")
         return cls(w[1], tuple(w[4:4 + n]), w[3])
 
     def reads(self):
@@ -372,6 +385,10 @@ class AllocADT(Instruction):
         return (self.dst,)
 
     def __str__(self):
+        if self.tag == REF_TAG:
+            return f"ref ${self.dst} [{_regs(self.fields)}]"
+        if self.tag == REF_WRITE_TAG:
+            return f"ref_write ${self.dst} [{_regs(self.fields)}]"
         return f"alloc_data ${self.dst} tag({self.tag}) [{_regs(self.fields)}]"
 
 

@@ -16,7 +16,9 @@ follows the Relay VM compiler:
   global used as a value AllocClosure, ``Ctor(args)`` AllocADT, tuples AllocADT tag 0, ``%t.i``
   GetField (or, for a tuple built in this function, its field's register, until a ``memory.kill``
   empties that register: ManifestLifetimes kills a tuple's fields right after building it, while the
-  tuple still holds them), constants LoadConst (the pool is deduplicated);
+  tuple still holds them), constants LoadConst (the pool is deduplicated); a reference that leaves the
+  function creating it (``LocalRefsToValues`` made the others values) an AllocADT of the reserved
+  ``REF_TAG`` (a cell), read with GetField and written with an AllocADT of ``REF_WRITE_TAG``;
 * the memory dialect: ``memory.alloc_storage`` AllocStorage, ``memory.alloc_tensor`` AllocTensor (a
   constant shape) or AllocTensorReg, ``vm.invoke_tvm_op`` and ``vm.shape_func`` InvokePacked (tuple
   arguments flattened here into their fields' registers, so kernels receive tensors), ``vm.shape_of``
@@ -257,11 +259,21 @@ class _FunctionCompiler:
             return self.alloc_adt(e, [])
         if isinstance(e, Function):
             raise UnsupportedError(f"{self.name}: a function literal remains after lambda lifting")
-        if isinstance(e, (RefCreate, RefRead, RefWrite)):
-            raise UnsupportedError("the VM holds no references: those read and written only in the function "
-                                   "that creates them become values (LocalRefsToValues), but this one may "
-                                   "leave the function (captured by a closure, passed, stored or returned); "
-                                   "use the interpreter")
+        if isinstance(e, RefCreate):  # (never a known tuple: a cell's field changes)
+            value = self.expr(e.value)
+            dst = self.new_reg()
+            self.emit(bc.AllocADT(bc.REF_TAG, (value,), dst))
+            return dst
+        if isinstance(e, RefRead):
+            cell = self.expr(e.ref)
+            dst = self.new_reg()
+            self.emit(bc.GetField(cell, 0, dst))
+            return dst
+        if isinstance(e, RefWrite):
+            cell, value = self.expr(e.ref), self.expr(e.value)
+            dst = self.new_reg()
+            self.emit(bc.AllocADT(bc.REF_WRITE_TAG, (cell, value), dst))
+            return dst
         raise UnsupportedError(f"{self.name}: the VM cannot compile a {type(e).__name__}")
 
     def remember_fields(self, tuple_reg: int, fields: list) -> None:

@@ -101,13 +101,17 @@ FORMS = (
     _f("ALLOC_TENSOR_DYN_OFFSET", "AllocTensor", "dst storage offset shape dtype view",
        "ALLOC_TENSOR with the offset read from regs[offset] (checked non-negative)"),
     _f("FATAL", "Fatal", "", "raise ExecutionError: no match clause applies"),
+    _f("REF_NEW", "AllocADT", "dst value", "regs[dst] = RefValue(regs[value]): AllocADT of bytecode.REF_TAG"),
+    _f("REF_SET", "AllocADT", "dst cell value",
+       "regs[cell].value = regs[value]; regs[dst] = (): AllocADT of bytecode.REF_WRITE_TAG"),
 )
 
 (PACKED2, PACKED3, ALLOC_TENSOR, ALLOC_STORAGE, PACKED1, PACKEDN, SHAPE_OF, ALLOC_TENSOR_REG_T,
  MOVE, IF, GOTO, RET, INVOKE, TAIL_INVOKE, GET_FIELD, GET_TAG,
  SHAPE_FUNC_T1, ALLOC_STORAGE_T, LOAD, KILL, ALLOC_ADT, RESHAPE, SHAPE_FUNC_TN, ALLOC_STORAGE_REG,
  ALLOC_PACKED2, ALLOC_PACKED3, ALLOC_DYN, KILL2, SHAPES_FUNC_T1, INVOKE_CLOSURE, TAIL_INVOKE_CLOSURE, ALLOC_CLOSURE,
- ALLOC_STORAGE_SHAPE, ALLOC_TENSOR_REG, IF_REG, PACKED_FLAT, ALLOC_TENSOR_DYN_OFFSET, FATAL) = range(len(FORMS))
+ ALLOC_STORAGE_SHAPE, ALLOC_TENSOR_REG, IF_REG, PACKED_FLAT, ALLOC_TENSOR_DYN_OFFSET, FATAL, REF_NEW, REF_SET) = range(
+    len(FORMS))
 
 
 def by_opcode() -> dict:

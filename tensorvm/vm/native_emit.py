@@ -26,6 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import UnsupportedError
+from ..ir.types import RefType, component_types
 from . import bytecode as bc
 from .native_mode import RUNTIME_SOURCE, native_header, python_primitives, runtime_text
 
@@ -94,12 +95,19 @@ def _int_operand_ok(ins, reg) -> bool:
 NATIVE_MAX_RANK = 16  # (tv_runtime.h: TV_MAX_RANK, a tensor's dims in its struct)
 
 
+def _holds_ref(ty) -> bool:
+    return isinstance(ty, RefType) or any(_holds_ref(t) for t in component_types(ty))
+
+
 def check_program(exe) -> None:
     """``UnsupportedError`` for what the native emitter does not translate (docs/native_mode.md says why)."""
     if exe.target != "c":
         raise UnsupportedError(f"exec_mode='native' needs target 'c' (the VM functions become C in the kernel "
                                f"library); got target {exe.target!r}")
     for fn in exe.functions:
+        if fn.name == "main" and any(_holds_ref(t) for t in (*(fn.param_types or ()), fn.ret_type)):
+            raise UnsupportedError("native mode: main takes or returns a reference, which would be copied between "
+                                   "Python and C (its writes not shared); the bytecode loop runs it")
         for pc, ins in enumerate(fn.instructions):
             if ins.opcode not in _SUPPORTED:
                 raise UnsupportedError(f"native mode does not support {ins.name} yet ({_where(fn, pc, ins)})")
@@ -484,6 +492,9 @@ class _FunctionEmitter:
             return self._check(f"tvn_shape_of(ctx, r{ins.tensor}, &r{ins.dst}, {f}, {pc})")
         if op == O.ReshapeTensor:
             return self._check(f"tvn_reshape(ctx, r{ins.tensor}, r{ins.newshape}, &r{ins.dst}, {f}, {pc})")
+        if op == O.AllocADT and ins.tag == bc.REF_WRITE_TAG:  # (a cell itself is an ADT of bc.REF_TAG)
+            return self._check(f"tvn_ref_write(ctx, r{ins.fields[0]}, r{ins.fields[1]}, INT64_C({bc.REF_TAG}), "
+                               f"&r{ins.dst}, {f}, {pc})")
         if op == O.AllocADT:
             return (f"{{ tv_obj* a_[] = {self._args(ins.fields)}; tv_adt* v_ = tv_adt_new(INT64_C({ins.tag}), "
                     f"{len(ins.fields)}, a_);\n  if (v_ == NULL) " + self._fail(pc, "TV_ERR_EXEC", "out of memory")

@@ -53,7 +53,7 @@ from ..ir.types import FuncType, GlobalTypeVar, SymDim, TensorType, TupleType, T
 from ..runtime.convert import Node, convert_argument, rebuild, result_checker
 from ..runtime.memory import NaiveAllocator, make_allocator
 from ..runtime.ndarray import NDArray
-from ..runtime.object import ADT, Closure
+from ..runtime.object import ADT, Closure, RefValue
 from ..runtime.placement import TensorLifetime, plan_memory
 from ..runtime.stack import (
     GC_PAUSERS,
@@ -186,6 +186,13 @@ def _deep_stack(frames: list, deep: list | None) -> list:
             raise ExecutionError(f"stack overflow: {depth} nested calls hold {held} registers, more than the "
                                  f"{MAX_STACK_REGISTERS} a call's frames may hold")
     return deep
+
+
+def _cell(value) -> RefValue:
+    """The reference cell a ``ref_write`` writes (a file could name any register)."""
+    if value.__class__ is not RefValue:
+        raise ExecutionError(f"ref_write: expected a reference, got {type(value).__name__}")
+    return value
 
 
 def _offset(value) -> int:
@@ -551,6 +558,10 @@ class VirtualMachine:
                              offset))
             elif op == O.GetTag:
                 code.append((D.GET_TAG, ins.dst, ins.object))
+            elif op == O.AllocADT and ins.tag == bc.REF_TAG:
+                code.append((D.REF_NEW, ins.dst, ins.fields[0]))
+            elif op == O.AllocADT and ins.tag == bc.REF_WRITE_TAG:
+                code.append((D.REF_SET, ins.dst, ins.fields[0], ins.fields[1]))
             elif op == O.AllocADT:
                 code.append((D.ALLOC_ADT, ins.dst, ins.tag, _tuple_getter(ins.fields)))
             elif op == O.AllocClosure:
@@ -759,6 +770,13 @@ class VirtualMachine:
                     pc += 1
                 elif op == 37:  # FATAL
                     raise ExecutionError("the VM reached a Fatal instruction (no match clause applies)")
+                elif op == 38:  # REF_NEW
+                    regs[ins[1]] = RefValue(regs[ins[2]])
+                    pc += 1
+                elif op == 39:  # REF_SET
+                    _cell(regs[ins[2]]).value = regs[ins[3]]
+                    regs[ins[1]] = ADT(0, ())
+                    pc += 1
                 else:  # pragma: no cover - the decoder emits only the handlers of decoded.FORMS
                     raise ExecutionError(f"bad decoded opcode {op}")
         except Exception as err:

@@ -337,7 +337,7 @@ class Generator:
             kinds += ["arange", "argwhere", "shape_arith", "shape_tensor", "dense"]
         elif not self.static:
             kinds += ["arange", "argwhere", "if", "if", "loop", "grow_loop", "fill_loop", "recursion", "closure",
-                      "list", "option", "tree", "ref"]
+                      "list", "option", "tree", "ref", "shared_ref"]
         if self.depth >= 2:  # bounded nesting: blocks inside blocks only use dataflow
             kinds = kinds[:14]
         for _ in range(4):  # a kind may not apply to the values at hand: try another
@@ -645,6 +645,27 @@ class Generator:
                 lines.append(f"if ({self.condition(scope)}) {{ ref_write({r}, {update}) }} else {{ () }};")
             else:
                 lines.append(f"ref_write({r}, {update});")
+        value = self.bind(lines, scope, f"ref_read({r})", t.shape)
+        self.note(value.expr, " ".join(sources))
+        return value
+
+    def s_shared_ref(self, lines, scope):
+        """A reference a closure captures and writes (called once or twice, once perhaps under an ``if``),
+        read after the calls: it leaves its function, so the VM keeps it a cell (bytecode.REF_TAG)."""
+        t = self.pick(scope)
+        r, write, arg = self.fresh("r"), self.fresh("w"), self.fresh("a")
+        ty = self.type_of(t.shape)
+        op = self.choice(BINARY)
+        lines.append(f"let {r} = ref({t.expr});")
+        lines.append(f"let {write} = fn ({arg}: {ty}) -> () {{ ref_write({r}, {op}(ref_read({r}), {arg})) }};")
+        sources = [t.expr, op]
+        for _ in range(self.draw(st.integers(1, 2))):
+            u = self.pick(scope, lambda v: v.shape == t.shape)
+            sources.append(u.expr)
+            if self.chance(0.4):
+                lines.append(f"if ({self.condition(scope)}) {{ {write}({u.expr}) }} else {{ () }};")
+            else:
+                lines.append(f"{write}({u.expr});")
         value = self.bind(lines, scope, f"ref_read({r})", t.shape)
         self.note(value.expr, " ".join(sources))
         return value

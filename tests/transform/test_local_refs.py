@@ -8,7 +8,6 @@ import numpy as np
 import pytest
 
 import tensorvm as tv
-from tensorvm.errors import UnsupportedError
 from tensorvm.ir.expr import RefCreate, RefRead, RefWrite
 from tensorvm.transform.local_refs import LocalRefsToValues
 from tensorvm.transform.to_anf import post_order_iter
@@ -164,11 +163,13 @@ def test_the_pass_removes_every_local_reference():
             assert not any(isinstance(n, (RefCreate, RefRead, RefWrite)) for n in post_order_iter(fn.body))
 
 
-def test_a_reference_captured_by_a_closure_stays_and_the_vm_says_so():
+@pytest.mark.parametrize("mode", ["bytecode", "native"])
+def test_a_reference_captured_by_a_closure_stays_a_cell_on_the_vm(mode):
     mod = tv.parse(HEADER + ESCAPING)
     kept = LocalRefsToValues()(mod)["main"]
     assert any(isinstance(n, RefCreate) for n in post_order_iter(kept.body))
     x = np.array([1.0, 2.0], np.float32)
     np.testing.assert_array_equal(tv.create_executor("debug", mod=mod).evaluate()(x).numpy(), x + 2)
-    with pytest.raises(UnsupportedError, match="leave the function"):
-        tv.vm.compile(mod, target="c")
+    exe = tv.vm.compile(mod, target="c", exec_mode=mode)
+    assert "ref $" in exe.as_text() and "ref_write $" in exe.as_text()  # (bytecode.REF_TAG, REF_WRITE_TAG)
+    np.testing.assert_array_equal(tv.vm.VirtualMachine(exe).run(x).numpy(), x + 2)

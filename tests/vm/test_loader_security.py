@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 import tensorvm as tv
-from tensorvm.errors import FormatError, TensorVMError
+from tensorvm.errors import ExecutionError, FormatError, TensorVMError
 from tensorvm.vm import VirtualMachine, load_executable
 from tensorvm.vm import bytecode as bc
 
@@ -281,3 +281,28 @@ def test_a_primitive_text_that_does_not_type_check_is_a_format_error_naming_it(d
         hostile = _join(header, [(t, p) for t, p in sections if t != b"KABI"])
     with pytest.raises(FormatError, match=source):
         load_executable(hostile)
+
+
+@pytest.mark.parametrize("mode", ["bytecode", "compiled", "native"])
+def test_a_reference_write_to_a_value_that_is_not_a_cell_is_an_error(mode):
+    """A file may put ``ref_write`` (AllocADT of bytecode.REF_WRITE_TAG) on any register: writing a tensor or
+    a tuple is an ExecutionError in every exec mode, and a reference instruction of the wrong field count
+    is a format error at load."""
+    exe = tv.vm.compile(tv.parse("def @main(%x: Tensor[(2), float32]) { (%x, %x) }"), target="c",
+                        exec_mode="bytecode")
+
+    def edit(fn):  # main(x): r = (x, x); ref_write(x, r); ref_write(r, x)
+        size = fn.register_file_size
+        code = [bc.AllocADT(0, (0, 0), size), bc.AllocADT(bc.REF_WRITE_TAG, (0, size), size + 1),
+                bc.AllocADT(bc.REF_WRITE_TAG, (size, 0), size + 2), bc.Ret(size)]
+        return _with(fn, instructions=tuple(code), register_file_size=size + 3)
+
+    loaded = load_executable(_edited(exe, edit)).with_exec_mode(mode)
+    with pytest.raises(ExecutionError, match="ref_write: expected a reference"):
+        VirtualMachine(loaded).invoke("main", np.ones(2, np.float32))
+
+    def wrong_count(fn):
+        return _with(fn, instructions=(bc.AllocADT(bc.REF_TAG, (0, 0), 1), bc.Ret(1)), register_file_size=2)
+
+    with pytest.raises(FormatError, match="reference cell takes 1 field"):
+        load_executable(_edited(exe, wrong_count))

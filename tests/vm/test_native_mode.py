@@ -900,3 +900,53 @@ def test_native_program_is_its_own_unit_at_native_flags(tmp_path, monkeypatch):
     assert len(program) == 1 and program[0][program[0].index("-c") - len(NATIVE_FLAGS):program[0].index("-c")] \
         == list(NATIVE_FLAGS)
     assert kernels and not any(set(NATIVE_FLAGS) & set(command) for command in kernels)
+
+
+# --- reference cells ----------------------------------------------------------------------------------
+def test_the_reference_cell_tag_is_the_same_in_python_and_c():
+    header = (Path(tv.__file__).parent / "vm" / "native" / "tv_runtime.h").read_text()
+    assert "#define TV_REF_TAG (((int64_t)((1 << 30) - 1)) << 24)" in header
+    assert bc.REF_TAG == ((1 << 30) - 1) << 24 and bc.REF_WRITE_TAG == bc.REF_TAG + 1
+
+
+CELL_LOOP = """
+def @main(%x: Tensor[(?), float32], %n: int32) -> Tensor[(?), float32] {
+  let %acc = ref(%x);
+  let %add = fn (%v: Tensor[(?), float32]) -> () { ref_write(%acc, add(ref_read(%acc), %v)) };
+  let %loop = fn (%i: int32) -> () {
+    if (less(%i, %n)) { let %_ = %add(multiply(%x, cast(%i, dtype="float32"))); %loop(add(%i, 1)) } else { () }
+  };
+  let %_ = %loop(0);
+  ref_read(%acc)
+}
+"""
+
+
+def test_a_cell_written_by_closures_in_a_loop_runs_natively_and_again():
+    """Cells in native mode: written by a closure a recursive closure calls, freed with the call (the pool's
+    live bytes back to zero), the same on the first call and after many, and after save/load."""
+    exe = native(CELL_LOOP)
+    x = np.array([1.0, -2.0, 0.5], np.float32)
+    for vm in (VirtualMachine(exe), VirtualMachine(load_executable(exe.save_bytes()))):
+        assert vm.exec_stats()["exec_mode"] == "native"
+        for n in (0, 3, 50, 3):
+            np.testing.assert_allclose(vm.run(x, np.int32(n)).numpy(), x * (1 + n * (n - 1) / 2), rtol=1e-6)
+        assert vm.memory_stats()["bytes_live"] == 0
+
+
+def test_a_reference_crossing_between_python_and_native_code_is_refused():
+    """A cell copied into Python (or from it) would not share its writes: ``main`` taking or returning one is
+    refused when compiled (``exec_mode="auto"`` then keeps the bytecode loop, which hands the cell itself
+    over), and a cell inside a closure returned to Python is an ExecutionError at the call."""
+    returns = tv.parse("def @main(%x: int32) -> ref(int32) { let %r = ref(%x); let %_ = ref_write(%r, add(%x, 1)); %r }")
+    with pytest.raises(UnsupportedError, match="main takes or returns a reference"):
+        tv.vm.compile(returns, target="c", exec_mode="native")
+    auto = tv.vm.compile(returns, target="c")
+    assert auto.exec_mode == "bytecode"
+    cell = VirtualMachine(auto).run(np.int32(4))
+    assert int(np.asarray(cell.value)) == 5
+    captures = tv.parse("def @main(%x: int32) -> fn () -> int32 { let %r = ref(%x); "
+                        "fn () -> int32 { let %_ = ref_write(%r, add(ref_read(%r), 1)); ref_read(%r) } }")
+    with pytest.raises(ExecutionError, match="reference cannot be handed to Python"):
+        VirtualMachine(native_exe := tv.vm.compile(captures, target="c", exec_mode="native")).run(np.int32(4))
+    assert native_exe.exec_mode == "native"

@@ -354,6 +354,16 @@ static PyObject* from_native(Runtime* rt, tv_obj* o, int depth) {
       return tensor_to_array(rt, (tv_tensor*)o);
     case TV_KIND_ADT: {
       tv_adt* a = (tv_adt*)o;
+      if (a->tag == TV_REF_TAG) {  /* (a copy in Python would not see the program's later writes, nor it Python's) */
+        PyObject* exc = PyObject_CallFunction(rt->on_error, "iiiiis", 1, -1, -1, -1, 0,
+                                              "native mode: a reference cannot be handed to Python (its writes "
+                                              "would not be shared); run the program with exec_mode='bytecode'");
+        if (exc != NULL) {
+          PyErr_SetObject((PyObject*)Py_TYPE(exc), exc);
+          Py_DECREF(exc);
+        }
+        return NULL;
+      }
       PyObject* fields = values_to_tuple(rt, a->fields, a->nfields, depth);
       if (fields == NULL) return NULL;
       PyObject* r = PyObject_CallFunction(rt->adt_type, "LO", (long long)a->tag, fields);

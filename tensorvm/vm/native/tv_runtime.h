@@ -58,6 +58,10 @@ typedef struct tv_tensor {
   int64_t shape[TV_MAX_RANK];
 } tv_tensor;
 
+/* The tag of a reference cell: an ADT whose one field ref_write changes (bytecode.py: REF_TAG, a type index
+   no executable's ADTs reach; tests/vm/test_native_mode.py checks the two agree). */
+#define TV_REF_TAG (((int64_t)((1 << 30) - 1)) << 24)
+
 typedef struct tv_adt {
   tv_obj h;
   int64_t tag;           /* 0: a tuple */
