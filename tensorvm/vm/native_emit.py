@@ -509,7 +509,7 @@ class _FunctionEmitter:
                     + "\n  " + (f"i{ins.dst} = ((const tv_adt*)r{ins.object})->tag;" if ins.dst in self.ints
                                  else self._box(pc, f"((const tv_adt*)r{ins.object})->tag", ins.dst)))
         if op == O.GetField:
-            return self._check(f"tvn_get_field(ctx, r{ins.object}, {ins.field_index}, &r{ins.dst}, {f}, {pc})")
+            return self._check(f"tvn_get_field(ctx, r{ins.object}, INT64_C({ins.field_index}), &r{ins.dst}, {f}, {pc})")
         if op == O.Invoke:
             if pc in self.tails and ins.func_index == self.index:
                 self._uses_start = True

@@ -256,6 +256,8 @@ TVX_PROGRAMS = (  # (program of tests/programs.py, target, exec mode)
     ("dynamic_elementwise", "c", "bytecode"),
     ("dynamic_elementwise", "c+embed", "bytecode"),  # with its prebuilt library in the file (KLIB)
     ("sum_up_recursion", "c", "native"),  # the program's functions are in the prebuilt library too
+    ("references_shared_by_closures", "python", "bytecode"),  # reference cells (bytecode.REF_TAG)
+    ("reference_counter_returned_with_its_closure", "c", "native"),
 )
 
 

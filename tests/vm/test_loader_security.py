@@ -306,3 +306,21 @@ def test_a_reference_write_to_a_value_that_is_not_a_cell_is_an_error(mode):
 
     with pytest.raises(FormatError, match="reference cell takes 1 field"):
         load_executable(_edited(exe, wrong_count))
+
+
+@pytest.mark.parametrize("index", [2, 1 << 31, (1 << 32) + 1, -1 + (1 << 63)])
+@pytest.mark.parametrize("mode", ["bytecode", "native"])
+def test_a_field_index_past_the_value_s_fields_is_an_error(index, mode):
+    """A file's GetField index is any 64-bit value: native mode had passed it to C as a 32-bit int, and
+    2^31 became negative and read before the fields (the loader fuzzer's crash, SIGSEGV)."""
+    exe = tv.vm.compile(tv.parse("def @main(%x: Tensor[(2), float32]) { let %t = (%x, %x); %t.1 }"),
+                        target="c", exec_mode="bytecode")
+
+    def edit(fn):
+        size = fn.register_file_size
+        code = (bc.AllocADT(0, (0, 0), size), bc.GetField(size, index, size + 1), bc.Ret(size + 1))
+        return _with(fn, instructions=code, register_file_size=size + 2)
+
+    loaded = load_executable(_edited(exe, edit)).with_exec_mode(mode)
+    with pytest.raises(ExecutionError, match="field"):
+        VirtualMachine(loaded).invoke("main", np.ones(2, np.float32))

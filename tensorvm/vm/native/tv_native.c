@@ -163,9 +163,11 @@ TV_UNUSED static int32_t tvn_reshape(tv_ctx* ctx, const tv_obj* o, const tv_obj*
   *dst = &r->h;
   return 0;
 }
-TV_UNUSED static int32_t tvn_get_field(tv_ctx* ctx, const tv_obj* o, int32_t index, tv_obj** dst, int32_t fidx, int32_t pc) {
-  if (o == NULL || o->kind != TV_KIND_ADT || index >= ((const tv_adt*)o)->nfields)
-    return tv_error_set(ctx, TV_ERR_EXEC, fidx, pc, "get_field: expected an ADT or tuple value with field %d", index);
+TV_UNUSED static int32_t tvn_get_field(tv_ctx* ctx, const tv_obj* o, int64_t index, tv_obj** dst, int32_t fidx, int32_t pc) {
+  /* (the index is the file's: any 64-bit value, checked against the value's fields) */
+  if (o == NULL || o->kind != TV_KIND_ADT || index < 0 || index >= ((const tv_adt*)o)->nfields)
+    return tv_error_set(ctx, TV_ERR_EXEC, fidx, pc, "get_field: expected an ADT or tuple value with field %lld",
+                        (long long)index);
   tv_obj* f = ((const tv_adt*)o)->fields[index];
   tv_incref(f);
   tv_decref(*dst);
