@@ -232,8 +232,8 @@ def same_result(a, b) -> bool:
     if isinstance(a, tuple) or isinstance(b, tuple):
         return isinstance(a, tuple) and isinstance(b, tuple) and len(a) == len(b) and all(
             same_result(x, y) for x, y in zip(a, b))
-    if isinstance(a, str) or isinstance(b, str):
-        return a == b
+    if isinstance(a, str) or isinstance(b, str):  # (a string beside an array: not the same, not an array compare)
+        return isinstance(a, str) and isinstance(b, str) and a == b
     a, b = np.asarray(a), np.asarray(b)
     if a.shape != b.shape or a.dtype != b.dtype:
         return False

@@ -324,3 +324,18 @@ def test_a_field_index_past_the_value_s_fields_is_an_error(index, mode):
     loaded = load_executable(_edited(exe, edit)).with_exec_mode(mode)
     with pytest.raises(ExecutionError, match="field"):
         VirtualMachine(loaded).invoke("main", np.ones(2, np.float32))
+
+
+@pytest.mark.parametrize("mode", ["bytecode", "native"])
+def test_returning_a_register_never_written_is_an_execution_error(mode):
+    """A file returning an empty register (a mutated Ret, or a value killed before its use): native mode's
+    bridge had raised ValueError, not the project's error (the loader fuzzer's find)."""
+    exe = tv.vm.compile(tv.parse("def @main(%x: Tensor[(2), float32]) { add(%x, %x) }"), target="c",
+                        exec_mode="bytecode")
+
+    def edit(fn):  # (a register file the instructions can name: $1 is written by nothing)
+        return _with(fn, instructions=(bc.Ret(1),), register_file_size=2)
+
+    loaded = load_executable(_edited(exe, edit)).with_exec_mode(mode)
+    with pytest.raises(TensorVMError):
+        VirtualMachine(loaded).invoke("main", np.ones(2, np.float32))

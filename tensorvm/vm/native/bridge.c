@@ -172,6 +172,15 @@ static int stack_exhausted(Runtime* rt) {
   return 1;
 }
 
+/* Sets the project's ExecutionError (on_error of an execution fault without a place) with ``message``. */
+static void set_exec_error(Runtime* rt, const char* message) {
+  PyObject* exc = PyObject_CallFunction(rt->on_error, "iiiiis", 1, -1, -1, -1, 0, message);
+  if (exc != NULL) {
+    PyErr_SetObject((PyObject*)Py_TYPE(exc), exc);
+    Py_DECREF(exc);
+  }
+}
+
 static tv_obj* to_native(Runtime* rt, PyObject* value, int depth);
 
 static tv_obj* array_to_native(PyObject* value) {
@@ -345,7 +354,7 @@ static PyObject* values_to_tuple(Runtime* rt, tv_obj* const* values, int32_t n, 
 /* A native value in the VM's Python form (what the bytecode VM returns before _to_user). */
 static PyObject* from_native(Runtime* rt, tv_obj* o, int depth) {
   if (o == NULL) {
-    PyErr_SetString(PyExc_ValueError, "native mode: a result register is empty");
+    set_exec_error(rt, "native mode: a result register is empty (its value was released or never written)");
     return NULL;
   }
   if (stack_exhausted(rt)) return NULL;
@@ -355,13 +364,8 @@ static PyObject* from_native(Runtime* rt, tv_obj* o, int depth) {
     case TV_KIND_ADT: {
       tv_adt* a = (tv_adt*)o;
       if (a->tag == TV_REF_TAG) {  /* (a copy in Python would not see the program's later writes, nor it Python's) */
-        PyObject* exc = PyObject_CallFunction(rt->on_error, "iiiiis", 1, -1, -1, -1, 0,
-                                              "native mode: a reference cannot be handed to Python (its writes "
-                                              "would not be shared); run the program with exec_mode='bytecode'");
-        if (exc != NULL) {
-          PyErr_SetObject((PyObject*)Py_TYPE(exc), exc);
-          Py_DECREF(exc);
-        }
+        set_exec_error(rt, "native mode: a reference cannot be handed to Python (its writes would not be shared); "
+                           "run the program with exec_mode='bytecode'");
         return NULL;
       }
       PyObject* fields = values_to_tuple(rt, a->fields, a->nfields, depth);
@@ -379,7 +383,7 @@ static PyObject* from_native(Runtime* rt, tv_obj* o, int depth) {
       return r;
     }
     default:
-      PyErr_SetString(PyExc_TypeError, "native mode: a result is a storage, not a value");
+      set_exec_error(rt, "native mode: a result is a storage, not a value");
       return NULL;
   }
 }
