@@ -335,6 +335,15 @@ def @make_add() -> fn (Tensor[(?), float32], Tensor[(?), float32]) -> Tensor[(?)
 def @make_neg() -> fn (Tensor[(?), int32]) -> Tensor[(?), int32] {
   fn (%a: Tensor[(?), int32]) -> Tensor[(?), int32] { negative(%a) }
 }
+def @cells(%x: Tensor[(?), float32], %n: int32) -> Tensor[(?), float32] {
+  let %acc = ref(%x);
+  let %add = fn (%v: Tensor[(?), float32]) -> () { ref_write(%acc, add(ref_read(%acc), %v)) };
+  let %loop = fn (%i: int32) -> () {
+    if (less(%i, %n)) { let %_ = %add(multiply(%x, cast(%i, dtype="float32"))); %loop(add(%i, 1)) } else { () }
+  };
+  let %_ = %loop(0);
+  ref_read(%acc)
+}
 """
 
 
@@ -506,6 +515,20 @@ def test_a_tail_loop_of_60000_steps_and_results_the_caller_owns(misc):
     rc, result, message = lib.call("two")
     assert lib.numpy(result)[0] == 2
     lib.release(result)
+    assert lib.live_bytes() == 0
+
+
+def test_reference_cells_written_by_closures_in_the_c_library(misc):
+    """A reference a recursive closure's callee writes (a cell, docs/architecture.md) in the standalone
+    library: the interpreter's values, and every cell freed with its call."""
+    lib, oracle = misc
+    x = np.array([1.0, -2.0, 0.5], "float32")
+    for n in (0, 1, 4, 30):
+        rc, result, message = lib.call("cells", x, np.array(n, "int32"))
+        assert rc == 0, message
+        got, _ = lib.numpy(result)
+        np.testing.assert_allclose(got, oracle.evaluate("cells")(x, np.int32(n)).numpy(), rtol=1e-6)
+        lib.release(result)
     assert lib.live_bytes() == 0
 
 
