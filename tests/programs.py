@@ -865,6 +865,24 @@ def @main(%x: Tensor[(?), float32], %n: int32) -> (Tensor[(?), float32], Tensor[
 )
 
 program(
+    "reference_cell_written_in_a_loop",
+    """
+def @main(%x: Tensor[(?), float32], %n: int32) -> Tensor[(?), float32] {
+  let %acc = ref(%x);
+  let %add = fn (%v: Tensor[(?), float32]) -> () { ref_write(%acc, add(ref_read(%acc), %v)) };
+  let %loop = fn (%i: int32) -> () {
+    if (less(%i, %n)) { let %_ = %add(multiply(%x, cast(%i, dtype="float32"))); %loop(add(%i, 1)) } else { () }
+  };
+  let %_ = %loop(0);
+  ref_read(%acc)
+}
+""",
+    lambda: (f32([1.0, -2.0, 0.5]), i32(5)),
+    lambda x, n: x * np.float32(1 + int(n) * (int(n) - 1) // 2),
+    "closure ref recursion dynamic",
+)
+
+program(
     "reference_counter_returned_with_its_closure",
     """
 def @counter(%start: int32) -> (fn () -> int32, ref(int32)) {

@@ -24,8 +24,10 @@ from tensorvm.errors import UnsupportedError
 
 BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 sys.path.insert(0, str(BENCHMARKS))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from models import lstm, treelstm  # noqa: E402
+from programs import PROGRAMS  # noqa: E402
 
 CC = shutil.which("cc") or shutil.which("gcc")
 pytestmark = pytest.mark.skipif(CC is None, reason="needs a C compiler (cc)")
@@ -335,16 +337,9 @@ def @make_add() -> fn (Tensor[(?), float32], Tensor[(?), float32]) -> Tensor[(?)
 def @make_neg() -> fn (Tensor[(?), int32]) -> Tensor[(?), int32] {
   fn (%a: Tensor[(?), int32]) -> Tensor[(?), int32] { negative(%a) }
 }
-def @cells(%x: Tensor[(?), float32], %n: int32) -> Tensor[(?), float32] {
-  let %acc = ref(%x);
-  let %add = fn (%v: Tensor[(?), float32]) -> () { ref_write(%acc, add(ref_read(%acc), %v)) };
-  let %loop = fn (%i: int32) -> () {
-    if (less(%i, %n)) { let %_ = %add(multiply(%x, cast(%i, dtype="float32"))); %loop(add(%i, 1)) } else { () }
-  };
-  let %_ = %loop(0);
-  ref_read(%acc)
-}
 """
+# (the program suite's cell written in a loop, tests/programs.py, as @cells)
+MISC += next(p for p in PROGRAMS if p.name == "reference_cell_written_in_a_loop").text.replace("@main", "@cells")
 
 
 class _DLTensor(ctypes.Structure):

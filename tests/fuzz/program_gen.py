@@ -636,17 +636,14 @@ class Generator:
         t = self.pick(scope)
         r = self.fresh("r")
         lines.append(f"let {r} = ref({t.expr});")
-        sources = [t.expr]
-        for _ in range(self.draw(st.integers(1, 3))):
-            u = self.pick(scope, lambda v: broadcasts_into(v.shape, t.shape))
+
+        def write(u):
             update = f"{self.choice(BINARY)}(ref_read({r}), {u.expr})"
-            sources.append(update)
-            if self.chance(0.4):
-                lines.append(f"if ({self.condition(scope)}) {{ ref_write({r}, {update}) }} else {{ () }};")
-            else:
-                lines.append(f"ref_write({r}, {update});")
+            return f"ref_write({r}, {update})", update
+
+        sources = self.writes(lines, scope, 3, lambda v: broadcasts_into(v.shape, t.shape), write)
         value = self.bind(lines, scope, f"ref_read({r})", t.shape)
-        self.note(value.expr, " ".join(sources))
+        self.note(value.expr, " ".join([t.expr, *sources]))
         return value
 
     def s_shared_ref(self, lines, scope):
@@ -658,17 +655,23 @@ class Generator:
         op = self.choice(BINARY)
         lines.append(f"let {r} = ref({t.expr});")
         lines.append(f"let {write} = fn ({arg}: {ty}) -> () {{ ref_write({r}, {op}(ref_read({r}), {arg})) }};")
-        sources = [t.expr, op]
-        for _ in range(self.draw(st.integers(1, 2))):
-            u = self.pick(scope, lambda v: v.shape == t.shape)
-            sources.append(u.expr)
-            if self.chance(0.4):
-                lines.append(f"if ({self.condition(scope)}) {{ {write}({u.expr}) }} else {{ () }};")
-            else:
-                lines.append(f"{write}({u.expr});")
+        sources = self.writes(lines, scope, 2, lambda v: v.shape == t.shape, lambda u: (f"{write}({u.expr})", u.expr))
         value = self.bind(lines, scope, f"ref_read({r})", t.shape)
-        self.note(value.expr, " ".join(sources))
+        self.note(value.expr, " ".join([t.expr, op, *sources]))
         return value
+
+    def writes(self, lines, scope, most: int, fits, statement) -> list:
+        """1 to ``most`` statements ``statement(u)`` (its text and what it reads) for values ``u`` that
+        ``fits``, each perhaps under an ``if``; what they read."""
+        sources = []
+        for _ in range(self.draw(st.integers(1, most))):
+            text, source = statement(self.pick(scope, fits))
+            sources.append(source)
+            if self.chance(0.4):
+                lines.append(f"if ({self.condition(scope)}) {{ {text} }} else {{ () }};")
+            else:
+                lines.append(f"{text};")
+        return sources
 
     def bound(self, scope: _Scope) -> str:
         """A loop or recursion count: a literal or a dim of a parameter (shape_of)."""

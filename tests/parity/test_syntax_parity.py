@@ -1,6 +1,7 @@
 """The full Relay text syntax, end to end: every construct of ``docs/text-format.md`` parses, prints back
 to a structurally equal module (``tv.parse(str(mod))``), type-checks, and runs on every executor with the
-answer computed by hand or with NumPy. References run on the interpreter; the VM rejects them clearly."""
+answer computed by hand or with NumPy. References run everywhere (on the VM, those that leave their
+function are cells)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import struct
 import numpy as np
 import pytest
 from parity_harness import HEADER, parse
+from programs import PROGRAMS as SUITE
 from programs import Con, check_result
 
 import tensorvm as tv
@@ -368,56 +370,13 @@ def test_a_reference_captured_by_a_closure_runs_everywhere(run):
     check_result(run(REF_COUNTER, 0), I32(0))
 
 
-# References shared by closures, passed to a global, kept in a tuple and in a list, and returned: every
-# executor (on the VM the cells of bytecode.REF_TAG) against the interpreter's values, computed by hand.
-SHARED_REFS = """
-def @bump(%r: ref(Tensor[(2), float32]), %by: Tensor[(2), float32]) -> () {
-  ref_write(%r, add(ref_read(%r), %by))
-}
-
-def @main(%x: Tensor[(2), float32], %n: int32) -> (Tensor[(2), float32], Tensor[(2), float32], int32) {
-  let %acc = ref(%x);
-  let %count = ref(0);
-  let %step = fn (%v: Tensor[(2), float32]) -> () {
-    let %_ = @bump(%acc, %v);
-    ref_write(%count, add(ref_read(%count), 1))
-  };
-  let %pair = (%acc, %step);
-  let %cells = Cons(%acc, Cons(ref(%x), Nil));
-  let %_1 = %pair.1(%x);
-  let %_2 = %step(multiply(%x, 2f));
-  let %first = match (%cells) { Cons(%c, _) => ref_read(%c), Nil => %x, };
-  let %again = ref_read(%pair.0);
-  let %_3 = ref_write(%pair.0, zeros_like(%x));
-  (%first, add(%again, ref_read(%acc)), add(ref_read(%count), %n))
-}"""
-
-
-def test_references_shared_by_closures_tuples_and_lists(run):
-    x = np.array([1.0, -2.0], F32)
-    check_result(run(SHARED_REFS, x, I32(10)), (x * 4, x * 4, I32(12)))
-
-
-RETURNED_REF = """
-def @counter(%start: int32) -> (fn () -> int32, ref(int32)) {
-  let %cell = ref(%start);
-  (fn () -> int32 { let %_ = ref_write(%cell, add(ref_read(%cell), 1)); ref_read(%cell) }, %cell)
-}
-
-def @main(%start: int32) -> (int32, int32, int32) {
-  let %made = @counter(%start);
-  let %next = %made.0;
-  let %a = %next();
-  let %b = %next();
-  let %other = @counter(100).0;
-  let %c = %other();
-  let %_ = ref_write(%made.1, 50);
-  (%a, add(%b, %c), %next())
-}"""
-
-
-def test_a_reference_returned_from_a_function_is_shared_with_its_closure(run):
-    check_result(run(RETURNED_REF, I32(3)), (I32(4), I32(5 + 101), I32(51)))
+@pytest.mark.parametrize("name", ["references_shared_by_closures", "reference_counter_returned_with_its_closure"])
+def test_references_shared_by_closures_tuples_lists_and_returned(run, name):
+    """Cells shared by closures, passed to a global, kept in a tuple and a list, and returned with a closure
+    (the program suite's, tests/programs.py): every executor against the values computed by hand."""
+    program = next(p for p in SUITE if p.name == name)
+    args = program.args_fn()
+    check_result(run(program.text, *args), program.expected_fn(*args))
 
 
 @pytest.mark.parametrize("text, fragment", [

@@ -6,6 +6,7 @@ bytecode VM's exception types on the same program.
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -19,6 +20,9 @@ from tensorvm.runtime.object import ADT
 from tensorvm.vm import VirtualMachine, load_executable
 from tensorvm.vm import bytecode as bc
 from tensorvm.vm.executable import Executable
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from programs import PROGRAMS  # noqa: E402
 
 pytestmark = pytest.mark.skipif(not have_compiler(), reason="native mode compiles C (no C compiler here)")
 
@@ -909,17 +913,7 @@ def test_the_reference_cell_tag_is_the_same_in_python_and_c():
     assert bc.REF_TAG == ((1 << 30) - 1) << 24 and bc.REF_WRITE_TAG == bc.REF_TAG + 1
 
 
-CELL_LOOP = """
-def @main(%x: Tensor[(?), float32], %n: int32) -> Tensor[(?), float32] {
-  let %acc = ref(%x);
-  let %add = fn (%v: Tensor[(?), float32]) -> () { ref_write(%acc, add(ref_read(%acc), %v)) };
-  let %loop = fn (%i: int32) -> () {
-    if (less(%i, %n)) { let %_ = %add(multiply(%x, cast(%i, dtype="float32"))); %loop(add(%i, 1)) } else { () }
-  };
-  let %_ = %loop(0);
-  ref_read(%acc)
-}
-"""
+CELL_LOOP = next(p for p in PROGRAMS if p.name == "reference_cell_written_in_a_loop").text
 
 
 def test_a_cell_written_by_closures_in_a_loop_runs_natively_and_again():
