@@ -9,6 +9,7 @@ the ADT's definition in the module); ``type_str``/``describe_value`` word the er
 from __future__ import annotations
 
 import sys
+from functools import partial
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -170,8 +171,14 @@ def _convert_one(value, ty, where, mod):
     if isinstance(ty, RefType):
         if not isinstance(value, RefValue):
             raise ExecutionError(f"{where} expects a reference, got {describe_value(value)}")
-        return value
+        # the cell itself (the program shares it with the caller), its content converted in place
+        return Node([(value.value, ty.value, _Path(where, ".value"))], partial(_refill, value))
     return _convert_untyped(value, where)
+
+
+def _refill(cell: RefValue, fields: list) -> RefValue:
+    cell.value = fields[0]
+    return cell
 
 
 class _Path:

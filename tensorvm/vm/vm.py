@@ -49,7 +49,7 @@ import numpy as np
 
 from ..errors import ExecutionError, ShapeError, TensorVMError, UnsupportedError
 from ..ir.types import Any as AnyDim
-from ..ir.types import FuncType, GlobalTypeVar, SymDim, TensorType, TupleType, TypeCall
+from ..ir.types import FuncType, GlobalTypeVar, RefType, SymDim, TensorType, TupleType, TypeCall
 from ..runtime.convert import Node, convert_argument, rebuild, result_checker
 from ..runtime.memory import NaiveAllocator, make_allocator
 from ..runtime.ndarray import NDArray
@@ -1257,6 +1257,11 @@ class VirtualMachine:
                            for i, (v, t) in enumerate(zip(value, ty.fields))])
         if isinstance(ty, FuncType):
             return self._own_closure(value, where, ty)
+        if isinstance(ty, RefType):  # the caller's cell itself (the program may write it), its content the VM's
+            if value.__class__ is not RefValue:
+                raise ExecutionError(f"{where}: expected a reference ({ty!r}), got {_describe(value)}")
+            value.value = self._convert(value.value, ty.value, f"{where}.value", sym_dims)
+            return value
         if isinstance(ty, (TypeCall, GlobalTypeVar)):
             # the interpreter's checks (constructor of the right type, field types, symbolic dims), then
             # the VM's form of the value

@@ -407,3 +407,23 @@ def @main(%x: Tensor[(?, 2), float32]) -> (Tensor[(?, 2), float32], int32) {
     reparsed = tv.parse(printed)
     x = np.ones((3, 2), F32)
     check_result(run(reparsed, x), (x + 1, I32(2)))
+
+
+CALLERS_CELL = """
+def @main(%r: ref(Tensor[(2), float32]), %k: float32) -> Tensor[(2), float32] {
+  let %scale = fn () -> () { ref_write(%r, multiply(ref_read(%r), %k)) };
+  let %_ = %scale();
+  add(ref_read(%r), 1f)
+}"""
+
+
+def test_a_reference_the_caller_passes_is_written_through(run):
+    """A cell given by the caller is the program's: its writes are seen by the caller after the call (its
+    content converted as a tensor argument: a wrong dtype is an error naming the cell)."""
+    from tensorvm.runtime.object import RefValue
+
+    cell = RefValue(np.array([1.0, 2.0], F32))
+    check_result(run(CALLERS_CELL, cell, F32(3)), np.array([4.0, 7.0], F32))
+    np.testing.assert_array_equal(np.asarray(getattr(cell.value, "numpy", lambda: cell.value)()), [3.0, 6.0])
+    with pytest.raises(TensorVMError, match=r"r'?\.value"):
+        run(CALLERS_CELL, RefValue(np.array([1, 2], np.int64)), F32(3))
