@@ -25,7 +25,7 @@ import numpy as np
 
 from ..errors import ModelImportError, TypeInferenceError, UnsupportedError
 from ..ir.expr import Call, Clause, Function, Let, Match, PatternConstructor, PatternVar, PatternWildcard, Var
-from ..ir.types import Any, TensorType, TupleType
+from ..ir.types import TensorType, TupleType
 from .onnx_context import converter, generalize, join_types
 from .onnx_lists import (
     as_list,
@@ -36,7 +36,9 @@ from .onnx_lists import (
     list_type,
     option_adt,
     option_type,
+    rows_type,
     stacked,
+    typed,
     widen_sequence,
 )
 
@@ -241,16 +243,6 @@ def scan_9(ctx, *inputs, body, num_scan_inputs, scan_input_axes=None, scan_input
     return results if len(results) != 1 else results[0]
 
 
-def _typed_call(node, ty):
-    node.with_type(ty)
-    return node
-
-
-def _stacked_type(elem_type: TensorType) -> TensorType:
-    """The type of tensors of ``elem_type`` stacked along a new first axis (``stacked``)."""
-    return TensorType((Any(),) + tuple(generalize(elem_type).shape), elem_type.dtype)
-
-
 class _ScanFunction:
     """``@scan(i, length, states..., accs..., inputs..., captured...)``, made from a Scan's body: steps
     ``i`` to ``length`` - 1 of the scan (an input's element of step ``i`` a ``take`` along its axis, from
@@ -357,7 +349,7 @@ def scan_8(ctx, sequence_lens=None, *inputs, body, num_scan_inputs, directions=N
     lens = None if sequence_lens is None else Var("lens", generalize(ctx.tensor_type(sequence_lens)))
     full_vars = [Var(f"full{k}", ty) for k, ty in enumerate(full_types)]
     captured_vars = [Var(f"captured{k}", ctx.type_of(v)) for k, v in enumerate(scan.captured_values)]
-    rows_types = [_stacked_type(ty) for ty in scan.scan_types]
+    rows_types = [rows_type(ty) for ty in scan.scan_types]
     final_lists = [Var(f"finals{k}", list_type(ty)) for k, ty in enumerate(scan.state_types)]
     output_lists = [Var(f"outputs{k}", list_type(ty)) for k, ty in enumerate(rows_types)]
     at_b = [ctx.call("take", v, b, axis=0, mode="fast") for v in full_vars]
@@ -374,7 +366,7 @@ def scan_8(ctx, sequence_lens=None, *inputs, body, num_scan_inputs, directions=N
     length = Var("length", scalar_i64)
     grown = []
     for k, lst in enumerate(final_lists):
-        grown.append(_typed_call(Call(cons, (ctx.get_item(entry, k), lst)), lst.type_annotation))
+        grown.append(typed(Call(cons, (ctx.get_item(entry, k), lst)), lst.type_annotation))
     for k, (lst, ty) in enumerate(zip(output_lists, scan.scan_types, strict=True)):
         rows = stacked(ctx, ctx.get_item(entry, n_state + k), length, ty)
         if lens is not None:  # zeros after the entry's steps, up to the sequence axis's length
@@ -384,11 +376,11 @@ def scan_8(ctx, sequence_lens=None, *inputs, body, num_scan_inputs, directions=N
             pad_shape = ctx.call("concatenate", ctx.tuple(dims), axis=0) if ty.ndim else dims[0]
             zeros = ctx.call("dyn.zeros", pad_shape, dtype=ty.dtype)
             rows = ctx.call("concatenate", ctx.tuple([rows, zeros]), axis=0)
-        grown.append(_typed_call(Call(cons, (rows, lst)), lst.type_annotation))
+        grown.append(typed(Call(cons, (rows, lst)), lst.type_annotation))
     gv = importer.fresh_global("scan8")
     lens_params = (lens,) if lens is not None else ()
     ret_type = TupleType(tuple(v.type_annotation for v in final_lists + output_lists))
-    recurse = _typed_call(Call(gv, (ctx.call("add", b, ctx.constant(np.array(1, np.int64))), n, seq_var)
+    recurse = typed(Call(gv, (ctx.call("add", b, ctx.constant(np.array(1, np.int64))), n, seq_var)
                                + lens_params + tuple(full_vars) + tuple(grown) + tuple(captured_vars)), ret_type)
     step = Let(length, trip, Let(entry, scan.call(ctx, length, at_b[:n_state], at_b[n_state:], captured_vars),
                                  recurse))
@@ -399,7 +391,7 @@ def scan_8(ctx, sequence_lens=None, *inputs, body, num_scan_inputs, directions=N
                                     ctx.if_(ctx.call("less", b, n), step, done), ret_type)
     batch = ctx.dim_value(states[0] if states else scan_inputs[0], 0)
     lens_args = (sequence_lens,) if sequence_lens is not None else ()
-    call = _typed_call(Call(gv, (ctx.constant(np.array(0, np.int64)), batch, seq) + lens_args
+    call = typed(Call(gv, (ctx.constant(np.array(0, np.int64)), batch, seq) + lens_args
                             + tuple(states + scan_inputs) + (nil,) * (len(final_lists) + len(output_lists))
                             + tuple(scan.captured_values)), ret_type)
     results = [stacked(ctx, ctx.get_item(call, k), batch, ty) for k, ty in enumerate(scan.state_types)]

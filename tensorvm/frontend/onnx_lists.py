@@ -133,7 +133,7 @@ def sequence_insert_11(ctx, input_sequence, tensor, position=None):
             raise UnsupportedError(f"SequenceInsert: a {ctx.type_of(tensor)} into a {ty}")
         if position is None:
             cons, _ = list_adt(ctx.importer)
-            grown = _typed(Call(cons, (tensor, input_sequence)), out_type)
+            grown = typed(Call(cons, (tensor, input_sequence)), out_type)
             return grown
         count = list_length(ctx, input_sequence)  # (place p in [0, n]: n - p tensors are newer)
         place = run_time_index(ctx, position, count, extra=1)
@@ -251,7 +251,7 @@ def sequence_map_17(ctx, input_sequence, *additional_inputs, body):
 
 
 # ---- sequences whose length is known only at run time: the prelude's List, newest tensor first ----------
-def _rows_type(elem_type: TensorType) -> TensorType:
+def rows_type(elem_type: TensorType) -> TensorType:
     """Tensors of ``elem_type`` stacked along a new first axis of a run-time length."""
     return TensorType((Any(),) + tuple(generalize(elem_type).shape), elem_type.dtype)
 
@@ -277,7 +277,7 @@ def list_adt(importer):
     return _prelude_adt(importer, "List")
 
 
-def _typed(node, ty):
+def typed(node, ty):
     """``node`` with its checked type set (the converters type what they build as they go)."""
     node.with_type(ty)
     return node
@@ -293,7 +293,7 @@ def stacked(ctx, slices, count, elem_type: TensorType):
     ``scatter_nd`` runs in place; no iteration gives ``_no_rows``'s empty tensor."""
     elem_type = generalize(elem_type)
     stack = _helper(ctx.importer, "stack", elem_type, lambda: _build_stack(ctx, elem_type))
-    call = _typed(Call(stack, (slices, count)), _rows_type(elem_type))
+    call = typed(Call(stack, (slices, count)), rows_type(elem_type))
     return call
 
 
@@ -301,7 +301,7 @@ def _build_stack(ctx, elem_type: TensorType):
     """``@scan_stack(xs, n)`` and the ``@scan_fill`` it calls, for slices of ``elem_type``."""
     importer = ctx.importer
     cons, nil = list_adt(importer)
-    slices_type, out_type = list_type(elem_type), _rows_type(elem_type)
+    slices_type, out_type = list_type(elem_type), rows_type(elem_type)
     scalar_i64 = TensorType((), "int64")
     one = ctx.constant(np.array(1, np.int64))
 
@@ -309,7 +309,7 @@ def _build_stack(ctx, elem_type: TensorType):
     xs, i, buf = Var("xs", slices_type), Var("i", scalar_i64), Var("buf", out_type)
     head, rest = Var("x", generalize(elem_type)), Var("rest", slices_type)
     written = ctx.call("scatter_nd", buf, ctx.call("expand_dims", i, axis=0), head)
-    step = _typed(Call(fill, (rest, ctx.call("subtract", i, one), written)), out_type)
+    step = typed(Call(fill, (rest, ctx.call("subtract", i, one), written)), out_type)
     fill_body = Match(xs, (Clause(PatternConstructor(cons, (PatternVar(head), PatternVar(rest))), step),
                            Clause(PatternConstructor(nil, ()), buf)))
     fill_body.with_type(out_type)
@@ -321,7 +321,7 @@ def _build_stack(ctx, elem_type: TensorType):
     shape = ctx.call("concatenate", ctx.tuple([ctx.call("expand_dims", n, axis=0),
                                                ctx.shape_of(newest)]), axis=0)
     fresh = ctx.call("dyn.zeros", shape, dtype=elem_type.dtype)
-    start = _typed(Call(fill, (xs2, ctx.call("subtract", n, one), fresh)), out_type)
+    start = typed(Call(fill, (xs2, ctx.call("subtract", n, one), fresh)), out_type)
     empty = _no_rows(ctx, elem_type)
     stack_body = Match(xs2, (Clause(PatternConstructor(cons, (PatternVar(newest), PatternWildcard())), start),
                              Clause(PatternConstructor(nil, ()), empty)))
@@ -344,7 +344,7 @@ def as_list(ctx, seq, elem_type: TensorType):
     out_type = list_type(elem_type)
     out = _empty_list(ctx, out_type)
     for item in _items(ctx, seq, "a sequence"):
-        out = _typed(Call(cons, (item, out)), out_type)
+        out = typed(Call(cons, (item, out)), out_type)
     return out
 
 
@@ -352,7 +352,7 @@ def _empty_list(ctx, list_ty):
     """``Nil`` as a value of ``list_ty``: a call of ``@seq_nil``, a function returning it (the call carries
     the type, where the constructor node itself is shared by every use)."""
     gv = _helper(ctx.importer, "nil", list_ty, lambda: _build_nil(ctx, list_ty))
-    return _typed(Call(gv, ()), list_ty)
+    return typed(Call(gv, ()), list_ty)
 
 
 def _build_nil(ctx, list_ty):
@@ -418,7 +418,7 @@ def _build_length(ctx, list_ty):
     gv = importer.fresh_global("seq_length")
     scalar_i64 = TensorType((), "int64")
     xs, n, rest = Var("xs", list_ty), Var("n", scalar_i64), Var("rest", list_ty)
-    step = _typed(Call(gv, (rest, ctx.call("add", n, ctx.constant(np.array(1, np.int64))))), scalar_i64)
+    step = typed(Call(gv, (rest, ctx.call("add", n, ctx.constant(np.array(1, np.int64))))), scalar_i64)
     body = Match(xs, (Clause(PatternConstructor(cons, (PatternWildcard(), PatternVar(rest))), step),
                       Clause(PatternConstructor(nil, ()), n)))
     body.with_type(scalar_i64)
@@ -428,7 +428,7 @@ def _build_length(ctx, list_ty):
 
 def list_length(ctx, xs):
     gv = _length_function(ctx, ctx.type_of(xs))
-    call = _typed(Call(gv, (xs, ctx.constant(np.array(0, np.int64)))), TensorType((), "int64"))
+    call = typed(Call(gv, (xs, ctx.constant(np.array(0, np.int64)))), TensorType((), "int64"))
     return call
 
 
@@ -438,7 +438,7 @@ def _list_at(ctx, xs, from_head):
     list_ty = ctx.type_of(xs)
     elem_ty = list_ty.args[0]
     gv = _helper(ctx.importer, "at", list_ty, lambda: _build_at(ctx, list_ty))
-    call = _typed(Call(gv, (xs, from_head)), elem_ty)
+    call = typed(Call(gv, (xs, from_head)), elem_ty)
     return call
 
 
@@ -451,7 +451,7 @@ def _build_at(ctx, list_ty):
     scalar_i64 = TensorType((), "int64")
     ys, k = Var("xs", list_ty), Var("k", scalar_i64)
     head, rest = Var("x", elem_ty), Var("rest", list_ty)
-    deeper = _typed(Call(gv, (rest, ctx.call("subtract", k, ctx.constant(np.array(1, np.int64))))), elem_ty)
+    deeper = typed(Call(gv, (rest, ctx.call("subtract", k, ctx.constant(np.array(1, np.int64))))), elem_ty)
     found = ctx.if_(ctx.call("equal", k, ctx.constant(np.array(0, np.int64))), head, deeper)
     body = Match(ys, (Clause(PatternConstructor(cons, (PatternVar(head), PatternVar(rest))), found),), complete=False)
     body.with_type(elem_ty)
@@ -469,7 +469,7 @@ def _list_edit(ctx, xs, from_head, inserted=None):
     gv = _helper(ctx.importer, kind, list_ty, lambda: _build_edit(ctx, list_ty, kind))
     cons, nil = list_adt(ctx.importer)
     args = (xs, from_head) + (() if inserted is None else (inserted,)) + (nil,)
-    call = _typed(Call(gv, args), list_ty)
+    call = typed(Call(gv, args), list_ty)
     return call
 
 
@@ -483,19 +483,19 @@ def _build_edit(ctx, list_ty, kind: str):
     head = Var("x", list_ty.args[0])
     t = Var("t", list_ty.args[0]) if kind == "insert" else None
 
-    moved = _typed(Call(cons, (head, prefix)), list_ty)
-    deeper = _typed(Call(gv, (rest, ctx.call("subtract", k, ctx.constant(np.array(1, np.int64))))
+    moved = typed(Call(cons, (head, prefix)), list_ty)
+    deeper = typed(Call(gv, (rest, ctx.call("subtract", k, ctx.constant(np.array(1, np.int64))))
                          + ((t,) if t is not None else ()) + (moved,)), list_ty)
     at_k = ctx.call("equal", k, ctx.constant(np.array(0, np.int64)))
     if kind == "insert":  # (k == 0: here; the Nil arm is reached only with k == 0, the list's end)
-        here = _typed(Call(reverse, (prefix, _typed(Call(cons, (t, xs)), list_ty))), list_ty)
+        here = typed(Call(reverse, (prefix, typed(Call(cons, (t, xs)), list_ty))), list_ty)
         walk = Match(xs, (Clause(PatternConstructor(cons, (PatternVar(head), PatternVar(rest))), deeper),
                           Clause(PatternConstructor(nil, ()), here)))
         walk.with_type(list_ty)
         body = ctx.if_(at_k, here, walk)
         params = (xs, k, t, prefix)
     else:
-        dropped = _typed(Call(reverse, (prefix, rest)), list_ty)
+        dropped = typed(Call(reverse, (prefix, rest)), list_ty)
         body = Match(xs, (Clause(PatternConstructor(cons, (PatternVar(head), PatternVar(rest))),
                                  ctx.if_(at_k, dropped, deeper)),), complete=False)
         body.with_type(list_ty)
@@ -515,7 +515,7 @@ def _concat_list(ctx, xs, elem_type: TensorType, axis: int, new_axis: int):
     if not new_axis:
         elem_type = generalize(elem_type)
         concat = _helper(ctx.importer, "concat", (elem_type, axis), lambda: _build_concat(ctx, elem_type, axis))
-        rows = _typed(Call(concat, (xs,)), _axis_first(elem_type, axis))  # (the axis first)
+        rows = typed(Call(concat, (xs,)), _axis_first(elem_type, axis))  # (the axis first)
         if not axis:
             return rows
         return ctx.call("transpose", rows, axes=tuple(range(1, axis + 1)) + (0,) + tuple(range(axis + 1, rank)))
@@ -548,10 +548,10 @@ def _build_concat(ctx, elem_type: TensorType, axis: int):
 
     extent = importer.fresh_global("concat_extent")  # @extent(xs, n): n plus the lengths along axis
     xs, n, head, rest = Var("xs", xs_type), Var("n", scalar_i64), Var("x", elem_type), Var("rest", xs_type)
-    step = _typed(Call(extent, (rest, ctx.call("add", n, length(head)))), scalar_i64)
+    step = typed(Call(extent, (rest, ctx.call("add", n, length(head)))), scalar_i64)
     body = Match(xs, (Clause(PatternConstructor(cons, (PatternVar(head), PatternVar(rest))), step),
                       Clause(PatternConstructor(nil, ()), n)))
-    importer.globals[extent] = Function((xs, n), _typed(body, scalar_i64), scalar_i64)
+    importer.globals[extent] = Function((xs, n), typed(body, scalar_i64), scalar_i64)
 
     fill = importer.fresh_global("concat_fill")  # @fill(xs, end, buf): xs's head into rows [end - len, end)
     xs, end, buf, head, rest = (Var("xs", xs_type), Var("end", scalar_i64), Var("buf", out_type),
@@ -560,25 +560,25 @@ def _build_concat(ctx, elem_type: TensorType, axis: int):
     rows = ctx.call("expand_dims", ctx.call("arange", start, end, ctx.constant(np.array(1, np.int64)),
                                             dtype="int64"), axis=0)
     data = ctx.call("transpose", head, axes=moved) if axis else head
-    step = _typed(Call(fill, (rest, start, ctx.call("scatter_nd", buf, rows, data))), out_type)
+    step = typed(Call(fill, (rest, start, ctx.call("scatter_nd", buf, rows, data))), out_type)
     body = Match(xs, (Clause(PatternConstructor(cons, (PatternVar(head), PatternVar(rest))), step),
                       Clause(PatternConstructor(nil, ()), buf)))
-    importer.globals[fill] = Function((xs, end, buf), _typed(body, out_type), out_type)
+    importer.globals[fill] = Function((xs, end, buf), typed(body, out_type), out_type)
 
     concat = importer.fresh_global("concat_list")  # @concat(xs): the buffer shaped by the newest tensor
     xs, newest = Var("xs", xs_type), Var("x", elem_type)
-    total = _typed(Call(extent, (xs, ctx.constant(np.array(0, np.int64)))), scalar_i64)
+    total = typed(Call(extent, (xs, ctx.constant(np.array(0, np.int64)))), scalar_i64)
     dims = [ctx.call("expand_dims", total, axis=0)]
     if elem_type.ndim > 1:
         others = ctx.constant(np.array(moved[1:], np.int64))
         dims.append(ctx.call("take", ctx.shape_of(newest), others, axis=0))
     shape = ctx.call("concatenate", ctx.tuple(dims), axis=0) if len(dims) > 1 else dims[0]
-    start = _typed(Call(fill, (xs, total, ctx.call("dyn.zeros", shape, dtype=elem_type.dtype))), out_type)
+    start = typed(Call(fill, (xs, total, ctx.call("dyn.zeros", shape, dtype=elem_type.dtype))), out_type)
     empty = ctx.constant(np.zeros([0] + [d if isinstance(d, int) else 0 for d in out_type.shape[1:]],
                                   dtype=elem_type.dtype))
     body = Match(xs, (Clause(PatternConstructor(cons, (PatternVar(newest), PatternWildcard())), start),
                       Clause(PatternConstructor(nil, ()), empty)))
-    importer.globals[concat] = Function((xs,), _typed(body, out_type), out_type)
+    importer.globals[concat] = Function((xs,), typed(body, out_type), out_type)
     return concat
 
 
@@ -609,11 +609,11 @@ def _split_list(ctx, x, axis: int, size, squeeze: bool):
                     ctx.constant(np.array([axis], i64)))
     if squeeze:
         part = ctx.call("squeeze", part, axis=(axis,))
-    grown = _typed(Call(cons, (part, acc)), slices_type)
-    again = _typed(Call(gv, (data, end, step, length, grown)), slices_type)
+    grown = typed(Call(cons, (part, acc)), slices_type)
+    again = typed(Call(gv, (data, end, step, length, grown)), slices_type)
     body = ctx.if_(ctx.call("less", start, length), again, acc)
     importer.globals[gv] = Function((data, start, step, length, acc), body, slices_type)
-    call = _typed(Call(gv, (x, ctx.constant(np.array(0, i64)), size, ctx.dim_value(x, axis), nil)), slices_type)
+    call = typed(Call(gv, (x, ctx.constant(np.array(0, i64)), size, ctx.dim_value(x, axis), nil)), slices_type)
     return call
 
 
@@ -638,14 +638,14 @@ def in_order(ctx, value):
     if is_option(ty) and is_list(ty.args[0]):
         some, none = option_adt(ctx.importer)
         inner = Var("xs", ty.args[0])
-        clauses = (Clause(PatternConstructor(some, (PatternVar(inner),)), _typed(Call(some, (in_order(ctx, inner),)), ty)),
+        clauses = (Clause(PatternConstructor(some, (PatternVar(inner),)), typed(Call(some, (in_order(ctx, inner),)), ty)),
                    Clause(PatternConstructor(none, ()), none))
-        return _typed(Match(value, clauses), ty)
+        return typed(Match(value, clauses), ty)
     if not is_list(ty):
         return value
     gv = _helper(ctx.importer, "reverse", ty, lambda: _build_reverse(ctx, ty))
     cons, nil = list_adt(ctx.importer)
-    call = _typed(Call(gv, (value, nil)), ty)
+    call = typed(Call(gv, (value, nil)), ty)
     return call
 
 
@@ -656,8 +656,8 @@ def _build_reverse(ctx, list_ty):
     gv = importer.fresh_global("seq_reversed")
     xs, acc, rest = Var("xs", list_ty), Var("acc", list_ty), Var("rest", list_ty)
     head = Var("x", list_ty.args[0])
-    moved = _typed(Call(cons, (head, acc)), list_ty)
-    step = _typed(Call(gv, (rest, moved)), list_ty)
+    moved = typed(Call(cons, (head, acc)), list_ty)
+    step = typed(Call(gv, (rest, moved)), list_ty)
     body = Match(xs, (Clause(PatternConstructor(cons, (PatternVar(head), PatternVar(rest))), step),
                       Clause(PatternConstructor(nil, ()), acc)))
     body.with_type(list_ty)
@@ -694,7 +694,7 @@ def _map_lists(ctx, body, inputs: list):
     rests = {k: Var(f"rest{k}", ctx.type_of(values[k])) for k, s in enumerate(is_sequence) if s}
     grown = []
     for acc, out, ty in zip(accs, outs, out_types, strict=True):
-        node = _typed(Call(cons, (out, acc)), ty)
+        node = typed(Call(cons, (out, acc)), ty)
         grown.append(node)
     step = Call(gv, tuple(rests.get(k, walked[k]) for k in range(len(walked))) + tuple(captured_vars) + tuple(grown))
     step.with_type(ret_type)
@@ -710,7 +710,7 @@ def _map_lists(ctx, body, inputs: list):
         clauses = [Clause(PatternConstructor(cons, (PatternVar(heads[k]), PatternVar(rests[k]))), expr)]
         if k == first:
             clauses.append(Clause(PatternConstructor(nil, ()), ctx.tuple(accs)))
-        expr = _typed(Match(walked[k], tuple(clauses), complete=k == first), ret_type)
+        expr = typed(Match(walked[k], tuple(clauses), complete=k == first), ret_type)
     importer.globals[gv] = Function(tuple(walked) + tuple(captured_vars) + tuple(accs), expr, ret_type)
     call = Call(gv, tuple(values) + tuple(outer for _, outer in captured.values()) + (nil,) * len(accs))
     call.with_type(ret_type)
