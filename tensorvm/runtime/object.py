@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-__all__ = ["ADT", "Closure", "RefValue"]
+__all__ = ["ADT", "Closure", "RefValue", "write_ref"]
 
 
 class ADT:
@@ -61,6 +61,15 @@ class RefValue:
     def fields(self) -> tuple:
         """``(value,)``: the VM reads a cell as the one field of an ADT (``GetField``, bytecode.REF_TAG)."""
         return (self.value,)
+
+
+def write_ref(cell, value) -> None:
+    """``ref_write`` in the VM: ``value`` into ``cell``, which a file's bytecode may make any value."""
+    if cell.__class__ is not RefValue:
+        from ..errors import ExecutionError
+
+        raise ExecutionError(f"ref_write: expected a reference, got {type(cell).__name__}")
+    cell.value = value
 
     def __repr__(self) -> str:
         return f"RefValue({self.value!r})"

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import ExecutionError
-from ..runtime.object import ADT, RefValue
+from ..runtime.object import ADT, RefValue, write_ref
 from ..runtime.stack import USERS, limit_raised, run_on_deep_stack
 from ..runtime.stack import enter as enter_users
 from ..runtime.stack import leave as leave_users
@@ -298,7 +298,7 @@ class _FunctionEmitter:
         if op == O.AllocADT and ins.tag == bc.REF_TAG:
             return f"r{ins.dst} = RefValue(r{ins.fields[0]})"
         if op == O.AllocADT and ins.tag == bc.REF_WRITE_TAG:
-            return f"r{ins.dst} = ref_write(r{ins.fields[0]}, r{ins.fields[1]})"
+            return f"write_ref(r{ins.fields[0]}, r{ins.fields[1]}); r{ins.dst} = ADT(0, ())"
         if op == O.AllocADT:
             return f"r{ins.dst} = ADT({ins.tag}, ({regs(ins.fields)}{',' if len(ins.fields) == 1 else ''}))"
         if op == O.AllocClosure:
@@ -395,7 +395,7 @@ def instantiate(exe, builtins: dict, kernels: list, shape_forms: list | None = N
     source = exe.compiled_source()
     namespace = {
         "__builtins__": __builtins__, "ADT": ADT, "Closure": VMClosure, "OWNER": exe.closure_owner,
-        "RefValue": RefValue, "ref_write": ref_write,
+        "RefValue": RefValue, "write_ref": write_ref,
         "TailCall": TailCall,
         "trampoline": trampoline, "closure_target": _closure_target, "flatten_args": flatten_args,
         "shape_nbytes": shape_nbytes, "ExecutionError": ExecutionError, "scalar": _scalar, "offset": _offset,
@@ -418,14 +418,6 @@ def instantiate(exe, builtins: dict, kernels: list, shape_forms: list | None = N
     funcs = [namespace[f"f{i}"] for i in range(len(exe.functions))]
     namespace["FUNCS"] = funcs
     return funcs
-
-
-def ref_write(cell, value) -> ADT:
-    """``ref_write``: ``value`` into the reference cell ``cell``; ``()``."""
-    if cell.__class__ is not RefValue:
-        raise ExecutionError(f"ref_write: expected a reference, got {type(cell).__name__}")
-    cell.value = value
-    return ADT(0, ())
 
 
 _DEEP_STACK_BYTES = 512 * 1024 * 1024

@@ -53,7 +53,7 @@ from ..ir.types import FuncType, GlobalTypeVar, RefType, SymDim, TensorType, Tup
 from ..runtime.convert import Node, convert_argument, rebuild, result_checker
 from ..runtime.memory import NaiveAllocator, make_allocator
 from ..runtime.ndarray import NDArray
-from ..runtime.object import ADT, Closure, RefValue
+from ..runtime.object import ADT, Closure, RefValue, write_ref
 from ..runtime.placement import TensorLifetime, plan_memory
 from ..runtime.stack import (
     GC_PAUSERS,
@@ -103,7 +103,8 @@ MAX_STACK_REGISTERS = 1 << 22
 _STACK_CHUNK = 1024
 #: Past this many frames the cyclic garbage collector pauses until the call returns: deep non-tail
 #: recursion keeps every frame's objects alive, and the collector's repeated full scans of them doubled
-#: the run time (measured on a 100,000-deep @sum_up). VM values never form cycles.
+#: the run time (measured on a 100,000-deep @sum_up). VM values form cycles only through reference cells (a
+#: cell holding a closure that captures it), which the collector finds once it runs again.
 GC_PAUSE_DEPTH = 1024
 # parameter-shape keys a function keeps specialized code for (and keys remembered as seen once)
 _SPECIALIZE_LIMIT = 32
@@ -186,13 +187,6 @@ def _deep_stack(frames: list, deep: list | None) -> list:
             raise ExecutionError(f"stack overflow: {depth} nested calls hold {held} registers, more than the "
                                  f"{MAX_STACK_REGISTERS} a call's frames may hold")
     return deep
-
-
-def _cell(value) -> RefValue:
-    """The reference cell a ``ref_write`` writes (a file could name any register)."""
-    if value.__class__ is not RefValue:
-        raise ExecutionError(f"ref_write: expected a reference, got {type(value).__name__}")
-    return value
 
 
 def _offset(value) -> int:
@@ -774,7 +768,7 @@ class VirtualMachine:
                     regs[ins[1]] = RefValue(regs[ins[2]])
                     pc += 1
                 elif op == 39:  # REF_SET
-                    _cell(regs[ins[2]]).value = regs[ins[3]]
+                    write_ref(regs[ins[2]], regs[ins[3]])
                     regs[ins[1]] = ADT(0, ())
                     pc += 1
                 else:  # pragma: no cover - the decoder emits only the handlers of decoded.FORMS
