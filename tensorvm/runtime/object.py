@@ -62,6 +62,9 @@ class RefValue:
         """``(value,)``: the VM reads a cell as the one field of an ADT (``GetField``, bytecode.REF_TAG)."""
         return (self.value,)
 
+    def __repr__(self) -> str:
+        return f"RefValue({self.value!r})"
+
 
 def write_ref(cell, value) -> None:
     """``ref_write`` in the VM: ``value`` into ``cell``, which a file's bytecode may make any value."""
@@ -70,6 +73,3 @@ def write_ref(cell, value) -> None:
 
         raise ExecutionError(f"ref_write: expected a reference, got {type(cell).__name__}")
     cell.value = value
-
-    def __repr__(self) -> str:
-        return f"RefValue({self.value!r})"

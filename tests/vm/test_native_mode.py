@@ -938,7 +938,7 @@ def test_a_reference_crossing_between_python_and_native_code_is_refused():
     auto = tv.vm.compile(returns, target="c")
     assert auto.exec_mode == "bytecode"
     cell = VirtualMachine(auto).run(np.int32(4))
-    assert int(np.asarray(cell.value)) == 5
+    assert int(np.asarray(cell.value)) == 5 and repr(cell) == f"RefValue({cell.value!r})"
     captures = tv.parse("def @main(%x: int32) -> fn () -> int32 { let %r = ref(%x); "
                         "fn () -> int32 { let %_ = ref_write(%r, add(ref_read(%r), 1)); ref_read(%r) } }")
     with pytest.raises(ExecutionError, match="reference cannot be handed to Python"):
