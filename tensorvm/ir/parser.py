@@ -62,7 +62,7 @@ from .types import (
     TypeCall,
     TypeData,
     TypeVar,
-    component_types,
+    nested_types,
 )
 
 __all__ = ["parse_module", "parse_expr", "parse_type", "tokenize", "Token"]
@@ -1222,12 +1222,11 @@ class _Parser:
 # --------------------------------------------------------------------------------------------
 
 def _collect_type_references(ty, types: set) -> None:
-    if isinstance(ty, GlobalTypeVar):
-        types.add(ty.name)
-    elif isinstance(ty, TypeCall):
-        types.add(ty.func.name)
-    for part in component_types(ty):
-        _collect_type_references(part, types)
+    for part in nested_types(ty):
+        if isinstance(part, GlobalTypeVar):
+            types.add(part.name)
+        elif isinstance(part, TypeCall):
+            types.add(part.func.name)
 
 
 def _collect_type_data_references(tdef: TypeData, types: set) -> None:

@@ -15,7 +15,7 @@ import numpy as np
 __all__ = [
     "Any", "SymDim", "Dim", "Type", "TensorType", "TupleType", "FuncType", "TypeVar", "GlobalTypeVar",
     "TypeCall", "TypeData", "IncompleteType", "RefType", "scalar_type", "is_static_dim", "is_static_shape",
-    "normalize_dtype", "component_types", "DTYPES",
+    "normalize_dtype", "component_types", "nested_types", "DTYPES",
 ]
 
 # Canonical dtype names; aliases accepted by ``normalize_dtype``.
@@ -205,6 +205,15 @@ def component_types(ty) -> tuple:
     if isinstance(ty, RefType):
         return (ty.value,)
     return ()
+
+
+def nested_types(ty):
+    """``ty`` and every type it is made of, at any depth (``component_types`` walked with a stack of its own)."""
+    pending = [ty]
+    while pending:
+        part = pending.pop()
+        yield part
+        pending.extend(reversed(component_types(part)))
 
 
 @dataclass(frozen=True, slots=True, eq=False)

@@ -48,17 +48,12 @@ def _native_unless_refused(exe: Executable, lowered) -> Executable:
 def _largest_rank(mod) -> int:
     """The largest rank of a tensor in the types of ``mod``'s expressions (tuples, ADTs, closures, refs)."""
     from ..ir.expr import Function
-    from ..ir.types import TensorType, component_types
+    from ..ir.types import TensorType, nested_types
     from ..transform.to_anf import post_order_iter
 
-    def ranks(ty):
-        if isinstance(ty, TensorType):
-            yield len(ty.shape)
-        for part in component_types(ty):
-            yield from ranks(part)
-
-    return max((r for fn in mod.functions.values() if isinstance(fn, Function)
-                for node in post_order_iter(fn) for r in ranks(getattr(node, "_checked_type", None))), default=0)
+    return max((len(ty.shape) for fn in mod.functions.values() if isinstance(fn, Function)
+                for node in post_order_iter(fn) for ty in nested_types(getattr(node, "_checked_type", None))
+                if isinstance(ty, TensorType)), default=0)
 
 
 def compile(mod, target: str | None = None, params: dict | None = None, opt_level: int = 3,  # noqa: A001

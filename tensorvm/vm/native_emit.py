@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import UnsupportedError
-from ..ir.types import RefType, component_types
+from ..ir.types import RefType, nested_types
 from . import bytecode as bc
 from .native_mode import RUNTIME_SOURCE, native_header, python_primitives, runtime_text
 
@@ -96,7 +96,7 @@ NATIVE_MAX_RANK = 16  # (tv_runtime.h: TV_MAX_RANK, a tensor's dims in its struc
 
 
 def _holds_ref(ty) -> bool:
-    return isinstance(ty, RefType) or any(_holds_ref(t) for t in component_types(ty))
+    return any(isinstance(part, RefType) for part in nested_types(ty))
 
 
 def check_program(exe) -> None:
