@@ -493,8 +493,7 @@ class _FunctionEmitter:
         if op == O.ReshapeTensor:
             return self._check(f"tvn_reshape(ctx, r{ins.tensor}, r{ins.newshape}, &r{ins.dst}, {f}, {pc})")
         if op == O.AllocADT and ins.tag == bc.REF_WRITE_TAG:  # (a cell itself is an ADT of bc.REF_TAG)
-            return self._check(f"tvn_ref_write(ctx, r{ins.fields[0]}, r{ins.fields[1]}, INT64_C({bc.REF_TAG}), "
-                               f"&r{ins.dst}, {f}, {pc})")
+            return self._check(f"tvn_ref_write(ctx, r{ins.fields[0]}, r{ins.fields[1]}, &r{ins.dst}, {f}, {pc})")
         if op == O.AllocADT:
             return (f"{{ tv_obj* a_[] = {self._args(ins.fields)}; tv_adt* v_ = tv_adt_new(INT64_C({ins.tag}), "
                     f"{len(ins.fields)}, a_);\n  if (v_ == NULL) " + self._fail(pc, "TV_ERR_EXEC", "out of memory")

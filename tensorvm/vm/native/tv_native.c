@@ -174,11 +174,11 @@ TV_UNUSED static int32_t tvn_get_field(tv_ctx* ctx, const tv_obj* o, int64_t ind
   *dst = f;
   return 0;
 }
-/* ``ref_write``: ``value`` into the reference cell ``cell`` (an ADT of tag ``cell_tag``, bytecode.REF_TAG, whose one
-   field changes: the only ADT that does), and ``()`` into *dst. */
-TV_UNUSED static int32_t tvn_ref_write(tv_ctx* ctx, tv_obj* cell, tv_obj* value, int64_t cell_tag, tv_obj** dst,
-                                       int32_t fidx, int32_t pc) {
-  if (cell == NULL || cell->kind != TV_KIND_ADT || ((tv_adt*)cell)->tag != cell_tag || ((tv_adt*)cell)->nfields != 1)
+/* ``ref_write``: ``value`` into the reference cell ``cell`` (an ADT of TV_REF_TAG, whose one field changes: the
+   only ADT that does), and ``()`` into *dst. */
+TV_UNUSED static int32_t tvn_ref_write(tv_ctx* ctx, tv_obj* cell, tv_obj* value, tv_obj** dst, int32_t fidx,
+                                       int32_t pc) {
+  if (cell == NULL || cell->kind != TV_KIND_ADT || ((tv_adt*)cell)->tag != TV_REF_TAG || ((tv_adt*)cell)->nfields != 1)
     return tv_error_set(ctx, TV_ERR_EXEC, fidx, pc, "ref_write: expected a reference");
   tv_adt* unit = tv_adt_new(0, 0, NULL);
   if (unit == NULL) return tv_error_set(ctx, TV_ERR_EXEC, fidx, pc, "ref_write: out of memory");
