@@ -215,9 +215,9 @@ class TensorVMRep(BackendRep):
     def run(self, inputs, **kwargs):
         given = inputs if isinstance(inputs, (list, tuple)) else [inputs]
         if self.vm is None:
-            shape = {}
+            shape, unknown = {}, set(_unknown_ranks(self.model.graph))
             for name, value in zip(self.names, given, strict=True):
-                if name in _unknown_ranks(self.model.graph):
+                if name in unknown:
                     ranks = {np.ndim(t) for t in value}
                     if len(ranks) != 1:
                         raise unittest.SkipTest(f"input {name!r}: a sequence of tensors of ranks {sorted(ranks)}")
