@@ -29,6 +29,7 @@ from ..errors import UnsupportedError
 from ..ir.types import RefType, nested_types
 from . import bytecode as bc
 from .native_mode import RUNTIME_SOURCE, native_header, python_primitives, runtime_text
+from .specialize import shape_slice
 
 __all__ = ["check_program", "emit_program", "python_primitives", "NativeKernel", "RUNTIME_SOURCE", "runtime_text"]
 
@@ -349,6 +350,11 @@ class _FunctionEmitter:
             regs.update(ins.writes())
         self.objs = sorted(regs - self.ints)
         self.tails = bc.tail_call_pcs(fn)
+        # a straight-line function's arena storages: AllocStorage pc -> slot, and each slot's span
+        plan = shape_slice(fn)
+        arena = plan.every_pc_arena if plan is not None else ()
+        self.arena = {pc: k for k, (pc, _, _) in enumerate(arena)}
+        self.spans = tuple((first, last) for _, first, last in arena)
         self.targets = set()
         for pc, ins in enumerate(fn.instructions):
             if isinstance(ins, bc.If):
@@ -372,6 +378,11 @@ class _FunctionEmitter:
         lines.append(f"  tv_obj* reg_[{max(len(self.objs), 1)}] = {{NULL}};")
         lines.extend(f"  int64_t i{r} = 0;" for r in sorted(self.ints))
         lines.append("  (void)args;\n  (void)ret;")
+        if self.arena:  # (before any exit: the exit ends the arena's call)
+            lines.append(f"  tv_arena* ar_ = tvn_arena_begin(ctx, {self.index}, {len(self.exe.functions)}, "
+                         f"{len(self.arena)});")
+            lines.insert(0, f"static const int32_t tvn_f{self.index}_spans[{len(self.spans)}][2] = {{"
+                            + ", ".join(f"{{{a}, {b}}}" for a, b in self.spans) + "};")
         lines.extend(registers(f"  r{i} = args[{i}]; tv_incref(r{i});") for i in range(len(fn.params)))
         lines.append("tv_start:;")
         for pc, ins in enumerate(fn.instructions):
@@ -383,6 +394,8 @@ class _FunctionEmitter:
                      f"\"the function ends without ret\");")
         lines.append("tv_exit:")
         lines.append(f"  for (int32_t k_ = 0; k_ < {len(self.objs)}; ++k_) tv_decref(reg_[k_]);")
+        if self.arena:
+            lines.append(f"  tvn_arena_end(ctx, ar_, {self.index}, rc, tvn_f{self.index}_spans);")
         lines.append("  return rc;")
         lines.append("}")
         if pc_targets := [t for t in self.targets if not 0 <= t < len(fn.instructions)]:
@@ -468,7 +481,11 @@ class _FunctionEmitter:
                         f"{{ rc = ctx->error.kind; goto tv_exit; }}\n  const int64_t s_ = tvn_nbytes(d_, n_, {itemsize});")
             else:
                 size = "int64_t s_ = 0; " + self._int_of(ins.size, pc, "alloc_storage", "s_")
-            return "{ " + size + "\n  " + self._check(f"tvn_alloc_storage(ctx, s_, &r{ins.dst}, {f}, {pc})") + " }"
+            if pc in self.arena:
+                alloc = f"tvn_arena_storage(ctx, ar_, {self.arena[pc]}, s_, &r{ins.dst}, {f}, {pc})"
+            else:
+                alloc = f"tvn_alloc_storage(ctx, s_, &r{ins.dst}, {f}, {pc})"
+            return "{ " + size + "\n  " + self._check(alloc) + " }"
         if op in (O.AllocTensor, O.AllocTensorReg):
             code, bits = _dtype_pair(ins.dtype)
             offset = "int64_t o_ = 0; " + self._int_of(ins.offset, pc, "alloc_tensor", "o_")

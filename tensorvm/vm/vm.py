@@ -295,7 +295,8 @@ class VirtualMachine:
     ``allocator`` is ``"pooled"`` (default), ``"naive"`` or an ``Allocator`` instance. ``native=False``
     keeps to pure Python even where the compiled helper (``fastcall``: storages and tensor views made in C)
     is available. ``specialize=False`` (default: on unless ``$TENSORVM_SPECIALIZE`` is ``0``) runs every
-    call of a straight-line function generically: no shape slice, no arena (``specialize.py``).
+    call of a straight-line function generically: no shape slice, no arena (``specialize.py``; in native
+    mode, no arena: docs/native_mode.md, "Arena").
 
     Threads: a VM runs one call at a time (it keeps per-call state: buffers of specialized shapes, the
     allocator's pools, the selected program). Calls from other threads while it is busy wait their turn;
@@ -352,6 +353,7 @@ class VirtualMachine:
             from .native_mode import call_native, runtime_for
 
             self._native_rt = runtime_for(exe, self, self.allocator.limit_bytes)
+            self._native_rt.set_arenas(specialize)  # (native mode's arenas: docs/native_mode.md, "Arena")
             self._call_native = call_native
             from .native_mode import native_invoker
 

@@ -9,6 +9,7 @@ the mismatches in a comment on top).
     python tests/fuzz/program_campaign.py --programs 300 --flavor dataflow --executors vm-python-bytecode \\
         --break specialize     # a reintroduced defect: must report mismatches
     python tests/fuzz/program_campaign.py --programs 300 --flavor dataflow --break arena
+    python tests/fuzz/program_campaign.py --programs 300 --flavor dataflow --executors vm-c-native --break native-arena
     python tests/fuzz/program_campaign.py --replay fuzz-failures/*.rly
 
 Exit status 1 when any mismatch (or a program the interpreter rejects) was found.
@@ -31,7 +32,8 @@ from program_gen import FLAVORS, programs  # noqa: E402
 CHUNK = 50  # programs per Hypothesis run (a failure ends its run, after shrinking)
 SHRINK_STEPS = 150  # programs tried while shrinking one failure (each may compile C)
 # reintroduced defects (``--break``): each must make the campaign report mismatches
-_BREAKAGES = {"specialize": pf.broken_specialization, "arena": pf.broken_arena_placement}
+_BREAKAGES = {"specialize": pf.broken_specialization, "arena": pf.broken_arena_placement,
+              "native-arena": pf.broken_native_arena}
 
 
 def campaign(max_programs: int | None, minutes: float | None, first_seed: int, flavor: str | None,

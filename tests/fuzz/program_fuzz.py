@@ -326,6 +326,31 @@ def broken_specialization():
 
 
 @contextlib.contextmanager
+def broken_native_arena():
+    """Ends every slot of native mode's arenas at the first instruction touching it while active (a span
+    that forgets the slot's later uses), so the C placement lets a tensor share bytes with one still read.
+    Without native arenas this changes nothing."""
+    from tensorvm.vm import native_emit
+
+    original = getattr(native_emit, "shape_slice", None)
+    if original is None:
+        yield
+        return
+
+    def forgetful(fn):
+        plan = original(fn)
+        if plan is None or not getattr(plan, "every_pc_arena", ()):
+            return plan
+        return dataclasses.replace(plan, every_pc_arena=tuple((pc, first, first) for pc, first, _ in plan.every_pc_arena))
+
+    native_emit.shape_slice = forgetful
+    try:
+        yield
+    finally:
+        native_emit.shape_slice = original
+
+
+@contextlib.contextmanager
 def broken_arena_placement():
     """Shortens every arena storage's span by its last instruction while active (an off-by-one: the last use
     taken as exclusive), so the VM's placement of a specialized body's arena lets a kernel's output share

@@ -97,19 +97,23 @@ def test_the_fuzzer_finds_the_reintroduced_specialization_defect():
 
 
 @pytest.mark.skipif(not have_compiler(), reason="the defect shows only in C kernels (NumPy's read all inputs first)")
-def test_the_fuzzer_finds_a_misplaced_arena():
-    """An off-by-one in the spans of a specialized body's arena storages (``broken_arena_placement``: the
-    last use taken as exclusive, so a kernel's output may share bytes with an input it still reads): the
-    fuzzer must report a mismatch within its budget on the C VM, and the program it found must pass once
-    the defect is gone."""
-    executors = {"vm-c-bytecode": pf.EXECUTORS["vm-c-bytecode"]}
+@pytest.mark.parametrize("executor, breakage", [("vm-c-bytecode", pf.broken_arena_placement),
+                                                ("vm-c-native", pf.broken_native_arena)])
+def test_the_fuzzer_finds_a_misplaced_arena(executor, breakage):
+    """Arena storages whose spans are too short, so that a kernel's output may share bytes with an input it
+    still reads: on the bytecode VM an off-by-one in a specialized body's spans (``broken_arena_placement``:
+    the last use taken as exclusive), in native mode spans that forget a slot's uses after the first
+    (``broken_native_arena``; native spans also cover the allocations between uses, where that off-by-one
+    changes nothing). The fuzzer must report a mismatch within its budget, and the program it found must
+    pass once the defect is gone."""
+    executors = {executor: pf.EXECUTORS[executor]}
     tried = []
 
     def fails(case) -> bool:
         tried.append(case)
         return bool(pf.run_case(case, pf.Stats(), executors))
 
-    with pf.broken_arena_placement():
+    with breakage():
         try:
             case = find(programs("dataflow"), fails, settings=_settings(600, phases=(Phase.generate,)))
         except NoSuchExample:

@@ -717,6 +717,14 @@ static PyObject* runtime_release_cached(PyObject* op, PyObject* unused) {
   return PyLong_FromLongLong((long long)tv_pool_release_cached(((Runtime*)op)->ctx.pool));
 }
 
+static PyObject* runtime_set_arenas(PyObject* op, PyObject* on) {
+  if (refuse_if_busy((Runtime*)op)) return NULL;
+  const int truth = PyObject_IsTrue(on);
+  if (truth < 0) return NULL;
+  ((Runtime*)op)->ctx.pool->no_arenas = !truth;
+  Py_RETURN_NONE;
+}
+
 static void runtime_dealloc(PyObject* op) {
   Runtime* self = (Runtime*)op;
   for (Py_ssize_t i = 0; i < self->nconstants; ++i) tv_decref(self->constants[i]);
@@ -878,6 +886,7 @@ static PyMethodDef runtime_methods[] = {
     {"python_calls", runtime_python_calls, METH_NOARGS, "how many calls went through Python callbacks"},
     {"reset_stats", runtime_reset_stats, METH_NOARGS, "zero the counters"},
     {"release_cached", runtime_release_cached, METH_NOARGS, "free the cached blocks; returns the bytes"},
+    {"set_arenas", runtime_set_arenas, METH_O, "set_arenas(on): whether straight-line functions place arenas"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -105,6 +105,154 @@ TV_UNUSED static int32_t tvn_alloc_storage(tv_ctx* ctx, int64_t nbytes, tv_obj**
   *dst = &s->h;
   return 0;
 }
+/* ---- a straight-line function's arena (tv_runtime.h's tv_arena; docs/native_mode.md, "Arena") ---- */
+/* The most bytes one function's arena block may hold (the bytecode VM's _ARENA_LIMIT). */
+#define TVN_ARENA_MAX ((int64_t)256 << 20)
+
+/* Function fidx's arena for this call (made on its first call), or NULL: the function's AllocStorage then
+   take pool blocks (disabled, in use by a call already running, or out of memory). */
+TV_UNUSED static tv_arena* tvn_arena_begin(tv_ctx* ctx, int32_t fidx, int32_t nfuncs, int32_t slots) {
+  tv_pool* pool = ctx->pool;
+  if (pool->no_arenas || fidx < 0 || fidx >= nfuncs || slots <= 0) return NULL;
+  if (pool->narenas < nfuncs) {
+    tv_arena** grown = (tv_arena**)pool->allocator.alloc(pool->allocator.user, sizeof(tv_arena*) * (size_t)nfuncs, 16);
+    if (grown == NULL) return NULL;
+    for (int32_t f = 0; f < nfuncs; ++f) grown[f] = f < pool->narenas ? pool->arenas[f] : NULL;
+    if (pool->arenas != NULL) pool->allocator.free(pool->allocator.user, pool->arenas);
+    pool->arenas = grown;
+    pool->narenas = nfuncs;
+  }
+  tv_arena* a = pool->arenas[fidx];
+  if (a == NULL) {
+    const size_t size = sizeof(tv_arena) + sizeof(int64_t) * 3 * (size_t)slots + sizeof(tv_arena_view) * (size_t)slots;
+    if ((a = (tv_arena*)pool->allocator.alloc(pool->allocator.user, size, 64)) == NULL) return NULL;
+    memset(a, 0, size);
+    a->slots = slots;
+    a->pool = pool;
+    a->planned = (int64_t*)(a + 1);
+    a->offsets = a->planned + slots;
+    a->seen = a->offsets + slots;
+    a->views = (tv_arena_view*)(a->seen + slots);
+    pool->arenas[fidx] = a;
+  }
+  if (a->busy || a->disabled || a->slots != slots) return NULL;
+  a->busy = 1;
+  a->grew = a->block == NULL;
+  for (int32_t k = 0; k < slots; ++k) a->seen[k] = -1;
+  return a;
+}
+
+/* A released view: its slot is free again (a detached arena goes with its last view). */
+static void tvn_arena_release(tv_storage* s) {
+  tv_arena* a = ((tv_arena_view*)s)->arena;
+  a->live -= 1;
+  if (a->detached && a->live == 0) tv_arena_free(a);
+}
+
+/* AllocStorage of arena slot k: a view of the block when the slot's place holds nbytes, else a pool block. */
+TV_UNUSED static int32_t tvn_arena_storage(tv_ctx* ctx, tv_arena* a, int32_t k, int64_t nbytes, tv_obj** dst,
+                                           int32_t fidx, int32_t pc) {
+  if (a != NULL && nbytes >= 0) {
+    a->seen[k] = nbytes;
+    tv_arena_view* v = &a->views[k];
+    if (a->block != NULL && nbytes <= a->planned[k] && v->s.h.refcount == 0) {
+      v->s = (tv_storage){{1, TV_KIND_STORAGE}, a->block + a->offsets[k], nbytes, 0, NULL, NULL, tvn_arena_release};
+      v->arena = a;
+      a->live += 1;
+      tv_decref(*dst);
+      *dst = &v->s.h;
+      return 0;
+    }
+    a->grew = 1;
+  }
+  return tvn_alloc_storage(ctx, nbytes, dst, fidx, pc);
+}
+
+static int tvn_by_start(const void* x, const void* y) {
+  const int64_t a = ((const int64_t*)x)[0], b = ((const int64_t*)y)[0];
+  return (a > b) - (a < b);
+}
+
+/* Places n slots of sizes size[] with spans span[] (first and last pc) in one block, first fit from the
+   largest: a slot goes at the lowest 64-byte aligned offset clear of every placed slot whose span overlaps
+   its own. Returns the block's bytes, or -1 when out of memory for the work arrays. */
+static int64_t tvn_arena_place(const tv_allocator* al, int32_t n, const int64_t* size, const int32_t (*span)[2],
+                               int64_t* offset) {
+  int32_t* order = (int32_t*)al->alloc(al->user, sizeof(int32_t) * (size_t)n, 16);
+  int64_t* busy = (int64_t*)al->alloc(al->user, sizeof(int64_t) * 2 * (size_t)n, 16);
+  if (order == NULL || busy == NULL) {
+    if (order != NULL) al->free(al->user, order);
+    if (busy != NULL) al->free(al->user, busy);
+    return -1;
+  }
+  for (int32_t i = 0; i < n; ++i) {  /* (insertion sort: by size, largest first, then by slot) */
+    int32_t j = i;
+    while (j > 0 && size[order[j - 1]] < size[i]) { order[j] = order[j - 1]; --j; }
+    order[j] = i;
+  }
+  int64_t total = 0;
+  for (int32_t i = 0; i < n; ++i) {
+    const int32_t k = order[i];
+    int32_t m = 0;  /* the placed slots live at the same time as k, as (start, end) */
+    for (int32_t p = 0; p < i; ++p) {
+      const int32_t q = order[p];
+      if (span[q][0] <= span[k][1] && span[k][0] <= span[q][1] && size[q] > 0) {
+        busy[2 * m] = offset[q];
+        busy[2 * m + 1] = offset[q] + size[q];
+        ++m;
+      }
+    }
+    qsort(busy, (size_t)m, 2 * sizeof(int64_t), tvn_by_start);
+    int64_t at = 0;
+    for (int32_t p = 0; p < m && size[k] > 0; ++p) {
+      if (at + size[k] <= busy[2 * p]) break;
+      const int64_t end = (busy[2 * p + 1] + 63) & ~(int64_t)63;
+      if (end > at) at = end;
+    }
+    offset[k] = at;
+    if (at + size[k] > total) total = at + size[k];
+  }
+  al->free(al->user, order);
+  al->free(al->user, busy);
+  return total;
+}
+
+/* The end of a call that began with tvn_arena_begin (a, possibly NULL), after its registers are released:
+   a view still alive (it reached the caller) detaches the arena, which its views then own; after a call
+   that took pool blocks for some slots, every slot reached, the block is placed anew for the larger sizes. */
+TV_UNUSED static void tvn_arena_end(tv_ctx* ctx, tv_arena* a, int32_t fidx, int32_t rc, const int32_t (*span)[2]) {
+  if (a == NULL) return;
+  tv_pool* pool = ctx->pool;
+  a->busy = 0;
+  if (a->live != 0) {
+    a->detached = 1;
+    pool->refcount += 1;  /* (the detached arena's reference: it gives memory back to the pool's allocator) */
+    pool->arenas[fidx] = NULL;
+    if (tvn_arena_begin(ctx, fidx, pool->narenas, a->slots) != NULL) {  /* (a new one, never used) */
+      pool->arenas[fidx]->busy = 0;
+      pool->arenas[fidx]->disabled = 1;
+    }
+    return;
+  }
+  if (rc != 0 || !a->grew) return;
+  for (int32_t k = 0; k < a->slots; ++k)
+    if (a->seen[k] < 0) return;
+  tv_arena_drop_block(a);  /* (every view is released: nothing reads it) */
+  for (int32_t k = 0; k < a->slots; ++k)
+    if (a->seen[k] > a->planned[k]) a->planned[k] = a->seen[k];
+  const int64_t total = tvn_arena_place(&pool->allocator, a->slots, a->planned, span, a->offsets);
+  const int64_t bytes = total > 64 ? total : 64;
+  /* (a block past the bound, or the pool's limit, and no memory: the slots keep taking pool blocks) */
+  if (total < 0 || total > TVN_ARENA_MAX || (pool->limit_bytes >= 0 && pool->bytes_reserved + bytes > pool->limit_bytes) ||
+      (a->block = (char*)pool->allocator.alloc(pool->allocator.user, (size_t)bytes, 64)) == NULL) {
+    a->disabled = 1;
+    return;
+  }
+  a->block_bytes = bytes;
+  a->grew = 0;
+  pool->bytes_reserved += bytes;
+}
+
 TV_UNUSED static int32_t tvn_alloc_tensor(tv_ctx* ctx, const tv_obj* storage, int64_t offset, const int64_t* dims, int32_t ndim,
                                 int32_t code, int32_t bits, tv_obj** dst, int32_t fidx, int32_t pc) {
   if (storage == NULL || storage->kind != TV_KIND_STORAGE)

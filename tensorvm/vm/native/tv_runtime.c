@@ -68,9 +68,34 @@ TV_UNUSED static tv_pool* tv_pool_new_with(int64_t limit_bytes, const tv_allocat
 
 TV_UNUSED static tv_pool* tv_pool_new(int64_t limit_bytes) { return tv_pool_new_with(limit_bytes, NULL); }
 
-/* Frees every cached block; returns the bytes given back. */
+/* Gives an arena's block back to its pool's allocator (the next call that ends well places a new one). */
+static int64_t tv_arena_drop_block(tv_arena* a) {
+  const int64_t bytes = a->block_bytes;
+  if (a->block != NULL) {
+    a->pool->allocator.free(a->pool->allocator.user, a->block);
+    a->pool->bytes_reserved -= bytes;
+  }
+  a->block = NULL;
+  a->block_bytes = 0;
+  return bytes;
+}
+
+static void tv_pool_decref(tv_pool* pool);
+
+/* Frees an arena and its block (a detached one also lets go of its pool). */
+TV_UNUSED static void tv_arena_free(tv_arena* a) {
+  tv_pool* pool = a->pool;
+  const int32_t detached = a->detached;
+  tv_arena_drop_block(a);
+  pool->allocator.free(pool->allocator.user, a);
+  if (detached) tv_pool_decref(pool);
+}
+
+/* Frees every cached block and every idle arena's block; returns the bytes given back. */
 TV_UNUSED static int64_t tv_pool_release_cached(tv_pool* pool) {
-  int64_t freed = 0;
+  int64_t freed = 0, arenas = 0;
+  for (int32_t f = 0; f < pool->narenas; ++f)
+    if (pool->arenas[f] != NULL && !pool->arenas[f]->busy) arenas += tv_arena_drop_block(pool->arenas[f]);
   for (int b = 0; b < TV_POOL_BUCKETS; ++b) {
     tv_free_block* block = pool->buckets[b];
     while (block != NULL) {
@@ -83,7 +108,7 @@ TV_UNUSED static int64_t tv_pool_release_cached(tv_pool* pool) {
   }
   pool->bytes_cached -= freed;
   pool->bytes_reserved -= freed;
-  return freed;
+  return freed + arenas;
 }
 
 /* A struct of size bytes: a spare one of the list, else a new one (NULL when out of memory). */
@@ -116,6 +141,11 @@ static void tv_free_spares(tv_pool* pool, tv_spare* spare) {
 
 TV_UNUSED static void tv_pool_decref(tv_pool* pool) {
   if (pool != NULL && --pool->refcount == 0) {
+    for (int32_t f = 0; f < pool->narenas; ++f)
+      if (pool->arenas[f] != NULL) tv_arena_free(pool->arenas[f]);
+    if (pool->arenas != NULL) pool->allocator.free(pool->allocator.user, pool->arenas);
+    pool->arenas = NULL;
+    pool->narenas = 0;
     tv_pool_release_cached(pool);
     tv_free_spares(pool, pool->spare_tensors);
     tv_free_spares(pool, pool->spare_storages);

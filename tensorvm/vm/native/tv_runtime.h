@@ -102,7 +102,37 @@ typedef struct tv_pool {
   tv_spare* spare_storages;
   int32_t num_spare_tensors, num_spare_storages;
   tv_allocator allocator; /* every block and struct the pool holds comes from it */
+  struct tv_arena** arenas; /* per VM function (NULL: none yet), narenas of them (tv_native.c's tvn_arena_begin) */
+  int32_t narenas;
+  int32_t no_arenas;        /* nonzero: every AllocStorage takes a pool block (VirtualMachine(specialize=False)) */
 } tv_pool;
+
+/* A straight-line function's arena (native mode; docs/native_mode.md, "Arena"): one block whose bytes its
+   arena storages share where their spans (the pcs reading or writing their tensors) do not overlap, placed
+   for the largest size each slot has needed; a call's AllocStorage of slot k views the block at offsets[k]
+   when its size fits planned[k], else takes a pool block. The pool owns its arenas (their blocks count in
+   bytes_reserved, not bytes_live); an arena whose view outlived its call (never expected: such storages
+   are not arena slots) is detached and freed with its last view. */
+typedef struct tv_arena_view {
+  tv_storage s;            /* refcount 0: free */
+  struct tv_arena* arena;
+} tv_arena_view;
+
+typedef struct tv_arena {
+  int32_t slots;
+  int32_t busy;            /* a call of the function is using it */
+  int32_t grew;            /* this call took a pool block for a slot (or nothing is placed yet) */
+  int32_t disabled;        /* never place again (too large, or a view escaped once) */
+  int32_t detached;        /* owned by its live views, no longer by the pool (which it holds a reference to) */
+  int64_t live;            /* views handed out and not released */
+  char* block;
+  int64_t block_bytes;
+  tv_pool* pool;
+  int64_t* planned;        /* [slots] the bytes each slot's place holds */
+  int64_t* offsets;        /* [slots] */
+  int64_t* seen;           /* [slots] this call's sizes (-1: not reached) */
+  tv_arena_view* views;    /* [slots] */
+} tv_arena;
 
 typedef struct tv_error {
   int32_t kind, func, pc, packed, code;

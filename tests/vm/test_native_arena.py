@@ -1,0 +1,136 @@
+"""Native mode's arena (docs/native_mode.md, "Arena"): a straight-line function's intermediates placed in one
+block that its calls reuse, where their spans do not overlap.
+
+Oracle: NumPy for the values; the pool's counters for what was allocated (a storage the arena places is
+not a pool allocation); later calls must not change results already returned.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import tensorvm as tv
+from tensorvm.codegen.build import have_compiler
+from tensorvm.runtime.memory import make_allocator
+from tensorvm.vm import VirtualMachine, native_emit
+from tensorvm.vm import bytecode as bc
+
+pytestmark = pytest.mark.skipif(not have_compiler(), reason="native mode compiles C (no C compiler here)")
+
+# four products whose intermediates are each live across one more product: the arena places them
+CHAIN = """
+def @main(%x: Tensor[(?, 32), float32], %w: Tensor[(32, 32), float32]) {
+  %0 = nn.dense(%x, %w);
+  %1 = nn.relu(nn.dense(%0, %w));
+  %2 = add(nn.dense(%1, %w), %0);
+  %3 = nn.dense(%2, %w);
+  sum(%3, axis=[1])
+}
+"""
+
+
+def want(x, w):
+    h0 = x @ w.T
+    h1 = np.maximum(h0 @ w.T, 0)
+    return ((h1 @ w.T + h0) @ w.T).sum(axis=1)
+
+
+def inputs(rows, seed):
+    rng = np.random.default_rng(seed)
+    return rng.standard_normal((rows, 32)).astype(np.float32), (rng.standard_normal((32, 32)) / 6).astype(np.float32)
+
+
+def storages(exe) -> int:
+    return sum(isinstance(ins, bc.AllocStorage) for ins in exe.function("main").instructions)
+
+
+def test_a_straight_line_call_allocates_only_its_result_once_the_arena_is_placed():
+    exe = tv.vm.compile(tv.parse(CHAIN), target="c", exec_mode="native")
+    assert storages(exe) >= 4
+    vm = VirtualMachine(exe)
+    kept = []
+    for rows in (8, 8, 3, 8, 16, 16, 3, 0, 16):
+        x, w = inputs(rows, rows)
+        vm.reset_memory_stats()
+        got = vm.run(x, w).numpy()
+        allocated = vm.memory_stats()["num_allocations"]
+        kept.append((got, want(x, w), rows, allocated))
+    for got, expected, rows, _ in kept:  # later calls did not write into earlier results
+        np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-4, err_msg=f"rows {rows}")
+    # the first call takes pool blocks, as does a call larger than any before for the slots it outgrows (the
+    # arena is placed for the larger sizes after it); every other call allocates its result alone
+    counts = [a for *_, a in kept]
+    assert counts[0] == storages(exe) and counts[4] > 1
+    assert counts[1:4] + counts[5:] == [1] * 7
+
+
+def test_arena_bytes_are_reserved_not_live_and_released_on_request():
+    vm = VirtualMachine(tv.vm.compile(tv.parse(CHAIN), target="c", exec_mode="native"))
+    x, w = inputs(64, 1)
+    for _ in range(3):
+        np.testing.assert_allclose(vm.run(x, w).numpy(), want(x, w), rtol=1e-4, atol=1e-4)
+    stats = vm.memory_stats()
+    # two intermediates of 64 x 32 floats are live at once (the residual keeps %0 across two products)
+    assert stats["bytes_live"] == 0
+    assert stats["bytes_reserved"] - stats["bytes_cached"] >= 2 * 64 * 32 * 4
+    assert vm._native_rt.release_cached() > 0
+    assert vm.memory_stats()["bytes_reserved"] == 0
+    np.testing.assert_allclose(vm.run(x, w).numpy(), want(x, w), rtol=1e-4, atol=1e-4)
+
+
+def test_without_specializing_no_arena_is_placed():
+    exe = tv.vm.compile(tv.parse(CHAIN), target="c", exec_mode="native")
+    vm = VirtualMachine(exe, specialize=False)
+    x, w = inputs(8, 2)
+    for _ in range(3):
+        vm.reset_memory_stats()
+        np.testing.assert_allclose(vm.run(x, w).numpy(), want(x, w), rtol=1e-4, atol=1e-4)
+        assert vm.memory_stats()["num_allocations"] == storages(exe)
+
+
+def test_an_arena_past_the_allocator_limit_is_not_placed():
+    exe = tv.vm.compile(tv.parse(CHAIN), target="c", exec_mode="native")
+    # three intermediates of 32 KB are live at once: the pool's blocks fit, those and an arena beside them
+    # (placed after the first call, while the pool keeps its blocks cached) do not
+    limit = 4 * 256 * 32 * 4 + 4096
+    vm = VirtualMachine(exe, allocator=make_allocator("pooled", limit_bytes=limit))
+    x, w = inputs(256, 3)
+    for _ in range(4):
+        vm.reset_memory_stats()
+        np.testing.assert_allclose(vm.run(x, w).numpy(), want(x, w), rtol=1e-4, atol=1e-4)
+        assert vm.memory_stats()["bytes_reserved"] <= limit
+    assert vm.memory_stats()["num_allocations"] == storages(exe)
+
+
+def test_a_view_that_reaches_the_caller_detaches_the_arena_and_keeps_its_bytes(monkeypatch):
+    """The analysis never makes a returned storage an arena slot; if it did, the call's end would find the
+    view still alive: the arena becomes the result's (freed with it), later calls take pool blocks, and no
+    result already returned changes. Forced here by making every storage a slot whose span is the whole
+    function (so the placement itself is sound)."""
+    real = native_emit.shape_slice
+
+    def every_storage(fn):
+        plan = real(fn)
+        last = len(fn.instructions) - 1
+        pcs = tuple((pc, 0, last) for pc, ins in enumerate(fn.instructions) if isinstance(ins, bc.AllocStorage))
+        return plan.__class__(plan.slice_pcs, plan.preset, plan.body_skip, plan.placeholders, plan.private,
+                              plan.arena, plan.scratch, pcs)
+
+    monkeypatch.setattr(native_emit, "shape_slice", every_storage)
+    exe = tv.vm.compile(tv.parse(CHAIN), target="c", exec_mode="native")
+    monkeypatch.undo()
+    vm = VirtualMachine(exe)
+    x, w = inputs(16, 4)
+    first = vm.run(x, w).numpy()  # pool blocks; the arena is placed after it
+    reserved = vm.memory_stats()["bytes_reserved"]
+    second = vm.run(x, w).numpy()  # the result is a view of the arena: detached at the call's end
+    kept = [vm.run(*inputs(16, seed)).numpy() for seed in (5, 6, 7)]
+    for got in (first, second):
+        np.testing.assert_allclose(got, want(x, w), rtol=1e-4, atol=1e-4)
+    for got, seed in zip(kept, (5, 6, 7)):
+        np.testing.assert_allclose(got, want(*inputs(16, seed)), rtol=1e-4, atol=1e-4)
+    with_detached = vm.memory_stats()["bytes_reserved"]
+    del second
+    assert vm.memory_stats()["bytes_reserved"] < with_detached  # the detached block went with its view
+    assert vm.memory_stats()["bytes_reserved"] <= reserved
