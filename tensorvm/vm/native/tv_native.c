@@ -110,10 +110,12 @@ TV_UNUSED static int32_t tvn_alloc_storage(tv_ctx* ctx, int64_t nbytes, tv_obj**
 #define TVN_ARENA_MAX ((int64_t)256 << 20)
 
 /* Function fidx's arena for this call (made on its first call), or NULL: the function's AllocStorage then
-   take pool blocks (disabled, in use by a call already running, or out of memory). */
+   take pool blocks (arenas off, disabled, in use by a call already running, or out of memory). A pool with
+   a limit on its bytes places none: a block placed for small shapes could leave a larger shape's pool
+   blocks no room under the limit while views of it are in use. */
 TV_UNUSED static tv_arena* tvn_arena_begin(tv_ctx* ctx, int32_t fidx, int32_t nfuncs, int32_t slots) {
   tv_pool* pool = ctx->pool;
-  if (pool->no_arenas || fidx < 0 || fidx >= nfuncs || slots <= 0) return NULL;
+  if (pool->no_arenas || pool->limit_bytes >= 0 || fidx < 0 || fidx >= nfuncs || slots <= 0) return NULL;
   if (pool->narenas < nfuncs) {
     tv_arena** grown = (tv_arena**)pool->allocator.alloc(pool->allocator.user, sizeof(tv_arena*) * (size_t)nfuncs, 16);
     if (grown == NULL) return NULL;
@@ -242,8 +244,8 @@ TV_UNUSED static void tvn_arena_end(tv_ctx* ctx, tv_arena* a, int32_t fidx, int3
     if (a->seen[k] > a->planned[k]) a->planned[k] = a->seen[k];
   const int64_t total = tvn_arena_place(&pool->allocator, a->slots, a->planned, span, a->offsets);
   const int64_t bytes = total > 64 ? total : 64;
-  /* (a block past the bound, or the pool's limit, and no memory: the slots keep taking pool blocks) */
-  if (total < 0 || total > TVN_ARENA_MAX || (pool->limit_bytes >= 0 && pool->bytes_reserved + bytes > pool->limit_bytes) ||
+  /* (a block past the bound, or no memory: the slots keep taking pool blocks) */
+  if (total < 0 || total > TVN_ARENA_MAX ||
       (a->block = (char*)pool->allocator.alloc(pool->allocator.user, (size_t)bytes, 64)) == NULL) {
     a->disabled = 1;
     return;
