@@ -8,6 +8,7 @@ products.
     .venv/bin/python benchmarks/gemm_variants.py --threads 2
     .venv/bin/python benchmarks/gemm_variants.py --quick
     .venv/bin/python benchmarks/gemm_variants.py --encoders --threads 2   # the corpus encoders' shapes
+    .venv/bin/python benchmarks/gemm_variants.py --gpt2 --threads 2       # the corpus GPT-2's
 
 Times are medians over rounds in which every variant runs once (interleaved), in microseconds; GFLOP/s
 in brackets. The last column is what ``tensorvm.codegen.calibrate`` picks between this host's packed product
@@ -35,12 +36,18 @@ SHAPES = [  # (label, m, n, k)
 ENCODER_SHAPES = [(f"enc-{m} {label}", m, n, k) for m in (128, 256)
                   for label, n, k in (("qkv/out", 256, 256), ("ffn1", 1024, 256), ("ffn2", 256, 1024))]
 
+# GPT-2 of the corpus (hidden 128, feed-forward 512, vocabulary 50257): its LM head and its layers' products
+# at 8, 64 and 128 token rows (batch 1 x 8, 1 x 64, 4 x 32)
+GPT2_SHAPES = [(f"gpt2-{m} {label}", m, n, k) for m in (8, 64, 128)
+               for label, n, k in (("qkv", 384, 128), ("ffn1", 512, 128), ("ffn2", 128, 512), ("lm head", 50257, 128))]
+
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--encoders", action="store_true", help="the corpus encoders' shapes instead")
+    parser.add_argument("--gpt2", action="store_true", help="the corpus GPT-2's shapes instead")
     args = parser.parse_args()
     for name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "TENSORVM_NUM_THREADS"):
         os.environ[name] = str(args.threads)
@@ -129,7 +136,7 @@ def main():
         print(f"{label:<18} {m:>4} {n:>5} {k:>5}  " + "".join(f"{c:>21}" for c in cells[:-1]) + cells[-1])
 
 
-    for shape in ENCODER_SHAPES if args.encoders else SHAPES:
+    for shape in ENCODER_SHAPES if args.encoders else GPT2_SHAPES if args.gpt2 else SHAPES:
         row(*shape)
 
 if __name__ == "__main__":
