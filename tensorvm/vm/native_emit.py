@@ -28,8 +28,8 @@ import numpy as np
 from ..errors import UnsupportedError
 from ..ir.types import RefType, nested_types
 from . import bytecode as bc
+from .arena_slots import arena_slots
 from .native_mode import RUNTIME_SOURCE, native_header, python_primitives, runtime_text
-from .specialize import shape_slice
 
 __all__ = ["check_program", "emit_program", "python_primitives", "NativeKernel", "RUNTIME_SOURCE", "runtime_text"]
 
@@ -350,9 +350,8 @@ class _FunctionEmitter:
             regs.update(ins.writes())
         self.objs = sorted(regs - self.ints)
         self.tails = bc.tail_call_pcs(fn)
-        # a straight-line function's arena storages: AllocStorage pc -> slot, and each slot's span
-        plan = shape_slice(fn)
-        arena = plan.every_pc_arena if plan is not None else ()
+        # the function's arena slots (arena_slots.py): AllocStorage pc -> slot, and each slot's span
+        arena = arena_slots(fn)
         self.arena = {pc: k for k, (pc, _, _) in enumerate(arena)}
         self.spans = tuple((first, last) for _, first, last in arena)
         self.targets = set()
@@ -395,7 +394,7 @@ class _FunctionEmitter:
         lines.append("tv_exit:")
         lines.append(f"  for (int32_t k_ = 0; k_ < {len(self.objs)}; ++k_) tv_decref(reg_[k_]);")
         if self.arena:
-            lines.append(f"  tvn_arena_end(ctx, ar_, {self.index}, rc, tvn_f{self.index}_spans);")
+            lines.append(f"  tvn_arena_end(ctx, ar_, {self.index}, rc == 0 || rc == TVN_TAIL, tvn_f{self.index}_spans);")
         lines.append("  return rc;")
         lines.append("}")
         if pc_targets := [t for t in self.targets if not 0 <= t < len(fn.instructions)]:

@@ -77,10 +77,6 @@ class ShapeSlice:
     #                    the body uses; the slice makes these storages (``scratch``: no memory of its own
     #                    is needed for them, their tensors are placed in one block afterwards)
     scratch: frozenset = frozenset()  # slice pcs allocating those storages
-    # native mode's arena (docs/native_mode.md, "Arena"): (pc of the AllocStorage, first pc, last pc) of each
-    # arena storage, its span over every instruction (native mode runs the slice's instructions on every
-    # call too, so a slice kernel's write into such a storage is inside its span)
-    every_pc_arena: tuple = ()
 
 
 def shape_slice(fn: bc.VMFunction) -> ShapeSlice | None:
@@ -221,10 +217,8 @@ def shape_slice(fn: bc.VMFunction) -> ShapeSlice | None:
             body_skip.add(pc)
     spans = _arena_spans(code, body_skip, bytes_of)
     placed = tuple((storage, code[writer[storage]].alignment, *spans[storage]) for storage in sorted(spans))
-    every = _arena_spans(code, frozenset(), bytes_of)
-    every_pc = tuple(sorted((writer[storage], *span) for storage, span in every.items()))
     return ShapeSlice(frozenset(slice_pcs), preset, frozenset(body_skip), frozenset(placeholders),
-                      frozenset(private), placed, frozenset(writer[storage] for storage in spans), every_pc)
+                      frozenset(private), placed, frozenset(writer[storage] for storage in spans))
 
 
 def _arena_spans(code, body_skip, bytes_of: dict) -> dict:

@@ -295,8 +295,8 @@ class VirtualMachine:
     ``allocator`` is ``"pooled"`` (default), ``"naive"`` or an ``Allocator`` instance. ``native=False``
     keeps to pure Python even where the compiled helper (``fastcall``: storages and tensor views made in C)
     is available. ``specialize=False`` (default: on unless ``$TENSORVM_SPECIALIZE`` is ``0``) runs every
-    call of a straight-line function generically: no shape slice, no arena (``specialize.py``; in native
-    mode, no arena: docs/native_mode.md, "Arena").
+    call of a straight-line function generically: no shape slice, no arena (``specialize.py``); in native
+    mode, no function places an arena (docs/native_mode.md, "Arena").
 
     Threads: a VM runs one call at a time (it keeps per-call state: buffers of specialized shapes, the
     allocator's pools, the selected program). Calls from other threads while it is busy wait their turn;

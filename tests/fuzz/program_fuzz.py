@@ -332,22 +332,19 @@ def broken_native_arena():
     Without native arenas this changes nothing."""
     from tensorvm.vm import native_emit
 
-    original = getattr(native_emit, "shape_slice", None)
+    original = getattr(native_emit, "arena_slots", None)
     if original is None:
         yield
         return
 
     def forgetful(fn):
-        plan = original(fn)
-        if plan is None or not getattr(plan, "every_pc_arena", ()):
-            return plan
-        return dataclasses.replace(plan, every_pc_arena=tuple((pc, first, first) for pc, first, _ in plan.every_pc_arena))
+        return tuple((pc, first, first) for pc, first, _ in original(fn))
 
-    native_emit.shape_slice = forgetful
+    native_emit.arena_slots = forgetful
     try:
         yield
     finally:
-        native_emit.shape_slice = original
+        native_emit.arena_slots = original
 
 
 @contextlib.contextmanager

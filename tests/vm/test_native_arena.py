@@ -109,16 +109,11 @@ def test_a_view_that_reaches_the_caller_detaches_the_arena_and_keeps_its_bytes(m
     view still alive: the arena becomes the result's (freed with it), later calls take pool blocks, and no
     result already returned changes. Forced here by making every storage a slot whose span is the whole
     function (so the placement itself is sound)."""
-    real = native_emit.shape_slice
-
     def every_storage(fn):
-        plan = real(fn)
         last = len(fn.instructions) - 1
-        pcs = tuple((pc, 0, last) for pc, ins in enumerate(fn.instructions) if isinstance(ins, bc.AllocStorage))
-        return plan.__class__(plan.slice_pcs, plan.preset, plan.body_skip, plan.placeholders, plan.private,
-                              plan.arena, plan.scratch, pcs)
+        return tuple((pc, 0, last) for pc, ins in enumerate(fn.instructions) if isinstance(ins, bc.AllocStorage))
 
-    monkeypatch.setattr(native_emit, "shape_slice", every_storage)
+    monkeypatch.setattr(native_emit, "arena_slots", every_storage)
     exe = tv.vm.compile(tv.parse(CHAIN), target="c", exec_mode="native")
     monkeypatch.undo()
     vm = VirtualMachine(exe)
@@ -136,3 +131,89 @@ def test_a_view_that_reaches_the_caller_detaches_the_arena_and_keeps_its_bytes(m
     assert vm.memory_stats()["bytes_reserved"] < with_detached  # the detached block went with its view
     assert vm.memory_stats()["bytes_reserved"] <= reserved
 
+
+
+# control flow: a branch whose arms allocate their own intermediates, a loop (a self tail call) allocating
+# each step's, and a non-tail recursion (the inner calls find the arena in use and take pool blocks)
+BRANCHES = """
+def @main(%c: bool, %x: Tensor[(?, 32), float32], %w: Tensor[(32, 32), float32]) {
+  %0 = nn.dense(%x, %w);
+  if (%c) {
+    %1 = nn.relu(nn.dense(%0, %w));
+    sum(add(nn.dense(%1, %w), %0), axis=[1])
+  } else {
+    %2 = tanh(nn.dense(%0, %w));
+    sum(multiply(nn.dense(%2, %w), %0), axis=[1])
+  }
+}
+"""
+
+LOOP = """
+def @main(%n: int32, %x: Tensor[(?, 32), float32], %w: Tensor[(32, 32), float32]) {
+  let %step = fn (%i: int32, %h: Tensor[(?, 32), float32]) -> Tensor[(?, 32), float32] {
+    if (less(%i, %n)) {
+      %0 = nn.dense(%h, %w);
+      %1 = tanh(add(nn.dense(%0, %w), %h));
+      %step(add(%i, 1), %1)
+    } else {
+      %h
+    }
+  };
+  %step(0, %x)
+}
+"""
+
+RECURSION = """
+def @deep(%n: int32, %x: Tensor[(?, 32), float32], %w: Tensor[(32, 32), float32]) -> Tensor[(?, 32), float32] {
+  %0 = nn.dense(%x, %w);
+  %1 = tanh(nn.dense(%0, %w));
+  if (less(%n, 1)) { %1 } else { add(@deep(subtract(%n, 1), %1, %w), %0) }
+}
+def @main(%n: int32, %x: Tensor[(?, 32), float32], %w: Tensor[(32, 32), float32]) { @deep(%n, %x, %w) }
+"""
+
+
+def _branches(c, x, w):
+    h0 = x @ w.T
+    if c:
+        return ((np.maximum(h0 @ w.T, 0) @ w.T) + h0).sum(axis=1)
+    return ((np.tanh(h0 @ w.T) @ w.T) * h0).sum(axis=1)
+
+
+def _loop(n, x, w):
+    h = x
+    for _ in range(n):
+        h = np.tanh((h @ w.T) @ w.T + h)
+    return h
+
+
+def _recursion(n, x, w):
+    h0 = x @ w.T
+    h1 = np.tanh(h0 @ w.T)
+    return h1 if n < 1 else _recursion(n - 1, h1, w) + h0
+
+
+@pytest.mark.parametrize("text, oracle, calls", [
+    (BRANCHES, _branches, [(True, 8), (False, 8), (True, 3), (False, 16), (True, 16), (False, 3)]),
+    (LOOP, _loop, [(3, 8), (5, 8), (0, 4), (4, 16), (2, 16), (6, 3)]),
+    (RECURSION, _recursion, [(2, 8), (4, 8), (0, 5), (3, 16), (1, 16)]),
+])
+def test_functions_with_control_flow_keep_arenas_and_match_numpy(text, oracle, calls):
+    exe = tv.vm.compile(tv.parse(text), target="c", exec_mode="native")
+    plain = VirtualMachine(exe, specialize=False)
+    vm = VirtualMachine(exe)
+    kept = []
+    for first, rows in calls:
+        x, w = inputs(rows, rows)
+        first = np.bool_(first) if isinstance(first, bool) else np.int32(first)
+        plain.reset_memory_stats()
+        vm.reset_memory_stats()
+        want_ = plain.run(first, x, w).numpy()
+        got = vm.run(first, x, w).numpy()
+        np.testing.assert_allclose(want_, oracle(first, x, w), rtol=1e-4, atol=1e-4)
+        kept.append((got, oracle(first, x, w), vm.memory_stats()["num_allocations"],
+                     plain.memory_stats()["num_allocations"]))
+    for got, expected, *_ in kept:  # later calls did not write into earlier results
+        np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-4)
+    # once placed, the arenas spare the pool most of the call's intermediates
+    assert sum(a for _, _, a, _ in kept[1:]) < sum(b for _, _, _, b in kept[1:])

@@ -886,7 +886,7 @@ static PyMethodDef runtime_methods[] = {
     {"python_calls", runtime_python_calls, METH_NOARGS, "how many calls went through Python callbacks"},
     {"reset_stats", runtime_reset_stats, METH_NOARGS, "zero the counters"},
     {"release_cached", runtime_release_cached, METH_NOARGS, "free the cached blocks; returns the bytes"},
-    {"set_arenas", runtime_set_arenas, METH_O, "set_arenas(on): whether straight-line functions place arenas"},
+    {"set_arenas", runtime_set_arenas, METH_O, "set_arenas(on): whether functions place arenas"},
     {NULL, NULL, 0, NULL},
 };
 

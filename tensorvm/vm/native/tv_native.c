@@ -105,7 +105,7 @@ TV_UNUSED static int32_t tvn_alloc_storage(tv_ctx* ctx, int64_t nbytes, tv_obj**
   *dst = &s->h;
   return 0;
 }
-/* ---- a straight-line function's arena (tv_runtime.h's tv_arena; docs/native_mode.md, "Arena") ---- */
+/* ---- a VM function's arena (tv_runtime.h's tv_arena; docs/native_mode.md, "Arena") ---------------- */
 /* The most bytes one function's arena block may hold (the bytecode VM's _ARENA_LIMIT). */
 #define TVN_ARENA_MAX ((int64_t)256 << 20)
 
@@ -135,12 +135,12 @@ TV_UNUSED static tv_arena* tvn_arena_begin(tv_ctx* ctx, int32_t fidx, int32_t nf
     a->offsets = a->planned + slots;
     a->seen = a->offsets + slots;
     a->views = (tv_arena_view*)(a->seen + slots);
+    for (int32_t k = 0; k < slots; ++k) a->seen[k] = -1;
     pool->arenas[fidx] = a;
   }
   if (a->busy || a->disabled || a->slots != slots) return NULL;
   a->busy = 1;
   a->grew = a->block == NULL;
-  for (int32_t k = 0; k < slots; ++k) a->seen[k] = -1;
   return a;
 }
 
@@ -155,7 +155,6 @@ static void tvn_arena_release(tv_storage* s) {
 TV_UNUSED static int32_t tvn_arena_storage(tv_ctx* ctx, tv_arena* a, int32_t k, int64_t nbytes, tv_obj** dst,
                                            int32_t fidx, int32_t pc) {
   if (a != NULL && nbytes >= 0) {
-    a->seen[k] = nbytes;
     tv_arena_view* v = &a->views[k];
     if (a->block != NULL && nbytes <= a->planned[k] && v->s.h.refcount == 0) {
       v->s = (tv_storage){{1, TV_KIND_STORAGE}, a->block + a->offsets[k], nbytes, 0, NULL, NULL, tvn_arena_release};
@@ -166,6 +165,7 @@ TV_UNUSED static int32_t tvn_arena_storage(tv_ctx* ctx, tv_arena* a, int32_t k, 
       return 0;
     }
     a->grew = 1;
+    if (nbytes > a->seen[k]) a->seen[k] = nbytes;  /* (the next placement's size: the largest asked) */
   }
   return tvn_alloc_storage(ctx, nbytes, dst, fidx, pc);
 }
@@ -221,8 +221,9 @@ static int64_t tvn_arena_place(const tv_allocator* al, int32_t n, const int64_t*
 
 /* The end of a call that began with tvn_arena_begin (a, possibly NULL), after its registers are released:
    a view still alive (it reached the caller) detaches the arena, which its views then own; after a call
-   that took pool blocks for some slots, every slot reached, the block is placed anew for the larger sizes. */
-TV_UNUSED static void tvn_arena_end(tv_ctx* ctx, tv_arena* a, int32_t fidx, int32_t rc, const int32_t (*span)[2]) {
+   that ended well (ok: a return or a tail call) and took pool blocks for some slots, the block is placed
+   anew for the largest size each slot has needed (slots this call did not reach keep theirs). */
+TV_UNUSED static void tvn_arena_end(tv_ctx* ctx, tv_arena* a, int32_t fidx, int32_t ok, const int32_t (*span)[2]) {
   if (a == NULL) return;
   tv_pool* pool = ctx->pool;
   a->busy = 0;
@@ -236,12 +237,12 @@ TV_UNUSED static void tvn_arena_end(tv_ctx* ctx, tv_arena* a, int32_t fidx, int3
     }
     return;
   }
-  if (rc != 0 || !a->grew) return;
-  for (int32_t k = 0; k < a->slots; ++k)
-    if (a->seen[k] < 0) return;
+  if (!ok || !a->grew) return;
   tv_arena_drop_block(a);  /* (every view is released: nothing reads it) */
-  for (int32_t k = 0; k < a->slots; ++k)
+  for (int32_t k = 0; k < a->slots; ++k) {
     if (a->seen[k] > a->planned[k]) a->planned[k] = a->seen[k];
+    a->seen[k] = -1;
+  }
   const int64_t total = tvn_arena_place(&pool->allocator, a->slots, a->planned, span, a->offsets);
   const int64_t bytes = total > 64 ? total : 64;
   /* (a block past the bound, or no memory: the slots keep taking pool blocks) */

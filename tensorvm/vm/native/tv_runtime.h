@@ -107,12 +107,13 @@ typedef struct tv_pool {
   int32_t no_arenas;        /* nonzero: every AllocStorage takes a pool block (VirtualMachine(specialize=False)) */
 } tv_pool;
 
-/* A straight-line function's arena (native mode; docs/native_mode.md, "Arena"): one block whose bytes its
-   arena storages share where their spans (the pcs reading or writing their tensors) do not overlap, placed
-   for the largest size each slot has needed; a call's AllocStorage of slot k views the block at offsets[k]
-   when its size fits planned[k], else takes a pool block. The pool owns its arenas (their blocks count in
-   bytes_reserved, not bytes_live); an arena whose view outlived its call (never expected: such storages
-   are not arena slots) is detached and freed with its last view. */
+/* A VM function's arena (native mode; docs/native_mode.md, "Arena"): one block whose bytes the function's
+   slots (vm/arena_slots.py: storages whose values stay in its registers) share where their spans (the pcs
+   reading or writing their tensors) do not overlap, placed for the largest size each slot has needed; a
+   call's AllocStorage of slot k views the block at offsets[k] when its size fits planned[k], else takes a
+   pool block. The pool owns its arenas (their blocks count in bytes_reserved, not bytes_live); an arena
+   whose view outlived its call (never expected: such storages are not slots) is detached and freed with
+   its last view. */
 typedef struct tv_arena_view {
   tv_storage s;            /* refcount 0: free */
   struct tv_arena* arena;
@@ -130,7 +131,7 @@ typedef struct tv_arena {
   tv_pool* pool;
   int64_t* planned;        /* [slots] the bytes each slot's place holds */
   int64_t* offsets;        /* [slots] */
-  int64_t* seen;           /* [slots] this call's sizes (-1: not reached) */
+  int64_t* seen;           /* [slots] the largest size a slot took a pool block for since the last placement */
   tv_arena_view* views;    /* [slots] */
 } tv_arena;
 
