@@ -25,8 +25,8 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from compile_time import SHAPES, find_onnx  # noqa: E402
-from kernel_gap import model_feeds  # noqa: E402
+from compile_time import SHAPES  # noqa: E402
+from kernel_gap import corpus_model  # noqa: E402
 from models.text import ENCODERS  # noqa: E402
 
 
@@ -45,18 +45,13 @@ def main() -> int:
     parser.add_argument("--calls", type=int, default=40, help="calls per VM per round")
     parser.add_argument("--rounds", type=int, default=21)
     args = parser.parse_args()
-    path = find_onnx(args.model, None)
-    if path is None:
-        print(f"no ONNX export of {args.model}: run benchmarks/run.py --models {args.model} first")
+    loaded = corpus_model(args.model, args.batch, args.tokens, args.threads)
+    if loaded is None:
         return 1
-
-    from models.common import import_from_onnx
+    _, mod, params, feeds = loaded
 
     import tensorvm as tv
 
-    tv.set_num_threads(args.threads)
-    shape, feeds = model_feeds(args.model, args.batch, args.tokens)
-    mod, params = import_from_onnx(path, shape=shape)
     inputs = [feeds[p.name_hint] for p in mod["main"].params]
     native = tv.vm.compile(mod, target="c", params=params, exec_mode="native")
     vms = {"bytecode": tv.vm.VirtualMachine(tv.vm.compile(mod, target="c", params=params, exec_mode="bytecode")),

@@ -114,6 +114,24 @@ def model_feeds(model: str, batch: int, tokens: int) -> tuple[dict, dict]:
     return SHAPES[model], {name: x}
 
 
+def corpus_model(model: str, batch: int, tokens: int, threads: int, onnx_dir: str | None = None):
+    """(ONNX path, module, params, one call's inputs by name) of a corpus model's export, tensorvm's thread
+    count set; None, said on stdout, when the benchmark cache has no export of it."""
+    path = find_onnx(model, onnx_dir)
+    if path is None:
+        print(f"no ONNX export of {model}: run benchmarks/run.py --models {model} first")
+        return None
+
+    from models.common import import_from_onnx
+
+    import tensorvm as tv
+
+    tv.set_num_threads(threads)
+    shape, feeds = model_feeds(model, batch, tokens)
+    mod, params = import_from_onnx(path, shape=shape)
+    return path, mod, params, feeds
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("model", nargs="?", default="mobilenetv3", choices=sorted(SHAPES) + sorted(ENCODERS))
@@ -124,18 +142,13 @@ def main() -> int:
     parser.add_argument("--rows", type=int, default=25)
     parser.add_argument("--onnx-dir")
     args = parser.parse_args()
-    path = find_onnx(args.model, args.onnx_dir)
-    if path is None:
-        print(f"no ONNX export of {args.model}: run benchmarks/run.py --models {args.model} first")
+    loaded = corpus_model(args.model, args.batch, args.tokens, args.threads, args.onnx_dir)
+    if loaded is None:
         return 1
-
-    from models.common import import_from_onnx
+    path, mod, params, feeds = loaded
 
     import tensorvm as tv
 
-    tv.set_num_threads(args.threads)
-    shape, feeds = model_feeds(args.model, args.batch, args.tokens)
-    mod, params = import_from_onnx(path, shape=shape)
     vm = tv.vm.VirtualMachine(tv.vm.compile(mod, target="c", params=params))
     kernels = tensorvm_kernels(vm, [feeds[p.name_hint] for p in mod["main"].params], args.rounds)
     peer, ops = onnxruntime_nodes(path, feeds, args.threads, args.rounds)
