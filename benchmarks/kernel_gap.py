@@ -3,11 +3,14 @@ Runtime's node profile of the same model and input in one process, each kernel's
 rounds, matched by (first input shape, output shape) (a fused group and the ONNX nodes it replaces read
 and write the same arrays; ONNX Runtime's layout reorders are reported apart). Rows are ranked by the time
 lost (tensorvm's minus the peer's); a row without a peer has nothing of that shape in ONNX Runtime's
-profile. On a shared machine only the ranking and the ratios mean anything. A VM profile runs the
+profile. On a shared machine only the ranking and the ratios mean anything. tensorvm's times are native
+mode's profile (``--exec-mode native``, the default): its calls place their intermediates in the
+functions' arenas as plain calls do, with no Python between the kernels; its rows carry no shapes, so those
+come from one profile of the bytecode VM. The bytecode VM's own profile (``--exec-mode bytecode``) runs the
 function's generic code, whose intermediates come from the pooled allocator, not from the placed arena of
-a plain call specialized to its shapes: at a batch whose intermediates outgrow the last-level cache its
-kernels read and write colder memory than in a plain call (MobileNetV3-small's 1024 -> 1000 product at
-batch 1: 149 us here, 71 us in plain calls), and a row counts every call of its kernel.
+a plain call specialized to its shapes: its kernels read and write colder memory than in a plain call
+(MobileNetV3-small's stem at batch 1: 256 us there, 187 in native mode's profile, 150-170 in plain calls
+by perf). A row counts every call of its kernel.
 
     .venv/bin/python benchmarks/kernel_gap.py mobilenetv3 --batch 8 --rounds 10
     .venv/bin/python benchmarks/kernel_gap.py resnet18 --threads 2
@@ -56,13 +59,14 @@ def _peer_time(peer: dict, key):
     return None
 
 
-def tensorvm_kernels(vm, inputs: list, rounds: int) -> dict:
-    """{kernel name: (calls, best total us, (first input shape, output shape) or None)}."""
+def tensorvm_kernels(vm, inputs: list, rounds: int, keys: dict | None = None) -> dict:
+    """{kernel name: (calls, best total us, (first input shape, output shape) or None)}; ``keys`` gives the
+    shapes of kernels whose rows carry none (native mode's), by name."""
     best: dict = {}
     for _ in range(rounds):
         for row in vm.profile("main", *inputs, warmup=1).rows:
             shapes = _shapes(str(row.arg_shapes[0])) if row.arg_shapes else []
-            key = (shapes[0], shapes[-1]) if row.kind == "kernel" and len(shapes) >= 2 else None
+            key = (shapes[0], shapes[-1]) if row.kind == "kernel" and len(shapes) >= 2 else (keys or {}).get(row.name)
             previous = best.get(row.name)
             if previous is None or row.total_us < previous[1]:
                 best[row.name] = (row.calls, row.total_us, key)
@@ -141,6 +145,8 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=8)
     parser.add_argument("--rows", type=int, default=25)
     parser.add_argument("--onnx-dir")
+    parser.add_argument("--exec-mode", default="native", choices=["native", "bytecode"],
+                        help="whose profile gives tensorvm's times (see above)")
     args = parser.parse_args()
     loaded = corpus_model(args.model, args.batch, args.tokens, args.threads, args.onnx_dir)
     if loaded is None:
@@ -149,8 +155,14 @@ def main() -> int:
 
     import tensorvm as tv
 
-    vm = tv.vm.VirtualMachine(tv.vm.compile(mod, target="c", params=params))
-    kernels = tensorvm_kernels(vm, [feeds[p.name_hint] for p in mod["main"].params], args.rounds)
+    inputs = [feeds[p.name_hint] for p in mod["main"].params]
+    bytecode = tv.vm.VirtualMachine(tv.vm.compile(mod, target="c", params=params, exec_mode="bytecode"))
+    if args.exec_mode == "native":
+        keys = {name: key for name, (_, _, key) in tensorvm_kernels(bytecode, inputs, 1).items()}
+        native = tv.vm.VirtualMachine(tv.vm.compile(mod, target="c", params=params, exec_mode="native"))
+        kernels = tensorvm_kernels(native, inputs, args.rounds, keys)
+    else:
+        kernels = tensorvm_kernels(bytecode, inputs, args.rounds)
     peer, ops = onnxruntime_nodes(path, feeds, args.threads, args.rounds)
 
     groups: dict = defaultdict(lambda: [0.0, 0, []])
