@@ -73,9 +73,9 @@ def test_arena_bytes_are_reserved_not_live_and_released_on_request():
     stats = vm.memory_stats()
     # two intermediates of 64 x 32 floats are live at once (the residual keeps %0 across two products)
     assert stats["bytes_live"] == 0
-    assert stats["bytes_reserved"] - stats["bytes_cached"] >= 2 * 64 * 32 * 4
+    assert stats["bytes_arena"] == stats["bytes_reserved"] - stats["bytes_cached"] >= 2 * 64 * 32 * 4
     assert vm._native_rt.release_cached() > 0
-    assert vm.memory_stats()["bytes_reserved"] == 0
+    assert vm.memory_stats()["bytes_reserved"] == vm.memory_stats()["bytes_arena"] == 0
     np.testing.assert_allclose(vm.run(x, w).numpy(), want(x, w), rtol=1e-4, atol=1e-4)
 
 
@@ -101,7 +101,7 @@ def test_no_arena_under_an_allocator_limit():
         vm.reset_memory_stats()
         np.testing.assert_allclose(vm.run(x, w).numpy(), want(x, w), rtol=1e-4, atol=1e-4)
         assert vm.memory_stats()["num_allocations"] == storages(exe)
-        assert vm.memory_stats()["bytes_reserved"] <= limit
+        assert vm.memory_stats()["bytes_reserved"] <= limit and vm.memory_stats()["bytes_arena"] == 0
 
 
 def test_a_view_that_reaches_the_caller_detaches_the_arena_and_keeps_its_bytes(monkeypatch):
@@ -127,9 +127,11 @@ def test_a_view_that_reaches_the_caller_detaches_the_arena_and_keeps_its_bytes(m
     for got, seed in zip(kept, (5, 6, 7)):
         np.testing.assert_allclose(got, want(*inputs(16, seed)), rtol=1e-4, atol=1e-4)
     with_detached = vm.memory_stats()["bytes_reserved"]
+    assert vm.memory_stats()["bytes_arena"] > 0  # (the detached block, until its view goes)
     del second
     assert vm.memory_stats()["bytes_reserved"] < with_detached  # the detached block went with its view
     assert vm.memory_stats()["bytes_reserved"] <= reserved
+    assert vm.memory_stats()["bytes_arena"] == 0  # (and the arena that replaced it places nothing)
 
 
 

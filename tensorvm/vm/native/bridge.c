@@ -112,7 +112,7 @@ typedef struct {
   int busy;
   tv_storage** deferred;
   Py_ssize_t ndeferred, cap_deferred;
-  int64_t stats_at_call[7]; /* the pool's counters when the running call began (stats() while busy) */
+  int64_t stats_at_call[8]; /* the pool's counters when the running call began (stats() while busy) */
   /* primitives without C functions: the native code calls back (python_callback) */
   PyObject* callbacks;     /* tuple: the bytecode VM's callable per packed index (exe.kernels) */
   PyObject* py_error;      /* the exception the last failed callback raised (until the call reports it) */
@@ -399,8 +399,8 @@ static int refuse_if_busy(Runtime* rt) {
    result arrays Python dropped meanwhile go back. */
 static int32_t run_native(Runtime* rt, int32_t index, tv_obj* const* values, int32_t n, tv_obj** ret) {
   const tv_pool* p = rt->ctx.pool;
-  const int64_t now[7] = {p->bytes_live, p->peak_bytes, p->bytes_reserved, p->num_allocations, p->num_frees,
-                          p->reuse_hits, p->bytes_cached};
+  const int64_t now[8] = {p->bytes_live, p->peak_bytes, p->bytes_reserved, p->num_allocations, p->num_frees,
+                          p->reuse_hits, p->bytes_cached, p->bytes_arena};
   memcpy(rt->stats_at_call, now, sizeof now);
   rt->ctx.stack_limit = stack_limit();
   rt->busy = 1;
@@ -688,13 +688,13 @@ static PyObject* runtime_stats(PyObject* op, PyObject* unused) {
   (void)unused;
   Runtime* rt = (Runtime*)op;
   const tv_pool* p = rt->ctx.pool;
-  const int64_t now[7] = {p->bytes_live, p->peak_bytes, p->bytes_reserved, p->num_allocations, p->num_frees,
-                          p->reuse_hits, p->bytes_cached};
+  const int64_t now[8] = {p->bytes_live, p->peak_bytes, p->bytes_reserved, p->num_allocations, p->num_frees,
+                          p->reuse_hits, p->bytes_cached, p->bytes_arena};
   const int64_t* v = rt->busy ? rt->stats_at_call : now;
-  return Py_BuildValue("{s:s,s:L,s:L,s:L,s:L,s:L,s:L,s:L}", "allocator", "native-pooled", "bytes_live",
+  return Py_BuildValue("{s:s,s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:L}", "allocator", "native-pooled", "bytes_live",
                        (long long)v[0], "peak_bytes", (long long)v[1], "bytes_reserved", (long long)v[2],
                        "num_allocations", (long long)v[3], "num_frees", (long long)v[4], "reuse_hits",
-                       (long long)v[5], "bytes_cached", (long long)v[6]);
+                       (long long)v[5], "bytes_cached", (long long)v[6], "bytes_arena", (long long)v[7]);
 }
 
 static PyObject* runtime_python_calls(PyObject* op, PyObject* unused) {

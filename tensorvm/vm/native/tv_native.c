@@ -254,6 +254,7 @@ TV_UNUSED static void tvn_arena_end(tv_ctx* ctx, tv_arena* a, int32_t fidx, int3
   a->block_bytes = bytes;
   a->grew = 0;
   pool->bytes_reserved += bytes;
+  pool->bytes_arena += bytes;
 }
 
 TV_UNUSED static int32_t tvn_alloc_tensor(tv_ctx* ctx, const tv_obj* storage, int64_t offset, const int64_t* dims, int32_t ndim,

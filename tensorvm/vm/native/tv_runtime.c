@@ -74,6 +74,7 @@ static int64_t tv_arena_drop_block(tv_arena* a) {
   if (a->block != NULL) {
     a->pool->allocator.free(a->pool->allocator.user, a->block);
     a->pool->bytes_reserved -= bytes;
+    a->pool->bytes_arena -= bytes;
   }
   a->block = NULL;
   a->block_bytes = 0;

@@ -105,6 +105,7 @@ typedef struct tv_pool {
   struct tv_arena** arenas; /* per VM function (NULL: none yet), narenas of them (tv_native.c's tvn_arena_begin) */
   int32_t narenas;
   int32_t no_arenas;        /* nonzero: every AllocStorage takes a pool block (VirtualMachine(specialize=False)) */
+  int64_t bytes_arena;      /* of bytes_reserved, the arenas' blocks */
 } tv_pool;
 
 /* A VM function's arena (native mode; docs/native_mode.md, "Arena"): one block whose bytes the function's
