@@ -6,7 +6,9 @@ gone when the function's C frame ends (or loops back through a self tail call, w
 register first): the storage is written once, by an ``AllocStorage``, and read only as the storage of its
 tensors; its tensors and their views (reshapes) are each written once and read only by instructions that
 do not keep them (kernels, ``ShapeOf``, reshapes, sizes, offsets and shapes read as numbers, a branch's
-test, ``DeviceCopy``), never moved, returned, put into an ADT or closure, or passed to a call. A slot's span
+test, ``DeviceCopy``, an ADT that nothing reads), never moved, returned, put into an ADT that is read or a
+closure, or passed to a call. (A register the function's end releases holds no bytes in use: every view is
+released before its arena's call ends.) A slot's span
 runs from the first to the last instruction reading or writing any of its tensors or views, in instruction
 order. Jumps inside a function only go forward, so on any path two slots whose spans do not overlap are
 never in use at the same time: they may share bytes. A function with a backward jump has no slots.
@@ -54,12 +56,15 @@ def arena_slots(fn: bc.VMFunction) -> tuple:
             bytes_of[ins.dst] = source
         else:
             rejected.add(source)
+    # an ADT (a tuple of a kernel's outputs) that nothing reads holds references but never reaches the bytes
+    read = {reg for ins in code if not isinstance(ins, bc.KillRegister) for reg in ins.reads()}
     spans: dict[int, list[int]] = {}
     for pc, ins in enumerate(code):
         if isinstance(ins, bc.KillRegister):
             continue
+        unread_adt = isinstance(ins, bc.AllocADT) and ins.dst not in read and ins.tag != bc.REF_WRITE_TAG
         for reg in ins.reads():
-            if reg in bytes_of and not isinstance(ins, _READS_ONLY):
+            if reg in bytes_of and not isinstance(ins, _READS_ONLY) and not unread_adt:
                 rejected.add(bytes_of[reg])
             if reg in storages and not (isinstance(ins, (bc.AllocTensor, bc.AllocTensorReg)) and reg == ins.storage):
                 rejected.add(reg)

@@ -219,3 +219,25 @@ def test_functions_with_control_flow_keep_arenas_and_match_numpy(text, oracle, c
         np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-4)
     # once placed, the arenas spare the pool most of the call's intermediates
     assert sum(a for _, _, a, _ in kept[1:]) < sum(b for _, _, _, b in kept[1:])
+
+
+def test_slots_follow_where_a_storage_s_values_go():
+    """``arena_slots`` on hand-written bytecode: a storage whose tensors only kernels read is a slot over the
+    instructions that touch them; one whose tensor a read ADT, a return or a call takes is not; a tuple of a
+    kernel's outputs that nothing reads (as the compiler leaves after a multi-output kernel) keeps its
+    storage a slot; a backward jump leaves the function none."""
+    from tensorvm.vm.arena_slots import arena_slots
+
+    def function(*code):
+        return bc.VMFunction("f", ("x",), tuple(code), 16)
+
+    kernel = bc.InvokePacked(0, 2, 1, (0, 4))  # (x) -> $4
+    base = (bc.LoadConsti(1, 64), bc.LoadConsti(2, 0), bc.AllocStorage(1, 64, "float32", 3),
+            bc.AllocTensor(3, 2, (4, 4), "float32", 4), kernel)
+    second = (bc.AllocStorage(1, 64, "float32", 5), bc.AllocTensor(5, 2, (4, 4), "float32", 6),
+              bc.InvokePacked(0, 2, 1, (4, 6)))
+    assert arena_slots(function(*base, *second, bc.Ret(6))) == ((2, 3, 7),)
+    assert arena_slots(function(*base, *second, bc.AllocADT(0, (4, 6), 7), bc.Ret(6))) == ((2, 3, 8),)
+    assert arena_slots(function(*base, *second, bc.AllocADT(0, (4, 6), 7), bc.Ret(7))) == ()
+    assert arena_slots(function(*base, bc.Invoke(0, (4,), 7), bc.Ret(7))) == ()
+    assert arena_slots(function(*base, *second, bc.Goto(-3), bc.Ret(6))) == ()
