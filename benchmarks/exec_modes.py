@@ -27,13 +27,8 @@ sys.path.insert(0, str(HERE))
 
 from compile_time import SHAPES  # noqa: E402
 from kernel_gap import corpus_model  # noqa: E402
+from models.common import flatten_outputs  # noqa: E402
 from models.text import ENCODERS  # noqa: E402
-
-
-def _arrays(value) -> list:
-    if isinstance(value, (tuple, list)):
-        return [a for v in value for a in _arrays(v)]
-    return [np.asarray(value.numpy() if hasattr(value, "numpy") else value)]
 
 
 def main() -> int:
@@ -57,10 +52,10 @@ def main() -> int:
     vms = {"bytecode": tv.vm.VirtualMachine(tv.vm.compile(mod, target="c", params=params, exec_mode="bytecode")),
            "native, no arena": tv.vm.VirtualMachine(native, specialize=False),
            "native": tv.vm.VirtualMachine(native)}
-    reference = _arrays(vms["bytecode"].invoke("main", *inputs))
+    reference = flatten_outputs(vms["bytecode"].invoke("main", *inputs))
     for name, vm in vms.items():
         for _ in range(3):
-            got = _arrays(vm.invoke("main", *inputs))
+            got = flatten_outputs(vm.invoke("main", *inputs))
         for a, b in zip(got, reference, strict=True):
             np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-4, err_msg=name)
     medians: dict = {name: [] for name in vms}
