@@ -109,6 +109,22 @@ TV_UNUSED static int32_t tvn_alloc_storage(tv_ctx* ctx, int64_t nbytes, tv_obj**
 /* The most bytes one function's arena block may hold (the bytecode VM's _ARENA_LIMIT). */
 #define TVN_ARENA_MAX ((int64_t)256 << 20)
 
+/* A new arena of a function with `slots` slots, or NULL when out of memory. */
+static tv_arena* tvn_arena_new(tv_pool* pool, int32_t slots) {
+  const size_t size = sizeof(tv_arena) + sizeof(int64_t) * 3 * (size_t)slots + sizeof(tv_arena_view) * (size_t)slots;
+  tv_arena* a = (tv_arena*)pool->allocator.alloc(pool->allocator.user, size, 64);
+  if (a == NULL) return NULL;
+  memset(a, 0, size);
+  a->slots = slots;
+  a->pool = pool;
+  a->planned = (int64_t*)(a + 1);
+  a->offsets = a->planned + slots;
+  a->seen = a->offsets + slots;
+  a->views = (tv_arena_view*)(a->seen + slots);
+  for (int32_t k = 0; k < slots; ++k) a->seen[k] = -1;
+  return a;
+}
+
 /* Function fidx's arena for this call (made on its first call), or NULL: the function's AllocStorage then
    take pool blocks (arenas off, disabled, in use by a call already running, or out of memory). A pool with
    a limit on its bytes places none: a block placed for small shapes could leave a larger shape's pool
@@ -125,19 +141,7 @@ TV_UNUSED static tv_arena* tvn_arena_begin(tv_ctx* ctx, int32_t fidx, int32_t nf
     pool->narenas = nfuncs;
   }
   tv_arena* a = pool->arenas[fidx];
-  if (a == NULL) {
-    const size_t size = sizeof(tv_arena) + sizeof(int64_t) * 3 * (size_t)slots + sizeof(tv_arena_view) * (size_t)slots;
-    if ((a = (tv_arena*)pool->allocator.alloc(pool->allocator.user, size, 64)) == NULL) return NULL;
-    memset(a, 0, size);
-    a->slots = slots;
-    a->pool = pool;
-    a->planned = (int64_t*)(a + 1);
-    a->offsets = a->planned + slots;
-    a->seen = a->offsets + slots;
-    a->views = (tv_arena_view*)(a->seen + slots);
-    for (int32_t k = 0; k < slots; ++k) a->seen[k] = -1;
-    pool->arenas[fidx] = a;
-  }
+  if (a == NULL && (a = pool->arenas[fidx] = tvn_arena_new(pool, slots)) == NULL) return NULL;
   if (a->busy || a->disabled || a->slots != slots) return NULL;
   a->busy = 1;
   a->grew = a->block == NULL;
@@ -230,11 +234,8 @@ TV_UNUSED static void tvn_arena_end(tv_ctx* ctx, tv_arena* a, int32_t fidx, int3
   if (a->live != 0) {
     a->detached = 1;
     pool->refcount += 1;  /* (the detached arena's reference: it gives memory back to the pool's allocator) */
-    pool->arenas[fidx] = NULL;
-    if (tvn_arena_begin(ctx, fidx, pool->narenas, a->slots) != NULL) {  /* (a new one, never used) */
-      pool->arenas[fidx]->busy = 0;
-      pool->arenas[fidx]->disabled = 1;
-    }
+    /* (in its place an arena that places nothing: the function takes pool blocks from now on) */
+    if ((pool->arenas[fidx] = tvn_arena_new(pool, a->slots)) != NULL) pool->arenas[fidx]->disabled = 1;
     return;
   }
   if (!ok || !a->grew) return;
@@ -246,15 +247,13 @@ TV_UNUSED static void tvn_arena_end(tv_ctx* ctx, tv_arena* a, int32_t fidx, int3
   const int64_t total = tvn_arena_place(&pool->allocator, a->slots, a->planned, span, a->offsets);
   const int64_t bytes = total > 64 ? total : 64;
   /* (a block past the bound, or no memory: the slots keep taking pool blocks) */
-  if (total < 0 || total > TVN_ARENA_MAX ||
-      (a->block = (char*)pool->allocator.alloc(pool->allocator.user, (size_t)bytes, 64)) == NULL) {
+  if (total < 0 || total > TVN_ARENA_MAX || (a->block = (char*)tv_pool_fresh_block(pool, bytes)) == NULL) {
     a->disabled = 1;
     return;
   }
   a->block_bytes = bytes;
   a->grew = 0;
-  pool->bytes_reserved += bytes;
-  pool->bytes_arena += bytes;
+  pool->bytes_arena += bytes;  /* (tv_pool_fresh_block counted them in bytes_reserved) */
 }
 
 TV_UNUSED static int32_t tvn_alloc_tensor(tv_ctx* ctx, const tv_obj* storage, int64_t offset, const int64_t* dims, int32_t ndim,
