@@ -165,7 +165,9 @@ __attribute__((visibility("default"))) int32_t tvn_invoke(tv_ctx* ctx, int32_t i
     return tv_error_set(ctx, TV_ERR_EXEC, index, -1, "tvn_invoke: no function %d taking %d arguments", index, nargs);
   ctx->depth = 0;
   ctx->profile = tvn_profile_of_thread();
-  return tvn_call(ctx, index, args, ret);
+  const int32_t rc = tvn_call(ctx, index, args, ret);
+  if (ctx->pool->ncells > 0) tv_cells_collect(ctx->pool); /* (cycles the call made and dropped: tv_runtime.c) */
+  return rc;
 }}
 """)
     return "\n".join(out)

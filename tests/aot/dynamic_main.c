@@ -352,6 +352,20 @@ static void run_misc_errors(FILE* out) {
   if (tvd_misc_make_neg(m, &f) != TVD_OK) fail("make_neg", -1, tvd_misc_last_error(m));
   report(out, "misc_closure_types", tvd_misc_apply(m, f, &v, &result), tvd_misc_last_error(m));
   tvd_misc_release(f);
+  /* a closure stored in the cell it captures: a cycle the library's collector frees with the call */
+  float ramp[5] = {1, 2, 3, 4, 5};
+  int32_t steps = 3;
+  int64_t five[1] = {5};
+  const tvd_tensor ramp_t = {ramp, {TVD_DEVICE_CPU, 0}, 1, {TVD_FLOAT, 32, 1}, five, NULL, 0};
+  const tvd_tensor steps_t = {&steps, {TVD_DEVICE_CPU, 0}, 0, {TVD_INT, 32, 1}, NULL, NULL, 0};
+  for (int call = 0; call < 3; ++call) {
+    if (tvd_misc_knot(m, &ramp_t, &steps_t, &result) != TVD_OK) fail("misc knot", -1, tvd_misc_last_error(m));
+    tvd_tensor got;
+    if (tvd_misc_tensor_get(result, &got) != TVD_OK || ((float*)got.data)[4] != 2 * 5 * (steps + 1))
+      fail("misc knot's value", -1, "");
+    tvd_misc_release(result);
+    result = NULL;
+  }
   tvd_memory_stats stats;
   tvd_misc_memory_stats(m, &stats);
   if (stats.bytes_live != 0 || result != NULL) fail("misc: every value released", -1, "");

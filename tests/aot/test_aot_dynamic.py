@@ -336,6 +336,14 @@ def @make_add() -> fn (Tensor[(?), float32], Tensor[(?), float32]) -> Tensor[(?)
 }
 def @make_neg() -> fn (Tensor[(?), int32]) -> Tensor[(?), int32] {
   fn (%a: Tensor[(?), int32]) -> Tensor[(?), int32] { negative(%a) }
+}def @knot(%x: Tensor[(?), float32], %n: int32) -> Tensor[(?), float32] {
+  let %y = multiply(%x, 2f);
+  let %r = ref(fn (%k: int32) -> Tensor[(?), float32] { %y });
+  let %f = fn (%k: int32) -> Tensor[(?), float32] {
+    if (greater(%k, 0)) { add(ref_read(%r)(subtract(%k, 1)), %y) } else { %y }
+  };
+  let %u = ref_write(%r, %f);
+  ref_read(%r)(%n)
 }
 """
 # (the program suite's cell written in a loop, tests/programs.py, as @cells)
@@ -694,6 +702,19 @@ def @main(%int: Tensor[(2), float32], %rc: Tensor[(2), float32], %args: Tensor[(
     assert checked.returncode == 0, checked.stderr[:4000]
     assert ("int32_t tvd_kw_main(tvd_model* m, const tvd_tensor* int_, const tvd_tensor* rc_, const tvd_tensor* args_, "
             "tvd_value** result);") in header
+
+
+def test_a_cycle_through_a_cell_is_freed_by_the_c_library(misc):
+    """A closure stored in the cell it captures (recursion through a reference): a cycle that reference
+    counting alone never frees; the library's collector frees it, and the tensor it held, with the call."""
+    lib, oracle = misc
+    x = np.linspace(-1, 1, 1000, dtype="float32")
+    for n in range(6):
+        rc, result, message = lib.call("knot", x, np.array(n, "int32"))
+        assert rc == 0, message
+        np.testing.assert_allclose(lib.numpy(result)[0], oracle.evaluate("knot")(x, np.int32(n)).numpy(), rtol=1e-6)
+        lib.release(result)
+        assert lib.live_bytes() == 0, f"call {n}: the cycle's tensor is still held"
 
 
 def test_a_list_of_a_million_cells_made_by_the_program_is_checked_and_freed_in_constant_stack(misc):

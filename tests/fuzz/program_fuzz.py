@@ -269,7 +269,7 @@ _FEATURES = {
     "conv2d": "nn.conv2d(", "batch_matmul": "nn.batch_matmul(", "if": "if (", "tail_loop": "@loop",
     "grow_loop": "@grow", "fill_loop": "@fill", "recursion": "@rec", "closure": "fn (", "map": "@map(", "foldl": "@foldl(",
     "match": "match (", "option": "Some(", "tree": "Rose(", "symbolic_dim": ("(n", ", n", "(m", ", m"),
-    "list_out": "Nil)\n}", "ref": "ref_write(", "shared_ref": ") -> () { ref_write(",
+    "list_out": "Nil)\n}", "ref": "ref_write(", "shared_ref": ") -> () { ref_write(", "knot": "= ref(fn (",
 }
 
 

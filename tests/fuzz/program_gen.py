@@ -337,7 +337,7 @@ class Generator:
             kinds += ["arange", "argwhere", "shape_arith", "shape_tensor", "dense"]
         elif not self.static:
             kinds += ["arange", "argwhere", "if", "if", "loop", "grow_loop", "fill_loop", "recursion", "closure",
-                      "list", "option", "tree", "ref", "shared_ref"]
+                      "list", "option", "tree", "ref", "shared_ref", "knot"]
         if self.depth >= 2:  # bounded nesting: blocks inside blocks only use dataflow
             kinds = kinds[:14]
         for _ in range(4):  # a kind may not apply to the values at hand: try another
@@ -658,6 +658,23 @@ class Generator:
         sources = self.writes(lines, scope, 2, lambda v: v.shape == t.shape, lambda u: (f"{write}({u.expr})", u.expr))
         value = self.bind(lines, scope, f"ref_read({r})", t.shape)
         self.note(value.expr, " ".join([t.expr, op, *sources]))
+        return value
+
+    def s_knot(self, lines, scope):
+        """Recursion through a reference: a closure stored in the cell it captures, called 0 to 3 deep. The
+        cell and the closure hold each other: a cycle that native mode's collector frees after the call
+        (docs/native_mode.md, "Values in C")."""
+        t = self.pick(scope)
+        u = self.pick(scope, lambda v: v.shape == t.shape)
+        r, f, j = self.fresh("r"), self.fresh("f"), self.fresh("j")
+        ty = self.type_of(t.shape)
+        op = self.choice(BINARY)
+        lines.append(f"let {r} = ref(fn ({j}: int32) -> {ty} {{ {t.expr} }});")
+        lines.append(f"let {f} = fn ({j}: int32) -> {ty} {{ if (greater({j}, 0)) {{ "
+                     f"{op}(ref_read({r})(subtract({j}, 1)), {u.expr}) }} else {{ {t.expr} }} }};")
+        lines.append(f"ref_write({r}, {f});")
+        value = self.bind(lines, scope, f"ref_read({r})({self.draw(st.integers(0, 3))})", t.shape)
+        self.note(value.expr, " ".join([t.expr, op, u.expr]))
         return value
 
     def writes(self, lines, scope, most: int, fits, statement) -> list:

@@ -131,6 +131,7 @@ static int32_t tvd_constant_object(tvd_model* m, const tvd_constant* c, const vo
 void TVD_FN(destroy)(tvd_model* m) {
   if (m == NULL) return;
   tvd_scope scope = tvd_enter(m);
+  tv_cells_release(m->pool);
   for (int64_t k = 0; k < m->nconstants; ++k) tv_decref(m->constants[k]);
   tv_pool* pool = m->pool;
   if (m->constants != NULL) pool->allocator.free(pool->allocator.user, m->constants);
@@ -532,6 +533,7 @@ TV_UNUSED static int32_t tvd_call(tvd_model* m, int32_t f, tv_obj* const* args, 
   m->ctx.stack_limit = tvd_stack_limit();
   m->ctx.error.kind = 0;
   int32_t rc = tvn_call(&m->ctx, f, args, &ret);
+  if (m->pool->ncells > 0) tv_cells_collect(m->pool); /* (cycles the call made and dropped: tv_runtime.c) */
   if (rc != 0) {
     tv_decref(ret);
     return tvd_call_error(m, what);

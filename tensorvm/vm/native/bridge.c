@@ -112,7 +112,7 @@ typedef struct {
   int busy;
   tv_storage** deferred;
   Py_ssize_t ndeferred, cap_deferred;
-  int64_t stats_at_call[8]; /* the pool's counters when the running call began (stats() while busy) */
+  int64_t stats_at_call[9]; /* the pool's counters when the running call began (stats() while busy) */
   /* primitives without C functions: the native code calls back (python_callback) */
   PyObject* callbacks;     /* tuple: the bytecode VM's callable per packed index (exe.kernels) */
   PyObject* py_error;      /* the exception the last failed callback raised (until the call reports it) */
@@ -399,8 +399,8 @@ static int refuse_if_busy(Runtime* rt) {
    result arrays Python dropped meanwhile go back. */
 static int32_t run_native(Runtime* rt, int32_t index, tv_obj* const* values, int32_t n, tv_obj** ret) {
   const tv_pool* p = rt->ctx.pool;
-  const int64_t now[8] = {p->bytes_live, p->peak_bytes, p->bytes_reserved, p->num_allocations, p->num_frees,
-                          p->reuse_hits, p->bytes_cached, p->bytes_arena};
+  const int64_t now[9] = {p->bytes_live, p->peak_bytes, p->bytes_reserved, p->num_allocations, p->num_frees,
+                          p->reuse_hits, p->bytes_cached, p->bytes_arena, p->ncells};
   memcpy(rt->stats_at_call, now, sizeof now);
   rt->ctx.stack_limit = stack_limit();
   rt->busy = 1;
@@ -494,6 +494,7 @@ static int spec_fields(Runtime* rt, PyObject* nodes, PyObject* values, int64_t t
   if (a == NULL) { PyErr_NoMemory(); return SPEC_ERROR; }
   a->h.refcount = 1;
   a->h.kind = TV_KIND_ADT;
+  a->h.gc = 0;
   a->tag = tag;
   a->nfields = 0;
   for (Py_ssize_t i = 0; i < n; ++i) {
@@ -688,13 +689,14 @@ static PyObject* runtime_stats(PyObject* op, PyObject* unused) {
   (void)unused;
   Runtime* rt = (Runtime*)op;
   const tv_pool* p = rt->ctx.pool;
-  const int64_t now[8] = {p->bytes_live, p->peak_bytes, p->bytes_reserved, p->num_allocations, p->num_frees,
-                          p->reuse_hits, p->bytes_cached, p->bytes_arena};
+  const int64_t now[9] = {p->bytes_live, p->peak_bytes, p->bytes_reserved, p->num_allocations, p->num_frees,
+                          p->reuse_hits, p->bytes_cached, p->bytes_arena, p->ncells};
   const int64_t* v = rt->busy ? rt->stats_at_call : now;
-  return Py_BuildValue("{s:s,s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:L}", "allocator", "native-pooled", "bytes_live",
+  return Py_BuildValue("{s:s,s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:L}", "allocator", "native-pooled", "bytes_live",
                        (long long)v[0], "peak_bytes", (long long)v[1], "bytes_reserved", (long long)v[2],
                        "num_allocations", (long long)v[3], "num_frees", (long long)v[4], "reuse_hits",
-                       (long long)v[5], "bytes_cached", (long long)v[6], "bytes_arena", (long long)v[7]);
+                       (long long)v[5], "bytes_cached", (long long)v[6], "bytes_arena", (long long)v[7], "cells",
+                       (long long)v[8]);
 }
 
 static PyObject* runtime_python_calls(PyObject* op, PyObject* unused) {
@@ -729,6 +731,7 @@ static void runtime_dealloc(PyObject* op) {
   Runtime* self = (Runtime*)op;
   for (Py_ssize_t i = 0; i < self->nconstants; ++i) tv_decref(self->constants[i]);
   free(self->constants);
+  tv_cells_release(self->ctx.pool);
   tv_pool_decref(self->ctx.pool); /* freed when the last storage of it goes too */
   Py_XDECREF(self->adt_type);
   Py_XDECREF(self->make_closure);

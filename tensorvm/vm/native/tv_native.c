@@ -161,7 +161,7 @@ TV_UNUSED static int32_t tvn_arena_storage(tv_ctx* ctx, tv_arena* a, int32_t k, 
   if (a != NULL && nbytes >= 0) {
     tv_arena_view* v = &a->views[k];
     if (a->block != NULL && nbytes <= a->planned[k] && v->s.h.refcount == 0) {
-      v->s = (tv_storage){{1, TV_KIND_STORAGE}, a->block + a->offsets[k], nbytes, 0, NULL, NULL, tvn_arena_release};
+      v->s = (tv_storage){{1, TV_KIND_STORAGE, 0}, a->block + a->offsets[k], nbytes, 0, NULL, NULL, tvn_arena_release};
       v->arena = a;
       a->live += 1;
       tv_decref(*dst);
@@ -337,6 +337,7 @@ TV_UNUSED static int32_t tvn_ref_write(tv_ctx* ctx, tv_obj* cell, tv_obj* value,
   tv_obj* old = ((tv_adt*)cell)->fields[0];
   ((tv_adt*)cell)->fields[0] = value;
   tv_decref(old);
+  tv_cells_note(ctx->pool, cell, value);
   tv_decref(*dst);
   *dst = &unit->h;
   return 0;

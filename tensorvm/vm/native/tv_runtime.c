@@ -148,6 +148,7 @@ TV_UNUSED static void tv_pool_decref(tv_pool* pool) {
     pool->arenas = NULL;
     pool->narenas = 0;
     tv_pool_release_cached(pool);
+    if (pool->cells != NULL) pool->allocator.free(pool->allocator.user, pool->cells); /* (tv_cells_release empties it) */
     tv_free_spares(pool, pool->spare_tensors);
     tv_free_spares(pool, pool->spare_storages);
     const tv_allocator a = pool->allocator;
@@ -326,6 +327,7 @@ TV_UNUSED static tv_adt* tv_adt_new(int64_t tag, int32_t nfields, tv_obj* const*
   if (a == NULL) return NULL;
   a->h.refcount = 1;
   a->h.kind = TV_KIND_ADT;
+  a->h.gc = 0;
   a->tag = tag;
   a->nfields = nfields;
   for (int32_t i = 0; i < nfields; ++i) {
@@ -340,6 +342,7 @@ TV_UNUSED static tv_closure* tv_closure_new(int32_t func, int32_t nfree, tv_obj*
   if (c == NULL) return NULL;
   c->h.refcount = 1;
   c->h.kind = TV_KIND_CLOSURE;
+  c->h.gc = 0;
   c->func = func;
   c->nfree = nfree;
   for (int32_t i = 0; i < nfree; ++i) {
@@ -347,6 +350,182 @@ TV_UNUSED static tv_closure* tv_closure_new(int32_t func, int32_t nfree, tv_obj*
     tv_incref(values[i]);
   }
   return c;
+}
+
+/* ---- cycles through reference cells ------------------------------------------------------------- */
+/* Reference counting frees every value except a cycle, and only a write to a reference cell can close one: an
+   ADT or a closure takes values that exist before it does. So a cell written with an ADT or a closure is
+   listed in its pool (tv_cells_note: one counted reference, the LISTED mark), and tv_cells_collect frees what
+   only the list and the values it reaches hold: it gathers the ADTs and closures reachable from the listed
+   cells, takes from each one's count the references the others (and the list) hold, marks what is left with a
+   count above zero, and what it reaches, as live, restores the counts, and frees the rest. The walks use
+   arrays, not recursion (a list of a million cells needs no deeper C stack), allocated before any count
+   changes: out of memory, it does nothing. Tensors and storages are never part of a cycle; the freed values
+   drop theirs as tv_free does. It runs at the end of every call that left cells listed (tvn_invoke), during a
+   call once cells_next cells were listed since it last ran (at least TV_CELLS_FIRST, and twice the values it
+   kept then: a long-lived structure is not walked again for every cell), and when the VM lets go of its pool
+   (tv_cells_release). Its caller holds a reference to the pool. */
+#define TV_GC_SEEN 1
+#define TV_GC_LIVE 2
+#define TV_GC_LISTED 4
+#define TV_CELLS_FIRST 1024
+
+static int tv_gc_container(const tv_obj* o) {
+  return o != NULL && (o->kind == TV_KIND_ADT || o->kind == TV_KIND_CLOSURE);
+}
+
+static int32_t tv_gc_children(tv_obj* o, tv_obj*** fields) {
+  if (o->kind == TV_KIND_ADT) {
+    *fields = ((tv_adt*)o)->fields;
+    return ((tv_adt*)o)->nfields;
+  }
+  *fields = ((tv_closure*)o)->free_vars;
+  return ((tv_closure*)o)->nfree;
+}
+
+/* A grown copy of the array of n pointers (new capacity *cap, at least need), the old one freed; NULL when out
+   of memory (the old one kept). */
+static tv_obj** tv_gc_grow(tv_pool* pool, tv_obj** items, int64_t n, int64_t* cap, int64_t need) {
+  int64_t grown = *cap > 0 ? 2 * *cap : 64;
+  while (grown < need) grown *= 2;
+  tv_obj** bigger = (tv_obj**)pool->allocator.alloc(pool->allocator.user, sizeof(tv_obj*) * (size_t)grown, 16);
+  if (bigger == NULL) return NULL;
+  if (n > 0) memcpy(bigger, items, sizeof(tv_obj*) * (size_t)n);
+  if (items != NULL) pool->allocator.free(pool->allocator.user, items);
+  *cap = grown;
+  return bigger;
+}
+
+static void tv_cells_collect(tv_pool* pool);
+
+/* After ``value`` was written into ``cell``: lists the cell when the value is an ADT or a closure (a cycle may
+   close through it); out of memory, the cell is not listed (a cycle through it is then not freed). */
+TV_UNUSED static void tv_cells_note(tv_pool* pool, tv_obj* cell, const tv_obj* value) {
+  if (pool == NULL || !tv_gc_container(value) || (cell->gc & TV_GC_LISTED)) return;
+  if (pool->ncells == pool->cap_cells) {
+    tv_obj** grown = tv_gc_grow(pool, pool->cells, pool->ncells, &pool->cap_cells, pool->ncells + 1);
+    if (grown == NULL) return;
+    pool->cells = grown;
+  }
+  tv_incref(cell);
+  cell->gc |= TV_GC_LISTED;
+  pool->cells[pool->ncells++] = cell;
+  if (++pool->cells_new >= (pool->cells_next > TV_CELLS_FIRST ? pool->cells_next : TV_CELLS_FIRST))
+    tv_cells_collect(pool);
+}
+
+static void tv_cells_collect(tv_pool* pool) {
+  pool->cells_new = 0;
+  if (pool->ncells == 0) return;
+  /* gather: every ADT and closure the listed cells reach, each once (SEEN) */
+  int64_t n = 0, cap = 0;
+  tv_obj** nodes = tv_gc_grow(pool, NULL, 0, &cap, 2 * pool->ncells);
+  int ok = nodes != NULL;
+  for (int64_t i = 0; ok && i < pool->ncells; ++i) {
+    pool->cells[i]->gc |= TV_GC_SEEN;
+    nodes[n++] = pool->cells[i];
+  }
+  for (int64_t i = 0; ok && i < n; ++i) {
+    tv_obj** fields;
+    const int32_t count = tv_gc_children(nodes[i], &fields);
+    for (int32_t k = 0; k < count; ++k) {
+      tv_obj* c = fields[k];
+      if (!tv_gc_container(c) || (c->gc & TV_GC_SEEN)) continue;
+      if (n == cap) {
+        tv_obj** grown = tv_gc_grow(pool, nodes, n, &cap, n + 1);
+        if (grown == NULL) { ok = 0; break; }
+        nodes = grown;
+      }
+      c->gc |= TV_GC_SEEN;
+      nodes[n++] = c;
+    }
+  }
+  tv_obj** work = ok ? (tv_obj**)pool->allocator.alloc(pool->allocator.user, sizeof(tv_obj*) * (size_t)n, 16) : NULL;
+  if (work == NULL) { /* (out of memory: nothing changed but the marks) */
+    for (int64_t i = 0; i < n; ++i) nodes[i]->gc &= ~TV_GC_SEEN;
+    if (nodes != NULL) pool->allocator.free(pool->allocator.user, nodes);
+    return;
+  }
+  /* each count less the references held inside the gathered values and by the list: what is left is held
+     from outside (registers, arguments, results, the application) */
+  for (int64_t i = 0; i < n; ++i) {
+    tv_obj** fields;
+    const int32_t count = tv_gc_children(nodes[i], &fields);
+    for (int32_t k = 0; k < count; ++k)
+      if (tv_gc_container(fields[k])) fields[k]->refcount -= 1;
+  }
+  for (int64_t i = 0; i < pool->ncells; ++i) pool->cells[i]->refcount -= 1;
+  /* live: held from outside, or reached from a live value */
+  int64_t top = 0;
+  for (int64_t i = 0; i < n; ++i)
+    if (nodes[i]->refcount > 0) {
+      nodes[i]->gc |= TV_GC_LIVE;
+      work[top++] = nodes[i];
+    }
+  while (top > 0) {
+    tv_obj** fields;
+    const int32_t count = tv_gc_children(work[--top], &fields);
+    for (int32_t k = 0; k < count; ++k) {
+      tv_obj* c = fields[k];
+      if (tv_gc_container(c) && !(c->gc & TV_GC_LIVE)) {
+        c->gc |= TV_GC_LIVE;
+        work[top++] = c;
+      }
+    }
+  }
+  /* the counts back as they were */
+  for (int64_t i = 0; i < n; ++i) {
+    tv_obj** fields;
+    const int32_t count = tv_gc_children(nodes[i], &fields);
+    for (int32_t k = 0; k < count; ++k)
+      if (tv_gc_container(fields[k])) fields[k]->refcount += 1;
+  }
+  for (int64_t i = 0; i < pool->ncells; ++i) pool->cells[i]->refcount += 1;
+  /* the list keeps its live cells; the rest is garbage: each value drops its references to values outside
+     the garbage (live ADTs and closures keep a count above zero: they are held from outside or by a live
+     value; tensors may go), then every garbage value is freed */
+  int64_t kept = 0;
+  for (int64_t i = 0; i < pool->ncells; ++i)
+    if (pool->cells[i]->gc & TV_GC_LIVE) pool->cells[kept++] = pool->cells[i];
+  pool->ncells = kept;
+  int64_t garbage = 0, live = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    if (nodes[i]->gc & TV_GC_LIVE) {
+      nodes[i]->gc &= ~(TV_GC_SEEN | TV_GC_LIVE);
+      ++live;
+      continue;
+    }
+    work[garbage++] = nodes[i];
+  }
+  for (int64_t i = 0; i < garbage; ++i) {
+    tv_obj** fields;
+    const int32_t count = tv_gc_children(work[i], &fields);
+    for (int32_t k = 0; k < count; ++k) {
+      tv_obj* c = fields[k];
+      if (tv_gc_container(c) && (c->gc & TV_GC_SEEN) && !(c->gc & TV_GC_LIVE)) continue; /* (garbage too) */
+      tv_decref(c);
+    }
+  }
+  for (int64_t i = 0; i < garbage; ++i) TV_OBJ_FREE(work[i]);
+  pool->allocator.free(pool->allocator.user, work);
+  pool->allocator.free(pool->allocator.user, nodes);
+  pool->cells_next = 2 * live;
+}
+
+/* When the VM lets go of its pool: collects, then the list's references go (a cell still held from outside,
+   by the application, is no longer listed) and the list with them. */
+TV_UNUSED static void tv_cells_release(tv_pool* pool) {
+  if (pool == NULL) return;
+  tv_cells_collect(pool);
+  tv_obj** cells = pool->cells;
+  const int64_t count = pool->ncells;
+  pool->cells = NULL;
+  pool->ncells = pool->cap_cells = 0;
+  for (int64_t i = 0; i < count; ++i) {
+    cells[i]->gc &= ~TV_GC_LISTED;
+    tv_decref(cells[i]);
+  }
+  if (cells != NULL) pool->allocator.free(pool->allocator.user, cells);
 }
 
 /* ---- scalars (If operands, offsets, sizes) ------------------------------------------------------ */

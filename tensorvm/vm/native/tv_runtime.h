@@ -32,6 +32,7 @@ enum {
 typedef struct tv_obj {
   int64_t refcount;
   int32_t kind;
+  int32_t gc;            /* an ADT's or closure's marks for tv_cells_collect (TV_GC_*), else unused */
 } tv_obj;
 
 struct tv_storage;
@@ -106,6 +107,11 @@ typedef struct tv_pool {
   int32_t narenas;
   int32_t no_arenas;        /* nonzero: every AllocStorage takes a pool block (VirtualMachine(specialize=False)) */
   int64_t bytes_arena;      /* of bytes_reserved, the arenas' blocks */
+  /* Reference cells written with an ADT or a closure (the only way a cycle forms), one counted reference each,
+     for tv_cells_collect; cells_new of them listed since it last ran, which runs during a call once that
+     reaches cells_next */
+  tv_obj** cells;
+  int64_t ncells, cap_cells, cells_new, cells_next;
 } tv_pool;
 
 /* A VM function's arena (native mode; docs/native_mode.md, "Arena"): one block whose bytes the function's
