@@ -1884,11 +1884,12 @@ __attribute__((unused)) static int32_t tv_conv2d_packed_act_f32(int64_t n, int64
                       {NULL, 0, 0, (int)act, alpha, beta, lo, hi, NULL}};
   for (int64_t g0 = 0; g0 < n; g0 += group) {
     const int64_t count = n - g0 < group ? n - g0 : group;
-    /* the copy (of several images on the pool, in chunks of (image, channel block) units; of one image on
-       the caller: about 1% of a layer, less than a second fork-join per image would risk on a loaded
-       machine, where a worker preempted inside a chunk holds the caller), then the tiles */
+    /* the copy on the pool, in chunks of (image, channel block) units, then the tiles. (One image's copy
+       had run on the caller alone, 1-3% of a layer at 2 threads with the worker idle: split, ResNet-18 at
+       batch 1 ran 3% faster at 2 threads, benchmarks/model_against.py; a worker preempted inside a copy
+       chunk holds the caller no longer than inside a chunk of tiles.) */
     tv_pconv_copy_job copy = {x + g0 * c * h * w, blocked, c, h, w, pt, pl, hp, wp, cblocks, count * cblocks, 1};
-    copy.chunks = threads > 1 && count > 1 ? tv_team_chunks(copy.units, hp * wp * TV_VCONV_BLOCK, threads) : 1;
+    copy.chunks = threads > 1 && copy.units > 1 ? tv_team_chunks(copy.units, hp * wp * TV_VCONV_BLOCK, threads) : 1;
     tv_team_run(copy.chunks, threads, tv_pconv_copy_chunk, &copy);
     job.out = out + g0 * o * pixels;
     job.residual = has_residual ? residual + g0 * o * pixels : NULL;
