@@ -883,6 +883,24 @@ def @main(%x: Tensor[(?), float32], %n: int32) -> Tensor[(?), float32] {
 )
 
 program(
+    "reference_cell_holding_the_closure_that_reads_it",
+    """
+def @main(%x: Tensor[(?), float32], %n: int32) -> Tensor[(?), float32] {
+  let %y = multiply(%x, 2f);
+  let %r = ref(fn (%k: int32) -> Tensor[(?), float32] { %y });
+  let %f = fn (%k: int32) -> Tensor[(?), float32] {
+    if (greater(%k, 0)) { add(ref_read(%r)(subtract(%k, 1)), %y) } else { %y }
+  };
+  let %u = ref_write(%r, %f);
+  ref_read(%r)(%n)
+}
+""",
+    lambda: (f32([1.0, -2.0, 0.5, 3.0]), i32(3)),
+    lambda x, n: x * np.float32(2 * (int(n) + 1)),
+    "closure ref recursion dynamic",
+)
+
+program(
     "reference_counter_returned_with_its_closure",
     """
 def @counter(%start: int32) -> (fn () -> int32, ref(int32)) {

@@ -10,6 +10,8 @@ frees, for the same program.
 from __future__ import annotations
 
 import gc
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -18,35 +20,20 @@ import tensorvm as tv
 from tensorvm.codegen.build import have_compiler
 from tensorvm.vm import VirtualMachine
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from programs import PROGRAMS  # noqa: E402
+
 pytestmark = pytest.mark.skipif(not have_compiler(), reason="native mode compiles C (no C compiler here)")
 
 # %r holds %f, which captures %r and %y: a cycle holding a tensor of the pool
-KNOT = """
-def @main(%x: Tensor[(?), float32], %n: int32) -> Tensor[(?), float32] {
-  let %y = multiply(%x, 2f);
-  let %r = ref(fn (%k: int32) -> Tensor[(?), float32] { %y });
-  let %f = fn (%k: int32) -> Tensor[(?), float32] {
-    if (greater(%k, 0)) { add(ref_read(%r)(subtract(%k, 1)), %y) } else { %y }
-  };
-  let %u = ref_write(%r, %f);
-  ref_read(%r)(%n)
-}
-"""
+KNOT = next(p for p in PROGRAMS if p.name == "reference_cell_holding_the_closure_that_reads_it").text
 
 # a tail loop that ties a new knot on every step: the cells listed during one call pass TV_CELLS_FIRST, so the
 # collector also runs inside the call
-LOOP = """
-def @knot(%y: Tensor[(?), float32], %k: int32) -> Tensor[(?), float32] {
-  let %r = ref(fn (%j: int32) -> Tensor[(?), float32] { %y });
-  let %f = fn (%j: int32) -> Tensor[(?), float32] {
-    if (greater(%j, 0)) { add(ref_read(%r)(subtract(%j, 1)), %y) } else { %y }
-  };
-  let %u = ref_write(%r, %f);
-  ref_read(%r)(%k)
-}
+LOOP = KNOT.replace("@main", "@knot") + """
 def @loop(%i: int32, %n: int32, %x: Tensor[(?), float32], %acc: Tensor[(?), float32]) -> Tensor[(?), float32] {
   if (less(%i, %n)) {
-    @loop(add(%i, 1), %n, %x, add(%acc, @knot(multiply(%x, 2f), 1)))
+    @loop(add(%i, 1), %n, %x, add(%acc, @knot(%x, 1)))
   } else { %acc }
 }
 def @main(%x: Tensor[(?), float32], %n: int32) -> Tensor[(?), float32] {
