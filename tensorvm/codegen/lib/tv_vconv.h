@@ -1889,7 +1889,7 @@ __attribute__((unused)) static int32_t tv_conv2d_packed_act_f32(int64_t n, int64
        batch 1 ran 3% faster at 2 threads, benchmarks/model_against.py; a worker preempted inside a copy
        chunk holds the caller no longer than inside a chunk of tiles.) */
     tv_pconv_copy_job copy = {x + g0 * c * h * w, blocked, c, h, w, pt, pl, hp, wp, cblocks, count * cblocks, 1};
-    copy.chunks = threads > 1 && copy.units > 1 ? tv_team_chunks(copy.units, hp * wp * TV_VCONV_BLOCK, threads) : 1;
+    copy.chunks = tv_team_chunks(copy.units, hp * wp * TV_VCONV_BLOCK, threads); /* (one on one thread) */
     tv_team_run(copy.chunks, threads, tv_pconv_copy_chunk, &copy);
     job.out = out + g0 * o * pixels;
     job.residual = has_residual ? residual + g0 * o * pixels : NULL;

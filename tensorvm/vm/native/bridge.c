@@ -22,6 +22,14 @@
 
 typedef int32_t (*tv_invoke_fn)(tv_ctx*, int32_t, tv_obj* const*, int32_t, tv_obj**);
 
+/* The pool's counters in the order Runtime.stats() names them (after "allocator"). */
+#define POOL_COUNTERS 9
+static void pool_counters(const tv_pool* p, int64_t* out) {
+  const int64_t v[POOL_COUNTERS] = {p->bytes_live, p->peak_bytes, p->bytes_reserved, p->num_allocations, p->num_frees,
+                                    p->reuse_hits, p->bytes_cached, p->bytes_arena, p->ncells};
+  memcpy(out, v, sizeof v);
+}
+
 /* ---- storages of NumPy arrays (arguments and constants) -------------------------------------------- */
 static void release_py_owner(tv_storage* s) {
   /* (run while holding the GIL: the bridge holds every argument and constant until the call is over, but
@@ -112,7 +120,7 @@ typedef struct {
   int busy;
   tv_storage** deferred;
   Py_ssize_t ndeferred, cap_deferred;
-  int64_t stats_at_call[9]; /* the pool's counters when the running call began (stats() while busy) */
+  int64_t stats_at_call[POOL_COUNTERS]; /* the pool's counters when the running call began (stats() while busy) */
   /* primitives without C functions: the native code calls back (python_callback) */
   PyObject* callbacks;     /* tuple: the bytecode VM's callable per packed index (exe.kernels) */
   PyObject* py_error;      /* the exception the last failed callback raised (until the call reports it) */
@@ -398,10 +406,7 @@ static int refuse_if_busy(Runtime* rt) {
 /* The library's entry point, without the GIL (the call touches no Python object); then the storages of
    result arrays Python dropped meanwhile go back. */
 static int32_t run_native(Runtime* rt, int32_t index, tv_obj* const* values, int32_t n, tv_obj** ret) {
-  const tv_pool* p = rt->ctx.pool;
-  const int64_t now[9] = {p->bytes_live, p->peak_bytes, p->bytes_reserved, p->num_allocations, p->num_frees,
-                          p->reuse_hits, p->bytes_cached, p->bytes_arena, p->ncells};
-  memcpy(rt->stats_at_call, now, sizeof now);
+  pool_counters(rt->ctx.pool, rt->stats_at_call);
   rt->ctx.stack_limit = stack_limit();
   rt->busy = 1;
   int32_t rc;
@@ -688,9 +693,8 @@ static PyObject* runtime_set_argument_specs(PyObject* op, PyObject* args) {
 static PyObject* runtime_stats(PyObject* op, PyObject* unused) {
   (void)unused;
   Runtime* rt = (Runtime*)op;
-  const tv_pool* p = rt->ctx.pool;
-  const int64_t now[9] = {p->bytes_live, p->peak_bytes, p->bytes_reserved, p->num_allocations, p->num_frees,
-                          p->reuse_hits, p->bytes_cached, p->bytes_arena, p->ncells};
+  int64_t now[POOL_COUNTERS];
+  pool_counters(rt->ctx.pool, now);
   const int64_t* v = rt->busy ? rt->stats_at_call : now;
   return Py_BuildValue("{s:s,s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:L}", "allocator", "native-pooled", "bytes_live",
                        (long long)v[0], "peak_bytes", (long long)v[1], "bytes_reserved", (long long)v[2],

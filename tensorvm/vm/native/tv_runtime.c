@@ -396,6 +396,18 @@ static tv_obj** tv_gc_grow(tv_pool* pool, tv_obj** items, int64_t n, int64_t* ca
   return bigger;
 }
 
+/* Adds delta to the count of every ADT and closure for each reference the n gathered values and the pool's
+   list of cells hold to it. */
+static void tv_gc_shift_inside(tv_pool* pool, tv_obj* const* nodes, int64_t n, int64_t delta) {
+  for (int64_t i = 0; i < n; ++i) {
+    tv_obj** fields;
+    const int32_t count = tv_gc_children(nodes[i], &fields);
+    for (int32_t k = 0; k < count; ++k)
+      if (tv_gc_container(fields[k])) fields[k]->refcount += delta;
+  }
+  for (int64_t i = 0; i < pool->ncells; ++i) pool->cells[i]->refcount += delta;
+}
+
 static void tv_cells_collect(tv_pool* pool);
 
 /* After ``value`` was written into ``cell``: lists the cell when the value is an ADT or a closure (a cycle may
@@ -448,13 +460,7 @@ static void tv_cells_collect(tv_pool* pool) {
   }
   /* each count less the references held inside the gathered values and by the list: what is left is held
      from outside (registers, arguments, results, the application) */
-  for (int64_t i = 0; i < n; ++i) {
-    tv_obj** fields;
-    const int32_t count = tv_gc_children(nodes[i], &fields);
-    for (int32_t k = 0; k < count; ++k)
-      if (tv_gc_container(fields[k])) fields[k]->refcount -= 1;
-  }
-  for (int64_t i = 0; i < pool->ncells; ++i) pool->cells[i]->refcount -= 1;
+  tv_gc_shift_inside(pool, nodes, n, -1);
   /* live: held from outside, or reached from a live value */
   int64_t top = 0;
   for (int64_t i = 0; i < n; ++i)
@@ -473,14 +479,7 @@ static void tv_cells_collect(tv_pool* pool) {
       }
     }
   }
-  /* the counts back as they were */
-  for (int64_t i = 0; i < n; ++i) {
-    tv_obj** fields;
-    const int32_t count = tv_gc_children(nodes[i], &fields);
-    for (int32_t k = 0; k < count; ++k)
-      if (tv_gc_container(fields[k])) fields[k]->refcount += 1;
-  }
-  for (int64_t i = 0; i < pool->ncells; ++i) pool->cells[i]->refcount += 1;
+  tv_gc_shift_inside(pool, nodes, n, +1); /* (the counts back as they were) */
   /* the list keeps its live cells; the rest is garbage: each value drops its references to values outside
      the garbage (live ADTs and closures keep a count above zero: they are held from outside or by a live
      value; tensors may go), then every garbage value is freed */
