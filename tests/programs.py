@@ -924,6 +924,30 @@ def @main(%start: int32) -> (int32, int32, int32) {
 )
 
 program(
+    "loop_through_a_closure_of_no_arguments_in_tail_position",
+    """
+def @main(%n: int32, %x: Tensor[(?), float32]) -> Tensor[(?), float32] {
+  let %i = ref(0);
+  let %acc = ref(%x);
+  let %step = ref(fn () -> Tensor[(?), float32] { %x });
+  let %u = ref_write(%step, fn () -> Tensor[(?), float32] {
+    if (less(ref_read(%i), %n)) {
+      let %a = ref_write(%i, add(ref_read(%i), 1));
+      let %b = ref_write(%acc, add(ref_read(%acc), %x));
+      ref_read(%step)()
+    } else {
+      ref_read(%acc)
+    }
+  });
+  ref_read(%step)()
+}
+""",
+    lambda: (i32(4), f32([1.0, -2.0, 0.5])),
+    lambda n, x: x * np.float32(int(n) + 1),
+    "closure ref loop dynamic",
+)
+
+program(
     "currying",
     """
 def @main(%a: int32, %b: int32) -> int32 {

@@ -326,7 +326,8 @@ class _FunctionEmitter:
         if op == O.InvokeClosure:
             args = regs(ins.args)
             target = f"closure_target(FUNCS, r{ins.closure}, {len(ins.args)})"
-            everything = f"(*r{ins.closure}.free_vars{', ' if ins.args else ''}{args})"
+            # (a tuple for TailCall and the call's arguments alike: the comma keeps a lone *free_vars a tuple)
+            everything = f"(*r{ins.closure}.free_vars, {args})" if ins.args else f"(*r{ins.closure}.free_vars,)"
             if pc in self.tails:
                 return f"return TailCall({target}, {everything})"
             return (f"r{ins.dst} = {target}{everything}\n"
