@@ -45,6 +45,18 @@ def _native_unless_refused(exe: Executable, lowered) -> Executable:
     return native
 
 
+def _refuse_native_rank(lowered) -> None:
+    """Native mode refuses a tensor type of rank above 16 at compile time, dims known or not (the emitter
+    sees only the ranks of its instructions' static shapes: a dynamic one would be refused only when a call
+    passes it)."""
+    from .native_emit import NATIVE_MAX_RANK
+
+    rank = _largest_rank(lowered)
+    if rank > NATIVE_MAX_RANK:
+        raise UnsupportedError(f"native mode: a tensor of rank {rank} > {NATIVE_MAX_RANK} (TV_MAX_RANK, a tensor's "
+                               f"dims in its C struct); exec_mode='bytecode' or 'auto' runs it")
+
+
 def _largest_rank(mod) -> int:
     """The largest rank of a tensor in the types of ``mod``'s expressions (tuples, ADTs, closures, refs)."""
     from ..ir.expr import Function
@@ -94,6 +106,8 @@ def compile(mod, target: str | None = None, params: dict | None = None, opt_leve
     if large:
         return_free_memory()  # what the caller freed (an ONNX import's protobuf), before weights are packed
     lowered = lower_for_vm(mod, params=params, opt_level=opt_level, memory_plan=memory_plan, target=target)
+    if exec_mode == "native":
+        _refuse_native_rank(lowered)
     exe = generate(lowered, exec_mode="bytecode" if exec_mode == "auto" else exec_mode, target=target)
     if exec_mode == "auto" and auto_exec_mode(exe) == "native":
         exe = _native_unless_refused(exe, lowered)

@@ -122,6 +122,9 @@ def test_auto_keeps_bytecode_for_a_program_native_mode_refuses(monkeypatch):
         assert exe.exec_mode == "bytecode"
         x = np.full((1,) * 17, 2, "float32")
         np.testing.assert_array_equal(tv.vm.VirtualMachine(exe).invoke("main", x, np.bool_(True)).numpy(), x + 1)
+        # asked for by name, native mode refuses it when it compiles, a dynamic dim or not
+        with pytest.raises(UnsupportedError, match="native mode: a tensor of rank 17 > 16"):
+            tv.vm.compile(mod, target="c", exec_mode="native")
 
     def refuse(exe):
         raise UnsupportedError("native mode: refused for the test")
