@@ -204,6 +204,20 @@ def program(name, text, args_fn, expected_fn, tags, **kwargs) -> Program:
 
 # --- static programs -----------------------------------------------------------------------------------
 program(
+    "concatenate_and_where_of_loads_static",
+    """
+def @main(%x: Tensor[(2, 3), float32], %y: Tensor[(2, 3), float32]) -> (Tensor[(4, 3), float32], Tensor[(2, 3), float32]) {
+  %0 = concatenate((%x, %y), axis=0);
+  %1 = where(greater(%x, 0f), %x, multiply(%y, 2f));
+  (%0, %1)
+}
+""",
+    lambda: _normal("concatenate_and_where_of_loads_static", (2, 3), (2, 3)),
+    lambda x, y: (np.concatenate([x, y]), np.where(x > 0, x, y * np.float32(2))),
+    "static",
+)
+
+program(
     "add_broadcast_static",
     """
 def @main(%x: Tensor[(3, 4), float32], %y: Tensor[(1, 4), float32]) -> Tensor[(3, 4), float32] {

@@ -330,10 +330,13 @@ def _temporaries(body) -> tuple[int, int, int]:
 
 def _static_kernel_source(source: str, cname: str, prefix: str, heap_count: int) -> str:
     """Make the kernel ``static``, its OpenMP pragmas optional, its heap temporaries workspace slices."""
-    head = f"int32_t {cname}("
-    if not source.startswith(head):
+    head, marked = f"int32_t {cname}(", f"TV_SELECT_OF_LOADS int32_t {cname}("
+    if source.startswith(marked):  # (a select between two loads: its attribute stays in front, c_emit.py)
+        source = "TV_SELECT_OF_LOADS static TVAOT_NOINLINE " + source[len("TV_SELECT_OF_LOADS "):]
+    elif source.startswith(head):
+        source = "static TVAOT_NOINLINE " + source
+    else:
         raise UnsupportedError(f"AOT: unexpected kernel text for {cname} (expected it to start with {head!r})")
-    source = "static TVAOT_NOINLINE " + source
     if heap_count:
         source, mallocs = re.subn(r"\bmalloc\(", f"{prefix}_scratch_alloc(", source)
         source, frees = re.subn(r"\bfree\(", f"{prefix}_scratch_free(", source)
@@ -517,6 +520,9 @@ class _Emitter:
         out = [f"/* {p}.c: the tensorvm AOT model {self.name!r}: kernels and run function (generated; do not edit). */",
                "#include <stddef.h>", "#include <stdint.h>", "#include <string.h>", f'#include "{p}.h"', "",
                "/* ---- kernels: tensorvm.codegen (one static function per fused group) ---- */",
+               "/* (the application's compiler is not probed: a kernel selecting between two loads is built without",
+               "   GCC's loop if-conversion, which some versions vectorize wrongly, lib/tv_kernel.h) */",
+               "#ifndef TV_NO_LOOP_IF_CONVERSION", "#define TV_NO_LOOP_IF_CONVERSION 1", "#endif",
                _static_prelude(PRELUDE)]
         libraries = sorted({name for kernel in self.kernels.values() for name in kernel.libraries})
         if libraries:  # (their functions are static, as the kernels are)
