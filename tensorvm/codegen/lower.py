@@ -68,9 +68,7 @@ from ..te.expr import (
     floormod,
     logical_and,
     logical_or,
-    max_value,
     maximum,
-    min_value,
     minimum,
     ne,
     product,
@@ -78,7 +76,7 @@ from ..te.expr import (
     var,
 )
 from ..te.rewrite import substitute, transform
-from ..te.tensor import ComputeOp, PlaceholderOp, Tensor, children, compute, walk
+from ..te.tensor import ComputeOp, PlaceholderOp, Tensor, children, compute, reduction_identity, walk
 from .hoist import optimize_loops
 from .loop_ir import (
     PARALLEL,
@@ -827,15 +825,10 @@ def _loops(axes, body, st, innermost_kind, parallel, keep_inner: bool = False):
 
 
 def _init_value(combiner: str, dtype: str):
-    if combiner == "sum":
-        return const(0, dtype)
-    if combiner == "prod":
-        return const(1, dtype)
-    if combiner == "max":
-        return const(min_value(dtype), dtype)
-    if combiner == "min":
-        return const(max_value(dtype), dtype)
-    raise UnsupportedError(f"lower: unknown reduction {combiner}")
+    try:
+        return reduction_identity(combiner, dtype)
+    except TypeInferenceError as err:
+        raise UnsupportedError(f"lower: unknown reduction {combiner}") from err
 
 
 def _combine(combiner: str, acc: PrimExpr, value: PrimExpr) -> PrimExpr:

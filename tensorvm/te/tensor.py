@@ -35,6 +35,9 @@ from .expr import (
     cast,
     const,
     dtype_kind,
+    max_value,
+    min_value,
+    select,
     var,
 )
 
@@ -227,9 +230,26 @@ def _condition(where) -> PrimExpr | None:
     return None if isinstance(cond, Const) and cond.value else cond
 
 
-def _simple_reduce(combiner: str, expr, axis, where, acc_dtype: str = "") -> Reduce:
-    expr = as_expr(expr)
-    return Reduce(combiner, (expr,), _axes(axis), _condition(where), 0, expr.dtype, acc_dtype or expr.dtype)
+def reduction_identity(combiner: str, dtype: str) -> Const:
+    """The value a ``combiner`` reduction starts from (what it gives over no elements)."""
+    if combiner == "sum":
+        return const(0, dtype)
+    if combiner == "prod":
+        return const(1, dtype)
+    if combiner == "max":
+        return const(min_value(dtype), dtype)
+    if combiner == "min":
+        return const(max_value(dtype), dtype)
+    raise TypeInferenceError(f"te: unknown reduction {combiner}")
+
+
+def _simple_reduce(combiner: str, expr, axis, where, acc_dtype: str = ""):
+    """A ``combiner`` reduction of ``expr`` over ``axis``; over no axes, the element itself (where
+    ``where`` holds, else the identity): a plain value, not a Reduce, which the lowering needs an axis for."""
+    expr, axes, cond = as_expr(expr), _axes(axis), _condition(where)
+    if not axes:
+        return expr if cond is None else select(cond, expr, reduction_identity(combiner, expr.dtype))
+    return Reduce(combiner, (expr,), axes, cond, 0, expr.dtype, acc_dtype or expr.dtype)
 
 
 def sum(expr, axis, where=None) -> Reduce:  # noqa: A001 - te.sum mirrors TVM's name
@@ -266,6 +286,8 @@ def _arg_reduce(combiner: str, value, axis, index, select_last: bool):
     index = cast(as_expr(index), INDEX_DTYPE)
     name = combiner + ("_last" if select_last else "")
     sources = (index, value)
+    if not axes:  # (over no axes: the element and its index, plain values as in _simple_reduce)
+        return sources
     return tuple(Reduce(name, sources, axes, None, i, s.dtype, s.dtype) for i, s in enumerate(sources))
 
 

@@ -229,6 +229,10 @@ CASES = [
       for op in ("variance", "std") for unbiased in (False, True)],
     Case("variance", lambda rng: [dims(rng, 3, 1, 4)] * 1 + [(1,)], (F32,), attrs={"axis": [2]},
          label="given_mean", static=((), "all")),
+    # over no axes (axis=[]): each element reduced alone (it had been an IndexError in the lowering)
+    *[Case(op, _reduce_sample(low=1), (F32,), attrs={"axis": []}, label="no_axes")
+      for op in ("sum", "prod", "max", "mean", "variance", "std", "logsumexp", "argmax")],
+    Case("any", _reduce_sample(), ("bool",), attrs={"axis": [], "keepdims": True}, label="no_axes"),
     # ---- data movement ----
     Case("reshape", lambda rng: [(int(rng.integers(0, 4)), 12)], (F32,), attrs={"newshape": [-1, 3, 4]},
          static=((1,),)),
