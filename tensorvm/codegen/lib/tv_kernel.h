@@ -250,23 +250,33 @@ __attribute__((unused)) static int32_t tv_softmax_f32(int64_t rows, int64_t n, c
    generated reduction ran one short vector loop per image row (14 floats of a 14 x 14 plane) and had been
    3-5x ONNX Runtime's GlobalAveragePool. rows [first, end); threads as tv_softmax_f32 (shared libraries:
    tv_mean_team_f32). n = 0 gives NaN, as NumPy's mean of nothing. */
+/* A float sum adds at most TV_SUM_BLOCK floats in float lanes before the block's total joins a double: the
+   generated reductions' rule (lower.py: SUM_BLOCK), which keeps a long row's mean from drifting by n / lanes
+   roundings (a mean of 4e6 floats of 1e4 had been off by 1e-3). */
+#define TV_SUM_BLOCK 4096
 static inline void tv_mean_rows_f32(int64_t first, int64_t end, int64_t n, const float* restrict x,
                                     float* restrict y) {
   for (int64_t i = first; i < end; ++i) {
     const float* restrict row = x + i * n;
-    tv_vf a0 = TV_VSPLAT(0.0f), a1 = a0, a2 = a0, a3 = a0;
+    double total = 0.0;
     int64_t j = 0;
-    for (; j + 4 * TV_VLANES <= n; j += 4 * TV_VLANES) {
-      a0 += TV_VLOAD(row + j);
-      a1 += TV_VLOAD(row + j + TV_VLANES);
-      a2 += TV_VLOAD(row + j + 2 * TV_VLANES);
-      a3 += TV_VLOAD(row + j + 3 * TV_VLANES);
+    while (j + 4 * TV_VLANES <= n) {
+      const int64_t stop = n - j > TV_SUM_BLOCK ? j + TV_SUM_BLOCK : n;
+      tv_vf a0 = TV_VSPLAT(0.0f), a1 = a0, a2 = a0, a3 = a0;
+      for (; j + 4 * TV_VLANES <= stop; j += 4 * TV_VLANES) {
+        a0 += TV_VLOAD(row + j);
+        a1 += TV_VLOAD(row + j + TV_VLANES);
+        a2 += TV_VLOAD(row + j + 2 * TV_VLANES);
+        a3 += TV_VLOAD(row + j + 3 * TV_VLANES);
+      }
+      a0 += a1 + (a2 + a3);
+      total += (double)tv_vsum(&a0);
     }
-    for (; j + TV_VLANES <= n; j += TV_VLANES) a0 += TV_VLOAD(row + j);
-    a0 += a1 + (a2 + a3);
-    float total = tv_vsum(&a0);
-    for (; j < n; ++j) total += row[j];
-    y[i] = total / (float)n;
+    tv_vf last = TV_VSPLAT(0.0f);  /* (fewer than 4 vectors and a scalar tail left) */
+    for (; j + TV_VLANES <= n; j += TV_VLANES) last += TV_VLOAD(row + j);
+    float tail = tv_vsum(&last);
+    for (; j < n; ++j) tail += row[j];
+    y[i] = (float)((total + (double)tail) / (double)n);
   }
 }
 __attribute__((unused)) static int32_t tv_mean_f32(int64_t rows, int64_t n, const float* restrict x,
