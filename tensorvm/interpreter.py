@@ -16,7 +16,12 @@ Run-time values:
 Evaluation rules worth knowing:
 
 * **Sharing.** A sub-expression used twice inside one function activation (a DAG edge, printed
-  as ``%N = ...``) is evaluated once per activation, like a dataflow graph.
+  as ``%N = ...``) is evaluated once per activation, like a dataflow graph, at the place
+  ``ToANormalForm`` binds it: in the innermost scope (function body, ``if`` branch, ``match`` arm) that
+  holds all its uses, just before the first construct of that scope that uses it. The interpreter runs
+  each function in that form (``transform.to_anf``, once per function), so a shared node with an effect
+  (a ``ref_write``, a call that writes a reference) runs where every executor runs it and where the
+  printer writes it, not wherever a branch first happened to reach it.
 * **Tail calls.** Let bodies, ``if`` branches, ``match`` right-hand sides and calls of functions
   in tail position continue the evaluation loop instead of recursing, so a tail-recursive loop of
   any length runs in constant Python stack. Other calls recurse in Python (the recursion limit is
@@ -139,6 +144,7 @@ class Interpreter:
             raise TypeError(f"Interpreter expects an IRModule, got {type(mod).__name__}")
         self.mod = mod if mod is not None else IRModule()
         self._globals: dict[str, FunctionValue] = {}
+        self._normal_forms: dict = {}  # id(Function or expression) -> (it, its A-normal form)
         self._param_checks: dict = {}  # id(Function) -> (it, ((index, check), ...) of its statically shaped parameters)
 
     # --- public API ---------------------------------------------------------------------------
@@ -148,8 +154,9 @@ class Interpreter:
             return self._global(GlobalVar(expr_or_global_name))
         if not isinstance(expr_or_global_name, Expr):
             raise TypeError(f"evaluate expects an expression or a global name, got {type(expr_or_global_name).__name__}")
+        expr = self._normal_form(expr_or_global_name)
         with deep_recursion():
-            return self._guarded(lambda: self._value(expr_or_global_name, Frame()))
+            return self._guarded(lambda: self._value(expr, Frame()))
 
     def run(self, name: str = "main", *args, **kwargs):
         """Run global ``name`` on Python/NumPy arguments (checked against its parameter types)."""
@@ -185,9 +192,19 @@ class Interpreter:
             if gv not in self.mod:
                 names = ", ".join("@" + n for n in self.mod.global_names) or "none"
                 raise ExecutionError(f"no global function @{gv.name} in the module (have: {names})")
-            value = FunctionValue(self.mod[gv], None, self, gv.name)
+            value = FunctionValue(self._normal_form(self.mod[gv]), None, self, gv.name)
             self._globals[gv.name] = value
         return value
+
+    def _normal_form(self, expr: Expr) -> Expr:
+        """``expr`` in A-normal form (see "Sharing" above), converted once (nested functions included)."""
+        known = self._normal_forms.get(id(expr))  # (by identity: hashing a function hashes its whole body)
+        if known is None or known[0] is not expr:
+            from .transform.to_anf import to_anf
+
+            with deep_recursion():  # (to_anf recurses along a chain of operands)
+                known = self._normal_forms[id(expr)] = (expr, to_anf(expr))
+        return known[1]
 
     def _apply(self, function: FunctionValue, args: list):
         frame = self._enter(function, args)
@@ -230,6 +247,9 @@ class Interpreter:
         while True:
             kind = type(expr)
             if kind is Let:
+                if expr.body is expr.var and not isinstance(expr.value, Function):
+                    expr = expr.value  # (``let %x = e; %x``, A-normal form's tail: e stays in tail position)
+                    continue
                 if isinstance(expr.value, Function):
                     # The closure captures this frame, so binding its name here makes it recursive.
                     frame.bindings[expr.var] = FunctionValue(expr.value, frame, self)

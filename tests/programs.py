@@ -938,6 +938,30 @@ def @main(%start: int32) -> (int32, int32, int32) {
 )
 
 program(
+    "shared_effect_runs_where_its_scope_binds_it",
+    # %0 (a call that writes the cell) is used in the if's true branch and after the if: it runs once,
+    # before the if (the innermost scope holding every use), on either branch; ref_read after the if
+    # sees its write even when the false branch did not use it
+    """
+def @bump(%r: ref(int32)) -> int32 {
+  let %old = ref_read(%r);
+  let %u = ref_write(%r, add(%old, 1));
+  %old
+}
+
+def @main(%c: bool) -> (int32, int32, int32) {
+  let %r = ref(10);
+  %0 = @bump(%r);
+  %1 = if (%c) { multiply(%0, 2) } else { 0 };
+  (%1, ref_read(%r), %0)
+}
+""",
+    lambda: (np.bool_(False),),
+    lambda c: (i32(20 if c else 0), i32(11), i32(10)),
+    "ref",
+)
+
+program(
     "loop_through_a_closure_of_no_arguments_in_tail_position",
     """
 def @main(%n: int32, %x: Tensor[(?), float32]) -> Tensor[(?), float32] {

@@ -1,10 +1,12 @@
 """The text printer: Relay's text format for types, expressions and modules.
 
 Inside a function body every non-atomic sub-expression is printed once, in post-order, as a graph
-binding ``%0 = add(%x, %y);`` in the innermost block (function body, if branch, match arm,
-parenthesised let) where it is first needed; later uses in that block or blocks nested in it refer
-to ``%0``. A node also used in a sibling or enclosing block is printed again there, which parses
-back to a structurally equal program. Variable names are made unique within each ``def`` (``x``,
+binding ``%0 = add(%x, %y);`` in the block (function body, if branch, match arm) where
+``ToANormalForm`` binds it, which is where every executor evaluates it: the innermost block holding
+all its uses, just before the first statement of that block that uses it; later uses refer to
+``%0``. (A node first used inside a parenthesised let is printed there, since it may read the let's
+variables, and again where it is used outside.) So a shared node with an effect (a call that writes a
+reference) prints, and re-parses, as one evaluation at the same place. Variable names are made unique within each ``def`` (``x``,
 ``x1``, ...) so that re-parsing gives the same binding structure. Scalar constants print inline
 (``1f``, ``2i64``, ``True``); other constants print as ``meta[relay.Constant][i]`` and a module's
 text ends with a ``#[metadata]`` section holding them as JSON (dtype, shape, base64 of the raw
@@ -20,6 +22,7 @@ import re
 
 import numpy as np
 
+from .analysis import free_vars, pattern_vars
 from .expr import (
     Call,
     Constant,
@@ -209,6 +212,20 @@ class _Printer:
         self.used_tvar_names: set[str] = set()
         self.counter = 0
         self.scopes: list[dict[Expr, str]] = []
+        self.block_scopes: list = []  # the ToANormalForm scope of each open block (scope_blocks)
+        self.block_binds: list = []  # the variables a block that is not a scope binds (a let's, a primitive's)
+        self.home: dict = {}  # node -> the scope ToANormalForm binds it in
+        self.child_scopes: dict = {}  # If / Match / Function -> the scopes of its blocks
+
+    def analyse(self, body: Expr):
+        """Where ``ToANormalForm`` binds each node of ``body`` (a function body or a bare expression);
+        returns the scope of ``body``'s own block."""
+        from ..transform.to_anf import _ANFConverter, _Scope
+
+        converter, root = _ANFConverter(), _Scope(None)
+        converter.assign_scopes(body, root)
+        self.home, self.child_scopes = converter.scope, converter.child_scopes
+        return root
 
     def var_name(self, var: Var) -> str:
         name = self.var_names.get(var)
@@ -330,18 +347,38 @@ class _Printer:
             stack.append((e, True))
             stack.extend((c, False) for c in reversed(self.operand_children(e)) if self.needs_binding(c))
 
+    def home_block(self, e: Expr) -> int:
+        """The open block ``e`` is bound in, counted from the innermost (-1): the outermost one of its
+        ToANormalForm scope (its lines are still open, so the binding lands before the statement being
+        printed there) that does not take ``e`` away from a variable it reads (a block's lets, parameters
+        or pattern variables: a parenthesised let binds variables without being a scope of its own, and
+        a variable bound in two sibling blocks makes a node that reads it in both look shared between
+        them); else this one."""
+        home, depth = self.home.get(e), len(self.block_scopes)
+        outermost = next((back for back in range(depth, 0, -1) if self.block_scopes[-back] is home), 1)
+        if outermost == 1:
+            return -1  # (this block: the common case, no variable to look at)
+        reads, found = set(free_vars(e)), -1
+        for back in range(1, outermost + 1):
+            if self.block_scopes[-back] is home:
+                found = -back
+            if not reads.isdisjoint(self.block_binds[-back]):
+                break  # (it reads a variable of this block: it cannot leave it)
+        return found
+
     def emit_binding(self, e: Expr) -> None:
+        block = self.home_block(e)
         text = self.render(e)
         name = f"%{self.counter}"
         self.counter += 1
-        self.emit_lines(f"{name} = ", text, self.type_comment(e) + ";")
-        self.scopes[-1][e] = name
+        self.emit_lines(f"{name} = ", text, self.type_comment(e) + ";", block)
+        self.scopes[block][e] = name
 
-    def emit_lines(self, prefix: str, text: str, suffix: str) -> None:
+    def emit_lines(self, prefix: str, text: str, suffix: str, block: int = -1) -> None:
         lines = text.split("\n")
         lines[0] = prefix + lines[0]
         lines[-1] = lines[-1] + suffix
-        self.out[-1].extend(lines)
+        self.out[block].extend(lines)
 
     def direct(self, e: Expr) -> str:
         """Text for ``e`` written out in place (a let value or a block's result)."""
@@ -355,10 +392,20 @@ class _Printer:
         return self.render(e)
 
     # --- blocks -----------------------------------------------------------------------------
-    def block(self, expr: Expr) -> list[str]:
-        """The lines of a block: its bindings and lets, then its result (lets walked iteratively)."""
+    def block(self, expr: Expr, scope=None, binds=()) -> list[str]:
+        """The lines of a block: its bindings and lets, then its result (lets walked iteratively).
+        ``scope``: the block's ToANormalForm scope; a block that is not one of its own (a parenthesised
+        let, a primitive function's body) takes the scope its node is bound in; None (no analysis): the
+        enclosing block's. ``binds``: the variables it binds besides its lets (parameters, a pattern's):
+        a node that reads one of them is printed inside it (home_block)."""
         self.scopes.append({})
         self.out.append([])
+        self.block_scopes.append(scope if scope is not None else (self.block_scopes[-1] if self.block_scopes else None))
+        lets, chain = set(binds), expr
+        while isinstance(chain, Let):
+            lets.add(chain.var)
+            chain = chain.body
+        self.block_binds.append(lets)
         try:
             e = expr
             while isinstance(e, Let) and self.lookup(e) is None:
@@ -372,6 +419,8 @@ class _Printer:
         finally:
             self.out.pop()
             self.scopes.pop()
+            self.block_scopes.pop()
+            self.block_binds.pop()
 
     def render(self, e: Expr) -> str:
         """The text of a non-atomic node whose operands are already bound."""
@@ -396,21 +445,24 @@ class _Printer:
         if isinstance(e, RefWrite):
             return f"ref_write({self.operand(e.ref)}, {self.operand(e.value)})"
         if isinstance(e, If):
-            lines = [f"if ({self.operand(e.cond)}) {{", *_indent(self.block(e.true_branch)), "} else {",
-                     *_indent(self.block(e.false_branch)), "}"]
+            cond = self.operand(e.cond)
+            true_scope, false_scope = self.child_scopes.get(e, (None, None))
+            lines = [f"if ({cond}) {{", *_indent(self.block(e.true_branch, true_scope)), "} else {",
+                     *_indent(self.block(e.false_branch, false_scope)), "}"]
             return "\n".join(lines)
         if isinstance(e, Match):
             lines = [f"match{'' if e.complete else '?'} ({self.operand(e.data)}) {{"]
-            for clause in e.clauses:
+            arms = self.child_scopes.get(e, (None,) * len(e.clauses))
+            for clause, arm in zip(e.clauses, arms):
                 lines.append(f"  {self.pattern(clause.lhs)} => {{")
-                lines.extend(_indent(_indent(self.block(clause.rhs))))
+                lines.extend(_indent(_indent(self.block(clause.rhs, arm, pattern_vars(clause.lhs)))))
                 lines.append("  },")
             lines.append("}")
             return "\n".join(lines)
         if isinstance(e, Function):
             return self.function(e)
         if isinstance(e, Let):  # a let used as an operand: a parenthesised block
-            return "\n".join(["(", *_indent(self.block(e)), ")"])
+            return "\n".join(["(", *_indent(self.block(e, self.home.get(e))), ")"])
         raise TypeError(f"cannot print {type(e).__name__}")
 
     def pattern(self, p: Pattern) -> str:
@@ -441,13 +493,18 @@ class _Printer:
         return f"{type_params}({', '.join(params)}){ret}"
 
     def function(self, fn: Function) -> str:
-        return "\n".join([f"fn {self.signature(fn)} {{", *_indent(self.block(fn.body)), "}"])
+        if fn in self.child_scopes:
+            body = self.block(fn.body, self.child_scopes[fn][0], fn.params)
+        else:  # (a primitive one, not a scope of ToANormalForm's: its home's, binding its parameters)
+            body = self.block(fn.body, self.home.get(fn), fn.params)
+        return "\n".join([f"fn {self.signature(fn)} {{", *_indent(body), "}"])
 
     def top_level(self, expr: Expr) -> list[str]:
         self.out = [[]]
         if isinstance(expr, Function):
-            return self.function(expr).split("\n")
-        return self.block(expr)
+            return ["fn " + self.signature(expr) + " {",
+                    *_indent(self.block(expr.body, self.analyse(expr.body), expr.params)), "}"]
+        return self.block(expr, self.analyse(expr))
 
     def metadata(self) -> list[str]:
         if not self.constants:
@@ -495,7 +552,7 @@ def module_to_str(mod, show_types: bool = True, show_meta_data: bool = True) -> 
         printer.out = [[]]
         header = printer.signature(fn)
         lines.append(f"def @{gv.name}{header} {{")
-        lines += _indent(printer.block(fn.body))
+        lines += _indent(printer.block(fn.body, printer.analyse(fn.body), fn.params))
         lines.append("}")
         lines.append("")
     if lines[-1] == "":
