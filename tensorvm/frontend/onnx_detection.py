@@ -42,15 +42,22 @@ def non_max_suppression_10(ctx, boxes, scores, max_output_boxes_per_class=None, 
 
 
 def _topk(ctx, X, k, axis, largest, sorted_):
+    # Relay's topk takes k < 1 for the whole axis; ONNX's K = 0 selects nothing, so the results are sliced to
+    # K where it may be 0.
     k_value = ctx.scalar_value(k) if not isinstance(k, int) else k
     if k_value is not None:
         out = ctx.call("topk", X, k=int(k_value), axis=axis, ret_type="both", is_ascend=not largest, dtype="int64")
-    else:
-        k_scalar = ctx.cast(k, "int64")
-        if ctx.ndim(k_scalar):
-            k_scalar = ctx.call("reshape", k_scalar, newshape=())
-        out = ctx.call("topk", X, k_scalar, axis=axis, ret_type="both", is_ascend=not largest, dtype="int64")
-    return ctx.get_item(out, 0), ctx.get_item(out, 1)
+        results = [ctx.get_item(out, 0), ctx.get_item(out, 1)]
+        if int(k_value) == 0:
+            results = [ctx.call("strided_slice", r, begin=(0,), end=(0,), axes=(axis,)) for r in results]
+        return results
+    k_scalar = ctx.cast(k, "int64")
+    if ctx.ndim(k_scalar):
+        k_scalar = ctx.call("reshape", k_scalar, newshape=())
+    out = ctx.call("topk", X, k_scalar, axis=axis, ret_type="both", is_ascend=not largest, dtype="int64")
+    k_end = ctx.call("reshape", k_scalar, newshape=(1,))
+    zero, one = ctx.constant(np.array([0], np.int64)), ctx.constant(np.array([1], np.int64))
+    return [ctx.call("dyn.strided_slice", ctx.get_item(out, i), zero, k_end, one, axes=(axis,)) for i in range(2)]
 
 
 @converter("TopK", 1)

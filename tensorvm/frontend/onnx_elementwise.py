@@ -72,8 +72,14 @@ def pow_1(ctx, X, Y, *, broadcast=0, axis=None):
 
 @converter("Pow", 7)
 def pow_7(ctx, X, Y):
-    # From opset 12 the exponent may have another dtype; the result has the base's.
-    return ctx.call("power", X, ctx.cast(Y, ctx.dtype(X)))
+    # From opset 12 the exponent may have another dtype; the result has the base's. The power is taken in
+    # the operands' common dtype (the reference's np.power(x, y).astype(x.dtype)): an integer base to a
+    # float exponent is computed in float, not with the exponent truncated to an integer.
+    base = ctx.dtype(X)
+    common = np.result_type(base, ctx.dtype(Y)).name
+    if common == base:
+        return ctx.call("power", X, ctx.cast(Y, base))
+    return ctx.cast(ctx.call("power", ctx.cast(X, common), ctx.cast(Y, common)), base)
 
 
 def _unary(op_type, op_name, *versions):

@@ -445,9 +445,9 @@ def reduce(ctx, data, mode, axes, keepdims, noop_with_empty_axes=0):
             return run_time_reduce(ctx, data, mode, ctx.cast(axes, "int64"), keepdims, not noop_with_empty_axes)
         axes = known
     if not axes:
-        if noop_with_empty_axes:
-            return ctx.call("copy", data)
-        axes = list(range(ndim))
+        # noop_with_empty_axes reduces over no axes: the reduction's elementwise part still applies (abs, square,
+        # log, ...), the input itself only for the plain reductions
+        axes = [] if noop_with_empty_axes else list(range(ndim))
     axes = tuple(sorted(a + ndim if a < 0 else a for a in axes))
     shape = ctx.shape(data)
     empty = any(isinstance(shape[a], int) and shape[a] == 0 for a in axes)

@@ -53,7 +53,7 @@ as graph inputs, ``sequence_lens``) is passed along as a parameter.
   stays inside the loop (it is scaled by ``r``).
 * Peepholes (``P``), ``clip``, ``input_forget``, ``layout=1`` and every activation of the ONNX spec
   (with ``activation_alpha`` / ``activation_beta``, read like the reference op ``nn.lstm`` reads
-  them: by position in the activation list) are supported.
+  them: consumed in order by the functions that take them) are supported.
 
 **Fallback.** When the number of directions (``W``'s first dim) or ``hidden_size`` is not known at
 import time, the layer stays one opaque op (``nn.lstm`` / ``nn.gru`` / ``nn.rnn``: NumPy kernels, and
@@ -70,18 +70,16 @@ import numpy as np
 from ..errors import TypeInferenceError, UnsupportedError
 from ..ir.expr import Call, Constant, Function, Var
 from ..ir.types import Any, SymDim, TensorType, TupleType
+from ..op.onnx_ops import activation_parameters
 from .onnx_context import DimOf, generalize
 from .onnx_elementwise import softplus_1
 from .onnx_shape import reversed_within
 
 __all__ = ["RecurrentLayer", "convert_recurrent", "ACTIVATIONS"]
 
-# name -> (default alpha, default beta), as ONNX (and the reference op) define them; unused ones are 1 and 0.
-ACTIVATIONS = {
-    "sigmoid": (1.0, 0.0), "tanh": (1.0, 0.0), "relu": (1.0, 0.0), "softsign": (1.0, 0.0), "softplus": (1.0, 0.0),
-    "affine": (1.0, 0.0), "leakyrelu": (0.01, 0.0), "thresholdedrelu": (1.0, 0.0), "scaledtanh": (1.0, 1.0),
-    "hardsigmoid": (0.2, 0.5), "elu": (1.0, 0.0),
-}
+# The activation functions of the ONNX spec (their parameters: op/onnx_ops.py's activation_parameters).
+ACTIVATIONS = ("sigmoid", "tanh", "relu", "softsign", "softplus", "affine", "leakyrelu", "thresholdedrelu",
+               "scaledtanh", "hardsigmoid", "elu")
 _DEFAULT_ACTIVATIONS = {"lstm": ("sigmoid", "tanh", "tanh"), "gru": ("sigmoid", "tanh"), "rnn": ("tanh",)}
 _GATES = {"lstm": 4, "gru": 3, "rnn": 1}
 # The activations (with ONNX's default alpha, beta) of the cell ops nn.lstm_cell / nn.gru_cell (op/recurrent.py).
@@ -113,25 +111,22 @@ class RecurrentLayer:
 
 def layer_activations(kind: str, names, alphas, betas, num_directions: int) -> tuple:
     """Per direction, ``(name, alpha, beta)`` of each activation: the reference op's reading (a list of
-    one direction's functions serves both directions; alpha/beta are taken by position)."""
+    one direction's functions, their parameters included, serves both directions; alpha/beta are consumed
+    in order by the functions that take them)."""
     per_direction = len(_DEFAULT_ACTIVATIONS[kind])
     names = [str(n).lower() for n in names] or list(_DEFAULT_ACTIVATIONS[kind]) * num_directions
-    if len(names) == per_direction and num_directions == 2:
-        names = names * 2
-    if len(names) != per_direction * num_directions:
+    shared = len(names) == per_direction and num_directions == 2
+    if not shared and len(names) != per_direction * num_directions:
         counts = f"{per_direction}" + (f" or {2 * per_direction}" if num_directions == 2 else "")
         raise TypeInferenceError(f"{kind.upper()} with {num_directions} direction(s) takes {counts} activations, "
                                  f"got {len(names)}: {names}")
-    alphas, betas = list(alphas or ()), list(betas or ())
-    out = []
-    for i, name in enumerate(names):
+    for name in names:
         if name not in ACTIVATIONS:
             raise UnsupportedError(f"{kind.upper()}: unknown activation {name!r}; supported: "
                                    f"{', '.join(sorted(ACTIVATIONS))}")
-        default_alpha, default_beta = ACTIVATIONS[name]
-        alpha = alphas[i] if i < len(alphas) else default_alpha
-        beta = betas[i] if i < len(betas) else default_beta
-        out.append((name, float(alpha), float(beta)))
+    out = activation_parameters(names, alphas or (), betas or ())
+    if shared:
+        out = out * 2
     return tuple(tuple(out[d * per_direction:(d + 1) * per_direction]) for d in range(num_directions))
 
 

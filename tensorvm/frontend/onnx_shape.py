@@ -124,18 +124,22 @@ def flatten_1(ctx, input, *, axis=1):  # noqa: A002
     axis = axis + ndim if axis < 0 else axis
     if not 0 <= axis <= ndim:
         raise TypeInferenceError(f"Flatten: axis {axis} is out of range for rank {ndim}")
+    # The output dims are the products of the leading and of the trailing dims. A -1 stands for one of them
+    # only when the other is a known nonzero product: with zero elements -1 is undetermined.
     shape = ctx.shape(x)
-    head, tail = shape[:axis], shape[axis:]
-    if axis == 0:
-        return ctx.call("reshape", x, newshape=(1, -1))
-    if all(isinstance(d, int) for d in tail):
-        return ctx.call("reshape", x, newshape=(-1, int(np.prod(tail, dtype=np.int64))))
-    if all(isinstance(d, int) for d in head):
-        return ctx.call("reshape", x, newshape=(int(np.prod(head, dtype=np.int64)), -1))
-    lead = ctx.call("prod", ctx.call("strided_slice", ctx.shape_of(x), begin=(0,), end=(axis,)), axis=(0,),
-                    keepdims=True)
-    return ctx.call("dyn.reshape", x, ctx.call("concatenate", ctx.tuple(
-        [lead, ctx.constant(np.array([-1], np.int64))]), axis=0))
+    lead, trail = (int(np.prod(dims, dtype=np.int64)) if all(isinstance(d, int) for d in dims) else None
+                   for dims in (shape[:axis], shape[axis:]))
+    if lead is not None and trail is not None:
+        return ctx.call("reshape", x, newshape=(lead, trail), allowzero=True)
+    if trail:
+        return ctx.call("reshape", x, newshape=(-1, trail))
+    if lead:
+        return ctx.call("reshape", x, newshape=(lead, -1))
+    dims = ctx.shape_of(x)
+    products = [ctx.call("prod", ctx.call("strided_slice", dims, begin=(begin,), end=(end,)), axis=(0,), keepdims=True)
+                for begin, end in ((0, axis), (axis, ndim))]
+    # (allowzero: a product 0 is a dim, not a copy of the input's)
+    return ctx.call("dyn.reshape", x, ctx.call("concatenate", ctx.tuple(products), axis=0), allowzero=True)
 
 
 def squeeze_axes(ctx, data, axes):

@@ -459,10 +459,18 @@ def _resize_shape(attrs, shape, scales, sizes) -> tuple:
                                                        DataArg.of_array(sizes)], ShapeError))
 
 
+def _source_coordinate(m, mode, x, in_size, out_size, scale, roi_start, roi_end):
+    """Resize's source coordinate of output position ``x`` by ONNX's formulas, opset 11's
+    tf_half_pixel_for_nn included: ``(x + 0.5) / scale``, half_pixel's without the ``- 0.5``."""
+    if mode == "tf_half_pixel_for_nn":
+        return (m.to_float(x) + 0.5) / scale
+    return resize_coordinate(m, mode, x, in_size, out_size, roi_start, roi_end, scale=scale)
+
+
 def _source_coords(attrs, out_size, in_size, scale, roi_start, roi_end):
     """Source coordinates of the output positions; ``scale * in_size`` is the (unrounded) output length."""
-    return resize_coordinate(NP, attrs.coordinate_transformation_mode, np.arange(out_size), in_size, out_size,
-                             roi_start, roi_end, scale=scale)
+    return _source_coordinate(NP, attrs.coordinate_transformation_mode, np.arange(out_size), in_size, out_size,
+                              scale, roi_start, roi_end)
 
 
 def _nearest(attrs, coords, in_size):
@@ -628,9 +636,15 @@ def _resize_stage(spec, prev, axis, shape, scale, start, end, identity):
             return value
         return E.select(outside(c), const(spec.extrapolation_value, F64), value)
 
+    def source(i):
+        c = _source_coordinate(TE, spec.mode, i[axis], n_in, n_out, scale, start, end)
+        if spec.mode == "tf_half_pixel_for_nn":  # (its scale 1 moves the positions by half a pixel)
+            c = E.select(identity, cast(i[axis], F64), c)  # an axis the kernel skips keeps its positions
+        return c
+
     if spec.method == "nearest_neighbor":
         def nearest(*i):
-            c = resize_coordinate(TE, spec.mode, i[axis], n_in, n_out, start, end, scale=scale)
+            c = source(i)
             return extrapolated(c, at(i, clamp(TE, cast(nearest_index(TE, spec.rounding, c), "int64"), n_in)))
 
         return compute(shape, nearest, "resize_nearest")
@@ -639,7 +653,7 @@ def _resize_stage(spec, prev, axis, shape, scale, start, end, identity):
     r = reduce_axis(count, "tap")
 
     def interpolate(*i):
-        c = resize_coordinate(TE, spec.mode, i[axis], n_in, n_out, start, end, scale=scale)
+        c = source(i)
         positions, weights = axis_taps(TE, spec, c, n_in)
         weight, position = weights[-1], positions[-1]
         for k in range(count - 2, -1, -1):  # the tap's weight and position by its index
@@ -662,7 +676,7 @@ define(
         AttrDef("mode", "nearest", one_of("nearest", "linear", "cubic")),
         AttrDef("coordinate_transformation_mode", "half_pixel",
                 one_of("half_pixel", "half_pixel_symmetric", "pytorch_half_pixel", "align_corners", "asymmetric",
-                       "tf_crop_and_resize")),
+                       "tf_half_pixel_for_nn", "tf_crop_and_resize")),
         AttrDef("nearest_mode", "round_prefer_floor", one_of("round_prefer_floor", "round_prefer_ceil", "floor",
                                                             "ceil")),
         AttrDef("cubic_coeff_a", -0.75, to_float), AttrDef("exclude_outside", False, to_bool),
@@ -985,6 +999,12 @@ def _conv_t_kernel(attrs, x, w):
     target = out_shape[2:]
     if attrs.output_shape or attrs.auto_pad in ("SAME_UPPER", "SAME_LOWER"):
         total = [full[i] - target[i] for i in range(n)]
+        if attrs.auto_pad not in ("SAME_UPPER", "SAME_LOWER"):
+            # An output_shape beyond the full result is zero-extended at the end: ONNX Runtime clamps the
+            # total padding at 0 and the reference evaluator keeps the pads 0.
+            total = [max(t, 0) for t in total]
+        # A SAME output beyond the full result gets negative pads by the spec's formula (floor halves, as
+        # the reference evaluator's; ONNX Runtime's output is then shorter than its own SAME length).
         if attrs.auto_pad == "SAME_UPPER":
             pads = [t // 2 for t in total] + [t - t // 2 for t in total]
         else:
@@ -1008,18 +1028,23 @@ def _conv_t_kernel(attrs, x, w):
             slice(tap[i] * dilations[i], tap[i] * dilations[i] + strides[i] * (x.shape[2 + i] - 1) + 1, strides[i])
             for i in range(n))
         buf[index] += contrib
-    crop = (slice(None), slice(None)) + tuple(slice(pads[i], pads[i] + target[i]) for i in range(n))
-    out = buf[crop]
-    if out.shape[2:] != tuple(target):  # output_shape larger than the full result: zero-extend
-        padded = np.zeros(out.shape[:2] + tuple(target), dtype=acc)
-        padded[tuple(slice(0, s) for s in out.shape)] = out
-        out = padded
+    # The output is the full result's window [begin pad, begin pad + size); where it reaches outside the
+    # full result (a negative pad: an output larger than the full result) it holds zeros.
+    out = np.zeros(buf.shape[:2] + tuple(target), dtype=acc)
+    source, dest = [slice(None)] * 2, [slice(None)] * 2
+    for i in range(n):
+        start = max(pads[i], 0)
+        stop = max(min(pads[i] + target[i], buf.shape[2 + i]), start)
+        source.append(slice(start, stop))
+        dest.append(slice(start - pads[i], stop - pads[i]))
+    out[tuple(dest)] = buf[tuple(source)]
     return out.astype(x.dtype)
 
 
 def _conv_t_compute(attrs, inputs, out_type):
     """Each output position gathers the taps that land on it: ``pos + begin pad = i * stride + tap *
-    dilation`` for an input position i, accumulated in float64 like the kernel."""
+    dilation`` for an input position i, accumulated in float64 like the kernel. A position outside the
+    full result (a negative pad) gathers no tap: a zero."""
     x, w = inputs
     op = "nn.conv_transpose_nd"
     if x.ndim < 3 or w.ndim != x.ndim:
@@ -1044,11 +1069,10 @@ def _conv_t_compute(attrs, inputs, out_type):
         if attrs.output_shape or same:
             size = te.const(attrs.output_shape[-n:][i]) if attrs.output_shape else d * strides[i]
             total = full - size
+            if not same:  # (the kernel's pads, negative ones included)
+                total = E.maximum(total, 0)
             half = te.floordiv(total, 2)
             begins.append(half if attrs.auto_pad == "SAME_UPPER" else total - half)
-            # (a larger output is zero-extended at the end; a negative begin the kernel does not define)
-            requires.append((begins[-1] >= 0, f"{op}: the output along spatial axis {i} would start before the "
-                                              f"full transposed convolution (a negative begin pad)"))
         else:
             size = full - pads[i] - pads[i + n]
             begins.append(te.const(pads[i]))
@@ -1275,25 +1299,35 @@ _ACT_DEFAULT_ALPHA = {"leakyrelu": 0.01, "thresholdedrelu": 1.0, "scaledtanh": 1
 _ACT_DEFAULT_BETA = {"scaledtanh": 1.0, "hardsigmoid": 0.5, "affine": 0.0}
 
 
+def activation_parameters(names, alphas, betas) -> list:
+    """``(name, alpha, beta)`` of each of a recurrent layer's activation functions (known lower-case names).
+    As ONNX specifies (and ONNX Runtime reads them), ``activation_alpha`` / ``activation_beta`` are consumed in
+    order by the functions that take that parameter, not indexed by a function's position in the list; past
+    the end of its list a function takes its default."""
+    alphas, betas = iter(alphas), iter(betas)
+    out = []
+    for name in names:
+        alpha = next(alphas, _ACT_DEFAULT_ALPHA[name]) if name in _ACT_DEFAULT_ALPHA else 1.0
+        beta = next(betas, _ACT_DEFAULT_BETA[name]) if name in _ACT_DEFAULT_BETA else 0.0
+        out.append((name, float(alpha), float(beta)))
+    return out
+
+
 def _activation_specs(attrs, per_direction: int, num_directions: int, err=ExecutionError) -> list:
-    """(name, alpha, beta) of each gate function, direction after direction."""
+    """(name, alpha, beta) of each gate function, direction after direction (one direction's list, its
+    parameters included, serves both directions)."""
     names = [a.lower() for a in attrs.activations]
     if not names:
         names = {3: ["sigmoid", "tanh", "tanh"], 2: ["sigmoid", "tanh"], 1: ["tanh"]}[per_direction] * num_directions
-    if len(names) == per_direction and num_directions == 2:
-        names = names * 2
-    if len(names) != per_direction * num_directions:
+    shared = len(names) == per_direction and num_directions == 2
+    if not shared and len(names) != per_direction * num_directions:
         raise err(f"recurrent layer: {len(names)} activations for {num_directions} direction(s) of "
                   f"{per_direction} gate functions")
-    alphas, betas = list(attrs.activation_alpha), list(attrs.activation_beta)
-    out = []
-    for i, name in enumerate(names):
+    for name in names:
         if name not in _ACTIVATIONS:
             raise err(f"recurrent layer: unknown activation {name!r}")
-        a = alphas[i] if i < len(alphas) else _ACT_DEFAULT_ALPHA.get(name, 1.0)
-        b = betas[i] if i < len(betas) else _ACT_DEFAULT_BETA.get(name, 0.0)
-        out.append((name, a, b))
-    return out
+    specs = activation_parameters(names, attrs.activation_alpha, attrs.activation_beta)
+    return specs * 2 if shared else specs
 
 
 def _activations(attrs, per_direction: int, num_directions: int):

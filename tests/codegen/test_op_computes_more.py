@@ -18,7 +18,6 @@ from hypothesis import strategies as st
 from kernel_cases import Case, dims, make_inputs, primitive, unary
 
 from tensorvm.codegen.fused import build_fused_module
-from tensorvm.errors import ShapeError
 from tensorvm.op import get_op, op_names
 
 F32, F64, F16 = "float32", "float64", "float16"
@@ -334,13 +333,18 @@ def test_dynamic_kernel_matches_numpy(compiled, case, dtype, dynamic, name, stat
     base._check(compiled[name], case, name, arrays)
 
 
-def test_transposed_convolution_with_a_negative_begin_pad_is_an_error():
-    """output_shape beyond the full result with an odd excess: the NumPy kernel's crop would start before
-    the buffer (Python's negative slicing); the compiled kernel refuses instead of guessing."""
+def test_transposed_convolution_beyond_its_full_result_is_zero_extended():
+    """output_shape (8) beyond the full result (5 = (2 - 1) x 2 + 3): the full result, then zeros (ONNX
+    Runtime's reading: the total padding clamped at 0). Oracle by hand: two ones, stride 2, a 3-tap kernel
+    of ones over 2 input channels give 2, 2, 4, 2, 2; and the NumPy kernel."""
     case = Case("nn.conv_transpose_nd", None, attrs={"strides": (2,), "output_shape": (8,)}, static=((1,), "all"))
     _, kernels = build_fused_module({"k": primitive(case, [(1, 2, 2), (2, 3, 3)], F32, True)})
-    with pytest.raises(ShapeError, match="negative begin pad"):
-        kernels["k"](np.ones((1, 2, 2), F32), np.ones((2, 3, 3), F32), np.empty((1, 3, 8), F32))
+    x, w, out = np.ones((1, 2, 2), F32), np.ones((2, 3, 3), F32), np.full((1, 3, 8), np.nan, F32)
+    kernels["k"](x, w, out)
+    want = np.tile(np.array([2, 2, 4, 2, 2, 0, 0, 0], F32), (1, 3, 1))
+    np.testing.assert_array_equal(out, want)
+    np.testing.assert_array_equal(get_op("nn.conv_transpose_nd").kernel(
+        get_op("nn.conv_transpose_nd").normalize_attrs({"strides": (2,), "output_shape": (8,)}), x, w), want)
 
 
 # ---- whole programs on target c ---------------------------------------------------------------------

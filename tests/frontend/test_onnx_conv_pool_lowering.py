@@ -10,6 +10,7 @@ import pytest
 
 onnx = pytest.importorskip("onnx")
 from onnx import TensorProto, helper  # noqa: E402
+from test_onnx_core_lowering import check_lowered  # noqa: E402
 from test_onnx_importer import make_model, ops_of, reference  # noqa: E402
 
 import tensorvm as tv  # noqa: E402
@@ -64,3 +65,22 @@ def test_convolutions(attrs, shape, weight, expected):
                        [("y", F32, None)], initializers={"w": w})
     x = rng.standard_normal([5 if isinstance(d, str) else d for d in shape]).astype("float32")
     assert expected in _run_on_c(model, x)
+
+
+@pytest.mark.parametrize("attrs,width", [
+    ({"strides": [1, 3], "auto_pad": "SAME_UPPER"}, 3),  # the SAME width 9 > the full 8: a zero in front
+    ({"strides": [1, 4], "auto_pad": "SAME_LOWER"}, 3),
+    ({"strides": [2, 3], "auto_pad": "SAME_UPPER"}, "w"),
+    ({"strides": [2, 3], "output_shape": [5, 10]}, 3),  # beyond the full 4 x 8: zeros at the end
+    ({"strides": [1, 3], "output_shape": [5, 11], "auto_pad": "SAME_LOWER"}, 3),
+])
+def test_conv_transpose_output_beyond_the_full_result(attrs, width):
+    """ConvTranspose whose output is larger than the full transposed convolution (a negative total
+    padding): the full result with zeros around it, on every executor, as ONNX's reference evaluator
+    computes it (ONNX Runtime's SAME output is shorter here, against the spec's input x stride)."""
+    rng = np.random.default_rng(2)
+    w = rng.standard_normal((2, 3, 2, 2)).astype("float32")
+    model = make_model([helper.make_node("ConvTranspose", ["x", "w"], ["y"], **attrs)], [("x", F32, [1, 2, 2, width])],
+                       [("y", F32, None)], initializers={"w": w})
+    check_lowered(model, rng.standard_normal((1, 2, 2, 3)).astype("float32"), ops=("nn.conv_transpose_nd",),
+                  rtol=1e-5, atol=1e-6)

@@ -141,3 +141,28 @@ def test_bool_max_and_min_reductions_are_any_and_all(op_type, core):
                        {"axes": np.array([1], np.int64)}, opset=20)
     x = np.array([[1, 1, 1, 1], [0, 1, 0, 0], [0, 0, 0, 0]], bool)
     check_lowered(model, x, ops=(core,))
+
+
+@pytest.mark.parametrize("base, exponent", [(np.int64, np.float32), (np.int32, np.float64), (np.uint8, np.float16),
+                                            (np.float16, np.float32)])
+def test_pow_computes_in_the_common_dtype_of_its_operands(base, exponent):
+    """Pow with an exponent of another dtype (opset 12 on) computes np.power(x, y).astype(x.dtype), as the
+    reference op does: an integer base to a float exponent is not taken to the exponent truncated."""
+    t = {np.dtype(d): helper.np_dtype_to_tensor_dtype(np.dtype(d)) for d in (base, exponent)}
+    model = make_model([helper.make_node("Pow", ["x", "y"], ["z"])],
+                       [("x", t[np.dtype(base)], [5]), ("y", t[np.dtype(exponent)], [5])], [("z", t[np.dtype(base)], None)],
+                       opset=15)
+    check_lowered(model, np.array([5, 2, 9, 10, 3], base), np.array([1.7, 0.5, 0.5, 2.4, 1], exponent), rtol=1e-3)
+
+
+@pytest.mark.parametrize("axis", [0, 1, 2, -1, 3])
+@pytest.mark.parametrize("declared", [[1, 0, 5], ["a", "b", "c"], ["a", 0, 5], [1, "b", 5], [1, 0, "c"]])
+def test_flatten_of_a_zero_size_input(axis, declared):
+    """Flatten's two dims are the products of the leading and of the trailing dims, known or run-time: a -1 in
+    their place is undetermined when the input has no elements (and a run-time 0 in dyn.reshape copied the
+    input's dim). Against NumPy: the reference evaluator's Flatten reshapes to (-1, trailing) and fails."""
+    model = make_model([helper.make_node("Flatten", ["x"], ["y"], axis=axis)], [("x", F32, declared)],
+                       [("y", F32, None)])
+    x = np.zeros((1, 0, 5), np.float32)
+    axis = axis + x.ndim if axis < 0 else axis
+    check_lowered(model, x, expected=[x.reshape(int(np.prod(x.shape[:axis])), int(np.prod(x.shape[axis:])))])

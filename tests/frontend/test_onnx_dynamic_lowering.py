@@ -136,6 +136,18 @@ def test_reduce_with_run_time_empty_axes(noop):
     check_lowered(model, X, np.array([1], np.int64), ops=("dyn.reduce",))
 
 
+@pytest.mark.parametrize("op_type", MODES)
+@pytest.mark.parametrize("keepdims", [0, 1])
+def test_reduce_over_no_axes_keeps_its_elementwise_part(op_type, keepdims):
+    """noop_with_empty_axes=1 without axes reduces over no axes: what is left is the reduction's elementwise
+    part (ReduceL1 and ReduceL2 abs, ReduceSumSquare the square, ReduceLogSum log; the input itself for the
+    others), not the input unchanged."""
+    node = helper.make_node(op_type, ["x"], ["y"], keepdims=keepdims, noop_with_empty_axes=1)
+    x = np.abs(X) / 10 + 0.5 if op_type == "ReduceLogSum" else X
+    model = make_model([node], [("x", F32, [3, 4, 5])], [("y", F32, None)])
+    check_lowered(model, x, rtol=1e-5)
+
+
 @pytest.mark.parametrize("op_type", ["ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceMean"])
 def test_reduce_over_an_empty_axis_gives_the_identity(op_type):
     node = helper.make_node(op_type, ["x", "axes"], ["y"], keepdims=0)
@@ -160,6 +172,36 @@ def test_resize_to_sizes_keeping_the_aspect_ratio_samples_with_one_scale(policy,
     for shape in ((1, 2, 4, 6), (1, 2, 7, 3)):
         check_lowered(model, np.random.default_rng(sum(shape)).standard_normal(shape).astype(np.float32), rtol=1e-5,
                       atol=1e-6)  # (the reference sums its cubic taps in float32)
+
+
+@pytest.mark.parametrize("mode, nearest_mode", [("nearest", "round_prefer_floor"), ("nearest", "ceil"),
+                                                ("linear", "floor")])
+def test_resize_11_with_tf_half_pixel_for_nn(mode, nearest_mode):
+    """Opset 11's coordinate_transformation_mode tf_half_pixel_for_nn: x_original = (x + 0.5) / scale,
+    half_pixel without its - 0.5; an axis of scale 1 keeps its positions. Against ONNX Runtime (the
+    reference evaluator lacks the mode)."""
+    node = helper.make_node("Resize", ["x", "roi", "scales"], ["y"], mode=mode, nearest_mode=nearest_mode,
+                            coordinate_transformation_mode="tf_half_pixel_for_nn")
+    model = make_model([node], [("x", F32, [1, 2, 3, 4])], [("y", F32, None)],
+                       {"roi": np.zeros(0, np.float32), "scales": np.array([1, 1, 2, 0.75], np.float32)}, opset=11)
+    x = np.random.default_rng(3).standard_normal((1, 2, 3, 4)).astype(np.float32)
+    check_lowered(model, x, ops=("image.resize",), expected=reference(model, x, oracle="ort"), rtol=1e-5,
+                  atol=1e-6)
+
+
+@pytest.mark.parametrize("k_known", [True, False])
+def test_top_k_of_zero_selects_nothing(k_known):
+    """TopK with K = 0 (known at import or a run-time input) gives empty values and indices along the axis;
+    Relay's topk takes k < 1 for the whole axis."""
+    node = helper.make_node("TopK", ["x", "k"], ["values", "indices"], axis=1)
+    outputs = [("values", F32, None), ("indices", I64, None)]
+    if k_known:
+        model = make_model([node], [("x", F32, [3, 4, 5])], outputs, {"k": np.array([0], np.int64)})
+        check_lowered(model, X, ops=("topk",))
+        return
+    model = make_model([node], [("x", F32, [3, 4, 5]), ("k", I64, [1])], outputs)
+    for k in (0, 3):
+        check_lowered(model, X, np.array([k], np.int64), ops=("topk",))
 
 
 def test_softplus_of_large_inputs_is_finite():

@@ -52,6 +52,9 @@ CASES = {
         dict(bias=True, lens=True, direction="reverse", layout=1),
         dict(bias=True, outputs=("", "Y_h", "Y_c")),
         dict(bias=True, direction="reverse", outputs=("unread", "Y_h", "")),
+        # alpha / beta go in order to the functions that take them, not by position
+        dict(bias=True, activations=["Sigmoid", "LeakyRelu", "Tanh", "HardSigmoid", "Tanh", "ScaledTanh"],
+             activation_alpha=[0.1, 0.3, 0.8], activation_beta=[0.4, 0.7], direction="bidirectional"),
     ],
     "GRU": [
         dict(),
@@ -65,6 +68,7 @@ CASES = {
         dict(bias=True, lens=True, direction="bidirectional", linear_before_reset=1),
         dict(bias=True, lens=True, initial=True, layout=1),
         dict(outputs=("", "Y_h")),
+        dict(bias=True, activations=["Sigmoid", "Affine"], activation_alpha=[0.5], activation_beta=[0.2]),
     ],
     "RNN": [
         dict(),
@@ -77,6 +81,7 @@ CASES = {
              activation_beta=[0.8], direction="bidirectional"),
         dict(bias=True, lens=True, direction="reverse"),
         dict(bias=True, outputs=("", "Y_h")),
+        dict(bias=True, activations=["Tanh", "LeakyRelu"], activation_alpha=[0.3], direction="bidirectional"),
     ],
 }
 _LAYER_KEYS = ("bias", "initial", "peephole", "lens", "outputs")
