@@ -337,7 +337,7 @@ class Generator:
             kinds += ["arange", "argwhere", "shape_arith", "shape_tensor", "dense"]
         elif not self.static:
             kinds += ["arange", "argwhere", "if", "if", "loop", "grow_loop", "fill_loop", "recursion", "closure",
-                      "list", "option", "tree", "ref", "shared_ref", "knot"]
+                      "list", "option", "tree", "ref", "shared_ref", "knot", "shared_effect"]
         if self.depth >= 2:  # bounded nesting: blocks inside blocks only use dataflow
             kinds = kinds[:14]
         for _ in range(4):  # a kind may not apply to the values at hand: try another
@@ -675,6 +675,27 @@ class Generator:
         lines.append(f"ref_write({r}, {f});")
         value = self.bind(lines, scope, f"ref_read({r})({self.draw(st.integers(0, 3))})", t.shape)
         self.note(value.expr, " ".join([t.expr, op, u.expr]))
+        return value
+
+    def s_shared_effect(self, lines, scope):
+        """A call that writes a reference, bound once as a graph binding (``%N = ...``) and used in one
+        branch of an ``if`` and after it: it runs once, where ToANormalForm binds it (before the ``if``,
+        whichever branch runs), in the interpreter and every executor, and the cell read after the ``if``
+        sees its write (the interpreter had run it where a branch first reached it)."""
+        t = self.pick(scope)
+        u = self.pick(scope, lambda v: v.shape == t.shape)
+        r, bump, arg, old, branch = (self.fresh(p) for p in ("r", "b", "a", "o", "s"))
+        ty = self.type_of(t.shape)
+        op, other = self.choice(BINARY), self.choice(BINARY)
+        lines.append(f"let {r} = ref({t.expr});")
+        lines.append(f"let {bump} = fn ({arg}: {ty}) -> {ty} {{ let {old} = ref_read({r}); "
+                     f"ref_write({r}, {op}({old}, {arg})); {old} }};")
+        self.prog.next_name += 1
+        shared = f"%{self.prog.next_name}"  # (a number: a graph binding, not a let)
+        lines.append(f"{shared} = {bump}({u.expr});")
+        lines.append(f"let {branch} = if ({self.condition(scope)}) {{ {other}({shared}, {t.expr}) }} else {{ {t.expr} }};")
+        value = self.bind(lines, scope, f"{other}(add({branch}, ref_read({r})), {shared})", t.shape)
+        self.note(value.expr, " ".join([t.expr, op, other, u.expr]))
         return value
 
     def writes(self, lines, scope, most: int, fits, statement) -> list:
