@@ -18,8 +18,9 @@ Python needs a plain value (``if``, ``int()``, an index, a ``range``) raises ``S
 naming the op: a logic that cannot be traced is found, never miscompiled.
 
 C semantics: dims are ``int64_t``; ``//`` and ``%`` are Python's floor division and modulo
-(``tv_shape_floordiv``/``tv_shape_floormod`` in ``codegen/lib/tv_shape.h``); values loaded from float
-data are ``double``.
+(``tv_shape_floordiv``/``tv_shape_floormod`` in ``codegen/lib/tv_shape.h``); ``+``, ``-`` and ``*``
+note an overflow, which fails the shape function (``tv_shape_add``...: Python's ints do not wrap, so
+neither may C's dims); values loaded from float data are ``double``.
 """
 
 from __future__ import annotations
@@ -535,6 +536,10 @@ def ceil_length(start, stop, step):
 
 _C_BINARY = {"+", "-", "*", "/", "==", "!=", "<", "<=", ">", ">=", "&&", "||"}
 _C_FUNCTIONS = {"//": "tv_shape_floordiv", "%": "tv_shape_floormod", "min": "tv_shape_min", "max": "tv_shape_max"}
+# Integer +, -, * in C: through tv_shape.h's checked forms, which set the shape function's local
+# OVERFLOW_FLAG instead of wrapping (the function fails once its dims are computed: vm/shape_c.py).
+_C_CHECKED = {"+": "tv_shape_add", "-": "tv_shape_sub", "*": "tv_shape_mul"}
+OVERFLOW_FLAG = "tv_overflow"
 
 
 def _c_const(value) -> str:
@@ -579,6 +584,8 @@ def c_expr(value) -> str:
             untraceable("divides ints with / (use //)")
         if value.op == "/":
             return f"((double){a} / (double){b})"
+        if value.op in _C_CHECKED and not value.is_float:  # (int64 arithmetic that notes an overflow)
+            return f"{_C_CHECKED[value.op]}({a}, {b}, &{OVERFLOW_FLAG})"
         return f"({a} {value.op} {b})"
     raise ShapeLogicTraceError(f"unknown symbolic node {type(value).__name__}")
 

@@ -34,6 +34,7 @@ from ..ir.expr import Call, Constant, Function, Op, Tuple, TupleGetItem, Var
 from ..ir.types import TensorType, TupleType
 from ..op.registry import get_op
 from ..op.shape_logic import (
+    OVERFLOW_FLAG,
     Bin,
     CCall,
     DataArg,
@@ -246,12 +247,15 @@ def emit_shape_func(prim: Function, is_input: tuple, name: str) -> ShapeFuncC:
             raise ShapeLogicTraceError(f"result {j} has rank {len(shape)}, its type rank {rank}")
         em.lines.extend(f"  out[{j}][{k}] = {c_expr(d)};" for k, d in enumerate(shape))
     label = _primitive_label(prim)
+    # (a dim or size that overflowed int64 on the way: an error, whatever else the dims say)
+    em.lines.append(f"  if ({OVERFLOW_FLAG}) return TV_SHAPE_ERROR_BASE + {len(em.messages)};")
+    em.messages.append(f"{label}: a dim or size overflows int64 (the inputs ask for a shape too large)")
     messages = tuple(em.messages)
     table = ", ".join(_c_string(m) for m in messages) or "0"
     text = (f"/* shape function of {_comment(label)} */\n"
             f"const char* const {name}_messages[] = {{{table}}};\n"
             f"int32_t {name}(const int64_t* const* shapes, const void* const* data, int64_t* const* out) {{\n"
-            f"  (void)shapes;\n  (void)data;\n  (void)out;\n"
+            f"  (void)shapes;\n  (void)data;\n  (void)out;\n  int {OVERFLOW_FLAG} = 0;\n"
             + "".join(line + "\n" for line in em.lines) + "  return 0;\n}\n")
     return ShapeFuncC(name, text, messages, frozenset(em.deferred), tuple(flat_is_input), tuple(in_ranks), tuple(in_dtypes), out_ranks,
                       label)

@@ -187,3 +187,20 @@ def test_a_saved_executable_loads_with_its_c_shape_functions(tmp_path):
     x, y = np.ones((2, 3), "float32"), np.ones((1, 1), "float32")
     np.testing.assert_allclose(np.asarray(tv.vm.VirtualMachine(loaded).run(x, y)), np.full(2, 3 * np.exp(2.0), "float32"),
                                rtol=1e-6)
+
+
+@pytest.mark.parametrize("text, request_", [
+    # 3 + 2 x (2^63 - 1) wraps to 1; 3 x 6148914691236517206 wraps to 2
+    ("def @main(%p: Tensor[(1, 2), int64], %x: Tensor[(?), float32]) { dyn.nn.pad(%x, %p, 0f) }",
+     np.array([[2**63 - 1, 2**63 - 1]], "int64")),
+    ("def @main(%r: Tensor[(1), int64], %x: Tensor[(?), float32]) { dyn.tile(%x, %r) }",
+     np.array([6148914691236517206], "int64")),
+])
+@pytest.mark.parametrize("exec_mode", ["bytecode", "native"])
+def test_a_shape_that_overflows_int64_is_an_error_not_a_wrapped_dim(text, request_, exec_mode):
+    """A C shape function adds and multiplies dims with overflow checks: a request whose dims overflow
+    int64 is a ShapeError, where the wrapped dims had passed every check and the kernel ran on a small,
+    wrong shape. Oracle: Python's dims (exact integers) exceed int64."""
+    exe = tv.vm.compile(tv.parse(text), target="c", exec_mode=exec_mode)
+    with pytest.raises(ShapeError, match="overflows int64"):
+        tv.vm.VirtualMachine(exe)["main"](request_, np.arange(1, 4, dtype="float32"))

@@ -26,6 +26,23 @@ __attribute__((unused)) static inline int64_t tv_shape_floormod(int64_t a, int64
   const int64_t r = a % b;
   return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;
 }
+/* Dims add, subtract and multiply in int64 with overflow noted in *overflow (the shape function then fails:
+   shape_c.py), never wrapped: a pad of 2 x (2^63 - 1) around 3 floats had wrapped to a dim of 1 and run. */
+__attribute__((unused)) static inline int64_t tv_shape_add(int64_t a, int64_t b, int* overflow) {
+  int64_t r;
+  if (__builtin_add_overflow(a, b, &r)) *overflow = 1;
+  return r;
+}
+__attribute__((unused)) static inline int64_t tv_shape_sub(int64_t a, int64_t b, int* overflow) {
+  int64_t r;
+  if (__builtin_sub_overflow(a, b, &r)) *overflow = 1;
+  return r;
+}
+__attribute__((unused)) static inline int64_t tv_shape_mul(int64_t a, int64_t b, int* overflow) {
+  int64_t r;
+  if (__builtin_mul_overflow(a, b, &r)) *overflow = 1;
+  return r;
+}
 __attribute__((unused)) static inline int64_t tv_shape_min(int64_t a, int64_t b) { return a < b ? a : b; }
 __attribute__((unused)) static inline int64_t tv_shape_max(int64_t a, int64_t b) { return a > b ? a : b; }
 
