@@ -6,6 +6,6 @@
 
 from __future__ import annotations
 
-from .onnx_importer import from_onnx, unsupported_ops  # noqa: F401
+from .onnx_importer import from_onnx, onnx_param_names, unsupported_ops  # noqa: F401
 
-__all__ = ["from_onnx", "unsupported_ops"]
+__all__ = ["from_onnx", "onnx_param_names", "unsupported_ops"]

@@ -1,11 +1,11 @@
 """``from_onnx``: an ONNX model (a ``ModelProto`` or a path) to an ``IRModule`` and its parameters.
 
-The graph becomes ``@main``: its inputs are parameters typed from the model (``dim_param`` ->
-a named ``SymDim``, an unknown dim -> ``Any``; ``shape=``/``dtype=`` override them), its
-initializers are constants (``freeze_params=True``) or extra parameters whose values are returned
-in ``params``, and each node goes through the converter registered for its op type and the
-model's opset (``onnx_context.converter``). Subgraphs of ``If`` become branches of an ``if``;
-the bodies of ``Loop`` and ``Scan`` become recursive global functions (see ``onnx_control``).
+The graph becomes ``@main``: its inputs are parameters (named as ``main_param_names`` says) typed
+from the model (``dim_param`` -> a named ``SymDim``, an unknown dim -> ``Any``; ``shape=``/``dtype=``
+override them), its initializers are constants (``freeze_params=True``) or extra parameters whose
+values are returned in ``params``, and each node goes through the converter registered for its op
+type and the model's opset (``onnx_context.converter``). Subgraphs of ``If`` become branches of an
+``if``; the bodies of ``Loop`` and ``Scan`` become recursive global functions (see ``onnx_control``).
 
 Before converting anything the whole model (subgraphs included) is checked for ops without a
 converter, so an unsupported model fails with one error that lists every such op and its nodes.
@@ -34,7 +34,7 @@ from ..ir.types import Any, SymDim, TensorType, normalize_dtype
 from .onnx_context import BuildContext, converter_parameters, lookup_converter, onnx_dtype
 from .onnx_lists import in_order, list_type, option_type
 
-__all__ = ["from_onnx", "OnnxImporter", "unsupported_ops", "sanitize_name"]
+__all__ = ["from_onnx", "onnx_param_names", "OnnxImporter", "unsupported_ops", "sanitize_name"]
 
 _ONNX_DOMAINS = ("", "ai.onnx")
 
@@ -59,6 +59,41 @@ def sanitize_name(name: str, prefix: str = "v") -> str:
     if clean[0].isdigit():
         clean = f"{prefix}{clean}"
     return clean
+
+
+def _unique_name(base: str, taken: set[str]) -> str:
+    """``base``, or ``base_1``, ``base_2``, ... if taken; the name returned is added to ``taken``."""
+    name, n = base, 0
+    while name in taken:
+        n += 1
+        name = f"{base}_{n}"
+    taken.add(name)
+    return name
+
+
+def main_param_names(graph, freeze_params: bool = True) -> dict[str, str]:
+    """ONNX name -> name of the ``@main`` parameter it becomes, for the graph's inputs (and, with
+    ``freeze_params=False``, its initializers), in parameter order.
+
+    A name valid in the text format (``[A-Za-z0-9_]+``, not starting with a digit) is kept, so a user's
+    valid name always means that input. Any other is sanitized (``x.1`` -> ``x_1``) and, if that name is
+    taken, suffixed (``x_1_1``) in graph order: parameters must stay distinct, as the VM, ``params`` and
+    ``tensorvm run --input`` bind them by name."""
+    initializers = list(dict.fromkeys(init.name for init in graph.initializer))
+    inputs = [inp.name for inp in graph.input if inp.name not in set(initializers)]
+    named = [(name, "v") for name in inputs] + ([] if freeze_params else [(name, "p") for name in initializers])
+    taken = {name for name, prefix in named if sanitize_name(name, prefix) == name}
+    return {name: name if name in taken else _unique_name(sanitize_name(name, prefix), taken)
+            for name, prefix in named}
+
+
+def onnx_param_names(model, freeze_params: bool = True) -> dict[str, str]:
+    """What ``from_onnx(model, freeze_params=...)`` names the parameters of ``main``: ONNX input (and unfrozen
+    initializer) name -> parameter name (the name for ``vm.run(name=...)``, ``params`` and ``tensorvm run
+    --input name=...``), in parameter order. See ``main_param_names`` for the rule."""
+    onnx_model, _ = _load_model(model)
+    check_model(onnx_model)
+    return main_param_names(onnx_model.graph, freeze_params)
 
 
 def _load_model(model):
@@ -373,19 +408,14 @@ class OnnxImporter:
         self.globals: dict[GlobalVar, Function] = {}
         self.type_defs: dict = {}  # ADTs the converters use (a Loop's scan outputs: the prelude's List)
         self.list_helpers: dict = {}  # (kind, type) -> the global function onnx_lists made for it
-        self._global_names: set[str] = set()
+        self._global_names: set[str] = {"main"}
         self.params: dict[str, np.ndarray] = {}
+        self.param_names = main_param_names(model.graph, freeze_params)  # ONNX name -> @main parameter name
         self.progress = progress  # progress(text) for long imports (the tensorvm command)
 
     # ---- names ---------------------------------------------------------------------------------
     def fresh_global(self, hint: str) -> GlobalVar:
-        base = sanitize_name(hint, "g")
-        name, n = base, 0
-        while name in self._global_names or name == "main":
-            n += 1
-            name = f"{base}_{n}"
-        self._global_names.add(name)
-        return GlobalVar(name)
+        return GlobalVar(_unique_name(sanitize_name(hint, "g"), self._global_names))
 
     # ---- the model -------------------------------------------------------------------------------
     def run(self) -> tuple[IRModule, dict]:
@@ -402,7 +432,7 @@ class OnnxImporter:
         for inp in graph.input:
             if inp.name in initializers:
                 continue
-            var = Var(sanitize_name(inp.name), self._input_type(inp))
+            var = Var(self.param_names[inp.name], self._input_type(inp))
             scope.values[inp.name] = in_order(self.ctx, var)  # (a List: newest first inside)
             params.append(var)
         unknown = set(self.shape_overrides) - {inp.name for inp in graph.input} - {v.name_hint for v in params}
@@ -414,7 +444,7 @@ class OnnxImporter:
             if self.freeze_params:
                 scope.values[name] = self.ctx.constant(array)
             else:
-                var = Var(sanitize_name(name, "p"), TensorType(array.shape, array.dtype.name))
+                var = Var(self.param_names[name], TensorType(array.shape, array.dtype.name))
                 self.ctx.param_values[var] = array
                 self.params[var.name_hint] = array
                 scope.values[name] = var
@@ -450,7 +480,7 @@ class OnnxImporter:
         return self._tensor_input_type(inp.name, inp.type.tensor_type, "the tensor")
 
     def _overridden(self, name: str) -> bool:
-        keys = (name, sanitize_name(name))
+        keys = (name, self.param_names[name])
         override = self.dtype_override
         return (any(k in self.shape_overrides for k in keys)
                 or (isinstance(override, Mapping) and any(k in override for k in keys)))
@@ -461,10 +491,10 @@ class OnnxImporter:
         dtype = onnx_dtype(tt.elem_type, f"graph input {name!r}")
         override = self.dtype_override
         if isinstance(override, Mapping):
-            override = override.get(name, override.get(sanitize_name(name)))
+            override = override.get(name, override.get(self.param_names[name]))
         if override is not None:
             dtype = normalize_dtype(override)
-        key = name if name in self.shape_overrides else sanitize_name(name)
+        key = name if name in self.shape_overrides else self.param_names[name]
         if key in self.shape_overrides:
             dims = tuple(_dim_from_override(d, name) for d in self.shape_overrides[key])
             return TensorType(dims, dtype)
@@ -568,6 +598,12 @@ def from_onnx(model, shape: Mapping | None = None, dtype=None, freeze_params: bo
     ``tv.vm.compile(..., params=params)``). ``accumulate_dtype="float64"`` makes 2-d convolutions of
     float32 data accumulate in float64 (slower; results that do not depend on the BLAS blocking).
     ``progress(text)``, if given, is called with short status lines during a long import.
+
+    ``main``'s parameters keep the ONNX names that are valid in the text format; another name is
+    rewritten (``input.1`` -> ``input_1``, ``x.1`` -> ``x_1_1`` when an input ``x_1`` exists), so every
+    parameter has its own name. ``onnx_param_names(model)`` gives the mapping, ONNX name -> parameter
+    name: the name to pass to ``vm.run(name=...)`` or ``tensorvm run --input name=...``. ``shape`` and
+    ``dtype`` take either name.
     """
     onnx_model, base_dir = _load_model(model)
     from . import onnx_converters  # noqa: F401 - registers the converters

@@ -4,6 +4,8 @@ interpreter."""
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -390,6 +392,52 @@ def test_unfrozen_parameters_are_returned_and_bound_at_compile_time():
     assert [p.name_hint for p in mod["main"].params] == ["x", "w", "shape"]
     assert "reshape" in ops_of(mod)  # the shape parameter's value still decides the static reshape
     run_everywhere(model, np.ones((2, 4), "float32"), freeze_params=False)
+
+
+def _sub_model(a: str, b: str):
+    return make_model([helper.make_node("Sub", [a, b], ["y"])], [(a, F32, [2, 3]), (b, F32, [2, 3])],
+                      [("y", F32, None)])
+
+
+def test_inputs_that_sanitize_alike_get_distinct_names_and_both_bind(tmp_path):
+    # "x.1" used to become "x_1" too: two parameters of one name, one of them unreachable by name
+    model = _sub_model("x.1", "x_1")
+    a, b = np.random.default_rng(0).standard_normal((2, 2, 3)).astype("float32")
+    mod = run_everywhere(model, a, b, oracle="ort")
+    assert [p.name_hint for p in mod["main"].params] == ["x_1_1", "x_1"]  # the valid name keeps its input
+    names = tv.frontend.onnx_param_names(model)
+    assert names == {"x.1": "x_1_1", "x_1": "x_1"}
+    (want,) = reference(model, a, b, oracle="ort")
+    exe = tv.vm.compile(mod, target="python")
+    path = tmp_path / "m.tvx"
+    exe.save(str(path))
+    loaded = tv.vm.load_executable(str(path))
+    assert [str(p) for p in loaded.get_function_params("main")] == ["x_1_1", "x_1"]
+    vm = tv.vm.VirtualMachine(loaded)
+    got = vm.run(**{names["x.1"]: a, names["x_1"]: b})
+    np.testing.assert_allclose(got.numpy(), want, rtol=1e-6)
+    reparsed = tv.parse(str(mod))
+    assert [p.name_hint for p in reparsed["main"].params] == ["x_1_1", "x_1"]
+
+
+@pytest.mark.parametrize("freeze_params", [True, False])
+def test_parameter_names_are_unique_valid_and_survive_printing(freeze_params):
+    inputs = ["x.1", "x_1", "x:1", "1x", "v1x", "input/0", "a.b"]
+    nodes = [helper.make_node("Add", [inputs[0], inputs[1]], ["s0"])]
+    for i, name in enumerate([*inputs[2:], "w.1", "w_1"], start=1):
+        nodes.append(helper.make_node("Add", [f"s{i - 1}", name], [f"s{i}"]))
+    model = make_model(nodes, [(n, F32, [3]) for n in inputs], [(f"s{len(nodes) - 1}", F32, None)],
+                       {"w.1": np.ones(3, "float32"), "w_1": np.full(3, 2, "float32")})
+    mod, params = from_onnx(model, freeze_params=freeze_params, shape={"x_1": [3], "x_1_1": [3]})
+    names = tv.frontend.onnx_param_names(model, freeze_params=freeze_params)
+    hints = [p.name_hint for p in mod["main"].params]
+    assert hints == list(names.values()) and len(set(hints)) == len(hints)
+    assert all(re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", h) for h in hints)
+    assert names["x_1"] == "x_1" and names["v1x"] == "v1x" and names["1x"] == "v1x_1"
+    assert set(params) == (set() if freeze_params else {names["w.1"], names["w_1"]})
+    assert [p.name_hint for p in tv.parse(str(mod))["main"].params] == hints  # printed as named
+    args = [np.full(3, i, "float32") for i in range(len(inputs))]
+    run_everywhere(model, *args, freeze_params=freeze_params)
 
 
 # ---- broadcasting property -------------------------------------------------------------------------------
