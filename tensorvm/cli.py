@@ -1,9 +1,9 @@
 """The ``tensorvm`` command: compile a model to an executable file, run it, inspect it, benchmark it.
 
     tensorvm compile model.onnx -o model.tvx [--target c|python] [--shape input=1,?,128] [--threads N]
-    tensorvm run model.tvx --input x=x.npy [--output out.npz]
+    tensorvm run model.tvx --input x=x.npy [--output out.npz] [--function main]
     tensorvm inspect model.tvx [--bytecode] [--kernels]
-    tensorvm bench model.tvx --input x=x.npy [--repeat 20]
+    tensorvm bench model.tvx --input x=x.npy [--repeat 20] [--warmup 3] [--function main]
     tensorvm ops [--missing]
 
 ``ops`` reports the parts of every registered operator (see docs/ops.md). ``compile`` reads ONNX
@@ -102,9 +102,20 @@ def parse_shape(spec: str) -> tuple[str, list]:
     return name, out
 
 
-def load_inputs(specs: list[str], param_names: list[str]) -> list[np.ndarray]:
-    """The arrays for ``main``'s parameters, in order, from ``name=file.npy`` (or ``file.npz``) specs."""
+def load_inputs(specs: list[str], param_names: list[str], function: str = "main") -> list[np.ndarray]:
+    """The arrays for ``function``'s parameters, in order, from ``name=file.npy`` (or ``file.npz``) specs;
+    arrays of another byte order are converted to the machine's."""
     given: dict[str, np.ndarray] = {}
+    given_by: dict[str, str] = {}
+
+    def give(name: str, array: np.ndarray, spec: str) -> None:
+        # a second value for a parameter is a mistake on the command line, not an override
+        if name in given:
+            raise CliError(f"--input {spec}: {name!r} is already given by --input {given_by[name]}; "
+                           f"expected one --input per parameter")
+        given[name] = array if array.dtype.isnative else array.astype(array.dtype.newbyteorder("="))
+        given_by[name] = spec
+
     for spec in specs or []:
         name, sep, path = spec.partition("=")
         if not sep:
@@ -117,18 +128,20 @@ def load_inputs(specs: list[str], param_names: list[str]) -> list[np.ndarray]:
                     if name:
                         if name not in archive:
                             raise CliError(f"--input {spec}: {path} holds {sorted(archive)}, not {name!r}")
-                        given[name] = archive[name]
+                        give(name, archive[name], spec)
                     else:
-                        given.update({k: archive[k] for k in archive})
+                        for key in archive:
+                            give(key, archive[key], spec)
             else:
                 if not name:
                     raise CliError(f"--input {spec}: name the parameter (name=file.npy)")
-                given[name] = np.load(path, allow_pickle=False)
+                give(name, np.load(path, allow_pickle=False), spec)
         except (OSError, ValueError) as err:
             raise CliError(f"--input {spec}: cannot read {path}: {err}") from None
     unknown = sorted(set(given) - set(param_names))
     if unknown:
-        raise CliError(f"unknown input(s) {', '.join(unknown)}; main takes {', '.join(param_names) or 'nothing'}")
+        raise CliError(f"unknown input(s) {', '.join(unknown)}; {function} takes "
+                       f"{', '.join(param_names) or 'nothing'}")
     missing = [p for p in param_names if p not in given]
     if missing:
         raise CliError(f"missing input(s) {', '.join(missing)}; give --input name=file.npy for each")
@@ -145,8 +158,11 @@ def _outputs(value) -> list[np.ndarray]:
     return [np.asarray(value.numpy() if hasattr(value, "numpy") else value)]
 
 
-def _param_names(exe) -> list[str]:
-    return [str(p) for p in exe.get_function_params("main")]
+def _param_names(exe, function: str = "main") -> list[str]:
+    try:
+        return [str(p) for p in exe.get_function_params(function)]
+    except KeyError as err:
+        raise CliError(f"--function {function}: {err.args[0]}") from None
 
 
 def _load_exe(path: str):
@@ -179,8 +195,14 @@ def cmd_compile(args, progress: Progress) -> int:
         from .parser import parse
 
         progress.stage(f"parsing {args.model}")
-        with open(args.model, encoding="utf-8") as f:
-            mod = parse(f.read())
+        with open(args.model, "rb") as f:
+            data = f.read()
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError:
+            raise CliError(f"{args.model}: expected Relay text or an ONNX model (named .onnx), but the file is "
+                           f"not text; it starts with {data[:16]!r}") from None
+        mod = parse(text)
     if args.target is None:
         from .codegen.build import default_target, default_target_reason
 
@@ -203,8 +225,7 @@ def cmd_run(args, progress: Progress) -> int:
     from .vm import VirtualMachine
 
     exe = _load_exe(args.executable)
-    names = _param_names(exe)
-    inputs = load_inputs(args.input, names)
+    inputs = load_inputs(args.input, _param_names(exe, args.function), args.function)
     result = VirtualMachine(exe).invoke(args.function, *inputs)
     outputs = _outputs(result)
     np.set_printoptions(threshold=20, edgeitems=3)
@@ -212,8 +233,10 @@ def cmd_run(args, progress: Progress) -> int:
         print(f"output {i}: shape {tuple(out.shape)} {out.dtype}")
         print("  " + np.array2string(out, prefix="  "))
     if args.output:
-        np.savez(args.output, **{f"output_{i}": out for i, out in enumerate(outputs)})
-        print(f"wrote {args.output}")
+        # np.savez adds ".npz" to a name without it: report the file it really wrote
+        path = args.output if args.output.endswith(".npz") else args.output + ".npz"
+        np.savez(path, **{f"output_{i}": out for i, out in enumerate(outputs)})
+        print(f"wrote {path}")
     return 0
 
 
@@ -232,7 +255,7 @@ def cmd_bench(args, progress: Progress) -> int:
     from .vm import VirtualMachine
 
     exe = _load_exe(args.executable)
-    inputs = load_inputs(args.input, _param_names(exe))
+    inputs = load_inputs(args.input, _param_names(exe, args.function), args.function)
     vm = VirtualMachine(exe)
     for _ in range(args.warmup):
         vm.invoke(args.function, *inputs)
@@ -294,9 +317,15 @@ def cmd_ops(args, progress: Progress) -> int:
     return 0
 
 
-def _thread_count(text: str) -> int:
+def _positive_count(text: str) -> int:
     if not text.strip().isdigit() or int(text) < 1:
         raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return int(text)
+
+
+def _non_negative_count(text: str) -> int:
+    if not text.strip().isdigit():
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}")
     return int(text)
 
 
@@ -305,7 +334,7 @@ def build_parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("-q", "--quiet", action="store_true", default=argparse.SUPPRESS,
                         help="no progress lines on stderr")
-    common.add_argument("--threads", type=_thread_count, metavar="N",
+    common.add_argument("--threads", type=_positive_count, metavar="N",
                         help="threads for kernels and BLAS (default: the cores this process may use)")
     parser.add_argument("-q", "--quiet", action="store_true", help="no progress lines on stderr")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -339,8 +368,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("bench", parents=[common], help="time an executable on given inputs")
     p.add_argument("executable")
     p.add_argument("--input", action="append", metavar="NAME=FILE.npy")
-    p.add_argument("--repeat", type=int, default=20)
-    p.add_argument("--warmup", type=int, default=3)
+    p.add_argument("--repeat", type=_positive_count, default=20, metavar="N", help="timed runs (at least 1)")
+    p.add_argument("--warmup", type=_non_negative_count, default=3, metavar="N", help="untimed runs first (0 or more)")
     p.add_argument("--function", default="main")
     p.set_defaults(run=cmd_bench)
 

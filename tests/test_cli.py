@@ -235,3 +235,87 @@ def test_ops_reports_every_op_and_its_parts(capsys):
     assert main(["ops", "--why"]) == 0
     why = {line.split()[0]: line for line in capsys.readouterr().out.splitlines()[1:-1]}
     assert "(Legalize replaces it before the VM" in why["unique"] and "(" not in why["add"]
+
+
+TWO_FUNCTIONS = """
+def @main(%x: Tensor[(3), float32]) { %x }
+def @double(%a: Tensor[(?), float32]) { add(%a, %a) }
+"""
+
+
+@pytest.fixture
+def two_functions(tmp_path):
+    """An executable (target python: the CLI's input handling is the same on every target) whose second
+    function has other parameters than main, and an input file for each."""
+    model = tmp_path / "two.rly"
+    model.write_text(TWO_FUNCTIONS)
+    exe = tmp_path / "two.tvx"
+    assert main(["compile", str(model), "-o", str(exe), "--target", "python", "-q"]) == 0
+    np.save(tmp_path / "a.npy", np.arange(4, dtype="float32"))
+    np.save(tmp_path / "x.npy", np.ones(3, "float32"))
+    return exe
+
+
+@pytest.mark.parametrize("command", ["run", "bench"])
+def test_run_and_bench_take_the_inputs_of_the_chosen_function(two_functions, tmp_path, capsys, command):
+    extra = ["--output", str(tmp_path / "out.npz")] if command == "run" else ["--repeat", "2", "--warmup", "0"]
+    assert main([command, str(two_functions), "--function", "double", "--input", f"a={tmp_path / 'a.npy'}",
+                 *extra]) == 0
+    if command == "run":
+        with np.load(tmp_path / "out.npz") as saved:
+            np.testing.assert_array_equal(saved["output_0"], np.arange(4, dtype="float32") * 2)
+    capsys.readouterr()
+    # main's parameter is not double's, and the error names the function
+    assert main([command, str(two_functions), "--function", "double", "--input", f"x={tmp_path / 'x.npy'}"]) == 1
+    assert "unknown input(s) x; double takes a" in capsys.readouterr().err
+    assert main([command, str(two_functions), "--function", "nope"]) == 1
+    assert "--function nope: no VM function 'nope'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("option, bad, expected", [("--repeat", "0", "positive integer"),
+                                                   ("--repeat", "-3", "positive integer"),
+                                                   ("--warmup", "-1", "integer >= 0")])
+def test_bench_rejects_a_repeat_below_one_and_a_negative_warmup(two_functions, tmp_path, capsys, option, bad,
+                                                                 expected):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["bench", str(two_functions), "--input", f"x={tmp_path / 'x.npy'}", option, bad])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and f"argument {option}: expected" in err and expected in err
+    assert main(["bench", str(two_functions), "--input", f"x={tmp_path / 'x.npy'}", "--repeat", "1",
+                 "--warmup", "0"]) == 0
+    assert "1 runs after 0 warm-up" in capsys.readouterr().out
+
+
+def test_run_prints_the_npz_file_it_really_wrote(two_functions, tmp_path, capsys):
+    assert main(["run", str(two_functions), "--input", f"x={tmp_path / 'x.npy'}",
+                 "--output", str(tmp_path / "out")]) == 0
+    assert f"wrote {tmp_path / 'out.npz'}\n" in capsys.readouterr().out
+    assert (tmp_path / "out.npz").exists() and not (tmp_path / "out").exists()
+
+
+def test_an_input_of_another_byte_order_is_converted(two_functions, tmp_path, capsys):
+    swapped = np.dtype("float32").newbyteorder()  # (">f4" on a little-endian machine)
+    np.save(tmp_path / "swapped.npy", np.array([1.5, -2, 3], swapped))
+    assert main(["run", str(two_functions), "--input", f"x={tmp_path / 'swapped.npy'}",
+                 "--output", str(tmp_path / "out.npz")]) == 0
+    with np.load(tmp_path / "out.npz") as saved:
+        assert saved["output_0"].dtype == np.float32
+        np.testing.assert_array_equal(saved["output_0"], [1.5, -2, 3])
+
+
+def test_compiling_a_file_that_is_not_a_model_names_the_expected_formats(tmp_path, capsys):
+    np.save(tmp_path / "x.npy", np.ones(3, "float32"))
+    assert main(["compile", str(tmp_path / "x.npy"), "-q"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "expected Relay text or an ONNX model" in err[0]
+    assert "starts with b" in err[0] and "\\x93NUMPY" in err[0]  # (what the file looked like)
+
+
+@pytest.mark.parametrize("second", ["x={dir}/y.npy", "{dir}/both.npz"])
+def test_an_input_given_twice_is_an_error(two_functions, tmp_path, capsys, second):
+    np.save(tmp_path / "y.npy", np.zeros(3, "float32"))
+    np.savez(tmp_path / "both.npz", x=np.zeros(3, "float32"))
+    second = second.format(dir=tmp_path)
+    assert main(["run", str(two_functions), "--input", f"x={tmp_path / 'x.npy'}", "--input", second]) == 1
+    err = capsys.readouterr().err
+    assert f"--input {second}: 'x' is already given by --input x={tmp_path / 'x.npy'}" in err

@@ -8,8 +8,9 @@ process's thread budget, the process's one thread pool and the host BLAS (``load
 instruction-set extensions from ``/proc/cpuinfo`` (``$TENSORVM_CPU_FEATURES`` replaces them, to test a
 machine without some of them).
 
-Threads: one budget, ``set_num_threads(n)`` (initially ``$TENSORVM_NUM_THREADS``, else the first value of
-``$OMP_NUM_THREADS``, else the cores this process may run on), shared by the kernels' OpenMP loops and the
+Threads: one budget, ``set_num_threads(n)`` (initially ``$TENSORVM_NUM_THREADS``, a value other than a
+positive integer being ignored with a warning, else the first value of ``$OMP_NUM_THREADS``, else the cores
+this process may run on), shared by the kernels' OpenMP loops and the
 host BLAS (see ``tensorvm.codegen.build``'s documentation for why idle OpenMP threads sleep).
 """
 
@@ -22,6 +23,7 @@ import platform
 import re
 import stat
 import threading
+import warnings
 from pathlib import Path
 
 from . import blas
@@ -39,9 +41,16 @@ _POOL: list = [0, None]  # the process pool's table of entry points (0: none yet
 
 
 def _threads_from_environment():
-    value = os.environ.get("TENSORVM_NUM_THREADS", "").strip()
-    if value.isdigit() and int(value) > 0:
+    value = os.environ.get("TENSORVM_NUM_THREADS")
+    if value is None:
+        return
+    if value.strip().isdigit() and int(value) > 0:
         _NUM_THREADS[0] = int(value)
+        return
+    # A warning, not an error: this runs at import, and a typo in the environment must not break it.
+    warnings.warn(f"tensorvm: ignoring TENSORVM_NUM_THREADS={value!r}: expected a positive integer; using the "
+                  f"default thread budget ($OMP_NUM_THREADS, else the cores this process may use)",
+                  RuntimeWarning, stacklevel=2)
 
 
 # Idle OpenMP threads spin this many rounds (tens of microseconds on current cores: the gap between the

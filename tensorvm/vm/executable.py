@@ -180,6 +180,9 @@ class Executable:
 
     def with_exec_mode(self, exec_mode: str) -> Executable:
         """The same program to run in another exec mode (kernels and closures are shared)."""
+        # (as vm.compile says it, rather than the constructor's ValueError)
+        if exec_mode not in EXEC_MODES:
+            raise UnsupportedError(f"unknown exec_mode {exec_mode!r}; expected one of {EXEC_MODES}")
         # native mode compiles the VM functions into the library: a library built without them is not shared
         exec_mode = resolve_exec_mode(exec_mode, self.target)
         shared = exec_mode != "native" or (self.c_library is not None and self.c_library.native is not None)

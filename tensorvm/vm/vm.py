@@ -38,6 +38,7 @@ import os
 import sys
 import threading
 import time
+import warnings
 from enum import IntEnum
 from functools import partial
 from math import prod
@@ -340,6 +341,19 @@ class VirtualMachine:
         self._partial_inputs: set[str] = set()  # functions with inputs changed by set_one_input, unchecked together
         self._outputs = None
         self._exec_mode = exe.exec_mode
+        # why a native-mode executable runs in the dispatch loop here ("" when it does not): native mode's
+        # C entry point goes through a CPython extension built on each machine (docs/deploy.md), and a
+        # machine without a compiler that never built it still has the executable's bytecode and kernels
+        self.native_unavailable = ""
+        if self._exec_mode == "native":
+            from .native_mode import bridge_module
+
+            try:
+                bridge_module()
+            except UnsupportedError as err:
+                self._exec_mode, self.native_unavailable = "bytecode", str(err)
+                warnings.warn(f"{err}: this VirtualMachine runs the executable's bytecode in the dispatch loop "
+                              f"(the same C kernels) instead", RuntimeWarning, stacklevel=2)
         self._lock = threading.Lock()  # held by the thread running a call (see the class docstring)
         self._owner = None             # that thread's ident
         if self._exec_mode == "compiled":
@@ -902,6 +916,8 @@ class VirtualMachine:
         specialized now; native mode: ``python_callbacks``, the calls its C made back into Python (primitives
         without C functions: ``exe.stats()["kernel_library"]["native_python_callbacks"]`` lists them)."""
         extra = {"python_callbacks": self._native_rt.python_calls()} if self._native_rt is not None else {}
+        if self.native_unavailable:
+            extra["native_unavailable"] = self.native_unavailable
         return {"exec_mode": self._exec_mode, "calls": dict(self._calls), **extra,
                 "specialized_runs_in": {"compiled": "compiled code", "native": "nowhere (native code)"}.get(
                     self._exec_mode, "dispatch loop"),
@@ -1081,7 +1097,12 @@ class VirtualMachine:
         return len(self.get_outputs())
 
     def get_output(self, index: int):
-        return self.get_outputs()[index]
+        outputs = self.get_outputs()
+        # (as the graph executor's get_output: no negative or non-integer index)
+        if not isinstance(index, int | np.integer) or isinstance(index, bool) or not 0 <= index < len(outputs):
+            raise ExecutionError(f"output index {index!r} is out of range; the last invoke_stateful gave "
+                                 f"{len(outputs)} output(s)")
+        return outputs[index]
 
     def get_input_index(self, input_name: str, func_name: str = "main") -> int:
         info = self._function(func_name)
@@ -1188,8 +1209,10 @@ class VirtualMachine:
 
         values = self._convert_inputs(info, args, kwargs) if (args or kwargs or not info.params) \
             else self._stored_inputs(info)
-        if number < 1 or repeat < 1:
-            raise ValueError(f"number and repeat must be >= 1, got {number} and {repeat}")
+        if not all(isinstance(n, int | np.integer) and not isinstance(n, bool) and n >= 1
+                   for n in (number, repeat)):
+            raise ExecutionError(f"benchmark: expected number (calls per batch) and repeat (batches) to be "
+                                 f"positive integers, got number={number!r}, repeat={repeat!r}")
         call = self._call
         call(info, values)  # warm-up (pools fill, caches warm)
         results = []

@@ -166,6 +166,28 @@ def test_without_the_fast_caller_the_prebuilt_kernels_are_called_checked_through
         kernel(*bad, *[np.zeros((2,) * rank, dtype) for dtype, rank, _ in kernel.abi.buffers[kernel.abi.num_inputs:]])
 
 
+def test_a_native_executable_runs_its_bytecode_where_the_bridge_cannot_be_built(tmp_path, monkeypatch):
+    """Native mode's entry point is a CPython extension built on each machine; on one without a compiler
+    (stood for by the bridge's recorded failure) a native-mode executable saved with its library embedded
+    runs its bytecode through the dispatch loop on the same kernels, with a warning, and says so in
+    exec_stats (it had raised UnsupportedError). Oracle: the interpreter."""
+    from tensorvm.vm import native_mode
+
+    mod = tv.parse("def @f(%i: int32) -> int32 { if (equal(%i, 0)) { %i } else { add(@f(subtract(%i, 1)), %i) } }\n"
+                   "def @main(%i: int32) -> int32 { @f(%i) }")
+    path = tmp_path / "rec.tvx"
+    tv.vm.compile(mod, target="c", exec_mode="native").save(path, embed_library=True)
+    monkeypatch.setattr(native_mode, "_MODULE", [RuntimeError("codegen: no C compiler found (for the test)")])
+    exe = load_executable(path, trust_library=True)
+    assert exe.exec_mode == "native"
+    with pytest.warns(RuntimeWarning, match="runs the executable's bytecode in the dispatch loop"):
+        vm = VirtualMachine(exe)
+    want = tv.create_executor("debug", mod).evaluate()(np.int32(10)).numpy()
+    assert vm.run(np.int32(10)).numpy() == want == 55
+    stats = vm.exec_stats()
+    assert stats["exec_mode"] == "bytecode" and "no C compiler found" in stats["native_unavailable"]
+
+
 def _saved_on_a_cpu_lacking_a_feature(tmp_path, monkeypatch):
     """A saved MLP, and the running CPU faked to lack one feature its library was built for."""
     exe = tv.vm.compile(tv.parse(MLP), target="c")

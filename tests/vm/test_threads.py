@@ -360,3 +360,24 @@ def test_deep_recursions_in_two_threads_leave_the_process_healthy(tmp_path):
 def test_an_interrupted_deep_recursion_leaves_the_process_healthy(tmp_path):
     done = _run_script(_INTERRUPTED, tmp_path)
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-3000:]
+
+
+@pytest.mark.parametrize("value", ["abc", "0", "-1", "1.5", ""])
+def test_a_bad_thread_count_in_the_environment_warns_and_keeps_the_default(monkeypatch, value):
+    from tensorvm.runtime import library
+
+    monkeypatch.setenv("TENSORVM_NUM_THREADS", value)
+    monkeypatch.setattr(library, "_NUM_THREADS", [None])
+    with pytest.warns(RuntimeWarning, match=f"TENSORVM_NUM_THREADS={value!r}: expected a positive integer; "
+                                            f"using the default"):
+        library._threads_from_environment()
+    assert library._NUM_THREADS == [None]
+
+
+def test_importing_tensorvm_with_a_bad_thread_count_warns_and_runs():
+    """At import: a warning on stderr, not a failed import; the budget is the default."""
+    env = dict(os.environ, TENSORVM_NUM_THREADS="abc", OMP_NUM_THREADS="1")
+    code = "import tensorvm as tv; print(tv.get_num_threads())"
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stdout.strip() == "1", done.stderr[-3000:]
+    assert "RuntimeWarning: tensorvm: ignoring TENSORVM_NUM_THREADS='abc'" in done.stderr

@@ -207,6 +207,30 @@ def test_benchmark_statistics(mode):
     assert "median" in str(result)
 
 
+def test_benchmark_rejects_a_count_below_one(mode):
+    vm = vm_for(DYNAMIC_ADD, mode)
+    for counts in ({"number": 0}, {"repeat": -1}, {"number": 1.5}):
+        with pytest.raises(ExecutionError, match="benchmark: expected number .* and repeat .* to be positive "
+                                                 "integers, got number="):
+            vm.benchmark("main", rand(4, 2), rand(1, 2), **counts)
+
+
+def test_get_output_out_of_range_names_the_index_and_the_count(mode):
+    vm = vm_for(TWO_OUTPUTS, mode)
+    vm.invoke_stateful("main", rand(2, 3), rand(2, seed=1), np.float32(1))
+    for index in (2, 3, -1):  # (no negative index: as the graph executor's get_output)
+        with pytest.raises(ExecutionError, match=rf"output index {index} is out of range; .* gave 2 output\(s\)"):
+            vm.get_output(index)
+    np.testing.assert_allclose(vm.get_output(np.int64(1)).numpy(), vm.get_outputs()[1].numpy())
+
+
+def test_with_exec_mode_rejects_an_unknown_mode_as_compile_does():
+    exe = tv.vm.compile(tv.parse(DYNAMIC_ADD), exec_mode="bytecode")
+    with pytest.raises(UnsupportedError, match="unknown exec_mode 'bogus'; expected one of"):
+        exe.with_exec_mode("bogus")
+    assert exe.with_exec_mode("compiled").exec_mode == "compiled"
+
+
 def test_static_mlp_storage_is_coalesced():
     mod = tv.parse(MLP4)
     args = [rand(8, 32), rand(64, 32, seed=1), rand(64, 64, seed=2), rand(64, 64, seed=3), rand(10, 64, seed=4)]
