@@ -235,13 +235,18 @@ def load(path) -> GraphFactory:
 
 
 # --- build --------------------------------------------------------------------------------------
-def build(mod, target: str = "python", params: dict | None = None, opt_level: int = 3,
+def build(mod, target: str | None = None, params: dict | None = None, opt_level: int = 3,
           planner: str = "greedy_by_size", alignment: int = 64) -> GraphFactory:
     """Compile ``mod`` (an ``IRModule`` or a ``Function`` for ``main``) for the graph executor.
 
-    ``params`` binds parameters of ``main`` by name to constants (they become graph params);
-    ``planner`` is a ``plan_memory`` algorithm.
+    Without ``target``, ``"c"`` when a C compiler is found, else ``"python"``, as ``tv.vm.compile``
+    (``tensorvm.codegen.build.default_target``: ``$TENSORVM_TARGET`` chooses). ``params`` binds parameters
+    of ``main`` by name to constants (they become graph params); ``planner`` is a ``plan_memory`` algorithm.
     """
+    if target is None:
+        from ..codegen.build import default_target
+
+        target = default_target()
     if target not in GRAPH_TARGETS:
         raise UnsupportedError(f"unknown graph target {target!r}; expected one of {', '.join(GRAPH_TARGETS)}")
     if isinstance(mod, Function):

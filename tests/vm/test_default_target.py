@@ -27,6 +27,7 @@ def test_without_a_compiler_the_default_is_python_and_says_why(no_compiler):
     assert "no usable C compiler" in build.default_target_reason() and "nocc" in build.default_target_reason()
     assert tv.vm.compile(tv.parse(SOURCE)).target == "python"
     assert tv.create_executor("vm", tv.parse(SOURCE)).target == "python"
+    assert tv.graph.build(tv.parse(SOURCE.replace("?", "2"))).lib.target == "python"
 
 
 @pytest.mark.skipif(not build.have_compiler(), reason="no C compiler")
@@ -44,12 +45,15 @@ def test_with_a_compiler_the_default_is_c(monkeypatch):
         executor = tv.create_executor(kind, program)
         assert executor.target == "c"
         np.testing.assert_allclose(executor.evaluate()(x).numpy(), (x + 1) * x)
+    assert tv.graph.build(static).lib.target == "c"  # (it had defaulted to "python" alone)
 
 
 @pytest.mark.parametrize("chosen", ["python", "c"])
 def test_the_environment_variable_chooses(monkeypatch, chosen):
     monkeypatch.setenv("TENSORVM_TARGET", chosen)
     assert build.default_target() == chosen and "TENSORVM_TARGET" in build.default_target_reason()
+    if chosen == "python" or build.have_compiler():
+        assert tv.graph.build(tv.parse(SOURCE.replace("?", "2"))).lib.target == chosen
 
 
 def test_an_unknown_target_in_the_environment_is_an_error(monkeypatch):
