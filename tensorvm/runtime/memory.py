@@ -50,6 +50,7 @@ __all__ = ["Storage", "Allocator", "NaiveAllocator", "PooledAllocator", "make_al
 DEFAULT_ALIGNMENT = 64
 HEAP_BLOCKS = range(1 << 18, 1 << 25)  # block sizes the pooled allocator frees instead of caching
 _UINT8 = np.dtype("uint8")
+_INT64_MAX = 2**63 - 1
 
 
 class _Block(np.ndarray):
@@ -182,6 +183,8 @@ class Allocator:
 
     def _fresh_block(self, size: int, alignment: int) -> _Block:
         """A new block of ``size`` bytes whose first byte is ``alignment``-aligned."""
+        if size + alignment > _INT64_MAX:  # (more than native mode's C counts: the same error there, tv_native.c)
+            raise ShapeError(f"alloc_storage: invalid byte count {size} (a shape whose bytes overflow int64)")
         if self.limit_bytes is not None and self.bytes_reserved + size > self.limit_bytes:
             raise MemoryError(f"limit of {self.limit_bytes} bytes reached")
         raw = np.empty(size + alignment, _UINT8)

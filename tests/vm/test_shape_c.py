@@ -204,3 +204,13 @@ def test_a_shape_that_overflows_int64_is_an_error_not_a_wrapped_dim(text, reques
     exe = tv.vm.compile(tv.parse(text), target="c", exec_mode=exec_mode)
     with pytest.raises(ShapeError, match="overflows int64"):
         tv.vm.VirtualMachine(exe)["main"](request_, np.arange(1, 4, dtype="float32"))
+
+
+@pytest.mark.parametrize("exec_mode", ["bytecode", "native"])
+def test_a_tensor_whose_bytes_overflow_int64_is_the_same_shape_error_in_both_modes(exec_mode):
+    """dyn.full of (2^32, 2^32) floats: its dims are fine, its 2^66 bytes are not. Both modes refuse the
+    allocation with a ShapeError (bytecode had passed NumPy's ValueError on as an ExecutionError)."""
+    exe = tv.vm.compile(tv.parse("def @main(%s: Tensor[(2), int64]) { dyn.full(1f, %s) }"), target="c",
+                        exec_mode=exec_mode)
+    with pytest.raises(ShapeError, match="alloc_storage: invalid byte count .*overflow int64"):
+        tv.vm.VirtualMachine(exe)["main"](np.array([2**32, 2**32], "int64"))

@@ -98,7 +98,10 @@ TV_UNUSED static int64_t tvn_nbytes(const int64_t* dims, int32_t ndim, int64_t i
   return n;
 }
 TV_UNUSED static int32_t tvn_alloc_storage(tv_ctx* ctx, int64_t nbytes, tv_obj** dst, int32_t fidx, int32_t pc) {
-  if (nbytes < 0) return tv_error_set(ctx, TV_ERR_SHAPE, fidx, pc, "alloc_storage: invalid byte count %lld", (long long)nbytes);
+  if (nbytes < 0)
+    return tv_error_set(ctx, TV_ERR_SHAPE, fidx, pc,
+                        "alloc_storage: invalid byte count %lld (a shape whose bytes overflow int64, or a negative size)",
+                        (long long)nbytes);
   tv_storage* s = tv_pool_alloc(ctx->pool, nbytes);
   if (s == NULL) return tv_error_set(ctx, TV_ERR_EXEC, fidx, pc, "out of memory (alloc_storage of %lld bytes)", (long long)nbytes);
   tv_decref(*dst);
