@@ -60,7 +60,7 @@ _EXPORTED = '__attribute__((visibility("default"))) '
 _INVOKE = _EXPORTED + 'int32_t tvn_invoke('
 # A function definition with external linkage (its attribute, such as weak, dropped): made static
 _GLOBAL_DEFINITION = re.compile(
-    r"^(?:__attribute__\(\([^)]*\)\)[ \t]*)?(?!static\b|__attribute__|inline\b)"
+    r"^(?:__attribute__\(\([^)]*\)\)[ \t]*)?(?!static\b|__attribute__|inline\b|TV_SELECT_OF_LOADS static\b)"
     r"([A-Za-z_][\w \t\*]*?\b[A-Za-z_]\w*[ \t]*\([^;{\n]*\)[ \t]*\{)", re.M)
 _KERNEL_PROTO = re.compile(r"^int32_t tvk\d+_\w+\([^;{}\n]*\);\n", re.M)
 _MESSAGES = re.compile(r"^const char\* const (tvs\w+_messages\[\])", re.M)

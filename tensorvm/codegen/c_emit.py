@@ -690,7 +690,13 @@ class _Emitter:
         if not buf.shape:
             self.scalars.add(id(buf))
             self.emit(depth + 1, f"{ctype} {name};")
+            first = len(self.lines)
             self.stmt(s.body, depth + 1)
+            # a scalar only written (an arg-reduction's value beside the index it keeps): a use for
+            # -Wunused-but-set-variable, which an application's -Wall -Werror build of AOT C would fail on
+            word = re.compile(rf"\b{re.escape(name)}\b(?!\s*=[^=])")
+            if not any(word.search(line) for line in self.lines[first:]):
+                self.emit(depth + 1, f"(void){name};")
         elif isinstance(buf.size, Const) and buf.size.value * _itemsize(buf.dtype) <= _STACK_BYTES:
             self.emit(depth + 1, f"{ctype} {name}[{max(buf.size.value, 1)}];")
             self.stmt(s.body, depth + 1)

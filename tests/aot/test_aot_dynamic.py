@@ -752,3 +752,31 @@ def test_an_empty_tensor_may_have_no_data(misc):
     empty.device_type = 2  # (not a CPU tensor)
     assert lib.fn("ident")(lib.model, ctypes.byref(empty), ctypes.byref(result)) == 6
     assert b"expected a CPU tensor" in lib.fn("last_error")(lib.model)
+
+
+@pytest.mark.parametrize("text", [
+    # a run-time-shaped concatenate: its parallel chunk function carries TV_SELECT_OF_LOADS before its
+    # static, and had been made "static inline TV_SELECT_OF_LOADS static" (a hard error)
+    "def @main(%a: Tensor[(?, 3), float32], %b: Tensor[(?, 3), float32]) { concatenate((%a, %b), axis=0) }",
+    # an argmax keeps its value beside its index: a local only written (-Wunused-but-set-variable)
+    "def @main(%x: Tensor[(?), int32]) { (argmax(%x), argmin(%x, axis=[0], keepdims=True)) }",
+])
+def test_the_library_of_any_kernel_compiles_with_all_warnings_as_errors(tmp_path, text):
+    """docs/aot_dynamic.md: the C compiles warning-free with -Wall -Wextra -Werror under -std=c11 (the
+    static AOT unit of the argmax too)."""
+    library = tv.aot.build(tv.parse(text), name="w", dynamic=True)
+    layout = library.write_sources(tmp_path / "dynamic")
+    checked = subprocess.run([CC, "-std=c11", "-fsyntax-only", "-Wall", "-Wextra", "-Werror",
+                              f"-I{tmp_path / 'dynamic' / 'include'}", str(layout["sources"][0])],
+                             capture_output=True, text=True)
+    assert checked.returncode == 0, checked.stderr[:4000]
+    if "?" in text.split("{")[0] and "argmax" in text:
+        static = tv.aot.build(tv.parse(text.replace("(?)", "(6)")), name="w")
+        layout = static.write_sources(tmp_path / "static")
+        for source in layout["sources"]:
+            if "runtime" in source.parts:
+                continue
+            checked = subprocess.run([CC, "-std=c11", "-fsyntax-only", "-Wall", "-Wextra", "-Werror",
+                                      *[f"-I{d}" for d in layout["include_dirs"]], str(source)],
+                                     capture_output=True, text=True)
+            assert checked.returncode == 0, checked.stderr[:4000]
