@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import json
 import math
+import re
 
 import numpy as np
 import pytest
@@ -843,3 +844,20 @@ def @main(%c: bool) {
         for module in (mod, parsed):
             got = [int(v) for v in Interpreter(module).run("main", np.bool_(c))]
             assert got == [first, 10, 11]
+
+
+@pytest.mark.parametrize("text, words", [
+    # a float literal too large for any float had parsed as inf
+    ("def @main() { 1e309f64 }", "literal '1e309f64' is out of range for float64"),
+    ("def @main() { 1" + "0" * 400 + ".0f64 }", "is out of range for float64"),
+    # a dim beyond int64 parsed, and compiling it failed with an OverflowError
+    ("def @main(%x: Tensor[(99999999999999999999999, 3), float32]) { %x }", "dimension 99999999999999999999999 is out"),
+    # a constructor named add: the printed op call add(%x, %x) read back as the constructor
+    ("type T { add, }\ndef @main(%x: int32) { add(%x, %x) }", "constructor add has the name of an operator"),
+])
+def test_literals_dims_and_names_the_executors_cannot_hold_are_parse_errors(text, words):
+    import tensorvm as tv
+
+    with pytest.raises(ParseError, match=re.escape(words)):
+        tv.parse(text)
+    assert str(tv.parse("def @main() { (inff64, 1e308f64) }")).count("inf") == 1  # (the inf literal stays)

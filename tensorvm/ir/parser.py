@@ -143,11 +143,17 @@ def _number_value(text: str, line: int, column: int, source_name: str) -> tuple:
         raise ParseError(f"bad literal {text!r}: a number with a fraction or exponent cannot have the integer "
                          f"suffix {suffix!r}", line, column, source_name)
     if is_float or (dtype or "").startswith("float"):
-        return float(body), dtype or "float32", True
+        value = float(body)
+        if value in (float("inf"), float("-inf")):  # (a number too large for any float: not the inf literal)
+            raise ParseError(f"literal {text!r} is out of range for {dtype or 'float32'}", line, column, source_name)
+        return value, dtype or "float32", True
     if len(body.lstrip("-0")) > _MAX_INT_DIGITS:
         raise ParseError(f"integer literal of {len(body.lstrip('-'))} digits is out of range: expected at most "
                          f"{_MAX_INT_DIGITS} digits", line, column, source_name)
     return int(body), dtype, False
+
+
+_MAX_DIM = 2**63 - 1  # (a dim is an int64 in every executor)
 
 
 def _ends_operand(tok: Token) -> bool:
@@ -701,6 +707,8 @@ class _Parser:
                 tok = self.expect_ident(f"a constructor name in type {name_tok.text}")
                 if tok.text in self.constructors:
                     self.error(f"constructor {tok.text} is defined twice", tok)
+                if self.known_op is not None and self.known_op(tok.text):  # (a printed call could not say which)
+                    self.error(f"constructor {tok.text} has the name of an operator; expected another name", tok)
                 inputs = []
                 if self.accept("("):
                     inputs = self.parse_type_list(")")
@@ -1197,6 +1205,9 @@ class _Parser:
                 elif (tok.kind == "NUMBER" and not tok.value[2] and tok.value[0] >= 0
                       and (tok.value[1] or "int").startswith("int")):  # TVM may print 3i64
                     self.advance()
+                    if tok.value[0] > _MAX_DIM:
+                        self.error(f"dimension {tok.value[0]} is out of range: a dimension counts at most "
+                                   f"{_MAX_DIM} elements (int64)", tok)
                     dims.append(tok.value[0])
                 elif tok.kind == "IDENT" and tok.text not in _KEYWORDS:
                     self.advance()
