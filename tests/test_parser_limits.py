@@ -208,3 +208,13 @@ def test_long_graph_binding_chain_compiles_for_the_vm():
     mod = tv.parse(text)
     vm = tv.vm.VirtualMachine(tv.vm.compile(mod, target="python"))
     assert vm.invoke("main", np.float32(2)).numpy() == np.float32(2 if n % 2 == 0 else -2)
+
+
+@pytest.mark.parametrize("link", ["()", ".0"])
+def test_a_chain_of_calls_or_projections_counts_towards_the_nesting_limit(link):
+    """@main()()()... 20,000 links deep had parsed, and type inference then died of a RecursionError
+    (its types nest as deep); a chain counts one level per link, like parentheses."""
+    text = "def @main(%t: ((int32,),)) { @main" + link * 20_000 + " }"
+    with pytest.raises(ParseError, match=f"at most {MAX_NESTING} nested levels"):
+        tv.parse(text)
+    assert tv.parse("def @main(%t: ((int32,),)) { %t.0.0 }")  # (a short chain parses)

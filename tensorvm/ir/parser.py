@@ -881,7 +881,14 @@ class _Parser:
         """A primary expression followed by calls ``(...)`` and projections ``.N``."""
         first = self.peek()
         expr = self.parse_primary()
+        links = 0
         while True:
+            # (each call or projection nests the tree one level: a chain counts towards MAX_NESTING, so that
+            # a 20,000-link @f()()... is a ParseError, not a RecursionError in type inference)
+            if self.depth + links >= MAX_NESTING and (self.is_punct("(") or self.is_punct(".")):
+                self.error(f"expected at most {MAX_NESTING} nested levels (a chain of calls or projections counts "
+                           f"one per link) but found a deeper one at {self.peek().describe()}")
+            links += 1
             # Type arguments (``@id[int32](1)``) may follow a global or constructor callee.
             if self.is_punct("(") or (self.is_punct("[") and isinstance(expr, (GlobalVar, Constructor))):
                 type_args = ()
