@@ -949,3 +949,17 @@ def test_closure_parameters_typed_by_the_expected_type_run(text, numpy_fn):
     a = np.array([0.5, -1.0, 3.0], np.float32)
     for result in _interpreter_and_vm(text, a):
         np.testing.assert_allclose(result.numpy(), numpy_fn(a), rtol=1e-6)
+
+
+def test_a_function_of_one_type_is_refused_where_a_polymorphic_one_is_declared():
+    """@apply calls its argument at every type (here float32): a fn (int32) -> int32 passed for fn [A](A) -> A
+    had type-checked, and the call then ran on the converted argument; a polymorphic one (@id) still passes.
+    Oracle: the rule itself (a declared polymorphic type is met only by a polymorphic function) and the
+    interpreter's result for the valid program (2.5, by hand)."""
+    import tensorvm as tv
+
+    apply = "def @apply(%f: fn [A](A) -> A) -> float32 { %f(2.5f) }\n"
+    with pytest.raises(TypeInferenceError, match="does not match the polymorphic function type declared"):
+        tv.transform.InferType()(tv.parse(apply + "def @main() { @apply(fn (%x: int32) -> int32 { %x + 1 }) }"))
+    good = tv.transform.InferType()(tv.parse(apply + "def @id[A](%x: A) -> A { %x }\ndef @main() { @apply(@id) }"))
+    assert float(tv.create_executor("debug", good).evaluate()().numpy()) == 2.5

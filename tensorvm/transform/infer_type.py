@@ -730,6 +730,11 @@ class _Solver:
             for x, y in zip(pe[1], pa[1], strict=True):
                 self._assign(x, y, ctx)
             return
+        if isinstance(e, FuncType) and isinstance(a, FuncType) and e.type_params and not a.type_params:
+            # (a polymorphic function may be used where a monomorphic one is declared, not the reverse: the
+            # callee would call it at every type)
+            raise _Mismatch(f"a function of one type does not match the polymorphic function type declared: it must "
+                            f"take every type of its {len(e.type_params)} type parameter(s)")
         self._unify(e, a)
 
     def join(self, a, b, ctx: _Ctx):
