@@ -6,8 +6,8 @@ binding ``%0 = add(%x, %y);`` in the block (function body, if branch, match arm)
 all its uses, just before the first statement of that block that uses it; later uses refer to
 ``%0``. (A node first used inside a parenthesised let is printed there, since it may read the let's
 variables, and again where it is used outside.) So a shared node with an effect (a call that writes a
-reference) prints, and re-parses, as one evaluation at the same place. Variable names are made unique within each ``def`` (``x``,
-``x1``, ...) so that re-parsing gives the same binding structure. Scalar constants print inline
+reference) prints, and re-parses, as one evaluation at the same place. Variable names are made unique
+within each ``def`` (``x``, ``x1``, ...) so that re-parsing gives the same binding structure. Scalar constants print inline
 (``1f``, ``2i64``, ``True``); other constants print as ``meta[relay.Constant][i]`` and a module's
 text ends with a ``#[metadata]`` section holding them as JSON (dtype, shape, base64 of the raw
 little-endian bytes). ``tensorvm.ir.parser`` reads all of it back.
@@ -212,8 +212,8 @@ class _Printer:
         self.used_tvar_names: set[str] = set()
         self.counter = 0
         self.scopes: list[dict[Expr, str]] = []
-        self.block_scopes: list = []  # the ToANormalForm scope of each open block (scope_blocks)
-        self.block_binds: list = []  # the variables a block that is not a scope binds (a let's, a primitive's)
+        self.block_scopes: list = []  # the ToANormalForm scope of each open block (home_block)
+        self.block_binds: list = []  # the variables each open block binds: its lets, parameters, pattern's
         self.home: dict = {}  # node -> the scope ToANormalForm binds it in
         self.child_scopes: dict = {}  # If / Match / Function -> the scopes of its blocks
 
@@ -493,11 +493,9 @@ class _Printer:
         return f"{type_params}({', '.join(params)}){ret}"
 
     def function(self, fn: Function) -> str:
-        if fn in self.child_scopes:
-            body = self.block(fn.body, self.child_scopes[fn][0], fn.params)
-        else:  # (a primitive one, not a scope of ToANormalForm's: its home's, binding its parameters)
-            body = self.block(fn.body, self.home.get(fn), fn.params)
-        return "\n".join([f"fn {self.signature(fn)} {{", *_indent(body), "}"])
+        # (a primitive function is not a scope of ToANormalForm's: its body takes the scope it is bound in)
+        scope = self.child_scopes[fn][0] if fn in self.child_scopes else self.home.get(fn)
+        return "\n".join([f"fn {self.signature(fn)} {{", *_indent(self.block(fn.body, scope, fn.params)), "}"])
 
     def top_level(self, expr: Expr) -> list[str]:
         self.out = [[]]
