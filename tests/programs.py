@@ -986,6 +986,24 @@ def @main(%n: int32, %x: Tensor[(?), float32]) -> Tensor[(?), float32] {
 )
 
 program(
+    "symbolic_dims_bound_per_call",
+    # n is @g's own: the first call binds it to 4, the second to 1, so the sum of the two results
+    # broadcasts (4, 3) with (1, 3); a caller typing both as one (n, 3) had a kernel for equal shapes
+    """
+def @g(%x: Tensor[(n, 3), float32], %y: Tensor[(n, 3), float32]) -> Tensor[(n, 3), float32] {
+  multiply(%x, %y)
+}
+
+def @main(%a: Tensor[(4, 3), float32], %c: Tensor[(1, 3), float32]) {
+  add(@g(%a, %a), @g(%c, %c))
+}
+""",
+    lambda: _normal("symbolic_dims_bound_per_call", (4, 3), (1, 3)),
+    lambda a, c: a * a + c * c,
+    "",
+)
+
+program(
     "currying",
     """
 def @main(%a: int32, %b: int32) -> int32 {

@@ -719,6 +719,27 @@ def test_text_symbolic_dims(parse):
     assert main_type(mod).ret_type == tensor(SymDim("n"), 3)
 
 
+def test_text_symbolic_dims_of_a_global_are_bound_per_call(parse):
+    # each call binds @g's n afresh: a static size, the caller's own symbol, or ? (never @g's n itself)
+    mod = parse("""
+def @g(%x: Tensor[(n, 3), float32], %y: Tensor[(n, 3), float32]) -> Tensor[(n, 3), float32] { add(%x, %y) }
+def @h(%x: Tensor[(n, 3), float32]) -> Tensor[(k, 3), float32] { %x }
+def @main(%a: Tensor[(4, 3), float32], %c: Tensor[(1, 3), float32], %m: Tensor[(m, 3), float32],
+          %d: Tensor[(?, 3), float32]) {
+  (add(@g(%a, %a), @g(%c, %c)), @g(%m, %m), @g(%d, %a), @g(%d, %m), @h(%a))
+}""")
+    assert main_type(mod).ret_type == TupleType((tensor(4, 3), tensor(SymDim("m"), 3), tensor(4, 3), tensor(Any(), 3),
+                                                 tensor(Any(), 3)))
+
+
+def test_text_symbolic_dim_bound_to_two_sizes_in_one_call_is_an_error(parse):
+    mod = parse("""
+def @g(%x: Tensor[(n, 3), float32], %y: Tensor[(n, 3), float32]) { add(%x, %y) }
+def @main(%a: Tensor[(4, 3), float32], %c: Tensor[(1, 3), float32]) { @g(%a, %c) }""")
+    with pytest.raises(TypeInferenceError, match="dimension n of @g is 1 in one argument and 4 in another"):
+        infer_type(mod)
+
+
 def test_text_sum_up(parse):
     mod = parse("""
 def @sum_up(%i1: int32) -> int32 {

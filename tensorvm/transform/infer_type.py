@@ -28,6 +28,8 @@ How it works (a constraint solver in the style of Relay's):
   (``Nil``) is the ADT value itself, of type ``List[_]``. Unannotated functions are not
   generalized: an unannotated parameter takes the type of the first argument it meets, and later
   call sites are only checked against it (so annotate a function called at different shapes).
+* A global's symbolic dims are its own: each call binds them from its arguments
+  (``instantiate_dims``), so they never show in a caller's types unless the caller passed its own.
 * ``GlobalVar``, ``Op`` and ``Constructor`` nodes are shared by all their uses, so they are typed
   per use but annotated with their generic type (a global's or constructor's ``FuncType``; for an
   ``Op``, the function type of its last call).
@@ -94,11 +96,14 @@ from ..ir.types import (
     GlobalTypeVar,
     IncompleteType,
     RefType,
+    SymDim,
     TensorType,
     TupleType,
     Type,
     TypeCall,
     TypeVar,
+    component_types,
+    nested_types,
 )
 from .pass_infra import Pass
 
@@ -407,6 +412,41 @@ def _substitute(ty, mapping: dict):
         return TypeCall(ty.func, tuple(_substitute(a, mapping) for a in ty.args))
     if isinstance(ty, RefType):
         return RefType(_substitute(ty.value, mapping))
+    return ty
+
+
+def _sym_dims_met(declared, actual, met: dict) -> None:
+    """Add to ``met[sym]`` every dim of ``actual`` that stands where ``declared`` has the symbol ``sym``
+    (both resolved; parts of different structure, or not known yet, are skipped)."""
+    pending = [(declared, actual)]
+    while pending:
+        d, a = pending.pop()
+        if isinstance(d, TensorType):
+            if isinstance(a, TensorType) and len(a.shape) == len(d.shape):
+                for dd, ad in zip(d.shape, a.shape, strict=True):
+                    if isinstance(dd, SymDim):
+                        met.setdefault(dd, []).append(ad)
+            continue
+        parts_d, parts_a = component_types(d), component_types(a)
+        if type(d) is type(a) and len(parts_d) == len(parts_a):
+            pending.extend(zip(parts_d, parts_a, strict=True))
+
+
+def _substitute_dims(ty, mapping: dict):
+    """``ty`` (resolved) with its symbolic dims replaced through ``mapping``."""
+    if isinstance(ty, TensorType):
+        if not any(isinstance(d, SymDim) for d in ty.shape):
+            return ty
+        return TensorType(tuple(mapping.get(d, Any()) if isinstance(d, SymDim) else d for d in ty.shape), ty.dtype)
+    if isinstance(ty, TupleType):
+        return TupleType(tuple(_substitute_dims(f, mapping) for f in ty.fields))
+    if isinstance(ty, FuncType):
+        return FuncType(tuple(_substitute_dims(a, mapping) for a in ty.arg_types), _substitute_dims(ty.ret_type, mapping),
+                        ty.type_params, ty.type_constraints)
+    if isinstance(ty, TypeCall):
+        return TypeCall(ty.func, tuple(_substitute_dims(a, mapping) for a in ty.args))
+    if isinstance(ty, RefType):
+        return RefType(_substitute_dims(ty.value, mapping))
     return ty
 
 
@@ -1230,11 +1270,42 @@ class _Inferencer(ExprFunctor):
             noun = "constructor " if isinstance(call.op, Constructor) else ""
             raise self.error(call, f"{noun}{_describe(call.op)} takes {len(fty.arg_types)} argument(s), got "
                                    f"{len(arg_types)} in {_describe(call)}")
+        if isinstance(call.op, GlobalVar):
+            fty = self.instantiate_dims(call, fty, arg_types)
         for index, (param_type, arg_type, arg) in enumerate(zip(fty.arg_types, arg_types, call.args, strict=True)):
             node = arg if getattr(arg, "span", None) is not None else call
             solver.assign(param_type, arg_type,
                           _Ctx(node, f"argument {index + 1} of {{expr}}", self.current, subject=call))
         return fty.ret_type
+
+    def instantiate_dims(self, call: Call, fty: FuncType, arg_types) -> FuncType:
+        """The callee's type at this call, its symbolic dims bound by the arguments.
+
+        A global's symbols are its own (``n`` in ``def @g(%x: Tensor[(n, 3), float32])`` says only that
+        every ``n`` of one call is the same size), so each call binds them afresh: a symbol takes the
+        static size an argument has there (two different sizes are an error), else the caller's symbol
+        when every argument has that same one, else ``?``; a symbol no parameter fixes is ``?``.
+        ``@g(%a, %a) + @g(%c, %c)`` with ``%a: (4, 3)`` and ``%c: (1, 3)`` is a (4, 3) plus a (1, 3).
+        """
+        solver = self.solver
+        resolved = solver.resolve(fty)
+        if not any(isinstance(d, SymDim) for part in nested_types(resolved) if isinstance(part, TensorType)
+                   for d in part.shape):
+            return fty
+        met: dict[SymDim, list] = {}
+        for declared, arg_type in zip(resolved.arg_types, arg_types, strict=True):
+            _sym_dims_met(declared, solver.resolve(arg_type), met)
+        mapping = {}
+        for sym, dims in met.items():
+            sizes = sorted({d for d in dims if isinstance(d, int)})
+            if len(sizes) > 1:
+                raise self.error(call, f"dimension {sym.name} of {_describe(call.op)} is {sizes[0]} in one argument "
+                                       f"and {sizes[1]} in another in {_describe(call)}")
+            if sizes:
+                mapping[sym] = sizes[0]
+            elif all(d == dims[0] for d in dims) and isinstance(dims[0], SymDim):
+                mapping[sym] = dims[0]
+        return _substitute_dims(resolved, mapping)
 
     def visit_op_call(self, call: Call):
         from ..op import get_op
