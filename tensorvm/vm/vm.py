@@ -1304,6 +1304,8 @@ class VirtualMachine:
                 return Node(value, partial(ADT, 0))
             if isinstance(value, Closure):
                 return self._own_closure(value, where)
+            if cls is RefValue:  # the caller's cell itself (as for a RefType parameter), its content the VM's
+                return Node((value.value,), partial(_refill, value))
             raise ExecutionError(f"{where}: cannot pass {_describe(value)} to the VM")
 
         return rebuild(value, step)
@@ -1455,6 +1457,11 @@ def _cast_python_value(arr: np.ndarray, value, dtype: str, where: str) -> np.nda
     if source in "iu" and not np.array_equal(cast.astype(arr.dtype), arr):
         raise ExecutionError(f"{where}: expected {dtype}, got {value!r}: the values do not fit {dtype}")
     return cast
+
+
+def _refill(cell: RefValue, fields: list) -> RefValue:
+    cell.value = fields[0]
+    return cell
 
 
 def _contiguous(arr: np.ndarray) -> np.ndarray:

@@ -16,7 +16,7 @@ import tensorvm as tv
 from tensorvm.codegen.build import have_compiler
 from tensorvm.errors import ExecutionError, ShapeError, UnsupportedError
 from tensorvm.runtime.ndarray import NDArray
-from tensorvm.runtime.object import ADT
+from tensorvm.runtime.object import ADT, RefValue
 from tensorvm.vm import VirtualMachine, load_executable
 from tensorvm.vm import bytecode as bc
 from tensorvm.vm.executable import Executable
@@ -945,3 +945,29 @@ def test_a_reference_crossing_between_python_and_native_code_is_refused():
     with pytest.raises(ExecutionError, match="reference cannot be handed to Python"):
         VirtualMachine(native_exe := tv.vm.compile(captures, target="c", exec_mode="native")).run(np.int32(4))
     assert native_exe.exec_mode == "native"
+
+
+def test_a_reference_in_the_signature_of_another_global_is_refused_at_its_call():
+    """A global other than ``main`` may take or return a cell (main uses it inside the program, where cells are
+    native); calling it from Python in native mode is an ExecutionError, returned bare, in a tuple or in an ADT,
+    and passed in (the bytecode loop hands the cell itself over and shares its writes)."""
+    mod = tv.parse("""
+def @mk(%x: Tensor[(?), float32]) -> (ref(Tensor[(?), float32]), Option[ref(Tensor[(?), float32])]) {
+  let %r = ref(%x); (%r, Some(%r))
+}
+def @dbl(%r: ref(Tensor[(?), float32])) -> Tensor[(?), float32] { let %_ = ref_write(%r, ref_read(%r) * 2f); ref_read(%r) }
+def @main(%x: Tensor[(?), float32]) -> Tensor[(?), float32] { @dbl(@mk(%x).0) }
+""")
+    x = np.arange(3, dtype=np.float32)
+    vm = VirtualMachine(tv.vm.compile(mod, target="c", exec_mode="native"))
+    np.testing.assert_array_equal(vm.run(x).numpy(), 2 * x)
+    with pytest.raises(ExecutionError, match="reference cannot be handed to Python"):
+        vm["mk"](x)
+    with pytest.raises(ExecutionError, match="reference cannot be passed from Python"):
+        vm["dbl"](RefValue(x.copy()))
+    bytecode = VirtualMachine(tv.vm.compile(mod, target="c", exec_mode="bytecode"))
+    cell, some = bytecode["mk"](x)
+    assert some.fields[0] is cell
+    np.testing.assert_array_equal(bytecode["dbl"](cell).numpy(), 2 * x)
+    np.testing.assert_array_equal(np.asarray(cell.value), 2 * x)  # (the program's write, seen by the caller)
+

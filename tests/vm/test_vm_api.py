@@ -13,6 +13,7 @@ import tensorvm as tv
 from tensorvm.errors import ExecutionError, ShapeError, UnsupportedError
 from tensorvm.prelude import make_list
 from tensorvm.runtime.ndarray import NDArray
+from tensorvm.runtime.object import RefValue
 from tensorvm.vm import SKIP_RUN, VirtualMachine
 from tensorvm.vm.profiler import ProfileReport
 
@@ -671,3 +672,23 @@ def test_invoke_with_outputs_from_threads_keeps_calls_apart(mode):
     for t in threads:
         t.join()
     assert not errors, errors
+
+
+@pytest.mark.parametrize("target", ["python", "c"])
+def test_a_cell_inside_an_adt_passes_to_the_bytecode_vm_itself(target):
+    """A cell inside an ADT argument is the caller's own, as a bare one is: the program's write shows in it."""
+    mod = tv.parse("""
+def @mk(%x: Tensor[(?), float32]) -> Option[ref(Tensor[(?), float32])] { Some(ref(%x)) }
+def @dbl(%o: Option[ref(Tensor[(?), float32])]) -> Tensor[(?), float32] {
+  match (%o) { Some(%r) => { let %_ = ref_write(%r, ref_read(%r) * 2f); ref_read(%r) }, None => { zeros(shape=[0], dtype="float32") } }
+}
+def @main(%x: Tensor[(?), float32]) -> Tensor[(?), float32] { @dbl(@mk(%x)) }
+""")
+    x = np.arange(3, dtype=np.float32)
+    vm = VirtualMachine(tv.vm.compile(mod, target=target, exec_mode="bytecode"))
+    made = vm["mk"](x)
+    np.testing.assert_array_equal(vm["dbl"](made).numpy(), 2 * x)
+    np.testing.assert_array_equal(np.asarray(made.fields[0].value), 2 * x)
+    own = mod.constructor("Some")(RefValue(x.copy()))
+    np.testing.assert_array_equal(vm["dbl"](own).numpy(), 2 * x)
+    np.testing.assert_array_equal(np.asarray(own.fields[0].value), 2 * x)

@@ -16,6 +16,7 @@
 #include <numpy/arrayobject.h>
 #include <pthread.h>
 #include <stdint.h>
+#include <string.h>
 #include <time.h>
 
 #include "tv_runtime.c"
@@ -269,6 +270,11 @@ static tv_obj* to_native(Runtime* rt, PyObject* value, int depth) {
     Py_XDECREF(func);
     Py_XDECREF(free_vars);
     return r;
+  }
+  if (strcmp(Py_TYPE(value)->tp_name, "RefValue") == 0) {  /* (as from_native: a copy would not share writes) */
+    set_exec_error(rt, "native mode: a reference cannot be passed from Python (its writes would not be shared); "
+                       "run the program with exec_mode='bytecode'");
+    return NULL;
   }
   PyErr_Format(PyExc_TypeError, "native mode: cannot pass a %s", Py_TYPE(value)->tp_name);
   return NULL;
@@ -617,6 +623,7 @@ static PyObject* to_user(Runtime* rt, tv_obj* o) {
   }
   if (stack_exhausted(rt)) return NULL;
   tv_adt* a = (tv_adt*)o;
+  if (a->tag == TV_REF_TAG) return from_native(rt, o, 0);  /* (its error: a cell is not handed to Python) */
   PyObject* fields = fields_to_user(rt, a);
   if (fields == NULL || a->tag == 0) return fields;
   PyObject* tag = PyLong_FromLongLong((long long)a->tag);
