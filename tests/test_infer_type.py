@@ -984,3 +984,64 @@ def test_a_function_of_one_type_is_refused_where_a_polymorphic_one_is_declared()
         tv.transform.InferType()(tv.parse(apply + "def @main() { @apply(fn (%x: int32) -> int32 { %x + 1 }) }"))
     good = tv.transform.InferType()(tv.parse(apply + "def @id[A](%x: A) -> A { %x }\ndef @main() { @apply(@id) }"))
     assert float(tv.create_executor("debug", good).evaluate()().numpy()) == 2.5
+
+
+# --- exhaustiveness of match ----------------------------------------------------------------------------
+_TREE = "type T { Leaf, Node(T, T), }\n"
+
+
+def _tree_values(depth):
+    """Every value of T up to ``depth`` as nested tuples: ("Leaf",) or ("Node", left, right)."""
+    if depth == 0:
+        return [("Leaf",)]
+    smaller = _tree_values(depth - 1)
+    return [("Leaf",)] + [("Node", a, b) for a in smaller for b in smaller]
+
+
+def _matches(pattern: str, value) -> bool:
+    """Whether the text pattern (over T: _, Leaf, Node(p, q)) matches value: a tiny independent matcher."""
+    pattern = pattern.strip()
+    if pattern == "_":
+        return True
+    if pattern == "Leaf":
+        return value[0] == "Leaf"
+    inner, depth, split = pattern[len("Node("):-1], 0, None
+    for i, ch in enumerate(inner):
+        depth += ch == "("
+        depth -= ch == ")"
+        if ch == "," and depth == 0:
+            split = i
+    return value[0] == "Node" and _matches(inner[:split], value[1]) and _matches(inner[split + 1:], value[2])
+
+
+_tree_patterns = st.recursive(st.sampled_from(["_", "Leaf"]),
+                              lambda inner: st.builds(lambda a, b: f"Node({a}, {b})", inner, inner), max_leaves=3)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(_tree_patterns, min_size=1, max_size=4))
+def test_match_is_refused_exactly_when_a_value_escapes_every_clause(patterns):
+    # patterns at most 2 Nodes deep tell apart only values up to 3 deep: enumerate those
+    from tensorvm.parser import parse as parse_text
+
+    def parse(text):
+        return parse_text('#[version = "0.0.5"]\n' + text)
+    escaped = [v for v in _tree_values(3) if not any(_matches(p, v) for p in patterns)]
+    arms = "".join(f"{p} => {{ {i} }}, " for i, p in enumerate(patterns))
+    mod = parse(_TREE + f"def @main(%t: T) -> int32 {{ match (%t) {{ {arms}}} }}")
+    if escaped:
+        with pytest.raises(TypeInferenceError, match="is not exhaustive: no clause matches"):
+            infer_type(mod)
+    else:
+        infer_type(mod)
+    infer_type(parse(_TREE + f"def @main(%t: T) -> int32 {{ match? (%t) {{ {arms}}} }}"))  # (match? may fail)
+
+
+def test_non_exhaustive_match_names_the_cases_and_tuples_of_adts(parse):
+    mod = parse("def @main(%l: List[float32]) -> float32 { match ((%l, %l)) { (Nil, Nil) => { 0f }, "
+                "(Cons(%x, _), _) => { %x }, } }")
+    with pytest.raises(TypeInferenceError, match=r"no clause matches \(Nil, Cons\(_, _\)\)"):
+        infer_type(mod)
+    covered = parse("def @main(%l: List[float32]) -> float32 { match ((%l, %l)) { (Nil, _) => { 0f }, "
+                    "(_, Nil) => { 1f }, (Cons(%x, _), Cons(_, _)) => { %x }, } }")
+    assert main_type(covered).ret_type == tensor()

@@ -255,3 +255,19 @@ def test_list_functions_agree_with_python_lists(values, k):
 def test_adt_values_flow_back_unchanged():
     out = on_int_list("%xs", [1, 2])
     assert isinstance(out, ADT) and out.constructor == "Cons" and ints(out) == [1, 2]
+
+
+def test_a_program_redefining_what_a_prelude_function_it_uses_relies_on_is_refused():
+    """The prelude's @length matches on the prelude's List and calls its @foldl: a program that defines its own
+    List (constructors in another order) or @foldl and uses @length is a ParseError at its definition (it had
+    mixed the two: the interpreter failed, the VM returned a count, the printed text read back differently);
+    a program defining its own List or @foldl and using nothing of the prelude that needs them parses."""
+    from tensorvm.errors import ParseError
+
+    with pytest.raises(ParseError, match=r"2:3: type List is defined here and also by the prelude, whose @length"):
+        tv.parse("type List[A] {\n  Nil,\n  Cons(A, List[A]),\n}\ndef @main() { @length(Cons(1, Nil)) }")
+    with pytest.raises(ParseError, match=r"1:1: @foldl is defined here and also by the prelude, whose @length"):
+        tv.parse("def @foldl(%x: int32) -> int32 { %x * 100 }\ndef @main() { (@foldl(2), @length(Cons(1, Nil))) }")
+    own = tv.parse("type List[A] { Nil, Cons(A, List[A]), }\ndef @foldl(%x: int32) -> int32 { %x * 100 }\n"
+                   "def @main() { match (Cons(@foldl(2), Nil)) { Cons(%x, _) => { %x }, Nil => { 0 }, } }")
+    assert int(tv.create_executor("debug", own).evaluate()().numpy()) == 200

@@ -12,6 +12,7 @@ _LAZY = {
     "called_globals": "analysis",
     "free_vars": "analysis",
     "post_order": "analysis",
+    "unmatched_cases": "analysis",
     "Attrs": "attrs",
     "Call": "expr",
     "Clause": "expr",

@@ -662,8 +662,27 @@ class _Parser:
             if name not in mod and name in self.init_module:
                 fn = self.init_module[name]
                 mod.add(GlobalVar(name), fn)
-                _collect_references(fn, pending_globals, pending_types)
+                uses_globals, uses_types = set(), set()
+                _collect_references(fn, uses_globals, uses_types)
+                self.refuse_shadowing(name, uses_globals, uses_types)
+                pending_globals |= uses_globals
+                pending_types |= uses_types
         return mod
+
+    def refuse_shadowing(self, copied: str, uses_globals: set, uses_types: set) -> None:
+        """A definition copied from the init module (the prelude) keeps meaning its own globals and types: one the
+        text defines again under the same name would be mixed with it (its constructors' tags, its arity)."""
+        for name in sorted(uses_globals & self.functions.keys()):
+            span = self.functions[name].span
+            raise ParseError(f"@{name} is defined here and also by the prelude, whose @{copied} (used by this program) "
+                             f"calls its own @{name}: rename this one", span.line if span else 0,
+                             span.column if span else 0, self.source_name)
+        for name in sorted(uses_types & self.type_defs.keys()):
+            ctors = self.type_defs[name].constructors
+            tok = self.constructor_tokens.get(ctors[0].name) if ctors else None
+            raise ParseError(f"type {name} is defined here and also by the prelude, whose @{copied} (used by this "
+                             f"program) works on its own {name}: rename this one", tok.line if tok else 0,
+                             tok.column if tok else 0, self.source_name)
 
     def parse_free_var(self) -> Var:
         self.expect("free_var")

@@ -538,6 +538,11 @@ def _type_data_lines(printer: _Printer, tdef) -> list[str]:
     return lines
 
 
+def pattern_to_str(pattern: Pattern) -> str:
+    """A pattern as the text format writes it (``Cons(_, Nil)``)."""
+    return _Printer(show_types=False).pattern(pattern)
+
+
 def module_to_str(mod, show_types: bool = True, show_meta_data: bool = True) -> str:
     """The whole module: version header, type definitions, ``def``s, then the ``#[metadata]`` section."""
     printer = _Printer(show_types, reserved_type_names=[g.name for g in mod.type_definitions])

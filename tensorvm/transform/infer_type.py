@@ -1361,7 +1361,21 @@ class _Inferencer(ExprFunctor):
                 result = rhs_type
             else:
                 result = self.solver.join(result, rhs_type, self.ctx(match, "the clauses of {expr}", "join"))
+        if match.complete:
+            self.check_exhaustive(match)
         return result
+
+    def check_exhaustive(self, match: Match) -> None:
+        """A ``match`` (as in Relay) must cover every value of its scrutinee's type; ``match?`` may fail at run
+        time. (A match too wide to analyse within ``MAX_UNMATCHED_CASES`` partial cases is not refused.)"""
+        from ..ir.analysis import unmatched_cases
+        from ..ir.printer import pattern_to_str
+
+        cases = unmatched_cases(match, self.mod)
+        if cases:
+            shown = ", ".join(pattern_to_str(p) for p in cases[:4]) + (", ..." if len(cases) > 4 else "")
+            raise self.error(match, f"{_describe(match)} is not exhaustive: no clause matches {shown} (write "
+                                    f"match? for a match that may fail at run time)")
 
     def bind_pattern(self, pattern, ty, match: Match) -> None:
         solver = self.solver

@@ -278,7 +278,7 @@ _PRELUDE = textwrap.dedent('''
       %0 = equal(%i, 0);
       if (%0) {{ Z }} else {{ %1 = subtract(%i, 1); S(@build(%1)) }}
     }}
-    def @count(%n: Nat) -> int32 {{ match (%n) {{ S(%m) => add(@count(%m), 1), }} }}
+    def @count(%n: Nat) -> int32 {{ match? (%n) {{ S(%m) => add(@count(%m), 1), }} }}
     def @main(%i: int32) -> int32 {{ @count(@build(%i)) }}
     """
     LIMIT = sys.getrecursionlimit()
