@@ -109,8 +109,12 @@ def _may_return_tail_call(fn: bc.VMFunction, index: int) -> bool:
                or fn.instructions[pc].func_index != index for pc in tails)
 
 
+_MAX_NESTED_IFS = 64
+
+
 class _FallBack(Exception):
-    """The structured emission would duplicate too much code; use the state machine."""
+    """The structured emission would duplicate too much code, or nest its ifs deeper than ``_MAX_NESTED_IFS``;
+    use the state machine."""
 
 
 class _FunctionEmitter:
@@ -169,6 +173,8 @@ class _FunctionEmitter:
                 raise _FallBack
             ins = code[pc]
             if isinstance(ins, bc.If):
+                if indent >= _MAX_NESTED_IFS:  # (Python refuses 100 levels of indentation: the state machine is flat)
+                    raise _FallBack
                 merge = self.ipdom[pc]
                 self.out.append((indent, f"if {self._test(ins.test)} == {self._test(ins.target)}:", pc))
                 self._emit_branch(pc + ins.true_offset, merge, indent + 1)

@@ -692,3 +692,15 @@ def @main(%x: Tensor[(?), float32]) -> Tensor[(?), float32] { @dbl(@mk(%x)) }
     own = mod.constructor("Some")(RefValue(x.copy()))
     np.testing.assert_array_equal(vm["dbl"](own).numpy(), 2 * x)
     np.testing.assert_array_equal(np.asarray(own.fields[0].value), 2 * x)
+
+
+def test_compiled_mode_runs_a_match_of_many_arms_and_a_long_else_if_chain():
+    """Python refuses 100 levels of indentation: compiled mode's nested ifs give way to its flat state machine."""
+    arms = " ".join(f"C{k} => {{ {k} }}," for k in range(120))
+    ctors = ", ".join(f"C{k}" for k in range(120))
+    mod = tv.parse(f"type Big {{ {ctors} }}\ndef @f(%b: Big) -> int32 {{ match (%b) {{ {arms} }} }}\n"
+                   f"def @main(%i: int32) -> int32 {{ "
+                   + "".join(f"if (%i == {k}) {{ @f(C{k}) }} else " for k in range(120)) + "{ -1 } }")
+    vm = VirtualMachine(tv.vm.compile(mod, target="python", exec_mode="compiled"))
+    for i in (0, 7, 119, 500):
+        assert int(vm.run(np.int32(i)).numpy()) == (i if i < 120 else -1)
