@@ -66,7 +66,7 @@ _CHECKSUM_SIZE = 32  # SHA-256
 # constructor names), which is all the compiler produces; anything else in a file is a FormatError.
 NAME = re.compile(r"[A-Za-z0-9_]+(?:\.[A-Za-z0-9_]+)*")
 MAX_NAME_LENGTH = 1024
-MAX_TYPE_DEPTH = 64  # nesting of types in type text (programs nest a few levels; parsing recurses per level)
+MAX_TYPE_DEPTH = 500  # nesting of types in type text (as type inference allows: MAX_TYPE_NESTING; parsing recurses per level)
 MAX_TYPE_TEXT = 1 << 20
 _KIND_CODES = {"kernel": 0, "shape_func": 1}
 TARGETS = ("python", "c")

@@ -314,3 +314,22 @@ def test_fuzzed_adt_types_load_or_raise_format_error(data):
     except FormatError:
         return
     exe.type_definitions()  # what loaded must rebuild
+
+
+def test_a_type_nested_as_deep_as_type_inference_allows_saves_and_loads():
+    """The loader's bound on type text is type inference's own (MAX_TYPE_NESTING), so what compiles also loads;
+    a deeper text is a FormatError."""
+    from tensorvm.transform.infer_type import MAX_TYPE_NESTING
+    from tensorvm.vm.serialize import MAX_TYPE_DEPTH
+
+    depth = MAX_TYPE_NESTING - 1
+    mod = tv.parse("def @main(%x: " + "(" * depth + "int32" + ",)" * depth + ") { %x }")
+    arg = np.int32(3)
+    for _ in range(depth):
+        arg = (arg,)
+    result = VirtualMachine(load_executable(tv.vm.compile(mod, target="python").save_bytes())).run(arg)
+    for _ in range(depth):
+        (result,) = result
+    assert int(result.numpy()) == 3
+    with pytest.raises(FormatError, match="nested deeper than"):
+        text_to_type("(" * (MAX_TYPE_DEPTH + 2) + "int32" + ",)" * (MAX_TYPE_DEPTH + 2))
