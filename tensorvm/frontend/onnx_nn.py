@@ -418,6 +418,9 @@ def resize_11(ctx, X, roi=None, scales=None, sizes=None, *, antialias=0, axes=No
         scales = None
     if sizes is not None and ctx.shape(sizes) == (0,):
         sizes = None
+    if coordinate_transformation_mode == "align_corners" and ctx.importer.model.producer_name == "pytorch":
+        # (PyTorch's exporter means PyTorch's align_corners: over the rounded output length, not the spec's unrounded)
+        coordinate_transformation_mode = "pytorch_align_corners"
     return _resize(ctx, X, roi, scales, sizes, mode=_resize_mode(mode),
                    coordinate_transformation_mode=coordinate_transformation_mode, nearest_mode=nearest_mode,
                    cubic_coeff_a=float(cubic_coeff_a), exclude_outside=bool(exclude_outside),

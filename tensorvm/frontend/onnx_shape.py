@@ -250,6 +250,11 @@ def split_sizes(ctx, x, axis, split, num_outputs):
         chunk = -(-dim // num_outputs)
         split = [min(chunk, max(dim - i * chunk, 0)) for i in range(num_outputs)]
     if split is not None:
+        if isinstance(dim, int) and (sum(split) != dim or min(split) < 0):
+            raise ModelImportError(f"Split: expected split sizes >= 0 adding up to the axis size {dim}, got {split}")
+        if not isinstance(dim, int):  # (dyn.split checks at run time that they add up; its parts keep the sizes)
+            parts = ctx.call("dyn.split", x, ctx.constant(np.array(split, np.int64)), axis=axis, num_outputs=len(split))
+            return [ctx.get_item(parts, i) for i in range(len(split))]
         if len(split) == 1:
             return [ctx.call("copy", x)]
         return _split_static(ctx, x, axis, split)

@@ -105,12 +105,14 @@ def resize_coordinate(m, mode: str, x, in_size, out_size, roi_start=0.0, roi_end
 
 
 def _onnx_coordinate(m, mode, x, in_size, out_size, scale, roi_start, roi_end):
-    """ONNX Resize's source coordinate, from ``scale`` (float) and the unrounded output length."""
+    """ONNX Resize's source coordinate, from ``scale`` (float) and the unrounded output length ``scale * in_size``
+    (the spec's, for align_corners too: ONNX's own tests of 4 columns scaled by 0.6 divide by 1.4).
+    ``pytorch_align_corners`` divides by the output's own length less one, as PyTorch computes
+    ``F.interpolate(scale_factor=s, align_corners=True)`` (2 rows from 5 at 0.5: by 1) and ONNX Runtime every
+    align_corners; tf_crop_and_resize divides by it too (ONNX Runtime; ONNX's tests agree)."""
     f = m.to_float
     i, n = f(x), f(in_size)
     length = scale * n
-    single = m.eq(length, 1.0)
-    below = m.where(single, 1.0, length - 1.0)  # the divisor where length != 1
     if mode == "half_pixel":
         return (i + 0.5) / scale - 0.5
     if mode == "half_pixel_symmetric":
@@ -118,10 +120,15 @@ def _onnx_coordinate(m, mode, x, in_size, out_size, scale, roi_start, roi_end):
         return offset + (i + 0.5) / scale - 0.5
     if mode == "pytorch_half_pixel":
         return m.where(length > 1.0, (i + 0.5) / scale - 0.5, 0.0)
-    if mode == "align_corners":
-        return m.where(single, 0.0, i * (n - 1.0) / below)
     if mode == "asymmetric":
         return i / scale
+    if mode == "align_corners":
+        single = m.eq(length, 1.0)
+        return m.where(single, 0.0, i * (n - 1.0) / m.where(single, 1.0, length - 1.0))
+    single = m.eq(f(out_size), 1.0)
+    below = m.where(single, 1.0, f(out_size) - 1.0)  # the divisor where the output is longer than 1
+    if mode == "pytorch_align_corners":
+        return m.where(single, 0.0, i * (n - 1.0) / below)
     if mode == "tf_crop_and_resize":
         span = m.where(single, (roi_end - roi_start) * (n - 1.0) / 2.0, i * (roi_end - roi_start) * (n - 1.0) / below)
         return span + roi_start * (n - 1.0)

@@ -675,8 +675,8 @@ define(
     attrs=(
         AttrDef("mode", "nearest", one_of("nearest", "linear", "cubic")),
         AttrDef("coordinate_transformation_mode", "half_pixel",
-                one_of("half_pixel", "half_pixel_symmetric", "pytorch_half_pixel", "align_corners", "asymmetric",
-                       "tf_half_pixel_for_nn", "tf_crop_and_resize")),
+                one_of("half_pixel", "half_pixel_symmetric", "pytorch_half_pixel", "align_corners",
+                       "pytorch_align_corners", "asymmetric", "tf_half_pixel_for_nn", "tf_crop_and_resize")),
         AttrDef("nearest_mode", "round_prefer_floor", one_of("round_prefer_floor", "round_prefer_ceil", "floor",
                                                             "ceil")),
         AttrDef("cubic_coeff_a", -0.75, to_float), AttrDef("exclude_outside", False, to_bool),
@@ -686,7 +686,8 @@ define(
     ),
     shape_logic=_resize_logic, data_dependent=(False, True, True, True), compute=_resize_compute,
     doc="image.resize(X, roi, scales, sizes): ONNX Resize (nearest, linear or cubic per axis); empty "
-        "tensors stand for omitted inputs.",
+        "tensors stand for omitted inputs. coordinate_transformation_mode pytorch_align_corners is align_corners "
+        "over the output's own length (PyTorch's, ONNX Runtime's), which the importer picks for PyTorch's models.",
 )
 
 

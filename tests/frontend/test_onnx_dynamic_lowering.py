@@ -13,7 +13,7 @@ from test_onnx_core_lowering import check_lowered, make_model  # noqa: E402
 from test_onnx_importer import ops_of, reference  # noqa: E402
 
 import tensorvm as tv  # noqa: E402
-from tensorvm.errors import ExecutionError, ShapeError, UnsupportedError  # noqa: E402
+from tensorvm.errors import ExecutionError, ModelImportError, ShapeError, UnsupportedError  # noqa: E402
 from tensorvm.frontend import from_onnx  # noqa: E402
 from tensorvm.op import get_op, op_names  # noqa: E402
 
@@ -187,6 +187,51 @@ def test_resize_11_with_tf_half_pixel_for_nn(mode, nearest_mode):
     x = np.random.default_rng(3).standard_normal((1, 2, 3, 4)).astype(np.float32)
     check_lowered(model, x, ops=("image.resize",), expected=reference(model, x, oracle="ort"), rtol=1e-5,
                   atol=1e-6)
+
+
+@pytest.mark.parametrize("mode, transform", [("linear", "align_corners"), ("cubic", "align_corners"),
+                                             ("linear", "tf_crop_and_resize")])
+def test_resize_by_a_scale_that_rounds_the_output_from_pytorch_divides_by_the_output_length(mode, transform):
+    """PyTorch's align_corners (what its exporter writes for F.interpolate(scale_factor=s, align_corners=True))
+    divides by the output's own length less one (2 rows from 5 at scale 0.5: by 1), as ONNX Runtime does for
+    every model; so does tf_crop_and_resize. Against ONNX Runtime, three shapes through one executable. A model
+    from another producer keeps the spec's unrounded length (ONNX's own tests: 4 columns at 0.6 divide by 1.4),
+    against ONNX's reference evaluator."""
+    roi = np.array([0, 0, 0.1, 0.2, 1, 1, 0.9, 0.7], np.float32) if transform == "tf_crop_and_resize" else np.zeros(0, np.float32)
+    node = helper.make_node("Resize", ["x", "roi", "scales"], ["y"], mode=mode, coordinate_transformation_mode=transform)
+    model = make_model([node], [("x", F32, ["n", 2, "h", "w"])], [("y", F32, None)],
+                       {"roi": roi, "scales": np.array([1, 1, 0.5, 1.5], np.float32)}, opset=13)
+    spec = type(model)()
+    spec.CopyFrom(model)
+    model.producer_name = "pytorch"
+    for shape in ((2, 2, 5, 7), (1, 2, 9, 9), (1, 2, 8, 3)):
+        x = np.random.default_rng(sum(shape)).standard_normal(shape).astype(np.float32)
+        check_lowered(model, x, ops=("image.resize",), expected=reference(model, x, oracle="ort"), rtol=1e-5,
+                      atol=1e-5)
+        if transform == "align_corners":
+            check_lowered(spec, x, ops=("image.resize",), expected=reference(spec, x), rtol=1e-5, atol=1e-5)
+
+
+def test_split_sizes_must_add_up_to_the_axis():
+    """Split's sizes (known at import) must add up to the axis, as ONNX Runtime checks: refused at import for a
+    static axis, a ShapeError at run time for a dynamic one (the last part had silently taken the rest; torch
+    exports x.split(2, 1) with the sizes of the traced length), on every executor."""
+    node = helper.make_node("Split", ["x", "s"], ["a", "b", "c"], axis=1)
+    outputs = [(k, F32, None) for k in "abc"]
+    model = make_model([node], [("x", F32, [2, "n", 3])], outputs, {"s": np.array([2, 2, 2], np.int64)}, opset=13)
+    mod, params = from_onnx(model)
+    runs = [tv.vm.VirtualMachine(tv.vm.compile(mod, target=t, exec_mode=m, params=params)).run
+            for t, m in (("c", "bytecode"), ("c", "native"), ("python", "bytecode"))]
+    for run in runs:
+        x = np.arange(36, dtype=np.float32).reshape(2, 6, 3)
+        for got, want in zip(run(x), np.split(x, 3, axis=1), strict=True):
+            np.testing.assert_array_equal(got.numpy(), want)
+        for n in (5, 7):
+            with pytest.raises(ShapeError, match="add up to the axis size"):
+                run(np.zeros((2, n, 3), np.float32))
+    static = make_model([node], [("x", F32, [2, 5, 3])], outputs, {"s": np.array([2, 2, 2], np.int64)}, opset=13)
+    with pytest.raises(ModelImportError, match="adding up to the axis size 5"):
+        from_onnx(static)
 
 
 @pytest.mark.parametrize("k_known", [True, False])
