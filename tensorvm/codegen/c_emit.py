@@ -832,6 +832,8 @@ class _Emitter:
             return f"({value} != 0)"
         if e.value.dtype == "float16" and dtype_kind(e.dtype) != "f":
             value = f"(float){value}"
+        if dtype_kind(e.value.dtype) == "f" and e.dtype in ("uint32", "uint64"):
+            return f"tv_f2u{e.dtype[4:]}((double){value})"
         return f"(({C_TYPES[e.dtype]}){value})"
 
     def call(self, e: Call) -> str:

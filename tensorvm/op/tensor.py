@@ -338,7 +338,10 @@ register_checked(OpDef(
     name="cast", num_inputs=1, compute=unary_compute("cast", lambda x, a: x),  # (the compute's final cast)
     type_rel=lambda types, attrs, consts=None: TensorType(expect_tensor("cast", types[0]).shape, attrs.dtype),
     kernel=_cast_kernel, pattern=OpPattern.ELEMWISE, attrs=(AttrDef("dtype", REQUIRED, to_dtype),),
-    shape_func=identity_shape_func, doc="Convert to another dtype (C conversion rules).",
+    shape_func=identity_shape_func,
+    doc="Convert to another dtype: a float to an integer truncates, and a finite one within int64 wraps to a narrower "
+        "or unsigned type as NumPy's cast does (-300.0 to uint32 is 2^32 - 300); NaN, infinities and larger values "
+        "give an unspecified integer, as in NumPy and C.",
 ))
 
 

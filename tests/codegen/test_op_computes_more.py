@@ -429,3 +429,22 @@ def test_every_compute_is_tested():
         if f'"{name}"' not in text and f"{name}(" not in text:  # checked by name, or called in a program
             untested.append(name)
     assert untested == []
+
+
+@pytest.mark.parametrize("source", ["float32", "float64"])
+@pytest.mark.parametrize("target", ["uint32", "uint64"])
+def test_float_to_wide_unsigned_cast_wraps_negatives_like_numpy(source, target):
+    """A finite float in int64's range cast to uint32/uint64 is its truncation modulo 2^bits (NumPy's cast here),
+    in a static and a dynamic kernel alike: a bare C conversion (undefined outside the unsigned range) gave
+    UINT_MAX for -300 in the dynamic kernel and the truncation in the static one."""
+    import tensorvm as tv
+
+    values = [-300.0, -1.5, -2.0 ** 31, 3e9, 1e10, 2.0, 0.0]
+    x = np.array(values, source)
+    bits = 32 if target == "uint32" else 64
+    expected = np.array([int(np.trunc(v)) % (1 << bits) for v in x.astype(np.float64)], target)
+    for shape in ("7", "?"):
+        mod = tv.parse(f'def @main(%x: Tensor[({shape}), {source}]) {{ cast(%x, dtype="{target}") }}')
+        for mode in ("bytecode", "native"):
+            got = tv.vm.VirtualMachine(tv.vm.compile(mod, target="c", exec_mode=mode)).run(x).numpy()
+            np.testing.assert_array_equal(got, expected)

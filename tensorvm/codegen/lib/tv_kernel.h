@@ -117,6 +117,13 @@ static inline int64_t tv_index_check(int64_t i, int64_t n, int32_t* err) {
 static inline bool tv_min_b(bool a, bool b) { return a && b; }
 static inline bool tv_max_b(bool a, bool b) { return a || b; }
 
+/* A float to a 32- or 64-bit unsigned integer as NumPy's cast gives it here: a negative value wraps through int64
+   (-300.0 -> 2^32 - 300), as the narrower integers do. A bare C conversion of a value outside the unsigned range
+   is undefined, and gcc's scalar and vector code for it disagreed. (NaN, infinities and values beyond 64 bits stay
+   unspecified, as in NumPy: docs/ops.md.) */
+static inline uint32_t tv_f2u32(double x) { return (uint32_t)(int64_t)x; }
+static inline uint64_t tv_f2u64(double x) { return x < 0 ? (uint64_t)(int64_t)x : (uint64_t)x; }
+
 /* NumPy's divmod for floats: the quotient is floored, the remainder has the divisor's sign. */
 #define TV_FLOAT(T, S, F)                                                                            \
   static inline T tv_min_##S(T a, T b) { return (a < b || a != a) ? a : b; }                       \
