@@ -861,3 +861,26 @@ def test_literals_dims_and_names_the_executors_cannot_hold_are_parse_errors(text
     with pytest.raises(ParseError, match=re.escape(words)):
         tv.parse(text)
     assert str(tv.parse("def @main() { (inff64, 1e308f64) }")).count("inf") == 1  # (the inf literal stays)
+
+
+def test_extern_type_declares_a_type_without_constructors():
+    """``extern type T[A]`` (Relay's: a type whose constructors are defined elsewhere) parses, prints back as
+    itself, may be named by other types and signatures, and compiles, saves and runs."""
+    import tensorvm as tv
+
+    text = ("extern type T\nextern type U[A, B]\ntype L { N, C(T, L), }\n"
+            "def @len(%l: L) -> int32 { match (%l) { N => { 0 }, C(_, %r) => { @len(%r) + 1 }, } }\n"
+            "def @main(%x: float32, %u: U[int32, float32]) -> (float32, int32) { (%x, @len(N)) }")
+    mod = tv.parse(text)
+    assert "extern type T\n" in str(mod) and "extern type U[A, B]\n" in str(mod)
+    assert tv.structural_equal(mod, tv.parse(str(mod)))
+    assert len(mod.get_type("U").type_vars) == 2 and mod.get_type("T").constructors == ()
+    small = tv.parse("extern type T\ntype L { N, C(T, L), }\n"
+                     "def @len(%l: L) -> int32 { match (%l) { N => { 0 }, C(_, %r) => { @len(%r) + 1 }, } }\n"
+                     "def @main(%x: float32) { (%x, @len(N)) }")
+    for target, mode in (("c", "native"), ("c", "bytecode"), ("python", "compiled")):
+        exe = tv.vm.load_executable(tv.vm.compile(small, target=target, exec_mode=mode).save_bytes())
+        x, n = tv.vm.VirtualMachine(exe).run(np.float32(2))
+        assert float(x.numpy()) == 2.0 and int(n.numpy()) == 0
+    with pytest.raises(ParseError, match="expected a type name after 'type'"):
+        tv.parse("extern type")

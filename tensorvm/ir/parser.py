@@ -571,6 +571,15 @@ class _Parser:
                 items.append((tok.text, self.pos))
                 if not self.skip_block():
                     break
+            elif tok.kind == "IDENT" and tok.text == "extern" and self.is_word("type", 1):
+                items.append(("type", self.pos))  # extern type NAME[params]: a type whose constructors are elsewhere
+                self.advance()
+                self.advance()
+                if self.peek().kind == "IDENT":
+                    self.advance()
+                if self.accept("["):
+                    while not self.at_end() and not self.accept("]"):
+                        self.advance()
             elif tok.kind == "IDENT" and tok.text == "free_var":
                 items.append(("free_var", self.pos))
                 while not self.at_end() and not self.is_punct(";"):
@@ -587,6 +596,8 @@ class _Parser:
         for kind, start in items:  # type names first: definitions may refer to later ones
             if kind == "type":
                 self.pos = start + 1
+                if self.tokens[start].text == "extern":
+                    self.expect("type", " after 'extern'")
                 tok = self.expect_ident("a type name after 'type'")
                 if tok.text == "Tensor" or tok.text == "_" or tok.text in DTYPES:
                     self.error(f"expected a type name but found {tok.describe()}, which names a built-in type", tok)
@@ -714,10 +725,13 @@ class _Parser:
         return params
 
     def parse_type_def(self) -> TypeData:
+        extern = self.is_word("extern") and self.accept("extern")
         self.expect("type")
         name_tok = self.expect_ident("a type name")
         header = self.type_headers[name_tok.text]
         type_params = self.parse_type_params()
+        if extern:  # (a type whose constructors are defined elsewhere: none here)
+            return TypeData(header, tuple(type_params.values()), ())
         self.type_scopes.append(type_params)
         try:
             self.expect("{", f" to open the constructors of type {name_tok.text}")

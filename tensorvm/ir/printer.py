@@ -530,6 +530,8 @@ def _type_data_lines(printer: _Printer, tdef) -> list[str]:
     params = ""
     if tdef.type_vars:
         params = "[" + ", ".join(printer.tvar_name(tv) for tv in tdef.type_vars) + "]"
+    if not tdef.constructors:
+        return [f"extern type {tdef.header.name}{params}"]
     lines = [f"type {tdef.header.name}{params} {{"]
     for ctor in tdef.constructors:
         fields = f"({', '.join(printer.type_str(t) for t in ctor.inputs)})" if ctor.inputs else ""

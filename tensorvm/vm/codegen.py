@@ -113,12 +113,11 @@ class _ModuleCompiler:
             raise UnsupportedError("@main is a primitive function; the VM needs a VM function named main")
         self.func_index = {gv.name: i for i, gv in enumerate(self.vm_globals)}
         self.closure_globals = {gv.name for gv in self.vm_globals if mod[gv].attrs.get("Closure", 0)}
-        # ADTs with constructors, in module order; bytecode tags are adt_tag(type index, constructor tag).
+        # ADTs in module order (an extern type too: fields name it); bytecode tags are adt_tag(type index,
+        # constructor tag).
         self.adts: list[AdtInfo] = []
         self.ctor_tags: dict[tuple[str, str], int] = {}
         for tdef in mod.type_definitions.values():
-            if not tdef.constructors:
-                continue
             type_index = len(self.adts)
             ctors = sorted(tdef.constructors, key=lambda c: c.tag)
             self.adts.append(AdtInfo(tdef.header.name, tuple((c.name, len(c.inputs)) for c in ctors),
