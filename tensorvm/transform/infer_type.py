@@ -395,24 +395,25 @@ class _Instantiate(_Constraint):
         return True
 
 
+def _rebuild(ty, leaf):
+    """``ty`` with ``leaf`` applied to every part that is not a tuple, function, ADT application or reference."""
+    if isinstance(ty, TupleType):
+        return TupleType(tuple(_rebuild(f, leaf) for f in ty.fields))
+    if isinstance(ty, FuncType):
+        return FuncType(tuple(_rebuild(a, leaf) for a in ty.arg_types), _rebuild(ty.ret_type, leaf), ty.type_params,
+                        ty.type_constraints)
+    if isinstance(ty, TypeCall):
+        return TypeCall(ty.func, tuple(_rebuild(a, leaf) for a in ty.args))
+    if isinstance(ty, RefType):
+        return RefType(_rebuild(ty.value, leaf))
+    return leaf(ty)
+
+
 def _substitute(ty, mapping: dict):
     """Replace type variables (by identity) in a resolved type."""
     if not mapping:
         return ty
-    if isinstance(ty, TypeVar):
-        return mapping.get(ty, ty)
-    if isinstance(ty, TensorType | GlobalTypeVar | IncompleteType):
-        return ty
-    if isinstance(ty, TupleType):
-        return TupleType(tuple(_substitute(f, mapping) for f in ty.fields))
-    if isinstance(ty, FuncType):
-        return FuncType(tuple(_substitute(a, mapping) for a in ty.arg_types), _substitute(ty.ret_type, mapping),
-                        ty.type_params, ty.type_constraints)
-    if isinstance(ty, TypeCall):
-        return TypeCall(ty.func, tuple(_substitute(a, mapping) for a in ty.args))
-    if isinstance(ty, RefType):
-        return RefType(_substitute(ty.value, mapping))
-    return ty
+    return _rebuild(ty, lambda part: mapping.get(part, part) if isinstance(part, TypeVar) else part)
 
 
 def _sym_dims_met(declared, actual, met: dict) -> None:
@@ -433,21 +434,14 @@ def _sym_dims_met(declared, actual, met: dict) -> None:
 
 
 def _substitute_dims(ty, mapping: dict):
-    """``ty`` (resolved) with its symbolic dims replaced through ``mapping``."""
-    if isinstance(ty, TensorType):
-        if not any(isinstance(d, SymDim) for d in ty.shape):
-            return ty
-        return TensorType(tuple(mapping.get(d, Any()) if isinstance(d, SymDim) else d for d in ty.shape), ty.dtype)
-    if isinstance(ty, TupleType):
-        return TupleType(tuple(_substitute_dims(f, mapping) for f in ty.fields))
-    if isinstance(ty, FuncType):
-        return FuncType(tuple(_substitute_dims(a, mapping) for a in ty.arg_types), _substitute_dims(ty.ret_type, mapping),
-                        ty.type_params, ty.type_constraints)
-    if isinstance(ty, TypeCall):
-        return TypeCall(ty.func, tuple(_substitute_dims(a, mapping) for a in ty.args))
-    if isinstance(ty, RefType):
-        return RefType(_substitute_dims(ty.value, mapping))
-    return ty
+    """``ty`` (resolved) with its symbolic dims replaced through ``mapping`` (``?`` for a symbol it lacks)."""
+    def leaf(part):
+        if isinstance(part, TensorType) and any(isinstance(d, SymDim) for d in part.shape):
+            return TensorType(tuple(mapping.get(d, Any()) if isinstance(d, SymDim) else d for d in part.shape),
+                              part.dtype)
+        return part
+
+    return _rebuild(ty, leaf)
 
 
 def _adt_parts(ty):
