@@ -61,7 +61,8 @@ __all__ = ["RESHAPE_ONLY_OPS", "transpose_axes"]
 # Ops that only reinterpret the shape of their input (zero-copy); a fused group made only of these
 # can become a VM ``reshape_tensor`` instead of a kernel call (TVM's ``relay.reshape_only``).
 RESHAPE_ONLY_OPS = frozenset({
-    "reshape", "dyn.reshape", "squeeze", "expand_dims", "nn.batch_flatten", "reshape_like",
+    "reshape", "dyn.reshape", "squeeze", "expand_dims", "nn.batch_flatten", "reshape_like", "reverse_reshape",
+    "contrib_reverse_reshape",
 })
 
 INT32_MAX = 2**31 - 1

@@ -75,16 +75,10 @@ COMM_REDUCE, OUT_ELEMWISE_FUSABLE = OpPattern.COMM_REDUCE, OpPattern.OUT_ELEMWIS
 TUPLE, OPAQUE = OpPattern.TUPLE, OpPattern.OPAQUE
 _ANCHORS = (OUT_ELEMWISE_FUSABLE, COMM_REDUCE)
 
-# Used until the transform ops module exists (it owns the authoritative set).
-_FALLBACK_RESHAPE_ONLY = frozenset({"reshape", "squeeze", "expand_dims", "nn.batch_flatten", "reshape_like"})
-
-
 def reshape_only_ops() -> frozenset:
-    try:
-        from ..op.transform import RESHAPE_ONLY_OPS
-    except ImportError:
-        return _FALLBACK_RESHAPE_ONLY
-    return frozenset(RESHAPE_ONLY_OPS)
+    from ..op.transform import RESHAPE_ONLY_OPS
+
+    return RESHAPE_ONLY_OPS
 
 
 def is_static_type(ty) -> bool:

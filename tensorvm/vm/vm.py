@@ -339,7 +339,8 @@ class VirtualMachine:
         self._inputs: dict[str, list] = {}
         self._given_inputs: dict[str, list] = {}  # the inputs as the user gave them, in parameter order
         self._partial_inputs: set[str] = set()  # functions with inputs changed by set_one_input, unchecked together
-        self._outputs = None
+        self._outputs: dict = {}  # function name -> the result of its last invoke_stateful
+        self._last_stateful = None
         self._exec_mode = exe.exec_mode
         # why a native-mode executable runs in the dispatch loop here ("" when it does not): native mode's
         # C entry point goes through a CPython extension built on each machine (docs/deploy.md), and a
@@ -1027,7 +1028,8 @@ class VirtualMachine:
         set as its inputs first (as ``set_input`` does, so later calls reuse them), else the inputs
         set before are used."""
         info = self._function(func_name)
-        self._outputs = self._one_call("invoke_stateful", self._invoke_stateful, info, args, kwargs)
+        self._outputs[info.name] = self._one_call("invoke_stateful", self._invoke_stateful, info, args, kwargs)
+        self._last_stateful = info.name
 
     def _invoke_stateful(self, info: _FunctionInfo, args: tuple, kwargs: dict):
         if args or kwargs:
@@ -1087,17 +1089,22 @@ class VirtualMachine:
             np.copyto(target, array)
 
     def get_outputs(self, func_name: str | None = None) -> list:
-        """The outputs of the last ``invoke_stateful``: a tuple result's fields, else ``[result]``."""
-        if self._outputs is None:
-            raise ExecutionError("no outputs: call invoke_stateful first")
-        out = self._outputs
+        """The outputs of the last ``invoke_stateful`` of ``func_name`` (default: of the last one run): a tuple
+        result's fields, else ``[result]``; each function keeps its own, as in the Relax VM."""
+        if func_name is not None:
+            self._function(func_name)  # (an unknown name is an error)
+        name = func_name if func_name is not None else self._last_stateful
+        if name not in self._outputs:
+            raise ExecutionError(f"no outputs{f' of {name}' if name else ''}: call invoke_stateful"
+                                 f"{f'({name!r})' if name else ''} first")
+        out = self._outputs[name]
         return list(out) if isinstance(out, tuple) else [out]
 
-    def get_num_outputs(self) -> int:
-        return len(self.get_outputs())
+    def get_num_outputs(self, func_name: str | None = None) -> int:
+        return len(self.get_outputs(func_name))
 
-    def get_output(self, index: int):
-        outputs = self.get_outputs()
+    def get_output(self, index: int, func_name: str | None = None):
+        outputs = self.get_outputs(func_name)
         # (as the graph executor's get_output: no negative or non-integer index)
         if not isinstance(index, int | np.integer) or isinstance(index, bool) or not 0 <= index < len(outputs):
             raise ExecutionError(f"output index {index!r} is out of range; the last invoke_stateful gave "

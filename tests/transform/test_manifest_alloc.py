@@ -165,6 +165,25 @@ def @main(%x: Tensor[(2, 6), float32], %y: Tensor[(?, 6), float32]) {
     run_both(before, lowered, np.ones((2, 6), "float32"), np.arange(12, dtype="float32").reshape(2, 6))
 
 
+def test_reverse_reshape_groups_become_views_too():
+    """reverse_reshape only reinterprets the shape as reshape does (TVM's reshape-only set holds it): a view, no
+    kernel, static and with a run-time dim."""
+    before = parse("""
+def @main(%x: Tensor[(2, 8, 4), float32], %y: Tensor[(?, 8, 4), float32]) {
+  %0 = exp(%x);
+  %1 = reverse_reshape(%0, newshape=[-1, 4, 0]);
+  %2 = exp(%y);
+  %3 = contrib_reverse_reshape(%2, newshape=[-1, 4, 0]);
+  (%0, %1, %2, %3)
+}""")
+    lowered = lower_until(before)
+    views = [c for _, c in memory_ops(lowered["main"].body) if c.op.name == "vm.reshape_tensor"]
+    assert len(views) == 2 and views[0].args[1].data.tolist() == [4, 4, 4]
+    kernels = {c.args[0].name for _, c in memory_ops(lowered["main"].body) if c.op.name == "vm.invoke_tvm_op"}
+    assert not any("reshape" in k for k in kernels)
+    run_both(before, lowered, np.ones((2, 8, 4), "float32"), np.arange(96, dtype="float32").reshape(3, 8, 4))
+
+
 def test_a_shape_of_group_becomes_the_shape_of_instruction():
     before = parse("""
 def @main(%x: Tensor[(?, 3), float32]) {

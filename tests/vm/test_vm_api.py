@@ -704,3 +704,22 @@ def test_compiled_mode_runs_a_match_of_many_arms_and_a_long_else_if_chain():
     vm = VirtualMachine(tv.vm.compile(mod, target="python", exec_mode="compiled"))
     for i in (0, 7, 119, 500):
         assert int(vm.run(np.int32(i)).numpy()) == (i if i < 120 else -1)
+
+
+def test_get_outputs_are_kept_per_function():
+    """As in the Relax VM, each function's invoke_stateful keeps its own outputs: get_outputs("main") after
+    running "other" is still main's; no name gives the last run's; an unknown name or one never run is an error."""
+    mod = tv.parse("def @main(%x: Tensor[(2), float32]) { (%x, %x + 1f) }\n"
+                   "def @other(%y: Tensor[(3), float32]) { %y * 10f }")
+    vm = VirtualMachine(tv.vm.compile(mod, target="python"))
+    with pytest.raises(ExecutionError, match="call invoke_stateful"):
+        vm.get_outputs()
+    vm.invoke_stateful("main", np.ones(2, np.float32))
+    with pytest.raises(ExecutionError, match=r"no outputs of other: call invoke_stateful\('other'\) first"):
+        vm.get_outputs("other")
+    vm.invoke_stateful("other", np.ones(3, np.float32))
+    assert [o.numpy().tolist() for o in vm.get_outputs("main")] == [[1.0, 1.0], [2.0, 2.0]]
+    assert [o.numpy().tolist() for o in vm.get_outputs()] == [[10.0, 10.0, 10.0]]
+    assert vm.get_num_outputs("main") == 2 and vm.get_output(1, "main").numpy().tolist() == [2.0, 2.0]
+    with pytest.raises(ExecutionError, match="no function 'nope'"):
+        vm.get_outputs("nope")
