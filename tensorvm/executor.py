@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 
 from .errors import ExecutionError, UnsupportedError
-from .interpreter import Interpreter, bind_arguments
+from .interpreter import FunctionValue, Interpreter, bind_arguments
 from .ir.expr import Constant, Expr, Function, GlobalVar
 from .ir.module import IRModule
 from .runtime.convert import Node, rebuild
@@ -202,4 +202,16 @@ def _user_step(value):
     if isinstance(value, ADT):
         tag, constructor = value.tag, value.constructor
         return Node(value.fields, lambda fields: ADT(tag, tuple(fields), constructor=constructor))
-    return value  # closures and references stay opaque
+    if isinstance(value, FunctionValue) and not isinstance(value, _UserFunctionValue):
+        return _UserFunctionValue(value.func, value.env, value.interpreter, value.name)
+    return value  # VM closures and references stay opaque
+
+
+class _UserFunctionValue(FunctionValue):
+    """A closure the debug executor returned: called from Python, it gives user values as the executor's own
+    callables do (NDArrays), and it passes back into the interpreter as the closure it is."""
+
+    __slots__ = ()
+
+    def __call__(self, *args, **kwargs):
+        return to_user_value(self.interpreter.call(self, *args, **kwargs))

@@ -954,6 +954,16 @@ class VirtualMachine:
             info.result_check(result)
         return self._to_user(result)
 
+    def invoke_closure(self, closure, *args):
+        """Call ``closure`` (one this VM's program returned) on ``args``; returns user values (the Relax VM's
+        ``invoke_closure``)."""
+        clo = self._own_closure(closure, "invoke_closure")
+        info = self._funcs[clo.func_index]
+        expected = len(info.params) - len(clo.free_vars)
+        if len(args) != expected:
+            raise ExecutionError(f"invoke_closure: {clo!r} takes {expected} argument(s), got {len(args)}")
+        return self.invoke(info.name, *clo.free_vars, *args)
+
     def run(self, *args, **kwargs):
         """``invoke("main", *args)`` (the Relay VM's ``run``)."""
         return self.invoke("main", *args, **kwargs)

@@ -723,3 +723,19 @@ def test_get_outputs_are_kept_per_function():
     assert vm.get_num_outputs("main") == 2 and vm.get_output(1, "main").numpy().tolist() == [2.0, 2.0]
     with pytest.raises(ExecutionError, match="no function 'nope'"):
         vm.get_outputs("nope")
+
+
+@pytest.mark.parametrize("target, mode", [("c", "bytecode"), ("c", "native"), ("python", "compiled")])
+def test_invoke_closure_calls_a_returned_closure_with_its_captured_values(target, mode):
+    """vm.invoke_closure (the Relax VM's) runs a closure the program returned on new arguments, against the
+    interpreter's closure; a wrong argument count is an ExecutionError naming what the closure takes."""
+    mod = tv.parse("def @main(%a: float32, %v: Tensor[(?), float32]) { fn (%b: float32, %c: Tensor[(?), float32]) "
+                   "{ %a * %b + %c + %v } }")
+    a, v, c = np.float32(3), np.arange(3, dtype=np.float32), np.ones(3, np.float32)
+    expected = tv.create_executor("debug", mod).evaluate()(a, v)(np.float32(2), c).numpy()
+    vm = VirtualMachine(tv.vm.compile(mod, target=target, exec_mode=mode))
+    closure = vm.run(a, v)
+    for _ in range(2):
+        np.testing.assert_array_equal(vm.invoke_closure(closure, np.float32(2), c).numpy(), expected)
+    with pytest.raises(ExecutionError, match="takes 2 argument"):
+        vm.invoke_closure(closure, np.float32(2))
