@@ -20,6 +20,7 @@ from . import (  # noqa: F401
     onnx_ops,
     recurrent,
     reduce,
+    relay_forms,
     tensor,
     transform,
     transform_relay,

@@ -15,7 +15,7 @@ import math
 import numpy as np
 
 from ..errors import AttrError, ExecutionError, ShapeError, TypeInferenceError
-from ..ir.types import Any, TensorType, TupleType
+from ..ir.types import Any, TensorType, TupleType, normalize_dtype
 from ._common import (
     ALL_DTYPES,
     INT_DTYPES,
@@ -150,6 +150,31 @@ def _argsort_arguments(attrs, inputs, outputs):
     return args + [out, dtype_code(out.dtype)], requires
 
 
+def _index_dtype(value) -> str:
+    """The dtype of returned indices: an integer, or a float as Relay allows (``argsort(x, dtype="float32")``)."""
+    dtype = normalize_dtype(value)
+    if np.dtype(dtype).kind not in "iuf":
+        raise ValueError(f"expected an integer or float dtype, got {dtype}")
+    return dtype
+
+
+def _float_indices_legalize(attrs, args):
+    """argsort/topk with float indices: the op with int64 indices, then a cast (the C kernels write integers)."""
+    from ..ir.attrs import Attrs
+    from ..ir.expr import Call, Op, Tuple, TupleGetItem
+
+    name = "topk" if "ret_type" in attrs else "argsort"
+    if np.dtype(attrs.dtype).kind != "f":
+        return Call(Op(name), tuple(args), Attrs(attrs))
+    call = Call(Op(name), tuple(args), Attrs({**attrs, "dtype": "int64"}))
+    cast = lambda e: Call(Op("cast"), (e,), Attrs({"dtype": attrs.dtype}))  # noqa: E731
+    if name == "argsort" or attrs.ret_type == "indices":
+        return cast(call)
+    if attrs.ret_type == "values":
+        return call
+    return Tuple((TupleGetItem(call, 0), cast(TupleGetItem(call, 1))))
+
+
 SORT_ATTRS = (AttrDef("axis", -1, to_int), AttrDef("is_ascend", True, to_bool))
 register_checked(OpDef(
     name="sort", num_inputs=1, type_rel=_sort_rel, kernel=_sort_kernel, pattern=OpPattern.OPAQUE,
@@ -158,8 +183,8 @@ register_checked(OpDef(
 ))
 register_checked(OpDef(
     name="argsort", num_inputs=1, type_rel=_argsort_rel, kernel=_argsort_kernel, pattern=OpPattern.OPAQUE,
-    attrs=SORT_ATTRS + (AttrDef("dtype", "int32", to_int_dtype),), shape_logic=_sort_logic,
-    doc="The indices of a stable sort along an axis.",
+    attrs=SORT_ATTRS + (AttrDef("dtype", "int32", _index_dtype),), shape_logic=_sort_logic,
+    legalize=_float_indices_legalize, doc="The indices of a stable sort along an axis.",
     library=LibraryKernel("tv_argsort", "algorithm.c", _argsort_arguments),
 ))
 
@@ -270,9 +295,9 @@ register_checked(OpDef(
         AttrDef("axis", -1, to_int),
         AttrDef("ret_type", "both", one_of("both", "values", "indices")),
         AttrDef("is_ascend", False, to_bool),
-        AttrDef("dtype", "int32", to_int_dtype),
+        AttrDef("dtype", "int32", _index_dtype),
     ),
-    shape_logic=_topk_logic, shape_func_data_dependent=(False, True),
+    shape_logic=_topk_logic, shape_func_data_dependent=(False, True), legalize=_float_indices_legalize,
     library=LibraryKernel(_topk_function, "algorithm.c", _topk_arguments),
     doc="topk(data[, k]): the k largest (or smallest) elements along an axis and/or their indices.",
 ))

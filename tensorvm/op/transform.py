@@ -1922,9 +1922,17 @@ def _sequence_mask_logic(op, attrs, shapes, err):
     return tuple(data)
 
 
+def _check_valid_length(types, attrs):
+    """valid_length: integers, or floats as Relay allows (a step is kept where it is below the length)."""
+    t = expect_tensor("sequence_mask", types[1], "valid_length")
+    if np.dtype(t.dtype).kind not in "iuf":
+        raise TypeInferenceError(f"sequence_mask: valid_length must be of an integer or float dtype, got {t.dtype}")
+
+
 def _sequence_mask_kernel(attrs, out_shape, data, valid_length):
-    steps = np.arange(data.shape[attrs.axis])
-    lengths = valid_length.astype(np.int64)
+    floats = valid_length.dtype.kind == "f"
+    steps = np.arange(data.shape[attrs.axis], dtype=valid_length.dtype if floats else np.int64)
+    lengths = valid_length if floats else valid_length.astype(np.int64)
     mask = steps[:, None] < lengths[None, :] if attrs.axis == 0 else lengths[:, None] > steps[None, :]
     mask = mask.reshape(mask.shape + (1,) * (data.ndim - 2))
     return np.where(mask, data, np.asarray(attrs.mask_value).astype(data.dtype))
@@ -1937,8 +1945,13 @@ def _sequence_mask_compute(attrs, inputs, out_type):
     requires = require_equal("sequence_mask", data.shape[batch_axis], valid_length.shape[0],
                               "the batch dim of data and valid_length")
 
+    floats = np.dtype(valid_length.dtype).kind == "f"
+
     def f(*i):
-        keep = i[time_axis] < cast(valid_length[i[batch_axis]], INDEX_DTYPE)
+        if floats:  # (the step compared as a float: a length of 2.5 keeps steps 0, 1 and 2)
+            keep = cast(i[time_axis], valid_length.dtype) < valid_length[i[batch_axis]]
+        else:
+            keep = i[time_axis] < cast(valid_length[i[batch_axis]], INDEX_DTYPE)
         return select(keep, data[i], masked)
 
     return [compute(data.shape, f, "sequence_mask", requires)]
@@ -1947,8 +1960,9 @@ def _sequence_mask_compute(attrs, inputs, out_type):
 define_shaped(
     "sequence_mask", 2, _sequence_mask_logic, _sequence_mask_kernel, OpPattern.INJECTIVE,
     attrs=(AttrDef("mask_value", 0.0, to_float), AttrDef("axis", 0, one_of(0, 1))),
-    check_types=_check_indices_dtype("sequence_mask", 1),
-    doc="Set data[t, b, ...] (axis=0) or data[b, t, ...] (axis=1) to mask_value where t >= valid_length[b].",
+    check_types=_check_valid_length,
+    doc="Set data[t, b, ...] (axis=0) or data[b, t, ...] (axis=1) to mask_value where t >= valid_length[b] "
+        "(valid_length of integers or floats).",
     compute=_sequence_mask_compute,
 )
 

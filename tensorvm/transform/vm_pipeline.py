@@ -81,6 +81,7 @@ def vm_passes(opt_level: int = 3, memory_plan: bool = True, target: str | None =
         LocalRefsToValues(),  # first: a reference that stays in its function is values (the VM holds none)
         EtaExpand(),  # type inference rejects an op used as a value
         ConstantArguments(),  # a recursive loop's weights become constants (folded, packed below)
+        Legalize(),  # (before folding: what an op becomes folds too; before packing: a conv1d's weight is packed)
         InferType(),
         SimplifyExpr(),
         FoldConstant(),
@@ -89,7 +90,6 @@ def vm_passes(opt_level: int = 3, memory_plan: bool = True, target: str | None =
         StackSharedProducts() if opt_level >= 1 else None,  # after folding and CSE (one node per weight)
         InferType(),
         PackWeights() if target == "c" else None,  # after folding (W^T becomes a constant), before fusion
-        Legalize(),  # (after folding: a constant unique was computed whole)
         FuseLSTMCell() if opt_level >= 1 else None,  # an LSTM's cell math written out: one nn.lstm_cell
         InferType(),
         FuseOps(fuse_opt_level=1 if opt_level >= 1 else 0),

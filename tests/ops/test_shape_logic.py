@@ -1157,12 +1157,16 @@ def test_not_traced_list_is_exact():
 
 
 def test_the_ops_without_a_c_shape_function_by_design_are_those_the_vm_never_runs():
-    """unique (legalized before the VM) and the VM's own ops are "n.a.", not missing; every other op has a
-    shape function."""
+    """unique and the Relay forms (legalized before the VM) and the VM's own ops are "n.a.", not missing; every
+    other op has a shape function."""
+    from tensorvm.op.relay_forms import RELAY_FORMS
+
     not_applicable = sorted(n for n in op_names() if c_shape_function(get_op(n))[0] == "n.a.")
-    assert not_applicable == ["memory.alloc_storage", "memory.alloc_tensor", "memory.kill", "unique",
-                              "vm.invoke_tvm_op", "vm.reshape_tensor", "vm.shape_func", "vm.shape_of"]
+    assert not_applicable == sorted(["memory.alloc_storage", "memory.alloc_tensor", "memory.kill", "unique",
+                                     "vm.invoke_tvm_op", "vm.reshape_tensor", "vm.shape_func", "vm.shape_of",
+                                     *RELAY_FORMS])
     assert all(get_op(n).shape_func is not None for n in op_names() if n not in not_applicable)
+    assert "Legalize" in c_shape_function(get_op("nn.conv1d"))[1]
     assert "Legalize" in c_shape_function(get_op("unique"))[1]
 
 
