@@ -9,7 +9,7 @@ import numpy as np
 
 from ..errors import ExecutionError, ShapeError, TypeInferenceError
 from ..ir.types import Any, SymDim, TensorType, TupleType, Type, normalize_dtype
-from .registry import OpDef, register_op
+from .registry import AttrDef, OpDef, register_op
 from .shape_logic import DataArg, const_int, dim_or, dim_select, is_sym, require, traceable
 
 __all__ = [
@@ -444,3 +444,11 @@ def erf(x: np.ndarray) -> np.ndarray:
         poly -= z2
         tail = np.sign(z) * (1.0 - t * np.exp(poly))
     return np.asarray(np.where(a < 0.5, series, tail), dtype=x.dtype)
+
+
+def _shape_from_the_argument(value):
+    raise ValueError(f"the shape is the run-time argument; only shape=None (as TVM prints it) is accepted, got {value!r}")
+
+
+# The dyn ops' ``shape`` attribute, which TVM's printer writes as None (the shape is an argument)
+DYN_SHAPE_ATTR = AttrDef("shape", None, _shape_from_the_argument, "None: the shape is the argument")

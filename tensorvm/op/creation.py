@@ -20,6 +20,7 @@ from ..ir.types import Any, TensorType
 from ..te.expr import cast, const
 from ..te.tensor import Tensor, compute
 from ._common import (
+    DYN_SHAPE_ATTR,
     INT_DTYPES,
     NUMERIC_DTYPES,
     check_kernel_dtype,
@@ -166,7 +167,7 @@ def _dyn_constant_fill(name: str, value):
 
     register_checked(OpDef(
         name=name, num_inputs=1, type_rel=rel, kernel=kernel, pattern=OpPattern.OPAQUE,
-        attrs=(AttrDef("dtype", "float32", to_dtype),),
+        attrs=(AttrDef("dtype", "float32", to_dtype), DYN_SHAPE_ATTR),
         shape_logic=_shape_values_logic, shape_func_data_dependent=True,
         doc=f"{name}(shape): a tensor of the shape held by the 1-D integer tensor ``shape``, filled with {value}.",
         compute=_dyn_fill_compute(name, lambda inputs, dtype: te.const(value, dtype)),
@@ -191,7 +192,7 @@ def _dyn_full_kernel(attrs, fill_value, shape):
 
 register_checked(OpDef(
     name="dyn.full", num_inputs=2, type_rel=_dyn_full_rel, kernel=_dyn_full_kernel, pattern=OpPattern.OPAQUE,
-    attrs=(AttrDef("dtype", None, to_dtype, "default: fill_value's"),),
+    attrs=(AttrDef("dtype", None, to_dtype, "default: fill_value's"), DYN_SHAPE_ATTR),
     shape_logic=_shape_values_logic, shape_func_data_dependent=(False, True),
     doc="dyn.full(fill_value, shape): a tensor of the run-time shape filled with the scalar fill_value.",
     compute=_dyn_fill_compute("dyn.full", lambda inputs, dtype: te.cast(inputs[0][()], dtype)),

@@ -23,7 +23,7 @@ from ..ir.types import Any, SymDim, TensorType, TupleType, normalize_dtype
 from ..te import expr as E
 from ..te.expr import INDEX_DTYPE, Const, PrimExpr, cast, const, eq, ne, select
 from ..te.tensor import Tensor, compute
-from ._common import INT_DTYPES, expect_tensor, logic_shape_func
+from ._common import DYN_SHAPE_ATTR, INT_DTYPES, expect_tensor, logic_shape_func
 from ._compute import (
     axis_of,
     broadcast_to_shape,
@@ -1724,7 +1724,7 @@ def _dyn_broadcast_to_compute(attrs, inputs, out_type):
 define(
     "dyn.broadcast_to", 2, _dyn_broadcast_to_rel,
     lambda attrs, x, shape: np.broadcast_to(x, _dyn_broadcast_to_shape(attrs, [np.shape(x), shape])[0]).copy(),
-    OpPattern.BROADCAST, shape_logic=_dyn_broadcast_to_logic, data_dependent=(False, True),
+    OpPattern.BROADCAST, attrs=(DYN_SHAPE_ATTR,), shape_logic=_dyn_broadcast_to_logic, data_dependent=(False, True),
     doc="Broadcast to a shape given as a run-time 1-D integer tensor.",
     compute=_dyn_broadcast_to_compute,
 )

@@ -1,6 +1,7 @@
 """Relay ops declared as other ops (``tensorvm.op.relay_forms``): conv1d/conv3d and their pools, the fast_*
 approximations, scatter/scatter_add, l2_normalize and layout_transform, written as TVM's tests write them;
-and what Relay's argsort, topk and sequence_mask allow beyond integers (float indices, float lengths).
+and what Relay's argsort, topk and sequence_mask allow beyond integers (float indices, float lengths), and the
+shape=None attribute TVM prints on the dyn creation ops.
 
 Oracles: eager PyTorch for convolutions and pools (its functions state the same arithmetic), NumPy for
 the rest; every result also on the reference interpreter and the VM (target c in bytecode and native mode,
@@ -189,3 +190,21 @@ def test_sequence_mask_takes_float_lengths(sig):
     expected = np.where((np.arange(5)[:, None] < lengths[None, :])[..., None], x, np.float32(-1))
     _check(f"def @main(%x: Tensor[{sig}, float32], %l: Tensor[(4), float32]) {{ sequence_mask(%x, %l, mask_value=-1f) }}",
            [x, lengths], expected)
+
+
+def test_dyn_ops_take_the_shape_none_attribute_tvm_prints():
+    """TVM prints dyn.full/zeros/ones/broadcast_to with shape=None (their shape is an argument): the text
+    parses, prints back and runs; a shape given there is refused."""
+    from tensorvm.errors import ParseError
+
+    shape = np.array([2, 3], np.int64)
+    _check('def @main(%v: float32, %s: Tensor[(2), int64]) { dyn.full(%v, %s, shape=None, dtype="float32") }',
+           [np.float32(2), shape], np.full((2, 3), 2, np.float32))
+    _check('def @main(%s: Tensor[(2), int64]) { dyn.ones(%s, shape=None, dtype="float32") }', [shape],
+           np.ones((2, 3), np.float32))
+    _check("def @main(%x: Tensor[(1, 3), float32], %s: Tensor[(2), int64]) { dyn.broadcast_to(%x, %s, shape=None) }",
+           [np.arange(3, dtype=np.float32).reshape(1, 3), shape], np.broadcast_to(np.arange(3, dtype=np.float32), (2, 3)))
+    text = 'def @main(%s: Tensor[(2), int64]) { dyn.zeros(%s, shape=None, dtype="float32") }'
+    assert tv.structural_equal(tv.parse(text), tv.parse(str(tv.parse(text))))
+    with pytest.raises(ParseError, match="only shape=None"):
+        tv.parse('def @main(%s: Tensor[(2), int64]) { dyn.zeros(%s, shape=[2, 3], dtype="float32") }')
