@@ -52,7 +52,7 @@ from ..ir.expr import (
     Var,
     is_op_call,
 )
-from ..ir.types import FuncType, TupleType, TypeVar, component_types
+from ..ir.types import FuncType, GlobalTypeVar, TupleType, TypeCall, TypeVar, component_types, nested_types
 from . import bytecode as bc
 from .executable import AdtInfo, Executable, PrimitiveInfo
 from .serialize import type_to_text
@@ -92,6 +92,12 @@ def _type_vars_in(ty) -> set:
     return found - set(ty.type_params) if isinstance(ty, FuncType) else found
 
 
+def _type_names(types) -> set:
+    """The names of the ADTs the types (and the types they are made of) refer to."""
+    return {part.name if isinstance(part, GlobalTypeVar) else part.func.name
+            for ty in types for part in nested_types(ty) if isinstance(part, GlobalTypeVar | TypeCall)}
+
+
 def _type_of(expr):
     ty = getattr(expr, "_checked_type", None)
     if ty is None and isinstance(expr, Var):
@@ -113,11 +119,17 @@ class _ModuleCompiler:
             raise UnsupportedError("@main is a primitive function; the VM needs a VM function named main")
         self.func_index = {gv.name: i for i, gv in enumerate(self.vm_globals)}
         self.closure_globals = {gv.name for gv in self.vm_globals if mod[gv].attrs.get("Closure", 0)}
-        # ADTs in module order (an extern type too: fields name it); bytecode tags are adt_tag(type index,
+        # ADTs with constructors in module order, and a type without (an extern type) that their fields or a
+        # VM function's signature name (the loader reads those names); bytecode tags are adt_tag(type index,
         # constructor tag).
         self.adts: list[AdtInfo] = []
         self.ctor_tags: dict[tuple[str, str], int] = {}
+        named = _type_names([t for tdef in mod.type_definitions.values() for c in tdef.constructors for t in c.inputs]
+                            + [mod[gv].checked_type for gv in self.vm_globals
+                               if getattr(mod[gv], "_checked_type", None) is not None])
         for tdef in mod.type_definitions.values():
+            if not tdef.constructors and tdef.header.name not in named:
+                continue
             type_index = len(self.adts)
             ctors = sorted(tdef.constructors, key=lambda c: c.tag)
             self.adts.append(AdtInfo(tdef.header.name, tuple((c.name, len(c.inputs)) for c in ctors),
