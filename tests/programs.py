@@ -1003,6 +1003,57 @@ def @main(%a: Tensor[(4, 3), float32], %c: Tensor[(1, 3), float32]) {
     "",
 )
 
+_BUMP = """
+def @bump(%r: ref(float32), %x: Tensor[(1, 2), float32]) -> Tensor[(1, 2), float32] {
+  let %u = ref_write(%r, add(ref_read(%r), 1f));
+  %x
+}
+"""
+
+program(
+    "folding_and_simplifying_keep_the_effects_of_what_they_drop",
+    # FoldConstant had folded (e, c).1 to c and shape_of(e) to a constant, SimplifyExpr reshape_like(x, e) to
+    # x, each dropping e's write to the cell (the VM runs them; the interpreter does not)
+    _BUMP + """
+def @g(%r: ref(float32), %x: Tensor[(1, 2), float32]) {
+  ((@bump(%r, %x), 2f).1, shape_of(@bump(%r, %x)), reshape_like(cast_like(%x, @bump(%r, %x)), @bump(%r, %x)))
+}
+
+def @main(%x: Tensor[(1, 2), float32]) {
+  let %r = ref(0f);
+  let %t = @g(%r, %x);
+  (%t.0, %t.1, %t.2, ref_read(%r))
+}
+""",
+    lambda: (f32([[1.0, 2.0]]),),
+    lambda x: (f32(2.0), i32([1, 2]), x, f32(4.0)),
+    "ref",
+)
+
+program(
+    "stacked_products_leave_an_effect_after_the_read_before_it",
+    # two one-row products of one constant weight stack into one computed where the first was; the second's
+    # input (a call that writes the cell) must still run after the read between them
+    _BUMP + """
+def @g(%r: ref(float32), %a: Tensor[(1, 2), float32], %b: Tensor[(1, 2), float32]) {
+  %w = ones(shape=[3, 2], dtype="float32");
+  %d1 = nn.dense(%a, %w);
+  %v = ref_read(%r);
+  %d2 = nn.dense(@bump(%r, %b), ones(shape=[3, 2], dtype="float32"));
+  (%d1, %v, %d2)
+}
+
+def @main(%a: Tensor[(1, 2), float32], %b: Tensor[(1, 2), float32]) {
+  let %r = ref(0f);
+  let %t = @g(%r, %a, %b);
+  (%t.0, %t.1, %t.2, ref_read(%r))
+}
+""",
+    lambda: (f32([[1.0, 2.0]]), f32([[3.0, 5.0]])),
+    lambda a, b: (np.full((1, 3), a.sum(), np.float32), f32(0.0), np.full((1, 3), b.sum(), np.float32), f32(1.0)),
+    "ref",
+)
+
 program(
     "currying",
     """

@@ -31,19 +31,21 @@ from .to_anf import TypedMutator, expr_children, post_order_iter, rebuilt_let
 __all__ = ["DeadCodeElimination"]
 
 
+def has_effect(node: Expr) -> bool:
+    """Whether ``node`` itself (its operands apart) may have an effect, or read a reference cell."""
+    if isinstance(node, (RefCreate, RefRead, RefWrite, Match)):
+        return True
+    if isinstance(node, Call) and not isinstance(node.op, (Op, Constructor)):
+        return True
+    return isinstance(node, Call) and isinstance(node.op, Op) and node.op.name.startswith(("memory.", "vm."))
+
+
 def is_pure(expr: Expr) -> bool:
     """Whether evaluating ``expr`` can have no effect but its value (function bodies not entered)."""
     def children(node):
         return expr_children(node, enter_functions=False)
 
-    for node in post_order_iter(expr, children):
-        if isinstance(node, (RefCreate, RefRead, RefWrite, Match)):
-            return False
-        if isinstance(node, Call) and not isinstance(node.op, (Op, Constructor)):
-            return False
-        if isinstance(node, Call) and isinstance(node.op, Op) and node.op.name.startswith(("memory.", "vm.")):
-            return False
-    return True
+    return not any(has_effect(node) for node in post_order_iter(expr, children))
 
 
 class _Eliminator(TypedMutator):

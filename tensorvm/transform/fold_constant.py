@@ -10,8 +10,8 @@ After it:
   inputs (so ``zeros((4096, 4096))`` or a big ``arange`` stays a cheap run-time computation
   instead of bloating the executable); a kernel that fails (e.g. a division by zero) is left for
   run time to report;
-* ``shape_of(%x)`` with a static type for ``%x`` is its constant shape;
-* ``%t.i`` of a tuple literal is its field; ``if`` on a constant condition is the chosen branch
+* ``shape_of(e)`` with a static type for a pure ``e`` (``dead_code.is_pure``) is its constant shape;
+* ``%t.i`` of a tuple literal whose other fields are pure is its field; ``if`` on a constant condition is the chosen branch
   (bound to a variable annotated with the ``if``'s type when that type is closed and not a tensor: a
   branch such as ``None`` does not say its type arguments, which the other branch had fixed);
   ``let %x = <constant or tuple of constants>;`` is inlined into its uses.
@@ -27,6 +27,7 @@ from ..ir.expr import Call, Constant, Expr, Function, If, Let, Op, Tuple, TupleG
 from ..ir.module import IRModule
 from ..ir.types import FuncType, IncompleteType, RefType, TensorType, TupleType, TypeCall, TypeVar
 from ..op.registry import get_op
+from .dead_code import is_pure
 from .pass_infra import Pass
 from .to_anf import TypedMutator, copy_type, known_type, rebuild_function, rebuilt_let
 
@@ -83,7 +84,7 @@ class _Folder(TypedMutator):
             return new
         if new.op.name == "shape_of":
             ty = known_type(new.args[0])
-            if isinstance(ty, TensorType) and ty.is_static:
+            if isinstance(ty, TensorType) and ty.is_static and is_pure(new.args[0]):  # (an effect still runs)
                 dtype = get_op("shape_of").normalize_attrs(new.attrs).dtype
                 return _const(np.array(ty.shape, dtype=dtype))
         values = [_value_of(a) for a in new.args]
@@ -102,7 +103,8 @@ class _Folder(TypedMutator):
 
     def visit_tuple_getitem(self, t: TupleGetItem):
         value = self.visit(t.tuple_value)
-        if isinstance(value, Tuple) and 0 <= t.index < len(value.fields):
+        if (isinstance(value, Tuple) and 0 <= t.index < len(value.fields)
+                and all(is_pure(f) for i, f in enumerate(value.fields) if i != t.index)):  # (effects still run)
             return value.fields[t.index]
         return t if value is t.tuple_value else TupleGetItem(value, t.index, span=t.span)
 

@@ -9,6 +9,8 @@ After it, none of these remain:
 * ``cast``/``cast_like`` to the input's own dtype and ``copy`` (values are immutable);
 * a ``reshape`` of a ``reshape``: the outer one applies directly to the inner one's input when its
   output type is static.
+
+An op whose other arguments (``reshape_like``'s, ``cast_like``'s model) are not pure stays: their effects run.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from __future__ import annotations
 from ..ir.attrs import Attrs
 from ..ir.expr import Call, Function, Op, is_op_call
 from ..ir.types import TensorType
+from .dead_code import is_pure
 from .pass_infra import BodyRewritePass
 from .to_anf import TypedMutator, copy_type, known_type
 
@@ -38,6 +41,8 @@ class _Simplifier(TypedMutator):
             return new
         name = new.op.name
         data = new.args[0]
+        if not all(is_pure(a) for a in new.args[1:]):  # (a *_like argument's effects still run)
+            return new
         in_ty, out_ty = known_type(data), known_type(call)
         if name in _SHAPE_ONLY and _same_static_type(in_ty, out_ty):
             return data

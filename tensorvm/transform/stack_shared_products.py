@@ -9,7 +9,8 @@ state, two ``(1, H) . (H, H)`` products that each read the whole weight, and eac
 fork-join. After the pass, within one scope (a function body, an ``if`` branch, a ``match`` arm: a product
 is never moved into a branch that would not run it), no two ``nn.dense(a_i, W)`` with the same constant
 ``W``, attributes and dtype, static 2-D inputs of at most ``MAX_ROWS`` rows together, where neither input
-depends on the other product, remain apart: they became one ``nn.dense(concatenate(a_1, a_2, ...), W)``
+depends on the other product and the part of the later one's input not yet evaluated where the first one
+is has no effect (it is computed there: ``_moves_an_effect``), remain apart: they became one ``nn.dense(concatenate(a_1, a_2, ...), W)``
 whose rows ``split`` hands back to each use: the same products, up to the rounding of a kernel that may
 sum a tile of several rows in another order than a one-row kernel.
 """
@@ -20,6 +21,7 @@ from ..ir.expr import Constant, Function, If, Let, Match, Tuple, TupleGetItem, i
 from ..ir.functor import ExprMutator
 from ..ir.types import TensorType
 from ..op.registry import make_call
+from .dead_code import has_effect, is_pure
 from .pass_infra import BodyRewritePass
 from .to_anf import expr_children, known_type, post_order_iter
 
@@ -65,11 +67,23 @@ def _scopes(body) -> list:
     return [body, *roots]
 
 
+def _moves_an_effect(product, first, order: dict) -> bool:
+    """Whether stacking ``product`` with the earlier ``first`` would move an effect: the part of its input
+    evaluated after ``first`` is computed where ``first`` was (a shared call evaluated before stays put)."""
+    for node in _scope_nodes(product.args[0]):
+        if order.get(id(node), -1) > order[id(first)]:
+            if has_effect(node) or isinstance(node, If) and not (is_pure(node.true_branch) and
+                                                                  is_pure(node.false_branch)):
+                return True
+    return False
+
+
 def _groups(body) -> list:
     """Lists of products to stack (each of two or more), scope by scope."""
     taken, groups = set(), []
     for root in _scopes(body):
         candidates = {}
+        order = {id(node): i for i, node in enumerate(_scope_nodes(root))}
         for node in _scope_nodes(root):
             if id(node) in taken or not is_op_call(node, "nn.dense") or not isinstance(node.args[1], Constant):
                 continue
@@ -85,7 +99,8 @@ def _groups(body) -> list:
                 inputs = {id(n) for n in post_order_iter(product.args[0])}
                 independent = all(id(other) not in inputs and id(product) not in
                                   {id(n) for n in post_order_iter(other.args[0])} for other in group)
-                if independent and rows + _rows(product) <= MAX_ROWS:
+                movable = not group or not _moves_an_effect(product, group[0], order)
+                if independent and movable and rows + _rows(product) <= MAX_ROWS:
                     group.append(product)
                     rows += _rows(product)
             if len(group) >= 2:
