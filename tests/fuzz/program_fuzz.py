@@ -270,7 +270,7 @@ _FEATURES = {
     "grow_loop": "@grow", "fill_loop": "@fill", "recursion": "@rec", "closure": "fn (", "map": "@map(", "foldl": "@foldl(",
     "match": "match (", "option": "Some(", "tree": "Rose(", "symbolic_dim": ("(n", ", n", "(m", ", m"),
     "list_out": "Nil)\n}", "ref": "ref_write(", "shared_ref": ") -> () { ref_write(", "knot": "= ref(fn (",
-    "shared_effect": "{ let %o",
+    "shared_effect": "{ let %o", "dropped_effect": "let %dr",
 }
 
 

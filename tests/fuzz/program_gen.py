@@ -337,7 +337,7 @@ class Generator:
             kinds += ["arange", "argwhere", "shape_arith", "shape_tensor", "dense"]
         elif not self.static:
             kinds += ["arange", "argwhere", "if", "if", "loop", "grow_loop", "fill_loop", "recursion", "closure",
-                      "list", "option", "tree", "ref", "shared_ref", "knot", "shared_effect"]
+                      "list", "option", "tree", "ref", "shared_ref", "knot", "shared_effect", "dropped_effect"]
         if self.depth >= 2:  # bounded nesting: blocks inside blocks only use dataflow
             kinds = kinds[:14]
         for _ in range(4):  # a kind may not apply to the values at hand: try another
@@ -696,6 +696,30 @@ class Generator:
         lines.append(f"let {branch} = if ({self.condition(scope)}) {{ {other}({shared}, {t.expr}) }} else {{ {t.expr} }};")
         value = self.bind(lines, scope, f"{other}(add({branch}, ref_read({r})), {shared})", t.shape)
         self.note(value.expr, " ".join([t.expr, op, other, u.expr]))
+        return value
+
+    def s_dropped_effect(self, lines, scope):
+        """A call that writes a reference where a pass may take its value as unused: a field of a tuple
+        literal projected away, ``shape_of``'s, ``reshape_like``'s or ``cast_like``'s model (FoldConstant and
+        SimplifyExpr had dropped such calls, and their writes with them), in a global written in graph form
+        that the cell is passed to; the cell read after the call must see the write."""
+        t = self.pick(scope)
+        u = self.pick(scope, lambda v: v.shape == t.shape)
+        k = len(self.prog.globals)
+        ty = self.type_of(t.shape)
+        op, other = self.choice(BINARY), self.choice(BINARY)
+        form = self.choice(("project", "shape_of", "reshape_like", "cast_like"))
+        call = f"@bump{k}(%r, %u)"
+        dropped = {"project": f"({call}, %x).1", "shape_of": f"dyn.reshape(%x, shape_of({call}))",
+                   "reshape_like": f"reshape_like(%x, {call})", "cast_like": f"cast_like(%x, {call})"}[form]
+        self.add_global(f"@bump{k}", f"def @bump{k}(%r: ref({ty}), %a: {ty}) -> {ty} {{\n"
+                                     f"  let %o = ref_read(%r);\n  let %w = ref_write(%r, {op}(%o, %a));\n  %o\n}}")
+        self.add_global(f"@drop{k}", f"def @drop{k}(%r: ref({ty}), %x: {ty}, %u: {ty}) -> {ty} {{\n  {dropped}\n}}")
+        cell = self.fresh("dr")
+        lines.append(f"let {cell} = ref({t.expr});")
+        kept = self.bind(lines, scope, f"@drop{k}({cell}, {t.expr}, {u.expr})", t.shape)
+        value = self.bind(lines, scope, f"{other}(add({kept.expr}, ref_read({cell})), {t.expr})", t.shape)
+        self.note(value.expr, " ".join([t.expr, op, other, u.expr, form]))
         return value
 
     def writes(self, lines, scope, most: int, fits, statement) -> list:
