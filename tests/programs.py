@@ -1055,6 +1055,23 @@ def @main(%a: Tensor[(1, 2), float32], %b: Tensor[(1, 2), float32]) {
 )
 
 program(
+    "common_subexpressions_stay_in_the_scope_of_their_let",
+    # %0 (a graph binding used in a branch and outside it) equals a let-bound call inside the branch and the
+    # closure: EliminateCommonSubexpr had read %0 as that let's variable everywhere, outside its scope too
+    """
+def @main(%c: bool, %x: float32) {
+  %0 = add(%x, 1f);
+  %1 = if (%c) { let %v = add(%x, 1f); multiply(%v, %0) } else { %0 };
+  let %f = fn () { let %w = add(%x, 1f); multiply(%w, %0) };
+  (%1, %f(), %0)
+}
+""",
+    lambda: (np.bool_(False), f32(2.0)),
+    lambda c, x: (f32((x + 1) * (x + 1) if c else x + 1), f32((x + 1) * (x + 1)), f32(x + 1)),
+    "control closure",
+)
+
+program(
     "currying",
     """
 def @main(%a: int32, %b: int32) -> int32 {

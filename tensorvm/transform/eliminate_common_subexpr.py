@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from ..ir.expr import Call, Clause, Constant, Function, If, Let, Match, Op, Tuple, TupleGetItem, Var
 from .pass_infra import BodyRewritePass
-from .to_anf import TypedMutator, rebuild_function, rebuilt_let
+from .to_anf import TypedMutator, expr_children, post_order_iter, rebuild_function, rebuilt_let
 
 __all__ = ["EliminateCommonSubexpr", "SMALL_CONSTANT"]
 
@@ -53,12 +53,22 @@ class _Scopes:
         self.levels.pop()
 
 
+def _shared_nodes(body) -> set:
+    """The ids of the nodes of ``body`` used more than once (functions entered)."""
+    seen, shared = set(), set()
+    for node in post_order_iter(body):
+        for child in expr_children(node):
+            (shared if id(child) in seen else seen).add(id(child))
+    return shared
+
+
 class _Eliminator(TypedMutator):
     def __init__(self):
         super().__init__()
         self.scopes = _Scopes()
         self.constants: dict = {}
         self.aliases: dict = {}  # a let variable whose value became another variable -> that variable
+        self.shared: set | None = None  # ids of the nodes with more than one use
 
     # -- keys --
     def key_of(self, expr):
@@ -75,10 +85,19 @@ class _Eliminator(TypedMutator):
         except TypeError:  # an unhashable attribute value: leave the call alone
             return None
 
-    def first(self, key, expr):
-        """The expression already seen under ``key`` in scope, else ``expr`` (now the one seen)."""
+    def visit(self, expr):
+        if self.shared is None:  # (the body's root: a fresh rewriter per function body)
+            self.shared = _shared_nodes(expr)
+        return super().visit(expr)
+
+    def first(self, key, expr, original):
+        """The expression already seen under ``key`` in scope, else ``expr`` (now the one seen). A node with
+        several uses is never read as a ``let`` variable: it is rewritten once (memoized), and its other uses
+        may lie outside that variable's scope."""
         found = self.scopes.get(key)
         if found is not None:
+            if isinstance(found, Var) and id(original) in self.shared:
+                return expr
             return found
         self.scopes.add(key, expr)
         return expr
@@ -93,19 +112,19 @@ class _Eliminator(TypedMutator):
     def visit_call(self, call: Call):
         new = super().visit_call(call)
         key = self.call_key(new) if isinstance(new, Call) else None
-        return new if key is None else self.first(key, new)
+        return new if key is None else self.first(key, new, call)
 
     def visit_tuple(self, t: Tuple):
         new = super().visit_tuple(t)
         if not isinstance(new, Tuple):
             return new
-        return self.first(("tuple", tuple(self.key_of(f) for f in new.fields)), new)
+        return self.first(("tuple", tuple(self.key_of(f) for f in new.fields)), new, t)
 
     def visit_tuple_getitem(self, t: TupleGetItem):
         new = super().visit_tuple_getitem(t)
         if not isinstance(new, TupleGetItem):
             return new
-        return self.first(("item", id(new.tuple_value), new.index), new)
+        return self.first(("item", id(new.tuple_value), new.index), new, t)
 
     def visit_let(self, let: Let):
         # Iterative over the chain; the chain is one scope, bound calls map to their variables.
