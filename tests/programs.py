@@ -1072,6 +1072,22 @@ def @main(%c: bool, %x: float32) {
 )
 
 program(
+    "a_constructor_used_as_a_value_at_two_types",
+    # one Some node passed to a polymorphic @app at float32 and at int32: EtaExpand had made one function of
+    # both uses, which type inference then refused
+    """
+def @app[A, B](%f: fn (A) -> B, %x: A) -> B { %f(%x) }
+
+def @main(%x: float32, %i: int32) {
+  (@app(Some, %x), @app(Some, %i))
+}
+""",
+    lambda: (f32(2.0), i32(3)),
+    lambda x, i: (Con("Some", x), Con("Some", i)),
+    "adt closure",
+)
+
+program(
     "currying",
     """
 def @main(%a: int32, %b: int32) -> int32 {

@@ -26,6 +26,15 @@ def _expand(callee: Expr, arity: int) -> Function:
 
 
 class _Expander(TypedMutator):
+    def visit(self, expr):
+        # (not memoized: a constructor or op node is shared by all its uses, which may be at different types,
+        # so each use gets a function of its own)
+        if isinstance(expr, Constructor):
+            return self.visit_constructor(expr)
+        if isinstance(expr, Op):
+            return self.visit_op(expr)
+        return super().visit(expr)
+
     def visit_call(self, call: Call):
         op = call.op if isinstance(call.op, (Constructor, Op)) else self.visit(call.op)
         args = tuple(self.visit(a) for a in call.args)
