@@ -24,7 +24,7 @@ from ..ir.analysis import free_vars
 from ..ir.attrs import Attrs
 from ..ir.expr import Call, Constant, Expr, Function, GlobalVar, Let, Op, Tuple, TupleGetItem, Var
 from ..ir.module import IRModule
-from ..ir.types import FuncType
+from ..ir.types import FuncType, TypeVar, nested_types
 from ..op.registry import get_op
 from .pass_infra import Pass
 from .to_anf import TypedMutator, copy_type, known_type, post_order_iter, primitive_children
@@ -79,6 +79,16 @@ def _primitive_name(fn: Function) -> str:
         if isinstance(node, Call) and isinstance(node.op, Op):
             names.append(node.op.name.replace(".", "_"))
     return ("fused_" + "_".join(names))[:_MAX_NAME] if names else "fused"
+
+
+def _type_vars(types) -> list:
+    """The type parameters the types name, in order of appearance."""
+    found: list = []
+    for ty in types:
+        for part in nested_types(ty):
+            if isinstance(part, TypeVar) and part not in found:
+                found.append(part)
+    return found
 
 
 def _type(expr: Expr):
@@ -187,12 +197,17 @@ class _LiftMutator(TypedMutator):
         if self_var is not None:
             self_call = Call(GlobalVar(gv.name), tuple(captured_params)).with_type(inner_type)
             body = Let(self_var, self_call, body).with_type(ret_type)
-        inner = Function(tuple(params), body, ret_type, fn.type_params, fn.attrs, span=fn.span).with_type(inner_type)
+        # the enclosing global's type parameters the closure's types name are the lifted global's own
+        outer = tuple(t for t in _type_vars([*(p.type_annotation for p in (*captured_params, *params)), ret_type])
+                      if t not in fn.type_params)
         if not captured:
-            self.lifter.lifted[gv] = inner
+            inner_type = FuncType(inner_type.arg_types, ret_type, outer + tuple(fn.type_params))
+            inner = Function(tuple(params), body, ret_type, inner_type.type_params, fn.attrs, span=fn.span)
+            self.lifter.lifted[gv] = inner.with_type(inner_type)
             return copy_type(GlobalVar(gv.name), fn).with_type(inner_type)
-        wrapper_type = FuncType(tuple(p.type_annotation for p in captured_params), inner_type)
-        wrapper = Function(tuple(captured_params), inner, inner_type, (), Attrs({"Closure": 1})).with_type(
+        inner = Function(tuple(params), body, ret_type, fn.type_params, fn.attrs, span=fn.span).with_type(inner_type)
+        wrapper_type = FuncType(tuple(p.type_annotation for p in captured_params), inner_type, outer)
+        wrapper = Function(tuple(captured_params), inner, inner_type, outer, Attrs({"Closure": 1})).with_type(
             wrapper_type)
         self.lifter.lifted[gv] = wrapper
         return Call(GlobalVar(gv.name).with_type(wrapper_type), tuple(captured)).with_type(inner_type)

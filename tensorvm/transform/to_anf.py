@@ -332,6 +332,8 @@ def to_anf(expr: Expr) -> Expr:
     if isinstance(expr, Function):
         if expr.is_primitive:
             return expr
+        if expr.attrs.get("Closure") and isinstance(expr.body, Function):  # (a lifted closure keeps its form:
+            return rebuild_function(expr, to_anf(expr.body))                 # fn (captured) { fn (...) })
         converter = _ANFConverter()
         root = _Scope(None)
         converter.assign_scopes(expr.body, root)

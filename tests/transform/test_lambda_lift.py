@@ -140,3 +140,22 @@ def @main(%x: int32, %k: int32) {
     assert sorted(g.name for g in twice.functions) == sorted(g.name for g in once.functions)
     assert not any(isinstance(n, Let) and isinstance(n.value, Function)
                    for fn in twice.functions.values() for n in post_order_iter(fn.body))
+
+
+def test_a_lifted_module_prints_back_and_compiles_for_the_vm():
+    """A closure inside a polymorphic global lifts to a global declaring the type parameters its types name
+    (its printed text had named A undeclared and did not parse), and the lifted module compiles for the VM
+    (ToANormalForm keeps a closure global's form fn (captured) { fn (...) }, which the VM had then refused);
+    results against the interpreter on the original."""
+    for text in ("def @f[A](%x: A, %n: int32) -> A { let %g = fn (%k: int32) -> A { if (%k == 0) { %x } else "
+                 "{ %g(%k - 1) } }; %g(%n) }\ndef @main(%x: float32, %i: int32) { (@f(%x, 3), @f(%i, 2)) }",
+                 "def @f[A](%x: A) -> A { let %g = fn () -> A { %x }; %g() }\n"
+                 "def @main(%x: float32, %i: int32) { (@f(%x), @f(%i)) }"):
+        mod = InferType()(tv.parse(text))
+        lifted = InferType()(LambdaLift()(mod))
+        assert tv.structural_equal(tv.parse(str(lifted)), lifted)
+        args = (np.float32(2), np.int32(3))
+        expected = [v.numpy() for v in tv.create_executor("debug", mod).evaluate()(*args)]
+        for target, mode in (("c", "native"), ("c", "bytecode"), ("python", "compiled")):
+            got = tv.vm.VirtualMachine(tv.vm.compile(lifted, target=target, exec_mode=mode)).run(*args)
+            assert [v.numpy() for v in got] == expected
