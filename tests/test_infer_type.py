@@ -1045,3 +1045,15 @@ def test_non_exhaustive_match_names_the_cases_and_tuples_of_adts(parse):
     covered = parse("def @main(%l: List[float32]) -> float32 { match ((%l, %l)) { (Nil, _) => { 0f }, "
                     "(_, Nil) => { 1f }, (Cons(%x, _), Cons(_, _)) => { %x }, } }")
     assert main_type(covered).ret_type == tensor()
+
+
+def test_a_variable_used_outside_the_scope_that_binds_it_is_refused():
+    """Built with the IR API (the parser cannot write it): %v bound by a let in one branch of an if and used in
+    the other is a free variable there; it had type-checked (one flat environment) and then failed to run or to
+    print back."""
+    c, x, v = Var("c", TensorType((), "bool")), var("x"), Var("v")
+    in_other_branch = Function((c, x), If(c, Let(v, op.exp(x), v), v))
+    with pytest.raises(TypeInferenceError, match="variable %v is used but not bound here"):
+        infer_type(IRModule({GlobalVar("main"): in_other_branch}))
+    fine = Function((c, x), If(c, Let(v, op.exp(x), v), x))
+    assert infer_type(IRModule({GlobalVar("main"): fine}))["main"].checked_type.ret_type == tensor()

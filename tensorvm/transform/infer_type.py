@@ -53,6 +53,9 @@ How two types meet (dims are ``int``, ``Any`` (``?``) or a named ``SymDim``):
   lives in ``tensorvm.op._common``); it receives fully resolved argument types, the normalized
   attrs and the values of ``Constant`` arguments.
 
+A variable is usable only inside the scope that binds it (its function, its ``let``'s body, its ``match`` arm,
+a recursive ``let``-bound function's own body): a use elsewhere is the error of a free variable.
+
 An ``if`` condition must be a rank-0 ``bool`` tensor. Errors are ``TypeInferenceError``s that name
 the place (``<string>:3:14:`` when the node has a span, and the global being checked), a short
 printed form of the expression, and the types involved.
@@ -63,9 +66,11 @@ from __future__ import annotations
 import sys
 import types
 from collections import deque
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 from ..errors import AttrError, TensorVMError, TypeInferenceError, UnsupportedError
+from ..ir.analysis import pattern_vars
 from ..ir.expr import (
     Call,
     Constant,
@@ -873,6 +878,7 @@ class _Inferencer(ExprFunctor):
         self.solver = _Solver()
         self.env: dict[Var, Type] = {}            # every bound variable -> its type term
         self.var_owner: dict[Var, str | None] = {}
+        self.in_scope: dict[Var, int] = {}        # a variable -> how many of the scopes now open bind it
         self.owner: dict[Expr, str | None] = {}   # expression -> global it belongs to (for messages)
         self.global_types: dict[GlobalVar, FuncType] = {}
         self.shared: list[tuple[Expr, Type]] = []  # GlobalVar/Op/Constructor uses (not memoized)
@@ -899,7 +905,8 @@ class _Inferencer(ExprFunctor):
         fn = self.mod.functions[gv]
         self.current = gv.name
         fty = self.global_types[gv]
-        body_type = self.visit(fn.body)
+        with self.scope(fn.params):  # (bound when the globals were declared)
+            body_type = self.visit(fn.body)
         if fn.ret_type is not None:
             self.solver.assign(fty.ret_type, body_type,
                                _Ctx(fn.body, f"the body of @{gv.name} against its return annotation", gv.name))
@@ -1049,6 +1056,17 @@ class _Inferencer(ExprFunctor):
         self.env[var] = ty
         self.var_owner[var] = self.current
 
+    @contextmanager
+    def scope(self, variables):
+        """``variables`` in scope (usable) while the block runs."""
+        for var in variables:
+            self.in_scope[var] = self.in_scope.get(var, 0) + 1
+        try:
+            yield
+        finally:
+            for var in variables:
+                self.in_scope[var] -= 1
+
     def constructor_type(self, ctor: Constructor) -> FuncType:
         fty = self.constructor_types.get(ctor)
         if fty is not None:
@@ -1068,6 +1086,11 @@ class _Inferencer(ExprFunctor):
     # --- visiting --------------------------------------------------------------------------------
     def visit(self, expr):
         kind = type(expr)
+        if kind is Var:  # (every use: a variable node may be used both in and out of its binder's scope)
+            if not self.in_scope.get(expr) and (expr in self.env or not self.allow_free_vars):
+                raise self.error(expr, f"variable %{expr.name_hint} is used but not bound here (a free variable, "
+                                       f"or one used outside the scope that binds it)")
+            return self.visit_var(expr)
         if kind is GlobalVar or kind is Op or kind is Constructor:
             # Instantiated per use, and GlobalVars with one name hash alike: never memoized.
             return self._dispatch[kind](self, expr)
@@ -1122,6 +1145,7 @@ class _Inferencer(ExprFunctor):
             if ty is None:
                 ty = IncompleteType(var.name_hint)
             self.bind_var(var, ty)
+            self.in_scope[var] = 1  # (a free variable is in scope everywhere)
         return ty
 
     def visit_global_var(self, gv: GlobalVar):
@@ -1191,7 +1215,11 @@ class _Inferencer(ExprFunctor):
             elif recursive:
                 # A let-bound function may call itself: its name is in scope in its own body.
                 self.bind_var(var, IncompleteType(var.name_hint))
-            value_type = self.visit(expr.value)
+            if recursive:
+                with self.scope((var,)):
+                    value_type = self.visit(expr.value)
+            else:
+                value_type = self.visit(expr.value)
             if annotated is not None:
                 self.solver.assign(annotated, value_type,
                                    self.ctx(expr.value, f"the value bound to %{var.name_hint}"))
@@ -1201,8 +1229,13 @@ class _Inferencer(ExprFunctor):
             else:
                 self.bind_var(var, value_type)
             chain.append(expr)
+            self.in_scope[var] = self.in_scope.get(var, 0) + 1
             expr = expr.body
-        body_type = self.visit(expr)
+        try:
+            body_type = self.visit(expr)
+        finally:
+            for node in chain:
+                self.in_scope[node.var] -= 1
         for node in chain:
             self.memo[node] = body_type
             self.owner[node] = self.current
@@ -1225,7 +1258,8 @@ class _Inferencer(ExprFunctor):
     def visit_function(self, fn: Function):
         params = tuple(self.bind_param(p) for p in fn.params)
         ret = self.annotation(fn.ret_type)
-        body_type = self.visit(fn.body)
+        with self.scope(fn.params):
+            body_type = self.visit(fn.body)
         if ret is None:
             ret = body_type
         else:
@@ -1350,7 +1384,8 @@ class _Inferencer(ExprFunctor):
         result = None
         for clause in match.clauses:
             self.bind_pattern(clause.lhs, data_type, match)
-            rhs_type = self.visit(clause.rhs)
+            with self.scope(pattern_vars(clause.lhs)):
+                rhs_type = self.visit(clause.rhs)
             if result is None:
                 result = rhs_type
             else:
