@@ -729,7 +729,13 @@ class GraphModule:
         array = self._entries[self._head_eid(index)]
         if out is None:
             return NDArray(array)
-        np.copyto(out.numpy() if isinstance(out, NDArray) else out, array)
+        target = out.numpy() if isinstance(out, NDArray) else out
+        if not isinstance(target, np.ndarray) or target.shape != array.shape or target.dtype != array.dtype \
+                or not target.flags.writeable:
+            raise ExecutionError(f"get_output: output {index} is a {array.dtype} tensor of shape {array.shape}; "
+                                 f"out must be a writable array of that shape and dtype, got "
+                                 f"{_array_text(target)}")
+        np.copyto(target, array)
         return out
 
     def get_num_outputs(self) -> int:
@@ -855,3 +861,9 @@ def _build_tree(tree, outputs: list):
     if isinstance(tree, int):
         return outputs[tree]
     return tuple(_build_tree(t, outputs) for t in tree)
+
+
+def _array_text(value) -> str:
+    if isinstance(value, np.ndarray):
+        return f"a {value.dtype} array of shape {value.shape}{'' if value.flags.writeable else ' (read-only)'}"
+    return f"a {type(value).__name__}"

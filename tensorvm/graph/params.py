@@ -147,5 +147,9 @@ def save_param_file(path, params: dict) -> None:
 
 
 def load_param_file(path) -> dict:
-    with open(os.fspath(path), "rb") as f:
-        return load_params(f.read(), what=os.fspath(path))
+    try:
+        with open(os.fspath(path), "rb") as f:
+            data = f.read()
+    except OSError as err:
+        raise FormatError(f"cannot read params file {os.fspath(path)!r}: {err.strerror or err}") from None
+    return load_params(data, what=os.fspath(path))

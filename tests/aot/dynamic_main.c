@@ -255,6 +255,7 @@ static void run_blob_errors(const char* dir, FILE* out, int64_t lstm_input) {
   report(out, "blob_not_loaded", tvd_lstmb_main(m, &t, &result), tvd_lstmb_last_error(m));
   snprintf(path, sizeof path, "%s/no_such.params", dir);
   report(out, "blob_no_file", tvd_lstmb_load_params_file(m, path), tvd_lstmb_last_error(m));
+  report(out, "blob_directory", tvd_lstmb_load_params_file(m, dir), tvd_lstmb_last_error(m)); /* (opens; length LONG_MAX) */
   const size_t table_end = 80 + 16 * (size_t)(blob[12] | blob[13] << 8);
   expect_refused(m, blob, size - 64, -1, 0, out, "blob_truncated");
   expect_refused(m, blob, 40, -1, 0, out, "blob_header_truncated");

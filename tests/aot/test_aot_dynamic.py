@@ -179,6 +179,8 @@ def test_the_params_blob_is_checked_and_every_corruption_tried_is_refused(app):
     size = len(app["libraries"][2].blob)
     assert errors["blob_not_loaded"][0] == argument and "params are not loaded" in errors["blob_not_loaded"][1]
     assert errors["blob_no_file"][0] == fmt and "cannot open" in errors["blob_no_file"][1]
+    # a directory: a FORMAT error before any allocation (it had asked the allocator for LONG_MAX bytes)
+    assert errors["blob_directory"][0] == fmt and "cannot read" in errors["blob_directory"][1]
     assert errors["blob_truncated"] == (fmt, f"load_params: the params blob says it has {size} bytes, got {size - 64} "
                                              f"(truncated or padded)")
     assert errors["blob_header_truncated"][0] == fmt and "fewer than its 80-byte header" in errors["blob_header_truncated"][1]

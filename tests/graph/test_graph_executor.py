@@ -347,3 +347,24 @@ def test_debug_mode_times_every_node_and_keeps_every_output(tmp_path):
     assert (tmp_path / "dump" / "_tvmdbg_graph_dump.json").exists()
     trace_file = result.save_chrome_trace(tmp_path / "trace.json")
     assert json.loads(Path(trace_file).read_text())["traceEvents"]
+
+
+def test_get_output_into_a_wrong_array_and_an_unreadable_params_file_are_the_projects_errors(tmp_path):
+    """get_output(i, out=...) with an array of another shape, dtype or read-only is an ExecutionError (NumPy's
+    broadcast or cast errors had escaped); a params path that is a
+    directory or missing is a FormatError (OSErrors had escaped)."""
+    from tensorvm.errors import ExecutionError, FormatError
+
+    m = tg.GraphModule(tg.build(tv.parse("def @main(%x: Tensor[(2, 3), float32]) { exp(%x) }"), target="python"))
+    m.set_input("x", np.zeros((2, 3), np.float32))
+    m.run()
+    readonly = np.empty((2, 3), np.float32)
+    readonly.flags.writeable = False
+    for out in (np.empty((3, 2), np.float32), np.empty((2, 3), np.int32), np.empty((1, 3), np.float32), readonly):
+        with pytest.raises(ExecutionError, match="out must be a writable array"):
+            m.get_output(0, out=out)
+    good = np.empty((2, 3), np.float32)
+    assert m.get_output(0, out=good) is good and np.array_equal(good, np.ones((2, 3), np.float32))
+    for path in (tmp_path, tmp_path / "missing.params"):
+        with pytest.raises(FormatError, match="cannot read params file"):
+            tg.load_param_file(path)

@@ -128,6 +128,9 @@ int32_t TVD_FN(load_params_file)(tvd_model* m, const char* path) {
   long length = -1;
   if (rc == TVD_OK && (fseek(f, 0, SEEK_END) != 0 || (length = ftell(f)) < 0 || fseek(f, 0, SEEK_SET) != 0))
     rc = tvd_fail(m, TVD_ERR_FORMAT, "load_params_file: cannot find the length of %s", path);
+  /* A byte read before the length is trusted: a directory opens and "seeks" to a length of LONG_MAX on Linux. */
+  if (rc == TVD_OK && length > 0 && (fgetc(f) == EOF || fseek(f, 0, SEEK_SET) != 0))
+    rc = tvd_fail(m, TVD_ERR_FORMAT, "load_params_file: cannot read %s (not a regular file?)", path);
   unsigned char* block = NULL;
   if (rc == TVD_OK &&
       (block = (unsigned char*)m->pool->allocator.alloc(m->pool->allocator.user, length ? (size_t)length : 1, 64)) == NULL)
