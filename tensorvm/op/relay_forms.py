@@ -2,8 +2,9 @@
 
 ``nn.conv1d`` is ``nn.conv2d`` over a height of 1 (its fast kernels included), ``nn.conv3d`` the N-d
 convolution of the ONNX importer, ``nn.max_pool1d`` a 2-d pool of height 1, ``fast_exp`` is ``exp``,
-``scatter_add`` is ``scatter_elements`` with an add, and so on. Each is declared once, by its attributes
-and ``expand(attrs, args) -> Expr`` (the expression it stands for, over the argument expressions):
+``scatter_add`` is ``scatter_elements`` with an add, ``invert_permutation`` an ``argsort``, and so on.
+Each is declared once, by its attributes and ``expand(attrs, args) -> Expr`` (the expression it stands
+for, over the argument expressions, whose types it may not read: it runs before type inference):
 
 * the ``Legalize`` pass (early in every compiled path) replaces a call by its expansion, so the VM, the
   graph executor and AOT compile only the ops it is made of;
@@ -262,6 +263,24 @@ def _l2_normalize(attrs, args):
 
 relay_form("nn.l2_normalize", 1, (AttrDef("eps", 1e-12, to_float), AttrDef("axis", (), int_tuple())),
            _l2_normalize, "x / sqrt(max(sum(x * x, axis, keepdims), eps)).")
+
+
+def _batch_mean_of_negated(products, predictions):
+    """-sum(products) / predictions.shape[0], in the predictions' dtype."""
+    batch = _call("cast_like", _call("take", _call("shape_of", predictions), Constant(np.array(0, np.int64)), axis=0),
+                  predictions)
+    return _call("divide", _call("negative", _call("sum", products)), batch)
+
+
+relay_form("nn.cross_entropy", 2, (),
+           lambda attrs, args: _batch_mean_of_negated(_call("multiply", _call("log", args[0]), args[1]), args[0]),
+           "-sum(log(predictions) * targets) / batch (the first dim of predictions).")
+relay_form("nn.cross_entropy_with_logits", 2, (),
+           lambda attrs, args: _batch_mean_of_negated(_call("multiply", args[0], args[1]), args[0]),
+           "-sum(predictions * targets) / batch (predictions already log-probabilities).")
+relay_form("invert_permutation", 1, (),
+           lambda attrs, args: _call("cast_like", _call("argsort", args[0], dtype="int64"), args[0]),
+           "out[data[i]] = i for a permutation data (its argsort, in data's dtype).")
 
 
 def _layout_transform(attrs, args):

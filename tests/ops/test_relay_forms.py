@@ -208,3 +208,19 @@ def test_dyn_ops_take_the_shape_none_attribute_tvm_prints():
     assert tv.structural_equal(tv.parse(text), tv.parse(str(tv.parse(text))))
     with pytest.raises(ParseError, match="only shape=None"):
         tv.parse('def @main(%s: Tensor[(2), int64]) { dyn.zeros(%s, shape=[2, 3], dtype="float32") }')
+
+
+def test_cross_entropy_and_invert_permutation():
+    rng = np.random.default_rng(10)
+    logits = rng.standard_normal((4, 5)).astype(np.float32)
+    probs = np.exp(logits) / np.exp(logits).sum(axis=1, keepdims=True)
+    targets = np.eye(5, dtype=np.float32)[[0, 3, 1, 4]]
+    sig = "%p: Tensor[(4, 5), float32], %t: Tensor[(4, 5), float32]"
+    _check(f"def @main({sig}) {{ nn.cross_entropy(%p, %t) }}", [probs, targets],
+           np.float32(-(np.log(probs) * targets).sum() / 4), tol=1e-5)
+    _check(f"def @main({sig}) {{ nn.cross_entropy_with_logits(%p, %t) }}", [logits, targets],
+           np.float32(-(logits * targets).sum() / 4), tol=1e-5)
+    perm = np.array([3, 0, 4, 1, 2], np.int32)
+    inverse = np.empty_like(perm)
+    inverse[perm] = np.arange(5, dtype=np.int32)
+    _check("def @main(%x: Tensor[(?), int32]) { invert_permutation(%x) }", [perm], inverse)
