@@ -146,6 +146,7 @@ class Interpreter:
         self._globals: dict[str, FunctionValue] = {}
         self._normal_forms: dict = {}  # id(Function or expression) -> (it, its A-normal form)
         self._param_checks: dict = {}  # id(Function) -> (it, ((index, check), ...) of its statically shaped parameters)
+        self._result_checks: dict = {}  # id(Function) -> (it, the check of its result's static dims, or None)
 
     # --- public API ---------------------------------------------------------------------------
     def evaluate(self, expr_or_global_name: Expr | str = "main"):
@@ -243,7 +244,9 @@ class Interpreter:
         return value
 
     def _eval(self, expr: Expr, frame: Frame):
-        """Evaluate ``expr``; constructs in tail position loop here instead of recursing."""
+        """Evaluate ``expr``; constructs in tail position loop here instead of recursing. The result is checked
+        against the declared static dims of every function entered on the way (each check once)."""
+        pending = None
         while True:
             kind = type(expr)
             if kind is Let:
@@ -265,11 +268,24 @@ class Interpreter:
                 callee = self._value(expr.op, frame)
                 args = [self._value(a, frame) for a in expr.args]
                 if not isinstance(callee, FunctionValue):
-                    return self._apply_other(callee, args)
+                    return _checked(self._apply_other(callee, args), pending)
                 frame = self._enter(callee, args)
+                check = self._result_check(callee)
+                if check is not None:
+                    pending = pending or {}
+                    pending[id(check)] = check
                 expr = callee.func.body
             else:
-                return self._eval_leaf(expr, frame)
+                return _checked(self._eval_leaf(expr, frame), pending)
+
+    def _result_check(self, function: FunctionValue):
+        """The check of ``function``'s result against the static dims of its return annotation, or None."""
+        func = function.func
+        known = self._result_checks.get(id(func))  # (by identity, as _param_checks)
+        if known is None or known[0] is not func:
+            what = f"@{function.name}" if function.name else "the closure"
+            known = self._result_checks[id(func)] = (func, result_checker(func.ret_type, f"the result of {what}"))
+        return known[1]
 
     def _eval_leaf(self, expr: Expr, frame: Frame):
         kind = type(expr)
@@ -330,6 +346,13 @@ class Interpreter:
                 frame.bindings.update(bindings)
                 return clause.rhs
         raise ExecutionError(f"match: no clause matches the value {describe_value(data)}")
+
+
+def _checked(value, pending: dict | None):
+    if pending:
+        for check in pending.values():
+            check(value)
+    return value
 
 
 def _match_pattern(pattern, value, bindings: dict) -> bool:

@@ -604,3 +604,21 @@ def test_nullary_constructor_built_in_python_is_a_value():
     run = tv.create_executor("debug", mod).evaluate()
     assert int(run(nil()).numpy()) == 0
     assert int(run(cons(np.int32(1), cons(np.int32(2), nil.value()))).numpy()) == 2
+
+
+def test_a_function_result_contradicting_its_declared_static_dims_is_a_shape_error_everywhere():
+    """@f declares -> Tensor[(2, 3)] over a body of type (?, 3) and returns (4, 3): the interpreter checks every
+    function's result against its declared static dims, as it does @main's and the parameters'; the VM's
+    kernels check the static dims they were built for on target python too, as the C kernels do (the
+    interpreter and target python had summed the (4, 3) to a number, target c had refused)."""
+    import tensorvm as tv
+    from tensorvm.errors import ShapeError
+
+    mod = tv.parse("def @f(%x: Tensor[(?, 3), float32]) -> Tensor[(2, 3), float32] { concatenate((%x, %x)) }\n"
+                   "def @main(%x: Tensor[(2, 3), float32]) { sum(@f(%x)) }")
+    x = np.ones((2, 3), np.float32)
+    with pytest.raises(ShapeError, match="the result of @f is Tensor"):
+        tv.create_executor("debug", mod).evaluate()(x)
+    for target, mode in (("python", "bytecode"), ("python", "compiled"), ("c", "bytecode"), ("c", "native")):
+        with pytest.raises(ShapeError, match=r"argument p0|argument 0"):
+            tv.vm.VirtualMachine(tv.vm.compile(mod, target=target, exec_mode=mode)).run(x)

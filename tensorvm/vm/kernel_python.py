@@ -131,6 +131,12 @@ class _Source:
         return fn
 
 
+def _check_input(value, dims: tuple, where: str, name: str) -> None:
+    shape = np.shape(value)
+    if len(shape) != len(dims) or any(d is not None and d != n for d, n in zip(dims, shape)):
+        raise ShapeError(f"{where}: argument {name} must have the shape {dims} (None: any), got {shape}")
+
+
 def _store_checked(out: np.ndarray, value, where: str) -> None:
     value = np.asarray(value)
     if value.shape != out.shape:
@@ -158,10 +164,18 @@ def build_kernel(prim: Function):
     src = _Source()
     arg_names: list[str] = []
     value_of: dict[Expr, str] = {}
+    src.namespace["check_input"] = _check_input
+    where = src.global_("WHERE", f"kernel of {_primitive_label(prim)}")
     for i, param in enumerate(prim.params):
         ty = _param_type(param)
         flat = [f"a{i}_{j}" for j in range(_flat_count(ty))]
         arg_names.extend(flat)
+        for name, tty in zip(flat, flatten_tensor_types(ty)):
+            # the static dims the kernel was built for, as a C kernel checks them (typing may have been
+            # optimistic: a ? met a declared static dim, and NumPy would broadcast where C would refuse)
+            if isinstance(tty, TensorType) and any(isinstance(d, int) for d in tty.shape):
+                dims = tuple(d if isinstance(d, int) else None for d in tty.shape)
+                src.lines.append(f"check_input({name}, {dims!r}, {where}, {param.name_hint!r})")
         if isinstance(ty, TupleType):
             value_of[param] = f"p{i}"
             src.lines.append(f"p{i} = {_structure(ty, list(flat))}")
@@ -169,7 +183,6 @@ def build_kernel(prim: Function):
             value_of[param] = flat[0]
     ret_type = prim.ret_type or known_type(prim.body)
     out_names = [f"o{j}" for j in range(_flat_count(ret_type))]
-    where = src.global_("WHERE", f"kernel of {_primitive_label(prim)}")
     src.namespace["store"] = _store_checked
 
     body = prim.body
