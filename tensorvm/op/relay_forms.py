@@ -45,10 +45,12 @@ def _expand_dims(x, axis: int):
     return _call("expand_dims", x, axis=axis)
 
 
-def _relation(expand):
+def _relation(expand, check=None):
     def rel(types, attrs, consts=None):
         from ..transform.infer_type import infer_expr
 
+        if check is not None:
+            check(types, attrs)
         params = [Var(f"a{i}", t) for i, t in enumerate(types)]
         return infer_expr(Function(tuple(params), expand(attrs, params))).ret_type
 
@@ -69,12 +71,19 @@ def _kernel(expand):
     return kernel
 
 
-def relay_form(name: str, num_inputs: int, attrs, expand, doc: str, pattern=OpPattern.OPAQUE) -> OpDef:
-    """Register ``name`` as the expression ``expand(attrs, args)``."""
+def relay_form(name: str, num_inputs: int, attrs, expand, doc: str, pattern=OpPattern.OPAQUE, check=None) -> OpDef:
+    """Register ``name`` as the expression ``expand(attrs, args)``; ``check(types, attrs)`` refuses what the
+    expression alone would accept (attributes contradicting the arguments' types)."""
     RELAY_FORMS[name] = expand
     return register_checked(OpDef(
-        name=name, num_inputs=num_inputs, type_rel=_relation(expand), kernel=_kernel(expand), pattern=pattern,
+        name=name, num_inputs=num_inputs, type_rel=_relation(expand, check), kernel=_kernel(expand), pattern=pattern,
         attrs=attrs, legalize=expand, doc=doc))
+
+
+def _transpose(x, axes):
+    if isinstance(x, Constant):
+        return Constant(np.ascontiguousarray(np.transpose(np.asarray(x.data), axes)))
+    return _call("transpose", x, axes=list(axes))
 
 
 # ---- convolutions and pools of one dimension: the 2-d ops over a height of 1 ---------------------------
@@ -90,12 +99,13 @@ def _conv1d(attrs, args):
     out_layout = attrs.out_layout or data_layout
     if out_layout != data_layout:
         raise AttrError(f"nn.conv1d: out_layout {out_layout!r} must be the data layout {data_layout!r}")
+    if attrs.out_dtype:  # (the inputs in the output's dtype: uint8 data with an int8 weight into int32, as Relay)
+        x, w = (_call("cast", a, dtype=attrs.out_dtype) for a in (x, w))
     y = _call("nn.conv2d", _expand_dims(x, data_layout.index("W")), _expand_dims(w, kernel_layout.index("W")),
               strides=(1, *attrs.strides), padding=(0, attrs.padding[0], 0, attrs.padding[1]),
               dilation=(1, *attrs.dilation), groups=attrs.groups, channels=attrs.channels,
               kernel_size=None if attrs.kernel_size is None else (1, *attrs.kernel_size),
-              data_layout=_with_height(data_layout), kernel_layout=_with_height(kernel_layout),
-              out_dtype=attrs.out_dtype)
+              data_layout=_with_height(data_layout), kernel_layout=_with_height(kernel_layout))
     return _call("squeeze", y, axis=[data_layout.index("W")])
 
 
@@ -188,10 +198,35 @@ def _cast_inputs(attrs, args):
     return [_call("cast", a, dtype=attrs.out_dtype) for a in args]
 
 
+_TO_NCDHW, _FROM_NCDHW, _DHWIO_TO_OIDHW = (0, 4, 1, 2, 3), (0, 2, 3, 4, 1), (4, 3, 0, 1, 2)
+
+
 def _conv3d(attrs, args):
     x, w = _cast_inputs(attrs, args)
-    return _call("nn.conv_nd", x, w, strides=attrs.strides, pads=attrs.padding, dilations=attrs.dilation,
-                 group=attrs.groups)
+    channels_last = attrs.data_layout == "NDHWC"
+    if channels_last:
+        x = _transpose(x, _TO_NCDHW)
+    if attrs.kernel_layout == "DHWIO":
+        w = _transpose(w, _DHWIO_TO_OIDHW)
+    y = _call("nn.conv_nd", x, w, strides=attrs.strides, pads=attrs.padding, dilations=attrs.dilation,
+              group=attrs.groups)
+    return _transpose(y, _FROM_NCDHW) if (attrs.out_layout or attrs.data_layout) == "NDHWC" else y
+
+
+def _check_conv3d(types, attrs):
+    """channels and kernel_size, when given, are the weight's (Relay's Conv3DRel asserts them)."""
+    w = types[1]
+    if not isinstance(w, TensorType) or len(w.shape) != 5:
+        return
+    layout = attrs.kernel_layout
+    out_axis = layout.index("O") if "O" in layout else None
+    sizes = tuple(w.shape[layout.index(a)] for a in "DHW")
+    if attrs.channels is not None and out_axis is not None and isinstance(w.shape[out_axis], int) \
+            and w.shape[out_axis] != attrs.channels:
+        raise TypeInferenceError(f"nn.conv3d: channels={attrs.channels} but the weight has {w.shape[out_axis]} "
+                                 f"output channels")
+    if attrs.kernel_size is not None and all(isinstance(d, int) for d in sizes) and tuple(attrs.kernel_size) != sizes:
+        raise TypeInferenceError(f"nn.conv3d: kernel_size={tuple(attrs.kernel_size)} but the weight's is {sizes}")
 
 
 def _conv3d_transpose(attrs, args):
@@ -205,13 +240,15 @@ _CONV3D_ATTRS = (
                                                       "(front, top, left, back, bottom, right); 1 or 3 values too"),
     AttrDef("dilation", (1, 1, 1), _three(1)), AttrDef("groups", 1, _positive_int),
     AttrDef("channels", None, _positive_int), AttrDef("kernel_size", None, _three(1)),
-    AttrDef("data_layout", "NCDHW", one_of("NCDHW")), AttrDef("out_layout", "", one_of("", "NCDHW")),
     AttrDef("out_dtype", "", to_out_dtype),
 )
-relay_form("nn.conv3d", 2, _CONV3D_ATTRS + (AttrDef("kernel_layout", "OIDHW", one_of("OIDHW")),), _conv3d,
-           "3-d convolution (NCDHW, OIDHW): the N-d convolution nn.conv_nd.")
+relay_form("nn.conv3d", 2, _CONV3D_ATTRS + (
+    AttrDef("data_layout", "NCDHW", one_of("NCDHW", "NDHWC")), AttrDef("out_layout", "", one_of("", "NCDHW", "NDHWC")),
+    AttrDef("kernel_layout", "OIDHW", one_of("OIDHW", "DHWIO"))), _conv3d,
+           "3-d convolution (NCDHW or NDHWC; OIDHW or DHWIO): the N-d convolution nn.conv_nd.", check=_check_conv3d)
 relay_form("nn.conv3d_transpose", 2,
-           _CONV3D_ATTRS + (AttrDef("kernel_layout", "IODHW", one_of("IODHW")),
+           _CONV3D_ATTRS + (AttrDef("data_layout", "NCDHW", one_of("NCDHW")), AttrDef("out_layout", "", one_of("", "NCDHW")),
+                            AttrDef("kernel_layout", "IODHW", one_of("IODHW")),
                             AttrDef("output_padding", (0, 0, 0), _three(0))),
            _conv3d_transpose, "3-d transposed convolution (NCDHW, IODHW): nn.conv_transpose_nd.")
 

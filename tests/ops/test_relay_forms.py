@@ -224,3 +224,25 @@ def test_cross_entropy_and_invert_permutation():
     inverse = np.empty_like(perm)
     inverse[perm] = np.arange(5, dtype=np.int32)
     _check("def @main(%x: Tensor[(?), int32]) { invert_permutation(%x) }", [perm], inverse)
+
+
+def test_conv3d_channels_last_conv1d_mixed_integers_and_contradicting_attributes():
+    """TVM's test_conv3d_ndhwc_run layouts (NDHWC data, DHWIO weight); test_conv1d_infer_type's uint8 data with
+    an int8 weight into int32; channels/kernel_size contradicting the weight refused, as Relay's Conv3DRel does."""
+    rng = np.random.default_rng(11)
+    x, w = _normal(rng, 1, 3, 5, 6, 4), _normal(rng, 5, 3, 3, 3, 2)  # NCDHW, OIDHW
+    expected = F.conv3d(_t(x), _t(w), padding=1).numpy()
+    _check('def @main(%x: Tensor[(1, 5, 6, 4, 3), float32], %w: Tensor[(3, 3, 2, 3, 5), float32]) { nn.conv3d(%x, %w, '
+           'padding=[1, 1, 1], data_layout="NDHWC", kernel_layout="DHWIO") }',
+           [x.transpose(0, 2, 3, 4, 1).copy(), w.transpose(2, 3, 4, 1, 0).copy()], expected.transpose(0, 2, 3, 4, 1),
+           tol=1e-4)
+    data = rng.integers(0, 255, (1, 4, 9), dtype=np.uint8)
+    weight = rng.integers(-128, 127, (2, 4, 3), dtype=np.int8)
+    want = np.stack([np.stack([(data[0, :, t:t + 3].astype(np.int64) * weight[o]).sum() for t in range(7)])
+                     for o in range(2)])[None].astype(np.int32)
+    _check('def @main(%x: Tensor[(1, 4, 9), uint8], %w: Tensor[(2, 4, 3), int8]) { nn.conv1d(%x, %w, out_dtype="int32") }',
+           [data, weight], want)
+    for attrs in ("channels=7", "kernel_size=[2, 2, 2]"):
+        with pytest.raises(TypeInferenceError, match="but the weight"):
+            tv.transform.InferType()(tv.parse(f"def @main(%x: Tensor[(1, 3, 5, 6, 4), float32], "
+                                              f"%w: Tensor[(5, 3, 3, 3, 2), float32]) {{ nn.conv3d(%x, %w, {attrs}) }}"))
