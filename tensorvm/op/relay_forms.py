@@ -20,13 +20,12 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import AttrError, TypeInferenceError
-from ..ir.attrs import Attrs
-from ..ir.expr import Call, Constant, Function, Op, Var
+from ..ir.expr import Constant, Function, Var
 from ..ir.types import TensorType
 from ._common import register_checked
 from .nn import _positive_int
-from .nn_relay import _one, _padding2
-from .registry import AttrDef, OpDef, OpPattern, get_op
+from .nn_relay import _one, _padding2, _with_h
+from .registry import AttrDef, OpDef, OpPattern, make_call
 from .transform import int_tuple, one_of, optional_layout, to_float, to_out_dtype
 
 __all__ = ["RELAY_FORMS"]
@@ -34,15 +33,10 @@ __all__ = ["RELAY_FORMS"]
 RELAY_FORMS: dict = {}  # op name -> its expand function
 
 
-def _call(name: str, *args, **attrs) -> Call:
-    get_op(name).normalize_attrs(Attrs(attrs))
-    return Call(Op(name), tuple(args), Attrs(attrs))
-
-
 def _expand_dims(x, axis: int):
     if isinstance(x, Constant):
         return Constant(np.expand_dims(np.asarray(x.data), axis))
-    return _call("expand_dims", x, axis=axis)
+    return make_call("expand_dims", x, axis=axis)
 
 
 def _relation(expand, check=None):
@@ -83,15 +77,10 @@ def relay_form(name: str, num_inputs: int, attrs, expand, doc: str, pattern=OpPa
 def _transpose(x, axes):
     if isinstance(x, Constant):
         return Constant(np.ascontiguousarray(np.transpose(np.asarray(x.data), axes)))
-    return _call("transpose", x, axes=list(axes))
+    return make_call("transpose", x, axes=list(axes))
 
 
 # ---- convolutions and pools of one dimension: the 2-d ops over a height of 1 ---------------------------
-
-def _with_height(layout: str) -> str:
-    """A 1-d layout with H before W (NCW -> NCHW, NWC -> NHWC, OIW -> OIHW, WIO -> HWIO)."""
-    return layout.replace("W", "HW")
-
 
 def _conv1d(attrs, args):
     x, w = args
@@ -100,13 +89,13 @@ def _conv1d(attrs, args):
     if out_layout != data_layout:
         raise AttrError(f"nn.conv1d: out_layout {out_layout!r} must be the data layout {data_layout!r}")
     if attrs.out_dtype:  # (the inputs in the output's dtype: uint8 data with an int8 weight into int32, as Relay)
-        x, w = (_call("cast", a, dtype=attrs.out_dtype) for a in (x, w))
-    y = _call("nn.conv2d", _expand_dims(x, data_layout.index("W")), _expand_dims(w, kernel_layout.index("W")),
+        x, w = (make_call("cast", a, dtype=attrs.out_dtype) for a in (x, w))
+    y = make_call("nn.conv2d", _expand_dims(x, data_layout.index("W")), _expand_dims(w, kernel_layout.index("W")),
               strides=(1, *attrs.strides), padding=(0, attrs.padding[0], 0, attrs.padding[1]),
               dilation=(1, *attrs.dilation), groups=attrs.groups, channels=attrs.channels,
               kernel_size=None if attrs.kernel_size is None else (1, *attrs.kernel_size),
-              data_layout=_with_height(data_layout), kernel_layout=_with_height(kernel_layout))
-    return _call("squeeze", y, axis=[data_layout.index("W")])
+              data_layout=_with_h(data_layout), kernel_layout=_with_h(kernel_layout))
+    return make_call("squeeze", y, axis=[data_layout.index("W")])
 
 
 relay_form(
@@ -126,11 +115,11 @@ def _pool1d(op2d: str, avg: bool):
         if attrs.out_layout and attrs.out_layout != layout:
             raise AttrError(f"{op2d.replace('2d', '1d')}: out_layout {attrs.out_layout!r} must be the layout {layout!r}")
         extra = {"count_include_pad": attrs.count_include_pad} if avg else {}
-        y = _call(op2d, _expand_dims(args[0], layout.index("W")), pool_size=(1, *attrs.pool_size),
+        y = make_call(op2d, _expand_dims(args[0], layout.index("W")), pool_size=(1, *attrs.pool_size),
                   strides=(1, *attrs.strides), dilation=(1, *attrs.dilation),
-                  padding=(0, attrs.padding[0], 0, attrs.padding[1]), layout=_with_height(layout),
+                  padding=(0, attrs.padding[0], 0, attrs.padding[1]), layout=_with_h(layout),
                   ceil_mode=attrs.ceil_mode, **extra)
-        return _call("squeeze", y, axis=[layout.index("W")])
+        return make_call("squeeze", y, axis=[layout.index("W")])
 
     return expand
 
@@ -152,8 +141,8 @@ def _adaptive1d(op2d: str):
     def expand(attrs, args):
         layout = attrs.layout
         size = None if attrs.output_size is None else (1, *attrs.output_size)
-        y = _call(op2d, _expand_dims(args[0], layout.index("W")), output_size=size, layout=_with_height(layout))
-        return _call("squeeze", y, axis=[layout.index("W")])
+        y = make_call(op2d, _expand_dims(args[0], layout.index("W")), output_size=size, layout=_with_h(layout))
+        return make_call("squeeze", y, axis=[layout.index("W")])
 
     return expand
 
@@ -195,7 +184,7 @@ def _cast_inputs(attrs, args):
     """The arguments in ``attrs.out_dtype`` when one is given (the N-d ops compute in their inputs' dtype)."""
     if not attrs.out_dtype:
         return args
-    return [_call("cast", a, dtype=attrs.out_dtype) for a in args]
+    return [make_call("cast", a, dtype=attrs.out_dtype) for a in args]
 
 
 _TO_NCDHW, _FROM_NCDHW, _DHWIO_TO_OIDHW = (0, 4, 1, 2, 3), (0, 2, 3, 4, 1), (4, 3, 0, 1, 2)
@@ -208,7 +197,7 @@ def _conv3d(attrs, args):
         x = _transpose(x, _TO_NCDHW)
     if attrs.kernel_layout == "DHWIO":
         w = _transpose(w, _DHWIO_TO_OIDHW)
-    y = _call("nn.conv_nd", x, w, strides=attrs.strides, pads=attrs.padding, dilations=attrs.dilation,
+    y = make_call("nn.conv_nd", x, w, strides=attrs.strides, pads=attrs.padding, dilations=attrs.dilation,
               group=attrs.groups)
     return _transpose(y, _FROM_NCDHW) if (attrs.out_layout or attrs.data_layout) == "NDHWC" else y
 
@@ -231,7 +220,7 @@ def _check_conv3d(types, attrs):
 
 def _conv3d_transpose(attrs, args):
     x, w = _cast_inputs(attrs, args)
-    return _call("nn.conv_transpose_nd", x, w, strides=attrs.strides, pads=attrs.padding, dilations=attrs.dilation,
+    return make_call("nn.conv_transpose_nd", x, w, strides=attrs.strides, pads=attrs.padding, dilations=attrs.dilation,
                  group=attrs.groups, output_padding=attrs.output_padding)
 
 
@@ -256,7 +245,7 @@ relay_form("nn.conv3d_transpose", 2,
 def _pool3d(mode: str):
     def expand(attrs, args):
         extra = {"count_include_pad": attrs.count_include_pad} if mode == "avg" else {}
-        return _call("nn.pool_nd", args[0], kernel_shape=attrs.pool_size, mode=mode, strides=attrs.strides,
+        return make_call("nn.pool_nd", args[0], kernel_shape=attrs.pool_size, mode=mode, strides=attrs.strides,
                      pads=attrs.padding, dilations=attrs.dilation, ceil_mode=attrs.ceil_mode, **extra)
 
     return expand
@@ -276,26 +265,26 @@ relay_form("nn.avg_pool3d", 1, _POOL3D_ATTRS + (AttrDef("count_include_pad", Fal
 # ---- other names of existing ops ----------------------------------------------------------------------
 
 for _fast, _op in (("fast_exp", "exp"), ("fast_tanh", "tanh"), ("fast_erf", "erf")):
-    relay_form(_fast, 1, (), lambda attrs, args, op=_op: _call(op, args[0]),
+    relay_form(_fast, 1, (), lambda attrs, args, op=_op: make_call(op, args[0]),
                f"{_op} (Relay's fast approximation is computed exactly here).", OpPattern.ELEMWISE)
 
 relay_form("nn.fast_softmax", 1, (AttrDef("axis", -1, int),),
-           lambda attrs, args: _call("nn.softmax", args[0], axis=attrs.axis),
+           lambda attrs, args: make_call("nn.softmax", args[0], axis=attrs.axis),
            "nn.softmax (Relay's fast approximation is computed exactly here).", OpPattern.OPAQUE)
 
 relay_form("scatter", 3, (AttrDef("axis", 0, int),),
-           lambda attrs, args: _call("scatter_elements", *args, axis=attrs.axis),
+           lambda attrs, args: make_call("scatter_elements", *args, axis=attrs.axis),
            "scatter_elements: updates written at the indices along axis (Relay's older name).")
 relay_form("scatter_add", 3, (AttrDef("axis", 0, int),),
-           lambda attrs, args: _call("scatter_elements", *args, axis=attrs.axis, reduction="add"),
+           lambda attrs, args: make_call("scatter_elements", *args, axis=attrs.axis, reduction="add"),
            "scatter_elements with reduction add (Relay's older name).")
 
 
 def _l2_normalize(attrs, args):
     x = args[0]
-    squares = _call("sum", _call("multiply", x, x), axis=attrs.axis, keepdims=True)
+    squares = make_call("sum", make_call("multiply", x, x), axis=attrs.axis, keepdims=True)
     floor = Constant(np.array(attrs.eps, dtype=np.float64))
-    return _call("divide", x, _call("sqrt", _call("maximum", squares, _call("cast_like", floor, x))))
+    return make_call("divide", x, make_call("sqrt", make_call("maximum", squares, make_call("cast_like", floor, x))))
 
 
 relay_form("nn.l2_normalize", 1, (AttrDef("eps", 1e-12, to_float), AttrDef("axis", (), int_tuple())),
@@ -304,19 +293,19 @@ relay_form("nn.l2_normalize", 1, (AttrDef("eps", 1e-12, to_float), AttrDef("axis
 
 def _batch_mean_of_negated(products, predictions):
     """-sum(products) / predictions.shape[0], in the predictions' dtype."""
-    batch = _call("cast_like", _call("take", _call("shape_of", predictions), Constant(np.array(0, np.int64)), axis=0),
+    batch = make_call("cast_like", make_call("take", make_call("shape_of", predictions), Constant(np.array(0, np.int64)), axis=0),
                   predictions)
-    return _call("divide", _call("negative", _call("sum", products)), batch)
+    return make_call("divide", make_call("negative", make_call("sum", products)), batch)
 
 
 relay_form("nn.cross_entropy", 2, (),
-           lambda attrs, args: _batch_mean_of_negated(_call("multiply", _call("log", args[0]), args[1]), args[0]),
+           lambda attrs, args: _batch_mean_of_negated(make_call("multiply", make_call("log", args[0]), args[1]), args[0]),
            "-sum(log(predictions) * targets) / batch (the first dim of predictions).")
 relay_form("nn.cross_entropy_with_logits", 2, (),
-           lambda attrs, args: _batch_mean_of_negated(_call("multiply", args[0], args[1]), args[0]),
+           lambda attrs, args: _batch_mean_of_negated(make_call("multiply", args[0], args[1]), args[0]),
            "-sum(predictions * targets) / batch (predictions already log-probabilities).")
 relay_form("invert_permutation", 1, (),
-           lambda attrs, args: _call("cast_like", _call("argsort", args[0], dtype="int64"), args[0]),
+           lambda attrs, args: make_call("cast_like", make_call("argsort", args[0], dtype="int64"), args[0]),
            "out[data[i]] = i for a permutation data (its argsort, in data's dtype).")
 
 
@@ -325,7 +314,7 @@ def _layout_transform(attrs, args):
     if not (src.isalpha() and src.isupper() and sorted(src) == sorted(dst)):
         raise TypeInferenceError(f"layout_transform: only a permutation of one layout's axes is supported "
                                  f"(e.g. NCHW to NHWC), got {src!r} to {dst!r}")
-    return _call("transpose", args[0], axes=[src.index(axis) for axis in dst])
+    return make_call("transpose", args[0], axes=[src.index(axis) for axis in dst])
 
 
 relay_form("layout_transform", 1, (AttrDef("src_layout", "NCHW", str), AttrDef("dst_layout", "NCHW", str)),
