@@ -36,6 +36,7 @@ from .transform import (
     layout_of,
     one_of,
     optional_layout,
+    padding_of,
     to_float,
     to_out_dtype,
     unify_dim,
@@ -253,13 +254,7 @@ def _with_h(layout: str) -> str:
     return layout[:w] + "H" + layout[w:]
 
 
-def _padding2(value) -> tuple:
-    items = int_tuple(0)(value)
-    if len(items) == 1:
-        return items * 2
-    if len(items) != 2:
-        raise ValueError(f"expected 1 or 2 padding values (left, right), got {len(items)}")
-    return items
+_padding2 = padding_of(1, "left, right")
 
 
 def _one(minimum: int):

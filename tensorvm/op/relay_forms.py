@@ -26,7 +26,7 @@ from ._common import register_checked
 from .nn import _positive_int
 from .nn_relay import _one, _padding2, _with_h
 from .registry import AttrDef, OpDef, OpPattern, make_call
-from .transform import int_tuple, one_of, optional_layout, to_float, to_out_dtype
+from .transform import int_ntuple, int_tuple, one_of, optional_layout, padding_of, to_float, to_out_dtype
 
 __all__ = ["RELAY_FORMS"]
 
@@ -80,6 +80,14 @@ def _transpose(x, axes):
     return make_call("transpose", x, axes=list(axes))
 
 
+def _cast_inputs(attrs, args):
+    """The arguments in ``attrs.out_dtype`` when one is given (nn.conv2d and the N-d ops compute in their inputs'
+    one dtype)."""
+    if not attrs.out_dtype:
+        return args
+    return [make_call("cast", a, dtype=attrs.out_dtype) for a in args]
+
+
 # ---- convolutions and pools of one dimension: the 2-d ops over a height of 1 ---------------------------
 
 def _conv1d(attrs, args):
@@ -88,8 +96,7 @@ def _conv1d(attrs, args):
     out_layout = attrs.out_layout or data_layout
     if out_layout != data_layout:
         raise AttrError(f"nn.conv1d: out_layout {out_layout!r} must be the data layout {data_layout!r}")
-    if attrs.out_dtype:  # (the inputs in the output's dtype: uint8 data with an int8 weight into int32, as Relay)
-        x, w = (make_call("cast", a, dtype=attrs.out_dtype) for a in (x, w))
+    x, w = _cast_inputs(attrs, (x, w))  # (uint8 data with an int8 weight into int32, as Relay: nn.conv2d wants one)
     y = make_call("nn.conv2d", _expand_dims(x, data_layout.index("W")), _expand_dims(w, kernel_layout.index("W")),
               strides=(1, *attrs.strides), padding=(0, attrs.padding[0], 0, attrs.padding[1]),
               dilation=(1, *attrs.dilation), groups=attrs.groups, channels=attrs.channels,
@@ -157,34 +164,7 @@ relay_form("nn.adaptive_max_pool1d", 1, _ADAPTIVE1D_ATTRS, _adaptive1d("nn.adapt
 
 # ---- convolutions and pools of three dimensions: the N-d ops (NCDHW) ------------------------------------
 
-def _padding6(value) -> tuple:
-    items = int_tuple(0)(value)
-    if len(items) == 1:
-        return items * 6
-    if len(items) == 3:
-        return items * 2
-    if len(items) != 6:
-        raise ValueError(f"expected 1, 3 or 6 padding values (front, top, left, back, bottom, right), got {len(items)}")
-    return items
-
-
-def _three(minimum: int):
-    def convert(value):
-        items = int_tuple(minimum)(value)
-        if len(items) == 1:
-            return items * 3
-        if len(items) != 3:
-            raise ValueError(f"expected 3 values, got {items}")
-        return items
-
-    return convert
-
-
-def _cast_inputs(attrs, args):
-    """The arguments in ``attrs.out_dtype`` when one is given (the N-d ops compute in their inputs' dtype)."""
-    if not attrs.out_dtype:
-        return args
-    return [make_call("cast", a, dtype=attrs.out_dtype) for a in args]
+_padding6 = padding_of(3, "front, top, left, back, bottom, right")
 
 
 _TO_NCDHW, _FROM_NCDHW, _DHWIO_TO_OIDHW = (0, 4, 1, 2, 3), (0, 2, 3, 4, 1), (4, 3, 0, 1, 2)
@@ -208,10 +188,9 @@ def _check_conv3d(types, attrs):
     if not isinstance(w, TensorType) or len(w.shape) != 5:
         return
     layout = attrs.kernel_layout
-    out_axis = layout.index("O") if "O" in layout else None
+    out_axis = layout.index("O")
     sizes = tuple(w.shape[layout.index(a)] for a in "DHW")
-    if attrs.channels is not None and out_axis is not None and isinstance(w.shape[out_axis], int) \
-            and w.shape[out_axis] != attrs.channels:
+    if attrs.channels is not None and isinstance(w.shape[out_axis], int) and w.shape[out_axis] != attrs.channels:
         raise TypeInferenceError(f"nn.conv3d: channels={attrs.channels} but the weight has {w.shape[out_axis]} "
                                  f"output channels")
     if attrs.kernel_size is not None and all(isinstance(d, int) for d in sizes) and tuple(attrs.kernel_size) != sizes:
@@ -225,10 +204,10 @@ def _conv3d_transpose(attrs, args):
 
 
 _CONV3D_ATTRS = (
-    AttrDef("strides", (1, 1, 1), _three(1)), AttrDef("padding", (0,) * 6, _padding6,
+    AttrDef("strides", (1, 1, 1), int_ntuple(3, 1)), AttrDef("padding", (0,) * 6, _padding6,
                                                       "(front, top, left, back, bottom, right); 1 or 3 values too"),
-    AttrDef("dilation", (1, 1, 1), _three(1)), AttrDef("groups", 1, _positive_int),
-    AttrDef("channels", None, _positive_int), AttrDef("kernel_size", None, _three(1)),
+    AttrDef("dilation", (1, 1, 1), int_ntuple(3, 1)), AttrDef("groups", 1, _positive_int),
+    AttrDef("channels", None, _positive_int), AttrDef("kernel_size", None, int_ntuple(3, 1)),
     AttrDef("out_dtype", "", to_out_dtype),
 )
 relay_form("nn.conv3d", 2, _CONV3D_ATTRS + (
@@ -238,7 +217,7 @@ relay_form("nn.conv3d", 2, _CONV3D_ATTRS + (
 relay_form("nn.conv3d_transpose", 2,
            _CONV3D_ATTRS + (AttrDef("data_layout", "NCDHW", one_of("NCDHW")), AttrDef("out_layout", "", one_of("", "NCDHW")),
                             AttrDef("kernel_layout", "IODHW", one_of("IODHW")),
-                            AttrDef("output_padding", (0, 0, 0), _three(0))),
+                            AttrDef("output_padding", (0, 0, 0), int_ntuple(3, 0))),
            _conv3d_transpose, "3-d transposed convolution (NCDHW, IODHW): nn.conv_transpose_nd.")
 
 
@@ -252,8 +231,8 @@ def _pool3d(mode: str):
 
 
 _POOL3D_ATTRS = (
-    AttrDef("pool_size", (1, 1, 1), _three(1)), AttrDef("strides", (1, 1, 1), _three(1)),
-    AttrDef("dilation", (1, 1, 1), _three(1)), AttrDef("padding", (0,) * 6, _padding6),
+    AttrDef("pool_size", (1, 1, 1), int_ntuple(3, 1)), AttrDef("strides", (1, 1, 1), int_ntuple(3, 1)),
+    AttrDef("dilation", (1, 1, 1), int_ntuple(3, 1)), AttrDef("padding", (0,) * 6, _padding6),
     AttrDef("layout", "NCDHW", one_of("NCDHW")), AttrDef("out_layout", "", one_of("", "NCDHW")),
     AttrDef("ceil_mode", False, lambda v: bool(v)),
 )

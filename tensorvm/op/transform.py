@@ -136,31 +136,47 @@ def int_tuple(minimum: int | None = None, nonempty: bool = False):
     return convert
 
 
-def int_pair(minimum: int = 1):
-    """A 2-tuple of ints for (height, width); one value ``v`` means ``(v, v)``."""
+def int_ntuple(n: int, minimum: int = 1):
+    """An ``n``-tuple of ints (one per spatial dim); one value ``v`` means ``(v,) * n``."""
     as_tuple = int_tuple(minimum)
 
     def convert(value):
         items = as_tuple(value)
         if len(items) == 1:
-            items = items * 2
-        if len(items) != 2:
-            raise ValueError(f"expected 1 or 2 values, got {len(items)}")
+            items = items * n
+        if len(items) != n:
+            raise ValueError(f"expected 1 or {n} values, got {len(items)}")
         return items
 
     return convert
 
 
-def padding4(value) -> tuple:
-    """2-D padding as (top, left, bottom, right): 1 value pads all sides, 2 mean (vertical, horizontal)."""
-    items = int_tuple(0)(value)
-    if len(items) == 1:
-        return items * 4
-    if len(items) == 2:
-        return items * 2
-    if len(items) == 4:
-        return items
-    raise ValueError(f"expected 1, 2 or 4 padding values, got {len(items)}")
+def int_pair(minimum: int = 1):
+    """A 2-tuple of ints for (height, width); one value ``v`` means ``(v, v)``."""
+    return int_ntuple(2, minimum)
+
+
+def padding_of(dims: int, sides: str = ""):
+    """Padding of ``dims`` spatial dims as (begins..., ends...): 1 value pads every side, ``dims`` values pad both
+    sides of each dim, ``2 * dims`` values are taken as they are (``sides`` names their order in the message)."""
+    counts = sorted({1, dims, 2 * dims})
+    expected = ", ".join(map(str, counts[:-1])) + f" or {counts[-1]}"
+
+    def convert(value):
+        items = int_tuple(0)(value)
+        if len(items) == 1:
+            return items * (2 * dims)
+        if len(items) == dims:
+            return items * 2
+        if len(items) == 2 * dims:
+            return items
+        raise ValueError(f"expected {expected} padding values{f' ({sides})' if sides else ''}, got {len(items)}")
+
+    return convert
+
+
+# 2-D padding as (top, left, bottom, right): 1 value pads all sides, 2 mean (vertical, horizontal)
+padding4 = padding_of(2)
 
 
 def layout_of(canonical: str):
